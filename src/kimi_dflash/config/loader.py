@@ -1,0 +1,134 @@
+"""Read env-file configs with python-dotenv's parser (never a shell), follow EXTENDS chains, apply process-env
+overrides, and return raw string settings with where each came from.
+
+Typing and validation live in validate.py; this module only gathers text.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from dotenv.parser import parse_stream
+from dotenv.variables import parse_variables
+
+from kimi_dflash.config.problems import ConfigError, Problem
+from kimi_dflash.config.schema import EXTENDS_KEY, KEYS_BY_NAME
+
+MAX_EXTENDS_DEPTH = 8
+
+
+@dataclass(frozen=True)
+class RawSetting:
+    key: str
+    value: str
+    source: str  # "configs/production.env:12" or "environment"
+    base_dir: Path  # relative paths in this value resolve against it
+
+
+def display_path(path: Path) -> str:
+    """Path as the user would type it: relative to the working directory when below it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _interpolate(value: str, known: Mapping[str, str]) -> str:
+    # ${VAR} / ${VAR:-default}, resolved against earlier keys and the process environment.
+    return "".join(atom.resolve(dict(known)) or "" for atom in parse_variables(value))  # type: ignore[arg-type]
+
+
+def _read_file(path: Path, problems: list[Problem]) -> list[RawSetting]:
+    shown = display_path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        problems.append(Problem(shown, None, None, "config file not found",
+                                "pass an existing file, e.g. configs/production.env (see `ls configs/`)"))
+        return []
+    except (OSError, UnicodeDecodeError) as exc:
+        problems.append(Problem(shown, None, None, f"cannot read config file ({exc})",
+                                "check the path and that the file is UTF-8 text"))
+        return []
+
+    settings: list[RawSetting] = []
+    seen: dict[str, int] = {}
+    for binding in parse_stream(io.StringIO(text)):
+        line = binding.original.line
+        where = f"{shown}:{line}"
+        if binding.error:
+            snippet = binding.original.string.strip()[:60]
+            problems.append(Problem(where, None, None, f"cannot parse line {snippet!r}",
+                                    "write KEY=value (quote values with spaces; comments start with #)"))
+            continue
+        if binding.key is None:
+            continue  # blank line or comment
+        if binding.value is None:
+            problems.append(Problem(where, binding.key, None, "key without a value",
+                                    f"write {binding.key}=<value>, or {binding.key}= to leave it unset"))
+            continue
+        if binding.key in seen:
+            problems.append(Problem(where, binding.key, binding.value,
+                                    f"set twice in one file (first on line {seen[binding.key]})",
+                                    "keep one assignment per key"))
+            continue
+        seen[binding.key] = line
+        settings.append(RawSetting(binding.key, binding.value, where, path.parent))
+    return settings
+
+
+def _read_chain(path: Path, problems: list[Problem], depth: int = 0,
+                visiting: tuple[Path, ...] = ()) -> dict[str, RawSetting]:
+    """Settings of `path` on top of the file it EXTENDS (recursively)."""
+    resolved = path.resolve()
+    if resolved in visiting:
+        chain = " -> ".join(display_path(p) for p in (*visiting, resolved))
+        problems.append(Problem(display_path(path), EXTENDS_KEY, None, f"EXTENDS loops: {chain}",
+                                "remove the cycle"))
+        return {}
+    if depth > MAX_EXTENDS_DEPTH:
+        problems.append(Problem(display_path(path), EXTENDS_KEY, None, "EXTENDS chain too deep",
+                                f"keep chains at most {MAX_EXTENDS_DEPTH} files long"))
+        return {}
+
+    own = _read_file(path, problems)
+    merged: dict[str, RawSetting] = {}
+    for setting in own:
+        if setting.key == EXTENDS_KEY:
+            base = Path(setting.value)
+            base = base if base.is_absolute() else path.parent / base
+            merged = _read_chain(base, problems, depth + 1, (*visiting, resolved))
+    for setting in own:
+        if setting.key != EXTENDS_KEY:
+            merged[setting.key] = setting
+    return merged
+
+
+def read_settings(path: Path, environ: Mapping[str, str] | None = None) -> dict[str, RawSetting]:
+    """All raw settings of a config file: EXTENDS chain, then process-environment overrides for schema keys.
+
+    Raises ConfigError on unreadable / unparseable input; unknown keys and bad values are validate.py's job.
+    """
+    environ = os.environ if environ is None else environ
+    problems: list[Problem] = []
+    merged = _read_chain(path, problems)
+    if problems:
+        raise ConfigError(problems)
+
+    # The environment overrides file values for one run, but only for keys the schema knows:
+    # unrelated variables (PATH, HOME, ...) never leak into the config.
+    for key in KEYS_BY_NAME:
+        if key in environ:
+            merged[key] = RawSetting(key, environ[key], "environment", Path.cwd())
+
+    known: dict[str, str] = dict(environ)
+    interpolated: dict[str, RawSetting] = {}
+    for key, setting in merged.items():
+        value = _interpolate(setting.value, known) if "$" in setting.value else setting.value
+        known[key] = value
+        interpolated[key] = RawSetting(key, value, setting.source, setting.base_dir)
+    return interpolated

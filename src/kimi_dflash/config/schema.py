@@ -1,0 +1,136 @@
+"""The one schema for every config key: name, type, default, allowed range and documentation.
+
+Validation, the launch plan, `--help` and the README's config reference all read this table, so a key is
+described exactly once. Values here are the production defaults (8x MI300X, Kimi K2.6 + DFlash).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+KeyType = Literal["str", "int", "float", "bool", "enum", "path"]
+
+# Meta key: the file named here (relative to the including file) is loaded first, then this file's keys
+# override it. Not a setting of its own, so it is not in KEYS.
+EXTENDS_KEY = "EXTENDS"
+
+
+@dataclass(frozen=True)
+class Key:
+    name: str
+    type: KeyType
+    default: object
+    doc: str
+    group: str
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+    maximum: float | None = None
+    multiple_of: int | None = None
+    secret: bool = False
+    # An empty value means "unset / let vLLM decide" rather than an empty string.
+    optional: bool = False
+
+
+def _k(name: str, type_: KeyType, default: object, group: str, doc: str, **extra: object) -> Key:
+    return Key(name=name, type=type_, default=default, group=group, doc=doc, **extra)  # type: ignore[arg-type]
+
+
+KEYS: tuple[Key, ...] = (
+    # --- where and what ---
+    _k("DEVICE", "enum", "rocm", "server", "Accelerator platform: rocm (MI300X), cuda (H200) or cpu (the demo, "
+       "vLLM's CPU build).", choices=("rocm", "cuda", "cpu")),
+    _k("MODEL_DIR", "path", None, "model", "Local directory of the target checkpoint (config.json + safetensors). "
+       "Relative paths resolve against the config file's directory.", optional=True),
+    _k("MODEL_REPO", "str", "moonshotai/Kimi-K2.6", "model", "Hugging Face repo id of the target; only used in "
+       "download hints."),
+    _k("DRAFT_MODEL_DIR", "path", None, "model", "Local directory of the DFlash drafter checkpoint.", optional=True),
+    _k("DRAFT_MODEL_REPO", "str", "z-lab/Kimi-K2.5-DFlash", "model", "Hugging Face repo id of the drafter; only "
+       "used in download hints."),
+    _k("FABRICATE_DEMO_MODELS", "bool", False, "model", "Build the tiny local demo target + drafter under the "
+       "project cache on first use and serve them (CPU demo). MODEL_DIR / DRAFT_MODEL_DIR must then be empty."),
+    _k("SERVED_MODEL_NAME", "str", "kimi-k2.6-amd-dflash", "server", "Model name clients send in requests."),
+    _k("HOST", "str", "127.0.0.1", "server", "Address to bind. Localhost by default; set 0.0.0.0 only behind a "
+       "firewall or with API_KEY set."),
+    _k("PORT", "int", 8262, "server", "TCP port of the OpenAI-compatible server.", minimum=1, maximum=65535),
+    _k("API_KEY", "str", None, "server", "If set, clients must send 'Authorization: Bearer <key>'. Passed to vLLM "
+       "through the environment (VLLM_API_KEY), never on the command line, and never printed.",
+       optional=True, secret=True),
+    _k("READY_TIMEOUT_S", "int", 1800, "server", "How long `serve.sh --wait` waits for /health and a first "
+       "completion (the real model loads in ~5 minutes).", minimum=10, maximum=86400),
+    # --- engine ---
+    _k("TENSOR_PARALLEL_SIZE", "int", 8, "engine", "Tensor-parallel degree (GPUs per replica).", minimum=1,
+       maximum=64),
+    _k("DTYPE", "enum", "auto", "engine", "Activation/weight dtype for non-quantized parts.",
+       choices=("auto", "bfloat16", "float16", "float32")),
+    _k("KV_CACHE_DTYPE", "enum", "auto", "engine", "Target KV-cache dtype. fp8 roughly doubles KV capacity but needs "
+       "KV scales (see KV_SCALE_MODE) and an explicit DRAFT_KV_CACHE_DTYPE.",
+       choices=("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")),
+    _k("MAX_MODEL_LEN", "int", 262144, "engine", "Maximum context length (prompt + output) in tokens.", minimum=64,
+       maximum=1048576),
+    _k("MAX_NUM_SEQS", "int", 32, "engine", "Maximum concurrent sequences in a batch.", minimum=1, maximum=4096),
+    _k("MAX_NUM_BATCHED_TOKENS", "int", 32768, "engine", "Token budget per scheduler step (chunked prefill). Keep "
+       "<= 32768 with MOE_BACKEND=aiter: the AITER MoE kernel grid overflows above it with 384 experts.",
+       minimum=16, maximum=1048576),
+    _k("GPU_MEMORY_UTILIZATION", "float", 0.90, "engine", "Fraction of each GPU's memory vLLM may use.",
+       minimum=0.05, maximum=1.0),
+    _k("BLOCK_SIZE", "int", 16, "engine", "KV-cache block size in tokens; a multiple of 16.", minimum=16,
+       maximum=1024, multiple_of=16),
+    _k("ENFORCE_EAGER", "bool", True, "engine", "Run eagerly (no CUDA/HIP graphs, no torch.compile). The reference "
+       "results were measured in eager mode."),
+    _k("ENABLE_PREFIX_CACHING", "bool", False, "engine", "Reuse KV of shared prompt prefixes. Off for the "
+       "reference benchmarks (prefix hits would inflate multi-turn numbers)."),
+    _k("MOE_BACKEND", "enum", "aiter", "engine", "Fused-MoE kernel backend: aiter (ROCm, fastest), triton (portable "
+       "fallback) or auto (vLLM decides).", choices=("auto", "aiter", "triton")),
+    _k("TRUST_REMOTE_CODE", "bool", True, "model", "Allow the checkpoint's own modelling/tokenizer code (Kimi K2.6 "
+       "ships a custom tokenizer)."),
+    _k("TOOL_CALL_PARSER", "str", "kimi_k2", "api", "vLLM tool-call parser; empty disables tool calling.",
+       optional=True),
+    _k("ENABLE_AUTO_TOOL_CHOICE", "bool", True, "api", "Let the model decide when to call tools "
+       "(needs TOOL_CALL_PARSER)."),
+    _k("REASONING_PARSER", "str", "kimi_k2", "api", "vLLM reasoning parser (splits thinking into "
+       "reasoning_content); empty disables.", optional=True),
+    _k("LANGUAGE_MODEL_ONLY", "bool", False, "model", "Text-only serving: skip the vision encoder and give its VRAM "
+       "to the KV cache."),
+    _k("MM_ENCODER_TP_MODE", "enum", "data", "model", "How the vision encoder is split across GPUs when "
+       "LANGUAGE_MODEL_ONLY=false.", choices=("data", "weights")),
+    # --- speculative decoding ---
+    _k("SPECULATIVE_METHOD", "enum", "dflash", "speculative", "dflash, or none for the autoregressive baseline.",
+       choices=("dflash", "none")),
+    _k("NUM_SPECULATIVE_TOKENS", "int", 2, "speculative", "Tokens drafted per step (1 .. drafter block size). "
+       "2 was best for Kimi K2.6: acceptance ~64 %/34 % per position; 8 collapses to 16 %.", minimum=1,
+       maximum=64),
+    _k("DRAFT_ATTENTION_BACKEND", "str", None, "speculative", "Attention backend for the drafter only "
+       "(speculative_config.attention_backend, vLLM >= 0.21), e.g. TRITON_ATTN or ROCM_AITER_FA. Empty: vLLM "
+       "decides.", optional=True),
+    _k("DRAFT_KV_CACHE_DTYPE", "enum", None, "speculative", "Drafter KV-cache dtype "
+       "(speculative_config.kv_cache_dtype), separate from the target's. Required when KV_CACHE_DTYPE is fp8.",
+       choices=("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"), optional=True),
+    _k("DRAFT_TENSOR_PARALLEL_SIZE", "int", None, "speculative", "Tensor-parallel degree of the drafter "
+       "(default: same as the target).", minimum=1, maximum=64, optional=True),
+    # --- FP8 KV scales (read by the project's vLLM plugin) ---
+    _k("KV_SCALE_MODE", "enum", "off", "fp8", "FP8 KV scales for MLA: dynamic (running max at runtime), "
+       "calibrated (from KV_SCALES_FILE), observe (record amax for calibration) or off.",
+       choices=("off", "dynamic", "calibrated", "observe")),
+    _k("KV_SCALES_FILE", "path", None, "fp8", "Per-layer scales JSON written by payload/calibrate_kv_scales.py "
+       "(KV_SCALE_MODE=calibrated) or the observe-mode output path.", optional=True),
+    _k("KV_SCALE_FLOOR", "float", 1e-4, "fp8", "Lower bound on a dynamic scale (avoids 0 for unused layers).",
+       minimum=0.0, maximum=1.0),
+    _k("KV_SCALE_WARMUP_STEPS", "int", 0, "fp8", "KV writes observed before dynamic scales are used.", minimum=0,
+       maximum=1000000),
+    # --- platform environment ---
+    _k("ROCM_USE_AITER", "bool", True, "rocm", "VLLM_ROCM_USE_AITER: AMD's AITER kernels (master switch)."),
+    _k("ROCM_QUICK_REDUCE_QUANTIZATION", "enum", "INT4", "rocm", "VLLM_ROCM_QUICK_REDUCE_QUANTIZATION: quantized "
+       "all-reduce for TP on MI300X.", choices=("NONE", "FP", "INT8", "INT6", "INT4")),
+    _k("CPU_KVCACHE_SPACE_GIB", "int", 1, "cpu", "VLLM_CPU_KVCACHE_SPACE: KV-cache size on the CPU build, in GiB.",
+       minimum=1, maximum=1024),
+    _k("EXTRA_VLLM_ARGS", "str", None, "server", "Extra `vllm serve` flags, split like a shell would (no "
+       "expansion). For flags this schema does not cover.", optional=True),
+)
+
+KEYS_BY_NAME: dict[str, Key] = {key.name: key for key in KEYS}
+GROUP_TITLES: dict[str, str] = {
+    "server": "Server", "model": "Model and checkpoints", "engine": "Engine", "api": "API features",
+    "speculative": "Speculative decoding (DFlash)", "fp8": "FP8 KV-cache scales", "rocm": "ROCm environment",
+    "cpu": "CPU build (demo)",
+}

