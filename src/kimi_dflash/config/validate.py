@@ -288,7 +288,8 @@ def build_config(path: Path, settings: Mapping[str, RawSetting]) -> Config:
     """Typed Config from raw settings; raises ConfigError listing every problem."""
     problems: list[Problem] = []
     values: dict[str, object] = {key.name: key.default for key in KEYS}
-    sources: dict[str, str] = {key.name: "default" for key in KEYS}
+    # A rule may blame a key left at its default: name the file and say so.
+    sources: dict[str, str] = {key.name: f"{display_path(path)} (default)" for key in KEYS}
     for name, setting in settings.items():
         spec = KEYS_BY_NAME.get(name)
         if spec is None:

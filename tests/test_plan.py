@@ -1,0 +1,111 @@
+"""The launch plan: exact argv and environment for each shipped config, rendered for --dry-run."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from kimi_dflash.config.validate import load_config
+from kimi_dflash.paths import CONFIGS_DIR
+from kimi_dflash.plan import build_plan
+
+from test_config_validation import run_serve, write  # noqa: E402  (shared helpers)
+
+
+def plan_for(name: str, environ: dict[str, str] | None = None):
+    config = load_config(CONFIGS_DIR / name, environ=environ or {})
+    return build_plan(config, python_executable="/usr/bin/python3", cache_dir="/cache")
+
+
+def flag_value(argv: tuple[str, ...], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+def test_production_plan_has_every_recipe_flag() -> None:
+    plan = plan_for("production.env")
+    argv = plan.argv
+    assert argv[:3] == ("vllm", "serve", "/models/Kimi-K2.6")
+    expected = {"--served-model-name": "kimi-k2.6-amd-dflash", "--port": "8262", "--host": "127.0.0.1",
+                "--tensor-parallel-size": "8", "--max-num-seqs": "32", "--max-num-batched-tokens": "32768",
+                "--max-model-len": "262144", "--gpu-memory-utilization": "0.9", "--block-size": "16",
+                "--moe-backend": "aiter", "--tool-call-parser": "kimi_k2", "--reasoning-parser": "kimi_k2",
+                "--kv-cache-dtype": "auto", "--mm-encoder-tp-mode": "data"}
+    assert {flag: flag_value(argv, flag) for flag in expected} == expected
+    for flag in ("--enforce-eager", "--trust-remote-code", "--enable-auto-tool-choice", "--no-enable-prefix-caching"):
+        assert flag in argv
+    assert "--language-model-only" not in argv
+    assert json.loads(flag_value(argv, "--speculative-config")) == {
+        "method": "dflash", "model": "/models/Kimi-K2.5-DFlash", "num_speculative_tokens": 2}
+    assert plan.env["VLLM_ROCM_USE_AITER"] == "1"
+    assert plan.env["VLLM_ROCM_QUICK_REDUCE_QUANTIZATION"] == "INT4"
+
+
+def test_fp8_plan_keeps_drafter_kv_separate_and_exports_scale_mode() -> None:
+    plan = plan_for("production-fp8kv.env")
+    assert flag_value(plan.argv, "--kv-cache-dtype") == "fp8"
+    spec = json.loads(flag_value(plan.argv, "--speculative-config"))
+    assert spec["kv_cache_dtype"] == "auto"
+    assert plan.env["KIMI_DFLASH_KV_SCALE_MODE"] == "dynamic"
+
+
+def test_baseline_plan_has_no_speculation_and_same_engine_settings() -> None:
+    base, dflash = plan_for("baseline.env").argv, plan_for("production.env").argv
+    assert "--speculative-config" not in base
+    for flag in ("--max-num-seqs", "--max-num-batched-tokens", "--block-size", "--moe-backend", "--kv-cache-dtype"):
+        assert flag_value(base, flag) == flag_value(dflash, flag)
+
+
+def test_language_model_only_replaces_the_encoder_split() -> None:
+    plan = plan_for("production.env", {"LANGUAGE_MODEL_ONLY": "true"})
+    assert "--language-model-only" in plan.argv and "--mm-encoder-tp-mode" not in plan.argv
+
+
+def test_h200_plan_has_no_rocm_environment() -> None:
+    plan = plan_for("h200.env")
+    assert not any(name.startswith("VLLM_ROCM") for name in plan.env)
+    assert "--moe-backend" not in plan.argv
+
+
+def test_cpu_plan_uses_the_cpu_entry_and_cpu_environment(tmp_path: Path) -> None:
+    (tmp_path / "t").mkdir()
+    config = load_config(write(tmp_path, "DEVICE=cpu\nMOE_BACKEND=auto\nTENSOR_PARALLEL_SIZE=1\n"
+                                         f"MODEL_DIR={tmp_path}/t\nSPECULATIVE_METHOD=none\n"), environ={})
+    plan = build_plan(config, "/venv/bin/python", "/cache")
+    assert plan.argv[:4] == ("/venv/bin/python", "-m", "kimi_dflash.vllm_entry", "serve")
+    assert "--tensor-parallel-size" not in plan.argv and "--gpu-memory-utilization" not in plan.argv
+    assert plan.env["VLLM_CPU_KVCACHE_SPACE"] == "1" and plan.env["VLLM_CACHE_ROOT"] == "/cache/vllm"
+
+
+def test_api_key_goes_through_environment_and_is_redacted() -> None:
+    plan = plan_for("production.env", {"API_KEY": "sk-topsecret"})
+    assert "sk-topsecret" not in " ".join(plan.argv)
+    assert plan.env["VLLM_API_KEY"] == "sk-topsecret"
+    assert "sk-topsecret" not in plan.render() and "VLLM_API_KEY=<redacted>" in plan.render()
+
+
+def test_extra_args_are_split_like_a_shell() -> None:
+    plan = plan_for("production.env", {"EXTRA_VLLM_ARGS": "--seed 7 --disable-log-stats --x 'a b'"})
+    assert plan.argv[-5:] == ("--seed", "7", "--disable-log-stats", "--x", "a b")
+
+
+def test_plan_is_pure() -> None:
+    assert plan_for("production.env") == plan_for("production.env")
+
+
+def test_rendered_plan_round_trips_through_a_shell_parser() -> None:
+    plan = plan_for("production-fp8kv.env")
+    words = shlex.split(plan.render().replace("\\\n", " "))
+    env_words = [w for w in words if "=" in w and not w.startswith("-") and w.split("=")[0].isupper()]
+    assert words[len(env_words):] == list(plan.argv)
+    assert dict(w.split("=", 1) for w in env_words) == dict(plan.env)
+
+
+@pytest.mark.parametrize("name", ["production.env", "baseline.env", "production-fp8kv.env"])
+def test_serve_dry_run_prints_plan_and_touches_nothing(name: str, tmp_path: Path) -> None:
+    result = run_serve(str(CONFIGS_DIR / name), "--dry-run", env={"KIMI_DFLASH_CACHE": str(tmp_path / "cache")})
+    assert result.returncode == 0, result.stderr
+    assert "--served-model-name" in result.stdout and "\n  --port 8262" in result.stdout
+    assert not (tmp_path / "cache").exists()

