@@ -1,0 +1,65 @@
+"""Vectors and matrices the weights are assembled from: phase codes, their rotations, RoPE attention patterns."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kimi_dflash.demo import layout
+
+
+def phase_codes(phases: np.ndarray, frequencies: np.ndarray, length: int) -> np.ndarray:
+    """Unit Fourier codes [len(phases), F_DIMS]: pair i holds (cos, sin) of 2*pi*f_i*phase/length."""
+    angles = 2.0 * np.pi * np.outer(np.asarray(phases, dtype=np.float64), frequencies) / length
+    codes = np.empty((len(angles), layout.F_DIMS), dtype=np.float64)
+    codes[:, 0::2] = np.cos(angles)
+    codes[:, 1::2] = np.sin(angles)
+    return codes / np.sqrt(layout.NUM_FREQUENCIES)
+
+
+def phase_rotation(steps: int, frequencies: np.ndarray, length: int) -> np.ndarray:
+    """The F_DIMS x F_DIMS map taking the code of phase p to the code of phase p + steps."""
+    rotation = np.zeros((layout.F_DIMS, layout.F_DIMS), dtype=np.float64)
+    for pair, frequency in enumerate(frequencies):
+        angle = 2.0 * np.pi * frequency * steps / length
+        c, s = np.cos(angle), np.sin(angle)
+        i = 2 * pair
+        rotation[i : i + 2, i : i + 2] = [[c, -s], [s, c]]
+    return rotation
+
+
+def rope_frequencies() -> np.ndarray:
+    """RoPE angular frequencies per rotary pair, as vLLM and transformers compute them (default rope)."""
+    exponents = np.arange(0, layout.HEAD_DIM, 2, dtype=np.float64) / layout.HEAD_DIM
+    return 1.0 / (layout.ROPE_THETA**exponents)
+
+
+def rope_query_pattern(offset: int) -> np.ndarray:
+    """A query (before RoPE, neox layout) that, against rope_key_pattern(), scores highest for the key at
+    `offset` positions from the query (negative = earlier), whatever the absolute positions.
+
+    With RoPE, q.k = sum_i Re(conj(q_i) k_i e^{i(n-m)theta_i}); k_i = 1 and q_i = e^{i*offset*theta_i}
+    give sum_i cos((n - m - offset) * theta_i), maximal exactly at n - m = offset.
+    """
+    theta = rope_frequencies()
+    half = layout.HEAD_DIM // 2
+    pattern = np.empty(layout.HEAD_DIM, dtype=np.float64)
+    pattern[:half] = np.cos(offset * theta)
+    pattern[half:] = np.sin(offset * theta)
+    return pattern
+
+
+def rope_key_pattern() -> np.ndarray:
+    return rope_query_pattern(0)
+
+
+def attention_logit_gap(max_distance: int) -> float:
+    """Smallest logit margin between the intended key and any other key at most `max_distance` away.
+
+    After q_norm/k_norm (weight w) each rotary pair has length sqrt(2)*w, and vLLM scales scores by
+    head_dim**-0.5, so a key x positions off the intended one loses (w^2/4)*sum_i(1 - cos(x*theta_i)).
+    """
+    theta = rope_frequencies()
+    distances = np.arange(1, max_distance + 1, dtype=np.float64)
+    loss = (1.0 - np.cos(np.outer(distances, theta))).sum(axis=1)
+    pair_length_sq = 2.0 * layout.QK_NORM_WEIGHT**2
+    return float(pair_length_sq * loss.min() / np.sqrt(layout.HEAD_DIM))

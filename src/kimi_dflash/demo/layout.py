@@ -1,0 +1,78 @@
+"""The fixed shape of the demo models: sizes, special tokens, and which hidden dimensions carry what.
+
+Everything the fabrication produces is a pure function of these constants and the shipped corpus, so
+changing any of them changes the files: bump FABRICATION_VERSION with it so cached copies are rebuilt.
+
+How the two models agree (the idea behind every weight):
+- Each ordinary token sits at a *phase* on a cycle: the corpus's distinct tokens in first-seen order.
+  Its embedding carries that phase as a unit Fourier vector F(p) in the F_DIMS subspace, so moving k
+  steps along the cycle is a fixed rotation R^k of that subspace.
+- The target copies the current token's F(p) through its layers and its lm_head row for a token at
+  phase p+1 is F(p): greedy decoding walks the cycle, i.e. it recites the corpus with repeats skipped.
+  After a special token (the chat template's ``<|assistant|>``) it attends uniformly over the prompt,
+  so where the walk starts depends on the whole prompt.
+- The drafter's attention head j attends (by RoPE position alone) exactly j positions back and
+  rotates what it finds by R^(j-1). Mask slot k therefore sees the bonus token through head k and
+  lands on F(p+k-1): the lm_head then proposes the token k steps ahead, as the target will produce.
+- A fixed, seeded share of phases (DRAFTER_MISS_RATE) is wrong in the drafter on purpose (its MLP
+  detects them and jumps elsewhere), so acceptance is high but not 100 % and decays per position
+  like a trained drafter's: about (1 - miss rate) ** k at draft position k.
+"""
+
+from __future__ import annotations
+
+# Bump when any constant here or any construction in this package changes the produced files.
+FABRICATION_VERSION = "1"
+
+# --- Tokenizer -------------------------------------------------------------------------------------
+EOS_TOKEN = "<|endoftext|>"
+SYSTEM_TOKEN = "<|system|>"
+USER_TOKEN = "<|user|>"
+ASSISTANT_TOKEN = "<|assistant|>"
+MASK_TOKEN = "<|mask|>"
+SPECIAL_TOKENS = (EOS_TOKEN, SYSTEM_TOKEN, USER_TOKEN, ASSISTANT_TOKEN, MASK_TOKEN)  # ids 0..4 in this order
+TOKENIZER_VOCAB_SIZE = 1024  # requested; BPE stops earlier when no pair occurs twice
+TOKENIZER_MIN_FREQUENCY = 2
+VOCAB_PAD_MULTIPLE = 64  # config vocab_size is the tokenizer size rounded up (like real checkpoints)
+
+# --- Shared geometry ---------------------------------------------------------------------------------
+HIDDEN_SIZE = 128
+HEAD_DIM = 64  # one of the head sizes vLLM's CPU attention accepts (32, 64, 80, ...)
+NUM_KV_HEADS = 1  # target and drafter use the same KV head shape so their KV cache pages match
+RMS_NORM_EPS = 1e-6
+ROPE_THETA = 10000.0
+MAX_POSITION_EMBEDDINGS = 8192
+TORCH_DTYPE = "float32"
+
+CONTENT_DIM = 0  # constant marker of ordinary tokens
+SPECIAL_DIM = 1  # constant marker of special tokens (and of the drafter's context features)
+F_START = 2
+F_DIMS = 64  # Fourier phase subspace: 32 frequency pairs (cos, sin); equals HEAD_DIM so one head carries it
+NUM_FREQUENCIES = F_DIMS // 2
+
+# --- Target (Qwen3ForCausalLM) --------------------------------------------------------------------------
+TARGET_LAYERS = 4
+TARGET_HEADS = 2  # head 0 copies (self for ordinary tokens, prompt mean after special ones); head 1 is idle
+TARGET_INTERMEDIATE = 256
+TARGET_COPY_GAIN = 0.125  # how much of the attended phase vector each layer adds to the residual
+LM_HEAD_SCALE = 2.5  # sets the peak logit near 25-30: sharp enough that T=1 sampling mostly follows the walk
+
+# --- Drafter (DFlashDraftModel) -------------------------------------------------------------------------
+DRAFTER_LAYERS = 2  # layer 0: positional copy + rotation; layer 1: the deliberate misses (MLP)
+DRAFTER_BLOCK_SIZE = 16  # bonus token + up to 15 mask slots, the z-lab convention
+DRAFTER_HEADS = DRAFTER_BLOCK_SIZE - 1  # head j serves mask slot j
+MAX_NUM_SPECULATIVE_TOKENS = DRAFTER_BLOCK_SIZE - 1
+TARGET_LAYER_IDS = (1, 3)  # which target layers' outputs feed the drafter's fc (vLLM reads layer id + 1)
+DRAFTER_OUTPUT_GAIN = 1.0  # scale of the rotated phase vector written into a mask slot
+DRAFTER_MISS_RATE = 0.15
+DRAFTER_MISS_JUMP = 7  # a missed phase proposes the token this many steps further along the cycle
+MISS_GATE_PEAK = 20.0  # gate pre-activation of a miss neuron on its own phase (silu(x) ~ x there)
+
+# --- Attention sharpness -------------------------------------------------------------------------------
+QK_NORM_WEIGHT = 12.0  # q_norm / k_norm weights: the logit gap between the intended key and any other
+MIN_ATTENTION_LOGIT_GAP = 20.0  # fabrication refuses a geometry whose worst-case gap is below this
+
+# --- Seeds (numpy PCG64) -----------------------------------------------------------------------------------
+FREQUENCY_SEED = 20261121
+FREQUENCY_CANDIDATES = 400
+MISS_SEED = 7

@@ -1,0 +1,231 @@
+"""Read facts out of vLLM's source without importing it: Literal values, dataclass fields, enum members,
+dict keys and CLI flag strings.
+
+Works on an installed package directory or on a wheel read in place, so the same probe answers for the vLLM
+that will run and for any release downloaded to compare against. Parsing with `ast` costs milliseconds;
+importing vllm.config costs 10-20 s on a small machine and building the CLI parser loads plugins.
+"""
+
+from __future__ import annotations
+
+import ast
+import zipfile
+from collections.abc import Iterator
+from functools import lru_cache
+from pathlib import Path
+
+# How deep Literal aliases may nest (Literal[A, B] where A = Literal[...], possibly imported).
+_MAX_ALIAS_DEPTH = 8
+
+
+class VllmSource:
+    """A read-only vLLM source tree. Paths are relative to the distribution root: "vllm/envs.py"."""
+
+    def __init__(self, origin: str, files: dict[str, object], read: "_Reader") -> None:
+        self.origin = origin
+        self._files = files
+        self._read = read
+
+    @classmethod
+    def from_package_dir(cls, package_dir: Path) -> VllmSource:
+        """`package_dir` is the `vllm` package directory (what `vllm.__path__[0]` names)."""
+        package_dir = Path(package_dir)
+        root = package_dir.parent
+        files: dict[str, object] = {
+            p.relative_to(root).as_posix(): p for p in package_dir.rglob("*.py") if p.is_file()
+        }
+        return cls(str(package_dir), files, lambda handle: Path(handle).read_text(encoding="utf-8"))  # type: ignore[arg-type]
+
+    @classmethod
+    def from_wheel(cls, wheel: Path) -> VllmSource:
+        archive = zipfile.ZipFile(wheel)
+        files: dict[str, object] = {
+            name: name for name in archive.namelist() if name.startswith("vllm/") and name.endswith(".py")
+        }
+        return cls(str(wheel), files, lambda handle: archive.read(str(handle)).decode("utf-8"))
+
+    def has(self, relpath: str) -> bool:
+        return relpath in self._files
+
+    def paths(self, under: str = "vllm/") -> Iterator[str]:
+        return (p for p in sorted(self._files) if p.startswith(under))
+
+    def text(self, relpath: str) -> str | None:
+        handle = self._files.get(relpath)
+        return None if handle is None else self._read(handle)
+
+    def tree(self, relpath: str) -> ast.Module | None:
+        return _parse(self, relpath)
+
+    def find_module(self, definition: str, under: str = "vllm/") -> str | None:
+        """The first module under `under` that defines `definition` at top level.
+
+        `definition` is a class name or an assigned name. A cheap substring test picks candidates; the AST
+        confirms, so a mention in a comment or docstring does not count.
+        """
+        for relpath in self.paths(under):
+            text = self.text(relpath)
+            if text is None or definition not in text:
+                continue
+            tree = self.tree(relpath)
+            if tree is not None and _top_level(tree, definition) is not None:
+                return relpath
+        return None
+
+    def module_path(self, dotted: str) -> str | None:
+        base = dotted.replace(".", "/")
+        for candidate in (f"{base}.py", f"{base}/__init__.py"):
+            if self.has(candidate):
+                return candidate
+        return None
+
+    # --- facts ---------------------------------------------------------------------------------------
+
+    def literal_values(self, relpath: str, alias: str) -> tuple[str, ...] | None:
+        """The strings a `Alias = Literal[...]` accepts, following nested aliases (also imported ones)."""
+        return self._literal_values(relpath, alias, 0)
+
+    def class_fields(self, relpath: str, class_name: str) -> tuple[str, ...] | None:
+        """Annotated class-body names (dataclass fields), including bases defined in the same module."""
+        tree = self.tree(relpath)
+        node = None if tree is None else _top_level(tree, class_name)
+        if not isinstance(node, ast.ClassDef):
+            return None
+        names: list[str] = []
+        for base in node.bases:
+            if isinstance(base, ast.Name):
+                names.extend(self.class_fields(relpath, base.id) or ())
+        for stmt in node.body:
+            if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
+                    and not _is_classvar(stmt.annotation)):
+                names.append(stmt.target.id)
+        return tuple(dict.fromkeys(names))
+
+    def enum_members(self, relpath: str, class_name: str) -> tuple[str, ...] | None:
+        tree = self.tree(relpath)
+        node = None if tree is None else _top_level(tree, class_name)
+        if not isinstance(node, ast.ClassDef):
+            return None
+        members = []
+        for stmt in node.body:
+            if isinstance(stmt, ast.Assign):
+                members.extend(t.id for t in stmt.targets if isinstance(t, ast.Name) and not t.id.startswith("_"))
+        return tuple(members)
+
+    def dict_keys(self, relpath: str, name: str) -> tuple[str, ...] | None:
+        """String keys of a top-level `name = {...}` / `name: T = {...}` dict literal."""
+        tree = self.tree(relpath)
+        node = None if tree is None else _top_level(tree, name)
+        value = getattr(node, "value", None)
+        if not isinstance(value, ast.Dict):
+            return None
+        return tuple(k.value for k in value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str))
+
+    def option_strings(self, relpath: str) -> tuple[str, ...]:
+        """Every string constant in the module that looks like a long CLI option ("--x-y")."""
+        tree = self.tree(relpath)
+        if tree is None:
+            return ()
+        return tuple(dict.fromkeys(
+            node.value for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and node.value.startswith("--") and len(node.value) > 2 and " " not in node.value
+        ))
+
+    def _literal_values(self, relpath: str, alias: str, depth: int) -> tuple[str, ...] | None:
+        if depth > _MAX_ALIAS_DEPTH:
+            return None
+        tree = self.tree(relpath)
+        if tree is None:
+            return None
+        node = _top_level(tree, alias)
+        if isinstance(node, (ast.ImportFrom,)):
+            target = self._imported_module(relpath, node)
+            return None if target is None else self._literal_values(target, _imported_name(node, alias), depth + 1)
+        value = getattr(node, "value", None)
+        if value is None:
+            return None
+        return self._literal_expr(relpath, value, depth)
+
+    def _literal_expr(self, relpath: str, expr: ast.expr, depth: int) -> tuple[str, ...] | None:
+        if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
+            return (expr.value,)
+        if isinstance(expr, ast.Name):
+            return self._literal_values(relpath, expr.id, depth + 1)
+        if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.BitOr):
+            left = self._literal_expr(relpath, expr.left, depth)
+            right = self._literal_expr(relpath, expr.right, depth)
+            return None if left is None or right is None else left + right
+        if isinstance(expr, ast.Subscript) and _subscript_name(expr) == "Literal":
+            elements = expr.slice.elts if isinstance(expr.slice, ast.Tuple) else [expr.slice]
+            values: list[str] = []
+            for element in elements:
+                resolved = self._literal_expr(relpath, element, depth)
+                if resolved is None:
+                    return None
+                values.extend(resolved)
+            return tuple(dict.fromkeys(values))
+        return None
+
+    def _imported_module(self, relpath: str, node: ast.ImportFrom) -> str | None:
+        if node.level == 0:
+            return self.module_path(node.module or "")
+        package = Path(relpath).parent
+        for _ in range(node.level - 1):
+            package = package.parent
+        dotted = package.as_posix().replace("/", ".") + (f".{node.module}" if node.module else "")
+        return self.module_path(dotted)
+
+
+class _Reader:  # typing aid only: a callable from a file handle to its text
+    def __call__(self, handle: object) -> str: ...
+
+
+@lru_cache(maxsize=256)
+def _parse(source: VllmSource, relpath: str) -> ast.Module | None:
+    text = source.text(relpath)
+    if text is None:
+        return None
+    try:
+        return ast.parse(text, filename=relpath)
+    except SyntaxError:
+        return None
+
+
+def _top_level(tree: ast.Module, name: str) -> ast.stmt | None:
+    """The last top-level statement that binds `name` (later bindings win, as at import time)."""
+    found: ast.stmt | None = None
+    for stmt in tree.body:
+        if isinstance(stmt, ast.ClassDef) and stmt.name == name:
+            found = stmt
+        elif isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets):
+            found = stmt
+        elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == name:
+            found = stmt
+        elif isinstance(stmt, ast.ImportFrom) and any((a.asname or a.name) == name for a in stmt.names):
+            found = stmt
+        elif type(stmt).__name__ == "TypeAlias" and getattr(getattr(stmt, "name", None), "id", None) == name:
+            found = stmt  # `type X = Literal[...]` (Python 3.12+)
+    return found
+
+
+def _imported_name(node: ast.ImportFrom, local: str) -> str:
+    for alias in node.names:
+        if (alias.asname or alias.name) == local:
+            return alias.name
+    return local
+
+
+def _subscript_name(expr: ast.Subscript) -> str | None:
+    value = expr.value
+    if isinstance(value, ast.Name):
+        return value.id
+    if isinstance(value, ast.Attribute):
+        return value.attr  # typing.Literal
+    return None
+
+
+def _is_classvar(annotation: ast.expr) -> bool:
+    target = annotation.value if isinstance(annotation, ast.Subscript) else annotation
+    name = target.id if isinstance(target, ast.Name) else getattr(target, "attr", None)
+    return name == "ClassVar"
