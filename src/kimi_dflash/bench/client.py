@@ -1,9 +1,9 @@
 """The HTTP side: one aiohttp session, a connection pool sized to the concurrency, one request at a time.
 
-The streaming hot loop does nothing per network read but take a timestamp and keep the bytes; parsing
-happens once the body has ended (``response.interpret_stream``). That keeps the event loop free to
-timestamp other streams' reads promptly, which is what keeps the client from distorting what it
-measures. Failures never raise out of ``send``: they come back as a reason on the record.
+The streaming hot loop takes a timestamp per network read and hands the bytes to a
+``StreamAccumulator``, which parses all events of a read with one ``json.loads``: no per-token Python
+work, so the event loop stays free to timestamp the other streams' reads promptly. Failures never raise
+out of ``send``: they come back as a reason on the record.
 """
 
 from __future__ import annotations
@@ -12,14 +12,16 @@ import asyncio
 import errno
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import aiohttp
+import yarl
 
 from kimi_dflash.bench import records as R
 from kimi_dflash.bench.records import RequestRecord
-from kimi_dflash.bench.response import Reply, interpret_body, interpret_stream
+from kimi_dflash.bench.response import Reply, StreamAccumulator, interpret_body
 
 perf_counter = time.perf_counter
 
@@ -29,14 +31,15 @@ class Endpoint:
     """Where requests go and how they authenticate."""
 
     base_url: str  # without a trailing /v1
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)  # never printed
     timeout_s: float = 600.0
 
-    @property
-    def chat_url(self) -> str:
-        return f"{self.base_url}/v1/chat/completions"
+    @cached_property
+    def chat_url(self) -> yarl.URL:
+        return yarl.URL(f"{self.base_url}/v1/chat/completions")  # parsed once, not per request
 
-    def headers(self) -> dict[str, str]:
+    @cached_property
+    def chat_headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
@@ -63,6 +66,7 @@ def make_session(pool_size: int, timeout_s: float) -> aiohttp.ClientSession:
     trace = aiohttp.TraceConfig()
     trace.on_connection_queued_start.append(_queued_start)
     trace.on_connection_queued_end.append(_queued_end)
+    trace.on_request_chunk_sent.append(_body_sent)
     return aiohttp.ClientSession(
         connector=connector,
         timeout=aiohttp.ClientTimeout(total=timeout_s, sock_connect=min(timeout_s, 30.0)),
@@ -79,6 +83,13 @@ async def _queued_start(session: Any, ctx: Any, params: Any) -> None:
 async def _queued_end(session: Any, ctx: Any, params: Any) -> None:
     if isinstance(ctx.trace_request_ctx, dict) and "queued" in ctx.trace_request_ctx:
         ctx.trace_request_ctx["queue_time"] = perf_counter() - ctx.trace_request_ctx["queued"]
+
+
+async def _body_sent(session: Any, ctx: Any, params: Any) -> None:
+    # aiohttp fires this right before it writes the request body to the socket: the moment the
+    # request actually leaves. Only the first chunk counts (our bodies are a single bytes chunk).
+    if isinstance(ctx.trace_request_ctx, dict) and "sent" not in ctx.trace_request_ctx:
+        ctx.trace_request_ctx["sent"] = perf_counter()
 
 
 def chat_payload(
@@ -116,17 +127,22 @@ async def send(
 ) -> Reply | None:
     """Send one chat request; fill ``record`` with timestamps, counts or a failure reason.
 
-    Returns the decoded reply (for the conversation history), or None when nothing usable arrived.
+    ``record.ready_time`` is taken before aiohttp builds the request, ``record.send_time`` when the body
+    is handed to the socket (TTFT and E2EL start there, so request-building time and the queueing of
+    many simultaneous sends on one event loop do not count as server latency; the difference is
+    reported as client send time). Returns the decoded reply (for the conversation history), or None
+    when nothing usable arrived.
     """
     trace_ctx: dict[str, float] = {}
-    reads: list[tuple[float, bytes]] = []
+    accumulator = StreamAccumulator()
     reply: Reply | None = None
-    record.send_time = perf_counter()
+    record.ready_time = perf_counter()
     try:
         async with session.post(
-            endpoint.chat_url, data=body, headers=endpoint.headers(), trace_request_ctx=trace_ctx
+            endpoint.chat_url, data=body, headers=endpoint.chat_headers, trace_request_ctx=trace_ctx
         ) as response:
             record.status = response.status
+            record.send_time = trace_ctx.get("sent", record.ready_time)
             if response.status != 200:
                 detail = await _read_error_body(response)
                 record.done_time = perf_counter()
@@ -134,37 +150,36 @@ async def send(
                 record.error_detail = detail
                 return None
             if stream:
-                append = reads.append
-                # The hot loop: a timestamp and a list append per network read, nothing else.
+                feed = accumulator.feed
+                # The hot loop: timestamp the read, then hand it to the accumulator (one JSON parse
+                # for all events in the read). Reading continues to the end of the body after [DONE]
+                # so the connection goes back to the pool.
                 async for data in response.content.iter_any():
-                    append((perf_counter(), data))
+                    feed(perf_counter(), data)
                 record.done_time = perf_counter()
-                reply = interpret_stream(reads)
+                reply = accumulator.finish()
             else:
                 raw = await response.read()
                 record.done_time = perf_counter()
                 reply = interpret_body(raw)
     except asyncio.CancelledError:
         record.done_time = perf_counter()
+        record.send_time = trace_ctx.get("sent", record.ready_time)
         record.error = R.CANCELLED
         raise
-    except BaseException as exc:  # noqa: BLE001 - every failure must become a counted reason
+    except Exception as exc:  # noqa: BLE001 - every failure must become a counted reason
         record.done_time = perf_counter()
-        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-            raise
+        record.send_time = trace_ctx.get("sent", record.ready_time)
+        reason: str | None
         reason, detail = classify_exception(exc)
         # A server that sent [DONE] but never ended the body still delivered a complete reply.
-        if reason == R.TIMEOUT and reads:
-            reply = interpret_stream(reads)
-            if reply.done and reply.error is None:
-                record.done_time = reads[-1][0]
-                reason = None
+        if reason == R.TIMEOUT and accumulator.done:
+            reply = accumulator.finish()
+            reason = None
         if reason is not None:
             record.error = reason
             record.error_detail = detail
-            if reads:  # keep what arrived, for the record (not counted as a success)
-                partial = interpret_stream(reads)
-                record.token_chunks = partial.token_chunks
+            record.token_chunks = accumulator.token_chunks  # what arrived before the failure
             return None
     record.queue_time = trace_ctx.get("queue_time", 0.0)
     assert reply is not None

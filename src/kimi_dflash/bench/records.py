@@ -37,8 +37,8 @@ class RequestRecord:
     session: int
     turn: int  # 1-based
     warmup: bool = False
-    ready_time: float = 0.0  # the session was ready to send (previous turn done)
-    send_time: float = 0.0  # just before the request left the client
+    ready_time: float = 0.0  # the client started the request (before building it)
+    send_time: float = 0.0  # the request body was handed to the socket: TTFT and E2EL start here
     done_time: float = 0.0  # response fully read (or failure observed)
     first_token_time: float | None = None  # first chunk with non-empty content/reasoning/tool call
     last_token_time: float | None = None  # last such chunk

@@ -1,9 +1,12 @@
 """Turn what a server sent into facts: token timestamps, reply text, usage, or a failure reason.
 
-Pure functions over ``(arrival_time, bytes)`` reads, so every framing corner case is tested without a
-network. A chunk is *token-bearing* when its first choice carries non-empty ``content``, reasoning
-(``reasoning`` / ``reasoning_content``: Kimi streams its reasoning first, and those are generated tokens)
-or ``tool_calls`` (chat), or non-empty ``text`` (completions). The role-only first chunk and the final
+``StreamAccumulator`` is fed the body's network reads with their arrival times; every event completed
+by a read inherits that read's time. It is pure (no I/O, no clock), so every framing corner case is
+tested without a network, and the client calls it incrementally so parsing is spread over the stream.
+
+A chunk is *token-bearing* when its first choice carries non-empty ``content``, reasoning (``reasoning``
+or ``reasoning_content``: Kimi streams its reasoning first, and those are generated tokens) or
+``tool_calls`` (chat), or non-empty ``text`` (completions). The role-only first chunk and the final
 usage chunk (empty ``choices``) are not.
 """
 
@@ -17,6 +20,7 @@ from kimi_dflash.bench import records as R
 from kimi_dflash.bench.sse import SSEDecoder
 
 DONE = b"[DONE]"
+_loads = json.loads
 
 
 @dataclass(slots=True)
@@ -39,93 +43,149 @@ class Reply:
         return len(self.chunk_times)
 
 
-def interpret_stream(reads: list[tuple[float, bytes]]) -> Reply:
-    """Decode an SSE body. ``reads`` are the body's network reads with their arrival times, in order.
+class StreamAccumulator:
+    """Incremental SSE body interpreter: ``feed(arrival_time, data)`` per read, then ``finish()``."""
 
-    Events inherit the arrival time of the read that completed them. Anything after ``[DONE]`` is
-    ignored. A body that ends without ``[DONE]`` is a ``truncated_stream`` failure.
-    """
-    reply = Reply()
-    decoder = SSEDecoder()
-    content_parts: list[str] = []
-    reasoning_parts: list[str] = []
-    times = reply.chunk_times
-    loads = json.loads
-    for arrival, data in reads:
-        for payload in decoder.feed(data):
+    __slots__ = ("_decoder", "_content", "_reasoning", "_times", "_usage", "_finish", "done", "error", "_detail")
+
+    def __init__(self) -> None:
+        self._decoder = SSEDecoder()
+        self._content: list[str] = []
+        self._reasoning: list[str] = []
+        self._times: list[float] = []
+        self._usage: dict[str, Any] | None = None
+        self._finish: str | None = None
+        self.done = False  # saw data: [DONE]
+        self.error: str | None = None
+        self._detail = ""
+
+    @property
+    def closed(self) -> bool:
+        """Nothing more will be read: [DONE] arrived or the stream was judged broken."""
+        return self.done or self.error is not None
+
+    @property
+    def token_chunks(self) -> int:
+        return len(self._times)
+
+    def feed(self, arrival: float, data: bytes) -> None:
+        if self.done or self.error is not None:
+            return
+        payloads = self._decoder.feed(data)
+        if not payloads:
+            return
+        for i, payload in enumerate(payloads):
             if payload == DONE:
-                reply.done = True
+                self.done = True
+                payloads = payloads[:i]
                 break
+        if not payloads:
+            return
+        # One parse per read: under load a read holds several events, and a single json.loads over
+        # all of them costs far less than one call per event (the client's CPU is the capacity limit).
+        try:
+            if len(payloads) == 1:
+                events = [_loads(payloads[0].decode("utf-8"))]
+            else:
+                events = _loads(b"[" + b",".join(payloads) + b"]")
+        except (ValueError, UnicodeDecodeError):
+            events = self._parse_one_by_one(payloads)
+        for event in events:
+            if not self._take(arrival, event):
+                return
+
+    def _parse_one_by_one(self, payloads: list[bytes]) -> list[Any]:
+        """Slow path after a batch failed: keep the good events before the first bad one."""
+        events: list[Any] = []
+        for payload in payloads:
             try:
-                event = loads(payload)
-            except ValueError:
-                reply.error = R.MALFORMED_SSE
-                reply.error_detail = f"data event is not JSON: {_clip(payload)}"
+                events.append(_loads(payload.decode("utf-8")))
+            except (ValueError, UnicodeDecodeError):
+                events.append(_Malformed(payload))
                 break
-            if not isinstance(event, dict):
-                reply.error = R.MALFORMED_SSE
-                reply.error_detail = f"data event is not a JSON object: {_clip(payload)}"
-                break
-            choices = event.get("choices")
-            if choices:
-                choice = choices[0]
-                if not isinstance(choice, dict):
-                    reply.error = R.MALFORMED_SSE
-                    reply.error_detail = f"choice is not an object: {_clip(payload)}"
-                    break
-                delta = choice.get("delta")
-                if isinstance(delta, dict):
-                    text = delta.get("content")
-                    thought = delta.get("reasoning") or delta.get("reasoning_content")
-                    if text and not isinstance(text, str):
-                        text = str(text)
-                    if thought and not isinstance(thought, str):
-                        thought = str(thought)
-                    bearing = bool(text) or bool(thought) or bool(delta.get("tool_calls"))
-                    if text:
-                        content_parts.append(text)
-                    if thought:
-                        reasoning_parts.append(thought)
-                elif delta is not None:
-                    reply.error = R.MALFORMED_SSE
-                    reply.error_detail = f"delta is not an object: {_clip(payload)}"
-                    break
-                else:
-                    text = choice.get("text")
-                    if text and not isinstance(text, str):
-                        text = str(text)
-                    bearing = bool(text)
-                    if text:
-                        content_parts.append(text)
-                if bearing:
-                    times.append(arrival)
-                finish = choice.get("finish_reason")
-                if finish:
-                    reply.finish_reason = finish
-            elif "error" in event:
-                reply.error = R.SERVER_ERROR_EVENT
-                reply.error_detail = _error_message(event["error"])
-                break
-            usage = event.get("usage")
-            if usage:
-                reply.usage = usage
-        if reply.done or reply.error:
-            break
-    if times:
-        reply.first_token_time = times[0]
-        reply.last_token_time = times[-1]
-    reply.content = "".join(content_parts)
-    reply.reasoning = "".join(reasoning_parts)
-    if reply.error is None and not reply.done:
-        reply.error = R.TRUNCATED_STREAM
-        pending = decoder.pending
-        reply.error_detail = "body ended without data: [DONE]" + (
-            f" (unfinished event: {_clip(pending)})" if pending else ""
+        return events
+
+    def _take(self, arrival: float, event: Any) -> bool:
+        if isinstance(event, _Malformed):
+            return self._fail(R.MALFORMED_SSE, f"data event is not JSON: {_clip(event.payload)}")
+        if not isinstance(event, dict):
+            return self._fail(R.MALFORMED_SSE, f"data event is not a JSON object: {_clip(json.dumps(event).encode())}")
+        choices = event.get("choices")
+        if choices:
+            choice = choices[0]
+            if not isinstance(choice, dict):
+                return self._fail(R.MALFORMED_SSE, f"choice is not an object: {choice!r:.120}")
+            delta = choice.get("delta")
+            if isinstance(delta, dict):
+                text = delta.get("content")
+                thought = delta.get("reasoning") or delta.get("reasoning_content")
+                if text:
+                    self._content.append(text if isinstance(text, str) else str(text))
+                if thought:
+                    self._reasoning.append(thought if isinstance(thought, str) else str(thought))
+                if text or thought or delta.get("tool_calls"):
+                    self._times.append(arrival)
+            elif delta is not None:
+                return self._fail(R.MALFORMED_SSE, f"delta is not an object: {delta!r:.120}")
+            else:
+                text = choice.get("text")
+                if text:
+                    self._content.append(text if isinstance(text, str) else str(text))
+                    self._times.append(arrival)
+            finish = choice.get("finish_reason")
+            if finish:
+                self._finish = str(finish)
+        elif "error" in event:
+            return self._fail(R.SERVER_ERROR_EVENT, _error_message(event["error"]))
+        usage = event.get("usage")
+        if usage and isinstance(usage, dict):
+            self._usage = usage
+        return True
+
+    def _fail(self, reason: str, detail: str) -> bool:
+        self.error = reason
+        self._detail = detail
+        self.done = False
+        return False
+
+    def finish(self) -> Reply:
+        """The body ended (or the caller gave up): judge the stream."""
+        times = self._times
+        reply = Reply(
+            first_token_time=times[0] if times else None,
+            last_token_time=times[-1] if times else None,
+            chunk_times=times,
+            content="".join(self._content),
+            reasoning="".join(self._reasoning),
+            usage=self._usage,
+            finish_reason=self._finish,
+            done=self.done,
+            error=self.error,
+            error_detail=self._detail,
         )
-    if reply.error is None and not times:
-        reply.error = R.EMPTY_RESPONSE
-        reply.error_detail = "stream finished without a token-bearing chunk"
-    return reply
+        if reply.error is None and not reply.done:
+            pending = self._decoder.pending
+            reply.error = R.TRUNCATED_STREAM
+            reply.error_detail = "body ended without data: [DONE]" + (
+                f" (unfinished event: {_clip(pending)})" if pending.strip() else ""
+            )
+        if reply.error is None and not times:
+            reply.error = R.EMPTY_RESPONSE
+            reply.error_detail = "stream finished without a token-bearing chunk"
+        return reply
+
+
+@dataclass(frozen=True, slots=True)
+class _Malformed:
+    payload: bytes
+
+
+def interpret_stream(reads: list[tuple[float, bytes]]) -> Reply:
+    """Decode a whole SSE body from its ``(arrival_time, bytes)`` reads. Anything after [DONE] is ignored."""
+    accumulator = StreamAccumulator()
+    for arrival, data in reads:
+        accumulator.feed(arrival, data)
+    return accumulator.finish()
 
 
 def interpret_body(body: bytes) -> Reply:
@@ -133,7 +193,7 @@ def interpret_body(body: bytes) -> Reply:
     reply = Reply()
     try:
         event = json.loads(body)
-    except ValueError:
+    except (ValueError, UnicodeDecodeError):
         reply.error = R.BAD_RESPONSE
         reply.error_detail = f"body is not JSON: {_clip(body)}"
         return reply
@@ -153,14 +213,17 @@ def interpret_body(body: bytes) -> Reply:
     choice = choices[0]
     message = choice.get("message")
     if isinstance(message, dict):
-        reply.content = message.get("content") or ""
-        reply.reasoning = message.get("reasoning") or message.get("reasoning_content") or ""
+        reply.content = str(message.get("content") or "")
+        reply.reasoning = str(message.get("reasoning") or message.get("reasoning_content") or "")
+        has_tools = bool(message.get("tool_calls"))
     else:
-        reply.content = choice.get("text") or ""
+        reply.content = str(choice.get("text") or "")
+        has_tools = False
     reply.finish_reason = choice.get("finish_reason")
-    reply.usage = event.get("usage") or None
+    usage = event.get("usage")
+    reply.usage = usage if isinstance(usage, dict) and usage else None
     reply.done = True
-    if not (reply.content or reply.reasoning or (isinstance(message, dict) and message.get("tool_calls"))):
+    if not (reply.content or reply.reasoning or has_tools):
         reply.error = R.EMPTY_RESPONSE
         reply.error_detail = "response carried no generated text"
     return reply

@@ -25,12 +25,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import math
 import os
+import select
 import socket
 import struct
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +78,8 @@ class Schedule:
     faults: tuple[str, ...] = ("ok",)
     model: str = "synthetic"
     max_model_len: int = 65536
+    early_role: bool = False  # write the role-only chunk as soon as the request arrives
+    aligned: bool = False  # one shared ticker for all streams (cheap; TTFT then varies by < 1 interval)
 
 
 def plan_chunks(total_tokens: int, pattern: tuple[int, ...]) -> list[int]:
@@ -96,7 +103,14 @@ class Stats:
     lag_sum_s: float = 0.0
     lag_max_s: float = 0.0
     late_writes_1ms: int = 0
+    tokens: int = 0  # content tokens written since the last reset
+    first_request_at: float | None = None  # loop time of the first request since the last reset
+    last_write_at: float | None = None  # loop time of the last content write since the last reset
     faults: dict[str, int] = field(default_factory=dict)
+    # What each finished stream actually did, in this host's CLOCK_MONOTONIC seconds (the clock behind
+    # both time.monotonic() and time.perf_counter() on Linux), so a client on the same host can compare
+    # its own timestamps with the true write times.
+    request_log: list[dict[str, Any]] = field(default_factory=list)
     # spec-decode counters (cumulative, like Prometheus counters)
     drafts: int = 0
     draft_tokens: int = 0
@@ -111,8 +125,24 @@ class Stats:
         if lag > 0.001:
             self.late_writes_1ms += 1
 
+    def stream_started(self) -> None:
+        now = time.monotonic()
+        self.streams_active += 1
+        if self.first_request_at is None:
+            self.first_request_at = now
+
+    def tokens_written(self, count: int, now: float) -> None:
+        self.tokens += count
+        self.last_write_at = now
+
     def as_dict(self) -> dict[str, Any]:
+        window = None
+        if self.first_request_at is not None and self.last_write_at is not None:
+            window = self.last_write_at - self.first_request_at
         return {
+            "tokens": self.tokens,
+            "window_s": window,
+            "tok_s": self.tokens / window if window else None,
             "requests": self.requests,
             "streams_active": self.streams_active,
             "writes": self.writes,
@@ -129,6 +159,10 @@ class Stats:
         }
 
     def reset_timing(self) -> None:
+        self.request_log = []
+        self.tokens = 0
+        self.first_request_at = None
+        self.last_write_at = None
         self.writes = 0
         self.lag_sum_s = 0.0
         self.lag_max_s = 0.0
@@ -177,14 +211,18 @@ class _Stream:
         self.index = 0
         self.tokens_sent = 0
         self.start = self.loop.time()
+        self.received_at = time.monotonic()  # same as start under asyncio; precise under uvloop too
         self.handle: asyncio.TimerHandle | None = None
+        self.finished = False
+        self.first_tick = 0  # --aligned: the shared tick that carries this stream's first chunk
+        self.first_write_at: float | None = None
         self.crlf = fault == "crlf"
         self.sep = b"\r\n\r\n" if self.crlf else b"\n\n"
         self.pending: list[bytes] = []  # events held back by "coalesce"
-        ident = server.stats.requests
+        # One id for every stream: clients do not look at it, and it lets events be cached.
         self.prefix = (
-            f'{{"id":"cmpl-{ident}","object":"{"chat.completion.chunk" if chat else "text_completion"}",'
-            f'"created":{int(time.time())},"model":{json.dumps(self.model)},"choices":['
+            f'{{"id":"cmpl-synthetic","object":"{"chat.completion.chunk" if chat else "text_completion"}",'
+            f'"created":{server.created},"model":{json.dumps(self.model)},"choices":['
         ).encode()
 
     # -- event builders -------------------------------------------------------------------------
@@ -194,10 +232,14 @@ class _Stream:
     def _content_event(self, size: int, last: bool) -> bytes:
         schedule = self.server.schedule
         start = self.tokens_sent
+        reasoning_left = min(max(0, schedule.reasoning_tokens - start), size) if self.chat else 0
+        key = (self.chat, self.crlf, size, start % len(WORDS), last, reasoning_left, self.model)
+        cached = self.server.event_cache.get(key)
+        if cached is not None:
+            return cached
         text = "".join(WORDS[(start + j) % len(WORDS)] for j in range(size))
         finish = b'"length"' if last else b"null"
         if self.chat:
-            reasoning_left = max(0, schedule.reasoning_tokens - start)
             if reasoning_left >= size:
                 delta = {schedule.reasoning_field: text}
             elif reasoning_left > 0:  # a chunk that straddles the end of the reasoning
@@ -206,12 +248,15 @@ class _Stream:
             else:
                 delta = {"content": text}
             choice = b'{"index":0,"delta":%s,"logprobs":null,"finish_reason":%s}' % (
-                json.dumps(delta).encode(),
+                json.dumps(delta, separators=(",", ":")).encode(),
                 finish,
             )
         else:
             choice = b'{"index":0,"text":%s,"logprobs":null,"finish_reason":%s}' % (json.dumps(text).encode(), finish)
-        return self._event(self.prefix + choice + b"]}")
+        event = self._event(self.prefix + choice + b"]}")
+        if len(self.server.event_cache) < 100_000:
+            self.server.event_cache[key] = event
+        return event
 
     def _role_event(self) -> bytes:
         return self._event(
@@ -228,14 +273,20 @@ class _Stream:
 
     # -- driving --------------------------------------------------------------------------------
     def start_stream(self) -> None:
-        self.server.stats.streams_active += 1
+        self.server.stats.stream_started()
         if self.fault == "hang":
             return
         self.conn.write(STREAM_HEAD)
-        self._schedule_next()
+        if self.server.schedule.early_role and self.chat:
+            # Some servers send the role chunk at once; it carries no token, so TTFT must not stop here.
+            self.conn.write(_http_chunk(self._role_event()))
+        if self.server.schedule.aligned:
+            self.server.enroll(self)
+        else:
+            self._schedule_next()
 
     def start_plain(self) -> None:
-        self.server.stats.streams_active += 1
+        self.server.stats.stream_started()
         if self.fault == "hang":
             return
         schedule = self.server.schedule
@@ -251,25 +302,35 @@ class _Stream:
 
     def _tick(self) -> None:
         self.handle = None
-        now = self.loop.time()
-        self.server.stats.record_lag(now - self._deadline())
+        self.server.stats.record_lag(self.loop.time() - self._deadline())
+        if self.emit_next():
+            self._schedule_next()
+
+    def emit_next(self) -> bool:
+        """Write the next content chunk (and whatever must follow it). True if more chunks remain."""
         i = self.index
         size = self.sizes[i]
         last = i == len(self.sizes) - 1
         out: list[bytes] = []
-        if i == 0 and self.chat:
+        if i == 0 and self.chat and not self.server.schedule.early_role:
             out.append(self._role_event())
         out.append(self._content_event(size, last))
         if self.fault == "comments":
             out.append(b": ping" + self.sep)
         self.tokens_sent += size
+        now = time.monotonic()
+        self.server.stats.tokens_written(size, now)
+        if i == 0:
+            self.first_write_at = now
+        if last:
+            self._log(now)
         self._count_spec(i, size)
         self.index += 1
         fault = self.fault
         if fault in ("reset", "eof", "truncate", "die") and self.index == 3:
             self._emit(out)
             self._break_off()
-            return
+            return False
         if fault in ("malformed", "error_event", "stall") and self.index == 2:
             if fault == "malformed":
                 out.append(b'data: {"id": "oops", "choices": [ {"delta": ' + self.sep)
@@ -279,16 +340,16 @@ class _Stream:
             self._emit(out)
             if fault != "stall":
                 self._end_body()
-            return  # stall: keep the connection open and silent
+            return False  # stall: keep the connection open and silent
         if last:
             if self.include_usage:
                 out.append(self._usage_event())
             out.append(self._event(b"[DONE]"))
             self._emit(out, final=True)
             self._end_body()
-            return
+            return False
         self._emit(out)
-        self._schedule_next()
+        return True
 
     def _emit(self, events: list[bytes], final: bool = False) -> None:
         if self.fault == "coalesce" and self.index > 1:
@@ -307,14 +368,14 @@ class _Stream:
         self.conn.write(_http_chunk(payload))
 
     def _end_body(self) -> None:
-        self.server.stats.streams_active -= 1
+        self._mark_finished()
         if self.fault == "split":
             self.loop.call_later(0.004, self.conn.finish_response, END_OF_BODY)
         else:
             self.conn.finish_response(END_OF_BODY)
 
     def _break_off(self) -> None:
-        self.server.stats.streams_active -= 1
+        self._mark_finished()
         fault = self.fault
         if fault == "truncate":
             self.conn.finish_response(END_OF_BODY)
@@ -325,6 +386,25 @@ class _Stream:
         elif fault == "die":
             sys.stdout.flush()
             os._exit(3)
+
+    def _log(self, last_write_at: float) -> None:
+        log = self.server.stats.request_log
+        if len(log) < 200_000:
+            log.append(
+                {
+                    "received_at": self.received_at,
+                    "first_write_at": self.first_write_at,
+                    "last_write_at": last_write_at,
+                    "tokens": self.total,
+                    "chunks": len(self.sizes),
+                    "fault": self.fault,
+                }
+            )
+
+    def _mark_finished(self) -> None:
+        if not self.finished:
+            self.finished = True
+            self.server.stats.streams_active -= 1
 
     def _count_spec(self, index: int, size: int) -> None:
         k = self.server.schedule.spec_tokens
@@ -340,7 +420,14 @@ class _Stream:
 
     def _finish_plain(self) -> None:
         self.handle = None
-        self.server.stats.record_lag(self.loop.time() - self.start - self.server.schedule.ttft_s - (len(self.sizes) - 1) * self.server.schedule.chunk_interval_s)
+        schedule = self.server.schedule
+        self.server.stats.record_lag(
+            self.loop.time() - self.start - schedule.ttft_s - (len(self.sizes) - 1) * schedule.chunk_interval_s
+        )
+        now = time.monotonic()
+        self.server.stats.tokens_written(self.total, now)
+        self.first_write_at = now
+        self._log(now)
         for i, size in enumerate(self.sizes):
             self._count_spec(i, size)
         text = "".join(WORDS[j % len(WORDS)] for j in range(self.total))
@@ -359,14 +446,18 @@ class _Stream:
         else:
             choice = {"index": 0, "text": text, "finish_reason": "length"}
         body = json.dumps({"id": "cmpl", "object": "chat.completion", "model": self.model, "choices": [choice], "usage": usage})
-        self.server.stats.streams_active -= 1
+        self._mark_finished()
         self.conn.finish_response(_response("200 OK", body.encode()))
 
     def cancel(self) -> None:
+        """The client went away mid-stream."""
+        if self.finished:
+            return
         if self.handle is not None:
             self.handle.cancel()
             self.handle = None
-            self.server.stats.streams_active -= 1
+        self.finished = True
+        self.server.stats.streams_active -= 1
 
 
 def _count_prompt_words(request: dict[str, Any]) -> int:
@@ -472,6 +563,41 @@ class SyntheticServer:
         self.schedule = schedule
         self.stats = Stats(accepted_per_pos=[0] * max(schedule.spec_tokens, 0))
         self.loop = asyncio.get_running_loop()
+        self.created = int(time.time())
+        self.event_cache: dict[tuple[Any, ...], bytes] = {}
+        self.aligned: list[_Stream] = []  # streams driven by the shared ticker (--aligned)
+        self.tick_handle: asyncio.TimerHandle | None = None
+        self.tick_index = 0
+        self.epoch = self.loop.time()
+
+    def enroll(self, stream: _Stream) -> None:
+        """--aligned: the stream's chunks go out on shared ticks, every chunk_interval from the epoch."""
+        interval = self.schedule.chunk_interval_s
+        due = stream.start + self.schedule.ttft_s
+        stream.first_tick = max(math.ceil((due - self.epoch) / interval), self.tick_index + 1)
+        self.aligned.append(stream)
+        if self.tick_handle is None:
+            self.tick_index = stream.first_tick
+            self.tick_handle = self.loop.call_at(self.epoch + self.tick_index * interval, self._tick_all)
+
+    def _tick_all(self) -> None:
+        interval = self.schedule.chunk_interval_s
+        k = self.tick_index
+        self.stats.record_lag(self.loop.time() - (self.epoch + k * interval))
+        keep: list[_Stream] = []
+        for stream in self.aligned:
+            if stream.finished:
+                continue
+            if stream.first_tick > k:
+                keep.append(stream)
+            elif stream.emit_next():
+                keep.append(stream)
+        self.aligned = keep
+        if keep:
+            self.tick_index = k + 1
+            self.tick_handle = self.loop.call_at(self.epoch + self.tick_index * interval, self._tick_all)
+        else:
+            self.tick_handle = None
 
     def handle(self, conn: _Connection, method: str, target: str, body: bytes) -> None:
         path, _, query = target.partition("?")
@@ -526,6 +652,8 @@ class SyntheticServer:
             return _response("200 OK", json.dumps(body).encode())
         if path == "/metrics":
             return _response("200 OK", self.prometheus_text().encode(), content_type="text/plain; version=0.0.4")
+        if path == "/stats/requests":
+            return _response("200 OK", json.dumps(self.stats.request_log).encode())
         if path == "/stats":
             body = json.dumps(self.stats.as_dict()).encode()
             if "reset=1" in query:
@@ -562,6 +690,40 @@ class SyntheticServer:
         return "\n".join(lines) + "\n"
 
 
+@contextlib.contextmanager
+def running(args: list[str], python: str = sys.executable, startup_timeout_s: float = 20.0) -> Iterator[str]:
+    """Start the server in its own process (so it does not share the client's core); yield its base URL.
+
+    Used by the tests and benchmarks/client_capacity.py. The process is always stopped on exit.
+    """
+    process = subprocess.Popen(
+        [python, "-m", "kimi_dflash.bench.synthetic_server", "--port", "0", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        ready, _, _ = select.select([process.stdout], [], [], startup_timeout_s)
+        line = process.stdout.readline() if ready else ""
+        if not line.startswith("listening on "):
+            process.kill()
+            _, err = process.communicate(timeout=10)
+            raise RuntimeError(f"synthetic server did not start: {line!r} {err.strip()[-2000:]}")
+        yield line.split()[-1]
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
+
+
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m kimi_dflash.bench.synthetic_server",
@@ -581,7 +743,18 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--faults", default="ok", help="comma list of per-request behaviours, cycled (see below)")
     parser.add_argument("--model", default="synthetic", help="model id served on /v1/models")
     parser.add_argument("--cpu", type=int, default=None, help="pin this process to one CPU core")
-    parser.add_argument("--no-uvloop", action="store_true", help="use asyncio's default loop even if uvloop exists")
+    parser.add_argument("--early-role", action="store_true", help="send the role-only chunk at once, before TTFT")
+    parser.add_argument(
+        "--aligned",
+        action="store_true",
+        help="drive all streams from one shared ticker (for capacity runs: far cheaper per chunk; the first "
+        "chunk then waits for the next tick, so TTFT varies by up to one interval while chunk gaps stay exact)",
+    )
+    parser.add_argument(
+        "--uvloop",
+        action="store_true",
+        help="use uvloop if installed (faster, but its clock has 1 ms resolution: keep it off for exact TTFT)",
+    )
     args = parser.parse_args(argv)
     try:
         args.chunk_tokens = tuple(int(x) for x in args.chunk_tokens.split(","))
@@ -593,6 +766,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = [f for f in args.faults if f not in FAULTS]
     if unknown or not args.faults:
         parser.error(f"unknown fault(s) {unknown}; choose from {', '.join(FAULTS)}")
+    if args.aligned and args.faults != ("ok",):
+        parser.error("--aligned is for capacity runs; use the default per-stream timers with --faults")
     if args.spec_tokens > 0 and max(args.chunk_tokens) > args.spec_tokens + 1:
         parser.error("--chunk-tokens may not exceed --spec-tokens + 1 (a verify step yields at most K + 1 tokens)")
     return args
@@ -622,9 +797,11 @@ def main(argv: list[str] | None = None) -> None:
         spec_tokens=args.spec_tokens,
         faults=args.faults,
         model=args.model,
+        aligned=args.aligned,
+        early_role=args.early_role,
     )
     runner = asyncio.run
-    if not args.no_uvloop:
+    if args.uvloop:
         try:
             import uvloop
 

@@ -37,6 +37,18 @@ class Walk:
         residual_phase = (int(self.phase[anchor_token]) + slot - 1) % self.length
         return not bool(np.isin(residual_phase, self.missed_phases))
 
+    def acceptance_profile(self, max_slots: int) -> list[float]:
+        """Share of cycle phases from which the drafter's first k proposals are all right, k = 1..max_slots:
+        the per-position acceptance a long greedy generation converges to."""
+        missed = np.zeros(self.length, dtype=bool)
+        missed[self.missed_phases] = True
+        all_right = np.ones(self.length, dtype=bool)
+        profile = []
+        for slot in range(1, max_slots + 1):
+            all_right &= ~np.roll(missed, -(slot - 1))  # phase p0 + slot - 1 not missed
+            profile.append(float(all_right.mean()))
+        return profile
+
 
 def first_seen_order(token_ids: Sequence[int], skip: set[int]) -> tuple[int, ...]:
     """Distinct ids in order of first appearance: the corpus with repeats dropped still reads like text."""

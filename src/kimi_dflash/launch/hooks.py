@@ -3,13 +3,40 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from kimi_dflash.config.validate import Config
 from kimi_dflash.plan import LaunchPlan
 
+# The architectures the recipe was built and measured on.
+EXPECTED_ARCH = {"rocm": "gfx942", "cuda": "sm_90"}
+
 
 def preflight(config: Config, plan: LaunchPlan, fix_numa: bool, say: Callable[[str], None]) -> bool:
-    raise NotImplementedError("wired up when kimi_dflash.preflight lands")
+    from kimi_dflash.preflight import (
+        PreflightRequest, exit_code, features_from_command, interpreter_for_command, render, run_preflight,
+    )
+
+    device = str(config["DEVICE"])
+    model_dir = config["MODEL_DIR"]
+    draft_dir = config["DRAFT_MODEL_DIR"] if config.speculative else None
+    request = PreflightRequest(
+        device=device,  # type: ignore[arg-type]
+        tensor_parallel_size=config.get_int("TENSOR_PARALLEL_SIZE") if device != "cpu" else 1,
+        expected_arch=EXPECTED_ARCH.get(device),
+        model_dir=None if model_dir is None else Path(str(model_dir)),
+        draft_model_dir=None if draft_dir is None else Path(str(draft_dir)),
+        model_repo_hint=str(config["MODEL_REPO"]),
+        draft_repo_hint=str(config["DRAFT_MODEL_REPO"]),
+        host=plan.host,
+        port=plan.port,
+        required_features=features_from_command(plan.argv, plan.env),
+        python=interpreter_for_command(plan.argv),
+        fix_numa=fix_numa,
+    )
+    results = run_preflight(request)
+    say(render(results))
+    return exit_code(results) == 0
 
 
 def patches(config: Config, say: Callable[[str], None]) -> bool:

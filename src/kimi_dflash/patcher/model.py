@@ -32,7 +32,17 @@ class Edit:
     new: str
 
     def first_line(self) -> str:
-        return next((line.strip() for line in self.old.splitlines() if line.strip()), "")
+        return describe_block(self.old)
+
+
+def describe_block(text: str) -> str:
+    """A short, human-readable name for a block of code: its first and last non-blank lines."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return "''"
+    if len(lines) == 1:
+        return repr(lines[0])
+    return f"{lines[0]!r} ... {lines[-1]!r} ({len(lines)} lines)"
 
 
 @dataclass(frozen=True)
@@ -58,11 +68,19 @@ class Patch:
     title: str
     why: str
     upstream_pr: str  # the upstream change that retires this patch, e.g. "#39930"
-    upstream_since: str  # first vLLM release that carries it (read from the wheels, for docs only)
-    retired_when: tuple[Probe, ...]  # all must match for the patch to count as retired upstream
+    upstream_since: (
+        str  # first vLLM release that carries it (read from the wheels, for docs only)
+    )
+    retired_when: tuple[
+        Probe, ...
+    ]  # all must match for the patch to count as retired upstream
     edits: tuple[Edit, ...]  # empty: we carry no source patch for the old shape
-    runtime: str | None = None  # name of the runtime (plugin) patch in kimi_dflash.patcher.runtime
-    runtime_hooks: tuple[Probe, ...] = ()  # what the runtime patch needs to find in the source
+    runtime: str | None = (
+        None  # name of the runtime (plugin) patch in kimi_dflash.patcher.runtime
+    )
+    runtime_hooks: tuple[
+        Probe, ...
+    ] = ()  # what the runtime patch needs to find in the source
     needed_when: str = "always, on the versions where it is pending"
     no_edit_reason: str = ""  # why `edits` is empty, shown for an unrecognised tree
 
@@ -87,7 +105,9 @@ class PatchState:
     patch: Patch
     status: Status
     detail: str
-    problems: tuple[str, ...] = field(default=())  # for UNRECOGNISED: what was expected where
+    problems: tuple[str, ...] = field(
+        default=()
+    )  # for UNRECOGNISED: what was expected where
 
     def to_json(self) -> dict[str, object]:
         return {

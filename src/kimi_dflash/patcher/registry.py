@@ -154,7 +154,7 @@ DFLASH_ASSERT_GATE = Patch(
                 "            if causal is None and backend is not None:\n"
                 "                if backend.supports_non_causal():\n"
                 "                    continue\n"
-                "            backend_name = backend.get_name() if backend else \"unknown\"\n"
+                '            backend_name = backend.get_name() if backend else "unknown"\n'
                 "            raise RuntimeError(\n"
                 '                f"DFlash drafter layer {layer_name} runs on {backend_name}, which"\n'
                 '                " builds causal attention metadata; DFlash needs non-causal"\n'

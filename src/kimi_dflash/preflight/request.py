@@ -5,6 +5,7 @@ The launcher adapts its config into this object, so the checks never depend on t
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
@@ -12,6 +13,9 @@ from typing import Literal, get_args
 Device = Literal["rocm", "cuda", "cpu"]
 DEVICES: tuple[Device, ...] = get_args(Device)
 GPU_DEVICES: tuple[Device, ...] = ("rocm", "cuda")
+
+# How the vendors write their platform names, for messages ("the ROCm build").
+PLATFORM_NAMES: dict[Device, str] = {"rocm": "ROCm", "cuda": "CUDA", "cpu": "CPU"}
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -43,6 +47,7 @@ class PreflightRequest:
     - required_features: vLLM feature probes the plan relies on (see kimi_dflash.preflight.vllm_features).
     - fix_numa: set kernel.numa_balancing=0 when it is on and we are root.
     - min_shm_bytes: /dev/shm size below which the check warns (cpu) or fails (GPU); None = device default.
+    - python: the interpreter that will run vLLM (see runtime_probe.interpreter_for_command); None = this one.
     """
 
     device: Device
@@ -59,6 +64,7 @@ class PreflightRequest:
     required_features: tuple[str, ...] = ()
     fix_numa: bool = False
     min_shm_bytes: int | None = None
+    python: str | None = None
 
     def __post_init__(self) -> None:
         # Programming errors in the adapter, not user input: the config was validated before this point.
@@ -76,6 +82,14 @@ class PreflightRequest:
     @property
     def on_gpu(self) -> bool:
         return self.device in GPU_DEVICES
+
+    @property
+    def platform_name(self) -> str:
+        return PLATFORM_NAMES[self.device]
+
+    @property
+    def interpreter(self) -> str:
+        return self.python or sys.executable
 
     @property
     def shm_threshold(self) -> int:

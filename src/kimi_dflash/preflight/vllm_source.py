@@ -3,16 +3,18 @@ dict keys and CLI flag strings.
 
 Works on an installed package directory or on a wheel read in place, so the same probe answers for the vLLM
 that will run and for any release downloaded to compare against. Parsing with `ast` costs milliseconds;
-importing vllm.config costs 10-20 s on a small machine and building the CLI parser loads plugins.
+importing vllm.config took 10-22 s on this project's 2-core machine, and building the CLI parser loads plugins.
 """
 
 from __future__ import annotations
 
 import ast
 import zipfile
-from collections.abc import Iterator
-from functools import lru_cache
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+# Turns a file handle (a Path, or a member name inside the wheel) into the file's text.
+Reader = Callable[[object], str]
 
 # How deep Literal aliases may nest (Literal[A, B] where A = Literal[...], possibly imported).
 _MAX_ALIAS_DEPTH = 8
@@ -21,10 +23,11 @@ _MAX_ALIAS_DEPTH = 8
 class VllmSource:
     """A read-only vLLM source tree. Paths are relative to the distribution root: "vllm/envs.py"."""
 
-    def __init__(self, origin: str, files: dict[str, object], read: "_Reader") -> None:
+    def __init__(self, origin: str, files: dict[str, object], read: Reader) -> None:
         self.origin = origin
         self._files = files
         self._read = read
+        self._trees: dict[str, ast.Module | None] = {}
 
     @classmethod
     def from_package_dir(cls, package_dir: Path) -> VllmSource:
@@ -34,7 +37,8 @@ class VllmSource:
         files: dict[str, object] = {
             p.relative_to(root).as_posix(): p for p in package_dir.rglob("*.py") if p.is_file()
         }
-        return cls(str(package_dir), files, lambda handle: Path(handle).read_text(encoding="utf-8"))  # type: ignore[arg-type]
+        return cls(str(package_dir), files,
+                   lambda handle: Path(str(handle)).read_text(encoding="utf-8", errors="replace"))
 
     @classmethod
     def from_wheel(cls, wheel: Path) -> VllmSource:
@@ -42,7 +46,7 @@ class VllmSource:
         files: dict[str, object] = {
             name: name for name in archive.namelist() if name.startswith("vllm/") and name.endswith(".py")
         }
-        return cls(str(wheel), files, lambda handle: archive.read(str(handle)).decode("utf-8"))
+        return cls(str(wheel), files, lambda handle: archive.read(str(handle)).decode("utf-8", errors="replace"))
 
     def has(self, relpath: str) -> bool:
         return relpath in self._files
@@ -55,7 +59,13 @@ class VllmSource:
         return None if handle is None else self._read(handle)
 
     def tree(self, relpath: str) -> ast.Module | None:
-        return _parse(self, relpath)
+        if relpath not in self._trees:
+            text = self.text(relpath)
+            try:
+                self._trees[relpath] = None if text is None else ast.parse(text, filename=relpath)
+            except SyntaxError:  # written for a newer Python than this one: treated as not found
+                self._trees[relpath] = None
+        return self._trees[relpath]
 
     def find_module(self, definition: str, under: str = "vllm/") -> str | None:
         """The first module under `under` that defines `definition` at top level.
@@ -68,7 +78,8 @@ class VllmSource:
             if text is None or definition not in text:
                 continue
             tree = self.tree(relpath)
-            if tree is not None and _top_level(tree, definition) is not None:
+            node = None if tree is None else _top_level(tree, definition)
+            if node is not None and not isinstance(node, ast.ImportFrom):  # re-exports do not count
                 return relpath
         return None
 
@@ -177,36 +188,26 @@ class VllmSource:
         return self.module_path(dotted)
 
 
-class _Reader:  # typing aid only: a callable from a file handle to its text
-    def __call__(self, handle: object) -> str: ...
-
-
-@lru_cache(maxsize=256)
-def _parse(source: VllmSource, relpath: str) -> ast.Module | None:
-    text = source.text(relpath)
-    if text is None:
-        return None
-    try:
-        return ast.parse(text, filename=relpath)
-    except SyntaxError:
-        return None
-
-
 def _top_level(tree: ast.Module, name: str) -> ast.stmt | None:
     """The last top-level statement that binds `name` (later bindings win, as at import time)."""
     found: ast.stmt | None = None
     for stmt in tree.body:
-        if isinstance(stmt, ast.ClassDef) and stmt.name == name:
+        if _binds(stmt, name):
             found = stmt
-        elif isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets):
-            found = stmt
-        elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == name:
-            found = stmt
-        elif isinstance(stmt, ast.ImportFrom) and any((a.asname or a.name) == name for a in stmt.names):
-            found = stmt
-        elif type(stmt).__name__ == "TypeAlias" and getattr(getattr(stmt, "name", None), "id", None) == name:
-            found = stmt  # `type X = Literal[...]` (Python 3.12+)
     return found
+
+
+def _binds(stmt: ast.stmt, name: str) -> bool:
+    if isinstance(stmt, ast.ClassDef):
+        return stmt.name == name
+    if isinstance(stmt, ast.Assign):
+        return any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets)
+    if isinstance(stmt, ast.AnnAssign):
+        return isinstance(stmt.target, ast.Name) and stmt.target.id == name
+    if isinstance(stmt, ast.ImportFrom):
+        return any((a.asname or a.name) == name for a in stmt.names)
+    # `type X = Literal[...]` (Python 3.12+); by class name so the module parses on 3.10 too.
+    return type(stmt).__name__ == "TypeAlias" and getattr(getattr(stmt, "name", None), "id", None) == name
 
 
 def _imported_name(node: ast.ImportFrom, local: str) -> str:

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Compare an FP8-KV server with a BF16-KV server of the same model and print a verdict.
+# Usage: benchmarks/validate-fp8.sh --bf16-url URL --fp8-url URL [--bf16-log F --fp8-log F] [--help]
+# The work is done by kimi_dflash.kvscale.validate; this script only picks the Python to run it with.
+set -euo pipefail
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+python="${KIMI_PYTHON:-}"
+if [[ -z "${python}" ]]; then
+  if [[ -x "${repo_root}/.venv/bin/python" ]]; then
+    python="${repo_root}/.venv/bin/python"
+  else
+    python="python3"
+  fi
+fi
+exec "${python}" -m kimi_dflash.kvscale.validate "$@"

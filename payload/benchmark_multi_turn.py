@@ -1,0 +1,25 @@
+#!/usr/bin/env python3
+"""Multi-turn streaming benchmark for vLLM with speculative decoding (kimi-k26-dflash).
+
+Thin entry point: the logic lives in the ``kimi_dflash.bench`` package. On a client box either install
+the project without its server dependencies (``pip install --no-deps . && pip install aiohttp numpy``) or
+copy the repository: when the package is not installed, the repository's ``src/`` next to this file is
+put on ``sys.path``. Only aiohttp, numpy and the standard library are needed. Run with ``--help``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+try:
+    import kimi_dflash.bench.cli as _cli
+except ImportError:
+    _src = Path(__file__).resolve().parent.parent / "src"
+    if not (_src / "kimi_dflash" / "bench").is_dir():
+        sys.exit(f"error: kimi_dflash is not installed and {_src} is missing; copy the whole repository or pip install it")
+    sys.path.insert(0, str(_src))
+    import kimi_dflash.bench.cli as _cli
+
+if __name__ == "__main__":
+    sys.exit(_cli.main(prog="benchmark_multi_turn.py"))

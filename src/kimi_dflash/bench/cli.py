@@ -1,0 +1,251 @@
+"""Command line of the multi-turn benchmark (payload/benchmark_multi_turn.py is a thin wrapper)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from kimi_dflash.bench import eventloop, report
+from kimi_dflash.bench.client import Endpoint, normalize_base_url
+from kimi_dflash.bench.errors import UserError
+from kimi_dflash.bench.runner import Benchmark, RunConfig, RunState, Stopper
+from kimi_dflash.bench.workload import BUILTIN, load_dataset
+
+DESCRIPTION = """\
+Multi-turn streaming benchmark for an OpenAI-compatible server (vLLM), built to measure speculative
+decoding honestly. N concurrent sessions each hold a T-turn conversation (assistant replies are carried
+into the next turn, so prompts grow); every level of --sessions is measured separately.
+
+Metrics (docs/benchmark.md): TTFT = first token-bearing chunk - send; E2EL = last token-bearing chunk -
+send; N = usage.completion_tokens; TPOT = (E2EL - TTFT) / (N - 1); per-user tok/s = 1/TPOT (and N/E2EL,
+labelled); output tok/s = sum of N / wall time of the measured window. Speculative-decoding acceptance comes
+from /metrics counter deltas taken after warmup.
+"""
+
+EPILOG = """\
+examples:
+  %(prog)s --base-url http://127.0.0.1:8000 --model kimi-k2.6 --sessions 8,16,32 \\
+      --turns-per-session 5 --max-tokens 512 --label dflash --output results/dflash.json
+  %(prog)s --base-url http://gpu-box:8000 --sessions 32 --repeats 3 --dataset my_prompts.jsonl
+
+exit status: 0 finished (failed requests are counted in the result, not fatal); 2 bad arguments or server
+unreachable at start; 3 the server went away mid-run (partial results written); 130/143 interrupted by
+Ctrl-C/SIGTERM (partial results written).
+"""
+
+
+def _positive_int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected positive integers separated by commas, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers separated by commas, got {text!r}")
+    return tuple(dict.fromkeys(values))  # drop duplicates, keep the order given
+
+
+def _bounded(kind: type, low: float, name: str) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{name} must be >= {low}, got {text!r}")
+        return value
+
+    return parse
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog, description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    target = parser.add_argument_group("server")
+    target.add_argument("--base-url", default="http://127.0.0.1:8000", help="server root, with or without /v1 (default %(default)s)")
+    target.add_argument("--model", default=None, help="model name to request (default: the first one /v1/models lists)")
+    target.add_argument(
+        "--api-key",
+        default=None,
+        help="bearer token (default: $OPENAI_API_KEY, then $VLLM_API_KEY); never printed or stored",
+    )
+    target.add_argument(
+        "--metrics-url",
+        default=None,
+        help="Prometheus endpoint for spec-decode counters (default: <base-url>/metrics; 'none' disables)",
+    )
+    target.add_argument("--timeout", type=_bounded(float, 0.001, "--timeout"), default=600.0, help="per-request timeout, seconds (default %(default)s)")
+
+    load = parser.add_argument_group("load")
+    load.add_argument("--sessions", type=_positive_int_list, default=(8,), help="concurrent sessions; a comma list sweeps levels, e.g. 8,16,32 (default 8)")
+    load.add_argument("--turns-per-session", type=_bounded(int, 1, "--turns-per-session"), default=5, help="turns per conversation (default %(default)s)")
+    load.add_argument("--max-tokens", type=_bounded(int, 1, "--max-tokens"), default=512, help="max_tokens per reply (default %(default)s)")
+    load.add_argument("--temperature", type=_bounded(float, 0.0, "--temperature"), default=0.0, help="always sent (default %(default)s)")
+    load.add_argument("--ignore-eos", action="store_true", help="send ignore_eos (vLLM): every reply runs to --max-tokens")
+    load.add_argument("--dataset", default=BUILTIN, help="'builtin' (225 prompts shipped with the tool) or a JSONL file of {\"prompt\": ...} lines")
+    load.add_argument("--system-prompt", default=None, help="optional system message at the start of every conversation")
+    load.add_argument("--warmup", type=_bounded(int, 0, "--warmup"), default=None, help="warmup requests before measuring (default: the first level's session count)")
+    load.add_argument("--repeats", type=_bounded(int, 1, "--repeats"), default=1, help="measured repeats per level, fresh prompts each (default %(default)s)")
+    load.add_argument("--seed", type=int, default=0, help="prompt selection seed; same seed = same conversations (default %(default)s)")
+    load.add_argument("--no-stream", action="store_true", help="non-streaming requests (no TTFT/TPOT; E2EL and tok/s only)")
+
+    out = parser.add_argument_group("output")
+    out.add_argument("--output", default=None, help="result JSON (default results/benchmark-<UTC time>.json); written atomically after every level")
+    out.add_argument("--label", default=None, help="free text stored in the result, e.g. dflash-st2 or baseline")
+    out.add_argument("--record-requests", action="store_true", help="also store every request's raw timestamps in the result")
+    out.add_argument("--no-uvloop", action="store_true", help="use asyncio's loop even if uvloop is installed")
+    return parser
+
+
+def _settings(args: argparse.Namespace, metrics_url: str | None, dataset: Any) -> dict[str, Any]:
+    return {
+        "base_url": args.base_url,
+        "model": args.model,
+        "sessions": list(args.sessions),
+        "turns_per_session": args.turns_per_session,
+        "max_tokens": args.max_tokens,
+        "temperature": args.temperature,
+        "ignore_eos": args.ignore_eos,
+        "stream": not args.no_stream,
+        "dataset": dataset.describe(),
+        "system_prompt": args.system_prompt,
+        "warmup": args.warmup,
+        "repeats": args.repeats,
+        "seed": args.seed,
+        "timeout_s": args.timeout,
+        "metrics_url": metrics_url,
+        "api_key_set": bool(args.api_key),
+    }
+
+
+class ResultWriter:
+    """Keeps the document current on disk and prints each finished level once."""
+
+    def __init__(self, path: Path, tool: dict[str, Any], run: dict[str, Any], settings: dict[str, Any]) -> None:
+        self.path = path
+        self.tool = tool
+        self.run = run
+        self.settings = settings
+        self.printed = 0
+        self.written = False
+
+    def document(self, state: RunState) -> dict[str, Any]:
+        settings = dict(self.settings, model=state.model or self.settings["model"])
+        return report.build_document(self.tool, self.run, settings, state.server, state.warmup, state.results)
+
+    def checkpoint(self, state: RunState) -> None:
+        for result in state.results[self.printed :]:
+            report.print_level(result, sys.stdout)
+            sys.stdout.flush()
+        self.printed = len(state.results)
+        report.write_atomic(self.path, self.document(state))
+        self.written = True
+
+    def finish(self, state: RunState, status: str, detail: str, exit_code: int) -> dict[str, Any]:
+        self.run.update(status=status, status_detail=detail or None, finished_at=report.utc_now(), exit_code=exit_code)
+        document = self.document(state)
+        if self.written or state.results:
+            self.checkpoint(state)
+        return document
+
+
+async def _run(cfg: RunConfig, writer: ResultWriter) -> int:
+    stopper = Stopper()
+    loop = asyncio.get_running_loop()
+
+    def on_signal(name: str, code: int) -> None:
+        if stopper.stopped:  # second signal: the user means it; checkpoints on disk are complete files
+            print(f"\n{name} again: exiting now", file=sys.stderr)
+            os._exit(code)
+        print(f"\n{name}: stopping; finished requests are kept and written to {writer.path}", file=sys.stderr)
+        stopper.trigger("interrupted", name, code)
+
+    for signum, name, code in ((signal.SIGINT, "SIGINT", 130), (signal.SIGTERM, "SIGTERM", 143)):
+        try:
+            loop.add_signal_handler(signum, on_signal, name, code)
+        except (NotImplementedError, RuntimeError):  # not on this platform: Ctrl-C then ends the run hard
+            pass
+
+    bench = Benchmark(cfg, stopper, writer.checkpoint)
+    try:
+        state = await bench.run()
+    except UserError as exc:
+        writer.finish(bench.state, "failed", str(exc), exc.exit_code)
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except Exception as exc:
+        detail = f"{type(exc).__name__}: {exc}"
+        writer.finish(bench.state, "crashed", detail, 1)
+        traceback.print_exc()
+        print(f"benchmark crashed ({detail}); results so far are in {writer.path}", file=sys.stderr)
+        return 1
+    document = writer.finish(state, stopper.status, stopper.detail, stopper.exit_code)
+    report.print_summary(document, sys.stdout)
+    if writer.written:
+        print(f"result written to {writer.path}", file=sys.stderr)
+    return stopper.exit_code
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
+    args.api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or os.environ.get("VLLM_API_KEY") or None
+    base_url = normalize_base_url(args.base_url)
+    if not base_url.startswith(("http://", "https://")):
+        parser.error(f"--base-url must start with http:// or https://, got {args.base_url!r}")
+    if args.metrics_url is None:
+        metrics_url: str | None = f"{base_url}/metrics"
+    elif args.metrics_url.lower() == "none":
+        metrics_url = None
+    else:
+        metrics_url = args.metrics_url
+    warmup = args.sessions[0] if args.warmup is None else args.warmup
+    args.warmup = warmup
+    try:
+        dataset = load_dataset(args.dataset)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+    cfg = RunConfig(
+        endpoint=Endpoint(base_url=base_url, api_key=args.api_key, timeout_s=args.timeout),
+        model=args.model,
+        levels=args.sessions,
+        turns=args.turns_per_session,
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        dataset=dataset,
+        warmup=warmup,
+        repeats=args.repeats,
+        seed=args.seed,
+        stream=not args.no_stream,
+        ignore_eos=args.ignore_eos,
+        metrics_url=metrics_url,
+        system_prompt=args.system_prompt,
+        keep_records=args.record_requests,
+    )
+    started = report.utc_now()
+    output = Path(args.output) if args.output else Path("results") / f"benchmark-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
+    event_loop = eventloop.loop_name(prefer_uvloop=not args.no_uvloop)
+    run_meta = {
+        "label": args.label,
+        "started_at": started,
+        "finished_at": None,
+        "status": "running",
+        "status_detail": None,
+        "exit_code": None,
+        "command_line": report.redact_argv([sys.argv[0], *(sys.argv[1:] if argv is None else argv)]),
+    }
+    writer = ResultWriter(output, report.tool_info(event_loop), run_meta, _settings(args, metrics_url, dataset))
+    return eventloop.run(_run(cfg, writer), prefer_uvloop=not args.no_uvloop)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

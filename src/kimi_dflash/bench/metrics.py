@@ -1,0 +1,197 @@
+"""Metrics as pure functions of request records (definitions: docs/benchmark.md).
+
+Per request (streaming):
+  TTFT  = first token-bearing chunk - send
+  E2EL  = last token-bearing chunk - send
+  N     = usage.completion_tokens (token-bearing chunk count only when the server sent no usage: flagged)
+  TPOT  = (E2EL - TTFT) / (N - 1), defined for N >= 2
+  per-user tok/s = 1 / TPOT (decode speed a user sees) and, separately labelled, N / E2EL
+Per level:
+  output tok/s = sum N over successful requests / wall time of the measured window
+  request throughput = successful requests / the same window
+Percentiles use numpy's default (linear interpolation), as ``vllm bench serve`` does.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from kimi_dflash.bench import records as R
+from kimi_dflash.bench.records import RequestRecord
+
+PERCENTILES = (50, 90, 95, 99)
+
+
+def summarize(values: Sequence[float] | np.ndarray, scale: float = 1.0) -> dict[str, float | int | None]:
+    """mean / p50 / p90 / p95 / p99 / min / max / std / count of ``values * scale`` (None when empty)."""
+    data = np.asarray(values, dtype=float) * scale
+    if data.size == 0:
+        return {"mean": None, **{f"p{p}": None for p in PERCENTILES}, "min": None, "max": None, "std": None, "count": 0}
+    pct = np.percentile(data, PERCENTILES)
+    return {
+        "mean": float(data.mean()),
+        **{f"p{p}": float(v) for p, v in zip(PERCENTILES, pct)},
+        "min": float(data.min()),
+        "max": float(data.max()),
+        "std": float(data.std()),
+        "count": int(data.size),
+    }
+
+
+def ttft(record: RequestRecord) -> float | None:
+    if record.first_token_time is None:
+        return None
+    return record.first_token_time - record.send_time
+
+
+def e2el(record: RequestRecord) -> float | None:
+    """Streaming: to the last token-bearing chunk. Non-streaming: to the end of the response body."""
+    if record.last_token_time is not None:
+        return record.last_token_time - record.send_time
+    if record.ok and record.done_time:
+        return record.done_time - record.send_time
+    return None
+
+
+def tpot(record: RequestRecord) -> float | None:
+    first, latency, n = ttft(record), e2el(record), record.output_tokens
+    if first is None or latency is None or n is None or n < 2:
+        return None
+    return (latency - first) / (n - 1)
+
+
+def chunk_gaps(record: RequestRecord) -> list[float]:
+    """Gaps between token-bearing chunks (per verify step under speculation, not per token)."""
+    times = record.chunk_times
+    return [b - a for a, b in zip(times, times[1:])]
+
+
+def latency_block(records: Sequence[RequestRecord]) -> dict[str, Any]:
+    """The per-request latency distributions of successful records."""
+    ok = [r for r in records if r.ok]
+    ttfts = [v for v in map(ttft, ok) if v is not None]
+    tpots = [v for v in map(tpot, ok) if v is not None]
+    e2els = [v for v in map(e2el, ok) if v is not None]
+    per_user_e2el = [
+        r.output_tokens / lat for r in ok if r.output_tokens and (lat := e2el(r)) is not None and lat > 0
+    ]
+    gaps: list[float] = []
+    for r in ok:
+        gaps.extend(chunk_gaps(r))
+    tokens_per_chunk = [r.output_tokens / r.token_chunks for r in ok if r.token_chunks and r.output_tokens]
+    return {
+        "ttft_ms": summarize(ttfts, 1000.0),
+        "tpot_ms": summarize(tpots, 1000.0),
+        "e2el_s": summarize(e2els),
+        "per_user_tok_s": summarize([1.0 / t for t in tpots if t > 0]),
+        "per_user_tok_s_e2el": summarize(per_user_e2el),
+        "itl_ms": summarize(gaps, 1000.0),
+        "tokens_per_chunk": summarize(tokens_per_chunk),
+    }
+
+
+def count_failures(records: Iterable[RequestRecord]) -> tuple[dict[str, int], dict[str, str]]:
+    """Failures by reason (cancelled excluded) and the first detail seen for each reason."""
+    counts: Counter[str] = Counter()
+    examples: dict[str, str] = {}
+    for r in records:
+        if r.error is None or r.error == R.CANCELLED:
+            continue
+        counts[r.error] += 1
+        examples.setdefault(r.error, r.error_detail)
+    return dict(sorted(counts.items())), examples
+
+
+def level_result(
+    sessions: int,
+    turns: int,
+    records: Sequence[RequestRecord],
+    windows: Sequence[dict[str, Any]],
+    client_cpu_s: float,
+    spec_decode: dict[str, Any] | None,
+    spec_status: str,
+    partial: bool,
+) -> dict[str, Any]:
+    """One concurrency level of the result file. ``windows`` holds one entry per repeat:
+    ``{"repeat", "duration_s"}`` measured by the runner around that repeat's sessions."""
+    ok = [r for r in records if r.ok]
+    failures, examples = count_failures(records)
+    duration = float(sum(w["duration_s"] for w in windows))
+    output_tokens = int(sum(r.output_tokens or 0 for r in ok))
+    prompt_counts = [r.prompt_tokens for r in ok if r.prompt_tokens is not None]
+    result: dict[str, Any] = {
+        "sessions": sessions,
+        "turns_per_session": turns,
+        "repeats": len(windows),
+        "requests": len(records),
+        "completed": len(ok),
+        "failed": sum(failures.values()),
+        "cancelled": sum(1 for r in records if r.error == R.CANCELLED),
+        "failures": failures,
+        "failure_examples": examples,
+        "output_tokens": output_tokens,
+        "input_tokens": int(sum(prompt_counts)) if prompt_counts else None,
+        "duration_s": duration,
+        "output_tok_s": output_tokens / duration if duration > 0 else None,
+        "request_throughput": len(ok) / duration if duration > 0 else None,
+        **latency_block(records),
+        "output_tokens_per_request": summarize([r.output_tokens or 0 for r in ok]),
+        "prompt_tokens_per_request": summarize(prompt_counts),
+        "client_queue_ms": summarize([r.queue_time for r in ok], 1000.0),
+        "client_send_ms": summarize([r.send_time - r.ready_time for r in ok], 1000.0),
+        "tokens_counted_from_chunks": sum(1 for r in ok if r.tokens_source == R.TOKENS_FROM_CHUNKS),
+        "tpot_excluded_short": sum(1 for r in ok if r.output_tokens is not None and r.output_tokens < 2),
+        "spec_decode": spec_decode,
+        "spec_decode_status": spec_status,
+        "client": {
+            "cpu_s": client_cpu_s,
+            "cpu_util": client_cpu_s / duration if duration > 0 else None,
+        },
+        "per_turn": per_turn(records, turns),
+        "repeat_results": [repeat_result(w, [r for r in records if r.repeat == w["repeat"]]) for w in windows],
+        "partial": partial,
+    }
+    return result
+
+
+def repeat_result(window: dict[str, Any], records: Sequence[RequestRecord]) -> dict[str, Any]:
+    ok = [r for r in records if r.ok]
+    tokens = int(sum(r.output_tokens or 0 for r in ok))
+    duration = float(window["duration_s"])
+    return {
+        "repeat": window["repeat"],
+        "duration_s": duration,
+        "completed": len(ok),
+        "failed": sum(1 for r in records if r.error is not None and r.error != R.CANCELLED),
+        "output_tokens": tokens,
+        "output_tok_s": tokens / duration if duration > 0 else None,
+    }
+
+
+def per_turn(records: Sequence[RequestRecord], turns: int) -> list[dict[str, Any]]:
+    """Breakdown by turn number: later turns carry the conversation so far, so prompts grow."""
+    rows = []
+    for turn in range(1, turns + 1):
+        of_turn = [r for r in records if r.turn == turn]
+        ok = [r for r in of_turn if r.ok]
+        lat = latency_block(of_turn)
+        prompt_counts = [r.prompt_tokens for r in ok if r.prompt_tokens is not None]
+        rows.append(
+            {
+                "turn": turn,
+                "requests": len(of_turn),
+                "completed": len(ok),
+                "failed": sum(1 for r in of_turn if r.error is not None and r.error != R.CANCELLED),
+                "prompt_tokens": summarize(prompt_counts),
+                "output_tokens": int(sum(r.output_tokens or 0 for r in ok)),
+                "ttft_ms": lat["ttft_ms"],
+                "tpot_ms": lat["tpot_ms"],
+                "e2el_s": lat["e2el_s"],
+                "per_user_tok_s": lat["per_user_tok_s"],
+            }
+        )
+    return rows

@@ -1,0 +1,168 @@
+"""Read vLLM's Prometheus ``/metrics`` text and turn spec-decode counters into window deltas.
+
+Definitions (docs/benchmark.md): over the measured window, with Δ the counter increase,
+acceptance rate = Δaccepted / Δdraft_tokens, mean acceptance length τ = 1 + Δaccepted / Δdrafts,
+per-position acceptance[k] = Δaccepted_at_position_k / Δdrafts. Counters are summed over engines
+(data-parallel ranks); when series carry a ``model_name`` equal to the benchmarked model only those count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+DRAFTS = "vllm:spec_decode_num_drafts_total"
+DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+CACHE_CONFIG_INFO = "vllm:cache_config_info"
+
+
+@dataclass(frozen=True)
+class Sample:
+    name: str
+    labels: dict[str, str]
+    value: float
+
+
+def parse_samples(text: str) -> list[Sample]:
+    """Parse the Prometheus text exposition format; lines that do not parse are skipped."""
+    samples: list[Sample] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] == "#":
+            continue
+        parsed = _parse_line(line)
+        if parsed is not None:
+            samples.append(parsed)
+    return samples
+
+
+def _parse_line(line: str) -> Sample | None:
+    brace = line.find("{")
+    space = line.find(" ")
+    labels: dict[str, str] = {}
+    if brace != -1 and (space == -1 or brace < space):
+        name = line[:brace]
+        end = _parse_labels(line, brace + 1, labels)
+        if end is None:
+            return None
+        rest = line[end:].split()
+    else:
+        parts = line.split()
+        if len(parts) < 2:
+            return None
+        name, rest = parts[0], parts[1:]
+    if not rest:
+        return None
+    try:
+        value = float(rest[0])
+    except ValueError:
+        return None
+    return Sample(name=name, labels=labels, value=value)
+
+
+def _parse_labels(line: str, i: int, labels: dict[str, str]) -> int | None:
+    """Parse ``k="v",...}`` starting at ``i``; returns the index after ``}``."""
+    n = len(line)
+    while i < n:
+        while i < n and line[i] in " ,":
+            i += 1
+        if i < n and line[i] == "}":
+            return i + 1
+        eq = line.find("=", i)
+        if eq == -1 or eq + 1 >= n or line[eq + 1] != '"':
+            return None
+        key = line[i:eq].strip()
+        i = eq + 2
+        value: list[str] = []
+        while i < n and line[i] != '"':
+            if line[i] == "\\" and i + 1 < n:
+                nxt = line[i + 1]
+                value.append("\n" if nxt == "n" else nxt)
+                i += 2
+            else:
+                value.append(line[i])
+                i += 1
+        if i >= n:
+            return None
+        labels[key] = "".join(value)
+        i += 1
+    return None
+
+
+@dataclass(frozen=True)
+class SpecCounters:
+    """Cumulative spec-decode counters at one instant."""
+
+    drafts: float
+    draft_tokens: float
+    accepted: float
+    accepted_per_pos: dict[int, float] = field(default_factory=dict)
+
+
+def _select(samples: list[Sample], name: str, model: str | None) -> list[Sample]:
+    chosen = [s for s in samples if s.name == name]
+    if model is not None and any(s.labels.get("model_name") == model for s in chosen):
+        chosen = [s for s in chosen if s.labels.get("model_name") == model]
+    return chosen
+
+
+def spec_counters(samples: list[Sample], model: str | None = None) -> SpecCounters | None:
+    """The spec-decode counters, summed over engines; None if the server exports none (no speculation)."""
+    drafts = _select(samples, DRAFTS, model)
+    if not drafts:
+        return None
+    per_pos: dict[int, float] = {}
+    for sample in _select(samples, ACCEPTED_PER_POS, model):
+        try:
+            position = int(sample.labels.get("position", ""))
+        except ValueError:
+            continue
+        per_pos[position] = per_pos.get(position, 0.0) + sample.value
+    return SpecCounters(
+        drafts=sum(s.value for s in drafts),
+        draft_tokens=sum(s.value for s in _select(samples, DRAFT_TOKENS, model)),
+        accepted=sum(s.value for s in _select(samples, ACCEPTED, model)),
+        accepted_per_pos=per_pos,
+    )
+
+
+def spec_delta(before: SpecCounters | None, after: SpecCounters | None) -> tuple[dict[str, Any] | None, str]:
+    """Acceptance over a window. Returns ``(spec_decode object or None, status)``.
+
+    status: "ok"; "absent" (the server exports no spec-decode counters: no speculation);
+    "no_drafts" (counters exist but nothing was drafted in the window); "counter_reset" (a counter went
+    down: the server restarted during the window).
+    """
+    if before is None or after is None:
+        return None, "absent"
+    drafts = after.drafts - before.drafts
+    draft_tokens = after.draft_tokens - before.draft_tokens
+    accepted = after.accepted - before.accepted
+    positions = sorted(set(before.accepted_per_pos) | set(after.accepted_per_pos))
+    per_pos = [after.accepted_per_pos.get(p, 0.0) - before.accepted_per_pos.get(p, 0.0) for p in positions]
+    if min([drafts, draft_tokens, accepted, *per_pos]) < 0:
+        return None, "counter_reset"
+    if drafts <= 0 or draft_tokens <= 0:
+        return None, "no_drafts"
+    return (
+        {
+            "acceptance_rate": accepted / draft_tokens,
+            "acceptance_length": 1.0 + accepted / drafts,
+            "per_position": [value / drafts for value in per_pos],
+            "num_speculative_tokens": len(positions) if positions else round(draft_tokens / drafts),
+            "drafts": int(round(drafts)),
+            "draft_tokens": int(round(draft_tokens)),
+            "accepted_tokens": int(round(accepted)),
+        },
+        "ok",
+    )
+
+
+def cache_config(samples: list[Sample]) -> dict[str, str] | None:
+    """Labels of ``vllm:cache_config_info`` (block size, prefix caching, KV dtype ...), engine label dropped."""
+    for sample in samples:
+        if sample.name == CACHE_CONFIG_INFO:
+            return {k: v for k, v in sample.labels.items() if k != "engine"}
+    return None

@@ -1,0 +1,299 @@
+"""Drive the load: warmup, then for each concurrency level N sessions x T turns, repeated.
+
+Every session is a closed loop: it sends turn t+1 as soon as turn t has finished, carrying the whole
+conversation (assistant replies appended), so concurrency stays at N and prompts grow turn by turn.
+A failed turn is left out of the history and the session goes on with its next prompt; a refused
+connection that a probe confirms (the server is gone) aborts the run. A stop request (Ctrl-C, SIGTERM,
+abort) cancels in-flight requests; everything that finished is kept and summarized as a partial level.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from kimi_dflash.bench import client as C
+from kimi_dflash.bench import metrics, prometheus, server_info
+from kimi_dflash.bench import records as R
+from kimi_dflash.bench.errors import UserError
+from kimi_dflash.bench.records import RequestRecord
+from kimi_dflash.bench.workload import Dataset, Prompt, session_prompts, warmup_prompts
+
+perf_counter = time.perf_counter
+
+# After the window, wait until the spec-decode counters stop moving (the engine records the stats of
+# the last step a moment after the last token reaches the client).
+SETTLE_POLL_S = 0.25
+SETTLE_MAX_S = 3.0
+
+EXIT_ABORTED = 3
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    endpoint: C.Endpoint
+    model: str | None
+    levels: tuple[int, ...]
+    turns: int
+    max_tokens: int
+    temperature: float
+    dataset: Dataset
+    warmup: int = 0
+    repeats: int = 1
+    seed: int = 0
+    stream: bool = True
+    ignore_eos: bool = False
+    metrics_url: str | None = None
+    system_prompt: str | None = None
+    keep_records: bool = False
+
+
+class Stopper:
+    """Set once, by a signal handler or by the run itself; the first reason wins."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.status = "complete"
+        self.detail = ""
+        self.exit_code = 0
+        self.stopped_at: float | None = None
+
+    @property
+    def stopped(self) -> bool:
+        return self.event.is_set()
+
+    def trigger(self, status: str, detail: str, exit_code: int) -> None:
+        if self.event.is_set():
+            return
+        self.status, self.detail, self.exit_code = status, detail, exit_code
+        self.stopped_at = perf_counter()
+        self.event.set()
+
+
+@dataclass
+class RunState:
+    """What has been learned so far; the CLI writes it out after every step."""
+
+    model: str | None = None
+    server: dict[str, Any] = field(default_factory=dict)
+    warmup: dict[str, Any] = field(default_factory=dict)
+    results: list[dict[str, Any]] = field(default_factory=list)
+    origin: float = field(default_factory=perf_counter)
+
+
+class Benchmark:
+    def __init__(self, cfg: RunConfig, stopper: Stopper, checkpoint: Callable[[RunState], None]) -> None:
+        self.cfg = cfg
+        self.stopper = stopper
+        self.checkpoint = checkpoint
+        self.state = RunState()
+        self._probe_lock = asyncio.Lock()
+
+    async def run(self) -> RunState:
+        cfg = self.cfg
+        # Pool sized to the highest concurrency (+ slack for the /metrics scrapes): aiohttp's default
+        # cap of 100 connections would silently queue requests above it.
+        async with C.make_session(max(cfg.levels) + 4, cfg.endpoint.timeout_s) as session:
+            self.state.server, self.state.model = await server_info.probe(
+                session, cfg.endpoint, cfg.model, cfg.metrics_url
+            )
+            self.checkpoint(self.state)
+            self.state.warmup = await self._warmup(session)
+            self.checkpoint(self.state)
+            for level in cfg.levels:
+                if self.stopper.stopped:
+                    break
+                self.state.results.append(await self._level(session, level))
+                self.checkpoint(self.state)
+        return self.state
+
+    # -- warmup ---------------------------------------------------------------------------------
+    async def _warmup(self, session: aiohttp.ClientSession) -> dict[str, Any]:
+        cfg = self.cfg
+        if cfg.warmup <= 0:
+            return {"requests": 0}
+        prompts = warmup_prompts(cfg.dataset, cfg.seed, cfg.warmup)
+        gate = asyncio.Semaphore(min(cfg.warmup, cfg.levels[0]))
+        records: list[RequestRecord] = []
+
+        async def one(i: int, prompt: Prompt) -> None:
+            async with gate:
+                record = RequestRecord(sessions=0, repeat=0, session=i, turn=1, warmup=True)
+                records.append(record)
+                await C.send(session, cfg.endpoint, self._body([self._user(prompt)]), cfg.stream, record)
+
+        started = perf_counter()
+        await self._until_done_or_stopped([asyncio.create_task(one(i, p)) for i, p in enumerate(prompts)])
+        failures, examples = metrics.count_failures(records)
+        summary = {
+            "requests": len(records),
+            "completed": sum(1 for r in records if r.ok),
+            "failures": failures,
+            "failure_examples": examples,
+            "duration_s": perf_counter() - started,
+        }
+        if not self.stopper.stopped and summary["completed"] == 0:
+            reason, detail = next(iter(examples.items()), ("unknown", ""))
+            raise UserError(
+                f"all {len(records)} warmup requests failed ({reason}: {detail}). The server answers but does "
+                f"not serve chat completions for model {self.state.model!r}; check --model and the server log."
+            )
+        return summary
+
+    # -- one concurrency level ------------------------------------------------------------------
+    async def _level(self, session: aiohttp.ClientSession, level: int) -> dict[str, Any]:
+        cfg = self.cfg
+        before, scrape_error = await server_info.scrape_spec(
+            session, cfg.metrics_url, cfg.endpoint.api_key, self.state.model or ""
+        )
+        records: list[RequestRecord] = []
+        windows: list[dict[str, Any]] = []
+        cpu_s = 0.0
+        for repeat in range(cfg.repeats):
+            if self.stopper.stopped:
+                break
+            plans = [session_prompts(cfg.dataset, cfg.seed, level, repeat, s, cfg.turns) for s in range(level)]
+            await self._open_connections(session, level)
+            cpu0 = time.process_time()
+            start = perf_counter()
+            tasks = [
+                asyncio.create_task(self._session(session, level, repeat, s, plans[s], records)) for s in range(level)
+            ]
+            await self._until_done_or_stopped(tasks)
+            end = self.stopper.stopped_at if self.stopper.stopped and self.stopper.stopped_at else perf_counter()
+            cpu_s += time.process_time() - cpu0
+            windows.append({"repeat": repeat, "duration_s": max(end - start, 0.0), "start_s": start - self.state.origin})
+        partial = self.stopper.stopped
+        spec, status = await self._spec_window(session, before, scrape_error)
+        result = metrics.level_result(
+            sessions=level,
+            turns=cfg.turns,
+            records=records,
+            windows=windows,
+            client_cpu_s=cpu_s,
+            spec_decode=spec,
+            spec_status=status,
+            partial=partial,
+        )
+        if cfg.keep_records:
+            # Times are seconds from "clock_origin", a time.perf_counter() reading of this run (on Linux the
+            # host's CLOCK_MONOTONIC, so they can be lined up with other processes' monotonic timestamps).
+            result["request_records"] = {
+                "clock_origin": self.state.origin,
+                "records": [r.to_json(self.state.origin) for r in records],
+            }
+        return result
+
+    async def _open_connections(self, session: aiohttp.ClientSession, count: int) -> None:
+        """Open one pooled connection per session before the window, so TTFT never includes TCP setup."""
+        url = f"{self.cfg.endpoint.base_url}/v1/models"
+
+        async def touch() -> None:
+            try:
+                await C.get_json(session, url, self.cfg.endpoint.api_key, 10.0)
+            except Exception:  # noqa: BLE001 - only a courtesy; the measured requests report real failures
+                pass
+
+        await asyncio.gather(*(touch() for _ in range(count)))
+
+    async def _spec_window(
+        self, session: aiohttp.ClientSession, before: prometheus.SpecCounters | None, scrape_error: str | None
+    ) -> tuple[dict[str, Any] | None, str]:
+        cfg = self.cfg
+        if scrape_error is not None:
+            return None, "unavailable"
+        if before is None:
+            return None, "absent"
+        after, error = await server_info.scrape_spec(session, cfg.metrics_url, cfg.endpoint.api_key, self.state.model or "")
+        waited = 0.0
+        while error is None and after is not None and waited < SETTLE_MAX_S:
+            await asyncio.sleep(SETTLE_POLL_S)
+            waited += SETTLE_POLL_S
+            again, error = await server_info.scrape_spec(
+                session, cfg.metrics_url, cfg.endpoint.api_key, self.state.model or ""
+            )
+            if again == after:
+                break
+            after = again
+        if error is not None:
+            return None, "unavailable"
+        return prometheus.spec_delta(before, after)
+
+    async def _session(
+        self,
+        session: aiohttp.ClientSession,
+        level: int,
+        repeat: int,
+        index: int,
+        prompts: list[Prompt],
+        sink: list[RequestRecord],
+    ) -> None:
+        cfg = self.cfg
+        history: list[dict[str, str]] = []
+        if cfg.system_prompt:
+            history.append({"role": "system", "content": cfg.system_prompt})
+        for turn, prompt in enumerate(prompts, start=1):
+            if self.stopper.stopped:
+                return
+            messages = [*history, self._user(prompt)]
+            record = RequestRecord(sessions=level, repeat=repeat, session=index, turn=turn)
+            sink.append(record)  # before sending: a cancelled request still leaves its record
+            reply = await C.send(session, cfg.endpoint, self._body(messages), cfg.stream, record)
+            if record.ok and reply is not None:
+                # Kimi may spend the whole budget reasoning; carry that text so the history still grows.
+                history = [*messages, {"role": "assistant", "content": reply.content or reply.reasoning}]
+            elif record.error == R.CONNECTION_REFUSED:
+                await self._confirm_server_down(session, record)
+
+    async def _confirm_server_down(self, session: aiohttp.ClientSession, record: RequestRecord) -> None:
+        async with self._probe_lock:
+            if self.stopper.stopped:
+                return
+            try:
+                await C.get_json(session, f"{self.cfg.endpoint.base_url}/v1/models", self.cfg.endpoint.api_key, 5.0)
+            except Exception as exc:  # noqa: BLE001
+                reason, detail = C.classify_exception(exc)
+                if reason in (R.CONNECTION_REFUSED, R.CONNECTION_ERROR, R.CONNECTION_RESET, R.TIMEOUT):
+                    self.stopper.trigger(
+                        "aborted",
+                        f"server stopped answering ({record.error_detail}; probe: {detail})",
+                        EXIT_ABORTED,
+                    )
+
+    async def _until_done_or_stopped(self, tasks: list[asyncio.Task[None]]) -> None:
+        if not tasks:
+            return
+        everything = asyncio.gather(*tasks)
+        stop = asyncio.ensure_future(self.stopper.event.wait())
+        try:
+            await asyncio.wait({everything, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+        if everything.done():
+            everything.result()  # re-raise a bug in a session rather than hide it
+            return
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        everything.cancel()
+        await asyncio.gather(everything, return_exceptions=True)
+
+    # -- request bodies -------------------------------------------------------------------------
+    def _user(self, prompt: Prompt) -> dict[str, str]:
+        return {"role": "user", "content": prompt.text}
+
+    def _body(self, messages: list[dict[str, str]]) -> bytes:
+        cfg = self.cfg
+        return C.chat_payload(
+            model=self.state.model or "",
+            messages=messages,
+            max_tokens=cfg.max_tokens,
+            temperature=cfg.temperature,
+            stream=cfg.stream,
+            ignore_eos=cfg.ignore_eos,
+        )

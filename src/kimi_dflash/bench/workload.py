@@ -1,0 +1,114 @@
+"""Prompts and who asks what: the built-in prompt set or a JSONL file, and seeded per-session plans.
+
+Each session of a level gets its own ordered list of prompts (one per turn), drawn without replacement
+from the dataset by a generator seeded with ``(seed, level, repeat, session)``. Two runs with the same
+seed therefore send identical conversations at matched concurrency (a DFlash run and its baseline see
+the same prompts), while different levels and repeats draw different prompts so that a server with
+prefix caching on does not get free hits from the previous level.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from kimi_dflash.bench.errors import UserError
+
+BUILTIN = "builtin"
+CATEGORIES = ("reasoning", "math", "code", "writing", "multilingual")
+
+
+@dataclass(frozen=True)
+class Prompt:
+    id: str
+    category: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Dataset:
+    name: str  # "builtin" or the file path as given
+    prompts: tuple[Prompt, ...]
+    sha256: str  # of the file bytes, so results say exactly which prompts were used
+
+    def describe(self) -> dict[str, object]:
+        categories: dict[str, int] = {}
+        for prompt in self.prompts:
+            categories[prompt.category] = categories.get(prompt.category, 0) + 1
+        return {"name": self.name, "prompts": len(self.prompts), "sha256": self.sha256, "categories": categories}
+
+
+def load_dataset(spec: str) -> Dataset:
+    """``"builtin"`` (the prompt set shipped in this package) or a path to a JSONL file."""
+    if spec == BUILTIN:
+        raw = resources.files("kimi_dflash.bench").joinpath("data/prompts.jsonl").read_bytes()
+        return _parse_jsonl(raw, BUILTIN)
+    path = Path(spec).expanduser()
+    if not path.is_file():
+        raise UserError(
+            f"--dataset {spec!r}: no such file. Give a JSONL file (one {{\"prompt\": \"...\"}} object per line) "
+            f"or 'builtin' for the shipped prompt set."
+        )
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise UserError(f"--dataset {spec!r}: cannot read it ({exc.strerror}).") from None
+    return _parse_jsonl(raw, spec)
+
+
+def _parse_jsonl(raw: bytes, name: str) -> Dataset:
+    prompts: list[Prompt] = []
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"dataset {name}: not UTF-8 text (byte {exc.start}). Save the file as UTF-8.") from None
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except ValueError as exc:
+            raise UserError(f"dataset {name} line {number}: not valid JSON ({exc.msg}).") from None
+        if isinstance(item, str):
+            item = {"prompt": item}
+        prompt = item.get("prompt") if isinstance(item, dict) else None
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise UserError(
+                f'dataset {name} line {number}: expected an object with a non-empty "prompt" string, '
+                f'e.g. {{"prompt": "Explain TCP slow start."}}.'
+            )
+        prompts.append(
+            Prompt(
+                id=str(item.get("id") or f"line-{number}"),
+                category=str(item.get("category") or "uncategorized"),
+                text=prompt,
+            )
+        )
+    if not prompts:
+        raise UserError(f"dataset {name}: no prompts found (empty file?).")
+    return Dataset(name=name, prompts=tuple(prompts), sha256=hashlib.sha256(raw).hexdigest())
+
+
+def _draw(dataset: Dataset, rng: random.Random, count: int) -> list[Prompt]:
+    """``count`` prompts without replacement; reshuffles and continues if the dataset is smaller."""
+    out: list[Prompt] = []
+    while len(out) < count:
+        take = min(count - len(out), len(dataset.prompts))
+        out.extend(dataset.prompts[i] for i in rng.sample(range(len(dataset.prompts)), take))
+    return out
+
+
+def session_prompts(dataset: Dataset, seed: int, level: int, repeat: int, session: int, turns: int) -> list[Prompt]:
+    """The prompts session ``session`` sends, turn by turn, at concurrency ``level``, repeat ``repeat``."""
+    # A string seed is hashed with SHA-512 by random.Random: stable across runs and Python versions.
+    rng = random.Random(f"kimi-dflash/{seed}/{level}/{repeat}/{session}")
+    return _draw(dataset, rng, turns)
+
+
+def warmup_prompts(dataset: Dataset, seed: int, count: int) -> list[Prompt]:
+    rng = random.Random(f"kimi-dflash/{seed}/warmup")
+    return _draw(dataset, rng, count)

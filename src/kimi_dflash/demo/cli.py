@@ -1,0 +1,74 @@
+"""Command line for fabricating the demo models (python -m kimi_dflash.demo, payload/fabricate_demo_models.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from kimi_dflash.demo.bundle import ensure_demo_models
+
+DESCRIPTION = """\
+Fabricate the CPU demo models: a tiny Qwen3-architecture target (4 layers, hidden 128) with a byte-level
+BPE tokenizer and chat template, and a tiny DFlash drafter built to agree with it, so vLLM's speculative
+decoding shows real, non-zero acceptance. Built deterministically from files in this repository (same
+repository contents -> byte-identical files), cached, and reused while the cached copy is complete and
+current; a partial or outdated copy is rebuilt.
+"""
+
+EPILOG = """\
+examples:
+  python -m kimi_dflash.demo                     build once, then print the cached paths
+  python -m kimi_dflash.demo --root /tmp/demo    build somewhere else
+  python -m kimi_dflash.demo --force --json      rebuild and print the result as JSON
+
+serve the result on CPU (see docs for the full command):
+  python -m kimi_dflash.vllm_entry serve <target> --speculative-config \\
+      '{"method":"dflash","model":"<drafter>","num_speculative_tokens":4}' --dtype float32 --enforce-eager
+"""
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="fabricate_demo_models", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--root", type=Path, default=None,
+                        help="directory to keep the models in (default: <project cache>/demo; "
+                             "KIMI_DFLASH_CACHE moves the project cache)")
+    parser.add_argument("--force", action="store_true", help="rebuild even if a valid cached copy exists")
+    parser.add_argument("--json", action="store_true", help="print paths and facts as one JSON object on stdout")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+
+    def progress(message: str) -> None:
+        print(f"demo: {message}", file=sys.stderr, flush=True)
+
+    started = time.perf_counter()
+    try:
+        models = ensure_demo_models(args.root, force=args.force, progress=progress)
+    except OSError as error:
+        progress(f"cannot write the demo models: {error}. Pick a writable --root or set KIMI_DFLASH_CACHE.")
+        return 1
+    elapsed = time.perf_counter() - started
+    summary = models.manifest().get("summary", {})
+    if args.json:
+        print(json.dumps({
+            "target_dir": str(models.target_dir),
+            "drafter_dir": str(models.drafter_dir),
+            "built": models.built,
+            "seconds": round(elapsed, 3),
+            "recommended_num_speculative_tokens": models.recommended_num_speculative_tokens,
+            "summary": summary,
+        }, indent=2))
+        return 0
+    progress(f"{'built' if models.built else 'reused cached copy'} in {elapsed:.2f} s")
+    print(f"target:  {models.target_dir}")
+    print(f"drafter: {models.drafter_dir}")
+    if summary:
+        profile = ", ".join(f"{100 * a:.0f}%" for a in summary.get("expected_acceptance_per_position", []))
+        print(f"expected acceptance per draft position (greedy): {profile}")
+    return 0

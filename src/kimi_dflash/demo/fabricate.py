@@ -1,0 +1,75 @@
+"""Produce every file of the demo bundle in memory: a pure function of the shipped corpus and layout.
+
+Heavy imports (numpy, tokenizers, safetensors) live here, so `kimi_dflash.demo` stays cheap to import
+and the cached fast path never loads them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kimi_dflash.demo import drafter, geometry, layout, target, tokenizer
+from kimi_dflash.demo.walk import Walk, build_walk
+
+TARGET = "target"
+DRAFTER = "drafter"
+SAFETENSORS_METADATA = {"format": "pt"}  # transformers refuses safetensors files without it
+
+
+@dataclass(frozen=True)
+class Fabrication:
+    files: dict[str, bytes]  # bundle-relative path -> content (manifest excluded)
+    walk: Walk
+    mask_token_id: int
+    summary: dict[str, object]  # facts recorded in the manifest (cycle length, miss rate, ...)
+
+
+def check_attention_geometry() -> float:
+    """Refuse weights whose positional attention would not be sharp over the whole context window."""
+    gap = geometry.attention_logit_gap(layout.MAX_POSITION_EMBEDDINGS + layout.DRAFTER_BLOCK_SIZE)
+    if gap < layout.MIN_ATTENTION_LOGIT_GAP:
+        raise RuntimeError(f"positional attention margin {gap:.1f} < {layout.MIN_ATTENTION_LOGIT_GAP}: "
+                           "raise QK_NORM_WEIGHT or lower ROPE_THETA in kimi_dflash/demo/layout.py")
+    return gap
+
+
+def safetensors_bytes(weights: dict[str, object]) -> bytes:
+    from safetensors.numpy import save
+
+    return save(weights, metadata=SAFETENSORS_METADATA)  # type: ignore[arg-type]
+
+
+def fabricate(progress: Callable[[str], None] = lambda message: None) -> Fabrication:
+    gap = check_attention_geometry()
+    progress("training the byte-level BPE tokenizer on the shipped corpus")
+    corpus = tokenizer.read_corpus()
+    tok = tokenizer.train_tokenizer(corpus)
+    mask_token_id = tok.token_to_id(layout.MASK_TOKEN)
+    walk = build_walk(tok.encode(corpus).ids, tok.get_vocab_size())
+    progress(f"cycle of {walk.length} tokens, phase code sidelobe {walk.max_sidelobe:.3f}, "
+             f"{len(walk.missed_phases)} deliberate drafter misses")
+
+    progress("building the target (Qwen3, 4 layers) and the DFlash drafter (2 layers)")
+    files: dict[str, bytes] = {}
+    for name, content in tokenizer.tokenizer_files(tok).items():
+        files[f"{TARGET}/{name}"] = content
+    files[f"{TARGET}/config.json"] = tokenizer.json_bytes(target.target_config(walk))
+    files[f"{TARGET}/generation_config.json"] = tokenizer.json_bytes(target.generation_config())
+    files[f"{TARGET}/model.safetensors"] = safetensors_bytes(target.target_weights(walk))
+    files[f"{DRAFTER}/config.json"] = tokenizer.json_bytes(drafter.drafter_config(walk, mask_token_id))
+    files[f"{DRAFTER}/model.safetensors"] = safetensors_bytes(drafter.drafter_weights(walk))
+
+    summary: dict[str, object] = {
+        "cycle_length": walk.length,
+        "tokenizer_size": walk.tokenizer_size,
+        "vocab_size": walk.vocab_size,
+        "mask_token_id": mask_token_id,
+        "target_layer_ids": list(layout.TARGET_LAYER_IDS),
+        "max_num_speculative_tokens": layout.MAX_NUM_SPECULATIVE_TOKENS,
+        "drafter_miss_rate": round(len(walk.missed_phases) / walk.length, 6),
+        "expected_acceptance_per_position": [round(a, 4) for a in walk.acceptance_profile(8)],
+        "phase_code_max_sidelobe": round(walk.max_sidelobe, 6),
+        "attention_logit_gap": round(gap, 3),
+    }
+    return Fabrication(files=files, walk=walk, mask_token_id=mask_token_id, summary=summary)

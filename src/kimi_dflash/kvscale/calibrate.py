@@ -1,0 +1,295 @@
+"""Calibrate per-layer MLA KV scales: run a prompt set, read the plugin's observe dumps, write the JSON.
+
+Two ways to run the model:
+  --server URL --observe-dir DIR   a running vLLM whose plugin is in observe mode
+                                   (KV_SCALE_MODE=observe, KIMI_DFLASH_KV_OBSERVE_DIR=DIR), any TP size
+  --model PATH                     load a (small) model in this process with vLLM in observe mode
+
+The prompts run in two halves; the per-layer amax after the first half is compared with the final
+one, so the report says whether the scales had converged (they only grow: a running max).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as _dt
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kimi_dflash.kvscale.fp8 import FORMATS, format_by_name
+from kimi_dflash.kvscale.scales_file import (
+    ModelIdentity,
+    merge_observations,
+    read_observe_dumps,
+    scales_document,
+    write_json_atomic,
+)
+from kimi_dflash.kvscale.settings import DEFAULT_FLOOR
+
+DEFAULT_MAX_TOKENS = 256  # 200 prompts x 256 generated tokens ~ 51K tokens, plus the prompts
+
+
+class CalibrationError(RuntimeError):
+    """Calibration could not finish; the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class RunTotals:
+    requests: int
+    prompt_tokens: int
+    completion_tokens: int
+
+
+# ------------------------------------------------------------------------------------------ dumps
+
+def live_dumps(directory: Path, since: float) -> list[dict[str, Any]]:
+    """Observe dumps rewritten after ``since`` (files of processes that exited earlier are stale)."""
+    return [d for d in read_observe_dumps(directory) if float(d.get("updated", 0)) > since]
+
+
+def wait_for_dumps(directory: Path, *, newer_than: float, live_since: float, timeout: float,
+                   sleep: Callable[[float], None] = time.sleep) -> list[dict[str, Any]]:
+    """Wait until every live rank has dumped after ``newer_than``; return those dumps."""
+    deadline = time.monotonic() + timeout
+    while True:
+        live = live_dumps(directory, live_since)
+        if live and all(float(d["updated"]) > newer_than for d in live):
+            return live
+        if time.monotonic() > deadline:
+            if not live:
+                raise CalibrationError(
+                    f"no observe files in {directory} were updated in the last {timeout:.0f}s. Start the server "
+                    f"with KV_SCALE_MODE=observe and KIMI_DFLASH_KV_OBSERVE_DIR={directory} (the plugin writes "
+                    "kv-observe-rank*.json there), and check it serves an MLA model")
+            stale = [d["_path"] for d in live if float(d["updated"]) <= newer_than]
+            raise CalibrationError(f"observe files stopped updating: {', '.join(stale)}; did a vLLM rank die?")
+        sleep(0.2)
+
+
+def identity_of(dumps: Sequence[dict[str, Any]]) -> ModelIdentity:
+    models = {d.get("model") for d in dumps}
+    if len(models) != 1:
+        raise CalibrationError(f"observe files from different models in one directory: {sorted(map(str, models))}; "
+                               "use a fresh KIMI_DFLASH_KV_OBSERVE_DIR per server")
+    return ModelIdentity(model=str(models.pop()), fingerprint=dict(dumps[0].get("model_fingerprint") or {}))
+
+
+def max_relative_change(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> float:
+    """Largest per-layer relative growth of amax between two snapshots (0 = nothing moved)."""
+    worst = 0.0
+    for name, entry in after.items():
+        old = float(before.get(name, {}).get("amax", 0.0))
+        new = float(entry["amax"])
+        if new > 0:
+            worst = max(worst, (new - old) / new)
+    return worst
+
+
+# ------------------------------------------------------------------------------------------ runners
+
+def run_against_server(url: str, model: str | None, prompts: Sequence[str], *, max_tokens: int,
+                       concurrency: int, api_key: str | None) -> Callable[[Sequence[str]], RunTotals]:
+    from kimi_dflash.kvscale.client import chat_greedy, served_model
+
+    name = model or asyncio.run(served_model(url, api_key))
+
+    def run(batch: Sequence[str]) -> RunTotals:
+        results = asyncio.run(chat_greedy(url, name, batch, max_tokens=max_tokens, concurrency=concurrency,
+                                          api_key=api_key))
+        return RunTotals(len(results), sum(r.prompt_tokens for r in results),
+                         sum(r.completion_tokens for r in results))
+
+    return run
+
+
+def calibrate(run: Callable[[Sequence[str]], RunTotals], prompts: Sequence[str], observe_dir: Path, *,
+              fp8_format: str, floor: float, dump_timeout: float, source: dict[str, Any],
+              log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run ``prompts`` (two halves) through ``run`` and build the scales document from the dumps."""
+    started = time.time()
+    # A server in observe mode rewrites its files every few seconds; files that do not change after we
+    # start belong to processes that are gone and are ignored.
+    baseline = merge_observations(wait_for_dumps(observe_dir, newer_than=started, live_since=started,
+                                                 timeout=dump_timeout))
+    run_since = started
+
+    half = max(1, len(prompts) // 2)
+    totals: list[RunTotals] = []
+    snapshots = []
+    for part in (prompts[:half], prompts[half:]):
+        if not part:
+            continue
+        log(f"  running {len(part)} prompts ...")
+        totals.append(run(part))
+        finished = time.time()
+        snapshots.append(merge_observations(wait_for_dumps(observe_dir, newer_than=finished, live_since=run_since,
+                                                           timeout=dump_timeout)))
+    final_dumps = wait_for_dumps(observe_dir, newer_than=time.time(), live_since=run_since, timeout=dump_timeout)
+    layers = merge_observations(final_dumps)
+    if not layers:
+        raise CalibrationError(f"the observe files in {observe_dir} list no MLA layers: is the model MLA "
+                               "(DeepSeek-V3 / Kimi K2 architecture)?")
+    unseen = [name for name, entry in layers.items() if float(entry["amax"]) <= 0]
+    if unseen:
+        raise CalibrationError(f"layers saw no KV writes: {', '.join(unseen[:5])}; send more prompts")
+
+    fmt = format_by_name(fp8_format)
+    convergence = max_relative_change(snapshots[0], layers) if len(snapshots) > 1 else None
+    observed_tokens = {name: int(entry["tokens"]) - int(baseline.get(name, {}).get("tokens", 0))
+                       for name, entry in layers.items()}
+    source = dict(source)
+    source.update({
+        "num_prompts": len(prompts),
+        "requests": sum(t.requests for t in totals),
+        "prompt_tokens": sum(t.prompt_tokens for t in totals),
+        "completion_tokens": sum(t.completion_tokens for t in totals),
+        "kv_tokens_observed": max(observed_tokens.values()),
+        "ranks": len(final_dumps),
+        "amax_growth_in_second_half": convergence,
+    })
+    return scales_document(identity=identity_of(final_dumps), vllm_version=str(final_dumps[0].get("vllm_version")),
+                           fp8_format=fmt.name, fp8_max=fmt.max_value, floor=floor, layers=layers, source=source,
+                           created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+
+
+def summary_lines(document: dict[str, Any], out: Path) -> list[str]:
+    layers = document["layers"]
+    amaxes = [entry["amax"] for entry in layers.values()]
+    low, high = document["scale_range"]
+    source = document["source"]
+    growth = source.get("amax_growth_in_second_half")
+    lines = [
+        f"model            {document['model']}  (vLLM {document['vllm_version']})",
+        f"layers           {document['num_layers']}   ranks {source['ranks']}",
+        f"prompts          {source['num_prompts']}  -> {source['prompt_tokens']} prompt + "
+        f"{source['completion_tokens']} generated tokens; {source['kv_tokens_observed']} KV rows observed per layer",
+        f"amax             {min(amaxes):.4g} .. {max(amaxes):.4g}",
+        f"k_scale ({document['fp8_format']}, max {document['fp8_max']:g})  {low:.4g} .. {high:.4g}"
+        f"   (for e4m3fnuz, max 240: {min(amaxes) / 240:.4g} .. {max(amaxes) / 240:.4g})",
+    ]
+    if growth is not None:
+        verdict = "converged" if growth < 0.05 else "still growing - calibrate with more prompts"
+        lines.append(f"convergence      amax grew at most {growth * 100:.1f}% in the second half: {verdict}")
+    lines.append(f"wrote            {out}")
+    return lines
+
+
+# ------------------------------------------------------------------------------------------ CLI
+
+def _in_process_runner(model_path: str, prompts: Sequence[str], observe_dir: Path, *, max_tokens: int,
+                       max_model_len: int, dtype: str) -> tuple[Callable[[Sequence[str]], RunTotals], Callable[[], None]]:
+    """Load ``model_path`` with vLLM here, plugin in observe mode (engine processes inherit the env)."""
+    os.environ.update({"KIMI_DFLASH_KV_SCALE_MODE": "observe", "KIMI_DFLASH_KV_OBSERVE_DIR": str(observe_dir),
+                       "KIMI_DFLASH_KV_OBSERVE_INTERVAL": "0.5"})
+    for key, value in {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+                       "HF_HUB_OFFLINE": "1"}.items():
+        os.environ.setdefault(key, value)
+    import kimi_dflash.vllm_entry  # noqa: F401  (lets the vllm-cpu build find its own version)
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(model=model_path, enforce_eager=True, max_model_len=max_model_len, dtype=dtype, seed=0)
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+
+    def run(batch: Sequence[str]) -> RunTotals:
+        outputs = llm.chat([[{"role": "user", "content": p}] for p in batch], params, use_tqdm=False)
+        return RunTotals(len(outputs), sum(len(o.prompt_token_ids or []) for o in outputs),
+                         sum(len(o.outputs[0].token_ids) for o in outputs))
+
+    def close() -> None:
+        shutdown = getattr(llm, "shutdown", None)
+        if callable(shutdown):
+            shutdown()
+
+    return run, close
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="calibrate_kv_scales.py",
+        description="Measure per-layer max(|kv_c_normed|, |k_pe|) of an MLA model over a prompt set and write "
+                    "the KV scales JSON that KV_SCALE_MODE=calibrated loads.",
+        epilog="Server mode: start vLLM with KV_SCALE_MODE=observe and KIMI_DFLASH_KV_OBSERVE_DIR=DIR (BF16 KV is "
+               "best: it measures latents undisturbed by FP8 rounding), then: calibrate_kv_scales.py --server "
+               "http://127.0.0.1:8000 --observe-dir DIR --out kv_scales.json.  In-process mode (small models): "
+               "calibrate_kv_scales.py --model /path/to/model --out kv_scales.json.  The API key, if any, is read "
+               "from OPENAI_API_KEY.")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--server", metavar="URL", help="running vLLM server in observe mode")
+    where.add_argument("--model", metavar="PATH", help="load this model in-process with vLLM (small models)")
+    parser.add_argument("--observe-dir", type=Path, help="the server's KIMI_DFLASH_KV_OBSERVE_DIR (server mode)")
+    parser.add_argument("--out", type=Path, required=True, help="scales JSON to write (atomically)")
+    parser.add_argument("--prompts", type=Path, help="JSONL with a \"prompt\" per line (default: 200 shipped prompts)")
+    parser.add_argument("--limit", type=int, help="use only the first N prompts")
+    parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, help="tokens generated per prompt (256)")
+    parser.add_argument("--concurrency", type=int, default=16, help="parallel requests in server mode (16)")
+    parser.add_argument("--served-model", help="model name for requests (default: first of /v1/models)")
+    parser.add_argument("--fp8-format", choices=sorted(FORMATS), default="e4m3fn",
+                        help="format the file's informational 'scale' fields are computed for (the runtime "
+                             "recomputes from amax for its own format); default e4m3fn")
+    parser.add_argument("--floor", type=float, default=DEFAULT_FLOOR, help=f"minimum scale ({DEFAULT_FLOOR:g})")
+    parser.add_argument("--dump-timeout", type=float, default=60.0, help="seconds to wait for fresh observe files")
+    parser.add_argument("--max-model-len", type=int, default=4096, help="in-process mode: vLLM max_model_len")
+    parser.add_argument("--dtype", default="bfloat16", help="in-process mode: model dtype (bfloat16)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from kimi_dflash.kvscale.client import ServerError, api_key_from_env
+    from kimi_dflash.kvscale.prompts import PromptFileError, load_calibration_prompts
+
+    args = build_parser().parse_args(argv)
+    if args.server and args.observe_dir is None:
+        print("error: --server needs --observe-dir (the directory the server's plugin dumps to)", file=sys.stderr)
+        return 2
+    if args.max_tokens < 1 or args.concurrency < 1:
+        print("error: --max-tokens and --concurrency must be >= 1", file=sys.stderr)
+        return 2
+    try:
+        prompts = load_calibration_prompts(args.prompts)
+    except PromptFileError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if args.limit:
+        prompts = prompts[: args.limit]
+
+    close: Callable[[], None] = lambda: None
+    temp_dir = None
+    try:
+        if args.server:
+            observe_dir = args.observe_dir
+            run = run_against_server(args.server, args.served_model, prompts, max_tokens=args.max_tokens,
+                                     concurrency=args.concurrency, api_key=api_key_from_env())
+            source = {"mode": "server", "server": args.server}
+        else:
+            temp_dir = tempfile.TemporaryDirectory(prefix="kv-observe-")
+            observe_dir = Path(temp_dir.name)
+            run, close = _in_process_runner(args.model, prompts, observe_dir, max_tokens=args.max_tokens,
+                                            max_model_len=args.max_model_len, dtype=args.dtype)
+            source = {"mode": "in-process"}
+        source.update({"prompts": str(args.prompts or "kimi_dflash/data/kv_calibration_prompts.jsonl"),
+                       "max_tokens": args.max_tokens})
+        print(f"calibrating KV scales on {len(prompts)} prompts, {args.max_tokens} tokens each")
+        document = calibrate(run, prompts, observe_dir, fp8_format=args.fp8_format, floor=args.floor,
+                             dump_timeout=args.dump_timeout, source=source)
+        write_json_atomic(args.out, document)
+    except (CalibrationError, ServerError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    finally:
+        close()
+        if temp_dir is not None:
+            temp_dir.cleanup()
+    for line in summary_lines(document, args.out):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

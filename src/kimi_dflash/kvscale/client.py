@@ -1,0 +1,128 @@
+"""A small OpenAI-compatible client for calibration and validation: greedy chat completions with token ids.
+
+Non-streaming on purpose: these tools compare *what* a server generates (token ids, answers), not
+how fast; the benchmark (kimi_dflash.bench) measures speed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+API_KEY_ENV = "OPENAI_API_KEY"
+
+
+class ServerError(RuntimeError):
+    """The server could not be reached or answered with an error; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    token_ids: list[int] | None  # None when the server does not return them
+    completion_tokens: int
+    prompt_tokens: int
+    finish_reason: str | None
+
+
+def normalize_base_url(url: str) -> str:
+    """Accept ``http://host:port``, with or without a trailing ``/`` or ``/v1``."""
+    url = url.strip().rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+def _headers(api_key: str | None) -> dict[str, str]:
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    return headers
+
+
+def api_key_from_env() -> str | None:
+    return os.environ.get(API_KEY_ENV) or None
+
+
+async def _get_json(session: aiohttp.ClientSession, url: str, api_key: str | None) -> Any:
+    try:
+        async with session.get(url, headers=_headers(api_key)) as response:
+            if response.status != 200:
+                raise ServerError(f"GET {url} answered HTTP {response.status}: {(await response.text())[:200]}")
+            return await response.json()
+    except aiohttp.ClientError as error:
+        raise ServerError(f"cannot reach {url}: {error}; is the server running?") from None
+
+
+async def served_model(base_url: str, api_key: str | None = None, timeout_s: float = 30.0) -> str:
+    """The first model id the server lists at /v1/models."""
+    base = normalize_base_url(base_url)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
+        document = await _get_json(session, f"{base}/v1/models", api_key)
+    models = [entry.get("id") for entry in document.get("data", []) if entry.get("id")]
+    if not models:
+        raise ServerError(f"{base}/v1/models lists no model")
+    return str(models[0])
+
+
+async def fetch_text(base_url: str, path: str, api_key: str | None = None, timeout_s: float = 30.0) -> str:
+    base = normalize_base_url(base_url)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
+        try:
+            async with session.get(f"{base}{path}", headers=_headers(api_key)) as response:
+                if response.status != 200:
+                    raise ServerError(f"GET {base}{path} answered HTTP {response.status}")
+                return await response.text()
+        except aiohttp.ClientError as error:
+            raise ServerError(f"cannot reach {base}{path}: {error}") from None
+
+
+async def _chat_one(session: aiohttp.ClientSession, url: str, api_key: str | None, payload: dict[str, Any]) -> Completion:
+    try:
+        async with session.post(url, json=payload, headers=_headers(api_key)) as response:
+            if response.status != 200:
+                raise ServerError(f"POST {url} answered HTTP {response.status}: {(await response.text())[:300]}")
+            body = await response.json()
+    except aiohttp.ClientError as error:
+        raise ServerError(f"request to {url} failed: {error}") from None
+    choice = body["choices"][0]
+    usage = body.get("usage") or {}
+    return Completion(
+        text=(choice.get("message") or {}).get("content") or "",
+        token_ids=choice.get("token_ids"),
+        completion_tokens=int(usage.get("completion_tokens", 0)),
+        prompt_tokens=int(usage.get("prompt_tokens", 0)),
+        finish_reason=choice.get("finish_reason"),
+    )
+
+
+async def chat_greedy(
+    base_url: str,
+    model: str,
+    prompts: Sequence[str],
+    *,
+    max_tokens: int,
+    concurrency: int,
+    api_key: str | None = None,
+    timeout_s: float = 1800.0,
+    system: str | None = None,
+) -> list[Completion]:
+    """Send each prompt as one user turn at temperature 0; return completions in prompt order."""
+    base = normalize_base_url(base_url)
+    url = f"{base}/v1/chat/completions"
+    limit = asyncio.Semaphore(max(1, concurrency))
+    connector = aiohttp.TCPConnector(limit=max(1, concurrency), limit_per_host=max(1, concurrency))
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
+
+        async def one(prompt: str) -> Completion:
+            messages = ([{"role": "system", "content": system}] if system else []) + [
+                {"role": "user", "content": prompt}]
+            payload = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0.0,
+                       "seed": 0, "return_token_ids": True, "ignore_eos": False}
+            async with limit:
+                return await _chat_one(session, url, api_key, payload)
+
+        return list(await asyncio.gather(*(one(p) for p in prompts)))

@@ -1,0 +1,64 @@
+"""FP8 formats a KV cache can use, and which one a vLLM ``kv_cache_dtype`` string means on a platform.
+
+Pure facts and lookups; no torch import at module level so config checks stay cheap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# vLLM's per-tensor-scaled FP8 KV dtypes. "fp8_ds_mla" / "nvfp4_ds_mla" carry their own per-tile
+# scales and "auto"/"bfloat16"/... are not quantized, so neither needs (or accepts) our scale.
+SCALED_FP8_KV_DTYPES = ("fp8", "fp8_e4m3", "fp8_e5m2")
+
+
+@dataclass(frozen=True)
+class Fp8Format:
+    name: str  # e4m3fn | e4m3fnuz | e5m2
+    max_value: float  # largest finite magnitude
+    torch_dtype_name: str  # attribute of the torch module
+
+    def torch_dtype(self):  # -> torch.dtype (torch imported lazily)
+        import torch
+
+        return getattr(torch, self.torch_dtype_name)
+
+
+E4M3FN = Fp8Format("e4m3fn", 448.0, "float8_e4m3fn")
+# gfx942 (MI300X) uses the "fnuz" variant: no negative zero, exponent bias 8, max 240.
+E4M3FNUZ = Fp8Format("e4m3fnuz", 240.0, "float8_e4m3fnuz")
+E5M2 = Fp8Format("e5m2", 57344.0, "float8_e5m2")
+
+FORMATS = {f.name: f for f in (E4M3FN, E4M3FNUZ, E5M2)}
+
+
+def is_scaled_fp8_kv(kv_cache_dtype: str) -> bool:
+    """True when vLLM stores this KV dtype as FP8 with one per-tensor scale (the scale we manage)."""
+    return kv_cache_dtype in SCALED_FP8_KV_DTYPES
+
+
+def fp8_format_for(kv_cache_dtype: str, *, fnuz_platform: bool) -> Fp8Format:
+    """The FP8 encoding vLLM uses for ``kv_cache_dtype`` ("fp8"/"fp8_e4m3" are E4M3; fnuz on gfx942)."""
+    if kv_cache_dtype in ("fp8", "fp8_e4m3"):
+        return E4M3FNUZ if fnuz_platform else E4M3FN
+    if kv_cache_dtype == "fp8_e5m2":
+        return E5M2
+    raise ValueError(f"kv_cache_dtype {kv_cache_dtype!r} is not a per-tensor-scaled FP8 KV dtype "
+                     f"(expected one of {', '.join(SCALED_FP8_KV_DTYPES)})")
+
+
+def format_by_name(name: str) -> Fp8Format:
+    try:
+        return FORMATS[name]
+    except KeyError:
+        raise ValueError(f"unknown FP8 format {name!r}; expected one of {', '.join(FORMATS)}") from None
+
+
+def platform_is_fnuz() -> bool:
+    """Whether the running vLLM platform stores E4M3 as fnuz (ROCm gfx942). False when it cannot tell."""
+    try:
+        from vllm.platforms import current_platform
+
+        return bool(current_platform.is_fp8_fnuz())
+    except Exception:  # CPU builds and old versions: E4M3FN
+        return False

@@ -1,0 +1,106 @@
+"""Make the per-layer statistics of a vLLM process retrievable: dump them to a JSON file per rank.
+
+The plugin has no HTTP endpoint, so each process that holds MLA layers rewrites
+``<dir>/kv-observe-rank<R>-pid<P>.json`` every ``interval`` seconds (and at exit). Reading the
+device counters synchronises, so it happens on this background thread, never in the forward pass;
+only observe mode (a calibration run) or an explicitly set KV_OBSERVE_DIR pays for it.
+The calibrator merges the files of all ranks (max over ranks).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from kimi_dflash.kvscale.scales_file import ModelIdentity, observe_document, write_json_atomic
+from kimi_dflash.kvscale.write_hook import LayerHook
+
+logger = logging.getLogger("vllm.plugins.kimi_dflash.kvscale")
+
+
+def current_rank() -> int:
+    """Global rank of this process in vLLM's torch.distributed group (0 before it exists)."""
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank())
+    except Exception:
+        pass
+    return 0
+
+
+def snapshot(hooks: Mapping[str, LayerHook]) -> dict[str, dict[str, Any]]:
+    """Host copies of every layer's counters (synchronises with the device - background thread only)."""
+    layers: dict[str, dict[str, Any]] = {}
+    for name, hook in list(hooks.items()):
+        entry: dict[str, Any] = {
+            "amax": float(hook.stats.amax),
+            "tokens": int(hook.stats.tokens),
+            "writes": int(hook.stats.writes),
+            "kv_cache_dtype": hook.kv_cache_dtype,
+        }
+        if hook.k_scale is not None:
+            entry["k_scale"] = float(hook.k_scale.reshape(-1)[0])
+        layers[name] = entry
+    return layers
+
+
+class ObserveDumper:
+    """Background thread that rewrites this process's observe file on a cadence."""
+
+    def __init__(self, directory: Path, interval: float, hooks: Mapping[str, LayerHook],
+                 identity: Callable[[], ModelIdentity], vllm_version: str) -> None:
+        self.directory = Path(directory)
+        self.interval = interval
+        self.hooks = hooks
+        self.identity = identity
+        self.vllm_version = vllm_version
+        self.seq = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def path(self) -> Path:
+        return self.directory / f"kv-observe-rank{current_rank()}-pid{os.getpid()}.json"
+
+    def dump(self) -> Path | None:
+        if not self.hooks:
+            return None
+        with self._lock:
+            self.seq += 1
+            document = observe_document(identity=self.identity(), rank=current_rank(), pid=os.getpid(),
+                                        vllm_version=self.vllm_version, seq=self.seq, updated=time.time(),
+                                        layers=snapshot(self.hooks))
+            path = self.path()
+            write_json_atomic(path, document)
+            return path
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.dump()
+            except Exception:  # a full disk must not take the server down; say so and keep trying
+                logger.exception("kimi-dflash kv scales: could not write observe file to %s", self.directory)
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._thread = threading.Thread(target=self._run, name="kimi-dflash-kv-observe", daemon=True)
+        self._thread.start()
+        atexit.register(self._final_dump)
+        logger.info("kimi-dflash kv scales: dumping per-layer amax every %.1fs to %s", self.interval, self.directory)
+
+    def _final_dump(self) -> None:
+        self._stop.set()
+        try:
+            self.dump()
+        except Exception:
+            pass

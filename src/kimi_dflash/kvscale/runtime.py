@@ -1,0 +1,284 @@
+"""Install the KV-scale hook in a vLLM process (called from kimi_dflash.vllm_plugin.register()).
+
+When vLLM imports its MLA layer module, two methods of ``MLAAttention`` are wrapped:
+
+* ``__init__``: decides per layer what to do (from KIMI_DFLASH_KV_* settings and the layer's
+  ``kv_cache_dtype``), checks a calibrated file against the model being built, and wraps that
+  layer's ``impl.do_kv_cache_update`` (instance attribute, so every backend's override is covered).
+* ``process_weights_after_loading``: vLLM resets KV scales to 1.0 there when the checkpoint has
+  none; afterwards we set calibrated scales and bind the statistics to the layer's device.
+
+Not FP8 (e.g. the BF16 demo): scale modes are a logged no-op. Observe mode works on any KV dtype -
+calibrating on a BF16-KV server measures latents undisturbed by FP8 rounding in earlier layers.
+Errors in settings or in the scales file raise: a server must not come up with wrong KV scales.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from kimi_dflash.kvscale.fp8 import fp8_format_for, is_scaled_fp8_kv, platform_is_fnuz
+from kimi_dflash.kvscale.scales_file import (
+    ModelIdentity,
+    ScalesFile,
+    check_layer_set,
+    check_model_match,
+    fingerprint_from_hf_config,
+    load_scales_file,
+    scale_for_layer,
+)
+from kimi_dflash.kvscale.settings import KvScaleSettings, Mode, settings_from_env
+
+logger = logging.getLogger("vllm.plugins.kimi_dflash.kvscale")
+
+MLA_MODULE = "vllm.model_executor.layers.attention.mla_attention"
+MLA_CLASS = "MLAAttention"
+# Regular (GQA/MHA) attention: only watched so a non-MLA model says in its log that the hook does nothing.
+ATTENTION_MODULE = "vllm.model_executor.layers.attention.attention"
+ATTENTION_CLASS = "Attention"
+_PATCHED_MARKER = "__kimi_dflash_kv_patched__"
+# KV dtypes that are not quantised at all; only these can host the FP8 emulation.
+UNQUANTISED_KV_DTYPES = ("auto", "bfloat16", "float16", "float32", "half", "float")
+
+
+class _ProcessState:
+    """Everything the hook knows in this process (one per process; vLLM builds one model per worker)."""
+
+    def __init__(self, settings: KvScaleSettings) -> None:
+        self.settings = settings
+        self.hooks: dict[str, Any] = {}
+        self.identity: ModelIdentity | None = None
+        self.scales: ScalesFile | None = None
+        self.dumper: Any = None
+        self.applied = 0
+        self.noop_logged = False
+        self.non_mla_logged = False
+        self.lock = threading.Lock()
+
+
+_state: _ProcessState | None = None
+
+
+def install_kv_scale_hook() -> None:
+    """Read KIMI_DFLASH_KV_* and, if anything is enabled, hook vLLM's MLA layer. Idempotent.
+
+    Raises KvScaleConfigError / KvScalesFileError on bad settings or an unusable scales file, and
+    RuntimeError when this vLLM has no MLA layer module to hook.
+    """
+    global _state
+    settings = settings_from_env()
+    if not settings.active:
+        logger.debug("kimi-dflash kv scales: mode off, hook not installed")
+        return
+    if _state is not None:
+        return
+    state = _ProcessState(settings)
+    if settings.mode is Mode.CALIBRATED:
+        assert settings.scales_file is not None
+        state.scales = load_scales_file(settings.scales_file)  # shape errors surface at startup, in every process
+    _check_mla_module_exists()
+    _state = state
+    from kimi_dflash.patcher.import_hooks import when_imported
+
+    when_imported(MLA_MODULE, _patch_mla_module)
+    when_imported(ATTENTION_MODULE, _patch_attention_module)
+    logger.info("kimi-dflash kv scales: mode=%s%s%s; waiting for vLLM's MLA layers", settings.mode.value,
+                f", file={settings.scales_file}" if settings.scales_file else "",
+                f", emulating {settings.emulate_fp8.name} in unquantised caches" if settings.emulate_fp8 else "")
+
+
+def _check_mla_module_exists() -> None:
+    import vllm
+
+    relative = Path(*MLA_MODULE.split(".")[1:]).with_suffix(".py")
+    for root in getattr(vllm, "__path__", []):
+        if (Path(root) / relative).is_file():
+            return
+    raise RuntimeError(
+        f"kimi-dflash kv scales: this vLLM ({getattr(vllm, '__version__', '?')}) has no {MLA_MODULE}; the KV "
+        "scale hook supports vLLM 0.20-0.33. Set KV_SCALE_MODE=off (KIMI_DFLASH_KV_SCALE_MODE=off) to start "
+        "without it.")
+
+
+def _patch_mla_module(module: ModuleType) -> None:
+    cls = getattr(module, MLA_CLASS, None)
+    if cls is None:
+        raise RuntimeError(f"kimi-dflash kv scales: {MLA_MODULE} has no {MLA_CLASS}; cannot hook the KV write path")
+    if getattr(cls, _PATCHED_MARKER, False):
+        return
+    original_init = cls.__init__
+    original_load = cls.process_weights_after_loading
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original_init(self, *args, **kwargs)
+        on_layer_built(self)
+
+    def process_weights_after_loading(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original_load(self, *args, **kwargs)
+        on_layer_loaded(self)
+        return result
+
+    __init__.__wrapped__ = original_init  # type: ignore[attr-defined]
+    process_weights_after_loading.__wrapped__ = original_load  # type: ignore[attr-defined]
+    cls.__init__ = __init__
+    cls.process_weights_after_loading = process_weights_after_loading
+    setattr(cls, _PATCHED_MARKER, True)
+    logger.info("kimi-dflash kv scales: hooked %s.%s", MLA_MODULE, MLA_CLASS)
+
+
+def _patch_attention_module(module: ModuleType) -> None:
+    cls = getattr(module, ATTENTION_CLASS, None)
+    if cls is None or getattr(cls, _PATCHED_MARKER, False):
+        return
+    original_init = cls.__init__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original_init(self, *args, **kwargs)
+        on_non_mla_layer_built(self)
+
+    __init__.__wrapped__ = original_init  # type: ignore[attr-defined]
+    cls.__init__ = __init__
+    setattr(cls, _PATCHED_MARKER, True)
+
+
+def on_non_mla_layer_built(layer: Any) -> None:
+    """Say once per process that a non-MLA attention layer is left alone (e.g. the Qwen3 demo, a GQA drafter)."""
+    state = _state
+    if state is None or state.non_mla_logged:
+        return
+    state.non_mla_logged = True
+    logger.info("kimi-dflash kv scales: %s is not MLA attention (KV cache dtype %r): the KV scale hook leaves "
+                "non-MLA layers alone (no-op)", getattr(layer, "layer_name", "?"),
+                getattr(layer, "kv_cache_dtype", "?"))
+
+
+def _served_identity() -> ModelIdentity:
+    from vllm.config import get_current_vllm_config
+
+    model_config = get_current_vllm_config().model_config
+    return ModelIdentity(model=str(model_config.model), fingerprint=fingerprint_from_hf_config(model_config.hf_config))
+
+
+def _vllm_version() -> str:
+    try:
+        import vllm
+
+        return str(vllm.__version__)
+    except Exception:
+        return "unknown"
+
+
+def on_layer_built(layer: Any) -> None:
+    """Decide what to do for one freshly built MLA layer and wrap its KV write."""
+    from kimi_dflash.kvscale.write_hook import LayerHook, wrap_kv_cache_update
+
+    state = _state
+    if state is None:
+        return
+    settings = state.settings
+    name = str(layer.layer_name)
+    kv_dtype = str(layer.kv_cache_dtype)
+    with state.lock:
+        if state.identity is None:
+            state.identity = _served_identity()
+        identity = state.identity
+
+    fp8 = None
+    emulate = None
+    if is_scaled_fp8_kv(kv_dtype) and kv_dtype != "fp8_e5m2":
+        fp8 = fp8_format_for(kv_dtype, fnuz_platform=platform_is_fnuz())
+    elif settings.emulate_fp8 is not None and kv_dtype in UNQUANTISED_KV_DTYPES:
+        fp8 = emulate = settings.emulate_fp8
+
+    calibrated = None
+    if settings.mode is Mode.CALIBRATED:
+        assert state.scales is not None
+        # Checked even when the cache is not FP8: a wrong file is a configuration error either way.
+        check_model_match(state.scales, identity)
+        check_layer_set(state.scales, int(identity.fingerprint.get("num_hidden_layers") or 0))
+        entry = scale_for_layer(state.scales, name)
+        if fp8 is not None:
+            calibrated = max(entry.amax / fp8.max_value, settings.floor)
+
+    if settings.sets_scales and fp8 is None and not state.noop_logged:
+        state.noop_logged = True
+        logger.info("kimi-dflash kv scales: KV cache dtype of %s is %r, not a per-tensor FP8 E4M3 cache: "
+                    "%s mode leaves the scales alone (no-op)", name, kv_dtype, settings.mode.value)
+
+    observing = settings.mode is Mode.OBSERVE or settings.observe_dir is not None
+    dynamic = settings.mode is Mode.DYNAMIC and fp8 is not None
+    if not (dynamic or calibrated is not None or observing or emulate is not None):
+        return
+    hook = LayerHook(name=name, kv_cache_dtype=kv_dtype, fp8=fp8, dynamic=dynamic, calibrated_scale=calibrated,
+                     emulate=emulate, floor=settings.floor, warmup_writes=settings.warmup_steps)
+    layer.impl.do_kv_cache_update = wrap_kv_cache_update(layer.impl.do_kv_cache_update, hook)
+    with state.lock:
+        first = not state.hooks
+        state.hooks[name] = hook
+    if first:
+        logger.info("kimi-dflash kv scales: %s KV cache %r on %s: %s", settings.mode.value, kv_dtype, name,
+                    _describe(hook))
+    with state.lock:
+        if settings.observe_dir is not None and state.dumper is None:
+            from kimi_dflash.kvscale.observer import ObserveDumper
+
+            state.dumper = ObserveDumper(settings.observe_dir, settings.observe_interval, state.hooks,
+                                         lambda: identity, _vllm_version())
+            state.dumper.start()
+
+
+def _describe(hook: Any) -> str:
+    parts = []
+    if hook.dynamic:
+        freeze = f"frozen after {hook.warmup_writes} writes" if hook.warmup_writes else "never frozen"
+        parts.append(f"k_scale follows the running amax / {hook.fp8.max_value:g} ({hook.fp8.name}), floor "
+                     f"{hook.floor:g}, {freeze}")
+    if hook.calibrated_scale is not None:
+        parts.append(f"calibrated k_scale {hook.calibrated_scale:.4g} ({hook.fp8.name})")
+    if hook.emulate is not None:
+        parts.append(f"EMULATING {hook.emulate.name} storage in an unquantised cache (test aid, not for serving)")
+    if not parts:
+        parts.append("observing amax only, scales untouched")
+    return "; ".join(parts)
+
+
+def on_layer_loaded(layer: Any) -> None:
+    """After vLLM finalised the layer's weights and scales: bind stats to its device, apply static scales."""
+    from kimi_dflash.kvscale.write_hook import apply_static_scale
+
+    state = _state
+    if state is None:
+        return
+    hook = state.hooks.get(str(layer.layer_name))
+    if hook is None:
+        return
+    k_scale = getattr(layer, "_k_scale", None)
+    if k_scale is not None:
+        hook.k_scale = k_scale
+        hook.stats.to_(k_scale.device)
+    if hook.calibrated_scale is not None:
+        apply_static_scale(layer, hook.calibrated_scale)
+        hook.scale_applied = True
+        with state.lock:
+            state.applied += 1
+            applied = state.applied
+        logger.debug("kimi-dflash kv scales: %s k_scale=%.6g (calibrated)", hook.name, hook.calibrated_scale)
+        if applied == 1 or applied == len(state.hooks):
+            scales = [h.calibrated_scale for h in state.hooks.values() if h.calibrated_scale is not None]
+            logger.info("kimi-dflash kv scales: calibrated scales applied to %d/%d MLA layers in pid %d "
+                        "(range %.4g-%.4g, %s)", applied, len(state.hooks), os.getpid(), min(scales), max(scales),
+                        hook.fp8.name if hook.fp8 else "?")
+    elif hook.dynamic and hook.fp8 is not None:
+        logger.debug("kimi-dflash kv scales: %s follows its running amax (%s, max %g, floor %g, warm-up %d)",
+                     hook.name, hook.fp8.name, hook.fp8.max_value, hook.floor, hook.warmup_writes)
+
+
+def reset_for_tests() -> None:
+    """Forget this process's hook state (tests call install/build/load several times in one process)."""
+    global _state
+    _state = None

@@ -1,0 +1,112 @@
+"""The KV-scale arithmetic for MLA latents, as tensor ops that never leave the device.
+
+MLA caches one row per token: the normalised latent ``kv_c_normed`` (kv_lora_rank values) next to
+the rotary key ``k_pe``; vLLM quantises both with the layer's single ``k_scale``. So the scale must
+cover max(|kv_c_normed|, |k_pe|):  k_scale = amax / fp8_max, kept above a floor.
+
+Everything here runs inside vLLM's forward pass, possibly under CUDA-graph capture, so: no
+``.item()``, no ``.tolist()``, no Python ``if`` on tensor values, no new persistent tensors - only
+in-place updates of tensors allocated up front. Python-level branches depend on configuration and
+shapes only (shapes are host metadata, reading them does not synchronise).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def row_amax(x: torch.Tensor, rows: int) -> torch.Tensor:
+    """Per-row max |x| over everything but the first dimension, as float32 (exact: max never rounds)."""
+    return x[:rows].reshape(rows, -1).abs().amax(dim=1).to(torch.float32)
+
+
+def batch_latent_amax(
+    kv_c_normed: torch.Tensor,
+    k_pe: torch.Tensor,
+    slot_mapping: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(amax, tokens) of one KV write, both 0-dim tensors on the input's device.
+
+    Only rows that are really written count: vLLM writes ``slot_mapping.numel()`` rows and marks
+    padding (e.g. CUDA-graph padding) with slot -1. Non-finite values are ignored - they cannot be
+    represented by any scale, and letting one through would poison the running maximum forever.
+    """
+    rows = kv_c_normed.shape[0] if slot_mapping is None else min(slot_mapping.numel(), kv_c_normed.shape[0])
+    device = kv_c_normed.device
+    if rows == 0:
+        zero = torch.zeros((), dtype=torch.float32, device=device)
+        return zero, torch.zeros((), dtype=torch.int64, device=device)
+    per_row = torch.maximum(row_amax(kv_c_normed, rows), row_amax(k_pe, rows))
+    per_row = torch.where(torch.isfinite(per_row), per_row, torch.zeros_like(per_row))
+    if slot_mapping is None:
+        return per_row.amax(), torch.full((), rows, dtype=torch.int64, device=device)
+    valid = slot_mapping.reshape(-1)[:rows] >= 0
+    masked = torch.where(valid, per_row, torch.zeros_like(per_row))
+    return masked.amax(), valid.sum()
+
+
+def scale_from_amax(amax: torch.Tensor, fp8_max: float, floor: float) -> torch.Tensor:
+    """k_scale = max(amax / fp8_max, floor): values up to amax land on the FP8 grid unclipped."""
+    return torch.clamp_min(amax.to(torch.float32) / fp8_max, floor)
+
+
+class LatentStats:
+    """Running statistics of one MLA layer's KV writes, held in device tensors updated in place."""
+
+    def __init__(self, device: torch.device | str = "cpu") -> None:
+        self.amax = torch.zeros((), dtype=torch.float32, device=device)
+        self.tokens = torch.zeros((), dtype=torch.int64, device=device)
+        self.writes = torch.zeros((), dtype=torch.int64, device=device)
+
+    def to_(self, device: torch.device | str) -> "LatentStats":
+        """Move to ``device`` (once, at load time - never in the forward pass)."""
+        self.amax = self.amax.to(device)
+        self.tokens = self.tokens.to(device)
+        self.writes = self.writes.to(device)
+        return self
+
+    def observe_(
+        self,
+        kv_c_normed: torch.Tensor,
+        k_pe: torch.Tensor,
+        slot_mapping: torch.Tensor | None = None,
+    ) -> None:
+        batch_amax, batch_tokens = batch_latent_amax(kv_c_normed, k_pe, slot_mapping)
+        torch.maximum(self.amax, batch_amax, out=self.amax)
+        self.tokens.add_(batch_tokens)
+        self.writes.add_(1)
+
+
+def follow_running_amax_(
+    k_scale: torch.Tensor,
+    stats: LatentStats,
+    *,
+    fp8_max: float,
+    floor: float,
+    warmup_writes: int,
+) -> None:
+    """Set ``k_scale`` in place from the running amax (call after ``stats.observe_``).
+
+    ``warmup_writes`` = 0: the scale follows the running amax for the whole life of the server.
+    ``warmup_writes`` = N > 0: it follows for the first N writes of the layer and is then frozen, so
+    every entry written afterwards shares one scale. The gate is a device-side comparison, so it
+    keeps counting correctly when the call is replayed from a captured CUDA graph.
+    """
+    target = scale_from_amax(stats.amax, fp8_max, floor).to(k_scale.dtype)
+    if warmup_writes <= 0:
+        k_scale.copy_(target.expand_as(k_scale))
+        return
+    still_warming = stats.writes <= warmup_writes
+    k_scale.copy_(torch.where(still_warming, target, k_scale))
+
+
+def quantize_dequantize(x: torch.Tensor, scale: torch.Tensor, fp8_torch_dtype: torch.dtype) -> torch.Tensor:
+    """What reading back an FP8 cache entry gives: saturate(x / scale) on the FP8 grid, times scale.
+
+    vLLM's cache-write kernels convert with saturation (out-of-range values become +-max), whereas
+    a plain torch cast would produce NaN; hence the explicit clamp. Returns a new tensor in x.dtype.
+    """
+    fp8_max = torch.finfo(fp8_torch_dtype).max
+    scale32 = scale.to(torch.float32)
+    scaled = (x.to(torch.float32) / scale32).clamp(-fp8_max, fp8_max)
+    return (scaled.to(fp8_torch_dtype).to(torch.float32) * scale32).to(x.dtype)

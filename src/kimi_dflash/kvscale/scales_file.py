@@ -1,0 +1,256 @@
+"""The two JSON documents of the KV-scale workflow, and their checks.
+
+* observe dump  (``kv-observe-rank<R>-pid<P>.json``): written by the plugin in each vLLM process in
+  observe mode - per-layer running amax and token counts, rewritten every few seconds.
+* scales file: written by payload/calibrate_kv_scales.py from the merged dumps; read by the plugin
+  in calibrated mode, which refuses a file made for another model or another layer set.
+
+Scales files store the *amax* per layer; the runtime derives k_scale = amax / fp8_max for the FP8
+format of the machine it runs on, so one calibration serves E4M3FN (448) and gfx942's E4M3FNUZ (240).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SCALES_FORMAT = "kimi-dflash-kv-scales"
+OBSERVE_FORMAT = "kimi-dflash-kv-observe"
+FORMAT_VERSION = 1
+OBSERVE_GLOB = "kv-observe-*.json"
+
+# Architecture facts that must agree between the calibrated model and the served one.
+FINGERPRINT_KEYS = ("model_type", "num_hidden_layers", "hidden_size", "num_attention_heads",
+                    "kv_lora_rank", "qk_rope_head_dim")
+
+
+class KvScalesFileError(ValueError):
+    """The scales file is unreadable, malformed, or made for a different model; says how to fix it."""
+
+
+@dataclass(frozen=True)
+class ModelIdentity:
+    model: str  # what vLLM was asked to serve (hub id or local path)
+    fingerprint: dict[str, Any]
+
+    def short_name(self) -> str:
+        return model_basename(self.model)
+
+
+@dataclass(frozen=True)
+class LayerScale:
+    amax: float
+    scale: float
+    tokens: int
+
+
+@dataclass(frozen=True)
+class ScalesFile:
+    path: Path
+    model: ModelIdentity
+    layers: dict[str, LayerScale]
+    fp8_format: str
+    vllm_version: str
+    raw: dict[str, Any]
+
+
+def model_basename(model: str) -> str:
+    """'moonshotai/Kimi-K2.6' and '/models/Kimi-K2.6/' both name 'Kimi-K2.6'."""
+    return Path(model.rstrip("/")).name or model
+
+
+def fingerprint_from_hf_config(hf_config: Any) -> dict[str, Any]:
+    """The architecture facts of an HF config object (text config of a multimodal wrapper)."""
+    text = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
+    return {key: getattr(text, key, None) for key in FINGERPRINT_KEYS}
+
+
+def write_json_atomic(path: Path, document: Mapping[str, Any]) -> None:
+    """Write JSON next to ``path`` and rename over it: readers see the old file or the new, never half."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(document, handle, indent=2, sort_keys=False)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+# ---------------------------------------------------------------- observe dumps (plugin -> calibrator)
+
+def observe_document(*, identity: ModelIdentity, rank: int, pid: int, vllm_version: str, seq: int,
+                     updated: float, layers: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    return {
+        "format": OBSERVE_FORMAT,
+        "version": FORMAT_VERSION,
+        "model": identity.model,
+        "model_fingerprint": identity.fingerprint,
+        "vllm_version": vllm_version,
+        "rank": rank,
+        "pid": pid,
+        "seq": seq,
+        "updated": updated,
+        "layers": {name: dict(values) for name, values in layers.items()},
+    }
+
+
+def read_observe_dumps(directory: Path) -> list[dict[str, Any]]:
+    """Every well-formed observe dump in ``directory`` (files being replaced are simply skipped)."""
+    dumps = []
+    for path in sorted(Path(directory).glob(OBSERVE_GLOB)):
+        try:
+            document = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            continue
+        if document.get("format") == OBSERVE_FORMAT and document.get("version") == FORMAT_VERSION:
+            document["_path"] = str(path)
+            dumps.append(document)
+    return dumps
+
+
+def merge_observations(dumps: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, float | int]]:
+    """Per layer: amax = max over ranks; tokens = max over ranks.
+
+    With tensor parallelism every rank computes the same (replicated) latent, so ranks agree and the
+    max is the value; with pipeline parallelism each layer lives on one rank, so the union of layers
+    is the model. Summing tokens would count a TP-replicated token once per rank.
+    """
+    merged: dict[str, dict[str, float | int]] = {}
+    for dump in dumps:
+        for name, values in dump.get("layers", {}).items():
+            entry = merged.setdefault(name, {"amax": 0.0, "tokens": 0})
+            entry["amax"] = max(float(entry["amax"]), float(values["amax"]))
+            entry["tokens"] = max(int(entry["tokens"]), int(values["tokens"]))
+    return merged
+
+
+# ---------------------------------------------------------------- scales file (calibrator -> plugin)
+
+def scales_document(*, identity: ModelIdentity, vllm_version: str, fp8_format: str, fp8_max: float,
+                    floor: float, layers: Mapping[str, Mapping[str, float | int]],
+                    source: Mapping[str, Any], created: str) -> dict[str, Any]:
+    """The scales JSON: per-layer amax, scale (for ``fp8_format``), tokens, plus provenance."""
+    layer_entries = {}
+    for name in sorted(layers, key=_layer_sort_key):
+        amax = float(layers[name]["amax"])
+        layer_entries[name] = {
+            "amax": amax,
+            "scale": max(amax / fp8_max, floor),
+            "tokens": int(layers[name]["tokens"]),
+        }
+    scales = [entry["scale"] for entry in layer_entries.values()]
+    return {
+        "format": SCALES_FORMAT,
+        "version": FORMAT_VERSION,
+        "model": identity.model,
+        "model_fingerprint": identity.fingerprint,
+        "vllm_version": vllm_version,
+        "kv_cache_dtype": "fp8",
+        "fp8_format": fp8_format,
+        "fp8_max": fp8_max,
+        "floor": floor,
+        "created": created,
+        "source": dict(source),
+        "num_layers": len(layer_entries),
+        "scale_range": [min(scales), max(scales)] if scales else None,
+        "layers": layer_entries,
+    }
+
+
+def _layer_sort_key(name: str) -> tuple:
+    """Sort 'model.layers.10...' after 'model.layers.9...'."""
+    return tuple(int(part) if part.isdigit() else part for part in name.split("."))
+
+
+def _positive_finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def load_scales_file(path: Path) -> ScalesFile:
+    """Read and check a scales file's shape; raise KvScalesFileError naming the problem and the fix."""
+    path = Path(path)
+    fix = "re-run payload/calibrate_kv_scales.py to produce it"
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise KvScalesFileError(f"KV scales file {path} does not exist; {fix}, or set KV_SCALES_FILE") from None
+    except (OSError, json.JSONDecodeError) as error:
+        raise KvScalesFileError(f"KV scales file {path} is not readable JSON ({error}); {fix}") from None
+    if not isinstance(document, dict) or document.get("format") != SCALES_FORMAT:
+        raise KvScalesFileError(f"{path} is not a kimi-dflash KV scales file (format != {SCALES_FORMAT!r}); {fix}")
+    if document.get("version") != FORMAT_VERSION:
+        raise KvScalesFileError(f"{path} has format version {document.get('version')!r}, this build reads "
+                                f"{FORMAT_VERSION}; {fix}")
+    layers_raw = document.get("layers")
+    if not isinstance(layers_raw, dict) or not layers_raw:
+        raise KvScalesFileError(f"{path} lists no layers; {fix}")
+    layers = {}
+    for name, entry in layers_raw.items():
+        if not isinstance(entry, dict) or not _positive_finite(entry.get("amax")) \
+                or not _positive_finite(entry.get("scale")):
+            raise KvScalesFileError(
+                f"{path}: layer {name!r} has no positive finite amax/scale ({entry!r}) - the calibration "
+                f"saw no tokens for it; {fix} with more prompts")
+        tokens = entry.get("tokens", 0)
+        layers[name] = LayerScale(amax=float(entry["amax"]), scale=float(entry["scale"]),
+                                  tokens=int(tokens) if isinstance(tokens, int) else 0)
+    if document.get("num_layers", len(layers)) != len(layers):
+        raise KvScalesFileError(f"{path}: num_layers={document.get('num_layers')} but {len(layers)} layers "
+                                f"are listed; the file was edited or truncated; {fix}")
+    fingerprint = document.get("model_fingerprint")
+    if not isinstance(document.get("model"), str) or not isinstance(fingerprint, dict):
+        raise KvScalesFileError(f"{path} does not say which model it was calibrated on; {fix}")
+    return ScalesFile(path=path, model=ModelIdentity(document["model"], fingerprint), layers=layers,
+                      fp8_format=str(document.get("fp8_format", "")),
+                      vllm_version=str(document.get("vllm_version", "")), raw=document)
+
+
+def check_model_match(scales: ScalesFile, served: ModelIdentity) -> None:
+    """Refuse a file calibrated on another model (by name or by architecture)."""
+    fix = (f"calibrate this model with payload/calibrate_kv_scales.py, or point KV_SCALES_FILE at the file "
+           f"made for {served.model!r}")
+    mismatched = {key: (scales.model.fingerprint.get(key), served.fingerprint.get(key))
+                  for key in FINGERPRINT_KEYS
+                  if scales.model.fingerprint.get(key) != served.fingerprint.get(key)}
+    if mismatched:
+        details = ", ".join(f"{key}: file {a!r} vs served {b!r}" for key, (a, b) in mismatched.items())
+        raise KvScalesFileError(f"KV scales file {scales.path} was calibrated on {scales.model.model!r}, a "
+                                f"different architecture than the served {served.model!r} ({details}); {fix}")
+    if scales.model.model != served.model and scales.model.short_name() != served.short_name():
+        raise KvScalesFileError(f"KV scales file {scales.path} was calibrated on {scales.model.model!r}, but "
+                                f"this server runs {served.model!r}; {fix}")
+
+
+def check_layer_set(scales: ScalesFile, expected_layers: int) -> None:
+    """The file must cover exactly the model's MLA layers."""
+    if len(scales.layers) != expected_layers:
+        raise KvScalesFileError(
+            f"KV scales file {scales.path} has {len(scales.layers)} layers, the served model has "
+            f"{expected_layers} MLA layers; it was calibrated on a different model or a partial run - "
+            "re-run payload/calibrate_kv_scales.py")
+
+
+def scale_for_layer(scales: ScalesFile, layer_name: str) -> LayerScale:
+    try:
+        return scales.layers[layer_name]
+    except KeyError:
+        sample = ", ".join(list(scales.layers)[:3])
+        raise KvScalesFileError(
+            f"KV scales file {scales.path} has no entry for layer {layer_name!r} (it lists e.g. {sample}); "
+            "it was calibrated on a different model or vLLM layer naming - re-run "
+            "payload/calibrate_kv_scales.py against this server") from None

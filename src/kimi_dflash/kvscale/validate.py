@@ -1,0 +1,269 @@
+"""Validate FP8 KV against BF16 KV: same prompts on two servers, one screen of evidence and a verdict.
+
+  1. token agreement  - greedy outputs compared token by token: identical outputs, first divergence
+  2. math accuracy     - shipped word problems with exact integer answers, both servers
+  3. KV capacity       - tokens the KV cache holds, from each server's log ("KV cache size: N tokens")
+  4. benchmark         - payload/benchmark_multi_turn.py at the config's concurrency, if present
+
+The servers are started by you (serve.sh with production.env and production-fp8kv.env on the MI300X
+box, or any two vLLM servers); this tool only sends requests and reads logs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import statistics
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from kimi_dflash.kvscale.client import Completion, ServerError, api_key_from_env, chat_greedy, served_model
+from kimi_dflash.kvscale.prompts import (
+    PromptFileError,
+    extract_answer,
+    load_calibration_prompts,
+    load_math_problems,
+    math_prompt,
+)
+from kimi_dflash.kvscale.scales_file import write_json_atomic
+from kimi_dflash.paths import REPO_ROOT
+
+BENCHMARK_SCRIPT = REPO_ROOT / "payload" / "benchmark_multi_turn.py"
+_KV_SIZE = re.compile(r"KV cache size:\s*([\d,]+)\s*tokens")
+
+
+# ------------------------------------------------------------------------------------------ pure parts
+
+@dataclass(frozen=True)
+class PairComparison:
+    identical: bool
+    first_divergence: int | None  # index of the first differing token; None when identical
+    common_prefix: int
+    length_reference: int
+    length_candidate: int
+
+    @property
+    def prefix_agreement(self) -> float:
+        longest = max(self.length_reference, self.length_candidate)
+        return 1.0 if longest == 0 else self.common_prefix / longest
+
+
+def compare_tokens(reference: Sequence[int], candidate: Sequence[int]) -> PairComparison:
+    prefix = 0
+    for a, b in zip(reference, candidate):
+        if a != b:
+            break
+        prefix += 1
+    identical = prefix == len(reference) == len(candidate)
+    return PairComparison(identical=identical, first_divergence=None if identical else prefix, common_prefix=prefix,
+                          length_reference=len(reference), length_candidate=len(candidate))
+
+
+@dataclass(frozen=True)
+class AgreementSummary:
+    prompts: int
+    identical: int
+    mean_prefix_agreement: float
+    median_first_divergence: float | None  # over diverging prompts
+    earliest_divergence: int | None
+
+
+def summarize_agreement(pairs: Sequence[PairComparison]) -> AgreementSummary:
+    diverging = [p.first_divergence for p in pairs if p.first_divergence is not None]
+    return AgreementSummary(
+        prompts=len(pairs),
+        identical=sum(p.identical for p in pairs),
+        mean_prefix_agreement=statistics.fmean(p.prefix_agreement for p in pairs) if pairs else 0.0,
+        median_first_divergence=statistics.median(diverging) if diverging else None,
+        earliest_divergence=min(diverging) if diverging else None,
+    )
+
+
+def kv_capacity_from_log(text: str) -> int | None:
+    """The last 'KV cache size: N tokens' line of a vLLM log (GPU and CPU builds both print it)."""
+    found = _KV_SIZE.findall(text)
+    return int(found[-1].replace(",", "")) if found else None
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    max_math_drop_points: float = 5.0  # FP8 accuracy may trail BF16 by at most this many points
+    min_prefix_agreement: float = 0.5  # mean fraction of the greedy output shared with BF16
+    min_capacity_ratio: float = 1.8  # FP8 halves bytes per token: expect ~2x tokens
+
+
+def verdict_lines(agreement: AgreementSummary, math_bf16: float, math_fp8: float, capacity: tuple[int | None, int | None],
+                  thresholds: Thresholds) -> tuple[str, list[str]]:
+    """(PASS|WARN|FAIL, reasons). FAIL = FP8 changes answers; WARN = weaker evidence or missing facts."""
+    problems: list[tuple[str, str]] = []
+    drop = (math_bf16 - math_fp8) * 100
+    if drop > thresholds.max_math_drop_points:
+        problems.append(("FAIL", f"math accuracy drops {drop:.1f} points with FP8 KV "
+                                 f"(limit {thresholds.max_math_drop_points:g}); check the KV scales"))
+    if agreement.mean_prefix_agreement < thresholds.min_prefix_agreement:
+        problems.append(("WARN", f"FP8 outputs share only {agreement.mean_prefix_agreement * 100:.0f}% of their greedy "
+                                 f"prefix with BF16 (expect >= {thresholds.min_prefix_agreement * 100:.0f}%)"))
+    bf16_tokens, fp8_tokens = capacity
+    if bf16_tokens and fp8_tokens:
+        ratio = fp8_tokens / bf16_tokens
+        if ratio < thresholds.min_capacity_ratio:
+            problems.append(("WARN", f"FP8 KV holds only {ratio:.2f}x the BF16 tokens (expect ~2x): is "
+                                     "--kv-cache-dtype fp8 set on the FP8 server?"))
+    else:
+        problems.append(("WARN", "KV capacity unknown: pass --bf16-log and --fp8-log (the servers' logs)"))
+    if any(level == "FAIL" for level, _ in problems):
+        status = "FAIL"
+    elif problems:
+        status = "WARN"
+    else:
+        status = "PASS"
+    return status, [f"{level}: {text}" for level, text in problems]
+
+
+# ------------------------------------------------------------------------------------------ I/O parts
+
+async def _both(urls: tuple[str, str], models: tuple[str, str], prompts: Sequence[str], max_tokens: int,
+                concurrency: int, api_key: str | None) -> tuple[list[Completion], list[Completion]]:
+    bf16 = await chat_greedy(urls[0], models[0], prompts, max_tokens=max_tokens, concurrency=concurrency, api_key=api_key)
+    fp8 = await chat_greedy(urls[1], models[1], prompts, max_tokens=max_tokens, concurrency=concurrency, api_key=api_key)
+    return bf16, fp8
+
+
+def _token_ids(completion: Completion, url: str) -> list[int]:
+    if completion.token_ids is None:
+        raise ServerError(f"{url} did not return token ids (needs vLLM >= 0.10.2 for return_token_ids)")
+    return list(completion.token_ids)
+
+
+def run_benchmark(url: str, concurrency: int, extra: Sequence[str]) -> dict[str, Any]:
+    if not BENCHMARK_SCRIPT.is_file():
+        return {"status": "pending", "detail": f"{BENCHMARK_SCRIPT.relative_to(REPO_ROOT)} is not in this checkout"}
+    command = [sys.executable, str(BENCHMARK_SCRIPT), "--base-url", url, "--concurrency", str(concurrency), *extra]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    tail = (result.stdout.strip().splitlines() or [""])[-12:]
+    return {"status": "ok" if result.returncode == 0 else f"exit {result.returncode}", "command": command,
+            "output_tail": tail, "stderr_tail": result.stderr.strip().splitlines()[-5:]}
+
+
+def _read_log(path: Path | None) -> int | None:
+    if path is None:
+        return None
+    try:
+        return kv_capacity_from_log(path.read_text(encoding="utf-8", errors="replace"))
+    except OSError as error:
+        raise ServerError(f"cannot read server log {path}: {error.strerror}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="validate-fp8.sh",
+        description="Compare an FP8-KV server with a BF16-KV server of the same model: greedy token agreement, "
+                    "exact-match math accuracy, KV capacity and (optionally) throughput; print a verdict.",
+        epilog="Example: validate-fp8.sh --bf16-url http://127.0.0.1:8000 --fp8-url http://127.0.0.1:8001 "
+               "--bf16-log bf16.log --fp8-log fp8.log --bench-concurrency 64. Exit status: 0 PASS, 1 WARN, "
+               "2 FAIL, 3 error. The API key, if any, is read from OPENAI_API_KEY.")
+    parser.add_argument("--bf16-url", required=True, help="server with BF16 KV (the reference)")
+    parser.add_argument("--fp8-url", required=True, help="server with FP8 KV")
+    parser.add_argument("--bf16-log", type=Path, help="BF16 server log (for KV capacity)")
+    parser.add_argument("--fp8-log", type=Path, help="FP8 server log (for KV capacity)")
+    parser.add_argument("--prompts", type=int, default=24, help="agreement prompts, from the shipped set (24)")
+    parser.add_argument("--max-tokens", type=int, default=128, help="tokens per agreement prompt (128)")
+    parser.add_argument("--math-max-tokens", type=int, default=384, help="tokens per math answer (384)")
+    parser.add_argument("--no-math", action="store_true", help="skip the math accuracy check")
+    parser.add_argument("--concurrency", type=int, default=8, help="parallel requests per server (8)")
+    parser.add_argument("--bench-concurrency", type=int,
+                        help="also run the benchmark at this concurrency (use the config's MAX_NUM_SEQS)")
+    parser.add_argument("--bench-arg", action="append", default=[], help="extra argument for the benchmark (repeat)")
+    parser.add_argument("--json", type=Path, help="write every per-prompt result here")
+    parser.add_argument("--max-math-drop", type=float, default=Thresholds.max_math_drop_points,
+                        help="FAIL when FP8 math accuracy trails BF16 by more points (5)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    api_key = api_key_from_env()
+    urls = (args.bf16_url, args.fp8_url)
+    try:
+        prompts = load_calibration_prompts()[: max(1, args.prompts)]
+        models = (asyncio.run(served_model(urls[0], api_key)), asyncio.run(served_model(urls[1], api_key)))
+        bf16_out, fp8_out = asyncio.run(_both(urls, models, prompts, args.max_tokens, args.concurrency, api_key))
+        pairs = [compare_tokens(_token_ids(a, urls[0]), _token_ids(b, urls[1])) for a, b in zip(bf16_out, fp8_out)]
+        agreement = summarize_agreement(pairs)
+
+        math_rows: list[dict[str, Any]] = []
+        accuracy = (0.0, 0.0)
+        if not args.no_math:
+            problems = load_math_problems()
+            questions = [math_prompt(p) for p in problems]
+            bf16_math, fp8_math = asyncio.run(_both(urls, models, questions, args.math_max_tokens,
+                                                    args.concurrency, api_key))
+            for problem, a, b in zip(problems, bf16_math, fp8_math):
+                math_rows.append({"id": problem.id, "answer": problem.answer, "bf16": extract_answer(a.text),
+                                  "fp8": extract_answer(b.text)})
+            n = len(math_rows)
+            accuracy = (sum(r["bf16"] == r["answer"] for r in math_rows) / n,
+                        sum(r["fp8"] == r["answer"] for r in math_rows) / n)
+        capacity = (_read_log(args.bf16_log), _read_log(args.fp8_log))
+        bench = None
+        if args.bench_concurrency:
+            bench = {name: run_benchmark(url, args.bench_concurrency, args.bench_arg)
+                     for name, url in zip(("bf16", "fp8"), urls)}
+    except (ServerError, PromptFileError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 3
+
+    thresholds = Thresholds(max_math_drop_points=args.max_math_drop)
+    status, reasons = verdict_lines(agreement, accuracy[0], accuracy[1], capacity,
+                                    thresholds if not args.no_math else Thresholds(max_math_drop_points=float("inf")))
+    for line in report_lines(models, agreement, accuracy if not args.no_math else None, len(math_rows), capacity,
+                             bench, status, reasons, args.max_tokens):
+        print(line)
+    if args.json:
+        write_json_atomic(args.json, {
+            "servers": {"bf16": urls[0], "fp8": urls[1]}, "models": list(models),
+            "agreement": asdict(agreement), "pairs": [asdict(p) for p in pairs],
+            "math": {"accuracy_bf16": accuracy[0], "accuracy_fp8": accuracy[1], "rows": math_rows},
+            "kv_capacity_tokens": {"bf16": capacity[0], "fp8": capacity[1]},
+            "benchmark": bench, "verdict": status, "reasons": reasons,
+        })
+    return {"PASS": 0, "WARN": 1, "FAIL": 2}[status]
+
+
+def report_lines(models: tuple[str, str], agreement: AgreementSummary, accuracy: tuple[float, float] | None,
+                 math_n: int, capacity: tuple[int | None, int | None], bench: dict[str, Any] | None, status: str,
+                 reasons: Sequence[str], max_tokens: int) -> list[str]:
+    def tokens(value: int | None) -> str:
+        return f"{value:,}" if value else "unknown"
+
+    median = agreement.median_first_divergence
+    lines = [
+        f"FP8 KV validation   bf16: {models[0]}   fp8: {models[1]}",
+        f"token agreement     {agreement.identical}/{agreement.prompts} greedy outputs identical ({max_tokens} tokens); "
+        f"mean shared prefix {agreement.mean_prefix_agreement * 100:.0f}%",
+        f"first divergence    median token {median:g}, earliest {agreement.earliest_divergence}" if median is not None
+        else "first divergence    none",
+    ]
+    if accuracy is not None:
+        lines.append(f"math exact-match    bf16 {accuracy[0] * 100:.1f}%  fp8 {accuracy[1] * 100:.1f}%  ({math_n} problems)")
+    ratio = f"  ({capacity[1] / capacity[0]:.2f}x)" if capacity[0] and capacity[1] else ""
+    lines.append(f"KV capacity         bf16 {tokens(capacity[0])} tokens  fp8 {tokens(capacity[1])} tokens{ratio}")
+    if bench is None:
+        lines.append("benchmark           not run (pass --bench-concurrency N)")
+    else:
+        for name, result in bench.items():
+            detail = result.get("detail") or " | ".join(result.get("output_tail", [])[-2:])
+            lines.append(f"benchmark {name:<5}     {result['status']}: {detail}")
+    lines.append(f"verdict             {status}")
+    lines.extend(f"  {reason}" for reason in reasons)
+    return lines
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

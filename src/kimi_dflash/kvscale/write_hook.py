@@ -1,0 +1,124 @@
+"""The wrapper around an MLA impl's ``do_kv_cache_update`` (the only place MLA latents enter the cache).
+
+vLLM 0.20-0.32 call it as ``(kv_c_normed, k_pe, kv_cache, slot_mapping, kv_cache_dtype, k_scale)``;
+0.33 appends ``skip_scale`` (positionally), set when the host copy ``_k_scale_float`` is 1.0 - which
+would make the kernel ignore a scale we just computed on the device. So the wrapper takes
+``*args, **kwargs``, finds arguments by position or name, and forces ``skip_scale=False`` whenever it
+owns the scale. ``k_scale`` is the layer's own ``_k_scale`` tensor, so updating it in place changes
+what the decode kernels read back too.
+
+Hot-path rules (CUDA graphs, no host sync): only in-place tensor ops, branches on configuration
+and shapes only. tests/test_kvscale_write_hook.py runs the wrapper with every host-sync method
+of torch.Tensor made to raise.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from kimi_dflash.kvscale.fp8 import Fp8Format
+from kimi_dflash.kvscale.scale_math import LatentStats, follow_running_amax_, quantize_dequantize
+
+# Parameter positions shared by every vLLM version we support (self is already bound).
+ARG_KV_C_NORMED, ARG_K_PE, ARG_KV_CACHE, ARG_SLOT_MAPPING, ARG_KV_CACHE_DTYPE, ARG_K_SCALE, ARG_SKIP_SCALE = range(7)
+ARG_NAMES = ("kv_c_normed", "k_pe", "kv_cache", "slot_mapping", "kv_cache_dtype", "k_scale", "skip_scale")
+WRAPPED_MARKER = "__kimi_dflash_kv_hook__"
+
+
+@dataclass
+class LayerHook:
+    """What the wrapper does for one MLA layer (decided once, when the layer is built)."""
+
+    name: str
+    kv_cache_dtype: str
+    fp8: Fp8Format | None  # format the scale is for (the real cache's, or the emulated one); None = no scale
+    dynamic: bool = False  # follow the running amax
+    calibrated_scale: float | None = None  # static scale applied after weight loading
+    emulate: Fp8Format | None = None  # BF16 cache: round-trip values through this FP8 format before storing
+    floor: float = 1e-4
+    warmup_writes: int = 0
+    stats: LatentStats = field(default_factory=LatentStats)
+    k_scale: torch.Tensor | None = None  # the layer's _k_scale, known after weight loading
+    scale_applied: bool = False
+
+    @property
+    def owns_scale(self) -> bool:
+        return self.dynamic or self.calibrated_scale is not None
+
+
+def _get(args: tuple, kwargs: dict, index: int) -> Any:
+    if index < len(args):
+        return args[index]
+    return kwargs.get(ARG_NAMES[index])
+
+
+def _replace(args: list, kwargs: dict, index: int, value: Any) -> None:
+    if index < len(args):
+        args[index] = value
+    else:
+        kwargs[ARG_NAMES[index]] = value
+
+
+def wrap_kv_cache_update(original: Callable[..., Any], hook: LayerHook) -> Callable[..., Any]:
+    """Return ``original`` wrapped so that every KV write first updates ``hook`` (stats / scale / emulation)."""
+    if getattr(original, WRAPPED_MARKER, None) is not None:
+        raise RuntimeError(f"do_kv_cache_update of layer {hook.name} is already wrapped by kimi-dflash")
+
+    @functools.wraps(original)
+    def do_kv_cache_update(*args: Any, **kwargs: Any) -> Any:
+        kv_c_normed = _get(args, kwargs, ARG_KV_C_NORMED)
+        k_pe = _get(args, kwargs, ARG_K_PE)
+        kv_cache = _get(args, kwargs, ARG_KV_CACHE)
+        slot_mapping = _get(args, kwargs, ARG_SLOT_MAPPING)
+        k_scale = _get(args, kwargs, ARG_K_SCALE)
+        # Nothing is written without slots or without a cache (vLLM's memory-profiling run); keep those
+        # dummy batches out of the statistics.
+        if slot_mapping is None or kv_cache is None or kv_cache.numel() == 0:
+            return original(*args, **kwargs)
+        if hook.calibrated_scale is not None and not hook.scale_applied:
+            raise RuntimeError(
+                f"kimi-dflash: calibrated KV scale for {hook.name} was never applied (vLLM did not call "
+                "MLAAttention.process_weights_after_loading); refusing to write FP8 KV with scale 1.0")
+        if hook.stats.amax.device != kv_c_normed.device:  # one-time move if loading put it elsewhere
+            hook.stats.to_(kv_c_normed.device)
+
+        hook.stats.observe_(kv_c_normed, k_pe, slot_mapping)
+        if hook.dynamic and hook.fp8 is not None:
+            follow_running_amax_(k_scale, hook.stats, fp8_max=hook.fp8.max_value, floor=hook.floor,
+                                 warmup_writes=hook.warmup_writes)
+
+        if not (hook.owns_scale or hook.emulate is not None):
+            return original(*args, **kwargs)
+        new_args, new_kwargs = list(args), dict(kwargs)
+        if hook.owns_scale and (len(args) > ARG_SKIP_SCALE or ARG_NAMES[ARG_SKIP_SCALE] in kwargs):
+            _replace(new_args, new_kwargs, ARG_SKIP_SCALE, False)
+        if hook.emulate is not None:
+            dtype = hook.emulate.torch_dtype()
+            _replace(new_args, new_kwargs, ARG_KV_C_NORMED, quantize_dequantize(kv_c_normed, k_scale, dtype))
+            _replace(new_args, new_kwargs, ARG_K_PE, quantize_dequantize(k_pe, k_scale, dtype))
+        return original(*new_args, **new_kwargs)
+
+    setattr(do_kv_cache_update, WRAPPED_MARKER, hook)
+    return do_kv_cache_update
+
+
+def apply_static_scale(layer: Any, scale: float) -> None:
+    """Set a layer's KV scale everywhere vLLM keeps it: device tensors and the host copies some backends read.
+
+    Called once after weight loading (vLLM's kv-cache quant method resets the scales to 1.0 there).
+    """
+    for name in ("_k_scale", "_v_scale"):
+        tensor = getattr(layer, name, None)
+        if isinstance(tensor, torch.Tensor):
+            tensor.fill_(scale)
+    for name in ("_k_scale_cpu", "_v_scale_cpu"):
+        tensor = getattr(layer, name, None)
+        if isinstance(tensor, torch.Tensor):
+            tensor.fill_(scale)
+    layer._k_scale_float = scale
+    layer._v_scale_float = scale

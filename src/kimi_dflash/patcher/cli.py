@@ -1,0 +1,176 @@
+"""Command line for the patcher: list, check, apply, revert, diff.
+
+Exit codes: 0 nothing needed / done, 1 patches pending (check), 2 unrecognised source (refused,
+nothing written), 3 cannot write (read-only tree, lock held, I/O error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from kimi_dflash.patcher import engine
+from kimi_dflash.patcher.model import PatcherError
+from kimi_dflash.patcher.registry import PATCHES
+
+_DESCRIPTION = """\
+Feature-probed, self-retiring vLLM source patches for DFlash next to an MLA target on ROCm.
+
+Each patch knows the upstream change that makes it unnecessary and probes the source for that
+feature (never the version string). A patch is `retired` when the fix is upstream, `pending` when
+the exact old code is there, `applied` when our patched code and marker are there, and
+`unrecognised` otherwise; an unrecognised tree is refused and nothing is written.
+
+Prefer the vLLM plugin (installed with this project) where it can do the job: it applies the
+runtime-capable patches in every vLLM process without editing site-packages. Use `apply` for the
+file-only patch (triton-noncausal) or for images that must not depend on the plugin.
+"""
+
+_EPILOG = """\
+options of every command (put them after it): --vllm-root DIR, --json, --patch ID
+exit codes: 0 nothing needed/done, 1 pending (check), 2 unrecognised source, 3 cannot write
+examples:
+  %(prog)s check                      # status table of the installed vllm
+  %(prog)s apply && %(prog)s check    # patch, then prove nothing is left pending
+  %(prog)s diff --vllm-root /opt/vllm-copy/vllm
+  %(prog)s revert --json
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="patch_dflash_rocm.py",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--vllm-root",
+        metavar="DIR",
+        help="the `vllm` package directory to inspect or patch (default: the installed vllm, "
+        "found without importing it)",
+    )
+    common.add_argument(
+        "--json", action="store_true", help="machine-readable output on stdout"
+    )
+    common.add_argument(
+        "--patch",
+        dest="only",
+        action="append",
+        metavar="ID",
+        help="restrict to this patch id (repeatable); see `list`",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub.add_parser(
+        "list", parents=[common], help="describe every patch in the registry"
+    )
+    sub.add_parser(
+        "check",
+        parents=[common],
+        help="status table; exit 0 none needed, 1 pending, 2 unrecognised",
+    )
+    sub.add_parser(
+        "apply", parents=[common], help="apply all pending patches at once (idempotent)"
+    )
+    sub.add_parser(
+        "revert",
+        parents=[common],
+        help="restore byte-identical originals of patched files",
+    )
+    sub.add_parser(
+        "diff",
+        parents=[common],
+        help="unified diff of pending (would apply) and applied changes",
+    )
+    return parser
+
+
+def _list(args: argparse.Namespace) -> int:
+    patches = [p for p in PATCHES if not args.only or p.id in args.only]
+    if args.json:
+        payload = [
+            {
+                "id": p.id,
+                "title": p.title,
+                "why": p.why,
+                "upstream_pr": p.upstream_pr,
+                "upstream_since": p.upstream_since,
+                "delivery": p.delivery,
+                "needed_when": p.needed_when,
+                "files": ["vllm/" + f for f in p.files],
+                "retired_when": [
+                    f"{pr.description} (vllm/{pr.path})" for pr in p.retired_when
+                ],
+            }
+            for p in patches
+        ]
+        print(engine.to_json_text({"patches": payload}))
+        return 0
+    for p in patches:
+        print(f"{p.id}: {p.title}")
+        print(f"  why:       {p.why}")
+        print(f"  needed:    {p.needed_when}")
+        print(f"  retired:   upstream PR {p.upstream_pr}, vLLM >= {p.upstream_since}")
+        for probe in p.retired_when:
+            print(f"  probe:     {probe.description} (vllm/{probe.path})")
+        print(f"  delivery:  {p.delivery}")
+        print(f"  files:     {', '.join('vllm/' + f for f in p.files) or '-'}")
+        print()
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    table = engine.status_table(args.vllm_root, args.only)
+    print(engine.to_json_text(table.to_json()) if args.json else table.to_text())
+    return table.exit_code
+
+
+def _change(args: argparse.Namespace) -> int:
+    action = engine.apply_pending if args.command == "apply" else engine.revert_applied
+    result = action(args.vllm_root, args.only)
+    if args.json:
+        print(engine.to_json_text(result.to_json()))
+    else:
+        verb = "patched" if args.command == "apply" else "restored"
+        if result.changed_files:
+            for path in result.changed_files:
+                print(f"{verb} vllm/{path}")
+        else:
+            print(f"nothing to {args.command}: no file changed")
+        print(result.after.to_text())
+    return 0
+
+
+def _diff(args: argparse.Namespace) -> int:
+    text = engine.diff(args.vllm_root, args.only)
+    if args.json:
+        print(engine.to_json_text({"diff": text}))
+    else:
+        sys.stdout.write(text or "no differences: nothing pending or applied\n")
+    return 0
+
+
+_COMMANDS = {
+    "list": _list,
+    "check": _check,
+    "apply": _change,
+    "revert": _change,
+    "diff": _diff,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _COMMANDS[args.command](args)
+    except PatcherError as exc:
+        if args.json:
+            print(engine.to_json_text({"error": str(exc), "exit_code": exc.exit_code}))
+        print(f"patch_dflash_rocm: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

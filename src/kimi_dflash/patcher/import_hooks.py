@@ -1,0 +1,98 @@
+"""Run a callback right after a module is imported (or now, if it already was).
+
+The plugin runs early in every vLLM process. Importing vLLM's attention or spec-decode modules
+from there would change vLLM's import order (and drag GPU code into the API server), so runtime
+patches wait until vLLM imports the module itself. A meta-path finder wraps that one module's
+loader, runs the original `exec_module`, then the callbacks, then puts the original loader back.
+An exception raised by a callback propagates out of the import: a patch that cannot apply fails
+loudly where vLLM imports the module.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from types import ModuleType
+
+Callback = Callable[[ModuleType], None]
+
+_lock = threading.RLock()
+
+
+class _AfterImportFinder(importlib.abc.MetaPathFinder):
+    def __init__(self) -> None:
+        self.pending: dict[str, list[Callback]] = {}
+
+    def find_spec(
+        self,
+        fullname: str,
+        path: Sequence[str] | None,
+        target: ModuleType | None = None,
+    ) -> importlib.machinery.ModuleSpec | None:
+        with _lock:
+            if fullname not in self.pending:
+                return None
+        spec = None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        if (
+            spec is None
+            or spec.loader is None
+            or not hasattr(spec.loader, "exec_module")
+        ):
+            return spec
+        spec.loader = _CallbackLoader(spec.loader, self)
+        return spec
+
+
+class _CallbackLoader(importlib.abc.Loader):
+    def __init__(
+        self, wrapped: importlib.abc.Loader, finder: _AfterImportFinder
+    ) -> None:
+        self._wrapped = wrapped
+        self._finder = finder
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self._wrapped.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        # Put the real loader back first: tools like inspect/Triton read source via __loader__.
+        module.__loader__ = self._wrapped
+        if module.__spec__ is not None:
+            module.__spec__.loader = self._wrapped
+        self._wrapped.exec_module(module)
+        with _lock:
+            callbacks = self._finder.pending.pop(module.__name__, [])
+        for callback in callbacks:
+            callback(module)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._wrapped, name)
+
+
+_finder = _AfterImportFinder()
+
+
+def when_imported(module_name: str, callback: Callback) -> None:
+    """Call `callback(module)` once `module_name` is imported; immediately if it already is."""
+    with _lock:
+        module = sys.modules.get(module_name)
+        if module is None:
+            _finder.pending.setdefault(module_name, []).append(callback)
+            if _finder not in sys.meta_path:
+                sys.meta_path.insert(0, _finder)
+            return
+    callback(module)
+
+
+def pending_modules() -> tuple[str, ...]:
+    """Modules whose callbacks have not run yet (for logs and tests)."""
+    with _lock:
+        return tuple(_finder.pending)

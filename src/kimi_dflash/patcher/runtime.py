@@ -1,0 +1,138 @@
+"""Plugin delivery: apply the registry's runtime patches inside a vLLM process.
+
+Called from kimi_dflash.vllm_plugin.register() in every vLLM process. It reads the running vLLM's
+source to get the same status table as the CLI, then:
+  retired / applied  -> nothing to do (logged);
+  pending, runtime   -> installed when vLLM imports the module (logged when installed);
+  pending, file-only -> logged as a warning with the command that applies it;
+  unrecognised       -> RuntimeError (vLLM does not swallow errors raised from register()).
+Set KIMI_DFLASH_PATCHES=off to skip all of it (e.g. a vLLM build this project does not know).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from kimi_dflash.patcher.engine import StatusTable, status_table
+from kimi_dflash.patcher.import_hooks import when_imported
+from kimi_dflash.patcher.model import PatchState, Status
+from kimi_dflash.patcher.runtime_patches import INSTALLERS
+
+# A child of vLLM's "vllm" logger, so vLLM's own handler prints it at INFO in every process.
+logger = logging.getLogger("vllm.plugins.kimi_dflash")
+
+ENV_SWITCH = "KIMI_DFLASH_PATCHES"
+_done = False
+
+
+def _running_vllm_root() -> Path | None:
+    module = sys.modules.get("vllm")
+    if module is not None and getattr(module, "__path__", None):
+        return Path(next(iter(module.__path__)))
+    return None  # status_table() then finds the installed one without importing it
+
+
+def _runtime_ready(state: PatchState, table: StatusTable) -> bool:
+    """The runtime patch exists and the source has the functions it rebinds."""
+    patch = state.patch
+    if patch.runtime not in INSTALLERS:
+        return False
+    texts = {}
+    for probe in patch.runtime_hooks:
+        path = table.root / probe.path
+        texts[probe.path] = path.read_text(encoding="utf-8") if path.is_file() else None
+    return all(
+        texts[p.path] is not None and p.matches(texts[p.path] or "")
+        for p in patch.runtime_hooks
+    )
+
+
+def _installer_for(patch_id: str) -> tuple[str, object]:
+    module_name, install = INSTALLERS[patch_id]
+
+    def run(module: ModuleType) -> None:
+        install(module)
+        logger.info(
+            "kimi-dflash: runtime patch %s installed in %s", patch_id, module_name
+        )
+
+    return module_name, run
+
+
+def plan_runtime(
+    table: StatusTable,
+) -> tuple[list[str], list[str], list[str], list[str]]:
+    """Split a status table into (runtime ids, file-only pending ids, done lines, failure lines)."""
+    runtime, file_only, done, failures = [], [], [], []
+    for state in table.states:
+        patch = state.patch
+        if state.status is Status.RETIRED:
+            done.append(f"{patch.id} retired upstream (PR {patch.upstream_pr})")
+        elif state.status is Status.APPLIED:
+            done.append(f"{patch.id} applied in the source files")
+        elif state.status is Status.UNRECOGNISED:
+            failures.append(f"{patch.id}: {state.detail}; " + "; ".join(state.problems))
+        elif patch.runtime is None:
+            file_only.append(patch.id)
+        elif _runtime_ready(state, table):
+            runtime.append(patch.id)
+        else:
+            failures.append(
+                f"{patch.id}: pending, but the functions its runtime patch rebinds are missing"
+            )
+    return runtime, file_only, done, failures
+
+
+def apply_runtime_patches() -> None:
+    """Apply what this vLLM needs at runtime; log it; raise if a needed patch cannot apply."""
+    global _done
+    if _done:
+        return
+    if os.environ.get(ENV_SWITCH, "").strip().lower() in {"0", "off", "false", "no"}:
+        logger.warning(
+            "kimi-dflash patches: disabled by %s; nothing checked", ENV_SWITCH
+        )
+        _done = True
+        return
+
+    table = status_table(_running_vllm_root())
+    where = f"vLLM {table.version or '?'} at {table.root}"
+    runtime, file_only, done, failures = plan_runtime(table)
+    if failures:
+        raise RuntimeError(
+            f"kimi-dflash patches: cannot patch {where}:\n  "
+            + "\n  ".join(failures)
+            + f"\nRun `python patches/patch_dflash_rocm.py check --vllm-root {table.root}` for "
+            f"details, use a vLLM version the patcher knows (0.20.0 and later), or set "
+            f"{ENV_SWITCH}=off to start vLLM without the kimi-dflash patches."
+        )
+
+    for patch_id in runtime:
+        module_name, run = _installer_for(patch_id)
+        when_imported(module_name, run)  # type: ignore[arg-type]
+
+    if not runtime and not file_only:
+        logger.info(
+            "kimi-dflash patches (%s): nothing to do: %s", where, "; ".join(done)
+        )
+    else:
+        logger.info(
+            "kimi-dflash patches (%s): runtime: %s; already done: %s",
+            where,
+            ", ".join(runtime) or "none",
+            "; ".join(done) or "none",
+        )
+    for patch_id in file_only:
+        state = table.by_id()[patch_id]
+        logger.warning(
+            "kimi-dflash patches: %s is pending and can only be applied to the source files "
+            "(needed when %s): run `python patches/patch_dflash_rocm.py apply --vllm-root %s`",
+            patch_id,
+            state.patch.needed_when,
+            table.root,
+        )
+    _done = True

@@ -1,0 +1,133 @@
+"""All-or-nothing writes across several files, and a lock so two patchers never interleave.
+
+Every new file is first written to a temporary file beside its target (same filesystem, so the
+rename is atomic), then all are renamed into place. If any step fails, files already replaced are
+put back from memory and the temporary files are removed: the tree ends as it started.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import os
+import stat
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+from kimi_dflash.patcher.model import NotWritable, PatcherError
+
+_READ_ONLY_ERRNOS = {errno.EROFS, errno.EACCES, errno.EPERM}
+
+
+def lock_path(root: Path) -> Path:
+    # Outside the tree on purpose: a revert must leave the tree byte-identical, with no lock file.
+    digest = hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"kimi-dflash-patcher-{digest}.lock"
+
+
+@contextmanager
+def patcher_lock(root: Path) -> Iterator[None]:
+    """Exclusive, non-blocking lock per vLLM tree; released when the process exits, even on a crash."""
+    path = lock_path(root)
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise PatcherError(
+                f"another patcher is working on {root} (lock {path} is held); wait for it to finish"
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _not_writable(root: Path, path: Path, exc: OSError) -> NotWritable:
+    return NotWritable(
+        f"cannot write {path} ({exc.strerror}): this vLLM tree is read-only. Alternatives: "
+        f"(1) rely on the kimi-dflash vLLM plugin, which applies the runtime patches in every vLLM "
+        f"process without editing files (installed with this project; VLLM_PLUGINS must allow "
+        f"'kimi_dflash'); (2) copy the package to a writable place, e.g. "
+        f"`cp -r {root} /opt/vllm-patched/vllm`, patch it with `--vllm-root /opt/vllm-patched/vllm` "
+        f"and put /opt/vllm-patched first on PYTHONPATH."
+    )
+
+
+def _write_temp(target: Path, text: str) -> Path:
+    fd, name = tempfile.mkstemp(
+        dir=target.parent, prefix=f".{target.name}.", suffix=".kimi-tmp"
+    )
+    tmp = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(text.encode("utf-8"))
+            handle.flush()
+            os.fsync(handle.fileno())
+        info = target.stat()
+        os.chmod(tmp, stat.S_IMODE(info.st_mode))
+        try:
+            os.chown(tmp, info.st_uid, info.st_gid)
+        except PermissionError:
+            pass  # not root: the file keeps our ownership, as any pip install would
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def write_all_or_nothing(root: Path, changes: Mapping[str, tuple[str, str]]) -> None:
+    """Replace files under `root`: {relative path: (expected current text, new text)}.
+
+    Refuses (nothing written) if a file no longer holds the expected text, e.g. changed by someone
+    else since it was read.
+    """
+    targets = {rel: root / rel for rel in changes}
+    for rel, (expected, _new) in changes.items():
+        if targets[rel].read_bytes().decode("utf-8") != expected:
+            raise PatcherError(
+                f"vllm/{rel} changed while the patcher was running; nothing was written"
+            )
+
+    temps: dict[str, Path] = {}
+    try:
+        for rel, (_expected, new) in changes.items():
+            try:
+                temps[rel] = _write_temp(targets[rel], new)
+            except OSError as exc:
+                if exc.errno in _READ_ONLY_ERRNOS:
+                    raise _not_writable(root, targets[rel].parent, exc) from exc
+                raise PatcherError(
+                    f"cannot write next to {targets[rel]}: {exc}"
+                ) from exc
+
+        replaced: list[str] = []
+        try:
+            for rel, tmp in temps.items():
+                os.replace(tmp, targets[rel])
+                replaced.append(rel)
+        except OSError as exc:
+            _restore(root, targets, changes, replaced)
+            if exc.errno in _READ_ONLY_ERRNOS:
+                raise _not_writable(root, targets[rel], exc) from exc
+            raise PatcherError(
+                f"cannot replace {targets[rel]}: {exc}; the tree was restored"
+            ) from exc
+    finally:
+        for tmp in temps.values():
+            tmp.unlink(missing_ok=True)
+
+
+def _restore(
+    root: Path,
+    targets: Mapping[str, Path],
+    changes: Mapping[str, tuple[str, str]],
+    replaced: list[str],
+) -> None:
+    """Put back the originals of files already replaced (best effort, newest first)."""
+    for rel in reversed(replaced):
+        original = changes[rel][0]
+        tmp = _write_temp(targets[rel], original)
+        os.replace(tmp, targets[rel])

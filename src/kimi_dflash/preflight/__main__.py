@@ -1,0 +1,5 @@
+import sys
+
+from kimi_dflash.preflight.cli import main
+
+sys.exit(main())

@@ -1,0 +1,127 @@
+"""Is a checkpoint directory complete enough to load? config.json parses, and every weight shard is there.
+
+A 555 GB download that stopped half way, or a `git clone` without git-lfs (shards that are 130-byte pointer
+files), otherwise surfaces minutes into the model load as an obscure safetensors error.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+from kimi_dflash.preflight.results import CheckResult, failed, passed
+
+INDEX_FILE = "model.safetensors.index.json"
+MAX_LISTED = 3  # name a few missing shards; the count says how many more
+_LFS_POINTER_PREFIX = b"version https://git-lfs"
+_LFS_POINTER_MAX_BYTES = 1024
+
+
+def check_model_dir(path: Path, role: str, repo_hint: str | None = None, *,
+                    fix_hint: str | None = None) -> CheckResult:
+    """Check one checkpoint directory.
+
+    role names the line ("model" -> "model dir", "drafter" -> "drafter dir"); repo_hint is the Hugging Face
+    repo id for the download command in the fix; fix_hint, when given, replaces that command (e.g. for
+    locally fabricated demo models).
+    """
+    name = f"{role} dir"
+    path = Path(path)
+    fix = fix_hint or _download_fix(path, role, repo_hint)
+    if not path.exists():
+        return failed(name, f"{path} does not exist", fix)
+    if not path.is_dir():
+        return failed(name, f"{path} is not a directory", f"point the config at the {role} checkpoint directory")
+    problem = _config_problem(path / "config.json")
+    if problem:
+        return failed(name, f"{path}: {problem}", fix)
+    index = path / INDEX_FILE
+    if index.exists():
+        shards, problem = _indexed_shards(index)
+        if problem:
+            return failed(name, f"{path}: {problem}", fix)
+    else:
+        shards = sorted(p.name for p in path.glob("*.safetensors"))
+        if not shards:
+            return failed(name, f"{path}: no {INDEX_FILE} and no *.safetensors weights", fix)
+    missing, empty, pointers, total_bytes = _inspect_shards(path, shards)
+    bad = [(label, files) for label, files in (("missing", missing), ("empty", empty),
+                                               ("are git-lfs pointer files, not weights", pointers)) if files]
+    if bad:
+        detail = "; ".join(f"{len(files)} of {len(shards)} shards {label}: {_listing(files)}" for label, files in bad)
+        if pointers:
+            fix = f"{fix}\nor, in a git clone: git lfs install && git -C {shlex.quote(str(path))} lfs pull"
+        return failed(name, f"{path}: {detail}", fix)
+    return passed(name, f"{path}: config.json + {len(shards)} shard{'s' if len(shards) != 1 else ''}, "
+                  f"{_size(total_bytes)}")
+
+
+def _download_fix(path: Path, role: str, repo_hint: str | None) -> str:
+    if repo_hint:
+        # Re-running the download resumes: files already complete are skipped.
+        return f"hf download {shlex.quote(repo_hint)} --local-dir {shlex.quote(str(path))}"
+    return f"download the {role} checkpoint (config.json + *.safetensors) into {path}"
+
+
+def _config_problem(config: Path) -> str | None:
+    if not config.is_file():
+        return "config.json missing"
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        return f"config.json is not valid JSON ({error})"
+    except OSError as error:
+        return f"config.json cannot be read ({error.strerror or error})"
+    if not isinstance(data, dict):
+        return "config.json is not a JSON object"
+    return None
+
+
+def _indexed_shards(index: Path) -> tuple[list[str], str | None]:
+    try:
+        data = json.loads(index.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        return [], f"{INDEX_FILE} is not valid JSON ({error})"
+    except OSError as error:
+        return [], f"{INDEX_FILE} cannot be read ({error.strerror or error})"
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        return [], f"{INDEX_FILE} has no weight_map"
+    return sorted({str(shard) for shard in weight_map.values()}), None
+
+
+def _inspect_shards(directory: Path, shards: list[str]) -> tuple[list[str], list[str], list[str], int]:
+    missing, empty, pointers, total = [], [], [], 0
+    for shard in shards:
+        try:
+            size = (directory / shard).stat().st_size  # follows HF-cache symlinks; a dangling one is missing
+        except OSError:
+            missing.append(shard)
+            continue
+        if size == 0:
+            empty.append(shard)
+        elif size < _LFS_POINTER_MAX_BYTES and _is_lfs_pointer(directory / shard):
+            pointers.append(shard)
+        total += size
+    return missing, empty, pointers, total
+
+
+def _is_lfs_pointer(file: Path) -> bool:
+    try:
+        with file.open("rb") as handle:
+            return handle.read(len(_LFS_POINTER_PREFIX)) == _LFS_POINTER_PREFIX
+    except OSError:
+        return False
+
+
+def _listing(files: list[str]) -> str:
+    shown = ", ".join(files[:MAX_LISTED])
+    return shown if len(files) <= MAX_LISTED else f"{shown} (+{len(files) - MAX_LISTED} more)"
+
+
+def _size(nbytes: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes} bytes"

