@@ -1,10 +1,13 @@
 """The benchmark against a fake OpenAI server with exactly known timing: reported metrics match the truth.
 
 The synthetic server (kimi_dflash.bench.synthetic_server, its own process) streams on a fixed schedule
-and logs, per request, when it received it and when it actually wrote the first and last content chunk
-(CLOCK_MONOTONIC, the clock behind time.perf_counter on Linux). On a busy 2-core box the server's timers
-run late by a few ms, so the truth compared against is what the server actually did, not the nominal
-schedule; the nominal schedule is checked loosely as a sanity bound.
+and logs, per request, when it received it and when it actually wrote the first and last content chunk,
+in CLOCK_MONOTONIC seconds, the clock behind time.perf_counter on Linux. With --record-requests the
+benchmark stores its raw per-request timestamps on that same clock, so each request is compared with
+what the server really did. On a busy 2-core box the server's timers and even its reading of a request
+can run late by several ms; a black-box client cannot (and must not) hide that, so the truth for TTFT
+and E2EL is "server wrote the chunk - client sent the request", and the nominal schedule is only checked
+as a loose bound.
 """
 
 from __future__ import annotations
@@ -24,8 +27,7 @@ from kimi_dflash.bench.synthetic_server import plan_chunks, running
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "payload" / "benchmark_multi_turn.py"
 
-# Long enough that the few ms of scheduler jitter on a loaded 2-core box stay well inside 1 %.
-TTFT_MS, INTERVAL_MS, PATTERN, MAX_TOKENS, SPEC_K = 600.0, 60.0, (3, 1, 2), 24, 2
+TTFT_MS, INTERVAL_MS, PATTERN, MAX_TOKENS, SPEC_K = 300.0, 40.0, (3, 1, 2), 24, 2
 SERVER_ARGS = [
     "--ttft-ms", str(TTFT_MS), "--chunk-interval-ms", str(INTERVAL_MS), "--chunk-tokens", ",".join(map(str, PATTERN)),
     "--spec-tokens", str(SPEC_K), "--reasoning-tokens", "4", "--early-role",
@@ -42,8 +44,23 @@ def server_log(url: str) -> list[dict[str, Any]]:
         return sorted(json.loads(response.read()), key=lambda e: e["received_at"])
 
 
-def close(measured: float, truth: float, tolerance: float = 0.01) -> bool:
+def within(measured: float, truth: float, tolerance: float = 0.01) -> bool:
     return abs(measured - truth) <= tolerance * abs(truth)
+
+
+def paired(level: dict[str, Any], log: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Client records with the server entries they belong to (both ordered by first-token time)."""
+    origin = level["request_records"]["clock_origin"]
+    records = []
+    for r in level["request_records"]["records"]:
+        absolute = dict(r)
+        for key in ("ready_time", "send_time", "first_token_time", "last_token_time", "done_time"):
+            absolute[key] = r[key] + origin
+        records.append(absolute)
+    records.sort(key=lambda r: r["first_token_time"])
+    entries = sorted(log, key=lambda e: e["first_write_at"])
+    assert len(records) == len(entries)
+    return list(zip(records, entries))
 
 
 @pytest.mark.parametrize("loop", ["default", "asyncio"])
@@ -54,7 +71,7 @@ def test_streaming_metrics_match_the_truth_within_one_percent(tmp_path: Path, lo
     with running(SERVER_ARGS) as url:
         proc = run_bench(
             url, out, "--sessions", str(sessions), "--turns-per-session", str(turns), "--max-tokens", str(MAX_TOKENS),
-            "--warmup", str(warmup), "--label", "accuracy", *extra,
+            "--warmup", str(warmup), "--label", "accuracy", "--record-requests", *extra,
         )  # fmt: skip
         assert proc.returncode == 0, proc.stderr
         log = server_log(url)
@@ -62,27 +79,34 @@ def test_streaming_metrics_match_the_truth_within_one_percent(tmp_path: Path, lo
     level = doc["results"][0]
     measured = log[warmup:]  # warmup requests finish before the level starts
     assert len(measured) == sessions * turns == level["completed"] and level["failed"] == 0
+    pairs = paired(level, measured)
 
-    true_ttft = np.mean([e["first_write_at"] - e["received_at"] for e in measured]) * 1000
-    true_tpot = np.mean([(e["last_write_at"] - e["first_write_at"]) / (e["tokens"] - 1) for e in measured]) * 1000
-    true_e2el = np.mean([e["last_write_at"] - e["received_at"] for e in measured])
+    # the request leaves when the client says (the server cannot receive it earlier) ...
+    assert all(e["received_at"] >= r["send_time"] - 1e-4 for r, e in pairs)
+    # ... and each token timestamp is the arrival of what the server wrote, not of the role chunk
+    true_ttft = np.mean([e["first_write_at"] - r["send_time"] for r, e in pairs]) * 1000
+    true_e2el = np.mean([e["last_write_at"] - r["send_time"] for r, e in pairs])
+    true_tpot = np.mean([(e["last_write_at"] - e["first_write_at"]) / (e["tokens"] - 1) for _, e in pairs]) * 1000
     true_window = max(e["last_write_at"] for e in measured) - min(e["received_at"] for e in measured)
     true_tok_s = sum(e["tokens"] for e in measured) / true_window
-
-    assert close(level["ttft_ms"]["mean"], true_ttft), (level["ttft_ms"]["mean"], true_ttft)
-    assert close(level["tpot_ms"]["mean"], true_tpot), (level["tpot_ms"]["mean"], true_tpot)
-    assert close(level["e2el_s"]["mean"], true_e2el), (level["e2el_s"]["mean"], true_e2el)
-    assert close(level["output_tok_s"], true_tok_s), (level["output_tok_s"], true_tok_s)
-    assert close(level["per_user_tok_s"]["mean"], np.mean(
-        [(e["tokens"] - 1) / (e["last_write_at"] - e["first_write_at"]) for e in measured]))  # fmt: skip
+    assert within(level["ttft_ms"]["mean"], true_ttft), (level["ttft_ms"]["mean"], true_ttft)
+    assert within(level["e2el_s"]["mean"], true_e2el), (level["e2el_s"]["mean"], true_e2el)
+    assert within(level["tpot_ms"]["mean"], true_tpot), (level["tpot_ms"]["mean"], true_tpot)
+    assert within(level["output_tok_s"], true_tok_s), (level["output_tok_s"], true_tok_s)
+    assert within(level["per_user_tok_s"]["mean"], np.mean(
+        [(e["tokens"] - 1) / (e["last_write_at"] - e["first_write_at"]) for _, e in pairs]))  # fmt: skip
+    # the server's own view (from the moment it read the request) agrees too, within its read delay
+    server_ttft = np.mean([e["first_write_at"] - e["received_at"] for e in measured]) * 1000
+    assert within(level["ttft_ms"]["mean"], server_ttft, 0.03), (level["ttft_ms"]["mean"], server_ttft)
 
     # the nominal schedule, loosely: a client that took the early role chunk as the first token would
     # report TTFT ~0, one that skipped reasoning deltas would report one interval too much
     sizes = plan_chunks(MAX_TOKENS, PATTERN)
-    assert TTFT_MS * 0.97 < level["ttft_ms"]["p50"] < TTFT_MS + 0.5 * INTERVAL_MS
+    assert TTFT_MS * 0.99 < level["ttft_ms"]["p50"] < TTFT_MS + 0.5 * INTERVAL_MS
     assert level["tpot_ms"]["p50"] == pytest.approx((len(sizes) - 1) * INTERVAL_MS / (MAX_TOKENS - 1), rel=0.05)
     assert level["output_tokens"] == sessions * turns * MAX_TOKENS  # from usage, not from chunks
     assert level["tokens_per_chunk"]["mean"] == pytest.approx(MAX_TOKENS / len(sizes))
+    assert level["itl_ms"]["p50"] == pytest.approx(INTERVAL_MS, rel=0.1)  # a gap per chunk, not per token
 
     # speculative decoding, computed here from the chunk pattern: chunk i > 0 is one verify step with
     # K drafts and size - 1 accepted tokens at positions 0 .. size - 2
@@ -107,13 +131,15 @@ def test_non_streaming_latency_and_throughput(tmp_path: Path) -> None:
     out = tmp_path / "plain.json"
     with running(SERVER_ARGS) as url:
         proc = run_bench(url, out, "--sessions", "3", "--turns-per-session", "2", "--max-tokens", "12",
-                         "--warmup", "0", "--no-stream")  # fmt: skip
+                         "--warmup", "0", "--no-stream", "--record-requests")  # fmt: skip
         assert proc.returncode == 0, proc.stderr
         log = server_log(url)
     level = json.loads(out.read_text())["results"][0]
     assert level["completed"] == 6 and level["ttft_ms"]["count"] == 0 and level["tpot_ms"]["mean"] is None
-    true_e2el = np.mean([e["last_write_at"] - e["received_at"] for e in log])
-    assert close(level["e2el_s"]["mean"], true_e2el)
+    origin = level["request_records"]["clock_origin"]
+    sends = sorted(r["send_time"] + origin for r in level["request_records"]["records"])
+    true_e2el = np.mean([e["last_write_at"] - send for send, e in zip(sends, log)])
+    assert within(level["e2el_s"]["mean"], true_e2el), (level["e2el_s"]["mean"], true_e2el)
     assert level["output_tokens"] == 6 * 12
 
 

@@ -257,6 +257,7 @@ def test_lock_is_held_across_processes(tmp_path):
     finally:
         holder.kill()
         holder.wait()
+        txn.lock_path(root).unlink(missing_ok=True)  # a killed holder cannot clean up
 
 
 def test_read_only_tree_names_the_alternatives(tmp_path, monkeypatch):

@@ -265,6 +265,8 @@ def check_paths(config: Config) -> list[Problem]:
         path = v[key]
         if path is None or (key == "DRAFT_MODEL_DIR" and not config.speculative):
             continue
+        if v["FABRICATE_DEMO_MODELS"]:
+            continue  # built on first start, before vLLM is launched
         if not Path(str(path)).is_dir():
             repo = v["MODEL_REPO"] if key == "MODEL_DIR" else v["DRAFT_MODEL_REPO"]
             problems.append(_problem(s, v, key, "directory does not exist",

@@ -49,7 +49,7 @@ def expected_drafter_parameters(weights: dict, config) -> dict:  # type: ignore[
     return mapping
 
 
-def check(root: Path | None) -> list[str]:
+def check(target_dir: Path, drafter_dir: Path) -> list[str]:
     import torch
     from safetensors.torch import load_file
     from vllm.config import set_current_vllm_config
@@ -65,11 +65,9 @@ def check(root: Path | None) -> list[str]:
     from vllm.utils.torch_utils import set_default_torch_dtype
     from vllm.v1.worker.gpu.spec_decode.eagle.eagle3_utils import get_eagle3_aux_layers_from_config
 
-    from kimi_dflash.demo import ensure_demo_models
-
-    models = ensure_demo_models(root)
-    engine_args = EngineArgs(model=str(models.target_dir), speculative_config=models.speculative_config(4),
-                             dtype=models.dtype, enforce_eager=True, max_model_len=2048, block_size=32)
+    speculative_config = {"method": "dflash", "model": str(drafter_dir), "num_speculative_tokens": 4}
+    engine_args = EngineArgs(model=str(target_dir), speculative_config=speculative_config, dtype="float32",
+                             enforce_eager=True, max_model_len=2048, block_size=32)
     vllm_config = engine_args.create_engine_config()
     problems: list[str] = []
     with set_current_vllm_config(vllm_config), set_default_torch_dtype(torch.float32):
@@ -77,16 +75,19 @@ def check(root: Path | None) -> list[str]:
                                      distributed_init_method=f"tcp://127.0.0.1:{free_port()}")
         initialize_model_parallel(1, 1)
         try:
-            target_weights = load_file(str(models.target_dir / "model.safetensors"))
+            target_weights = load_file(str(target_dir / "model.safetensors"))
             target = Qwen3ForCausalLM(vllm_config=vllm_config)
             loaded = target.load_weights(target_weights.items())
             missing = sorted(set(dict(target.named_parameters())) - set(loaded))
             if missing:
                 problems.append(f"target parameters vLLM left unloaded: {missing}")
 
-            drafter_weights = load_file(str(models.drafter_dir / "model.safetensors"))
+            drafter_weights = load_file(str(drafter_dir / "model.safetensors"))
             drafter = DFlashQwen3ForCausalLM(vllm_config=vllm_config)
-            drafter.load_weights(drafter_weights.items())  # raises on names it cannot place
+            try:
+                drafter.load_weights(drafter_weights.items())
+            except (ValueError, AssertionError, KeyError) as error:  # vLLM refuses names/shapes it cannot place
+                return [*problems, f"vLLM refused the drafter weights: {error!r}"]
             params = dict(drafter.named_parameters())
             covered = set()
             for ours, (theirs, rows) in expected_drafter_parameters(drafter_weights, drafter.config).items():
@@ -117,13 +118,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kimi_dflash.demo.vllm_check", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--root", type=Path, default=None, help="demo model root (default: project cache)")
+    parser.add_argument("--target", type=Path, default=None, help="check this target dir instead of the demo's")
+    parser.add_argument("--drafter", type=Path, default=None, help="check this drafter dir instead of the demo's")
     args = parser.parse_args(argv)
     try:
         import vllm  # noqa: F401
     except ImportError:
         print("vllm_check: vLLM is not installed (pip install -e .[cpu])", file=sys.stderr)
         return 2
-    problems = check(args.root)
+    from kimi_dflash.demo import ensure_demo_models
+
+    if args.target and args.drafter:
+        target_dir, drafter_dir = args.target, args.drafter
+    else:
+        models = ensure_demo_models(args.root)
+        target_dir, drafter_dir = args.target or models.target_dir, args.drafter or models.drafter_dir
+    problems = check(target_dir, drafter_dir)
     for problem in problems:
         print(f"FAIL {problem}")
     print("vllm_check: OK" if not problems else f"vllm_check: {len(problems)} problem(s)")

@@ -40,7 +40,21 @@ def preflight(config: Config, plan: LaunchPlan, fix_numa: bool, say: Callable[[s
 
 
 def patches(config: Config, say: Callable[[str], None]) -> bool:
-    if config["DEVICE"] == "cpu":
-        say("patches: none needed on DEVICE=cpu")
-        return True
-    raise NotImplementedError("wired up when kimi_dflash.patcher lands")
+    """Report the patch status of the vLLM that will run; on ROCm apply pending file patches first.
+
+    Off ROCm the patches do not apply (they fix ROCm attention paths), so problems there only warn.
+    """
+    from kimi_dflash.patcher.engine import apply_pending, status_table
+    from kimi_dflash.patcher.model import PatcherError
+
+    on_rocm = config["DEVICE"] == "rocm"
+    try:
+        table = status_table()
+        if on_rocm and table.exit_code == 1:
+            say("patches: applying pending vLLM patches")
+            table = apply_pending().after
+    except PatcherError as exc:
+        say(f"patches: {exc}")
+        return not on_rocm
+    say(table.to_text())
+    return table.exit_code == 0 or not on_rocm

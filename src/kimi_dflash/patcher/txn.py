@@ -32,16 +32,25 @@ def lock_path(root: Path) -> Path:
 def patcher_lock(root: Path) -> Iterator[None]:
     """Exclusive, non-blocking lock per vLLM tree; released when the process exits, even on a crash."""
     path = lock_path(root)
+    busy = PatcherError(
+        f"another patcher is working on {root} (lock {path} is held); wait for it to finish"
+    )
     with open(path, "a+") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise PatcherError(
-                f"another patcher is working on {root} (lock {path} is held); wait for it to finish"
-            ) from None
+            raise busy from None
+        try:
+            # The holder before us removes the file on release; a lock on that old file is void.
+            if os.stat(path).st_ino != os.fstat(handle.fileno()).st_ino:
+                raise busy
+        except FileNotFoundError:
+            raise busy from None
         try:
             yield
         finally:
+            # Remove while still holding the lock, so no lock files pile up in the temp dir.
+            path.unlink(missing_ok=True)
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
