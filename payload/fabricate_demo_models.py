@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fabricate the CPU demo models (tiny Qwen3 target + DFlash drafter). See --help; same as python -m kimi_dflash.demo."""
+"""Fabricate the CPU demo models (tiny Qwen3 target + DFlash drafter); same as python -m kimi_dflash.demo."""
 
 import sys
 

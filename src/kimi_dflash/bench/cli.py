@@ -94,6 +94,12 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     load.add_argument("--warmup", type=_bounded(int, 0, "--warmup"), default=None, help="warmup requests before measuring (default: the first level's session count)")
     load.add_argument("--repeats", type=_bounded(int, 1, "--repeats"), default=1, help="measured repeats per level, fresh prompts each (default %(default)s)")
     load.add_argument("--seed", type=int, default=0, help="prompt selection seed; same seed = same conversations (default %(default)s)")
+    load.add_argument(
+        "--independent-turns",
+        action="store_true",
+        help="send every turn without the conversation so far: the closed-loop load of "
+        "`vllm bench serve --max-concurrency N`, for cross-checking against it",
+    )
     load.add_argument("--no-stream", action="store_true", help="non-streaming requests (no TTFT/TPOT; E2EL and tok/s only)")
 
     out = parser.add_argument_group("output")
@@ -114,6 +120,7 @@ def _settings(args: argparse.Namespace, metrics_url: str | None, dataset: Any) -
         "temperature": args.temperature,
         "ignore_eos": args.ignore_eos,
         "stream": not args.no_stream,
+        "independent_turns": args.independent_turns,
         "dataset": dataset.describe(),
         "system_prompt": args.system_prompt,
         "warmup": args.warmup,
@@ -230,6 +237,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         metrics_url=metrics_url,
         system_prompt=args.system_prompt,
         keep_records=args.record_requests,
+        independent_turns=args.independent_turns,
     )
     started = report.utc_now()
     output = Path(args.output) if args.output else Path("results") / f"benchmark-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"

@@ -232,8 +232,11 @@ def classify_exception(exc: BaseException) -> tuple[str, str]:
         if getattr(exc, "os_error", None) is not None and getattr(exc.os_error, "errno", None) == errno.ECONNREFUSED:
             return R.CONNECTION_REFUSED, detail
         return R.CONNECTION_ERROR, detail
-    if any(isinstance(e, ConnectionResetError) for e in chain) or any(
-        getattr(e, "errno", None) in (errno.ECONNRESET, errno.EPIPE) for e in chain
+    if (
+        any(isinstance(e, ConnectionResetError) for e in chain)
+        or any(getattr(e, "errno", None) in (errno.ECONNRESET, errno.EPIPE) for e in chain)
+        # aiohttp reports a reset in the middle of a body only inside the ClientPayloadError message
+        or any("ConnectionResetError" in str(e) for e in chain)
     ):
         return R.CONNECTION_RESET, detail
     if any(isinstance(e, (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError)) for e in chain):
@@ -246,16 +249,16 @@ def classify_exception(exc: BaseException) -> tuple[str, str]:
 
 
 def _causes(exc: BaseException) -> list[BaseException]:
+    """The exception and everything it wraps (cause, context, and exceptions aiohttp keeps in .args)."""
     seen: list[BaseException] = []
-    current: BaseException | None = exc
-    while current is not None and current not in seen and len(seen) < 8:
+    queue: list[BaseException] = [exc]
+    while queue and len(seen) < 16:
+        current = queue.pop(0)
+        if any(current is s for s in seen):
+            continue
         seen.append(current)
-        current = current.__cause__ or current.__context__
-    # aiohttp wraps payload errors around the original exception in .args
-    for e in list(seen):
-        for arg in getattr(e, "args", ()):
-            if isinstance(arg, BaseException) and arg not in seen:
-                seen.append(arg)
+        queue.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+        queue.extend(arg for arg in getattr(current, "args", ()) if isinstance(arg, BaseException))
     return seen
 
 

@@ -33,6 +33,10 @@ SETTLE_MAX_S = 3.0
 
 EXIT_ABORTED = 3
 
+# After one of these, ask the server whether it is still there (it may have died).
+CONNECTION_FAILURES = frozenset({R.CONNECTION_REFUSED, R.CONNECTION_ERROR, R.CONNECTION_RESET, R.CONNECTION_CLOSED})
+PROBE_INTERVAL_S = 1.0  # at most one liveness probe per second, however many sessions fail together
+
 
 @dataclass(frozen=True)
 class RunConfig:
@@ -51,6 +55,7 @@ class RunConfig:
     metrics_url: str | None = None
     system_prompt: str | None = None
     keep_records: bool = False
+    independent_turns: bool = False  # send each turn without the conversation so far
 
 
 class Stopper:
@@ -93,6 +98,7 @@ class Benchmark:
         self.checkpoint = checkpoint
         self.state = RunState()
         self._probe_lock = asyncio.Lock()
+        self._last_probe_ok = -1e9
 
     async def run(self) -> RunState:
         cfg = self.cfg
@@ -244,26 +250,31 @@ class Benchmark:
             record = RequestRecord(sessions=level, repeat=repeat, session=index, turn=turn)
             sink.append(record)  # before sending: a cancelled request still leaves its record
             reply = await C.send(session, cfg.endpoint, self._body(messages), cfg.stream, record)
-            if record.ok and reply is not None:
+            if record.ok and reply is not None and not cfg.independent_turns:
                 # Kimi may spend the whole budget reasoning; carry that text so the history still grows.
                 history = [*messages, {"role": "assistant", "content": reply.content or reply.reasoning}]
-            elif record.error == R.CONNECTION_REFUSED:
+            elif record.error in CONNECTION_FAILURES:
                 await self._confirm_server_down(session, record)
 
     async def _confirm_server_down(self, session: aiohttp.ClientSession, record: RequestRecord) -> None:
+        """A connection failed: if a probe on a fresh connection cannot reach the server, abort the run."""
         async with self._probe_lock:
-            if self.stopper.stopped:
+            if self.stopper.stopped or perf_counter() - self._last_probe_ok < PROBE_INTERVAL_S:
                 return
-            try:
-                await C.get_json(session, f"{self.cfg.endpoint.base_url}/v1/models", self.cfg.endpoint.api_key, 5.0)
-            except Exception as exc:  # noqa: BLE001
-                reason, detail = C.classify_exception(exc)
-                if reason in (R.CONNECTION_REFUSED, R.CONNECTION_ERROR, R.CONNECTION_RESET, R.TIMEOUT):
-                    self.stopper.trigger(
-                        "aborted",
-                        f"server stopped answering ({record.error_detail}; probe: {detail})",
-                        EXIT_ABORTED,
-                    )
+            # Its own connection: the pool may still hold connections to a server that is gone.
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as fresh:
+                try:
+                    await C.get_json(fresh, f"{self.cfg.endpoint.base_url}/v1/models", self.cfg.endpoint.api_key, 5.0)
+                    self._last_probe_ok = perf_counter()
+                    return
+                except Exception as exc:  # noqa: BLE001
+                    reason, detail = C.classify_exception(exc)
+            if reason in CONNECTION_FAILURES or reason == R.TIMEOUT:
+                self.stopper.trigger(
+                    "aborted",
+                    f"server stopped answering ({record.error}: {record.error_detail}; probe: {detail})",
+                    EXIT_ABORTED,
+                )
 
     async def _until_done_or_stopped(self, tasks: list[asyncio.Task[None]]) -> None:
         if not tasks:

@@ -78,6 +78,7 @@ class Schedule:
     faults: tuple[str, ...] = ("ok",)
     model: str = "synthetic"
     max_model_len: int = 65536
+    api_key: str | None = None  # if set, every request needs "Authorization: Bearer <key>"
     early_role: bool = False  # write the role-only chunk as soon as the request arrives
     aligned: bool = False  # one shared ticker for all streams (cheap; TTFT then varies by < 1 interval)
 
@@ -219,6 +220,8 @@ class _Stream:
         self.crlf = fault == "crlf"
         self.sep = b"\r\n\r\n" if self.crlf else b"\n\n"
         self.pending: list[bytes] = []  # events held back by "coalesce"
+        self.split_tail: bytes | None = None  # second half of an event held back by "split"
+        self.split_handle: asyncio.TimerHandle | None = None
         # One id for every stream: clients do not look at it, and it lets events be cached.
         self.prefix = (
             f'{{"id":"cmpl-synthetic","object":"{"chat.completion.chunk" if chat else "text_completion"}",'
@@ -359,20 +362,35 @@ class _Stream:
                 self.pending.clear()
             return
         payload = b"".join(events)
+        self._flush_split()
         if self.fault == "split":
             half = max(1, len(payload) // 2)
             self.conn.write(_http_chunk(payload[:half]))
-            # The second half arrives a little later, in its own TCP segment.
-            self.loop.call_later(0.002, self.conn.write, _http_chunk(payload[half:]))
+            # The second half follows a little later, in its own TCP segment (or right before the next
+            # write, if the loop is running late: bytes must never overtake each other).
+            self.split_tail = _http_chunk(payload[half:])
+            self.split_handle = self.loop.call_later(0.002, self._flush_split)
             return
         self.conn.write(_http_chunk(payload))
+
+    def _flush_split(self) -> None:
+        if self.split_handle is not None:
+            self.split_handle.cancel()
+            self.split_handle = None
+        if self.split_tail is not None:
+            tail, self.split_tail = self.split_tail, None
+            self.conn.write(tail)
 
     def _end_body(self) -> None:
         self._mark_finished()
         if self.fault == "split":
-            self.loop.call_later(0.004, self.conn.finish_response, END_OF_BODY)
+            self.loop.call_later(0.004, self._finish_split)
         else:
             self.conn.finish_response(END_OF_BODY)
+
+    def _finish_split(self) -> None:
+        self._flush_split()
+        self.conn.finish_response(END_OF_BODY)
 
     def _break_off(self) -> None:
         self._mark_finished()
@@ -553,6 +571,10 @@ class _Connection(asyncio.Protocol):
             body = self.buffer[end + 4 : end + 4 + length]
             self.buffer = self.buffer[end + 4 + length :]
             self.busy = True
+            key = self.server.schedule.api_key
+            if key is not None and headers.get("authorization") != f"Bearer {key}":
+                self.finish_response(_response("401 Unauthorized", b'{"error":"missing or wrong API key"}'))
+                continue
             self.server.handle(self, method, target, body)
 
 
@@ -743,6 +765,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--faults", default="ok", help="comma list of per-request behaviours, cycled (see below)")
     parser.add_argument("--model", default="synthetic", help="model id served on /v1/models")
     parser.add_argument("--cpu", type=int, default=None, help="pin this process to one CPU core")
+    parser.add_argument("--api-key", default=None, help="require this bearer token on every request")
     parser.add_argument("--early-role", action="store_true", help="send the role-only chunk at once, before TTFT")
     parser.add_argument(
         "--aligned",
@@ -799,6 +822,7 @@ def main(argv: list[str] | None = None) -> None:
         model=args.model,
         aligned=args.aligned,
         early_role=args.early_role,
+        api_key=args.api_key,
     )
     runner = asyncio.run
     if args.uvloop:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kimi_dflash.demo import layout
+from kimi_dflash.demo.encoding import json_bytes
 
 BUNDLE = "bundle"
 MANIFEST = "manifest.json"
@@ -41,6 +42,7 @@ class DemoModels:
     recommended_num_speculative_tokens: int = 4
     max_model_len: int = layout.MAX_POSITION_EMBEDDINGS
     dtype: str = layout.TORCH_DTYPE
+    cpu_block_size: int = 32  # --block-size: vLLM's CPU attention refuses sizes that are not a multiple of 32
     built: bool = False  # True when this call fabricated the files, False when a cached copy was reused
 
     def speculative_config(self, num_speculative_tokens: int | None = None) -> dict[str, object]:
@@ -107,7 +109,7 @@ def manifest_bytes(files: dict[str, bytes], summary: dict[str, object]) -> bytes
         "files": {name: hashlib.sha256(content).hexdigest() for name, content in sorted(files.items())},
         "summary": summary,
     }
-    return (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode("utf-8")
+    return json_bytes(manifest)
 
 
 def write_tree(directory: Path, files: dict[str, bytes]) -> None:

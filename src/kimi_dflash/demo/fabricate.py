@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kimi_dflash.demo import drafter, geometry, layout, target, tokenizer
+from kimi_dflash.demo.encoding import json_bytes
 from kimi_dflash.demo.walk import Walk, build_walk
 
 TARGET = "target"
@@ -50,14 +51,15 @@ def fabricate(progress: Callable[[str], None] = lambda message: None) -> Fabrica
     progress(f"cycle of {walk.length} tokens, phase code sidelobe {walk.max_sidelobe:.3f}, "
              f"{len(walk.missed_phases)} deliberate drafter misses")
 
-    progress("building the target (Qwen3, 4 layers) and the DFlash drafter (2 layers)")
+    progress(f"building the target (Qwen3, {layout.TARGET_LAYERS} layers) and the DFlash drafter "
+             f"({layout.DRAFTER_LAYERS} layers)")
     files: dict[str, bytes] = {}
     for name, content in tokenizer.tokenizer_files(tok).items():
         files[f"{TARGET}/{name}"] = content
-    files[f"{TARGET}/config.json"] = tokenizer.json_bytes(target.target_config(walk))
-    files[f"{TARGET}/generation_config.json"] = tokenizer.json_bytes(target.generation_config())
+    files[f"{TARGET}/config.json"] = json_bytes(target.target_config(walk))
+    files[f"{TARGET}/generation_config.json"] = json_bytes(target.generation_config())
     files[f"{TARGET}/model.safetensors"] = safetensors_bytes(target.target_weights(walk))
-    files[f"{DRAFTER}/config.json"] = tokenizer.json_bytes(drafter.drafter_config(walk, mask_token_id))
+    files[f"{DRAFTER}/config.json"] = json_bytes(drafter.drafter_config(walk, mask_token_id))
     files[f"{DRAFTER}/model.safetensors"] = safetensors_bytes(drafter.drafter_weights(walk))
 
     summary: dict[str, object] = {

@@ -164,7 +164,6 @@ def target_features(model, token_ids: list[int], layer_ids: list[int]) -> tuple[
 def measure_agreement(target_dir: Path, drafter_dir: Path, prompt_ids: list[int], max_new_tokens: int,
                       num_speculative_tokens: int, model=None) -> AgreementReport:  # type: ignore[no-untyped-def]
     """Greedy-decode the target, then draft from every generated token and compare with what followed."""
-    import torch
 
     if model is None:
         model = load_target(target_dir)

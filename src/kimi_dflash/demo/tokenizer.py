@@ -6,11 +6,11 @@ here are what transformers' AutoTokenizer and vLLM load.
 
 from __future__ import annotations
 
-import json
 from importlib import resources
 from typing import TYPE_CHECKING
 
 from kimi_dflash.demo import layout
+from kimi_dflash.demo.encoding import json_bytes
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -42,7 +42,14 @@ def read_corpus() -> str:
 
 def train_tokenizer(corpus: str) -> Tokenizer:
     """Byte-level BPE with the special tokens at ids 0..len(SPECIAL_TOKENS)-1."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import (
+        Tokenizer,
+        decoders,
+        models,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
 
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -85,8 +92,3 @@ def tokenizer_files(tokenizer: Tokenizer) -> dict[str, bytes]:
         "tokenizer_config.json": json_bytes(config),
         "special_tokens_map.json": json_bytes(special_map),
     }
-
-
-def json_bytes(obj: object) -> bytes:
-    """Stable JSON encoding for every file we write (sorted keys keep builds byte-identical)."""
-    return (json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")

@@ -63,7 +63,9 @@ def check(target_dir: Path, drafter_dir: Path) -> list[str]:
     from vllm.model_executor.models.qwen3 import Qwen3ForCausalLM
     from vllm.model_executor.models.qwen3_dflash import DFlashQwen3ForCausalLM
     from vllm.utils.torch_utils import set_default_torch_dtype
-    from vllm.v1.worker.gpu.spec_decode.eagle.eagle3_utils import get_eagle3_aux_layers_from_config
+    from vllm.v1.worker.gpu.spec_decode.eagle.eagle3_utils import (
+        get_eagle3_aux_layers_from_config,
+    )
 
     speculative_config = {"method": "dflash", "model": str(drafter_dir), "num_speculative_tokens": 4}
     engine_args = EngineArgs(model=str(target_dir), speculative_config=speculative_config, dtype="float32",

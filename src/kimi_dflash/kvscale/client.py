@@ -33,7 +33,7 @@ class Completion:
 def normalize_base_url(url: str) -> str:
     """Accept ``http://host:port``, with or without a trailing ``/`` or ``/v1``."""
     url = url.strip().rstrip("/")
-    return url[: -len("/v1")] if url.endswith("/v1") else url
+    return url.removesuffix("/v1")
 
 
 def _headers(api_key: str | None) -> dict[str, str]:

@@ -18,7 +18,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from kimi_dflash.kvscale.scales_file import ModelIdentity, observe_document, write_json_atomic
+from kimi_dflash.kvscale.scales_file import (
+    ModelIdentity,
+    observe_document,
+    write_json_atomic,
+)
 from kimi_dflash.kvscale.write_hook import LayerHook
 
 logger = logging.getLogger("vllm.plugins.kimi_dflash.kvscale")
@@ -31,8 +35,8 @@ def current_rank() -> int:
 
         if dist.is_available() and dist.is_initialized():
             return int(dist.get_rank())
-    except Exception:
-        pass
+    except Exception:  # noqa: BLE001 - no process group yet: a single process is rank 0
+        return 0
     return 0
 
 
@@ -103,4 +107,4 @@ class ObserveDumper:
         try:
             self.dump()
         except Exception:
-            pass
+            logger.debug("kimi-dflash kv scales: final observe dump failed", exc_info=True)

@@ -169,7 +169,7 @@ def _vllm_version() -> str:
         import vllm
 
         return str(vllm.__version__)
-    except Exception:
+    except Exception:  # noqa: BLE001 - only a label in the observe file
         return "unknown"
 
 

@@ -58,7 +58,7 @@ class LatentStats:
         self.tokens = torch.zeros((), dtype=torch.int64, device=device)
         self.writes = torch.zeros((), dtype=torch.int64, device=device)
 
-    def to_(self, device: torch.device | str) -> "LatentStats":
+    def to_(self, device: torch.device | str) -> LatentStats:
         """Move to ``device`` (once, at load time - never in the forward pass)."""
         self.amax = self.amax.to(device)
         self.tokens = self.tokens.to(device)

@@ -6,10 +6,10 @@ Kimi K2.6 is a DeepSeek-V3 model, so its attention is MLA: every layer caches on
 until the model loads in seconds. Weights are random (seeded), which is enough to exercise the KV
 write path and to compare outputs between KV-cache settings token by token.
 
-``latent_gain`` multiplies the ``kv_a_layernorm`` weights, i.e. it sets the magnitude of the latent
-vectors that land in the KV cache. A gain that pushes the latent amax past the FP8 maximum (448)
-reproduces, in miniature, what an unscaled (k_scale = 1.0) FP8 cache does to a checkpoint whose
-latents do not fit the FP8 range.
+``latent_gain`` multiplies the ``kv_a_layernorm`` weights and divides ``kv_b_proj``: the model computes
+the same function, but the latent vectors that land in the KV cache are ``latent_gain`` times larger.
+A gain that pushes the latent amax past the FP8 maximum (448) reproduces, in miniature, what an
+unscaled (k_scale = 1.0) FP8 cache does to a checkpoint whose latents do not fit the FP8 range.
 
 Usage: python -m kimi_dflash.kvscale.tiny_mla OUT_DIR [--layers N] [--latent-gain G] [--seed S]
 """
@@ -132,7 +132,11 @@ def fabricate_tiny_mla_model(
         with torch.no_grad():
             model.model.embed_tokens.weight.normal_(0.0, 1.0)
             for layer in model.model.layers:
+                # Scale what is cached, and undo it where the latent is consumed (kv_b_proj, which vLLM
+                # absorbs into W_UK / W_UV): in BF16 the model computes the same function for any gain;
+                # only the magnitude stored in the KV cache changes.
                 layer.self_attn.kv_a_layernorm.weight.fill_(latent_gain)
+                layer.self_attn.kv_b_proj.weight.div_(latent_gain)
         model = model.to(torch.bfloat16)
         model.save_pretrained(staging, safe_serialization=True)
         meta = {"fabricated_by": "kimi_dflash.kvscale.tiny_mla", "seed": seed, "latent_gain": latent_gain}

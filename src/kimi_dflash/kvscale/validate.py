@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import re
 import statistics
 import subprocess
@@ -23,7 +22,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from kimi_dflash.kvscale.client import Completion, ServerError, api_key_from_env, chat_greedy, served_model
+from kimi_dflash.kvscale.client import (
+    Completion,
+    ServerError,
+    api_key_from_env,
+    chat_greedy,
+    served_model,
+)
 from kimi_dflash.kvscale.prompts import (
     PromptFileError,
     extract_answer,
@@ -104,17 +109,17 @@ def verdict_lines(agreement: AgreementSummary, math_bf16: float, math_fp8: float
     problems: list[tuple[str, str]] = []
     drop = (math_bf16 - math_fp8) * 100
     if drop > thresholds.max_math_drop_points:
-        problems.append(("FAIL", f"math accuracy drops {drop:.1f} points with FP8 KV "
-                                 f"(limit {thresholds.max_math_drop_points:g}); check the KV scales"))
+        problems.append(("FAIL", (f"math accuracy drops {drop:.1f} points with FP8 KV "
+                                  f"(limit {thresholds.max_math_drop_points:g}); check the KV scales")))
     if agreement.mean_prefix_agreement < thresholds.min_prefix_agreement:
-        problems.append(("WARN", f"FP8 outputs share only {agreement.mean_prefix_agreement * 100:.0f}% of their greedy "
-                                 f"prefix with BF16 (expect >= {thresholds.min_prefix_agreement * 100:.0f}%)"))
+        problems.append(("WARN", (f"FP8 outputs share only {agreement.mean_prefix_agreement * 100:.0f}% of their "
+                                  f"greedy prefix with BF16 (expect >= {thresholds.min_prefix_agreement * 100:.0f}%)")))
     bf16_tokens, fp8_tokens = capacity
     if bf16_tokens and fp8_tokens:
         ratio = fp8_tokens / bf16_tokens
         if ratio < thresholds.min_capacity_ratio:
-            problems.append(("WARN", f"FP8 KV holds only {ratio:.2f}x the BF16 tokens (expect ~2x): is "
-                                     "--kv-cache-dtype fp8 set on the FP8 server?"))
+            problems.append(("WARN", (f"FP8 KV holds only {ratio:.2f}x the BF16 tokens (expect ~2x): is "
+                                      "--kv-cache-dtype fp8 set on the FP8 server?")))
     else:
         problems.append(("WARN", "KV capacity unknown: pass --bf16-log and --fp8-log (the servers' logs)"))
     if any(level == "FAIL" for level, _ in problems):
@@ -245,8 +250,8 @@ def report_lines(models: tuple[str, str], agreement: AgreementSummary, accuracy:
     median = agreement.median_first_divergence
     lines = [
         f"FP8 KV validation   bf16: {models[0]}   fp8: {models[1]}",
-        f"token agreement     {agreement.identical}/{agreement.prompts} greedy outputs identical ({max_tokens} tokens); "
-        f"mean shared prefix {agreement.mean_prefix_agreement * 100:.0f}%",
+        (f"token agreement     {agreement.identical}/{agreement.prompts} greedy outputs identical "
+         f"({max_tokens} tokens); mean shared prefix {agreement.mean_prefix_agreement * 100:.0f}%"),
         f"first divergence    median token {median:g}, earliest {agreement.earliest_divergence}" if median is not None
         else "first divergence    none",
     ]

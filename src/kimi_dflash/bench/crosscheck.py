@@ -1,0 +1,199 @@
+"""Cross-check: our benchmark and ``vllm bench serve`` on the same server with the same load.
+
+Same load means N requests in flight (closed loop), the same prompts, the same output length (ignore_eos),
+temperature 0, the chat endpoint. Our side runs with --independent-turns (no history), which is the load
+shape of ``vllm bench serve --max-concurrency N``.
+
+The runs alternate (theirs, ours, theirs, ours, ...) and the means are compared: on a shared machine the
+server's speed drifts between runs, and alternating cancels most of that drift. ``vllm bench serve`` runs
+in this process through the same function its CLI calls (``vllm.benchmarks.serve.main``), so vLLM is
+imported once instead of once per run; ours runs as a subprocess, exactly as a user runs it (and so that
+its event-loop tuning never touches vLLM's runs).
+
+Usage: python -m kimi_dflash.bench.crosscheck --base-url URL --model NAME --tokenizer DIR [--concurrency 4 ...]
+Needs vLLM installed (the dev venv); the benchmark itself does not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from kimi_dflash.bench.errors import UserError
+from kimi_dflash.bench.workload import BUILTIN, Dataset, load_dataset
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+BENCH_SCRIPT = REPO_ROOT / "payload" / "benchmark_multi_turn.py"
+
+
+@dataclass(frozen=True)
+class Load:
+    """What both tools send."""
+
+    base_url: str
+    model: str
+    concurrency: int
+    requests: int  # measured requests per run; a multiple of concurrency (our sessions x turns)
+    max_tokens: int
+    warmup: int = 0
+
+    @property
+    def turns(self) -> int:
+        if self.requests % self.concurrency:
+            raise UserError("--requests must be a multiple of --concurrency (sessions x turns for our side)")
+        return self.requests // self.concurrency
+
+
+def write_sharegpt(dataset: Dataset, path: Path) -> Path:
+    """Our prompts in the ShareGPT layout ``vllm bench serve --dataset-name sharegpt`` reads."""
+    items = [
+        {"id": p.id, "conversations": [{"from": "human", "value": p.text}, {"from": "gpt", "value": "-"}]}
+        for p in dataset.prompts
+    ]
+    path.write_text(json.dumps(items, ensure_ascii=False), encoding="utf-8")
+    return path
+
+
+def ours_command(load: Load, output: Path, extra: Sequence[str] = ()) -> list[str]:
+    return [
+        sys.executable, str(BENCH_SCRIPT), "--base-url", load.base_url, "--model", load.model,
+        "--sessions", str(load.concurrency), "--turns-per-session", str(load.turns), "--independent-turns",
+        "--max-tokens", str(load.max_tokens), "--ignore-eos", "--temperature", "0", "--warmup", str(load.warmup),
+        "--output", str(output), *extra,
+    ]  # fmt: skip
+
+
+def vllm_argv(load: Load, tokenizer: Path, sharegpt: Path, seed: int = 0) -> list[str]:
+    return [
+        "--backend", "openai-chat", "--endpoint", "/v1/chat/completions", "--base-url", load.base_url,
+        "--model", load.model, "--tokenizer", str(tokenizer),
+        "--dataset-name", "sharegpt", "--dataset-path", str(sharegpt), "--sharegpt-output-len", str(load.max_tokens),
+        "--num-prompts", str(load.requests), "--max-concurrency", str(load.concurrency), "--ignore-eos",
+        "--temperature", "0", "--num-warmups", str(load.warmup), "--disable-tqdm", "--seed", str(seed),
+    ]  # fmt: skip
+
+
+def run_ours(load: Load, output: Path, timeout: float = 900, extra: Sequence[str] = ()) -> dict[str, Any]:
+    """Our benchmark as a subprocess; returns its single level result. RuntimeError carries its stderr."""
+    proc = subprocess.run(ours_command(load, output, extra), capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"benchmark_multi_turn.py failed ({proc.returncode}): {proc.stderr[-3000:]}")
+    return json.loads(output.read_text())["results"][0]
+
+
+def vllm_bench_serve() -> Callable[[list[str]], dict[str, Any]]:
+    """``vllm bench serve`` as a function of its argv (imports vLLM once)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("VLLM_CACHE_ROOT", str(REPO_ROOT / ".cache" / "vllm"))
+    import kimi_dflash.vllm_entry  # noqa: F401 - makes the CPU build report itself as vllm "+cpu"
+    from vllm.benchmarks.serve import add_cli_args, main
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    def run(argv: list[str]) -> dict[str, Any]:
+        parser = FlexibleArgumentParser()
+        add_cli_args(parser)
+        return main(parser.parse_args(argv))
+
+    return run
+
+
+def agreement(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, float | None]:
+    """Our figures against vllm bench serve's, as relative differences (ours / theirs - 1)."""
+
+    def rel(a: float | None, b: float | None) -> float | None:
+        return None if a is None or not b else a / b - 1.0
+
+    return {
+        "output_tok_s": rel(ours.get("output_tok_s"), theirs.get("output_throughput")),
+        "request_throughput": rel(ours.get("request_throughput"), theirs.get("request_throughput")),
+        "tpot_ms_mean": rel((ours.get("tpot_ms") or {}).get("mean"), theirs.get("mean_tpot_ms")),
+        "ttft_ms_mean": rel((ours.get("ttft_ms") or {}).get("mean"), theirs.get("mean_ttft_ms")),
+        "output_tokens": rel(ours.get("output_tokens"), theirs.get("total_output_tokens")),
+    }
+
+
+def interleaved(load: Load, tokenizer: Path, rounds: int, workdir: Path, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """``rounds`` alternating runs of each tool; the verdict compares the means of aggregate tok/s."""
+    sharegpt = write_sharegpt(load_dataset(BUILTIN), workdir / "prompts.sharegpt.json")
+    theirs_fn = vllm_bench_serve()
+    runs: list[dict[str, Any]] = []
+    for i in range(rounds):
+        started = time.monotonic()
+        theirs = theirs_fn(vllm_argv(load, tokenizer, sharegpt, seed=i))
+        log(f"round {i + 1}: vllm bench serve {theirs['output_throughput']:.2f} tok/s ({theirs['completed']} ok, "
+            f"{theirs['duration']:.1f} s window, {time.monotonic() - started:.0f} s wall)")  # fmt: skip
+        started = time.monotonic()
+        ours = run_ours(load, workdir / f"ours-{i + 1}.json", extra=["--seed", str(i)])
+        log(f"round {i + 1}: benchmark_multi_turn {ours['output_tok_s']:.2f} tok/s ({ours['completed']} ok, "
+            f"{ours['duration_s']:.1f} s window, {time.monotonic() - started:.0f} s wall)")  # fmt: skip
+        runs.append(
+            {
+                "round": i + 1,
+                "vllm_bench_serve": {k: theirs.get(k) for k in (
+                    "output_throughput", "request_throughput", "mean_ttft_ms", "mean_tpot_ms", "completed",
+                    "failed", "total_output_tokens", "duration")},
+                "ours": {k: ours.get(k) for k in (
+                    "output_tok_s", "request_throughput", "completed", "failed", "output_tokens", "duration_s")}
+                | {"mean_ttft_ms": ours["ttft_ms"]["mean"], "mean_tpot_ms": ours["tpot_ms"]["mean"]},
+                "difference": agreement(ours, theirs),
+            }
+        )  # fmt: skip
+    ours_mean = statistics.fmean(r["ours"]["output_tok_s"] for r in runs)
+    theirs_mean = statistics.fmean(r["vllm_bench_serve"]["output_throughput"] for r in runs)
+    return {
+        "load": asdict(load),
+        "rounds": runs,
+        "ours_output_tok_s_mean": ours_mean,
+        "vllm_output_tok_s_mean": theirs_mean,
+        "output_tok_s_difference": ours_mean / theirs_mean - 1.0,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m kimi_dflash.bench.crosscheck",
+        description="Alternate vllm bench serve and benchmark_multi_turn.py on one server with the same load "
+        "and compare aggregate output tok/s (means over the rounds).",
+    )
+    parser.add_argument("--base-url", required=True)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--tokenizer", type=Path, required=True, help="tokenizer dir for vllm bench serve")
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--requests", type=int, default=16, help="per run; a multiple of --concurrency")
+    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--warmup", type=int, default=None, help="warmup requests per run (default: --concurrency)")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--output", type=Path, default=None, help="write the comparison as JSON here")
+    args = parser.parse_args(argv)
+    warmup = args.concurrency if args.warmup is None else args.warmup
+    try:
+        load = Load(args.base_url.rstrip("/"), args.model, args.concurrency, args.requests, args.max_tokens, warmup)
+        load.turns  # noqa: B018 - validates requests vs concurrency
+        with tempfile.TemporaryDirectory(prefix="crosscheck-") as tmp:
+            report = interleaved(load, args.tokenizer, args.rounds, Path(tmp), log=lambda m: print(m, flush=True))
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    print(
+        f"mean aggregate output tok/s: ours {report['ours_output_tok_s_mean']:.2f}, vllm bench serve "
+        f"{report['vllm_output_tok_s_mean']:.2f}, difference {report['output_tok_s_difference']:+.2%}"
+    )
+    if args.output:
+        from kimi_dflash.bench.report import write_text_atomic
+
+        write_text_atomic(args.output, json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

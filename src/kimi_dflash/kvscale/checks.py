@@ -1,0 +1,93 @@
+"""Pre-launch checks of the KV-scale settings, for the preflight step (no vLLM, no GPU needed).
+
+The plugin re-checks everything inside vLLM, but there a mistake costs a model load; here it costs
+milliseconds and the message reaches the user without a vLLM traceback around it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from kimi_dflash.kvscale.fp8 import is_scaled_fp8_kv
+from kimi_dflash.kvscale.scales_file import (
+    KvScalesFileError,
+    ModelIdentity,
+    check_layer_set,
+    check_model_match,
+    load_scales_file,
+    model_basename,
+)
+from kimi_dflash.kvscale.settings import KvScaleConfigError, Mode, settings_from_env
+
+
+@dataclass(frozen=True)
+class Finding:
+    level: str  # "pass" | "warn" | "fail"
+    message: str
+
+
+class _Config:
+    """Attribute view of a config.json dict, so fingerprint_from_hf_config can read it."""
+
+    def __init__(self, data: Mapping) -> None:
+        self._data = data
+
+    def __getattr__(self, name: str):
+        return self._data.get(name)
+
+    def get_text_config(self) -> _Config:
+        text = self._data.get("text_config")
+        return _Config(text) if isinstance(text, Mapping) else self
+
+
+def _local_identity(model: str, model_dir: Path | None) -> ModelIdentity | None:
+    from kimi_dflash.kvscale.scales_file import fingerprint_from_hf_config
+
+    config_path = (model_dir or Path(model)) / "config.json"
+    try:
+        data = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    return ModelIdentity(model=model, fingerprint=fingerprint_from_hf_config(_Config(data)))
+
+
+def check_kv_scale_config(env: Mapping[str, str], *, model: str, kv_cache_dtype: str,
+                          model_dir: Path | None = None) -> list[Finding]:
+    """Findings for the KIMI_DFLASH_KV_* variables a launch would export, given the served model and KV dtype."""
+    try:
+        settings = settings_from_env(env)
+    except KvScaleConfigError as error:
+        return [Finding("fail", str(error))]
+    fp8 = is_scaled_fp8_kv(kv_cache_dtype) and kv_cache_dtype != "fp8_e5m2"
+    findings: list[Finding] = []
+    if fp8 and settings.mode in (Mode.OFF, Mode.OBSERVE):
+        findings.append(Finding("warn", f"KV_CACHE_DTYPE={kv_cache_dtype} with KV_SCALE_MODE={settings.mode.value}: "
+                                        "unless the checkpoint ships KV scales, vLLM uses k_scale=1.0 and MLA "
+                                        "latents lose precision or clip; set KV_SCALE_MODE=calibrated or dynamic"))
+    if settings.sets_scales and not fp8:
+        findings.append(Finding("warn", f"KV_SCALE_MODE={settings.mode.value} has no effect with KV_CACHE_DTYPE="
+                                        f"{kv_cache_dtype} (not an FP8 E4M3 cache); the plugin will log a no-op"))
+    if settings.mode is Mode.CALIBRATED:
+        assert settings.scales_file is not None
+        try:
+            scales = load_scales_file(settings.scales_file)
+            identity = _local_identity(model, model_dir)
+            if identity is not None:
+                check_model_match(scales, identity)
+                check_layer_set(scales, int(identity.fingerprint.get("num_hidden_layers") or 0))
+            elif model_basename(scales.model.model) != model_basename(model):
+                raise KvScalesFileError(f"KV scales file {scales.path} was calibrated on {scales.model.model!r}, "
+                                        f"but the config serves {model!r}; calibrate this model with "
+                                        "payload/calibrate_kv_scales.py")
+        except KvScalesFileError as error:
+            return findings + [Finding("fail", str(error))]
+        low, high = min(s.scale for s in scales.layers.values()), max(s.scale for s in scales.layers.values())
+        findings.append(Finding("pass", f"KV scales file {scales.path}: {len(scales.layers)} layers of "
+                                        f"{scales.model.model}, k_scale {low:.4g}-{high:.4g} ({scales.fp8_format})"))
+    elif settings.mode is Mode.DYNAMIC and fp8:
+        findings.append(Finding("pass", "dynamic KV scales: per-layer running amax, floor "
+                                        f"{settings.floor:g}, warm-up {settings.warmup_steps or 'none (never frozen)'}"))
+    return findings

@@ -1,0 +1,71 @@
+"""The benchmark against the real vLLM CPU demo server (DFlash on), and against `vllm bench serve`.
+
+Marked `server`: it uses the session-wide `demo_server` fixture (tests/conftest.py) and takes about three
+minutes on the 2-core box, most of it `vllm bench serve` importing vLLM and the demo's modest speed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kimi_dflash.bench.crosscheck import Load, agreement, run_ours, run_vllm_bench_serve, write_sharegpt
+from kimi_dflash.bench.report import validate_document
+from kimi_dflash.bench.workload import BUILTIN, load_dataset
+
+pytestmark = pytest.mark.server
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH = REPO / "payload" / "benchmark_multi_turn.py"
+
+
+def test_multi_turn_run_reports_spec_decode(demo_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "demo.json"
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), "--base-url", demo_server.base_url, "--model", demo_server.model,
+         "--metrics-url", demo_server.metrics_url, "--sessions", "2", "--turns-per-session", "2",
+         "--max-tokens", "32", "--warmup", "2", "--label", "demo-dflash", "--output", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(out.read_text())
+    assert validate_document(doc) == []
+    assert doc["server"]["version"] and doc["server"]["models"][0]["id"] == demo_server.model
+    level = doc["results"][0]
+    assert level["completed"] == 4 and level["failed"] == 0
+    assert level["tokens_counted_from_chunks"] == 0  # vLLM reports usage
+    spec = level["spec_decode"]
+    assert level["spec_decode_status"] == "ok" and spec is not None
+    assert 0.0 < spec["acceptance_rate"] <= 1.0
+    assert 1.0 < spec["acceptance_length"] <= 1.0 + len(spec["per_position"])
+    assert len(spec["per_position"]) == spec["num_speculative_tokens"] >= 1
+    # several tokens per SSE chunk is what speculative decoding looks like from the client
+    assert level["tokens_per_chunk"]["mean"] > 1.0
+    prompts = [row["prompt_tokens"]["mean"] for row in level["per_turn"]]
+    assert prompts[1] > prompts[0]  # the second turn carries the first
+
+
+def test_aggregate_throughput_agrees_with_vllm_bench_serve(demo_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from kimi_dflash.demo import demo_model_paths
+
+    tokenizer = demo_model_paths().target_dir
+    if not (tokenizer / "tokenizer.json").exists() and not (tokenizer / "tokenizer_config.json").exists():
+        pytest.skip(f"demo tokenizer not found under {tokenizer}")
+    sharegpt = write_sharegpt(load_dataset(BUILTIN), tmp_path / "prompts.sharegpt.json")
+    load = Load(demo_server.base_url, demo_server.model, concurrency=4, requests=16, max_tokens=32, warmup=4)
+    # ours, theirs, ours: bracketing cancels a drift in the shared machine's speed between runs
+    before = run_ours(load, tmp_path / "ours-1.json")
+    theirs = run_vllm_bench_serve(load, tokenizer, sharegpt, tmp_path)
+    after = run_ours(load, tmp_path / "ours-2.json")
+    assert before["completed"] == after["completed"] == theirs["completed"] == 16
+    assert before["output_tokens"] == theirs["total_output_tokens"] == 16 * 32  # ignore_eos: same work
+    ours_tok_s = (before["output_tok_s"] + after["output_tok_s"]) / 2
+    difference = ours_tok_s / theirs["output_throughput"] - 1
+    print(f"aggregate tok/s: ours {before['output_tok_s']:.2f} / {after['output_tok_s']:.2f}, "
+          f"vllm bench serve {theirs['output_throughput']:.2f}, difference {difference:+.2%}; "
+          f"per metric (first run): {agreement(before, theirs)}")  # fmt: skip
+    assert abs(difference) < 0.05
