@@ -119,6 +119,8 @@ REJECTED = {
     "aiter_moe_on_cuda": ("DEVICE=cuda\n", "MOE_BACKEND", "only on ROCm"),
     "cpu_with_tensor_parallel": ("DEVICE=cpu\nMOE_BACKEND=auto\nTENSOR_PARALLEL_SIZE=2\n", "TENSOR_PARALLEL_SIZE",
                                  "one process"),
+    "cpu_block_size_not_multiple_of_32": ("DEVICE=cpu\nMOE_BACKEND=auto\nTENSOR_PARALLEL_SIZE=1\nBLOCK_SIZE=48\n",
+                                          "BLOCK_SIZE", "multiple of 32"),
     "auto_tool_choice_without_parser": ("TOOL_CALL_PARSER=\n", "ENABLE_AUTO_TOOL_CHOICE", "tool-call parser"),
     "extra_args_unbalanced_quote": ("EXTRA_VLLM_ARGS=--foo 'bar\n", "EXTRA_VLLM_ARGS", "cannot be split"),
     "demo_fabrication_with_model_dir": ("FABRICATE_DEMO_MODELS=true\n", "MODEL_DIR", "FABRICATE_DEMO_MODELS"),

@@ -203,3 +203,14 @@ def test_hook_is_a_logged_noop_on_a_non_mla_model(models, servers) -> None:
                                      headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=300) as response:
         assert response.status == 200
+
+
+def test_in_process_calibration_of_a_small_model(models, tmp_path) -> None:
+    out = tmp_path / "in_process_scales.json"
+    result = subprocess.run([sys.executable, str(REPO_ROOT / "payload" / "calibrate_kv_scales.py"), "--model",
+                             str(models["mla"]), "--out", str(out), "--limit", "4", "--max-tokens", "4",
+                             "--max-model-len", "2048"], capture_output=True, text=True, check=False, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    document = json.loads(out.read_text())
+    assert document["source"]["mode"] == "in-process" and document["num_layers"] == 2
+    assert all(300.0 < entry["amax"] for entry in document["layers"].values())

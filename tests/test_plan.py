@@ -71,7 +71,7 @@ def test_h200_plan_has_no_rocm_environment() -> None:
 
 def test_cpu_plan_uses_the_cpu_entry_and_cpu_environment(tmp_path: Path) -> None:
     (tmp_path / "t").mkdir()
-    config = load_config(write(tmp_path, "DEVICE=cpu\nMOE_BACKEND=auto\nTENSOR_PARALLEL_SIZE=1\n"
+    config = load_config(write(tmp_path, "DEVICE=cpu\nMOE_BACKEND=auto\nTENSOR_PARALLEL_SIZE=1\nBLOCK_SIZE=32\n"
                                          f"MODEL_DIR={tmp_path}/t\nSPECULATIVE_METHOD=none\n"), environ={})
     plan = build_plan(config, "/venv/bin/python", "/cache")
     assert plan.argv[:4] == ("/venv/bin/python", "-m", "kimi_dflash.vllm_entry", "serve")

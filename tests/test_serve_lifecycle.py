@@ -25,7 +25,7 @@ def broken_model_config(tmp_path: Path) -> Path:
     model.mkdir()
     (model / "config.json").write_text('{"architectures": ["NoSuchModelForCausalLM"], "model_type": "nosuch"}')
     config = tmp_path / "broken.env"
-    config.write_text(f"DEVICE=cpu\nMOE_BACKEND=auto\nTENSOR_PARALLEL_SIZE=1\nMODEL_DIR={model}\n"
+    config.write_text(f"DEVICE=cpu\nMOE_BACKEND=auto\nTENSOR_PARALLEL_SIZE=1\nBLOCK_SIZE=32\nMODEL_DIR={model}\n"
                       "SPECULATIVE_METHOD=none\nTRUST_REMOTE_CODE=false\nTOOL_CALL_PARSER=\n"
                       "ENABLE_AUTO_TOOL_CHOICE=false\nREASONING_PARSER=\nREADY_TIMEOUT_S=300\n")
     return config

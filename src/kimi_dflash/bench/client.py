@@ -1,9 +1,11 @@
-"""The HTTP side: one aiohttp session, a connection pool sized to the concurrency, one request at a time.
+"""The HTTP side: chat requests on each session's own connection; GETs through aiohttp.
 
-The streaming hot loop takes a timestamp per network read and hands the bytes to a
-``StreamAccumulator``, which parses all events of a read with one ``json.loads``: no per-token Python
-work, so the event loop stays free to timestamp the other streams' reads promptly. Failures never raise
-out of ``send``: they come back as a reason on the record.
+Chat requests (the hot path) go over ``http1.Connection``: one keep-alive connection per session, so
+concurrency N means exactly N connections (nothing can queue for a pooled connection, and there is no
+pool limit to hit). Each network read is timestamped once and handed to a ``StreamAccumulator``, which
+parses all events of the read with one ``json.loads``: no per-token Python work. The plain GET endpoints
+(/v1/models, /version, /metrics) use an aiohttp session. Failures never raise out of ``send``: they come
+back as a reason on the record.
 """
 
 from __future__ import annotations
@@ -11,14 +13,16 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
+import ssl
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
-import yarl
 
+from kimi_dflash.bench import http1
 from kimi_dflash.bench import records as R
 from kimi_dflash.bench.records import RequestRecord
 from kimi_dflash.bench.response import Reply, StreamAccumulator, interpret_body
@@ -30,20 +34,27 @@ perf_counter = time.perf_counter
 class Endpoint:
     """Where requests go and how they authenticate."""
 
-    base_url: str  # without a trailing /v1
+    base_url: str  # server root (may carry a path prefix), without a trailing /v1
     api_key: str | None = field(default=None, repr=False)  # never printed
     timeout_s: float = 600.0
 
     @cached_property
-    def chat_url(self) -> yarl.URL:
-        return yarl.URL(f"{self.base_url}/v1/chat/completions")  # parsed once, not per request
+    def target(self) -> http1.Target:
+        return http1.Target.from_url(self.base_url)
+
+    @cached_property
+    def chat_path(self) -> str:
+        return urlsplit(self.base_url).path.rstrip("/") + "/v1/chat/completions"
 
     @cached_property
     def chat_headers(self) -> dict[str, str]:
-        headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
+        headers = {"Content-Type": "application/json", "Accept-Encoding": "identity", "Accept": "text/event-stream, application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         return headers
+
+    def connection(self) -> http1.Connection:
+        return http1.Connection(self.target, connect_timeout_s=min(self.timeout_s, 30.0))
 
 
 def normalize_base_url(url: str) -> str:
@@ -54,42 +65,9 @@ def normalize_base_url(url: str) -> str:
     return url
 
 
-def make_session(pool_size: int, timeout_s: float) -> aiohttp.ClientSession:
-    """A session whose pool never throttles: aiohttp's default cap is 100 connections."""
-    connector = aiohttp.TCPConnector(
-        limit=pool_size,
-        limit_per_host=pool_size,
-        keepalive_timeout=75,
-        force_close=False,
-        ttl_dns_cache=300,
-    )
-    trace = aiohttp.TraceConfig()
-    trace.on_connection_queued_start.append(_queued_start)
-    trace.on_connection_queued_end.append(_queued_end)
-    trace.on_request_chunk_sent.append(_body_sent)
-    return aiohttp.ClientSession(
-        connector=connector,
-        timeout=aiohttp.ClientTimeout(total=timeout_s, sock_connect=min(timeout_s, 30.0)),
-        trace_configs=[trace],
-        auto_decompress=False,
-    )
-
-
-async def _queued_start(session: Any, ctx: Any, params: Any) -> None:
-    if isinstance(ctx.trace_request_ctx, dict):
-        ctx.trace_request_ctx["queued"] = perf_counter()
-
-
-async def _queued_end(session: Any, ctx: Any, params: Any) -> None:
-    if isinstance(ctx.trace_request_ctx, dict) and "queued" in ctx.trace_request_ctx:
-        ctx.trace_request_ctx["queue_time"] = perf_counter() - ctx.trace_request_ctx["queued"]
-
-
-async def _body_sent(session: Any, ctx: Any, params: Any) -> None:
-    # aiohttp fires this right before it writes the request body to the socket: the moment the
-    # request actually leaves. Only the first chunk counts (our bodies are a single bytes chunk).
-    if isinstance(ctx.trace_request_ctx, dict) and "sent" not in ctx.trace_request_ctx:
-        ctx.trace_request_ctx["sent"] = perf_counter()
+def make_session(timeout_s: float) -> aiohttp.ClientSession:
+    """For the GET endpoints only (a handful of requests per run)."""
+    return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s, sock_connect=min(timeout_s, 30.0)))
 
 
 def chat_payload(
@@ -118,76 +96,54 @@ def chat_payload(
     return json.dumps(payload, ensure_ascii=False).encode("utf-8")
 
 
-async def send(
-    session: aiohttp.ClientSession,
-    endpoint: Endpoint,
-    body: bytes,
-    stream: bool,
-    record: RequestRecord,
-) -> Reply | None:
-    """Send one chat request; fill ``record`` with timestamps, counts or a failure reason.
+async def send(conn: http1.Connection, endpoint: Endpoint, body: bytes, stream: bool, record: RequestRecord) -> Reply | None:
+    """Send one chat request on ``conn``; fill ``record`` with timestamps, counts or a failure reason.
 
-    ``record.ready_time`` is taken before aiohttp builds the request, ``record.send_time`` when the body
-    is handed to the socket (TTFT and E2EL start there, so request-building time and the queueing of
-    many simultaneous sends on one event loop do not count as server latency; the difference is
-    reported as client send time). Returns the decoded reply (for the conversation history), or None
-    when nothing usable arrived.
+    ``record.ready_time`` is taken before anything else, ``record.send_time`` when the request bytes are
+    handed to the socket: TTFT and E2EL start there, so connecting and the queueing of many simultaneous
+    sends on one event loop do not count as server latency (the difference is reported as client send
+    time). Returns the decoded reply (for the conversation history), or None when nothing usable arrived.
     """
-    trace_ctx: dict[str, float] = {}
     accumulator = StreamAccumulator()
-    reply: Reply | None = None
-    record.ready_time = perf_counter()
+
+    def sent(at: float) -> None:
+        record.send_time = at
+
+    record.ready_time = record.send_time = perf_counter()
     try:
-        async with session.post(
-            endpoint.chat_url, data=body, headers=endpoint.chat_headers, trace_request_ctx=trace_ctx
-        ) as response:
-            record.status = response.status
-            record.send_time = trace_ctx.get("sent", record.ready_time)
-            if response.status != 200:
-                detail = await _read_error_body(response)
-                record.done_time = perf_counter()
-                record.error = f"http_{response.status}"
-                record.error_detail = detail
-                return None
-            if stream:
-                feed = accumulator.feed
-                # The hot loop: timestamp the read, then hand it to the accumulator (one JSON parse
-                # for all events in the read). Reading continues to the end of the body after [DONE]
-                # so the connection goes back to the pool.
-                async for data in response.content.iter_any():
-                    feed(perf_counter(), data)
-                record.done_time = perf_counter()
-                reply = accumulator.finish()
-            else:
-                raw = await response.read()
-                record.done_time = perf_counter()
-                reply = interpret_body(raw)
+        response = await conn.post(
+            endpoint.chat_path,
+            body,
+            endpoint.chat_headers,
+            on_body=accumulator.feed if stream else None,
+            on_sent=sent,
+            timeout_s=endpoint.timeout_s,
+        )
     except asyncio.CancelledError:
         record.done_time = perf_counter()
-        record.send_time = trace_ctx.get("sent", record.ready_time)
         record.error = R.CANCELLED
         raise
     except Exception as exc:  # noqa: BLE001 - every failure must become a counted reason
         record.done_time = perf_counter()
-        record.send_time = trace_ctx.get("sent", record.ready_time)
         reason: str | None
         reason, detail = classify_exception(exc)
         # A server that sent [DONE] but never ended the body still delivered a complete reply.
-        if reason == R.TIMEOUT and accumulator.done:
-            reply = accumulator.finish()
-            reason = None
-        if reason is not None:
-            record.error = reason
-            record.error_detail = detail
-            record.token_chunks = accumulator.token_chunks  # what arrived before the failure
-            return None
-    record.queue_time = trace_ctx.get("queue_time", 0.0)
-    assert reply is not None
-    _fill_record(record, reply)
-    return reply
+        if reason == R.TIMEOUT and stream and accumulator.done:
+            return _finish(record, accumulator.finish())
+        record.error, record.error_detail = reason, detail
+        record.token_chunks = accumulator.token_chunks  # what arrived before the failure
+        return None
+    record.done_time = perf_counter()
+    record.status = response.status
+    if response.status != 200:
+        text = response.body[:2048].decode("utf-8", "replace").strip().replace("\n", " ")
+        record.error = f"http_{response.status}"
+        record.error_detail = f"HTTP {response.status} {response.reason}: {text[:300]}".strip()
+        return None
+    return _finish(record, accumulator.finish() if stream else interpret_body(response.body))
 
 
-def _fill_record(record: RequestRecord, reply: Reply) -> None:
+def _finish(record: RequestRecord, reply: Reply) -> Reply:
     record.first_token_time = reply.first_token_time
     record.last_token_time = reply.last_token_time
     record.chunk_times = reply.chunk_times
@@ -209,29 +165,21 @@ def _fill_record(record: RequestRecord, reply: Reply) -> None:
     if reply.error is not None:
         record.error = reply.error
         record.error_detail = reply.error_detail
-
-
-async def _read_error_body(response: aiohttp.ClientResponse) -> str:
-    try:
-        raw = await asyncio.wait_for(response.content.read(2048), timeout=5)
-    except Exception:  # noqa: BLE001 - the status code is the fact; the body is a courtesy
-        raw = b""
-    text = raw.decode("utf-8", "replace").strip().replace("\n", " ")
-    return f"HTTP {response.status} {response.reason or ''}: {text[:300]}".strip()
+    return reply
 
 
 def classify_exception(exc: BaseException) -> tuple[str, str]:
-    """Map what aiohttp/asyncio raised to a failure reason and a one-line detail."""
+    """Map what the transport raised to a failure reason and a one-line detail."""
     detail = f"{type(exc).__name__}: {exc}"[:300]
     chain = _causes(exc)
     if any(isinstance(e, (asyncio.TimeoutError, TimeoutError, aiohttp.ServerTimeoutError)) for e in chain):
         return R.TIMEOUT, detail
-    if any(isinstance(e, ConnectionRefusedError) for e in chain):
+    if any(isinstance(e, ConnectionRefusedError) for e in chain) or any(
+        getattr(e, "errno", None) == errno.ECONNREFUSED for e in chain
+    ):
         return R.CONNECTION_REFUSED, detail
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        if getattr(exc, "os_error", None) is not None and getattr(exc.os_error, "errno", None) == errno.ECONNREFUSED:
-            return R.CONNECTION_REFUSED, detail
-        return R.CONNECTION_ERROR, detail
+    if any(isinstance(e, http1.BadResponse) for e in chain):
+        return R.BAD_RESPONSE, detail
     if (
         any(isinstance(e, ConnectionResetError) for e in chain)
         or any(getattr(e, "errno", None) in (errno.ECONNRESET, errno.EPIPE) for e in chain)
@@ -239,11 +187,14 @@ def classify_exception(exc: BaseException) -> tuple[str, str]:
         or any("ConnectionResetError" in str(e) for e in chain)
     ):
         return R.CONNECTION_RESET, detail
-    if any(isinstance(e, (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError)) for e in chain):
+    if any(
+        isinstance(e, (http1.ConnectionClosed, aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError))
+        for e in chain
+    ):
         return R.CONNECTION_CLOSED, detail
     if isinstance(exc, aiohttp.ClientResponseError):
         return R.BAD_RESPONSE, detail
-    if isinstance(exc, (aiohttp.ClientOSError, ConnectionError)):
+    if any(isinstance(e, (OSError, ssl.SSLError, aiohttp.ClientError)) for e in chain):
         return R.CONNECTION_ERROR, detail
     return R.CLIENT_ERROR, detail
 

@@ -123,9 +123,15 @@ def agreement(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, float |
 
 
 def interleaved(load: Load, tokenizer: Path, rounds: int, workdir: Path, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """``rounds`` alternating runs of each tool; the verdict compares the means of aggregate tok/s."""
+    """``rounds`` alternating runs of each tool; the verdict compares the means of aggregate tok/s.
+
+    One discarded run comes first: a CPU vLLM server keeps getting faster while it meets new batch
+    shapes, and the first measured run must not pay for that.
+    """
     sharegpt = write_sharegpt(load_dataset(BUILTIN), workdir / "prompts.sharegpt.json")
     theirs_fn = vllm_bench_serve()
+    primed = run_ours(load, workdir / "prime.json", extra=["--seed", "1000"])
+    log(f"prime run (discarded): {primed['output_tok_s']:.2f} tok/s")
     runs: list[dict[str, Any]] = []
     for i in range(rounds):
         started = time.monotonic()

@@ -141,7 +141,6 @@ def level_result(
         **latency_block(records),
         "output_tokens_per_request": summarize([r.output_tokens or 0 for r in ok]),
         "prompt_tokens_per_request": summarize(prompt_counts),
-        "client_queue_ms": summarize([r.queue_time for r in ok], 1000.0),
         "client_send_ms": summarize([r.send_time - r.ready_time for r in ok], 1000.0),
         "tokens_counted_from_chunks": sum(1 for r in ok if r.tokens_source == R.TOKENS_FROM_CHUNKS),
         "tpot_excluded_short": sum(1 for r in ok if r.output_tokens is not None and r.output_tokens < 2),

@@ -48,7 +48,6 @@ class RequestRecord:
     tokens_source: str | None = None
     prompt_tokens: int | None = None
     finish_reason: str | None = None
-    queue_time: float = 0.0  # waited for a pooled connection (should be 0: the pool is sized)
     status: int | None = None  # HTTP status
     error: str | None = None  # failure reason, None on success
     error_detail: str = ""

@@ -90,7 +90,21 @@ class StreamAccumulator:
                 events = _loads(b"[" + b",".join(payloads) + b"]")
         except (ValueError, UnicodeDecodeError):
             events = self._parse_one_by_one(payloads)
+        times, content = self._times, self._content
         for event in events:
+            # Fast path for the shape every OpenAI-compatible server streams; anything else (reasoning,
+            # tool calls, usage, errors, odd types) goes through the careful _take.
+            try:
+                choice = event["choices"][0]
+                delta = choice["delta"]
+                text = delta["content"]
+                plain = len(delta) == 1 and choice.get("finish_reason") is None and event.get("usage") is None
+            except (KeyError, IndexError, TypeError, AttributeError):
+                plain = False
+            if plain and text and text.__class__ is str:
+                content.append(text)
+                times.append(arrival)
+                continue
             if not self._take(arrival, event):
                 return
 

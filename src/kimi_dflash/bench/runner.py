@@ -10,6 +10,7 @@ abort) cancels in-flight requests; everything that finished is kept and summariz
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from typing import Any
 import aiohttp
 
 from kimi_dflash.bench import client as C
-from kimi_dflash.bench import metrics, prometheus, server_info
+from kimi_dflash.bench import http1, metrics, prometheus, server_info
 from kimi_dflash.bench import records as R
 from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.records import RequestRecord
@@ -102,14 +103,20 @@ class Benchmark:
 
     async def run(self) -> RunState:
         cfg = self.cfg
-        # Pool sized to the highest concurrency (+ slack for the /metrics scrapes): aiohttp's default
-        # cap of 100 connections would silently queue requests above it.
-        async with C.make_session(max(cfg.levels) + 4, cfg.endpoint.timeout_s) as session:
+        # aiohttp serves only the GET endpoints; chat requests use one connection per session.
+        async with C.make_session(cfg.endpoint.timeout_s) as session:
             self.state.server, self.state.model = await server_info.probe(
                 session, cfg.endpoint, cfg.model, cfg.metrics_url
             )
+            if (self.state.server.get("cache_config") or {}).get("enable_prefix_caching") == "True":
+                note = (
+                    "the server has prefix caching on: later turns reuse the cached conversation, so TTFT and "
+                    "throughput differ from a no-prefix-cache measurement (the recipe measures with it off)"
+                )
+                self.state.server["notes"] = [note]
+                print(f"WARNING: {note}", file=sys.stderr)
             self.checkpoint(self.state)
-            self.state.warmup = await self._warmup(session)
+            self.state.warmup = await self._warmup()
             self.checkpoint(self.state)
             for level in cfg.levels:
                 if self.stopper.stopped:
@@ -119,22 +126,30 @@ class Benchmark:
         return self.state
 
     # -- warmup ---------------------------------------------------------------------------------
-    async def _warmup(self, session: aiohttp.ClientSession) -> dict[str, Any]:
+    async def _warmup(self) -> dict[str, Any]:
         cfg = self.cfg
         if cfg.warmup <= 0:
             return {"requests": 0}
         prompts = warmup_prompts(cfg.dataset, cfg.seed, cfg.warmup)
-        gate = asyncio.Semaphore(min(cfg.warmup, cfg.levels[0]))
+        queue: asyncio.Queue[tuple[int, Prompt]] = asyncio.Queue()
+        for item in enumerate(prompts):
+            queue.put_nowait(item)
         records: list[RequestRecord] = []
 
-        async def one(i: int, prompt: Prompt) -> None:
-            async with gate:
-                record = RequestRecord(sessions=0, repeat=0, session=i, turn=1, warmup=True)
-                records.append(record)
-                await C.send(session, cfg.endpoint, self._body([self._user(prompt)]), cfg.stream, record)
+        async def worker() -> None:
+            conn = cfg.endpoint.connection()
+            try:
+                while not queue.empty():
+                    i, prompt = queue.get_nowait()
+                    record = RequestRecord(sessions=0, repeat=0, session=i, turn=1, warmup=True)
+                    records.append(record)
+                    await C.send(conn, cfg.endpoint, self._body([self._user(prompt)]), cfg.stream, record)
+            finally:
+                conn.close()
 
         started = perf_counter()
-        await self._until_done_or_stopped([asyncio.create_task(one(i, p)) for i, p in enumerate(prompts)])
+        workers = min(cfg.warmup, cfg.levels[0])
+        await self._until_done_or_stopped([asyncio.create_task(worker()) for _ in range(workers)])
         failures, examples = metrics.count_failures(records)
         summary = {
             "requests": len(records),
@@ -164,13 +179,20 @@ class Benchmark:
             if self.stopper.stopped:
                 break
             plans = [session_prompts(cfg.dataset, cfg.seed, level, repeat, s, cfg.turns) for s in range(level)]
-            await self._open_connections(session, level)
+            # Connect every session before the window opens, so TTFT never includes TCP setup. A session
+            # that cannot connect here tries again on its first request, which reports the failure.
+            conns = [cfg.endpoint.connection() for _ in range(level)]
+            await asyncio.gather(*(c.connect() for c in conns), return_exceptions=True)
             cpu0 = time.process_time()
             start = perf_counter()
             tasks = [
-                asyncio.create_task(self._session(session, level, repeat, s, plans[s], records)) for s in range(level)
+                asyncio.create_task(self._session(conns[s], level, repeat, s, plans[s], records)) for s in range(level)
             ]
-            await self._until_done_or_stopped(tasks)
+            try:
+                await self._until_done_or_stopped(tasks)
+            finally:
+                for conn in conns:
+                    conn.close()
             end = self.stopper.stopped_at if self.stopper.stopped and self.stopper.stopped_at else perf_counter()
             cpu_s += time.process_time() - cpu0
             windows.append({"repeat": repeat, "duration_s": max(end - start, 0.0), "start_s": start - self.state.origin})
@@ -194,18 +216,6 @@ class Benchmark:
                 "records": [r.to_json(self.state.origin) for r in records],
             }
         return result
-
-    async def _open_connections(self, session: aiohttp.ClientSession, count: int) -> None:
-        """Open one pooled connection per session before the window, so TTFT never includes TCP setup."""
-        url = f"{self.cfg.endpoint.base_url}/v1/models"
-
-        async def touch() -> None:
-            try:
-                await C.get_json(session, url, self.cfg.endpoint.api_key, 10.0)
-            except Exception:  # noqa: BLE001 - only a courtesy; the measured requests report real failures
-                pass
-
-        await asyncio.gather(*(touch() for _ in range(count)))
 
     async def _spec_window(
         self, session: aiohttp.ClientSession, before: prometheus.SpecCounters | None, scrape_error: str | None
@@ -232,7 +242,7 @@ class Benchmark:
 
     async def _session(
         self,
-        session: aiohttp.ClientSession,
+        conn: http1.Connection,
         level: int,
         repeat: int,
         index: int,
@@ -249,14 +259,14 @@ class Benchmark:
             messages = [*history, self._user(prompt)]
             record = RequestRecord(sessions=level, repeat=repeat, session=index, turn=turn)
             sink.append(record)  # before sending: a cancelled request still leaves its record
-            reply = await C.send(session, cfg.endpoint, self._body(messages), cfg.stream, record)
+            reply = await C.send(conn, cfg.endpoint, self._body(messages), cfg.stream, record)
             if record.ok and reply is not None and not cfg.independent_turns:
                 # Kimi may spend the whole budget reasoning; carry that text so the history still grows.
                 history = [*messages, {"role": "assistant", "content": reply.content or reply.reasoning}]
             elif record.error in CONNECTION_FAILURES:
-                await self._confirm_server_down(session, record)
+                await self._confirm_server_down(record)
 
-    async def _confirm_server_down(self, session: aiohttp.ClientSession, record: RequestRecord) -> None:
+    async def _confirm_server_down(self, record: RequestRecord) -> None:
         """A connection failed: if a probe on a fresh connection cannot reach the server, abort the run."""
         async with self._probe_lock:
             if self.stopper.stopped or perf_counter() - self._last_probe_ok < PROBE_INTERVAL_S:

@@ -159,6 +159,9 @@ def _rule_device(v: Mapping[str, object], s: Mapping[str, str]) -> list[Problem]
     if v["DEVICE"] == "cpu" and int(v["TENSOR_PARALLEL_SIZE"]) != 1:  # type: ignore[call-overload]
         problems.append(_problem(s, v, "TENSOR_PARALLEL_SIZE", "the CPU demo runs on one process",
                                  "set TENSOR_PARALLEL_SIZE=1 with DEVICE=cpu"))
+    if v["DEVICE"] == "cpu" and int(v["BLOCK_SIZE"]) % 32:  # type: ignore[call-overload]
+        problems.append(_problem(s, v, "BLOCK_SIZE", "vLLM's CPU attention backend needs a multiple of 32 "
+                                 "(\"No common block size\" at start)", "set BLOCK_SIZE=32 with DEVICE=cpu"))
     if v["MOE_BACKEND"] == "aiter" and v["DEVICE"] != "rocm":
         problems.append(_problem(s, v, "MOE_BACKEND", f"aiter kernels exist only on ROCm, not on DEVICE={v['DEVICE']}",
                                  "set MOE_BACKEND=triton or auto"))

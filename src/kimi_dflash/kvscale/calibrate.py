@@ -204,9 +204,13 @@ def _in_process_runner(model_path: str, prompts: Sequence[str], observe_dir: Pat
                          sum(len(o.outputs[0].token_ids) for o in outputs))
 
     def close() -> None:
-        shutdown = getattr(llm, "shutdown", None)
-        if callable(shutdown):
-            shutdown()
+        # vLLM 0.32's LLM has no shutdown(); without stopping the engine-core process explicitly, Python
+        # waits for it forever at exit.
+        for owner in (llm, getattr(getattr(llm, "llm_engine", None), "engine_core", None)):
+            shutdown = getattr(owner, "shutdown", None)
+            if callable(shutdown):
+                shutdown()
+                return
 
     return run, close
 

@@ -198,12 +198,13 @@ def on_layer_built(layer: Any) -> None:
     calibrated = None
     if settings.mode is Mode.CALIBRATED:
         assert state.scales is not None
-        # Checked even when the cache is not FP8: a wrong file is a configuration error either way.
+        # Model and layer count are checked even when the cache is not FP8: a wrong file is a configuration
+        # error either way. Names are looked up for FP8 layers only (an MLA drafter with a BF16 cache, e.g.
+        # an MTP head, is not in the target's file and needs no scale).
         check_model_match(state.scales, identity)
         check_layer_set(state.scales, int(identity.fingerprint.get("num_hidden_layers") or 0))
-        entry = scale_for_layer(state.scales, name)
         if fp8 is not None:
-            calibrated = max(entry.amax / fp8.max_value, settings.floor)
+            calibrated = max(scale_for_layer(state.scales, name).amax / fp8.max_value, settings.floor)
 
     if settings.sets_scales and fp8 is None and not state.noop_logged:
         state.noop_logged = True

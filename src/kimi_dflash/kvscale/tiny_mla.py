@@ -132,6 +132,10 @@ def fabricate_tiny_mla_model(
         with torch.no_grad():
             model.model.embed_tokens.weight.normal_(0.0, 1.0)
             for layer in model.model.layers:
+                # Let attention move the residual stream as much as the embedding does, so that what the
+                # KV cache returns decides the next token (with std 0.02 the model is a bigram table).
+                o_proj = layer.self_attn.o_proj.weight
+                o_proj.normal_(0.0, 4.0 / o_proj.shape[1] ** 0.5)
                 # Scale what is cached, and undo it where the latent is consumed (kv_b_proj, which vLLM
                 # absorbs into W_UK / W_UV): in BF16 the model computes the same function for any gain;
                 # only the magnitude stored in the KV cache changes.

@@ -1,0 +1,378 @@
+"""A minimal HTTP/1.1 client connection for the hot path: one keep-alive connection per session.
+
+Why not aiohttp here: for every SSE chunk aiohttp runs its stream-reader machinery in Python and wakes
+the reading task, which measured as large as the JSON parsing itself. This protocol takes the arrival
+time once per network read inside ``data_received`` and hands the de-chunked bytes straight to a
+callback; no task wakes until the response is complete. Each session owns its connection, so there is
+no pool to throttle concurrency and nothing can queue for a connection. (aiohttp still serves the
+plain GET endpoints: /v1/models, /version, /metrics.)
+
+Scope, on purpose: HTTP/1.1 with keep-alive, ``Content-Length``, chunked and read-until-close bodies,
+interim 1xx responses skipped, TLS via ``ssl``; no redirects, proxies or compression (we send
+``Accept-Encoding: identity``). Protocol violations raise ``BadResponse``; a connection that closes before
+the body ends raises ``ConnectionClosed``; OS errors (refused, reset) propagate as they are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+perf_counter = time.perf_counter
+
+MAX_HEAD = 64 * 1024
+
+
+class BadResponse(Exception):
+    """The server did not speak HTTP/1.1 as expected."""
+
+
+class ConnectionClosed(ConnectionError):
+    """The server closed the connection before the response body ended."""
+
+
+@dataclass(frozen=True)
+class Target:
+    host: str
+    port: int
+    tls: bool
+    host_header: str
+
+    @classmethod
+    def from_url(cls, url: str) -> Target:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http(s) URL: {url!r}")
+        tls = parts.scheme == "https"
+        port = parts.port or (443 if tls else 80)
+        default = (tls and port == 443) or (not tls and port == 80)
+        host = parts.hostname
+        shown = f"[{host}]" if ":" in host else host
+        return cls(host=host, port=port, tls=tls, host_header=shown if default else f"{shown}:{port}")
+
+
+@dataclass
+class Response:
+    status: int = 0
+    reason: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""  # only when no on_body callback was given
+    keep_alive: bool = True
+
+
+class _Protocol(asyncio.Protocol):
+    """Parses one response at a time; calls ``on_body(arrival_time, bytes)`` once per network read."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.close_exc: BaseException | None = None
+        self._reset(None, None)
+
+    def _reset(self, future: asyncio.Future[Response] | None, on_body: Callable[[float, bytes], None] | None) -> None:
+        self.future = future
+        self.on_body = on_body
+        self.response = Response()
+        self.head = b""
+        self.in_body = False
+        self.mode = ""  # "chunked" | "length" | "close"
+        self.remaining = 0  # length mode: body bytes still expected; chunked: bytes left in this chunk
+        self.chunk_state = "size"  # size | data | crlf | trailer
+        self.pending = b""  # chunked: an unfinished size line / trailer
+        self.collected: list[bytes] = []
+
+    # -- asyncio callbacks ----------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        arrival = perf_counter()  # the one timestamp per read
+        future = self.future
+        if future is None or future.done():
+            # Bytes nobody asked for (or after an answer): the connection cannot be trusted any more.
+            self.closed = True
+            if self.transport is not None:
+                self.transport.close()
+            return
+        try:
+            if not self.in_body:
+                data = self._parse_head(data)
+                if not self.in_body:
+                    return
+            if data or self.mode == "length" and self.remaining == 0:
+                self._body(arrival, data)
+        except BadResponse as exc:
+            self._fail(exc)
+        except Exception as exc:  # noqa: BLE001 - a callback failure must end this request, not the loop
+            self._fail(exc)
+
+    def eof_received(self) -> bool | None:
+        return False  # let the transport close; connection_lost judges the response
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.close_exc = exc
+        future = self.future
+        if future is None or future.done():
+            return
+        if self.in_body and self.mode == "close" and exc is None:
+            self._complete()
+            return
+        if exc is not None:
+            future.set_exception(exc)
+        else:
+            where = "inside the response body" if self.in_body else "before the response headers"
+            future.set_exception(ConnectionClosed(f"server closed the connection {where}"))
+
+    # -- parsing --------------------------------------------------------------------------------
+    def _parse_head(self, data: bytes) -> bytes:
+        buf = self.head + data if self.head else data
+        while True:
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(buf) > MAX_HEAD:
+                    raise BadResponse("response headers larger than 64 KiB")
+                self.head = buf
+                return b""
+            lines = buf[:end].decode("latin-1").split("\r\n")
+            buf = buf[end + 4 :]
+            status_line = lines[0].split(" ", 2)
+            if len(status_line) < 2 or not status_line[0].startswith("HTTP/1.") or not status_line[1].isdigit():
+                raise BadResponse(f"not an HTTP/1.x status line: {lines[0][:80]!r}")
+            status = int(status_line[1])
+            if 100 <= status < 200:
+                continue  # interim response (100 Continue, 103 Early Hints): the real one follows
+            headers: dict[str, str] = {}
+            for line in lines[1:]:
+                name, colon, value = line.partition(":")
+                if not colon:
+                    raise BadResponse(f"malformed header line {line[:80]!r}")
+                key = name.strip().lower()
+                headers[key] = f"{headers[key]}, {value.strip()}" if key in headers else value.strip()
+            response = self.response
+            response.status, response.reason, response.headers = status, status_line[2] if len(status_line) > 2 else "", headers
+            connection = headers.get("connection", "").lower()
+            response.keep_alive = "close" not in connection and (
+                status_line[0] != "HTTP/1.0" or "keep-alive" in connection
+            )
+            if "chunked" in headers.get("transfer-encoding", "").lower():
+                self.mode = "chunked"
+            elif "content-length" in headers:
+                try:
+                    self.remaining = int(headers["content-length"])
+                except ValueError:
+                    raise BadResponse(f"bad Content-Length {headers['content-length']!r}") from None
+                self.mode = "length"
+            elif status in (204, 304):
+                self.mode, self.remaining = "length", 0
+            else:
+                self.mode = "close"
+                response.keep_alive = False
+            self.head = b""
+            self.in_body = True
+            return buf
+
+    def _body(self, arrival: float, data: bytes) -> None:
+        if self.mode == "length":
+            if len(data) > self.remaining:
+                raise BadResponse("more body bytes than Content-Length")
+            self.remaining -= len(data)
+            if data:
+                self._deliver(arrival, data)
+            if self.remaining == 0:
+                self._complete()
+        elif self.mode == "chunked":
+            pieces, finished = self._dechunk(data)
+            if pieces:
+                self._deliver(arrival, pieces[0] if len(pieces) == 1 else b"".join(pieces))
+            if finished:
+                self._complete()
+        else:
+            self._deliver(arrival, data)
+
+    def _dechunk(self, data: bytes) -> tuple[list[bytes], bool]:
+        """Incremental chunked decoding: (payload pieces in this read, body finished)."""
+        pieces: list[bytes] = []
+        buf = self.pending + data if self.pending else data
+        self.pending = b""
+        i, n = 0, len(buf)
+        while i < n:
+            state = self.chunk_state
+            if state == "data":
+                take = min(self.remaining, n - i)
+                pieces.append(buf[i : i + take])
+                i += take
+                self.remaining -= take
+                if self.remaining == 0:
+                    self.chunk_state = "crlf"
+            elif state == "crlf":
+                if n - i < 2:
+                    self.pending = buf[i:]
+                    return pieces, False
+                if buf[i : i + 2] != b"\r\n":
+                    raise BadResponse("chunk not followed by CRLF")
+                i += 2
+                self.chunk_state = "size"
+            elif state == "size":
+                end = buf.find(b"\r\n", i)
+                if end < 0:
+                    if n - i > 1024:
+                        raise BadResponse("chunk size line too long")
+                    self.pending = buf[i:]
+                    return pieces, False
+                size_text = buf[i:end].split(b";", 1)[0].strip()
+                try:
+                    size = int(size_text, 16)
+                except ValueError:
+                    raise BadResponse(f"bad chunk size {size_text[:20]!r}") from None
+                i = end + 2
+                if size == 0:
+                    self.chunk_state = "trailer"
+                else:
+                    self.remaining = size
+                    self.chunk_state = "data"
+            else:  # trailer: lines until an empty one
+                end = buf.find(b"\r\n", i)
+                if end < 0:
+                    self.pending = buf[i:]
+                    return pieces, False
+                line = buf[i:end]
+                i = end + 2
+                if not line:
+                    if i < n:
+                        raise BadResponse("bytes after the end of a chunked body")
+                    return pieces, True
+        return pieces, False
+
+    def _deliver(self, arrival: float, data: bytes) -> None:
+        if self.on_body is not None and self.response.status == 200:
+            self.on_body(arrival, data)
+        else:  # no callback, or an error response: keep the body for the caller
+            self.collected.append(data)
+
+    @property
+    def answered(self) -> bool:
+        """Any byte of a response has arrived for the current request."""
+        return self.in_body or bool(self.head)
+
+    def _complete(self) -> None:
+        future = self.future
+        if future is not None and not future.done():
+            self.response.body = b"".join(self.collected)
+            future.set_result(self.response)
+
+    def _fail(self, exc: BaseException) -> None:
+        future = self.future
+        if future is not None and not future.done():
+            future.set_exception(exc)
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+
+class Connection:
+    """One session's keep-alive connection; reconnects when the previous one cannot be reused."""
+
+    def __init__(self, target: Target, connect_timeout_s: float = 30.0, ssl_context: ssl.SSLContext | None = None) -> None:
+        self.target = target
+        self.connect_timeout_s = connect_timeout_s
+        self.ssl_context = ssl_context if ssl_context is not None else (ssl.create_default_context() if target.tls else None)
+        self.protocol: _Protocol | None = None
+
+    @property
+    def usable(self) -> bool:
+        p = self.protocol
+        return p is not None and not p.closed and p.transport is not None and not p.transport.is_closing()
+
+    async def connect(self) -> None:
+        if self.usable:
+            return
+        self.close()
+        loop = asyncio.get_running_loop()
+        _, protocol = await asyncio.wait_for(
+            loop.create_connection(
+                _Protocol,
+                self.target.host,
+                self.target.port,
+                ssl=self.ssl_context,
+                server_hostname=self.target.host if self.target.tls else None,
+            ),
+            timeout=self.connect_timeout_s,
+        )
+        self.protocol = protocol
+
+    def close(self) -> None:
+        if self.protocol is not None and self.protocol.transport is not None:
+            self.protocol.transport.close()
+        self.protocol = None
+
+    def abort(self) -> None:
+        if self.protocol is not None and self.protocol.transport is not None:
+            self.protocol.transport.abort()
+        self.protocol = None
+
+    async def post(
+        self,
+        path: str,
+        body: bytes,
+        headers: dict[str, str],
+        on_body: Callable[[float, bytes], None] | None,
+        on_sent: Callable[[float], None],
+        timeout_s: float,
+    ) -> Response:
+        """Send one POST; ``on_sent(t)`` gets the moment the bytes went to the socket.
+
+        Raises OSError (refused, reset ...), ConnectionClosed, BadResponse or asyncio.TimeoutError.
+        """
+        deadline = perf_counter() + timeout_s
+        message = (
+            f"POST {path} HTTP/1.1\r\nHost: {self.target.host_header}\r\nContent-Length: {len(body)}\r\n"
+            + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+            + "\r\n"
+        ).encode("latin-1") + body
+        reused = self.usable
+        try:
+            return await self._exchange(message, on_body, on_sent, deadline)
+        except (ConnectionClosed, ConnectionResetError, BrokenPipeError) as exc:
+            # A kept-alive connection the server had already closed (its idle timeout) fails before a
+            # single response byte arrives: that request never reached the server, so send it again on
+            # a fresh connection, once. Anything else is reported as it happened.
+            if not reused or getattr(exc, "answered", True):
+                raise
+            return await self._exchange(message, on_body, on_sent, deadline)
+
+    async def _exchange(
+        self, message: bytes, on_body: Callable[[float, bytes], None] | None, on_sent: Callable[[float], None], deadline: float
+    ) -> Response:
+        await asyncio.wait_for(self.connect(), timeout=max(deadline - perf_counter(), 0.001))
+        protocol = self.protocol
+        assert protocol is not None and protocol.transport is not None
+        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        protocol._reset(future, on_body)
+        on_sent(perf_counter())
+        protocol.transport.write(message)
+        try:
+            response = await asyncio.wait_for(asyncio.shield(future), timeout=max(deadline - perf_counter(), 0.0))
+        except BaseException as exc:
+            answered = protocol.answered
+            self.abort()  # failed, timed out or cancelled mid-response: never reuse this connection
+            if not future.done():
+                future.cancel()
+            elif not future.cancelled():
+                future.exception()  # retrieved: no "exception was never retrieved" warning
+            if isinstance(exc, Exception):
+                exc.answered = answered  # type: ignore[attr-defined]
+            raise
+        finally:
+            protocol.future = None
+        if not response.keep_alive:
+            self.close()
+        return response
