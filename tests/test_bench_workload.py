@@ -75,3 +75,17 @@ def test_prompt_file_is_valid_jsonl_with_required_fields() -> None:
     for line in raw.read_text(encoding="utf-8").splitlines():
         item = json.loads(line)
         assert set(item) == {"id", "category", "prompt"}
+
+
+def test_prompt_set_is_declared_as_package_data() -> None:
+    """`pip install .` must ship the prompt set: pyproject's package-data has to cover bench/data/."""
+    import fnmatch
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text(encoding="utf-8"))
+    package_data = pyproject.get("tool", {}).get("setuptools", {}).get("package-data", {})
+    covered = any(fnmatch.fnmatch("bench/data/prompts.jsonl", p) for p in package_data.get("kimi_dflash", [])) or any(
+        fnmatch.fnmatch("data/prompts.jsonl", p) for p in package_data.get("kimi_dflash.bench", [])
+    )
+    assert covered, 'add "bench/data/*" to [tool.setuptools.package-data] kimi_dflash in pyproject.toml'

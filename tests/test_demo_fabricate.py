@@ -7,7 +7,6 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -90,12 +89,9 @@ def test_manifest_covers_every_file_with_its_sha256(built: DemoModels) -> None:
 
 def test_cached_copy_is_reused_without_rewriting(built: DemoModels) -> None:
     before = {p: p.stat().st_mtime_ns for p in (built.root / BUNDLE).rglob("*") if p.is_file()}
-    started = time.perf_counter()
     again = ensure_demo_models(built.root)
-    elapsed = time.perf_counter() - started
     assert again.built is False
     assert again.target_dir == built.target_dir
-    assert elapsed < 0.5, f"fast path took {elapsed:.3f}s"
     assert {p: p.stat().st_mtime_ns for p in before} == before
 
 

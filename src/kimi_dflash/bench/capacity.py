@@ -264,16 +264,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threshold", type=float, default=0.02, help="max distortion (default %(default)s = 2 %%)")
     parser.add_argument("--no-vllm", action="store_true", help="measure only our client")
     parser.add_argument(
-        "--no-pin",
-        action="store_true",
-        help="do not pin client and server to separate cores (on a shared box a pinned process cannot escape a "
-        "busy core; both clients are single-threaded either way, so each still runs on one core at a time)",
+        "--pin",
+        choices=["auto", "yes", "no"],
+        default="auto",
+        help="pin the client to one core and the synthetic server to another. auto (default): only when the box "
+        "is quiet (1-minute load average below half the cores); on a busy shared box a pinned process cannot "
+        "escape a core other work occupies, which starves server and client alike. Both clients are "
+        "single-threaded, so each runs on one core at a time either way",
     )
     parser.add_argument("--output", type=Path, default=None, help="write the table as JSON")
     args = parser.parse_args(argv)
     if args.vllm_worker:
         return worker_main(args)
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    load = _loadavg()
+    pin = len(cores) >= 2 and (args.pin == "yes" or (args.pin == "auto" and load is not None and load[0] < len(cores) / 2))
+    if args.pin == "auto" and not pin:
+        print(f"not pinning: load average {load} on {len(cores)} cores (use --pin yes to force)", flush=True)
     setup = Setup(
         levels=tuple(int(x) for x in args.levels.split(",")),
         max_tokens=args.max_tokens,
@@ -281,8 +288,8 @@ def main(argv: list[str] | None = None) -> int:
         ttft_ms=args.ttft_ms,
         interval_ms=args.interval_ms,
         threshold=args.threshold,
-        client_cpu=cores[0] if len(cores) >= 2 and not args.no_pin else None,
-        server_cpu=cores[1] if len(cores) >= 2 and not args.no_pin else None,
+        client_cpu=cores[0] if pin else None,
+        server_cpu=cores[1] if pin else None,
     )
     tokenizer = args.tokenizer
     if tokenizer is None and not args.no_vllm:

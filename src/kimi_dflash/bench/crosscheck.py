@@ -2,32 +2,42 @@
 
 Same load means N requests in flight (closed loop), the same prompts, the same output length (ignore_eos),
 temperature 0, the chat endpoint. Our side runs with --independent-turns (no history), which is the load
-shape of ``vllm bench serve --max-concurrency N``.
+shape of ``vllm bench serve --max-concurrency N``. ``vllm bench serve`` runs in this process through the
+function its CLI calls (``vllm.benchmarks.serve.main``), so vLLM is imported once; ours runs as a
+subprocess, exactly as a user runs it (its event-loop tuning never touches vLLM's runs).
 
-The runs alternate (theirs, ours, theirs, ours, ...) and the means are compared: on a shared machine the
-server's speed drifts between runs, and alternating cancels most of that drift. ``vllm bench serve`` runs
-in this process through the same function its CLI calls (``vllm.benchmarks.serve.main``), so vLLM is
-imported once instead of once per run; ours runs as a subprocess, exactly as a user runs it (and so that
-its event-loop tuning never touches vLLM's runs).
+Two modes:
 
-Usage: python -m kimi_dflash.bench.crosscheck --base-url URL --model NAME --tokenizer DIR [--concurrency 4 ...]
+* ``concurrent`` (default): both tools run at the same time, N sessions each and the same number of
+  requests, so both see exactly the same server at the same moments; each measures its own share. On a
+  shared machine whose speed swings from minute to minute this is the only fair pairing. Whoever starts
+  first runs alone for a moment at the start and the other alone for the same moment at the end, so the
+  skew cancels.
+* ``alternate``: theirs, ours, theirs, ours ... after one discarded priming run; the means are compared.
+  The way a user would compare on a quiet, dedicated machine.
+
+Usage: python -m kimi_dflash.bench.crosscheck --base-url URL --model NAME --tokenizer DIR [--mode ...]
 Needs vLLM installed (the dev venv); the benchmark itself does not.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
+import io
 import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.workload import BUILTIN, Dataset, load_dataset
@@ -142,21 +152,83 @@ def interleaved(load: Load, tokenizer: Path, rounds: int, workdir: Path, log: Ca
         ours = run_ours(load, workdir / f"ours-{i + 1}.json", extra=["--seed", str(i)])
         log(f"round {i + 1}: benchmark_multi_turn {ours['output_tok_s']:.2f} tok/s ({ours['completed']} ok, "
             f"{ours['duration_s']:.1f} s window, {time.monotonic() - started:.0f} s wall)")  # fmt: skip
-        runs.append(
-            {
-                "round": i + 1,
-                "vllm_bench_serve": {k: theirs.get(k) for k in (
-                    "output_throughput", "request_throughput", "mean_ttft_ms", "mean_tpot_ms", "completed",
-                    "failed", "total_output_tokens", "duration")},
-                "ours": {k: ours.get(k) for k in (
-                    "output_tok_s", "request_throughput", "completed", "failed", "output_tokens", "duration_s")}
-                | {"mean_ttft_ms": ours["ttft_ms"]["mean"], "mean_tpot_ms": ours["tpot_ms"]["mean"]},
-                "difference": agreement(ours, theirs),
-            }
-        )  # fmt: skip
+        runs.append(_round(i, ours, theirs))
+    return _verdict(load, runs, "alternate")
+
+
+class _StartWatch(io.TextIOBase):
+    """Stands in for stdout while vllm bench serve runs; notices when its measured run begins."""
+
+    MARK = "Starting main benchmark run"
+
+    def __init__(self, started: threading.Event, sink: TextIO) -> None:
+        self.started, self.sink = started, sink
+
+    def write(self, text: str) -> int:
+        if self.MARK in text:
+            self.started.set()
+        return self.sink.write(text)
+
+    def flush(self) -> None:
+        self.sink.flush()
+
+
+def concurrent(load: Load, tokenizer: Path, rounds: int, workdir: Path, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """``rounds`` runs where both tools load the server at the same time; compares their measured tok/s."""
+    sharegpt = write_sharegpt(load_dataset(BUILTIN), workdir / "prompts.sharegpt.json")
+    theirs_fn = vllm_bench_serve()
+    primed = run_ours(load, workdir / "prime.json", extra=["--seed", "1000"])
+    log(f"prime run (discarded): {primed['output_tok_s']:.2f} tok/s")
+    runs: list[dict[str, Any]] = []
+    for i in range(rounds):
+        started = threading.Event()
+        box: dict[str, Any] = {}
+        # No ready check and no warmup on their side: its measured run then starts within a second, and
+        # the server is already warm from the priming run.
+        argv = vllm_argv(dataclasses.replace(load, warmup=0), tokenizer, sharegpt, seed=i) + ["--ready-check-timeout-sec", "0"]
+
+        def theirs_thread() -> None:
+            try:
+                with contextlib.redirect_stdout(_StartWatch(started, sys.stderr)):
+                    box["result"] = theirs_fn(argv)
+            except BaseException as exc:  # noqa: BLE001 - reported from the main thread
+                box["error"] = exc
+            finally:
+                started.set()
+
+        thread = threading.Thread(target=theirs_thread, name="vllm-bench-serve", daemon=True)
+        thread.start()
+        started.wait(timeout=300)
+        ours = run_ours(dataclasses.replace(load, warmup=0), workdir / f"ours-{i + 1}.json", extra=["--seed", str(i)])
+        thread.join(timeout=1800)
+        if "error" in box or "result" not in box:
+            raise RuntimeError(f"vllm bench serve failed: {box.get('error')!r}")
+        theirs = box["result"]
+        log(f"round {i + 1} (both at once): vllm bench serve {theirs['output_throughput']:.2f} tok/s "
+            f"({theirs['completed']} ok, {theirs['duration']:.1f} s), benchmark_multi_turn {ours['output_tok_s']:.2f} "
+            f"tok/s ({ours['completed']} ok, {ours['duration_s']:.1f} s)")  # fmt: skip
+        runs.append(_round(i, ours, theirs))
+    return _verdict(load, runs, "concurrent")
+
+
+def _round(i: int, ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "round": i + 1,
+        "vllm_bench_serve": {k: theirs.get(k) for k in (
+            "output_throughput", "request_throughput", "mean_ttft_ms", "mean_tpot_ms", "completed", "failed",
+            "total_output_tokens", "duration")},
+        "ours": {k: ours.get(k) for k in (
+            "output_tok_s", "request_throughput", "completed", "failed", "output_tokens", "duration_s")}
+        | {"mean_ttft_ms": ours["ttft_ms"]["mean"], "mean_tpot_ms": ours["tpot_ms"]["mean"]},
+        "difference": agreement(ours, theirs),
+    }  # fmt: skip
+
+
+def _verdict(load: Load, runs: list[dict[str, Any]], mode: str) -> dict[str, Any]:
     ours_mean = statistics.fmean(r["ours"]["output_tok_s"] for r in runs)
     theirs_mean = statistics.fmean(r["vllm_bench_serve"]["output_throughput"] for r in runs)
     return {
+        "mode": mode,
         "load": asdict(load),
         "rounds": runs,
         "ours_output_tok_s_mean": ours_mean,
@@ -179,6 +251,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--warmup", type=int, default=None, help="warmup requests per run (default: --concurrency)")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--mode", choices=["concurrent", "alternate"], default="concurrent",
+        help="concurrent: both tools at once, same load each (robust on a shared machine); "
+        "alternate: one after the other (default %(default)s)",
+    )
     parser.add_argument("--output", type=Path, default=None, help="write the comparison as JSON here")
     args = parser.parse_args(argv)
     warmup = args.concurrency if args.warmup is None else args.warmup
@@ -186,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
         load = Load(args.base_url.rstrip("/"), args.model, args.concurrency, args.requests, args.max_tokens, warmup)
         load.turns  # noqa: B018 - validates requests vs concurrency
         with tempfile.TemporaryDirectory(prefix="crosscheck-") as tmp:
-            report = interleaved(load, args.tokenizer, args.rounds, Path(tmp), log=lambda m: print(m, flush=True))
+            runner = concurrent if args.mode == "concurrent" else interleaved
+            report = runner(load, args.tokenizer, args.rounds, Path(tmp), log=lambda m: print(m, flush=True))
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -200,6 +200,17 @@ class _Protocol(asyncio.Protocol):
 
     def _dechunk(self, data: bytes) -> tuple[list[bytes], bool]:
         """Incremental chunked decoding: (payload pieces in this read, body finished)."""
+        if self.chunk_state == "size" and not self.pending:
+            # Fast path: a read that is exactly one whole chunk (one SSE event per write, the usual case).
+            end = data.find(b"\r\n")
+            if 0 < end <= 8:
+                try:
+                    size = int(data[:end], 16)
+                except ValueError:
+                    size = 0
+                stop = end + 2 + size
+                if size and len(data) == stop + 2 and data[stop:] == b"\r\n":
+                    return [data[end + 2 : stop]], False
         pieces: list[bytes] = []
         buf = self.pending + data if self.pending else data
         self.pending = b""

@@ -20,6 +20,11 @@ class SSEDecoder:
         self._crlf_seen = False
 
     @property
+    def idle(self) -> bool:
+        """No unfinished event held back and no CR line endings seen: a read may bypass the decoder."""
+        return not self._tail and not self._crlf_seen
+
+    @property
     def pending(self) -> bytes:
         """Bytes of an event that has started but not finished (a truncated stream leaves these)."""
         return self._tail

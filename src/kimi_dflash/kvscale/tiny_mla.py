@@ -34,6 +34,8 @@ CHAT_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
+# Bump when the fabrication changes, so cached copies are rebuilt (ensure_tiny_mla_model).
+FABRICATION_VERSION = 2
 SPECIAL_TOKENS = ["<|bos|>", "<|eos|>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>"]
 
 
@@ -143,7 +145,8 @@ def fabricate_tiny_mla_model(
                 layer.self_attn.kv_b_proj.weight.div_(latent_gain)
         model = model.to(torch.bfloat16)
         model.save_pretrained(staging, safe_serialization=True)
-        meta = {"fabricated_by": "kimi_dflash.kvscale.tiny_mla", "seed": seed, "latent_gain": latent_gain}
+        meta = {"fabricated_by": "kimi_dflash.kvscale.tiny_mla", "version": FABRICATION_VERSION, "seed": seed,
+                "latent_gain": latent_gain, "num_layers": num_layers}
         (staging / "fabrication.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
         staging.chmod(0o755)  # mkdtemp makes it owner-only
         if out_dir.exists():
@@ -153,6 +156,18 @@ def fabricate_tiny_mla_model(
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
     return out_dir
+
+
+def ensure_tiny_mla_model(out_dir: Path, *, latent_gain: float, num_layers: int = 2, seed: int = 0) -> Path:
+    """Reuse ``out_dir`` if it holds this exact fabrication, otherwise (re)build it."""
+    try:
+        meta = json.loads((Path(out_dir) / "fabrication.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        meta = {}
+    wanted = {"version": FABRICATION_VERSION, "seed": seed, "latent_gain": latent_gain, "num_layers": num_layers}
+    if all(meta.get(key) == value for key, value in wanted.items()):
+        return Path(out_dir)
+    return fabricate_tiny_mla_model(out_dir, latent_gain=latent_gain, num_layers=num_layers, seed=seed)
 
 
 def fabricate_tiny_qwen3_model(out_dir: Path, *, seed: int = 0, vocab_size: int = 1024) -> Path:
