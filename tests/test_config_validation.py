@@ -201,6 +201,18 @@ def test_spec_tokens_above_drafter_block_size(tmp_path: Path) -> None:
     assert "block size (8)" in problems[0].message
 
 
+def test_spec_tokens_equal_to_block_size_only_warns(tmp_path: Path) -> None:
+    drafter = tmp_path / "draft"
+    drafter.mkdir()
+    (drafter / "config.json").write_text('{"block_size": 8}')
+    (tmp_path / "target").mkdir()
+    config = load_config(write(tmp_path, f"DEVICE=rocm\nMODEL_DIR={tmp_path}/target\nDRAFT_MODEL_DIR={drafter}\n"
+                                         "NUM_SPECULATIVE_TOKENS=8\n"), environ={})
+    problems = check_paths(config)
+    assert [(p.key, p.severity) for p in problems] == [("NUM_SPECULATIVE_TOKENS", "warning")]
+    assert "at most 7" in problems[0].fix
+
+
 def test_missing_directories_are_reported(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, BASE), environ={})
     assert sorted(p.key for p in check_paths(config)) == ["DRAFT_MODEL_DIR", "MODEL_DIR"]

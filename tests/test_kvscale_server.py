@@ -89,12 +89,14 @@ def reference(models, servers, tmp_path_factory) -> dict:
     return {"server": server, "scales_path": scales_path, "stdout": result.stdout}
 
 
-def _validate(bf16: LocalServer, fp8: LocalServer, out: Path, *, math: bool) -> dict:
+def _validate(bf16: LocalServer, fp8: LocalServer, out: Path, *, math: bool, bench: bool = False) -> dict:
     # One request at a time: batching changes CPU BF16 numerics, and the comparison should see only the KV cache.
     result = subprocess.run([str(REPO_ROOT / "benchmarks" / "validate-fp8.sh"), "--bf16-url", bf16.base_url,
                              "--fp8-url", fp8.base_url, "--bf16-log", str(bf16.log_path), "--fp8-log",
                              str(fp8.log_path), "--prompts", "8", "--max-tokens", "24", "--concurrency", "1",
-                             *(["--math-max-tokens", "4"] if math else ["--no-math"]), "--json", str(out)],
+                             *(["--math-max-tokens", "4"] if math else ["--no-math"]), "--json", str(out),
+                             *(["--bench-concurrency", "2", "--bench-dir", str(out.parent), "--bench-arg=--warmup=0",
+                                "--bench-arg=--turns-per-session=1", "--bench-arg=--max-tokens=8"] if bench else [])],
                             capture_output=True, text=True, check=False, timeout=900)
     assert result.returncode in (0, 1, 2), result.stderr  # 3 = could not run
     assert "verdict" in result.stdout
@@ -134,8 +136,11 @@ def test_calibrated_scales_are_closer_to_bf16_than_scale_one(models, servers, re
         "KIMI_DFLASH_KV_EMULATE_FP8": "e4m3fn", "KIMI_DFLASH_KV_SCALE_MODE": "calibrated",
         "KIMI_DFLASH_KV_SCALES_FILE": str(reference["scales_path"]), "KIMI_DFLASH_KV_OBSERVE_DIR": str(observe_dir),
         "KIMI_DFLASH_KV_OBSERVE_INTERVAL": "0.5"})
-    calibrated_report = _validate(bf16, calibrated, tmp_path / "calibrated.json", math=True)
+    calibrated_report = _validate(bf16, calibrated, tmp_path / "calibrated.json", math=True, bench=True)
     assert len(calibrated_report["math"]["rows"]) == 32
+    for side in ("bf16", "fp8"):  # the benchmark ran against both servers at 2 sessions
+        assert calibrated_report["benchmark"][side]["sessions"] == 2
+        assert calibrated_report["benchmark"][side]["output_tok_s"] > 0
     assert "calibrated scales applied to 2/2 MLA layers" in calibrated.log_text()
     scales = json.loads(reference["scales_path"].read_text())["layers"]
     for name, values in _observe_layers(observe_dir).items():

@@ -280,10 +280,17 @@ def check_paths(config: Config) -> list[Problem]:
                                      "run payload/calibrate_kv_scales.py to produce it, or fix the path"))
     if config.speculative and v["DRAFT_MODEL_DIR"] is not None:
         block = drafter_block_size(Path(str(v["DRAFT_MODEL_DIR"])))
-        if block is not None and int(v["NUM_SPECULATIVE_TOKENS"]) > block:  # type: ignore[call-overload]
+        tokens = int(v["NUM_SPECULATIVE_TOKENS"])  # type: ignore[call-overload]
+        if block is not None and tokens > block:
             problems.append(_problem(s, v, "NUM_SPECULATIVE_TOKENS",
                                      f"more than the drafter's block size ({block}): DFlash drafts one block per step",
                                      f"use 1 .. {block} (2 is the measured optimum for Kimi K2.6)"))
+        elif block is not None and tokens == block:
+            # The block holds the anchor token plus block-1 masks: the last draft is beyond what it was trained on.
+            problems.append(_problem(s, v, "NUM_SPECULATIVE_TOKENS",
+                                     f"equals the drafter's block size ({block}); it was trained to draft {block - 1}, "
+                                     "so the last position is rarely accepted (the recipe saw acceptance collapse)",
+                                     f"use at most {block - 1}", severity="warning"))
     return problems
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import re
 import statistics
 import subprocess
@@ -146,14 +147,33 @@ def _token_ids(completion: Completion, url: str) -> list[int]:
     return list(completion.token_ids)
 
 
-def run_benchmark(url: str, concurrency: int, extra: Sequence[str]) -> dict[str, Any]:
+def run_benchmark(url: str, sessions: int, label: str, output: Path, extra: Sequence[str]) -> dict[str, Any]:
+    """Run payload/benchmark_multi_turn.py at ``sessions`` concurrent sessions; return its headline figures."""
     if not BENCHMARK_SCRIPT.is_file():
         return {"status": "pending", "detail": f"{BENCHMARK_SCRIPT.relative_to(REPO_ROOT)} is not in this checkout"}
-    command = [sys.executable, str(BENCHMARK_SCRIPT), "--base-url", url, "--concurrency", str(concurrency), *extra]
+    command = [sys.executable, str(BENCHMARK_SCRIPT), "--base-url", url, "--sessions", str(sessions),
+               "--label", label, "--output", str(output), *extra]
     result = subprocess.run(command, capture_output=True, text=True, check=False)
-    tail = (result.stdout.strip().splitlines() or [""])[-12:]
-    return {"status": "ok" if result.returncode == 0 else f"exit {result.returncode}", "command": command,
-            "output_tail": tail, "stderr_tail": result.stderr.strip().splitlines()[-5:]}
+    summary: dict[str, Any] = {"status": "ok" if result.returncode == 0 else f"exit {result.returncode}",
+                               "command": command, "output": str(output)}
+    try:
+        levels = json.loads(output.read_text(encoding="utf-8")).get("results") or []
+    except (OSError, json.JSONDecodeError):
+        levels = []
+    if levels:
+        level = levels[-1]
+        summary.update({"sessions": level.get("sessions"), "output_tok_s": level.get("output_tok_s"),
+                        "completed": level.get("completed"), "failed": level.get("failed")})
+    else:
+        summary["detail"] = (result.stderr.strip().splitlines() or ["no result"])[-1]
+    return summary
+
+
+def benchmark_line(name: str, result: dict[str, Any]) -> str:
+    if result.get("output_tok_s") is not None:
+        return (f"benchmark {name:<5}     {result['output_tok_s']:.1f} output tok/s at {result['sessions']} sessions "
+                f"({result['completed']} ok, {result['failed']} failed)")
+    return f"benchmark {name:<5}     {result['status']}: {result.get('detail', '')}"
 
 
 def _read_log(path: Path | None) -> int | None:
@@ -184,7 +204,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--concurrency", type=int, default=8, help="parallel requests per server (8)")
     parser.add_argument("--bench-concurrency", type=int,
                         help="also run the benchmark at this concurrency (use the config's MAX_NUM_SEQS)")
-    parser.add_argument("--bench-arg", action="append", default=[], help="extra argument for the benchmark (repeat)")
+    parser.add_argument("--bench-arg", action="append", default=[],
+                        help="extra argument for payload/benchmark_multi_turn.py, e.g. --bench-arg=--max-tokens=512 "
+                             "(repeat)")
+    parser.add_argument("--bench-dir", type=Path, help="where the benchmark result JSONs go (results/)")
     parser.add_argument("--json", type=Path, help="write every per-prompt result here")
     parser.add_argument("--max-math-drop", type=float, default=Thresholds.max_math_drop_points,
                         help="FAIL when FP8 math accuracy trails BF16 by more points (5)")
@@ -218,7 +241,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         capacity = (_read_log(args.bf16_log), _read_log(args.fp8_log))
         bench = None
         if args.bench_concurrency:
-            bench = {name: run_benchmark(url, args.bench_concurrency, args.bench_arg)
+            bench_dir = args.bench_dir or Path("results")
+            bench = {name: run_benchmark(url, args.bench_concurrency, f"validate-fp8-{name}",
+                                         bench_dir / f"validate-fp8-{name}.json", args.bench_arg)
                      for name, url in zip(("bf16", "fp8"), urls)}
     except (ServerError, PromptFileError) as error:
         print(f"error: {error}", file=sys.stderr)
@@ -262,9 +287,7 @@ def report_lines(models: tuple[str, str], agreement: AgreementSummary, accuracy:
     if bench is None:
         lines.append("benchmark           not run (pass --bench-concurrency N)")
     else:
-        for name, result in bench.items():
-            detail = result.get("detail") or " | ".join(result.get("output_tail", [])[-2:])
-            lines.append(f"benchmark {name:<5}     {result['status']}: {detail}")
+        lines.extend(benchmark_line(name, result) for name, result in bench.items())
     lines.append(f"verdict             {status}")
     lines.extend(f"  {reason}" for reason in reasons)
     return lines

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -102,12 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     path_problems = check_paths(config)
     if args.preflight:  # preflight checks the checkpoint directories itself, in more depth
         path_problems = [p for p in path_problems if p.key not in ("MODEL_DIR", "DRAFT_MODEL_DIR")]
-    if args.dry_run:
-        report_problems([Problem(p.source, p.key, p.value, p.message, p.fix, "warning") for p in path_problems])
-    elif path_problems:
-        report_problems(path_problems)
-        if not args.preflight:  # --preflight goes on: its report covers the whole machine
-            return EXIT_CONFIG
+    if args.dry_run:  # nothing will start, so nothing on disk is an error yet
+        path_problems = [dataclasses.replace(p, severity="warning") for p in path_problems]
+    report_problems(path_problems)
+    path_errors = [p for p in path_problems if p.severity == "error"]
+    if path_errors and not args.preflight:  # --preflight goes on: its report covers the whole machine
+        return EXIT_CONFIG
 
     plan = build_plan(config, python_executable=sys.executable, cache_dir=str(cache_root()))
     if args.dry_run:
@@ -117,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_preflight or args.preflight:
         ok = hooks.preflight(config, plan, fix_numa=args.fix_numa, say=say)
         if args.preflight:
-            return 0 if ok and not path_problems else 1
+            return 0 if ok and not path_errors else 1
         if not ok:
             say("serve: preflight failed; fix the lines marked FAIL (or pass --skip-preflight).")
             return 1
