@@ -41,6 +41,16 @@ def test_session_plans_are_deterministic_and_distinct() -> None:
     assert len(warmup_prompts(ds, 0, 500)) == 500  # more than the set: it cycles
 
 
+def test_sequential_order_sends_every_prompt_once_per_repeat() -> None:
+    ds = load_dataset(BUILTIN)
+    small = type(ds)(name="x", prompts=ds.prompts[:12], sha256="")
+    for repeat in (0, 1):
+        plans = [session_prompts(small, 0, 4, repeat, s, 3, "sequential") for s in range(4)]
+        sent = [p.id for plan in plans for p in plan]
+        assert sorted(sent) == sorted(p.id for p in small.prompts)  # each once
+        assert [plan[0].id for plan in plans] == [p.id for p in small.prompts[:4]]  # first wave = file order
+
+
 def test_jsonl_dataset(tmp_path: Path) -> None:
     path = tmp_path / "p.jsonl"
     path.write_text('{"prompt": "one", "category": "x"}\n\n"two"\n', encoding="utf-8")

@@ -189,23 +189,18 @@ def measure(setup: Setup, tokenizer: Path | None, log: Any = print) -> dict[str,
             misses = dict.fromkeys(tools, 0)
             for level in setup.levels:
                 for tool in [t for t in tools if misses[t] < 2]:
-                    reset(url)
-                    measured = run_ours(url, level, setup, workdir) if tool == "ours" else worker.run(level)  # type: ignore[union-attr]
-                    true = truth(url)
-                    stats = _get(f"{url}/stats")
-                    off = distortion(measured["tpot_ms"], measured["tok_s"], true) if not measured["failed"] else float("inf")
-                    row = {
-                        "tool": tool, "streams": level, **measured, "true_tpot_ms": true.get("tpot_ms"),
-                        "true_tok_s": true.get("tok_s"), "distortion": off,
-                        "server_lag_mean_ms": stats["lag_mean_ms"], "server_lag_max_ms": stats["lag_max_ms"],
-                        # CPU the client spent per chunk (1 token each): what bounds its capacity on a
-                        # dedicated core, and unlike distortion barely moved by other load on the box
-                        "cpu_us_per_chunk": measured["cpu_util"] / measured["tok_s"] * 1e6
-                        if measured.get("cpu_util") and measured.get("tok_s") else None,
-                    }  # fmt: skip
+                    # A level over the threshold is tried once more and the better try kept: on a shared
+                    # box a single scheduling hiccup can spoil one run, while a saturated client fails both.
+                    tries = []
+                    for attempt in range(2):
+                        tries.append(_one_try(url, tool, level, setup, workdir, worker))
+                        log(_row_text(tries[-1]) + ("" if attempt == 0 else "  (retry)"))
+                        if tries[-1]["distortion"] <= setup.threshold:
+                            break
+                    row = min(tries, key=lambda r: r["distortion"])
+                    row["tries"] = len(tries)
                     rows.append(row)
-                    log(_row_text(row))
-                    if off > setup.threshold:
+                    if row["distortion"] > setup.threshold:
                         misses[tool] += 1
         finally:
             if worker:
@@ -218,6 +213,26 @@ def measure(setup: Setup, tokenizer: Path | None, log: Any = print) -> dict[str,
             for tool in tools
         },
     }
+
+
+def _one_try(url: str, tool: str, level: int, setup: Setup, workdir: Path, worker: VllmWorker | None) -> dict[str, Any]:
+    reset(url)
+    if tool == "ours":
+        measured = run_ours(url, level, setup, workdir)
+    else:
+        assert worker is not None
+        measured = worker.run(level)
+    true = truth(url)
+    stats = _get(f"{url}/stats")
+    off = distortion(measured["tpot_ms"], measured["tok_s"], true) if not measured["failed"] else float("inf")
+    return {
+        "tool": tool, "streams": level, **measured, "true_tpot_ms": true.get("tpot_ms"), "true_tok_s": true.get("tok_s"),
+        "distortion": off, "server_lag_mean_ms": stats["lag_mean_ms"], "server_lag_max_ms": stats["lag_max_ms"],
+        # CPU the client spent per chunk (1 token each): what bounds its capacity on a dedicated core, and
+        # unlike distortion barely moved by other load on the box
+        "cpu_us_per_chunk": measured["cpu_util"] / measured["tok_s"] * 1e6
+        if measured.get("cpu_util") and measured.get("tok_s") else None,
+    }  # fmt: skip
 
 
 def capacity(rows: list[dict[str, Any]], tool: str, threshold: float) -> dict[str, Any]:
@@ -256,11 +271,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base-url", help=argparse.SUPPRESS)
     parser.add_argument("--sharegpt", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--tokenizer", type=Path, default=None, help="tokenizer dir for vllm bench serve (default: the demo model's)")
-    parser.add_argument("--levels", default="100,200,400,800,1200,1600,2400,3200,4800", help="concurrent streams to try")
-    parser.add_argument("--max-tokens", type=int, default=128, help="tokens per request (default %(default)s)")
+    parser.add_argument("--levels", default="50,100,200,400,800,1200,1600,2400,3200", help="concurrent streams to try")
+    parser.add_argument("--max-tokens", type=int, default=64, help="tokens per request (default %(default)s)")
     parser.add_argument("--turns", type=int, default=2, help="closed-loop requests per stream (default %(default)s)")
     parser.add_argument("--ttft-ms", type=float, default=100.0)
-    parser.add_argument("--interval-ms", type=float, default=50.0, help="server chunk cadence per stream (default %(default)s)")
+    parser.add_argument(
+        "--interval-ms", type=float, default=100.0,
+        help="chunk cadence per stream (default %(default)s: 10 chunks/s, about what a Kimi user sees with "
+        "speculation at ~16 tok/s and 2-3 tokens per chunk)",
+    )
     parser.add_argument("--threshold", type=float, default=0.02, help="max distortion (default %(default)s = 2 %%)")
     parser.add_argument("--no-vllm", action="store_true", help="measure only our client")
     parser.add_argument(

@@ -93,6 +93,13 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     load.add_argument("--system-prompt", default=None, help="optional system message at the start of every conversation")
     load.add_argument("--warmup", type=_bounded(int, 0, "--warmup"), default=None, help="warmup requests before measuring (default: the first level's session count)")
     load.add_argument("--repeats", type=_bounded(int, 1, "--repeats"), default=1, help="measured repeats per level, fresh prompts each (default %(default)s)")
+    load.add_argument(
+        "--prompt-order",
+        choices=["random", "sequential"],
+        default="random",
+        help="random (default): each session draws its prompts by --seed; sequential: turn t of session s sends "
+        "prompt (t x sessions + s) of the dataset, in file order (what `vllm bench serve --disable-shuffle` does)",
+    )
     load.add_argument("--seed", type=int, default=0, help="prompt selection seed; same seed = same conversations (default %(default)s)")
     load.add_argument(
         "--independent-turns",
@@ -121,6 +128,7 @@ def _settings(args: argparse.Namespace, metrics_url: str | None, dataset: Any) -
         "ignore_eos": args.ignore_eos,
         "stream": not args.no_stream,
         "independent_turns": args.independent_turns,
+        "prompt_order": args.prompt_order,
         "dataset": dataset.describe(),
         "system_prompt": args.system_prompt,
         "warmup": args.warmup,
@@ -238,6 +246,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         system_prompt=args.system_prompt,
         keep_records=args.record_requests,
         independent_turns=args.independent_turns,
+        prompt_order=args.prompt_order,
     )
     started = report.utc_now()
     output = Path(args.output) if args.output else Path("results") / f"benchmark-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"

@@ -21,7 +21,9 @@ from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.report import load_document
 
 # Settings that must agree for two runs to be comparable.
-WORKLOAD_KEYS = ("turns_per_session", "max_tokens", "temperature", "ignore_eos", "stream", "independent_turns")
+WORKLOAD_KEYS = (
+    "turns_per_session", "max_tokens", "temperature", "ignore_eos", "stream", "independent_turns", "prompt_order",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)

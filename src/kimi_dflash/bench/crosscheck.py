@@ -1,8 +1,10 @@
 """Cross-check: our benchmark and ``vllm bench serve`` on the same server with the same load.
 
-Same load means N requests in flight (closed loop), the same prompts, the same output length (ignore_eos),
-temperature 0, the chat endpoint. Our side runs with --independent-turns (no history), which is the load
-shape of ``vllm bench serve --max-concurrency N``. ``vllm bench serve`` runs in this process through the
+Same load means N requests in flight (closed loop), the very same prompts (each round writes one prompt
+file in both tools' formats; ours walks it with --prompt-order sequential, theirs with --disable-shuffle),
+the same output length (ignore_eos), temperature 0, the chat endpoint. Our side runs with
+--independent-turns (no history), the load shape of ``vllm bench serve --max-concurrency N``. (The prompts
+matter: with speculative decoding the acceptance, and so the speed, depends on the text.) ``vllm bench serve`` runs in this process through the
 function its CLI calls (``vllm.benchmarks.serve.main``), so vLLM is imported once; ours runs as a
 subprocess, exactly as a user runs it (its event-loop tuning never touches vLLM's runs).
 
@@ -64,6 +66,17 @@ class Load:
         return self.requests // self.concurrency
 
 
+def round_prompts(count: int, seed: int, workdir: Path) -> tuple[Path, Path]:
+    """``count`` prompts drawn from the built-in set, written as JSONL (ours) and ShareGPT (theirs), same order."""
+    import random
+
+    prompts = random.Random(f"crosscheck/{seed}").sample(load_dataset(BUILTIN).prompts, count)
+    jsonl = workdir / f"prompts-{seed}.jsonl"
+    jsonl.write_text("".join(json.dumps({"id": p.id, "prompt": p.text}, ensure_ascii=False) + "\n" for p in prompts), encoding="utf-8")
+    subset = Dataset(name=str(jsonl), prompts=tuple(prompts), sha256="")
+    return jsonl, write_sharegpt(subset, workdir / f"prompts-{seed}.sharegpt.json")
+
+
 def write_sharegpt(dataset: Dataset, path: Path) -> Path:
     """Our prompts in the ShareGPT layout ``vllm bench serve --dataset-name sharegpt`` reads."""
     items = [
@@ -84,12 +97,14 @@ def ours_command(load: Load, output: Path, extra: Sequence[str] = ()) -> list[st
 
 
 def vllm_argv(load: Load, tokenizer: Path, sharegpt: Path, seed: int = 0) -> list[str]:
+    """``--disable-shuffle``: the prompts are sent in file order, as ours with --prompt-order sequential."""
     return [
         "--backend", "openai-chat", "--endpoint", "/v1/chat/completions", "--base-url", load.base_url,
         "--model", load.model, "--tokenizer", str(tokenizer),
         "--dataset-name", "sharegpt", "--dataset-path", str(sharegpt), "--sharegpt-output-len", str(load.max_tokens),
         "--num-prompts", str(load.requests), "--max-concurrency", str(load.concurrency), "--ignore-eos",
         "--temperature", "0", "--num-warmups", str(load.warmup), "--disable-tqdm", "--seed", str(seed),
+        "--disable-shuffle",
     ]  # fmt: skip
 
 
@@ -138,18 +153,19 @@ def interleaved(load: Load, tokenizer: Path, rounds: int, workdir: Path, log: Ca
     One discarded run comes first: a CPU vLLM server keeps getting faster while it meets new batch
     shapes, and the first measured run must not pay for that.
     """
-    sharegpt = write_sharegpt(load_dataset(BUILTIN), workdir / "prompts.sharegpt.json")
     theirs_fn = vllm_bench_serve()
     primed = run_ours(load, workdir / "prime.json", extra=["--seed", "1000"])
     log(f"prime run (discarded): {primed['output_tok_s']:.2f} tok/s")
     runs: list[dict[str, Any]] = []
     for i in range(rounds):
+        jsonl, sharegpt = round_prompts(load.requests, i, workdir)
+        same_prompts = ["--dataset", str(jsonl), "--prompt-order", "sequential"]
         started = time.monotonic()
         theirs = theirs_fn(vllm_argv(load, tokenizer, sharegpt, seed=i))
         log(f"round {i + 1}: vllm bench serve {theirs['output_throughput']:.2f} tok/s ({theirs['completed']} ok, "
             f"{theirs['duration']:.1f} s window, {time.monotonic() - started:.0f} s wall)")  # fmt: skip
         started = time.monotonic()
-        ours = run_ours(load, workdir / f"ours-{i + 1}.json", extra=["--seed", str(i)])
+        ours = run_ours(load, workdir / f"ours-{i + 1}.json", extra=same_prompts)
         log(f"round {i + 1}: benchmark_multi_turn {ours['output_tok_s']:.2f} tok/s ({ours['completed']} ok, "
             f"{ours['duration_s']:.1f} s window, {time.monotonic() - started:.0f} s wall)")  # fmt: skip
         runs.append(_round(i, ours, theirs))
@@ -175,12 +191,12 @@ class _StartWatch(io.TextIOBase):
 
 def concurrent(load: Load, tokenizer: Path, rounds: int, workdir: Path, log: Callable[[str], None] = print) -> dict[str, Any]:
     """``rounds`` runs where both tools load the server at the same time; compares their measured tok/s."""
-    sharegpt = write_sharegpt(load_dataset(BUILTIN), workdir / "prompts.sharegpt.json")
     theirs_fn = vllm_bench_serve()
     primed = run_ours(load, workdir / "prime.json", extra=["--seed", "1000"])
     log(f"prime run (discarded): {primed['output_tok_s']:.2f} tok/s")
     runs: list[dict[str, Any]] = []
     for i in range(rounds):
+        jsonl, sharegpt = round_prompts(load.requests, i, workdir)
         started = threading.Event()
         box: dict[str, Any] = {}
         # No ready check and no warmup on their side: its measured run then starts within a second, and
@@ -199,7 +215,10 @@ def concurrent(load: Load, tokenizer: Path, rounds: int, workdir: Path, log: Cal
         thread = threading.Thread(target=theirs_thread, name="vllm-bench-serve", daemon=True)
         thread.start()
         started.wait(timeout=300)
-        ours = run_ours(dataclasses.replace(load, warmup=0), workdir / f"ours-{i + 1}.json", extra=["--seed", str(i)])
+        ours = run_ours(
+            dataclasses.replace(load, warmup=0), workdir / f"ours-{i + 1}.json",
+            extra=["--dataset", str(jsonl), "--prompt-order", "sequential"],
+        )  # fmt: skip
         thread.join(timeout=1800)
         if "error" in box or "result" not in box:
             raise RuntimeError(f"vllm bench serve failed: {box.get('error')!r}")

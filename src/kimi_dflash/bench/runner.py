@@ -57,6 +57,7 @@ class RunConfig:
     system_prompt: str | None = None
     keep_records: bool = False
     independent_turns: bool = False  # send each turn without the conversation so far
+    prompt_order: str = "random"  # or "sequential" (workload.session_prompts)
 
 
 class Stopper:
@@ -178,7 +179,9 @@ class Benchmark:
         for repeat in range(cfg.repeats):
             if self.stopper.stopped:
                 break
-            plans = [session_prompts(cfg.dataset, cfg.seed, level, repeat, s, cfg.turns) for s in range(level)]
+            plans = [
+                session_prompts(cfg.dataset, cfg.seed, level, repeat, s, cfg.turns, cfg.prompt_order) for s in range(level)
+            ]
             # Connect every session before the window opens, so TTFT never includes TCP setup. A session
             # that cannot connect here tries again on its first request, which reports the failure.
             conns = [cfg.endpoint.connection() for _ in range(level)]

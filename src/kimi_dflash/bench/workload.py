@@ -102,8 +102,23 @@ def _draw(dataset: Dataset, rng: random.Random, count: int) -> list[Prompt]:
     return out
 
 
-def session_prompts(dataset: Dataset, seed: int, level: int, repeat: int, session: int, turns: int) -> list[Prompt]:
-    """The prompts session ``session`` sends, turn by turn, at concurrency ``level``, repeat ``repeat``."""
+RANDOM, SEQUENTIAL = "random", "sequential"
+
+
+def session_prompts(
+    dataset: Dataset, seed: int, level: int, repeat: int, session: int, turns: int, order: str = RANDOM
+) -> list[Prompt]:
+    """The prompts session ``session`` sends, turn by turn, at concurrency ``level``, repeat ``repeat``.
+
+    ``random``: drawn without replacement by a generator seeded with (seed, level, repeat, session).
+    ``sequential``: turn t of session s sends prompt number (repeat * level + t) * level + s of the file,
+    wrapping around; with a file of exactly level x turns prompts every prompt is sent once per repeat, in
+    file order as the slots free up. That is how ``vllm bench serve --disable-shuffle`` walks a dataset,
+    so the cross-check against it sends the very same prompts.
+    """
+    if order == SEQUENTIAL:
+        n = len(dataset.prompts)
+        return [dataset.prompts[((repeat * turns + t) * level + session) % n] for t in range(turns)]
     # A string seed is hashed with SHA-512 by random.Random: stable across runs and Python versions.
     rng = random.Random(f"kimi-dflash/{seed}/{level}/{repeat}/{session}")
     return _draw(dataset, rng, turns)
