@@ -116,6 +116,8 @@ REJECTED = {
                                      "without scales"),
     "calibrated_without_file": ("KV_CACHE_DTYPE=fp8\nDRAFT_KV_CACHE_DTYPE=auto\nKV_SCALE_MODE=calibrated\n",
                                 "KV_SCALES_FILE", "needs a scales file"),
+    "observe_without_dir": ("KV_SCALE_MODE=observe\n", "KV_OBSERVE_DIR", "needs a directory"),
+    "scale_floor_zero": ("KV_SCALE_FLOOR=0\n", "KV_SCALE_FLOOR", "out of range"),
     "aiter_moe_on_cuda": ("DEVICE=cuda\n", "MOE_BACKEND", "only on ROCm"),
     "cpu_with_tensor_parallel": ("DEVICE=cpu\nMOE_BACKEND=auto\nTENSOR_PARALLEL_SIZE=2\n", "TENSOR_PARALLEL_SIZE",
                                  "one process"),

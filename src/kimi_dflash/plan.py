@@ -138,6 +138,9 @@ def vllm_env(config: Config, cache_dir: str) -> dict[str, str]:
         env["KIMI_DFLASH_KV_SCALE_WARMUP_STEPS"] = str(config["KV_SCALE_WARMUP_STEPS"])
         if config["KV_SCALES_FILE"] is not None:
             env["KIMI_DFLASH_KV_SCALES_FILE"] = str(config["KV_SCALES_FILE"])
+        if config["KV_OBSERVE_DIR"] is not None:
+            env["KIMI_DFLASH_KV_OBSERVE_DIR"] = str(config["KV_OBSERVE_DIR"])
+            env["KIMI_DFLASH_KV_OBSERVE_INTERVAL"] = f"{config['KV_OBSERVE_INTERVAL']:g}"
     if config["API_KEY"] is not None:
         env["VLLM_API_KEY"] = str(config["API_KEY"])
     return env

@@ -112,12 +112,15 @@ KEYS: tuple[Key, ...] = (
     _k("KV_SCALE_MODE", "enum", "off", "fp8", "FP8 KV scales for MLA: dynamic (running max at runtime), "
        "calibrated (from KV_SCALES_FILE), observe (record amax for calibration) or off.",
        choices=("off", "dynamic", "calibrated", "observe")),
-    _k("KV_SCALES_FILE", "path", None, "fp8", "Per-layer scales JSON written by payload/calibrate_kv_scales.py "
-       "(KV_SCALE_MODE=calibrated) or the observe-mode output path.", optional=True),
-    _k("KV_SCALE_FLOOR", "float", 1e-4, "fp8", "Lower bound on a dynamic scale (avoids 0 for unused layers).",
-       minimum=0.0, maximum=1.0),
-    _k("KV_SCALE_WARMUP_STEPS", "int", 0, "fp8", "KV writes observed before dynamic scales are used.", minimum=0,
-       maximum=1000000),
+    _k("KV_SCALES_FILE", "path", None, "fp8", "Per-layer scales JSON written by payload/calibrate_kv_scales.py, "
+       "used by KV_SCALE_MODE=calibrated (refused if it was calibrated on another model).", optional=True),
+    _k("KV_SCALE_FLOOR", "float", 1e-4, "fp8", "Lower bound on a dynamic scale (avoids a zero scale for layers "
+       "that saw no data yet); must be > 0.", minimum=1e-12, maximum=1.0),
+    _k("KV_SCALE_WARMUP_STEPS", "int", 0, "fp8", "KV writes per layer during which a dynamic scale follows the "
+       "running amax; then it is frozen (0 = never frozen).", minimum=0, maximum=1000000),
+    _k("KV_OBSERVE_DIR", "path", None, "fp8", "Where observe mode (and, optionally, the other modes) dump per-rank "
+       "amax files for payload/calibrate_kv_scales.py. Required with KV_SCALE_MODE=observe.", optional=True),
+    _k("KV_OBSERVE_INTERVAL", "float", 2.0, "fp8", "Seconds between observe dumps.", minimum=0.1, maximum=3600.0),
     # --- platform environment ---
     _k("ROCM_USE_AITER", "bool", True, "rocm", "VLLM_ROCM_USE_AITER: AMD's AITER kernels (master switch)."),
     _k("ROCM_QUICK_REDUCE_QUANTIZATION", "enum", "INT4", "rocm", "VLLM_ROCM_QUICK_REDUCE_QUANTIZATION: quantized "

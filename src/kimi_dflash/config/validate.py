@@ -202,6 +202,9 @@ def _rule_kv_scales(v: Mapping[str, object], s: Mapping[str, str]) -> list[Probl
     if mode == "calibrated" and v["KV_SCALES_FILE"] is None:
         problems.append(_problem(s, v, "KV_SCALES_FILE", "KV_SCALE_MODE=calibrated needs a scales file",
                                  "set KV_SCALES_FILE=<json from payload/calibrate_kv_scales.py>"))
+    if mode == "observe" and v["KV_OBSERVE_DIR"] is None:
+        problems.append(_problem(s, v, "KV_OBSERVE_DIR", "KV_SCALE_MODE=observe needs a directory for the amax dumps",
+                                 "set KV_OBSERVE_DIR=/path/to/dir (then run payload/calibrate_kv_scales.py)"))
     if mode in ("dynamic", "calibrated") and v["KV_CACHE_DTYPE"] not in FP8_KV:
         problems.append(_problem(s, v, "KV_SCALE_MODE", f"has no effect with KV_CACHE_DTYPE={v['KV_CACHE_DTYPE']}",
                                  "set KV_CACHE_DTYPE=fp8, or KV_SCALE_MODE=off", severity="warning"))

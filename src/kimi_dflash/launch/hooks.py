@@ -36,7 +36,21 @@ def preflight(config: Config, plan: LaunchPlan, fix_numa: bool, say: Callable[[s
     )
     results = run_preflight(request)
     say(render(results))
-    return exit_code(results) == 0
+    return exit_code(results) == 0 and _kv_scales_ok(config, plan, say)
+
+
+def _kv_scales_ok(config: Config, plan: LaunchPlan, say: Callable[[str], None]) -> bool:
+    """A wrong KV-scales setup fails here in milliseconds instead of after a 555 GB model load."""
+    if config["KV_SCALE_MODE"] == "off":
+        return True
+    from kimi_dflash.kvscale.checks import check_kv_scale_config
+
+    model_dir = config["MODEL_DIR"]
+    findings = check_kv_scale_config(plan.env, model=str(model_dir), kv_cache_dtype=str(config["KV_CACHE_DTYPE"]),
+                                     model_dir=None if model_dir is None else Path(str(model_dir)))
+    for finding in findings:
+        say(f"[{finding.level.upper()}] kv scales       {finding.message}")
+    return all(finding.level != "fail" for finding in findings)
 
 
 def patches(config: Config, say: Callable[[str], None]) -> bool:
