@@ -54,19 +54,19 @@ def test_aggregate_throughput_agrees_with_vllm_bench_serve(demo_server, tmp_path
     if not (tokenizer / "tokenizer.json").exists():
         pytest.skip(f"demo tokenizer not found under {tokenizer}")
     out = tmp_path / "crosscheck.json"
-    # both tools load the server at the same time, 4 sessions each, twice, after a discarded priming run:
-    # the shared 2-core box's speed swings too much between runs for one-after-the-other comparisons
-    # (see kimi_dflash.bench.crosscheck)
+    # both tools load the server at the same time, 4 sessions each, same prompts; two rounds (each tool
+    # starts first once) after a discarded priming run. The shared 2-core box's speed swings too much for
+    # one-after-the-other comparisons (see kimi_dflash.bench.crosscheck).
     proc = subprocess.run(
         [sys.executable, "-m", "kimi_dflash.bench.crosscheck", "--base-url", demo_server.base_url,
-         "--model", demo_server.model, "--tokenizer", str(tokenizer), "--concurrency", "4", "--requests", "12",
-         "--max-tokens", "24", "--rounds", "2", "--mode", "concurrent", "--output", str(out)],
+         "--model", demo_server.model, "--tokenizer", str(tokenizer), "--concurrency", "4", "--requests", "16",
+         "--max-tokens", "64", "--rounds", "2", "--mode", "concurrent", "--output", str(out)],
         capture_output=True, text=True, timeout=1200,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out.read_text())
     for run in report["rounds"]:
-        assert run["ours"]["completed"] == run["vllm_bench_serve"]["completed"] == 12
-        assert run["ours"]["output_tokens"] == run["vllm_bench_serve"]["total_output_tokens"] == 12 * 24
+        assert run["ours"]["completed"] == run["vllm_bench_serve"]["completed"] == 16
+        assert run["ours"]["output_tokens"] == run["vllm_bench_serve"]["total_output_tokens"] == 16 * 64
     print(proc.stdout)
     assert abs(report["output_tok_s_difference"]) < 0.05, proc.stdout

@@ -289,7 +289,7 @@ def level_warnings(result: dict[str, Any]) -> list[str]:
     if util is not None and util > 0.7:
         notes.append(f"client CPU at {util:.0%} of one core: the client may be distorting the timings")
     send = (result.get("client_send_ms") or {}).get("p99")
-    if send is not None and send > 5:
+    if send is not None and send > 50:
         notes.append(f"the client needed up to {send:.1f} ms (p99) to put a request on the wire: it may be busy")
     status = result.get("spec_decode_status")
     if status in ("no_drafts", "counter_reset", "unavailable"):

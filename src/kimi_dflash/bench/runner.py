@@ -186,6 +186,11 @@ class Benchmark:
             # that cannot connect here tries again on its first request, which reports the failure.
             conns = [cfg.endpoint.connection() for _ in range(level)]
             await asyncio.gather(*(c.connect() for c in conns), return_exceptions=True)
+            print(
+                f"[{level} sessions] repeat {repeat + 1}/{cfg.repeats}: measuring {level} sessions x {cfg.turns} turns",
+                file=sys.stderr,
+                flush=True,
+            )
             cpu0 = time.process_time()
             start = perf_counter()
             tasks = [
