@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base-url", help=argparse.SUPPRESS)
     parser.add_argument("--sharegpt", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--tokenizer", type=Path, default=None, help="tokenizer dir for vllm bench serve (default: the demo model's)")
-    parser.add_argument("--levels", default="50,100,200,400,800,1200,1600,2400,3200", help="concurrent streams to try")
+    parser.add_argument("--levels", default="50,100,200,400,800,1200,1600,2400,3200,4000", help="concurrent streams to try")
     parser.add_argument("--max-tokens", type=int, default=64, help="tokens per request (default %(default)s)")
     parser.add_argument("--turns", type=int, default=2, help="closed-loop requests per stream (default %(default)s)")
     parser.add_argument("--ttft-ms", type=float, default=100.0)
