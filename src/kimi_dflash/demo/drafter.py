@@ -17,6 +17,7 @@ import math
 import numpy as np
 
 from kimi_dflash.demo import geometry, layout
+from kimi_dflash.demo.target import shared_qwen3_config
 from kimi_dflash.demo.walk import Walk
 
 F = slice(layout.F_START, layout.F_START + layout.F_DIMS)
@@ -28,26 +29,11 @@ def drafter_intermediate_size(walk: Walk) -> int:
 
 def drafter_config(walk: Walk, mask_token_id: int) -> dict[str, object]:
     return {
+        **shared_qwen3_config(walk),
         "architectures": ["DFlashDraftModel"],
-        "model_type": "qwen3",
-        "vocab_size": walk.vocab_size,
-        "hidden_size": layout.HIDDEN_SIZE,
         "intermediate_size": drafter_intermediate_size(walk),
         "num_hidden_layers": layout.DRAFTER_LAYERS,
         "num_attention_heads": layout.DRAFTER_HEADS,
-        "num_key_value_heads": layout.NUM_KV_HEADS,
-        "head_dim": layout.HEAD_DIM,
-        "hidden_act": "silu",
-        "max_position_embeddings": layout.MAX_POSITION_EMBEDDINGS,
-        "rms_norm_eps": layout.RMS_NORM_EPS,
-        "rope_theta": layout.ROPE_THETA,
-        "rope_scaling": None,
-        "attention_bias": False,
-        "attention_dropout": 0.0,
-        "tie_word_embeddings": False,
-        "use_sliding_window": False,
-        "sliding_window": None,
-        "torch_dtype": layout.TORCH_DTYPE,
         "num_target_layers": layout.TARGET_LAYERS,
         "block_size": layout.DRAFTER_BLOCK_SIZE,
         "dflash_config": {

@@ -10,15 +10,12 @@ from kimi_dflash.demo.walk import NO_PHASE, Walk
 F = slice(layout.F_START, layout.F_START + layout.F_DIMS)
 
 
-def target_config(walk: Walk) -> dict[str, object]:
+def shared_qwen3_config(walk: Walk) -> dict[str, object]:
+    """Fields the target and the drafter must agree on (vLLM checks some, the shared embeddings need the rest)."""
     return {
-        "architectures": ["Qwen3ForCausalLM"],
         "model_type": "qwen3",
         "vocab_size": walk.vocab_size,
         "hidden_size": layout.HIDDEN_SIZE,
-        "intermediate_size": layout.TARGET_INTERMEDIATE,
-        "num_hidden_layers": layout.TARGET_LAYERS,
-        "num_attention_heads": layout.TARGET_HEADS,
         "num_key_value_heads": layout.NUM_KV_HEADS,
         "head_dim": layout.HEAD_DIM,
         "hidden_act": "silu",
@@ -31,10 +28,20 @@ def target_config(walk: Walk) -> dict[str, object]:
         "tie_word_embeddings": False,
         "use_sliding_window": False,
         "sliding_window": None,
+        "torch_dtype": layout.TORCH_DTYPE,
+    }
+
+
+def target_config(walk: Walk) -> dict[str, object]:
+    return {
+        **shared_qwen3_config(walk),
+        "architectures": ["Qwen3ForCausalLM"],
+        "intermediate_size": layout.TARGET_INTERMEDIATE,
+        "num_hidden_layers": layout.TARGET_LAYERS,
+        "num_attention_heads": layout.TARGET_HEADS,
         "bos_token_id": None,
         "eos_token_id": 0,
         "pad_token_id": 0,
-        "torch_dtype": layout.TORCH_DTYPE,
         "use_cache": True,
     }
 

@@ -148,15 +148,20 @@ def fabricate_tiny_mla_model(
         meta = {"fabricated_by": "kimi_dflash.kvscale.tiny_mla", "version": FABRICATION_VERSION, "seed": seed,
                 "latent_gain": latent_gain, "num_layers": num_layers}
         (staging / "fabrication.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-        staging.chmod(0o755)  # mkdtemp makes it owner-only
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(staging, out_dir)
+        _publish(staging, out_dir)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
     return out_dir
 
+
+
+def _publish(staging: Path, out_dir: Path) -> None:
+    """Swap a finished build into place, so a reader never sees a half-written checkpoint."""
+    staging.chmod(0o755)  # mkdtemp makes it owner-only
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    os.replace(staging, out_dir)
 
 def ensure_tiny_mla_model(out_dir: Path, *, latent_gain: float, num_layers: int = 2, seed: int = 0) -> Path:
     """Reuse ``out_dir`` if it holds this exact fabrication, otherwise (re)build it."""
@@ -187,10 +192,7 @@ def fabricate_tiny_qwen3_model(out_dir: Path, *, seed: int = 0, vocab_size: int 
         config.architectures = ["Qwen3ForCausalLM"]
         torch.manual_seed(seed)
         Qwen3ForCausalLM(config).to(torch.bfloat16).save_pretrained(staging, safe_serialization=True)
-        staging.chmod(0o755)  # mkdtemp makes it owner-only
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(staging, out_dir)
+        _publish(staging, out_dir)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
