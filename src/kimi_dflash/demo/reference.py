@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-k", "--num-speculative-tokens", type=int, default=8, help="draft slots (default 8)")
     parser.add_argument("prompts", nargs="*", default=list(DEFAULT_PROMPTS), help="user messages")
     args = parser.parse_args(argv)
-    models = ensure_demo_models(args.root)
+    models = ensure_demo_models(args.root, choice="qwen3")
     model = load_target(models.target_dir)
     from transformers import AutoTokenizer
 

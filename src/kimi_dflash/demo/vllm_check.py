@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.target and args.drafter:
         target_dir, drafter_dir = args.target, args.drafter
     else:
-        models = ensure_demo_models(args.root)
+        models = ensure_demo_models(args.root, choice="qwen3")
         target_dir, drafter_dir = args.target or models.target_dir, args.drafter or models.drafter_dir
     problems = check(target_dir, drafter_dir)
     for problem in problems:
