@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from kimi_dflash.demo.catalog import CHOICES as DEMO_CHOICES
+from kimi_dflash.demo.catalog import NONE as NO_DEMO
+
 KeyType = Literal["str", "int", "float", "bool", "enum", "path"]
 
 # Meta key: the file named here (relative to the including file) is loaded first, then this file's keys
@@ -47,8 +50,11 @@ KEYS: tuple[Key, ...] = (
     _k("DRAFT_MODEL_DIR", "path", None, "model", "Local directory of the DFlash drafter checkpoint.", optional=True),
     _k("DRAFT_MODEL_REPO", "str", "z-lab/Kimi-K2.5-DFlash", "model", "Hugging Face repo id of the drafter; only "
        "used in download hints."),
-    _k("FABRICATE_DEMO_MODELS", "bool", False, "model", "Build the tiny local demo target + drafter under the "
-       "project cache on first use and serve them (CPU demo). MODEL_DIR / DRAFT_MODEL_DIR must then be empty."),
+    _k("FABRICATE_DEMO_MODELS", "enum", NO_DEMO, "model", "Serve locally fabricated demo models (the CPU demo), "
+       "built under the project cache on first use: " + "; ".join(f"{c.name}: {c.summary}" for c in
+                                                                    DEMO_CHOICES.values())
+       + f". {NO_DEMO}: serve MODEL_DIR / DRAFT_MODEL_DIR, which must otherwise stay empty.",
+       choices=(NO_DEMO, *DEMO_CHOICES)),
     _k("SERVED_MODEL_NAME", "str", "kimi-k2.6-amd-dflash", "server", "Model name clients send in requests."),
     _k("HOST", "str", "127.0.0.1", "server", "Address to bind. Localhost by default; set 0.0.0.0 only behind a "
        "firewall or with API_KEY set."),

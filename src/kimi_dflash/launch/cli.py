@@ -69,14 +69,14 @@ def report_problems(problems: list[Problem] | tuple[Problem, ...]) -> None:
 
 def resolve_demo_models(config: Config, create: bool) -> Config:
     """Point MODEL_DIR / DRAFT_MODEL_DIR at the fabricated demo models (building them when `create`)."""
-    if not config["FABRICATE_DEMO_MODELS"]:
+    if config.demo_models is None:
         return config
     from kimi_dflash import demo
 
     if create:
-        models = demo.ensure_demo_models()
+        models = demo.ensure_demo_models(choice=config.demo_models, progress=say)
     else:
-        models = demo.demo_model_paths()
+        models = demo.demo_model_paths(choice=config.demo_models)
     return config.with_values("fabricated demo", MODEL_DIR=models.target_dir, DRAFT_MODEL_DIR=models.drafter_dir)
 
 
