@@ -106,11 +106,10 @@ def vllm_argv(config: Config, python_executable: str) -> tuple[str, ...]:
         argv += _bool_flag(config["ENABLE_AUTO_TOOL_CHOICE"], "--enable-auto-tool-choice")
     if config["REASONING_PARSER"] is not None:
         argv += ["--reasoning-parser", str(config["REASONING_PARSER"])]
-    if config["DEVICE"] != "cpu":
-        if config["LANGUAGE_MODEL_ONLY"]:
-            argv += ["--language-model-only"]
-        else:
-            argv += ["--mm-encoder-tp-mode", str(config["MM_ENCODER_TP_MODE"])]
+    if config["LANGUAGE_MODEL_ONLY"]:
+        argv += ["--language-model-only"]
+    elif config["DEVICE"] != "cpu":
+        argv += ["--mm-encoder-tp-mode", str(config["MM_ENCODER_TP_MODE"])]
     spec = speculative_config(config)
     if spec is not None:
         argv += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
@@ -129,7 +128,7 @@ def vllm_env(config: Config, cache_dir: str) -> dict[str, str]:
         # Thread pinning fights other processes on small shared machines; let the OS schedule.
         env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
         env["VLLM_CACHE_ROOT"] = f"{cache_dir}/vllm"
-    if config["FABRICATE_DEMO_MODELS"]:
+    if config.demo_models is not None:
         env["HF_HUB_OFFLINE"] = "1"  # the demo never needs the hub; fail fast instead of hanging on DNS
     # Read by the project's vLLM plugin (kimi_dflash.kvscale) in every vLLM process.
     if config["KV_SCALE_MODE"] != "off":
