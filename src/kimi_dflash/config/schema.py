@@ -133,6 +133,9 @@ KEYS: tuple[Key, ...] = (
        "all-reduce for TP on MI300X.", choices=("NONE", "FP", "INT8", "INT6", "INT4")),
     _k("CPU_KVCACHE_SPACE_GIB", "int", 1, "cpu", "VLLM_CPU_KVCACHE_SPACE: KV-cache size on the CPU build, in GiB.",
        minimum=1, maximum=1024),
+    _k("CPU_PRELOAD_LIBS", "bool", True, "cpu", "LD_PRELOAD tcmalloc (libtcmalloc-minimal4) and Intel OpenMP "
+       "(libiomp5, installed with vllm-cpu) into vLLM when they are found, as vLLM's CPU build asks; speculative "
+       "decoding is much slower without Intel OpenMP. false: vLLM's own choice (PyTorch's libgomp)."),
     _k("EXTRA_VLLM_ARGS", "str", None, "server", "Extra `vllm serve` flags, split like a shell would (no "
        "expansion). For flags this schema does not cover.", optional=True),
 )

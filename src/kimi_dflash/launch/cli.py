@@ -80,6 +80,17 @@ def resolve_demo_models(config: Config, create: bool) -> Config:
     return config.with_values("fabricated demo", MODEL_DIR=models.target_dir, DRAFT_MODEL_DIR=models.drafter_dir)
 
 
+def cpu_preload(config: Config) -> tuple[str, ...]:
+    """What LD_PRELOAD should hold for vLLM's CPU build on this machine (and say what was found)."""
+    if config["DEVICE"] != "cpu" or not config["CPU_PRELOAD_LIBS"]:
+        return ()
+    from kimi_dflash.launch import cpu_libs
+
+    libraries = cpu_libs.cpu_preload_libraries()
+    say(cpu_libs.describe(libraries))
+    return cpu_libs.merged_ld_preload(libraries)
+
+
 def run_dir() -> Path:
     return cache_root() / "run"
 
@@ -110,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     if path_errors and not args.preflight:  # --preflight goes on: its report covers the whole machine
         return EXIT_CONFIG
 
-    plan = build_plan(config, python_executable=sys.executable, cache_dir=str(cache_root()))
+    plan = build_plan(config, python_executable=sys.executable, cache_dir=str(cache_root()),
+                      cpu_preload=cpu_preload(config))
     if args.dry_run:
         print(plan.render())
         return 0
