@@ -47,7 +47,7 @@ def layer_of(name: str) -> int:
 
 
 def shard_of(name: str) -> int:
-    """Embeddings and the first half of the layers in shard 0, the rest (norm, lm_head) in shard 1."""
+    """Embeddings and the first half of the layers in shard 0, the rest (norm, lm_head, vision tower) in shard 1."""
     layer = layer_of(name)
     first_half = (layer < layout.TARGET_LAYERS // 2) if layer >= 0 else "embed_tokens" in name
     return 0 if first_half else 1
@@ -88,7 +88,7 @@ def fabricate(progress: Callable[[str], None] = lambda message: None) -> Fabrica
 
     progress(f"building the miniature Kimi K2.6 ({layout.TARGET_LAYERS} layers, MLA, {layout.N_ROUTED_EXPERTS} "
              f"experts), its INT4 twin and the DFlash drafter ({layout.DRAFTER_LAYERS} layers)")
-    weights = target.text_weights(walk)
+    weights = target.checkpoint_weights(walk)
     tokenizer_part = tokenizer_files(tok)
     files: dict[str, bytes] = {}
     for directory, int4 in ((TARGET, False), (TARGET_INT4, True)):

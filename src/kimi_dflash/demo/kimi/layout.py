@@ -22,7 +22,7 @@ How the target is built so that MLA and MoE do real work while the greedy output
 from __future__ import annotations
 
 # Bump when any constant here or any construction in kimi_dflash.demo.kimi changes the produced files.
-FABRICATION_VERSION = "kimi-1"
+FABRICATION_VERSION = "kimi-3"
 
 # --- Tokenizer: ordinary BPE ids first, then Kimi's 256-id special block (as at 163584.. in Kimi K2.6) -------
 TOKENIZER_MIN_FREQUENCY = 2

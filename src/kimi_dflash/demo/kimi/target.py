@@ -86,21 +86,55 @@ def text_config() -> dict[str, object]:
     }
 
 
+VISION = {"hidden": 64, "heads": 2, "layers": 1, "intermediate": 128, "patch": 14, "pos_emb": 8, "merge": 2}
+
+
 def vision_config() -> dict[str, object]:
     """A tiny MoonViT config. Kimi K2.6's config.json spells it the remote code's way (vt_*, init_pos_emb_*);
-    transformers >= 5 reads the plain names, so both are written. vLLM never builds it with
-    --language-model-only, and the checkpoint carries no vision weights (see docs/demo-models.md)."""
+    transformers >= 5 (which vLLM 0.32 uses for this model) reads the plain names, so both are written."""
+    v = VISION
     return {
-        "patch_size": 14,
-        "init_pos_emb_height": 8, "init_pos_emb_width": 8, "init_pos_emb_time": 4,
+        "patch_size": v["patch"],
+        "init_pos_emb_height": v["pos_emb"], "init_pos_emb_width": v["pos_emb"], "init_pos_emb_time": 4,
         "pos_emb_type": "divided_fixed",
-        "vt_num_attention_heads": 2, "vt_num_hidden_layers": 1, "vt_hidden_size": 64, "vt_intermediate_size": 128,
-        "merge_kernel_size": [2, 2], "merge_type": "sd2_tpool", "video_attn_type": "spatial_temporal",
-        "mm_projector_type": "patchmerger", "mm_hidden_size": 64, "projector_hidden_act": "gelu",
+        "vt_num_attention_heads": v["heads"], "vt_num_hidden_layers": v["layers"], "vt_hidden_size": v["hidden"],
+        "vt_intermediate_size": v["intermediate"],
+        "merge_kernel_size": [v["merge"], v["merge"]], "merge_type": "sd2_tpool", "video_attn_type": "spatial_temporal",
+        "mm_projector_type": "patchmerger", "mm_hidden_size": v["hidden"], "projector_hidden_act": "gelu",
         "projector_ln_eps": 1e-5, "text_hidden_size": layout.HIDDEN_SIZE,
-        "pos_emb_height": 8, "pos_emb_width": 8, "pos_emb_time": 4,
-        "num_attention_heads": 2, "num_hidden_layers": 1, "hidden_size": 64, "intermediate_size": 128,
+        "pos_emb_height": v["pos_emb"], "pos_emb_width": v["pos_emb"], "pos_emb_time": 4,
+        "num_attention_heads": v["heads"], "num_hidden_layers": v["layers"], "hidden_size": v["hidden"],
+        "intermediate_size": v["intermediate"],
     }
+
+
+def vision_weights() -> dict[str, np.ndarray]:
+    """The MoonViT tower and patch-merger projector, seeded random, under Kimi K2.6's checkpoint names (vLLM maps
+    mm_projector.proj.0/2 to linear_1/2). Text serving never reads them; they make the checkpoint complete."""
+    v = VISION
+    hidden, inter, merged = v["hidden"], v["intermediate"], v["hidden"] * v["merge"] ** 2
+    shapes: dict[str, tuple[int, ...]] = {
+        "vision_tower.patch_embed.proj.weight": (hidden, 3, v["patch"], v["patch"]),
+        "vision_tower.patch_embed.pos_emb.weight": (v["pos_emb"], v["pos_emb"], hidden),
+        "mm_projector.proj.0.weight": (merged, merged),
+        "mm_projector.proj.2.weight": (layout.HIDDEN_SIZE, merged),
+    }
+    for block in range(v["layers"]):
+        b = f"vision_tower.encoder.blocks.{block}"
+        shapes.update({f"{b}.wqkv.weight": (3 * hidden, hidden), f"{b}.wo.weight": (hidden, hidden),
+                       f"{b}.mlp.fc0.weight": (inter, hidden), f"{b}.mlp.fc1.weight": (hidden, inter)})
+    weights = {name: rng_for(name).normal(0.0, 0.02, size=shape) for name, shape in shapes.items()}
+    biases = {"vision_tower.patch_embed.proj": hidden, "mm_projector.proj.0": merged,
+              "mm_projector.proj.2": layout.HIDDEN_SIZE}
+    norms = {"vision_tower.encoder.final_layernorm": hidden, "mm_projector.pre_norm": hidden}
+    for block in range(v["layers"]):
+        b = f"vision_tower.encoder.blocks.{block}"
+        biases.update({f"{b}.wqkv": 3 * hidden, f"{b}.wo": hidden, f"{b}.mlp.fc0": inter, f"{b}.mlp.fc1": hidden})
+        norms.update({f"{b}.norm0": hidden, f"{b}.norm1": hidden})
+    weights.update({f"{name}.bias": np.zeros(size) for name, size in biases.items()})
+    for name, size in norms.items():
+        weights[f"{name}.weight"], weights[f"{name}.bias"] = np.ones(size), np.zeros(size)
+    return weights
 
 
 def wrapper_config(quantization_config: dict[str, object] | None = None) -> dict[str, object]:
@@ -278,6 +312,11 @@ def layer_weights(index: int) -> dict[str, np.ndarray]:
     else:
         weights.update(moe_weights(index))
     return weights
+
+
+def checkpoint_weights(walk: Walk) -> dict[str, np.ndarray]:
+    """Every tensor of the checkpoint under Kimi K2.6's names (float64): text model and vision tower."""
+    return {**text_weights(walk), **vision_weights()}
 
 
 def text_weights(walk: Walk) -> dict[str, np.ndarray]:

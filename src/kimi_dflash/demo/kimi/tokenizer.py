@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
 # Kimi's message framing: <|im_ROLE|>ROLE<|im_middle|>content<|im_end|>, tool results as a system message named
-# tool; the generation prompt opens an assistant message (and a <think> block when thinking is requested).
+# tool, images as Kimi's media placeholder; the generation prompt opens an assistant message (and a <think> block
+# when thinking is requested).
 CHAT_TEMPLATE = (
     "{%- for message in messages -%}"
     "{%- if message['role'] == 'system' -%}<|im_system|>system<|im_middle|>"
@@ -28,7 +29,9 @@ CHAT_TEMPLATE = (
     "{%- endif -%}"
     "{%- if message['content'] is string -%}{{ message['content'] }}"
     "{%- elif message['content'] -%}{%- for part in message['content'] -%}"
-    "{%- if part['type'] == 'text' -%}{{ part['text'] }}{%- endif -%}{%- endfor -%}"
+    "{%- if part['type'] == 'text' -%}{{ part['text'] }}"
+    "{%- elif part['type'] in ('image', 'image_url') -%}<|media_begin|>image<|media_content|><|media_pad|><|media_end|>"
+    "{%- endif -%}{%- endfor -%}"
     "{%- endif -%}<|im_end|>"
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}<|im_assistant|>assistant<|im_middle|>"
