@@ -1,0 +1,60 @@
+"""The INT4 miniature (configs/demo-kimi-int4-cpu.env) makes production's MoE-backend failure catchable on CPU.
+
+Kimi K2.6's routed experts are INT4 compressed-tensors (WNA16); from vLLM 0.27 `--moe-backend aiter` on them
+raises at model construction. The project refuses the config before vLLM starts; started anyway, vLLM 0.32 CPU
+raises production's own error on the miniature.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import free_port, serve_env
+from kimi_dflash.paths import CONFIGS_DIR, REPO_ROOT
+
+SERVE = str(REPO_ROOT / "serve.sh")
+INT4_CONFIG = str(CONFIGS_DIR / "demo-kimi-int4-cpu.env")
+VLLM_AITER_WNA16_ERROR = "moe_backend='aiter' is not supported for WNA16 MoE"
+
+
+def test_aiter_moe_backend_is_refused_before_vllm_starts(tmp_path: Path) -> None:
+    env = serve_env(free_port())
+    env["MOE_BACKEND"] = "aiter"
+    env["KIMI_DFLASH_CACHE"] = str(tmp_path / "cache")
+    result = subprocess.run([SERVE, INT4_CONFIG, "--wait"], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr
+    assert "MOE_BACKEND=aiter" in result.stderr and "nothing was started" in result.stderr
+    assert not (tmp_path / "cache" / "logs").exists()  # no vLLM log: vLLM never ran
+
+
+def test_the_int4_plan_points_at_the_int4_checkpoint(tmp_path: Path) -> None:
+    env = serve_env(free_port())
+    env["KIMI_DFLASH_CACHE"] = str(tmp_path / "cache")
+    result = subprocess.run([SERVE, INT4_CONFIG, "--dry-run"], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert f"{tmp_path / 'cache' / 'demo' / 'kimi' / 'target-int4'} " in result.stdout
+    assert "No WNA16 MoE backend supports the deployment configuration" in result.stderr  # the config's warning
+
+
+@pytest.mark.server
+def test_vllm_started_anyway_raises_productions_error(tmp_path: Path) -> None:
+    """--skip-preflight and the flag through EXTRA_VLLM_ARGS get past the project's checks: vLLM must refuse."""
+    pytest.importorskip("vllm")
+    env = serve_env(free_port())
+    env["EXTRA_VLLM_ARGS"] = "--moe-backend aiter"
+    log = tmp_path / "int4-aiter.log"
+    result = subprocess.run([SERVE, INT4_CONFIG, "--wait", "--skip-preflight", "--log", str(log)], env=env,
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "vLLM exited with code" in result.stderr
+    vllm_log = log.read_text(errors="replace")
+    assert VLLM_AITER_WNA16_ERROR in vllm_log, vllm_log[-3000:]
+    # It is the INT4 checkpoint that vLLM refused: its config.json carries Kimi K2.6's quantization_config.
+    model_dir = next(line.split("model=")[1].split(",")[0].strip("'") for line in vllm_log.splitlines()
+                     if "Initializing a V1 LLM engine" in line)
+    quantization = json.loads((Path(model_dir) / "config.json").read_text())["text_config"]["quantization_config"]
+    assert quantization["format"] == "pack-quantized" and quantization["quant_method"] == "compressed-tensors"
