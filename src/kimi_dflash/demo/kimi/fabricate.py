@@ -14,7 +14,7 @@ import numpy as np
 from kimi_dflash.demo import geometry
 from kimi_dflash.demo.drafter import drafter_weights
 from kimi_dflash.demo.encoding import json_bytes
-from kimi_dflash.demo.fabricate import Fabrication
+from kimi_dflash.demo.fabricate import Fabrication, walk_summary
 from kimi_dflash.demo.kimi import layout, target
 from kimi_dflash.demo.kimi.checkpoint import Tensor, safetensors_bytes, sharded_files, tensor
 from kimi_dflash.demo.kimi.drafter import KIMI_DRAFTER, drafter_config
@@ -99,16 +99,9 @@ def fabricate(progress: Callable[[str], None] = lambda message: None) -> Fabrica
         {name: tensor(value, "BF16") for name, value in drafter_weights(walk, KIMI_DRAFTER).items()})
 
     summary: dict[str, object] = {
+        **walk_summary(walk, mask_token_id, layout.TARGET_LAYER_IDS, layout.MAX_NUM_SPECULATIVE_TOKENS),
         "architecture": "KimiK25ForConditionalGeneration",
-        "cycle_length": walk.length,
         "ordinary_tokens": ordinary,
-        "vocab_size": walk.vocab_size,
-        "mask_token_id": mask_token_id,
-        "target_layer_ids": list(layout.TARGET_LAYER_IDS),
-        "max_num_speculative_tokens": layout.MAX_NUM_SPECULATIVE_TOKENS,
-        "drafter_miss_rate": round(len(walk.missed_phases) / walk.length, 6),
-        "expected_acceptance_per_position": [round(a, 4) for a in walk.acceptance_profile(8)],
-        "phase_code_max_sidelobe": round(walk.max_sidelobe, 6),
         "drafter_attention_logit_gap": round(drafter_gap, 3),
     }
     return Fabrication(files=files, walk=walk, mask_token_id=mask_token_id, summary=summary)
