@@ -58,3 +58,19 @@ def test_vllm_started_anyway_raises_productions_error(tmp_path: Path) -> None:
                      if "Initializing a V1 LLM engine" in line)
     quantization = json.loads((Path(model_dir) / "config.json").read_text())["text_config"]["quantization_config"]
     assert quantization["format"] == "pack-quantized" and quantization["quant_method"] == "compressed-tensors"
+
+
+@pytest.mark.slow
+def test_vllm_loads_every_int4_expert_tensor_where_it_belongs(tmp_path: Path) -> None:
+    """vLLM 0.32's own loader (KimiK25 -> DeepSeek-V3 -> CompressedTensorsWNA16MoEMethod) places each expert's
+    weight_packed / weight_scale / weight_shape in the fused WNA16 parameters (tests/kimi_int4_loader_check.py)."""
+    pytest.importorskip("vllm")
+    import sys
+
+    from kimi_dflash.demo import ensure_demo_models
+
+    target = ensure_demo_models(tmp_path / "demo", choice="kimi-int4").target_dir
+    result = subprocess.run([sys.executable, str(Path(__file__).parent / "kimi_int4_loader_check.py"), str(target)],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "loader check: OK" in result.stdout and "192 expert tensors compared" in result.stdout
