@@ -74,7 +74,7 @@ class ServerFactory:
         log_path = self._logs.mktemp("logs") / f"{config_path.stem}.log"
         command = [str(REPO_ROOT / "serve.sh"), str(config_path), "--wait", "--log", str(log_path)]
         result = subprocess.run(command + ([] if preflight else ["--skip-preflight"]), env=env, capture_output=True,
-                                text=True, timeout=900)
+                                text=True, timeout=900, check=False)
         if result.returncode != 0:  # serve.sh has stopped what it started
             raise RuntimeError(f"serve.sh {config_path.name} --wait failed ({result.returncode}):\n{result.stderr}")
         model = str(load_config(config_path, environ=env)["SERVED_MODEL_NAME"])
@@ -87,7 +87,7 @@ class ServerFactory:
         """Stop a server early (frees the CPU for the next one); a later call with its settings starts it again."""
         self._started = {key: started for key, started in self._started.items() if started is not server}
         subprocess.run([str(REPO_ROOT / "serve.sh"), str(server.config_path), "--stop"], env=dict(server.env),
-                       capture_output=True, timeout=120)
+                       capture_output=True, timeout=120, check=False)
 
     def stop_all(self) -> None:
         for server in list(self._started.values()):

@@ -26,8 +26,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from conftest import DemoServer, ServerFactory, free_port, serve_env
+
 from kimi_dflash.kvscale.validate import kv_capacity_from_log
 from kimi_dflash.paths import REPO_ROOT, cache_root
 
@@ -219,7 +219,7 @@ def test_a_scales_file_for_another_model_stops_the_server(kimi_scales, tmp_path)
     log = tmp_path / "refused.log"
     result = subprocess.run([str(REPO_ROOT / "serve.sh"), str(REPO_ROOT / "configs" / "demo-cpu-baseline.env"),
                              "--wait", "--skip-preflight", "--log", str(log)], env=env, capture_output=True,
-                            text=True, timeout=900)
+                            text=True, timeout=900, check=False)
     assert result.returncode == 1, result.stderr[-3000:]
     text = log.read_text(errors="replace")
     assert "was calibrated on 'moonshotai/Kimi-K2.5'" in text and "calibrate this model" in text, text[-3000:]

@@ -147,7 +147,8 @@ def vllm_env(config: Config, cache_dir: str, cpu_preload: Sequence[str] = ()) ->
     return env
 
 
-def build_plan(config: Config, python_executable: str, cache_dir: str, cpu_preload: Sequence[str] = ()) -> LaunchPlan:
+def build_plan(config: Config, python_executable: str, cache_dir: str,
+               cpu_preload: Sequence[str] = ()) -> LaunchPlan:
     """The complete launch plan. Pure: same config and arguments, same plan. `cpu_preload`: libraries found on
     this machine for LD_PRELOAD on DEVICE=cpu (launch/cpu_libs.py finds them)."""
     env = vllm_env(config, cache_dir, cpu_preload)

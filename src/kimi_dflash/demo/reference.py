@@ -73,7 +73,8 @@ class DrafterReference:
     def for_model(cls, drafter_dir: Path, model) -> DrafterReference:  # type: ignore[no-untyped-def]
         """The drafter sharing a loaded transformers target's embeddings and lm_head (float32 throughout)."""
         return cls(
-            weights={name: value.float() for name, value in load_safetensors(drafter_dir / "model.safetensors").items()},
+            weights={name: value.float()
+                     for name, value in load_safetensors(drafter_dir / "model.safetensors").items()},
             config=json.loads((drafter_dir / "config.json").read_text()),
             embed_tokens=model.get_input_embeddings().weight.detach().float(),
             lm_head=model.lm_head.weight.detach().float(),
