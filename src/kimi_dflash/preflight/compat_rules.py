@@ -28,7 +28,7 @@ PLUGIN = "the kimi_dflash vLLM plugin"
 @dataclass(frozen=True)
 class Finding(CheckResult):
     relies: tuple[str, ...] = ()  # what a pass depends on beyond vLLM itself (plugin patches, file patches)
-
+    short: str = ""  # the reason in a few words, for the compatibility matrix
 
 @dataclass(frozen=True)
 class CompatRule:
@@ -48,8 +48,8 @@ def _warn(rule: str, detail: str, fix: str | None = None) -> Finding:
     return Finding(rule, "warn", detail, fix)
 
 
-def _fail(rule: str, detail: str, fix: str) -> Finding:
-    return Finding(rule, "fail", detail, fix)
+def _fail(rule: str, detail: str, fix: str, short: str) -> Finding:
+    return Finding(rule, "fail", detail, fix, short=short)
 
 
 def _label(source: VllmSource) -> str:
@@ -77,7 +77,8 @@ def _presence(rule: str, what: str, kinds: set[str], fix_for: Callable[[Deployme
               ) -> Callable[[Deployment, VllmSource], list[Finding]]:
     def check(deployment: Deployment, source: VllmSource) -> list[Finding]:
         outcomes = _features(deployment, source, kinds)
-        findings = [_fail(rule, f"{o.name} is not in {_label(source)} ({o.evidence})", fix_for(deployment, o))
+        findings = [_fail(rule, f"{o.name} is not in {_label(source)} ({o.evidence})", fix_for(deployment, o),
+                          o.name.split(":", 1)[-1])
                     for o in outcomes if o.state == "absent"]
         findings += [_warn(rule, f"{o.name}: cannot verify, {o.evidence}") for o in outcomes if o.state == "unknown"]
         present = [o.name.split(":", 1)[-1] for o in outcomes if o.state == "present"]
@@ -102,6 +103,9 @@ SPECULATIVE_KEY_FIXES = {
 
 def _speculative_fix(deployment: Deployment, outcome: FeatureOutcome) -> str:
     key = outcome.name.split(".", 1)[1]
+    if key == "kv_cache_dtype" and deployment.kv_cache_dtype.startswith("fp8"):
+        # Without the key the drafter inherits the target's FP8 cache, with no scales of its own.
+        return f"{_introduced(outcome.name)}: older releases give the DFlash drafter the target's FP8 KV cache"
     setting = SPECULATIVE_KEY_FIXES.get(key)
     unset = f"unset {setting} (it sends speculative_config.{key})" if setting else f"drop speculative_config.{key}"
     return f"{_introduced(outcome.name)}; or {unset}"
@@ -127,7 +131,7 @@ def _check_environment(deployment: Deployment, source: VllmSource) -> list[Findi
         if choices is not None and value not in choices:
             findings.append(_fail(rule, f"{name}={value} is not one of {', '.join(choices)} (vllm/envs.py "
                                         "env_with_choices raises at startup)",
-                                  f"set {name} to one of {', '.join(choices)}"))
+                                  f"set {name} to one of {', '.join(choices)}", f"{name}={value}"))
     if not findings and outcomes:
         findings.append(_pass(rule, f"{', '.join(o.name.split(':', 1)[1] for o in outcomes)} known to "
                                     f"{_label(source)}, values valid"))
@@ -146,7 +150,8 @@ def _check_registered(deployment: Deployment, source: VllmSource) -> list[Findin
             findings.append(_warn(rule, f"{option} {name}: cannot verify, the {registry} registry was not found"))
         elif name not in names:
             findings.append(_fail(rule, f"{option} {name} is not registered in {_label(source)}",
-                                  f"set {_blame(deployment, option)} to one of: {', '.join(sorted(names))}"))
+                                  f"set {_blame(deployment, option)} to one of: {', '.join(sorted(names))}",
+                                  f"{option} {name}"))
         else:
             findings.append(_pass(rule, f"{option} {name} is registered"))
     return findings
@@ -165,7 +170,8 @@ def _check_architectures(deployment: Deployment, source: VllmSource) -> list[Fin
         elif not set(facts.architectures) & set(known):
             findings.append(_fail(rule, f"{facts.role} architecture {', '.join(facts.architectures)} is not in "
                                         f"{_label(source)}'s model registry",
-                                  "use a vLLM release that supports this model"))
+                                  "use a vLLM release that supports this model",
+                                  f"{facts.role} {facts.architectures[0]}"))
         else:
             findings.append(_pass(rule, f"{facts.role} {facts.architectures[0]} is registered"))
     return findings
@@ -182,7 +188,8 @@ def _check_wna16_moe_backend(deployment: Deployment, source: VllmSource) -> list
         return [_warn(rule, "cannot check --moe-backend against the experts' quantisation: no checkpoint facts",
                       "set MODEL_DIR to the downloaded checkpoint")]
     if experts is None:
-        return [_pass(rule, f"--moe-backend {backend}: the target's experts are not WNA16-quantised")]
+        what = "are not WNA16-quantised" if target.routed_experts else "do not exist (no MoE layers)"
+        return [_pass(rule, f"--moe-backend {backend}: the target's MoE experts {what}")]
     choice = source_facts.wna16_backend_choice(source, deployment.platform)
     if choice is None:
         return [_warn(rule, f"--moe-backend {backend}: cannot verify, no compressed-tensors WNA16 MoE method "
@@ -202,7 +209,8 @@ def _check_wna16_moe_backend(deployment: Deployment, source: VllmSource) -> list
                         f"(\"moe_backend='{backend}' is not supported for WNA16 MoE\") while the model is built "
                         f"- the checkpoint's experts are {experts.describe()}",
                   f"set {_blame(deployment, '--moe-backend')} to auto (vLLM picks its WNA16 kernel; Triton on ROCm)"
-                  f"{' or triton' if 'triton' in choice.accepted else ''}")]
+                  f"{' or triton' if 'triton' in choice.accepted else ''}",
+                  f"--moe-backend {backend} on WNA16 experts")]
 
 
 def _check_mla_kv_dtype(deployment: Deployment, source: VllmSource) -> list[Finding]:
@@ -221,11 +229,12 @@ def _check_mla_kv_dtype(deployment: Deployment, source: VllmSource) -> list[Find
         return [_fail(rule, f"--kv-cache-dtype {dtype} with an MLA model on the CPU build: the MLA backends "
                             f"({', '.join(backends)}) take only {', '.join(union)}; the CPU selector does not "
                             "check, so vLLM starts and dies at the first decode step",
-                      f"set {_blame(deployment, '--kv-cache-dtype')} to auto on CPU")]
+                      f"set {_blame(deployment, '--kv-cache-dtype')} to auto on CPU", f"MLA KV dtype {dtype}")]
     if not accepting:
         return [_fail(rule, f"--kv-cache-dtype {dtype}: none of the {deployment.platform} MLA backends "
                             f"({', '.join(backends)}) supports it (\"No valid attention backend found\")",
-                      f"set {_blame(deployment, '--kv-cache-dtype')} to one of {', '.join(union)}")]
+                      f"set {_blame(deployment, '--kv-cache-dtype')} to one of {', '.join(union)}",
+                      f"MLA KV dtype {dtype}")]
     return [_pass(rule, f"--kv-cache-dtype {dtype} is supported by MLA backend(s) {', '.join(accepting)}")]
 
 
@@ -243,7 +252,8 @@ def _check_patches(deployment: Deployment, source: VllmSource) -> list[Finding]:
         if state.status is Status.UNRECOGNISED:
             findings.append(_fail(rule, f"{patch.id}: {state.detail} - the plugin refuses to start vLLM on a tree "
                                         "it does not recognise",
-                                  "use vLLM >= 0.20.0, or KIMI_DFLASH_PATCHES=off to start without the patches"))
+                                  "use vLLM >= 0.20.0, or KIMI_DFLASH_PATCHES=off to start without the patches",
+                                  f"unrecognised {patch.id}"))
             continue
         needed = None if patch.needed_when is None else patch.needed_when.holds(deployment, source)
         if needed is False:
@@ -258,7 +268,8 @@ def _check_patches(deployment: Deployment, source: VllmSource) -> list[Finding]:
                                         "on ROCm; the vLLM tree must be writable)", relies=(f"file patch {patch.id}",)))
         else:
             findings.append(_fail(rule, f"{patch.id} {why}, and this vLLM lacks the upstream fix "
-                                        f"(PR {patch.upstream_pr})", f"use vLLM >= {patch.upstream_since}"))
+                                        f"(PR {patch.upstream_pr})", f"use vLLM >= {patch.upstream_since}",
+                                  f"patch {patch.id}"))
     summary = [f"nothing to do for {', '.join(done)}"] if done else []
     if unneeded:
         summary.append("pending in this vLLM but not needed by this plan:\n" + "\n".join(f"  {u}" for u in unneeded))
@@ -286,11 +297,11 @@ def _check_kv_scale_hook(deployment: Deployment, source: VllmSource) -> list[Fin
     points = source_facts.kv_write_hook_points(source)
     if points is None:
         return [_fail(rule, f"KV_SCALE_MODE={mode} needs MLAAttention in {source_facts.MLA_LAYER}, absent in "
-                            f"{_label(source)}", "set KV_SCALE_MODE=off, or use vLLM 0.20-0.33")]
+                            f"{_label(source)}", "set KV_SCALE_MODE=off, or use vLLM 0.20-0.33", "KV-scale hook")]
     if not points:
         return [_fail(rule, f"KV_SCALE_MODE={mode}: MLAAttention no longer writes through "
                             "impl.do_kv_cache_update, the method the hook wraps",
-                      "set KV_SCALE_MODE=off, or use vLLM 0.20-0.33")]
+                      "set KV_SCALE_MODE=off, or use vLLM 0.20-0.33", "KV-scale hook")]
     return [_pass(rule, f"KV_SCALE_MODE={mode}: MLAAttention writes latents through impl.do_kv_cache_update, "
                         f"which {PLUGIN} wraps", relies=(f"plugin FP8 KV-scale hook ({mode})",))]
 
