@@ -5,7 +5,7 @@ sends greedy requests one at a time, round-robin over the servers, so every mode
 minutes. A round sends each server a short and a long request (--short / --max-tokens output tokens, ignoring
 EOS); their difference divided by the extra tokens is the cost of one decode step (no speculation, one
 sequence), free of prefill and per-request overhead. Measured twice per step: wall time, and the CPU time of the
-server's processes (API server, engine core, worker). Reported per mode: the medians, and the median of the
+server's model worker (OMP_NUM_THREADS=1, so no thread spins). Reported per mode: the medians, and the median of the
 per-round differences from `off` (each round measures every mode back to back). On this shared 2-core machine
 both still move by more than the hook costs; the in-process figures below them do not.
 
@@ -21,7 +21,7 @@ Modes (what a mode adds on top of `off`):
 Also printed: the wrapper alone, in-process, on decode-sized tensors (µs per call; one call per MLA layer per
 step), for the production path (dynamic scale on a real FP8 E4M3 cache: no emulation), warming and frozen.
 
-    python benchmarks/kv_scale_hook_cost.py [--requests 24] [--max-tokens 72] [--layers 2] [--plugin-src DIR]
+    python benchmarks/kv_scale_hook_cost.py [--requests 10] [--max-tokens 72] [--layers 4] [--plugin-src DIR]
 
 --plugin-src runs the servers and the in-process figures with another checkout's kimi_dflash (e.g. the commit
 before a change to the hook), so before/after figures come from the same harness.
@@ -50,6 +50,8 @@ MODES: dict[str, dict[str, str]] = {
                        "KIMI_DFLASH_KV_SCALE_WARMUP_STEPS": "32"},
 }
 SERVER_ARGS = ["--max-model-len", "1024", "--dtype", "bfloat16", "--max-num-seqs", "4"]
+# One compute thread per server: no OpenMP spin-waiting in the CPU figures, and five servers fit two cores.
+SERVER_ENV = {"OMP_NUM_THREADS": "1"}
 PROMPT = "Explain in detail how a key-value cache speeds up autoregressive decoding in transformers."
 
 
@@ -80,7 +82,8 @@ def timed_completion(port: int, model: str, max_tokens: int, server_pid: int) ->
 
 
 def process_cpu_seconds(root_pid: int) -> float:
-    """User + system CPU seconds of a server and all its descendants (engine core, workers) so far."""
+    """User + system CPU seconds so far of the server's model worker (the process whose forward pass runs the
+    hook; "VLLM::Worker"), or of the whole server tree when no worker process is named so."""
     import psutil
 
     try:
@@ -88,6 +91,14 @@ def process_cpu_seconds(root_pid: int) -> float:
         processes = [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
         return 0.0
+    workers = []
+    for process in processes:
+        try:
+            if (process.cmdline() or [""])[0].startswith("VLLM::Worker"):
+                workers.append(process)
+        except psutil.NoSuchProcess:
+            continue
+    processes = workers or processes
     total = 0.0
     for process in processes:
         try:
@@ -126,7 +137,7 @@ def measure_servers(model: Path, modes: list[str], requests: int, short: int, lo
     servers = {}
     try:
         for mode in modes:
-            env = {**MODES[mode], "PYTHONPATH": str(plugin_src)}
+            env = {**SERVER_ENV, **MODES[mode], "PYTHONPATH": str(plugin_src)}
             if mode == "observe":
                 env["KIMI_DFLASH_KV_OBSERVE_DIR"] = str(log_dir / "observe")
             say(f"starting vLLM CPU server for mode {mode}")
@@ -205,12 +216,12 @@ def wrapper_microbench(plugin_src: Path, calls: int = 2000) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="benchmarks/kv_scale_hook_cost.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--requests", type=int, default=24, help="measured requests per mode (default 24)")
+    parser.add_argument("--requests", type=int, default=10, help="measured rounds per mode (default 10)")
     parser.add_argument("--max-tokens", type=int, default=72, help="tokens of the long request (default 72)")
     parser.add_argument("--short", type=int, default=8, help="tokens of the short request (default 8)")
     parser.add_argument("--plugin-src", type=Path, default=Path(__file__).resolve().parents[2],
                         help="the src/ directory whose kimi_dflash the servers load (default: this checkout's)")
-    parser.add_argument("--layers", type=int, default=2, help="MLA layers of the fabricated model (default 2)")
+    parser.add_argument("--layers", type=int, default=4, help="MLA layers of the fabricated model (default 4)")
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {', '.join(MODES)}")
     args = parser.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]

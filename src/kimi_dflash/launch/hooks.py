@@ -74,7 +74,7 @@ def _kv_scales_ok(config: Config, plan: LaunchPlan, say: Callable[[str], None]) 
     return all(finding.level != "fail" for finding in findings)
 
 
-def patches(config: Config, plan: LaunchPlan, say: Callable[[str], None]) -> bool:
+def patches(config: Config, plan: LaunchPlan, say: Callable[[str], None], vllm_root: Path | None = None) -> bool:
     """Report the patch status of the vLLM that will run; on ROCm write the file patches this plan needs.
 
     A pending patch is written into the vLLM tree only when its needed_when holds for this plan and the plugin
@@ -86,7 +86,7 @@ def patches(config: Config, plan: LaunchPlan, say: Callable[[str], None]) -> boo
 
     on_rocm = config["DEVICE"] == "rocm"
     try:
-        table = status_table()
+        table = status_table(vllm_root)
         say(table.to_text())
         if not on_rocm:
             return True
@@ -96,7 +96,7 @@ def patches(config: Config, plan: LaunchPlan, say: Callable[[str], None]) -> boo
         needed = file_patches_needed(table, deployment(config, plan, os.environ))
         if needed:
             say(f"patches: writing the file patch(es) this plan needs: {', '.join(needed)}")
-            say(apply_pending(only=needed).after.to_text())
+            say(apply_pending(table.root, only=needed).after.to_text())
         elif table.exit_code == 1:
             say("patches: nothing to write for this plan (pending patches are not needed, or the plugin "
                 "installs them at runtime)")
