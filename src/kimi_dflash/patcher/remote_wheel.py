@@ -19,6 +19,7 @@ import struct
 import tempfile
 import urllib.request
 import zipfile
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,7 +122,11 @@ def sparse_wheel(link: WheelLink, dest_dir: Path, wanted: Callable[[str], bool] 
         members = _wanted_members(tmp, wanted)
         with zipfile.ZipFile(tmp) as archive:
             for info in members:
-                archive.read(info)  # raises on a CRC mismatch: nothing half-fetched is ever published
+                try:
+                    archive.read(info)  # CRC-checked: nothing corrupt or half-fetched is ever published
+                except (zipfile.BadZipFile, zlib.error, EOFError) as error:
+                    raise zipfile.BadZipFile(f"{link.filename}: {info.filename} arrived corrupted ({error}); "
+                                             "nothing was cached, run again") from error
         fetched = sum(end - start for start, end in runs) + len(tail) + max(0, tail_start - cd_offset)
         marker_tmp = marker.with_name(marker.name + ".tmp")
         marker_tmp.write_text(json.dumps({"url": link.url, "size": link.size, "members": len(members),

