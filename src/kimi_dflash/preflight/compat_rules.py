@@ -138,43 +138,35 @@ def _check_environment(deployment: Deployment, source: VllmSource) -> list[Findi
     return findings
 
 
+def _membership(rule: str, subject: str, wanted: tuple[str, ...], known: tuple[str, ...] | None, where: str,
+                fix: str) -> Finding:
+    """pass when one of `wanted` is in `known` (a registry read from the source), fail when none is, warn when
+    the registry was not found."""
+    if known is None:
+        return _warn(rule, f"{subject}: cannot verify, {where} not found")
+    if not set(wanted) & set(known):
+        return _fail(rule, f"{subject} is not in {where}", fix, subject)
+    return _pass(rule, f"{subject} is registered")
+
+
 def _check_registered(deployment: Deployment, source: VllmSource) -> list[Finding]:
-    rule = "parsers"
-    findings: list[Finding] = []
+    findings = []
     for option, registry in (("--tool-call-parser", "tool_parser"), ("--reasoning-parser", "reasoning_parser")):
         name = deployment.command.value(option)
-        if name is None:
-            continue
-        names = source_facts.registered(source, registry)
-        if names is None:
-            findings.append(_warn(rule, f"{option} {name}: cannot verify, the {registry} registry was not found"))
-        elif name not in names:
-            findings.append(_fail(rule, f"{option} {name} is not registered in {_label(source)}",
-                                  f"set {_blame(deployment, option)} to one of: {', '.join(sorted(names))}",
-                                  f"{option} {name}"))
-        else:
-            findings.append(_pass(rule, f"{option} {name} is registered"))
+        if name is not None:
+            names = source_facts.registered(source, registry)
+            findings.append(_membership("parsers", f"{option} {name}", (name,), names,
+                                        f"{_label(source)}'s {registry} registry",
+                                        f"set {_blame(deployment, option)} to one of: {', '.join(sorted(names or ()))}"))
     return findings
 
 
 def _check_architectures(deployment: Deployment, source: VllmSource) -> list[Finding]:
-    rule = "architectures"
     known = source_facts.model_architectures(source)
-    findings: list[Finding] = []
-    for facts in (deployment.target, deployment.drafter):
-        if facts is None or not facts.architectures:
-            continue
-        if known is None:
-            findings.append(_warn(rule, f"{facts.role} {facts.architectures[0]}: cannot verify, "
-                                        f"{source_facts.MODEL_REGISTRY} not readable"))
-        elif not set(facts.architectures) & set(known):
-            findings.append(_fail(rule, f"{facts.role} architecture {', '.join(facts.architectures)} is not in "
-                                        f"{_label(source)}'s model registry",
-                                  "use a vLLM release that supports this model",
-                                  f"{facts.role} {facts.architectures[0]}"))
-        else:
-            findings.append(_pass(rule, f"{facts.role} {facts.architectures[0]} is registered"))
-    return findings
+    return [_membership("architectures", f"{facts.role} {facts.architectures[0]}", facts.architectures, known,
+                        f"{_label(source)}'s model registry ({source_facts.MODEL_REGISTRY})",
+                        "use a vLLM release that supports this model")
+            for facts in (deployment.target, deployment.drafter) if facts is not None and facts.architectures]
 
 
 # --- semantics: combinations vLLM accepts at parse time but fails on later -----------------------------
