@@ -49,10 +49,10 @@ def test_delta_definitions() -> None:
     after = P.SpecCounters(drafts=300, draft_tokens=600, accepted=306, accepted_per_pos={0: 168, 1: 88})
     spec, status = P.spec_delta(before, after)
     assert status == "ok" and spec is not None
-    assert spec["acceptance_rate"] == pytest.approx(256 / 400)  # accepted / draft tokens
-    assert spec["acceptance_length"] == pytest.approx(1 + 256 / 200)  # 1 + accepted / drafts
-    assert spec["per_position"] == pytest.approx([128 / 200, 78 / 200])  # accepted at k / drafts
-    assert (spec["drafts"], spec["draft_tokens"], spec["accepted_tokens"], spec["num_speculative_tokens"]) == (200, 400, 256, 2)
+    assert spec.acceptance_rate == pytest.approx(256 / 400)  # accepted / draft tokens
+    assert spec.acceptance_length == pytest.approx(1 + 256 / 200)  # 1 + accepted / drafts
+    assert spec.per_position == pytest.approx([128 / 200, 78 / 200])  # accepted at k / drafts
+    assert (spec.drafts, spec.draft_tokens, spec.accepted_tokens, spec.num_speculative_tokens) == (200, 400, 256, 2)
 
 
 def test_delta_statuses() -> None:

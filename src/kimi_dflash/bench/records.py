@@ -6,8 +6,9 @@ Metrics are computed later, by pure functions in ``metrics.py``, so they can be 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, replace
+
+from kimi_dflash.bench.typed_json import described
 
 # Failure reasons (``RequestRecord.error``). HTTP errors are "http_<status>", e.g. "http_429".
 CONNECTION_REFUSED = "connection_refused"  # nobody listening: server down or wrong --base-url
@@ -32,36 +33,43 @@ TOKENS_FROM_CHUNKS = "chunks"  # no usage reported: one token per token-bearing 
 class RequestRecord:
     """One request, as observed by the client."""
 
-    sessions: int  # concurrency level this request belongs to
-    repeat: int
-    session: int
-    turn: int  # 1-based
-    warmup: bool = False
-    ready_time: float = 0.0  # the client started the request (before building it)
-    send_time: float = 0.0  # the request body was handed to the socket: TTFT and E2EL start here
-    done_time: float = 0.0  # response fully read (or failure observed)
-    first_token_time: float | None = None  # first chunk with non-empty content/reasoning/tool call
-    last_token_time: float | None = None  # last such chunk
-    token_chunks: int = 0  # SSE events that carried at least one token
-    chunk_times: list[float] = field(default_factory=list)  # arrival time of each token-bearing event
-    output_tokens: int | None = None
-    tokens_source: str | None = None
-    prompt_tokens: int | None = None
-    finish_reason: str | None = None
-    status: int | None = None  # HTTP status
-    error: str | None = None  # failure reason, None on success
-    error_detail: str = ""
-    reply_chars: int = 0
+    sessions: int = described("concurrency level this request belongs to (0: warmup)")
+    repeat: int = described("repeat index, 0-based")
+    session: int = described("session index within the level")
+    turn: int = described("turn number, 1-based")
+    warmup: bool = described("a warmup request (not measured)", default=False)
+    ready_time: float = described("the client started the request (before building it)", default=0.0)
+    send_time: float = described("request body handed to the socket: TTFT and E2EL start here", default=0.0)
+    done_time: float = described("response fully read, or the failure observed", default=0.0)
+    first_token_time: float | None = described("first chunk with content, reasoning or a tool call", default=None)
+    last_token_time: float | None = described("last such chunk", default=None)
+    token_chunks: int = described("SSE events that carried at least one token", default=0)
+    chunk_times: list[float] = described("arrival time of each token-bearing event", default_factory=list)
+    output_tokens: int | None = described("N: usage.completion_tokens (or the chunk count, flagged)", default=None)
+    tokens_source: str | None = described("where N came from: usage | chunks", default=None)
+    prompt_tokens: int | None = described("usage.prompt_tokens", default=None)
+    finish_reason: str | None = described("finish_reason of the last choice", default=None)
+    status: int | None = described("HTTP status", default=None)
+    error: str | None = described("failure reason (see docs/benchmark.md); null on success", default=None)
+    error_detail: str = described("what the failure looked like", default="")
+    reply_chars: int = described("characters of content + reasoning received", default=0)
 
     @property
     def ok(self) -> bool:
         return self.error is None
 
-    def to_json(self, origin: float) -> dict[str, Any]:
-        """Times relative to ``origin`` (the run's first send), in seconds, for the raw-records dump."""
-        data = asdict(self)
-        for key in ("ready_time", "send_time", "done_time", "first_token_time", "last_token_time"):
-            if data[key] is not None:
-                data[key] = round(data[key] - origin, 6)
-        data["chunk_times"] = [round(t - origin, 6) for t in self.chunk_times]
-        return data
+    def relative_to(self, origin: float) -> RequestRecord:
+        """A copy with times in seconds from ``origin`` (the run's clock origin), for the raw-records dump."""
+
+        def rel(t: float | None) -> float | None:
+            return None if t is None else round(t - origin, 6)
+
+        return replace(
+            self,
+            ready_time=rel(self.ready_time),
+            send_time=rel(self.send_time),
+            done_time=rel(self.done_time),
+            first_token_time=rel(self.first_token_time),
+            last_token_time=rel(self.last_token_time),
+            chunk_times=[round(t - origin, 6) for t in self.chunk_times],
+        )
