@@ -29,7 +29,7 @@ vllm:odd{note="has \\"quotes\\", commas, {braces}"} 3 1700000000000
 
 def test_parse_labels_with_escapes_and_timestamps() -> None:
     samples = P.parse_samples(TEXT)
-    odd = [s for s in samples if s.name == "vllm:odd"][0]
+    odd = next(s for s in samples if s.name == "vllm:odd")
     assert odd.labels == {"note": 'has "quotes", commas, {braces}'}
     assert odd.value == 3.0
     assert not any(s.name == "weird_line_without_value" for s in samples)

@@ -265,7 +265,7 @@ async def _run(cfg: RunConfig, writer: ResultWriter) -> int:
         writer.finish(bench.state, "failed", str(exc), exc.exit_code)
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - a bug must not lose the results so far: written, then shown
         detail = f"{type(exc).__name__}: {exc}"
         writer.finish(bench.state, "crashed", detail, 1)
         traceback.print_exc()

@@ -59,10 +59,7 @@ class Endpoint:
 
 def normalize_base_url(url: str) -> str:
     """Accept ``http://host:port``, ``.../`` or ``.../v1``; return the server root without a slash."""
-    url = url.strip().rstrip("/")
-    if url.endswith("/v1"):
-        url = url[: -len("/v1")]
-    return url
+    return url.strip().rstrip("/").removesuffix("/v1")
 
 
 def make_session(timeout_s: float) -> aiohttp.ClientSession:

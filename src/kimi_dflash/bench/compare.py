@@ -168,8 +168,10 @@ def _level_table(baseline: Run, candidate: Run, common: list[int]) -> str:
     rows = [
         f"## {c_name} vs {b_name} at matched concurrency",
         "",
-        f"| sessions | {b_name} tok/s | {c_name} tok/s | speedup | {b_name} user tok/s | {c_name} user tok/s "
-        f"| TTFT p95 ms ({b_name} → {c_name}) | TPOT p95 ms | E2EL p95 s | failed |",
+        (
+            f"| sessions | {b_name} tok/s | {c_name} tok/s | speedup | {b_name} user tok/s | {c_name} user tok/s "
+            f"| TTFT p95 ms ({b_name} → {c_name}) | TPOT p95 ms | E2EL p95 s | failed |"
+        ),
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for sessions in common:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 
@@ -101,7 +102,7 @@ def tpot(record: RequestRecord) -> float | None:
 def chunk_gaps(record: RequestRecord) -> list[float]:
     """Gaps between token-bearing chunks (per verify step under speculation, not per token)."""
     times = record.chunk_times
-    return [b - a for a, b in zip(times, times[1:])]
+    return [b - a for a, b in pairwise(times)]
 
 
 def latency_block(records: Sequence[RequestRecord]) -> Latencies:

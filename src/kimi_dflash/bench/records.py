@@ -6,9 +6,9 @@ Metrics are computed later, by pure functions in ``metrics.py``, so they can be 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
-from kimi_dflash.bench.typed_json import described
+from kimi_dflash.bench.typed_json import meta
 
 # Failure reasons (``RequestRecord.error``). HTTP errors are "http_<status>", e.g. "http_429".
 CONNECTION_REFUSED = "connection_refused"  # nobody listening: server down or wrong --base-url
@@ -33,26 +33,30 @@ TOKENS_FROM_CHUNKS = "chunks"  # no usage reported: one token per token-bearing 
 class RequestRecord:
     """One request, as observed by the client."""
 
-    sessions: int = described("concurrency level this request belongs to (0: warmup)")
-    repeat: int = described("repeat index, 0-based")
-    session: int = described("session index within the level")
-    turn: int = described("turn number, 1-based")
-    warmup: bool = described("a warmup request (not measured)", default=False)
-    ready_time: float = described("the client started the request (before building it)", default=0.0)
-    send_time: float = described("request body handed to the socket: TTFT and E2EL start here", default=0.0)
-    done_time: float = described("response fully read, or the failure observed", default=0.0)
-    first_token_time: float | None = described("first chunk with content, reasoning or a tool call", default=None)
-    last_token_time: float | None = described("last such chunk", default=None)
-    token_chunks: int = described("SSE events that carried at least one token", default=0)
-    chunk_times: list[float] = described("arrival time of each token-bearing event", default_factory=list)
-    output_tokens: int | None = described("N: usage.completion_tokens (or the chunk count, flagged)", default=None)
-    tokens_source: str | None = described("where N came from: usage | chunks", default=None)
-    prompt_tokens: int | None = described("usage.prompt_tokens", default=None)
-    finish_reason: str | None = described("finish_reason of the last choice", default=None)
-    status: int | None = described("HTTP status", default=None)
-    error: str | None = described("failure reason (see docs/benchmark.md); null on success", default=None)
-    error_detail: str = described("what the failure looked like", default="")
-    reply_chars: int = described("characters of content + reasoning received", default=0)
+    sessions: int = field(metadata=meta("concurrency level this request belongs to (0: warmup)"))
+    repeat: int = field(metadata=meta("repeat index, 0-based"))
+    session: int = field(metadata=meta("session index within the level"))
+    turn: int = field(metadata=meta("turn number, 1-based"))
+    warmup: bool = field(default=False, metadata=meta("a warmup request (not measured)"))
+    ready_time: float = field(default=0.0, metadata=meta("the client started the request (before building it)"))
+    send_time: float = field(default=0.0, metadata=meta("request body handed to the socket: TTFT and E2EL start here"))
+    done_time: float = field(default=0.0, metadata=meta("response fully read, or the failure observed"))
+    first_token_time: float | None = field(
+        default=None, metadata=meta("first chunk with content, reasoning or a tool call")
+    )
+    last_token_time: float | None = field(default=None, metadata=meta("last such chunk"))
+    token_chunks: int = field(default=0, metadata=meta("SSE events that carried at least one token"))
+    chunk_times: list[float] = field(default_factory=list, metadata=meta("arrival time of each token-bearing event"))
+    output_tokens: int | None = field(
+        default=None, metadata=meta("N: usage.completion_tokens (or the chunk count, flagged)")
+    )
+    tokens_source: str | None = field(default=None, metadata=meta("where N came from: usage | chunks"))
+    prompt_tokens: int | None = field(default=None, metadata=meta("usage.prompt_tokens"))
+    finish_reason: str | None = field(default=None, metadata=meta("finish_reason of the last choice"))
+    status: int | None = field(default=None, metadata=meta("HTTP status"))
+    error: str | None = field(default=None, metadata=meta("failure reason (see docs/benchmark.md); null on success"))
+    error_detail: str = field(default="", metadata=meta("what the failure looked like"))
+    reply_chars: int = field(default=0, metadata=meta("characters of content + reasoning received"))
 
     @property
     def ok(self) -> bool:

@@ -46,7 +46,7 @@ class Reply:
 class StreamAccumulator:
     """Incremental SSE body interpreter: ``feed(arrival_time, data)`` per read, then ``finish()``."""
 
-    __slots__ = ("_decoder", "_content", "_reasoning", "_times", "_usage", "_finish", "done", "error", "_detail")
+    __slots__ = ("_content", "_decoder", "_detail", "_finish", "_reasoning", "_times", "_usage", "done", "error")
 
     def __init__(self) -> None:
         self._decoder = SSEDecoder()

@@ -10,13 +10,13 @@ module (``python -m kimi_dflash.bench.result_schema --write``).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.records import RequestRecord
-from kimi_dflash.bench.typed_json import SchemaError, described, from_json, to_json
+from kimi_dflash.bench.typed_json import SchemaError, from_json, meta, to_json
 
 SCHEMA = "kimi-dflash/benchmark-result"
 SCHEMA_VERSION = 1
@@ -31,125 +31,142 @@ class Distribution:
     """Summary of a per-request quantity over a level's successful requests (numpy's linear-interpolation
     percentiles, as ``vllm bench serve`` uses). With no values every statistic is null and count is 0."""
 
-    mean: float | None = described("arithmetic mean")
-    p50: float | None = described("median")
-    p90: float | None = described("90th percentile", default=None)
-    p95: float | None = described("95th percentile")
-    p99: float | None = described("99th percentile")
-    min: float | None = described("smallest value", default=None)
-    max: float | None = described("largest value", default=None)
-    std: float | None = described("population standard deviation", default=None)
-    count: int | None = described("number of values", default=None)
+    mean: float | None = field(metadata=meta("arithmetic mean"))
+    p50: float | None = field(metadata=meta("median"))
+    p90: float | None = field(default=None, metadata=meta("90th percentile"))
+    p95: float | None = field(metadata=meta("95th percentile"))
+    p99: float | None = field(metadata=meta("99th percentile"))
+    min: float | None = field(default=None, metadata=meta("smallest value"))
+    max: float | None = field(default=None, metadata=meta("largest value"))
+    std: float | None = field(default=None, metadata=meta("population standard deviation"))
+    count: int | None = field(default=None, metadata=meta("number of values"))
 
 
 @dataclass(kw_only=True)
 class SpecDecode:
     """Speculative decoding over the measured window, from vLLM's /metrics counter deltas (Δ)."""
 
-    acceptance_rate: float = described("Δaccepted tokens / Δdraft tokens (a fraction, not a percentage)")
-    acceptance_length: float = described("mean acceptance length τ = 1 + Δaccepted / Δdrafts")
-    per_position: list[float] = described("Δaccepted at draft position k / Δdrafts, for k = 0 .. K-1")
-    num_speculative_tokens: int | None = described("K: draft positions the server reports", default=None)
-    drafts: int | None = described("Δ vllm:spec_decode_num_drafts_total", default=None)
-    draft_tokens: int | None = described("Δ vllm:spec_decode_num_draft_tokens_total", default=None)
-    accepted_tokens: int | None = described("Δ vllm:spec_decode_num_accepted_tokens_total", default=None)
+    acceptance_rate: float = field(metadata=meta("Δaccepted tokens / Δdraft tokens (a fraction, not a percentage)"))
+    acceptance_length: float = field(metadata=meta("mean acceptance length τ = 1 + Δaccepted / Δdrafts"))
+    per_position: list[float] = field(metadata=meta("Δaccepted at draft position k / Δdrafts, for k = 0 .. K-1"))
+    num_speculative_tokens: int | None = field(default=None, metadata=meta("K: draft positions the server reports"))
+    drafts: int | None = field(default=None, metadata=meta("Δ vllm:spec_decode_num_drafts_total"))
+    draft_tokens: int | None = field(default=None, metadata=meta("Δ vllm:spec_decode_num_draft_tokens_total"))
+    accepted_tokens: int | None = field(default=None, metadata=meta("Δ vllm:spec_decode_num_accepted_tokens_total"))
 
 
 @dataclass(kw_only=True)
 class ClientUsage:
     """The benchmark process's own CPU use over the measured window."""
 
-    cpu_s: float = described("process CPU seconds (user + system) over the window")
-    cpu_util: float | None = described("cpu_s / window duration: fraction of one core (above 0.7 the run warns)")
+    cpu_s: float = field(metadata=meta("process CPU seconds (user + system) over the window"))
+    cpu_util: float | None = field(
+        metadata=meta("cpu_s / window duration: fraction of one core (above 0.7 the run warns)")
+    )
 
 
 @dataclass(kw_only=True)
 class TurnResult:
     """One turn number of a level: later turns carry the conversation so far, so prompts grow."""
 
-    turn: int = described("turn number, 1-based")
-    requests: int = described("requests sent for this turn")
-    completed: int = described("successful requests")
-    failed: int = described("failed requests (cancelled ones excluded)")
-    prompt_tokens: Distribution = described("usage.prompt_tokens per successful request")
-    output_tokens: int = described("Σ output tokens of successful requests")
-    ttft_ms: Distribution = described("TTFT, ms")
-    tpot_ms: Distribution = described("TPOT, ms")
-    e2el_s: Distribution = described("E2EL, s")
-    per_user_tok_s: Distribution = described("1 / TPOT per request")
+    turn: int = field(metadata=meta("turn number, 1-based"))
+    requests: int = field(metadata=meta("requests sent for this turn"))
+    completed: int = field(metadata=meta("successful requests"))
+    failed: int = field(metadata=meta("failed requests (cancelled ones excluded)"))
+    prompt_tokens: Distribution = field(metadata=meta("usage.prompt_tokens per successful request"))
+    output_tokens: int = field(metadata=meta("Σ output tokens of successful requests"))
+    ttft_ms: Distribution = field(metadata=meta("TTFT, ms"))
+    tpot_ms: Distribution = field(metadata=meta("TPOT, ms"))
+    e2el_s: Distribution = field(metadata=meta("E2EL, s"))
+    per_user_tok_s: Distribution = field(metadata=meta("1 / TPOT per request"))
 
 
 @dataclass(kw_only=True)
 class RepeatResult:
     """One measured repeat of a level (``--repeats``), with its own window."""
 
-    repeat: int = described("repeat index, 0-based")
-    duration_s: float = described("wall time of this repeat's window")
-    completed: int = described("successful requests")
-    failed: int = described("failed requests (cancelled ones excluded)")
-    output_tokens: int = described("Σ output tokens of successful requests")
-    output_tok_s: float | None = described("output_tokens / duration_s")
+    repeat: int = field(metadata=meta("repeat index, 0-based"))
+    duration_s: float = field(metadata=meta("wall time of this repeat's window"))
+    completed: int = field(metadata=meta("successful requests"))
+    failed: int = field(metadata=meta("failed requests (cancelled ones excluded)"))
+    output_tokens: int = field(metadata=meta("Σ output tokens of successful requests"))
+    output_tok_s: float | None = field(metadata=meta("output_tokens / duration_s"))
 
 
 @dataclass(kw_only=True)
 class RequestRecords:
     """Raw per-request timestamps (``--record-requests``), seconds relative to ``clock_origin``."""
 
-    clock_origin: float = described(
-        "time.perf_counter() reading the times are relative to (on Linux the host's CLOCK_MONOTONIC)"
+    clock_origin: float = field(
+        metadata=meta("time.perf_counter() reading the times are relative to (on Linux the host's CLOCK_MONOTONIC)")
     )
-    records: list[RequestRecord] = described("one entry per request, fields as in bench/records.py")
+    records: list[RequestRecord] = field(metadata=meta("one entry per request, fields as in bench/records.py"))
 
 
 @dataclass(kw_only=True)
 class LevelResult:
     """One concurrency level: N sessions x T turns (x repeats), measured over its own window."""
 
-    sessions: int = described("concurrent sessions N")
-    turns_per_session: int = described("turns per conversation T")
-    repeats: int | None = described("measured repeats", default=None)
-    requests: int | None = described("requests sent (successful + failed + cancelled)", default=None)
-    completed: int = described("successful requests")
-    failed: int = described("failed requests, every reason (cancelled ones excluded)")
-    cancelled: int | None = described("requests cut off by Ctrl-C / SIGTERM / an abort", default=None)
-    failures: dict[str, int] = described("failed requests by reason", default_factory=dict)
-    failure_examples: dict[str, str] = described("first detail seen for each reason", default_factory=dict)
-    output_tokens: int = described("Σ N over successful requests")
-    input_tokens: int | None = described("Σ usage.prompt_tokens over successful requests", default=None)
-    duration_s: float = described("wall time of the measured window (sum over repeats)")
-    output_tok_s: float | None = described("aggregate output tok/s: output_tokens / duration_s")
-    request_throughput: float | None = described("successful requests / duration_s", default=None)
-    ttft_ms: Distribution = described("TTFT = first token-bearing chunk - send, ms")
-    tpot_ms: Distribution = described("TPOT = (E2EL - TTFT) / (N - 1), requests with N >= 2, ms")
-    e2el_s: Distribution = described("E2EL = last token-bearing chunk - send (non-streaming: end of body), s")
-    per_user_tok_s: Distribution = described("per-user tok/s = 1 / TPOT per request: the decode speed a user sees")
-    per_user_tok_s_e2el: Distribution | None = described("N / E2EL per request (includes the wait)", default=None)
-    itl_ms: Distribution | None = described(
-        "gap between consecutive token-bearing chunks (per verify step under speculation, not per token), ms",
+    sessions: int = field(metadata=meta("concurrent sessions N"))
+    turns_per_session: int = field(metadata=meta("turns per conversation T"))
+    repeats: int | None = field(default=None, metadata=meta("measured repeats"))
+    requests: int | None = field(default=None, metadata=meta("requests sent (successful + failed + cancelled)"))
+    completed: int = field(metadata=meta("successful requests"))
+    failed: int = field(metadata=meta("failed requests, every reason (cancelled ones excluded)"))
+    cancelled: int | None = field(default=None, metadata=meta("requests cut off by Ctrl-C / SIGTERM / an abort"))
+    failures: dict[str, int] = field(default_factory=dict, metadata=meta("failed requests by reason"))
+    failure_examples: dict[str, str] = field(default_factory=dict, metadata=meta("first detail seen for each reason"))
+    output_tokens: int = field(metadata=meta("Σ N over successful requests"))
+    input_tokens: int | None = field(default=None, metadata=meta("Σ usage.prompt_tokens over successful requests"))
+    duration_s: float = field(metadata=meta("wall time of the measured window (sum over repeats)"))
+    output_tok_s: float | None = field(metadata=meta("aggregate output tok/s: output_tokens / duration_s"))
+    request_throughput: float | None = field(default=None, metadata=meta("successful requests / duration_s"))
+    ttft_ms: Distribution = field(metadata=meta("TTFT = first token-bearing chunk - send, ms"))
+    tpot_ms: Distribution = field(metadata=meta("TPOT = (E2EL - TTFT) / (N - 1), requests with N >= 2, ms"))
+    e2el_s: Distribution = field(
+        metadata=meta("E2EL = last token-bearing chunk - send (non-streaming: end of body), s")
+    )
+    per_user_tok_s: Distribution = field(
+        metadata=meta("per-user tok/s = 1 / TPOT per request: the decode speed a user sees")
+    )
+    per_user_tok_s_e2el: Distribution | None = field(
+        default=None, metadata=meta("N / E2EL per request (includes the wait)")
+    )
+    itl_ms: Distribution | None = field(
         default=None,
+        metadata=meta(
+            "gap between consecutive token-bearing chunks (per verify step under speculation, not per token), ms"
+        ),
     )
-    tokens_per_chunk: Distribution | None = described("N / token-bearing chunks per request", default=None)
-    output_tokens_per_request: Distribution | None = described("N per successful request", default=None)
-    prompt_tokens_per_request: Distribution | None = described("usage.prompt_tokens per request", default=None)
-    client_send_ms: Distribution | None = described(
-        "send - ready: client time before the request reached the socket (not server latency), ms", default=None
+    tokens_per_chunk: Distribution | None = field(default=None, metadata=meta("N / token-bearing chunks per request"))
+    output_tokens_per_request: Distribution | None = field(default=None, metadata=meta("N per successful request"))
+    prompt_tokens_per_request: Distribution | None = field(
+        default=None, metadata=meta("usage.prompt_tokens per request")
     )
-    tokens_counted_from_chunks: int | None = described(
-        "successful requests without usage whose N is their chunk count (undercounts under speculation)",
+    client_send_ms: Distribution | None = field(
         default=None,
+        metadata=meta("send - ready: client time before the request reached the socket (not server latency), ms"),
     )
-    tpot_excluded_short: int | None = described("successful requests with N < 2 (no TPOT)", default=None)
-    spec_decode: SpecDecode | None = described("null when the server does no speculation (see spec_decode_status)")
-    spec_decode_status: SpecDecodeStatus | None = described(
-        "ok | absent (no counters) | no_drafts | counter_reset (server restarted) | unavailable (/metrics unread)",
+    tokens_counted_from_chunks: int | None = field(
         default=None,
+        metadata=meta("successful requests without usage whose N is their chunk count (undercounts under speculation)"),
     )
-    client: ClientUsage | None = described("the benchmark's own CPU use", default=None)
-    per_turn: list[TurnResult] = described("breakdown by turn number", default_factory=list)
-    repeat_results: list[RepeatResult] = described("each repeat's own figures", default_factory=list)
-    partial: bool = described("the run stopped before this level finished", default=False)
-    request_records: RequestRecords | None = described(
-        "raw timestamps, only with --record-requests", default=None, omit_if_none=True
+    tpot_excluded_short: int | None = field(default=None, metadata=meta("successful requests with N < 2 (no TPOT)"))
+    spec_decode: SpecDecode | None = field(
+        metadata=meta("null when the server does no speculation (see spec_decode_status)")
+    )
+    spec_decode_status: SpecDecodeStatus | None = field(
+        default=None,
+        metadata=meta(
+            "ok | absent (no counters) | no_drafts | counter_reset (server restarted) | unavailable (/metrics unread)"
+        ),
+    )
+    client: ClientUsage | None = field(default=None, metadata=meta("the benchmark's own CPU use"))
+    per_turn: list[TurnResult] = field(default_factory=list, metadata=meta("breakdown by turn number"))
+    repeat_results: list[RepeatResult] = field(default_factory=list, metadata=meta("each repeat's own figures"))
+    partial: bool = field(default=False, metadata=meta("the run stopped before this level finished"))
+    request_records: RequestRecords | None = field(
+        default=None, metadata=meta("raw timestamps, only with --record-requests", omit_if_none=True)
     )
 
 
@@ -157,102 +174,105 @@ class LevelResult:
 class ToolInfo:
     """What produced the file."""
 
-    name: str = described("benchmark_multi_turn")
-    version: str = described("kimi_dflash package version")
-    git_revision: str | None = described("HEAD of the checkout (+ '-dirty'); null outside a git checkout")
-    python: str | None = described("Python version", default=None)
-    aiohttp: str | None = described("aiohttp version", default=None)
-    numpy: str | None = described("numpy version", default=None)
-    event_loop: str | None = described("uvloop or asyncio", default=None)
-    host: str | None = described("hostname of the client", default=None)
+    name: str = field(metadata=meta("benchmark_multi_turn"))
+    version: str = field(metadata=meta("kimi_dflash package version"))
+    git_revision: str | None = field(metadata=meta("HEAD of the checkout (+ '-dirty'); null outside a git checkout"))
+    python: str | None = field(default=None, metadata=meta("Python version"))
+    aiohttp: str | None = field(default=None, metadata=meta("aiohttp version"))
+    numpy: str | None = field(default=None, metadata=meta("numpy version"))
+    event_loop: str | None = field(default=None, metadata=meta("uvloop or asyncio"))
+    host: str | None = field(default=None, metadata=meta("hostname of the client"))
 
 
 @dataclass(kw_only=True)
 class RunInfo:
     """When and how the run went."""
 
-    label: str | None = described("`--label`")
-    started_at: str = described("UTC, ISO 8601")
-    finished_at: str | None = described("UTC, ISO 8601; null while running", default=None)
-    status: RunStatus = described("running while in progress; then how it ended")
-    status_detail: str | None = described("why it stopped, when not complete", default=None)
-    exit_code: int | None = described("the process's exit status; null while running", default=None)
-    command_line: list[str] = described("argv, with the API key replaced by `***`")
+    label: str | None = field(metadata=meta("`--label`"))
+    started_at: str = field(metadata=meta("UTC, ISO 8601"))
+    finished_at: str | None = field(default=None, metadata=meta("UTC, ISO 8601; null while running"))
+    status: RunStatus = field(metadata=meta("running while in progress; then how it ended"))
+    status_detail: str | None = field(default=None, metadata=meta("why it stopped, when not complete"))
+    exit_code: int | None = field(default=None, metadata=meta("the process's exit status; null while running"))
+    command_line: list[str] = field(metadata=meta("argv, with the API key replaced by `***`"))
 
 
 @dataclass(kw_only=True)
 class DatasetInfo:
     """Which prompts were used."""
 
-    name: str = described("'builtin' or the file path as given")
-    prompts: int = described("number of prompts")
-    sha256: str = described("of the file bytes")
-    categories: dict[str, int] = described("prompts per category", default_factory=dict)
+    name: str = field(metadata=meta("'builtin' or the file path as given"))
+    prompts: int = field(metadata=meta("number of prompts"))
+    sha256: str = field(metadata=meta("of the file bytes"))
+    categories: dict[str, int] = field(default_factory=dict, metadata=meta("prompts per category"))
 
 
 @dataclass(kw_only=True)
 class Settings:
     """What was measured (the command-line settings after defaults). Runs compare only when these match."""
 
-    base_url: str | None = described("server root", default=None)
-    model: str | None = described("model requested (discovered from /v1/models when not given)", default=None)
-    sessions: list[int] = described("concurrency levels, in order", default_factory=list)
-    turns_per_session: int | None = described("turns per conversation", default=None)
-    max_tokens: int | None = described("max_tokens per reply", default=None)
-    temperature: float | None = described("sampling temperature (always sent)", default=None)
-    ignore_eos: bool | None = described("vLLM's ignore_eos sent", default=None)
-    stream: bool | None = described("streaming requests", default=None)
-    independent_turns: bool | None = described("turns sent without the conversation so far", default=None)
-    prompt_order: PromptOrder | None = described("how sessions draw prompts", default=None)
-    dataset: DatasetInfo | None = described("the prompt set", default=None)
-    system_prompt: str | None = described("system message opening every conversation", default=None)
-    warmup: int | None = described("warmup requests", default=None)
-    repeats: int | None = described("measured repeats per level", default=None)
-    seed: int | None = described("prompt selection seed", default=None)
-    timeout_s: float | None = described("per-request timeout", default=None)
-    metrics_url: str | None = described("Prometheus endpoint; null when disabled", default=None)
-    api_key_set: bool | None = described("an API key was sent (the key itself is never stored)", default=None)
+    base_url: str | None = field(default=None, metadata=meta("server root"))
+    model: str | None = field(
+        default=None, metadata=meta("model requested (discovered from /v1/models when not given)")
+    )
+    sessions: list[int] = field(default_factory=list, metadata=meta("concurrency levels, in order"))
+    turns_per_session: int | None = field(default=None, metadata=meta("turns per conversation"))
+    max_tokens: int | None = field(default=None, metadata=meta("max_tokens per reply"))
+    temperature: float | None = field(default=None, metadata=meta("sampling temperature (always sent)"))
+    ignore_eos: bool | None = field(default=None, metadata=meta("vLLM's ignore_eos sent"))
+    stream: bool | None = field(default=None, metadata=meta("streaming requests"))
+    independent_turns: bool | None = field(default=None, metadata=meta("turns sent without the conversation so far"))
+    prompt_order: PromptOrder | None = field(default=None, metadata=meta("how sessions draw prompts"))
+    dataset: DatasetInfo | None = field(default=None, metadata=meta("the prompt set"))
+    system_prompt: str | None = field(default=None, metadata=meta("system message opening every conversation"))
+    warmup: int | None = field(default=None, metadata=meta("warmup requests"))
+    repeats: int | None = field(default=None, metadata=meta("measured repeats per level"))
+    seed: int | None = field(default=None, metadata=meta("prompt selection seed"))
+    timeout_s: float | None = field(default=None, metadata=meta("per-request timeout"))
+    metrics_url: str | None = field(default=None, metadata=meta("Prometheus endpoint; null when disabled"))
+    api_key_set: bool | None = field(
+        default=None, metadata=meta("an API key was sent (the key itself is never stored)")
+    )
 
 
 @dataclass(kw_only=True)
 class ServerInfo:
     """What the server said about itself at the start."""
 
-    base_url: str | None = described("server root", default=None)
-    models: list[dict[str, Any]] = described("/v1/models entries as served", default_factory=list)
-    version: str | None = described("/version", default=None)
-    version_error: str | None = described("why /version could not be read", default=None, omit_if_none=True)
-    metrics_url: str | None = described("Prometheus endpoint", default=None)
-    cache_config: dict[str, str] | None = described("labels of vllm:cache_config_info", default=None)
-    spec_decode_counters: bool | None = described("the server exports spec-decode counters", default=None)
-    metrics_error: str | None = described("why /metrics could not be read", default=None, omit_if_none=True)
-    notes: list[str] | None = described("warnings about the server (e.g. prefix caching on)", default=None,
-                                        omit_if_none=True)  # fmt: skip
+    base_url: str | None = field(default=None, metadata=meta("server root"))
+    models: list[dict[str, Any]] = field(default_factory=list, metadata=meta("/v1/models entries as served"))
+    version: str | None = field(default=None, metadata=meta("/version"))
+    version_error: str | None = field(default=None, metadata=meta("why /version could not be read", omit_if_none=True))
+    metrics_url: str | None = field(default=None, metadata=meta("Prometheus endpoint"))
+    cache_config: dict[str, str] | None = field(default=None, metadata=meta("labels of vllm:cache_config_info"))
+    spec_decode_counters: bool | None = field(default=None, metadata=meta("the server exports spec-decode counters"))
+    metrics_error: str | None = field(default=None, metadata=meta("why /metrics could not be read", omit_if_none=True))
+    notes: list[str] | None = field(default=None, metadata=meta("warnings about the server (e.g. prefix caching on)", omit_if_none=True))  # fmt: skip
 
 
 @dataclass(kw_only=True)
 class WarmupSummary:
     """Requests sent before the first level (not measured)."""
 
-    requests: int = described("warmup requests sent", default=0)
-    completed: int = described("successful warmup requests", default=0)
-    failures: dict[str, int] = described("failed warmup requests by reason", default_factory=dict)
-    failure_examples: dict[str, str] = described("first detail for each reason", default_factory=dict)
-    duration_s: float = described("wall time of the warmup", default=0.0)
+    requests: int = field(default=0, metadata=meta("warmup requests sent"))
+    completed: int = field(default=0, metadata=meta("successful warmup requests"))
+    failures: dict[str, int] = field(default_factory=dict, metadata=meta("failed warmup requests by reason"))
+    failure_examples: dict[str, str] = field(default_factory=dict, metadata=meta("first detail for each reason"))
+    duration_s: float = field(default=0.0, metadata=meta("wall time of the warmup"))
 
 
 @dataclass(kw_only=True)
 class BenchmarkResult:
     """A benchmark result file: one run of payload/benchmark_multi_turn.py, one object per concurrency level."""
 
-    schema: Literal["kimi-dflash/benchmark-result"] = described("always kimi-dflash/benchmark-result")
-    schema_version: int = described("bumped when a field is renamed, removed or changes meaning")
-    tool: ToolInfo = described("what produced the file")
-    run: RunInfo = described("when and how the run went")
-    settings: Settings = described("what was measured")
-    server: ServerInfo | None = described("what the server said about itself; null before it was reached")
-    warmup: WarmupSummary | None = described("the warmup; null before it ran", default=None)
-    results: list[LevelResult] = described("one object per concurrency level, in the order measured")
+    schema: Literal["kimi-dflash/benchmark-result"] = field(metadata=meta("always kimi-dflash/benchmark-result"))
+    schema_version: int = field(metadata=meta("bumped when a field is renamed, removed or changes meaning"))
+    tool: ToolInfo = field(metadata=meta("what produced the file"))
+    run: RunInfo = field(metadata=meta("when and how the run went"))
+    settings: Settings = field(metadata=meta("what was measured"))
+    server: ServerInfo | None = field(metadata=meta("what the server said about itself; null before it was reached"))
+    warmup: WarmupSummary | None = field(default=None, metadata=meta("the warmup; null before it ran"))
+    results: list[LevelResult] = field(metadata=meta("one object per concurrency level, in the order measured"))
 
     @property
     def levels(self) -> dict[int, LevelResult]:

@@ -63,10 +63,11 @@ def _cell(text: str) -> str:
 def render_reference() -> str:
     """One table per object of the file: field, type, required, meaning."""
     lines = [
-        f"Schema `{SCHEMA}`, version {SCHEMA_VERSION}. A field marked *required* is in every file of this "
-        "version; the others may be absent from files written before they were added (readers get the "
-        "default: null, 0 or empty). JSON Schema: "
-        f"[`{SCHEMA_FILE}`]({SCHEMA_FILE}).",
+        (
+            f"Schema `{SCHEMA}`, version {SCHEMA_VERSION}. A field marked *required* is in every file of this "
+            "version; the others may be absent from files written before they were added (readers get the "
+            f"default: null, 0 or empty). JSON Schema: [`{SCHEMA_FILE}`]({SCHEMA_FILE})."
+        ),
         "",
     ]
     for cls, parents in _classes():

@@ -4,7 +4,7 @@ Supported field types: ``int``, ``float`` (an integer is accepted and stored as 
 ``Literal[...]`` of strings, ``X | None``, ``list[X]``, ``dict[str, X]``, ``Any`` and nested dataclasses.
 A field without a default is required; a field with one may be absent (older files of the same schema
 version lack fields added later). Keys a dataclass does not know are ignored: a newer writer of the same
-version may add fields. Field documentation lives in ``metadata["doc"]`` (see ``described``) and feeds
+version may add fields. Field documentation lives in ``metadata["doc"]`` (see ``meta``) and feeds
 the schema and the generated docs.
 """
 
@@ -14,7 +14,6 @@ import dataclasses
 import functools
 import types
 import typing
-from collections.abc import Callable
 from typing import Any, Literal, Union
 
 OMIT_IF_NONE = "omit_if_none"
@@ -30,19 +29,10 @@ class SchemaError(ValueError):
         self.problems = problems
 
 
-def described(
-    doc: str,
-    *,
-    default: Any = dataclasses.MISSING,
-    default_factory: Callable[[], Any] | Any = dataclasses.MISSING,
-    omit_if_none: bool = False,
-) -> Any:
-    """A dataclass field carrying its documentation. ``omit_if_none``: the key is left out of the JSON when
-    the value is None (for blocks that exist only with an option, e.g. raw request records)."""
-    metadata = {DOC: doc, OMIT_IF_NONE: omit_if_none}
-    if default_factory is not dataclasses.MISSING:
-        return dataclasses.field(default_factory=default_factory, metadata=metadata)
-    return dataclasses.field(default=default, metadata=metadata)
+def meta(doc: str, *, omit_if_none: bool = False) -> dict[str, Any]:
+    """Field metadata: ``field(default=None, metadata=meta("what it is"))``. ``omit_if_none``: the key is
+    left out of the JSON when the value is None (for blocks that exist only with an option)."""
+    return {DOC: doc, OMIT_IF_NONE: omit_if_none}
 
 
 def is_required(item: dataclasses.Field[Any]) -> bool:
@@ -109,7 +99,7 @@ def _describe(data: Any) -> str:
     return type(data).__name__
 
 
-def _decode(tp: Any, data: Any, where: str, problems: list[str]) -> Any:  # noqa: PLR0911 - one branch per type
+def _decode(tp: Any, data: Any, where: str, problems: list[str]) -> Any:  # one branch per type
     if tp is Any:
         return data
     members = _union_members(tp)
@@ -189,7 +179,7 @@ def json_schema(root: type, *, title: str) -> dict[str, Any]:
     """A JSON Schema (draft 2020-12) of ``root`` and every dataclass it contains, in ``$defs``."""
     defs: dict[str, Any] = {}
 
-    def of(tp: Any) -> dict[str, Any]:  # noqa: PLR0911 - one branch per type
+    def of(tp: Any) -> dict[str, Any]:  # one branch per type
         if tp is Any:
             return {}
         members = _union_members(tp)

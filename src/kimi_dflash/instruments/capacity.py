@@ -119,7 +119,7 @@ class VllmWorker:
         env = dict(os.environ, HF_HUB_OFFLINE="1")
         self.process = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
-            preexec_fn=lambda: _pin(setup.client_cpu),
+            preexec_fn=lambda: _pin(setup.client_cpu),  # noqa: PLW1509 - no threads here; pins before exec
         )  # fmt: skip
         ready = self.process.stdout.readline() if self.process.stdout else ""
         if ready.strip() != "ready":

@@ -124,9 +124,10 @@ def vllm_bench_serve() -> Callable[[list[str]], dict[str, Any]]:
     """``vllm bench serve`` as a function of its argv (imports vLLM once)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("VLLM_CACHE_ROOT", str(cache_root() / "vllm"))
-    import kimi_dflash.vllm_entry  # noqa: F401 - makes the CPU build report itself as vllm "+cpu"
     from vllm.benchmarks.serve import add_cli_args, main
     from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    import kimi_dflash.vllm_entry  # noqa: F401 - makes the CPU build report itself as vllm "+cpu"
 
     def run(argv: list[str]) -> dict[str, Any]:
         parser = FlexibleArgumentParser()
@@ -235,7 +236,7 @@ def concurrent(load: Load, tokenizer: Path, rounds: int, workdir: Path, log: Cal
         # the server is already warm from the priming run.
         argv = vllm_argv(ours_load, tokenizer, sharegpt, seed=i) + ["--ready-check-timeout-sec", "0"]
 
-        def theirs_thread() -> None:
+        def theirs_thread(argv: list[str], their_start: threading.Event, box: dict[str, Any]) -> None:
             try:
                 with contextlib.redirect_stdout(_StartWatch(their_start, sys.stderr)):
                     box["result"] = theirs_fn(argv)
@@ -244,7 +245,9 @@ def concurrent(load: Load, tokenizer: Path, rounds: int, workdir: Path, log: Cal
             finally:
                 their_start.set()
 
-        thread = threading.Thread(target=theirs_thread, name="vllm-bench-serve", daemon=True)
+        thread = threading.Thread(
+            target=theirs_thread, args=(argv, their_start, box), name="vllm-bench-serve", daemon=True
+        )
         output = workdir / f"ours-{i + 1}.json"
         process, measuring, lines = _start_ours(ours_load, output, same_prompts)
         measuring.wait(timeout=300)

@@ -74,7 +74,8 @@ class StreamEvents:
 
     def role(self) -> bytes:
         return self.event(
-            self.prefix + b'{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}'
+            self.prefix
+            + b'{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}'
         )
 
     def usage(self, prompt_tokens: int, completion_tokens: int) -> bytes:

@@ -22,7 +22,7 @@ FAULTS = {
     "eof": "two content chunks, then the connection closes in the middle of the chunked body",
     "truncate": "two content chunks, then a clean end of body without data: [DONE]",
     "malformed": "one content chunk, then a data event that is not JSON",
-    "error_event": "one content chunk, then data: {\"error\": ...} and [DONE] (what vLLM does on engine errors)",
+    "error_event": 'one content chunk, then data: {"error": ...} and [DONE] (what vLLM does on engine errors)',
     "stall": "one content chunk, then silence (the client's timeout must fire)",
     "hang": "never answers (not even headers)",
     "comments": "normal stream with ': ping' comment lines between events",

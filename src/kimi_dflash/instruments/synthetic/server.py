@@ -70,9 +70,9 @@ class SyntheticServer:
             return
         try:
             request = json.loads(body)
-            if not isinstance(request, dict):
-                raise ValueError("body is not an object")
         except ValueError:
+            request = None
+        if not isinstance(request, dict):
             conn.finish_response(response("400 Bad Request", b'{"error":"body is not JSON"}'))
             return
         fault = faults.pick(self.schedule.faults, self.stats.requests)

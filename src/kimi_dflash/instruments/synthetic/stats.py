@@ -34,8 +34,7 @@ class Stats:
     def record_lag(self, lag: float) -> None:
         self.writes += 1
         self.lag_sum_s += lag
-        if lag > self.lag_max_s:
-            self.lag_max_s = lag
+        self.lag_max_s = max(self.lag_max_s, lag)
         if lag > 0.001:
             self.late_writes_1ms += 1
 
