@@ -17,7 +17,7 @@ from kimi_dflash.bench import eventloop, report
 from kimi_dflash.bench.client import Endpoint, normalize_base_url
 from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.progress import DEFAULT_INTERVAL_S
-from kimi_dflash.bench.result import BenchmarkResult, RunInfo, Settings, ToolInfo, new_result
+from kimi_dflash.bench.result import SCHEMA, SCHEMA_VERSION, BenchmarkResult, RunInfo, Settings, ToolInfo
 from kimi_dflash.bench.runner import Benchmark, RunConfig, RunState, Stopper
 from kimi_dflash.bench.workload import BUILTIN, Dataset, load_dataset
 
@@ -221,7 +221,16 @@ class ResultWriter:
 
     def document(self, state: RunState) -> BenchmarkResult:
         settings = dataclasses.replace(self.settings, model=state.model or self.settings.model)
-        return new_result(self.tool, self.run, settings, state.server, state.warmup, state.results)
+        return BenchmarkResult(
+            schema=SCHEMA,
+            schema_version=SCHEMA_VERSION,
+            tool=self.tool,
+            run=self.run,
+            settings=settings,
+            server=state.server,
+            warmup=state.warmup,
+            results=state.results,
+        )
 
     def checkpoint(self, state: RunState) -> None:
         for result in state.results[self.printed :]:

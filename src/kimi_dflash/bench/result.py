@@ -283,26 +283,6 @@ class BenchmarkResult:
         return to_json(self)
 
 
-def new_result(
-    tool: ToolInfo,
-    run: RunInfo,
-    settings: Settings,
-    server: ServerInfo | None,
-    warmup: WarmupSummary | None,
-    results: list[LevelResult],
-) -> BenchmarkResult:
-    return BenchmarkResult(
-        schema=SCHEMA,
-        schema_version=SCHEMA_VERSION,
-        tool=tool,
-        run=run,
-        settings=settings,
-        server=server,
-        warmup=warmup,
-        results=results,
-    )
-
-
 def version_problem(document: Any, source: str) -> str | None:
     """Why ``document`` is not a version of our schema this tool reads (None: it is)."""
     if not isinstance(document, dict) or document.get("schema") != SCHEMA:
