@@ -8,12 +8,11 @@ import numpy as np
 import pytest
 
 from kimi_dflash.bench import metrics
-from kimi_dflash.bench import records as R
-from kimi_dflash.bench.records import RequestRecord
+from kimi_dflash.bench.records import CANCELLED, TIMEOUT, TOKENS_FROM_CHUNKS, TOKENS_FROM_USAGE, RequestRecord
 
 
 def rec(send: float, first: float | None, last: float | None, n: int | None, *, turn: int = 1, chunks: list[float] | None = None,
-        error: str | None = None, source: str = R.TOKENS_FROM_USAGE, prompt: int | None = 10, repeat: int = 0) -> RequestRecord:
+        error: str | None = None, source: str = TOKENS_FROM_USAGE, prompt: int | None = 10, repeat: int = 0) -> RequestRecord:
     r = RequestRecord(sessions=2, repeat=repeat, session=0, turn=turn)
     r.send_time, r.first_token_time, r.last_token_time = send, first, last
     r.done_time = (last or send) + 0.001
@@ -60,11 +59,11 @@ def test_level_result_aggregates_and_flags() -> None:
         rec(0.0, 0.1, 1.1, 11, turn=1, chunks=[0.1, 0.6, 1.1]),  # tpot 0.1, 3 chunks -> 11/3 tokens per chunk
         rec(0.0, 0.3, 2.3, 21, turn=2, chunks=[0.3, 2.3]),  # tpot 0.1
         rec(0.0, 0.2, 0.2, 1, turn=2),  # N = 1: no TPOT
-        rec(0.0, 0.1, 0.5, 4, turn=1, source=R.TOKENS_FROM_CHUNKS, prompt=None),  # no usage: flagged
-        rec(0.0, None, None, None, error=R.TIMEOUT),
+        rec(0.0, 0.1, 0.5, 4, turn=1, source=TOKENS_FROM_CHUNKS, prompt=None),  # no usage: flagged
+        rec(0.0, None, None, None, error=TIMEOUT),
         rec(0.0, None, None, None, error="http_429"),
         rec(0.0, None, None, None, error="http_429"),
-        rec(0.0, None, None, None, error=R.CANCELLED),
+        rec(0.0, None, None, None, error=CANCELLED),
     ]
     windows = [metrics.Window(repeat=0, duration_s=4.0)]
     out = metrics.level_result(2, 2, records, windows, client_cpu_s=0.5, spec_decode=None, spec_status="absent", partial=False)

@@ -44,9 +44,9 @@ examples:
   %(prog)s --base-url http://gpu-box:8262 --model kimi-k2.6 --sessions 32 --repeats 3 \\
       --dataset my_prompts.jsonl
 
-exit status: 0 finished (failed requests are counted in the result, not fatal); 2 bad arguments or server
-unreachable at start; 3 the server went away mid-run (partial results written); 130/143 interrupted by
-Ctrl-C/SIGTERM (partial results written).
+exit status: 0 finished (failed requests are counted in the result, not fatal); 2 bad arguments, server
+unreachable at start, model not served (or several served and no --model); 3 the server went away
+mid-run (partial results written); 130/143 interrupted by Ctrl-C/SIGTERM (partial results written).
 """
 
 

@@ -21,8 +21,7 @@ from itertools import pairwise
 
 import numpy as np
 
-from kimi_dflash.bench import records as R
-from kimi_dflash.bench.records import RequestRecord
+from kimi_dflash.bench.records import CANCELLED, TOKENS_FROM_CHUNKS, RequestRecord
 from kimi_dflash.bench.result import (
     ClientUsage,
     Distribution,
@@ -134,7 +133,7 @@ def count_failures(records: Iterable[RequestRecord]) -> tuple[dict[str, int], di
     counts: Counter[str] = Counter()
     examples: dict[str, str] = {}
     for r in records:
-        if r.error is None or r.error == R.CANCELLED:
+        if r.error is None or r.error == CANCELLED:
             continue
         counts[r.error] += 1
         examples.setdefault(r.error, r.error_detail)
@@ -165,7 +164,7 @@ def level_result(
         requests=len(records),
         completed=len(ok),
         failed=sum(failures.values()),
-        cancelled=sum(1 for r in records if r.error == R.CANCELLED),
+        cancelled=sum(1 for r in records if r.error == CANCELLED),
         failures=failures,
         failure_examples=examples,
         output_tokens=output_tokens,
@@ -183,7 +182,7 @@ def level_result(
         output_tokens_per_request=summarize([r.output_tokens or 0 for r in ok]),
         prompt_tokens_per_request=summarize(prompt_counts),
         client_send_ms=summarize([r.send_time - r.ready_time for r in ok], 1000.0),
-        tokens_counted_from_chunks=sum(1 for r in ok if r.tokens_source == R.TOKENS_FROM_CHUNKS),
+        tokens_counted_from_chunks=sum(1 for r in ok if r.tokens_source == TOKENS_FROM_CHUNKS),
         tpot_excluded_short=sum(1 for r in ok if r.output_tokens is not None and r.output_tokens < 2),
         spec_decode=spec_decode,
         spec_decode_status=spec_status,
@@ -202,7 +201,7 @@ def repeat_result(window: Window, records: Sequence[RequestRecord]) -> RepeatRes
         repeat=window.repeat,
         duration_s=duration,
         completed=len(ok),
-        failed=sum(1 for r in records if r.error is not None and r.error != R.CANCELLED),
+        failed=sum(1 for r in records if r.error is not None and r.error != CANCELLED),
         output_tokens=tokens,
         output_tok_s=tokens / duration if duration > 0 else None,
     )
@@ -221,7 +220,7 @@ def per_turn(records: Sequence[RequestRecord], turns: int) -> list[TurnResult]:
                 turn=turn,
                 requests=len(of_turn),
                 completed=len(ok),
-                failed=sum(1 for r in of_turn if r.error is not None and r.error != R.CANCELLED),
+                failed=sum(1 for r in of_turn if r.error is not None and r.error != CANCELLED),
                 prompt_tokens=summarize(prompt_counts),
                 output_tokens=int(sum(r.output_tokens or 0 for r in ok)),
                 ttft_ms=lat.ttft_ms,

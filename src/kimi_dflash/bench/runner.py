@@ -17,12 +17,17 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from kimi_dflash.bench import client as C
-from kimi_dflash.bench import http1, metrics, prometheus, server_info
-from kimi_dflash.bench import records as R
+from kimi_dflash.bench import client, http1, metrics, prometheus, server_info
 from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.progress import DEFAULT_INTERVAL_S, report_progress
-from kimi_dflash.bench.records import RequestRecord
+from kimi_dflash.bench.records import (
+    CONNECTION_CLOSED,
+    CONNECTION_ERROR,
+    CONNECTION_REFUSED,
+    CONNECTION_RESET,
+    TIMEOUT,
+    RequestRecord,
+)
 from kimi_dflash.bench.result import (
     LevelResult,
     RequestRecords,
@@ -43,13 +48,13 @@ SETTLE_MAX_S = 3.0
 EXIT_ABORTED = 3
 
 # After one of these, ask the server whether it is still there (it may have died).
-CONNECTION_FAILURES = frozenset({R.CONNECTION_REFUSED, R.CONNECTION_ERROR, R.CONNECTION_RESET, R.CONNECTION_CLOSED})
+CONNECTION_FAILURES = frozenset({CONNECTION_REFUSED, CONNECTION_ERROR, CONNECTION_RESET, CONNECTION_CLOSED})
 PROBE_INTERVAL_S = 1.0  # at most one liveness probe per second, however many sessions fail together
 
 
 @dataclass(frozen=True)
 class RunConfig:
-    endpoint: C.Endpoint
+    endpoint: client.Endpoint
     model: str | None
     levels: tuple[int, ...]
     turns: int
@@ -114,7 +119,7 @@ class Benchmark:
     async def run(self) -> RunState:
         cfg = self.cfg
         # aiohttp serves only the GET endpoints; chat requests use one connection per session.
-        async with C.make_session(cfg.endpoint.timeout_s) as session:
+        async with client.make_session(cfg.endpoint.timeout_s) as session:
             server, model = await server_info.probe(session, cfg.endpoint, cfg.model, cfg.metrics_url)
             self.state.server, self.state.model = server, model
             notes = server_notes(server, model, cfg)
@@ -150,7 +155,7 @@ class Benchmark:
                     i, prompt = queue.get_nowait()
                     record = RequestRecord(sessions=0, repeat=0, session=i, turn=1, warmup=True)
                     records.append(record)
-                    await C.send(conn, cfg.endpoint, self._body([self._user(prompt)]), cfg.stream, record)
+                    await client.send(conn, cfg.endpoint, self._body([self._user(prompt)]), cfg.stream, record)
             finally:
                 conn.close()
 
@@ -276,7 +281,7 @@ class Benchmark:
             messages = [*history, self._user(prompt)]
             record = RequestRecord(sessions=level, repeat=repeat, session=index, turn=turn)
             sink.append(record)  # before sending: a cancelled request still leaves its record
-            reply = await C.send(conn, cfg.endpoint, self._body(messages), cfg.stream, record)
+            reply = await client.send(conn, cfg.endpoint, self._body(messages), cfg.stream, record)
             if record.ok and reply is not None and not cfg.independent_turns:
                 # Kimi may spend the whole budget reasoning; carry that text so the history still grows.
                 history = [*messages, {"role": "assistant", "content": reply.content or reply.reasoning}]
@@ -291,12 +296,12 @@ class Benchmark:
             # Its own connection: the pool may still hold connections to a server that is gone.
             async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as fresh:
                 try:
-                    await C.get_json(fresh, f"{self.cfg.endpoint.base_url}/v1/models", self.cfg.endpoint.api_key, 5.0)
+                    await client.get_json(fresh, f"{self.cfg.endpoint.base_url}/v1/models", self.cfg.endpoint.api_key, 5.0)
                     self._last_probe_ok = perf_counter()
                     return
                 except Exception as exc:  # noqa: BLE001
-                    reason, detail = C.classify_exception(exc)
-            if reason in CONNECTION_FAILURES or reason == R.TIMEOUT:
+                    reason, detail = client.classify_exception(exc)
+            if reason in CONNECTION_FAILURES or reason == TIMEOUT:
                 self.stopper.trigger(
                     "aborted",
                     f"server stopped answering ({record.error}: {record.error_detail}; probe: {detail})",
@@ -327,7 +332,7 @@ class Benchmark:
 
     def _body(self, messages: list[dict[str, str]]) -> bytes:
         cfg = self.cfg
-        return C.chat_payload(
+        return client.chat_payload(
             model=self.state.model or "",
             messages=messages,
             max_tokens=cfg.max_tokens,
