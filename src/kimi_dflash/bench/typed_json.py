@@ -219,7 +219,7 @@ def json_schema(root: type, *, title: str) -> dict[str, Any]:
 
 
 def first_line(text: str | None) -> str:
-    return (text or "").strip().split("\n\n")[0].replace("\n", " ")
+    return " ".join((text or "").strip().split("\n\n")[0].split())
 
 
 def type_name(tp: Any) -> str:
