@@ -144,3 +144,21 @@ def test_a_directory_that_is_not_vllm_is_a_clear_error(tmp_path: Path) -> None:
 
     result = run_serve(str(CONFIGS_DIR / "production.env"), "--check-vllm", str(tmp_path))
     assert result.returncode == 2 and "is not a vLLM package" in result.stderr and "Traceback" not in result.stderr
+
+
+@needs_vllm
+@pytest.mark.slow  # imports vLLM in a child process (10-30 s on 2 cores)
+def test_preflight_runs_the_same_rules_on_the_installed_vllm_before_anything_loads(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from conftest import free_port
+
+    model = checkpoint(tmp_path, INT4_KIMI)
+    command = [sys.executable, *cpu_command(model, "--moe-backend", "aiter")[1:]]  # the Python that has vLLM
+    done = subprocess.run([sys.executable, "-m", "kimi_dflash.preflight", "--device", "cpu", "--port",
+                           str(free_port()), "--", *command],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "[FAIL] vllm compat: moe backend" in done.stdout
+    assert "is not supported for WNA16 MoE" in done.stdout

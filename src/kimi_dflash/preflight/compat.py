@@ -39,10 +39,6 @@ class CompatReport:
         return tuple(dict.fromkeys(r for f in self.findings for r in f.relies))
 
     @property
-    def needs_plugin(self) -> bool:
-        return any(r.startswith("plugin") for r in self.relies)
-
-    @property
     def failures(self) -> tuple[Finding, ...]:
         return tuple(f for f in self.findings if f.status == "fail")
 
