@@ -22,6 +22,8 @@ import pytest
 
 from kimi_dflash.paths import REPO_ROOT
 
+from checkout_helpers import fresh_checkout  # noqa: E402  (tests helper)
+
 pytestmark = pytest.mark.slow
 
 FAKE_VLLM = "0.19.2.dev77+g1234abc.rocm700"  # a nightly of the recipe's era, before 0.20.0
@@ -73,11 +75,12 @@ def test_the_old_gpu_extra_would_have_replaced_the_images_dev_vllm(image: Path) 
     assert torch_pins and all(FAKE_TORCH not in pin for pin in torch_pins)
 
 
-def test_the_documented_install_keeps_vllm_and_torch_and_registers_the_plugin(image: Path) -> None:
+def test_the_documented_install_keeps_vllm_and_torch_and_registers_the_plugin(image: Path, tmp_path: Path) -> None:
     readme = (REPO_ROOT / "README.md").read_text()
     assert "launchers/install-into-image.sh" in readme  # the command README documents is the one tested here
+    checkout = fresh_checkout(tmp_path / "clone")  # the editable install writes src/*.egg-info into the checkout
     env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV"}}
-    done = subprocess.run([str(REPO_ROOT / "launchers" / "install-into-image.sh")], capture_output=True, text=True,
+    done = subprocess.run([str(checkout / "launchers" / "install-into-image.sh")], capture_output=True, text=True,
                           env={**env, "KIMI_PYTHON": str(image)}, timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "unchanged (vLLM and torch included)" in done.stderr
