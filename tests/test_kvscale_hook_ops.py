@@ -134,3 +134,14 @@ def test_files_from_before_the_query_was_recorded_still_work() -> None:
     document = scales_document(identity=ModelIdentity("m", {}), vllm_version="x", fp8_format="e4m3fn",
                                fp8_max=448.0, floor=1e-4, layers=merged, source={}, created="now")
     assert document["decode_query"] is None and "q_amax" not in document["layers"]["a"]
+
+
+def test_a_calibrated_scale_launches_nothing_in_the_forward_pass() -> None:
+    hook = LayerHook(name="l0", kv_cache_dtype="fp8", fp8=E4M3FN, calibrated_scale=0.05, scale_applied=True)
+    seen = []
+    wrapped = wrap_kv_cache_update(lambda *a: seen.append(a[6]), hook)
+    kv_c, k_pe, cache, slots = batch()
+    k_scale = torch.tensor(0.05)
+    with CountOps() as ops:
+        wrapped(kv_c, k_pe, cache, slots, "fp8", k_scale, True)
+    assert ops.calls == [] and seen == [False]

@@ -13,12 +13,12 @@ host-sync method of torch.Tensor made to raise.
 
 Cost: production runs eager, so every op is a kernel launch per MLA layer per step. While a dynamic
 scale warms up the wrapper launches 14 (the batch amax in 7, the running max and write counter in 2,
-the scale in 2, its warm-up gate in 2, the copy into k_scale in 1; the version before issue 8 launched 23-25,
-and kept launching them after the warm-up);
-once the warm-up is over it counts eager writes on the host, and from then on only fixes up the
-arguments - no kernel at all (tests/test_kvscale_hook_ops.py counts them). (Writes replayed from a captured CUDA graph do not run
+the scale in 2, its warm-up gate in 2, the copy into k_scale in 1; the version before issue 8 launched
+23-25, and kept launching them after the warm-up). Once the warm-up is over it counts eager writes on
+the host and from then on only fixes up the arguments: no kernel at all, as for calibrated scales
+(tests/test_kvscale_hook_ops.py counts them). Writes replayed from a captured CUDA graph do not run
 Python; the device-side gate in follow_running_amax_ keeps those correct, and capture runs are not
-counted.)
+counted.
 """
 
 from __future__ import annotations
@@ -68,6 +68,11 @@ class LayerHook:
     def owns_scale(self) -> bool:
         return self.dynamic or self.calibrated_scale is not None
 
+    @property
+    def needs_statistics(self) -> bool:
+        """A dynamic scale until it is frozen, or observe dumps; a calibrated or emulating hook computes none."""
+        return (self.dynamic and not self.frozen) or self.observing
+
     def count_write(self, tensor: torch.Tensor) -> None:
         """Advance the host-side write count; freeze once a dynamic warm-up is over (nothing left to observe)."""
         if tensor.is_cuda and torch.cuda.is_current_stream_capturing():
@@ -110,7 +115,7 @@ def wrap_kv_cache_update(original: Callable[..., Any], hook: LayerHook) -> Calla
             raise RuntimeError(
                 f"kimi-dflash: calibrated KV scale for {hook.name} was never applied (vLLM did not call "
                 "MLAAttention.process_weights_after_loading); refusing to write FP8 KV with scale 1.0")
-        if not hook.frozen:
+        if hook.needs_statistics:
             if hook.stats.amax.device != kv_c_normed.device:  # one-time move if loading put it elsewhere
                 hook.stats.to_(kv_c_normed.device)
             hook.stats.observe_(kv_c_normed, k_pe, slot_mapping, count_tokens=hook.observing)
