@@ -22,8 +22,9 @@ EXIT_CONFIG = 2
 DESCRIPTION = """\
 Launch vLLM's OpenAI-compatible server for Kimi K2.6 + DFlash from an env-file config.
 
-Steps: validate the config -> preflight checks -> vLLM patches (check, and apply on ROCm when pending)
--> start vLLM. Config values can be overridden for one run from the environment, e.g.
+Steps: validate the config -> preflight checks (including: will this vLLM start this plan, and will the
+project's vLLM plugin load) -> vLLM patches (report; on ROCm write the file patches this plan needs) -> start
+vLLM. Config values can be overridden for one run from the environment, e.g.
   PORT=9000 ./serve.sh configs/demo-cpu.env
 """
 
