@@ -19,6 +19,8 @@ if [[ -z "$python" ]]; then
   exit 1
 fi
 
-# Works from a plain checkout too (package not installed): the source tree is importable.
+# The source tree is importable from a plain checkout, but vLLM loads the project's plugin (FP8 KV scales,
+# runtime patches) only when the package is installed (entry-point metadata): preflight refuses a plan that
+# needs it and prints the install command (launchers/install-into-image.sh in a GPU image).
 export PYTHONPATH="$repo_dir/src${PYTHONPATH:+:$PYTHONPATH}"
 exec "$python" -m kimi_dflash.launch.cli "$@"

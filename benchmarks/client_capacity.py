@@ -2,7 +2,7 @@
 """Client capacity: how many concurrent streams benchmark_multi_turn.py follows on one core with <= 2 %
 distortion, next to `vllm bench serve` on the same synthetic server in the same run.
 
-Thin entry point for ``kimi_dflash.bench.capacity`` (run with --help). Needs the dev environment
+Thin entry point for ``kimi_dflash.instruments.capacity`` (run with --help). Needs the dev environment
 (vLLM installed for the comparison; --no-vllm measures only our client). Takes a few minutes.
 """
 
@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 
 try:
-    import kimi_dflash.bench.capacity as _capacity
+    import kimi_dflash.instruments.capacity as _capacity
 except ImportError:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-    import kimi_dflash.bench.capacity as _capacity
+    import kimi_dflash.instruments.capacity as _capacity
 
 if __name__ == "__main__":
     sys.exit(_capacity.main())

@@ -154,7 +154,7 @@ class FakeHost:
             self.binds.append((host, port))
             return self.bind_result
 
-        def runtime(features: tuple[str, ...], python: str) -> RuntimeReport:
+        def runtime(features: tuple[str, ...], python: str, env: Mapping[str, str] | None = None) -> RuntimeReport:
             self.runtime_calls.append((features, python))
             return runtime_report(features, **self.runtime_kwargs)
 

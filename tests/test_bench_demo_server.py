@@ -8,44 +8,65 @@ per tool, plus importing vLLM once for `vllm bench serve`.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from bench_helpers import run_benchmark
 
-from kimi_dflash.bench.report import validate_document
+from kimi_dflash.bench.progress import DEFAULT_INTERVAL_S
+from kimi_dflash.bench.result import load_result
 
 pytestmark = pytest.mark.server
-
-REPO = Path(__file__).resolve().parents[1]
-BENCH = REPO / "payload" / "benchmark_multi_turn.py"
 
 
 def test_multi_turn_run_reports_spec_decode(demo_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "demo.json"
-    proc = subprocess.run(
-        [sys.executable, str(BENCH), "--base-url", demo_server.base_url, "--model", demo_server.model,
-         "--metrics-url", demo_server.metrics_url, "--sessions", "2", "--turns-per-session", "2",
-         "--max-tokens", "32", "--warmup", "2", "--label", "demo-dflash", "--output", str(out)],
-        capture_output=True, text=True, timeout=600,
+    proc = run_benchmark(
+        "--base-url", demo_server.base_url, "--model", demo_server.model, "--metrics-url", demo_server.metrics_url,
+        "--sessions", "2", "--turns-per-session", "2", "--max-tokens", "32", "--warmup", "2", "--label", "demo-dflash",
+        "--output", str(out), timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    doc = json.loads(out.read_text())
-    assert validate_document(doc) == []
-    assert doc["server"]["version"] and doc["server"]["models"][0]["id"] == demo_server.model
-    level = doc["results"][0]
-    assert level["completed"] == 4 and level["failed"] == 0
-    assert level["tokens_counted_from_chunks"] == 0  # vLLM reports usage
-    spec = level["spec_decode"]
-    assert level["spec_decode_status"] == "ok" and spec is not None
-    assert 0.0 < spec["acceptance_rate"] <= 1.0
-    assert 1.0 < spec["acceptance_length"] <= 1.0 + len(spec["per_position"])
-    assert len(spec["per_position"]) == spec["num_speculative_tokens"] >= 1
+    doc = load_result(out)
+    assert doc.server is not None and doc.server.version
+    assert doc.server.models[0]["id"] == demo_server.model
+    level = doc.results[0]
+    assert level.completed == 4 and level.failed == 0
+    assert level.tokens_counted_from_chunks == 0  # vLLM reports usage
+    spec = level.spec_decode
+    assert level.spec_decode_status == "ok" and spec is not None
+    assert 0.0 < spec.acceptance_rate <= 1.0
+    assert 1.0 < spec.acceptance_length <= 1.0 + len(spec.per_position)
+    assert len(spec.per_position) == spec.num_speculative_tokens >= 1
     # several tokens per SSE chunk is what speculative decoding looks like from the client
-    assert level["tokens_per_chunk"]["mean"] > 1.0
-    prompts = [row["prompt_tokens"]["mean"] for row in level["per_turn"]]
+    assert level.tokens_per_chunk is not None and level.tokens_per_chunk.mean > 1.0
+    prompts = [row.prompt_tokens.mean for row in level.per_turn]
     assert prompts[1] > prompts[0]  # the second turn carries the first
+
+
+def test_defaults_measure_the_demo_server(demo_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Nothing but the URL (the fixture's port; the default URL is where ./serve.sh listens, a unit test
+    checks that): the model is discovered, the default workload runs, progress shows during the level."""
+    out = tmp_path / "defaults.json"
+    proc = run_benchmark("--base-url", demo_server.base_url, "--output", str(out), timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    doc = load_result(out)
+    assert doc.settings.model == demo_server.model and doc.run.status == "complete"
+    level = doc.results[0]
+    assert (level.sessions, level.turns_per_session, doc.settings.max_tokens) == (8, 5, 512)
+    assert level.completed > 0 and level.output_tok_s and level.spec_decode is not None
+    progress = re.findall(r"\[8 sessions\] repeat 1/1: (\d+)/40 requests done", proc.stderr)
+    assert len(progress) >= int(level.duration_s // DEFAULT_INTERVAL_S) - 1, proc.stderr
+    # 5 turns x 512 tokens outgrow the demo's 2048-token context: announced up front, failures named
+    context = next(entry.get("max_model_len") for entry in doc.server.models)  # type: ignore[union-attr]
+    if 5 * 512 >= context:
+        assert "can outgrow the model's context" in proc.stderr
+        assert set(level.failures) <= {"http_400"}
+    else:
+        assert level.failed == 0
 
 
 def test_aggregate_throughput_agrees_with_vllm_bench_serve(demo_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -58,12 +79,12 @@ def test_aggregate_throughput_agrees_with_vllm_bench_serve(demo_server, tmp_path
     # both tools load the server at the same time, 4 sessions each, same prompts, three rounds after a
     # discarded priming run; rounds long enough (~10 s on a quiet box) that start-up skew stays small. The
     # shared 2-core box's speed swings too much for one-after-the-other comparisons (see
-    # kimi_dflash.bench.crosscheck).
+    # kimi_dflash.instruments.crosscheck).
     proc = subprocess.run(
-        [sys.executable, "-m", "kimi_dflash.bench.crosscheck", "--base-url", demo_server.base_url,
+        [sys.executable, "-m", "kimi_dflash.instruments.crosscheck", "--base-url", demo_server.base_url,
          "--model", demo_server.model, "--tokenizer", str(tokenizer), "--concurrency", "4", "--requests", "32",
          "--max-tokens", "128", "--rounds", "3", "--mode", "concurrent", "--output", str(out)],
-        capture_output=True, text=True, timeout=1200,
+        capture_output=True, text=True, timeout=1200, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out.read_text())

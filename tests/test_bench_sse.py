@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from kimi_dflash.bench import records as R
+from kimi_dflash.bench.records import BAD_RESPONSE, EMPTY_RESPONSE, MALFORMED_SSE, SERVER_ERROR_EVENT, TRUNCATED_STREAM
 from kimi_dflash.bench.response import interpret_body, interpret_stream
 from kimi_dflash.bench.sse import SSEDecoder
 
@@ -105,13 +105,13 @@ def test_events_after_done_are_ignored() -> None:
 @pytest.mark.parametrize(
     ("reads", "reason"),
     [
-        ([(1.0, sse(chunk("a")))], R.TRUNCATED_STREAM),
-        ([(1.0, sse(chunk("a")) + b'data: {"cut": ')], R.TRUNCATED_STREAM),
-        ([(1.0, sse(chunk("a")) + b"data: {not json}\n\n" + sse("[DONE]"))], R.MALFORMED_SSE),
-        ([(1.0, sse(chunk("a")) + sse("[1, 2]") + sse("[DONE]"))], R.MALFORMED_SSE),
-        ([(1.0, sse({"error": {"message": "engine died", "code": 500}}) + sse("[DONE]"))], R.SERVER_ERROR_EVENT),
-        ([(1.0, sse(chunk(role=True)) + sse(usage(0)) + sse("[DONE]"))], R.EMPTY_RESPONSE),
-        ([(1.0, sse({"choices": [{"delta": "not an object"}]}) + sse("[DONE]"))], R.MALFORMED_SSE),
+        ([(1.0, sse(chunk("a")))], TRUNCATED_STREAM),
+        ([(1.0, sse(chunk("a")) + b'data: {"cut": ')], TRUNCATED_STREAM),
+        ([(1.0, sse(chunk("a")) + b"data: {not json}\n\n" + sse("[DONE]"))], MALFORMED_SSE),
+        ([(1.0, sse(chunk("a")) + sse("[1, 2]") + sse("[DONE]"))], MALFORMED_SSE),
+        ([(1.0, sse({"error": {"message": "engine died", "code": 500}}) + sse("[DONE]"))], SERVER_ERROR_EVENT),
+        ([(1.0, sse(chunk(role=True)) + sse(usage(0)) + sse("[DONE]"))], EMPTY_RESPONSE),
+        ([(1.0, sse({"choices": [{"delta": "not an object"}]}) + sse("[DONE]"))], MALFORMED_SSE),
     ],
     ids=["no-done", "half-event", "not-json", "not-object", "error-event", "no-tokens", "bad-delta"],
 )
@@ -123,7 +123,7 @@ def test_broken_streams_are_failures_with_a_reason(reads: list, reason: str) -> 
 
 def test_malformed_event_keeps_tokens_seen_before_it() -> None:
     reply = interpret_stream([(1.0, sse(chunk("a")) + sse(chunk("b")) + b"data: {oops\n\n")])
-    assert reply.error == R.MALFORMED_SSE
+    assert reply.error == MALFORMED_SSE
     assert reply.chunk_times == [1.0, 1.0]
 
 
@@ -134,6 +134,6 @@ def test_non_stream_body() -> None:
     }
     reply = interpret_body(json.dumps(body).encode())
     assert reply.error is None and reply.content == "hi" and reply.reasoning == "r" and reply.usage["completion_tokens"] == 4
-    assert interpret_body(b"<html>").error == R.BAD_RESPONSE
-    assert interpret_body(b'{"error": {"message": "x"}}').error == R.SERVER_ERROR_EVENT
-    assert interpret_body(b'{"choices": []}').error == R.BAD_RESPONSE
+    assert interpret_body(b"<html>").error == BAD_RESPONSE
+    assert interpret_body(b'{"error": {"message": "x"}}').error == SERVER_ERROR_EVENT
+    assert interpret_body(b'{"choices": []}').error == BAD_RESPONSE

@@ -1,8 +1,10 @@
 """The benchmark runs on a client box: only aiohttp, numpy and the standard library.
 
 The test copies just payload/benchmark_multi_turn.py, src/kimi_dflash/__init__.py and src/kimi_dflash/bench/
-into a temporary tree (what a user would copy), hides the installed project, and blocks torch, vllm,
-python-dotenv, matplotlib and uvloop with a sys.meta_path finder. --help and a real run must work.
+into a temporary tree (what a user would copy), hides every other copy of the project on sys.path (the
+checkout's src/ and an editable install), and blocks torch, vllm, python-dotenv, matplotlib and uvloop
+with a sys.meta_path finder. --help and a real run must work. The synthetic server it runs against is an
+instrument outside bench/, started from the full checkout.
 """
 
 from __future__ import annotations
@@ -13,16 +15,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kimi_dflash.bench.synthetic_server import running
+from bench_helpers import BENCH_SCRIPT, REPO
 
-REPO = Path(__file__).resolve().parents[1]
+from kimi_dflash.instruments.synthetic import running
+
 BLOCKED = ("torch", "vllm", "dotenv", "matplotlib", "uvloop", "transformers")
 
 BOOT = r"""
 import importlib.abc, runpy, sys
 from pathlib import Path
 
-blocked, real_src, script, *args = sys.argv[1:]
+blocked, copy_root, script, *args = sys.argv[1:]
 blocked = set(blocked.split(","))
 
 class Blocker(importlib.abc.MetaPathFinder):
@@ -32,8 +35,12 @@ class Blocker(importlib.abc.MetaPathFinder):
         return None
 
 sys.meta_path.insert(0, Blocker())
-# Hide the installed (editable) project so the script must fall back to the copied src/.
-sys.path[:] = [p for p in sys.path if not p or Path(p).resolve() != Path(real_src).resolve()]
+# Hide every other copy of the project (the checkout's src/, an editable install's path entry) so the
+# script must fall back to the copied src/.
+def other_copy(entry):
+    where = Path(entry or ".").resolve()
+    return (where / "kimi_dflash").is_dir() and not where.is_relative_to(Path(copy_root).resolve())
+sys.path[:] = [p for p in sys.path if not other_copy(p)]
 for name in [m for m in sys.modules if m == "kimi_dflash" or m.startswith("kimi_dflash.")]:
     del sys.modules[name]
 sys.argv = [script, *args]
@@ -49,7 +56,7 @@ finally:
 def client_box(tmp_path: Path) -> Path:
     root = tmp_path / "client-box"
     (root / "payload").mkdir(parents=True)
-    shutil.copy2(REPO / "payload" / "benchmark_multi_turn.py", root / "payload")
+    shutil.copy2(BENCH_SCRIPT, root / "payload")
     (root / "src" / "kimi_dflash").mkdir(parents=True)
     shutil.copy2(REPO / "src" / "kimi_dflash" / "__init__.py", root / "src" / "kimi_dflash")
     shutil.copytree(REPO / "src" / "kimi_dflash" / "bench", root / "src" / "kimi_dflash" / "bench",
@@ -59,8 +66,8 @@ def client_box(tmp_path: Path) -> Path:
 
 def run_isolated(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     script = root / "payload" / "benchmark_multi_turn.py"
-    cmd = [sys.executable, "-c", BOOT, ",".join(BLOCKED), str(REPO / "src"), str(script), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=root)
+    cmd = [sys.executable, "-c", BOOT, ",".join(BLOCKED), str(root), str(script), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=root, check=False)
 
 
 def test_help_works_without_heavy_packages(tmp_path: Path) -> None:

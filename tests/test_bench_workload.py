@@ -15,7 +15,7 @@ from kimi_dflash.bench.workload import BUILTIN, CATEGORIES, load_dataset, sessio
 def test_builtin_prompt_set_is_large_diverse_and_unique() -> None:
     ds = load_dataset(BUILTIN)
     assert len(ds.prompts) >= 200
-    counts = ds.describe()["categories"]
+    counts = ds.describe().categories
     assert set(counts) == set(CATEGORIES)
     assert min(counts.values()) >= 30
     texts = [p.text for p in ds.prompts]

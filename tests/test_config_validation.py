@@ -42,7 +42,7 @@ def test_production_has_the_reference_settings() -> None:
     config = load_config(CONFIGS_DIR / "production.env", environ={})
     expected = {"NUM_SPECULATIVE_TOKENS": 2, "MAX_NUM_SEQS": 32, "MAX_NUM_BATCHED_TOKENS": 32768,
                 "MAX_MODEL_LEN": 262144, "GPU_MEMORY_UTILIZATION": 0.90, "BLOCK_SIZE": 16, "ENFORCE_EAGER": True,
-                "MOE_BACKEND": "aiter", "TENSOR_PARALLEL_SIZE": 8, "PORT": 8262, "KV_CACHE_DTYPE": "auto",
+                "MOE_BACKEND": "auto", "TENSOR_PARALLEL_SIZE": 8, "PORT": 8262, "KV_CACHE_DTYPE": "auto",
                 "SERVED_MODEL_NAME": "kimi-k2.6-amd-dflash", "ENABLE_PREFIX_CACHING": False,
                 "SPECULATIVE_METHOD": "dflash", "HOST": "127.0.0.1"}
     assert {key: config[key] for key in expected} == expected
@@ -53,9 +53,10 @@ def test_extends_chain_overrides_only_what_it_sets() -> None:
     fp8 = load_config(CONFIGS_DIR / "production-fp8kv.env", environ={})
     safe = load_config(CONFIGS_DIR / "production-fp8kv-safe.env", environ={})
     assert (fp8["KV_CACHE_DTYPE"], fp8["MAX_NUM_SEQS"], fp8["DRAFT_KV_CACHE_DTYPE"]) == ("fp8", 64, "auto")
-    assert safe["MOE_BACKEND"] == "triton" and safe["KV_CACHE_DTYPE"] == "fp8"
+    assert safe["ROCM_USE_AITER_MLA"] is False and safe["KV_CACHE_DTYPE"] == "fp8"
+    assert safe["MOE_BACKEND"] == fp8["MOE_BACKEND"] == "auto"
     untouched = [k.name for k in KEYS if k.name not in {"KV_CACHE_DTYPE", "MAX_NUM_SEQS", "DRAFT_KV_CACHE_DTYPE",
-                                                          "KV_SCALE_MODE"}]
+                                                          "KV_SCALE_MODE", "KV_SCALE_WARMUP_STEPS"}]
     assert {k: fp8[k] for k in untouched} == {k: base[k] for k in untouched}
     assert fp8.sources["MAX_NUM_SEQS"].startswith("configs/production-fp8kv.env:")
     assert fp8.sources["BLOCK_SIZE"].startswith("configs/production.env:")
@@ -107,7 +108,6 @@ REJECTED = {
     "key_without_value": ("MAX_NUM_SEQS\n", "MAX_NUM_SEQS", "key without a value"),
     "unparseable_line": ('PORT="8262\n', None, "cannot parse"),
     "duplicate_key": ("PORT=1\nPORT=2\n", "PORT", "set twice"),
-    "aiter_batched_tokens_overflow": ("MAX_NUM_BATCHED_TOKENS=65536\n", "MAX_NUM_BATCHED_TOKENS", "AITER"),
     "batched_tokens_below_seqs": ("MAX_NUM_SEQS=64\nMAX_NUM_BATCHED_TOKENS=32\n", "MAX_NUM_BATCHED_TOKENS",
                                   "smaller than MAX_NUM_SEQS"),
     "fp8_kv_without_drafter_kv_dtype": ("KV_CACHE_DTYPE=fp8\nKV_SCALE_MODE=dynamic\n", "DRAFT_KV_CACHE_DTYPE",
@@ -118,7 +118,10 @@ REJECTED = {
                                 "KV_SCALES_FILE", "needs a scales file"),
     "observe_without_dir": ("KV_SCALE_MODE=observe\n", "KV_OBSERVE_DIR", "needs a directory"),
     "scale_floor_zero": ("KV_SCALE_FLOOR=0\n", "KV_SCALE_FLOOR", "out of range"),
-    "aiter_moe_on_cuda": ("DEVICE=cuda\n", "MOE_BACKEND", "only on ROCm"),
+    "aiter_moe_on_cuda": ("DEVICE=cuda\nMOE_BACKEND=aiter\n", "MOE_BACKEND", "only on ROCm"),
+    "dynamic_fp8_scale_never_frozen_on_gpu": (
+        "KV_CACHE_DTYPE=fp8\nDRAFT_KV_CACHE_DTYPE=auto\nKV_SCALE_MODE=dynamic\n", "KV_SCALE_WARMUP_STEPS",
+        "never frozen"),
     "cpu_with_tensor_parallel": ("DEVICE=cpu\nMOE_BACKEND=auto\nTENSOR_PARALLEL_SIZE=2\n", "TENSOR_PARALLEL_SIZE",
                                  "one process"),
     "cpu_block_size_not_multiple_of_32": ("DEVICE=cpu\nMOE_BACKEND=auto\nTENSOR_PARALLEL_SIZE=1\nBLOCK_SIZE=48\n",
@@ -196,6 +199,22 @@ def test_exposed_host_without_api_key_warns(tmp_path: Path) -> None:
     assert [w.key for w in config.warnings] == ["HOST"]
 
 
+def test_batched_tokens_above_the_recipes_budget_only_warn_and_say_the_cause_is_unverified(tmp_path: Path) -> None:
+    # Issue 8, defect 1: the recipe blamed AITER's MoE grid, but Kimi's INT4 experts never ran an AITER kernel.
+    config = load_config(write(tmp_path, BASE + "MAX_NUM_BATCHED_TOKENS=65536\n"), environ={})
+    [warning] = config.warnings
+    assert warning.key == "MAX_NUM_BATCHED_TOKENS" and "unverified" in warning.message
+    assert "Triton WNA16" in warning.message
+    cpu = "DEVICE=cpu\nMOE_BACKEND=auto\nTENSOR_PARALLEL_SIZE=1\nBLOCK_SIZE=32\nMODEL_DIR=/m\nSPECULATIVE_METHOD=none\n"
+    assert load_config(write(tmp_path, cpu + "MAX_NUM_BATCHED_TOKENS=65536\n"), environ={}).warnings == ()
+
+
+def test_dynamic_fp8_scales_with_a_bounded_warm_up_or_calibration_are_accepted(tmp_path: Path) -> None:
+    fp8 = BASE + "KV_CACHE_DTYPE=fp8\nDRAFT_KV_CACHE_DTYPE=auto\n"
+    load_config(write(tmp_path, fp8 + "KV_SCALE_MODE=dynamic\nKV_SCALE_WARMUP_STEPS=2048\n"), environ={})
+    load_config(write(tmp_path, fp8 + "KV_SCALE_MODE=calibrated\nKV_SCALES_FILE=/s.json\n"), environ={})
+
+
 def test_spec_tokens_above_drafter_block_size(tmp_path: Path) -> None:
     drafter = tmp_path / "draft"
     drafter.mkdir()
@@ -230,7 +249,9 @@ def test_drafter_architecture_config_matches_the_recipe() -> None:
 
     from kimi_dflash.config.validate import drafter_block_size
 
-    config = json.loads((CONFIGS_DIR / "kimi-k2.6-dflash-draft.json").read_text())
+    from importlib import resources
+
+    config = json.loads(resources.files("kimi_dflash").joinpath("data/checkpoints/kimi-k2.5-dflash.json").read_text())
     assert config["architectures"] == ["DFlashDraftModel"] and config["model_type"] == "qwen3"
     assert (config["num_hidden_layers"], config["hidden_size"]) == (6, 7168)
     assert config["dflash_config"] == {"mask_token_id": 163838, "target_layer_ids": [1, 12, 24, 35, 47, 58]}

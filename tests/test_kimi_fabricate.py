@@ -228,7 +228,7 @@ def test_tokenizer_has_kimis_special_block_and_chat_format(kimi: DemoModels) -> 
 def test_drafter_config_follows_production_except_its_cpu_geometry(kimi: DemoModels) -> None:
     drafter = read_json(kimi.drafter_dir / "config.json")
     target = read_json(kimi.target_dir / "config.json")["text_config"]
-    production = read_json(REPO_ROOT / "configs" / "kimi-k2.6-dflash-draft.json")
+    production = read_json(REPO_ROOT / "src" / "kimi_dflash" / "data" / "checkpoints" / "kimi-k2.5-dflash.json")
     assert drafter["architectures"] == production["architectures"] and drafter["model_type"] == "qwen3"
     assert drafter["hidden_size"] == target["hidden_size"] and drafter["vocab_size"] == target["vocab_size"]
     tokenizer = Tokenizer.from_file(str(kimi.target_dir / "tokenizer.json"))

@@ -135,7 +135,7 @@ def test_observe_only_passes_the_very_same_arguments_through() -> None:
     def inner(*args, **kwargs):
         seen["args"], seen["kwargs"] = args, kwargs
 
-    hook = LayerHook(name="l0", kv_cache_dtype="auto", fp8=None)
+    hook = LayerHook(name="l0", kv_cache_dtype="auto", fp8=None, observing=True)
     kv_c, k_pe, cache, slots = batch(seed=5)
     k_scale = torch.tensor(1.0)
     wrap_kv_cache_update(inner, hook)(kv_c, k_pe, cache, slots, "auto", k_scale, True)

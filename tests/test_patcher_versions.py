@@ -1,5 +1,6 @@
 """The real registry against real vLLM sources: wheels from the package index, and the installed
-CPU build. Slow: the first run downloads four wheels (~1.1 GB) into cache_root()/wheels.
+CPU build. Slow: the first run reads four wheels' Python sources by HTTP range requests (~35 MB)
+into cache_root()/wheels/sparse.
 
 Expected statuses were read from the wheels' sources (see docs/patches.md for the table).
 """

@@ -10,7 +10,8 @@ import pytest
 
 from kimi_dflash.config.validate import load_config
 from kimi_dflash.paths import CONFIGS_DIR
-from kimi_dflash.plan import build_plan
+from kimi_dflash.plan import OPTION_KEYS, build_plan
+from kimi_dflash.preflight.plan_features import parse_serve_command
 
 from test_config_validation import run_serve, write  # noqa: E402  (shared helpers)
 
@@ -31,16 +32,45 @@ def test_production_plan_has_every_recipe_flag() -> None:
     expected = {"--served-model-name": "kimi-k2.6-amd-dflash", "--port": "8262", "--host": "127.0.0.1",
                 "--tensor-parallel-size": "8", "--max-num-seqs": "32", "--max-num-batched-tokens": "32768",
                 "--max-model-len": "262144", "--gpu-memory-utilization": "0.9", "--block-size": "16",
-                "--moe-backend": "aiter", "--tool-call-parser": "kimi_k2", "--reasoning-parser": "kimi_k2",
+                "--tool-call-parser": "kimi_k2", "--reasoning-parser": "kimi_k2",
                 "--kv-cache-dtype": "auto", "--mm-encoder-tp-mode": "data"}
     assert {flag: flag_value(argv, flag) for flag in expected} == expected
+    # Defect 1 of issue 8: the recipe's `--moe-backend aiter` never selected an AITER kernel for Kimi's INT4
+    # experts and makes vLLM >= 0.27 refuse the model; production lets vLLM pick (Triton WNA16 on ROCm).
+    assert "--moe-backend" not in argv
     for flag in ("--enforce-eager", "--trust-remote-code", "--enable-auto-tool-choice", "--no-enable-prefix-caching"):
         assert flag in argv
     assert "--language-model-only" not in argv
     assert json.loads(flag_value(argv, "--speculative-config")) == {
         "method": "dflash", "model": "/models/Kimi-K2.5-DFlash", "num_speculative_tokens": 2}
-    assert plan.env["VLLM_ROCM_USE_AITER"] == "1"
+    assert plan.env["VLLM_ROCM_USE_AITER"] == "1" and plan.env["VLLM_ROCM_USE_AITER_MLA"] == "1"
     assert plan.env["VLLM_ROCM_QUICK_REDUCE_QUANTIZATION"] == "INT4"
+
+
+@pytest.mark.parametrize("name", ["production.env", "production-fp8kv.env", "production-fp8kv-safe.env",
+                                  "production-fp8kv-matched.env", "baseline.env", "h200.env"])
+def test_no_shipped_gpu_config_sends_moe_backend_aiter(name: str) -> None:
+    command = parse_serve_command(plan_for(name).argv)
+    assert command.value("--moe-backend") in (None, "auto", "triton")
+
+
+def test_every_option_the_plans_write_names_its_config_key(tmp_path: Path) -> None:
+    # Compatibility findings name the key to change through OPTION_KEYS; a new option must be added there.
+    cpu = load_config(write(tmp_path, f"DEVICE=cpu\nMOE_BACKEND=triton\nTENSOR_PARALLEL_SIZE=1\nBLOCK_SIZE=32\n"
+                                      f"MODEL_DIR={tmp_path}\nDRAFT_MODEL_DIR={tmp_path}\nDTYPE=float32\n"
+                                      "ENABLE_PREFIX_CACHING=true\n"), environ={})
+    plans = [plan_for(n, {"LANGUAGE_MODEL_ONLY": "true"}) for n in ("production.env", "production-fp8kv.env")]
+    plans += [plan_for("h200.env"), build_plan(cpu, "/venv/bin/python", "/cache")]
+    options = {o for plan in plans for o in parse_serve_command(plan.argv).options}
+    assert options - OPTION_KEYS.keys() == set()
+
+
+def test_fp8_safe_plan_moves_mla_decode_off_aiter_and_keeps_everything_else() -> None:
+    safe, fp8 = plan_for("production-fp8kv-safe.env"), plan_for("production-fp8kv.env")
+    assert safe.env["VLLM_ROCM_USE_AITER_MLA"] == "0" and fp8.env["VLLM_ROCM_USE_AITER_MLA"] == "1"
+    assert safe.argv == fp8.argv
+    assert {k: v for k, v in safe.env.items() if k != "VLLM_ROCM_USE_AITER_MLA"} == \
+        {k: v for k, v in fp8.env.items() if k != "VLLM_ROCM_USE_AITER_MLA"}
 
 
 def test_fp8_plan_keeps_drafter_kv_separate_and_exports_scale_mode() -> None:
@@ -49,12 +79,14 @@ def test_fp8_plan_keeps_drafter_kv_separate_and_exports_scale_mode() -> None:
     spec = json.loads(flag_value(plan.argv, "--speculative-config"))
     assert spec["kv_cache_dtype"] == "auto"
     assert plan.env["KIMI_DFLASH_KV_SCALE_MODE"] == "dynamic"
+    # Defect 5 of issue 8: production's dynamic scale freezes after a bounded warm-up.
+    assert int(plan.env["KIMI_DFLASH_KV_SCALE_WARMUP_STEPS"]) > 0
 
 
 def test_baseline_plan_has_no_speculation_and_same_engine_settings() -> None:
     base, dflash = plan_for("baseline.env").argv, plan_for("production.env").argv
     assert "--speculative-config" not in base
-    for flag in ("--max-num-seqs", "--max-num-batched-tokens", "--block-size", "--moe-backend", "--kv-cache-dtype"):
+    for flag in ("--max-num-seqs", "--max-num-batched-tokens", "--block-size", "--kv-cache-dtype"):
         assert flag_value(base, flag) == flag_value(dflash, flag)
 
 

@@ -234,9 +234,9 @@ def test_static_reading_matches_vllms_runtime_objects(tmp_path):
      ["speculative_config.kv_cache_dtype"]),
 ])
 def test_released_wheels_confirm_where_features_arrived(version, present, absent):
-    from kimi_dflash.patcher.wheels import download_wheel
+    from kimi_dflash.patcher.wheels import source_wheel
 
-    source = VllmSource.from_wheel(download_wheel(version))
+    source = VllmSource.from_wheel(source_wheel(version))
     found = states(source, present + absent + ["cli:--language-model-only"])
     assert found == {**{n: "present" for n in present}, **{n: "absent" for n in absent},
                      "cli:--language-model-only": "present"}

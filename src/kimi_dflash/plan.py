@@ -15,6 +15,21 @@ from kimi_dflash.config.validate import Config
 REDACTED = "<redacted>"
 CPU_ENTRY_MODULE = "kimi_dflash.vllm_entry"
 
+# The config key behind each `vllm serve` option the plan writes, so a finding about an option can name the
+# key to change (tests/test_plan.py keeps this in step with vllm_argv).
+OPTION_KEYS: dict[str, str] = {
+    "--served-model-name": "SERVED_MODEL_NAME", "--host": "HOST", "--port": "PORT",
+    "--tensor-parallel-size": "TENSOR_PARALLEL_SIZE", "--gpu-memory-utilization": "GPU_MEMORY_UTILIZATION",
+    "--dtype": "DTYPE", "--kv-cache-dtype": "KV_CACHE_DTYPE", "--max-model-len": "MAX_MODEL_LEN",
+    "--max-num-seqs": "MAX_NUM_SEQS", "--max-num-batched-tokens": "MAX_NUM_BATCHED_TOKENS",
+    "--block-size": "BLOCK_SIZE", "--enforce-eager": "ENFORCE_EAGER",
+    "--enable-prefix-caching": "ENABLE_PREFIX_CACHING", "--no-enable-prefix-caching": "ENABLE_PREFIX_CACHING",
+    "--moe-backend": "MOE_BACKEND", "--trust-remote-code": "TRUST_REMOTE_CODE",
+    "--tool-call-parser": "TOOL_CALL_PARSER", "--enable-auto-tool-choice": "ENABLE_AUTO_TOOL_CHOICE",
+    "--reasoning-parser": "REASONING_PARSER", "--language-model-only": "LANGUAGE_MODEL_ONLY",
+    "--mm-encoder-tp-mode": "MM_ENCODER_TP_MODE", "--speculative-config": "SPECULATIVE_METHOD",
+}
+
 
 @dataclass(frozen=True)
 class LaunchPlan:
@@ -122,6 +137,7 @@ def vllm_env(config: Config, cache_dir: str, cpu_preload: Sequence[str] = ()) ->
     env: dict[str, str] = {}
     if config["DEVICE"] == "rocm":
         env["VLLM_ROCM_USE_AITER"] = "1" if config["ROCM_USE_AITER"] else "0"
+        env["VLLM_ROCM_USE_AITER_MLA"] = "1" if config["ROCM_USE_AITER_MLA"] else "0"
         env["VLLM_ROCM_QUICK_REDUCE_QUANTIZATION"] = str(config["ROCM_QUICK_REDUCE_QUANTIZATION"])
     if config["DEVICE"] == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = str(config["CPU_KVCACHE_SPACE_GIB"])

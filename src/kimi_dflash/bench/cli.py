@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import signal
 import sys
@@ -15,8 +16,14 @@ from typing import Any
 from kimi_dflash.bench import eventloop, report
 from kimi_dflash.bench.client import Endpoint, normalize_base_url
 from kimi_dflash.bench.errors import UserError
+from kimi_dflash.bench.progress import DEFAULT_INTERVAL_S
+from kimi_dflash.bench.result import SCHEMA, SCHEMA_VERSION, BenchmarkResult, RunInfo, Settings, ToolInfo
 from kimi_dflash.bench.runner import Benchmark, RunConfig, RunState, Stopper
-from kimi_dflash.bench.workload import BUILTIN, load_dataset
+from kimi_dflash.bench.workload import BUILTIN, Dataset, load_dataset
+
+# What ./serve.sh starts by default (PORT in the config schema; a test keeps the two equal). The benchmark
+# cannot import the config package: it runs on a client box with aiohttp + numpy only.
+DEFAULT_BASE_URL = "http://127.0.0.1:8262"
 
 DESCRIPTION = """\
 Multi-turn streaming benchmark for an OpenAI-compatible server (vLLM), built to measure speculative
@@ -31,13 +38,15 @@ from /metrics counter deltas taken after warmup.
 
 EPILOG = """\
 examples:
-  %(prog)s --base-url http://127.0.0.1:8000 --model kimi-k2.6 --sessions 8,16,32 \\
-      --turns-per-session 5 --max-tokens 512 --label dflash --output results/dflash.json
-  %(prog)s --base-url http://gpu-box:8000 --sessions 32 --repeats 3 --dataset my_prompts.jsonl
+  %(prog)s                      # the server ./serve.sh started on this machine, its only model
+  %(prog)s --sessions 8,16,32 --turns-per-session 5 --max-tokens 512 --label dflash \\
+      --output results/dflash.json
+  %(prog)s --base-url http://gpu-box:8262 --model kimi-k2.6 --sessions 32 --repeats 3 \\
+      --dataset my_prompts.jsonl
 
-exit status: 0 finished (failed requests are counted in the result, not fatal); 2 bad arguments or server
-unreachable at start; 3 the server went away mid-run (partial results written); 130/143 interrupted by
-Ctrl-C/SIGTERM (partial results written).
+exit status: 0 finished (failed requests are counted in the result, not fatal); 2 bad arguments, server
+unreachable at start, model not served (or several served and no --model); 3 the server went away
+mid-run (partial results written); 130/143 interrupted by Ctrl-C/SIGTERM (partial results written).
 """
 
 
@@ -69,8 +78,16 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         prog=prog, description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     target = parser.add_argument_group("server")
-    target.add_argument("--base-url", default="http://127.0.0.1:8000", help="server root, with or without /v1 (default %(default)s)")
-    target.add_argument("--model", default=None, help="model name to request (default: the first one /v1/models lists)")
+    target.add_argument(
+        "--base-url",
+        default=DEFAULT_BASE_URL,
+        help="server root, with or without /v1 (default %(default)s: where ./serve.sh listens)",
+    )
+    target.add_argument(
+        "--model",
+        default=None,
+        help="model name to request (default: the model /v1/models lists; required when it lists several)",
+    )
     target.add_argument(
         "--api-key",
         default=None,
@@ -81,18 +98,51 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         default=None,
         help="Prometheus endpoint for spec-decode counters (default: <base-url>/metrics; 'none' disables)",
     )
-    target.add_argument("--timeout", type=_bounded(float, 0.001, "--timeout"), default=600.0, help="per-request timeout, seconds (default %(default)s)")
+    target.add_argument(
+        "--timeout",
+        type=_bounded(float, 0.001, "--timeout"),
+        default=600.0,
+        help="per-request timeout, seconds (default %(default)s)",
+    )
 
     load = parser.add_argument_group("load")
-    load.add_argument("--sessions", type=_positive_int_list, default=(8,), help="concurrent sessions; a comma list sweeps levels, e.g. 8,16,32 (default 8)")
-    load.add_argument("--turns-per-session", type=_bounded(int, 1, "--turns-per-session"), default=5, help="turns per conversation (default %(default)s)")
-    load.add_argument("--max-tokens", type=_bounded(int, 1, "--max-tokens"), default=512, help="max_tokens per reply (default %(default)s)")
-    load.add_argument("--temperature", type=_bounded(float, 0.0, "--temperature"), default=0.0, help="always sent (default %(default)s)")
+    load.add_argument(
+        "--sessions",
+        type=_positive_int_list,
+        default=(8,),
+        help="concurrent sessions; a comma list sweeps levels, e.g. 8,16,32 (default 8)",
+    )
+    load.add_argument(
+        "--turns-per-session",
+        type=_bounded(int, 1, "--turns-per-session"),
+        default=5,
+        help="turns per conversation (default %(default)s)",
+    )
+    load.add_argument(
+        "--max-tokens", type=_bounded(int, 1, "--max-tokens"), default=512, help="max_tokens per reply (default %(default)s)"
+    )
+    load.add_argument(
+        "--temperature", type=_bounded(float, 0.0, "--temperature"), default=0.0, help="always sent (default %(default)s)"
+    )
     load.add_argument("--ignore-eos", action="store_true", help="send ignore_eos (vLLM): every reply runs to --max-tokens")
-    load.add_argument("--dataset", default=BUILTIN, help="'builtin' (225 prompts shipped with the tool) or a JSONL file of {\"prompt\": ...} lines")
+    load.add_argument(
+        "--dataset",
+        default=BUILTIN,
+        help="'builtin' (225 prompts shipped with the tool) or a JSONL file of {\"prompt\": ...} lines",
+    )
     load.add_argument("--system-prompt", default=None, help="optional system message at the start of every conversation")
-    load.add_argument("--warmup", type=_bounded(int, 0, "--warmup"), default=None, help="warmup requests before measuring (default: the first level's session count)")
-    load.add_argument("--repeats", type=_bounded(int, 1, "--repeats"), default=1, help="measured repeats per level, fresh prompts each (default %(default)s)")
+    load.add_argument(
+        "--warmup",
+        type=_bounded(int, 0, "--warmup"),
+        default=None,
+        help="warmup requests before measuring (default: the first level's session count)",
+    )
+    load.add_argument(
+        "--repeats",
+        type=_bounded(int, 1, "--repeats"),
+        default=1,
+        help="measured repeats per level, fresh prompts each (default %(default)s)",
+    )
     load.add_argument(
         "--prompt-order",
         choices=["random", "sequential"],
@@ -100,50 +150,68 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         help="random (default): each session draws its prompts by --seed; sequential: turn t of session s sends "
         "prompt (t x sessions + s) of the dataset, in file order (what `vllm bench serve --disable-shuffle` does)",
     )
-    load.add_argument("--seed", type=int, default=0, help="prompt selection seed; same seed = same conversations (default %(default)s)")
+    load.add_argument(
+        "--seed", type=int, default=0, help="prompt selection seed; same seed = same conversations (default %(default)s)"
+    )
     load.add_argument(
         "--independent-turns",
         action="store_true",
         help="send every turn without the conversation so far: the closed-loop load of "
         "`vllm bench serve --max-concurrency N`, for cross-checking against it",
     )
-    load.add_argument("--no-stream", action="store_true", help="non-streaming requests (no TTFT/TPOT; E2EL and tok/s only)")
+    load.add_argument(
+        "--no-stream", action="store_true", help="non-streaming requests (no TTFT/TPOT; E2EL and tok/s only)"
+    )
 
     out = parser.add_argument_group("output")
-    out.add_argument("--output", default=None, help="result JSON (default results/benchmark-<UTC time>.json); written atomically after every level")
+    out.add_argument(
+        "--output",
+        default=None,
+        help="result JSON (default results/benchmark-<UTC time>.json); written atomically after every level",
+    )
     out.add_argument("--label", default=None, help="free text stored in the result, e.g. dflash-st2 or baseline")
-    out.add_argument("--record-requests", action="store_true", help="also store every request's raw timestamps in the result")
+    out.add_argument(
+        "--record-requests", action="store_true", help="also store every request's raw timestamps in the result"
+    )
+    out.add_argument(
+        "--progress-interval",
+        type=_bounded(float, 0.0, "--progress-interval"),
+        default=DEFAULT_INTERVAL_S,
+        metavar="SECONDS",
+        help="during a level, print requests done / total, tok/s so far and time elapsed to stderr this often "
+        "(default %(default)s; 0 turns it off)",
+    )
     out.add_argument("--no-uvloop", action="store_true", help="use asyncio's loop even if uvloop is installed")
     return parser
 
 
-def _settings(args: argparse.Namespace, metrics_url: str | None, dataset: Any) -> dict[str, Any]:
-    return {
-        "base_url": args.base_url,
-        "model": args.model,
-        "sessions": list(args.sessions),
-        "turns_per_session": args.turns_per_session,
-        "max_tokens": args.max_tokens,
-        "temperature": args.temperature,
-        "ignore_eos": args.ignore_eos,
-        "stream": not args.no_stream,
-        "independent_turns": args.independent_turns,
-        "prompt_order": args.prompt_order,
-        "dataset": dataset.describe(),
-        "system_prompt": args.system_prompt,
-        "warmup": args.warmup,
-        "repeats": args.repeats,
-        "seed": args.seed,
-        "timeout_s": args.timeout,
-        "metrics_url": metrics_url,
-        "api_key_set": bool(args.api_key),
-    }
+def _settings(args: argparse.Namespace, metrics_url: str | None, dataset: Dataset) -> Settings:
+    return Settings(
+        base_url=args.base_url,
+        model=args.model,
+        sessions=list(args.sessions),
+        turns_per_session=args.turns_per_session,
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        ignore_eos=args.ignore_eos,
+        stream=not args.no_stream,
+        independent_turns=args.independent_turns,
+        prompt_order=args.prompt_order,
+        dataset=dataset.describe(),
+        system_prompt=args.system_prompt,
+        warmup=args.warmup,
+        repeats=args.repeats,
+        seed=args.seed,
+        timeout_s=args.timeout,
+        metrics_url=metrics_url,
+        api_key_set=bool(args.api_key),
+    )
 
 
 class ResultWriter:
     """Keeps the document current on disk and prints each finished level once."""
 
-    def __init__(self, path: Path, tool: dict[str, Any], run: dict[str, Any], settings: dict[str, Any]) -> None:
+    def __init__(self, path: Path, tool: ToolInfo, run: RunInfo, settings: Settings) -> None:
         self.path = path
         self.tool = tool
         self.run = run
@@ -151,9 +219,18 @@ class ResultWriter:
         self.printed = 0
         self.written = False
 
-    def document(self, state: RunState) -> dict[str, Any]:
-        settings = dict(self.settings, model=state.model or self.settings["model"])
-        return report.build_document(self.tool, self.run, settings, state.server, state.warmup, state.results)
+    def document(self, state: RunState) -> BenchmarkResult:
+        settings = dataclasses.replace(self.settings, model=state.model or self.settings.model)
+        return BenchmarkResult(
+            schema=SCHEMA,
+            schema_version=SCHEMA_VERSION,
+            tool=self.tool,
+            run=self.run,
+            settings=settings,
+            server=state.server,
+            warmup=state.warmup,
+            results=state.results,
+        )
 
     def checkpoint(self, state: RunState) -> None:
         for result in state.results[self.printed :]:
@@ -163,8 +240,10 @@ class ResultWriter:
         report.write_atomic(self.path, self.document(state))
         self.written = True
 
-    def finish(self, state: RunState, status: str, detail: str, exit_code: int) -> dict[str, Any]:
-        self.run.update(status=status, status_detail=detail or None, finished_at=report.utc_now(), exit_code=exit_code)
+    def finish(self, state: RunState, status: str, detail: str, exit_code: int) -> BenchmarkResult:
+        self.run = dataclasses.replace(
+            self.run, status=status, status_detail=detail or None, finished_at=report.utc_now(), exit_code=exit_code
+        )
         document = self.document(state)
         if self.written or state.results:
             self.checkpoint(state)
@@ -195,7 +274,7 @@ async def _run(cfg: RunConfig, writer: ResultWriter) -> int:
         writer.finish(bench.state, "failed", str(exc), exc.exit_code)
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - a bug must not lose the results so far: written, then shown
         detail = f"{type(exc).__name__}: {exc}"
         writer.finish(bench.state, "crashed", detail, 1)
         traceback.print_exc()
@@ -247,19 +326,18 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         keep_records=args.record_requests,
         independent_turns=args.independent_turns,
         prompt_order=args.prompt_order,
+        progress_interval_s=args.progress_interval,
     )
     started = report.utc_now()
-    output = Path(args.output) if args.output else Path("results") / f"benchmark-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
+    default_output = Path("results") / f"benchmark-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
+    output = Path(args.output) if args.output else default_output
     event_loop = eventloop.loop_name(prefer_uvloop=not args.no_uvloop)
-    run_meta = {
-        "label": args.label,
-        "started_at": started,
-        "finished_at": None,
-        "status": "running",
-        "status_detail": None,
-        "exit_code": None,
-        "command_line": report.redact_argv([sys.argv[0], *(sys.argv[1:] if argv is None else argv)]),
-    }
+    run_meta = RunInfo(
+        label=args.label,
+        started_at=started,
+        status="running",
+        command_line=report.redact_argv([sys.argv[0], *(sys.argv[1:] if argv is None else argv)]),
+    )
     writer = ResultWriter(output, report.tool_info(event_loop), run_meta, _settings(args, metrics_url, dataset))
     return eventloop.run(_run(cfg, writer), prefer_uvloop=not args.no_uvloop)
 

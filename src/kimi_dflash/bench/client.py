@@ -23,8 +23,19 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from kimi_dflash.bench import http1
-from kimi_dflash.bench import records as R
-from kimi_dflash.bench.records import RequestRecord
+from kimi_dflash.bench.records import (
+    BAD_RESPONSE,
+    CANCELLED,
+    CLIENT_ERROR,
+    CONNECTION_CLOSED,
+    CONNECTION_ERROR,
+    CONNECTION_REFUSED,
+    CONNECTION_RESET,
+    TIMEOUT,
+    TOKENS_FROM_CHUNKS,
+    TOKENS_FROM_USAGE,
+    RequestRecord,
+)
 from kimi_dflash.bench.response import Reply, StreamAccumulator, interpret_body
 
 perf_counter = time.perf_counter
@@ -59,10 +70,7 @@ class Endpoint:
 
 def normalize_base_url(url: str) -> str:
     """Accept ``http://host:port``, ``.../`` or ``.../v1``; return the server root without a slash."""
-    url = url.strip().rstrip("/")
-    if url.endswith("/v1"):
-        url = url[: -len("/v1")]
-    return url
+    return url.strip().rstrip("/").removesuffix("/v1")
 
 
 def make_session(timeout_s: float) -> aiohttp.ClientSession:
@@ -121,14 +129,14 @@ async def send(conn: http1.Connection, endpoint: Endpoint, body: bytes, stream: 
         )
     except asyncio.CancelledError:
         record.done_time = perf_counter()
-        record.error = R.CANCELLED
+        record.error = CANCELLED
         raise
     except Exception as exc:  # noqa: BLE001 - every failure must become a counted reason
         record.done_time = perf_counter()
         reason: str | None
         reason, detail = classify_exception(exc)
         # A server that sent [DONE] but never ended the body still delivered a complete reply.
-        if reason == R.TIMEOUT and stream and accumulator.done:
+        if reason == TIMEOUT and stream and accumulator.done:
             return _finish(record, accumulator.finish())
         record.error, record.error_detail = reason, detail
         record.token_chunks = accumulator.token_chunks  # what arrived before the failure
@@ -154,12 +162,12 @@ def _finish(record: RequestRecord, reply: Reply) -> Reply:
     completion = usage.get("completion_tokens")
     if isinstance(completion, int) and completion >= 0:
         record.output_tokens = completion
-        record.tokens_source = R.TOKENS_FROM_USAGE
+        record.tokens_source = TOKENS_FROM_USAGE
     else:
         # No usage: one token per token-bearing chunk. Wrong under speculative decoding (a chunk then
         # carries several tokens), so such records are flagged and counted in the report.
         record.output_tokens = reply.token_chunks
-        record.tokens_source = R.TOKENS_FROM_CHUNKS
+        record.tokens_source = TOKENS_FROM_CHUNKS
     prompt = usage.get("prompt_tokens")
     record.prompt_tokens = prompt if isinstance(prompt, int) else None
     if reply.error is not None:
@@ -173,30 +181,30 @@ def classify_exception(exc: BaseException) -> tuple[str, str]:
     detail = f"{type(exc).__name__}: {exc}"[:300]
     chain = _causes(exc)
     if any(isinstance(e, (asyncio.TimeoutError, TimeoutError, aiohttp.ServerTimeoutError)) for e in chain):
-        return R.TIMEOUT, detail
+        return TIMEOUT, detail
     if any(isinstance(e, ConnectionRefusedError) for e in chain) or any(
         getattr(e, "errno", None) == errno.ECONNREFUSED for e in chain
     ):
-        return R.CONNECTION_REFUSED, detail
+        return CONNECTION_REFUSED, detail
     if any(isinstance(e, http1.BadResponse) for e in chain):
-        return R.BAD_RESPONSE, detail
+        return BAD_RESPONSE, detail
     if (
         any(isinstance(e, ConnectionResetError) for e in chain)
         or any(getattr(e, "errno", None) in (errno.ECONNRESET, errno.EPIPE) for e in chain)
         # aiohttp reports a reset in the middle of a body only inside the ClientPayloadError message
         or any("ConnectionResetError" in str(e) for e in chain)
     ):
-        return R.CONNECTION_RESET, detail
+        return CONNECTION_RESET, detail
     if any(
         isinstance(e, (http1.ConnectionClosed, aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError))
         for e in chain
     ):
-        return R.CONNECTION_CLOSED, detail
+        return CONNECTION_CLOSED, detail
     if isinstance(exc, aiohttp.ClientResponseError):
-        return R.BAD_RESPONSE, detail
+        return BAD_RESPONSE, detail
     if any(isinstance(e, (OSError, ssl.SSLError, aiohttp.ClientError)) for e in chain):
-        return R.CONNECTION_ERROR, detail
-    return R.CLIENT_ERROR, detail
+        return CONNECTION_ERROR, detail
+    return CLIENT_ERROR, detail
 
 
 def _causes(exc: BaseException) -> list[BaseException]:

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from kimi_dflash.bench.errors import UserError
-from kimi_dflash.bench.report import load_document
+from kimi_dflash.bench.report import write_text_atomic
+from kimi_dflash.bench.result import BenchmarkResult, LevelResult, Settings, load_result
 
 # Settings that must agree for two runs to be comparable.
 WORKLOAD_KEYS = (
@@ -30,19 +31,19 @@ WORKLOAD_KEYS = (
 class Run:
     path: Path
     name: str
-    document: dict[str, Any]
+    document: BenchmarkResult
 
     @property
-    def levels(self) -> dict[int, dict[str, Any]]:
-        return {int(result["sessions"]): result for result in self.document["results"]}
+    def levels(self) -> dict[int, LevelResult]:
+        return self.document.levels
 
 
 def load_runs(paths: list[Path]) -> list[Run]:
     runs = []
     seen: set[str] = set()
     for path in paths:
-        document = load_document(path)
-        name = document.get("run", {}).get("label") or path.stem
+        document = load_result(path)
+        name = document.run.label or path.stem
         if name in seen:
             name = f"{name} ({path.name})"
         seen.add(name)
@@ -52,38 +53,60 @@ def load_runs(paths: list[Path]) -> list[Run]:
 
 def workload_differences(baseline: Run, other: Run) -> list[str]:
     """Human-readable differences in what was measured (not how fast)."""
-    a, b = baseline.document.get("settings", {}), other.document.get("settings", {})
-    diffs = [f"{key}: {a.get(key)!r} vs {b.get(key)!r}" for key in WORKLOAD_KEYS if a.get(key) != b.get(key)]
-    da, db = (a.get("dataset") or {}).get("sha256"), (b.get("dataset") or {}).get("sha256")
-    if da != db:
-        diffs.append(f"dataset: {(a.get('dataset') or {}).get('name')} vs {(b.get('dataset') or {}).get('name')} (different prompts)")
-    if a.get("seed") != b.get("seed"):
-        diffs.append(f"seed: {a.get('seed')!r} vs {b.get('seed')!r} (different conversations)")
+    a, b = baseline.document.settings, other.document.settings
+    diffs = [
+        f"{key}: {getattr(a, key)!r} vs {getattr(b, key)!r}"
+        for key in WORKLOAD_KEYS
+        if getattr(a, key) != getattr(b, key)
+    ]
+    if _dataset_field(a, "sha256") != _dataset_field(b, "sha256"):
+        diffs.append(f"dataset: {_dataset_field(a, 'name')} vs {_dataset_field(b, 'name')} (different prompts)")
+    if a.seed != b.seed:
+        diffs.append(f"seed: {a.seed!r} vs {b.seed!r} (different conversations)")
     return diffs
+
+
+def _dataset_field(settings: Settings, name: str) -> str | None:
+    return getattr(settings.dataset, name) if settings.dataset else None
 
 
 def quality_notes(run: Run) -> list[str]:
     notes = []
-    status = run.document.get("run", {}).get("status")
+    status = run.document.run.status
     if status != "complete":
         notes.append(f"{run.name}: run status is {status!r}, results may be partial")
-    for level in run.document["results"]:
-        if level.get("partial"):
-            notes.append(f"{run.name}: level {level['sessions']} is partial")
-        if level.get("failed"):
-            notes.append(f"{run.name}: level {level['sessions']} had {level['failed']} failed request(s)")
-        if level.get("tokens_counted_from_chunks"):
-            notes.append(f"{run.name}: level {level['sessions']} counted tokens from chunks (no usage reported)")
+    for level in run.document.results:
+        if level.partial:
+            notes.append(f"{run.name}: level {level.sessions} is partial")
+        if level.failed:
+            notes.append(f"{run.name}: level {level.sessions} had {level.failed} failed request(s)")
+        if level.tokens_counted_from_chunks:
+            notes.append(f"{run.name}: level {level.sessions} counted tokens from chunks (no usage reported)")
     return notes
 
 
-def _get(level: dict[str, Any] | None, *keys: str) -> float | None:
-    value: Any = level
-    for key in keys:
-        if not isinstance(value, dict):
-            return None
-        value = value.get(key)
-    return value if isinstance(value, (int, float)) else None
+# The figures the tables and plots show, each read from a level.
+Figure = Callable[[LevelResult], "float | None"]
+
+
+def output_tok_s(level: LevelResult) -> float | None:
+    return level.output_tok_s
+
+
+def per_user_mean(level: LevelResult) -> float | None:
+    return level.per_user_tok_s.mean
+
+
+def ttft_p95(level: LevelResult) -> float | None:
+    return level.ttft_ms.p95
+
+
+def tpot_p95(level: LevelResult) -> float | None:
+    return level.tpot_ms.p95
+
+
+def e2el_p95(level: LevelResult) -> float | None:
+    return level.e2el_s.p95
 
 
 def _f(value: float | None, digits: int = 1) -> str:
@@ -145,20 +168,22 @@ def _level_table(baseline: Run, candidate: Run, common: list[int]) -> str:
     rows = [
         f"## {c_name} vs {b_name} at matched concurrency",
         "",
-        f"| sessions | {b_name} tok/s | {c_name} tok/s | speedup | {b_name} user tok/s | {c_name} user tok/s "
-        f"| TTFT p95 ms ({b_name} → {c_name}) | TPOT p95 ms | E2EL p95 s | failed |",
+        (
+            f"| sessions | {b_name} tok/s | {c_name} tok/s | speedup | {b_name} user tok/s | {c_name} user tok/s "
+            f"| TTFT p95 ms ({b_name} → {c_name}) | TPOT p95 ms | E2EL p95 s | failed |"
+        ),
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for sessions in common:
         b, c = baseline.levels[sessions], candidate.levels[sessions]
         rows.append(
-            f"| {sessions} | {_f(_get(b, 'output_tok_s'))} | {_f(_get(c, 'output_tok_s'))} "
-            f"| **{_ratio(_get(c, 'output_tok_s'), _get(b, 'output_tok_s'))}** "
-            f"| {_f(_get(b, 'per_user_tok_s', 'mean'))} | {_f(_get(c, 'per_user_tok_s', 'mean'))} "
-            f"| {_f(_get(b, 'ttft_ms', 'p95'), 0)} → {_f(_get(c, 'ttft_ms', 'p95'), 0)} "
-            f"| {_f(_get(b, 'tpot_ms', 'p95'))} → {_f(_get(c, 'tpot_ms', 'p95'))} "
-            f"| {_f(_get(b, 'e2el_s', 'p95'), 2)} → {_f(_get(c, 'e2el_s', 'p95'), 2)} "
-            f"| {b.get('failed', 0)} / {c.get('failed', 0)} |"
+            f"| {sessions} | {_f(output_tok_s(b))} | {_f(output_tok_s(c))} "
+            f"| **{_ratio(output_tok_s(c), output_tok_s(b))}** "
+            f"| {_f(per_user_mean(b))} | {_f(per_user_mean(c))} "
+            f"| {_f(ttft_p95(b), 0)} → {_f(ttft_p95(c), 0)} "
+            f"| {_f(tpot_p95(b))} → {_f(tpot_p95(c))} "
+            f"| {_f(e2el_p95(b), 2)} → {_f(e2el_p95(c), 2)} "
+            f"| {b.failed} / {c.failed} |"
         )
     rows += [
         "",
@@ -173,13 +198,13 @@ def _acceptance_table(runs: list[Run]) -> str:
     body = []
     for run in runs:
         for sessions, level in sorted(run.levels.items()):
-            spec = level.get("spec_decode")
+            spec = level.spec_decode
             if not spec:
-                body.append(f"| {run.name} | {sessions} | — | — | no speculation ({level.get('spec_decode_status')}) |")
+                body.append(f"| {run.name} | {sessions} | — | — | no speculation ({level.spec_decode_status}) |")
                 continue
-            per_pos = ", ".join(f"{p:.3f}" for p in spec.get("per_position") or [])
+            per_pos = ", ".join(f"{p:.3f}" for p in spec.per_position)
             body.append(
-                f"| {run.name} | {sessions} | {spec['acceptance_rate']:.3f} | {spec['acceptance_length']:.2f} | {per_pos} |"
+                f"| {run.name} | {sessions} | {spec.acceptance_rate:.3f} | {spec.acceptance_length:.2f} | {per_pos} |"
             )
     rows += ["| run | sessions | acceptance rate | mean acceptance length τ | per position |", "|---|---:|---:|---:|---|"]
     rows += body
@@ -191,12 +216,11 @@ def _sources(runs: list[Run]) -> str:
     rows = ["## Sources", ""]
     for run in runs:
         doc = run.document
-        server = doc.get("server") or {}
-        tool = doc.get("tool") or {}
+        version = doc.server.version if doc.server else None
         rows.append(
-            f"- **{run.name}**: `{run.path}` — server {server.get('version') or 'unknown'}, "
-            f"model {doc.get('settings', {}).get('model')}, started {doc.get('run', {}).get('started_at')}, "
-            f"tool {tool.get('version')} ({tool.get('git_revision') or 'no git revision'})"
+            f"- **{run.name}**: `{run.path}` — server {version or 'unknown'}, "
+            f"model {doc.settings.model}, started {doc.run.started_at}, "
+            f"tool {doc.tool.version} ({doc.tool.git_revision or 'no git revision'})"
         )
     rows.append("")
     return "\n".join(rows)
@@ -234,8 +258,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown is None:
         sys.stdout.write(markdown)
     else:
-        from kimi_dflash.bench.report import write_text_atomic
-
         write_text_atomic(args.markdown, markdown)
         print(f"markdown written to {args.markdown}", file=sys.stderr)
     for path in written:

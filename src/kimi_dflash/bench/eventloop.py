@@ -26,7 +26,7 @@ def tune_default_transport() -> bool:
     try:
         from asyncio import selector_events
 
-        transport = selector_events._SelectorSocketTransport  # noqa: SLF001 - documented above
+        transport = selector_events._SelectorSocketTransport  # private, on purpose: see the module docstring
     except (ImportError, AttributeError):
         return False
     if not isinstance(getattr(transport, "max_size", None), int):

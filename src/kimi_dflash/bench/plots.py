@@ -5,12 +5,10 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from kimi_dflash.bench.compare import Figure, Run, e2el_p95, output_tok_s, per_user_mean, ttft_p95
 from kimi_dflash.bench.errors import UserError
-
-if TYPE_CHECKING:
-    from kimi_dflash.bench.compare import Run
 
 
 def _pyplot() -> Any:
@@ -24,13 +22,11 @@ def _pyplot() -> Any:
     return plt
 
 
-def _series(run: Run, *keys: str) -> tuple[list[int], list[float]]:
+def _series(run: Run, figure: Figure) -> tuple[list[int], list[float]]:
     xs, ys = [], []
     for sessions, level in sorted(run.levels.items()):
-        value: Any = level
-        for key in keys:
-            value = value.get(key) if isinstance(value, dict) else None
-        if isinstance(value, (int, float)):
+        value = figure(level)
+        if value is not None:
             xs.append(sessions)
             ys.append(float(value))
     return xs, ys
@@ -54,10 +50,10 @@ def write_plots(runs: list[Run], out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
 
-    def line_plot(filename: str, title: str, ylabel: str, *keys: str) -> None:
+    def line_plot(filename: str, title: str, ylabel: str, figure: Figure) -> None:
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
         for run in runs:
-            xs, ys = _series(run, *keys)
+            xs, ys = _series(run, figure)
             ax.plot(xs, ys, marker="o", label=run.name)
         ax.set_title(title)
         ax.set_xlabel("concurrent sessions")
@@ -67,13 +63,13 @@ def write_plots(runs: list[Run], out_dir: Path) -> list[Path]:
         written.append(_save(fig, out_dir / filename))
         plt.close(fig)
 
-    line_plot("throughput.png", "Aggregate output throughput", "output tokens / s", "output_tok_s")
-    line_plot("per_user.png", "Per-user decode speed (1 / TPOT, mean)", "tokens / s per user", "per_user_tok_s", "mean")
+    line_plot("throughput.png", "Aggregate output throughput", "output tokens / s", output_tok_s)
+    line_plot("per_user.png", "Per-user decode speed (1 / TPOT, mean)", "tokens / s per user", per_user_mean)
 
     fig, (ax_ttft, ax_e2el) = plt.subplots(1, 2, figsize=(10, 4.2))
     for run in runs:
-        ax_ttft.plot(*_series(run, "ttft_ms", "p95"), marker="o", label=run.name)
-        ax_e2el.plot(*_series(run, "e2el_s", "p95"), marker="o", label=run.name)
+        ax_ttft.plot(*_series(run, ttft_p95), marker="o", label=run.name)
+        ax_e2el.plot(*_series(run, e2el_p95), marker="o", label=run.name)
     ax_ttft.set(title="TTFT P95", xlabel="concurrent sessions", ylabel="ms")
     ax_e2el.set(title="End-to-end latency P95", xlabel="concurrent sessions", ylabel="s")
     for ax in (ax_ttft, ax_e2el):
@@ -83,15 +79,15 @@ def write_plots(runs: list[Run], out_dir: Path) -> list[Path]:
     plt.close(fig)
 
     spec_levels = [
-        (run.name, sessions, level["spec_decode"])
+        (run.name, sessions, level.spec_decode)
         for run in runs
         for sessions, level in sorted(run.levels.items())
-        if level.get("spec_decode")
+        if level.spec_decode
     ]
     if spec_levels:
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
         for name, sessions, spec in spec_levels:
-            per_pos = spec.get("per_position") or []
+            per_pos = spec.per_position
             ax.plot(range(len(per_pos)), per_pos, marker="o", label=f"{name} @ {sessions}")
         ax.set_title("Per-position acceptance (accepted at k / drafts)")
         ax.set_xlabel("draft position k")

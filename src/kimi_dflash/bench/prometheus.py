@@ -9,7 +9,8 @@ per-position acceptance[k] = Δaccepted_at_position_k / Δdrafts. Counters are s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+
+from kimi_dflash.bench.result import SpecDecode, SpecDecodeStatus
 
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
@@ -128,7 +129,7 @@ def spec_counters(samples: list[Sample], model: str | None = None) -> SpecCounte
     )
 
 
-def spec_delta(before: SpecCounters | None, after: SpecCounters | None) -> tuple[dict[str, Any] | None, str]:
+def spec_delta(before: SpecCounters | None, after: SpecCounters | None) -> tuple[SpecDecode | None, SpecDecodeStatus]:
     """Acceptance over a window. Returns ``(spec_decode object or None, status)``.
 
     status: "ok"; "absent" (the server exports no spec-decode counters: no speculation);
@@ -147,15 +148,15 @@ def spec_delta(before: SpecCounters | None, after: SpecCounters | None) -> tuple
     if drafts <= 0 or draft_tokens <= 0:
         return None, "no_drafts"
     return (
-        {
-            "acceptance_rate": accepted / draft_tokens,
-            "acceptance_length": 1.0 + accepted / drafts,
-            "per_position": [value / drafts for value in per_pos],
-            "num_speculative_tokens": len(positions) if positions else round(draft_tokens / drafts),
-            "drafts": int(round(drafts)),
-            "draft_tokens": int(round(draft_tokens)),
-            "accepted_tokens": int(round(accepted)),
-        },
+        SpecDecode(
+            acceptance_rate=accepted / draft_tokens,
+            acceptance_length=1.0 + accepted / drafts,
+            per_position=[value / drafts for value in per_pos],
+            num_speculative_tokens=len(positions) if positions else round(draft_tokens / drafts),
+            drafts=round(drafts),
+            draft_tokens=round(draft_tokens),
+            accepted_tokens=round(accepted),
+        ),
         "ok",
     )
 

@@ -6,8 +6,9 @@ Metrics are computed later, by pure functions in ``metrics.py``, so they can be 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+
+from kimi_dflash.bench.typed_json import meta
 
 # Failure reasons (``RequestRecord.error``). HTTP errors are "http_<status>", e.g. "http_429".
 CONNECTION_REFUSED = "connection_refused"  # nobody listening: server down or wrong --base-url
@@ -32,36 +33,47 @@ TOKENS_FROM_CHUNKS = "chunks"  # no usage reported: one token per token-bearing 
 class RequestRecord:
     """One request, as observed by the client."""
 
-    sessions: int  # concurrency level this request belongs to
-    repeat: int
-    session: int
-    turn: int  # 1-based
-    warmup: bool = False
-    ready_time: float = 0.0  # the client started the request (before building it)
-    send_time: float = 0.0  # the request body was handed to the socket: TTFT and E2EL start here
-    done_time: float = 0.0  # response fully read (or failure observed)
-    first_token_time: float | None = None  # first chunk with non-empty content/reasoning/tool call
-    last_token_time: float | None = None  # last such chunk
-    token_chunks: int = 0  # SSE events that carried at least one token
-    chunk_times: list[float] = field(default_factory=list)  # arrival time of each token-bearing event
-    output_tokens: int | None = None
-    tokens_source: str | None = None
-    prompt_tokens: int | None = None
-    finish_reason: str | None = None
-    status: int | None = None  # HTTP status
-    error: str | None = None  # failure reason, None on success
-    error_detail: str = ""
-    reply_chars: int = 0
+    sessions: int = field(metadata=meta("concurrency level this request belongs to (0: warmup)"))
+    repeat: int = field(metadata=meta("repeat index, 0-based"))
+    session: int = field(metadata=meta("session index within the level"))
+    turn: int = field(metadata=meta("turn number, 1-based"))
+    warmup: bool = field(default=False, metadata=meta("a warmup request (not measured)"))
+    ready_time: float = field(default=0.0, metadata=meta("the client started the request (before building it)"))
+    send_time: float = field(default=0.0, metadata=meta("request body handed to the socket: TTFT and E2EL start here"))
+    done_time: float = field(default=0.0, metadata=meta("response fully read, or the failure observed"))
+    first_token_time: float | None = field(
+        default=None, metadata=meta("first chunk with content, reasoning or a tool call")
+    )
+    last_token_time: float | None = field(default=None, metadata=meta("last such chunk"))
+    token_chunks: int = field(default=0, metadata=meta("SSE events that carried at least one token"))
+    chunk_times: list[float] = field(default_factory=list, metadata=meta("arrival time of each token-bearing event"))
+    output_tokens: int | None = field(
+        default=None, metadata=meta("N: usage.completion_tokens (or the chunk count, flagged)")
+    )
+    tokens_source: str | None = field(default=None, metadata=meta("where N came from: usage | chunks"))
+    prompt_tokens: int | None = field(default=None, metadata=meta("usage.prompt_tokens"))
+    finish_reason: str | None = field(default=None, metadata=meta("finish_reason of the last choice"))
+    status: int | None = field(default=None, metadata=meta("HTTP status"))
+    error: str | None = field(default=None, metadata=meta("failure reason (see docs/benchmark.md); null on success"))
+    error_detail: str = field(default="", metadata=meta("what the failure looked like"))
+    reply_chars: int = field(default=0, metadata=meta("characters of content + reasoning received"))
 
     @property
     def ok(self) -> bool:
         return self.error is None
 
-    def to_json(self, origin: float) -> dict[str, Any]:
-        """Times relative to ``origin`` (the run's first send), in seconds, for the raw-records dump."""
-        data = asdict(self)
-        for key in ("ready_time", "send_time", "done_time", "first_token_time", "last_token_time"):
-            if data[key] is not None:
-                data[key] = round(data[key] - origin, 6)
-        data["chunk_times"] = [round(t - origin, 6) for t in self.chunk_times]
-        return data
+    def relative_to(self, origin: float) -> RequestRecord:
+        """A copy with times in seconds from ``origin`` (the run's clock origin), for the raw-records dump."""
+
+        def rel(t: float | None) -> float | None:
+            return None if t is None else round(t - origin, 6)
+
+        return replace(
+            self,
+            ready_time=rel(self.ready_time),
+            send_time=rel(self.send_time),
+            done_time=rel(self.done_time),
+            first_token_time=rel(self.first_token_time),
+            last_token_time=rel(self.last_token_time),
+            chunk_times=[round(t - origin, 6) for t in self.chunk_times],
+        )

@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from kimi_dflash.bench import records as R
+from kimi_dflash.bench.records import BAD_RESPONSE, EMPTY_RESPONSE, MALFORMED_SSE, SERVER_ERROR_EVENT, TRUNCATED_STREAM
 from kimi_dflash.bench.sse import SSEDecoder
 
 DONE = b"[DONE]"
@@ -46,7 +46,7 @@ class Reply:
 class StreamAccumulator:
     """Incremental SSE body interpreter: ``feed(arrival_time, data)`` per read, then ``finish()``."""
 
-    __slots__ = ("_decoder", "_content", "_reasoning", "_times", "_usage", "_finish", "done", "error", "_detail")
+    __slots__ = ("_content", "_decoder", "_detail", "_finish", "_reasoning", "_times", "_usage", "done", "error")
 
     def __init__(self) -> None:
         self._decoder = SSEDecoder()
@@ -130,14 +130,14 @@ class StreamAccumulator:
 
     def _take(self, arrival: float, event: Any) -> bool:
         if isinstance(event, _Malformed):
-            return self._fail(R.MALFORMED_SSE, f"data event is not JSON: {_clip(event.payload)}")
+            return self._fail(MALFORMED_SSE, f"data event is not JSON: {_clip(event.payload)}")
         if not isinstance(event, dict):
-            return self._fail(R.MALFORMED_SSE, f"data event is not a JSON object: {_clip(json.dumps(event).encode())}")
+            return self._fail(MALFORMED_SSE, f"data event is not a JSON object: {_clip(json.dumps(event).encode())}")
         choices = event.get("choices")
         if choices:
             choice = choices[0]
             if not isinstance(choice, dict):
-                return self._fail(R.MALFORMED_SSE, f"choice is not an object: {choice!r:.120}")
+                return self._fail(MALFORMED_SSE, f"choice is not an object: {choice!r:.120}")
             delta = choice.get("delta")
             if isinstance(delta, dict):
                 text = delta.get("content")
@@ -149,7 +149,7 @@ class StreamAccumulator:
                 if text or thought or delta.get("tool_calls"):
                     self._times.append(arrival)
             elif delta is not None:
-                return self._fail(R.MALFORMED_SSE, f"delta is not an object: {delta!r:.120}")
+                return self._fail(MALFORMED_SSE, f"delta is not an object: {delta!r:.120}")
             else:
                 text = choice.get("text")
                 if text:
@@ -159,7 +159,7 @@ class StreamAccumulator:
             if finish:
                 self._finish = str(finish)
         elif "error" in event:
-            return self._fail(R.SERVER_ERROR_EVENT, _error_message(event["error"]))
+            return self._fail(SERVER_ERROR_EVENT, _error_message(event["error"]))
         usage = event.get("usage")
         if usage and isinstance(usage, dict):
             self._usage = usage
@@ -188,12 +188,12 @@ class StreamAccumulator:
         )
         if reply.error is None and not reply.done:
             pending = self._decoder.pending
-            reply.error = R.TRUNCATED_STREAM
+            reply.error = TRUNCATED_STREAM
             reply.error_detail = "body ended without data: [DONE]" + (
                 f" (unfinished event: {_clip(pending)})" if pending.strip() else ""
             )
         if reply.error is None and not times:
-            reply.error = R.EMPTY_RESPONSE
+            reply.error = EMPTY_RESPONSE
             reply.error_detail = "stream finished without a token-bearing chunk"
         return reply
 
@@ -217,20 +217,20 @@ def interpret_body(body: bytes) -> Reply:
     try:
         event = json.loads(body)
     except (ValueError, UnicodeDecodeError):
-        reply.error = R.BAD_RESPONSE
+        reply.error = BAD_RESPONSE
         reply.error_detail = f"body is not JSON: {_clip(body)}"
         return reply
     if not isinstance(event, dict):
-        reply.error = R.BAD_RESPONSE
+        reply.error = BAD_RESPONSE
         reply.error_detail = f"body is not a JSON object: {_clip(body)}"
         return reply
     if "error" in event and not event.get("choices"):
-        reply.error = R.SERVER_ERROR_EVENT
+        reply.error = SERVER_ERROR_EVENT
         reply.error_detail = _error_message(event["error"])
         return reply
     choices = event.get("choices")
     if not choices or not isinstance(choices[0], dict):
-        reply.error = R.BAD_RESPONSE
+        reply.error = BAD_RESPONSE
         reply.error_detail = f"no choices in body: {_clip(body)}"
         return reply
     choice = choices[0]
@@ -247,7 +247,7 @@ def interpret_body(body: bytes) -> Reply:
     reply.usage = usage if isinstance(usage, dict) and usage else None
     reply.done = True
     if not (reply.content or reply.reasoning or has_tools):
-        reply.error = R.EMPTY_RESPONSE
+        reply.error = EMPTY_RESPONSE
         reply.error_detail = "response carried no generated text"
     return reply
 

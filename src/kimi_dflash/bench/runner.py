@@ -14,15 +14,28 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import aiohttp
 
-from kimi_dflash.bench import client as C
-from kimi_dflash.bench import http1, metrics, prometheus, server_info
-from kimi_dflash.bench import records as R
+from kimi_dflash.bench import client, http1, metrics, prometheus, server_info
 from kimi_dflash.bench.errors import UserError
-from kimi_dflash.bench.records import RequestRecord
+from kimi_dflash.bench.progress import DEFAULT_INTERVAL_S, report_progress
+from kimi_dflash.bench.records import (
+    CONNECTION_CLOSED,
+    CONNECTION_ERROR,
+    CONNECTION_REFUSED,
+    CONNECTION_RESET,
+    TIMEOUT,
+    RequestRecord,
+)
+from kimi_dflash.bench.result import (
+    LevelResult,
+    RequestRecords,
+    ServerInfo,
+    SpecDecode,
+    SpecDecodeStatus,
+    WarmupSummary,
+)
 from kimi_dflash.bench.workload import Dataset, Prompt, session_prompts, warmup_prompts
 
 perf_counter = time.perf_counter
@@ -35,13 +48,13 @@ SETTLE_MAX_S = 3.0
 EXIT_ABORTED = 3
 
 # After one of these, ask the server whether it is still there (it may have died).
-CONNECTION_FAILURES = frozenset({R.CONNECTION_REFUSED, R.CONNECTION_ERROR, R.CONNECTION_RESET, R.CONNECTION_CLOSED})
+CONNECTION_FAILURES = frozenset({CONNECTION_REFUSED, CONNECTION_ERROR, CONNECTION_RESET, CONNECTION_CLOSED})
 PROBE_INTERVAL_S = 1.0  # at most one liveness probe per second, however many sessions fail together
 
 
 @dataclass(frozen=True)
 class RunConfig:
-    endpoint: C.Endpoint
+    endpoint: client.Endpoint
     model: str | None
     levels: tuple[int, ...]
     turns: int
@@ -58,6 +71,7 @@ class RunConfig:
     keep_records: bool = False
     independent_turns: bool = False  # send each turn without the conversation so far
     prompt_order: str = "random"  # or "sequential" (workload.session_prompts)
+    progress_interval_s: float = DEFAULT_INTERVAL_S  # 0: no progress lines during a level
 
 
 class Stopper:
@@ -87,9 +101,9 @@ class RunState:
     """What has been learned so far; the CLI writes it out after every step."""
 
     model: str | None = None
-    server: dict[str, Any] = field(default_factory=dict)
-    warmup: dict[str, Any] = field(default_factory=dict)
-    results: list[dict[str, Any]] = field(default_factory=list)
+    server: ServerInfo | None = None
+    warmup: WarmupSummary | None = None
+    results: list[LevelResult] = field(default_factory=list)
     origin: float = field(default_factory=perf_counter)
 
 
@@ -105,17 +119,14 @@ class Benchmark:
     async def run(self) -> RunState:
         cfg = self.cfg
         # aiohttp serves only the GET endpoints; chat requests use one connection per session.
-        async with C.make_session(cfg.endpoint.timeout_s) as session:
-            self.state.server, self.state.model = await server_info.probe(
-                session, cfg.endpoint, cfg.model, cfg.metrics_url
-            )
-            if (self.state.server.get("cache_config") or {}).get("enable_prefix_caching") == "True":
-                note = (
-                    "the server has prefix caching on: later turns reuse the cached conversation, so TTFT and "
-                    "throughput differ from a no-prefix-cache measurement (the recipe measures with it off)"
-                )
-                self.state.server["notes"] = [note]
-                print(f"WARNING: {note}", file=sys.stderr)
+        async with client.make_session(cfg.endpoint.timeout_s) as session:
+            server, model = await server_info.probe(session, cfg.endpoint, cfg.model, cfg.metrics_url)
+            self.state.server, self.state.model = server, model
+            notes = server_notes(server, model, cfg)
+            if notes:
+                server.notes = notes
+                for note in notes:
+                    print(f"WARNING: {note}", file=sys.stderr)
             self.checkpoint(self.state)
             self.state.warmup = await self._warmup()
             self.checkpoint(self.state)
@@ -127,10 +138,10 @@ class Benchmark:
         return self.state
 
     # -- warmup ---------------------------------------------------------------------------------
-    async def _warmup(self) -> dict[str, Any]:
+    async def _warmup(self) -> WarmupSummary:
         cfg = self.cfg
         if cfg.warmup <= 0:
-            return {"requests": 0}
+            return WarmupSummary(requests=0)
         prompts = warmup_prompts(cfg.dataset, cfg.seed, cfg.warmup)
         queue: asyncio.Queue[tuple[int, Prompt]] = asyncio.Queue()
         for item in enumerate(prompts):
@@ -144,7 +155,7 @@ class Benchmark:
                     i, prompt = queue.get_nowait()
                     record = RequestRecord(sessions=0, repeat=0, session=i, turn=1, warmup=True)
                     records.append(record)
-                    await C.send(conn, cfg.endpoint, self._body([self._user(prompt)]), cfg.stream, record)
+                    await client.send(conn, cfg.endpoint, self._body([self._user(prompt)]), cfg.stream, record)
             finally:
                 conn.close()
 
@@ -152,14 +163,14 @@ class Benchmark:
         workers = min(cfg.warmup, cfg.levels[0])
         await self._until_done_or_stopped([asyncio.create_task(worker()) for _ in range(workers)])
         failures, examples = metrics.count_failures(records)
-        summary = {
-            "requests": len(records),
-            "completed": sum(1 for r in records if r.ok),
-            "failures": failures,
-            "failure_examples": examples,
-            "duration_s": perf_counter() - started,
-        }
-        if not self.stopper.stopped and summary["completed"] == 0:
+        summary = WarmupSummary(
+            requests=len(records),
+            completed=sum(1 for r in records if r.ok),
+            failures=failures,
+            failure_examples=examples,
+            duration_s=perf_counter() - started,
+        )
+        if not self.stopper.stopped and summary.completed == 0:
             reason, detail = next(iter(examples.items()), ("unknown", ""))
             raise UserError(
                 f"all {len(records)} warmup requests failed ({reason}: {detail}). The server answers but does "
@@ -168,13 +179,13 @@ class Benchmark:
         return summary
 
     # -- one concurrency level ------------------------------------------------------------------
-    async def _level(self, session: aiohttp.ClientSession, level: int) -> dict[str, Any]:
+    async def _level(self, session: aiohttp.ClientSession, level: int) -> LevelResult:
         cfg = self.cfg
         before, scrape_error = await server_info.scrape_spec(
             session, cfg.metrics_url, cfg.endpoint.api_key, self.state.model or ""
         )
         records: list[RequestRecord] = []
-        windows: list[dict[str, Any]] = []
+        windows: list[metrics.Window] = []
         cpu_s = 0.0
         for repeat in range(cfg.repeats):
             if self.stopper.stopped:
@@ -186,24 +197,28 @@ class Benchmark:
             # that cannot connect here tries again on its first request, which reports the failure.
             conns = [cfg.endpoint.connection() for _ in range(level)]
             await asyncio.gather(*(c.connect() for c in conns), return_exceptions=True)
-            print(
-                f"[{level} sessions] repeat {repeat + 1}/{cfg.repeats}: measuring {level} sessions x {cfg.turns} turns",
-                file=sys.stderr,
-                flush=True,
-            )
+            label = f"[{level} sessions] repeat {repeat + 1}/{cfg.repeats}"
+            print(f"{label}: measuring {level} sessions x {cfg.turns} turns", file=sys.stderr, flush=True)
+            first = len(records)
             cpu0 = time.process_time()
             start = perf_counter()
             tasks = [
                 asyncio.create_task(self._session(conns[s], level, repeat, s, plans[s], records)) for s in range(level)
             ]
+            progress = asyncio.create_task(
+                report_progress(label, records, first, level * cfg.turns, start, cfg.progress_interval_s)
+            )
             try:
                 await self._until_done_or_stopped(tasks)
             finally:
+                progress.cancel()
                 for conn in conns:
                     conn.close()
             end = self.stopper.stopped_at if self.stopper.stopped and self.stopper.stopped_at else perf_counter()
             cpu_s += time.process_time() - cpu0
-            windows.append({"repeat": repeat, "duration_s": max(end - start, 0.0), "start_s": start - self.state.origin})
+            windows.append(
+                metrics.Window(repeat=repeat, duration_s=max(end - start, 0.0), start_s=start - self.state.origin)
+            )
         partial = self.stopper.stopped
         spec, status = await self._spec_window(session, before, scrape_error)
         result = metrics.level_result(
@@ -219,15 +234,14 @@ class Benchmark:
         if cfg.keep_records:
             # Times are seconds from "clock_origin", a time.perf_counter() reading of this run (on Linux the
             # host's CLOCK_MONOTONIC, so they can be lined up with other processes' monotonic timestamps).
-            result["request_records"] = {
-                "clock_origin": self.state.origin,
-                "records": [r.to_json(self.state.origin) for r in records],
-            }
+            result.request_records = RequestRecords(
+                clock_origin=self.state.origin, records=[r.relative_to(self.state.origin) for r in records]
+            )
         return result
 
     async def _spec_window(
         self, session: aiohttp.ClientSession, before: prometheus.SpecCounters | None, scrape_error: str | None
-    ) -> tuple[dict[str, Any] | None, str]:
+    ) -> tuple[SpecDecode | None, SpecDecodeStatus]:
         cfg = self.cfg
         if scrape_error is not None:
             return None, "unavailable"
@@ -267,7 +281,7 @@ class Benchmark:
             messages = [*history, self._user(prompt)]
             record = RequestRecord(sessions=level, repeat=repeat, session=index, turn=turn)
             sink.append(record)  # before sending: a cancelled request still leaves its record
-            reply = await C.send(conn, cfg.endpoint, self._body(messages), cfg.stream, record)
+            reply = await client.send(conn, cfg.endpoint, self._body(messages), cfg.stream, record)
             if record.ok and reply is not None and not cfg.independent_turns:
                 # Kimi may spend the whole budget reasoning; carry that text so the history still grows.
                 history = [*messages, {"role": "assistant", "content": reply.content or reply.reasoning}]
@@ -282,12 +296,12 @@ class Benchmark:
             # Its own connection: the pool may still hold connections to a server that is gone.
             async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as fresh:
                 try:
-                    await C.get_json(fresh, f"{self.cfg.endpoint.base_url}/v1/models", self.cfg.endpoint.api_key, 5.0)
+                    await client.get_json(fresh, f"{self.cfg.endpoint.base_url}/v1/models", self.cfg.endpoint.api_key, 5.0)
                     self._last_probe_ok = perf_counter()
                     return
                 except Exception as exc:  # noqa: BLE001
-                    reason, detail = C.classify_exception(exc)
-            if reason in CONNECTION_FAILURES or reason == R.TIMEOUT:
+                    reason, detail = client.classify_exception(exc)
+            if reason in CONNECTION_FAILURES or reason == TIMEOUT:
                 self.stopper.trigger(
                     "aborted",
                     f"server stopped answering ({record.error}: {record.error_detail}; probe: {detail})",
@@ -318,7 +332,7 @@ class Benchmark:
 
     def _body(self, messages: list[dict[str, str]]) -> bytes:
         cfg = self.cfg
-        return C.chat_payload(
+        return client.chat_payload(
             model=self.state.model or "",
             messages=messages,
             max_tokens=cfg.max_tokens,
@@ -326,3 +340,24 @@ class Benchmark:
             stream=cfg.stream,
             ignore_eos=cfg.ignore_eos,
         )
+
+
+def server_notes(server: ServerInfo, model: str, cfg: RunConfig) -> list[str]:
+    """Warnings about the server that the result keeps: what would make this measurement misleading."""
+    notes = []
+    if (server.cache_config or {}).get("enable_prefix_caching") == "True":
+        notes.append(
+            "the server has prefix caching on: later turns reuse the cached conversation, so TTFT and "
+            "throughput differ from a no-prefix-cache measurement (the recipe measures with it off)"
+        )
+    context = server_info.max_model_len(server, model)
+    # The last turn carries T - 1 replies of up to M tokens and asks for M more: T x M tokens before any prompt.
+    wanted = cfg.max_tokens * (1 if cfg.independent_turns else cfg.turns)
+    if context is not None and wanted >= context:
+        what = "--max-tokens" if cfg.independent_turns else f"{cfg.turns} turns x {cfg.max_tokens} reply tokens"
+        notes.append(
+            f"the conversation can outgrow the model's context: {what} = {wanted} tokens before any prompt "
+            f"text, and the server's max_model_len is {context}; vLLM refuses (HTTP 400) or cuts short requests "
+            "beyond it. Lower --turns-per-session or --max-tokens"
+        )
+    return notes

@@ -13,7 +13,7 @@ from __future__ import annotations
 class SSEDecoder:
     """Feed raw body bytes; get back the ``data`` payloads of every event completed so far."""
 
-    __slots__ = ("_tail", "_crlf_seen")
+    __slots__ = ("_crlf_seen", "_tail")
 
     def __init__(self) -> None:
         self._tail = b""

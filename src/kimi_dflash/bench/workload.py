@@ -17,6 +17,7 @@ from importlib import resources
 from pathlib import Path
 
 from kimi_dflash.bench.errors import UserError
+from kimi_dflash.bench.result import DatasetInfo
 
 BUILTIN = "builtin"
 CATEGORIES = ("reasoning", "math", "code", "writing", "multilingual")
@@ -35,11 +36,11 @@ class Dataset:
     prompts: tuple[Prompt, ...]
     sha256: str  # of the file bytes, so results say exactly which prompts were used
 
-    def describe(self) -> dict[str, object]:
+    def describe(self) -> DatasetInfo:
         categories: dict[str, int] = {}
         for prompt in self.prompts:
             categories[prompt.category] = categories.get(prompt.category, 0) + 1
-        return {"name": self.name, "prompts": len(self.prompts), "sha256": self.sha256, "categories": categories}
+        return DatasetInfo(name=self.name, prompts=len(self.prompts), sha256=self.sha256, categories=categories)
 
 
 def load_dataset(spec: str) -> Dataset:

@@ -75,8 +75,9 @@ KEYS: tuple[Key, ...] = (
     _k("MAX_MODEL_LEN", "int", 262144, "engine", "Maximum context length (prompt + output) in tokens.", minimum=64,
        maximum=1048576),
     _k("MAX_NUM_SEQS", "int", 32, "engine", "Maximum concurrent sequences in a batch.", minimum=1, maximum=4096),
-    _k("MAX_NUM_BATCHED_TOKENS", "int", 32768, "engine", "Token budget per scheduler step (chunked prefill). Keep "
-       "<= 32768 with MOE_BACKEND=aiter: the AITER MoE kernel grid overflows above it with 384 experts.",
+    _k("MAX_NUM_BATCHED_TOKENS", "int", 32768, "engine", "Token budget per scheduler step (chunked prefill). "
+       "32768 is the largest value the recipe ran on MI300X; it reported a fused-MoE crash above it (not "
+       "reproduced here, cause unverified: see docs/compatibility.md), so larger values warn on GPUs.",
        minimum=16, maximum=1048576),
     _k("GPU_MEMORY_UTILIZATION", "float", 0.90, "engine", "Fraction of each GPU's memory vLLM may use.",
        minimum=0.05, maximum=1.0),
@@ -86,8 +87,10 @@ KEYS: tuple[Key, ...] = (
        "results were measured in eager mode."),
     _k("ENABLE_PREFIX_CACHING", "bool", False, "engine", "Reuse KV of shared prompt prefixes. Off for the "
        "reference benchmarks (prefix hits would inflate multi-turn numbers)."),
-    _k("MOE_BACKEND", "enum", "aiter", "engine", "Fused-MoE kernel backend: aiter (ROCm, fastest), triton (portable "
-       "fallback) or auto (vLLM decides).", choices=("auto", "aiter", "triton")),
+    _k("MOE_BACKEND", "enum", "auto", "engine", "--moe-backend: auto (vLLM picks; Kimi K2.6's INT4 WNA16 experts "
+       "get vLLM's Triton WNA16 kernel on ROCm in every release), triton, or aiter (AITER fused MoE: unquantised / "
+       "FP8 experts only; for WNA16 experts 0.20-0.26 on ROCm ignore it and 0.27+ refuse to start). "
+       "`serve.sh --check-vllm` judges it against the checkpoint.", choices=("auto", "aiter", "triton")),
     _k("TRUST_REMOTE_CODE", "bool", True, "model", "Allow the checkpoint's own modelling/tokenizer code (Kimi K2.6 "
        "ships a custom tokenizer)."),
     _k("TOOL_CALL_PARSER", "str", "kimi_k2", "api", "vLLM tool-call parser; empty disables tool calling.",
@@ -123,12 +126,16 @@ KEYS: tuple[Key, ...] = (
     _k("KV_SCALE_FLOOR", "float", 1e-4, "fp8", "Lower bound on a dynamic scale (avoids a zero scale for layers "
        "that saw no data yet); must be > 0.", minimum=1e-12, maximum=1.0),
     _k("KV_SCALE_WARMUP_STEPS", "int", 0, "fp8", "KV writes per layer during which a dynamic scale follows the "
-       "running amax; then it is frozen (0 = never frozen).", minimum=0, maximum=1000000),
+       "running amax; then it is frozen and the hook stops costing anything (0 = never frozen: refused on GPUs, "
+       "see docs/fp8-kv.md for the trade).", minimum=0, maximum=1000000),
     _k("KV_OBSERVE_DIR", "path", None, "fp8", "Where observe mode (and, optionally, the other modes) dump per-rank "
        "amax files for payload/calibrate_kv_scales.py. Required with KV_SCALE_MODE=observe.", optional=True),
     _k("KV_OBSERVE_INTERVAL", "float", 2.0, "fp8", "Seconds between observe dumps.", minimum=0.1, maximum=3600.0),
     # --- platform environment ---
     _k("ROCM_USE_AITER", "bool", True, "rocm", "VLLM_ROCM_USE_AITER: AMD's AITER kernels (master switch)."),
+    _k("ROCM_USE_AITER_MLA", "bool", True, "rocm", "VLLM_ROCM_USE_AITER_MLA: MLA decode on AITER (ROCM_AITER_MLA). "
+       "false: vLLM's Triton MLA, which keeps the decode query in BF16 against an FP8 cache (AITER MLA quantises "
+       "it with q_scale 1.0)."),
     _k("ROCM_QUICK_REDUCE_QUANTIZATION", "enum", "INT4", "rocm", "VLLM_ROCM_QUICK_REDUCE_QUANTIZATION: quantized "
        "all-reduce for TP on MI300X.", choices=("NONE", "FP", "INT8", "INT6", "INT4")),
     _k("CPU_KVCACHE_SPACE_GIB", "int", 1, "cpu", "VLLM_CPU_KVCACHE_SPACE: KV-cache size on the CPU build, in GiB.",

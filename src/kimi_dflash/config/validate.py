@@ -16,8 +16,13 @@ from kimi_dflash.config.schema import DEMO_CHOICES, KEYS, KEYS_BY_NAME, NO_DEMO,
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 FALSE_WORDS = frozenset({"0", "false", "no", "off"})
 FP8_KV = frozenset({"fp8", "fp8_e4m3", "fp8_e5m2"})
-# AITER's fused-MoE launch grid overflows above this many batched tokens with Kimi's 384 experts.
-AITER_MOE_MAX_BATCHED_TOKENS = 32768
+# The largest scheduler budget the recipe ran on MI300X. It reported a crash in fused MoE above it and blamed
+# AITER's MoE grid, but vLLM never ran an AITER MoE kernel for Kimi K2.6's INT4 (WNA16) experts: they run the
+# Triton WNA16 kernel in every release 0.20-0.33 (docs/compatibility.md). So the cap is an untested range, not
+# a known kernel limit: above it is a warning on GPUs.
+RECIPE_MAX_BATCHED_TOKENS = 32768
+# A dynamic FP8 scale needs a bounded warm-up on GPUs; this many KV writes per layer is the suggested default.
+SUGGESTED_KV_SCALE_WARMUP = 2048
 
 
 @dataclass(frozen=True)
@@ -148,12 +153,14 @@ def _problem(sources: Mapping[str, str], values: Mapping[str, object], key: str,
     return Problem(sources.get(key, "default"), key, shown, message, fix, severity)
 
 
-def _rule_aiter_batched_tokens(v: Mapping[str, object], s: Mapping[str, str]) -> list[Problem]:
-    if v["MOE_BACKEND"] == "aiter" and int(v["MAX_NUM_BATCHED_TOKENS"]) > AITER_MOE_MAX_BATCHED_TOKENS:  # type: ignore[call-overload]
+def _rule_batched_tokens_untested(v: Mapping[str, object], s: Mapping[str, str]) -> list[Problem]:
+    if v["DEVICE"] != "cpu" and int(v["MAX_NUM_BATCHED_TOKENS"]) > RECIPE_MAX_BATCHED_TOKENS:  # type: ignore[call-overload]
         return [_problem(s, v, "MAX_NUM_BATCHED_TOKENS",
-                         f"above {AITER_MOE_MAX_BATCHED_TOKENS} with MOE_BACKEND=aiter: the AITER fused-MoE kernel "
-                         "grid overflows with 384 experts",
-                         f"set MAX_NUM_BATCHED_TOKENS={AITER_MOE_MAX_BATCHED_TOKENS} or lower, or MOE_BACKEND=triton")]
+                         f"above {RECIPE_MAX_BATCHED_TOKENS}, the largest budget the recipe ran: it reported a "
+                         "fused-MoE crash above it on MI300X (not reproduced by this project; the INT4 experts run "
+                         "vLLM's Triton WNA16 kernel, not AITER, so the cause is unverified)",
+                         f"keep MAX_NUM_BATCHED_TOKENS={RECIPE_MAX_BATCHED_TOKENS} unless you have validated a larger "
+                         "budget with long prompts", severity="warning")]
     return []
 
 
@@ -227,6 +234,13 @@ def _rule_kv_scales(v: Mapping[str, object], s: Mapping[str, str]) -> list[Probl
     if mode == "observe" and v["KV_OBSERVE_DIR"] is None:
         problems.append(_problem(s, v, "KV_OBSERVE_DIR", "KV_SCALE_MODE=observe needs a directory for the amax dumps",
                                  "set KV_OBSERVE_DIR=/path/to/dir (then run payload/calibrate_kv_scales.py)"))
+    if mode == "dynamic" and v["KV_CACHE_DTYPE"] in FP8_KV and v["DEVICE"] != "cpu" \
+            and int(v["KV_SCALE_WARMUP_STEPS"]) == 0:  # type: ignore[call-overload]
+        problems.append(_problem(s, v, "KV_SCALE_WARMUP_STEPS",
+                                 "0 with KV_SCALE_MODE=dynamic: the scale is never frozen, so every rise of a "
+                                 "layer's running max re-scales the entries every in-flight request already cached",
+                                 f"set KV_SCALE_WARMUP_STEPS={SUGGESTED_KV_SCALE_WARMUP} (bounded warm-up, then "
+                                 "frozen), or KV_SCALE_MODE=calibrated with KV_SCALES_FILE (see docs/fp8-kv.md)"))
     if mode in ("dynamic", "calibrated") and v["KV_CACHE_DTYPE"] not in FP8_KV:
         problems.append(_problem(s, v, "KV_SCALE_MODE", f"has no effect with KV_CACHE_DTYPE={v['KV_CACHE_DTYPE']}",
                                  "set KV_CACHE_DTYPE=fp8, or KV_SCALE_MODE=off", severity="warning"))
@@ -265,7 +279,7 @@ def _rule_exposed_without_key(v: Mapping[str, object], s: Mapping[str, str]) -> 
 
 
 RULES: tuple[Rule, ...] = (
-    _rule_aiter_batched_tokens, _rule_batched_vs_seqs, _rule_device, _rule_models, _rule_fp8_drafter_kv,
+    _rule_batched_tokens_untested, _rule_batched_vs_seqs, _rule_device, _rule_models, _rule_fp8_drafter_kv,
     _rule_kv_scales, _rule_tools, _rule_extra_args, _rule_exposed_without_key,
 )
 

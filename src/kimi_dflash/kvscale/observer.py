@@ -50,6 +50,9 @@ def snapshot(hooks: Mapping[str, LayerHook]) -> dict[str, dict[str, Any]]:
             "writes": int(hook.stats.writes),
             "kv_cache_dtype": hook.kv_cache_dtype,
         }
+        if hook.observing:
+            entry["q_amax"] = float(hook.query.amax)
+            entry["q_calls"] = int(hook.query.calls)
         if hook.k_scale is not None:
             entry["k_scale"] = float(hook.k_scale.reshape(-1)[0])
         layers[name] = entry

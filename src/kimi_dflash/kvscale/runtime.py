@@ -216,8 +216,11 @@ def on_layer_built(layer: Any) -> None:
     if not (dynamic or calibrated is not None or observing or emulate is not None):
         return
     hook = LayerHook(name=name, kv_cache_dtype=kv_dtype, fp8=fp8, dynamic=dynamic, calibrated_scale=calibrated,
-                     emulate=emulate, floor=settings.floor, warmup_writes=settings.warmup_steps)
+                     emulate=emulate, floor=settings.floor, warmup_writes=settings.warmup_steps,
+                     observing=observing)
     layer.impl.do_kv_cache_update = wrap_kv_cache_update(layer.impl.do_kv_cache_update, hook)
+    if observing:
+        _watch_decode_query(layer, hook)
     with state.lock:
         first = not state.hooks
         state.hooks[name] = hook
@@ -233,10 +236,27 @@ def on_layer_built(layer: Any) -> None:
             state.dumper.start()
 
 
+def _watch_decode_query(layer: Any, hook: Any) -> None:
+    """Record the decode query's amax (observe mode): vLLM quantises it with `_q_scale` (1.0 without a
+    checkpoint q scale) when the cache is FP8 and the backend takes an FP8 query (AITER MLA)."""
+    from kimi_dflash.kvscale.write_hook import wrap_decode_query, wrap_query_quant
+
+    forward_mqa = getattr(layer.impl, "forward_mqa", None)
+    if forward_mqa is not None:
+        layer.impl.forward_mqa = wrap_decode_query(forward_mqa, hook)
+    quant = getattr(layer, "_decode_concat_quant_fp8_op", None)
+    if quant is not None:
+        quant.forward = wrap_query_quant(quant.forward, hook)
+    if forward_mqa is None and quant is None:
+        logger.info("kimi-dflash kv scales: %s has neither impl.forward_mqa nor _decode_concat_quant_fp8_op; "
+                    "the decode query's amax is not recorded", hook.name)
+
+
 def _describe(hook: Any) -> str:
     parts = []
     if hook.dynamic:
-        freeze = f"frozen after {hook.warmup_writes} writes" if hook.warmup_writes else "never frozen"
+        freeze = (f"frozen after {hook.warmup_writes} writes (then the hook adds no op)" if hook.warmup_writes
+                  else "never frozen")
         parts.append(f"k_scale follows the running amax / {hook.fp8.max_value:g} ({hook.fp8.name}), floor "
                      f"{hook.floor:g}, {freeze}")
     if hook.calibrated_scale is not None:
@@ -262,6 +282,7 @@ def on_layer_loaded(layer: Any) -> None:
     if k_scale is not None:
         hook.k_scale = k_scale
         hook.stats.to_(k_scale.device)
+        hook.query.to_(k_scale.device)
     if hook.calibrated_scale is not None:
         apply_static_scale(layer, hook.calibrated_scale)
         hook.scale_applied = True

@@ -15,39 +15,49 @@ from __future__ import annotations
 import torch
 
 
+INF = float("inf")
+
+
 def row_amax(x: torch.Tensor, rows: int) -> torch.Tensor:
-    """Per-row max |x| over everything but the first dimension, as float32 (exact: max never rounds)."""
-    return x[:rows].reshape(rows, -1).abs().amax(dim=1).to(torch.float32)
+    """Per-row max |x| over everything but the first dimension, as float32 (exact: max never rounds).
+
+    One fused op (the infinity norm): the hook runs once per MLA layer per step in eager mode, where every
+    extra op is another kernel launch."""
+    return torch.linalg.vector_norm(x[:rows], ord=INF, dim=tuple(range(1, x.dim())), dtype=torch.float32)
 
 
 def batch_latent_amax(
     kv_c_normed: torch.Tensor,
     k_pe: torch.Tensor,
     slot_mapping: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(amax, tokens) of one KV write, both 0-dim tensors on the input's device.
+    *,
+    count_tokens: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(amax, tokens) of one KV write, both 0-dim tensors on the input's device (tokens None when not counted).
 
     Only rows that are really written count: vLLM writes ``slot_mapping.numel()`` rows and marks
-    padding (e.g. CUDA-graph padding) with slot -1. Non-finite values are ignored - they cannot be
-    represented by any scale, and letting one through would poison the running maximum forever.
+    padding (e.g. CUDA-graph padding) with slot -1. Rows holding a non-finite value are ignored - no
+    scale can represent them, and letting one through would poison the running maximum forever.
+    Seven ops (eight counting tokens) whatever the batch size.
     """
     rows = kv_c_normed.shape[0] if slot_mapping is None else min(slot_mapping.numel(), kv_c_normed.shape[0])
     device = kv_c_normed.device
     if rows == 0:
         zero = torch.zeros((), dtype=torch.float32, device=device)
-        return zero, torch.zeros((), dtype=torch.int64, device=device)
+        return zero, torch.zeros((), dtype=torch.int64, device=device) if count_tokens else None
     per_row = torch.maximum(row_amax(kv_c_normed, rows), row_amax(k_pe, rows))
-    per_row = torch.where(torch.isfinite(per_row), per_row, torch.zeros_like(per_row))
+    per_row = torch.nan_to_num(per_row, nan=0.0, posinf=0.0)  # a NaN or inf in a row drops that row
     if slot_mapping is None:
-        return per_row.amax(), torch.full((), rows, dtype=torch.int64, device=device)
+        tokens = torch.full((), rows, dtype=torch.int64, device=device) if count_tokens else None
+        return per_row.amax(), tokens
     valid = slot_mapping.reshape(-1)[:rows] >= 0
-    masked = torch.where(valid, per_row, torch.zeros_like(per_row))
-    return masked.amax(), valid.sum()
+    masked = torch.where(valid, per_row, 0.0)
+    return masked.amax(), valid.sum() if count_tokens else None
 
 
 def scale_from_amax(amax: torch.Tensor, fp8_max: float, floor: float) -> torch.Tensor:
     """k_scale = max(amax / fp8_max, floor): values up to amax land on the FP8 grid unclipped."""
-    return torch.clamp_min(amax.to(torch.float32) / fp8_max, floor)
+    return torch.clamp_min(torch.div(amax, fp8_max), floor)
 
 
 class LatentStats:
@@ -70,11 +80,38 @@ class LatentStats:
         kv_c_normed: torch.Tensor,
         k_pe: torch.Tensor,
         slot_mapping: torch.Tensor | None = None,
+        *,
+        count_tokens: bool = True,
     ) -> None:
-        batch_amax, batch_tokens = batch_latent_amax(kv_c_normed, k_pe, slot_mapping)
+        """Fold one write into the running statistics. `count_tokens=False` skips the token count (only the
+        observe dumps report it) to save an op per layer per step."""
+        batch_amax, batch_tokens = batch_latent_amax(kv_c_normed, k_pe, slot_mapping, count_tokens=count_tokens)
         torch.maximum(self.amax, batch_amax, out=self.amax)
-        self.tokens.add_(batch_tokens)
+        if batch_tokens is not None:
+            self.tokens.add_(batch_tokens)
         self.writes.add_(1)
+
+
+class QueryStats:
+    """Running max |decode query| of one MLA layer: with an FP8 cache, vLLM quantises this query with
+    `_q_scale`, which stays 1.0 for checkpoints without a q scale - observe mode records it so a GPU run can
+    tell whether that clips (amax above the FP8 maximum) or underflows."""
+
+    def __init__(self, device: torch.device | str = "cpu") -> None:
+        self.amax = torch.zeros((), dtype=torch.float32, device=device)
+        self.calls = torch.zeros((), dtype=torch.int64, device=device)
+
+    def to_(self, device: torch.device | str) -> QueryStats:
+        self.amax = self.amax.to(device)
+        self.calls = self.calls.to(device)
+        return self
+
+    def observe_(self, *parts: torch.Tensor) -> None:
+        for part in parts:
+            if part.numel():
+                part_amax = torch.linalg.vector_norm(part, ord=INF, dtype=torch.float32)
+                torch.maximum(self.amax, torch.nan_to_num(part_amax, nan=0.0, posinf=0.0), out=self.amax)
+        self.calls.add_(1)
 
 
 def follow_running_amax_(
@@ -92,7 +129,7 @@ def follow_running_amax_(
     every entry written afterwards shares one scale. The gate is a device-side comparison, so it
     keeps counting correctly when the call is replayed from a captured CUDA graph.
     """
-    target = scale_from_amax(stats.amax, fp8_max, floor).to(k_scale.dtype)
+    target = scale_from_amax(stats.amax, fp8_max, floor)
     if warmup_writes <= 0:
         k_scale.copy_(target.expand_as(k_scale))
         return

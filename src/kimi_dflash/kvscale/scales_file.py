@@ -136,6 +136,8 @@ def merge_observations(dumps: Iterable[Mapping[str, Any]]) -> dict[str, dict[str
             entry = merged.setdefault(name, {"amax": 0.0, "tokens": 0})
             entry["amax"] = max(float(entry["amax"]), float(values["amax"]))
             entry["tokens"] = max(int(entry["tokens"]), int(values["tokens"]))
+            if "q_amax" in values:  # the decode query (observe dumps from this version on)
+                entry["q_amax"] = max(float(entry.get("q_amax", 0.0)), float(values["q_amax"]))
     return merged
 
 
@@ -145,7 +147,7 @@ def scales_document(*, identity: ModelIdentity, vllm_version: str, fp8_format: s
                     floor: float, layers: Mapping[str, Mapping[str, float | int]],
                     source: Mapping[str, Any], created: str) -> dict[str, Any]:
     """The scales JSON: per-layer amax, scale (for ``fp8_format``), tokens, plus provenance."""
-    layer_entries = {}
+    layer_entries: dict[str, dict[str, float | int]] = {}
     for name in sorted(layers, key=_layer_sort_key):
         amax = float(layers[name]["amax"])
         layer_entries[name] = {
@@ -153,6 +155,8 @@ def scales_document(*, identity: ModelIdentity, vllm_version: str, fp8_format: s
             "scale": max(amax / fp8_max, floor),
             "tokens": int(layers[name]["tokens"]),
         }
+        if "q_amax" in layers[name]:
+            layer_entries[name]["q_amax"] = float(layers[name]["q_amax"])
     scales = [entry["scale"] for entry in layer_entries.values()]
     return {
         "format": SCALES_FORMAT,
@@ -168,7 +172,28 @@ def scales_document(*, identity: ModelIdentity, vllm_version: str, fp8_format: s
         "source": dict(source),
         "num_layers": len(layer_entries),
         "scale_range": [min(scales), max(scales)] if scales else None,
+        "decode_query": decode_query_summary(layer_entries),
         "layers": layer_entries,
+    }
+
+
+# The FP8 formats a decode query can be quantised to (E4M3FN on MI325/MI355 and NVIDIA, E4M3FNUZ on gfx942).
+QUERY_FP8_MAX = {"e4m3fn": 448.0, "e4m3fnuz": 240.0}
+
+
+def decode_query_summary(layers: Mapping[str, Mapping[str, float | int]]) -> dict[str, Any] | None:
+    """What the recorded decode-query amax means for an FP8 cache: vLLM quantises the query with q_scale = 1.0
+    (no checkpoint q scale) on backends that take an FP8 query (AITER MLA), so values above the format's
+    maximum saturate. None when the dumps carry no query statistics (observed before this was recorded)."""
+    q_amax = [float(entry["q_amax"]) for entry in layers.values() if "q_amax" in entry]
+    if not q_amax:
+        return None
+    top = max(q_amax)
+    return {
+        "amax_range": [min(q_amax), top],
+        "q_scale_in_vllm": 1.0,
+        "clips_at_q_scale_1": {name: top > fp8_max for name, fp8_max in QUERY_FP8_MAX.items()},
+        "layers_clipping_e4m3fnuz": sum(1 for v in q_amax if v > QUERY_FP8_MAX["e4m3fnuz"]),
     }
 
 

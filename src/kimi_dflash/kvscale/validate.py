@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import re
 import statistics
 import subprocess
@@ -23,6 +22,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from kimi_dflash.bench.errors import UserError
+from kimi_dflash.bench.result import load_result
 from kimi_dflash.kvscale.client import (
     Completion,
     ServerError,
@@ -157,13 +158,13 @@ def run_benchmark(url: str, sessions: int, label: str, output: Path, extra: Sequ
     summary: dict[str, Any] = {"status": "ok" if result.returncode == 0 else f"exit {result.returncode}",
                                "command": command, "output": str(output)}
     try:
-        levels = json.loads(output.read_text(encoding="utf-8")).get("results") or []
-    except (OSError, json.JSONDecodeError):
+        levels = load_result(output).results
+    except UserError:
         levels = []
     if levels:
         level = levels[-1]
-        summary.update({"sessions": level.get("sessions"), "output_tok_s": level.get("output_tok_s"),
-                        "completed": level.get("completed"), "failed": level.get("failed")})
+        summary.update({"sessions": level.sessions, "output_tok_s": level.output_tok_s,
+                        "completed": level.completed, "failed": level.failed})
     else:
         summary["detail"] = (result.stderr.strip().splitlines() or ["no result"])[-1]
     return summary

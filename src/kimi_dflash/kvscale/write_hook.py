@@ -7,9 +7,18 @@ would make the kernel ignore a scale we just computed on the device. So the wrap
 owns the scale. ``k_scale`` is the layer's own ``_k_scale`` tensor, so updating it in place changes
 what the decode kernels read back too.
 
-Hot-path rules (CUDA graphs, no host sync): only in-place tensor ops, branches on configuration
-and shapes only. tests/test_kvscale_write_hook.py runs the wrapper with every host-sync method
-of torch.Tensor made to raise.
+Hot-path rules (CUDA graphs, no host sync): only in-place tensor ops, branches on configuration,
+shapes and host-side counters only. tests/test_kvscale_write_hook.py runs the wrapper with every
+host-sync method of torch.Tensor made to raise.
+
+Cost: production runs eager, so every op is a kernel launch per MLA layer per step. While a dynamic
+scale warms up the wrapper launches 14 (the batch amax in 7, the running max and write counter in 2,
+the scale in 2, its warm-up gate in 2, the copy into k_scale in 1; the version before issue 8 launched
+23-25, and kept launching them after the warm-up). Once the warm-up is over it counts eager writes on
+the host and from then on only fixes up the arguments: no kernel at all, as for calibrated scales
+(tests/test_kvscale_hook_ops.py counts them). Writes replayed from a captured CUDA graph do not run
+Python; the device-side gate in follow_running_amax_ keeps those correct, and capture runs are not
+counted.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ import torch
 from kimi_dflash.kvscale.fp8 import Fp8Format
 from kimi_dflash.kvscale.scale_math import (
     LatentStats,
+    QueryStats,
     follow_running_amax_,
     quantize_dequantize,
 )
@@ -46,13 +56,30 @@ class LayerHook:
     emulate: Fp8Format | None = None  # BF16 cache: round-trip values through this FP8 format before storing
     floor: float = 1e-4
     warmup_writes: int = 0
+    observing: bool = False  # observe dumps read tokens and the decode query's amax
     stats: LatentStats = field(default_factory=LatentStats)
+    query: QueryStats = field(default_factory=QueryStats)
     k_scale: torch.Tensor | None = None  # the layer's _k_scale, known after weight loading
     scale_applied: bool = False
+    eager_writes: int = 0  # real writes counted on the host (not in CUDA-graph capture)
+    frozen: bool = False  # the dynamic warm-up is over: the wrapper stops computing anything
 
     @property
     def owns_scale(self) -> bool:
         return self.dynamic or self.calibrated_scale is not None
+
+    @property
+    def needs_statistics(self) -> bool:
+        """A dynamic scale until it is frozen, or observe dumps; a calibrated or emulating hook computes none."""
+        return (self.dynamic and not self.frozen) or self.observing
+
+    def count_write(self, tensor: torch.Tensor) -> None:
+        """Advance the host-side write count; freeze once a dynamic warm-up is over (nothing left to observe)."""
+        if tensor.is_cuda and torch.cuda.is_current_stream_capturing():
+            return  # capture runs are not traffic; the device-side gate judges replays
+        self.eager_writes += 1
+        if (self.dynamic and 0 < self.warmup_writes <= self.eager_writes and not self.observing):
+            self.frozen = True
 
 
 def _get(args: tuple, kwargs: dict, index: int) -> Any:
@@ -88,13 +115,14 @@ def wrap_kv_cache_update(original: Callable[..., Any], hook: LayerHook) -> Calla
             raise RuntimeError(
                 f"kimi-dflash: calibrated KV scale for {hook.name} was never applied (vLLM did not call "
                 "MLAAttention.process_weights_after_loading); refusing to write FP8 KV with scale 1.0")
-        if hook.stats.amax.device != kv_c_normed.device:  # one-time move if loading put it elsewhere
-            hook.stats.to_(kv_c_normed.device)
-
-        hook.stats.observe_(kv_c_normed, k_pe, slot_mapping)
-        if hook.dynamic and hook.fp8 is not None:
-            follow_running_amax_(k_scale, hook.stats, fp8_max=hook.fp8.max_value, floor=hook.floor,
-                                 warmup_writes=hook.warmup_writes)
+        if hook.needs_statistics:
+            if hook.stats.amax.device != kv_c_normed.device:  # one-time move if loading put it elsewhere
+                hook.stats.to_(kv_c_normed.device)
+            hook.stats.observe_(kv_c_normed, k_pe, slot_mapping, count_tokens=hook.observing)
+            if hook.dynamic and hook.fp8 is not None:
+                follow_running_amax_(k_scale, hook.stats, fp8_max=hook.fp8.max_value, floor=hook.floor,
+                                     warmup_writes=hook.warmup_writes)
+            hook.count_write(kv_c_normed)
 
         if not (hook.owns_scale or hook.emulate is not None):
             return original(*args, **kwargs)
@@ -109,6 +137,41 @@ def wrap_kv_cache_update(original: Callable[..., Any], hook: LayerHook) -> Calla
 
     setattr(do_kv_cache_update, WRAPPED_MARKER, hook)
     return do_kv_cache_update
+
+
+def wrap_decode_query(original: Callable[..., Any], hook: LayerHook) -> Callable[..., Any]:
+    """Wrap an MLA impl's `forward_mqa(q, kv_cache, attn_metadata, layer)` (the decode path) to record the amax
+    of the decode query it receives: `(ql_nope, q_pe)` or their concatenation. A query vLLM already quantised to
+    FP8 (AITER MLA on an FP8 cache) is skipped here; wrap_query_quant sees it before quantisation."""
+
+    @functools.wraps(original)
+    def forward_mqa(q: Any, *args: Any, **kwargs: Any) -> Any:
+        parts = q if isinstance(q, (tuple, list)) else (q,)
+        floats = [p for p in parts if isinstance(p, torch.Tensor) and p.dtype.is_floating_point
+                  and p.element_size() > 1]
+        if floats and len(floats) == len(parts):
+            _observe_query(hook, floats)
+        return original(q, *args, **kwargs)
+
+    return forward_mqa
+
+
+def wrap_query_quant(original: Callable[..., Any], hook: LayerHook) -> Callable[..., Any]:
+    """Wrap MLAAttention's `_decode_concat_quant_fp8_op.forward(ql_nope, q_pe, scale)` (FP8 cache + a backend
+    that takes an FP8 query): record the query's amax before vLLM quantises it with `_q_scale`."""
+
+    @functools.wraps(original)
+    def forward(ql_nope: torch.Tensor, q_pe: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        _observe_query(hook, [ql_nope, q_pe])
+        return original(ql_nope, q_pe, *args, **kwargs)
+
+    return forward
+
+
+def _observe_query(hook: LayerHook, parts: list[torch.Tensor]) -> None:
+    if hook.query.amax.device != parts[0].device:
+        hook.query.to_(parts[0].device)
+    hook.query.observe_(*parts)
 
 
 def apply_static_scale(layer: Any, scale: float) -> None:

@@ -22,8 +22,9 @@ EXIT_CONFIG = 2
 DESCRIPTION = """\
 Launch vLLM's OpenAI-compatible server for Kimi K2.6 + DFlash from an env-file config.
 
-Steps: validate the config -> preflight checks -> vLLM patches (check, and apply on ROCm when pending)
--> start vLLM. Config values can be overridden for one run from the environment, e.g.
+Steps: validate the config -> preflight checks (including: will this vLLM start this plan, and will the
+project's vLLM plugin load) -> vLLM patches (report; on ROCm write the file patches this plan needs) -> start
+vLLM. Config values can be overridden for one run from the environment, e.g.
   PORT=9000 ./serve.sh configs/demo-cpu.env
 """
 
@@ -31,9 +32,12 @@ EPILOG = """\
 examples:
   ./serve.sh configs/production.env --dry-run     print the exact vllm command and environment
   ./serve.sh configs/production.env --preflight   check the machine only
+  ./serve.sh configs/production.env --check-vllm /path/to/site-packages/vllm
+                                                  will that vLLM start this plan? (reads its source only)
   ./serve.sh configs/demo-cpu.env --wait          start the CPU demo in the background, return when ready
   ./serve.sh configs/demo-cpu.env --stop          stop a server started with --wait
-exit codes: 0 ok, 1 preflight/patch/start failure, 2 invalid config; otherwise vLLM's own exit code.
+exit codes: 0 ok, 1 preflight/patch/start failure, 2 invalid config (--check-vllm: 2 = that vLLM would not
+start this plan); otherwise vLLM's own exit code.
 """
 
 
@@ -47,6 +51,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                       help="print the launch plan (shell-quoted, secrets redacted) and exit without touching anything")
     mode.add_argument("--preflight", action="store_true", help="run only the preflight checks")
     mode.add_argument("--stop", action="store_true", help="stop the server a previous --wait started")
+    mode.add_argument("--check-vllm", type=Path, metavar="DIR",
+                      help="judge the plan against the vLLM at DIR (its `vllm` package directory, a directory holding "
+                           "it such as an unpacked wheel, or a .whl) from its source, without starting anything: "
+                           "every option, speculative-config key and VLLM_* variable, the MoE backend against the "
+                           "checkpoint's quantisation, the KV dtype against the platform's MLA backends, and the "
+                           "patches / plugin the plan relies on. Exit 0: it starts; 2: it would not (each reason "
+                           "with its fix). Uses MODEL_DIR/config.json, or the facts shipped for MODEL_REPO when "
+                           "the checkpoint is not downloaded")
     parser.add_argument("--wait", action="store_true",
                         help="start vLLM in the background and return once /health and a one-token completion "
                              "succeed (exit 1 with the log tail if it dies or READY_TIMEOUT_S passes)")
@@ -110,6 +122,9 @@ def main(argv: list[str] | None = None) -> int:
         say(f"serve: {stop_detached(pid_path)}")
         return 0
 
+    if args.check_vllm is not None:
+        return check_vllm(config, args.check_vllm)
+
     config = resolve_demo_models(config, create=not args.dry_run)
     path_problems = check_paths(config)
     if args.preflight:  # preflight checks the checkpoint directories itself, in more depth
@@ -134,9 +149,26 @@ def main(argv: list[str] | None = None) -> int:
         if not ok:
             say("serve: preflight failed; fix the lines marked FAIL (or pass --skip-preflight).")
             return 1
-    if not hooks.patches(config, say=say):
+    if not hooks.patches(config, plan, say=say):
         return 1
     return start(config, plan, args, pid_path)
+
+
+def check_vllm(config: Config, vllm_dir: Path) -> int:
+    """`--check-vllm DIR`: the compatibility report for this plan and that vLLM; exit 0 starts, 2 would not."""
+    from kimi_dflash.preflight.compat import check_compat
+    from kimi_dflash.preflight.vllm_source import VllmSource, VllmSourceError
+
+    try:
+        source = VllmSource.open(vllm_dir)
+    except VllmSourceError as error:
+        say(f"serve: --check-vllm: {error}")
+        return EXIT_CONFIG
+    config = resolve_demo_models(config, create=False)
+    plan = build_plan(config, python_executable=sys.executable, cache_dir=str(cache_root()))
+    report = check_compat(hooks.deployment(config, plan), source)
+    print(report.render())
+    return report.exit_code
 
 
 def start(config: Config, plan: LaunchPlan, args: argparse.Namespace, pid_path: Path) -> int:

@@ -1,21 +1,42 @@
-"""Adapters from the launcher to the preflight checks and the patcher (each owned by its own package)."""
+"""Adapters from the launcher to the preflight checks, the compatibility check and the patcher (each owned by
+its own package)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from kimi_dflash.config.loader import display_path
 from kimi_dflash.config.validate import Config
-from kimi_dflash.plan import LaunchPlan
+from kimi_dflash.plan import OPTION_KEYS, LaunchPlan
+
+if TYPE_CHECKING:
+    from kimi_dflash.preflight.deployment import Deployment
 
 # The architectures the recipe was built and measured on.
 EXPECTED_ARCH = {"rocm": "gfx942", "cuda": "sm_90"}
 
 
+def deployment(config: Config, plan: LaunchPlan, inherited_env: Mapping[str, str] | None = None) -> Deployment:
+    """The plan as the compatibility rules see it. `inherited_env`: the environment vLLM will also inherit
+    (preflight passes os.environ; --check-vllm judges the plan alone)."""
+    from kimi_dflash.preflight.deployment import deployment_from_command
+
+    demo = config.demo_models is not None  # fabricated models: never the shipped Kimi facts
+    model_dir, draft_dir = config["MODEL_DIR"], config["DRAFT_MODEL_DIR"]
+    return deployment_from_command(
+        str(config["DEVICE"]), plan.argv, {**(inherited_env or {}), **plan.env},
+        model_dir=None if model_dir is None else Path(str(model_dir)),
+        model_repo=None if demo else config.get_str("MODEL_REPO"),
+        drafter_dir=None if draft_dir is None else Path(str(draft_dir)),
+        drafter_repo=None if demo else config.get_str("DRAFT_MODEL_REPO"),
+        label=display_path(config.path), extra_args=config.get_str("EXTRA_VLLM_ARGS"), option_keys=OPTION_KEYS)
+
+
 def preflight(config: Config, plan: LaunchPlan, fix_numa: bool, say: Callable[[str], None]) -> bool:
-    from kimi_dflash.preflight import (
-        PreflightRequest, exit_code, features_from_command, interpreter_for_command, render, run_preflight,
-    )
+    from kimi_dflash.preflight import PreflightRequest, exit_code, interpreter_for_command, render, run_preflight
 
     device = str(config["DEVICE"])
     model_dir = config["MODEL_DIR"]
@@ -30,7 +51,7 @@ def preflight(config: Config, plan: LaunchPlan, fix_numa: bool, say: Callable[[s
         draft_repo_hint=str(config["DRAFT_MODEL_REPO"]),
         host=plan.host,
         port=plan.port,
-        required_features=features_from_command(plan.argv, plan.env),
+        deployment=deployment(config, plan, os.environ),
         python=interpreter_for_command(plan.argv),
         fix_numa=fix_numa,
     )
@@ -53,22 +74,33 @@ def _kv_scales_ok(config: Config, plan: LaunchPlan, say: Callable[[str], None]) 
     return all(finding.level != "fail" for finding in findings)
 
 
-def patches(config: Config, say: Callable[[str], None]) -> bool:
-    """Report the patch status of the vLLM that will run; on ROCm apply pending file patches first.
+def patches(config: Config, plan: LaunchPlan, say: Callable[[str], None], vllm_root: Path | None = None) -> bool:
+    """Report the patch status of the vLLM that will run; on ROCm write the file patches this plan needs.
 
-    Off ROCm the patches do not apply (they fix ROCm attention paths), so problems there only warn.
+    A pending patch is written into the vLLM tree only when its needed_when holds for this plan and the plugin
+    cannot deliver it at runtime (triton-noncausal is file-only). Patches the plan does not need are left
+    alone, so a read-only tree with nothing needed is fine. Off ROCm the patches are only reported.
     """
-    from kimi_dflash.patcher.engine import apply_pending, status_table
+    from kimi_dflash.patcher.engine import EXIT_UNRECOGNISED, apply_pending, file_patches_needed, status_table
     from kimi_dflash.patcher.model import PatcherError
 
     on_rocm = config["DEVICE"] == "rocm"
     try:
-        table = status_table()
-        if on_rocm and table.exit_code == 1:
-            say("patches: applying pending vLLM patches")
-            table = apply_pending().after
+        table = status_table(vllm_root)
+        say(table.to_text())
+        if not on_rocm:
+            return True
+        if table.exit_code == EXIT_UNRECOGNISED:
+            say("patches: this vLLM tree is not one the patcher recognises; refusing to start on ROCm")
+            return False
+        needed = file_patches_needed(table, deployment(config, plan, os.environ))
+        if needed:
+            say(f"patches: writing the file patch(es) this plan needs: {', '.join(needed)}")
+            say(apply_pending(table.root, only=needed).after.to_text())
+        elif table.exit_code == 1:
+            say("patches: nothing to write for this plan (pending patches are not needed, or the plugin "
+                "installs them at runtime)")
     except PatcherError as exc:
         say(f"patches: {exc}")
         return not on_rocm
-    say(table.to_text())
-    return table.exit_code == 0 or not on_rocm
+    return True

@@ -98,7 +98,7 @@ def _list(args: argparse.Namespace) -> int:
                 "upstream_pr": p.upstream_pr,
                 "upstream_since": p.upstream_since,
                 "delivery": p.delivery,
-                "needed_when": p.needed_when,
+                "needed_when": str(p.needed_when),
                 "files": ["vllm/" + f for f in p.files],
                 "retired_when": [
                     f"{pr.description} (vllm/{pr.path})" for pr in p.retired_when

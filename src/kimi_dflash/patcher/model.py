@@ -8,6 +8,10 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kimi_dflash.patcher.needs import Need
 
 
 class Status(str, enum.Enum):
@@ -81,7 +85,8 @@ class Patch:
     runtime_hooks: tuple[
         Probe, ...
     ] = ()  # what the runtime patch needs to find in the source
-    needed_when: str = "always, on the versions where it is pending"
+    # When a plan takes the code path this patch fixes (a predicate over the deployment and the vLLM source).
+    needed_when: Need | None = None
     no_edit_reason: str = ""  # why `edits` is empty, shown for an unrecognised tree
 
     @property
@@ -118,7 +123,7 @@ class PatchState:
             "upstream_pr": self.patch.upstream_pr,
             "upstream_since": self.patch.upstream_since,
             "delivery": self.patch.delivery,
-            "needed_when": self.patch.needed_when,
+            "needed_when": str(self.patch.needed_when or "always, where pending"),
             "files": ["vllm/" + path for path in self.patch.files],
             "problems": list(self.problems),
         }

@@ -11,7 +11,9 @@ if this package is removed. Every inserted block carries a `kimi-dflash(<patch i
 
 from __future__ import annotations
 
+from kimi_dflash.patcher import needs
 from kimi_dflash.patcher.model import Edit, Patch, Probe
+from kimi_dflash.patcher.needs import Need
 
 SELECTOR = "v1/attention/selector.py"
 ATTENTION_CONFIG = "config/attention.py"
@@ -38,6 +40,7 @@ AITER_FA_NONCAUSAL = Patch(
         ),
     ),
     edits=(),
+    needed_when=Need("the DFlash drafter runs on ROCM_AITER_FA", needs.drafter_on("ROCM_AITER_FA")),
     no_edit_reason=(
         "no source patch is carried for builds older than vLLM 0.20.0: PyPI's 0.19.x wheels have "
         "no DFlash proposer at all, and the 0.19.2 nightlies the recipe started from cannot be "
@@ -103,7 +106,8 @@ TARGET_MLA_CAUSAL = Patch(
             "get_attn_backend() hands its AttentionSelectorConfig to _cached_get_attn_backend()",
         ),
     ),
-    needed_when="an MLA target (Kimi K2.x, DeepSeek-V3) with --speculative-config method=dflash",
+    needed_when=Need("the target is MLA (Kimi K2.x, DeepSeek-V3) and the speculative method is dflash",
+                     needs.mla_target_with_dflash),
 )
 
 DFLASH_ASSERT_GATE = Patch(
@@ -175,7 +179,8 @@ DFLASH_ASSERT_GATE = Patch(
             "DFlashProposer.build_per_group_and_layer_attn_metadata()",
         ),
     ),
-    needed_when="the drafter's backend builds metadata without a `causal` field",
+    needed_when=Need("the DFlash drafter's backend builds metadata without a `causal` field (TRITON_ATTN before "
+                     "0.24; ROCm's default ROCM_ATTN has one)", needs.drafter_metadata_without_causal),
 )
 
 TRITON_NONCAUSAL = Patch(
@@ -335,7 +340,8 @@ TRITON_NONCAUSAL = Patch(
             ),
         ),
     ),
-    needed_when="the DFlash drafter runs on TRITON_ATTN",
+    needed_when=Need("the DFlash drafter runs on TRITON_ATTN (only when configured: "
+                     "DRAFT_ATTENTION_BACKEND=TRITON_ATTN; ROCm gives it ROCM_ATTN)", needs.drafter_on("TRITON_ATTN")),
 )
 
 MLA_SWA_ASSERT = Patch(
@@ -382,7 +388,8 @@ MLA_SWA_ASSERT = Patch(
             "Attention.get_kv_cache_spec(self, vllm_config)",
         ),
     ),
-    needed_when="an MLA target with a drafter that has sliding-window layers",
+    needed_when=Need("the target is MLA and the DFlash drafter has sliding-window layers",
+                     needs.mla_target_with_sliding_window_drafter),
 )
 
 PATCHES: tuple[Patch, ...] = (

@@ -1,9 +1,13 @@
 """Fetch vLLM wheels from the package index once, and read their sources in place.
 
-vLLM's code stays out of this repository: tests and tools download the wheel they need with pip
-(`pip download --no-deps`), keep it under cache_root()/wheels, and extract only the files they
-read into cache_root()/vllm-src/<version>/vllm/. Both steps are skipped when already cached.
+vLLM's code stays out of this repository: tests and tools read the wheel they need from the package index and
+keep it under cache_root()/wheels. By default only its Python sources are fetched, with HTTP range requests, into
+a sparse copy of the wheel (cache_root()/wheels/sparse/, ~6-14 MB per release instead of 240-340 MB; see
+remote_wheel.py); a full wheel downloaded with `pip download --no-deps` is used when already cached, and is the
+fallback when the index does not answer range requests. `vllm_sources` extracts only the files a caller reads
+into cache_root()/vllm-src/<version>/vllm/. Every step is skipped when already cached.
 
+    wheel = source_wheel("0.33.0")                                  # a zip VllmSource.from_wheel can read
     root = vllm_sources("0.20.0", ["v1/attention/selector.py"])   # -> .../vllm-src/0.20.0/vllm
 """
 
@@ -18,6 +22,7 @@ import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from kimi_dflash.patcher import remote_wheel
 from kimi_dflash.paths import cache_root
 
 # Always extracted: they make the directory recognisable as a vllm package and carry the version.
@@ -73,6 +78,33 @@ def download_wheel(version: str, cache: Path | None = None, dist: str = "vllm") 
     return target
 
 
+def released_wheels(since: str = "0.20.0") -> dict[str, remote_wheel.WheelLink]:
+    """Every final vLLM release from `since` to the newest on the index -> its manylinux x86_64 wheel."""
+    links = remote_wheel.linux_wheels(remote_wheel.project_files("vllm"))
+    floor = remote_wheel.release_key(since)
+    return {v: link for v, link in links.items() if remote_wheel.release_key(v) >= floor}
+
+
+def source_wheel(version: str, cache: Path | None = None,
+                 links: dict[str, remote_wheel.WheelLink] | None = None) -> Path:
+    """A wheel file holding vllm==version's Python sources: the full wheel if cached, else a sparse copy with
+    only the sources, fetched by range requests (falls back to the full download if the index refuses ranges)."""
+    full = find_cached_wheel(version, cache)
+    if full is not None:
+        return full
+    sparse_dir = (cache or cache_root()) / "wheels" / "sparse"
+    cached = sorted(sparse_dir.glob(f"vllm-{version}-*.whl"))
+    if cached and cached[-1].with_name(cached[-1].name + ".sparse.json").is_file():
+        return cached[-1]
+    try:
+        link = (links or released_wheels(version)).get(version)
+        if link is None:
+            raise WheelError(f"vllm {version} has no manylinux x86_64 wheel on {remote_wheel.index_url()}")
+        return remote_wheel.sparse_wheel(link, sparse_dir)
+    except remote_wheel.RangeNotSupported:
+        return download_wheel(version, cache)
+
+
 def vllm_sources(
     version: str,
     members: Iterable[str],
@@ -87,7 +119,7 @@ def vllm_sources(
     missing = [m for m in wanted if not (root / m).is_file()]
     if not missing:
         return root
-    wheel = download_wheel(version, cache, dist)
+    wheel = source_wheel(version, cache) if dist == "vllm" else download_wheel(version, cache, dist)
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         absent = [

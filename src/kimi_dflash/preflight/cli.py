@@ -4,9 +4,11 @@ same request from a config)."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
+from kimi_dflash.preflight.deployment import deployment_from_command
 from kimi_dflash.preflight.plan_features import features_from_command
 from kimi_dflash.preflight.render import render
 from kimi_dflash.preflight.request import DEVICES, GIB, PreflightRequest, default_min_shm_bytes
@@ -17,7 +19,10 @@ from kimi_dflash.preflight.vllm_features import GRAMMAR
 
 EPILOG = f"""\
 checks, in order:
-  vllm              imports in the Python that runs vLLM; build, version; each feature read from its source
+  vllm              imports in the Python that runs vLLM; build, version; each feature read from its source;
+                    with a trailing command line, the compatibility rules (options, speculative-config keys,
+                    VLLM_* variables, MoE backend vs the checkpoint's quantisation, KV dtype vs the MLA
+                    backends, patches) and whether the kimi_dflash vLLM plugin loads when the plan needs it
   accelerators      count (amd-smi, rocm-smi, nvidia-smi, else torch) against --tensor-parallel-size,
                     architecture against --arch, and that torch in this Python sees them
   numa balancing    /proc/sys/kernel/numa_balancing must be 0 on GPUs (--fix-numa sets it, as root)
@@ -70,6 +75,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--tensor-parallel-size must be at least 1")
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     features = tuple(dict.fromkeys([*args.feature, *(features_from_command(command) if command else ())]))
+    deployment = None
+    if command:
+        deployment = deployment_from_command(
+            args.device, command, os.environ, model_dir=args.model_dir, model_repo=args.model_repo,
+            drafter_dir=args.draft_model_dir, drafter_repo=args.draft_repo, label="the command line")
     try:
         request = PreflightRequest(
             device=args.device, tensor_parallel_size=args.tensor_parallel_size, expected_arch=args.arch,
@@ -77,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
             draft_model_dir=args.draft_model_dir, draft_repo_hint=args.draft_repo,
             host=args.host, port=args.port, required_features=features, fix_numa=args.fix_numa,
             min_shm_bytes=None if args.min_shm_gib is None else int(args.min_shm_gib * GIB),
-            python=interpreter_for_command(command) if command else None)
+            python=interpreter_for_command(command) if command else None, deployment=deployment)
     except ValueError as error:
         parser.error(str(error))
     results = run_preflight(request)

@@ -96,10 +96,10 @@ def usable_cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def _default_runtime(features: tuple[str, ...], python: str) -> RuntimeReport:
+def _default_runtime(features: tuple[str, ...], python: str, env: Mapping[str, str] | None = None) -> RuntimeReport:
     from kimi_dflash.preflight.runtime_probe import probe_runtime
 
-    return probe_runtime(features, python=python)
+    return probe_runtime(features, python=python, env=env)
 
 
 @dataclass(frozen=True)
@@ -111,8 +111,8 @@ class HostProbe:
     - is_root: whether we may write /proc/sys (for --fix-numa).
     - bind: port-binding test.
     - space: filesystem size of a path (for /dev/shm).
-    - runtime: given the plan's feature names and the Python that will run vLLM, imports vLLM and torch in
-      a child process of that Python and reads vLLM's source.
+    - runtime: given the plan's feature names, the Python that will run vLLM and the environment vLLM will get,
+      imports vLLM and torch in a child process of that Python, lists its vLLM plugins and reads vLLM's source.
     - cpu_count, env: usable cores and the environment (for *_VISIBLE_DEVICES).
     """
 
@@ -121,7 +121,7 @@ class HostProbe:
     is_root: Callable[[], bool] = effective_uid_is_root
     bind: PortBinder = bind_error
     space: Callable[[Path], DiskSpace | None] = disk_space
-    runtime: Callable[[tuple[str, ...], str], RuntimeReport] = _default_runtime
+    runtime: Callable[[tuple[str, ...], str, Mapping[str, str] | None], RuntimeReport] = _default_runtime
     cpu_count: Callable[[], int] = usable_cpu_count
     env: Mapping[str, str] = field(default_factory=lambda: os.environ)
 

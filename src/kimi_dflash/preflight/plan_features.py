@@ -2,13 +2,15 @@
 --speculative-config, the values that must be members of a vLLM Literal/enum, and the VLLM_* variables it sets.
 
 Deriving them from the exact argv and environment the launcher will run keeps preflight in step with the plan:
-a new flag in the plan is probed without anyone remembering to list it.
+a new flag in the plan (or one smuggled in through EXTRA_VLLM_ARGS) is probed without anyone remembering to list
+it.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 # Options whose value must be one vLLM knows: option -> feature kind.
 VALUE_KINDS = {
@@ -28,17 +30,37 @@ SPECULATIVE_OPTION = "--speculative-config"
 _NOT_A_CHOICE = {"auto", ""}
 
 
-def features_from_command(argv: Sequence[str], env: Mapping[str, str] | None = None) -> tuple[str, ...]:
-    """Feature names (see vllm_features) for a vLLM command line and the environment set for it.
+@dataclass(frozen=True)
+class ServeCommand:
+    """A `vllm serve` command line read the way vLLM's argument parser reads it.
 
-    `argv` may start with the program ("vllm serve MODEL ..." or "python -m ... serve MODEL ..."): everything up
-    to "serve" is skipped. Options may be written "--opt value", "--opt=value", with underscores
-    ("--max_model_len"), or dotted ("--speculative-config.kv_cache_dtype bfloat16"), as vLLM's parser accepts.
+    `options` maps each long option (normalised: dashes, no "=value") to its value, None for a bare flag; when an
+    option repeats, the last one wins, as in argparse. `speculative` is the merged --speculative-config object
+    (JSON and dotted `--speculative-config.key value` forms).
     """
+
+    model: str | None
+    options: Mapping[str, str | None]
+    speculative: Mapping[str, object] | None
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def value(self, option: str) -> str | None:
+        return self.options.get(option)
+
+    def flag(self, option: str) -> bool:
+        return option in self.options
+
+
+def parse_serve_command(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ServeCommand:
+    """Parse a vLLM command line. `argv` may start with the program ("vllm serve MODEL ..." or
+    "python -m ... serve MODEL ..."): everything up to "serve" is skipped. Options may be written "--opt value",
+    "--opt=value", with underscores ("--max_model_len"), or dotted ("--speculative-config.kv_cache_dtype auto")."""
     args = list(argv)
     if "serve" in args:
         args = args[args.index("serve") + 1:]
-    features: list[str] = []
+    model = args[0] if args and not args[0].startswith("--") else None
+    options: dict[str, str | None] = {}
+    speculative: dict[str, object] | None = None
     for index, token in enumerate(args):
         if not token.startswith("--") or token == "--":
             continue
@@ -46,14 +68,30 @@ def features_from_command(argv: Sequence[str], env: Mapping[str, str] | None = N
         value = inline if has_inline else _next_value(args, index)
         option, dot, key = name.partition(".")
         option = "--" + option[2:].replace("_", "-")
+        if option == SPECULATIVE_OPTION:
+            speculative = dict(speculative or {})
+            if dot:
+                speculative[key.replace("-", "_")] = value
+            elif value is not None:
+                speculative.update(_json_object(value))
+        options[option] = value  # a repeated option keeps its first position and takes the last value
+    return ServeCommand(model, options, speculative, dict(env or {}))
+
+
+def features_from_command(argv: Sequence[str], env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """Feature names (see vllm_features) for a vLLM command line and the environment set for it."""
+    return features_of(parse_serve_command(argv, env))
+
+
+def features_of(command: ServeCommand) -> tuple[str, ...]:
+    features: list[str] = []
+    for option, value in command.options.items():
         features.append(f"cli:{option}")
-        if dot and option == SPECULATIVE_OPTION:
-            features.extend(_speculative_features({key.replace("-", "_"): value}))
-        elif option == SPECULATIVE_OPTION and value is not None:
-            features.extend(_speculative_features(_json_object(value)))
-        elif option in VALUE_KINDS and value is not None and value not in _NOT_A_CHOICE:
+        if option in VALUE_KINDS and value is not None and value not in _NOT_A_CHOICE:
             features.append(f"{VALUE_KINDS[option]}:{value}")
-    features.extend(f"env:{name}" for name in sorted(env or {}) if name.startswith("VLLM_"))
+        if option == SPECULATIVE_OPTION and command.speculative is not None:
+            features.extend(_speculative_features(command.speculative))
+    features.extend(f"env:{name}" for name in sorted(command.env) if name.startswith("VLLM_"))
     return tuple(dict.fromkeys(features))
 
 

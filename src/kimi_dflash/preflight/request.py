@@ -8,7 +8,12 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Literal, get_args
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from kimi_dflash.preflight.deployment import Deployment
 
 Device = Literal["rocm", "cuda", "cpu"]
 DEVICES: tuple[Device, ...] = get_args(Device)
@@ -48,6 +53,9 @@ class PreflightRequest:
     - fix_numa: set kernel.numa_balancing=0 when it is on and we are root.
     - min_shm_bytes: /dev/shm size below which the check warns (cpu) or fails (GPU); None = device default.
     - python: the interpreter that will run vLLM (see runtime_probe.interpreter_for_command); None = this one.
+    - deployment: the planned command line, environment and checkpoint facts; when given, the vLLM found is
+      judged by the compatibility rules (preflight.compat) and the project's plugin must load if the plan
+      relies on it. None: only `required_features` are probed.
     """
 
     device: Device
@@ -65,6 +73,7 @@ class PreflightRequest:
     fix_numa: bool = False
     min_shm_bytes: int | None = None
     python: str | None = None
+    deployment: Deployment | None = None
 
     def __post_init__(self) -> None:
         # Programming errors in the adapter, not user input: the config was validated before this point.
@@ -86,6 +95,11 @@ class PreflightRequest:
     @property
     def platform_name(self) -> str:
         return PLATFORM_NAMES[self.device]
+
+    @property
+    def vllm_env(self) -> Mapping[str, str] | None:
+        """The environment vLLM will run with (inherited + the plan's), when known."""
+        return None if self.deployment is None else self.deployment.env
 
     @property
     def interpreter(self) -> str:

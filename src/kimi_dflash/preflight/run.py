@@ -54,7 +54,7 @@ def run_preflight(request: PreflightRequest, probe: HostProbe | None = None) -> 
 
 def _runtime(request: PreflightRequest, probe: HostProbe) -> tuple[RuntimeReport | None, Check]:
     try:
-        report = probe.runtime(request.required_features, request.interpreter)
+        report = probe.runtime(request.required_features, request.interpreter, request.vllm_env)
     except Exception as error:  # noqa: BLE001 - reported as the vllm line; the other checks still run
         crash = _crashed("vllm", error)
         return None, lambda: crash

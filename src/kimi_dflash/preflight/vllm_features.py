@@ -25,13 +25,15 @@ from kimi_dflash.preflight.vllm_source import VllmSource
 
 FeatureState = Literal["present", "absent", "unknown"]
 
-# Where each feature appeared upstream, for the fix line of a missing feature. Only facts checked against
-# released wheels (absent in the earlier one, present in the later one) and the PR that added them.
+# The first vLLM release with each feature, for the fix line of a missing feature. Each entry is checked
+# against the released wheels by a slow test (absent in the release before, present in this one).
 INTRODUCED_IN: dict[str, str] = {
-    "speculative_method:dflash": "vLLM 0.20.0 (PR #36847)",
-    "speculative_config.attention_backend": "vLLM 0.21.0 (PR #39930: the drafter picks its own attention backend)",
-    "speculative_config.kv_cache_dtype": "PR #48787 (absent in vLLM 0.21.0, present in 0.32.0)",
+    "speculative_method:dflash": "0.20.0 (PR #36847)",
+    "speculative_config.attention_backend": "0.21.0 (PR #39930: the drafter picks its own attention backend)",
+    "speculative_config.kv_cache_dtype": "0.26.0 (the drafter's KV dtype separate from the target's)",
 }
+# The release before each of those, for that test (the ordering of PyPI releases, not a version comparison).
+RELEASE_BEFORE: dict[str, str] = {"0.20.0": "0.19.1", "0.21.0": "0.20.2", "0.26.0": "0.25.1"}
 
 GRAMMAR = (
     "speculative_method:<method>, speculative_config.<field>, cli:--<flag>, env:<VARIABLE>, "

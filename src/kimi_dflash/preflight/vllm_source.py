@@ -9,6 +9,7 @@ importing vllm.config took 10-22 s on this project's 2-core machine, and buildin
 from __future__ import annotations
 
 import ast
+import re
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,8 +17,13 @@ from pathlib import Path
 # Turns a file handle (a Path, or a member name inside the wheel) into the file's text.
 Reader = Callable[[object], str]
 
+_VERSION_RE = re.compile(r"""__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""")
 # How deep Literal aliases may nest (Literal[A, B] where A = Literal[...], possibly imported).
 _MAX_ALIAS_DEPTH = 8
+
+
+class VllmSourceError(ValueError):
+    """The path given is not a vLLM source tree we can read."""
 
 
 class VllmSource:
@@ -47,6 +53,20 @@ class VllmSource:
             name: name for name in archive.namelist() if name.startswith("vllm/") and name.endswith(".py")
         }
         return cls(str(wheel), files, lambda handle: archive.read(str(handle)).decode("utf-8", errors="replace"))
+
+    @classmethod
+    def open(cls, path: Path | str) -> VllmSource:
+        """A vLLM given the way people name one: the `vllm` package directory, a directory holding it (an
+        unpacked wheel, a site-packages), or a .whl file. VllmSourceError names what was expected."""
+        path = Path(path).expanduser()
+        if path.is_file() and path.suffix == ".whl":
+            return cls.from_wheel(path)
+        for candidate in (path, path / "vllm"):
+            if (candidate / "__init__.py").is_file() and (candidate / "config").is_dir():
+                return cls.from_package_dir(candidate.resolve())
+        raise VllmSourceError(
+            f"{path} is not a vLLM package: expected the `vllm` directory (holding __init__.py and config/), a "
+            "directory that contains it (an unpacked wheel, site-packages), or a vllm-*.whl file")
 
     def has(self, relpath: str) -> bool:
         return relpath in self._files
@@ -132,6 +152,71 @@ class VllmSource:
             return None
         return tuple(k.value for k in value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str))
 
+    def version(self) -> str | None:
+        """The release this tree says it is (vllm/_version.py), for labels only: decisions come from features."""
+        for relpath in ("vllm/_version.py", "vllm/version.py"):
+            text = self.text(relpath)
+            match = None if text is None else _VERSION_RE.search(text)
+            if match:
+                return match.group(1)
+        return None
+
+    def class_list(self, relpath: str, class_name: str, attribute: str) -> tuple[str, ...] | None:
+        """The strings of a class attribute list (`supported_kv_cache_dtypes: ClassVar[...] = ["auto", ...]`),
+        inherited from base classes when the class does not set it (bases followed through imports)."""
+        return self._class_list(relpath, class_name, attribute, 0)
+
+    def enum_values(self, relpath: str, class_name: str) -> dict[str, str] | None:
+        """member -> string value of an Enum whose members are string constants (e.g. backend class paths)."""
+        tree = self.tree(relpath)
+        node = None if tree is None else _top_level(tree, class_name)
+        if not isinstance(node, ast.ClassDef):
+            return None
+        values: dict[str, str] = {}
+        for stmt in node.body:
+            if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Constant) \
+                    and isinstance(stmt.value.value, str):
+                values.update({t.id: stmt.value.value for t in stmt.targets if isinstance(t, ast.Name)})
+        return values
+
+    def function(self, relpath: str, name: str) -> ast.FunctionDef | None:
+        """A top-level function (or a method, written "Class.method")."""
+        tree = self.tree(relpath)
+        if tree is None:
+            return None
+        owner, _, method = name.rpartition(".")
+        scope: list[ast.stmt] = tree.body
+        if owner:
+            cls = _top_level(tree, owner)
+            if not isinstance(cls, ast.ClassDef):
+                return None
+            scope = cls.body
+        for stmt in scope:
+            if isinstance(stmt, ast.FunctionDef) and stmt.name == (method or name):
+                return stmt
+        return None
+
+    def local_dict_keys(self, relpath: str, function: str, variable: str) -> tuple[str, ...] | None:
+        """String keys of a dict literal assigned to `variable` inside a function (e.g. a mapping it checks)."""
+        node = self.function(relpath, function)
+        if node is None:
+            return None
+        for stmt in ast.walk(node):
+            if (isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Dict)
+                    and any(isinstance(t, ast.Name) and t.id == variable for t in stmt.targets)):
+                return tuple(k.value for k in stmt.value.keys
+                             if isinstance(k, ast.Constant) and isinstance(k.value, str))
+        return None
+
+    def calls(self, relpath: str, definition: str, callee: str) -> bool | None:
+        """Whether a top-level class or function calls `callee` (by name or as an attribute) anywhere in its
+        body; None when the definition is not there."""
+        tree = self.tree(relpath)
+        node = None if tree is None else _top_level(tree, definition)
+        if not isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+            return None
+        return any(isinstance(n, ast.Call) and _callee_name(n.func) == callee for n in ast.walk(node))
+
     def option_strings(self, relpath: str) -> tuple[str, ...]:
         """Every string constant in the module that looks like a long CLI option ("--x-y")."""
         tree = self.tree(relpath)
@@ -142,6 +227,28 @@ class VllmSource:
             if isinstance(node, ast.Constant) and isinstance(node.value, str)
             and node.value.startswith("--") and len(node.value) > 2 and " " not in node.value
         ))
+
+    def _class_list(self, relpath: str, class_name: str, attribute: str, depth: int) -> tuple[str, ...] | None:
+        if depth > _MAX_ALIAS_DEPTH:
+            return None
+        tree = self.tree(relpath)
+        node = None if tree is None else _top_level(tree, class_name)
+        if isinstance(node, ast.ImportFrom):
+            target = self._imported_module(relpath, node)
+            return None if target is None else self._class_list(
+                target, _imported_name(node, class_name), attribute, depth + 1)
+        if not isinstance(node, ast.ClassDef):
+            return None
+        for stmt in node.body:
+            value = _assigned_value(stmt, attribute)
+            if isinstance(value, (ast.List, ast.Tuple)):
+                return tuple(e.value for e in value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str))
+        for base in node.bases:
+            if isinstance(base, ast.Name):
+                inherited = self._class_list(relpath, base.id, attribute, depth + 1)
+                if inherited is not None:
+                    return inherited
+        return None
 
     def _literal_values(self, relpath: str, alias: str, depth: int) -> tuple[str, ...] | None:
         if depth > _MAX_ALIAS_DEPTH:
@@ -208,6 +315,22 @@ def _binds(stmt: ast.stmt, name: str) -> bool:
         return any((a.asname or a.name) == name for a in stmt.names)
     # `type X = Literal[...]` (Python 3.12+); by class name so the module parses on 3.10 too.
     return type(stmt).__name__ == "TypeAlias" and getattr(getattr(stmt, "name", None), "id", None) == name
+
+
+def _assigned_value(stmt: ast.stmt, name: str) -> ast.expr | None:
+    if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets):
+        return stmt.value
+    if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == name:
+        return stmt.value
+    return None
+
+
+def _callee_name(func: ast.expr) -> str | None:
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return None
 
 
 def _imported_name(node: ast.ImportFrom, local: str) -> str:

@@ -17,7 +17,7 @@ Two modes:
 * ``alternate``: theirs, ours, theirs, ours ... after one discarded priming run; the means are compared.
   The way a user would compare on a quiet, dedicated machine.
 
-Usage: python -m kimi_dflash.bench.crosscheck --base-url URL --model NAME --tokenizer DIR [--mode ...]
+Usage: python -m kimi_dflash.instruments.crosscheck --base-url URL --model NAME --tokenizer DIR [--mode ...]
 Needs vLLM installed (the dev venv); the benchmark itself does not.
 """
 
@@ -41,10 +41,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from kimi_dflash.bench.errors import UserError
+from kimi_dflash.bench.report import write_text_atomic
+from kimi_dflash.bench.result import LevelResult, load_result
 from kimi_dflash.bench.workload import BUILTIN, Dataset, load_dataset
+from kimi_dflash.paths import cache_root
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-BENCH_SCRIPT = REPO_ROOT / "payload" / "benchmark_multi_turn.py"
+# Our benchmark as a user runs it (payload/benchmark_multi_turn.py calls the same main), in its own process.
+BENCH_COMMAND = (sys.executable, "-m", "kimi_dflash.bench")
 
 
 @dataclass(frozen=True)
@@ -88,7 +91,7 @@ def write_sharegpt(dataset: Dataset, path: Path) -> Path:
 
 def ours_command(load: Load, output: Path, extra: Sequence[str] = ()) -> list[str]:
     return [
-        sys.executable, str(BENCH_SCRIPT), "--base-url", load.base_url, "--model", load.model,
+        *BENCH_COMMAND, "--base-url", load.base_url, "--model", load.model,
         "--sessions", str(load.concurrency), "--turns-per-session", str(load.turns), "--independent-turns",
         "--max-tokens", str(load.max_tokens), "--ignore-eos", "--temperature", "0", "--warmup", str(load.warmup),
         "--output", str(output), *extra,
@@ -107,21 +110,24 @@ def vllm_argv(load: Load, tokenizer: Path, sharegpt: Path, seed: int = 0) -> lis
     ]  # fmt: skip
 
 
-def run_ours(load: Load, output: Path, timeout: float = 900, extra: Sequence[str] = ()) -> dict[str, Any]:
+def run_ours(load: Load, output: Path, timeout: float = 900, extra: Sequence[str] = ()) -> LevelResult:
     """Our benchmark as a subprocess; returns its single level result. RuntimeError carries its stderr."""
-    proc = subprocess.run(ours_command(load, output, extra), capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        ours_command(load, output, extra), capture_output=True, text=True, timeout=timeout, check=False
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"benchmark_multi_turn.py failed ({proc.returncode}): {proc.stderr[-3000:]}")
-    return json.loads(output.read_text())["results"][0]
+    return load_result(output).results[0]
 
 
 def vllm_bench_serve() -> Callable[[list[str]], dict[str, Any]]:
     """``vllm bench serve`` as a function of its argv (imports vLLM once)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("VLLM_CACHE_ROOT", str(REPO_ROOT / ".cache" / "vllm"))
-    import kimi_dflash.vllm_entry  # noqa: F401 - makes the CPU build report itself as vllm "+cpu"
+    os.environ.setdefault("VLLM_CACHE_ROOT", str(cache_root() / "vllm"))
     from vllm.benchmarks.serve import add_cli_args, main
     from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    import kimi_dflash.vllm_entry  # noqa: F401 - makes the CPU build report itself as vllm "+cpu"
 
     def run(argv: list[str]) -> dict[str, Any]:
         parser = FlexibleArgumentParser()
@@ -131,18 +137,18 @@ def vllm_bench_serve() -> Callable[[list[str]], dict[str, Any]]:
     return run
 
 
-def agreement(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, float | None]:
-    """Our figures against vllm bench serve's, as relative differences (ours / theirs - 1)."""
+def agreement(ours: LevelResult, theirs: dict[str, Any]) -> dict[str, float | None]:
+    """Our figures against vllm bench serve's (its result dict), as relative differences (ours / theirs - 1)."""
 
     def rel(a: float | None, b: float | None) -> float | None:
         return None if a is None or not b else a / b - 1.0
 
     return {
-        "output_tok_s": rel(ours.get("output_tok_s"), theirs.get("output_throughput")),
-        "request_throughput": rel(ours.get("request_throughput"), theirs.get("request_throughput")),
-        "tpot_ms_mean": rel((ours.get("tpot_ms") or {}).get("mean"), theirs.get("mean_tpot_ms")),
-        "ttft_ms_mean": rel((ours.get("ttft_ms") or {}).get("mean"), theirs.get("mean_ttft_ms")),
-        "output_tokens": rel(ours.get("output_tokens"), theirs.get("total_output_tokens")),
+        "output_tok_s": rel(ours.output_tok_s, theirs.get("output_throughput")),
+        "request_throughput": rel(ours.request_throughput, theirs.get("request_throughput")),
+        "tpot_ms_mean": rel(ours.tpot_ms.mean, theirs.get("mean_tpot_ms")),
+        "ttft_ms_mean": rel(ours.ttft_ms.mean, theirs.get("mean_ttft_ms")),
+        "output_tokens": rel(ours.output_tokens, theirs.get("total_output_tokens")),
     }
 
 
@@ -154,7 +160,7 @@ def interleaved(load: Load, tokenizer: Path, rounds: int, workdir: Path, log: Ca
     """
     theirs_fn = vllm_bench_serve()
     primed = run_ours(load, workdir / "prime.json", extra=["--seed", "1000"])
-    log(f"prime run (discarded): {primed['output_tok_s']:.2f} tok/s")
+    log(f"prime run (discarded): {primed.output_tok_s:.2f} tok/s")
     runs: list[dict[str, Any]] = []
     for i in range(rounds):
         jsonl, sharegpt = round_prompts(load.requests, i, workdir)
@@ -165,8 +171,8 @@ def interleaved(load: Load, tokenizer: Path, rounds: int, workdir: Path, log: Ca
             f"{theirs['duration']:.1f} s window, {time.monotonic() - started:.0f} s wall)")  # fmt: skip
         started = time.monotonic()
         ours = run_ours(load, workdir / f"ours-{i + 1}.json", extra=same_prompts)
-        log(f"round {i + 1}: benchmark_multi_turn {ours['output_tok_s']:.2f} tok/s ({ours['completed']} ok, "
-            f"{ours['duration_s']:.1f} s window, {time.monotonic() - started:.0f} s wall)")  # fmt: skip
+        log(f"round {i + 1}: benchmark_multi_turn {ours.output_tok_s:.2f} tok/s ({ours.completed} ok, "
+            f"{ours.duration_s:.1f} s window, {time.monotonic() - started:.0f} s wall)")  # fmt: skip
         runs.append(_round(i, ours, theirs))
     return _verdict(load, runs, "alternate")
 
@@ -218,7 +224,7 @@ def concurrent(load: Load, tokenizer: Path, rounds: int, workdir: Path, log: Cal
     # Priming at the combined concurrency: a CPU vLLM server is slow the first time it meets a batch size.
     both = dataclasses.replace(load, concurrency=2 * load.concurrency, requests=2 * load.requests)
     primed = run_ours(both, workdir / "prime.json", extra=["--seed", "1000"])
-    log(f"prime run at {both.concurrency} sessions (discarded): {primed['output_tok_s']:.2f} tok/s")
+    log(f"prime run at {both.concurrency} sessions (discarded): {primed.output_tok_s:.2f} tok/s")
     ours_load = dataclasses.replace(load, warmup=0)
     runs: list[dict[str, Any]] = []
     for i in range(rounds):
@@ -230,7 +236,7 @@ def concurrent(load: Load, tokenizer: Path, rounds: int, workdir: Path, log: Cal
         # the server is already warm from the priming run.
         argv = vllm_argv(ours_load, tokenizer, sharegpt, seed=i) + ["--ready-check-timeout-sec", "0"]
 
-        def theirs_thread() -> None:
+        def theirs_thread(argv: list[str], their_start: threading.Event, box: dict[str, Any]) -> None:
             try:
                 with contextlib.redirect_stdout(_StartWatch(their_start, sys.stderr)):
                     box["result"] = theirs_fn(argv)
@@ -239,7 +245,9 @@ def concurrent(load: Load, tokenizer: Path, rounds: int, workdir: Path, log: Cal
             finally:
                 their_start.set()
 
-        thread = threading.Thread(target=theirs_thread, name="vllm-bench-serve", daemon=True)
+        thread = threading.Thread(
+            target=theirs_thread, args=(argv, their_start, box), name="vllm-bench-serve", daemon=True
+        )
         output = workdir / f"ours-{i + 1}.json"
         process, measuring, lines = _start_ours(ours_load, output, same_prompts)
         measuring.wait(timeout=300)
@@ -250,23 +258,25 @@ def concurrent(load: Load, tokenizer: Path, rounds: int, workdir: Path, log: Cal
             raise RuntimeError(f"benchmark_multi_turn.py failed ({code}): {''.join(lines)[-3000:]}")
         if "error" in box or "result" not in box:
             raise RuntimeError(f"vllm bench serve failed: {box.get('error')!r}")
-        ours, theirs = json.loads(output.read_text())["results"][0], box["result"]
+        ours, theirs = load_result(output).results[0], box["result"]
         log(f"round {i + 1} (both at once): vllm bench serve {theirs['output_throughput']:.2f} tok/s "
-            f"({theirs['completed']} ok, {theirs['duration']:.1f} s), benchmark_multi_turn {ours['output_tok_s']:.2f} "
-            f"tok/s ({ours['completed']} ok, {ours['duration_s']:.1f} s)")  # fmt: skip
+            f"({theirs['completed']} ok, {theirs['duration']:.1f} s), benchmark_multi_turn {ours.output_tok_s:.2f} "
+            f"tok/s ({ours.completed} ok, {ours.duration_s:.1f} s)")  # fmt: skip
         runs.append(_round(i, ours, theirs))
     return _verdict(load, runs, "concurrent")
 
 
-def _round(i: int, ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, Any]:
+def _round(i: int, ours: LevelResult, theirs: dict[str, Any]) -> dict[str, Any]:
     return {
         "round": i + 1,
         "vllm_bench_serve": {k: theirs.get(k) for k in (
             "output_throughput", "request_throughput", "mean_ttft_ms", "mean_tpot_ms", "completed", "failed",
             "total_output_tokens", "duration")},
-        "ours": {k: ours.get(k) for k in (
-            "output_tok_s", "request_throughput", "completed", "failed", "output_tokens", "duration_s")}
-        | {"mean_ttft_ms": ours["ttft_ms"]["mean"], "mean_tpot_ms": ours["tpot_ms"]["mean"]},
+        "ours": {
+            "output_tok_s": ours.output_tok_s, "request_throughput": ours.request_throughput,
+            "completed": ours.completed, "failed": ours.failed, "output_tokens": ours.output_tokens,
+            "duration_s": ours.duration_s, "mean_ttft_ms": ours.ttft_ms.mean, "mean_tpot_ms": ours.tpot_ms.mean,
+        },
         "difference": agreement(ours, theirs),
     }  # fmt: skip
 
@@ -286,7 +296,7 @@ def _verdict(load: Load, runs: list[dict[str, Any]], mode: str) -> dict[str, Any
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m kimi_dflash.bench.crosscheck",
+        prog="python -m kimi_dflash.instruments.crosscheck",
         description="Alternate vllm bench serve and benchmark_multi_turn.py on one server with the same load "
         "and compare aggregate output tok/s (means over the rounds).",
     )
@@ -321,8 +331,6 @@ def main(argv: list[str] | None = None) -> int:
         f"mean difference {report['output_tok_s_difference']:+.2%}"
     )
     if args.output:
-        from kimi_dflash.bench.report import write_text_atomic
-
         write_text_atomic(args.output, json.dumps(report, indent=2) + "\n")
     return 0
 

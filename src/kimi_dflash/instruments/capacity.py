@@ -30,9 +30,11 @@ from typing import Any
 
 import numpy as np
 
-from kimi_dflash.bench.crosscheck import BENCH_SCRIPT, write_sharegpt
-from kimi_dflash.bench.synthetic_server import running
+from kimi_dflash.bench.report import write_text_atomic
+from kimi_dflash.bench.result import load_result
 from kimi_dflash.bench.workload import BUILTIN, load_dataset
+from kimi_dflash.instruments.crosscheck import BENCH_COMMAND, write_sharegpt
+from kimi_dflash.instruments.synthetic import running
 
 MODEL = "synthetic"
 
@@ -85,21 +87,23 @@ def _pin(cpu: int | None) -> None:
 def run_ours(url: str, level: int, setup: Setup, workdir: Path) -> dict[str, Any]:
     out = workdir / f"ours-{level}.json"
     cmd = [
-        sys.executable, str(BENCH_SCRIPT), "--base-url", url, "--model", MODEL, "--sessions", str(level),
+        *BENCH_COMMAND, "--base-url", url, "--model", MODEL, "--sessions", str(level),
         "--turns-per-session", str(setup.turns), "--independent-turns", "--max-tokens", str(setup.max_tokens),
         "--warmup", "0", "--metrics-url", "none", "--output", str(out),
     ]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, preexec_fn=lambda: _pin(setup.client_cpu))
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=1800, preexec_fn=lambda: _pin(setup.client_cpu), check=False
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"benchmark_multi_turn.py failed at {level} streams: {proc.stderr[-2000:]}")
-    level_result = json.loads(out.read_text())["results"][0]
+    level_result = load_result(out).results[0]
     return {
-        "completed": level_result["completed"],
-        "failed": level_result["failed"],
-        "tpot_ms": level_result["tpot_ms"]["mean"],
-        "ttft_ms": level_result["ttft_ms"]["mean"],
-        "tok_s": level_result["output_tok_s"],
-        "cpu_util": level_result["client"]["cpu_util"],
+        "completed": level_result.completed,
+        "failed": level_result.failed,
+        "tpot_ms": level_result.tpot_ms.mean,
+        "ttft_ms": level_result.ttft_ms.mean,
+        "tok_s": level_result.output_tok_s,
+        "cpu_util": level_result.client.cpu_util if level_result.client else None,
     }
 
 
@@ -108,14 +112,14 @@ class VllmWorker:
 
     def __init__(self, url: str, tokenizer: Path, sharegpt: Path, setup: Setup) -> None:
         cmd = [
-            sys.executable, "-m", "kimi_dflash.bench.capacity", "--vllm-worker", "--base-url", url,
+            sys.executable, "-m", "kimi_dflash.instruments.capacity", "--vllm-worker", "--base-url", url,
             "--tokenizer", str(tokenizer), "--sharegpt", str(sharegpt), "--max-tokens", str(setup.max_tokens),
             "--turns", str(setup.turns),
         ]  # fmt: skip
         env = dict(os.environ, HF_HUB_OFFLINE="1")
         self.process = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
-            preexec_fn=lambda: _pin(setup.client_cpu),
+            preexec_fn=lambda: _pin(setup.client_cpu),  # noqa: PLW1509 - no threads here; pins before exec
         )  # fmt: skip
         ready = self.process.stdout.readline() if self.process.stdout else ""
         if ready.strip() != "ready":
@@ -144,7 +148,7 @@ class VllmWorker:
 
 def worker_main(args: argparse.Namespace) -> int:
     """--vllm-worker: read a concurrency per stdin line, answer one JSON line per level."""
-    from kimi_dflash.bench.crosscheck import vllm_bench_serve
+    from kimi_dflash.instruments.crosscheck import vllm_bench_serve
 
     run = vllm_bench_serve()
     print("ready", flush=True)
@@ -338,8 +342,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  ratio (CPU per chunk)  {cost['vllm'] / cost['ours']:.2f}x")
     print(f"run took {time.time() - started:.0f} s; load average now {_loadavg()}")
     if args.output:
-        from kimi_dflash.bench.report import write_text_atomic
-
         document = {"setup": asdict(setup), "load_average": _loadavg(), **result}
         write_text_atomic(args.output, json.dumps(document, indent=2, default=str) + "\n")
     return 0

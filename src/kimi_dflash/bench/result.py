@@ -1,0 +1,338 @@
+"""The result file as one typed model: metrics fill it, the CLI writes it, every reader loads it.
+
+Schema ``kimi-dflash/benchmark-result``, version ``SCHEMA_VERSION``. Adding a field keeps the version (give
+it a default: files written before it existed lack it); renaming or removing one, or changing its meaning,
+bumps the version, and ``load_result`` refuses versions it does not know. Metric definitions are in
+``metrics.py`` and docs/benchmark.md; the field reference and JSON Schema in docs are generated from this
+module (``python -m kimi_dflash.bench.result_schema --write``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from kimi_dflash.bench.errors import UserError
+from kimi_dflash.bench.records import RequestRecord
+from kimi_dflash.bench.typed_json import SchemaError, from_json, meta, to_json
+
+SCHEMA = "kimi-dflash/benchmark-result"
+SCHEMA_VERSION = 1
+
+RunStatus = Literal["running", "complete", "interrupted", "aborted", "failed", "crashed"]
+SpecDecodeStatus = Literal["ok", "absent", "no_drafts", "counter_reset", "unavailable"]
+PromptOrder = Literal["random", "sequential"]
+
+
+@dataclass(kw_only=True)
+class Distribution:
+    """Summary of a per-request quantity over a level's successful requests (numpy's linear-interpolation
+    percentiles, as ``vllm bench serve`` uses). With no values every statistic is null and count is 0."""
+
+    mean: float | None = field(metadata=meta("arithmetic mean"))
+    p50: float | None = field(metadata=meta("median"))
+    p90: float | None = field(default=None, metadata=meta("90th percentile"))
+    p95: float | None = field(metadata=meta("95th percentile"))
+    p99: float | None = field(metadata=meta("99th percentile"))
+    min: float | None = field(default=None, metadata=meta("smallest value"))
+    max: float | None = field(default=None, metadata=meta("largest value"))
+    std: float | None = field(default=None, metadata=meta("population standard deviation"))
+    count: int | None = field(default=None, metadata=meta("number of values"))
+
+
+@dataclass(kw_only=True)
+class SpecDecode:
+    """Speculative decoding over the measured window, from vLLM's /metrics counter deltas (Δ)."""
+
+    acceptance_rate: float = field(metadata=meta("Δaccepted tokens / Δdraft tokens (a fraction, not a percentage)"))
+    acceptance_length: float = field(metadata=meta("mean acceptance length τ = 1 + Δaccepted / Δdrafts"))
+    per_position: list[float] = field(metadata=meta("Δaccepted at draft position k / Δdrafts, for k = 0 .. K-1"))
+    num_speculative_tokens: int | None = field(default=None, metadata=meta("K: draft positions the server reports"))
+    drafts: int | None = field(default=None, metadata=meta("Δ vllm:spec_decode_num_drafts_total"))
+    draft_tokens: int | None = field(default=None, metadata=meta("Δ vllm:spec_decode_num_draft_tokens_total"))
+    accepted_tokens: int | None = field(default=None, metadata=meta("Δ vllm:spec_decode_num_accepted_tokens_total"))
+
+
+@dataclass(kw_only=True)
+class ClientUsage:
+    """The benchmark process's own CPU use over the measured window."""
+
+    cpu_s: float = field(metadata=meta("process CPU seconds (user + system) over the window"))
+    cpu_util: float | None = field(
+        metadata=meta("cpu_s / window duration: fraction of one core (above 0.7 the run warns)")
+    )
+
+
+@dataclass(kw_only=True)
+class TurnResult:
+    """One turn number of a level: later turns carry the conversation so far, so prompts grow."""
+
+    turn: int = field(metadata=meta("turn number, 1-based"))
+    requests: int = field(metadata=meta("requests sent for this turn"))
+    completed: int = field(metadata=meta("successful requests"))
+    failed: int = field(metadata=meta("failed requests (cancelled ones excluded)"))
+    prompt_tokens: Distribution = field(metadata=meta("usage.prompt_tokens per successful request"))
+    output_tokens: int = field(metadata=meta("Σ output tokens of successful requests"))
+    ttft_ms: Distribution = field(metadata=meta("TTFT, ms"))
+    tpot_ms: Distribution = field(metadata=meta("TPOT, ms"))
+    e2el_s: Distribution = field(metadata=meta("E2EL, s"))
+    per_user_tok_s: Distribution = field(metadata=meta("1 / TPOT per request"))
+
+
+@dataclass(kw_only=True)
+class RepeatResult:
+    """One measured repeat of a level (``--repeats``), with its own window."""
+
+    repeat: int = field(metadata=meta("repeat index, 0-based"))
+    duration_s: float = field(metadata=meta("wall time of this repeat's window"))
+    completed: int = field(metadata=meta("successful requests"))
+    failed: int = field(metadata=meta("failed requests (cancelled ones excluded)"))
+    output_tokens: int = field(metadata=meta("Σ output tokens of successful requests"))
+    output_tok_s: float | None = field(metadata=meta("output_tokens / duration_s"))
+
+
+@dataclass(kw_only=True)
+class RequestRecords:
+    """Raw per-request timestamps (``--record-requests``), seconds relative to ``clock_origin``."""
+
+    clock_origin: float = field(
+        metadata=meta("time.perf_counter() reading the times are relative to (on Linux the host's CLOCK_MONOTONIC)")
+    )
+    records: list[RequestRecord] = field(metadata=meta("one entry per request, fields as in bench/records.py"))
+
+
+@dataclass(kw_only=True)
+class LevelResult:
+    """One concurrency level: N sessions x T turns (x repeats), measured over its own window."""
+
+    sessions: int = field(metadata=meta("concurrent sessions N"))
+    turns_per_session: int = field(metadata=meta("turns per conversation T"))
+    repeats: int | None = field(default=None, metadata=meta("measured repeats"))
+    requests: int | None = field(default=None, metadata=meta("requests sent (successful + failed + cancelled)"))
+    completed: int = field(metadata=meta("successful requests"))
+    failed: int = field(metadata=meta("failed requests, every reason (cancelled ones excluded)"))
+    cancelled: int | None = field(default=None, metadata=meta("requests cut off by Ctrl-C / SIGTERM / an abort"))
+    failures: dict[str, int] = field(default_factory=dict, metadata=meta("failed requests by reason"))
+    failure_examples: dict[str, str] = field(default_factory=dict, metadata=meta("first detail seen for each reason"))
+    output_tokens: int = field(metadata=meta("Σ N over successful requests"))
+    input_tokens: int | None = field(default=None, metadata=meta("Σ usage.prompt_tokens over successful requests"))
+    duration_s: float = field(metadata=meta("wall time of the measured window (sum over repeats)"))
+    output_tok_s: float | None = field(metadata=meta("aggregate output tok/s: output_tokens / duration_s"))
+    request_throughput: float | None = field(default=None, metadata=meta("successful requests / duration_s"))
+    ttft_ms: Distribution = field(metadata=meta("TTFT = first token-bearing chunk - send, ms"))
+    tpot_ms: Distribution = field(metadata=meta("TPOT = (E2EL - TTFT) / (N - 1), requests with N >= 2, ms"))
+    e2el_s: Distribution = field(
+        metadata=meta("E2EL = last token-bearing chunk - send (non-streaming: end of body), s")
+    )
+    per_user_tok_s: Distribution = field(
+        metadata=meta("per-user tok/s = 1 / TPOT per request: the decode speed a user sees")
+    )
+    per_user_tok_s_e2el: Distribution | None = field(
+        default=None, metadata=meta("N / E2EL per request (includes the wait)")
+    )
+    itl_ms: Distribution | None = field(
+        default=None,
+        metadata=meta(
+            "gap between consecutive token-bearing chunks (per verify step under speculation, not per token), ms"
+        ),
+    )
+    tokens_per_chunk: Distribution | None = field(default=None, metadata=meta("N / token-bearing chunks per request"))
+    output_tokens_per_request: Distribution | None = field(default=None, metadata=meta("N per successful request"))
+    prompt_tokens_per_request: Distribution | None = field(
+        default=None, metadata=meta("usage.prompt_tokens per request")
+    )
+    client_send_ms: Distribution | None = field(
+        default=None,
+        metadata=meta("send - ready: client time before the request reached the socket (not server latency), ms"),
+    )
+    tokens_counted_from_chunks: int | None = field(
+        default=None,
+        metadata=meta("successful requests without usage whose N is their chunk count (undercounts under speculation)"),
+    )
+    tpot_excluded_short: int | None = field(default=None, metadata=meta("successful requests with N < 2 (no TPOT)"))
+    spec_decode: SpecDecode | None = field(
+        metadata=meta("null when the server does no speculation (see spec_decode_status)")
+    )
+    spec_decode_status: SpecDecodeStatus | None = field(
+        default=None,
+        metadata=meta(
+            "ok | absent (no counters) | no_drafts | counter_reset (server restarted) | unavailable (/metrics unread)"
+        ),
+    )
+    client: ClientUsage | None = field(default=None, metadata=meta("the benchmark's own CPU use"))
+    per_turn: list[TurnResult] = field(default_factory=list, metadata=meta("breakdown by turn number"))
+    repeat_results: list[RepeatResult] = field(default_factory=list, metadata=meta("each repeat's own figures"))
+    partial: bool = field(default=False, metadata=meta("the run stopped before this level finished"))
+    request_records: RequestRecords | None = field(
+        default=None, metadata=meta("raw timestamps, only with --record-requests", omit_if_none=True)
+    )
+
+
+@dataclass(kw_only=True)
+class ToolInfo:
+    """What produced the file."""
+
+    name: str = field(metadata=meta("benchmark_multi_turn"))
+    version: str = field(metadata=meta("kimi_dflash package version"))
+    git_revision: str | None = field(metadata=meta("HEAD of the checkout (+ '-dirty'); null outside a git checkout"))
+    python: str | None = field(default=None, metadata=meta("Python version"))
+    aiohttp: str | None = field(default=None, metadata=meta("aiohttp version"))
+    numpy: str | None = field(default=None, metadata=meta("numpy version"))
+    event_loop: str | None = field(default=None, metadata=meta("uvloop or asyncio"))
+    host: str | None = field(default=None, metadata=meta("hostname of the client"))
+
+
+@dataclass(kw_only=True)
+class RunInfo:
+    """When and how the run went."""
+
+    label: str | None = field(metadata=meta("`--label`"))
+    started_at: str = field(metadata=meta("UTC, ISO 8601"))
+    finished_at: str | None = field(default=None, metadata=meta("UTC, ISO 8601; null while running"))
+    status: RunStatus = field(metadata=meta("running while in progress; then how it ended"))
+    status_detail: str | None = field(default=None, metadata=meta("why it stopped, when not complete"))
+    exit_code: int | None = field(default=None, metadata=meta("the process's exit status; null while running"))
+    command_line: list[str] = field(metadata=meta("argv, with the API key replaced by `***`"))
+
+
+@dataclass(kw_only=True)
+class DatasetInfo:
+    """Which prompts were used."""
+
+    name: str = field(metadata=meta("'builtin' or the file path as given"))
+    prompts: int = field(metadata=meta("number of prompts"))
+    sha256: str = field(metadata=meta("of the file bytes"))
+    categories: dict[str, int] = field(default_factory=dict, metadata=meta("prompts per category"))
+
+
+@dataclass(kw_only=True)
+class Settings:
+    """What was measured (the command-line settings after defaults). Runs compare only when these match."""
+
+    base_url: str | None = field(default=None, metadata=meta("server root"))
+    model: str | None = field(
+        default=None, metadata=meta("model requested (discovered from /v1/models when not given)")
+    )
+    sessions: list[int] = field(default_factory=list, metadata=meta("concurrency levels, in order"))
+    turns_per_session: int | None = field(default=None, metadata=meta("turns per conversation"))
+    max_tokens: int | None = field(default=None, metadata=meta("max_tokens per reply"))
+    temperature: float | None = field(default=None, metadata=meta("sampling temperature (always sent)"))
+    ignore_eos: bool | None = field(default=None, metadata=meta("vLLM's ignore_eos sent"))
+    stream: bool | None = field(default=None, metadata=meta("streaming requests"))
+    independent_turns: bool | None = field(default=None, metadata=meta("turns sent without the conversation so far"))
+    prompt_order: PromptOrder | None = field(default=None, metadata=meta("how sessions draw prompts"))
+    dataset: DatasetInfo | None = field(default=None, metadata=meta("the prompt set"))
+    system_prompt: str | None = field(default=None, metadata=meta("system message opening every conversation"))
+    warmup: int | None = field(default=None, metadata=meta("warmup requests"))
+    repeats: int | None = field(default=None, metadata=meta("measured repeats per level"))
+    seed: int | None = field(default=None, metadata=meta("prompt selection seed"))
+    timeout_s: float | None = field(default=None, metadata=meta("per-request timeout"))
+    metrics_url: str | None = field(default=None, metadata=meta("Prometheus endpoint; null when disabled"))
+    api_key_set: bool | None = field(
+        default=None, metadata=meta("an API key was sent (the key itself is never stored)")
+    )
+
+
+@dataclass(kw_only=True)
+class ServerInfo:
+    """What the server said about itself at the start."""
+
+    base_url: str | None = field(default=None, metadata=meta("server root"))
+    models: list[dict[str, Any]] = field(default_factory=list, metadata=meta("/v1/models entries as served"))
+    version: str | None = field(default=None, metadata=meta("/version"))
+    version_error: str | None = field(default=None, metadata=meta("why /version could not be read", omit_if_none=True))
+    metrics_url: str | None = field(default=None, metadata=meta("Prometheus endpoint"))
+    cache_config: dict[str, str] | None = field(default=None, metadata=meta("labels of vllm:cache_config_info"))
+    spec_decode_counters: bool | None = field(default=None, metadata=meta("the server exports spec-decode counters"))
+    metrics_error: str | None = field(default=None, metadata=meta("why /metrics could not be read", omit_if_none=True))
+    notes: list[str] | None = field(default=None, metadata=meta("warnings about the server (e.g. prefix caching on)", omit_if_none=True))  # fmt: skip
+
+
+@dataclass(kw_only=True)
+class WarmupSummary:
+    """Requests sent before the first level (not measured)."""
+
+    requests: int = field(default=0, metadata=meta("warmup requests sent"))
+    completed: int = field(default=0, metadata=meta("successful warmup requests"))
+    failures: dict[str, int] = field(default_factory=dict, metadata=meta("failed warmup requests by reason"))
+    failure_examples: dict[str, str] = field(default_factory=dict, metadata=meta("first detail for each reason"))
+    duration_s: float = field(default=0.0, metadata=meta("wall time of the warmup"))
+
+
+@dataclass(kw_only=True)
+class BenchmarkResult:
+    """A benchmark result file: one run of payload/benchmark_multi_turn.py, one object per concurrency level."""
+
+    schema: Literal["kimi-dflash/benchmark-result"] = field(metadata=meta("always kimi-dflash/benchmark-result"))
+    schema_version: int = field(metadata=meta("bumped when a field is renamed, removed or changes meaning"))
+    tool: ToolInfo = field(metadata=meta("what produced the file"))
+    run: RunInfo = field(metadata=meta("when and how the run went"))
+    settings: Settings = field(metadata=meta("what was measured"))
+    server: ServerInfo | None = field(metadata=meta("what the server said about itself; null before it was reached"))
+    warmup: WarmupSummary | None = field(default=None, metadata=meta("the warmup; null before it ran"))
+    results: list[LevelResult] = field(metadata=meta("one object per concurrency level, in the order measured"))
+
+    @property
+    def levels(self) -> dict[int, LevelResult]:
+        """Results by session count (the last one wins if a level was measured twice)."""
+        return {level.sessions: level for level in self.results}
+
+    def to_json(self) -> dict[str, Any]:
+        return to_json(self)
+
+
+def version_problem(document: Any, source: str) -> str | None:
+    """Why ``document`` is not a version of our schema this tool reads (None: it is)."""
+    if not isinstance(document, dict) or document.get("schema") != SCHEMA:
+        return f'{source}: not a benchmark result (expected "schema": "{SCHEMA}")'
+    version = document.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        return f"{source}: schema_version {version!r} is not an integer"
+    if version > SCHEMA_VERSION:
+        return (
+            f"{source}: schema_version {version} was written by a newer kimi-dflash; this one reads version "
+            f"{SCHEMA_VERSION}. Upgrade kimi-dflash to read it"
+        )
+    if version != SCHEMA_VERSION:
+        return f"{source}: schema_version {version} is unknown; this tool reads version {SCHEMA_VERSION}"
+    return None
+
+
+def parse_result(document: Any, source: str = "result") -> BenchmarkResult:
+    """A result from JSON data, refusing anything that is not a known version of our schema."""
+    problem = version_problem(document, source)
+    if problem is not None:
+        raise UserError(problem + ".")
+    try:
+        return from_json(BenchmarkResult, document)
+    except SchemaError as exc:
+        shown = "; ".join(exc.problems[:5]) + (f" (and {len(exc.problems) - 5} more)" if len(exc.problems) > 5 else "")
+        raise UserError(f"{source}: not a valid result file: {shown}.") from None
+
+
+def load_result(path: Path | str) -> BenchmarkResult:
+    """Read a result file (see ``parse_result``)."""
+    path = Path(path)
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such result file.") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read it ({exc.strerror}).") from None
+    except ValueError as exc:
+        raise UserError(f"{path}: not valid JSON ({exc}).") from None
+    return parse_result(document, str(path))
+
+
+def validate_document(document: Any) -> list[str]:
+    """Problems with a result document as JSON data, each named by its JSON path (empty list: valid)."""
+    problem = version_problem(document, "document")
+    if problem is not None:
+        return [problem]
+    try:
+        from_json(BenchmarkResult, document)
+    except SchemaError as exc:
+        return exc.problems
+    return []

@@ -1,0 +1,78 @@
+"""Pins that keep `pip install` from changing anything a GPU image already ships (vLLM, torch, their deps).
+
+A ROCm vLLM image carries a dev or pre-release vLLM (e.g. 0.20.1.dev5+g...rocm700) and a ROCm torch. Any
+requirement on vllm or torch lets pip "upgrade" them to the CUDA wheels from PyPI: a pre-release does not
+satisfy `vllm>=0.20.0` in pip's eyes. So the image install pins every installed distribution to the version
+it has, for that one pip run, and checks afterwards that nothing moved:
+
+    python -m kimi_dflash.launch.image_pins > pins.txt           # name==version of everything installed
+    python -m pip install --constraint pins.txt -e '.[gpu]'
+    python -m kimi_dflash.launch.image_pins --verify pins.txt    # exit 1 if any pinned version changed
+
+launchers/install-into-image.sh runs exactly these three steps. Standard library only: it runs before the
+project is installed (PYTHONPATH=src).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import re
+import sys
+from pathlib import Path
+
+# This project itself is what the install adds or replaces.
+SELF = "kimi-k26-dflash"
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def installed() -> dict[str, str]:
+    """canonical name -> version of every distribution this interpreter sees (first on sys.path wins)."""
+    found: dict[str, str] = {}
+    for dist in importlib.metadata.distributions():
+        name = dist.metadata["Name"] if dist.metadata else None
+        if name and dist.version and canonical(name) not in found:
+            found[canonical(name)] = dist.version
+    return found
+
+
+def pins(versions: dict[str, str]) -> list[str]:
+    return [f"{name}=={version}" for name, version in sorted(versions.items()) if name != SELF]
+
+
+def read_pins(path: Path) -> dict[str, str]:
+    result = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        name, sep, version = line.strip().partition("==")
+        if sep:
+            result[canonical(name)] = version
+    return result
+
+
+def changed(pinned: dict[str, str], now: dict[str, str]) -> list[str]:
+    return [f"{name}: {version} -> {now.get(name, 'removed')}" for name, version in sorted(pinned.items())
+            if now.get(name) != version]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kimi_dflash.launch.image_pins", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--verify", type=Path, metavar="PINS", help="check the installed versions against PINS")
+    args = parser.parse_args(argv)
+    if args.verify is None:
+        print("\n".join(pins(installed())))
+        return 0
+    moved = changed(read_pins(args.verify), installed())
+    if moved:
+        print("image_pins: the install changed packages the image shipped:\n  " + "\n  ".join(moved), file=sys.stderr)
+        return 1
+    print(f"image_pins: all {len(read_pins(args.verify))} pinned distributions unchanged (vLLM and torch included)",
+          file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

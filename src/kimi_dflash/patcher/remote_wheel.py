@@ -1,0 +1,187 @@
+"""Read a wheel's Python sources off the package index without downloading the whole wheel.
+
+A vLLM wheel is 240-340 MB, almost all of it compiled kernels; its `.py` members are 6-12 MB compressed and lie
+in a few dozen contiguous runs of the archive. The package index (files.pythonhosted.org) answers HTTP range
+requests, so we fetch the zip's central directory, then only the byte runs that hold the wanted members, and
+write them at their original offsets into a sparse file of the wheel's full size. `zipfile` reads that file like
+the real wheel for every member fetched (each member's CRC is checked); the holes, where the kernels were, are
+never read and take no disk space.
+
+    path = sparse_wheel(WheelLink(url, size, filename), dest_dir)   # cached: a second call costs nothing
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+import tempfile
+import urllib.request
+import zipfile
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+EOCD_SIGNATURE = b"PK\x05\x06"
+TAIL_BYTES = 1 << 16  # the end-of-central-directory record sits in the last 64 KiB (22 bytes + comment)
+MERGE_GAP = 256 << 10  # fetch two runs as one when fewer than this many bytes separate them
+TIMEOUT_S = 120.0
+USER_AGENT = "kimi-k26-dflash (vLLM source reader)"
+
+
+class RangeNotSupported(RuntimeError):
+    """The server ignored the Range header (answered 200 with the whole file): fall back to a full download."""
+
+
+@dataclass(frozen=True)
+class WheelLink:
+    url: str
+    size: int
+    filename: str
+
+
+def python_sources(name: str) -> bool:
+    """The members the source reader needs: vLLM's Python files and the wheel's metadata."""
+    return (name.startswith("vllm/") and name.endswith(".py")) or ".dist-info/" in name
+
+
+def fetch_range(url: str, start: int, end: int) -> bytes:
+    """Bytes [start, end) of `url` through one HTTP range request."""
+    request = urllib.request.Request(url, headers={"Range": f"bytes={start}-{end - 1}", "User-Agent": USER_AGENT})
+    with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+        if response.status != 206:
+            raise RangeNotSupported(f"{url} answered {response.status} to a range request")
+        data = response.read()
+    if len(data) != end - start:
+        raise OSError(f"{url}: asked for {end - start} bytes at {start}, got {len(data)}")
+    return data
+
+
+def _central_directory(tail: bytes, size: int) -> tuple[int, int]:
+    """(offset, length) of the central directory, from the end-of-central-directory record in `tail`."""
+    at = tail.rfind(EOCD_SIGNATURE)
+    if at < 0:
+        raise zipfile.BadZipFile("no end-of-central-directory record in the last 64 KiB")
+    cd_size, cd_offset = struct.unpack("<II", tail[at + 12:at + 20])
+    if cd_offset == 0xFFFFFFFF or cd_offset + cd_size > size:
+        raise zipfile.BadZipFile("zip64 or inconsistent central directory: not a wheel this reader handles")
+    return cd_offset, cd_size
+
+
+def member_runs(infos: list[zipfile.ZipInfo], wanted: Callable[[str], bool], size: int) -> list[tuple[int, int]]:
+    """Byte ranges covering the local header and data of every wanted member, neighbours merged."""
+    starts = sorted(i.header_offset for i in infos)
+    next_start = {start: nxt for start, nxt in zip(starts, [*starts[1:], size], strict=True)}
+    spans = sorted((i.header_offset, next_start[i.header_offset]) for i in infos if wanted(i.filename))
+    runs: list[tuple[int, int]] = []
+    for start, end in spans:
+        if runs and start - runs[-1][1] <= MERGE_GAP:
+            runs[-1] = (runs[-1][0], max(runs[-1][1], end))
+        else:
+            runs.append((start, end))
+    return runs
+
+
+def _wanted_members(zip_path: Path, wanted: Callable[[str], bool]) -> list[zipfile.ZipInfo]:
+    with zipfile.ZipFile(zip_path) as archive:
+        return [i for i in archive.infolist() if wanted(i.filename)]
+
+
+def sparse_wheel(link: WheelLink, dest_dir: Path, wanted: Callable[[str], bool] = python_sources,
+                 fetch: Callable[[str, int, int], bytes] = fetch_range) -> Path:
+    """`dest_dir/<filename>`: a sparse copy of the wheel holding the central directory and every wanted member,
+    each verified (CRC) before the file is published. Returns at once when it is already there."""
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    target = dest_dir / link.filename
+    marker = target.with_name(target.name + ".sparse.json")
+    if target.is_file() and marker.is_file():
+        return target
+    fd, tmp_name = tempfile.mkstemp(dir=dest_dir, prefix=f".{link.filename}.")
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "r+b") as handle:
+            handle.truncate(link.size)
+            tail_start = max(0, link.size - TAIL_BYTES)
+            tail = fetch(link.url, tail_start, link.size)
+            cd_offset, cd_size = _central_directory(tail, link.size)
+            pieces = [(tail_start, tail)]
+            if cd_offset < tail_start:
+                pieces.append((cd_offset, fetch(link.url, cd_offset, tail_start)))
+            for offset, data in pieces:
+                handle.seek(offset)
+                handle.write(data)
+            handle.flush()
+            with zipfile.ZipFile(tmp) as archive:
+                infos = archive.infolist()
+            runs = member_runs(infos, wanted, cd_offset)
+            for start, end in runs:
+                handle.seek(start)
+                handle.write(fetch(link.url, start, end))
+        members = _wanted_members(tmp, wanted)
+        with zipfile.ZipFile(tmp) as archive:
+            for info in members:
+                try:
+                    archive.read(info)  # CRC-checked: nothing corrupt or half-fetched is ever published
+                except (zipfile.BadZipFile, zlib.error, EOFError) as error:
+                    raise zipfile.BadZipFile(f"{link.filename}: {info.filename} arrived corrupted ({error}); "
+                                             "nothing was cached, run again") from error
+        fetched = sum(end - start for start, end in runs) + len(tail) + max(0, tail_start - cd_offset)
+        marker_tmp = marker.with_name(marker.name + ".tmp")
+        marker_tmp.write_text(json.dumps({"url": link.url, "size": link.size, "members": len(members),
+                                          "fetched_bytes": fetched, "requests": len(runs) + len(pieces)}))
+        os.chmod(tmp, 0o644)  # the cache is shared; mkstemp creates 0600
+        os.replace(tmp, target)
+        os.replace(marker_tmp, marker)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
+
+
+# --- finding wheels on the index (PEP 691 JSON simple API) ---------------------------------------------
+
+_VERSION_RE = re.compile(r"^\d+(\.\d+)*$")
+
+
+def index_url() -> str:
+    return os.environ.get("PIP_INDEX_URL", "https://pypi.org/simple").rstrip("/")
+
+
+def project_files(project: str, index: str | None = None) -> list[dict]:
+    """The `files` list of the index's JSON page for `project` (one request)."""
+    url = f"{index or index_url()}/{project}/"
+    request = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json",
+                                                   "User-Agent": USER_AGENT})
+    with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+        return list(json.load(response).get("files", []))
+
+
+def parse_wheel_name(filename: str) -> tuple[str, str, int] | None:
+    """(version, platform tag, build number) of a `dist-version[-build]-py-abi-platform.whl` name."""
+    parts = filename[:-len(".whl")].split("-") if filename.endswith(".whl") else []
+    if len(parts) == 5:
+        return parts[1], parts[4], 0
+    if len(parts) == 6 and parts[2].isdigit():
+        return parts[1], parts[5], int(parts[2])
+    return None
+
+
+def release_key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split("."))
+
+
+def linux_wheels(files: list[dict], platform: str = "x86_64") -> dict[str, WheelLink]:
+    """Final release -> its manylinux `platform` wheel (the highest build number when re-uploaded)."""
+    best: dict[str, tuple[int, WheelLink]] = {}
+    for entry in files:
+        parsed = parse_wheel_name(str(entry.get("filename", "")))
+        if parsed is None or entry.get("yanked"):
+            continue
+        version, tag, build = parsed
+        if not _VERSION_RE.match(version) or "manylinux" not in tag or platform not in tag:
+            continue
+        link = WheelLink(str(entry["url"]), int(entry.get("size") or 0), str(entry["filename"]))
+        if version not in best or build > best[version][0]:
+            best[version] = (build, link)
+    return {version: link for version, (_, link) in sorted(best.items(), key=lambda kv: release_key(kv[0]))}

@@ -1,0 +1,49 @@
+"""Shared by the benchmark tests (imported by them; not a test file): the entry points as a user runs them
+and the synthetic server's view of what it did."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH_SCRIPT = REPO / "payload" / "benchmark_multi_turn.py"
+COMPARE_SCRIPT = REPO / "payload" / "compare_results.py"
+EXAMPLE_RESULT = REPO / "docs" / "benchmark-result.example.json"
+
+
+def run_benchmark(
+    *args: str, timeout: float = 180, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python payload/benchmark_multi_turn.py ARGS`` in a subprocess; stdout and stderr captured."""
+    return subprocess.run(
+        [sys.executable, str(BENCH_SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=None if env is None else {**os.environ, **env},
+        check=False,
+    )
+
+
+def run_compare(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``python payload/compare_results.py ARGS`` in a subprocess."""
+    return subprocess.run(
+        [sys.executable, str(COMPARE_SCRIPT), *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def synthetic_log(url: str) -> list[dict[str, Any]]:
+    """What the synthetic server really did per finished request, ordered by arrival."""
+    with urllib.request.urlopen(f"{url}/stats/requests", timeout=10) as response:
+        return sorted(json.loads(response.read()), key=lambda e: e["received_at"])
+
+
+def synthetic_stats(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{url}/stats", timeout=5) as response:
+        return json.loads(response.read())
