@@ -1,8 +1,9 @@
 """The INT4 miniature (configs/demo-kimi-int4-cpu.env) makes production's MoE-backend failure catchable on CPU.
 
 Kimi K2.6's routed experts are INT4 compressed-tensors (WNA16); from vLLM 0.27 `--moe-backend aiter` on them
-raises at model construction. The project refuses the config before vLLM starts; started anyway, vLLM 0.32 CPU
-raises production's own error on the miniature.
+raises at model construction. The project refuses it before vLLM starts (the config rules for MOE_BACKEND, the
+compatibility check for anything that reaches the plan); started anyway, vLLM 0.32 CPU raises production's own
+error on the miniature, so the check is shown to agree with vLLM, not with itself.
 """
 
 from __future__ import annotations
@@ -43,11 +44,21 @@ def test_the_int4_plan_points_at_the_int4_checkpoint(tmp_path: Path) -> None:
 
 
 @pytest.mark.server
-def test_vllm_started_anyway_raises_productions_error(tmp_path: Path) -> None:
-    """--skip-preflight and the flag through EXTRA_VLLM_ARGS get past the project's checks: vLLM must refuse."""
+def test_the_compatibility_check_and_vllm_agree_on_aiter_with_int4_experts(tmp_path: Path) -> None:
+    """The flag through EXTRA_VLLM_ARGS gets past the config rules: the compatibility check (preflight, reading the
+    INT4 checkpoint's config.json) refuses it before vLLM starts; started anyway (--skip-preflight), vLLM raises the
+    error the check predicted."""
     pytest.importorskip("vllm")
     env = serve_env(free_port())
     env["EXTRA_VLLM_ARGS"] = "--moe-backend aiter"
+    refused_log = tmp_path / "never-started.log"
+    refused = subprocess.run([SERVE, INT4_CONFIG, "--wait", "--log", str(refused_log)], env=env, capture_output=True,
+                             text=True, timeout=900, check=False)
+    assert refused.returncode == 1, refused.stderr[-3000:]
+    check_line = next(line for line in refused.stderr.splitlines() if line.startswith("[FAIL] vllm compat: moe backend"))
+    assert VLLM_AITER_WNA16_ERROR in check_line and "pack-quantized" in check_line
+    assert not refused_log.exists()  # vLLM never ran
+
     log = tmp_path / "int4-aiter.log"
     result = subprocess.run([SERVE, INT4_CONFIG, "--wait", "--skip-preflight", "--log", str(log)], env=env,
                             capture_output=True, text=True, timeout=900, check=False)

@@ -17,6 +17,7 @@ Runtime: 5 vLLM starts (one of them refused), the demo server shared with other 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -69,7 +70,7 @@ def reference(tiny_mla_config: Path, demo_server_factory: ServerFactory, tmp_pat
                              "--limit", "24", "--max-tokens", "24", "--concurrency", "8"],
                             capture_output=True, text=True, check=False, timeout=900)
     assert result.returncode == 0, result.stderr
-    return {"server": server, "scales_path": scales_path, "stdout": result.stdout}
+    return {"server": server, "scales_path": scales_path, "stdout": result.stdout, "observe_dir": observe_dir}
 
 
 def _validate(bf16: DemoServer, fp8: DemoServer, out: Path, *, math: bool, bench: bool = False) -> dict:
@@ -107,6 +108,25 @@ def test_calibration_from_a_real_server_run(reference) -> None:
         assert entry["scale"] == pytest.approx(entry["amax"] / 448.0)
         assert entry["tokens"] >= document["source"]["prompt_tokens"]
     assert "k_scale (e4m3fn, max 448)" in reference["stdout"] and "wrote" in reference["stdout"]
+
+
+def test_observe_records_the_decode_query_and_calibration_reports_clipping(reference) -> None:
+    """Issue 8, defect 5: observe mode records the MLA decode query's amax, and the calibrator reports whether
+    vLLM's q_scale of 1.0 would clip it with an FP8 query. The CPU build runs MLA decode through
+    `impl.forward_mqa` with the query unquantised (BF16 cache), which is the hook point the plugin uses there;
+    the FP8-query hook point (`_decode_concat_quant_fp8_op`) only runs on GPUs (test_kvscale_hook_ops.py)."""
+    layers = _observe_layers(reference["observe_dir"])
+    assert len(layers) == 2
+    for name, entry in layers.items():
+        # Every decode step of every request went through forward_mqa: the query was seen and is finite.
+        assert entry["q_calls"] > 0 and math.isfinite(entry["q_amax"]) and entry["q_amax"] > 0, (name, entry)
+    query = json.loads(reference["scales_path"].read_text())["decode_query"]
+    assert query["q_scale_in_vllm"] == 1.0
+    assert query["amax_range"][1] == max(entry["q_amax"] for entry in layers.values())
+    assert set(query["clips_at_q_scale_1"]) == {"e4m3fn", "e4m3fnuz"}
+    line = next(line for line in reference["stdout"].splitlines() if line.startswith("decode query"))
+    print(line)  # what docs/fp8-kv.md quotes
+    assert "q_scale is 1.0" in line
 
 
 def test_calibrated_scales_are_closer_to_bf16_than_scale_one(tiny_mla_config, demo_server_factory, reference,
