@@ -7,7 +7,7 @@ constants, the shipped corpus and fixed seeds: bump FABRICATION_VERSION with any
 
 How the target is built so that MLA and MoE do real work while the greedy output stays the construction's
 (the same corpus walk as the Qwen3 demo, see ../layout.py):
-- an embedding row holds its token's phase code in E; nothing reads E except attention.
+- an embedding row holds its token's phase code in E; the code reaches the output only through attention.
 - the attention head of every layer matches the current token's code against the cached latents (content, not
   position) and copies the matching code from E into F: the output depends on MLA reading its KV cache right.
   After a special token (the chat template's last token) its query is zero and it averages the whole prompt.
@@ -92,7 +92,6 @@ KV_LATENT_CODE_GAIN = 1.0  # kv_a_proj_with_mqa E -> latent dims 0..63
 NOISE_STD = 0.05  # seeded random weights feeding scratch paths
 NOISE_OUTPUT_STD = 0.02  # seeded random weights writing into N
 ROPE_NOISE_STD = 0.2  # q_b_proj's rope rows: RoPE'd scores add a small position-dependent term
-MIN_COPY_LOGIT_GAP = 20.0  # fabrication refuses weights whose copy attention is not this sharp
 
 # MoE: every expert copies F -> G with its own gain; the router reads F.
 EXPERT_GATE_ON = 0.25  # copy neurons' gate weight on the two markers (silu(gate) > 0 for every token)
