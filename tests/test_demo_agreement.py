@@ -45,7 +45,7 @@ class Demo:
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matrices: threads only add contention with other processes
-    models = ensure_demo_models(tmp_path_factory.mktemp("demo"))
+    models = ensure_demo_models(tmp_path_factory.mktemp("demo"), choice="qwen3")
     yield Demo(models, fabricate().walk, load_target(models.target_dir))
     torch.set_num_threads(threads)
 

@@ -1,4 +1,7 @@
-"""Fabrication of the CPU demo models: determinism, caching, atomicity, file formats (no torch, no vLLM)."""
+"""Fabrication of the tiny Qwen3 demo bundle: determinism, caching, atomicity, file formats (no torch, no vLLM).
+
+The bundle machinery (cache, manifest, atomic swap, lock) is shared with the miniature Kimi bundle, whose own
+files are checked in tests/test_kimi_fabricate.py."""
 
 from __future__ import annotations
 
@@ -16,11 +19,21 @@ from tokenizers import Tokenizer
 
 from kimi_dflash.demo import DemoModels, ensure_demo_models, geometry, layout
 from kimi_dflash.demo import bundle as bundle_module
-from kimi_dflash.demo.bundle import BUNDLE, MANIFEST, bundle_problem
+from kimi_dflash.demo.bundle import MANIFEST
+from kimi_dflash.demo.bundle import bundle_problem as versioned_bundle_problem
 from kimi_dflash.demo.fabricate import fabricate
 from kimi_dflash.paths import REPO_ROOT
 
 CPU_ATTENTION_HEAD_SIZES = {32, 64, 80, 96, 112, 128}
+BUNDLE = "qwen3"
+
+
+def ensure_qwen3(root: Path, **kwargs: object) -> DemoModels:
+    return ensure_demo_models(root, choice="qwen3", **kwargs)  # type: ignore[arg-type]
+
+
+def bundle_problem(bundle: Path) -> str | None:
+    return versioned_bundle_problem(bundle, layout.FABRICATION_VERSION)
 
 
 def tree(directory: Path) -> dict[str, bytes]:
@@ -29,7 +42,7 @@ def tree(directory: Path) -> dict[str, bytes]:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> DemoModels:
-    return ensure_demo_models(tmp_path_factory.mktemp("demo"))
+    return ensure_qwen3(tmp_path_factory.mktemp("demo"))
 
 
 @pytest.fixture
@@ -53,7 +66,7 @@ def test_first_build_reports_built_and_passes_its_own_check(built: DemoModels) -
 
 
 def test_two_builds_in_different_places_are_byte_identical(built: DemoModels, tmp_path: Path) -> None:
-    other = ensure_demo_models(tmp_path / "elsewhere")
+    other = ensure_qwen3(tmp_path / "elsewhere")
     first, second = tree(built.root / BUNDLE), tree(other.root / BUNDLE)
     assert set(first) == set(second)
     assert [name for name in first if first[name] != second[name]] == []
@@ -62,7 +75,7 @@ def test_two_builds_in_different_places_are_byte_identical(built: DemoModels, tm
 def test_build_in_a_fresh_process_is_byte_identical(built: DemoModels, tmp_path: Path) -> None:
     # A new interpreter gets new hash seeds (Python and the Rust tokenizer): output must not depend on them.
     script = REPO_ROOT / "payload" / "fabricate_demo_models.py"
-    result = subprocess.run([sys.executable, str(script), "--root", str(tmp_path)], check=False,
+    result = subprocess.run([sys.executable, str(script), "--model", "qwen3", "--root", str(tmp_path)], check=False,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert str(tmp_path / BUNDLE / "target") in result.stdout
@@ -89,7 +102,7 @@ def test_manifest_covers_every_file_with_its_sha256(built: DemoModels) -> None:
 
 def test_cached_copy_is_reused_without_rewriting(built: DemoModels) -> None:
     before = {p: p.stat().st_mtime_ns for p in (built.root / BUNDLE).rglob("*") if p.is_file()}
-    again = ensure_demo_models(built.root)
+    again = ensure_qwen3(built.root)
     assert again.built is False
     assert again.target_dir == built.target_dir
     assert {p: p.stat().st_mtime_ns for p in before} == before
@@ -115,7 +128,7 @@ def test_partial_or_corrupt_copy_is_rebuilt(built: DemoModels, private_copy: Pat
     else:
         (live / MANIFEST).write_text("{not json")
     assert bundle_problem(live) is not None
-    rebuilt = ensure_demo_models(private_copy)
+    rebuilt = ensure_qwen3(private_copy)
     assert rebuilt.built is True
     assert tree(live) == tree(built.root / BUNDLE)
 
@@ -126,12 +139,12 @@ def test_copy_from_another_fabrication_version_is_rebuilt(built: DemoModels, pri
     manifest["fabrication_version"] = "0-older"
     manifest_path.write_text(json.dumps(manifest))
     assert "fabrication version" in str(bundle_problem(private_copy / BUNDLE))
-    assert ensure_demo_models(private_copy).built is True
+    assert ensure_qwen3(private_copy).built is True
     assert tree(private_copy / BUNDLE) == tree(built.root / BUNDLE)
 
 
 def test_force_rebuilds_a_valid_copy(private_copy: Path) -> None:
-    assert ensure_demo_models(private_copy, force=True).built is True
+    assert ensure_qwen3(private_copy, force=True).built is True
     assert bundle_problem(private_copy / BUNDLE) is None
     assert not [p.name for p in private_copy.iterdir() if p.name.startswith((".building-", ".retired-"))]
 
@@ -148,13 +161,13 @@ def test_failed_build_leaves_nothing_half_written(monkeypatch: pytest.MonkeyPatc
 
     fresh = tmp_path / "fresh"
     with pytest.raises(OSError, match="disk full"):
-        ensure_demo_models(fresh)
+        ensure_qwen3(fresh)
     assert not (fresh / BUNDLE).exists()
     assert [p.name for p in fresh.iterdir()] == [".lock"]
 
     before = tree(private_copy / BUNDLE)
     with pytest.raises(OSError, match="disk full"):
-        ensure_demo_models(private_copy, force=True)
+        ensure_qwen3(private_copy, force=True)
     assert tree(private_copy / BUNDLE) == before  # the old, valid copy is still there and untouched
     assert bundle_problem(private_copy / BUNDLE) is None
 
@@ -165,7 +178,7 @@ def test_concurrent_first_use_builds_once_and_both_get_a_valid_copy(tmp_path: Pa
 
     def run() -> None:
         try:
-            results.append(ensure_demo_models(tmp_path))
+            results.append(ensure_qwen3(tmp_path))
         except BaseException as error:  # noqa: BLE001 - reported by the assertion below
             errors.append(error)
 
@@ -262,7 +275,7 @@ def test_speculative_config_helper_checks_its_range(built: DemoModels) -> None:
 
 
 def test_cli_prints_paths_and_json(built: DemoModels) -> None:
-    result = subprocess.run([sys.executable, "-m", "kimi_dflash.demo", "--root", str(built.root), "--json"],
+    result = subprocess.run([sys.executable, "-m", "kimi_dflash.demo", "--model", "qwen3", "--root", str(built.root), "--json"],
                             check=False, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
@@ -276,7 +289,7 @@ def test_cli_prints_paths_and_json(built: DemoModels) -> None:
 def test_cli_reports_an_unwritable_root_without_a_traceback(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    result = subprocess.run([sys.executable, "-m", "kimi_dflash.demo", "--root", str(blocker / "demo")],
+    result = subprocess.run([sys.executable, "-m", "kimi_dflash.demo", "--model", "qwen3", "--root", str(blocker / "demo")],
                             check=False, capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     assert "cannot write the demo models" in result.stderr and "Traceback" not in result.stderr

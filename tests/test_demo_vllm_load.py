@@ -34,7 +34,7 @@ def test_vllm_loads_every_demo_weight_where_it_belongs(tmp_path: Path) -> None:
 def test_vllm_check_catches_a_drafter_missing_a_tensor(tmp_path: Path) -> None:
     from safetensors.numpy import load_file, save_file
 
-    models = ensure_demo_models(tmp_path / "demo")
+    models = ensure_demo_models(tmp_path / "demo", choice="qwen3")
     drafter = tmp_path / "broken-drafter"
     shutil.copytree(models.drafter_dir, drafter)
     weights = load_file(str(drafter / "model.safetensors"))

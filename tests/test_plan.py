@@ -111,6 +111,21 @@ def test_cpu_plan_uses_the_cpu_entry_and_cpu_environment(tmp_path: Path) -> None
     assert plan.env["VLLM_CPU_KVCACHE_SPACE"] == "1" and plan.env["VLLM_CACHE_ROOT"] == "/cache/vllm"
 
 
+def test_cpu_plan_preloads_what_it_is_given_unless_switched_off(tmp_path: Path) -> None:
+    (tmp_path / "t").mkdir()
+    text = f"DEVICE=cpu\nMOE_BACKEND=auto\nTENSOR_PARALLEL_SIZE=1\nBLOCK_SIZE=32\nMODEL_DIR={tmp_path}/t\n" \
+           "SPECULATIVE_METHOD=none\n"
+    libraries = ("/usr/lib/libtcmalloc_minimal.so.4", "/venv/lib/libiomp5.so")
+    config = load_config(write(tmp_path, text), environ={})
+    assert build_plan(config, "/venv/bin/python", "/cache", cpu_preload=libraries).env["LD_PRELOAD"] == ":".join(
+        libraries)
+    assert "LD_PRELOAD" not in build_plan(config, "/venv/bin/python", "/cache").env  # nothing found, nothing set
+    off = load_config(write(tmp_path, text + "CPU_PRELOAD_LIBS=false\n"), environ={})
+    assert "LD_PRELOAD" not in build_plan(off, "/venv/bin/python", "/cache", cpu_preload=libraries).env
+    gpu = plan_for("production.env")
+    assert "LD_PRELOAD" not in gpu.env
+
+
 def test_api_key_goes_through_environment_and_is_redacted() -> None:
     plan = plan_for("production.env", {"API_KEY": "sk-topsecret"})
     assert "sk-topsecret" not in " ".join(plan.argv)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from kimi_dflash.config.validate import Config
@@ -121,11 +121,10 @@ def vllm_argv(config: Config, python_executable: str) -> tuple[str, ...]:
         argv += _bool_flag(config["ENABLE_AUTO_TOOL_CHOICE"], "--enable-auto-tool-choice")
     if config["REASONING_PARSER"] is not None:
         argv += ["--reasoning-parser", str(config["REASONING_PARSER"])]
-    if config["DEVICE"] != "cpu":
-        if config["LANGUAGE_MODEL_ONLY"]:
-            argv += ["--language-model-only"]
-        else:
-            argv += ["--mm-encoder-tp-mode", str(config["MM_ENCODER_TP_MODE"])]
+    if config["LANGUAGE_MODEL_ONLY"]:
+        argv += ["--language-model-only"]
+    elif config["DEVICE"] != "cpu":
+        argv += ["--mm-encoder-tp-mode", str(config["MM_ENCODER_TP_MODE"])]
     spec = speculative_config(config)
     if spec is not None:
         argv += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
@@ -134,7 +133,7 @@ def vllm_argv(config: Config, python_executable: str) -> tuple[str, ...]:
     return tuple(argv)
 
 
-def vllm_env(config: Config, cache_dir: str) -> dict[str, str]:
+def vllm_env(config: Config, cache_dir: str, cpu_preload: Sequence[str] = ()) -> dict[str, str]:
     env: dict[str, str] = {}
     if config["DEVICE"] == "rocm":
         env["VLLM_ROCM_USE_AITER"] = "1" if config["ROCM_USE_AITER"] else "0"
@@ -145,7 +144,9 @@ def vllm_env(config: Config, cache_dir: str) -> dict[str, str]:
         # Thread pinning fights other processes on small shared machines; let the OS schedule.
         env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
         env["VLLM_CACHE_ROOT"] = f"{cache_dir}/vllm"
-    if config["FABRICATE_DEMO_MODELS"]:
+        if config["CPU_PRELOAD_LIBS"] and cpu_preload:
+            env["LD_PRELOAD"] = ":".join(cpu_preload)
+    if config.demo_models is not None:
         env["HF_HUB_OFFLINE"] = "1"  # the demo never needs the hub; fail fast instead of hanging on DNS
     # Read by the project's vLLM plugin (kimi_dflash.kvscale) in every vLLM process.
     if config["KV_SCALE_MODE"] != "off":
@@ -162,9 +163,11 @@ def vllm_env(config: Config, cache_dir: str) -> dict[str, str]:
     return env
 
 
-def build_plan(config: Config, python_executable: str, cache_dir: str) -> LaunchPlan:
-    """The complete launch plan. Pure: same config and arguments, same plan."""
-    env = vllm_env(config, cache_dir)
+def build_plan(config: Config, python_executable: str, cache_dir: str,
+               cpu_preload: Sequence[str] = ()) -> LaunchPlan:
+    """The complete launch plan. Pure: same config and arguments, same plan. `cpu_preload`: libraries found on
+    this machine for LD_PRELOAD on DEVICE=cpu (launch/cpu_libs.py finds them)."""
+    env = vllm_env(config, cache_dir, cpu_preload)
     return LaunchPlan(
         argv=vllm_argv(config, python_executable),
         env=env,

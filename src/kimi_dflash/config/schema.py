@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from kimi_dflash.demo.catalog import CHOICES as DEMO_CHOICES
+from kimi_dflash.demo.catalog import NONE as NO_DEMO
+
 KeyType = Literal["str", "int", "float", "bool", "enum", "path"]
 
 # Meta key: the file named here (relative to the including file) is loaded first, then this file's keys
@@ -47,8 +50,11 @@ KEYS: tuple[Key, ...] = (
     _k("DRAFT_MODEL_DIR", "path", None, "model", "Local directory of the DFlash drafter checkpoint.", optional=True),
     _k("DRAFT_MODEL_REPO", "str", "z-lab/Kimi-K2.5-DFlash", "model", "Hugging Face repo id of the drafter; only "
        "used in download hints."),
-    _k("FABRICATE_DEMO_MODELS", "bool", False, "model", "Build the tiny local demo target + drafter under the "
-       "project cache on first use and serve them (CPU demo). MODEL_DIR / DRAFT_MODEL_DIR must then be empty."),
+    _k("FABRICATE_DEMO_MODELS", "enum", NO_DEMO, "model", "Serve locally fabricated demo models (the CPU demo), "
+       "built under the project cache on first use: " + "; ".join(f"{c.name}: {c.summary}" for c in
+                                                                    DEMO_CHOICES.values())
+       + f". {NO_DEMO}: serve MODEL_DIR / DRAFT_MODEL_DIR, which must otherwise stay empty.",
+       choices=(NO_DEMO, *DEMO_CHOICES)),
     _k("SERVED_MODEL_NAME", "str", "kimi-k2.6-amd-dflash", "server", "Model name clients send in requests."),
     _k("HOST", "str", "127.0.0.1", "server", "Address to bind. Localhost by default; set 0.0.0.0 only behind a "
        "firewall or with API_KEY set."),
@@ -134,6 +140,9 @@ KEYS: tuple[Key, ...] = (
        "all-reduce for TP on MI300X.", choices=("NONE", "FP", "INT8", "INT6", "INT4")),
     _k("CPU_KVCACHE_SPACE_GIB", "int", 1, "cpu", "VLLM_CPU_KVCACHE_SPACE: KV-cache size on the CPU build, in GiB.",
        minimum=1, maximum=1024),
+    _k("CPU_PRELOAD_LIBS", "bool", True, "cpu", "LD_PRELOAD tcmalloc (libtcmalloc-minimal4) and Intel OpenMP "
+       "(libiomp5, installed with vllm-cpu) into vLLM when they are found, as vLLM's CPU build asks; speculative "
+       "decoding is much slower without Intel OpenMP. false: vLLM's own choice (PyTorch's libgomp)."),
     _k("EXTRA_VLLM_ARGS", "str", None, "server", "Extra `vllm serve` flags, split like a shell would (no "
        "expansion). For flags this schema does not cover.", optional=True),
 )

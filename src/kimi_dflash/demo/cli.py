@@ -9,24 +9,25 @@ import time
 from pathlib import Path
 
 from kimi_dflash.demo.bundle import ensure_demo_models
+from kimi_dflash.demo.catalog import CHOICES, DEFAULT
 
 DESCRIPTION = """\
-Fabricate the CPU demo models: a tiny Qwen3-architecture target (4 layers, hidden 128) with a byte-level
-BPE tokenizer and chat template, and a tiny DFlash drafter built to agree with it, so vLLM's speculative
-decoding shows real, non-zero acceptance. Built deterministically from files in this repository (same
-repository contents -> byte-identical files), cached, and reused while the cached copy is complete and
-current; a partial or outdated copy is rebuilt.
-"""
+Fabricate the CPU demo models: a target with a byte-level BPE tokenizer and chat template, and a DFlash
+drafter built to agree with it, so vLLM's speculative decoding shows real, non-zero acceptance. Built
+deterministically from files in this repository (same repository contents -> byte-identical files), cached,
+and reused while the cached copy is complete and current; a partial or outdated copy is rebuilt.
+
+models (--model, the FABRICATE_DEMO_MODELS config values):
+""" + "".join(f"  {name:<10} {choice.summary}\n" for name, choice in CHOICES.items())
 
 EPILOG = """\
 examples:
-  python -m kimi_dflash.demo                     build once, then print the cached paths
+  python -m kimi_dflash.demo                     build the miniature Kimi once, then print the cached paths
+  python -m kimi_dflash.demo --model qwen3       the tiny Qwen3 demo instead
   python -m kimi_dflash.demo --root /tmp/demo    build somewhere else
   python -m kimi_dflash.demo --force --json      rebuild and print the result as JSON
 
-serve the result on CPU (see docs for the full command):
-  python -m kimi_dflash.vllm_entry serve <target> --speculative-config \\
-      '{"method":"dflash","model":"<drafter>","num_speculative_tokens":4}' --dtype float32 --enforce-eager
+serve the result on CPU: ./serve.sh configs/demo-cpu.env (docs/demo-models.md has the raw vLLM command)
 """
 
 
@@ -36,6 +37,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--root", type=Path, default=None,
                         help="directory to keep the models in (default: <project cache>/demo; "
                              "KIMI_DFLASH_CACHE moves the project cache)")
+    parser.add_argument("--model", choices=sorted(CHOICES), default=DEFAULT,
+                        help=f"which demo models (default: {DEFAULT})")
     parser.add_argument("--force", action="store_true", help="rebuild even if a valid cached copy exists")
     parser.add_argument("--json", action="store_true", help="print paths and facts as one JSON object on stdout")
     return parser.parse_args(argv)
@@ -49,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.perf_counter()
     try:
-        models = ensure_demo_models(args.root, force=args.force, progress=progress)
+        models = ensure_demo_models(args.root, force=args.force, progress=progress, choice=args.model)
     except OSError as error:
         progress(f"cannot write the demo models: {error}. Pick a writable --root or set KIMI_DFLASH_CACHE.")
         return 1
@@ -57,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     summary = models.manifest().get("summary", {})
     if args.json:
         print(json.dumps({
+            "model": models.choice.name,
+            "architecture": models.choice.architecture,
             "target_dir": str(models.target_dir),
             "drafter_dir": str(models.drafter_dir),
             "built": models.built,

@@ -7,12 +7,14 @@ vLLM 0.32 semantics this is built against (vllm/model_executor/models/qwen3_dfla
 - queries: [bonus token, mask, mask, ...] at the positions right after the context, embedded with the
   target's embed_tokens, through the layers (non-causal attention over context + block), `norm`, and the
   target's lm_head; mask slot k proposes the token at its own position.
-No embed_tokens / lm_head here: vLLM shares the target's.
+No embed_tokens / lm_head here: vLLM shares the target's. The same construction serves both demo targets; a
+DrafterDesign says where the target keeps what (see layout.py and kimi/layout.py).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -20,7 +22,38 @@ from kimi_dflash.demo import geometry, layout
 from kimi_dflash.demo.target import shared_qwen3_config
 from kimi_dflash.demo.walk import Walk
 
-F = slice(layout.F_START, layout.F_START + layout.F_DIMS)
+
+@dataclass(frozen=True)
+class DrafterDesign:
+    """The drafter's shape and the target's hidden-state conventions it relies on."""
+
+    hidden_size: int  # the target's (embeddings and lm_head are shared)
+    head_dim: int
+    heads: int  # head j serves mask slot j + 1, so heads = block size - 1
+    layers: int  # layer 0 copies and rotates, the last one holds the deliberate misses
+    rope_theta: float
+    qk_norm_weight: float
+    content_dim: int  # marker of ordinary tokens in the target's embeddings
+    special_dim: int  # marker of special tokens (the mask token is one)
+    code_in: slice  # where an embedding row holds its phase code
+    code_out: slice  # where the target's lm_head reads the phase code
+    embedding_norm_sq: float  # squared norm of every embedding row (ordinary and special alike)
+    num_target_features: int  # len(dflash_config.target_layer_ids)
+    output_gain: float = layout.DRAFTER_OUTPUT_GAIN
+    miss_jump: int = layout.DRAFTER_MISS_JUMP
+    miss_gate_peak: float = layout.MISS_GATE_PEAK
+
+    @property
+    def code_dims(self) -> int:
+        return self.code_in.stop - self.code_in.start
+
+
+QWEN3_DRAFTER = DrafterDesign(
+    hidden_size=layout.HIDDEN_SIZE, head_dim=layout.HEAD_DIM, heads=layout.DRAFTER_HEADS, layers=layout.DRAFTER_LAYERS,
+    rope_theta=layout.ROPE_THETA, qk_norm_weight=layout.QK_NORM_WEIGHT, content_dim=layout.CONTENT_DIM,
+    special_dim=layout.SPECIAL_DIM, code_in=slice(layout.F_START, layout.F_START + layout.F_DIMS),
+    code_out=slice(layout.F_START, layout.F_START + layout.F_DIMS), embedding_norm_sq=2.0,
+    num_target_features=len(layout.TARGET_LAYER_IDS))
 
 
 def drafter_intermediate_size(walk: Walk) -> int:
@@ -28,6 +61,7 @@ def drafter_intermediate_size(walk: Walk) -> int:
 
 
 def drafter_config(walk: Walk, mask_token_id: int) -> dict[str, object]:
+    """The Qwen3 demo drafter's config.json (the Kimi demo builds its own, kimi/drafter.py)."""
     return {
         **shared_qwen3_config(walk),
         "architectures": ["DFlashDraftModel"],
@@ -43,100 +77,109 @@ def drafter_config(walk: Walk, mask_token_id: int) -> dict[str, object]:
     }
 
 
-def context_projection() -> np.ndarray:
-    """fc: every target feature's markers (both are positive wherever they are set) onto SPECIAL_DIM.
+def context_projection(design: DrafterDesign) -> np.ndarray:
+    """fc: every target feature's markers (both are positive wherever they are set) onto the special marker.
 
     The context then carries no phase code, so whatever a head attends to in the context contributes
     nothing; it only needs a positive marker for the positional keys."""
-    features = len(layout.TARGET_LAYER_IDS)
-    fc = np.zeros((layout.HIDDEN_SIZE, features * layout.HIDDEN_SIZE))
-    for feature in range(features):
-        base = feature * layout.HIDDEN_SIZE
-        fc[layout.SPECIAL_DIM, base + layout.CONTENT_DIM] = 1.0
-        fc[layout.SPECIAL_DIM, base + layout.SPECIAL_DIM] = 1.0
+    hidden = design.hidden_size
+    fc = np.zeros((hidden, design.num_target_features * hidden))
+    for feature in range(design.num_target_features):
+        base = feature * hidden
+        fc[design.special_dim, base + design.content_dim] = 1.0
+        fc[design.special_dim, base + design.special_dim] = 1.0
     return fc
 
 
-def attention_weights(walk: Walk, prefix: str, copying: bool) -> dict[str, np.ndarray]:
+def attention_weights(walk: Walk, design: DrafterDesign, prefix: str, copying: bool) -> dict[str, np.ndarray]:
     """Head j-1 looks exactly j positions back (RoPE pattern only, so any token kind) and writes the phase
     code it finds rotated by j-1 steps. For mask slot k that is the bonus token through head k; other heads
     land on mask slots or context, whose values hold no phase code."""
-    hidden, head_dim, heads = layout.HIDDEN_SIZE, layout.HEAD_DIM, layout.DRAFTER_HEADS
+    hidden, head_dim, heads = design.hidden_size, design.head_dim, design.heads
+    code = slice(0, design.code_dims)  # where a head's value carries the code
     q_proj = np.zeros((heads * head_dim, hidden))
     o_proj = np.zeros((hidden, heads * head_dim))
     for head in range(heads):
         rows = slice(head * head_dim, (head + 1) * head_dim)
-        pattern = geometry.rope_query_pattern(-(head + 1))
-        q_proj[rows, layout.CONTENT_DIM] = pattern
-        q_proj[rows, layout.SPECIAL_DIM] = pattern
+        pattern = geometry.rope_query_pattern(-(head + 1), head_dim, design.rope_theta)
+        q_proj[rows, design.content_dim] = pattern
+        q_proj[rows, design.special_dim] = pattern
         if copying:
-            o_proj[F, rows] = layout.DRAFTER_OUTPUT_GAIN * geometry.phase_rotation(
+            value_rows = slice(head * head_dim, head * head_dim + design.code_dims)
+            o_proj[design.code_out, value_rows] = design.output_gain * geometry.phase_rotation(
                 head, walk.frequencies, walk.length
             )
-    k_proj = np.zeros((layout.NUM_KV_HEADS * head_dim, hidden))
-    k_proj[:, layout.CONTENT_DIM] = geometry.rope_key_pattern()
-    k_proj[:, layout.SPECIAL_DIM] = geometry.rope_key_pattern()
-    v_proj = np.zeros((layout.NUM_KV_HEADS * head_dim, hidden))
-    v_proj[:, F] = np.eye(layout.F_DIMS)
+    key = geometry.rope_key_pattern(head_dim, design.rope_theta)
+    k_proj = np.zeros((head_dim, hidden))
+    k_proj[:, design.content_dim] = key
+    k_proj[:, design.special_dim] = key
+    v_proj = np.zeros((head_dim, hidden))
+    v_proj[code, design.code_in] = np.eye(design.code_dims)
     return {
         f"{prefix}.self_attn.q_proj.weight": q_proj,
         f"{prefix}.self_attn.k_proj.weight": k_proj,
         f"{prefix}.self_attn.v_proj.weight": v_proj,
         f"{prefix}.self_attn.o_proj.weight": o_proj,
-        f"{prefix}.self_attn.q_norm.weight": np.full(head_dim, layout.QK_NORM_WEIGHT),
-        f"{prefix}.self_attn.k_norm.weight": np.full(head_dim, layout.QK_NORM_WEIGHT),
+        f"{prefix}.self_attn.q_norm.weight": np.full(head_dim, design.qk_norm_weight),
+        f"{prefix}.self_attn.k_norm.weight": np.full(head_dim, design.qk_norm_weight),
     }
 
 
-def mask_slot_norms() -> tuple[float, float]:
+def copied_code_norm(design: DrafterDesign) -> float:
+    """Norm of the phase code layer 0 writes into a mask slot: the bonus token's unit code after
+    input_layernorm (every embedding row has the same norm) times the output gain."""
+    return design.output_gain * math.sqrt(design.hidden_size / design.embedding_norm_sq)
+
+
+def mask_slot_norms(design: DrafterDesign) -> tuple[float, float]:
     """(scale of the phase code, scale of the special marker) in a mask slot after post_attention_layernorm.
 
-    The slot's residual is the mask embedding (special marker sqrt(2)) plus the copied code: the bonus
-    token's code after input_layernorm (norm sqrt(2) -> sqrt(HIDDEN/2)) times DRAFTER_OUTPUT_GAIN."""
-    code = layout.DRAFTER_OUTPUT_GAIN * math.sqrt(layout.HIDDEN_SIZE / 2.0)
+    The slot's residual is the mask embedding (special marker sqrt(2), whole row of squared norm
+    embedding_norm_sq) plus the copied code."""
+    code = copied_code_norm(design)
     marker = math.sqrt(2.0)
-    rms = math.sqrt((code**2 + marker**2) / layout.HIDDEN_SIZE)
+    rms = math.sqrt((code**2 + design.embedding_norm_sq) / design.hidden_size)
     return code / rms, marker / rms
 
 
-def miss_neurons(walk: Walk, intermediate: int) -> dict[str, np.ndarray]:
+def miss_neurons(walk: Walk, design: DrafterDesign, intermediate: int) -> dict[str, np.ndarray]:
     """One SwiGLU neuron per missed phase h: it fires only when the slot holds exactly h (the code's
     similarity to any other phase is at most max_sidelobe) and swaps the code for that of h + JUMP."""
-    hidden = layout.HIDDEN_SIZE
-    code_scale, marker_scale = mask_slot_norms()
+    hidden = design.hidden_size
+    code_scale, marker_scale = mask_slot_norms(design)
     threshold = (1.0 + walk.max_sidelobe) / 2.0
-    sharpness = layout.MISS_GATE_PEAK / (1.0 - threshold)
-    peak = layout.MISS_GATE_PEAK / (1.0 + math.exp(-layout.MISS_GATE_PEAK))  # silu at the firing point
-    copied = layout.DRAFTER_OUTPUT_GAIN * math.sqrt(layout.HIDDEN_SIZE / 2.0)  # code scale in the residual
+    sharpness = design.miss_gate_peak / (1.0 - threshold)
+    peak = design.miss_gate_peak / (1.0 + math.exp(-design.miss_gate_peak))  # silu at the firing point
+    copied = copied_code_norm(design)  # code scale in the residual
     missed = walk.missed_phases
     gate = np.zeros((intermediate, hidden))
     up = np.zeros((intermediate, hidden))
     down = np.zeros((hidden, intermediate))
     codes = geometry.phase_codes(missed, walk.frequencies, walk.length)
-    jumped = geometry.phase_codes((missed + layout.DRAFTER_MISS_JUMP) % walk.length, walk.frequencies, walk.length)
+    jumped = geometry.phase_codes((missed + design.miss_jump) % walk.length, walk.frequencies, walk.length)
     count = len(missed)
-    gate[:count, F] = sharpness * codes / code_scale
-    gate[:count, layout.SPECIAL_DIM] = -sharpness * threshold / marker_scale
-    up[:count, layout.SPECIAL_DIM] = 1.0 / marker_scale
-    down[F, :count] = (copied * (jumped - codes) / peak).T
+    gate[:count, design.code_out] = sharpness * codes / code_scale
+    gate[:count, design.special_dim] = -sharpness * threshold / marker_scale
+    up[:count, design.special_dim] = 1.0 / marker_scale
+    down[design.code_out, :count] = (copied * (jumped - codes) / peak).T
     return {"gate_proj.weight": gate, "up_proj.weight": up, "down_proj.weight": down}
 
 
-def drafter_weights(walk: Walk) -> dict[str, np.ndarray]:
-    hidden = layout.HIDDEN_SIZE
+def drafter_weights(walk: Walk, design: DrafterDesign = QWEN3_DRAFTER) -> dict[str, np.ndarray]:
+    hidden = design.hidden_size
     intermediate = drafter_intermediate_size(walk)
     weights: dict[str, np.ndarray] = {
-        "fc.weight": context_projection(),
+        "fc.weight": context_projection(design),
         "hidden_norm.weight": np.ones(hidden),
         "norm.weight": np.ones(hidden),
     }
-    for index in range(layout.DRAFTER_LAYERS):
+    for index in range(design.layers):
         prefix = f"layers.{index}"
         weights[f"{prefix}.input_layernorm.weight"] = np.ones(hidden)
         weights[f"{prefix}.post_attention_layernorm.weight"] = np.ones(hidden)
-        weights.update(attention_weights(walk, prefix, copying=index == 0))
-        if index == layout.DRAFTER_LAYERS - 1:
-            mlp = miss_neurons(walk, intermediate)
+        weights.update(attention_weights(walk, design, prefix, copying=index == 0))
+        if index == design.layers - 1:
+            mlp = miss_neurons(walk, design, intermediate)
         else:
             mlp = {
                 "gate_proj.weight": np.zeros((intermediate, hidden)),

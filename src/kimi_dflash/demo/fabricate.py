@@ -63,15 +63,23 @@ def fabricate(progress: Callable[[str], None] = lambda message: None) -> Fabrica
     files[f"{DRAFTER}/model.safetensors"] = safetensors_bytes(drafter.drafter_weights(walk))
 
     summary: dict[str, object] = {
-        "cycle_length": walk.length,
+        **walk_summary(walk, mask_token_id, layout.TARGET_LAYER_IDS, layout.MAX_NUM_SPECULATIVE_TOKENS),
         "tokenizer_size": walk.tokenizer_size,
-        "vocab_size": walk.vocab_size,
-        "mask_token_id": mask_token_id,
-        "target_layer_ids": list(layout.TARGET_LAYER_IDS),
-        "max_num_speculative_tokens": layout.MAX_NUM_SPECULATIVE_TOKENS,
-        "drafter_miss_rate": round(len(walk.missed_phases) / walk.length, 6),
-        "expected_acceptance_per_position": [round(a, 4) for a in walk.acceptance_profile(8)],
-        "phase_code_max_sidelobe": round(walk.max_sidelobe, 6),
         "attention_logit_gap": round(gap, 3),
     }
     return Fabrication(files=files, walk=walk, mask_token_id=mask_token_id, summary=summary)
+
+
+def walk_summary(walk: Walk, mask_token_id: int, target_layer_ids: tuple[int, ...],
+                 max_num_speculative_tokens: int) -> dict[str, object]:
+    """The manifest facts every demo bundle records about its walk and drafter."""
+    return {
+        "cycle_length": walk.length,
+        "vocab_size": walk.vocab_size,
+        "mask_token_id": mask_token_id,
+        "target_layer_ids": list(target_layer_ids),
+        "max_num_speculative_tokens": max_num_speculative_tokens,
+        "drafter_miss_rate": round(len(walk.missed_phases) / walk.length, 6),
+        "expected_acceptance_per_position": [round(a, 4) for a in walk.acceptance_profile(8)],
+        "phase_code_max_sidelobe": round(walk.max_sidelobe, 6),
+    }

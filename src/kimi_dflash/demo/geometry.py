@@ -27,39 +27,40 @@ def phase_rotation(steps: int, frequencies: np.ndarray, length: int) -> np.ndarr
     return rotation
 
 
-def rope_frequencies() -> np.ndarray:
+def rope_frequencies(head_dim: int = layout.HEAD_DIM, theta: float = layout.ROPE_THETA) -> np.ndarray:
     """RoPE angular frequencies per rotary pair, as vLLM and transformers compute them (default rope)."""
-    exponents = np.arange(0, layout.HEAD_DIM, 2, dtype=np.float64) / layout.HEAD_DIM
-    return 1.0 / (layout.ROPE_THETA**exponents)
+    exponents = np.arange(0, head_dim, 2, dtype=np.float64) / head_dim
+    return 1.0 / (theta**exponents)
 
 
-def rope_query_pattern(offset: int) -> np.ndarray:
+def rope_query_pattern(offset: int, head_dim: int = layout.HEAD_DIM, theta: float = layout.ROPE_THETA) -> np.ndarray:
     """A query (before RoPE, neox layout) that, against rope_key_pattern(), scores highest for the key at
     `offset` positions from the query (negative = earlier), whatever the absolute positions.
 
     With RoPE, q.k = sum_i Re(conj(q_i) k_i e^{i(n-m)theta_i}); k_i = 1 and q_i = e^{i*offset*theta_i}
     give sum_i cos((n - m - offset) * theta_i), maximal exactly at n - m = offset.
     """
-    theta = rope_frequencies()
-    half = layout.HEAD_DIM // 2
-    pattern = np.empty(layout.HEAD_DIM, dtype=np.float64)
-    pattern[:half] = np.cos(offset * theta)
-    pattern[half:] = np.sin(offset * theta)
+    frequencies = rope_frequencies(head_dim, theta)
+    half = head_dim // 2
+    pattern = np.empty(head_dim, dtype=np.float64)
+    pattern[:half] = np.cos(offset * frequencies)
+    pattern[half:] = np.sin(offset * frequencies)
     return pattern
 
 
-def rope_key_pattern() -> np.ndarray:
-    return rope_query_pattern(0)
+def rope_key_pattern(head_dim: int = layout.HEAD_DIM, theta: float = layout.ROPE_THETA) -> np.ndarray:
+    return rope_query_pattern(0, head_dim, theta)
 
 
-def attention_logit_gap(max_distance: int) -> float:
+def attention_logit_gap(max_distance: int, head_dim: int = layout.HEAD_DIM, theta: float = layout.ROPE_THETA,
+                        qk_norm_weight: float = layout.QK_NORM_WEIGHT) -> float:
     """Smallest logit margin between the intended key and any other key at most `max_distance` away.
 
     After q_norm/k_norm (weight w) each rotary pair has length sqrt(2)*w, and vLLM scales scores by
     head_dim**-0.5, so a key x positions off the intended one loses (w^2/4)*sum_i(1 - cos(x*theta_i)).
     """
-    theta = rope_frequencies()
+    frequencies = rope_frequencies(head_dim, theta)
     distances = np.arange(1, max_distance + 1, dtype=np.float64)
-    loss = (1.0 - np.cos(np.outer(distances, theta))).sum(axis=1)
-    pair_length_sq = 2.0 * layout.QK_NORM_WEIGHT**2
-    return float(pair_length_sq * loss.min() / np.sqrt(layout.HEAD_DIM))
+    loss = (1.0 - np.cos(np.outer(distances, frequencies))).sum(axis=1)
+    pair_length_sq = 2.0 * qk_norm_weight**2
+    return float(pair_length_sq * loss.min() / np.sqrt(head_dim))

@@ -1,5 +1,6 @@
-"""In-process check of target/drafter agreement, without vLLM: the target runs in transformers' Qwen3, the
-drafter through a plain-torch forward that follows vLLM 0.32's DFlash semantics step by step.
+"""In-process check of target/drafter agreement, without vLLM: the target runs in transformers' own model class
+(Qwen3 for the qwen3 demo, DeepSeek-V3 for the miniature Kimi's text model), the drafter through a plain-torch
+forward that follows vLLM 0.32's DFlash semantics step by step.
 
 Used by the tests and by `python -m kimi_dflash.demo.reference` to document the acceptance the demo shows.
 """
@@ -66,6 +67,17 @@ class DrafterReference:
             config=json.loads((drafter_dir / "config.json").read_text()),
             embed_tokens=target["model.embed_tokens.weight"],
             lm_head=target["lm_head.weight"],
+        )
+
+    @classmethod
+    def for_model(cls, drafter_dir: Path, model) -> DrafterReference:  # type: ignore[no-untyped-def]
+        """The drafter sharing a loaded transformers target's embeddings and lm_head (float32 throughout)."""
+        return cls(
+            weights={name: value.float()
+                     for name, value in load_safetensors(drafter_dir / "model.safetensors").items()},
+            config=json.loads((drafter_dir / "config.json").read_text()),
+            embed_tokens=model.get_input_embeddings().weight.detach().float(),
+            lm_head=model.lm_head.weight.detach().float(),
         )
 
     def _w(self, name: str) -> torch.Tensor:
@@ -167,7 +179,7 @@ def measure_agreement(target_dir: Path, drafter_dir: Path, prompt_ids: list[int]
 
     if model is None:
         model = load_target(target_dir)
-    drafter = DrafterReference.load(drafter_dir, target_dir)
+    drafter = DrafterReference.for_model(drafter_dir, model)
     layer_ids = list(drafter.config["dflash_config"]["target_layer_ids"])  # type: ignore[index]
     tokens = greedy_generate(model, list(prompt_ids), max_new_tokens + num_speculative_tokens)
     _, features = target_features(model, tokens, layer_ids)
@@ -209,6 +221,37 @@ def chat_prompt_ids(target_dir: Path, text: str) -> list[int]:
                                               tokenize=True, return_dict=False))
 
 
+def load_kimi_text_model(target_dir: Path):  # type: ignore[no-untyped-def]
+    """transformers' DeepseekV3ForCausalLM with the miniature Kimi's text model (config.json's text_config and the
+    `language_model.` weights of every shard), float32. transformers' own Kimi class would also build the vision
+    tower (and ignores the miniature's small vision_config), so the text model is loaded on its own."""
+    import tempfile
+
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import DeepseekV3ForCausalLM
+
+    text_config = json.loads((target_dir / "config.json").read_text())["text_config"]
+    text_config.pop("quantization_config", None)
+    prefix = "language_model."
+    weights = {}
+    for shard in sorted(target_dir.glob("model-*.safetensors")):
+        weights.update({name[len(prefix):]: value.float() for name, value in load_file(str(shard)).items()
+                        if name.startswith(prefix)})
+    with tempfile.TemporaryDirectory(prefix="kimi-text-") as scratch:
+        (Path(scratch) / "config.json").write_text(json.dumps({**text_config, "model_type": "deepseek_v3"}))
+        save_file(weights, str(Path(scratch) / "model.safetensors"), metadata={"format": "pt"})
+        torch.manual_seed(0)
+        model, info = DeepseekV3ForCausalLM.from_pretrained(scratch, dtype=torch.float32, output_loading_info=True)
+    problems = {key: value for key, value in info.items() if value}
+    if problems:
+        raise RuntimeError(f"transformers did not load every Kimi text weight: {problems}")
+    return model.eval()
+
+
+TARGET_LOADERS = {"qwen3": load_target, "kimi": load_kimi_text_model}
+
+
 def main(argv: list[str] | None = None) -> int:
     from kimi_dflash.demo.bundle import ensure_demo_models
 
@@ -217,12 +260,13 @@ def main(argv: list[str] | None = None) -> int:
         description="Measure, without vLLM, how often the demo drafter's proposals equal the target's greedy "
                     "tokens (per draft position, prefix rule as vLLM counts acceptance).")
     parser.add_argument("--root", type=Path, default=None, help="demo model root (default: project cache)")
+    parser.add_argument("--model", choices=sorted(TARGET_LOADERS), default="kimi", help="which demo (default kimi)")
     parser.add_argument("--tokens", type=int, default=128, help="generated tokens per prompt (default 128)")
     parser.add_argument("-k", "--num-speculative-tokens", type=int, default=8, help="draft slots (default 8)")
     parser.add_argument("prompts", nargs="*", default=list(DEFAULT_PROMPTS), help="user messages")
     args = parser.parse_args(argv)
-    models = ensure_demo_models(args.root)
-    model = load_target(models.target_dir)
+    models = ensure_demo_models(args.root, choice=args.model)
+    model = TARGET_LOADERS[args.model](models.target_dir)
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(models.target_dir))

@@ -11,9 +11,12 @@ a list of problems otherwise. Needs the CPU build of vLLM; takes 20-60 s (vLLM's
 from __future__ import annotations
 
 import argparse
+import contextlib
 import socket
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 # vLLM's CPU build is only recognised through the "+cpu" version answer this import installs.
 import kimi_dflash.vllm_entry  # noqa: F401  isort: skip
@@ -25,6 +28,29 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def single_process_vllm(vllm_config: Any, dtype: Any) -> Iterator[None]:
+    """vLLM's global config and a one-rank distributed state, so model classes can be built in this process."""
+    from vllm.config import set_current_vllm_config
+    from vllm.distributed import (
+        destroy_distributed_environment,
+        destroy_model_parallel,
+        init_distributed_environment,
+        initialize_model_parallel,
+    )
+    from vllm.utils.torch_utils import set_default_torch_dtype
+
+    with set_current_vllm_config(vllm_config), set_default_torch_dtype(dtype):
+        init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
+                                     distributed_init_method=f"tcp://127.0.0.1:{free_port()}")
+        initialize_model_parallel(1, 1)
+        try:
+            yield
+        finally:
+            destroy_model_parallel()
+            destroy_distributed_environment()
 
 
 def expected_drafter_parameters(weights: dict, config) -> dict:  # type: ignore[no-untyped-def]
@@ -52,17 +78,9 @@ def expected_drafter_parameters(weights: dict, config) -> dict:  # type: ignore[
 def check(target_dir: Path, drafter_dir: Path) -> list[str]:
     import torch
     from safetensors.torch import load_file
-    from vllm.config import set_current_vllm_config
-    from vllm.distributed import (
-        destroy_distributed_environment,
-        destroy_model_parallel,
-        init_distributed_environment,
-        initialize_model_parallel,
-    )
     from vllm.engine.arg_utils import EngineArgs
     from vllm.model_executor.models.qwen3 import Qwen3ForCausalLM
     from vllm.model_executor.models.qwen3_dflash import DFlashQwen3ForCausalLM
-    from vllm.utils.torch_utils import set_default_torch_dtype
     from vllm.v1.worker.gpu.spec_decode.eagle.eagle3_utils import (
         get_eagle3_aux_layers_from_config,
     )
@@ -72,47 +90,40 @@ def check(target_dir: Path, drafter_dir: Path) -> list[str]:
                              enforce_eager=True, max_model_len=2048, block_size=32)
     vllm_config = engine_args.create_engine_config()
     problems: list[str] = []
-    with set_current_vllm_config(vllm_config), set_default_torch_dtype(torch.float32):
-        init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
-                                     distributed_init_method=f"tcp://127.0.0.1:{free_port()}")
-        initialize_model_parallel(1, 1)
-        try:
-            target_weights = load_file(str(target_dir / "model.safetensors"))
-            target = Qwen3ForCausalLM(vllm_config=vllm_config)
-            loaded = target.load_weights(target_weights.items())
-            missing = sorted(set(dict(target.named_parameters())) - set(loaded))
-            if missing:
-                problems.append(f"target parameters vLLM left unloaded: {missing}")
+    with single_process_vllm(vllm_config, torch.float32):
+        target_weights = load_file(str(target_dir / "model.safetensors"))
+        target = Qwen3ForCausalLM(vllm_config=vllm_config)
+        loaded = target.load_weights(target_weights.items())
+        missing = sorted(set(dict(target.named_parameters())) - set(loaded))
+        if missing:
+            problems.append(f"target parameters vLLM left unloaded: {missing}")
 
-            drafter_weights = load_file(str(drafter_dir / "model.safetensors"))
-            drafter = DFlashQwen3ForCausalLM(vllm_config=vllm_config)
-            try:
-                drafter.load_weights(drafter_weights.items())
-            except (ValueError, AssertionError, KeyError) as error:  # vLLM refuses names/shapes it cannot place
-                return [*problems, f"vLLM refused the drafter weights: {error!r}"]
-            params = dict(drafter.named_parameters())
-            covered = set()
-            for ours, (theirs, rows) in expected_drafter_parameters(drafter_weights, drafter.config).items():
-                if theirs not in params:
-                    problems.append(f"drafter tensor {ours}: vLLM has no parameter {theirs}")
-                    continue
-                covered.add(theirs)
-                if not torch.equal(params[theirs].data[rows], drafter_weights[ours]):
-                    problems.append(f"drafter tensor {ours} was not loaded into {theirs}[{rows.start}:{rows.stop}]")
-            uncovered = sorted(set(params) - covered - set(SHARED_WITH_TARGET))
-            if uncovered:
-                problems.append(f"drafter parameters no tensor fills (would stay at init values): {uncovered}")
-            if any(drafter.get_draft_attn_causal()):
-                problems.append("drafter layers resolved as causal; the construction needs non-causal attention")
-            mask_id = drafter.model.mask_token_id
-            if mask_id != drafter.config.dflash_config["mask_token_id"]:
-                problems.append(f"vLLM reads mask_token_id {mask_id}")
-            aux = get_eagle3_aux_layers_from_config(vllm_config.speculative_config)
-            print(f"vLLM reads target hidden states after layers {list(aux or [])} (dflash ids + 1), "
-                  f"mask token {mask_id}, {len(loaded)} target and {len(covered)} drafter parameters checked")
-        finally:
-            destroy_model_parallel()
-            destroy_distributed_environment()
+        drafter_weights = load_file(str(drafter_dir / "model.safetensors"))
+        drafter = DFlashQwen3ForCausalLM(vllm_config=vllm_config)
+        try:
+            drafter.load_weights(drafter_weights.items())
+        except (ValueError, AssertionError, KeyError) as error:  # vLLM refuses names/shapes it cannot place
+            return [*problems, f"vLLM refused the drafter weights: {error!r}"]
+        params = dict(drafter.named_parameters())
+        covered = set()
+        for ours, (theirs, rows) in expected_drafter_parameters(drafter_weights, drafter.config).items():
+            if theirs not in params:
+                problems.append(f"drafter tensor {ours}: vLLM has no parameter {theirs}")
+                continue
+            covered.add(theirs)
+            if not torch.equal(params[theirs].data[rows], drafter_weights[ours]):
+                problems.append(f"drafter tensor {ours} was not loaded into {theirs}[{rows.start}:{rows.stop}]")
+        uncovered = sorted(set(params) - covered - set(SHARED_WITH_TARGET))
+        if uncovered:
+            problems.append(f"drafter parameters no tensor fills (would stay at init values): {uncovered}")
+        if any(drafter.get_draft_attn_causal()):
+            problems.append("drafter layers resolved as causal; the construction needs non-causal attention")
+        mask_id = drafter.model.mask_token_id
+        if mask_id != drafter.config.dflash_config["mask_token_id"]:
+            problems.append(f"vLLM reads mask_token_id {mask_id}")
+        aux = get_eagle3_aux_layers_from_config(vllm_config.speculative_config)
+        print(f"vLLM reads target hidden states after layers {list(aux or [])} (dflash ids + 1), "
+              f"mask token {mask_id}, {len(loaded)} target and {len(covered)} drafter parameters checked")
     return problems
 
 
@@ -133,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.target and args.drafter:
         target_dir, drafter_dir = args.target, args.drafter
     else:
-        models = ensure_demo_models(args.root)
+        models = ensure_demo_models(args.root, choice="qwen3")
         target_dir, drafter_dir = args.target or models.target_dir, args.drafter or models.drafter_dir
     problems = check(target_dir, drafter_dir)
     for problem in problems:

@@ -109,10 +109,15 @@ def choose_missed_phases(length: int) -> np.ndarray:
     return np.sort(rng.choice(length, size=count, replace=False)).astype(np.int64)
 
 
-def build_walk(corpus_ids: Sequence[int], tokenizer_size: int) -> Walk:
-    special_ids = set(range(len(layout.SPECIAL_TOKENS)))
+def build_walk(corpus_ids: Sequence[int], tokenizer_size: int, special_ids: set[int] | None = None,
+               vocab_size: int | None = None) -> Walk:
+    """The walk over `corpus_ids`. Ids below `tokenizer_size` that are not in `special_ids` are ordinary tokens
+    (they get a phase); the defaults are the Qwen3 demo's (specials first, vocab padded up)."""
+    if special_ids is None:
+        special_ids = set(range(len(layout.SPECIAL_TOKENS)))
     cycle = first_seen_order(corpus_ids, skip=special_ids)
-    vocab_size = padded_vocab_size(tokenizer_size)
+    if vocab_size is None:
+        vocab_size = padded_vocab_size(tokenizer_size)
     frequencies, max_sidelobe = choose_frequencies(len(cycle))
     return Walk(
         tokenizer_size=tokenizer_size,

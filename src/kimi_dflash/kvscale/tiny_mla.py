@@ -175,30 +175,6 @@ def ensure_tiny_mla_model(out_dir: Path, *, latent_gain: float, num_layers: int 
     return fabricate_tiny_mla_model(out_dir, latent_gain=latent_gain, num_layers=num_layers, seed=seed)
 
 
-def fabricate_tiny_qwen3_model(out_dir: Path, *, seed: int = 0, vocab_size: int = 1024) -> Path:
-    """A tiny Qwen3 (GQA, not MLA) checkpoint: the control case on which the KV-scale hook must do nothing."""
-    import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
-        real_vocab = _build_tokenizer(staging, vocab_size)
-        config = Qwen3Config(vocab_size=real_vocab, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                             num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=4096,
-                             bos_token_id=0, eos_token_id=1, pad_token_id=1, tie_word_embeddings=False,
-                             torch_dtype="bfloat16")
-        config.architectures = ["Qwen3ForCausalLM"]
-        torch.manual_seed(seed)
-        Qwen3ForCausalLM(config).to(torch.bfloat16).save_pretrained(staging, safe_serialization=True)
-        _publish(staging, out_dir)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-    return out_dir
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m kimi_dflash.kvscale.tiny_mla",

@@ -81,15 +81,26 @@ def report_problems(problems: list[Problem] | tuple[Problem, ...]) -> None:
 
 def resolve_demo_models(config: Config, create: bool) -> Config:
     """Point MODEL_DIR / DRAFT_MODEL_DIR at the fabricated demo models (building them when `create`)."""
-    if not config["FABRICATE_DEMO_MODELS"]:
+    if config.demo_models is None:
         return config
     from kimi_dflash import demo
 
     if create:
-        models = demo.ensure_demo_models()
+        models = demo.ensure_demo_models(choice=config.demo_models, progress=say)
     else:
-        models = demo.demo_model_paths()
+        models = demo.demo_model_paths(choice=config.demo_models)
     return config.with_values("fabricated demo", MODEL_DIR=models.target_dir, DRAFT_MODEL_DIR=models.drafter_dir)
+
+
+def cpu_preload(config: Config) -> tuple[str, ...]:
+    """What LD_PRELOAD should hold for vLLM's CPU build on this machine (and say what was found)."""
+    if config["DEVICE"] != "cpu" or not config["CPU_PRELOAD_LIBS"]:
+        return ()
+    from kimi_dflash.launch import cpu_libs
+
+    libraries = cpu_libs.cpu_preload_libraries()
+    say(cpu_libs.describe(libraries))
+    return cpu_libs.merged_ld_preload(libraries)
 
 
 def run_dir() -> Path:
@@ -125,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     if path_errors and not args.preflight:  # --preflight goes on: its report covers the whole machine
         return EXIT_CONFIG
 
-    plan = build_plan(config, python_executable=sys.executable, cache_dir=str(cache_root()))
+    plan = build_plan(config, python_executable=sys.executable, cache_dir=str(cache_root()),
+                      cpu_preload=cpu_preload(config))
     if args.dry_run:
         print(plan.render())
         return 0

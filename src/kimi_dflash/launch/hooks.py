@@ -24,7 +24,7 @@ def deployment(config: Config, plan: LaunchPlan, inherited_env: Mapping[str, str
     (preflight passes os.environ; --check-vllm judges the plan alone)."""
     from kimi_dflash.preflight.deployment import deployment_from_command
 
-    demo = bool(config["FABRICATE_DEMO_MODELS"])  # fabricated models: never the shipped Kimi facts
+    demo = config.demo_models is not None  # fabricated models: never the shipped Kimi facts
     model_dir, draft_dir = config["MODEL_DIR"], config["DRAFT_MODEL_DIR"]
     return deployment_from_command(
         str(config["DEVICE"]), plan.argv, {**(inherited_env or {}), **plan.env},

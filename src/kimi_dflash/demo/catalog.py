@@ -1,0 +1,49 @@
+"""The demo models a config can ask for (FABRICATE_DEMO_MODELS), and the facts the launcher needs about each.
+
+Standard library only: the config schema imports the names from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class DemoChoice:
+    name: str  # the FABRICATE_DEMO_MODELS value
+    bundle: str  # the cached, fabricated-together directory it lives in
+    target: str  # the target's subdirectory in the bundle (the drafter is always "drafter")
+    summary: str
+    architecture: str  # what the target's config.json says
+    mla: bool  # vLLM's CPU MLA backend forces KV blocks of 16; CPU_ATTN needs multiples of 32
+    serves_on_cpu: bool
+    recommended_num_speculative_tokens: int = 4
+    max_num_speculative_tokens: int = 15
+
+    @property
+    def cpu_block_size(self) -> int:
+        return 16 if self.mla else 32
+
+
+CHOICES: dict[str, DemoChoice] = {
+    choice.name: choice
+    for choice in (
+        DemoChoice("kimi", "kimi", "target", "miniature Kimi K2.6 (MLA + MoE, bfloat16 experts) + DFlash drafter",
+                   "KimiK25ForConditionalGeneration", mla=True, serves_on_cpu=True),
+        DemoChoice("kimi-int4", "kimi", "target-int4",
+                   "the same miniature with INT4 compressed-tensors routed experts, as Kimi K2.6 ships them "
+                   "(no vLLM CPU kernel runs them: for compatibility checks)",
+                   "KimiK25ForConditionalGeneration", mla=True, serves_on_cpu=False),
+        DemoChoice("qwen3", "qwen3", "target", "tiny Qwen3 (GQA, dense) + DFlash drafter, the first demo",
+                   "Qwen3ForCausalLM", mla=False, serves_on_cpu=True),
+    )
+}
+NONE = "none"  # FABRICATE_DEMO_MODELS=none: serve MODEL_DIR / DRAFT_MODEL_DIR
+DEFAULT = "kimi"
+
+
+def choice(name: str) -> DemoChoice:
+    try:
+        return CHOICES[name]
+    except KeyError:
+        raise ValueError(f"unknown demo model {name!r}; choose one of {', '.join(CHOICES)}") from None

