@@ -130,6 +130,9 @@ REJECTED = {
     "extra_args_unbalanced_quote": ("EXTRA_VLLM_ARGS=--foo 'bar\n", "EXTRA_VLLM_ARGS", "cannot be split"),
     "demo_fabrication_with_model_dir": ("FABRICATE_DEMO_MODELS=kimi\n", "MODEL_DIR", "FABRICATE_DEMO_MODELS=kimi"),
     "demo_choice_was_a_bool": ("FABRICATE_DEMO_MODELS=true\n", "FABRICATE_DEMO_MODELS", "none, kimi, kimi-int4, qwen3"),
+    "cpu_dflash_prompt_longer_than_batch_budget": ("DEVICE=cpu\nMOE_BACKEND=auto\nTENSOR_PARALLEL_SIZE=1\nBLOCK_SIZE=32\n"
+                                                   "MAX_MODEL_LEN=4096\nMAX_NUM_BATCHED_TOKENS=2048\n",
+                                                   "MAX_NUM_BATCHED_TOKENS", "never scheduled"),
     "cpu_mla_demo_block_size_32": ("DEVICE=cpu\nMOE_BACKEND=auto\nTENSOR_PARALLEL_SIZE=1\nBLOCK_SIZE=32\n"
                                    "FABRICATE_DEMO_MODELS=kimi\n", "BLOCK_SIZE", "blocks of 16"),
     "cpu_gqa_demo_block_size_16": ("DEVICE=cpu\nMOE_BACKEND=auto\nTENSOR_PARALLEL_SIZE=1\nBLOCK_SIZE=16\n"

@@ -58,7 +58,7 @@ def test_every_option_the_plans_write_names_its_config_key(tmp_path: Path) -> No
     # Compatibility findings name the key to change through OPTION_KEYS; a new option must be added there.
     cpu = load_config(write(tmp_path, f"DEVICE=cpu\nMOE_BACKEND=triton\nTENSOR_PARALLEL_SIZE=1\nBLOCK_SIZE=32\n"
                                       f"MODEL_DIR={tmp_path}\nDRAFT_MODEL_DIR={tmp_path}\nDTYPE=float32\n"
-                                      "ENABLE_PREFIX_CACHING=true\n"), environ={})
+                                      "ENABLE_PREFIX_CACHING=true\nMAX_MODEL_LEN=4096\n"), environ={})
     plans = [plan_for(n, {"LANGUAGE_MODEL_ONLY": "true"}) for n in ("production.env", "production-fp8kv.env")]
     plans += [plan_for("h200.env"), build_plan(cpu, "/venv/bin/python", "/cache")]
     options = {o for plan in plans for o in parse_serve_command(plan.argv).options}

