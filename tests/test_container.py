@@ -30,8 +30,10 @@ def build(*args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=60, check=False)
 
 
-def test_dockerfile_is_hadolint_clean() -> None:
-    result = subprocess.run([hadolint(), str(DOCKERFILE)], capture_output=True, text=True, check=False)
+@pytest.mark.parametrize("path", [DOCKERFILE, REPO_ROOT / "deploy" / "cpu-demo-base" / "Containerfile"],
+                         ids=lambda path: path.name)
+def test_dockerfiles_are_hadolint_clean(path: Path) -> None:
+    result = subprocess.run([hadolint(), str(path)], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -52,6 +54,8 @@ def test_build_script_help_and_command() -> None:
     assert dry.returncode == 0, dry.stderr
     assert "--tag kimi26-dflash:0.1.0-vllm0.32.0" in dry.stdout and f"VLLM_DIGEST=sha256:{'a' * 64}" in dry.stdout
     assert build("--vllm-digest", "latest", "--engine", "podman").returncode == 2
+    chroot = build("--dry-run", "--engine", "podman", "--engine-arg=--isolation=chroot")
+    assert chroot.stdout.split()[-2:] == ["--isolation=chroot", str(REPO_ROOT)]
     assert version_from_tag("v0.33.0") == "0.33.0" and version_from_tag("nightly") is None
 
 

@@ -78,26 +78,32 @@ def test_two_replicas_share_the_run_and_a_killed_one_loses_only_its_requests(rou
     bench = subprocess.Popen([sys.executable, str(REPO_ROOT / "payload" / "benchmark_multi_turn.py"),
                               "--base-url", base, "--model", survivor.model, "--metrics-url", "none",
                               "--sessions", "4", "--turns-per-session", "4", "--max-tokens", "48", "--warmup", "0",
-                              "--ignore-eos", "--output", str(result_path)],
+                              "--ignore-eos", "--record-requests", "--output", str(result_path)],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     # Kill the second replica once it has served something and is busy with more (in flight).
     wait_for(lambda: finished_requests(doomed.metrics_url) > before["doomed"]
              and running_requests(doomed.metrics_url) > 0, 600, "the second replica to be mid-run")
     served_by_doomed = finished_requests(doomed.metrics_url) - before["doomed"]
-    in_flight = running_requests(doomed.metrics_url)
     pid = int((cache_root() / "run" / f"serve-{doomed.port}.pid").read_text())
+    killed_at = time.perf_counter()  # CLOCK_MONOTONIC on Linux: the benchmark's request records use the same clock
     os.killpg(pid, signal.SIGKILL)  # a crash, not a graceful stop
     output, _ = bench.communicate(timeout=900)
     assert bench.returncode == 0, output[-3000:]
 
     level = next(iter(load_result(result_path).levels.values()))
+    assert level.request_records is not None
+    records, kill = level.request_records.records, killed_at - level.request_records.clock_origin
+    in_flight = [r for r in records if r.send_time < kill < r.done_time]  # on either replica
+    failed = [r for r in records if not r.ok]
     served_by_survivor = finished_requests(survivor.metrics_url) - before["survivor"]
-    print(f"\nreplica requests: survivor {served_by_survivor}, killed {served_by_doomed} (then {in_flight} in "
-          f"flight); benchmark: {level.requests} sent, {level.completed} completed, {level.failed} failed "
-          f"{level.failures}")
+    print(f"\nreplica requests: survivor {served_by_survivor}, killed replica {served_by_doomed} before the kill; "
+          f"benchmark: {level.requests} sent, {len(in_flight)} in flight at the kill, {level.completed} completed, "
+          f"{level.failed} failed {level.failures}")
     assert served_by_doomed > 0 and served_by_survivor > 0  # both replicas served requests
     assert level.failed >= 1 and sum(level.failures.values()) == level.failed  # losses are counted by reason
-    # Only what was in flight on the killed replica is lost; every other turn (a session goes on after a failed
-    # turn) completed, most of them on the survivor.
-    assert level.failed <= in_flight, router_log.read_text()[-3000:]
+    # Only requests in flight at the kill are lost: none sent after it failed (the router retries a send to the dead
+    # replica on the other one and stops routing to it after failed health checks), and the run completed every
+    # other turn (a session goes on after a failed turn).
+    assert all(r.send_time < kill < r.done_time for r in failed), router_log.read_text()[-3000:]
+    assert len(failed) < len(in_flight)  # the survivor's in-flight requests were not lost
     assert level.completed == level.requests - level.failed == 16 - level.failed

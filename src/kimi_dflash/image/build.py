@@ -51,6 +51,7 @@ class BuildPlan:
     vllm_tag: str
     vllm_digest: str | None
     vllm_version: str
+    engine_args: tuple[str, ...] = ()
 
     @property
     def tag(self) -> str:
@@ -66,7 +67,7 @@ class BuildPlan:
                 "--label", f"ai.kimi-dflash.base={self.base_reference}"]
         if self.vllm_digest:
             args += ["--build-arg", f"VLLM_DIGEST={self.vllm_digest}"]
-        return [*args, str(self.context)]
+        return [*args, *self.engine_args, str(self.context)]
 
     @property
     def base_reference(self) -> str:
@@ -111,6 +112,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="build without a digest (a local base image has none)")
     parser.add_argument("--engine", choices=ENGINES, help="container tool (default: the first of docker, podman, "
                         "buildah on PATH)")
+    parser.add_argument("--engine-arg", action="append", default=[], metavar="ARG",
+                        help="extra argument for the container tool, repeatable (e.g. --engine-arg=--isolation=chroot "
+                        "for podman/buildah where no OCI runtime can start)")
     parser.add_argument("--dry-run", action="store_true", help="print the build command and exit")
     return parser.parse_args(argv)
 
@@ -142,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"build: {error}", file=sys.stderr)
             return 1
         print(f"build: base {args.vllm_image}:{args.vllm_tag} is {digest}", file=sys.stderr)
-    plan = BuildPlan(engine, context, args.target, args.vllm_image, args.vllm_tag, digest, version)
+    plan = BuildPlan(engine, context, args.target, args.vllm_image, args.vllm_tag, digest, version,
+                     tuple(args.engine_arg))
     print(shlex.join(plan.argv()), file=sys.stderr if not args.dry_run else sys.stdout)
     if args.dry_run:
         return 0
