@@ -50,8 +50,9 @@ def wait_for(condition, timeout_s: float, what: str) -> None:  # type: ignore[no
 
 @pytest.fixture()
 def router(demo_server, demo_server_factory, tmp_path: Path):  # type: ignore[no-untyped-def]
-    # A second replica of the same config; the override only makes the factory start a separate server.
-    doomed = demo_server_factory("demo-cpu.env", {"KIMI_DFLASH_REPLICA": "doomed"})
+    # A second replica of the same config (an override makes the factory start a separate server; this one also
+    # gives a loaded CI machine the most time the fixture's serve.sh call allows).
+    doomed = demo_server_factory("demo-cpu.env", {"READY_TIMEOUT_S": "880"})
     port = free_port()
     log = (tmp_path / "router.log").open("w")
     process = subprocess.Popen([str(REPO_ROOT / "launchers" / "kimi26-vllm-dflash-router.sh"),

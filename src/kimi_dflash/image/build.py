@@ -112,6 +112,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="build without a digest (a local base image has none)")
     parser.add_argument("--engine", choices=ENGINES, help="container tool (default: the first of docker, podman, "
                         "buildah on PATH)")
+    parser.add_argument("--context", type=Path, default=Path.cwd(),
+                        help="the checkout to build from (default: the current directory)")
     parser.add_argument("--engine-arg", action="append", default=[], metavar="ARG",
                         help="extra argument for the container tool, repeatable (e.g. --engine-arg=--isolation=chroot "
                         "for podman/buildah where no OCI runtime can start)")
@@ -134,9 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     if digest is not None and not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
         print(f"build: --vllm-digest {digest!r} is not sha256:<64 hex digits>", file=sys.stderr)
         return 2
-    context = Path(__file__).resolve().parents[3]
+    context = args.context.resolve()
     if not (context / DOCKERFILE).is_file():
-        print(f"build: {DOCKERFILE} not found next to the sources ({context}); run from a checkout",
+        print(f"build: no {DOCKERFILE} in {context}: pass --context CHECKOUT (build-kimi26-dflash.sh does)",
               file=sys.stderr)
         return 2
     if digest is None and not args.allow_unpinned and not args.dry_run:
