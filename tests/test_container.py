@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from kimi_dflash.image.build import version_from_tag
-from kimi_dflash.paths import REPO_ROOT
+
+from repo_paths import REPO_ROOT
 
 DOCKERFILE = REPO_ROOT / "Dockerfile.kimi26-dflash"
 BUILD = REPO_ROOT / "build-kimi26-dflash.sh"

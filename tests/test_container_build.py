@@ -19,7 +19,7 @@ import urllib.request
 
 import pytest
 
-from kimi_dflash.paths import REPO_ROOT
+from repo_paths import REPO_ROOT
 
 from conftest import free_port
 

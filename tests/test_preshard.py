@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from kimi_dflash.config.validate import load_config
-from kimi_dflash.paths import CONFIGS_DIR, REPO_ROOT
 from kimi_dflash.plan import build_plan
 from kimi_dflash.preflight.request import PreflightRequest
 from kimi_dflash.preflight.preshard import check_preshard
@@ -20,6 +19,8 @@ from kimi_dflash.preshard import cli
 from kimi_dflash.preshard.manifest import (
     MANIFEST_NAME, Manifest, ManifestError, checkpoint_fingerprint, mismatches, read_manifest, write_manifest,
 )
+
+from repo_paths import CONFIGS_DIR, REPO_ROOT
 
 
 def fake_checkpoint(directory: Path, header: dict[str, object], config: str = '{"model_type": "kimi_k25"}') -> Path:

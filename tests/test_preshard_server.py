@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from kimi_dflash.paths import CONFIGS_DIR, REPO_ROOT
 from kimi_dflash.preshard.manifest import read_manifest
+
+from repo_paths import CONFIGS_DIR, REPO_ROOT
 
 from test_demo_server import chat, served_model_dir  # noqa: E402  (shared helpers)
 

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from kimi_dflash.bench.result import load_result
-from kimi_dflash.paths import REPO_ROOT, cache_root
+from kimi_dflash.paths import cache_root
+from repo_paths import REPO_ROOT
 
 from conftest import free_port
 from test_demo_server import counter, get  # noqa: E402  (shared helpers)

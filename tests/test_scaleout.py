@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kimi_dflash.paths import REPO_ROOT
 from kimi_dflash.scaleout.router import RouterPlan, normalise_replica, router_argv
+
+from repo_paths import REPO_ROOT
 
 LAUNCHER = REPO_ROOT / "launchers" / "kimi26-vllm-dflash-router.sh"
 MANIFESTS = sorted((REPO_ROOT / "deploy" / "k8s").glob("*.yaml"))
