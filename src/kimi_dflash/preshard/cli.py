@@ -10,11 +10,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kimi_dflash.preshard.manifest import (
     MANIFEST_NAME, Manifest, ManifestError, checkpoint_fingerprint, mismatches, rank_files, read_manifest,
     write_manifest,
 )
+
+if TYPE_CHECKING:
+    from kimi_dflash.config.validate import Config
 
 PROGRESS_NAME = "preshard-progress.json"
 EXIT_USAGE = 2
@@ -87,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def run(config, source: Path, output: Path, args: argparse.Namespace) -> int:  # noqa: ANN001 - Config
+def run(config: Config, source: Path, output: Path, args: argparse.Namespace) -> int:
     from kimi_dflash.preflight.runtime_child import installed_vllm
 
     tp = config.get_int("TENSOR_PARALLEL_SIZE") if config["DEVICE"] != "cpu" else 1
@@ -188,7 +192,7 @@ def _copy_non_weights(source: Path, staging: Path) -> None:
             shutil.copy2(entry, target)
 
 
-def _engine_args(config, tp: int) -> dict[str, object]:  # noqa: ANN001 - Config
+def _engine_args(config: Config, tp: int) -> dict[str, object]:
     args: dict[str, object] = {
         "tensor_parallel_size": tp, "enforce_eager": True, "trust_remote_code": bool(config["TRUST_REMOTE_CODE"]),
         # The KV cache is irrelevant here: the smallest that lets the engine start.
@@ -202,7 +206,7 @@ def _engine_args(config, tp: int) -> dict[str, object]:  # noqa: ANN001 - Config
     return args
 
 
-def _save_in_child(config, source: Path, staging: Path, tp: int, max_size: int) -> bool:  # noqa: ANN001
+def _save_in_child(config: Config, source: Path, staging: Path, tp: int, max_size: int) -> bool:
     from kimi_dflash.launch.cli import cpu_preload
     from kimi_dflash.paths import cache_root
     from kimi_dflash.plan import vllm_env

@@ -19,6 +19,7 @@ ShardedStateLoader.save_model, so its loader reads what is written.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 OUTPUT_ENV = "KIMI_DFLASH_PRESHARD_OUTPUT"
 MAX_SIZE_ENV = "KIMI_DFLASH_PRESHARD_MAX_SIZE"
@@ -31,7 +32,7 @@ def _install_hook() -> None:
 
     process = base_loader.process_weights_after_loading
 
-    def save_then_process(model, model_config, target_device):  # noqa: ANN001, ANN202 - vLLM's signature
+    def save_then_process(model: Any, model_config: Any, target_device: Any) -> Any:  # vLLM's signature
         if not _saved:  # the first model this worker loads is the target (the pre-sharder runs no drafter)
             output = os.environ[OUTPUT_ENV]
             before = set(os.listdir(output))
