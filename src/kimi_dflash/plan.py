@@ -28,7 +28,9 @@ OPTION_KEYS: dict[str, str] = {
     "--tool-call-parser": "TOOL_CALL_PARSER", "--enable-auto-tool-choice": "ENABLE_AUTO_TOOL_CHOICE",
     "--reasoning-parser": "REASONING_PARSER", "--language-model-only": "LANGUAGE_MODEL_ONLY",
     "--mm-encoder-tp-mode": "MM_ENCODER_TP_MODE", "--speculative-config": "SPECULATIVE_METHOD",
+    "--load-format": "PRESHARD_DIR",
 }
+SHARDED_STATE = "sharded_state"
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,10 @@ def speculative_config(config: Config) -> dict[str, object] | None:
     for field, key in optional.items():
         if config[key] is not None:
             spec[field] = config[key]
+    if config["PRESHARD_DIR"] is not None:
+        # The drafter inherits the target's load config unless given its own (vLLM >= 0.20); it is a plain
+        # checkpoint, so it keeps the default loader.
+        spec["draft_load_config"] = {"load_format": "auto"}
     return spec
 
 
@@ -97,13 +103,16 @@ def vllm_argv(config: Config, python_executable: str) -> tuple[str, ...]:
         head = [python_executable, "-m", CPU_ENTRY_MODULE, "serve"]
     else:
         head = ["vllm", "serve"]
-    argv = [*head, str(config["MODEL_DIR"]),
+    preshard = config["PRESHARD_DIR"]
+    argv = [*head, str(config["MODEL_DIR"] if preshard is None else preshard),
             "--served-model-name", str(config["SERVED_MODEL_NAME"]),
             "--host", str(config["HOST"]),
             "--port", str(config["PORT"])]
     if config["DEVICE"] != "cpu":
         argv += ["--tensor-parallel-size", str(config["TENSOR_PARALLEL_SIZE"]),
                  "--gpu-memory-utilization", f"{config['GPU_MEMORY_UTILIZATION']:g}"]
+    if preshard is not None:
+        argv += ["--load-format", SHARDED_STATE]
     if config["DTYPE"] != "auto":
         argv += ["--dtype", str(config["DTYPE"])]
     argv += ["--kv-cache-dtype", str(config["KV_CACHE_DTYPE"]),

@@ -50,6 +50,11 @@ KEYS: tuple[Key, ...] = (
     _k("DRAFT_MODEL_DIR", "path", None, "model", "Local directory of the DFlash drafter checkpoint.", optional=True),
     _k("DRAFT_MODEL_REPO", "str", "z-lab/Kimi-K2.5-DFlash", "model", "Hugging Face repo id of the drafter; only "
        "used in download hints."),
+    _k("PRESHARD_DIR", "path", None, "model", "A pre-sharded copy of MODEL_DIR for this TENSOR_PARALLEL_SIZE, "
+       "written by payload/preshard_kimi26.py (vLLM's sharded_state format: each rank reads only its own slice). "
+       "When set, vLLM loads it with --load-format sharded_state; MODEL_DIR must still name the source checkpoint, "
+       "and preflight refuses a pre-shard made for another TP size, vLLM version, dtype or checkpoint.",
+       optional=True),
     _k("FABRICATE_DEMO_MODELS", "enum", NO_DEMO, "model", "Serve locally fabricated demo models (the CPU demo), "
        "built under the project cache on first use: " + "; ".join(f"{c.name}: {c.summary}" for c in
                                                                     DEMO_CHOICES.values())

@@ -54,6 +54,8 @@ def preflight(config: Config, plan: LaunchPlan, fix_numa: bool, say: Callable[[s
         deployment=deployment(config, plan, os.environ),
         python=interpreter_for_command(plan.argv),
         fix_numa=fix_numa,
+        preshard_dir=None if config["PRESHARD_DIR"] is None else Path(str(config["PRESHARD_DIR"])),
+        dtype=str(config["DTYPE"]),
     )
     results = run_preflight(request)
     say(render(results))

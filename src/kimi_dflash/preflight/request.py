@@ -56,6 +56,8 @@ class PreflightRequest:
     - deployment: the planned command line, environment and checkpoint facts; when given, the vLLM found is
       judged by the compatibility rules (preflight.compat) and the project's plugin must load if the plan
       relies on it. None: only `required_features` are probed.
+    - preshard_dir / dtype: a pre-sharded checkpoint the plan loads (sharded_state) and the dtype it serves in;
+      it must have been made from model_dir for this TP size, vLLM version and dtype.
     """
 
     device: Device
@@ -74,6 +76,8 @@ class PreflightRequest:
     min_shm_bytes: int | None = None
     python: str | None = None
     deployment: Deployment | None = None
+    preshard_dir: Path | None = None
+    dtype: str | None = None
 
     def __post_init__(self) -> None:
         # Programming errors in the adapter, not user input: the config was validated before this point.

@@ -9,6 +9,7 @@ from kimi_dflash.preflight.host import HostProbe
 from kimi_dflash.preflight.model_dir import check_model_dir
 from kimi_dflash.preflight.numa import check_numa
 from kimi_dflash.preflight.port import check_port
+from kimi_dflash.preflight.preshard import check_preshard
 from kimi_dflash.preflight.request import PreflightRequest
 from kimi_dflash.preflight.results import CheckResult, failed
 from kimi_dflash.preflight.runtime_probe import RuntimeReport
@@ -40,6 +41,8 @@ def run_preflight(request: PreflightRequest, probe: HostProbe | None = None) -> 
         draft_dir = request.draft_model_dir
         checks.append(("drafter dir", lambda: check_model_dir(
             draft_dir, "drafter", request.draft_repo_hint, fix_hint=request.draft_fix_hint)))
+    if request.preshard_dir is not None:
+        checks.append(("pre-shard", lambda: check_preshard(request, runtime)))
     checks.append(("port", lambda: check_port(request, probe)))
 
     results: list[CheckResult] = []

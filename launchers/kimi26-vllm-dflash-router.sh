@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Route traffic over several kimi-k26-dflash replicas (one per 8-GPU node) with vllm-router; all logic lives in
+# Python (kimi_dflash.scaleout.router).
+#   launchers/kimi26-vllm-dflash-router.sh --replica http://node1:8262 --replica http://node2:8262 [--help]
+set -euo pipefail
+
+repo_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+python="${KIMI_PYTHON:-python3}"
+export PYTHONPATH="$repo_dir/src${PYTHONPATH:+:$PYTHONPATH}"
+exec "$python" -m kimi_dflash.scaleout.router "$@"

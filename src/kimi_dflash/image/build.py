@@ -1,0 +1,163 @@
+"""build-kimi26-dflash.sh: build Dockerfile.kimi26-dflash, pinned to a base-image digest, tagged with versions."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from kimi_dflash import __version__
+
+DOCKERFILE = "Dockerfile.kimi26-dflash"
+DEFAULT_IMAGE = "vllm/vllm-openai-rocm"
+DEFAULT_TAG = "v0.32.0"
+TARGETS = ("rocm", "cpu-demo")
+ENGINES = ("docker", "podman", "buildah")
+
+DESCRIPTION = f"""\
+Build the kimi-k26-dflash image from {DOCKERFILE}: vLLM's ROCm image ({DEFAULT_IMAGE}:{DEFAULT_TAG} by default, a
+release docs/compatibility.md says starts every shipped config) plus this project, installed without touching
+the image's vLLM or torch, with the file patches that vLLM needs for the shipped configs written at build time
+(the build fails if a needed one does not apply). Runs as a non-root user; HEALTHCHECK on /health.
+
+The base is pinned by digest: unless --vllm-digest is given, it is resolved from the registry (skopeo inspect,
+else a pull + image inspect) and printed, so the build you ran can be repeated byte for byte. The image is
+tagged kimi26-dflash:<project version>-vllm<vLLM version>[-cpu-demo] and labelled with both.
+"""
+
+EPILOG = f"""\
+examples:
+  ./build-kimi26-dflash.sh                                  # 8x MI300X image from {DEFAULT_IMAGE}:{DEFAULT_TAG}
+  ./build-kimi26-dflash.sh --vllm-tag v0.33.0 --vllm-digest sha256:...
+  ./build-kimi26-dflash.sh --dry-run                        # print the build command only
+  ./build-kimi26-dflash.sh --target cpu-demo --vllm-image localhost/kimi-dflash-cpu-base --vllm-tag 0.32.0 \\
+      --allow-unpinned                                      # the CPU demo on a locally made base (no digest)
+then run it as README.md shows ("Container").
+"""
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    engine: str
+    context: Path
+    target: str
+    vllm_image: str
+    vllm_tag: str
+    vllm_digest: str | None
+    vllm_version: str
+    engine_args: tuple[str, ...] = ()
+
+    @property
+    def tag(self) -> str:
+        suffix = "-cpu-demo" if self.target == "cpu-demo" else ""
+        return f"kimi26-dflash:{__version__}-vllm{self.vllm_version}{suffix}"
+
+    def argv(self) -> list[str]:
+        build = [self.engine, "build"] if self.engine != "buildah" else ["buildah", "bud"]
+        args = [*build, "--file", str(self.context / DOCKERFILE), "--target", self.target, "--tag", self.tag,
+                "--build-arg", f"VLLM_IMAGE={self.vllm_image}", "--build-arg", f"VLLM_TAG={self.vllm_tag}",
+                "--label", f"org.opencontainers.image.version={__version__}",
+                "--label", f"ai.kimi-dflash.vllm-version={self.vllm_version}",
+                "--label", f"ai.kimi-dflash.base={self.base_reference}"]
+        if self.vllm_digest:
+            args += ["--build-arg", f"VLLM_DIGEST={self.vllm_digest}"]
+        return [*args, *self.engine_args, str(self.context)]
+
+    @property
+    def base_reference(self) -> str:
+        digest = f"@{self.vllm_digest}" if self.vllm_digest else ""
+        return f"{self.vllm_image}:{self.vllm_tag}{digest}"
+
+
+def version_from_tag(tag: str) -> str | None:
+    """vLLM's release tags are vX.Y.Z (optionally with a suffix after a dash)."""
+    match = re.fullmatch(r"v?(\d+\.\d+\.\d+(?:\.post\d+)?)(?:[-_].*)?", tag)
+    return match.group(1) if match else None
+
+
+def resolve_digest(engine: str, reference: str) -> str:
+    """The registry digest of `reference` (sha256:...), or a RuntimeError saying how to pass it by hand."""
+    if shutil.which("skopeo"):
+        result = subprocess.run(["skopeo", "inspect", f"docker://{reference}"], capture_output=True, text=True,
+                                check=False)
+        if result.returncode == 0:
+            return str(json.loads(result.stdout)["Digest"])
+    if engine in ("docker", "podman"):
+        pulled = subprocess.run([engine, "pull", reference], check=False)
+        if pulled.returncode == 0:
+            found = subprocess.run([engine, "image", "inspect", "--format", "{{index .RepoDigests 0}}", reference],
+                                   capture_output=True, text=True, check=False)
+            if found.returncode == 0 and "@" in found.stdout:
+                return found.stdout.strip().split("@", 1)[1]
+    raise RuntimeError(f"could not resolve the digest of {reference} (registry unreachable?); pass "
+                       "--vllm-digest sha256:... (from `docker buildx imagetools inspect` on a machine that can "
+                       "reach it), or --allow-unpinned for a local base image")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="build-kimi26-dflash.sh", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--target", choices=TARGETS, default="rocm", help="rocm (default: 8x MI300X) or cpu-demo")
+    parser.add_argument("--vllm-image", default=DEFAULT_IMAGE, help=f"base image repository ({DEFAULT_IMAGE})")
+    parser.add_argument("--vllm-tag", default=DEFAULT_TAG, help=f"base image tag ({DEFAULT_TAG})")
+    parser.add_argument("--vllm-digest", help="base image digest sha256:... (default: resolved from the registry)")
+    parser.add_argument("--vllm-version", help="vLLM version for the tag (default: from --vllm-tag, vX.Y.Z)")
+    parser.add_argument("--allow-unpinned", action="store_true",
+                        help="build without a digest (a local base image has none)")
+    parser.add_argument("--engine", choices=ENGINES, help="container tool (default: the first of docker, podman, "
+                        "buildah on PATH)")
+    parser.add_argument("--context", type=Path, default=Path.cwd(),
+                        help="the checkout to build from (default: the current directory)")
+    parser.add_argument("--engine-arg", action="append", default=[], metavar="ARG",
+                        help="extra argument for the container tool, repeatable (e.g. --engine-arg=--isolation=chroot "
+                        "for podman/buildah where no OCI runtime can start)")
+    parser.add_argument("--dry-run", action="store_true", help="print the build command and exit")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    engine = args.engine or next((name for name in ENGINES if shutil.which(name)), None)
+    if engine is None:
+        print("build: none of docker, podman, buildah is installed", file=sys.stderr)
+        return 1
+    version = args.vllm_version or version_from_tag(args.vllm_tag)
+    if version is None:
+        print(f"build: cannot read a vLLM version from tag {args.vllm_tag!r}; pass --vllm-version X.Y.Z",
+              file=sys.stderr)
+        return 2
+    digest = args.vllm_digest
+    if digest is not None and not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+        print(f"build: --vllm-digest {digest!r} is not sha256:<64 hex digits>", file=sys.stderr)
+        return 2
+    context = args.context.resolve()
+    if not (context / DOCKERFILE).is_file():
+        print(f"build: no {DOCKERFILE} in {context}: pass --context CHECKOUT (build-kimi26-dflash.sh does)",
+              file=sys.stderr)
+        return 2
+    if digest is None and not args.allow_unpinned and not args.dry_run:
+        try:
+            digest = resolve_digest(engine, f"{args.vllm_image}:{args.vllm_tag}")
+        except RuntimeError as error:
+            print(f"build: {error}", file=sys.stderr)
+            return 1
+        print(f"build: base {args.vllm_image}:{args.vllm_tag} is {digest}", file=sys.stderr)
+    plan = BuildPlan(engine, context, args.target, args.vllm_image, args.vllm_tag, digest, version,
+                     tuple(args.engine_arg))
+    print(shlex.join(plan.argv()), file=sys.stderr if not args.dry_run else sys.stdout)
+    if args.dry_run:
+        return 0
+    result = subprocess.run(plan.argv(), check=False)
+    if result.returncode == 0:
+        print(f"build: tagged {plan.tag} (base {plan.base_reference})", file=sys.stderr)
+    return result.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""Image build step: write the file patches the installed vLLM needs for the shipped configs, or fail the build.
+
+    python -m kimi_dflash.launch.image_patches CONFIG [CONFIG ...]
+
+For each config, the same decision serve.sh makes at start (launch.hooks.patches): a pending file patch is
+written only when the plan takes the code path it fixes and the plugin cannot deliver it at runtime. Doing it at
+build time, as root, means the runtime user never needs write access to site-packages. Exit 0 when every needed
+patch is applied (or none is needed), 1 when a needed patch did not apply or the vLLM tree is unrecognised.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from kimi_dflash.config.validate import ConfigError, load_config
+from kimi_dflash.launch import hooks
+from kimi_dflash.plan import build_plan
+
+
+def say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    configs = [Path(arg) for arg in (sys.argv[1:] if argv is None else argv)]
+    if not configs:
+        say("usage: python -m kimi_dflash.launch.image_patches CONFIG [CONFIG ...]")
+        return 2
+    for path in configs:
+        try:
+            config = load_config(path)
+        except ConfigError as error:
+            say(f"image patches: {path}: " + "; ".join(p.message for p in error.problems))
+            return 1
+        plan = build_plan(config, python_executable=sys.executable, cache_dir="/tmp")
+        say(f"image patches: {path.name}")
+        # Twice: the first writes what is needed, the second proves nothing needed is still pending.
+        second: list[str] = []
+        if (not hooks.patches(config, plan, say=say) or not hooks.patches(config, plan, say=second.append)
+                or any(line.startswith("patches: writing") for line in second)):
+            say(f"image patches: a patch {path.name} needs could not be applied; failing the build")
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

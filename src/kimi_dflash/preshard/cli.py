@@ -1,0 +1,229 @@
+"""payload/preshard_kimi26.py: write a checkpoint pre-split for one tensor-parallel size (see --help)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kimi_dflash.preshard.manifest import (
+    MANIFEST_NAME, Manifest, ManifestError, checkpoint_fingerprint, mismatches, rank_files, read_manifest,
+    write_manifest,
+)
+
+if TYPE_CHECKING:
+    from kimi_dflash.config.validate import Config
+
+PROGRESS_NAME = "preshard-progress.json"
+EXIT_USAGE = 2
+
+DESCRIPTION = """\
+Pre-shard the target checkpoint a config serves, for that config's tensor-parallel size, in vLLM's
+sharded_state format: one set of safetensors per rank holding exactly that rank's slice of every weight, in the
+layout vLLM keeps in memory. A server started with --load-format sharded_state then reads only its own slice
+(no per-tensor splitting, no reading of the other ranks' bytes), which is what makes a TP 8 load of a 555 GB
+checkpoint fast.
+
+The output directory is finished only when it holds kimi-dflash-preshard.json (source checkpoint fingerprint,
+TP size, vLLM version, dtype, shard sizes). Everything is staged in OUTPUT.partial and renamed into place last,
+so an interrupted run never leaves something that looks finished; running the same command again resumes from
+the last completed step (copying the tokenizer/config files, saving the shards).
+
+Then serve it: set PRESHARD_DIR=OUTPUT in the config (or the environment); serve.sh passes
+--load-format sharded_state and the directory to vLLM, and preflight refuses a pre-shard made for another TP
+size, vLLM version, dtype or checkpoint. The pre-shard is only valid for the vLLM that wrote it: re-run this
+after upgrading vLLM.
+"""
+
+EPILOG = """\
+examples:
+  payload/preshard_kimi26.py configs/production.env --output /models/kimi-k2.6-tp8
+  payload/preshard_kimi26.py configs/demo-cpu.env --output /tmp/demo-preshard      (the CPU demo, ~1 minute)
+  PRESHARD_DIR=/tmp/demo-preshard ./serve.sh configs/demo-cpu.env --wait
+
+needs: the vLLM that will serve (same version), and the accelerators of the TP size (vLLM loads the model once).
+"""
+
+
+def say(message: str) -> None:
+    print(f"preshard: {message}", file=sys.stderr, flush=True)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="preshard_kimi26.py", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("config", type=Path, help="the env-file config that will serve the pre-shard "
+                        "(MODEL_DIR, TENSOR_PARALLEL_SIZE, DTYPE and the platform settings come from it)")
+    parser.add_argument("--output", type=Path, required=True, help="directory to create (must not exist, "
+                        "unless it is a finished pre-shard of the same source: then nothing is done)")
+    parser.add_argument("--max-shard-gib", type=float, default=5.0,
+                        help="largest safetensors file per rank, GiB (default 5)")
+    parser.add_argument("--force", action="store_true", help="replace an existing OUTPUT that was made from "
+                        "another checkpoint, TP size or vLLM")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from kimi_dflash.config.validate import ConfigError, load_config
+    from kimi_dflash.launch.cli import report_problems, resolve_demo_models
+
+    try:
+        config = resolve_demo_models(load_config(args.config), create=True)
+    except ConfigError as error:
+        report_problems(error.problems)
+        return EXIT_USAGE
+    if config["PRESHARD_DIR"] is not None:
+        say(f"{args.config} already serves a pre-shard (PRESHARD_DIR); pre-shard from a config without it")
+        return EXIT_USAGE
+    source = Path(str(config["MODEL_DIR"]))
+    output = args.output.resolve()
+    try:
+        return run(config, source, output, args)
+    except (ManifestError, OSError) as error:
+        say(str(error))
+        return 1
+
+
+def run(config: Config, source: Path, output: Path, args: argparse.Namespace) -> int:
+    from kimi_dflash.preflight.runtime_child import installed_vllm
+
+    tp = config.get_int("TENSOR_PARALLEL_SIZE") if config["DEVICE"] != "cpu" else 1
+    distribution, version = installed_vllm()
+    if version is None:
+        say("vLLM is not installed in this Python; run with the interpreter that serves")
+        return 1
+    dtype = str(config["DTYPE"])
+    say(f"fingerprinting {source}")
+    key = {"source_fingerprint": checkpoint_fingerprint(source), "tensor_parallel_size": tp,
+           "vllm_version": version, "dtype": dtype}
+    if (output / MANIFEST_NAME).is_file():
+        problems = mismatches(read_manifest(output), output, source_dir=source, tensor_parallel_size=tp,
+                              vllm_version=version, dtype=dtype)
+        if not problems:
+            say(f"{output} is already a finished pre-shard of this checkpoint for TP {tp}, vLLM {version}")
+            return 0
+        if not args.force:
+            say(f"{output} is a pre-shard of something else ({'; '.join(problems)}); pass --force to replace it")
+            return 1
+    elif output.exists():
+        say(f"{output} exists and is not a finished pre-shard; remove it or choose another --output")
+        return 1
+
+    staging = output.with_name(output.name + ".partial")
+    steps = _resume(staging, key)
+    if "copied" not in steps:
+        say("copying config, tokenizer and other non-weight files")
+        _copy_non_weights(source, staging)
+        steps = _mark(staging, key, steps, "copied")
+    if "saved" not in steps:
+        for stale in staging.glob("model-rank-*.safetensors"):
+            stale.unlink()  # a save interrupted mid-way: start the save over
+        say(f"loading {source} in vLLM {version} (TP {tp}, {dtype}) and saving each rank's state; vLLM's log "
+            "follows")
+        started = time.monotonic()
+        if not _save_in_child(config, source, staging, tp, int(args.max_shard_gib * (1 << 30))):
+            say(f"vLLM failed (see its log above); {staging} is kept, run the same command to retry")
+            return 1
+        say(f"saved in {time.monotonic() - started:.1f} s")
+        steps = _mark(staging, key, steps, "saved")
+
+    files: dict[str, int] = {}
+    for rank in range(tp):
+        found = rank_files(staging, rank)
+        if not found:
+            say(f"vLLM wrote no shard for rank {rank} in {staging}; re-run to save again")
+            _mark(staging, key, [s for s in steps if s != "saved"], None)
+            return 1
+        files.update({path.name: path.stat().st_size for path in found})
+    write_manifest(staging, Manifest(source_dir=str(source), source_fingerprint=key["source_fingerprint"],
+                                     tensor_parallel_size=tp, vllm_distribution=str(distribution),
+                                     vllm_version=version, dtype=dtype, files=files))
+    (staging / PROGRESS_NAME).unlink()
+    for path in staging.iterdir():  # readable by the serving user (safetensors and mkstemp write 0600)
+        if path.is_file():
+            path.chmod(0o644)
+    _publish(staging, output)
+    total = sum(files.values()) / (1 << 30)
+    say(f"done: {output} ({len(files)} shard files, {total:.2f} GiB, TP {tp}); serve it with PRESHARD_DIR={output}")
+    return 0
+
+
+def _resume(staging: Path, key: dict[str, object]) -> list[str]:
+    """Steps already done in `staging` for this same key; a staging dir of another source is started over."""
+    progress = staging / PROGRESS_NAME
+    if progress.is_file():
+        recorded = json.loads(progress.read_text(encoding="utf-8"))
+        if recorded.get("key") == key:
+            say(f"resuming {staging} (done: {', '.join(recorded['steps']) or 'nothing'})")
+            return list(recorded["steps"])
+        say(f"{staging} was started for another source, TP size or vLLM: starting over")
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir(parents=True)
+    _mark(staging, key, [], None)
+    return []
+
+
+def _mark(staging: Path, key: dict[str, object], steps: list[str], done: str | None) -> list[str]:
+    steps = [*steps, done] if done else list(steps)
+    temporary = staging / (PROGRESS_NAME + ".tmp")
+    temporary.write_text(json.dumps({"key": key, "steps": steps}), encoding="utf-8")
+    os.replace(temporary, staging / PROGRESS_NAME)
+    return steps
+
+
+def _copy_non_weights(source: Path, staging: Path) -> None:
+    # The weight index maps the original tensor names to files; the pre-shard has its own layout.
+    ignore = shutil.ignore_patterns("*.safetensors", "*.bin", "*.pt", "*.index.json", ".cache")
+    for entry in source.iterdir():
+        if ignore(str(source), [entry.name]):
+            continue
+        target = staging / entry.name
+        if entry.is_dir():
+            shutil.copytree(entry, target, ignore=ignore, dirs_exist_ok=True)
+        else:
+            shutil.copy2(entry, target)
+
+
+def _engine_args(config: Config, tp: int) -> dict[str, object]:
+    args: dict[str, object] = {
+        "tensor_parallel_size": tp, "enforce_eager": True, "trust_remote_code": bool(config["TRUST_REMOTE_CODE"]),
+        # The KV cache is irrelevant here: the smallest that lets the engine start.
+        "max_model_len": min(config.get_int("MAX_MODEL_LEN"), 4096), "max_num_seqs": 1,
+        "language_model_only": bool(config["LANGUAGE_MODEL_ONLY"]),
+    }
+    if config["DTYPE"] != "auto":
+        args["dtype"] = str(config["DTYPE"])
+    if config["DEVICE"] != "cpu":
+        args["gpu_memory_utilization"] = float(config["GPU_MEMORY_UTILIZATION"])
+    return args
+
+
+def _save_in_child(config: Config, source: Path, staging: Path, tp: int, max_size: int) -> bool:
+    from kimi_dflash.launch.cli import cpu_preload
+    from kimi_dflash.paths import cache_root
+    from kimi_dflash.plan import vllm_env
+
+    env = {**os.environ, **vllm_env(config, str(cache_root()), cpu_preload(config))}
+    env.pop("VLLM_API_KEY", None)
+    request = {"model": str(source), "output": str(staging), "max_size": max_size,
+               "engine_args": _engine_args(config, tp)}
+    child = [sys.executable, "-m", "kimi_dflash.preshard.save_child", json.dumps(request)]
+    return subprocess.run(child, env=env, check=False).returncode == 0
+
+
+def _publish(staging: Path, output: Path) -> None:
+    """Rename the finished staging dir into place; an old output (--force) is moved aside first, then removed."""
+    old = output.with_name(output.name + ".old")
+    if output.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(output, old)
+    os.replace(staging, output)
+    shutil.rmtree(old, ignore_errors=True)

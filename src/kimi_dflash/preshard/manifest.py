@@ -1,0 +1,134 @@
+"""The pre-shard manifest: what a pre-sharded checkpoint was made from, and the check that it still fits.
+
+A pre-shard directory is finished exactly when it holds MANIFEST_NAME: the writer stages everything in a sibling
+directory and renames it into place last, so a directory without a manifest is never a usable pre-shard.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+MANIFEST_NAME = "kimi-dflash-preshard.json"
+FORMAT = "sharded_state"
+SCHEMA_VERSION = 1
+# vLLM's default file name for TP-only sharded state (ShardedStateLoader.TP_ONLY_PATTERN, vLLM 0.5 .. 0.32).
+RANK_FILE_GLOB = "model-rank-{rank}-part-*.safetensors"
+# Files the fingerprint reads in full; weights contribute their safetensors header (names, dtypes, shapes,
+# offsets) and size, so fingerprinting a 555 GB checkpoint reads kilobytes, not the weights.
+_SMALL_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                "model.safetensors.index.json")
+
+
+@dataclass(frozen=True)
+class Manifest:
+    source_dir: str
+    source_fingerprint: str
+    tensor_parallel_size: int
+    vllm_distribution: str
+    vllm_version: str
+    dtype: str
+    files: dict[str, int]  # shard file name -> size in bytes
+    format: str = FORMAT
+    schema_version: int = SCHEMA_VERSION
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
+
+
+class ManifestError(ValueError):
+    """The directory is not a finished pre-shard, or its manifest is unreadable."""
+
+
+def checkpoint_fingerprint(checkpoint: Path) -> str:
+    """sha256 over the checkpoint's small metadata files in full and each safetensors file's size and header.
+
+    Detects a different checkpoint, a re-quantised one, a changed tokenizer or an edited config; it does not read
+    tensor bytes (a same-shape bit flip is not detected: the cost of hashing 555 GB at every start)."""
+    digest = hashlib.sha256()
+    for name in _SMALL_FILES:
+        path = checkpoint / name
+        if path.is_file():
+            digest.update(f"file {name}\n".encode())
+            digest.update(path.read_bytes())
+    weights = sorted(checkpoint.glob("*.safetensors"))
+    if not weights:
+        raise ManifestError(f"{checkpoint}: no *.safetensors files: not a checkpoint directory")
+    for path in weights:
+        digest.update(f"weights {path.name} {path.stat().st_size}\n".encode())
+        digest.update(_safetensors_header(path))
+    return digest.hexdigest()
+
+
+def _safetensors_header(path: Path) -> bytes:
+    with path.open("rb") as handle:
+        (length,) = struct.unpack("<Q", handle.read(8))
+        if length > 100 * 1024 * 1024:
+            raise ManifestError(f"{path}: safetensors header of {length} bytes: not a safetensors file")
+        return handle.read(length)
+
+
+def rank_files(directory: Path, rank: int) -> list[Path]:
+    return sorted(directory.glob(RANK_FILE_GLOB.format(rank=rank)))
+
+
+def write_manifest(directory: Path, manifest: Manifest) -> None:
+    """Write the manifest atomically (temporary file + rename in the same directory)."""
+    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".manifest-", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(manifest.to_json())
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, directory / MANIFEST_NAME)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def read_manifest(directory: Path) -> Manifest:
+    path = directory / MANIFEST_NAME
+    if not path.is_file():
+        raise ManifestError(f"{directory} has no {MANIFEST_NAME}: not a finished pre-shard (an interrupted run "
+                            "leaves only a *.partial directory); run payload/preshard_kimi26.py")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return Manifest(**data)
+    except (json.JSONDecodeError, TypeError) as error:
+        raise ManifestError(f"{path}: unreadable manifest ({error}); re-run payload/preshard_kimi26.py") from error
+
+
+def mismatches(manifest: Manifest, directory: Path, *, source_dir: Path | None, tensor_parallel_size: int,
+               vllm_version: str | None, dtype: str | None = None) -> list[str]:
+    """Why this pre-shard must not be served by this plan (empty: it fits). Pure apart from reading sizes and
+    the source checkpoint's headers."""
+    problems: list[str] = []
+    if manifest.format != FORMAT or manifest.schema_version != SCHEMA_VERSION:
+        problems.append(f"format {manifest.format} v{manifest.schema_version}, this project writes {FORMAT} "
+                        f"v{SCHEMA_VERSION}")
+    if manifest.tensor_parallel_size != tensor_parallel_size:
+        problems.append(f"made for TP {manifest.tensor_parallel_size}, the plan serves TP {tensor_parallel_size}")
+    if vllm_version is not None and manifest.vllm_version != vllm_version:
+        problems.append(f"made with vLLM {manifest.vllm_version}, this vLLM is {vllm_version} (the saved state is "
+                        "the model's in-memory layout, which changes between releases)")
+    if dtype is not None and dtype != "auto" and manifest.dtype != dtype:
+        problems.append(f"saved in {manifest.dtype}, the plan serves DTYPE={dtype}")
+    for name, size in manifest.files.items():
+        path = directory / name
+        if not path.is_file() or path.stat().st_size != size:
+            problems.append(f"shard {name} is missing or has changed size")
+    if source_dir is not None:
+        try:
+            fingerprint = checkpoint_fingerprint(source_dir)
+        except (ManifestError, OSError) as error:
+            problems.append(f"cannot fingerprint MODEL_DIR: {error}")
+        else:
+            if fingerprint != manifest.source_fingerprint:
+                problems.append(f"made from another checkpoint ({manifest.source_dir}, fingerprint "
+                                f"{manifest.source_fingerprint[:12]}), MODEL_DIR {source_dir} is {fingerprint[:12]}")
+    return problems

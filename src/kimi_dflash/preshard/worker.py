@@ -1,0 +1,54 @@
+"""Runs inside each vLLM worker of the pre-sharder: save this rank's weights as loaded, in sharded_state format.
+
+Why not vLLM's own Worker.save_sharded_state (vLLM 0.32, measured on the CPU demo): it saves the model's state
+*after* process_weights_after_loading, i.e. in kernel layout, which the sharded_state loader then loads into a
+freshly built model and processes a second time. On the demo that fails three ways: the save crashes on MLA's
+derived W_UV (a transposed view; "view size is not compatible with input tensor's size and stride", see
+vllm-project/vllm PR #48357), the derived W_UV/W_UK_T are parameters a fresh model does not have (KeyError at
+load), and the CPU build's linear layers keep their packed weights outside the state dict, so those weights are
+not saved at all ("Missing keys" at load). Saving at the one point where the model holds exactly what the loader
+will fill -- every weight sliced for this rank by vLLM's own weight loaders, before any kernel processing --
+avoids all three, and the server's load then runs the same processing as a normal load.
+
+How: importing this module in a worker (LLM(worker_extension_cls=...) imports it before the model loads) wraps
+the process_weights_after_loading step of vLLM's model loader when KIMI_DFLASH_PRESHARD_OUTPUT is set. File
+names, part splitting and the filter for shared storage (tied embeddings) are vLLM's own
+ShardedStateLoader.save_model, so its loader reads what is written.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+OUTPUT_ENV = "KIMI_DFLASH_PRESHARD_OUTPUT"
+MAX_SIZE_ENV = "KIMI_DFLASH_PRESHARD_MAX_SIZE"
+_saved: list[str] = []
+
+
+def _install_hook() -> None:
+    from vllm.model_executor.model_loader import base_loader
+    from vllm.model_executor.model_loader.sharded_state_loader import ShardedStateLoader
+
+    process = base_loader.process_weights_after_loading
+
+    def save_then_process(model: Any, model_config: Any, target_device: Any) -> Any:  # vLLM's signature
+        if not _saved:  # the first model this worker loads is the target (the pre-sharder runs no drafter)
+            output = os.environ[OUTPUT_ENV]
+            before = set(os.listdir(output))
+            max_size = int(os.environ.get(MAX_SIZE_ENV, "0")) or None
+            ShardedStateLoader.save_model(model, output, max_size=max_size)
+            _saved.extend(sorted(set(os.listdir(output)) - before))
+        return process(model, model_config, target_device)
+
+    base_loader.process_weights_after_loading = save_then_process
+
+
+if os.environ.get(OUTPUT_ENV):
+    _install_hook()
+
+
+class PreshardWorkerExtension:
+    def kimi_dflash_preshard_files(self) -> list[str]:
+        """The shard files this worker wrote (empty: the hook did not run)."""
+        return list(_saved)

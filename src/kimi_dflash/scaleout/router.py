@@ -1,0 +1,127 @@
+"""Start vllm-router in front of replica URLs (launchers/kimi26-vllm-dflash-router.sh; see --help).
+
+vllm-router (PyPI `vllm-router`, the vLLM project's Rust router) health-checks every replica on /health,
+stops sending to one that fails (health checks plus a circuit breaker on failed requests) and takes it back when
+it answers again. This module only turns a list of replica URLs into its command line, checks the URLs first,
+and runs it in the foreground.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+# Policies of vllm-router 0.1.17 for a regular (not prefill/decode-split) deployment.
+POLICIES = ("round_robin", "power_of_two", "cache_aware", "consistent_hash", "sticky_least_loaded", "random")
+ROUTER_BINARY = "vllm-router"
+
+DESCRIPTION = """\
+Route OpenAI-compatible traffic over several kimi-k26-dflash replicas (one per 8-GPU node, each started with
+serve.sh) through vllm-router. Requests go to healthy replicas only: every replica's /health is polled, a replica
+that fails --health-failures checks in a row (or trips the circuit breaker with failed requests) gets no new
+requests until it passes again. Requests already running on a replica that dies are lost (their clients see
+the error); nothing else is.
+
+Policies: round_robin (default: even split, predictable), power_of_two (the less loaded of two random
+replicas), cache_aware (same prompt prefix -> same replica: worth it only with ENABLE_PREFIX_CACHING=true),
+consistent_hash / sticky_least_loaded (session affinity), random.
+"""
+
+EPILOG = """\
+examples:
+  launchers/kimi26-vllm-dflash-router.sh --replica http://node1:8262 --replica http://node2:8262
+  launchers/kimi26-vllm-dflash-router.sh --replica http://10.0.0.11:8262 --replica http://10.0.0.12:8262 \\
+      --host 0.0.0.0 --port 8000 --policy power_of_two
+  curl http://127.0.0.1:8000/v1/chat/completions -H 'Content-Type: application/json' -d '{...}'
+
+needs: pip install vllm-router (the `router` extra of this project).
+"""
+
+
+@dataclass(frozen=True)
+class RouterPlan:
+    replicas: tuple[str, ...]
+    host: str = "127.0.0.1"
+    port: int = 8000
+    policy: str = "round_robin"
+    health_interval_s: int = 5
+    health_failures: int = 2
+
+
+def normalise_replica(url: str) -> str:
+    """`http(s)://host:port` without a trailing slash or path; raises ValueError naming the problem."""
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"replica {url!r} is not an http(s)://host:port URL (e.g. http://node1:8262)")
+    if parts.path not in ("", "/") or parts.query:
+        raise ValueError(f"replica {url!r} has a path; give the server root (http://host:port), not {parts.path}")
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def router_argv(plan: RouterPlan, binary: str = ROUTER_BINARY) -> list[str]:
+    """The vllm-router command line for this plan. Pure."""
+    if not plan.replicas:
+        raise ValueError("no replicas: pass --replica URL at least once")
+    if len(set(plan.replicas)) != len(plan.replicas):
+        raise ValueError(f"a replica is listed twice: {', '.join(plan.replicas)}")
+    if plan.policy not in POLICIES:
+        raise ValueError(f"unknown policy {plan.policy!r}; choose one of {', '.join(POLICIES)}")
+    return [binary, "--host", plan.host, "--port", str(plan.port), "--policy", plan.policy,
+            "--worker-urls", *plan.replicas,
+            "--health-check-endpoint", "/health",
+            "--health-check-interval-secs", str(plan.health_interval_s),
+            "--health-failure-threshold", str(plan.health_failures)]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="kimi26-vllm-dflash-router.sh", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--replica", action="append", default=[], metavar="URL", required=True,
+                        help="a replica's base URL (repeat once per replica)")
+    parser.add_argument("--host", default="127.0.0.1", help="address the router binds (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="router port (default 8000)")
+    parser.add_argument("--policy", choices=POLICIES, default="round_robin", help="routing policy")
+    parser.add_argument("--health-interval", type=int, default=5, metavar="S",
+                        help="seconds between /health checks of each replica (default 5)")
+    parser.add_argument("--health-failures", type=int, default=2, metavar="N",
+                        help="failed checks in a row before a replica gets no traffic (default 2)")
+    parser.add_argument("--dry-run", action="store_true", help="print the vllm-router command and exit")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        plan = RouterPlan(replicas=tuple(normalise_replica(url) for url in args.replica), host=args.host,
+                          port=args.port, policy=args.policy, health_interval_s=args.health_interval,
+                          health_failures=args.health_failures)
+        binary = shutil.which(ROUTER_BINARY) or _next_to_python()
+        argv_out = router_argv(plan, binary or ROUTER_BINARY)
+    except ValueError as error:
+        print(f"router: {error}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        print(" ".join(argv_out))
+        return 0
+    if binary is None:
+        print("router: vllm-router is not installed; pip install vllm-router (or: pip install '.[router]')",
+              file=sys.stderr)
+        return 1
+    print(f"router: {len(plan.replicas)} replica(s), policy {plan.policy}, listening on "
+          f"http://{plan.host}:{plan.port}", file=sys.stderr, flush=True)
+    os.execv(argv_out[0], argv_out)
+    return 0  # not reached
+
+
+def _next_to_python() -> str | None:
+    # A venv's console scripts sit next to its python even when the venv is not on PATH.
+    candidate = os.path.join(os.path.dirname(sys.executable), ROUTER_BINARY)
+    return candidate if os.access(candidate, os.X_OK) else None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""Scale-out: the router launcher's command line and checks, and the Kubernetes manifests against the schemas."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kimi_dflash.scaleout.router import RouterPlan, normalise_replica, router_argv
+
+from repo_paths import REPO_ROOT
+
+LAUNCHER = REPO_ROOT / "launchers" / "kimi26-vllm-dflash-router.sh"
+MANIFESTS = sorted((REPO_ROOT / "deploy" / "k8s").glob("*.yaml"))
+
+
+def launcher(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(LAUNCHER), *args], env={**os.environ, "KIMI_PYTHON": sys.executable},
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_router_argv_lists_every_replica_with_health_checks_on_health() -> None:
+    argv = router_argv(RouterPlan(replicas=("http://n1:8262", "http://n2:8262"), port=9000))
+    assert argv[argv.index("--worker-urls") + 1:argv.index("--worker-urls") + 3] == ["http://n1:8262",
+                                                                                    "http://n2:8262"]
+    assert argv[argv.index("--health-check-endpoint") + 1] == "/health"
+    assert argv[argv.index("--port") + 1] == "9000" and argv[argv.index("--host") + 1] == "127.0.0.1"
+    with pytest.raises(ValueError, match="listed twice"):
+        router_argv(RouterPlan(replicas=("http://n1:8262", "http://n1:8262")))
+
+
+@pytest.mark.parametrize("url, problem", [("n1:8262", "not an http"), ("http://n1:8262/v1", "has a path"),
+                                          ("ftp://n1", "not an http")])
+def test_replica_urls_are_checked(url: str, problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        normalise_replica(url)
+    assert normalise_replica("http://n1:8262/") == "http://n1:8262"
+
+
+def test_router_launcher_help_and_dry_run() -> None:
+    help_text = launcher("--help")
+    assert help_text.returncode == 0 and "--replica" in help_text.stdout and "round_robin" in help_text.stdout
+    dry = launcher("--replica", "http://a:1", "--replica", "http://b:2/", "--dry-run")
+    assert dry.returncode == 0 and "--worker-urls http://a:1 http://b:2" in dry.stdout
+    bad = launcher("--replica", "a:1")
+    assert bad.returncode == 2 and "not an http(s)://host:port URL" in bad.stderr
+
+
+def test_router_launcher_is_shellcheck_clean() -> None:
+    if shutil.which("shellcheck") is None:
+        pytest.skip("shellcheck is not installed")
+    subprocess.run(["shellcheck", str(LAUNCHER)], check=True)
+
+
+@pytest.mark.parametrize("manifest", MANIFESTS, ids=lambda path: path.name)
+def test_kubernetes_manifests_validate_against_the_schemas(manifest: Path) -> None:
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    for document in yaml.safe_load_all(manifest.read_text()):
+        kubernetes_validate.validate(document, "1.31.0", strict=True)
+
+
+def test_replicas_are_probed_on_health_and_get_their_devices_and_shm() -> None:
+    documents = [doc for path in MANIFESTS for doc in yaml.safe_load_all(path.read_text())]
+    replicas = next(doc for doc in documents if doc["kind"] == "StatefulSet")
+    pod = replicas["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/health"
+    assert container["resources"]["limits"]["amd.com/gpu"] == 8
+    assert {"mountPath": "/dev/shm", "name": "dshm"} in container["volumeMounts"]
+    router = next(doc for doc in documents if doc["kind"] == "Deployment")
+    args = router["spec"]["template"]["spec"]["containers"][0]["args"]
+    # The router's replica list names every replica of the StatefulSet through its headless Service.
+    expected = {f"--replica=http://{replicas['metadata']['name']}-{i}.{replicas['spec']['serviceName']}:8262"
+                for i in range(replicas["spec"]["replicas"])}
+    assert expected <= set(args)
