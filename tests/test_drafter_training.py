@@ -11,17 +11,16 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
-
-from kimi_dflash.drafter_training.architecture import (  # noqa: E402
+from kimi_dflash.drafter_training.architecture import (
     ArchitectureError,
     DrafterArchitecture,
     check_architecture,
     specforge_draft_config,
 )
-from kimi_dflash.drafter_training.model import DFlashDrafter, block_targets, candidate_anchors  # noqa: E402
-from kimi_dflash.drafter_training.standin import TrainSettings, train  # noqa: E402
+from kimi_dflash.drafter_training.model import DFlashDrafter, block_targets, candidate_anchors
+from kimi_dflash.drafter_training.standin import TrainSettings, train
 
 REPO = Path(__file__).resolve().parents[1]
 DRAFT_CONFIG = REPO / "configs" / "kimi-k2.6-dflash-draft.json"

@@ -127,7 +127,7 @@ def demo_prompts() -> list[Prompt]:
 def perfectblend_records(directory: Path) -> Iterator[Mapping[str, Any]]:
     """Rows of the downloaded PerfectBlend parquet shards, in shard order (needs pyarrow)."""
     try:
-        import pyarrow.parquet as parquet
+        from pyarrow import parquet
     except ImportError:
         raise PromptError("reading PerfectBlend's parquet shards needs pyarrow: run this with SpecForge's "
                           "environment (the setup phase does) or `pip install pyarrow`") from None
@@ -137,8 +137,7 @@ def perfectblend_records(directory: Path) -> Iterator[Mapping[str, Any]]:
                           f"--repo-type dataset --local-dir {directory}")
     for shard in shards:
         for batch in parquet.ParquetFile(shard).iter_batches(batch_size=4096, columns=["conversations"]):
-            for row in batch.to_pylist():
-                yield row
+            yield from batch.to_pylist()
 
 
 def main(argv: list[str] | None = None) -> int:
