@@ -21,4 +21,4 @@ if [[ -z "$python" ]]; then
 fi
 
 export PYTHONPATH="$repo_dir/src${PYTHONPATH:+:$PYTHONPATH}"
-exec "$python" -m kimi_dflash.drafter_training.pipeline --configs-dir "$repo_dir/configs" "$@"
+exec "$python" -m kimi_dflash.drafter_training.pipeline "$@"

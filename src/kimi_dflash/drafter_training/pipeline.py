@@ -29,6 +29,7 @@ from kimi_dflash.drafter_training.architecture import (
     specforge_draft_config,
 )
 from kimi_dflash.drafter_training.files import write_json_atomic, write_text_atomic
+from kimi_dflash.config.shipped import shipped_configs_dir
 from kimi_dflash.paths import cache_root
 
 PHASES = ("setup", "regen", "train", "export")
@@ -110,7 +111,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--skip-regen", action="store_true", help="skip the regen phase (use <work>/regen as is)")
     parser.add_argument("--work-dir", type=Path, help="where every phase writes (default <cache>/drafter-training/"
                         "<production|demo>)")
-    parser.add_argument("--configs-dir", type=Path, default=Path("configs"), help="the project's configs/")
+    parser.add_argument("--configs-dir", type=Path, help="where the drafter config and the base serve configs are "
+                        "(default: the configs shipped with the package, i.e. the repository's configs/)")
     parser.add_argument("--drafter-config", type=Path, help="architecture to train (default: configs/kimi-k2.6-"
                         "dflash-draft.json; demo: the fabricated demo drafter's config.json)")
     parser.add_argument("--target-dir", type=Path, default=Path("/models/Kimi-K2.6"),
@@ -158,7 +160,7 @@ class Pipeline:
         self.regen_dir = self.work / "regen"
         self.specforge_dir = self.work / "specforge"
         self.export_dir = Path(args.export_dir or self.work / "export" / "drafter").resolve()
-        self.configs = Path(args.configs_dir).resolve()
+        self.configs = Path(args.configs_dir or shipped_configs_dir()).resolve()
 
     # -- inputs ---------------------------------------------------------------------------------------------
     def demo_models(self):  # type: ignore[no-untyped-def]
