@@ -242,3 +242,24 @@ def test_regen_resumes_retries_and_counts_failures(demo_server, tmp_path: Path) 
     assert all(r["output_token_ids"] and r["prompt_token_ids"] for r in records)
     failed = [json.loads(line) for line in (out / "failed.jsonl").read_text().splitlines()]
     assert [f["id"] for f in failed] == ["too-long"] and "HTTP 400" in failed[0]["reason"]
+
+
+def test_checks_name_the_problem_and_the_fix(tmp_path: Path) -> None:
+    from kimi_dflash.drafter_training import checks
+
+    assert checks.disk_problem(tmp_path / "not" / "yet", 1) is None
+    problem = checks.disk_problem(tmp_path, 1 << 60)
+    assert problem is not None and "--work-dir" in problem
+    problem = checks.server_problem("http://127.0.0.1:9", "kimi")  # discard port: nothing listens
+    assert problem is not None and "./serve.sh" in problem
+    assert "on the GPU machine" in (checks.gpu_problem(10_000) or "")
+
+
+def test_regen_records_become_specforge_conversations() -> None:
+    from kimi_dflash.drafter_training.specforge_config import training_record
+
+    record = {"id": "a", "conversations": [{"role": "user", "content": "Hi"},
+                                           {"role": "assistant", "content": "Yes.", "reasoning_content": "Think."}]}
+    assert training_record(record) == {"id": "a", "conversations": [
+        {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "<think>Think.</think>Yes."}]}
+    assert training_record({"id": "b", "conversations": [{"role": "user", "content": "Hi"}]}) is None
