@@ -180,9 +180,11 @@ def _rule_device(v: Mapping[str, object], s: Mapping[str, str]) -> list[Problem]
     mla = DEMO_CHOICES[demo].mla if demo is not None else model_dir_is_mla(v["MODEL_DIR"])
     if v["DEVICE"] == "cpu" and mla:
         if int(v["BLOCK_SIZE"]) != 16:  # type: ignore[call-overload]
+            # A fabricated demo is ours to get right (error); any other MLA MODEL_DIR only draws vLLM's override.
             problems.append(_problem(s, v, "BLOCK_SIZE", f"the {demo or 'MODEL_DIR'} target is MLA: vLLM's CPU MLA "
                                      "backend uses KV blocks of 16 (other values are overridden with a warning)",
-                                     "set BLOCK_SIZE=16 with this model"))
+                                     "set BLOCK_SIZE=16 with this model",
+                                     severity="error" if demo is not None else "warning"))
     elif v["DEVICE"] == "cpu" and int(v["BLOCK_SIZE"]) % 32:  # type: ignore[call-overload]
         problems.append(_problem(s, v, "BLOCK_SIZE", "vLLM's CPU attention backend needs a multiple of 32 "
                                  "(\"No common block size\" at start)", "set BLOCK_SIZE=32 with DEVICE=cpu"))
