@@ -73,7 +73,6 @@ def capture_features(records: Iterable[Mapping[str, Any]], target_dir: Path, lay
     if not todo:
         return counts
     say(f"features: {len(todo)} of {len(samples)} conversations to capture (target layers {list(layer_ids)})")
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     model = load_kimi_text_model(Path(target_dir))
     for index, sample in enumerate(todo, 1):
         _, hidden = target_features(model, sample.input_ids, list(layer_ids))
