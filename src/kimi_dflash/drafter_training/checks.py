@@ -1,0 +1,68 @@
+"""Checks run before a phase spends hours: disk space, the server's model, GPU count. Each returns a problem
+message (what is wrong and the fix) or None."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+GIB = 1024**3
+
+
+def disk_problem(path: Path, need_bytes: int) -> str | None:
+    probe = Path(path)
+    while not probe.exists():
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if free < need_bytes:
+        return (f"{path}: {free / GIB:.1f} GiB free, this phase needs about {need_bytes / GIB:.1f} GiB: free space "
+                "or pass --work-dir on a larger disk")
+    return None
+
+
+def served_models(base_url: str, api_key: str | None = None, timeout_s: float = 10.0) -> list[str]:
+    request = urllib.request.Request(base_url.rstrip("/") + "/v1/models")
+    if api_key:
+        request.add_header("Authorization", f"Bearer {api_key}")
+    with urllib.request.urlopen(request, timeout=timeout_s) as reply:
+        document = json.loads(reply.read())
+    return [str(entry.get("id")) for entry in document.get("data") or []]
+
+
+def server_problem(base_url: str, model: str | None, api_key: str | None = None) -> str | None:
+    """None when the server answers /v1/models and serves `model` (any model when None)."""
+    try:
+        models = served_models(base_url, api_key)
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        return (f"{base_url}/v1/models: no answer ({error}); start the target first, e.g. ./serve.sh "
+                "configs/production.env --wait (demo: ./serve.sh configs/demo-cpu.env --wait)")
+    if not models:
+        return f"{base_url}/v1/models lists no model"
+    if model is not None and model not in models:
+        return (f"{base_url} serves {models}, not {model!r}: regenerate with the target the drafter is for "
+                "(pass --served-model to name it)")
+    return None
+
+
+def gpu_count() -> int:
+    """GPUs visible on this machine, from the kernel drivers (no torch): AMD (KFD topology) or NVIDIA."""
+    amd = 0
+    for properties in Path("/sys/class/kfd/kfd/topology/nodes").glob("*/properties"):
+        try:
+            fields = dict(line.split()[:2] for line in properties.read_text().splitlines() if line.strip())
+        except (OSError, ValueError):
+            continue
+        amd += int(fields.get("simd_count", "0")) > 0  # CPU nodes have no SIMDs
+    nvidia = len(list(Path("/proc/driver/nvidia/gpus").glob("*")))
+    return amd + nvidia
+
+
+def gpu_problem(needed: int) -> str | None:
+    found = gpu_count()
+    if found < needed:
+        return (f"{needed} GPU(s) needed for SpecForge training, {found} found: run the train phase on the GPU "
+                "machine (8x MI300X), or --gpus N to train on fewer")
+    return None

@@ -1,0 +1,94 @@
+"""Offline training features for the demo: the target's hidden states on every regenerated conversation, written
+as SpecForge 0.2.0's offline DFlash samples (`data.hidden_states_path`), which the stand-in trainer reads too.
+
+One file per conversation, `<id>.ckpt` (torch.save of a dict, SpecForge's `specforge_hidden_states_v1` layout):
+    input_ids      int64 [seq]              the prompt's and the reply's token ids, as the target produced them
+    loss_mask      int64 [seq]              1 on the reply's tokens (what the drafter learns to propose)
+    hidden_states  float32 [seq, H * L]     the target's residual stream after each of target_layer_ids,
+                                            concatenated (what vLLM hands the drafter: layer id + 1's input)
+The target runs in transformers (DeepSeek-V3 class for the miniature Kimi, float32), which agrees with vLLM's
+logprobs within 3e-4 on the demo (tests/test_demo_server.py). Files are written atomically and skipped when
+present, so an interrupted capture resumes. Production does not take this path: a 7168-wide, 6-layer feature is
+86 kB per token, so SpecForge captures Kimi's hidden states online from SGLang instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kimi_dflash.drafter_training.files import atomic_path
+
+FEATURE_SUFFIX = ".ckpt"
+
+
+class FeatureError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Sample:
+    id: str
+    input_ids: list[int]
+    loss_mask: list[int]
+
+
+def sample_from_record(record: Mapping[str, Any], max_length: int) -> Sample | None:
+    """Token ids and loss mask of one regen record, truncated to max_length; None when fewer than two reply
+    tokens survive (DFlash needs an anchor and a next token)."""
+    prompt, output = record.get("prompt_token_ids"), record.get("output_token_ids")
+    if not isinstance(prompt, list) or not isinstance(output, list):
+        raise FeatureError(f"regen record {record.get('id')!r} has no token ids: regenerate through vLLM "
+                           "(the OpenAI server of serve.sh returns them with return_token_ids)")
+    ids = [int(t) for t in prompt] + [int(t) for t in output]
+    mask = [0] * len(prompt) + [1] * len(output)
+    ids, mask = ids[:max_length], mask[:max_length]
+    if sum(mask) < 2:
+        return None
+    return Sample(str(record["id"]), ids, mask)
+
+
+def feature_path(out_dir: Path, sample_id: str) -> Path:
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", sample_id)[:80]
+    digest = hashlib.sha1(sample_id.encode("utf-8")).hexdigest()[:8]  # two ids that sanitise alike stay apart
+    return Path(out_dir) / f"{safe}-{digest}{FEATURE_SUFFIX}"
+
+
+def capture_features(records: Iterable[Mapping[str, Any]], target_dir: Path, layer_ids: tuple[int, ...],
+                     out_dir: Path, max_length: int, say: Callable[[str], None] = print) -> dict[str, int]:
+    """Write one feature file per record not captured yet; returns counts."""
+    import torch
+
+    from kimi_dflash.demo.reference import load_kimi_text_model, target_features
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    samples = [s for s in (sample_from_record(r, max_length) for r in records) if s is not None]
+    todo = [s for s in samples if not feature_path(out_dir, s.id).exists()]
+    counts = {"samples": len(samples), "already_captured": len(samples) - len(todo), "captured": 0, "tokens": 0}
+    if not todo:
+        return counts
+    say(f"features: {len(todo)} of {len(samples)} conversations to capture (target layers {list(layer_ids)})")
+    model = load_kimi_text_model(Path(target_dir))
+    for index, sample in enumerate(todo, 1):
+        _, hidden = target_features(model, sample.input_ids, list(layer_ids))
+        document = {
+            "input_ids": torch.tensor(sample.input_ids, dtype=torch.long),
+            "loss_mask": torch.tensor(sample.loss_mask, dtype=torch.long),
+            "hidden_states": hidden.float().contiguous(),
+        }
+        with atomic_path(feature_path(out_dir, sample.id)) as tmp:
+            torch.save(document, tmp)
+        counts["captured"] += 1
+        counts["tokens"] += len(sample.input_ids)
+        if index % 25 == 0 or index == len(todo):
+            say(f"features: {counts['already_captured'] + index}/{len(samples)} captured")
+    return counts
+
+
+def feature_files(out_dir: Path) -> list[Path]:
+    return sorted(Path(out_dir).glob(f"*{FEATURE_SUFFIX}"))

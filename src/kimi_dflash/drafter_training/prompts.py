@@ -1,0 +1,167 @@
+"""The prompts whose replies the target regenerates: one JSONL file of {"id", "messages"} (chat messages up to
+and including the first user turn), prepared by the setup phase.
+
+Sources:
+- demo: a prompt set shipped with the project (`kimi_dflash/data/kv_calibration_prompts.jsonl`, 200 prompts
+  written for it; the benchmark's own prompts stay out of training so acceptance is measured on unseen ones).
+- production: PerfectBlend (`mlabonne/open-perfectblend` on the Hugging Face hub: ~1.42 M ShareGPT conversations in
+  six parquet shards, ~1.5 GB). Download it on a machine with hub access
+  (`hf download mlabonne/open-perfectblend --repo-type dataset --local-dir DIR`), then the setup phase converts it.
+  Only each conversation's first user turn is kept: the target writes the reply itself.
+
+Reading parquet needs pyarrow, which SpecForge's environment has (the setup phase runs the conversion there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from kimi_dflash.drafter_training.files import write_text_atomic
+
+DEMO_PROMPTS = "kv_calibration_prompts.jsonl"
+PERFECTBLEND_REPO = "mlabonne/open-perfectblend"
+ROLES = {"human": "user", "user": "user", "system": "system", "gpt": "assistant", "assistant": "assistant"}
+
+
+class PromptError(ValueError):
+    """A prompt file or record that cannot be used; the message says which line and why."""
+
+
+@dataclass(frozen=True)
+class Prompt:
+    id: str
+    messages: tuple[Mapping[str, str], ...]  # [system?] user
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "messages": [dict(m) for m in self.messages]}
+
+
+def first_turn(record: Mapping[str, Any]) -> tuple[Mapping[str, str], ...] | None:
+    """[system?] + first user message of a record in any of the accepted shapes, or None when it has no user turn.
+
+    Accepted: {"messages": [{"role", "content"}]}, ShareGPT {"conversations": [{"from"/"role", "value"/"content"}]},
+    {"prompt": text} (the project's prompt files)."""
+    if isinstance(record.get("prompt"), str):
+        return ({"role": "user", "content": record["prompt"]},)
+    turns = record.get("messages") or record.get("conversations") or []
+    kept: list[dict[str, str]] = []
+    for turn in turns:
+        if not isinstance(turn, Mapping):
+            return None
+        role = ROLES.get(str(turn.get("role", turn.get("from", ""))))
+        content = turn.get("content", turn.get("value"))
+        if not isinstance(content, str):
+            return None
+        if role == "system" and not kept:
+            kept.append({"role": "system", "content": content})
+        elif role == "user":
+            if not content.strip():
+                return None
+            kept.append({"role": "user", "content": content})
+            return tuple(kept)
+        else:
+            return None  # an assistant turn before any user turn: not a prompt
+    return None
+
+
+def prompts_from_records(records: Iterable[Mapping[str, Any]], id_prefix: str) -> Iterator[Prompt]:
+    for index, record in enumerate(records):
+        messages = first_turn(record)
+        if messages is None:
+            continue
+        yield Prompt(str(record.get("id") or f"{id_prefix}-{index:07d}"), messages)
+
+
+def read_prompt_file(path: Path) -> list[Prompt]:
+    """The setup phase's prompts.jsonl (or any file of accepted records). Ids must be unique: regen resumes by id."""
+    prompts: list[Prompt] = []
+    seen: set[str] = set()
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise PromptError(f"{path}: prompt file not found; run the setup phase first (./train-drafter.sh "
+                          "--phase setup)") from None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as error:
+            raise PromptError(f"{path}:{number}: not JSON ({error})") from None
+        messages = first_turn(record) if isinstance(record, dict) else None
+        if messages is None:
+            raise PromptError(f"{path}:{number}: no user turn (expected messages, conversations or prompt)")
+        prompt_id = str(record.get("id") or f"line-{number}")
+        if prompt_id in seen:
+            raise PromptError(f"{path}:{number}: id {prompt_id!r} appears twice; regen resumes by id, so ids "
+                              "must be unique")
+        seen.add(prompt_id)
+        prompts.append(Prompt(prompt_id, messages))
+    if not prompts:
+        raise PromptError(f"{path}: no prompts")
+    return prompts
+
+
+def write_prompt_file(prompts: Iterable[Prompt], path: Path, limit: int | None = None) -> int:
+    lines = []
+    for prompt in prompts:
+        if limit is not None and len(lines) >= limit:
+            break
+        lines.append(json.dumps(prompt.to_json(), ensure_ascii=False))
+    write_text_atomic(path, "\n".join(lines) + "\n")
+    return len(lines)
+
+
+def demo_prompts() -> list[Prompt]:
+    text = resources.files("kimi_dflash").joinpath("data", DEMO_PROMPTS).read_text(encoding="utf-8")
+    return list(prompts_from_records((json.loads(line) for line in text.splitlines() if line.strip()), "demo"))
+
+
+def perfectblend_records(directory: Path) -> Iterator[Mapping[str, Any]]:
+    """Rows of the downloaded PerfectBlend parquet shards, in shard order (needs pyarrow)."""
+    try:
+        from pyarrow import parquet
+    except ImportError:
+        raise PromptError("reading PerfectBlend's parquet shards needs pyarrow: run this with SpecForge's "
+                          "environment (the setup phase does) or `pip install pyarrow`") from None
+    shards = sorted(Path(directory).rglob("*.parquet"))
+    if not shards:
+        raise PromptError(f"{directory}: no parquet shards; download them first: hf download {PERFECTBLEND_REPO} "
+                          f"--repo-type dataset --local-dir {directory}")
+    for shard in shards:
+        for batch in parquet.ParquetFile(shard).iter_batches(batch_size=4096, columns=["conversations"]):
+            yield from batch.to_pylist()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kimi_dflash.drafter_training.prompts",
+                                     description="Write the regen prompt file (first user turn of each record).")
+    parser.add_argument("--source", choices=("demo", "perfectblend"), required=True)
+    parser.add_argument("--perfectblend-dir", type=Path, help="the downloaded mlabonne/open-perfectblend dataset")
+    parser.add_argument("--limit", type=int, default=None, help="keep at most this many prompts")
+    parser.add_argument("--output", type=Path, required=True)
+    args = parser.parse_args(argv)
+    try:
+        if args.source == "demo":
+            prompts: Iterable[Prompt] = demo_prompts()
+        else:
+            if args.perfectblend_dir is None:
+                parser.error("--source perfectblend needs --perfectblend-dir")
+            prompts = prompts_from_records(perfectblend_records(args.perfectblend_dir), "perfectblend")
+        count = write_prompt_file(prompts, args.output, args.limit)
+    except PromptError as error:
+        print(f"prompts: {error}", file=sys.stderr)
+        return 2
+    print(f"prompts: wrote {count} prompts to {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,277 @@
+"""Regenerate the training replies with the target itself, through the project's OpenAI-compatible server.
+
+A matched drafter must learn what *this* target writes, so every prompt's reply is produced by the target behind
+`serve.sh` (`/v1/chat/completions`, non-streaming, `return_token_ids`: the exact token ids the target emitted are
+kept next to the text, so training sees the target's own tokenization).
+
+Output directory (the regen phase's only output):
+    part-00000.jsonl ...  completed replies, one JSON record per line, written atomically per chunk of
+                          `chunk_size` records (a crash loses at most the chunk in memory; Ctrl-C writes it first)
+    failed.jsonl          prompts that still failed after their retries (rewritten atomically on every run)
+    summary.json          counts of the last run
+Resume: a rerun skips every prompt id already in a part file and tries the failed ones again.
+
+Failures: connection errors, timeouts, HTTP 408/429/5xx are retried with exponential backoff (`retries` times);
+other HTTP 4xx (a prompt the server refuses, e.g. too long) are not retried. Both end up in failed.jsonl.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kimi_dflash.drafter_training.files import write_json_atomic, write_text_atomic
+from kimi_dflash.drafter_training.prompts import Prompt
+
+PART_PATTERN = re.compile(r"^part-(\d{5})\.jsonl$")
+FAILED_FILE = "failed.jsonl"
+SUMMARY_FILE = "summary.json"
+RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True)
+class RegenSettings:
+    base_url: str
+    model: str
+    max_tokens: int
+    temperature: float = 0.0
+    concurrency: int = 8
+    retries: int = 3
+    timeout_s: float = 600.0
+    chunk_size: int = 64
+    backoff_s: float = 1.0
+    api_key: str | None = None
+    # Sent as chat_template_kwargs (e.g. {"thinking": true} for Kimi's template).
+    chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RegenSummary:
+    total: int
+    already_done: int
+    completed: int = 0
+    failed: int = 0
+    retried: int = 0  # attempts beyond the first, over all prompts
+    output_tokens: int = 0
+    truncated: int = 0  # replies that hit max_tokens (kept: still the target's own tokens)
+    interrupted: bool = False
+
+    @property
+    def done(self) -> int:
+        return self.already_done + self.completed
+
+    def to_json(self) -> dict[str, Any]:
+        return {"total": self.total, "done": self.done, "already_done": self.already_done,
+                "completed_this_run": self.completed, "failed": self.failed, "retried_attempts": self.retried,
+                "output_tokens_this_run": self.output_tokens, "truncated": self.truncated,
+                "interrupted": self.interrupted}
+
+
+class RequestFailure(Exception):
+    def __init__(self, reason: str, retryable: bool) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retryable = retryable
+
+
+def part_files(out_dir: Path) -> list[Path]:
+    return sorted(p for p in Path(out_dir).glob("part-*.jsonl") if PART_PATTERN.match(p.name))
+
+
+def read_records(out_dir: Path) -> Iterable[dict[str, Any]]:
+    """Every completed regen record, in part order."""
+    for path in part_files(out_dir):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                yield json.loads(line)
+
+
+def completed_ids(out_dir: Path) -> set[str]:
+    return {str(record["id"]) for record in read_records(out_dir)}
+
+
+def request_body(prompt: Prompt, settings: RegenSettings) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": settings.model,
+        "messages": [dict(m) for m in prompt.messages],
+        "max_tokens": settings.max_tokens,
+        "temperature": settings.temperature,
+        "stream": False,
+        "return_token_ids": True,  # vLLM: prompt_token_ids + choices[].token_ids
+    }
+    if settings.chat_template_kwargs:
+        body["chat_template_kwargs"] = dict(settings.chat_template_kwargs)
+    return body
+
+
+def record_from_response(prompt: Prompt, response: Mapping[str, Any]) -> dict[str, Any]:
+    """The regen record: the conversation with the target's reply, plus its exact token ids when the server sent
+    them. Raises RequestFailure on a response without a reply."""
+    choices = response.get("choices") or []
+    if not choices or not isinstance(choices[0], Mapping):
+        raise RequestFailure("response without choices", retryable=True)
+    choice = choices[0]
+    message = choice.get("message") or {}
+    content = message.get("content")
+    reasoning = message.get("reasoning_content") or message.get("reasoning")
+    if content is None and not reasoning:
+        raise RequestFailure("response without content", retryable=True)
+    reply: dict[str, Any] = {"role": "assistant", "content": content or ""}
+    if reasoning:
+        reply["reasoning_content"] = reasoning
+    record: dict[str, Any] = {
+        "id": prompt.id,
+        "conversations": [*(dict(m) for m in prompt.messages), reply],
+        "finish_reason": choice.get("finish_reason"),
+    }
+    if isinstance(response.get("prompt_token_ids"), list) and isinstance(choice.get("token_ids"), list):
+        record["prompt_token_ids"] = [int(t) for t in response["prompt_token_ids"]]
+        record["output_token_ids"] = [int(t) for t in choice["token_ids"]]
+    usage = response.get("usage")
+    if isinstance(usage, Mapping):
+        record["usage"] = {k: usage.get(k) for k in ("prompt_tokens", "completion_tokens")}
+    return record
+
+
+def format_eta(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+class ChunkWriter:
+    """Collects finished records and writes them atomically as numbered part files."""
+
+    def __init__(self, out_dir: Path, chunk_size: int) -> None:
+        self.out_dir = Path(out_dir)
+        self.chunk_size = chunk_size
+        existing = [int(m.group(1)) for p in part_files(self.out_dir) if (m := PART_PATTERN.match(p.name))]
+        self.next_index = max(existing, default=-1) + 1
+        self.pending: list[dict[str, Any]] = []
+
+    def add(self, record: dict[str, Any]) -> None:
+        self.pending.append(record)
+        if len(self.pending) >= self.chunk_size:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in self.pending)
+        write_text_atomic(self.out_dir / f"part-{self.next_index:05d}.jsonl", text)
+        self.next_index += 1
+        self.pending = []
+
+
+async def _post(session: Any, url: str, body: Mapping[str, Any], headers: Mapping[str, str]) -> dict[str, Any]:
+    import aiohttp
+
+    try:
+        async with session.post(url, json=body, headers=headers) as reply:
+            text = await reply.text()
+            if reply.status != 200:
+                retryable = reply.status in RETRYABLE_STATUS
+                raise RequestFailure(f"HTTP {reply.status}: {text.strip()[:300]}", retryable)
+    except (aiohttp.ClientError, asyncio.TimeoutError) as error:
+        raise RequestFailure(f"{type(error).__name__}: {error}".rstrip(": "), retryable=True) from None
+    try:
+        document = json.loads(text)
+    except ValueError:
+        raise RequestFailure(f"response is not JSON: {text[:200]!r}", retryable=True) from None
+    if not isinstance(document, dict):
+        raise RequestFailure("response is not a JSON object", retryable=True)
+    return document
+
+
+async def _regenerate_one(session: Any, prompt: Prompt, settings: RegenSettings,
+                          summary: RegenSummary) -> dict[str, Any]:
+    url = settings.base_url.rstrip("/") + "/v1/chat/completions"
+    headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
+    body = request_body(prompt, settings)
+    attempt = 0
+    while True:
+        try:
+            return record_from_response(prompt, await _post(session, url, body, headers))
+        except RequestFailure as failure:
+            if not failure.retryable or attempt >= settings.retries:
+                raise RequestFailure(f"{failure.reason} (after {attempt + 1} attempt(s))", failure.retryable) from None
+            summary.retried += 1
+            await asyncio.sleep(settings.backoff_s * (2**attempt))
+            attempt += 1
+
+
+async def regenerate(prompts: list[Prompt], out_dir: Path, settings: RegenSettings,
+                     say: Callable[[str], None] = print, progress_interval_s: float = 10.0) -> RegenSummary:
+    """Regenerate every prompt not yet in `out_dir`; see the module docstring for the files."""
+    import aiohttp
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    done = completed_ids(out_dir)
+    todo = [p for p in prompts if p.id not in done]
+    summary = RegenSummary(total=len(prompts), already_done=len(prompts) - len(todo))
+    writer = ChunkWriter(out_dir, settings.chunk_size)
+    failures: list[dict[str, str]] = []
+    if summary.already_done:
+        say(f"regen: resuming: {summary.already_done}/{summary.total} prompts already regenerated in {out_dir}")
+    queue: asyncio.Queue[Prompt] = asyncio.Queue()
+    for prompt in todo:
+        queue.put_nowait(prompt)
+    started = time.monotonic()
+    last_report = started
+
+    def report(final: bool = False) -> None:
+        elapsed = time.monotonic() - started
+        finished = summary.completed + summary.failed
+        rate = finished / elapsed if elapsed > 0 else 0.0
+        left = len(todo) - finished
+        eta = format_eta(left / rate) if rate > 0 else "?"
+        say(f"regen: {summary.done}/{summary.total} done, {summary.failed} failed, {summary.retried} retries, "
+            f"{rate:.2f} prompts/s, {summary.output_tokens / max(elapsed, 1e-9):.0f} output tok/s"
+            + ("" if final else f", ETA {eta}"))
+
+    async def worker(session: Any) -> None:
+        nonlocal last_report
+        while True:
+            try:
+                prompt = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            try:
+                record = await _regenerate_one(session, prompt, settings, summary)
+            except RequestFailure as failure:
+                summary.failed += 1
+                failures.append({"id": prompt.id, "reason": failure.reason})
+            else:
+                summary.completed += 1
+                summary.output_tokens += len(record.get("output_token_ids") or [])
+                summary.truncated += record.get("finish_reason") == "length"
+                writer.add(record)
+            now = time.monotonic()
+            if now - last_report >= progress_interval_s:
+                last_report = now
+                report()
+
+    timeout = aiohttp.ClientTimeout(total=settings.timeout_s)
+    connector = aiohttp.TCPConnector(limit=settings.concurrency)
+    say(f"regen: {len(todo)} prompts to regenerate with {settings.model} at {settings.base_url} "
+        f"(concurrency {settings.concurrency}, max_tokens {settings.max_tokens}, temperature {settings.temperature})")
+    try:
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+            await asyncio.gather(*(worker(session) for _ in range(max(1, settings.concurrency))))
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        summary.interrupted = True
+        raise
+    finally:
+        writer.flush()  # nothing finished is lost, interrupted or not
+        write_text_atomic(out_dir / FAILED_FILE, "".join(json.dumps(f) + "\n" for f in failures))
+        write_json_atomic(out_dir / SUMMARY_FILE, summary.to_json())
+        report(final=True)
+    return summary

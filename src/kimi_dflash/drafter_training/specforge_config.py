@@ -1,0 +1,130 @@
+"""The SpecForge 0.2 run config for training the drafter (`specforge train --config FILE`), and the training data
+it reads, generated from the drafter architecture and the regen output.
+
+Keys (SpecForge 0.2.0's `specforge/config/schema.py`; `specforge_schema.py` checks them against the installed
+package before a run): model.target_model_path / draft_model_config / mask_token_id / draft_block_size /
+embedding_key / lm_head_key, data.train_data_path / max_length / chat_template, training.strategy=dflash /
+num_epochs / learning_rate / save_interval, deployment (disaggregated, managed_local), output_dir.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kimi_dflash.drafter_training.architecture import DrafterArchitecture
+
+# Kimi K2.6 thinks by default; SpecForge 0.2.0 registers this template for it.
+KIMI_CHAT_TEMPLATE = "kimi-k2-thinking"
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    target_model_path: str
+    draft_config_path: Path
+    train_data_path: Path
+    output_dir: Path
+    gpus: int
+    epochs: int = 6
+    learning_rate: float = 6e-4
+    max_length: int = 3072
+    save_interval: int = 1000
+    chat_template: str = KIMI_CHAT_TEMPLATE
+    # Kimi's checkpoint keeps the text model under `language_model.`.
+    embedding_key: str = "language_model.model.embed_tokens.weight"
+    lm_head_key: str = "language_model.lm_head.weight"
+
+
+def split_gpus(gpus: int) -> tuple[list[str], list[str]]:
+    """(capture server devices, trainer devices): SpecForge 0.2.0 wants them disjoint. Kimi K2.6 (~600 GB in
+    INT4) fits in half of an 8x MI300X node (4 x 192 GB) as the SGLang capture server; the drafter trains on the
+    other half."""
+    if gpus < 2:
+        raise ValueError(f"{gpus} GPU(s): SpecForge 0.2.0's online DFlash training needs at least 2 (a capture "
+                         "server and a trainer on disjoint devices)")
+    capture = gpus // 2
+    return [str(i) for i in range(capture)], [str(i) for i in range(capture, gpus)]
+
+
+def run_config(arch: DrafterArchitecture, s: RunSettings) -> dict[str, Any]:
+    """SpecForge 0.2.0 trains online only in `deployment.mode: disaggregated` (colocated online training was
+    removed: "online training requires deployment.mode=disaggregated"); `managed_local` makes `specforge train`
+    start the SGLang capture server and Mooncake itself on one node. Offline features are out of reach for Kimi
+    (7168 x 6 layers in bfloat16 is 86 kB per token)."""
+    capture, trainer = split_gpus(s.gpus)
+    training: dict[str, Any] = {
+        "strategy": "dflash",
+        "role": "auto",
+        "num_epochs": s.epochs,
+        "learning_rate": s.learning_rate,
+        "save_interval": s.save_interval,
+        "max_checkpoints": 2,  # each holds weights + fp32 Adam state: ~16 bytes per drafter parameter
+        "batch_size": 1,
+    }
+    model: dict[str, Any] = {
+        "target_model_path": s.target_model_path,
+        "draft_model_config": str(s.draft_config_path),
+        "mask_token_id": arch.mask_token_id,
+        "draft_block_size": arch.block_size,
+        "trust_remote_code": True,
+        "torch_dtype": "bfloat16",
+        "embedding_key": s.embedding_key,
+        "lm_head_key": s.lm_head_key,
+    }
+    newest = newest_checkpoint(s.output_dir)
+    if newest is not None:
+        # managed_local refuses training.resume_from in SpecForge 0.2.0: restart from the newest weights.
+        model["draft_checkpoint_path"] = str(newest)
+    return {
+        "run_id": "kimi-k2.6-dflash",
+        "output_dir": str(s.output_dir),
+        "model": model,
+        "data": {
+            "train_data_path": str(s.train_data_path),
+            "max_length": s.max_length,
+            "chat_template": s.chat_template,
+        },
+        "training": training,
+        "deployment": {
+            "mode": "disaggregated",
+            "trainer": {"nproc_per_node": len(trainer)},
+            "disaggregated": {
+                "control_dir": str(Path(s.output_dir).parent / "control"),
+                "backend": "mooncake",
+                "managed_local": {
+                    "trainer_cuda_visible_devices": trainer,
+                    "capture_servers": [{"port": 30000, "cuda_visible_devices": capture, "tp_size": len(capture)}],
+                },
+            },
+        },
+    }
+
+
+def newest_checkpoint(output_dir: Path) -> Path | None:
+    """The most recently written checkpoint directory under SpecForge's output dir, if any."""
+    found = [p.parent for p in Path(output_dir).rglob("*.safetensors")] if Path(output_dir).is_dir() else []
+    return max(found, key=lambda p: p.stat().st_mtime) if found else None
+
+
+def training_record(record: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A regen record as SpecForge's conversation data ({"id", "conversations": [{"role", "content"}]}); the
+    reasoning (Kimi's thinking) is kept in front of the reply, inside Kimi's think tags."""
+    turns = []
+    for turn in record.get("conversations") or []:
+        content = turn.get("content") or ""
+        if turn.get("role") == "assistant" and turn.get("reasoning_content"):
+            content = f"<think>{turn['reasoning_content']}</think>{content}"
+        turns.append({"role": turn["role"], "content": content})
+    if not turns or turns[-1]["role"] != "assistant" or not turns[-1]["content"]:
+        return None
+    return {"id": record["id"], "conversations": turns}
+
+
+def training_lines(records: Iterable[Mapping[str, Any]]) -> Iterable[str]:
+    for record in records:
+        converted = training_record(record)
+        if converted is not None:
+            yield json.dumps(converted, ensure_ascii=False) + "\n"

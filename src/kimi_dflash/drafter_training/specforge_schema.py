@@ -1,0 +1,150 @@
+"""Does this SpecForge speak the run config we generate? Read from SpecForge's own package, without importing it.
+
+SpecForge (0.2.0 on PyPI) validates its run config with pydantic models in `specforge/config/schema.py`, every
+model `extra="forbid"`: an unknown key fails the run at start, a renamed one after a fresh install. Reading that
+file's class definitions (field names, Literal choices, which field holds which nested model) needs no torch, no
+GPU and no SpecForge environment, so the check runs before anything is installed or hours are spent: against the
+installed package, or against the wheel from the package index.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import zipfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA_MODULE = "specforge/config/schema.py"
+ROOT_MODEL = "Config"
+
+
+class SchemaError(ValueError):
+    """SpecForge's package could not be read."""
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    annotation: str  # source text, e.g. "Optional[List[int]]"
+    nested: str | None  # name of the model class this field holds (alone, optional or in a list)
+    choices: tuple[str, ...] = ()  # Literal[...] options
+
+
+@dataclass(frozen=True)
+class SpecForgeSchema:
+    version: str
+    origin: str
+    models: Mapping[str, Mapping[str, Field]]  # class name -> field name -> Field
+    algorithms: frozenset[str] = field(default_factory=frozenset)  # training.strategy values it registers
+
+    def problems(self, document: Mapping[str, Any]) -> list[str]:
+        """Every key of `document` this SpecForge does not know, and every value outside a Literal's choices."""
+        found: list[str] = []
+        self._walk(document, ROOT_MODEL, "", found)
+        strategy = (document.get("training") or {}).get("strategy")
+        if self.algorithms and strategy is not None and strategy not in self.algorithms:
+            found.append(f"training.strategy={strategy!r}: this SpecForge registers {sorted(self.algorithms)}")
+        return found
+
+    def _walk(self, document: Mapping[str, Any], model: str, prefix: str, found: list[str]) -> None:
+        fields = self.models[model]
+        for key, value in document.items():
+            path = f"{prefix}{key}"
+            spec = fields.get(key)
+            if spec is None:
+                found.append(f"{path}: unknown to SpecForge {self.version} ({model} has no field {key!r})")
+                continue
+            if spec.choices and value is not None and str(value) not in spec.choices:
+                found.append(f"{path}={value!r}: SpecForge {self.version} accepts {list(spec.choices)}")
+            if spec.nested is None or value is None:
+                continue
+            items = value if isinstance(value, list) else [value]
+            for index, item in enumerate(items):
+                if isinstance(item, Mapping):
+                    where = f"{path}[{index}]." if isinstance(value, list) else f"{path}."
+                    self._walk(item, spec.nested, where, found)
+
+
+def _annotation_models(annotation: ast.expr, known: set[str]) -> str | None:
+    names = {node.id for node in ast.walk(annotation) if isinstance(node, ast.Name)}
+    nested = sorted(names & known)
+    return nested[0] if nested else None
+
+
+def _literal_choices(annotation: ast.expr) -> tuple[str, ...]:
+    for node in ast.walk(annotation):
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "Literal":
+            elements = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            return tuple(str(e.value) for e in elements if isinstance(e, ast.Constant))
+    return ()
+
+
+def parse_schema_source(source: str, version: str, origin: str, algorithms: frozenset[str] = frozenset()
+                        ) -> SpecForgeSchema:
+    tree = ast.parse(source)
+    classes = [node for node in tree.body if isinstance(node, ast.ClassDef)]
+    known = {node.name for node in classes}
+    models: dict[str, dict[str, Field]] = {}
+    for node in classes:
+        fields: dict[str, Field] = {}
+        for statement in node.body:
+            if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+                name = statement.target.id
+                if name == "model_config":
+                    continue
+                fields[name] = Field(name, ast.unparse(statement.annotation),
+                                     _annotation_models(statement.annotation, known - {node.name}),
+                                     _literal_choices(statement.annotation))
+        models[node.name] = fields
+    if ROOT_MODEL not in models or not models[ROOT_MODEL]:
+        raise SchemaError(f"{origin}: no `class {ROOT_MODEL}` with fields in {SCHEMA_MODULE}; this SpecForge's "
+                          "config layout is not the one this project generates for (SpecForge 0.2.x)")
+    return SpecForgeSchema(version, origin, models, algorithms)
+
+
+BUILTIN_CATALOG = "specforge/algorithms/builtin.py"
+# `from specforge.algorithms.dflash.providers import create_registration as dflash`
+_REGISTRATION_IMPORT = re.compile(r"from specforge\.algorithms\.([a-z0-9_]+)\.providers import create_registration")
+
+
+def _algorithms(catalog_source: str | None) -> frozenset[str]:
+    """training.strategy names of the built-in catalog (empty when it cannot be read: then not checked)."""
+    return frozenset(_REGISTRATION_IMPORT.findall(catalog_source or ""))
+
+
+def _version_from_metadata(text: str) -> str:
+    match = re.search(r"^Version:\s*(\S+)", text, flags=re.MULTILINE)
+    return match.group(1) if match else "unknown"
+
+
+def read_schema(location: Path) -> SpecForgeSchema:
+    """The schema of the SpecForge at `location`: a .whl, a site-packages directory holding `specforge/`, or the
+    `specforge` package directory itself."""
+    location = Path(location)
+    if location.is_file() and location.suffix == ".whl":
+        with zipfile.ZipFile(location) as wheel:
+            names = wheel.namelist()
+            try:
+                source = wheel.read(SCHEMA_MODULE).decode("utf-8")
+            except KeyError:
+                raise SchemaError(f"{location}: no {SCHEMA_MODULE} in this wheel; not a SpecForge 0.2-style "
+                                  "package (the per-method training scripts of older SpecForge are not "
+                                  "supported)") from None
+            metadata = next((n for n in names if n.endswith(".dist-info/METADATA")), None)
+            version = _version_from_metadata(wheel.read(metadata).decode("utf-8")) if metadata else "unknown"
+            catalog = wheel.read(BUILTIN_CATALOG).decode("utf-8") if BUILTIN_CATALOG in names else None
+        return parse_schema_source(source, version, str(location), _algorithms(catalog))
+    root = location.parent if location.name == "specforge" else location
+    schema_path = root / SCHEMA_MODULE
+    if not schema_path.is_file():
+        raise SchemaError(f"{location}: no {SCHEMA_MODULE} there; point at SpecForge's site-packages (the "
+                          "setup phase installs it) or at a specforge-*.whl")
+    metadata = sorted(root.glob("specforge-*.dist-info/METADATA"))
+    version = _version_from_metadata(metadata[-1].read_text(encoding="utf-8")) if metadata else "unknown"
+    catalog_path = root / BUILTIN_CATALOG
+    catalog = catalog_path.read_text(encoding="utf-8") if catalog_path.is_file() else None
+    return parse_schema_source(schema_path.read_text(encoding="utf-8"), version, str(schema_path),
+                               _algorithms(catalog))
