@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -151,3 +152,29 @@ def test_validate_reports_an_unreachable_server_as_exit_3() -> None:
                              "http://127.0.0.1:9", "--candidate", "http://127.0.0.1:9"],
                             capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
     assert result.returncode == 3 and "cannot reach" in result.stderr and "Traceback" not in result.stderr
+
+
+# -- sweep command line (no server) ---------------------------------------------------------------------------
+def _launcher(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(ROOT / "launchers" / "kimi26-vllm-dflash-sweep.sh"), *args], capture_output=True,
+                          text=True, timeout=120, check=False, env={**os.environ, "KIMI_PYTHON": sys.executable})  # fmt: skip
+
+
+def test_dry_run_prints_the_points_and_starts_nothing(tmp_path: Path) -> None:
+    result = _launcher(str(ROOT / "configs" / "demo-cpu.env"), "--grid", "NUM_SPECULATIVE_TOKENS=0,2,4",
+                       "--sessions", "2,4", "--out", str(tmp_path / "out"), "--dry-run", "--max-tokens", "32")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "3 server points x sessions 2,4" in result.stdout
+    assert "SPECULATIVE_METHOD=none" in result.stdout and result.stdout.count("to run") == 3
+    assert "--max-tokens 32" in result.stdout and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["--grid", "NUM_SPECULATIVE_TOKENS=1", "--base-url", "http://x"], "set by the sweep"),
+     (["--grid", "NUM_SPECULATIVE_TOKENS=1", "--max-tokens", "zero"], "benchmark options"),
+     (["--grid", "NUM_SPECULATIVE_TOKENS=1", "--grid", "NUM_SPECULATIVE_TOKENS=2"], "given twice")],
+)  # fmt: skip
+def test_bad_sweep_arguments_exit_2_with_the_reason(tmp_path: Path, args: list[str], message: str) -> None:
+    result = _launcher(str(ROOT / "configs" / "demo-cpu.env"), "--sessions", "2", "--out", str(tmp_path), *args)
+    assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr

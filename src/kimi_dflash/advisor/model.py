@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from statistics import median
 
 from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.result import BenchmarkResult, LevelResult
@@ -107,8 +108,9 @@ def measurements(results: Sequence[tuple[str, BenchmarkResult]]) -> list[Measure
 
 
 def merge_repeats(found: Sequence[Measured]) -> list[Measured]:
-    """One measurement per (k, concurrency): runs of the same point (repeated sweeps, e.g. in opposite orders to
-    cancel drift in machine load) are averaged; acceptance is weighted by drafts."""
+    """One measurement per (k, concurrency): runs of the same point (repeated rounds, e.g. in rotating order to
+    spread drift in machine load over every k) are combined by their median, which one disturbed run cannot move
+    far; acceptance is weighted by drafts."""
     groups: dict[tuple[int, int], list[Measured]] = {}
     for m in found:
         groups.setdefault((m.k, m.sessions), []).append(m)
@@ -117,14 +119,13 @@ def merge_repeats(found: Sequence[Measured]) -> list[Measured]:
         if len(group) == 1:
             merged.append(group[0])
             continue
-        n = len(group)
         weights = [max(m.drafts, 1) for m in group]
         positions = min(len(m.per_position) for m in group)
         merged.append(Measured(
             source=" + ".join(m.source for m in group), k=k, sessions=sessions,
-            output_tok_s=sum(m.output_tok_s for m in group) / n, tpot_s=sum(m.tpot_s for m in group) / n,
-            per_user_tok_s=sum(m.per_user_tok_s for m in group) / n, ttft_s=sum(m.ttft_s for m in group) / n,
-            tokens_per_request=sum(m.tokens_per_request for m in group) / n,
+            output_tok_s=median(m.output_tok_s for m in group), tpot_s=median(m.tpot_s for m in group),
+            per_user_tok_s=median(m.per_user_tok_s for m in group), ttft_s=median(m.ttft_s for m in group),
+            tokens_per_request=median(m.tokens_per_request for m in group),
             tau=sum(w * m.tau for w, m in zip(weights, group)) / sum(weights),
             per_position=tuple(sum(w * m.per_position[i] for w, m in zip(weights, group)) / sum(weights)
                                for i in range(positions)),
