@@ -178,3 +178,26 @@ def test_dry_run_prints_the_points_and_starts_nothing(tmp_path: Path) -> None:
 def test_bad_sweep_arguments_exit_2_with_the_reason(tmp_path: Path, args: list[str], message: str) -> None:
     result = _launcher(str(ROOT / "configs" / "demo-cpu.env"), "--sessions", "2", "--out", str(tmp_path), *args)
     assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_point_whose_server_fails_is_recorded_with_its_log_tail_and_the_sweep_goes_on(tmp_path: Path) -> None:
+    fake = tmp_path / "serve.sh"  # stands in for serve.sh: --wait fails after writing a log, --stop succeeds
+    fake.write_text(
+        "#!/usr/bin/env bash\n"
+        'if [[ " $* " == *" --wait "* ]]; then\n'
+        '  args=("$@"); log="${args[-1]}"; echo "fatal: out of memory (port $PORT)" > "$log"\n'
+        '  echo "serve: vLLM exited with status 1" >&2; exit 1\nfi\nexit 0\n'
+    )  # fmt: skip
+    fake.chmod(0o755)
+    out = tmp_path / "out"
+    result = subprocess.run([sys.executable, "-m", "kimi_dflash.sweep", "--serve-sh", str(fake),
+                             str(ROOT / "configs" / "demo-cpu.env"), "--grid", "NUM_SPECULATIVE_TOKENS=1,2",
+                             "--sessions", "2", "--out", str(out), "--no-plots"],
+                            capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    failures = state.read_failures(out)
+    assert [f.point for f in failures] == ["NUM_SPECULATIVE_TOKENS-1", "NUM_SPECULATIVE_TOKENS-2"]  # both tried
+    assert all(f.stage == "server" and "vLLM exited with status 1" in f.detail for f in failures)
+    assert any("fatal: out of memory" in line for line in failures[0].log_tail)
+    assert "FAILED NUM_SPECULATIVE_TOKENS-1 (server)" in (out / "summary.md").read_text(encoding="utf-8")
+    assert not (out / "running.json").exists()
