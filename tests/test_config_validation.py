@@ -11,7 +11,7 @@ import pytest
 from kimi_dflash.config.problems import ConfigError
 from kimi_dflash.config.schema import KEYS
 from kimi_dflash.config.validate import check_paths, load_config
-from kimi_dflash.paths import CONFIGS_DIR, REPO_ROOT
+from repo_paths import CONFIGS_DIR, REPO_ROOT
 
 SHIPPED = sorted(CONFIGS_DIR.glob("*.env"))
 

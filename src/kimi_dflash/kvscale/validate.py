@@ -26,7 +26,6 @@ from kimi_dflash.bench.result import load_result
 from kimi_dflash.kvscale.client import ServerError, api_key_from_env
 from kimi_dflash.kvscale.prompts import PromptFileError, load_calibration_prompts
 from kimi_dflash.kvscale.scales_file import write_json_atomic
-from kimi_dflash.paths import REPO_ROOT
 
 # The comparison itself is the shared engine (payload/validate.py runs on it too); this tool adds KV capacity
 # and throughput, and judges FP8 KV by accuracy rather than identity.
@@ -42,7 +41,8 @@ from kimi_dflash.validate.engine import (
     summarize_agreement,
 )
 
-BENCHMARK_SCRIPT = REPO_ROOT / "payload" / "benchmark_multi_turn.py"
+# The benchmark as users run it (payload/benchmark_multi_turn.py is a wrapper around the same entry point).
+BENCHMARK_COMMAND = (sys.executable, "-m", "kimi_dflash.bench")
 _KV_SIZE = re.compile(r"KV cache size:\s*([\d,]+)\s*tokens")
 
 
@@ -92,10 +92,8 @@ def verdict_lines(agreement: AgreementSummary, math_bf16: float, math_fp8: float
 # ------------------------------------------------------------------------------------------ I/O parts
 
 def run_benchmark(url: str, sessions: int, label: str, output: Path, extra: Sequence[str]) -> dict[str, Any]:
-    """Run payload/benchmark_multi_turn.py at ``sessions`` concurrent sessions; return its headline figures."""
-    if not BENCHMARK_SCRIPT.is_file():
-        return {"status": "pending", "detail": f"{BENCHMARK_SCRIPT.relative_to(REPO_ROOT)} is not in this checkout"}
-    command = [sys.executable, str(BENCHMARK_SCRIPT), "--base-url", url, "--sessions", str(sessions),
+    """Run the multi-turn benchmark at ``sessions`` concurrent sessions; return its headline figures."""
+    command = [*BENCHMARK_COMMAND, "--base-url", url, "--sessions", str(sessions),
                "--label", label, "--output", str(output), *extra]
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     summary: dict[str, Any] = {"status": "ok" if result.returncode == 0 else f"exit {result.returncode}",
