@@ -10,6 +10,7 @@ from kimi_dflash.bench.cli import _positive_int_list
 from kimi_dflash.bench.cli import build_parser as bench_parser
 from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.report import write_text_atomic
+from kimi_dflash.config.shipped import resolve_config_argument
 from kimi_dflash.sweep import aggregate, state
 from kimi_dflash.sweep.grid import parse_axis, points
 from kimi_dflash.sweep.runner import Interrupted, SweepPlan, describe, run_sweep
@@ -47,7 +48,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("config", type=Path, help="config file every point starts from, e.g. configs/demo-cpu.env")
+    parser.add_argument("config", help="config every point starts from: a path, or a shipped config's name (demo-cpu)")
     parser.add_argument("--grid", action="append", default=[], metavar="KEY=v1,v2",
                         help="config key and its values (repeat for more keys: the grid is their product)")  # fmt: skip
     parser.add_argument("--sessions", type=_positive_int_list, required=True,
@@ -85,9 +86,11 @@ def write_aggregate(out: Path, plots: bool) -> Path:
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     parser = build_parser(prog)
     args, extra = parser.parse_known_args(argv)
+    config_as_given = args.config
+    args.config = resolve_config_argument(args.config)
     try:
         if not args.config.is_file():
-            raise UserError(f"{args.config}: no such config file.")
+            raise UserError(f"{config_as_given}: no such config file (nor a shipped config of that name).")
         if not args.serve_sh.is_file():
             raise UserError(f"{args.serve_sh}: serve.sh not found (run the sweep through its launcher).")
         plan = SweepPlan(
@@ -97,7 +100,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             sessions=args.sessions,
             bench_args=_bench_args(extra),
             out=args.out,
-            config_as_given=str(args.config),
+            config_as_given=config_as_given,
         )
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
