@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -57,6 +58,7 @@ def main() -> int:
     args, bench = parser.parse_known_args()
     bench = [a for a in bench if a != "--"] or DEFAULT_BENCH
     args.out.mkdir(parents=True, exist_ok=True)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM too stops the servers (finally below)
     ports = {k: free_port() for k in args.ks}
     try:
         for k, port in ports.items():
