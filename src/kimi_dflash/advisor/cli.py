@@ -49,19 +49,25 @@ def _num(value: float | None, digits: int = 1) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
 
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value * 100:+.1f} %"
+
+
 def render(p: Sequence[float], predictions: Sequence[Prediction], fit_k: set[int] | None) -> list[str]:
     acceptance = " / ".join(f"{v * 100:.0f}" for v in p)
     lines = [f"acceptance per position (%, largest-k run): {acceptance}", ""]
-    lines.append("| sessions | k | τ | step ms | per-user tok/s | aggregate tok/s | measured | error | basis |")
-    lines.append("|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    lines.append("| sessions | k | τ | step ms | per-user tok/s | measured | error | aggregate tok/s | measured | error "
+                 "| basis |")  # fmt: skip
+    lines.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for pred in predictions:
-        measured = pred.measured.output_tok_s if pred.measured else None
-        error = f"{pred.error * 100:+.1f} %" if pred.error is not None and pred.k != 0 else "—"
+        m = pred.measured if pred.k != 0 else None  # k = 0 is the measurement itself: no error to show
         basis = ("measured" if pred.k == 0 else "fitted" if pred.fitted
                  else "held out" if pred.measured else "predicted")  # fmt: skip
         lines.append(
             f"| {pred.sessions} | {pred.k} | {pred.tau:.2f} | {_num(pred.step_s and pred.step_s * 1000)} "
-            f"| {pred.per_user_tok_s:.1f} | {pred.output_tok_s:.1f} | {_num(measured)} | {error} | {basis} |"
+            f"| {pred.per_user_tok_s:.1f} | {_num(m and m.per_user_tok_s)} "
+            f"| {_pct(m and pred.per_user_tok_s / m.per_user_tok_s - 1)} | {pred.output_tok_s:.1f} "
+            f"| {_num(m and m.output_tok_s)} | {_pct(m and pred.output_tok_s / m.output_tok_s - 1)} | {basis} |"
         )
     lines.append("")
     for sessions, best in sorted(recommend(predictions).items()):
