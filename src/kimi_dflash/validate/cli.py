@@ -58,7 +58,7 @@ def verdict(agreement: AgreementSummary, math: MathScore | None, *, allow_diverg
     differing = agreement.prompts - agreement.identical
     if differing:
         level = "WARN" if allow_divergence else "FAIL"
-        why = "" if allow_divergence else " (T=0 speculative decoding must be token-identical)"
+        why = "" if allow_divergence else " (a lossless candidate must be token-identical at T=0)"
         problems.append((level, f"{differing}/{agreement.prompts} outputs differ from the reference{why}"))
     if math is not None and math.rows:
         drop = (math.accuracy_reference - math.accuracy_candidate) * 100
