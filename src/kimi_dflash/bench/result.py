@@ -262,6 +262,17 @@ class WarmupSummary:
 
 
 @dataclass(kw_only=True)
+class ServerConfig:
+    """The server configuration a sweep point ran (written by the sweep launcher; the benchmark cannot know it)."""
+
+    config: str = field(metadata=meta("config file the server was started from, as given"))
+    overrides: dict[str, str] = field(default_factory=dict, metadata=meta("config keys the sweep point set"))
+    values: dict[str, str] = field(
+        default_factory=dict, metadata=meta("every config key after overrides and defaults (API_KEY never stored)")
+    )
+
+
+@dataclass(kw_only=True)
 class BenchmarkResult:
     """A benchmark result file: one run of payload/benchmark_multi_turn.py, one object per concurrency level."""
 
@@ -273,6 +284,9 @@ class BenchmarkResult:
     server: ServerInfo | None = field(metadata=meta("what the server said about itself; null before it was reached"))
     warmup: WarmupSummary | None = field(default=None, metadata=meta("the warmup; null before it ran"))
     results: list[LevelResult] = field(metadata=meta("one object per concurrency level, in the order measured"))
+    server_config: ServerConfig | None = field(
+        default=None, metadata=meta("the server's config, when a sweep started it", omit_if_none=True)
+    )
 
     @property
     def levels(self) -> dict[int, LevelResult]:

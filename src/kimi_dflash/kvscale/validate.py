@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import re
-import statistics
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -24,21 +23,23 @@ from typing import Any
 
 from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.result import load_result
-from kimi_dflash.kvscale.client import (
-    Completion,
-    ServerError,
-    api_key_from_env,
-    chat_greedy,
-    served_model,
-)
-from kimi_dflash.kvscale.prompts import (
-    PromptFileError,
-    extract_answer,
-    load_calibration_prompts,
-    load_math_problems,
-    math_prompt,
-)
+from kimi_dflash.kvscale.client import ServerError, api_key_from_env
+from kimi_dflash.kvscale.prompts import PromptFileError, load_calibration_prompts
 from kimi_dflash.kvscale.scales_file import write_json_atomic
+
+# The comparison itself is the shared engine (payload/validate.py runs on it too); this tool adds KV capacity
+# and throughput, and judges FP8 KV by accuracy rather than identity.
+from kimi_dflash.validate.engine import (
+    AgreementSummary,
+    PairComparison,  # noqa: F401 - re-exported: the FP8 tests import the comparison from here
+    compare_outputs,
+    compare_tokens,  # noqa: F401 - re-exported
+    generate_both,
+    math_questions,
+    score_math,
+    served,
+    summarize_agreement,
+)
 
 # The benchmark as users run it (payload/benchmark_multi_turn.py is a wrapper around the same entry point).
 BENCHMARK_COMMAND = (sys.executable, "-m", "kimi_dflash.bench")
@@ -46,51 +47,6 @@ _KV_SIZE = re.compile(r"KV cache size:\s*([\d,]+)\s*tokens")
 
 
 # ------------------------------------------------------------------------------------------ pure parts
-
-@dataclass(frozen=True)
-class PairComparison:
-    identical: bool
-    first_divergence: int | None  # index of the first differing token; None when identical
-    common_prefix: int
-    length_reference: int
-    length_candidate: int
-
-    @property
-    def prefix_agreement(self) -> float:
-        longest = max(self.length_reference, self.length_candidate)
-        return 1.0 if longest == 0 else self.common_prefix / longest
-
-
-def compare_tokens(reference: Sequence[int], candidate: Sequence[int]) -> PairComparison:
-    prefix = 0
-    for a, b in zip(reference, candidate):
-        if a != b:
-            break
-        prefix += 1
-    identical = prefix == len(reference) == len(candidate)
-    return PairComparison(identical=identical, first_divergence=None if identical else prefix, common_prefix=prefix,
-                          length_reference=len(reference), length_candidate=len(candidate))
-
-
-@dataclass(frozen=True)
-class AgreementSummary:
-    prompts: int
-    identical: int
-    mean_prefix_agreement: float
-    median_first_divergence: float | None  # over diverging prompts
-    earliest_divergence: int | None
-
-
-def summarize_agreement(pairs: Sequence[PairComparison]) -> AgreementSummary:
-    diverging = [p.first_divergence for p in pairs if p.first_divergence is not None]
-    return AgreementSummary(
-        prompts=len(pairs),
-        identical=sum(p.identical for p in pairs),
-        mean_prefix_agreement=statistics.fmean(p.prefix_agreement for p in pairs) if pairs else 0.0,
-        median_first_divergence=statistics.median(diverging) if diverging else None,
-        earliest_divergence=min(diverging) if diverging else None,
-    )
-
 
 def kv_capacity_from_log(text: str) -> int | None:
     """The last 'KV cache size: N tokens' line of a vLLM log (GPU and CPU builds both print it)."""
@@ -134,19 +90,6 @@ def verdict_lines(agreement: AgreementSummary, math_bf16: float, math_fp8: float
 
 
 # ------------------------------------------------------------------------------------------ I/O parts
-
-async def _both(urls: tuple[str, str], models: tuple[str, str], prompts: Sequence[str], max_tokens: int,
-                concurrency: int, api_key: str | None) -> tuple[list[Completion], list[Completion]]:
-    bf16 = await chat_greedy(urls[0], models[0], prompts, max_tokens=max_tokens, concurrency=concurrency, api_key=api_key)
-    fp8 = await chat_greedy(urls[1], models[1], prompts, max_tokens=max_tokens, concurrency=concurrency, api_key=api_key)
-    return bf16, fp8
-
-
-def _token_ids(completion: Completion, url: str) -> list[int]:
-    if completion.token_ids is None:
-        raise ServerError(f"{url} did not return token ids (needs vLLM >= 0.10.2 for return_token_ids)")
-    return list(completion.token_ids)
-
 
 def run_benchmark(url: str, sessions: int, label: str, output: Path, extra: Sequence[str]) -> dict[str, Any]:
     """Run the multi-turn benchmark at ``sessions`` concurrent sessions; return its headline figures."""
@@ -219,24 +162,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     urls = (args.bf16_url, args.fp8_url)
     try:
         prompts = load_calibration_prompts()[: max(1, args.prompts)]
-        models = (asyncio.run(served_model(urls[0], api_key)), asyncio.run(served_model(urls[1], api_key)))
-        bf16_out, fp8_out = asyncio.run(_both(urls, models, prompts, args.max_tokens, args.concurrency, api_key))
-        pairs = [compare_tokens(_token_ids(a, urls[0]), _token_ids(b, urls[1])) for a, b in zip(bf16_out, fp8_out)]
+        bf16, fp8 = served(urls, (None, None), api_key)
+        models = (bf16.model, fp8.model)
+        outputs = asyncio.run(generate_both(bf16, fp8, prompts, max_tokens=args.max_tokens,
+                                            concurrency=args.concurrency, api_key=api_key))
+        pairs = compare_outputs(outputs, bf16, fp8)
         agreement = summarize_agreement(pairs)
 
         math_rows: list[dict[str, Any]] = []
         accuracy = (0.0, 0.0)
         if not args.no_math:
-            problems = load_math_problems()
-            questions = [math_prompt(p) for p in problems]
-            bf16_math, fp8_math = asyncio.run(_both(urls, models, questions, args.math_max_tokens,
-                                                    args.concurrency, api_key))
-            for problem, a, b in zip(problems, bf16_math, fp8_math):
-                math_rows.append({"id": problem.id, "answer": problem.answer, "bf16": extract_answer(a.text),
-                                  "fp8": extract_answer(b.text)})
-            n = len(math_rows)
-            accuracy = (sum(r["bf16"] == r["answer"] for r in math_rows) / n,
-                        sum(r["fp8"] == r["answer"] for r in math_rows) / n)
+            problems, questions = math_questions()
+            score = score_math(problems, asyncio.run(generate_both(bf16, fp8, questions,
+                                                                   max_tokens=args.math_max_tokens,
+                                                                   concurrency=args.concurrency, api_key=api_key)))
+            math_rows = [{"id": r.id, "answer": r.answer, "bf16": r.reference, "fp8": r.candidate}
+                         for r in score.rows]
+            accuracy = (score.accuracy_reference, score.accuracy_candidate)
         capacity = (_read_log(args.bf16_log), _read_log(args.fp8_log))
         bench = None
         if args.bench_concurrency:

@@ -1,0 +1,109 @@
+"""payload/advise_spec_tokens.py: which number of speculative tokens to run at each concurrency."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from kimi_dflash.advisor.model import ASSUMPTIONS, Prediction, measurements, predict, recommend
+from kimi_dflash.bench.errors import UserError
+from kimi_dflash.bench.result import BenchmarkResult, load_result
+
+EPILOG = """\
+Feed it sweep directories (launchers/kimi26-vllm-dflash-sweep.sh --out DIR) or benchmark result JSONs. It needs
+one run at the largest k you consider (its per-position acceptance) and runs at two or more k for the step cost;
+a run with NUM_SPECULATIVE_TOKENS=0 adds the no-speculation baseline. Predictions are per concurrency level:
+only levels measured with speculation are predicted.
+
+examples:
+  %(prog)s results/sweep
+  %(prog)s results/sweep --fit-k 1,4      # predict from k=1 and k=4 only; other measured k are held out
+"""
+
+
+def _k_list(text: str) -> set[int]:
+    try:
+        return {int(v) for v in text.split(",") if v.strip()}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers separated by commas, got {text!r}") from None
+
+
+def load_inputs(paths: Sequence[Path]) -> list[tuple[str, BenchmarkResult]]:
+    from kimi_dflash.sweep.state import finished_results
+
+    found: list[tuple[str, BenchmarkResult]] = []
+    for path in paths:
+        if path.is_dir():
+            in_dir = finished_results(path)
+            if not in_dir:
+                raise UserError(f"{path}: no finished sweep point results in this directory.")
+            found += [(str(p), r) for p, r in in_dir]
+        else:
+            found.append((str(path), load_result(path)))
+    return found
+
+
+def _num(value: float | None, digits: int = 1) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value * 100:+.1f} %"
+
+
+def render(p: Sequence[float], predictions: Sequence[Prediction], fit_k: set[int] | None) -> list[str]:
+    acceptance = " / ".join(f"{v * 100:.0f}" for v in p)
+    lines = [f"acceptance per position (%, largest-k run): {acceptance}", ""]
+    lines.append("| sessions | k | τ | step ms | per-user tok/s | measured | error | aggregate tok/s | measured | error "
+                 "| basis |")  # fmt: skip
+    lines.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for pred in predictions:
+        m = pred.measured if pred.k != 0 else None  # k = 0 is the measurement itself: no error to show
+        basis = ("measured" if pred.k == 0 else "fitted" if pred.fitted
+                 else "held out" if pred.measured else "predicted")  # fmt: skip
+        lines.append(
+            f"| {pred.sessions} | {pred.k} | {pred.tau:.2f} | {_num(pred.step_s and pred.step_s * 1000)} "
+            f"| {pred.per_user_tok_s:.1f} | {_num(m and m.per_user_tok_s)} "
+            f"| {_pct(m and pred.per_user_tok_s / m.per_user_tok_s - 1)} | {pred.output_tok_s:.1f} "
+            f"| {_num(m and m.output_tok_s)} | {_pct(m and pred.output_tok_s / m.output_tok_s - 1)} | {basis} |"
+        )
+    lines.append("")
+    for sessions, best in sorted(recommend(predictions).items()):
+        lines.append(f"recommendation: {sessions} sessions -> k = {best.k} ({best.output_tok_s:.1f} aggregate tok/s, "
+                     f"{best.per_user_tok_s:.1f} per user)")  # fmt: skip
+    held = [pr for pr in predictions if pr.measured and not pr.fitted and pr.k > 0]
+    if held:
+        worst = max(abs(pr.error or 0) for pr in held)
+        lines.append(f"held-out check: {len(held)} measured points not used for fitting; largest aggregate error "
+                     f"{worst * 100:.1f} %")  # fmt: skip
+    if fit_k is not None:
+        lines.append(f"fitted on k in {{{', '.join(map(str, sorted(fit_k)))}}}")
+    lines.append("model assumptions:")
+    lines.extend(f"  - {text}" for text in ASSUMPTIONS)
+    return lines
+
+
+def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Predict aggregate and per-user tok/s for every number of speculative tokens k at every measured "
+        "concurrency, from measured runs; recommend k per concurrency; show predicted vs measured.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("inputs", nargs="+", type=Path, metavar="DIR_OR_JSON", help="sweep dirs or result JSONs")
+    parser.add_argument("--fit-k", type=_k_list, default=None, metavar="K1,K2",
+                        help="fit only on these k; other measured k are held out and compared")  # fmt: skip
+    args = parser.parse_args(argv)
+    try:
+        runs = measurements(load_inputs(args.inputs))
+        if args.fit_k is not None and not any(m.k in args.fit_k for m in runs):
+            raise UserError(f"--fit-k: no measured run at k in {sorted(args.fit_k)}.")
+        p, predictions = predict(runs, args.fit_k)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print("\n".join(render(p, predictions, args.fit_k)))
+    return 0

@@ -1,0 +1,207 @@
+"""Predict decode speed for every k (speculative tokens per step) at every measured concurrency (pure).
+
+Model (its assumptions are printed with every prediction, see ASSUMPTIONS):
+  acceptance   p_i = accepted at draft position i / drafts, from the run with the largest k (vLLM counts a
+               position accepted only when every earlier one was, so p_i is already the chance of reaching i+1).
+               Drafts for k < K are the first k tokens of the same block (DFlash drafts a block in one pass).
+  tokens/step  τ(k) = 1 + Σ_{i<k} p_i
+  step time    s(k, c) = TPOT(k, c) × τ_measured(k, c) for each measured run (its own acceptance), fitted per
+               concurrency c as s = a_c + b_c·k over the speculative runs (verification processes c·(k+1) tokens;
+               the drafter's pass is a near-constant a_c). k = 0 (no drafter) is not on this line: it is only
+               shown where measured.
+  per-user     1 / TPOT(k, c) = τ(k) / s(k, c)      (medians: TPOT p50, per-user tok/s p50)
+  aggregate    measured aggregate of the nearest measured k at c, rescaled by the request time
+               TTFT + (N - 1)·TPOT with TPOT replaced by the prediction (TTFT, N and concurrency unchanged)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from statistics import median
+
+from kimi_dflash.bench.errors import UserError
+from kimi_dflash.bench.result import BenchmarkResult, LevelResult
+
+ASSUMPTIONS = (
+    "p_i from the largest-k run; τ(k) = 1 + Σ_{i<k} p_i (drafts for smaller k are that block's first k tokens)",
+    "step time s = TPOT p50 × measured τ, linear in k at each concurrency (fitted over the speculative runs)",
+    "aggregate = nearest measured run's aggregate × its request time / the predicted one (TTFT and N unchanged)",
+    (
+        "k = 0 (no speculation) is not extrapolated: shown where measured; predictions stay within the measured "
+        "k's acceptance positions"
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One (run, concurrency) measurement reduced to what the model needs."""
+
+    source: str
+    k: int
+    sessions: int
+    output_tok_s: float
+    tpot_s: float  # median
+    per_user_tok_s: float  # median of 1/TPOT
+    ttft_s: float  # mean
+    tokens_per_request: float  # mean N
+    tau: float  # measured acceptance length (1.0 without speculation)
+    per_position: tuple[float, ...]
+    drafts: int
+
+    @property
+    def step_s(self) -> float:
+        return self.tpot_s * self.tau
+
+
+@dataclass(frozen=True)
+class Prediction:
+    k: int
+    sessions: int
+    tau: float
+    step_s: float | None
+    per_user_tok_s: float
+    output_tok_s: float
+    measured: Measured | None
+    fitted: bool  # the measurement (if any) was used to fit the model
+
+    @property
+    def error(self) -> float | None:
+        """(predicted - measured) / measured aggregate tok/s."""
+        if self.measured is None:
+            return None
+        return self.output_tok_s / self.measured.output_tok_s - 1.0
+
+
+def spec_tokens_of(result: BenchmarkResult, level: LevelResult) -> int:
+    if result.server_config is not None:
+        values = result.server_config.values
+        if values.get("SPECULATIVE_METHOD", "none") == "none":
+            return 0
+        return int(values.get("NUM_SPECULATIVE_TOKENS") or 0)
+    spec = level.spec_decode
+    if spec is None:
+        return 0
+    return spec.num_speculative_tokens or len(spec.per_position)
+
+
+def measurements(results: Sequence[tuple[str, BenchmarkResult]]) -> list[Measured]:
+    found = []
+    for source, result in results:
+        for level in result.results:
+            tpot_ms, per_user, ttft_ms = level.tpot_ms.p50, level.per_user_tok_s.p50, level.ttft_ms.mean
+            tokens = level.output_tokens_per_request.mean if level.output_tokens_per_request else None
+            if level.partial or None in (level.output_tok_s, tpot_ms, per_user, ttft_ms) or not tokens:
+                continue
+            k = spec_tokens_of(result, level)
+            spec = level.spec_decode
+            if k > 0 and spec is None:
+                continue  # speculative run without acceptance counters: cannot be used
+            found.append(Measured(
+                source=source, k=k, sessions=level.sessions, output_tok_s=float(level.output_tok_s),  # type: ignore[arg-type]
+                tpot_s=tpot_ms / 1000, per_user_tok_s=float(per_user), ttft_s=ttft_ms / 1000,  # type: ignore[operator]
+                tokens_per_request=float(tokens), tau=spec.acceptance_length if spec else 1.0,
+                per_position=tuple(spec.per_position) if spec else (), drafts=(spec.drafts or 0) if spec else 0,
+            ))  # fmt: skip
+    return merge_repeats(found)
+
+
+def merge_repeats(found: Sequence[Measured]) -> list[Measured]:
+    """One measurement per (k, concurrency): runs of the same point (repeated rounds, e.g. in rotating order to
+    spread drift in machine load over every k) are combined by their median, which one disturbed run cannot move
+    far; acceptance is weighted by drafts."""
+    groups: dict[tuple[int, int], list[Measured]] = {}
+    for m in found:
+        groups.setdefault((m.k, m.sessions), []).append(m)
+    merged = []
+    for (k, sessions), group in sorted(groups.items()):
+        if len(group) == 1:
+            merged.append(group[0])
+            continue
+        weights = [max(m.drafts, 1) for m in group]
+        positions = min(len(m.per_position) for m in group)
+        merged.append(Measured(
+            source=" + ".join(m.source for m in group), k=k, sessions=sessions,
+            output_tok_s=median(m.output_tok_s for m in group), tpot_s=median(m.tpot_s for m in group),
+            per_user_tok_s=median(m.per_user_tok_s for m in group), ttft_s=median(m.ttft_s for m in group),
+            tokens_per_request=median(m.tokens_per_request for m in group),
+            tau=sum(w * m.tau for w, m in zip(weights, group)) / sum(weights),
+            per_position=tuple(sum(w * m.per_position[i] for w, m in zip(weights, group)) / sum(weights)
+                               for i in range(positions)),
+            drafts=sum(m.drafts for m in group),
+        ))  # fmt: skip
+    return merged
+
+
+def acceptance_per_position(runs: Sequence[Measured]) -> tuple[float, ...]:
+    """p_i from the largest k measured, averaged over its concurrencies weighted by drafts."""
+    speculative = [m for m in runs if m.k > 0 and m.per_position]
+    if not speculative:
+        raise UserError("no speculative run with acceptance counters: the advisor needs at least one run at k >= 1.")
+    top = max(m.k for m in speculative)
+    chosen = [m for m in speculative if m.k == top]
+    weights = [max(m.drafts, 1) for m in chosen]
+    return tuple(
+        sum(w * m.per_position[i] for w, m in zip(weights, chosen)) / sum(weights)
+        for i in range(min(len(m.per_position) for m in chosen))
+    )
+
+
+def tau(p: Sequence[float], k: int) -> float:
+    return 1.0 + sum(p[:k])
+
+
+def fit_step(runs: Sequence[Measured]) -> tuple[float, float]:
+    """(a, b) of s = a + b·k by least squares; a single k gives b = 0 (no growth can be seen)."""
+    ks = [m.k for m in runs]
+    steps = [m.step_s for m in runs]
+    mean_k, mean_s = sum(ks) / len(ks), sum(steps) / len(steps)
+    spread = sum((k - mean_k) ** 2 for k in ks)
+    slope = 0.0 if spread == 0 else sum((k - mean_k) * (s - mean_s) for k, s in zip(ks, steps)) / spread
+    return mean_s - slope * mean_k, slope
+
+
+def predict(runs: Sequence[Measured], fit_k: set[int] | None = None) -> tuple[tuple[float, ...], list[Prediction]]:
+    """Predictions for k = 0 (measured only) and 1 .. K at every concurrency measured at k >= 1.
+
+    ``fit_k`` restricts which measured k are used (the others are held out and only compared)."""
+    fitting = [m for m in runs if fit_k is None or m.k in fit_k]
+    p = acceptance_per_position(fitting)
+    predictions: list[Prediction] = []
+    for sessions in sorted({m.sessions for m in fitting if m.k > 0}):
+        here = [m for m in fitting if m.sessions == sessions and m.k > 0]
+        a, b = fit_step(here)
+        measured_here = {m.k: m for m in runs if m.sessions == sessions}
+        baseline = measured_here.get(0)
+        if baseline is not None:
+            predictions.append(Prediction(0, sessions, 1.0, baseline.step_s, baseline.per_user_tok_s,
+                                          baseline.output_tok_s, baseline, fit_k is None or 0 in fit_k))  # fmt: skip
+        for k in range(1, len(p) + 1):
+            step = a + b * k
+            tpot = step / tau(p, k)
+            nearest = min(here, key=lambda m: (abs(m.k - k), m.k))
+            request = nearest.ttft_s + (nearest.tokens_per_request - 1) * nearest.tpot_s
+            predicted_request = nearest.ttft_s + (nearest.tokens_per_request - 1) * tpot
+            measured = measured_here.get(k)
+            predictions.append(Prediction(
+                k=k, sessions=sessions, tau=tau(p, k), step_s=step, per_user_tok_s=1.0 / tpot,
+                output_tok_s=nearest.output_tok_s * request / predicted_request, measured=measured,
+                fitted=measured is not None and (fit_k is None or k in fit_k),
+            ))  # fmt: skip
+    return p, predictions
+
+
+def recommend(predictions: Sequence[Prediction]) -> dict[int, Prediction]:
+    """Per concurrency, the k with the highest aggregate tok/s (measured where it was measured)."""
+    best: dict[int, Prediction] = {}
+    for pred in predictions:
+        value = pred.measured.output_tok_s if pred.measured and pred.fitted else pred.output_tok_s
+        current = best.get(pred.sessions)
+        if current is None:
+            best[pred.sessions] = pred
+            continue
+        current_value = current.measured.output_tok_s if current.measured and current.fitted else current.output_tok_s
+        if value > current_value:
+            best[pred.sessions] = pred
+    return best

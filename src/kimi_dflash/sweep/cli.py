@@ -1,0 +1,128 @@
+"""Command line of the sweep launcher (launchers/kimi26-vllm-dflash-sweep.sh is a thin wrapper)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from kimi_dflash.bench.cli import _positive_int_list
+from kimi_dflash.bench.cli import build_parser as bench_parser
+from kimi_dflash.bench.errors import UserError
+from kimi_dflash.bench.report import write_text_atomic
+from kimi_dflash.config.shipped import resolve_config_argument
+from kimi_dflash.sweep import aggregate, state
+from kimi_dflash.sweep.grid import parse_axis, points
+from kimi_dflash.sweep.runner import Interrupted, SweepPlan, describe, run_sweep
+
+# The sweep sets these for every point; the benchmark options that remain are passed through unchanged.
+OWNED_BENCH_OPTIONS = ("--base-url", "--sessions", "--output", "--label", "--metrics-url", "--model")
+
+EPILOG = """\
+Every other option is passed to the benchmark (payload/benchmark_multi_turn.py --help), e.g. --max-tokens 64
+--turns-per-session 2 --warmup 4. For each point: serve.sh CONFIG --wait with the point's config keys as
+environment overrides (on a free port), the benchmark (its warmup, then each --sessions level), serve.sh --stop.
+
+NUM_SPECULATIVE_TOKENS=0 is the autoregressive baseline (SPECULATIVE_METHOD=none); the table compares each
+point with it at the same concurrency. Resumable: a point is finished when DIR/<point>.json is a complete
+result (written atomically); a rerun skips finished points and redoes interrupted or failed ones. A point whose
+server does not start is recorded in DIR/<point>.failed.json with the log tail, and the sweep goes on.
+
+examples:
+  %(prog)s configs/demo-cpu.env --grid NUM_SPECULATIVE_TOKENS=0,2,4 --sessions 2,4 --out results/sweep \\
+      --max-tokens 64 --turns-per-session 2
+  %(prog)s configs/production.env --grid NUM_SPECULATIVE_TOKENS=0,1,2,4 --grid MAX_NUM_SEQS=32,64 \\
+      --sessions 8,16,32,64 --out results/k-sweep --dry-run
+  python payload/advise_spec_tokens.py results/sweep          # which k to run at each concurrency
+
+exit status: 0 every point finished; 1 some point failed (see DIR/*.failed.json); 2 bad arguments;
+130/143 interrupted (rerun the same command to finish).
+"""
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Sweep server configurations x concurrency: one benchmark result per point, an aggregate "
+        "table at matched concurrency, and plots (tok/s vs concurrency; aggregate vs per-user tok/s, Pareto front).",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("config", help="config every point starts from: a path, or a shipped config's name (demo-cpu)")
+    parser.add_argument("--grid", action="append", default=[], metavar="KEY=v1,v2",
+                        help="config key and its values (repeat for more keys: the grid is their product)")  # fmt: skip
+    parser.add_argument("--sessions", type=_positive_int_list, required=True,
+                        help="concurrency levels measured at every point, e.g. 2,4")  # fmt: skip
+    parser.add_argument("--out", type=Path, required=True, help="directory for the results (resumable)")
+    parser.add_argument("--dry-run", action="store_true", help="print the points and what is finished, run nothing")
+    parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots (no matplotlib needed)")
+    parser.add_argument("--serve-sh", type=Path, default=Path("serve.sh"), help=argparse.SUPPRESS)
+    return parser
+
+
+def _bench_args(extra: list[str]) -> list[str]:
+    for arg in extra:
+        if arg.split("=", 1)[0] in OWNED_BENCH_OPTIONS:
+            raise UserError(f"{arg.split('=', 1)[0]} is set by the sweep for every point; leave it out.")
+    probe = bench_parser()
+    try:
+        probe.parse_args([*extra, "--sessions", "1"])
+    except SystemExit:
+        raise UserError(f"benchmark options {' '.join(extra)!r} are not valid (see the message above).") from None
+    return extra
+
+
+def write_aggregate(out: Path, plots: bool) -> Path:
+    results = [(path.stem, result) for path, result in state.finished_results(out)]
+    found = aggregate.cells(results)
+    summary = out / aggregate.SUMMARY_FILE
+    header = f"# Sweep results ({len(results)} points)\n\nOutput tok/s compared only at equal concurrency.\n\n"
+    write_text_atomic(summary, header + aggregate.render_table(found, state.read_failures(out)))
+    if plots and found:
+        aggregate.write_plots(found, out)
+    return summary
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    parser = build_parser(prog)
+    args, extra = parser.parse_known_args(argv)
+    config_as_given = args.config
+    args.config = resolve_config_argument(args.config)
+    try:
+        if not args.config.is_file():
+            raise UserError(f"{config_as_given}: no such config file (nor a shipped config of that name).")
+        if not args.serve_sh.is_file():
+            raise UserError(f"{args.serve_sh}: serve.sh not found (run the sweep through its launcher).")
+        plan = SweepPlan(
+            config=args.config.resolve(),
+            serve_sh=args.serve_sh.resolve(),
+            points=points([parse_axis(g) for g in args.grid]),
+            sessions=args.sessions,
+            bench_args=_bench_args(extra),
+            out=args.out,
+            config_as_given=config_as_given,
+        )
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        print("\n".join(describe(plan)))
+        return 0
+    signature = {"config": str(plan.config), "grid": args.grid, "sessions": list(plan.sessions),
+                 "benchmark_options": plan.bench_args}  # fmt: skip
+    try:
+        plan.out.mkdir(parents=True, exist_ok=True)
+        state.check_signature(plan.out, signature)
+        skipped, ran, failed = run_sweep(plan)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (KeyboardInterrupt, Interrupted) as exc:
+        print(f"\nsweep: interrupted ({exc or 'SIGINT'}); rerun the same command to finish", file=sys.stderr)
+        write_aggregate(plan.out, plots=False)
+        return 143 if isinstance(exc, Interrupted) else 130
+    summary = write_aggregate(plan.out, plots=not args.no_plots)
+    print(summary.read_text(encoding="utf-8"))
+    print(f"sweep: {ran} points run now ({failed} failed), {skipped} already finished; table in {summary}",
+          file=sys.stderr)  # fmt: skip
+    return 1 if failed else 0

@@ -1,0 +1,85 @@
+"""The sweep's points: the cartesian product of ``--grid KEY=v1,v2,...`` options over config keys (pure)."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from kimi_dflash.bench.errors import UserError
+from kimi_dflash.config.schema import KEYS_BY_NAME
+
+SPEC_TOKENS = "NUM_SPECULATIVE_TOKENS"
+# Keys a sweep must not vary: they decide where the server listens, or carry a secret.
+FORBIDDEN = {"PORT", "HOST", "API_KEY"}
+
+
+@dataclass(frozen=True)
+class Axis:
+    key: str
+    values: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Point:
+    """One server configuration: the config file plus these overrides."""
+
+    overrides: tuple[tuple[str, str], ...]
+
+    @property
+    def name(self) -> str:
+        """A file-name-safe, stable identifier, e.g. ``NUM_SPECULATIVE_TOKENS-4``."""
+        parts = [f"{key}-{value}" for key, value in self.overrides] or ["config"]
+        return re.sub(r"[^A-Za-z0-9._-]+", "_", "__".join(parts))
+
+    @property
+    def label(self) -> str:
+        return " ".join(f"{key}={value}" for key, value in self.overrides) or "(config as is)"
+
+    def server_env(self) -> dict[str, str]:
+        """Environment overrides for serve.sh. NUM_SPECULATIVE_TOKENS=0 means the autoregressive baseline
+        (SPECULATIVE_METHOD=none); a positive count on a config without speculation turns DFlash on."""
+        env = dict(self.overrides)
+        if SPEC_TOKENS in env:
+            if int(env[SPEC_TOKENS]) == 0:
+                del env[SPEC_TOKENS]
+                env["SPECULATIVE_METHOD"] = "none"
+            else:
+                env.setdefault("SPECULATIVE_METHOD", "dflash")
+        return env
+
+
+def parse_axis(text: str) -> Axis:
+    """``KEY=v1,v2,...`` -> Axis, with errors that name the fix."""
+    key, sep, values_text = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise UserError(f"--grid {text!r}: expected KEY=v1,v2,... (e.g. --grid NUM_SPECULATIVE_TOKENS=0,2,4).")
+    if key not in KEYS_BY_NAME:
+        raise UserError(f"--grid {key}: not a config key; see the config reference in README.md for the keys.")
+    if key in FORBIDDEN:
+        raise UserError(f"--grid {key}: the sweep picks ports itself and never varies {', '.join(sorted(FORBIDDEN))}.")
+    values = tuple(dict.fromkeys(v.strip() for v in values_text.split(",") if v.strip()))
+    if not values:
+        raise UserError(f"--grid {key}=: no values; give at least one, e.g. --grid {key}=a,b.")
+    if key == SPEC_TOKENS:
+        for value in values:
+            if not value.isdigit():
+                raise UserError(f"--grid {key}={value}: expected a count >= 0 (0 = no speculative decoding).")
+    return Axis(key, values)
+
+
+def points(axes: Sequence[Axis]) -> list[Point]:
+    """Every combination, in the order the axes and values were given."""
+    keys = [axis.key for axis in axes]
+    if len(set(keys)) != len(keys):
+        raise UserError("--grid: a key is given twice; put all its values in one --grid KEY=v1,v2.")
+    return [Point(tuple(zip(keys, combo))) for combo in itertools.product(*(axis.values for axis in axes))]
+
+
+def spec_tokens(config_values: Mapping[str, str]) -> int:
+    """Speculative tokens per step a config runs (0: none)."""
+    if config_values.get("SPECULATIVE_METHOD", "none") == "none":
+        return 0
+    return int(config_values.get(SPEC_TOKENS) or 0)

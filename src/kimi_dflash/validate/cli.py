@@ -1,0 +1,200 @@
+"""payload/validate.py: is the candidate server's output the reference's? Token ids per prompt at T=0, the first
+divergence in text, exact-match accuracy on the shipped math set, and a one-screen verdict.
+
+Speculative decoding (DFlash) is lossless: at T=0 its output must be token-identical to the autoregressive
+reference, so by default any divergence is a FAIL. Candidates that are not meant to be identical (FP8 KV,
+another dtype) are judged with --allow-divergence: divergence is then a WARN, and FAIL is reserved for a
+drop in math accuracy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from kimi_dflash.bench.report import write_atomic
+from kimi_dflash.kvscale.client import ServerError, api_key_from_env
+from kimi_dflash.kvscale.prompts import PromptFileError, load_calibration_prompts
+from kimi_dflash.validate.engine import (
+    AgreementSummary,
+    MathScore,
+    Outputs,
+    PairComparison,
+    Server,
+    compare_outputs,
+    detokenize,
+    generate_both,
+    math_questions,
+    score_math,
+    served,
+    summarize_agreement,
+    token_ids,
+)
+
+EXIT = {"PASS": 0, "WARN": 1, "FAIL": 2}
+EXIT_ERROR = 3
+CONTEXT_TOKENS = 8  # tokens shown after the divergence point
+
+
+@dataclass(frozen=True)
+class Divergence:
+    prompt_index: int
+    prompt: str
+    position: int
+    shared_text: str
+    reference_text: str
+    candidate_text: str
+    reference_ids: list[int]
+    candidate_ids: list[int]
+
+
+def verdict(agreement: AgreementSummary, math: MathScore | None, *, allow_divergence: bool, max_math_drop: float,
+            same_server: bool) -> tuple[str, list[str]]:  # fmt: skip
+    """(PASS|WARN|FAIL, reasons) — pure."""
+    problems: list[tuple[str, str]] = []
+    differing = agreement.prompts - agreement.identical
+    if differing:
+        level = "WARN" if allow_divergence else "FAIL"
+        why = "" if allow_divergence else " (a lossless candidate must be token-identical at T=0)"
+        problems.append((level, f"{differing}/{agreement.prompts} outputs differ from the reference{why}"))
+    if math is not None and math.rows:
+        drop = (math.accuracy_reference - math.accuracy_candidate) * 100
+        if drop > max_math_drop:
+            problems.append(("FAIL", f"math exact-match drops {drop:.1f} points (limit {max_math_drop:g})"))
+    if same_server:
+        problems.append(("WARN", "reference and candidate are the same server and model: this proves nothing"))
+    status = "FAIL" if any(p[0] == "FAIL" for p in problems) else "WARN" if problems else "PASS"
+    return status, [f"{level}: {text}" for level, text in problems]
+
+
+async def first_divergence(outputs: Outputs, pairs: Sequence[PairComparison], reference: Server,
+                           candidate: Server, api_key: str | None) -> Divergence | None:  # fmt: skip
+    index = next((i for i, p in enumerate(pairs) if not p.identical), None)
+    if index is None:
+        return None
+    position = pairs[index].first_divergence or 0
+    ref_ids = token_ids(outputs.reference[index], reference.url)
+    cand_ids = token_ids(outputs.candidate[index], candidate.url)
+
+    async def text(server: Server, ids: Sequence[int]) -> str:
+        decoded = await detokenize(server, ids, api_key) if ids else ""
+        return repr(decoded) if decoded is not None else f"ids {list(ids)}"
+
+    return Divergence(
+        prompt_index=index,
+        prompt=outputs.prompts[index],
+        position=position,
+        shared_text=await text(reference, ref_ids[max(0, position - 24) : position]),
+        reference_text=await text(reference, ref_ids[position : position + CONTEXT_TOKENS]),
+        candidate_text=await text(candidate, cand_ids[position : position + CONTEXT_TOKENS]),
+        reference_ids=ref_ids[position : position + CONTEXT_TOKENS],
+        candidate_ids=cand_ids[position : position + CONTEXT_TOKENS],
+    )
+
+
+def report_lines(reference: Server, candidate: Server, agreement: AgreementSummary, max_tokens: int,
+                 divergence: Divergence | None, math: MathScore | None, status: str,
+                 reasons: Sequence[str]) -> list[str]:  # fmt: skip
+    lines = [
+        f"reference   {reference.model} @ {reference.url}",
+        f"candidate   {candidate.model} @ {candidate.url}",
+        (
+            f"tokens      {agreement.identical}/{agreement.prompts} outputs token-identical (T=0, up to {max_tokens} "
+            f"tokens each); mean shared prefix {agreement.mean_prefix_agreement * 100:.1f} %"
+        ),
+    ]
+    if divergence is None:
+        lines.append("divergence  none")
+    else:
+        prompt = divergence.prompt.replace("\n", " ")
+        lines += [
+            (
+                f"divergence  first in prompt {divergence.prompt_index} ({prompt[:60]!r}) at output token "
+                f"{divergence.position}"
+            ),
+            f"  after     ...{divergence.shared_text}",
+            f"  reference {divergence.reference_text}  ids {divergence.reference_ids}",
+            f"  candidate {divergence.candidate_text}  ids {divergence.candidate_ids}",
+        ]
+    if math is not None:
+        lines.append(f"math        exact-match reference {math.accuracy_reference * 100:.1f} %, candidate "
+                     f"{math.accuracy_candidate * 100:.1f} % ({len(math.rows)} problems)")  # fmt: skip
+    lines.append(f"verdict     {status}")
+    lines.extend(f"  {reason}" for reason in reasons)
+    return lines
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example (the CPU demo: DFlash against no speculation):\n"
+        "  ./serve.sh configs/demo-cpu-baseline.env --wait; ./serve.sh configs/demo-cpu.env --wait\n"
+        "  python payload/validate.py --reference http://127.0.0.1:8263 --candidate http://127.0.0.1:8262\n\n"
+        "exit status: 0 PASS, 1 WARN, 2 FAIL, 3 could not run (server unreachable, no token ids).\n"
+        "The API key, if any, is read from OPENAI_API_KEY and never printed.",
+    )
+    parser.add_argument("--reference", required=True, metavar="URL", help="the reference server (autoregressive)")
+    parser.add_argument("--candidate", required=True, metavar="URL", help="the server under test")
+    parser.add_argument("--model-ref", metavar="NAME", help="reference model name (default: its /v1/models entry)")
+    parser.add_argument("--model-cand", metavar="NAME", help="candidate model name (default: its /v1/models entry)")
+    parser.add_argument("--prompts", type=int, default=16, help="agreement prompts from the shipped set (16)")
+    parser.add_argument("--max-tokens", type=int, default=128, help="tokens per agreement prompt (128)")
+    parser.add_argument("--math-problems", type=int, default=0,
+                        help="math problems from the shipped set (default 0 = all 32)")  # fmt: skip
+    parser.add_argument("--math-max-tokens", type=int, default=256, help="tokens per math answer (256)")
+    parser.add_argument("--no-math", action="store_true", help="skip the math exact-match check")
+    parser.add_argument("--concurrency", type=int, default=8, help="parallel requests per server (8)")
+    parser.add_argument("--allow-divergence", action="store_true",
+                        help="the candidate is not meant to be identical (FP8 KV, another dtype): divergence is a "
+                        "WARN, a math drop above --max-math-drop a FAIL")  # fmt: skip
+    parser.add_argument("--max-math-drop", type=float, default=0.0,
+                        help="math exact-match points the candidate may lose (0)")  # fmt: skip
+    parser.add_argument("--json", metavar="FILE", help="also write every per-prompt comparison here")
+    return parser
+
+
+async def _collect(args: argparse.Namespace, reference: Server, candidate: Server, api_key: str | None) -> tuple[
+        Outputs, list[PairComparison], Divergence | None, MathScore | None]:  # fmt: skip
+    prompts = load_calibration_prompts()[: max(1, args.prompts)]
+    outputs = await generate_both(reference, candidate, prompts, max_tokens=args.max_tokens,
+                                  concurrency=args.concurrency, api_key=api_key)  # fmt: skip
+    pairs = compare_outputs(outputs, reference, candidate)
+    divergence = await first_divergence(outputs, pairs, reference, candidate, api_key)
+    math = None
+    if not args.no_math:
+        problems, questions = math_questions(args.math_problems)
+        math_out = await generate_both(reference, candidate, questions, max_tokens=args.math_max_tokens,
+                                       concurrency=args.concurrency, api_key=api_key)  # fmt: skip
+        math = score_math(problems, math_out)
+    return outputs, pairs, divergence, math
+
+
+def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
+    args = build_parser(prog).parse_args(argv)
+    api_key = api_key_from_env()
+    try:
+        reference, candidate = served([args.reference, args.candidate], [args.model_ref, args.model_cand], api_key)
+        _, pairs, divergence, math = asyncio.run(_collect(args, reference, candidate, api_key))
+    except (ServerError, PromptFileError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_ERROR
+    agreement = summarize_agreement(pairs)
+    same = reference == candidate
+    status, reasons = verdict(agreement, math, allow_divergence=args.allow_divergence,
+                              max_math_drop=args.max_math_drop, same_server=same)  # fmt: skip
+    print("\n".join(report_lines(reference, candidate, agreement, args.max_tokens, divergence, math, status, reasons)))
+    if args.json:
+        write_atomic(args.json, {
+            "reference": asdict(reference), "candidate": asdict(candidate), "verdict": status, "reasons": reasons,
+            "agreement": asdict(agreement), "pairs": [asdict(p) for p in pairs],
+            "first_divergence": asdict(divergence) if divergence else None,
+            "math": None if math is None else {"accuracy_reference": math.accuracy_reference,
+                                               "accuracy_candidate": math.accuracy_candidate,
+                                               "rows": [asdict(r) for r in math.rows]},
+        })  # fmt: skip
+    return EXIT[status]

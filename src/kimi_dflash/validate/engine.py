@@ -1,0 +1,153 @@
+"""The comparison engine: send the same prompts to a reference and a candidate server at temperature 0 and
+compare the generated token ids, prompt by prompt; score exact-match accuracy on the shipped math set."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kimi_dflash.kvscale.client import Completion, ServerError, chat_greedy, served_model
+from kimi_dflash.kvscale.prompts import MathProblem, extract_answer, load_math_problems, math_prompt
+
+
+@dataclass(frozen=True)
+class PairComparison:
+    identical: bool
+    first_divergence: int | None  # index of the first differing token; None when identical
+    common_prefix: int
+    length_reference: int
+    length_candidate: int
+
+    @property
+    def prefix_agreement(self) -> float:
+        longest = max(self.length_reference, self.length_candidate)
+        return 1.0 if longest == 0 else self.common_prefix / longest
+
+
+def compare_tokens(reference: Sequence[int], candidate: Sequence[int]) -> PairComparison:
+    prefix = 0
+    for a, b in zip(reference, candidate):
+        if a != b:
+            break
+        prefix += 1
+    identical = prefix == len(reference) == len(candidate)
+    return PairComparison(identical=identical, first_divergence=None if identical else prefix, common_prefix=prefix,
+                          length_reference=len(reference), length_candidate=len(candidate))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class AgreementSummary:
+    prompts: int
+    identical: int
+    mean_prefix_agreement: float
+    median_first_divergence: float | None  # over diverging prompts
+    earliest_divergence: int | None
+
+
+def summarize_agreement(pairs: Sequence[PairComparison]) -> AgreementSummary:
+    diverging = [p.first_divergence for p in pairs if p.first_divergence is not None]
+    return AgreementSummary(
+        prompts=len(pairs),
+        identical=sum(p.identical for p in pairs),
+        mean_prefix_agreement=statistics.fmean(p.prefix_agreement for p in pairs) if pairs else 0.0,
+        median_first_divergence=statistics.median(diverging) if diverging else None,
+        earliest_divergence=min(diverging) if diverging else None,
+    )
+
+
+@dataclass(frozen=True)
+class Server:
+    url: str
+    model: str
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """What both servers generated for the same prompts, in prompt order."""
+
+    prompts: list[str]
+    reference: list[Completion]
+    candidate: list[Completion]
+
+
+async def generate_both(reference: Server, candidate: Server, prompts: Sequence[str], *, max_tokens: int,
+                        concurrency: int, api_key: str | None) -> Outputs:  # fmt: skip
+    """Reference first, then candidate (one server at a time: they may share the machine)."""
+    ref = await chat_greedy(reference.url, reference.model, prompts, max_tokens=max_tokens, concurrency=concurrency,
+                            api_key=api_key)  # fmt: skip
+    cand = await chat_greedy(candidate.url, candidate.model, prompts, max_tokens=max_tokens, concurrency=concurrency,
+                             api_key=api_key)  # fmt: skip
+    return Outputs(list(prompts), ref, cand)
+
+
+def token_ids(completion: Completion, url: str) -> list[int]:
+    if completion.token_ids is None:
+        raise ServerError(f"{url} did not return token ids (needs vLLM >= 0.10.2 for return_token_ids)")
+    return list(completion.token_ids)
+
+
+def compare_outputs(outputs: Outputs, reference: Server, candidate: Server) -> list[PairComparison]:
+    return [
+        compare_tokens(token_ids(a, reference.url), token_ids(b, candidate.url))
+        for a, b in zip(outputs.reference, outputs.candidate)
+    ]
+
+
+@dataclass(frozen=True)
+class MathRow:
+    id: str
+    answer: int
+    reference: int | None
+    candidate: int | None
+
+
+@dataclass(frozen=True)
+class MathScore:
+    rows: list[MathRow]
+
+    @property
+    def accuracy_reference(self) -> float:
+        return sum(r.reference == r.answer for r in self.rows) / len(self.rows) if self.rows else 0.0
+
+    @property
+    def accuracy_candidate(self) -> float:
+        return sum(r.candidate == r.answer for r in self.rows) / len(self.rows) if self.rows else 0.0
+
+
+def math_questions(limit: int | None = None) -> tuple[list[MathProblem], list[str]]:
+    problems = load_math_problems()[: limit or None]
+    return problems, [math_prompt(p) for p in problems]
+
+
+def score_math(problems: Sequence[MathProblem], outputs: Outputs) -> MathScore:
+    return MathScore([
+        MathRow(p.id, p.answer, extract_answer(a.text), extract_answer(b.text))
+        for p, a, b in zip(problems, outputs.reference, outputs.candidate)
+    ])  # fmt: skip
+
+
+def served(urls: Sequence[str], names: Sequence[str | None], api_key: str | None) -> list[Server]:
+    """Each URL with its model: the name given, else the one its /v1/models lists."""
+    return [Server(url, name or asyncio.run(served_model(url, api_key))) for url, name in zip(urls, names)]
+
+
+async def detokenize(server: Server, ids: Sequence[int], api_key: str | None = None) -> str | None:
+    """Text of ``ids`` from vLLM's /detokenize (None when the server has no such endpoint)."""
+    import aiohttp
+
+    from kimi_dflash.kvscale.client import normalize_base_url
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    url = f"{normalize_base_url(server.url)}/detokenize"
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session,
+            session.post(url, json={"model": server.model, "tokens": list(ids)}, headers=headers) as response,
+        ):
+            if response.status != 200:
+                return None
+            return str((await response.json()).get("prompt", ""))
+    except (aiohttp.ClientError, ValueError, asyncio.TimeoutError):
+        return None
