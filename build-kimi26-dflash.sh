@@ -4,6 +4,4 @@
 set -euo pipefail
 
 repo_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-python="${KIMI_PYTHON:-python3}"
-export PYTHONPATH="$repo_dir/src${PYTHONPATH:+:$PYTHONPATH}"
-exec "$python" -m kimi_dflash.image.build --context "$repo_dir" "$@"
+exec "$repo_dir/launchers/lib/python-module.sh" kimi_dflash.image.build --context "$repo_dir" "$@"

@@ -6,18 +6,17 @@
 set -euo pipefail
 
 repo_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cache="${KIMI_DFLASH_CACHE:-$repo_dir/.cache}"
+run_module="$repo_dir/launchers/lib/python-module.sh"
+cache="$("$run_module" kimi_dflash.paths)"
 work="${1:-$cache/drafter-training/demo}"
 port="${2:-18741}"
-python="${KIMI_PYTHON:-$repo_dir/.venv/bin/python}"
-export PYTHONPATH="$repo_dir/src${PYTHONPATH:+:$PYTHONPATH}"
 out="$work/acceptance"
 mkdir -p "$out"
 
 measure() {  # label config
   local label="$1" config="$2"
   PORT="$port" "$repo_dir/serve.sh" "$config" --wait
-  "$python" "$repo_dir/payload/benchmark_multi_turn.py" --base-url "http://127.0.0.1:$port" \
+  "$run_module" kimi_dflash.bench --base-url "http://127.0.0.1:$port" \
     --model kimi-k26-dflash-demo --sessions 4 --turns-per-session 2 --max-tokens 128 --ignore-eos --warmup 2 \
     --seed 1 --label "$label" --output "$out/$label.json" || { PORT="$port" "$repo_dir/serve.sh" "$config" --stop; exit 1; }
   PORT="$port" "$repo_dir/serve.sh" "$config" --stop
@@ -26,5 +25,5 @@ measure() {  # label config
 measure random "$work/export/random.env"
 measure trained "$work/export/serve.env"
 measure fabricated "$repo_dir/configs/demo-cpu.env"
-"$python" -m kimi_dflash.drafter_training.acceptance "random=$out/random.json" "trained=$out/trained.json" \
+"$run_module" kimi_dflash.drafter_training.acceptance "random=$out/random.json" "trained=$out/trained.json" \
   "fabricated=$out/fabricated.json"

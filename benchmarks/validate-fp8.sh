@@ -4,13 +4,4 @@
 # The work is done by kimi_dflash.kvscale.validate; this script only picks the Python to run it with.
 set -euo pipefail
 
-repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-python="${KIMI_PYTHON:-}"
-if [[ -z "${python}" ]]; then
-  if [[ -x "${repo_root}/.venv/bin/python" ]]; then
-    python="${repo_root}/.venv/bin/python"
-  else
-    python="python3"
-  fi
-fi
-exec "${python}" -m kimi_dflash.kvscale.validate "$@"
+exec "$(dirname "${BASH_SOURCE[0]}")/../launchers/lib/python-module.sh" kimi_dflash.kvscale.validate "$@"

@@ -4,7 +4,4 @@
 #   launchers/kimi26-vllm-dflash-router.sh --replica http://node1:8262 --replica http://node2:8262 [--help]
 set -euo pipefail
 
-repo_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-python="${KIMI_PYTHON:-python3}"
-export PYTHONPATH="$repo_dir/src${PYTHONPATH:+:$PYTHONPATH}"
-exec "$python" -m kimi_dflash.scaleout.router "$@"
+exec "$(dirname "${BASH_SOURCE[0]}")/lib/python-module.sh" kimi_dflash.scaleout.router "$@"

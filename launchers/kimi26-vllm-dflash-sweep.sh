@@ -4,17 +4,5 @@
 #       [--dry-run] [benchmark options]
 set -euo pipefail
 
-repo_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-if [[ -n "${KIMI_PYTHON:-}" ]]; then
-  python="$KIMI_PYTHON"
-elif [[ -x "$repo_dir/.venv/bin/python" ]]; then
-  python="$repo_dir/.venv/bin/python"
-else
-  python="$(command -v python3 || true)"
-fi
-if [[ -z "$python" ]]; then
-  echo "sweep: no python3 found; run launchers/setup-cpu.sh (CPU demo) or install Python 3.10+" >&2
-  exit 1
-fi
-export PYTHONPATH="$repo_dir/src${PYTHONPATH:+:$PYTHONPATH}"
-exec "$python" -m kimi_dflash.sweep --serve-sh "$repo_dir/serve.sh" "$@"
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+exec "$here/lib/python-module.sh" kimi_dflash.sweep --serve-sh "$here/../serve.sh" "$@"

@@ -1,4 +1,5 @@
 """Where the project keeps things on disk: one user cache directory, overridable by KIMI_DFLASH_CACHE.
+`python -m kimi_dflash.paths` prints it.
 
 The package never looks at the checkout it may have come from: it works the same installed from a wheel.
 """
@@ -23,3 +24,7 @@ def cache_root() -> Path:
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
     return (base / CACHE_DIR_NAME).resolve()
+
+
+if __name__ == "__main__":  # python -m kimi_dflash.paths: print the cache directory (for shell scripts)
+    print(cache_root())
