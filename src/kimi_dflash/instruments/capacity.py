@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from kimi_dflash.bench.report import write_text_atomic
+from kimi_dflash.bench.atomic_write import write_text_atomic
 from kimi_dflash.bench.result import load_result
 from kimi_dflash.bench.workload import BUILTIN, load_dataset
 from kimi_dflash.instruments.crosscheck import BENCH_COMMAND, write_sharegpt

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from kimi_dflash.bench.errors import UserError
-from kimi_dflash.bench.report import write_text_atomic
+from kimi_dflash.bench.atomic_write import write_text_atomic
 from kimi_dflash.bench.result import LevelResult, load_result
 from kimi_dflash.bench.workload import BUILTIN, Dataset, load_dataset
 from kimi_dflash.paths import cache_root

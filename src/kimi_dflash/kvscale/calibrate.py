@@ -31,7 +31,7 @@ from kimi_dflash.kvscale.scales_file import (
     scales_document,
     write_json_atomic,
 )
-from kimi_dflash.kvscale.settings import DEFAULT_FLOOR
+from kimi_dflash.envvars import DEFAULT_KV_SCALE_FLOOR
 
 DEFAULT_MAX_TOKENS = 256  # 200 prompts x 256 generated tokens ~ 51K tokens, plus the prompts
 
@@ -244,7 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--fp8-format", choices=sorted(FORMATS), default="e4m3fn",
                         help="format the file's informational 'scale' fields are computed for (the runtime "
                              "recomputes from amax for its own format); default e4m3fn")
-    parser.add_argument("--floor", type=float, default=DEFAULT_FLOOR, help=f"minimum scale ({DEFAULT_FLOOR:g})")
+    parser.add_argument("--floor", type=float, default=DEFAULT_KV_SCALE_FLOOR,
+                        help=f"minimum scale ({DEFAULT_KV_SCALE_FLOOR:g})")
     parser.add_argument("--dump-timeout", type=float, default=60.0, help="seconds to wait for fresh observe files")
     parser.add_argument("--max-model-len", type=int, default=4096, help="in-process mode: vLLM max_model_len")
     parser.add_argument("--dtype", default="bfloat16", help="in-process mode: model dtype (bfloat16)")
