@@ -44,8 +44,8 @@ def fresh_clone_python(tmp_path_factory: pytest.TempPathFactory, clone: Path) ->
     purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                              capture_output=True, text=True, check=True).stdout.strip()
     Path(purelib, "image.pth").write_text(f"import site; site.addsitedir({str(farm)!r})\n")
-    check = ("import importlib.metadata as m, vllm; "
-             "print(sorted(e.name for e in m.entry_points(group='vllm.general_plugins')))")
+    check = ("import importlib.metadata, vllm; "
+             "print(sorted(entry.name for entry in importlib.metadata.entry_points(group='vllm.general_plugins')))")
     seen = subprocess.run([str(python), "-c", check], capture_output=True, text=True, timeout=600,
                           env={**os.environ, "PYTHONPATH": str(clone / "src")})
     assert seen.returncode == 0, seen.stderr

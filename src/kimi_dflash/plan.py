@@ -134,6 +134,17 @@ def vllm_argv(config: Config, python_executable: str) -> tuple[str, ...]:
     return tuple(argv)
 
 
+def cpu_environment(kvcache_space_gib: int, cache_dir: str) -> dict[str, str]:
+    """What vLLM's CPU build needs in its environment: for a server (vllm_env) and for an engine run in-process
+    (the calibrator's in-process mode)."""
+    return {
+        envvars.VLLM_CPU_KVCACHE_SPACE: str(kvcache_space_gib),
+        # Thread pinning fights other processes on small shared machines; let the OS schedule.
+        envvars.VLLM_CPU_OMP_THREADS_BIND: "nobind",
+        envvars.VLLM_CACHE_ROOT: f"{cache_dir}/vllm",
+    }
+
+
 def vllm_env(config: Config, cache_dir: str, cpu_preload: Sequence[str] = ()) -> dict[str, str]:
     env: dict[str, str] = {}
     if config["DEVICE"] == "rocm":
@@ -141,10 +152,7 @@ def vllm_env(config: Config, cache_dir: str, cpu_preload: Sequence[str] = ()) ->
         env[envvars.VLLM_ROCM_USE_AITER_MLA] = "1" if config["ROCM_USE_AITER_MLA"] else "0"
         env[envvars.VLLM_ROCM_QUICK_REDUCE_QUANTIZATION] = str(config["ROCM_QUICK_REDUCE_QUANTIZATION"])
     if config["DEVICE"] == "cpu":
-        env[envvars.VLLM_CPU_KVCACHE_SPACE] = str(config["CPU_KVCACHE_SPACE_GIB"])
-        # Thread pinning fights other processes on small shared machines; let the OS schedule.
-        env[envvars.VLLM_CPU_OMP_THREADS_BIND] = "nobind"
-        env[envvars.VLLM_CACHE_ROOT] = f"{cache_dir}/vllm"
+        env.update(cpu_environment(config.get_int("CPU_KVCACHE_SPACE_GIB"), cache_dir))
         if config["CPU_PRELOAD_LIBS"] and cpu_preload:
             env[envvars.LD_PRELOAD] = ":".join(cpu_preload)
     if config.demo_models is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 
+from kimi_dflash.bench.doc_sections import MissingMarkers, update_sections
 from kimi_dflash.config.schema import GROUP_TITLES, KEYS, Key
 from kimi_dflash.paths import REPO_ROOT
 
@@ -42,25 +43,17 @@ def render_reference() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def splice(readme: str, reference: str) -> str:
-    head, _, rest = readme.partition(BEGIN)
-    _, _, tail = rest.partition(END)
-    return f"{head}{BEGIN}\n{reference}{END}{tail}"
-
-
 def main(argv: list[str]) -> int:
     reference = render_reference()
     if "--write" not in argv:
         sys.stdout.write(reference)
         return 0
     readme_path = REPO_ROOT / "README.md"
-    readme = readme_path.read_text()
-    if BEGIN not in readme or END not in readme:
-        print(f"README.md lacks the markers {BEGIN!r} / {END!r}", file=sys.stderr)
+    try:
+        update_sections(readme_path, [(reference, BEGIN, END)])
+    except MissingMarkers as error:
+        print(error, file=sys.stderr)
         return 1
-    tmp = readme_path.with_suffix(".md.tmp")
-    tmp.write_text(splice(readme, reference))
-    tmp.replace(readme_path)
     return 0
 
 

@@ -18,7 +18,6 @@ import fcntl
 import hashlib
 import importlib
 import json
-import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -26,6 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kimi_dflash.bench.atomic_write import publish_directory
 from kimi_dflash.demo.catalog import DEFAULT, DemoChoice
 from kimi_dflash.demo.catalog import choice as catalog_choice
 from kimi_dflash.demo.encoding import json_bytes
@@ -172,14 +172,7 @@ def install(root: Path, name: str, files: dict[str, bytes]) -> None:
     staging = Path(tempfile.mkdtemp(prefix=".building-", dir=root))
     try:
         write_tree(staging, files)
-        live = root / name
-        retired = None
-        if live.exists():
-            retired = Path(tempfile.mkdtemp(prefix=".retired-", dir=root))
-            os.replace(live, retired / name)
-        os.replace(staging, live)
-        if retired is not None:
-            shutil.rmtree(retired, ignore_errors=True)
+        publish_directory(staging, root / name)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)

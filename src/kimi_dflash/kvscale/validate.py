@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from kimi_dflash.bench.atomic_write import write_json_atomic
 from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.result import load_result
 from kimi_dflash.kvscale.client import (
@@ -38,7 +39,6 @@ from kimi_dflash.kvscale.prompts import (
     load_math_problems,
     math_prompt,
 )
-from kimi_dflash.kvscale.scales_file import write_json_atomic
 from kimi_dflash.paths import REPO_ROOT
 
 BENCHMARK_SCRIPT = REPO_ROOT / "payload" / "benchmark_multi_turn.py"

@@ -16,8 +16,8 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
+from kimi_dflash.bench.doc_sections import update_sections
 from kimi_dflash.config.validate import load_config
 from kimi_dflash.paths import CONFIGS_DIR, REPO_ROOT
 from kimi_dflash.plan import build_plan
@@ -171,20 +171,6 @@ def build(progress: Callable[[str], None] = lambda _m: None) -> list[Column]:
     return columns
 
 
-def splice(text: str, body: str, begin: str, end: str) -> str:
-    if begin not in text or end not in text:
-        raise ValueError(f"markers {begin!r} / {end!r} not found")
-    head, _, rest = text.partition(begin)
-    _, _, tail = rest.partition(end)
-    return f"{head}{begin}\n{body}{end}{tail}"
-
-
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kimi_dflash.preflight.matrix", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -195,9 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.write:
         sys.stdout.write(matrix + "\n" + versions)
         return 0
-    doc = splice(DOC.read_text(encoding="utf-8"), matrix, BEGIN, END)
-    _write(DOC, splice(doc, rules_table(), RULES_BEGIN, RULES_END))
-    _write(README, splice(README.read_text(encoding="utf-8"), versions, README_BEGIN, README_END))
+    update_sections(DOC, [(matrix, BEGIN, END), (rules_table(), RULES_BEGIN, RULES_END)])
+    update_sections(README, [(versions, README_BEGIN, README_END)])
     print(f"matrix: wrote {DOC.relative_to(REPO_ROOT)} and {README.relative_to(REPO_ROOT)}", file=sys.stderr)
     return 0
 
