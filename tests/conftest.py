@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kimi_dflash.paths import CONFIGS_DIR, REPO_ROOT
+from repo_paths import CONFIGS_DIR, REPO_ROOT
 
 sys.path.insert(0, str(Path(__file__).parent))  # tests import shared helpers from sibling modules
 

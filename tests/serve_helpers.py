@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kimi_dflash.paths import REPO_ROOT
+from repo_paths import REPO_ROOT
 
 
 def write(tmp_path: Path, text: str, name: str = "test.env") -> Path:

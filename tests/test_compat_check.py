@@ -128,7 +128,7 @@ def test_extra_vllm_args_cannot_smuggle_moe_backend_aiter_past_the_check(tmp_pat
 
 @needs_vllm
 def test_the_demo_configs_start_on_the_installed_build() -> None:
-    from kimi_dflash.paths import CONFIGS_DIR
+    from repo_paths import CONFIGS_DIR
 
     for name in ("demo-cpu.env", "demo-cpu-baseline.env"):
         result = run_serve(str(CONFIGS_DIR / name), "--check-vllm", str(INSTALLED))
@@ -139,7 +139,7 @@ def test_the_demo_configs_start_on_the_installed_build() -> None:
 def test_a_directory_that_is_not_vllm_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(VllmSourceError, match="not a vLLM package"):
         VllmSource.open(tmp_path)
-    from kimi_dflash.paths import CONFIGS_DIR
+    from repo_paths import CONFIGS_DIR
 
     result = run_serve(str(CONFIGS_DIR / "production.env"), "--check-vllm", str(tmp_path))
     assert result.returncode == 2 and "is not a vLLM package" in result.stderr and "Traceback" not in result.stderr

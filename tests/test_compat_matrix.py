@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from kimi_dflash.preflight import matrix
+from repo_paths import REPO_ROOT
 
 
 def section(text: str, begin: str, end: str) -> str:
@@ -19,7 +20,7 @@ def section(text: str, begin: str, end: str) -> str:
 
 
 def test_the_rules_table_in_the_docs_is_the_registry() -> None:
-    doc = matrix.DOC.read_text(encoding="utf-8")
+    doc = (REPO_ROOT / matrix.DOC).read_text(encoding="utf-8")
     assert section(doc, matrix.RULES_BEGIN, matrix.RULES_END) == matrix.rules_table().strip(), (
         "docs/compatibility.md is out of date: run python -m kimi_dflash.preflight.matrix --write")
 
@@ -28,8 +29,8 @@ def test_the_rules_table_in_the_docs_is_the_registry() -> None:
 def test_the_matrix_in_the_docs_is_what_the_command_prints_today() -> None:
     columns = matrix.build()
     assert columns[0].version == matrix.FIRST_RELEASE and len(columns) >= 19  # 0.20.0 ... 0.33.0 at least
-    doc = matrix.DOC.read_text(encoding="utf-8")
-    readme = matrix.README.read_text(encoding="utf-8")
+    doc = (REPO_ROOT / matrix.DOC).read_text(encoding="utf-8")
+    readme = (REPO_ROOT / matrix.README).read_text(encoding="utf-8")
     stale = "is out of date: run python -m kimi_dflash.preflight.matrix --write"
     assert section(doc, matrix.BEGIN, matrix.END) == matrix.render(columns).strip(), f"docs/compatibility.md {stale}"
     assert section(readme, matrix.README_BEGIN, matrix.README_END) == matrix.recommendation(columns).strip(), \

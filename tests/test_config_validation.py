@@ -5,12 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from serve_helpers import run_serve, write
-
 from kimi_dflash.config.problems import ConfigError
 from kimi_dflash.config.schema import KEYS
 from kimi_dflash.config.validate import check_paths, load_config
-from kimi_dflash.paths import CONFIGS_DIR
+from repo_paths import CONFIGS_DIR
+from serve_helpers import run_serve, write
 
 SHIPPED = sorted(CONFIGS_DIR.glob("*.env"))
 

@@ -22,7 +22,7 @@ from kimi_dflash.demo import bundle as bundle_module
 from kimi_dflash.demo.bundle import MANIFEST
 from kimi_dflash.demo.bundle import bundle_problem as versioned_bundle_problem
 from kimi_dflash.demo.fabricate import fabricate
-from kimi_dflash.paths import REPO_ROOT
+from repo_paths import REPO_ROOT
 
 CPU_ATTENTION_HEAD_SIZES = {32, 64, 80, 96, 112, 128}
 BUNDLE = "qwen3"

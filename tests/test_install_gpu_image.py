@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from kimi_dflash.paths import REPO_ROOT
+from repo_paths import REPO_ROOT
 
 from checkout_helpers import fresh_checkout  # noqa: E402  (tests helper)
 

@@ -17,7 +17,7 @@ from kimi_dflash.demo.bundle import MANIFEST, bundle_problem
 from kimi_dflash.demo.kimi import int4, layout
 from kimi_dflash.demo.kimi.checkpoint import INDEX_FILE, bfloat16_values, safetensors_bytes, tensor
 from kimi_dflash.demo.kimi.int4 import quantization_config
-from kimi_dflash.paths import REPO_ROOT
+from repo_paths import REPO_ROOT
 
 PREFIX = "language_model."
 

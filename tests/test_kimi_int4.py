@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import free_port, serve_env
 
-from kimi_dflash.paths import CONFIGS_DIR, REPO_ROOT
+from repo_paths import CONFIGS_DIR, REPO_ROOT
 
 SERVE = str(REPO_ROOT / "serve.sh")
 INT4_CONFIG = str(CONFIGS_DIR / "demo-kimi-int4-cpu.env")

@@ -30,7 +30,8 @@ import pytest
 from conftest import DemoServer, ServerFactory, free_port, serve_env
 
 from kimi_dflash.kvscale.validate import kv_capacity_from_log
-from kimi_dflash.paths import REPO_ROOT, cache_root
+from repo_paths import REPO_ROOT
+from kimi_dflash.paths import cache_root
 
 pytestmark = [pytest.mark.server, pytest.mark.timeout(1800)]
 

@@ -10,7 +10,7 @@ import pytest
 from serve_helpers import run_serve, write
 
 from kimi_dflash.config.validate import load_config
-from kimi_dflash.paths import CONFIGS_DIR
+from repo_paths import CONFIGS_DIR
 from kimi_dflash.plan import OPTION_KEYS, build_plan
 from kimi_dflash.preflight.plan_features import parse_serve_command
 

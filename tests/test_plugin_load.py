@@ -95,7 +95,7 @@ def test_pyproject_registers_the_plugin_under_the_group_vllm_reads() -> None:
 def test_shipped_facts_are_not_used_for_the_fabricated_demo() -> None:
     from kimi_dflash.config.validate import load_config
     from kimi_dflash.launch.hooks import deployment
-    from kimi_dflash.paths import CONFIGS_DIR
+    from repo_paths import CONFIGS_DIR
     from kimi_dflash.plan import build_plan
 
     config = load_config(CONFIGS_DIR / "demo-cpu.env", environ={})

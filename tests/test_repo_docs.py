@@ -13,7 +13,7 @@ import pytest
 
 from kimi_dflash.config.reference import BEGIN, END, render_reference
 from kimi_dflash.config.schema import KEYS
-from kimi_dflash.paths import REPO_ROOT
+from repo_paths import REPO_ROOT
 
 README = (REPO_ROOT / "README.md").read_text()
 

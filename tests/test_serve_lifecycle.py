@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from conftest import free_port, serve_env
-from kimi_dflash.paths import CONFIGS_DIR, REPO_ROOT
+from repo_paths import CONFIGS_DIR, REPO_ROOT
 
 pytestmark = pytest.mark.server
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 # ---- the project's own ----
 CACHE = "KIMI_DFLASH_CACHE"  # overrides the cache directory (paths.cache_root)
 PATCHES = "KIMI_DFLASH_PATCHES"  # "off": the plugin applies no runtime patch
-CHECKOUT = "KIMI_DFLASH_CHECKOUT"  # set by serve.sh: the checkout it runs from (for install hints)
 
 # Read by the plugin's KV-scale hook (kvscale/settings.py); config key in the comment.
 KV_SCALE_MODE = "KIMI_DFLASH_KV_SCALE_MODE"  # KV_SCALE_MODE

@@ -1,18 +1,25 @@
-"""Where the project keeps things on disk: one cache root, overridable by KIMI_DFLASH_CACHE."""
+"""Where the project keeps things on disk: one user cache directory, overridable by KIMI_DFLASH_CACHE.
+
+The package never looks at the checkout it may have come from: it works the same installed from a wheel.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-# src/kimi_dflash/paths.py -> repository root (three levels up) when run from a checkout.
-REPO_ROOT = Path(__file__).resolve().parents[2]
-CONFIGS_DIR = REPO_ROOT / "configs"
+from kimi_dflash.envvars import CACHE as CACHE_ENV
+CACHE_DIR_NAME = "kimi-dflash"
 
 
 def cache_root() -> Path:
-    """The project's cache directory (demo models, downloaded vLLM wheels, vLLM's own cache)."""
-    override = os.environ.get("KIMI_DFLASH_CACHE")
+    """The project's cache (demo models, vLLM wheels read for compatibility checks, vLLM's own cache, server logs).
+
+    $KIMI_DFLASH_CACHE if set, else $XDG_CACHE_HOME/kimi-dflash, else ~/.cache/kimi-dflash.
+    """
+    override = os.environ.get(CACHE_ENV)
     if override:
         return Path(override).expanduser().resolve()
-    return REPO_ROOT / ".cache"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return (base / CACHE_DIR_NAME).resolve()

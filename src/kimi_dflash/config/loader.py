@@ -42,13 +42,19 @@ def _interpolate(value: str, known: Mapping[str, str]) -> str:
     return "".join(atom.resolve(dict(known)) or "" for atom in parse_variables(value))  # type: ignore[arg-type]
 
 
+def _missing_config_fix() -> str:
+    from kimi_dflash.config.shipped import shipped_config_names
+
+    names = ", ".join(name.removesuffix(".env") for name in shipped_config_names())
+    return f"pass an existing env file, or the name of a shipped config ({names or 'none found'})"
+
+
 def _read_file(path: Path, problems: list[Problem]) -> list[RawSetting]:
     shown = display_path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        problems.append(Problem(shown, None, None, "config file not found",
-                                "pass an existing file, e.g. configs/production.env (see `ls configs/`)"))
+        problems.append(Problem(shown, None, None, "config file not found", _missing_config_fix()))
         return []
     except (OSError, UnicodeDecodeError) as exc:
         problems.append(Problem(shown, None, None, f"cannot read config file ({exc})",

@@ -240,6 +240,12 @@ def wrapper_microbench(plugin_src: Path, calls: int = 2000) -> dict[str, float]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _import_root() -> Path:
+    import kimi_dflash
+
+    return Path(kimi_dflash.__file__).resolve().parent.parent
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="benchmarks/kv_scale_hook_cost.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -247,8 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=520,
                         help="tokens of the long request (default 520: the CPU clock counts in 10 ms ticks)")
     parser.add_argument("--short", type=int, default=8, help="tokens of the short request (default 8)")
-    parser.add_argument("--plugin-src", type=Path, default=Path(__file__).resolve().parents[2],
-                        help="the src/ directory whose kimi_dflash the servers load (default: this checkout's)")
+    parser.add_argument("--plugin-src", type=Path, default=_import_root(),
+                        help="the directory whose kimi_dflash the servers load (default: where this one is imported "
+                             "from)")
     parser.add_argument("--layers", type=int, default=4, help="MLA layers of the fabricated model (default 4)")
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {', '.join(MODES)}")
     args = parser.parse_args(argv)

@@ -14,7 +14,8 @@ from kimi_dflash.launch import hooks
 from kimi_dflash.launch.server import (
     read_pid, run_foreground, start_detached, stop_detached, stop_process_group, wait_until_ready,
 )
-from kimi_dflash.paths import CONFIGS_DIR, cache_root
+from kimi_dflash.config.shipped import resolve_config_argument
+from kimi_dflash.paths import cache_root
 from kimi_dflash.plan import LaunchPlan, build_plan
 
 EXIT_CONFIG = 2
@@ -44,8 +45,9 @@ start this plan); otherwise vLLM's own exit code.
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="serve.sh", description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("config", nargs="?", default=str(CONFIGS_DIR / "production.env"),
-                        help="env-file config (default: configs/production.env)")
+    parser.add_argument("config", nargs="?",
+                        help="env-file config: a path, or the name of a config shipped with the package "
+                             "(e.g. demo-cpu = configs/demo-cpu.env; default: production)")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true",
                       help="print the launch plan (shell-quoted, secrets redacted) and exit without touching anything")
@@ -67,7 +69,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--fix-numa", action="store_true",
                         help="as root, set kernel.numa_balancing=0 when preflight finds it on")
     parser.add_argument("--skip-preflight", action="store_true", help="start without preflight checks")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.config = str(resolve_config_argument(args.config))
+    return args
 
 
 def say(message: str) -> None:

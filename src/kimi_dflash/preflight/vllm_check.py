@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kimi_dflash.paths import REPO_ROOT
 
 from kimi_dflash.preflight.results import CheckResult, failed, passed, warned
 from kimi_dflash.preflight.vllm_features import INTRODUCED_IN, FeatureOutcome, parse_feature
@@ -107,8 +106,8 @@ def check_plugin(request: PreflightRequest, runtime: RuntimeReport, report: Comp
             PLUGIN_NAME, f"no `vllm.general_plugins` entry point named {PLUGIN} in {runtime.python}; {why}. vLLM "
                          "finds plugins only through installed package metadata, so a checkout on PYTHONPATH "
                          "(serve.sh without pip install) does not register it",
-            f"{runtime.python} -m pip install --no-deps -e {REPO_ROOT}   (registers the plugin; installs nothing "
-            "else: see README, 'Install into a GPU image')")
+            f"{_install_hint(runtime.python)}   (registers the plugin; installs nothing else: see README, "
+            "'Install into a GPU image')")
     if not runtime.plugin_allowed(PLUGIN):
         return fail_or_warn(
             PLUGIN_NAME, f"VLLM_PLUGINS={runtime.vllm_plugins_env} does not list {PLUGIN}, so vLLM will skip it; "
@@ -117,8 +116,12 @@ def check_plugin(request: PreflightRequest, runtime: RuntimeReport, report: Comp
     if entry.origin is None or entry.origin.startswith("not importable"):
         return fail_or_warn(PLUGIN_NAME, f"{PLUGIN} is registered ({entry.value}) but its module "
                                          f"{entry.origin or 'is not found'} in {runtime.python}; {why}",
-                            f"{runtime.python} -m pip install --no-deps -e {REPO_ROOT}")
+                            _install_hint(runtime.python))
     return passed(PLUGIN_NAME, f"{PLUGIN} loads from {entry.origin} ({why})")
+
+
+def _install_hint(python: str) -> str:
+    return f"from your kimi-k26-dflash checkout: {python} -m pip install --no-deps -e ."
 
 
 def _build(runtime: RuntimeReport) -> str:
