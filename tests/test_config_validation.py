@@ -2,24 +2,16 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
 from kimi_dflash.config.problems import ConfigError
 from kimi_dflash.config.schema import KEYS
 from kimi_dflash.config.validate import check_paths, load_config
-from repo_paths import CONFIGS_DIR, REPO_ROOT
+from repo_paths import CONFIGS_DIR
+from serve_helpers import run_serve, write
 
 SHIPPED = sorted(CONFIGS_DIR.glob("*.env"))
-
-
-def write(tmp_path: Path, text: str, name: str = "test.env") -> Path:
-    path = tmp_path / name
-    path.write_text(text)
-    return path
 
 
 # A valid GPU base every bad case starts from, so each case differs by exactly the mistake under test.
@@ -249,10 +241,9 @@ def test_missing_directories_are_reported(tmp_path: Path) -> None:
 
 def test_drafter_architecture_config_matches_the_recipe() -> None:
     import json
+    from importlib import resources
 
     from kimi_dflash.config.validate import drafter_block_size
-
-    from importlib import resources
 
     config = json.loads(resources.files("kimi_dflash").joinpath("data/checkpoints/kimi-k2.5-dflash.json").read_text())
     assert config["architectures"] == ["DFlashDraftModel"] and config["model_type"] == "qwen3"
@@ -263,16 +254,6 @@ def test_drafter_architecture_config_matches_the_recipe() -> None:
 
 
 # ------------------------------------------------------------------ through serve.sh
-
-def run_serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    import os
-
-    full_env = {k: v for k, v in os.environ.items() if k not in {"PORT", "HOST", "API_KEY"}}
-    full_env.update(env or {})
-    full_env["KIMI_PYTHON"] = sys.executable
-    return subprocess.run([str(REPO_ROOT / "serve.sh"), *args], capture_output=True, text=True, env=full_env,
-                          timeout=120)
-
 
 def test_serve_rejects_bad_config_with_exit_2_and_no_traceback(tmp_path: Path) -> None:
     bad = write(tmp_path, BASE + "BLOCK_SIZE=20\nMAX_NUM_SEQ=3\n")

@@ -48,7 +48,8 @@ def run(python: Path, *args: str, **kwargs) -> subprocess.CompletedProcess[str]:
 
 
 def versions(python: Path) -> dict[str, str]:
-    code = ("import importlib.metadata as m, json; print(json.dumps({n: m.version(n) for n in ('vllm', 'torch')}))")
+    code = ("import importlib.metadata, json; "
+            "print(json.dumps({name: importlib.metadata.version(name) for name in ('vllm', 'torch')}))")
     return json.loads(run(python, "-c", code, check=True).stdout)
 
 
@@ -85,8 +86,8 @@ def test_the_documented_install_keeps_vllm_and_torch_and_registers_the_plugin(im
     assert done.returncode == 0, done.stdout + done.stderr
     assert "unchanged (vLLM and torch included)" in done.stderr
     assert versions(image) == {"vllm": FAKE_VLLM, "torch": FAKE_TORCH}
-    code = ("import importlib.metadata as m; "
-            "print([e.value for e in m.entry_points(group='vllm.general_plugins') if e.name == 'kimi_dflash'])")
+    code = ("import importlib.metadata; print([entry.value for entry in importlib.metadata.entry_points("
+            "group='vllm.general_plugins') if entry.name == 'kimi_dflash'])")
     assert run(image, "-c", code, check=True).stdout.strip() == "['kimi_dflash.vllm_plugin:register']"
 
 

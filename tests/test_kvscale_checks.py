@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 from kimi_dflash.kvscale.checks import check_kv_scale_config
+from kimi_dflash.bench.atomic_write import write_json_atomic
 from kimi_dflash.kvscale.scales_file import (
     ModelIdentity,
     scales_document,
-    write_json_atomic,
 )
 
 CONFIG = {"model_type": "deepseek_v3", "num_hidden_layers": 2, "hidden_size": 256, "num_attention_heads": 4,

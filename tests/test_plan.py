@@ -7,13 +7,12 @@ import shlex
 from pathlib import Path
 
 import pytest
+from serve_helpers import run_serve, write
 
 from kimi_dflash.config.validate import load_config
 from repo_paths import CONFIGS_DIR
 from kimi_dflash.plan import OPTION_KEYS, build_plan
 from kimi_dflash.preflight.plan_features import parse_serve_command
-
-from test_config_validation import run_serve, write  # noqa: E402  (shared helpers)
 
 
 def plan_for(name: str, environ: dict[str, str] | None = None):

@@ -44,8 +44,8 @@ def fresh_clone_python(tmp_path_factory: pytest.TempPathFactory, clone: Path) ->
     purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                              capture_output=True, text=True, check=True).stdout.strip()
     Path(purelib, "image.pth").write_text(f"import site; site.addsitedir({str(farm)!r})\n")
-    check = ("import importlib.metadata as m, vllm; "
-             "print(sorted(e.name for e in m.entry_points(group='vllm.general_plugins')))")
+    check = ("import importlib.metadata, vllm; "
+             "print(sorted(entry.name for entry in importlib.metadata.entry_points(group='vllm.general_plugins')))")
     seen = subprocess.run([str(python), "-c", check], capture_output=True, text=True, timeout=600,
                           env={**os.environ, "PYTHONPATH": str(clone / "src")})
     assert seen.returncode == 0, seen.stderr
@@ -72,7 +72,7 @@ def test_preflight_refuses_a_plan_that_relies_on_the_plugin_in_a_fresh_clone(fre
     assert refused.returncode == 1, refused.stdout + refused.stderr
     assert "[FAIL] vllm plugin" in refused.stderr
     assert "no `vllm.general_plugins` entry point named kimi_dflash" in refused.stderr
-    assert f"{fresh_clone_python} -m pip install --no-deps -e {clone}" in refused.stderr
+    assert f"{fresh_clone_python} -m pip install --no-deps -e ." in refused.stderr
     # The same checkout without a plan that needs the plugin only warns.
     relaxed = serve(fresh_clone_python, clone, "--preflight", port=free_port())
     assert "[WARN] vllm plugin" in relaxed.stderr and "this plan does not need it" in relaxed.stderr

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-CACHE_ENV = "KIMI_DFLASH_CACHE"
+from kimi_dflash.envvars import CACHE as CACHE_ENV
 CACHE_DIR_NAME = "kimi-dflash"
 
 

@@ -10,6 +10,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from kimi_dflash import envvars
 from kimi_dflash.config.validate import Config
 
 REDACTED = "<redacted>"
@@ -142,33 +143,41 @@ def vllm_argv(config: Config, python_executable: str) -> tuple[str, ...]:
     return tuple(argv)
 
 
+def cpu_environment(kvcache_space_gib: int, cache_dir: str) -> dict[str, str]:
+    """What vLLM's CPU build needs in its environment: for a server (vllm_env) and for an engine run in-process
+    (the calibrator's in-process mode)."""
+    return {
+        envvars.VLLM_CPU_KVCACHE_SPACE: str(kvcache_space_gib),
+        # Thread pinning fights other processes on small shared machines; let the OS schedule.
+        envvars.VLLM_CPU_OMP_THREADS_BIND: "nobind",
+        envvars.VLLM_CACHE_ROOT: f"{cache_dir}/vllm",
+    }
+
+
 def vllm_env(config: Config, cache_dir: str, cpu_preload: Sequence[str] = ()) -> dict[str, str]:
     env: dict[str, str] = {}
     if config["DEVICE"] == "rocm":
-        env["VLLM_ROCM_USE_AITER"] = "1" if config["ROCM_USE_AITER"] else "0"
-        env["VLLM_ROCM_USE_AITER_MLA"] = "1" if config["ROCM_USE_AITER_MLA"] else "0"
-        env["VLLM_ROCM_QUICK_REDUCE_QUANTIZATION"] = str(config["ROCM_QUICK_REDUCE_QUANTIZATION"])
+        env[envvars.VLLM_ROCM_USE_AITER] = "1" if config["ROCM_USE_AITER"] else "0"
+        env[envvars.VLLM_ROCM_USE_AITER_MLA] = "1" if config["ROCM_USE_AITER_MLA"] else "0"
+        env[envvars.VLLM_ROCM_QUICK_REDUCE_QUANTIZATION] = str(config["ROCM_QUICK_REDUCE_QUANTIZATION"])
     if config["DEVICE"] == "cpu":
-        env["VLLM_CPU_KVCACHE_SPACE"] = str(config["CPU_KVCACHE_SPACE_GIB"])
-        # Thread pinning fights other processes on small shared machines; let the OS schedule.
-        env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
-        env["VLLM_CACHE_ROOT"] = f"{cache_dir}/vllm"
+        env.update(cpu_environment(config.get_int("CPU_KVCACHE_SPACE_GIB"), cache_dir))
         if config["CPU_PRELOAD_LIBS"] and cpu_preload:
-            env["LD_PRELOAD"] = ":".join(cpu_preload)
+            env[envvars.LD_PRELOAD] = ":".join(cpu_preload)
     if config.demo_models is not None:
-        env["HF_HUB_OFFLINE"] = "1"  # the demo never needs the hub; fail fast instead of hanging on DNS
-    # Read by the project's vLLM plugin (kimi_dflash.kvscale) in every vLLM process.
-    if config["KV_SCALE_MODE"] != "off":
-        env["KIMI_DFLASH_KV_SCALE_MODE"] = str(config["KV_SCALE_MODE"])
-        env["KIMI_DFLASH_KV_SCALE_FLOOR"] = f"{config['KV_SCALE_FLOOR']:g}"
-        env["KIMI_DFLASH_KV_SCALE_WARMUP_STEPS"] = str(config["KV_SCALE_WARMUP_STEPS"])
+        env[envvars.HF_HUB_OFFLINE] = "1"  # the demo never needs the hub; fail fast instead of hanging on DNS
+    # Read by the project's vLLM plugin (kimi_dflash.kvscale.settings) in every vLLM process.
+    if config["KV_SCALE_MODE"] != envvars.KV_SCALE_MODE_OFF:
+        env[envvars.KV_SCALE_MODE] = str(config["KV_SCALE_MODE"])
+        env[envvars.KV_SCALE_FLOOR] = f"{config['KV_SCALE_FLOOR']:g}"
+        env[envvars.KV_SCALE_WARMUP_STEPS] = str(config["KV_SCALE_WARMUP_STEPS"])
         if config["KV_SCALES_FILE"] is not None:
-            env["KIMI_DFLASH_KV_SCALES_FILE"] = str(config["KV_SCALES_FILE"])
+            env[envvars.KV_SCALES_FILE] = str(config["KV_SCALES_FILE"])
         if config["KV_OBSERVE_DIR"] is not None:
-            env["KIMI_DFLASH_KV_OBSERVE_DIR"] = str(config["KV_OBSERVE_DIR"])
-            env["KIMI_DFLASH_KV_OBSERVE_INTERVAL"] = f"{config['KV_OBSERVE_INTERVAL']:g}"
+            env[envvars.KV_OBSERVE_DIR] = str(config["KV_OBSERVE_DIR"])
+            env[envvars.KV_OBSERVE_INTERVAL] = f"{config['KV_OBSERVE_INTERVAL']:g}"
     if config["API_KEY"] is not None:
-        env["VLLM_API_KEY"] = str(config["API_KEY"])
+        env[envvars.VLLM_API_KEY] = str(config["API_KEY"])
     return env
 
 
@@ -180,7 +189,7 @@ def build_plan(config: Config, python_executable: str, cache_dir: str,
     return LaunchPlan(
         argv=vllm_argv(config, python_executable),
         env=env,
-        secret_env=frozenset({"VLLM_API_KEY"} & env.keys()),
+        secret_env=frozenset({envvars.VLLM_API_KEY} & env.keys()),
         host=str(config["HOST"]),
         port=config.get_int("PORT"),
         served_model_name=str(config["SERVED_MODEL_NAME"]),

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from kimi_dflash.bench.atomic_write import write_text_atomic
 from kimi_dflash.bench.errors import UserError
-from kimi_dflash.bench.report import write_text_atomic
 from kimi_dflash.bench.result import BenchmarkResult, LevelResult, Settings, load_result
 
 # Settings that must agree for two runs to be comparable.

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from kimi_dflash.bench.atomic_write import replacing
 from kimi_dflash.bench.compare import Figure, Run, e2el_p95, output_tok_s, per_user_mean, ttft_p95
 from kimi_dflash.bench.errors import UserError
 
@@ -33,14 +32,8 @@ def _series(run: Run, figure: Figure) -> tuple[list[int], list[float]]:
 
 
 def _save(fig: Any, path: Path) -> Path:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=120, bbox_inches="tight")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with replacing(path, suffix=".png") as temporary:
+        fig.savefig(temporary, dpi=120, bbox_inches="tight")
     return path
 
 

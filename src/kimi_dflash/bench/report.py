@@ -6,16 +6,15 @@ The file's model, its schema version and the loader every reader uses are in ``r
 from __future__ import annotations
 
 import json
-import os
 import platform
 import socket
 import subprocess
 import sys
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
+from kimi_dflash.bench.atomic_write import write_text_atomic
 from kimi_dflash.bench.result import BenchmarkResult, Distribution, LevelResult, ToolInfo
 
 TOOL_NAME = "benchmark_multi_turn"
@@ -87,25 +86,6 @@ def tool_info(event_loop: str) -> ToolInfo:
         event_loop=event_loop,
         host=socket.gethostname(),
     )
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write next to ``path`` and rename into place: readers never see half a file."""
-    path = Path(path).expanduser()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def write_atomic(path: Path, document: Any) -> None:

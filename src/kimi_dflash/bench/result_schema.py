@@ -18,7 +18,8 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from kimi_dflash.bench.report import write_text_atomic
+from kimi_dflash.bench.atomic_write import write_text_atomic
+from kimi_dflash.bench.doc_sections import MissingMarkers, update_sections
 from kimi_dflash.bench.result import SCHEMA, SCHEMA_VERSION, BenchmarkResult
 from kimi_dflash.bench.typed_json import DOC, field_types, first_line, is_required, json_schema, type_name
 
@@ -83,21 +84,14 @@ def render_reference() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def splice(page: str, reference: str) -> str:
-    head, _, rest = page.partition(BEGIN)
-    _, _, tail = rest.partition(END)
-    return f"{head}{BEGIN}\n{reference}{END}{tail}"
-
-
 def write(docs: Path) -> list[Path]:
     """Update the reference in ``docs/benchmark.md`` and the JSON Schema file next to it."""
-    page_path = docs / DOC_PAGE
-    page = page_path.read_text(encoding="utf-8")
-    if BEGIN not in page or END not in page:
-        raise SystemExit(f"{page_path} lacks the markers {BEGIN!r} / {END!r}")
-    write_text_atomic(page_path, splice(page, render_reference()))
+    try:
+        page = update_sections(docs / DOC_PAGE, [(render_reference(), BEGIN, END)])
+    except MissingMarkers as error:
+        raise SystemExit(str(error)) from None
     write_text_atomic(docs / SCHEMA_FILE, render_json_schema())
-    return [page_path, docs / SCHEMA_FILE]
+    return [page, docs / SCHEMA_FILE]
 
 
 def main(argv: list[str] | None = None) -> int:

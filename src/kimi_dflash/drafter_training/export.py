@@ -11,7 +11,6 @@ beside its destination and swapped in whole.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -19,8 +18,8 @@ from pathlib import Path
 
 import torch
 
+from kimi_dflash.bench.atomic_write import publish_directory, write_text_atomic
 from kimi_dflash.drafter_training.architecture import DrafterArchitecture, serving_config
-from kimi_dflash.drafter_training.files import write_text_atomic
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
 
@@ -61,12 +60,7 @@ def export_drafter(weights: Mapping[str, torch.Tensor], arch: DrafterArchitectur
     try:
         (scratch / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
         save_file(tensors, str(scratch / "model.safetensors"), metadata={"format": "pt"})
-        old = out_dir.with_name(f".{out_dir.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        if out_dir.exists():
-            os.replace(out_dir, old)
-        os.replace(scratch, out_dir)
-        shutil.rmtree(old, ignore_errors=True)
+        publish_directory(scratch, out_dir)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return out_dir

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kimi_dflash.drafter_training.files import atomic_path
+from kimi_dflash.bench.atomic_write import replacing
 
 FEATURE_SUFFIX = ".ckpt"
 
@@ -81,7 +81,7 @@ def capture_features(records: Iterable[Mapping[str, Any]], target_dir: Path, lay
             "loss_mask": torch.tensor(sample.loss_mask, dtype=torch.long),
             "hidden_states": hidden.float().contiguous(),
         }
-        with atomic_path(feature_path(out_dir, sample.id)) as tmp:
+        with replacing(feature_path(out_dir, sample.id)) as tmp:
             torch.save(document, tmp)
         counts["captured"] += 1
         counts["tokens"] += len(sample.input_ids)

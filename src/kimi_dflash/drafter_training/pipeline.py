@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kimi_dflash.bench.atomic_write import write_json_atomic, write_text_atomic
+from kimi_dflash.config.shipped import shipped_configs_dir
 from kimi_dflash.drafter_training import checks
 from kimi_dflash.drafter_training.architecture import (
     ArchitectureError,
@@ -28,8 +30,6 @@ from kimi_dflash.drafter_training.architecture import (
     load_architecture,
     specforge_draft_config,
 )
-from kimi_dflash.drafter_training.files import write_json_atomic, write_text_atomic
-from kimi_dflash.config.shipped import shipped_configs_dir
 from kimi_dflash.paths import cache_root
 
 PHASES = ("setup", "regen", "train", "export")

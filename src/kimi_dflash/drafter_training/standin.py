@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 
-from kimi_dflash.drafter_training.files import atomic_path, write_json_atomic
+from kimi_dflash.bench.atomic_write import replacing, write_json_atomic
 from kimi_dflash.drafter_training.model import DFlashDrafter, block_targets, candidate_anchors
 
 CHECKPOINT = "checkpoint.pt"
@@ -106,7 +106,7 @@ def train(model: DFlashDrafter, feature_files: list[Path], out_dir: Path, settin
     def save() -> None:
         state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
                  "total_steps": total_steps, "settings": asdict(settings), "history": history}
-        with atomic_path(checkpoint) as tmp:
+        with replacing(checkpoint) as tmp:
             torch.save(state, tmp)
 
     say(f"train: {len(samples)} sequences x {settings.epochs} epochs = {total_steps} steps, "

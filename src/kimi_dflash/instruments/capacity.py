@@ -30,9 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from kimi_dflash.bench.report import write_text_atomic
+from kimi_dflash.bench.atomic_write import write_text_atomic
 from kimi_dflash.bench.result import load_result
 from kimi_dflash.bench.workload import BUILTIN, load_dataset
+from kimi_dflash.envvars import HF_HUB_OFFLINE
 from kimi_dflash.instruments.crosscheck import BENCH_COMMAND, write_sharegpt
 from kimi_dflash.instruments.synthetic import running
 
@@ -116,7 +117,7 @@ class VllmWorker:
             "--tokenizer", str(tokenizer), "--sharegpt", str(sharegpt), "--max-tokens", str(setup.max_tokens),
             "--turns", str(setup.turns),
         ]  # fmt: skip
-        env = dict(os.environ, HF_HUB_OFFLINE="1")
+        env = {**os.environ, HF_HUB_OFFLINE: "1"}
         self.process = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
             preexec_fn=lambda: _pin(setup.client_cpu),  # noqa: PLW1509 - no threads here; pins before exec

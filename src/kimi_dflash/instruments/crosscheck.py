@@ -40,10 +40,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from kimi_dflash.bench.atomic_write import write_text_atomic
 from kimi_dflash.bench.errors import UserError
-from kimi_dflash.bench.report import write_text_atomic
 from kimi_dflash.bench.result import LevelResult, load_result
 from kimi_dflash.bench.workload import BUILTIN, Dataset, load_dataset
+from kimi_dflash.envvars import HF_HUB_OFFLINE, VLLM_CACHE_ROOT
 from kimi_dflash.paths import cache_root
 
 # Our benchmark as a user runs it (payload/benchmark_multi_turn.py calls the same main), in its own process.
@@ -122,8 +123,8 @@ def run_ours(load: Load, output: Path, timeout: float = 900, extra: Sequence[str
 
 def vllm_bench_serve() -> Callable[[list[str]], dict[str, Any]]:
     """``vllm bench serve`` as a function of its argv (imports vLLM once)."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("VLLM_CACHE_ROOT", str(cache_root() / "vllm"))
+    os.environ.setdefault(HF_HUB_OFFLINE, "1")
+    os.environ.setdefault(VLLM_CACHE_ROOT, str(cache_root() / "vllm"))
     from vllm.benchmarks.serve import add_cli_args, main
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 

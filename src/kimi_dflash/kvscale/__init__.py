@@ -1,5 +1,8 @@
 """FP8 KV-cache scales for MLA models (Kimi K2.6): runtime hook, calibration, validation.
 
+The instruments that measure it (the tiny MLA model fabricator, the hook-cost benchmark) are in
+kimi_dflash.instruments.
+
 Import-light on purpose (the vLLM plugin imports it in every vLLM process). Modules:
   settings     KIMI_DFLASH_KV_* environment -> KvScaleSettings
   fp8          FP8 formats (E4M3FN 448, E4M3FNUZ 240) and which one a kv_cache_dtype means
@@ -11,5 +14,4 @@ Import-light on purpose (the vLLM plugin imports it in every vLLM process). Modu
   calibrate    payload/calibrate_kv_scales.py
   validate     benchmarks/validate-fp8.sh
   checks       pre-launch checks for preflight
-  tiny_mla     fabricated tiny DeepSeek-V3 (MLA) / Qwen3 models for CPU tests
 """

@@ -23,15 +23,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kimi_dflash import envvars
+from kimi_dflash.bench.atomic_write import write_json_atomic
+from kimi_dflash.envvars import DEFAULT_KV_SCALE_FLOOR
 from kimi_dflash.kvscale.fp8 import FORMATS, format_by_name
 from kimi_dflash.kvscale.scales_file import (
     ModelIdentity,
     merge_observations,
     read_observe_dumps,
     scales_document,
-    write_json_atomic,
 )
-from kimi_dflash.kvscale.settings import DEFAULT_FLOOR
 
 DEFAULT_MAX_TOKENS = 256  # 200 prompts x 256 generated tokens ~ 51K tokens, plus the prompts
 
@@ -192,10 +193,12 @@ def summary_lines(document: dict[str, Any], out: Path) -> list[str]:
 def _in_process_runner(model_path: str, prompts: Sequence[str], observe_dir: Path, *, max_tokens: int,
                        max_model_len: int, dtype: str) -> tuple[Callable[[Sequence[str]], RunTotals], Callable[[], None]]:
     """Load ``model_path`` with vLLM here, plugin in observe mode (engine processes inherit the env)."""
-    os.environ.update({"KIMI_DFLASH_KV_SCALE_MODE": "observe", "KIMI_DFLASH_KV_OBSERVE_DIR": str(observe_dir),
-                       "KIMI_DFLASH_KV_OBSERVE_INTERVAL": "0.5"})
-    for key, value in {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-                       "HF_HUB_OFFLINE": "1"}.items():
+    from kimi_dflash.paths import cache_root
+    from kimi_dflash.plan import cpu_environment
+
+    os.environ.update({envvars.KV_SCALE_MODE: "observe", envvars.KV_OBSERVE_DIR: str(observe_dir),
+                       envvars.KV_OBSERVE_INTERVAL: "0.5"})
+    for key, value in {**cpu_environment(1, str(cache_root())), envvars.HF_HUB_OFFLINE: "1"}.items():
         os.environ.setdefault(key, value)
     from vllm import LLM, SamplingParams
 
@@ -244,7 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--fp8-format", choices=sorted(FORMATS), default="e4m3fn",
                         help="format the file's informational 'scale' fields are computed for (the runtime "
                              "recomputes from amax for its own format); default e4m3fn")
-    parser.add_argument("--floor", type=float, default=DEFAULT_FLOOR, help=f"minimum scale ({DEFAULT_FLOOR:g})")
+    parser.add_argument("--floor", type=float, default=DEFAULT_KV_SCALE_FLOOR,
+                        help=f"minimum scale ({DEFAULT_KV_SCALE_FLOOR:g})")
     parser.add_argument("--dump-timeout", type=float, default=60.0, help="seconds to wait for fresh observe files")
     parser.add_argument("--max-model-len", type=int, default=4096, help="in-process mode: vLLM max_model_len")
     parser.add_argument("--dtype", default="bfloat16", help="in-process mode: model dtype (bfloat16)")

@@ -18,10 +18,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from kimi_dflash.bench.atomic_write import write_json_atomic
 from kimi_dflash.kvscale.scales_file import (
     ModelIdentity,
     observe_document,
-    write_json_atomic,
 )
 from kimi_dflash.kvscale.write_hook import LayerHook
 

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,26 +67,6 @@ def fingerprint_from_hf_config(hf_config: Any) -> dict[str, Any]:
     """The architecture facts of an HF config object (text config of a multimodal wrapper)."""
     text = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
     return {key: getattr(text, key, None) for key in FINGERPRINT_KEYS}
-
-
-def write_json_atomic(path: Path, document: Mapping[str, Any]) -> None:
-    """Write JSON next to ``path`` and rename over it: readers see the old file or the new, never half."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(document, handle, indent=2, sort_keys=False)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 # ---------------------------------------------------------------- observe dumps (plugin -> calibrator)

@@ -1,13 +1,8 @@
 """KV-scale settings, read from the environment the launch plan exports to every vLLM process.
 
-config key               environment variable                       default
-KV_SCALE_MODE            KIMI_DFLASH_KV_SCALE_MODE                  off   (dynamic|calibrated|observe|off)
-KV_SCALES_FILE           KIMI_DFLASH_KV_SCALES_FILE                 -     (required by calibrated)
-KV_SCALE_FLOOR           KIMI_DFLASH_KV_SCALE_FLOOR                 1e-4
-KV_SCALE_WARMUP_STEPS    KIMI_DFLASH_KV_SCALE_WARMUP_STEPS          0     (0 = the scale never freezes)
-KV_OBSERVE_DIR           KIMI_DFLASH_KV_OBSERVE_DIR                 -     (required by observe)
-KV_OBSERVE_INTERVAL      KIMI_DFLASH_KV_OBSERVE_INTERVAL            2.0   seconds between dumps
-KV_EMULATE_FP8           KIMI_DFLASH_KV_EMULATE_FP8                 -     (e4m3fn|e4m3fnuz; CPU test aid)
+Each config key KV_* is exported as KIMI_DFLASH_KV_*; the names and defaults are declared once, in
+kimi_dflash.envvars (the plan writes from the same module). KIMI_DFLASH_KV_EMULATE_FP8 (e4m3fn|e4m3fnuz) has no
+config key: a CPU test aid that emulates FP8 storage inside a BF16 cache.
 """
 
 from __future__ import annotations
@@ -19,24 +14,24 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
+from kimi_dflash.envvars import (
+    DEFAULT_KV_OBSERVE_INTERVAL_S,
+    DEFAULT_KV_SCALE_FLOOR,
+    DEFAULT_KV_SCALE_WARMUP_STEPS,
+    KV_EMULATE_FP8,
+    KV_OBSERVE_DIR,
+    KV_OBSERVE_INTERVAL,
+    KV_SCALE_FLOOR,
+    KV_SCALE_MODE,
+    KV_SCALE_MODE_OFF,
+    KV_SCALE_WARMUP_STEPS,
+    KV_SCALES_FILE,
+)
 from kimi_dflash.kvscale.fp8 import FORMATS, Fp8Format
-
-ENV_MODE = "KIMI_DFLASH_KV_SCALE_MODE"
-ENV_FILE = "KIMI_DFLASH_KV_SCALES_FILE"
-ENV_FLOOR = "KIMI_DFLASH_KV_SCALE_FLOOR"
-ENV_WARMUP = "KIMI_DFLASH_KV_SCALE_WARMUP_STEPS"
-ENV_OBSERVE_DIR = "KIMI_DFLASH_KV_OBSERVE_DIR"
-ENV_OBSERVE_INTERVAL = "KIMI_DFLASH_KV_OBSERVE_INTERVAL"
-ENV_EMULATE = "KIMI_DFLASH_KV_EMULATE_FP8"
-
-# Far below any scale a real MLA checkpoint needs (Kimi K2.6 converges to 0.026-0.068), but keeps a
-# first write of zeros (vLLM's dummy warm-up batches) from producing a zero scale.
-DEFAULT_FLOOR = 1e-4
-DEFAULT_OBSERVE_INTERVAL = 2.0
 
 
 class Mode(str, Enum):
-    OFF = "off"
+    OFF = KV_SCALE_MODE_OFF
     DYNAMIC = "dynamic"  # running amax per layer -> k_scale, on the device
     CALIBRATED = "calibrated"  # per-layer scales from a JSON file, set once after weight loading
     OBSERVE = "observe"  # record per-layer amax (and dump it) without touching the scales
@@ -50,10 +45,10 @@ class KvScaleConfigError(ValueError):
 class KvScaleSettings:
     mode: Mode = Mode.OFF
     scales_file: Path | None = None
-    floor: float = DEFAULT_FLOOR
-    warmup_steps: int = 0
+    floor: float = DEFAULT_KV_SCALE_FLOOR
+    warmup_steps: int = DEFAULT_KV_SCALE_WARMUP_STEPS
     observe_dir: Path | None = None
-    observe_interval: float = DEFAULT_OBSERVE_INTERVAL
+    observe_interval: float = DEFAULT_KV_OBSERVE_INTERVAL_S
     emulate_fp8: Fp8Format | None = None
 
     @property
@@ -82,43 +77,44 @@ def _float(env: Mapping[str, str], name: str, default: float, *, minimum_exclusi
 def settings_from_env(env: Mapping[str, str] | None = None) -> KvScaleSettings:
     """Parse and check the KV-scale variables; raise KvScaleConfigError with the fix on bad input."""
     env = os.environ if env is None else env
-    raw_mode = env.get(ENV_MODE, "").strip().lower() or Mode.OFF.value
+    raw_mode = env.get(KV_SCALE_MODE, "").strip().lower() or Mode.OFF.value
     try:
         mode = Mode(raw_mode)
     except ValueError:
         choices = "|".join(m.value for m in Mode)
-        raise KvScaleConfigError(f"{ENV_MODE}={raw_mode!r} is not a KV scale mode; use one of {choices}") from None
+        raise KvScaleConfigError(f"{KV_SCALE_MODE}={raw_mode!r} is not a KV scale mode; use one of {choices}") from None
 
-    raw_file = env.get(ENV_FILE, "").strip()
+    raw_file = env.get(KV_SCALES_FILE, "").strip()
     scales_file = Path(raw_file).expanduser() if raw_file else None
     if mode is Mode.CALIBRATED and scales_file is None:
         raise KvScaleConfigError(
-            f"{ENV_MODE}=calibrated needs {ENV_FILE} (KV_SCALES_FILE in the config): the JSON written by "
+            f"{KV_SCALE_MODE}=calibrated needs {KV_SCALES_FILE} (KV_SCALES_FILE in the config): the JSON written by "
             "payload/calibrate_kv_scales.py")
 
-    floor = _float(env, ENV_FLOOR, DEFAULT_FLOOR, minimum_exclusive=0.0)
+    floor = _float(env, KV_SCALE_FLOOR, DEFAULT_KV_SCALE_FLOOR, minimum_exclusive=0.0)
 
-    raw_warmup = env.get(ENV_WARMUP, "").strip()
+    raw_warmup = env.get(KV_SCALE_WARMUP_STEPS, "").strip()
     try:
-        warmup = int(raw_warmup) if raw_warmup else 0
+        warmup = int(raw_warmup) if raw_warmup else DEFAULT_KV_SCALE_WARMUP_STEPS
     except ValueError:
-        raise KvScaleConfigError(f"{ENV_WARMUP}={raw_warmup!r} is not a whole number of steps (0 = never freeze)") from None
+        raise KvScaleConfigError(
+            f"{KV_SCALE_WARMUP_STEPS}={raw_warmup!r} is not a whole number of steps (0 = never freeze)") from None
     if warmup < 0:
-        raise KvScaleConfigError(f"{ENV_WARMUP}={warmup} must be >= 0 (0 = the scale never freezes)")
+        raise KvScaleConfigError(f"{KV_SCALE_WARMUP_STEPS}={warmup} must be >= 0 (0 = the scale never freezes)")
 
-    raw_dir = env.get(ENV_OBSERVE_DIR, "").strip()
+    raw_dir = env.get(KV_OBSERVE_DIR, "").strip()
     observe_dir = Path(raw_dir).expanduser() if raw_dir else None
     if mode is Mode.OBSERVE and observe_dir is None:
         raise KvScaleConfigError(
-            f"{ENV_MODE}=observe needs {ENV_OBSERVE_DIR}: the directory each vLLM rank dumps its amax file to")
+            f"{KV_SCALE_MODE}=observe needs {KV_OBSERVE_DIR}: the directory each vLLM rank dumps its amax file to")
 
-    interval = _float(env, ENV_OBSERVE_INTERVAL, DEFAULT_OBSERVE_INTERVAL, minimum_exclusive=0.0)
+    interval = _float(env, KV_OBSERVE_INTERVAL, DEFAULT_KV_OBSERVE_INTERVAL_S, minimum_exclusive=0.0)
 
-    raw_emulate = env.get(ENV_EMULATE, "").strip().lower()
+    raw_emulate = env.get(KV_EMULATE_FP8, "").strip().lower()
     emulate = None
     if raw_emulate:
         if raw_emulate not in ("e4m3fn", "e4m3fnuz"):
-            raise KvScaleConfigError(f"{ENV_EMULATE}={raw_emulate!r}: use e4m3fn or e4m3fnuz (or leave it unset)")
+            raise KvScaleConfigError(f"{KV_EMULATE_FP8}={raw_emulate!r}: use e4m3fn or e4m3fnuz (or leave it unset)")
         emulate = FORMATS[raw_emulate]
 
     return KvScaleSettings(mode=mode, scales_file=scales_file, floor=floor, warmup_steps=warmup,

@@ -8,9 +8,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kimi_dflash.config.loader import display_path
 from kimi_dflash.config.validate import Config
-from kimi_dflash.plan import OPTION_KEYS, LaunchPlan
+from kimi_dflash.plan import LaunchPlan
 
 if TYPE_CHECKING:
     from kimi_dflash.preflight.deployment import Deployment
@@ -20,19 +19,10 @@ EXPECTED_ARCH = {"rocm": "gfx942", "cuda": "sm_90"}
 
 
 def deployment(config: Config, plan: LaunchPlan, inherited_env: Mapping[str, str] | None = None) -> Deployment:
-    """The plan as the compatibility rules see it. `inherited_env`: the environment vLLM will also inherit
-    (preflight passes os.environ; --check-vllm judges the plan alone)."""
-    from kimi_dflash.preflight.deployment import deployment_from_command
+    """The plan as the compatibility rules see it (preflight/plan_deployment.py)."""
+    from kimi_dflash.preflight.plan_deployment import deployment_for_plan
 
-    demo = config.demo_models is not None  # fabricated models: never the shipped Kimi facts
-    model_dir, draft_dir = config["MODEL_DIR"], config["DRAFT_MODEL_DIR"]
-    return deployment_from_command(
-        str(config["DEVICE"]), plan.argv, {**(inherited_env or {}), **plan.env},
-        model_dir=None if model_dir is None else Path(str(model_dir)),
-        model_repo=None if demo else config.get_str("MODEL_REPO"),
-        drafter_dir=None if draft_dir is None else Path(str(draft_dir)),
-        drafter_repo=None if demo else config.get_str("DRAFT_MODEL_REPO"),
-        label=display_path(config.path), extra_args=config.get_str("EXTRA_VLLM_ARGS"), option_keys=OPTION_KEYS)
+    return deployment_for_plan(config, plan, inherited_env)
 
 
 def preflight(config: Config, plan: LaunchPlan, fix_numa: bool, say: Callable[[str], None]) -> bool:

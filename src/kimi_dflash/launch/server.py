@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from kimi_dflash.bench.atomic_write import write_text_atomic
 from kimi_dflash.plan import LaunchPlan
 
 STOP_GRACE_S = 30.0
@@ -149,9 +150,7 @@ def start_detached(plan: LaunchPlan, log_path: Path, pid_path: Path) -> subproce
     with log_path.open("ab") as log_handle:
         process = subprocess.Popen(plan.argv, env=_child_env(plan), start_new_session=True,
                                    stdin=subprocess.DEVNULL, stdout=log_handle, stderr=subprocess.STDOUT)
-    tmp = pid_path.with_suffix(".tmp")
-    tmp.write_text(f"{process.pid}\n")
-    os.replace(tmp, pid_path)
+    write_text_atomic(pid_path, f"{process.pid}\n")
     return process
 
 

@@ -16,13 +16,14 @@ import json
 import os
 import re
 import struct
-import tempfile
 import urllib.request
 import zipfile
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from kimi_dflash.bench.atomic_write import replacing, write_json_atomic
 
 EOCD_SIGNATURE = b"PK\x05\x06"
 TAIL_BYTES = 1 << 16  # the end-of-central-directory record sits in the last 64 KiB (22 bytes + comment)
@@ -98,10 +99,8 @@ def sparse_wheel(link: WheelLink, dest_dir: Path, wanted: Callable[[str], bool] 
     marker = target.with_name(target.name + ".sparse.json")
     if target.is_file() and marker.is_file():
         return target
-    fd, tmp_name = tempfile.mkstemp(dir=dest_dir, prefix=f".{link.filename}.")
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "r+b") as handle:
+    with replacing(target, mode=0o644) as tmp:  # the cache is shared: readable by all
+        with tmp.open("r+b") as handle:
             handle.truncate(link.size)
             tail_start = max(0, link.size - TAIL_BYTES)
             tail = fetch(link.url, tail_start, link.size)
@@ -128,14 +127,9 @@ def sparse_wheel(link: WheelLink, dest_dir: Path, wanted: Callable[[str], bool] 
                     raise zipfile.BadZipFile(f"{link.filename}: {info.filename} arrived corrupted ({error}); "
                                              "nothing was cached, run again") from error
         fetched = sum(end - start for start, end in runs) + len(tail) + max(0, tail_start - cd_offset)
-        marker_tmp = marker.with_name(marker.name + ".tmp")
-        marker_tmp.write_text(json.dumps({"url": link.url, "size": link.size, "members": len(members),
-                                          "fetched_bytes": fetched, "requests": len(runs) + len(pieces)}))
-        os.chmod(tmp, 0o644)  # the cache is shared; mkstemp creates 0600
-        os.replace(tmp, target)
-        os.replace(marker_tmp, marker)
-    finally:
-        tmp.unlink(missing_ok=True)
+    # Written after the wheel: a marker means the file beside it is complete.
+    write_json_atomic(marker, {"url": link.url, "size": link.size, "members": len(members),
+                               "fetched_bytes": fetched, "requests": len(runs) + len(pieces)})
     return target
 
 

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+from kimi_dflash.envvars import PATCHES
 from kimi_dflash.patcher.engine import StatusTable, status_table
 from kimi_dflash.patcher.import_hooks import when_imported
 from kimi_dflash.patcher.model import PatchState, Status
@@ -25,7 +26,6 @@ from kimi_dflash.patcher.runtime_patches import INSTALLERS
 # A child of vLLM's "vllm" logger, so vLLM's own handler prints it at INFO in every process.
 logger = logging.getLogger("vllm.plugins.kimi_dflash")
 
-ENV_SWITCH = "KIMI_DFLASH_PATCHES"
 _done = False
 
 
@@ -92,9 +92,9 @@ def apply_runtime_patches() -> None:
     global _done
     if _done:
         return
-    if os.environ.get(ENV_SWITCH, "").strip().lower() in {"0", "off", "false", "no"}:
+    if os.environ.get(PATCHES, "").strip().lower() in {"0", "off", "false", "no"}:
         logger.warning(
-            "kimi-dflash patches: disabled by %s; nothing checked", ENV_SWITCH
+            "kimi-dflash patches: disabled by %s; nothing checked", PATCHES
         )
         _done = True
         return
@@ -108,7 +108,7 @@ def apply_runtime_patches() -> None:
             + "\n  ".join(failures)
             + f"\nRun `python patches/patch_dflash_rocm.py check --vllm-root {table.root}` for "
             f"details, use a vLLM version the patcher knows (0.20.0 and later), or set "
-            f"{ENV_SWITCH}=off to start vLLM without the kimi-dflash patches."
+            f"{PATCHES}=off to start vLLM without the kimi-dflash patches."
         )
 
     for patch_id in runtime:

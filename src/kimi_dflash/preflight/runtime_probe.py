@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kimi_dflash.preflight import runtime_child
+import kimi_dflash.preflight.runtime_child as runtime_child
 from kimi_dflash.preflight.accelerators import Accelerator, normalize_arch
 from kimi_dflash.preflight.runtime_child import MARKER, installed_vllm, vllm_package_dir
 from kimi_dflash.preflight.vllm_features import FeatureOutcome, probe_features

@@ -12,8 +12,15 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kimi_dflash.bench.atomic_write import publish_directory, write_text_atomic
 from kimi_dflash.preshard.manifest import (
-    MANIFEST_NAME, Manifest, ManifestError, checkpoint_fingerprint, mismatches, rank_files, read_manifest,
+    MANIFEST_NAME,
+    Manifest,
+    ManifestError,
+    checkpoint_fingerprint,
+    mismatches,
+    rank_files,
+    read_manifest,
     write_manifest,
 )
 
@@ -173,9 +180,7 @@ def _resume(staging: Path, key: dict[str, object]) -> list[str]:
 
 def _mark(staging: Path, key: dict[str, object], steps: list[str], done: str | None) -> list[str]:
     steps = [*steps, done] if done else list(steps)
-    temporary = staging / (PROGRESS_NAME + ".tmp")
-    temporary.write_text(json.dumps({"key": key, "steps": steps}), encoding="utf-8")
-    os.replace(temporary, staging / PROGRESS_NAME)
+    write_text_atomic(staging / PROGRESS_NAME, json.dumps({"key": key, "steps": steps}))
     return steps
 
 
@@ -221,9 +226,4 @@ def _save_in_child(config: Config, source: Path, staging: Path, tp: int, max_siz
 
 def _publish(staging: Path, output: Path) -> None:
     """Rename the finished staging dir into place; an old output (--force) is moved aside first, then removed."""
-    old = output.with_name(output.name + ".old")
-    if output.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(output, old)
-    os.replace(staging, output)
-    shutil.rmtree(old, ignore_errors=True)
+    publish_directory(staging, output)

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import struct
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from kimi_dflash.bench.atomic_write import write_text_atomic
 
 MANIFEST_NAME = "kimi-dflash-preshard.json"
 FORMAT = "sharded_state"
@@ -78,17 +78,8 @@ def rank_files(directory: Path, rank: int) -> list[Path]:
 
 
 def write_manifest(directory: Path, manifest: Manifest) -> None:
-    """Write the manifest atomically (temporary file + rename in the same directory)."""
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".manifest-", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(manifest.to_json())
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temporary, directory / MANIFEST_NAME)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    """Write the manifest atomically: a reader finds the whole manifest or none."""
+    write_text_atomic(directory / MANIFEST_NAME, manifest.to_json())
 
 
 def read_manifest(directory: Path) -> Manifest:

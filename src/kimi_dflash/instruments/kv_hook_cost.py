@@ -41,17 +41,40 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-MODES: dict[str, dict[str, str]] = {
-    "off": {},
-    "observe": {"KIMI_DFLASH_KV_SCALE_MODE": "observe"},  # + KIMI_DFLASH_KV_OBSERVE_DIR, set per run
-    "emulated": {"KIMI_DFLASH_KV_EMULATE_FP8": "e4m3fn"},
-    "dynamic-emulated": {"KIMI_DFLASH_KV_SCALE_MODE": "dynamic", "KIMI_DFLASH_KV_EMULATE_FP8": "e4m3fn"},
-    "dynamic-frozen": {"KIMI_DFLASH_KV_SCALE_MODE": "dynamic", "KIMI_DFLASH_KV_EMULATE_FP8": "e4m3fn",
-                       "KIMI_DFLASH_KV_SCALE_WARMUP_STEPS": "32"},
+from kimi_dflash.envvars import HF_HUB_OFFLINE, KV_EMULATE_FP8
+
+EMULATE_FP8 = {KV_EMULATE_FP8: "e4m3fn"}  # not a config key: a CPU test aid, set on vLLM's processes directly
+# Per mode: (config keys over SERVER_CONFIG, variables for vLLM's processes).
+MODES: dict[str, tuple[dict[str, str], dict[str, str]]] = {
+    "off": ({}, {}),
+    "observe": ({"KV_SCALE_MODE": "observe"}, {}),  # + KV_OBSERVE_DIR, set per run
+    "emulated": ({}, EMULATE_FP8),
+    "dynamic-emulated": ({"KV_SCALE_MODE": "dynamic"}, EMULATE_FP8),
+    "dynamic-frozen": ({"KV_SCALE_MODE": "dynamic", "KV_SCALE_WARMUP_STEPS": "32"}, EMULATE_FP8),
 }
-SERVER_ARGS = ["--max-model-len", "1024", "--dtype", "bfloat16", "--max-num-seqs", "4"]
+# The config every mode's server starts from (serve.sh's path: config -> plan -> launch). BLOCK_SIZE: vLLM's CPU
+# MLA backend overrides it to 16; KV_CACHE_DTYPE=auto with the emulation (the CPU MLA kernel reads no FP8 cache).
+SERVER_CONFIG = """\
+DEVICE=cpu
+SERVED_MODEL_NAME=tiny-mla
+SPECULATIVE_METHOD=none
+TENSOR_PARALLEL_SIZE=1
+MOE_BACKEND=auto
+TRUST_REMOTE_CODE=false
+DTYPE=bfloat16
+MAX_MODEL_LEN=1024
+MAX_NUM_SEQS=4
+MAX_NUM_BATCHED_TOKENS=1024
+BLOCK_SIZE=32
+ENABLE_PREFIX_CACHING=true
+TOOL_CALL_PARSER=
+ENABLE_AUTO_TOOL_CHOICE=false
+REASONING_PARSER=
+READY_TIMEOUT_S=600
+"""
 # One compute thread per server: no OpenMP spin-waiting in the CPU figures, and five servers fit two cores.
-SERVER_ENV = {"OMP_NUM_THREADS": "1"}
+# HF_HUB_OFFLINE: a local fabricated model never needs the hub.
+SERVER_ENV = {"OMP_NUM_THREADS": "1", HF_HUB_OFFLINE: "1"}
 PROMPT = "Explain in detail how a key-value cache speeds up autoregressive decoding in transformers."
 
 
@@ -132,24 +155,28 @@ def paired_delta_ms(result: ModeResult, off: ModeResult, field: str) -> float:
 
 def measure_servers(model: Path, modes: list[str], requests: int, short: int, long: int, log_dir: Path,
                     plugin_src: Path, say: Callable[[str], None]) -> list[ModeResult]:
-    from kimi_dflash.kvscale.local_server import start_server
+    from kimi_dflash.launch.local import start_local_server
 
+    config_path = log_dir / "tiny-mla-cpu.env"
+    config_path.write_text(f"{SERVER_CONFIG}MODEL_DIR={model}\n", encoding="utf-8")
     servers = {}
     try:
         for mode in modes:
-            env = {**SERVER_ENV, **MODES[mode], "PYTHONPATH": str(plugin_src)}
+            keys, process_env = MODES[mode]
+            overrides = {**keys, "PORT": str(free_port())}
             if mode == "observe":
-                env["KIMI_DFLASH_KV_OBSERVE_DIR"] = str(log_dir / "observe")
+                overrides["KV_OBSERVE_DIR"] = str(log_dir / "observe")
             say(f"starting vLLM CPU server for mode {mode}")
-            servers[mode] = start_server(model, free_port(), log_dir / f"{mode}.log", env=env, args=SERVER_ARGS,
-                                         timeout=600)
+            servers[mode] = start_local_server(config_path, log_dir / f"{mode}.log", overrides=overrides,
+                                               process_env={**SERVER_ENV, **process_env,
+                                                            "PYTHONPATH": str(plugin_src)}, say=say)
         results = {mode: ModeResult(mode, [], []) for mode in modes}
         for mode, server in servers.items():  # warm-up: one request each, not measured
-            timed_completion(server.port, str(model), long, server.process.pid)
+            timed_completion(server.port, server.model, long, server.process.pid)
         for index in range(requests):
             for mode, server in servers.items():
-                wall_short, cpu_short = timed_completion(server.port, str(model), short, server.process.pid)
-                wall_long, cpu_long = timed_completion(server.port, str(model), long, server.process.pid)
+                wall_short, cpu_short = timed_completion(server.port, server.model, short, server.process.pid)
+                wall_long, cpu_long = timed_completion(server.port, server.model, long, server.process.pid)
                 results[mode].tpot_s.append((wall_long - wall_short) / (long - short))
                 results[mode].cpu_per_token_s.append((cpu_long - cpu_short) / (long - short))
             say(f"round {index + 1}/{requests}: " + ", ".join(
@@ -236,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     if "off" not in modes or any(m not in MODES for m in modes):
         parser.error(f"--modes must include off and name only {', '.join(MODES)}")
 
-    from kimi_dflash.kvscale.tiny_mla import ensure_tiny_mla_model
+    from kimi_dflash.instruments.tiny_mla import ensure_tiny_mla_model
     from kimi_dflash.paths import cache_root
 
     def say(message: str) -> None:

@@ -11,18 +11,19 @@ the same function, but the latent vectors that land in the KV cache are ``latent
 A gain that pushes the latent amax past the FP8 maximum (448) reproduces, in miniature, what an
 unscaled (k_scale = 1.0) FP8 cache does to a checkpoint whose latents do not fit the FP8 range.
 
-Usage: python -m kimi_dflash.kvscale.tiny_mla OUT_DIR [--layers N] [--latent-gain G] [--seed S]
+Usage: python -m kimi_dflash.instruments.tiny_mla OUT_DIR [--layers N] [--latent-gain G] [--seed S]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import tempfile
 from importlib import resources
 from pathlib import Path
+
+from kimi_dflash.bench.atomic_write import publish_directory
 
 # Kept at Kimi K2.6's sizes: the CPU MLA decode kernel is compiled for head_dim 576 only.
 KV_LORA_RANK = 512
@@ -145,7 +146,7 @@ def fabricate_tiny_mla_model(
                 layer.self_attn.kv_b_proj.weight.div_(latent_gain)
         model = model.to(torch.bfloat16)
         model.save_pretrained(staging, safe_serialization=True)
-        meta = {"fabricated_by": "kimi_dflash.kvscale.tiny_mla", "version": FABRICATION_VERSION, "seed": seed,
+        meta = {"fabricated_by": "kimi_dflash.instruments.tiny_mla", "version": FABRICATION_VERSION, "seed": seed,
                 "latent_gain": latent_gain, "num_layers": num_layers}
         (staging / "fabrication.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
         _publish(staging, out_dir)
@@ -158,10 +159,7 @@ def fabricate_tiny_mla_model(
 
 def _publish(staging: Path, out_dir: Path) -> None:
     """Swap a finished build into place, so a reader never sees a half-written checkpoint."""
-    staging.chmod(0o755)  # mkdtemp makes it owner-only
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    os.replace(staging, out_dir)
+    publish_directory(staging, out_dir)
 
 def ensure_tiny_mla_model(out_dir: Path, *, latent_gain: float, num_layers: int = 2, seed: int = 0) -> Path:
     """Reuse ``out_dir`` if it holds this exact fabrication, otherwise (re)build it."""
@@ -177,7 +175,7 @@ def ensure_tiny_mla_model(out_dir: Path, *, latent_gain: float, num_layers: int 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m kimi_dflash.kvscale.tiny_mla",
+        prog="python -m kimi_dflash.instruments.tiny_mla",
         description="Fabricate a tiny DeepSeek-V3 (MLA) model with random weights for CPU tests of the KV path.",
     )
     parser.add_argument("out_dir", type=Path, help="directory to write (replaced if it exists)")

@@ -1,0 +1,88 @@
+"""Start a vLLM server from a config file and hold its handle: the launch path for Python callers.
+
+serve.sh (launch/cli.py) and this module are the only places that start vLLM servers, and both go the same way:
+config file -> validated Config -> plan.build_plan (argv + environment) -> launch/server.start_detached ->
+wait_until_ready. Instruments (the KV hook-cost benchmark) use this module; tests start servers through serve.sh
+(tests/conftest.py). No preflight and no patching here: callers are on the CPU build, where the plugin applies
+what a plan needs at runtime.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from subprocess import Popen
+
+from kimi_dflash.config.problems import ConfigError
+from kimi_dflash.config.validate import check_paths, load_config
+from kimi_dflash.launch.cli import cpu_preload, resolve_demo_models
+from kimi_dflash.launch.server import start_detached, stop_process_group, tail, wait_until_ready
+from kimi_dflash.paths import cache_root
+from kimi_dflash.plan import LaunchPlan, build_plan
+
+
+class ServerStartError(RuntimeError):
+    """The config was refused, or vLLM died or was not ready in time (the message holds the log tail)."""
+
+
+@dataclass
+class LocalServer:
+    plan: LaunchPlan
+    process: Popen[bytes]
+    log_path: Path
+
+    @property
+    def base_url(self) -> str:
+        return self.plan.base_url
+
+    @property
+    def port(self) -> int:
+        return self.plan.port
+
+    @property
+    def model(self) -> str:
+        return self.plan.served_model_name
+
+    def stop(self) -> int:
+        """SIGTERM vLLM's process group (workers included), SIGKILL what is left after the grace period."""
+        return stop_process_group(self.process)
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def start_local_server(config_path: Path, log_path: Path, *, overrides: Mapping[str, str] | None = None,
+                       process_env: Mapping[str, str] | None = None,
+                       say: Callable[[str], None] = _stderr) -> LocalServer:
+    """Start the server ``config_path`` describes and return once it serves (READY_TIMEOUT_S bounds the wait).
+
+    ``overrides``: config keys read over the file (as serve.sh reads them from the environment); the process
+    environment is not consulted for them. ``process_env``: variables for vLLM's processes that are not config
+    keys (OMP_NUM_THREADS, PYTHONPATH, the CPU test aid KIMI_DFLASH_KV_EMULATE_FP8), set over the plan's.
+    """
+    try:
+        config = load_config(config_path, environ=dict(overrides or {}))
+    except ConfigError as error:
+        raise ServerStartError(f"{config_path}: " + "; ".join(p.render() for p in error.problems)) from None
+    config = resolve_demo_models(config, create=True)
+    errors = [p for p in check_paths(config) if p.severity == "error"]
+    if errors:
+        raise ServerStartError(f"{config_path}: " + "; ".join(p.render() for p in errors))
+    plan = build_plan(config, python_executable=sys.executable, cache_dir=str(cache_root()),
+                      cpu_preload=cpu_preload(config))
+    plan = dataclasses.replace(plan, env={**plan.env, **(process_env or {})})
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path.write_bytes(b"")  # this run's log only, so the tail shown on failure is this run's
+    process = start_detached(plan, log_path, log_path.with_suffix(".pid"))
+    say(f"launch: vLLM pid {process.pid} for {plan.served_model_name} on {plan.base_url}, log {log_path}")
+    ready = wait_until_ready(plan, process, log_path, float(config.get_int("READY_TIMEOUT_S")),
+                             config.get_str("API_KEY"), say)
+    if not ready:
+        stop_process_group(process)
+        raise ServerStartError(f"vLLM for {config_path} did not become ready; last lines of {log_path}:\n"
+                               f"{tail(log_path)}")
+    return LocalServer(plan, process, log_path)

@@ -1,0 +1,26 @@
+"""A launch plan as the compatibility rules see it: the Deployment that serve.sh's preflight, `--check-vllm` and
+the compatibility matrix judge (one builder, so all three judge the same thing)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from kimi_dflash.config.loader import display_path
+from kimi_dflash.config.validate import Config
+from kimi_dflash.plan import OPTION_KEYS, LaunchPlan
+from kimi_dflash.preflight.deployment import Deployment, deployment_from_command
+
+
+def deployment_for_plan(config: Config, plan: LaunchPlan, inherited_env: Mapping[str, str] | None = None) -> Deployment:
+    """The plan as the compatibility rules see it. `inherited_env`: the environment vLLM will also inherit
+    (preflight passes os.environ; --check-vllm and the matrix judge the plan alone)."""
+    demo = config.demo_models is not None  # fabricated models: never the shipped Kimi facts
+    model_dir, draft_dir = config["MODEL_DIR"], config["DRAFT_MODEL_DIR"]
+    return deployment_from_command(
+        str(config["DEVICE"]), plan.argv, {**(inherited_env or {}), **plan.env},
+        model_dir=None if model_dir is None else Path(str(model_dir)),
+        model_repo=None if demo else config.get_str("MODEL_REPO"),
+        drafter_dir=None if draft_dir is None else Path(str(draft_dir)),
+        drafter_repo=None if demo else config.get_str("DRAFT_MODEL_REPO"),
+        label=display_path(config.path), extra_args=config.get_str("EXTRA_VLLM_ARGS"), option_keys=OPTION_KEYS)

@@ -1,0 +1,25 @@
+"""Shared test helpers for config files and serve.sh runs (a fixtures module: test files import it, never each
+other)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from repo_paths import REPO_ROOT
+
+
+def write(tmp_path: Path, text: str, name: str = "test.env") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def run_serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {k: v for k, v in os.environ.items() if k not in {"PORT", "HOST", "API_KEY"}}
+    full_env.update(env or {})
+    full_env["KIMI_PYTHON"] = sys.executable
+    return subprocess.run([str(REPO_ROOT / "serve.sh"), *args], capture_output=True, text=True, env=full_env,
+                          timeout=120)

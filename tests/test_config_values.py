@@ -1,0 +1,43 @@
+"""config/values.py (ConfigValues, the typed view of a config) is generated from config/schema.py: it must stay
+in step, and every validated config must fit it."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from pathlib import Path
+
+from kimi_dflash.config import generate_values
+from kimi_dflash.config.schema import KEYS
+from kimi_dflash.config.validate import attribute, load_config
+from kimi_dflash.config.values import ConfigValues
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+def test_values_module_is_generated_from_the_schema() -> None:
+    committed = generate_values.module_path().read_text(encoding="utf-8")
+    assert committed == generate_values.render(), (
+        "config/values.py is out of step with config/schema.py; run "
+        "`python -m kimi_dflash.config.generate_values --write`")
+
+
+def test_one_attribute_per_key_in_schema_order() -> None:
+    assert [field.name for field in dataclasses.fields(ConfigValues)] == [attribute(key.name) for key in KEYS]
+
+
+def test_every_shipped_config_fits_the_typed_view() -> None:
+    hints = typing.get_type_hints(ConfigValues)
+    for path in sorted(CONFIGS.glob("*.env")):
+        typed = load_config(path, environ={}).typed
+        for key in KEYS:
+            value = getattr(typed, attribute(key.name))
+            allowed = typing.get_args(hints[attribute(key.name)]) or (hints[attribute(key.name)],)
+            if value is None:
+                assert type(None) in allowed, f"{path.name}: {key.name} is empty but not optional"
+            elif key.type == "enum":
+                assert value in key.choices
+            else:
+                scalar = {"str": str, "int": int, "float": float, "bool": bool, "path": Path}[key.type]
+                assert isinstance(value, scalar) and (key.type == "bool" or not isinstance(value, bool)), (
+                    f"{path.name}: {key.name}={value!r} is not a {key.type}")
