@@ -68,7 +68,7 @@ def main() -> int:
                 print(f"error: the k={k} server did not start:\n{started.stderr[-2000:]}", file=sys.stderr)
                 return 2
         for round_index in range(args.rounds):
-            order = args.ks[round_index % len(args.ks):] + args.ks[: round_index % len(args.ks)]
+            order = args.ks[round_index % len(args.ks) :] + args.ks[: round_index % len(args.ks)]
             for k in order:
                 output = args.out / f"k{k}-round{round_index}.json"
                 print(f"round {round_index + 1}/{args.rounds}: k={k}", file=sys.stderr, flush=True)

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Render README's result tables from the files in benchmarks/results/ (kimi_dflash.results_doc).
 
-  python benchmarks/render_results.py           # print the block
-  python benchmarks/render_results.py --write   # update README.md between the results markers
+python benchmarks/render_results.py           # print the block
+python benchmarks/render_results.py --write   # update README.md between the results markers
 """
 
 from __future__ import annotations

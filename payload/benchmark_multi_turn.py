@@ -17,7 +17,9 @@ try:
 except ImportError:
     _src = Path(__file__).resolve().parent.parent / "src"
     if not (_src / "kimi_dflash" / "bench").is_dir():
-        sys.exit(f"error: kimi_dflash is not installed and {_src} is missing; copy the whole repository or pip install it")
+        sys.exit(
+            f"error: kimi_dflash is not installed and {_src} is missing; copy the whole repository or pip install it"
+        )
     sys.path.insert(0, str(_src))
     import kimi_dflash.bench.cli as _cli
 

@@ -12,8 +12,11 @@ from repo_paths import REPO_ROOT
 
 
 def fresh_checkout(destination: Path) -> Path:
-    listed = subprocess.run(["git", "-C", str(REPO_ROOT), "ls-files", "-z", "--cached", "--others",
-                             "--exclude-standard"], capture_output=True, check=True).stdout.decode()
+    listed = subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
     for name in filter(None, listed.split("\0")):
         source, target = REPO_ROOT / name, destination / name
         if source.is_symlink():  # e.g. src/kimi_dflash/configs -> ../../configs: keep it a link, as git does

@@ -61,8 +61,9 @@ class ServerFactory:
         self._logs = logs
         self._started: dict[tuple, DemoServer] = {}
 
-    def __call__(self, config: str | Path, overrides: Mapping[str, str] | None = None,
-                 preflight: bool = True) -> DemoServer:
+    def __call__(
+        self, config: str | Path, overrides: Mapping[str, str] | None = None, preflight: bool = True
+    ) -> DemoServer:
         from kimi_dflash.config.validate import load_config
 
         config_path = Path(config) if Path(config).is_absolute() else CONFIGS_DIR / config
@@ -74,8 +75,14 @@ class ServerFactory:
         env = {**serve_env(port), **overrides}
         log_path = self._logs.mktemp("logs") / f"{config_path.stem}.log"
         command = [str(REPO_ROOT / "serve.sh"), str(config_path), "--wait", "--log", str(log_path)]
-        result = subprocess.run(command + ([] if preflight else ["--skip-preflight"]), env=env, capture_output=True,
-                                text=True, timeout=900, check=False)
+        result = subprocess.run(
+            command + ([] if preflight else ["--skip-preflight"]),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
         if result.returncode != 0:  # serve.sh has stopped what it started
             raise RuntimeError(f"serve.sh {config_path.name} --wait failed ({result.returncode}):\n{result.stderr}")
         model = str(load_config(config_path, environ=env)["SERVED_MODEL_NAME"])
@@ -87,8 +94,13 @@ class ServerFactory:
     def stop(self, server: DemoServer) -> None:
         """Stop a server early (frees the CPU for the next one); a later call with its settings starts it again."""
         self._started = {key: started for key, started in self._started.items() if started is not server}
-        subprocess.run([str(REPO_ROOT / "serve.sh"), str(server.config_path), "--stop"], env=dict(server.env),
-                       capture_output=True, timeout=120, check=False)
+        subprocess.run(
+            [str(REPO_ROOT / "serve.sh"), str(server.config_path), "--stop"],
+            env=dict(server.env),
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
 
     def stop_all(self) -> None:
         for server in list(self._started.values()):

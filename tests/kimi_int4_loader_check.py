@@ -36,8 +36,14 @@ def check(target: Path) -> list[str]:
 
     triton = int_wna16.WNA16MoEBackend.TRITON
     wna16.select_wna16_moe_backend = lambda **_: (triton, int_wna16.backend_to_kernel_cls(triton)[0])
-    config = EngineArgs(model=str(target), dtype="bfloat16", enforce_eager=True, max_model_len=2048, block_size=16,
-                        language_model_only=True).create_engine_config()
+    config = EngineArgs(
+        model=str(target),
+        dtype="bfloat16",
+        enforce_eager=True,
+        max_model_len=2048,
+        block_size=16,
+        language_model_only=True,
+    ).create_engine_config()
     problems: list[str] = []
     with single_process_vllm(config, torch.bfloat16):
         model = KimiK25ForConditionalGeneration(vllm_config=config)
@@ -55,11 +61,14 @@ def check(target: Path) -> list[str]:
             for part in ("weight_packed", "weight_scale"):
                 w13, w2 = params[f"{fused}.w13_{part}"], params[f"{fused}.w2_{part}"]
                 if w13.dtype != tensors[f"{prefix}.0.gate_proj.{part}"].dtype:
-                    problems.append(f"{prefix}.w13_{part} is {w13.dtype}, the checkpoint has "
-                                    f"{tensors[f'{prefix}.0.gate_proj.{part}'].dtype}")
+                    problems.append(
+                        f"{prefix}.w13_{part} is {w13.dtype}, the checkpoint has "
+                        f"{tensors[f'{prefix}.0.gate_proj.{part}'].dtype}"
+                    )
                 for expert in range(text.n_routed_experts):
-                    gate_up = torch.cat([tensors[f"{prefix}.{expert}.gate_proj.{part}"],
-                                         tensors[f"{prefix}.{expert}.up_proj.{part}"]])
+                    gate_up = torch.cat(
+                        [tensors[f"{prefix}.{expert}.gate_proj.{part}"], tensors[f"{prefix}.{expert}.up_proj.{part}"]]
+                    )
                     if not torch.equal(w13.data[expert], gate_up):
                         problems.append(f"{prefix}.{expert}.gate/up_proj.{part} not in w13_{part}[{expert}]")
                     if not torch.equal(w2.data[expert], tensors[f"{prefix}.{expert}.down_proj.{part}"]):
@@ -70,8 +79,10 @@ def check(target: Path) -> list[str]:
                     expected = tensors[f"{prefix}.{expert}.{projection}.weight_shape"].tolist()
                     if params[f"{fused}.{pair}_weight_shape"].data[expert].tolist() != expected:
                         problems.append(f"{fused}.{pair}_weight_shape[{expert}] is not {expected}")
-        print(f"loader check: {len(loaded)} parameters loaded, {checked} expert tensors compared, "
-              f"w13_weight_packed {tuple(params[f'{fused}.w13_weight_packed'].shape)}")
+        print(
+            f"loader check: {len(loaded)} parameters loaded, {checked} expert tensors compared, "
+            f"w13_weight_packed {tuple(params[f'{fused}.w13_weight_packed'].shape)}"
+        )
     return problems
 
 

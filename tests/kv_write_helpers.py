@@ -26,8 +26,9 @@ def reference_write(kv_c_normed, k_pe, kv_cache, slot_mapping, kv_cache_dtype, k
 
 def reference_write_033(kv_c_normed, k_pe, kv_cache, slot_mapping, kv_cache_dtype, k_scale, skip_scale=False):
     """vLLM 0.33's signature: skip_scale=True makes the kernel ignore k_scale."""
-    reference_write(kv_c_normed, k_pe, kv_cache, slot_mapping, kv_cache_dtype,
-                    torch.ones_like(k_scale) if skip_scale else k_scale)
+    reference_write(
+        kv_c_normed, k_pe, kv_cache, slot_mapping, kv_cache_dtype, torch.ones_like(k_scale) if skip_scale else k_scale
+    )
 
 
 def batch(tokens: int = 12, seed: int = 0, magnitude: float = 40.0):

@@ -47,14 +47,16 @@ def amd_smi_static_json(count: int = 8, arch: str = "gfx942", name: str = "AMD I
 def amd_smi_static_json_wrapped(count: int = 8) -> str:
     """Newer amd-smi wraps the list in {"gpu_data": [...]} and may print a warning line first."""
     gpus = json.loads(amd_smi_static_json(count))
-    return ("WARNING: User is missing the following required groups: render. Please add user to these groups.\n"
-            + json.dumps({"gpu_data": gpus}, indent=2) + "\n")
+    return (
+        "WARNING: User is missing the following required groups: render. Please add user to these groups.\n"
+        + json.dumps({"gpu_data": gpus}, indent=2)
+        + "\n"
+    )
 
 
 def rocm_smi_productname(count: int = 8, arch: str = "gfx942") -> str:
     """`rocm-smi --showproductname` text output."""
-    lines = ["", "=" * 28 + " ROCm System Management Interface " + "=" * 28,
-             "=" * 38 + " Product Info " + "=" * 38]
+    lines = ["", "=" * 28 + " ROCm System Management Interface " + "=" * 28, "=" * 38 + " Product Info " + "=" * 38]
     for i in range(count):
         lines += [
             f"GPU[{i}]\t\t: Card Series: \t\tAMD Instinct MI300X OAM",
@@ -77,11 +79,15 @@ def nvidia_smi_query(count: int = 8, name: str = "NVIDIA H200", capability: str 
 
 
 NVIDIA_SMI_NO_DRIVER = CommandOutput(
-    9, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest "
-       "NVIDIA driver is installed and running.\n\n")
+    9,
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest "
+    "NVIDIA driver is installed and running.\n\n",
+)
 AMD_SMI_NO_GPU = CommandOutput(
-    255, "", "ERROR:root:Unable to detect any GPU devices, check amdgpu version and module status "
-             "(sudo modprobe amdgpu)\n")
+    255,
+    "",
+    "ERROR:root:Unable to detect any GPU devices, check amdgpu version and module status (sudo modprobe amdgpu)\n",
+)
 
 
 class FakeRunner:
@@ -96,14 +102,24 @@ class FakeRunner:
         return self.outputs.get(argv[0])
 
 
-def runtime_report(features: tuple[str, ...] = (), *, distribution: str | None = "vllm",
-                   version: str | None = "0.21.0", import_error: str | None = None, installed: bool = True,
-                   absent: Sequence[str] = (), unknown: Sequence[str] = (), torch_backend: str | None = "rocm 6.4.1",
-                   torch_devices: Sequence[Accelerator] | None = None, torch_error: str | None = None) -> RuntimeReport:
+def runtime_report(
+    features: tuple[str, ...] = (),
+    *,
+    distribution: str | None = "vllm",
+    version: str | None = "0.21.0",
+    import_error: str | None = None,
+    installed: bool = True,
+    absent: Sequence[str] = (),
+    unknown: Sequence[str] = (),
+    torch_backend: str | None = "rocm 6.4.1",
+    torch_devices: Sequence[Accelerator] | None = None,
+    torch_error: str | None = None,
+) -> RuntimeReport:
     """A runtime probe answer. Features are present unless listed in `absent` / `unknown`."""
     if torch_devices is None:
-        torch_devices = [Accelerator("AMD Instinct MI300X", "gfx942")] * 8 if (torch_backend or "").startswith(
-            "rocm") else []
+        torch_devices = (
+            [Accelerator("AMD Instinct MI300X", "gfx942")] * 8 if (torch_backend or "").startswith("rocm") else []
+        )
     outcomes = []
     for name in features:
         parse_feature(name)
@@ -145,7 +161,8 @@ class FakeHost:
             (kernel / "numa_balancing").write_text(self.numa + "\n")
         (self.root / "dev/shm").mkdir(parents=True, exist_ok=True)
         (self.root / "proc/meminfo").write_text(
-            f"MemTotal:       {self.mem_total_kb} kB\nMemFree:        20000000 kB\n")
+            f"MemTotal:       {self.mem_total_kb} kB\nMemFree:        20000000 kB\n"
+        )
         self.runner = FakeRunner(self.commands)
         self.binds: list[tuple[str, int]] = []
         self.runtime_calls: list[tuple[str, ...]] = []
@@ -158,8 +175,16 @@ class FakeHost:
             self.runtime_calls.append((features, python))
             return runtime_report(features, **self.runtime_kwargs)
 
-        return HostProbe(root=self.root, run=self.runner, is_root=lambda: self.root_user, bind=bind,
-                         space=lambda _path: self.shm, runtime=runtime, cpu_count=lambda: self.cores, env=self.env)
+        return HostProbe(
+            root=self.root,
+            run=self.runner,
+            is_root=lambda: self.root_user,
+            bind=bind,
+            space=lambda _path: self.shm,
+            runtime=runtime,
+            cpu_count=lambda: self.cores,
+            env=self.env,
+        )
 
     @property
     def numa_file(self) -> Path:

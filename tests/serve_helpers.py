@@ -21,5 +21,6 @@ def run_serve(*args: str, env: dict[str, str] | None = None) -> subprocess.Compl
     full_env = {k: v for k, v in os.environ.items() if k not in {"PORT", "HOST", "API_KEY"}}
     full_env.update(env or {})
     full_env["KIMI_PYTHON"] = sys.executable
-    return subprocess.run([str(REPO_ROOT / "serve.sh"), *args], capture_output=True, text=True, env=full_env,
-                          timeout=120)
+    return subprocess.run(
+        [str(REPO_ROOT / "serve.sh"), *args], capture_output=True, text=True, env=full_env, timeout=120
+    )

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from bench_helpers import run_benchmark, synthetic_log
 
+from bench_helpers import run_benchmark, synthetic_log
 from kimi_dflash.bench.result import LevelResult, load_result
 from kimi_dflash.instruments.synthetic import plan_chunks, running
 

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from bench_helpers import run_benchmark, run_compare
 
+from bench_helpers import run_benchmark, run_compare
 from kimi_dflash.bench import compare
 from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.report import redact_argv, write_atomic

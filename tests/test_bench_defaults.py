@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 
 import pytest
-from bench_helpers import run_benchmark
 
+from bench_helpers import run_benchmark
 from kimi_dflash.bench.cli import DEFAULT_BASE_URL, build_parser
 from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.progress import progress_line
@@ -24,7 +24,7 @@ PROGRESS = re.compile(
 
 def test_default_base_url_is_where_serve_sh_listens() -> None:
     defaults = {key.name: key.default for key in KEYS}
-    assert DEFAULT_BASE_URL == f"http://{defaults['HOST']}:{defaults['PORT']}"
+    assert f"http://{defaults['HOST']}:{defaults['PORT']}" == DEFAULT_BASE_URL
     args = build_parser().parse_args([])
     assert args.base_url == DEFAULT_BASE_URL and args.model is None
 

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-from bench_helpers import BENCH_SCRIPT, run_benchmark, synthetic_stats
 
+from bench_helpers import BENCH_SCRIPT, run_benchmark, synthetic_stats
 from kimi_dflash.bench.result import load_result
 from kimi_dflash.instruments.synthetic import running
 
@@ -123,9 +123,13 @@ def test_interrupt_writes_partial_results(tmp_path: Path, signum: int, code: int
 def test_api_key_is_sent_but_never_shown_or_stored(tmp_path: Path) -> None:
     secret = "sk-test-0123456789"
     with running([*FAST, "--api-key", secret]) as url:
-        denied = bench(url, tmp_path / "denied.json", "--sessions", "1", "--turns-per-session", "1", "--max-tokens", "4")
+        denied = bench(
+            url, tmp_path / "denied.json", "--sessions", "1", "--turns-per-session", "1", "--max-tokens", "4"
+        )
         out = tmp_path / "ok.json"
-        allowed = bench(url, out, "--sessions", "1", "--turns-per-session", "1", "--max-tokens", "4", "--api-key", secret)
+        allowed = bench(
+            url, out, "--sessions", "1", "--turns-per-session", "1", "--max-tokens", "4", "--api-key", secret
+        )
         env_run = run_benchmark("--base-url", url, "--output", str(tmp_path / "env.json"), "--sessions", "1",
                                 "--turns-per-session", "1", "--max-tokens", "4", "--warmup", "0",
                                 timeout=60, env={"OPENAI_API_KEY": secret})  # fmt: skip

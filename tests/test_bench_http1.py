@@ -26,7 +26,9 @@ class FakeTransport:
         return self.closed or self.aborted
 
 
-def parse(raw: bytes, *, split: int | None = None, eof: bool = False, stream: bool = True) -> tuple[asyncio.Future[Response], list[bytes]]:
+def parse(
+    raw: bytes, *, split: int | None = None, eof: bool = False, stream: bool = True
+) -> tuple[asyncio.Future[Response], list[bytes]]:
     loop = asyncio.new_event_loop()
     try:
         protocol = _Protocol()
@@ -47,7 +49,7 @@ def parse(raw: bytes, *, split: int | None = None, eof: bool = False, stream: bo
 CHUNKED = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
     b"6\r\ndata: \r\n"
-    b"9;ext=1\r\n{\"a\": 1}\n\r\n"
+    b'9;ext=1\r\n{"a": 1}\n\r\n'
     b"1\r\n\n\r\n"
     b"0\r\nX-Trailer: yes\r\n\r\n"
 )

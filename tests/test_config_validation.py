@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from kimi_dflash.config.problems import ConfigError
 from kimi_dflash.config.schema import KEYS
 from kimi_dflash.config.validate import check_paths, load_config
@@ -32,11 +33,23 @@ def test_every_shipped_config_validates(path: Path) -> None:
 
 def test_production_has_the_reference_settings() -> None:
     config = load_config(CONFIGS_DIR / "production.env", environ={})
-    expected = {"NUM_SPECULATIVE_TOKENS": 2, "MAX_NUM_SEQS": 32, "MAX_NUM_BATCHED_TOKENS": 32768,
-                "MAX_MODEL_LEN": 262144, "GPU_MEMORY_UTILIZATION": 0.90, "BLOCK_SIZE": 16, "ENFORCE_EAGER": True,
-                "MOE_BACKEND": "auto", "TENSOR_PARALLEL_SIZE": 8, "PORT": 8262, "KV_CACHE_DTYPE": "auto",
-                "SERVED_MODEL_NAME": "kimi-k2.6-amd-dflash", "ENABLE_PREFIX_CACHING": False,
-                "SPECULATIVE_METHOD": "dflash", "HOST": "127.0.0.1"}
+    expected = {
+        "NUM_SPECULATIVE_TOKENS": 2,
+        "MAX_NUM_SEQS": 32,
+        "MAX_NUM_BATCHED_TOKENS": 32768,
+        "MAX_MODEL_LEN": 262144,
+        "GPU_MEMORY_UTILIZATION": 0.90,
+        "BLOCK_SIZE": 16,
+        "ENFORCE_EAGER": True,
+        "MOE_BACKEND": "auto",
+        "TENSOR_PARALLEL_SIZE": 8,
+        "PORT": 8262,
+        "KV_CACHE_DTYPE": "auto",
+        "SERVED_MODEL_NAME": "kimi-k2.6-amd-dflash",
+        "ENABLE_PREFIX_CACHING": False,
+        "SPECULATIVE_METHOD": "dflash",
+        "HOST": "127.0.0.1",
+    }
     assert {key: config[key] for key in expected} == expected
 
 
@@ -47,8 +60,12 @@ def test_extends_chain_overrides_only_what_it_sets() -> None:
     assert (fp8["KV_CACHE_DTYPE"], fp8["MAX_NUM_SEQS"], fp8["DRAFT_KV_CACHE_DTYPE"]) == ("fp8", 64, "auto")
     assert safe["ROCM_USE_AITER_MLA"] is False and safe["KV_CACHE_DTYPE"] == "fp8"
     assert safe["MOE_BACKEND"] == fp8["MOE_BACKEND"] == "auto"
-    untouched = [k.name for k in KEYS if k.name not in {"KV_CACHE_DTYPE", "MAX_NUM_SEQS", "DRAFT_KV_CACHE_DTYPE",
-                                                          "KV_SCALE_MODE", "KV_SCALE_WARMUP_STEPS"}]
+    untouched = [
+        k.name
+        for k in KEYS
+        if k.name
+        not in {"KV_CACHE_DTYPE", "MAX_NUM_SEQS", "DRAFT_KV_CACHE_DTYPE", "KV_SCALE_MODE", "KV_SCALE_WARMUP_STEPS"}
+    ]
     assert {k: fp8[k] for k in untouched} == {k: base[k] for k in untouched}
     assert fp8.sources["MAX_NUM_SEQS"].startswith("configs/production-fp8kv.env:")
     assert fp8.sources["BLOCK_SIZE"].startswith("configs/production.env:")
@@ -66,8 +83,9 @@ def test_relative_paths_resolve_against_the_config_file(tmp_path: Path) -> None:
 
 
 def test_interpolation_from_environment(tmp_path: Path) -> None:
-    config = load_config(write(tmp_path, "DEVICE=rocm\nMODEL_DIR=${ROOT}/t\nDRAFT_MODEL_DIR=${ROOT}/d\n"),
-                         environ={"ROOT": "/data"})
+    config = load_config(
+        write(tmp_path, "DEVICE=rocm\nMODEL_DIR=${ROOT}/t\nDRAFT_MODEL_DIR=${ROOT}/d\n"), environ={"ROOT": "/data"}
+    )
     assert config["MODEL_DIR"] == Path("/data/t")
 
 
@@ -100,35 +118,64 @@ REJECTED = {
     "key_without_value": ("MAX_NUM_SEQS\n", "MAX_NUM_SEQS", "key without a value"),
     "unparseable_line": ('PORT="8262\n', None, "cannot parse"),
     "duplicate_key": ("PORT=1\nPORT=2\n", "PORT", "set twice"),
-    "batched_tokens_below_seqs": ("MAX_NUM_SEQS=64\nMAX_NUM_BATCHED_TOKENS=32\n", "MAX_NUM_BATCHED_TOKENS",
-                                  "smaller than MAX_NUM_SEQS"),
-    "fp8_kv_without_drafter_kv_dtype": ("KV_CACHE_DTYPE=fp8\nKV_SCALE_MODE=dynamic\n", "DRAFT_KV_CACHE_DTYPE",
-                                        "drafter's KV dtype is not chosen"),
-    "fp8_kv_without_scales_on_gpu": ("KV_CACHE_DTYPE=fp8\nDRAFT_KV_CACHE_DTYPE=auto\n", "KV_SCALE_MODE",
-                                     "without scales"),
-    "calibrated_without_file": ("KV_CACHE_DTYPE=fp8\nDRAFT_KV_CACHE_DTYPE=auto\nKV_SCALE_MODE=calibrated\n",
-                                "KV_SCALES_FILE", "needs a scales file"),
+    "batched_tokens_below_seqs": (
+        "MAX_NUM_SEQS=64\nMAX_NUM_BATCHED_TOKENS=32\n",
+        "MAX_NUM_BATCHED_TOKENS",
+        "smaller than MAX_NUM_SEQS",
+    ),
+    "fp8_kv_without_drafter_kv_dtype": (
+        "KV_CACHE_DTYPE=fp8\nKV_SCALE_MODE=dynamic\n",
+        "DRAFT_KV_CACHE_DTYPE",
+        "drafter's KV dtype is not chosen",
+    ),
+    "fp8_kv_without_scales_on_gpu": (
+        "KV_CACHE_DTYPE=fp8\nDRAFT_KV_CACHE_DTYPE=auto\n",
+        "KV_SCALE_MODE",
+        "without scales",
+    ),
+    "calibrated_without_file": (
+        "KV_CACHE_DTYPE=fp8\nDRAFT_KV_CACHE_DTYPE=auto\nKV_SCALE_MODE=calibrated\n",
+        "KV_SCALES_FILE",
+        "needs a scales file",
+    ),
     "observe_without_dir": ("KV_SCALE_MODE=observe\n", "KV_OBSERVE_DIR", "needs a directory"),
     "scale_floor_zero": ("KV_SCALE_FLOOR=0\n", "KV_SCALE_FLOOR", "out of range"),
     "aiter_moe_on_cuda": ("DEVICE=cuda\nMOE_BACKEND=aiter\n", "MOE_BACKEND", "only on ROCm"),
     "dynamic_fp8_scale_never_frozen_on_gpu": (
-        "KV_CACHE_DTYPE=fp8\nDRAFT_KV_CACHE_DTYPE=auto\nKV_SCALE_MODE=dynamic\n", "KV_SCALE_WARMUP_STEPS",
-        "never frozen"),
-    "cpu_with_tensor_parallel": ("DEVICE=cpu\nMOE_BACKEND=auto\nTENSOR_PARALLEL_SIZE=2\n", "TENSOR_PARALLEL_SIZE",
-                                 "one process"),
-    "cpu_block_size_not_multiple_of_32": ("DEVICE=cpu\nMOE_BACKEND=auto\nTENSOR_PARALLEL_SIZE=1\nBLOCK_SIZE=48\n",
-                                          "BLOCK_SIZE", "multiple of 32"),
+        "KV_CACHE_DTYPE=fp8\nDRAFT_KV_CACHE_DTYPE=auto\nKV_SCALE_MODE=dynamic\n",
+        "KV_SCALE_WARMUP_STEPS",
+        "never frozen",
+    ),
+    "cpu_with_tensor_parallel": (
+        "DEVICE=cpu\nMOE_BACKEND=auto\nTENSOR_PARALLEL_SIZE=2\n",
+        "TENSOR_PARALLEL_SIZE",
+        "one process",
+    ),
+    "cpu_block_size_not_multiple_of_32": (
+        "DEVICE=cpu\nMOE_BACKEND=auto\nTENSOR_PARALLEL_SIZE=1\nBLOCK_SIZE=48\n",
+        "BLOCK_SIZE",
+        "multiple of 32",
+    ),
     "auto_tool_choice_without_parser": ("TOOL_CALL_PARSER=\n", "ENABLE_AUTO_TOOL_CHOICE", "tool-call parser"),
     "extra_args_unbalanced_quote": ("EXTRA_VLLM_ARGS=--foo 'bar\n", "EXTRA_VLLM_ARGS", "cannot be split"),
     "demo_fabrication_with_model_dir": ("FABRICATE_DEMO_MODELS=kimi\n", "MODEL_DIR", "FABRICATE_DEMO_MODELS=kimi"),
     "demo_choice_was_a_bool": ("FABRICATE_DEMO_MODELS=true\n", "FABRICATE_DEMO_MODELS", "none, kimi, kimi-int4, qwen3"),
-    "cpu_dflash_prompt_longer_than_batch_budget": ("DEVICE=cpu\nMOE_BACKEND=auto\nTENSOR_PARALLEL_SIZE=1\nBLOCK_SIZE=32\n"
-                                                   "MAX_MODEL_LEN=4096\nMAX_NUM_BATCHED_TOKENS=2048\n",
-                                                   "MAX_NUM_BATCHED_TOKENS", "never scheduled"),
-    "cpu_mla_demo_block_size_32": ("DEVICE=cpu\nMOE_BACKEND=auto\nTENSOR_PARALLEL_SIZE=1\nBLOCK_SIZE=32\n"
-                                   "FABRICATE_DEMO_MODELS=kimi\n", "BLOCK_SIZE", "blocks of 16"),
-    "cpu_gqa_demo_block_size_16": ("DEVICE=cpu\nMOE_BACKEND=auto\nTENSOR_PARALLEL_SIZE=1\nBLOCK_SIZE=16\n"
-                                   "FABRICATE_DEMO_MODELS=qwen3\n", "BLOCK_SIZE", "multiple of 32"),
+    "cpu_dflash_prompt_longer_than_batch_budget": (
+        "DEVICE=cpu\nMOE_BACKEND=auto\nTENSOR_PARALLEL_SIZE=1\nBLOCK_SIZE=32\n"
+        "MAX_MODEL_LEN=4096\nMAX_NUM_BATCHED_TOKENS=2048\n",
+        "MAX_NUM_BATCHED_TOKENS",
+        "never scheduled",
+    ),
+    "cpu_mla_demo_block_size_32": (
+        "DEVICE=cpu\nMOE_BACKEND=auto\nTENSOR_PARALLEL_SIZE=1\nBLOCK_SIZE=32\nFABRICATE_DEMO_MODELS=kimi\n",
+        "BLOCK_SIZE",
+        "blocks of 16",
+    ),
+    "cpu_gqa_demo_block_size_16": (
+        "DEVICE=cpu\nMOE_BACKEND=auto\nTENSOR_PARALLEL_SIZE=1\nBLOCK_SIZE=16\nFABRICATE_DEMO_MODELS=qwen3\n",
+        "BLOCK_SIZE",
+        "multiple of 32",
+    ),
 }
 
 
@@ -215,8 +262,12 @@ def test_spec_tokens_above_drafter_block_size(tmp_path: Path) -> None:
     drafter.mkdir()
     (drafter / "config.json").write_text('{"block_size": 8, "dflash_config": {"mask_token_id": 5}}')
     (tmp_path / "target").mkdir()
-    config = load_config(write(tmp_path, f"DEVICE=rocm\nMODEL_DIR={tmp_path}/target\nDRAFT_MODEL_DIR={drafter}\n"
-                                         "NUM_SPECULATIVE_TOKENS=9\n"), environ={})
+    config = load_config(
+        write(
+            tmp_path, f"DEVICE=rocm\nMODEL_DIR={tmp_path}/target\nDRAFT_MODEL_DIR={drafter}\nNUM_SPECULATIVE_TOKENS=9\n"
+        ),
+        environ={},
+    )
     problems = check_paths(config)
     assert [p.key for p in problems] == ["NUM_SPECULATIVE_TOKENS"]
     assert "block size (8)" in problems[0].message
@@ -227,8 +278,12 @@ def test_spec_tokens_equal_to_block_size_only_warns(tmp_path: Path) -> None:
     drafter.mkdir()
     (drafter / "config.json").write_text('{"block_size": 8}')
     (tmp_path / "target").mkdir()
-    config = load_config(write(tmp_path, f"DEVICE=rocm\nMODEL_DIR={tmp_path}/target\nDRAFT_MODEL_DIR={drafter}\n"
-                                         "NUM_SPECULATIVE_TOKENS=8\n"), environ={})
+    config = load_config(
+        write(
+            tmp_path, f"DEVICE=rocm\nMODEL_DIR={tmp_path}/target\nDRAFT_MODEL_DIR={drafter}\nNUM_SPECULATIVE_TOKENS=8\n"
+        ),
+        environ={},
+    )
     problems = check_paths(config)
     assert [(p.key, p.severity) for p in problems] == [("NUM_SPECULATIVE_TOKENS", "warning")]
     assert "at most 7" in problems[0].fix
@@ -254,6 +309,7 @@ def test_drafter_architecture_config_matches_the_recipe() -> None:
 
 
 # ------------------------------------------------------------------ through serve.sh
+
 
 def test_serve_rejects_bad_config_with_exit_2_and_no_traceback(tmp_path: Path) -> None:
     bad = write(tmp_path, BASE + "BLOCK_SIZE=20\nMAX_NUM_SEQ=3\n")

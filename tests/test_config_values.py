@@ -19,7 +19,8 @@ def test_values_module_is_generated_from_the_schema() -> None:
     committed = generate_values.module_path().read_text(encoding="utf-8")
     assert committed == generate_values.render(), (
         "config/values.py is out of step with config/schema.py; run "
-        "`python -m kimi_dflash.config.generate_values --write`")
+        "`python -m kimi_dflash.config.generate_values --write`"
+    )
 
 
 def test_one_attribute_per_key_in_schema_order() -> None:
@@ -40,4 +41,5 @@ def test_every_shipped_config_fits_the_typed_view() -> None:
             else:
                 scalar = {"str": str, "int": int, "float": float, "bool": bool, "path": Path}[key.type]
                 assert isinstance(value, scalar) and (key.type == "bool" or not isinstance(value, bool)), (
-                    f"{path.name}: {key.name}={value!r} is not a {key.type}")
+                    f"{path.name}: {key.name}={value!r} is not a {key.type}"
+                )

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from kimi_dflash.image.build import version_from_tag
-
 from repo_paths import REPO_ROOT
 
 DOCKERFILE = REPO_ROOT / "Dockerfile.kimi26-dflash"
@@ -27,12 +26,19 @@ def hadolint() -> str:
 
 
 def build(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(BUILD), *args], env={**os.environ, "KIMI_PYTHON": sys.executable},
-                          capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(
+        [str(BUILD), *args],
+        env={**os.environ, "KIMI_PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
-@pytest.mark.parametrize("path", [DOCKERFILE, REPO_ROOT / "deploy" / "cpu-demo-base" / "Containerfile"],
-                         ids=lambda path: path.name)
+@pytest.mark.parametrize(
+    "path", [DOCKERFILE, REPO_ROOT / "deploy" / "cpu-demo-base" / "Containerfile"], ids=lambda path: path.name
+)
 def test_dockerfiles_are_hadolint_clean(path: Path) -> None:
     result = subprocess.run([hadolint(), str(path)], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -63,8 +69,13 @@ def test_build_script_help_and_command() -> None:
 def test_build_time_patch_step_accepts_the_shipped_configs() -> None:
     # The build's patch step against this machine's vLLM (0.32: every patch retired, nothing to write).
     configs = [str(REPO_ROOT / "configs" / name) for name in ("production.env", "demo-cpu.env")]
-    result = subprocess.run([sys.executable, "-m", "kimi_dflash.launch.image_patches", *configs],
-                            capture_output=True, text=True, timeout=300, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "kimi_dflash.launch.image_patches", *configs],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     if "vLLM tree" not in result.stderr:
         pytest.skip("no vLLM installed here")
     assert result.returncode == 0, result.stderr
@@ -79,16 +90,30 @@ def readme_docker_run() -> str:
 
 def test_readme_docker_run_line_names_every_device_group_and_volume() -> None:
     line = readme_docker_run()
-    for needed in ("--device /dev/kfd", "--device /dev/dri", "getent group video", "getent group render",
-                   "--security-opt seccomp=unconfined", "--ipc=host", "-v /models:/models:ro", ":/configs/",
-                   "-p 127.0.0.1:8262:8262", "kimi26-dflash:0.1.0-vllm0.32.0 /configs/kimi.env"):
+    for needed in (
+        "--device /dev/kfd",
+        "--device /dev/dri",
+        "getent group video",
+        "getent group render",
+        "--security-opt seccomp=unconfined",
+        "--ipc=host",
+        "-v /models:/models:ro",
+        ":/configs/",
+        "-p 127.0.0.1:8262:8262",
+        "kimi26-dflash:0.1.0-vllm0.32.0 /configs/kimi.env",
+    ):
         assert needed in line, needed
 
 
 def test_entry_point_takes_a_config_argument(tmp_path: Path) -> None:
     config = REPO_ROOT / "configs" / "demo-cpu.env"
-    result = subprocess.run([str(REPO_ROOT / "launchers" / "kimi26-vllm-dflash.sh"), str(config), "--dry-run"],
-                            env={**os.environ, "KIMI_PYTHON": sys.executable}, capture_output=True, text=True,
-                            timeout=120, check=False)
+    result = subprocess.run(
+        [str(REPO_ROOT / "launchers" / "kimi26-vllm-dflash.sh"), str(config), "--dry-run"],
+        env={**os.environ, "KIMI_PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     assert "--served-model-name kimi-k26-dflash-demo" in result.stdout

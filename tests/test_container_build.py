@@ -19,13 +19,17 @@ import urllib.request
 
 import pytest
 
+from conftest import free_port
 from repo_paths import REPO_ROOT
 
-from conftest import free_port
-
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(
-    os.environ.get("KIMI_DFLASH_CONTAINER_TESTS") != "1" or not (shutil.which("podman") and shutil.which("buildah")),
-    reason="opt-in: KIMI_DFLASH_CONTAINER_TESTS=1 with podman and buildah (builds for minutes)")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        os.environ.get("KIMI_DFLASH_CONTAINER_TESTS") != "1"
+        or not (shutil.which("podman") and shutil.which("buildah")),
+        reason="opt-in: KIMI_DFLASH_CONTAINER_TESTS=1 with podman and buildah (builds for minutes)",
+    ),
+]
 
 BASE = "localhost/kimi-dflash-cpu-base:0.32.0"
 IMAGE = "localhost/kimi26-dflash:0.1.0-vllm0.32.0-cpu-demo"
@@ -41,9 +45,24 @@ def test_cpu_demo_image_builds_and_serves(tmp_path) -> None:  # type: ignore[no-
         made = run([str(REPO_ROOT / "deploy" / "cpu-demo-base" / "make-base.sh"), "podman"], 3600)
         assert made.returncode == 0, made.stderr[-3000:]
     cert = "/etc/ssl/certs/ca-certificates.crt"
-    built = run([str(REPO_ROOT / "build-kimi26-dflash.sh"), "--target", "cpu-demo", "--engine", "podman",
-                 "--vllm-image", BASE.rsplit(":", 1)[0], "--vllm-tag", "0.32.0", "--allow-unpinned", *CHROOT_BUILD,
-                 f"--engine-arg=--volume={cert}:{cert}:ro"], 3600, env={**os.environ, "KIMI_PYTHON": sys.executable})
+    built = run(
+        [
+            str(REPO_ROOT / "build-kimi26-dflash.sh"),
+            "--target",
+            "cpu-demo",
+            "--engine",
+            "podman",
+            "--vllm-image",
+            BASE.rsplit(":", 1)[0],
+            "--vllm-tag",
+            "0.32.0",
+            "--allow-unpinned",
+            *CHROOT_BUILD,
+            f"--engine-arg=--volume={cert}:{cert}:ro",
+        ],
+        3600,
+        env={**os.environ, "KIMI_PYTHON": sys.executable},
+    )
     assert built.returncode == 0, built.stderr[-3000:]
     inspect = json.loads(run(["podman", "image", "inspect", IMAGE], 60).stdout)[0]
     assert inspect["Config"]["User"] == "2000:2000"
@@ -52,9 +71,22 @@ def test_cpu_demo_image_builds_and_serves(tmp_path) -> None:  # type: ignore[no-
     port = free_port()
     container = run(["buildah", "from", IMAGE], 300).stdout.strip()
     log = (tmp_path / "container.log").open("w")
-    server = subprocess.Popen(["buildah", "run", "--isolation", "chroot", "--env", f"PORT={port}", container, "--",
-                               "/opt/kimi-k26-dflash/launchers/kimi26-vllm-dflash.sh"], stdout=log,
-                              stderr=subprocess.STDOUT, start_new_session=True)
+    server = subprocess.Popen(
+        [
+            "buildah",
+            "run",
+            "--isolation",
+            "chroot",
+            "--env",
+            f"PORT={port}",
+            container,
+            "--",
+            "/opt/kimi-k26-dflash/launchers/kimi26-vllm-dflash.sh",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 900
         while time.monotonic() < deadline:
@@ -64,10 +96,17 @@ def test_cpu_demo_image_builds_and_serves(tmp_path) -> None:  # type: ignore[no-
             except OSError:
                 time.sleep(2)
             assert server.poll() is None, (tmp_path / "container.log").read_text()[-3000:]
-        body = json.dumps({"model": "kimi-k26-dflash-demo", "messages": [{"role": "user", "content": "Hello"}],
-                           "max_tokens": 16, "temperature": 0}).encode()
-        request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=body,
-                                         headers={"Content-Type": "application/json"})
+        body = json.dumps(
+            {
+                "model": "kimi-k26-dflash-demo",
+                "messages": [{"role": "user", "content": "Hello"}],
+                "max_tokens": 16,
+                "temperature": 0,
+            }
+        ).encode()
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+        )
         reply = json.loads(urllib.request.urlopen(request, timeout=300).read())
         assert reply["usage"]["completion_tokens"] == 16
     finally:

@@ -53,8 +53,17 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
 @pytest.fixture(scope="module")
 def reports(demo: Demo) -> dict[str, AgreementReport]:
     models = demo.models
-    return {prompt: measure_agreement(models.target_dir, models.drafter_dir, chat_prompt_ids(models.target_dir, prompt),
-                                      NEW_TOKENS, SLOTS, model=demo.target) for prompt in PROMPTS}
+    return {
+        prompt: measure_agreement(
+            models.target_dir,
+            models.drafter_dir,
+            chat_prompt_ids(models.target_dir, prompt),
+            NEW_TOKENS,
+            SLOTS,
+            model=demo.target,
+        )
+        for prompt in PROMPTS
+    }
 
 
 def test_transformers_loads_every_target_weight(demo: Demo) -> None:
@@ -70,8 +79,12 @@ def test_chat_template_renders_roles_and_rejects_unknown_ones(demo: Demo) -> Non
 
     models = demo.models
     tokenizer = AutoTokenizer.from_pretrained(str(models.target_dir))
-    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
-                {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "More"}]
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello"},
+        {"role": "user", "content": "More"},
+    ]
     text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     assert text == "<|system|>Be brief.<|user|>Hi<|assistant|>Hello<|endoftext|><|user|>More<|assistant|>"
     with pytest.raises(Exception, match="not tool"):

@@ -75,8 +75,13 @@ def test_two_builds_in_different_places_are_byte_identical(built: DemoModels, tm
 def test_build_in_a_fresh_process_is_byte_identical(built: DemoModels, tmp_path: Path) -> None:
     # A new interpreter gets new hash seeds (Python and the Rust tokenizer): output must not depend on them.
     script = REPO_ROOT / "payload" / "fabricate_demo_models.py"
-    result = subprocess.run([sys.executable, str(script), "--model", "qwen3", "--root", str(tmp_path)], check=False,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, str(script), "--model", "qwen3", "--root", str(tmp_path)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert str(tmp_path / BUNDLE / "target") in result.stdout
     assert tree(tmp_path / BUNDLE) == tree(built.root / BUNDLE)
@@ -93,8 +98,13 @@ def test_manifest_covers_every_file_with_its_sha256(built: DemoModels) -> None:
     for name, digest in listed.items():
         assert hashlib.sha256(files[name]).hexdigest() == digest
     expected = {
-        "target/config.json", "target/generation_config.json", "target/model.safetensors", "target/tokenizer.json",
-        "target/tokenizer_config.json", "target/special_tokens_map.json", "drafter/config.json",
+        "target/config.json",
+        "target/generation_config.json",
+        "target/model.safetensors",
+        "target/tokenizer.json",
+        "target/tokenizer_config.json",
+        "target/special_tokens_map.json",
+        "drafter/config.json",
         "drafter/model.safetensors",
     }
     assert set(listed) == expected
@@ -108,10 +118,17 @@ def test_cached_copy_is_reused_without_rewriting(built: DemoModels) -> None:
     assert {p: p.stat().st_mtime_ns for p in before} == before
 
 
-@pytest.mark.parametrize("damage", ["delete drafter weights", "truncate target weights", "flip a tokenizer byte",
-                                    "delete manifest", "garble manifest"])
-def test_partial_or_corrupt_copy_is_rebuilt(built: DemoModels, private_copy: Path,
-                                            damage: str) -> None:
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "delete drafter weights",
+        "truncate target weights",
+        "flip a tokenizer byte",
+        "delete manifest",
+        "garble manifest",
+    ],
+)
+def test_partial_or_corrupt_copy_is_rebuilt(built: DemoModels, private_copy: Path, damage: str) -> None:
     live = private_copy / BUNDLE
     if damage == "delete drafter weights":
         (live / "drafter" / "model.safetensors").unlink()
@@ -149,8 +166,9 @@ def test_force_rebuilds_a_valid_copy(private_copy: Path) -> None:
     assert not [p.name for p in private_copy.iterdir() if p.name.startswith((".building-", ".retired-"))]
 
 
-def test_failed_build_leaves_nothing_half_written(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                                  private_copy: Path) -> None:
+def test_failed_build_leaves_nothing_half_written(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, private_copy: Path
+) -> None:
     real_write_tree = bundle_module.write_tree
 
     def write_half_then_fail(directory: Path, files: dict[str, bytes]) -> None:
@@ -245,19 +263,21 @@ def test_weight_names_and_shapes_follow_the_dflash_layout(built: DemoModels) -> 
     }
     for i in range(drafter["num_hidden_layers"]):
         p = f"layers.{i}"
-        expected.update({
-            f"{p}.input_layernorm.weight": (hidden,),
-            f"{p}.post_attention_layernorm.weight": (hidden,),
-            f"{p}.self_attn.q_proj.weight": (heads * head_dim, hidden),
-            f"{p}.self_attn.k_proj.weight": (kv_heads * head_dim, hidden),
-            f"{p}.self_attn.v_proj.weight": (kv_heads * head_dim, hidden),
-            f"{p}.self_attn.o_proj.weight": (hidden, heads * head_dim),
-            f"{p}.self_attn.q_norm.weight": (head_dim,),
-            f"{p}.self_attn.k_norm.weight": (head_dim,),
-            f"{p}.mlp.gate_proj.weight": (inter, hidden),
-            f"{p}.mlp.up_proj.weight": (inter, hidden),
-            f"{p}.mlp.down_proj.weight": (hidden, inter),
-        })
+        expected.update(
+            {
+                f"{p}.input_layernorm.weight": (hidden,),
+                f"{p}.post_attention_layernorm.weight": (hidden,),
+                f"{p}.self_attn.q_proj.weight": (heads * head_dim, hidden),
+                f"{p}.self_attn.k_proj.weight": (kv_heads * head_dim, hidden),
+                f"{p}.self_attn.v_proj.weight": (kv_heads * head_dim, hidden),
+                f"{p}.self_attn.o_proj.weight": (hidden, heads * head_dim),
+                f"{p}.self_attn.q_norm.weight": (head_dim,),
+                f"{p}.self_attn.k_norm.weight": (head_dim,),
+                f"{p}.mlp.gate_proj.weight": (inter, hidden),
+                f"{p}.mlp.up_proj.weight": (inter, hidden),
+                f"{p}.mlp.down_proj.weight": (hidden, inter),
+            }
+        )
     assert shapes == expected  # in particular: no embed_tokens and no lm_head (shared with the target)
 
     target_shapes = safetensor_shapes(built.target_dir / "model.safetensors")
@@ -267,37 +287,53 @@ def test_weight_names_and_shapes_follow_the_dflash_layout(built: DemoModels) -> 
 
 
 def test_speculative_config_helper_checks_its_range(built: DemoModels) -> None:
-    assert built.speculative_config(3) == {"method": "dflash", "model": str(built.drafter_dir),
-                                           "num_speculative_tokens": 3}
+    assert built.speculative_config(3) == {
+        "method": "dflash",
+        "model": str(built.drafter_dir),
+        "num_speculative_tokens": 3,
+    }
     assert built.speculative_config()["num_speculative_tokens"] == built.recommended_num_speculative_tokens
     with pytest.raises(ValueError, match="proposes 1 to 15"):
         built.speculative_config(16)
 
 
 def test_cli_prints_paths_and_json(built: DemoModels) -> None:
-    result = subprocess.run([sys.executable, "-m", "kimi_dflash.demo", "--model", "qwen3", "--root", str(built.root), "--json"],
-                            check=False, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "kimi_dflash.demo", "--model", "qwen3", "--root", str(built.root), "--json"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["built"] is False and report["target_dir"] == str(built.target_dir)
     assert report["summary"]["mask_token_id"] == 4
-    help_text = subprocess.run([sys.executable, "-m", "kimi_dflash.demo", "--help"], check=False,
-                               capture_output=True, text=True, timeout=60).stdout
+    help_text = subprocess.run(
+        [sys.executable, "-m", "kimi_dflash.demo", "--help"], check=False, capture_output=True, text=True, timeout=60
+    ).stdout
     assert "--force" in help_text and "deterministically" in help_text
 
 
 def test_cli_reports_an_unwritable_root_without_a_traceback(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    result = subprocess.run([sys.executable, "-m", "kimi_dflash.demo", "--model", "qwen3", "--root", str(blocker / "demo")],
-                            check=False, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "kimi_dflash.demo", "--model", "qwen3", "--root", str(blocker / "demo")],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 1
     assert "cannot write the demo models" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_package_import_stays_light() -> None:
-    code = ("import sys, kimi_dflash.demo; heavy = {'numpy', 'torch', 'tokenizers', 'safetensors', 'transformers'}; "
-            "print(sorted(heavy & set(sys.modules)))")
+    code = (
+        "import sys, kimi_dflash.demo; heavy = {'numpy', 'torch', 'tokenizers', 'safetensors', 'transformers'}; "
+        "print(sorted(heavy & set(sys.modules)))"
+    )
     result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60)
     assert result.stdout.strip() == "[]", result.stdout + result.stderr
 

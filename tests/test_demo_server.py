@@ -28,8 +28,7 @@ PROMPTS = [
 
 
 def post(url: str, body: dict[str, object], timeout: float = 300) -> dict:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=timeout) as response:
         return json.loads(response.read())
 
@@ -40,9 +39,16 @@ def get(url: str) -> str:
 
 
 def chat(server, prompt: str, max_tokens: int = 48) -> dict:  # type: ignore[no-untyped-def]
-    return post(f"{server.base_url}/v1/chat/completions", {
-        "model": server.model, "messages": [{"role": "user", "content": prompt}],
-        "max_tokens": max_tokens, "temperature": 0, "return_token_ids": True})
+    return post(
+        f"{server.base_url}/v1/chat/completions",
+        {
+            "model": server.model,
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "return_token_ids": True,
+        },
+    )
 
 
 def counter(metrics: str, name: str, **labels: str) -> float:
@@ -82,17 +88,25 @@ def test_chat_completion(demo_server) -> None:  # type: ignore[no-untyped-def]
 def test_streaming_chat_completion(demo_server) -> None:  # type: ignore[no-untyped-def]
     request = urllib.request.Request(
         f"{demo_server.base_url}/v1/chat/completions",
-        data=json.dumps({"model": demo_server.model, "messages": [{"role": "user", "content": PROMPTS[1]}],
-                         "max_tokens": 32, "temperature": 0, "stream": True,
-                         "stream_options": {"include_usage": True}}).encode(),
-        headers={"Content-Type": "application/json"})
+        data=json.dumps(
+            {
+                "model": demo_server.model,
+                "messages": [{"role": "user", "content": PROMPTS[1]}],
+                "max_tokens": 32,
+                "temperature": 0,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            }
+        ).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     pieces, usage, done = [], None, False
     with urllib.request.urlopen(request, timeout=300) as response:
         for raw in response:
             line = raw.decode().strip()
             if not line.startswith("data: "):
                 continue
-            payload = line[len("data: "):]
+            payload = line[len("data: ") :]
             if payload == "[DONE]":
                 done = True
                 break
@@ -151,10 +165,19 @@ def test_vllm_computes_what_transformers_computes(baseline_demo_server) -> None:
     model = load_kimi_text_model(served_model_dir(baseline_demo_server))
     worst = 0.0
     for prompt in PROMPTS[:3]:
-        reply = post(f"{baseline_demo_server.base_url}/v1/chat/completions", {
-            "model": baseline_demo_server.model, "messages": [{"role": "user", "content": prompt}],
-            "max_tokens": 6, "temperature": 0, "logprobs": True, "top_logprobs": 5, "return_token_ids": True,
-            "return_tokens_as_token_ids": True})
+        reply = post(
+            f"{baseline_demo_server.base_url}/v1/chat/completions",
+            {
+                "model": baseline_demo_server.model,
+                "messages": [{"role": "user", "content": prompt}],
+                "max_tokens": 6,
+                "temperature": 0,
+                "logprobs": True,
+                "top_logprobs": 5,
+                "return_token_ids": True,
+                "return_tokens_as_token_ids": True,
+            },
+        )
         prompt_ids, generated = reply["prompt_token_ids"], reply["choices"][0]["token_ids"]
         with torch.no_grad():
             logprobs = torch.log_softmax(model(torch.tensor([prompt_ids + generated])).logits[0].double(), dim=-1)

@@ -20,8 +20,13 @@ pytestmark = pytest.mark.slow
 
 def run_check(*args: str) -> subprocess.CompletedProcess[str]:
     pytest.importorskip("vllm")
-    return subprocess.run([sys.executable, "-m", "kimi_dflash.demo.vllm_check", *args], check=False,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "kimi_dflash.demo.vllm_check", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_vllm_loads_every_demo_weight_where_it_belongs(tmp_path: Path) -> None:

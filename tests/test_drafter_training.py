@@ -26,9 +26,18 @@ REPO = Path(__file__).resolve().parents[1]
 DRAFT_CONFIG = REPO / "configs" / "kimi-k2.6-dflash-draft.json"
 
 TINY = {
-    "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "num_hidden_layers": 1, "hidden_size": 32,
-    "intermediate_size": 64, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 16,
-    "rms_norm_eps": 1e-6, "vocab_size": 50, "rope_theta": 10000.0, "block_size": 4,
+    "architectures": ["DFlashDraftModel"],
+    "model_type": "qwen3",
+    "num_hidden_layers": 1,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 1,
+    "head_dim": 16,
+    "rms_norm_eps": 1e-6,
+    "vocab_size": 50,
+    "rope_theta": 10000.0,
+    "block_size": 4,
     "dflash_config": {"mask_token_id": 49, "target_layer_ids": [0, 1]},
 }
 
@@ -41,8 +50,9 @@ def tiny_features(directory: Path, count: int = 4, length: int = 24) -> list[Pat
         mask = torch.zeros(length, dtype=torch.long)
         mask[6:] = 1
         path = directory / f"s{index}.ckpt"
-        torch.save({"input_ids": ids, "loss_mask": mask,
-                    "hidden_states": torch.randn(length, 64, generator=generator)}, path)
+        torch.save(
+            {"input_ids": ids, "loss_mask": mask, "hidden_states": torch.randn(length, 64, generator=generator)}, path
+        )
         files.append(path)
     return files
 
@@ -68,8 +78,9 @@ def test_architecture_errors_name_the_key() -> None:
     with pytest.raises(ArchitectureError, match="mask_token_id 99 is outside the vocabulary"):
         check_architecture(DrafterArchitecture("x.json", bad))
     with pytest.raises(ArchitectureError, match="target_layer_ids must be distinct"):
-        check_architecture(DrafterArchitecture("x.json", {**TINY, "dflash_config": {"mask_token_id": 1,
-                                                                                  "target_layer_ids": [2, 1]}}))
+        check_architecture(
+            DrafterArchitecture("x.json", {**TINY, "dflash_config": {"mask_token_id": 1, "target_layer_ids": [2, 1]}})
+        )
 
 
 def test_trainable_forward_equals_the_vllm_transcription_on_the_demo_drafter() -> None:
@@ -111,8 +122,13 @@ def test_interrupted_training_resumes_to_the_same_weights(tmp_path: Path) -> Non
     train(straight, files, tmp_path / "straight", settings, say=lambda _: None)
 
     first = tiny_model()
-    summary = train(first, files, tmp_path / "resumed", TrainSettings(**{**settings.__dict__, "stop_after_steps": 3}),
-                    say=lambda _: None)
+    summary = train(
+        first,
+        files,
+        tmp_path / "resumed",
+        TrainSettings(**{**settings.__dict__, "stop_after_steps": 3}),
+        say=lambda _: None,
+    )
     assert summary["steps"] == 3 and not summary["complete"]
     messages: list[str] = []
     resumed = tiny_model()  # a fresh process would start from new random weights too
@@ -129,8 +145,13 @@ def test_training_refuses_another_runs_checkpoint(tmp_path: Path) -> None:
     settings = TrainSettings(epochs=1, learning_rate=1e-2, anchors_per_sequence=4, log_every=2)
     train(tiny_model(), files, tmp_path / "run", settings, say=lambda _: None)
     with pytest.raises(ValueError, match="belongs to another run"):
-        train(tiny_model(), files, tmp_path / "run", TrainSettings(**{**settings.__dict__, "epochs": 3}),
-              say=lambda _: None)
+        train(
+            tiny_model(),
+            files,
+            tmp_path / "run",
+            TrainSettings(**{**settings.__dict__, "epochs": 3}),
+            say=lambda _: None,
+        )
 
 
 def test_export_writes_the_vllm_layout(tmp_path: Path) -> None:
@@ -153,8 +174,9 @@ def test_specforge_config_matches_the_drafter(tmp_path: Path) -> None:
     from kimi_dflash.drafter_training.specforge_config import RunSettings, run_config
 
     arch = load_architecture(DRAFT_CONFIG)
-    config = run_config(arch, RunSettings("/models/Kimi-K2.6", tmp_path / "d.json", tmp_path / "t.jsonl",
-                                          tmp_path / "out", gpus=8))
+    config = run_config(
+        arch, RunSettings("/models/Kimi-K2.6", tmp_path / "d.json", tmp_path / "t.jsonl", tmp_path / "out", gpus=8)
+    )
     assert config["training"] | {"strategy": "dflash", "num_epochs": 6, "learning_rate": 6e-4} == config["training"]
     assert config["data"]["max_length"] == 3072
     assert config["model"]["mask_token_id"] == 163838 and config["model"]["draft_block_size"] == 8
@@ -176,8 +198,9 @@ def test_generated_config_speaks_specforge_0_2_0s_schema(tmp_path: Path) -> None
 
     schema = read_schema(download_wheel("0.2.0", dist="specforge"))
     assert schema.version == "0.2.0" and "dflash" in schema.algorithms
-    config = run_config(load_architecture(DRAFT_CONFIG), RunSettings("/m", tmp_path / "d", tmp_path / "t",
-                                                                     tmp_path / "o", gpus=8))
+    config = run_config(
+        load_architecture(DRAFT_CONFIG), RunSettings("/m", tmp_path / "d", tmp_path / "t", tmp_path / "o", gpus=8)
+    )
     assert schema.problems(config) == []
     config["training"]["lr"] = 1.0
     config["training"]["strategy"] = "medusa"
@@ -187,8 +210,9 @@ def test_generated_config_speaks_specforge_0_2_0s_schema(tmp_path: Path) -> None
 
 def run_script(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "KIMI_PYTHON": os.environ.get("KIMI_PYTHON", str(Path(os.sys.executable)))}
-    return subprocess.run([str(REPO / "train-drafter.sh"), *args], capture_output=True, text=True, env=env,
-                          check=False, timeout=120)
+    return subprocess.run(
+        [str(REPO / "train-drafter.sh"), *args], capture_output=True, text=True, env=env, check=False, timeout=120
+    )
 
 
 def test_help_teaches_the_phases() -> None:
@@ -204,7 +228,8 @@ def test_dry_run_prints_every_step_and_the_specforge_command(tmp_path: Path) -> 
     assert f"specforge train --config {tmp_path}/specforge/run-config.json" in done.stdout
     assert "pip install specforge==0.2.0" in done.stdout and "in:" in done.stdout and "out:" in done.stdout
     assert [line.split(":")[0].split("] ")[1] for line in done.stdout.splitlines() if line.startswith("[")] == [
-        "setup"] * 4 + ["regen"] * 2 + ["train"] * 3 + ["export"] * 2
+        "setup"
+    ] * 4 + ["regen"] * 2 + ["train"] * 3 + ["export"] * 2
     assert not any(tmp_path.iterdir())  # nothing ran
     done = run_script("--dry-run", "--demo", "--phase", "train", "--work-dir", str(tmp_path))
     assert done.stdout.count("] train:") == 4 and "setup:" not in done.stdout
@@ -220,8 +245,15 @@ def test_regen_resumes_retries_and_counts_failures(demo_server, tmp_path: Path) 
 
     prompts = demo_prompts()[:6]
     too_long = Prompt("too-long", ({"role": "user", "content": "harbor " * 6000},))
-    settings = RegenSettings(base_url=demo_server.base_url, model=demo_server.model, max_tokens=8, concurrency=2,
-                             chunk_size=1, retries=1, backoff_s=0.1)
+    settings = RegenSettings(
+        base_url=demo_server.base_url,
+        model=demo_server.model,
+        max_tokens=8,
+        concurrency=2,
+        chunk_size=1,
+        retries=1,
+        backoff_s=0.1,
+    )
     out = tmp_path / "regen"
 
     async def interrupted() -> None:
@@ -258,8 +290,18 @@ def test_checks_name_the_problem_and_the_fix(tmp_path: Path) -> None:
 def test_regen_records_become_specforge_conversations() -> None:
     from kimi_dflash.drafter_training.specforge_config import training_record
 
-    record = {"id": "a", "conversations": [{"role": "user", "content": "Hi"},
-                                           {"role": "assistant", "content": "Yes.", "reasoning_content": "Think."}]}
-    assert training_record(record) == {"id": "a", "conversations": [
-        {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "<think>Think.</think>Yes."}]}
+    record = {
+        "id": "a",
+        "conversations": [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Yes.", "reasoning_content": "Think."},
+        ],
+    }
+    assert training_record(record) == {
+        "id": "a",
+        "conversations": [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "<think>Think.</think>Yes."},
+        ],
+    }
     assert training_record({"id": "b", "conversations": [{"role": "user", "content": "Hi"}]}) is None

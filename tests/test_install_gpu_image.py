@@ -20,9 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from repo_paths import REPO_ROOT
-
 from checkout_helpers import fresh_checkout  # noqa: E402  (tests helper)
+from repo_paths import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -48,8 +47,10 @@ def run(python: Path, *args: str, **kwargs) -> subprocess.CompletedProcess[str]:
 
 
 def versions(python: Path) -> dict[str, str]:
-    code = ("import importlib.metadata, json; "
-            "print(json.dumps({name: importlib.metadata.version(name) for name in ('vllm', 'torch')}))")
+    code = (
+        "import importlib.metadata, json; "
+        "print(json.dumps({name: importlib.metadata.version(name) for name in ('vllm', 'torch')}))"
+    )
     return json.loads(run(python, "-c", code, check=True).stdout)
 
 
@@ -58,8 +59,9 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("gpu-image")
     venv.EnvBuilder(with_pip=True).create(root)
     python = root / "bin" / "python"
-    site = Path(run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])",
-                    check=True).stdout.strip())
+    site = Path(
+        run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", check=True).stdout.strip()
+    )
     fake_distribution(site, "vllm", FAKE_VLLM)
     fake_distribution(site, "torch", FAKE_TORCH)
     assert versions(python) == {"vllm": FAKE_VLLM, "torch": FAKE_TORCH}
@@ -81,13 +83,20 @@ def test_the_documented_install_keeps_vllm_and_torch_and_registers_the_plugin(im
     assert "launchers/install-into-image.sh" in readme  # the command README documents is the one tested here
     checkout = fresh_checkout(tmp_path / "clone")  # the editable install writes src/*.egg-info into the checkout
     env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV"}}
-    done = subprocess.run([str(checkout / "launchers" / "install-into-image.sh")], capture_output=True, text=True,
-                          env={**env, "KIMI_PYTHON": str(image)}, timeout=900)
+    done = subprocess.run(
+        [str(checkout / "launchers" / "install-into-image.sh")],
+        capture_output=True,
+        text=True,
+        env={**env, "KIMI_PYTHON": str(image)},
+        timeout=900,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "unchanged (vLLM and torch included)" in done.stderr
     assert versions(image) == {"vllm": FAKE_VLLM, "torch": FAKE_TORCH}
-    code = ("import importlib.metadata; print([entry.value for entry in importlib.metadata.entry_points("
-            "group='vllm.general_plugins') if entry.name == 'kimi_dflash'])")
+    code = (
+        "import importlib.metadata; print([entry.value for entry in importlib.metadata.entry_points("
+        "group='vllm.general_plugins') if entry.name == 'kimi_dflash'])"
+    )
     assert run(image, "-c", code, check=True).stdout.strip() == "['kimi_dflash.vllm_plugin:register']"
 
 

@@ -56,8 +56,17 @@ def kimi(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kimi]:
 @pytest.fixture(scope="module")
 def reports(kimi: Kimi) -> dict[str, AgreementReport]:
     models = kimi.models
-    return {prompt: measure_agreement(models.target_dir, models.drafter_dir, chat_prompt_ids(models.target_dir, prompt),
-                                      NEW_TOKENS, SLOTS, model=kimi.target) for prompt in PROMPTS}
+    return {
+        prompt: measure_agreement(
+            models.target_dir,
+            models.drafter_dir,
+            chat_prompt_ids(models.target_dir, prompt),
+            NEW_TOKENS,
+            SLOTS,
+            model=kimi.target,
+        )
+        for prompt in PROMPTS
+    }
 
 
 def walk_share(walk: Walk, tokens: list[int]) -> float:
@@ -65,7 +74,7 @@ def walk_share(walk: Walk, tokens: list[int]) -> float:
 
 
 def generate(model: Any, prompt_ids: list[int], new_tokens: int = 24) -> list[int]:
-    return greedy_generate(model, prompt_ids, new_tokens)[len(prompt_ids):]
+    return greedy_generate(model, prompt_ids, new_tokens)[len(prompt_ids) :]
 
 
 def test_greedy_output_walks_the_cycle_with_a_wide_margin(kimi: Kimi, reports: dict[str, AgreementReport]) -> None:
@@ -95,6 +104,7 @@ def ablated(kimi: Kimi, edit: Any) -> Any:
 
 def test_mla_attention_carries_the_code(kimi: Kimi) -> None:
     """Without head 0's value path (the latent -> v rows of kv_b_proj) nothing reaches F, and the walk breaks."""
+
     def cut(state: dict) -> None:
         for index in range(layout.TARGET_LAYERS):
             rows = slice(layout.QK_NOPE_HEAD_DIM, layout.QK_NOPE_HEAD_DIM + layout.V_HEAD_DIM)
@@ -106,6 +116,7 @@ def test_mla_attention_carries_the_code(kimi: Kimi) -> None:
 
 def test_moe_experts_carry_the_code(kimi: Kimi) -> None:
     """lm_head reads only G, which only the experts write: silence their copy and the walk breaks."""
+
     def cut(state: dict) -> None:
         for name, value in state.items():
             if ".mlp.experts.down_proj" in name or ".mlp.shared_experts.down_proj" in name:
@@ -118,6 +129,7 @@ def test_moe_experts_carry_the_code(kimi: Kimi) -> None:
 def test_routing_sets_the_scale_not_the_argmax(kimi: Kimi) -> None:
     """Changing the correction bias changes which experts run and so every logit, never the greedy token of a
     walk step (the first reply token, picked from the prompt's average, has no such margin)."""
+
     def reroute(state: dict) -> None:
         for name, value in state.items():
             if name.endswith("e_score_correction_bias"):
@@ -133,8 +145,7 @@ def test_routing_sets_the_scale_not_the_argmax(kimi: Kimi) -> None:
     assert float((original - changed).abs().max()) > 0.1
 
 
-def test_drafter_is_right_exactly_where_the_construction_says(kimi: Kimi,
-                                                             reports: dict[str, AgreementReport]) -> None:
+def test_drafter_is_right_exactly_where_the_construction_says(kimi: Kimi, reports: dict[str, AgreementReport]) -> None:
     for report in reports.values():
         for anchor, row in zip(report.generated, report.slot_right, strict=True):
             assert row == [kimi.walk.draft_is_right(anchor, slot) for slot in range(1, SLOTS + 1)]

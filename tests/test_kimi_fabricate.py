@@ -45,7 +45,7 @@ def headers(directory: Path) -> dict[str, dict]:
     found: dict[str, dict] = {}
     for shard in sorted(directory.glob("*.safetensors")):
         raw = shard.read_bytes()
-        header = json.loads(raw[8: 8 + int.from_bytes(raw[:8], "little")])
+        header = json.loads(raw[8 : 8 + int.from_bytes(raw[:8], "little")])
         header.pop("__metadata__")
         found.update({name: {"dtype": v["dtype"], "shape": tuple(v["shape"])} for name, v in header.items()})
     return found
@@ -71,8 +71,13 @@ def test_both_targets_share_one_bundle_and_drafter(kimi: DemoModels, kimi_int4: 
 
 
 def test_build_in_a_fresh_process_is_byte_identical(kimi: DemoModels, tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, str(REPO_ROOT / "payload" / "fabricate_demo_models.py"), "--root",
-                             str(tmp_path)], check=False, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "payload" / "fabricate_demo_models.py"), "--root", str(tmp_path)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     assert tree(tmp_path / "kimi") == tree(kimi.bundle_dir)
 
@@ -85,15 +90,27 @@ def test_config_json_has_kimi_k26s_shape(kimi: DemoModels) -> None:
     # MLA, with the two sizes vLLM's CPU kernel needs kept at Kimi's values
     assert (text["kv_lora_rank"], text["qk_rope_head_dim"]) == (512, 64) and text["q_lora_rank"]
     # Kimi's routing: sigmoid scores, noaux_tc with a correction bias, one group, a shared expert, layer 0 dense
-    assert (text["scoring_func"], text["topk_method"], text["n_group"], text["topk_group"]) == ("sigmoid", "noaux_tc",
-                                                                                                 1, 1)
+    assert (text["scoring_func"], text["topk_method"], text["n_group"], text["topk_group"]) == (
+        "sigmoid",
+        "noaux_tc",
+        1,
+        1,
+    )
     assert text["n_shared_experts"] == 1 and text["first_k_dense_replace"] == 1 and text["norm_topk_prob"] is True
     assert text["routed_scaling_factor"] == 2.827 and text["rope_scaling"]["type"] == "yarn"
     assert "quantization_config" not in text
     tokenizer = Tokenizer.from_file(str(kimi.target_dir / "tokenizer.json"))
     vocab = text["vocab_size"]
-    media = {key: config[key] for key in ("media_placeholder_token_id", "image_token_id", "video_token_id",
-                                          "vision_start_token_id", "vision_end_token_id")}
+    media = {
+        key: config[key]
+        for key in (
+            "media_placeholder_token_id",
+            "image_token_id",
+            "video_token_id",
+            "vision_start_token_id",
+            "vision_end_token_id",
+        )
+    }
     assert all(0 <= token_id < vocab for token_id in media.values()), media
     assert config["media_placeholder_token_id"] == config["image_token_id"] == tokenizer.token_to_id("<|media_pad|>")
     assert read_json(kimi.target_dir / "preprocessor_config.json")["media_proc_cfg"]["patch_size"] == 14
@@ -121,11 +138,15 @@ def test_weights_use_kimi_checkpoint_names_and_dtypes(kimi: DemoModels) -> None:
     assert found[f"{PREFIX}lm_head.weight"]["shape"] == (text["vocab_size"], hidden)
     assert found[f"{layer1}.self_attn.kv_a_proj_with_mqa.weight"]["shape"] == (512 + 64, hidden)
     assert found[f"{layer1}.self_attn.kv_b_proj.weight"]["shape"] == (
-        text["num_attention_heads"] * (text["qk_nope_head_dim"] + text["v_head_dim"]), 512)
+        text["num_attention_heads"] * (text["qk_nope_head_dim"] + text["v_head_dim"]),
+        512,
+    )
     assert found[f"{layer1}.mlp.gate.weight"] == {"dtype": "BF16", "shape": (experts, hidden)}
     assert found[f"{layer1}.mlp.gate.e_score_correction_bias"] == {"dtype": "F32", "shape": (experts,)}
     assert found[f"{layer1}.mlp.experts.{experts - 1}.down_proj.weight"]["shape"] == (
-        hidden, text["moe_intermediate_size"])
+        hidden,
+        text["moe_intermediate_size"],
+    )
     assert f"{layer1}.mlp.shared_experts.up_proj.weight" in found
     assert f"{PREFIX}model.layers.0.mlp.gate_proj.weight" in found  # layer 0 is dense
     assert not any(".layers.0.mlp.experts." in name for name in found)
@@ -137,8 +158,12 @@ def test_int4_checkpoint_packs_only_the_routed_experts(kimi: DemoModels, kimi_in
     config = read_json(kimi_int4.target_dir / "config.json")
     assert config["text_config"]["quantization_config"] == quantization_config()
     weights = config["text_config"]["quantization_config"]["config_groups"]["group_0"]["weights"]
-    assert (weights["num_bits"], weights["group_size"], weights["symmetric"], weights["strategy"]) == (4, 32, True,
-                                                                                                        "group")
+    assert (weights["num_bits"], weights["group_size"], weights["symmetric"], weights["strategy"]) == (
+        4,
+        32,
+        True,
+        "group",
+    )
     assert config["text_config"]["quantization_config"]["format"] == "pack-quantized"
     for name, spec in plain.items():
         if ".mlp.experts." in name:
@@ -184,8 +209,11 @@ def test_int4_packing_round_trips_and_refuses_off_grid_weights() -> None:
     assert np.array_equal(int4.dequantize(values, scales), matrix)
     assert np.array_equal(bfloat16_values(matrix), matrix.astype(np.float32))  # exact in bfloat16 too
     tensors = int4.compressed_expert_tensors("experts.0.up_proj.weight", matrix)
-    assert sorted(tensors) == ["experts.0.up_proj.weight_packed", "experts.0.up_proj.weight_scale",
-                               "experts.0.up_proj.weight_shape"]
+    assert sorted(tensors) == [
+        "experts.0.up_proj.weight_packed",
+        "experts.0.up_proj.weight_scale",
+        "experts.0.up_proj.weight_shape",
+    ]
     with pytest.raises(ValueError, match="not on the INT4 grid"):
         int4.compressed_expert_tensors("experts.0.up_proj.weight", matrix + 1e-3)
 
@@ -195,8 +223,9 @@ def test_checkpoint_writer_matches_torch_and_safetensors() -> None:
     from safetensors.torch import load
 
     values = np.random.default_rng(1).normal(size=(3, 5)) * 10
-    written = load(safetensors_bytes({"a": tensor(values, "BF16"), "b": tensor(values, "F32"),
-                                      "c": tensor(np.arange(4), "I64")}))
+    written = load(
+        safetensors_bytes({"a": tensor(values, "BF16"), "b": tensor(values, "F32"), "c": tensor(np.arange(4), "I64")})
+    )
     assert written["a"].dtype == torch.bfloat16
     assert written["a"].equal(torch.tensor(values, dtype=torch.float32).to(torch.bfloat16))  # same rounding
     assert written["b"].equal(torch.tensor(values, dtype=torch.float32))
@@ -213,12 +242,18 @@ def test_tokenizer_has_kimis_special_block_and_chat_format(kimi: DemoModels) -> 
     assert tokenizer.decode(tokenizer.encode(text).ids, skip_special_tokens=False) == text
     transformers = pytest.importorskip("transformers")
     auto = transformers.AutoTokenizer.from_pretrained(str(kimi.target_dir))
-    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
-                {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "More"}]
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello"},
+        {"role": "user", "content": "More"},
+    ]
     rendered = auto.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    assert rendered == ("<|im_system|>system<|im_middle|>Be brief.<|im_end|><|im_user|>user<|im_middle|>Hi<|im_end|>"
-                        "<|im_assistant|>assistant<|im_middle|>Hello<|im_end|><|im_user|>user<|im_middle|>More"
-                        "<|im_end|><|im_assistant|>assistant<|im_middle|>")
+    assert rendered == (
+        "<|im_system|>system<|im_middle|>Be brief.<|im_end|><|im_user|>user<|im_middle|>Hi<|im_end|>"
+        "<|im_assistant|>assistant<|im_middle|>Hello<|im_end|><|im_user|>user<|im_middle|>More"
+        "<|im_end|><|im_assistant|>assistant<|im_middle|>"
+    )
     thinking = auto.apply_chat_template(messages[1:2], add_generation_prompt=True, tokenize=False, thinking=True)
     assert thinking.endswith("<|im_middle|><think>")
     with pytest.raises(Exception, match="not narrator"):

@@ -13,8 +13,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import free_port, serve_env
 
+from conftest import free_port, serve_env
 from repo_paths import CONFIGS_DIR, REPO_ROOT
 
 SERVE = str(REPO_ROOT / "serve.sh")
@@ -26,8 +26,9 @@ def test_aiter_moe_backend_is_refused_before_vllm_starts(tmp_path: Path) -> None
     env = serve_env(free_port())
     env["MOE_BACKEND"] = "aiter"
     env["KIMI_DFLASH_CACHE"] = str(tmp_path / "cache")
-    result = subprocess.run([SERVE, INT4_CONFIG, "--wait"], env=env, capture_output=True, text=True, timeout=300,
-                            check=False)
+    result = subprocess.run(
+        [SERVE, INT4_CONFIG, "--wait"], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
     assert result.returncode == 2, result.stderr
     assert "MOE_BACKEND=aiter" in result.stderr and "nothing was started" in result.stderr
     assert not (tmp_path / "cache" / "logs").exists()  # no vLLM log: vLLM never ran
@@ -36,8 +37,9 @@ def test_aiter_moe_backend_is_refused_before_vllm_starts(tmp_path: Path) -> None
 def test_the_int4_plan_points_at_the_int4_checkpoint(tmp_path: Path) -> None:
     env = serve_env(free_port())
     env["KIMI_DFLASH_CACHE"] = str(tmp_path / "cache")
-    result = subprocess.run([SERVE, INT4_CONFIG, "--dry-run"], env=env, capture_output=True, text=True, timeout=300,
-                            check=False)
+    result = subprocess.run(
+        [SERVE, INT4_CONFIG, "--dry-run"], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
     assert result.returncode == 0, result.stderr
     assert f"{tmp_path / 'cache' / 'demo' / 'kimi' / 'target-int4'} " in result.stdout
     assert "No WNA16 MoE backend supports the deployment configuration" in result.stderr  # the config's warning
@@ -52,23 +54,40 @@ def test_the_compatibility_check_and_vllm_agree_on_aiter_with_int4_experts(tmp_p
     env = serve_env(free_port())
     env["EXTRA_VLLM_ARGS"] = "--moe-backend aiter"
     refused_log = tmp_path / "never-started.log"
-    refused = subprocess.run([SERVE, INT4_CONFIG, "--wait", "--log", str(refused_log)], env=env, capture_output=True,
-                             text=True, timeout=900, check=False)
+    refused = subprocess.run(
+        [SERVE, INT4_CONFIG, "--wait", "--log", str(refused_log)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     assert refused.returncode == 1, refused.stderr[-3000:]
-    check_line = next(line for line in refused.stderr.splitlines() if line.startswith("[FAIL] vllm compat: moe backend"))
+    check_line = next(
+        line for line in refused.stderr.splitlines() if line.startswith("[FAIL] vllm compat: moe backend")
+    )
     assert VLLM_AITER_WNA16_ERROR in check_line and "pack-quantized" in check_line
     assert not refused_log.exists()  # vLLM never ran
 
     log = tmp_path / "int4-aiter.log"
-    result = subprocess.run([SERVE, INT4_CONFIG, "--wait", "--skip-preflight", "--log", str(log)], env=env,
-                            capture_output=True, text=True, timeout=900, check=False)
+    result = subprocess.run(
+        [SERVE, INT4_CONFIG, "--wait", "--skip-preflight", "--log", str(log)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     assert result.returncode == 1, result.stderr[-3000:]
     assert "vLLM exited with code" in result.stderr
     vllm_log = log.read_text(errors="replace")
     assert VLLM_AITER_WNA16_ERROR in vllm_log, vllm_log[-3000:]
     # It is the INT4 checkpoint that vLLM refused: its config.json carries Kimi K2.6's quantization_config.
-    model_dir = next(line.split("model=")[1].split(",")[0].strip("'") for line in vllm_log.splitlines()
-                     if "Initializing a V1 LLM engine" in line)
+    model_dir = next(
+        line.split("model=")[1].split(",")[0].strip("'")
+        for line in vllm_log.splitlines()
+        if "Initializing a V1 LLM engine" in line
+    )
     quantization = json.loads((Path(model_dir) / "config.json").read_text())["text_config"]["quantization_config"]
     assert quantization["format"] == "pack-quantized" and quantization["quant_method"] == "compressed-tensors"
 
@@ -83,7 +102,12 @@ def test_vllm_loads_every_int4_expert_tensor_where_it_belongs(tmp_path: Path) ->
     from kimi_dflash.demo import ensure_demo_models
 
     target = ensure_demo_models(tmp_path / "demo", choice="kimi-int4").target_dir
-    result = subprocess.run([sys.executable, str(Path(__file__).parent / "kimi_int4_loader_check.py"), str(target)],
-                            capture_output=True, text=True, timeout=600, check=False)
+    result = subprocess.run(
+        [sys.executable, str(Path(__file__).parent / "kimi_int4_loader_check.py"), str(target)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "loader check: OK" in result.stdout and "192 expert tensors compared" in result.stdout

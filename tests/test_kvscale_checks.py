@@ -5,15 +5,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kimi_dflash.kvscale.checks import check_kv_scale_config
 from kimi_dflash.bench.atomic_write import write_json_atomic
+from kimi_dflash.kvscale.checks import check_kv_scale_config
 from kimi_dflash.kvscale.scales_file import (
     ModelIdentity,
     scales_document,
 )
 
-CONFIG = {"model_type": "deepseek_v3", "num_hidden_layers": 2, "hidden_size": 256, "num_attention_heads": 4,
-          "kv_lora_rank": 512, "qk_rope_head_dim": 64}
+CONFIG = {
+    "model_type": "deepseek_v3",
+    "num_hidden_layers": 2,
+    "hidden_size": 256,
+    "num_attention_heads": 4,
+    "kv_lora_rank": 512,
+    "qk_rope_head_dim": 64,
+}
 
 
 def model_dir(tmp_path: Path, name: str = "Kimi-K2.6", wrap_text_config: bool = True) -> Path:
@@ -26,10 +32,19 @@ def model_dir(tmp_path: Path, name: str = "Kimi-K2.6", wrap_text_config: bool = 
 
 def scales_file(tmp_path: Path, model: str = "moonshotai/Kimi-K2.6", layers: int = 2) -> Path:
     path = tmp_path / "kv_scales.json"
-    write_json_atomic(path, scales_document(
-        identity=ModelIdentity(model, dict(CONFIG)), vllm_version="0.32.0", fp8_format="e4m3fn", fp8_max=448.0,
-        floor=1e-4, layers={f"model.layers.{i}.self_attn.attn": {"amax": 20.0, "tokens": 5} for i in range(layers)},
-        source={}, created="now"))
+    write_json_atomic(
+        path,
+        scales_document(
+            identity=ModelIdentity(model, dict(CONFIG)),
+            vllm_version="0.32.0",
+            fp8_format="e4m3fn",
+            fp8_max=448.0,
+            floor=1e-4,
+            layers={f"model.layers.{i}.self_attn.attn": {"amax": 20.0, "tokens": 5} for i in range(layers)},
+            source={},
+            created="now",
+        ),
+    )
     return path
 
 
@@ -44,8 +59,10 @@ def test_calibrated_file_for_the_served_model_passes(tmp_path: Path) -> None:
 
 
 def test_calibrated_file_for_another_model_fails(tmp_path: Path) -> None:
-    env = {"KIMI_DFLASH_KV_SCALE_MODE": "calibrated",
-           "KIMI_DFLASH_KV_SCALES_FILE": str(scales_file(tmp_path, model="moonshotai/Kimi-K2.5"))}
+    env = {
+        "KIMI_DFLASH_KV_SCALE_MODE": "calibrated",
+        "KIMI_DFLASH_KV_SCALES_FILE": str(scales_file(tmp_path, model="moonshotai/Kimi-K2.5")),
+    }
     findings = check_kv_scale_config(env, model=str(model_dir(tmp_path)), kv_cache_dtype="fp8")
     assert levels(findings) == ["fail"] and "Kimi-K2.5" in findings[0].message
     # no local config.json (a hub id): the model name alone decides
@@ -54,7 +71,10 @@ def test_calibrated_file_for_another_model_fails(tmp_path: Path) -> None:
 
 
 def test_layer_count_mismatch_fails(tmp_path: Path) -> None:
-    env = {"KIMI_DFLASH_KV_SCALE_MODE": "calibrated", "KIMI_DFLASH_KV_SCALES_FILE": str(scales_file(tmp_path, layers=1))}
+    env = {
+        "KIMI_DFLASH_KV_SCALE_MODE": "calibrated",
+        "KIMI_DFLASH_KV_SCALES_FILE": str(scales_file(tmp_path, layers=1)),
+    }
     findings = check_kv_scale_config(env, model=str(model_dir(tmp_path, wrap_text_config=False)), kv_cache_dtype="fp8")
     assert levels(findings) == ["fail"] and "1 layers" in findings[0].message
 
@@ -63,8 +83,9 @@ def test_fp8_without_scales_warns_and_scales_without_fp8_warn() -> None:
     assert levels(check_kv_scale_config({}, model="m", kv_cache_dtype="fp8")) == ["warn"]
     findings = check_kv_scale_config({"KIMI_DFLASH_KV_SCALE_MODE": "dynamic"}, model="m", kv_cache_dtype="auto")
     assert levels(findings) == ["warn"] and "no effect" in findings[0].message
-    assert levels(check_kv_scale_config({"KIMI_DFLASH_KV_SCALE_MODE": "dynamic"}, model="m",
-                                        kv_cache_dtype="fp8")) == ["pass"]
+    assert levels(check_kv_scale_config({"KIMI_DFLASH_KV_SCALE_MODE": "dynamic"}, model="m", kv_cache_dtype="fp8")) == [
+        "pass"
+    ]
 
 
 def test_bad_settings_fail_with_the_message() -> None:

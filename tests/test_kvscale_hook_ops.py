@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import torch
-from kv_write_helpers import batch, reference_write_033
 from torch.overrides import TorchFunctionMode
 
 from kimi_dflash.kvscale.fp8 import E4M3FN
@@ -27,6 +26,7 @@ from kimi_dflash.kvscale.write_hook import (
     wrap_kv_cache_update,
     wrap_query_quant,
 )
+from kv_write_helpers import batch, reference_write_033
 
 # Kernels per write while a dynamic scale warms up (docs/fp8-kv.md quotes it): the batch amax in 7, the running
 # max and the write counter in 2, the scale in 2, its warm-up gate in 2, the copy into k_scale in 1. The version
@@ -51,8 +51,14 @@ class CountOps(TorchFunctionMode):
 
 
 def dynamic(warmup: int, **extra: object) -> LayerHook:
-    return LayerHook(name="model.layers.0.self_attn.attn", kv_cache_dtype="fp8", fp8=E4M3FN, dynamic=True,
-                     warmup_writes=warmup, **extra)
+    return LayerHook(
+        name="model.layers.0.self_attn.attn",
+        kv_cache_dtype="fp8",
+        fp8=E4M3FN,
+        dynamic=True,
+        warmup_writes=warmup,
+        **extra,
+    )
 
 
 def test_after_the_warm_up_the_wrapper_runs_no_tensor_op_and_still_owns_skip_scale() -> None:
@@ -85,8 +91,13 @@ def test_host_freeze_and_device_gate_reach_the_same_scale() -> None:
     assert host_frozen.frozen and not device_gated.frozen
     assert scales["host"] == scales["device"]
     kv_c, k_pe, _, _ = batch(seed=3, magnitude=40.0)  # the 4th (last warm-up) write
-    first_four = max(max(batch(seed=s, magnitude=10.0 * (s + 1))[0].float().abs().max().item(),
-                         batch(seed=s, magnitude=10.0 * (s + 1))[1].float().abs().max().item()) for s in range(4))
+    first_four = max(
+        max(
+            batch(seed=s, magnitude=10.0 * (s + 1))[0].float().abs().max().item(),
+            batch(seed=s, magnitude=10.0 * (s + 1))[1].float().abs().max().item(),
+        )
+        for s in range(4)
+    )
     assert scales["host"] == torch.tensor(first_four / 448.0, dtype=torch.float64).to(torch.float32).item()
 
 
@@ -119,8 +130,7 @@ def test_the_decode_query_amax_is_recorded_from_either_hook_point() -> None:
 def test_observe_dump_and_scales_file_report_whether_q_scale_one_clips() -> None:
     layers = {}
     for index, q_amax in enumerate((180.0, 300.0)):
-        hook = LayerHook(name=f"model.layers.{index}.self_attn.attn", kv_cache_dtype="auto", fp8=None,
-                         observing=True)
+        hook = LayerHook(name=f"model.layers.{index}.self_attn.attn", kv_cache_dtype="auto", fp8=None, observing=True)
         hook.stats.observe_(*batch(seed=index)[:2])
         hook.query = QueryStats()
         hook.query.observe_(torch.full((2, 8), q_amax))
@@ -128,8 +138,16 @@ def test_observe_dump_and_scales_file_report_whether_q_scale_one_clips() -> None
     dump = snapshot(layers)
     assert [entry["q_amax"] for entry in dump.values()] == [180.0, 300.0]
     merged = merge_observations([{"layers": dump}, {"layers": {k: {**v, "q_amax": 1.0} for k, v in dump.items()}}])
-    document = scales_document(identity=ModelIdentity("m", {}), vllm_version="0.32.0", fp8_format="e4m3fn",
-                               fp8_max=448.0, floor=1e-4, layers=merged, source={}, created="now")
+    document = scales_document(
+        identity=ModelIdentity("m", {}),
+        vllm_version="0.32.0",
+        fp8_format="e4m3fn",
+        fp8_max=448.0,
+        floor=1e-4,
+        layers=merged,
+        source={},
+        created="now",
+    )
     query = document["decode_query"]
     assert query["amax_range"] == [180.0, 300.0] and query["q_scale_in_vllm"] == 1.0
     assert query["clips_at_q_scale_1"] == {"e4m3fn": False, "e4m3fnuz": True}
@@ -139,8 +157,16 @@ def test_observe_dump_and_scales_file_report_whether_q_scale_one_clips() -> None
 
 def test_files_from_before_the_query_was_recorded_still_work() -> None:
     merged = merge_observations([{"layers": {"a": {"amax": 2.0, "tokens": 3}}}])
-    document = scales_document(identity=ModelIdentity("m", {}), vllm_version="x", fp8_format="e4m3fn",
-                               fp8_max=448.0, floor=1e-4, layers=merged, source={}, created="now")
+    document = scales_document(
+        identity=ModelIdentity("m", {}),
+        vllm_version="x",
+        fp8_format="e4m3fn",
+        fp8_max=448.0,
+        floor=1e-4,
+        layers=merged,
+        source={},
+        created="now",
+    )
     assert document["decode_query"] is None and "q_amax" not in document["layers"]["a"]
 
 

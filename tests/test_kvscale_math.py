@@ -92,7 +92,9 @@ def test_non_finite_rows_do_not_poison_the_maximum() -> None:
 
 def test_empty_batch_and_all_zero_batch_give_the_floor() -> None:
     empty = torch.empty(0, 512, dtype=torch.bfloat16)
-    amax, tokens = batch_latent_amax(empty, torch.empty(0, 1, 64, dtype=torch.bfloat16), torch.empty(0, dtype=torch.long))
+    amax, tokens = batch_latent_amax(
+        empty, torch.empty(0, 1, 64, dtype=torch.bfloat16), torch.empty(0, dtype=torch.long)
+    )
     assert amax.item() == 0.0 and tokens.item() == 0
     zeros = torch.zeros(4, 512, dtype=torch.bfloat16)
     amax, _ = batch_latent_amax(zeros, torch.zeros(4, 1, 64, dtype=torch.bfloat16), torch.arange(4))

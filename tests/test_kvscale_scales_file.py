@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from kimi_dflash.bench.atomic_write import write_json_atomic
 from kimi_dflash.kvscale import runtime
 from kimi_dflash.kvscale.calibrate import (
     CalibrationError,
@@ -15,7 +16,6 @@ from kimi_dflash.kvscale.calibrate import (
     summary_lines,
     wait_for_dumps,
 )
-from kimi_dflash.bench.atomic_write import write_json_atomic
 from kimi_dflash.kvscale.scales_file import (
     KvScalesFileError,
     ModelIdentity,
@@ -30,16 +30,33 @@ from kimi_dflash.kvscale.scales_file import (
 )
 from kimi_dflash.kvscale.settings import KvScaleConfigError
 
-KIMI = ModelIdentity("moonshotai/Kimi-K2.6", {"model_type": "kimi_k2", "num_hidden_layers": 3, "hidden_size": 7168,
-                                               "num_attention_heads": 64, "kv_lora_rank": 512,
-                                               "qk_rope_head_dim": 64})
-LAYERS = {f"language_model.model.layers.{i}.self_attn.attn": {"amax": 10.0 + i * 5, "tokens": 51000 + i}
-          for i in (0, 1, 2)}
+KIMI = ModelIdentity(
+    "moonshotai/Kimi-K2.6",
+    {
+        "model_type": "kimi_k2",
+        "num_hidden_layers": 3,
+        "hidden_size": 7168,
+        "num_attention_heads": 64,
+        "kv_lora_rank": 512,
+        "qk_rope_head_dim": 64,
+    },
+)
+LAYERS = {
+    f"language_model.model.layers.{i}.self_attn.attn": {"amax": 10.0 + i * 5, "tokens": 51000 + i} for i in (0, 1, 2)
+}
 
 
 def write_scales(tmp_path: Path, identity: ModelIdentity = KIMI, layers=None) -> Path:
-    document = scales_document(identity=identity, vllm_version="0.32.0", fp8_format="e4m3fn", fp8_max=448.0,
-                               floor=1e-4, layers=layers or LAYERS, source={"mode": "test"}, created="now")
+    document = scales_document(
+        identity=identity,
+        vllm_version="0.32.0",
+        fp8_format="e4m3fn",
+        fp8_max=448.0,
+        floor=1e-4,
+        layers=layers or LAYERS,
+        source={"mode": "test"},
+        created="now",
+    )
     path = tmp_path / "kv_scales.json"
     write_json_atomic(path, document)
     return path
@@ -59,8 +76,16 @@ def test_round_trip_and_scale_is_amax_over_fp8_max(tmp_path: Path) -> None:
 
 def test_layers_sort_numerically() -> None:
     layers = {f"model.layers.{i}.attn": {"amax": 1.0, "tokens": 1} for i in (10, 2, 1)}
-    document = scales_document(identity=KIMI, vllm_version="x", fp8_format="e4m3fn", fp8_max=448.0, floor=1e-4,
-                               layers=layers, source={}, created="now")
+    document = scales_document(
+        identity=KIMI,
+        vllm_version="x",
+        fp8_format="e4m3fn",
+        fp8_max=448.0,
+        floor=1e-4,
+        layers=layers,
+        source={},
+        created="now",
+    )
     assert list(document["layers"]) == ["model.layers.1.attn", "model.layers.2.attn", "model.layers.10.attn"]
 
 
@@ -88,16 +113,40 @@ def test_layer_count_and_names_are_checked(tmp_path: Path) -> None:
         scale_for_layer(scales, "model.layers.0.self_attn.attn")
 
 
-@pytest.mark.parametrize("content, message", [
-    ("not json", "not readable JSON"),
-    (json.dumps({"format": "other"}), "not a kimi-dflash KV scales file"),
-    (json.dumps({"format": "kimi-dflash-kv-scales", "version": 99}), "version 99"),
-    (json.dumps({"format": "kimi-dflash-kv-scales", "version": 1, "layers": {}}), "lists no layers"),
-    (json.dumps({"format": "kimi-dflash-kv-scales", "version": 1, "model": "m", "model_fingerprint": {},
-                 "layers": {"a": {"amax": 0.0, "scale": 0.0}}}), "saw no tokens"),
-    (json.dumps({"format": "kimi-dflash-kv-scales", "version": 1, "model": "m", "model_fingerprint": {},
-                 "num_layers": 2, "layers": {"a": {"amax": 1.0, "scale": 0.1}}}), "edited or truncated"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("not json", "not readable JSON"),
+        (json.dumps({"format": "other"}), "not a kimi-dflash KV scales file"),
+        (json.dumps({"format": "kimi-dflash-kv-scales", "version": 99}), "version 99"),
+        (json.dumps({"format": "kimi-dflash-kv-scales", "version": 1, "layers": {}}), "lists no layers"),
+        (
+            json.dumps(
+                {
+                    "format": "kimi-dflash-kv-scales",
+                    "version": 1,
+                    "model": "m",
+                    "model_fingerprint": {},
+                    "layers": {"a": {"amax": 0.0, "scale": 0.0}},
+                }
+            ),
+            "saw no tokens",
+        ),
+        (
+            json.dumps(
+                {
+                    "format": "kimi-dflash-kv-scales",
+                    "version": 1,
+                    "model": "m",
+                    "model_fingerprint": {},
+                    "num_layers": 2,
+                    "layers": {"a": {"amax": 1.0, "scale": 0.1}},
+                }
+            ),
+            "edited or truncated",
+        ),
+    ],
+)
 def test_malformed_files_are_refused(tmp_path: Path, content: str, message: str) -> None:
     path = tmp_path / "bad.json"
     path.write_text(content, encoding="utf-8")
@@ -111,8 +160,9 @@ def test_missing_file_names_the_fix(tmp_path: Path) -> None:
 
 
 def dump(directory: Path, rank: int, layers: dict, updated: float) -> None:
-    document = observe_document(identity=KIMI, rank=rank, pid=1000 + rank, vllm_version="0.32.0", seq=1,
-                                updated=updated, layers=layers)
+    document = observe_document(
+        identity=KIMI, rank=rank, pid=1000 + rank, vllm_version="0.32.0", seq=1, updated=updated, layers=layers
+    )
     write_json_atomic(directory / f"kv-observe-rank{rank}-pid{1000 + rank}.json", document)
 
 
@@ -123,8 +173,11 @@ def test_merge_takes_the_max_over_tensor_parallel_ranks_and_the_union_over_pipel
     dump(tmp_path, 2, {"l2": {"amax": 1.5, "tokens": 100}}, now)  # a later pipeline stage
     (tmp_path / "kv-observe-rank9-pid9.json").write_text("{half a fi", encoding="utf-8")  # skipped
     merged = merge_observations(read_observe_dumps(tmp_path))
-    assert merged == {"l0": {"amax": 4.0, "tokens": 100}, "l1": {"amax": 9.0, "tokens": 100},
-                      "l2": {"amax": 1.5, "tokens": 100}}
+    assert merged == {
+        "l0": {"amax": 4.0, "tokens": 100},
+        "l1": {"amax": 9.0, "tokens": 100},
+        "l2": {"amax": 1.5, "tokens": 100},
+    }
 
 
 def test_wait_for_dumps_ignores_dead_ranks_and_waits_for_fresh_ones(tmp_path: Path) -> None:
@@ -146,8 +199,16 @@ def test_relative_change_and_summary(tmp_path: Path) -> None:
     assert max_relative_change({"a": {"amax": 9.0}}, {"a": {"amax": 10.0}}) == pytest.approx(0.1)
     assert max_relative_change({"a": {"amax": 10.0}}, {"a": {"amax": 10.0}}) == 0.0
     document = json.loads(write_scales(tmp_path).read_text())
-    document["source"].update({"ranks": 8, "num_prompts": 200, "prompt_tokens": 9000, "completion_tokens": 51200,
-                               "kv_tokens_observed": 60000, "amax_growth_in_second_half": 0.01})
+    document["source"].update(
+        {
+            "ranks": 8,
+            "num_prompts": 200,
+            "prompt_tokens": 9000,
+            "completion_tokens": 51200,
+            "kv_tokens_observed": 60000,
+            "amax_growth_in_second_half": 0.01,
+        }
+    )
     text = "\n".join(summary_lines(document, tmp_path / "kv_scales.json"))
     assert "0.02232 .. 0.04464" in text and "converged" in text and "ranks 8" in text
 

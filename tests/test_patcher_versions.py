@@ -107,9 +107,7 @@ def test_apply_then_check_leaves_nothing_pending_and_valid_modules(tree, capsys)
     touched = {f for p in PATCHES if p.id in pending for f in p.files}
     assert changed == touched
     for rel in changed:
-        py_compile.compile(
-            str(root / rel), doraise=True, cfile=str(root.parent / "pyc")
-        )
+        py_compile.compile(str(root / rel), doraise=True, cfile=str(root.parent / "pyc"))
 
 
 def test_apply_twice_changes_no_byte(tree, capsys):
@@ -192,10 +190,7 @@ def test_wheel_cache_is_reused(tmp_path):
 @pytest.mark.parametrize("version", ["0.20.0"])
 def test_patched_triton_kernel_computes_non_causal_attention(version, tmp_path):
     """Run the patched kernel in Triton's CPU interpreter against a PyTorch reference."""
-    if (
-        importlib.util.find_spec("triton") is None
-        or importlib.util.find_spec("torch") is None
-    ):
+    if importlib.util.find_spec("triton") is None or importlib.util.find_spec("torch") is None:
         pytest.skip("needs torch and triton")
     helpers = "v1/attention/ops/triton_attention_helpers.py"
     pristine = vllm_sources(version, [*source_paths(), helpers])
@@ -204,16 +199,11 @@ def test_patched_triton_kernel_computes_non_causal_attention(version, tmp_path):
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     command = [sys.executable, "-m", "kimi_dflash.patcher.kernel_check", str(root)]
 
-    unpatched = subprocess.run(
-        command, capture_output=True, text=True, env=env, check=False
-    )
+    unpatched = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
     assert unpatched.returncode != 0
     assert "Only causal attention is supported" in unpatched.stderr
 
-    assert (
-        cli.main(["apply", "--patch", "triton-noncausal", "--vllm-root", str(root)])
-        == 0
-    )
+    assert cli.main(["apply", "--patch", "triton-noncausal", "--vllm-root", str(root)]) == 0
     done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
     assert "causal=False: max |kernel - reference|" in done.stdout

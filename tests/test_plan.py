@@ -7,12 +7,12 @@ import shlex
 from pathlib import Path
 
 import pytest
-from serve_helpers import run_serve, write
 
 from kimi_dflash.config.validate import load_config
-from repo_paths import CONFIGS_DIR
 from kimi_dflash.plan import OPTION_KEYS, build_plan
 from kimi_dflash.preflight.plan_features import parse_serve_command
+from repo_paths import CONFIGS_DIR
+from serve_helpers import run_serve, write
 
 
 def plan_for(name: str, environ: dict[str, str] | None = None):
@@ -28,11 +28,21 @@ def test_production_plan_has_every_recipe_flag() -> None:
     plan = plan_for("production.env")
     argv = plan.argv
     assert argv[:3] == ("vllm", "serve", "/models/Kimi-K2.6")
-    expected = {"--served-model-name": "kimi-k2.6-amd-dflash", "--port": "8262", "--host": "127.0.0.1",
-                "--tensor-parallel-size": "8", "--max-num-seqs": "32", "--max-num-batched-tokens": "32768",
-                "--max-model-len": "262144", "--gpu-memory-utilization": "0.9", "--block-size": "16",
-                "--tool-call-parser": "kimi_k2", "--reasoning-parser": "kimi_k2",
-                "--kv-cache-dtype": "auto", "--mm-encoder-tp-mode": "data"}
+    expected = {
+        "--served-model-name": "kimi-k2.6-amd-dflash",
+        "--port": "8262",
+        "--host": "127.0.0.1",
+        "--tensor-parallel-size": "8",
+        "--max-num-seqs": "32",
+        "--max-num-batched-tokens": "32768",
+        "--max-model-len": "262144",
+        "--gpu-memory-utilization": "0.9",
+        "--block-size": "16",
+        "--tool-call-parser": "kimi_k2",
+        "--reasoning-parser": "kimi_k2",
+        "--kv-cache-dtype": "auto",
+        "--mm-encoder-tp-mode": "data",
+    }
     assert {flag: flag_value(argv, flag) for flag in expected} == expected
     # Defect 1 of issue 8: the recipe's `--moe-backend aiter` never selected an AITER kernel for Kimi's INT4
     # experts and makes vLLM >= 0.27 refuse the model; production lets vLLM pick (Triton WNA16 on ROCm).
@@ -41,13 +51,25 @@ def test_production_plan_has_every_recipe_flag() -> None:
         assert flag in argv
     assert "--language-model-only" not in argv
     assert json.loads(flag_value(argv, "--speculative-config")) == {
-        "method": "dflash", "model": "/models/Kimi-K2.5-DFlash", "num_speculative_tokens": 2}
+        "method": "dflash",
+        "model": "/models/Kimi-K2.5-DFlash",
+        "num_speculative_tokens": 2,
+    }
     assert plan.env["VLLM_ROCM_USE_AITER"] == "1" and plan.env["VLLM_ROCM_USE_AITER_MLA"] == "1"
     assert plan.env["VLLM_ROCM_QUICK_REDUCE_QUANTIZATION"] == "INT4"
 
 
-@pytest.mark.parametrize("name", ["production.env", "production-fp8kv.env", "production-fp8kv-safe.env",
-                                  "production-fp8kv-matched.env", "baseline.env", "h200.env"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "production.env",
+        "production-fp8kv.env",
+        "production-fp8kv-safe.env",
+        "production-fp8kv-matched.env",
+        "baseline.env",
+        "h200.env",
+    ],
+)
 def test_no_shipped_gpu_config_sends_moe_backend_aiter(name: str) -> None:
     command = parse_serve_command(plan_for(name).argv)
     assert command.value("--moe-backend") in (None, "auto", "triton")
@@ -55,9 +77,15 @@ def test_no_shipped_gpu_config_sends_moe_backend_aiter(name: str) -> None:
 
 def test_every_option_the_plans_write_names_its_config_key(tmp_path: Path) -> None:
     # Compatibility findings name the key to change through OPTION_KEYS; a new option must be added there.
-    cpu = load_config(write(tmp_path, f"DEVICE=cpu\nMOE_BACKEND=triton\nTENSOR_PARALLEL_SIZE=1\nBLOCK_SIZE=32\n"
-                                      f"MODEL_DIR={tmp_path}\nDRAFT_MODEL_DIR={tmp_path}\nDTYPE=float32\n"
-                                      "ENABLE_PREFIX_CACHING=true\nMAX_MODEL_LEN=4096\n"), environ={})
+    cpu = load_config(
+        write(
+            tmp_path,
+            f"DEVICE=cpu\nMOE_BACKEND=triton\nTENSOR_PARALLEL_SIZE=1\nBLOCK_SIZE=32\n"
+            f"MODEL_DIR={tmp_path}\nDRAFT_MODEL_DIR={tmp_path}\nDTYPE=float32\n"
+            "ENABLE_PREFIX_CACHING=true\nMAX_MODEL_LEN=4096\n",
+        ),
+        environ={},
+    )
     plans = [plan_for(n, {"LANGUAGE_MODEL_ONLY": "true"}) for n in ("production.env", "production-fp8kv.env")]
     plans += [plan_for("h200.env"), build_plan(cpu, "/venv/bin/python", "/cache")]
     options = {o for plan in plans for o in parse_serve_command(plan.argv).options}
@@ -68,8 +96,9 @@ def test_fp8_safe_plan_moves_mla_decode_off_aiter_and_keeps_everything_else() ->
     safe, fp8 = plan_for("production-fp8kv-safe.env"), plan_for("production-fp8kv.env")
     assert safe.env["VLLM_ROCM_USE_AITER_MLA"] == "0" and fp8.env["VLLM_ROCM_USE_AITER_MLA"] == "1"
     assert safe.argv == fp8.argv
-    assert {k: v for k, v in safe.env.items() if k != "VLLM_ROCM_USE_AITER_MLA"} == \
-        {k: v for k, v in fp8.env.items() if k != "VLLM_ROCM_USE_AITER_MLA"}
+    assert {k: v for k, v in safe.env.items() if k != "VLLM_ROCM_USE_AITER_MLA"} == {
+        k: v for k, v in fp8.env.items() if k != "VLLM_ROCM_USE_AITER_MLA"
+    }
 
 
 def test_fp8_plan_keeps_drafter_kv_separate_and_exports_scale_mode() -> None:
@@ -102,8 +131,14 @@ def test_h200_plan_has_no_rocm_environment() -> None:
 
 def test_cpu_plan_uses_the_cpu_entry_and_cpu_environment(tmp_path: Path) -> None:
     (tmp_path / "t").mkdir()
-    config = load_config(write(tmp_path, "DEVICE=cpu\nMOE_BACKEND=auto\nTENSOR_PARALLEL_SIZE=1\nBLOCK_SIZE=32\n"
-                                         f"MODEL_DIR={tmp_path}/t\nSPECULATIVE_METHOD=none\n"), environ={})
+    config = load_config(
+        write(
+            tmp_path,
+            "DEVICE=cpu\nMOE_BACKEND=auto\nTENSOR_PARALLEL_SIZE=1\nBLOCK_SIZE=32\n"
+            f"MODEL_DIR={tmp_path}/t\nSPECULATIVE_METHOD=none\n",
+        ),
+        environ={},
+    )
     plan = build_plan(config, "/venv/bin/python", "/cache")
     assert plan.argv[:4] == ("/venv/bin/python", "-m", "kimi_dflash.vllm_entry", "serve")
     assert "--tensor-parallel-size" not in plan.argv and "--gpu-memory-utilization" not in plan.argv
@@ -112,12 +147,15 @@ def test_cpu_plan_uses_the_cpu_entry_and_cpu_environment(tmp_path: Path) -> None
 
 def test_cpu_plan_preloads_what_it_is_given_unless_switched_off(tmp_path: Path) -> None:
     (tmp_path / "t").mkdir()
-    text = f"DEVICE=cpu\nMOE_BACKEND=auto\nTENSOR_PARALLEL_SIZE=1\nBLOCK_SIZE=32\nMODEL_DIR={tmp_path}/t\n" \
-           "SPECULATIVE_METHOD=none\n"
+    text = (
+        f"DEVICE=cpu\nMOE_BACKEND=auto\nTENSOR_PARALLEL_SIZE=1\nBLOCK_SIZE=32\nMODEL_DIR={tmp_path}/t\n"
+        "SPECULATIVE_METHOD=none\n"
+    )
     libraries = ("/usr/lib/libtcmalloc_minimal.so.4", "/venv/lib/libiomp5.so")
     config = load_config(write(tmp_path, text), environ={})
     assert build_plan(config, "/venv/bin/python", "/cache", cpu_preload=libraries).env["LD_PRELOAD"] == ":".join(
-        libraries)
+        libraries
+    )
     assert "LD_PRELOAD" not in build_plan(config, "/venv/bin/python", "/cache").env  # nothing found, nothing set
     off = load_config(write(tmp_path, text + "CPU_PRELOAD_LIBS=false\n"), environ={})
     assert "LD_PRELOAD" not in build_plan(off, "/venv/bin/python", "/cache", cpu_preload=libraries).env
@@ -145,7 +183,7 @@ def test_rendered_plan_round_trips_through_a_shell_parser() -> None:
     plan = plan_for("production-fp8kv.env")
     words = shlex.split(plan.render().replace("\\\n", " "))
     env_words = [w for w in words if "=" in w and not w.startswith("-") and w.split("=")[0].isupper()]
-    assert words[len(env_words):] == list(plan.argv)
+    assert words[len(env_words) :] == list(plan.argv)
     assert dict(w.split("=", 1) for w in env_words) == dict(plan.env)
 
 

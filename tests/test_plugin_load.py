@@ -21,14 +21,22 @@ from kimi_dflash.preflight.runtime_child import PLUGIN_GROUP
 from kimi_dflash.preflight.runtime_probe import PluginEntry, RuntimeReport
 from kimi_dflash.preflight.vllm_check import check_plugin
 
-PLUGIN = PluginEntry("kimi_dflash", "kimi_dflash.vllm_plugin:register", "/repo/src/kimi_dflash/vllm_plugin.py",
-                     "kimi-k26-dflash")
+PLUGIN = PluginEntry(
+    "kimi_dflash", "kimi_dflash.vllm_plugin:register", "/repo/src/kimi_dflash/vllm_plugin.py", "kimi-k26-dflash"
+)
 
 
 def runtime(plugins: tuple[PluginEntry, ...] | None, allow: str | None = None) -> RuntimeReport:
-    return RuntimeReport(python="/venv/bin/python", vllm_distribution="vllm", vllm_version="0.33.0",
-                         vllm_import_error=None, vllm_source=None, features=(), plugins=plugins,
-                         vllm_plugins_env=allow)
+    return RuntimeReport(
+        python="/venv/bin/python",
+        vllm_distribution="vllm",
+        vllm_version="0.33.0",
+        vllm_import_error=None,
+        vllm_source=None,
+        features=(),
+        plugins=plugins,
+        vllm_plugins_env=allow,
+    )
 
 
 def request(kv_scale_mode: str = "off") -> PreflightRequest:
@@ -47,7 +55,9 @@ def test_a_plan_that_needs_the_plugin_fails_when_no_entry_point_is_installed() -
 
 def test_a_vllm_plugins_allowlist_without_kimi_dflash_fails_with_the_fixed_list() -> None:
     result = check_plugin(request("dynamic"), runtime((PLUGIN,), allow="lora_filesystem_resolver"), None)
-    assert result.status == "fail" and "VLLM_PLUGINS=lora_filesystem_resolver does not list kimi_dflash" in result.detail
+    assert (
+        result.status == "fail" and "VLLM_PLUGINS=lora_filesystem_resolver does not list kimi_dflash" in result.detail
+    )
     assert result.fix == "add it: VLLM_PLUGINS=lora_filesystem_resolver,kimi_dflash (or unset VLLM_PLUGINS)"
     assert check_plugin(request("dynamic"), runtime((PLUGIN,), allow="x,kimi_dflash"), None).status == "pass"
 
@@ -58,17 +68,21 @@ def test_a_plan_that_does_not_need_the_plugin_only_warns() -> None:
 
 
 def test_an_unimportable_plugin_module_fails() -> None:
-    broken = PluginEntry("kimi_dflash", "kimi_dflash.vllm_plugin:register", "not importable: ModuleNotFoundError",
-                         "kimi-k26-dflash")
+    broken = PluginEntry(
+        "kimi_dflash", "kimi_dflash.vllm_plugin:register", "not importable: ModuleNotFoundError", "kimi-k26-dflash"
+    )
     assert check_plugin(request("calibrated"), runtime((broken,)), None).status == "fail"
 
 
 def _child_plugins(env: dict[str, str]) -> dict:
-    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); "
-            "from kimi_dflash.preflight.runtime_child import plugin_report; print(json.dumps(plugin_report()))")
+    code = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]); "
+        "from kimi_dflash.preflight.runtime_child import plugin_report; print(json.dumps(plugin_report()))"
+    )
     src = str(Path(__file__).resolve().parents[1] / "src")
-    done = subprocess.run([sys.executable, "-c", code, src], capture_output=True, text=True, check=True, env=env,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", code, src], capture_output=True, text=True, check=True, env=env, timeout=120
+    )
     import json
 
     return json.loads(done.stdout)
@@ -95,8 +109,8 @@ def test_pyproject_registers_the_plugin_under_the_group_vllm_reads() -> None:
 def test_shipped_facts_are_not_used_for_the_fabricated_demo() -> None:
     from kimi_dflash.config.validate import load_config
     from kimi_dflash.launch.hooks import deployment
-    from repo_paths import CONFIGS_DIR
     from kimi_dflash.plan import build_plan
+    from repo_paths import CONFIGS_DIR
 
     config = load_config(CONFIGS_DIR / "demo-cpu.env", environ={})
     planned = deployment(config, build_plan(config, "python", "/cache"))

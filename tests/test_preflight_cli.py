@@ -19,8 +19,15 @@ def test_help_teaches_the_checks_and_the_feature_grammar(capsys):
         main(["--help"])
     assert stop.value.code == 0
     text = capsys.readouterr().out
-    for expected in ("numa balancing", "/dev/shm", "model.safetensors.index.json", "speculative_method:<method>",
-                     "cli:--<flag>", "--fix-numa", "exit status"):
+    for expected in (
+        "numa balancing",
+        "/dev/shm",
+        "model.safetensors.index.json",
+        "speculative_method:<method>",
+        "cli:--<flag>",
+        "--fix-numa",
+        "exit status",
+    ):
         assert expected in text
 
 
@@ -48,16 +55,37 @@ def test_real_preflight_on_this_machine_with_the_cpu_build(tmp_path):
         listener.listen()
         taken = listener.getsockname()[1]
         done = subprocess.run(
-            [sys.executable, "-m", "kimi_dflash.preflight", "--device", "cpu", "--port", str(taken),
-             "--feature", "speculative_method:dflash", "--feature", "speculative_config.attention_backend",
-             "--feature", "speculative_method:no_such_method"],
-            capture_output=True, text=True, timeout=600, cwd=tmp_path, check=False)
+            [
+                sys.executable,
+                "-m",
+                "kimi_dflash.preflight",
+                "--device",
+                "cpu",
+                "--port",
+                str(taken),
+                "--feature",
+                "speculative_method:dflash",
+                "--feature",
+                "speculative_config.attention_backend",
+                "--feature",
+                "speculative_method:no_such_method",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=tmp_path,
+            check=False,
+        )
     out = done.stdout
     assert done.returncode == 1, out + done.stderr
     build = re.escape(f"{distribution} {version}")
     assert re.search(rf"^\[PASS\] vllm +{build} imports \({re.escape(sys.executable)}\)$", out, re.MULTILINE), out
-    assert re.search(r"^\[PASS\] vllm feature +2 of 3 the plan uses are present: speculative_method:dflash, "
-                     r"1 speculative_config field$", out, re.MULTILINE), out
+    assert re.search(
+        r"^\[PASS\] vllm feature +2 of 3 the plan uses are present: speculative_method:dflash, "
+        r"1 speculative_config field$",
+        out,
+        re.MULTILINE,
+    ), out
     assert re.search(r"^\[FAIL\] vllm feature +speculative_method:no_such_method missing from ", out, re.MULTILINE)
     assert re.search(r"^\[PASS\] accelerators +cpu demo: no accelerators needed \(\d+ usable cores?", out, re.MULTILINE)
     assert re.search(rf"^\[FAIL\] port +127\.0\.0\.1:{taken} is in use", out, re.MULTILINE)
@@ -86,8 +114,24 @@ def test_a_trailing_command_line_adds_its_features_and_interpreter(monkeypatch, 
 
     seen = []
     monkeypatch.setattr(cli, "run_preflight", lambda request: seen.append(request) or [CheckResult("x", "pass", "y")])
-    code = main(["--device", "rocm", "--tensor-parallel-size", "8", "--feature", "env:VLLM_PLUGINS", "--",
-                 sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", "/m", "--moe-backend", "aiter"])
+    code = main(
+        [
+            "--device",
+            "rocm",
+            "--tensor-parallel-size",
+            "8",
+            "--feature",
+            "env:VLLM_PLUGINS",
+            "--",
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.cli.main",
+            "serve",
+            "/m",
+            "--moe-backend",
+            "aiter",
+        ]
+    )
     assert code == 0 and capsys.readouterr().out.startswith("[PASS] x")
     [request] = seen
     assert request.required_features == ("env:VLLM_PLUGINS", "cli:--moe-backend", "moe_backend:aiter")

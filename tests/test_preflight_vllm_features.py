@@ -111,11 +111,24 @@ EXPECTED = {
 
 # What the recipe's plans ask of vLLM; the CPU build 0.32.0 installed for the demo and the tests has them all.
 RECIPE_FEATURES = (
-    "speculative_method:dflash", "speculative_config.attention_backend", "speculative_config.kv_cache_dtype",
-    "speculative_config.moe_backend", "cli:--language-model-only", "cli:--moe-backend", "cli:--mm-encoder-tp-mode",
-    "cli:--tool-call-parser", "cli:--enable-auto-tool-choice", "cli:--reasoning-parser", "cli:--speculative-config",
-    "cli:--no-enable-prefix-caching", "env:VLLM_ROCM_USE_AITER", "env:VLLM_ROCM_QUICK_REDUCE_QUANTIZATION",
-    "env:VLLM_PLUGINS", "moe_backend:aiter", "kv_cache_dtype:fp8_e4m3", "attention_backend:TRITON_ATTN",
+    "speculative_method:dflash",
+    "speculative_config.attention_backend",
+    "speculative_config.kv_cache_dtype",
+    "speculative_config.moe_backend",
+    "cli:--language-model-only",
+    "cli:--moe-backend",
+    "cli:--mm-encoder-tp-mode",
+    "cli:--tool-call-parser",
+    "cli:--enable-auto-tool-choice",
+    "cli:--reasoning-parser",
+    "cli:--speculative-config",
+    "cli:--no-enable-prefix-caching",
+    "env:VLLM_ROCM_USE_AITER",
+    "env:VLLM_ROCM_QUICK_REDUCE_QUANTIZATION",
+    "env:VLLM_PLUGINS",
+    "moe_backend:aiter",
+    "kv_cache_dtype:fp8_e4m3",
+    "attention_backend:TRITON_ATTN",
     "attention_backend:ROCM_AITER_MLA",
 )
 
@@ -208,18 +221,19 @@ print("REFEREE " + json.dumps({
 @pytest.mark.slow
 @needs_installed_vllm
 def test_static_reading_matches_vllms_runtime_objects(tmp_path):
-    done = subprocess.run([sys.executable, "-c", RUNTIME_REFEREE], capture_output=True, text=True, timeout=900,
-                          cwd=tmp_path, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", RUNTIME_REFEREE], capture_output=True, text=True, timeout=900, cwd=tmp_path, check=False
+    )
     lines = [line for line in done.stdout.splitlines() if line.startswith("REFEREE ")]
     assert lines, f"referee failed ({done.returncode}): {done.stderr[-2000:]}"
-    runtime = json.loads(lines[-1][len("REFEREE "):])
+    runtime = json.loads(lines[-1][len("REFEREE ") :])
     source = VllmSource.from_package_dir(installed)
     for kind, values in runtime.items():
         static = set(_KINDS[kind].offered(source)[0])
         if kind == "cli":  # the static list leaves "--no-x" to the probe's BooleanOptionalAction rule
             assert static <= set(values)
             derived = set(values) - static
-            assert all(v.startswith("--no-") and f"--{v[len('--no-'):]}" in static for v in derived), derived
+            assert all(v.startswith("--no-") and f"--{v[len('--no-') :]}" in static for v in derived), derived
             outcomes = probe_features(source, tuple(f"cli:{v}" for v in sorted(derived)))
             assert {o.state for o in outcomes} <= {"present"}
         else:
@@ -227,18 +241,27 @@ def test_static_reading_matches_vllms_runtime_objects(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("version, present, absent", [
-    ("0.19.1", [], ["speculative_method:dflash", "speculative_config.attention_backend"]),
-    ("0.20.0", ["speculative_method:dflash"], ["speculative_config.attention_backend"]),
-    ("0.21.0", ["speculative_method:dflash", "speculative_config.attention_backend"],
-     ["speculative_config.kv_cache_dtype"]),
-])
+@pytest.mark.parametrize(
+    "version, present, absent",
+    [
+        ("0.19.1", [], ["speculative_method:dflash", "speculative_config.attention_backend"]),
+        ("0.20.0", ["speculative_method:dflash"], ["speculative_config.attention_backend"]),
+        (
+            "0.21.0",
+            ["speculative_method:dflash", "speculative_config.attention_backend"],
+            ["speculative_config.kv_cache_dtype"],
+        ),
+    ],
+)
 def test_released_wheels_confirm_where_features_arrived(version, present, absent):
     from kimi_dflash.patcher.wheels import source_wheel
 
     source = VllmSource.from_wheel(source_wheel(version))
     found = states(source, present + absent + ["cli:--language-model-only"])
-    assert found == {**{n: "present" for n in present}, **{n: "absent" for n in absent},
-                     "cli:--language-model-only": "present"}
+    assert found == {
+        **{n: "present" for n in present},
+        **{n: "absent" for n in absent},
+        "cli:--language-model-only": "present",
+    }
     for name in absent:  # the release that lacks a feature is exactly where INTRODUCED_IN says it came later
         assert name in INTRODUCED_IN

@@ -13,13 +13,18 @@ import pytest
 
 from kimi_dflash.config.validate import load_config
 from kimi_dflash.plan import build_plan
-from kimi_dflash.preflight.request import PreflightRequest
 from kimi_dflash.preflight.preshard import check_preshard
+from kimi_dflash.preflight.request import PreflightRequest
 from kimi_dflash.preshard import cli
 from kimi_dflash.preshard.manifest import (
-    MANIFEST_NAME, Manifest, ManifestError, checkpoint_fingerprint, mismatches, read_manifest, write_manifest,
+    MANIFEST_NAME,
+    Manifest,
+    ManifestError,
+    checkpoint_fingerprint,
+    mismatches,
+    read_manifest,
+    write_manifest,
 )
-
 from repo_paths import CONFIGS_DIR, REPO_ROOT
 
 
@@ -34,9 +39,15 @@ def fake_checkpoint(directory: Path, header: dict[str, object], config: str = '{
 def finished_preshard(directory: Path, source: Path, tp: int = 8, version: str = "0.32.0") -> Manifest:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "model-rank-0-part-0.safetensors").write_bytes(b"x" * 10)
-    manifest = Manifest(source_dir=str(source), source_fingerprint=checkpoint_fingerprint(source),
-                        tensor_parallel_size=tp, vllm_distribution="vllm", vllm_version=version, dtype="bfloat16",
-                        files={"model-rank-0-part-0.safetensors": 10})
+    manifest = Manifest(
+        source_dir=str(source),
+        source_fingerprint=checkpoint_fingerprint(source),
+        tensor_parallel_size=tp,
+        vllm_distribution="vllm",
+        vllm_version=version,
+        dtype="bfloat16",
+        files={"model-rank-0-part-0.safetensors": 10},
+    )
     write_manifest(directory, manifest)
     return manifest
 
@@ -61,12 +72,12 @@ def test_a_matching_preshard_passes_and_each_mismatch_is_named(tmp_path: Path) -
     fits = {"source_dir": source, "tensor_parallel_size": 8, "vllm_version": "0.32.0", "dtype": "auto"}
     assert mismatches(read_manifest(out), out, **fits) == []
     assert "made for TP 8, the plan serves TP 4" in mismatches(manifest, out, **{**fits, "tensor_parallel_size": 4})
-    assert any("vLLM 0.32.0, this vLLM is 0.33.0" in p for p in mismatches(manifest, out, **{**fits,
-                                                                                          "vllm_version": "0.33.0"}))
+    assert any(
+        "vLLM 0.32.0, this vLLM is 0.33.0" in p for p in mismatches(manifest, out, **{**fits, "vllm_version": "0.33.0"})
+    )
     assert any("DTYPE=float32" in p for p in mismatches(manifest, out, **{**fits, "dtype": "float32"}))
     other = fake_checkpoint(tmp_path / "other", {"v": HEADER["w"]})
-    assert any("made from another checkpoint" in p for p in mismatches(manifest, out, **{**fits,
-                                                                                      "source_dir": other}))
+    assert any("made from another checkpoint" in p for p in mismatches(manifest, out, **{**fits, "source_dir": other}))
     (out / "model-rank-0-part-0.safetensors").write_bytes(b"x")
     assert any("changed size" in p for p in mismatches(manifest, out, **fits))
 
@@ -116,15 +127,23 @@ def test_plan_loads_the_preshard_with_sharded_state_and_keeps_the_drafter_on_the
 def test_preshard_help_teaches_and_bad_output_is_refused(tmp_path: Path) -> None:
     script = str(REPO_ROOT / "payload" / "preshard_kimi26.py")
     env = {"PYTHONPATH": str(REPO_ROOT / "src"), "PATH": "/usr/bin:/bin"}
-    help_text = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True, env=env,
-                               check=True).stdout
+    help_text = subprocess.run(
+        [sys.executable, script, "--help"], capture_output=True, text=True, env=env, check=True
+    ).stdout
     for needle in ("sharded_state", "PRESHARD_DIR", ".partial", "--output", "resumes"):
         assert needle in help_text
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "x").write_text("")
     source = fake_checkpoint(tmp_path / "model", HEADER)
     config = tmp_path / "c.env"
-    config.write_text(f"DEVICE=cpu\nTENSOR_PARALLEL_SIZE=1\nBLOCK_SIZE=32\nMODEL_DIR={source}\nSPECULATIVE_METHOD=none\n")
-    refused = subprocess.run([sys.executable, script, str(config), "--output", str(tmp_path / "taken")],
-                             capture_output=True, text=True, env=env, check=False)
+    config.write_text(
+        f"DEVICE=cpu\nTENSOR_PARALLEL_SIZE=1\nBLOCK_SIZE=32\nMODEL_DIR={source}\nSPECULATIVE_METHOD=none\n"
+    )
+    refused = subprocess.run(
+        [sys.executable, script, str(config), "--output", str(tmp_path / "taken")],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     assert refused.returncode == 1 and "is not a finished pre-shard" in refused.stderr

@@ -15,9 +15,7 @@ from pathlib import Path
 import pytest
 
 from kimi_dflash.preshard.manifest import read_manifest
-
 from repo_paths import CONFIGS_DIR, REPO_ROOT
-
 from test_demo_server import chat, served_model_dir  # noqa: E402  (shared helpers)
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
@@ -35,9 +33,19 @@ def weight_load_seconds(log: str) -> float:
 @pytest.fixture(scope="module")
 def preshard_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     output = tmp_path_factory.mktemp("preshard") / "demo-tp1"
-    result = subprocess.run([sys.executable, str(REPO_ROOT / "payload" / "preshard_kimi26.py"),
-                             str(CONFIGS_DIR / "demo-cpu.env"), "--output", str(output)],
-                            capture_output=True, text=True, timeout=900, check=False)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(REPO_ROOT / "payload" / "preshard_kimi26.py"),
+            str(CONFIGS_DIR / "demo-cpu.env"),
+            "--output",
+            str(output),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     return output
 
@@ -53,8 +61,10 @@ def test_demo_served_from_its_preshard_gives_the_same_tokens(demo_server, demo_s
     for prompt in PROMPTS:
         original, from_preshard = chat(demo_server, prompt), chat(presharded, prompt)
         assert from_preshard["choices"][0]["token_ids"] == original["choices"][0]["token_ids"], prompt
-    print(f"\nweight load: original {weight_load_seconds(demo_server.log_text()):.2f} s, "
-          f"pre-shard {weight_load_seconds(log):.2f} s")
+    print(
+        f"\nweight load: original {weight_load_seconds(demo_server.log_text()):.2f} s, "
+        f"pre-shard {weight_load_seconds(log):.2f} s"
+    )
     demo_server_factory.stop(presharded)
 
 
@@ -65,11 +75,17 @@ def test_preflight_refuses_the_preshard_for_another_tp_size(preshard_dir: Path, 
     for path in preshard_dir.iterdir():
         (forged / path.name).symlink_to(path)
     (forged / manifest_path.name).unlink()
-    (forged / manifest_path.name).write_text(manifest_path.read_text().replace('"tensor_parallel_size": 1',
-                                                                              '"tensor_parallel_size": 2'))
-    result = subprocess.run([str(REPO_ROOT / "serve.sh"), str(CONFIGS_DIR / "demo-cpu.env"), "--preflight"],
-                            env={**os.environ, "PRESHARD_DIR": str(forged), "KIMI_PYTHON": sys.executable},
-                            capture_output=True, text=True, timeout=600, check=False)
+    (forged / manifest_path.name).write_text(
+        manifest_path.read_text().replace('"tensor_parallel_size": 1', '"tensor_parallel_size": 2')
+    )
+    result = subprocess.run(
+        [str(REPO_ROOT / "serve.sh"), str(CONFIGS_DIR / "demo-cpu.env"), "--preflight"],
+        env={**os.environ, "PRESHARD_DIR": str(forged), "KIMI_PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert result.returncode == 1
     assert "[FAIL] pre-shard" in result.stdout + result.stderr
     assert "made for TP 2, the plan serves TP 1" in result.stdout + result.stderr

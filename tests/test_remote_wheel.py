@@ -84,13 +84,15 @@ def test_the_index_listing_keeps_final_linux_wheels_and_the_newest_build() -> No
     def entry(name: str, **extra: object) -> dict:
         return {"filename": name, "url": f"https://files/{name}", "size": 10, **extra}
 
-    files = [entry("vllm-0.21.0-cp38-abi3-manylinux_2_24_x86_64.whl"),
-             entry("vllm-0.21.0-1-cp38-abi3-manylinux_2_24_x86_64.whl"),
-             entry("vllm-0.21.0-cp38-abi3-manylinux_2_24_aarch64.whl"),
-             entry("vllm-0.22.0rc1-cp38-abi3-manylinux_2_28_x86_64.whl"),
-             entry("vllm-0.20.0-cp38-abi3-manylinux_2_35_x86_64.whl", yanked=True),
-             entry("vllm-0.9.2-cp38-abi3-manylinux1_x86_64.whl"),
-             entry("vllm-0.21.0.tar.gz")]
+    files = [
+        entry("vllm-0.21.0-cp38-abi3-manylinux_2_24_x86_64.whl"),
+        entry("vllm-0.21.0-1-cp38-abi3-manylinux_2_24_x86_64.whl"),
+        entry("vllm-0.21.0-cp38-abi3-manylinux_2_24_aarch64.whl"),
+        entry("vllm-0.22.0rc1-cp38-abi3-manylinux_2_28_x86_64.whl"),
+        entry("vllm-0.20.0-cp38-abi3-manylinux_2_35_x86_64.whl", yanked=True),
+        entry("vllm-0.9.2-cp38-abi3-manylinux1_x86_64.whl"),
+        entry("vllm-0.21.0.tar.gz"),
+    ]
     links = linux_wheels(files)
     assert list(links) == ["0.9.2", "0.21.0"]  # release order, not string order
     assert links["0.21.0"].filename == "vllm-0.21.0-1-cp38-abi3-manylinux_2_24_x86_64.whl"

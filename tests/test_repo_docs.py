@@ -21,7 +21,8 @@ README = (REPO_ROOT / "README.md").read_text()
 def test_readme_config_reference_is_generated_from_the_schema() -> None:
     section = README.split(BEGIN, 1)[1].split(END, 1)[0]
     assert section.strip() == render_reference().strip(), (
-        "README.md is out of date: run python -m kimi_dflash.config.reference --write")
+        "README.md is out of date: run python -m kimi_dflash.config.reference --write"
+    )
     for key in KEYS:
         assert f"`{key.name}`" in section
 

@@ -16,11 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import free_port
 from kimi_dflash.bench.result import load_result
 from kimi_dflash.paths import cache_root
 from repo_paths import REPO_ROOT
-
-from conftest import free_port
 from test_demo_server import counter, get  # noqa: E402  (shared helpers)
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
@@ -56,11 +55,23 @@ def router(demo_server, demo_server_factory, tmp_path: Path):  # type: ignore[no
     doomed = demo_server_factory("demo-cpu.env", {"READY_TIMEOUT_S": "880"})
     port = free_port()
     log = (tmp_path / "router.log").open("w")
-    process = subprocess.Popen([str(REPO_ROOT / "launchers" / "kimi26-vllm-dflash-router.sh"),
-                                "--replica", demo_server.base_url, "--replica", doomed.base_url,
-                                "--port", str(port), "--health-interval", "2"],
-                               env={**os.environ, "KIMI_PYTHON": sys.executable}, stdout=log,
-                               stderr=subprocess.STDOUT, start_new_session=True)
+    process = subprocess.Popen(
+        [
+            str(REPO_ROOT / "launchers" / "kimi26-vllm-dflash-router.sh"),
+            "--replica",
+            demo_server.base_url,
+            "--replica",
+            doomed.base_url,
+            "--port",
+            str(port),
+            "--health-interval",
+            "2",
+        ],
+        env={**os.environ, "KIMI_PYTHON": sys.executable},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: urllib.request.urlopen(f"{base}/v1/models", timeout=5).status == 200, 120, "the router")
@@ -74,17 +85,43 @@ def router(demo_server, demo_server_factory, tmp_path: Path):  # type: ignore[no
 
 def test_two_replicas_share_the_run_and_a_killed_one_loses_only_its_requests(router, tmp_path: Path) -> None:
     base, survivor, doomed, router_log = router
-    before = {name: finished_requests(server.metrics_url) for name, server in (("survivor", survivor),
-                                                                               ("doomed", doomed))}
+    before = {
+        name: finished_requests(server.metrics_url) for name, server in (("survivor", survivor), ("doomed", doomed))
+    }
     result_path = tmp_path / "result.json"
-    bench = subprocess.Popen([sys.executable, str(REPO_ROOT / "payload" / "benchmark_multi_turn.py"),
-                              "--base-url", base, "--model", survivor.model, "--metrics-url", "none",
-                              "--sessions", "4", "--turns-per-session", "4", "--max-tokens", "48", "--warmup", "0",
-                              "--ignore-eos", "--record-requests", "--output", str(result_path)],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    bench = subprocess.Popen(
+        [
+            sys.executable,
+            str(REPO_ROOT / "payload" / "benchmark_multi_turn.py"),
+            "--base-url",
+            base,
+            "--model",
+            survivor.model,
+            "--metrics-url",
+            "none",
+            "--sessions",
+            "4",
+            "--turns-per-session",
+            "4",
+            "--max-tokens",
+            "48",
+            "--warmup",
+            "0",
+            "--ignore-eos",
+            "--record-requests",
+            "--output",
+            str(result_path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     # Kill the second replica once it has served something and is busy with more (in flight).
-    wait_for(lambda: finished_requests(doomed.metrics_url) > before["doomed"]
-             and running_requests(doomed.metrics_url) > 0, 600, "the second replica to be mid-run")
+    wait_for(
+        lambda: finished_requests(doomed.metrics_url) > before["doomed"] and running_requests(doomed.metrics_url) > 0,
+        600,
+        "the second replica to be mid-run",
+    )
     served_by_doomed = finished_requests(doomed.metrics_url) - before["doomed"]
     pid = int((cache_root() / "run" / f"serve-{doomed.port}.pid").read_text())
     killed_at = time.perf_counter()  # CLOCK_MONOTONIC on Linux: the benchmark's request records use the same clock
@@ -98,9 +135,11 @@ def test_two_replicas_share_the_run_and_a_killed_one_loses_only_its_requests(rou
     in_flight = [r for r in records if r.send_time < kill < r.done_time]  # on either replica
     failed = [r for r in records if not r.ok]
     served_by_survivor = finished_requests(survivor.metrics_url) - before["survivor"]
-    print(f"\nreplica requests: survivor {served_by_survivor}, killed replica {served_by_doomed} before the kill; "
-          f"benchmark: {level.requests} sent, {len(in_flight)} in flight at the kill, {level.completed} completed, "
-          f"{level.failed} failed {level.failures}")
+    print(
+        f"\nreplica requests: survivor {served_by_survivor}, killed replica {served_by_doomed} before the kill; "
+        f"benchmark: {level.requests} sent, {len(in_flight)} in flight at the kill, {level.completed} completed, "
+        f"{level.failed} failed {level.failures}"
+    )
     assert served_by_doomed > 0 and served_by_survivor > 0  # both replicas served requests
     assert level.failed >= 1 and sum(level.failures.values()) == level.failed  # losses are counted by reason
     # Only requests in flight at the kill are lost: none sent after it failed (the router retries a send to the dead

@@ -12,7 +12,6 @@ import pytest
 import yaml
 
 from kimi_dflash.scaleout.router import RouterPlan, normalise_replica, router_argv
-
 from repo_paths import REPO_ROOT
 
 LAUNCHER = REPO_ROOT / "launchers" / "kimi26-vllm-dflash-router.sh"
@@ -20,22 +19,31 @@ MANIFESTS = sorted((REPO_ROOT / "deploy" / "k8s").glob("*.yaml"))
 
 
 def launcher(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(LAUNCHER), *args], env={**os.environ, "KIMI_PYTHON": sys.executable},
-                          capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(
+        [str(LAUNCHER), *args],
+        env={**os.environ, "KIMI_PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_router_argv_lists_every_replica_with_health_checks_on_health() -> None:
     argv = router_argv(RouterPlan(replicas=("http://n1:8262", "http://n2:8262"), port=9000))
-    assert argv[argv.index("--worker-urls") + 1:argv.index("--worker-urls") + 3] == ["http://n1:8262",
-                                                                                    "http://n2:8262"]
+    assert argv[argv.index("--worker-urls") + 1 : argv.index("--worker-urls") + 3] == [
+        "http://n1:8262",
+        "http://n2:8262",
+    ]
     assert argv[argv.index("--health-check-endpoint") + 1] == "/health"
     assert argv[argv.index("--port") + 1] == "9000" and argv[argv.index("--host") + 1] == "127.0.0.1"
     with pytest.raises(ValueError, match="listed twice"):
         router_argv(RouterPlan(replicas=("http://n1:8262", "http://n1:8262")))
 
 
-@pytest.mark.parametrize("url, problem", [("n1:8262", "not an http"), ("http://n1:8262/v1", "has a path"),
-                                          ("ftp://n1", "not an http")])
+@pytest.mark.parametrize(
+    "url, problem", [("n1:8262", "not an http"), ("http://n1:8262/v1", "has a path"), ("ftp://n1", "not an http")]
+)
 def test_replica_urls_are_checked(url: str, problem: str) -> None:
     with pytest.raises(ValueError, match=problem):
         normalise_replica(url)
@@ -75,6 +83,8 @@ def test_replicas_are_probed_on_health_and_get_their_devices_and_shm() -> None:
     router = next(doc for doc in documents if doc["kind"] == "Deployment")
     args = router["spec"]["template"]["spec"]["containers"][0]["args"]
     # The router's replica list names every replica of the StatefulSet through its headless Service.
-    expected = {f"--replica=http://{replicas['metadata']['name']}-{i}.{replicas['spec']['serviceName']}:8262"
-                for i in range(replicas["spec"]["replicas"])}
+    expected = {
+        f"--replica=http://{replicas['metadata']['name']}-{i}.{replicas['spec']['serviceName']}:8262"
+        for i in range(replicas["spec"]["replicas"])
+    }
     assert expected <= set(args)

@@ -25,17 +25,24 @@ def broken_model_config(tmp_path: Path) -> Path:
     model.mkdir()
     (model / "config.json").write_text('{"architectures": ["NoSuchModelForCausalLM"], "model_type": "nosuch"}')
     config = tmp_path / "broken.env"
-    config.write_text(f"DEVICE=cpu\nMOE_BACKEND=auto\nTENSOR_PARALLEL_SIZE=1\nBLOCK_SIZE=32\nMODEL_DIR={model}\n"
-                      "SPECULATIVE_METHOD=none\nTRUST_REMOTE_CODE=false\nTOOL_CALL_PARSER=\n"
-                      "ENABLE_AUTO_TOOL_CHOICE=false\nREASONING_PARSER=\nREADY_TIMEOUT_S=300\n")
+    config.write_text(
+        f"DEVICE=cpu\nMOE_BACKEND=auto\nTENSOR_PARALLEL_SIZE=1\nBLOCK_SIZE=32\nMODEL_DIR={model}\n"
+        "SPECULATIVE_METHOD=none\nTRUST_REMOTE_CODE=false\nTOOL_CALL_PARSER=\n"
+        "ENABLE_AUTO_TOOL_CHOICE=false\nREASONING_PARSER=\nREADY_TIMEOUT_S=300\n"
+    )
     return config
 
 
 def test_wait_reports_a_dying_server_with_its_log_tail(tmp_path: Path) -> None:
     env = serve_env(free_port())
     env["KIMI_DFLASH_CACHE"] = str(tmp_path / "cache")
-    result = subprocess.run([SERVE, str(broken_model_config(tmp_path)), "--wait", "--skip-preflight"],
-                            env=env, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [SERVE, str(broken_model_config(tmp_path)), "--wait", "--skip-preflight"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 1
     assert "vLLM exited with code" in result.stderr
     assert "model type `nosuch`" in result.stderr  # the tail of vLLM's own log explains why
@@ -43,8 +50,13 @@ def test_wait_reports_a_dying_server_with_its_log_tail(tmp_path: Path) -> None:
 
 
 def test_foreground_propagates_vllm_exit_code(tmp_path: Path) -> None:
-    result = subprocess.run([SERVE, str(broken_model_config(tmp_path)), "--skip-preflight"],
-                            env=serve_env(free_port()), capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [SERVE, str(broken_model_config(tmp_path)), "--skip-preflight"],
+        env=serve_env(free_port()),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode not in (0, 2)  # vLLM's own failure code, not a config error
 
 
@@ -59,8 +71,12 @@ def _ready(port: int) -> bool:
 def test_sigterm_stops_the_server_and_all_its_processes(tmp_path: Path) -> None:
     port = free_port()
     log = tmp_path / "fg.log"
-    serve = subprocess.Popen([SERVE, str(CONFIGS_DIR / "demo-cpu.env"), "--log", str(log), "--skip-preflight"],
-                             env=serve_env(port), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    serve = subprocess.Popen(
+        [SERVE, str(CONFIGS_DIR / "demo-cpu.env"), "--log", str(log), "--skip-preflight"],
+        env=serve_env(port),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 600
         while not _ready(port):

@@ -29,29 +29,61 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A venv with only the wheel (and its core dependencies) in it; returns its bin/ directory."""
     root = tmp_path_factory.mktemp("wheel")
     checkout = fresh_checkout(root / "checkout")  # a build writes build/ and *.egg-info next to the sources
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
-                            "-w", str(root / "dist"), str(checkout)], capture_output=True, text=True, timeout=600,
-                           env=clean_env())
+    built = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--quiet",
+            "-w",
+            str(root / "dist"),
+            str(checkout),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=clean_env(),
+    )
     assert built.returncode == 0, built.stderr
     [wheel] = (root / "dist").glob("kimi_k26_dflash-*.whl")
     venv.EnvBuilder(with_pip=True).create(root / "venv")
     bin_dir = root / "venv" / "bin"
-    pip = subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "--quiet", "--progress-bar", "off",
-                          str(wheel)], capture_output=True, text=True, timeout=900, env=clean_env())
+    pip = subprocess.run(
+        [str(bin_dir / "python"), "-m", "pip", "install", "--quiet", "--progress-bar", "off", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=clean_env(),
+    )
     assert pip.returncode == 0, pip.stderr
     return bin_dir
 
 
 def run_outside(bin_dir: Path, tmp_path: Path, *command: str) -> subprocess.CompletedProcess[str]:
     """Run from an empty directory with a private cache: nothing of the checkout is reachable."""
-    return subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                          env=clean_env(KIMI_DFLASH_CACHE=str(tmp_path / "cache"),
-                                        PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"))
+    return subprocess.run(
+        command,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=clean_env(
+            KIMI_DFLASH_CACHE=str(tmp_path / "cache"), PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+        ),
+    )
 
 
 def test_the_package_is_imported_from_the_venv_not_the_checkout(installed: Path, tmp_path: Path) -> None:
-    where = run_outside(installed, tmp_path, str(installed / "python"), "-c",
-                        "import kimi_dflash, pathlib; print(pathlib.Path(kimi_dflash.__file__).resolve())")
+    where = run_outside(
+        installed,
+        tmp_path,
+        str(installed / "python"),
+        "-c",
+        "import kimi_dflash, pathlib; print(pathlib.Path(kimi_dflash.__file__).resolve())",
+    )
     assert where.returncode == 0, where.stderr
     assert Path(where.stdout.strip()).is_relative_to((installed.parent).resolve())
 
@@ -66,7 +98,8 @@ def test_dry_run_of_a_shipped_config_by_name(installed: Path, tmp_path: Path) ->
 def test_dry_run_of_a_config_file_and_what_it_extends(installed: Path, tmp_path: Path) -> None:
     (tmp_path / "mine.env").write_text("EXTENDS=demo-cpu.env\nPORT=9123\n")
     (tmp_path / "demo-cpu.env").write_text(  # not the shipped demo-cpu.env: EXTENDS resolves next to mine.env
-        "MODEL_DIR=/models/kimi-k2.6\nDRAFT_MODEL_DIR=/models/drafter\nSERVED_MODEL_NAME=mine\n")
+        "MODEL_DIR=/models/kimi-k2.6\nDRAFT_MODEL_DIR=/models/drafter\nSERVED_MODEL_NAME=mine\n"
+    )
     result = run_outside(installed, tmp_path, str(installed / "kimi-dflash"), "mine.env", "--dry-run")
     assert result.returncode == 0, result.stderr
     argv = result.stdout.split()

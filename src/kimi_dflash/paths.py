@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from kimi_dflash.envvars import CACHE as CACHE_ENV
+
 CACHE_DIR_NAME = "kimi-dflash"
 
 

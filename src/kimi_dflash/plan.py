@@ -19,16 +19,28 @@ CPU_ENTRY_MODULE = "kimi_dflash.vllm_entry"
 # The config key behind each `vllm serve` option the plan writes, so a finding about an option can name the
 # key to change (tests/test_plan.py keeps this in step with vllm_argv).
 OPTION_KEYS: dict[str, str] = {
-    "--served-model-name": "SERVED_MODEL_NAME", "--host": "HOST", "--port": "PORT",
-    "--tensor-parallel-size": "TENSOR_PARALLEL_SIZE", "--gpu-memory-utilization": "GPU_MEMORY_UTILIZATION",
-    "--dtype": "DTYPE", "--kv-cache-dtype": "KV_CACHE_DTYPE", "--max-model-len": "MAX_MODEL_LEN",
-    "--max-num-seqs": "MAX_NUM_SEQS", "--max-num-batched-tokens": "MAX_NUM_BATCHED_TOKENS",
-    "--block-size": "BLOCK_SIZE", "--enforce-eager": "ENFORCE_EAGER",
-    "--enable-prefix-caching": "ENABLE_PREFIX_CACHING", "--no-enable-prefix-caching": "ENABLE_PREFIX_CACHING",
-    "--moe-backend": "MOE_BACKEND", "--trust-remote-code": "TRUST_REMOTE_CODE",
-    "--tool-call-parser": "TOOL_CALL_PARSER", "--enable-auto-tool-choice": "ENABLE_AUTO_TOOL_CHOICE",
-    "--reasoning-parser": "REASONING_PARSER", "--language-model-only": "LANGUAGE_MODEL_ONLY",
-    "--mm-encoder-tp-mode": "MM_ENCODER_TP_MODE", "--speculative-config": "SPECULATIVE_METHOD",
+    "--served-model-name": "SERVED_MODEL_NAME",
+    "--host": "HOST",
+    "--port": "PORT",
+    "--tensor-parallel-size": "TENSOR_PARALLEL_SIZE",
+    "--gpu-memory-utilization": "GPU_MEMORY_UTILIZATION",
+    "--dtype": "DTYPE",
+    "--kv-cache-dtype": "KV_CACHE_DTYPE",
+    "--max-model-len": "MAX_MODEL_LEN",
+    "--max-num-seqs": "MAX_NUM_SEQS",
+    "--max-num-batched-tokens": "MAX_NUM_BATCHED_TOKENS",
+    "--block-size": "BLOCK_SIZE",
+    "--enforce-eager": "ENFORCE_EAGER",
+    "--enable-prefix-caching": "ENABLE_PREFIX_CACHING",
+    "--no-enable-prefix-caching": "ENABLE_PREFIX_CACHING",
+    "--moe-backend": "MOE_BACKEND",
+    "--trust-remote-code": "TRUST_REMOTE_CODE",
+    "--tool-call-parser": "TOOL_CALL_PARSER",
+    "--enable-auto-tool-choice": "ENABLE_AUTO_TOOL_CHOICE",
+    "--reasoning-parser": "REASONING_PARSER",
+    "--language-model-only": "LANGUAGE_MODEL_ONLY",
+    "--mm-encoder-tp-mode": "MM_ENCODER_TP_MODE",
+    "--speculative-config": "SPECULATIVE_METHOD",
     "--load-format": "PRESHARD_DIR",
 }
 SHARDED_STATE = "sharded_state"
@@ -51,8 +63,10 @@ class LaunchPlan:
 
     def render(self) -> str:
         """Shell-quoted, one option per line, secrets redacted: what --dry-run prints."""
-        lines = [f"{name}={REDACTED if name in self.secret_env else shlex.quote(value)}"
-                 for name, value in sorted(self.env.items())]
+        lines = [
+            f"{name}={REDACTED if name in self.secret_env else shlex.quote(value)}"
+            for name, value in sorted(self.env.items())
+        ]
         lines.extend(_argv_lines(self.argv))
         return " \\\n  ".join(lines)
 
@@ -105,22 +119,39 @@ def vllm_argv(config: Config, python_executable: str) -> tuple[str, ...]:
     else:
         head = ["vllm", "serve"]
     preshard = config["PRESHARD_DIR"]
-    argv = [*head, str(config["MODEL_DIR"] if preshard is None else preshard),
-            "--served-model-name", str(config["SERVED_MODEL_NAME"]),
-            "--host", str(config["HOST"]),
-            "--port", str(config["PORT"])]
+    argv = [
+        *head,
+        str(config["MODEL_DIR"] if preshard is None else preshard),
+        "--served-model-name",
+        str(config["SERVED_MODEL_NAME"]),
+        "--host",
+        str(config["HOST"]),
+        "--port",
+        str(config["PORT"]),
+    ]
     if config["DEVICE"] != "cpu":
-        argv += ["--tensor-parallel-size", str(config["TENSOR_PARALLEL_SIZE"]),
-                 "--gpu-memory-utilization", f"{config['GPU_MEMORY_UTILIZATION']:g}"]
+        argv += [
+            "--tensor-parallel-size",
+            str(config["TENSOR_PARALLEL_SIZE"]),
+            "--gpu-memory-utilization",
+            f"{config['GPU_MEMORY_UTILIZATION']:g}",
+        ]
     if preshard is not None:
         argv += ["--load-format", SHARDED_STATE]
     if config["DTYPE"] != "auto":
         argv += ["--dtype", str(config["DTYPE"])]
-    argv += ["--kv-cache-dtype", str(config["KV_CACHE_DTYPE"]),
-             "--max-model-len", str(config["MAX_MODEL_LEN"]),
-             "--max-num-seqs", str(config["MAX_NUM_SEQS"]),
-             "--max-num-batched-tokens", str(config["MAX_NUM_BATCHED_TOKENS"]),
-             "--block-size", str(config["BLOCK_SIZE"])]
+    argv += [
+        "--kv-cache-dtype",
+        str(config["KV_CACHE_DTYPE"]),
+        "--max-model-len",
+        str(config["MAX_MODEL_LEN"]),
+        "--max-num-seqs",
+        str(config["MAX_NUM_SEQS"]),
+        "--max-num-batched-tokens",
+        str(config["MAX_NUM_BATCHED_TOKENS"]),
+        "--block-size",
+        str(config["BLOCK_SIZE"]),
+    ]
     argv += _bool_flag(config["ENFORCE_EAGER"], "--enforce-eager")
     argv += ["--enable-prefix-caching" if config["ENABLE_PREFIX_CACHING"] else "--no-enable-prefix-caching"]
     if config["MOE_BACKEND"] != "auto":
@@ -181,8 +212,7 @@ def vllm_env(config: Config, cache_dir: str, cpu_preload: Sequence[str] = ()) ->
     return env
 
 
-def build_plan(config: Config, python_executable: str, cache_dir: str,
-               cpu_preload: Sequence[str] = ()) -> LaunchPlan:
+def build_plan(config: Config, python_executable: str, cache_dir: str, cpu_preload: Sequence[str] = ()) -> LaunchPlan:
     """The complete launch plan. Pure: same config and arguments, same plan. `cpu_preload`: libraries found on
     this machine for LD_PRELOAD on DEVICE=cpu (launch/cpu_libs.py finds them)."""
     env = vllm_env(config, cache_dir, cpu_preload)

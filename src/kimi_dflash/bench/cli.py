@@ -119,18 +119,28 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         help="turns per conversation (default %(default)s)",
     )
     load.add_argument(
-        "--max-tokens", type=_bounded(int, 1, "--max-tokens"), default=512, help="max_tokens per reply (default %(default)s)"
+        "--max-tokens",
+        type=_bounded(int, 1, "--max-tokens"),
+        default=512,
+        help="max_tokens per reply (default %(default)s)",
     )
     load.add_argument(
-        "--temperature", type=_bounded(float, 0.0, "--temperature"), default=0.0, help="always sent (default %(default)s)"
+        "--temperature",
+        type=_bounded(float, 0.0, "--temperature"),
+        default=0.0,
+        help="always sent (default %(default)s)",
     )
-    load.add_argument("--ignore-eos", action="store_true", help="send ignore_eos (vLLM): every reply runs to --max-tokens")
+    load.add_argument(
+        "--ignore-eos", action="store_true", help="send ignore_eos (vLLM): every reply runs to --max-tokens"
+    )
     load.add_argument(
         "--dataset",
         default=BUILTIN,
         help="'builtin' (225 prompts shipped with the tool) or a JSONL file of {\"prompt\": ...} lines",
     )
-    load.add_argument("--system-prompt", default=None, help="optional system message at the start of every conversation")
+    load.add_argument(
+        "--system-prompt", default=None, help="optional system message at the start of every conversation"
+    )
     load.add_argument(
         "--warmup",
         type=_bounded(int, 0, "--warmup"),
@@ -151,7 +161,10 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "prompt (t x sessions + s) of the dataset, in file order (what `vllm bench serve --disable-shuffle` does)",
     )
     load.add_argument(
-        "--seed", type=int, default=0, help="prompt selection seed; same seed = same conversations (default %(default)s)"
+        "--seed",
+        type=int,
+        default=0,
+        help="prompt selection seed; same seed = same conversations (default %(default)s)",
     )
     load.add_argument(
         "--independent-turns",

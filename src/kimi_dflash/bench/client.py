@@ -59,7 +59,11 @@ class Endpoint:
 
     @cached_property
     def chat_headers(self) -> dict[str, str]:
-        headers = {"Content-Type": "application/json", "Accept-Encoding": "identity", "Accept": "text/event-stream, application/json"}
+        headers = {
+            "Content-Type": "application/json",
+            "Accept-Encoding": "identity",
+            "Accept": "text/event-stream, application/json",
+        }
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         return headers
@@ -104,7 +108,9 @@ def chat_payload(
     return json.dumps(payload, ensure_ascii=False).encode("utf-8")
 
 
-async def send(conn: http1.Connection, endpoint: Endpoint, body: bytes, stream: bool, record: RequestRecord) -> Reply | None:
+async def send(
+    conn: http1.Connection, endpoint: Endpoint, body: bytes, stream: bool, record: RequestRecord
+) -> Reply | None:
     """Send one chat request on ``conn``; fill ``record`` with timestamps, counts or a failure reason.
 
     ``record.ready_time`` is taken before anything else, ``record.send_time`` when the request bytes are

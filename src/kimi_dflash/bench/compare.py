@@ -206,7 +206,10 @@ def _acceptance_table(runs: list[Run]) -> str:
             body.append(
                 f"| {run.name} | {sessions} | {spec.acceptance_rate:.3f} | {spec.acceptance_length:.2f} | {per_pos} |"
             )
-    rows += ["| run | sessions | acceptance rate | mean acceptance length τ | per position |", "|---|---:|---:|---:|---|"]
+    rows += [
+        "| run | sessions | acceptance rate | mean acceptance length τ | per position |",
+        "|---|---:|---:|---:|---|",
+    ]
     rows += body
     rows.append("")
     return "\n".join(rows)
@@ -235,7 +238,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("results", nargs="+", type=Path, help="result JSON files; the first is the baseline")
     parser.add_argument("--markdown", type=Path, default=None, help="write the markdown report here (default: stdout)")
-    parser.add_argument("--plots", type=Path, default=None, help="write PNG plots into this directory (needs matplotlib)")
+    parser.add_argument(
+        "--plots", type=Path, default=None, help="write PNG plots into this directory (needs matplotlib)"
+    )
     parser.add_argument(
         "--allow-mismatch", action="store_true", help="compare runs with different workloads anyway (flagged loudly)"
     )

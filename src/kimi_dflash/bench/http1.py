@@ -158,7 +158,11 @@ class _Protocol(asyncio.Protocol):
                 key = name.strip().lower()
                 headers[key] = f"{headers[key]}, {value.strip()}" if key in headers else value.strip()
             response = self.response
-            response.status, response.reason, response.headers = status, status_line[2] if len(status_line) > 2 else "", headers
+            response.status, response.reason, response.headers = (
+                status,
+                status_line[2] if len(status_line) > 2 else "",
+                headers,
+            )
             connection = headers.get("connection", "").lower()
             response.keep_alive = "close" not in connection and (
                 status_line[0] != "HTTP/1.0" or "keep-alive" in connection
@@ -292,10 +296,14 @@ class _Protocol(asyncio.Protocol):
 class Connection:
     """One session's keep-alive connection; reconnects when the previous one cannot be reused."""
 
-    def __init__(self, target: Target, connect_timeout_s: float = 30.0, ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self, target: Target, connect_timeout_s: float = 30.0, ssl_context: ssl.SSLContext | None = None
+    ) -> None:
         self.target = target
         self.connect_timeout_s = connect_timeout_s
-        self.ssl_context = ssl_context if ssl_context is not None else (ssl.create_default_context() if target.tls else None)
+        self.ssl_context = (
+            ssl_context if ssl_context is not None else (ssl.create_default_context() if target.tls else None)
+        )
         self.protocol: _Protocol | None = None
 
     @property
@@ -361,7 +369,11 @@ class Connection:
             return await self._exchange(message, on_body, on_sent, deadline)
 
     async def _exchange(
-        self, message: bytes, on_body: Callable[[float, bytes], None] | None, on_sent: Callable[[float], None], deadline: float
+        self,
+        message: bytes,
+        on_body: Callable[[float, bytes], None] | None,
+        on_sent: Callable[[float], None],
+        deadline: float,
     ) -> Response:
         await asyncio.wait_for(self.connect(), timeout=max(deadline - perf_counter(), 0.001))
         protocol = self.protocol

@@ -110,9 +110,7 @@ def latency_block(records: Sequence[RequestRecord]) -> Latencies:
     ttfts = [v for v in map(ttft, ok) if v is not None]
     tpots = [v for v in map(tpot, ok) if v is not None]
     e2els = [v for v in map(e2el, ok) if v is not None]
-    per_user_e2el = [
-        r.output_tokens / lat for r in ok if r.output_tokens and (lat := e2el(r)) is not None and lat > 0
-    ]
+    per_user_e2el = [r.output_tokens / lat for r in ok if r.output_tokens and (lat := e2el(r)) is not None and lat > 0]
     gaps: list[float] = []
     for r in ok:
         gaps.extend(chunk_gaps(r))

@@ -72,12 +72,7 @@ class StreamAccumulator:
         if self.done or self.error is not None:
             return
         decoder = self._decoder
-        if (
-            data[:7] == b"data: {"
-            and data[-3:] == b"}\n\n"
-            and data.find(b"\n") == len(data) - 2
-            and decoder.idle
-        ):
+        if data[:7] == b"data: {" and data[-3:] == b"}\n\n" and data.find(b"\n") == len(data) - 2 and decoder.idle:
             payloads = [data[6:-2]]  # fast path: exactly one single-line JSON event (no SSE bookkeeping)
         else:
             payloads = decoder.feed(data)

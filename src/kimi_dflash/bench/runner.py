@@ -191,7 +191,8 @@ class Benchmark:
             if self.stopper.stopped:
                 break
             plans = [
-                session_prompts(cfg.dataset, cfg.seed, level, repeat, s, cfg.turns, cfg.prompt_order) for s in range(level)
+                session_prompts(cfg.dataset, cfg.seed, level, repeat, s, cfg.turns, cfg.prompt_order)
+                for s in range(level)
             ]
             # Connect every session before the window opens, so TTFT never includes TCP setup. A session
             # that cannot connect here tries again on its first request, which reports the failure.
@@ -247,7 +248,9 @@ class Benchmark:
             return None, "unavailable"
         if before is None:
             return None, "absent"
-        after, error = await server_info.scrape_spec(session, cfg.metrics_url, cfg.endpoint.api_key, self.state.model or "")
+        after, error = await server_info.scrape_spec(
+            session, cfg.metrics_url, cfg.endpoint.api_key, self.state.model or ""
+        )
         waited = 0.0
         while error is None and after is not None and waited < SETTLE_MAX_S:
             await asyncio.sleep(SETTLE_POLL_S)
@@ -296,7 +299,9 @@ class Benchmark:
             # Its own connection: the pool may still hold connections to a server that is gone.
             async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as fresh:
                 try:
-                    await client.get_json(fresh, f"{self.cfg.endpoint.base_url}/v1/models", self.cfg.endpoint.api_key, 5.0)
+                    await client.get_json(
+                        fresh, f"{self.cfg.endpoint.base_url}/v1/models", self.cfg.endpoint.api_key, 5.0
+                    )
                     self._last_probe_ok = perf_counter()
                     return
                 except Exception as exc:  # noqa: BLE001

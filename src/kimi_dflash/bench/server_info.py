@@ -19,9 +19,7 @@ def choose_model(requested: str | None, served: list[str], models_url: str) -> s
     if not served:
         raise UserError(f"{models_url} lists no models; pass --model.")
     if len(served) > 1:
-        raise UserError(
-            f"{models_url} serves {len(served)} models ({', '.join(served)}); choose one with --model."
-        )
+        raise UserError(f"{models_url} serves {len(served)} models ({', '.join(served)}); choose one with --model.")
     return served[0]
 
 

@@ -51,7 +51,7 @@ def load_dataset(spec: str) -> Dataset:
     path = Path(spec).expanduser()
     if not path.is_file():
         raise UserError(
-            f"--dataset {spec!r}: no such file. Give a JSONL file (one {{\"prompt\": \"...\"}} object per line) "
+            f'--dataset {spec!r}: no such file. Give a JSONL file (one {{"prompt": "..."}} object per line) '
             f"or 'builtin' for the shipped prompt set."
         )
     try:

@@ -62,8 +62,11 @@ def module_path() -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kimi_dflash.config.generate_values", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m kimi_dflash.config.generate_values",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--write", action="store_true", help="rewrite config/values.py (next to this module)")
     args = parser.parse_args(argv)
     text = render()

@@ -57,8 +57,11 @@ def _read_file(path: Path, problems: list[Problem]) -> list[RawSetting]:
         problems.append(Problem(shown, None, None, "config file not found", _missing_config_fix()))
         return []
     except (OSError, UnicodeDecodeError) as exc:
-        problems.append(Problem(shown, None, None, f"cannot read config file ({exc})",
-                                "check the path and that the file is UTF-8 text"))
+        problems.append(
+            Problem(
+                shown, None, None, f"cannot read config file ({exc})", "check the path and that the file is UTF-8 text"
+            )
+        )
         return []
 
     settings: list[RawSetting] = []
@@ -68,37 +71,64 @@ def _read_file(path: Path, problems: list[Problem]) -> list[RawSetting]:
         where = f"{shown}:{line}"
         if binding.error:
             snippet = binding.original.string.strip()[:60]
-            problems.append(Problem(where, None, None, f"cannot parse line {snippet!r}",
-                                    "write KEY=value (quote values with spaces; comments start with #)"))
+            problems.append(
+                Problem(
+                    where,
+                    None,
+                    None,
+                    f"cannot parse line {snippet!r}",
+                    "write KEY=value (quote values with spaces; comments start with #)",
+                )
+            )
             continue
         if binding.key is None:
             continue  # blank line or comment
         if binding.value is None:
-            problems.append(Problem(where, binding.key, None, "key without a value",
-                                    f"write {binding.key}=<value>, or {binding.key}= to leave it unset"))
+            problems.append(
+                Problem(
+                    where,
+                    binding.key,
+                    None,
+                    "key without a value",
+                    f"write {binding.key}=<value>, or {binding.key}= to leave it unset",
+                )
+            )
             continue
         if binding.key in seen:
-            problems.append(Problem(where, binding.key, binding.value,
-                                    f"set twice in one file (first on line {seen[binding.key]})",
-                                    "keep one assignment per key"))
+            problems.append(
+                Problem(
+                    where,
+                    binding.key,
+                    binding.value,
+                    f"set twice in one file (first on line {seen[binding.key]})",
+                    "keep one assignment per key",
+                )
+            )
             continue
         seen[binding.key] = line
         settings.append(RawSetting(binding.key, binding.value, where, path.parent))
     return settings
 
 
-def _read_chain(path: Path, problems: list[Problem], depth: int = 0,
-                visiting: tuple[Path, ...] = ()) -> dict[str, RawSetting]:
+def _read_chain(
+    path: Path, problems: list[Problem], depth: int = 0, visiting: tuple[Path, ...] = ()
+) -> dict[str, RawSetting]:
     """Settings of `path` on top of the file it EXTENDS (recursively)."""
     resolved = path.resolve()
     if resolved in visiting:
         chain = " -> ".join(display_path(p) for p in (*visiting, resolved))
-        problems.append(Problem(display_path(path), EXTENDS_KEY, None, f"EXTENDS loops: {chain}",
-                                "remove the cycle"))
+        problems.append(Problem(display_path(path), EXTENDS_KEY, None, f"EXTENDS loops: {chain}", "remove the cycle"))
         return {}
     if depth > MAX_EXTENDS_DEPTH:
-        problems.append(Problem(display_path(path), EXTENDS_KEY, None, "EXTENDS chain too deep",
-                                f"keep chains at most {MAX_EXTENDS_DEPTH} files long"))
+        problems.append(
+            Problem(
+                display_path(path),
+                EXTENDS_KEY,
+                None,
+                "EXTENDS chain too deep",
+                f"keep chains at most {MAX_EXTENDS_DEPTH} files long",
+            )
+        )
         return {}
 
     own = _read_file(path, problems)

@@ -1,8 +1,8 @@
 """The README's config reference, generated from the schema (a test keeps README.md in sync).
 
-    python -m kimi_dflash.config.reference            # print the markdown
-    python -m kimi_dflash.config.reference --write    # update ./README.md between the markers
-    python -m kimi_dflash.config.reference --write --readme PATH
+python -m kimi_dflash.config.reference            # print the markdown
+python -m kimi_dflash.config.reference --write    # update ./README.md between the markers
+python -m kimi_dflash.config.reference --write --readme PATH
 """
 
 from __future__ import annotations

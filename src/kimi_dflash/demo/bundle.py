@@ -84,8 +84,10 @@ class DemoModels:
         """The --speculative-config object for vLLM."""
         k = self.recommended_num_speculative_tokens if num_speculative_tokens is None else num_speculative_tokens
         if not 1 <= k <= self.max_num_speculative_tokens:
-            raise ValueError(f"num_speculative_tokens={k}: the demo drafter proposes 1 to "
-                             f"{self.max_num_speculative_tokens} tokens per step")
+            raise ValueError(
+                f"num_speculative_tokens={k}: the demo drafter proposes 1 to "
+                f"{self.max_num_speculative_tokens} tokens per step"
+            )
         return {"method": "dflash", "model": str(self.drafter_dir), "num_speculative_tokens": k}
 
     def manifest(self) -> dict[str, object]:
@@ -103,8 +105,14 @@ def demo_model_paths(root: Path | None = None, choice: str = DEFAULT) -> DemoMod
     picked = catalog_choice(choice)
     base = (root if root is not None else default_root()).expanduser().resolve()
     bundle = base / picked.bundle
-    return DemoModels(root=base, choice=picked, bundle_dir=bundle, target_dir=bundle / picked.target,
-                      drafter_dir=bundle / DRAFTER, manifest_path=bundle / MANIFEST)
+    return DemoModels(
+        root=base,
+        choice=picked,
+        bundle_dir=bundle,
+        target_dir=bundle / picked.target,
+        drafter_dir=bundle / DRAFTER,
+        manifest_path=bundle / MANIFEST,
+    )
 
 
 def sha256_file(path: Path) -> str:
@@ -183,8 +191,9 @@ def fabricator(recipe: BundleRecipe) -> Callable[[Callable[[str], None]], Fabric
     return getattr(importlib.import_module(module), function)  # type: ignore[no-any-return]
 
 
-def ensure_demo_models(root: Path | None = None, force: bool = False,
-                       progress: Callable[[str], None] | None = None, choice: str = DEFAULT) -> DemoModels:
+def ensure_demo_models(
+    root: Path | None = None, force: bool = False, progress: Callable[[str], None] | None = None, choice: str = DEFAULT
+) -> DemoModels:
     """Return a demo choice's target + drafter, fabricating its bundle first unless a complete, current copy is
     cached.
 

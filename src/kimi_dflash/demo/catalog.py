@@ -28,14 +28,34 @@ class DemoChoice:
 CHOICES: dict[str, DemoChoice] = {
     choice.name: choice
     for choice in (
-        DemoChoice("kimi", "kimi", "target", "miniature Kimi K2.6 (MLA + MoE, bfloat16 experts) + DFlash drafter",
-                   "KimiK25ForConditionalGeneration", mla=True, serves_on_cpu=True),
-        DemoChoice("kimi-int4", "kimi", "target-int4",
-                   "the same miniature with INT4 compressed-tensors routed experts, as Kimi K2.6 ships them "
-                   "(no vLLM CPU kernel runs them: for compatibility checks)",
-                   "KimiK25ForConditionalGeneration", mla=True, serves_on_cpu=False),
-        DemoChoice("qwen3", "qwen3", "target", "tiny Qwen3 (GQA, dense) + DFlash drafter, the first demo",
-                   "Qwen3ForCausalLM", mla=False, serves_on_cpu=True),
+        DemoChoice(
+            "kimi",
+            "kimi",
+            "target",
+            "miniature Kimi K2.6 (MLA + MoE, bfloat16 experts) + DFlash drafter",
+            "KimiK25ForConditionalGeneration",
+            mla=True,
+            serves_on_cpu=True,
+        ),
+        DemoChoice(
+            "kimi-int4",
+            "kimi",
+            "target-int4",
+            "the same miniature with INT4 compressed-tensors routed experts, as Kimi K2.6 ships them "
+            "(no vLLM CPU kernel runs them: for compatibility checks)",
+            "KimiK25ForConditionalGeneration",
+            mla=True,
+            serves_on_cpu=False,
+        ),
+        DemoChoice(
+            "qwen3",
+            "qwen3",
+            "target",
+            "tiny Qwen3 (GQA, dense) + DFlash drafter, the first demo",
+            "Qwen3ForCausalLM",
+            mla=False,
+            serves_on_cpu=True,
+        ),
     )
 }
 NONE = "none"  # FABRICATE_DEMO_MODELS=none: serve MODEL_DIR / DRAFT_MODEL_DIR

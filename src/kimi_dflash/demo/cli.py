@@ -32,13 +32,22 @@ serve the result on CPU: ./serve.sh configs/demo-cpu.env (docs/demo-models.md ha
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="fabricate_demo_models", description=DESCRIPTION, epilog=EPILOG,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--root", type=Path, default=None,
-                        help="directory to keep the models in (default: <project cache>/demo; "
-                             "KIMI_DFLASH_CACHE moves the project cache)")
-    parser.add_argument("--model", choices=sorted(CHOICES), default=DEFAULT,
-                        help=f"which demo models (default: {DEFAULT})")
+    parser = argparse.ArgumentParser(
+        prog="fabricate_demo_models",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=None,
+        help="directory to keep the models in (default: <project cache>/demo; "
+        "KIMI_DFLASH_CACHE moves the project cache)",
+    )
+    parser.add_argument(
+        "--model", choices=sorted(CHOICES), default=DEFAULT, help=f"which demo models (default: {DEFAULT})"
+    )
     parser.add_argument("--force", action="store_true", help="rebuild even if a valid cached copy exists")
     parser.add_argument("--json", action="store_true", help="print paths and facts as one JSON object on stdout")
     return parser.parse_args(argv)
@@ -59,16 +68,21 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.perf_counter() - started
     summary = models.manifest().get("summary", {})
     if args.json:
-        print(json.dumps({
-            "model": models.choice.name,
-            "architecture": models.choice.architecture,
-            "target_dir": str(models.target_dir),
-            "drafter_dir": str(models.drafter_dir),
-            "built": models.built,
-            "seconds": round(elapsed, 3),
-            "recommended_num_speculative_tokens": models.recommended_num_speculative_tokens,
-            "summary": summary,
-        }, indent=2))
+        print(
+            json.dumps(
+                {
+                    "model": models.choice.name,
+                    "architecture": models.choice.architecture,
+                    "target_dir": str(models.target_dir),
+                    "drafter_dir": str(models.drafter_dir),
+                    "built": models.built,
+                    "seconds": round(elapsed, 3),
+                    "recommended_num_speculative_tokens": models.recommended_num_speculative_tokens,
+                    "summary": summary,
+                },
+                indent=2,
+            )
+        )
         return 0
     progress(f"{'built' if models.built else 'reused cached copy'} in {elapsed:.2f} s")
     print(f"target:  {models.target_dir}")

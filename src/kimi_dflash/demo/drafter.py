@@ -49,11 +49,19 @@ class DrafterDesign:
 
 
 QWEN3_DRAFTER = DrafterDesign(
-    hidden_size=layout.HIDDEN_SIZE, head_dim=layout.HEAD_DIM, heads=layout.DRAFTER_HEADS, layers=layout.DRAFTER_LAYERS,
-    rope_theta=layout.ROPE_THETA, qk_norm_weight=layout.QK_NORM_WEIGHT, content_dim=layout.CONTENT_DIM,
-    special_dim=layout.SPECIAL_DIM, code_in=slice(layout.F_START, layout.F_START + layout.F_DIMS),
-    code_out=slice(layout.F_START, layout.F_START + layout.F_DIMS), embedding_norm_sq=2.0,
-    num_target_features=len(layout.TARGET_LAYER_IDS))
+    hidden_size=layout.HIDDEN_SIZE,
+    head_dim=layout.HEAD_DIM,
+    heads=layout.DRAFTER_HEADS,
+    layers=layout.DRAFTER_LAYERS,
+    rope_theta=layout.ROPE_THETA,
+    qk_norm_weight=layout.QK_NORM_WEIGHT,
+    content_dim=layout.CONTENT_DIM,
+    special_dim=layout.SPECIAL_DIM,
+    code_in=slice(layout.F_START, layout.F_START + layout.F_DIMS),
+    code_out=slice(layout.F_START, layout.F_START + layout.F_DIMS),
+    embedding_norm_sq=2.0,
+    num_target_features=len(layout.TARGET_LAYER_IDS),
+)
 
 
 def drafter_intermediate_size(walk: Walk) -> int:

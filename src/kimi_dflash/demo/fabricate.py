@@ -30,8 +30,10 @@ def check_attention_geometry() -> float:
     """Refuse weights whose positional attention would not be sharp over the whole context window."""
     gap = geometry.attention_logit_gap(layout.MAX_POSITION_EMBEDDINGS + layout.DRAFTER_BLOCK_SIZE)
     if gap < layout.MIN_ATTENTION_LOGIT_GAP:
-        raise RuntimeError(f"positional attention margin {gap:.1f} < {layout.MIN_ATTENTION_LOGIT_GAP}: "
-                           "raise QK_NORM_WEIGHT or lower ROPE_THETA in kimi_dflash/demo/layout.py")
+        raise RuntimeError(
+            f"positional attention margin {gap:.1f} < {layout.MIN_ATTENTION_LOGIT_GAP}: "
+            "raise QK_NORM_WEIGHT or lower ROPE_THETA in kimi_dflash/demo/layout.py"
+        )
     return gap
 
 
@@ -48,11 +50,15 @@ def fabricate(progress: Callable[[str], None] = lambda message: None) -> Fabrica
     tok = tokenizer.train_tokenizer(corpus)
     mask_token_id = tok.token_to_id(layout.MASK_TOKEN)
     walk = build_walk(tok.encode(corpus).ids, tok.get_vocab_size())
-    progress(f"cycle of {walk.length} tokens, phase code sidelobe {walk.max_sidelobe:.3f}, "
-             f"{len(walk.missed_phases)} deliberate drafter misses")
+    progress(
+        f"cycle of {walk.length} tokens, phase code sidelobe {walk.max_sidelobe:.3f}, "
+        f"{len(walk.missed_phases)} deliberate drafter misses"
+    )
 
-    progress(f"building the target (Qwen3, {layout.TARGET_LAYERS} layers) and the DFlash drafter "
-             f"({layout.DRAFTER_LAYERS} layers)")
+    progress(
+        f"building the target (Qwen3, {layout.TARGET_LAYERS} layers) and the DFlash drafter "
+        f"({layout.DRAFTER_LAYERS} layers)"
+    )
     files: dict[str, bytes] = {}
     for name, content in tokenizer.tokenizer_files(tok).items():
         files[f"{TARGET}/{name}"] = content
@@ -70,8 +76,9 @@ def fabricate(progress: Callable[[str], None] = lambda message: None) -> Fabrica
     return Fabrication(files=files, walk=walk, mask_token_id=mask_token_id, summary=summary)
 
 
-def walk_summary(walk: Walk, mask_token_id: int, target_layer_ids: tuple[int, ...],
-                 max_num_speculative_tokens: int) -> dict[str, object]:
+def walk_summary(
+    walk: Walk, mask_token_id: int, target_layer_ids: tuple[int, ...], max_num_speculative_tokens: int
+) -> dict[str, object]:
     """The manifest facts every demo bundle records about its walk and drafter."""
     return {
         "cycle_length": walk.length,

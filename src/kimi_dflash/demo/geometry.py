@@ -52,8 +52,12 @@ def rope_key_pattern(head_dim: int = layout.HEAD_DIM, theta: float = layout.ROPE
     return rope_query_pattern(0, head_dim, theta)
 
 
-def attention_logit_gap(max_distance: int, head_dim: int = layout.HEAD_DIM, theta: float = layout.ROPE_THETA,
-                        qk_norm_weight: float = layout.QK_NORM_WEIGHT) -> float:
+def attention_logit_gap(
+    max_distance: int,
+    head_dim: int = layout.HEAD_DIM,
+    theta: float = layout.ROPE_THETA,
+    qk_norm_weight: float = layout.QK_NORM_WEIGHT,
+) -> float:
     """Smallest logit margin between the intended key and any other key at most `max_distance` away.
 
     After q_norm/k_norm (weight w) each rotary pair has length sqrt(2)*w, and vLLM scales scores by

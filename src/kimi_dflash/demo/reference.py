@@ -73,8 +73,9 @@ class DrafterReference:
     def for_model(cls, drafter_dir: Path, model) -> DrafterReference:  # type: ignore[no-untyped-def]
         """The drafter sharing a loaded transformers target's embeddings and lm_head (float32 throughout)."""
         return cls(
-            weights={name: value.float()
-                     for name, value in load_safetensors(drafter_dir / "model.safetensors").items()},
+            weights={
+                name: value.float() for name, value in load_safetensors(drafter_dir / "model.safetensors").items()
+            },
             config=json.loads((drafter_dir / "config.json").read_text()),
             embed_tokens=model.get_input_embeddings().weight.detach().float(),
             lm_head=model.lm_head.weight.detach().float(),
@@ -161,8 +162,10 @@ def target_features(model, token_ids: list[int], layer_ids: list[int]) -> tuple[
     captured: dict[int, torch.Tensor] = {}
     hooks = []
     for layer_id in layer_ids:
+
         def hook(_module, _inputs, output, layer_id=layer_id):  # type: ignore[no-untyped-def]
             captured[layer_id] = (output[0] if isinstance(output, tuple) else output)[0]
+
         hooks.append(model.model.layers[layer_id].register_forward_hook(hook))
     try:
         with torch.no_grad():
@@ -173,8 +176,14 @@ def target_features(model, token_ids: list[int], layer_ids: list[int]) -> tuple[
     return logits, torch.cat([captured[i] for i in layer_ids], dim=-1)
 
 
-def measure_agreement(target_dir: Path, drafter_dir: Path, prompt_ids: list[int], max_new_tokens: int,
-                      num_speculative_tokens: int, model=None) -> AgreementReport:  # type: ignore[no-untyped-def]
+def measure_agreement(
+    target_dir: Path,
+    drafter_dir: Path,
+    prompt_ids: list[int],
+    max_new_tokens: int,
+    num_speculative_tokens: int,
+    model=None,
+) -> AgreementReport:  # type: ignore[no-untyped-def]
     """Greedy-decode the target, then draft from every generated token and compare with what followed."""
 
     if model is None:
@@ -200,8 +209,9 @@ def greedy_generate(model, prompt_ids: list[int], new_tokens: int) -> list[int]:
     import torch
 
     with torch.no_grad():
-        output = model.generate(torch.tensor([prompt_ids]), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                                do_sample=False)
+        output = model.generate(
+            torch.tensor([prompt_ids]), max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False
+        )
     return [int(t) for t in output[0]]
 
 
@@ -217,8 +227,11 @@ def chat_prompt_ids(target_dir: Path, text: str) -> list[int]:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(target_dir))
-    return list(tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                              tokenize=True, return_dict=False))
+    return list(
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+    )
 
 
 def load_kimi_text_model(target_dir: Path):  # type: ignore[no-untyped-def]
@@ -236,8 +249,13 @@ def load_kimi_text_model(target_dir: Path):  # type: ignore[no-untyped-def]
     prefix = "language_model."
     weights = {}
     for shard in sorted(target_dir.glob("model-*.safetensors")):
-        weights.update({name[len(prefix):]: value.float() for name, value in load_file(str(shard)).items()
-                        if name.startswith(prefix)})
+        weights.update(
+            {
+                name[len(prefix) :]: value.float()
+                for name, value in load_file(str(shard)).items()
+                if name.startswith(prefix)
+            }
+        )
     with tempfile.TemporaryDirectory(prefix="kimi-text-") as scratch:
         (Path(scratch) / "config.json").write_text(json.dumps({**text_config, "model_type": "deepseek_v3"}))
         save_file(weights, str(Path(scratch) / "model.safetensors"), metadata={"format": "pt"})
@@ -258,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m kimi_dflash.demo.reference",
         description="Measure, without vLLM, how often the demo drafter's proposals equal the target's greedy "
-                    "tokens (per draft position, prefix rule as vLLM counts acceptance).")
+        "tokens (per draft position, prefix rule as vLLM counts acceptance).",
+    )
     parser.add_argument("--root", type=Path, default=None, help="demo model root (default: project cache)")
     parser.add_argument("--model", choices=sorted(TARGET_LOADERS), default="kimi", help="which demo (default kimi)")
     parser.add_argument("--tokens", type=int, default=128, help="generated tokens per prompt (default 128)")
@@ -272,8 +291,14 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = AutoTokenizer.from_pretrained(str(models.target_dir))
     totals = [0.0] * args.num_speculative_tokens
     for prompt in args.prompts:
-        report = measure_agreement(models.target_dir, models.drafter_dir, chat_prompt_ids(models.target_dir, prompt),
-                                   args.tokens, args.num_speculative_tokens, model=model)
+        report = measure_agreement(
+            models.target_dir,
+            models.drafter_dir,
+            chat_prompt_ids(models.target_dir, prompt),
+            args.tokens,
+            args.num_speculative_tokens,
+            model=model,
+        )
         print(f"prompt: {prompt!r}\n  output: {tokenizer.decode(report.generated[:40])!r}...")
         print("  accepted per position: " + " ".join(f"{a:.2f}" for a in report.accepted_per_position))
         totals = [t + a for t, a in zip(totals, report.accepted_per_position, strict=True)]

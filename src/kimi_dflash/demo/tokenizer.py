@@ -21,9 +21,12 @@ CORPUS_RESOURCE = ("kimi_dflash", "data/demo/corpus.txt")
 # "...last user words<|assistant|>". Unknown roles fail loudly instead of being dropped.
 CHAT_TEMPLATE = (
     "{%- for message in messages -%}"
-    "{%- if message['role'] == 'system' -%}" + layout.SYSTEM_TOKEN
-    + "{%- elif message['role'] == 'user' -%}" + layout.USER_TOKEN
-    + "{%- elif message['role'] == 'assistant' -%}" + layout.ASSISTANT_TOKEN
+    "{%- if message['role'] == 'system' -%}"
+    + layout.SYSTEM_TOKEN
+    + "{%- elif message['role'] == 'user' -%}"
+    + layout.USER_TOKEN
+    + "{%- elif message['role'] == 'assistant' -%}"
+    + layout.ASSISTANT_TOKEN
     + "{%- else -%}{{ raise_exception('The demo chat template supports the roles system, user and "
     "assistant, not ' ~ message['role']) }}"
     "{%- endif -%}"

@@ -43,8 +43,9 @@ def single_process_vllm(vllm_config: Any, dtype: Any) -> Iterator[None]:
     from vllm.utils.torch_utils import set_default_torch_dtype
 
     with set_current_vllm_config(vllm_config), set_default_torch_dtype(dtype):
-        init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
-                                     distributed_init_method=f"tcp://127.0.0.1:{free_port()}")
+        init_distributed_environment(
+            world_size=1, rank=0, local_rank=0, backend="gloo", distributed_init_method=f"tcp://127.0.0.1:{free_port()}"
+        )
         initialize_model_parallel(1, 1)
         try:
             yield
@@ -86,8 +87,14 @@ def check(target_dir: Path, drafter_dir: Path) -> list[str]:
     )
 
     speculative_config = {"method": "dflash", "model": str(drafter_dir), "num_speculative_tokens": 4}
-    engine_args = EngineArgs(model=str(target_dir), speculative_config=speculative_config, dtype="float32",
-                             enforce_eager=True, max_model_len=2048, block_size=32)
+    engine_args = EngineArgs(
+        model=str(target_dir),
+        speculative_config=speculative_config,
+        dtype="float32",
+        enforce_eager=True,
+        max_model_len=2048,
+        block_size=32,
+    )
     vllm_config = engine_args.create_engine_config()
     problems: list[str] = []
     with single_process_vllm(vllm_config, torch.float32):
@@ -122,14 +129,19 @@ def check(target_dir: Path, drafter_dir: Path) -> list[str]:
         if mask_id != drafter.config.dflash_config["mask_token_id"]:
             problems.append(f"vLLM reads mask_token_id {mask_id}")
         aux = get_eagle3_aux_layers_from_config(vllm_config.speculative_config)
-        print(f"vLLM reads target hidden states after layers {list(aux or [])} (dflash ids + 1), "
-              f"mask token {mask_id}, {len(loaded)} target and {len(covered)} drafter parameters checked")
+        print(
+            f"vLLM reads target hidden states after layers {list(aux or [])} (dflash ids + 1), "
+            f"mask token {mask_id}, {len(loaded)} target and {len(covered)} drafter parameters checked"
+        )
     return problems
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kimi_dflash.demo.vllm_check", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m kimi_dflash.demo.vllm_check",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--root", type=Path, default=None, help="demo model root (default: project cache)")
     parser.add_argument("--target", type=Path, default=None, help="check this target dir instead of the demo's")
     parser.add_argument("--drafter", type=Path, default=None, help="check this drafter dir instead of the demo's")

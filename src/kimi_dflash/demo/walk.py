@@ -109,8 +109,9 @@ def choose_missed_phases(length: int) -> np.ndarray:
     return np.sort(rng.choice(length, size=count, replace=False)).astype(np.int64)
 
 
-def build_walk(corpus_ids: Sequence[int], tokenizer_size: int, special_ids: set[int] | None = None,
-               vocab_size: int | None = None) -> Walk:
+def build_walk(
+    corpus_ids: Sequence[int], tokenizer_size: int, special_ids: set[int] | None = None, vocab_size: int | None = None
+) -> Walk:
     """The walk over `corpus_ids`. Ids below `tokenizer_size` that are not in `special_ids` are ordinary tokens
     (they get a phase); the defaults are the Qwen3 demo's (specials first, vocab padded up)."""
     if special_ids is None:

@@ -19,8 +19,10 @@ def rows(labelled: list[tuple[str, str]]) -> list[str]:
         if spec is None:
             raise SystemExit(f"{path}: no speculative decoding counters (was the server started with a drafter?)")
         positions = ", ".join(f"{100 * p:.1f}" for p in spec.per_position)
-        lines.append(f"| {label} | {100 * spec.acceptance_rate:.1f} % | {spec.acceptance_length:.2f} | {positions} % | "
-                     f"{spec.drafts} |")
+        lines.append(
+            f"| {label} | {100 * spec.acceptance_rate:.1f} % | {spec.acceptance_length:.2f} | {positions} % | "
+            f"{spec.drafts} |"
+        )
     return lines
 
 

@@ -72,16 +72,28 @@ class DrafterArchitecture:
         return self.num_layers * per_layer + len(self.target_layer_ids) * hidden * hidden + 2 * hidden
 
 
-REQUIRED_KEYS = ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads",
-                 "num_key_value_heads", "head_dim", "rms_norm_eps", "vocab_size", "rope_theta", "block_size")
+REQUIRED_KEYS = (
+    "num_hidden_layers",
+    "hidden_size",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "rms_norm_eps",
+    "vocab_size",
+    "rope_theta",
+    "block_size",
+)
 
 
 def load_architecture(path: Path) -> DrafterArchitecture:
     try:
         config = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ArchitectureError(f"{path}: drafter config not found; pass --drafter-config with a DFlash "
-                                "config.json (production: configs/kimi-k2.6-dflash-draft.json)") from None
+        raise ArchitectureError(
+            f"{path}: drafter config not found; pass --drafter-config with a DFlash "
+            "config.json (production: configs/kimi-k2.6-dflash-draft.json)"
+        ) from None
     except (OSError, ValueError) as error:
         raise ArchitectureError(f"{path}: not a readable JSON drafter config ({error})") from None
     if not isinstance(config, dict):
@@ -95,11 +107,14 @@ def check_architecture(arch: DrafterArchitecture) -> None:
     """Raise ArchitectureError on a config SpecForge or vLLM would reject or misread."""
     c, where = arch.config, arch.source
     if list(c.get("architectures") or []) != [DRAFT_ARCHITECTURE]:
-        raise ArchitectureError(f"{where}: architectures must be [{DRAFT_ARCHITECTURE!r}] (vLLM picks its DFlash "
-                                f"loader from it), got {c.get('architectures')!r}")
+        raise ArchitectureError(
+            f"{where}: architectures must be [{DRAFT_ARCHITECTURE!r}] (vLLM picks its DFlash "
+            f"loader from it), got {c.get('architectures')!r}"
+        )
     if c.get("model_type") != "qwen3":
-        raise ArchitectureError(f"{where}: model_type must be 'qwen3' (DFlash drafters are Qwen3 layers), "
-                                f"got {c.get('model_type')!r}")
+        raise ArchitectureError(
+            f"{where}: model_type must be 'qwen3' (DFlash drafters are Qwen3 layers), got {c.get('model_type')!r}"
+        )
     missing = [key for key in REQUIRED_KEYS if not isinstance(c.get(key), (int, float)) or isinstance(c.get(key), bool)]
     if missing:
         raise ArchitectureError(f"{where}: missing or non-numeric {', '.join(missing)}")
@@ -116,8 +131,9 @@ def check_architecture(arch: DrafterArchitecture) -> None:
     if int(c["num_attention_heads"]) % int(c["num_key_value_heads"]):
         raise ArchitectureError(f"{where}: num_attention_heads must be a multiple of num_key_value_heads")
     if not 0 <= arch.mask_token_id < int(c["vocab_size"]):
-        raise ArchitectureError(f"{where}: mask_token_id {arch.mask_token_id} is outside the vocabulary "
-                                f"(vocab_size {c['vocab_size']})")
+        raise ArchitectureError(
+            f"{where}: mask_token_id {arch.mask_token_id} is outside the vocabulary (vocab_size {c['vocab_size']})"
+        )
 
 
 def check_against_target(arch: DrafterArchitecture, target_config: Mapping[str, Any], max_length: int) -> None:
@@ -128,25 +144,32 @@ def check_against_target(arch: DrafterArchitecture, target_config: Mapping[str, 
     vocab = int(merged.get("vocab_size", 0))
     where = arch.source
     if hidden != arch.hidden_size:
-        raise ArchitectureError(f"{where}: hidden_size {arch.hidden_size} differs from the target's {hidden}: "
-                                "the drafter shares the target's embeddings and lm_head")
+        raise ArchitectureError(
+            f"{where}: hidden_size {arch.hidden_size} differs from the target's {hidden}: "
+            "the drafter shares the target's embeddings and lm_head"
+        )
     if vocab and vocab != int(arch.config["vocab_size"]):
         raise ArchitectureError(f"{where}: vocab_size {arch.config['vocab_size']} differs from the target's {vocab}")
     if max(arch.target_layer_ids) >= target_layers:
-        raise ArchitectureError(f"{where}: target_layer_ids {list(arch.target_layer_ids)} name layers the target "
-                                f"does not have (it has {target_layers})")
+        raise ArchitectureError(
+            f"{where}: target_layer_ids {list(arch.target_layer_ids)} name layers the target "
+            f"does not have (it has {target_layers})"
+        )
     window = arch.sliding_window
     if window is not None and window < max_length + arch.block_size:
-        raise ArchitectureError(f"{where}: swa_window_size {window} is narrower than a training sequence "
-                                f"({max_length} + block {arch.block_size}): served attention would differ from "
-                                "the full attention trained")
+        raise ArchitectureError(
+            f"{where}: swa_window_size {window} is narrower than a training sequence "
+            f"({max_length} + block {arch.block_size}): served attention would differ from "
+            "the full attention trained"
+        )
 
 
 def specforge_draft_config(arch: DrafterArchitecture) -> dict[str, Any]:
     """The draft config SpecForge 0.2.0 builds its DFlashDraftModel from (`model.draft_model_config`)."""
     config = {key: value for key, value in arch.config.items() if key != "dflash_config"}
-    config["dflash_config"] = {key: value for key, value in arch.config["dflash_config"].items()
-                               if key not in SERVING_ONLY_DFLASH_KEYS}
+    config["dflash_config"] = {
+        key: value for key, value in arch.config["dflash_config"].items() if key not in SERVING_ONLY_DFLASH_KEYS
+    }
     # transformers' Qwen3Config reads these; SpecForge resolves its attention layout from layer_types.
     config["layer_types"] = ["full_attention"] * arch.num_layers
     config["use_sliding_window"] = False

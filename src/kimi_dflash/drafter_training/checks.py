@@ -18,8 +18,10 @@ def disk_problem(path: Path, need_bytes: int) -> str | None:
         probe = probe.parent
     free = shutil.disk_usage(probe).free
     if free < need_bytes:
-        return (f"{path}: {free / GIB:.1f} GiB free, this phase needs about {need_bytes / GIB:.1f} GiB: free space "
-                "or pass --work-dir on a larger disk")
+        return (
+            f"{path}: {free / GIB:.1f} GiB free, this phase needs about {need_bytes / GIB:.1f} GiB: free space "
+            "or pass --work-dir on a larger disk"
+        )
     return None
 
 
@@ -37,13 +39,17 @@ def server_problem(base_url: str, model: str | None, api_key: str | None = None)
     try:
         models = served_models(base_url, api_key)
     except (urllib.error.URLError, OSError, ValueError) as error:
-        return (f"{base_url}/v1/models: no answer ({error}); start the target first, e.g. ./serve.sh "
-                "configs/production.env --wait (demo: ./serve.sh configs/demo-cpu.env --wait)")
+        return (
+            f"{base_url}/v1/models: no answer ({error}); start the target first, e.g. ./serve.sh "
+            "configs/production.env --wait (demo: ./serve.sh configs/demo-cpu.env --wait)"
+        )
     if not models:
         return f"{base_url}/v1/models lists no model"
     if model is not None and model not in models:
-        return (f"{base_url} serves {models}, not {model!r}: regenerate with the target the drafter is for "
-                "(pass --served-model to name it)")
+        return (
+            f"{base_url} serves {models}, not {model!r}: regenerate with the target the drafter is for "
+            "(pass --served-model to name it)"
+        )
     return None
 
 
@@ -63,6 +69,8 @@ def gpu_count() -> int:
 def gpu_problem(needed: int) -> str | None:
     found = gpu_count()
     if found < needed:
-        return (f"{needed} GPU(s) needed for SpecForge training, {found} found: run the train phase on the GPU "
-                "machine (8x MI300X), or --gpus N to train on fewer")
+        return (
+            f"{needed} GPU(s) needed for SpecForge training, {found} found: run the train phase on the GPU "
+            "machine (8x MI300X), or --gpus N to train on fewer"
+        )
     return None

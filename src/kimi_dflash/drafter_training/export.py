@@ -30,8 +30,10 @@ def target_embeddings(target_dir: Path) -> tuple[torch.Tensor, torch.Tensor]:
     from safetensors import safe_open
 
     found: dict[str, torch.Tensor] = {}
-    wanted = {"embed": ("language_model.model.embed_tokens.weight", "model.embed_tokens.weight"),
-              "head": ("language_model.lm_head.weight", "lm_head.weight")}
+    wanted = {
+        "embed": ("language_model.model.embed_tokens.weight", "model.embed_tokens.weight"),
+        "head": ("language_model.lm_head.weight", "lm_head.weight"),
+    }
     for shard in sorted(Path(target_dir).glob("*.safetensors")):
         with safe_open(str(shard), "pt") as handle:
             names = set(handle.keys())
@@ -41,13 +43,15 @@ def target_embeddings(target_dir: Path) -> tuple[torch.Tensor, torch.Tensor]:
                     found[role] = handle.get_tensor(name).float()
     missing = [role for role in wanted if role not in found]
     if missing:
-        raise ValueError(f"{target_dir}: no {' or '.join(wanted[missing[0]])} in its safetensors; is this the "
-                         "target checkpoint?")
+        raise ValueError(
+            f"{target_dir}: no {' or '.join(wanted[missing[0]])} in its safetensors; is this the target checkpoint?"
+        )
     return found["embed"], found["head"]
 
 
-def export_drafter(weights: Mapping[str, torch.Tensor], arch: DrafterArchitecture, out_dir: Path,
-                   dtype: str = "bfloat16") -> Path:
+def export_drafter(
+    weights: Mapping[str, torch.Tensor], arch: DrafterArchitecture, out_dir: Path, dtype: str = "bfloat16"
+) -> Path:
     """Write config.json + model.safetensors to out_dir (replaced whole, never half-written)."""
     from safetensors.torch import save_file
 
@@ -66,8 +70,9 @@ def export_drafter(weights: Mapping[str, torch.Tensor], arch: DrafterArchitectur
     return out_dir
 
 
-def serve_config_text(base_config: Path, target_dir: Path | None, drafter_dir: Path,
-                      num_speculative_tokens: int | None) -> str:
+def serve_config_text(
+    base_config: Path, target_dir: Path | None, drafter_dir: Path, num_speculative_tokens: int | None
+) -> str:
     """An env config serving the exported drafter: the base config (EXTENDS) with the drafter set, and the target
     too when the base serves fabricated demo models (target_dir given)."""
     lines = [
@@ -83,8 +88,9 @@ def serve_config_text(base_config: Path, target_dir: Path | None, drafter_dir: P
     return "\n".join(lines) + "\n"
 
 
-def write_serve_config(path: Path, base_config: Path, target_dir: Path | None, drafter_dir: Path,
-                       num_speculative_tokens: int | None = None) -> Path:
+def write_serve_config(
+    path: Path, base_config: Path, target_dir: Path | None, drafter_dir: Path, num_speculative_tokens: int | None = None
+) -> Path:
     write_text_atomic(path, serve_config_text(base_config, target_dir, drafter_dir, num_speculative_tokens))
     return path
 
@@ -92,9 +98,19 @@ def write_serve_config(path: Path, base_config: Path, target_dir: Path | None, d
 def expected_weight_names(arch: DrafterArchitecture) -> set[str]:
     """The tensor names vLLM 0.32's DFlash loader maps for this architecture."""
     names = {"fc.weight", "hidden_norm.weight", "norm.weight"}
-    per_layer = ("input_layernorm", "post_attention_layernorm", "self_attn.q_proj", "self_attn.k_proj",
-                 "self_attn.v_proj", "self_attn.o_proj", "self_attn.q_norm", "self_attn.k_norm", "mlp.gate_proj",
-                 "mlp.up_proj", "mlp.down_proj")
+    per_layer = (
+        "input_layernorm",
+        "post_attention_layernorm",
+        "self_attn.q_proj",
+        "self_attn.k_proj",
+        "self_attn.v_proj",
+        "self_attn.o_proj",
+        "self_attn.q_norm",
+        "self_attn.k_norm",
+        "mlp.gate_proj",
+        "mlp.up_proj",
+        "mlp.down_proj",
+    )
     for layer in range(arch.num_layers):
         names |= {f"layers.{layer}.{part}.weight" for part in per_layer}
     return names
@@ -111,7 +127,9 @@ def finalize_specforge_export(out_dir: Path, arch: DrafterArchitecture) -> None:
             names |= {name.removeprefix("model.") for name in handle.keys()}  # noqa: SIM118 (not a dict)
     missing = sorted(expected_weight_names(arch) - names)
     if missing:
-        raise ValueError(f"{out_dir}: SpecForge's export lacks {len(missing)} weight(s) vLLM's DFlash loader needs, "
-                         f"e.g. {missing[:3]}")
+        raise ValueError(
+            f"{out_dir}: SpecForge's export lacks {len(missing)} weight(s) vLLM's DFlash loader needs, "
+            f"e.g. {missing[:3]}"
+        )
     config = serving_config(arch)
     write_text_atomic(Path(out_dir) / "config.json", json.dumps(config, indent=2) + "\n")

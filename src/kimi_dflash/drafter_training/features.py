@@ -42,8 +42,10 @@ def sample_from_record(record: Mapping[str, Any], max_length: int) -> Sample | N
     tokens survive (DFlash needs an anchor and a next token)."""
     prompt, output = record.get("prompt_token_ids"), record.get("output_token_ids")
     if not isinstance(prompt, list) or not isinstance(output, list):
-        raise FeatureError(f"regen record {record.get('id')!r} has no token ids: regenerate through vLLM "
-                           "(the OpenAI server of serve.sh returns them with return_token_ids)")
+        raise FeatureError(
+            f"regen record {record.get('id')!r} has no token ids: regenerate through vLLM "
+            "(the OpenAI server of serve.sh returns them with return_token_ids)"
+        )
     ids = [int(t) for t in prompt] + [int(t) for t in output]
     mask = [0] * len(prompt) + [1] * len(output)
     ids, mask = ids[:max_length], mask[:max_length]
@@ -58,8 +60,14 @@ def feature_path(out_dir: Path, sample_id: str) -> Path:
     return Path(out_dir) / f"{safe}-{digest}{FEATURE_SUFFIX}"
 
 
-def capture_features(records: Iterable[Mapping[str, Any]], target_dir: Path, layer_ids: tuple[int, ...],
-                     out_dir: Path, max_length: int, say: Callable[[str], None] = print) -> dict[str, int]:
+def capture_features(
+    records: Iterable[Mapping[str, Any]],
+    target_dir: Path,
+    layer_ids: tuple[int, ...],
+    out_dir: Path,
+    max_length: int,
+    say: Callable[[str], None] = print,
+) -> dict[str, int]:
     """Write one feature file per record not captured yet; returns counts."""
     import torch
 

@@ -48,8 +48,11 @@ def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor
 class Attention(nn.Module):
     def __init__(self, c: Mapping[str, Any]) -> None:
         super().__init__()
-        hidden, self.heads, self.kv_heads = int(c["hidden_size"]), int(c["num_attention_heads"]), int(
-            c["num_key_value_heads"])
+        hidden, self.heads, self.kv_heads = (
+            int(c["hidden_size"]),
+            int(c["num_attention_heads"]),
+            int(c["num_key_value_heads"]),
+        )
         self.head_dim, eps = int(c["head_dim"]), float(c["rms_norm_eps"])
         self.theta = float(c["rope_theta"])
         self.q_proj = nn.Linear(hidden, self.heads * self.head_dim, bias=False)
@@ -59,8 +62,14 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(self.head_dim, eps)
         self.k_norm = RMSNorm(self.head_dim, eps)
 
-    def forward(self, x: torch.Tensor, context: torch.Tensor, query_positions: torch.Tensor,
-                key_positions: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        context: torch.Tensor,
+        query_positions: torch.Tensor,
+        key_positions: torch.Tensor,
+        allowed: torch.Tensor,
+    ) -> torch.Tensor:
         def split(t: torch.Tensor, count: int) -> torch.Tensor:
             return t.view(t.shape[0], count, self.head_dim)
 
@@ -70,8 +79,7 @@ class Attention(nn.Module):
         v = torch.cat([split(self.v_proj(context), self.kv_heads), split(self.v_proj(x), self.kv_heads)])
         group = self.heads // self.kv_heads
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        out = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
-                                             attn_mask=allowed)
+        out = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=allowed)
         return self.o_proj(out.transpose(0, 1).reshape(x.shape[0], -1))
 
 
@@ -149,8 +157,9 @@ class DFlashDrafter(nn.Module):
         return out @ self.lm_head.T
 
 
-def block_targets(input_ids: torch.Tensor, loss_mask: torch.Tensor, anchors: torch.Tensor,
-                  block_size: int) -> torch.Tensor:
+def block_targets(
+    input_ids: torch.Tensor, loss_mask: torch.Tensor, anchors: torch.Tensor, block_size: int
+) -> torch.Tensor:
     """Token each mask slot should propose ([anchors, B-1]); IGNORE past the end or outside the reply."""
     positions = anchors[:, None] + torch.arange(1, block_size)[None, :]
     inside = positions < input_ids.numel()

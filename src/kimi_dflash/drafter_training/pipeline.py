@@ -92,34 +92,73 @@ class Profile:
 
 
 PROFILES = {
-    "production": Profile("production", "http://127.0.0.1:8262", "kimi-k2.6-amd-dflash", max_tokens=2048,
-                          concurrency=64, prompt_limit=None, max_length=3072, epochs=6, learning_rate=6e-4, gpus=8),
+    "production": Profile(
+        "production",
+        "http://127.0.0.1:8262",
+        "kimi-k2.6-amd-dflash",
+        max_tokens=2048,
+        concurrency=64,
+        prompt_limit=None,
+        max_length=3072,
+        epochs=6,
+        learning_rate=6e-4,
+        gpus=8,
+    ),
     # Demo replies stay short: the CPU server writes ~200-500 tokens/s.
-    "demo": Profile("demo", "http://127.0.0.1:8262", "kimi-k26-dflash-demo", max_tokens=128, concurrency=8,
-                    prompt_limit=None, max_length=512, epochs=6, learning_rate=3e-3, gpus=2),
+    "demo": Profile(
+        "demo",
+        "http://127.0.0.1:8262",
+        "kimi-k26-dflash-demo",
+        max_tokens=128,
+        concurrency=8,
+        prompt_limit=None,
+        max_length=512,
+        epochs=6,
+        learning_rate=3e-3,
+        gpus=2,
+    ),
 }
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="train-drafter.sh", description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
+        prog="train-drafter.sh",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EPILOG,
+    )
     parser.add_argument("--demo", action="store_true", help="the CPU demo: miniature Kimi target, stand-in trainer")
     parser.add_argument("--dry-run", action="store_true", help="print every step (inputs, outputs, command); run none")
     parser.add_argument("--phase", action="append", choices=PHASES, help="run only this phase (repeatable)")
     parser.add_argument("--skip-setup", action="store_true", help="skip the setup phase")
     parser.add_argument("--skip-regen", action="store_true", help="skip the regen phase (use <work>/regen as is)")
-    parser.add_argument("--work-dir", type=Path, help="where every phase writes (default <cache>/drafter-training/"
-                        "<production|demo>)")
-    parser.add_argument("--configs-dir", type=Path, help="where the drafter config and the base serve configs are "
-                        "(default: the configs shipped with the package, i.e. the repository's configs/)")
-    parser.add_argument("--drafter-config", type=Path, help="architecture to train (default: configs/kimi-k2.6-"
-                        "dflash-draft.json; demo: the fabricated demo drafter's config.json)")
-    parser.add_argument("--target-dir", type=Path, default=Path("/models/Kimi-K2.6"),
-                        help="the target checkpoint (production; the demo fabricates its own)")
-    parser.add_argument("--perfectblend-dir", type=Path, default=Path("/data/open-perfectblend"),
-                        help="PerfectBlend as downloaded (hf download mlabonne/open-perfectblend --repo-type "
-                        "dataset --local-dir DIR)")
+    parser.add_argument(
+        "--work-dir", type=Path, help="where every phase writes (default <cache>/drafter-training/<production|demo>)"
+    )
+    parser.add_argument(
+        "--configs-dir",
+        type=Path,
+        help="where the drafter config and the base serve configs are "
+        "(default: the configs shipped with the package, i.e. the repository's configs/)",
+    )
+    parser.add_argument(
+        "--drafter-config",
+        type=Path,
+        help="architecture to train (default: configs/kimi-k2.6-"
+        "dflash-draft.json; demo: the fabricated demo drafter's config.json)",
+    )
+    parser.add_argument(
+        "--target-dir",
+        type=Path,
+        default=Path("/models/Kimi-K2.6"),
+        help="the target checkpoint (production; the demo fabricates its own)",
+    )
+    parser.add_argument(
+        "--perfectblend-dir",
+        type=Path,
+        default=Path("/data/open-perfectblend"),
+        help="PerfectBlend as downloaded (hf download mlabonne/open-perfectblend --repo-type dataset --local-dir DIR)",
+    )
     parser.add_argument("--prompt-limit", type=int, help="use at most this many prompts")
     parser.add_argument("--base-url", help="the target's OpenAI server (default http://127.0.0.1:8262)")
     parser.add_argument("--served-model", help="model name the server must serve")
@@ -130,10 +169,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-length", type=int, help="training sequence length (production 3072)")
     parser.add_argument("--gpus", type=int, help="GPUs SpecForge trains on (production 8)")
     parser.add_argument("--stop-after-steps", type=int, help="demo trainer: stop (checkpointed) after N steps")
-    parser.add_argument("--export-dir", type=Path, help="where the drafter is written (default <work>/export/"
-                        "drafter; production-fp8kv-matched.env serves /models/Kimi-K2.6-DFlash)")
-    parser.add_argument("--specforge-python", default="python3.11",
-                        help="interpreter SpecForge's venv is made from (python3.11)")
+    parser.add_argument(
+        "--export-dir",
+        type=Path,
+        help="where the drafter is written (default <work>/export/"
+        "drafter; production-fp8kv-matched.env serves /models/Kimi-K2.6-DFlash)",
+    )
+    parser.add_argument(
+        "--specforge-python", default="python3.11", help="interpreter SpecForge's venv is made from (python3.11)"
+    )
     args = parser.parse_args(argv)
     if args.phase and (args.skip_setup or args.skip_regen):
         parser.error("--phase picks phases; do not combine it with --skip-*")
@@ -188,8 +232,12 @@ class Pipeline:
     # -- phases ---------------------------------------------------------------------------------------------
     def steps(self) -> list[Step]:
         wanted = self.phases()
-        builders = {"setup": self.setup_steps, "regen": self.regen_steps, "train": self.train_steps,
-                    "export": self.export_steps}
+        builders = {
+            "setup": self.setup_steps,
+            "regen": self.regen_steps,
+            "train": self.train_steps,
+            "export": self.export_steps,
+        }
         return [step for phase in PHASES if phase in wanted for step in builders[phase]()]
 
     def phases(self) -> list[str]:
@@ -205,63 +253,143 @@ class Pipeline:
     def setup_steps(self) -> list[Step]:
         steps: list[Step] = []
         if self.profile.name == "production":
-            steps.append(Step("setup", "check disk space (SpecForge venv: 11 GiB measured)", [str(self.venv)], [],
-                              None, lambda: self.require(checks.disk_problem(self.venv, 12 * GIB))))
-            steps.append(Step("setup", f"SpecForge {SPECFORGE_VERSION} in its own venv (skipped when installed)",
-                              [], [str(self.venv)],
-                              f"{self.args.specforge_python} -m venv {self.venv} && {self.venv}/bin/pip install "
-                              f"specforge=={SPECFORGE_VERSION}", self.install_specforge))
-            steps.append(Step("setup", "check SpecForge's config schema knows every key generated",
-                              [str(self.venv)], [], None, self.check_schema))
-            steps.append(Step("setup", "prompts: first user turn of every PerfectBlend conversation",
-                              [str(self.args.perfectblend_dir)], [str(self.prompts)],
-                              f"{self.venv}/bin/python -m kimi_dflash.drafter_training.prompts --source perfectblend "
-                              f"--perfectblend-dir {self.args.perfectblend_dir} --output {self.prompts}"
-                              + (f" --limit {self.prompt_limit}" if self.prompt_limit else ""),
-                              self.perfectblend_prompts))
+            steps.append(
+                Step(
+                    "setup",
+                    "check disk space (SpecForge venv: 11 GiB measured)",
+                    [str(self.venv)],
+                    [],
+                    None,
+                    lambda: self.require(checks.disk_problem(self.venv, 12 * GIB)),
+                )
+            )
+            steps.append(
+                Step(
+                    "setup",
+                    f"SpecForge {SPECFORGE_VERSION} in its own venv (skipped when installed)",
+                    [],
+                    [str(self.venv)],
+                    f"{self.args.specforge_python} -m venv {self.venv} && {self.venv}/bin/pip install "
+                    f"specforge=={SPECFORGE_VERSION}",
+                    self.install_specforge,
+                )
+            )
+            steps.append(
+                Step(
+                    "setup",
+                    "check SpecForge's config schema knows every key generated",
+                    [str(self.venv)],
+                    [],
+                    None,
+                    self.check_schema,
+                )
+            )
+            steps.append(
+                Step(
+                    "setup",
+                    "prompts: first user turn of every PerfectBlend conversation",
+                    [str(self.args.perfectblend_dir)],
+                    [str(self.prompts)],
+                    f"{self.venv}/bin/python -m kimi_dflash.drafter_training.prompts --source perfectblend "
+                    f"--perfectblend-dir {self.args.perfectblend_dir} --output {self.prompts}"
+                    + (f" --limit {self.prompt_limit}" if self.prompt_limit else ""),
+                    self.perfectblend_prompts,
+                )
+            )
         else:
-            steps.append(Step("setup", "prompts: the shipped demo prompt set",
-                              ["kimi_dflash/data/kv_calibration_prompts.jsonl"], [str(self.prompts)],
-                              "python -m kimi_dflash.drafter_training.prompts --source demo --output "
-                              f"{self.prompts}", self.demo_prompts))
+            steps.append(
+                Step(
+                    "setup",
+                    "prompts: the shipped demo prompt set",
+                    ["kimi_dflash/data/kv_calibration_prompts.jsonl"],
+                    [str(self.prompts)],
+                    f"python -m kimi_dflash.drafter_training.prompts --source demo --output {self.prompts}",
+                    self.demo_prompts,
+                )
+            )
         return steps
 
     def regen_steps(self) -> list[Step]:
         return [
-            Step("regen", f"check the server answers /v1/models with {self.served_model}, and disk space",
-                 [self.base_url], [], f"curl {self.base_url}/v1/models", self.check_regen),
-            Step("regen", f"regenerate every reply (max_tokens {self.max_tokens}, concurrency {self.concurrency}, "
-                 "temperature 0)", [str(self.prompts), self.base_url], [str(self.regen_dir / "part-*.jsonl"),
-                                                                       str(self.regen_dir / "failed.jsonl")],
-                 f"POST {self.base_url}/v1/chat/completions per prompt (return_token_ids)", self.regen),
+            Step(
+                "regen",
+                f"check the server answers /v1/models with {self.served_model}, and disk space",
+                [self.base_url],
+                [],
+                f"curl {self.base_url}/v1/models",
+                self.check_regen,
+            ),
+            Step(
+                "regen",
+                f"regenerate every reply (max_tokens {self.max_tokens}, concurrency {self.concurrency}, temperature 0)",
+                [str(self.prompts), self.base_url],
+                [str(self.regen_dir / "part-*.jsonl"), str(self.regen_dir / "failed.jsonl")],
+                f"POST {self.base_url}/v1/chat/completions per prompt (return_token_ids)",
+                self.regen,
+            ),
         ]
 
     def train_steps(self) -> list[Step]:
         sf = self.specforge_dir
         run_config, draft_config, data = sf / "run-config.json", sf / "draft-config.json", sf / "train.jsonl"
         specforge_command = f"{self.specforge_bin()} train --config {run_config}"
-        steps = [Step("train", "SpecForge inputs: draft config, run config, training data (regen -> conversations)",
-                      [str(self.drafter_config_path_text()), str(self.regen_dir)],
-                      [str(draft_config), str(run_config), str(data)], None, self.write_specforge_inputs)]
+        steps = [
+            Step(
+                "train",
+                "SpecForge inputs: draft config, run config, training data (regen -> conversations)",
+                [str(self.drafter_config_path_text()), str(self.regen_dir)],
+                [str(draft_config), str(run_config), str(data)],
+                None,
+                self.write_specforge_inputs,
+            )
+        ]
         if self.profile.name == "production":
             steps += [
-                Step("train", f"check {self.gpus} GPUs, disk for checkpoints, SpecForge's schema and its own validation",
-                     [str(run_config)], [], f"{specforge_command} --plan", self.check_train),
-                Step("train", f"train {self.epochs} epochs (lr {self.learning_rate}, max length {self.max_length}); "
-                     "resumes from the newest checkpoint", [str(run_config)], [str(sf / "output")],
-                     specforge_command, lambda: self.run([str(self.specforge_bin()), "train", "--config",
-                                                          str(run_config)])),
+                Step(
+                    "train",
+                    f"check {self.gpus} GPUs, disk for checkpoints, SpecForge's schema and its own validation",
+                    [str(run_config)],
+                    [],
+                    f"{specforge_command} --plan",
+                    self.check_train,
+                ),
+                Step(
+                    "train",
+                    f"train {self.epochs} epochs (lr {self.learning_rate}, max length {self.max_length}); "
+                    "resumes from the newest checkpoint",
+                    [str(run_config)],
+                    [str(sf / "output")],
+                    specforge_command,
+                    lambda: self.run([str(self.specforge_bin()), "train", "--config", str(run_config)]),
+                ),
             ]
         else:
             steps += [
-                Step("train", "SpecForge validates the run config it would train with (when installed)",
-                     [str(run_config)], [], f"{specforge_command} --plan", self.specforge_plan),
-                Step("train", "target hidden states at target_layer_ids (transformers, float32), one file per reply",
-                     [str(self.regen_dir)], [str(self.work / "features" / "*.ckpt")],
-                     "python -m kimi_dflash.drafter_training.features (in-process)", self.capture_features),
-                Step("train", f"stand-in trainer: DFlash objective, {self.epochs} epochs, lr {self.learning_rate} "
-                     f"(SpecForge would run: {specforge_command})", [str(self.work / "features")],
-                     [str(self.work / "train" / "checkpoint.pt")], None, self.train_standin),
+                Step(
+                    "train",
+                    "SpecForge validates the run config it would train with (when installed)",
+                    [str(run_config)],
+                    [],
+                    f"{specforge_command} --plan",
+                    self.specforge_plan,
+                ),
+                Step(
+                    "train",
+                    "target hidden states at target_layer_ids (transformers, float32), one file per reply",
+                    [str(self.regen_dir)],
+                    [str(self.work / "features" / "*.ckpt")],
+                    "python -m kimi_dflash.drafter_training.features (in-process)",
+                    self.capture_features,
+                ),
+                Step(
+                    "train",
+                    f"stand-in trainer: DFlash objective, {self.epochs} epochs, lr {self.learning_rate} "
+                    f"(SpecForge would run: {specforge_command})",
+                    [str(self.work / "features")],
+                    [str(self.work / "train" / "checkpoint.pt")],
+                    None,
+                    self.train_standin,
+                ),
             ]
         return steps
 
@@ -269,18 +397,38 @@ class Pipeline:
         serve_env = self.export_dir.parent / "serve.env"
         steps = []
         if self.profile.name == "production":
-            steps.append(Step("export", "SpecForge checkpoint -> HF directory", [str(self.specforge_dir / "output")],
-                              [str(self.export_dir)],
-                              f"{self.specforge_bin()} export --to hf --checkpoint {self.specforge_dir}/output "
-                              f"--draft-config {self.specforge_dir}/draft-config.json --output-dir {self.export_dir}",
-                              self.export_specforge))
+            steps.append(
+                Step(
+                    "export",
+                    "SpecForge checkpoint -> HF directory",
+                    [str(self.specforge_dir / "output")],
+                    [str(self.export_dir)],
+                    f"{self.specforge_bin()} export --to hf --checkpoint {self.specforge_dir}/output "
+                    f"--draft-config {self.specforge_dir}/draft-config.json --output-dir {self.export_dir}",
+                    self.export_specforge,
+                )
+            )
         else:
-            steps.append(Step("export", "trained drafter -> vLLM DFlash layout; untrained one beside it",
-                              [str(self.work / "train" / "checkpoint.pt")],
-                              [str(self.export_dir), str(self.export_dir.parent / "random-drafter")], None,
-                              self.export_standin))
-        steps.append(Step("export", "config serving it", [str(self.base_serve_config()), str(self.export_dir)],
-                          [str(serve_env)], f"./serve.sh {serve_env} --wait", self.write_serve_configs))
+            steps.append(
+                Step(
+                    "export",
+                    "trained drafter -> vLLM DFlash layout; untrained one beside it",
+                    [str(self.work / "train" / "checkpoint.pt")],
+                    [str(self.export_dir), str(self.export_dir.parent / "random-drafter")],
+                    None,
+                    self.export_standin,
+                )
+            )
+        steps.append(
+            Step(
+                "export",
+                "config serving it",
+                [str(self.base_serve_config()), str(self.export_dir)],
+                [str(serve_env)],
+                f"./serve.sh {serve_env} --wait",
+                self.write_serve_configs,
+            )
+        )
         return steps
 
     def drafter_config_path_text(self) -> str:
@@ -317,8 +465,11 @@ class Pipeline:
         schema = read_schema(source)
         problems = schema.problems(self.run_config(self.architecture()))
         if problems:
-            raise PipelineError(f"SpecForge {schema.version} does not accept the generated config: "
-                                + "; ".join(problems) + f". This pipeline generates for SpecForge {SPECFORGE_VERSION}")
+            raise PipelineError(
+                f"SpecForge {schema.version} does not accept the generated config: "
+                + "; ".join(problems)
+                + f". This pipeline generates for SpecForge {SPECFORGE_VERSION}"
+            )
         self.say(f"check: SpecForge {schema.version} accepts every generated key")
 
     def check_train(self) -> None:
@@ -337,18 +488,34 @@ class Pipeline:
                 raise PipelineError(f"SpecForge is not installed in {self.venv}: run the setup phase")
             self.say(f"train: SpecForge not installed in {self.venv}; its plan check is skipped on the demo")
             return
-        completed = subprocess.run([str(self.specforge_bin()), "train", "--config",
-                                    str(self.specforge_dir / "run-config.json"), "--plan"],
-                                   capture_output=True, text=True, check=False)
+        completed = subprocess.run(
+            [str(self.specforge_bin()), "train", "--config", str(self.specforge_dir / "run-config.json"), "--plan"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if completed.returncode:
-            raise PipelineError("SpecForge refuses the generated run config: "
-                                + (completed.stderr.strip().splitlines() or ["(no message)"])[-1])
+            raise PipelineError(
+                "SpecForge refuses the generated run config: "
+                + (completed.stderr.strip().splitlines() or ["(no message)"])[-1]
+            )
         self.say("train: SpecForge validated the run config and planned its processes (--plan)")
 
     def perfectblend_prompts(self) -> None:
-        self.run([str(self.venv / "bin" / "python"), "-m", "kimi_dflash.drafter_training.prompts", "--source",
-                  "perfectblend", "--perfectblend-dir", str(self.args.perfectblend_dir), "--output",
-                  str(self.prompts), *(["--limit", str(self.prompt_limit)] if self.prompt_limit else [])])
+        self.run(
+            [
+                str(self.venv / "bin" / "python"),
+                "-m",
+                "kimi_dflash.drafter_training.prompts",
+                "--source",
+                "perfectblend",
+                "--perfectblend-dir",
+                str(self.args.perfectblend_dir),
+                "--output",
+                str(self.prompts),
+                *(["--limit", str(self.prompt_limit)] if self.prompt_limit else []),
+            ]
+        )
 
     def demo_prompts(self) -> None:
         from kimi_dflash.drafter_training.prompts import demo_prompts, write_prompt_file
@@ -369,20 +536,33 @@ class Pipeline:
         prompts = read_prompt_file(self.prompts)
         if self.prompt_limit:
             prompts = prompts[: self.prompt_limit]
-        settings = RegenSettings(base_url=self.base_url, model=str(self.served_model), max_tokens=self.max_tokens,
-                                 concurrency=self.concurrency)
+        settings = RegenSettings(
+            base_url=self.base_url,
+            model=str(self.served_model),
+            max_tokens=self.max_tokens,
+            concurrency=self.concurrency,
+        )
         summary = asyncio.run(regenerate(prompts, self.regen_dir, settings, say=self.say))
         if summary.failed:
-            self.say(f"regen: {summary.failed} prompt(s) failed after retries, listed in "
-                     f"{self.regen_dir / 'failed.jsonl'}; rerun regen to retry them")
+            self.say(
+                f"regen: {summary.failed} prompt(s) failed after retries, listed in "
+                f"{self.regen_dir / 'failed.jsonl'}; rerun regen to retry them"
+            )
 
     def run_config(self, arch: DrafterArchitecture) -> dict:
         from kimi_dflash.drafter_training.specforge_config import RunSettings, run_config
 
         sf = self.specforge_dir
-        settings = RunSettings(target_model_path=str(self.target_dir()), draft_config_path=sf / "draft-config.json",
-                               train_data_path=sf / "train.jsonl", output_dir=sf / "output", gpus=self.gpus,
-                               epochs=self.epochs, learning_rate=self.learning_rate, max_length=self.max_length)
+        settings = RunSettings(
+            target_model_path=str(self.target_dir()),
+            draft_config_path=sf / "draft-config.json",
+            train_data_path=sf / "train.jsonl",
+            output_dir=sf / "output",
+            gpus=self.gpus,
+            epochs=self.epochs,
+            learning_rate=self.learning_rate,
+            max_length=self.max_length,
+        )
         return run_config(arch, settings)
 
     def write_specforge_inputs(self) -> None:
@@ -406,8 +586,14 @@ class Pipeline:
         arch = self.architecture()
         target = self.target_dir()
         check_against_target(arch, json.loads((target / "config.json").read_text()), self.max_length)
-        counts = capture_features(list(read_records(self.regen_dir)), target, arch.target_layer_ids,
-                                  self.work / "features", self.max_length, say=self.say)
+        counts = capture_features(
+            list(read_records(self.regen_dir)),
+            target,
+            arch.target_layer_ids,
+            self.work / "features",
+            self.max_length,
+            say=self.say,
+        )
         self.say(f"train: features {counts}")
 
     def new_model(self, arch: DrafterArchitecture):  # type: ignore[no-untyped-def]
@@ -429,8 +615,9 @@ class Pipeline:
         files = feature_files(self.work / "features")
         if not files:
             raise PipelineError(f"{self.work / 'features'}: no features; run the train phase from its first step")
-        settings = TrainSettings(epochs=self.epochs, learning_rate=self.learning_rate,
-                                 stop_after_steps=self.args.stop_after_steps)
+        settings = TrainSettings(
+            epochs=self.epochs, learning_rate=self.learning_rate, stop_after_steps=self.args.stop_after_steps
+        )
         train(self.new_model(self.architecture()), files, self.work / "train", settings, say=self.say)
 
     def export_standin(self) -> None:
@@ -453,9 +640,20 @@ class Pipeline:
     def export_specforge(self) -> None:
         from kimi_dflash.drafter_training.export import finalize_specforge_export
 
-        self.run([str(self.specforge_bin()), "export", "--to", "hf", "--checkpoint",
-                  str(self.specforge_dir / "output"), "--draft-config", str(self.specforge_dir / "draft-config.json"),
-                  "--output-dir", str(self.export_dir)])
+        self.run(
+            [
+                str(self.specforge_bin()),
+                "export",
+                "--to",
+                "hf",
+                "--checkpoint",
+                str(self.specforge_dir / "output"),
+                "--draft-config",
+                str(self.specforge_dir / "draft-config.json"),
+                "--output-dir",
+                str(self.export_dir),
+            ]
+        )
         finalize_specforge_export(self.export_dir, self.architecture())
 
     def write_serve_configs(self) -> None:

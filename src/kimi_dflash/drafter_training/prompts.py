@@ -86,8 +86,9 @@ def read_prompt_file(path: Path) -> list[Prompt]:
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
-        raise PromptError(f"{path}: prompt file not found; run the setup phase first (./train-drafter.sh "
-                          "--phase setup)") from None
+        raise PromptError(
+            f"{path}: prompt file not found; run the setup phase first (./train-drafter.sh --phase setup)"
+        ) from None
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -100,8 +101,9 @@ def read_prompt_file(path: Path) -> list[Prompt]:
             raise PromptError(f"{path}:{number}: no user turn (expected messages, conversations or prompt)")
         prompt_id = str(record.get("id") or f"line-{number}")
         if prompt_id in seen:
-            raise PromptError(f"{path}:{number}: id {prompt_id!r} appears twice; regen resumes by id, so ids "
-                              "must be unique")
+            raise PromptError(
+                f"{path}:{number}: id {prompt_id!r} appears twice; regen resumes by id, so ids must be unique"
+            )
         seen.add(prompt_id)
         prompts.append(Prompt(prompt_id, messages))
     if not prompts:
@@ -129,20 +131,26 @@ def perfectblend_records(directory: Path) -> Iterator[Mapping[str, Any]]:
     try:
         from pyarrow import parquet
     except ImportError:
-        raise PromptError("reading PerfectBlend's parquet shards needs pyarrow: run this with SpecForge's "
-                          "environment (the setup phase does) or `pip install pyarrow`") from None
+        raise PromptError(
+            "reading PerfectBlend's parquet shards needs pyarrow: run this with SpecForge's "
+            "environment (the setup phase does) or `pip install pyarrow`"
+        ) from None
     shards = sorted(Path(directory).rglob("*.parquet"))
     if not shards:
-        raise PromptError(f"{directory}: no parquet shards; download them first: hf download {PERFECTBLEND_REPO} "
-                          f"--repo-type dataset --local-dir {directory}")
+        raise PromptError(
+            f"{directory}: no parquet shards; download them first: hf download {PERFECTBLEND_REPO} "
+            f"--repo-type dataset --local-dir {directory}"
+        )
     for shard in shards:
         for batch in parquet.ParquetFile(shard).iter_batches(batch_size=4096, columns=["conversations"]):
             yield from batch.to_pylist()
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kimi_dflash.drafter_training.prompts",
-                                     description="Write the regen prompt file (first user turn of each record).")
+    parser = argparse.ArgumentParser(
+        prog="python -m kimi_dflash.drafter_training.prompts",
+        description="Write the regen prompt file (first user turn of each record).",
+    )
     parser.add_argument("--source", choices=("demo", "perfectblend"), required=True)
     parser.add_argument("--perfectblend-dir", type=Path, help="the downloaded mlabonne/open-perfectblend dataset")
     parser.add_argument("--limit", type=int, default=None, help="keep at most this many prompts")

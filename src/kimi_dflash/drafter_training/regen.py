@@ -67,10 +67,17 @@ class RegenSummary:
         return self.already_done + self.completed
 
     def to_json(self) -> dict[str, Any]:
-        return {"total": self.total, "done": self.done, "already_done": self.already_done,
-                "completed_this_run": self.completed, "failed": self.failed, "retried_attempts": self.retried,
-                "output_tokens_this_run": self.output_tokens, "truncated": self.truncated,
-                "interrupted": self.interrupted}
+        return {
+            "total": self.total,
+            "done": self.done,
+            "already_done": self.already_done,
+            "completed_this_run": self.completed,
+            "failed": self.failed,
+            "retried_attempts": self.retried,
+            "output_tokens_this_run": self.output_tokens,
+            "truncated": self.truncated,
+            "interrupted": self.interrupted,
+        }
 
 
 class RequestFailure(Exception):
@@ -190,8 +197,9 @@ async def _post(session: Any, url: str, body: Mapping[str, Any], headers: Mappin
     return document
 
 
-async def _regenerate_one(session: Any, prompt: Prompt, settings: RegenSettings,
-                          summary: RegenSummary) -> dict[str, Any]:
+async def _regenerate_one(
+    session: Any, prompt: Prompt, settings: RegenSettings, summary: RegenSummary
+) -> dict[str, Any]:
     url = settings.base_url.rstrip("/") + "/v1/chat/completions"
     headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
     body = request_body(prompt, settings)
@@ -207,8 +215,13 @@ async def _regenerate_one(session: Any, prompt: Prompt, settings: RegenSettings,
             attempt += 1
 
 
-async def regenerate(prompts: list[Prompt], out_dir: Path, settings: RegenSettings,
-                     say: Callable[[str], None] = print, progress_interval_s: float = 10.0) -> RegenSummary:
+async def regenerate(
+    prompts: list[Prompt],
+    out_dir: Path,
+    settings: RegenSettings,
+    say: Callable[[str], None] = print,
+    progress_interval_s: float = 10.0,
+) -> RegenSummary:
     """Regenerate every prompt not yet in `out_dir`; see the module docstring for the files."""
     import aiohttp
 
@@ -233,9 +246,11 @@ async def regenerate(prompts: list[Prompt], out_dir: Path, settings: RegenSettin
         rate = finished / elapsed if elapsed > 0 else 0.0
         left = len(todo) - finished
         eta = format_eta(left / rate) if rate > 0 else "?"
-        say(f"regen: {summary.done}/{summary.total} done, {summary.failed} failed, {summary.retried} retries, "
+        say(
+            f"regen: {summary.done}/{summary.total} done, {summary.failed} failed, {summary.retried} retries, "
             f"{rate:.2f} prompts/s, {summary.output_tokens / max(elapsed, 1e-9):.0f} output tok/s"
-            + ("" if final else f", ETA {eta}"))
+            + ("" if final else f", ETA {eta}")
+        )
 
     async def worker(session: Any) -> None:
         nonlocal last_report
@@ -261,8 +276,10 @@ async def regenerate(prompts: list[Prompt], out_dir: Path, settings: RegenSettin
 
     timeout = aiohttp.ClientTimeout(total=settings.timeout_s)
     connector = aiohttp.TCPConnector(limit=settings.concurrency)
-    say(f"regen: {len(todo)} prompts to regenerate with {settings.model} at {settings.base_url} "
-        f"(concurrency {settings.concurrency}, max_tokens {settings.max_tokens}, temperature {settings.temperature})")
+    say(
+        f"regen: {len(todo)} prompts to regenerate with {settings.model} at {settings.base_url} "
+        f"(concurrency {settings.concurrency}, max_tokens {settings.max_tokens}, temperature {settings.temperature})"
+    )
     try:
         async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
             await asyncio.gather(*(worker(session) for _ in range(max(1, settings.concurrency))))

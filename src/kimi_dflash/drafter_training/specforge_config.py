@@ -43,8 +43,10 @@ def split_gpus(gpus: int) -> tuple[list[str], list[str]]:
     INT4) fits in half of an 8x MI300X node (4 x 192 GB) as the SGLang capture server; the drafter trains on the
     other half."""
     if gpus < 2:
-        raise ValueError(f"{gpus} GPU(s): SpecForge 0.2.0's online DFlash training needs at least 2 (a capture "
-                         "server and a trainer on disjoint devices)")
+        raise ValueError(
+            f"{gpus} GPU(s): SpecForge 0.2.0's online DFlash training needs at least 2 (a capture "
+            "server and a trainer on disjoint devices)"
+        )
     capture = gpus // 2
     return [str(i) for i in range(capture)], [str(i) for i in range(capture, gpus)]
 

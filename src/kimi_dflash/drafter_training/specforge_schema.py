@@ -82,8 +82,9 @@ def _literal_choices(annotation: ast.expr) -> tuple[str, ...]:
     return ()
 
 
-def parse_schema_source(source: str, version: str, origin: str, algorithms: frozenset[str] = frozenset()
-                        ) -> SpecForgeSchema:
+def parse_schema_source(
+    source: str, version: str, origin: str, algorithms: frozenset[str] = frozenset()
+) -> SpecForgeSchema:
     tree = ast.parse(source)
     classes = [node for node in tree.body if isinstance(node, ast.ClassDef)]
     known = {node.name for node in classes}
@@ -95,13 +96,18 @@ def parse_schema_source(source: str, version: str, origin: str, algorithms: froz
                 name = statement.target.id
                 if name == "model_config":
                     continue
-                fields[name] = Field(name, ast.unparse(statement.annotation),
-                                     _annotation_models(statement.annotation, known - {node.name}),
-                                     _literal_choices(statement.annotation))
+                fields[name] = Field(
+                    name,
+                    ast.unparse(statement.annotation),
+                    _annotation_models(statement.annotation, known - {node.name}),
+                    _literal_choices(statement.annotation),
+                )
         models[node.name] = fields
     if ROOT_MODEL not in models or not models[ROOT_MODEL]:
-        raise SchemaError(f"{origin}: no `class {ROOT_MODEL}` with fields in {SCHEMA_MODULE}; this SpecForge's "
-                          "config layout is not the one this project generates for (SpecForge 0.2.x)")
+        raise SchemaError(
+            f"{origin}: no `class {ROOT_MODEL}` with fields in {SCHEMA_MODULE}; this SpecForge's "
+            "config layout is not the one this project generates for (SpecForge 0.2.x)"
+        )
     return SpecForgeSchema(version, origin, models, algorithms)
 
 
@@ -130,9 +136,11 @@ def read_schema(location: Path) -> SpecForgeSchema:
             try:
                 source = wheel.read(SCHEMA_MODULE).decode("utf-8")
             except KeyError:
-                raise SchemaError(f"{location}: no {SCHEMA_MODULE} in this wheel; not a SpecForge 0.2-style "
-                                  "package (the per-method training scripts of older SpecForge are not "
-                                  "supported)") from None
+                raise SchemaError(
+                    f"{location}: no {SCHEMA_MODULE} in this wheel; not a SpecForge 0.2-style "
+                    "package (the per-method training scripts of older SpecForge are not "
+                    "supported)"
+                ) from None
             metadata = next((n for n in names if n.endswith(".dist-info/METADATA")), None)
             version = _version_from_metadata(wheel.read(metadata).decode("utf-8")) if metadata else "unknown"
             catalog = wheel.read(BUILTIN_CATALOG).decode("utf-8") if BUILTIN_CATALOG in names else None
@@ -140,11 +148,12 @@ def read_schema(location: Path) -> SpecForgeSchema:
     root = location.parent if location.name == "specforge" else location
     schema_path = root / SCHEMA_MODULE
     if not schema_path.is_file():
-        raise SchemaError(f"{location}: no {SCHEMA_MODULE} there; point at SpecForge's site-packages (the "
-                          "setup phase installs it) or at a specforge-*.whl")
+        raise SchemaError(
+            f"{location}: no {SCHEMA_MODULE} there; point at SpecForge's site-packages (the "
+            "setup phase installs it) or at a specforge-*.whl"
+        )
     metadata = sorted(root.glob("specforge-*.dist-info/METADATA"))
     version = _version_from_metadata(metadata[-1].read_text(encoding="utf-8")) if metadata else "unknown"
     catalog_path = root / BUILTIN_CATALOG
     catalog = catalog_path.read_text(encoding="utf-8") if catalog_path.is_file() else None
-    return parse_schema_source(schema_path.read_text(encoding="utf-8"), version, str(schema_path),
-                               _algorithms(catalog))
+    return parse_schema_source(schema_path.read_text(encoding="utf-8"), version, str(schema_path), _algorithms(catalog))

@@ -68,8 +68,9 @@ def pick_anchors(sample: dict[str, torch.Tensor], count: int, seed: int, step: i
     return candidates[chosen[:count].sort().values]
 
 
-def step_loss(model: DFlashDrafter, sample: dict[str, torch.Tensor], anchors: torch.Tensor
-              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def step_loss(
+    model: DFlashDrafter, sample: dict[str, torch.Tensor], anchors: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(loss, right [B-1], counted [B-1]): mean cross-entropy over scored slots, and per-slot top-1 hits."""
     logits = model.block_logits(sample["hidden_states"].float(), sample["input_ids"], anchors)
     targets = block_targets(sample["input_ids"], sample["loss_mask"], anchors, model.block_size)
@@ -79,15 +80,22 @@ def step_loss(model: DFlashDrafter, sample: dict[str, torch.Tensor], anchors: to
     return loss, right, scored.sum(0)
 
 
-def train(model: DFlashDrafter, feature_files: list[Path], out_dir: Path, settings: TrainSettings,
-          say: Callable[[str], None] = print) -> dict[str, Any]:
+def train(
+    model: DFlashDrafter,
+    feature_files: list[Path],
+    out_dir: Path,
+    settings: TrainSettings,
+    say: Callable[[str], None] = print,
+) -> dict[str, Any]:
     """Train (or resume) to `settings.epochs` epochs; returns the run's summary (also in `<out>/train-log.json`)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     samples = [s for s in load_features(feature_files) if candidate_anchors(s["loss_mask"]).numel()]
     if not samples:
-        raise ValueError(f"no trainable samples among {len(feature_files)} feature files: regenerate with longer "
-                         "replies (each needs at least two reply tokens)")
+        raise ValueError(
+            f"no trainable samples among {len(feature_files)} feature files: regenerate with longer "
+            "replies (each needs at least two reply tokens)"
+        )
     total_steps = settings.epochs * len(samples)
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay)
     step, history = 0, []
@@ -95,22 +103,32 @@ def train(model: DFlashDrafter, feature_files: list[Path], out_dir: Path, settin
     if checkpoint.exists():
         state = torch.load(checkpoint, map_location="cpu", weights_only=False)
         if state["total_steps"] != total_steps or state["settings"]["seed"] != settings.seed:
-            raise ValueError(f"{checkpoint} belongs to another run ({state['total_steps']} steps, seed "
-                             f"{state['settings']['seed']}; this one: {total_steps}, seed {settings.seed}): move it "
-                             "away or train into another directory")
+            raise ValueError(
+                f"{checkpoint} belongs to another run ({state['total_steps']} steps, seed "
+                f"{state['settings']['seed']}; this one: {total_steps}, seed {settings.seed}): move it "
+                "away or train into another directory"
+            )
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         step, history = int(state["step"]), list(state["history"])
         say(f"train: resuming from {checkpoint} at step {step}/{total_steps}")
 
     def save() -> None:
-        state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
-                 "total_steps": total_steps, "settings": asdict(settings), "history": history}
+        state = {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "step": step,
+            "total_steps": total_steps,
+            "settings": asdict(settings),
+            "history": history,
+        }
         with replacing(checkpoint) as tmp:
             torch.save(state, tmp)
 
-    say(f"train: {len(samples)} sequences x {settings.epochs} epochs = {total_steps} steps, "
-        f"{sum(p.numel() for p in model.parameters()):,} trainable parameters, lr {settings.learning_rate}")
+    say(
+        f"train: {len(samples)} sequences x {settings.epochs} epochs = {total_steps} steps, "
+        f"{sum(p.numel() for p in model.parameters()):,} trainable parameters, lr {settings.learning_rate}"
+    )
     started, first_step = time.monotonic(), step
     window_loss, window_right, window_counted = 0.0, None, None
     model.train()
@@ -119,8 +137,9 @@ def train(model: DFlashDrafter, feature_files: list[Path], out_dir: Path, settin
         sample = samples[epoch_order(len(samples), settings.seed, epoch)[index]]
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, total_steps, settings)
-        loss, right, counted = step_loss(model, sample, pick_anchors(sample, settings.anchors_per_sequence,
-                                                                     settings.seed, step))
+        loss, right, counted = step_loss(
+            model, sample, pick_anchors(sample, settings.anchors_per_sequence, settings.seed, step)
+        )
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
@@ -131,13 +150,19 @@ def train(model: DFlashDrafter, feature_files: list[Path], out_dir: Path, settin
         window_counted = counted if window_counted is None else window_counted + counted
         if step % settings.log_every == 0 or step == total_steps:
             accuracy = (window_right / window_counted.clamp(min=1)).tolist()
-            entry = {"step": step, "epoch": epoch + 1, "loss": window_loss / settings.log_every,
-                     "slot_accuracy": [round(a, 4) for a in accuracy]}
+            entry = {
+                "step": step,
+                "epoch": epoch + 1,
+                "loss": window_loss / settings.log_every,
+                "slot_accuracy": [round(a, 4) for a in accuracy],
+            }
             history.append(entry)
             rate = (step - first_step) / max(time.monotonic() - started, 1e-9)
             eta = (total_steps - step) / rate if rate else 0.0
-            say(f"train: step {step}/{total_steps} (epoch {epoch + 1}) loss {entry['loss']:.3f}, top-1 slots 1-4 "
-                f"{', '.join(f'{a:.2f}' for a in accuracy[:4])}, {rate:.1f} steps/s, ETA {eta:.0f} s")
+            say(
+                f"train: step {step}/{total_steps} (epoch {epoch + 1}) loss {entry['loss']:.3f}, top-1 slots 1-4 "
+                f"{', '.join(f'{a:.2f}' for a in accuracy[:4])}, {rate:.1f} steps/s, ETA {eta:.0f} s"
+            )
             window_loss, window_right, window_counted = 0.0, None, None
         if step % settings.save_every == 0 or step == total_steps:
             save()
@@ -145,7 +170,12 @@ def train(model: DFlashDrafter, feature_files: list[Path], out_dir: Path, settin
             save()
             say(f"train: stopped at step {step} as asked; rerun to resume")
             break
-    summary = {"steps": step, "total_steps": total_steps, "sequences": len(samples), "complete": step >= total_steps,
-               "history": history}
+    summary = {
+        "steps": step,
+        "total_steps": total_steps,
+        "sequences": len(samples),
+        "complete": step >= total_steps,
+        "history": history,
+    }
     write_json_atomic(out_dir / LOG, summary)
     return summary

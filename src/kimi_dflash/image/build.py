@@ -60,11 +60,25 @@ class BuildPlan:
 
     def argv(self) -> list[str]:
         build = [self.engine, "build"] if self.engine != "buildah" else ["buildah", "bud"]
-        args = [*build, "--file", str(self.context / DOCKERFILE), "--target", self.target, "--tag", self.tag,
-                "--build-arg", f"VLLM_IMAGE={self.vllm_image}", "--build-arg", f"VLLM_TAG={self.vllm_tag}",
-                "--label", f"org.opencontainers.image.version={__version__}",
-                "--label", f"ai.kimi-dflash.vllm-version={self.vllm_version}",
-                "--label", f"ai.kimi-dflash.base={self.base_reference}"]
+        args = [
+            *build,
+            "--file",
+            str(self.context / DOCKERFILE),
+            "--target",
+            self.target,
+            "--tag",
+            self.tag,
+            "--build-arg",
+            f"VLLM_IMAGE={self.vllm_image}",
+            "--build-arg",
+            f"VLLM_TAG={self.vllm_tag}",
+            "--label",
+            f"org.opencontainers.image.version={__version__}",
+            "--label",
+            f"ai.kimi-dflash.vllm-version={self.vllm_version}",
+            "--label",
+            f"ai.kimi-dflash.base={self.base_reference}",
+        ]
         if self.vllm_digest:
             args += ["--build-arg", f"VLLM_DIGEST={self.vllm_digest}"]
         return [*args, *self.engine_args, str(self.context)]
@@ -84,39 +98,58 @@ def version_from_tag(tag: str) -> str | None:
 def resolve_digest(engine: str, reference: str) -> str:
     """The registry digest of `reference` (sha256:...), or a RuntimeError saying how to pass it by hand."""
     if shutil.which("skopeo"):
-        result = subprocess.run(["skopeo", "inspect", f"docker://{reference}"], capture_output=True, text=True,
-                                check=False)
+        result = subprocess.run(
+            ["skopeo", "inspect", f"docker://{reference}"], capture_output=True, text=True, check=False
+        )
         if result.returncode == 0:
             return str(json.loads(result.stdout)["Digest"])
     if engine in ("docker", "podman"):
         pulled = subprocess.run([engine, "pull", reference], check=False)
         if pulled.returncode == 0:
-            found = subprocess.run([engine, "image", "inspect", "--format", "{{index .RepoDigests 0}}", reference],
-                                   capture_output=True, text=True, check=False)
+            found = subprocess.run(
+                [engine, "image", "inspect", "--format", "{{index .RepoDigests 0}}", reference],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
             if found.returncode == 0 and "@" in found.stdout:
                 return found.stdout.strip().split("@", 1)[1]
-    raise RuntimeError(f"could not resolve the digest of {reference} (registry unreachable?); pass "
-                       "--vllm-digest sha256:... (from `docker buildx imagetools inspect` on a machine that can "
-                       "reach it), or --allow-unpinned for a local base image")
+    raise RuntimeError(
+        f"could not resolve the digest of {reference} (registry unreachable?); pass "
+        "--vllm-digest sha256:... (from `docker buildx imagetools inspect` on a machine that can "
+        "reach it), or --allow-unpinned for a local base image"
+    )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="build-kimi26-dflash.sh", description=DESCRIPTION, epilog=EPILOG,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="build-kimi26-dflash.sh",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--target", choices=TARGETS, default="rocm", help="rocm (default: 8x MI300X) or cpu-demo")
     parser.add_argument("--vllm-image", default=DEFAULT_IMAGE, help=f"base image repository ({DEFAULT_IMAGE})")
     parser.add_argument("--vllm-tag", default=DEFAULT_TAG, help=f"base image tag ({DEFAULT_TAG})")
     parser.add_argument("--vllm-digest", help="base image digest sha256:... (default: resolved from the registry)")
     parser.add_argument("--vllm-version", help="vLLM version for the tag (default: from --vllm-tag, vX.Y.Z)")
-    parser.add_argument("--allow-unpinned", action="store_true",
-                        help="build without a digest (a local base image has none)")
-    parser.add_argument("--engine", choices=ENGINES, help="container tool (default: the first of docker, podman, "
-                        "buildah on PATH)")
-    parser.add_argument("--context", type=Path, default=Path.cwd(),
-                        help="the checkout to build from (default: the current directory)")
-    parser.add_argument("--engine-arg", action="append", default=[], metavar="ARG",
-                        help="extra argument for the container tool, repeatable (e.g. --engine-arg=--isolation=chroot "
-                        "for podman/buildah where no OCI runtime can start)")
+    parser.add_argument(
+        "--allow-unpinned", action="store_true", help="build without a digest (a local base image has none)"
+    )
+    parser.add_argument(
+        "--engine", choices=ENGINES, help="container tool (default: the first of docker, podman, buildah on PATH)"
+    )
+    parser.add_argument(
+        "--context", type=Path, default=Path.cwd(), help="the checkout to build from (default: the current directory)"
+    )
+    parser.add_argument(
+        "--engine-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra argument for the container tool, repeatable (e.g. --engine-arg=--isolation=chroot "
+        "for podman/buildah where no OCI runtime can start)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the build command and exit")
     return parser.parse_args(argv)
 
@@ -129,8 +162,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     version = args.vllm_version or version_from_tag(args.vllm_tag)
     if version is None:
-        print(f"build: cannot read a vLLM version from tag {args.vllm_tag!r}; pass --vllm-version X.Y.Z",
-              file=sys.stderr)
+        print(
+            f"build: cannot read a vLLM version from tag {args.vllm_tag!r}; pass --vllm-version X.Y.Z", file=sys.stderr
+        )
         return 2
     digest = args.vllm_digest
     if digest is not None and not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
@@ -138,8 +172,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     context = args.context.resolve()
     if not (context / DOCKERFILE).is_file():
-        print(f"build: no {DOCKERFILE} in {context}: pass --context CHECKOUT (build-kimi26-dflash.sh does)",
-              file=sys.stderr)
+        print(
+            f"build: no {DOCKERFILE} in {context}: pass --context CHECKOUT (build-kimi26-dflash.sh does)",
+            file=sys.stderr,
+        )
         return 2
     if digest is None and not args.allow_unpinned and not args.dry_run:
         try:
@@ -148,8 +184,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"build: {error}", file=sys.stderr)
             return 1
         print(f"build: base {args.vllm_image}:{args.vllm_tag} is {digest}", file=sys.stderr)
-    plan = BuildPlan(engine, context, args.target, args.vllm_image, args.vllm_tag, digest, version,
-                     tuple(args.engine_arg))
+    plan = BuildPlan(
+        engine, context, args.target, args.vllm_image, args.vllm_tag, digest, version, tuple(args.engine_arg)
+    )
     print(shlex.join(plan.argv()), file=sys.stderr if not args.dry_run else sys.stdout)
     if args.dry_run:
         return 0

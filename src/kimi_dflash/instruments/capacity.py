@@ -214,7 +214,9 @@ def measure(setup: Setup, tokenizer: Path | None, log: Any = print) -> dict[str,
         "rows": rows,
         "capacity": {tool: capacity(rows, tool, setup.threshold) for tool in tools},
         "cpu_us_per_chunk": {
-            tool: float(np.median(values)) if (values := [r["cpu_us_per_chunk"] for r in rows if r["tool"] == tool and r["cpu_us_per_chunk"]]) else None
+            tool: float(np.median(values))
+            if (values := [r["cpu_us_per_chunk"] for r in rows if r["tool"] == tool and r["cpu_us_per_chunk"]])
+            else None
             for tool in tools
         },
     }
@@ -275,13 +277,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vllm-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--base-url", help=argparse.SUPPRESS)
     parser.add_argument("--sharegpt", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--tokenizer", type=Path, default=None, help="tokenizer dir for vllm bench serve (default: the demo model's)")
-    parser.add_argument("--levels", default="50,100,200,400,800,1200,1600,2400,3200,4000", help="concurrent streams to try")
+    parser.add_argument(
+        "--tokenizer", type=Path, default=None, help="tokenizer dir for vllm bench serve (default: the demo model's)"
+    )
+    parser.add_argument(
+        "--levels", default="50,100,200,400,800,1200,1600,2400,3200,4000", help="concurrent streams to try"
+    )
     parser.add_argument("--max-tokens", type=int, default=64, help="tokens per request (default %(default)s)")
     parser.add_argument("--turns", type=int, default=2, help="closed-loop requests per stream (default %(default)s)")
     parser.add_argument("--ttft-ms", type=float, default=100.0)
     parser.add_argument(
-        "--interval-ms", type=float, default=100.0,
+        "--interval-ms",
+        type=float,
+        default=100.0,
         help="chunk cadence per stream (default %(default)s: 10 chunks/s, about what a Kimi user sees with "
         "speculation at ~16 tok/s and 2-3 tokens per chunk)",
     )
@@ -302,7 +310,9 @@ def main(argv: list[str] | None = None) -> int:
         return worker_main(args)
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     load = _loadavg()
-    pin = len(cores) >= 2 and (args.pin == "yes" or (args.pin == "auto" and load is not None and load[0] < len(cores) / 2))
+    pin = len(cores) >= 2 and (
+        args.pin == "yes" or (args.pin == "auto" and load is not None and load[0] < len(cores) / 2)
+    )
     if args.pin == "auto" and not pin:
         print(f"not pinning: load average {load} on {len(cores)} cores (use --pin yes to force)", flush=True)
     setup = Setup(
@@ -337,8 +347,12 @@ def main(argv: list[str] | None = None) -> int:
     if "vllm" in caps and caps["vllm"]["streams"]:
         print(f"  ratio (streams)        {caps['ours']['streams'] / caps['vllm']['streams']:.2f}x")
     cost = result["cpu_us_per_chunk"]
-    print("client CPU per chunk (median over levels): " + ", ".join(
-        f"{'benchmark_multi_turn' if t == 'ours' else 'vllm bench serve'} {v:.1f} us" for t, v in cost.items() if v))
+    print(
+        "client CPU per chunk (median over levels): "
+        + ", ".join(
+            f"{'benchmark_multi_turn' if t == 'ours' else 'vllm bench serve'} {v:.1f} us" for t, v in cost.items() if v
+        )
+    )
     if cost.get("ours") and cost.get("vllm"):
         print(f"  ratio (CPU per chunk)  {cost['vllm'] / cost['ours']:.2f}x")
     print(f"run took {time.time() - started:.0f} s; load average now {_loadavg()}")

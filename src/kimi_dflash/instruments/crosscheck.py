@@ -75,7 +75,10 @@ def round_prompts(count: int, seed: int, workdir: Path) -> tuple[Path, Path]:
 
     prompts = random.Random(f"crosscheck/{seed}").sample(load_dataset(BUILTIN).prompts, count)
     jsonl = workdir / f"prompts-{seed}.jsonl"
-    jsonl.write_text("".join(json.dumps({"id": p.id, "prompt": p.text}, ensure_ascii=False) + "\n" for p in prompts), encoding="utf-8")
+    jsonl.write_text(
+        "".join(json.dumps({"id": p.id, "prompt": p.text}, ensure_ascii=False) + "\n" for p in prompts),
+        encoding="utf-8",
+    )
     subset = Dataset(name=str(jsonl), prompts=tuple(prompts), sha256="")
     return jsonl, write_sharegpt(subset, workdir / f"prompts-{seed}.sharegpt.json")
 
@@ -153,7 +156,9 @@ def agreement(ours: LevelResult, theirs: dict[str, Any]) -> dict[str, float | No
     }
 
 
-def interleaved(load: Load, tokenizer: Path, rounds: int, workdir: Path, log: Callable[[str], None] = print) -> dict[str, Any]:
+def interleaved(
+    load: Load, tokenizer: Path, rounds: int, workdir: Path, log: Callable[[str], None] = print
+) -> dict[str, Any]:
     """``rounds`` alternating runs of each tool; the verdict compares the means of aggregate tok/s.
 
     One discarded run comes first: a CPU vLLM server keeps getting faster while it meets new batch
@@ -195,9 +200,13 @@ class _StartWatch(io.TextIOBase):
         self.sink.flush()
 
 
-def _start_ours(load: Load, output: Path, extra: Sequence[str]) -> tuple[subprocess.Popen[str], threading.Event, list[str]]:
+def _start_ours(
+    load: Load, output: Path, extra: Sequence[str]
+) -> tuple[subprocess.Popen[str], threading.Event, list[str]]:
     """Our benchmark in the background; the event fires when its measured window opens."""
-    process = subprocess.Popen(ours_command(load, output, extra), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        ours_command(load, output, extra), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     measuring = threading.Event()
     lines: list[str] = []
 
@@ -213,7 +222,9 @@ def _start_ours(load: Load, output: Path, extra: Sequence[str]) -> tuple[subproc
     return process, measuring, lines
 
 
-def concurrent(load: Load, tokenizer: Path, rounds: int, workdir: Path, log: Callable[[str], None] = print) -> dict[str, Any]:
+def concurrent(
+    load: Load, tokenizer: Path, rounds: int, workdir: Path, log: Callable[[str], None] = print
+) -> dict[str, Any]:
     """``rounds`` runs where both tools load the server at the same time; compares their measured tok/s.
 
     Ours starts first and ``vllm bench serve`` is started the moment our measured window opens: its own
@@ -310,7 +321,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=None, help="warmup requests per run (default: --concurrency)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument(
-        "--mode", choices=["concurrent", "alternate"], default="concurrent",
+        "--mode",
+        choices=["concurrent", "alternate"],
+        default="concurrent",
         help="concurrent: both tools at once, same load each (robust on a shared machine); "
         "alternate: one after the other (default %(default)s)",
     )

@@ -86,8 +86,9 @@ def free_port() -> int:
 
 def timed_completion(port: int, model: str, max_tokens: int, server_pid: int) -> tuple[float, float]:
     """(wall seconds, server CPU seconds) of one greedy, non-streamed completion of exactly max_tokens."""
-    body = json.dumps({"model": model, "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0,
-                       "ignore_eos": True})
+    body = json.dumps(
+        {"model": model, "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True}
+    )
     cpu_before = process_cpu_seconds(server_pid)
     started = time.perf_counter()
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
@@ -153,8 +154,16 @@ def paired_delta_ms(result: ModeResult, off: ModeResult, field: str) -> float:
     return statistics.median(a - b for a, b in zip(mine, base, strict=True)) * 1e3
 
 
-def measure_servers(model: Path, modes: list[str], requests: int, short: int, long: int, log_dir: Path,
-                    plugin_src: Path, say: Callable[[str], None]) -> list[ModeResult]:
+def measure_servers(
+    model: Path,
+    modes: list[str],
+    requests: int,
+    short: int,
+    long: int,
+    log_dir: Path,
+    plugin_src: Path,
+    say: Callable[[str], None],
+) -> list[ModeResult]:
     from kimi_dflash.launch.local import start_local_server
 
     config_path = log_dir / "tiny-mla-cpu.env"
@@ -167,9 +176,13 @@ def measure_servers(model: Path, modes: list[str], requests: int, short: int, lo
             if mode == "observe":
                 overrides["KV_OBSERVE_DIR"] = str(log_dir / "observe")
             say(f"starting vLLM CPU server for mode {mode}")
-            servers[mode] = start_local_server(config_path, log_dir / f"{mode}.log", overrides=overrides,
-                                               process_env={**SERVER_ENV, **process_env,
-                                                            "PYTHONPATH": str(plugin_src)}, say=say)
+            servers[mode] = start_local_server(
+                config_path,
+                log_dir / f"{mode}.log",
+                overrides=overrides,
+                process_env={**SERVER_ENV, **process_env, "PYTHONPATH": str(plugin_src)},
+                say=say,
+            )
         results = {mode: ModeResult(mode, [], []) for mode in modes}
         for mode, server in servers.items():  # warm-up: one request each, not measured
             timed_completion(server.port, server.model, long, server.process.pid)
@@ -179,9 +192,13 @@ def measure_servers(model: Path, modes: list[str], requests: int, short: int, lo
                 wall_long, cpu_long = timed_completion(server.port, server.model, long, server.process.pid)
                 results[mode].tpot_s.append((wall_long - wall_short) / (long - short))
                 results[mode].cpu_per_token_s.append((cpu_long - cpu_short) / (long - short))
-            say(f"round {index + 1}/{requests}: " + ", ".join(
-                f"{m} {r.tpot_s[-1] * 1e3:.2f} ms wall/{r.cpu_per_token_s[-1] * 1e3:.2f} ms cpu"
-                for m, r in results.items()))
+            say(
+                f"round {index + 1}/{requests}: "
+                + ", ".join(
+                    f"{m} {r.tpot_s[-1] * 1e3:.2f} ms wall/{r.cpu_per_token_s[-1] * 1e3:.2f} ms cpu"
+                    for m, r in results.items()
+                )
+            )
         return list(results.values())
     finally:
         for server in servers.values():
@@ -235,8 +252,14 @@ def wrapper_microbench(plugin_src: Path, calls: int = 2000) -> dict[str, float]:
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-c", MICROBENCH, str(calls)], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(plugin_src)}, check=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", MICROBENCH, str(calls)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(plugin_src)},
+        check=True,
+        timeout=600,
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -247,15 +270,25 @@ def _import_root() -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="benchmarks/kv_scale_hook_cost.py", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="benchmarks/kv_scale_hook_cost.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--requests", type=int, default=10, help="measured rounds per mode (default 10)")
-    parser.add_argument("--max-tokens", type=int, default=520,
-                        help="tokens of the long request (default 520: the CPU clock counts in 10 ms ticks)")
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=520,
+        help="tokens of the long request (default 520: the CPU clock counts in 10 ms ticks)",
+    )
     parser.add_argument("--short", type=int, default=8, help="tokens of the short request (default 8)")
-    parser.add_argument("--plugin-src", type=Path, default=_import_root(),
-                        help="the directory whose kimi_dflash the servers load (default: where this one is imported "
-                             "from)")
+    parser.add_argument(
+        "--plugin-src",
+        type=Path,
+        default=_import_root(),
+        help="the directory whose kimi_dflash the servers load (default: where this one is imported from)",
+    )
     parser.add_argument("--layers", type=int, default=4, help="MLA layers of the fabricated model (default 4)")
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {', '.join(MODES)}")
     args = parser.parse_args(argv)
@@ -269,27 +302,34 @@ def main(argv: list[str] | None = None) -> int:
     def say(message: str) -> None:
         print(message, flush=True)
 
-    model = ensure_tiny_mla_model(cache_root() / "kvscale" / f"tiny-mla-{args.layers}l-gain1", latent_gain=1.0,
-                                  num_layers=args.layers)
+    model = ensure_tiny_mla_model(
+        cache_root() / "kvscale" / f"tiny-mla-{args.layers}l-gain1", latent_gain=1.0, num_layers=args.layers
+    )
     plugin_src = args.plugin_src.resolve()
     say(f"plugin source: {plugin_src}")
     micro = wrapper_microbench(plugin_src)
     with tempfile.TemporaryDirectory(prefix="kv-hook-cost-") as tmp:
-        results = measure_servers(model, modes, args.requests, args.short, args.max_tokens, Path(tmp), plugin_src,
-                                  say)
+        results = measure_servers(model, modes, args.requests, args.short, args.max_tokens, Path(tmp), plugin_src, say)
     off = next(r for r in results if r.mode == "off")
-    print(f"\nKV-scale hook cost per decode step, vLLM CPU MLA ({args.layers} MLA layers, 1 sequence, "
-          f"{args.requests} rounds of {args.short}+{args.max_tokens} tokens per mode; same run, round-robin; "
-          f"plugin {plugin_src}):")
-    print(f"  {'mode':17s} {'wall ms/step':>12s} {'vs off (paired)':>20s}   {'CPU ms/step':>11s} "
-          f"{'vs off (paired)':>20s}")
+    print(
+        f"\nKV-scale hook cost per decode step, vLLM CPU MLA ({args.layers} MLA layers, 1 sequence, "
+        f"{args.requests} rounds of {args.short}+{args.max_tokens} tokens per mode; same run, round-robin; "
+        f"plugin {plugin_src}):"
+    )
+    print(
+        f"  {'mode':17s} {'wall ms/step':>12s} {'vs off (paired)':>20s}   {'CPU ms/step':>11s} {'vs off (paired)':>20s}"
+    )
     for result in results:
         wall = paired_delta_ms(result, off, "tpot_s")
         cpu = paired_delta_ms(result, off, "cpu_per_token_s")
-        print(f"  {result.mode:17s} {result.median_ms:12.3f} {wall:+10.3f} ({wall / off.median_ms * 100:+5.1f} %)"
-              f"   {result.cpu_median_ms:11.3f} {cpu:+10.3f} ({cpu / off.cpu_median_ms * 100:+5.1f} %)")
-    print("the wrapper alone, in-process (CPU µs per call, i.e. per MLA layer per step, over a no-op write; best "
-          "of 5 x 2000 calls; production path: dynamic scale, real FP8 E4M3 cache):")
+        print(
+            f"  {result.mode:17s} {result.median_ms:12.3f} {wall:+10.3f} ({wall / off.median_ms * 100:+5.1f} %)"
+            f"   {result.cpu_median_ms:11.3f} {cpu:+10.3f} ({cpu / off.cpu_median_ms * 100:+5.1f} %)"
+        )
+    print(
+        "the wrapper alone, in-process (CPU µs per call, i.e. per MLA layer per step, over a no-op write; best "
+        "of 5 x 2000 calls; production path: dynamic scale, real FP8 E4M3 cache):"
+    )
     for name, value in micro.items():
         share = value * args.layers / 1e3 / off.median_ms * 100
         print(f"  {name:40s} {value:7.1f} µs/layer  x {args.layers} layers = {share:4.1f} % of the off step")

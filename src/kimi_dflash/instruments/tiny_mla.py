@@ -146,8 +146,13 @@ def fabricate_tiny_mla_model(
                 layer.self_attn.kv_b_proj.weight.div_(latent_gain)
         model = model.to(torch.bfloat16)
         model.save_pretrained(staging, safe_serialization=True)
-        meta = {"fabricated_by": "kimi_dflash.instruments.tiny_mla", "version": FABRICATION_VERSION, "seed": seed,
-                "latent_gain": latent_gain, "num_layers": num_layers}
+        meta = {
+            "fabricated_by": "kimi_dflash.instruments.tiny_mla",
+            "version": FABRICATION_VERSION,
+            "seed": seed,
+            "latent_gain": latent_gain,
+            "num_layers": num_layers,
+        }
         (staging / "fabrication.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
         _publish(staging, out_dir)
     finally:
@@ -156,10 +161,10 @@ def fabricate_tiny_mla_model(
     return out_dir
 
 
-
 def _publish(staging: Path, out_dir: Path) -> None:
     """Swap a finished build into place, so a reader never sees a half-written checkpoint."""
     publish_directory(staging, out_dir)
+
 
 def ensure_tiny_mla_model(out_dir: Path, *, latent_gain: float, num_layers: int = 2, seed: int = 0) -> Path:
     """Reuse ``out_dir`` if it holds this exact fabrication, otherwise (re)build it."""
@@ -180,12 +185,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("out_dir", type=Path, help="directory to write (replaced if it exists)")
     parser.add_argument("--layers", type=int, default=2, help="decoder layers (default 2)")
-    parser.add_argument("--latent-gain", type=float, default=1.0,
-                        help="multiplier on kv_a_layernorm weights = size of cached latents (default 1.0)")
+    parser.add_argument(
+        "--latent-gain",
+        type=float,
+        default=1.0,
+        help="multiplier on kv_a_layernorm weights = size of cached latents (default 1.0)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
     args = parser.parse_args(argv)
-    path = fabricate_tiny_mla_model(args.out_dir, num_layers=args.layers, latent_gain=args.latent_gain,
-                                    seed=args.seed)
+    path = fabricate_tiny_mla_model(args.out_dir, num_layers=args.layers, latent_gain=args.latent_gain, seed=args.seed)
     print(f"wrote {path}")
     return 0
 

@@ -50,13 +50,20 @@ class RunTotals:
 
 # ------------------------------------------------------------------------------------------ dumps
 
+
 def live_dumps(directory: Path, since: float) -> list[dict[str, Any]]:
     """Observe dumps rewritten after ``since`` (files of processes that exited earlier are stale)."""
     return [d for d in read_observe_dumps(directory) if float(d.get("updated", 0)) > since]
 
 
-def wait_for_dumps(directory: Path, *, newer_than: float, live_since: float, timeout: float,
-                   sleep: Callable[[float], None] = time.sleep) -> list[dict[str, Any]]:
+def wait_for_dumps(
+    directory: Path,
+    *,
+    newer_than: float,
+    live_since: float,
+    timeout: float,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[dict[str, Any]]:
     """Wait until every live rank has dumped after ``newer_than``; return those dumps."""
     deadline = time.monotonic() + timeout
     while True:
@@ -68,7 +75,8 @@ def wait_for_dumps(directory: Path, *, newer_than: float, live_since: float, tim
                 raise CalibrationError(
                     f"no observe files in {directory} were updated in the last {timeout:.0f}s. Start the server "
                     f"with KV_SCALE_MODE=observe and KIMI_DFLASH_KV_OBSERVE_DIR={directory} (the plugin writes "
-                    "kv-observe-rank*.json there), and check it serves an MLA model")
+                    "kv-observe-rank*.json there), and check it serves an MLA model"
+                )
             stale = [d["_path"] for d in live if float(d["updated"]) <= newer_than]
             raise CalibrationError(f"observe files stopped updating: {', '.join(stale)}; did a vLLM rank die?")
         sleep(0.2)
@@ -77,8 +85,10 @@ def wait_for_dumps(directory: Path, *, newer_than: float, live_since: float, tim
 def identity_of(dumps: Sequence[dict[str, Any]]) -> ModelIdentity:
     models = {d.get("model") for d in dumps}
     if len(models) != 1:
-        raise CalibrationError(f"observe files from different models in one directory: {sorted(map(str, models))}; "
-                               "use a fresh KIMI_DFLASH_KV_OBSERVE_DIR per server")
+        raise CalibrationError(
+            f"observe files from different models in one directory: {sorted(map(str, models))}; "
+            "use a fresh KIMI_DFLASH_KV_OBSERVE_DIR per server"
+        )
     return ModelIdentity(model=str(models.pop()), fingerprint=dict(dumps[0].get("model_fingerprint") or {}))
 
 
@@ -95,30 +105,41 @@ def max_relative_change(before: dict[str, dict[str, Any]], after: dict[str, dict
 
 # ------------------------------------------------------------------------------------------ runners
 
-def run_against_server(url: str, model: str | None, prompts: Sequence[str], *, max_tokens: int,
-                       concurrency: int, api_key: str | None) -> Callable[[Sequence[str]], RunTotals]:
+
+def run_against_server(
+    url: str, model: str | None, prompts: Sequence[str], *, max_tokens: int, concurrency: int, api_key: str | None
+) -> Callable[[Sequence[str]], RunTotals]:
     from kimi_dflash.kvscale.client import chat_greedy, served_model
 
     name = model or asyncio.run(served_model(url, api_key))
 
     def run(batch: Sequence[str]) -> RunTotals:
-        results = asyncio.run(chat_greedy(url, name, batch, max_tokens=max_tokens, concurrency=concurrency,
-                                          api_key=api_key))
-        return RunTotals(len(results), sum(r.prompt_tokens for r in results),
-                         sum(r.completion_tokens for r in results))
+        results = asyncio.run(
+            chat_greedy(url, name, batch, max_tokens=max_tokens, concurrency=concurrency, api_key=api_key)
+        )
+        return RunTotals(len(results), sum(r.prompt_tokens for r in results), sum(r.completion_tokens for r in results))
 
     return run
 
 
-def calibrate(run: Callable[[Sequence[str]], RunTotals], prompts: Sequence[str], observe_dir: Path, *,
-              fp8_format: str, floor: float, dump_timeout: float, source: dict[str, Any],
-              log: Callable[[str], None] = print) -> dict[str, Any]:
+def calibrate(
+    run: Callable[[Sequence[str]], RunTotals],
+    prompts: Sequence[str],
+    observe_dir: Path,
+    *,
+    fp8_format: str,
+    floor: float,
+    dump_timeout: float,
+    source: dict[str, Any],
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
     """Run ``prompts`` (two halves) through ``run`` and build the scales document from the dumps."""
     started = time.time()
     # A server in observe mode rewrites its files every few seconds; files that do not change after we
     # start belong to processes that are gone and are ignored.
-    baseline = merge_observations(wait_for_dumps(observe_dir, newer_than=started, live_since=started,
-                                                 timeout=dump_timeout))
+    baseline = merge_observations(
+        wait_for_dumps(observe_dir, newer_than=started, live_since=started, timeout=dump_timeout)
+    )
     run_since = started
 
     half = max(1, len(prompts) // 2)
@@ -130,34 +151,49 @@ def calibrate(run: Callable[[Sequence[str]], RunTotals], prompts: Sequence[str],
         log(f"  running {len(part)} prompts ...")
         totals.append(run(part))
         finished = time.time()
-        snapshots.append(merge_observations(wait_for_dumps(observe_dir, newer_than=finished, live_since=run_since,
-                                                           timeout=dump_timeout)))
+        snapshots.append(
+            merge_observations(
+                wait_for_dumps(observe_dir, newer_than=finished, live_since=run_since, timeout=dump_timeout)
+            )
+        )
     final_dumps = wait_for_dumps(observe_dir, newer_than=time.time(), live_since=run_since, timeout=dump_timeout)
     layers = merge_observations(final_dumps)
     if not layers:
-        raise CalibrationError(f"the observe files in {observe_dir} list no MLA layers: is the model MLA "
-                               "(DeepSeek-V3 / Kimi K2 architecture)?")
+        raise CalibrationError(
+            f"the observe files in {observe_dir} list no MLA layers: is the model MLA "
+            "(DeepSeek-V3 / Kimi K2 architecture)?"
+        )
     unseen = [name for name, entry in layers.items() if float(entry["amax"]) <= 0]
     if unseen:
         raise CalibrationError(f"layers saw no KV writes: {', '.join(unseen[:5])}; send more prompts")
 
     fmt = format_by_name(fp8_format)
     convergence = max_relative_change(snapshots[0], layers) if len(snapshots) > 1 else None
-    observed_tokens = {name: int(entry["tokens"]) - int(baseline.get(name, {}).get("tokens", 0))
-                       for name, entry in layers.items()}
+    observed_tokens = {
+        name: int(entry["tokens"]) - int(baseline.get(name, {}).get("tokens", 0)) for name, entry in layers.items()
+    }
     source = dict(source)
-    source.update({
-        "num_prompts": len(prompts),
-        "requests": sum(t.requests for t in totals),
-        "prompt_tokens": sum(t.prompt_tokens for t in totals),
-        "completion_tokens": sum(t.completion_tokens for t in totals),
-        "kv_tokens_observed": max(observed_tokens.values()),
-        "ranks": len(final_dumps),
-        "amax_growth_in_second_half": convergence,
-    })
-    return scales_document(identity=identity_of(final_dumps), vllm_version=str(final_dumps[0].get("vllm_version")),
-                           fp8_format=fmt.name, fp8_max=fmt.max_value, floor=floor, layers=layers, source=source,
-                           created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+    source.update(
+        {
+            "num_prompts": len(prompts),
+            "requests": sum(t.requests for t in totals),
+            "prompt_tokens": sum(t.prompt_tokens for t in totals),
+            "completion_tokens": sum(t.completion_tokens for t in totals),
+            "kv_tokens_observed": max(observed_tokens.values()),
+            "ranks": len(final_dumps),
+            "amax_growth_in_second_half": convergence,
+        }
+    )
+    return scales_document(
+        identity=identity_of(final_dumps),
+        vllm_version=str(final_dumps[0].get("vllm_version")),
+        fp8_format=fmt.name,
+        fp8_max=fmt.max_value,
+        floor=floor,
+        layers=layers,
+        source=source,
+        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    )
 
 
 def summary_lines(document: dict[str, Any], out: Path) -> list[str]:
@@ -169,18 +205,24 @@ def summary_lines(document: dict[str, Any], out: Path) -> list[str]:
     lines = [
         f"model            {document['model']}  (vLLM {document['vllm_version']})",
         f"layers           {document['num_layers']}   ranks {source['ranks']}",
-        (f"prompts          {source['num_prompts']}  -> {source['prompt_tokens']} prompt + "
-         f"{source['completion_tokens']} generated tokens; {source['kv_tokens_observed']} KV rows observed per layer"),
+        (
+            f"prompts          {source['num_prompts']}  -> {source['prompt_tokens']} prompt + "
+            f"{source['completion_tokens']} generated tokens; {source['kv_tokens_observed']} KV rows observed per layer"
+        ),
         f"amax             {min(amaxes):.4g} .. {max(amaxes):.4g}",
-        (f"k_scale ({document['fp8_format']}, max {document['fp8_max']:g})  {low:.4g} .. {high:.4g}"
-         f"   (for e4m3fnuz, max 240: {min(amaxes) / 240:.4g} .. {max(amaxes) / 240:.4g})"),
+        (
+            f"k_scale ({document['fp8_format']}, max {document['fp8_max']:g})  {low:.4g} .. {high:.4g}"
+            f"   (for e4m3fnuz, max 240: {min(amaxes) / 240:.4g} .. {max(amaxes) / 240:.4g})"
+        ),
     ]
     query = document.get("decode_query")
     if query is not None:
         clips = [name for name, clipped in query["clips_at_q_scale_1"].items() if clipped]
-        lines.append(f"decode query     amax {query['amax_range'][0]:.4g} .. {query['amax_range'][1]:.4g}; vLLM's "
-                     f"q_scale is 1.0: {'CLIPS in ' + ', '.join(clips) if clips else 'no clipping'} with an "
-                     "FP8 query (AITER MLA); Triton MLA keeps the query in BF16")
+        lines.append(
+            f"decode query     amax {query['amax_range'][0]:.4g} .. {query['amax_range'][1]:.4g}; vLLM's "
+            f"q_scale is 1.0: {'CLIPS in ' + ', '.join(clips) if clips else 'no clipping'} with an "
+            "FP8 query (AITER MLA); Triton MLA keeps the query in BF16"
+        )
     if growth is not None:
         verdict = "converged" if growth < 0.05 else "still growing - calibrate with more prompts"
         lines.append(f"convergence      amax grew at most {growth * 100:.1f}% in the second half: {verdict}")
@@ -190,14 +232,17 @@ def summary_lines(document: dict[str, Any], out: Path) -> list[str]:
 
 # ------------------------------------------------------------------------------------------ CLI
 
-def _in_process_runner(model_path: str, prompts: Sequence[str], observe_dir: Path, *, max_tokens: int,
-                       max_model_len: int, dtype: str) -> tuple[Callable[[Sequence[str]], RunTotals], Callable[[], None]]:
+
+def _in_process_runner(
+    model_path: str, prompts: Sequence[str], observe_dir: Path, *, max_tokens: int, max_model_len: int, dtype: str
+) -> tuple[Callable[[Sequence[str]], RunTotals], Callable[[], None]]:
     """Load ``model_path`` with vLLM here, plugin in observe mode (engine processes inherit the env)."""
     from kimi_dflash.paths import cache_root
     from kimi_dflash.plan import cpu_environment
 
-    os.environ.update({envvars.KV_SCALE_MODE: "observe", envvars.KV_OBSERVE_DIR: str(observe_dir),
-                       envvars.KV_OBSERVE_INTERVAL: "0.5"})
+    os.environ.update(
+        {envvars.KV_SCALE_MODE: "observe", envvars.KV_OBSERVE_DIR: str(observe_dir), envvars.KV_OBSERVE_INTERVAL: "0.5"}
+    )
     for key, value in {**cpu_environment(1, str(cache_root())), envvars.HF_HUB_OFFLINE: "1"}.items():
         os.environ.setdefault(key, value)
     from vllm import LLM, SamplingParams
@@ -209,8 +254,11 @@ def _in_process_runner(model_path: str, prompts: Sequence[str], observe_dir: Pat
 
     def run(batch: Sequence[str]) -> RunTotals:
         outputs = llm.chat([[{"role": "user", "content": p}] for p in batch], params, use_tqdm=False)
-        return RunTotals(len(outputs), sum(len(o.prompt_token_ids or []) for o in outputs),
-                         sum(len(o.outputs[0].token_ids) for o in outputs))
+        return RunTotals(
+            len(outputs),
+            sum(len(o.prompt_token_ids or []) for o in outputs),
+            sum(len(o.outputs[0].token_ids) for o in outputs),
+        )
 
     def close() -> None:
         # vLLM 0.32's LLM has no shutdown(); without stopping the engine-core process explicitly, Python
@@ -228,27 +276,33 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="calibrate_kv_scales.py",
         description="Measure per-layer max(|kv_c_normed|, |k_pe|) of an MLA model over a prompt set and write "
-                    "the KV scales JSON that KV_SCALE_MODE=calibrated loads.",
+        "the KV scales JSON that KV_SCALE_MODE=calibrated loads.",
         epilog="Server mode: start vLLM with KV_SCALE_MODE=observe and KIMI_DFLASH_KV_OBSERVE_DIR=DIR (BF16 KV is "
-               "best: it measures latents undisturbed by FP8 rounding), then: calibrate_kv_scales.py --server "
-               "http://127.0.0.1:8000 --observe-dir DIR --out kv_scales.json.  In-process mode (small models): "
-               "calibrate_kv_scales.py --model /path/to/model --out kv_scales.json.  The API key, if any, is read "
-               "from OPENAI_API_KEY.")
+        "best: it measures latents undisturbed by FP8 rounding), then: calibrate_kv_scales.py --server "
+        "http://127.0.0.1:8000 --observe-dir DIR --out kv_scales.json.  In-process mode (small models): "
+        "calibrate_kv_scales.py --model /path/to/model --out kv_scales.json.  The API key, if any, is read "
+        "from OPENAI_API_KEY.",
+    )
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--server", metavar="URL", help="running vLLM server in observe mode")
     where.add_argument("--model", metavar="PATH", help="load this model in-process with vLLM (small models)")
     parser.add_argument("--observe-dir", type=Path, help="the server's KIMI_DFLASH_KV_OBSERVE_DIR (server mode)")
     parser.add_argument("--out", type=Path, required=True, help="scales JSON to write (atomically)")
-    parser.add_argument("--prompts", type=Path, help="JSONL with a \"prompt\" per line (default: 200 shipped prompts)")
+    parser.add_argument("--prompts", type=Path, help='JSONL with a "prompt" per line (default: 200 shipped prompts)')
     parser.add_argument("--limit", type=int, help="use only the first N prompts")
     parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, help="tokens generated per prompt (256)")
     parser.add_argument("--concurrency", type=int, default=16, help="parallel requests in server mode (16)")
     parser.add_argument("--served-model", help="model name for requests (default: first of /v1/models)")
-    parser.add_argument("--fp8-format", choices=sorted(FORMATS), default="e4m3fn",
-                        help="format the file's informational 'scale' fields are computed for (the runtime "
-                             "recomputes from amax for its own format); default e4m3fn")
-    parser.add_argument("--floor", type=float, default=DEFAULT_KV_SCALE_FLOOR,
-                        help=f"minimum scale ({DEFAULT_KV_SCALE_FLOOR:g})")
+    parser.add_argument(
+        "--fp8-format",
+        choices=sorted(FORMATS),
+        default="e4m3fn",
+        help="format the file's informational 'scale' fields are computed for (the runtime "
+        "recomputes from amax for its own format); default e4m3fn",
+    )
+    parser.add_argument(
+        "--floor", type=float, default=DEFAULT_KV_SCALE_FLOOR, help=f"minimum scale ({DEFAULT_KV_SCALE_FLOOR:g})"
+    )
     parser.add_argument("--dump-timeout", type=float, default=60.0, help="seconds to wait for fresh observe files")
     parser.add_argument("--max-model-len", type=int, default=4096, help="in-process mode: vLLM max_model_len")
     parser.add_argument("--dtype", default="bfloat16", help="in-process mode: model dtype (bfloat16)")
@@ -279,20 +333,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.server:
             observe_dir = args.observe_dir
-            run = run_against_server(args.server, args.served_model, prompts, max_tokens=args.max_tokens,
-                                     concurrency=args.concurrency, api_key=api_key_from_env())
+            run = run_against_server(
+                args.server,
+                args.served_model,
+                prompts,
+                max_tokens=args.max_tokens,
+                concurrency=args.concurrency,
+                api_key=api_key_from_env(),
+            )
             source = {"mode": "server", "server": args.server}
         else:
             temp_dir = tempfile.TemporaryDirectory(prefix="kv-observe-")
             observe_dir = Path(temp_dir.name)
-            run, close = _in_process_runner(args.model, prompts, observe_dir, max_tokens=args.max_tokens,
-                                            max_model_len=args.max_model_len, dtype=args.dtype)
+            run, close = _in_process_runner(
+                args.model,
+                prompts,
+                observe_dir,
+                max_tokens=args.max_tokens,
+                max_model_len=args.max_model_len,
+                dtype=args.dtype,
+            )
             source = {"mode": "in-process"}
-        source.update({"prompts": str(args.prompts or "kimi_dflash/data/kv_calibration_prompts.jsonl"),
-                       "max_tokens": args.max_tokens})
+        source.update(
+            {
+                "prompts": str(args.prompts or "kimi_dflash/data/kv_calibration_prompts.jsonl"),
+                "max_tokens": args.max_tokens,
+            }
+        )
         print(f"calibrating KV scales on {len(prompts)} prompts, {args.max_tokens} tokens each")
-        document = calibrate(run, prompts, observe_dir, fp8_format=args.fp8_format, floor=args.floor,
-                             dump_timeout=args.dump_timeout, source=source)
+        document = calibrate(
+            run,
+            prompts,
+            observe_dir,
+            fp8_format=args.fp8_format,
+            floor=args.floor,
+            dump_timeout=args.dump_timeout,
+            source=source,
+        )
         write_json_atomic(args.out, document)
     except (CalibrationError, ServerError) as error:
         print(f"error: {error}", file=sys.stderr)

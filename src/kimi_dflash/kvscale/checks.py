@@ -54,8 +54,9 @@ def _local_identity(model: str, model_dir: Path | None) -> ModelIdentity | None:
     return ModelIdentity(model=model, fingerprint=fingerprint_from_hf_config(_Config(data)))
 
 
-def check_kv_scale_config(env: Mapping[str, str], *, model: str, kv_cache_dtype: str,
-                          model_dir: Path | None = None) -> list[Finding]:
+def check_kv_scale_config(
+    env: Mapping[str, str], *, model: str, kv_cache_dtype: str, model_dir: Path | None = None
+) -> list[Finding]:
     """Findings for the KIMI_DFLASH_KV_* variables a launch would export, given the served model and KV dtype."""
     try:
         settings = settings_from_env(env)
@@ -64,12 +65,22 @@ def check_kv_scale_config(env: Mapping[str, str], *, model: str, kv_cache_dtype:
     fp8 = is_scaled_fp8_kv(kv_cache_dtype) and kv_cache_dtype != "fp8_e5m2"
     findings: list[Finding] = []
     if fp8 and settings.mode in (Mode.OFF, Mode.OBSERVE):
-        findings.append(Finding("warn", f"KV_CACHE_DTYPE={kv_cache_dtype} with KV_SCALE_MODE={settings.mode.value}: "
-                                        "unless the checkpoint ships KV scales, vLLM uses k_scale=1.0 and MLA "
-                                        "latents lose precision or clip; set KV_SCALE_MODE=calibrated or dynamic"))
+        findings.append(
+            Finding(
+                "warn",
+                f"KV_CACHE_DTYPE={kv_cache_dtype} with KV_SCALE_MODE={settings.mode.value}: "
+                "unless the checkpoint ships KV scales, vLLM uses k_scale=1.0 and MLA "
+                "latents lose precision or clip; set KV_SCALE_MODE=calibrated or dynamic",
+            )
+        )
     if settings.sets_scales and not fp8:
-        findings.append(Finding("warn", f"KV_SCALE_MODE={settings.mode.value} has no effect with KV_CACHE_DTYPE="
-                                        f"{kv_cache_dtype} (not an FP8 E4M3 cache); the plugin will log a no-op"))
+        findings.append(
+            Finding(
+                "warn",
+                f"KV_SCALE_MODE={settings.mode.value} has no effect with KV_CACHE_DTYPE="
+                f"{kv_cache_dtype} (not an FP8 E4M3 cache); the plugin will log a no-op",
+            )
+        )
     if settings.mode is Mode.CALIBRATED:
         assert settings.scales_file is not None
         try:
@@ -79,15 +90,27 @@ def check_kv_scale_config(env: Mapping[str, str], *, model: str, kv_cache_dtype:
                 check_model_match(scales, identity)
                 check_layer_set(scales, int(identity.fingerprint.get("num_hidden_layers") or 0))
             elif model_basename(scales.model.model) != model_basename(model):
-                raise KvScalesFileError(f"KV scales file {scales.path} was calibrated on {scales.model.model!r}, "
-                                        f"but the config serves {model!r}; calibrate this model with "
-                                        "payload/calibrate_kv_scales.py")
+                raise KvScalesFileError(
+                    f"KV scales file {scales.path} was calibrated on {scales.model.model!r}, "
+                    f"but the config serves {model!r}; calibrate this model with "
+                    "payload/calibrate_kv_scales.py"
+                )
         except KvScalesFileError as error:
             return findings + [Finding("fail", str(error))]
         low, high = min(s.scale for s in scales.layers.values()), max(s.scale for s in scales.layers.values())
-        findings.append(Finding("pass", f"KV scales file {scales.path}: {len(scales.layers)} layers of "
-                                        f"{scales.model.model}, k_scale {low:.4g}-{high:.4g} ({scales.fp8_format})"))
+        findings.append(
+            Finding(
+                "pass",
+                f"KV scales file {scales.path}: {len(scales.layers)} layers of "
+                f"{scales.model.model}, k_scale {low:.4g}-{high:.4g} ({scales.fp8_format})",
+            )
+        )
     elif settings.mode is Mode.DYNAMIC and fp8:
-        findings.append(Finding("pass", "dynamic KV scales: per-layer running amax, floor "
-                                        f"{settings.floor:g}, warm-up {settings.warmup_steps or 'none (never frozen)'}"))
+        findings.append(
+            Finding(
+                "pass",
+                "dynamic KV scales: per-layer running amax, floor "
+                f"{settings.floor:g}, warm-up {settings.warmup_steps or 'none (never frozen)'}",
+            )
+        )
     return findings

@@ -80,7 +80,9 @@ async def fetch_text(base_url: str, path: str, api_key: str | None = None, timeo
             raise ServerError(f"cannot reach {base}{path}: {error}") from None
 
 
-async def _chat_one(session: aiohttp.ClientSession, url: str, api_key: str | None, payload: dict[str, Any]) -> Completion:
+async def _chat_one(
+    session: aiohttp.ClientSession, url: str, api_key: str | None, payload: dict[str, Any]
+) -> Completion:
     try:
         async with session.post(url, json=payload, headers=_headers(api_key)) as response:
             if response.status != 200:
@@ -119,9 +121,17 @@ async def chat_greedy(
 
         async def one(prompt: str) -> Completion:
             messages = ([{"role": "system", "content": system}] if system else []) + [
-                {"role": "user", "content": prompt}]
-            payload = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0.0,
-                       "seed": 0, "return_token_ids": True, "ignore_eos": False}
+                {"role": "user", "content": prompt}
+            ]
+            payload = {
+                "model": model,
+                "messages": messages,
+                "max_tokens": max_tokens,
+                "temperature": 0.0,
+                "seed": 0,
+                "return_token_ids": True,
+                "ignore_eos": False,
+            }
             async with limit:
                 return await _chat_one(session, url, api_key, payload)
 

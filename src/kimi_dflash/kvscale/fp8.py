@@ -43,8 +43,10 @@ def fp8_format_for(kv_cache_dtype: str, *, fnuz_platform: bool) -> Fp8Format:
         return E4M3FNUZ if fnuz_platform else E4M3FN
     if kv_cache_dtype == "fp8_e5m2":
         return E5M2
-    raise ValueError(f"kv_cache_dtype {kv_cache_dtype!r} is not a per-tensor-scaled FP8 KV dtype "
-                     f"(expected one of {', '.join(SCALED_FP8_KV_DTYPES)})")
+    raise ValueError(
+        f"kv_cache_dtype {kv_cache_dtype!r} is not a per-tensor-scaled FP8 KV dtype "
+        f"(expected one of {', '.join(SCALED_FP8_KV_DTYPES)})"
+    )
 
 
 def format_by_name(name: str) -> Fp8Format:

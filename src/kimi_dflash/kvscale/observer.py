@@ -62,8 +62,14 @@ def snapshot(hooks: Mapping[str, LayerHook]) -> dict[str, dict[str, Any]]:
 class ObserveDumper:
     """Background thread that rewrites this process's observe file on a cadence."""
 
-    def __init__(self, directory: Path, interval: float, hooks: Mapping[str, LayerHook],
-                 identity: Callable[[], ModelIdentity], vllm_version: str) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        interval: float,
+        hooks: Mapping[str, LayerHook],
+        identity: Callable[[], ModelIdentity],
+        vllm_version: str,
+    ) -> None:
         self.directory = Path(directory)
         self.interval = interval
         self.hooks = hooks
@@ -82,9 +88,15 @@ class ObserveDumper:
             return None
         with self._lock:
             self.seq += 1
-            document = observe_document(identity=self.identity(), rank=current_rank(), pid=os.getpid(),
-                                        vllm_version=self.vllm_version, seq=self.seq, updated=time.time(),
-                                        layers=snapshot(self.hooks))
+            document = observe_document(
+                identity=self.identity(),
+                rank=current_rank(),
+                pid=os.getpid(),
+                vllm_version=self.vllm_version,
+                seq=self.seq,
+                updated=time.time(),
+                layers=snapshot(self.hooks),
+            )
             path = self.path()
             write_json_atomic(path, document)
             return path

@@ -54,7 +54,7 @@ def load_calibration_prompts(path: Path | None = None) -> list[str]:
     for number, record in enumerate(_jsonl(text, origin), start=1):
         prompt = record.get("prompt")
         if not isinstance(prompt, str) or not prompt.strip():
-            raise PromptFileError(f"{origin}: record {number} has no non-empty \"prompt\" string")
+            raise PromptFileError(f'{origin}: record {number} has no non-empty "prompt" string')
         prompts.append(prompt)
     if not prompts:
         raise PromptFileError(f"{origin} holds no prompts")
@@ -62,8 +62,9 @@ def load_calibration_prompts(path: Path | None = None) -> list[str]:
 
 
 def load_math_problems() -> list[MathProblem]:
-    return [MathProblem(str(r["id"]), str(r["question"]), int(r["answer"]))
-            for r in _jsonl(_shipped(MATH_FILE), MATH_FILE)]
+    return [
+        MathProblem(str(r["id"]), str(r["question"]), int(r["answer"])) for r in _jsonl(_shipped(MATH_FILE), MATH_FILE)
+    ]
 
 
 def math_prompt(problem: MathProblem) -> str:

@@ -87,9 +87,12 @@ def install_kv_scale_hook() -> None:
 
     when_imported(MLA_MODULE, _patch_mla_module)
     when_imported(ATTENTION_MODULE, _patch_attention_module)
-    logger.info("kimi-dflash kv scales: mode=%s%s%s; waiting for vLLM's MLA layers", settings.mode.value,
-                f", file={settings.scales_file}" if settings.scales_file else "",
-                f", emulating {settings.emulate_fp8.name} in unquantised caches" if settings.emulate_fp8 else "")
+    logger.info(
+        "kimi-dflash kv scales: mode=%s%s%s; waiting for vLLM's MLA layers",
+        settings.mode.value,
+        f", file={settings.scales_file}" if settings.scales_file else "",
+        f", emulating {settings.emulate_fp8.name} in unquantised caches" if settings.emulate_fp8 else "",
+    )
 
 
 def _check_mla_module_exists() -> None:
@@ -102,7 +105,8 @@ def _check_mla_module_exists() -> None:
     raise RuntimeError(
         f"kimi-dflash kv scales: this vLLM ({getattr(vllm, '__version__', '?')}) has no {MLA_MODULE}; the KV "
         "scale hook supports vLLM 0.20-0.33. Set KV_SCALE_MODE=off (KIMI_DFLASH_KV_SCALE_MODE=off) to start "
-        "without it.")
+        "without it."
+    )
 
 
 def _patch_mla_module(module: ModuleType) -> None:
@@ -152,9 +156,12 @@ def on_non_mla_layer_built(layer: Any) -> None:
     if state is None or state.non_mla_logged:
         return
     state.non_mla_logged = True
-    logger.info("kimi-dflash kv scales: %s is not MLA attention (KV cache dtype %r): the KV scale hook leaves "
-                "non-MLA layers alone (no-op)", getattr(layer, "layer_name", "?"),
-                getattr(layer, "kv_cache_dtype", "?"))
+    logger.info(
+        "kimi-dflash kv scales: %s is not MLA attention (KV cache dtype %r): the KV scale hook leaves "
+        "non-MLA layers alone (no-op)",
+        getattr(layer, "layer_name", "?"),
+        getattr(layer, "kv_cache_dtype", "?"),
+    )
 
 
 def _served_identity() -> ModelIdentity:
@@ -208,16 +215,29 @@ def on_layer_built(layer: Any) -> None:
 
     if settings.sets_scales and fp8 is None and not state.noop_logged:
         state.noop_logged = True
-        logger.info("kimi-dflash kv scales: KV cache dtype of %s is %r, not a per-tensor FP8 E4M3 cache: "
-                    "%s mode leaves the scales alone (no-op)", name, kv_dtype, settings.mode.value)
+        logger.info(
+            "kimi-dflash kv scales: KV cache dtype of %s is %r, not a per-tensor FP8 E4M3 cache: "
+            "%s mode leaves the scales alone (no-op)",
+            name,
+            kv_dtype,
+            settings.mode.value,
+        )
 
     observing = settings.mode is Mode.OBSERVE or settings.observe_dir is not None
     dynamic = settings.mode is Mode.DYNAMIC and fp8 is not None
     if not (dynamic or calibrated is not None or observing or emulate is not None):
         return
-    hook = LayerHook(name=name, kv_cache_dtype=kv_dtype, fp8=fp8, dynamic=dynamic, calibrated_scale=calibrated,
-                     emulate=emulate, floor=settings.floor, warmup_writes=settings.warmup_steps,
-                     observing=observing)
+    hook = LayerHook(
+        name=name,
+        kv_cache_dtype=kv_dtype,
+        fp8=fp8,
+        dynamic=dynamic,
+        calibrated_scale=calibrated,
+        emulate=emulate,
+        floor=settings.floor,
+        warmup_writes=settings.warmup_steps,
+        observing=observing,
+    )
     layer.impl.do_kv_cache_update = wrap_kv_cache_update(layer.impl.do_kv_cache_update, hook)
     if observing:
         _watch_decode_query(layer, hook)
@@ -225,14 +245,16 @@ def on_layer_built(layer: Any) -> None:
         first = not state.hooks
         state.hooks[name] = hook
     if first:
-        logger.info("kimi-dflash kv scales: %s KV cache %r on %s: %s", settings.mode.value, kv_dtype, name,
-                    _describe(hook))
+        logger.info(
+            "kimi-dflash kv scales: %s KV cache %r on %s: %s", settings.mode.value, kv_dtype, name, _describe(hook)
+        )
     with state.lock:
         if settings.observe_dir is not None and state.dumper is None:
             from kimi_dflash.kvscale.observer import ObserveDumper
 
-            state.dumper = ObserveDumper(settings.observe_dir, settings.observe_interval, state.hooks,
-                                         lambda: identity, _vllm_version())
+            state.dumper = ObserveDumper(
+                settings.observe_dir, settings.observe_interval, state.hooks, lambda: identity, _vllm_version()
+            )
             state.dumper.start()
 
 
@@ -248,17 +270,25 @@ def _watch_decode_query(layer: Any, hook: Any) -> None:
     if quant is not None:
         quant.forward = wrap_query_quant(quant.forward, hook)
     if forward_mqa is None and quant is None:
-        logger.info("kimi-dflash kv scales: %s has neither impl.forward_mqa nor _decode_concat_quant_fp8_op; "
-                    "the decode query's amax is not recorded", hook.name)
+        logger.info(
+            "kimi-dflash kv scales: %s has neither impl.forward_mqa nor _decode_concat_quant_fp8_op; "
+            "the decode query's amax is not recorded",
+            hook.name,
+        )
 
 
 def _describe(hook: Any) -> str:
     parts = []
     if hook.dynamic:
-        freeze = (f"frozen after {hook.warmup_writes} writes (then the hook adds no op)" if hook.warmup_writes
-                  else "never frozen")
-        parts.append(f"k_scale follows the running amax / {hook.fp8.max_value:g} ({hook.fp8.name}), floor "
-                     f"{hook.floor:g}, {freeze}")
+        freeze = (
+            f"frozen after {hook.warmup_writes} writes (then the hook adds no op)"
+            if hook.warmup_writes
+            else "never frozen"
+        )
+        parts.append(
+            f"k_scale follows the running amax / {hook.fp8.max_value:g} ({hook.fp8.name}), floor "
+            f"{hook.floor:g}, {freeze}"
+        )
     if hook.calibrated_scale is not None:
         parts.append(f"calibrated k_scale {hook.calibrated_scale:.4g} ({hook.fp8.name})")
     if hook.emulate is not None:
@@ -292,12 +322,24 @@ def on_layer_loaded(layer: Any) -> None:
         logger.debug("kimi-dflash kv scales: %s k_scale=%.6g (calibrated)", hook.name, hook.calibrated_scale)
         if applied == 1 or applied == len(state.hooks):
             scales = [h.calibrated_scale for h in state.hooks.values() if h.calibrated_scale is not None]
-            logger.info("kimi-dflash kv scales: calibrated scales applied to %d/%d MLA layers in pid %d "
-                        "(range %.4g-%.4g, %s)", applied, len(state.hooks), os.getpid(), min(scales), max(scales),
-                        hook.fp8.name if hook.fp8 else "?")
+            logger.info(
+                "kimi-dflash kv scales: calibrated scales applied to %d/%d MLA layers in pid %d (range %.4g-%.4g, %s)",
+                applied,
+                len(state.hooks),
+                os.getpid(),
+                min(scales),
+                max(scales),
+                hook.fp8.name if hook.fp8 else "?",
+            )
     elif hook.dynamic and hook.fp8 is not None:
-        logger.debug("kimi-dflash kv scales: %s follows its running amax (%s, max %g, floor %g, warm-up %d)",
-                     hook.name, hook.fp8.name, hook.fp8.max_value, hook.floor, hook.warmup_writes)
+        logger.debug(
+            "kimi-dflash kv scales: %s follows its running amax (%s, max %g, floor %g, warm-up %d)",
+            hook.name,
+            hook.fp8.name,
+            hook.fp8.max_value,
+            hook.floor,
+            hook.warmup_writes,
+        )
 
 
 def reset_for_tests() -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import torch
 
-
 INF = float("inf")
 
 

@@ -24,8 +24,14 @@ FORMAT_VERSION = 1
 OBSERVE_GLOB = "kv-observe-*.json"
 
 # Architecture facts that must agree between the calibrated model and the served one.
-FINGERPRINT_KEYS = ("model_type", "num_hidden_layers", "hidden_size", "num_attention_heads",
-                    "kv_lora_rank", "qk_rope_head_dim")
+FINGERPRINT_KEYS = (
+    "model_type",
+    "num_hidden_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "kv_lora_rank",
+    "qk_rope_head_dim",
+)
 
 
 class KvScalesFileError(ValueError):
@@ -71,8 +77,17 @@ def fingerprint_from_hf_config(hf_config: Any) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- observe dumps (plugin -> calibrator)
 
-def observe_document(*, identity: ModelIdentity, rank: int, pid: int, vllm_version: str, seq: int,
-                     updated: float, layers: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+
+def observe_document(
+    *,
+    identity: ModelIdentity,
+    rank: int,
+    pid: int,
+    vllm_version: str,
+    seq: int,
+    updated: float,
+    layers: Mapping[str, Mapping[str, Any]],
+) -> dict[str, Any]:
     return {
         "format": OBSERVE_FORMAT,
         "version": FORMAT_VERSION,
@@ -121,9 +136,18 @@ def merge_observations(dumps: Iterable[Mapping[str, Any]]) -> dict[str, dict[str
 
 # ---------------------------------------------------------------- scales file (calibrator -> plugin)
 
-def scales_document(*, identity: ModelIdentity, vllm_version: str, fp8_format: str, fp8_max: float,
-                    floor: float, layers: Mapping[str, Mapping[str, float | int]],
-                    source: Mapping[str, Any], created: str) -> dict[str, Any]:
+
+def scales_document(
+    *,
+    identity: ModelIdentity,
+    vllm_version: str,
+    fp8_format: str,
+    fp8_max: float,
+    floor: float,
+    layers: Mapping[str, Mapping[str, float | int]],
+    source: Mapping[str, Any],
+    created: str,
+) -> dict[str, Any]:
     """The scales JSON: per-layer amax, scale (for ``fp8_format``), tokens, plus provenance."""
     layer_entries: dict[str, dict[str, float | int]] = {}
     for name in sorted(layers, key=_layer_sort_key):
@@ -197,46 +221,67 @@ def load_scales_file(path: Path) -> ScalesFile:
     if not isinstance(document, dict) or document.get("format") != SCALES_FORMAT:
         raise KvScalesFileError(f"{path} is not a kimi-dflash KV scales file (format != {SCALES_FORMAT!r}); {fix}")
     if document.get("version") != FORMAT_VERSION:
-        raise KvScalesFileError(f"{path} has format version {document.get('version')!r}, this build reads "
-                                f"{FORMAT_VERSION}; {fix}")
+        raise KvScalesFileError(
+            f"{path} has format version {document.get('version')!r}, this build reads {FORMAT_VERSION}; {fix}"
+        )
     layers_raw = document.get("layers")
     if not isinstance(layers_raw, dict) or not layers_raw:
         raise KvScalesFileError(f"{path} lists no layers; {fix}")
     layers = {}
     for name, entry in layers_raw.items():
-        if not isinstance(entry, dict) or not _positive_finite(entry.get("amax")) \
-                or not _positive_finite(entry.get("scale")):
+        if (
+            not isinstance(entry, dict)
+            or not _positive_finite(entry.get("amax"))
+            or not _positive_finite(entry.get("scale"))
+        ):
             raise KvScalesFileError(
                 f"{path}: layer {name!r} has no positive finite amax/scale ({entry!r}) - the calibration "
-                f"saw no tokens for it; {fix} with more prompts")
+                f"saw no tokens for it; {fix} with more prompts"
+            )
         tokens = entry.get("tokens", 0)
-        layers[name] = LayerScale(amax=float(entry["amax"]), scale=float(entry["scale"]),
-                                  tokens=int(tokens) if isinstance(tokens, int) else 0)
+        layers[name] = LayerScale(
+            amax=float(entry["amax"]), scale=float(entry["scale"]), tokens=int(tokens) if isinstance(tokens, int) else 0
+        )
     if document.get("num_layers", len(layers)) != len(layers):
-        raise KvScalesFileError(f"{path}: num_layers={document.get('num_layers')} but {len(layers)} layers "
-                                f"are listed; the file was edited or truncated; {fix}")
+        raise KvScalesFileError(
+            f"{path}: num_layers={document.get('num_layers')} but {len(layers)} layers "
+            f"are listed; the file was edited or truncated; {fix}"
+        )
     fingerprint = document.get("model_fingerprint")
     if not isinstance(document.get("model"), str) or not isinstance(fingerprint, dict):
         raise KvScalesFileError(f"{path} does not say which model it was calibrated on; {fix}")
-    return ScalesFile(path=path, model=ModelIdentity(document["model"], fingerprint), layers=layers,
-                      fp8_format=str(document.get("fp8_format", "")),
-                      vllm_version=str(document.get("vllm_version", "")), raw=document)
+    return ScalesFile(
+        path=path,
+        model=ModelIdentity(document["model"], fingerprint),
+        layers=layers,
+        fp8_format=str(document.get("fp8_format", "")),
+        vllm_version=str(document.get("vllm_version", "")),
+        raw=document,
+    )
 
 
 def check_model_match(scales: ScalesFile, served: ModelIdentity) -> None:
     """Refuse a file calibrated on another model (by name or by architecture)."""
-    fix = (f"calibrate this model with payload/calibrate_kv_scales.py, or point KV_SCALES_FILE at the file "
-           f"made for {served.model!r}")
-    mismatched = {key: (scales.model.fingerprint.get(key), served.fingerprint.get(key))
-                  for key in FINGERPRINT_KEYS
-                  if scales.model.fingerprint.get(key) != served.fingerprint.get(key)}
+    fix = (
+        f"calibrate this model with payload/calibrate_kv_scales.py, or point KV_SCALES_FILE at the file "
+        f"made for {served.model!r}"
+    )
+    mismatched = {
+        key: (scales.model.fingerprint.get(key), served.fingerprint.get(key))
+        for key in FINGERPRINT_KEYS
+        if scales.model.fingerprint.get(key) != served.fingerprint.get(key)
+    }
     if mismatched:
         details = ", ".join(f"{key}: file {a!r} vs served {b!r}" for key, (a, b) in mismatched.items())
-        raise KvScalesFileError(f"KV scales file {scales.path} was calibrated on {scales.model.model!r}, a "
-                                f"different architecture than the served {served.model!r} ({details}); {fix}")
+        raise KvScalesFileError(
+            f"KV scales file {scales.path} was calibrated on {scales.model.model!r}, a "
+            f"different architecture than the served {served.model!r} ({details}); {fix}"
+        )
     if scales.model.model != served.model and scales.model.short_name() != served.short_name():
-        raise KvScalesFileError(f"KV scales file {scales.path} was calibrated on {scales.model.model!r}, but "
-                                f"this server runs {served.model!r}; {fix}")
+        raise KvScalesFileError(
+            f"KV scales file {scales.path} was calibrated on {scales.model.model!r}, but "
+            f"this server runs {served.model!r}; {fix}"
+        )
 
 
 def check_layer_set(scales: ScalesFile, expected_layers: int) -> None:
@@ -245,7 +290,8 @@ def check_layer_set(scales: ScalesFile, expected_layers: int) -> None:
         raise KvScalesFileError(
             f"KV scales file {scales.path} has {len(scales.layers)} layers, the served model has "
             f"{expected_layers} MLA layers; it was calibrated on a different model or a partial run - "
-            "re-run payload/calibrate_kv_scales.py")
+            "re-run payload/calibrate_kv_scales.py"
+        )
 
 
 def scale_for_layer(scales: ScalesFile, layer_name: str) -> LayerScale:
@@ -256,4 +302,5 @@ def scale_for_layer(scales: ScalesFile, layer_name: str) -> LayerScale:
         raise KvScalesFileError(
             f"KV scales file {scales.path} has no entry for layer {layer_name!r} (it lists e.g. {sample}); "
             "it was calibrated on a different model or vLLM layer naming - re-run "
-            "payload/calibrate_kv_scales.py against this server") from None
+            "payload/calibrate_kv_scales.py against this server"
+        ) from None

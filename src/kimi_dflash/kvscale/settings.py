@@ -89,7 +89,8 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> KvScaleSettings:
     if mode is Mode.CALIBRATED and scales_file is None:
         raise KvScaleConfigError(
             f"{KV_SCALE_MODE}=calibrated needs {KV_SCALES_FILE} (KV_SCALES_FILE in the config): the JSON written by "
-            "payload/calibrate_kv_scales.py")
+            "payload/calibrate_kv_scales.py"
+        )
 
     floor = _float(env, KV_SCALE_FLOOR, DEFAULT_KV_SCALE_FLOOR, minimum_exclusive=0.0)
 
@@ -98,7 +99,8 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> KvScaleSettings:
         warmup = int(raw_warmup) if raw_warmup else DEFAULT_KV_SCALE_WARMUP_STEPS
     except ValueError:
         raise KvScaleConfigError(
-            f"{KV_SCALE_WARMUP_STEPS}={raw_warmup!r} is not a whole number of steps (0 = never freeze)") from None
+            f"{KV_SCALE_WARMUP_STEPS}={raw_warmup!r} is not a whole number of steps (0 = never freeze)"
+        ) from None
     if warmup < 0:
         raise KvScaleConfigError(f"{KV_SCALE_WARMUP_STEPS}={warmup} must be >= 0 (0 = the scale never freezes)")
 
@@ -106,7 +108,8 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> KvScaleSettings:
     observe_dir = Path(raw_dir).expanduser() if raw_dir else None
     if mode is Mode.OBSERVE and observe_dir is None:
         raise KvScaleConfigError(
-            f"{KV_SCALE_MODE}=observe needs {KV_OBSERVE_DIR}: the directory each vLLM rank dumps its amax file to")
+            f"{KV_SCALE_MODE}=observe needs {KV_OBSERVE_DIR}: the directory each vLLM rank dumps its amax file to"
+        )
 
     interval = _float(env, KV_OBSERVE_INTERVAL, DEFAULT_KV_OBSERVE_INTERVAL_S, minimum_exclusive=0.0)
 
@@ -117,5 +120,12 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> KvScaleSettings:
             raise KvScaleConfigError(f"{KV_EMULATE_FP8}={raw_emulate!r}: use e4m3fn or e4m3fnuz (or leave it unset)")
         emulate = FORMATS[raw_emulate]
 
-    return KvScaleSettings(mode=mode, scales_file=scales_file, floor=floor, warmup_steps=warmup,
-                           observe_dir=observe_dir, observe_interval=interval, emulate_fp8=emulate)
+    return KvScaleSettings(
+        mode=mode,
+        scales_file=scales_file,
+        floor=floor,
+        warmup_steps=warmup,
+        observe_dir=observe_dir,
+        observe_interval=interval,
+        emulate_fp8=emulate,
+    )

@@ -48,6 +48,7 @@ _KV_SIZE = re.compile(r"KV cache size:\s*([\d,]+)\s*tokens")
 
 # ------------------------------------------------------------------------------------------ pure parts
 
+
 def kv_capacity_from_log(text: str) -> int | None:
     """The last 'KV cache size: N tokens' line of a vLLM log (GPU and CPU builds both print it)."""
     found = _KV_SIZE.findall(text)
@@ -61,23 +62,49 @@ class Thresholds:
     min_capacity_ratio: float = 1.8  # FP8 halves bytes per token: expect ~2x tokens
 
 
-def verdict_lines(agreement: AgreementSummary, math_bf16: float, math_fp8: float, capacity: tuple[int | None, int | None],
-                  thresholds: Thresholds) -> tuple[str, list[str]]:
+def verdict_lines(
+    agreement: AgreementSummary,
+    math_bf16: float,
+    math_fp8: float,
+    capacity: tuple[int | None, int | None],
+    thresholds: Thresholds,
+) -> tuple[str, list[str]]:
     """(PASS|WARN|FAIL, reasons). FAIL = FP8 changes answers; WARN = weaker evidence or missing facts."""
     problems: list[tuple[str, str]] = []
     drop = (math_bf16 - math_fp8) * 100
     if drop > thresholds.max_math_drop_points:
-        problems.append(("FAIL", (f"math accuracy drops {drop:.1f} points with FP8 KV "
-                                  f"(limit {thresholds.max_math_drop_points:g}); check the KV scales")))
+        problems.append(
+            (
+                "FAIL",
+                (
+                    f"math accuracy drops {drop:.1f} points with FP8 KV "
+                    f"(limit {thresholds.max_math_drop_points:g}); check the KV scales"
+                ),
+            )
+        )
     if agreement.mean_prefix_agreement < thresholds.min_prefix_agreement:
-        problems.append(("WARN", (f"FP8 outputs share only {agreement.mean_prefix_agreement * 100:.0f}% of their "
-                                  f"greedy prefix with BF16 (expect >= {thresholds.min_prefix_agreement * 100:.0f}%)")))
+        problems.append(
+            (
+                "WARN",
+                (
+                    f"FP8 outputs share only {agreement.mean_prefix_agreement * 100:.0f}% of their "
+                    f"greedy prefix with BF16 (expect >= {thresholds.min_prefix_agreement * 100:.0f}%)"
+                ),
+            )
+        )
     bf16_tokens, fp8_tokens = capacity
     if bf16_tokens and fp8_tokens:
         ratio = fp8_tokens / bf16_tokens
         if ratio < thresholds.min_capacity_ratio:
-            problems.append(("WARN", (f"FP8 KV holds only {ratio:.2f}x the BF16 tokens (expect ~2x): is "
-                                      "--kv-cache-dtype fp8 set on the FP8 server?")))
+            problems.append(
+                (
+                    "WARN",
+                    (
+                        f"FP8 KV holds only {ratio:.2f}x the BF16 tokens (expect ~2x): is "
+                        "--kv-cache-dtype fp8 set on the FP8 server?"
+                    ),
+                )
+            )
     else:
         problems.append(("WARN", "KV capacity unknown: pass --bf16-log and --fp8-log (the servers' logs)"))
     if any(level == "FAIL" for level, _ in problems):
@@ -91,21 +118,41 @@ def verdict_lines(agreement: AgreementSummary, math_bf16: float, math_fp8: float
 
 # ------------------------------------------------------------------------------------------ I/O parts
 
+
 def run_benchmark(url: str, sessions: int, label: str, output: Path, extra: Sequence[str]) -> dict[str, Any]:
     """Run the multi-turn benchmark at ``sessions`` concurrent sessions; return its headline figures."""
-    command = [*BENCHMARK_COMMAND, "--base-url", url, "--sessions", str(sessions),
-               "--label", label, "--output", str(output), *extra]
+    command = [
+        *BENCHMARK_COMMAND,
+        "--base-url",
+        url,
+        "--sessions",
+        str(sessions),
+        "--label",
+        label,
+        "--output",
+        str(output),
+        *extra,
+    ]
     result = subprocess.run(command, capture_output=True, text=True, check=False)
-    summary: dict[str, Any] = {"status": "ok" if result.returncode == 0 else f"exit {result.returncode}",
-                               "command": command, "output": str(output)}
+    summary: dict[str, Any] = {
+        "status": "ok" if result.returncode == 0 else f"exit {result.returncode}",
+        "command": command,
+        "output": str(output),
+    }
     try:
         levels = load_result(output).results
     except UserError:
         levels = []
     if levels:
         level = levels[-1]
-        summary.update({"sessions": level.sessions, "output_tok_s": level.output_tok_s,
-                        "completed": level.completed, "failed": level.failed})
+        summary.update(
+            {
+                "sessions": level.sessions,
+                "output_tok_s": level.output_tok_s,
+                "completed": level.completed,
+                "failed": level.failed,
+            }
+        )
     else:
         summary["detail"] = (result.stderr.strip().splitlines() or ["no result"])[-1]
     return summary
@@ -113,8 +160,10 @@ def run_benchmark(url: str, sessions: int, label: str, output: Path, extra: Sequ
 
 def benchmark_line(name: str, result: dict[str, Any]) -> str:
     if result.get("output_tok_s") is not None:
-        return (f"benchmark {name:<5}     {result['output_tok_s']:.1f} output tok/s at {result['sessions']} sessions "
-                f"({result['completed']} ok, {result['failed']} failed)")
+        return (
+            f"benchmark {name:<5}     {result['output_tok_s']:.1f} output tok/s at {result['sessions']} sessions "
+            f"({result['completed']} ok, {result['failed']} failed)"
+        )
     return f"benchmark {name:<5}     {result['status']}: {result.get('detail', '')}"
 
 
@@ -131,10 +180,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="validate-fp8.sh",
         description="Compare an FP8-KV server with a BF16-KV server of the same model: greedy token agreement, "
-                    "exact-match math accuracy, KV capacity and (optionally) throughput; print a verdict.",
+        "exact-match math accuracy, KV capacity and (optionally) throughput; print a verdict.",
         epilog="Example: validate-fp8.sh --bf16-url http://127.0.0.1:8000 --fp8-url http://127.0.0.1:8001 "
-               "--bf16-log bf16.log --fp8-log fp8.log --bench-concurrency 64. Exit status: 0 PASS, 1 WARN, "
-               "2 FAIL, 3 error. The API key, if any, is read from OPENAI_API_KEY.")
+        "--bf16-log bf16.log --fp8-log fp8.log --bench-concurrency 64. Exit status: 0 PASS, 1 WARN, "
+        "2 FAIL, 3 error. The API key, if any, is read from OPENAI_API_KEY.",
+    )
     parser.add_argument("--bf16-url", required=True, help="server with BF16 KV (the reference)")
     parser.add_argument("--fp8-url", required=True, help="server with FP8 KV")
     parser.add_argument("--bf16-log", type=Path, help="BF16 server log (for KV capacity)")
@@ -144,15 +194,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--math-max-tokens", type=int, default=384, help="tokens per math answer (384)")
     parser.add_argument("--no-math", action="store_true", help="skip the math accuracy check")
     parser.add_argument("--concurrency", type=int, default=8, help="parallel requests per server (8)")
-    parser.add_argument("--bench-concurrency", type=int,
-                        help="also run the benchmark at this concurrency (use the config's MAX_NUM_SEQS)")
-    parser.add_argument("--bench-arg", action="append", default=[],
-                        help="extra argument for payload/benchmark_multi_turn.py, e.g. --bench-arg=--max-tokens=512 "
-                             "(repeat)")
+    parser.add_argument(
+        "--bench-concurrency",
+        type=int,
+        help="also run the benchmark at this concurrency (use the config's MAX_NUM_SEQS)",
+    )
+    parser.add_argument(
+        "--bench-arg",
+        action="append",
+        default=[],
+        help="extra argument for payload/benchmark_multi_turn.py, e.g. --bench-arg=--max-tokens=512 (repeat)",
+    )
     parser.add_argument("--bench-dir", type=Path, help="where the benchmark result JSONs go (results/)")
     parser.add_argument("--json", type=Path, help="write every per-prompt result here")
-    parser.add_argument("--max-math-drop", type=float, default=Thresholds.max_math_drop_points,
-                        help="FAIL when FP8 math accuracy trails BF16 by more points (5)")
+    parser.add_argument(
+        "--max-math-drop",
+        type=float,
+        default=Thresholds.max_math_drop_points,
+        help="FAIL when FP8 math accuracy trails BF16 by more points (5)",
+    )
     return parser
 
 
@@ -164,8 +224,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         prompts = load_calibration_prompts()[: max(1, args.prompts)]
         bf16, fp8 = served(urls, (None, None), api_key)
         models = (bf16.model, fp8.model)
-        outputs = asyncio.run(generate_both(bf16, fp8, prompts, max_tokens=args.max_tokens,
-                                            concurrency=args.concurrency, api_key=api_key))
+        outputs = asyncio.run(
+            generate_both(bf16, fp8, prompts, max_tokens=args.max_tokens, concurrency=args.concurrency, api_key=api_key)
+        )
         pairs = compare_outputs(outputs, bf16, fp8)
         agreement = summarize_agreement(pairs)
 
@@ -173,56 +234,106 @@ def main(argv: Sequence[str] | None = None) -> int:
         accuracy = (0.0, 0.0)
         if not args.no_math:
             problems, questions = math_questions()
-            score = score_math(problems, asyncio.run(generate_both(bf16, fp8, questions,
-                                                                   max_tokens=args.math_max_tokens,
-                                                                   concurrency=args.concurrency, api_key=api_key)))
-            math_rows = [{"id": r.id, "answer": r.answer, "bf16": r.reference, "fp8": r.candidate}
-                         for r in score.rows]
+            score = score_math(
+                problems,
+                asyncio.run(
+                    generate_both(
+                        bf16,
+                        fp8,
+                        questions,
+                        max_tokens=args.math_max_tokens,
+                        concurrency=args.concurrency,
+                        api_key=api_key,
+                    )
+                ),
+            )
+            math_rows = [{"id": r.id, "answer": r.answer, "bf16": r.reference, "fp8": r.candidate} for r in score.rows]
             accuracy = (score.accuracy_reference, score.accuracy_candidate)
         capacity = (_read_log(args.bf16_log), _read_log(args.fp8_log))
         bench = None
         if args.bench_concurrency:
             bench_dir = args.bench_dir or Path("results")
-            bench = {name: run_benchmark(url, args.bench_concurrency, f"validate-fp8-{name}",
-                                         bench_dir / f"validate-fp8-{name}.json", args.bench_arg)
-                     for name, url in zip(("bf16", "fp8"), urls)}
+            bench = {
+                name: run_benchmark(
+                    url,
+                    args.bench_concurrency,
+                    f"validate-fp8-{name}",
+                    bench_dir / f"validate-fp8-{name}.json",
+                    args.bench_arg,
+                )
+                for name, url in zip(("bf16", "fp8"), urls)
+            }
     except (ServerError, PromptFileError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 3
 
     thresholds = Thresholds(max_math_drop_points=args.max_math_drop)
-    status, reasons = verdict_lines(agreement, accuracy[0], accuracy[1], capacity,
-                                    thresholds if not args.no_math else Thresholds(max_math_drop_points=float("inf")))
-    for line in report_lines(models, agreement, accuracy if not args.no_math else None, len(math_rows), capacity,
-                             bench, status, reasons, args.max_tokens):
+    status, reasons = verdict_lines(
+        agreement,
+        accuracy[0],
+        accuracy[1],
+        capacity,
+        thresholds if not args.no_math else Thresholds(max_math_drop_points=float("inf")),
+    )
+    for line in report_lines(
+        models,
+        agreement,
+        accuracy if not args.no_math else None,
+        len(math_rows),
+        capacity,
+        bench,
+        status,
+        reasons,
+        args.max_tokens,
+    ):
         print(line)
     if args.json:
-        write_json_atomic(args.json, {
-            "servers": {"bf16": urls[0], "fp8": urls[1]}, "models": list(models),
-            "agreement": asdict(agreement), "pairs": [asdict(p) for p in pairs],
-            "math": {"accuracy_bf16": accuracy[0], "accuracy_fp8": accuracy[1], "rows": math_rows},
-            "kv_capacity_tokens": {"bf16": capacity[0], "fp8": capacity[1]},
-            "benchmark": bench, "verdict": status, "reasons": reasons,
-        })
+        write_json_atomic(
+            args.json,
+            {
+                "servers": {"bf16": urls[0], "fp8": urls[1]},
+                "models": list(models),
+                "agreement": asdict(agreement),
+                "pairs": [asdict(p) for p in pairs],
+                "math": {"accuracy_bf16": accuracy[0], "accuracy_fp8": accuracy[1], "rows": math_rows},
+                "kv_capacity_tokens": {"bf16": capacity[0], "fp8": capacity[1]},
+                "benchmark": bench,
+                "verdict": status,
+                "reasons": reasons,
+            },
+        )
     return {"PASS": 0, "WARN": 1, "FAIL": 2}[status]
 
 
-def report_lines(models: tuple[str, str], agreement: AgreementSummary, accuracy: tuple[float, float] | None,
-                 math_n: int, capacity: tuple[int | None, int | None], bench: dict[str, Any] | None, status: str,
-                 reasons: Sequence[str], max_tokens: int) -> list[str]:
+def report_lines(
+    models: tuple[str, str],
+    agreement: AgreementSummary,
+    accuracy: tuple[float, float] | None,
+    math_n: int,
+    capacity: tuple[int | None, int | None],
+    bench: dict[str, Any] | None,
+    status: str,
+    reasons: Sequence[str],
+    max_tokens: int,
+) -> list[str]:
     def tokens(value: int | None) -> str:
         return f"{value:,}" if value else "unknown"
 
     median = agreement.median_first_divergence
     lines = [
         f"FP8 KV validation   bf16: {models[0]}   fp8: {models[1]}",
-        (f"token agreement     {agreement.identical}/{agreement.prompts} greedy outputs identical "
-         f"({max_tokens} tokens); mean shared prefix {agreement.mean_prefix_agreement * 100:.0f}%"),
-        f"first divergence    median token {median:g}, earliest {agreement.earliest_divergence}" if median is not None
+        (
+            f"token agreement     {agreement.identical}/{agreement.prompts} greedy outputs identical "
+            f"({max_tokens} tokens); mean shared prefix {agreement.mean_prefix_agreement * 100:.0f}%"
+        ),
+        f"first divergence    median token {median:g}, earliest {agreement.earliest_divergence}"
+        if median is not None
         else "first divergence    none",
     ]
     if accuracy is not None:
-        lines.append(f"math exact-match    bf16 {accuracy[0] * 100:.1f}%  fp8 {accuracy[1] * 100:.1f}%  ({math_n} problems)")
+        lines.append(
+            f"math exact-match    bf16 {accuracy[0] * 100:.1f}%  fp8 {accuracy[1] * 100:.1f}%  ({math_n} problems)"
+        )
     ratio = f"  ({capacity[1] / capacity[0]:.2f}x)" if capacity[0] and capacity[1] else ""
     lines.append(f"KV capacity         bf16 {tokens(capacity[0])} tokens  fp8 {tokens(capacity[1])} tokens{ratio}")
     if bench is None:

@@ -78,7 +78,7 @@ class LayerHook:
         if tensor.is_cuda and torch.cuda.is_current_stream_capturing():
             return  # capture runs are not traffic; the device-side gate judges replays
         self.eager_writes += 1
-        if (self.dynamic and 0 < self.warmup_writes <= self.eager_writes and not self.observing):
+        if self.dynamic and 0 < self.warmup_writes <= self.eager_writes and not self.observing:
             self.frozen = True
 
 
@@ -114,14 +114,16 @@ def wrap_kv_cache_update(original: Callable[..., Any], hook: LayerHook) -> Calla
         if hook.calibrated_scale is not None and not hook.scale_applied:
             raise RuntimeError(
                 f"kimi-dflash: calibrated KV scale for {hook.name} was never applied (vLLM did not call "
-                "MLAAttention.process_weights_after_loading); refusing to write FP8 KV with scale 1.0")
+                "MLAAttention.process_weights_after_loading); refusing to write FP8 KV with scale 1.0"
+            )
         if hook.needs_statistics:
             if hook.stats.amax.device != kv_c_normed.device:  # one-time move if loading put it elsewhere
                 hook.stats.to_(kv_c_normed.device)
             hook.stats.observe_(kv_c_normed, k_pe, slot_mapping, count_tokens=hook.observing)
             if hook.dynamic and hook.fp8 is not None:
-                follow_running_amax_(k_scale, hook.stats, fp8_max=hook.fp8.max_value, floor=hook.floor,
-                                     warmup_writes=hook.warmup_writes)
+                follow_running_amax_(
+                    k_scale, hook.stats, fp8_max=hook.fp8.max_value, floor=hook.floor, warmup_writes=hook.warmup_writes
+                )
             hook.count_write(kv_c_normed)
 
         if not (hook.owns_scale or hook.emulate is not None):
@@ -147,8 +149,9 @@ def wrap_decode_query(original: Callable[..., Any], hook: LayerHook) -> Callable
     @functools.wraps(original)
     def forward_mqa(q: Any, *args: Any, **kwargs: Any) -> Any:
         parts = q if isinstance(q, (tuple, list)) else (q,)
-        floats = [p for p in parts if isinstance(p, torch.Tensor) and p.dtype.is_floating_point
-                  and p.element_size() > 1]
+        floats = [
+            p for p in parts if isinstance(p, torch.Tensor) and p.dtype.is_floating_point and p.element_size() > 1
+        ]
         if floats and len(floats) == len(parts):
             _observe_query(hook, floats)
         return original(q, *args, **kwargs)

@@ -9,12 +9,17 @@ import sys
 from pathlib import Path
 
 from kimi_dflash.config.problems import ConfigError, Problem
+from kimi_dflash.config.shipped import resolve_config_argument
 from kimi_dflash.config.validate import Config, check_paths, load_config
 from kimi_dflash.launch import hooks
 from kimi_dflash.launch.server import (
-    read_pid, run_foreground, start_detached, stop_detached, stop_process_group, wait_until_ready,
+    read_pid,
+    run_foreground,
+    start_detached,
+    stop_detached,
+    stop_process_group,
+    wait_until_ready,
 )
-from kimi_dflash.config.shipped import resolve_config_argument
 from kimi_dflash.paths import cache_root
 from kimi_dflash.plan import LaunchPlan, build_plan
 
@@ -43,31 +48,49 @@ start this plan); otherwise vLLM's own exit code.
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="serve.sh", description=DESCRIPTION, epilog=EPILOG,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("config", nargs="?",
-                        help="env-file config: a path, or the name of a config shipped with the package "
-                             "(e.g. demo-cpu = configs/demo-cpu.env; default: production)")
+    parser = argparse.ArgumentParser(
+        prog="serve.sh", description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "config",
+        nargs="?",
+        help="env-file config: a path, or the name of a config shipped with the package "
+        "(e.g. demo-cpu = configs/demo-cpu.env; default: production)",
+    )
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--dry-run", action="store_true",
-                      help="print the launch plan (shell-quoted, secrets redacted) and exit without touching anything")
+    mode.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the launch plan (shell-quoted, secrets redacted) and exit without touching anything",
+    )
     mode.add_argument("--preflight", action="store_true", help="run only the preflight checks")
     mode.add_argument("--stop", action="store_true", help="stop the server a previous --wait started")
-    mode.add_argument("--check-vllm", type=Path, metavar="DIR",
-                      help="judge the plan against the vLLM at DIR (its `vllm` package directory, a directory holding "
-                           "it such as an unpacked wheel, or a .whl) from its source, without starting anything: "
-                           "every option, speculative-config key and VLLM_* variable, the MoE backend against the "
-                           "checkpoint's quantisation, the KV dtype against the platform's MLA backends, and the "
-                           "patches / plugin the plan relies on. Exit 0: it starts; 2: it would not (each reason "
-                           "with its fix). Uses MODEL_DIR/config.json, or the facts shipped for MODEL_REPO when "
-                           "the checkpoint is not downloaded")
-    parser.add_argument("--wait", action="store_true",
-                        help="start vLLM in the background and return once /health and a one-token completion "
-                             "succeed (exit 1 with the log tail if it dies or READY_TIMEOUT_S passes)")
-    parser.add_argument("--log", type=Path, help="also write vLLM's output to this file "
-                                                 "(with --wait default: <cache>/logs/serve-<port>.log)")
-    parser.add_argument("--fix-numa", action="store_true",
-                        help="as root, set kernel.numa_balancing=0 when preflight finds it on")
+    mode.add_argument(
+        "--check-vllm",
+        type=Path,
+        metavar="DIR",
+        help="judge the plan against the vLLM at DIR (its `vllm` package directory, a directory holding "
+        "it such as an unpacked wheel, or a .whl) from its source, without starting anything: "
+        "every option, speculative-config key and VLLM_* variable, the MoE backend against the "
+        "checkpoint's quantisation, the KV dtype against the platform's MLA backends, and the "
+        "patches / plugin the plan relies on. Exit 0: it starts; 2: it would not (each reason "
+        "with its fix). Uses MODEL_DIR/config.json, or the facts shipped for MODEL_REPO when "
+        "the checkpoint is not downloaded",
+    )
+    parser.add_argument(
+        "--wait",
+        action="store_true",
+        help="start vLLM in the background and return once /health and a one-token completion "
+        "succeed (exit 1 with the log tail if it dies or READY_TIMEOUT_S passes)",
+    )
+    parser.add_argument(
+        "--log",
+        type=Path,
+        help="also write vLLM's output to this file (with --wait default: <cache>/logs/serve-<port>.log)",
+    )
+    parser.add_argument(
+        "--fix-numa", action="store_true", help="as root, set kernel.numa_balancing=0 when preflight finds it on"
+    )
     parser.add_argument("--skip-preflight", action="store_true", help="start without preflight checks")
     args = parser.parse_args(argv)
     args.config = str(resolve_config_argument(args.config))
@@ -140,8 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     if path_errors and not args.preflight:  # --preflight goes on: its report covers the whole machine
         return EXIT_CONFIG
 
-    plan = build_plan(config, python_executable=sys.executable, cache_dir=str(cache_root()),
-                      cpu_preload=cpu_preload(config))
+    plan = build_plan(
+        config, python_executable=sys.executable, cache_dir=str(cache_root()), cpu_preload=cpu_preload(config)
+    )
     if args.dry_run:
         print(plan.render())
         return 0
@@ -182,8 +206,10 @@ def start(config: Config, plan: LaunchPlan, args: argparse.Namespace, pid_path: 
 
     existing = read_pid(pid_path)
     if existing is not None and _alive(existing):
-        say(f"serve: a server from an earlier --wait is still running (pid {existing}); "
-            f"stop it first: ./serve.sh {args.config} --stop")
+        say(
+            f"serve: a server from an earlier --wait is still running (pid {existing}); "
+            f"stop it first: ./serve.sh {args.config} --stop"
+        )
         return 1
     log_path = args.log or cache_root() / "logs" / f"serve-{config['PORT']}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)

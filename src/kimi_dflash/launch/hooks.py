@@ -59,8 +59,12 @@ def _kv_scales_ok(config: Config, plan: LaunchPlan, say: Callable[[str], None]) 
     from kimi_dflash.kvscale.checks import check_kv_scale_config
 
     model_dir = config["MODEL_DIR"]
-    findings = check_kv_scale_config(plan.env, model=str(model_dir), kv_cache_dtype=str(config["KV_CACHE_DTYPE"]),
-                                     model_dir=None if model_dir is None else Path(str(model_dir)))
+    findings = check_kv_scale_config(
+        plan.env,
+        model=str(model_dir),
+        kv_cache_dtype=str(config["KV_CACHE_DTYPE"]),
+        model_dir=None if model_dir is None else Path(str(model_dir)),
+    )
     for finding in findings:
         say(f"[{finding.level.upper()}] kv scales       {finding.message}")
     return all(finding.level != "fail" for finding in findings)
@@ -90,8 +94,10 @@ def patches(config: Config, plan: LaunchPlan, say: Callable[[str], None], vllm_r
             say(f"patches: writing the file patch(es) this plan needs: {', '.join(needed)}")
             say(apply_pending(table.root, only=needed).after.to_text())
         elif table.exit_code == 1:
-            say("patches: nothing to write for this plan (pending patches are not needed, or the plugin "
-                "installs them at runtime)")
+            say(
+                "patches: nothing to write for this plan (pending patches are not needed, or the plugin "
+                "installs them at runtime)"
+            )
     except PatcherError as exc:
         say(f"patches: {exc}")
         return not on_rocm

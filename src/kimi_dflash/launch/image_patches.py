@@ -37,8 +37,11 @@ def main(argv: list[str] | None = None) -> int:
         say(f"image patches: {path.name}")
         # Twice: the first writes what is needed, the second proves nothing needed is still pending.
         second: list[str] = []
-        if (not hooks.patches(config, plan, say=say) or not hooks.patches(config, plan, say=second.append)
-                or any(line.startswith("patches: writing") for line in second)):
+        if (
+            not hooks.patches(config, plan, say=say)
+            or not hooks.patches(config, plan, say=second.append)
+            or any(line.startswith("patches: writing") for line in second)
+        ):
             say(f"image patches: a patch {path.name} needs could not be applied; failing the build")
             return 1
     return 0

@@ -53,13 +53,19 @@ def read_pins(path: Path) -> dict[str, str]:
 
 
 def changed(pinned: dict[str, str], now: dict[str, str]) -> list[str]:
-    return [f"{name}: {version} -> {now.get(name, 'removed')}" for name, version in sorted(pinned.items())
-            if now.get(name) != version]
+    return [
+        f"{name}: {version} -> {now.get(name, 'removed')}"
+        for name, version in sorted(pinned.items())
+        if now.get(name) != version
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kimi_dflash.launch.image_pins", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m kimi_dflash.launch.image_pins",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--verify", type=Path, metavar="PINS", help="check the installed versions against PINS")
     args = parser.parse_args(argv)
     if args.verify is None:
@@ -69,8 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     if moved:
         print("image_pins: the install changed packages the image shipped:\n  " + "\n  ".join(moved), file=sys.stderr)
         return 1
-    print(f"image_pins: all {len(read_pins(args.verify))} pinned distributions unchanged (vLLM and torch included)",
-          file=sys.stderr)
+    print(
+        f"image_pins: all {len(read_pins(args.verify))} pinned distributions unchanged (vLLM and torch included)",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -55,9 +55,14 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def start_local_server(config_path: Path, log_path: Path, *, overrides: Mapping[str, str] | None = None,
-                       process_env: Mapping[str, str] | None = None,
-                       say: Callable[[str], None] = _stderr) -> LocalServer:
+def start_local_server(
+    config_path: Path,
+    log_path: Path,
+    *,
+    overrides: Mapping[str, str] | None = None,
+    process_env: Mapping[str, str] | None = None,
+    say: Callable[[str], None] = _stderr,
+) -> LocalServer:
     """Start the server ``config_path`` describes and return once it serves (READY_TIMEOUT_S bounds the wait).
 
     ``overrides``: config keys read over the file (as serve.sh reads them from the environment); the process
@@ -72,17 +77,20 @@ def start_local_server(config_path: Path, log_path: Path, *, overrides: Mapping[
     errors = [p for p in check_paths(config) if p.severity == "error"]
     if errors:
         raise ServerStartError(f"{config_path}: " + "; ".join(p.render() for p in errors))
-    plan = build_plan(config, python_executable=sys.executable, cache_dir=str(cache_root()),
-                      cpu_preload=cpu_preload(config))
+    plan = build_plan(
+        config, python_executable=sys.executable, cache_dir=str(cache_root()), cpu_preload=cpu_preload(config)
+    )
     plan = dataclasses.replace(plan, env={**plan.env, **(process_env or {})})
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_path.write_bytes(b"")  # this run's log only, so the tail shown on failure is this run's
     process = start_detached(plan, log_path, log_path.with_suffix(".pid"))
     say(f"launch: vLLM pid {process.pid} for {plan.served_model_name} on {plan.base_url}, log {log_path}")
-    ready = wait_until_ready(plan, process, log_path, float(config.get_int("READY_TIMEOUT_S")),
-                             config.get_str("API_KEY"), say)
+    ready = wait_until_ready(
+        plan, process, log_path, float(config.get_int("READY_TIMEOUT_S")), config.get_str("API_KEY"), say
+    )
     if not ready:
         stop_process_group(process)
-        raise ServerStartError(f"vLLM for {config_path} did not become ready; last lines of {log_path}:\n"
-                               f"{tail(log_path)}")
+        raise ServerStartError(
+            f"vLLM for {config_path} did not become ready; last lines of {log_path}:\n{tail(log_path)}"
+        )
     return LocalServer(plan, process, log_path)

@@ -30,8 +30,9 @@ class Readiness:
     detail: str
 
 
-def _request(url: str, api_key: str | None, body: dict[str, object] | None = None,
-             timeout: float = 10.0) -> tuple[int, bytes]:
+def _request(
+    url: str, api_key: str | None, body: dict[str, object] | None = None, timeout: float = 10.0
+) -> tuple[int, bytes]:
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(url, data=data, method="GET" if body is None else "POST")
     request.add_header("Content-Type", "application/json")
@@ -50,9 +51,12 @@ def probe_ready(plan: LaunchPlan, api_key: str | None) -> Readiness:
         status, _ = _request(f"{plan.base_url}/health", api_key, timeout=5)
         if status != 200:
             return Readiness(False, f"/health answered {status}")
-        status, body = _request(f"{plan.base_url}/v1/completions", api_key,
-                                {"model": plan.served_model_name, "prompt": "Hello", "max_tokens": 1,
-                                 "temperature": 0}, timeout=120)
+        status, body = _request(
+            f"{plan.base_url}/v1/completions",
+            api_key,
+            {"model": plan.served_model_name, "prompt": "Hello", "max_tokens": 1, "temperature": 0},
+            timeout=120,
+        )
     except (OSError, urllib.error.URLError) as exc:
         return Readiness(False, f"not answering yet ({getattr(exc, 'reason', exc)})")
     if status != 200:
@@ -110,8 +114,12 @@ def run_foreground(plan: LaunchPlan, log_path: Path | None) -> int:
     """Run vLLM until it exits or we get SIGINT/SIGTERM; stop it cleanly and return its exit code."""
     log_handle = log_path.open("ab") if log_path else None
     process = subprocess.Popen(
-        plan.argv, env=_child_env(plan), start_new_session=True,
-        stdout=subprocess.PIPE if log_handle else None, stderr=subprocess.STDOUT if log_handle else None)
+        plan.argv,
+        env=_child_env(plan),
+        start_new_session=True,
+        stdout=subprocess.PIPE if log_handle else None,
+        stderr=subprocess.STDOUT if log_handle else None,
+    )
     pump = None
     if log_handle is not None:
         pump = threading.Thread(target=_pump, args=(process.stdout, [sys.stdout.buffer, log_handle]), daemon=True)
@@ -122,8 +130,11 @@ def run_foreground(plan: LaunchPlan, log_path: Path | None) -> int:
     def on_signal(signum: int, _frame: object) -> None:
         if not stopping.is_set():
             stopping.set()
-            print(f"\nserve: got {signal.Signals(signum).name}, stopping vLLM (pid {process.pid})...",
-                  file=sys.stderr, flush=True)
+            print(
+                f"\nserve: got {signal.Signals(signum).name}, stopping vLLM (pid {process.pid})...",
+                file=sys.stderr,
+                flush=True,
+            )
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
@@ -148,14 +159,26 @@ def start_detached(plan: LaunchPlan, log_path: Path, pid_path: Path) -> subproce
     log_path.parent.mkdir(parents=True, exist_ok=True)
     pid_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log_handle:
-        process = subprocess.Popen(plan.argv, env=_child_env(plan), start_new_session=True,
-                                   stdin=subprocess.DEVNULL, stdout=log_handle, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            plan.argv,
+            env=_child_env(plan),
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=log_handle,
+            stderr=subprocess.STDOUT,
+        )
     write_text_atomic(pid_path, f"{process.pid}\n")
     return process
 
 
-def wait_until_ready(plan: LaunchPlan, process: subprocess.Popen[bytes], log_path: Path, timeout_s: float,
-                     api_key: str | None, say: Callable[[str], None]) -> bool:
+def wait_until_ready(
+    plan: LaunchPlan,
+    process: subprocess.Popen[bytes],
+    log_path: Path,
+    timeout_s: float,
+    api_key: str | None,
+    say: Callable[[str], None],
+) -> bool:
     """Poll until ready, the process dies (log tail shown) or the timeout passes. Shows progress meanwhile."""
     started = time.monotonic()
     next_progress = started + PROGRESS_INTERVAL_S
@@ -163,16 +186,20 @@ def wait_until_ready(plan: LaunchPlan, process: subprocess.Popen[bytes], log_pat
         elapsed = time.monotonic() - started
         code = process.poll()
         if code is not None:
-            say(f"serve: vLLM exited with code {code} after {elapsed:.0f} s. Last lines of {log_path}:\n"
-                f"{tail(log_path)}")
+            say(
+                f"serve: vLLM exited with code {code} after {elapsed:.0f} s. Last lines of {log_path}:\n"
+                f"{tail(log_path)}"
+            )
             return False
         state = probe_ready(plan, api_key)
         if state.ready:
             say(f"serve: ready after {elapsed:.1f} s at {plan.base_url} (model {plan.served_model_name})")
             return True
         if elapsed > timeout_s:
-            say(f"serve: not ready after {timeout_s:.0f} s ({state.detail}). Last lines of {log_path}:\n"
-                f"{tail(log_path)}")
+            say(
+                f"serve: not ready after {timeout_s:.0f} s ({state.detail}). Last lines of {log_path}:\n"
+                f"{tail(log_path)}"
+            )
             return False
         if time.monotonic() >= next_progress:
             next_progress += PROGRESS_INTERVAL_S

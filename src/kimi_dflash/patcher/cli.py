@@ -52,9 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the `vllm` package directory to inspect or patch (default: the installed vllm, "
         "found without importing it)",
     )
-    common.add_argument(
-        "--json", action="store_true", help="machine-readable output on stdout"
-    )
+    common.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     common.add_argument(
         "--patch",
         dest="only",
@@ -63,17 +61,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="restrict to this patch id (repeatable); see `list`",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    sub.add_parser(
-        "list", parents=[common], help="describe every patch in the registry"
-    )
+    sub.add_parser("list", parents=[common], help="describe every patch in the registry")
     sub.add_parser(
         "check",
         parents=[common],
         help="status table; exit 0 none needed, 1 pending, 2 unrecognised",
     )
-    sub.add_parser(
-        "apply", parents=[common], help="apply all pending patches at once (idempotent)"
-    )
+    sub.add_parser("apply", parents=[common], help="apply all pending patches at once (idempotent)")
     sub.add_parser(
         "revert",
         parents=[common],
@@ -100,9 +94,7 @@ def _list(args: argparse.Namespace) -> int:
                 "delivery": p.delivery,
                 "needed_when": str(p.needed_when),
                 "files": ["vllm/" + f for f in p.files],
-                "retired_when": [
-                    f"{pr.description} (vllm/{pr.path})" for pr in p.retired_when
-                ],
+                "retired_when": [f"{pr.description} (vllm/{pr.path})" for pr in p.retired_when],
             }
             for p in patches
         ]

@@ -50,9 +50,7 @@ def resolve_vllm_root(vllm_root: str | Path | None = None) -> Path:
             )
         return Path(next(iter(spec.submodule_search_locations))).resolve()
     root = Path(vllm_root).expanduser()
-    if (root / "vllm" / "__init__.py").is_file() and not (
-        root / "__init__.py"
-    ).is_file():
+    if (root / "vllm" / "__init__.py").is_file() and not (root / "__init__.py").is_file():
         root = root / "vllm"
     if not (root / "__init__.py").is_file() or not (root / "v1").is_dir():
         raise UnrecognisedSource(
@@ -129,21 +127,13 @@ class StatusTable:
 
     def to_text(self) -> str:
         rows = [("patch", "status", "delivery", "detail")]
-        rows += [
-            (s.patch.id, s.status.value, s.patch.delivery, s.detail)
-            for s in self.states
-        ]
+        rows += [(s.patch.id, s.status.value, s.patch.delivery, s.detail) for s in self.states]
         widths = [max(len(row[i]) for row in rows) for i in range(3)]
         lines = [
-            f"vLLM tree: {self.root}"
-            + (f" (version {self.version})" if self.version else ""),
+            f"vLLM tree: {self.root}" + (f" (version {self.version})" if self.version else ""),
         ]
         for row in rows:
-            lines.append(
-                "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:3]))
-                + "  "
-                + row[3]
-            )
+            lines.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:3])) + "  " + row[3])
         for state in self.states:
             for problem in state.problems:
                 lines.append(f"  {state.patch.id}: {problem}")
@@ -151,17 +141,13 @@ class StatusTable:
         return "\n".join(lines)
 
 
-def _select(
-    only: Iterable[str] | None, registry: tuple[Patch, ...]
-) -> tuple[Patch, ...]:
+def _select(only: Iterable[str] | None, registry: tuple[Patch, ...]) -> tuple[Patch, ...]:
     if not only:
         return registry
     known = {p.id for p in registry}
     unknown = sorted(set(only) - known)
     if unknown:
-        raise PatcherError(
-            f"unknown patch id(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
-        )
+        raise PatcherError(f"unknown patch id(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
     return tuple(p for p in registry if p.id in set(only))
 
 
@@ -187,9 +173,14 @@ def file_patches_needed(table: StatusTable, deployment: Deployment) -> list[str]
     from kimi_dflash.preflight.vllm_source import VllmSource
 
     source = VllmSource.from_package_dir(table.root)
-    return [s.patch.id for s in table.states
-            if s.status is Status.PENDING and s.patch.edits and not s.patch.runtime
-            and (s.patch.needed_when is None or s.patch.needed_when.holds(deployment, source) is not False)]
+    return [
+        s.patch.id
+        for s in table.states
+        if s.status is Status.PENDING
+        and s.patch.edits
+        and not s.patch.runtime
+        and (s.patch.needed_when is None or s.patch.needed_when.holds(deployment, source) is not False)
+    ]
 
 
 @dataclass(frozen=True)
@@ -209,9 +200,7 @@ class ChangeResult:
 def _refuse_unrecognised(table: StatusTable, action: str) -> None:
     bad = [s for s in table.states if s.status is Status.UNRECOGNISED]
     if bad:
-        lines = [
-            f"refusing to {action}: unrecognised source in {table.root}; nothing was written"
-        ]
+        lines = [f"refusing to {action}: unrecognised source in {table.root}; nothing was written"]
         for state in bad:
             lines.append(f"  {state.patch.id}: {state.detail}")
             lines += [f"    - {problem}" for problem in state.problems]
@@ -228,9 +217,7 @@ def _change(
     patches = _select(only, registry)
     with patcher_lock(root):
         texts = read_texts(root, patches)
-        before = StatusTable(
-            root, read_vllm_version(root), evaluate_all(patches, texts)
-        )
+        before = StatusTable(root, read_vllm_version(root), evaluate_all(patches, texts))
         _refuse_unrecognised(before, action)
         planner = plan_apply if action == "apply" else plan_revert
         new_texts = planner(before.states, texts)
@@ -238,14 +225,8 @@ def _change(
         changes = {path: (texts[path] or "", text) for path, text in new_texts.items()}
         if changes:
             write_all_or_nothing(root, changes)
-        after = StatusTable(
-            root, before.version, evaluate_all(patches, read_texts(root, patches))
-        )
-        wanted = (
-            {Status.APPLIED, Status.RETIRED}
-            if action == "apply"
-            else {Status.PENDING, Status.RETIRED}
-        )
+        after = StatusTable(root, before.version, evaluate_all(patches, read_texts(root, patches)))
+        wanted = {Status.APPLIED, Status.RETIRED} if action == "apply" else {Status.PENDING, Status.RETIRED}
         wrong = [s for s in after.states if s.status not in wanted]
         if wrong:
             # Cannot happen unless a patch is inconsistent with its own probes: undo, then report.
@@ -253,9 +234,7 @@ def _change(
             if undo:
                 write_all_or_nothing(root, undo)
             ids = ", ".join(f"{s.patch.id}={s.status.value}" for s in wrong)
-            raise PatcherError(
-                f"internal error: after {action}, {ids}; the tree was restored"
-            )
+            raise PatcherError(f"internal error: after {action}, {ids}; the tree was restored")
     return ChangeResult(before, after, tuple(sorted(changes)))
 
 

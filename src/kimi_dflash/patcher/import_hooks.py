@@ -42,20 +42,14 @@ class _AfterImportFinder(importlib.abc.MetaPathFinder):
             spec = finder.find_spec(fullname, path, target)
             if spec is not None:
                 break
-        if (
-            spec is None
-            or spec.loader is None
-            or not hasattr(spec.loader, "exec_module")
-        ):
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         spec.loader = _CallbackLoader(spec.loader, self)
         return spec
 
 
 class _CallbackLoader(importlib.abc.Loader):
-    def __init__(
-        self, wrapped: importlib.abc.Loader, finder: _AfterImportFinder
-    ) -> None:
+    def __init__(self, wrapped: importlib.abc.Loader, finder: _AfterImportFinder) -> None:
         self._wrapped = wrapped
         self._finder = finder
 

@@ -25,9 +25,7 @@ def _load(name: str, path: Path, replacements: dict[str, str]) -> ModuleType:
     source = path.read_text()
     for old, new in replacements.items():
         if old not in source:
-            raise SystemExit(
-                f"{path}: expected `{old}` to redirect; is this a 0.20-0.23 tree?"
-            )
+            raise SystemExit(f"{path}: expected `{old}` to redirect; is this a 0.20-0.23 tree?")
         source = source.replace(old, new)
     spec = importlib.util.spec_from_loader(name, loader=None, origin=str(path))
     assert spec is not None
@@ -66,13 +64,8 @@ def reference(q, k_cache, v_cache, block_table, query_lens, seq_lens, causal, sc
     start = 0
     for seq, (q_len, s_len) in enumerate(zip(query_lens, seq_lens, strict=True)):
         positions = torch.arange(s_len)
-        slots = (
-            block_table[seq, positions // block_size].long() * block_size
-            + positions % block_size
-        )
-        keys = k_cache.reshape(-1, num_kv_heads, k_cache.shape[3])[
-            slots
-        ]  # [s_len, kv, d]
+        slots = block_table[seq, positions // block_size].long() * block_size + positions % block_size
+        keys = k_cache.reshape(-1, num_kv_heads, k_cache.shape[3])[slots]  # [s_len, kv, d]
         values = v_cache.reshape(-1, num_kv_heads, v_cache.shape[3])[slots]
         queries = q[start : start + q_len]  # [q_len, h, d]
         keys = keys.repeat_interleave(group, dim=1)
@@ -80,13 +73,9 @@ def reference(q, k_cache, v_cache, block_table, query_lens, seq_lens, causal, sc
         scores = torch.einsum("qhd,khd->hqk", queries, keys) * scale
         if causal:
             context = s_len - q_len
-            allowed = (
-                torch.arange(s_len)[None, :] <= (context + torch.arange(q_len))[:, None]
-            )
+            allowed = torch.arange(s_len)[None, :] <= (context + torch.arange(q_len))[:, None]
             scores = scores.masked_fill(~allowed[None], float("-inf"))
-        out[start : start + q_len] = torch.einsum(
-            "hqk,khd->qhd", scores.softmax(-1), values
-        )
+        out[start : start + q_len] = torch.einsum("hqk,khd->qhd", scores.softmax(-1), values)
         start += q_len
     return out
 
@@ -111,9 +100,7 @@ def run_case(kernel: ModuleType, causal: bool, seed: int = 0) -> tuple[float, fl
     block_table = block_table.view(len(seq_lens), blocks_per_seq).to(torch.int32)
     q = torch.randn(sum(query_lens), num_q_heads, head_size)
     out = torch.zeros_like(q)
-    cu_seqlens_q = torch.tensor(
-        [0, *torch.tensor(query_lens).cumsum(0).tolist()], dtype=torch.int32
-    )
+    cu_seqlens_q = torch.tensor([0, *torch.tensor(query_lens).cumsum(0).tolist()], dtype=torch.int32)
     scale = head_size**-0.5
     kernel.unified_attention(
         q=q,
@@ -133,12 +120,8 @@ def run_case(kernel: ModuleType, causal: bool, seed: int = 0) -> tuple[float, fl
         k_descale=torch.ones(1),
         v_descale=torch.ones(1),
     )
-    expected = reference(
-        q, k_cache, v_cache, block_table, query_lens, seq_lens, causal, scale
-    )
-    other = reference(
-        q, k_cache, v_cache, block_table, query_lens, seq_lens, not causal, scale
-    )
+    expected = reference(q, k_cache, v_cache, block_table, query_lens, seq_lens, causal, scale)
+    other = reference(q, k_cache, v_cache, block_table, query_lens, seq_lens, not causal, scale)
     return float((out - expected).abs().max()), float((other - expected).abs().max())
 
 
@@ -159,8 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         diff, mask_effect = run_case(kernel, causal)
         ok = ok and diff < 1e-4 and mask_effect > 1e-2
         print(
-            f"causal={causal}: max |kernel - reference| = {diff:.2e} "
-            f"(the other mask would differ by {mask_effect:.2e})"
+            f"causal={causal}: max |kernel - reference| = {diff:.2e} (the other mask would differ by {mask_effect:.2e})"
         )
     return 0 if ok else 1
 

@@ -22,9 +22,7 @@ _MARKER_RE = re.compile(
 class Marker:
     patch_id: str
     sha256_before: str
-    newline_added: (
-        bool  # the original did not end with a newline; we added one before the marker
-    )
+    newline_added: bool  # the original did not end with a newline; we added one before the marker
 
 
 def sha256_text(text: str) -> str:
@@ -32,10 +30,7 @@ def sha256_text(text: str) -> str:
 
 
 def find_markers(text: str) -> list[Marker]:
-    return [
-        Marker(m["id"], m["sha"], m["newline"] is not None)
-        for m in _MARKER_RE.finditer(text)
-    ]
+    return [Marker(m["id"], m["sha"], m["newline"] is not None) for m in _MARKER_RE.finditer(text)]
 
 
 def has_marker(text: str, patch_id: str) -> bool:

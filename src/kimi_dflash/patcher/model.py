@@ -72,19 +72,11 @@ class Patch:
     title: str
     why: str
     upstream_pr: str  # the upstream change that retires this patch, e.g. "#39930"
-    upstream_since: (
-        str  # first vLLM release that carries it (read from the wheels, for docs only)
-    )
-    retired_when: tuple[
-        Probe, ...
-    ]  # all must match for the patch to count as retired upstream
+    upstream_since: str  # first vLLM release that carries it (read from the wheels, for docs only)
+    retired_when: tuple[Probe, ...]  # all must match for the patch to count as retired upstream
     edits: tuple[Edit, ...]  # empty: we carry no source patch for the old shape
-    runtime: str | None = (
-        None  # name of the runtime (plugin) patch in kimi_dflash.patcher.runtime
-    )
-    runtime_hooks: tuple[
-        Probe, ...
-    ] = ()  # what the runtime patch needs to find in the source
+    runtime: str | None = None  # name of the runtime (plugin) patch in kimi_dflash.patcher.runtime
+    runtime_hooks: tuple[Probe, ...] = ()  # what the runtime patch needs to find in the source
     # When a plan takes the code path this patch fixes (a predicate over the deployment and the vLLM source).
     needed_when: Need | None = None
     no_edit_reason: str = ""  # why `edits` is empty, shown for an unrecognised tree
@@ -110,9 +102,7 @@ class PatchState:
     patch: Patch
     status: Status
     detail: str
-    problems: tuple[str, ...] = field(
-        default=()
-    )  # for UNRECOGNISED: what was expected where
+    problems: tuple[str, ...] = field(default=())  # for UNRECOGNISED: what was expected where
 
     def to_json(self) -> dict[str, object]:
         return {

@@ -17,9 +17,7 @@ from kimi_dflash.patcher.model import (
 )
 
 
-def plan_apply(
-    states: tuple[PatchState, ...], texts: Mapping[str, str | None]
-) -> dict[str, str]:
+def plan_apply(states: tuple[PatchState, ...], texts: Mapping[str, str | None]) -> dict[str, str]:
     """New text per file for every PENDING patch (registry order). Only changed files returned."""
     current: dict[str, str] = {}
     for state in states:
@@ -41,9 +39,7 @@ def plan_apply(
     return {path: text for path, text in current.items() if text != texts[path]}
 
 
-def plan_revert(
-    states: tuple[PatchState, ...], texts: Mapping[str, str | None]
-) -> dict[str, str]:
+def plan_revert(states: tuple[PatchState, ...], texts: Mapping[str, str | None]) -> dict[str, str]:
     """Original text per file for every APPLIED patch, verified against the recorded hash."""
     current: dict[str, str] = {}
     for state in reversed(states):

@@ -106,8 +106,9 @@ TARGET_MLA_CAUSAL = Patch(
             "get_attn_backend() hands its AttentionSelectorConfig to _cached_get_attn_backend()",
         ),
     ),
-    needed_when=Need("the target is MLA (Kimi K2.x, DeepSeek-V3) and the speculative method is dflash",
-                     needs.mla_target_with_dflash),
+    needed_when=Need(
+        "the target is MLA (Kimi K2.x, DeepSeek-V3) and the speculative method is dflash", needs.mla_target_with_dflash
+    ),
 )
 
 DFLASH_ASSERT_GATE = Patch(
@@ -179,8 +180,11 @@ DFLASH_ASSERT_GATE = Patch(
             "DFlashProposer.build_per_group_and_layer_attn_metadata()",
         ),
     ),
-    needed_when=Need("the DFlash drafter's backend builds metadata without a `causal` field (TRITON_ATTN before "
-                     "0.24; ROCm's default ROCM_ATTN has one)", needs.drafter_metadata_without_causal),
+    needed_when=Need(
+        "the DFlash drafter's backend builds metadata without a `causal` field (TRITON_ATTN before "
+        "0.24; ROCm's default ROCM_ATTN has one)",
+        needs.drafter_metadata_without_causal,
+    ),
 )
 
 TRITON_NONCAUSAL = Patch(
@@ -221,10 +225,7 @@ TRITON_NONCAUSAL = Patch(
         Edit(
             TRITON_KERNEL,
             old=(
-                "        CHUNK_SIZE,\n"
-                "    )\n"
-                "\n"
-                "    # iterate through tiles (now limited to the sliding window range)\n"
+                "        CHUNK_SIZE,\n    )\n\n    # iterate through tiles (now limited to the sliding window range)\n"
             ),
             new=(
                 "        CHUNK_SIZE,\n"
@@ -241,12 +242,7 @@ TRITON_NONCAUSAL = Patch(
         ),
         Edit(
             TRITON_KERNEL,
-            old=(
-                "            CHUNK_SIZE,\n"
-                "        )\n"
-                "\n"
-                "        # S : (BLOCK_M, TILE_SIZE)\n"
-            ),
+            old=("            CHUNK_SIZE,\n        )\n\n        # S : (BLOCK_M, TILE_SIZE)\n"),
             new=(
                 "            CHUNK_SIZE,\n"
                 "        )\n"
@@ -284,10 +280,7 @@ TRITON_NONCAUSAL = Patch(
         Edit(
             TRITON_KERNEL,
             old="        CHUNK_SIZE=chunk_size,\n",
-            new=(
-                "        CHUNK_SIZE=chunk_size,\n"
-                "        IS_CAUSAL=bool(causal),  # kimi-dflash(triton-noncausal)\n"
-            ),
+            new=("        CHUNK_SIZE=chunk_size,\n        IS_CAUSAL=bool(causal),  # kimi-dflash(triton-noncausal)\n"),
         ),
         Edit(
             TRITON_BACKEND,
@@ -301,9 +294,7 @@ TRITON_NONCAUSAL = Patch(
         Edit(
             TRITON_BACKEND,
             old=(
-                "            softmax_segm_expsum=self.softmax_segm_expsum,\n"
-                "        )\n"
-                "        return attn_metadata\n"
+                "            softmax_segm_expsum=self.softmax_segm_expsum,\n        )\n        return attn_metadata\n"
             ),
             new=(
                 "            softmax_segm_expsum=self.softmax_segm_expsum,\n"
@@ -315,11 +306,7 @@ TRITON_NONCAUSAL = Patch(
         ),
         Edit(
             TRITON_BACKEND,
-            old=(
-                "    @staticmethod\n"
-                "    def get_name() -> str:\n"
-                '        return "TRITON_ATTN"\n'
-            ),
+            old=('    @staticmethod\n    def get_name() -> str:\n        return "TRITON_ATTN"\n'),
             new=(
                 "    @staticmethod\n"
                 "    def get_name() -> str:\n"
@@ -340,8 +327,11 @@ TRITON_NONCAUSAL = Patch(
             ),
         ),
     ),
-    needed_when=Need("the DFlash drafter runs on TRITON_ATTN (only when configured: "
-                     "DRAFT_ATTENTION_BACKEND=TRITON_ATTN; ROCm gives it ROCM_ATTN)", needs.drafter_on("TRITON_ATTN")),
+    needed_when=Need(
+        "the DFlash drafter runs on TRITON_ATTN (only when configured: "
+        "DRAFT_ATTENTION_BACKEND=TRITON_ATTN; ROCm gives it ROCM_ATTN)",
+        needs.drafter_on("TRITON_ATTN"),
+    ),
 )
 
 MLA_SWA_ASSERT = Patch(
@@ -388,8 +378,10 @@ MLA_SWA_ASSERT = Patch(
             "Attention.get_kv_cache_spec(self, vllm_config)",
         ),
     ),
-    needed_when=Need("the target is MLA and the DFlash drafter has sliding-window layers",
-                     needs.mla_target_with_sliding_window_drafter),
+    needed_when=Need(
+        "the target is MLA and the DFlash drafter has sliding-window layers",
+        needs.mla_target_with_sliding_window_drafter,
+    ),
 )
 
 PATCHES: tuple[Patch, ...] = (

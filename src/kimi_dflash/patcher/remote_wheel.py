@@ -65,7 +65,7 @@ def _central_directory(tail: bytes, size: int) -> tuple[int, int]:
     at = tail.rfind(EOCD_SIGNATURE)
     if at < 0:
         raise zipfile.BadZipFile("no end-of-central-directory record in the last 64 KiB")
-    cd_size, cd_offset = struct.unpack("<II", tail[at + 12:at + 20])
+    cd_size, cd_offset = struct.unpack("<II", tail[at + 12 : at + 20])
     if cd_offset == 0xFFFFFFFF or cd_offset + cd_size > size:
         raise zipfile.BadZipFile("zip64 or inconsistent central directory: not a wheel this reader handles")
     return cd_offset, cd_size
@@ -90,8 +90,12 @@ def _wanted_members(zip_path: Path, wanted: Callable[[str], bool]) -> list[zipfi
         return [i for i in archive.infolist() if wanted(i.filename)]
 
 
-def sparse_wheel(link: WheelLink, dest_dir: Path, wanted: Callable[[str], bool] = python_sources,
-                 fetch: Callable[[str, int, int], bytes] = fetch_range) -> Path:
+def sparse_wheel(
+    link: WheelLink,
+    dest_dir: Path,
+    wanted: Callable[[str], bool] = python_sources,
+    fetch: Callable[[str, int, int], bytes] = fetch_range,
+) -> Path:
     """`dest_dir/<filename>`: a sparse copy of the wheel holding the central directory and every wanted member,
     each verified (CRC) before the file is published. Returns at once when it is already there."""
     dest_dir.mkdir(parents=True, exist_ok=True)
@@ -124,12 +128,21 @@ def sparse_wheel(link: WheelLink, dest_dir: Path, wanted: Callable[[str], bool] 
                 try:
                     archive.read(info)  # CRC-checked: nothing corrupt or half-fetched is ever published
                 except (zipfile.BadZipFile, zlib.error, EOFError) as error:
-                    raise zipfile.BadZipFile(f"{link.filename}: {info.filename} arrived corrupted ({error}); "
-                                             "nothing was cached, run again") from error
+                    raise zipfile.BadZipFile(
+                        f"{link.filename}: {info.filename} arrived corrupted ({error}); nothing was cached, run again"
+                    ) from error
         fetched = sum(end - start for start, end in runs) + len(tail) + max(0, tail_start - cd_offset)
     # Written after the wheel: a marker means the file beside it is complete.
-    write_json_atomic(marker, {"url": link.url, "size": link.size, "members": len(members),
-                               "fetched_bytes": fetched, "requests": len(runs) + len(pieces)})
+    write_json_atomic(
+        marker,
+        {
+            "url": link.url,
+            "size": link.size,
+            "members": len(members),
+            "fetched_bytes": fetched,
+            "requests": len(runs) + len(pieces),
+        },
+    )
     return target
 
 
@@ -145,15 +158,16 @@ def index_url() -> str:
 def project_files(project: str, index: str | None = None) -> list[dict]:
     """The `files` list of the index's JSON page for `project` (one request)."""
     url = f"{index or index_url()}/{project}/"
-    request = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json",
-                                                   "User-Agent": USER_AGENT})
+    request = urllib.request.Request(
+        url, headers={"Accept": "application/vnd.pypi.simple.v1+json", "User-Agent": USER_AGENT}
+    )
     with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
         return list(json.load(response).get("files", []))
 
 
 def parse_wheel_name(filename: str) -> tuple[str, str, int] | None:
     """(version, platform tag, build number) of a `dist-version[-build]-py-abi-platform.whl` name."""
-    parts = filename[:-len(".whl")].split("-") if filename.endswith(".whl") else []
+    parts = filename[: -len(".whl")].split("-") if filename.endswith(".whl") else []
     if len(parts) == 5:
         return parts[1], parts[4], 0
     if len(parts) == 6 and parts[2].isdigit():

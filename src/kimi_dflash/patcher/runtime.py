@@ -45,10 +45,7 @@ def _runtime_ready(state: PatchState, table: StatusTable) -> bool:
     for probe in patch.runtime_hooks:
         path = table.root / probe.path
         texts[probe.path] = path.read_text(encoding="utf-8") if path.is_file() else None
-    return all(
-        texts[p.path] is not None and p.matches(texts[p.path] or "")
-        for p in patch.runtime_hooks
-    )
+    return all(texts[p.path] is not None and p.matches(texts[p.path] or "") for p in patch.runtime_hooks)
 
 
 def _installer_for(patch_id: str) -> tuple[str, object]:
@@ -56,9 +53,7 @@ def _installer_for(patch_id: str) -> tuple[str, object]:
 
     def run(module: ModuleType) -> None:
         install(module)
-        logger.info(
-            "kimi-dflash: runtime patch %s installed in %s", patch_id, module_name
-        )
+        logger.info("kimi-dflash: runtime patch %s installed in %s", patch_id, module_name)
 
     return module_name, run
 
@@ -81,9 +76,7 @@ def plan_runtime(
         elif _runtime_ready(state, table):
             runtime.append(patch.id)
         else:
-            failures.append(
-                f"{patch.id}: pending, but the functions its runtime patch rebinds are missing"
-            )
+            failures.append(f"{patch.id}: pending, but the functions its runtime patch rebinds are missing")
     return runtime, file_only, done, failures
 
 
@@ -93,9 +86,7 @@ def apply_runtime_patches() -> None:
     if _done:
         return
     if os.environ.get(PATCHES, "").strip().lower() in {"0", "off", "false", "no"}:
-        logger.warning(
-            "kimi-dflash patches: disabled by %s; nothing checked", PATCHES
-        )
+        logger.warning("kimi-dflash patches: disabled by %s; nothing checked", PATCHES)
         _done = True
         return
 
@@ -116,9 +107,7 @@ def apply_runtime_patches() -> None:
         when_imported(module_name, run)  # type: ignore[arg-type]
 
     if not runtime and not file_only:
-        logger.info(
-            "kimi-dflash patches (%s): nothing to do: %s", where, "; ".join(done)
-        )
+        logger.info("kimi-dflash patches (%s): nothing to do: %s", where, "; ".join(done))
     else:
         logger.info(
             "kimi-dflash patches (%s): runtime: %s; already done: %s",

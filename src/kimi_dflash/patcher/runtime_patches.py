@@ -27,9 +27,7 @@ def _already(obj: object, patch_id: str) -> bool:
 
 def force_causal_for_mla(selector_config: Any) -> Any:
     """An MLA layer is a target layer: never ask its backend for non-causal attention."""
-    if getattr(selector_config, "use_mla", False) and getattr(
-        selector_config, "use_non_causal", False
-    ):
+    if getattr(selector_config, "use_mla", False) and getattr(selector_config, "use_non_causal", False):
         return selector_config._replace(use_non_causal=False)
     return selector_config
 
@@ -38,9 +36,7 @@ def wrap_cached_get_attn_backend(original: Callable[..., Any]) -> Callable[..., 
     @functools.wraps(original)
     def cached_get_attn_backend(*args: Any, **kwargs: Any) -> Any:
         if "attn_selector_config" in kwargs:
-            kwargs["attn_selector_config"] = force_causal_for_mla(
-                kwargs["attn_selector_config"]
-            )
+            kwargs["attn_selector_config"] = force_causal_for_mla(kwargs["attn_selector_config"])
         elif len(args) >= 2:
             args = (args[0], force_causal_for_mla(args[1]), *args[2:])
         return original(*args, **kwargs)
@@ -60,17 +56,13 @@ def install_target_mla_causal(selector: ModuleType) -> None:
 # --- dflash-assert-gate ------------------------------------------------------------------------
 
 
-def check_drafter_layers_non_causal(
-    draft_attn_groups: Iterable[Any], per_layer: Mapping[str, object]
-) -> None:
+def check_drafter_layers_non_causal(draft_attn_groups: Iterable[Any], per_layer: Mapping[str, object]) -> None:
     """Raise unless every drafter layer will really attend non-causally.
 
     Metadata with causal=False passes; metadata without a `causal` field passes only if the
     layer's backend declares supports_non_causal().
     """
-    backends = {
-        name: group.backend for group in draft_attn_groups for name in group.layer_names
-    }
+    backends = {name: group.backend for group in draft_attn_groups for name in group.layer_names}
     for layer_name, attn_metadata in per_layer.items():
         causal = getattr(attn_metadata, "causal", None)
         if causal is False:
@@ -96,16 +88,12 @@ def install_dflash_assert_gate(dflash: ModuleType) -> None:
         self: Any, cad: Any, draft_index: int = 0
     ) -> tuple[list[object], dict[str, object]]:
         # Skip DFlash's own unconditional assert: call the generic builder, then our check.
-        per_group, per_layer = super(
-            proposer, self
-        ).build_per_group_and_layer_attn_metadata(cad, draft_index)
+        per_group, per_layer = super(proposer, self).build_per_group_and_layer_attn_metadata(cad, draft_index)
         check_drafter_layers_non_causal(self.draft_attn_groups, per_layer)
         return per_group, per_layer
 
     setattr(build_per_group_and_layer_attn_metadata, _TAG, "dflash-assert-gate")
-    proposer.build_per_group_and_layer_attn_metadata = (
-        build_per_group_and_layer_attn_metadata
-    )
+    proposer.build_per_group_and_layer_attn_metadata = build_per_group_and_layer_attn_metadata
 
 
 # --- mla-swa-assert ----------------------------------------------------------------------------
@@ -136,9 +124,7 @@ def config_for_layer(layer: Any, vllm_config: Any) -> Any:
         and getattr(model_config, "use_mla", False)
         and not layer.attn_backend.is_mla()
     ):
-        return ConfigView(
-            vllm_config, model_config=ConfigView(model_config, use_mla=False)
-        )
+        return ConfigView(vllm_config, model_config=ConfigView(model_config, use_mla=False))
     return vllm_config
 
 

@@ -12,9 +12,7 @@ from collections.abc import Mapping
 from kimi_dflash.patcher.markers import has_marker
 from kimi_dflash.patcher.model import Patch, PatchState, Probe, Status, describe_block
 
-Texts = Mapping[
-    str, "str | None"
-]  # path relative to the vllm package -> file text (None: missing)
+Texts = Mapping[str, "str | None"]  # path relative to the vllm package -> file text (None: missing)
 
 
 def _probe_matches(probe: Probe, texts: Texts) -> bool:
@@ -23,17 +21,13 @@ def _probe_matches(probe: Probe, texts: Texts) -> bool:
 
 
 def is_retired(patch: Patch, texts: Texts) -> bool:
-    return bool(patch.retired_when) and all(
-        _probe_matches(p, texts) for p in patch.retired_when
-    )
+    return bool(patch.retired_when) and all(_probe_matches(p, texts) for p in patch.retired_when)
 
 
 def retired_detail(patch: Patch) -> str:
     if patch.upstream_pr.startswith("#"):
         return f"retired (upstream PR {patch.upstream_pr}, in vLLM >= {patch.upstream_since})"
-    return (
-        f"retired (upstream in vLLM >= {patch.upstream_since}; PR {patch.upstream_pr})"
-    )
+    return f"retired (upstream in vLLM >= {patch.upstream_since}; PR {patch.upstream_pr})"
 
 
 def _missing_probe_lines(patch: Patch, texts: Texts) -> list[str]:
@@ -58,8 +52,7 @@ def _applied_state(patch: Patch, texts: Texts) -> PatchState | None:
         found = (texts[edit.path] or "").count(edit.new)
         if found != 1:
             problems.append(
-                f"vllm/{edit.path}: patched block {describe_block(edit.new)} found {found} times, "
-                "expected 1"
+                f"vllm/{edit.path}: patched block {describe_block(edit.new)} found {found} times, expected 1"
             )
     if problems:
         return PatchState(
@@ -68,9 +61,7 @@ def _applied_state(patch: Patch, texts: Texts) -> PatchState | None:
             "kimi-dflash marker present but the patched code was changed since",
             tuple(problems),
         )
-    return PatchState(
-        patch, Status.APPLIED, f"applied (marker in {len(files)} file(s))"
-    )
+    return PatchState(patch, Status.APPLIED, f"applied (marker in {len(files)} file(s))")
 
 
 def evaluate(patch: Patch, texts: Texts) -> PatchState:
@@ -81,22 +72,16 @@ def evaluate(patch: Patch, texts: Texts) -> PatchState:
         return PatchState(patch, Status.RETIRED, retired_detail(patch))
     if not patch.edits:
         problems = _missing_probe_lines(patch, texts) + [patch.no_edit_reason]
-        return PatchState(
-            patch, Status.UNRECOGNISED, "upstream fix absent", tuple(problems)
-        )
+        return PatchState(patch, Status.UNRECOGNISED, "upstream fix absent", tuple(problems))
 
-    problems = [
-        f"file vllm/{path} not found" for path in patch.files if texts.get(path) is None
-    ]
+    problems = [f"file vllm/{path} not found" for path in patch.files if texts.get(path) is None]
     for edit in patch.edits:
         text = texts.get(edit.path)
         if text is None:
             continue
         found = text.count(edit.old)
         if found != 1:
-            problems.append(
-                f"vllm/{edit.path}: expected exactly one block {edit.first_line()}, found {found}"
-            )
+            problems.append(f"vllm/{edit.path}: expected exactly one block {edit.first_line()}, found {found}")
     if not problems:
         edits = len(patch.edits)
         return PatchState(

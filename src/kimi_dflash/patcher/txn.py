@@ -32,9 +32,7 @@ def lock_path(root: Path) -> Path:
 def patcher_lock(root: Path) -> Iterator[None]:
     """Exclusive, non-blocking lock per vLLM tree; released when the process exits, even on a crash."""
     path = lock_path(root)
-    busy = PatcherError(
-        f"another patcher is working on {root} (lock {path} is held); wait for it to finish"
-    )
+    busy = PatcherError(f"another patcher is working on {root} (lock {path} is held); wait for it to finish")
     with open(path, "a+") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -89,9 +87,7 @@ def write_all_or_nothing(root: Path, changes: Mapping[str, tuple[str, str]]) -> 
     targets = {rel: root / rel for rel in changes}
     for rel, (expected, _new) in changes.items():
         if targets[rel].read_bytes().decode("utf-8") != expected:
-            raise PatcherError(
-                f"vllm/{rel} changed while the patcher was running; nothing was written"
-            )
+            raise PatcherError(f"vllm/{rel} changed while the patcher was running; nothing was written")
 
     temps: dict[str, Path] = {}
     try:
@@ -101,9 +97,7 @@ def write_all_or_nothing(root: Path, changes: Mapping[str, tuple[str, str]]) -> 
             except OSError as exc:
                 if exc.errno in _READ_ONLY_ERRNOS:
                     raise _not_writable(root, targets[rel].parent, exc) from exc
-                raise PatcherError(
-                    f"cannot write next to {targets[rel]}: {exc}"
-                ) from exc
+                raise PatcherError(f"cannot write next to {targets[rel]}: {exc}") from exc
 
         replaced: list[str] = []
         try:
@@ -114,9 +108,7 @@ def write_all_or_nothing(root: Path, changes: Mapping[str, tuple[str, str]]) -> 
             _restore(root, targets, changes, replaced)
             if exc.errno in _READ_ONLY_ERRNOS:
                 raise _not_writable(root, targets[rel], exc) from exc
-            raise PatcherError(
-                f"cannot replace {targets[rel]}: {exc}; the tree was restored"
-            ) from exc
+            raise PatcherError(f"cannot replace {targets[rel]}: {exc}; the tree was restored") from exc
     finally:
         for tmp in temps.values():
             tmp.unlink(missing_ok=True)

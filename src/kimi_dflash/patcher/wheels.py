@@ -34,14 +34,8 @@ class WheelError(RuntimeError):
     """The wheel could not be downloaded or does not hold the requested files."""
 
 
-def find_cached_wheel(
-    version: str, cache: Path | None = None, dist: str = "vllm"
-) -> Path | None:
-    wheels = sorted(
-        ((cache or cache_root()) / "wheels").glob(
-            f"{dist.replace('-', '_')}-{version}-*.whl"
-        )
-    )
+def find_cached_wheel(version: str, cache: Path | None = None, dist: str = "vllm") -> Path | None:
+    wheels = sorted(((cache or cache_root()) / "wheels").glob(f"{dist.replace('-', '_')}-{version}-*.whl"))
     return wheels[-1] if wheels else None
 
 
@@ -71,9 +65,7 @@ def download_wheel(version: str, cache: Path | None = None, dist: str = "vllm") 
         done = subprocess.run(command, check=False, capture_output=True, text=True)
         wheels = list(Path(tmp).glob("*.whl"))
         if done.returncode != 0 or len(wheels) != 1:
-            raise WheelError(
-                f"`{' '.join(command)}` failed (exit {done.returncode}): {done.stderr.strip()[-800:]}"
-            )
+            raise WheelError(f"`{' '.join(command)}` failed (exit {done.returncode}): {done.stderr.strip()[-800:]}")
         target = wheels_dir / wheels[0].name
         os.replace(wheels[0], target)
     return target
@@ -86,8 +78,9 @@ def released_wheels(since: str = "0.20.0") -> dict[str, remote_wheel.WheelLink]:
     return {v: link for v, link in links.items() if remote_wheel.release_key(v) >= floor}
 
 
-def source_wheel(version: str, cache: Path | None = None,
-                 links: dict[str, remote_wheel.WheelLink] | None = None) -> Path:
+def source_wheel(
+    version: str, cache: Path | None = None, links: dict[str, remote_wheel.WheelLink] | None = None
+) -> Path:
     """A wheel file holding vllm==version's Python sources: the full wheel if cached, else a sparse copy with
     only the sources, fetched by range requests (falls back to the full download if the index refuses ranges)."""
     full = find_cached_wheel(version, cache)
@@ -123,13 +116,9 @@ def vllm_sources(
     wheel = source_wheel(version, cache) if dist == "vllm" else download_wheel(version, cache, dist)
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
-        absent = [
-            m for m in missing if f"vllm/{m}" not in names and m not in PACKAGE_FILES
-        ]
+        absent = [m for m in missing if f"vllm/{m}" not in names and m not in PACKAGE_FILES]
         if absent:
-            raise WheelError(
-                f"{wheel.name} has no {', '.join('vllm/' + m for m in absent)}"
-            )
+            raise WheelError(f"{wheel.name} has no {', '.join('vllm/' + m for m in absent)}")
         for member in missing:
             name = f"vllm/{member}"
             if name not in names:

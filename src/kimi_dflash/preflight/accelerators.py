@@ -31,19 +31,19 @@ VISIBILITY_VARIABLES: dict[str, tuple[str, ...]] = {
 
 EXPOSE_FIX = {
     "rocm": "check the amdgpu driver (amd-smi list); in docker pass --device=/dev/kfd --device=/dev/dri "
-            "--group-add video (and --group-add render)",
+    "--group-add video (and --group-add render)",
     "cuda": "check the NVIDIA driver (nvidia-smi); in docker pass --gpus all",
 }
 UNREACHABLE_FIX = {
     "rocm": "the GPUs exist but this process cannot open them: add your user to the video and render groups "
-            "(sudo usermod -aG video,render $USER, then log in again); in docker pass --device=/dev/kfd "
-            "--device=/dev/dri --group-add video --group-add render",
+    "(sudo usermod -aG video,render $USER, then log in again); in docker pass --device=/dev/kfd "
+    "--device=/dev/dri --group-add video --group-add render",
     "cuda": "the GPUs exist but this process cannot open them: check CUDA_VISIBLE_DEVICES and that the driver "
-            "supports torch's CUDA version (nvidia-smi shows the driver's); in docker pass --gpus all",
+    "supports torch's CUDA version (nvidia-smi shows the driver's); in docker pass --gpus all",
 }
 TORCH_FIX = {
     "rocm": "use the ROCm build of vLLM/torch (the rocm/vllm container image, or torch from "
-            "https://download.pytorch.org/whl/rocm6.4) in the Python that runs serve.sh",
+    "https://download.pytorch.org/whl/rocm6.4) in the Python that runs serve.sh",
     "cuda": "use the CUDA build of vLLM/torch (pip install vllm pulls it) in the Python that runs serve.sh",
 }
 
@@ -63,7 +63,7 @@ class Detection:
 
 
 def normalize_arch(raw: str | None) -> str | None:
-    """"gfx942:sramecc+:xnack-" -> "gfx942"; "9.0" / "sm90" / "SM_90" -> "sm_90"; "N/A" -> None."""
+    """ "gfx942:sramecc+:xnack-" -> "gfx942"; "9.0" / "sm90" / "SM_90" -> "sm_90"; "N/A" -> None."""
     if raw is None:
         return None
     text = str(raw).strip().lower()
@@ -81,6 +81,7 @@ def normalize_arch(raw: str | None) -> str | None:
 
 
 # --- parsers for recorded tool output (pure) -----------------------------------------------------------
+
 
 def parse_amd_smi(stdout: str) -> list[Accelerator] | None:
     """`amd-smi static --asic --json`: a list of per-GPU objects (ROCm 6.x) or {"gpu_data": [...]} (newer).
@@ -100,8 +101,9 @@ def parse_amd_smi(stdout: str) -> list[Accelerator] | None:
     for entry in data:
         asic = entry.get("asic") if isinstance(entry, dict) else None
         asic = asic if isinstance(asic, dict) else {}
-        devices.append(Accelerator(str(asic.get("market_name") or "AMD GPU"),
-                                   normalize_arch(asic.get("target_graphics_version"))))
+        devices.append(
+            Accelerator(str(asic.get("market_name") or "AMD GPU"), normalize_arch(asic.get("target_graphics_version")))
+        )
     return devices
 
 
@@ -118,8 +120,9 @@ def parse_rocm_smi(stdout: str) -> list[Accelerator] | None:
     if not fields:
         return None
     return [
-        Accelerator(info.get("card series") or info.get("card model") or "AMD GPU",
-                    normalize_arch(info.get("gfx version")))
+        Accelerator(
+            info.get("card series") or info.get("card model") or "AMD GPU", normalize_arch(info.get("gfx version"))
+        )
         for _, info in sorted(fields.items())
     ]
 
@@ -149,8 +152,9 @@ SMI_SOURCES: dict[str, tuple[tuple[str, tuple[str, ...], Parser], ...]] = {
 }
 
 
-def apply_visibility(devices: Sequence[Accelerator], device: str,
-                     env: Mapping[str, str]) -> tuple[tuple[Accelerator, ...], tuple[str, ...]]:
+def apply_visibility(
+    devices: Sequence[Accelerator], device: str, env: Mapping[str, str]
+) -> tuple[tuple[Accelerator, ...], tuple[str, ...]]:
     """Narrow a physical device list the way the GPU runtime will; returns (visible, variables applied)."""
     visible = list(devices)
     applied = []
@@ -208,8 +212,8 @@ def describe(devices: Sequence[Accelerator]) -> str:
 
 # --- checks ----------------------------------------------------------------------------------------------
 
-def check_accelerators(request: PreflightRequest, probe: HostProbe,
-                       runtime: RuntimeReport | None) -> list[CheckResult]:
+
+def check_accelerators(request: PreflightRequest, probe: HostProbe, runtime: RuntimeReport | None) -> list[CheckResult]:
     if not request.on_gpu:
         return [passed("accelerators", f"cpu demo: no accelerators needed ({_cpu_summary(probe)})")]
     found = detect(request.device, probe, runtime)
@@ -243,27 +247,43 @@ def _check_arch(expected: str | None, devices: Sequence[Accelerator]) -> CheckRe
     wrong = {arch: n for arch, n in archs.items() if arch is not None and arch != want}
     if wrong:
         listing = ", ".join(f"{n}x {arch}" for arch, n in wrong.items())
-        return failed("accelerator arch", f"expected {want}, found {listing}",
-                      f"this config targets {want}; run it on {want} hardware or pick the config made for yours")
+        return failed(
+            "accelerator arch",
+            f"expected {want}, found {listing}",
+            f"this config targets {want}; run it on {want} hardware or pick the config made for yours",
+        )
     if None in archs:
-        return warned("accelerator arch", f"expected {want}; {archs[None]} GPU(s) did not report an architecture",
-                      "check by hand: amd-smi static --asic (TARGET_GRAPHICS_VERSION) or "
-                      "nvidia-smi --query-gpu=compute_cap --format=csv")
+        return warned(
+            "accelerator arch",
+            f"expected {want}; {archs[None]} GPU(s) did not report an architecture",
+            "check by hand: amd-smi static --asic (TARGET_GRAPHICS_VERSION) or "
+            "nvidia-smi --query-gpu=compute_cap --format=csv",
+        )
     return passed("accelerator arch", f"{want} on all {len(devices)} as expected")
 
 
 def _check_torch(request: PreflightRequest, runtime: RuntimeReport) -> CheckResult:
     needed = request.tensor_parallel_size
     if runtime.torch_error is not None:
-        return failed("torch devices", f"torch does not import in {runtime.python}: {runtime.torch_error}",
-                      TORCH_FIX[request.device])
+        return failed(
+            "torch devices",
+            f"torch does not import in {runtime.python}: {runtime.torch_error}",
+            TORCH_FIX[request.device],
+        )
     if not _torch_matches(request.device, runtime):
-        return failed("torch devices", f"torch {runtime.torch_version} is a {runtime.torch_backend} build; "
-                      f"DEVICE={request.device} needs the {request.platform_name} build", TORCH_FIX[request.device])
+        return failed(
+            "torch devices",
+            f"torch {runtime.torch_version} is a {runtime.torch_backend} build; "
+            f"DEVICE={request.device} needs the {request.platform_name} build",
+            TORCH_FIX[request.device],
+        )
     count = len(runtime.torch_devices)
     if count < needed:
-        return failed("torch devices", f"torch {runtime.torch_version} ({runtime.torch_backend}) sees {count} GPU(s), "
-                      f"the plan needs {needed}", UNREACHABLE_FIX[request.device])
+        return failed(
+            "torch devices",
+            f"torch {runtime.torch_version} ({runtime.torch_backend}) sees {count} GPU(s), the plan needs {needed}",
+            UNREACHABLE_FIX[request.device],
+        )
     return passed("torch devices", f"torch {runtime.torch_version} ({runtime.torch_backend}) sees {count}")
 
 

@@ -87,8 +87,14 @@ def facts_from_config(config: Mapping[str, Any], origin: str, role: str, *, ship
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
     merged = {**text, **{k: v for k, v in config.items() if k != "text_config"}}
     quant = config.get("quantization_config") or text.get("quantization_config")
-    experts = next((int(merged[k]) for k in ("n_routed_experts", "num_experts", "num_local_experts")
-                    if isinstance(merged.get(k), int)), 0)
+    experts = next(
+        (
+            int(merged[k])
+            for k in ("n_routed_experts", "num_experts", "num_local_experts")
+            if isinstance(merged.get(k), int)
+        ),
+        0,
+    )
     return CheckpointFacts(
         role=role,
         origin=origin,
@@ -110,10 +116,12 @@ def _wna16_experts(quant: object) -> Wna16Experts | None:
         if not isinstance(weights, dict) or weights.get("type") != "int" or group.get("input_activations"):
             continue
         if weights.get("num_bits") in (4, 8) and weights.get("strategy") in ("group", "channel"):
-            return Wna16Experts(num_bits=int(weights["num_bits"]),
-                                group_size=weights.get("group_size") if weights.get("strategy") == "group" else None,
-                                pack_format=str(group.get("format") or quant.get("format") or "?"),
-                                actorder=weights.get("actorder"))
+            return Wna16Experts(
+                num_bits=int(weights["num_bits"]),
+                group_size=weights.get("group_size") if weights.get("strategy") == "group" else None,
+                pack_format=str(group.get("format") or quant.get("format") or "?"),
+                actorder=weights.get("actorder"),
+            )
     return None
 
 

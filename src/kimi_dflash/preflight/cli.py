@@ -47,8 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m kimi_dflash.preflight",
         description="Check that this machine can serve the plan: prints [PASS]/[WARN]/[FAIL] lines, each "
-                    "failure with the command or setting that fixes it.",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+        "failure with the command or setting that fixes it.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--device", choices=DEVICES, required=True, help="rocm (MI300X), cuda (H200) or cpu (demo)")
     parser.add_argument("--tensor-parallel-size", type=int, default=1, metavar="N", help="GPUs the plan needs")
     parser.add_argument("--arch", metavar="ARCH", help="expected accelerator architecture: gfx942, sm_90, ...")
@@ -58,13 +60,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--draft-repo", metavar="REPO", help="its Hugging Face repo id (for the download fix)")
     parser.add_argument("--host", default="127.0.0.1", help="address the server will bind (default %(default)s)")
     parser.add_argument("--port", type=int, default=8262, help="port the server will bind (default %(default)s)")
-    parser.add_argument("--feature", action="append", default=[], metavar="NAME",
-                        help="a vLLM feature the plan needs (repeatable); grammar below")
+    parser.add_argument(
+        "--feature",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a vLLM feature the plan needs (repeatable); grammar below",
+    )
     parser.add_argument("--fix-numa", action="store_true", help="as root, set kernel.numa_balancing=0 if it is on")
     parser.add_argument("--min-shm-gib", type=float, metavar="GIB", help="/dev/shm size to require")
-    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- vllm serve ...",
-                        help="optional: the vLLM command line that will run; every option it passes (and the "
-                             "Python it runs in) is checked too")
+    parser.add_argument(
+        "command",
+        nargs=argparse.REMAINDER,
+        metavar="-- vllm serve ...",
+        help="optional: the vLLM command line that will run; every option it passes (and the "
+        "Python it runs in) is checked too",
+    )
     return parser
 
 
@@ -78,16 +89,32 @@ def main(argv: list[str] | None = None) -> int:
     deployment = None
     if command:
         deployment = deployment_from_command(
-            args.device, command, os.environ, model_dir=args.model_dir, model_repo=args.model_repo,
-            drafter_dir=args.draft_model_dir, drafter_repo=args.draft_repo, label="the command line")
+            args.device,
+            command,
+            os.environ,
+            model_dir=args.model_dir,
+            model_repo=args.model_repo,
+            drafter_dir=args.draft_model_dir,
+            drafter_repo=args.draft_repo,
+            label="the command line",
+        )
     try:
         request = PreflightRequest(
-            device=args.device, tensor_parallel_size=args.tensor_parallel_size, expected_arch=args.arch,
-            model_dir=args.model_dir, model_repo_hint=args.model_repo,
-            draft_model_dir=args.draft_model_dir, draft_repo_hint=args.draft_repo,
-            host=args.host, port=args.port, required_features=features, fix_numa=args.fix_numa,
+            device=args.device,
+            tensor_parallel_size=args.tensor_parallel_size,
+            expected_arch=args.arch,
+            model_dir=args.model_dir,
+            model_repo_hint=args.model_repo,
+            draft_model_dir=args.draft_model_dir,
+            draft_repo_hint=args.draft_repo,
+            host=args.host,
+            port=args.port,
+            required_features=features,
+            fix_numa=args.fix_numa,
             min_shm_bytes=None if args.min_shm_gib is None else int(args.min_shm_gib * GIB),
-            python=interpreter_for_command(command) if command else None, deployment=deployment)
+            python=interpreter_for_command(command) if command else None,
+            deployment=deployment,
+        )
     except ValueError as error:
         parser.error(str(error))
     results = run_preflight(request)

@@ -46,28 +46,33 @@ class CompatReport:
         version = self.vllm_version or "(version unknown)"
         if not self.starts:
             reasons = ", ".join(dict.fromkeys(f.name for f in self.failures))
-            return (f"verdict: vLLM {version} would NOT start {self.deployment.label} ({len(self.failures)} "
-                    f"reason(s), each [FAIL] above with its fix: {reasons})")
+            return (
+                f"verdict: vLLM {version} would NOT start {self.deployment.label} ({len(self.failures)} "
+                f"reason(s), each [FAIL] above with its fix: {reasons})"
+            )
         relying = f", relying on {', '.join(self.relies)}" if self.relies else ""
         return f"verdict: vLLM {version} starts {self.deployment.label}{relying}"
 
     def render(self) -> str:
-        lines = [f"vLLM compatibility of {self.deployment.label} ({self.deployment.platform}) with vLLM "
-                 f"{self.vllm_version or '(version unknown)'} at {self.vllm_origin}: read from source, nothing "
-                 "started"]
+        lines = [
+            f"vLLM compatibility of {self.deployment.label} ({self.deployment.platform}) with vLLM "
+            f"{self.vllm_version or '(version unknown)'} at {self.vllm_origin}: read from source, nothing "
+            "started"
+        ]
         for facts in (self.deployment.target, self.deployment.drafter):
             if facts is not None:
                 lines.append(f"{facts.role} checkpoint: {facts.describe()} - from {facts.where()}")
         if self.deployment.target is None:
-            lines.append("target checkpoint: unknown (no config.json at MODEL_DIR and no shipped facts for "
-                         "MODEL_REPO); checks that need it are skipped")
+            lines.append(
+                "target checkpoint: unknown (no config.json at MODEL_DIR and no shipped facts for "
+                "MODEL_REPO); checks that need it are skipped"
+            )
         lines.append(render(self.findings, summary=False))
         lines.append(self.verdict())
         return "\n".join(lines)
 
 
-def check_compat(deployment: Deployment, source: VllmSource,
-                 rules: Sequence[CompatRule] = RULES) -> CompatReport:
+def check_compat(deployment: Deployment, source: VllmSource, rules: Sequence[CompatRule] = RULES) -> CompatReport:
     findings: list[Finding] = []
     for rule in rules:
         findings.extend(rule.check(deployment, source))

@@ -78,11 +78,19 @@ class Deployment:
         return self.option_keys.get(option)
 
 
-def deployment_from_command(platform: str, argv: Sequence[str], env: Mapping[str, str] | None = None, *,
-                            model_dir: Path | None = None, model_repo: str | None = None,
-                            drafter_dir: Path | None = None, drafter_repo: str | None = None,
-                            label: str = "the command line", extra_args: str | None = None,
-                            option_keys: Mapping[str, str] | None = None) -> Deployment:
+def deployment_from_command(
+    platform: str,
+    argv: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    *,
+    model_dir: Path | None = None,
+    model_repo: str | None = None,
+    drafter_dir: Path | None = None,
+    drafter_repo: str | None = None,
+    label: str = "the command line",
+    extra_args: str | None = None,
+    option_keys: Mapping[str, str] | None = None,
+) -> Deployment:
     command = parse_serve_command(argv, env)
     spec_model = (command.speculative or {}).get("model")
     drafter_dir = drafter_dir or (Path(str(spec_model)) if spec_model else None)

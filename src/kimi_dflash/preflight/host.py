@@ -46,8 +46,9 @@ def run_command(argv: Sequence[str], timeout: float) -> CommandOutput | None:
     if program is None:
         return None
     try:
-        proc = subprocess.run([program, *argv[1:]], capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL, check=False)
+        proc = subprocess.run(
+            [program, *argv[1:]], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False
+        )
     except subprocess.TimeoutExpired:
         return CommandOutput(124, "", f"{argv[0]} did not answer within {timeout:g} s")
     except OSError as error:

@@ -120,12 +120,14 @@ def _reasons(columns: Sequence[Column]) -> list[str]:
                 key = (name, finding.short or finding.name)
                 versions, _ = seen.get(key, ([], ""))
                 seen[key] = ([*versions, column.version], finding.fix or "")
-    return [f"`{config}` on {_ranges(versions, [c.version for c in columns])}: `{short}`. Fix: {fix}"
-            for (config, short), (versions, fix) in seen.items()]
+    return [
+        f"`{config}` on {_ranges(versions, [c.version for c in columns])}: `{short}`. Fix: {fix}"
+        for (config, short), (versions, fix) in seen.items()
+    ]
 
 
 def _ranges(versions: list[str], order: list[str]) -> str:
-    """"0.20.0-0.25.1" style runs of consecutive releases."""
+    """ "0.20.0-0.25.1" style runs of consecutive releases."""
     runs: list[list[str]] = []
     for version in versions:
         if runs and order.index(version) == order.index(runs[-1][-1]) + 1:
@@ -174,8 +176,11 @@ def build(progress: Callable[[str], None] = lambda _m: None) -> list[Column]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kimi_dflash.preflight.matrix", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m kimi_dflash.preflight.matrix",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--write", action="store_true", help="update the compatibility doc and README between markers")
     parser.add_argument("--doc", type=Path, default=DOC, help=f"compatibility doc to update (default: {DOC})")
     parser.add_argument("--readme", type=Path, default=README, help=f"README to update (default: {README})")

@@ -18,8 +18,7 @@ _LFS_POINTER_PREFIX = b"version https://git-lfs"
 _LFS_POINTER_MAX_BYTES = 1024
 
 
-def check_model_dir(path: Path, role: str, repo_hint: str | None = None, *,
-                    fix_hint: str | None = None) -> CheckResult:
+def check_model_dir(path: Path, role: str, repo_hint: str | None = None, *, fix_hint: str | None = None) -> CheckResult:
     """Check one checkpoint directory.
 
     role names the line ("model" -> "model dir", "drafter" -> "drafter dir"); repo_hint is the Hugging Face
@@ -46,15 +45,23 @@ def check_model_dir(path: Path, role: str, repo_hint: str | None = None, *,
         if not shards:
             return failed(name, f"{path}: no {INDEX_FILE} and no *.safetensors weights", fix)
     missing, empty, pointers, total_bytes = _inspect_shards(path, shards)
-    bad = [(label, files) for label, files in (("missing", missing), ("empty", empty),
-                                               ("are git-lfs pointer files, not weights", pointers)) if files]
+    bad = [
+        (label, files)
+        for label, files in (
+            ("missing", missing),
+            ("empty", empty),
+            ("are git-lfs pointer files, not weights", pointers),
+        )
+        if files
+    ]
     if bad:
         detail = "; ".join(f"{len(files)} of {len(shards)} shards {label}: {_listing(files)}" for label, files in bad)
         if pointers:
             fix = f"{fix}\nor, in a git clone: git lfs install && git -C {shlex.quote(str(path))} lfs pull"
         return failed(name, f"{path}: {detail}", fix)
-    return passed(name, f"{path}: config.json + {len(shards)} shard{'s' if len(shards) != 1 else ''}, "
-                  f"{_size(total_bytes)}")
+    return passed(
+        name, f"{path}: config.json + {len(shards)} shard{'s' if len(shards) != 1 else ''}, {_size(total_bytes)}"
+    )
 
 
 def _download_fix(path: Path, role: str, repo_hint: str | None) -> str:

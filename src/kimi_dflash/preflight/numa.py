@@ -28,9 +28,11 @@ def check_numa(request: PreflightRequest, probe: HostProbe) -> CheckResult:
         return _fix(request, probe, value)
     if not request.on_gpu:
         return passed(NAME, f"{value} (enabled; only matters on the GPU path, the cpu demo runs with it)")
-    return failed(NAME, f"{value} (enabled): page migration stalls the GPU runtime; the reference results were "
-                  "measured with it off",
-                  f"{FIX_COMMAND}\n(or as root: ./serve.sh CONFIG --fix-numa; {PERSIST_HINT})")
+    return failed(
+        NAME,
+        f"{value} (enabled): page migration stalls the GPU runtime; the reference results were measured with it off",
+        f"{FIX_COMMAND}\n(or as root: ./serve.sh CONFIG --fix-numa; {PERSIST_HINT})",
+    )
 
 
 def _fix(request: PreflightRequest, probe: HostProbe, value: str) -> CheckResult:
@@ -40,8 +42,11 @@ def _fix(request: PreflightRequest, probe: HostProbe, value: str) -> CheckResult
         probe.write_text(SETTING, "0\n")
     except OSError as error:
         # Containers mount /proc/sys read-only: the setting belongs to the host kernel.
-        return failed(NAME, f"{value} (enabled); writing {SETTING} failed: {error.strerror or error}",
-                      f"run on the host (not inside a container): {FIX_COMMAND}")
+        return failed(
+            NAME,
+            f"{value} (enabled); writing {SETTING} failed: {error.strerror or error}",
+            f"run on the host (not inside a container): {FIX_COMMAND}",
+        )
     now = (probe.read_text(SETTING) or "").strip()
     if now != "0":
         return failed(NAME, f"wrote 0 to {SETTING} but it reads {now!r}", f"run on the host: {FIX_COMMAND}")

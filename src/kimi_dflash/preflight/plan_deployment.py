@@ -18,9 +18,14 @@ def deployment_for_plan(config: Config, plan: LaunchPlan, inherited_env: Mapping
     demo = config.demo_models is not None  # fabricated models: never the shipped Kimi facts
     model_dir, draft_dir = config["MODEL_DIR"], config["DRAFT_MODEL_DIR"]
     return deployment_from_command(
-        str(config["DEVICE"]), plan.argv, {**(inherited_env or {}), **plan.env},
+        str(config["DEVICE"]),
+        plan.argv,
+        {**(inherited_env or {}), **plan.env},
         model_dir=None if model_dir is None else Path(str(model_dir)),
         model_repo=None if demo else config.get_str("MODEL_REPO"),
         drafter_dir=None if draft_dir is None else Path(str(draft_dir)),
         drafter_repo=None if demo else config.get_str("DRAFT_MODEL_REPO"),
-        label=display_path(config.path), extra_args=config.get_str("EXTRA_VLLM_ARGS"), option_keys=OPTION_KEYS)
+        label=display_path(config.path),
+        extra_args=config.get_str("EXTRA_VLLM_ARGS"),
+        option_keys=OPTION_KEYS,
+    )

@@ -57,7 +57,7 @@ def parse_serve_command(argv: Sequence[str], env: Mapping[str, str] | None = Non
     "--opt=value", with underscores ("--max_model_len"), or dotted ("--speculative-config.kv_cache_dtype auto")."""
     args = list(argv)
     if "serve" in args:
-        args = args[args.index("serve") + 1:]
+        args = args[args.index("serve") + 1 :]
     model = args[0] if args and not args[0].startswith("--") else None
     options: dict[str, str | None] = {}
     speculative: dict[str, object] | None = None

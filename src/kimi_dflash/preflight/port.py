@@ -24,16 +24,25 @@ def check_port(request: PreflightRequest, probe: HostProbe) -> CheckResult:
         return passed(NAME, f"{where} is free")
     reason = error.strerror or str(error)
     if error.errno == errno.EADDRINUSE:
-        return failed(NAME, f"{where} is in use ({reason})",
-                      f"pick another port: PORT={_next_port(port)} in the config or the environment\n"
-                      f"or stop what listens there: ss -ltnp 'sport = :{port}' names it "
-                      "(./serve.sh CONFIG --stop if it is our server)")
+        return failed(
+            NAME,
+            f"{where} is in use ({reason})",
+            f"pick another port: PORT={_next_port(port)} in the config or the environment\n"
+            f"or stop what listens there: ss -ltnp 'sport = :{port}' names it "
+            "(./serve.sh CONFIG --stop if it is our server)",
+        )
     if error.errno in (errno.EACCES, errno.EPERM):
-        return failed(NAME, f"{where}: {reason} (ports below 1024 need root)",
-                      "set PORT= to 1024 or above in the config or the environment")
-    return failed(NAME, f"cannot listen on {where}: {reason}",
-                  "set HOST= to an address of this machine (127.0.0.1, the default, or 0.0.0.0 for all "
-                  "interfaces) in the config or the environment")
+        return failed(
+            NAME,
+            f"{where}: {reason} (ports below 1024 need root)",
+            "set PORT= to 1024 or above in the config or the environment",
+        )
+    return failed(
+        NAME,
+        f"cannot listen on {where}: {reason}",
+        "set HOST= to an address of this machine (127.0.0.1, the default, or 0.0.0.0 for all "
+        "interfaces) in the config or the environment",
+    )
 
 
 def _bracket(host: str) -> str:

@@ -17,18 +17,28 @@ NAME = "pre-shard"
 def check_preshard(request: PreflightRequest, runtime: RuntimeReport | None) -> CheckResult:
     directory = request.preshard_dir
     assert directory is not None  # run_preflight adds this check only with a pre-shard
-    fix = (f"re-run payload/preshard_kimi26.py CONFIG --output {directory} --force with the vLLM and config that "
-           "serve, or unset PRESHARD_DIR to load MODEL_DIR directly")
+    fix = (
+        f"re-run payload/preshard_kimi26.py CONFIG --output {directory} --force with the vLLM and config that "
+        "serve, or unset PRESHARD_DIR to load MODEL_DIR directly"
+    )
     try:
         manifest = read_manifest(directory)
     except ManifestError as error:
         return failed(NAME, str(error), fix)
-    problems = mismatches(manifest, directory, source_dir=request.model_dir,
-                          tensor_parallel_size=request.tensor_parallel_size,
-                          vllm_version=None if runtime is None else runtime.vllm_version, dtype=request.dtype)
+    problems = mismatches(
+        manifest,
+        directory,
+        source_dir=request.model_dir,
+        tensor_parallel_size=request.tensor_parallel_size,
+        vllm_version=None if runtime is None else runtime.vllm_version,
+        dtype=request.dtype,
+    )
     if runtime is None or runtime.vllm_version is None:
         problems.append("the vLLM version could not be read, so the pre-shard cannot be matched to it")
     if problems:
         return failed(NAME, f"{directory}: " + "; ".join(problems), fix)
-    return passed(NAME, f"{directory}: TP {manifest.tensor_parallel_size}, vLLM {manifest.vllm_version}, "
-                        f"{manifest.dtype}, {len(manifest.files)} shard files, made from this MODEL_DIR")
+    return passed(
+        NAME,
+        f"{directory}: TP {manifest.tensor_parallel_size}, vLLM {manifest.vllm_version}, "
+        f"{manifest.dtype}, {len(manifest.files)} shard files, made from this MODEL_DIR",
+    )

@@ -35,12 +35,20 @@ def run_preflight(request: PreflightRequest, probe: HostProbe | None = None) -> 
     ]
     if request.model_dir is not None:
         model_dir = request.model_dir
-        checks.append(("model dir", lambda: check_model_dir(
-            model_dir, "model", request.model_repo_hint, fix_hint=request.model_fix_hint)))
+        checks.append(
+            (
+                "model dir",
+                lambda: check_model_dir(model_dir, "model", request.model_repo_hint, fix_hint=request.model_fix_hint),
+            )
+        )
     if request.draft_model_dir is not None:
         draft_dir = request.draft_model_dir
-        checks.append(("drafter dir", lambda: check_model_dir(
-            draft_dir, "drafter", request.draft_repo_hint, fix_hint=request.draft_fix_hint)))
+        checks.append(
+            (
+                "drafter dir",
+                lambda: check_model_dir(draft_dir, "drafter", request.draft_repo_hint, fix_hint=request.draft_fix_hint),
+            )
+        )
     if request.preshard_dir is not None:
         checks.append(("pre-shard", lambda: check_preshard(request, runtime)))
     checks.append(("port", lambda: check_port(request, probe)))
@@ -65,5 +73,8 @@ def _runtime(request: PreflightRequest, probe: HostProbe) -> tuple[RuntimeReport
 
 
 def _crashed(name: str, error: BaseException) -> CheckResult:
-    return failed(name, f"the check itself crashed: {type(error).__name__}: {error}",
-                  "this is a bug in kimi_dflash.preflight: report this line; --skip-preflight starts without checks")
+    return failed(
+        name,
+        f"the check itself crashed: {type(error).__name__}: {error}",
+        "this is a bug in kimi_dflash.preflight: report this line; --skip-preflight starts without checks",
+    )

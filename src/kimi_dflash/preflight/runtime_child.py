@@ -60,8 +60,9 @@ def plugin_report() -> dict:
         except (ImportError, ValueError) as error:
             origin = f"not importable: {_summary(error)}"
         dist = getattr(entry, "dist", None)
-        entries.append({"name": entry.name, "value": entry.value, "origin": origin,
-                        "dist": getattr(dist, "name", None)})
+        entries.append(
+            {"name": entry.name, "value": entry.value, "origin": origin, "dist": getattr(dist, "name", None)}
+        )
     return {"plugins": entries, "vllm_plugins_env": os.environ.get("VLLM_PLUGINS")}
 
 

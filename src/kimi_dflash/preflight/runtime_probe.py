@@ -90,8 +90,13 @@ def interpreter_for_command(argv: Sequence[str]) -> str:
     return words[0] if words and Path(words[0]).name.startswith("python") else sys.executable
 
 
-def probe_runtime(features: tuple[str, ...] = (), *, python: str = sys.executable,
-                  timeout: float = PROBE_TIMEOUT_S, env: Mapping[str, str] | None = None) -> RuntimeReport:
+def probe_runtime(
+    features: tuple[str, ...] = (),
+    *,
+    python: str = sys.executable,
+    timeout: float = PROBE_TIMEOUT_S,
+    env: Mapping[str, str] | None = None,
+) -> RuntimeReport:
     """Probe the vLLM that `python` (default: this interpreter) would run, for the named features, in the
     environment vLLM will get (`env`, default: this process's)."""
     child = _run_child(python, timeout, env)
@@ -115,12 +120,16 @@ def probe_runtime(features: tuple[str, ...] = (), *, python: str = sys.executabl
         features=outcomes,
         torch_version=child.get("torch_version"),
         torch_backend=child.get("torch_backend"),
-        torch_devices=tuple(Accelerator(str(d.get("name")), normalize_arch(d.get("arch")))
-                            for d in child.get("torch_devices", ())),
+        torch_devices=tuple(
+            Accelerator(str(d.get("name")), normalize_arch(d.get("arch"))) for d in child.get("torch_devices", ())
+        ),
         torch_error=child.get("torch_error"),
-        plugins=None if "plugins" not in child else tuple(
+        plugins=None
+        if "plugins" not in child
+        else tuple(
             PluginEntry(str(p.get("name")), str(p.get("value")), p.get("origin"), p.get("dist"))
-            for p in child["plugins"]),
+            for p in child["plugins"]
+        ),
         vllm_plugins_env=child.get("vllm_plugins_env"),
         plugins_error=child.get("plugins_error") or (None if "plugins" in child else child.get("vllm_import_error")),
     )
@@ -129,8 +138,15 @@ def probe_runtime(features: tuple[str, ...] = (), *, python: str = sys.executabl
 def _run_child(python: str, timeout: float, env: Mapping[str, str] | None = None) -> dict:
     argv = [python, "-c", Path(runtime_child.__file__).read_text(encoding="utf-8")]
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
-                              env={**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"}, check=False)
+        proc = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            env={**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"},
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         error = f"importing vllm/torch did not finish within {timeout:g} s"
         return {"vllm_import_error": error, "torch_error": error}
@@ -140,7 +156,7 @@ def _run_child(python: str, timeout: float, env: Mapping[str, str] | None = None
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(MARKER):
             try:
-                return json.loads(line[len(MARKER):])
+                return json.loads(line[len(MARKER) :])
             except json.JSONDecodeError:
                 break
     tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]

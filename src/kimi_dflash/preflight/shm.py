@@ -18,8 +18,10 @@ def check_shm(request: PreflightRequest, probe: HostProbe) -> CheckResult:
     need = request.shm_threshold
     space = probe.space(probe.path(SHM))
     raise_to = _gib_ceiling(need)
-    fix = (f"in docker: run with --shm-size={raise_to}g (or --ipc=host); on a host: "
-           f"sudo mount -o remount,size={raise_to}G /dev/shm")
+    fix = (
+        f"in docker: run with --shm-size={raise_to}g (or --ipc=host); on a host: "
+        f"sudo mount -o remount,size={raise_to}G /dev/shm"
+    )
     if space is None:
         detail = f"{SHM} not found"
         return failed(NAME, detail, fix) if request.on_gpu else warned(NAME, detail, fix)
@@ -28,8 +30,11 @@ def check_shm(request: PreflightRequest, probe: HostProbe) -> CheckResult:
         detail = f"{seen}; the {request.device} path needs at least {_gib(need)}"
         return failed(NAME, detail, fix) if request.on_gpu else warned(NAME, detail, fix)
     if space.free_bytes < need:
-        return warned(NAME, f"{seen}; less than {_gib(need)} free",
-                      f"free space in {SHM} (stale files of crashed runs: ls -la {SHM})")
+        return warned(
+            NAME,
+            f"{seen}; less than {_gib(need)} free",
+            f"free space in {SHM} (stale files of crashed runs: ls -la {SHM})",
+        )
     return passed(NAME, f"{seen} (needs {_gib(need)})")
 
 

@@ -40,6 +40,7 @@ MODEL_REGISTRY = "vllm/model_executor/models/registry.py"
 
 # --- attention backends --------------------------------------------------------------------------------
 
+
 def backend_paths(source: VllmSource) -> dict[str, str] | None:
     """AttentionBackendEnum member -> "package.module.Class" (the enum's string values)."""
     for under in _BACKEND_ENUM_DIRS:
@@ -148,8 +149,12 @@ def _backend_refs(statements: list[ast.stmt], aiter_mla: bool) -> list[str]:
             for stmt in chosen:
                 visit(stmt)
             return
-        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == BACKEND_ENUM
-                and node.attr not in refs):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == BACKEND_ENUM
+            and node.attr not in refs
+        ):
             refs.append(node.attr)
         for child in ast.iter_child_nodes(node):
             visit(child)
@@ -160,11 +165,14 @@ def _backend_refs(statements: list[ast.stmt], aiter_mla: bool) -> list[str]:
 
 
 def _mentions(expr: ast.expr, name: str) -> bool:
-    return any((isinstance(n, ast.Name) and n.id == name) or (isinstance(n, ast.Attribute) and n.attr == name)
-               for n in ast.walk(expr))
+    return any(
+        (isinstance(n, ast.Name) and n.id == name) or (isinstance(n, ast.Attribute) and n.attr == name)
+        for n in ast.walk(expr)
+    )
 
 
 # --- WNA16 MoE experts ---------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Wna16BackendChoice:
@@ -189,13 +197,15 @@ def wna16_backend_choice(source: VllmSource, platform: str) -> Wna16BackendChoic
         calls_oracle = bool(source.calls(module, method, "select_wna16_moe_backend"))
         oracle = source.function(WNA16_ORACLE, "select_wna16_moe_backend")
         maps = oracle is not None and any(
-            isinstance(n, ast.Call) and ast.unparse(n.func) == "map_wna16_backend" for n in ast.walk(oracle))
+            isinstance(n, ast.Call) and ast.unparse(n.func) == "map_wna16_backend" for n in ast.walk(oracle)
+        )
         accepted = source.local_dict_keys(WNA16_ORACLE, "map_wna16_backend", "mapping") or ()
         return Wna16BackendChoice(method, module, calls_oracle and maps and bool(accepted), tuple(accepted))
     return None
 
 
 # --- registries and environment ------------------------------------------------------------------------
+
 
 def registered(source: VllmSource, registry: str) -> tuple[str, ...] | None:
     """Names in a lazy registry dict: tool parsers (`_TOOL_PARSERS_TO_REGISTER`), reasoning parsers
@@ -228,8 +238,13 @@ def env_choices(source: VllmSource, variable: str) -> tuple[str, ...] | None:
         if not (isinstance(node, ast.Call) and ast.unparse(node.func).endswith("env_with_choices")):
             continue
         args = node.args
-        if args and isinstance(args[0], ast.Constant) and args[0].value == variable and len(args) >= 3 \
-                and isinstance(args[2], (ast.List, ast.Tuple)):
+        if (
+            args
+            and isinstance(args[0], ast.Constant)
+            and args[0].value == variable
+            and len(args) >= 3
+            and isinstance(args[2], (ast.List, ast.Tuple))
+        ):
             return tuple(e.value for e in args[2].elts if isinstance(e, ast.Constant) and isinstance(e.value, str))
     return None
 

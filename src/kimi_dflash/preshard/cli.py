@@ -63,16 +63,33 @@ def say(message: str) -> None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="preshard_kimi26.py", description=DESCRIPTION, epilog=EPILOG,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("config", type=Path, help="the env-file config that will serve the pre-shard "
-                        "(MODEL_DIR, TENSOR_PARALLEL_SIZE, DTYPE and the platform settings come from it)")
-    parser.add_argument("--output", type=Path, required=True, help="directory to create (must not exist, "
-                        "unless it is a finished pre-shard of the same source: then nothing is done)")
-    parser.add_argument("--max-shard-gib", type=float, default=5.0,
-                        help="largest safetensors file per rank, GiB (default 5)")
-    parser.add_argument("--force", action="store_true", help="replace an existing OUTPUT that was made from "
-                        "another checkpoint, TP size or vLLM")
+    parser = argparse.ArgumentParser(
+        prog="preshard_kimi26.py",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "config",
+        type=Path,
+        help="the env-file config that will serve the pre-shard "
+        "(MODEL_DIR, TENSOR_PARALLEL_SIZE, DTYPE and the platform settings come from it)",
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        required=True,
+        help="directory to create (must not exist, "
+        "unless it is a finished pre-shard of the same source: then nothing is done)",
+    )
+    parser.add_argument(
+        "--max-shard-gib", type=float, default=5.0, help="largest safetensors file per rank, GiB (default 5)"
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing OUTPUT that was made from another checkpoint, TP size or vLLM",
+    )
     return parser.parse_args(argv)
 
 
@@ -108,11 +125,16 @@ def run(config: Config, source: Path, output: Path, args: argparse.Namespace) ->
         return 1
     dtype = str(config["DTYPE"])
     say(f"fingerprinting {source}")
-    key = {"source_fingerprint": checkpoint_fingerprint(source), "tensor_parallel_size": tp,
-           "vllm_version": version, "dtype": dtype}
+    key = {
+        "source_fingerprint": checkpoint_fingerprint(source),
+        "tensor_parallel_size": tp,
+        "vllm_version": version,
+        "dtype": dtype,
+    }
     if (output / MANIFEST_NAME).is_file():
-        problems = mismatches(read_manifest(output), output, source_dir=source, tensor_parallel_size=tp,
-                              vllm_version=version, dtype=dtype)
+        problems = mismatches(
+            read_manifest(output), output, source_dir=source, tensor_parallel_size=tp, vllm_version=version, dtype=dtype
+        )
         if not problems:
             say(f"{output} is already a finished pre-shard of this checkpoint for TP {tp}, vLLM {version}")
             return 0
@@ -132,8 +154,7 @@ def run(config: Config, source: Path, output: Path, args: argparse.Namespace) ->
     if "saved" not in steps:
         for stale in staging.glob("model-rank-*.safetensors"):
             stale.unlink()  # a save interrupted mid-way: start the save over
-        say(f"loading {source} in vLLM {version} (TP {tp}, {dtype}) and saving each rank's state; vLLM's log "
-            "follows")
+        say(f"loading {source} in vLLM {version} (TP {tp}, {dtype}) and saving each rank's state; vLLM's log follows")
         started = time.monotonic()
         if not _save_in_child(config, source, staging, tp, int(args.max_shard_gib * (1 << 30))):
             say(f"vLLM failed (see its log above); {staging} is kept, run the same command to retry")
@@ -149,9 +170,18 @@ def run(config: Config, source: Path, output: Path, args: argparse.Namespace) ->
             _mark(staging, key, [s for s in steps if s != "saved"], None)
             return 1
         files.update({path.name: path.stat().st_size for path in found})
-    write_manifest(staging, Manifest(source_dir=str(source), source_fingerprint=key["source_fingerprint"],
-                                     tensor_parallel_size=tp, vllm_distribution=str(distribution),
-                                     vllm_version=version, dtype=dtype, files=files))
+    write_manifest(
+        staging,
+        Manifest(
+            source_dir=str(source),
+            source_fingerprint=key["source_fingerprint"],
+            tensor_parallel_size=tp,
+            vllm_distribution=str(distribution),
+            vllm_version=version,
+            dtype=dtype,
+            files=files,
+        ),
+    )
     (staging / PROGRESS_NAME).unlink()
     for path in staging.iterdir():  # readable by the serving user (safetensors and mkstemp write 0600)
         if path.is_file():
@@ -199,9 +229,12 @@ def _copy_non_weights(source: Path, staging: Path) -> None:
 
 def _engine_args(config: Config, tp: int) -> dict[str, object]:
     args: dict[str, object] = {
-        "tensor_parallel_size": tp, "enforce_eager": True, "trust_remote_code": bool(config["TRUST_REMOTE_CODE"]),
+        "tensor_parallel_size": tp,
+        "enforce_eager": True,
+        "trust_remote_code": bool(config["TRUST_REMOTE_CODE"]),
         # The KV cache is irrelevant here: the smallest that lets the engine start.
-        "max_model_len": min(config.get_int("MAX_MODEL_LEN"), 4096), "max_num_seqs": 1,
+        "max_model_len": min(config.get_int("MAX_MODEL_LEN"), 4096),
+        "max_num_seqs": 1,
         "language_model_only": bool(config["LANGUAGE_MODEL_ONLY"]),
     }
     if config["DTYPE"] != "auto":
@@ -218,8 +251,12 @@ def _save_in_child(config: Config, source: Path, staging: Path, tp: int, max_siz
 
     env = {**os.environ, **vllm_env(config, str(cache_root()), cpu_preload(config))}
     env.pop("VLLM_API_KEY", None)
-    request = {"model": str(source), "output": str(staging), "max_size": max_size,
-               "engine_args": _engine_args(config, tp)}
+    request = {
+        "model": str(source),
+        "output": str(staging),
+        "max_size": max_size,
+        "engine_args": _engine_args(config, tp),
+    }
     child = [sys.executable, "-m", "kimi_dflash.preshard.save_child", json.dumps(request)]
     return subprocess.run(child, env=env, check=False).returncode == 0
 

@@ -21,8 +21,13 @@ SCHEMA_VERSION = 1
 RANK_FILE_GLOB = "model-rank-{rank}-part-*.safetensors"
 # Files the fingerprint reads in full; weights contribute their safetensors header (names, dtypes, shapes,
 # offsets) and size, so fingerprinting a 555 GB checkpoint reads kilobytes, not the weights.
-_SMALL_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-                "model.safetensors.index.json")
+_SMALL_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "model.safetensors.index.json",
+)
 
 
 @dataclass(frozen=True)
@@ -85,8 +90,10 @@ def write_manifest(directory: Path, manifest: Manifest) -> None:
 def read_manifest(directory: Path) -> Manifest:
     path = directory / MANIFEST_NAME
     if not path.is_file():
-        raise ManifestError(f"{directory} has no {MANIFEST_NAME}: not a finished pre-shard (an interrupted run "
-                            "leaves only a *.partial directory); run payload/preshard_kimi26.py")
+        raise ManifestError(
+            f"{directory} has no {MANIFEST_NAME}: not a finished pre-shard (an interrupted run "
+            "leaves only a *.partial directory); run payload/preshard_kimi26.py"
+        )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         return Manifest(**data)
@@ -94,19 +101,29 @@ def read_manifest(directory: Path) -> Manifest:
         raise ManifestError(f"{path}: unreadable manifest ({error}); re-run payload/preshard_kimi26.py") from error
 
 
-def mismatches(manifest: Manifest, directory: Path, *, source_dir: Path | None, tensor_parallel_size: int,
-               vllm_version: str | None, dtype: str | None = None) -> list[str]:
+def mismatches(
+    manifest: Manifest,
+    directory: Path,
+    *,
+    source_dir: Path | None,
+    tensor_parallel_size: int,
+    vllm_version: str | None,
+    dtype: str | None = None,
+) -> list[str]:
     """Why this pre-shard must not be served by this plan (empty: it fits). Pure apart from reading sizes and
     the source checkpoint's headers."""
     problems: list[str] = []
     if manifest.format != FORMAT or manifest.schema_version != SCHEMA_VERSION:
-        problems.append(f"format {manifest.format} v{manifest.schema_version}, this project writes {FORMAT} "
-                        f"v{SCHEMA_VERSION}")
+        problems.append(
+            f"format {manifest.format} v{manifest.schema_version}, this project writes {FORMAT} v{SCHEMA_VERSION}"
+        )
     if manifest.tensor_parallel_size != tensor_parallel_size:
         problems.append(f"made for TP {manifest.tensor_parallel_size}, the plan serves TP {tensor_parallel_size}")
     if vllm_version is not None and manifest.vllm_version != vllm_version:
-        problems.append(f"made with vLLM {manifest.vllm_version}, this vLLM is {vllm_version} (the saved state is "
-                        "the model's in-memory layout, which changes between releases)")
+        problems.append(
+            f"made with vLLM {manifest.vllm_version}, this vLLM is {vllm_version} (the saved state is "
+            "the model's in-memory layout, which changes between releases)"
+        )
     if dtype is not None and dtype != "auto" and manifest.dtype != dtype:
         problems.append(f"saved in {manifest.dtype}, the plan serves DTYPE={dtype}")
     for name, size in manifest.files.items():
@@ -120,6 +137,8 @@ def mismatches(manifest: Manifest, directory: Path, *, source_dir: Path | None, 
             problems.append(f"cannot fingerprint MODEL_DIR: {error}")
         else:
             if fingerprint != manifest.source_fingerprint:
-                problems.append(f"made from another checkpoint ({manifest.source_dir}, fingerprint "
-                                f"{manifest.source_fingerprint[:12]}), MODEL_DIR {source_dir} is {fingerprint[:12]}")
+                problems.append(
+                    f"made from another checkpoint ({manifest.source_dir}, fingerprint "
+                    f"{manifest.source_fingerprint[:12]}), MODEL_DIR {source_dir} is {fingerprint[:12]}"
+                )
     return problems

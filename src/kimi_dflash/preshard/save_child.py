@@ -21,12 +21,18 @@ def main(argv: list[str]) -> int:
     os.environ[MAX_SIZE_ENV] = str(request["max_size"])
     from vllm import LLM
 
-    llm = LLM(model=request["model"], worker_extension_cls="kimi_dflash.preshard.worker.PreshardWorkerExtension",
-              **request["engine_args"])
+    llm = LLM(
+        model=request["model"],
+        worker_extension_cls="kimi_dflash.preshard.worker.PreshardWorkerExtension",
+        **request["engine_args"],
+    )
     written = llm.collective_rpc("kimi_dflash_preshard_files")
     if not all(written):
-        print("preshard: a worker saved nothing: this vLLM's model loader has no process_weights_after_loading "
-              "step to hook (see kimi_dflash/preshard/worker.py)", file=sys.stderr)
+        print(
+            "preshard: a worker saved nothing: this vLLM's model loader has no process_weights_after_loading "
+            "step to hook (see kimi_dflash/preshard/worker.py)",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

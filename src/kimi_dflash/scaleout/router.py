@@ -70,25 +70,57 @@ def router_argv(plan: RouterPlan, binary: str = ROUTER_BINARY) -> list[str]:
         raise ValueError(f"a replica is listed twice: {', '.join(plan.replicas)}")
     if plan.policy not in POLICIES:
         raise ValueError(f"unknown policy {plan.policy!r}; choose one of {', '.join(POLICIES)}")
-    return [binary, "--host", plan.host, "--port", str(plan.port), "--policy", plan.policy,
-            "--worker-urls", *plan.replicas,
-            "--health-check-endpoint", "/health",
-            "--health-check-interval-secs", str(plan.health_interval_s),
-            "--health-failure-threshold", str(plan.health_failures)]
+    return [
+        binary,
+        "--host",
+        plan.host,
+        "--port",
+        str(plan.port),
+        "--policy",
+        plan.policy,
+        "--worker-urls",
+        *plan.replicas,
+        "--health-check-endpoint",
+        "/health",
+        "--health-check-interval-secs",
+        str(plan.health_interval_s),
+        "--health-failure-threshold",
+        str(plan.health_failures),
+    ]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="kimi26-vllm-dflash-router.sh", description=DESCRIPTION, epilog=EPILOG,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--replica", action="append", default=[], metavar="URL", required=True,
-                        help="a replica's base URL (repeat once per replica)")
+    parser = argparse.ArgumentParser(
+        prog="kimi26-vllm-dflash-router.sh",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--replica",
+        action="append",
+        default=[],
+        metavar="URL",
+        required=True,
+        help="a replica's base URL (repeat once per replica)",
+    )
     parser.add_argument("--host", default="127.0.0.1", help="address the router binds (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="router port (default 8000)")
     parser.add_argument("--policy", choices=POLICIES, default="round_robin", help="routing policy")
-    parser.add_argument("--health-interval", type=int, default=5, metavar="S",
-                        help="seconds between /health checks of each replica (default 5)")
-    parser.add_argument("--health-failures", type=int, default=2, metavar="N",
-                        help="failed checks in a row before a replica gets no traffic (default 2)")
+    parser.add_argument(
+        "--health-interval",
+        type=int,
+        default=5,
+        metavar="S",
+        help="seconds between /health checks of each replica (default 5)",
+    )
+    parser.add_argument(
+        "--health-failures",
+        type=int,
+        default=2,
+        metavar="N",
+        help="failed checks in a row before a replica gets no traffic (default 2)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the vllm-router command and exit")
     return parser.parse_args(argv)
 
@@ -96,9 +128,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        plan = RouterPlan(replicas=tuple(normalise_replica(url) for url in args.replica), host=args.host,
-                          port=args.port, policy=args.policy, health_interval_s=args.health_interval,
-                          health_failures=args.health_failures)
+        plan = RouterPlan(
+            replicas=tuple(normalise_replica(url) for url in args.replica),
+            host=args.host,
+            port=args.port,
+            policy=args.policy,
+            health_interval_s=args.health_interval,
+            health_failures=args.health_failures,
+        )
         binary = shutil.which(ROUTER_BINARY) or _next_to_python()
         argv_out = router_argv(plan, binary or ROUTER_BINARY)
     except ValueError as error:
@@ -108,11 +145,16 @@ def main(argv: list[str] | None = None) -> int:
         print(" ".join(argv_out))
         return 0
     if binary is None:
-        print("router: vllm-router is not installed; pip install vllm-router (or: pip install '.[router]')",
-              file=sys.stderr)
+        print(
+            "router: vllm-router is not installed; pip install vllm-router (or: pip install '.[router]')",
+            file=sys.stderr,
+        )
         return 1
-    print(f"router: {len(plan.replicas)} replica(s), policy {plan.policy}, listening on "
-          f"http://{plan.host}:{plan.port}", file=sys.stderr, flush=True)
+    print(
+        f"router: {len(plan.replicas)} replica(s), policy {plan.policy}, listening on http://{plan.host}:{plan.port}",
+        file=sys.stderr,
+        flush=True,
+    )
     os.execv(argv_out[0], argv_out)
     return 0  # not reached
 

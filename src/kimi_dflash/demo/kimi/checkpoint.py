@@ -52,8 +52,11 @@ def safetensors_bytes(tensors: Mapping[str, Tensor]) -> bytes:
     offset = 0
     for name in sorted(tensors):
         item = tensors[name]
-        header[name] = {"dtype": item.dtype, "shape": list(item.shape),
-                        "data_offsets": [offset, offset + len(item.data)]}
+        header[name] = {
+            "dtype": item.dtype,
+            "shape": list(item.shape),
+            "data_offsets": [offset, offset + len(item.data)],
+        }
         offset += len(item.data)
     encoded = json.dumps(header, separators=(",", ":"), sort_keys=True).encode("utf-8")
     encoded += b" " * (-len(encoded) % 8)  # data starts 8-byte aligned

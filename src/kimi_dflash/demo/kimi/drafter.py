@@ -15,10 +15,19 @@ from kimi_dflash.demo.kimi.target import embedding_norm_sq
 from kimi_dflash.demo.walk import Walk
 
 KIMI_DRAFTER = DrafterDesign(
-    hidden_size=layout.HIDDEN_SIZE, head_dim=layout.DRAFTER_HEAD_DIM, heads=layout.DRAFTER_HEADS,
-    layers=layout.DRAFTER_LAYERS, rope_theta=layout.DRAFTER_ROPE_THETA, qk_norm_weight=layout.DRAFTER_QK_NORM_WEIGHT,
-    content_dim=layout.CONTENT_DIM, special_dim=layout.SPECIAL_DIM, code_in=layout.E, code_out=layout.G,
-    embedding_norm_sq=embedding_norm_sq(), num_target_features=len(layout.TARGET_LAYER_IDS))
+    hidden_size=layout.HIDDEN_SIZE,
+    head_dim=layout.DRAFTER_HEAD_DIM,
+    heads=layout.DRAFTER_HEADS,
+    layers=layout.DRAFTER_LAYERS,
+    rope_theta=layout.DRAFTER_ROPE_THETA,
+    qk_norm_weight=layout.DRAFTER_QK_NORM_WEIGHT,
+    content_dim=layout.CONTENT_DIM,
+    special_dim=layout.SPECIAL_DIM,
+    code_in=layout.E,
+    code_out=layout.G,
+    embedding_norm_sq=embedding_norm_sq(),
+    num_target_features=len(layout.TARGET_LAYER_IDS),
+)
 
 
 def drafter_config(walk: Walk, mask_token_id: int) -> dict[str, object]:

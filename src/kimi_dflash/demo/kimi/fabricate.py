@@ -1,8 +1,8 @@
 """Produce every file of the miniature Kimi bundle in memory: a pure function of the shipped corpus and layout.
 
-    target/       KimiK25ForConditionalGeneration, bfloat16 experts (the one that serves on CPU)
-    target-int4/  the same model with the routed experts INT4 compressed-tensors, as Kimi K2.6 ships them
-    drafter/      DFlashDraftModel built to agree with the target
+target/       KimiK25ForConditionalGeneration, bfloat16 experts (the one that serves on CPU)
+target-int4/  the same model with the routed experts INT4 compressed-tensors, as Kimi K2.6 ships them
+drafter/      DFlashDraftModel built to agree with the target
 """
 
 from __future__ import annotations
@@ -29,11 +29,17 @@ DRAFTER_GUARANTEED_CONTEXT = 32768  # positional attention checked to stay sharp
 
 
 def check_drafter_geometry() -> float:
-    gap = geometry.attention_logit_gap(DRAFTER_GUARANTEED_CONTEXT + layout.DRAFTER_BLOCK_SIZE, layout.DRAFTER_HEAD_DIM,
-                                       layout.DRAFTER_ROPE_THETA, layout.DRAFTER_QK_NORM_WEIGHT)
+    gap = geometry.attention_logit_gap(
+        DRAFTER_GUARANTEED_CONTEXT + layout.DRAFTER_BLOCK_SIZE,
+        layout.DRAFTER_HEAD_DIM,
+        layout.DRAFTER_ROPE_THETA,
+        layout.DRAFTER_QK_NORM_WEIGHT,
+    )
     if gap < layout.MIN_DRAFTER_ATTENTION_GAP:
-        raise RuntimeError(f"drafter positional attention margin {gap:.1f} < {layout.MIN_DRAFTER_ATTENTION_GAP}: "
-                           "raise DRAFTER_QK_NORM_WEIGHT in kimi_dflash/demo/kimi/layout.py")
+        raise RuntimeError(
+            f"drafter positional attention margin {gap:.1f} < {layout.MIN_DRAFTER_ATTENTION_GAP}: "
+            "raise DRAFTER_QK_NORM_WEIGHT in kimi_dflash/demo/kimi/layout.py"
+        )
     return gap
 
 
@@ -66,8 +72,9 @@ def checkpoint_files(weights: dict[str, np.ndarray], int4_experts: bool) -> dict
     return sharded_files(shards)
 
 
-def target_files(tokenizer_files_: dict[str, bytes], weights: dict[str, np.ndarray],
-                 int4_experts: bool) -> dict[str, bytes]:
+def target_files(
+    tokenizer_files_: dict[str, bytes], weights: dict[str, np.ndarray], int4_experts: bool
+) -> dict[str, bytes]:
     files = dict(tokenizer_files_)
     files["config.json"] = json_bytes(target.wrapper_config(quantization_config() if int4_experts else None))
     files["generation_config.json"] = json_bytes(target.generation_config())
@@ -83,11 +90,15 @@ def fabricate(progress: Callable[[str], None] = lambda message: None) -> Fabrica
     tok, ordinary = train_tokenizer(corpus)
     mask_token_id = special_id(layout.MASK_TOKEN)
     walk = build_walk(tok.encode(corpus).ids, ordinary, special_ids=set(), vocab_size=layout.VOCAB_SIZE)
-    progress(f"cycle of {walk.length} tokens, phase code sidelobe {walk.max_sidelobe:.3f}, "
-             f"{len(walk.missed_phases)} deliberate drafter misses")
+    progress(
+        f"cycle of {walk.length} tokens, phase code sidelobe {walk.max_sidelobe:.3f}, "
+        f"{len(walk.missed_phases)} deliberate drafter misses"
+    )
 
-    progress(f"building the miniature Kimi K2.6 ({layout.TARGET_LAYERS} layers, MLA, {layout.N_ROUTED_EXPERTS} "
-             f"experts), its INT4 twin and the DFlash drafter ({layout.DRAFTER_LAYERS} layers)")
+    progress(
+        f"building the miniature Kimi K2.6 ({layout.TARGET_LAYERS} layers, MLA, {layout.N_ROUTED_EXPERTS} "
+        f"experts), its INT4 twin and the DFlash drafter ({layout.DRAFTER_LAYERS} layers)"
+    )
     weights = target.checkpoint_weights(walk)
     tokenizer_part = tokenizer_files(tok)
     files: dict[str, bytes] = {}
@@ -96,7 +107,8 @@ def fabricate(progress: Callable[[str], None] = lambda message: None) -> Fabrica
             files[f"{directory}/{name}"] = content
     files[f"{DRAFTER}/config.json"] = json_bytes(drafter_config(walk, mask_token_id))
     files[f"{DRAFTER}/model.safetensors"] = safetensors_bytes(
-        {name: tensor(value, "BF16") for name, value in drafter_weights(walk, KIMI_DRAFTER).items()})
+        {name: tensor(value, "BF16") for name, value in drafter_weights(walk, KIMI_DRAFTER).items()}
+    )
 
     summary: dict[str, object] = {
         **walk_summary(walk, mask_token_id, layout.TARGET_LAYER_IDS, layout.MAX_NUM_SPECULATIVE_TOKENS),

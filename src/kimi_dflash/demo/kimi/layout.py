@@ -32,18 +32,40 @@ SPECIAL_BLOCK = 256
 VOCAB_SIZE = SPECIAL_BASE + SPECIAL_BLOCK  # Kimi K2.6: 163840
 # Offsets inside the special block, as in Kimi K2.6's tokenizer; the rest are <|reserved_token_N|>.
 SPECIAL_OFFSETS = {
-    "[BOS]": 0, "[EOS]": 1, "<|im_end|>": 2, "<|im_user|>": 3, "<|im_assistant|>": 4,
-    "<|start_header_id|>": 6, "<|end_header_id|>": 7, "[EOT]": 9, "<|im_system|>": 10,
-    "<|tool_calls_section_begin|>": 11, "<|tool_calls_section_end|>": 12, "<|tool_call_begin|>": 13,
-    "<|tool_call_argument_begin|>": 14, "<|tool_call_end|>": 15, "<|im_middle|>": 17,
-    "<|media_begin|>": 18, "<|media_content|>": 19, "<|media_end|>": 20, "<|media_pad|>": 21,
-    "<think>": 22, "</think>": 23, "<|kimi_k25_video_placeholder|>": 24, "[UNK]": 254, "[PAD]": 255,
+    "[BOS]": 0,
+    "[EOS]": 1,
+    "<|im_end|>": 2,
+    "<|im_user|>": 3,
+    "<|im_assistant|>": 4,
+    "<|start_header_id|>": 6,
+    "<|end_header_id|>": 7,
+    "[EOT]": 9,
+    "<|im_system|>": 10,
+    "<|tool_calls_section_begin|>": 11,
+    "<|tool_calls_section_end|>": 12,
+    "<|tool_call_begin|>": 13,
+    "<|tool_call_argument_begin|>": 14,
+    "<|tool_call_end|>": 15,
+    "<|im_middle|>": 17,
+    "<|media_begin|>": 18,
+    "<|media_content|>": 19,
+    "<|media_end|>": 20,
+    "<|media_pad|>": 21,
+    "<think>": 22,
+    "</think>": 23,
+    "<|kimi_k25_video_placeholder|>": 24,
+    "[UNK]": 254,
+    "[PAD]": 255,
 }
 BOS_TOKEN, EOS_TOKEN, END_OF_MESSAGE, PAD_TOKEN = "[BOS]", "[EOS]", "<|im_end|>", "[PAD]"
 # z-lab's Kimi drafters use [UNK] (163838) as the DFlash mask token; so does the miniature.
 MASK_TOKEN = "[UNK]"
 MEDIA_PAD, MEDIA_BEGIN, MEDIA_END, VIDEO_PLACEHOLDER = (
-    "<|media_pad|>", "<|media_begin|>", "<|media_end|>", "<|kimi_k25_video_placeholder|>")
+    "<|media_pad|>",
+    "<|media_begin|>",
+    "<|media_end|>",
+    "<|kimi_k25_video_placeholder|>",
+)
 
 # --- Hidden dimensions (HIDDEN_SIZE 256; Kimi K2.6: 7168) ---------------------------------------------------
 HIDDEN_SIZE = 256
@@ -77,8 +99,15 @@ ROUTED_SCALING_FACTOR = 2.827  # Kimi K2.6's
 RMS_NORM_EPS = 1e-5
 ROPE_THETA = 50000.0
 # Kimi K2.6's YaRN rope scaling, unchanged (it sets the MLA softmax scale too: mscale_all_dim).
-ROPE_SCALING = {"type": "yarn", "factor": 64.0, "original_max_position_embeddings": 4096, "beta_fast": 32.0,
-                "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}
+ROPE_SCALING = {
+    "type": "yarn",
+    "factor": 64.0,
+    "original_max_position_embeddings": 4096,
+    "beta_fast": 32.0,
+    "beta_slow": 1.0,
+    "mscale": 1.0,
+    "mscale_all_dim": 1.0,
+}
 MAX_POSITION_EMBEDDINGS = 262144
 TORCH_DTYPE = "bfloat16"  # stored like Kimi's non-expert weights; the demo serves it in float32
 

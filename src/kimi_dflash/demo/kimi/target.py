@@ -36,6 +36,7 @@ def noise(name: str, rows: int, cols: int, std: float) -> np.ndarray:
 
 # ---------------------------------------------------------------- configs
 
+
 def text_config() -> dict[str, object]:
     """Kimi K2.6's text_config with the sizes shrunk (see layout.py for the real values)."""
     return {
@@ -95,15 +96,28 @@ def vision_config() -> dict[str, object]:
     v = VISION
     return {
         "patch_size": v["patch"],
-        "init_pos_emb_height": v["pos_emb"], "init_pos_emb_width": v["pos_emb"], "init_pos_emb_time": 4,
+        "init_pos_emb_height": v["pos_emb"],
+        "init_pos_emb_width": v["pos_emb"],
+        "init_pos_emb_time": 4,
         "pos_emb_type": "divided_fixed",
-        "vt_num_attention_heads": v["heads"], "vt_num_hidden_layers": v["layers"], "vt_hidden_size": v["hidden"],
+        "vt_num_attention_heads": v["heads"],
+        "vt_num_hidden_layers": v["layers"],
+        "vt_hidden_size": v["hidden"],
         "vt_intermediate_size": v["intermediate"],
-        "merge_kernel_size": [v["merge"], v["merge"]], "merge_type": "sd2_tpool", "video_attn_type": "spatial_temporal",
-        "mm_projector_type": "patchmerger", "mm_hidden_size": v["hidden"], "projector_hidden_act": "gelu",
-        "projector_ln_eps": 1e-5, "text_hidden_size": layout.HIDDEN_SIZE,
-        "pos_emb_height": v["pos_emb"], "pos_emb_width": v["pos_emb"], "pos_emb_time": 4,
-        "num_attention_heads": v["heads"], "num_hidden_layers": v["layers"], "hidden_size": v["hidden"],
+        "merge_kernel_size": [v["merge"], v["merge"]],
+        "merge_type": "sd2_tpool",
+        "video_attn_type": "spatial_temporal",
+        "mm_projector_type": "patchmerger",
+        "mm_hidden_size": v["hidden"],
+        "projector_hidden_act": "gelu",
+        "projector_ln_eps": 1e-5,
+        "text_hidden_size": layout.HIDDEN_SIZE,
+        "pos_emb_height": v["pos_emb"],
+        "pos_emb_width": v["pos_emb"],
+        "pos_emb_time": 4,
+        "num_attention_heads": v["heads"],
+        "num_hidden_layers": v["layers"],
+        "hidden_size": v["hidden"],
         "intermediate_size": v["intermediate"],
     }
 
@@ -121,11 +135,20 @@ def vision_weights() -> dict[str, np.ndarray]:
     }
     for block in range(v["layers"]):
         b = f"vision_tower.encoder.blocks.{block}"
-        shapes.update({f"{b}.wqkv.weight": (3 * hidden, hidden), f"{b}.wo.weight": (hidden, hidden),
-                       f"{b}.mlp.fc0.weight": (inter, hidden), f"{b}.mlp.fc1.weight": (hidden, inter)})
+        shapes.update(
+            {
+                f"{b}.wqkv.weight": (3 * hidden, hidden),
+                f"{b}.wo.weight": (hidden, hidden),
+                f"{b}.mlp.fc0.weight": (inter, hidden),
+                f"{b}.mlp.fc1.weight": (hidden, inter),
+            }
+        )
     weights = {name: rng_for(name).normal(0.0, 0.02, size=shape) for name, shape in shapes.items()}
-    biases = {"vision_tower.patch_embed.proj": hidden, "mm_projector.proj.0": merged,
-              "mm_projector.proj.2": layout.HIDDEN_SIZE}
+    biases = {
+        "vision_tower.patch_embed.proj": hidden,
+        "mm_projector.proj.0": merged,
+        "mm_projector.proj.2": layout.HIDDEN_SIZE,
+    }
     norms = {"vision_tower.encoder.final_layernorm": hidden, "mm_projector.pre_norm": hidden}
     for block in range(v["layers"]):
         b = f"vision_tower.encoder.blocks.{block}"
@@ -174,16 +197,26 @@ def preprocessor_config() -> dict[str, object]:
     """Kimi K2.6's media preprocessing settings; vLLM's Kimi processor reads media_proc_cfg even for text."""
     return {
         "media_proc_cfg": {
-            "in_patch_limit": 16384, "patch_size": 14, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
-            "merge_kernel_size": 2, "fixed_output_tokens": None, "patch_limit_on_one_side": 512,
-            "in_patch_limit_each_frame": 4096, "in_patch_limit_video": None, "sample_fps": 2.0,
-            "max_num_frames_each_video": None, "temporal_merge_kernel_size": 4, "timestamp_mode": "hh:mm:ss.fff",
+            "in_patch_limit": 16384,
+            "patch_size": 14,
+            "image_mean": [0.5, 0.5, 0.5],
+            "image_std": [0.5, 0.5, 0.5],
+            "merge_kernel_size": 2,
+            "fixed_output_tokens": None,
+            "patch_limit_on_one_side": 512,
+            "in_patch_limit_each_frame": 4096,
+            "in_patch_limit_video": None,
+            "sample_fps": 2.0,
+            "max_num_frames_each_video": None,
+            "temporal_merge_kernel_size": 4,
+            "timestamp_mode": "hh:mm:ss.fff",
             "config_type": "image",
         },
     }
 
 
 # ---------------------------------------------------------------- weights
+
 
 def embeddings(walk: Walk) -> np.ndarray:
     """Ordinary tokens: content marker + phase code in E. Every other id: the special marker. Every row also
@@ -208,7 +241,8 @@ def lm_head(walk: Walk) -> np.ndarray:
     head = np.zeros((walk.vocab_size, layout.HIDDEN_SIZE))
     previous = (np.arange(walk.length) - 1) % walk.length
     head[list(walk.cycle), layout.G] = layout.LM_HEAD_SCALE * geometry.phase_codes(
-        previous, walk.frequencies, walk.length)
+        previous, walk.frequencies, walk.length
+    )
     head[:, layout.N] = noise("lm_head", walk.vocab_size, N_DIMS, layout.NOISE_OUTPUT_STD)
     return head
 
@@ -227,17 +261,19 @@ def attention_weights(index: int) -> dict[str, np.ndarray]:
 
     q_b = np.zeros((QK_HEAD_DIM, layout.Q_LORA_RANK))
     q_b[: layout.QK_NOPE_HEAD_DIM, LATENT_CODE] = layout.COPY_QUERY_GAIN * eye
-    q_b[layout.QK_NOPE_HEAD_DIM:, code:] = noise(f"{p}.q_b_proj", layout.QK_ROPE_HEAD_DIM,
-                                                 layout.Q_LORA_RANK - code, layout.ROPE_NOISE_STD)
+    q_b[layout.QK_NOPE_HEAD_DIM :, code:] = noise(
+        f"{p}.q_b_proj", layout.QK_ROPE_HEAD_DIM, layout.Q_LORA_RANK - code, layout.ROPE_NOISE_STD
+    )
 
     kv_a = np.zeros((layout.KV_LORA_RANK + layout.QK_ROPE_HEAD_DIM, hidden))
     kv_a[LATENT_CODE, layout.E] = layout.KV_LATENT_CODE_GAIN * eye
-    kv_a[code:, NON_CODE] = noise(f"{p}.kv_a_proj_with_mqa", layout.KV_LORA_RANK + layout.QK_ROPE_HEAD_DIM - code,
-                                  len(NON_CODE), layout.NOISE_STD)
+    kv_a[code:, NON_CODE] = noise(
+        f"{p}.kv_a_proj_with_mqa", layout.KV_LORA_RANK + layout.QK_ROPE_HEAD_DIM - code, len(NON_CODE), layout.NOISE_STD
+    )
 
     kv_b = np.zeros((layout.QK_NOPE_HEAD_DIM + layout.V_HEAD_DIM, layout.KV_LORA_RANK))
     kv_b[: layout.QK_NOPE_HEAD_DIM, LATENT_CODE] = layout.COPY_KEY_GAIN * eye
-    kv_b[layout.QK_NOPE_HEAD_DIM:, LATENT_CODE] = layout.COPY_VALUE_GAIN * eye
+    kv_b[layout.QK_NOPE_HEAD_DIM :, LATENT_CODE] = layout.COPY_VALUE_GAIN * eye
 
     o = np.zeros((hidden, layout.V_HEAD_DIM))
     o[layout.F] = layout.COPY_OUTPUT_GAIN * eye
@@ -287,8 +323,9 @@ def moe_weights(index: int) -> dict[str, np.ndarray]:
     router[:, layout.N] = noise(f"{p}.gate.n", layout.N_ROUTED_EXPERTS, N_DIMS, layout.NOISE_STD)
     weights = {
         f"{p}.gate.weight": router,
-        f"{p}.gate.e_score_correction_bias": noise(f"{p}.gate.e_score_correction_bias", 1,
-                                                   layout.N_ROUTED_EXPERTS, layout.ROUTER_BIAS_STD)[0],
+        f"{p}.gate.e_score_correction_bias": noise(
+            f"{p}.gate.e_score_correction_bias", 1, layout.N_ROUTED_EXPERTS, layout.ROUTER_BIAS_STD
+        )[0],
     }
     for expert in range(layout.N_ROUTED_EXPERTS):
         gain = layout.EXPERT_GAINS[expert % len(layout.EXPERT_GAINS)]

@@ -43,8 +43,10 @@ CHAT_TEMPLATE = (
 def special_block() -> list[str]:
     """The 256 special tokens in id order: Kimi's named ones at their offsets, reserved names elsewhere."""
     by_offset = {offset: token for token, offset in layout.SPECIAL_OFFSETS.items()}
-    return [by_offset.get(offset, f"<|reserved_token_{layout.SPECIAL_BASE + offset}|>")
-            for offset in range(layout.SPECIAL_BLOCK)]
+    return [
+        by_offset.get(offset, f"<|reserved_token_{layout.SPECIAL_BASE + offset}|>")
+        for offset in range(layout.SPECIAL_BLOCK)
+    ]
 
 
 def special_id(token: str) -> int:
@@ -99,9 +101,11 @@ def tokenizer_files(tokenizer: Tokenizer) -> dict[str, bytes]:
         "eos_token": layout.EOS_TOKEN,
         "pad_token": layout.PAD_TOKEN,
         "unk_token": layout.MASK_TOKEN,
-        "additional_special_tokens": [t for t in layout.SPECIAL_OFFSETS
-                                      if t not in (layout.BOS_TOKEN, layout.EOS_TOKEN, layout.PAD_TOKEN,
-                                                   layout.MASK_TOKEN)],
+        "additional_special_tokens": [
+            t
+            for t in layout.SPECIAL_OFFSETS
+            if t not in (layout.BOS_TOKEN, layout.EOS_TOKEN, layout.PAD_TOKEN, layout.MASK_TOKEN)
+        ],
     }
     return {
         "tokenizer.json": tokenizer.to_str(pretty=True).encode("utf-8") + b"\n",
