@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""What the FP8 KV-scale hook costs per decode step on real vLLM CPU servers: see kimi_dflash.instruments.kv_hook_cost."""
+"""What the FP8 KV-scale hook costs per decode step on real vLLM CPU servers.
+
+See kimi_dflash.instruments.kv_hook_cost."""
 
 import sys
 from pathlib import Path

@@ -1,4 +1,5 @@
-"""Shared fixtures: real vLLM CPU servers started through serve.sh, each config (with its overrides) once per session."""
+"""Shared fixtures: real vLLM CPU servers started through serve.sh, each config (with its overrides) once per
+session."""
 
 from __future__ import annotations
 

@@ -54,7 +54,10 @@ def test_decoder_handles_split_events_and_several_per_read() -> None:
 
 
 def test_decoder_comments_fields_crlf_and_multiline_data() -> None:
-    raw = b': ping\r\n\r\nevent: message\r\nid: 7\r\ndata: {"a":\r\ndata: 1}\r\n\r\nretry: 10\r\n\r\n:only a comment\n\ndata:[DONE]\n\n'
+    raw = (
+        b': ping\r\n\r\nevent: message\r\nid: 7\r\ndata: {"a":\r\ndata: 1}\r\n\r\nretry: 10\r\n\r\n'
+        b":only a comment\n\ndata:[DONE]\n\n"
+    )
     decoder = SSEDecoder()
     # split between CR and LF to exercise the held-back CR
     cut = raw.index(b"\r\n") + 1

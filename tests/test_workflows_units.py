@@ -29,23 +29,32 @@ EXAMPLE = json.loads((ROOT / "docs" / "benchmark-result.example.json").read_text
 def test_grid_is_the_product_in_the_given_order() -> None:
     grid = points([parse_axis("NUM_SPECULATIVE_TOKENS=0,2"), parse_axis("MAX_NUM_SEQS=8,16")])
     assert [p.label for p in grid] == [
-        "NUM_SPECULATIVE_TOKENS=0 MAX_NUM_SEQS=8", "NUM_SPECULATIVE_TOKENS=0 MAX_NUM_SEQS=16",
-        "NUM_SPECULATIVE_TOKENS=2 MAX_NUM_SEQS=8", "NUM_SPECULATIVE_TOKENS=2 MAX_NUM_SEQS=16",
-    ]  # fmt: skip
+        "NUM_SPECULATIVE_TOKENS=0 MAX_NUM_SEQS=8",
+        "NUM_SPECULATIVE_TOKENS=0 MAX_NUM_SEQS=16",
+        "NUM_SPECULATIVE_TOKENS=2 MAX_NUM_SEQS=8",
+        "NUM_SPECULATIVE_TOKENS=2 MAX_NUM_SEQS=16",
+    ]
     assert grid[1].name == "NUM_SPECULATIVE_TOKENS-0__MAX_NUM_SEQS-16"
 
 
 def test_zero_speculative_tokens_is_the_autoregressive_baseline() -> None:
     assert Point((("NUM_SPECULATIVE_TOKENS", "0"),)).server_env() == {"SPECULATIVE_METHOD": "none"}
     assert Point((("NUM_SPECULATIVE_TOKENS", "3"),)).server_env() == {
-        "NUM_SPECULATIVE_TOKENS": "3", "SPECULATIVE_METHOD": "dflash"}  # fmt: skip
+        "NUM_SPECULATIVE_TOKENS": "3",
+        "SPECULATIVE_METHOD": "dflash",
+    }
 
 
 @pytest.mark.parametrize(
     ("text", "message"),
-    [("NOPE=1", "not a config key"), ("PORT=1,2", "picks ports"), ("MAX_NUM_SEQS", "KEY=v1,v2"),
-     ("NUM_SPECULATIVE_TOKENS=two", "count >= 0"), ("MAX_NUM_SEQS=", "no values")],
-)  # fmt: skip
+    [
+        ("NOPE=1", "not a config key"),
+        ("PORT=1,2", "picks ports"),
+        ("MAX_NUM_SEQS", "KEY=v1,v2"),
+        ("NUM_SPECULATIVE_TOKENS=two", "count >= 0"),
+        ("MAX_NUM_SEQS=", "no values"),
+    ],
+)
 def test_bad_grid_options_name_the_fix(text: str, message: str) -> None:
     with pytest.raises(UserError, match=message):
         parse_axis(text)
@@ -84,8 +93,12 @@ def test_a_rerun_with_other_settings_is_refused(tmp_path: Path) -> None:
 
 
 def test_table_compares_at_matched_concurrency_and_marks_the_pareto_front() -> None:
-    runs = [("k0", parse_result(_result(0, 2, 100.0, 60.0))), ("k2", parse_result(_result(2, 2, 150.0, 80.0))),
-            ("k4", parse_result(_result(4, 2, 120.0, 90.0))), ("k4b", parse_result(_result(4, 4, 110.0, 40.0)))]  # fmt: skip
+    runs = [
+        ("k0", parse_result(_result(0, 2, 100.0, 60.0))),
+        ("k2", parse_result(_result(2, 2, 150.0, 80.0))),
+        ("k4", parse_result(_result(4, 2, 120.0, 90.0))),
+        ("k4b", parse_result(_result(4, 4, 110.0, 40.0))),
+    ]
     found = aggregate.cells(runs)
     assert {(c.point, c.sessions) for c in aggregate.pareto_front(found)} == {("k2", 2), ("k4", 2)}
     table = aggregate.render_table(found, [state.Failure("k8", "server", "did not start", [])])
@@ -101,9 +114,19 @@ def _measured(k: int, sessions: int, p: tuple[float, ...], a: float, b: float) -
     t = tau(p, k)
     tpot = (a + b * k) / t
     tokens, ttft = 100.0, 0.05
-    return Measured(source="x", k=k, sessions=sessions, output_tok_s=sessions * tokens / (ttft + 99 * tpot),
-                    tpot_s=tpot, per_user_tok_s=1 / tpot, ttft_s=ttft, tokens_per_request=tokens, tau=t,
-                    per_position=p[:k], drafts=1000)  # fmt: skip
+    return Measured(
+        source="x",
+        k=k,
+        sessions=sessions,
+        output_tok_s=sessions * tokens / (ttft + 99 * tpot),
+        tpot_s=tpot,
+        per_user_tok_s=1 / tpot,
+        ttft_s=ttft,
+        tokens_per_request=tokens,
+        tau=t,
+        per_position=p[:k],
+        drafts=1000,
+    )
 
 
 def test_advisor_recovers_a_held_out_k_when_the_model_holds() -> None:
@@ -142,27 +165,55 @@ def test_any_divergence_fails_a_lossless_candidate() -> None:
     status, reasons = verdict(differs, None, allow_divergence=False, max_math_drop=0, same_server=False)
     assert status == "FAIL" and "1/2 outputs differ" in reasons[0]
     assert verdict(differs, None, allow_divergence=True, max_math_drop=0, same_server=False)[0] == "WARN"
-    assert verdict(differs, _math([1, 1], [1, 2]), allow_divergence=True, max_math_drop=10,
-                   same_server=False)[0] == "FAIL"  # fmt: skip
+    assert (
+        verdict(differs, _math([1, 1], [1, 2]), allow_divergence=True, max_math_drop=10, same_server=False)[0] == "FAIL"
+    )
     assert verdict(same, None, allow_divergence=False, max_math_drop=0, same_server=True)[0] == "WARN"
 
 
 def test_validate_reports_an_unreachable_server_as_exit_3() -> None:
-    result = subprocess.run([sys.executable, str(ROOT / "payload" / "validate.py"), "--reference",
-                             "http://127.0.0.1:9", "--candidate", "http://127.0.0.1:9"],
-                            capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "payload" / "validate.py"),
+            "--reference",
+            "http://127.0.0.1:9",
+            "--candidate",
+            "http://127.0.0.1:9",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 3 and "cannot reach" in result.stderr and "Traceback" not in result.stderr
 
 
 # -- sweep command line (no server) ---------------------------------------------------------------------------
 def _launcher(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(ROOT / "launchers" / "kimi26-vllm-dflash-sweep.sh"), *args], capture_output=True,
-                          text=True, timeout=120, check=False, env={**os.environ, "KIMI_PYTHON": sys.executable})  # fmt: skip
+    return subprocess.run(
+        [str(ROOT / "launchers" / "kimi26-vllm-dflash-sweep.sh"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "KIMI_PYTHON": sys.executable},
+    )
 
 
 def test_dry_run_prints_the_points_and_starts_nothing(tmp_path: Path) -> None:
-    result = _launcher(str(ROOT / "configs" / "demo-cpu.env"), "--grid", "NUM_SPECULATIVE_TOKENS=0,2,4",
-                       "--sessions", "2,4", "--out", str(tmp_path / "out"), "--dry-run", "--max-tokens", "32")  # fmt: skip
+    result = _launcher(
+        str(ROOT / "configs" / "demo-cpu.env"),
+        "--grid",
+        "NUM_SPECULATIVE_TOKENS=0,2,4",
+        "--sessions",
+        "2,4",
+        "--out",
+        str(tmp_path / "out"),
+        "--dry-run",
+        "--max-tokens",
+        "32",
+    )
     assert result.returncode == 0, result.stderr
     assert "3 server points x sessions 2,4" in result.stdout
     assert "SPECULATIVE_METHOD=none" in result.stdout and result.stdout.count("to run") == 3
@@ -171,10 +222,12 @@ def test_dry_run_prints_the_points_and_starts_nothing(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("args", "message"),
-    [(["--grid", "NUM_SPECULATIVE_TOKENS=1", "--base-url", "http://x"], "set by the sweep"),
-     (["--grid", "NUM_SPECULATIVE_TOKENS=1", "--max-tokens", "zero"], "benchmark options"),
-     (["--grid", "NUM_SPECULATIVE_TOKENS=1", "--grid", "NUM_SPECULATIVE_TOKENS=2"], "given twice")],
-)  # fmt: skip
+    [
+        (["--grid", "NUM_SPECULATIVE_TOKENS=1", "--base-url", "http://x"], "set by the sweep"),
+        (["--grid", "NUM_SPECULATIVE_TOKENS=1", "--max-tokens", "zero"], "benchmark options"),
+        (["--grid", "NUM_SPECULATIVE_TOKENS=1", "--grid", "NUM_SPECULATIVE_TOKENS=2"], "given twice"),
+    ],
+)
 def test_bad_sweep_arguments_exit_2_with_the_reason(tmp_path: Path, args: list[str], message: str) -> None:
     result = _launcher(str(ROOT / "configs" / "demo-cpu.env"), "--sessions", "2", "--out", str(tmp_path), *args)
     assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
@@ -187,13 +240,30 @@ def test_a_point_whose_server_fails_is_recorded_with_its_log_tail_and_the_sweep_
         'if [[ " $* " == *" --wait "* ]]; then\n'
         '  args=("$@"); log="${args[-1]}"; echo "fatal: out of memory (port $PORT)" > "$log"\n'
         '  echo "serve: vLLM exited with status 1" >&2; exit 1\nfi\nexit 0\n'
-    )  # fmt: skip
+    )
     fake.chmod(0o755)
     out = tmp_path / "out"
-    result = subprocess.run([sys.executable, "-m", "kimi_dflash.sweep", "--serve-sh", str(fake),
-                             str(ROOT / "configs" / "demo-cpu.env"), "--grid", "NUM_SPECULATIVE_TOKENS=1,2",
-                             "--sessions", "2", "--out", str(out), "--no-plots"],
-                            capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kimi_dflash.sweep",
+            "--serve-sh",
+            str(fake),
+            str(ROOT / "configs" / "demo-cpu.env"),
+            "--grid",
+            "NUM_SPECULATIVE_TOKENS=1,2",
+            "--sessions",
+            "2",
+            "--out",
+            str(out),
+            "--no-plots",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 1, result.stderr
     failures = state.read_failures(out)
     assert [f.point for f in failures] == ["NUM_SPECULATIVE_TOKENS-1", "NUM_SPECULATIVE_TOKENS-2"]  # both tried

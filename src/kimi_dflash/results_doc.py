@@ -68,7 +68,8 @@ def _workload(results: Sequence[BenchmarkResult]) -> str:
     config = sorted({Path(r.server_config.config).name for r in results if r.server_config})
     return (
         f"Config `{', '.join(config)}` on vLLM {', '.join(vllm) or '?'}; each point: {first.turns_per_session} turns "
-        f"x {first.max_tokens} tokens per session{' (ignore_eos)' if first.ignore_eos else ''}, T={first.temperature:g}, "
+        f"x {first.max_tokens} tokens per session{' (ignore_eos)' if first.ignore_eos else ''}, "
+        f"T={first.temperature:g}, "
         f"{first.repeats or 1} measured repeat(s) per level, warmup {first.warmup} requests, seed {first.seed}; "
         f"measured {results[0].run.started_at[:10]} on a 2-core machine shared with other jobs."
     )

@@ -56,8 +56,10 @@ def _pct(value: float | None) -> str:
 def render(p: Sequence[float], predictions: Sequence[Prediction], fit_k: set[int] | None) -> list[str]:
     acceptance = " / ".join(f"{v * 100:.0f}" for v in p)
     lines = [f"acceptance per position (%, largest-k run): {acceptance}", ""]
-    lines.append("| sessions | k | τ | step ms | per-user tok/s | measured | error | aggregate tok/s | measured | error "
-                 "| basis |")  # fmt: skip
+    lines.append(
+        "| sessions | k | τ | step ms | per-user tok/s | measured | error "
+        "| aggregate tok/s | measured | error | basis |"
+    )
     lines.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for pred in predictions:
         m = pred.measured if pred.k != 0 else None  # k = 0 is the measurement itself: no error to show

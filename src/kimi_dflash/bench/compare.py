@@ -234,7 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="compare_results.py",
         description="Compare benchmark result files at matched concurrency: markdown table (speedup per level) "
         "and PNG plots. The first file is the baseline.",
-        epilog="example: compare_results.py results/baseline.json results/dflash.json --markdown report.md --plots plots/",
+        epilog=(
+            "example: compare_results.py results/baseline.json results/dflash.json --markdown report.md --plots plots/"
+        ),
     )
     parser.add_argument("results", nargs="+", type=Path, help="result JSON files; the first is the baseline")
     parser.add_argument("--markdown", type=Path, default=None, help="write the markdown report here (default: stdout)")

@@ -247,7 +247,9 @@ class ServerInfo:
     cache_config: dict[str, str] | None = field(default=None, metadata=meta("labels of vllm:cache_config_info"))
     spec_decode_counters: bool | None = field(default=None, metadata=meta("the server exports spec-decode counters"))
     metrics_error: str | None = field(default=None, metadata=meta("why /metrics could not be read", omit_if_none=True))
-    notes: list[str] | None = field(default=None, metadata=meta("warnings about the server (e.g. prefix caching on)", omit_if_none=True))  # fmt: skip
+    notes: list[str] | None = field(
+        default=None, metadata=meta("warnings about the server (e.g. prefix caching on)", omit_if_none=True)
+    )
 
 
 @dataclass(kw_only=True)

@@ -366,9 +366,8 @@ KEYS: tuple[Key, ...] = (
         "int",
         DEFAULT_KV_SCALE_WARMUP_STEPS,
         "fp8",
-        "KV writes per layer during which a "
-        "dynamic scale follows the running amax; then it is frozen and the hook stops costing anything (0 = never frozen: refused on GPUs, "
-        "see docs/fp8-kv.md for the trade).",
+        "KV writes per layer during which a dynamic scale follows the running amax; then it is frozen and the "
+        "hook stops costing anything (0 = never frozen: refused on GPUs, see docs/fp8-kv.md for the trade).",
         minimum=0,
         maximum=1000000,
     ),

@@ -497,17 +497,16 @@ def check_paths(config: Config) -> list[Problem]:
             problems.append(
                 _problem(s, v, key, "directory does not exist", f"download it: hf download {repo} --local-dir {path}")
             )
-    if v.kv_scale_mode == "calibrated" and v.kv_scales_file is not None:
-        if not v.kv_scales_file.is_file():
-            problems.append(
-                _problem(
-                    s,
-                    v,
-                    "KV_SCALES_FILE",
-                    "file does not exist",
-                    "run payload/calibrate_kv_scales.py to produce it, or fix the path",
-                )
+    if v.kv_scale_mode == "calibrated" and v.kv_scales_file is not None and not v.kv_scales_file.is_file():
+        problems.append(
+            _problem(
+                s,
+                v,
+                "KV_SCALES_FILE",
+                "file does not exist",
+                "run payload/calibrate_kv_scales.py to produce it, or fix the path",
             )
+        )
     if config.speculative and v.draft_model_dir is not None:
         block = drafter_block_size(v.draft_model_dir)
         tokens = v.num_speculative_tokens

@@ -233,7 +233,8 @@ def _one_try(url: str, tool: str, level: int, setup: Setup, workdir: Path, worke
     stats = _get(f"{url}/stats")
     off = distortion(measured["tpot_ms"], measured["tok_s"], true) if not measured["failed"] else float("inf")
     return {
-        "tool": tool, "streams": level, **measured, "true_tpot_ms": true.get("tpot_ms"), "true_tok_s": true.get("tok_s"),
+        "tool": tool, "streams": level, **measured,
+        "true_tpot_ms": true.get("tpot_ms"), "true_tok_s": true.get("tok_s"),
         "distortion": off, "server_lag_mean_ms": stats["lag_mean_ms"], "server_lag_max_ms": stats["lag_max_ms"],
         # CPU the client spent per chunk (1 token each): what bounds its capacity on a dedicated core, and
         # unlike distortion barely moved by other load on the box
@@ -257,7 +258,8 @@ def _row_text(row: dict[str, Any]) -> str:
         return format(value, spec) if isinstance(value, (int, float)) else "-"
 
     return (
-        f"{row['tool']:>5} {row['streams']:>6} streams  tok/s {f(row['tok_s'], '9.1f')} (true {f(row['true_tok_s'], '9.1f')})"
+        f"{row['tool']:>5} {row['streams']:>6} streams"
+        f"  tok/s {f(row['tok_s'], '9.1f')} (true {f(row['true_tok_s'], '9.1f')})"
         f"  TPOT {f(row['tpot_ms'], '7.3f')} ms (true {f(row['true_tpot_ms'], '7.3f')})"
         f"  distortion {f(row['distortion'] * 100, '6.2f')} %  TTFT {f(row['ttft_ms'], '7.1f')} ms"
         f"  client CPU {f((row['cpu_util'] or 0) * 100, '3.0f')} % ({f(row['cpu_us_per_chunk'], '.1f')} us/chunk)"

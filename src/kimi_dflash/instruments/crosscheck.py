@@ -4,9 +4,9 @@ Same load means N requests in flight (closed loop), the very same prompts (each 
 file in both tools' formats; ours walks it with --prompt-order sequential, theirs with --disable-shuffle),
 the same output length (ignore_eos), temperature 0, the chat endpoint. Our side runs with
 --independent-turns (no history), the load shape of ``vllm bench serve --max-concurrency N``. (The prompts
-matter: with speculative decoding the acceptance, and so the speed, depends on the text.) ``vllm bench serve`` runs in this process through the
-function its CLI calls (``vllm.benchmarks.serve.main``), so vLLM is imported once; ours runs as a
-subprocess, exactly as a user runs it (its event-loop tuning never touches vLLM's runs).
+matter: with speculative decoding the acceptance, and so the speed, depends on the text.) ``vllm bench serve``
+runs in this process through the function its CLI calls (``vllm.benchmarks.serve.main``), so vLLM is imported
+once; ours runs as a subprocess, exactly as a user runs it (its event-loop tuning never touches vLLM's runs).
 
 Two modes:
 

@@ -184,7 +184,7 @@ def measure_servers(
                 say=say,
             )
         results = {mode: ModeResult(mode, [], []) for mode in modes}
-        for mode, server in servers.items():  # warm-up: one request each, not measured
+        for server in servers.values():  # warm-up: one request each, not measured
             timed_completion(server.port, server.model, long, server.process.pid)
         for index in range(requests):
             for mode, server in servers.items():
@@ -239,7 +239,8 @@ fp8 = FORMATS["e4m3fn"]
 bare = per_call(None)
 print(json.dumps({
     "dynamic, following the amax": per_call(LayerHook("l", "fp8", fp8, dynamic=True, warmup_writes=0)) - bare,
-    "dynamic, after a warm-up of 10 writes": per_call(LayerHook("l", "fp8", fp8, dynamic=True, warmup_writes=10)) - bare,
+    "dynamic, after a warm-up of 10 writes":
+        per_call(LayerHook("l", "fp8", fp8, dynamic=True, warmup_writes=10)) - bare,
     "observe (BF16 cache)": per_call(LayerHook("l", "auto", None, **observing)) - bare,
 }))
 """

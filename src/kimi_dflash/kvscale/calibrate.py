@@ -328,7 +328,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.limit:
         prompts = prompts[: args.limit]
 
-    close: Callable[[], None] = lambda: None
+    def close() -> None:  # replaced by the in-process engine's shutdown when there is one
+        return None
+
     temp_dir = None
     try:
         if args.server:

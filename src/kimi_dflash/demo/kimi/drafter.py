@@ -3,8 +3,8 @@ layout, in the geometry that lets vLLM-CPU serve it next to MLA (see docs/demo-m
 
 Production's drafter (z-lab/Kimi-K2.5-DFlash; its config is src/kimi_dflash/data/checkpoints/kimi-k2.5-dflash.json)
 has 6 layers with 8 KV heads of 128. This one has 1 KV head of 96, sliding-window layers wider than any context,
-and 15 query heads (one per draft slot); everything else (DFlashDraftModel, qwen3 layers, shared embeddings and lm_head, mask token id at
-the [UNK] slot, target_layer_ids) follows production.
+and 15 query heads (one per draft slot); everything else (DFlashDraftModel, qwen3 layers, shared embeddings and
+lm_head, mask token id at the [UNK] slot, target_layer_ids) follows production.
 """
 
 from __future__ import annotations
