@@ -10,7 +10,7 @@ from kimi_dflash.bench.compare import Figure, Run, e2el_p95, output_tok_s, per_u
 from kimi_dflash.bench.errors import UserError
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
     try:
         import matplotlib
 
@@ -31,7 +31,7 @@ def _series(run: Run, figure: Figure) -> tuple[list[int], list[float]]:
     return xs, ys
 
 
-def _save(fig: Any, path: Path) -> Path:
+def save_figure(fig: Any, path: Path) -> Path:
     with replacing(path, suffix=".png") as temporary:
         fig.savefig(temporary, dpi=120, bbox_inches="tight")
     return path
@@ -39,7 +39,7 @@ def _save(fig: Any, path: Path) -> Path:
 
 def write_plots(runs: list[Run], out_dir: Path) -> list[Path]:
     """throughput.png, per_user.png, latency_p95.png and (if any run speculates) acceptance.png."""
-    plt = _pyplot()
+    plt = pyplot()
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
 
@@ -53,7 +53,7 @@ def write_plots(runs: list[Run], out_dir: Path) -> list[Path]:
         ax.set_ylabel(ylabel)
         ax.grid(True, alpha=0.3)
         ax.legend()
-        written.append(_save(fig, out_dir / filename))
+        written.append(save_figure(fig, out_dir / filename))
         plt.close(fig)
 
     line_plot("throughput.png", "Aggregate output throughput", "output tokens / s", output_tok_s)
@@ -68,7 +68,7 @@ def write_plots(runs: list[Run], out_dir: Path) -> list[Path]:
     for ax in (ax_ttft, ax_e2el):
         ax.grid(True, alpha=0.3)
         ax.legend()
-    written.append(_save(fig, out_dir / "latency_p95.png"))
+    written.append(save_figure(fig, out_dir / "latency_p95.png"))
     plt.close(fig)
 
     spec_levels = [
@@ -88,6 +88,6 @@ def write_plots(runs: list[Run], out_dir: Path) -> list[Path]:
         ax.set_ylim(0, 1)
         ax.grid(True, alpha=0.3)
         ax.legend()
-        written.append(_save(fig, out_dir / "acceptance.png"))
+        written.append(save_figure(fig, out_dir / "acceptance.png"))
         plt.close(fig)
     return written

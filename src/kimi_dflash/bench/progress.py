@@ -33,6 +33,16 @@ def progress_line(label: str, records: Sequence[RequestRecord], total: int, elap
     return line
 
 
+def format_duration(seconds: float) -> str:
+    """Whole seconds for long waits (ETAs, elapsed wall time): 45s, 3m05s, 1h02m."""
+    whole = max(0, round(seconds))
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
 def _seconds(value: float) -> str:
     return f"{value:.1f} s" if value < 10 else f"{value:.0f} s"
 

@@ -54,16 +54,13 @@ def server_problem(base_url: str, model: str | None, api_key: str | None = None)
 
 
 def gpu_count() -> int:
-    """GPUs visible on this machine, from the kernel drivers (no torch): AMD (KFD topology) or NVIDIA."""
-    amd = 0
-    for properties in Path("/sys/class/kfd/kfd/topology/nodes").glob("*/properties"):
-        try:
-            fields = dict(line.split()[:2] for line in properties.read_text().splitlines() if line.strip())
-        except (OSError, ValueError):
-            continue
-        amd += int(fields.get("simd_count", "0")) > 0  # CPU nodes have no SIMDs
-    nvidia = len(list(Path("/proc/driver/nvidia/gpus").glob("*")))
-    return amd + nvidia
+    """GPUs this machine shows, found as serve.sh's preflight finds them (amd-smi / rocm-smi, nvidia-smi, with
+    *_VISIBLE_DEVICES honoured); no torch needed."""
+    from kimi_dflash.preflight.accelerators import detect
+    from kimi_dflash.preflight.host import HostProbe
+
+    probe = HostProbe()
+    return max(len(detect(device, probe, None).devices) for device in ("rocm", "cuda"))
 
 
 def gpu_problem(needed: int) -> str | None:

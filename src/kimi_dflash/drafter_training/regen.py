@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from kimi_dflash.bench.atomic_write import write_json_atomic, write_text_atomic
+from kimi_dflash.bench.progress import format_duration
 from kimi_dflash.drafter_training.prompts import Prompt
 
 PART_PATTERN = re.compile(r"^part-(\d{5})\.jsonl$")
@@ -146,13 +147,6 @@ def record_from_response(prompt: Prompt, response: Mapping[str, Any]) -> dict[st
     return record
 
 
-def format_eta(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
-
-
 class ChunkWriter:
     """Collects finished records and writes them atomically as numbered part files."""
 
@@ -245,7 +239,7 @@ async def regenerate(
         finished = summary.completed + summary.failed
         rate = finished / elapsed if elapsed > 0 else 0.0
         left = len(todo) - finished
-        eta = format_eta(left / rate) if rate > 0 else "?"
+        eta = format_duration(left / rate) if rate > 0 else "?"
         say(
             f"regen: {summary.done}/{summary.total} done, {summary.failed} failed, {summary.retried} retries, "
             f"{rate:.2f} prompts/s, {summary.output_tokens / max(elapsed, 1e-9):.0f} output tok/s"

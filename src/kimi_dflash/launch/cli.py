@@ -12,6 +12,7 @@ from kimi_dflash.config.problems import ConfigError, Problem
 from kimi_dflash.config.shipped import resolve_config_argument
 from kimi_dflash.config.validate import Config, check_paths, load_config
 from kimi_dflash.launch import hooks
+from kimi_dflash.launch.prepare import cpu_preload, resolve_demo_models
 from kimi_dflash.launch.server import (
     read_pid,
     run_foreground,
@@ -104,30 +105,6 @@ def say(message: str) -> None:
 def report_problems(problems: list[Problem] | tuple[Problem, ...]) -> None:
     for problem in problems:
         say(problem.render())
-
-
-def resolve_demo_models(config: Config, create: bool) -> Config:
-    """Point MODEL_DIR / DRAFT_MODEL_DIR at the fabricated demo models (building them when `create`)."""
-    if config.demo_models is None:
-        return config
-    from kimi_dflash import demo
-
-    if create:
-        models = demo.ensure_demo_models(choice=config.demo_models, progress=say)
-    else:
-        models = demo.demo_model_paths(choice=config.demo_models)
-    return config.with_values("fabricated demo", MODEL_DIR=models.target_dir, DRAFT_MODEL_DIR=models.drafter_dir)
-
-
-def cpu_preload(config: Config) -> tuple[str, ...]:
-    """What LD_PRELOAD should hold for vLLM's CPU build on this machine (and say what was found)."""
-    if config["DEVICE"] != "cpu" or not config["CPU_PRELOAD_LIBS"]:
-        return ()
-    from kimi_dflash.launch import cpu_libs
-
-    libraries = cpu_libs.cpu_preload_libraries()
-    say(cpu_libs.describe(libraries))
-    return cpu_libs.merged_ld_preload(libraries)
 
 
 def run_dir() -> Path:

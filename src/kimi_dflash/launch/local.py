@@ -18,7 +18,7 @@ from subprocess import Popen
 
 from kimi_dflash.config.problems import ConfigError
 from kimi_dflash.config.validate import check_paths, load_config
-from kimi_dflash.launch.cli import cpu_preload, resolve_demo_models
+from kimi_dflash.launch.prepare import cpu_preload, resolve_demo_models
 from kimi_dflash.launch.server import start_detached, stop_process_group, tail, wait_until_ready
 from kimi_dflash.paths import cache_root
 from kimi_dflash.plan import LaunchPlan, build_plan

@@ -96,7 +96,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from kimi_dflash.config.validate import ConfigError, load_config
-    from kimi_dflash.launch.cli import report_problems, resolve_demo_models
+    from kimi_dflash.launch.cli import report_problems
+    from kimi_dflash.launch.prepare import resolve_demo_models
 
     try:
         config = resolve_demo_models(load_config(args.config), create=True)
@@ -245,7 +246,7 @@ def _engine_args(config: Config, tp: int) -> dict[str, object]:
 
 
 def _save_in_child(config: Config, source: Path, staging: Path, tp: int, max_size: int) -> bool:
-    from kimi_dflash.launch.cli import cpu_preload
+    from kimi_dflash.launch.prepare import cpu_preload
     from kimi_dflash.paths import cache_root
     from kimi_dflash.plan import vllm_env
 

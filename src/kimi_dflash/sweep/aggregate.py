@@ -108,9 +108,9 @@ def render_table(found: Sequence[Cell], failures: Sequence[Failure] = ()) -> str
 
 def write_plots(found: Sequence[Cell], out: Path) -> list[Path]:
     """tok_s_vs_concurrency.png (one line per point) and pareto.png (aggregate vs per-user, front marked)."""
-    from kimi_dflash.bench.plots import _pyplot, _save
+    from kimi_dflash.bench.plots import pyplot, save_figure
 
-    plt = _pyplot()
+    plt = pyplot()
     written = []
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for point in sorted({c.point for c in found}):
@@ -119,7 +119,7 @@ def write_plots(found: Sequence[Cell], out: Path) -> list[Path]:
     ax.set(title="Aggregate output tok/s by concurrency", xlabel="concurrent sessions", ylabel="output tokens / s")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7)
-    written.append(_save(fig, out / "tok_s_vs_concurrency.png"))
+    written.append(save_figure(fig, out / "tok_s_vs_concurrency.png"))
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
@@ -135,6 +135,6 @@ def write_plots(found: Sequence[Cell], out: Path) -> list[Path]:
            ylabel="aggregate output tok/s")  # fmt: skip
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7)
-    written.append(_save(fig, out / "pareto.png"))
+    written.append(save_figure(fig, out / "pareto.png"))
     plt.close(fig)
     return written

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TextIO
 
 from kimi_dflash.bench.errors import UserError
+from kimi_dflash.bench.progress import format_duration
 from kimi_dflash.bench.report import write_atomic
 from kimi_dflash.bench.result import ServerConfig, load_result
 from kimi_dflash.sweep import state
@@ -55,11 +56,6 @@ def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
         return []
 
 
-def _duration(seconds: float) -> str:
-    whole = round(seconds)
-    return f"{whole // 60}m{whole % 60:02d}s" if whole >= 60 else f"{whole}s"
-
-
 class Progress:
     """Points done / total and an ETA from the mean wall time of the points run so far."""
 
@@ -72,10 +68,10 @@ class Progress:
         if not self.durations:
             return "ETA after the first point"
         remaining = self.todo - len(self.durations)
-        return f"ETA {_duration(remaining * sum(self.durations) / len(self.durations))}"
+        return f"ETA {format_duration(remaining * sum(self.durations) / len(self.durations))}"
 
     def say(self, index: int, point: Point, text: str) -> None:
-        elapsed = _duration(time.monotonic() - self.started)
+        elapsed = format_duration(time.monotonic() - self.started)
         print(f"sweep [{index}/{self.total}] {point.label}: {text} (elapsed {elapsed}, {self.eta()})",
               file=self.out, flush=True)  # fmt: skip
 
