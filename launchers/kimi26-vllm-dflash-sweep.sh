@@ -4,5 +4,5 @@
 #       [--dry-run] [benchmark options]
 set -euo pipefail
 
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-exec "$here/lib/python-module.sh" kimi_dflash.sweep --serve-sh "$here/../serve.sh" "$@"
+
+exec "$(dirname "${BASH_SOURCE[0]}")/lib/python-module.sh" kimi_dflash.sweep "$@"

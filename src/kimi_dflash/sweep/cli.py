@@ -13,7 +13,7 @@ from kimi_dflash.bench.errors import UserError
 from kimi_dflash.config.shipped import resolve_config_argument
 from kimi_dflash.sweep import aggregate, state
 from kimi_dflash.sweep.grid import parse_axis, points
-from kimi_dflash.sweep.runner import Interrupted, SweepPlan, describe, run_sweep
+from kimi_dflash.sweep.runner import SERVE_COMMAND, Interrupted, SweepPlan, describe, run_sweep
 
 # The sweep sets these for every point; the benchmark options that remain are passed through unchanged.
 OWNED_BENCH_OPTIONS = ("--base-url", "--sessions", "--output", "--label", "--metrics-url", "--model")
@@ -56,7 +56,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, required=True, help="directory for the results (resumable)")
     parser.add_argument("--dry-run", action="store_true", help="print the points and what is finished, run nothing")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots (no matplotlib needed)")
-    parser.add_argument("--serve-sh", type=Path, default=Path("serve.sh"), help=argparse.SUPPRESS)
+    # Tests substitute a stand-in for serve.sh; normally the sweep runs serve.sh's own entry point in this interpreter.
+    parser.add_argument("--serve-sh", type=Path, default=None, help=argparse.SUPPRESS)
     return parser
 
 
@@ -91,11 +92,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     try:
         if not args.config.is_file():
             raise UserError(f"{config_as_given}: no such config file (nor a shipped config of that name).")
-        if not args.serve_sh.is_file():
-            raise UserError(f"{args.serve_sh}: serve.sh not found (run the sweep through its launcher).")
+        if args.serve_sh is not None and not args.serve_sh.is_file():
+            raise UserError(f"{args.serve_sh}: no such file")
         plan = SweepPlan(
             config=args.config.resolve(),
-            serve_sh=args.serve_sh.resolve(),
+            serve_command=SERVE_COMMAND if args.serve_sh is None else (str(args.serve_sh.resolve()),),
             points=points([parse_axis(g) for g in args.grid]),
             sessions=args.sessions,
             bench_args=_bench_args(extra),

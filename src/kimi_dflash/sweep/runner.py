@@ -27,6 +27,10 @@ LOG_TAIL_LINES = 40
 STOP_TIMEOUT_S = 180
 
 
+# What serve.sh runs, in this interpreter: works from a checkout and from an installed wheel alike.
+SERVE_COMMAND = (sys.executable, "-m", "kimi_dflash.launch.cli")
+
+
 class Interrupted(Exception):
     """SIGTERM/SIGINT: stop the current point's server and leave the point unfinished."""
 
@@ -34,7 +38,7 @@ class Interrupted(Exception):
 @dataclass(frozen=True)
 class SweepPlan:
     config: Path
-    serve_sh: Path
+    serve_command: tuple[str, ...]  # serve.sh, or what it runs: SERVE_COMMAND
     points: list[Point]
     sessions: tuple[int, ...]
     bench_args: list[str]
@@ -88,7 +92,7 @@ class PointRunner:
         env.update(env_overrides)
         env["PORT"] = str(port)
         env.setdefault("KIMI_PYTHON", self.plan.python)
-        command = [str(self.plan.serve_sh), str(self.plan.config), *args]
+        command = [*self.plan.serve_command, str(self.plan.config), *args]
         return subprocess.run(command, env=env, capture_output=True, text=True, check=False, timeout=None)
 
     def stop_leftover(self) -> None:
