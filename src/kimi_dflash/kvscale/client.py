@@ -14,6 +14,8 @@ from typing import Any
 
 import aiohttp
 
+from kimi_dflash.bench.client import normalize_base_url
+
 API_KEY_ENV = "OPENAI_API_KEY"
 
 
@@ -28,12 +30,6 @@ class Completion:
     completion_tokens: int
     prompt_tokens: int
     finish_reason: str | None
-
-
-def normalize_base_url(url: str) -> str:
-    """Accept ``http://host:port``, with or without a trailing ``/`` or ``/v1``."""
-    url = url.strip().rstrip("/")
-    return url.removesuffix("/v1")
 
 
 def _headers(api_key: str | None) -> dict[str, str]:
