@@ -12,14 +12,12 @@ from kimi_dflash.config.problems import ConfigError, Problem
 from kimi_dflash.config.shipped import resolve_config_argument
 from kimi_dflash.config.validate import Config, check_paths, load_config
 from kimi_dflash.launch import hooks
-from kimi_dflash.launch.prepare import cpu_preload, resolve_demo_models
+from kimi_dflash.launch.prepare import local_plan, resolve_demo_models
 from kimi_dflash.launch.server import (
     read_pid,
     run_foreground,
-    start_detached,
+    start_and_wait,
     stop_detached,
-    stop_process_group,
-    wait_until_ready,
 )
 from kimi_dflash.paths import cache_root
 from kimi_dflash.plan import LaunchPlan, build_plan
@@ -140,9 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     if path_errors and not args.preflight:  # --preflight goes on: its report covers the whole machine
         return EXIT_CONFIG
 
-    plan = build_plan(
-        config, python_executable=sys.executable, cache_dir=str(cache_root()), cpu_preload=cpu_preload(config)
-    )
+    plan = local_plan(config)
     if args.dry_run:
         print(plan.render())
         return 0
@@ -189,17 +185,11 @@ def start(config: Config, plan: LaunchPlan, args: argparse.Namespace, pid_path: 
         )
         return 1
     log_path = args.log or cache_root() / "logs" / f"serve-{config['PORT']}.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    log_path.write_bytes(b"")  # a fresh log per start, so the tail shown on failure is this run's
-    process = start_detached(plan, log_path, pid_path)
-    say(f"serve: vLLM pid {process.pid}, log {log_path}")
-    api_key = config.get_str("API_KEY")
-    if wait_until_ready(plan, process, log_path, float(config.get_int("READY_TIMEOUT_S")), api_key, say):
-        say(f"serve: stop it with: ./serve.sh {args.config} --stop")
-        return 0
-    stop_process_group(process)
-    pid_path.unlink(missing_ok=True)
-    return 1
+    timeout_s = float(config.get_int("READY_TIMEOUT_S"))
+    if start_and_wait(plan, log_path, pid_path, timeout_s, config.get_str("API_KEY"), say) is None:
+        return 1
+    say(f"serve: stop it with: ./serve.sh {args.config} --stop")
+    return 0
 
 
 def _alive(pid: int) -> bool:

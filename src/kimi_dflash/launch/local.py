@@ -1,8 +1,8 @@
 """Start a vLLM server from a config file and hold its handle: the launch path for Python callers.
 
 serve.sh (launch/cli.py) and this module are the only places that start vLLM servers, and both go the same way:
-config file -> validated Config -> plan.build_plan (argv + environment) -> launch/server.start_detached ->
-wait_until_ready. Instruments (the KV hook-cost benchmark) use this module; tests start servers through serve.sh
+config file -> validated Config -> plan.build_plan (argv + environment) -> launch/server.start_and_wait.
+Instruments (the KV hook-cost benchmark) use this module; tests start servers through serve.sh
 (tests/conftest.py). No preflight and no patching here: callers are on the CPU build, where the plugin applies
 what a plan needs at runtime.
 """
@@ -18,10 +18,9 @@ from subprocess import Popen
 
 from kimi_dflash.config.problems import ConfigError
 from kimi_dflash.config.validate import check_paths, load_config
-from kimi_dflash.launch.prepare import cpu_preload, resolve_demo_models
-from kimi_dflash.launch.server import start_detached, stop_process_group, tail, wait_until_ready
-from kimi_dflash.paths import cache_root
-from kimi_dflash.plan import LaunchPlan, build_plan
+from kimi_dflash.launch.prepare import local_plan, resolve_demo_models
+from kimi_dflash.launch.server import start_and_wait, stop_process_group, tail
+from kimi_dflash.plan import LaunchPlan
 
 
 class ServerStartError(RuntimeError):
@@ -77,19 +76,11 @@ def start_local_server(
     errors = [p for p in check_paths(config) if p.severity == "error"]
     if errors:
         raise ServerStartError(f"{config_path}: " + "; ".join(p.render() for p in errors))
-    plan = build_plan(
-        config, python_executable=sys.executable, cache_dir=str(cache_root()), cpu_preload=cpu_preload(config)
-    )
+    plan = local_plan(config)
     plan = dataclasses.replace(plan, env={**plan.env, **(process_env or {})})
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    log_path.write_bytes(b"")  # this run's log only, so the tail shown on failure is this run's
-    process = start_detached(plan, log_path, log_path.with_suffix(".pid"))
-    say(f"launch: vLLM pid {process.pid} for {plan.served_model_name} on {plan.base_url}, log {log_path}")
-    ready = wait_until_ready(
-        plan, process, log_path, float(config.get_int("READY_TIMEOUT_S")), config.get_str("API_KEY"), say
-    )
-    if not ready:
-        stop_process_group(process)
+    timeout_s = float(config.get_int("READY_TIMEOUT_S"))
+    process = start_and_wait(plan, log_path, log_path.with_suffix(".pid"), timeout_s, config.get_str("API_KEY"), say)
+    if process is None:
         raise ServerStartError(
             f"vLLM for {config_path} did not become ready; last lines of {log_path}:\n{tail(log_path)}"
         )

@@ -1,6 +1,6 @@
-"""What a validated config still needs from this machine before its plan is built: the fabricated demo models'
-paths, and the libraries to preload into vLLM's CPU build. Shared by every server start (serve.sh, launch/local.py)
-and by the pre-shard tool, which runs vLLM in-process from the same config."""
+"""What a validated config still needs from this machine before its plan is built (the fabricated demo models'
+paths, the libraries to preload into vLLM's CPU build), then the plan for this machine. Shared by every server
+start (serve.sh, launch/local.py) and by the pre-shard tool, which runs vLLM in-process from the same config."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import sys
 from collections.abc import Callable
 
 from kimi_dflash.config.validate import Config
+from kimi_dflash.paths import cache_root
+from kimi_dflash.plan import LaunchPlan, build_plan
 
 
 def _stderr(message: str) -> None:
@@ -36,3 +38,10 @@ def cpu_preload(config: Config, say: Callable[[str], None] = _stderr) -> tuple[s
     libraries = cpu_libs.cpu_preload_libraries()
     say(cpu_libs.describe(libraries))
     return cpu_libs.merged_ld_preload(libraries)
+
+
+def local_plan(config: Config) -> LaunchPlan:
+    """The plan for starting ``config`` on this machine: this interpreter, the project cache, the CPU preloads."""
+    return build_plan(
+        config, python_executable=sys.executable, cache_dir=str(cache_root()), cpu_preload=cpu_preload(config)
+    )

@@ -207,6 +207,27 @@ def wait_until_ready(
         time.sleep(POLL_INTERVAL_S)
 
 
+def start_and_wait(
+    plan: LaunchPlan,
+    log_path: Path,
+    pid_path: Path,
+    timeout_s: float,
+    api_key: str | None,
+    say: Callable[[str], None],
+) -> subprocess.Popen[bytes] | None:
+    """Start vLLM detached with a fresh log and wait until it serves. None when it died or timed out: it is then
+    stopped (workers included), its pid file removed, and the log tail was shown."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path.write_bytes(b"")  # a fresh log per start, so the tail shown on failure is this run's
+    process = start_detached(plan, log_path, pid_path)
+    say(f"serve: vLLM pid {process.pid} for {plan.served_model_name} on {plan.base_url}, log {log_path}")
+    if wait_until_ready(plan, process, log_path, timeout_s, api_key, say):
+        return process
+    stop_process_group(process)
+    pid_path.unlink(missing_ok=True)
+    return None
+
+
 def read_pid(pid_path: Path) -> int | None:
     try:
         return int(pid_path.read_text().strip())
