@@ -98,7 +98,10 @@ class RepeatResult:
     output_tokens: int = field(metadata=meta("Σ output tokens of successful requests"))
     output_tok_s: float | None = field(metadata=meta("output_tokens / duration_s"))
     per_user_tok_s_mean: float | None = field(
-        default=None, metadata=meta("mean of 1 / TPOT over this repeat's successful requests")
+        default=None,
+        metadata=meta(
+            "mean of 1 / TPOT over this repeat's successful requests (files before it lack it)", omit_if_none=True
+        ),
     )
 
 
