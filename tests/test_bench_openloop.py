@@ -90,7 +90,9 @@ def test_max_in_flight_counts_overlaps() -> None:
 
 
 def test_poisson_arrivals_at_the_server_fit_and_hit_the_rate(tmp_path: Path) -> None:
-    rate, n = 40.0, 400
+    # 20/s: a mean gap of 50 ms, so the few-ms scheduling jitter of a loaded shared box barely moves the
+    # gap distribution (at 40/s and load average 11 on 2 cores the KS test failed 1 run in 6)
+    rate, n = 20.0, 300
     out = tmp_path / "poisson.json"
     with running(FAST_SERVER) as url:
         proc = run_benchmark(
@@ -108,8 +110,8 @@ def test_poisson_arrivals_at_the_server_fit_and_hit_the_rate(tmp_path: Path) -> 
     level = load_result(out).results[0]
     assert level.open_loop is not None and level.request_records is not None
     # The client follows its seeded schedule: the server's achieved rate equals the schedule's own
-    # rate within 1 %, and the schedule's rate is within 5 % of the asked rate (a Poisson sample of
-    # 400 arrivals has a relative spread of 1/sqrt(400) = 5 %: asserting 5 % on a random sample would
+    # rate within 1 %, and the schedule's rate is within 3 sigma of the asked rate (a Poisson sample of
+    # 300 arrivals has a relative spread of 1/sqrt(300) = 5.8 %: asserting 5 % on a random sample would
     # test the seed; with the constant process the 5 % check is exact, below).
     origin = level.request_records.clock_origin
     scheduled = np.sort([r.scheduled_time + origin for r in level.request_records.records])
