@@ -13,9 +13,10 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from kimi_dflash.bench import eventloop, report
+from kimi_dflash.bench import cli_options, eventloop, export_csv, report
 from kimi_dflash.bench.client import Endpoint, normalize_base_url
 from kimi_dflash.bench.errors import UserError
+from kimi_dflash.bench.level_extras import percentile_key
 from kimi_dflash.bench.progress import DEFAULT_INTERVAL_S
 from kimi_dflash.bench.result import SCHEMA, SCHEMA_VERSION, BenchmarkResult, RunInfo, Settings, ToolInfo
 from kimi_dflash.bench.runner import Benchmark, RunConfig, RunState, Stopper
@@ -109,7 +110,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     load.add_argument(
         "--sessions",
         type=_positive_int_list,
-        default=(8,),
+        default=None,
         help="concurrent sessions; a comma list sweeps levels, e.g. 8,16,32 (default 8)",
     )
     load.add_argument(
@@ -195,6 +196,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "(default %(default)s; 0 turns it off)",
     )
     out.add_argument("--no-uvloop", action="store_true", help="use asyncio's loop even if uvloop is installed")
+    cli_options.add_open_loop_args(parser)
+    cli_options.add_analysis_args(parser)
     return parser
 
 
@@ -202,7 +205,7 @@ def _settings(args: argparse.Namespace, metrics_url: str | None, dataset: Datase
     return Settings(
         base_url=args.base_url,
         model=args.model,
-        sessions=list(args.sessions),
+        sessions=list(args.sessions) if args.request_rate is None else [],
         turns_per_session=args.turns_per_session,
         max_tokens=args.max_tokens,
         temperature=args.temperature,
@@ -218,6 +221,9 @@ def _settings(args: argparse.Namespace, metrics_url: str | None, dataset: Datase
         timeout_s=args.timeout,
         metrics_url=metrics_url,
         api_key_set=bool(args.api_key),
+        open_loop=cli_options.open_loop_settings(cli_options.open_loop_config(args)),
+        slo=args.slo,
+        percentiles=list(args.percentiles) if args.percentiles else None,
     )
 
 
@@ -231,6 +237,7 @@ class ResultWriter:
         self.settings = settings
         self.printed = 0
         self.written = False
+        self.csv_percentiles: tuple[str, ...] | None = None  # --csv: the extra percentile columns
 
     def document(self, state: RunState) -> BenchmarkResult:
         settings = dataclasses.replace(self.settings, model=state.model or self.settings.model)
@@ -251,6 +258,8 @@ class ResultWriter:
             sys.stdout.flush()
         self.printed = len(state.results)
         report.write_atomic(self.path, self.document(state))
+        if self.csv_percentiles is not None:
+            export_csv.write_csv(self.path, state.results, state.level_records, state.origin, self.csv_percentiles)
         self.written = True
 
     def finish(self, state: RunState, status: str, detail: str, exit_code: int) -> BenchmarkResult:
@@ -303,6 +312,10 @@ async def _run(cfg: RunConfig, writer: ResultWriter) -> int:
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     parser = build_parser(prog)
     args = parser.parse_args(argv)
+    cli_options.check(args, parser)
+    open_loop = cli_options.open_loop_config(args)
+    if args.sessions is None:
+        args.sessions = (8,) if open_loop is None else (min(8, open_loop.sessions),)
     args.api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or os.environ.get("VLLM_API_KEY") or None
     base_url = normalize_base_url(args.base_url)
     if not base_url.startswith(("http://", "https://")):
@@ -340,6 +353,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         independent_turns=args.independent_turns,
         prompt_order=args.prompt_order,
         progress_interval_s=args.progress_interval,
+        open_loop=open_loop,
+        analyses=cli_options.analyses(args),
+        keep_level_records=args.csv,
     )
     started = report.utc_now()
     default_output = Path("results") / f"benchmark-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
@@ -352,6 +368,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         command_line=report.redact_argv([sys.argv[0], *(sys.argv[1:] if argv is None else argv)]),
     )
     writer = ResultWriter(output, report.tool_info(event_loop), run_meta, _settings(args, metrics_url, dataset))
+    if args.csv:
+        writer.csv_percentiles = tuple(percentile_key(q) for q in args.percentiles or ())
     return eventloop.run(_run(cfg, writer), prefer_uvloop=not args.no_uvloop)
 
 

@@ -17,8 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from kimi_dflash.bench import compare_extras
 from kimi_dflash.bench.atomic_write import write_text_atomic
 from kimi_dflash.bench.errors import UserError
+from kimi_dflash.bench.intervals import CONFIDENCE_LEVELS
 from kimi_dflash.bench.result import BenchmarkResult, LevelResult, Settings, load_result
 
 # Settings that must agree for two runs to be comparable.
@@ -34,8 +36,9 @@ class Run:
     document: BenchmarkResult
 
     @property
-    def levels(self) -> dict[int, LevelResult]:
-        return self.document.levels
+    def levels(self) -> dict[float, LevelResult]:
+        """By session count; by request rate for an open-loop run."""
+        return compare_extras.levels_by_load(self.document)
 
 
 def load_runs(paths: list[Path]) -> list[Run]:
@@ -63,6 +66,7 @@ def workload_differences(baseline: Run, other: Run) -> list[str]:
         diffs.append(f"dataset: {_dataset_field(a, 'name')} vs {_dataset_field(b, 'name')} (different prompts)")
     if a.seed != b.seed:
         diffs.append(f"seed: {a.seed!r} vs {b.seed!r} (different conversations)")
+    diffs.extend(compare_extras.open_loop_differences(a, b))
     return diffs
 
 
@@ -119,7 +123,12 @@ def _ratio(new: float | None, old: float | None) -> str:
     return f"{new / old:.2f}x"
 
 
-def render_markdown(runs: list[Run], allow_mismatch: bool = False) -> str:
+def render_markdown(
+    runs: list[Run],
+    allow_mismatch: bool = False,
+    slo_attainment: float = compare_extras.DEFAULT_ATTAINMENT,
+    confidence: float = 0.95,
+) -> str:
     """The comparison report. Raises UserError when nothing can honestly be compared."""
     if len(runs) < 2:
         raise UserError("give at least two result files: the baseline first, then the candidate(s).")
@@ -150,7 +159,12 @@ def render_markdown(runs: list[Run], allow_mismatch: bool = False) -> str:
                 f"**Not compared (no matching concurrency):** {baseline.name} levels {only_base or '—'}, "
                 f"{candidate.name} levels {only_cand or '—'}. Never read a speedup across different session counts."
             )
-        blocks.append(_level_table(baseline, candidate, common))
+        blocks.append(_level_table(baseline, candidate, common, confidence))
+        blocks.append(
+            compare_extras.slo_section(
+                baseline.name, baseline.document, candidate.name, candidate.document, slo_attainment
+            )
+        )
     for run in runs:
         warnings.extend(quality_notes(run))
     if warnings:
@@ -163,22 +177,24 @@ def render_markdown(runs: list[Run], allow_mismatch: bool = False) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _level_table(baseline: Run, candidate: Run, common: list[int]) -> str:
+def _level_table(baseline: Run, candidate: Run, common: list[float], confidence: float = 0.95) -> str:
     b_name, c_name = baseline.name, candidate.name
     rows = [
         f"## {c_name} vs {b_name} at matched concurrency",
         "",
         (
-            f"| sessions | {b_name} tok/s | {c_name} tok/s | speedup | {b_name} user tok/s | {c_name} user tok/s "
+            f"| sessions | {b_name} tok/s | {c_name} tok/s | speedup | {confidence:.0%} CI | {b_name} user tok/s "
+            f"| {c_name} user tok/s "
             f"| TTFT p95 ms ({b_name} → {c_name}) | TPOT p95 ms | E2EL p95 s | failed |"
         ),
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for sessions in common:
         b, c = baseline.levels[sessions], candidate.levels[sessions]
         rows.append(
-            f"| {sessions} | {_f(output_tok_s(b))} | {_f(output_tok_s(c))} "
+            f"| {compare_extras.load_label(sessions)} | {_f(output_tok_s(b))} | {_f(output_tok_s(c))} "
             f"| **{_ratio(output_tok_s(c), output_tok_s(b))}** "
+            f"| {compare_extras.speedup_interval_cell(b, c, confidence)} "
             f"| {_f(per_user_mean(b))} | {_f(per_user_mean(c))} "
             f"| {_f(ttft_p95(b), 0)} → {_f(ttft_p95(c), 0)} "
             f"| {_f(tpot_p95(b))} → {_f(tpot_p95(c))} "
@@ -188,6 +204,8 @@ def _level_table(baseline: Run, candidate: Run, common: list[int]) -> str:
     rows += [
         "",
         "tok/s: aggregate output tokens per second over the measured window. user tok/s: mean of 1/TPOT per request.",
+        "CI: interval of the tok/s speedup over repeats (delta method on the log ratio of means, Welch df); "
+        "'not significant' when it contains 1.0.",
         "",
     ]
     return "\n".join(rows)
@@ -246,6 +264,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--allow-mismatch", action="store_true", help="compare runs with different workloads anyway (flagged loudly)"
     )
+    parser.add_argument(
+        "--slo-attainment",
+        type=float,
+        default=compare_extras.DEFAULT_ATTAINMENT,
+        help="fraction of requests that must meet the SLO for a load to count as sustained (default %(default)s)",
+    )
+    parser.add_argument(
+        "--confidence",
+        type=float,
+        choices=CONFIDENCE_LEVELS,
+        default=0.95,
+        help="confidence level of the speedup intervals (default %(default)s)",
+    )
     return parser
 
 
@@ -253,7 +284,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         runs = load_runs(args.results)
-        markdown = render_markdown(runs, allow_mismatch=args.allow_mismatch)
+        if not 0 < args.slo_attainment <= 1:
+            raise UserError(f"--slo-attainment must be in (0, 1], got {args.slo_attainment}")
+        markdown = render_markdown(
+            runs, allow_mismatch=args.allow_mismatch, slo_attainment=args.slo_attainment, confidence=args.confidence
+        )
         written: list[Path] = []
         if args.plots is not None:
             from kimi_dflash.bench.plots import write_plots  # matplotlib only when plots are asked for

@@ -57,6 +57,16 @@ class RequestRecord:
     error: str | None = field(default=None, metadata=meta("failure reason (see docs/benchmark.md); null on success"))
     error_detail: str = field(default="", metadata=meta("what the failure looked like"))
     reply_chars: int = field(default=0, metadata=meta("characters of content + reasoning received"))
+    # Open loop only (--request-rate): when the request should have gone out, and what held it back locally.
+    scheduled_time: float | None = field(
+        default=None, metadata=meta("open loop: when the arrival process / think time said to send it")
+    )
+    dispatch_time: float | None = field(
+        default=None, metadata=meta("open loop: when the client's timer actually woke for it")
+    )
+    admitted_time: float | None = field(
+        default=None, metadata=meta("open loop: when --max-concurrency let it through (= dispatch without a cap)")
+    )
 
     @property
     def ok(self) -> bool:
@@ -76,4 +86,7 @@ class RequestRecord:
             first_token_time=rel(self.first_token_time),
             last_token_time=rel(self.last_token_time),
             chunk_times=[round(t - origin, 6) for t in self.chunk_times],
+            scheduled_time=rel(self.scheduled_time),
+            dispatch_time=rel(self.dispatch_time),
+            admitted_time=rel(self.admitted_time),
         )

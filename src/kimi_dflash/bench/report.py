@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from kimi_dflash.bench.atomic_write import write_text_atomic
+from kimi_dflash.bench.level_extras import level_name, summary_lines
 from kimi_dflash.bench.result import BenchmarkResult, Distribution, LevelResult, ToolInfo
 
 TOOL_NAME = "benchmark_multi_turn"
@@ -133,7 +134,7 @@ def level_header() -> str:
 def level_row(result: LevelResult) -> str:
     spec = result.spec_decode
     cells = [
-        str(result.sessions) + ("*" if result.partial else ""),
+        level_name(result) + ("*" if result.partial else ""),
         f"{result.completed}/{result.failed}",
         _fmt(result.output_tok_s),
         _fmt(result.request_throughput, 2),
@@ -160,6 +161,8 @@ def print_level(result: LevelResult, out: TextIO) -> None:
             f"  {_stat(row.e2el_s, 'p50', 2):>10}",
             file=out,
         )
+    for line in summary_lines(result):
+        print(f"  {line}", file=out)
     for line in level_warnings(result):
         print(f"  WARNING: {line}", file=out)
     print(file=out)

@@ -24,6 +24,8 @@ SCHEMA_VERSION = 1
 RunStatus = Literal["running", "complete", "interrupted", "aborted", "failed", "crashed"]
 SpecDecodeStatus = Literal["ok", "absent", "no_drafts", "counter_reset", "unavailable"]
 PromptOrder = Literal["random", "sequential"]
+ArrivalName = Literal["poisson", "constant", "gamma"]
+ThinkTimeDist = Literal["fixed", "exp", "uniform"]
 
 
 @dataclass(kw_only=True)
@@ -40,6 +42,10 @@ class Distribution:
     max: float | None = field(default=None, metadata=meta("largest value"))
     std: float | None = field(default=None, metadata=meta("population standard deviation"))
     count: int | None = field(default=None, metadata=meta("number of values"))
+    percentiles: dict[str, float | None] | None = field(
+        default=None,
+        metadata=meta("the percentiles asked with --percentiles, keyed p<q> (e.g. p99.9)", omit_if_none=True),
+    )
 
 
 @dataclass(kw_only=True)
@@ -91,6 +97,68 @@ class RepeatResult:
     failed: int = field(metadata=meta("failed requests (cancelled ones excluded)"))
     output_tokens: int = field(metadata=meta("Σ output tokens of successful requests"))
     output_tok_s: float | None = field(metadata=meta("output_tokens / duration_s"))
+    per_user_tok_s_mean: float | None = field(
+        default=None,
+        metadata=meta(
+            "mean of 1 / TPOT over this repeat's successful requests (files before it lack it)", omit_if_none=True
+        ),
+    )
+
+
+@dataclass(kw_only=True)
+class Interval:
+    """A two-sided confidence interval of a mean over repeats (Student t, see bench/intervals.py)."""
+
+    mean: float = field(metadata=meta("mean of the per-repeat values"))
+    low: float | None = field(metadata=meta("lower bound; null with fewer than 2 repeats"))
+    high: float | None = field(metadata=meta("upper bound; null with fewer than 2 repeats"))
+    confidence: float = field(metadata=meta("confidence level, e.g. 0.95"))
+    n: int = field(metadata=meta("repeats the interval is computed from"))
+    method: str = field(metadata=meta("how it was computed"))
+
+
+@dataclass(kw_only=True)
+class RepeatIntervals:
+    """Confidence intervals over the repeats of a level (the repeat is the independent unit)."""
+
+    output_tok_s: Interval | None = field(metadata=meta("aggregate output tok/s per repeat"))
+    per_user_tok_s: Interval | None = field(metadata=meta("per-repeat mean of 1 / TPOT"))
+
+
+@dataclass(kw_only=True)
+class OpenLoopLevel:
+    """An open-loop level (--request-rate): the arrival process asked for, what was achieved, and the local
+    queueing that happened before requests reached the socket (not server latency)."""
+
+    request_rate: float | None = field(metadata=meta("conversations started per second asked; null: all at once"))
+    arrival: ArrivalName = field(metadata=meta("arrival process of conversation starts"))
+    burstiness: float = field(metadata=meta("gamma shape B (1 = poisson); the CV of gaps is 1/sqrt(B)"))
+    max_concurrency: int | None = field(metadata=meta("cap on requests in flight; null: none"))
+    sessions_started: int = field(metadata=meta("conversations whose first request was sent"))
+    achieved_rate: float | None = field(
+        metadata=meta("(first-turn sends - 1) / (last first-turn send - first), per repeat, averaged over repeats")
+    )
+    max_in_flight: int = field(metadata=meta("most requests the client had in flight at once"))
+    schedule_lag_ms: Distribution = field(metadata=meta("dispatch - scheduled: how late the client's timer woke"))
+    cap_wait_ms: Distribution = field(metadata=meta("admitted - dispatch: time waiting for --max-concurrency"))
+    queue_delay_ms: Distribution = field(
+        metadata=meta("send - scheduled: all local delay before the request reached the socket")
+    )
+
+
+@dataclass(kw_only=True)
+class Goodput:
+    """Requests meeting every SLO (--slo): attainment and goodput over the level's measured window."""
+
+    slo: dict[str, float] = field(metadata=meta("the limits: ttft_ms, tpot_ms, e2el_s (max) and user_tok_s (min)"))
+    requests: int = field(metadata=meta("requests judged: successful + failed (cancelled excluded)"))
+    met: int = field(metadata=meta("successful requests meeting every SLO (a failed request meets none)"))
+    attainment: float | None = field(metadata=meta("met / requests"))
+    request_goodput: float | None = field(metadata=meta("met / window duration, req/s"))
+    output_goodput: float | None = field(metadata=meta("Σ N of requests that met the SLOs / window duration, tok/s"))
+    violations: dict[str, int] = field(
+        default_factory=dict, metadata=meta("successful requests over each limit (a request may miss several)")
+    )
 
 
 @dataclass(kw_only=True)
@@ -168,6 +236,13 @@ class LevelResult:
     request_records: RequestRecords | None = field(
         default=None, metadata=meta("raw timestamps, only with --record-requests", omit_if_none=True)
     )
+    open_loop: OpenLoopLevel | None = field(
+        default=None, metadata=meta("open-loop arrivals and local queueing (--request-rate)", omit_if_none=True)
+    )
+    goodput: Goodput | None = field(default=None, metadata=meta("SLO attainment (--slo)", omit_if_none=True))
+    intervals: RepeatIntervals | None = field(
+        default=None, metadata=meta("confidence intervals over repeats (--repeats >= 2)", omit_if_none=True)
+    )
 
 
 @dataclass(kw_only=True)
@@ -208,6 +283,19 @@ class DatasetInfo:
 
 
 @dataclass(kw_only=True)
+class OpenLoopSettings:
+    """Open-loop load (--request-rate): conversation starts follow an arrival process."""
+
+    request_rates: list[float | None] = field(metadata=meta("rate levels, conversations/s; null: all at once"))
+    arrival: ArrivalName = field(metadata=meta("poisson | constant | gamma"))
+    burstiness: float = field(metadata=meta("gamma shape B"))
+    max_concurrency: int | None = field(metadata=meta("cap on requests in flight; null: none"))
+    sessions_per_level: int = field(metadata=meta("conversations started per rate level and repeat"))
+    think_time_s: float = field(metadata=meta("mean pause between a reply and the next turn"))
+    think_time_dist: ThinkTimeDist = field(metadata=meta("fixed | exp | uniform (0 .. 2 x mean)"))
+
+
+@dataclass(kw_only=True)
 class Settings:
     """What was measured (the command-line settings after defaults). Runs compare only when these match."""
 
@@ -233,6 +321,11 @@ class Settings:
     api_key_set: bool | None = field(
         default=None, metadata=meta("an API key was sent (the key itself is never stored)")
     )
+    open_loop: OpenLoopSettings | None = field(
+        default=None, metadata=meta("open-loop load; absent: closed loop (--sessions)", omit_if_none=True)
+    )
+    slo: dict[str, float] | None = field(default=None, metadata=meta("--slo limits", omit_if_none=True))
+    percentiles: list[float] | None = field(default=None, metadata=meta("--percentiles", omit_if_none=True))
 
 
 @dataclass(kw_only=True)

@@ -10,6 +10,7 @@ abort) cancels in-flight requests; everything that finished is kept and summariz
 from __future__ import annotations
 
 import asyncio
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -19,6 +20,8 @@ import aiohttp
 
 from kimi_dflash.bench import client, http1, metrics, prometheus, server_info
 from kimi_dflash.bench.errors import UserError
+from kimi_dflash.bench.level_extras import Analyses, apply_analyses, open_loop_level
+from kimi_dflash.bench.openloop import OpenLoopConfig, OpenLoopRepeat
 from kimi_dflash.bench.progress import DEFAULT_INTERVAL_S, report_progress
 from kimi_dflash.bench.records import (
     CONNECTION_CLOSED,
@@ -72,6 +75,14 @@ class RunConfig:
     independent_turns: bool = False  # send each turn without the conversation so far
     prompt_order: str = "random"  # or "sequential" (workload.session_prompts)
     progress_interval_s: float = DEFAULT_INTERVAL_S  # 0: no progress lines during a level
+    open_loop: OpenLoopConfig | None = None  # --request-rate: levels are rates, not session counts
+    analyses: Analyses = field(default_factory=Analyses)  # --percentiles, --slo, intervals over repeats
+    keep_level_records: bool = False  # --csv: keep every level's records in RunState.level_records
+
+
+@dataclass(frozen=True)
+class OpenWindow(metrics.Window):
+    cpu_s: float = 0.0  # client CPU over the repeat
 
 
 class Stopper:
@@ -105,6 +116,7 @@ class RunState:
     warmup: WarmupSummary | None = None
     results: list[LevelResult] = field(default_factory=list)
     origin: float = field(default_factory=perf_counter)
+    level_records: list[list[RequestRecord]] = field(default_factory=list)  # only with keep_level_records
 
 
 class Benchmark:
@@ -130,7 +142,7 @@ class Benchmark:
             self.checkpoint(self.state)
             self.state.warmup = await self._warmup()
             self.checkpoint(self.state)
-            for level in cfg.levels:
+            for level in cfg.levels if cfg.open_loop is None else cfg.open_loop.rates:
                 if self.stopper.stopped:
                     break
                 self.state.results.append(await self._level(session, level))
@@ -179,7 +191,8 @@ class Benchmark:
         return summary
 
     # -- one concurrency level ------------------------------------------------------------------
-    async def _level(self, session: aiohttp.ClientSession, level: int) -> LevelResult:
+    async def _level(self, session: aiohttp.ClientSession, level: float) -> LevelResult:
+        """One level: ``level`` sessions (closed loop) or, with ``cfg.open_loop``, a request rate."""
         cfg = self.cfg
         before, scrape_error = await server_info.scrape_spec(
             session, cfg.metrics_url, cfg.endpoint.api_key, self.state.model or ""
@@ -190,6 +203,12 @@ class Benchmark:
         for repeat in range(cfg.repeats):
             if self.stopper.stopped:
                 break
+            if cfg.open_loop is not None:
+                window = await self._open_repeat(cfg.open_loop, level, repeat, records)
+                windows.append(window)
+                cpu_s += window.cpu_s
+                continue
+            level = int(level)
             plans = [
                 session_prompts(cfg.dataset, cfg.seed, level, repeat, s, cfg.turns, cfg.prompt_order)
                 for s in range(level)
@@ -222,8 +241,9 @@ class Benchmark:
             )
         partial = self.stopper.stopped
         spec, status = await self._spec_window(session, before, scrape_error)
+        ol = cfg.open_loop
         result = metrics.level_result(
-            sessions=level,
+            sessions=int(level) if ol is None else ol.sessions,
             turns=cfg.turns,
             records=records,
             windows=windows,
@@ -232,6 +252,11 @@ class Benchmark:
             spec_status=status,
             partial=partial,
         )
+        if ol is not None:
+            result.open_loop = open_loop_level(records, windows, level, ol.arrival, ol.burstiness, ol.max_concurrency)
+        apply_analyses(result, records, cfg.analyses)
+        if cfg.keep_level_records:
+            self.state.level_records.append(records)
         if cfg.keep_records:
             # Times are seconds from "clock_origin", a time.perf_counter() reading of this run (on Linux the
             # host's CLOCK_MONOTONIC, so they can be lined up with other processes' monotonic timestamps).
@@ -239,6 +264,34 @@ class Benchmark:
                 clock_origin=self.state.origin, records=[r.relative_to(self.state.origin) for r in records]
             )
         return result
+
+    async def _open_repeat(
+        self, ol: OpenLoopConfig, rate: float, repeat: int, records: list[RequestRecord]
+    ) -> OpenWindow:
+        """One open-loop repeat (openloop.OpenLoopRepeat), timed like a closed-loop one."""
+        runner = OpenLoopRepeat(self, ol, rate, repeat, records)
+        await runner.prepare()
+        shown = "all at once" if math.isinf(rate) else f"{rate:g} conversations/s ({ol.arrival})"
+        label = f"[rate {shown}] repeat {repeat + 1}/{self.cfg.repeats}"
+        print(f"{label}: measuring {ol.sessions} conversations x {self.cfg.turns} turns", file=sys.stderr, flush=True)
+        first = len(records)
+        cpu0 = time.process_time()
+        start = perf_counter()
+        task = asyncio.create_task(runner.run(start))
+        progress = asyncio.create_task(
+            report_progress(label, records, first, runner.total_requests, start, self.cfg.progress_interval_s)
+        )
+        try:
+            await self._until_done_or_stopped([task])
+        finally:
+            progress.cancel()
+        end = self.stopper.stopped_at if self.stopper.stopped and self.stopper.stopped_at else perf_counter()
+        return OpenWindow(
+            repeat=repeat,
+            duration_s=max(end - start, 0.0),
+            start_s=start - self.state.origin,
+            cpu_s=time.process_time() - cpu0,
+        )
 
     async def _spec_window(
         self, session: aiohttp.ClientSession, before: prometheus.SpecCounters | None, scrape_error: str | None

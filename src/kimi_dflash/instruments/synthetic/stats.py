@@ -13,6 +13,7 @@ REQUEST_LOG_LIMIT = 200_000  # entries kept between resets (a capacity run stays
 class Stats:
     requests: int = 0
     streams_active: int = 0
+    streams_active_max: int = 0  # most streams in progress at once since the last reset
     writes: int = 0
     lag_sum_s: float = 0.0
     lag_max_s: float = 0.0
@@ -41,6 +42,7 @@ class Stats:
     def stream_started(self) -> None:
         now = time.monotonic()
         self.streams_active += 1
+        self.streams_active_max = max(self.streams_active_max, self.streams_active)
         if self.first_request_at is None:
             self.first_request_at = now
 
@@ -74,6 +76,7 @@ class Stats:
             "tok_s": self.tokens / window if window else None,
             "requests": self.requests,
             "streams_active": self.streams_active,
+            "streams_active_max": self.streams_active_max,
             "writes": self.writes,
             "lag_mean_ms": 1000 * self.lag_sum_s / self.writes if self.writes else 0.0,
             "lag_max_ms": 1000 * self.lag_max_s,
@@ -96,3 +99,4 @@ class Stats:
         self.lag_sum_s = 0.0
         self.lag_max_s = 0.0
         self.late_writes_1ms = 0
+        self.streams_active_max = self.streams_active
