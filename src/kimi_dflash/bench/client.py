@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import hashlib
 import json
 import ssl
 import time
@@ -22,7 +23,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from kimi_dflash.bench import http1
+from kimi_dflash.bench import http1, spec_request
 from kimi_dflash.bench.records import (
     BAD_RESPONSE,
     CANCELLED,
@@ -176,10 +177,21 @@ def _finish(record: RequestRecord, reply: Reply) -> Reply:
         record.tokens_source = TOKENS_FROM_CHUNKS
     prompt = usage.get("prompt_tokens")
     record.prompt_tokens = prompt if isinstance(prompt, int) else None
+    record.reply_sha256, record.token_ids_sha256 = reply_hashes(reply)
+    record.spec = spec_request.parse(reply.metrics)
     if reply.error is not None:
         record.error = reply.error
         record.error_detail = reply.error_detail
     return reply
+
+
+def reply_hashes(reply: Reply) -> tuple[str, str | None]:
+    """sha256 of the reply text (reasoning, NUL, content) and of its token ids when the server sent them."""
+    text = hashlib.sha256(reply.reasoning.encode("utf-8") + b"\0" + reply.content.encode("utf-8")).hexdigest()
+    ids = None
+    if reply.token_ids is not None:
+        ids = hashlib.sha256(",".join(str(i) for i in reply.token_ids).encode("ascii", "replace")).hexdigest()
+    return text, ids
 
 
 def classify_exception(exc: BaseException) -> tuple[str, str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from kimi_dflash.bench.spec_request import RequestSpec
 from kimi_dflash.bench.typed_json import meta
 
 # Failure reasons (``RequestRecord.error``). HTTP errors are "http_<status>", e.g. "http_429".
@@ -57,6 +58,18 @@ class RequestRecord:
     error: str | None = field(default=None, metadata=meta("failure reason (see docs/benchmark.md); null on success"))
     error_detail: str = field(default="", metadata=meta("what the failure looked like"))
     reply_chars: int = field(default=0, metadata=meta("characters of content + reasoning received"))
+    category: str | None = field(default=None, metadata=meta("the prompt's category (dataset), e.g. code"))
+    prompt_id: str | None = field(default=None, metadata=meta("the prompt's (or conversation's) id in the dataset"))
+    reply_sha256: str | None = field(
+        default=None, metadata=meta("sha256 of the reply: UTF-8 reasoning, a NUL byte, UTF-8 content")
+    )
+    token_ids_sha256: str | None = field(
+        default=None,
+        metadata=meta("sha256 of the generated token ids as decimal numbers joined by ',' (when the server sent them)"),
+    )
+    spec: RequestSpec | None = field(
+        default=None, metadata=meta("the server's metrics.speculative_decoding for this request (null: none sent)")
+    )
 
     @property
     def ok(self) -> bool:

@@ -160,6 +160,11 @@ def print_level(result: LevelResult, out: TextIO) -> None:
             f"  {_stat(row.e2el_s, 'p50', 2):>10}",
             file=out,
         )
+    if result.spec_per_request is not None:
+        from kimi_dflash.bench.spec_summary import table_lines  # imports metrics (numpy): only when there is one
+
+        for line in table_lines(result.spec_per_request):
+            print(line, file=out)
     for line in level_warnings(result):
         print(f"  WARNING: {line}", file=out)
     print(file=out)

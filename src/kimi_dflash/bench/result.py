@@ -56,6 +56,41 @@ class SpecDecode:
 
 
 @dataclass(kw_only=True)
+class SpecGroup:
+    """Per-request spec-decode statistics (``metrics.speculative_decoding``) summed over a group of requests."""
+
+    key: str = field(metadata=meta("what the group is: 'all', a turn number, a category or a prompt-length bucket"))
+    requests: int = field(metadata=meta("successful requests in the group that carried the statistics"))
+    spec_steps: int = field(metadata=meta("Σ num_spec_steps (verify steps)"))
+    accepted_tokens: int = field(metadata=meta("Σ num_accepted_draft_tokens"))
+    draft_tokens: int = field(metadata=meta("Σ num_draft_tokens"))
+    acceptance_length: float | None = field(metadata=meta("pooled τ = 1 + Σ accepted / Σ steps"))
+    acceptance_rate: float | None = field(metadata=meta("pooled α = Σ accepted / Σ draft tokens"))
+    acceptance_length_dist: Distribution = field(
+        metadata=meta("per-request τ_r = 1 + accepted_r / steps_r over requests with >= 1 step")
+    )
+    acceptance_rate_dist: Distribution = field(metadata=meta("per-request α_r = accepted_r / drafted_r"))
+
+
+@dataclass(kw_only=True)
+class SpecPerRequest:
+    """Acceptance from each response's own ``metrics.speculative_decoding`` (vLLM
+    ``--per-request-spec-decode-metrics``), over the level's successful requests."""
+
+    num_speculative_tokens: int | None = field(metadata=meta("K the responses report (largest seen)"))
+    requests_without: int = field(metadata=meta("successful requests that carried no statistics"))
+    total: SpecGroup = field(metadata=meta("every request of the level (sums equal the /metrics deltas)"))
+    per_position: list[float] = field(
+        metadata=meta("Σ steps accepting position k / Σ steps, k = 0 .. K-1 (from the histograms)")
+    )
+    per_turn: list[SpecGroup] = field(default_factory=list, metadata=meta("by turn number within the conversation"))
+    per_category: list[SpecGroup] = field(default_factory=list, metadata=meta("by the prompt's dataset category"))
+    per_prompt_length: list[SpecGroup] = field(
+        default_factory=list, metadata=meta("by usage.prompt_tokens bucket (powers of two, e.g. '512-1023')")
+    )
+
+
+@dataclass(kw_only=True)
 class ClientUsage:
     """The benchmark process's own CPU use over the measured window."""
 
@@ -167,6 +202,18 @@ class LevelResult:
     partial: bool = field(default=False, metadata=meta("the run stopped before this level finished"))
     request_records: RequestRecords | None = field(
         default=None, metadata=meta("raw timestamps, only with --record-requests", omit_if_none=True)
+    )
+    spec_per_request: SpecPerRequest | None = field(
+        default=None,
+        metadata=meta("per-request acceptance, when the server sends metrics.speculative_decoding", omit_if_none=True),
+    )
+    reply_hashes: dict[str, str] | None = field(
+        default=None,
+        metadata=meta(
+            "reply_sha256 of every successful request, keyed 'repeat/session/k' (k: the session's k-th request, "
+            "0-based): compare matches them across runs",
+            omit_if_none=True,
+        ),
     )
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from kimi_dflash.bench import client, http1, metrics, prometheus, server_info
+from kimi_dflash.bench import client, http1, metrics, prometheus, server_info, spec_summary
 from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.progress import DEFAULT_INTERVAL_S, report_progress
 from kimi_dflash.bench.records import (
@@ -232,6 +232,8 @@ class Benchmark:
             spec_status=status,
             partial=partial,
         )
+        result.spec_per_request = spec_summary.spec_per_request(records)
+        result.reply_hashes = spec_summary.reply_hashes(records) or None
         if cfg.keep_records:
             # Times are seconds from "clock_origin", a time.perf_counter() reading of this run (on Linux the
             # host's CLOCK_MONOTONIC, so they can be lined up with other processes' monotonic timestamps).
@@ -282,7 +284,9 @@ class Benchmark:
             if self.stopper.stopped:
                 return
             messages = [*history, self._user(prompt)]
-            record = RequestRecord(sessions=level, repeat=repeat, session=index, turn=turn)
+            record = RequestRecord(
+                sessions=level, repeat=repeat, session=index, turn=turn, category=prompt.category, prompt_id=prompt.id
+            )
             sink.append(record)  # before sending: a cancelled request still leaves its record
             reply = await client.send(conn, cfg.endpoint, self._body(messages), cfg.stream, record)
             if record.ok and reply is not None and not cfg.independent_turns:
