@@ -13,7 +13,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from kimi_dflash.bench import eventloop, report
+from kimi_dflash.bench import eventloop, report, request_shaping
 from kimi_dflash.bench.client import Endpoint, normalize_base_url
 from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.progress import DEFAULT_INTERVAL_S
@@ -97,6 +97,28 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "--metrics-url",
         default=None,
         help="Prometheus endpoint for spec-decode counters (default: <base-url>/metrics; 'none' disables)",
+    )
+    target.add_argument(
+        "--endpoint",
+        choices=["chat", "completions"],
+        default="chat",
+        help="chat (default): /v1/chat/completions with the conversation; completions: /v1/completions with each "
+        "turn's text as the prompt, as given (no chat template, no history: turns are independent)",
+    )
+    target.add_argument(
+        "--extra-body",
+        default=None,
+        metavar="JSON",
+        help="JSON object (or @FILE) merged into every request body, e.g. "
+        """'{"chat_template_kwargs": {"thinking": false}, "top_p": 0.95}'; stored in the result""",
+    )
+    target.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="NAME:VALUE",
+        help="extra HTTP header on every request (repeatable); the value of a credential-like header "
+        "(Authorization, Cookie, *key*, *token*, *secret*, *auth*) is never printed or stored",
     )
     target.add_argument(
         "--timeout",
@@ -218,6 +240,9 @@ def _settings(args: argparse.Namespace, metrics_url: str | None, dataset: Datase
         timeout_s=args.timeout,
         metrics_url=metrics_url,
         api_key_set=bool(args.api_key),
+        endpoint=args.endpoint,
+        extra_body=args.extra_body_dict,
+        headers=[request_shaping.shown_header(n, v) for n, v in args.header_pairs] or None,
     )
 
 
@@ -313,16 +338,28 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         metrics_url = None
     else:
         metrics_url = args.metrics_url
+    if args.endpoint == "completions":
+        if args.system_prompt:
+            parser.error("--system-prompt needs --endpoint chat (completions send the turn's text as the prompt)")
+        args.independent_turns = True  # a completion carries no conversation: say so in the result
     warmup = args.sessions[0] if args.warmup is None else args.warmup
     args.warmup = warmup
     try:
         dataset = load_dataset(args.dataset)
+        args.extra_body_dict = request_shaping.parse_extra_body(args.extra_body) if args.extra_body else None
+        args.header_pairs = [request_shaping.parse_header(h) for h in args.header]
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
 
     cfg = RunConfig(
-        endpoint=Endpoint(base_url=base_url, api_key=args.api_key, timeout_s=args.timeout),
+        endpoint=Endpoint(
+            base_url=base_url,
+            api_key=args.api_key,
+            timeout_s=args.timeout,
+            api=args.endpoint,
+            extra_headers=tuple(args.header_pairs),
+        ),
         model=args.model,
         levels=args.sessions,
         turns=args.turns_per_session,
@@ -340,6 +377,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         independent_turns=args.independent_turns,
         prompt_order=args.prompt_order,
         progress_interval_s=args.progress_interval,
+        extra_body=args.extra_body_dict,
     )
     started = report.utc_now()
     default_output = Path("results") / f"benchmark-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"

@@ -61,6 +61,10 @@ def workload_differences(baseline: Run, other: Run) -> list[str]:
     ]
     if _dataset_field(a, "sha256") != _dataset_field(b, "sha256"):
         diffs.append(f"dataset: {_dataset_field(a, 'name')} vs {_dataset_field(b, 'name')} (different prompts)")
+    if (a.endpoint or "chat") != (b.endpoint or "chat"):  # files from before --endpoint are chat
+        diffs.append(f"endpoint: {a.endpoint or 'chat'!r} vs {b.endpoint or 'chat'!r}")
+    if a.extra_body != b.extra_body:  # thinking on/off, top_p ...: a different workload
+        diffs.append(f"extra_body: {a.extra_body!r} vs {b.extra_body!r}")
     if a.seed != b.seed:
         diffs.append(f"seed: {a.seed!r} vs {b.seed!r} (different conversations)")
     return diffs

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from kimi_dflash.bench.atomic_write import write_text_atomic
+from kimi_dflash.bench.request_shaping import redact_header_arg
 from kimi_dflash.bench.result import BenchmarkResult, Distribution, LevelResult, ToolInfo
 
 TOOL_NAME = "benchmark_multi_turn"
@@ -30,12 +31,21 @@ def redact_argv(argv: list[str]) -> list[str]:
     """The command line with secrets replaced, so it can be stored and shown."""
     out: list[str] = []
     hide_next = False
+    hide_header = False
     for arg in argv:
         if hide_next:
             out.append("***")
             hide_next = False
             continue
         flag, eq, _value = arg.partition("=")
+        if hide_header:
+            out.append(redact_header_arg(arg))
+            hide_header = False
+            continue
+        if flag == "--header":
+            out.append(f"--header={redact_header_arg(_value)}" if eq else arg)
+            hide_header = not eq
+            continue
         if flag in SECRET_FLAGS:
             if eq:
                 out.append(f"{flag}=***")

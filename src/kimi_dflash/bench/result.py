@@ -24,6 +24,7 @@ SCHEMA_VERSION = 1
 RunStatus = Literal["running", "complete", "interrupted", "aborted", "failed", "crashed"]
 SpecDecodeStatus = Literal["ok", "absent", "no_drafts", "counter_reset", "unavailable"]
 PromptOrder = Literal["random", "sequential"]
+Endpoint = Literal["chat", "completions"]
 
 
 @dataclass(kw_only=True)
@@ -279,6 +280,16 @@ class Settings:
     metrics_url: str | None = field(default=None, metadata=meta("Prometheus endpoint; null when disabled"))
     api_key_set: bool | None = field(
         default=None, metadata=meta("an API key was sent (the key itself is never stored)")
+    )
+    endpoint: Endpoint | None = field(
+        default=None, metadata=meta("chat (/v1/chat/completions) or completions (/v1/completions, turn text as prompt)")
+    )
+    extra_body: dict[str, Any] | None = field(
+        default=None, metadata=meta("--extra-body: fields merged into every request body", omit_if_none=True)
+    )
+    headers: list[str] | None = field(
+        default=None,
+        metadata=meta("--header lines sent with every request (credential values stored as ***)", omit_if_none=True),
     )
 
 

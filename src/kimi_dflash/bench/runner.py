@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 
@@ -72,6 +73,7 @@ class RunConfig:
     independent_turns: bool = False  # send each turn without the conversation so far
     prompt_order: str = "random"  # or "sequential" (workload.session_prompts)
     progress_interval_s: float = DEFAULT_INTERVAL_S  # 0: no progress lines during a level
+    extra_body: dict[str, Any] | None = None  # --extra-body, merged into every request body
 
 
 class Stopper:
@@ -119,7 +121,7 @@ class Benchmark:
     async def run(self) -> RunState:
         cfg = self.cfg
         # aiohttp serves only the GET endpoints; chat requests use one connection per session.
-        async with client.make_session(cfg.endpoint.timeout_s) as session:
+        async with client.make_session(cfg.endpoint.timeout_s, cfg.endpoint.extra_headers) as session:
             server, model = await server_info.probe(session, cfg.endpoint, cfg.model, cfg.metrics_url)
             self.state.server, self.state.model = server, model
             notes = server_notes(server, model, cfg)
@@ -301,7 +303,9 @@ class Benchmark:
             if self.stopper.stopped or perf_counter() - self._last_probe_ok < PROBE_INTERVAL_S:
                 return
             # Its own connection: the pool may still hold connections to a server that is gone.
-            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as fresh:
+            async with aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(force_close=True), headers=dict(self.cfg.endpoint.extra_headers)
+            ) as fresh:
                 try:
                     await client.get_json(
                         fresh, f"{self.cfg.endpoint.base_url}/v1/models", self.cfg.endpoint.api_key, 5.0
@@ -341,6 +345,16 @@ class Benchmark:
 
     def _body(self, messages: list[dict[str, str]]) -> bytes:
         cfg = self.cfg
+        if cfg.endpoint.api == "completions":  # the turn's text is the prompt (no template, no history)
+            return client.completion_payload(
+                model=self.state.model or "",
+                prompt=messages[-1]["content"],
+                max_tokens=cfg.max_tokens,
+                temperature=cfg.temperature,
+                stream=cfg.stream,
+                ignore_eos=cfg.ignore_eos,
+                extra_body=cfg.extra_body,
+            )
         return client.chat_payload(
             model=self.state.model or "",
             messages=messages,
@@ -348,6 +362,7 @@ class Benchmark:
             temperature=cfg.temperature,
             stream=cfg.stream,
             ignore_eos=cfg.ignore_eos,
+            extra_body=cfg.extra_body,
         )
 
 
