@@ -88,4 +88,4 @@ def test_completions_endpoint_sends_each_turn_as_a_prompt(tmp_path: Path) -> Non
     assert document["results"][0]["completed"] == 4 and document["results"][0]["output_tokens"] == 24
     with running(["--ttft-ms", "5"]) as url:
         bad = run_benchmark("--base-url", url, "--endpoint", "completions", "--system-prompt", "x")
-    assert bad.returncode == 2 and "--system-prompt needs --endpoint chat" in bad.stderr
+    assert bad.returncode == 2 and "--endpoint chat" in bad.stderr

@@ -13,7 +13,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from kimi_dflash.bench import eventloop, report, request_shaping
+from kimi_dflash.bench import datasets, eventloop, report, request_shaping
 from kimi_dflash.bench.client import Endpoint, normalize_base_url
 from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.progress import DEFAULT_INTERVAL_S
@@ -161,6 +161,23 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         help="'builtin' (225 prompts shipped with the tool) or a JSONL file of {\"prompt\": ...} lines",
     )
     load.add_argument(
+        "--dataset-format",
+        choices=list(datasets.FORMATS),
+        default=None,
+        help='format of --dataset (default: detected from its first record): prompts ({"prompt": ...}), '
+        'openai-messages ({"messages": [...]}), sharegpt ({"conversations": [...]}), speed-bench '
+        '({"category": ..., "turns": [...]}); conversations replay their user turns, the server '
+        "generates the replies",
+    )
+    load.add_argument(
+        "--shared-prefix-tokens",
+        type=_bounded(int, 0, "--shared-prefix-tokens"),
+        default=0,
+        metavar="N",
+        help="open every conversation with the same system text of about N tokens (estimated at 4 characters per "
+        "token, no tokenizer; usage.prompt_tokens shows the real count). 0: none (default)",
+    )
+    load.add_argument(
         "--system-prompt", default=None, help="optional system message at the start of every conversation"
     )
     load.add_argument(
@@ -243,7 +260,17 @@ def _settings(args: argparse.Namespace, metrics_url: str | None, dataset: Datase
         endpoint=args.endpoint,
         extra_body=args.extra_body_dict,
         headers=[request_shaping.shown_header(n, v) for n, v in args.header_pairs] or None,
+        shared_prefix_tokens=args.shared_prefix_tokens or None,
     )
+
+
+def _system_prompt(args: argparse.Namespace, dataset: Dataset) -> str | None:
+    """--system-prompt, after the shared prefix when --shared-prefix-tokens asks for one."""
+    if not args.shared_prefix_tokens:
+        return args.system_prompt
+    vocabulary = [w for p in dataset.prompts for w in p.text.split()] or ["token"]
+    prefix = datasets.shared_prefix(args.shared_prefix_tokens, args.seed, vocabulary)
+    return prefix + ("\n\n" + args.system_prompt if args.system_prompt else "")
 
 
 class ResultWriter:
@@ -339,13 +366,16 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     else:
         metrics_url = args.metrics_url
     if args.endpoint == "completions":
-        if args.system_prompt:
-            parser.error("--system-prompt needs --endpoint chat (completions send the turn's text as the prompt)")
+        if args.system_prompt or args.shared_prefix_tokens:
+            parser.error(
+                "--system-prompt and --shared-prefix-tokens need --endpoint chat "
+                "(completions send the turn's text as the prompt)"
+            )
         args.independent_turns = True  # a completion carries no conversation: say so in the result
     warmup = args.sessions[0] if args.warmup is None else args.warmup
     args.warmup = warmup
     try:
-        dataset = load_dataset(args.dataset)
+        dataset = load_dataset(args.dataset, args.dataset_format)
         args.extra_body_dict = request_shaping.parse_extra_body(args.extra_body) if args.extra_body else None
         args.header_pairs = [request_shaping.parse_header(h) for h in args.header]
     except UserError as exc:
@@ -372,7 +402,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         stream=not args.no_stream,
         ignore_eos=args.ignore_eos,
         metrics_url=metrics_url,
-        system_prompt=args.system_prompt,
+        system_prompt=_system_prompt(args, dataset),
         keep_records=args.record_requests,
         independent_turns=args.independent_turns,
         prompt_order=args.prompt_order,

@@ -252,7 +252,15 @@ class DatasetInfo:
     name: str = field(metadata=meta("'builtin' or the file path as given"))
     prompts: int = field(metadata=meta("number of prompts"))
     sha256: str = field(metadata=meta("of the file bytes"))
-    categories: dict[str, int] = field(default_factory=dict, metadata=meta("prompts per category"))
+    categories: dict[str, int] = field(
+        default_factory=dict, metadata=meta("prompts per category (conversation formats: conversations per category)")
+    )
+    format: str | None = field(
+        default=None, metadata=meta("prompts | openai-messages | sharegpt | speed-bench (--dataset-format)")
+    )
+    conversations: int | None = field(
+        default=None, metadata=meta("conversations in the file (conversation formats; prompts counts user turns)")
+    )
 
 
 @dataclass(kw_only=True)
@@ -286,6 +294,10 @@ class Settings:
     )
     extra_body: dict[str, Any] | None = field(
         default=None, metadata=meta("--extra-body: fields merged into every request body", omit_if_none=True)
+    )
+    shared_prefix_tokens: int | None = field(
+        default=None,
+        metadata=meta("--shared-prefix-tokens: approximate tokens of the system text every conversation opens with"),
     )
     headers: list[str] | None = field(
         default=None,

@@ -280,11 +280,13 @@ class Benchmark:
     ) -> None:
         cfg = self.cfg
         history: list[dict[str, str]] = []
-        if cfg.system_prompt:
-            history.append({"role": "system", "content": cfg.system_prompt})
-        for turn, prompt in enumerate(prompts, start=1):
+        for slot, prompt in enumerate(prompts, start=1):
             if self.stopper.stopped:
                 return
+            # Conversation datasets: turn 1 of a conversation starts a fresh history (with its own system prompt).
+            turn = prompt.conversation_turn or slot
+            if slot == 1 or prompt.conversation_turn == 1:
+                history = _opening(cfg.system_prompt, prompt.system)
             messages = [*history, self._user(prompt)]
             record = RequestRecord(
                 sessions=level, repeat=repeat, session=index, turn=turn, category=prompt.category, prompt_id=prompt.id
@@ -364,6 +366,13 @@ class Benchmark:
             ignore_eos=cfg.ignore_eos,
             extra_body=cfg.extra_body,
         )
+
+
+def _opening(shared: str | None, own: str | None) -> list[dict[str, str]]:
+    """The system message a conversation starts with: --system-prompt (with the shared prefix) and the
+    conversation's own system prompt, in that order."""
+    text = "\n\n".join(part for part in (shared, own) if part)
+    return [{"role": "system", "content": text}] if text else []
 
 
 def server_notes(server: ServerInfo, model: str, cfg: RunConfig) -> list[str]:
