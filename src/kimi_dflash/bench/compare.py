@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from kimi_dflash.bench import reply_match
 from kimi_dflash.bench.atomic_write import write_text_atomic
 from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.result import BenchmarkResult, LevelResult, Settings, load_result
@@ -155,6 +156,8 @@ def render_markdown(runs: list[Run], allow_mismatch: bool = False) -> str:
                 f"{candidate.name} levels {only_cand or '—'}. Never read a speedup across different session counts."
             )
         blocks.append(_level_table(baseline, candidate, common))
+        names = (baseline.name, candidate.name)
+        blocks.append(reply_match.markdown(baseline.document, candidate.document, names, common))
     for run in runs:
         warnings.extend(quality_notes(run))
     if warnings:

@@ -58,17 +58,28 @@ class RequestRecord:
     error: str | None = field(default=None, metadata=meta("failure reason (see docs/benchmark.md); null on success"))
     error_detail: str = field(default="", metadata=meta("what the failure looked like"))
     reply_chars: int = field(default=0, metadata=meta("characters of content + reasoning received"))
-    category: str | None = field(default=None, metadata=meta("the prompt's category (dataset), e.g. code"))
-    prompt_id: str | None = field(default=None, metadata=meta("the prompt's (or conversation's) id in the dataset"))
+    category: str | None = field(
+        default=None, metadata=meta("the prompt's category (dataset), e.g. code", omit_if_none=True)
+    )
+    prompt_id: str | None = field(
+        default=None, metadata=meta("the prompt's (or conversation's) id in the dataset", omit_if_none=True)
+    )
     reply_sha256: str | None = field(
-        default=None, metadata=meta("sha256 of the reply: UTF-8 reasoning, a NUL byte, UTF-8 content")
+        default=None,
+        metadata=meta("sha256 of the reply: UTF-8 reasoning, a NUL byte, UTF-8 content", omit_if_none=True),
     )
     token_ids_sha256: str | None = field(
         default=None,
-        metadata=meta("sha256 of the generated token ids as decimal numbers joined by ',' (when the server sent them)"),
+        metadata=meta(
+            "sha256 of the generated token ids as decimal numbers joined by ',' (when the server sent them)",
+            omit_if_none=True,
+        ),
     )
     spec: RequestSpec | None = field(
-        default=None, metadata=meta("the server's metrics.speculative_decoding for this request (null: none sent)")
+        default=None,
+        metadata=meta(
+            "the server's metrics.speculative_decoding for this request (null: none sent)", omit_if_none=True
+        ),
     )
 
     @property

@@ -256,10 +256,12 @@ class DatasetInfo:
         default_factory=dict, metadata=meta("prompts per category (conversation formats: conversations per category)")
     )
     format: str | None = field(
-        default=None, metadata=meta("prompts | openai-messages | sharegpt | speed-bench (--dataset-format)")
+        default=None,
+        metadata=meta("prompts | openai-messages | sharegpt | speed-bench (--dataset-format)", omit_if_none=True),
     )
     conversations: int | None = field(
-        default=None, metadata=meta("conversations in the file (conversation formats; prompts counts user turns)")
+        default=None,
+        metadata=meta("conversations in the file (conversation formats; prompts counts user turns)", omit_if_none=True),
     )
 
 
@@ -290,14 +292,20 @@ class Settings:
         default=None, metadata=meta("an API key was sent (the key itself is never stored)")
     )
     endpoint: Endpoint | None = field(
-        default=None, metadata=meta("chat (/v1/chat/completions) or completions (/v1/completions, turn text as prompt)")
+        default=None,
+        metadata=meta(
+            "chat (/v1/chat/completions) or completions (/v1/completions, turn text as prompt)", omit_if_none=True
+        ),
     )
     extra_body: dict[str, Any] | None = field(
         default=None, metadata=meta("--extra-body: fields merged into every request body", omit_if_none=True)
     )
     shared_prefix_tokens: int | None = field(
         default=None,
-        metadata=meta("--shared-prefix-tokens: approximate tokens of the system text every conversation opens with"),
+        metadata=meta(
+            "--shared-prefix-tokens: approximate tokens of the system text every conversation opens with",
+            omit_if_none=True,
+        ),
     )
     headers: list[str] | None = field(
         default=None,
