@@ -41,6 +41,7 @@ OPTION_KEYS: dict[str, str] = {
     "--language-model-only": "LANGUAGE_MODEL_ONLY",
     "--mm-encoder-tp-mode": "MM_ENCODER_TP_MODE",
     "--speculative-config": "SPECULATIVE_METHOD",
+    "--per-request-spec-decode-metrics": "PER_REQUEST_SPEC_METRICS",
     "--load-format": "PRESHARD_DIR",
 }
 SHARDED_STATE = "sharded_state"
@@ -169,6 +170,8 @@ def vllm_argv(config: Config, python_executable: str) -> tuple[str, ...]:
     spec = speculative_config(config)
     if spec is not None:
         argv += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
+        if config["PER_REQUEST_SPEC_METRICS"] != "off":  # vLLM refuses the flag without speculative decoding
+            argv += ["--per-request-spec-decode-metrics", str(config["PER_REQUEST_SPEC_METRICS"])]
     if config["EXTRA_VLLM_ARGS"] is not None:
         argv += shlex.split(str(config["EXTRA_VLLM_ARGS"]))
     return tuple(argv)

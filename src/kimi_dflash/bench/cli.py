@@ -13,7 +13,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from kimi_dflash.bench import cli_options, eventloop, export_csv, report
+from kimi_dflash.bench import cli_options, datasets, eventloop, export_csv, report, request_shaping
 from kimi_dflash.bench.client import Endpoint, normalize_base_url
 from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.level_extras import percentile_key
@@ -100,6 +100,28 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         help="Prometheus endpoint for spec-decode counters (default: <base-url>/metrics; 'none' disables)",
     )
     target.add_argument(
+        "--endpoint",
+        choices=["chat", "completions"],
+        default="chat",
+        help="chat (default): /v1/chat/completions with the conversation; completions: /v1/completions with each "
+        "turn's text as the prompt, as given (no chat template, no history: turns are independent)",
+    )
+    target.add_argument(
+        "--extra-body",
+        default=None,
+        metavar="JSON",
+        help="JSON object (or @FILE) merged into every request body, e.g. "
+        """'{"chat_template_kwargs": {"thinking": false}, "top_p": 0.95}'; stored in the result""",
+    )
+    target.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="NAME:VALUE",
+        help="extra HTTP header on every request (repeatable); the value of a credential-like header "
+        "(Authorization, Cookie, *key*, *token*, *secret*, *auth*) is never printed or stored",
+    )
+    target.add_argument(
         "--timeout",
         type=_bounded(float, 0.001, "--timeout"),
         default=600.0,
@@ -138,6 +160,23 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "--dataset",
         default=BUILTIN,
         help="'builtin' (225 prompts shipped with the tool) or a JSONL file of {\"prompt\": ...} lines",
+    )
+    load.add_argument(
+        "--dataset-format",
+        choices=list(datasets.FORMATS),
+        default=None,
+        help='format of --dataset (default: detected from its first record): prompts ({"prompt": ...}), '
+        'openai-messages ({"messages": [...]}), sharegpt ({"conversations": [...]}), speed-bench '
+        '({"category": ..., "turns": [...]}); conversations replay their user turns, the server '
+        "generates the replies",
+    )
+    load.add_argument(
+        "--shared-prefix-tokens",
+        type=_bounded(int, 0, "--shared-prefix-tokens"),
+        default=0,
+        metavar="N",
+        help="open every conversation with the same system text of about N tokens (estimated at 4 characters per "
+        "token, no tokenizer; usage.prompt_tokens shows the real count). 0: none (default)",
     )
     load.add_argument(
         "--system-prompt", default=None, help="optional system message at the start of every conversation"
@@ -224,7 +263,20 @@ def _settings(args: argparse.Namespace, metrics_url: str | None, dataset: Datase
         open_loop=cli_options.open_loop_settings(cli_options.open_loop_config(args)),
         slo=args.slo,
         percentiles=list(args.percentiles) if args.percentiles else None,
+        endpoint=args.endpoint,
+        extra_body=args.extra_body_dict,
+        headers=[request_shaping.shown_header(n, v) for n, v in args.header_pairs] or None,
+        shared_prefix_tokens=args.shared_prefix_tokens or None,
     )
+
+
+def _system_prompt(args: argparse.Namespace, dataset: Dataset) -> str | None:
+    """--system-prompt, after the shared prefix when --shared-prefix-tokens asks for one."""
+    if not args.shared_prefix_tokens:
+        return args.system_prompt
+    vocabulary = [w for p in dataset.prompts for w in p.text.split()] or ["token"]
+    prefix = datasets.shared_prefix(args.shared_prefix_tokens, args.seed, vocabulary)
+    return prefix + ("\n\n" + args.system_prompt if args.system_prompt else "")
 
 
 class ResultWriter:
@@ -326,16 +378,31 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         metrics_url = None
     else:
         metrics_url = args.metrics_url
+    if args.endpoint == "completions":
+        if args.system_prompt or args.shared_prefix_tokens:
+            parser.error(
+                "--system-prompt and --shared-prefix-tokens need --endpoint chat "
+                "(completions send the turn's text as the prompt)"
+            )
+        args.independent_turns = True  # a completion carries no conversation: say so in the result
     warmup = args.sessions[0] if args.warmup is None else args.warmup
     args.warmup = warmup
     try:
-        dataset = load_dataset(args.dataset)
+        dataset = load_dataset(args.dataset, args.dataset_format)
+        args.extra_body_dict = request_shaping.parse_extra_body(args.extra_body) if args.extra_body else None
+        args.header_pairs = [request_shaping.parse_header(h) for h in args.header]
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
 
     cfg = RunConfig(
-        endpoint=Endpoint(base_url=base_url, api_key=args.api_key, timeout_s=args.timeout),
+        endpoint=Endpoint(
+            base_url=base_url,
+            api_key=args.api_key,
+            timeout_s=args.timeout,
+            api=args.endpoint,
+            extra_headers=tuple(args.header_pairs),
+        ),
         model=args.model,
         levels=args.sessions,
         turns=args.turns_per_session,
@@ -348,7 +415,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         stream=not args.no_stream,
         ignore_eos=args.ignore_eos,
         metrics_url=metrics_url,
-        system_prompt=args.system_prompt,
+        system_prompt=_system_prompt(args, dataset),
         keep_records=args.record_requests,
         independent_turns=args.independent_turns,
         prompt_order=args.prompt_order,
@@ -356,6 +423,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         open_loop=open_loop,
         analyses=cli_options.analyses(args),
         keep_level_records=args.csv,
+        extra_body=args.extra_body_dict,
     )
     started = report.utc_now()
     default_output = Path("results") / f"benchmark-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import hashlib
 import json
 import ssl
 import time
@@ -22,7 +23,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from kimi_dflash.bench import http1
+from kimi_dflash.bench import http1, spec_request
 from kimi_dflash.bench.records import (
     BAD_RESPONSE,
     CANCELLED,
@@ -48,6 +49,8 @@ class Endpoint:
     base_url: str  # server root (may carry a path prefix), without a trailing /v1
     api_key: str | None = field(default=None, repr=False)  # never printed
     timeout_s: float = 600.0
+    api: str = "chat"  # or "completions": POST /v1/completions with a prompt
+    extra_headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # --header (may hold credentials)
 
     @cached_property
     def target(self) -> http1.Target:
@@ -55,7 +58,8 @@ class Endpoint:
 
     @cached_property
     def chat_path(self) -> str:
-        return urlsplit(self.base_url).path.rstrip("/") + "/v1/chat/completions"
+        route = "/v1/completions" if self.api == "completions" else "/v1/chat/completions"
+        return urlsplit(self.base_url).path.rstrip("/") + route
 
     @cached_property
     def chat_headers(self) -> dict[str, str]:
@@ -66,6 +70,7 @@ class Endpoint:
         }
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
+        headers.update(self.extra_headers)
         return headers
 
     def connection(self) -> http1.Connection:
@@ -77,9 +82,11 @@ def normalize_base_url(url: str) -> str:
     return url.strip().rstrip("/").removesuffix("/v1")
 
 
-def make_session(timeout_s: float) -> aiohttp.ClientSession:
-    """For the GET endpoints only (a handful of requests per run)."""
-    return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s, sock_connect=min(timeout_s, 30.0)))
+def make_session(timeout_s: float, headers: tuple[tuple[str, str], ...] = ()) -> aiohttp.ClientSession:
+    """For the GET endpoints only (a handful of requests per run); ``headers``: --header, sent on every GET."""
+    return aiohttp.ClientSession(
+        timeout=aiohttp.ClientTimeout(total=timeout_s, sock_connect=min(timeout_s, 30.0)), headers=dict(headers)
+    )
 
 
 def chat_payload(
@@ -104,8 +111,43 @@ def chat_payload(
     if ignore_eos:
         payload["ignore_eos"] = True
     if extra_body:
-        payload.update(extra_body)
+        _merge(payload, extra_body)
     return json.dumps(payload, ensure_ascii=False).encode("utf-8")
+
+
+def completion_payload(
+    model: str,
+    prompt: str,
+    max_tokens: int,
+    temperature: float,
+    stream: bool,
+    ignore_eos: bool = False,
+    extra_body: dict[str, Any] | None = None,
+) -> bytes:
+    """A /v1/completions body: the prompt is sent as given (no chat template)."""
+    payload: dict[str, Any] = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "stream": stream,
+    }
+    if stream:
+        payload["stream_options"] = {"include_usage": True}
+    if ignore_eos:
+        payload["ignore_eos"] = True
+    if extra_body:
+        _merge(payload, extra_body)
+    return json.dumps(payload, ensure_ascii=False).encode("utf-8")
+
+
+def _merge(payload: dict[str, Any], extra_body: dict[str, Any]) -> None:
+    """--extra-body over the payload; stream_options is merged so include_usage (the token count) stays on."""
+    for key, value in extra_body.items():
+        if key == "stream_options" and isinstance(value, dict) and "stream_options" in payload:
+            payload["stream_options"] = {**value, "include_usage": True}
+        elif key != "stream_options" or payload.get("stream"):
+            payload[key] = value
 
 
 async def send(
@@ -176,10 +218,21 @@ def _finish(record: RequestRecord, reply: Reply) -> Reply:
         record.tokens_source = TOKENS_FROM_CHUNKS
     prompt = usage.get("prompt_tokens")
     record.prompt_tokens = prompt if isinstance(prompt, int) else None
+    record.reply_sha256, record.token_ids_sha256 = reply_hashes(reply)
+    record.spec = spec_request.parse(reply.metrics)
     if reply.error is not None:
         record.error = reply.error
         record.error_detail = reply.error_detail
     return reply
+
+
+def reply_hashes(reply: Reply) -> tuple[str, str | None]:
+    """sha256 of the reply text (reasoning, NUL, content) and of its token ids when the server sent them."""
+    text = hashlib.sha256(reply.reasoning.encode("utf-8") + b"\0" + reply.content.encode("utf-8")).hexdigest()
+    ids = None
+    if reply.token_ids is not None:
+        ids = hashlib.sha256(",".join(str(i) for i in reply.token_ids).encode("ascii", "replace")).hexdigest()
+    return text, ids
 
 
 def classify_exception(exc: BaseException) -> tuple[str, str]:

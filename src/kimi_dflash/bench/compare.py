@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kimi_dflash.bench import compare_extras
+from kimi_dflash.bench import compare_extras, reply_match
 from kimi_dflash.bench.atomic_write import write_text_atomic
 from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.intervals import CONFIDENCE_LEVELS
@@ -64,6 +64,10 @@ def workload_differences(baseline: Run, other: Run) -> list[str]:
     ]
     if _dataset_field(a, "sha256") != _dataset_field(b, "sha256"):
         diffs.append(f"dataset: {_dataset_field(a, 'name')} vs {_dataset_field(b, 'name')} (different prompts)")
+    if (a.endpoint or "chat") != (b.endpoint or "chat"):  # files from before --endpoint are chat
+        diffs.append(f"endpoint: {a.endpoint or 'chat'!r} vs {b.endpoint or 'chat'!r}")
+    if a.extra_body != b.extra_body:  # thinking on/off, top_p ...: a different workload
+        diffs.append(f"extra_body: {a.extra_body!r} vs {b.extra_body!r}")
     if a.seed != b.seed:
         diffs.append(f"seed: {a.seed!r} vs {b.seed!r} (different conversations)")
     diffs.extend(compare_extras.open_loop_differences(a, b))
@@ -165,6 +169,8 @@ def render_markdown(
                 baseline.name, baseline.document, candidate.name, candidate.document, slo_attainment
             )
         )
+        names = (baseline.name, candidate.name)
+        blocks.append(reply_match.markdown(baseline.document, candidate.document, names, common))
     for run in runs:
         warnings.extend(quality_notes(run))
     if warnings:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from kimi_dflash.bench.spec_request import RequestSpec
 from kimi_dflash.bench.typed_json import meta
 
 # Failure reasons (``RequestRecord.error``). HTTP errors are "http_<status>", e.g. "http_429".
@@ -66,6 +67,29 @@ class RequestRecord:
     )
     admitted_time: float | None = field(
         default=None, metadata=meta("open loop: when --max-concurrency let it through (= dispatch without a cap)")
+    )
+    category: str | None = field(
+        default=None, metadata=meta("the prompt's category (dataset), e.g. code", omit_if_none=True)
+    )
+    prompt_id: str | None = field(
+        default=None, metadata=meta("the prompt's (or conversation's) id in the dataset", omit_if_none=True)
+    )
+    reply_sha256: str | None = field(
+        default=None,
+        metadata=meta("sha256 of the reply: UTF-8 reasoning, a NUL byte, UTF-8 content", omit_if_none=True),
+    )
+    token_ids_sha256: str | None = field(
+        default=None,
+        metadata=meta(
+            "sha256 of the generated token ids as decimal numbers joined by ',' (when the server sent them)",
+            omit_if_none=True,
+        ),
+    )
+    spec: RequestSpec | None = field(
+        default=None,
+        metadata=meta(
+            "the server's metrics.speculative_decoding for this request (null: none sent)", omit_if_none=True
+        ),
     )
 
     @property

@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 from kimi_dflash.bench.atomic_write import write_text_atomic
 from kimi_dflash.bench.level_extras import level_name, summary_lines
+from kimi_dflash.bench.request_shaping import redact_header_arg
 from kimi_dflash.bench.result import BenchmarkResult, Distribution, LevelResult, ToolInfo
 
 TOOL_NAME = "benchmark_multi_turn"
@@ -31,12 +32,21 @@ def redact_argv(argv: list[str]) -> list[str]:
     """The command line with secrets replaced, so it can be stored and shown."""
     out: list[str] = []
     hide_next = False
+    hide_header = False
     for arg in argv:
         if hide_next:
             out.append("***")
             hide_next = False
             continue
         flag, eq, _value = arg.partition("=")
+        if hide_header:
+            out.append(redact_header_arg(arg))
+            hide_header = False
+            continue
+        if flag == "--header":
+            out.append(f"--header={redact_header_arg(_value)}" if eq else arg)
+            hide_header = not eq
+            continue
         if flag in SECRET_FLAGS:
             if eq:
                 out.append(f"{flag}=***")
@@ -163,6 +173,11 @@ def print_level(result: LevelResult, out: TextIO) -> None:
         )
     for line in summary_lines(result):
         print(f"  {line}", file=out)
+    if result.spec_per_request is not None:
+        from kimi_dflash.bench.spec_summary import table_lines  # imports metrics (numpy): only when there is one
+
+        for line in table_lines(result.spec_per_request):
+            print(line, file=out)
     for line in level_warnings(result):
         print(f"  WARNING: {line}", file=out)
     print(file=out)

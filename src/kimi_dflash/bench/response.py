@@ -33,6 +33,8 @@ class Reply:
     content: str = ""
     reasoning: str = ""
     usage: dict[str, Any] | None = None
+    metrics: dict[str, Any] | None = None  # vLLM's per-request "metrics" object (final usage chunk / body)
+    token_ids: list[int] | None = None  # generated token ids, when the server sent them (return_token_ids)
     finish_reason: str | None = None
     done: bool = False
     error: str | None = None
@@ -46,7 +48,10 @@ class Reply:
 class StreamAccumulator:
     """Incremental SSE body interpreter: ``feed(arrival_time, data)`` per read, then ``finish()``."""
 
-    __slots__ = ("_content", "_decoder", "_detail", "_finish", "_reasoning", "_times", "_usage", "done", "error")
+    __slots__ = (
+        "_content", "_decoder", "_detail", "_finish", "_metrics", "_reasoning", "_times", "_token_ids", "_usage",
+        "done", "error",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self._decoder = SSEDecoder()
@@ -54,6 +59,8 @@ class StreamAccumulator:
         self._reasoning: list[str] = []
         self._times: list[float] = []
         self._usage: dict[str, Any] | None = None
+        self._metrics: dict[str, Any] | None = None
+        self._token_ids: list[int] | None = None
         self._finish: str | None = None
         self.done = False  # saw data: [DONE]
         self.error: str | None = None
@@ -102,7 +109,12 @@ class StreamAccumulator:
                 choice = event["choices"][0]
                 delta = choice["delta"]
                 text = delta["content"]
-                plain = len(delta) == 1 and choice.get("finish_reason") is None and event.get("usage") is None
+                plain = (
+                    len(delta) == 1
+                    and choice.get("finish_reason") is None
+                    and event.get("usage") is None
+                    and choice.get("token_ids") is None
+                )
             except (KeyError, IndexError, TypeError, AttributeError):
                 plain = False
             if plain and text and text.__class__ is str:
@@ -153,11 +165,19 @@ class StreamAccumulator:
             finish = choice.get("finish_reason")
             if finish:
                 self._finish = str(finish)
+            ids = choice.get("token_ids")
+            if isinstance(ids, list):
+                if self._token_ids is None:
+                    self._token_ids = []
+                self._token_ids.extend(ids)
         elif "error" in event:
             return self._fail(SERVER_ERROR_EVENT, _error_message(event["error"]))
         usage = event.get("usage")
         if usage and isinstance(usage, dict):
             self._usage = usage
+            metrics = event.get("metrics")
+            if isinstance(metrics, dict):
+                self._metrics = metrics
         return True
 
     def _fail(self, reason: str, detail: str) -> bool:
@@ -176,6 +196,8 @@ class StreamAccumulator:
             content="".join(self._content),
             reasoning="".join(self._reasoning),
             usage=self._usage,
+            metrics=self._metrics,
+            token_ids=self._token_ids,
             finish_reason=self._finish,
             done=self.done,
             error=self.error,
@@ -238,6 +260,10 @@ def interpret_body(body: bytes) -> Reply:
         reply.content = str(choice.get("text") or "")
         has_tools = False
     reply.finish_reason = choice.get("finish_reason")
+    ids = choice.get("token_ids")
+    reply.token_ids = ids if isinstance(ids, list) else None
+    metrics = event.get("metrics")
+    reply.metrics = metrics if isinstance(metrics, dict) else None
     usage = event.get("usage")
     reply.usage = usage if isinstance(usage, dict) and usage else None
     reply.done = True

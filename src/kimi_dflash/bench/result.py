@@ -26,6 +26,7 @@ SpecDecodeStatus = Literal["ok", "absent", "no_drafts", "counter_reset", "unavai
 PromptOrder = Literal["random", "sequential"]
 ArrivalName = Literal["poisson", "constant", "gamma"]
 ThinkTimeDist = Literal["fixed", "exp", "uniform"]
+Endpoint = Literal["chat", "completions"]
 
 
 @dataclass(kw_only=True)
@@ -59,6 +60,41 @@ class SpecDecode:
     drafts: int | None = field(default=None, metadata=meta("Δ vllm:spec_decode_num_drafts_total"))
     draft_tokens: int | None = field(default=None, metadata=meta("Δ vllm:spec_decode_num_draft_tokens_total"))
     accepted_tokens: int | None = field(default=None, metadata=meta("Δ vllm:spec_decode_num_accepted_tokens_total"))
+
+
+@dataclass(kw_only=True)
+class SpecGroup:
+    """Per-request spec-decode statistics (``metrics.speculative_decoding``) summed over a group of requests."""
+
+    key: str = field(metadata=meta("what the group is: 'all', a turn number, a category or a prompt-length bucket"))
+    requests: int = field(metadata=meta("successful requests in the group that carried the statistics"))
+    spec_steps: int = field(metadata=meta("Σ num_spec_steps (verify steps)"))
+    accepted_tokens: int = field(metadata=meta("Σ num_accepted_draft_tokens"))
+    draft_tokens: int = field(metadata=meta("Σ num_draft_tokens"))
+    acceptance_length: float | None = field(metadata=meta("pooled τ = 1 + Σ accepted / Σ steps"))
+    acceptance_rate: float | None = field(metadata=meta("pooled α = Σ accepted / Σ draft tokens"))
+    acceptance_length_dist: Distribution = field(
+        metadata=meta("per-request τ_r = 1 + accepted_r / steps_r over requests with >= 1 step")
+    )
+    acceptance_rate_dist: Distribution = field(metadata=meta("per-request α_r = accepted_r / drafted_r"))
+
+
+@dataclass(kw_only=True)
+class SpecPerRequest:
+    """Acceptance from each response's own ``metrics.speculative_decoding`` (vLLM
+    ``--per-request-spec-decode-metrics``), over the level's successful requests."""
+
+    num_speculative_tokens: int | None = field(metadata=meta("K the responses report (largest seen)"))
+    requests_without: int = field(metadata=meta("successful requests that carried no statistics"))
+    total: SpecGroup = field(metadata=meta("every request of the level (sums equal the /metrics deltas)"))
+    per_position: list[float] = field(
+        metadata=meta("Σ steps accepting position k / Σ steps, k = 0 .. K-1 (from the histograms)")
+    )
+    per_turn: list[SpecGroup] = field(default_factory=list, metadata=meta("by turn number within the conversation"))
+    per_category: list[SpecGroup] = field(default_factory=list, metadata=meta("by the prompt's dataset category"))
+    per_prompt_length: list[SpecGroup] = field(
+        default_factory=list, metadata=meta("by usage.prompt_tokens bucket (powers of two, e.g. '512-1023')")
+    )
 
 
 @dataclass(kw_only=True)
@@ -243,6 +279,18 @@ class LevelResult:
     intervals: RepeatIntervals | None = field(
         default=None, metadata=meta("confidence intervals over repeats (--repeats >= 2)", omit_if_none=True)
     )
+    spec_per_request: SpecPerRequest | None = field(
+        default=None,
+        metadata=meta("per-request acceptance, when the server sends metrics.speculative_decoding", omit_if_none=True),
+    )
+    reply_hashes: dict[str, str] | None = field(
+        default=None,
+        metadata=meta(
+            "reply_sha256 of every successful request, keyed 'repeat/session/k' (k: the session's k-th request, "
+            "0-based): compare matches them across runs",
+            omit_if_none=True,
+        ),
+    )
 
 
 @dataclass(kw_only=True)
@@ -279,7 +327,17 @@ class DatasetInfo:
     name: str = field(metadata=meta("'builtin' or the file path as given"))
     prompts: int = field(metadata=meta("number of prompts"))
     sha256: str = field(metadata=meta("of the file bytes"))
-    categories: dict[str, int] = field(default_factory=dict, metadata=meta("prompts per category"))
+    categories: dict[str, int] = field(
+        default_factory=dict, metadata=meta("prompts per category (conversation formats: conversations per category)")
+    )
+    format: str | None = field(
+        default=None,
+        metadata=meta("prompts | openai-messages | sharegpt | speed-bench (--dataset-format)", omit_if_none=True),
+    )
+    conversations: int | None = field(
+        default=None,
+        metadata=meta("conversations in the file (conversation formats; prompts counts user turns)", omit_if_none=True),
+    )
 
 
 @dataclass(kw_only=True)
@@ -326,6 +384,26 @@ class Settings:
     )
     slo: dict[str, float] | None = field(default=None, metadata=meta("--slo limits", omit_if_none=True))
     percentiles: list[float] | None = field(default=None, metadata=meta("--percentiles", omit_if_none=True))
+    endpoint: Endpoint | None = field(
+        default=None,
+        metadata=meta(
+            "chat (/v1/chat/completions) or completions (/v1/completions, turn text as prompt)", omit_if_none=True
+        ),
+    )
+    extra_body: dict[str, Any] | None = field(
+        default=None, metadata=meta("--extra-body: fields merged into every request body", omit_if_none=True)
+    )
+    shared_prefix_tokens: int | None = field(
+        default=None,
+        metadata=meta(
+            "--shared-prefix-tokens: approximate tokens of the system text every conversation opens with",
+            omit_if_none=True,
+        ),
+    )
+    headers: list[str] | None = field(
+        default=None,
+        metadata=meta("--header lines sent with every request (credential values stored as ***)", omit_if_none=True),
+    )
 
 
 @dataclass(kw_only=True)

@@ -15,10 +15,11 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 
-from kimi_dflash.bench import client, http1, metrics, prometheus, server_info
+from kimi_dflash.bench import client, http1, metrics, prometheus, server_info, spec_summary
 from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.level_extras import Analyses, apply_analyses, open_loop_level
 from kimi_dflash.bench.openloop import OpenLoopConfig, OpenLoopRepeat
@@ -78,6 +79,7 @@ class RunConfig:
     open_loop: OpenLoopConfig | None = None  # --request-rate: levels are rates, not session counts
     analyses: Analyses = field(default_factory=Analyses)  # --percentiles, --slo, intervals over repeats
     keep_level_records: bool = False  # --csv: keep every level's records in RunState.level_records
+    extra_body: dict[str, Any] | None = None  # --extra-body, merged into every request body
 
 
 @dataclass(frozen=True)
@@ -131,7 +133,7 @@ class Benchmark:
     async def run(self) -> RunState:
         cfg = self.cfg
         # aiohttp serves only the GET endpoints; chat requests use one connection per session.
-        async with client.make_session(cfg.endpoint.timeout_s) as session:
+        async with client.make_session(cfg.endpoint.timeout_s, cfg.endpoint.extra_headers) as session:
             server, model = await server_info.probe(session, cfg.endpoint, cfg.model, cfg.metrics_url)
             self.state.server, self.state.model = server, model
             notes = server_notes(server, model, cfg)
@@ -257,6 +259,8 @@ class Benchmark:
         apply_analyses(result, records, cfg.analyses)
         if cfg.keep_level_records:
             self.state.level_records.append(records)
+        result.spec_per_request = spec_summary.spec_per_request(records)
+        result.reply_hashes = spec_summary.reply_hashes(records) or None
         if cfg.keep_records:
             # Times are seconds from "clock_origin", a time.perf_counter() reading of this run (on Linux the
             # host's CLOCK_MONOTONIC, so they can be lined up with other processes' monotonic timestamps).
@@ -329,13 +333,17 @@ class Benchmark:
     ) -> None:
         cfg = self.cfg
         history: list[dict[str, str]] = []
-        if cfg.system_prompt:
-            history.append({"role": "system", "content": cfg.system_prompt})
-        for turn, prompt in enumerate(prompts, start=1):
+        for slot, prompt in enumerate(prompts, start=1):
             if self.stopper.stopped:
                 return
+            # Conversation datasets: turn 1 of a conversation starts a fresh history (with its own system prompt).
+            turn = prompt.conversation_turn or slot
+            if slot == 1 or prompt.conversation_turn == 1:
+                history = _opening(cfg.system_prompt, prompt.system)
             messages = [*history, self._user(prompt)]
-            record = RequestRecord(sessions=level, repeat=repeat, session=index, turn=turn)
+            record = RequestRecord(
+                sessions=level, repeat=repeat, session=index, turn=turn, category=prompt.category, prompt_id=prompt.id
+            )
             sink.append(record)  # before sending: a cancelled request still leaves its record
             reply = await client.send(conn, cfg.endpoint, self._body(messages), cfg.stream, record)
             if record.ok and reply is not None and not cfg.independent_turns:
@@ -350,7 +358,9 @@ class Benchmark:
             if self.stopper.stopped or perf_counter() - self._last_probe_ok < PROBE_INTERVAL_S:
                 return
             # Its own connection: the pool may still hold connections to a server that is gone.
-            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as fresh:
+            async with aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(force_close=True), headers=dict(self.cfg.endpoint.extra_headers)
+            ) as fresh:
                 try:
                     await client.get_json(
                         fresh, f"{self.cfg.endpoint.base_url}/v1/models", self.cfg.endpoint.api_key, 5.0
@@ -390,6 +400,16 @@ class Benchmark:
 
     def _body(self, messages: list[dict[str, str]]) -> bytes:
         cfg = self.cfg
+        if cfg.endpoint.api == "completions":  # the turn's text is the prompt (no template, no history)
+            return client.completion_payload(
+                model=self.state.model or "",
+                prompt=messages[-1]["content"],
+                max_tokens=cfg.max_tokens,
+                temperature=cfg.temperature,
+                stream=cfg.stream,
+                ignore_eos=cfg.ignore_eos,
+                extra_body=cfg.extra_body,
+            )
         return client.chat_payload(
             model=self.state.model or "",
             messages=messages,
@@ -397,7 +417,15 @@ class Benchmark:
             temperature=cfg.temperature,
             stream=cfg.stream,
             ignore_eos=cfg.ignore_eos,
+            extra_body=cfg.extra_body,
         )
+
+
+def _opening(shared: str | None, own: str | None) -> list[dict[str, str]]:
+    """The system message a conversation starts with: --system-prompt (with the shared prefix) and the
+    conversation's own system prompt, in that order."""
+    text = "\n\n".join(part for part in (shared, own) if part)
+    return [{"role": "system", "content": text}] if text else []
 
 
 def server_notes(server: ServerInfo, model: str, cfg: RunConfig) -> list[str]:

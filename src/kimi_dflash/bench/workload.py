@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from kimi_dflash.bench import datasets
+from kimi_dflash.bench.datasets import Conversation
 from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.result import DatasetInfo
 
@@ -28,6 +30,8 @@ class Prompt:
     id: str
     category: str
     text: str
+    conversation_turn: int | None = None  # conversation datasets: 1 starts a new conversation (history reset)
+    system: str | None = None  # conversation datasets: the conversation's own system prompt
 
 
 @dataclass(frozen=True)
@@ -35,16 +39,26 @@ class Dataset:
     name: str  # "builtin" or the file path as given
     prompts: tuple[Prompt, ...]
     sha256: str  # of the file bytes, so results say exactly which prompts were used
+    conversations: tuple[Conversation, ...] = ()  # conversation formats: sessions replay these
+    format: str = "prompts"
 
     def describe(self) -> DatasetInfo:
         categories: dict[str, int] = {}
-        for prompt in self.prompts:
-            categories[prompt.category] = categories.get(prompt.category, 0) + 1
-        return DatasetInfo(name=self.name, prompts=len(self.prompts), sha256=self.sha256, categories=categories)
+        for item in self.conversations or self.prompts:  # conversations are counted per conversation
+            categories[item.category] = categories.get(item.category, 0) + 1
+        return DatasetInfo(
+            name=self.name,
+            prompts=len(self.prompts),
+            sha256=self.sha256,
+            categories=categories,
+            format=self.format,
+            conversations=len(self.conversations) if self.conversations else None,
+        )
 
 
-def load_dataset(spec: str) -> Dataset:
-    """``"builtin"`` (the prompt set shipped in this package) or a path to a JSONL file."""
+def load_dataset(spec: str, fmt: str | None = None) -> Dataset:
+    """``"builtin"`` (the prompt set shipped in this package) or a path to a JSONL file (``fmt``: a
+    ``datasets.FORMATS`` name; None detects it from the first record)."""
     if spec == BUILTIN:
         raw = resources.files("kimi_dflash.bench").joinpath("data/prompts.jsonl").read_bytes()
         return _parse_jsonl(raw, BUILTIN)
@@ -58,7 +72,52 @@ def load_dataset(spec: str) -> Dataset:
         raw = path.read_bytes()
     except OSError as exc:
         raise UserError(f"--dataset {spec!r}: cannot read it ({exc.strerror}).") from None
+    if fmt != datasets.PROMPTS:
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise UserError(f"dataset {spec}: not UTF-8 text (byte {exc.start}). Save the file as UTF-8.") from None
+        found, conversations = datasets.conversations(text, spec, fmt)
+        if conversations:
+            return _conversation_dataset(spec, found, conversations, raw)
     return _parse_jsonl(raw, spec)
+
+
+def _conversation_dataset(name: str, fmt: str, conversations: list[Conversation], raw: bytes) -> Dataset:
+    prompts = tuple(
+        Prompt(id=c.id, category=c.category, text=text, conversation_turn=t, system=c.system)
+        for c in conversations
+        for t, text in enumerate(c.turns, start=1)
+    )
+    return Dataset(
+        name=name,
+        prompts=prompts,
+        sha256=hashlib.sha256(raw).hexdigest(),
+        conversations=tuple(conversations),
+        format=fmt,
+    )
+
+
+def _conversation_plan(dataset: Dataset, seed: int, level: int, repeat: int, session: int, turns: int, order: str):
+    """``turns`` requests replaying whole conversations: a session that finishes one starts the next (its
+    history reset), so every session sends exactly ``turns`` requests and concurrency stays at N."""
+    convs = dataset.conversations
+    rng = random.Random(f"kimi-dflash/{seed}/{level}/{repeat}/{session}/conversations")
+    queue: list[int] = []
+    out: list[Prompt] = []
+    k = 0
+    while len(out) < turns:
+        if order == SEQUENTIAL:
+            index = ((repeat * turns + k) * level + session) % len(convs)
+        else:
+            if not queue:
+                queue = rng.sample(range(len(convs)), len(convs))
+            index = queue.pop()
+        k += 1
+        c = convs[index]
+        for t, text in enumerate(c.turns[: turns - len(out)], start=1):
+            out.append(Prompt(id=c.id, category=c.category, text=text, conversation_turn=t, system=c.system))
+    return out
 
 
 def _parse_jsonl(raw: bytes, name: str) -> Dataset:
@@ -117,6 +176,8 @@ def session_prompts(
     file order as the slots free up. That is how ``vllm bench serve --disable-shuffle`` walks a dataset,
     so the cross-check against it sends the very same prompts.
     """
+    if dataset.conversations:
+        return _conversation_plan(dataset, seed, level, repeat, session, turns, order)
     if order == SEQUENTIAL:
         n = len(dataset.prompts)
         return [dataset.prompts[((repeat * turns + t) * level + session) % n] for t in range(turns)]

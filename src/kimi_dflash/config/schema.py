@@ -333,6 +333,17 @@ KEYS: tuple[Key, ...] = (
         maximum=64,
         optional=True,
     ),
+    _k(
+        "PER_REQUEST_SPEC_METRICS",
+        "enum",
+        "off",
+        "speculative",
+        "--per-request-spec-decode-metrics (vLLM >= 0.29.0): summary puts each request's acceptance "
+        "(metrics.speculative_decoding: mean acceptance length, draft acceptance rate, histogram, verify steps) on "
+        "its response and on a stream's final usage chunk; detailed adds the per-step arrays. The benchmark turns "
+        "them into distributions per level, turn, category and prompt length. Ignored when SPECULATIVE_METHOD=none.",
+        choices=("off", "summary", "detailed"),
+    ),
     # --- FP8 KV scales (read by the project's vLLM plugin) ---
     _k(
         "KV_SCALE_MODE",

@@ -31,9 +31,10 @@ INTRODUCED_IN: dict[str, str] = {
     "speculative_method:dflash": "0.20.0 (PR #36847)",
     "speculative_config.attention_backend": "0.21.0 (PR #39930: the drafter picks its own attention backend)",
     "speculative_config.kv_cache_dtype": "0.26.0 (the drafter's KV dtype separate from the target's)",
+    "cli:--per-request-spec-decode-metrics": "0.29.0 (metrics.speculative_decoding on each response)",
 }
 # The release before each of those, for that test (the ordering of PyPI releases, not a version comparison).
-RELEASE_BEFORE: dict[str, str] = {"0.20.0": "0.19.1", "0.21.0": "0.20.2", "0.26.0": "0.25.1"}
+RELEASE_BEFORE: dict[str, str] = {"0.20.0": "0.19.1", "0.21.0": "0.20.2", "0.26.0": "0.25.1", "0.29.0": "0.28.0"}
 
 GRAMMAR = (
     "speculative_method:<method>, speculative_config.<field>, cli:--<flag>, env:<VARIABLE>, "

@@ -32,6 +32,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--reasoning-tokens", type=int, default=0, help="first R tokens stream as reasoning deltas")
     parser.add_argument("--reasoning-field", default="reasoning", choices=["reasoning", "reasoning_content"])
     parser.add_argument("--spec-tokens", type=int, default=0, help="K > 0: export spec-decode counters on /metrics")
+    parser.add_argument(
+        "--per-request-spec-metrics",
+        default="none",
+        choices=["none", "summary", "detailed"],
+        help="with --spec-tokens: put vLLM's metrics.speculative_decoding on each reply (final usage chunk of a "
+        "stream, or the body), counted exactly as the /metrics counters",
+    )
     parser.add_argument("--faults", default="ok", help="comma list of per-request behaviours, cycled (see below)")
     parser.add_argument("--model", default="synthetic", help="model id served on /v1/models")
     parser.add_argument("--max-model-len", type=int, default=65536, help="max_model_len on /v1/models")
@@ -79,6 +86,7 @@ def main(argv: list[str] | None = None) -> None:
         reasoning_tokens=args.reasoning_tokens,
         reasoning_field=args.reasoning_field,
         spec_tokens=args.spec_tokens,
+        per_request_spec=args.per_request_spec_metrics,
         faults=args.faults,
         model=args.model,
         max_model_len=args.max_model_len,

@@ -78,9 +78,10 @@ class StreamEvents:
             + b'{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}'
         )
 
-    def usage(self, prompt_tokens: int, completion_tokens: int) -> bytes:
+    def usage(self, prompt_tokens: int, completion_tokens: int, metrics: dict[str, Any] | None = None) -> bytes:
         usage = _usage(prompt_tokens, completion_tokens)
-        return self.event(self.prefix + b"]," + b'"usage":' + json.dumps(usage).encode() + b"}")
+        tail = b',"metrics":' + json.dumps(metrics).encode() if metrics else b""
+        return self.event(self.prefix + b"]," + b'"usage":' + json.dumps(usage).encode() + tail + b"}")
 
     def done(self) -> bytes:
         return self.event(b"[DONE]")
@@ -94,7 +95,9 @@ def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     }
 
 
-def plain_body(schedule: Schedule, chat: bool, model: str, prompt_tokens: int, total: int) -> bytes:
+def plain_body(
+    schedule: Schedule, chat: bool, model: str, prompt_tokens: int, total: int, metrics: dict[str, Any] | None = None
+) -> bytes:
     """The JSON body of a non-streaming reply of ``total`` tokens."""
     text = words(0, total)
     reasoning_n = min(schedule.reasoning_tokens, total) if chat else 0
@@ -114,6 +117,8 @@ def plain_body(schedule: Schedule, chat: bool, model: str, prompt_tokens: int, t
         "choices": [choice],
         "usage": _usage(prompt_tokens, total),
     }
+    if metrics:
+        body["metrics"] = metrics
     return json.dumps(body).encode()
 
 

@@ -21,6 +21,7 @@ class Schedule:
     max_model_len: int = 65536
     api_key: str | None = None  # if set, every request needs "Authorization: Bearer <key>"
     early_role: bool = False  # write the role-only chunk as soon as the request arrives
+    per_request_spec: str = "none"  # none | summary | detailed: metrics.speculative_decoding per reply (as vLLM)
     aligned: bool = False  # one shared ticker for all streams (cheap; TTFT then varies by < 1 interval)
 
     def reply_tokens(self, requested: int) -> int:

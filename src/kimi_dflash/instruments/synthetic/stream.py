@@ -6,7 +6,7 @@ import asyncio
 import time
 from typing import Any, Protocol
 
-from kimi_dflash.instruments.synthetic import faults
+from kimi_dflash.instruments.synthetic import faults, spec_metrics
 from kimi_dflash.instruments.synthetic.events import StreamEvents, count_prompt_words, plain_body
 from kimi_dflash.instruments.synthetic.http import STREAM_HEAD, Connection, http_chunk, response
 from kimi_dflash.instruments.synthetic.schedule import Schedule, plan_chunks
@@ -120,13 +120,18 @@ class Stream:
             return False
         if last:
             if self.include_usage:
-                out.append(self.events.usage(self.prompt_tokens, self.total))
+                out.append(self.events.usage(self.prompt_tokens, self.total, self._spec_metrics()))
             out.append(self.events.done())
             self.body.write(out, self.index, final=True)
             self._end_body()
             return False
         self.body.write(out, self.index)
         return True
+
+    def _spec_metrics(self) -> dict[str, Any] | None:
+        schedule = self.host.schedule
+        block = spec_metrics.block(self.sizes, schedule.spec_tokens, schedule.per_request_spec)
+        return {"speculative_decoding": block} if block else None
 
     def _end_body(self) -> None:
         self._mark_finished()
@@ -162,7 +167,7 @@ class Stream:
         self._log(now)
         for i, size in enumerate(self.sizes):
             stats.count_verify_step(i, size, schedule.spec_tokens)
-        body = plain_body(schedule, self.chat, self.model, self.prompt_tokens, self.total)
+        body = plain_body(schedule, self.chat, self.model, self.prompt_tokens, self.total, self._spec_metrics())
         self._mark_finished()
         self.conn.finish_response(response("200 OK", body))
 

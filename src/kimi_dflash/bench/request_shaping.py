@@ -1,0 +1,90 @@
+"""What the user adds to every request: --extra-body JSON, --header K:V, --endpoint chat|completions.
+
+Pure parsing and redaction; the client merges the results into each request. A header whose name looks
+like a credential (Authorization, Cookie, anything with key / token / secret / password / auth in its name)
+keeps its value out of everything stored or printed: the result's command line and settings show ``***``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from kimi_dflash.bench.errors import UserError
+
+CHAT, COMPLETIONS = "chat", "completions"
+ENDPOINTS = (CHAT, COMPLETIONS)
+
+# Body keys the benchmark sets from its own flags: overriding them through --extra-body would make the
+# stored settings lie about what was sent.
+RESERVED = {
+    "model": "--model",
+    "messages": "the workload (--dataset)",
+    "prompt": "the workload (--dataset)",
+    "stream": "--no-stream",
+    "max_tokens": "--max-tokens",
+    "max_completion_tokens": "--max-tokens",
+    "temperature": "--temperature",
+    "ignore_eos": "--ignore-eos",
+}
+CREDENTIAL_NAMES = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie"})
+CREDENTIAL_PARTS = ("key", "token", "secret", "password", "passwd", "auth", "session", "credential")
+HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # RFC 9110 token
+REDACTED = "***"
+
+
+def parse_extra_body(text: str) -> dict[str, Any]:
+    """``--extra-body``: a JSON object, or ``@FILE`` holding one. Reserved keys are refused (use their flags)."""
+    source = "--extra-body"
+    if text.startswith("@"):
+        path = Path(text[1:]).expanduser()
+        source = f"--extra-body {text}"
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise UserError(f"{source}: cannot read the file ({exc.strerror}).") from None
+    try:
+        body = json.loads(text)
+    except ValueError as exc:
+        raise UserError(
+            f"{source}: not valid JSON ({exc}). Quote it for the shell, e.g. "
+            """--extra-body '{"chat_template_kwargs": {"thinking": false}, "top_p": 0.95}'."""
+        ) from None
+    if not isinstance(body, dict):
+        raise UserError(f"{source}: expected a JSON object, got {type(body).__name__}.")
+    clashes = [f"{k} (use {RESERVED[k]})" for k in body if k in RESERVED]
+    if clashes:
+        raise UserError(f"{source}: the benchmark sets these fields itself: {', '.join(clashes)}.")
+    return body
+
+
+def is_credential(name: str) -> bool:
+    lowered = name.strip().lower()
+    return lowered in CREDENTIAL_NAMES or any(part in lowered for part in CREDENTIAL_PARTS)
+
+
+def parse_header(text: str) -> tuple[str, str]:
+    """``--header 'Name: value'`` (or ``Name:value``) -> (name, value)."""
+    name, colon, value = text.partition(":")
+    name = name.strip()
+    if not colon or not HEADER_NAME.match(name):
+        # The value is never echoed: a malformed header may still carry a credential.
+        raise UserError(f"--header {name[:40]!r}: expected NAME:VALUE with a valid header name, e.g. 'X-Tenant: a'.")
+    if any(c in value for c in "\r\n"):
+        raise UserError(f"--header {name}: the value may not contain a line break.")
+    if name.lower() in ("content-type", "content-length", "host", "transfer-encoding", "connection"):
+        raise UserError(f"--header {name}: the client sets this header itself.")
+    return name, value.strip()
+
+
+def shown_header(name: str, value: str) -> str:
+    """How a header appears in the result and on screen: the value hidden when it is a credential."""
+    return f"{name}: {REDACTED if is_credential(name) else value}"
+
+
+def redact_header_arg(text: str) -> str:
+    """A ``--header`` argument as it may be stored (for the command line)."""
+    name, colon, _ = text.partition(":")
+    return f"{name.strip()}: {REDACTED}" if colon and is_credential(name) else text

@@ -1,0 +1,166 @@
+"""Per-request speculative-decoding statistics: what vLLM reports in ``metrics.speculative_decoding``.
+
+vLLM (``--per-request-spec-decode-metrics summary|detailed``, from 0.29.0) puts the block on a non-streamed
+response and on the final usage chunk of a stream (only with ``stream_options.include_usage``)::
+
+    "metrics": {"speculative_decoding": {"mean_acceptance_length": 4.5, "draft_acceptance_rate": 0.875,
+        "acceptance_histogram": [0, 1, 0, 0, 5], "num_spec_steps": 6, "num_accepted_draft_tokens": 21,
+        "num_draft_tokens": 24, "num_spec_tokens": 4,
+        "per_step_accepted": [1, 4, 4, 4, 4, 4], "per_step_drafted": [4, 4, 4, 4, 4, 4]}}   # detailed only
+
+Definitions (the same as the /metrics ones, over one request's verify steps):
+  acceptance length τ_r = 1 + accepted_r / steps_r   (the bonus token included)
+  acceptance rate    α_r = accepted_r / drafted_r
+  accepted at draft position k = steps whose accepted count exceeds k = Σ_{j > k} histogram[j]
+Pooled figures over a group of requests divide sums (Σ accepted / Σ steps), so they equal what the
+/metrics counter deltas give over the same requests; the distributions are over per-request values.
+This module is pure: the client parses, ``group_rows`` summarizes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kimi_dflash.bench.typed_json import meta
+
+# Prompt-length buckets (usage.prompt_tokens): acceptance collapses at long context on real deployments.
+PROMPT_BUCKET_EDGES = (0, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
+
+
+@dataclass(slots=True, kw_only=True)
+class RequestSpec:
+    """One request's ``metrics.speculative_decoding`` as the server sent it."""
+
+    num_spec_tokens: int = field(metadata=meta("K: draft tokens proposed per verify step"))
+    num_spec_steps: int = field(metadata=meta("verify steps of this request"))
+    num_accepted_draft_tokens: int = field(metadata=meta("draft tokens accepted (bonus tokens excluded)"))
+    num_draft_tokens: int = field(metadata=meta("draft tokens proposed"))
+    mean_acceptance_length: float = field(metadata=meta("server's τ = 1 + accepted / steps"))
+    draft_acceptance_rate: float = field(metadata=meta("server's accepted / drafted"))
+    acceptance_histogram: list[int] = field(
+        default_factory=list, metadata=meta("index j: verify steps that accepted exactly j draft tokens")
+    )
+    per_step_accepted: list[int] | None = field(
+        default=None, metadata=meta("accepted per verify step, in order (server level 'detailed')", omit_if_none=True)
+    )
+    per_step_drafted: list[int] | None = field(
+        default=None, metadata=meta("drafted per verify step, in order (server level 'detailed')", omit_if_none=True)
+    )
+
+    def accepted_per_position(self) -> list[int]:
+        """Steps that accepted the draft token at position k, k = 0 .. K-1 (from the histogram)."""
+        hist = self.acceptance_histogram
+        return [sum(hist[k + 1 :]) for k in range(max(len(hist) - 1, 0))]
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _ints(value: Any) -> list[int] | None:
+    if not isinstance(value, list) or not all(_int(v) is not None for v in value):
+        return None
+    return list(value)
+
+
+def parse(metrics: Any) -> RequestSpec | None:
+    """The ``speculative_decoding`` block of a response's ``metrics`` object (None: absent or malformed)."""
+    block = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
+    if not isinstance(block, dict):
+        return None
+    counts = [_int(block.get(k)) for k in ("num_spec_tokens", "num_spec_steps", "num_accepted_draft_tokens")]
+    drafted = _int(block.get("num_draft_tokens"))
+    if any(c is None for c in counts) or drafted is None:
+        return None
+    k, steps, accepted = (c or 0 for c in counts)
+    length, rate = block.get("mean_acceptance_length"), block.get("draft_acceptance_rate")
+    if not isinstance(length, (int, float)):
+        length = 1.0 + accepted / steps if steps else 1.0
+    if not isinstance(rate, (int, float)):
+        rate = accepted / drafted if drafted else 0.0
+    return RequestSpec(
+        num_spec_tokens=k,
+        num_spec_steps=steps,
+        num_accepted_draft_tokens=accepted,
+        num_draft_tokens=drafted,
+        mean_acceptance_length=float(length),
+        draft_acceptance_rate=float(rate),
+        acceptance_histogram=_ints(block.get("acceptance_histogram")) or [],
+        per_step_accepted=_ints(block.get("per_step_accepted")),
+        per_step_drafted=_ints(block.get("per_step_drafted")),
+    )
+
+
+def prompt_bucket(prompt_tokens: int | None) -> str:
+    """The bucket label of a prompt length, e.g. ``512-1023``; ``unknown`` without usage."""
+    if prompt_tokens is None:
+        return "unknown"
+    edges = PROMPT_BUCKET_EDGES
+    for low, high in zip(edges, edges[1:]):
+        if prompt_tokens < high:
+            return f"{low}-{high - 1}"
+    return f">={edges[-1]}"
+
+
+def bucket_order(label: str) -> int:
+    """Sort key of a bucket label (numeric lower bound; unknown last)."""
+    head = label.removeprefix(">=").split("-")[0]
+    return int(head) if head.isdigit() else 1 << 62
+
+
+@dataclass(frozen=True)
+class Totals:
+    """Sums over a group of requests that carried per-request statistics."""
+
+    requests: int
+    steps: int
+    accepted: int
+    drafted: int
+    per_position: tuple[int, ...]
+
+    @property
+    def acceptance_length(self) -> float | None:
+        return 1.0 + self.accepted / self.steps if self.steps else None
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+
+def totals(specs: Sequence[RequestSpec]) -> Totals:
+    positions: list[int] = []
+    for spec in specs:
+        for k, n in enumerate(spec.accepted_per_position()):
+            if k == len(positions):
+                positions.append(0)
+            positions[k] += n
+    return Totals(
+        requests=len(specs),
+        steps=sum(s.num_spec_steps for s in specs),
+        accepted=sum(s.num_accepted_draft_tokens for s in specs),
+        drafted=sum(s.num_draft_tokens for s in specs),
+        per_position=tuple(positions),
+    )
+
+
+def per_request_values(specs: Sequence[RequestSpec]) -> tuple[list[float], list[float]]:
+    """Per-request τ and α of the requests that had at least one verify step."""
+    stepped = [s for s in specs if s.num_spec_steps > 0]
+    lengths = [1.0 + s.num_accepted_draft_tokens / s.num_spec_steps for s in stepped]
+    rates = [s.num_accepted_draft_tokens / s.num_draft_tokens for s in stepped if s.num_draft_tokens > 0]
+    return lengths, rates
+
+
+def groups(
+    items: Sequence[tuple[str, RequestSpec]], order: Callable[[str], Any] | None = None
+) -> list[tuple[str, list[RequestSpec]]]:
+    """Specs grouped by key, in ``order`` (default: first appearance)."""
+    grouped: dict[str, list[RequestSpec]] = {}
+    for key, spec in items:
+        grouped.setdefault(key, []).append(spec)
+    keys = list(grouped)
+    if order is not None:
+        keys.sort(key=order)
+    return [(k, grouped[k]) for k in keys]
