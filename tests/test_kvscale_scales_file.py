@@ -155,7 +155,7 @@ def test_malformed_files_are_refused(tmp_path: Path, content: str, message: str)
 
 
 def test_missing_file_names_the_fix(tmp_path: Path) -> None:
-    with pytest.raises(KvScalesFileError, match="does not exist.*calibrate_kv_scales.py"):
+    with pytest.raises(KvScalesFileError, match="does not exist.*kimi-dflash calibrate-kv"):
         load_scales_file(tmp_path / "nope.json")
 
 

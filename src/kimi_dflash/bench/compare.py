@@ -6,7 +6,7 @@ as not compared, and if no level matches at all the comparison is refused. Runs 
 (turns, max tokens, dataset, temperature, ignore_eos, streaming) are refused unless --allow-mismatch,
 and then every table carries a warning.
 
-Usage: python payload/compare_results.py BASELINE.json CANDIDATE.json [...] [--markdown FILE] [--plots DIR]
+Usage: kimi-dflash compare BASELINE.json CANDIDATE.json [...] [--markdown FILE] [--plots DIR]
 """
 
 from __future__ import annotations

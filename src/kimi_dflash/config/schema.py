@@ -348,7 +348,7 @@ KEYS: tuple[Key, ...] = (
         "path",
         None,
         "fp8",
-        "Per-layer scales JSON written by payload/calibrate_kv_scales.py, "
+        "Per-layer scales JSON written by kimi-dflash calibrate-kv, "
         "used by KV_SCALE_MODE=calibrated (refused if it was calibrated on another model).",
         optional=True,
     ),
@@ -377,7 +377,7 @@ KEYS: tuple[Key, ...] = (
         None,
         "fp8",
         "Where observe mode (and, optionally, the other modes) dump per-rank "
-        "amax files for payload/calibrate_kv_scales.py. Required with KV_SCALE_MODE=observe.",
+        "amax files for kimi-dflash calibrate-kv. Required with KV_SCALE_MODE=observe.",
         optional=True,
     ),
     _k(

@@ -665,7 +665,7 @@ class Pipeline:
         write_serve_config(out / "serve.env", base, target, self.export_dir)
         if self.profile.name == "demo":
             write_serve_config(out / "random.env", base, target, out / "random-drafter")
-        self.say(f"export: serve it with ./serve.sh {out / 'serve.env'} --wait")
+        self.say(f"export: serve it with kimi-dflash serve {out / 'serve.env'} --wait")
 
 
 def describe(steps: list[Step]) -> str:

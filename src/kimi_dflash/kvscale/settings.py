@@ -89,7 +89,7 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> KvScaleSettings:
     if mode is Mode.CALIBRATED and scales_file is None:
         raise KvScaleConfigError(
             f"{KV_SCALE_MODE}=calibrated needs {KV_SCALES_FILE} (KV_SCALES_FILE in the config): the JSON written by "
-            "payload/calibrate_kv_scales.py"
+            "kimi-dflash calibrate-kv"
         )
 
     floor = _float(env, KV_SCALE_FLOOR, DEFAULT_KV_SCALE_FLOOR, minimum_exclusive=0.0)

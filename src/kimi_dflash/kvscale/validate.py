@@ -203,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--bench-arg",
         action="append",
         default=[],
-        help="extra argument for payload/benchmark_multi_turn.py, e.g. --bench-arg=--max-tokens=512 (repeat)",
+        help="extra argument for the benchmark (kimi-dflash bench --help), e.g. --bench-arg=--max-tokens=512 (repeat)",
     )
     parser.add_argument("--bench-dir", type=Path, help="where the benchmark result JSONs go (results/)")
     parser.add_argument("--json", type=Path, help="write every per-prompt result here")

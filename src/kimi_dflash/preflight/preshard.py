@@ -18,7 +18,7 @@ def check_preshard(request: PreflightRequest, runtime: RuntimeReport | None) -> 
     directory = request.preshard_dir
     assert directory is not None  # run_preflight adds this check only with a pre-shard
     fix = (
-        f"re-run payload/preshard_kimi26.py CONFIG --output {directory} --force with the vLLM and config that "
+        f"re-run kimi-dflash preshard CONFIG --output {directory} --force with the vLLM and config that "
         "serve, or unset PRESHARD_DIR to load MODEL_DIR directly"
     )
     try:

@@ -134,7 +134,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="example (the CPU demo: DFlash against no speculation):\n"
         "  ./serve.sh configs/demo-cpu-baseline.env --wait; ./serve.sh configs/demo-cpu.env --wait\n"
-        "  python payload/validate.py --reference http://127.0.0.1:8263 --candidate http://127.0.0.1:8262\n\n"
+        "  kimi-dflash validate --reference http://127.0.0.1:8263 --candidate http://127.0.0.1:8262\n\n"
         "exit status: 0 PASS, 1 WARN, 2 FAIL, 3 could not run (server unreachable, no token ids).\n"
         "The API key, if any, is read from OPENAI_API_KEY and never printed.",
     )
