@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from kimi_dflash.bench.atomic_write import write_json_atomic
-from kimi_dflash.kvscale import runtime
-from kimi_dflash.kvscale.calibrate import (
+from kimi_dflash.core.atomic_write import write_json_atomic
+from kimi_dflash.fp8.calibrate import (
     CalibrationError,
     max_relative_change,
     summary_lines,
     wait_for_dumps,
 )
+from kimi_dflash.kvscale import runtime
 from kimi_dflash.kvscale.scales_file import (
     KvScalesFileError,
     ModelIdentity,

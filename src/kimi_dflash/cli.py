@@ -53,8 +53,8 @@ GROUPS: dict[str, tuple[tuple[str, str, str], ...]] = {  # group -> (verb, modul
         ("results", "kimi_dflash.results_cli", "render the result tables from result files"),
     ),
     "fp8 / drafter": (
-        ("calibrate-kv", "kimi_dflash.kvscale.calibrate", "calibrate per-layer FP8 KV scales"),
-        ("validate-fp8", "kimi_dflash.kvscale.validate", "FP8 KV vs BF16 KV: accuracy, capacity, speed"),
+        ("calibrate-kv", "kimi_dflash.fp8.calibrate", "calibrate per-layer FP8 KV scales"),
+        ("validate-fp8", "kimi_dflash.fp8.validate", "FP8 KV vs BF16 KV: accuracy, capacity, speed"),
         ("train-drafter", "kimi_dflash.drafter_training.pipeline", "train a DFlash drafter end to end"),
     ),
     "project": (

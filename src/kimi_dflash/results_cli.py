@@ -7,8 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from kimi_dflash.bench.atomic_write import write_text_atomic
-from kimi_dflash.bench.errors import UserError
+from kimi_dflash.core.atomic_write import write_text_atomic
+from kimi_dflash.core.errors import UserError
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:

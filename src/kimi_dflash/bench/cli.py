@@ -15,11 +15,11 @@ from typing import Any
 
 from kimi_dflash.bench import eventloop, report
 from kimi_dflash.bench.client import Endpoint, normalize_base_url
-from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.progress import DEFAULT_INTERVAL_S
 from kimi_dflash.bench.result import SCHEMA, SCHEMA_VERSION, BenchmarkResult, RunInfo, Settings, ToolInfo
 from kimi_dflash.bench.runner import Benchmark, RunConfig, RunState, Stopper
 from kimi_dflash.bench.workload import BUILTIN, Dataset, load_dataset
+from kimi_dflash.core.errors import UserError
 
 # What ./serve.sh starts by default (PORT in the config schema; a test keeps the two equal). The benchmark
 # cannot import the config package: it runs on a client box with aiohttp + numpy only.

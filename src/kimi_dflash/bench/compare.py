@@ -17,9 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kimi_dflash.bench.atomic_write import write_text_atomic
-from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.result import BenchmarkResult, LevelResult, Settings, load_result
+from kimi_dflash.core.atomic_write import write_text_atomic
+from kimi_dflash.core.errors import UserError
 
 # Settings that must agree for two runs to be comparable.
 WORKLOAD_KEYS = (

@@ -14,8 +14,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
-from kimi_dflash.bench.atomic_write import write_text_atomic
 from kimi_dflash.bench.result import BenchmarkResult, Distribution, LevelResult, ToolInfo
+from kimi_dflash.core.atomic_write import write_text_atomic
 
 TOOL_NAME = "benchmark_multi_turn"
 

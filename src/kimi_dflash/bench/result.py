@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.records import RequestRecord
 from kimi_dflash.bench.typed_json import SchemaError, from_json, meta, to_json
+from kimi_dflash.core.errors import UserError
 
 SCHEMA = "kimi-dflash/benchmark-result"
 SCHEMA_VERSION = 1

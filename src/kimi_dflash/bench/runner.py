@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from kimi_dflash.bench import client, http1, metrics, prometheus, server_info
-from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.progress import DEFAULT_INTERVAL_S, report_progress
 from kimi_dflash.bench.records import (
     CONNECTION_CLOSED,
@@ -37,6 +36,7 @@ from kimi_dflash.bench.result import (
     WarmupSummary,
 )
 from kimi_dflash.bench.workload import Dataset, Prompt, session_prompts, warmup_prompts
+from kimi_dflash.core.errors import UserError
 
 perf_counter = time.perf_counter
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.result import DatasetInfo
+from kimi_dflash.core.errors import UserError
 
 BUILTIN = "builtin"
 CATEGORIES = ("reasoning", "math", "code", "writing", "multilingual")

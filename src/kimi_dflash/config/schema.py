@@ -9,14 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from kimi_dflash.demo.catalog import CHOICES as DEMO_CHOICES
-from kimi_dflash.demo.catalog import NONE as NO_DEMO
-from kimi_dflash.envvars import (
+from kimi_dflash.core.envvars import (
     DEFAULT_KV_OBSERVE_INTERVAL_S,
     DEFAULT_KV_SCALE_FLOOR,
     DEFAULT_KV_SCALE_WARMUP_STEPS,
     KV_SCALE_MODE_OFF,
 )
+from kimi_dflash.demo.catalog import CHOICES as DEMO_CHOICES
+from kimi_dflash.demo.catalog import NONE as NO_DEMO
 
 KeyType = Literal["str", "int", "float", "bool", "enum", "path"]
 

@@ -6,11 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from kimi_dflash.bench.atomic_write import write_text_atomic
 from kimi_dflash.bench.cli import _positive_int_list
 from kimi_dflash.bench.cli import build_parser as bench_parser
-from kimi_dflash.bench.errors import UserError
 from kimi_dflash.config.shipped import resolve_config_argument
+from kimi_dflash.core.atomic_write import write_text_atomic
+from kimi_dflash.core.errors import UserError
 from kimi_dflash.sweep import aggregate, state
 from kimi_dflash.sweep.grid import parse_axis, points
 from kimi_dflash.sweep.runner import SERVE_COMMAND, Interrupted, SweepPlan, describe, run_sweep

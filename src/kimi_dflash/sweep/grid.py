@@ -7,8 +7,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from kimi_dflash.bench.errors import UserError
 from kimi_dflash.config.schema import KEYS_BY_NAME
+from kimi_dflash.core.errors import UserError
 
 SPEC_TOKENS = "NUM_SPECULATIVE_TOKENS"
 # Keys a sweep must not vary: they decide where the server listens, or carry a secret.

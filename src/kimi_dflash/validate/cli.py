@@ -16,8 +16,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from kimi_dflash.bench.report import write_atomic
-from kimi_dflash.kvscale.client import ServerError, api_key_from_env
-from kimi_dflash.kvscale.prompts import PromptFileError, load_calibration_prompts
+from kimi_dflash.validate.client import ServerError, api_key_from_env
 from kimi_dflash.validate.engine import (
     AgreementSummary,
     MathScore,
@@ -33,6 +32,7 @@ from kimi_dflash.validate.engine import (
     summarize_agreement,
     token_ids,
 )
+from kimi_dflash.validate.prompts import PromptFileError, load_calibration_prompts
 
 EXIT = {"PASS": 0, "WARN": 1, "FAIL": 2}
 EXIT_ERROR = 3
