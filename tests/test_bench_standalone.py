@@ -1,4 +1,4 @@
-"""The benchmark runs on a client box: only aiohttp, numpy and the standard library.
+"""The benchmark runs on a client box: only aiohttp, numpy, pydantic (the result model) and the standard library.
 
 The test copies just payload/benchmark_multi_turn.py, src/kimi_dflash/__init__.py, src/kimi_dflash/core/ and
 src/kimi_dflash/bench/ into a temporary tree (what a user would copy), hides every other copy of the project on

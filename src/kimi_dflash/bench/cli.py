@@ -22,7 +22,7 @@ from kimi_dflash.bench.workload import BUILTIN, Dataset, load_dataset
 from kimi_dflash.core.errors import UserError
 
 # What ./serve.sh starts by default (PORT in the config schema; a test keeps the two equal). The benchmark
-# cannot import the config package: it runs on a client box with aiohttp + numpy only.
+# cannot import the config package: it runs on a client box with aiohttp + numpy + pydantic only.
 DEFAULT_BASE_URL = "http://127.0.0.1:8262"
 
 DESCRIPTION = """\
