@@ -21,7 +21,7 @@ def steps(root: Path, matrix: bool) -> list[tuple[str, str, list[str]]]:
     readme, docs = root / "README.md", root / "docs"
     found = [
         ("config values", "kimi_dflash.config.generate_values", ["--write"]),
-        ("config reference", "kimi_dflash.config.reference", ["--write", "--readme", str(readme)]),
+        ("config reference", "kimi_dflash.config.reference", ["--write", "--readme", str(docs / "configuration.md")]),
         ("result schema", "kimi_dflash.bench.result_schema", ["--write", "--docs", str(docs)]),
     ]
     if matrix:

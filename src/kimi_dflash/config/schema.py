@@ -1,6 +1,6 @@
 """The one schema for every config key: name, type, default, allowed range and documentation.
 
-Validation, the launch plan, `--help` and the README's config reference all read this table, so a key is
+Validation, the launch plan, `--help` and the config reference (docs/configuration.md) all read this table, so a key is
 described exactly once. Values here are the production defaults (8x MI300X, Kimi K2.6 + DFlash).
 """
 

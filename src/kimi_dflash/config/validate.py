@@ -549,7 +549,7 @@ def build_config(path: Path, settings: Mapping[str, RawSetting]) -> Config:
         spec = KEYS_BY_NAME.get(name)
         if spec is None:
             close = difflib.get_close_matches(name, KEYS_BY_NAME, n=1, cutoff=0.6)
-            fix = f"did you mean {close[0]}?" if close else "remove it; known keys are listed in README.md"
+            fix = f"did you mean {close[0]}?" if close else "remove it; known keys are listed in docs/configuration.md"
             problems.append(Problem(setting.source, name, setting.value, "unknown key", fix))
             continue
         value, problem = _convert(spec, setting)
