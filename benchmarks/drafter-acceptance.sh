@@ -7,7 +7,7 @@ set -euo pipefail
 
 repo_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 run_module="$repo_dir/launchers/lib/python-module.sh"
-cache="$("$run_module" kimi_dflash.paths)"
+cache="$("$run_module" kimi_dflash.core.paths)"
 work="${1:-$cache/drafter-training/demo}"
 port="${2:-18741}"
 out="$work/acceptance"

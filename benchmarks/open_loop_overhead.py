@@ -20,10 +20,10 @@ import urllib.request
 from pathlib import Path
 
 try:
-    from kimi_dflash.bench.atomic_write import write_text_atomic
+    from kimi_dflash.core.atomic_write import write_text_atomic
 except ImportError:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-    from kimi_dflash.bench.atomic_write import write_text_atomic
+    from kimi_dflash.core.atomic_write import write_text_atomic
 from kimi_dflash.bench.result import load_result
 from kimi_dflash.instruments.synthetic import running
 

@@ -2,9 +2,9 @@
 """Multi-turn streaming benchmark for vLLM with speculative decoding (kimi-k26-dflash).
 
 Thin entry point: the logic lives in the ``kimi_dflash.bench`` package. On a client box either install
-the project without its server dependencies (``pip install --no-deps . && pip install aiohttp numpy``) or
+the project without its server dependencies (``pip install --no-deps . && pip install aiohttp numpy pydantic``) or
 copy the repository: when the package is not installed, the repository's ``src/`` next to this file is
-put on ``sys.path``. Only aiohttp, numpy and the standard library are needed. Run with ``--help``.
+put on ``sys.path``. Only aiohttp, numpy, pydantic and the standard library are needed. Run with ``--help``.
 """
 
 from __future__ import annotations

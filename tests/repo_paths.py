@@ -1,4 +1,4 @@
-"""The checkout the tests run from (the package itself never knows it: see kimi_dflash.paths)."""
+"""The checkout the tests run from (the package itself never knows it: see kimi_dflash.core.paths)."""
 
 from pathlib import Path
 

@@ -1,4 +1,4 @@
-"""bench/atomic_write.py, the project's one atomic-write helper: readers see the old file or the new one."""
+"""core/atomic_write.py, the project's one atomic-write helper: readers see the old file or the new one."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kimi_dflash.bench.atomic_write import (
+from kimi_dflash.core.atomic_write import (
     publish_directory,
     replacing,
     write_beside,

@@ -9,9 +9,9 @@ import pytest
 
 from bench_helpers import run_benchmark, run_compare
 from kimi_dflash.bench import compare
-from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.report import redact_argv, write_atomic
 from kimi_dflash.bench.result import load_result
+from kimi_dflash.core.errors import UserError
 from kimi_dflash.instruments.synthetic import running
 
 

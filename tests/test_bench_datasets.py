@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from bench_helpers import run_benchmark
-from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.result import load_result
 from kimi_dflash.bench.workload import load_dataset, session_prompts
+from kimi_dflash.core.errors import UserError
 from kimi_dflash.instruments.synthetic import running
 
 DATA = Path(__file__).parent / "data"

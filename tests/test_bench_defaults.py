@@ -9,12 +9,12 @@ import pytest
 
 from bench_helpers import run_benchmark
 from kimi_dflash.bench.cli import DEFAULT_BASE_URL, build_parser
-from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.progress import progress_line
 from kimi_dflash.bench.records import RequestRecord
 from kimi_dflash.bench.result import load_result
 from kimi_dflash.bench.server_info import choose_model
 from kimi_dflash.config.schema import KEYS
+from kimi_dflash.core.errors import UserError
 from kimi_dflash.instruments.synthetic import running
 
 PROGRESS = re.compile(

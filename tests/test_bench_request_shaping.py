@@ -10,8 +10,8 @@ import pytest
 from bench_helpers import run_benchmark
 from kimi_dflash.bench import request_shaping
 from kimi_dflash.bench.client import Endpoint, chat_payload, completion_payload
-from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.report import redact_argv
+from kimi_dflash.core.errors import UserError
 from kimi_dflash.instruments.synthetic import running
 
 SECRET = "s3cr3t-value-that-must-not-leak"

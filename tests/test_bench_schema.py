@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from bench_helpers import EXAMPLE_RESULT, REPO
-from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.report import write_atomic
 from kimi_dflash.bench.result import SCHEMA_VERSION, load_result, parse_result, validate_document
 from kimi_dflash.bench.result_schema import BEGIN, END, SCHEMA_FILE, render_json_schema, render_reference
+from kimi_dflash.core.errors import UserError
 
 DOCS = REPO / "docs"
 

@@ -1,8 +1,8 @@
-"""The benchmark runs on a client box: only aiohttp, numpy and the standard library.
+"""The benchmark runs on a client box: only aiohttp, numpy, pydantic (the result model) and the standard library.
 
-The test copies just payload/benchmark_multi_turn.py, src/kimi_dflash/__init__.py and src/kimi_dflash/bench/
-into a temporary tree (what a user would copy), hides every other copy of the project on sys.path (the
-checkout's src/ and an editable install), and blocks torch, vllm, python-dotenv, matplotlib and uvloop
+The test copies just payload/benchmark_multi_turn.py, src/kimi_dflash/__init__.py, src/kimi_dflash/core/ and
+src/kimi_dflash/bench/ into a temporary tree (what a user would copy), hides every other copy of the project on
+sys.path (the checkout's src/ and an editable install), and blocks torch, vllm, python-dotenv, matplotlib and uvloop
 with a sys.meta_path finder. --help and a real run must work. The synthetic server it runs against is an
 instrument outside bench/, started from the full checkout.
 """
@@ -58,8 +58,9 @@ def client_box(tmp_path: Path) -> Path:
     shutil.copy2(BENCH_SCRIPT, root / "payload")
     (root / "src" / "kimi_dflash").mkdir(parents=True)
     shutil.copy2(REPO / "src" / "kimi_dflash" / "__init__.py", root / "src" / "kimi_dflash")
-    shutil.copytree(REPO / "src" / "kimi_dflash" / "bench", root / "src" / "kimi_dflash" / "bench",
-                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    for package in ("core", "bench"):  # the benchmark and the standard-library leaf it stands on
+        shutil.copytree(REPO / "src" / "kimi_dflash" / package, root / "src" / "kimi_dflash" / package,
+                        ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
     return root
 
 

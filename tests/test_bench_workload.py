@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.workload import BUILTIN, CATEGORIES, load_dataset, session_prompts, warmup_prompts
+from kimi_dflash.core.errors import UserError
 
 
 def test_builtin_prompt_set_is_large_diverse_and_unique() -> None:

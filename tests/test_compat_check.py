@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from kimi_dflash.patcher.vllm_source import VllmSource, VllmSourceError
 from kimi_dflash.preflight.checkpoint_facts import facts_from_config, read_checkpoint_facts
 from kimi_dflash.preflight.compat import check_compat
 from kimi_dflash.preflight.deployment import deployment_from_command
 from kimi_dflash.preflight.plan_features import parse_serve_command
 from kimi_dflash.preflight.runtime_probe import vllm_package_dir
-from kimi_dflash.preflight.vllm_source import VllmSource, VllmSourceError
 from serve_helpers import run_serve, write
 
 INSTALLED = vllm_package_dir()

@@ -19,11 +19,11 @@ from kimi_dflash.patcher import txn
 from kimi_dflash.patcher.engine import status_table
 from kimi_dflash.patcher.model import Status
 from kimi_dflash.patcher.remote_wheel import release_key
+from kimi_dflash.patcher.vllm_source import VllmSource
 from kimi_dflash.patcher.wheels import released_wheels, source_wheel
 from kimi_dflash.plan import build_plan
 from kimi_dflash.preflight.compat import check_compat
 from kimi_dflash.preflight.vllm_features import INTRODUCED_IN, RELEASE_BEFORE, probe_features
-from kimi_dflash.preflight.vllm_source import VllmSource
 from repo_paths import CONFIGS_DIR
 from serve_helpers import run_serve
 

@@ -1,4 +1,5 @@
-"""The container image: hadolint-clean Dockerfile, the build script's --help and command, the README run line."""
+"""The container image: hadolint-clean Dockerfile, the build script's --help and command, the documented
+run line (docs/deployment.md)."""
 
 from __future__ import annotations
 
@@ -82,9 +83,9 @@ def test_build_time_patch_step_accepts_the_shipped_configs() -> None:
 
 
 def readme_docker_run() -> str:
-    text = (REPO_ROOT / "README.md").read_text()
+    text = (REPO_ROOT / "docs" / "deployment.md").read_text()
     match = re.search(r"^docker run .*?(?<!\\)\n", text, re.MULTILINE | re.DOTALL)
-    assert match, "README.md has no docker run line"
+    assert match, "docs/deployment.md has no docker run line"
     return match.group(0)
 
 

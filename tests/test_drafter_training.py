@@ -283,7 +283,7 @@ def test_checks_name_the_problem_and_the_fix(tmp_path: Path) -> None:
     problem = checks.disk_problem(tmp_path, 1 << 60)
     assert problem is not None and "--work-dir" in problem
     problem = checks.server_problem("http://127.0.0.1:9", "kimi")  # discard port: nothing listens
-    assert problem is not None and "./serve.sh" in problem
+    assert problem is not None and "kimi-dflash serve" in problem
     assert "on the GPU machine" in (checks.gpu_problem(10_000) or "")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kimi_dflash.bench.atomic_write import write_json_atomic
+from kimi_dflash.core.atomic_write import write_json_atomic
 from kimi_dflash.kvscale.checks import check_kv_scale_config
 from kimi_dflash.kvscale.scales_file import (
     ModelIdentity,

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from kimi_dflash.bench.atomic_write import write_json_atomic
-from kimi_dflash.kvscale import runtime
-from kimi_dflash.kvscale.calibrate import (
+from kimi_dflash.core.atomic_write import write_json_atomic
+from kimi_dflash.fp8.calibrate import (
     CalibrationError,
     max_relative_change,
     summary_lines,
     wait_for_dumps,
 )
+from kimi_dflash.kvscale import runtime
 from kimi_dflash.kvscale.scales_file import (
     KvScalesFileError,
     ModelIdentity,
@@ -155,7 +155,7 @@ def test_malformed_files_are_refused(tmp_path: Path, content: str, message: str)
 
 
 def test_missing_file_names_the_fix(tmp_path: Path) -> None:
-    with pytest.raises(KvScalesFileError, match="does not exist.*calibrate_kv_scales.py"):
+    with pytest.raises(KvScalesFileError, match="does not exist.*kimi-dflash calibrate-kv"):
         load_scales_file(tmp_path / "nope.json")
 
 

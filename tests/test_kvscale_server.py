@@ -29,8 +29,8 @@ from pathlib import Path
 import pytest
 
 from conftest import DemoServer, ServerFactory, free_port, serve_env
-from kimi_dflash.kvscale.validate import kv_capacity_from_log
-from kimi_dflash.paths import cache_root
+from kimi_dflash.core.paths import cache_root
+from kimi_dflash.fp8.validate import kv_capacity_from_log
 from repo_paths import REPO_ROOT
 
 pytestmark = [pytest.mark.server, pytest.mark.timeout(1800)]

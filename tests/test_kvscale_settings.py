@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kimi_dflash.envvars import (
+from kimi_dflash.core.envvars import (
     DEFAULT_KV_SCALE_FLOOR,
     KV_EMULATE_FP8,
     KV_OBSERVE_DIR,

@@ -7,19 +7,19 @@ import sys
 
 import pytest
 
-from kimi_dflash.kvscale.prompts import (
-    PromptFileError,
-    extract_answer,
-    load_calibration_prompts,
-    load_math_problems,
-)
-from kimi_dflash.kvscale.validate import (
+from kimi_dflash.fp8.validate import (
     AgreementSummary,
     Thresholds,
     compare_tokens,
     kv_capacity_from_log,
     summarize_agreement,
     verdict_lines,
+)
+from kimi_dflash.validate.prompts import (
+    PromptFileError,
+    extract_answer,
+    load_calibration_prompts,
+    load_math_problems,
 )
 from repo_paths import REPO_ROOT
 
@@ -126,7 +126,7 @@ def test_calibrate_cli_errors_are_one_line() -> None:
 
 
 def test_benchmark_failure_is_reported_not_raised(tmp_path) -> None:
-    from kimi_dflash.kvscale import validate
+    from kimi_dflash.fp8 import validate
 
     result = validate.run_benchmark("http://127.0.0.1:9", 4, "x", tmp_path / "b.json", [])
     assert result["status"].startswith("exit ") and result["command"][1:3] == ["-m", "kimi_dflash.bench"]

@@ -19,7 +19,7 @@ import pytest
 
 from checkout_helpers import fresh_checkout  # noqa: E402  (tests helper)
 from conftest import free_port
-from kimi_dflash.paths import cache_root
+from kimi_dflash.core.paths import cache_root
 from serve_helpers import plugin_log_lines
 
 OWN_METADATA = ("kimi_k26_dflash-", "__editable__.kimi_k26_dflash")

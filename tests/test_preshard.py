@@ -13,10 +13,7 @@ import pytest
 
 from kimi_dflash.config.validate import load_config
 from kimi_dflash.plan import build_plan
-from kimi_dflash.preflight.preshard import check_preshard
-from kimi_dflash.preflight.request import PreflightRequest
-from kimi_dflash.preshard import cli
-from kimi_dflash.preshard.manifest import (
+from kimi_dflash.preflight.manifest import (
     MANIFEST_NAME,
     Manifest,
     ManifestError,
@@ -25,6 +22,9 @@ from kimi_dflash.preshard.manifest import (
     read_manifest,
     write_manifest,
 )
+from kimi_dflash.preflight.preshard import check_preshard
+from kimi_dflash.preflight.request import PreflightRequest
+from kimi_dflash.preshard import cli
 from repo_paths import CONFIGS_DIR, REPO_ROOT
 
 

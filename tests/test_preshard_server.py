@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kimi_dflash.preshard.manifest import read_manifest
+from kimi_dflash.preflight.manifest import read_manifest
 from repo_paths import CONFIGS_DIR, REPO_ROOT
 from test_demo_server import chat, served_model_dir  # noqa: E402  (shared helpers)
 

@@ -18,7 +18,7 @@ import pytest
 
 from conftest import free_port
 from kimi_dflash.bench.result import load_result
-from kimi_dflash.paths import cache_root
+from kimi_dflash.core.paths import cache_root
 from repo_paths import REPO_ROOT
 from test_demo_server import counter, get  # noqa: E402  (shared helpers)
 

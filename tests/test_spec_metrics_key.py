@@ -7,9 +7,9 @@ import pytest
 
 from kimi_dflash.config.validate import load_config
 from kimi_dflash.launch import hooks
+from kimi_dflash.patcher.vllm_source import VllmSource
 from kimi_dflash.plan import build_plan
 from kimi_dflash.preflight.compat import check_compat
-from kimi_dflash.preflight.vllm_source import VllmSource
 from repo_paths import CONFIGS_DIR
 
 FLAG = "--per-request-spec-decode-metrics"

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from checkout_helpers import fresh_checkout
+from kimi_dflash import cli
 
 pytestmark = pytest.mark.slow
 
@@ -116,3 +117,18 @@ def test_the_benchmark_cli_answers(installed: Path, tmp_path: Path) -> None:
     result = run_outside(installed, tmp_path, str(installed / "python"), "-m", "kimi_dflash.bench", "--help")
     assert result.returncode == 0, result.stderr
     assert "--sessions" in result.stdout
+
+
+@pytest.mark.parametrize("verb", [verb.name for verb in cli.VERBS])
+def test_each_verb_answers_help_from_the_wheel(installed: Path, tmp_path: Path, verb: str) -> None:
+    """The front door's verbs need nothing of the checkout and nothing beyond the core dependencies to explain
+    themselves."""
+    result = run_outside(installed, tmp_path, str(installed / "kimi-dflash"), verb, "--help")
+    assert result.returncode == 0, result.stderr
+    assert "usage:" in result.stdout
+
+
+def test_the_front_door_lists_its_verbs_from_the_wheel(installed: Path, tmp_path: Path) -> None:
+    result = run_outside(installed, tmp_path, str(installed / "kimi-dflash"), "--help")
+    assert result.returncode == 0, result.stderr
+    assert all(f"  {verb.name} " in result.stdout for verb in cli.VERBS)

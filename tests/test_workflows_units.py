@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from kimi_dflash.advisor.model import Measured, acceptance_per_position, predict, recommend, tau
-from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.report import write_atomic
 from kimi_dflash.bench.result import ServerConfig, parse_result
+from kimi_dflash.core.errors import UserError
 from kimi_dflash.sweep import aggregate, state
 from kimi_dflash.sweep.grid import Point, parse_axis, points
 from kimi_dflash.validate.cli import verdict

@@ -10,8 +10,8 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from kimi_dflash import envvars
 from kimi_dflash.config.validate import Config
+from kimi_dflash.core import envvars
 
 REDACTED = "<redacted>"
 CPU_ENTRY_MODULE = "kimi_dflash.vllm_entry"

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.result import SCHEMA as RESULT_SCHEMA
 from kimi_dflash.bench.result import BenchmarkResult, parse_result
+from kimi_dflash.core.errors import UserError
 from kimi_dflash.sweep.aggregate import cells, render_table
 
 REPORTED_SCHEMA = "kimi-dflash/reported-figures"

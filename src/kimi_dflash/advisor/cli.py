@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kimi_dflash.advisor.model import ASSUMPTIONS, Prediction, measurements, predict, recommend
-from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.result import BenchmarkResult, load_result
+from kimi_dflash.core.errors import UserError
 
 EPILOG = """\
 Feed it sweep directories (launchers/kimi26-vllm-dflash-sweep.sh --out DIR) or benchmark result JSONs. It needs

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import median
 
-from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.result import BenchmarkResult, LevelResult
+from kimi_dflash.core.errors import UserError
 
 ASSUMPTIONS = (
     "p_i from the largest-k run; τ(k) = 1 + Σ_{i<k} p_i (drafts for smaller k are that block's first k tokens)",

@@ -15,15 +15,15 @@ from typing import Any
 
 from kimi_dflash.bench import cli_options, datasets, eventloop, export_csv, report, request_shaping
 from kimi_dflash.bench.client import Endpoint, normalize_base_url
-from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.level_extras import percentile_key
 from kimi_dflash.bench.progress import DEFAULT_INTERVAL_S
 from kimi_dflash.bench.result import SCHEMA, SCHEMA_VERSION, BenchmarkResult, RunInfo, Settings, ToolInfo
 from kimi_dflash.bench.runner import Benchmark, RunConfig, RunState, Stopper
 from kimi_dflash.bench.workload import BUILTIN, Dataset, load_dataset
+from kimi_dflash.core.errors import UserError
 
 # What ./serve.sh starts by default (PORT in the config schema; a test keeps the two equal). The benchmark
-# cannot import the config package: it runs on a client box with aiohttp + numpy only.
+# cannot import the config package: it runs on a client box with aiohttp + numpy + pydantic only.
 DEFAULT_BASE_URL = "http://127.0.0.1:8262"
 
 DESCRIPTION = """\

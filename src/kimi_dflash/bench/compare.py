@@ -6,7 +6,7 @@ as not compared, and if no level matches at all the comparison is refused. Runs 
 (turns, max tokens, dataset, temperature, ignore_eos, streaming) are refused unless --allow-mismatch,
 and then every table carries a warning.
 
-Usage: python payload/compare_results.py BASELINE.json CANDIDATE.json [...] [--markdown FILE] [--plots DIR]
+Usage: kimi-dflash compare BASELINE.json CANDIDATE.json [...] [--markdown FILE] [--plots DIR]
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_dflash.bench import compare_extras, reply_match
-from kimi_dflash.bench.atomic_write import write_text_atomic
-from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.intervals import CONFIDENCE_LEVELS
 from kimi_dflash.bench.result import BenchmarkResult, LevelResult, Settings, load_result
+from kimi_dflash.core.atomic_write import write_text_atomic
+from kimi_dflash.core.errors import UserError
 
 # Settings that must agree for two runs to be comparable.
 WORKLOAD_KEYS = (

@@ -22,7 +22,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from kimi_dflash.bench.errors import UserError
+from kimi_dflash.core.errors import UserError
 
 PROMPTS, OPENAI_MESSAGES, SHAREGPT, SPEED_BENCH = "prompts", "openai-messages", "sharegpt", "speed-bench"
 FORMATS = (PROMPTS, OPENAI_MESSAGES, SHAREGPT, SPEED_BENCH)

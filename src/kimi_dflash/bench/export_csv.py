@@ -15,12 +15,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kimi_dflash.bench.atomic_write import write_text_atomic
 from kimi_dflash.bench.goodput import meets
 from kimi_dflash.bench.level_extras import level_name
 from kimi_dflash.bench.metrics import e2el, tpot, ttft
 from kimi_dflash.bench.records import RequestRecord
 from kimi_dflash.bench.result import Distribution, LevelResult
+from kimi_dflash.core.atomic_write import write_text_atomic
 
 REQUEST_COLUMNS = (
     "level", "request_rate", "repeat", "session", "turn", "scheduled_s", "dispatch_s", "admitted_s", "ready_s",

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kimi_dflash.bench.atomic_write import replacing
 from kimi_dflash.bench.compare import Figure, Run, e2el_p95, output_tok_s, per_user_mean, ttft_p95
-from kimi_dflash.bench.errors import UserError
+from kimi_dflash.core.atomic_write import replacing
+from kimi_dflash.core.errors import UserError
 
 
 def pyplot() -> Any:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from kimi_dflash.bench.fields import meta
 from kimi_dflash.bench.spec_request import RequestSpec
-from kimi_dflash.bench.typed_json import meta
 
 # Failure reasons (``RequestRecord.error``). HTTP errors are "http_<status>", e.g. "http_429".
 CONNECTION_REFUSED = "connection_refused"  # nobody listening: server down or wrong --base-url

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from kimi_dflash.bench.errors import UserError
+from kimi_dflash.core.errors import UserError
 
 CHAT, COMPLETIONS = "chat", "completions"
 ENDPOINTS = (CHAT, COMPLETIONS)

@@ -20,7 +20,6 @@ from typing import Any
 import aiohttp
 
 from kimi_dflash.bench import client, http1, metrics, prometheus, server_info, spec_summary
-from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.level_extras import Analyses, apply_analyses, open_loop_level
 from kimi_dflash.bench.openloop import OpenLoopConfig, OpenLoopRepeat
 from kimi_dflash.bench.progress import DEFAULT_INTERVAL_S, report_progress
@@ -41,6 +40,7 @@ from kimi_dflash.bench.result import (
     WarmupSummary,
 )
 from kimi_dflash.bench.workload import Dataset, Prompt, session_prompts, warmup_prompts
+from kimi_dflash.core.errors import UserError
 
 perf_counter = time.perf_counter
 

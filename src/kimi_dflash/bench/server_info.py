@@ -5,9 +5,9 @@ from __future__ import annotations
 import aiohttp
 
 from kimi_dflash.bench import client, prometheus
-from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.records import CONNECTION_REFUSED
 from kimi_dflash.bench.result import ServerInfo
+from kimi_dflash.core.errors import UserError
 
 
 def choose_model(requested: str | None, served: list[str], models_url: str) -> str:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kimi_dflash.bench.typed_json import meta
+from kimi_dflash.bench.fields import meta
 
 # Prompt-length buckets (usage.prompt_tokens): acceptance collapses at long context on real deployments.
 PROMPT_BUCKET_EDGES = (0, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)

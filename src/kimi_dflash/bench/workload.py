@@ -18,8 +18,8 @@ from pathlib import Path
 
 from kimi_dflash.bench import datasets
 from kimi_dflash.bench.datasets import Conversation
-from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.result import DatasetInfo
+from kimi_dflash.core.errors import UserError
 
 BUILTIN = "builtin"
 CATEGORIES = ("reasoning", "math", "code", "writing", "multilingual")

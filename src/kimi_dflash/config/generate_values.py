@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.write:
         sys.stdout.write(text)
         return 0
-    from kimi_dflash.bench.atomic_write import write_text_atomic
+    from kimi_dflash.core.atomic_write import write_text_atomic
 
     write_text_atomic(module_path(), text)
     print(f"wrote {module_path()}", file=sys.stderr)

@@ -1,6 +1,6 @@
 """The one schema for every config key: name, type, default, allowed range and documentation.
 
-Validation, the launch plan, `--help` and the README's config reference all read this table, so a key is
+Validation, the launch plan, `--help` and the config reference (docs/configuration.md) all read this table, so a key is
 described exactly once. Values here are the production defaults (8x MI300X, Kimi K2.6 + DFlash).
 """
 
@@ -9,14 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from kimi_dflash.demo.catalog import CHOICES as DEMO_CHOICES
-from kimi_dflash.demo.catalog import NONE as NO_DEMO
-from kimi_dflash.envvars import (
+from kimi_dflash.core.envvars import (
     DEFAULT_KV_OBSERVE_INTERVAL_S,
     DEFAULT_KV_SCALE_FLOOR,
     DEFAULT_KV_SCALE_WARMUP_STEPS,
     KV_SCALE_MODE_OFF,
 )
+from kimi_dflash.demo.catalog import CHOICES as DEMO_CHOICES
+from kimi_dflash.demo.catalog import NONE as NO_DEMO
 
 KeyType = Literal["str", "int", "float", "bool", "enum", "path"]
 
@@ -359,7 +359,7 @@ KEYS: tuple[Key, ...] = (
         "path",
         None,
         "fp8",
-        "Per-layer scales JSON written by payload/calibrate_kv_scales.py, "
+        "Per-layer scales JSON written by kimi-dflash calibrate-kv, "
         "used by KV_SCALE_MODE=calibrated (refused if it was calibrated on another model).",
         optional=True,
     ),
@@ -388,7 +388,7 @@ KEYS: tuple[Key, ...] = (
         None,
         "fp8",
         "Where observe mode (and, optionally, the other modes) dump per-rank "
-        "amax files for payload/calibrate_kv_scales.py. Required with KV_SCALE_MODE=observe.",
+        "amax files for kimi-dflash calibrate-kv. Required with KV_SCALE_MODE=observe.",
         optional=True,
     ),
     _k(

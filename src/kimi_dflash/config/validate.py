@@ -350,7 +350,7 @@ def _rule_kv_scales(v: ConfigValues, s: Mapping[str, str]) -> list[Problem]:
                 v,
                 "KV_SCALES_FILE",
                 "KV_SCALE_MODE=calibrated needs a scales file",
-                "set KV_SCALES_FILE=<json from payload/calibrate_kv_scales.py>",
+                "set KV_SCALES_FILE=<json from kimi-dflash calibrate-kv>",
             )
         )
     if mode == "observe" and v.kv_observe_dir is None:
@@ -360,7 +360,7 @@ def _rule_kv_scales(v: ConfigValues, s: Mapping[str, str]) -> list[Problem]:
                 v,
                 "KV_OBSERVE_DIR",
                 "KV_SCALE_MODE=observe needs a directory for the amax dumps",
-                "set KV_OBSERVE_DIR=/path/to/dir (then run payload/calibrate_kv_scales.py)",
+                "set KV_OBSERVE_DIR=/path/to/dir (then run kimi-dflash calibrate-kv)",
             )
         )
     if mode == "dynamic" and v.kv_cache_dtype in FP8_KV and v.device != "cpu" and v.kv_scale_warmup_steps == 0:
@@ -504,7 +504,7 @@ def check_paths(config: Config) -> list[Problem]:
                 v,
                 "KV_SCALES_FILE",
                 "file does not exist",
-                "run payload/calibrate_kv_scales.py to produce it, or fix the path",
+                "run kimi-dflash calibrate-kv to produce it, or fix the path",
             )
         )
     if config.speculative and v.draft_model_dir is not None:
@@ -549,7 +549,7 @@ def build_config(path: Path, settings: Mapping[str, RawSetting]) -> Config:
         spec = KEYS_BY_NAME.get(name)
         if spec is None:
             close = difflib.get_close_matches(name, KEYS_BY_NAME, n=1, cutoff=0.6)
-            fix = f"did you mean {close[0]}?" if close else "remove it; known keys are listed in README.md"
+            fix = f"did you mean {close[0]}?" if close else "remove it; known keys are listed in docs/configuration.md"
             problems.append(Problem(setting.source, name, setting.value, "unknown key", fix))
             continue
         value, problem = _convert(spec, setting)

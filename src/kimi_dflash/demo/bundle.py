@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kimi_dflash.bench.atomic_write import publish_directory
+from kimi_dflash.core.atomic_write import publish_directory
 from kimi_dflash.demo.catalog import DEFAULT, DemoChoice
 from kimi_dflash.demo.catalog import choice as catalog_choice
 from kimi_dflash.demo.encoding import json_bytes
@@ -95,7 +95,7 @@ class DemoModels:
 
 
 def default_root() -> Path:
-    from kimi_dflash.paths import cache_root
+    from kimi_dflash.core.paths import cache_root
 
     return cache_root() / "demo"
 

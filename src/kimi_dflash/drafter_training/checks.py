@@ -40,8 +40,8 @@ def server_problem(base_url: str, model: str | None, api_key: str | None = None)
         models = served_models(base_url, api_key)
     except (urllib.error.URLError, OSError, ValueError) as error:
         return (
-            f"{base_url}/v1/models: no answer ({error}); start the target first, e.g. ./serve.sh "
-            "configs/production.env --wait (demo: ./serve.sh configs/demo-cpu.env --wait)"
+            f"{base_url}/v1/models: no answer ({error}); start the target first, e.g. kimi-dflash serve "
+            "configs/production.env --wait (demo: kimi-dflash serve demo-cpu --wait)"
         )
     if not models:
         return f"{base_url}/v1/models lists no model"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from kimi_dflash.bench.atomic_write import publish_directory, write_text_atomic
+from kimi_dflash.core.atomic_write import publish_directory, write_text_atomic
 from kimi_dflash.drafter_training.architecture import DrafterArchitecture, serving_config
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kimi_dflash.bench.atomic_write import replacing
+from kimi_dflash.core.atomic_write import replacing
 
 FEATURE_SUFFIX = ".ckpt"
 

@@ -20,8 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kimi_dflash.bench.atomic_write import write_json_atomic, write_text_atomic
 from kimi_dflash.config.shipped import shipped_configs_dir
+from kimi_dflash.core.atomic_write import write_json_atomic, write_text_atomic
+from kimi_dflash.core.paths import cache_root
 from kimi_dflash.drafter_training import checks
 from kimi_dflash.drafter_training.architecture import (
     ArchitectureError,
@@ -30,7 +31,6 @@ from kimi_dflash.drafter_training.architecture import (
     load_architecture,
     specforge_draft_config,
 )
-from kimi_dflash.paths import cache_root
 
 PHASES = ("setup", "regen", "train", "export")
 SPECFORGE_VERSION = "0.2.0"
@@ -665,7 +665,7 @@ class Pipeline:
         write_serve_config(out / "serve.env", base, target, self.export_dir)
         if self.profile.name == "demo":
             write_serve_config(out / "random.env", base, target, out / "random-drafter")
-        self.say(f"export: serve it with ./serve.sh {out / 'serve.env'} --wait")
+        self.say(f"export: serve it with kimi-dflash serve {out / 'serve.env'} --wait")
 
 
 def describe(steps: list[Step]) -> str:

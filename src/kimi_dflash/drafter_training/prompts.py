@@ -23,7 +23,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from kimi_dflash.bench.atomic_write import write_text_atomic
+from kimi_dflash.core.atomic_write import write_text_atomic
 
 DEMO_PROMPTS = "kv_calibration_prompts.jsonl"
 PERFECTBLEND_REPO = "mlabonne/open-perfectblend"

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kimi_dflash.bench.atomic_write import write_json_atomic, write_text_atomic
 from kimi_dflash.bench.progress import format_duration
+from kimi_dflash.core.atomic_write import write_json_atomic, write_text_atomic
 from kimi_dflash.drafter_training.prompts import Prompt
 
 PART_PATTERN = re.compile(r"^part-(\d{5})\.jsonl$")

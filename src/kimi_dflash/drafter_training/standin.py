@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 
-from kimi_dflash.bench.atomic_write import replacing, write_json_atomic
+from kimi_dflash.core.atomic_write import replacing, write_json_atomic
 from kimi_dflash.drafter_training.model import DFlashDrafter, block_targets, candidate_anchors
 
 CHECKPOINT = "checkpoint.pt"

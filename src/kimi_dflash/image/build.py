@@ -38,7 +38,7 @@ examples:
   ./build-kimi26-dflash.sh --dry-run                        # print the build command only
   ./build-kimi26-dflash.sh --target cpu-demo --vllm-image localhost/kimi-dflash-cpu-base --vllm-tag 0.32.0 \\
       --allow-unpinned                                      # the CPU demo on a locally made base (no digest)
-then run it as README.md shows ("Container").
+then run it as docs/deployment.md shows ("Container").
 """
 
 

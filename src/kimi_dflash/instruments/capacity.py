@@ -30,10 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from kimi_dflash.bench.atomic_write import write_text_atomic
 from kimi_dflash.bench.result import load_result
 from kimi_dflash.bench.workload import BUILTIN, load_dataset
-from kimi_dflash.envvars import HF_HUB_OFFLINE
+from kimi_dflash.core.atomic_write import write_text_atomic
+from kimi_dflash.core.envvars import HF_HUB_OFFLINE
 from kimi_dflash.instruments.crosscheck import BENCH_COMMAND, write_sharegpt
 from kimi_dflash.instruments.synthetic import running
 

@@ -40,12 +40,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from kimi_dflash.bench.atomic_write import write_text_atomic
-from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.result import LevelResult, load_result
 from kimi_dflash.bench.workload import BUILTIN, Dataset, load_dataset
-from kimi_dflash.envvars import HF_HUB_OFFLINE, VLLM_CACHE_ROOT
-from kimi_dflash.paths import cache_root
+from kimi_dflash.core.atomic_write import write_text_atomic
+from kimi_dflash.core.envvars import HF_HUB_OFFLINE, VLLM_CACHE_ROOT
+from kimi_dflash.core.errors import UserError
+from kimi_dflash.core.paths import cache_root
 
 # Our benchmark as a user runs it (payload/benchmark_multi_turn.py calls the same main), in its own process.
 BENCH_COMMAND = (sys.executable, "-m", "kimi_dflash.bench")

@@ -41,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kimi_dflash.envvars import HF_HUB_OFFLINE, KV_EMULATE_FP8
+from kimi_dflash.core.envvars import HF_HUB_OFFLINE, KV_EMULATE_FP8
 
 EMULATE_FP8 = {KV_EMULATE_FP8: "e4m3fn"}  # not a config key: a CPU test aid, set on vLLM's processes directly
 # Per mode: (config keys over SERVER_CONFIG, variables for vLLM's processes).
@@ -297,8 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     if "off" not in modes or any(m not in MODES for m in modes):
         parser.error(f"--modes must include off and name only {', '.join(MODES)}")
 
+    from kimi_dflash.core.paths import cache_root
     from kimi_dflash.instruments.tiny_mla import ensure_tiny_mla_model
-    from kimi_dflash.paths import cache_root
 
     def say(message: str) -> None:
         print(message, flush=True)

@@ -23,7 +23,7 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
-from kimi_dflash.bench.atomic_write import publish_directory
+from kimi_dflash.core.atomic_write import publish_directory
 
 # Kept at Kimi K2.6's sizes: the CPU MLA decode kernel is compiled for head_dim 576 only.
 KV_LORA_RANK = 512

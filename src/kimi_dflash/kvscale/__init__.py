@@ -11,7 +11,7 @@ Import-light on purpose (the vLLM plugin imports it in every vLLM process). Modu
   runtime      install_kv_scale_hook(): hooks vLLM's MLAAttention (called from vllm_plugin.register)
   observer     per-rank observe dumps
   scales_file  the observe-dump and scales-file JSON, and their checks
-  calibrate    payload/calibrate_kv_scales.py
+  calibrate    kimi-dflash calibrate-kv
   validate     benchmarks/validate-fp8.sh
   checks       pre-launch checks for preflight
 """

@@ -93,7 +93,7 @@ def check_kv_scale_config(
                 raise KvScalesFileError(
                     f"KV scales file {scales.path} was calibrated on {scales.model.model!r}, "
                     f"but the config serves {model!r}; calibrate this model with "
-                    "payload/calibrate_kv_scales.py"
+                    "kimi-dflash calibrate-kv"
                 )
         except KvScalesFileError as error:
             return findings + [Finding("fail", str(error))]

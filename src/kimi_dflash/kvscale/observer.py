@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from kimi_dflash.bench.atomic_write import write_json_atomic
+from kimi_dflash.core.atomic_write import write_json_atomic
 from kimi_dflash.kvscale.scales_file import (
     ModelIdentity,
     observe_document,

@@ -2,7 +2,7 @@
 
 * observe dump  (``kv-observe-rank<R>-pid<P>.json``): written by the plugin in each vLLM process in
   observe mode - per-layer running amax and token counts, rewritten every few seconds.
-* scales file: written by payload/calibrate_kv_scales.py from the merged dumps; read by the plugin
+* scales file: written by kimi-dflash calibrate-kv from the merged dumps; read by the plugin
   in calibrated mode, which refuses a file made for another model or another layer set.
 
 Scales files store the *amax* per layer; the runtime derives k_scale = amax / fp8_max for the FP8
@@ -211,7 +211,7 @@ def _positive_finite(value: Any) -> bool:
 def load_scales_file(path: Path) -> ScalesFile:
     """Read and check a scales file's shape; raise KvScalesFileError naming the problem and the fix."""
     path = Path(path)
-    fix = "re-run payload/calibrate_kv_scales.py to produce it"
+    fix = "re-run kimi-dflash calibrate-kv to produce it"
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -263,7 +263,7 @@ def load_scales_file(path: Path) -> ScalesFile:
 def check_model_match(scales: ScalesFile, served: ModelIdentity) -> None:
     """Refuse a file calibrated on another model (by name or by architecture)."""
     fix = (
-        f"calibrate this model with payload/calibrate_kv_scales.py, or point KV_SCALES_FILE at the file "
+        f"calibrate this model with kimi-dflash calibrate-kv, or point KV_SCALES_FILE at the file "
         f"made for {served.model!r}"
     )
     mismatched = {
@@ -290,7 +290,7 @@ def check_layer_set(scales: ScalesFile, expected_layers: int) -> None:
         raise KvScalesFileError(
             f"KV scales file {scales.path} has {len(scales.layers)} layers, the served model has "
             f"{expected_layers} MLA layers; it was calibrated on a different model or a partial run - "
-            "re-run payload/calibrate_kv_scales.py"
+            "re-run kimi-dflash calibrate-kv"
         )
 
 
@@ -302,5 +302,5 @@ def scale_for_layer(scales: ScalesFile, layer_name: str) -> LayerScale:
         raise KvScalesFileError(
             f"KV scales file {scales.path} has no entry for layer {layer_name!r} (it lists e.g. {sample}); "
             "it was calibrated on a different model or vLLM layer naming - re-run "
-            "payload/calibrate_kv_scales.py against this server"
+            "kimi-dflash calibrate-kv against this server"
         ) from None

@@ -1,7 +1,7 @@
 """KV-scale settings, read from the environment the launch plan exports to every vLLM process.
 
 Each config key KV_* is exported as KIMI_DFLASH_KV_*; the names and defaults are declared once, in
-kimi_dflash.envvars (the plan writes from the same module). KIMI_DFLASH_KV_EMULATE_FP8 (e4m3fn|e4m3fnuz) has no
+kimi_dflash.core.envvars (the plan writes from the same module). KIMI_DFLASH_KV_EMULATE_FP8 (e4m3fn|e4m3fnuz) has no
 config key: a CPU test aid that emulates FP8 storage inside a BF16 cache.
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from kimi_dflash.envvars import (
+from kimi_dflash.core.envvars import (
     DEFAULT_KV_OBSERVE_INTERVAL_S,
     DEFAULT_KV_SCALE_FLOOR,
     DEFAULT_KV_SCALE_WARMUP_STEPS,
@@ -89,7 +89,7 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> KvScaleSettings:
     if mode is Mode.CALIBRATED and scales_file is None:
         raise KvScaleConfigError(
             f"{KV_SCALE_MODE}=calibrated needs {KV_SCALES_FILE} (KV_SCALES_FILE in the config): the JSON written by "
-            "payload/calibrate_kv_scales.py"
+            "kimi-dflash calibrate-kv"
         )
 
     floor = _float(env, KV_SCALE_FLOOR, DEFAULT_KV_SCALE_FLOOR, minimum_exclusive=0.0)

@@ -11,6 +11,7 @@ from pathlib import Path
 from kimi_dflash.config.problems import ConfigError, Problem
 from kimi_dflash.config.shipped import resolve_config_argument
 from kimi_dflash.config.validate import Config, check_paths, load_config
+from kimi_dflash.core.paths import cache_root
 from kimi_dflash.launch import hooks
 from kimi_dflash.launch.prepare import local_plan, resolve_demo_models
 from kimi_dflash.launch.server import (
@@ -19,7 +20,6 @@ from kimi_dflash.launch.server import (
     start_and_wait,
     stop_detached,
 )
-from kimi_dflash.paths import cache_root
 from kimi_dflash.plan import LaunchPlan, build_plan
 
 EXIT_CONFIG = 2
@@ -157,8 +157,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def check_vllm(config: Config, vllm_dir: Path) -> int:
     """`--check-vllm DIR`: the compatibility report for this plan and that vLLM; exit 0 starts, 2 would not."""
+    from kimi_dflash.patcher.vllm_source import VllmSource, VllmSourceError
     from kimi_dflash.preflight.compat import check_compat
-    from kimi_dflash.preflight.vllm_source import VllmSource, VllmSourceError
 
     try:
         source = VllmSource.open(vllm_dir)

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable
 
 from kimi_dflash.config.validate import Config
-from kimi_dflash.paths import cache_root
+from kimi_dflash.core.paths import cache_root
 from kimi_dflash.plan import LaunchPlan, build_plan
 
 

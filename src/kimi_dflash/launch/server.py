@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kimi_dflash.bench.atomic_write import write_text_atomic
+from kimi_dflash.core.atomic_write import write_text_atomic
 from kimi_dflash.plan import LaunchPlan
 
 STOP_GRACE_S = 30.0

@@ -170,7 +170,7 @@ def file_patches_needed(table: StatusTable, deployment: Deployment) -> list[str]
     that relies on the plugin when the plugin will not load. A predicate that cannot decide (None) counts as
     needed: writing an unneeded patch is harmless, missing a needed one is not.
     """
-    from kimi_dflash.preflight.vllm_source import VllmSource
+    from kimi_dflash.patcher.vllm_source import VllmSource
 
     source = VllmSource.from_package_dir(table.root)
     return [

@@ -12,11 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kimi_dflash.preflight import source_facts
+from kimi_dflash.patcher import source_facts
 
 if TYPE_CHECKING:
+    from kimi_dflash.patcher.vllm_source import VllmSource
     from kimi_dflash.preflight.deployment import Deployment
-    from kimi_dflash.preflight.vllm_source import VllmSource
 
 Predicate = Callable[["Deployment", "VllmSource"], "bool | None"]
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kimi_dflash.bench.atomic_write import replacing, write_json_atomic
+from kimi_dflash.core.atomic_write import replacing, write_json_atomic
 
 EOCD_SIGNATURE = b"PK\x05\x06"
 TAIL_BYTES = 1 << 16  # the end-of-central-directory record sits in the last 64 KiB (22 bytes + comment)

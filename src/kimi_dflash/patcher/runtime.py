@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from kimi_dflash.envvars import PATCHES
+from kimi_dflash.core.envvars import PATCHES
 from kimi_dflash.patcher.engine import StatusTable, status_table
 from kimi_dflash.patcher.import_hooks import when_imported
 from kimi_dflash.patcher.model import PatchState, Status

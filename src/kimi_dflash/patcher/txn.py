@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from kimi_dflash.bench.atomic_write import write_beside
+from kimi_dflash.core.atomic_write import write_beside
 from kimi_dflash.patcher.model import NotWritable, PatcherError
 
 _READ_ONLY_ERRNOS = {errno.EROFS, errno.EACCES, errno.EPERM}

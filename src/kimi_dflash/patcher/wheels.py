@@ -22,9 +22,9 @@ import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from kimi_dflash.bench.atomic_write import write_bytes_atomic
+from kimi_dflash.core.atomic_write import write_bytes_atomic
+from kimi_dflash.core.paths import cache_root
 from kimi_dflash.patcher import remote_wheel
-from kimi_dflash.paths import cache_root
 
 # Always extracted: they make the directory recognisable as a vllm package and carry the version.
 PACKAGE_FILES = ("__init__.py", "_version.py")

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from kimi_dflash.patcher.vllm_source import VllmSource
 from kimi_dflash.preflight.compat_rules import RULES, CompatRule, Finding
 from kimi_dflash.preflight.deployment import Deployment
 from kimi_dflash.preflight.render import render
-from kimi_dflash.preflight.vllm_source import VllmSource
 
 EXIT_STARTS, EXIT_WOULD_NOT_START = 0, 2
 

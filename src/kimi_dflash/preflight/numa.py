@@ -31,7 +31,7 @@ def check_numa(request: PreflightRequest, probe: HostProbe) -> CheckResult:
     return failed(
         NAME,
         f"{value} (enabled): page migration stalls the GPU runtime; the reference results were measured with it off",
-        f"{FIX_COMMAND}\n(or as root: ./serve.sh CONFIG --fix-numa; {PERSIST_HINT})",
+        f"{FIX_COMMAND}\n(or as root: kimi-dflash serve CONFIG --fix-numa; {PERSIST_HINT})",
     )
 
 

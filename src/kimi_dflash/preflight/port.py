@@ -29,7 +29,7 @@ def check_port(request: PreflightRequest, probe: HostProbe) -> CheckResult:
             f"{where} is in use ({reason})",
             f"pick another port: PORT={_next_port(port)} in the config or the environment\n"
             f"or stop what listens there: ss -ltnp 'sport = :{port}' names it "
-            "(./serve.sh CONFIG --stop if it is our server)",
+            "(kimi-dflash serve CONFIG --stop if it is our server)",
         )
     if error.errno in (errno.EACCES, errno.EPERM):
         return failed(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kimi_dflash.preflight.manifest import ManifestError, mismatches, read_manifest
 from kimi_dflash.preflight.results import CheckResult, failed, passed
-from kimi_dflash.preshard.manifest import ManifestError, mismatches, read_manifest
 
 if TYPE_CHECKING:
     from kimi_dflash.preflight.request import PreflightRequest
@@ -18,7 +18,7 @@ def check_preshard(request: PreflightRequest, runtime: RuntimeReport | None) -> 
     directory = request.preshard_dir
     assert directory is not None  # run_preflight adds this check only with a pre-shard
     fix = (
-        f"re-run payload/preshard_kimi26.py CONFIG --output {directory} --force with the vLLM and config that "
+        f"re-run kimi-dflash preshard CONFIG --output {directory} --force with the vLLM and config that "
         "serve, or unset PRESHARD_DIR to load MODEL_DIR directly"
     )
     try:

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import kimi_dflash.preflight.runtime_child as runtime_child
+from kimi_dflash.patcher.vllm_source import VllmSource
 from kimi_dflash.preflight.accelerators import Accelerator, normalize_arch
 from kimi_dflash.preflight.runtime_child import MARKER, installed_vllm, vllm_package_dir
 from kimi_dflash.preflight.vllm_features import FeatureOutcome, probe_features
-from kimi_dflash.preflight.vllm_source import VllmSource
 
 # Importing vLLM took 7-30 s on this project's shared 2-core machine (more under load, and a first import
 # after install also compiles bytecode). Past this something is wrong (a hung driver), and preflight says so.

@@ -63,8 +63,8 @@ def summarize(names: list[str]) -> str:
 
 
 def _check_deployment(request: PreflightRequest, runtime: RuntimeReport) -> list[CheckResult]:
+    from kimi_dflash.patcher.vllm_source import VllmSource
     from kimi_dflash.preflight.compat import check_compat
-    from kimi_dflash.preflight.vllm_source import VllmSource
 
     assert request.deployment is not None
     report = None

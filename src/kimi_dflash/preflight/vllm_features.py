@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from kimi_dflash.preflight.vllm_source import VllmSource
+from kimi_dflash.patcher.vllm_source import VllmSource
 
 FeatureState = Literal["present", "absent", "unknown"]
 

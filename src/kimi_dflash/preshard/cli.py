@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kimi_dflash.bench.atomic_write import publish_directory, write_text_atomic
-from kimi_dflash.preshard.manifest import (
+from kimi_dflash.core.atomic_write import publish_directory, write_text_atomic
+from kimi_dflash.preflight.manifest import (
     MANIFEST_NAME,
     Manifest,
     ManifestError,
@@ -246,8 +246,8 @@ def _engine_args(config: Config, tp: int) -> dict[str, object]:
 
 
 def _save_in_child(config: Config, source: Path, staging: Path, tp: int, max_size: int) -> bool:
+    from kimi_dflash.core.paths import cache_root
     from kimi_dflash.launch.prepare import cpu_preload
-    from kimi_dflash.paths import cache_root
     from kimi_dflash.plan import vllm_env
 
     env = {**os.environ, **vllm_env(config, str(cache_root()), cpu_preload(config))}

@@ -6,11 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from kimi_dflash.bench.atomic_write import write_text_atomic
 from kimi_dflash.bench.cli import _positive_int_list
 from kimi_dflash.bench.cli import build_parser as bench_parser
-from kimi_dflash.bench.errors import UserError
 from kimi_dflash.config.shipped import resolve_config_argument
+from kimi_dflash.core.atomic_write import write_text_atomic
+from kimi_dflash.core.errors import UserError
 from kimi_dflash.sweep import aggregate, state
 from kimi_dflash.sweep.grid import parse_axis, points
 from kimi_dflash.sweep.runner import SERVE_COMMAND, Interrupted, SweepPlan, describe, run_sweep
@@ -19,7 +19,7 @@ from kimi_dflash.sweep.runner import SERVE_COMMAND, Interrupted, SweepPlan, desc
 OWNED_BENCH_OPTIONS = ("--base-url", "--sessions", "--output", "--label", "--metrics-url", "--model")
 
 EPILOG = """\
-Every other option is passed to the benchmark (payload/benchmark_multi_turn.py --help), e.g. --max-tokens 64
+Every other option is passed to the benchmark (kimi-dflash bench --help), e.g. --max-tokens 64
 --turns-per-session 2 --warmup 4. For each point: serve.sh CONFIG --wait with the point's config keys as
 environment overrides (on a free port), the benchmark (its warmup, then each --sessions level), serve.sh --stop.
 
@@ -33,7 +33,7 @@ examples:
       --max-tokens 64 --turns-per-session 2
   %(prog)s configs/production.env --grid NUM_SPECULATIVE_TOKENS=0,1,2,4 --grid MAX_NUM_SEQS=32,64 \\
       --sessions 8,16,32,64 --out results/k-sweep --dry-run
-  python payload/advise_spec_tokens.py results/sweep          # which k to run at each concurrency
+  kimi-dflash advise results/sweep                         # which k to run at each concurrency
 
 exit status: 0 every point finished; 1 some point failed (see DIR/*.failed.json); 2 bad arguments;
 130/143 interrupted (rerun the same command to finish).

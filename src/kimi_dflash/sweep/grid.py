@@ -7,8 +7,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from kimi_dflash.bench.errors import UserError
 from kimi_dflash.config.schema import KEYS_BY_NAME
+from kimi_dflash.core.errors import UserError
 
 SPEC_TOKENS = "NUM_SPECULATIVE_TOKENS"
 # Keys a sweep must not vary: they decide where the server listens, or carry a secret.
@@ -57,7 +57,7 @@ def parse_axis(text: str) -> Axis:
     if not sep or not key:
         raise UserError(f"--grid {text!r}: expected KEY=v1,v2,... (e.g. --grid NUM_SPECULATIVE_TOKENS=0,2,4).")
     if key not in KEYS_BY_NAME:
-        raise UserError(f"--grid {key}: not a config key; see the config reference in README.md for the keys.")
+        raise UserError(f"--grid {key}: not a config key; docs/configuration.md lists the keys.")
     if key in FORBIDDEN:
         raise UserError(f"--grid {key}: the sweep picks ports itself and never varies {', '.join(sorted(FORBIDDEN))}.")
     values = tuple(dict.fromkeys(v.strip() for v in values_text.split(",") if v.strip()))

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.progress import format_duration
 from kimi_dflash.bench.report import write_atomic
 from kimi_dflash.bench.result import ServerConfig, load_result
+from kimi_dflash.core.errors import UserError
 from kimi_dflash.sweep import state
 from kimi_dflash.sweep.grid import Point
 

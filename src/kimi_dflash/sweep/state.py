@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.report import write_atomic
 from kimi_dflash.bench.result import BenchmarkResult, load_result
+from kimi_dflash.core.errors import UserError
 from kimi_dflash.sweep.grid import Point
 
 SWEEP_FILE = "sweep.json"

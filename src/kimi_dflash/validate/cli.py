@@ -16,8 +16,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from kimi_dflash.bench.report import write_atomic
-from kimi_dflash.kvscale.client import ServerError, api_key_from_env
-from kimi_dflash.kvscale.prompts import PromptFileError, load_calibration_prompts
+from kimi_dflash.validate.client import ServerError, api_key_from_env
 from kimi_dflash.validate.engine import (
     AgreementSummary,
     MathScore,
@@ -33,6 +32,7 @@ from kimi_dflash.validate.engine import (
     summarize_agreement,
     token_ids,
 )
+from kimi_dflash.validate.prompts import PromptFileError, load_calibration_prompts
 
 EXIT = {"PASS": 0, "WARN": 1, "FAIL": 2}
 EXIT_ERROR = 3
@@ -134,7 +134,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="example (the CPU demo: DFlash against no speculation):\n"
         "  ./serve.sh configs/demo-cpu-baseline.env --wait; ./serve.sh configs/demo-cpu.env --wait\n"
-        "  python payload/validate.py --reference http://127.0.0.1:8263 --candidate http://127.0.0.1:8262\n\n"
+        "  kimi-dflash validate --reference http://127.0.0.1:8263 --candidate http://127.0.0.1:8262\n\n"
         "exit status: 0 PASS, 1 WARN, 2 FAIL, 3 could not run (server unreachable, no token ids).\n"
         "The API key, if any, is read from OPENAI_API_KEY and never printed.",
     )

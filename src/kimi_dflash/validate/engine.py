@@ -8,8 +8,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kimi_dflash.kvscale.client import Completion, ServerError, chat_greedy, served_model
-from kimi_dflash.kvscale.prompts import MathProblem, extract_answer, load_math_problems, math_prompt
+from kimi_dflash.validate.client import Completion, ServerError, chat_greedy, served_model
+from kimi_dflash.validate.prompts import MathProblem, extract_answer, load_math_problems, math_prompt
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,7 @@ async def detokenize(server: Server, ids: Sequence[int], api_key: str | None = N
     """Text of ``ids`` from vLLM's /detokenize (None when the server has no such endpoint)."""
     import aiohttp
 
-    from kimi_dflash.kvscale.client import normalize_base_url
+    from kimi_dflash.validate.client import normalize_base_url
 
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     url = f"{normalize_base_url(server.url)}/detokenize"

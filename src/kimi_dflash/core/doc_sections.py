@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kimi_dflash.bench.atomic_write import write_text_atomic
+from kimi_dflash.core.atomic_write import write_text_atomic
 
 
 class MissingMarkers(ValueError):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from kimi_dflash.preflight.vllm_source import VllmSource
+from kimi_dflash.patcher.vllm_source import VllmSource
 
 BACKEND_ENUM = "AttentionBackendEnum"
 _BACKEND_ENUM_DIRS = ("vllm/v1/attention/backends/", "vllm/v1/attention/", "vllm/attention/")

@@ -12,7 +12,7 @@ import struct
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from kimi_dflash.bench.atomic_write import write_text_atomic
+from kimi_dflash.core.atomic_write import write_text_atomic
 
 MANIFEST_NAME = "kimi-dflash-preshard.json"
 FORMAT = "sharded_state"

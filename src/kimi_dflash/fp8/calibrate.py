@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kimi_dflash import envvars
-from kimi_dflash.bench.atomic_write import write_json_atomic
-from kimi_dflash.envvars import DEFAULT_KV_SCALE_FLOOR
+from kimi_dflash.core import envvars
+from kimi_dflash.core.atomic_write import write_json_atomic
+from kimi_dflash.core.envvars import DEFAULT_KV_SCALE_FLOOR
 from kimi_dflash.kvscale.fp8 import FORMATS, format_by_name
 from kimi_dflash.kvscale.scales_file import (
     ModelIdentity,
@@ -109,7 +109,7 @@ def max_relative_change(before: dict[str, dict[str, Any]], after: dict[str, dict
 def run_against_server(
     url: str, model: str | None, prompts: Sequence[str], *, max_tokens: int, concurrency: int, api_key: str | None
 ) -> Callable[[Sequence[str]], RunTotals]:
-    from kimi_dflash.kvscale.client import chat_greedy, served_model
+    from kimi_dflash.validate.client import chat_greedy, served_model
 
     name = model or asyncio.run(served_model(url, api_key))
 
@@ -237,7 +237,7 @@ def _in_process_runner(
     model_path: str, prompts: Sequence[str], observe_dir: Path, *, max_tokens: int, max_model_len: int, dtype: str
 ) -> tuple[Callable[[Sequence[str]], RunTotals], Callable[[], None]]:
     """Load ``model_path`` with vLLM here, plugin in observe mode (engine processes inherit the env)."""
-    from kimi_dflash.paths import cache_root
+    from kimi_dflash.core.paths import cache_root
     from kimi_dflash.plan import cpu_environment
 
     os.environ.update(
@@ -310,8 +310,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from kimi_dflash.kvscale.client import ServerError, api_key_from_env
-    from kimi_dflash.kvscale.prompts import PromptFileError, load_calibration_prompts
+    from kimi_dflash.validate.client import ServerError, api_key_from_env
+    from kimi_dflash.validate.prompts import PromptFileError, load_calibration_prompts
 
     args = build_parser().parse_args(argv)
     if args.server and args.observe_dir is None:

@@ -21,11 +21,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from kimi_dflash.bench.atomic_write import write_json_atomic
-from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.result import load_result
-from kimi_dflash.kvscale.client import ServerError, api_key_from_env
-from kimi_dflash.kvscale.prompts import PromptFileError, load_calibration_prompts
+from kimi_dflash.core.atomic_write import write_json_atomic
+from kimi_dflash.core.errors import UserError
+from kimi_dflash.validate.client import ServerError, api_key_from_env
 
 # The comparison itself is the shared engine (payload/validate.py runs on it too); this tool adds KV capacity
 # and throughput, and judges FP8 KV by accuracy rather than identity.
@@ -40,6 +39,7 @@ from kimi_dflash.validate.engine import (
     served,
     summarize_agreement,
 )
+from kimi_dflash.validate.prompts import PromptFileError, load_calibration_prompts
 
 # The benchmark as users run it (payload/benchmark_multi_turn.py is a wrapper around the same entry point).
 BENCHMARK_COMMAND = (sys.executable, "-m", "kimi_dflash.bench")
@@ -203,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--bench-arg",
         action="append",
         default=[],
-        help="extra argument for payload/benchmark_multi_turn.py, e.g. --bench-arg=--max-tokens=512 (repeat)",
+        help="extra argument for the benchmark (kimi-dflash bench --help), e.g. --bench-arg=--max-tokens=512 (repeat)",
     )
     parser.add_argument("--bench-dir", type=Path, help="where the benchmark result JSONs go (results/)")
     parser.add_argument("--json", type=Path, help="write every per-prompt result here")

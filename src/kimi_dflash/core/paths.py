@@ -1,5 +1,5 @@
 """Where the project keeps things on disk: one user cache directory, overridable by KIMI_DFLASH_CACHE.
-`python -m kimi_dflash.paths` prints it.
+`python -m kimi_dflash.core.paths` prints it.
 
 The package never looks at the checkout it may have come from: it works the same installed from a wheel.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kimi_dflash.envvars import CACHE as CACHE_ENV
+from kimi_dflash.core.envvars import CACHE as CACHE_ENV
 
 CACHE_DIR_NAME = "kimi-dflash"
 
@@ -27,5 +27,5 @@ def cache_root() -> Path:
     return (base / CACHE_DIR_NAME).resolve()
 
 
-if __name__ == "__main__":  # python -m kimi_dflash.paths: print the cache directory (for shell scripts)
+if __name__ == "__main__":  # python -m kimi_dflash.core.paths: print the cache directory (for shell scripts)
     print(cache_root())

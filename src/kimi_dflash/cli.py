@@ -1,0 +1,136 @@
+"""`kimi-dflash <verb>`: the project's one front door.
+
+Every verb is a module found through the table below and imported only when that verb runs, so
+`kimi-dflash --help` is instant and the benchmark client never imports the server side. A verb module either
+exposes ``add_cli_args(parser)`` + ``main(args) -> int`` (the front door builds the parser), or is an older
+command with ``main(argv) -> int`` that parses its own arguments (the front door hands it the rest of the
+command line). The repository's scripts (serve.sh, payload/*.py, patches/*.py, launchers/*.sh) run the same
+modules.
+
+Backward compatible: ``kimi-dflash CONFIG [options]`` (no verb; a config path or a shipped config name such as
+demo-cpu) still means ``kimi-dflash serve CONFIG [options]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import importlib
+import inspect
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+PROG = "kimi-dflash"
+
+
+@dataclass(frozen=True)
+class Verb:
+    name: str
+    module: str  # imported lazily, when the verb runs
+    help: str
+    group: str
+
+
+GROUPS: dict[str, tuple[tuple[str, str, str], ...]] = {  # group -> (verb, module, one-line help)
+    "serve": (
+        ("serve", "kimi_dflash.launch.cli", "start vLLM from a config (--dry-run, --preflight, --wait, --stop)"),
+        ("check-vllm", "kimi_dflash.launch.check_vllm", "will this vLLM start a config's plan? (reads its source)"),
+        ("preflight", "kimi_dflash.preflight.cli", "check this machine for a plan, without a config file"),
+        ("patch", "kimi_dflash.patcher.cli", "check, apply or revert the vLLM patches"),
+        ("router", "kimi_dflash.scaleout.router", "put vllm-router in front of several servers"),
+        ("preshard", "kimi_dflash.preshard.cli", "pre-shard a checkpoint for one tensor-parallel size"),
+        ("image", "kimi_dflash.image.build", "build the container image"),
+        ("demo", "kimi_dflash.demo.cli", "fabricate the tiny CPU demo models"),
+    ),
+    "measure": (
+        ("bench", "kimi_dflash.bench.cli", "multi-turn streaming benchmark against a running server"),
+        ("compare", "kimi_dflash.bench.compare", "compare result files at matched concurrency"),
+        ("sweep", "kimi_dflash.sweep.cli", "sweep server configs x benchmark concurrency"),
+        ("advise", "kimi_dflash.advisor.cli", "which speculative-token count to run, from measurements"),
+        ("validate", "kimi_dflash.validate.cli", "is a candidate server's output the reference's?"),
+        ("results", "kimi_dflash.results_cli", "render the result tables from result files"),
+    ),
+    "fp8 / drafter": (
+        ("calibrate-kv", "kimi_dflash.fp8.calibrate", "calibrate per-layer FP8 KV scales"),
+        ("validate-fp8", "kimi_dflash.fp8.validate", "FP8 KV vs BF16 KV: accuracy, capacity, speed"),
+        ("train-drafter", "kimi_dflash.drafter_training.pipeline", "train a DFlash drafter end to end"),
+    ),
+    "project": (
+        ("docs", "kimi_dflash.docs_cli", "regenerate the generated sections of the docs (checkout)"),
+        ("version", "kimi_dflash.version_cli", "print the versions of this package and of vLLM"),
+    ),
+}
+VERBS: tuple[Verb, ...] = tuple(Verb(*row, group) for group, rows in GROUPS.items() for row in rows)
+BY_NAME = {verb.name: verb for verb in VERBS}
+SERVE = BY_NAME["serve"]
+
+
+def front_help() -> str:
+    lines = [
+        f"usage: {PROG} <verb> [options]      ({PROG} <verb> --help for a verb's options)",
+        f"       {PROG} CONFIG [options]      (same as: {PROG} serve CONFIG [options])",
+        "",
+        "Serve Kimi K2.6 with DFlash speculative decoding through vLLM, and measure it.",
+    ]
+    width = max(len(verb.name) for verb in VERBS)
+    for group in dict.fromkeys(verb.group for verb in VERBS):
+        lines += ["", f"{group}:"]
+        lines += [f"  {verb.name:<{width}}  {verb.help}" for verb in VERBS if verb.group == group]
+    lines += ["", f"examples:  {PROG} demo-cpu --dry-run     {PROG} bench --base-url http://127.0.0.1:8262 --help"]
+    return "\n".join(lines) + "\n"
+
+
+def run_verb(verb: Verb, argv: list[str]) -> int:
+    prog = f"{PROG} {verb.name}"
+    module = importlib.import_module(verb.module)
+    if hasattr(module, "add_cli_args"):
+        parser = argparse.ArgumentParser(prog=prog, description=verb.help)
+        module.add_cli_args(parser)
+        return int(module.main(parser.parse_args(argv)) or 0)
+    main = module.main
+    kwargs = {"prog": prog} if "prog" in inspect.signature(main).parameters else {}
+    saved, sys.argv[0] = sys.argv[0], prog  # parsers that take their prog from argv[0] show the verb
+    try:
+        return int(main(argv, **kwargs) or 0)
+    finally:
+        sys.argv[0] = saved
+
+
+def unknown_verb(word: str) -> str | None:
+    """A message when ``word`` reads as a mistyped verb rather than a config (no such file, no '/', no .env)."""
+    if word.startswith("-") or "/" in word or word.endswith(".env") or os.path.exists(word):
+        return None
+    from kimi_dflash.config.shipped import shipped_config_names
+
+    if f"{word}.env" in shipped_config_names():
+        return None
+    close = difflib.get_close_matches(word, BY_NAME, n=1, cutoff=0.75)
+    if not close:
+        return None
+    return f"{PROG}: unknown verb {word!r}; did you mean {close[0]!r}? ({PROG} --help lists the verbs)"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        sys.stderr.write(front_help())
+        return 2
+    first = argv[0]
+    if first in ("-h", "--help", "help"):
+        sys.stdout.write(front_help())
+        return 0
+    if first in ("-V", "--version"):
+        return run_verb(BY_NAME["version"], argv[1:])
+    if first in BY_NAME:
+        return run_verb(BY_NAME[first], argv[1:])
+    message = unknown_verb(first)
+    if message:
+        print(message, file=sys.stderr)
+        return 2
+    return run_verb(SERVE, argv)  # kimi-dflash CONFIG [options], as before the verbs existed
+
+
+if __name__ == "__main__":
+    sys.exit(main())

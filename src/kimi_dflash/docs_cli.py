@@ -1,0 +1,62 @@
+"""`kimi-dflash docs`: regenerate every generated section of a checkout's docs in one go (tests compare each
+with its generator): config/values.py and the config reference from the config schema, the result-file
+reference and JSON Schema from the result model, README's result tables from benchmarks/results/, and with
+--matrix the vLLM compatibility matrix (downloads vLLM wheels from the package index: minutes)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def add_cli_args(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__
+    parser.add_argument("--root", type=Path, default=Path("."), help="repository checkout (default: .)")
+    parser.add_argument("--matrix", action="store_true", help="also rebuild the compatibility matrix (slow)")
+
+
+def steps(root: Path, matrix: bool) -> list[tuple[str, str, list[str]]]:
+    """(name, module, argv) of each generator, in dependency order (values.py before anything reads it)."""
+    readme, docs = root / "README.md", root / "docs"
+    found = [
+        ("config values", "kimi_dflash.config.generate_values", ["--write"]),
+        ("config reference", "kimi_dflash.config.reference", ["--write", "--readme", str(docs / "configuration.md")]),
+        ("result schema", "kimi_dflash.bench.result_schema", ["--write", "--docs", str(docs)]),
+    ]
+    if matrix:
+        found.append(
+            ("compatibility matrix", "kimi_dflash.preflight.matrix",
+             ["--write", "--doc", str(docs / "compatibility.md"), "--readme", str(readme)])
+        )  # fmt: skip
+    return found
+
+
+def main(args: argparse.Namespace) -> int:
+    import importlib
+
+    root: Path = args.root
+    if not (root / "README.md").is_file() or not (root / "src" / "kimi_dflash").is_dir():
+        print(f"docs: {root.resolve()} is not a kimi-k26-dflash checkout; pass --root", file=sys.stderr)
+        return 2
+    import kimi_dflash
+
+    package = Path(kimi_dflash.__file__).resolve().parent
+    if package != (root / "src" / "kimi_dflash").resolve():
+        print(f"docs: this kimi_dflash is {package}, not {root}'s: run with PYTHONPATH={root / 'src'}", file=sys.stderr)
+        return 2
+    for name, module, argv in steps(root, args.matrix):
+        code = importlib.import_module(module).main(argv)
+        if code:
+            print(f"docs: {name} failed (exit {code})", file=sys.stderr)
+            return code
+        print(f"docs: {name} regenerated", file=sys.stderr)
+    from kimi_dflash import results_cli
+
+    return results_cli.main(argparse.Namespace(directory=root / "benchmarks" / "results", write=root / "README.md"))
+
+
+if __name__ == "__main__":
+    _parser = argparse.ArgumentParser(prog="python -m kimi_dflash.docs_cli")
+    add_cli_args(_parser)
+    raise SystemExit(main(_parser.parse_args()))
