@@ -48,15 +48,24 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.description, parser.epilog = DESCRIPTION, EPILOG
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("config", help="the config to qualify: a path, or a shipped config's name (demo-cpu)")
-    parser.add_argument("--budget", metavar="DURATION",
-                        help="time the run may take, e.g. 20m, 3h (default: 15m on CPU, 4h on GPU); trims the grid")  # fmt: skip
+    parser.add_argument(
+        "--budget",
+        metavar="DURATION",
+        help="time the run may take, e.g. 20m, 3h (default: 15m on CPU, 4h on GPU); trims the grid",
+    )
     parser.add_argument("--out", type=Path, help="report directory (default: qualify-<config name>)")
     parser.add_argument("--dry-run", action="store_true", help="list the steps with time estimates; run nothing")
     parser.add_argument("--resume", action="store_true", help="finish the run recorded in --out (after a kill)")
     parser.add_argument("--no-plots", action="store_true", help="no PNGs (no matplotlib needed)")
-    parser.add_argument("--candidate-env", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
-                        help="config key set for the candidate only, e.g. to check that a candidate serving another "
-                        "model is caught (FABRICATE_DEMO_MODELS=qwen3 on the demo): the verdict must be FAIL")  # fmt: skip
+    parser.add_argument(
+        "--candidate-env",
+        action="append",
+        type=_key_value,
+        default=[],
+        metavar="KEY=VALUE",
+        help="config key set for the candidate only, e.g. to check that a candidate serving another "
+        "model is caught (FABRICATE_DEMO_MODELS=qwen3 on the demo): the verdict must be FAIL",
+    )
     # Tests substitute a stand-in for serve.sh, as for the sweep.
     parser.add_argument("--serve-sh", type=Path, default=None, help=argparse.SUPPRESS)
 
@@ -86,8 +95,16 @@ def _context(args: argparse.Namespace) -> tuple[Context, QualifyPlan]:
     plan = build_plan(values, parse_duration(args.budget) if args.budget else None)
     out = args.out or Path(f"qualify-{config.name.removesuffix('.env')}")
     serve = SERVE_COMMAND if args.serve_sh is None else (str(args.serve_sh.resolve()),)
-    ctx = Context(config=config.resolve(), config_as_given=args.config, values=values, overrides=overrides, plan=plan,
-                  out=out, serve_command=serve, candidate_env=tuple(args.candidate_env))  # fmt: skip
+    ctx = Context(
+        config=config.resolve(),
+        config_as_given=args.config,
+        values=values,
+        overrides=overrides,
+        plan=plan,
+        out=out,
+        serve_command=serve,
+        candidate_env=tuple(args.candidate_env),
+    )
     return ctx, plan
 
 
@@ -106,9 +123,15 @@ def main(args: argparse.Namespace) -> int:
             statuses = {name: step["status"] for name, step in recorded.get("steps", {}).items()}
         print("\n".join(render(plan, args.config, statuses)))
         return 0
-    signature = {"config": str(ctx.config), "config_text": ctx.config.read_text(encoding="utf-8"),
-                 "overrides": ctx.overrides, "candidate_env": [list(kv) for kv in ctx.candidate_env],
-                 "k_values": list(plan.k_values), "sessions": list(plan.sessions), "bench_args": list(plan.bench_args)}  # fmt: skip
+    signature = {
+        "config": str(ctx.config),
+        "config_text": ctx.config.read_text(encoding="utf-8"),
+        "overrides": ctx.overrides,
+        "candidate_env": [list(kv) for kv in ctx.candidate_env],
+        "k_values": list(plan.k_values),
+        "sessions": list(plan.sessions),
+        "bench_args": list(plan.bench_args),
+    }
     try:
         state = open_state(ctx.out, signature, plan.to_json(), args.resume)
     except UserError as exc:
@@ -121,15 +144,21 @@ def main(args: argparse.Namespace) -> int:
         print(f"\nqualify: interrupted ({exc or 'SIGINT'}); rerun with --resume to finish", file=sys.stderr)
         return 143 if isinstance(exc, Interrupted) else 130
     began = state.begin("report")
-    path, code, plots = report.write_report(ctx.out, state, args.config, RESULTS_DIR if RESULTS_DIR.is_dir() else None,
-                                            plots=not args.no_plots)  # fmt: skip
+    path, code, plots = report.write_report(
+        ctx.out, state, args.config, RESULTS_DIR if RESULTS_DIR.is_dir() else None, plots=not args.no_plots
+    )
     copied = bundle.copy_results(ctx.out, args.config)
-    state.finish("report", "done", began, f"report.md, {len(plots)} plot(s), {len(copied)} result file(s)",
-                 {"report": path.name, "plots": [p.name for p in plots], "results": [p.name for p in copied],
-                  "exit_code": code})  # fmt: skip
+    state.finish(
+        "report",
+        "done",
+        began,
+        f"report.md, {len(plots)} plot(s), {len(copied)} result file(s)",
+        {"report": path.name, "plots": [p.name for p in plots], "results": [p.name for p in copied], "exit_code": code},
+    )
     # The report lists the steps: write it again so it shows the report step itself, then pack everything.
-    path, code, _ = report.write_report(ctx.out, state, args.config, RESULTS_DIR if RESULTS_DIR.is_dir() else None,
-                                        plots=False)  # fmt: skip
+    path, code, _ = report.write_report(
+        ctx.out, state, args.config, RESULTS_DIR if RESULTS_DIR.is_dir() else None, plots=False
+    )
     tarball = bundle.archive(ctx.out)
     print(path.read_text(encoding="utf-8"))
     print(f"qualify: report {path}; archive to attach to an issue: {tarball}; exit {code}", file=sys.stderr)

@@ -97,12 +97,24 @@ def package_versions(python: str = sys.executable) -> dict[str, str | None]:
         return {name: None for name in PACKAGES}
 
 
-def capture(config_path: str, values: Mapping[str, Any], overrides: Mapping[str, str], plan: Mapping[str, Any],
-            launch_plan: Mapping[str, Any] | None, python: str = sys.executable) -> dict[str, Any]:  # fmt: skip
+def capture(
+    config_path: str,
+    values: Mapping[str, Any],
+    overrides: Mapping[str, str],
+    plan: Mapping[str, Any],
+    launch_plan: Mapping[str, Any] | None,
+    python: str = sys.executable,
+) -> dict[str, Any]:
     return {
         "schema": "kimi-dflash/qualify-environment",
-        "host": {"hostname": socket.gethostname(), "platform": platform.platform(), "python": sys.version.split()[0],
-                 "cpu": _cpu_model(), "cpu_count": os.cpu_count(), "memory_gib": _memory_gib()},  # fmt: skip
+        "host": {
+            "hostname": socket.gethostname(),
+            "platform": platform.platform(),
+            "python": sys.version.split()[0],
+            "cpu": _cpu_model(),
+            "cpu_count": os.cpu_count(),
+            "memory_gib": _memory_gib(),
+        },
         "accelerators": accelerators(),
         "numa_balancing": numa_balancing(),
         "versions": package_versions(python),

@@ -19,8 +19,9 @@ def acceptance_by_k(rows: Sequence[dict[str, Any]]) -> dict[int, list[float]]:
         mine = [r for r in rows if int(r["k"]) == k]
         weights = [float(r.get("drafts") or 1) for r in mine]
         positions = min(len(r["per_position"]) for r in mine)
-        merged[k] = [sum(w * r["per_position"][i] for w, r in zip(weights, mine)) / sum(weights)
-                     for i in range(positions)]  # fmt: skip
+        merged[k] = [
+            sum(w * r["per_position"][i] for w, r in zip(weights, mine)) / sum(weights) for i in range(positions)
+        ]
     return merged
 
 
@@ -31,8 +32,12 @@ def write_acceptance_plot(rows: Sequence[dict[str, Any]], out: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for k, values in acceptance_by_k(rows).items():
         ax.plot(range(1, len(values) + 1), [v * 100 for v in values], marker="o", label=f"k={k}")
-    ax.set(title="Acceptance by draft position (all concurrencies)", xlabel="draft position",
-           ylabel="accepted / drafts (%)", ylim=(0, 100))  # fmt: skip
+    ax.set(
+        title="Acceptance by draft position (all concurrencies)",
+        xlabel="draft position",
+        ylabel="accepted / drafts (%)",
+        ylim=(0, 100),
+    )
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)

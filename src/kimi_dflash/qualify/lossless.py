@@ -38,10 +38,15 @@ def generate(url: str, prompts: Sequence[str], max_tokens: int, concurrency: int
     """Greedy outputs of the server at ``url`` (T=0, token ids returned), as a JSON-able document."""
     api_key = api_key_from_env()
     model = asyncio.run(served_model(url, api_key))
-    completions = asyncio.run(chat_greedy(url, model, prompts, max_tokens=max_tokens, concurrency=concurrency,
-                                          api_key=api_key))  # fmt: skip
-    return {"model": model, "max_tokens": max_tokens, "prompts": list(prompts),
-            "completions": [asdict(c) for c in completions]}  # fmt: skip
+    completions = asyncio.run(
+        chat_greedy(url, model, prompts, max_tokens=max_tokens, concurrency=concurrency, api_key=api_key)
+    )
+    return {
+        "model": model,
+        "max_tokens": max_tokens,
+        "prompts": list(prompts),
+        "completions": [asdict(c) for c in completions],
+    }
 
 
 def shipped_prompts(count: int) -> list[str]:
@@ -61,8 +66,9 @@ def _completions(document: dict[str, Any]) -> list[Completion]:
     return [Completion(**c) for c in document["completions"]]
 
 
-def compare(reference: dict[str, Any], candidate: dict[str, Any], candidate_url: str,
-            same_tokenizer: bool) -> dict[str, Any]:  # fmt: skip
+def compare(
+    reference: dict[str, Any], candidate: dict[str, Any], candidate_url: str, same_tokenizer: bool
+) -> dict[str, Any]:
     """The verdict document: agreement, every pair, the first divergence (ids, and text decoded by the candidate
     server, which is up; the reference's text too when both serve the same tokenizer)."""
     if reference["prompts"] != candidate["prompts"]:
@@ -93,10 +99,16 @@ def compare(reference: dict[str, Any], candidate: dict[str, Any], candidate_url:
             "candidate_ids": cand_ids[position : position + CONTEXT_TOKENS],
             "decoded_with": "the candidate's tokenizer" if same_tokenizer else "candidate text only (other tokenizer)",
         }
-    return {"verdict": status, "reasons": reasons, "reference_model": reference["model"],
-            "candidate_model": candidate["model"], "max_tokens": reference["max_tokens"],
-            "agreement": asdict(agreement), "pairs": [asdict(p) for p in pairs],
-            "first_divergence": divergence}  # fmt: skip
+    return {
+        "verdict": status,
+        "reasons": reasons,
+        "reference_model": reference["model"],
+        "candidate_model": candidate["model"],
+        "max_tokens": reference["max_tokens"],
+        "agreement": asdict(agreement),
+        "pairs": [asdict(p) for p in pairs],
+        "first_divergence": divergence,
+    }
 
 
 def math_outputs(url: str, max_tokens: int) -> dict[str, Any]:

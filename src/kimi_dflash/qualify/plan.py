@@ -137,8 +137,15 @@ class QualifyPlan:
 
 def bench_args(box: Box) -> tuple[str, ...]:
     """The benchmark's workload at every grid point: fixed length (ignore_eos) so tok/s compares across k."""
-    return ("--max-tokens", str(box.max_tokens), "--turns-per-session", str(box.turns_per_session),
-            "--ignore-eos", "--warmup", "2")  # fmt: skip
+    return (
+        "--max-tokens",
+        str(box.max_tokens),
+        "--turns-per-session",
+        str(box.turns_per_session),
+        "--ignore-eos",
+        "--warmup",
+        "2",
+    )
 
 
 def level_s(box: Box) -> float:
@@ -172,25 +179,52 @@ def _steps(box: Box, k: int, fp8: bool, k_values: Sequence[int], sessions: Seque
     )
     return (
         Step("environment", "capture host, accelerators, NUMA, versions, config and plan", 5.0),
-        Step("preflight", "preflight checks + vLLM compatibility check of the plan (stops the run on FAIL)",
-             box.preflight_s),  # fmt: skip
-        Step("reference", "reference server (SPECULATIVE_METHOD=none): greedy outputs + benchmark k=0",
-             per_point + lossless_s(box)),  # fmt: skip
-        Step("candidate", f"candidate server (k={k}): greedy outputs, token identity vs reference + benchmark",
-             per_point + lossless_s(box)),  # fmt: skip
-        Step("fp8", "FP8 KV validation: a BF16-KV server's outputs and math vs the FP8 reference's",
-             box.server_start_s + 3 * lossless_s(box) + 5.0 if fp8 else 0.0, runs=fp8,
-             reason="" if fp8 else "KV cache is not FP8"),  # fmt: skip
-        Step("grid", f"k x concurrency grid: {grid_points} more server(s) x sessions {','.join(map(str, sessions))}",
-             grid_points * per_point),  # fmt: skip
+        Step(
+            "preflight",
+            "preflight checks + vLLM compatibility check of the plan (stops the run on FAIL)",
+            box.preflight_s,
+        ),
+        Step(
+            "reference",
+            "reference server (SPECULATIVE_METHOD=none): greedy outputs + benchmark k=0",
+            per_point + lossless_s(box),
+        ),
+        Step(
+            "candidate",
+            f"candidate server (k={k}): greedy outputs, token identity vs reference + benchmark",
+            per_point + lossless_s(box),
+        ),
+        Step(
+            "fp8",
+            "FP8 KV validation: a BF16-KV server's outputs and math vs the FP8 reference's",
+            box.server_start_s + 3 * lossless_s(box) + 5.0 if fp8 else 0.0,
+            runs=fp8,
+            reason="" if fp8 else "KV cache is not FP8",
+        ),
+        Step(
+            "grid",
+            f"k x concurrency grid: {grid_points} more server(s) x sessions {','.join(map(str, sessions))}",
+            grid_points * per_point,
+        ),
         Step("acceptance", "acceptance by position (Prometheus counters per grid point)", 1.0),
-        Step("per_request", "per-request acceptance", 0.0, runs=False,
-             reason="not available in this build (the benchmark has no per-request spec-decode metrics yet)"),  # fmt: skip
-        Step("goodput", "goodput at stated SLOs", 0.0, runs=False,
-             reason="not available in this build (the benchmark has no SLO support yet)"),  # fmt: skip
+        Step(
+            "per_request",
+            "per-request acceptance",
+            0.0,
+            runs=False,
+            reason="not available in this build (the benchmark has no per-request spec-decode metrics yet)",
+        ),
+        Step(
+            "goodput",
+            "goodput at stated SLOs",
+            0.0,
+            runs=False,
+            reason="not available in this build (the benchmark has no SLO support yet)",
+        ),
         Step("advisor", "the advisor's k recommendation per concurrency", 2.0),
-        Step("synthetic", "projection with vLLM's synthetic acceptance sampler", 0.0, runs=False,
-             reason=synthetic_reason),  # fmt: skip
+        Step(
+            "synthetic", "projection with vLLM's synthetic acceptance sampler", 0.0, runs=False, reason=synthetic_reason
+        ),
         Step("report", "report.md, plots, result files, environment.json, archive", 10.0),
     )
 
@@ -202,8 +236,10 @@ def build_plan(values: Mapping[str, str], budget_s: float | None = None) -> Qual
     and the candidate (the config's k) at the highest level are never removed: without them nothing is qualified.
     """
     if values.get("SPECULATIVE_METHOD", "none") == "none":
-        raise UserError("qualify needs a speculative config (SPECULATIVE_METHOD=dflash): it compares the config "
-                        "with itself without speculation; this one has none.")  # fmt: skip
+        raise UserError(
+            "qualify needs a speculative config (SPECULATIVE_METHOD=dflash): it compares the config "
+            "with itself without speculation; this one has none."
+        )
     box = box_for(values.get("DEVICE", "rocm"))
     budget = box.default_budget_s if budget_s is None else budget_s
     k = int(values.get(SPEC_TOKENS) or 0)
@@ -216,8 +252,17 @@ def build_plan(values: Mapping[str, str], budget_s: float | None = None) -> Qual
 
     def make() -> QualifyPlan:
         k_values = (0, k, *extras)
-        return QualifyPlan(box, budget, k, fp8, k_values, tuple(sessions), bench_args(box),
-                           _steps(box, k, fp8, k_values, sessions), tuple(trimmed))  # fmt: skip
+        return QualifyPlan(
+            box,
+            budget,
+            k,
+            fp8,
+            k_values,
+            tuple(sessions),
+            bench_args(box),
+            _steps(box, k, fp8, k_values, sessions),
+            tuple(trimmed),
+        )
 
     plan = make()
     while not plan.within_budget:
@@ -248,6 +293,7 @@ def render(plan: QualifyPlan, config: str, statuses: Mapping[str, str] | None = 
         note = f"  [{step.reason}]" if step.reason else ""
         lines.append(f"  [{index:>2}] {step.name:<11} {estimate:>7}  {status:<8} {step.title}{note}")
     verdict = "within" if plan.within_budget else "OVER"
-    lines.append(f"total {format_duration(plan.total_s)} estimated, {verdict} the budget of "
-                 f"{format_duration(plan.budget_s)}")  # fmt: skip
+    lines.append(
+        f"total {format_duration(plan.total_s)} estimated, {verdict} the budget of {format_duration(plan.budget_s)}"
+    )
     return lines

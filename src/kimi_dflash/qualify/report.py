@@ -46,16 +46,26 @@ def verdicts(out: Path, state: RunState) -> list[Verdict]:
         found.append(Verdict("lossless (T=0 token identity)", NOT_RUN, why))
     else:
         agreement = lossless["agreement"]
-        detail = (f"{agreement['identical']}/{agreement['prompts']} outputs token-identical to the reference "
-                  f"(up to {lossless['max_tokens']} tokens each)")  # fmt: skip
+        detail = (
+            f"{agreement['identical']}/{agreement['prompts']} outputs token-identical to the reference "
+            f"(up to {lossless['max_tokens']} tokens each)"
+        )
         found.append(Verdict("lossless (T=0 token identity)", lossless["verdict"], detail))
     if state.plan.get("fp8_kv"):
         fp8 = _load(out / "fp8.json")
         if fp8 is None:
-            found.append(Verdict("FP8 KV accuracy", NOT_RUN, state.steps.get("fp8") and state.steps["fp8"].detail or ""))
+            found.append(
+                Verdict("FP8 KV accuracy", NOT_RUN, state.steps.get("fp8") and state.steps["fp8"].detail or "")
+            )
         else:
-            found.append(Verdict("FP8 KV accuracy", fp8["verdict"], "; ".join(fp8["reasons"]) or
-                                 f"math {fp8['math_fp8'] * 100:.1f} % vs BF16 {fp8['math_bf16'] * 100:.1f} %"))  # fmt: skip
+            found.append(
+                Verdict(
+                    "FP8 KV accuracy",
+                    fp8["verdict"],
+                    "; ".join(fp8["reasons"])
+                    or f"math {fp8['math_fp8'] * 100:.1f} % vs BF16 {fp8['math_bf16'] * 100:.1f} %",
+                )
+            )
     return found
 
 
@@ -93,12 +103,16 @@ def _recommendation_lines(out: Path) -> list[str]:
     advisor = _load(out / "advisor.json")
     if not advisor:
         return ["- recommended settings: none (the advisor did not run; see the steps below)"]
-    lines = ["- recommended `NUM_SPECULATIVE_TOKENS` per concurrency (the advisor; measured where marked, "
-             "predicted elsewhere):"]  # fmt: skip
+    lines = [
+        "- recommended `NUM_SPECULATIVE_TOKENS` per concurrency (the advisor; measured where marked, "
+        "predicted elsewhere):"
+    ]
     for sessions, rec in advisor["recommendations"].items():
         source = "measured" if rec["measured"] else "predicted"
-        lines.append(f"  - {sessions} sessions: **k={rec['k']}** — {rec['output_tok_s']:.1f} tok/s aggregate, "
-                     f"{rec['per_user_tok_s']:.1f} per user ({source})")  # fmt: skip
+        lines.append(
+            f"  - {sessions} sessions: **k={rec['k']}** — {rec['output_tok_s']:.1f} tok/s aggregate, "
+            f"{rec['per_user_tok_s']:.1f} per user ({source})"
+        )
     return lines
 
 
@@ -112,8 +126,10 @@ def _acceptance_table(out: Path) -> list[str]:
     lines = [head, "|---:|---:|" + "---:|" * width + "---:|---:|"]
     for r in sorted(rows, key=lambda r: (r["k"], r["sessions"])):
         cells = [_pct(p) for p in r["per_position"]] + ["" for _ in range(width - len(r["per_position"]))]
-        lines.append(f"| {r['k']} | {r['sessions']} | {' | '.join(cells)} | {_pct(r['acceptance_rate'])} "
-                     f"| {r['acceptance_length']:.2f} |")  # fmt: skip
+        lines.append(
+            f"| {r['k']} | {r['sessions']} | {' | '.join(cells)} | {_pct(r['acceptance_rate'])} "
+            f"| {r['acceptance_length']:.2f} |"
+        )
     return lines
 
 
@@ -135,17 +151,32 @@ def _recipe_table(recipe: dict[str, Any] | None, cells: Sequence[aggregate.Cell]
         "|---|---|---:|---:|---:|---:|---:|",
     ]
     for row in recipe["rows"]:
-        match = next((c for c in cells if c.sessions == row["sessions"]
-                      and int(c.overrides.get(SPEC_TOKENS, "-1")) == row["spec_tokens"]), None)  # fmt: skip
+        match = next(
+            (
+                c
+                for c in cells
+                if c.sessions == row["sessions"] and int(c.overrides.get(SPEC_TOKENS, "-1")) == row["spec_tokens"]
+            ),
+            None,
+        )
         measured = f"{match.output_tok_s:.1f}" if match else "not measured at this k and concurrency"
         ratio = f"{match.output_tok_s / row['output_tok_s']:.2f}x" if match else "—"
-        lines.append(f"| `{row['config']}` | {row['kv_cache']} | {row['spec_tokens']} | {row['sessions']} "
-                     f"| {row['output_tok_s']:g} | {measured} | {ratio} |")  # fmt: skip
+        lines.append(
+            f"| `{row['config']}` | {row['kv_cache']} | {row['spec_tokens']} | {row['sessions']} "
+            f"| {row['output_tok_s']:g} | {measured} | {ratio} |"
+        )
     return lines
 
 
-def render(out: Path, state: RunState, found: Sequence[Verdict], cells: Sequence[aggregate.Cell],
-           recipe: dict[str, Any] | None, plots: Sequence[Path], config: str) -> str:  # fmt: skip
+def render(
+    out: Path,
+    state: RunState,
+    found: Sequence[Verdict],
+    cells: Sequence[aggregate.Cell],
+    recipe: dict[str, Any] | None,
+    plots: Sequence[Path],
+    config: str,
+) -> str:
     env = _load(out / "environment.json") or {}
     host = env.get("host", {})
     device = f"{host.get('hostname', '?')}, {', '.join(env.get('accelerators', {})) or host.get('cpu', '?')}"
@@ -188,13 +219,18 @@ def render(out: Path, state: RunState, found: Sequence[Verdict], cells: Sequence
         took = "—" if record.duration_s is None else f"{record.duration_s:.0f} s"
         detail = record.detail.replace("|", "/").replace("\n", " ")[:300]
         lines.append(f"| {name} | {record.status} | {took} | {detail} |")
-    lines += ["", f"Exit code {code} ({overall}). Raw files: `grid/*.json` (one benchmark result per k), "
-              "`results/` (the same, named for benchmarks/results/), `lossless/`, `state.json`.", ""]  # fmt: skip
+    lines += [
+        "",
+        f"Exit code {code} ({overall}). Raw files: `grid/*.json` (one benchmark result per k), "
+        "`results/` (the same, named for benchmarks/results/), `lossless/`, `state.json`.",
+        "",
+    ]
     return "\n".join(lines)
 
 
-def write_report(out: Path, state: RunState, config: str, results_dir: Path | None, plots: bool = True
-                 ) -> tuple[Path, int, list[Path]]:  # fmt: skip
+def write_report(
+    out: Path, state: RunState, config: str, results_dir: Path | None, plots: bool = True
+) -> tuple[Path, int, list[Path]]:
     from kimi_dflash.bench.atomic_write import write_text_atomic
     from kimi_dflash.sweep.state import finished_results
 

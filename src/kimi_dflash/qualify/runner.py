@@ -33,8 +33,11 @@ class Progress:
 
     def say(self, index: int, step: Step, text: str) -> None:
         elapsed = format_duration(time.monotonic() - self.started)
-        print(f"qualify [{index + 1}/{len(self.steps)}] {step.name}: {text} (elapsed {elapsed}, "
-              f"ETA {self.eta(index)})", file=self.out, flush=True)  # fmt: skip
+        print(
+            f"qualify [{index + 1}/{len(self.steps)}] {step.name}: {text} (elapsed {elapsed}, ETA {self.eta(index)})",
+            file=self.out,
+            flush=True,
+        )
 
     def done(self, step: Step, seconds: float) -> None:
         self.spent += seconds
@@ -60,14 +63,18 @@ def run_steps(ctx: Context, state: RunState, out: TextIO = sys.stderr) -> bool:
         if state.status(step.name) in KEPT:
             progress.say(index, step, f"{state.status(step.name)} in an earlier run; kept")
             continue
-        progress.say(index, step, "running" if step.runs else f"skipped ({step.reason})")
+        if step.runs:
+            progress.say(index, step, "running")
         began = state.begin(step.name)
         outcome = _run_one(ctx, step)
         state.finish(step.name, outcome.status, began, outcome.detail, outcome.outputs)
         progress.done(step, time.monotonic() - began)
         progress.say(index, step, f"{outcome.status}: {outcome.detail}"[:400])
         if outcome.status == FAILED and step.name in STOPS_THE_RUN:
-            print(f"qualify: {step.name} failed; stopping here (the plan would not run right). Fix what it names "
-                  "and rerun with --resume.", file=out)  # fmt: skip
+            print(
+                f"qualify: {step.name} failed; stopping here (the plan would not run right). Fix what it names "
+                "and rerun with --resume.",
+                file=out,
+            )
             return False
     return True

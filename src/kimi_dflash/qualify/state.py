@@ -42,10 +42,17 @@ class RunState:
     runs: list[dict[str, str]] = field(default_factory=list)  # one entry per invocation (started_at, resumed)
 
     def save(self) -> None:
-        write_json_atomic(self.path, {
-            "schema": SCHEMA, "schema_version": 1, "signature": self.signature, "plan": self.plan,
-            "runs": self.runs, "steps": {name: vars(record) for name, record in self.steps.items()},
-        })  # fmt: skip
+        write_json_atomic(
+            self.path,
+            {
+                "schema": SCHEMA,
+                "schema_version": 1,
+                "signature": self.signature,
+                "plan": self.plan,
+                "runs": self.runs,
+                "steps": {name: vars(record) for name, record in self.steps.items()},
+            },
+        )
 
     def status(self, name: str) -> str | None:
         record = self.steps.get(name)
@@ -60,8 +67,9 @@ class RunState:
         self.save()
         return time.monotonic()
 
-    def finish(self, name: str, status: str, began: float, detail: str = "", outputs: dict[str, Any] | None = None
-               ) -> None:  # fmt: skip
+    def finish(
+        self, name: str, status: str, began: float, detail: str = "", outputs: dict[str, Any] | None = None
+    ) -> None:
         record = self.steps.get(name) or StepRecord(status)
         record.status, record.detail = status, detail
         record.finished_at, record.duration_s = utc_now(), round(time.monotonic() - began, 3)
@@ -71,8 +79,11 @@ class RunState:
 
 
 def _record(doc: dict[str, Any]) -> StepRecord:
-    return StepRecord(**{k: doc.get(k) for k in ("status", "started_at", "finished_at", "duration_s")},
-                      detail=doc.get("detail") or "", outputs=dict(doc.get("outputs") or {}))  # fmt: skip
+    return StepRecord(
+        **{k: doc.get(k) for k in ("status", "started_at", "finished_at", "duration_s")},
+        detail=doc.get("detail") or "",
+        outputs=dict(doc.get("outputs") or {}),
+    )
 
 
 def open_state(out: Path, signature: dict[str, Any], plan: dict[str, Any], resume: bool) -> RunState:
@@ -91,10 +102,13 @@ def open_state(out: Path, signature: dict[str, Any], plan: dict[str, Any], resum
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise UserError(f"{path}: not a qualify state file ({exc}); use another --out.") from None
         if doc["signature"] != signature:
-            changed = sorted(k for k in set(doc["signature"]) | set(signature)
-                             if doc["signature"].get(k) != signature.get(k))  # fmt: skip
-            raise UserError(f"{out} holds a qualify run with different {', '.join(changed)}; resuming would mix "
-                            "two runs. Rerun with the recorded settings (state.json) or use another --out.")  # fmt: skip
+            changed = sorted(
+                k for k in set(doc["signature"]) | set(signature) if doc["signature"].get(k) != signature.get(k)
+            )
+            raise UserError(
+                f"{out} holds a qualify run with different {', '.join(changed)}; resuming would mix "
+                "two runs. Rerun with the recorded settings (state.json) or use another --out."
+            )
         state = RunState(path, doc["signature"], doc["plan"], steps, list(doc.get("runs") or []))
     state.runs.append({"started_at": utc_now(), "resumed": str(path.is_file()).lower()})
     out.mkdir(parents=True, exist_ok=True)

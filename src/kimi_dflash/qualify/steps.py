@@ -63,11 +63,14 @@ class Context:
 
     def sweep_plan(self, ks: tuple[int, ...] | None = None) -> SweepPlan:
         return SweepPlan(
-            config=self.config, serve_command=self.serve_command,
+            config=self.config,
+            serve_command=self.serve_command,
             points=[self.point(k) for k in (ks if ks is not None else self.plan.k_values)],
-            sessions=self.plan.sessions, bench_args=list(self.plan.bench_args), out=self.grid_dir,
+            sessions=self.plan.sessions,
+            bench_args=list(self.plan.bench_args),
+            out=self.grid_dir,
             config_as_given=self.config_as_given,
-        )  # fmt: skip
+        )
 
 
 # ---------------------------------------------------------------------------------------------- environment
@@ -93,8 +96,7 @@ def environment_step(ctx: Context) -> Outcome:
     write_json_atomic(ctx.out / "environment.json", document)
     accelerators = ", ".join(document["accelerators"]) or "no accelerator tool found"
     versions = ", ".join(f"{k} {v}" for k, v in document["versions"].items() if v)
-    return Outcome(DONE, f"{document['host']['hostname']}: {accelerators}; {versions}",
-                   {"file": "environment.json"})  # fmt: skip
+    return Outcome(DONE, f"{document['host']['hostname']}: {accelerators}; {versions}", {"file": "environment.json"})
 
 
 # ------------------------------------------------------------------------------------------------ preflight
@@ -121,8 +123,11 @@ def preflight_step(ctx: Context) -> Outcome:
     (ctx.out / "preflight.txt").write_text(text + "\n", encoding="utf-8")
     failing = [line for line in text.splitlines() if "FAIL" in line]
     if not ok:
-        return Outcome(FAILED, "preflight failed: " + ("; ".join(failing[:5]) or "see preflight.txt"),
-                       {"file": "preflight.txt", "failing": failing})  # fmt: skip
+        return Outcome(
+            FAILED,
+            "preflight failed: " + ("; ".join(failing[:5]) or "see preflight.txt"),
+            {"file": "preflight.txt", "failing": failing},
+        )
     return Outcome(DONE, "preflight passed (see preflight.txt)", {"file": "preflight.txt"})
 
 
@@ -161,8 +166,10 @@ def reference_step(ctx: Context) -> Outcome:
 
     def outputs(url: str) -> None:
         if not ref_path.is_file():
-            lossless.save(ref_path, lossless.generate(url, lossless.shipped_prompts(box.lossless_prompts),
-                                                      box.lossless_max_tokens))  # fmt: skip
+            lossless.save(
+                ref_path,
+                lossless.generate(url, lossless.shipped_prompts(box.lossless_prompts), box.lossless_max_tokens),
+            )
         if ctx.plan.fp8_kv and not math_path.is_file():
             lossless.save(math_path, lossless.math_outputs(url, 256))
 
@@ -181,8 +188,10 @@ def candidate_step(ctx: Context) -> Outcome:
 
     def outputs(url: str) -> None:
         if not cand_path.is_file():
-            lossless.save(cand_path, lossless.generate(url, lossless.shipped_prompts(box.lossless_prompts),
-                                                       box.lossless_max_tokens))  # fmt: skip
+            lossless.save(
+                cand_path,
+                lossless.generate(url, lossless.shipped_prompts(box.lossless_prompts), box.lossless_max_tokens),
+            )
         if not ref_path.is_file():
             raise FileNotFoundError("no reference outputs (the reference step failed): losslessness not judged")
         verdict = lossless.compare(lossless.load(ref_path), lossless.load(cand_path), url, same_tokenizer)
@@ -222,8 +231,13 @@ def fp8_step(ctx: Context) -> Outcome:
         return Outcome(FAILED, "no FP8 reference outputs (the reference step failed)")
     log = ctx.out / "logs" / "bf16-kv.server.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    overrides = {**{k: v for k, v in os.environ.items() if k in ctx.overrides}, "KV_CACHE_DTYPE": "auto",
-                 "KV_SCALE_MODE": "off", "SPECULATIVE_METHOD": "none", "PORT": str(free_port())}  # fmt: skip
+    overrides = {
+        **{k: v for k, v in os.environ.items() if k in ctx.overrides},
+        "KV_CACHE_DTYPE": "auto",
+        "KV_SCALE_MODE": "off",
+        "SPECULATIVE_METHOD": "none",
+        "PORT": str(free_port()),
+    }
     try:
         server = start_local_server(ctx.config, log, overrides=overrides, say=ctx.say)
     except ServerStartError as exc:
@@ -234,15 +248,24 @@ def fp8_step(ctx: Context) -> Outcome:
         bf16_math = lossless.math_outputs(server.base_url, 256)
     finally:
         server.stop()
-    pairs = [compare_tokens(a["token_ids"] or [], b["token_ids"] or [])
-             for a, b in zip(bf16_doc["completions"], fp8_doc["completions"])]  # fmt: skip
+    pairs = [
+        compare_tokens(a["token_ids"] or [], b["token_ids"] or [])
+        for a, b in zip(bf16_doc["completions"], fp8_doc["completions"])
+    ]
     math_bf16, math_fp8 = lossless.math_accuracy(bf16_math, lossless.load(math_path))
     fp8_log = ctx.grid_dir / "logs" / f"{ctx.point(0).name}.server.log"
-    capacity = tuple(kv_capacity_from_log(p.read_text(errors="replace")) if p.is_file() else None
-                     for p in (log, fp8_log))  # fmt: skip
+    capacity = tuple(
+        kv_capacity_from_log(p.read_text(errors="replace")) if p.is_file() else None for p in (log, fp8_log)
+    )
     status, reasons = verdict_lines(summarize_agreement(pairs), math_bf16, math_fp8, capacity, Thresholds())  # type: ignore[arg-type]
-    document = {"verdict": status, "reasons": reasons, "math_bf16": math_bf16, "math_fp8": math_fp8,
-                "kv_capacity_bf16": capacity[0], "kv_capacity_fp8": capacity[1]}  # fmt: skip
+    document = {
+        "verdict": status,
+        "reasons": reasons,
+        "math_bf16": math_bf16,
+        "math_fp8": math_fp8,
+        "kv_capacity_bf16": capacity[0],
+        "kv_capacity_fp8": capacity[1],
+    }
     write_json_atomic(ctx.out / "fp8.json", document)
     return Outcome(DONE, f"FP8 KV {status}", {"fp8": status, "file": "fp8.json"})
 
@@ -279,9 +302,17 @@ def acceptance_step(ctx: Context) -> Outcome:
         for level in result.results:
             spec = level.spec_decode
             if k and spec is not None and spec.per_position:
-                rows.append({"point": name, "k": k, "sessions": level.sessions, "per_position": spec.per_position,
-                             "acceptance_rate": spec.acceptance_rate, "acceptance_length": spec.acceptance_length,
-                             "drafts": spec.drafts})  # fmt: skip
+                rows.append(
+                    {
+                        "point": name,
+                        "k": k,
+                        "sessions": level.sessions,
+                        "per_position": spec.per_position,
+                        "acceptance_rate": spec.acceptance_rate,
+                        "acceptance_length": spec.acceptance_length,
+                        "drafts": spec.drafts,
+                    }
+                )
     if not rows:
         return Outcome(FAILED, "no speculative grid point reported acceptance counters")
     write_json_atomic(ctx.out / "acceptance.json", {"rows": rows})
@@ -310,8 +341,10 @@ def per_request_step(ctx: Context) -> Outcome:
     """SEAM (issue 21): per-request acceptance (vLLM's --per-request-spec-decode-metrics through the benchmark)."""
     if not _bench_has(("per_request_spec", "per-request-spec", "request_acceptance")):
         return Outcome(SKIPPED, "not available in this build (the benchmark has no per-request acceptance)")
-    return Outcome(SKIPPED, "the benchmark offers per-request acceptance; qualify does not read it yet "
-                   "(qualify/steps.py per_request_step)")  # fmt: skip
+    return Outcome(
+        SKIPPED,
+        "the benchmark offers per-request acceptance; qualify does not read it yet (qualify/steps.py per_request_step)",
+    )
 
 
 def synthetic_step(ctx: Context) -> Outcome:
@@ -333,9 +366,12 @@ def advisor_step(ctx: Context) -> Outcome:
         return Outcome(FAILED, str(exc))
     best = recommend(predictions)
     recommendations = {
-        str(sessions): {"k": pred.k, "output_tok_s": round(pred.output_tok_s, 2),
-                        "per_user_tok_s": round(pred.per_user_tok_s, 2),
-                        "measured": bool(pred.measured and pred.fitted)}  # fmt: skip
+        str(sessions): {
+            "k": pred.k,
+            "output_tok_s": round(pred.output_tok_s, 2),
+            "per_user_tok_s": round(pred.per_user_tok_s, 2),
+            "measured": bool(pred.measured and pred.fitted),
+        }
         for sessions, pred in sorted(best.items())
     }
     document = {"per_position": list(p), "recommendations": recommendations, "lines": render(p, predictions, None)}
