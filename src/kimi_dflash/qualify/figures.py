@@ -10,6 +10,7 @@ from typing import Any
 from kimi_dflash.sweep import aggregate
 
 ACCEPTANCE_PNG = "acceptance_by_position.png"
+PLOT_FILES = ("tok_s_vs_concurrency.png", "pareto.png", ACCEPTANCE_PNG)  # in report order
 
 
 def acceptance_by_k(rows: Sequence[dict[str, Any]]) -> dict[int, list[float]]:

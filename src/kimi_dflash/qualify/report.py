@@ -237,7 +237,10 @@ def write_report(
     results = [(path.stem, result) for path, result in finished_results(out / "grid")]
     cells = aggregate.cells(results)
     rows = (_load(out / "acceptance.json") or {}).get("rows", [])
-    written = figures.write_all(cells, rows, out) if plots else []
+    if plots:
+        written = figures.write_all(cells, rows, out)
+    else:  # a rewrite (or --no-plots): list the plots already there
+        written = [out / n for n in figures.PLOT_FILES if (out / n).is_file()]
     found = verdicts(out, state)
     path = out / "report.md"
     write_text_atomic(path, render(out, state, found, cells, recipe_figures(results_dir), written, config))
