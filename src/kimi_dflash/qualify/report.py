@@ -94,7 +94,9 @@ def _divergence_lines(out: Path) -> list[str]:
         f"(text decoded with {d['decoded_with']}):",
         "",
         f"- after: `{d['shared_text']}`" if d.get("shared_text") is not None else "- after: (other tokenizer)",
-        f"- reference: `{d['reference_text']}` ids {d['reference_ids']}",
+        f"- reference: `{d['reference_text']}` ids {d['reference_ids']}"
+        if d.get("reference_text") is not None
+        else f"- reference: ids {d['reference_ids']} (another tokenizer: not decoded)",
         f"- candidate: `{d['candidate_text']}` ids {d['candidate_ids']}",
     ]
 
