@@ -75,12 +75,38 @@ def _workload(results: Sequence[BenchmarkResult]) -> str:
     )
 
 
+def _group_key(result: BenchmarkResult) -> tuple[str, str, str, int, int, bool]:
+    """Results are tabled together only when they share config, device, client host and workload: a qualify
+    run's files copied here from another box get a table of their own, never rows mixed into the demo's."""
+    config = result.server_config
+    name = Path(config.config).name.removesuffix(".env") if config else "?"
+    device = config.values.get("DEVICE", "?") if config else "?"
+    s = result.settings
+    return (name, device, (result.tool.host or "?") if device != "cpu" else "", s.max_tokens, s.turns_per_session,
+            bool(s.ignore_eos))  # fmt: skip
+
+
+def _heading(result: BenchmarkResult) -> str:
+    config = result.server_config
+    device = config.values.get("DEVICE", "?") if config else "?"
+    if device == "cpu":
+        return "**Measured by this project: the CPU demo.**"
+    name = Path(config.config).name if config else "?"
+    return (f"**Measured with this project's `qualify` on {result.tool.host or 'an unnamed host'} ({device}): "
+            f"`{name}`.**")  # fmt: skip
+
+
 def render_measured(measured: Sequence[tuple[str, BenchmarkResult]]) -> str:
     if not measured:
         return "*(no measured results in benchmarks/results/)*\n"
-    results = [r for _, r in measured]
-    head = f"**Measured by this project: the CPU demo.** {_workload(results)}\n\n"
-    return head + render_table(cells(measured))
+    groups: dict[tuple[str, str, str, int, int, bool], list[tuple[str, BenchmarkResult]]] = {}
+    for stem, result in measured:
+        groups.setdefault(_group_key(result), []).append((stem, result))
+    parts = []
+    for members in groups.values():
+        results = [r for _, r in members]
+        parts.append(f"{_heading(results[0])} {_workload(results)}\n\n" + render_table(cells(members)))
+    return "\n".join(parts)
 
 
 def render_block(directory: Path) -> str:

@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -109,8 +109,11 @@ class PointRunner:
         path.unlink(missing_ok=True)
 
     # -- one point -------------------------------------------------------------------------------------
-    def run(self, point: Point, progress: Progress, index: int) -> bool:
-        """Start, benchmark, stop. True when the point finished; a failure is recorded, not raised."""
+    def run(self, point: Point, progress: Progress, index: int, on_ready: Callable[[str], None] | None = None) -> bool:
+        """Start, benchmark, stop. True when the point finished; a failure is recorded, not raised.
+
+        ``on_ready(base_url)`` runs while the server is up, before the benchmark (qualify uses the same server for
+        its losslessness outputs instead of starting it twice); what it raises is the caller's to handle."""
         env = point.server_env()
         port = free_port()
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -127,6 +130,8 @@ class PointRunner:
                 state.write_failure(self.plan.out, state.Failure(point.name, "server", detail, tail))
                 progress.say(index, point, f"FAILED: the server did not start ({detail}); going on")
                 return False
+            if on_ready is not None:
+                on_ready(f"http://127.0.0.1:{port}")
             return self._benchmark(point, env, port, bench_log, progress, index)
         finally:
             self._serve(env, port, "--stop")

@@ -1,0 +1,5 @@
+import sys
+
+from kimi_dflash.qualify.cli import run
+
+sys.exit(run())

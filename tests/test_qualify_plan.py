@@ -1,0 +1,109 @@
+"""qualify without a server: the plan and its estimates (--dry-run for production.env), budget trimming, the
+state file's resume rules, verdicts -> exit code, acceptance merging, result file names."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kimi_dflash.bench.errors import UserError
+from kimi_dflash.qualify import report
+from kimi_dflash.qualify.bundle import result_name
+from kimi_dflash.qualify.cli import run
+from kimi_dflash.qualify.figures import acceptance_by_k
+from kimi_dflash.qualify.plan import GPU_BOX, build_plan, parse_duration, point_s
+from kimi_dflash.qualify.state import DONE, FAILED, open_state
+
+ROOT = Path(__file__).resolve().parent.parent
+PRODUCTION = {"DEVICE": "rocm", "SPECULATIVE_METHOD": "dflash", "NUM_SPECULATIVE_TOKENS": "2", "MAX_NUM_SEQS": "32",
+              "KV_CACHE_DTYPE": "auto"}  # fmt: skip
+
+
+def test_dry_run_of_production_lists_the_gpu_steps_with_estimates_that_add_up_within_the_budget(capsys) -> None:
+    assert run([str(ROOT / "configs" / "production.env"), "--dry-run", "--budget", "2h"]) == 0
+    text = capsys.readouterr().out
+    plan = build_plan(PRODUCTION, parse_duration("2h"))
+    for step in plan.steps:
+        assert step.name in text
+    assert plan.box is GPU_BOX and "8x MI300X" in text
+    assert plan.k_values[:2] == (0, 2) and plan.sessions == (1, 8, 32)  # 64 > MAX_NUM_SEQS=32
+    assert plan.total_s == pytest.approx(sum(s.estimate_s for s in plan.steps if s.runs))
+    assert plan.within_budget and "within the budget of 2h00m" in text
+    # One server start per k: 5 min of model load each, the grid's extra points included.
+    assert plan.total_s >= len(plan.k_values) * GPU_BOX.server_start_s
+    grid = next(s for s in plan.steps if s.name == "grid")
+    assert grid.estimate_s == pytest.approx((len(plan.k_values) - 2) * point_s(GPU_BOX, len(plan.sessions)))
+
+
+def test_the_budget_trims_extra_k_then_low_concurrency_but_never_the_reference_or_the_candidate() -> None:
+    full = build_plan(PRODUCTION, 10 * 3600)
+    assert full.k_values == (0, 2, 1, 3, 4) and not full.trimmed
+    tight = build_plan(PRODUCTION, 40 * 60)
+    assert tight.within_budget and tight.k_values[:2] == (0, 2) and len(tight.k_values) < 5
+    assert tight.total_s < full.total_s
+    tiny = build_plan(PRODUCTION, 60)
+    assert tiny.k_values == (0, 2) and tiny.sessions == (32,) and not tiny.within_budget
+
+
+def test_fp8_kv_adds_the_fp8_step_and_the_cpu_refuses_synthetic_acceptance_with_vllms_reason() -> None:
+    fp8 = build_plan({**PRODUCTION, "KV_CACHE_DTYPE": "fp8_e4m3"})
+    assert next(s for s in fp8.steps if s.name == "fp8").runs
+    cpu = build_plan({**PRODUCTION, "DEVICE": "cpu", "MAX_NUM_SEQS": "16"})
+    synthetic = next(s for s in cpu.steps if s.name == "synthetic")
+    assert not synthetic.runs and "Synthetic acceptance not supported with CPU sampling" in synthetic.reason
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("90", 90), ("90s", 90), ("15m", 900), ("2h", 7200), ("1h30m", 5400)])
+def test_parse_duration(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "abc", "0", "5x", "m"])
+def test_parse_duration_refuses_nonsense(text: str) -> None:
+    with pytest.raises(UserError):
+        parse_duration(text)
+
+
+def test_a_config_without_speculation_is_refused_with_exit_1(capsys) -> None:
+    assert run([str(ROOT / "configs" / "baseline.env"), "--dry-run"]) == 1
+    assert "needs a speculative config" in capsys.readouterr().err
+
+
+def test_state_refuses_a_rerun_without_resume_and_a_resume_of_another_run(tmp_path: Path) -> None:
+    state = open_state(tmp_path, {"config": "a"}, {}, resume=False)
+    began = state.begin("reference")
+    state.finish("reference", DONE, began, "ok", {"x": 1})
+    with pytest.raises(UserError, match="--resume"):
+        open_state(tmp_path, {"config": "a"}, {}, resume=False)
+    with pytest.raises(UserError, match="different config"):
+        open_state(tmp_path, {"config": "b"}, {}, resume=True)
+    resumed = open_state(tmp_path, {"config": "a"}, {}, resume=True)
+    assert resumed.status("reference") == DONE and resumed.outputs("reference") == {"x": 1}
+    assert [r["resumed"] for r in resumed.runs] == ["false", "true"]
+
+
+def test_verdicts_decide_the_exit_code(tmp_path: Path) -> None:
+    state = open_state(tmp_path, {}, {"fp8_kv": False}, resume=False)
+    began = state.begin("candidate")
+    state.finish("candidate", FAILED, began, "server: did not start")
+    found = report.verdicts(tmp_path, state)
+    assert [v.status for v in found] == [report.NOT_RUN] and report.exit_code(found, state) == report.EXIT_INFRA
+    (tmp_path / "lossless").mkdir()
+    verdict = {"verdict": "FAIL", "agreement": {"identical": 0, "prompts": 8}, "max_tokens": 48}
+    (tmp_path / "lossless" / "verdict.json").write_text(json.dumps(verdict))
+    assert report.exit_code(report.verdicts(tmp_path, state), state) == report.EXIT_VERDICT_FAIL
+    verdict["verdict"] = "PASS"
+    (tmp_path / "lossless" / "verdict.json").write_text(json.dumps(verdict))
+    state.finish("candidate", DONE, began)
+    assert report.exit_code(report.verdicts(tmp_path, state), state) == report.EXIT_PASS
+
+
+def test_acceptance_by_k_weights_concurrencies_by_drafts() -> None:
+    rows = [{"k": 2, "per_position": [0.8, 0.4], "drafts": 300}, {"k": 2, "per_position": [0.4, 0.2], "drafts": 100}]
+    assert acceptance_by_k(rows) == {2: pytest.approx([0.7, 0.35])}
+
+
+def test_result_names_are_ready_for_benchmarks_results() -> None:
+    assert result_name("configs/production.env", "2", host="mi300x box") == "production-mi300x_box-qualify-k2.json"
