@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kimi_dflash.bench.errors import UserError
+from kimi_dflash.core.errors import UserError
 from kimi_dflash.qualify import report
 from kimi_dflash.qualify.bundle import result_name
 from kimi_dflash.qualify.cli import run

@@ -51,6 +51,7 @@ GROUPS: dict[str, tuple[tuple[str, str, str], ...]] = {  # group -> (verb, modul
         ("advise", "kimi_dflash.advisor.cli", "which speculative-token count to run, from measurements"),
         ("validate", "kimi_dflash.validate.cli", "is a candidate server's output the reference's?"),
         ("results", "kimi_dflash.results_cli", "render the result tables from result files"),
+        ("qualify", "kimi_dflash.qualify.cli", "qualify this box: lossless, acceptance, speed, one report"),
     ),
     "fp8 / drafter": (
         ("calibrate-kv", "kimi_dflash.fp8.calibrate", "calibrate per-layer FP8 KV scales"),

@@ -8,8 +8,8 @@ import os
 import sys
 from pathlib import Path
 
-from kimi_dflash.bench.errors import UserError
 from kimi_dflash.config.shipped import resolve_config_argument
+from kimi_dflash.core.errors import UserError
 from kimi_dflash.qualify import bundle, report
 from kimi_dflash.qualify.plan import QualifyPlan, build_plan, parse_duration, render
 from kimi_dflash.qualify.runner import run_steps

@@ -15,10 +15,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from kimi_dflash.bench.atomic_write import write_json_atomic
-from kimi_dflash.kvscale.client import Completion, api_key_from_env, chat_greedy, served_model
-from kimi_dflash.kvscale.prompts import load_calibration_prompts
+from kimi_dflash.core.atomic_write import write_json_atomic
 from kimi_dflash.validate.cli import verdict
+from kimi_dflash.validate.client import Completion, api_key_from_env, chat_greedy, served_model
 from kimi_dflash.validate.engine import (
     Outputs,
     Server,
@@ -29,6 +28,7 @@ from kimi_dflash.validate.engine import (
     summarize_agreement,
     token_ids,
 )
+from kimi_dflash.validate.prompts import load_calibration_prompts
 
 CONTEXT_TOKENS = 8  # tokens shown after the divergence point
 SHARED_TOKENS = 24  # tokens of shared text shown before it

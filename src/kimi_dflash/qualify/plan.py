@@ -16,8 +16,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
-from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.progress import format_duration
+from kimi_dflash.core.errors import UserError
 
 SPEC_TOKENS = "NUM_SPECULATIVE_TOKENS"
 

@@ -233,7 +233,7 @@ def render(
 def write_report(
     out: Path, state: RunState, config: str, results_dir: Path | None, plots: bool = True
 ) -> tuple[Path, int, list[Path]]:
-    from kimi_dflash.bench.atomic_write import write_text_atomic
+    from kimi_dflash.core.atomic_write import write_text_atomic
     from kimi_dflash.sweep.state import finished_results
 
     results = [(path.stem, result) for path, result in finished_results(out / "grid")]

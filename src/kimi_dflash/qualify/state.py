@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kimi_dflash.bench.atomic_write import write_json_atomic
-from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.report import utc_now
+from kimi_dflash.core.atomic_write import write_json_atomic
+from kimi_dflash.core.errors import UserError
 
 STATE_FILE = "state.json"
 SCHEMA = "kimi-dflash/qualify-state"

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from kimi_dflash.bench.atomic_write import write_json_atomic
+from kimi_dflash.core.atomic_write import write_json_atomic
 from kimi_dflash.qualify import lossless
 from kimi_dflash.qualify.environment import capture
 from kimi_dflash.qualify.plan import SPEC_TOKENS, QualifyPlan
@@ -222,7 +222,7 @@ def _point_outcome(ctx: Context, k: int, benchmarked: bool, errors: list[str], f
 def fp8_step(ctx: Context) -> Outcome:
     """FP8 KV against BF16 KV (kvscale/validate.py's thresholds): the FP8 reference's outputs and math answers
     (from the reference step) against a BF16-KV server's, started here, and the KV capacity of both."""
-    from kimi_dflash.kvscale.validate import Thresholds, kv_capacity_from_log, verdict_lines
+    from kimi_dflash.fp8.validate import Thresholds, kv_capacity_from_log, verdict_lines
     from kimi_dflash.launch.local import ServerStartError, start_local_server
     from kimi_dflash.validate.engine import compare_tokens, summarize_agreement
 
@@ -357,7 +357,7 @@ def advisor_step(ctx: Context) -> Outcome:
     """The advisor's k per measured concurrency (measured where measured, predicted elsewhere)."""
     from kimi_dflash.advisor.cli import render
     from kimi_dflash.advisor.model import measurements, predict, recommend
-    from kimi_dflash.bench.errors import UserError
+    from kimi_dflash.core.errors import UserError
 
     try:
         runs = measurements(grid_results(ctx))
