@@ -1,8 +1,9 @@
 """qualify on the real CPU demo (one server at a time, three server starts in all):
 
-1. `qualify configs/demo-cpu.env --budget 2m10s` (grid k in {0, 4} x sessions {2, 4}) is SIGKILLed once the
-   reference step is done (the candidate's server is starting), rerun with --resume: the reference is not redone,
-   the report says lossless PASS with acceptance by position, the matched table and the advisor's k; exit 0.
+1. `qualify configs/demo-cpu.env --budget 2m30s` (grid k in {0, 4} x sessions {2, 4}, 3 repeats, the CPU SLO) is
+   SIGKILLed once the reference step is done (the candidate's server is starting), rerun with --resume: the
+   reference is not redone, the report says lossless PASS with acceptance by position and per request, the
+   matched table with intervals, goodput at the SLO, identical served replies and the advisor's k; exit 0.
 2. A candidate serving another model (the tiny Qwen3 demo against the Kimi reference; the reference's outputs
    and benchmark reused from run 1, as a resumed run would) gives lossless FAIL and exit 2.
 """
@@ -26,7 +27,7 @@ from kimi_dflash.bench.result import load_result
 ROOT = Path(__file__).resolve().parent.parent
 LAUNCHER = ROOT / "launchers" / "kimi26-vllm-dflash-qualify.sh"
 CONFIG = ROOT / "configs" / "demo-cpu.env"
-BUDGET = ["--budget", "2m10s"]  # the CPU estimates trim this to k {0, 4} x sessions {2, 4}
+BUDGET = ["--budget", "2m30s"]  # the CPU estimates trim this to k {0, 4} x sessions {2, 4}
 QWEN3_CANDIDATE = ["--candidate-env", "FABRICATE_DEMO_MODELS=qwen3", "--candidate-env", "BLOCK_SIZE=32",
                    "--candidate-env", "LANGUAGE_MODEL_ONLY=false"]  # fmt: skip
 
@@ -97,11 +98,37 @@ def test_qualify_passes_the_demo_and_resumes_after_a_hard_kill_without_redoing_f
         result = load_result(out / "grid" / f"NUM_SPECULATIVE_TOKENS-{k}.json")
         assert [level.sessions for level in result.results] == [2, 4]
         assert (result.results[0].spec_decode is None) == (k == "0")
+        # Per-request metrics were asked of every server without becoming a point's override (names unchanged).
+        assert result.server_config.overrides == {"NUM_SPECULATIVE_TOKENS": k}
+        assert result.server_config.values["PER_REQUEST_SPEC_METRICS"] == "summary"
+        assert all(len(level.repeat_results) == 3 and level.goodput is not None for level in result.results)
+
+    # Per-request acceptance: every speculative level, by turn and prompt length; its sums are the counters'.
+    per_request = json.loads((out / "per_request.json").read_text())["rows"]
+    assert {(r["k"], r["sessions"]) for r in per_request} == {(4, 2), (4, 4)}
+    for r in per_request:
+        assert [g["key"] for g in r["per_turn"]] == ["1", "2"] and r["per_prompt_length"]
+        assert r["total"]["accepted"] == r["counter_accepted"] > 0
+        assert sum(g["requests"] for g in r["per_turn"]) == r["total"]["requests"]
+        assert 1.0 <= r["total"]["tau_min"] <= r["total"]["tau_p50"] <= r["total"]["tau_max"] <= 5.0
+    goodput = json.loads((out / "goodput.json").read_text())
+    assert {(r["k"], r["sessions"]) for r in goodput["rows"]} == {(0, 2), (0, 4), (4, 2), (4, 4)}
+    assert all(r["requests"] > 0 and 0 <= r["attainment"] <= 1 for r in goodput["rows"])
+    assert {r["k"] for r in goodput["at_slo"]} == {0, 4}
+    assert {(r["k"], r["sessions"]) for r in goodput["matched"]} == {(4, 2), (4, 4)}
+    assert all(r["low"] <= r["speedup"] <= r["high"] and r["repeats"] == [3, 3] for r in goodput["matched"])
 
     text = (out / "report.md").read_text(encoding="utf-8")
     assert text.index("lossless (T=0 token identity): PASS") < text.index("## Acceptance by draft position")
-    matched = text.split("## Matched concurrency", 1)[1].split("## ", 1)[0]
+    matched = text.split("## Matched concurrency", 1)[1].split("### ", 1)[0]
     assert matched.count("| NUM_SPECULATIVE_TOKENS=") == 4  # 2 points x 2 concurrencies
+    # The demo is lossless in float32: every benchmark reply of k=4 hashes like the reference's.
+    replies = (2 + 4) * 2 * 3  # (2 + 4 sessions) x 2 turns x 3 repeats
+    assert f"k=4: **{replies}/{replies}** identical" in text
+    section = text.split("## Per-request acceptance", 1)[1].split("\n## ", 1)[0]
+    assert "| 2 | turn 1 |" in section and "| 4 | turn 2 |" in section and " tokens |" in section
+    assert "### Speedup at matched concurrency, with its interval" in text
+    assert "## Goodput at the SLO" in text and "TTFT <= 1000 ms, user tok/s >= 50" in text
     assert "not measured by this project" in text  # the recipe's figures, labelled
     for png in ("tok_s_vs_concurrency.png", "pareto.png", "acceptance_by_position.png"):
         assert (out / png).stat().st_size > 0 and f"]({png})" in text
@@ -132,6 +159,7 @@ def test_a_candidate_serving_another_model_fails_losslessness_with_exit_2(passed
     assert verdict["first_divergence"]["candidate_ids"] != verdict["first_divergence"]["reference_ids"]
     text = (out / "report.md").read_text(encoding="utf-8")
     assert "lossless (T=0 token identity): FAIL" in text and "First divergence" in text
+    assert "k=4: **0/" in text  # no served reply of another model hashes like the reference's
     assert text.startswith("# Qualification of") and ": FAIL" in text.splitlines()[0]
     state = _state(out)
     assert state["steps"]["reference"]["status"] == "done" and "starting the server" not in done.stderr.split(

@@ -11,7 +11,14 @@ from pathlib import Path
 from kimi_dflash.config.shipped import resolve_config_argument
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.qualify import bundle, report
-from kimi_dflash.qualify.plan import QualifyPlan, build_plan, parse_duration, render
+from kimi_dflash.qualify.plan import (
+    PER_REQUEST_FLAG,
+    QualifyPlan,
+    build_plan,
+    parse_duration,
+    per_request_setting,
+    render,
+)
 from kimi_dflash.qualify.runner import run_steps
 from kimi_dflash.qualify.state import STATE_FILE, open_state
 from kimi_dflash.qualify.steps import Context
@@ -54,6 +61,13 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         help="time the run may take, e.g. 20m, 3h (default: 15m on CPU, 4h on GPU); trims the grid",
     )
     parser.add_argument("--out", type=Path, help="report directory (default: qualify-<config name>)")
+    parser.add_argument(
+        "--slo",
+        metavar="SPEC",
+        help="service-level objectives every grid benchmark is judged by, e.g. ttft:2s,user_tps:12 (the benchmark's "
+        "--slo form); default per box: GPU ttft:2s,user_tps:12, CPU ttft:1s,user_tps:50 (docs/qualify.md says "
+        "why); 'none' measures no goodput",
+    )
     parser.add_argument("--dry-run", action="store_true", help="list the steps with time estimates; run nothing")
     parser.add_argument("--resume", action="store_true", help="finish the run recorded in --out (after a kill)")
     parser.add_argument("--no-plots", action="store_true", help="no PNGs (no matplotlib needed)")
@@ -85,6 +99,21 @@ def _config_values(path: Path) -> tuple[dict[str, str], dict[str, str]]:
     return values, overrides
 
 
+def _per_request_flag() -> tuple[str, str]:
+    """Whether the vLLM this interpreter would serve with has --per-request-spec-decode-metrics (read from its
+    source, no import: milliseconds)."""
+    from kimi_dflash.patcher.vllm_source import VllmSource
+    from kimi_dflash.preflight.runtime_child import installed_vllm, vllm_package_dir
+    from kimi_dflash.preflight.vllm_features import probe_features
+
+    package_dir = vllm_package_dir()
+    if package_dir is None:
+        return "unknown", "no vLLM found by this Python"
+    outcome = probe_features(VllmSource.from_package_dir(package_dir), (PER_REQUEST_FLAG,))[0]
+    name, version = installed_vllm()
+    return outcome.state, f"{name or 'vllm'} {version or '(version unknown)'}: {outcome.evidence}"
+
+
 def _context(args: argparse.Namespace) -> tuple[Context, QualifyPlan]:
     config = resolve_config_argument(args.config)
     if not config.is_file():
@@ -92,7 +121,8 @@ def _context(args: argparse.Namespace) -> tuple[Context, QualifyPlan]:
     if args.serve_sh is not None and not args.serve_sh.is_file():
         raise UserError(f"{args.serve_sh}: no such file")
     values, overrides = _config_values(config)
-    plan = build_plan(values, parse_duration(args.budget) if args.budget else None)
+    per_request = per_request_setting(values, overrides, _per_request_flag())
+    plan = build_plan(values, parse_duration(args.budget) if args.budget else None, args.slo, per_request)
     out = args.out or Path(f"qualify-{config.name.removesuffix('.env')}")
     serve = SERVE_COMMAND if args.serve_sh is None else (str(args.serve_sh.resolve()),)
     ctx = Context(
@@ -131,6 +161,7 @@ def main(args: argparse.Namespace) -> int:
         "k_values": list(plan.k_values),
         "sessions": list(plan.sessions),
         "bench_args": list(plan.bench_args),
+        "server_env": [list(kv) for kv in plan.server_env],
     }
     try:
         state = open_state(ctx.out, signature, plan.to_json(), args.resume)

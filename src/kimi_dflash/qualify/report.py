@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kimi_dflash.qualify import figures
+from kimi_dflash.qualify import figures, measures, report_sections
 from kimi_dflash.qualify.plan import SPEC_TOKENS
 from kimi_dflash.qualify.state import FAILED, RunState
 from kimi_dflash.sweep import aggregate
@@ -170,6 +170,17 @@ def _recipe_table(recipe: dict[str, Any] | None, cells: Sequence[aggregate.Cell]
     return lines
 
 
+def _why_not(state: RunState, step: str) -> str:
+    """Why a step's file is missing: its recorded detail, or the plan's reason it does not run."""
+    record = state.steps.get(step)
+    if record is not None and record.detail:
+        return f"{step} step {record.status}: {record.detail}"
+    planned = next((s for s in state.plan.get("steps", []) if s.get("name") == step), None)
+    if planned and planned.get("reason"):
+        return str(planned["reason"])
+    return f"the {step} step did not run"
+
+
 def render(
     out: Path,
     state: RunState,
@@ -178,6 +189,7 @@ def render(
     recipe: dict[str, Any] | None,
     plots: Sequence[Path],
     config: str,
+    replies: Sequence[dict[str, Any]] = (),
 ) -> str:
     env = _load(out / "environment.json") or {}
     host = env.get("host", {})
@@ -194,13 +206,21 @@ def render(
         "",
     ]
     lines += [f"- **{v.name}: {v.status}** — {v.detail}" for v in found]
+    lines += report_sections.reply_identity_lines(replies)
     lines += _divergence_lines(out)
     lines += ["", *_recommendation_lines(out), ""]
     plan = state.plan
+    speedups = _load(out / "goodput.json")
     lines += [
         "## Acceptance by draft position",
         "",
         *_acceptance_table(out),
+        "",
+        "## Per-request acceptance",
+        "",
+        *report_sections.per_request_section(
+            _load(out / "per_request.json"), int(plan.get("spec_tokens") or 0), _why_not(state, "per_request")
+        ),
         "",
         "## Matched concurrency (rows compared only at equal concurrency)",
         "",
@@ -208,6 +228,14 @@ def render(
         "(SPECULATIVE_METHOD=none), same config otherwise.",
         "",
         aggregate.render_table(cells).rstrip() if cells else "*(no grid point finished)*",
+        "",
+        "### Speedup at matched concurrency, with its interval",
+        "",
+        *report_sections.matched_speedup_section(speedups, _why_not(state, "goodput")),
+        "",
+        "## Goodput at the SLO",
+        "",
+        *report_sections.goodput_section(speedups, _why_not(state, "goodput")),
         "",
         "## The recipe's published MI300X figures beside this run",
         "",
@@ -245,5 +273,6 @@ def write_report(
         written = [out / n for n in figures.PLOT_FILES if (out / n).is_file()]
     found = verdicts(out, state)
     path = out / "report.md"
-    write_text_atomic(path, render(out, state, found, cells, recipe_figures(results_dir), written, config))
+    replies = measures.reply_identity(results)
+    write_text_atomic(path, render(out, state, found, cells, recipe_figures(results_dir), written, config, replies))
     return path, exit_code(found, state), written

@@ -3,8 +3,6 @@ on disk (never their in-memory state), so any step can be rerun alone after a ki
 
 Seams for pieces that land on other branches (one function each, replace the body):
   preflight_step         today: preflight checks + the vLLM compatibility check; later also the dry engine
-  goodput_step           today: skipped unless the benchmark grows SLO options
-  per_request_step       today: skipped unless the benchmark grows per-request spec-decode metrics
   synthetic_step         today: refused on the CPU build, skipped on GPU (no config key for the sampler yet)
 """
 
@@ -13,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +68,7 @@ class Context:
             bench_args=list(self.plan.bench_args),
             out=self.grid_dir,
             config_as_given=self.config_as_given,
+            server_env=self.plan.server_env,
         )
 
 
@@ -319,32 +318,52 @@ def acceptance_step(ctx: Context) -> Outcome:
     return Outcome(DONE, f"{len(rows)} (point, concurrency) rows", {"file": "acceptance.json", "rows": len(rows)})
 
 
-def _bench_has(words: tuple[str, ...]) -> bool:
-    """Whether the benchmark in this build offers any option / result field named with one of ``words``."""
-    from kimi_dflash.bench.cli import build_parser
-    from kimi_dflash.bench.result import LevelResult
+def per_request_step(ctx: Context) -> Outcome:
+    """Per-request acceptance (vLLM's --per-request-spec-decode-metrics, read by the benchmark from each reply):
+    per speculative point and concurrency, by turn, prompt length and category -> per_request.json."""
+    from kimi_dflash.qualify.measures import per_request_rows
 
-    options = [o for action in build_parser()._actions for o in action.option_strings]
-    names = options + [f.name for f in fields(LevelResult)]
-    return any(word in name for name in names for word in words)
+    rows = per_request_rows(grid_results(ctx))
+    if not rows:
+        return Outcome(
+            FAILED,
+            "no speculative grid point's replies carried metrics.speculative_decoding (was the server started "
+            f"with {' '.join(f'{k}={v}' for k, v in ctx.plan.server_env) or 'PER_REQUEST_SPEC_METRICS'}?)",
+        )
+    write_json_atomic(ctx.out / "per_request.json", {"rows": rows})
+    equal = [r for r in rows if r["counter_accepted"] is not None]
+    same = sum(r["total"]["accepted"] == r["counter_accepted"] for r in equal)
+    summary = ", ".join(
+        f"k={r['k']}@{r['sessions']}: tau {r['total']['tau']}" for r in rows if r["total"]["tau"] is not None
+    )
+    detail = f"{len(rows)} (point, concurrency) rows; per-request sums equal the /metrics deltas in {same}/{len(equal)}"
+    return Outcome(DONE, f"{detail}; {summary}"[:400], {"file": "per_request.json", "rows": len(rows)})
 
 
 def goodput_step(ctx: Context) -> Outcome:
-    """SEAM (issue 21): goodput at stated SLOs. When the benchmark has SLO support, pass the SLOs through
-    ``plan.bench_args`` and read the goodput from the grid results here."""
-    if not _bench_has(("slo", "goodput")):
-        return Outcome(SKIPPED, "not available in this build (the benchmark has no SLO support)")
-    return Outcome(SKIPPED, "the benchmark offers SLOs; qualify does not read them yet (qualify/steps.py goodput_step)")
+    """Goodput at the plan's SLO per point and concurrency, the speedup at the SLO and the speedup at matched
+    concurrency with its interval over repeats -> goodput.json."""
+    from kimi_dflash.bench.compare_extras import DEFAULT_ATTAINMENT
+    from kimi_dflash.bench.goodput import describe, parse_slo
+    from kimi_dflash.qualify import measures
 
-
-def per_request_step(ctx: Context) -> Outcome:
-    """SEAM (issue 21): per-request acceptance (vLLM's --per-request-spec-decode-metrics through the benchmark)."""
-    if not _bench_has(("per_request_spec", "per-request-spec", "request_acceptance")):
-        return Outcome(SKIPPED, "not available in this build (the benchmark has no per-request acceptance)")
-    return Outcome(
-        SKIPPED,
-        "the benchmark offers per-request acceptance; qualify does not read it yet (qualify/steps.py per_request_step)",
-    )
+    results = grid_results(ctx)
+    rows = measures.goodput_rows(results)
+    if not rows:
+        return Outcome(FAILED, "no grid result carries goodput (were the benchmarks run with --slo?)")
+    document = {
+        "slo": parse_slo(ctx.plan.slo),
+        "slo_text": describe(parse_slo(ctx.plan.slo)),
+        "slo_source": ctx.plan.box.slo_source if ctx.plan.slo == ctx.plan.box.slo else "given with --slo",
+        "threshold": DEFAULT_ATTAINMENT,
+        "rows": rows,
+        "at_slo": measures.at_slo(results, DEFAULT_ATTAINMENT),
+        "matched": measures.matched(results),
+    }
+    write_json_atomic(ctx.out / "goodput.json", document)
+    at = ", ".join(f"k={r['k']}: {r['speedup']}x" for r in document["at_slo"] if r["speedup"] is not None)
+    detail = f"{len(rows)} (point, concurrency) rows; speedup at the SLO: {at or 'none (a side sustains no level)'}"
+    return Outcome(DONE, detail, {"file": "goodput.json", "rows": len(rows)})
 
 
 def synthetic_step(ctx: Context) -> Outcome:

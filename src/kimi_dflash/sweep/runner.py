@@ -45,6 +45,7 @@ class SweepPlan:
     out: Path
     python: str = sys.executable
     config_as_given: str = ""  # stored in results (an absolute path would name this machine's directories)
+    server_env: tuple[tuple[str, str], ...] = ()  # config keys for every server, under each point's overrides
 
 
 def free_port() -> int:
@@ -114,7 +115,7 @@ class PointRunner:
 
         ``on_ready(base_url)`` runs while the server is up, before the benchmark (qualify uses the same server for
         its losslessness outputs instead of starting it twice); what it raises is the caller's to handle."""
-        env = point.server_env()
+        env = {**dict(self.plan.server_env), **point.server_env()}
         port = free_port()
         self.logs.mkdir(parents=True, exist_ok=True)
         server_log = self.logs / f"{point.name}.server.log"

@@ -1,0 +1,213 @@
+"""What the benchmark's newer result fields say about a qualify grid (pure: results in, JSON-ready rows out).
+
+- per-request acceptance (``LevelResult.spec_per_request``, vLLM's ``metrics.speculative_decoding`` on each reply):
+  per speculative point and concurrency, by turn, by prompt length and by category, with the /metrics counter
+  deltas beside the per-request sums (they must be equal: the same verify steps counted twice);
+- goodput at the SLO (``LevelResult.goodput``) per point and concurrency;
+- the speedup at the SLO: each point's highest concurrency whose attainment reaches the threshold, its output
+  goodput over the reference's at the reference's own sustained concurrency (bench/compare_extras.py's rule);
+- the speedup at matched concurrency with its interval over repeats (bench/intervals.py: significant when the
+  interval excludes 1.0);
+- identical served replies between the reference and each speculative point (``LevelResult.reply_hashes``,
+  keyed repeat/session/k; meaningful at temperature 0 only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from kimi_dflash.bench.compare_extras import DEFAULT_ATTAINMENT, sustained
+from kimi_dflash.bench.intervals import ratio_interval
+from kimi_dflash.bench.reply_match import match_level
+from kimi_dflash.bench.result import BenchmarkResult, LevelResult, SpecGroup
+from kimi_dflash.qualify.plan import SPEC_TOKENS
+
+Results = Sequence[tuple[str, BenchmarkResult]]
+CONFIDENCE = 0.95
+
+
+def k_of(result: BenchmarkResult) -> int | None:
+    overrides = result.server_config.overrides if result.server_config else {}
+    value = overrides.get(SPEC_TOKENS)
+    return int(value) if value is not None and str(value).isdigit() else None
+
+
+def by_k(results: Results) -> dict[int, BenchmarkResult]:
+    """Grid results keyed by k (a point without NUM_SPECULATIVE_TOKENS is not a grid point: left out)."""
+    found = {}
+    for _, result in results:
+        k = k_of(result)
+        if k is not None:
+            found[k] = result
+    return dict(sorted(found.items()))
+
+
+def _levels(result: BenchmarkResult) -> dict[int, LevelResult]:
+    return {level.sessions: level for level in result.results if not level.partial}
+
+
+def _r(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def group(g: SpecGroup) -> dict[str, Any]:
+    tau, alpha = g.acceptance_length_dist, g.acceptance_rate_dist
+    return {
+        "key": g.key,
+        "requests": g.requests,
+        "steps": g.spec_steps,
+        "accepted": g.accepted_tokens,
+        "drafted": g.draft_tokens,
+        "tau": _r(g.acceptance_length),
+        "alpha": _r(g.acceptance_rate, 4),
+        "tau_min": _r(tau.min),
+        "tau_p50": _r(tau.p50),
+        "tau_p90": _r(tau.p90),
+        "tau_max": _r(tau.max),
+        "alpha_p50": _r(alpha.p50, 4),
+    }
+
+
+def per_request_rows(results: Results) -> list[dict[str, Any]]:
+    """One row per speculative point and concurrency whose replies carried per-request statistics."""
+    rows = []
+    for k, result in by_k(results).items():
+        for sessions, level in _levels(result).items():
+            table = level.spec_per_request
+            if k == 0 or table is None:
+                continue
+            counters = level.spec_decode
+            rows.append(
+                {
+                    "k": k,
+                    "sessions": sessions,
+                    "num_speculative_tokens": table.num_speculative_tokens,
+                    "requests_without": table.requests_without,
+                    "total": group(table.total),
+                    "per_position": [round(p, 4) for p in table.per_position],
+                    "per_turn": [group(g) for g in table.per_turn],
+                    "per_prompt_length": [group(g) for g in table.per_prompt_length],
+                    "per_category": [group(g) for g in table.per_category],
+                    "counter_accepted": counters.accepted_tokens if counters else None,
+                    "counter_drafted": counters.draft_tokens if counters else None,
+                }
+            )
+    return rows
+
+
+def goodput_rows(results: Results) -> list[dict[str, Any]]:
+    rows = []
+    for k, result in by_k(results).items():
+        for sessions, level in _levels(result).items():
+            gp = level.goodput
+            if gp is None:
+                continue
+            rows.append(
+                {
+                    "k": k,
+                    "sessions": sessions,
+                    "requests": gp.requests,
+                    "met": gp.met,
+                    "attainment": _r(gp.attainment, 4),
+                    "output_goodput": _r(gp.output_goodput, 2),
+                    "request_goodput": _r(gp.request_goodput, 4),
+                    "output_tok_s": _r(level.output_tok_s, 2),
+                    "violations": dict(gp.violations),
+                }
+            )
+    return rows
+
+
+def at_slo(results: Results, threshold: float = DEFAULT_ATTAINMENT) -> list[dict[str, Any]]:
+    """Per point: its sustained concurrency (the highest measured with attainment >= threshold), its output
+    goodput there, and that over the reference's (k=0) at the reference's own sustained concurrency."""
+    found: dict[int, tuple[int, LevelResult] | None] = {}
+    for k, result in by_k(results).items():
+        levels = _levels(result)
+        if not any(level.goodput for level in levels.values()):
+            continue
+        best = sustained({float(s): level for s, level in levels.items()}, threshold)
+        found[k] = (int(best[0]), best[1]) if best else None
+    reference = found.get(0)
+    base = reference[1].goodput.output_goodput if reference and reference[1].goodput else None
+    rows = []
+    for k, best in found.items():
+        gp = best[1].goodput if best else None
+        good = gp.output_goodput if gp else None
+        rows.append(
+            {
+                "k": k,
+                "sustained_sessions": best[0] if best else None,
+                "attainment": _r(gp.attainment, 4) if gp else None,
+                "output_goodput": _r(good, 2),
+                "reference_sessions": reference[0] if reference else None,
+                "speedup": _r(good / base) if k and good is not None and base else None,
+            }
+        )
+    return rows
+
+
+def matched(results: Results, confidence: float = CONFIDENCE) -> list[dict[str, Any]]:
+    """Per speculative point and concurrency also measured by the reference: output tok/s over the reference's,
+    with its interval over repeats (none with fewer than 2 repeats on either side)."""
+    points = by_k(results)
+    if 0 not in points:
+        return []
+    reference = _levels(points[0])
+    rows = []
+    for k, result in points.items():
+        if k == 0:
+            continue
+        for sessions, level in _levels(result).items():
+            base = reference.get(sessions)
+            if base is None:
+                continue
+            interval = ratio_interval(
+                [r.output_tok_s for r in level.repeat_results] or [level.output_tok_s],
+                [r.output_tok_s for r in base.repeat_results] or [base.output_tok_s],
+                confidence,
+            )
+            if interval is None:
+                continue
+            rows.append(
+                {
+                    "k": k,
+                    "sessions": sessions,
+                    "speedup": _r(interval.ratio),
+                    "low": _r(interval.low),
+                    "high": _r(interval.high),
+                    "significant": interval.significant,
+                    "confidence": confidence,
+                    "repeats": [len(level.repeat_results), len(base.repeat_results)],
+                }
+            )
+    return rows
+
+
+def reply_identity(results: Results) -> list[dict[str, Any]]:
+    """Per speculative point and common concurrency: replies compared with the reference's, identical count.
+    Empty when the reference is missing, a run was not greedy, or no hashes were stored."""
+    points = by_k(results)
+    if 0 not in points or points[0].settings.temperature != 0:
+        return []
+    reference = _levels(points[0])
+    rows = []
+    for k, result in points.items():
+        if k == 0 or result.settings.temperature != 0:
+            continue
+        for sessions, level in _levels(result).items():
+            base = reference.get(sessions)
+            match = match_level(base, level) if base is not None else None
+            if match is None:
+                continue
+            rows.append(
+                {
+                    "k": k,
+                    "sessions": sessions,
+                    "compared": match.compared,
+                    "identical": match.identical,
+                    "first_difference": match.first_difference,
+                }
+            )
+    return rows
