@@ -13,7 +13,7 @@ from kimi_dflash.qualify import report
 from kimi_dflash.qualify.bundle import result_name
 from kimi_dflash.qualify.cli import run
 from kimi_dflash.qualify.figures import acceptance_by_k
-from kimi_dflash.qualify.plan import GPU_BOX, build_plan, parse_duration, point_s
+from kimi_dflash.qualify.plan import CPU_BOX, GPU_BOX, build_plan, level_s, parse_duration, per_request_setting, point_s
 from kimi_dflash.qualify.state import DONE, FAILED, open_state
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -107,3 +107,53 @@ def test_acceptance_by_k_weights_concurrencies_by_drafts() -> None:
 
 def test_result_names_are_ready_for_benchmarks_results() -> None:
     assert result_name("configs/production.env", "2", host="mi300x box") == "production-mi300x_box-qualify-k2.json"
+
+
+def test_every_grid_benchmark_gets_the_boxs_slo_and_repeats_and_slo_none_turns_goodput_off() -> None:
+    gpu = build_plan(PRODUCTION)
+    args = list(gpu.bench_args)
+    assert args[args.index("--slo") + 1] == GPU_BOX.slo == gpu.slo and args[args.index("--repeats") + 1] == "2"
+    assert next(s for s in gpu.steps if s.name == "goodput").runs
+    cpu = build_plan({**PRODUCTION, "DEVICE": "cpu", "MAX_NUM_SEQS": "16"})
+    assert cpu.slo == CPU_BOX.slo != gpu.slo and cpu.bench_args[cpu.bench_args.index("--repeats") + 1] == "3"
+    given = build_plan(PRODUCTION, slo="ttft:500ms,tpot:50ms")
+    assert given.bench_args[-2:] == ("--slo", "ttft:500ms,tpot:50ms")
+    off = build_plan(PRODUCTION, slo="none")
+    assert "--slo" not in off.bench_args and not next(s for s in off.steps if s.name == "goodput").runs
+    # Repeats are measured time: each level's estimate scales with them.
+    assert level_s(GPU_BOX) == pytest.approx(2 * 2 * (2.0 + 512 / 11.3))
+    with pytest.raises(UserError, match="ttft"):
+        build_plan(PRODUCTION, slo="ttft:fast")
+
+
+def test_a_bad_slo_is_refused_with_exit_1_before_anything_runs(capsys) -> None:
+    assert run([str(ROOT / "configs" / "demo-cpu.env"), "--dry-run", "--slo", "latency:1s"]) == report.EXIT_INFRA
+    assert "not name:value" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("values", "overrides", "flag", "runs", "env", "why"),
+    [
+        ({}, (), ("present", "vllm 0.32"), True, (("PER_REQUEST_SPEC_METRICS", "summary"),), "set for every server"),
+        ({"PER_REQUEST_SPEC_METRICS": "detailed"}, (), ("absent", "x"), True, (), "the config's"),
+        ({}, ("PER_REQUEST_SPEC_METRICS",), ("present", "x"), False, (), "turned off"),
+        ({}, (), ("absent", "vllm 0.28.0"), False, (), "added in 0.29.0; vllm 0.28.0"),
+        ({}, (), ("unknown", "no vLLM found"), False, (), "PER_REQUEST_SPEC_METRICS=summary to ask"),
+    ],
+)
+def test_per_request_metrics_are_asked_of_the_servers_only_when_vllm_has_the_flag_and_the_user_did_not_refuse(
+    values: dict, overrides: tuple, flag: tuple, runs: bool, env: tuple, why: str
+) -> None:
+    setting = per_request_setting(values, overrides, flag)
+    assert (setting.runs, setting.server_env) == (runs, env) and why in setting.reason
+    plan = build_plan({**PRODUCTION, **values}, per_request=setting)
+    step = next(s for s in plan.steps if s.name == "per_request")
+    assert step.runs == runs and plan.server_env == env and (runs or why in step.reason)
+
+
+def test_the_dry_run_says_the_slo_where_it_comes_from_and_what_every_server_gets(capsys) -> None:
+    assert run([str(ROOT / "configs" / "production.env"), "--dry-run"]) == 0
+    text = capsys.readouterr().out
+    assert "SLO: TTFT <= 2000 ms, user tok/s >= 12 (per-user 12 tok/s: between the recipe's" in text
+    # This venv's vLLM (0.32) has the flag: the servers are asked for per-request metrics.
+    assert "every server: PER_REQUEST_SPEC_METRICS=summary" in text

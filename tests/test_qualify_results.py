@@ -7,6 +7,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from kimi_dflash.qualify.bundle import result_name
 from kimi_dflash.results_doc import render_block
 
@@ -40,3 +42,126 @@ def test_qualify_results_render_in_their_own_table_beside_the_demo(tmp_path: Pat
     # Its rows are compared with its own k=0 at equal concurrency, not with the demo's.
     assert own.count("| NUM_SPECULATIVE_TOKENS=2 |") == 2 and own.count("x |") == 2
     assert own.count("| NUM_SPECULATIVE_TOKENS=") == 4
+
+
+# --- the benchmark's newer measures in the report: per-request acceptance, goodput, intervals, reply identity ---
+
+ATTAINMENT = {0: {2: 1.0, 4: 0.5}, 4: {2: 1.0, 4: 0.95}}  # k=0 sustains 2 sessions, k=4 sustains 4
+REPEATS = {0: [100.0, 104.0, 96.0], 4: [150.0, 156.0, 144.0]}  # a clear speedup of 1.5x
+
+
+def _spec_records(k: int) -> list:
+    from kimi_dflash.bench import spec_request
+    from kimi_dflash.bench.records import RequestRecord
+
+    records = []
+    for turn, prompt_tokens, steps in ((1, 40, [4, 4, 2]), (1, 60, [3, 1]), (2, 300, [1, 0, 0])):
+        record = RequestRecord(sessions=2, repeat=0, session=0, turn=turn, category=None)
+        record.prompt_tokens = prompt_tokens
+        hist = [0] * (k + 1)
+        for n in steps:
+            hist[n] += 1
+        record.spec = spec_request.RequestSpec(
+            num_spec_tokens=k, num_spec_steps=len(steps), num_accepted_draft_tokens=sum(steps),
+            num_draft_tokens=k * len(steps), mean_acceptance_length=0.0, draft_acceptance_rate=0.0,
+            acceptance_histogram=hist,
+        )  # fmt: skip
+        records.append(record)
+    return records
+
+
+def _grid(out: Path) -> None:
+    """The demo's k=0 and k=4 results, given the fields a qualify grid benchmark now writes (values chosen here)."""
+    from dataclasses import replace
+
+    from kimi_dflash.bench.report import write_atomic
+    from kimi_dflash.bench.result import Goodput, RepeatResult, load_result
+    from kimi_dflash.bench.spec_summary import spec_per_request
+
+    (out / "grid").mkdir(parents=True)
+    for k in (0, 4):
+        result = load_result(RESULTS / f"demo-cpu-k{k}.json")
+        levels = []
+        for level in result.results:
+            attainment = ATTAINMENT[k][level.sessions]
+            repeats = [RepeatResult(repeat=i, duration_s=10.0, completed=10, failed=0, output_tokens=int(v * 10),
+                                    output_tok_s=v) for i, v in enumerate(REPEATS[k])]  # fmt: skip
+            goodput = Goodput(slo={"ttft_ms": 1000.0}, requests=20, met=int(20 * attainment), attainment=attainment,
+                              request_goodput=1.0, output_goodput=attainment * sum(REPEATS[k]) / 3,
+                              violations={"ttft_ms": 20 - int(20 * attainment)})  # fmt: skip
+            # k=4's second request of session 1 differs from the reference's: 3 of 4 replies identical.
+            hashes = {"0/0/0": "a", "0/0/1": "b", "0/1/0": "c", "0/1/1": "d" if k == 0 else "x"}
+            table = spec_per_request(_spec_records(4)) if k else None
+            spec = level.spec_decode
+            if spec is not None and table is not None:
+                spec = replace(spec, accepted_tokens=table.total.accepted_tokens)
+            levels.append(replace(level, repeat_results=repeats, goodput=goodput, reply_hashes=hashes,
+                                  spec_per_request=table, spec_decode=spec))  # fmt: skip
+        write_atomic(out / "grid" / f"NUM_SPECULATIVE_TOKENS-{k}.json", replace(result, results=levels))
+
+
+def _context(out: Path):  # type: ignore[no-untyped-def]
+    from kimi_dflash.qualify.plan import build_plan, per_request_setting
+    from kimi_dflash.qualify.steps import Context
+
+    values = {"DEVICE": "cpu", "SPECULATIVE_METHOD": "dflash", "NUM_SPECULATIVE_TOKENS": "4", "MAX_NUM_SEQS": "16"}
+    plan = build_plan(values, per_request=per_request_setting(values, (), ("present", "test")))
+    return Context(config=ROOT / "configs" / "demo-cpu.env", config_as_given="demo-cpu", values=values,
+                   overrides={}, plan=plan, out=out, serve_command=())  # fmt: skip
+
+
+def test_per_request_and_goodput_steps_compute_what_the_report_shows(tmp_path: Path) -> None:
+    from kimi_dflash.qualify import report, steps
+    from kimi_dflash.qualify.state import DONE, open_state
+
+    _grid(tmp_path)
+    ctx = _context(tmp_path)
+    per_request, goodput = steps.per_request_step(ctx), steps.goodput_step(ctx)
+    assert per_request.status == DONE and "equal the /metrics deltas in 2/2" in per_request.detail
+    rows = json.loads((tmp_path / "per_request.json").read_text())["rows"]
+    assert [(r["k"], r["sessions"]) for r in rows] == [(4, 2), (4, 4)]
+    turns = {g["key"]: g for g in rows[0]["per_turn"]}
+    # turn 1: 2 requests, 5 steps, 14 accepted -> tau 1 + 14/5; turn 2: 1 request, 3 steps, 1 accepted.
+    assert (
+        turns["1"]["requests"] == 2
+        and turns["1"]["tau"] == pytest.approx(3.8)
+        and turns["2"]["tau"] == pytest.approx(4 / 3, abs=1e-3)
+    )
+    assert [g["key"] for g in rows[0]["per_prompt_length"]] == ["0-127", "256-511"]
+
+    doc = json.loads((tmp_path / "goodput.json").read_text())
+    at = {r["k"]: r for r in doc["at_slo"]}
+    assert at[0]["sustained_sessions"] == 2 and at[4]["sustained_sessions"] == 4
+    assert at[4]["speedup"] == pytest.approx(0.95 * 150 / 100, abs=1e-3)  # goodput at 4 over the reference's at 2
+    matched = doc["matched"]
+    assert [(r["sessions"], r["significant"]) for r in matched] == [(2, True), (4, True)]
+    assert all(r["low"] < r["speedup"] < r["high"] and r["speedup"] == pytest.approx(1.5) for r in matched)
+    assert goodput.status == DONE and "k=4: 1.425x" in goodput.detail
+
+    state = open_state(tmp_path, {}, ctx.plan.to_json(), resume=False)
+    for name, outcome in (("per_request", per_request), ("goodput", goodput)):
+        state.finish(name, outcome.status, state.begin(name), outcome.detail, outcome.outputs)
+    path, _, _ = report.write_report(tmp_path, state, "demo-cpu", None, plots=False)
+    text = path.read_text(encoding="utf-8")
+    assert "  - k=4: **6/8** identical (sessions 2, 4); first difference at 2 sessions, reply 0/1/1" in text
+    section = text.split("## Per-request acceptance", 1)[1].split("\n## ", 1)[0]
+    assert "| 4 | 2 | 3 | 2.88 |" in section  # k, sessions, requests, pooled tau = 1 + 15/8
+    assert "| 2 | turn 1 | 2 | 5 | 3.80 |" in section and "| 4 | 256-511 tokens | 1 | 3 | 1.33 |" in section
+    assert "yes |" in section  # the per-request sums equal the counters
+    speedups = text.split("### Speedup at matched concurrency, with its interval", 1)[1].split("\n## ", 1)[0]
+    assert speedups.count("| yes | 3 / 3 |") == 2
+    goodput_text = text.split("## Goodput at the SLO", 1)[1].split("\n## ", 1)[0]
+    assert "| 0 | 4 | 50.0 % | 10 / 20 |" in goodput_text and "| 4 | 4 | 95.0 % | 142.5 | 1.43x |" in goodput_text
+
+
+def test_without_the_measures_the_report_says_why(tmp_path: Path) -> None:
+    from kimi_dflash.qualify import report
+    from kimi_dflash.qualify.plan import build_plan, per_request_setting
+    from kimi_dflash.qualify.state import open_state
+
+    values = {"DEVICE": "cpu", "SPECULATIVE_METHOD": "dflash", "NUM_SPECULATIVE_TOKENS": "4", "MAX_NUM_SEQS": "16"}
+    plan = build_plan(values, slo="none", per_request=per_request_setting(values, (), ("absent", "vllm 0.28.0")))
+    state = open_state(tmp_path, {}, plan.to_json(), resume=False)
+    text = report.write_report(tmp_path, state, "demo-cpu", None, plots=False)[0].read_text(encoding="utf-8")
+    assert "*(not measured: the installed vLLM has no --per-request-spec-decode-metrics (added in 0.29.0" in text
+    assert "*(not measured: --slo none: no SLO measured)*" in text

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 Rows = Sequence[dict[str, Any]]
+LIMITS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2el_s": "E2EL", "user_tok_s": "per-user tok/s"}
 
 
 def _f(value: float | None, digits: int = 2, suffix: str = "") -> str:
@@ -101,7 +102,7 @@ def matched_speedup_section(doc: dict[str, Any] | None, why_not: str) -> list[st
     confidence = rows[0]["confidence"]
     lines = [
         f"Output tok/s of each speculative point over the reference's at the same concurrency, with its "
-        f"{confidence:.0%} interval over repeats (delta method on the log ratio, Welch df; docs/benchmark.md). "
+        f"{confidence * 100:.0f} % interval over repeats (delta method on the log ratio, Welch df; docs/benchmark.md). "
         "**Not significant** when the interval contains 1.0: the difference is inside this box's run-to-run noise.",
         "",
         "| sessions | k | speedup | interval | significant | repeats (k / ref) |",
@@ -124,13 +125,13 @@ def goodput_section(doc: dict[str, Any] | None, why_not: str) -> list[str]:
     lines = [
         f"SLO: **{doc['slo_text']}** per request ({doc['slo_source']}). Attainment = requests meeting every limit / "
         "requests judged; goodput = output tokens of those requests / the measured window. A concurrency is "
-        f"*sustained* when at least {threshold:.0%} of its requests meet the SLO.",
+        f"*sustained* when at least {threshold * 100:.0f} % of its requests meet the SLO.",
         "",
         "| k | sessions | attainment | met / judged | goodput tok/s | output tok/s | misses by limit |",
         "|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in sorted(doc["rows"], key=lambda r: (r["k"], r["sessions"])):
-        misses = ", ".join(f"{key} {n}" for key, n in r["violations"].items() if n) or "none"
+        misses = ", ".join(f"{LIMITS.get(key, key)} {n}" for key, n in r["violations"].items() if n) or "none"
         lines.append(
             f"| {r['k']} | {r['sessions']} | {_pct(r['attainment'])} | {r['met']} / {r['requests']} "
             f"| {_f(r['output_goodput'], 1)} | {_f(r['output_tok_s'], 1)} | {misses} |"
