@@ -28,7 +28,8 @@ DESCRIPTION = "Qualify a box: is DFlash lossless and worth it here, and with whi
 EPILOG = """\
 steps: environment, preflight (stops on FAIL), reference server (the config with SPECULATIVE_METHOD=none) and
 candidate (the config) with losslessness at T=0 on the shipped prompts, FP8 KV validation (when KV is fp8), the
-k x concurrency grid at matched load, acceptance by position, the advisor's k per concurrency, the report.
+k x concurrency grid at matched load (repeated, judged by the SLO), acceptance by position and per request,
+goodput and the speedup at the SLO and at matched concurrency (with its interval), the advisor's k, the report.
 --dry-run lists them with time estimates for this box and the budget (which trims the grid).
 
 Output: DIR/report.md (+ PNGs), grid/*.json, results/, lossless/, environment.json, state.json, and DIR.tar.gz
