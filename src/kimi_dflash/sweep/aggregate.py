@@ -117,6 +117,7 @@ def write_plots(found: Sequence[Cell], out: Path) -> list[Path]:
         series = sorted((c.sessions, c.output_tok_s) for c in found if c.point == point)
         ax.plot([s for s, _ in series], [v for _, v in series], marker="o", label=point)
     ax.set(title="Aggregate output tok/s by concurrency", xlabel="concurrent sessions", ylabel="output tokens / s")
+    ax.set_xticks(sorted({c.sessions for c in found}))  # sessions are whole numbers: no 2.25-session ticks
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7)
     written.append(save_figure(fig, out / "tok_s_vs_concurrency.png"))
