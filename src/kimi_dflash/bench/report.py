@@ -88,11 +88,16 @@ def tool_info(event_loop: str) -> ToolInfo:
     )
 
 
-def write_atomic(path: Path, document: Any) -> None:
-    """JSON data or a result (NaN/Infinity refused: they are not JSON), written atomically."""
+def to_json_text(document: Any) -> str:
+    """JSON data or a result as the text written to disk (NaN/Infinity refused: they are not JSON)."""
     if isinstance(document, BenchmarkResult):
         document = document.to_json()
-    write_text_atomic(path, json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+    return json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def write_atomic(path: Path, document: Any) -> None:
+    """JSON data or a result, written atomically."""
+    write_text_atomic(path, to_json_text(document))
 
 
 # -- stdout -------------------------------------------------------------------------------------

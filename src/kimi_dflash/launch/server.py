@@ -320,10 +320,12 @@ def stop_orphans(port: int, say: Callable[[str], None], grace_s: float = 10.0) -
     """Stop what servers this project started on ``port`` left behind when their API server died (EngineCore,
     workers: they carry its token), and their Intel OpenMP residue. Returns the pids stopped."""
     stopped: list[int] = []
+    dead_leaders: set[int] = set()  # the API servers that died: their residue is ours too
     for token, pids in ownership.orphans_on_port(port).items():
         say(f"serve: stopping {len(pids)} leftover vLLM process(es) of an earlier server on port {port}: {pids}")
+        dead_leaders |= {sid for sid in map(ownership.session_of, pids) if sid is not None and sid not in pids}
         stopped += ownership.terminate(pids, token, grace_s)
-    ownership.remove_kmp_residue(stopped)
+    ownership.remove_kmp_residue(sorted(set(stopped) | dead_leaders))
     return stopped
 
 
@@ -347,6 +349,7 @@ def stop_detached(
     if not ownership.is_ours(record):
         pid_path.unlink(missing_ok=True)
         stopped = stop_orphans(record.port, say)
+        ownership.remove_kmp_residue([record.pid])  # the recorded server died (e.g. SIGKILL): its residue
         if stopped:
             return StopOutcome(
                 True, f"server {record.pid} was not running; stopped {len(stopped)} leftover process(es)"
