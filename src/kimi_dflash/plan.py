@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from kimi_dflash import envvars
+from kimi_dflash.bench.redaction import redact_argv
 from kimi_dflash.config.validate import Config
 
 REDACTED = "<redacted>"
@@ -67,7 +68,7 @@ class LaunchPlan:
             f"{name}={REDACTED if name in self.secret_env else shlex.quote(value)}"
             for name, value in sorted(self.env.items())
         ]
-        lines.extend(_argv_lines(self.argv))
+        lines.extend(_argv_lines(tuple(redact_argv(self.argv))))  # belt and braces: validation refuses a key there
         return " \\\n  ".join(lines)
 
 

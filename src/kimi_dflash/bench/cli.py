@@ -13,11 +13,12 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from kimi_dflash.bench import eventloop, report
+from kimi_dflash.bench import eventloop, redaction, report
 from kimi_dflash.bench.client import Endpoint, normalize_base_url
 from kimi_dflash.bench.errors import UserError
 from kimi_dflash.bench.output_file import OutputWriteError, ResultFile
 from kimi_dflash.bench.progress import DEFAULT_INTERVAL_S
+from kimi_dflash.bench.redaction import RedactingArgumentParser
 from kimi_dflash.bench.result import SCHEMA, SCHEMA_VERSION, BenchmarkResult, RunInfo, Settings, ToolInfo
 from kimi_dflash.bench.runner import Benchmark, RunConfig, RunState, Stopper
 from kimi_dflash.bench.workload import BUILTIN, Dataset, load_dataset
@@ -76,8 +77,12 @@ def _bounded(kind: type, low: float, name: str) -> Any:
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=prog, description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
+    parser = RedactingArgumentParser(
+        prog=prog,
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,  # "--api K" must not be taken for --api-key (and then stored unredacted)
     )
     target = parser.add_argument_group("server")
     target.add_argument(
@@ -367,6 +372,12 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     parser = build_parser(prog)
     args = parser.parse_args(argv)
     args.api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or os.environ.get("VLLM_API_KEY") or None
+    for flag, url in (("--base-url", args.base_url), ("--metrics-url", args.metrics_url)):
+        if url and redaction.redact_url(url) != url:
+            parser.error(
+                f"{flag} {redaction.redact_url(url)!r} carries credentials (user:password@); vLLM takes a bearer "
+                "key: pass it with --api-key or OPENAI_API_KEY"
+            )
     base_url = normalize_base_url(args.base_url)
     if not base_url.startswith(("http://", "https://")):
         parser.error(f"--base-url must start with http:// or https://, got {args.base_url!r}")

@@ -14,12 +14,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
+from kimi_dflash.bench import redaction
 from kimi_dflash.bench.atomic_write import write_text_atomic
 from kimi_dflash.bench.result import BenchmarkResult, Distribution, LevelResult, ToolInfo
 
 TOOL_NAME = "benchmark_multi_turn"
 
-SECRET_FLAGS = ("--api-key",)
+SECRET_FLAGS = redaction.SECRET_OPTIONS
 
 
 def utc_now() -> str:
@@ -27,24 +28,8 @@ def utc_now() -> str:
 
 
 def redact_argv(argv: list[str]) -> list[str]:
-    """The command line with secrets replaced, so it can be stored and shown."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append("***")
-            hide_next = False
-            continue
-        flag, eq, _value = arg.partition("=")
-        if flag in SECRET_FLAGS:
-            if eq:
-                out.append(f"{flag}=***")
-            else:
-                out.append(arg)
-                hide_next = True
-            continue
-        out.append(arg)
-    return out
+    """The command line with secrets replaced, so it can be stored and shown (bench/redaction.py)."""
+    return redaction.redact_argv(argv, SECRET_FLAGS)
 
 
 def git_revision(start: Path | None = None) -> str | None:

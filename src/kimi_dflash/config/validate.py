@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from kimi_dflash.bench.redaction import redact_argv, secret_option
 from kimi_dflash.config.loader import RawSetting, display_path, read_settings
 from kimi_dflash.config.problems import ConfigError, Problem
 from kimi_dflash.config.schema import DEMO_CHOICES, KEYS, KEYS_BY_NAME, NO_DEMO, Key
@@ -419,9 +420,20 @@ def _rule_extra_args(v: ConfigValues, s: Mapping[str, str]) -> list[Problem]:
     if extra is None:
         return []
     try:
-        shlex.split(str(extra))
+        args = shlex.split(str(extra))
     except ValueError as exc:
         return [_problem(s, v, "EXTRA_VLLM_ARGS", f"cannot be split into arguments ({exc})", "balance the quotes")]
+    if any(secret_option(arg) for arg in args):
+        # The key would be shown by --dry-run and sit on vLLM's command line (ps) for every user of the machine.
+        return [
+            Problem(
+                s.get("EXTRA_VLLM_ARGS", "default"),
+                "EXTRA_VLLM_ARGS",
+                shlex.join(redact_argv(args)),
+                "carries the API key (--api-key); a key there lands on the process command line",
+                "remove it from EXTRA_VLLM_ARGS and set API_KEY (it reaches vLLM through VLLM_API_KEY, never argv)",
+            )
+        ]
     return []
 
 
