@@ -10,7 +10,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from kimi_dflash import envvars
+from kimi_dflash import envvars, vllm_auth
 from kimi_dflash.bench.redaction import redact_argv
 from kimi_dflash.config.validate import Config
 
@@ -170,6 +170,10 @@ def vllm_argv(config: Config, python_executable: str) -> tuple[str, ...]:
     spec = speculative_config(config)
     if spec is not None:
         argv += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
+    if config["API_KEY"] is not None:
+        # vLLM's own key check covers only /v1 (and a few prefixes); this middleware makes every route but /health
+        # need the key, and the API docs are not served (kimi_dflash/vllm_auth.py, docs/security.md).
+        argv += ["--middleware", vllm_auth.MIDDLEWARE_PATH, "--disable-fastapi-docs"]
     if config["EXTRA_VLLM_ARGS"] is not None:
         argv += shlex.split(str(config["EXTRA_VLLM_ARGS"]))
     return tuple(argv)
