@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import math
 import os
 import signal
 import sys
@@ -69,6 +70,8 @@ def _bounded(kind: type, low: float, name: str) -> Any:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{name} must be a finite number, got {text!r}")
         if value < low:
             raise argparse.ArgumentTypeError(f"{name} must be >= {low}, got {text!r}")
         return value
