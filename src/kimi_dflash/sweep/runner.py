@@ -145,8 +145,11 @@ class PointRunner:
         ]  # fmt: skip
         progress.say(index, point, f"benchmarking at {','.join(map(str, self.plan.sessions))} sessions")
         with bench_log.open("w", encoding="utf-8") as log:
-            env = None if self.plan.api_key is None else {**os.environ, "OPENAI_API_KEY": self.plan.api_key}
-            process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+            # Not `env`: that is the point's server environment, read again below for the result's config values.
+            bench_env = None if self.plan.api_key is None else {**os.environ, "OPENAI_API_KEY": self.plan.api_key}
+            process = subprocess.Popen(
+                command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=bench_env
+            )
             assert process.stdout is not None
             try:
                 for line in process.stdout:
