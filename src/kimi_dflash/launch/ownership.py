@@ -22,6 +22,11 @@ from pathlib import Path
 
 TOKEN_VAR = "KIMI_DFLASH_SERVER_TOKEN"
 PORT_VAR = "KIMI_DFLASH_SERVER_PORT"
+# vLLM names its processes with setproctitle ("VLLM::EngineCore", "VLLM::Worker"), which by default writes the
+# title over the memory /proc/<pid>/environ reads: the token would vanish from exactly the processes that get
+# orphaned. With SPT_NOENV set, setproctitle keeps the title within the original command line and leaves the
+# environment readable (setproctitle's documented switch).
+KEEP_ENVIRON = {"SPT_NOENV": "1"}
 PROC = Path("/proc")
 SHM = Path("/dev/shm")
 KMP_PREFIX = "__KMP_REGISTERED_LIB_"  # Intel OpenMP (libiomp5) registers each process here and never cleans up

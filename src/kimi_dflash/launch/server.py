@@ -122,6 +122,7 @@ def _child_env(plan: LaunchPlan, token: str | None = None) -> dict[str, str]:
     env.setdefault("PYTHONUNBUFFERED", "1")
     env[ownership.TOKEN_VAR] = token or ownership.new_token()
     env[ownership.PORT_VAR] = str(plan.port)
+    env.update(ownership.KEEP_ENVIRON)
     return env
 
 
