@@ -286,6 +286,21 @@ def _rule_device(v: ConfigValues, s: Mapping[str, str]) -> list[Problem]:
     return problems
 
 
+def _rule_executor(v: ConfigValues, s: Mapping[str, str]) -> list[Problem]:
+    # uni is one worker in the engine core's process; TP N needs N workers (vLLM: mp).
+    if v.distributed_executor_backend == "uni" and v.tensor_parallel_size > 1:
+        return [
+            _problem(
+                s,
+                v,
+                "DISTRIBUTED_EXECUTOR_BACKEND",
+                f"uni runs a single worker, TENSOR_PARALLEL_SIZE={v.tensor_parallel_size} needs one per GPU",
+                "set DISTRIBUTED_EXECUTOR_BACKEND=auto (or mp) for tensor parallelism",
+            )
+        ]
+    return []
+
+
 def _rule_models(v: ConfigValues, s: Mapping[str, str]) -> list[Problem]:
     demo = _demo_models(v.fabricate_demo_models)
     if demo is not None:
@@ -456,6 +471,7 @@ RULES: tuple[Rule, ...] = (
     _rule_batched_tokens_untested,
     _rule_batched_vs_seqs,
     _rule_device,
+    _rule_executor,
     _rule_models,
     _rule_fp8_drafter_kv,
     _rule_kv_scales,
