@@ -22,7 +22,7 @@ from kimi_dflash.launch import ownership
 from kimi_dflash.plan import LaunchPlan
 
 STOP_GRACE_S = 30.0
-POLL_INTERVAL_S = 1.0
+POLL_INTERVAL_S = 0.25  # a refused connection costs nothing; a 1 s poll added ~0.5 s to every ready time
 PROGRESS_INTERVAL_S = 10.0
 
 
