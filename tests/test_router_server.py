@@ -6,6 +6,7 @@ Cost: one extra demo server (the other replica is the session's demo server) and
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -123,7 +124,7 @@ def test_two_replicas_share_the_run_and_a_killed_one_loses_only_its_requests(rou
         "the second replica to be mid-run",
     )
     served_by_doomed = finished_requests(doomed.metrics_url) - before["doomed"]
-    pid = int((cache_root() / "run" / f"serve-{doomed.port}.pid").read_text())
+    pid = json.loads((cache_root() / "run" / f"serve-{doomed.port}.pid").read_text())["pid"]  # the ownership record
     killed_at = time.perf_counter()  # CLOCK_MONOTONIC on Linux: the benchmark's request records use the same clock
     os.killpg(pid, signal.SIGKILL)  # a crash, not a graceful stop
     output, _ = bench.communicate(timeout=900)

@@ -271,3 +271,10 @@ def test_a_point_whose_server_fails_is_recorded_with_its_log_tail_and_the_sweep_
     assert any("fatal: out of memory" in line for line in failures[0].log_tail)
     assert "FAILED NUM_SPECULATIVE_TOKENS-1 (server)" in (out / "summary.md").read_text(encoding="utf-8")
     assert not (out / "running.json").exists()
+
+
+def test_advisor_refuses_to_recommend_from_a_single_k() -> None:
+    p = (0.8, 0.6)
+    runs = [_measured(k, 4, p, a=0.02, b=0.004) for k in (0, 2)]  # a baseline and one speculative k
+    with pytest.raises(UserError, match="only k=2"):
+        predict(runs)

@@ -10,6 +10,8 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from kimi_dflash import vllm_auth
+from kimi_dflash.bench.redaction import redact_argv
 from kimi_dflash.config.validate import Config
 from kimi_dflash.core import envvars
 
@@ -23,6 +25,7 @@ OPTION_KEYS: dict[str, str] = {
     "--host": "HOST",
     "--port": "PORT",
     "--tensor-parallel-size": "TENSOR_PARALLEL_SIZE",
+    "--distributed-executor-backend": "DISTRIBUTED_EXECUTOR_BACKEND",
     "--gpu-memory-utilization": "GPU_MEMORY_UTILIZATION",
     "--dtype": "DTYPE",
     "--kv-cache-dtype": "KV_CACHE_DTYPE",
@@ -68,7 +71,7 @@ class LaunchPlan:
             f"{name}={REDACTED if name in self.secret_env else shlex.quote(value)}"
             for name, value in sorted(self.env.items())
         ]
-        lines.extend(_argv_lines(self.argv))
+        lines.extend(_argv_lines(tuple(redact_argv(self.argv))))  # belt and braces: validation refuses a key there
         return " \\\n  ".join(lines)
 
 
@@ -137,6 +140,8 @@ def vllm_argv(config: Config, python_executable: str) -> tuple[str, ...]:
             "--gpu-memory-utilization",
             f"{config['GPU_MEMORY_UTILIZATION']:g}",
         ]
+    if config["DISTRIBUTED_EXECUTOR_BACKEND"] != "auto":
+        argv += ["--distributed-executor-backend", str(config["DISTRIBUTED_EXECUTOR_BACKEND"])]
     if preshard is not None:
         argv += ["--load-format", SHARDED_STATE]
     if config["DTYPE"] != "auto":
@@ -172,6 +177,10 @@ def vllm_argv(config: Config, python_executable: str) -> tuple[str, ...]:
         argv += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
         if config["PER_REQUEST_SPEC_METRICS"] != "off":  # vLLM refuses the flag without speculative decoding
             argv += ["--per-request-spec-decode-metrics", str(config["PER_REQUEST_SPEC_METRICS"])]
+    if config["API_KEY"] is not None:
+        # vLLM's own key check covers only /v1 (and a few prefixes); this middleware makes every route but /health
+        # need the key, and the API docs are not served (kimi_dflash/vllm_auth.py, docs/security.md).
+        argv += ["--middleware", vllm_auth.MIDDLEWARE_PATH, "--disable-fastapi-docs"]
     if config["EXTRA_VLLM_ARGS"] is not None:
         argv += shlex.split(str(config["EXTRA_VLLM_ARGS"]))
     return tuple(argv)
@@ -215,10 +224,22 @@ def vllm_env(config: Config, cache_dir: str, cpu_preload: Sequence[str] = ()) ->
     return env
 
 
+def server_executor_env(config: Config) -> dict[str, str]:
+    """What the server needs so that vLLM keeps the executor the config asks for. vLLM's CPU platform turns
+    `uni` into `mp` while VLLM_ENABLE_V1_MULTIPROCESSING is on (platforms/cpu.py, check_and_update_config), a
+    guard for OpenMP thread binding, which the plan turns off (VLLM_CPU_OMP_THREADS_BIND=nobind). The API server
+    runs its engine core in a process of its own whatever this says (AsyncLLM always does); it only decides
+    whether the worker gets a third process. Server only: an offline LLM (preshard) would run its engine in-process."""
+    if config["DEVICE"] == "cpu" and config["DISTRIBUTED_EXECUTOR_BACKEND"] == "uni":
+        return {envvars.VLLM_ENABLE_V1_MULTIPROCESSING: "0"}
+    return {}
+
+
 def build_plan(config: Config, python_executable: str, cache_dir: str, cpu_preload: Sequence[str] = ()) -> LaunchPlan:
     """The complete launch plan. Pure: same config and arguments, same plan. `cpu_preload`: libraries found on
     this machine for LD_PRELOAD on DEVICE=cpu (launch/cpu_libs.py finds them)."""
     env = vllm_env(config, cache_dir, cpu_preload)
+    env.update(server_executor_env(config))
     return LaunchPlan(
         argv=vllm_argv(config, python_executable),
         env=env,

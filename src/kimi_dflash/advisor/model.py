@@ -171,6 +171,13 @@ def predict(runs: Sequence[Measured], fit_k: set[int] | None = None) -> tuple[tu
     predictions: list[Prediction] = []
     for sessions in sorted({m.sessions for m in fitting if m.k > 0}):
         here = [m for m in fitting if m.sessions == sessions and m.k > 0]
+        if len({m.k for m in here}) < 2:
+            # One k shows no growth of the step time with k: a fitted slope of 0 would favour the largest k.
+            raise UserError(
+                f"at {sessions} sessions the runs have only k={here[0].k} (k >= 1): the step-time slope cannot be "
+                "measured, so no k can be recommended. Add runs at a second k, e.g. a sweep with "
+                "--grid NUM_SPECULATIVE_TOKENS=1,2,4 (or restrict --fit-k to k measured at every concurrency)."
+            )
         a, b = fit_step(here)
         measured_here = {m.k: m for m in runs if m.sessions == sessions}
         baseline = measured_here.get(0)

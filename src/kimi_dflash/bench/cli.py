@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import math
 import os
 import signal
 import sys
@@ -13,10 +14,12 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from kimi_dflash.bench import cli_options, datasets, eventloop, export_csv, report, request_shaping
+from kimi_dflash.bench import cli_options, datasets, eventloop, export_csv, redaction, report, request_shaping
 from kimi_dflash.bench.client import Endpoint, normalize_base_url
 from kimi_dflash.bench.level_extras import percentile_key
+from kimi_dflash.bench.output_file import OutputWriteError, ResultFile
 from kimi_dflash.bench.progress import DEFAULT_INTERVAL_S
+from kimi_dflash.bench.redaction import RedactingArgumentParser
 from kimi_dflash.bench.result import SCHEMA, SCHEMA_VERSION, BenchmarkResult, RunInfo, Settings, ToolInfo
 from kimi_dflash.bench.runner import Benchmark, RunConfig, RunState, Stopper
 from kimi_dflash.bench.workload import BUILTIN, Dataset, load_dataset
@@ -47,7 +50,8 @@ examples:
 
 exit status: 0 finished (failed requests are counted in the result, not fatal); 2 bad arguments, server
 unreachable at start, model not served (or several served and no --model); 3 the server went away
-mid-run (partial results written); 130/143 interrupted by Ctrl-C/SIGTERM (partial results written).
+mid-run (partial results written); 4 the result could not be written mid-run (disk full: the file keeps the
+last level written); 130/143 interrupted by Ctrl-C/SIGTERM (partial results written).
 """
 
 
@@ -67,6 +71,8 @@ def _bounded(kind: type, low: float, name: str) -> Any:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{name} must be a finite number, got {text!r}")
         if value < low:
             raise argparse.ArgumentTypeError(f"{name} must be >= {low}, got {text!r}")
         return value
@@ -75,8 +81,12 @@ def _bounded(kind: type, low: float, name: str) -> Any:
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=prog, description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
+    parser = RedactingArgumentParser(
+        prog=prog,
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,  # "--api K" must not be taken for --api-key (and then stored unredacted)
     )
     target = parser.add_argument_group("server")
     target.add_argument(
@@ -220,7 +230,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     out.add_argument(
         "--output",
         default=None,
-        help="result JSON (default results/benchmark-<UTC time>.json); written atomically after every level",
+        help="result JSON (default results/benchmark-<UTC time>.json); written atomically after every level. An "
+        "existing result is kept until this run has measured a level (until then: OUTPUT.partial), then moved to "
+        "<name>.previous.json; a FIFO or device is refused (/dev/null: keep nothing)",
     )
     out.add_argument("--label", default=None, help="free text stored in the result, e.g. dflash-st2 or baseline")
     out.add_argument(
@@ -280,18 +292,30 @@ def _system_prompt(args: argparse.Namespace, dataset: Dataset) -> str | None:
 
 
 class ResultWriter:
-    """Keeps the document current on disk and prints each finished level once."""
+    """Keeps the document current on disk and prints each finished level once. Where it writes, and why an
+    earlier result is never lost: bench/output_file.py."""
 
     def __init__(self, path: Path, tool: ToolInfo, run: RunInfo, settings: Settings) -> None:
-        self.path = path
+        self.file = ResultFile(path)
+        self.path = self.file.path
         self.tool = tool
         self.run = run
         self.settings = settings
         self.printed = 0
-        self.written = False
         self.csv_percentiles: tuple[str, ...] | None = None  # --csv: the extra percentile columns
+        self.saved_levels = 0  # levels in the document on disk
+        self.write_error: OutputWriteError | None = None
 
-    def document(self, state: RunState) -> BenchmarkResult:
+    @property
+    def written(self) -> bool:
+        return self.file.written is not None
+
+    @property
+    def location(self) -> Path | None:
+        """Where this run's latest document is (None: nothing written, or --output /dev/null)."""
+        return self.file.written
+
+    def document(self, state: RunState, levels: int | None = None) -> BenchmarkResult:
         settings = dataclasses.replace(self.settings, model=state.model or self.settings.model)
         return BenchmarkResult(
             schema=SCHEMA,
@@ -301,25 +325,51 @@ class ResultWriter:
             settings=settings,
             server=state.server,
             warmup=state.warmup,
-            results=state.results,
+            results=state.results if levels is None else state.results[:levels],
         )
+
+    def _write(self, document: BenchmarkResult) -> None:
+        self.file.write(report.to_json_text(document), has_levels=bool(document.results))
+        self.saved_levels = len(document.results)
 
     def checkpoint(self, state: RunState) -> None:
         for result in state.results[self.printed :]:
             report.print_level(result, sys.stdout)
             sys.stdout.flush()
         self.printed = len(state.results)
-        report.write_atomic(self.path, self.document(state))
-        if self.csv_percentiles is not None:
-            export_csv.write_csv(self.path, state.results, state.level_records, state.origin, self.csv_percentiles)
-        self.written = True
+        if self.write_error is not None:
+            return
+        try:
+            self._write(self.document(state))
+            if self.csv_percentiles is not None and state.results and self.location is not None:
+                try:
+                    export_csv.write_csv(
+                        self.file.path, state.results, state.level_records, state.origin, self.csv_percentiles
+                    )
+                except OSError as exc:  # the same rules as the JSON: one clear error, the JSON stays complete
+                    raise OutputWriteError(f"cannot write the CSV files beside {self.file.path}: {exc}") from exc
+        except OutputWriteError as error:
+            lost = len(state.results) - self.saved_levels
+            self.write_error = OutputWriteError(
+                f"{error}. The file keeps the last document written ({self.saved_levels} level(s))"
+                + (f"; {lost} level(s) measured since are only in the output above" if lost else "")
+                + ". Free space (or fix the path) and run again."
+            )
+            raise self.write_error from None
 
     def finish(self, state: RunState, status: str, detail: str, exit_code: int) -> BenchmarkResult:
         self.run = dataclasses.replace(
             self.run, status=status, status_detail=detail or None, finished_at=report.utc_now(), exit_code=exit_code
         )
         document = self.document(state)
-        if self.written or state.results:
+        if self.write_error is not None:
+            # Best effort: the levels already on disk with a status that says what happened (a smaller or
+            # equal document; if even that does not fit, the file keeps saying "running").
+            try:
+                self._write(self.document(state, levels=self.saved_levels))
+            except OutputWriteError:
+                print(f"note: could not record the failure in {self.path}; it still says 'running'", file=sys.stderr)
+        elif self.written or state.results:
             self.checkpoint(state)
         return document
 
@@ -345,20 +395,46 @@ async def _run(cfg: RunConfig, writer: ResultWriter) -> int:
     try:
         state = await bench.run()
     except UserError as exc:
-        writer.finish(bench.state, "failed", str(exc), exc.exit_code)
+        try:
+            writer.finish(bench.state, "failed", str(exc), exc.exit_code)
+        except OutputWriteError as write_error:
+            print(f"error: {write_error}", file=sys.stderr)
         print(f"error: {exc}", file=sys.stderr)
+        _say_where(writer)
         return exc.exit_code
     except Exception as exc:  # noqa: BLE001 - a bug must not lose the results so far: written, then shown
         detail = f"{type(exc).__name__}: {exc}"
-        writer.finish(bench.state, "crashed", detail, 1)
         traceback.print_exc()
-        print(f"benchmark crashed ({detail}); results so far are in {writer.path}", file=sys.stderr)
+        try:
+            writer.finish(bench.state, "crashed", detail, 1)
+        except OutputWriteError as write_error:
+            print(f"error: {write_error}", file=sys.stderr)
+        print(f"benchmark crashed ({detail})", file=sys.stderr)
+        _say_where(writer)
         return 1
-    document = writer.finish(state, stopper.status, stopper.detail, stopper.exit_code)
+    try:
+        document = writer.finish(state, stopper.status, stopper.detail, stopper.exit_code)
+    except OutputWriteError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
     report.print_summary(document, sys.stdout)
-    if writer.written:
-        print(f"result written to {writer.path}", file=sys.stderr)
+    _say_where(writer)
     return stopper.exit_code
+
+
+def _say_where(writer: ResultWriter) -> None:
+    """Where this run's document is, only when it really is there (never a false "results are in X")."""
+    if writer.location is None:
+        return
+    if writer.location == writer.file.partial:
+        print(
+            f"the earlier result in {writer.path} was kept (this run measured no level); this run's record is in "
+            f"{writer.location}",
+            file=sys.stderr,
+        )
+    else:
+        backup = f" (the earlier result is now {writer.file.backup})" if writer.file.replaced else ""
+        print(f"result written to {writer.location}{backup}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
@@ -369,6 +445,12 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     if args.sessions is None:
         args.sessions = (8,) if open_loop is None else (min(8, open_loop.sessions),)
     args.api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or os.environ.get("VLLM_API_KEY") or None
+    for flag, url in (("--base-url", args.base_url), ("--metrics-url", args.metrics_url)):
+        if url and redaction.redact_url(url) != url:
+            parser.error(
+                f"{flag} {redaction.redact_url(url)!r} carries credentials (user:password@); vLLM takes a bearer "
+                "key: pass it with --api-key or OPENAI_API_KEY"
+            )
     base_url = normalize_base_url(args.base_url)
     if not base_url.startswith(("http://", "https://")):
         parser.error(f"--base-url must start with http:// or https://, got {args.base_url!r}")
@@ -438,6 +520,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     writer = ResultWriter(output, report.tool_info(event_loop), run_meta, _settings(args, metrics_url, dataset))
     if args.csv:
         writer.csv_percentiles = tuple(percentile_key(q) for q in args.percentiles or ())
+    try:
+        writer.file.check()
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
     return eventloop.run(_run(cfg, writer), prefer_uvloop=not args.no_uvloop)
 
 

@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
+from kimi_dflash.bench import redaction
 from kimi_dflash.bench.level_extras import level_name, summary_lines
 from kimi_dflash.bench.request_shaping import redact_header_arg
 from kimi_dflash.bench.result import BenchmarkResult, Distribution, LevelResult, ToolInfo
@@ -21,7 +22,7 @@ from kimi_dflash.core.atomic_write import write_text_atomic
 
 TOOL_NAME = "benchmark_multi_turn"
 
-SECRET_FLAGS = ("--api-key",)
+SECRET_FLAGS = redaction.SECRET_OPTIONS
 
 
 def utc_now() -> str:
@@ -29,30 +30,19 @@ def utc_now() -> str:
 
 
 def redact_argv(argv: list[str]) -> list[str]:
-    """The command line with secrets replaced, so it can be stored and shown."""
+    """The command line with secrets replaced, so it can be stored and shown: secret options in any spelling and
+    URL credentials (bench/redaction.py), and the values of credential --header lines (bench/request_shaping.py)."""
     out: list[str] = []
-    hide_next = False
-    hide_header = False
-    for arg in argv:
-        if hide_next:
-            out.append("***")
-            hide_next = False
-            continue
-        flag, eq, _value = arg.partition("=")
-        if hide_header:
+    header_next = False
+    for arg in redaction.redact_argv(argv, SECRET_FLAGS):
+        if header_next:
             out.append(redact_header_arg(arg))
-            hide_header = False
+            header_next = False
             continue
+        flag, eq, value = arg.partition("=")
         if flag == "--header":
-            out.append(f"--header={redact_header_arg(_value)}" if eq else arg)
-            hide_header = not eq
-            continue
-        if flag in SECRET_FLAGS:
-            if eq:
-                out.append(f"{flag}=***")
-            else:
-                out.append(arg)
-                hide_next = True
+            out.append(f"--header={redact_header_arg(value)}" if eq else arg)
+            header_next = not eq
             continue
         out.append(arg)
     return out
@@ -99,11 +89,16 @@ def tool_info(event_loop: str) -> ToolInfo:
     )
 
 
-def write_atomic(path: Path, document: Any) -> None:
-    """JSON data or a result (NaN/Infinity refused: they are not JSON), written atomically."""
+def to_json_text(document: Any) -> str:
+    """JSON data or a result as the text written to disk (NaN/Infinity refused: they are not JSON)."""
     if isinstance(document, BenchmarkResult):
         document = document.to_json()
-    write_text_atomic(path, json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+    return json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def write_atomic(path: Path, document: Any) -> None:
+    """JSON data or a result, written atomically."""
+    write_text_atomic(path, to_json_text(document))
 
 
 # -- stdout -------------------------------------------------------------------------------------

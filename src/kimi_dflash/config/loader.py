@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from kimi_dflash.config.problems import ConfigError, Problem
 from kimi_dflash.config.schema import EXTENDS_KEY, KEYS_BY_NAME
 
 MAX_EXTENDS_DEPTH = 8
+MAX_CONFIG_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,7 @@ def display_path(path: Path) -> str:
     """Path as the user would type it: relative to the working directory when below it."""
     try:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
+    except (ValueError, RuntimeError, OSError):  # not below the cwd; a symlink loop
         return str(path)
 
 
@@ -49,10 +51,31 @@ def _missing_config_fix() -> str:
     return f"pass an existing env file, or the name of a shipped config ({names or 'none found'})"
 
 
+class NotAConfigFile(OSError):
+    """A path that must not be read as a config: a FIFO or device (it would block or never end), or too large."""
+
+
+def _read_config_text(path: Path) -> str:
+    """The file's text, refusing non-regular files before reading and anything over MAX_CONFIG_BYTES."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file (a FIFO, device or socket)"
+            raise NotAConfigFile(f"it is {kind}")
+        data = handle.read(MAX_CONFIG_BYTES + 1)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise NotAConfigFile(f"it is larger than {MAX_CONFIG_BYTES // 1024} KiB; a config is a short env file")
+    return data.decode("utf-8")
+
+
 def _read_file(path: Path, problems: list[Problem]) -> list[RawSetting]:
     shown = display_path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = _read_config_text(path)
+    except NotAConfigFile as exc:
+        problems.append(Problem(shown, None, None, f"cannot read config file: {exc}", "pass an env file"))
+        return []
     except FileNotFoundError:
         problems.append(Problem(shown, None, None, "config file not found", _missing_config_fix()))
         return []
@@ -114,7 +137,12 @@ def _read_chain(
     path: Path, problems: list[Problem], depth: int = 0, visiting: tuple[Path, ...] = ()
 ) -> dict[str, RawSetting]:
     """Settings of `path` on top of the file it EXTENDS (recursively)."""
-    resolved = path.resolve()
+    try:
+        resolved = path.resolve()
+    except (RuntimeError, OSError) as exc:  # Python < 3.13 raises RuntimeError on a symlink loop
+        problems.append(Problem(display_path(path), None, None, f"cannot resolve the config path ({exc})",
+                                "fix the symlink (it loops or is broken)"))  # fmt: skip
+        return {}
     if resolved in visiting:
         chain = " -> ".join(display_path(p) for p in (*visiting, resolved))
         problems.append(Problem(display_path(path), EXTENDS_KEY, None, f"EXTENDS loops: {chain}", "remove the cycle"))

@@ -157,6 +157,18 @@ KEYS: tuple[Key, ...] = (
     # --- engine ---
     _k("TENSOR_PARALLEL_SIZE", "int", 8, "engine", "Tensor-parallel degree (GPUs per replica).", minimum=1, maximum=64),
     _k(
+        "DISTRIBUTED_EXECUTOR_BACKEND",
+        "enum",
+        "auto",
+        "engine",
+        "--distributed-executor-backend: auto (vLLM picks: mp, one worker process per GPU, at TP > 1; uni at TP 1), "
+        "mp, or uni (the one worker runs inside vLLM's engine-core process; TENSOR_PARALLEL_SIZE=1 only). "
+        "On DEVICE=cpu vLLM turns uni into mp unless VLLM_ENABLE_V1_MULTIPROCESSING=0, which the plan then sets "
+        "(for the server only: the engine core stays a process of its own). The CPU demo uses uni: one process "
+        "fewer to import vLLM and torch, a faster start, the same tokens.",
+        choices=("auto", "mp", "uni"),
+    ),
+    _k(
         "DTYPE",
         "enum",
         "auto",

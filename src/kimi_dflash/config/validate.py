@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from kimi_dflash.bench.redaction import redact_argv, secret_option
 from kimi_dflash.config.loader import RawSetting, display_path, read_settings
 from kimi_dflash.config.problems import ConfigError, Problem
 from kimi_dflash.config.schema import DEMO_CHOICES, KEYS, KEYS_BY_NAME, NO_DEMO, Key
@@ -285,6 +286,21 @@ def _rule_device(v: ConfigValues, s: Mapping[str, str]) -> list[Problem]:
     return problems
 
 
+def _rule_executor(v: ConfigValues, s: Mapping[str, str]) -> list[Problem]:
+    # uni is one worker in the engine core's process; TP N needs N workers (vLLM: mp).
+    if v.distributed_executor_backend == "uni" and v.tensor_parallel_size > 1:
+        return [
+            _problem(
+                s,
+                v,
+                "DISTRIBUTED_EXECUTOR_BACKEND",
+                f"uni runs a single worker, TENSOR_PARALLEL_SIZE={v.tensor_parallel_size} needs one per GPU",
+                "set DISTRIBUTED_EXECUTOR_BACKEND=auto (or mp) for tensor parallelism",
+            )
+        ]
+    return []
+
+
 def _rule_models(v: ConfigValues, s: Mapping[str, str]) -> list[Problem]:
     demo = _demo_models(v.fabricate_demo_models)
     if demo is not None:
@@ -419,9 +435,20 @@ def _rule_extra_args(v: ConfigValues, s: Mapping[str, str]) -> list[Problem]:
     if extra is None:
         return []
     try:
-        shlex.split(str(extra))
+        args = shlex.split(str(extra))
     except ValueError as exc:
         return [_problem(s, v, "EXTRA_VLLM_ARGS", f"cannot be split into arguments ({exc})", "balance the quotes")]
+    if any(secret_option(arg) for arg in args):
+        # The key would be shown by --dry-run and sit on vLLM's command line (ps) for every user of the machine.
+        return [
+            Problem(
+                s.get("EXTRA_VLLM_ARGS", "default"),
+                "EXTRA_VLLM_ARGS",
+                shlex.join(redact_argv(args)),
+                "carries the API key (--api-key); a key there lands on the process command line",
+                "remove it from EXTRA_VLLM_ARGS and set API_KEY (it reaches vLLM through VLLM_API_KEY, never argv)",
+            )
+        ]
     return []
 
 
@@ -444,6 +471,7 @@ RULES: tuple[Rule, ...] = (
     _rule_batched_tokens_untested,
     _rule_batched_vs_seqs,
     _rule_device,
+    _rule_executor,
     _rule_models,
     _rule_fp8_drafter_kv,
     _rule_kv_scales,

@@ -29,6 +29,7 @@ class ConfigValues:
     api_key: str | None
     ready_timeout_s: int
     tensor_parallel_size: int
+    distributed_executor_backend: Literal["auto", "mp", "uni"]
     dtype: Literal["auto", "bfloat16", "float16", "float32"]
     kv_cache_dtype: Literal["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"]
     max_model_len: int

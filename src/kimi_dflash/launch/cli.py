@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import sys
 from pathlib import Path
 
@@ -12,17 +11,20 @@ from kimi_dflash.config.problems import ConfigError, Problem
 from kimi_dflash.config.shipped import resolve_config_argument
 from kimi_dflash.config.validate import Config, check_paths, load_config
 from kimi_dflash.core.paths import cache_root
-from kimi_dflash.launch import hooks
+from kimi_dflash.launch import hooks, ownership
 from kimi_dflash.launch.prepare import local_plan, resolve_demo_models
 from kimi_dflash.launch.server import (
-    read_pid,
+    StartInterrupted,
     run_foreground,
+    running_server,
     start_and_wait,
     stop_detached,
+    stop_orphans,
 )
 from kimi_dflash.plan import LaunchPlan, build_plan
 
 EXIT_CONFIG = 2
+EXIT_INTERRUPTED = 130
 
 DESCRIPTION = """\
 Launch vLLM's OpenAI-compatible server for Kimi K2.6 + DFlash from an env-file config.
@@ -41,14 +43,20 @@ examples:
                                                   will that vLLM start this plan? (reads its source only)
   ./serve.sh configs/demo-cpu.env --wait          start the CPU demo in the background, return when ready
   ./serve.sh configs/demo-cpu.env --stop          stop a server started with --wait
-exit codes: 0 ok, 1 preflight/patch/start failure, 2 invalid config (--check-vllm: 2 = that vLLM would not
-start this plan); otherwise vLLM's own exit code.
+exit codes: 0 ok, 1 preflight/patch/start failure (also: --wait found a server or another start on that port;
+--stop refused a pid file that does not prove the process is ours), 2 invalid config (--check-vllm: 2 = that
+vLLM would not start this plan), 130 interrupted during --wait (what was starting has been stopped); otherwise
+vLLM's own exit code.
 """
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="serve.sh", description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="serve.sh",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
     )
     parser.add_argument(
         "config",
@@ -121,8 +129,7 @@ def main(argv: list[str] | None = None) -> int:
 
     pid_path = run_dir() / f"serve-{config['PORT']}.pid"
     if args.stop:
-        say(f"serve: {stop_detached(pid_path)}")
-        return 0
+        return stop(pid_path)
 
     if args.check_vllm is not None:
         return check_vllm(config, args.check_vllm)
@@ -142,6 +149,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         print(plan.render())
         return 0
+    log_problem = _log_problem(args.log)
+    if log_problem and not args.preflight:
+        say(f"serve: --log {args.log}: {log_problem}; nothing was started.")
+        return EXIT_CONFIG
 
     if not args.skip_preflight or args.preflight:
         ok = hooks.preflight(config, plan, fix_numa=args.fix_numa, say=say)
@@ -172,34 +183,82 @@ def check_vllm(config: Config, vllm_dir: Path) -> int:
     return report.exit_code
 
 
-def start(config: Config, plan: LaunchPlan, args: argparse.Namespace, pid_path: Path) -> int:
-    say(f"serve: starting vLLM for {plan.served_model_name} on {plan.base_url}")
-    if not args.wait:
-        return run_foreground(plan, args.log)
+def _log_problem(log: Path | None) -> str | None:
+    """Why vLLM's output cannot be appended to ``log`` (None: it can). Checked before anything starts."""
+    if log is None:
+        return None
+    if log.is_dir():
+        return "is a directory; give a file path (e.g. LOG_DIR/serve.log)"
+    if log.exists() and not (log.is_file() or log.is_char_device()):  # a FIFO would block the start
+        return "is not a regular file (nor a device such as /dev/null)"
+    try:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("ab"):
+            pass
+    except OSError as error:
+        return f"cannot be written ({error.strerror or error})"
+    return None
 
-    existing = read_pid(pid_path)
-    if existing is not None and _alive(existing):
+
+def _lock_path(pid_path: Path) -> Path:
+    return pid_path.with_suffix(".lock")
+
+
+def _busy(pid_path: Path) -> str:
+    return (
+        f"serve: another serve.sh is starting or stopping a server on this port right now (lock "
+        f"{_lock_path(pid_path)}); nothing was done. Wait for it, or Ctrl-C it."
+    )
+
+
+def stop(pid_path: Path) -> int:
+    """`--stop`: under the port's lock, stop the recorded server only when it is provably ours."""
+    try:
+        with ownership.port_lock(_lock_path(pid_path)):
+            outcome = stop_detached(pid_path, say=say)
+    except ownership.StartInProgress:
+        say(_busy(pid_path))
+        return 1
+    say(f"serve: {outcome.message}")
+    return 0 if outcome.ok else 1
+
+
+def start(config: Config, plan: LaunchPlan, args: argparse.Namespace, pid_path: Path) -> int:
+    if not args.wait:
+        say(f"serve: starting vLLM for {plan.served_model_name} on {plan.base_url}")
+        return run_foreground(plan, args.log)
+    try:
+        with ownership.port_lock(_lock_path(pid_path)):
+            return _start_detached(config, plan, args, pid_path)
+    except ownership.StartInProgress:
+        say(_busy(pid_path))
+        return 1
+    except StartInterrupted:
+        return EXIT_INTERRUPTED
+
+
+def _start_detached(config: Config, plan: LaunchPlan, args: argparse.Namespace, pid_path: Path) -> int:
+    """Check-then-start, under the port's lock (so two starts at once give one server and one refusal)."""
+    try:
+        existing = running_server(pid_path)
+    except ownership.PidFileError as error:
+        say(f"serve: {pid_path} is not a server record ({error}); remove it once no server of yours runs.")
+        return 1
+    if existing is not None:
         say(
-            f"serve: a server from an earlier --wait is still running (pid {existing}); "
+            f"serve: a server from an earlier --wait is still running (pid {existing.pid}); "
             f"stop it first: ./serve.sh {args.config} --stop"
         )
         return 1
+    pid_path.unlink(missing_ok=True)  # stale: its process is gone (or is not ours)
+    stop_orphans(plan.port, say)
+    say(f"serve: starting vLLM for {plan.served_model_name} on {plan.base_url}")
     log_path = args.log or cache_root() / "logs" / f"serve-{config['PORT']}.log"
     timeout_s = float(config.get_int("READY_TIMEOUT_S"))
     if start_and_wait(plan, log_path, pid_path, timeout_s, config.get_str("API_KEY"), say) is None:
         return 1
     say(f"serve: stop it with: ./serve.sh {args.config} --stop")
     return 0
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 if __name__ == "__main__":

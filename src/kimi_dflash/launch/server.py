@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -17,10 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_dflash.core.atomic_write import write_text_atomic
+from kimi_dflash.launch import ownership
 from kimi_dflash.plan import LaunchPlan
 
 STOP_GRACE_S = 30.0
-POLL_INTERVAL_S = 1.0
+POLL_INTERVAL_S = 0.25  # a refused connection costs nothing; a 1 s poll added ~0.5 s to every ready time
 PROGRESS_INTERVAL_S = 10.0
 
 
@@ -64,21 +66,34 @@ def probe_ready(plan: LaunchPlan, api_key: str | None) -> Readiness:
     return Readiness(True, "ok")
 
 
-def tail(path: Path, lines: int = 40) -> str:
+def tail(path: Path, lines: int = 40, start: int = 0) -> str:
+    """The last ``lines`` lines of ``path`` from byte ``start`` on (a log appended to by several starts)."""
     try:
         with path.open("rb") as handle:
+            handle.seek(start)
             return b"".join(deque(handle, maxlen=lines)).decode(errors="replace")
     except OSError:
         return "(no log)"
 
 
-def _last_line(path: Path) -> str:
-    text = tail(path, 5).strip().splitlines()
+def _last_line(path: Path, start: int = 0) -> str:
+    text = tail(path, 5, start).strip().splitlines()
     return text[-1][:160] if text else ""
 
 
+def _log_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
 def stop_process_group(process: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> int:
-    """SIGTERM the server's whole process group (vLLM's workers included), SIGKILL what is left after grace_s."""
+    """SIGTERM the server's whole process group (vLLM's workers included), SIGKILL what is left after grace_s;
+    then stop any process of its family that left the group, and remove the family's Intel OpenMP residue."""
+    env = ownership.environ_of(process.pid) if process.poll() is None else None
+    token = (env or {}).get(ownership.TOKEN_VAR)
+    members = ownership.family(token) if token else [process.pid]
     if process.poll() is None:
         try:
             os.killpg(process.pid, signal.SIGTERM)
@@ -93,13 +108,21 @@ def stop_process_group(process: subprocess.Popen[bytes], grace_s: float = STOP_G
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    return process.wait()
+    code = process.wait()
+    if token:
+        members += ownership.terminate(ownership.family(token), token, grace_s=5.0)
+    ownership.remove_kmp_residue(sorted(set(members)))
+    return code
 
 
-def _child_env(plan: LaunchPlan) -> dict[str, str]:
+def _child_env(plan: LaunchPlan, token: str | None = None) -> dict[str, str]:
+    """The plan's environment over ours, plus the ownership token every vLLM process inherits (see ownership)."""
     env = dict(os.environ)
     env.update(plan.env)
     env.setdefault("PYTHONUNBUFFERED", "1")
+    env[ownership.TOKEN_VAR] = token or ownership.new_token()
+    env[ownership.PORT_VAR] = str(plan.port)
+    env.update(ownership.KEEP_ENVIRON)
     return env
 
 
@@ -155,19 +178,23 @@ def run_foreground(plan: LaunchPlan, log_path: Path | None) -> int:
 
 
 def start_detached(plan: LaunchPlan, log_path: Path, pid_path: Path) -> subprocess.Popen[bytes]:
-    """Start vLLM in its own session writing to log_path; it outlives this process."""
+    """Start vLLM in its own session writing to log_path; it outlives this process. The pid file gets the
+    ownership record (pid, its start time, the token in its environment) that --stop checks."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     pid_path.parent.mkdir(parents=True, exist_ok=True)
+    token = ownership.new_token()
     with log_path.open("ab") as log_handle:
         process = subprocess.Popen(
             plan.argv,
-            env=_child_env(plan),
+            env=_child_env(plan, token),
             start_new_session=True,
             stdin=subprocess.DEVNULL,
             stdout=log_handle,
             stderr=subprocess.STDOUT,
         )
-    write_text_atomic(pid_path, f"{process.pid}\n")
+    ticks = ownership.start_ticks(process.pid)
+    record = ownership.ServerRecord(process.pid, ticks if ticks is not None else 0, token, plan.port)
+    write_text_atomic(pid_path, record.to_json() + "\n")
     return process
 
 
@@ -178,8 +205,10 @@ def wait_until_ready(
     timeout_s: float,
     api_key: str | None,
     say: Callable[[str], None],
+    log_start: int = 0,
 ) -> bool:
-    """Poll until ready, the process dies (log tail shown) or the timeout passes. Shows progress meanwhile."""
+    """Poll until ready, the process dies (log tail shown) or the timeout passes. Shows progress meanwhile.
+    ``log_start``: where this start's output begins in the (appended) log."""
     started = time.monotonic()
     next_progress = started + PROGRESS_INTERVAL_S
     while True:
@@ -188,7 +217,7 @@ def wait_until_ready(
         if code is not None:
             say(
                 f"serve: vLLM exited with code {code} after {elapsed:.0f} s. Last lines of {log_path}:\n"
-                f"{tail(log_path)}"
+                f"{tail(log_path, start=log_start)}"
             )
             return False
         state = probe_ready(plan, api_key)
@@ -198,13 +227,21 @@ def wait_until_ready(
         if elapsed > timeout_s:
             say(
                 f"serve: not ready after {timeout_s:.0f} s ({state.detail}). Last lines of {log_path}:\n"
-                f"{tail(log_path)}"
+                f"{tail(log_path, start=log_start)}"
             )
             return False
         if time.monotonic() >= next_progress:
             next_progress += PROGRESS_INTERVAL_S
-            say(f"serve: waiting ({elapsed:.0f} s): {state.detail}; log: {_last_line(log_path)}")
+            say(f"serve: waiting ({elapsed:.0f} s): {state.detail}; log: {_last_line(log_path, log_start)}")
         time.sleep(POLL_INTERVAL_S)
+
+
+class StartInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM/SIGHUP) during a --wait start: what was starting has been stopped."""
+
+
+def _raise_interrupted(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def start_and_wait(
@@ -215,47 +252,123 @@ def start_and_wait(
     api_key: str | None,
     say: Callable[[str], None],
 ) -> subprocess.Popen[bytes] | None:
-    """Start vLLM detached with a fresh log and wait until it serves. None when it died or timed out: it is then
-    stopped (workers included), its pid file removed, and the log tail was shown."""
+    """Start vLLM detached, appending to log_path, and wait until it serves. None when it died or timed out: it is
+    then stopped (workers included), its pid file removed, and this start's log tail was shown. An interruption
+    (Ctrl-C, SIGTERM, SIGHUP) while it starts stops it too, says so, and raises StartInterrupted: the user is left
+    with nothing running rather than a server nobody was told about."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    log_path.write_bytes(b"")  # a fresh log per start, so the tail shown on failure is this run's
-    process = start_detached(plan, log_path, pid_path)
-    say(f"serve: vLLM pid {process.pid} for {plan.served_model_name} on {plan.base_url}, log {log_path}")
-    if wait_until_ready(plan, process, log_path, timeout_s, api_key, say):
+    log_start = _log_size(log_path)  # the log is appended to; the tail shown on failure is this start's
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    previous = (
+        {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGTERM, signal.SIGHUP)}
+        if on_main_thread
+        else {}
+    )
+    process = None
+    ignoring_sigint = False
+    try:
+        process = start_detached(plan, log_path, pid_path)
+        say(f"serve: vLLM pid {process.pid} for {plan.served_model_name} on {plan.base_url}, log {log_path}")
+        ready = wait_until_ready(plan, process, log_path, timeout_s, api_key, say, log_start)
+    except KeyboardInterrupt as interrupt:
+        if on_main_thread:  # a second Ctrl-C must not leave a half-stopped server behind
+            ignoring_sigint = signal.signal(signal.SIGINT, signal.SIG_IGN) is not signal.SIG_IGN
+        what = str(interrupt) or "SIGINT"
+        if process is not None:
+            say(f"\nserve: interrupted ({what}) while vLLM was starting; stopping it (pid {process.pid})...")
+            stop_process_group(process)
+            pid_path.unlink(missing_ok=True)
+            say(f"serve: stopped vLLM (pid {process.pid}) and its workers; nothing is left running.")
+        else:
+            say(f"\nserve: interrupted ({what}) before vLLM started; nothing is running.")
+        raise StartInterrupted(what) from None
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if ignoring_sigint:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+    if ready:
         return process
     stop_process_group(process)
     pid_path.unlink(missing_ok=True)
     return None
 
 
-def read_pid(pid_path: Path) -> int | None:
+@dataclass(frozen=True)
+class StopOutcome:
+    ok: bool  # False: refused (nothing was signalled)
+    message: str
+
+
+def read_record(pid_path: Path) -> ownership.ServerRecord | None:
+    """The ownership record in ``pid_path``; None when there is no file. PidFileError when it is not ours."""
     try:
-        return int(pid_path.read_text().strip())
-    except (OSError, ValueError):
+        text = pid_path.read_text(errors="replace")[:4096]
+    except FileNotFoundError:
         return None
+    except OSError as error:
+        raise ownership.PidFileError(f"cannot read it ({error.strerror or error})") from None
+    return ownership.parse_record(text)
 
 
-def stop_detached(pid_path: Path, grace_s: float = STOP_GRACE_S) -> str:
-    """Stop a server started with --wait (its whole process group). Returns what happened."""
-    pid = read_pid(pid_path)
-    if pid is None:
-        return f"no server recorded in {pid_path}"
+def running_server(pid_path: Path) -> ownership.ServerRecord | None:
+    """The recorded server when it is alive and provably ours; None otherwise (PidFileError passes through)."""
+    record = read_record(pid_path)
+    return record if record is not None and ownership.is_ours(record) else None
+
+
+def stop_orphans(port: int, say: Callable[[str], None], grace_s: float = 10.0) -> list[int]:
+    """Stop what servers this project started on ``port`` left behind when their API server died (EngineCore,
+    workers: they carry its token), and their Intel OpenMP residue. Returns the pids stopped."""
+    stopped: list[int] = []
+    dead_leaders: set[int] = set()  # the API servers that died: their residue is ours too
+    for token, pids in ownership.orphans_on_port(port).items():
+        say(f"serve: stopping {len(pids)} leftover vLLM process(es) of an earlier server on port {port}: {pids}")
+        dead_leaders |= {sid for sid in map(ownership.session_of, pids) if sid is not None and sid not in pids}
+        stopped += ownership.terminate(pids, token, grace_s)
+    ownership.remove_kmp_residue(sorted(set(stopped) | dead_leaders))
+    return stopped
+
+
+def stop_detached(
+    pid_path: Path, grace_s: float = STOP_GRACE_S, say: Callable[[str], None] = lambda _: None
+) -> StopOutcome:
+    """Stop a server started with --wait: only when the pid file's process is provably the one this project
+    started (same start time, same token in its environment); then its whole family, orphans included."""
     try:
-        os.killpg(pid, signal.SIGTERM)
-    except ProcessLookupError:
+        record = read_record(pid_path)
+    except ownership.PidFileError as error:
+        return StopOutcome(
+            False,
+            f"refusing to signal anything: the pid file {pid_path} is not a server record ({error}). "
+            f"Nothing was stopped; remove the file once you are sure no server of yours runs.",
+        )
+    if record is None:
+        stopped = stop_orphans(_port_from_name(pid_path), say)
+        extra = f"; stopped {len(stopped)} leftover vLLM process(es)" if stopped else ""
+        return StopOutcome(True, f"no server recorded in {pid_path}{extra}")
+    if not ownership.is_ours(record):
         pid_path.unlink(missing_ok=True)
-        return f"server {pid} was not running"
+        stopped = stop_orphans(record.port, say)
+        ownership.remove_kmp_residue([record.pid])  # the recorded server died (e.g. SIGKILL): its residue
+        if stopped:
+            return StopOutcome(
+                True, f"server {record.pid} was not running; stopped {len(stopped)} leftover process(es)"
+            )
+        return StopOutcome(True, f"server {record.pid} was not running (stale pid file removed; nothing signalled)")
+    members = ownership.family(record.token)
+    # SIGTERM the API server first: vLLM then shuts its engine and workers down itself.
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(record.pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pid, 0)
-        except ProcessLookupError:
-            break
+    while time.monotonic() < deadline and ownership.is_ours(record):
         time.sleep(0.2)
-    else:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    members += ownership.terminate(ownership.family(record.token), record.token, grace_s=5.0)
     pid_path.unlink(missing_ok=True)
-    return f"stopped server {pid}"
+    ownership.remove_kmp_residue(sorted(set(members)))
+    return StopOutcome(True, f"stopped server {record.pid} ({len(set(members))} process(es))")
+
+
+def _port_from_name(pid_path: Path) -> int:
+    digits = pid_path.stem.rpartition("-")[2]
+    return int(digits) if digits.isdigit() else -1

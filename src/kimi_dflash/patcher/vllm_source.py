@@ -47,10 +47,18 @@ class VllmSource:
 
     @classmethod
     def from_wheel(cls, wheel: Path) -> VllmSource:
-        archive = zipfile.ZipFile(wheel)
+        try:
+            archive = zipfile.ZipFile(wheel)
+        except (zipfile.BadZipFile, OSError, EOFError) as error:  # empty, truncated, not a zip at all
+            raise VllmSourceError(
+                f"{wheel} is not a readable wheel ({error}); download it again (pip download vllm==VERSION "
+                "--no-deps) or pass the unpacked `vllm` directory"
+            ) from None
         files: dict[str, object] = {
             name: name for name in archive.namelist() if name.startswith("vllm/") and name.endswith(".py")
         }
+        if not files:
+            raise VllmSourceError(f"{wheel} holds no vllm/ sources; is it a vLLM wheel?")
         return cls(str(wheel), files, lambda handle: archive.read(str(handle)).decode("utf-8", errors="replace"))
 
     @classmethod

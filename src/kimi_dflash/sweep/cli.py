@@ -8,6 +8,8 @@ from pathlib import Path
 
 from kimi_dflash.bench.cli import _positive_int_list
 from kimi_dflash.bench.cli import build_parser as bench_parser
+from kimi_dflash.bench.redaction import RedactingArgumentParser, split_secret
+from kimi_dflash.bench.request_shaping import is_credential, redact_header_arg
 from kimi_dflash.config.shipped import resolve_config_argument
 from kimi_dflash.core.atomic_write import write_text_atomic
 from kimi_dflash.core.errors import UserError
@@ -41,12 +43,13 @@ exit status: 0 every point finished; 1 some point failed (see DIR/*.failed.json)
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = RedactingArgumentParser(
         prog=prog,
         description="Sweep server configurations x concurrency: one benchmark result per point, an aggregate "
         "table at matched concurrency, and plots (tok/s vs concurrency; aggregate vs per-user tok/s, Pareto front).",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
     )
     parser.add_argument("config", help="config every point starts from: a path, or a shipped config's name (demo-cpu)")
     parser.add_argument("--grid", action="append", default=[], metavar="KEY=v1,v2",
@@ -62,6 +65,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
 
 def _bench_args(extra: list[str]) -> list[str]:
+    """The benchmark options every point gets, validated; the API key is not among them (see main)."""
     for arg in extra:
         if arg.split("=", 1)[0] in OWNED_BENCH_OPTIONS:
             raise UserError(f"{arg.split('=', 1)[0]} is set by the sweep for every point; leave it out.")
@@ -70,6 +74,15 @@ def _bench_args(extra: list[str]) -> list[str]:
         probe.parse_args([*extra, "--sessions", "1"])
     except SystemExit:
         raise UserError(f"benchmark options {' '.join(extra)!r} are not valid (see the message above).") from None
+    # sweep.json keeps the benchmark options (resume needs them verbatim): a credential header would be stored.
+    values = [value for flag, value in zip(extra, extra[1:]) if flag == "--header"]
+    values += [arg.partition("=")[2] for arg in extra if arg.startswith("--header=")]
+    for value in values:
+        if is_credential(value.partition(":")[0]):
+            raise UserError(
+                f"--header {redact_header_arg(value)!r}: a sweep stores its benchmark options in sweep.json, so it "
+                "takes no credential header; give the key as --api-key (sent as 'Authorization: Bearer', never stored)."
+            )
     return extra
 
 
@@ -87,6 +100,9 @@ def write_aggregate(out: Path, plots: bool) -> Path:
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     parser = build_parser(prog)
     args, extra = parser.parse_known_args(argv)
+    # The key (any spelling) goes to each benchmark through its environment: never into sweep.json, the dry run,
+    # the sweep's log or a process command line.
+    extra, api_key = split_secret(extra)
     config_as_given = args.config
     args.config = resolve_config_argument(args.config)
     try:
@@ -100,6 +116,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             points=points([parse_axis(g) for g in args.grid]),
             sessions=args.sessions,
             bench_args=_bench_args(extra),
+            api_key=api_key,
             out=args.out,
             config_as_given=config_as_given,
         )

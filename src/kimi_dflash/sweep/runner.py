@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
@@ -46,6 +46,7 @@ class SweepPlan:
     python: str = sys.executable
     config_as_given: str = ""  # stored in results (an absolute path would name this machine's directories)
     server_env: tuple[tuple[str, str], ...] = ()  # config keys for every server, under each point's overrides
+    api_key: str | None = field(default=None, repr=False)  # to the benchmark's environment only, never stored
 
 
 def free_port() -> int:
@@ -150,7 +151,11 @@ class PointRunner:
         ]  # fmt: skip
         progress.say(index, point, f"benchmarking at {','.join(map(str, self.plan.sessions))} sessions")
         with bench_log.open("w", encoding="utf-8") as log:
-            process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            # Not `env`: that is the point's server environment, read again below for the result's config values.
+            bench_env = None if self.plan.api_key is None else {**os.environ, "OPENAI_API_KEY": self.plan.api_key}
+            process = subprocess.Popen(
+                command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=bench_env
+            )
             assert process.stdout is not None
             try:
                 for line in process.stdout:
@@ -223,5 +228,6 @@ def describe(plan: SweepPlan) -> Sequence[str]:
         done = "finished" if state.finished_result(plan.out, point) else "to run"
         env = " ".join(f"{k}={v}" for k, v in point.server_env().items()) or "(no overrides)"
         lines.append(f"  [{index}] {point.label:<40} serve.sh env: {env:<50} {done}")
-    lines.append(f"benchmark options: {' '.join(plan.bench_args) or '(defaults)'}; results in {plan.out}")
+    key = "; API key: given (not shown)" if plan.api_key else ""
+    lines.append(f"benchmark options: {' '.join(plan.bench_args) or '(defaults)'}{key}; results in {plan.out}")
     return lines

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from kimi_dflash.bench.redaction import RedactingArgumentParser
 from kimi_dflash.bench.report import write_atomic
 from kimi_dflash.validate.client import ServerError, api_key_from_env
 from kimi_dflash.validate.engine import (
@@ -128,10 +129,11 @@ def report_lines(reference: Server, candidate: Server, agreement: AgreementSumma
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = RedactingArgumentParser(
         prog=prog,
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
         epilog="example (the CPU demo: DFlash against no speculation):\n"
         "  ./serve.sh configs/demo-cpu-baseline.env --wait; ./serve.sh configs/demo-cpu.env --wait\n"
         "  kimi-dflash validate --reference http://127.0.0.1:8263 --candidate http://127.0.0.1:8262\n\n"

@@ -15,12 +15,22 @@ from typing import Any
 import aiohttp
 
 from kimi_dflash.bench.client import normalize_base_url
+from kimi_dflash.bench.redaction import redact_url
 
 API_KEY_ENV = "OPENAI_API_KEY"
 
 
 class ServerError(RuntimeError):
-    """The server could not be reached or answered with an error; the message says which and why."""
+    """The server could not be reached or answered with an error; the message says which and why (a URL's
+    credentials never shown)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(redact_url(message))
+
+
+# A server that hangs (timeout), closes or answers something that is not JSON of the expected shape.
+_TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, ValueError)
+_SHAPE_ERRORS = (KeyError, IndexError, TypeError, AttributeError, ValueError)
 
 
 @dataclass(frozen=True)
@@ -48,7 +58,11 @@ async def _get_json(session: aiohttp.ClientSession, url: str, api_key: str | Non
         async with session.get(url, headers=_headers(api_key)) as response:
             if response.status != 200:
                 raise ServerError(f"GET {url} answered HTTP {response.status}: {(await response.text())[:200]}")
-            return await response.json()
+            return await response.json(content_type=None)
+    except asyncio.TimeoutError:
+        raise ServerError(f"GET {url} did not answer in time; is that the server (and is it healthy)?") from None
+    except ValueError:
+        raise ServerError(f"GET {url} did not answer JSON; is that an OpenAI-compatible server?") from None
     except aiohttp.ClientError as error:
         raise ServerError(f"cannot reach {url}: {error}; is the server running?") from None
 
@@ -58,7 +72,10 @@ async def served_model(base_url: str, api_key: str | None = None, timeout_s: flo
     base = normalize_base_url(base_url)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
         document = await _get_json(session, f"{base}/v1/models", api_key)
-    models = [entry.get("id") for entry in document.get("data", []) if entry.get("id")]
+    try:
+        models = [entry.get("id") for entry in document.get("data", []) if entry.get("id")]
+    except _SHAPE_ERRORS:
+        raise ServerError(f"{base}/v1/models answered JSON that is not a model list") from None
     if not models:
         raise ServerError(f"{base}/v1/models lists no model")
     return str(models[0])
@@ -72,8 +89,8 @@ async def fetch_text(base_url: str, path: str, api_key: str | None = None, timeo
                 if response.status != 200:
                     raise ServerError(f"GET {base}{path} answered HTTP {response.status}")
                 return await response.text()
-        except aiohttp.ClientError as error:
-            raise ServerError(f"cannot reach {base}{path}: {error}") from None
+        except _TRANSPORT_ERRORS as error:
+            raise ServerError(f"cannot read {base}{path}: {error or type(error).__name__}") from None
 
 
 async def _chat_one(
@@ -83,18 +100,25 @@ async def _chat_one(
         async with session.post(url, json=payload, headers=_headers(api_key)) as response:
             if response.status != 200:
                 raise ServerError(f"POST {url} answered HTTP {response.status}: {(await response.text())[:300]}")
-            body = await response.json()
+            body = await response.json(content_type=None)
+    except asyncio.TimeoutError:
+        raise ServerError(f"POST {url} did not answer in time") from None
+    except ValueError:
+        raise ServerError(f"POST {url} did not answer JSON; is that an OpenAI-compatible server?") from None
     except aiohttp.ClientError as error:
         raise ServerError(f"request to {url} failed: {error}") from None
-    choice = body["choices"][0]
-    usage = body.get("usage") or {}
-    return Completion(
-        text=(choice.get("message") or {}).get("content") or "",
-        token_ids=choice.get("token_ids"),
-        completion_tokens=int(usage.get("completion_tokens", 0)),
-        prompt_tokens=int(usage.get("prompt_tokens", 0)),
-        finish_reason=choice.get("finish_reason"),
-    )
+    try:
+        choice = body["choices"][0]
+        usage = body.get("usage") or {}
+        return Completion(
+            text=(choice.get("message") or {}).get("content") or "",
+            token_ids=choice.get("token_ids"),
+            completion_tokens=int(usage.get("completion_tokens", 0)),
+            prompt_tokens=int(usage.get("prompt_tokens", 0)),
+            finish_reason=choice.get("finish_reason"),
+        )
+    except _SHAPE_ERRORS:
+        raise ServerError(f"POST {url} answered JSON without a chat completion") from None
 
 
 async def chat_greedy(

@@ -21,6 +21,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         prog="python -m kimi_dflash.instruments.synthetic",
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
         epilog="faults:\n" + "\n".join(f"  {name:<12} {doc}" for name, doc in FAULTS.items()),
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")

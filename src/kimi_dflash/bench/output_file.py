@@ -1,0 +1,131 @@
+"""Where the benchmark's result goes, without ever losing an earlier one (standard library only, like bench/).
+
+- Checked before anything is measured: a directory, a FIFO or a device is refused (a rename over it would
+  replace it with a regular file; a FIFO would block), except /dev/null, which keeps nothing and is never
+  touched; a symlink is followed (its target is written, the link stays); a directory that cannot be written
+  is refused (no run that measures for an hour and then cannot save).
+- An existing result is not touched until this run has measured its first level: until then checkpoints go to
+  ``OUTPUT.partial``. When the first level is in, the earlier file is moved to ``<stem>.previous<suffix>`` (one
+  generation, a hard link or a copy) and the new document
+  takes its place. A run that fails before that leaves the earlier result as
+  it was and its own record in ``OUTPUT.partial``.
+- A write that fails (disk full, permissions changed) leaves the last written document in place (every write
+  is atomic) and raises OutputWriteError naming what was lost.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import stat
+import tempfile
+from pathlib import Path
+
+from kimi_dflash.core.atomic_write import write_beside, write_text_atomic
+from kimi_dflash.core.errors import UserError
+
+EXIT_WRITE_FAILED = 4
+DEV_NULL = Path(os.devnull)
+
+
+class OutputWriteError(UserError):
+    """The result could not be written mid-run; the file holds the last document written."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, EXIT_WRITE_FAILED)
+
+
+def _is_dev_null(path: Path) -> bool:
+    try:
+        return os.path.samefile(path, DEV_NULL)
+    except OSError:
+        return False
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def describe_os_error(error: OSError) -> str:
+    if error.errno == errno.ENOSPC:
+        return "no space left on the device"
+    return error.strerror or str(error)
+
+
+class ResultFile:
+    """The run's result file under the rules in the module docstring."""
+
+    def __init__(self, requested: Path | str) -> None:
+        requested = Path(requested).expanduser()
+        self.discard = _is_dev_null(requested)
+        self.path = Path(os.path.realpath(requested)) if requested.is_symlink() else requested
+        self.partial = self.path.with_name(self.path.name + ".partial")
+        self.backup = self.path.with_name(f"{self.path.stem}.previous{self.path.suffix or '.json'}")
+        self.protect = False  # an earlier result is there: keep it until this run has a level
+        self.replaced = False  # this run's document has taken the target's place
+        self.written: Path | None = None  # where this run's latest document is
+
+    def check(self) -> None:
+        """Refuse, before anything is measured, an output that must not or cannot be written (UserError, 2)."""
+        if self.discard:
+            return
+        try:
+            mode = self.path.stat().st_mode
+        except FileNotFoundError:
+            mode = None
+        except OSError as error:
+            raise UserError(f"--output {self.path}: cannot use it ({describe_os_error(error)})") from None
+        if mode is not None and not stat.S_ISREG(mode):
+            raise UserError(
+                f"--output {self.path} is {_kind(mode)}; it would be replaced by a regular file. Give a file "
+                f"path (or {DEV_NULL} to keep no result)."
+            )
+        self.protect = mode is not None and self.path.stat().st_size > 0
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=self.path.parent, prefix=f".{self.path.name}.", delete=True):
+                pass
+        except OSError as error:
+            raise UserError(
+                f"--output {self.path}: cannot write in {self.path.parent} ({describe_os_error(error)}); "
+                "choose a directory you can write to"
+            ) from None
+
+    def write(self, text: str, has_levels: bool) -> Path | None:
+        """Write this run's document (``has_levels``: it holds at least one measured level). OutputWriteError
+        when the disk refuses; the previous document stays where it was."""
+        if self.discard:
+            return None
+        try:
+            if not self.protect or self.replaced:
+                write_text_atomic(self.path, text)
+                self.written = self.path
+            elif not has_levels:
+                write_text_atomic(self.partial, text)
+                self.written = self.partial
+            else:  # the first level is in: the earlier result moves aside, this run's takes its place
+                temporary = write_beside(self.path, text.encode("utf-8"))
+                try:
+                    self.backup.unlink(missing_ok=True)
+                    try:  # a second name for the earlier result: the target is never missing
+                        os.link(self.path, self.backup)
+                    except OSError:
+                        shutil.copy2(self.path, self.backup)
+                    os.replace(temporary, self.path)
+                finally:
+                    temporary.unlink(missing_ok=True)
+                self.replaced = True
+                self.written = self.path
+                self.partial.unlink(missing_ok=True)
+        except OSError as error:
+            raise OutputWriteError(f"cannot write the result to {self.path}: {describe_os_error(error)}") from None
+        return self.written

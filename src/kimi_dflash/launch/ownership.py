@@ -1,0 +1,230 @@
+"""Which processes are the vLLM server this project started, so that nothing else is ever signalled.
+
+A detached start (`serve.sh --wait`) gives vLLM a fresh random token in its environment
+(KIMI_DFLASH_SERVER_TOKEN) and records pid, the kernel's start time of that pid and the token in the pid file.
+Every process vLLM spawns (EngineCore, workers) inherits the environment, so the token in /proc/<pid>/environ
+names exactly the server's family, orphans included, and nothing else: a pid file pointing at an unrelated
+process, or a pid reused after a reboot, fails the check and is never signalled. Linux only (/proc).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import secrets
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+TOKEN_VAR = "KIMI_DFLASH_SERVER_TOKEN"
+PORT_VAR = "KIMI_DFLASH_SERVER_PORT"
+# vLLM names its processes with setproctitle ("VLLM::EngineCore", "VLLM::Worker"), which by default writes the
+# title over the memory /proc/<pid>/environ reads: the token would vanish from exactly the processes that get
+# orphaned. With SPT_NOENV set, setproctitle keeps the title within the original command line and leaves the
+# environment readable (setproctitle's documented switch).
+KEEP_ENVIRON = {"SPT_NOENV": "1"}
+PROC = Path("/proc")
+SHM = Path("/dev/shm")
+KMP_PREFIX = "__KMP_REGISTERED_LIB_"  # Intel OpenMP (libiomp5) registers each process here and never cleans up
+
+
+class PidFileError(ValueError):
+    """The pid file's content is not a record this project wrote (the message says what and how to fix it)."""
+
+
+@dataclass(frozen=True)
+class ServerRecord:
+    pid: int
+    start_ticks: int  # /proc/<pid>/stat field 22: start time in clock ticks since boot
+    token: str
+    port: int
+
+    def to_json(self) -> str:
+        return json.dumps({"pid": self.pid, "start_ticks": self.start_ticks, "token": self.token, "port": self.port})
+
+
+def new_token() -> str:
+    return secrets.token_hex(16)
+
+
+def pid_max(proc: Path = PROC) -> int:
+    try:
+        return int((proc / "sys/kernel/pid_max").read_text().strip())
+    except (OSError, ValueError):
+        return 4_194_304  # the kernel's upper limit
+
+
+def _valid_pid(value: object, proc: Path = PROC) -> int:
+    # bool is an int in Python; 0 and negatives would make kill() signal process groups, not one process.
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 < value <= pid_max(proc):
+        raise PidFileError(f"pid {value!r} is not a valid process id (2..{pid_max(proc)})")
+    return value
+
+
+def parse_record(text: str, proc: Path = PROC) -> ServerRecord:
+    """The record in a pid file; PidFileError for anything this project did not write (bare pids included)."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if isinstance(data, int) or (isinstance(text, str) and text.strip().lstrip("-").isdigit()):
+        # An older serve.sh wrote a bare pid: there is no token to prove the process is ours.
+        raise PidFileError(
+            f"it holds a bare pid ({text.strip()[:40]}) without the ownership record this serve.sh writes, so "
+            "nothing can prove that process is the server; check it yourself (ps -fp PID) and stop it with kill"
+        )
+    if not isinstance(data, dict):
+        raise PidFileError(f"unreadable content {text.strip()[:40]!r}")
+    try:
+        pid = _valid_pid(data["pid"], proc)
+        ticks, token, port = data["start_ticks"], data["token"], data["port"]
+    except KeyError as missing:
+        raise PidFileError(f"the record lacks {missing}") from None
+    if not (isinstance(ticks, int) and ticks >= 0 and isinstance(token, str) and len(token) >= 16):
+        raise PidFileError("the record's start time or token is malformed")
+    if not (isinstance(port, int) and 0 < port < 65536):
+        raise PidFileError(f"the record's port {port!r} is invalid")
+    return ServerRecord(pid, ticks, token, port)
+
+
+def start_ticks(pid: int, proc: Path = PROC) -> int | None:
+    """Start time of ``pid`` (clock ticks since boot), None when there is no such process."""
+    try:
+        stat = (proc / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: fields after the last ")" start at field 3.
+    fields = stat.rsplit(")", 1)[-1].split()
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def environ_of(pid: int, proc: Path = PROC) -> dict[str, str] | None:
+    """The environment ``pid`` started with, None when unreadable (gone, or another user's process)."""
+    try:
+        raw = (proc / str(pid) / "environ").read_bytes()
+    except OSError:
+        return None
+    entries = (item.decode(errors="replace").partition("=") for item in raw.split(b"\0") if item)
+    return {key: value for key, _, value in entries}
+
+
+def session_of(pid: int, proc: Path = PROC) -> int | None:
+    try:
+        fields = (proc / str(pid) / "stat").read_text().rsplit(")", 1)[-1].split()
+        return int(fields[3])  # field 6: session id
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def is_ours(record: ServerRecord, proc: Path = PROC) -> bool:
+    """The recorded pid is alive, started when recorded, and carries the recorded token."""
+    if start_ticks(record.pid, proc) != record.start_ticks or not alive(record.pid, proc):
+        return False
+    env = environ_of(record.pid, proc)
+    return env is not None and env.get(TOKEN_VAR) == record.token
+
+
+def family(token: str, proc: Path = PROC) -> list[int]:
+    """Every live process that carries ``token`` (the server and all it spawned, orphans included)."""
+    pids = []
+    for entry in proc.iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            env = environ_of(int(entry.name), proc)
+            if env is not None and env.get(TOKEN_VAR) == token:
+                pids.append(int(entry.name))
+    return sorted(pids)
+
+
+def orphans_on_port(port: int, proc: Path = PROC) -> dict[str, list[int]]:
+    """Processes of servers this project started on ``port`` whose API server (their session leader, which
+    carried the same token) is gone: token -> pids. A live server's family is never listed."""
+    by_token: dict[str, list[int]] = {}
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        env = environ_of(int(entry.name), proc)
+        if env is None or TOKEN_VAR not in env or env.get(PORT_VAR) != str(port):
+            continue
+        by_token.setdefault(env[TOKEN_VAR], []).append(int(entry.name))
+    orphans = {}
+    for token, pids in by_token.items():
+        leaders = {session_of(pid, proc) for pid in pids}
+        leader_alive = any(
+            leader is not None and (environ_of(leader, proc) or {}).get(TOKEN_VAR) == token for leader in leaders
+        )
+        if not leader_alive:
+            orphans[token] = sorted(pids)
+    return orphans
+
+
+def alive(pid: int, proc: Path = PROC) -> bool:
+    """Running (a zombie has exited: it only waits for its parent to collect the exit code)."""
+    try:
+        stat = (proc / str(pid) / "stat").read_text()
+    except OSError:
+        return False
+    fields = stat.rsplit(")", 1)[-1].split()
+    return bool(fields) and fields[0] not in ("Z", "X")
+
+
+def terminate(pids: list[int], token: str, grace_s: float, proc: Path = PROC) -> list[int]:
+    """SIGTERM each pid that still carries ``token`` (re-checked right before, against pid reuse), SIGKILL what
+    is left after ``grace_s``. Returns the pids signalled."""
+    signalled = []
+    for pid in pids:
+        if (environ_of(pid, proc) or {}).get(TOKEN_VAR) == token:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGTERM)
+                signalled.append(pid)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(alive(pid) for pid in signalled):
+        time.sleep(0.2)
+    for pid in signalled:
+        if (environ_of(pid, proc) or {}).get(TOKEN_VAR) == token:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(alive(pid) for pid in signalled):
+        time.sleep(0.1)
+    return signalled
+
+
+def remove_kmp_residue(pids: list[int], shm: Path = SHM) -> list[Path]:
+    """Remove Intel OpenMP's /dev/shm/__KMP_REGISTERED_LIB_<pid>_* files of the given (stopped) pids only; a pid
+    that is alive again (reused) keeps its files."""
+    removed = []
+    for pid in pids:
+        if alive(pid):
+            continue
+        for path in shm.glob(f"{KMP_PREFIX}{pid}_*"):
+            with contextlib.suppress(OSError):
+                path.unlink()
+                removed.append(path)
+    return removed
+
+
+class StartInProgress(RuntimeError):
+    """Another serve.sh holds the port's lock (it is starting or stopping a server on that port)."""
+
+
+@contextlib.contextmanager
+def port_lock(lock_path: Path) -> Iterator[None]:
+    """An exclusive, non-blocking lock around check-then-start (and stop) for one port; StartInProgress when
+    another process holds it. The kernel releases it when the holder exits, however it exits."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with lock_path.open("a+") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StartInProgress(str(lock_path)) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)

@@ -1,0 +1,74 @@
+"""ASGI middleware for vLLM's API server: with API_KEY set, every route needs the key, not only vLLM's prefixes.
+
+vLLM's own check (`--api-key` / VLLM_API_KEY) guards only paths under a few prefixes: "/v1" in 0.20
+(entrypoints/openai/server_utils.py:83), ("/v1", "/v2", "/inference", "/cohere") in 0.32 and 0.33
+(entrypoints/serve/middleware/authenticate.py:11, :59). /invocations (which generates), /tokenize, /detokenize,
+/metrics, /docs, /openapi.json and /version stay open. vLLM's `--middleware IMPORT.PATH` option (0.20:
+entrypoints/openai/cli_args.py:260; 0.32: launchers/cli_args.py:351; 0.33: common/cli_args.py:361) adds an app
+middleware to the same app, so this class, passed there by the launch plan, closes every route. Open without the
+key: /health and /ping (load balancers and the readiness probe) and CORS preflight (OPTIONS). See docs/security.md.
+
+Loaded by vLLM's API server process (`--middleware kimi_dflash.vllm_auth.RequireKeyEverywhere`); standard library
+only. vLLM constructs it with the app alone, so the key comes from the environment the plan sets (VLLM_API_KEY).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+OPEN_PATHS = frozenset({"/health", "/ping"})
+KEY_ENV = "VLLM_API_KEY"
+MIDDLEWARE_PATH = "kimi_dflash.vllm_auth.RequireKeyEverywhere"
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode("utf-8")).digest()
+
+
+class RequireKeyEverywhere:
+    """Answer 401 to any HTTP or websocket request without ``Authorization: Bearer <VLLM_API_KEY>``, except on
+    OPEN_PATHS and OPTIONS. Without a key in the environment it refuses everything but OPEN_PATHS (fail closed:
+    the plan adds this middleware only when a key is set)."""
+
+    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]], key: str | None = None) -> None:
+        self.app = app
+        key = os.environ.get(KEY_ENV, "") if key is None else key
+        self._key = _digest(key) if key else None
+
+    def _allowed(self, scope: Scope) -> bool:
+        path = str(scope.get("path", "")).removeprefix(str(scope.get("root_path", ""))) or "/"
+        if scope.get("method") == "OPTIONS" or path.rstrip("/") in OPEN_PATHS:
+            return True
+        if self._key is None:
+            return False
+        for name, value in scope.get("headers") or ():
+            if name.lower() == b"authorization":
+                scheme, _, token = value.decode("latin-1").partition(" ")
+                return scheme.lower() == "bearer" and hmac.compare_digest(_digest(token.strip()), self._key)
+        return False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope.get("type") not in ("http", "websocket") or self._allowed(scope):
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        body = json.dumps({"error": "Unauthorized: this server needs Authorization: Bearer <API_KEY>"}).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 401,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
