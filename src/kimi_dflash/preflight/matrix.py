@@ -154,10 +154,10 @@ def recommendation(columns: Sequence[Column]) -> str:
 
 def rules_table() -> str:
     """The rules as data (preflight/compat_rules.py), for docs/compatibility.md; no wheels needed."""
-    from kimi_dflash.preflight.compat_rules import RULES
+    from kimi_dflash.preflight.runtime_rules import ALL_RULES
 
     lines = ["| rule | checks | why | reads in vLLM's source | fix |", "|---|---|---|---|---|"]
-    lines += [f"| {r.id} | {r.title} | {r.why} | {r.reads} | {r.fix} |" for r in RULES]
+    lines += [f"| {r.id} | {r.title} | {r.why} | {r.reads} | {r.fix} |" for r in ALL_RULES]
     return "\n".join(lines) + "\n"
 
 
