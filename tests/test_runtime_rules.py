@@ -138,7 +138,7 @@ def test_a_quantised_drafter_is_refused(tmp_path: Path, source: VllmSource) -> N
     (drafter / "config.json").write_text(json.dumps({**shipped, "quantization_config": {"quant_method": "fp8"}}))
     [finding] = fails(judge(source, "production.env", DRAFT_MODEL_DIR=str(drafter)), "quantized drafter")
     assert "#51581" in finding.detail and "fp8" in finding.detail
-    args = '--speculative-config.quantization fp8'
+    args = "--speculative-config.quantization fp8"
     assert fails(judge(source, "production.env", EXTRA_VLLM_ARGS=args), "quantized drafter")
 
 

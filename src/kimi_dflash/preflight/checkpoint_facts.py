@@ -106,7 +106,7 @@ def facts_from_config(config: Mapping[str, Any], origin: str, role: str, *, ship
         routed_experts=experts,
         wna16_experts=_wna16_experts(quant) if experts else None,
         sliding_window=_has_sliding_window(merged),
-        attention_heads=merged.get("num_attention_heads") if isinstance(merged.get("num_attention_heads"), int) else None,
+        attention_heads=heads if isinstance(heads := merged.get("num_attention_heads"), int) else None,
         quantization=str(quant.get("quant_method") or "unknown") if isinstance(quant, dict) else None,
     )
 

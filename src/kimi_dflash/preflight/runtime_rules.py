@@ -67,7 +67,7 @@ def _check_verify_length(deployment: Deployment, source: VllmSource) -> list[Fin
                 f"verify length {qlen} (1 + k={k}), {padded}: {_label(source)}'s {facts.AITER_MLA} routes no verify "
                 "length, so aiter's kernel list decides; releases 0.28+ cap the padded persistent decode at 4 "
                 "(vllm #55609, #57642; ROCm/aiter #2760)",
-                f"NUM_SPECULATIVE_TOKENS <= 3, or confirm the verify step on the hardware",
+                "NUM_SPECULATIVE_TOKENS <= 3, or confirm the verify step on the hardware",
             )
         ]
     if qlen <= cap.cap:
