@@ -63,7 +63,7 @@ def dry_run(request: dict) -> dict:
         report["error"] = f"vLLM's argument parser exited ({exit_.code})"
     except Exception as error:  # noqa: BLE001 - vLLM's own error is the verdict
         report["error"] = f"{type(error).__name__}: {error}"
-        report["where"] = traceback.format_exc().strip().splitlines()[-12:]
+        report["where"] = traceback.format_exc().strip().splitlines()[-30:]
     return report
 
 
@@ -169,12 +169,22 @@ def _summarize(model) -> dict:
         kind = type(module).__name__
         method = getattr(module, "quant_method", None)
         if isinstance(method, FusedMoEMethodBase):
-            moe[type(method).__name__] = moe.get(type(method).__name__, 0) + 1
+            label = _moe_label(method)
+            moe[label] = moe.get(label, 0) + 1
         if kind in ("MLAAttention", "Attention"):
             kinds[kind] = kinds.get(kind, 0) + 1
     if moe:
         kinds["MoE"] = sum(moe.values())
     return {"class": type(model).__name__, "layers": kinds, "moe_methods": moe}
+
+
+def _moe_label(method) -> str:
+    """The MoE method's class and, where it records one, the kernel backend its oracle selected."""
+    for attr in ("wna16_backend", "wna16_moe_backend", "fp8_backend", "moe_backend", "backend"):
+        backend = getattr(method, attr, None)
+        if backend is not None and not callable(backend):
+            return f"{type(method).__name__} [{getattr(backend, 'name', backend)}]"
+    return type(method).__name__
 
 
 class _FakeGroup:

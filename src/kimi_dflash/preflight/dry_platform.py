@@ -26,14 +26,21 @@ ROCM_MEMORY = 192 * GIB
 CUDA_CAPABILITY = (9, 0)
 CUDA_MEMORY = 141 * GIB
 DEVICES = 8
+CUDA_EXTENSIONS = (
+    "vllm._C_stable_libtorch",
+    "vllm._moe_C",
+    "vllm.vllm_flash_attn._vllm_fa2_C",
+    "vllm.vllm_flash_attn._vllm_fa3_C",
+    "vllm._flashmla_C",
+    "vllm._flashmla_extension_C",
+    "vllm.third_party.flashmla",
+)
 
 
-def _stub_callable(name: str):
-    def stub(*args, **kwargs):
-        return None
-
-    stub.__name__ = name
-    return stub
+def _stub_callable(name: str) -> type:
+    """A stand-in for any name a stub module is asked for: a class, so it works as a callable (returns an inert,
+    truthy object), as a base class and in type annotations (`X | None`)."""
+    return type(name, (), {"__init__": lambda self, *args, **kwargs: None})
 
 
 class _StubModule(types.ModuleType):
@@ -69,6 +76,12 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 def _install_stub_package(root: str) -> None:
     sys.meta_path.insert(0, _StubFinder(root))
+
+
+def _stub_module(name: str) -> types.ModuleType:
+    module = types.ModuleType(name)
+    module.__spec__ = importlib.machinery.ModuleSpec(name, None)
+    return module
 
 
 def _amdsmi_module() -> types.ModuleType:
@@ -126,6 +139,9 @@ def _patch_torch_cuda(platform: str) -> list[str]:
     cuda.is_available = lambda: True
     cuda.device_count = lambda: DEVICES
     cuda._is_compiled = lambda: True
+    torch._C._cuda_getDeviceCount = lambda: DEVICES  # vLLM's stateless device count reads the raw binding
+    cuda._device_count_amdsmi = lambda: DEVICES
+    cuda._device_count_nvml = lambda: DEVICES
     cuda.current_device = lambda: 0
     cuda.set_device = lambda device: None
     cuda.get_device_properties = lambda device=None: props
@@ -145,6 +161,40 @@ def _patch_torch_cuda(platform: str) -> list[str]:
         f"torch.cuda reports {DEVICES} {props.name} devices (capability {props.major}.{props.minor}, "
         f"{props.total_memory // GIB} GiB); Stream/Event are placeholders; tensors are built on the meta device"
     ]
+
+
+def _cutlass_capability_probes() -> str:
+    """vLLM asks the CUDA op library at import which CUTLASS kernels it was built with, per compute capability;
+    answer as a CUDA wheel built for sm90/sm100 would (fp8 from 8.9, block fp8 and grouped GEMM on 9.x-10.x,
+    fp4 from 10.0)."""
+    import vllm._custom_ops as ops
+
+    ops.cutlass_scaled_mm_supports_fp8 = lambda capability: capability >= 89
+    ops.cutlass_scaled_mm_supports_block_fp8 = lambda capability: 90 <= capability < 110
+    ops.cutlass_scaled_mm_supports_fp4 = lambda capability: 100 <= capability < 110
+    ops.cutlass_group_gemm_supported = lambda capability: 90 <= capability < 110
+    return "CUTLASS capability probes answered per compute capability (fp8 >= 8.9, block fp8 9.x-10.x, fp4 10.x)"
+
+
+def _lenient_op_namespace() -> str:
+    """Layers bind their CUDA op at construction (SiluAndMul: torch.ops._C.silu_and_mul); the CPU build's _C
+    lacks the CUDA-only ones. Hand out an inert stand-in for a missing op (construction never calls it)."""
+    import torch
+
+    namespace = torch.ops._C
+    base = type(namespace)
+
+    class _LenientOpNamespace(base):  # type: ignore[misc, valid-type]
+        def __getattr__(self, name: str):
+            try:
+                return base.__getattr__(self, name)
+            except AttributeError:
+                if name.startswith("__"):
+                    raise
+                return _stub_callable(name)
+
+    namespace.__class__ = _LenientOpNamespace
+    return "torch.ops._C answers a missing (CUDA-only) op with an inert stand-in; no op runs"
 
 
 def _report_triton_active() -> list[str]:
@@ -187,10 +237,17 @@ def install(platform: str) -> list[str]:
         platforms._current_platform = RocmPlatform()
         fakes.append("vllm.platforms.current_platform = RocmPlatform() (no ROCm driver here)")
     elif platform == "cuda":
+        # The CUDA wheel's compiled extensions: platforms/cuda.py imports the op library at top level, and the
+        # attention backends ask whether flash-attention and FlashMLA were built. The CPU build has none.
+        for name in CUDA_EXTENSIONS:
+            _install_stub_package(name)
+        fakes.append(f"empty CUDA-only modules ({', '.join(CUDA_EXTENSIONS)}): present, no op registered")
         from vllm.platforms.cuda import NonNvmlCudaPlatform
 
         platforms._current_platform = NonNvmlCudaPlatform()
         fakes.append("vllm.platforms.current_platform = NonNvmlCudaPlatform() (no NVIDIA driver here, no NVML)")
+        fakes.append(_cutlass_capability_probes())
+        fakes.append(_lenient_op_namespace())
     else:
         raise ValueError(f"no simulated platform for {platform!r} (rocm or cuda)")
     _build_on_meta(platforms._current_platform)
