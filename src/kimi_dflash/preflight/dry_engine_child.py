@@ -1,10 +1,11 @@
 """The dry engine's child: vLLM's own start-up code for one `vllm serve` argv, nothing loaded, nothing served.
 
 Run as `python -c <this file's text> REQUEST_JSON` in the Python that will serve (standard library at top level, like
-runtime_child.py). REQUEST_JSON: {"argv": [...], "simulate": "rocm"|"cuda"|null, "fakes": path of dry_platform.py,
+runtime_child.py). REQUEST_JSON: {"argv": [...], "device": the plan's DEVICE, "fakes": path of dry_platform.py,
 "meta_model": bool}. Stages, each recorded as it passes:
 
-1. with "simulate": the simulated platform (dry_platform.install), every fake listed in the report;
+1. when the installed vLLM's platform is not the plan's DEVICE (rocm/cuda): the simulated platform
+   (dry_platform.install), every fake listed in the report; on the plan's own platform nothing is faked;
 2. vLLM's serve argument parser on the argv;
 3. `AsyncEngineArgs.from_cli_args(...).create_engine_config()` (model, speculative, cache, parallel, scheduler
    configs, the platform's check_and_update_config);
@@ -23,6 +24,13 @@ import sys
 import traceback
 
 MARKER = "KIMI_DFLASH_DRY_ENGINE "
+SIMULATED = ("rocm", "cuda")  # plan DEVICEs dry_platform.py can simulate
+
+
+def _platform_name(qualname: str) -> str:
+    """vLLM's platform class path -> the plan's DEVICE word (vllm.platforms.rocm.RocmPlatform -> rocm)."""
+    module = qualname.rsplit(".", 1)[0].rsplit(".", 1)[-1]
+    return {"rocm": "rocm", "cuda": "cuda", "cpu": "cpu"}.get(module, module)
 
 
 def _stage(report: dict, name: str) -> None:
@@ -33,14 +41,17 @@ def dry_run(request: dict) -> dict:
     report: dict = {"stages": [], "error": None, "simulated": []}
     argv = list(request["argv"])
     try:
-        if request.get("simulate"):
+        import vllm.platforms as platforms  # resolves nothing yet: the fakes, if any, must precede current_platform
+
+        host = _platform_name(platforms.resolve_current_platform_cls_qualname())
+        report["host_platform"] = host
+        device = request.get("device")
+        if device in SIMULATED and device != host:
             import runpy
 
-            import vllm.platforms  # noqa: F401 - resolves nothing yet; the fakes must precede current_platform
-
             fakes = runpy.run_path(request["fakes"])
-            report["simulated"] = fakes["install"](request["simulate"])
-            _stage(report, f"simulated {request['simulate']}")
+            report["simulated"] = fakes["install"](device)
+            _stage(report, f"simulated {device}")
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.entrypoints.launchers.cli_args import make_arg_parser
         from vllm.utils.argparse_utils import FlexibleArgumentParser
