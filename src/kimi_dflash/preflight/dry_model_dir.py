@@ -52,6 +52,9 @@ KIMI_QUANT_IGNORE = [
     "re:.*vision_tower.*",
     "re:.*mm_projector.*",
 ]
+# Checkpoints whose config.json is not public, judged with a published sibling's: the matched K2.6 drafter is a gated
+# preview; configs/kimi-k2.6-dflash-draft.json (what the project trains as K2.6's drafter) keeps K2.5's architecture.
+STAND_INS = {"z-lab/Kimi-K2.6-DFlash": "z-lab/Kimi-K2.5-DFlash"}
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
 OPTIONAL_FILES = ("preprocessor_config.json",)
 
@@ -74,6 +77,9 @@ def checkpoint_dir(
     if model_dir is not None and (model_dir / "config.json").is_file():
         return DryCheckpoint(model_dir, f"{model_dir}/config.json")
     name = SHIPPED.get(repo or "")
+    stand_in = ""
+    if name is None and repo in STAND_INS:
+        name, stand_in = SHIPPED[STAND_INS[repo]], f" (standing in for {repo}, whose config.json is not public)"
     if name is None:
         where = f"{model_dir}/config.json" if model_dir is not None else f"no {role} directory"
         raise DryModelError(f"no config.json for the {role}: {where} is missing and no facts ship for {repo!r}")
@@ -81,7 +87,7 @@ def checkpoint_dir(
     facts.pop("_about", None)
     out = workdir / role
     out.mkdir(parents=True, exist_ok=True)
-    origin = f"kimi_dflash/data/checkpoints/{name} for {repo}"
+    origin = f"kimi_dflash/data/checkpoints/{name}{stand_in or f' for {repo}'}"
     if role == "target":
         if demo_target is None or not (demo_target / "config.json").is_file():
             raise DryModelError(

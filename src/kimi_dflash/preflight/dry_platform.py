@@ -15,6 +15,7 @@ On a host that has the plan's accelerator none of this runs: the child uses vLLM
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.machinery
 import sys
@@ -176,9 +177,21 @@ def _cutlass_capability_probes() -> str:
     return "CUTLASS capability probes answered per compute capability (fp8 >= 8.9, block fp8 9.x-10.x, fp4 10.x)"
 
 
-def _lenient_op_namespace() -> str:
-    """Layers bind their CUDA op at construction (SiluAndMul: torch.ops._C.silu_and_mul); the CPU build's _C
-    lacks the CUDA-only ones. Hand out an inert stand-in for a missing op (construction never calls it)."""
+class _StubOp(type):
+    """A missing op's stand-in: callable, and every attribute (`.default`, an overload) is itself."""
+
+    def __getattr__(cls, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return cls
+
+
+@contextlib.contextmanager
+def lenient_ops():
+    """While the model is built on meta: layers and compile passes bind GPU ops at construction (SiluAndMul:
+    torch.ops._C.silu_and_mul; fusion passes: rms_norm_static_fp8_quant ...), which the CPU build's _C lacks.
+    Hand out an inert stand-in for a missing op (nothing calls it: no kernel runs). Only around construction:
+    during config building, `hasattr(torch.ops._C, op)` must keep answering truthfully."""
     import torch
 
     namespace = torch.ops._C
@@ -191,10 +204,16 @@ def _lenient_op_namespace() -> str:
             except AttributeError:
                 if name.startswith("__"):
                     raise
-                return _stub_callable(name)
+                return _StubOp(name, (), {"__init__": lambda self, *args, **kwargs: None})
 
     namespace.__class__ = _LenientOpNamespace
-    return "torch.ops._C answers a missing (CUDA-only) op with an inert stand-in; no op runs"
+    try:
+        yield LENIENT_OPS
+    finally:
+        namespace.__class__ = base
+
+
+LENIENT_OPS = "while the model is built on meta, torch.ops._C answers a missing (GPU-only) op with an inert stand-in"
 
 
 def _report_triton_active() -> list[str]:
@@ -247,7 +266,6 @@ def install(platform: str) -> list[str]:
         platforms._current_platform = NonNvmlCudaPlatform()
         fakes.append("vllm.platforms.current_platform = NonNvmlCudaPlatform() (no NVIDIA driver here, no NVML)")
         fakes.append(_cutlass_capability_probes())
-        fakes.append(_lenient_op_namespace())
     else:
         raise ValueError(f"no simulated platform for {platform!r} (rocm or cuda)")
     _build_on_meta(platforms._current_platform)

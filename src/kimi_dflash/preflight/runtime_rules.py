@@ -385,3 +385,19 @@ RUNTIME_RULES: tuple[CompatRule, ...] = (
 )
 
 ALL_RULES: tuple[CompatRule, ...] = RULES + RUNTIME_RULES
+
+# Start-up visible: no. Each runtime rule judges a plan vLLM starts (and then runs wrong or slow), so vLLM's own
+# start-up code (the dry engine) passes it; the reason says why nothing at start-up can see it. Every start-up rule
+# (compat_rules.RULES) is visible at start-up. dry_compare uses this to compare the two verdicts honestly.
+STARTUP_INVISIBLE: dict[str, str] = {
+    "aiter mla verify length": "the verify length is routed per decode step in AITER MLA's metadata builder; "
+    "start-up selects the backend and never sees a query length",
+    "dflash prefix caching": "vLLM accepts prefix caching with DFlash and gives no warning; acceptance falls only "
+    "as cache hits grow",
+    "model runner": "a statement of which runner runs the plan, not a refusal; the dry engine reports the runner "
+    "vLLM picks",
+    "quantized drafter": "a weight-quantised drafter builds and loads; its output is wrong only when it runs",
+    "graphs with spec decode": "capture sizes are used at graph capture and decode, after start-up; the PIECEWISE "
+    "downgrade is logged, not raised",
+    "synthetic acceptance": "vLLM's CPU sampler raises at the first request, not at start-up",
+}
