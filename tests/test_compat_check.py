@@ -145,7 +145,7 @@ def test_extra_vllm_args_cannot_smuggle_moe_backend_aiter_past_the_check(tmp_pat
         "ENABLE_AUTO_TOOL_CHOICE=false\nREASONING_PARSER=\n"
         "EXTRA_VLLM_ARGS=--moe-backend aiter\n",
     )
-    result = run_serve(str(config), "--check-vllm", str(INSTALLED))
+    result = run_serve(str(config), "--check-vllm", str(INSTALLED), "--no-dry-engine")  # the static rules alone
     assert result.returncode == 2, result.stdout + result.stderr
     assert "[FAIL] moe backend" in result.stdout
     assert "set EXTRA_VLLM_ARGS (sets --moe-backend) to auto" in result.stdout
@@ -157,7 +157,7 @@ def test_the_demo_configs_start_on_the_installed_build() -> None:
     from repo_paths import CONFIGS_DIR
 
     for name in ("demo-cpu.env", "demo-cpu-baseline.env"):
-        result = run_serve(str(CONFIGS_DIR / name), "--check-vllm", str(INSTALLED))
+        result = run_serve(str(CONFIGS_DIR / name), "--check-vllm", str(INSTALLED), "--no-dry-engine")
         assert result.returncode == 0, result.stdout + result.stderr
         assert "read from source, nothing started" in result.stdout
 

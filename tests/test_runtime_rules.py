@@ -57,9 +57,8 @@ def test_every_shipped_config_passes_the_runtime_rules(source: VllmSource) -> No
 def test_int4_experts_on_cpu_need_amx_or_zentorch(source: VllmSource) -> None:
     """Found by the dry engine: vLLM-CPU stops building the INT4 miniature without an AMX CPU; the rule reads the
     AMX gate from the source and the host's flag, and passes where the host has AMX."""
-    from kimi_dflash.preflight.cpu_wna16_rule import check_cpu_wna16
-
     from kimi_dflash.launch.prepare import resolve_demo_models
+    from kimi_dflash.preflight.cpu_wna16_rule import check_cpu_wna16
 
     loaded = resolve_demo_models(load_config(CONFIGS_DIR / "demo-kimi-int4-cpu.env", environ={}), create=False)
     deployment = deployment_for_plan(loaded, build_plan(loaded, python_executable="python", cache_dir="/cache"))

@@ -23,6 +23,7 @@ from kimi_dflash.paths import cache_root
 from kimi_dflash.plan import LaunchPlan, build_plan
 
 EXIT_CONFIG = 2
+EXIT_WOULD_NOT_START = 2  # --check-vllm: that vLLM would not start the plan
 
 DESCRIPTION = """\
 Launch vLLM's OpenAI-compatible server for Kimi K2.6 + DFlash from an env-file config.
@@ -91,6 +92,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--fix-numa", action="store_true", help="as root, set kernel.numa_balancing=0 when preflight finds it on"
     )
     parser.add_argument("--skip-preflight", action="store_true", help="start without preflight checks")
+    parser.add_argument(
+        "--no-dry-engine",
+        action="store_true",
+        help="with --check-vllm / preflight: skip the dry engine (vLLM's own start-up code run on the plan, "
+        "~10 s of CPU; on a host without the plan's GPU it runs on a simulated platform)",
+    )
     args = parser.parse_args(argv)
     args.config = str(resolve_config_argument(args.config))
     return args
@@ -125,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     if args.check_vllm is not None:
-        return check_vllm(config, args.check_vllm)
+        return check_vllm(config, args.check_vllm, dry_engine=not args.no_dry_engine)
 
     config = resolve_demo_models(config, create=not args.dry_run)
     path_problems = check_paths(config)
@@ -144,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     if not args.skip_preflight or args.preflight:
-        ok = hooks.preflight(config, plan, fix_numa=args.fix_numa, say=say)
+        ok = hooks.preflight(config, plan, fix_numa=args.fix_numa, say=say, dry_engine=not args.no_dry_engine)
         if args.preflight:
             return 0 if ok and not path_errors else 1
         if not ok:
@@ -155,8 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     return start(config, plan, args, pid_path)
 
 
-def check_vllm(config: Config, vllm_dir: Path) -> int:
-    """`--check-vllm DIR`: the compatibility report for this plan and that vLLM; exit 0 starts, 2 would not."""
+def check_vllm(config: Config, vllm_dir: Path, dry_engine: bool = True) -> int:
+    """`--check-vllm DIR`: the compatibility report for this plan and that vLLM; exit 0 starts, 2 would not.
+    Then, when DIR is the vLLM this Python imports, the dry engine: vLLM's own start-up code on the plan."""
     from kimi_dflash.preflight.compat import check_compat
     from kimi_dflash.preflight.vllm_source import VllmSource, VllmSourceError
 
@@ -169,7 +177,14 @@ def check_vllm(config: Config, vllm_dir: Path) -> int:
     plan = build_plan(config, python_executable=sys.executable, cache_dir=str(cache_root()))
     report = check_compat(hooks.deployment(config, plan), source)
     print(report.render())
-    return report.exit_code
+    if not dry_engine:
+        print("dry engine: skipped (--no-dry-engine)")
+        return report.exit_code
+    from kimi_dflash.preflight.dry_check import dry_step
+
+    step = dry_step(config, plan, report, python=sys.executable, judged=Path(source.origin))
+    print(step.text)
+    return report.exit_code if step.ok else EXIT_WOULD_NOT_START
 
 
 def start(config: Config, plan: LaunchPlan, args: argparse.Namespace, pid_path: Path) -> int:

@@ -213,9 +213,9 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from kimi_dflash.config.problems import ConfigError
+    from kimi_dflash.config.shipped import resolve_config_argument
     from kimi_dflash.config.validate import load_config
     from kimi_dflash.launch.prepare import resolve_demo_models
-    from kimi_dflash.config.shipped import resolve_config_argument
     from kimi_dflash.paths import cache_root
     from kimi_dflash.plan import build_plan
 

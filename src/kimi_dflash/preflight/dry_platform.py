@@ -234,8 +234,10 @@ def _report_triton_active() -> list[str]:
     real["aggregate"] = _aggregate
     for name, value in real.items():
         setattr(triton_utils, name, value)
-    return [f"Triton reported active (vllm.triton_utils HAS_TRITON=True, real triton {triton.__version__} modules; "
-            "no GPU driver here, no kernel is compiled)"]
+    return [
+        f"Triton reported active (vllm.triton_utils HAS_TRITON=True, real triton {triton.__version__} modules; "
+        "no GPU driver here, no kernel is compiled)"
+    ]
 
 
 def install(platform: str) -> list[str]:

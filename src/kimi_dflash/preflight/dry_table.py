@@ -56,8 +56,11 @@ VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
     "production-fp8kv-matched + k=4": ("production-fp8kv-matched.env", {"NUM_SPECULATIVE_TOKENS": "4"}),
     "demo-cpu + synthetic acceptance": (
         "demo-cpu.env",
-        {"EXTRA_VLLM_ARGS": _spec({"rejection_sample_method": "synthetic", "synthetic_acceptance_length": 2.0},
-                                  model="DEMO_DRAFTER", k=4)},  # fmt: skip
+        {
+            "EXTRA_VLLM_ARGS": _spec(
+                {"rejection_sample_method": "synthetic", "synthetic_acceptance_length": 2.0}, model="DEMO_DRAFTER", k=4
+            )
+        },  # fmt: skip
     ),
 }
 

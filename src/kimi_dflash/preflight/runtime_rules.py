@@ -12,8 +12,8 @@ import json
 
 from kimi_dflash.envvars import ALLOW_DFLASH_PREFIX_CACHING
 from kimi_dflash.preflight import runtime_facts as facts
-from kimi_dflash.preflight.cpu_wna16_rule import CPU_WNA16_RULE
 from kimi_dflash.preflight.compat_rules import RULES, CompatRule, Finding, _blame, _fail, _label, _pass, _warn
+from kimi_dflash.preflight.cpu_wna16_rule import CPU_WNA16_RULE
 from kimi_dflash.preflight.deployment import TRUE_WORDS, Deployment
 from kimi_dflash.preflight.vllm_source import VllmSource
 
