@@ -82,6 +82,8 @@ class DryVerdict:
         else:
             lines = [f"dry engine: vLLM's own start-up code on the real platform ({r.get('platform', host)}), "
                      "nothing simulated"]  # fmt: skip
+        for stand_in in r.get("stand_ins") or []:  # type: ignore[union-attr]
+            lines.append(f"  meta construction: {stand_in}")
         for origin in r.get("checkpoints") or []:  # type: ignore[union-attr]
             lines.append(f"  checkpoint: {origin}")
         for label, value in self.picked().items():

@@ -153,9 +153,18 @@ def _build_on_meta(report: dict, config) -> None:
     """Build the target (and the DFlash drafter, on DFlash's draft config) on the meta device as TP rank 0 of the
     plan's group, the way vLLM's model loader does before weights load; report the MoE method of the routed
     experts and the layers built."""
+    import torch
     from vllm.distributed import parallel_state
+    from vllm.platforms import current_platform
 
-    _fake_tensor_parallel_group(parallel_state, config.parallel_config.tensor_parallel_size)
+    tp = config.parallel_config.tensor_parallel_size
+    _fake_tensor_parallel_group(parallel_state, tp)
+    # Layers that place themselves on current_device() (KimiK25's vision tower) must land on meta too.
+    current_platform.current_device = lambda: torch.device("meta")
+    report["stand_ins"] = [
+        f"parallel groups: tensor-parallel rank 0 of {tp}, no communication (construction only)",
+        "current_platform.current_device() answers the meta device: nothing is allocated",
+    ]
     report["target_model"] = _summarize(_initialize_on_meta(config, config.model_config))
     moe = report["target_model"].pop("moe_methods")
     report["moe_method"] = ", ".join(f"{name} x{count}" for name, count in sorted(moe.items())) or "no MoE layers"

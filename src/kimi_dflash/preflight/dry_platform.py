@@ -270,12 +270,4 @@ def install(platform: str) -> list[str]:
         fakes.append(_cutlass_capability_probes())
     else:
         raise ValueError(f"no simulated platform for {platform!r} (rocm or cuda)")
-    _build_on_meta(platforms._current_platform)
-    fakes.append("current_platform.current_device() answers the meta device (model construction allocates nothing)")
     return fakes
-
-
-def _build_on_meta(platform: object) -> None:
-    import torch
-
-    platform.current_device = lambda: torch.device("meta")  # type: ignore[attr-defined]
