@@ -154,17 +154,21 @@ def _short(text: str, limit: int = 140) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def main(argv: list[str] | None = None) -> int:
-    from kimi_dflash.preflight.runtime_child import vllm_package_dir
-
-    parser = argparse.ArgumentParser(prog="python -m kimi_dflash.preflight.dry_table", description=__doc__)
+def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--write", action="store_true", help="update docs/compatibility.md between the markers")
     parser.add_argument("--doc", type=Path, default=DOC, help=f"doc to update (default: {DOC})")
-    args = parser.parse_args(argv)
+
+
+def main(args: argparse.Namespace) -> int:
+    from kimi_dflash.preflight.runtime_child import vllm_package_dir
+
     package = vllm_package_dir()
     if package is None:
         print("dry table: vLLM is not installed in this Python", file=sys.stderr)
         return 1
+    if args.write and not args.doc.is_file():
+        print(f"dry table: {args.doc} not found: run from the repository root or pass --doc", file=sys.stderr)
+        return 2
     source = VllmSource.from_package_dir(package)
     rows = build(source, lambda message: print(message, file=sys.stderr, flush=True))
     for row in rows:
@@ -179,4 +183,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli = argparse.ArgumentParser(prog="python -m kimi_dflash.preflight.dry_table", description=__doc__)
+    add_cli_args(cli)
+    sys.exit(main(cli.parse_args()))
