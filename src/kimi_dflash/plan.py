@@ -209,6 +209,9 @@ def vllm_env(config: Config, cache_dir: str, cpu_preload: Sequence[str] = ()) ->
             env[envvars.LD_PRELOAD] = ":".join(cpu_preload)
     if config.demo_models is not None:
         env[envvars.HF_HUB_OFFLINE] = "1"  # the demo never needs the hub; fail fast instead of hanging on DNS
+    # Read by preflight's compatibility rules (the user's explicit override of the DFlash prefix-caching rule).
+    if config["ALLOW_DFLASH_PREFIX_CACHING"]:
+        env[envvars.ALLOW_DFLASH_PREFIX_CACHING] = "1"
     # Read by the project's vLLM plugin (kimi_dflash.kvscale.settings) in every vLLM process.
     if config["KV_SCALE_MODE"] != envvars.KV_SCALE_MODE_OFF:
         env[envvars.KV_SCALE_MODE] = str(config["KV_SCALE_MODE"])

@@ -241,6 +241,15 @@ KEYS: tuple[Key, ...] = (
         "reference benchmarks (prefix hits would inflate multi-turn numbers).",
     ),
     _k(
+        "ALLOW_DFLASH_PREFIX_CACHING",
+        "bool",
+        False,
+        "engine",
+        "true: let ENABLE_PREFIX_CACHING=true run with DFlash on a vLLM without the fix for vllm #47930 (tokens "
+        "restored from the prefix cache get no drafter context; acceptance falls toward 1.0 as prompts grow). "
+        "`--check-vllm` then warns instead of refusing.",
+    ),
+    _k(
         "MOE_BACKEND",
         "enum",
         "auto",

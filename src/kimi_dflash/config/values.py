@@ -39,6 +39,7 @@ class ConfigValues:
     block_size: int
     enforce_eager: bool
     enable_prefix_caching: bool
+    allow_dflash_prefix_caching: bool
     moe_backend: Literal["auto", "aiter", "triton"]
     trust_remote_code: bool
     tool_call_parser: str | None

@@ -21,6 +21,9 @@ KV_OBSERVE_DIR = "KIMI_DFLASH_KV_OBSERVE_DIR"  # KV_OBSERVE_DIR
 KV_OBSERVE_INTERVAL = "KIMI_DFLASH_KV_OBSERVE_INTERVAL"  # KV_OBSERVE_INTERVAL
 KV_EMULATE_FP8 = "KIMI_DFLASH_KV_EMULATE_FP8"  # no config key: a CPU test aid (FP8 storage emulated in BF16)
 
+# Read by preflight's compatibility rules (runtime_rules.py) from the plan's environment; config key in the comment.
+ALLOW_DFLASH_PREFIX_CACHING = "KIMI_DFLASH_ALLOW_DFLASH_PREFIX_CACHING"  # ALLOW_DFLASH_PREFIX_CACHING
+
 KV_SCALE_MODE_OFF = "off"
 # Far below any scale a real MLA checkpoint needs (Kimi K2.6 converges to 0.026-0.068), but keeps a first write
 # of zeros (vLLM's dummy warm-up batches) from producing a zero scale.

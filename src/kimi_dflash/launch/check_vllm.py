@@ -14,12 +14,16 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         help="vLLM's `vllm` package directory, a directory holding it (an unpacked wheel), or a .whl",
     )
     parser.add_argument("config", nargs="?", help="config path or shipped config name (default: production)")
+    parser.add_argument(
+        "--no-dry-engine", action="store_true", help="skip vLLM's own start-up code (the dry engine); rules only"
+    )
 
 
 def main(args: argparse.Namespace) -> int:
     from kimi_dflash.launch import cli
 
-    return cli.main([*([args.config] if args.config else []), "--check-vllm", args.vllm])
+    extra = ["--no-dry-engine"] if args.no_dry_engine else []
+    return cli.main([*([args.config] if args.config else []), "--check-vllm", args.vllm, *extra])
 
 
 if __name__ == "__main__":

@@ -46,6 +46,8 @@ class CheckpointFacts:
     routed_experts: int
     wna16_experts: Wna16Experts | None
     sliding_window: bool
+    attention_heads: int | None = None  # num_attention_heads (the AITER MLA verify rule pads heads per rank)
+    quantization: str | None = None  # quantization_config.quant_method, for any weight-quantised checkpoint
 
     def describe(self) -> str:
         parts = [", ".join(self.architectures) or "architecture unknown"]
@@ -104,6 +106,8 @@ def facts_from_config(config: Mapping[str, Any], origin: str, role: str, *, ship
         routed_experts=experts,
         wna16_experts=_wna16_experts(quant) if experts else None,
         sliding_window=_has_sliding_window(merged),
+        attention_heads=heads if isinstance(heads := merged.get("num_attention_heads"), int) else None,
+        quantization=str(quant.get("quant_method") or "unknown") if isinstance(quant, dict) else None,
     )
 
 

@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kimi_dflash.patcher.vllm_source import VllmSource
-from kimi_dflash.preflight.compat_rules import RULES, CompatRule, Finding
+from kimi_dflash.preflight.compat_rules import CompatRule, Finding
 from kimi_dflash.preflight.deployment import Deployment
 from kimi_dflash.preflight.render import render
+from kimi_dflash.preflight.runtime_rules import ALL_RULES
 
 EXIT_STARTS, EXIT_WOULD_NOT_START = 0, 2
 
@@ -72,7 +73,7 @@ class CompatReport:
         return "\n".join(lines)
 
 
-def check_compat(deployment: Deployment, source: VllmSource, rules: Sequence[CompatRule] = RULES) -> CompatReport:
+def check_compat(deployment: Deployment, source: VllmSource, rules: Sequence[CompatRule] = ALL_RULES) -> CompatReport:
     findings: list[Finding] = []
     for rule in rules:
         findings.extend(rule.check(deployment, source))

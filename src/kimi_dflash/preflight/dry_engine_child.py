@@ -1,0 +1,250 @@
+"""The dry engine's child: vLLM's own start-up code for one `vllm serve` argv, nothing loaded, nothing served.
+
+Run as `python -c <this file's text> REQUEST_JSON` in the Python that will serve (standard library at top level, like
+runtime_child.py). REQUEST_JSON: {"argv": [...], "device": the plan's DEVICE, "fakes": path of dry_platform.py,
+"meta_model": bool}. Stages, each recorded as it passes:
+
+1. when the installed vLLM's platform is not the plan's DEVICE (rocm/cuda): the simulated platform
+   (dry_platform.install), every fake listed in the report; on the plan's own platform nothing is faked;
+2. vLLM's serve argument parser on the argv;
+3. `AsyncEngineArgs.from_cli_args(...).create_engine_config()` (model, speculative, cache, parallel, scheduler
+   configs, the platform's check_and_update_config);
+4. what vLLM chose: model runner, KV dtype, graph mode; the attention backend for the target (and the MLA prefill
+   backend), and for the drafter through DFlash's own draft-config path (DFlashProposer._create_draft_vllm_config);
+5. with "meta_model": the target model built on the meta device as tensor-parallel rank 0 (group size faked to the
+   plan's TP), which is where the MoE method is chosen (and `--moe-backend` refused).
+
+vLLM's own exception, if any, is the verdict. One marked JSON line on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+
+MARKER = "KIMI_DFLASH_DRY_ENGINE "
+SIMULATED = ("rocm", "cuda")  # plan DEVICEs dry_platform.py can simulate
+
+
+def _platform_name(qualname: str) -> str:
+    """vLLM's platform class path -> the plan's DEVICE word (vllm.platforms.rocm.RocmPlatform -> rocm)."""
+    module = qualname.rsplit(".", 1)[0].rsplit(".", 1)[-1]
+    return {"rocm": "rocm", "cuda": "cuda", "cpu": "cpu"}.get(module, module)
+
+
+def _stage(report: dict, name: str) -> None:
+    report["stages"].append(name)
+
+
+def dry_run(request: dict) -> dict:
+    report: dict = {"stages": [], "error": None, "simulated": []}
+    argv = list(request["argv"])
+    try:
+        import vllm.platforms as platforms  # resolves nothing yet: the fakes, if any, must precede current_platform
+
+        host = _platform_name(platforms.resolve_current_platform_cls_qualname())
+        lenient = None
+        report["host_platform"] = host
+        device = request.get("device")
+        if device in SIMULATED and device != host:
+            import runpy
+
+            fakes = runpy.run_path(request["fakes"])
+            report["simulated"] = fakes["install"](device)
+            lenient = fakes["lenient_ops"]
+            report["platform"] = type(platforms._current_platform).__name__
+            _stage(report, f"simulated {device}")
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.entrypoints.launchers.cli_args import make_arg_parser
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+        _stage(report, "import")
+        args = argv[argv.index("serve") + 1 :] if "serve" in argv else argv
+        parser = make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+        model, rest = (args[0], args[1:]) if args and not args[0].startswith("-") else (None, args)
+        namespace = parser.parse_args(rest)
+        if model is not None:
+            namespace.model = model
+        _stage(report, "parse")
+        config = AsyncEngineArgs.from_cli_args(namespace).create_engine_config()
+        _stage(report, "create_engine_config")
+        _read_choices(report, config)
+        _stage(report, "attention backends")
+        if request.get("meta_model"):
+            if lenient is None:
+                _build_on_meta(report, config)
+            else:
+                with lenient() as fake:
+                    report["simulated"].append(fake)
+                    _build_on_meta(report, config)
+    except SystemExit as exit_:  # argparse's error path; its message went to stderr
+        report["error"] = f"vLLM's argument parser exited ({exit_.code})"
+    except Exception as error:  # noqa: BLE001 - vLLM's own error is the verdict
+        report["error"] = f"{type(error).__name__}: {error}"
+        report["where"] = traceback.format_exc().strip().splitlines()[-30:]
+    return report
+
+
+def _read_choices(report: dict, config) -> None:
+    from vllm.platforms import current_platform
+
+    report["platform"] = type(current_platform).__name__
+    report["runner"] = "V2" if config.use_v2_model_runner else "V1"
+    report["dtype"] = str(config.model_config.dtype).replace("torch.", "")
+    report["kv_cache_dtype"] = str(config.cache_config.cache_dtype)
+    report["prefix_caching"] = bool(config.cache_config.enable_prefix_caching)
+    report["enforce_eager"] = bool(config.model_config.enforce_eager)
+    mode = getattr(config.compilation_config, "cudagraph_mode", None)
+    report["cudagraph_mode"] = getattr(mode, "name", str(mode))
+    report["use_mla"] = bool(config.model_config.use_mla)
+    report["tensor_parallel_size"] = config.parallel_config.tensor_parallel_size
+    spec = config.speculative_config
+    report["speculative"] = None if spec is None else {"method": spec.method, "k": spec.num_speculative_tokens}
+    report["target_attention"] = _attention_backend(config, config.model_config)
+    if config.model_config.use_mla:
+        report["mla_prefill"] = _mla_prefill_backend(config)
+    if spec is not None and spec.method == "dflash" and spec.draft_model_config is not None:
+        report["drafter_attention"] = _attention_backend(_dflash_draft_config(config), spec.draft_model_config)
+
+
+def _attention_backend(config, model) -> str:
+    """The backend vLLM's selector gives a model's attention layers (head size, dtype, KV dtype, MLA, causality)."""
+    try:
+        from vllm.config import set_current_vllm_config
+        from vllm.v1.attention.selector import get_attn_backend
+
+        with set_current_vllm_config(config):
+            backend = get_attn_backend(
+                model.get_head_size(), model.dtype, config.cache_config.cache_dtype, use_mla=model.use_mla
+            )
+        return backend.get_name()
+    except Exception as error:  # noqa: BLE001 - reported as vLLM's error for this layer
+        return f"error ({type(error).__name__}: {error})"
+
+
+def _mla_prefill_backend(config) -> str:
+    try:
+        from vllm.config import set_current_vllm_config
+        from vllm.v1.attention.backends.mla.prefill.selector import get_mla_prefill_backend
+
+        with set_current_vllm_config(config):
+            backend = get_mla_prefill_backend(config)
+        return backend.get_name() if hasattr(backend, "get_name") else backend.__name__
+    except Exception as error:  # noqa: BLE001
+        return f"error ({type(error).__name__}: {error})"
+
+
+def _dflash_draft_config(config):
+    """DFlash's own draft VllmConfig: the drafter's attention backend (speculative_config.attention_backend or
+    auto), non-causal when the drafter says so, the drafter's KV dtype. Called on a bare DFlashProposer so that no
+    device buffer is allocated."""
+    from vllm.model_executor.models.qwen3_dflash import dflash_has_any_non_causal
+    from vllm.v1.spec_decode.dflash import DFlashProposer
+
+    proposer = DFlashProposer.__new__(DFlashProposer)
+    proposer.vllm_config = config
+    proposer.speculative_config = config.speculative_config
+    proposer.dflash_causal = not dflash_has_any_non_causal(config.speculative_config.draft_model_config.hf_config)
+    return proposer._create_draft_vllm_config()
+
+
+def _build_on_meta(report: dict, config) -> None:
+    """Build the target (and the DFlash drafter, on DFlash's draft config) on the meta device as TP rank 0 of the
+    plan's group, the way vLLM's model loader does before weights load; report the MoE method of the routed
+    experts and the layers built."""
+    import torch
+    from vllm.distributed import parallel_state
+    from vllm.platforms import current_platform
+
+    tp = config.parallel_config.tensor_parallel_size
+    _fake_tensor_parallel_group(parallel_state, tp)
+    # Layers that place themselves on current_device() (KimiK25's vision tower) must land on meta too.
+    current_platform.current_device = lambda: torch.device("meta")
+    report["stand_ins"] = [
+        f"parallel groups: tensor-parallel rank 0 of {tp}, no communication (construction only)",
+        "current_platform.current_device() answers the meta device: nothing is allocated",
+    ]
+    report["target_model"] = _summarize(_initialize_on_meta(config, config.model_config))
+    moe = report["target_model"].pop("moe_methods")
+    report["moe_method"] = ", ".join(f"{name} x{count}" for name, count in sorted(moe.items())) or "no MoE layers"
+    _stage(report, "target on meta")
+    spec = config.speculative_config
+    if spec is not None and spec.method == "dflash" and spec.draft_model_config is not None:
+        report["drafter_model"] = _summarize(_initialize_on_meta(_dflash_draft_config(config), spec.draft_model_config))
+        report["drafter_model"].pop("moe_methods")
+        _stage(report, "drafter on meta")
+
+
+def _initialize_on_meta(config, model_config):
+    import torch
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.model_loader.utils import initialize_model
+    from vllm.utils.torch_utils import set_default_torch_dtype
+
+    with set_current_vllm_config(config), set_default_torch_dtype(model_config.dtype), torch.device("meta"):
+        return initialize_model(vllm_config=config, model_config=model_config)
+
+
+def _summarize(model) -> dict:
+    """The model class, its attention layers by kind, and the MoE method of each routed-experts layer (whatever
+    module class holds it: any quant_method that is a FusedMoEMethodBase)."""
+    from vllm.model_executor.layers.fused_moe.fused_moe_method_base import FusedMoEMethodBase
+
+    moe: dict[str, int] = {}
+    kinds: dict[str, int] = {}
+    for module in model.modules():
+        kind = type(module).__name__
+        method = getattr(module, "quant_method", None)
+        if isinstance(method, FusedMoEMethodBase):
+            label = _moe_label(method)
+            moe[label] = moe.get(label, 0) + 1
+        if kind in ("MLAAttention", "Attention"):
+            kinds[kind] = kinds.get(kind, 0) + 1
+    if moe:
+        kinds["MoE"] = sum(moe.values())
+    return {"class": type(model).__name__, "layers": kinds, "moe_methods": moe}
+
+
+def _moe_label(method) -> str:
+    """The MoE method's class and, where it records one, the kernel backend its oracle selected."""
+    for attr in ("wna16_backend", "wna16_moe_backend", "fp8_backend", "moe_backend", "backend"):
+        backend = getattr(method, attr, None)
+        if backend is not None and not callable(backend):
+            return f"{type(method).__name__} [{getattr(backend, 'name', backend)}]"
+    return type(method).__name__
+
+
+class _FakeGroup:
+    """What model construction asks a parallel group (GroupCoordinator and its ProcessGroup): its size and this
+    rank (0). No communication happens while a model is built."""
+
+    def __init__(self, size: int) -> None:
+        self.world_size = size
+        self.rank_in_group = 0
+        self.rank = 0
+        self.local_rank = 0
+        self.ranks = list(range(size))
+        self.device_group = self
+        self.cpu_group = self
+        self.first_rank = 0
+        self.last_rank = size - 1
+        self.is_first_rank = True
+        self.is_last_rank = size == 1
+        self.unique_name = f"dry:{size}"
+        self.use_custom_op_call = False
+
+    def size(self) -> int:  # torch.distributed ProcessGroup's API, for code that reads device_group.size()
+        return self.world_size
+
+
+def _fake_tensor_parallel_group(parallel_state, size: int) -> None:
+    group = _FakeGroup(size)
+    for name in ("_TP", "_PP", "_DCP", "_PCP", "_EP", "_DP", "_WORLD"):
+        if hasattr(parallel_state, name):
+            setattr(parallel_state, name, group if name in ("_TP", "_EP") else _FakeGroup(1))
+
+
+if __name__ == "__main__":
+    result = dry_run(json.loads(sys.argv[1]))
+    sys.stdout.write("\n" + MARKER + json.dumps(result, default=str) + "\n")
