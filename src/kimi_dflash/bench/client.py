@@ -99,20 +99,7 @@ def chat_payload(
     extra_body: dict[str, Any] | None = None,
 ) -> bytes:
     """The request body. Temperature is always sent: server defaults differ between versions."""
-    payload: dict[str, Any] = {
-        "model": model,
-        "messages": messages,
-        "max_tokens": max_tokens,
-        "temperature": temperature,
-        "stream": stream,
-    }
-    if stream:
-        payload["stream_options"] = {"include_usage": True}
-    if ignore_eos:
-        payload["ignore_eos"] = True
-    if extra_body:
-        _merge(payload, extra_body)
-    return json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    return _payload(model, {"messages": messages}, max_tokens, temperature, stream, ignore_eos, extra_body)
 
 
 def completion_payload(
@@ -125,9 +112,21 @@ def completion_payload(
     extra_body: dict[str, Any] | None = None,
 ) -> bytes:
     """A /v1/completions body: the prompt is sent as given (no chat template)."""
+    return _payload(model, {"prompt": prompt}, max_tokens, temperature, stream, ignore_eos, extra_body)
+
+
+def _payload(
+    model: str,
+    content: dict[str, Any],
+    max_tokens: int,
+    temperature: float,
+    stream: bool,
+    ignore_eos: bool,
+    extra_body: dict[str, Any] | None,
+) -> bytes:
     payload: dict[str, Any] = {
         "model": model,
-        "prompt": prompt,
+        **content,
         "max_tokens": max_tokens,
         "temperature": temperature,
         "stream": stream,
