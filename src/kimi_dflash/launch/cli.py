@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 from pathlib import Path
 
@@ -213,8 +214,11 @@ def _log_problem(log: Path | None) -> str | None:
         return "is not a regular file (nor a device such as /dev/null)"
     try:
         log.parent.mkdir(parents=True, exist_ok=True)
-        with log.open("ab"):
-            pass
+        if log.exists():
+            with log.open("ab"):
+                pass
+        elif not os.access(log.parent, os.W_OK | os.X_OK):  # not created here: a start refused later leaves no file
+            return f"cannot be created (no write access to {log.parent})"
     except OSError as error:
         return f"cannot be written ({error.strerror or error})"
     return None

@@ -80,8 +80,10 @@ class Row:
 
 
 def judge(name: str, file: str, overrides: Mapping[str, str], source: VllmSource) -> Row:
+    # create=True: on a fresh machine the demo models are built here (seconds, deterministic); the production rows
+    # complete Kimi's config from the demo Kimi (dry_model_dir), which build_rows builds first.
     config = resolve_demo_models(
-        load_config(shipped_configs_dir() / file, environ=dict(overrides)), create=False, say=lambda _m: None
+        load_config(shipped_configs_dir() / file, environ=dict(overrides)), create=True, say=lambda _m: None
     )
     if "DEMO_DRAFTER" in str(overrides.get("EXTRA_VLLM_ARGS", "")):
         extra = str(overrides["EXTRA_VLLM_ARGS"]).replace("DEMO_DRAFTER", str(config["DRAFT_MODEL_DIR"]))
@@ -100,6 +102,15 @@ def build(source: VllmSource, progress: Callable[[str], None] = lambda _m: None)
         progress(f"dry table: {name}: {'starts' if row.dry.starts else 'refused'} in {row.wall_s:.1f} s")
         return row
 
+    # Build the demo models first, one at a time (the judging threads only find them): the demo configs' own, and
+    # the demo Kimi the production rows complete Kimi's config from.
+    from kimi_dflash import demo
+
+    demo.ensure_demo_models(choice="kimi", progress=lambda _m: None)
+    for file, overrides in cases().values():
+        resolve_demo_models(
+            load_config(shipped_configs_dir() / file, environ=dict(overrides)), create=True, say=progress
+        )
     with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
         return list(pool.map(one, cases().items()))
 

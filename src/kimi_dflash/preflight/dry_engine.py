@@ -140,6 +140,13 @@ def dry_engine_for_plan(config, plan, *, python: str = sys.executable, meta_mode
     directories prepared (dry_model_dir), the plan's argv pointed at them, the plan's environment passed."""
     from kimi_dflash.demo import demo_model_paths
 
+    model_dir = _path(config["MODEL_DIR"])
+    if config.demo_models is not None and (model_dir is None or not (model_dir / "config.json").is_file()):
+        # Never judge a stand-in: the shipped facts describe Kimi K2.6, not this demo's fabricated models.
+        return not_run(
+            f"the demo models of this config (FABRICATE_DEMO_MODELS={config.demo_models}) are not built yet: "
+            f"`kimi-dflash demo --model {config.demo_models}` builds them (so does any start of the config)"
+        )
     with tempfile.TemporaryDirectory(prefix="kimi-dflash-dry-") as tmp:
         demo_target = demo_model_paths(choice="kimi").target_dir
         try:

@@ -115,6 +115,8 @@ def _recommendation_lines(out: Path) -> list[str]:
             f"  - {sessions} sessions: **k={rec['k']}** — {rec['output_tok_s']:.1f} tok/s aggregate, "
             f"{rec['per_user_tok_s']:.1f} per user ({source})"
         )
+    if not advisor.get("per_position"):  # the model was not fitted: only the measured k were compared
+        lines += [f"  - note: {line}" for line in advisor.get("lines", [])]
     return lines
 
 

@@ -382,9 +382,14 @@ def advisor_step(ctx: Context) -> Outcome:
 
     try:
         runs = measurements(grid_results(ctx))
-        p, predictions = predict(runs)
     except UserError as exc:
         return Outcome(FAILED, str(exc))
+    try:
+        p, predictions = predict(runs)
+    except UserError as exc:
+        # A budget-trimmed grid may hold one k >= 1: the model cannot fit a step-time slope from it, so no other k
+        # is predicted; the measured points still say which of those measured was faster at each concurrency.
+        return _measured_only(ctx, runs, str(exc))
     best = recommend(predictions)
     recommendations = {
         str(sessions): {
@@ -399,6 +404,29 @@ def advisor_step(ctx: Context) -> Outcome:
     write_json_atomic(ctx.out / "advisor.json", document)
     summary = ", ".join(f"{s} sessions: k={r['k']}" for s, r in recommendations.items())
     return Outcome(DONE, summary, {"file": "advisor.json", "recommendations": recommendations})
+
+
+def _measured_only(ctx: Context, runs: list[Any], why: str) -> Outcome:
+    """Per concurrency, the measured k with the highest aggregate tok/s (no model, no prediction)."""
+    best: dict[int, Any] = {}
+    for run in runs:
+        if run.sessions not in best or run.output_tok_s > best[run.sessions].output_tok_s:
+            best[run.sessions] = run
+    recommendations = {
+        str(sessions): {
+            "k": run.k,
+            "output_tok_s": round(run.output_tok_s, 2),
+            "per_user_tok_s": round(run.per_user_tok_s, 2),
+            "measured": True,
+        }
+        for sessions, run in sorted(best.items())
+    }
+    lines = [f"advisor model not fitted: {why}", "recommendation among the measured k only (no k predicted)"]
+    write_json_atomic(
+        ctx.out / "advisor.json", {"per_position": [], "recommendations": recommendations, "lines": lines}
+    )
+    summary = ", ".join(f"{s} sessions: k={r['k']}" for s, r in recommendations.items())
+    return Outcome(DONE, f"{summary} (measured k only: {why.split(':')[0]})", {"file": "advisor.json"})
 
 
 STEPS: dict[str, Callable[[Context], Outcome]] = {
