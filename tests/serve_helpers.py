@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 from repo_paths import REPO_ROOT
@@ -37,3 +38,12 @@ PLUGIN_LOG_LINE = re.compile(r"\] kimi-dflash (?:patches|kv scales)\b")
 def plugin_log_lines(log_text: str) -> list[str]:
     """The lines of a vLLM log that the project's plugin wrote (empty when vLLM never loaded it)."""
     return [line for line in log_text.splitlines() if PLUGIN_LOG_LINE.search(line)]
+
+
+def health_ok(port: int) -> bool:
+    """Whether a server answers /health with 200 on this port of the loopback."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False

@@ -5,7 +5,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
-import urllib.request
 from pathlib import Path
 
 import psutil
@@ -13,6 +12,7 @@ import pytest
 
 from conftest import free_port, serve_env
 from repo_paths import CONFIGS_DIR, REPO_ROOT
+from serve_helpers import health_ok
 
 pytestmark = pytest.mark.server
 
@@ -60,14 +60,6 @@ def test_foreground_propagates_vllm_exit_code(tmp_path: Path) -> None:
     assert result.returncode not in (0, 2)  # vLLM's own failure code, not a config error
 
 
-def _ready(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
-
-
 def test_sigterm_stops_the_server_and_all_its_processes(tmp_path: Path) -> None:
     port = free_port()
     log = tmp_path / "fg.log"
@@ -79,7 +71,7 @@ def test_sigterm_stops_the_server_and_all_its_processes(tmp_path: Path) -> None:
     )
     try:
         deadline = time.monotonic() + 600
-        while not _ready(port):
+        while not health_ok(port):
             assert serve.poll() is None, f"serve.sh exited early:\n{log.read_text()[-3000:]}"
             assert time.monotonic() < deadline, "demo server not ready in 600 s"
             time.sleep(1)
@@ -91,7 +83,7 @@ def test_sigterm_stops_the_server_and_all_its_processes(tmp_path: Path) -> None:
         assert code == 0
         gone, alive = psutil.wait_procs(family, timeout=10)
         assert not alive, f"orphans left: {[p.pid for p in alive]}"
-        assert not _ready(port)
+        assert not health_ok(port)
     finally:
         if serve.poll() is None:
             serve.kill()

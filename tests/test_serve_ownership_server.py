@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ import pytest
 from conftest import free_port, serve_env
 from kimi_dflash.launch import ownership
 from repo_paths import CONFIGS_DIR, REPO_ROOT
+from serve_helpers import health_ok
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
@@ -26,14 +26,6 @@ DEMO = str(CONFIGS_DIR / "demo-cpu.env")
 
 def _serve(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen([SERVE, DEMO, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def _ready(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
 
 
 def _record(port: int) -> dict:
@@ -80,7 +72,7 @@ def test_concurrent_starts_orphans_and_stop(tmp_path: Path) -> None:
         refusal = next(err for code, err in outcomes if code == 1)
         assert "another serve.sh is starting or stopping" in refusal or "still running" in refusal
         assert "Traceback" not in refusal
-        assert _ready(port)
+        assert health_ok(port)
 
         record = _record(port)
         family = ownership.family(record["token"])
@@ -108,7 +100,7 @@ def test_concurrent_starts_orphans_and_stop(tmp_path: Path) -> None:
         stopped = subprocess.run([SERVE, DEMO, "--stop"], env=env, capture_output=True, text=True, timeout=120)
     assert stopped.returncode == 0 and "stopped server" in stopped.stderr, stopped.stderr
     _assert_nothing_left(second_record["token"], second_family)
-    assert not _ready(port)
+    assert not health_ok(port)
 
 
 def test_ctrl_c_during_wait_stops_what_was_starting(tmp_path: Path) -> None:

@@ -80,10 +80,9 @@ class Row:
 
 
 def judge(name: str, file: str, overrides: Mapping[str, str], source: VllmSource) -> Row:
-    # create=True: on a fresh machine the demo models are built here (seconds, deterministic); the production rows
-    # complete Kimi's config from the demo Kimi (dry_model_dir), which build_rows builds first.
+    # build() has built the demo models (and the demo Kimi the production rows complete Kimi's config from).
     config = resolve_demo_models(
-        load_config(shipped_configs_dir() / file, environ=dict(overrides)), create=True, say=lambda _m: None
+        load_config(shipped_configs_dir() / file, environ=dict(overrides)), create=False, say=lambda _m: None
     )
     if "DEMO_DRAFTER" in str(overrides.get("EXTRA_VLLM_ARGS", "")):
         extra = str(overrides["EXTRA_VLLM_ARGS"]).replace("DEMO_DRAFTER", str(config["DRAFT_MODEL_DIR"]))
