@@ -167,6 +167,39 @@ def test_missing_definitions_are_unknown_not_absent(tmp_path):
     assert "not found in" in outcomes[0].evidence
 
 
+def test_threads_sharing_one_source_parse_one_at_a_time_and_each_file_once(tmp_path, monkeypatch):
+    # CPython 3.11's AST builder keeps interpreter-wide state: two parses at once can raise SystemError (CI hit it
+    # in the dry table's threads). The source must serialise its parses; this counts who is inside ast.parse.
+    import ast
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    source = VllmSource.from_package_dir(write_tree(tmp_path, MINI_VLLM))
+    real_parse, inside, most_inside, parsed = ast.parse, [0], [0], []
+    count_lock = threading.Lock()
+
+    def watched_parse(text, *args, **kwargs):
+        with count_lock:
+            inside[0] += 1
+            most_inside[0] = max(most_inside[0], inside[0])
+            parsed.append(kwargs.get("filename"))
+        time.sleep(0.02)  # long enough that unserialised threads would overlap here
+        try:
+            return real_parse(text, *args, **kwargs)
+        finally:
+            with count_lock:
+                inside[0] -= 1
+
+    monkeypatch.setattr(ast, "parse", watched_parse)
+    relpaths = sorted(MINI_VLLM) * 3
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        trees = list(pool.map(source.tree, relpaths))
+    assert all(tree is not None for tree in trees)
+    assert most_inside[0] == 1
+    assert sorted(parsed) == sorted(MINI_VLLM)
+
+
 def test_feature_grammar():
     assert parse_feature("speculative_config.attention_backend") == ("speculative_config", "attention_backend")
     assert parse_feature("cli:--language-model-only") == ("cli", "--language-model-only")

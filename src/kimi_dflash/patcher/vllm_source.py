@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import re
+import threading
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,6 +21,11 @@ Reader = Callable[[object], str]
 _VERSION_RE = re.compile(r"""__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""")
 # How deep Literal aliases may nest (Literal[A, B] where A = Literal[...], possibly imported).
 _MAX_ALIAS_DEPTH = 8
+# One parse at a time in this interpreter. CPython 3.11 keeps the AST builder's recursion depth in interpreter-wide
+# state (gh-106905): two threads parsing at once, with a garbage collection running Python code in between, fail
+# with "SystemError: AST constructor recursion depth mismatch". The dry-engine table judges plans from threads that
+# share one VllmSource; CI hit exactly this.
+_PARSE_LOCK = threading.Lock()
 
 
 class VllmSourceError(ValueError):
@@ -87,13 +93,16 @@ class VllmSource:
         return None if handle is None else self._read(handle)
 
     def tree(self, relpath: str) -> ast.Module | None:
-        if relpath not in self._trees:
-            text = self.text(relpath)
-            try:
-                self._trees[relpath] = None if text is None else ast.parse(text, filename=relpath)
-            except SyntaxError:  # written for a newer Python than this one: treated as not found
-                self._trees[relpath] = None
-        return self._trees[relpath]
+        """The parsed module, or None when absent or unparsable. Safe to call from several threads: each file is
+        parsed once, and never while another thread parses (see _PARSE_LOCK)."""
+        with _PARSE_LOCK:
+            if relpath not in self._trees:
+                text = self.text(relpath)
+                try:
+                    self._trees[relpath] = None if text is None else ast.parse(text, filename=relpath)
+                except SyntaxError:  # written for a newer Python than this one: treated as not found
+                    self._trees[relpath] = None
+            return self._trees[relpath]
 
     def find_module(self, definition: str, under: str = "vllm/") -> str | None:
         """The first module under `under` that defines `definition` at top level.
