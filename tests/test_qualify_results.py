@@ -165,3 +165,96 @@ def test_without_the_measures_the_report_says_why(tmp_path: Path) -> None:
     text = report.write_report(tmp_path, state, "demo-cpu", None, plots=False)[0].read_text(encoding="utf-8")
     assert "*(not measured: the installed vLLM has no --per-request-spec-decode-metrics (added in 0.29.0" in text
     assert "*(not measured: --slo none: no SLO measured)*" in text
+
+
+STAND_IN_SERVE = """#!/usr/bin/env bash
+# Stands in for serve.sh: --wait starts the instrument server (vLLM's endpoints, exact timing, spec-decode counters
+# from its chunk pattern) on $PORT and records the config keys it was given; --stop stops it.
+pidfile="$STAND_IN_DIR/server-$PORT.pid"
+if [[ " $* " == *" --wait "* ]]; then
+  args=("$@"); log="${args[-1]}"
+  echo "NUM_SPECULATIVE_TOKENS=$NUM_SPECULATIVE_TOKENS SYNTHETIC_ACCEPTANCE_RATES=$SYNTHETIC_ACCEPTANCE_RATES" \\
+    >> "$STAND_IN_DIR/started"
+  "$KIMI_PYTHON" -m kimi_dflash.instruments.synthetic --port "$PORT" --ttft-ms 20 --chunk-interval-ms 5 \\
+    --chunk-tokens 3,2,1 --spec-tokens "$NUM_SPECULATIVE_TOKENS" > "$log" 2>&1 &
+  echo $! > "$pidfile"
+  for _ in $(seq 200); do grep -q "listening on" "$log" && exit 0; sleep 0.1; done
+  exit 1
+fi
+[[ -f "$pidfile" ]] && kill "$(cat "$pidfile")" && rm -f "$pidfile"
+exit 0
+"""
+
+
+def test_the_projection_runs_beside_the_grid_and_the_report_labels_it_speed_not_quality(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The projection step on a GPU plan, with serve.sh stood in for by the instrument server (vLLM's synthetic
+    sampler cannot run on the CPU build): the candidate is started with one draft per rate and the rates, benchmarked
+    at the grid's concurrency into projection/ (never grid/), and compared with the reference at equal concurrency."""
+    from dataclasses import replace
+
+    from kimi_dflash.instruments.synthetic import plan_chunks
+    from kimi_dflash.qualify import report, steps
+    from kimi_dflash.qualify.plan import build_plan
+    from kimi_dflash.qualify.state import DONE, open_state
+
+    _grid(tmp_path)
+    serve = tmp_path / "serve.sh"
+    serve.write_text(STAND_IN_SERVE)
+    serve.chmod(0o755)
+    monkeypatch.setenv("STAND_IN_DIR", str(tmp_path))
+    values = {"DEVICE": "rocm", "SPECULATIVE_METHOD": "dflash", "NUM_SPECULATIVE_TOKENS": "4", "MAX_NUM_SEQS": "16"}
+    plan = build_plan(values, slo="none", projection=(0.75, 0.5))
+    assert plan.projection == (0.75, 0.5) and next(s for s in plan.steps if s.name == "synthetic").runs
+    workload = ("--max-tokens", "12", "--turns-per-session", "1", "--ignore-eos", "--warmup", "0")
+    ctx = steps.Context(
+        config=ROOT / "configs" / "production.env", config_as_given="production", values=values, overrides={},
+        plan=replace(plan, sessions=(2, 4), bench_args=workload), out=tmp_path, serve_command=(str(serve),),
+    )  # fmt: skip
+    outcome = steps.synthetic_step(ctx)
+    assert outcome.status == DONE, outcome.detail
+    assert (tmp_path / "started").read_text().split() == [
+        "NUM_SPECULATIVE_TOKENS=2",
+        "SYNTHETIC_ACCEPTANCE_RATES=0.75,0.5",
+    ]
+    assert sorted(p.name for p in (tmp_path / "grid").glob("*.json")) == [
+        "NUM_SPECULATIVE_TOKENS-0.json",
+        "NUM_SPECULATIVE_TOKENS-4.json",
+    ]
+    document = json.loads((tmp_path / "projection.json").read_text())
+    assert document["k"] == 2 and document["rates"] == [0.75, 0.5] and "not of quality" in document["what"]
+    rows = {r["sessions"]: r for r in document["rows"]}
+    steps_after_first = plan_chunks(12, (3, 2, 1))[1:]
+    counted_tau = 1 + sum(size - 1 for size in steps_after_first) / len(steps_after_first)
+    assert set(rows) == {2, 4}
+    reference = {lv.sessions: lv.output_tok_s for lv in steps.grid_results(ctx)[0][1].results}
+    for sessions, row in rows.items():
+        assert row["tau_expected"] == pytest.approx(2.25)
+        # the server's own count, whatever was asked: the stand-in streams chunks of 3, 2, 1 tokens, and each chunk
+        # after the first is one verify step that accepted its size - 1 drafts
+        assert row["tau_measured"] == pytest.approx(counted_tau)
+        assert row["speedup"] == pytest.approx(row["output_tok_s"] / reference[sessions], rel=1e-2)
+        assert row["candidate_tok_s"] is not None and row["candidate_speedup"] is not None
+
+    state = open_state(tmp_path, {}, ctx.plan.to_json(), resume=False)
+    state.finish("synthetic", outcome.status, state.begin("synthetic"), outcome.detail, outcome.outputs)
+    text = report.write_report(tmp_path, state, "production", None, plots=False)[0].read_text(encoding="utf-8")
+    section = text.split("## Projection: what a better drafter would give on this box", 1)[1].split("\n## ", 1)[0]
+    assert "**A projection of speed, not of quality.**" in section and "0.75, 0.5" in section
+    assert "| 2 |" in section and f"| 2.25 / {counted_tau:.2f} |" in section
+
+
+def test_without_rates_or_on_cpu_the_report_says_why_there_is_no_projection(tmp_path: Path) -> None:
+    from kimi_dflash.qualify import report
+    from kimi_dflash.qualify.plan import build_plan
+    from kimi_dflash.qualify.state import open_state
+
+    for device, why in (("rocm", "not asked for: --project-acceptance RATES"), ("cpu", "refused on the CPU build")):
+        values = {"DEVICE": device, "SPECULATIVE_METHOD": "dflash", "NUM_SPECULATIVE_TOKENS": "2", "MAX_NUM_SEQS": "8"}
+        plan = build_plan(values, projection=(0.8, 0.6) if device == "cpu" else ())
+        assert plan.projection == ()
+        out = tmp_path / device
+        state = open_state(out, {}, plan.to_json(), resume=False)
+        text = report.write_report(out, state, "x", None, plots=False)[0].read_text(encoding="utf-8")
+        assert f"*(not measured: {why}" in text

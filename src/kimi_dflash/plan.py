@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from kimi_dflash import vllm_auth
 from kimi_dflash.bench.redaction import redact_argv
+from kimi_dflash.config.acceptance_rates import parse_acceptance_rates
 from kimi_dflash.config.validate import Config
 from kimi_dflash.core import envvars
 
@@ -109,6 +110,10 @@ def speculative_config(config: Config) -> dict[str, object] | None:
     for field, key in optional.items():
         if config[key] is not None:
             spec[field] = config[key]
+    rates = config["SYNTHETIC_ACCEPTANCE_RATES"]
+    if rates is not None:  # validated by the config rules: a speed projection, outputs are not the model's
+        spec["rejection_sample_method"] = "synthetic"
+        spec["synthetic_acceptance_rates"] = list(parse_acceptance_rates(str(rates)))
     if config["PRESHARD_DIR"] is not None:
         # The drafter inherits the target's load config unless given its own (vLLM >= 0.20); it is a plain
         # checkpoint, so it keeps the default loader.

@@ -365,6 +365,19 @@ KEYS: tuple[Key, ...] = (
         "them into distributions per level, turn, category and prompt length. Ignored when SPECULATIVE_METHOD=none.",
         choices=("off", "summary", "detailed"),
     ),
+    _k(
+        "SYNTHETIC_ACCEPTANCE_RATES",
+        "str",
+        None,
+        "speculative",
+        "GPU benchmark aid, never for users: per-position acceptance rates, one per drafted token, non-increasing, "
+        "e.g. 0.8,0.6,0.4. vLLM's synthetic rejection sampler (speculative_config.rejection_sample_method=synthetic, "
+        "vLLM >= 0.20) then accepts drafts at these rates instead of checking them against the target, so the "
+        "outputs are NOT the model's: it projects the speed a drafter with these rates would give on this box. "
+        "Unconditional rates (a result's per_position list). Refused on the CPU build (its sampler raises at the "
+        "first request). `qualify --project-acceptance` sets it for its projection step.",
+        optional=True,
+    ),
     # --- FP8 KV scales (read by the project's vLLM plugin) ---
     _k(
         "KV_SCALE_MODE",

@@ -11,6 +11,7 @@ from functools import cached_property
 from pathlib import Path
 
 from kimi_dflash.bench.redaction import redact_argv, secret_option
+from kimi_dflash.config.acceptance_rates import parse_acceptance_rates
 from kimi_dflash.config.loader import RawSetting, display_path, read_settings
 from kimi_dflash.config.problems import ConfigError, Problem
 from kimi_dflash.config.schema import DEMO_CHOICES, KEYS, KEYS_BY_NAME, NO_DEMO, Key
@@ -467,6 +468,51 @@ def _rule_exposed_without_key(v: ConfigValues, s: Mapping[str, str]) -> list[Pro
     return []
 
 
+def _rule_synthetic_acceptance(v: ConfigValues, s: Mapping[str, str]) -> list[Problem]:
+    if v.synthetic_acceptance_rates is None:
+        return []
+    key = "SYNTHETIC_ACCEPTANCE_RATES"
+    try:
+        rates = parse_acceptance_rates(v.synthetic_acceptance_rates)
+    except ValueError as exc:
+        return [_problem(s, v, key, str(exc), "write one rate per drafted token, non-increasing, e.g. 0.8,0.6,0.4")]
+    if v.speculative_method == "none":
+        return [_problem(s, v, key, "set without speculation", "unset it, or set SPECULATIVE_METHOD=dflash")]
+    if len(rates) != v.num_speculative_tokens:
+        return [
+            _problem(
+                s,
+                v,
+                key,
+                f"{len(rates)} rate(s) for NUM_SPECULATIVE_TOKENS={v.num_speculative_tokens} (vLLM needs one per "
+                "drafted token)",
+                f"give {v.num_speculative_tokens} rate(s), or set NUM_SPECULATIVE_TOKENS={len(rates)}",
+            )
+        ]
+    if v.device == "cpu":
+        return [
+            _problem(
+                s,
+                v,
+                key,
+                "the CPU build starts with the synthetic sampler and its first request kills the engine ('Synthetic "
+                "acceptance not supported with CPU sampling')",
+                "unset it on CPU; the projection runs on a GPU (DEVICE=rocm or cuda)",
+            )
+        ]
+    return [
+        _problem(
+            s,
+            v,
+            key,
+            "drafts are accepted at these rates, not checked against the target: outputs are not the model's (a "
+            "speed projection; never serve users with it)",
+            "unset it for real serving",
+            severity="warning",
+        )
+    ]
+
+
 RULES: tuple[Rule, ...] = (
     _rule_batched_tokens_untested,
     _rule_batched_vs_seqs,
@@ -478,6 +524,7 @@ RULES: tuple[Rule, ...] = (
     _rule_tools,
     _rule_extra_args,
     _rule_exposed_without_key,
+    _rule_synthetic_acceptance,
 )
 
 

@@ -53,6 +53,7 @@ class ConfigValues:
     draft_kv_cache_dtype: Literal["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"] | None
     draft_tensor_parallel_size: int | None
     per_request_spec_metrics: Literal["off", "summary", "detailed"]
+    synthetic_acceptance_rates: str | None
     kv_scale_mode: Literal["off", "dynamic", "calibrated", "observe"]
     kv_scales_file: Path | None
     kv_scale_floor: float

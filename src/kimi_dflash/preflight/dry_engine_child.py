@@ -100,12 +100,23 @@ def _read_choices(report: dict, config) -> None:
     report["use_mla"] = bool(config.model_config.use_mla)
     report["tensor_parallel_size"] = config.parallel_config.tensor_parallel_size
     spec = config.speculative_config
-    report["speculative"] = None if spec is None else {"method": spec.method, "k": spec.num_speculative_tokens}
+    report["speculative"] = None if spec is None else _speculative_report(spec)
     report["target_attention"] = _attention_backend(config, config.model_config)
     if config.model_config.use_mla:
         report["mla_prefill"] = _mla_prefill_backend(config)
     if spec is not None and spec.method == "dflash" and spec.draft_model_config is not None:
         report["drafter_attention"] = _attention_backend(_dflash_draft_config(config), spec.draft_model_config)
+
+
+def _speculative_report(spec) -> dict[str, object]:
+    """What vLLM resolved: method and k, and the rejection sampler when it is not the standard one (the synthetic
+    sampler's rates as vLLM's own checks left them)."""
+    found: dict[str, object] = {"method": spec.method, "k": spec.num_speculative_tokens}
+    sampler = getattr(spec, "rejection_sample_method", "standard")
+    if sampler != "standard":
+        found["rejection_sample_method"] = sampler
+        found["synthetic_acceptance_rates"] = getattr(spec, "synthetic_acceptance_rates", None)
+    return found
 
 
 def _attention_backend(config, model) -> str:

@@ -29,7 +29,8 @@ EPILOG = """\
 steps: environment, preflight (stops on FAIL), reference server (the config with SPECULATIVE_METHOD=none) and
 candidate (the config) with losslessness at T=0 on the shipped prompts, FP8 KV validation (when KV is fp8), the
 k x concurrency grid at matched load (repeated, judged by the SLO), acceptance by position and per request,
-goodput and the speedup at the SLO and at matched concurrency (with its interval), the advisor's k, the report.
+goodput and the speedup at the SLO and at matched concurrency (with its interval), the advisor's k, on a GPU
+with --project-acceptance the speed projection (vLLM's synthetic acceptance sampler), the report.
 --dry-run lists them with time estimates for this box and the budget (which trims the grid).
 
 Output: DIR/report.md (+ PNGs), grid/*.json, results/, lossless/, environment.json, state.json, and DIR.tar.gz
@@ -41,6 +42,7 @@ exit status: 0 every verdict passed; 2 a verdict failed (lossless FAIL, FP8 KV F
 examples:
   %(prog)s configs/demo-cpu.env --budget 6m --out /tmp/qualify-demo
   %(prog)s configs/production.env --budget 3h --dry-run
+  %(prog)s configs/production.env --project-acceptance 0.8,0.6   # + what a better k=2 drafter would give (GPU)
 """
 RESULTS_DIR = Path(__file__).resolve().parents[3] / "benchmarks" / "results"  # in a checkout; absent in a wheel
 
@@ -68,6 +70,14 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         help="service-level objectives every grid benchmark is judged by, e.g. ttft:2s,user_tps:12 (the benchmark's "
         "--slo form); default per box: GPU ttft:2s,user_tps:12, CPU ttft:1s,user_tps:50 (docs/qualify.md says "
         "why); 'none' measures no goodput",
+    )
+    parser.add_argument(
+        "--project-acceptance",
+        metavar="RATES",
+        help="GPU only: also serve the candidate with vLLM's synthetic acceptance sampler at these per-position "
+        "rates (one per drafted token, non-increasing, e.g. 0.8,0.6,0.4 or a result's per_position list) and "
+        "measure its speed at the grid's concurrency: what a drafter accepting that often would give on this box. "
+        "A projection of speed, not of quality; refused on the CPU build",
     )
     parser.add_argument("--dry-run", action="store_true", help="list the steps with time estimates; run nothing")
     parser.add_argument("--resume", action="store_true", help="finish the run recorded in --out (after a kill)")
@@ -132,6 +142,17 @@ def _verify_k_limit(values: dict[str, str]) -> tuple[int, str] | None:
     return cap.cap - 1, f"AITER MLA verifies at most {cap.cap} query tokens on its persistent path, {cap.defined_at}"
 
 
+def _projection(args: argparse.Namespace) -> tuple[float, ...]:
+    if not args.project_acceptance:
+        return ()
+    from kimi_dflash.config.acceptance_rates import parse_acceptance_rates
+
+    try:
+        return parse_acceptance_rates(args.project_acceptance)
+    except ValueError as exc:
+        raise UserError(f"--project-acceptance {args.project_acceptance!r}: {exc}") from None
+
+
 def _context(args: argparse.Namespace) -> tuple[Context, QualifyPlan]:
     config = resolve_config_argument(args.config)
     if not config.is_file():
@@ -141,7 +162,7 @@ def _context(args: argparse.Namespace) -> tuple[Context, QualifyPlan]:
     values, overrides = _config_values(config)
     per_request = per_request_setting(values, overrides, _per_request_flag())
     budget = parse_duration(args.budget) if args.budget else None
-    plan = build_plan(values, budget, args.slo, per_request, _verify_k_limit(values))
+    plan = build_plan(values, budget, args.slo, per_request, _verify_k_limit(values), _projection(args))
     out = args.out or Path(f"qualify-{config.name.removesuffix('.env')}")
     serve = SERVE_COMMAND if args.serve_sh is None else (str(args.serve_sh.resolve()),)
     ctx = Context(
@@ -181,6 +202,7 @@ def main(args: argparse.Namespace) -> int:
         "sessions": list(plan.sessions),
         "bench_args": list(plan.bench_args),
         "server_env": [list(kv) for kv in plan.server_env],
+        "projection": list(plan.projection),
     }
     try:
         state = open_state(ctx.out, signature, plan.to_json(), args.resume)

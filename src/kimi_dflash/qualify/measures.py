@@ -211,3 +211,41 @@ def reply_identity(results: Results) -> list[dict[str, Any]]:
                 }
             )
     return rows
+
+
+def projection_rows(
+    results: Results, projection: BenchmarkResult, rates: Sequence[float], candidate_k: int
+) -> list[dict[str, Any]]:
+    """The synthetic-acceptance projection beside the measured grid, per concurrency the projection ran: its tok/s
+    and per-user tok/s, over the reference's (k=0) at the same concurrency, and the measured candidate's beside it.
+    The acceptance length the server counted is shown against the one the rates imply (1 + sum): they agree when
+    vLLM's sampler did what was asked, so the projection checks itself."""
+    points = by_k(results)
+    reference = _levels(points[0]) if 0 in points else {}
+    candidate = _levels(points[candidate_k]) if candidate_k in points else {}
+    expected_tau = 1.0 + sum(rates)
+    rows = []
+    for sessions, level in _levels(projection).items():
+        base, measured = reference.get(sessions), candidate.get(sessions)
+        spec = level.spec_decode
+        rows.append(
+            {
+                "sessions": sessions,
+                "output_tok_s": _r(level.output_tok_s, 2),
+                "per_user_tok_s_p50": _r(level.per_user_tok_s.p50, 2),
+                "tau_expected": _r(expected_tau),
+                "tau_measured": _r(spec.acceptance_length) if spec is not None else None,
+                "per_position_measured": [_r(p, 4) for p in spec.per_position] if spec and spec.per_position else [],
+                "reference_tok_s": _r(base.output_tok_s, 2) if base else None,
+                "speedup": _ratio(level, base),
+                "candidate_tok_s": _r(measured.output_tok_s, 2) if measured else None,
+                "candidate_speedup": _ratio(measured, base),
+            }
+        )
+    return rows
+
+
+def _ratio(level: LevelResult | None, base: LevelResult | None) -> float | None:
+    if level is None or base is None or not level.output_tok_s or not base.output_tok_s:
+        return None
+    return _r(level.output_tok_s / base.output_tok_s)

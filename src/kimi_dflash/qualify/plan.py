@@ -31,6 +31,7 @@ from kimi_dflash.core.errors import UserError
 SPEC_TOKENS = "NUM_SPECULATIVE_TOKENS"
 PER_REQUEST_KEY = "PER_REQUEST_SPEC_METRICS"
 PER_REQUEST_FLAG = "cli:--per-request-spec-decode-metrics"
+RATES_KEY = "SYNTHETIC_ACCEPTANCE_RATES"
 NO_SLO = ("none", "off")
 
 
@@ -146,6 +147,7 @@ class QualifyPlan:
     slo: str = ""  # the --slo every grid benchmark gets ("": none)
     server_env: tuple[tuple[str, str], ...] = ()  # config keys set for every server (per-request metrics)
     excluded: tuple[str, ...] = ()  # grid k values a runtime rule refuses on this vLLM, with the reason
+    projection: tuple[float, ...] = ()  # per-position rates for the synthetic projection (empty: none asked for)
 
     @property
     def total_s(self) -> float:
@@ -232,6 +234,31 @@ def per_request_setting(
     )
 
 
+def projection_step(box: Box, rates: Sequence[float], levels: int, k_limit: tuple[int, str] | None = None) -> Step:
+    """The candidate served with vLLM's synthetic acceptance sampler at the given per-position rates: the speed a
+    drafter accepting that often would give on this box. A projection of speed, never of quality (the sampler does
+    not check drafts against the target). GPU only: the CPU build's sampler raises at the first request."""
+    title = "projection: the candidate with vLLM's synthetic acceptance sampler (speed a better drafter would give)"
+    if box.kind == "cpu":
+        reason = (
+            "refused on the CPU build: vLLM's CPU sampler raises 'Synthetic acceptance not supported with CPU "
+            "sampling' at the first request"
+        )
+        return Step("synthetic", title, 0.0, runs=False, reason=reason)
+    if not rates:
+        reason = "not asked for: --project-acceptance RATES (e.g. 0.8,0.6,0.4 per draft position) measures it"
+        return Step("synthetic", title, 0.0, runs=False, reason=reason)
+    if k_limit is not None and len(rates) > k_limit[0]:
+        reason = f"{len(rates)} rates ask for k={len(rates)}, refused on this vLLM: {k_limit[1]}"
+        return Step("synthetic", title, 0.0, runs=False, reason=reason)
+    tau = 1.0 + sum(rates)
+    title = (
+        f"projection at acceptance {','.join(f'{r:g}' for r in rates)} (k={len(rates)}, tau {tau:.2f}): "
+        "vLLM's synthetic acceptance sampler, speed only (outputs are not the model's)"
+    )
+    return Step("synthetic", title, point_s(box, levels))
+
+
 def _steps(
     box: Box,
     k: int,
@@ -240,15 +267,12 @@ def _steps(
     sessions: Sequence[int],
     slo: str = "",
     per_request: PerRequest | None = None,
+    projection: Sequence[float] = (),
+    k_limit: tuple[int, str] | None = None,
 ) -> tuple[Step, ...]:
     per_request = per_request or PerRequest(False, "not probed")
     per_point = point_s(box, len(sessions))
     grid_points = len([v for v in k_values if v not in (0, k)])
-    synthetic_reason = (
-        "refused on the CPU build: vLLM's CPU sampler raises 'Synthetic acceptance not supported with CPU sampling'"
-        if box.kind == "cpu"
-        else "not available in this build: no config key carries speculative_config.rejection_sample_method"
-    )
     return (
         Step("environment", "capture host, accelerators, NUMA, versions, config and plan", 5.0),
         Step(
@@ -296,9 +320,7 @@ def _steps(
             reason="" if slo else "--slo none: no SLO measured",
         ),
         Step("advisor", "the advisor's k recommendation per concurrency", 2.0),
-        Step(
-            "synthetic", "projection with vLLM's synthetic acceptance sampler", 0.0, runs=False, reason=synthetic_reason
-        ),
+        projection_step(box, projection, len(sessions), k_limit),
         Step("report", "report.md, plots, result files, environment.json, archive", 10.0),
     )
 
@@ -322,11 +344,13 @@ def build_plan(
     slo: str | None = None,
     per_request: PerRequest | None = None,
     k_limit: tuple[int, str] | None = None,
+    projection: Sequence[float] = (),
 ) -> QualifyPlan:
     """The plan for a config (its values as strings): the full grid, trimmed until it fits the budget.
 
     ``k_limit``: (largest k, why) when a runtime rule refuses larger k on the vLLM that will serve (the AITER MLA
     verify length): such grid points would only fail their preflight, so they are left out and said so.
+    ``projection``: per-position rates for the synthetic-acceptance projection (GPU only; checked by the caller).
 
     Trimming order: the extra k values (largest first), then the lowest concurrency levels; the reference (k=0)
     and the candidate (the config's k) at the highest level are never removed: without them nothing is qualified.
@@ -335,6 +359,12 @@ def build_plan(
         raise UserError(
             "qualify needs a speculative config (SPECULATIVE_METHOD=dflash): it compares the config "
             "with itself without speculation; this one has none."
+        )
+    if values.get(RATES_KEY):
+        raise UserError(
+            f"{RATES_KEY} is set: that candidate accepts drafts without checking them, so it cannot be qualified; "
+            f"unset it and pass --project-acceptance {values[RATES_KEY]} to measure the projection beside the real "
+            "drafter."
         )
     box = box_for(values.get("DEVICE", "rocm"))
     budget = box.default_budget_s if budget_s is None else budget_s
@@ -351,6 +381,8 @@ def build_plan(
 
     def make() -> QualifyPlan:
         k_values = (0, k, *extras)
+        steps = _steps(box, k, fp8, k_values, sessions, slo_text, per_request, projection, k_limit)
+        projects = next(step for step in steps if step.name == "synthetic").runs
         return QualifyPlan(
             box,
             budget,
@@ -359,11 +391,12 @@ def build_plan(
             k_values,
             tuple(sessions),
             bench_args(box, slo_text),
-            _steps(box, k, fp8, k_values, sessions, slo_text, per_request),
+            steps,
             tuple(trimmed),
             slo_text,
             per_request.server_env,
             excluded,
+            tuple(projection) if projects else (),
         )
 
     plan = make()

@@ -156,3 +156,35 @@ def goodput_section(doc: dict[str, Any] | None, why_not: str) -> list[str]:
             speedup = _f(r["speedup"], 2, "x")
         lines.append(f"| {r['k']} | {sessions} | {_pct(r['attainment'])} | {_f(r['output_goodput'], 1)} | {speedup} |")
     return lines
+
+
+def projection_section(doc: dict[str, Any] | None, why_not: str) -> list[str]:
+    """The synthetic-acceptance projection, labelled as what it is, beside the measured candidate."""
+    if not doc or not doc.get("rows"):
+        return [f"*(not measured: {why_not})*"]
+    rates = ", ".join(f"{r:g}" for r in doc["rates"])
+    lines = [
+        f"**A projection of speed, not of quality.** The candidate was served with k={doc['k']} and vLLM's synthetic "
+        f"rejection sampler accepting draft positions 1..{doc['k']} at {rates} (unconditional rates), without checking "
+        "the drafts against the target: its outputs are not the model's, and nothing here is a lossless or accuracy "
+        "result. It answers one question: the tok/s a drafter with these acceptance rates would give on this box. "
+        f"Raw result: `{doc['result']}`.",
+        "",
+        "| sessions | projected tok/s | per-user tok/s p50 | τ asked / counted | reference tok/s | projected speedup "
+        "| measured candidate tok/s | measured speedup |",
+        "|---:|---:|---:|---|---:|---:|---:|---:|",
+    ]
+    for r in sorted(doc["rows"], key=lambda r: r["sessions"]):
+        speedup = "—" if r["speedup"] is None else f"{r['speedup']:.2f}x"
+        measured = "—" if r["candidate_speedup"] is None else f"{r['candidate_speedup']:.2f}x"
+        lines.append(
+            f"| {r['sessions']} | {_f(r['output_tok_s'])} | {_f(r['per_user_tok_s_p50'])} "
+            f"| {_f(r['tau_expected'])} / {_f(r['tau_measured'])} | {_f(r['reference_tok_s'])} | {speedup} "
+            f"| {_f(r['candidate_tok_s'])} | {measured} |"
+        )
+    lines += [
+        "",
+        "τ counted is the server's own acceptance length in this run; it matches τ asked when the sampler did what was "
+        "asked (a difference of a few percent is sampling noise over the level's verify steps).",
+    ]
+    return lines

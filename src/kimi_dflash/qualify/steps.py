@@ -1,9 +1,8 @@
 """The steps of a qualification, one function each: ``(Context) -> Outcome``. Each reads what earlier steps left
 on disk (never their in-memory state), so any step can be rerun alone after a kill.
 
-Seams for pieces that land on other branches (one function each, replace the body):
-  preflight_step         today: preflight checks + the vLLM compatibility check; later also the dry engine
-  synthetic_step         today: refused on the CPU build, skipped on GPU (no config key for the sampler yet)
+The synthetic step (the speed projection) runs on a GPU only, when --project-acceptance names rates; its results
+stay out of grid/ so that no verdict, acceptance table or advisor fit ever reads a projected figure.
 """
 
 from __future__ import annotations
@@ -11,14 +10,14 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from kimi_dflash.core.atomic_write import write_json_atomic
 from kimi_dflash.qualify import lossless
 from kimi_dflash.qualify.environment import capture
-from kimi_dflash.qualify.plan import SPEC_TOKENS, QualifyPlan
+from kimi_dflash.qualify.plan import RATES_KEY, SPEC_TOKENS, QualifyPlan
 from kimi_dflash.qualify.state import DONE, FAILED, SKIPPED
 from kimi_dflash.sweep import state as sweep_state
 from kimi_dflash.sweep.grid import Point
@@ -54,6 +53,10 @@ class Context:
     @property
     def lossless_dir(self) -> Path:
         return self.out / "lossless"
+
+    @property
+    def projection_dir(self) -> Path:
+        return self.out / "projection"
 
     def point(self, k: int) -> Point:
         extra = self.candidate_env if k == self.plan.spec_tokens else ()
@@ -369,9 +372,41 @@ def goodput_step(ctx: Context) -> Outcome:
 
 
 def synthetic_step(ctx: Context) -> Outcome:
-    """SEAM: the projection with vLLM's synthetic acceptance sampler (GPU only)."""
+    """The projection: the candidate served with vLLM's synthetic acceptance sampler at the rates asked for
+    (SYNTHETIC_ACCEPTANCE_RATES, k = one draft per rate), benchmarked at the grid's concurrency like any grid point
+    (the sweep machinery: resumable, failures recorded) -> projection/, projection.json. Speed only: the sampler
+    does not check drafts against the target, so nothing here says anything about the outputs."""
+    from kimi_dflash.config.acceptance_rates import format_rate
+    from kimi_dflash.qualify.measures import projection_rows
+
     step = next(s for s in ctx.plan.steps if s.name == "synthetic")
-    return Outcome(SKIPPED, step.reason)
+    if not step.runs:
+        return Outcome(SKIPPED, step.reason)
+    rates = ctx.plan.projection
+    point = Point(((SPEC_TOKENS, str(len(rates))), (RATES_KEY, ",".join(map(format_rate, rates)))))
+    plan = replace(ctx.sweep_plan(), points=[point], out=ctx.projection_dir)
+    plan.out.mkdir(parents=True, exist_ok=True)
+    run_sweep(plan)
+    result = sweep_state.finished_result(plan.out, point)
+    if result is None:
+        failures = [f"{f.stage}: {f.detail}" for f in sweep_state.read_failures(plan.out) if f.point == point.name]
+        return Outcome(FAILED, "; ".join(failures) or "the projection point did not finish", {"dir": "projection"})
+    rows = projection_rows(grid_results(ctx), result, rates, ctx.plan.spec_tokens)
+    document = {
+        "what": "a projection of speed, not of quality: vLLM's synthetic rejection sampler accepted drafts at the "
+        "given per-position rates without checking them against the target",
+        "rates": list(rates),
+        "k": len(rates),
+        "rows": rows,
+        "result": str(sweep_state.result_path(plan.out, point).relative_to(ctx.out)),
+    }
+    write_json_atomic(ctx.out / "projection.json", document)
+    summary = ", ".join(f"{r['sessions']} sessions: {r['speedup']}x" for r in rows if r["speedup"] is not None)
+    return Outcome(
+        DONE,
+        f"k={len(rates)} at {','.join(map(format_rate, rates))}: {summary or 'no reference level to compare'}",
+        {"file": "projection.json", "rows": len(rows)},
+    )
 
 
 def advisor_step(ctx: Context) -> Outcome:
