@@ -201,3 +201,56 @@ def test_the_projection_runs_on_a_gpu_plan_when_rates_are_named_and_says_why_not
     assert "--project-acceptance '0.6,0.8': rates must not increase with position" in capsys.readouterr().err
     assert run([str(ROOT / "configs" / "demo-cpu.env"), "--dry-run", "--project-acceptance", "0.8,0.6"]) == 0
     assert "refused on the CPU build" in capsys.readouterr().out
+
+
+def test_graph_capture_sizes_are_multiples_of_the_verify_length_and_a_configs_own_compilation_config_is_kept() -> None:
+    from kimi_dflash.qualify.graphs import capture_sizes, graph_overrides
+
+    assert capture_sizes(2, 32) == [3, 6, 12, 24, 48, 72, 96]  # what configs/production-graphs.env ships
+    assert capture_sizes(3, 64) == [4 * n for n in (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64)]
+    assert capture_sizes(2, 1) == [3] and capture_sizes(4, 4) == [5, 10, 20]
+    shipped = (ROOT / "configs" / "production-graphs.env").read_text()
+    assert f'"cudagraph_capture_sizes": [{", ".join(map(str, capture_sizes(2, 32)))}]' in shipped
+    keys = dict(graph_overrides({"MAX_NUM_SEQS": "8", "EXTRA_VLLM_ARGS": "--max-logprobs 5"}, 1))
+    assert keys["ENFORCE_EAGER"] == "false" and keys["EXTRA_VLLM_ARGS"].startswith(
+        "--max-logprobs 5 --compilation-config"
+    )
+    own = "--compilation-config '{\"cudagraph_capture_sizes\": [4]}'"
+    assert graph_overrides({"MAX_NUM_SEQS": "8", "EXTRA_VLLM_ARGS": own}, 1) == (("ENFORCE_EAGER", "false"),)
+
+
+def test_the_graph_candidate_is_measured_on_a_gpu_for_an_eager_config_the_rules_let_through(capsys) -> None:
+    from kimi_dflash.qualify.graphs import graph_candidate
+
+    assert graph_candidate(PRODUCTION, 2, "gpu", (True, "")).runs
+    assert "no HIP/CUDA graphs" in graph_candidate(PRODUCTION, 2, "cpu", (True, "")).reason
+    assert "already runs with graphs" in graph_candidate({**PRODUCTION, "ENFORCE_EAGER": "false"}, 2, "gpu").reason
+    refused = graph_candidate(PRODUCTION, 2, "gpu", (False, "graphs with spec decode: the hook can be bypassed"))
+    assert (
+        not refused.runs and "runtime rules refuse the graph variant on this vLLM: graphs with spec" in refused.reason
+    )
+    # The budget trims it after the extra k values, before any concurrency level.
+    graphs = graph_candidate(PRODUCTION, 2, "gpu", (True, ""))
+    full = build_plan(PRODUCTION, 10 * 3600, graphs=graphs)
+    assert full.graph_overrides and next(s for s in full.steps if s.name == "graphs").runs
+    trimmed = build_plan(PRODUCTION, 45 * 60, graphs=graphs)
+    assert "the graph-mode candidate" in trimmed.trimmed and trimmed.graph_overrides == ()
+    assert trimmed.trimmed.index("the graph-mode candidate") > max(
+        i for i, t in enumerate(trimmed.trimmed) if "k=" in t
+    )
+
+    from kimi_dflash.preflight.runtime_child import vllm_package_dir
+
+    if vllm_package_dir() is None:
+        pytest.skip("no vLLM installed here to check the variant against")
+    # The CLI runs the compatibility check with the runtime rules on the variant against the installed vLLM (0.32:
+    # the MLA KV-write fusion pass would bypass the FP8 KV-scale hook under graphs).
+    assert run([str(ROOT / "configs" / "production.env"), "--dry-run"]) == 0
+    text = capsys.readouterr().out
+    assert "graphs" in text and "ENFORCE_EAGER=false EXTRA_VLLM_ARGS=--compilation-config" in text
+    assert run([str(ROOT / "configs" / "production-fp8kv.env"), "--dry-run"]) == 0
+    assert "the runtime rules refuse the graph variant on this vLLM: graphs with spec decode: KV_SCALE_MODE=" in (
+        capsys.readouterr().out
+    )
+    assert run([str(ROOT / "configs" / "production.env"), "--dry-run", "--no-graphs"]) == 0
+    assert "[--no-graphs]" in capsys.readouterr().out

@@ -169,14 +169,20 @@ def test_without_the_measures_the_report_says_why(tmp_path: Path) -> None:
 
 STAND_IN_SERVE = """#!/usr/bin/env bash
 # Stands in for serve.sh: --wait starts the instrument server (vLLM's endpoints, exact timing, spec-decode counters
-# from its chunk pattern) on $PORT and records the config keys it was given; --stop stops it.
+# from its chunk pattern) on $PORT and records the config keys it was given; --stop stops it. With graphs on, the
+# log first gets the warning vLLM prints when it lowers the cudagraph mode for a verify batch (vllm #49547).
 pidfile="$STAND_IN_DIR/server-$PORT.pid"
 if [[ " $* " == *" --wait "* ]]; then
   args=("$@"); log="${args[-1]}"
-  echo "NUM_SPECULATIVE_TOKENS=$NUM_SPECULATIVE_TOKENS SYNTHETIC_ACCEPTANCE_RATES=$SYNTHETIC_ACCEPTANCE_RATES" \\
-    >> "$STAND_IN_DIR/started"
+  env | grep -E '^(NUM_SPECULATIVE_TOKENS|SYNTHETIC_ACCEPTANCE_RATES|ENFORCE_EAGER|EXTRA_VLLM_ARGS)=' | sort \\
+    > "$STAND_IN_DIR/started"
+  : > "$log"
+  if [[ "${ENFORCE_EAGER:-}" == false ]]; then
+    echo "(EngineCore pid=1) WARNING [compilation.py:1459] CUDAGraphMode.FULL_AND_PIECEWISE is not supported with" \\
+      "spec-decode for attention backend ROCM_AITER_MLA (support: SINGLE); setting cudagraph_mode=PIECEWISE" >> "$log"
+  fi
   "$KIMI_PYTHON" -m kimi_dflash.instruments.synthetic --port "$PORT" --ttft-ms 20 --chunk-interval-ms 5 \\
-    --chunk-tokens 3,2,1 --spec-tokens "$NUM_SPECULATIVE_TOKENS" > "$log" 2>&1 &
+    --chunk-tokens 3,2,1 --spec-tokens "$NUM_SPECULATIVE_TOKENS" >> "$log" 2>&1 &
   echo $! > "$pidfile"
   for _ in $(seq 200); do grep -q "listening on" "$log" && exit 0; sleep 0.1; done
   exit 1
@@ -184,6 +190,19 @@ fi
 [[ -f "$pidfile" ]] && kill "$(cat "$pidfile")" && rm -f "$pidfile"
 exit 0
 """
+
+
+def _stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    serve = tmp_path / "serve.sh"
+    serve.write_text(STAND_IN_SERVE)
+    serve.chmod(0o755)
+    monkeypatch.setenv("STAND_IN_DIR", str(tmp_path))
+    return serve
+
+
+def _started(tmp_path: Path) -> dict[str, str]:
+    lines = (tmp_path / "started").read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines)
 
 
 def test_the_projection_runs_beside_the_grid_and_the_report_labels_it_speed_not_quality(
@@ -200,10 +219,7 @@ def test_the_projection_runs_beside_the_grid_and_the_report_labels_it_speed_not_
     from kimi_dflash.qualify.state import DONE, open_state
 
     _grid(tmp_path)
-    serve = tmp_path / "serve.sh"
-    serve.write_text(STAND_IN_SERVE)
-    serve.chmod(0o755)
-    monkeypatch.setenv("STAND_IN_DIR", str(tmp_path))
+    serve = _stand_in(tmp_path, monkeypatch)
     values = {"DEVICE": "rocm", "SPECULATIVE_METHOD": "dflash", "NUM_SPECULATIVE_TOKENS": "4", "MAX_NUM_SEQS": "16"}
     plan = build_plan(values, slo="none", projection=(0.75, 0.5))
     assert plan.projection == (0.75, 0.5) and next(s for s in plan.steps if s.name == "synthetic").runs
@@ -214,10 +230,7 @@ def test_the_projection_runs_beside_the_grid_and_the_report_labels_it_speed_not_
     )  # fmt: skip
     outcome = steps.synthetic_step(ctx)
     assert outcome.status == DONE, outcome.detail
-    assert (tmp_path / "started").read_text().split() == [
-        "NUM_SPECULATIVE_TOKENS=2",
-        "SYNTHETIC_ACCEPTANCE_RATES=0.75,0.5",
-    ]
+    assert _started(tmp_path) == {"NUM_SPECULATIVE_TOKENS": "2", "SYNTHETIC_ACCEPTANCE_RATES": "0.75,0.5"}
     assert sorted(p.name for p in (tmp_path / "grid").glob("*.json")) == [
         "NUM_SPECULATIVE_TOKENS-0.json",
         "NUM_SPECULATIVE_TOKENS-4.json",
@@ -258,3 +271,60 @@ def test_without_rates_or_on_cpu_the_report_says_why_there_is_no_projection(tmp_
         state = open_state(out, {}, plan.to_json(), resume=False)
         text = report.write_report(out, state, "x", None, plots=False)[0].read_text(encoding="utf-8")
         assert f"*(not measured: {why}" in text
+
+
+def test_the_graph_mode_candidate_runs_apart_from_the_grid_and_reports_a_lowered_graph_mode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The graphs step on a GPU plan with the stand-in server: the candidate is started with graphs on and aligned
+    capture sizes, its outputs compared with the eager reference's, benchmarked into graphs/ (the grid is keyed by k
+    and this point shares the candidate's), and the cudagraph mode vLLM lowered after start-up is reported."""
+    from dataclasses import asdict, replace
+
+    from kimi_dflash.qualify import report, steps
+    from kimi_dflash.qualify.graphs import graph_candidate
+    from kimi_dflash.qualify.plan import build_plan
+    from kimi_dflash.qualify.state import DONE, open_state
+    from kimi_dflash.validate.client import Completion
+
+    _grid(tmp_path)
+    serve = _stand_in(tmp_path, monkeypatch)
+    values = {"DEVICE": "rocm", "SPECULATIVE_METHOD": "dflash", "NUM_SPECULATIVE_TOKENS": "4", "MAX_NUM_SEQS": "4"}
+    plan = build_plan(values, slo="none", graphs=graph_candidate(values, 4, "gpu", (True, "")))
+    assert next(s for s in plan.steps if s.name == "graphs").runs
+    # Outputs stored by the reference step and by this server (the instrument server returns no token ids).
+    outputs = {"model": "synthetic", "max_tokens": 4, "prompts": ["a", "b"],
+               "completions": [asdict(Completion("x", [1, 2, 3, 4], 4, 3, "length"))] * 2}  # fmt: skip
+    (tmp_path / "lossless").mkdir()
+    for name in ("reference.json", "graphs.json"):
+        (tmp_path / "lossless" / name).write_text(json.dumps(outputs))
+    workload = ("--max-tokens", "12", "--turns-per-session", "1", "--ignore-eos", "--warmup", "0")
+    ctx = steps.Context(
+        config=ROOT / "configs" / "production.env", config_as_given="production", values=values, overrides={},
+        plan=replace(plan, sessions=(2, 4), bench_args=workload), out=tmp_path, serve_command=(str(serve),),
+    )  # fmt: skip
+    outcome = steps.graphs_step(ctx)
+    assert outcome.status == DONE, outcome.detail
+    started = _started(tmp_path)
+    assert started["ENFORCE_EAGER"] == "false" and started["NUM_SPECULATIVE_TOKENS"] == "4"
+    assert '"cudagraph_capture_sizes": [5, 10, 20]' in started["EXTRA_VLLM_ARGS"]  # multiples of 1 + k = 5
+    assert sorted(p.name for p in (tmp_path / "grid").glob("*.json")) == [
+        "NUM_SPECULATIVE_TOKENS-0.json",
+        "NUM_SPECULATIVE_TOKENS-4.json",
+    ]
+    document = json.loads((tmp_path / "graphs.json").read_text())
+    assert document["cudagraph_mode"] == "PIECEWISE" and document["downgraded"]
+    assert document["identity"]["identical"] == document["identity"]["prompts"] == 2
+    rows = {r["sessions"]: r for r in document["rows"]}
+    eager = {lv.sessions: lv.output_tok_s for lv in steps.grid_results(ctx)[1][1].results}
+    assert set(rows) == {2, 4}
+    for sessions, row in rows.items():
+        assert row["speedup_vs_eager"] == pytest.approx(row["output_tok_s"] / eager[sessions], rel=1e-2)
+    assert "PIECEWISE (lowered after start-up: vllm #49547)" in outcome.detail
+
+    state = open_state(tmp_path, {}, ctx.plan.to_json(), resume=False)
+    state.finish("graphs", outcome.status, state.begin("graphs"), outcome.detail, outcome.outputs)
+    text = report.write_report(tmp_path, state, "production", None, plots=False)[0].read_text(encoding="utf-8")
+    section = text.split("## Graph-mode candidate", 1)[1].split("\n## ", 1)[0]
+    assert "**PIECEWISE, lowered by vLLM after start-up**" in section and "**2/2**" in section
+    assert "`ENFORCE_EAGER=false`" in section and "| 4 |" in section

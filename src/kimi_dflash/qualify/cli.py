@@ -11,9 +11,11 @@ from pathlib import Path
 from kimi_dflash.config.shipped import resolve_config_argument
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.qualify import bundle, report
+from kimi_dflash.qualify.graphs import GraphCandidate
 from kimi_dflash.qualify.plan import (
     PER_REQUEST_FLAG,
     QualifyPlan,
+    box_for,
     build_plan,
     parse_duration,
     per_request_setting,
@@ -28,7 +30,8 @@ DESCRIPTION = "Qualify a box: is DFlash lossless and worth it here, and with whi
 EPILOG = """\
 steps: environment, preflight (stops on FAIL), reference server (the config with SPECULATIVE_METHOD=none) and
 candidate (the config) with losslessness at T=0 on the shipped prompts, FP8 KV validation (when KV is fp8), the
-k x concurrency grid at matched load (repeated, judged by the SLO), acceptance by position and per request,
+k x concurrency grid at matched load (repeated, judged by the SLO), on a GPU the graph-mode candidate (an eager
+config served with graphs on, where the runtime rules allow it), acceptance by position and per request,
 goodput and the speedup at the SLO and at matched concurrency (with its interval), the advisor's k, on a GPU
 with --project-acceptance the speed projection (vLLM's synthetic acceptance sampler), the report.
 --dry-run lists them with time estimates for this box and the budget (which trims the grid).
@@ -78,6 +81,12 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         "rates (one per drafted token, non-increasing, e.g. 0.8,0.6,0.4 or a result's per_position list) and "
         "measure its speed at the grid's concurrency: what a drafter accepting that often would give on this box. "
         "A projection of speed, not of quality; refused on the CPU build",
+    )
+    parser.add_argument(
+        "--no-graphs",
+        action="store_true",
+        help="do not measure the graph-mode candidate (by default, on a GPU, an eager config is also served with "
+        "graphs on and aligned capture sizes when the runtime rules allow it on the serving vLLM)",
     )
     parser.add_argument("--dry-run", action="store_true", help="list the steps with time estimates; run nothing")
     parser.add_argument("--resume", action="store_true", help="finish the run recorded in --out (after a kill)")
@@ -142,6 +151,46 @@ def _verify_k_limit(values: dict[str, str]) -> tuple[int, str] | None:
     return cap.cap - 1, f"AITER MLA verifies at most {cap.cap} query tokens on its persistent path, {cap.defined_at}"
 
 
+def _graph_candidate(config: Path, values: dict[str, str], box_kind: str, wanted: bool) -> GraphCandidate:
+    """The graph-mode candidate, judged by the compatibility check with the runtime rules against the vLLM this
+    interpreter serves with (read from its source, no import): a variant the rules refuse would only fail its
+    preflight, so it is left out with their reason."""
+    from kimi_dflash.qualify.graphs import graph_candidate, graph_overrides
+
+    k = int(values.get("NUM_SPECULATIVE_TOKENS") or 0)
+    if not wanted:
+        return GraphCandidate(False, "--no-graphs")
+    unchecked = graph_candidate(values, k, box_kind, (True, ""))
+    if not unchecked.runs:  # CPU, or already graphs: no check needed to say why not
+        return unchecked
+    return graph_candidate(values, k, box_kind, _check_variant(config, dict(graph_overrides(values, k))))
+
+
+def _check_variant(config_path: Path, overrides: dict[str, str]) -> tuple[bool, str]:
+    """(passes, detail): the compatibility check with the runtime rules on the config with ``overrides``."""
+    from kimi_dflash.config.problems import ConfigError
+    from kimi_dflash.config.validate import load_config
+    from kimi_dflash.core.paths import cache_root
+    from kimi_dflash.launch import hooks
+    from kimi_dflash.patcher.vllm_source import VllmSource
+    from kimi_dflash.plan import build_plan as launch_plan
+    from kimi_dflash.preflight.compat import check_compat
+    from kimi_dflash.preflight.runtime_child import vllm_package_dir
+
+    package_dir = vllm_package_dir()
+    if package_dir is None:
+        return False, "no vLLM found by this Python to check it against"
+    try:
+        config = load_config(config_path, environ={**os.environ, **overrides})
+    except ConfigError as error:
+        return False, "; ".join(p.render() for p in error.problems)
+    plan = launch_plan(config, python_executable=sys.executable, cache_dir=str(cache_root()))
+    report = check_compat(hooks.deployment(config, plan), VllmSource.from_package_dir(package_dir))
+    if report.failures:
+        return False, "; ".join(f"{f.name}: {f.detail}" for f in report.failures)
+    return True, ""
+
+
 def _projection(args: argparse.Namespace) -> tuple[float, ...]:
     if not args.project_acceptance:
         return ()
@@ -162,7 +211,8 @@ def _context(args: argparse.Namespace) -> tuple[Context, QualifyPlan]:
     values, overrides = _config_values(config)
     per_request = per_request_setting(values, overrides, _per_request_flag())
     budget = parse_duration(args.budget) if args.budget else None
-    plan = build_plan(values, budget, args.slo, per_request, _verify_k_limit(values), _projection(args))
+    graphs = _graph_candidate(config, values, box_for(values.get("DEVICE", "rocm")).kind, not args.no_graphs)
+    plan = build_plan(values, budget, args.slo, per_request, _verify_k_limit(values), _projection(args), graphs)
     out = args.out or Path(f"qualify-{config.name.removesuffix('.env')}")
     serve = SERVE_COMMAND if args.serve_sh is None else (str(args.serve_sh.resolve()),)
     ctx = Context(
@@ -203,6 +253,7 @@ def main(args: argparse.Namespace) -> int:
         "bench_args": list(plan.bench_args),
         "server_env": [list(kv) for kv in plan.server_env],
         "projection": list(plan.projection),
+        "graphs": [list(kv) for kv in plan.graph_overrides],
     }
     try:
         state = open_state(ctx.out, signature, plan.to_json(), args.resume)

@@ -249,3 +249,29 @@ def _ratio(level: LevelResult | None, base: LevelResult | None) -> float | None:
     if level is None or base is None or not level.output_tok_s or not base.output_tok_s:
         return None
     return _r(level.output_tok_s / base.output_tok_s)
+
+
+def graph_rows(results: Results, graphs: BenchmarkResult, candidate_k: int) -> list[dict[str, Any]]:
+    """The graph-mode candidate per concurrency: its tok/s beside the eager candidate's and the reference's at the
+    same concurrency, with the ratios over each, and its acceptance (graphs change kernels, not the drafter's
+    proposals: acceptance should match the eager candidate's up to near-tie flips)."""
+    points = by_k(results)
+    reference = _levels(points[0]) if 0 in points else {}
+    eager = _levels(points[candidate_k]) if candidate_k in points else {}
+    rows = []
+    for sessions, level in _levels(graphs).items():
+        base, measured = reference.get(sessions), eager.get(sessions)
+        rows.append(
+            {
+                "sessions": sessions,
+                "output_tok_s": _r(level.output_tok_s, 2),
+                "per_user_tok_s_p50": _r(level.per_user_tok_s.p50, 2),
+                "tau": _r(level.spec_decode.acceptance_length) if level.spec_decode else None,
+                "eager_tok_s": _r(measured.output_tok_s, 2) if measured else None,
+                "eager_tau": _r(measured.spec_decode.acceptance_length) if measured and measured.spec_decode else None,
+                "speedup_vs_eager": _ratio(level, measured),
+                "reference_tok_s": _r(base.output_tok_s, 2) if base else None,
+                "speedup_vs_reference": _ratio(level, base),
+            }
+        )
+    return rows

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from kimi_dflash.bench.goodput import describe, parse_slo
 from kimi_dflash.bench.progress import format_duration
 from kimi_dflash.core.errors import UserError
+from kimi_dflash.qualify.graphs import GraphCandidate
 
 SPEC_TOKENS = "NUM_SPECULATIVE_TOKENS"
 PER_REQUEST_KEY = "PER_REQUEST_SPEC_METRICS"
@@ -148,6 +149,7 @@ class QualifyPlan:
     server_env: tuple[tuple[str, str], ...] = ()  # config keys set for every server (per-request metrics)
     excluded: tuple[str, ...] = ()  # grid k values a runtime rule refuses on this vLLM, with the reason
     projection: tuple[float, ...] = ()  # per-position rates for the synthetic projection (empty: none asked for)
+    graph_overrides: tuple[tuple[str, str], ...] = ()  # the graph-mode candidate's config keys (empty: not measured)
 
     @property
     def total_s(self) -> float:
@@ -234,6 +236,16 @@ def per_request_setting(
     )
 
 
+def graphs_step(box: Box, k: int, graphs: GraphCandidate | None, estimate_s: float) -> Step:
+    """The candidate with graphs on (qualify/graphs.py decides whether, and with which keys)."""
+    title = f"graph-mode candidate (k={k}, graphs on): token identity vs the eager reference + benchmark"
+    if graphs is None:
+        graphs = GraphCandidate(False, "not checked")
+    if not graphs.runs:
+        return Step("graphs", title, 0.0, runs=False, reason=graphs.reason)
+    return Step("graphs", f"{title}; {graphs.reason}", estimate_s)
+
+
 def projection_step(box: Box, rates: Sequence[float], levels: int, k_limit: tuple[int, str] | None = None) -> Step:
     """The candidate served with vLLM's synthetic acceptance sampler at the given per-position rates: the speed a
     drafter accepting that often would give on this box. A projection of speed, never of quality (the sampler does
@@ -269,6 +281,7 @@ def _steps(
     per_request: PerRequest | None = None,
     projection: Sequence[float] = (),
     k_limit: tuple[int, str] | None = None,
+    graphs: GraphCandidate | None = None,
 ) -> tuple[Step, ...]:
     per_request = per_request or PerRequest(False, "not probed")
     per_point = point_s(box, len(sessions))
@@ -302,6 +315,7 @@ def _steps(
             f"k x concurrency grid: {grid_points} more server(s) x sessions {','.join(map(str, sessions))}",
             grid_points * per_point,
         ),
+        graphs_step(box, k, graphs, per_point + lossless_s(box)),
         Step("acceptance", "acceptance by position (Prometheus counters per grid point)", 1.0),
         Step(
             "per_request",
@@ -345,15 +359,18 @@ def build_plan(
     per_request: PerRequest | None = None,
     k_limit: tuple[int, str] | None = None,
     projection: Sequence[float] = (),
+    graphs: GraphCandidate | None = None,
 ) -> QualifyPlan:
     """The plan for a config (its values as strings): the full grid, trimmed until it fits the budget.
 
     ``k_limit``: (largest k, why) when a runtime rule refuses larger k on the vLLM that will serve (the AITER MLA
     verify length): such grid points would only fail their preflight, so they are left out and said so.
     ``projection``: per-position rates for the synthetic-acceptance projection (GPU only; checked by the caller).
+    ``graphs``: the graph-mode candidate, when the caller's compatibility check lets it through.
 
-    Trimming order: the extra k values (largest first), then the lowest concurrency levels; the reference (k=0)
-    and the candidate (the config's k) at the highest level are never removed: without them nothing is qualified.
+    Trimming order: the extra k values (largest first), the graph-mode candidate, then the lowest concurrency levels.
+    The reference (k=0) and the candidate (the config's k) at the highest level are never removed: without them
+    nothing is qualified.
     """
     if values.get("SPECULATIVE_METHOD", "none") == "none":
         raise UserError(
@@ -378,10 +395,11 @@ def build_plan(
     excluded = tuple(f"k={e} ({k_limit[1]})" for e in box.extra_k if k_limit is not None and e > k_limit[0])
     sessions = _sessions_for(box, int(values.get("MAX_NUM_SEQS") or max(box.sessions_levels)))
     trimmed: list[str] = []
+    graph = graphs
 
     def make() -> QualifyPlan:
         k_values = (0, k, *extras)
-        steps = _steps(box, k, fp8, k_values, sessions, slo_text, per_request, projection, k_limit)
+        steps = _steps(box, k, fp8, k_values, sessions, slo_text, per_request, projection, k_limit, graph)
         projects = next(step for step in steps if step.name == "synthetic").runs
         return QualifyPlan(
             box,
@@ -397,12 +415,16 @@ def build_plan(
             per_request.server_env,
             excluded,
             tuple(projection) if projects else (),
+            graph.overrides if graph is not None and graph.runs else (),
         )
 
     plan = make()
     while not plan.within_budget:
         if extras:
             trimmed.append(f"k={extras.pop()}")
+        elif graph is not None and graph.runs:
+            trimmed.append("the graph-mode candidate")
+            graph = GraphCandidate(False, "trimmed to fit the budget")
         elif len(sessions) > 1:
             trimmed.append(f"{sessions.pop(0)} sessions")
         else:

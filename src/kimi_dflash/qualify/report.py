@@ -239,6 +239,10 @@ def render(
         "",
         *report_sections.goodput_section(speedups, _why_not(state, "goodput")),
         "",
+        "## Graph-mode candidate",
+        "",
+        *report_sections.graphs_section(_load(out / "graphs.json"), _why_not(state, "graphs")),
+        "",
         "## Projection: what a better drafter would give on this box",
         "",
         *report_sections.projection_section(_load(out / "projection.json"), _why_not(state, "synthetic")),
@@ -258,7 +262,8 @@ def render(
     lines += [
         "",
         f"Exit code {code} ({overall}). Raw files: `grid/*.json` (one benchmark result per k), "
-        "`results/` (the same, named for benchmarks/results/), `lossless/`, `state.json`.",
+        "`results/` (the same, named for benchmarks/results/), `lossless/`, `graphs/` and `projection/` (when "
+        "measured), `state.json`.",
         "",
     ]
     return "\n".join(lines)

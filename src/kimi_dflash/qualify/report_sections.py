@@ -188,3 +188,47 @@ def projection_section(doc: dict[str, Any] | None, why_not: str) -> list[str]:
         "asked (a difference of a few percent is sampling noise over the level's verify steps).",
     ]
     return lines
+
+
+def graphs_section(doc: dict[str, Any] | None, why_not: str) -> list[str]:
+    """The graph-mode candidate beside the eager one: the mode the server ended with, token identity as evidence, and
+    tok/s at equal concurrency."""
+    if not doc:
+        return [f"*(not measured: {why_not})*"]
+    keys = " ".join(f"`{key}={value}`" for key, value in doc["overrides"])
+    mode = doc["cudagraph_mode"] or "not found in the server log"
+    lines = [f"The candidate served again with {keys}.", ""]
+    if doc["downgraded"]:
+        lines.append(
+            f"- cudagraph mode: **{mode}, lowered by vLLM after start-up** (vllm #49547: an attention backend cannot "
+            "serve FULL graphs for the verify batch; nothing fails, decode is slower). Log: "
+            f"`{doc['mode_evidence']}`"
+        )
+    else:
+        lines.append(f"- cudagraph mode the server ended with: **{mode}**")
+    identity = doc.get("identity")
+    if identity:
+        lines.append(
+            f"- greedy outputs identical to the eager reference's: **{identity['identical']}/{identity['prompts']}** "
+            "(evidence, not a verdict: graphs run the target through other kernels and batch shapes, so a difference "
+            "can be the target's numerics; the lossless verdict above is the eager candidate's)"
+        )
+    else:
+        lines.append("- greedy outputs: not compared (see the graphs step's detail)")
+    if not doc["rows"]:
+        return [*lines, "", "*(no benchmark result: see the graphs step's detail)*"]
+    lines += [
+        "",
+        "| sessions | graphs tok/s | per-user tok/s p50 | τ graphs / eager | eager candidate tok/s | vs eager "
+        "| reference tok/s | vs reference |",
+        "|---:|---:|---:|---|---:|---:|---:|---:|",
+    ]
+    for r in sorted(doc["rows"], key=lambda r: r["sessions"]):
+        vs_eager = "—" if r["speedup_vs_eager"] is None else f"{r['speedup_vs_eager']:.2f}x"
+        vs_ref = "—" if r["speedup_vs_reference"] is None else f"{r['speedup_vs_reference']:.2f}x"
+        lines.append(
+            f"| {r['sessions']} | {_f(r['output_tok_s'])} | {_f(r['per_user_tok_s_p50'])} "
+            f"| {_f(r['tau'])} / {_f(r['eager_tau'])} | {_f(r['eager_tok_s'])} | {vs_eager} "
+            f"| {_f(r['reference_tok_s'])} | {vs_ref} |"
+        )
+    return lines

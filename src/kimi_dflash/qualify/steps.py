@@ -141,12 +141,15 @@ def preflight_step(ctx: Context) -> Outcome:
 def _serve_point(ctx: Context, k: int, on_ready: Callable[[str], None] | None) -> bool:
     """Start the grid point for ``k``, run ``on_ready`` on it (None: nothing needs the server but the benchmark),
     benchmark, stop. A point already benchmarked is started again only when ``on_ready`` needs it."""
-    runner = PointRunner(ctx.sweep_plan(), out=sys.stderr)
+    return _serve(ctx.sweep_plan(), ctx.point(k), on_ready)
+
+
+def _serve(plan: SweepPlan, point: Point, on_ready: Callable[[str], None] | None) -> bool:
+    runner = PointRunner(plan, out=sys.stderr)
     runner.stop_leftover()
-    point = ctx.point(k)
-    if on_ready is None and sweep_state.finished_result(ctx.grid_dir, point) is not None:
+    if on_ready is None and sweep_state.finished_result(plan.out, point) is not None:
         return True
-    ctx.grid_dir.mkdir(parents=True, exist_ok=True)
+    plan.out.mkdir(parents=True, exist_ok=True)
     return runner.run(point, Progress(1, 1, sys.stderr), 1, on_ready=on_ready)
 
 
@@ -289,6 +292,62 @@ def grid_step(ctx: Context) -> Outcome:
         failures = [f"{f.point} ({f.stage}): {f.detail}" for f in sweep_state.read_failures(plan.out)]
         return Outcome(FAILED, f"{detail}: {'; '.join(failures)}", outputs)
     return Outcome(DONE, detail, outputs)
+
+
+def graphs_step(ctx: Context) -> Outcome:
+    """The candidate with graphs on (the plan's graph keys): its greedy outputs against the eager reference's, then
+    its benchmark at the grid's concurrency -> graphs/, graphs.json with the cudagraph mode the server ended with.
+
+    Token identity here is evidence, not a verdict: graphs run the target's own forward through other kernels and
+    batch shapes, so a difference can come from the target's numerics, not from speculation (the lossless verdict is
+    the eager candidate's). Results stay out of grid/: the grid is keyed by k, and this point shares the candidate's."""
+    from kimi_dflash.qualify.graphs import graph_mode_from_log
+    from kimi_dflash.qualify.measures import graph_rows
+
+    box, k = ctx.plan.box, ctx.plan.spec_tokens
+    point = Point(((SPEC_TOKENS, str(k)), *ctx.plan.graph_overrides))
+    plan = replace(ctx.sweep_plan(), points=[point], out=ctx.out / "graphs")
+    ref_path, own_path = ctx.lossless_dir / "reference.json", ctx.lossless_dir / "graphs.json"
+    identity_path = ctx.lossless_dir / "graphs-identity.json"
+    errors: list[str] = []
+
+    def outputs(url: str) -> None:
+        if not own_path.is_file():
+            prompts = lossless.shipped_prompts(box.lossless_prompts)
+            lossless.save(own_path, lossless.generate(url, prompts, box.lossless_max_tokens))
+        if not ref_path.is_file():
+            raise FileNotFoundError("no reference outputs (the reference step failed): token identity not judged")
+        write_json_atomic(identity_path, lossless.compare(lossless.load(ref_path), lossless.load(own_path), url, True))
+
+    benchmarked = _serve(plan, point, None if identity_path.is_file() else _guarded(errors, outputs))
+    log = plan.out / "logs" / f"{point.name}.server.log"
+    mode = graph_mode_from_log(log.read_text(encoding="utf-8", errors="replace") if log.is_file() else "")
+    result = sweep_state.finished_result(plan.out, point)
+    identity = lossless.load(identity_path) if identity_path.is_file() else None
+    document = {
+        "overrides": [list(kv) for kv in ctx.plan.graph_overrides],
+        "cudagraph_mode": mode.mode,
+        "downgraded": mode.downgraded,
+        "mode_evidence": mode.line,
+        "identity": None if identity is None else identity["agreement"],
+        "rows": [] if result is None else graph_rows(grid_results(ctx), result, k),
+        "result": str(sweep_state.result_path(plan.out, point).relative_to(ctx.out)),
+    }
+    write_json_atomic(ctx.out / "graphs.json", document)
+    if not benchmarked:
+        failure = next((f for f in sweep_state.read_failures(plan.out) if f.point == point.name), None)
+        errors.append(f"{failure.stage}: {failure.detail}" if failure else "the point did not finish")
+    if errors:
+        return Outcome(FAILED, "; ".join(errors), {"file": "graphs.json"})
+    speedups = ", ".join(
+        f"{r['sessions']}: {r['speedup_vs_eager']}x" for r in document["rows"] if r["speedup_vs_eager"] is not None
+    )
+    downgrade = " (lowered after start-up: vllm #49547)" if mode.downgraded else ""
+    return Outcome(
+        DONE,
+        f"cudagraph_mode {mode.mode or 'not in the log'}{downgrade}; vs the eager candidate at sessions {speedups}",
+        {"file": "graphs.json"},
+    )
 
 
 # ----------------------------------------------------------------------------------------------- analysis
@@ -471,6 +530,7 @@ STEPS: dict[str, Callable[[Context], Outcome]] = {
     "candidate": candidate_step,
     "fp8": fp8_step,
     "grid": grid_step,
+    "graphs": graphs_step,
     "acceptance": acceptance_step,
     "per_request": per_request_step,
     "goodput": goodput_step,

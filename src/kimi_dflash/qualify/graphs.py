@@ -1,0 +1,97 @@
+"""The graph-mode candidate (pure): the config's candidate with HIP/CUDA graphs on, when the config runs eager and
+the compatibility check with the runtime rules lets that variant through on the serving vLLM.
+
+The recipe ran eager (a vLLM 0.19 nightly gained nothing from graphs); configs/production-graphs.env is the
+unmeasured graph candidate. Graph mode with spec decode has runtime traps the rules know (preflight/runtime_rules.py):
+capture sizes not multiples of 1 + k can crash mid-decode (vllm #46324), so the variant sets aligned sizes unless the
+config sets its own; an FP8 KV-scale mode can be bypassed by a compile pass, which the rules refuse, so such a
+config gets no graph candidate, with the reason.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from kimi_dflash.config.validate import TRUE_WORDS
+
+GRAPH_MODE = "FULL_AND_PIECEWISE"  # vLLM's default for spec decode where the backend allows FULL decode graphs
+STEP_NAME = "graphs"
+
+
+@dataclass(frozen=True)
+class GraphCandidate:
+    runs: bool
+    reason: str  # why not, or what the variant sets
+    overrides: tuple[tuple[str, str], ...] = ()
+
+
+def capture_sizes(k: int, max_num_seqs: int) -> list[int]:
+    """Batch sizes to capture, each a multiple of 1 + k (a verify step's tokens per request): 1, 2, 4, 8 requests,
+    then every 8 up to MAX_NUM_SEQS, and MAX_NUM_SEQS itself. k=2, 32 seqs: 3, 6, 12, 24, 48, 72, 96 (the sizes
+    configs/production-graphs.env ships)."""
+    step = 1 + k
+    requests = [n for n in (1, 2, 4) if n < max_num_seqs] + list(range(8, max_num_seqs, 8)) + [max_num_seqs]
+    return sorted({step * n for n in requests})
+
+
+def graph_overrides(values: Mapping[str, str], k: int) -> tuple[tuple[str, str], ...]:
+    """ENFORCE_EAGER=false, plus aligned capture sizes in EXTRA_VLLM_ARGS unless the config chose a compilation
+    config of its own (then it is kept as written: the rules judge it)."""
+    extra = (values.get("EXTRA_VLLM_ARGS") or "").strip()
+    overrides: list[tuple[str, str]] = [("ENFORCE_EAGER", "false")]
+    if "--compilation-config" not in extra and "capture-sizes" not in extra and "graph-sizes" not in extra:
+        sizes = capture_sizes(k, int(values.get("MAX_NUM_SEQS") or 1))
+        compilation = f'{{"cudagraph_mode": "{GRAPH_MODE}", "cudagraph_capture_sizes": [{", ".join(map(str, sizes))}]}}'
+        overrides.append(("EXTRA_VLLM_ARGS", f"{extra} --compilation-config '{compilation}'".strip()))
+    return tuple(overrides)
+
+
+def graph_candidate(
+    values: Mapping[str, str], k: int, box_kind: str, check: tuple[bool, str] | None = None
+) -> GraphCandidate:
+    """Whether qualify measures the graph-mode candidate. ``check``: (passes, detail) of the compatibility check
+    with the runtime rules on the variant against the serving vLLM (None: not checked)."""
+    if box_kind == "cpu":
+        return GraphCandidate(False, "the CPU build has no HIP/CUDA graphs to capture (the demo runs eager)")
+    if (values.get("ENFORCE_EAGER") or "true").lower() not in TRUE_WORDS:
+        return GraphCandidate(False, "the candidate already runs with graphs (ENFORCE_EAGER=false)")
+    if check is None:
+        return GraphCandidate(False, "the graph variant was not checked against the serving vLLM")
+    passes, detail = check
+    if not passes:
+        return GraphCandidate(False, f"the runtime rules refuse the graph variant on this vLLM: {detail}")
+    overrides = graph_overrides(values, k)
+    return GraphCandidate(True, " ".join(f"{key}={value}" for key, value in overrides), overrides)
+
+
+_DOWNGRADE = re.compile(r"setting cudagraph_mode=([A-Z_]+)|Overriding to (?:CUDAGraphMode\.)?([A-Z_]+)")
+_RESOLVED = re.compile(r"'cudagraph_mode': <CUDAGraphMode\.([A-Z_]+)")
+
+
+@dataclass(frozen=True)
+class GraphMode:
+    mode: str | None  # CUDAGraphMode name the server ended with; None when the log does not say
+    line: str  # the part of the log line that says so
+    downgraded: bool  # vLLM lowered the mode after start-up (a warning, nothing fails)
+
+
+def graph_mode_from_log(text: str) -> GraphMode:
+    """The cudagraph mode a server ended with. vLLM prints it in its engine config at start-up and lowers it later,
+    with a warning, when an attention backend cannot serve FULL graphs for a uniform verify batch (the silent
+    PIECEWISE of vllm #49547): a lowering wins over the printed config."""
+    found = GraphMode(None, "", False)
+    for line in text.splitlines():
+        lowered = _DOWNGRADE.search(line)
+        if lowered:
+            found = GraphMode(lowered.group(1) or lowered.group(2), _around(line, lowered), True)
+            continue
+        resolved = _RESOLVED.search(line)
+        if resolved and not found.downgraded:
+            found = GraphMode(resolved.group(1), _around(line, resolved), False)
+    return found
+
+
+def _around(line: str, match: re.Match[str]) -> str:
+    return line[max(0, match.start() - 200) : match.end()].strip()
