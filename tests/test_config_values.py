@@ -43,3 +43,20 @@ def test_every_shipped_config_fits_the_typed_view() -> None:
                 assert isinstance(value, scalar) and (key.type == "bool" or not isinstance(value, bool)), (
                     f"{path.name}: {key.name}={value!r} is not a {key.type}"
                 )
+
+
+def test_outside_the_config_package_keys_are_read_typed_not_by_name() -> None:
+    """`config.typed.max_num_seqs` is an int the type checker knows; `config["MAX_NUM_SEQS"]` is an object and a
+    string a typo breaks at run time. The schema-walking option table in plan.py reads `config.values` by Key."""
+    import re
+
+    by_name = re.compile(r"""\bconfig\[\s*["'][A-Z][A-Z_]*["']\s*\]|\.get_(?:str|int)\(\s*["'][A-Z]""")
+    src = CONFIGS.parent / "src" / "kimi_dflash"
+    found = [
+        f"{path.relative_to(src)}:{number}: {line.strip()}"
+        for path in sorted(src.rglob("*.py"))
+        if "config" not in path.relative_to(src).parts[:1]
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+        if by_name.search(line)
+    ]
+    assert found == []

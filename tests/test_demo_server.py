@@ -133,7 +133,7 @@ def test_dflash_drafts_are_accepted(demo_server) -> None:  # type: ignore[no-unt
     drafts = delta("vllm:spec_decode_num_drafts_total")
     drafted = delta("vllm:spec_decode_num_draft_tokens_total")
     accepted = delta("vllm:spec_decode_num_accepted_tokens_total")
-    k = load_config(demo_server.config_path, environ={}).get_int("NUM_SPECULATIVE_TOKENS")
+    k = load_config(demo_server.config_path, environ={}).typed.num_speculative_tokens
     assert drafts > 0 and drafted == k * drafts
     assert accepted <= drafted
     assert accepted / drafted >= 0.5, f"acceptance {accepted}/{drafted} at {k} speculative tokens"

@@ -193,3 +193,20 @@ def test_serve_dry_run_prints_plan_and_touches_nothing(name: str, tmp_path: Path
     assert result.returncode == 0, result.stderr
     assert "--served-model-name" in result.stdout and "\n  --port 8262" in result.stdout
     assert not (tmp_path / "cache").exists()
+
+
+def test_every_vllm_option_the_schema_declares_exists_in_the_installed_vllm() -> None:
+    """The one table (config/schema.py: Key.vllm) against vLLM's own CLI definitions, read from its source."""
+    from kimi_dflash.config.schema import KEYS
+    from kimi_dflash.patcher.vllm_source import VllmSource
+    from kimi_dflash.preflight.runtime_child import vllm_package_dir
+    from kimi_dflash.preflight.vllm_features import probe_features
+
+    package_dir = vllm_package_dir()
+    if package_dir is None:
+        pytest.skip("no vLLM installed here")
+    flags = sorted({flag for key in KEYS if key.vllm for flag in key.vllm.flags})
+    outcomes = probe_features(VllmSource.from_package_dir(package_dir), tuple(f"cli:{flag}" for flag in flags))
+    assert {o.name: o.state for o in outcomes} == {f"cli:{flag}": "present" for flag in flags}
+    assert OPTION_KEYS["--no-enable-prefix-caching"] == "ENABLE_PREFIX_CACHING"
+    assert OPTION_KEYS["--disable-fastapi-docs"] == "API_KEY" and OPTION_KEYS["--load-format"] == "PRESHARD_DIR"

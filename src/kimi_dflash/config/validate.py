@@ -39,17 +39,9 @@ class Config:
     warnings: tuple[Problem, ...] = field(default=())
 
     def __getitem__(self, key: str) -> object:
+        """By key name, for code that walks the schema (the launch plan's option table); elsewhere read
+        ``config.typed.<key>``, which carries the key's type (tests/test_architecture.py keeps it so)."""
         return self.values[key]
-
-    def get_str(self, key: str) -> str | None:
-        value = self.values[key]
-        return None if value is None else str(value)
-
-    def get_int(self, key: str) -> int:
-        value = getattr(self.typed, attribute(key))
-        if not isinstance(value, int):
-            raise TypeError(f"config key {key} is {type(value).__name__}, not int")
-        return value
 
     @cached_property
     def typed(self) -> ConfigValues:

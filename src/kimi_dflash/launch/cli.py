@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIG
     report_problems(config.warnings)
 
-    pid_path = run_dir() / f"serve-{config['PORT']}.pid"
+    pid_path = run_dir() / f"serve-{config.typed.port}.pid"
     if args.stop:
         return stop(pid_path)
 
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_preflight or args.preflight:
         # The dry engine costs ~10 s of CPU: worth it before a 5-minute GPU load, not before a CPU demo that starts
         # in ~30 s and fails with vLLM's own error anyway. --preflight and --check-vllm always run it.
-        dry_engine = not args.no_dry_engine and (args.preflight or str(config["DEVICE"]) != "cpu")
+        dry_engine = not args.no_dry_engine and (args.preflight or config.typed.device != "cpu")
         ok = hooks.preflight(config, plan, fix_numa=args.fix_numa, say=say, dry_engine=dry_engine)
         if not dry_engine and not args.no_dry_engine:
             say("dry engine: not run before a CPU start (vLLM reports its own errors in seconds); --preflight runs it")
@@ -277,9 +277,9 @@ def _start_detached(config: Config, plan: LaunchPlan, args: argparse.Namespace, 
     pid_path.unlink(missing_ok=True)  # stale: its process is gone (or is not ours)
     stop_orphans(plan.port, say)
     say(f"serve: starting vLLM for {plan.served_model_name} on {plan.base_url}")
-    log_path = args.log or cache_root() / "logs" / f"serve-{config['PORT']}.log"
-    timeout_s = float(config.get_int("READY_TIMEOUT_S"))
-    if start_and_wait(plan, log_path, pid_path, timeout_s, config.get_str("API_KEY"), say) is None:
+    log_path = args.log or cache_root() / "logs" / f"serve-{config.typed.port}.log"
+    timeout_s = float(config.typed.ready_timeout_s)
+    if start_and_wait(plan, log_path, pid_path, timeout_s, config.typed.api_key, say) is None:
         return 1
     say(f"serve: stop it with: ./serve.sh {args.config} --stop")
     return 0

@@ -85,7 +85,7 @@ def judge(name: str, file: str, overrides: Mapping[str, str], source: VllmSource
         load_config(shipped_configs_dir() / file, environ=dict(overrides)), create=False, say=lambda _m: None
     )
     if "DEMO_DRAFTER" in str(overrides.get("EXTRA_VLLM_ARGS", "")):
-        extra = str(overrides["EXTRA_VLLM_ARGS"]).replace("DEMO_DRAFTER", str(config["DRAFT_MODEL_DIR"]))
+        extra = str(overrides["EXTRA_VLLM_ARGS"]).replace("DEMO_DRAFTER", str(config.typed.draft_model_dir))
         config = config.with_values("dry table variant", EXTRA_VLLM_ARGS=extra)
     plan = build_plan(config, python_executable=sys.executable, cache_dir=str(cache_root()))
     static = check_compat(deployment_for_plan(config, plan), source)

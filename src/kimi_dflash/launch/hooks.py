@@ -30,24 +30,24 @@ def preflight(
 ) -> bool:
     from kimi_dflash.preflight import PreflightRequest, exit_code, interpreter_for_command, render, run_preflight
 
-    device = str(config["DEVICE"])
-    model_dir = config["MODEL_DIR"]
-    draft_dir = config["DRAFT_MODEL_DIR"] if config.speculative else None
+    device = config.typed.device
+    model_dir = config.typed.model_dir
+    draft_dir = config.typed.draft_model_dir if config.speculative else None
     request = PreflightRequest(
         device=device,  # type: ignore[arg-type]
-        tensor_parallel_size=config.get_int("TENSOR_PARALLEL_SIZE") if device != "cpu" else 1,
+        tensor_parallel_size=config.typed.tensor_parallel_size if device != "cpu" else 1,
         expected_arch=EXPECTED_ARCH.get(device),
         model_dir=None if model_dir is None else Path(str(model_dir)),
         draft_model_dir=None if draft_dir is None else Path(str(draft_dir)),
-        model_repo_hint=str(config["MODEL_REPO"]),
-        draft_repo_hint=str(config["DRAFT_MODEL_REPO"]),
+        model_repo_hint=str(config.typed.model_repo),
+        draft_repo_hint=str(config.typed.draft_model_repo),
         host=plan.host,
         port=plan.port,
         deployment=deployment(config, plan, os.environ),
         python=interpreter_for_command(plan.argv),
         fix_numa=fix_numa,
-        preshard_dir=None if config["PRESHARD_DIR"] is None else Path(str(config["PRESHARD_DIR"])),
-        dtype=str(config["DTYPE"]),
+        preshard_dir=None if config.typed.preshard_dir is None else Path(str(config.typed.preshard_dir)),
+        dtype=config.typed.dtype,
     )
     results = run_preflight(request)
     say(render(results))
@@ -74,15 +74,15 @@ def _dry_engine_ok(config: Config, plan: LaunchPlan, python: str, say: Callable[
 
 def _kv_scales_ok(config: Config, plan: LaunchPlan, say: Callable[[str], None]) -> bool:
     """A wrong KV-scales setup fails here in milliseconds instead of after a 555 GB model load."""
-    if config["KV_SCALE_MODE"] == "off":
+    if config.typed.kv_scale_mode == "off":
         return True
     from kimi_dflash.kvscale.checks import check_kv_scale_config
 
-    model_dir = config["MODEL_DIR"]
+    model_dir = config.typed.model_dir
     findings = check_kv_scale_config(
         plan.env,
         model=str(model_dir),
-        kv_cache_dtype=str(config["KV_CACHE_DTYPE"]),
+        kv_cache_dtype=config.typed.kv_cache_dtype,
         model_dir=None if model_dir is None else Path(str(model_dir)),
     )
     for finding in findings:
@@ -100,7 +100,7 @@ def patches(config: Config, plan: LaunchPlan, say: Callable[[str], None], vllm_r
     from kimi_dflash.patcher.engine import EXIT_UNRECOGNISED, apply_pending, file_patches_needed, status_table
     from kimi_dflash.patcher.model import PatcherError
 
-    on_rocm = config["DEVICE"] == "rocm"
+    on_rocm = config.typed.device == "rocm"
     try:
         table = status_table(vllm_root)
         say(table.to_text())

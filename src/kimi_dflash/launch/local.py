@@ -78,8 +78,8 @@ def start_local_server(
         raise ServerStartError(f"{config_path}: " + "; ".join(p.render() for p in errors))
     plan = local_plan(config)
     plan = dataclasses.replace(plan, env={**plan.env, **(process_env or {})})
-    timeout_s = float(config.get_int("READY_TIMEOUT_S"))
-    process = start_and_wait(plan, log_path, log_path.with_suffix(".pid"), timeout_s, config.get_str("API_KEY"), say)
+    timeout_s = float(config.typed.ready_timeout_s)
+    process = start_and_wait(plan, log_path, log_path.with_suffix(".pid"), timeout_s, config.typed.api_key, say)
     if process is None:
         raise ServerStartError(
             f"vLLM for {config_path} did not become ready; last lines of {log_path}:\n{tail(log_path)}"

@@ -31,7 +31,7 @@ def resolve_demo_models(config: Config, create: bool, say: Callable[[str], None]
 
 def cpu_preload(config: Config, say: Callable[[str], None] = _stderr) -> tuple[str, ...]:
     """What LD_PRELOAD should hold for vLLM's CPU build on this machine (and say what was found)."""
-    if config["DEVICE"] != "cpu" or not config["CPU_PRELOAD_LIBS"]:
+    if config.typed.device != "cpu" or not config.typed.cpu_preload_libs:
         return ()
     from kimi_dflash.launch import cpu_libs
 

@@ -140,7 +140,7 @@ def dry_engine_for_plan(config, plan, *, python: str = sys.executable, meta_mode
     directories prepared (dry_model_dir), the plan's argv pointed at them, the plan's environment passed."""
     from kimi_dflash.demo import demo_model_paths
 
-    model_dir = _path(config["MODEL_DIR"])
+    model_dir = _path(config.typed.model_dir)
     if config.demo_models is not None and (model_dir is None or not (model_dir / "config.json").is_file()):
         # Never judge a stand-in: the shipped facts describe Kimi K2.6, not this demo's fabricated models.
         return not_run(
@@ -151,18 +151,18 @@ def dry_engine_for_plan(config, plan, *, python: str = sys.executable, meta_mode
         demo_target = demo_model_paths(choice="kimi").target_dir
         try:
             target = checkpoint_dir(
-                "target", _path(config["MODEL_DIR"]), config.get_str("MODEL_REPO"), Path(tmp), demo_target
+                "target", _path(config.typed.model_dir), config.typed.model_repo, Path(tmp), demo_target
             )
             spec = _speculative(plan.argv)
             drafter = None
             if spec is not None and spec.get("model"):
                 drafter = checkpoint_dir(
-                    "drafter", _path(config["DRAFT_MODEL_DIR"]), config.get_str("DRAFT_MODEL_REPO"), Path(tmp), None
+                    "drafter", _path(config.typed.draft_model_dir), config.typed.draft_model_repo, Path(tmp), None
                 )
         except DryModelError as error:
             return not_run(str(error))
         argv = rewrite_models(plan.argv, target.path, None if drafter is None else drafter.path)
-        verdict = run_dry_engine(argv, str(config["DEVICE"]), python=python, env=plan.env, meta_model=meta_model)
+        verdict = run_dry_engine(argv, config.typed.device, python=python, env=plan.env, meta_model=meta_model)
     origins = [f"target config.json from {target.origin}"]
     if drafter is not None:
         origins.append(f"drafter config.json from {drafter.origin}")

@@ -16,16 +16,16 @@ def deployment_for_plan(config: Config, plan: LaunchPlan, inherited_env: Mapping
     """The plan as the compatibility rules see it. `inherited_env`: the environment vLLM will also inherit
     (preflight passes os.environ; --check-vllm and the matrix judge the plan alone)."""
     demo = config.demo_models is not None  # fabricated models: never the shipped Kimi facts
-    model_dir, draft_dir = config["MODEL_DIR"], config["DRAFT_MODEL_DIR"]
+    model_dir, draft_dir = config.typed.model_dir, config.typed.draft_model_dir
     return deployment_from_command(
-        str(config["DEVICE"]),
+        config.typed.device,
         plan.argv,
         {**(inherited_env or {}), **plan.env},
         model_dir=None if model_dir is None else Path(str(model_dir)),
-        model_repo=None if demo else config.get_str("MODEL_REPO"),
+        model_repo=None if demo else config.typed.model_repo,
         drafter_dir=None if draft_dir is None else Path(str(draft_dir)),
-        drafter_repo=None if demo else config.get_str("DRAFT_MODEL_REPO"),
+        drafter_repo=None if demo else config.typed.draft_model_repo,
         label=display_path(config.path),
-        extra_args=config.get_str("EXTRA_VLLM_ARGS"),
+        extra_args=config.typed.extra_vllm_args,
         option_keys=OPTION_KEYS,
     )

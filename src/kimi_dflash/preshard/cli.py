@@ -104,10 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         report_problems(error.problems)
         return EXIT_USAGE
-    if config["PRESHARD_DIR"] is not None:
+    if config.typed.preshard_dir is not None:
         say(f"{args.config} already serves a pre-shard (PRESHARD_DIR); pre-shard from a config without it")
         return EXIT_USAGE
-    source = Path(str(config["MODEL_DIR"]))
+    source = Path(str(config.typed.model_dir))
     output = args.output.resolve()
     try:
         return run(config, source, output, args)
@@ -119,12 +119,12 @@ def main(argv: list[str] | None = None) -> int:
 def run(config: Config, source: Path, output: Path, args: argparse.Namespace) -> int:
     from kimi_dflash.preflight.runtime_child import installed_vllm
 
-    tp = config.get_int("TENSOR_PARALLEL_SIZE") if config["DEVICE"] != "cpu" else 1
+    tp = config.typed.tensor_parallel_size if config.typed.device != "cpu" else 1
     distribution, version = installed_vllm()
     if version is None:
         say("vLLM is not installed in this Python; run with the interpreter that serves")
         return 1
-    dtype = str(config["DTYPE"])
+    dtype = config.typed.dtype
     say(f"fingerprinting {source}")
     key = {
         "source_fingerprint": checkpoint_fingerprint(source),
@@ -232,16 +232,16 @@ def _engine_args(config: Config, tp: int) -> dict[str, object]:
     args: dict[str, object] = {
         "tensor_parallel_size": tp,
         "enforce_eager": True,
-        "trust_remote_code": bool(config["TRUST_REMOTE_CODE"]),
+        "trust_remote_code": bool(config.typed.trust_remote_code),
         # The KV cache is irrelevant here: the smallest that lets the engine start.
-        "max_model_len": min(config.get_int("MAX_MODEL_LEN"), 4096),
+        "max_model_len": min(config.typed.max_model_len, 4096),
         "max_num_seqs": 1,
-        "language_model_only": bool(config["LANGUAGE_MODEL_ONLY"]),
+        "language_model_only": bool(config.typed.language_model_only),
     }
-    if config["DTYPE"] != "auto":
-        args["dtype"] = str(config["DTYPE"])
-    if config["DEVICE"] != "cpu":
-        args["gpu_memory_utilization"] = float(config["GPU_MEMORY_UTILIZATION"])
+    if config.typed.dtype != "auto":
+        args["dtype"] = config.typed.dtype
+    if config.typed.device != "cpu":
+        args["gpu_memory_utilization"] = float(config.typed.gpu_memory_utilization)
     return args
 
 
