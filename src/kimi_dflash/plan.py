@@ -9,6 +9,7 @@ import json
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from kimi_dflash import vllm_auth
 from kimi_dflash.bench.redaction import redact_argv
@@ -65,28 +66,23 @@ def _argv_lines(argv: tuple[str, ...]) -> list[str]:
 
 
 def speculative_config(config: Config) -> dict[str, object] | None:
-    """The --speculative-config JSON object, or None for the autoregressive baseline."""
-    v = config.typed
+    """The --speculative-config JSON object, or None for the autoregressive baseline: a field per key that declares
+    one (config/schema.py: Key.speculative_field), unset optional keys left to vLLM."""
     if not config.speculative:
         return None
-    spec: dict[str, object] = {
-        "method": v.speculative_method,
-        "model": str(v.draft_model_dir),
-        "num_speculative_tokens": v.num_speculative_tokens,
-    }
-    optional = {
-        "attention_backend": v.draft_attention_backend,
-        "kv_cache_dtype": v.draft_kv_cache_dtype,
-        "draft_tensor_parallel_size": v.draft_tensor_parallel_size,
-    }
-    spec.update({field: value for field, value in optional.items() if value is not None})
-    if v.preshard_dir is not None:
+    spec: dict[str, object] = {"method": config.typed.speculative_method}  # first, for whoever reads --dry-run
+    for key in KEYS:
+        value = config.values[key.name]
+        if key.speculative_field is None or value is None:
+            continue
+        if key.name == "SYNTHETIC_ACCEPTANCE_RATES":  # validated by the config rules: outputs are not the model's
+            spec["rejection_sample_method"] = "synthetic"
+            value = list(parse_acceptance_rates(str(value)))
+        spec[key.speculative_field] = str(value) if isinstance(value, Path) else value
+    if config.typed.preshard_dir is not None:
         # The drafter inherits the target's load config unless given its own (vLLM >= 0.20); it is a plain
         # checkpoint, so it keeps the default loader.
         spec["draft_load_config"] = {"load_format": "auto"}
-    if v.synthetic_acceptance_rates is not None:  # validated by the config rules: outputs are not the model's
-        spec["rejection_sample_method"] = "synthetic"
-        spec["synthetic_acceptance_rates"] = list(parse_acceptance_rates(v.synthetic_acceptance_rates))
     return spec
 
 

@@ -35,12 +35,36 @@ def _default(key: Key) -> str:
     return f"`{key.default}`"
 
 
+def _option(key: Key) -> str:
+    """The `vllm serve` option the key becomes, and when (schema.VllmOption); — for keys that reach vLLM through
+    the environment or stay with this project."""
+    option = key.vllm
+    if key.speculative_field is not None and option is None:
+        return f"`--speculative-config` field `{key.speculative_field}`"
+    if option is None:
+        return "—"
+    text = " / ".join(f"`{flag}`" for flag in option.flags)
+    notes = [
+        note
+        for note, applies in (
+            (option.note, bool(option.note)),
+            ("when true", option.style == "switch"),
+            (f"not when {' or '.join(map(str, option.omit))}", bool(option.omit)),
+            ("GPU only", option.gpu_only),
+            (f"with {option.only_with}", bool(option.only_with)),
+            (f"without {option.only_without}", bool(option.only_without)),
+        )
+        if applies
+    ]
+    return text + (f" ({'; '.join(notes)})" if notes else "")
+
+
 def render_reference() -> str:
     lines: list[str] = []
     for group, title in GROUP_TITLES.items():
-        lines += [f"**{title}**", "", "| key | default | allowed | meaning |", "|---|---|---|---|"]
+        lines += [f"**{title}**", "", "| key | default | allowed | vLLM option | meaning |", "|---|---|---|---|---|"]
         for key in (k for k in KEYS if k.group == group):
-            lines.append(f"| `{key.name}` | {_default(key)} | {_allowed(key)} | {key.doc} |")
+            lines.append(f"| `{key.name}` | {_default(key)} | {_allowed(key)} | {_option(key)} | {key.doc} |")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 

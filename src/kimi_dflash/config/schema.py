@@ -49,6 +49,7 @@ class VllmOption:
     only_with: str | None = None  # another key that must be set (not in UNSET_VALUES)
     only_without: str | None = None  # another key that must be unset
     also: tuple[str, ...] = ()  # further options a composite writes
+    note: str = ""  # what a composite writes, in words (the config reference shows it)
 
     @property
     def flags(self) -> tuple[str, ...]:
@@ -71,6 +72,7 @@ class Key:
     # An empty value means "unset / let vLLM decide" rather than an empty string.
     optional: bool = False
     vllm: VllmOption | None = None  # the vLLM option this key becomes (None: an environment variable, or ours)
+    speculative_field: str | None = None  # the --speculative-config field it fills (with speculation on)
 
 
 def _k(
@@ -87,6 +89,7 @@ def _k(
     secret: bool = False,
     optional: bool = False,
     vllm: VllmOption | None = None,
+    speculative_field: str | None = None,
 ) -> Key:
     return Key(
         name=name,
@@ -101,6 +104,7 @@ def _k(
         secret=secret,
         optional=optional,
         vllm=vllm,
+        speculative_field=speculative_field,
     )
 
 
@@ -130,7 +134,15 @@ KEYS: tuple[Key, ...] = (
         "model",
         "Hugging Face repo id of the target; only used in download hints.",
     ),
-    _k("DRAFT_MODEL_DIR", "path", None, "model", "Local directory of the DFlash drafter checkpoint.", optional=True),
+    _k(
+        "DRAFT_MODEL_DIR",
+        "path",
+        None,
+        "model",
+        "Local directory of the DFlash drafter checkpoint.",
+        optional=True,
+        speculative_field="model",
+    ),
     _k(
         "DRAFT_MODEL_REPO",
         "str",
@@ -148,7 +160,7 @@ KEYS: tuple[Key, ...] = (
         "When set, vLLM loads it with --load-format sharded_state; MODEL_DIR must still name the source checkpoint, "
         "and preflight refuses a pre-shard made for another TP size, vLLM version, dtype or checkpoint.",
         optional=True,
-        vllm=VllmOption("--load-format", "composite"),
+        vllm=VllmOption("--load-format", "composite", note="sharded_state when set"),
     ),
     _k(
         "FABRICATE_DEMO_MODELS",
@@ -196,7 +208,12 @@ KEYS: tuple[Key, ...] = (
         "through the environment (VLLM_API_KEY), never on the command line, and never printed.",
         optional=True,
         secret=True,
-        vllm=VllmOption("--middleware", "composite", also=("--disable-fastapi-docs",)),
+        vllm=VllmOption(
+            "--middleware",
+            "composite",
+            also=("--disable-fastapi-docs",),
+            note="the auth middleware when set; the key itself goes through VLLM_API_KEY",
+        ),
     ),
     _k(
         "READY_TIMEOUT_S",
@@ -400,7 +417,8 @@ KEYS: tuple[Key, ...] = (
         "speculative",
         "dflash, or none for the autoregressive baseline.",
         choices=("dflash", "none"),
-        vllm=VllmOption("--speculative-config", "composite"),
+        vllm=VllmOption("--speculative-config", "composite", note="JSON built from the speculative keys"),
+        speculative_field="method",
     ),
     _k(
         "NUM_SPECULATIVE_TOKENS",
@@ -411,6 +429,7 @@ KEYS: tuple[Key, ...] = (
         "2 was best for Kimi K2.6: acceptance ~64 %/34 % per position; 8 collapses to 16 %.",
         minimum=1,
         maximum=64,
+        speculative_field="num_speculative_tokens",
     ),
     _k(
         "DRAFT_ATTENTION_BACKEND",
@@ -421,6 +440,7 @@ KEYS: tuple[Key, ...] = (
         "(speculative_config.attention_backend, vLLM >= 0.21), e.g. TRITON_ATTN or ROCM_AITER_FA. Empty: vLLM "
         "decides.",
         optional=True,
+        speculative_field="attention_backend",
     ),
     _k(
         "DRAFT_KV_CACHE_DTYPE",
@@ -431,6 +451,7 @@ KEYS: tuple[Key, ...] = (
         "(speculative_config.kv_cache_dtype), separate from the target's. Required when KV_CACHE_DTYPE is fp8.",
         choices=("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"),
         optional=True,
+        speculative_field="kv_cache_dtype",
     ),
     _k(
         "DRAFT_TENSOR_PARALLEL_SIZE",
@@ -441,6 +462,7 @@ KEYS: tuple[Key, ...] = (
         minimum=1,
         maximum=64,
         optional=True,
+        speculative_field="draft_tensor_parallel_size",
     ),
     _k(
         "PER_REQUEST_SPEC_METRICS",
@@ -466,6 +488,7 @@ KEYS: tuple[Key, ...] = (
         "Unconditional rates (a result's per_position list). Refused on the CPU build (its sampler raises at the "
         "first request). `qualify --project-acceptance` sets it for its projection step.",
         optional=True,
+        speculative_field="synthetic_acceptance_rates",
     ),
     # --- FP8 KV scales (read by the project's vLLM plugin) ---
     _k(
