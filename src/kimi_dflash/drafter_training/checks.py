@@ -3,11 +3,10 @@ message (what is wrong and the fix) or None."""
 
 from __future__ import annotations
 
-import json
 import shutil
-import urllib.error
-import urllib.request
 from pathlib import Path
+
+from kimi_dflash.core import http
 
 GIB = 1024**3
 
@@ -26,19 +25,17 @@ def disk_problem(path: Path, need_bytes: int) -> str | None:
 
 
 def served_models(base_url: str, api_key: str | None = None, timeout_s: float = 10.0) -> list[str]:
-    request = urllib.request.Request(base_url.rstrip("/") + "/v1/models")
-    if api_key:
-        request.add_header("Authorization", f"Bearer {api_key}")
-    with urllib.request.urlopen(request, timeout=timeout_s) as reply:
-        document = json.loads(reply.read())
-    return [str(entry.get("id")) for entry in document.get("data") or []]
+    reply = http.request(base_url.rstrip("/") + "/v1/models", api_key=api_key, timeout_s=timeout_s)
+    if reply.status != 200:
+        raise OSError(f"answered HTTP {reply.status}")
+    return [str(entry.get("id")) for entry in reply.json().get("data") or []]
 
 
 def server_problem(base_url: str, model: str | None, api_key: str | None = None) -> str | None:
     """None when the server answers /v1/models and serves `model` (any model when None)."""
     try:
         models = served_models(base_url, api_key)
-    except (urllib.error.URLError, OSError, ValueError) as error:
+    except (OSError, ValueError) as error:
         return (
             f"{base_url}/v1/models: no answer ({error}); start the target first, e.g. kimi-dflash serve "
             "configs/production.env --wait (demo: kimi-dflash serve demo-cpu --wait)"

@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from kimi_dflash.core import http
 from kimi_dflash.core.atomic_write import write_text_atomic
 from kimi_dflash.launch import ownership
 from kimi_dflash.plan import LaunchPlan
@@ -32,37 +30,23 @@ class Readiness:
     detail: str
 
 
-def _request(
-    url: str, api_key: str | None, body: dict[str, object] | None = None, timeout: float = 10.0
-) -> tuple[int, bytes]:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method="GET" if body is None else "POST")
-    request.add_header("Content-Type", "application/json")
-    if api_key:
-        request.add_header("Authorization", f"Bearer {api_key}")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-
-
 def probe_ready(plan: LaunchPlan, api_key: str | None) -> Readiness:
     """Ready = /health answers 200 and a one-token completion succeeds (the engine really serves)."""
     try:
-        status, _ = _request(f"{plan.base_url}/health", api_key, timeout=5)
-        if status != 200:
-            return Readiness(False, f"/health answered {status}")
-        status, body = _request(
+        health = http.request(f"{plan.base_url}/health", api_key=api_key, timeout_s=5)
+        if health.status != 200:
+            return Readiness(False, f"/health answered {health.status}")
+        completion = http.request(
             f"{plan.base_url}/v1/completions",
-            api_key,
-            {"model": plan.served_model_name, "prompt": "Hello", "max_tokens": 1, "temperature": 0},
-            timeout=120,
+            body={"model": plan.served_model_name, "prompt": "Hello", "max_tokens": 1, "temperature": 0},
+            api_key=api_key,
+            timeout_s=120,
         )
-    except (OSError, urllib.error.URLError) as exc:
+    except OSError as exc:
         return Readiness(False, f"not answering yet ({getattr(exc, 'reason', exc)})")
-    if status != 200:
-        return Readiness(False, f"/v1/completions answered {status}: {body[:200].decode(errors='replace')}")
+    if completion.status != 200:
+        detail = completion.body[:200].decode(errors="replace")
+        return Readiness(False, f"/v1/completions answered {completion.status}: {detail}")
     return Readiness(True, "ok")
 
 

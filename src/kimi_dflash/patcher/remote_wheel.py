@@ -12,17 +12,16 @@ never read and take no disk space.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import struct
-import urllib.request
 import zipfile
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from kimi_dflash.core import http
 from kimi_dflash.core.atomic_write import replacing, write_json_atomic
 
 EOCD_SIGNATURE = b"PK\x05\x06"
@@ -50,11 +49,11 @@ def python_sources(name: str) -> bool:
 
 def fetch_range(url: str, start: int, end: int) -> bytes:
     """Bytes [start, end) of `url` through one HTTP range request."""
-    request = urllib.request.Request(url, headers={"Range": f"bytes={start}-{end - 1}", "User-Agent": USER_AGENT})
-    with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
-        if response.status != 206:
-            raise RangeNotSupported(f"{url} answered {response.status} to a range request")
-        data = response.read()
+    headers = {"Range": f"bytes={start}-{end - 1}", "User-Agent": USER_AGENT}
+    reply = http.request(url, headers=headers, timeout_s=TIMEOUT_S, max_bytes=end - start)
+    if reply.status != 206:
+        raise RangeNotSupported(f"{url} answered {reply.status} to a range request")
+    data = reply.body
     if len(data) != end - start:
         raise OSError(f"{url}: asked for {end - start} bytes at {start}, got {len(data)}")
     return data
@@ -158,11 +157,12 @@ def index_url() -> str:
 def project_files(project: str, index: str | None = None) -> list[dict]:
     """The `files` list of the index's JSON page for `project` (one request)."""
     url = f"{index or index_url()}/{project}/"
-    request = urllib.request.Request(
-        url, headers={"Accept": "application/vnd.pypi.simple.v1+json", "User-Agent": USER_AGENT}
+    reply = http.request(
+        url, headers={"Accept": "application/vnd.pypi.simple.v1+json", "User-Agent": USER_AGENT}, timeout_s=TIMEOUT_S
     )
-    with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
-        return list(json.load(response).get("files", []))
+    if reply.status != 200:
+        raise OSError(f"{url} answered HTTP {reply.status}")
+    return list(reply.json().get("files", []))
 
 
 def parse_wheel_name(filename: str) -> tuple[str, str, int] | None:

@@ -1,0 +1,54 @@
+"""The one small blocking HTTP client for paths where speed does not matter: readiness probes, a server's model
+list, a package index page, a wheel's byte ranges. urllib with a timeout; JSON in and out; the API key as a bearer
+header, never in a URL or a message.
+
+The benchmark's hot path keeps its own measured client (bench/http1.py), and jobs that need many requests at once
+use aiohttp (validate/client.py); everything else goes through here.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    body: bytes
+    headers: Mapping[str, str]
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+def request(
+    url: str,
+    *,
+    body: Mapping[str, object] | None = None,
+    api_key: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    timeout_s: float = 10.0,
+    max_bytes: int | None = None,
+) -> Reply:
+    """GET ``url``, or POST ``body`` as JSON. An HTTP error status comes back as a Reply (the caller decides what
+    it means); a connection that fails raises OSError (urllib's URLError is one), with the reason. ``max_bytes``
+    caps what is read (a server that ignores a Range header would otherwise send the whole file)."""
+    data = None if body is None else json.dumps(body).encode()
+    sent = urllib.request.Request(url, data=data, method="GET" if body is None else "POST")
+    if body is not None:
+        sent.add_header("Content-Type", "application/json")
+    for name, value in (headers or {}).items():
+        sent.add_header(name, value)
+    if api_key:
+        sent.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        with urllib.request.urlopen(sent, timeout=timeout_s) as response:
+            data = response.read() if max_bytes is None else response.read(max_bytes)
+            return Reply(response.status, data, dict(response.headers))
+    except urllib.error.HTTPError as error:
+        return Reply(error.code, error.read(), dict(error.headers or {}))
