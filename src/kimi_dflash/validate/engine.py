@@ -134,20 +134,14 @@ def served(urls: Sequence[str], names: Sequence[str | None], api_key: str | None
 
 
 async def detokenize(server: Server, ids: Sequence[int], api_key: str | None = None) -> str | None:
-    """Text of ``ids`` from vLLM's /detokenize (None when the server has no such endpoint)."""
-    import aiohttp
-
+    """Text of ``ids`` from vLLM's /detokenize (None when the server has no such endpoint or does not answer)."""
+    from kimi_dflash.core import http
     from kimi_dflash.validate.client import normalize_base_url
 
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     url = f"{normalize_base_url(server.url)}/detokenize"
+    body = {"model": server.model, "tokens": list(ids)}
     try:
-        async with (
-            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session,
-            session.post(url, json={"model": server.model, "tokens": list(ids)}, headers=headers) as response,
-        ):
-            if response.status != 200:
-                return None
-            return str((await response.json()).get("prompt", ""))
-    except (aiohttp.ClientError, ValueError, asyncio.TimeoutError):
+        reply = await asyncio.to_thread(http.request, url, body=body, api_key=api_key, timeout_s=30)
+        return str(reply.json().get("prompt", "")) if reply.status == 200 else None
+    except (OSError, ValueError, AttributeError):
         return None
