@@ -278,3 +278,12 @@ def test_advisor_refuses_to_recommend_from_a_single_k() -> None:
     runs = [_measured(k, 4, p, a=0.02, b=0.004) for k in (0, 2)]  # a baseline and one speculative k
     with pytest.raises(UserError, match="only k=2"):
         predict(runs)
+
+
+def test_sweep_rows_and_plot_legends_name_what_each_point_set() -> None:
+    from kimi_dflash.sweep.aggregate import Cell, render_table
+
+    cell = Cell("NUM_SPECULATIVE_TOKENS-2", {"NUM_SPECULATIVE_TOKENS": "2"}, 4, 100.0, 30.0, 33.0, 200.0, 0.6, 2.2)
+    assert cell.label == "NUM_SPECULATIVE_TOKENS=2"
+    assert "| 4 | NUM_SPECULATIVE_TOKENS=2 | 100.0 |" in render_table([cell])
+    assert Cell("plain", {}, 4, 1.0, None, None, None, None, None).label == "plain"

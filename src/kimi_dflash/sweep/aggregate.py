@@ -27,6 +27,15 @@ class Cell:
     acceptance: float | None
     acceptance_length: float | None
 
+    @property
+    def label(self) -> str:
+        """What the point set, as a reader writes it ("NUM_SPECULATIVE_TOKENS=2"); the point's file name else."""
+        return " ".join(f"{k}={v}" for k, v in self.overrides.items()) or self.point
+
+
+def _labels(found: Sequence[Cell]) -> dict[str, str]:
+    return {c.point: c.label for c in found}
+
 
 def _cell(name: str, result: BenchmarkResult, level: LevelResult) -> Cell | None:
     if level.output_tok_s is None or level.partial:
@@ -95,9 +104,8 @@ def render_table(found: Sequence[Cell], failures: Sequence[Failure] = ()) -> str
         for cell in sorted((c for c in found if c.sessions == sessions), key=lambda c: c.point):
             base = _baseline_of(cell, found)
             ratio = f"{cell.output_tok_s / base.output_tok_s:.2f}x" if base and base.output_tok_s else "—"
-            label = " ".join(f"{k}={v}" for k, v in cell.overrides.items()) or cell.point
             lines.append(
-                f"| {sessions} | {label} | {_f(cell.output_tok_s)} | {ratio} | {_f(cell.per_user_tok_s)} "
+                f"| {sessions} | {cell.label} | {_f(cell.output_tok_s)} | {ratio} | {_f(cell.per_user_tok_s)} "
                 f"| {_f(cell.tpot_ms)} | {_f(cell.ttft_p95_ms, 0)} | {_f(cell.acceptance, 1, 100, ' %')} "
                 f"| {_f(cell.acceptance_length, 2)} | {'★' if (cell.point, sessions) in front else ''} |"
             )
@@ -112,10 +120,11 @@ def write_plots(found: Sequence[Cell], out: Path) -> list[Path]:
 
     plt = pyplot()
     written = []
+    labels = _labels(found)  # legends say what each point set, not its file name
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for point in sorted({c.point for c in found}):
         series = sorted((c.sessions, c.output_tok_s) for c in found if c.point == point)
-        ax.plot([s for s, _ in series], [v for _, v in series], marker="o", label=point)
+        ax.plot([s for s, _ in series], [v for _, v in series], marker="o", label=labels[point])
     ax.set(title="Aggregate output tok/s by concurrency", xlabel="concurrent sessions", ylabel="output tokens / s")
     ax.set_xticks(sorted({c.sessions for c in found}))  # sessions are whole numbers: no 2.25-session ticks
     ax.grid(True, alpha=0.3)
@@ -127,7 +136,7 @@ def write_plots(found: Sequence[Cell], out: Path) -> list[Path]:
     rated = [c for c in found if c.per_user_tok_s is not None]
     for point in sorted({c.point for c in rated}):
         mine = [c for c in rated if c.point == point]
-        ax.scatter([c.per_user_tok_s for c in mine], [c.output_tok_s for c in mine], label=point)
+        ax.scatter([c.per_user_tok_s for c in mine], [c.output_tok_s for c in mine], label=labels[point])
         for c in mine:
             ax.annotate(str(c.sessions), (c.per_user_tok_s, c.output_tok_s), fontsize=7)
     front = pareto_front(found)
