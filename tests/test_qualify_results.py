@@ -205,13 +205,25 @@ def _started(tmp_path: Path) -> dict[str, str]:
     return dict(line.split("=", 1) for line in lines)
 
 
+def _gpu_context(out: Path, values: dict[str, str], plan, serve: Path):  # type: ignore[no-untyped-def]
+    """A GPU plan's context with the stand-in serve.sh, the demo grid's concurrency and a short workload."""
+    from dataclasses import replace
+
+    from kimi_dflash.qualify import steps
+
+    workload = ("--max-tokens", "12", "--turns-per-session", "1", "--ignore-eos", "--warmup", "0")
+    return steps.Context(
+        config=ROOT / "configs" / "production.env", config_as_given="production", values=values, overrides={},
+        plan=replace(plan, sessions=(2, 4), bench_args=workload), out=out, serve_command=(str(serve),),
+    )  # fmt: skip
+
+
 def test_the_projection_runs_beside_the_grid_and_the_report_labels_it_speed_not_quality(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The projection step on a GPU plan, with serve.sh stood in for by the instrument server (vLLM's synthetic
     sampler cannot run on the CPU build): the candidate is started with one draft per rate and the rates, benchmarked
     at the grid's concurrency into projection/ (never grid/), and compared with the reference at equal concurrency."""
-    from dataclasses import replace
 
     from kimi_dflash.instruments.synthetic import plan_chunks
     from kimi_dflash.qualify import report, steps
@@ -223,11 +235,7 @@ def test_the_projection_runs_beside_the_grid_and_the_report_labels_it_speed_not_
     values = {"DEVICE": "rocm", "SPECULATIVE_METHOD": "dflash", "NUM_SPECULATIVE_TOKENS": "4", "MAX_NUM_SEQS": "16"}
     plan = build_plan(values, slo="none", projection=(0.75, 0.5))
     assert plan.projection == (0.75, 0.5) and next(s for s in plan.steps if s.name == "synthetic").runs
-    workload = ("--max-tokens", "12", "--turns-per-session", "1", "--ignore-eos", "--warmup", "0")
-    ctx = steps.Context(
-        config=ROOT / "configs" / "production.env", config_as_given="production", values=values, overrides={},
-        plan=replace(plan, sessions=(2, 4), bench_args=workload), out=tmp_path, serve_command=(str(serve),),
-    )  # fmt: skip
+    ctx = _gpu_context(tmp_path, values, plan, serve)
     outcome = steps.synthetic_step(ctx)
     assert outcome.status == DONE, outcome.detail
     assert _started(tmp_path) == {"NUM_SPECULATIVE_TOKENS": "2", "SYNTHETIC_ACCEPTANCE_RATES": "0.75,0.5"}
@@ -279,7 +287,7 @@ def test_the_graph_mode_candidate_runs_apart_from_the_grid_and_reports_a_lowered
     """The graphs step on a GPU plan with the stand-in server: the candidate is started with graphs on and aligned
     capture sizes, its outputs compared with the eager reference's, benchmarked into graphs/ (the grid is keyed by k
     and this point shares the candidate's), and the cudagraph mode vLLM lowered after start-up is reported."""
-    from dataclasses import asdict, replace
+    from dataclasses import asdict
 
     from kimi_dflash.qualify import report, steps
     from kimi_dflash.qualify.graphs import graph_candidate
@@ -298,11 +306,7 @@ def test_the_graph_mode_candidate_runs_apart_from_the_grid_and_reports_a_lowered
     (tmp_path / "lossless").mkdir()
     for name in ("reference.json", "graphs.json"):
         (tmp_path / "lossless" / name).write_text(json.dumps(outputs))
-    workload = ("--max-tokens", "12", "--turns-per-session", "1", "--ignore-eos", "--warmup", "0")
-    ctx = steps.Context(
-        config=ROOT / "configs" / "production.env", config_as_given="production", values=values, overrides={},
-        plan=replace(plan, sessions=(2, 4), bench_args=workload), out=tmp_path, serve_command=(str(serve),),
-    )  # fmt: skip
+    ctx = _gpu_context(tmp_path, values, plan, serve)
     outcome = steps.graphs_step(ctx)
     assert outcome.status == DONE, outcome.detail
     started = _started(tmp_path)

@@ -174,14 +174,12 @@ def projection_section(doc: dict[str, Any] | None, why_not: str) -> list[str]:
         "| measured candidate tok/s | measured speedup |",
         "|---:|---:|---:|---|---:|---:|---:|---:|",
     ]
-    for r in sorted(doc["rows"], key=lambda r: r["sessions"]):
-        speedup = "—" if r["speedup"] is None else f"{r['speedup']:.2f}x"
-        measured = "—" if r["candidate_speedup"] is None else f"{r['candidate_speedup']:.2f}x"
-        lines.append(
-            f"| {r['sessions']} | {_f(r['output_tok_s'])} | {_f(r['per_user_tok_s_p50'])} "
-            f"| {_f(r['tau_expected'])} / {_f(r['tau_measured'])} | {_f(r['reference_tok_s'])} | {speedup} "
-            f"| {_f(r['candidate_tok_s'])} | {measured} |"
-        )
+    lines += [
+        f"| {r['sessions']} | {_f(r['output_tok_s'])} | {_f(r['per_user_tok_s_p50'])} "
+        f"| {_f(r['tau_expected'])} / {_f(r['tau_measured'])} | {_f(r['reference_tok_s'])} "
+        f"| {_f(r['speedup'], 2, 'x')} | {_f(r['candidate_tok_s'])} | {_f(r['candidate_speedup'], 2, 'x')} |"
+        for r in sorted(doc["rows"], key=lambda r: r["sessions"])
+    ]
     lines += [
         "",
         "τ counted is the server's own acceptance length in this run; it matches τ asked when the sampler did what was "
@@ -223,12 +221,10 @@ def graphs_section(doc: dict[str, Any] | None, why_not: str) -> list[str]:
         "| reference tok/s | vs reference |",
         "|---:|---:|---:|---|---:|---:|---:|---:|",
     ]
-    for r in sorted(doc["rows"], key=lambda r: r["sessions"]):
-        vs_eager = "—" if r["speedup_vs_eager"] is None else f"{r['speedup_vs_eager']:.2f}x"
-        vs_ref = "—" if r["speedup_vs_reference"] is None else f"{r['speedup_vs_reference']:.2f}x"
-        lines.append(
-            f"| {r['sessions']} | {_f(r['output_tok_s'])} | {_f(r['per_user_tok_s_p50'])} "
-            f"| {_f(r['tau'])} / {_f(r['eager_tau'])} | {_f(r['eager_tok_s'])} | {vs_eager} "
-            f"| {_f(r['reference_tok_s'])} | {vs_ref} |"
-        )
+    lines += [
+        f"| {r['sessions']} | {_f(r['output_tok_s'])} | {_f(r['per_user_tok_s_p50'])} "
+        f"| {_f(r['tau'])} / {_f(r['eager_tau'])} | {_f(r['eager_tok_s'])} | {_f(r['speedup_vs_eager'], 2, 'x')} "
+        f"| {_f(r['reference_tok_s'])} | {_f(r['speedup_vs_reference'], 2, 'x')} |"
+        for r in sorted(doc["rows"], key=lambda r: r["sessions"])
+    ]
     return lines
