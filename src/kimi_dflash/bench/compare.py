@@ -253,9 +253,9 @@ def _sources(runs: list[Run]) -> str:
     return "\n".join(rows)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="compare_results.py",
+        prog=prog or "compare_results.py",
         description="Compare benchmark result files at matched concurrency: markdown table (speedup per level) "
         "and PNG plots. The first file is the baseline.",
         epilog=(
@@ -286,8 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    args = build_parser(prog).parse_args(argv)
     try:
         runs = load_runs(args.results)
         if not 0 < args.slo_attainment <= 1:

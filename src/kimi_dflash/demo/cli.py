@@ -31,9 +31,9 @@ serve the result on CPU: ./serve.sh configs/demo-cpu.env (docs/demo-models.md ha
 """
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None, prog: str | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="fabricate_demo_models",
+        prog=prog or "fabricate_demo_models",
         description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -53,8 +53,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    args = parse_args(argv, prog)
 
     def progress(message: str) -> None:
         print(f"demo: {message}", file=sys.stderr, flush=True)

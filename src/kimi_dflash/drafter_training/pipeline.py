@@ -120,9 +120,9 @@ PROFILES = {
 }
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None, prog: str | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="train-drafter.sh",
+        prog=prog or "train-drafter.sh",
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=EPILOG,
@@ -681,8 +681,8 @@ def describe(steps: list[Step]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    args = parse_args(argv, prog)
     pipeline = Pipeline(args)
     try:
         steps = pipeline.steps()

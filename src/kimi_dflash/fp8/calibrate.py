@@ -272,9 +272,9 @@ def _in_process_runner(
     return run, close
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="calibrate_kv_scales.py",
+        prog=prog or "calibrate_kv_scales.py",
         description="Measure per-layer max(|kv_c_normed|, |k_pe|) of an MLA model over a prompt set and write "
         "the KV scales JSON that KV_SCALE_MODE=calibrated loads.",
         epilog="Server mode: start vLLM with KV_SCALE_MODE=observe and KIMI_DFLASH_KV_OBSERVE_DIR=DIR (BF16 KV is "
@@ -309,11 +309,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     from kimi_dflash.validate.client import ServerError, api_key_from_env
     from kimi_dflash.validate.prompts import PromptFileError, load_calibration_prompts
 
-    args = build_parser().parse_args(argv)
+    args = build_parser(prog).parse_args(argv)
     if args.server and args.observe_dir is None:
         print("error: --server needs --observe-dir (the directory the server's plugin dumps to)", file=sys.stderr)
         return 2

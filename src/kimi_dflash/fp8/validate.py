@@ -176,9 +176,9 @@ def _read_log(path: Path | None) -> int | None:
         raise ServerError(f"cannot read server log {path}: {error.strerror}") from None
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="validate-fp8.sh",
+        prog=prog or "validate-fp8.sh",
         description="Compare an FP8-KV server with a BF16-KV server of the same model: greedy token agreement, "
         "exact-match math accuracy, KV capacity and (optionally) throughput; print a verdict.",
         epilog="Example: validate-fp8.sh --bf16-url http://127.0.0.1:8000 --fp8-url http://127.0.0.1:8001 "
@@ -216,8 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
+    args = build_parser(prog).parse_args(argv)
     api_key = api_key_from_env()
     urls = (args.bf16_url, args.fp8_url)
     try:

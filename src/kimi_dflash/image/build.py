@@ -121,9 +121,9 @@ def resolve_digest(engine: str, reference: str) -> str:
     )
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None, prog: str | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="build-kimi26-dflash.sh",
+        prog=prog or "build-kimi26-dflash.sh",
         description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -154,8 +154,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    args = parse_args(argv, prog)
     engine = args.engine or next((name for name in ENGINES if shutil.which(name)), None)
     if engine is None:
         print("build: none of docker, podman, buildah is installed", file=sys.stderr)

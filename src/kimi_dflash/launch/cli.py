@@ -52,9 +52,9 @@ vLLM's own exit code.
 """
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None, prog: str | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="serve.sh",
+        prog=prog or "serve.sh",
         description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -125,8 +125,8 @@ def run_dir() -> Path:
     return cache_root() / "run"
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    args = parse_args(argv, prog)
     try:
         config = load_config(args.config)
     except ConfigError as error:

@@ -43,9 +43,9 @@ examples:
 exit status: 0 no check failed (warnings allowed), 1 a check failed, 2 bad arguments."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m kimi_dflash.preflight",
+        prog=prog or "python -m kimi_dflash.preflight",
         description="Check that this machine can serve the plan: prints [PASS]/[WARN]/[FAIL] lines, each "
         "failure with the command or setting that fixes it.",
         epilog=EPILOG,
@@ -79,8 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
     if args.tensor_parallel_size < 1:
         parser.error("--tensor-parallel-size must be at least 1")

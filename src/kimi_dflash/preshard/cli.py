@@ -62,9 +62,9 @@ def say(message: str) -> None:
     print(f"preshard: {message}", file=sys.stderr, flush=True)
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None, prog: str | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="preshard_kimi26.py",
+        prog=prog or "preshard_kimi26.py",
         description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -93,8 +93,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    args = parse_args(argv, prog)
     from kimi_dflash.config.validate import ConfigError, load_config
     from kimi_dflash.launch.cli import report_problems
     from kimi_dflash.launch.prepare import resolve_demo_models

@@ -89,9 +89,9 @@ def router_argv(plan: RouterPlan, binary: str = ROUTER_BINARY) -> list[str]:
     ]
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None, prog: str | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="kimi26-vllm-dflash-router.sh",
+        prog=prog or "kimi26-vllm-dflash-router.sh",
         description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -125,8 +125,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    args = parse_args(argv, prog)
     try:
         plan = RouterPlan(
             replicas=tuple(normalise_replica(url) for url in args.replica),
