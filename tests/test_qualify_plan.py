@@ -254,3 +254,21 @@ def test_the_graph_candidate_is_measured_on_a_gpu_for_an_eager_config_the_rules_
     )
     assert run([str(ROOT / "configs" / "production.env"), "--dry-run", "--no-graphs"]) == 0
     assert "[--no-graphs]" in capsys.readouterr().out
+
+
+def test_the_graph_mode_a_server_ended_with_is_read_from_its_log() -> None:
+    from kimi_dflash.qualify.graphs import graph_mode_from_log
+
+    config = "(EngineCore pid=7) INFO [core.py:133] Initializing a V1 LLM engine (v0.32.0) with config: model='m', "
+    resolved = config + "compilation_config={'cudagraph_mode': <CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>, ...}"
+    lowered = ("(EngineCore pid=7) WARNING [compilation.py:1459] CUDAGraphMode.FULL_AND_PIECEWISE is not supported "
+               "with spec-decode for attention backend X (support: AttentionCGSupport.NEVER); setting "
+               "cudagraph_mode=PIECEWISE")  # fmt: skip
+    assert graph_mode_from_log(resolved).mode == "FULL_AND_PIECEWISE"
+    assert not graph_mode_from_log(resolved).downgraded
+    after = graph_mode_from_log("\n".join([resolved, "INFO loading weights", lowered]))
+    assert (after.mode, after.downgraded) == ("PIECEWISE", True) and "setting cudagraph_mode=PIECEWISE" in after.line
+    # A log several starts appended to speaks for its last start.
+    restarted = graph_mode_from_log("\n".join([resolved, lowered, resolved]))
+    assert (restarted.mode, restarted.downgraded) == ("FULL_AND_PIECEWISE", False)
+    assert graph_mode_from_log("no engine here").mode is None

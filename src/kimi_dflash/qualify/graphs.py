@@ -78,9 +78,10 @@ class GraphMode:
 
 
 def graph_mode_from_log(text: str) -> GraphMode:
-    """The cudagraph mode a server ended with. vLLM prints it in its engine config at start-up and lowers it later,
-    with a warning, when an attention backend cannot serve FULL graphs for a uniform verify batch (the silent
-    PIECEWISE of vllm #49547): a lowering wins over the printed config."""
+    """The cudagraph mode a server ended with. vLLM prints it in its engine config when the engine starts, and
+    lowers it afterwards, with a warning, when an attention backend cannot serve FULL graphs for a uniform verify
+    batch (the silent PIECEWISE of vllm #49547). The last of these lines wins: a log that several starts appended
+    to (a resumed run) speaks for its last start."""
     found = GraphMode(None, "", False)
     for line in text.splitlines():
         lowered = _DOWNGRADE.search(line)
@@ -88,7 +89,7 @@ def graph_mode_from_log(text: str) -> GraphMode:
             found = GraphMode(lowered.group(1) or lowered.group(2), _around(line, lowered), True)
             continue
         resolved = _RESOLVED.search(line)
-        if resolved and not found.downgraded:
+        if resolved:  # a new engine's config: what an earlier start lowered no longer applies
             found = GraphMode(resolved.group(1), _around(line, resolved), False)
     return found
 

@@ -1,8 +1,9 @@
 """The steps of a qualification, one function each: ``(Context) -> Outcome``. Each reads what earlier steps left
 on disk (never their in-memory state), so any step can be rerun alone after a kill.
 
-The synthetic step (the speed projection) runs on a GPU only, when --project-acceptance names rates; its results
-stay out of grid/ so that no verdict, acceptance table or advisor fit ever reads a projected figure.
+Two steps run on a GPU only and keep their results out of grid/ (which is keyed by k): the graph-mode candidate
+(graphs/: it shares the candidate's k) and the synthetic-acceptance projection (projection/: no verdict, acceptance
+table or advisor fit may ever read a projected figure).
 """
 
 from __future__ import annotations
