@@ -21,10 +21,11 @@ Reader = Callable[[object], str]
 _VERSION_RE = re.compile(r"""__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""")
 # How deep Literal aliases may nest (Literal[A, B] where A = Literal[...], possibly imported).
 _MAX_ALIAS_DEPTH = 8
-# One parse at a time in this interpreter. CPython 3.11 keeps the AST builder's recursion depth in interpreter-wide
-# state (gh-106905): two threads parsing at once, with a garbage collection running Python code in between, fail
-# with "SystemError: AST constructor recursion depth mismatch". The dry-engine table judges plans from threads that
-# share one VllmSource; CI hit exactly this.
+# One parse at a time in this interpreter. CPython 3.11 keeps the AST builder's recursion depth in the ast module's
+# interpreter-wide state, not per thread: two threads parsing at once, with a garbage collection running Python code
+# in between, fail with "SystemError: AST constructor recursion depth mismatch" (reproduced here; the same error is
+# reported from threaded programs in CPython gh-106905 and pytest #10763). The dry-engine table judges plans from
+# threads that share one VllmSource; CI hit exactly this.
 _PARSE_LOCK = threading.Lock()
 
 
