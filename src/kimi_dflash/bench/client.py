@@ -99,7 +99,7 @@ def chat_payload(
     extra_body: dict[str, Any] | None = None,
 ) -> bytes:
     """The request body. Temperature is always sent: server defaults differ between versions."""
-    return _payload(model, {"messages": messages}, max_tokens, temperature, stream, ignore_eos, extra_body)
+    return request_payload(model, {"messages": messages}, max_tokens, temperature, stream, ignore_eos, extra_body)
 
 
 def completion_payload(
@@ -112,10 +112,10 @@ def completion_payload(
     extra_body: dict[str, Any] | None = None,
 ) -> bytes:
     """A /v1/completions body: the prompt is sent as given (no chat template)."""
-    return _payload(model, {"prompt": prompt}, max_tokens, temperature, stream, ignore_eos, extra_body)
+    return request_payload(model, {"prompt": prompt}, max_tokens, temperature, stream, ignore_eos, extra_body)
 
 
-def _payload(
+def request_payload(
     model: str,
     content: dict[str, Any],
     max_tokens: int,
@@ -124,6 +124,7 @@ def _payload(
     ignore_eos: bool,
     extra_body: dict[str, Any] | None,
 ) -> bytes:
+    """The body of either endpoint: ``content`` is {"messages": ...} (chat) or {"prompt": ...} (completions)."""
     payload: dict[str, Any] = {
         "model": model,
         **content,

@@ -400,24 +400,10 @@ class Benchmark:
 
     def _body(self, messages: list[dict[str, str]]) -> bytes:
         cfg = self.cfg
-        if cfg.endpoint.api == "completions":  # the turn's text is the prompt (no template, no history)
-            return client.completion_payload(
-                model=self.state.model or "",
-                prompt=messages[-1]["content"],
-                max_tokens=cfg.max_tokens,
-                temperature=cfg.temperature,
-                stream=cfg.stream,
-                ignore_eos=cfg.ignore_eos,
-                extra_body=cfg.extra_body,
-            )
-        return client.chat_payload(
-            model=self.state.model or "",
-            messages=messages,
-            max_tokens=cfg.max_tokens,
-            temperature=cfg.temperature,
-            stream=cfg.stream,
-            ignore_eos=cfg.ignore_eos,
-            extra_body=cfg.extra_body,
+        # completions: the turn's text is the prompt (no template, no history)
+        content = {"prompt": messages[-1]["content"]} if cfg.endpoint.api == "completions" else {"messages": messages}
+        return client.request_payload(
+            self.state.model or "", content, cfg.max_tokens, cfg.temperature, cfg.stream, cfg.ignore_eos, cfg.extra_body
         )
 
 

@@ -4,9 +4,11 @@ is a thin wrapper; the front door registers ``add_cli_args`` / ``main`` as a ver
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kimi_dflash.config.shipped import resolve_config_argument
 from kimi_dflash.core.errors import UserError
@@ -25,6 +27,9 @@ from kimi_dflash.qualify.runner import run_steps
 from kimi_dflash.qualify.state import STATE_FILE, open_state
 from kimi_dflash.qualify.steps import Context
 from kimi_dflash.sweep.runner import SERVE_COMMAND, Interrupted
+
+if TYPE_CHECKING:
+    from kimi_dflash.patcher.vllm_source import VllmSource
 
 DESCRIPTION = "Qualify a box: is DFlash lossless and worth it here, and with which settings. One command."
 EPILOG = """\
@@ -119,17 +124,27 @@ def _config_values(path: Path) -> tuple[dict[str, str], dict[str, str]]:
     return values, overrides
 
 
+@functools.cache
+def _installed_source() -> VllmSource | None:
+    """The source of the vLLM this interpreter would serve with (read, never imported), opened once per run: every
+    probe below shares its file list and parsed modules."""
+    from kimi_dflash.patcher.vllm_source import VllmSource
+    from kimi_dflash.preflight.runtime_child import vllm_package_dir
+
+    package_dir = vllm_package_dir()
+    return None if package_dir is None else VllmSource.from_package_dir(package_dir)
+
+
 def _per_request_flag() -> tuple[str, str]:
     """Whether the vLLM this interpreter would serve with has --per-request-spec-decode-metrics (read from its
     source, no import: milliseconds)."""
-    from kimi_dflash.patcher.vllm_source import VllmSource
-    from kimi_dflash.preflight.runtime_child import installed_vllm, vllm_package_dir
+    from kimi_dflash.preflight.runtime_child import installed_vllm
     from kimi_dflash.preflight.vllm_features import probe_features
 
-    package_dir = vllm_package_dir()
-    if package_dir is None:
+    source = _installed_source()
+    if source is None:
         return "unknown", "no vLLM found by this Python"
-    outcome = probe_features(VllmSource.from_package_dir(package_dir), (PER_REQUEST_FLAG,))[0]
+    outcome = probe_features(source, (PER_REQUEST_FLAG,))[0]
     name, version = installed_vllm()
     return outcome.state, f"{name or 'vllm'} {version or '(version unknown)'}: {outcome.evidence}"
 
@@ -138,14 +153,12 @@ def _verify_k_limit(values: dict[str, str]) -> tuple[int, str] | None:
     """The largest k the AITER MLA verify-length rule lets through on the vLLM this interpreter serves with (read
     from its source), for a ROCm plan with AITER MLA on; None when the rule does not apply or the cap is absent."""
     from kimi_dflash.config.validate import TRUE_WORDS
-    from kimi_dflash.patcher.vllm_source import VllmSource
-    from kimi_dflash.preflight.runtime_child import vllm_package_dir
     from kimi_dflash.preflight.runtime_facts import aiter_verify_cap
 
     if values.get("DEVICE", "rocm") != "rocm" or values.get("ROCM_USE_AITER_MLA", "true").lower() not in TRUE_WORDS:
         return None
-    package_dir = vllm_package_dir()
-    cap = None if package_dir is None else aiter_verify_cap(VllmSource.from_package_dir(package_dir))
+    source = _installed_source()
+    cap = None if source is None else aiter_verify_cap(source)
     if cap is None or cap.cap is None:
         return None
     return cap.cap - 1, f"AITER MLA verifies at most {cap.cap} query tokens on its persistent path, {cap.defined_at}"
@@ -155,14 +168,14 @@ def _graph_candidate(config: Path, values: dict[str, str], box_kind: str, wanted
     """The graph-mode candidate, judged by the compatibility check with the runtime rules against the vLLM this
     interpreter serves with (read from its source, no import): a variant the rules refuse would only fail its
     preflight, so it is left out with their reason."""
-    from kimi_dflash.qualify.graphs import graph_candidate, graph_overrides
+    from kimi_dflash.qualify.graphs import graph_candidate, graph_overrides, graph_refusal
 
-    k = int(values.get("NUM_SPECULATIVE_TOKENS") or 0)
     if not wanted:
         return GraphCandidate(False, "--no-graphs")
-    unchecked = graph_candidate(values, k, box_kind, (True, ""))
-    if not unchecked.runs:  # CPU, or already graphs: no check needed to say why not
-        return unchecked
+    refusal = graph_refusal(values, box_kind)
+    if refusal is not None:  # CPU, or graphs already on: nothing for vLLM to judge
+        return GraphCandidate(False, refusal)
+    k = int(values.get("NUM_SPECULATIVE_TOKENS") or 0)
     return graph_candidate(values, k, box_kind, _check_variant(config, dict(graph_overrides(values, k))))
 
 
@@ -172,20 +185,18 @@ def _check_variant(config_path: Path, overrides: dict[str, str]) -> tuple[bool, 
     from kimi_dflash.config.validate import load_config
     from kimi_dflash.core.paths import cache_root
     from kimi_dflash.launch import hooks
-    from kimi_dflash.patcher.vllm_source import VllmSource
     from kimi_dflash.plan import build_plan as launch_plan
     from kimi_dflash.preflight.compat import check_compat
-    from kimi_dflash.preflight.runtime_child import vllm_package_dir
 
-    package_dir = vllm_package_dir()
-    if package_dir is None:
+    source = _installed_source()
+    if source is None:
         return False, "no vLLM found by this Python to check it against"
     try:
         config = load_config(config_path, environ={**os.environ, **overrides})
     except ConfigError as error:
         return False, "; ".join(p.render() for p in error.problems)
     plan = launch_plan(config, python_executable=sys.executable, cache_dir=str(cache_root()))
-    report = check_compat(hooks.deployment(config, plan), VllmSource.from_package_dir(package_dir))
+    report = check_compat(hooks.deployment(config, plan), source)
     if report.failures:
         return False, "; ".join(f"{f.name}: {f.detail}" for f in report.failures)
     return True, ""

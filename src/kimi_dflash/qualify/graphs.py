@@ -48,15 +48,23 @@ def graph_overrides(values: Mapping[str, str], k: int) -> tuple[tuple[str, str],
     return tuple(overrides)
 
 
+def graph_refusal(values: Mapping[str, str], box_kind: str) -> str | None:
+    """Why there is no graph-mode candidate whatever vLLM says (no check needed), or None."""
+    if box_kind == "cpu":
+        return "the CPU build has no HIP/CUDA graphs to capture (the demo runs eager)"
+    if (values.get("ENFORCE_EAGER") or "true").lower() not in TRUE_WORDS:
+        return "the candidate already runs with graphs (ENFORCE_EAGER=false)"
+    return None
+
+
 def graph_candidate(
     values: Mapping[str, str], k: int, box_kind: str, check: tuple[bool, str] | None = None
 ) -> GraphCandidate:
     """Whether qualify measures the graph-mode candidate. ``check``: (passes, detail) of the compatibility check
     with the runtime rules on the variant against the serving vLLM (None: not checked)."""
-    if box_kind == "cpu":
-        return GraphCandidate(False, "the CPU build has no HIP/CUDA graphs to capture (the demo runs eager)")
-    if (values.get("ENFORCE_EAGER") or "true").lower() not in TRUE_WORDS:
-        return GraphCandidate(False, "the candidate already runs with graphs (ENFORCE_EAGER=false)")
+    refusal = graph_refusal(values, box_kind)
+    if refusal is not None:
+        return GraphCandidate(False, refusal)
     if check is None:
         return GraphCandidate(False, "the graph variant was not checked against the serving vLLM")
     passes, detail = check

@@ -47,6 +47,11 @@ def _levels(result: BenchmarkResult) -> dict[int, LevelResult]:
     return {level.sessions: level for level in result.results if not level.partial}
 
 
+def _levels_of(points: dict[int, BenchmarkResult], k: int) -> dict[int, LevelResult]:
+    """The finished levels of the grid point for ``k``, by concurrency (empty when that point did not finish)."""
+    return _levels(points[k]) if k in points else {}
+
+
 def _r(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
 
@@ -221,8 +226,7 @@ def projection_rows(
     The acceptance length the server counted is shown against the one the rates imply (1 + sum): they agree when
     vLLM's sampler did what was asked, so the projection checks itself."""
     points = by_k(results)
-    reference = _levels(points[0]) if 0 in points else {}
-    candidate = _levels(points[candidate_k]) if candidate_k in points else {}
+    reference, candidate = _levels_of(points, 0), _levels_of(points, candidate_k)
     expected_tau = 1.0 + sum(rates)
     rows = []
     for sessions, level in _levels(projection).items():
@@ -256,8 +260,7 @@ def graph_rows(results: Results, graphs: BenchmarkResult, candidate_k: int) -> l
     same concurrency, with the ratios over each, and its acceptance (graphs change kernels, not the drafter's
     proposals: acceptance should match the eager candidate's up to near-tie flips)."""
     points = by_k(results)
-    reference = _levels(points[0]) if 0 in points else {}
-    eager = _levels(points[candidate_k]) if candidate_k in points else {}
+    reference, eager = _levels_of(points, 0), _levels_of(points, candidate_k)
     rows = []
     for sessions, level in _levels(graphs).items():
         base, measured = reference.get(sessions), eager.get(sessions)

@@ -166,18 +166,30 @@ def _guarded(errors: list[str], action: Callable[[str], None]) -> Callable[[str]
     return hook
 
 
+def _shipped_outputs(ctx: Context, path: Path, url: str) -> None:
+    """The server's greedy outputs for the shipped prompts, saved once (a rerun keeps them)."""
+    if not path.is_file():
+        box = ctx.plan.box
+        prompts = lossless.shipped_prompts(box.lossless_prompts)
+        lossless.save(path, lossless.generate(url, prompts, box.lossless_max_tokens))
+
+
+def _against_reference(ctx: Context, own: Path, verdict: Path, url: str, same_tokenizer: bool, what: str) -> None:
+    """This server's outputs compared token by token with the stored reference's -> ``verdict``."""
+    _shipped_outputs(ctx, own, url)
+    reference = ctx.lossless_dir / "reference.json"
+    if not reference.is_file():
+        raise FileNotFoundError(f"no reference outputs (the reference step failed): {what} not judged")
+    write_json_atomic(verdict, lossless.compare(lossless.load(reference), lossless.load(own), url, same_tokenizer))
+
+
 def reference_step(ctx: Context) -> Outcome:
     """The config without speculation: its greedy outputs (and math answers when FP8 KV needs them), then k=0."""
-    box = ctx.plan.box
     ref_path, math_path = ctx.lossless_dir / "reference.json", ctx.lossless_dir / "reference-math.json"
     errors: list[str] = []
 
     def outputs(url: str) -> None:
-        if not ref_path.is_file():
-            lossless.save(
-                ref_path,
-                lossless.generate(url, lossless.shipped_prompts(box.lossless_prompts), box.lossless_max_tokens),
-            )
+        _shipped_outputs(ctx, ref_path, url)
         if ctx.plan.fp8_kv and not math_path.is_file():
             lossless.save(math_path, lossless.math_outputs(url, 256))
 
@@ -188,22 +200,13 @@ def reference_step(ctx: Context) -> Outcome:
 
 def candidate_step(ctx: Context) -> Outcome:
     """The config as given: its greedy outputs compared token by token with the reference's, then its benchmark."""
-    box, k = ctx.plan.box, ctx.plan.spec_tokens
-    ref_path, cand_path = ctx.lossless_dir / "reference.json", ctx.lossless_dir / "candidate.json"
-    verdict_path = ctx.lossless_dir / "verdict.json"
+    k = ctx.plan.spec_tokens
+    cand_path, verdict_path = ctx.lossless_dir / "candidate.json", ctx.lossless_dir / "verdict.json"
     same_tokenizer = not any(key in MODEL_KEYS for key, _ in ctx.candidate_env)
     errors: list[str] = []
 
     def outputs(url: str) -> None:
-        if not cand_path.is_file():
-            lossless.save(
-                cand_path,
-                lossless.generate(url, lossless.shipped_prompts(box.lossless_prompts), box.lossless_max_tokens),
-            )
-        if not ref_path.is_file():
-            raise FileNotFoundError("no reference outputs (the reference step failed): losslessness not judged")
-        verdict = lossless.compare(lossless.load(ref_path), lossless.load(cand_path), url, same_tokenizer)
-        write_json_atomic(verdict_path, verdict)
+        _against_reference(ctx, cand_path, verdict_path, url, same_tokenizer, "losslessness")
 
     benchmarked = _serve_point(ctx, k, None if verdict_path.is_file() else _guarded(errors, outputs))
     found: dict[str, Any] = {"verdict_file": str(verdict_path.relative_to(ctx.out))}
@@ -305,20 +308,14 @@ def graphs_step(ctx: Context) -> Outcome:
     from kimi_dflash.qualify.graphs import graph_mode_from_log
     from kimi_dflash.qualify.measures import graph_rows
 
-    box, k = ctx.plan.box, ctx.plan.spec_tokens
+    k = ctx.plan.spec_tokens
     point = Point(((SPEC_TOKENS, str(k)), *ctx.plan.graph_overrides))
     plan = replace(ctx.sweep_plan(), points=[point], out=ctx.out / "graphs")
-    ref_path, own_path = ctx.lossless_dir / "reference.json", ctx.lossless_dir / "graphs.json"
-    identity_path = ctx.lossless_dir / "graphs-identity.json"
+    own_path, identity_path = ctx.lossless_dir / "graphs.json", ctx.lossless_dir / "graphs-identity.json"
     errors: list[str] = []
 
     def outputs(url: str) -> None:
-        if not own_path.is_file():
-            prompts = lossless.shipped_prompts(box.lossless_prompts)
-            lossless.save(own_path, lossless.generate(url, prompts, box.lossless_max_tokens))
-        if not ref_path.is_file():
-            raise FileNotFoundError("no reference outputs (the reference step failed): token identity not judged")
-        write_json_atomic(identity_path, lossless.compare(lossless.load(ref_path), lossless.load(own_path), url, True))
+        _against_reference(ctx, own_path, identity_path, url, True, "token identity")
 
     benchmarked = _serve(plan, point, None if identity_path.is_file() else _guarded(errors, outputs))
     log = plan.out / "logs" / f"{point.name}.server.log"
