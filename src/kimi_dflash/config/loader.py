@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import os
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ from dotenv.variables import parse_variables
 
 from kimi_dflash.config.problems import ConfigError, Problem
 from kimi_dflash.config.schema import EXTENDS_KEY, KEYS_BY_NAME
+from kimi_dflash.core.user_files import UnreadableFile, read_user_text
 
 MAX_EXTENDS_DEPTH = 8
 MAX_CONFIG_BYTES = 1024 * 1024
@@ -51,40 +51,15 @@ def _missing_config_fix() -> str:
     return f"pass an existing env file, or the name of a shipped config ({names or 'none found'})"
 
 
-class NotAConfigFile(OSError):
-    """A path that must not be read as a config: a FIFO or device (it would block or never end), or too large."""
-
-
-def _read_config_text(path: Path) -> str:
-    """The file's text, refusing non-regular files before reading and anything over MAX_CONFIG_BYTES."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file (a FIFO, device or socket)"
-            raise NotAConfigFile(f"it is {kind}")
-        data = handle.read(MAX_CONFIG_BYTES + 1)
-    if len(data) > MAX_CONFIG_BYTES:
-        raise NotAConfigFile(f"it is larger than {MAX_CONFIG_BYTES // 1024} KiB; a config is a short env file")
-    return data.decode("utf-8")
-
-
 def _read_file(path: Path, problems: list[Problem]) -> list[RawSetting]:
     shown = display_path(path)
     try:
-        text = _read_config_text(path)
-    except NotAConfigFile as exc:
-        problems.append(Problem(shown, None, None, f"cannot read config file: {exc}", "pass an env file"))
-        return []
-    except FileNotFoundError:
-        problems.append(Problem(shown, None, None, "config file not found", _missing_config_fix()))
-        return []
-    except (OSError, UnicodeDecodeError) as exc:
-        problems.append(
-            Problem(
-                shown, None, None, f"cannot read config file ({exc})", "check the path and that the file is UTF-8 text"
-            )
-        )
+        text = read_user_text(path, what="config", max_bytes=MAX_CONFIG_BYTES)
+    except UnreadableFile as exc:
+        missing = not os.path.lexists(path)
+        fix = _missing_config_fix() if missing else "pass an env file (UTF-8 text)"
+        message = "config file not found" if missing else f"cannot read config file: {str(exc).split(': ', 1)[-1]}"
+        problems.append(Problem(shown, None, None, message, fix))
         return []
 
     settings: list[RawSetting] = []
