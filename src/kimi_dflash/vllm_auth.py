@@ -6,7 +6,12 @@ vLLM's own check (`--api-key` / VLLM_API_KEY) guards only paths under a few pref
 /metrics, /docs, /openapi.json and /version stay open. vLLM's `--middleware IMPORT.PATH` option (0.20:
 entrypoints/openai/cli_args.py:260; 0.32: launchers/cli_args.py:351; 0.33: common/cli_args.py:361) adds an app
 middleware to the same app, so this class, passed there by the launch plan, closes every route. Open without the
-key: /health and /ping (load balancers and the readiness probe) and CORS preflight (OPTIONS). See docs/security.md.
+key: /health and /ping (load balancers and the readiness probe) and a true CORS preflight (OPTIONS with Origin and
+Access-Control-Request-Method; browsers send it without credentials). vLLM's CORSMiddleware sits inside this one
+(added before the --middleware ones: 0.32 serve/middleware/register.py:24, :69) and answers a preflight itself,
+never calling a route; the body of what comes back is dropped all the same, so a preflight-shaped OPTIONS cannot
+read a route that answers every method (the /metrics mount does, /metrics/x too: serve/instrumentator/metrics.py:77,
+:80). Any other OPTIONS needs the key. See docs/security.md.
 
 Loaded by vLLM's API server process (`--middleware kimi_dflash.vllm_auth.RequireKeyEverywhere`); standard library
 only. vLLM constructs it with the app alone, so the key comes from the environment the plan sets (VLLM_API_KEY).
@@ -34,10 +39,44 @@ def _digest(token: str) -> bytes:
     return hashlib.sha256(token.encode("utf-8")).digest()
 
 
+def _header(scope: Scope, wanted: bytes) -> bytes | None:
+    for name, value in scope.get("headers") or ():
+        if name.lower() == wanted:
+            return bytes(value)
+    return None
+
+
+def is_cors_preflight(scope: Scope) -> bool:
+    """A CORS preflight as the Fetch standard defines it (and Starlette's CORSMiddleware recognises it): OPTIONS with
+    an Origin and an Access-Control-Request-Method header."""
+    return (
+        scope.get("type") == "http"
+        and scope.get("method") == "OPTIONS"
+        and _header(scope, b"origin") is not None
+        and _header(scope, b"access-control-request-method") is not None
+    )
+
+
+def _headers_only(send: Send) -> Send:
+    """``send`` for a preflight's answer: status and headers pass (with an empty body), no body byte does."""
+
+    async def send_headers(message: MutableMapping[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            headers = [(k, v) for k, v in message.get("headers") or () if k.lower() != b"content-length"]
+            await send({**message, "headers": [*headers, (b"content-length", b"0")]})
+        elif message["type"] == "http.response.body":
+            if not message.get("more_body", False):
+                await send({"type": "http.response.body", "body": b""})
+        else:
+            await send(message)
+
+    return send_headers
+
+
 class RequireKeyEverywhere:
     """Answer 401 to any HTTP or websocket request without ``Authorization: Bearer <VLLM_API_KEY>``, except on
-    OPEN_PATHS and OPTIONS. Without a key in the environment it refuses everything but OPEN_PATHS (fail closed:
-    the plan adds this middleware only when a key is set)."""
+    OPEN_PATHS and true CORS preflights (answered without a body). Without a key in the environment it refuses
+    everything but those (fail closed: the plan adds this middleware only when a key is set)."""
 
     def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]], key: str | None = None) -> None:
         self.app = app
@@ -46,19 +85,20 @@ class RequireKeyEverywhere:
 
     def _allowed(self, scope: Scope) -> bool:
         path = str(scope.get("path", "")).removeprefix(str(scope.get("root_path", ""))) or "/"
-        if scope.get("method") == "OPTIONS" or path.rstrip("/") in OPEN_PATHS:
+        if path.rstrip("/") in OPEN_PATHS:
             return True
-        if self._key is None:
+        authorization = _header(scope, b"authorization")
+        if self._key is None or authorization is None:
             return False
-        for name, value in scope.get("headers") or ():
-            if name.lower() == b"authorization":
-                scheme, _, token = value.decode("latin-1").partition(" ")
-                return scheme.lower() == "bearer" and hmac.compare_digest(_digest(token.strip()), self._key)
-        return False
+        scheme, _, token = authorization.decode("latin-1").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(_digest(token.strip()), self._key)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope.get("type") not in ("http", "websocket") or self._allowed(scope):
             await self.app(scope, receive, send)
+            return
+        if is_cors_preflight(scope):
+            await self.app(scope, receive, _headers_only(send))
             return
         if scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008})
