@@ -28,6 +28,21 @@ def run_serve(*args: str, env: dict[str, str] | None = None) -> subprocess.Compl
     )
 
 
+def tiny_cpu_config(tmp_path: Path) -> Path:
+    """A CPU config that validates and passes the path checks without a real checkpoint: vLLM, if started, fails to
+    load it (for tests that stop at or before the start)."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"architectures": ["NoSuchModelForCausalLM"], "model_type": "nosuch"}')
+    config = tmp_path / "tiny.env"
+    config.write_text(
+        f"DEVICE=cpu\nMOE_BACKEND=auto\nTENSOR_PARALLEL_SIZE=1\nBLOCK_SIZE=32\nMODEL_DIR={model}\n"
+        "SPECULATIVE_METHOD=none\nTRUST_REMOTE_CODE=false\nTOOL_CALL_PARSER=\nENABLE_AUTO_TOOL_CHOICE=false\n"
+        "REASONING_PARSER=\nREADY_TIMEOUT_S=300\n"
+    )
+    return config
+
+
 # What the project's vLLM plugin prints when it loads: every line it logs starts with one of these prefixes
 # (patcher/runtime.py, kvscale/runtime.py), right after vLLM's "[file.py:line] " log header. Matching the message
 # start, not the bare project name, matters: the default cache (~/.cache/kimi-dflash/...) puts "kimi-dflash" into

@@ -236,9 +236,48 @@ def test_extends_missing_base_is_rejected(tmp_path: Path) -> None:
         load_config(write(tmp_path, "EXTENDS=nowhere.env\n" + BASE), environ={})
 
 
-def test_exposed_host_without_api_key_warns(tmp_path: Path) -> None:
-    config = load_config(write(tmp_path, BASE + "HOST=0.0.0.0\n"), environ={})
+@pytest.mark.parametrize("line", ["EXTENDS=\n", "EXTENDS='  '\n"])
+def test_an_empty_extends_names_the_key(tmp_path: Path, line: str) -> None:
+    # It said "<config dir>: cannot read config file: is a directory" without naming EXTENDS.
+    problems = problems_of(tmp_path, line + BASE)
+    assert [(p.key, p.message) for p in problems] == [("EXTENDS", "empty value: names no base config")]
+    assert "test.env:1" in problems[0].source
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.1.2.3", "myhost", "::ffff:10.0.0.1"])
+def test_exposed_host_without_api_key_warns(tmp_path: Path, host: str) -> None:
+    config = load_config(write(tmp_path, BASE + f"HOST={host}\n"), environ={})
     assert [w.key for w in config.warnings] == ["HOST"]
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.1.2.3", "::1", "localhost", "LOCALHOST", "::ffff:127.0.0.1"])
+def test_loopback_hosts_are_not_warned_about(tmp_path: Path, host: str) -> None:
+    assert load_config(write(tmp_path, BASE + f"HOST={host}\n"), environ={}).warnings == ()
+
+
+def test_a_bracketed_host_is_refused_with_the_spelling_vllm_binds(tmp_path: Path) -> None:
+    # vLLM binds HOST as written: "[::1]" is no address to it (it would fail at start, after preflight's port FAIL).
+    problems = problems_of(tmp_path, BASE + "HOST=[::1]\n")
+    assert [p.key for p in problems] == ["HOST"] and "HOST=::1" in problems[0].fix
+
+
+@pytest.mark.parametrize(
+    ("extra", "key"),
+    [("--host 0.0.0.0", "HOST"), ("--host=0.0.0.0", "HOST"), ("--ho 0.0.0.0", "HOST"), ("--ho=::", "HOST"),
+     ("--port 9000", "PORT"), ("--port=9000", "PORT"), ("--por 9000", "PORT"), ("--max_num_seqs 4 --host x", "HOST")],
+)  # fmt: skip
+def test_extra_args_may_not_move_the_server(tmp_path: Path, extra: str, key: str) -> None:
+    # vLLM takes the last --host/--port: one in EXTRA_VLLM_ARGS bound every interface without the warning, and the
+    # port check, readiness probe and pid file would look at HOST/PORT.
+    problems = problems_of(tmp_path, BASE + f"EXTRA_VLLM_ARGS='{extra}'\n")
+    assert [p.key for p in problems] == ["EXTRA_VLLM_ARGS"]
+    assert f"set {key}=" in problems[0].fix
+
+
+def test_extra_args_that_only_look_like_host_or_port_pass(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, BASE + "EXTRA_VLLM_ARGS='--hf-token-x 1 --ports-x 2 --max_num_seqs 4'\n"),
+                         environ={})  # fmt: skip
+    assert config.typed.extra_vllm_args is not None
 
 
 def test_batched_tokens_above_the_recipes_budget_only_warn_and_say_the_cause_is_unverified(tmp_path: Path) -> None:

@@ -27,6 +27,10 @@ SECRET = "sk-secret-0123456789"
         ["--api", SECRET],
         ["--api-k=" + SECRET],
         ["--a", SECRET],
+        ["--api_key", SECRET],  # vLLM's parser reads underscores as dashes
+        ["--api_key=" + SECRET],
+        ["--api_k", SECRET],
+        ["--api-key.x", SECRET],  # vLLM turns a dotted sub-key into a JSON value of --api-key
     ],
 )
 def test_every_spelling_is_redacted(argv: list[str]) -> None:
@@ -38,7 +42,8 @@ def test_every_spelling_is_redacted(argv: list[str]) -> None:
 def test_only_prefixes_of_the_secret_option_count() -> None:
     assert secret_option("--api-key") == "--api-key"
     assert secret_option("--async-scheduling") is None and secret_option("--max-tokens") is None
-    assert secret_option("-a") is None
+    assert secret_option("-a") is None and secret_option("--") is None
+    assert secret_option("--api_key_file") is None and secret_option("--max_num_seqs=4") is None
 
 
 def test_url_userinfo_is_redacted_everywhere_in_a_message() -> None:
@@ -68,7 +73,8 @@ def test_benchmark_refuses_credentials_in_urls_without_echoing_them(tmp_path: Pa
 
 
 def test_serve_refuses_a_key_in_extra_vllm_args(tmp_path: Path) -> None:
-    for extra in (f"--api-key {SECRET}", f"--api-key={SECRET}", f"--max-num-seqs 4 --api {SECRET}"):
+    for extra in (f"--api-key {SECRET}", f"--api-key={SECRET}", f"--max-num-seqs 4 --api {SECRET}",
+                  f"--api_key {SECRET}", f"--max_num_seqs 4 --api_key={SECRET}", f"--api-key.x {SECRET}"):  # fmt: skip
         result = run_serve(str(CONFIGS_DIR / "demo-cpu.env"), "--dry-run", env={"EXTRA_VLLM_ARGS": extra})
         assert result.returncode == 2, result.stderr
         assert "EXTRA_VLLM_ARGS" in result.stderr and "set API_KEY" in result.stderr

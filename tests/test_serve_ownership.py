@@ -3,11 +3,14 @@ the environment of vLLM's family, orphans, the port lock and Intel OpenMP residu
 
 from __future__ import annotations
 
+import http.server
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +20,7 @@ from conftest import free_port
 from kimi_dflash.launch import ownership
 from kimi_dflash.launch.server import running_server, stop_detached, stop_orphans
 from repo_paths import CONFIGS_DIR
-from serve_helpers import run_serve
+from serve_helpers import run_serve, tiny_cpu_config
 
 
 def _sleeper(env: dict[str, str] | None = None, new_session: bool = True) -> subprocess.Popen[bytes]:
@@ -89,6 +92,33 @@ def test_serve_stop_with_an_invalid_pid_file_exits_1_without_traceback(tmp_path:
     assert result.returncode == 1, result.stderr
     assert "refusing to signal anything" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink", "huge", "directory"])
+def test_serve_stop_refuses_a_pid_file_that_is_no_regular_small_file(tmp_path: Path, procs: list, kind: str) -> None:
+    # A FIFO there hung --stop while it held the port lock; a symlink points at a file someone else chose.
+    port = free_port()
+    run = tmp_path / "cache" / "run"
+    run.mkdir(parents=True, mode=0o700)
+    pid_path = run / f"serve-{port}.pid"
+    if kind == "fifo":
+        os.mkfifo(pid_path)
+    elif kind == "symlink":
+        token = ownership.new_token()
+        server = _sleeper({ownership.TOKEN_VAR: token})  # even a record of a live server of ours, behind a link
+        procs.append(server)
+        (tmp_path / "record").write_text(_ours(server, token, port).to_json())
+        pid_path.symlink_to(tmp_path / "record")
+    elif kind == "huge":
+        pid_path.write_text(" " * 100_000 + "{}")
+    else:
+        pid_path.mkdir()
+    result = run_serve(str(CONFIGS_DIR / "demo-cpu.env"), "--stop",
+                       env={"PORT": str(port), "KIMI_DFLASH_CACHE": str(tmp_path / "cache")})  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert "refusing to signal anything" in result.stderr and "not a server record" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert all(process.poll() is None for process in procs)  # nothing signalled
 
 
 def test_stop_stops_the_whole_family_and_its_openmp_residue(tmp_path: Path, procs: list) -> None:
@@ -169,3 +199,92 @@ def test_parse_record_accepts_only_what_start_writes() -> None:
     for bad in ('{"pid": true, "start_ticks": 1, "token": "' + "a" * 32 + '", "port": 8000}', "[1]", "{}"):
         with pytest.raises(ownership.PidFileError):
             ownership.parse_record(bad)
+
+
+class _Impostor(http.server.BaseHTTPRequestHandler):
+    """Another server on the port: answers /health and a completion as vLLM would."""
+
+    def _answer(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = b'{"choices": [{"text": "x"}]}'
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = _answer
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def impostor() -> Iterator[int]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Impostor)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def _processes_for_port(port: int) -> list[int]:
+    return [
+        int(entry.name)
+        for entry in Path("/proc").iterdir()
+        if entry.name.isdigit() and (ownership.environ_of(int(entry.name)) or {}).get(ownership.PORT_VAR) == str(port)
+    ]
+
+
+def test_wait_is_not_ready_when_another_server_answers_on_the_port(tmp_path: Path, impostor: int) -> None:
+    # It said "ready after 0.0 s" (exit 0) with --skip-preflight: the impostor answered the readiness probe.
+    result = run_serve(str(tiny_cpu_config(tmp_path)), "--wait", "--skip-preflight",
+                       env={"PORT": str(impostor), "KIMI_DFLASH_CACHE": str(tmp_path / "cache")})  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert f"port {impostor} is answered by another server (pid {os.getpid()})" in result.stderr
+    assert "ready after" not in result.stderr and "Traceback" not in result.stderr
+    assert _processes_for_port(impostor) == []  # what was started has been stopped
+    assert not (tmp_path / "cache" / "run" / f"serve-{impostor}.pid").exists()
+    assert urllib.request.urlopen(f"http://127.0.0.1:{impostor}/health", timeout=5).status == 200  # untouched
+
+
+def test_others_listening_names_the_holder_of_a_port(procs: list) -> None:
+    token = ownership.new_token()
+    listener = subprocess.Popen(
+        [sys.executable, "-c", "import socket,sys,time; s=socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); "
+         "print(s.getsockname()[1], flush=True); time.sleep(60)"],
+        env={**os.environ, ownership.TOKEN_VAR: token}, stdout=subprocess.PIPE,
+    )  # fmt: skip
+    procs.append(listener)
+    assert listener.stdout is not None
+    port = int(listener.stdout.readline())
+    assert ownership.others_listening(port, token) is None  # held by a process carrying the token
+    assert ownership.others_listening(port, ownership.new_token()) == f"pid {listener.pid}"
+    assert ownership.others_listening(free_port(), token) is not None  # nothing listens: not ours either
+
+
+def test_the_stop_hint_keeps_the_environment_overrides_but_never_a_secret(tmp_path: Path, procs: list) -> None:
+    # A server on PORT=9000 (from the environment) was told to stop with "./serve.sh CONFIG --stop": port 8262.
+    from kimi_dflash.config.validate import load_config
+    from kimi_dflash.launch.cli import stop_command
+
+    environ = {"PORT": "9000", "API_KEY": "sk-hint-0123456789", "SERVED_MODEL_NAME": "my model", "HOME": "/x",
+               "KIMI_DFLASH_CACHE": "/tmp/my cache"}  # fmt: skip
+    config = load_config(CONFIGS_DIR / "demo-cpu.env", environ=environ)
+    assert stop_command(config, "configs/demo-cpu.env", environ) == (
+        "SERVED_MODEL_NAME='my model' PORT=9000 KIMI_DFLASH_CACHE='/tmp/my cache' "
+        "./serve.sh configs/demo-cpu.env --stop"
+    )
+    # serve.sh itself, refusing a second --wait while the recorded server runs (no vLLM needed)
+    port, cache = free_port(), tmp_path / "cache"
+    token = ownership.new_token()
+    server = _sleeper({ownership.TOKEN_VAR: token})
+    procs.append(server)
+    (cache / "run").mkdir(parents=True, mode=0o700)
+    (cache / "run" / f"serve-{port}.pid").write_text(_ours(server, token, port).to_json())
+    env = {"PORT": str(port), "KIMI_DFLASH_CACHE": str(cache), "API_KEY": "sk-hint-0123456789"}
+    config_path = tiny_cpu_config(tmp_path)
+    result = run_serve(str(config_path), "--wait", "--skip-preflight", env=env)
+    assert result.returncode == 1 and "still running" in result.stderr, result.stderr
+    assert f"PORT={port} KIMI_DFLASH_CACHE={cache} ./serve.sh {config_path} --stop" in result.stderr
+    assert "sk-hint" not in result.stderr

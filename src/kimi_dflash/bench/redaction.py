@@ -1,8 +1,10 @@
 """The project's one redaction helper: what must never reach a file, a log, a dry run or an error message.
 
-- A secret option in any spelling argparse would accept: ``--api-key K``, ``--api-key=K`` and abbreviations
-  (``--api K``, ``--api-k=K``; every parser that takes --api-key sets ``allow_abbrev=False``, so these are
-  refused there, but a command line stored or shown is redacted whichever parser it was meant for).
+- A secret option in any spelling argparse would accept: ``--api-key K``, ``--api-key=K``, abbreviations
+  (``--api K``, ``--api-k=K``; every parser of this project that takes --api-key sets ``allow_abbrev=False``, so
+  these are refused there, but a command line stored or shown is redacted whichever parser it was meant for), and
+  the spellings vLLM's parser adds (vllm/utils/argparse_utils.py, FlexibleArgumentParser.parse_args): underscores
+  for dashes (``--api_key K``) and a dotted sub-key (``--api-key.x K``, which vLLM turns into a JSON value).
 - Credentials in a URL's userinfo (``http://user:key@host``), with or without a scheme.
 
 Standard library only and inside bench/ (the benchmark can be copied alone to a client box); every other package
@@ -28,12 +30,27 @@ _USERINFO = re.compile(
 )
 
 
-def secret_option(arg: str, options: Iterable[str] = SECRET_OPTIONS) -> str | None:
-    """The secret option ``arg`` spells (its flag part, before any "="), abbreviations included; None if none."""
-    flag = arg.partition("=")[0]
-    if not flag.startswith("--") or len(flag) < _MIN_PREFIX:
+def option_flag(arg: str) -> str | None:
+    """The long option ``arg`` names as vLLM's parser reads it: the part before any "=" and any dotted sub-key,
+    underscores as dashes (``--api_key.x=K`` -> ``--api-key``); None when ``arg`` is no long option."""
+    if not arg.startswith("--"):
+        return None
+    name = arg[2:].partition("=")[0].partition(".")[0]
+    return "--" + name.replace("_", "-")
+
+
+def spelled_option(arg: str, options: Iterable[str]) -> str | None:
+    """The option of ``options`` that ``arg`` spells in any way argparse (or vLLM's parser) would take it: exact,
+    abbreviated, with underscores, with "=VALUE" or a dotted sub-key; None if none."""
+    flag = option_flag(arg)
+    if flag is None or len(flag) < _MIN_PREFIX:
         return None
     return next((option for option in options if option.startswith(flag)), None)
+
+
+def secret_option(arg: str, options: Iterable[str] = SECRET_OPTIONS) -> str | None:
+    """The secret option ``arg`` spells (any spelling: see spelled_option); None if none."""
+    return spelled_option(arg, options)
 
 
 def redact_url(text: str) -> str:

@@ -88,7 +88,9 @@ def _read_file(path: Path, problems: list[Problem]) -> list[RawSetting]:
                     binding.key,
                     None,
                     "key without a value",
-                    f"write {binding.key}=<value>, or {binding.key}= to leave it unset",
+                    f"write {binding.key}=<value>, or delete the line"
+                    if binding.key == EXTENDS_KEY
+                    else f"write {binding.key}=<value>, or {binding.key}= to leave it unset",
                 )
             )
             continue
@@ -137,7 +139,12 @@ def _read_chain(
     own = _read_file(path, problems)
     merged: dict[str, RawSetting] = {}
     for setting in own:
-        if setting.key == EXTENDS_KEY:
+        if setting.key == EXTENDS_KEY and not setting.value.strip():
+            # Path("") is the config's own directory: without this, "is a directory" with no key named.
+            problems.append(Problem(setting.source, EXTENDS_KEY, setting.value, "empty value: names no base config",
+                                    f"write {EXTENDS_KEY}=<base config, a path relative to this file>, or delete "
+                                    "the line"))  # fmt: skip
+        elif setting.key == EXTENDS_KEY:
             base = Path(setting.value)
             base = base if base.is_absolute() else path.parent / base
             merged = _read_chain(base, problems, depth + 1, (*visiting, resolved))

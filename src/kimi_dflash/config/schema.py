@@ -186,7 +186,8 @@ KEYS: tuple[Key, ...] = (
         "str",
         "127.0.0.1",
         "server",
-        "Address to bind. Localhost by default; set 0.0.0.0 only behind a firewall or with API_KEY set.",
+        "Address to bind (an IPv6 one without brackets: ::1). Localhost by default; set 0.0.0.0 only behind a "
+        "firewall or with API_KEY set.",
         vllm=VllmOption("--host"),
     ),
     _k(
@@ -588,7 +589,8 @@ KEYS: tuple[Key, ...] = (
         "str",
         None,
         "server",
-        "Extra `vllm serve` flags, split like a shell would (no expansion). For flags this schema does not cover.",
+        "Extra `vllm serve` flags, split like a shell would (no expansion). For flags this schema does not cover; "
+        "--api-key, --host and --port (in any spelling vLLM accepts) are refused: set API_KEY, HOST, PORT.",
         optional=True,
     ),
 )

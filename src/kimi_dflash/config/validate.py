@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import json
 import shlex
 from collections.abc import Callable, Mapping
@@ -10,7 +11,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from kimi_dflash.bench.redaction import redact_argv, secret_option
+from kimi_dflash.bench.redaction import redact_argv, secret_option, spelled_option
 from kimi_dflash.config.acceptance_rates import parse_acceptance_rates
 from kimi_dflash.config.loader import RawSetting, display_path, read_settings
 from kimi_dflash.config.problems import ConfigError, Problem
@@ -27,6 +28,10 @@ FP8_KV = frozenset({"fp8", "fp8_e4m3", "fp8_e5m2"})
 RECIPE_MAX_BATCHED_TOKENS = 32768
 # A dynamic FP8 scale needs a bounded warm-up on GPUs; this many KV writes per layer is the suggested default.
 SUGGESTED_KV_SCALE_WARMUP = 2048
+# Where vLLM listens, and the key that says it. vLLM takes the last --host/--port of its command line, so one in
+# EXTRA_VLLM_ARGS would win over HOST/PORT, while the bind warning, preflight's port check, the readiness probe and
+# the pid and lock files (named by port) all read HOST/PORT: refused, so that HOST/PORT is where it listens.
+ADDRESS_OPTIONS = {"--host": "HOST", "--port": "PORT"}
 
 
 @dataclass(frozen=True)
@@ -431,22 +436,75 @@ def _rule_extra_args(v: ConfigValues, s: Mapping[str, str]) -> list[Problem]:
         args = shlex.split(str(extra))
     except ValueError as exc:
         return [_problem(s, v, "EXTRA_VLLM_ARGS", f"cannot be split into arguments ({exc})", "balance the quotes")]
-    if any(secret_option(arg) for arg in args):
+    source, shown = s.get("EXTRA_VLLM_ARGS", "default"), shlex.join(redact_argv(args))
+    secret = next((arg for arg in args if secret_option(arg)), None)
+    if secret is not None:
         # The key would be shown by --dry-run and sit on vLLM's command line (ps) for every user of the machine.
         return [
             Problem(
-                s.get("EXTRA_VLLM_ARGS", "default"),
+                source,
                 "EXTRA_VLLM_ARGS",
-                shlex.join(redact_argv(args)),
-                "carries the API key (--api-key); a key there lands on the process command line",
+                shown,
+                f"carries the API key ({_spelling(secret, '--api-key')}); a key there lands on the process command "
+                "line",
                 "remove it from EXTRA_VLLM_ARGS and set API_KEY (it reaches vLLM through VLLM_API_KEY, never argv)",
+            )
+        ]
+    problems = []
+    for arg in args:
+        option = spelled_option(arg, ADDRESS_OPTIONS)
+        if option is not None:
+            key = ADDRESS_OPTIONS[option]
+            problems.append(
+                Problem(
+                    source,
+                    "EXTRA_VLLM_ARGS",
+                    shown,
+                    f"sets where vLLM listens ({_spelling(arg, option)}): it would override {key}, which the bind "
+                    "warning, the port check, the readiness probe and --stop go by",
+                    f"remove it from EXTRA_VLLM_ARGS and set {key}= in the config or the environment",
+                )
+            )
+    return problems
+
+
+def _spelling(arg: str, option: str) -> str:
+    """How ``arg`` names ``option``, for a message: "--host", or "--ho, read as --host"."""
+    written = arg.partition("=")[0]
+    return option if written == option else f"{written}, read as {option}"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is reachable from this machine only: localhost, 127.0.0.0/8, ::1 (bracketed or not, or
+    IPv4-mapped)."""
+    name = host.strip().removeprefix("[").removesuffix("]")
+    if name.lower() == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+def _rule_host(v: ConfigValues, s: Mapping[str, str]) -> list[Problem]:
+    host = str(v.host).strip()
+    if host.startswith("[") or host.endswith("]"):
+        return [
+            _problem(
+                s,
+                v,
+                "HOST",
+                "an address in brackets: vLLM binds HOST as written and cannot bind a bracketed IPv6 address",
+                f"write it without brackets: HOST={host.strip('[]')}",
             )
         ]
     return []
 
 
 def _rule_exposed_without_key(v: ConfigValues, s: Mapping[str, str]) -> list[Problem]:
-    if v.host not in ("127.0.0.1", "localhost", "::1") and v.api_key is None:
+    if not is_loopback(str(v.host)) and v.api_key is None:
         return [
             _problem(
                 s,
@@ -515,6 +573,7 @@ RULES: tuple[Rule, ...] = (
     _rule_kv_scales,
     _rule_tools,
     _rule_extra_args,
+    _rule_host,
     _rule_exposed_without_key,
     _rule_synthetic_acceptance,
 )

@@ -5,15 +5,19 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import shlex
 import sys
 from pathlib import Path
 
 from kimi_dflash.config.problems import ConfigError, Problem
+from kimi_dflash.config.schema import KEYS
 from kimi_dflash.config.shipped import resolve_config_argument
 from kimi_dflash.config.validate import Config, check_paths, load_config
+from kimi_dflash.core.envvars import CACHE as CACHE_ENV
 from kimi_dflash.core.paths import cache_root
 from kimi_dflash.launch import hooks, ownership
 from kimi_dflash.launch.prepare import local_plan, resolve_demo_models
+from kimi_dflash.launch.private_files import UnsafeLocation, private_dir
 from kimi_dflash.launch.server import (
     StartInterrupted,
     run_foreground,
@@ -45,9 +49,10 @@ examples:
                                                   will that vLLM start this plan? (reads its source only)
   ./serve.sh configs/demo-cpu.env --wait          start the CPU demo in the background, return when ready
   ./serve.sh configs/demo-cpu.env --stop          stop a server started with --wait
-exit codes: 0 ok, 1 preflight/patch/start failure (also: --wait found a server or another start on that port;
---stop refused a pid file that does not prove the process is ours), 2 invalid config (--check-vllm: 2 = that
-vLLM would not start this plan), 130 interrupted during --wait (what was starting has been stopped); otherwise
+exit codes: 0 ok, 1 preflight/patch/start failure (also: --wait found a server or another start on that port, or
+another server answered there; --stop refused a pid file that does not prove the process is ours; a cache, run or
+log directory other users can write was refused), 2 invalid config (--check-vllm: 2 = that vLLM would not start
+this plan), 130 interrupted during --wait (what was starting has been stopped); otherwise
 vLLM's own exit code.
 """
 
@@ -125,6 +130,29 @@ def run_dir() -> Path:
     return cache_root() / "run"
 
 
+def logs_dir() -> Path:
+    return cache_root() / "logs"
+
+
+def _private_dirs(*children: Path) -> None:
+    """The cache and the launcher's directories in it, this user's alone (private_files; UnsafeLocation if not):
+    what another user could write there (a demo model, a symlink on a lock) would be used by this start."""
+    private_dir(cache_root())
+    for child in children:
+        private_dir(child, follow_symlinks=False)
+
+
+def stop_command(config: Config, config_argument: str, environ: dict[str, str] | None = None) -> str:
+    """The --stop command for a server this run starts: with the config keys this run took from the environment
+    (the port among them: it names the pid file; others so that the config validates alike) and the cache
+    override, shell-quoted; never a secret key."""
+    environ = dict(os.environ) if environ is None else environ
+    kept = [key.name for key in KEYS if config.sources.get(key.name) == "environment" and not key.secret]
+    kept += [CACHE_ENV] if environ.get(CACHE_ENV) else []
+    assignments = [f"{name}={shlex.quote(environ[name])}" for name in kept if name in environ]
+    return " ".join([*assignments, "./serve.sh", shlex.quote(config_argument), "--stop"])
+
+
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     args = parse_args(argv, prog)
     try:
@@ -142,6 +170,12 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     if args.check_vllm is not None:
         return check_vllm(config, args.check_vllm, dry_engine=not args.no_dry_engine)
 
+    if not args.dry_run:  # from here on the cache is written (demo models) and read by vLLM
+        try:
+            _private_dirs()
+        except UnsafeLocation as error:
+            say(f"serve: {error}. Nothing was started.")
+            return 1
     config = resolve_demo_models(config, create=not args.dry_run)
     path_problems = check_paths(config)
     if args.preflight:  # preflight checks the checkpoint directories itself, in more depth
@@ -238,10 +272,14 @@ def _busy(pid_path: Path) -> str:
 def stop(pid_path: Path) -> int:
     """`--stop`: under the port's lock, stop the recorded server only when it is provably ours."""
     try:
+        _private_dirs(pid_path.parent)
         with ownership.port_lock(_lock_path(pid_path)):
             outcome = stop_detached(pid_path, say=say)
     except ownership.StartInProgress:
         say(_busy(pid_path))
+        return 1
+    except UnsafeLocation as error:
+        say(f"serve: {error}. Nothing was stopped.")
         return 1
     say(f"serve: {outcome.message}")
     return 0 if outcome.ok else 1
@@ -252,10 +290,14 @@ def start(config: Config, plan: LaunchPlan, args: argparse.Namespace, pid_path: 
         say(f"serve: starting vLLM for {plan.served_model_name} on {plan.base_url}")
         return run_foreground(plan, args.log)
     try:
+        _private_dirs(pid_path.parent, *([] if args.log else [logs_dir()]))
         with ownership.port_lock(_lock_path(pid_path)):
             return _start_detached(config, plan, args, pid_path)
     except ownership.StartInProgress:
         say(_busy(pid_path))
+        return 1
+    except UnsafeLocation as error:
+        say(f"serve: {error}. Nothing was started.")
         return 1
     except StartInterrupted:
         return EXIT_INTERRUPTED
@@ -271,17 +313,18 @@ def _start_detached(config: Config, plan: LaunchPlan, args: argparse.Namespace, 
     if existing is not None:
         say(
             f"serve: a server from an earlier --wait is still running (pid {existing.pid}); "
-            f"stop it first: ./serve.sh {args.config} --stop"
+            f"stop it first: {stop_command(config, args.config)}"
         )
         return 1
     pid_path.unlink(missing_ok=True)  # stale: its process is gone (or is not ours)
     stop_orphans(plan.port, say)
     say(f"serve: starting vLLM for {plan.served_model_name} on {plan.base_url}")
-    log_path = args.log or cache_root() / "logs" / f"serve-{config.typed.port}.log"
+    log_path = args.log or logs_dir() / f"serve-{config.typed.port}.log"
     timeout_s = float(config.typed.ready_timeout_s)
-    if start_and_wait(plan, log_path, pid_path, timeout_s, config.typed.api_key, say) is None:
+    api_key = config.typed.api_key
+    if start_and_wait(plan, log_path, pid_path, timeout_s, api_key, say, private_log=args.log is None) is None:
         return 1
-    say(f"serve: stop it with: ./serve.sh {args.config} --stop")
+    say(f"serve: stop it with: {stop_command(config, args.config)}")
     return 0
 
 

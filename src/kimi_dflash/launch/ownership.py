@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from kimi_dflash.launch import private_files
+
 TOKEN_VAR = "KIMI_DFLASH_SERVER_TOKEN"
 PORT_VAR = "KIMI_DFLASH_SERVER_PORT"
 # vLLM names its processes with setproctitle ("VLLM::EngineCore", "VLLM::Worker"), which by default writes the
@@ -164,6 +166,60 @@ def orphans_on_port(port: int, proc: Path = PROC) -> dict[str, list[int]]:
     return orphans
 
 
+TCP_TABLES = ("net/tcp", "net/tcp6")
+TCP_LISTEN = "0A"  # the kernel's TCP_LISTEN state, as /proc/net/tcp writes it
+
+
+def listening_sockets(port: int, proc: Path = PROC) -> set[int]:
+    """Inodes of the sockets listening on TCP ``port`` at any address, IPv4 or IPv6 (this network namespace)."""
+    inodes = set()
+    for table in TCP_TABLES:
+        try:
+            rows = (proc / table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            # sl local_address(hex ip:hex port) rem_address st tx:rx tr:when retrnsmt uid timeout inode ...
+            fields = row.split()
+            if len(fields) > 9 and fields[3] == TCP_LISTEN and int(fields[1].rpartition(":")[2], 16) == port:
+                inodes.add(int(fields[9]))
+    return inodes
+
+
+def socket_holders(inodes: set[int], pids: list[int], proc: Path = PROC) -> dict[int, int]:
+    """inode -> the first of ``pids`` that holds that socket open (its /proc/<pid>/fd; unreadable ones skipped)."""
+    wanted = {f"socket:[{inode}]": inode for inode in inodes}
+    held: dict[int, int] = {}
+    for pid in pids:
+        try:
+            fds = list((proc / str(pid) / "fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                inode = wanted.get(os.readlink(fd))
+            except OSError:
+                continue
+            if inode is not None:
+                held.setdefault(inode, pid)
+    return held
+
+
+def others_listening(port: int, token: str, proc: Path = PROC) -> str | None:
+    """Who besides the server carrying ``token`` listens on ``port`` (for a message), None when every listening
+    socket there is held by a process of that server. Nothing listening is "others" too: then what answered on the
+    port is not a process of this machine's that the server started (a proxy, another namespace)."""
+    inodes = listening_sockets(port, proc)
+    if not inodes:
+        return f"no process of this machine listens on port {port}"
+    foreign = inodes - socket_holders(inodes, family(token, proc), proc).keys()
+    if not foreign:
+        return None
+    every = sorted(int(entry.name) for entry in proc.iterdir() if entry.name.isdigit())
+    pids = sorted(set(socket_holders(foreign, every, proc).values()))
+    return f"pid {', '.join(map(str, pids))}" if pids else "a process of another user"
+
+
 def alive(pid: int, proc: Path = PROC) -> bool:
     """Running (a zombie has exited: it only waits for its parent to collect the exit code)."""
     try:
@@ -217,14 +273,18 @@ class StartInProgress(RuntimeError):
 @contextlib.contextmanager
 def port_lock(lock_path: Path) -> Iterator[None]:
     """An exclusive, non-blocking lock around check-then-start (and stop) for one port; StartInProgress when
-    another process holds it. The kernel releases it when the holder exits, however it exits."""
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with lock_path.open("a+") as handle:
+    another process holds it. The kernel releases it when the holder exits, however it exits. The lock file is
+    this user's alone (private_files.open_private: 0600, never through a symlink; UnsafeLocation otherwise), in a
+    directory the caller has checked (private_files.private_dir)."""
+    fd = private_files.open_private(lock_path, os.O_RDWR | os.O_CREAT)
+    try:
         try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise StartInProgress(str(lock_path)) from None
         try:
             yield
         finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)

@@ -13,15 +13,18 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from kimi_dflash.core import http
 from kimi_dflash.core.atomic_write import write_text_atomic
-from kimi_dflash.launch import ownership
+from kimi_dflash.core.user_files import UnreadableFile, read_user_text
+from kimi_dflash.launch import ownership, private_files
 from kimi_dflash.plan import LaunchPlan
 
 STOP_GRACE_S = 30.0
 POLL_INTERVAL_S = 0.25  # a refused connection costs nothing; a 1 s poll added ~0.5 s to every ready time
 PROGRESS_INTERVAL_S = 10.0
+MAX_RECORD_BYTES = 4096  # a record is ~130 bytes; anything larger is not one
 
 
 @dataclass(frozen=True)
@@ -161,13 +164,22 @@ def run_foreground(plan: LaunchPlan, log_path: Path | None) -> int:
     return code
 
 
-def start_detached(plan: LaunchPlan, log_path: Path, pid_path: Path) -> subprocess.Popen[bytes]:
-    """Start vLLM in its own session writing to log_path; it outlives this process. The pid file gets the
-    ownership record (pid, its start time, the token in its environment) that --stop checks."""
+def _open_log(log_path: Path, private: bool) -> BinaryIO:
+    """The log, appended to. ``private``: the launcher's default log in the cache, never opened through a symlink
+    (private_files); a log the user named is opened as named."""
+    if private:
+        return os.fdopen(private_files.open_private(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab")
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    return log_path.open("ab")
+
+
+def start_detached(
+    plan: LaunchPlan, log_path: Path, pid_path: Path, token: str, *, private_log: bool = False
+) -> subprocess.Popen[bytes]:
+    """Start vLLM in its own session writing to log_path; it outlives this process. The pid file gets the
+    ownership record (pid, its start time, ``token``, which its environment carries) that --stop checks."""
     pid_path.parent.mkdir(parents=True, exist_ok=True)
-    token = ownership.new_token()
-    with log_path.open("ab") as log_handle:
+    with _open_log(log_path, private_log) as log_handle:
         process = subprocess.Popen(
             plan.argv,
             env=_child_env(plan, token),
@@ -178,7 +190,7 @@ def start_detached(plan: LaunchPlan, log_path: Path, pid_path: Path) -> subproce
         )
     ticks = ownership.start_ticks(process.pid)
     record = ownership.ServerRecord(process.pid, ticks if ticks is not None else 0, token, plan.port)
-    write_text_atomic(pid_path, record.to_json() + "\n")
+    write_text_atomic(pid_path, record.to_json() + "\n", mode=private_files.PRIVATE_FILE_MODE)
     return process
 
 
@@ -190,9 +202,12 @@ def wait_until_ready(
     api_key: str | None,
     say: Callable[[str], None],
     log_start: int = 0,
+    token: str | None = None,
 ) -> bool:
     """Poll until ready, the process dies (log tail shown) or the timeout passes. Shows progress meanwhile.
-    ``log_start``: where this start's output begins in the (appended) log."""
+    ``log_start``: where this start's output begins in the (appended) log. ``token``: the server's ownership token;
+    ready then also means every socket listening on the port is held by a process carrying it (another server
+    answering on that port is not this start's)."""
     started = time.monotonic()
     next_progress = started + PROGRESS_INTERVAL_S
     while True:
@@ -205,6 +220,14 @@ def wait_until_ready(
             )
             return False
         state = probe_ready(plan, api_key)
+        other = ownership.others_listening(plan.port, token) if state.ready and token is not None else None
+        if other is not None:
+            say(
+                f"serve: port {plan.port} is answered by another server ({other}), not by the vLLM this start "
+                f"launched (pid {process.pid}); stopping what was started. Pick another port (PORT=...), or stop "
+                f"what listens there (ss -ltnp 'sport = :{plan.port}' names it)."
+            )
+            return False
         if state.ready:
             say(f"serve: ready after {elapsed:.1f} s at {plan.base_url} (model {plan.served_model_name})")
             return True
@@ -235,12 +258,13 @@ def start_and_wait(
     timeout_s: float,
     api_key: str | None,
     say: Callable[[str], None],
+    *,
+    private_log: bool = False,
 ) -> subprocess.Popen[bytes] | None:
     """Start vLLM detached, appending to log_path, and wait until it serves. None when it died or timed out: it is
     then stopped (workers included), its pid file removed, and this start's log tail was shown. An interruption
     (Ctrl-C, SIGTERM, SIGHUP) while it starts stops it too, says so, and raises StartInterrupted: the user is left
-    with nothing running rather than a server nobody was told about."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with nothing running rather than a server nobody was told about. ``private_log``: see _open_log."""
     log_start = _log_size(log_path)  # the log is appended to; the tail shown on failure is this start's
     on_main_thread = threading.current_thread() is threading.main_thread()
     previous = (
@@ -251,9 +275,10 @@ def start_and_wait(
     process = None
     ignoring_sigint = False
     try:
-        process = start_detached(plan, log_path, pid_path)
+        token = ownership.new_token()
+        process = start_detached(plan, log_path, pid_path, token, private_log=private_log)
         say(f"serve: vLLM pid {process.pid} for {plan.served_model_name} on {plan.base_url}, log {log_path}")
-        ready = wait_until_ready(plan, process, log_path, timeout_s, api_key, say, log_start)
+        ready = wait_until_ready(plan, process, log_path, timeout_s, api_key, say, log_start, token)
     except KeyboardInterrupt as interrupt:
         if on_main_thread:  # a second Ctrl-C must not leave a half-stopped server behind
             ignoring_sigint = signal.signal(signal.SIGINT, signal.SIG_IGN) is not signal.SIG_IGN
@@ -285,13 +310,16 @@ class StopOutcome:
 
 
 def read_record(pid_path: Path) -> ownership.ServerRecord | None:
-    """The ownership record in ``pid_path``; None when there is no file. PidFileError when it is not ours."""
+    """The ownership record in ``pid_path``; None when there is no file. PidFileError when it is not ours: not a
+    small regular UTF-8 file (a FIFO would block, a symlink points at what someone else chose), or not a record."""
     try:
-        text = pid_path.read_text(errors="replace")[:4096]
-    except FileNotFoundError:
-        return None
-    except OSError as error:
-        raise ownership.PidFileError(f"cannot read it ({error.strerror or error})") from None
+        text = read_user_text(pid_path, what="pid file", max_bytes=MAX_RECORD_BYTES, follow_symlinks=False)
+    except UnreadableFile as error:
+        if not os.path.lexists(pid_path):
+            return None
+        # "pid file PATH: is a FIFO (named pipe); name a regular file" -> "is a FIFO (named pipe)"
+        reason = str(error).removeprefix(f"pid file {pid_path}: ").partition(";")[0]
+        raise ownership.PidFileError(reason) from None
     return ownership.parse_record(text)
 
 
