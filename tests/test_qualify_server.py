@@ -4,8 +4,9 @@
    SIGKILLed once the reference step is done (the candidate's server is starting), rerun with --resume: the
    reference is not redone, the report says lossless PASS with acceptance by position and per request, the
    matched table with intervals, goodput at the SLO, identical served replies and the advisor's k; exit 0.
-2. A candidate serving another model (the tiny Qwen3 demo against the Kimi reference; the reference's outputs
-   and benchmark reused from run 1, as a resumed run would) gives lossless FAIL and exit 2.
+2. A candidate serving another model (the tiny Qwen3 demo against the Kimi reference; the reference's outputs,
+   benchmark and finished steps seeded from run 1 into a state of this candidate's, resumed) gives lossless FAIL
+   and exit 2.
 """
 
 from __future__ import annotations
@@ -146,13 +147,22 @@ def test_qualify_passes_the_demo_and_resumes_after_a_hard_kill_without_redoing_f
 def test_a_candidate_serving_another_model_fails_losslessness_with_exit_2(passed_run, tmp_path: Path) -> None:
     source = passed_run[0]
     out = tmp_path / "other-model"
-    # The reference is the same config as in the passing run: reuse its outputs and benchmark (no server start).
-    (out / "grid").mkdir(parents=True)
-    shutil.copytree(source / "lossless", out / "lossless")
-    (out / "lossless" / "candidate.json").unlink()
-    (out / "lossless" / "verdict.json").unlink()
+    # The reference is the same config as in the passing run: reuse its outputs and benchmark (no server start),
+    # as a resumed run of this candidate would (qualify writes only into a new directory or a run of its own).
+    for directory in ("grid", "lossless"):
+        (out / directory).mkdir(parents=True)
+    shutil.copy(source / "lossless" / "reference.json", out / "lossless" / "reference.json")
     shutil.copy(source / "grid" / "NUM_SPECULATIVE_TOKENS-0.json", out / "grid")
-    done = _qualify(out, *QWEN3_CANDIDATE)
+    recorded = _state(source)
+    kept = ("environment", "preflight", "reference")
+    seeded = {**recorded, "runs": [], "steps": {name: recorded["steps"][name] for name in kept},
+              "files": ["environment.json", "preflight.txt", "lossless/reference.json",
+                        "grid/NUM_SPECULATIVE_TOKENS-0.json"]}  # fmt: skip
+    seeded["signature"]["candidate_env"] = [arg.split("=", 1) for arg in QWEN3_CANDIDATE[1::2]]
+    for name in ("environment.json", "preflight.txt"):
+        shutil.copy(source / name, out / name)
+    (out / "state.json").write_text(json.dumps(seeded))
+    done = _qualify(out, *QWEN3_CANDIDATE, "--resume")
     assert done.returncode == 2, done.stderr[-4000:]
     verdict = json.loads((out / "lossless" / "verdict.json").read_text())
     assert verdict["verdict"] == "FAIL" and verdict["agreement"]["identical"] < verdict["agreement"]["prompts"]
@@ -166,6 +176,8 @@ def test_a_candidate_serving_another_model_fails_losslessness_with_exit_2(passed
     assert compared == (2 + 4) * 2 * 3 and identical < compared / 2
     assert text.startswith("# Qualification of") and ": FAIL" in text.splitlines()[0]
     state = _state(out)
+    with tarfile.open(out.with_name(out.name + ".tar.gz")) as tar:  # the seeded files are the run's too
+        assert f"{out.name}/lossless/reference.json" in tar.getnames()
     # Nothing was started before the candidate step: the reference was kept from the passing run.
     before_candidate = re.split(r"qualify \[\d+/\d+\] candidate", done.stderr, maxsplit=1)
     assert len(before_candidate) == 2 and state["steps"]["reference"]["status"] == "done"

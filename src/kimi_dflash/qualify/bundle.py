@@ -1,14 +1,21 @@
 """What leaves the box: OUT/results/ (each grid result under a name ready for benchmarks/results/) and one
-archive, OUT.tar.gz, to attach to an issue."""
+archive, OUT.tar.gz, to attach to an issue: exactly the files the run wrote (the state's manifest), each opened
+without following a symlink at any level under OUT."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
 import re
 import shutil
 import socket
+import stat
 import tarfile
-from pathlib import Path
+from collections.abc import Iterable, Iterator
+from pathlib import Path, PurePosixPath
 
+from kimi_dflash.core.atomic_write import replacing
 from kimi_dflash.qualify.plan import SPEC_TOKENS
 from kimi_dflash.sweep.state import finished_results
 
@@ -34,12 +41,63 @@ def copy_results(out: Path, config: str) -> list[Path]:
     return copied
 
 
-def archive(out: Path) -> Path:
-    """OUT.tar.gz beside OUT (written to a temporary name, then renamed: never half-written)."""
-    out = out.resolve()
+NO_FOLLOW = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+
+@contextlib.contextmanager
+def _descriptor(path: str, flags: int) -> Iterator[int]:
+    fd = os.open(path, flags)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _open_beneath(root_fd: int, name: str) -> int | str | None:
+    """A descriptor for the regular file ``name`` under the directory ``root_fd``, every component opened with
+    O_NOFOLLOW; None when it does not exist, or why it is refused (a symlink at any level, not a regular file)."""
+    parts = PurePosixPath(name).parts
+    if not parts or PurePosixPath(name).is_absolute() or ".." in parts:
+        return "not a path inside the directory"
+    fds: list[int] = []
+    try:
+        current = root_fd
+        for part in parts[:-1]:
+            current = os.open(part, NO_FOLLOW | os.O_DIRECTORY, dir_fd=current)
+            fds.append(current)
+        fd = os.open(parts[-1], NO_FOLLOW, dir_fd=current)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # ENOTDIR: a directory on the way is a symlink (or a file)
+            return "a symbolic link, or under one"
+        raise
+    finally:
+        for opened in fds:
+            os.close(opened)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return "not a regular file"
+    return fd
+
+
+def archive(out: Path, files: Iterable[str]) -> tuple[Path, list[str]]:
+    """(OUT.tar.gz beside OUT, the files refused and why). The archive holds exactly ``files`` (names relative to
+    OUT, those the run wrote) that exist as regular files: a symlink, at any level, is refused, never followed.
+    Written to a temporary file, then renamed: never half-written."""
+    out = Path(os.path.abspath(out))
     final = out.with_name(out.name + ".tar.gz")
-    partial = out.with_name(out.name + ".tar.gz.partial")
-    with tarfile.open(partial, "w:gz") as tar:
-        tar.add(out, arcname=out.name, filter=lambda info: None if info.name.endswith(".pid") else info)
-    partial.replace(final)
-    return final
+    refused = []
+    with (
+        _descriptor(str(out), NO_FOLLOW | os.O_DIRECTORY) as root_fd,
+        replacing(final) as partial,
+        tarfile.open(partial, "w:gz") as tar,
+    ):
+        for name in sorted(set(files)):
+            opened = _open_beneath(root_fd, name)
+            if isinstance(opened, str):
+                refused.append(f"{name} ({opened})")
+            elif opened is not None:
+                with os.fdopen(opened, "rb") as handle:
+                    tar.addfile(tar.gettarinfo(arcname=f"{out.name}/{name}", fileobj=handle), handle)
+    return final, refused

@@ -4,6 +4,8 @@ is a thin wrapper; the front door registers ``add_cli_args`` / ``main`` as a ver
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import errno
 import functools
 import os
 import sys
@@ -11,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kimi_dflash.config.shipped import resolve_config_argument
+from kimi_dflash.core.dir_lock import directory_lock
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.qualify import bundle, report
 from kimi_dflash.qualify.graphs import GraphCandidate
@@ -24,9 +27,9 @@ from kimi_dflash.qualify.plan import (
     render,
 )
 from kimi_dflash.qualify.runner import run_steps
-from kimi_dflash.qualify.state import STATE_FILE, open_state
+from kimi_dflash.qualify.state import LOCK_FILE, STATE_FILE, RunState, open_state, read_state
 from kimi_dflash.qualify.steps import Context
-from kimi_dflash.sweep.runner import SERVE_COMMAND, Interrupted
+from kimi_dflash.sweep.runner import SERVE_COMMAND, Interrupted, ServerLeftRunning
 
 if TYPE_CHECKING:
     from kimi_dflash.patcher.vllm_source import VllmSource
@@ -42,10 +45,12 @@ with --project-acceptance the speed projection (vLLM's synthetic acceptance samp
 --dry-run lists them with time estimates for this box and the budget (which trims the grid).
 
 Output: DIR/report.md (+ PNGs), grid/*.json, results/, lossless/, environment.json, state.json, and DIR.tar.gz
-to attach to an issue. Resumable: rerun with --resume after a kill; finished steps are kept.
+(exactly the files the run wrote) to attach to an issue. DIR must be new, empty or a qualify run of this config
+(never a symlink); one run per DIR at a time. Resumable: rerun with --resume after a kill; finished steps are kept.
 
 exit status: 0 every verdict passed; 2 a verdict failed (lossless FAIL, FP8 KV FAIL); 1 could not qualify
-(preflight failed, a server did not start, a step failed, bad arguments); 130/143 interrupted (--resume).
+(preflight failed, a server did not start or could not be stopped, a step failed, DIR unusable or in use, bad
+arguments); 130/143 interrupted (--resume).
 
 examples:
   %(prog)s configs/demo-cpu.env --budget 6m --out /tmp/qualify-demo
@@ -239,20 +244,68 @@ def _context(args: argparse.Namespace) -> tuple[Context, QualifyPlan]:
     return ctx, plan
 
 
+def check_out(out: Path) -> None:
+    """Refuse an --out qualify must not write into: the run writes there and packs what it wrote into the archive
+    the report says to attach to an issue. A symlink is never followed; a file is not a directory; a non-empty
+    directory must hold a qualify run (its state file; --resume then checks it is one of this config)."""
+    if out.is_symlink():
+        raise UserError(f"--out {out}: is a symbolic link; qualify never writes through one. Name a new directory.")
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise UserError(f"--out {out}: exists and is not a directory; name a new or empty directory.")
+    try:
+        entries = sorted(set(os.listdir(out)) - {LOCK_FILE})
+    except OSError as exc:
+        raise UserError(f"--out {out}: cannot be listed ({exc.strerror or exc}); name another directory.") from None
+    if entries and STATE_FILE not in entries:
+        shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
+        raise UserError(
+            f"--out {out}: is a non-empty directory that holds no qualify run ({shown}); qualify would write its "
+            "report there. Name a new or empty directory."
+        )
+
+
+def _recorded_statuses(out: Path) -> dict[str, str]:
+    """Each recorded step's status, for --dry-run; an unreadable state is said, not fatal (a dry run only lists)."""
+    path = out / STATE_FILE
+    if not (path.exists() or path.is_symlink()):
+        return {}
+    try:
+        doc = read_state(path)
+    except UserError as exc:
+        print(f"warning: {exc}; a --resume would refuse it, statuses not shown", file=sys.stderr)
+        return {}
+    return {name: step["status"] for name, step in doc["steps"].items()}
+
+
+_WRITE_FIXES = {
+    errno.ENOSPC: "free some space",
+    errno.EDQUOT: "free some space (the disk quota is full)",
+    errno.EROFS: "name an --out on a writable filesystem",
+    errno.EACCES: "make it writable, or name another --out",
+    errno.EPERM: "make it writable, or name another --out",
+}
+
+
+def _cannot_write(out: Path, exc: OSError) -> str:
+    where = f" ({exc.filename})" if exc.filename else ""
+    fix = _WRITE_FIXES.get(exc.errno or 0, "check the directory")
+    return (
+        f"qualify: cannot write in --out {out}{where}: {exc.strerror or exc}. {fix[0].upper() + fix[1:]}, then "
+        "rerun with --resume (finished steps are kept)."
+    )
+
+
 def main(args: argparse.Namespace) -> int:
     try:
         ctx, plan = _context(args)
+        check_out(ctx.out)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return report.EXIT_INFRA
     if args.dry_run:
-        statuses = {}
-        if (ctx.out / STATE_FILE).is_file():
-            import json
-
-            recorded = json.loads((ctx.out / STATE_FILE).read_text(encoding="utf-8"))
-            statuses = {name: step["status"] for name, step in recorded.get("steps", {}).items()}
-        print("\n".join(render(plan, args.config, statuses)))
+        print("\n".join(render(plan, args.config, _recorded_statuses(ctx.out))))
         return 0
     signature = {
         "config": str(ctx.config),
@@ -267,21 +320,35 @@ def main(args: argparse.Namespace) -> int:
         "graphs": [list(kv) for kv in plan.graph_overrides],
     }
     try:
-        state = open_state(ctx.out, signature, plan.to_json(), args.resume)
+        ctx.out.mkdir(parents=True, exist_ok=True)
+        with directory_lock(ctx.out, LOCK_FILE, what="qualify run"):
+            state = open_state(ctx.out, signature, plan.to_json(), args.resume)
+            return _run(dataclasses.replace(ctx, record=state.record), plan, state, args)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return report.EXIT_INFRA
+    except OSError as exc:  # --out read-only, the disk full: the state on disk is the last one written whole
+        print(_cannot_write(ctx.out, exc), file=sys.stderr)
+        return report.EXIT_INFRA
+
+
+def _run(ctx: Context, plan: QualifyPlan, state: RunState, args: argparse.Namespace) -> int:
+    """The steps, the report and the archive, under OUT's lock."""
     print("\n".join(render(plan, args.config)), file=sys.stderr)
     try:
         run_steps(ctx, state)
     except (KeyboardInterrupt, Interrupted) as exc:
-        print(f"\nqualify: interrupted ({exc or 'SIGINT'}); rerun with --resume to finish", file=sys.stderr)
+        print(f"\nqualify: interrupted ({str(exc) or 'SIGINT'}); rerun with --resume to finish", file=sys.stderr)
         return 143 if isinstance(exc, Interrupted) else 130
+    except ServerLeftRunning as exc:  # the run stops: another server would compete with it; the report says so
+        state.server_left = str(exc)
+        state.save()
+        print(f"qualify: error: {exc}", file=sys.stderr)
+    results_dir = RESULTS_DIR if RESULTS_DIR.is_dir() else None
     began = state.begin("report")
-    path, code, plots = report.write_report(
-        ctx.out, state, args.config, RESULTS_DIR if RESULTS_DIR.is_dir() else None, plots=not args.no_plots
-    )
+    path, code, plots = report.write_report(ctx.out, state, args.config, results_dir, plots=not args.no_plots)
     copied = bundle.copy_results(ctx.out, args.config)
+    state.record(path, *plots, *copied)
     state.finish(
         "report",
         "done",
@@ -289,12 +356,14 @@ def main(args: argparse.Namespace) -> int:
         f"report.md, {len(plots)} plot(s), {len(copied)} result file(s)",
         {"report": path.name, "plots": [p.name for p in plots], "results": [p.name for p in copied], "exit_code": code},
     )
-    # The report lists the steps: write it again so it shows the report step itself, then pack everything.
-    path, code, _ = report.write_report(
-        ctx.out, state, args.config, RESULTS_DIR if RESULTS_DIR.is_dir() else None, plots=False
-    )
-    tarball = bundle.archive(ctx.out)
+    # The report lists the steps: write it again so it shows the report step itself, then pack what the run wrote.
+    path, code, _ = report.write_report(ctx.out, state, args.config, results_dir, plots=False)
+    tarball, refused = bundle.archive(ctx.out, [STATE_FILE, *state.files])
     print(path.read_text(encoding="utf-8"))
+    if refused:
+        print(f"qualify: left out of the archive: {'; '.join(refused)}", file=sys.stderr)
+    if state.server_left:
+        print(f"qualify: error: {state.server_left}", file=sys.stderr)
     print(f"qualify: report {path}; archive to attach to an issue: {tarball}; exit {code}", file=sys.stderr)
     return code
 

@@ -15,7 +15,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from kimi_dflash.core.atomic_write import write_json_atomic
 from kimi_dflash.validate.cli import verdict
 from kimi_dflash.validate.client import Completion, api_key_from_env, chat_greedy, served_model
 from kimi_dflash.validate.engine import (
@@ -51,11 +50,6 @@ def generate(url: str, prompts: Sequence[str], max_tokens: int, concurrency: int
 
 def shipped_prompts(count: int) -> list[str]:
     return load_calibration_prompts()[: max(1, count)]
-
-
-def save(path: Path, document: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, document)
 
 
 def load(path: Path) -> dict[str, Any]:

@@ -3,7 +3,8 @@ position, the matched-concurrency table, the recipe's published MI300X figures b
 status. Verdicts and the exit code are pure functions of the state and the step files.
 
 Exit codes: 0 every verdict passed; 2 a verdict failed (lossless FAIL, or FP8 KV FAIL); 1 the box could not be
-qualified (preflight failed, a server did not start, a step needed for a verdict failed, bad arguments).
+qualified (preflight failed, a server did not start or could not be stopped, a step needed for a verdict failed,
+bad arguments).
 """
 
 from __future__ import annotations
@@ -70,6 +71,8 @@ def verdicts(out: Path, state: RunState) -> list[Verdict]:
 
 
 def exit_code(found: Sequence[Verdict], state: RunState) -> int:
+    if state.server_left:  # the run was cut short, and a server of it may still hold the box
+        return EXIT_INFRA
     if any(v.status == "FAIL" for v in found):
         return EXIT_VERDICT_FAIL
     failed_steps = [name for name, record in state.steps.items() if record.status == FAILED]
@@ -207,6 +210,8 @@ def render(
         "## Verdicts",
         "",
     ]
+    if state.server_left:
+        lines += [f"- **A server of this run is still running** — {state.server_left}. The run stopped there.", ""]
     lines += [f"- **{v.name}: {v.status}** — {v.detail}" for v in found]
     lines += report_sections.reply_identity_lines(replies)
     lines += _divergence_lines(out)

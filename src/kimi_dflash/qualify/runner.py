@@ -12,6 +12,7 @@ from kimi_dflash.bench.progress import format_duration
 from kimi_dflash.qualify.plan import Step
 from kimi_dflash.qualify.state import DONE, FAILED, SKIPPED, RunState
 from kimi_dflash.qualify.steps import STEPS, Context, Outcome
+from kimi_dflash.sweep.runner import ServerLeftRunning
 
 KEPT = (DONE, SKIPPED)  # a rerun keeps these; failed or cut-off (running) steps are redone
 STOPS_THE_RUN = ("preflight",)
@@ -49,14 +50,15 @@ def _run_one(ctx: Context, step: Step) -> Outcome:
         return Outcome(SKIPPED, step.reason)
     try:
         return STEPS[step.name](ctx)
-    except (KeyboardInterrupt, SystemExit):
+    except (KeyboardInterrupt, SystemExit, ServerLeftRunning):
         raise
     except Exception as exc:  # noqa: BLE001 - recorded; the run goes on with the next step
         return Outcome(FAILED, f"{type(exc).__name__}: {exc}")
 
 
 def run_steps(ctx: Context, state: RunState, out: TextIO = sys.stderr) -> bool:
-    """Every step but the report. False when the run stopped early (preflight failed)."""
+    """Every step but the report. False when the run stopped early (preflight failed); ServerLeftRunning (the step
+    recorded as failed) when a server could not be stopped: nothing more may start beside it."""
     steps = [s for s in ctx.plan.steps if s.name in STEPS]
     progress = Progress(steps, out)
     for index, step in enumerate(steps):
@@ -66,7 +68,11 @@ def run_steps(ctx: Context, state: RunState, out: TextIO = sys.stderr) -> bool:
         if step.runs:
             progress.say(index, step, "running")
         began = state.begin(step.name)
-        outcome = _run_one(ctx, step)
+        try:
+            outcome = _run_one(ctx, step)
+        except ServerLeftRunning as exc:
+            state.finish(step.name, FAILED, began, str(exc))
+            raise
         state.finish(step.name, outcome.status, began, outcome.detail, outcome.outputs)
         progress.done(step, time.monotonic() - began)
         progress.say(index, step, f"{outcome.status}: {outcome.detail}"[:400])

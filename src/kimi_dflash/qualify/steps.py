@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kimi_dflash.core.atomic_write import write_json_atomic
+from kimi_dflash.core.atomic_write import write_json_atomic, write_text_atomic
 from kimi_dflash.qualify import lossless
 from kimi_dflash.qualify.environment import capture
 from kimi_dflash.qualify.plan import RATES_KEY, SPEC_TOKENS, QualifyPlan
@@ -46,6 +46,9 @@ class Context:
     serve_command: tuple[str, ...]
     candidate_env: tuple[tuple[str, str], ...] = ()  # test aid: make the candidate differ beyond speculation
     say: Callable[[str], None] = lambda text: print(text, file=sys.stderr, flush=True)
+    # Lists files in the run's manifest (RunState.record): the archive packs exactly those. A file is listed
+    # before it is written, so one a failing step leaves behind (a server log) is packed too.
+    record: Callable[..., None] = lambda *paths: None
 
     @property
     def grid_dir(self) -> Path:
@@ -58,6 +61,19 @@ class Context:
     @property
     def projection_dir(self) -> Path:
         return self.out / "projection"
+
+    def write_json(self, path: Path, document: Any) -> None:
+        self.record(path)
+        write_json_atomic(path, document)
+
+    def write_text(self, path: Path, text: str) -> None:
+        self.record(path)
+        write_text_atomic(path, text)
+
+    def record_points(self, out: Path, points: list[Point]) -> None:
+        """The files the sweep machinery writes for ``points`` in ``out`` (results, failures, logs)."""
+        for point in points:
+            self.record(*sweep_state.point_files(out, point))
 
     def point(self, k: int) -> Point:
         extra = self.candidate_env if k == self.plan.spec_tokens else ()
@@ -96,7 +112,7 @@ def _launch_plan(ctx: Context) -> dict[str, Any] | None:
 
 def environment_step(ctx: Context) -> Outcome:
     document = capture(ctx.config_as_given, ctx.values, ctx.overrides, ctx.plan.to_json(), _launch_plan(ctx))
-    write_json_atomic(ctx.out / "environment.json", document)
+    ctx.write_json(ctx.out / "environment.json", document)
     accelerators = ", ".join(document["accelerators"]) or "no accelerator tool found"
     versions = ", ".join(f"{k} {v}" for k, v in document["versions"].items() if v)
     return Outcome(DONE, f"{document['host']['hostname']}: {accelerators}; {versions}", {"file": "environment.json"})
@@ -124,7 +140,7 @@ def preflight_step(ctx: Context) -> Outcome:
         lines.extend(p.render() for p in error.problems)
         ok = False
     text = "\n".join(lines)
-    (ctx.out / "preflight.txt").write_text(text + "\n", encoding="utf-8")
+    ctx.write_text(ctx.out / "preflight.txt", text + "\n")
     failing = [line for line in text.splitlines() if "FAIL" in line]
     if not ok:
         return Outcome(
@@ -142,10 +158,11 @@ def preflight_step(ctx: Context) -> Outcome:
 def _serve_point(ctx: Context, k: int, on_ready: Callable[[str], None] | None) -> bool:
     """Start the grid point for ``k``, run ``on_ready`` on it (None: nothing needs the server but the benchmark),
     benchmark, stop. A point already benchmarked is started again only when ``on_ready`` needs it."""
-    return _serve(ctx.sweep_plan(), ctx.point(k), on_ready)
+    return _serve(ctx, ctx.sweep_plan(), ctx.point(k), on_ready)
 
 
-def _serve(plan: SweepPlan, point: Point, on_ready: Callable[[str], None] | None) -> bool:
+def _serve(ctx: Context, plan: SweepPlan, point: Point, on_ready: Callable[[str], None] | None) -> bool:
+    ctx.record_points(plan.out, [point])
     runner = PointRunner(plan, out=sys.stderr)
     runner.stop_leftover()
     if on_ready is None and sweep_state.finished_result(plan.out, point) is not None:
@@ -171,7 +188,7 @@ def _shipped_outputs(ctx: Context, path: Path, url: str) -> None:
     if not path.is_file():
         box = ctx.plan.box
         prompts = lossless.shipped_prompts(box.lossless_prompts)
-        lossless.save(path, lossless.generate(url, prompts, box.lossless_max_tokens))
+        ctx.write_json(path, lossless.generate(url, prompts, box.lossless_max_tokens))
 
 
 def _against_reference(ctx: Context, own: Path, verdict: Path, url: str, same_tokenizer: bool, what: str) -> None:
@@ -180,7 +197,7 @@ def _against_reference(ctx: Context, own: Path, verdict: Path, url: str, same_to
     reference = ctx.lossless_dir / "reference.json"
     if not reference.is_file():
         raise FileNotFoundError(f"no reference outputs (the reference step failed): {what} not judged")
-    write_json_atomic(verdict, lossless.compare(lossless.load(reference), lossless.load(own), url, same_tokenizer))
+    ctx.write_json(verdict, lossless.compare(lossless.load(reference), lossless.load(own), url, same_tokenizer))
 
 
 def reference_step(ctx: Context) -> Outcome:
@@ -191,7 +208,7 @@ def reference_step(ctx: Context) -> Outcome:
     def outputs(url: str) -> None:
         _shipped_outputs(ctx, ref_path, url)
         if ctx.plan.fp8_kv and not math_path.is_file():
-            lossless.save(math_path, lossless.math_outputs(url, 256))
+            ctx.write_json(math_path, lossless.math_outputs(url, 256))
 
     done = ref_path.is_file() and (math_path.is_file() or not ctx.plan.fp8_kv)
     benchmarked = _serve_point(ctx, 0, None if done else _guarded(errors, outputs))
@@ -242,6 +259,7 @@ def fp8_step(ctx: Context) -> Outcome:
         return Outcome(FAILED, "no FP8 reference outputs (the reference step failed)")
     log = ctx.out / "logs" / "bf16-kv.server.log"
     log.parent.mkdir(parents=True, exist_ok=True)
+    ctx.record(log)
     overrides = {
         **{k: v for k, v in os.environ.items() if k in ctx.overrides},
         "KV_CACHE_DTYPE": "auto",
@@ -264,7 +282,7 @@ def fp8_step(ctx: Context) -> Outcome:
         for a, b in zip(bf16_doc["completions"], fp8_doc["completions"])
     ]
     math_bf16, math_fp8 = lossless.math_accuracy(bf16_math, lossless.load(math_path))
-    fp8_log = ctx.grid_dir / "logs" / f"{ctx.point(0).name}.server.log"
+    fp8_log = sweep_state.server_log(ctx.grid_dir, ctx.point(0))
     capacity = tuple(
         kv_capacity_from_log(p.read_text(errors="replace")) if p.is_file() else None for p in (log, fp8_log)
     )
@@ -277,7 +295,7 @@ def fp8_step(ctx: Context) -> Outcome:
         "kv_capacity_bf16": capacity[0],
         "kv_capacity_fp8": capacity[1],
     }
-    write_json_atomic(ctx.out / "fp8.json", document)
+    ctx.write_json(ctx.out / "fp8.json", document)
     return Outcome(DONE, f"FP8 KV {status}", {"fp8": status, "file": "fp8.json"})
 
 
@@ -288,6 +306,7 @@ def grid_step(ctx: Context) -> Outcome:
     """Every remaining point of the k x concurrency grid (the sweep machinery: resumable, failures recorded)."""
     plan = ctx.sweep_plan()
     plan.out.mkdir(parents=True, exist_ok=True)
+    ctx.record_points(plan.out, plan.points)
     skipped, ran, failed = run_sweep(plan)
     finished = [p.name for p in plan.points if sweep_state.finished_result(plan.out, p) is not None]
     outputs = {"points": [p.name for p in plan.points], "finished": finished}
@@ -317,8 +336,8 @@ def graphs_step(ctx: Context) -> Outcome:
     def outputs(url: str) -> None:
         _against_reference(ctx, own_path, identity_path, url, True, "token identity")
 
-    benchmarked = _serve(plan, point, None if identity_path.is_file() else _guarded(errors, outputs))
-    log = plan.out / "logs" / f"{point.name}.server.log"
+    benchmarked = _serve(ctx, plan, point, None if identity_path.is_file() else _guarded(errors, outputs))
+    log = sweep_state.server_log(plan.out, point)
     mode = graph_mode_from_log(log.read_text(encoding="utf-8", errors="replace") if log.is_file() else "")
     result = sweep_state.finished_result(plan.out, point)
     identity = lossless.load(identity_path) if identity_path.is_file() else None
@@ -331,7 +350,7 @@ def graphs_step(ctx: Context) -> Outcome:
         "rows": [] if result is None else graph_rows(grid_results(ctx), result, k),
         "result": str(sweep_state.result_path(plan.out, point).relative_to(ctx.out)),
     }
-    write_json_atomic(ctx.out / "graphs.json", document)
+    ctx.write_json(ctx.out / "graphs.json", document)
     if not benchmarked:
         failure = next((f for f in sweep_state.read_failures(plan.out) if f.point == point.name), None)
         errors.append(f"{failure.stage}: {failure.detail}" if failure else "the point did not finish")
@@ -376,7 +395,7 @@ def acceptance_step(ctx: Context) -> Outcome:
                 )
     if not rows:
         return Outcome(FAILED, "no speculative grid point reported acceptance counters")
-    write_json_atomic(ctx.out / "acceptance.json", {"rows": rows})
+    ctx.write_json(ctx.out / "acceptance.json", {"rows": rows})
     return Outcome(DONE, f"{len(rows)} (point, concurrency) rows", {"file": "acceptance.json", "rows": len(rows)})
 
 
@@ -392,7 +411,7 @@ def per_request_step(ctx: Context) -> Outcome:
             "no speculative grid point's replies carried metrics.speculative_decoding (was the server started "
             f"with {' '.join(f'{k}={v}' for k, v in ctx.plan.server_env) or 'PER_REQUEST_SPEC_METRICS'}?)",
         )
-    write_json_atomic(ctx.out / "per_request.json", {"rows": rows})
+    ctx.write_json(ctx.out / "per_request.json", {"rows": rows})
     equal = [r for r in rows if r["counter_accepted"] is not None]
     same = sum(r["total"]["accepted"] == r["counter_accepted"] for r in equal)
     summary = ", ".join(
@@ -422,7 +441,7 @@ def goodput_step(ctx: Context) -> Outcome:
         "at_slo": measures.at_slo(results, DEFAULT_ATTAINMENT),
         "matched": measures.matched(results),
     }
-    write_json_atomic(ctx.out / "goodput.json", document)
+    ctx.write_json(ctx.out / "goodput.json", document)
     at = ", ".join(f"k={r['k']}: {r['speedup']}x" for r in document["at_slo"] if r["speedup"] is not None)
     detail = f"{len(rows)} (point, concurrency) rows; speedup at the SLO: {at or 'none (a side sustains no level)'}"
     return Outcome(DONE, detail, {"file": "goodput.json", "rows": len(rows)})
@@ -443,6 +462,7 @@ def synthetic_step(ctx: Context) -> Outcome:
     point = Point(((SPEC_TOKENS, str(len(rates))), (RATES_KEY, ",".join(map(format_rate, rates)))))
     plan = replace(ctx.sweep_plan(), points=[point], out=ctx.projection_dir)
     plan.out.mkdir(parents=True, exist_ok=True)
+    ctx.record_points(plan.out, plan.points)
     run_sweep(plan)
     result = sweep_state.finished_result(plan.out, point)
     if result is None:
@@ -457,7 +477,7 @@ def synthetic_step(ctx: Context) -> Outcome:
         "rows": rows,
         "result": str(sweep_state.result_path(plan.out, point).relative_to(ctx.out)),
     }
-    write_json_atomic(ctx.out / "projection.json", document)
+    ctx.write_json(ctx.out / "projection.json", document)
     summary = ", ".join(f"{r['sessions']} sessions: {r['speedup']}x" for r in rows if r["speedup"] is not None)
     return Outcome(
         DONE,
@@ -493,7 +513,7 @@ def advisor_step(ctx: Context) -> Outcome:
         for sessions, pred in sorted(best.items())
     }
     document = {"per_position": list(p), "recommendations": recommendations, "lines": render(p, predictions, None)}
-    write_json_atomic(ctx.out / "advisor.json", document)
+    ctx.write_json(ctx.out / "advisor.json", document)
     summary = ", ".join(f"{s} sessions: k={r['k']}" for s, r in recommendations.items())
     return Outcome(DONE, summary, {"file": "advisor.json", "recommendations": recommendations})
 
@@ -514,9 +534,7 @@ def _measured_only(ctx: Context, runs: list[Any], why: str) -> Outcome:
         for sessions, run in sorted(best.items())
     }
     lines = [f"advisor model not fitted: {why}", "recommendation among the measured k only (no k predicted)"]
-    write_json_atomic(
-        ctx.out / "advisor.json", {"per_position": [], "recommendations": recommendations, "lines": lines}
-    )
+    ctx.write_json(ctx.out / "advisor.json", {"per_position": [], "recommendations": recommendations, "lines": lines})
     summary = ", ".join(f"{s} sessions: k={r['k']}" for s, r in recommendations.items())
     return Outcome(DONE, f"{summary} (measured k only: {why.split(':')[0]})", {"file": "advisor.json"})
 

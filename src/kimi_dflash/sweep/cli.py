@@ -12,10 +12,11 @@ from kimi_dflash.bench.redaction import RedactingArgumentParser, split_secret
 from kimi_dflash.bench.request_shaping import is_credential, redact_header_arg
 from kimi_dflash.config.shipped import resolve_config_argument
 from kimi_dflash.core.atomic_write import write_text_atomic
+from kimi_dflash.core.dir_lock import directory_lock
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.sweep import aggregate, state
 from kimi_dflash.sweep.grid import parse_axis, points
-from kimi_dflash.sweep.runner import SERVE_COMMAND, Interrupted, SweepPlan, describe, run_sweep
+from kimi_dflash.sweep.runner import SERVE_COMMAND, Interrupted, ServerLeftRunning, SweepPlan, describe, run_sweep
 
 # The sweep sets these for every point; the benchmark options that remain are passed through unchanged.
 OWNED_BENCH_OPTIONS = ("--base-url", "--sessions", "--output", "--label", "--metrics-url", "--model")
@@ -28,7 +29,9 @@ environment overrides (on a free port), the benchmark (its warmup, then each --s
 NUM_SPECULATIVE_TOKENS=0 is the autoregressive baseline (SPECULATIVE_METHOD=none); the table compares each
 point with it at the same concurrency. Resumable: a point is finished when DIR/<point>.json is a complete
 result (written atomically); a rerun skips finished points and redoes interrupted or failed ones. A point whose
-server does not start is recorded in DIR/<point>.failed.json with the log tail, and the sweep goes on.
+server does not start is recorded in DIR/<point>.failed.json with the log tail, and the sweep goes on. A
+serve.sh --stop that fails stops the sweep: the server may still be up, and DIR/summary.md says how to stop it.
+One sweep per DIR at a time (DIR/sweep.lock): a second is refused with the first's pid.
 
 examples:
   %(prog)s configs/demo-cpu.env --grid NUM_SPECULATIVE_TOKENS=0,2,4 --sessions 2,4 --out results/sweep \\
@@ -37,8 +40,8 @@ examples:
       --sessions 8,16,32,64 --out results/k-sweep --dry-run
   kimi-dflash advise results/sweep                         # which k to run at each concurrency
 
-exit status: 0 every point finished; 1 some point failed (see DIR/*.failed.json); 2 bad arguments;
-130/143 interrupted (rerun the same command to finish).
+exit status: 0 every point finished; 1 some point failed (see DIR/*.failed.json), a server could not be
+stopped, or another sweep is using DIR; 2 bad arguments; 130/143 interrupted (rerun the same command to finish).
 """
 
 
@@ -86,11 +89,14 @@ def _bench_args(extra: list[str]) -> list[str]:
     return extra
 
 
-def write_aggregate(out: Path, plots: bool) -> Path:
+def write_aggregate(out: Path, plots: bool, server_left: str = "") -> Path:
     results = [(path.stem, result) for path, result in state.finished_results(out)]
     found = aggregate.cells(results)
     summary = out / aggregate.SUMMARY_FILE
-    header = f"# Sweep results ({len(results)} points)\n\nOutput tok/s compared only at equal concurrency.\n\n"
+    header = f"# Sweep results ({len(results)} points)\n\n"
+    if server_left:
+        header += f"**A server is still running: {server_left}**\n\n"
+    header += "Output tok/s compared only at equal concurrency.\n\n"
     write_text_atomic(summary, header + aggregate.render_table(found, state.read_failures(out)))
     if plots and found:
         aggregate.write_plots(found, out)
@@ -130,16 +136,28 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                  "benchmark_options": plan.bench_args}  # fmt: skip
     try:
         plan.out.mkdir(parents=True, exist_ok=True)
-        state.check_signature(plan.out, signature)
-        skipped, ran, failed = run_sweep(plan)
+        with directory_lock(plan.out, state.LOCK_FILE, what="sweep"):
+            return _run(plan, signature, plots=not args.no_plots)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
+
+
+def _run(plan: SweepPlan, signature: dict[str, object], plots: bool) -> int:
+    """The sweep, under DIR's lock."""
+    state.check_signature(plan.out, signature)
+    try:
+        skipped, ran, failed = run_sweep(plan)
     except (KeyboardInterrupt, Interrupted) as exc:
-        print(f"\nsweep: interrupted ({exc or 'SIGINT'}); rerun the same command to finish", file=sys.stderr)
+        print(f"\nsweep: interrupted ({str(exc) or 'SIGINT'}); rerun the same command to finish", file=sys.stderr)
         write_aggregate(plan.out, plots=False)
         return 143 if isinstance(exc, Interrupted) else 130
-    summary = write_aggregate(plan.out, plots=not args.no_plots)
+    except ServerLeftRunning as exc:
+        summary = write_aggregate(plan.out, plots=False, server_left=str(exc))
+        print(f"error: {exc}\nsweep: stopped here; once that server is stopped, rerun the same command to finish "
+              f"(table in {summary})", file=sys.stderr)  # fmt: skip
+        return 1
+    summary = write_aggregate(plan.out, plots=plots)
     print(summary.read_text(encoding="utf-8"))
     print(f"sweep: {ran} points run now ({failed} failed), {skipped} already finished; table in {summary}",
           file=sys.stderr)  # fmt: skip

@@ -3,9 +3,10 @@ benchmark it at every concurrency level (the benchmark warms it up first), stop 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -20,6 +21,7 @@ from kimi_dflash.bench.progress import format_duration
 from kimi_dflash.bench.report import write_atomic
 from kimi_dflash.bench.result import ServerConfig, load_result
 from kimi_dflash.core.errors import UserError
+from kimi_dflash.core.user_files import read_user_json
 from kimi_dflash.sweep import state
 from kimi_dflash.sweep.grid import Point
 
@@ -33,6 +35,18 @@ SERVE_COMMAND = (sys.executable, "-m", "kimi_dflash.launch.cli")
 
 class Interrupted(Exception):
     """SIGTERM/SIGINT: stop the current point's server and leave the point unfinished."""
+
+
+class ServerLeftRunning(Exception):
+    """`serve.sh --stop` failed: the point's server may still be up. The run stops here (another server would
+    compete with it for the box) and says which server it is and how to stop it; DIR/running.json keeps naming
+    it, so a rerun first tries to stop it again."""
+
+    def __init__(self, port: int, command: str, detail: str) -> None:
+        super().__init__(
+            f"the server on port {port} may still be running: its stop failed ({detail}). Stop it with: {command}"
+        )
+        self.port, self.command, self.detail = port, command, detail
 
 
 @dataclass(frozen=True)
@@ -89,26 +103,47 @@ class PointRunner:
         self.logs = plan.out / "logs"
 
     # -- servers ---------------------------------------------------------------------------------------
+    def _command(self, env_overrides: dict[str, str], port: int, *args: str) -> tuple[dict[str, str], list[str]]:
+        """(the overrides serve.sh gets, PORT included; its command line)."""
+        overrides = {**env_overrides, "PORT": str(port)}
+        return overrides, [*self.plan.serve_command, str(self.plan.config), *args]
+
     def _serve(self, env_overrides: dict[str, str], port: int, *args: str) -> subprocess.CompletedProcess[str]:
+        overrides, command = self._command(env_overrides, port, *args)
         env = {k: v for k, v in os.environ.items() if k not in {"API_KEY", "HOST"}}
-        env.update(env_overrides)
-        env["PORT"] = str(port)
+        env.update(overrides)
         env.setdefault("KIMI_PYTHON", self.plan.python)
-        command = [*self.plan.serve_command, str(self.plan.config), *args]
         return subprocess.run(command, env=env, capture_output=True, text=True, check=False, timeout=None)
 
+    def _stop(self, env_overrides: dict[str, str], port: int) -> None:
+        """`serve.sh --stop`; ServerLeftRunning when it fails (running.json is then kept, naming the server)."""
+        stopped = self._serve(env_overrides, port, "--stop")
+        if stopped.returncode != 0:
+            overrides, command = self._command(env_overrides, port, "--stop")
+            shown_env = (f"{k}={shlex.quote(v)}" for k, v in overrides.items() if k != "API_KEY")  # never printed
+            shown = " ".join([*shown_env, shlex.join(command)])
+            said = (stopped.stderr.strip().splitlines() or stopped.stdout.strip().splitlines() or [""])[-1]
+            raise ServerLeftRunning(port, shown, f"exit {stopped.returncode}" + (f": {said}" if said else ""))
+        (self.plan.out / state.RUNNING_FILE).unlink(missing_ok=True)
+
     def stop_leftover(self) -> None:
-        """A previous run killed hard may have left its point's server up: stop it before starting anything."""
+        """A previous run killed hard (or whose stop failed) may have left its point's server up: stop it before
+        starting anything; ServerLeftRunning when that stop fails too."""
         path = self.plan.out / state.RUNNING_FILE
-        if not path.is_file():
+        if not (path.exists() or path.is_symlink()):
             return
         try:
-            running = json.loads(path.read_text(encoding="utf-8"))
-            print(f"sweep: stopping the server an interrupted run left on port {running['port']}", file=self.out)
-            self._serve(running["env"], int(running["port"]), "--stop")
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
-        path.unlink(missing_ok=True)
+            running = read_user_json(path, what="running-server record", max_bytes=1 << 20, follow_symlinks=False)
+            port, env = int(running["port"]), dict(running["env"])
+            if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+                raise TypeError("env is not text")
+        except (UserError, ValueError, KeyError, TypeError) as exc:
+            print(f"sweep: ignoring {path}: not a server record ({exc}); nothing stopped", file=self.out)
+            with contextlib.suppress(OSError):
+                path.unlink(missing_ok=True)
+            return
+        print(f"sweep: stopping the server an interrupted run left on port {port}", file=self.out)
+        self._stop(env, port)
 
     # -- one point -------------------------------------------------------------------------------------
     def run(self, point: Point, progress: Progress, index: int, on_ready: Callable[[str], None] | None = None) -> bool:
@@ -119,8 +154,7 @@ class PointRunner:
         env = {**dict(self.plan.server_env), **point.server_env()}
         port = free_port()
         self.logs.mkdir(parents=True, exist_ok=True)
-        server_log = self.logs / f"{point.name}.server.log"
-        bench_log = self.logs / f"{point.name}.bench.log"
+        server_log, bench_log = state.server_log(self.plan.out, point), state.bench_log(self.plan.out, point)
         state.failure_path(self.plan.out, point).unlink(missing_ok=True)
         write_atomic(self.plan.out / state.RUNNING_FILE, {"point": point.name, "port": port, "env": env})
         progress.say(index, point, f"starting the server on port {port}")
@@ -136,8 +170,7 @@ class PointRunner:
                 on_ready(f"http://127.0.0.1:{port}")
             return self._benchmark(point, env, port, bench_log, progress, index)
         finally:
-            self._serve(env, port, "--stop")
-            (self.plan.out / state.RUNNING_FILE).unlink(missing_ok=True)
+            self._stop(env, port)
 
     def _benchmark(self, point: Point, env: dict[str, str], port: int, bench_log: Path, progress: Progress,
                    index: int) -> bool:  # fmt: skip

@@ -5,7 +5,9 @@ Layout of DIR:
                         is finished exactly when this file exists and loads as a complete result
   <point>.failed.json   why the point failed (server did not start, benchmark failed) and the log tail
   sweep.json            what the sweep measures (config, grid, levels, benchmark options): a rerun must match it
-  running.json          the server a point has up right now (so a rerun after a hard kill can stop it)
+  running.json          the server a point has up right now (so a rerun after a hard kill, or after a refused
+                        serve.sh --stop, can stop it); removed once its stop succeeded
+  sweep.lock            held by the sweep using DIR (core.dir_lock): one run per directory
   logs/                 server and benchmark logs per point
   summary.md, *.png     the aggregate table and plots, rebuilt at the end of every run
 """
@@ -24,6 +26,7 @@ from kimi_dflash.sweep.grid import Point
 
 SWEEP_FILE = "sweep.json"
 RUNNING_FILE = "running.json"
+LOCK_FILE = "sweep.lock"
 FAILURE_SCHEMA = "kimi-dflash/sweep-failure"
 
 
@@ -41,6 +44,19 @@ def result_path(out: Path, point: Point) -> Path:
 
 def failure_path(out: Path, point: Point) -> Path:
     return out / f"{point.name}.failed.json"
+
+
+def server_log(out: Path, point: Point) -> Path:
+    return out / "logs" / f"{point.name}.server.log"
+
+
+def bench_log(out: Path, point: Point) -> Path:
+    return out / "logs" / f"{point.name}.bench.log"
+
+
+def point_files(out: Path, point: Point) -> list[Path]:
+    """Every file a point leaves in DIR (those its run wrote: the result or the failure, and both logs)."""
+    return [result_path(out, point), failure_path(out, point), server_log(out, point), bench_log(out, point)]
 
 
 def finished_result(out: Path, point: Point) -> BenchmarkResult | None:
