@@ -7,12 +7,12 @@ keeps its value out of everything stored or printed: the result's command line a
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 from kimi_dflash.core.errors import UserError
+from kimi_dflash.core.user_files import UnreadableFile, parse_user_json, read_user_json
 
 CHAT, COMPLETIONS = "chat", "completions"
 ENDPOINTS = (CHAT, COMPLETIONS)
@@ -36,22 +36,22 @@ REDACTED = "***"
 
 
 def parse_extra_body(text: str) -> dict[str, Any]:
-    """``--extra-body``: a JSON object, or ``@FILE`` holding one. Reserved keys are refused (use their flags)."""
-    source = "--extra-body"
+    """``--extra-body``: a JSON object, or ``@FILE`` holding one (read through the guarded reader: a regular
+    UTF-8 file of bounded size; JSON nesting capped either way). Reserved keys are refused (use their flags)."""
     if text.startswith("@"):
-        path = Path(text[1:]).expanduser()
         source = f"--extra-body {text}"
+        body = read_user_json(Path(text[1:]).expanduser(), what="--extra-body file")
+    else:
+        source = "--extra-body"
         try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise UserError(f"{source}: cannot read the file ({exc.strerror}).") from None
-    try:
-        body = json.loads(text)
-    except ValueError as exc:
-        raise UserError(
-            f"{source}: not valid JSON ({exc}). Quote it for the shell, e.g. "
-            """--extra-body '{"chat_template_kwargs": {"thinking": false}, "top_p": 0.95}'."""
-        ) from None
+            body = parse_user_json(text, where=source)
+        except UnreadableFile as exc:
+            if "not valid JSON" not in str(exc):
+                raise
+            raise UnreadableFile(
+                f"{exc}. Quote it for the shell, e.g. "
+                """--extra-body '{"chat_template_kwargs": {"thinking": false}, "top_p": 0.95}'."""
+            ) from None
     if not isinstance(body, dict):
         raise UserError(f"{source}: expected a JSON object, got {type(body).__name__}.")
     clashes = [f"{k} (use {RESERVED[k]})" for k in body if k in RESERVED]

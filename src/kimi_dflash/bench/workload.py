@@ -10,7 +10,6 @@ prefix caching on does not get free hits from the previous level.
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 from dataclasses import dataclass
 from importlib import resources
@@ -20,8 +19,11 @@ from kimi_dflash.bench import datasets
 from kimi_dflash.bench.datasets import Conversation
 from kimi_dflash.bench.result import DatasetInfo
 from kimi_dflash.core.errors import UserError
+from kimi_dflash.core.user_files import MiB, UnreadableFile, parse_user_json, read_user_bytes
 
 BUILTIN = "builtin"
+# A dataset is read whole; ShareGPT's usual file is ~650 MB. The cap refuses what no dataset is (a disk image).
+DATASET_MAX_BYTES = 1024 * MiB
 CATEGORIES = ("reasoning", "math", "code", "writing", "multilingual")
 
 
@@ -62,16 +64,7 @@ def load_dataset(spec: str, fmt: str | None = None) -> Dataset:
     if spec == BUILTIN:
         raw = resources.files("kimi_dflash.bench").joinpath("data/prompts.jsonl").read_bytes()
         return _parse_jsonl(raw, BUILTIN)
-    path = Path(spec).expanduser()
-    if not path.is_file():
-        raise UserError(
-            f'--dataset {spec!r}: no such file. Give a JSONL file (one {{"prompt": "..."}} object per line) '
-            f"or 'builtin' for the shipped prompt set."
-        )
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise UserError(f"--dataset {spec!r}: cannot read it ({exc.strerror}).") from None
+    raw = read_user_bytes(Path(spec).expanduser(), what="--dataset", max_bytes=DATASET_MAX_BYTES)
     if fmt != datasets.PROMPTS:
         try:
             text = raw.decode("utf-8")
@@ -130,9 +123,9 @@ def _parse_jsonl(raw: bytes, name: str) -> Dataset:
         if not line.strip():
             continue
         try:
-            item = json.loads(line)
-        except ValueError as exc:
-            raise UserError(f"dataset {name} line {number}: not valid JSON ({exc.msg}).") from None
+            item = parse_user_json(line, where=f"dataset {name} line {number}")
+        except UnreadableFile as exc:
+            raise UnreadableFile(f"{exc}.") from None
         if isinstance(item, str):
             item = {"prompt": item}
         prompt = item.get("prompt") if isinstance(item, dict) else None
