@@ -232,7 +232,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         default=None,
         help="result JSON (default results/benchmark-<UTC time>.json); written atomically after every level. An "
         "existing result is kept until this run has measured a level (until then: OUTPUT.partial), then moved to "
-        "<name>.previous.json; a FIFO or device is refused (/dev/null: keep nothing)",
+        "<name>.previous.json; a FIFO, device or symbolic link is refused (/dev/null: keep nothing)",
     )
     out.add_argument("--label", default=None, help="free text stored in the result, e.g. dflash-st2 or baseline")
     out.add_argument(
@@ -521,7 +521,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     if args.csv:
         writer.csv_percentiles = tuple(percentile_key(q) for q in args.percentiles or ())
     try:
-        writer.file.check()
+        writer.file.check(export_csv.paths_for(writer.path) if args.csv else ())
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
