@@ -14,9 +14,19 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from kimi_dflash.bench import cli_options, datasets, eventloop, export_csv, redaction, report, request_shaping
+from kimi_dflash.bench import (
+    cli_options,
+    datasets,
+    descriptors,
+    eventloop,
+    export_csv,
+    redaction,
+    report,
+    request_shaping,
+)
 from kimi_dflash.bench.client import Endpoint, normalize_base_url
 from kimi_dflash.bench.level_extras import percentile_key
+from kimi_dflash.bench.openloop import OpenLoopConfig
 from kimi_dflash.bench.output_file import OutputWriteError, ResultFile
 from kimi_dflash.bench.progress import DEFAULT_INTERVAL_S
 from kimi_dflash.bench.redaction import RedactingArgumentParser
@@ -51,7 +61,8 @@ examples:
 exit status: 0 finished (failed requests are counted in the result, not fatal); 2 bad arguments, server
 unreachable at start, model not served (or several served and no --model); 3 the server went away
 mid-run (partial results written); 4 the result could not be written mid-run (disk full: the file keeps the
-last level written); 130/143 interrupted by Ctrl-C/SIGTERM (partial results written).
+last level written); 5 this machine ran out of file descriptors, local ports or memory mid-run (not the
+server's fault; partial results written); 130/143 interrupted by Ctrl-C/SIGTERM (partial results written).
 """
 
 
@@ -280,6 +291,18 @@ def _settings(args: argparse.Namespace, metrics_url: str | None, dataset: Datase
         headers=[request_shaping.shown_header(n, v) for n, v in args.header_pairs] or None,
         shared_prefix_tokens=args.shared_prefix_tokens or None,
     )
+
+
+def _connections(levels: tuple[int, ...], open_loop: OpenLoopConfig | None) -> tuple[int, str]:
+    """The most connections the run holds at once (one per session in flight; warmup uses at most the first
+    level's), and the options that ask for them, for messages."""
+    most, what = max(levels), f"--sessions {max(levels)}"
+    if open_loop is not None:
+        in_flight = min(open_loop.sessions, open_loop.max_concurrency or open_loop.sessions)
+        if in_flight > most:
+            cap = f" (--max-concurrency {open_loop.max_concurrency})" if open_loop.max_concurrency else ""
+            most, what = in_flight, f"--num-sessions {open_loop.sessions}{cap}"
+    return most, what
 
 
 def _system_prompt(args: argparse.Namespace, dataset: Dataset) -> str | None:
@@ -522,6 +545,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         writer.csv_percentiles = tuple(percentile_key(q) for q in args.percentiles or ())
     try:
         writer.file.check(export_csv.paths_for(writer.path) if args.csv else ())
+        note = descriptors.ensure(*_connections(args.sessions, open_loop))
+        if note:
+            print(note, file=sys.stderr)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -23,11 +23,12 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from kimi_dflash.bench import http1, spec_request
+from kimi_dflash.bench import descriptors, http1, spec_request
 from kimi_dflash.bench.records import (
     BAD_RESPONSE,
     CANCELLED,
     CLIENT_ERROR,
+    CLIENT_OUT_OF_RESOURCES,
     CONNECTION_CLOSED,
     CONNECTION_ERROR,
     CONNECTION_REFUSED,
@@ -239,6 +240,8 @@ def classify_exception(exc: BaseException) -> tuple[str, str]:
     """Map what the transport raised to a failure reason and a one-line detail."""
     detail = f"{type(exc).__name__}: {exc}"[:300]
     chain = _causes(exc)
+    if descriptors.local_errno(chain) is not None:  # before the connection reasons: it is not the server's
+        return CLIENT_OUT_OF_RESOURCES, detail
     if any(isinstance(e, (asyncio.TimeoutError, TimeoutError, aiohttp.ServerTimeoutError)) for e in chain):
         return TIMEOUT, detail
     if any(isinstance(e, ConnectionRefusedError) for e in chain) or any(
