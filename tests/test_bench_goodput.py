@@ -49,6 +49,12 @@ def test_infinite_repeated_or_unitless_objectives_are_refused_by_name(text: str,
         goodput.parse_slo(text)
 
 
+@pytest.mark.parametrize(("slo", "message"), [("tpot:50", "tpot needs a unit"), ("e2el:1s,e2el:2s", "e2el is given")])
+def test_the_benchmark_refuses_such_an_slo_with_exit_2(slo: str, message: str) -> None:
+    proc = run_benchmark("--slo", slo, "--base-url", "http://127.0.0.1:9", timeout=60)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_qualify_refuses_an_infinite_slo_in_its_dry_run() -> None:
     """qualify parses --slo with the benchmark's parser: the infinite SLO is refused before any plan is shown."""
     proc = subprocess.run(

@@ -32,7 +32,7 @@ from kimi_dflash.bench.progress import DEFAULT_INTERVAL_S
 from kimi_dflash.bench.redaction import RedactingArgumentParser
 from kimi_dflash.bench.result import SCHEMA, SCHEMA_VERSION, BenchmarkResult, RunInfo, Settings, ToolInfo
 from kimi_dflash.bench.runner import Benchmark, RunConfig, RunState, Stopper
-from kimi_dflash.bench.workload import BUILTIN, Dataset, load_dataset
+from kimi_dflash.bench.workload import BUILTIN, Dataset, load_dataset, unencodable_at
 from kimi_dflash.core.errors import UserError
 
 # What ./serve.sh starts by default (PORT in the config schema; a test keeps the two equal). The benchmark
@@ -281,7 +281,7 @@ def _settings(args: argparse.Namespace, metrics_url: str | None, dataset: Datase
         repeats=args.repeats,
         seed=args.seed,
         timeout_s=args.timeout,
-        metrics_url=metrics_url,
+        metrics_url=redaction.redact_query(metrics_url) if metrics_url else None,
         api_key_set=bool(args.api_key),
         open_loop=cli_options.open_loop_settings(cli_options.open_loop_config(args)),
         slo=args.slo,
@@ -460,9 +460,22 @@ def _say_where(writer: ResultWriter) -> None:
         print(f"result written to {writer.location}{backup}", file=sys.stderr)
 
 
+def _check_text_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """Refuse an argument that cannot be sent or stored as UTF-8 (non-UTF-8 bytes from the shell arrive as lone
+    surrogates); its value is not echoed (it may be a key)."""
+    for name, value in vars(args).items():
+        for text in value if isinstance(value, list | tuple) else (value,):
+            if isinstance(text, str) and unencodable_at(text) is not None:
+                parser.error(
+                    f"--{name.replace('_', '-')} holds bytes that are not UTF-8 (at character "
+                    f"{unencodable_at(text)}); pass it as UTF-8 text"
+                )
+
+
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     parser = build_parser(prog)
     args = parser.parse_args(argv)
+    _check_text_args(args, parser)
     cli_options.check(args, parser)
     open_loop = cli_options.open_loop_config(args)
     if args.sessions is None:
@@ -470,9 +483,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     args.api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or os.environ.get("VLLM_API_KEY") or None
     for flag, url in (("--base-url", args.base_url), ("--metrics-url", args.metrics_url)):
         if url and redaction.redact_url(url) != url:
+            shown = redaction.redact_query(redaction.redact_url(url))
             parser.error(
-                f"{flag} {redaction.redact_url(url)!r} carries credentials (user:password@); vLLM takes a bearer "
-                "key: pass it with --api-key or OPENAI_API_KEY"
+                f"{flag} {shown!r} carries credentials (user:password@); vLLM takes a bearer key: pass it with "
+                "--api-key or OPENAI_API_KEY"
             )
     base_url = normalize_base_url(args.base_url)
     if not base_url.startswith(("http://", "https://")):

@@ -139,7 +139,10 @@ def request_payload(
         payload["ignore_eos"] = True
     if extra_body:
         _merge(payload, extra_body)
-    return json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    try:
+        return json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (e.g. a server reply carried into the history): send it escaped
+        return json.dumps(payload).encode("ascii")
 
 
 def _merge(payload: dict[str, Any], extra_body: dict[str, Any]) -> None:
@@ -229,7 +232,9 @@ def _finish(record: RequestRecord, reply: Reply) -> Reply:
 
 def reply_hashes(reply: Reply) -> tuple[str, str | None]:
     """sha256 of the reply text (reasoning, NUL, content) and of its token ids when the server sent them."""
-    text = hashlib.sha256(reply.reasoning.encode("utf-8") + b"\0" + reply.content.encode("utf-8")).hexdigest()
+    # surrogatepass: a reply holding a lone surrogate (escaped in the server's JSON) is hashed, not a crash
+    raw = reply.reasoning.encode("utf-8", "surrogatepass") + b"\0" + reply.content.encode("utf-8", "surrogatepass")
+    text = hashlib.sha256(raw).hexdigest()
     ids = None
     if reply.token_ids is not None:
         ids = hashlib.sha256(",".join(str(i) for i in reply.token_ids).encode("ascii", "replace")).hexdigest()

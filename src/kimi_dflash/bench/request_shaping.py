@@ -7,6 +7,7 @@ keeps its value out of everything stored or printed: the result's command line a
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,12 @@ def parse_extra_body(text: str) -> dict[str, Any]:
             ) from None
     if not isinstance(body, dict):
         raise UserError(f"{source}: expected a JSON object, got {type(body).__name__}.")
+    try:
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise UserError(
+            f"{source}: holds a lone surrogate (an escape like \\ud800 without its pair); fix it."
+        ) from None
     clashes = [f"{k} (use {RESERVED[k]})" for k in body if k in RESERVED]
     if clashes:
         raise UserError(f"{source}: the benchmark sets these fields itself: {', '.join(clashes)}.")

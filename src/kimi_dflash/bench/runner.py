@@ -19,7 +19,7 @@ from typing import Any
 
 import aiohttp
 
-from kimi_dflash.bench import client, http1, metrics, prometheus, server_info, spec_summary
+from kimi_dflash.bench import client, failure_hints, http1, metrics, prometheus, server_info, spec_summary
 from kimi_dflash.bench.level_extras import Analyses, apply_analyses, open_loop_level
 from kimi_dflash.bench.openloop import OpenLoopConfig, OpenLoopRepeat
 from kimi_dflash.bench.progress import DEFAULT_INTERVAL_S, report_progress
@@ -189,11 +189,7 @@ class Benchmark:
             duration_s=perf_counter() - started,
         )
         if not self.stopper.stopped and summary.completed == 0:
-            reason, detail = next(iter(examples.items()), ("unknown", ""))
-            raise UserError(
-                f"all {len(records)} warmup requests failed ({reason}: {detail}). The server answers but does "
-                f"not serve chat completions for model {self.state.model!r}; check --model and the server log."
-            )
+            raise UserError(failure_hints.warmup_failed(len(records), failures, examples, self.state.model))
         return summary
 
     # -- one concurrency level ------------------------------------------------------------------

@@ -72,8 +72,30 @@ def load_dataset(spec: str, fmt: str | None = None) -> Dataset:
             raise UserError(f"dataset {spec}: not UTF-8 text (byte {exc.start}). Save the file as UTF-8.") from None
         found, conversations = datasets.conversations(text, spec, fmt)
         if conversations:
-            return _conversation_dataset(spec, found, conversations, raw)
-    return _parse_jsonl(raw, spec)
+            return _check_sendable(_conversation_dataset(spec, found, conversations, raw))
+    return _check_sendable(_parse_jsonl(raw, spec))
+
+
+def unencodable_at(text: str) -> int | None:
+    """Where ``text`` holds a character UTF-8 cannot carry (a lone surrogate, from a JSON escape like \\ud800 or
+    from non-UTF-8 bytes on the command line); None when it can be sent."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
+
+
+def _check_sendable(dataset: Dataset) -> Dataset:
+    for prompt in dataset.prompts:
+        for text in (prompt.text, prompt.system or ""):
+            at = unencodable_at(text)
+            if at is not None:
+                raise UserError(
+                    f"dataset {dataset.name}: prompt {prompt.id} holds a lone surrogate (U+{ord(text[at]):04X}) at "
+                    f"character {at}, which cannot be sent as UTF-8; fix that record."
+                )
+    return dataset
 
 
 def _conversation_dataset(name: str, fmt: str, conversations: list[Conversation], raw: bytes) -> Dataset:
