@@ -139,6 +139,7 @@ def test_a_link_planted_at_the_backup_during_the_run_is_replaced_not_followed(
     victim.write_text("precious\n")
     with running(FAST) as url:
         assert _bench(url, out, "--sessions", "1", "--warmup", "0", "--label", "old").returncode == 0
+        out.chmod(0o600)  # a private result stays private in its copy
 
         def link_raced(source: Path, name: Path) -> None:  # the link appears between unlink and link
             Path(name).symlink_to(victim)
@@ -150,3 +151,4 @@ def test_a_link_planted_at_the_backup_during_the_run_is_replaced_not_followed(
     backup = tmp_path / "result.previous.json"
     assert victim.read_text() == "precious\n"
     assert not backup.is_symlink() and load_result(backup).run.label == "old"
+    assert stat.S_IMODE(backup.stat().st_mode) == 0o600

@@ -132,7 +132,7 @@ class ResultFile:
                     try:  # a second name for the earlier result: the target is never missing
                         os.link(self.path, self.backup)
                     except OSError:  # a copy under a fresh name, renamed over whatever is there (never followed)
-                        with replacing(self.backup) as copy:
+                        with replacing(self.backup, mode=stat.S_IMODE(self.path.stat().st_mode)) as copy:
                             shutil.copy2(self.path, copy)
                     os.replace(temporary, self.path)
                 finally:
