@@ -61,3 +61,16 @@ def test_publish_directory_swaps_a_whole_tree(tmp_path: Path) -> None:
     publish_directory(staging, live)
     assert [p.name for p in live.iterdir()] == ["new.txt"] and _mode(live) == 0o755
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle"]
+
+
+def test_a_symlink_is_replaced_never_followed_nor_copied_from(tmp_path: Path) -> None:
+    victim = tmp_path / "elsewhere" / "secret"
+    victim.parent.mkdir()
+    victim.write_text("keep\n")
+    victim.chmod(0o600)
+    link = tmp_path / "out.json"
+    link.symlink_to(victim)
+    write_text_atomic(link, "new\n")
+    assert not link.is_symlink() and link.read_text() == "new\n"
+    assert victim.read_text() == "keep\n"
+    assert _mode(link) == 0o644  # a new file's mode, not the link target's

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import csv
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from bench_helpers import run_benchmark
+from bench_helpers import REPO, run_benchmark
 from kimi_dflash.bench import goodput
 from kimi_dflash.bench.export_csv import paths_for
 from kimi_dflash.bench.records import CANCELLED, RequestRecord
@@ -16,19 +18,53 @@ from kimi_dflash.instruments.synthetic import running
 
 
 def test_parse_slo_units() -> None:
-    assert goodput.parse_slo("ttft:0.5s,tpot:50,e2el:2500ms,user_tps:20") == {
+    assert goodput.parse_slo("ttft:0.5s,tpot:50ms,e2el:2500ms,user_tps:20") == {
         "ttft_ms": 500.0,
         "tpot_ms": 50.0,
         "e2el_s": 2.5,
         "user_tok_s": 20.0,
     }
-    assert goodput.parse_slo("e2el:10") == {"e2el_s": 10.0}  # a bare e2el is seconds
+    assert goodput.parse_slo("e2el:10s") == {"e2el_s": 10.0}
 
 
 @pytest.mark.parametrize("text", ["", "ttft", "speed:3", "ttft:fast", "ttft:-1ms", "user_tps:20ms"])
 def test_bad_slo_is_refused_with_the_form(text: str) -> None:
     with pytest.raises(ValueError, match="slo"):
         goodput.parse_slo(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("ttft:1e400ms", "ttft '1e400ms' is not a finite number"),
+        ("e2el:1e306s", "e2el '1e306s' is not a finite number"),  # finite as given, infinite in ms
+        ("user_tps:1e999", "user_tps '1e999' is not a finite number"),
+        ("ttft:1s,tpot:50ms,ttft:2s", "ttft is given twice"),
+        ("tpot:50", "tpot needs a unit, ms or s"),  # 50 ms or 50 s? never guessed
+        ("e2el:10", "e2el needs a unit, ms or s"),
+    ],
+)
+def test_infinite_repeated_or_unitless_objectives_are_refused_by_name(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        goodput.parse_slo(text)
+
+
+@pytest.mark.parametrize(("slo", "message"), [("tpot:50", "tpot needs a unit"), ("e2el:1s,e2el:2s", "e2el is given")])
+def test_the_benchmark_refuses_such_an_slo_with_exit_2(slo: str, message: str) -> None:
+    proc = run_benchmark("--slo", slo, "--base-url", "http://127.0.0.1:9", timeout=60)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_qualify_refuses_an_infinite_slo_in_its_dry_run() -> None:
+    """qualify parses --slo with the benchmark's parser: the infinite SLO is refused before any plan is shown."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "kimi_dflash.cli", "qualify", str(REPO / "configs/demo-cpu.env"), "--dry-run",
+         "--slo", "ttft:1e400ms"],
+        capture_output=True, text=True, timeout=120, check=False, cwd=REPO,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # qualify's exit for bad arguments
+    assert "not a finite number" in proc.stderr and "Traceback" not in proc.stderr
+    assert "estimated" not in proc.stdout  # no plan shown
 
 
 def _record(ttft_s: float, e2el_s: float, n: int, error: str | None = None) -> RequestRecord:

@@ -68,7 +68,7 @@ def test_think_time_distributions_have_the_asked_mean() -> None:
         assert abs(np.mean(draws) - 0.5) < 0.02 and min(draws) >= 0
 
 
-@pytest.mark.parametrize("text", ["0", "-1", "x", "1,,nan", ""])
+@pytest.mark.parametrize("text", ["0", "-1", "x", "1,,nan", "", "1e400"])
 def test_bad_rates_are_refused(text: str) -> None:
     with pytest.raises(ValueError):
         arrivals.parse_rates(text)
@@ -168,3 +168,34 @@ def test_open_loop_flags_without_a_rate_are_refused() -> None:
     assert proc.returncode == 2 and "--request-rate" in proc.stderr and "Traceback" not in proc.stderr
     proc = run_benchmark("--sessions", "4", "--request-rate", "2", "--base-url", "http://127.0.0.1:9")
     assert proc.returncode == 2 and "exclude each other" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--arrival", "gamma", "--burstiness", "inf"], "--burstiness must be a finite number"),
+        (["--think-time", "inf"], "--think-time must be a finite number"),
+        (["--think-time", "nan"], "--think-time must be a finite number"),
+        (["--request-rate", "1e-9"], "more than the 24 h a run may plan"),  # 100 conversations 3 years apart
+        (["--think-time", "1e300"], "more than the 24 h a run may plan"),
+        (["--num-sessions", "100001", "--repeats", "2"], "more than the 24 h a run may plan"),
+    ],
+)
+def test_waits_that_cannot_finish_are_refused_when_parsed(args: list[str], message: str) -> None:
+    """A non-finite or endless wait is refused with exit 2 before anything runs (it used to crash at the first
+    checkpoint, or run for years with a wrong ETA)."""
+    rate = [] if "--request-rate" in args else ["--request-rate", "1"]
+    proc = run_benchmark(*rate, *args, "--base-url", "http://127.0.0.1:9", timeout=60)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert "cannot reach the server" not in proc.stderr  # refused before any connection
+
+
+def test_a_plan_within_the_cap_is_accepted() -> None:
+    from kimi_dflash.bench import cli as bench_cli
+    from kimi_dflash.bench import cli_options
+
+    args = bench_cli.build_parser().parse_args(
+        ["--request-rate", "0.01,inf", "--num-sessions", "10", "--think-time", "60", "--turns-per-session", "3"]
+    )
+    assert cli_options.planned_waits_s(args) == pytest.approx(9 / 0.01 + 2 * 60 + 2 * 60)
+    cli_options.check(args, bench_cli.build_parser())  # 17 min: no error

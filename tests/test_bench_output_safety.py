@@ -104,9 +104,51 @@ def test_unwritable_output_is_refused_before_measuring(tmp_path: Path) -> None:
         assert "results so far" not in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_a_symlinked_output_stays_a_link(tmp_path: Path) -> None:
-    target, link = tmp_path / "real.json", tmp_path / "link.json"
-    link.symlink_to(target)
+def _plant(directory: Path, name: str, victim: Path) -> Path:
+    """Another user's symlink at ``name`` in a shared sticky directory (as root: owned by nobody), to ``victim``."""
+    link = directory / name
+    link.symlink_to(victim)
+    if os.geteuid() == 0:
+        directory.chmod(0o1777)  # like /tmp
+        os.lchown(link, 65534, 65534)
+    return link
+
+
+@pytest.mark.parametrize("name", ["result.json", "result.json.partial", "result.previous.json", "result.levels.csv"])
+def test_a_symlink_at_any_output_path_is_refused_and_its_target_untouched(tmp_path: Path, name: str) -> None:
+    shared, elsewhere = tmp_path / "shared", tmp_path / "elsewhere"
+    shared.mkdir()
+    elsewhere.mkdir()
+    victim = elsewhere / "owned-by-root.conf"
+    victim.write_text("precious\n")
+    before = victim.stat()
+    link = _plant(shared, name, victim)
     with running(FAST) as url:
-        assert _bench(url, link, "--sessions", "1", "--warmup", "0").returncode == 0
-    assert link.is_symlink() and load_result(target).run.status == "complete"
+        proc = _bench(url, shared / "result.json", "--sessions", "1", "--warmup", "0", "--csv")
+    assert proc.returncode == 2, proc.stderr
+    assert f"{link} is a symbolic link (to {victim})" in proc.stderr and "Traceback" not in proc.stderr
+    assert victim.read_text() == "precious\n" and victim.stat().st_mtime_ns == before.st_mtime_ns
+    assert link.is_symlink() and sorted(p.name for p in shared.iterdir()) == [name]  # nothing else written
+
+
+def test_a_link_planted_at_the_backup_during_the_run_is_replaced_not_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "result.json"
+    victim = tmp_path / "victim.conf"
+    victim.write_text("precious\n")
+    with running(FAST) as url:
+        assert _bench(url, out, "--sessions", "1", "--warmup", "0", "--label", "old").returncode == 0
+        out.chmod(0o600)  # a private result stays private in its copy
+
+        def link_raced(source: Path, name: Path) -> None:  # the link appears between unlink and link
+            Path(name).symlink_to(victim)
+            raise FileExistsError(17, "File exists")
+
+        monkeypatch.setattr(output_file.os, "link", link_raced)
+        code = bench_cli.main(["--base-url", url, "--output", str(out), *SMALL, "--sessions", "1", "--warmup", "0"])
+    assert code == 0
+    backup = tmp_path / "result.previous.json"
+    assert victim.read_text() == "precious\n"
+    assert not backup.is_symlink() and load_result(backup).run.label == "old"
+    assert stat.S_IMODE(backup.stat().st_mode) == 0o600

@@ -37,7 +37,7 @@ def test_extra_body_from_a_file(tmp_path: Path) -> None:
     path = tmp_path / "body.json"
     path.write_text('{"top_k": 5}')
     assert request_shaping.parse_extra_body(f"@{path}") == {"top_k": 5}
-    with pytest.raises(UserError, match="cannot read"):
+    with pytest.raises(UserError, match="--extra-body file .*missing.json: no such file"):
         request_shaping.parse_extra_body(f"@{tmp_path / 'missing.json'}")
 
 
@@ -89,3 +89,27 @@ def test_completions_endpoint_sends_each_turn_as_a_prompt(tmp_path: Path) -> Non
     with running(["--ttft-ms", "5"]) as url:
         bad = run_benchmark("--base-url", url, "--endpoint", "completions", "--system-prompt", "x")
     assert bad.returncode == 2 and "--endpoint chat" in bad.stderr
+
+
+def test_secret_query_parameters_are_redacted() -> None:
+    from kimi_dflash.bench.redaction import redact_query
+
+    assert redact_query(f"http://h/metrics?api_key={SECRET}&job=vllm") == "http://h/metrics?api_key=***&job=vllm"
+    assert redact_query(f"http://h/m?a=1&access_token={SECRET}#x") == "http://h/m?a=1&access_token=***#x"
+    assert redact_query("http://h/metrics?job=vllm&page=2") == "http://h/metrics?job=vllm&page=2"
+
+
+def test_a_key_in_the_metrics_url_query_never_reaches_the_result(tmp_path: Path) -> None:
+    out = tmp_path / "out.json"
+    with running(["--ttft-ms", "5", "--chunk-interval-ms", "1"]) as url:
+        # a path the server does not serve: the failed scrape's message quotes the URL too
+        proc = run_benchmark("--base-url", url, "--metrics-url", f"{url}/no-metrics?token={SECRET}&job=vllm",
+                             "--sessions", "1", "--turns-per-session", "1", "--max-tokens", "4", "--warmup", "0",
+                             "--output", str(out), timeout=60)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    stored = out.read_text()
+    assert SECRET not in stored + proc.stdout + proc.stderr
+    document = json.loads(stored)
+    assert document["settings"]["metrics_url"] == f"{url}/no-metrics?token=***&job=vllm"
+    assert document["server"]["metrics_error"] and "token=***" in document["server"]["metrics_error"]
+    assert "token=***" in " ".join(document["run"]["command_line"])

@@ -103,6 +103,8 @@ def parse_rates(text: str) -> tuple[float, ...]:
             raise ValueError(f"expected rates (req/s) separated by commas, or inf; got {text!r}") from None
         if not value > 0 or math.isnan(value):
             raise ValueError(f"request rates must be > 0 (inf: all at once); got {text!r}")
+        if math.isinf(value) and part not in ("inf", "infinity"):  # 1e400: a typo, not "all at once"
+            raise ValueError(f"request rate {part} is not a finite number; write inf to start all at once")
         rates.append(value)
     if not rates:
         raise ValueError(f"expected at least one request rate, got {text!r}")

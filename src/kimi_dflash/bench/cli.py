@@ -14,15 +14,25 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from kimi_dflash.bench import cli_options, datasets, eventloop, export_csv, redaction, report, request_shaping
+from kimi_dflash.bench import (
+    cli_options,
+    datasets,
+    descriptors,
+    eventloop,
+    export_csv,
+    redaction,
+    report,
+    request_shaping,
+)
 from kimi_dflash.bench.client import Endpoint, normalize_base_url
 from kimi_dflash.bench.level_extras import percentile_key
+from kimi_dflash.bench.openloop import OpenLoopConfig
 from kimi_dflash.bench.output_file import OutputWriteError, ResultFile
 from kimi_dflash.bench.progress import DEFAULT_INTERVAL_S
 from kimi_dflash.bench.redaction import RedactingArgumentParser
 from kimi_dflash.bench.result import SCHEMA, SCHEMA_VERSION, BenchmarkResult, RunInfo, Settings, ToolInfo
 from kimi_dflash.bench.runner import Benchmark, RunConfig, RunState, Stopper
-from kimi_dflash.bench.workload import BUILTIN, Dataset, load_dataset
+from kimi_dflash.bench.workload import BUILTIN, Dataset, load_dataset, unencodable_at
 from kimi_dflash.core.errors import UserError
 
 # What ./serve.sh starts by default (PORT in the config schema; a test keeps the two equal). The benchmark
@@ -51,7 +61,8 @@ examples:
 exit status: 0 finished (failed requests are counted in the result, not fatal); 2 bad arguments, server
 unreachable at start, model not served (or several served and no --model); 3 the server went away
 mid-run (partial results written); 4 the result could not be written mid-run (disk full: the file keeps the
-last level written); 130/143 interrupted by Ctrl-C/SIGTERM (partial results written).
+last level written); 5 this machine ran out of file descriptors, local ports or memory mid-run (not the
+server's fault; partial results written); 130/143 interrupted by Ctrl-C/SIGTERM (partial results written).
 """
 
 
@@ -232,7 +243,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         default=None,
         help="result JSON (default results/benchmark-<UTC time>.json); written atomically after every level. An "
         "existing result is kept until this run has measured a level (until then: OUTPUT.partial), then moved to "
-        "<name>.previous.json; a FIFO or device is refused (/dev/null: keep nothing)",
+        "<name>.previous.json; a FIFO, device or symbolic link is refused (/dev/null: keep nothing)",
     )
     out.add_argument("--label", default=None, help="free text stored in the result, e.g. dflash-st2 or baseline")
     out.add_argument(
@@ -270,7 +281,7 @@ def _settings(args: argparse.Namespace, metrics_url: str | None, dataset: Datase
         repeats=args.repeats,
         seed=args.seed,
         timeout_s=args.timeout,
-        metrics_url=metrics_url,
+        metrics_url=redaction.redact_query(metrics_url) if metrics_url else None,
         api_key_set=bool(args.api_key),
         open_loop=cli_options.open_loop_settings(cli_options.open_loop_config(args)),
         slo=args.slo,
@@ -280,6 +291,18 @@ def _settings(args: argparse.Namespace, metrics_url: str | None, dataset: Datase
         headers=[request_shaping.shown_header(n, v) for n, v in args.header_pairs] or None,
         shared_prefix_tokens=args.shared_prefix_tokens or None,
     )
+
+
+def _connections(levels: tuple[int, ...], open_loop: OpenLoopConfig | None) -> tuple[int, str]:
+    """The most connections the run holds at once (one per session in flight; warmup uses at most the first
+    level's), and the options that ask for them, for messages."""
+    most, what = max(levels), f"--sessions {max(levels)}"
+    if open_loop is not None:
+        in_flight = min(open_loop.sessions, open_loop.max_concurrency or open_loop.sessions)
+        if in_flight > most:
+            cap = f" (--max-concurrency {open_loop.max_concurrency})" if open_loop.max_concurrency else ""
+            most, what = in_flight, f"--num-sessions {open_loop.sessions}{cap}"
+    return most, what
 
 
 def _system_prompt(args: argparse.Namespace, dataset: Dataset) -> str | None:
@@ -437,9 +460,22 @@ def _say_where(writer: ResultWriter) -> None:
         print(f"result written to {writer.location}{backup}", file=sys.stderr)
 
 
+def _check_text_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """Refuse an argument that cannot be sent or stored as UTF-8 (non-UTF-8 bytes from the shell arrive as lone
+    surrogates); its value is not echoed (it may be a key)."""
+    for name, value in vars(args).items():
+        for text in value if isinstance(value, list | tuple) else (value,):
+            if isinstance(text, str) and unencodable_at(text) is not None:
+                parser.error(
+                    f"--{name.replace('_', '-')} holds bytes that are not UTF-8 (at character "
+                    f"{unencodable_at(text)}); pass it as UTF-8 text"
+                )
+
+
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     parser = build_parser(prog)
     args = parser.parse_args(argv)
+    _check_text_args(args, parser)
     cli_options.check(args, parser)
     open_loop = cli_options.open_loop_config(args)
     if args.sessions is None:
@@ -447,9 +483,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     args.api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or os.environ.get("VLLM_API_KEY") or None
     for flag, url in (("--base-url", args.base_url), ("--metrics-url", args.metrics_url)):
         if url and redaction.redact_url(url) != url:
+            shown = redaction.redact_query(redaction.redact_url(url))
             parser.error(
-                f"{flag} {redaction.redact_url(url)!r} carries credentials (user:password@); vLLM takes a bearer "
-                "key: pass it with --api-key or OPENAI_API_KEY"
+                f"{flag} {shown!r} carries credentials (user:password@); vLLM takes a bearer key: pass it with "
+                "--api-key or OPENAI_API_KEY"
             )
     base_url = normalize_base_url(args.base_url)
     if not base_url.startswith(("http://", "https://")):
@@ -521,7 +558,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     if args.csv:
         writer.csv_percentiles = tuple(percentile_key(q) for q in args.percentiles or ())
     try:
-        writer.file.check()
+        writer.file.check(export_csv.paths_for(writer.path) if args.csv else ())
+        note = descriptors.ensure(*_connections(args.sessions, open_loop))
+        if note:
+            print(note, file=sys.stderr)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

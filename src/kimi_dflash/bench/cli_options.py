@@ -16,6 +16,9 @@ from kimi_dflash.bench.openloop import OpenLoopConfig
 from kimi_dflash.bench.result import OpenLoopSettings
 
 DEFAULT_OPEN_SESSIONS = 100
+# The longest open-loop run the benchmark will plan: its own waits (arrivals spread at the rate, think times),
+# before any server time. A rate or think time beyond it is a typo (1e-9 for 1e9), not a measurement.
+MAX_PLANNED_HOURS = 24
 
 
 def _type(parse, name: str):  # type: ignore[no-untyped-def]
@@ -35,7 +38,9 @@ def _positive(kind: type, name: str, strict: bool = True):  # type: ignore[no-un
             value = kind(text)
         except ValueError:
             raise ValueError(f"{name} must be a number, got {text!r}") from None
-        if (value <= 0 if strict else value < 0) or (isinstance(value, float) and math.isnan(value)):
+        if not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number, got {text!r}")
+        if value <= 0 if strict else value < 0:
             raise ValueError(f"{name} must be {'>' if strict else '>='} 0, got {text!r}")
         return value
 
@@ -73,7 +78,9 @@ def add_open_loop_args(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="RATES",
         help="conversation starts per second (= requests/s with --turns-per-session 1); a comma list sweeps, "
-        "e.g. 1,2,4; inf starts every conversation at once. Turns it into an open loop",
+        "e.g. 1,2,4; inf starts every conversation at once. Turns it into an open loop. The run's own waits "
+        f"((conversations - 1) / rate + think time x (turns - 1), per rate and repeat) may add up to at most "
+        f"{MAX_PLANNED_HOURS} h",
     )
     group.add_argument(
         "--arrival",
@@ -104,7 +111,8 @@ def add_open_loop_args(parser: argparse.ArgumentParser) -> None:
         type=_positive(float, "--think-time", strict=False),
         default=0.0,
         metavar="SECONDS",
-        help="mean pause between a reply and the conversation's next turn (default 0)",
+        help="mean pause between a reply and the conversation's next turn (default 0; counts toward the "
+        f"{MAX_PLANNED_HOURS} h a run may plan, see --request-rate)",
     )
     group.add_argument(
         "--think-time-dist",
@@ -157,8 +165,29 @@ def check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
                 parser.error(f"{flag} belongs to the open loop: add --request-rate (e.g. --request-rate 2)")
     if args.burstiness != 1.0 and args.arrival != "gamma":
         parser.error("--burstiness shapes --arrival gamma only; add --arrival gamma")
+    planned_s = planned_waits_s(args)
+    if planned_s > MAX_PLANNED_HOURS * 3600:
+        parser.error(
+            f"this open loop would wait about {planned_s / 3600:.3g} h by its own schedule (per rate and repeat: "
+            f"{args.num_sessions or DEFAULT_OPEN_SESSIONS} conversations arriving at the rate + --think-time x "
+            f"{args.turns_per_session - 1} later turns), more than the {MAX_PLANNED_HOURS} h a run may plan. Raise "
+            "--request-rate, or lower --num-sessions, --think-time, --turns-per-session or --repeats"
+        )
     if args.slo and args.no_stream and set(args.slo) & {"ttft_ms", "tpot_ms", "user_tok_s"}:
         parser.error("--no-stream has no TTFT/TPOT: an --slo on ttft, tpot or user_tps needs streaming")
+
+
+def planned_waits_s(args: argparse.Namespace) -> float:
+    """Seconds an open-loop run spends in its own waits, whatever the server does: per rate and repeat, the
+    conversations' arrivals spread at the rate ((sessions - 1) / rate: the first starts at once) plus one
+    conversation's think times (mean x (turns - 1)). 0 for a closed loop."""
+    if args.request_rate is None:
+        return 0.0
+    sessions = args.num_sessions or DEFAULT_OPEN_SESSIONS
+    think_s = args.think_time * (args.turns_per_session - 1)
+    return args.repeats * sum(
+        (0.0 if math.isinf(rate) else (sessions - 1) / rate) + think_s for rate in args.request_rate
+    )
 
 
 def open_loop_config(args: argparse.Namespace) -> OpenLoopConfig | None:

@@ -23,11 +23,12 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from kimi_dflash.bench import http1, spec_request
+from kimi_dflash.bench import descriptors, http1, spec_request
 from kimi_dflash.bench.records import (
     BAD_RESPONSE,
     CANCELLED,
     CLIENT_ERROR,
+    CLIENT_OUT_OF_RESOURCES,
     CONNECTION_CLOSED,
     CONNECTION_ERROR,
     CONNECTION_REFUSED,
@@ -138,7 +139,10 @@ def request_payload(
         payload["ignore_eos"] = True
     if extra_body:
         _merge(payload, extra_body)
-    return json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    try:
+        return json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (e.g. a server reply carried into the history): send it escaped
+        return json.dumps(payload).encode("ascii")
 
 
 def _merge(payload: dict[str, Any], extra_body: dict[str, Any]) -> None:
@@ -228,7 +232,9 @@ def _finish(record: RequestRecord, reply: Reply) -> Reply:
 
 def reply_hashes(reply: Reply) -> tuple[str, str | None]:
     """sha256 of the reply text (reasoning, NUL, content) and of its token ids when the server sent them."""
-    text = hashlib.sha256(reply.reasoning.encode("utf-8") + b"\0" + reply.content.encode("utf-8")).hexdigest()
+    # surrogatepass: a reply holding a lone surrogate (escaped in the server's JSON) is hashed, not a crash
+    raw = reply.reasoning.encode("utf-8", "surrogatepass") + b"\0" + reply.content.encode("utf-8", "surrogatepass")
+    text = hashlib.sha256(raw).hexdigest()
     ids = None
     if reply.token_ids is not None:
         ids = hashlib.sha256(",".join(str(i) for i in reply.token_ids).encode("ascii", "replace")).hexdigest()
@@ -239,6 +245,8 @@ def classify_exception(exc: BaseException) -> tuple[str, str]:
     """Map what the transport raised to a failure reason and a one-line detail."""
     detail = f"{type(exc).__name__}: {exc}"[:300]
     chain = _causes(exc)
+    if descriptors.local_errno(chain) is not None:  # before the connection reasons: it is not the server's
+        return CLIENT_OUT_OF_RESOURCES, detail
     if any(isinstance(e, (asyncio.TimeoutError, TimeoutError, aiohttp.ServerTimeoutError)) for e in chain):
         return TIMEOUT, detail
     if any(isinstance(e, ConnectionRefusedError) for e in chain) or any(

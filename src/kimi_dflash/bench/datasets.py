@@ -17,12 +17,12 @@ tables; ``id`` names the conversation.
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass
 from typing import Any
 
 from kimi_dflash.core.errors import UserError
+from kimi_dflash.core.user_files import parse_user_json
 
 PROMPTS, OPENAI_MESSAGES, SHAREGPT, SPEED_BENCH = "prompts", "openai-messages", "sharegpt", "speed-bench"
 FORMATS = (PROMPTS, OPENAI_MESSAGES, SHAREGPT, SPEED_BENCH)
@@ -45,19 +45,14 @@ class Conversation:
 def records(text: str, name: str) -> list[tuple[str, Any]]:
     """(where, record) pairs: JSONL lines ('dataset FILE line N') or one JSON array's items ('... item N')."""
     if text.lstrip().startswith("["):
-        try:
-            items = json.loads(text)
-        except ValueError as exc:
-            raise UserError(f"dataset {name}: not valid JSON ({exc}).") from None
+        items = parse_user_json(text, where=f"dataset {name}")
         return [(f"dataset {name} item {i}", item) for i, item in enumerate(items)]
     out = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
-        try:
-            out.append((f"dataset {name} line {number}", json.loads(line)))
-        except ValueError as exc:
-            raise UserError(f"dataset {name} line {number}: not valid JSON ({exc.msg}).") from None
+        where = f"dataset {name} line {number}"
+        out.append((where, parse_user_json(line, where=where)))
     return out
 
 

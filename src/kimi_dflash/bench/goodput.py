@@ -1,10 +1,11 @@
 """Service-level objectives: which requests a user would call good, attainment and goodput (pure).
 
 ``--slo ttft:500ms,tpot:50ms,e2el:10s,user_tps:20``: comma-separated ``name:value`` pairs.
-  ttft      TTFT at most this           (unit ms or s; a bare number is ms)
-  tpot      TPOT at most this           (ms or s; bare: ms)
-  e2el      E2EL at most this           (ms or s; bare: s)
-  user_tps  per-user tok/s (1 / TPOT) at least this (tok/s)
+  ttft      TTFT at most this           (unit ms or s, required: a bare number is refused)
+  tpot      TPOT at most this           (ms or s, required)
+  e2el      E2EL at most this           (ms or s, required)
+  user_tps  per-user tok/s (1 / TPOT) at least this (a bare number, tok/s)
+Each objective at most once; values finite and > 0.
 A request *meets the SLOs* when it succeeded and meets every limit given. A request with N < 2 has no
 TPOT: it meets the tpot and user_tps limits (nothing was decoded after its first token).
 Per level:
@@ -15,6 +16,7 @@ Per level:
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 
@@ -22,24 +24,26 @@ from kimi_dflash.bench.metrics import e2el, tpot, ttft
 from kimi_dflash.bench.records import CANCELLED, RequestRecord
 from kimi_dflash.bench.result import Goodput
 
-# name -> (stored key, unit of a bare number, factor to the stored unit per given unit)
+# name -> (stored key, whether the value is a time: then it carries ms or s; user_tps is a bare tok/s)
 _NAMES = {
-    "ttft": ("ttft_ms", "ms"),
-    "tpot": ("tpot_ms", "ms"),
-    "e2el": ("e2el_s", "s"),
+    "ttft": ("ttft_ms", "time"),
+    "tpot": ("tpot_ms", "time"),
+    "e2el": ("e2el_s", "time"),
     "user_tps": ("user_tok_s", ""),
 }
 _TO_MS = {"ms": 1.0, "s": 1000.0}
 _VALUE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s)?\s*$")
 
 SLO_HELP = (
-    "service-level objectives, e.g. ttft:500ms,tpot:50ms,e2el:10s,user_tps:20 (ttft/tpot/e2el are maxima, ms or "
-    "s; user_tps = 1/TPOT is a minimum in tok/s). Adds attainment and goodput per level"
+    "service-level objectives, e.g. ttft:500ms,tpot:50ms,e2el:10s,user_tps:20 (ttft/tpot/e2el are maxima and "
+    "need their unit, ms or s; user_tps = 1/TPOT is a minimum in tok/s; each at most once). Adds attainment and "
+    "goodput per level"
 )
 
 
 def parse_slo(text: str) -> dict[str, float]:
-    """``--slo`` to {ttft_ms, tpot_ms, e2el_s, user_tok_s}; ValueError says what is wrong and the form."""
+    """``--slo`` to {ttft_ms, tpot_ms, e2el_s, user_tok_s}; ValueError says what is wrong and the form. A time
+    needs its unit (a bare 500 could be ms or s), each objective may be given once, and every value is finite."""
     out: dict[str, float] = {}
     for part in text.split(","):
         if not part.strip():
@@ -52,16 +56,25 @@ def parse_slo(text: str) -> dict[str, float]:
                 "(e.g. ttft:500ms,tpot:50ms,e2el:10s,user_tps:20)"
             )
         match = _VALUE.match(raw)
-        key, bare = _NAMES[name]
-        if match is None or (name == "user_tps" and match.group(2)):
-            unit_hint = "a number in tok/s" if name == "user_tps" else "a number with ms or s"
+        key, unit = _NAMES[name]
+        if match is None or (not unit and match.group(2)):
+            unit_hint = "a number in tok/s" if not unit else "a number with ms or s"
             raise ValueError(f"--slo {text!r}: {name} needs {unit_hint}, got {raw.strip()!r}")
+        if unit and not match.group(2):
+            raise ValueError(
+                f"--slo {text!r}: {name} needs a unit, ms or s (e.g. {name}:{match.group(1)}ms or {name}:"
+                f"{match.group(1)}s), got {raw.strip()!r}"
+            )
+        if key in out:
+            raise ValueError(f"--slo {text!r}: {name} is given twice; give each objective once")
         value = float(match.group(1))
+        if unit:
+            ms = value * _TO_MS[match.group(2)]
+            value = ms if key.endswith("_ms") else ms / 1000.0
+        if not math.isfinite(value):
+            raise ValueError(f"--slo {text!r}: {name} {raw.strip()!r} is not a finite number")
         if value <= 0:
             raise ValueError(f"--slo {text!r}: {name} must be > 0")
-        if name != "user_tps":
-            ms = value * _TO_MS[match.group(2) or bare]
-            value = ms if key.endswith("_ms") else ms / 1000.0
         out[key] = value
     if not out:
         raise ValueError(f"--slo {text!r}: no objective given (e.g. ttft:500ms,tpot:50ms)")

@@ -20,19 +20,11 @@ from typing import Any, Protocol
 
 from kimi_dflash.bench import client, http1
 from kimi_dflash.bench.arrivals import ArrivalProcess, ThinkTime, level_rng
-from kimi_dflash.bench.records import (
-    CANCELLED,
-    CONNECTION_CLOSED,
-    CONNECTION_ERROR,
-    CONNECTION_REFUSED,
-    CONNECTION_RESET,
-    RequestRecord,
-)
+from kimi_dflash.bench.records import CANCELLED, RequestRecord
 from kimi_dflash.bench.workload import Prompt, session_prompts
 
 perf_counter = time.perf_counter
 PRECONNECT_MAX = 64  # connections opened before the window when there is no cap
-CONNECTION_FAILURES = frozenset({CONNECTION_REFUSED, CONNECTION_ERROR, CONNECTION_RESET, CONNECTION_CLOSED})
 
 
 @dataclass(frozen=True)
@@ -58,7 +50,7 @@ class Host(Protocol):
 
     def _body(self, messages: list[dict[str, str]]) -> bytes: ...
 
-    async def _confirm_server_down(self, record: RequestRecord) -> None: ...
+    async def after_failure(self, record: RequestRecord) -> None: ...
 
 
 class ConnectionPool:
@@ -155,8 +147,8 @@ class OpenLoopRepeat:
             reply = await self._request(record, messages)
             if record.ok and reply is not None and not cfg.independent_turns:
                 history = [*messages, {"role": "assistant", "content": reply.content or reply.reasoning}]
-            elif record.error in CONNECTION_FAILURES:
-                await host._confirm_server_down(record)
+            elif record.error is not None:
+                await host.after_failure(record)
             scheduled = record.done_time + self.ol.think.draw(think_rng)
 
     async def run(self, start: float) -> None:

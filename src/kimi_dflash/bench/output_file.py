@@ -2,8 +2,14 @@
 
 - Checked before anything is measured: a directory, a FIFO or a device is refused (a rename over it would
   replace it with a regular file; a FIFO would block), except /dev/null, which keeps nothing and is never
-  touched; a symlink is followed (its target is written, the link stays); a directory that cannot be written
-  is refused (no run that measures for an hour and then cannot save).
+  touched; a directory that cannot be written is refused (no run that measures for an hour and then cannot
+  save).
+- A symbolic link is never written through: one at the output path or at any file the run writes beside it
+  (``.partial``, ``.previous``, the --csv files) is refused before anything is measured. Following it would
+  write wherever the link's owner chose (another user's link in a shared /tmp turns a root run into a write
+  to any file); deciding by ownership would be a check that can change before the write. Name the file the
+  link points to instead. Every write creates a fresh file and renames it into place, which replaces a link
+  planted later instead of following it.
 - An existing result is not touched until this run has measured its first level: until then checkpoints go to
   ``OUTPUT.partial``. When the first level is in, the earlier file is moved to ``<stem>.previous<suffix>`` (one
   generation, a hard link or a copy) and the new document
@@ -22,7 +28,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from kimi_dflash.core.atomic_write import write_beside, write_text_atomic
+from kimi_dflash.core.atomic_write import replacing, write_beside, write_text_atomic
 from kimi_dflash.core.errors import UserError
 
 EXIT_WRITE_FAILED = 4
@@ -66,18 +72,25 @@ class ResultFile:
 
     def __init__(self, requested: Path | str) -> None:
         requested = Path(requested).expanduser()
-        self.discard = _is_dev_null(requested)
-        self.path = Path(os.path.realpath(requested)) if requested.is_symlink() else requested
+        self.discard = not requested.is_symlink() and _is_dev_null(requested)
+        self.path = requested
         self.partial = self.path.with_name(self.path.name + ".partial")
         self.backup = self.path.with_name(f"{self.path.stem}.previous{self.path.suffix or '.json'}")
         self.protect = False  # an earlier result is there: keep it until this run has a level
         self.replaced = False  # this run's document has taken the target's place
         self.written: Path | None = None  # where this run's latest document is
 
-    def check(self) -> None:
-        """Refuse, before anything is measured, an output that must not or cannot be written (UserError, 2)."""
+    def check(self, beside: tuple[Path, ...] = ()) -> None:
+        """Refuse, before anything is measured, an output that must not or cannot be written (UserError, 2).
+        ``beside``: other files the run writes next to it (--csv)."""
         if self.discard:
             return
+        for path in (self.path, self.partial, self.backup, *beside):
+            if path.is_symlink():
+                raise UserError(
+                    f"--output: {path} is a symbolic link (to {os.readlink(path)}); the benchmark never writes "
+                    "through a link. Name the file itself, or remove the link."
+                )
         try:
             mode = self.path.stat().st_mode
         except FileNotFoundError:
@@ -118,8 +131,9 @@ class ResultFile:
                     self.backup.unlink(missing_ok=True)
                     try:  # a second name for the earlier result: the target is never missing
                         os.link(self.path, self.backup)
-                    except OSError:
-                        shutil.copy2(self.path, self.backup)
+                    except OSError:  # a copy under a fresh name, renamed over whatever is there (never followed)
+                        with replacing(self.backup, mode=stat.S_IMODE(self.path.stat().st_mode)) as copy:
+                            shutil.copy2(self.path, copy)
                     os.replace(temporary, self.path)
                 finally:
                     temporary.unlink(missing_ok=True)

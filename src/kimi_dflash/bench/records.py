@@ -23,6 +23,8 @@ SERVER_ERROR_EVENT = "server_error_event"  # the stream carried {"error": ...}
 EMPTY_RESPONSE = "empty_response"  # finished without a single token-bearing chunk
 BAD_RESPONSE = "bad_response"  # non-stream body not JSON / no choices
 CLIENT_ERROR = "client_error"  # anything else raised inside the client (detail says what)
+# this machine ran out of descriptors, local ports, buffers or memory: not the server's doing; the run stops
+CLIENT_OUT_OF_RESOURCES = "client_out_of_resources"
 CANCELLED = "cancelled"  # stopped by Ctrl-C / SIGTERM / run abort; not counted as a failure
 
 # Where a record's output token count came from.

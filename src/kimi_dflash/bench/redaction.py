@@ -6,6 +6,7 @@
   the spellings vLLM's parser adds (vllm/utils/argparse_utils.py, FlexibleArgumentParser.parse_args): underscores
   for dashes (``--api_key K``) and a dotted sub-key (``--api-key.x K``, which vLLM turns into a JSON value).
 - Credentials in a URL's userinfo (``http://user:key@host``), with or without a scheme.
+- Secret-looking URL query parameters (``?api_key=K``, ``&token=T``): ``redact_query``.
 
 Standard library only and inside bench/ (the benchmark can be copied alone to a client box); every other package
 imports it from here.
@@ -56,6 +57,20 @@ def secret_option(arg: str, options: Iterable[str] = SECRET_OPTIONS) -> str | No
 def redact_url(text: str) -> str:
     """``text`` with every URL userinfo (``user:password@``) replaced by ***."""
     return _USERINFO.sub(lambda m: f"{m.group('head') or ''}{MASK}@", text)
+
+
+# A query-string parameter whose name says it carries a secret (?api_key=, &token=, X-Amz-Signature=, ...).
+_SECRET_QUERY = re.compile(
+    r"(?P<name>[?&;][^=&#;\s'\"]*?(?:key|token|secret|passw|auth|sig|credential|session)[^=&#;\s'\"]*=)"
+    r"[^&#;\s'\"]*",
+    re.IGNORECASE,
+)
+
+
+def redact_query(text: str) -> str:
+    """``text`` with the value of every secret-looking URL query parameter (``?api_key=K``, ``&token=T``) replaced
+    by ***; other parameters are kept."""
+    return _SECRET_QUERY.sub(lambda m: f"{m.group('name')}{MASK}", text)
 
 
 def redact_argv(argv: Sequence[str], options: Iterable[str] = SECRET_OPTIONS) -> list[str]:

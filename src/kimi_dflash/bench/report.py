@@ -31,7 +31,8 @@ def utc_now() -> str:
 
 def redact_argv(argv: list[str]) -> list[str]:
     """The command line with secrets replaced, so it can be stored and shown: secret options in any spelling and
-    URL credentials (bench/redaction.py), and the values of credential --header lines (bench/request_shaping.py)."""
+    URL credentials and secret query parameters (bench/redaction.py), and the values of credential --header lines
+    (bench/request_shaping.py)."""
     out: list[str] = []
     header_next = False
     for arg in redaction.redact_argv(argv, SECRET_FLAGS):
@@ -44,7 +45,7 @@ def redact_argv(argv: list[str]) -> list[str]:
             out.append(f"--header={redact_header_arg(value)}" if eq else arg)
             header_next = not eq
             continue
-        out.append(arg)
+        out.append(redaction.redact_query(arg))
     return out
 
 

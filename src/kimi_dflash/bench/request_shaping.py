@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from kimi_dflash.core.errors import UserError
+from kimi_dflash.core.user_files import UnreadableFile, parse_user_json, read_user_json
 
 CHAT, COMPLETIONS = "chat", "completions"
 ENDPOINTS = (CHAT, COMPLETIONS)
@@ -36,24 +37,30 @@ REDACTED = "***"
 
 
 def parse_extra_body(text: str) -> dict[str, Any]:
-    """``--extra-body``: a JSON object, or ``@FILE`` holding one. Reserved keys are refused (use their flags)."""
-    source = "--extra-body"
+    """``--extra-body``: a JSON object, or ``@FILE`` holding one (read through the guarded reader: a regular
+    UTF-8 file of bounded size; JSON nesting capped either way). Reserved keys are refused (use their flags)."""
     if text.startswith("@"):
-        path = Path(text[1:]).expanduser()
         source = f"--extra-body {text}"
+        body = read_user_json(Path(text[1:]).expanduser(), what="--extra-body file")
+    else:
+        source = "--extra-body"
         try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise UserError(f"{source}: cannot read the file ({exc.strerror}).") from None
-    try:
-        body = json.loads(text)
-    except ValueError as exc:
-        raise UserError(
-            f"{source}: not valid JSON ({exc}). Quote it for the shell, e.g. "
-            """--extra-body '{"chat_template_kwargs": {"thinking": false}, "top_p": 0.95}'."""
-        ) from None
+            body = parse_user_json(text, where=source)
+        except UnreadableFile as exc:
+            if "not valid JSON" not in str(exc):
+                raise
+            raise UnreadableFile(
+                f"{exc}. Quote it for the shell, e.g. "
+                """--extra-body '{"chat_template_kwargs": {"thinking": false}, "top_p": 0.95}'."""
+            ) from None
     if not isinstance(body, dict):
         raise UserError(f"{source}: expected a JSON object, got {type(body).__name__}.")
+    try:
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise UserError(
+            f"{source}: holds a lone surrogate (an escape like \\ud800 without its pair); fix it."
+        ) from None
     clashes = [f"{k} (use {RESERVED[k]})" for k in body if k in RESERVED]
     if clashes:
         raise UserError(f"{source}: the benchmark sets these fields itself: {', '.join(clashes)}.")

@@ -20,9 +20,12 @@ from pydantic import TypeAdapter, ValidationError
 from kimi_dflash.bench.fields import meta
 from kimi_dflash.bench.records import RequestRecord
 from kimi_dflash.core.errors import UserError
+from kimi_dflash.core.user_files import MiB, read_user_json
 
 SCHEMA = "kimi-dflash/benchmark-result"
 SCHEMA_VERSION = 1
+# --record-requests keeps every chunk's timestamp: a long run's file reaches hundreds of MB.
+RESULT_MAX_BYTES = 1024 * MiB
 
 RunStatus = Literal["running", "complete", "interrupted", "aborted", "failed", "crashed"]
 SpecDecodeStatus = Literal["ok", "absent", "no_drafts", "counter_reset", "unavailable"]
@@ -560,16 +563,10 @@ def parse_result(document: Any, source: str = "result") -> BenchmarkResult:
 
 
 def load_result(path: Path | str) -> BenchmarkResult:
-    """Read a result file (see ``parse_result``)."""
+    """Read a result file (see ``parse_result``) through the guarded reader: a regular UTF-8 file of at most
+    RESULT_MAX_BYTES, JSON nesting capped (UnreadableFile, exit 2, otherwise)."""
     path = Path(path)
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such result file.") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read it ({exc.strerror}).") from None
-    except ValueError as exc:
-        raise UserError(f"{path}: not valid JSON ({exc}).") from None
+    document = read_user_json(path, what="result file", max_bytes=RESULT_MAX_BYTES)
     return parse_result(document, str(path))
 
 

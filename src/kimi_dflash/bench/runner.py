@@ -19,11 +19,12 @@ from typing import Any
 
 import aiohttp
 
-from kimi_dflash.bench import client, http1, metrics, prometheus, server_info, spec_summary
+from kimi_dflash.bench import client, failure_hints, http1, metrics, prometheus, server_info, spec_summary
 from kimi_dflash.bench.level_extras import Analyses, apply_analyses, open_loop_level
 from kimi_dflash.bench.openloop import OpenLoopConfig, OpenLoopRepeat
 from kimi_dflash.bench.progress import DEFAULT_INTERVAL_S, report_progress
 from kimi_dflash.bench.records import (
+    CLIENT_OUT_OF_RESOURCES,
     CONNECTION_CLOSED,
     CONNECTION_ERROR,
     CONNECTION_REFUSED,
@@ -50,6 +51,7 @@ SETTLE_POLL_S = 0.25
 SETTLE_MAX_S = 3.0
 
 EXIT_ABORTED = 3
+EXIT_CLIENT_SHORT = 5  # this machine ran out of descriptors, ports or memory mid-run (bench/descriptors.py)
 
 # After one of these, ask the server whether it is still there (it may have died).
 CONNECTION_FAILURES = frozenset({CONNECTION_REFUSED, CONNECTION_ERROR, CONNECTION_RESET, CONNECTION_CLOSED})
@@ -170,6 +172,8 @@ class Benchmark:
                     record = RequestRecord(sessions=0, repeat=0, session=i, turn=1, warmup=True)
                     records.append(record)
                     await client.send(conn, cfg.endpoint, self._body([self._user(prompt)]), cfg.stream, record)
+                    if record.error == CLIENT_OUT_OF_RESOURCES:
+                        self._client_short(record)
             finally:
                 conn.close()
 
@@ -185,11 +189,7 @@ class Benchmark:
             duration_s=perf_counter() - started,
         )
         if not self.stopper.stopped and summary.completed == 0:
-            reason, detail = next(iter(examples.items()), ("unknown", ""))
-            raise UserError(
-                f"all {len(records)} warmup requests failed ({reason}: {detail}). The server answers but does "
-                f"not serve chat completions for model {self.state.model!r}; check --model and the server log."
-            )
+            raise UserError(failure_hints.warmup_failed(len(records), failures, examples, self.state.model))
         return summary
 
     # -- one concurrency level ------------------------------------------------------------------
@@ -349,8 +349,26 @@ class Benchmark:
             if record.ok and reply is not None and not cfg.independent_turns:
                 # Kimi may spend the whole budget reasoning; carry that text so the history still grows.
                 history = [*messages, {"role": "assistant", "content": reply.content or reply.reasoning}]
-            elif record.error in CONNECTION_FAILURES:
-                await self._confirm_server_down(record)
+            elif record.error is not None:
+                await self.after_failure(record)
+
+    async def after_failure(self, record: RequestRecord) -> None:
+        """What a failed request means for the run: a shortage on this machine stops it (the server is not to
+        blame, and every further request would fail the same way); a connection failure asks whether the server
+        is gone."""
+        if record.error == CLIENT_OUT_OF_RESOURCES:
+            self._client_short(record)
+        elif record.error in CONNECTION_FAILURES:
+            await self._confirm_server_down(record)
+
+    def _client_short(self, record: RequestRecord) -> None:
+        self.stopper.trigger(
+            "failed",
+            f"the client ran out of a local resource ({record.error_detail}); the server is not to blame. Raise "
+            "the open-file limit (ulimit -n), free local ports, or run fewer sessions; levels finished before "
+            "this one are complete in the result",
+            EXIT_CLIENT_SHORT,
+        )
 
     async def _confirm_server_down(self, record: RequestRecord) -> None:
         """A connection failed: if a probe on a fresh connection cannot reach the server, abort the run."""

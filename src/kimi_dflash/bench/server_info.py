@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import aiohttp
 
-from kimi_dflash.bench import client, prometheus
+from kimi_dflash.bench import client, prometheus, redaction
 from kimi_dflash.bench.records import CONNECTION_REFUSED
 from kimi_dflash.bench.result import ServerInfo
 from kimi_dflash.core.errors import UserError
@@ -53,14 +53,14 @@ async def probe(
         info.version = None if version is None else str(version)
     except Exception as exc:  # noqa: BLE001 - optional endpoint
         info.version_error = client.classify_exception(exc)[1]
-    info.metrics_url = metrics_url
+    info.metrics_url = redaction.redact_query(metrics_url) if metrics_url else None  # what the result may keep
     if metrics_url:
         try:
             samples = prometheus.parse_samples(await client.get_text(session, metrics_url, endpoint.api_key))
             info.cache_config = prometheus.cache_config(samples)
             info.spec_decode_counters = prometheus.spec_counters(samples, model) is not None
         except Exception as exc:  # noqa: BLE001 - metrics are optional; the report says why they are missing
-            info.metrics_error = client.classify_exception(exc)[1]
+            info.metrics_error = redaction.redact_query(client.classify_exception(exc)[1])  # may quote the URL
     return info, model
 
 

@@ -10,7 +10,6 @@ prefix caching on does not get free hits from the previous level.
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 from dataclasses import dataclass
 from importlib import resources
@@ -20,8 +19,11 @@ from kimi_dflash.bench import datasets
 from kimi_dflash.bench.datasets import Conversation
 from kimi_dflash.bench.result import DatasetInfo
 from kimi_dflash.core.errors import UserError
+from kimi_dflash.core.user_files import MiB, UnreadableFile, parse_user_json, read_user_bytes
 
 BUILTIN = "builtin"
+# A dataset is read whole; ShareGPT's usual file is ~650 MB. The cap refuses what no dataset is (a disk image).
+DATASET_MAX_BYTES = 1024 * MiB
 CATEGORIES = ("reasoning", "math", "code", "writing", "multilingual")
 
 
@@ -62,16 +64,7 @@ def load_dataset(spec: str, fmt: str | None = None) -> Dataset:
     if spec == BUILTIN:
         raw = resources.files("kimi_dflash.bench").joinpath("data/prompts.jsonl").read_bytes()
         return _parse_jsonl(raw, BUILTIN)
-    path = Path(spec).expanduser()
-    if not path.is_file():
-        raise UserError(
-            f'--dataset {spec!r}: no such file. Give a JSONL file (one {{"prompt": "..."}} object per line) '
-            f"or 'builtin' for the shipped prompt set."
-        )
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise UserError(f"--dataset {spec!r}: cannot read it ({exc.strerror}).") from None
+    raw = read_user_bytes(Path(spec).expanduser(), what="--dataset", max_bytes=DATASET_MAX_BYTES)
     if fmt != datasets.PROMPTS:
         try:
             text = raw.decode("utf-8")
@@ -79,8 +72,30 @@ def load_dataset(spec: str, fmt: str | None = None) -> Dataset:
             raise UserError(f"dataset {spec}: not UTF-8 text (byte {exc.start}). Save the file as UTF-8.") from None
         found, conversations = datasets.conversations(text, spec, fmt)
         if conversations:
-            return _conversation_dataset(spec, found, conversations, raw)
-    return _parse_jsonl(raw, spec)
+            return _check_sendable(_conversation_dataset(spec, found, conversations, raw))
+    return _check_sendable(_parse_jsonl(raw, spec))
+
+
+def unencodable_at(text: str) -> int | None:
+    """Where ``text`` holds a character UTF-8 cannot carry (a lone surrogate, from a JSON escape like \\ud800 or
+    from non-UTF-8 bytes on the command line); None when it can be sent."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
+
+
+def _check_sendable(dataset: Dataset) -> Dataset:
+    for prompt in dataset.prompts:
+        for text in (prompt.text, prompt.system or ""):
+            at = unencodable_at(text)
+            if at is not None:
+                raise UserError(
+                    f"dataset {dataset.name}: prompt {prompt.id} holds a lone surrogate (U+{ord(text[at]):04X}) at "
+                    f"character {at}, which cannot be sent as UTF-8; fix that record."
+                )
+    return dataset
 
 
 def _conversation_dataset(name: str, fmt: str, conversations: list[Conversation], raw: bytes) -> Dataset:
@@ -130,9 +145,9 @@ def _parse_jsonl(raw: bytes, name: str) -> Dataset:
         if not line.strip():
             continue
         try:
-            item = json.loads(line)
-        except ValueError as exc:
-            raise UserError(f"dataset {name} line {number}: not valid JSON ({exc.msg}).") from None
+            item = parse_user_json(line, where=f"dataset {name} line {number}")
+        except UnreadableFile as exc:
+            raise UnreadableFile(f"{exc}.") from None
         if isinstance(item, str):
             item = {"prompt": item}
         prompt = item.get("prompt") if isinstance(item, dict) else None

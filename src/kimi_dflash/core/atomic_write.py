@@ -28,9 +28,10 @@ def _mode_for(path: Path, mode: int | None) -> int:
     if mode is not None:
         return mode
     try:
-        return stat.S_IMODE(path.stat().st_mode)
+        info = path.lstat()  # a symlink is replaced, not followed: its target's mode is none of our business
     except FileNotFoundError:
         return NEW_FILE_MODE
+    return NEW_FILE_MODE if stat.S_ISLNK(info.st_mode) else stat.S_IMODE(info.st_mode)
 
 
 def _fsync(path: Path) -> None:

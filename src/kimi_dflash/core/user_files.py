@@ -103,6 +103,8 @@ def read_user_text(
 def json_depth_problem(text: str, max_depth: int = MAX_JSON_DEPTH) -> str | None:
     """Why ``text`` nests deeper than ``max_depth`` arrays/objects (None when it does not). A scan outside string
     literals, so json.loads never recurses past the interpreter's limit on hostile input."""
+    if text.count("[") + text.count("{") <= max_depth:  # cannot nest deeper (C-speed; e.g. every JSONL line)
+        return None
     depth = 0
     in_string = escaped = False
     for index, char in enumerate(text):

@@ -1,0 +1,62 @@
+"""File descriptors: enough of them before a run starts, and a local shortage never blamed on the server.
+
+Every session holds one connection (one descriptor) for the whole level, so N sessions need about N
+descriptors plus a few for the process itself. A limit below that used to surface mid-level as "server stopped
+answering" (the connects fail with EMFILE, and so does the liveness probe). Before anything is measured the soft
+limit is raised toward the hard limit (an unprivileged process may); if even the hard limit is too low the run
+is refused with the numbers and the fix. Standard library only, like the rest of bench/.
+"""
+
+from __future__ import annotations
+
+import errno
+
+from kimi_dflash.core.errors import UserError
+
+# Descriptors the process uses besides the sessions' connections: stdio, the event loop, the GET session
+# (/v1/models, /metrics), a liveness probe, result-file writes, imported modules' files.
+RESERVE = 64
+
+# What failing with these means: this machine ran out of something (descriptors, local ports, buffers, memory).
+LOCAL_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.EADDRNOTAVAIL})
+
+
+def needed(connections: int) -> int:
+    return connections + RESERVE
+
+
+def ensure(connections: int, what: str) -> str | None:
+    """Make room for ``connections`` open at once (``what`` names the option that asks for them, for messages).
+    Returns a note when the soft limit was raised; raises UserError (exit 2) when the hard limit is too low."""
+    try:
+        import resource
+    except ImportError:  # not POSIX: no such limit to check
+        return None
+    want = needed(connections)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= want:
+        return None
+    if hard == resource.RLIM_INFINITY or hard >= want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            return f"note: raised this process's open-file limit from {soft} to {want} for {what}"
+        except (ValueError, OSError):
+            pass
+    shown_hard = "unlimited" if hard == resource.RLIM_INFINITY else str(hard)
+    raise UserError(
+        f"{what} needs about {want} file descriptors (one connection per session, plus {RESERVE}); this process may "
+        f"open {soft} (hard limit {shown_hard}). Raise the limit in the shell that runs the benchmark, e.g. "
+        f"`ulimit -n {want}` (above the hard limit needs root or /etc/security/limits.conf), or ask for fewer "
+        "sessions."
+    )
+
+
+def local_errno(chain: list[BaseException]) -> int | None:
+    """The errno of a local shortage among an exception and what it wraps (None: not one)."""
+    for exc in chain:
+        code = getattr(exc, "errno", None)
+        if isinstance(exc, OSError) and code in LOCAL_ERRNOS:
+            return code
+        if isinstance(exc, MemoryError):
+            return errno.ENOMEM
+    return None

@@ -1,0 +1,73 @@
+"""What to tell the user when every warmup request failed: the cause the failures point to, and its fix (pure).
+
+One hint per cause, read from the most common failure reason and its first detail: a wrong model is only one
+of them (a 400 for a prompt beyond the context, a missing key, a server that went away and an error raised on
+this machine each get their own).
+"""
+
+from __future__ import annotations
+
+from kimi_dflash.bench.records import (
+    BAD_RESPONSE,
+    CLIENT_ERROR,
+    CLIENT_OUT_OF_RESOURCES,
+    CONNECTION_CLOSED,
+    CONNECTION_ERROR,
+    CONNECTION_REFUSED,
+    CONNECTION_RESET,
+    EMPTY_RESPONSE,
+    MALFORMED_SSE,
+    SERVER_ERROR_EVENT,
+    TIMEOUT,
+    TRUNCATED_STREAM,
+)
+
+# What vLLM's 400 says about a request beyond the context ("This model's maximum context length is ...",
+# "... is longer than the maximum model length of ...", "... exceeds the max_model_len ...").
+CONTEXT_WORDS = ("context length", "maximum model length", "max_model_len")
+UNREADABLE_ANSWERS = frozenset({BAD_RESPONSE, MALFORMED_SSE, TRUNCATED_STREAM, EMPTY_RESPONSE})
+GONE = frozenset({CONNECTION_REFUSED, CONNECTION_RESET, CONNECTION_CLOSED, CONNECTION_ERROR})
+
+
+def cause(reason: str, detail: str, model: str | None) -> str:
+    """The likely cause of ``reason`` (a RequestRecord failure reason) and what to do about it."""
+    lowered = detail.lower()
+    if reason == "http_400":
+        if any(word in lowered for word in CONTEXT_WORDS):
+            return (
+                "the server refused the request as longer than the model's context: lower --max-tokens, "
+                "--turns-per-session or --shared-prefix-tokens, or use shorter prompts"
+            )
+        return (
+            "the server refused the request as invalid: check --extra-body, --max-tokens and --temperature "
+            "against what the server accepts"
+        )
+    if reason in ("http_401", "http_403"):
+        return "the server wants an API key: pass --api-key or set OPENAI_API_KEY (or VLLM_API_KEY)"
+    if reason in ("http_404", "http_405"):
+        return (
+            f"the server does not serve this endpoint for model {model!r}: check --model, --endpoint "
+            "(chat or completions) and the path in --base-url"
+        )
+    if reason.startswith("http_5") or reason == SERVER_ERROR_EVENT:
+        return "the server failed while answering: read the server log"
+    if reason == "http_429":
+        return "the server is rate limiting: lower --warmup or ask for a higher limit"
+    if reason in GONE:
+        return "the server stopped answering during the warmup: check that it is still running and read its log"
+    if reason == TIMEOUT:
+        return "no answer within --timeout: the server may be overloaded or stuck; raise --timeout or read its log"
+    if reason in UNREADABLE_ANSWERS:
+        return "the answers could not be read as completions: check --endpoint and --base-url (is it vLLM?)"
+    if reason == CLIENT_OUT_OF_RESOURCES:
+        return "this machine ran out of descriptors, ports or memory, not the server: raise ulimit -n or free memory"
+    if reason == CLIENT_ERROR:
+        return "the error was raised on this machine, not by the server: the detail says what"
+    return "read the server log"
+
+
+def warmup_failed(requests: int, failures: dict[str, int], examples: dict[str, str], model: str | None) -> str:
+    """The message for a warmup in which no request succeeded."""
+    reason = max(failures, key=lambda r: failures[r]) if failures else "unknown"
+    detail = examples.get(reason, "")
+    return f"all {requests} warmup requests failed ({reason}: {detail}). Likely cause: {cause(reason, detail, model)}."
