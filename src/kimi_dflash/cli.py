@@ -38,7 +38,6 @@ GROUPS: dict[str, tuple[tuple[str, str, str], ...]] = {  # group -> (verb, modul
         ("serve", "kimi_dflash.launch.cli", "start vLLM from a config (--dry-run, --preflight, --wait, --stop)"),
         ("check-vllm", "kimi_dflash.launch.check_vllm", "will this vLLM start a config's plan? (reads its source)"),
         ("preflight", "kimi_dflash.preflight.cli", "check this machine for a plan, without a config file"),
-        ("dry-engine", "kimi_dflash.launch.dry_engine_cli", "run vLLM's own start-up code on a config's plan"),
         ("patch", "kimi_dflash.patcher.cli", "check, apply or revert the vLLM patches"),
         ("router", "kimi_dflash.scaleout.router", "put vllm-router in front of several servers"),
         ("preshard", "kimi_dflash.preshard.cli", "pre-shard a checkpoint for one tensor-parallel size"),

@@ -1,7 +1,7 @@
 """`kimi-dflash docs`: regenerate every generated section of a checkout's docs in one go (tests compare each
 with its generator): config/values.py and the config reference from the config schema, the result-file
-reference and JSON Schema from the result model, README's result tables from benchmarks/results/, and with
---matrix the vLLM compatibility matrix (downloads vLLM wheels from the package index: minutes)."""
+reference and JSON Schema from the result model, README's result tables from benchmarks/results/. The vLLM
+compatibility matrix is the lab's (python -m kimi_dflash_lab matrix --write; downloads vLLM wheels: minutes)."""
 
 from __future__ import annotations
 
@@ -13,22 +13,16 @@ from pathlib import Path
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.description = __doc__
     parser.add_argument("--root", type=Path, default=Path("."), help="repository checkout (default: .)")
-    parser.add_argument("--matrix", action="store_true", help="also rebuild the compatibility matrix (slow)")
 
 
-def steps(root: Path, matrix: bool) -> list[tuple[str, str, list[str]]]:
+def steps(root: Path) -> list[tuple[str, str, list[str]]]:
     """(name, module, argv) of each generator, in dependency order (values.py before anything reads it)."""
-    readme, docs = root / "README.md", root / "docs"
+    docs = root / "docs"
     found = [
         ("config values", "kimi_dflash.config.generate_values", ["--write"]),
         ("config reference", "kimi_dflash.config.reference", ["--write", "--readme", str(docs / "configuration.md")]),
         ("result schema", "kimi_dflash.bench.result_schema", ["--write", "--docs", str(docs)]),
     ]
-    if matrix:
-        found.append(
-            ("compatibility matrix", "kimi_dflash.preflight.matrix",
-             ["--write", "--doc", str(docs / "compatibility.md"), "--readme", str(readme)])
-        )  # fmt: skip
     return found
 
 
@@ -45,7 +39,7 @@ def main(args: argparse.Namespace) -> int:
     if package != (root / "src" / "kimi_dflash").resolve():
         print(f"docs: this kimi_dflash is {package}, not {root}'s: run with PYTHONPATH={root / 'src'}", file=sys.stderr)
         return 2
-    for name, module, argv in steps(root, args.matrix):
+    for name, module, argv in steps(root):
         code = importlib.import_module(module).main(argv)
         if code:
             print(f"docs: {name} failed (exit {code})", file=sys.stderr)

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_dflash import vllm_auth
-from kimi_dflash.bench.redaction import redact_argv
 from kimi_dflash.config.acceptance_rates import parse_acceptance_rates
 from kimi_dflash.config.schema import KEYS, UNSET_VALUES, Key, VllmOption
 from kimi_dflash.config.validate import Config
 from kimi_dflash.core import envvars
+from kimi_dflash.core.redaction import redact_argv
 
 REDACTED = "<redacted>"
 CPU_ENTRY_MODULE = "kimi_dflash.vllm_entry"

@@ -8,6 +8,6 @@ validates it and maps it to JSON and JSON Schema) -> report (writing, tables) ->
 compare / plots turn result files into a matched-concurrency report (matplotlib only there). Importing this
 package imports nothing heavy, and it imports nothing of the project but the standard-library leaf
 ``kimi_dflash.core``: the instruments that check the benchmark (the synthetic server, the capacity study, the
-cross-check against ``vllm bench serve``) live in ``kimi_dflash.instruments`` and depend on this package,
+cross-check against ``vllm bench serve``) live in ``kimi_dflash_lab`` and depend on this package,
 never the other way round.
 """

@@ -20,7 +20,6 @@ from kimi_dflash.bench import (
     descriptors,
     eventloop,
     export_csv,
-    redaction,
     report,
     request_shaping,
 )
@@ -29,11 +28,12 @@ from kimi_dflash.bench.level_extras import percentile_key
 from kimi_dflash.bench.openloop import OpenLoopConfig
 from kimi_dflash.bench.output_file import OutputWriteError, ResultFile
 from kimi_dflash.bench.progress import DEFAULT_INTERVAL_S
-from kimi_dflash.bench.redaction import RedactingArgumentParser
 from kimi_dflash.bench.result import SCHEMA, SCHEMA_VERSION, BenchmarkResult, RunInfo, Settings, ToolInfo
 from kimi_dflash.bench.runner import Benchmark, RunConfig, RunState, Stopper
 from kimi_dflash.bench.workload import BUILTIN, Dataset, load_dataset, unencodable_at
+from kimi_dflash.core import redaction
 from kimi_dflash.core.errors import UserError
+from kimi_dflash.core.redaction import RedactingArgumentParser
 
 # What ./serve.sh starts by default (PORT in the config schema; a test keeps the two equal). The benchmark
 # cannot import the config package: it runs on a client box with aiohttp + numpy + pydantic only.

@@ -14,10 +14,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
-from kimi_dflash.bench import redaction
 from kimi_dflash.bench.level_extras import level_name, summary_lines
 from kimi_dflash.bench.request_shaping import redact_header_arg
 from kimi_dflash.bench.result import BenchmarkResult, Distribution, LevelResult, ToolInfo
+from kimi_dflash.core import redaction
 from kimi_dflash.core.atomic_write import write_text_atomic
 
 TOOL_NAME = "benchmark_multi_turn"

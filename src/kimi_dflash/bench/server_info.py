@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import aiohttp
 
-from kimi_dflash.bench import client, prometheus, redaction
+from kimi_dflash.bench import client, prometheus
 from kimi_dflash.bench.records import CONNECTION_REFUSED
 from kimi_dflash.bench.result import ServerInfo
+from kimi_dflash.core import redaction
 from kimi_dflash.core.errors import UserError
 
 

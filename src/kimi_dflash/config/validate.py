@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from kimi_dflash.bench.redaction import redact_argv, secret_option, spelled_option
 from kimi_dflash.config.acceptance_rates import parse_acceptance_rates
 from kimi_dflash.config.loader import RawSetting, display_path, read_settings
 from kimi_dflash.config.problems import ConfigError, Problem
 from kimi_dflash.config.schema import DEMO_CHOICES, KEYS, KEYS_BY_NAME, NO_DEMO, Key
 from kimi_dflash.config.values import ConfigValues
+from kimi_dflash.core.redaction import redact_argv, secret_option, spelled_option
 
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 FALSE_WORDS = frozenset({"0", "false", "no", "off"})

@@ -19,6 +19,7 @@ import hashlib
 import importlib
 import json
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kimi_dflash.core.atomic_write import publish_directory
+from kimi_dflash.core.errors import UserError
 from kimi_dflash.demo.catalog import DEFAULT, DemoChoice
 from kimi_dflash.demo.catalog import choice as catalog_choice
 from kimi_dflash.demo.encoding import json_bytes
@@ -191,6 +193,21 @@ def fabricator(recipe: BundleRecipe) -> Callable[[Callable[[str], None]], Fabric
     return getattr(importlib.import_module(module), function)  # type: ignore[no-any-return]
 
 
+FABRICATION_LIBRARIES = ("tokenizers", "safetensors")  # the cpu extra; numpy is a base dependency
+
+
+def _require_fabrication_libraries() -> None:
+    import importlib.util
+
+    missing = [name for name in FABRICATION_LIBRARIES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise UserError(
+            f"fabricating the demo models needs {' and '.join(missing)} (the cpu extra), not installed in "
+            f"{sys.executable}: run launchers/setup-cpu.sh, or pip install 'kimi-k26-dflash[cpu]'",
+            exit_code=1,
+        )
+
+
 def ensure_demo_models(
     root: Path | None = None, force: bool = False, progress: Callable[[str], None] | None = None, choice: str = DEFAULT
 ) -> DemoModels:
@@ -210,6 +227,7 @@ def ensure_demo_models(
         if problem is None:  # another process finished it while we waited for the lock
             return paths
         say(f"fabricating the demo models in {bundle} ({problem})")
+        _require_fabrication_libraries()
         fabrication = fabricator(recipe)(say)
         files = dict(fabrication.files)
         files[MANIFEST] = manifest_bytes(recipe.fabrication_version, fabrication.files, fabrication.summary)

@@ -1,7 +1,7 @@
 """FP8 KV-cache scales for MLA models (Kimi K2.6): runtime hook, calibration, validation.
 
 The instruments that measure it (the tiny MLA model fabricator, the hook-cost benchmark) are in
-kimi_dflash.instruments.
+kimi_dflash_lab.
 
 Import-light on purpose (the vLLM plugin imports it in every vLLM process). Modules:
   settings     KIMI_DFLASH_KV_* environment -> KvScaleSettings

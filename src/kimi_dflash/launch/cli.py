@@ -14,6 +14,7 @@ from kimi_dflash.config.schema import KEYS
 from kimi_dflash.config.shipped import resolve_config_argument
 from kimi_dflash.config.validate import Config, check_paths, load_config
 from kimi_dflash.core.envvars import CACHE as CACHE_ENV
+from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.paths import cache_root
 from kimi_dflash.launch import hooks, ownership
 from kimi_dflash.launch.prepare import local_plan, resolve_demo_models
@@ -30,7 +31,6 @@ from kimi_dflash.plan import LaunchPlan, build_plan
 
 EXIT_CONFIG = 2
 EXIT_INTERRUPTED = 130
-EXIT_WOULD_NOT_START = 2  # --check-vllm: that vLLM would not start the plan
 
 DESCRIPTION = """\
 Launch vLLM's OpenAI-compatible server for Kimi K2.6 + DFlash from an env-file config.
@@ -106,12 +106,9 @@ def parse_args(argv: list[str] | None, prog: str | None = None) -> argparse.Name
         "--fix-numa", action="store_true", help="as root, set kernel.numa_balancing=0 when preflight finds it on"
     )
     parser.add_argument("--skip-preflight", action="store_true", help="start without preflight checks")
-    parser.add_argument(
-        "--no-dry-engine",
-        action="store_true",
-        help="with --check-vllm / preflight: skip the dry engine (vLLM's own start-up code run on the plan, "
-        "~10 s of CPU; on a host without the plan's GPU it runs on a simulated platform)",
-    )
+    # The dry engine (vLLM's start-up code on a simulated platform) is a lab tool now (python -m kimi_dflash_lab
+    # dry-engine); the flag that skipped it is still accepted so that existing scripts keep working.
+    parser.add_argument("--no-dry-engine", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.config = str(resolve_config_argument(args.config))
     return args
@@ -168,7 +165,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         return stop(pid_path)
 
     if args.check_vllm is not None:
-        return check_vllm(config, args.check_vllm, dry_engine=not args.no_dry_engine)
+        return check_vllm(config, args.check_vllm)
 
     if not args.dry_run:  # from here on the cache is written (demo models) and read by vLLM
         try:
@@ -176,7 +173,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         except UnsafeLocation as error:
             say(f"serve: {error}. Nothing was started.")
             return 1
-    config = resolve_demo_models(config, create=not args.dry_run)
+    try:
+        config = resolve_demo_models(config, create=not args.dry_run)
+    except UserError as error:
+        say(f"serve: {error}. Nothing was started.")
+        return error.exit_code
     path_problems = check_paths(config)
     if args.preflight:  # preflight checks the checkpoint directories itself, in more depth
         path_problems = [p for p in path_problems if p.key not in ("MODEL_DIR", "DRAFT_MODEL_DIR")]
@@ -197,12 +198,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         return EXIT_CONFIG
 
     if not args.skip_preflight or args.preflight:
-        # The dry engine costs ~10 s of CPU: worth it before a 5-minute GPU load, not before a CPU demo that starts
-        # in ~30 s and fails with vLLM's own error anyway. --preflight and --check-vllm always run it.
-        dry_engine = not args.no_dry_engine and (args.preflight or config.typed.device != "cpu")
-        ok = hooks.preflight(config, plan, fix_numa=args.fix_numa, say=say, dry_engine=dry_engine)
-        if not dry_engine and not args.no_dry_engine:
-            say("dry engine: not run before a CPU start (vLLM reports its own errors in seconds); --preflight runs it")
+        ok = hooks.preflight(config, plan, fix_numa=args.fix_numa, say=say)
         if args.preflight:
             return 0 if ok and not path_errors else 1
         if not ok:
@@ -213,9 +209,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     return start(config, plan, args, pid_path)
 
 
-def check_vllm(config: Config, vllm_dir: Path, dry_engine: bool = True) -> int:
-    """`--check-vllm DIR`: the compatibility report for this plan and that vLLM; exit 0 starts, 2 would not.
-    Then, when DIR is the vLLM this Python imports, the dry engine: vLLM's own start-up code on the plan."""
+def check_vllm(config: Config, vllm_dir: Path) -> int:
+    """`--check-vllm DIR`: the compatibility report for this plan and that vLLM; exit 0 starts, 2 would not."""
     from kimi_dflash.patcher.vllm_source import VllmSource, VllmSourceError
     from kimi_dflash.preflight.compat import check_compat
 
@@ -228,14 +223,7 @@ def check_vllm(config: Config, vllm_dir: Path, dry_engine: bool = True) -> int:
     plan = build_plan(config, python_executable=sys.executable, cache_dir=str(cache_root()))
     report = check_compat(hooks.deployment(config, plan), source)
     print(report.render())
-    if not dry_engine:
-        print("dry engine: skipped (--no-dry-engine)")
-        return report.exit_code
-    from kimi_dflash.preflight.dry_check import dry_step
-
-    step = dry_step(config, plan, report, python=sys.executable, judged=Path(source.origin))
-    print(step.text)
-    return report.exit_code if step.ok else EXIT_WOULD_NOT_START
+    return report.exit_code
 
 
 def _log_problem(log: Path | None) -> str | None:

@@ -25,9 +25,7 @@ def deployment(config: Config, plan: LaunchPlan, inherited_env: Mapping[str, str
     return deployment_for_plan(config, plan, inherited_env)
 
 
-def preflight(
-    config: Config, plan: LaunchPlan, fix_numa: bool, say: Callable[[str], None], dry_engine: bool = True
-) -> bool:
+def preflight(config: Config, plan: LaunchPlan, fix_numa: bool, say: Callable[[str], None]) -> bool:
     from kimi_dflash.preflight import PreflightRequest, exit_code, interpreter_for_command, render, run_preflight
 
     device = config.typed.device
@@ -51,25 +49,7 @@ def preflight(
     )
     results = run_preflight(request)
     say(render(results))
-    dry_ok = _dry_engine_ok(config, plan, request.python, say) if dry_engine else True
-    return exit_code(results) == 0 and dry_ok and _kv_scales_ok(config, plan, say)
-
-
-def _dry_engine_ok(config: Config, plan: LaunchPlan, python: str, say: Callable[[str], None]) -> bool:
-    """vLLM's own start-up code on the plan in the serving Python (real platform on a GPU host), compared with the
-    static rules; skipped with a line when that Python has no vLLM."""
-    from kimi_dflash.patcher.vllm_source import VllmSource
-    from kimi_dflash.preflight.compat import check_compat
-    from kimi_dflash.preflight.dry_check import dry_step, installed_vllm, skipped
-
-    installed = installed_vllm(python)
-    if installed is None:
-        say(skipped(f"{python} has no vLLM to run").text)
-        return True
-    static = check_compat(deployment(config, plan, os.environ), VllmSource.from_package_dir(installed))
-    step = dry_step(config, plan, static, python=python, judged=None)
-    say(step.text)
-    return step.ok
+    return exit_code(results) == 0 and _kv_scales_ok(config, plan, say)
 
 
 def _kv_scales_ok(config: Config, plan: LaunchPlan, say: Callable[[str], None]) -> bool:

@@ -290,7 +290,7 @@ def _steps(
         Step("environment", "capture host, accelerators, NUMA, versions, config and plan", 5.0),
         Step(
             "preflight",
-            "preflight: machine checks, vLLM compatibility + runtime rules, dry engine (stops the run on FAIL)",
+            "preflight: machine checks, vLLM compatibility + runtime rules (stops the run on FAIL)",
             box.preflight_s,
         ),
         Step(

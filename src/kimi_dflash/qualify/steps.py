@@ -122,9 +122,8 @@ def environment_step(ctx: Context) -> Outcome:
 
 
 def preflight_step(ctx: Context) -> Outcome:
-    """Preflight as `serve.sh --preflight` runs it: the machine checks, the compatibility check of the installed
-    vLLM with the runtime-trap rules, and the dry engine (vLLM's own start-up code on the plan; real platform on the
-    plan's GPU, simulated elsewhere). Any FAIL, or vLLM's own refusal, stops the run before a server starts."""
+    """Preflight as `serve.sh --preflight` runs it: the machine checks and the compatibility check of the installed
+    vLLM with the runtime-trap rules. Any FAIL stops the run before a server starts."""
     from kimi_dflash.config.problems import ConfigError
     from kimi_dflash.config.validate import load_config
     from kimi_dflash.launch import hooks
@@ -148,8 +147,7 @@ def preflight_step(ctx: Context) -> Outcome:
             "preflight failed: " + ("; ".join(failing[:5]) or "see preflight.txt"),
             {"file": "preflight.txt", "failing": failing},
         )
-    dry = next((line for line in text.splitlines() if line.startswith("dry engine")), "dry engine: no report")
-    return Outcome(DONE, f"preflight passed; {dry} (see preflight.txt)", {"file": "preflight.txt"})
+    return Outcome(DONE, "preflight passed (see preflight.txt)", {"file": "preflight.txt"})
 
 
 # ------------------------------------------------------------------------------- reference and candidate

