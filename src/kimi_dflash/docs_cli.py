@@ -1,7 +1,7 @@
 """`kimi-dflash docs`: regenerate every generated section of a checkout's docs in one go (tests compare each
-with its generator): config/values.py and the config reference from the config schema, the result-file
-reference and JSON Schema from the result model, README's result tables from benchmarks/results/. The vLLM
-compatibility matrix is the lab's (python -m kimi_dflash_lab matrix --write; downloads vLLM wheels: minutes)."""
+with its generator): the config reference from the config schema, the result-file reference and JSON Schema from
+the result model, README's result tables from benchmarks/results/. The vLLM compatibility matrix is the lab's
+(python -m kimi_dflash_lab matrix --write; downloads vLLM wheels: minutes)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,9 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
 
 
 def steps(root: Path) -> list[tuple[str, str, list[str]]]:
-    """(name, module, argv) of each generator, in dependency order (values.py before anything reads it)."""
+    """(name, module, argv) of each generator,."""
     docs = root / "docs"
     found = [
-        ("config values", "kimi_dflash.config.generate_values", ["--write"]),
         ("config reference", "kimi_dflash.config.reference", ["--write", "--readme", str(docs / "configuration.md")]),
         ("result schema", "kimi_dflash.bench.result_schema", ["--write", "--docs", str(docs)]),
     ]

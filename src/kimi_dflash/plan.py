@@ -13,7 +13,8 @@ from pathlib import Path
 
 from kimi_dflash import vllm_auth
 from kimi_dflash.config.acceptance_rates import parse_acceptance_rates
-from kimi_dflash.config.schema import KEYS, UNSET_VALUES, Key, VllmOption
+from kimi_dflash.config.declare import UNSET_VALUES, Key, VllmOption
+from kimi_dflash.config.schema import KEYS
 from kimi_dflash.config.validate import Config
 from kimi_dflash.core import envvars
 from kimi_dflash.core.redaction import redact_argv
@@ -22,7 +23,7 @@ REDACTED = "<redacted>"
 CPU_ENTRY_MODULE = "kimi_dflash.vllm_entry"
 
 # The config key behind each `vllm serve` option the plan writes, so a finding about an option can name the key to
-# change. Built from the schema's one declaration per key (config/schema.py: Key.vllm).
+# change. Built from the schema's one declaration per key (config/schema.py: each key's `vllm=`).
 OPTION_KEYS: dict[str, str] = {flag: key.name for key in KEYS if key.vllm for flag in key.vllm.flags}
 SHARDED_STATE = "sharded_state"
 
@@ -67,12 +68,12 @@ def _argv_lines(argv: tuple[str, ...]) -> list[str]:
 
 def speculative_config(config: Config) -> dict[str, object] | None:
     """The --speculative-config JSON object, or None for the autoregressive baseline: a field per key that declares
-    one (config/schema.py: Key.speculative_field), unset optional keys left to vLLM."""
+    one (config/schema.py: `speculative_field=`), unset optional keys left to vLLM."""
     if not config.speculative:
         return None
     spec: dict[str, object] = {"method": config.typed.speculative_method}  # first, for whoever reads --dry-run
     for key in KEYS:
-        value = config.values[key.name]
+        value = config[key.name]
         if key.speculative_field is None or value is None:
             continue
         if key.name == "SYNTHETIC_ACCEPTANCE_RATES":  # validated by the config rules: outputs are not the model's
@@ -102,13 +103,13 @@ def _composite(key: Key, config: Config) -> list[str]:
 
 
 def _option(key: Key, option: VllmOption, config: Config) -> list[str]:
-    """What one key writes on the command line, from its declaration (config/schema.py: VllmOption)."""
-    value = config.values[key.name]
+    """What one key writes on the command line, from its declaration (config/declare.py: VllmOption)."""
+    value = config[key.name]
     if option.gpu_only and config.typed.device == "cpu":
         return []
-    if option.only_with and config.values[option.only_with] in UNSET_VALUES:
+    if option.only_with and config[option.only_with] in UNSET_VALUES:
         return []
-    if option.only_without and config.values[option.only_without] not in UNSET_VALUES:
+    if option.only_without and config[option.only_without] not in UNSET_VALUES:
         return []
     if option.style == "composite":
         return _composite(key, config)

@@ -157,7 +157,7 @@ def _per_request_flag() -> tuple[str, str]:
 def _verify_k_limit(values: dict[str, str]) -> tuple[int, str] | None:
     """The largest k the AITER MLA verify-length rule lets through on the vLLM this interpreter serves with (read
     from its source), for a ROCm plan with AITER MLA on; None when the rule does not apply or the cap is absent."""
-    from kimi_dflash.config.validate import TRUE_WORDS
+    from kimi_dflash.config.convert import TRUE_WORDS
     from kimi_dflash.preflight.runtime_facts import aiter_verify_cap
 
     if values.get("DEVICE", "rocm") != "rocm" or values.get("ROCM_USE_AITER_MLA", "true").lower() not in TRUE_WORDS:

