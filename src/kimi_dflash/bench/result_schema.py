@@ -89,7 +89,7 @@ def _objects(schema: dict[str, Any]) -> list[tuple[str, dict[str, Any], list[str
     return [(name, objects[name], parents[name]) for name in order]
 
 
-def _cell(text: str) -> str:
+def _escape_pipes(text: str) -> str:
     return text.replace("|", "\\|")
 
 
@@ -109,7 +109,7 @@ def render_reference() -> str:
         lines += ["| field | type | required | meaning |", "|---|---|---|---|"]
         required = set(schema.get("required", ()))
         for field_name, field_schema in schema["properties"].items():
-            kind, meaning = _cell(type_name(field_schema)), _cell(field_schema.get("description", ""))
+            kind, meaning = _escape_pipes(type_name(field_schema)), _escape_pipes(field_schema.get("description", ""))
             lines.append(f"| `{field_name}` | {kind} | {'yes' if field_name in required else ''} | {meaning} |")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"

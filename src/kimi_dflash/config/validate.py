@@ -16,6 +16,7 @@ from kimi_dflash.config.loader import RawSetting, display_path, read_settings
 from kimi_dflash.config.problems import ConfigError, Problem
 from kimi_dflash.config.schema import DEMO_CHOICES, KEYS, KEYS_BY_NAME, NO_DEMO, Key
 from kimi_dflash.config.values import ConfigValues
+from kimi_dflash.core.formatting import general
 from kimi_dflash.core.redaction import redact_argv, secret_option, spelled_option
 
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
@@ -143,14 +144,10 @@ def _describe(spec: Key) -> str:
         return "one of " + ", ".join(spec.choices)
     parts = []
     if spec.minimum is not None and spec.maximum is not None:
-        parts.append(f"from {_num(spec.minimum)} to {_num(spec.maximum)}")
+        parts.append(f"from {general(spec.minimum)} to {general(spec.maximum)}")
     if spec.multiple_of:
         parts.append(f"a multiple of {spec.multiple_of}")
     return " and ".join(parts) or spec.type
-
-
-def _num(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else str(x)
 
 
 def _format_default(spec: Key) -> str:
