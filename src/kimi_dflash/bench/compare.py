@@ -141,8 +141,8 @@ def _level_table(baseline: Run, candidate: Run, common: list[float], confidence:
              *(f"{column.cell(b)} → {column.cell(c)}" for column in arrows)]
         )  # fmt: skip
     notes = [
-        f"{first.header}: aggregate output tokens per second over the measured window. per-user tok/s: mean of "
-        "1/TPOT per request.",
+        f"{columns.OUTPUT_TOK_S.header}: aggregate output tokens per second over the measured window. "
+        f"{columns.PER_USER['mean'].header}: mean of 1/TPOT per request.",
         "CI: interval of the speedup over repeats (delta method on the log ratio of means, Welch df); "
         "'not significant' when it contains 1.0.",
     ]

@@ -80,9 +80,13 @@ ALIGN = {"l": "---", "r": "---:", "c": ":---:"}
 
 
 def markdown_table(header: Sequence[str], align: str, rows: Iterable[Sequence[object]]) -> list[str]:
-    """A Markdown table's lines; ``align`` has one letter per column: l(eft), r(ight) or c(entre)."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(ALIGN[a] for a in align) + "|"]
-    return lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows]
+    """A Markdown table's lines; ``align`` has one letter per column: l(eft), r(ight) or c(entre). A "|" inside a
+    cell is escaped, so it cannot split the cell."""
+
+    def line(cells: Iterable[object]) -> str:
+        return "| " + " | ".join(str(cell).replace("|", "\\|") for cell in cells) + " |"
+
+    return [line(header), "|" + "|".join(ALIGN[a] for a in align) + "|", *map(line, rows)]
 
 
 def text_row(cells: Sequence[str], widths: Sequence[int], prefix: str = "") -> str:

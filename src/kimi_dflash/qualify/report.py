@@ -202,56 +202,38 @@ def render(
     lines += report_sections.reply_identity_lines(replies)
     lines += _divergence_lines(out)
     lines += ["", *_recommendation_lines(out), ""]
-    plan = state.plan
-    speedups = _load(out / "goodput.json")
-    lines += [
-        "## Acceptance by draft position",
-        "",
-        *_acceptance_table(out),
-        "",
-        "## Per-request acceptance",
-        "",
-        *report_sections.per_request_section(
+    plan, speedups = state.plan, _load(out / "goodput.json")
+    matched = aggregate.render_table(cells).rstrip() if cells else "*(no grid point finished)*"
+    sections = {
+        "## Acceptance by draft position": _acceptance_table(out),
+        "## Per-request acceptance": report_sections.per_request_section(
             _load(out / "per_request.json"), int(plan.get("spec_tokens") or 0), _why_not(state, "per_request")
         ),
-        "",
-        "## Matched concurrency (rows compared only at equal concurrency)",
-        "",
-        f"Workload per level: benchmark {' '.join(plan.get('bench_args', []))}; k=0 is the reference "
-        "(SPECULATIVE_METHOD=none), same config otherwise.",
-        "",
-        aggregate.render_table(cells).rstrip() if cells else "*(no grid point finished)*",
-        "",
-        "### Speedup at matched concurrency, with its interval",
-        "",
-        *report_sections.matched_speedup_section(speedups, _why_not(state, "goodput")),
-        "",
-        "## Goodput at the SLO",
-        "",
-        *report_sections.goodput_section(speedups, _why_not(state, "goodput")),
-        "",
-        "## Graph-mode candidate",
-        "",
-        *report_sections.graphs_section(_load(out / "graphs.json"), _why_not(state, "graphs")),
-        "",
-        "## Projection: what a better drafter would give on this box",
-        "",
-        *report_sections.projection_section(_load(out / "projection.json"), _why_not(state, "synthetic")),
-        "",
-        "## The recipe's published MI300X figures beside this run",
-        "",
-        *_recipe_table(recipe, cells, device),
-        "",
-    ]
-    if plots:
-        lines += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]
-    lines += ["## Steps", "", "| step | status | time | detail |", "|---|---|---:|---|"]
-    for name, record in state.steps.items():
-        took = number(record.duration_s, 0, " s")
-        detail = record.detail.replace("|", "/").replace("\n", " ")[:300]
-        lines.append(f"| {name} | {record.status} | {took} | {detail} |")
+        "## Matched concurrency (rows compared only at equal concurrency)": [
+            f"Workload per level: benchmark {' '.join(plan.get('bench_args', []))}; k=0 is the reference "
+            "(SPECULATIVE_METHOD=none), same config otherwise.",
+            "",
+            matched,
+        ],  # fmt: skip
+        "### Speedup at matched concurrency, with its interval": report_sections.matched_speedup_section(
+            speedups, _why_not(state, "goodput")
+        ),
+        "## Goodput at the SLO": report_sections.goodput_section(speedups, _why_not(state, "goodput")),
+        "## Graph-mode candidate": report_sections.graphs_section(
+            _load(out / "graphs.json"), _why_not(state, "graphs")
+        ),
+        "## Projection: what a better drafter would give on this box": report_sections.projection_section(
+            _load(out / "projection.json"), _why_not(state, "synthetic")
+        ),
+        "## The recipe's published MI300X figures beside this run": _recipe_table(recipe, cells, device),
+        "## Plots": [f"![{p.stem}]({p.name})" for p in plots],
+    }
+    for title, body in sections.items():
+        lines += [title, "", *body, ""] if body else []
+    steps = [[name, step.status, number(step.duration_s, 0, " s"), step.detail.replace("\n", " ")[:300]]
+             for name, step in state.steps.items()]  # fmt: skip
+    lines += ["## Steps", "", *markdown_table(["step", "status", "time", "detail"], "llrl", steps), ""]
     lines += [
-        "",
         f"Exit code {code} ({overall}). Raw files: `grid/*.json` (one benchmark result per k), "
         "`results/` (the same, named for benchmarks/results/), `lossless/`, `graphs/` and `projection/` (when "
         "measured), `state.json`.",

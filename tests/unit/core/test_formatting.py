@@ -34,7 +34,7 @@ def test_missing_reads_a_dash_in_tables_and_nothing_in_csv() -> None:
 
 
 def test_tables_are_rendered_one_way() -> None:
-    assert f.markdown_table(["a", "b"], "lr", [[1, "x"]]) == ["| a | b |", "|---|---:|", "| 1 | x |"]
+    assert f.markdown_table(["a", "b"], "lr", [[1, "x|y"]]) == ["| a | b |", "|---|---:|", "| 1 | x\\|y |"]
     assert f.text_row(["ab", "c"], [4, 3], "> ") == ">   ab    c"
 
 
