@@ -60,12 +60,8 @@ def render(p: Sequence[float], predictions: Sequence[Prediction], fit_k: set[int
                      percent(m and pred.per_user_tok_s / m.per_user_tok_s - 1, signed=True), number(pred.output_tok_s),
                      number(m and m.output_tok_s), percent(m and pred.output_tok_s / m.output_tok_s - 1, signed=True),
                      basis])  # fmt: skip
-    lines = [
-        f"acceptance per position (%, largest-k run): {acceptance}",
-        "",
-        *markdown_table(header, "r" * 10 + "l", rows),
-    ]
-    lines.append("")
+    lines = [f"acceptance per position (%, largest-k run): {acceptance}", ""]
+    lines += [*markdown_table(header, "r" * 10 + "l", rows), ""]
     for sessions, best in sorted(recommend(predictions).items()):
         lines.append(f"recommendation: {sessions} sessions -> k = {best.k} ({number(best.output_tok_s)} aggregate "
                      f"tok/s, {number(best.per_user_tok_s)} per user)")  # fmt: skip

@@ -30,16 +30,9 @@ def write_acceptance_plot(rows: Sequence[dict[str, Any]], out: Path) -> Path:
     from kimi_dflash.bench.plots import line_chart
 
     series = {f"k={k}": (range(1, len(v) + 1), [p * 100 for p in v]) for k, v in acceptance_by_k(rows).items()}
-    return line_chart(
-        out / ACCEPTANCE_PNG,
-        series,
-        "Acceptance by draft position (all concurrencies)",
-        "draft position",
-        "accepted / drafts (%)",
-        legend_size=8,
-        ylim=(0, 100),
-        integer_x=True,
-    )
+    title = "Acceptance by draft position (all concurrencies)"
+    return line_chart(out / ACCEPTANCE_PNG, series, title, "draft position", "accepted / drafts (%)", legend_size=8,
+                      ylim=(0, 100), integer_x=True)  # fmt: skip
 
 
 def write_all(cells: Sequence[aggregate.Cell], acceptance_rows: Sequence[dict[str, Any]], out: Path) -> list[Path]:
