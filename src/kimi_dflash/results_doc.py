@@ -16,6 +16,7 @@ from typing import Any
 from kimi_dflash.bench.result import SCHEMA as RESULT_SCHEMA
 from kimi_dflash.bench.result import BenchmarkResult, parse_result
 from kimi_dflash.core.errors import UserError
+from kimi_dflash.core.formatting import general, markdown_table
 from kimi_dflash.sweep.aggregate import cells, render_table
 
 REPORTED_SCHEMA = "kimi-dflash/reported-figures"
@@ -38,27 +39,18 @@ def load_files(directory: Path) -> tuple[list[tuple[str, BenchmarkResult]], list
     return measured, reported
 
 
-def _num(value: Any) -> str:
-    return "—" if value is None else f"{value:g}"
-
-
 def render_reported(document: dict[str, Any]) -> str:
-    lines = [
-        (
-            f"**{document['title']}: reported by {document['source']}; not measured by this project.** "
-            f"{document['provenance']}"
-        ),
-        "",
-        "| config | KV cache | spec tokens | max_num_seqs | sessions | aggregate tok/s | per-user tok/s |",
-        "|---|---|---:|---:|---:|---:|---:|",
-    ]
+    header = ["config", "KV cache", "spec tokens", "max_num_seqs", "sessions", "aggregate tok/s", "per-user tok/s"]
+    rows = []
     for row in document["rows"]:
-        per_user = ("~" if row.get("per_user_approximate") else "") + _num(row.get("per_user_tok_s"))
-        lines.append(f"| `{row['config']}` | {row['kv_cache']} | {row['spec_tokens']} | {row['max_num_seqs']} "
-                     f"| {row['sessions']} | {_num(row['output_tok_s'])} | {per_user} |")  # fmt: skip
+        per_user = "~" * bool(row.get("per_user_approximate")) + general(row.get("per_user_tok_s"))
+        rows.append([f"`{row['config']}`", row["kv_cache"], row["spec_tokens"], row["max_num_seqs"], row["sessions"],
+                     general(row["output_tok_s"]), per_user])  # fmt: skip
     settings = ", ".join(f"{key.replace('_', ' ')} {value}" for key, value in document["settings"].items())
-    lines += ["", f"Settings ({document['hardware']}): {settings}.", ""]
-    lines += [f"- {note}" for note in document.get("notes", [])]
+    title = f"**{document['title']}: reported by {document['source']}; not measured by this project.**"
+    notes = [f"- {note}" for note in document.get("notes", [])]
+    lines = [f"{title} {document['provenance']}", "", *markdown_table(header, "llrrrrr", rows), "",
+             f"Settings ({document['hardware']}): {settings}.", "", *notes]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 

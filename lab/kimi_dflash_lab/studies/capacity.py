@@ -34,6 +34,7 @@ from kimi_dflash.bench.result import load_result
 from kimi_dflash.bench.workload import BUILTIN, load_dataset
 from kimi_dflash.core.atomic_write import write_text_atomic
 from kimi_dflash.core.envvars import HF_HUB_OFFLINE
+from kimi_dflash.core.formatting import number
 from kimi_dflash_lab import lab_environ
 from kimi_dflash_lab.studies.crosscheck import BENCH_COMMAND, write_sharegpt
 from kimi_dflash_lab.synthetic import running
@@ -255,16 +256,17 @@ def capacity(rows: list[dict[str, Any]], tool: str, threshold: float) -> dict[st
 
 
 def _row_text(row: dict[str, Any]) -> str:
-    def f(value: Any, spec: str) -> str:
-        return format(value, spec) if isinstance(value, (int, float)) else "-"
+    def show(key: str, digits: int, width: int = 0, scale: float = 1.0) -> str:
+        value = row[key]
+        return number(value * scale if isinstance(value, (int, float)) else None, digits).rjust(width)
 
     return (
         f"{row['tool']:>5} {row['streams']:>6} streams"
-        f"  tok/s {f(row['tok_s'], '9.1f')} (true {f(row['true_tok_s'], '9.1f')})"
-        f"  TPOT {f(row['tpot_ms'], '7.3f')} ms (true {f(row['true_tpot_ms'], '7.3f')})"
-        f"  distortion {f(row['distortion'] * 100, '6.2f')} %  TTFT {f(row['ttft_ms'], '7.1f')} ms"
-        f"  client CPU {f((row['cpu_util'] or 0) * 100, '3.0f')} % ({f(row['cpu_us_per_chunk'], '.1f')} us/chunk)"
-        f"  server lag {f(row['server_lag_mean_ms'], '.2f')} ms"
+        f"  tok/s {show('tok_s', 1, 9)} (true {show('true_tok_s', 1, 9)})"
+        f"  TPOT {show('tpot_ms', 3, 7)} ms (true {show('true_tpot_ms', 3, 7)})"
+        f"  distortion {show('distortion', 2, 6, 100)} %  TTFT {show('ttft_ms', 1, 7)} ms"
+        f"  client CPU {number((row['cpu_util'] or 0) * 100, 0):>3} % ({show('cpu_us_per_chunk', 1)} us/chunk)"
+        f"  server lag {show('server_lag_mean_ms', 2)} ms"
     )
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from kimi_dflash.advisor.model import ASSUMPTIONS, Prediction, measurements, predict, recommend
 from kimi_dflash.bench.result import BenchmarkResult, load_result
 from kimi_dflash.core.errors import UserError
+from kimi_dflash.core.formatting import markdown_table, number, percent
 
 EPILOG = """\
 Feed it sweep directories (launchers/kimi26-vllm-dflash-sweep.sh --out DIR) or benchmark result JSONs. It needs
@@ -45,41 +46,30 @@ def load_inputs(paths: Sequence[Path]) -> list[tuple[str, BenchmarkResult]]:
     return found
 
 
-def _num(value: float | None, digits: int = 1) -> str:
-    return "—" if value is None else f"{value:.{digits}f}"
-
-
-def _pct(value: float | None) -> str:
-    return "—" if value is None else f"{value * 100:+.1f} %"
-
-
 def render(p: Sequence[float], predictions: Sequence[Prediction], fit_k: set[int] | None) -> list[str]:
     acceptance = " / ".join(f"{v * 100:.0f}" for v in p)
-    lines = [f"acceptance per position (%, largest-k run): {acceptance}", ""]
-    lines.append(
-        "| sessions | k | τ | step ms | per-user tok/s | measured | error "
-        "| aggregate tok/s | measured | error | basis |"
-    )
-    lines.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    header = ["sessions", "k", "τ", "step ms", "per-user tok/s", "measured", "error", "aggregate tok/s", "measured",
+              "error", "basis"]  # fmt: skip
+    rows = []
     for pred in predictions:
         m = pred.measured if pred.k != 0 else None  # k = 0 is the measurement itself: no error to show
         basis = ("measured" if pred.k == 0 else "fitted" if pred.fitted
                  else "held out" if pred.measured else "predicted")  # fmt: skip
-        lines.append(
-            f"| {pred.sessions} | {pred.k} | {pred.tau:.2f} | {_num(pred.step_s and pred.step_s * 1000)} "
-            f"| {pred.per_user_tok_s:.1f} | {_num(m and m.per_user_tok_s)} "
-            f"| {_pct(m and pred.per_user_tok_s / m.per_user_tok_s - 1)} | {pred.output_tok_s:.1f} "
-            f"| {_num(m and m.output_tok_s)} | {_pct(m and pred.output_tok_s / m.output_tok_s - 1)} | {basis} |"
-        )
-    lines.append("")
+        rows.append([pred.sessions, pred.k, number(pred.tau, 2), number(pred.step_s and pred.step_s * 1000),
+                     number(pred.per_user_tok_s), number(m and m.per_user_tok_s),
+                     percent(m and pred.per_user_tok_s / m.per_user_tok_s - 1, signed=True), number(pred.output_tok_s),
+                     number(m and m.output_tok_s), percent(m and pred.output_tok_s / m.output_tok_s - 1, signed=True),
+                     basis])  # fmt: skip
+    lines = [f"acceptance per position (%, largest-k run): {acceptance}", ""]
+    lines += [*markdown_table(header, "r" * 10 + "l", rows), ""]
     for sessions, best in sorted(recommend(predictions).items()):
-        lines.append(f"recommendation: {sessions} sessions -> k = {best.k} ({best.output_tok_s:.1f} aggregate tok/s, "
-                     f"{best.per_user_tok_s:.1f} per user)")  # fmt: skip
+        lines.append(f"recommendation: {sessions} sessions -> k = {best.k} ({number(best.output_tok_s)} aggregate "
+                     f"tok/s, {number(best.per_user_tok_s)} per user)")  # fmt: skip
     held = [pr for pr in predictions if pr.measured and not pr.fitted and pr.k > 0]
     if held:
         worst = max(abs(pr.error or 0) for pr in held)
         lines.append(f"held-out check: {len(held)} measured points not used for fitting; largest aggregate error "
-                     f"{worst * 100:.1f} %")  # fmt: skip
+                     f"{percent(worst)}")  # fmt: skip
     if fit_k is not None:
         lines.append(f"fitted on k in {{{', '.join(map(str, sorted(fit_k)))}}}")
     lines.append("model assumptions:")

@@ -13,45 +13,20 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-from kimi_dflash.bench import compare_extras, reply_match
+from kimi_dflash.bench import columns, compare_extras, reply_match
+from kimi_dflash.bench.compare_extras import Run, load_runs
 from kimi_dflash.bench.intervals import CONFIDENCE_LEVELS
-from kimi_dflash.bench.result import BenchmarkResult, LevelResult, Settings, load_result
+from kimi_dflash.bench.result import Settings
 from kimi_dflash.core.atomic_write import write_text_atomic
 from kimi_dflash.core.errors import UserError
+from kimi_dflash.core.formatting import markdown_table, percent, ratio
 
 # Settings that must agree for two runs to be comparable.
 WORKLOAD_KEYS = (
     "turns_per_session", "max_tokens", "temperature", "ignore_eos", "stream", "independent_turns", "prompt_order",
 )  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Run:
-    path: Path
-    name: str
-    document: BenchmarkResult
-
-    @property
-    def levels(self) -> dict[float, LevelResult]:
-        """By session count; by request rate for an open-loop run."""
-        return compare_extras.levels_by_load(self.document)
-
-
-def load_runs(paths: list[Path]) -> list[Run]:
-    runs = []
-    seen: set[str] = set()
-    for path in paths:
-        document = load_result(path)
-        name = document.run.label or path.stem
-        if name in seen:
-            name = f"{name} ({path.name})"
-        seen.add(name)
-        runs.append(Run(path=path, name=name, document=document))
-    return runs
 
 
 def workload_differences(baseline: Run, other: Run) -> list[str]:
@@ -91,40 +66,6 @@ def quality_notes(run: Run) -> list[str]:
         if level.tokens_counted_from_chunks:
             notes.append(f"{run.name}: level {level.sessions} counted tokens from chunks (no usage reported)")
     return notes
-
-
-# The figures the tables and plots show, each read from a level.
-Figure = Callable[[LevelResult], "float | None"]
-
-
-def output_tok_s(level: LevelResult) -> float | None:
-    return level.output_tok_s
-
-
-def per_user_mean(level: LevelResult) -> float | None:
-    return level.per_user_tok_s.mean
-
-
-def ttft_p95(level: LevelResult) -> float | None:
-    return level.ttft_ms.p95
-
-
-def tpot_p95(level: LevelResult) -> float | None:
-    return level.tpot_ms.p95
-
-
-def e2el_p95(level: LevelResult) -> float | None:
-    return level.e2el_s.p95
-
-
-def _f(value: float | None, digits: int = 1) -> str:
-    return "—" if value is None else f"{value:.{digits}f}"
-
-
-def _ratio(new: float | None, old: float | None) -> str:
-    if new is None or old is None or old == 0:
-        return "—"
-    return f"{new / old:.2f}x"
 
 
 def render_markdown(
@@ -185,58 +126,41 @@ def render_markdown(
 
 def _level_table(baseline: Run, candidate: Run, common: list[float], confidence: float = 0.95) -> str:
     b_name, c_name = baseline.name, candidate.name
-    rows = [
-        f"## {c_name} vs {b_name} at matched concurrency",
-        "",
-        (
-            f"| sessions | {b_name} tok/s | {c_name} tok/s | speedup | {confidence:.0%} CI | {b_name} user tok/s "
-            f"| {c_name} user tok/s "
-            f"| TTFT p95 ms ({b_name} → {c_name}) | TPOT p95 ms | E2EL p95 s | failed |"
-        ),
-        "|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    for sessions in common:
-        b, c = baseline.levels[sessions], candidate.levels[sessions]
+    first, *side_by_side = columns.COMPARE_SIDE_BY_SIDE
+    arrows = columns.COMPARE_ARROWS
+    header = ["sessions", f"{b_name} {first.header}", f"{c_name} {first.header}", "speedup",
+              f"{percent(confidence, 0)} CI", *(f"{n} {c.header}" for c in side_by_side for n in (b_name, c_name)),
+              f"{arrows[0].header} ({b_name} → {c_name})", *(c.header for c in arrows[1:])]  # fmt: skip
+    rows = []
+    for key in common:
+        b, c = baseline.levels[key], candidate.levels[key]
         rows.append(
-            f"| {compare_extras.load_label(sessions)} | {_f(output_tok_s(b))} | {_f(output_tok_s(c))} "
-            f"| **{_ratio(output_tok_s(c), output_tok_s(b))}** "
-            f"| {compare_extras.speedup_interval_cell(b, c, confidence)} "
-            f"| {_f(per_user_mean(b))} | {_f(per_user_mean(c))} "
-            f"| {_f(ttft_p95(b), 0)} → {_f(ttft_p95(c), 0)} "
-            f"| {_f(tpot_p95(b))} → {_f(tpot_p95(c))} "
-            f"| {_f(e2el_p95(b), 2)} → {_f(e2el_p95(c), 2)} "
-            f"| {b.failed} / {c.failed} |"
-        )
-    rows += [
-        "",
-        "tok/s: aggregate output tokens per second over the measured window. user tok/s: mean of 1/TPOT per request.",
-        "CI: interval of the tok/s speedup over repeats (delta method on the log ratio of means, Welch df); "
+            [columns.LEVEL.cell(b), first.cell(b), first.cell(c), f"**{ratio(first.over(c, b))}**",
+             compare_extras.speedup_interval_cell(b, c, confidence),
+             *(column.cell(level) for column in side_by_side for level in (b, c)),
+             *(f"{column.cell(b)} → {column.cell(c)}" for column in arrows)]
+        )  # fmt: skip
+    notes = [
+        f"{columns.OUTPUT_TOK_S.header}: aggregate output tokens per second over the measured window. "
+        f"{columns.PER_USER['mean'].header}: mean of 1/TPOT per request.",
+        "CI: interval of the speedup over repeats (delta method on the log ratio of means, Welch df); "
         "'not significant' when it contains 1.0.",
-        "",
     ]
-    return "\n".join(rows)
+    title = f"## {c_name} vs {b_name} at matched concurrency"
+    return "\n".join([title, "", *markdown_table(header, "rrrrl" + "r" * (len(header) - 5), rows), "", *notes, ""])
 
 
 def _acceptance_table(runs: list[Run]) -> str:
-    rows = ["## Speculative decoding (from /metrics deltas after warmup)", ""]
-    body = []
+    rows = []
     for run in runs:
-        for sessions, level in sorted(run.levels.items()):
+        for level in (level for _, level in sorted(run.levels.items())):
             spec = level.spec_decode
-            if not spec:
-                body.append(f"| {run.name} | {sessions} | — | — | no speculation ({level.spec_decode_status}) |")
-                continue
-            per_pos = ", ".join(f"{p:.3f}" for p in spec.per_position)
-            body.append(
-                f"| {run.name} | {sessions} | {spec.acceptance_rate:.3f} | {spec.acceptance_length:.2f} | {per_pos} |"
-            )
-    rows += [
-        "| run | sessions | acceptance rate | mean acceptance length τ | per position |",
-        "|---|---:|---:|---:|---|",
-    ]
-    rows += body
-    rows.append("")
-    return "\n".join(rows)
+            positions = (", ".join(columns.ACCEPTANCE_RATE.fmt(p) for p in spec.per_position) if spec
+                         else f"no speculation ({level.spec_decode_status})")  # fmt: skip
+            rows.append([run.name, columns.LEVEL.cell(level), *(c.cell(level) for c in columns.SPEC), positions])
+    header = ["run", "sessions", *(c.header for c in columns.SPEC), "per position"]
+    title = "## Speculative decoding (from /metrics deltas after warmup)"
+    return "\n".join([title, "", *markdown_table(header, "lr" + "r" * len(columns.SPEC) + "l", rows), ""])
 
 
 def _sources(runs: list[Run]) -> str:

@@ -1,5 +1,6 @@
-"""What compare_results adds to the matched-load table: the speedup's confidence interval over repeats,
-the speedup at the SLO, and how levels are keyed when a run was open-loop.
+"""The runs a comparison reads and what it adds to the matched-load table: the speedup's confidence interval over
+repeats, the speedup at the SLO, and how levels are keyed when a run was open-loop. Below compare.py and plots.py,
+which both read runs.
 
 Speedup at the SLO: each side's *sustained load* is its highest load level (sessions, or request rate in
 an open loop) whose SLO attainment is at least the threshold (default 0.9). The speedup at the SLO is
@@ -11,12 +12,41 @@ different loads on the two sides (and says so). It needs both runs measured with
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from pathlib import Path
 
+from kimi_dflash.bench import columns
 from kimi_dflash.bench.goodput import describe
 from kimi_dflash.bench.intervals import ratio_interval
-from kimi_dflash.bench.result import BenchmarkResult, LevelResult, Settings
+from kimi_dflash.bench.result import BenchmarkResult, LevelResult, Settings, load_result
+from kimi_dflash.core.formatting import MISSING, interval, markdown_table, percent, ratio
 
 DEFAULT_ATTAINMENT = 0.9
+
+
+@dataclass(frozen=True)
+class Run:
+    path: Path
+    name: str
+    document: BenchmarkResult
+
+    @property
+    def levels(self) -> dict[float, LevelResult]:
+        """By session count; by request rate for an open-loop run."""
+        return levels_by_load(self.document)
+
+
+def load_runs(paths: list[Path]) -> list[Run]:
+    runs = []
+    seen: set[str] = set()
+    for path in paths:
+        document = load_result(path)
+        name = document.run.label or path.stem
+        if name in seen:
+            name = f"{name} ({path.name})"
+        seen.add(name)
+        runs.append(Run(path=path, name=name, document=document))
+    return runs
 
 
 def level_key(level: LevelResult) -> float:
@@ -29,12 +59,6 @@ def level_key(level: LevelResult) -> float:
 
 def levels_by_load(document: BenchmarkResult) -> dict[float, LevelResult]:
     return {level_key(level): level for level in document.results}
-
-
-def load_label(key: float) -> str:
-    if isinstance(key, int):
-        return str(key)
-    return "inf" if math.isinf(key) else f"{key:g}/s"
 
 
 def open_loop_differences(a: Settings, b: Settings) -> list[str]:
@@ -52,15 +76,14 @@ def open_loop_differences(a: Settings, b: Settings) -> list[str]:
 
 def speedup_interval_cell(baseline: LevelResult, candidate: LevelResult, confidence: float) -> str:
     """``[1.41, 1.58]`` for output tok/s over repeats; ``[0.97, 1.05] not significant`` when it spans 1.0."""
-    interval = ratio_interval(
+    found = ratio_interval(
         [r.output_tok_s for r in candidate.repeat_results],
         [r.output_tok_s for r in baseline.repeat_results],
         confidence,
     )
-    if interval is None or interval.low is None or interval.high is None:
+    if found is None or found.low is None or found.high is None:
         return "— (needs --repeats ≥ 2)"
-    cell = f"[{interval.low:.2f}, {interval.high:.2f}]"
-    return cell if interval.significant else cell + " not significant"
+    return interval(found.low, found.high) + ("" if found.significant else " not significant")
 
 
 def sustained(levels: dict[float, LevelResult], threshold: float) -> tuple[float, LevelResult] | None:
@@ -92,44 +115,33 @@ def slo_section(
             "Re-run both with the same --slo.\n"
         )
     b_levels, c_levels = levels_by_load(baseline), levels_by_load(candidate)
-    rows = [
+    rows, found = [], {}
+    for name, levels in ((baseline_name, b_levels), (candidate_name, c_levels)):
+        found[name] = best = sustained(levels, threshold)
+        if best is None:
+            rows.append([name, f"none (no level reaches {percent(threshold, 0)})"] + [MISSING] * len(columns.SLO))
+        else:
+            rows.append([name, columns.LEVEL.cell(best[1])] + [column.cell(best[1]) for column in columns.SLO])
+    lines = [
         title,
         "",
-        f"SLO: {describe(b_slo or {})}; a load is sustained when at least {threshold:.0%} of its requests meet it.",
+        f"SLO: {describe(b_slo or {})}; a load is sustained when at least {percent(threshold, 0)} of its requests "
+        "meet it.",
         "",
-        "| run | sustained load | attainment | output tok/s | goodput tok/s | goodput req/s |",
-        "|---|---:|---:|---:|---:|---:|",
+        *markdown_table(
+            ["run", "sustained load", *(c.header for c in columns.SLO)], "lr" + "r" * len(columns.SLO), rows
+        ),
+        "",
     ]
-    found = {}
-    for name, levels in ((baseline_name, b_levels), (candidate_name, c_levels)):
-        best = sustained(levels, threshold)
-        found[name] = best
-        if best is None:
-            rows.append(f"| {name} | none (no level reaches {threshold:.0%}) | — | — | — | — |")
-            continue
-        key, level = best
-        gp = level.goodput
-        assert gp is not None and gp.attainment is not None
-        rows.append(
-            f"| {name} | {load_label(key)} | {gp.attainment:.1%} | {_f(level.output_tok_s)} "
-            f"| {_f(gp.output_goodput)} | {_f(gp.request_goodput, 2)} |"
-        )
-    rows.append("")
     b_best, c_best = found[baseline_name], found[candidate_name]
     if b_best is not None and c_best is not None:
-        b_good = b_best[1].goodput.output_goodput if b_best[1].goodput else None
-        c_good = c_best[1].goodput.output_goodput if c_best[1].goodput else None
-        ratio = "—" if not b_good or c_good is None else f"{c_good / b_good:.2f}x"
-        rows.append(
-            f"**Speedup at the SLO: {ratio}** (goodput tok/s, {candidate_name} at {load_label(c_best[0])} vs "
-            f"{baseline_name} at {load_label(b_best[0])}). Only levels that were measured count: a sweep with "
-            "more levels can move the sustained load."
+        speedup = columns.OUTPUT_GOODPUT.over(c_best[1], b_best[1])
+        lines.append(
+            f"**Speedup at the SLO: {ratio(speedup)}** (goodput tok/s, {candidate_name} at "
+            f"{columns.LEVEL.cell(c_best[1])} vs {baseline_name} at {columns.LEVEL.cell(b_best[1])}). Only levels that "
+            "were measured count: a sweep with more levels can move the sustained load."
         )
     else:
-        rows.append("**Speedup at the SLO: —** (a side sustains no measured load within the SLO)")
-    rows.append("")
-    return "\n".join(rows)
-
-
-def _f(value: float | None, digits: int = 1) -> str:
-    return "—" if value is None else f"{value:.{digits}f}"
+        lines.append("**Speedup at the SLO: —** (a side sustains no measured load within the SLO)")
+    lines.append("")
+    return "\n".join(lines)

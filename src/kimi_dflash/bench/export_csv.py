@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import csv
 import io
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from kimi_dflash.bench.columns import STATS, csv_columns, level_name
 from kimi_dflash.bench.goodput import meets
-from kimi_dflash.bench.level_extras import level_name
 from kimi_dflash.bench.metrics import e2el, tpot, ttft
 from kimi_dflash.bench.records import RequestRecord
-from kimi_dflash.bench.result import Distribution, LevelResult
+from kimi_dflash.bench.result import LevelResult
 from kimi_dflash.core.atomic_write import write_text_atomic
+from kimi_dflash.core.formatting import raw
 
 REQUEST_COLUMNS = (
     "level", "request_rate", "repeat", "session", "turn", "scheduled_s", "dispatch_s", "admitted_s", "ready_s",
@@ -29,8 +29,6 @@ REQUEST_COLUMNS = (
     "finish_reason",
 )  # fmt: skip
 
-STATS = ("mean", "p50", "p90", "p95", "p99")
-
 
 def paths_for(output: Path) -> tuple[Path, Path]:
     """``results/x.json`` -> ``results/x.requests.csv``, ``results/x.levels.csv``."""
@@ -38,14 +36,8 @@ def paths_for(output: Path) -> tuple[Path, Path]:
     return stem.with_name(stem.name + ".requests.csv"), stem.with_name(stem.name + ".levels.csv")
 
 
-def _num(value: float | None, scale: float = 1.0, digits: int = 6) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return ""
-    return f"{value * scale:.{digits}f}".rstrip("0").rstrip(".") if isinstance(value, float) else str(value)
-
-
-def _diff(a: float | None, b: float | None) -> float | None:
-    return None if a is None or b is None else a - b
+def _between_ms(later: float | None, earlier: float | None) -> str:
+    return "" if later is None or earlier is None else raw((later - earlier) * 1000.0, 3)
 
 
 def request_rows(level: LevelResult, records: Sequence[RequestRecord], origin: float) -> list[list[str]]:
@@ -55,59 +47,26 @@ def request_rows(level: LevelResult, records: Sequence[RequestRecord], origin: f
     for r in records:
 
         def rel(t: float | None) -> str:
-            return "" if not t else _num(t - origin)
+            return "" if not t else raw(t - origin)
 
         rows.append(
             [
-                level_name(level), _num(rate), str(r.repeat), str(r.session), str(r.turn),
+                level_name(level), raw(rate), str(r.repeat), str(r.session), str(r.turn),
                 rel(r.scheduled_time), rel(r.dispatch_time), rel(r.admitted_time), rel(r.ready_time),
                 rel(r.send_time), rel(r.first_token_time), rel(r.last_token_time), rel(r.done_time),
-                _num(ttft(r), 1000.0, 3), _num(tpot(r), 1000.0, 3), _num(e2el(r)),
-                _num(r.output_tokens), _num(r.prompt_tokens), str(r.token_chunks),
-                _num(_diff(r.dispatch_time, r.scheduled_time), 1000.0, 3),
-                _num(_diff(r.admitted_time, r.dispatch_time), 1000.0, 3),
-                _num(_diff(r.send_time, r.scheduled_time), 1000.0, 3),
+                _between_ms(ttft(r), 0.0), _between_ms(tpot(r), 0.0), raw(e2el(r)), raw(r.output_tokens),
+                raw(r.prompt_tokens), str(r.token_chunks), _between_ms(r.dispatch_time, r.scheduled_time),
+                _between_ms(r.admitted_time, r.dispatch_time), _between_ms(r.send_time, r.scheduled_time),
                 "" if slo is None else str(int(meets(r, slo))), r.error or "", r.finish_reason or "",
             ]
         )  # fmt: skip
     return rows
 
 
-def _dist_cells(block: Distribution | None, extra: Sequence[str]) -> list[str]:
-    cells = [_num(getattr(block, key) if block else None) for key in STATS]
-    cells += [_num((block.percentiles or {}).get(key) if block else None) for key in extra]
-    return cells
-
-
-def level_table(levels: Sequence[LevelResult], extra: Sequence[str]) -> tuple[list[str], list[list[Any]]]:
-    header = ["level", "sessions", "request_rate", "repeats", "requests", "completed", "failed", "output_tokens",
-              "duration_s", "output_tok_s", "request_throughput"]  # fmt: skip
-    for name in ("ttft_ms", "tpot_ms", "e2el_s", "per_user_tok_s"):
-        header += [f"{name}_{key}" for key in (*STATS, *extra)]
-    header += ["output_tok_s_ci_low", "output_tok_s_ci_high", "per_user_tok_s_ci_low", "per_user_tok_s_ci_high",
-               "slo_attainment", "request_goodput", "output_goodput", "achieved_rate", "max_in_flight",
-               "queue_delay_ms_p50", "queue_delay_ms_p99", "acceptance_rate", "acceptance_length"]  # fmt: skip
-    rows = []
-    for lv in levels:
-        ol, gp, ci, spec = lv.open_loop, lv.goodput, lv.intervals, lv.spec_decode
-        row = [level_name(lv), str(lv.sessions), _num(ol.request_rate if ol else None), _num(lv.repeats),
-               _num(lv.requests), str(lv.completed), str(lv.failed), str(lv.output_tokens), _num(lv.duration_s),
-               _num(lv.output_tok_s), _num(lv.request_throughput)]  # fmt: skip
-        for block in (lv.ttft_ms, lv.tpot_ms, lv.e2el_s, lv.per_user_tok_s):
-            row += _dist_cells(block, extra)
-        out_ci = ci.output_tok_s if ci else None
-        user_ci = ci.per_user_tok_s if ci else None
-        row += [
-            _num(out_ci.low if out_ci else None), _num(out_ci.high if out_ci else None),
-            _num(user_ci.low if user_ci else None), _num(user_ci.high if user_ci else None),
-            _num(gp.attainment if gp else None), _num(gp.request_goodput if gp else None),
-            _num(gp.output_goodput if gp else None), _num(ol.achieved_rate if ol else None),
-            _num(ol.max_in_flight if ol else None), _num(ol.queue_delay_ms.p50 if ol else None),
-            _num(ol.queue_delay_ms.p99 if ol else None),
-            _num(spec.acceptance_rate if spec else None), _num(spec.acceptance_length if spec else None),
-        ]  # fmt: skip
-        rows.append(row)
-    return header, rows
+def level_table(levels: Sequence[LevelResult], extra: Sequence[str]) -> tuple[list[str], list[list[str]]]:
+    """The levels CSV: ``columns.CSV``, each distribution with the extra percentiles asked."""
+    table = csv_columns(extra)
+    return [c.id for c in table], [[raw(c.value(level)) for c in table] for level in levels]
 
 
 def _render(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

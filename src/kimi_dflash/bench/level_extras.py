@@ -10,10 +10,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from kimi_dflash.bench import goodput as goodput_mod
+from kimi_dflash.bench.columns import OUTPUT_TOK_S, PER_USER
 from kimi_dflash.bench.intervals import mean_interval
 from kimi_dflash.bench.metrics import Window, chunk_gaps, e2el, summarize, tpot, ttft
 from kimi_dflash.bench.records import RequestRecord
 from kimi_dflash.bench.result import Distribution, LevelResult, OpenLoopLevel, RepeatIntervals
+from kimi_dflash.core.formatting import interval, number, percent
 
 
 @dataclass(frozen=True)
@@ -25,44 +27,29 @@ class Analyses:
     confidence: float = 0.95
 
 
-def level_name(level: LevelResult) -> str:
-    """The level's load: its session count (closed loop) or its rate (open loop, "inf": all at once)."""
-    if level.open_loop is None:
-        return str(level.sessions)
-    rate = level.open_loop.request_rate
-    return "inf" if rate is None else f"{rate:g}/s"
-
-
 def summary_lines(level: LevelResult) -> list[str]:
     """Extra lines for the printed level table: open-loop queueing, SLO attainment, intervals."""
     lines = []
     ol = level.open_loop
     if ol is not None:
-        achieved = "-" if ol.achieved_rate is None else f"{ol.achieved_rate:.2f}/s"
+        queue = ol.queue_delay_ms
         lines.append(
-            f"open loop: {ol.sessions_started} conversations, achieved {achieved}, max in flight {ol.max_in_flight}"
-            f"; local queueing p50/p99 {_ms(ol.queue_delay_ms.p50)}/{_ms(ol.queue_delay_ms.p99)} ms"
-            f" (cap wait p99 {_ms(ol.cap_wait_ms.p99)}, timer lag p99 {_ms(ol.schedule_lag_ms.p99)})"
+            f"open loop: {ol.sessions_started} conversations, achieved {number(ol.achieved_rate, 2, '/s')}, max in "
+            f"flight {ol.max_in_flight}; local queueing p50/p99 {number(queue.p50)}/{number(queue.p99)} ms"
+            f" (cap wait p99 {number(ol.cap_wait_ms.p99)}, timer lag p99 {number(ol.schedule_lag_ms.p99)})"
         )
     gp = level.goodput
     if gp is not None and gp.attainment is not None:
         lines.append(
-            f"SLO ({goodput_mod.describe(gp.slo)}): {gp.attainment:.1%} met ({gp.met}/{gp.requests}); goodput "
-            f"{gp.request_goodput or 0:.2f} req/s, {gp.output_goodput or 0:.1f} tok/s"
+            f"SLO ({goodput_mod.describe(gp.slo)}): {percent(gp.attainment)} met ({gp.met}/{gp.requests}); goodput "
+            f"{number(gp.request_goodput or 0, 2)} req/s, {number(gp.output_goodput or 0)} tok/s"
         )
     ci = level.intervals
-    if ci is not None:
-        for name, block in (("out tok/s", ci.output_tok_s), ("user tok/s", ci.per_user_tok_s)):
-            if block is not None and block.low is not None and block.high is not None:
-                lines.append(
-                    f"{name}: {block.mean:.1f} [{block.low:.1f}, {block.high:.1f}] "
-                    f"({block.confidence:.0%} over {block.n} repeats)"
-                )
+    for column, block in ((OUTPUT_TOK_S, ci.output_tok_s), (PER_USER["mean"], ci.per_user_tok_s)) if ci else ():
+        if block is not None and block.low is not None and block.high is not None:
+            within = f"({percent(block.confidence, 0)} over {block.n} repeats)"
+            lines.append(f"{column.header}: {column.fmt(block.mean)} {interval(block.low, block.high, 1)} {within}")
     return lines
-
-
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
 
 
 def percentile_key(q: float) -> str:

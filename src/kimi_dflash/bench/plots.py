@@ -1,13 +1,18 @@
-"""PNG plots for a comparison. matplotlib is imported here only, so the benchmark itself never needs it."""
+"""PNG plots for a comparison, and the line chart the sweep's and qualify's plots share. matplotlib is imported here
+only, so the benchmark itself never needs it."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kimi_dflash.bench.compare import Figure, Run, e2el_p95, output_tok_s, per_user_mean, ttft_p95
+from kimi_dflash.bench.columns import E2EL, OUTPUT_TOK_S, PER_USER, TTFT, Column
+from kimi_dflash.bench.compare_extras import Run
 from kimi_dflash.core.atomic_write import replacing
 from kimi_dflash.core.errors import UserError
+
+Series = Mapping[str, tuple[Sequence[float], Sequence[float]]]  # legend -> (xs, ys)
 
 
 def pyplot() -> Any:
@@ -21,10 +26,10 @@ def pyplot() -> Any:
     return plt
 
 
-def _series(run: Run, figure: Figure) -> tuple[list[int], list[float]]:
+def _series(run: Run, column: Column) -> tuple[list[float], list[float]]:
     xs, ys = [], []
     for sessions, level in sorted(run.levels.items()):
-        value = figure(level)
+        value = column.value(level)
         if value is not None:
             xs.append(sessions)
             ys.append(float(value))
@@ -37,57 +42,59 @@ def save_figure(fig: Any, path: Path) -> Path:
     return path
 
 
+def draw_lines(ax: Any, series: Series, title: str, xlabel: str, ylabel: str, legend_size: float | None = None) -> None:
+    for label, (xs, ys) in series.items():
+        ax.plot(xs, ys, marker="o", label=label)
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=legend_size)
+
+
+def line_chart(path: Path, series: Series, title: str, xlabel: str, ylabel: str, **options: Any) -> Path:
+    """One line per series, markers at the points; ``options``: ``legend_size``, ``xticks``, ``ylim``,
+    ``integer_x``."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    draw_lines(ax, series, title, xlabel, ylabel, options.get("legend_size"))
+    if "xticks" in options:
+        ax.set_xticks(options["xticks"])
+    if "ylim" in options:
+        ax.set_ylim(*options["ylim"])
+    if options.get("integer_x"):
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    save_figure(fig, path)
+    plt.close(fig)
+    return path
+
+
 def write_plots(runs: list[Run], out_dir: Path) -> list[Path]:
     """throughput.png, per_user.png, latency_p95.png and (if any run speculates) acceptance.png."""
     plt = pyplot()
     out_dir.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
 
-    def line_plot(filename: str, title: str, ylabel: str, figure: Figure) -> None:
-        fig, ax = plt.subplots(figsize=(6.4, 4.2))
-        for run in runs:
-            xs, ys = _series(run, figure)
-            ax.plot(xs, ys, marker="o", label=run.name)
-        ax.set_title(title)
-        ax.set_xlabel("concurrent sessions")
-        ax.set_ylabel(ylabel)
-        ax.grid(True, alpha=0.3)
-        ax.legend()
-        written.append(save_figure(fig, out_dir / filename))
-        plt.close(fig)
+    def by_run(column: Column) -> dict[str, tuple[list[float], list[float]]]:
+        return {run.name: _series(run, column) for run in runs}
 
-    line_plot("throughput.png", "Aggregate output throughput", "output tokens / s", output_tok_s)
-    line_plot("per_user.png", "Per-user decode speed (1 / TPOT, mean)", "tokens / s per user", per_user_mean)
-
+    x_label = "concurrent sessions"
+    written = [
+        line_chart(out_dir / "throughput.png", by_run(OUTPUT_TOK_S), "Aggregate output throughput", x_label,
+                   "output tokens / s"),
+        line_chart(out_dir / "per_user.png", by_run(PER_USER["mean"]), "Per-user decode speed (1 / TPOT, mean)",
+                   x_label, "tokens / s per user"),
+    ]  # fmt: skip
     fig, (ax_ttft, ax_e2el) = plt.subplots(1, 2, figsize=(10, 4.2))
-    for run in runs:
-        ax_ttft.plot(*_series(run, ttft_p95), marker="o", label=run.name)
-        ax_e2el.plot(*_series(run, e2el_p95), marker="o", label=run.name)
-    ax_ttft.set(title="TTFT P95", xlabel="concurrent sessions", ylabel="ms")
-    ax_e2el.set(title="End-to-end latency P95", xlabel="concurrent sessions", ylabel="s")
-    for ax in (ax_ttft, ax_e2el):
-        ax.grid(True, alpha=0.3)
-        ax.legend()
+    draw_lines(ax_ttft, by_run(TTFT["p95"]), "TTFT P95", x_label, "ms")
+    draw_lines(ax_e2el, by_run(E2EL["p95"]), "End-to-end latency P95", x_label, "s")
     written.append(save_figure(fig, out_dir / "latency_p95.png"))
     plt.close(fig)
 
-    spec_levels = [
-        (run.name, sessions, level.spec_decode)
+    spec = {
+        f"{run.name} @ {sessions}": (range(len(level.spec_decode.per_position)), level.spec_decode.per_position)
         for run in runs
         for sessions, level in sorted(run.levels.items())
         if level.spec_decode
-    ]
-    if spec_levels:
-        fig, ax = plt.subplots(figsize=(6.4, 4.2))
-        for name, sessions, spec in spec_levels:
-            per_pos = spec.per_position
-            ax.plot(range(len(per_pos)), per_pos, marker="o", label=f"{name} @ {sessions}")
-        ax.set_title("Per-position acceptance (accepted at k / drafts)")
-        ax.set_xlabel("draft position k")
-        ax.set_ylabel("acceptance")
-        ax.set_ylim(0, 1)
-        ax.grid(True, alpha=0.3)
-        ax.legend()
-        written.append(save_figure(fig, out_dir / "acceptance.png"))
-        plt.close(fig)
+    }
+    if spec:
+        written.append(line_chart(out_dir / "acceptance.png", spec, "Per-position acceptance (accepted at k / drafts)",
+                                  "draft position k", "acceptance", ylim=(0, 1)))  # fmt: skip
     return written

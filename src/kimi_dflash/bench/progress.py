@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from kimi_dflash.bench.records import CANCELLED, RequestRecord
+from kimi_dflash.core.formatting import duration as format_duration  # noqa: F401  (sweep's and qualify's name)
+from kimi_dflash.core.formatting import number, seconds
 
 DEFAULT_INTERVAL_S = 10.0
 
@@ -23,28 +25,14 @@ def progress_line(label: str, records: Sequence[RequestRecord], total: int, elap
     done = [r for r in records if r.done_time and r.error != CANCELLED]
     failed = sum(1 for r in done if not r.ok)
     tokens = sum(r.output_tokens or 0 for r in done if r.ok)
-    rate = f"{tokens / elapsed_s:.1f}" if elapsed_s > 0 else "-"
+    rate = number(tokens / elapsed_s if elapsed_s > 0 else None)
     line = f"{label}: {len(done)}/{total} requests done"
     if failed:
         line += f" ({failed} failed)"
-    line += f", {rate} tok/s so far, {_seconds(elapsed_s)} elapsed"
+    line += f", {rate} tok/s so far, {seconds(elapsed_s)} elapsed"
     if 0 < len(done) < total:
-        line += f", about {_seconds(elapsed_s * (total - len(done)) / len(done))} left"
+        line += f", about {seconds(elapsed_s * (total - len(done)) / len(done))} left"
     return line
-
-
-def format_duration(seconds: float) -> str:
-    """Whole seconds for long waits (ETAs, elapsed wall time): 45s, 3m05s, 1h02m."""
-    whole = max(0, round(seconds))
-    hours, rest = divmod(whole, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
-
-
-def _seconds(value: float) -> str:
-    return f"{value:.1f} s" if value < 10 else f"{value:.0f} s"
 
 
 async def report_progress(

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kimi_dflash.bench.result import BenchmarkResult, LevelResult
+from kimi_dflash.core.formatting import MISSING, markdown_table, percent
 
 
 @dataclass(frozen=True)
@@ -55,13 +56,10 @@ def markdown(baseline: BenchmarkResult, candidate: BenchmarkResult, names: tuple
     if not matches:
         rows += ["Not compared: a result file has no reply hashes (written before they were stored).", ""]
         return "\n".join(rows)
-    rows += [
-        "| sessions | replies compared | identical | first difference (repeat/session/k) |",
-        "|---:|---:|---:|---|",
-    ]
-    for m in matches:
-        share = f"{m.identical} ({100 * (m.fraction or 0):.1f} %)"
-        rows.append(f"| {m.sessions} | {m.compared} | {share} | {m.first_difference or '—'} |")
+    table = [[m.sessions, m.compared, f"{m.identical} ({percent(m.fraction)})", m.first_difference or MISSING]
+             for m in matches]  # fmt: skip
+    rows += markdown_table(["sessions", "replies compared", "identical", "first difference (repeat/session/k)"],
+                           "rrrl", table)  # fmt: skip
     compared = sum(m.compared for m in matches)
     identical = sum(m.identical for m in matches)
     verdict = (

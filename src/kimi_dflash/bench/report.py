@@ -14,9 +14,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
-from kimi_dflash.bench.level_extras import level_name, summary_lines
+from kimi_dflash.bench import columns
+from kimi_dflash.bench.level_extras import summary_lines
 from kimi_dflash.bench.request_shaping import redact_header_arg
-from kimi_dflash.bench.result import BenchmarkResult, Distribution, LevelResult, ToolInfo
+from kimi_dflash.bench.result import BenchmarkResult, LevelResult, ToolInfo
 from kimi_dflash.core import redaction
 from kimi_dflash.core.atomic_write import write_text_atomic
 
@@ -105,78 +106,16 @@ def write_atomic(path: Path, document: Any) -> None:
 # -- stdout -------------------------------------------------------------------------------------
 
 
-def _fmt(value: Any, digits: int = 1) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
-
-
-def _stat(block: Distribution | None, key: str, digits: int = 1) -> str:
-    return _fmt(getattr(block, key) if block is not None else None, digits)
-
-
-LEVEL_COLUMNS = (
-    ("sessions", 8),
-    ("ok/fail", 9),
-    ("out tok/s", 10),
-    ("req/s", 7),
-    ("TTFT p50/p95 ms", 17),
-    ("TPOT p50/p95 ms", 16),
-    ("user tok/s 1/TPOT", 18),
-    ("N/E2EL", 7),
-    ("E2EL p95 s", 11),
-    ("tok/chunk", 10),
-    ("accept", 7),
-    ("tau", 5),
-)
-
-
-def level_header() -> str:
-    return "  ".join(name.rjust(width) for name, width in LEVEL_COLUMNS)
-
-
-def level_row(result: LevelResult) -> str:
-    spec = result.spec_decode
-    cells = [
-        level_name(result) + ("*" if result.partial else ""),
-        f"{result.completed}/{result.failed}",
-        _fmt(result.output_tok_s),
-        _fmt(result.request_throughput, 2),
-        f"{_stat(result.ttft_ms, 'p50', 0)}/{_stat(result.ttft_ms, 'p95', 0)}",
-        f"{_stat(result.tpot_ms, 'p50')}/{_stat(result.tpot_ms, 'p95')}",
-        _stat(result.per_user_tok_s, "mean"),
-        _stat(result.per_user_tok_s_e2el, "mean"),
-        _stat(result.e2el_s, "p95", 2),
-        _stat(result.tokens_per_chunk, "mean", 2),
-        _fmt(spec.acceptance_rate if spec else None, 3),
-        _fmt(spec.acceptance_length if spec else None, 2),
-    ]
-    return "  ".join(cell.rjust(width) for cell, (_, width) in zip(cells, LEVEL_COLUMNS))
-
-
 def print_level(result: LevelResult, out: TextIO) -> None:
-    print(level_header(), file=out)
-    print(level_row(result), file=out)
-    print("  per turn:  turn  ok  prompt tok  TTFT p50 ms  TPOT p50 ms  E2EL p50 s", file=out)
-    for row in result.per_turn:
-        print(
-            f"            {row.turn:>4}  {row.completed:>2}  {_stat(row.prompt_tokens, 'mean', 0):>10}"
-            f"  {_stat(row.ttft_ms, 'p50', 0):>11}  {_stat(row.tpot_ms, 'p50'):>11}"
-            f"  {_stat(row.e2el_s, 'p50', 2):>10}",
-            file=out,
-        )
-    for line in summary_lines(result):
-        print(f"  {line}", file=out)
+    lines = columns.stdout_table(columns.STDOUT, [result])
+    lines += columns.stdout_table(columns.TURNS, result.per_turn, prefix="  per turn:  ")
+    lines += [f"  {line}" for line in summary_lines(result)]
     if result.spec_per_request is not None:
         from kimi_dflash.bench.spec_summary import table_lines  # imports metrics (numpy): only when there is one
 
-        for line in table_lines(result.spec_per_request):
-            print(line, file=out)
-    for line in level_warnings(result):
-        print(f"  WARNING: {line}", file=out)
-    print(file=out)
+        lines += table_lines(result.spec_per_request)
+    lines += [f"  WARNING: {line}" for line in level_warnings(result)]
+    print("\n".join(lines) + "\n", file=out)
 
 
 def level_warnings(result: LevelResult) -> list[str]:
@@ -211,9 +150,8 @@ def print_summary(document: BenchmarkResult, out: TextIO) -> None:
     if not document.results:
         print("   no level finished", file=out)
         return
-    print(level_header(), file=out)
-    for result in document.results:
-        print(level_row(result), file=out)
+    for line in columns.stdout_table(columns.STDOUT, document.results):
+        print(line, file=out)
     print(
         "   per-user tok/s: 1/TPOT is the decode speed a user sees; N/E2EL includes the wait for the first token.",
         file=out,

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kimi_dflash.bench import spec_request
+from kimi_dflash.bench.columns import ACCEPTANCE_LENGTH, ACCEPTANCE_RATE
 from kimi_dflash.bench.metrics import summarize
 from kimi_dflash.bench.records import RequestRecord
 from kimi_dflash.bench.result import SpecGroup, SpecPerRequest
@@ -72,10 +73,6 @@ def reply_hashes(records: Sequence[RequestRecord]) -> dict[str, str]:
     return out
 
 
-def _cell(value: float | None, digits: int) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
 def table_lines(table: SpecPerRequest) -> list[str]:
     """The per-request acceptance block printed under a level (pooled τ and α; per-request τ p50/p10 spread)."""
     lines = [
@@ -84,13 +81,14 @@ def table_lines(table: SpecPerRequest) -> list[str]:
         + "):",
         "    group             requests   steps   tau   tau p50   tau p90   accept   accept p50",
     ]
+    tau, alpha = ACCEPTANCE_LENGTH.fmt, ACCEPTANCE_RATE.fmt  # the level's τ and α, shown alike
     sections = (("", [table.total]), ("turn ", table.per_turn), ("", table.per_category), ("", table.per_prompt_length))
     for prefix, rows in sections:
         for row in rows:
             lines.append(
                 f"    {(prefix + row.key)[:16]:<16}  {row.requests:>8}  {row.spec_steps:>6}"
-                f"  {_cell(row.acceptance_length, 2):>4}  {_cell(row.acceptance_length_dist.p50, 2):>8}"
-                f"  {_cell(row.acceptance_length_dist.p90, 2):>8}  {_cell(row.acceptance_rate, 3):>7}"
-                f"  {_cell(row.acceptance_rate_dist.p50, 3):>11}"
+                f"  {tau(row.acceptance_length):>4}  {tau(row.acceptance_length_dist.p50):>8}"
+                f"  {tau(row.acceptance_length_dist.p90):>8}  {alpha(row.acceptance_rate):>7}"
+                f"  {alpha(row.acceptance_rate_dist.p50):>11}"
             )
     return lines

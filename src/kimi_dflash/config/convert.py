@@ -8,6 +8,7 @@ from pathlib import Path
 from kimi_dflash.config.declare import Key
 from kimi_dflash.config.loader import RawSetting
 from kimi_dflash.config.problems import Problem
+from kimi_dflash.core.formatting import general
 
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 FALSE_WORDS = frozenset({"0", "false", "no", "off"})
@@ -62,14 +63,10 @@ def _describe(spec: Key) -> str:
         return "one of " + ", ".join(spec.choices)
     parts = []
     if spec.minimum is not None and spec.maximum is not None:
-        parts.append(f"from {_number(spec.minimum)} to {_number(spec.maximum)}")
+        parts.append(f"from {general(spec.minimum)} to {general(spec.maximum)}")
     if spec.multiple_of:
         parts.append(f"a multiple of {spec.multiple_of}")
     return " and ".join(parts) or spec.type
-
-
-def _number(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else str(x)
 
 
 def _default(spec: Key) -> str:

@@ -8,22 +8,22 @@ from __future__ import annotations
 
 import sys
 
+from kimi_dflash.bench.columns import ACCEPTANCE_LENGTH, ACCEPTANCE_RATE
 from kimi_dflash.bench.result import load_result
+from kimi_dflash.core.formatting import markdown_table
 
 
 def rows(labelled: list[tuple[str, str]]) -> list[str]:
-    lines = ["| drafter | acceptance | mean acceptance length | per position | drafts |", "|---|---|---|---|---|"]
+    rate, tau = ACCEPTANCE_RATE, ACCEPTANCE_LENGTH
+    table = []
     for label, path in labelled:
         level = load_result(path).results[0]
         spec = level.spec_decode
         if spec is None:
             raise SystemExit(f"{path}: no speculative decoding counters (was the server started with a drafter?)")
-        positions = ", ".join(f"{100 * p:.1f}" for p in spec.per_position)
-        lines.append(
-            f"| {label} | {100 * spec.acceptance_rate:.1f} % | {spec.acceptance_length:.2f} | {positions} % | "
-            f"{spec.drafts} |"
-        )
-    return lines
+        positions = ", ".join(map(rate.fmt, spec.per_position))
+        table.append([label, rate.cell(level), tau.cell(level), positions, spec.drafts])
+    return markdown_table(["drafter", rate.header, tau.header, "per position", "drafts"], "lrrlr", table)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kimi_dflash.bench.progress import format_duration
 from kimi_dflash.core.atomic_write import write_json_atomic, write_text_atomic
+from kimi_dflash.core.formatting import duration
 from kimi_dflash.drafter_training.prompts import Prompt
 
 PART_PATTERN = re.compile(r"^part-(\d{5})\.jsonl$")
@@ -239,7 +239,7 @@ async def regenerate(
         finished = summary.completed + summary.failed
         rate = finished / elapsed if elapsed > 0 else 0.0
         left = len(todo) - finished
-        eta = format_duration(left / rate) if rate > 0 else "?"
+        eta = duration(left / rate) if rate > 0 else "?"
         say(
             f"regen: {summary.done}/{summary.total} done, {summary.failed} failed, {summary.retried} retries, "
             f"{rate:.2f} prompts/s, {summary.output_tokens / max(elapsed, 1e-9):.0f} output tok/s"

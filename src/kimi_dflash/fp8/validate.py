@@ -24,6 +24,7 @@ from typing import Any
 from kimi_dflash.bench.result import load_result
 from kimi_dflash.core.atomic_write import write_json_atomic
 from kimi_dflash.core.errors import UserError
+from kimi_dflash.core.formatting import number
 from kimi_dflash.validate.client import ServerError, api_key_from_env
 
 # The comparison itself is the shared engine (payload/validate.py runs on it too); this tool adds KV capacity
@@ -316,9 +317,6 @@ def report_lines(
     reasons: Sequence[str],
     max_tokens: int,
 ) -> list[str]:
-    def tokens(value: int | None) -> str:
-        return f"{value:,}" if value else "unknown"
-
     median = agreement.median_first_divergence
     lines = [
         f"FP8 KV validation   bf16: {models[0]}   fp8: {models[1]}",
@@ -335,7 +333,8 @@ def report_lines(
             f"math exact-match    bf16 {accuracy[0] * 100:.1f}%  fp8 {accuracy[1] * 100:.1f}%  ({math_n} problems)"
         )
     ratio = f"  ({capacity[1] / capacity[0]:.2f}x)" if capacity[0] and capacity[1] else ""
-    lines.append(f"KV capacity         bf16 {tokens(capacity[0])} tokens  fp8 {tokens(capacity[1])} tokens{ratio}")
+    bf16, fp8 = (number(tokens, 0, grouped=True) if tokens else "unknown" for tokens in capacity)
+    lines.append(f"KV capacity         bf16 {bf16} tokens  fp8 {fp8} tokens{ratio}")
     if bench is None:
         lines.append("benchmark           not run (pass --bench-concurrency N)")
     else:

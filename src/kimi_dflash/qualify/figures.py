@@ -27,24 +27,12 @@ def acceptance_by_k(rows: Sequence[dict[str, Any]]) -> dict[int, list[float]]:
 
 
 def write_acceptance_plot(rows: Sequence[dict[str, Any]], out: Path) -> Path:
-    from kimi_dflash.bench.plots import pyplot, save_figure
+    from kimi_dflash.bench.plots import line_chart
 
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for k, values in acceptance_by_k(rows).items():
-        ax.plot(range(1, len(values) + 1), [v * 100 for v in values], marker="o", label=f"k={k}")
-    ax.set(
-        title="Acceptance by draft position (all concurrencies)",
-        xlabel="draft position",
-        ylabel="accepted / drafts (%)",
-        ylim=(0, 100),
-    )
-    ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    path = save_figure(fig, out / ACCEPTANCE_PNG)
-    plt.close(fig)
-    return path
+    series = {f"k={k}": (range(1, len(v) + 1), [p * 100 for p in v]) for k, v in acceptance_by_k(rows).items()}
+    title = "Acceptance by draft position (all concurrencies)"
+    return line_chart(out / ACCEPTANCE_PNG, series, title, "draft position", "accepted / drafts (%)", legend_size=8,
+                      ylim=(0, 100), integer_x=True)  # fmt: skip
 
 
 def write_all(cells: Sequence[aggregate.Cell], acceptance_rows: Sequence[dict[str, Any]], out: Path) -> list[Path]:

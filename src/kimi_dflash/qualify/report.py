@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kimi_dflash.bench import columns
+from kimi_dflash.core.formatting import general, markdown_table, number, percent, ratio
 from kimi_dflash.qualify import figures, measures, report_sections
 from kimi_dflash.qualify.plan import SPEC_TOKENS
 from kimi_dflash.qualify.state import FAILED, RunState
@@ -63,8 +65,7 @@ def verdicts(out: Path, state: RunState) -> list[Verdict]:
                 Verdict(
                     "FP8 KV accuracy",
                     fp8["verdict"],
-                    "; ".join(fp8["reasons"])
-                    or f"math {fp8['math_fp8'] * 100:.1f} % vs BF16 {fp8['math_bf16'] * 100:.1f} %",
+                    "; ".join(fp8["reasons"]) or f"math {percent(fp8['math_fp8'])} vs BF16 {percent(fp8['math_bf16'])}",
                 )
             )
     return found
@@ -79,10 +80,6 @@ def exit_code(found: Sequence[Verdict], state: RunState) -> int:
     if any(v.status == NOT_RUN for v in found) or failed_steps:
         return EXIT_INFRA
     return EXIT_PASS
-
-
-def _pct(value: float | None) -> str:
-    return "—" if value is None else f"{value * 100:.1f} %"
 
 
 def _divergence_lines(out: Path) -> list[str]:
@@ -115,8 +112,8 @@ def _recommendation_lines(out: Path) -> list[str]:
     for sessions, rec in advisor["recommendations"].items():
         source = "measured" if rec["measured"] else "predicted"
         lines.append(
-            f"  - {sessions} sessions: **k={rec['k']}** — {rec['output_tok_s']:.1f} tok/s aggregate, "
-            f"{rec['per_user_tok_s']:.1f} per user ({source})"
+            f"  - {sessions} sessions: **k={rec['k']}** — {number(rec['output_tok_s'])} tok/s aggregate, "
+            f"{number(rec['per_user_tok_s'])} per user ({source})"
         )
     if not advisor.get("per_position"):  # the model was not fitted: only the measured k were compared
         lines += [f"  - note: {line}" for line in advisor.get("lines", [])]
@@ -127,17 +124,13 @@ def _acceptance_table(out: Path) -> list[str]:
     doc = _load(out / "acceptance.json")
     if not doc or not doc.get("rows"):
         return ["*(no acceptance counters: no speculative point finished)*"]
-    rows = doc["rows"]
+    rows = sorted(doc["rows"], key=lambda r: (r["k"], r["sessions"]))
     width = max(len(r["per_position"]) for r in rows)
-    head = "| k | sessions | " + " | ".join(f"pos {i + 1}" for i in range(width)) + " | acceptance | τ |"
-    lines = [head, "|---:|---:|" + "---:|" * width + "---:|---:|"]
-    for r in sorted(rows, key=lambda r: (r["k"], r["sessions"])):
-        cells = [_pct(p) for p in r["per_position"]] + ["" for _ in range(width - len(r["per_position"]))]
-        lines.append(
-            f"| {r['k']} | {r['sessions']} | {' | '.join(cells)} | {_pct(r['acceptance_rate'])} "
-            f"| {r['acceptance_length']:.2f} |"
-        )
-    return lines
+    rate, tau = columns.ACCEPTANCE_RATE, columns.ACCEPTANCE_LENGTH
+    header = ["k", "sessions", *(f"pos {i + 1}" for i in range(width)), rate.header, tau.header]
+    table = [[r["k"], r["sessions"], *map(rate.fmt, r["per_position"]), *[""] * (width - len(r["per_position"])),
+              rate.fmt(r["acceptance_rate"]), tau.fmt(r["acceptance_length"])] for r in rows]  # fmt: skip
+    return markdown_table(header, "r" * len(header), table)
 
 
 def recipe_figures(results_dir: Path | None) -> dict[str, Any] | None:
@@ -149,30 +142,23 @@ def recipe_figures(results_dir: Path | None) -> dict[str, Any] | None:
 def _recipe_table(recipe: dict[str, Any] | None, cells: Sequence[aggregate.Cell], device: str) -> list[str]:
     if recipe is None:
         return ["*(the recipe's figures, benchmarks/results/recipe-mi300x.json, are not in this install)*"]
-    lines = [
+    rows = []
+    for row in recipe["rows"]:
+        k, sessions = row["spec_tokens"], row["sessions"]
+        match = next((c for c in cells if c.sessions == sessions and c.overrides.get(SPEC_TOKENS) == str(k)), None)
+        measured = match.cell(columns.OUTPUT_TOK_S) if match else "not measured at this k and concurrency"
+        speedup = ratio(match.output_tok_s / row["output_tok_s"] if match else None)
+        rows.append(
+            [f"`{row['config']}`", row["kv_cache"], k, sessions, general(row["output_tok_s"]), measured, speedup]
+        )
+    header = ["config", "KV", "k", "sessions", "recipe tok/s (reported)", "this box tok/s (measured)", "ratio"]
+    return [
         f"Reported by {recipe['source']} on {recipe['hardware']} — **not measured by this project**. Measured "
         f"here: this run on this box ({device}). A row is compared only where this run measured the same k at "
         "the same concurrency.",
         "",
-        "| config | KV | k | sessions | recipe tok/s (reported) | this box tok/s (measured) | ratio |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        *markdown_table(header, "llrrrrr", rows),
     ]
-    for row in recipe["rows"]:
-        match = next(
-            (
-                c
-                for c in cells
-                if c.sessions == row["sessions"] and int(c.overrides.get(SPEC_TOKENS, "-1")) == row["spec_tokens"]
-            ),
-            None,
-        )
-        measured = f"{match.output_tok_s:.1f}" if match else "not measured at this k and concurrency"
-        ratio = f"{match.output_tok_s / row['output_tok_s']:.2f}x" if match else "—"
-        lines.append(
-            f"| `{row['config']}` | {row['kv_cache']} | {row['spec_tokens']} | {row['sessions']} "
-            f"| {row['output_tok_s']:g} | {measured} | {ratio} |"
-        )
-    return lines
 
 
 def _why_not(state: RunState, step: str) -> str:
@@ -216,56 +202,38 @@ def render(
     lines += report_sections.reply_identity_lines(replies)
     lines += _divergence_lines(out)
     lines += ["", *_recommendation_lines(out), ""]
-    plan = state.plan
-    speedups = _load(out / "goodput.json")
-    lines += [
-        "## Acceptance by draft position",
-        "",
-        *_acceptance_table(out),
-        "",
-        "## Per-request acceptance",
-        "",
-        *report_sections.per_request_section(
+    plan, speedups = state.plan, _load(out / "goodput.json")
+    matched = aggregate.render_table(cells).rstrip() if cells else "*(no grid point finished)*"
+    sections = {
+        "## Acceptance by draft position": _acceptance_table(out),
+        "## Per-request acceptance": report_sections.per_request_section(
             _load(out / "per_request.json"), int(plan.get("spec_tokens") or 0), _why_not(state, "per_request")
         ),
-        "",
-        "## Matched concurrency (rows compared only at equal concurrency)",
-        "",
-        f"Workload per level: benchmark {' '.join(plan.get('bench_args', []))}; k=0 is the reference "
-        "(SPECULATIVE_METHOD=none), same config otherwise.",
-        "",
-        aggregate.render_table(cells).rstrip() if cells else "*(no grid point finished)*",
-        "",
-        "### Speedup at matched concurrency, with its interval",
-        "",
-        *report_sections.matched_speedup_section(speedups, _why_not(state, "goodput")),
-        "",
-        "## Goodput at the SLO",
-        "",
-        *report_sections.goodput_section(speedups, _why_not(state, "goodput")),
-        "",
-        "## Graph-mode candidate",
-        "",
-        *report_sections.graphs_section(_load(out / "graphs.json"), _why_not(state, "graphs")),
-        "",
-        "## Projection: what a better drafter would give on this box",
-        "",
-        *report_sections.projection_section(_load(out / "projection.json"), _why_not(state, "synthetic")),
-        "",
-        "## The recipe's published MI300X figures beside this run",
-        "",
-        *_recipe_table(recipe, cells, device),
-        "",
-    ]
-    if plots:
-        lines += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]
-    lines += ["## Steps", "", "| step | status | time | detail |", "|---|---|---:|---|"]
-    for name, record in state.steps.items():
-        took = "—" if record.duration_s is None else f"{record.duration_s:.0f} s"
-        detail = record.detail.replace("|", "/").replace("\n", " ")[:300]
-        lines.append(f"| {name} | {record.status} | {took} | {detail} |")
+        "## Matched concurrency (rows compared only at equal concurrency)": [
+            f"Workload per level: benchmark {' '.join(plan.get('bench_args', []))}; k=0 is the reference "
+            "(SPECULATIVE_METHOD=none), same config otherwise.",
+            "",
+            matched,
+        ],  # fmt: skip
+        "### Speedup at matched concurrency, with its interval": report_sections.matched_speedup_section(
+            speedups, _why_not(state, "goodput")
+        ),
+        "## Goodput at the SLO": report_sections.goodput_section(speedups, _why_not(state, "goodput")),
+        "## Graph-mode candidate": report_sections.graphs_section(
+            _load(out / "graphs.json"), _why_not(state, "graphs")
+        ),
+        "## Projection: what a better drafter would give on this box": report_sections.projection_section(
+            _load(out / "projection.json"), _why_not(state, "synthetic")
+        ),
+        "## The recipe's published MI300X figures beside this run": _recipe_table(recipe, cells, device),
+        "## Plots": [f"![{p.stem}]({p.name})" for p in plots],
+    }
+    for title, body in sections.items():
+        lines += [title, "", *body, ""] if body else []
+    steps = [[name, step.status, number(step.duration_s, 0, " s"), step.detail.replace("\n", " ")[:300]]
+             for name, step in state.steps.items()]  # fmt: skip
+    lines += ["## Steps", "", *markdown_table(["step", "status", "time", "detail"], "llrl", steps), ""]
     lines += [
-        "",
         f"Exit code {code} ({overall}). Raw files: `grid/*.json` (one benchmark result per k), "
         "`results/` (the same, named for benchmarks/results/), `lossless/`, `graphs/` and `projection/` (when "
         "measured), `state.json`.",

@@ -7,16 +7,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from kimi_dflash.bench.columns import ACCEPTANCE_LENGTH, ACCEPTANCE_RATE, OUTPUT_GOODPUT, OUTPUT_TOK_S, SLO_ATTAINMENT
+from kimi_dflash.core.formatting import MISSING, general, interval, markdown_table, percent, ratio
+
 Rows = Sequence[dict[str, Any]]
 LIMITS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2el_s": "E2EL", "user_tok_s": "per-user tok/s"}
-
-
-def _f(value: float | None, digits: int = 2, suffix: str = "") -> str:
-    return "—" if value is None else f"{value:.{digits}f}{suffix}"
-
-
-def _pct(value: float | None) -> str:
-    return "—" if value is None else f"{value * 100:.1f} %"
+tau, alpha, tok_s = ACCEPTANCE_LENGTH.fmt, ACCEPTANCE_RATE.fmt, OUTPUT_TOK_S.fmt  # as the level tables show them
 
 
 def reply_identity_lines(rows: Rows) -> list[str]:
@@ -40,152 +36,123 @@ def reply_identity_lines(rows: Rows) -> list[str]:
     ]
 
 
-def _group_row(label: str, sessions: int, g: dict[str, Any]) -> str:
-    return (
-        f"| {sessions} | {label} | {g['requests']} | {g['steps']} | {_f(g['tau'])} "
-        f"| {_f(g['tau_min'])} / {_f(g['tau_p50'])} / {_f(g['tau_p90'])} / {_f(g['tau_max'])} "
-        f"| {_pct(g['alpha'])} | {_pct(g['alpha_p50'])} |"
-    )
+def _spread(g: dict[str, Any]) -> list[str]:
+    """τ pooled, then τ per request min / p50 / p90 / max."""
+    return [tau(g["tau"]), " / ".join(tau(g[key]) for key in ("tau_min", "tau_p50", "tau_p90", "tau_max"))]
 
 
-GROUP_HEAD = [
-    "| sessions | group | requests | verify steps | τ pooled | τ per request: min / p50 / p90 / max | α pooled "
-    "| α per request p50 |",
-    "|---:|---|---:|---:|---:|---|---:|---:|",
-]
+GROUP_HEADER = ["sessions", "group", "requests", "verify steps", "τ pooled", "τ per request: min / p50 / p90 / max",
+                "α pooled", "α per request p50"]  # fmt: skip
 
 
 def per_request_section(doc: dict[str, Any] | None, candidate_k: int, why_not: str) -> list[str]:
     if not doc or not doc.get("rows"):
         return [f"*(not measured: {why_not})*"]
     rows = sorted(doc["rows"], key=lambda r: (r["k"], r["sessions"]))
+    table = []
+    for r in rows:
+        t, counted = r["total"], r["counter_accepted"]
+        check = "yes" if t["accepted"] == counted else f"no ({t['accepted']} vs {counted})"
+        check = MISSING if counted is None else check
+        table.append([r["k"], r["sessions"], t["requests"], *_spread(t), alpha(t["alpha"]), check])
     lines = [
         "From each reply's own `metrics.speculative_decoding` (vLLM `--per-request-spec-decode-metrics`). "
         "τ = 1 + accepted / verify steps (tokens per step, the bonus token included), α = accepted / drafted; "
         "*pooled* divides the group's sums, the per-request figures are the spread over its requests. The last "
         "column checks the per-request sums against the /metrics counter deltas of the same window.",
         "",
-        "| k | sessions | requests | τ pooled | τ per request: min / p50 / p90 / max | α pooled "
-        "| Σ accepted = /metrics Δ |",
-        "|---:|---:|---:|---:|---|---:|---|",
-    ]
-    for r in rows:
-        t = r["total"]
-        counted = r["counter_accepted"]
-        check = "—" if counted is None else "yes" if t["accepted"] == counted else f"no ({t['accepted']} vs {counted})"
-        lines.append(
-            f"| {r['k']} | {r['sessions']} | {t['requests']} | {_f(t['tau'])} "
-            f"| {_f(t['tau_min'])} / {_f(t['tau_p50'])} / {_f(t['tau_p90'])} / {_f(t['tau_max'])} "
-            f"| {_pct(t['alpha'])} | {check} |"
-        )
+        *markdown_table(["k", "sessions", "requests", "τ pooled", "τ per request: min / p50 / p90 / max", "α pooled",
+                         "Σ accepted = /metrics Δ"], "rrrrlrl", table),
+    ]  # fmt: skip
     mine = [r for r in rows if r["k"] == candidate_k] or [r for r in rows if r["k"] == rows[-1]["k"]]
     k = mine[0]["k"]
-    for title, key, label in (
-        ("by turn (the conversation grows turn over turn)", "per_turn", "turn {}"),
-        ("by prompt length (usage.prompt_tokens)", "per_prompt_length", "{} tokens"),
-    ):
-        lines += ["", f"Candidate k={k}, {title}:", "", *GROUP_HEAD]
-        for r in mine:
-            lines += [_group_row(label.format(g["key"]), r["sessions"], g) for g in r[key]]
-    categories = {g["key"] for r in mine for g in r["per_category"]}
-    if categories - {"uncategorized"}:
-        lines += ["", f"Candidate k={k}, by prompt category:", "", *GROUP_HEAD]
-        for r in mine:
-            lines += [_group_row(g["key"], r["sessions"], g) for g in r["per_category"]]
+    groups = [("by turn (the conversation grows turn over turn)", "per_turn", "turn {}"),
+              ("by prompt length (usage.prompt_tokens)", "per_prompt_length", "{} tokens")]  # fmt: skip
+    if {g["key"] for r in mine for g in r["per_category"]} - {"uncategorized"}:
+        groups.append(("by prompt category", "per_category", "{}"))
+    for title, key, label in groups:
+        table = [[r["sessions"], label.format(g["key"]), g["requests"], g["steps"], *_spread(g), alpha(g["alpha"]),
+                  alpha(g["alpha_p50"])] for r in mine for g in r[key]]  # fmt: skip
+        lines += ["", f"Candidate k={k}, {title}:", "", *markdown_table(GROUP_HEADER, "rlrrrlrr", table)]
     return lines
+
+
+def _by_level(row: dict[str, Any]) -> tuple[int, int]:
+    return row["sessions"], row["k"]
 
 
 def matched_speedup_section(doc: dict[str, Any] | None, why_not: str) -> list[str]:
     rows = (doc or {}).get("matched") or []
     if not rows:
         return [f"*(not computed: {why_not})*"]
-    confidence = rows[0]["confidence"]
-    lines = [
+    significant = {True: "yes", False: "**no**", None: "— (needs ≥ 2 repeats)"}
+    table = [[r["sessions"], r["k"], ratio(r["speedup"]), interval(r["low"], r["high"]), significant[r["significant"]],
+              "{} / {}".format(*r["repeats"])] for r in sorted(rows, key=_by_level)]  # fmt: skip
+    return [
         f"Output tok/s of each speculative point over the reference's at the same concurrency, with its "
-        f"{confidence * 100:.0f} % interval over repeats (delta method on the log ratio, Welch df; docs/benchmark.md). "
-        "**Not significant** when the interval contains 1.0: the difference is inside this box's run-to-run noise. "
-        "The speedup here is the ratio of the per-repeat means; the table above divides pooled windows, so one "
-        "disturbed repeat moves the two apart (and widens the interval).",
+        f"{percent(rows[0]['confidence'], 0)} interval over repeats (delta method on the log ratio, Welch df; "
+        "docs/benchmark.md). **Not significant** when the interval contains 1.0: the difference is inside this box's "
+        "run-to-run noise. The speedup here is the ratio of the per-repeat means; the table above divides pooled "
+        "windows, so one disturbed repeat moves the two apart (and widens the interval).",
         "",
-        "| sessions | k | speedup | interval | significant | repeats (k / ref) |",
-        "|---:|---:|---:|---|---|---|",
+        *markdown_table(["sessions", "k", "speedup", "interval", "significant", "repeats (k / ref)"], "rrrlll", table),
     ]
-    for r in sorted(rows, key=lambda r: (r["sessions"], r["k"])):
-        interval = "—" if r["low"] is None else f"[{r['low']:.2f}, {r['high']:.2f}]"
-        significant = {True: "yes", False: "**no**", None: "— (needs ≥ 2 repeats)"}[r["significant"]]
-        lines.append(
-            f"| {r['sessions']} | {r['k']} | {_f(r['speedup'])}x | {interval} | {significant} "
-            f"| {r['repeats'][0]} / {r['repeats'][1]} |"
-        )
-    return lines
 
 
 def goodput_section(doc: dict[str, Any] | None, why_not: str) -> list[str]:
     if not doc or not doc.get("rows"):
         return [f"*(not measured: {why_not})*"]
-    threshold = doc["threshold"]
-    lines = [
-        f"SLO: **{doc['slo_text']}** per request ({doc['slo_source']}). Attainment = requests meeting every limit / "
-        "requests judged; goodput = output tokens of those requests / the measured window. A concurrency is "
-        f"*sustained* when at least {threshold * 100:.0f} % of its requests meet the SLO.",
-        "",
-        "| k | sessions | attainment | met / judged | goodput tok/s | output tok/s | misses by limit |",
-        "|---:|---:|---:|---:|---:|---:|---|",
-    ]
+    attainment, goodput = SLO_ATTAINMENT, OUTPUT_GOODPUT
+    by_level = []
     for r in sorted(doc["rows"], key=lambda r: (r["k"], r["sessions"])):
         misses = ", ".join(f"{LIMITS.get(key, key)} {n}" for key, n in r["violations"].items() if n) or "none"
-        lines.append(
-            f"| {r['k']} | {r['sessions']} | {_pct(r['attainment'])} | {r['met']} / {r['requests']} "
-            f"| {_f(r['output_goodput'], 1)} | {_f(r['output_tok_s'], 1)} | {misses} |"
-        )
-    lines += [
+        by_level.append([r["k"], r["sessions"], attainment.fmt(r["attainment"]), f"{r['met']} / {r['requests']}",
+                         goodput.fmt(r["output_goodput"]), tok_s(r["output_tok_s"]), misses])  # fmt: skip
+    at_slo = []
+    for r in doc["at_slo"]:
+        sessions = "none" if r["sustained_sessions"] is None else r["sustained_sessions"]
+        speedup = ("(reference)" if r["k"] == 0 else "— (a side sustains no measured concurrency)"
+                   if r["speedup"] is None else ratio(r["speedup"]))  # fmt: skip
+        at_slo.append([r["k"], sessions, attainment.fmt(r["attainment"]), goodput.fmt(r["output_goodput"]), speedup])
+    return [
+        f"SLO: **{doc['slo_text']}** per request ({doc['slo_source']}). Attainment = requests meeting every limit / "
+        "requests judged; goodput = output tokens of those requests / the measured window. A concurrency is "
+        f"*sustained* when at least {percent(doc['threshold'], 0)} of its requests meet the SLO.",
+        "",
+        *markdown_table(["k", "sessions", attainment.header, "met / judged", goodput.header, OUTPUT_TOK_S.header,
+                         "misses by limit"], "rrrrrrl", by_level),
         "",
         "**Speedup at the SLO**: each point's goodput at its highest sustained concurrency over the reference's at "
         "the reference's own (the two may differ: that is the point). Only measured concurrencies count.",
         "",
-        "| k | sustained sessions | attainment | goodput tok/s | speedup at the SLO vs k=0 |",
-        "|---:|---:|---:|---:|---:|",
-    ]
-    for r in doc["at_slo"]:
-        sessions = "none" if r["sustained_sessions"] is None else str(r["sustained_sessions"])
-        if r["k"] == 0:
-            speedup = "(reference)"
-        elif r["speedup"] is None:
-            speedup = "— (a side sustains no measured concurrency)"
-        else:
-            speedup = _f(r["speedup"], 2, "x")
-        lines.append(f"| {r['k']} | {sessions} | {_pct(r['attainment'])} | {_f(r['output_goodput'], 1)} | {speedup} |")
-    return lines
+        *markdown_table(["k", "sustained sessions", attainment.header, goodput.header, "speedup at the SLO vs k=0"],
+                        "rrrrr", at_slo),
+    ]  # fmt: skip
 
 
 def projection_section(doc: dict[str, Any] | None, why_not: str) -> list[str]:
     """The synthetic-acceptance projection, labelled as what it is, beside the measured candidate."""
     if not doc or not doc.get("rows"):
         return [f"*(not measured: {why_not})*"]
-    rates = ", ".join(f"{r:g}" for r in doc["rates"])
-    lines = [
+    rates = ", ".join(map(general, doc["rates"]))
+    header = ["sessions", "projected tok/s", "per-user tok/s p50", "τ asked / counted", "reference tok/s",
+              "projected speedup", "measured candidate tok/s", "measured speedup"]  # fmt: skip
+    table = [[r["sessions"], tok_s(r["output_tok_s"]), tok_s(r["per_user_tok_s_p50"]),
+              f"{tau(r['tau_expected'])} / {tau(r['tau_measured'])}", tok_s(r["reference_tok_s"]), ratio(r["speedup"]),
+              tok_s(r["candidate_tok_s"]), ratio(r["candidate_speedup"])]
+             for r in sorted(doc["rows"], key=lambda r: r["sessions"])]  # fmt: skip
+    return [
         f"**A projection of speed, not of quality.** The candidate was served with k={doc['k']} and vLLM's synthetic "
         f"rejection sampler accepting draft positions 1..{doc['k']} at {rates} (unconditional rates), without checking "
         "the drafts against the target: its outputs are not the model's, and nothing here is a lossless or accuracy "
         "result. It answers one question: the tok/s a drafter with these acceptance rates would give on this box. "
         f"Raw result: `{doc['result']}`.",
         "",
-        "| sessions | projected tok/s | per-user tok/s p50 | τ asked / counted | reference tok/s | projected speedup "
-        "| measured candidate tok/s | measured speedup |",
-        "|---:|---:|---:|---|---:|---:|---:|---:|",
-    ]
-    lines += [
-        f"| {r['sessions']} | {_f(r['output_tok_s'])} | {_f(r['per_user_tok_s_p50'])} "
-        f"| {_f(r['tau_expected'])} / {_f(r['tau_measured'])} | {_f(r['reference_tok_s'])} "
-        f"| {_f(r['speedup'], 2, 'x')} | {_f(r['candidate_tok_s'])} | {_f(r['candidate_speedup'], 2, 'x')} |"
-        for r in sorted(doc["rows"], key=lambda r: r["sessions"])
-    ]
-    lines += [
+        *markdown_table(header, "rrrlrrrr", table),
         "",
         "τ counted is the server's own acceptance length in this run; it matches τ asked when the sampler did what was "
         "asked (a difference of a few percent is sampling noise over the level's verify steps).",
     ]
-    return lines
 
 
 def graphs_section(doc: dict[str, Any] | None, why_not: str) -> list[str]:
@@ -215,16 +182,10 @@ def graphs_section(doc: dict[str, Any] | None, why_not: str) -> list[str]:
         lines.append("- greedy outputs: not compared (see the graphs step's detail)")
     if not doc["rows"]:
         return [*lines, "", "*(no benchmark result: see the graphs step's detail)*"]
-    lines += [
-        "",
-        "| sessions | graphs tok/s | per-user tok/s p50 | τ graphs / eager | eager candidate tok/s | vs eager "
-        "| reference tok/s | vs reference |",
-        "|---:|---:|---:|---|---:|---:|---:|---:|",
-    ]
-    lines += [
-        f"| {r['sessions']} | {_f(r['output_tok_s'])} | {_f(r['per_user_tok_s_p50'])} "
-        f"| {_f(r['tau'])} / {_f(r['eager_tau'])} | {_f(r['eager_tok_s'])} | {_f(r['speedup_vs_eager'], 2, 'x')} "
-        f"| {_f(r['reference_tok_s'])} | {_f(r['speedup_vs_reference'], 2, 'x')} |"
-        for r in sorted(doc["rows"], key=lambda r: r["sessions"])
-    ]
-    return lines
+    header = ["sessions", "graphs tok/s", "per-user tok/s p50", "τ graphs / eager", "eager candidate tok/s",
+              "vs eager", "reference tok/s", "vs reference"]  # fmt: skip
+    table = [[r["sessions"], tok_s(r["output_tok_s"]), tok_s(r["per_user_tok_s_p50"]),
+              f"{tau(r['tau'])} / {tau(r['eager_tau'])}", tok_s(r["eager_tok_s"]), ratio(r["speedup_vs_eager"]),
+              tok_s(r["reference_tok_s"]), ratio(r["speedup_vs_reference"])]
+             for r in sorted(doc["rows"], key=lambda r: r["sessions"])]  # fmt: skip
+    return [*lines, "", *markdown_table(header, "rrrlrrrr", table)]

@@ -1,4 +1,5 @@
-"""The sweep's aggregate: one markdown table at matched concurrency and the plots (pure table, plots via matplotlib)."""
+"""The sweep's aggregate: one markdown table at matched concurrency (``columns.SWEEP``) and the plots (pure table,
+plots via matplotlib)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from kimi_dflash.bench import columns
 from kimi_dflash.bench.result import BenchmarkResult, LevelResult
+from kimi_dflash.core.formatting import markdown_table, ratio
 from kimi_dflash.sweep.grid import SPEC_TOKENS
 from kimi_dflash.sweep.state import Failure
 
@@ -15,17 +18,26 @@ SUMMARY_FILE = "summary.md"
 
 @dataclass(frozen=True)
 class Cell:
-    """One point at one concurrency level."""
+    """One point at one concurrency level (a finished level: its output tok/s is known)."""
 
     point: str
     overrides: dict[str, str]
-    sessions: int
-    output_tok_s: float
-    per_user_tok_s: float | None  # mean of 1/TPOT
-    tpot_ms: float | None  # median
-    ttft_p95_ms: float | None
-    acceptance: float | None
-    acceptance_length: float | None
+    level: LevelResult
+
+    @property
+    def sessions(self) -> int:
+        return self.level.sessions
+
+    @property
+    def output_tok_s(self) -> float:
+        return self.level.output_tok_s or 0.0
+
+    @property
+    def per_user_tok_s(self) -> float | None:  # mean of 1/TPOT
+        return self.level.per_user_tok_s.mean
+
+    def cell(self, column: columns.Column) -> str:
+        return column.cell(self.level)
 
     @property
     def label(self) -> str:
@@ -33,35 +45,13 @@ class Cell:
         return " ".join(f"{k}={v}" for k, v in self.overrides.items()) or self.point
 
 
-def _labels(found: Sequence[Cell]) -> dict[str, str]:
-    return {c.point: c.label for c in found}
-
-
-def _cell(name: str, result: BenchmarkResult, level: LevelResult) -> Cell | None:
-    if level.output_tok_s is None or level.partial:
-        return None
-    spec = level.spec_decode
-    return Cell(
-        point=name,
-        overrides=dict(result.server_config.overrides) if result.server_config else {},
-        sessions=level.sessions,
-        output_tok_s=level.output_tok_s,
-        per_user_tok_s=level.per_user_tok_s.mean,
-        tpot_ms=level.tpot_ms.p50,
-        ttft_p95_ms=level.ttft_ms.p95,
-        acceptance=spec.acceptance_rate if spec else None,
-        acceptance_length=spec.acceptance_length if spec else None,
-    )
-
-
 def cells(results: Sequence[tuple[str, BenchmarkResult]]) -> list[Cell]:
-    found = []
-    for name, result in results:
-        for level in result.results:
-            cell = _cell(name, result, level)
-            if cell is not None:
-                found.append(cell)
-    return found
+    return [
+        Cell(name, dict(result.server_config.overrides) if result.server_config else {}, level)
+        for name, result in results
+        for level in result.results
+        if level.output_tok_s is not None and not level.partial
+    ]
 
 
 def pareto_front(found: Sequence[Cell]) -> list[Cell]:
@@ -86,52 +76,38 @@ def _baseline_of(cell: Cell, found: Sequence[Cell]) -> Cell | None:
     return next((c for c in found if c.overrides == wanted and c.sessions == cell.sessions), None)
 
 
-def _f(value: float | None, digits: int = 1, scale: float = 1.0, suffix: str = "") -> str:
-    return "—" if value is None else f"{value * scale:.{digits}f}{suffix}"
-
-
 def render_table(found: Sequence[Cell], failures: Sequence[Failure] = ()) -> str:
-    """Markdown: rows grouped by concurrency (only equal concurrencies are compared), ★ on the Pareto front."""
+    """Markdown: rows grouped by concurrency (only equal concurrencies are compared), ★ on the Pareto front; the
+    first column's ratio over the no-speculation point at the same concurrency follows it."""
     front = {(c.point, c.sessions) for c in pareto_front(found)}
-    lines = [
-        (
-            "| sessions | point | output tok/s | vs no speculation | per-user tok/s | TPOT p50 ms | TTFT p95 ms "
-            "| acceptance | τ | Pareto |"
-        ),
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|:---:|",
-    ]
-    for sessions in sorted({c.sessions for c in found}):
-        for cell in sorted((c for c in found if c.sessions == sessions), key=lambda c: c.point):
-            base = _baseline_of(cell, found)
-            ratio = f"{cell.output_tok_s / base.output_tok_s:.2f}x" if base and base.output_tok_s else "—"
-            lines.append(
-                f"| {sessions} | {cell.label} | {_f(cell.output_tok_s)} | {ratio} | {_f(cell.per_user_tok_s)} "
-                f"| {_f(cell.tpot_ms)} | {_f(cell.ttft_p95_ms, 0)} | {_f(cell.acceptance, 1, 100, ' %')} "
-                f"| {_f(cell.acceptance_length, 2)} | {'★' if (cell.point, sessions) in front else ''} |"
-            )
-    for failure in failures:
-        lines.append(f"\nFAILED {failure.point} ({failure.stage}): {failure.detail}")
+    first, *rest = columns.SWEEP
+    header = ["sessions", "point", first.header, "vs no speculation", *(c.header for c in rest), "Pareto"]
+    rows = []
+    for cell in sorted(found, key=lambda c: (c.sessions, c.point)):
+        base = _baseline_of(cell, found)
+        speedup = ratio(first.over(cell.level, base.level) if base else None)
+        pareto = "★" if (cell.point, cell.sessions) in front else ""
+        rows.append([cell.sessions, cell.label, first.cell(cell.level), speedup, *map(cell.cell, rest), pareto])
+    lines = markdown_table(header, "rl" + "r" * (len(header) - 3) + "c", rows)
+    lines += [f"\nFAILED {failure.point} ({failure.stage}): {failure.detail}" for failure in failures]
     return "\n".join(lines) + "\n"
 
 
 def write_plots(found: Sequence[Cell], out: Path) -> list[Path]:
     """tok_s_vs_concurrency.png (one line per point) and pareto.png (aggregate vs per-user, front marked)."""
-    from kimi_dflash.bench.plots import pyplot, save_figure
+    from kimi_dflash.bench.plots import line_chart, pyplot, save_figure
 
     plt = pyplot()
-    written = []
-    labels = _labels(found)  # legends say what each point set, not its file name
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    labels = {c.point: c.label for c in found}  # legends say what each point set, not its file name
+    series = {}
     for point in sorted({c.point for c in found}):
-        series = sorted((c.sessions, c.output_tok_s) for c in found if c.point == point)
-        ax.plot([s for s, _ in series], [v for _, v in series], marker="o", label=labels[point])
-    ax.set(title="Aggregate output tok/s by concurrency", xlabel="concurrent sessions", ylabel="output tokens / s")
-    ax.set_xticks(sorted({c.sessions for c in found}))  # sessions are whole numbers: no 2.25-session ticks
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7)
-    written.append(save_figure(fig, out / "tok_s_vs_concurrency.png"))
-    plt.close(fig)
-
+        points = sorted((c.sessions, c.output_tok_s) for c in found if c.point == point)
+        series[labels[point]] = ([s for s, _ in points], [v for _, v in points])
+    sessions = sorted({c.sessions for c in found})  # whole numbers: no 2.25-session ticks
+    written = [
+        line_chart(out / "tok_s_vs_concurrency.png", series, "Aggregate output tok/s by concurrency",
+                   "concurrent sessions", "output tokens / s", legend_size=7, xticks=sessions)
+    ]  # fmt: skip
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     rated = [c for c in found if c.per_user_tok_s is not None]
     for point in sorted({c.point for c in rated}):

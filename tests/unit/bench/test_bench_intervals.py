@@ -78,10 +78,10 @@ def test_speedup_at_the_slo_uses_each_sides_highest_sustained_load() -> None:
     base = _with_goodput(example, {2: 0.95, 4: 0.5}, 10.0)  # sustains 2 sessions: 20 tok/s of goodput
     cand = _with_goodput(example, {2: 1.0, 4: 0.92}, 15.0)  # sustains 4 sessions: 60 tok/s
     section = compare_extras.slo_section("base", base, "cand", cand, threshold=0.9)
-    assert "| base | 2 | 95.0% |" in section and "| cand | 4 | 92.0% |" in section
+    assert "| base | 2 | 95.0 % |" in section and "| cand | 4 | 92.0 % |" in section
     assert "**Speedup at the SLO: 3.00x**" in section
     strict = compare_extras.slo_section("base", base, "cand", cand, threshold=0.99)
-    assert "none (no level reaches 99%)" in strict and "Speedup at the SLO: —" in strict
+    assert "none (no level reaches 99 %)" in strict and "Speedup at the SLO: —" in strict
     other = copy.deepcopy(cand)
     other.settings.slo = {"ttft_ms": 200.0}
     assert "Not compared" in compare_extras.slo_section("base", base, "cand", other)

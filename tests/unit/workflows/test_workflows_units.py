@@ -284,7 +284,8 @@ def test_advisor_refuses_to_recommend_from_a_single_k() -> None:
 def test_sweep_rows_and_plot_legends_name_what_each_point_set() -> None:
     from kimi_dflash.sweep.aggregate import Cell, render_table
 
-    cell = Cell("NUM_SPECULATIVE_TOKENS-2", {"NUM_SPECULATIVE_TOKENS": "2"}, 4, 100.0, 30.0, 33.0, 200.0, 0.6, 2.2)
+    level = parse_result(_result(2, 4, 100.0, 30.0)).results[0]
+    cell = Cell("NUM_SPECULATIVE_TOKENS-2", {"NUM_SPECULATIVE_TOKENS": "2"}, level)
     assert cell.label == "NUM_SPECULATIVE_TOKENS=2"
     assert "| 4 | NUM_SPECULATIVE_TOKENS=2 | 100.0 |" in render_table([cell])
-    assert Cell("plain", {}, 4, 1.0, None, None, None, None, None).label == "plain"
+    assert Cell("plain", {}, level).label == "plain"

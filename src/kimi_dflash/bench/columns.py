@@ -1,0 +1,151 @@
+"""Every figure the level tables show, declared once: its CSV name, its heading, where its value comes from and how it
+is shown. A table is a selection of these columns: the benchmark's stdout table (``STDOUT``, ``TURNS``), its levels
+CSV (``CSV``), the sweep's table (``SWEEP``: also README's Results and qualify's report) and the comparison
+(``COMPARE_*``, ``SLO``, ``SPEC``). Adding a column: declare it here and add it to the selections that show it
+(docs/development.md, "A benchmark column")."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kimi_dflash.bench.result import LevelResult
+from kimi_dflash.core.formatting import Fmt, general, text_row
+
+STATS = ("mean", "p50", "p90", "p95", "p99")  # a distribution's fields (the levels CSV shows each)
+
+
+def path(level: Any, dotted: str) -> Any:
+    """The value at ``dotted`` ("spec_decode.acceptance_rate") in the result model; None where a step is missing."""
+    for name in dotted.split("."):
+        level = getattr(level, name, None)
+    return level
+
+
+@dataclass(frozen=True)
+class Column:
+    id: str  # its name in the levels CSV
+    header: str  # its heading in every table
+    get: str | Callable[[Any], Any]  # a path into the level result ("ttft_ms.p95"), or a function of the level
+    fmt: Fmt = Fmt(1)  # how tables show it (the CSV keeps full precision)
+    short: str = ""  # an ASCII heading for the fixed-width stdout table, where the header is not ASCII
+
+    def value(self, level: Any) -> Any:
+        return self.get(level) if callable(self.get) else path(level, self.get)
+
+    def cell(self, level: Any) -> str:
+        return self.fmt(self.value(level))
+
+    def over(self, level: Any, reference: Any) -> float | None:
+        """Its value at ``level`` over its value at ``reference`` (a speedup); None when either is missing or 0."""
+        new, old = self.value(level), self.value(reference)
+        return None if new is None or not old else new / old
+
+
+@dataclass(frozen=True)
+class Stats:
+    """A distribution of the level (``ttft_ms`` ...): a column per statistic, ``TTFT["p95"]``, or per percentile
+    asked with --percentiles, ``TTFT["p99.9"]``."""
+
+    id: str
+    name: str
+    unit: str
+    fmt: Fmt
+    at: str = ""  # its path in the level result (default: the id)
+
+    def __getitem__(self, stat: str) -> Column:
+        heading = " ".join(part for part in (self.name, "" if stat == "mean" else stat, self.unit) if part)
+        where = self.at or self.id
+
+        def asked(level: Any) -> float | None:
+            block = path(level, where)
+            return (block.percentiles or {}).get(stat) if block is not None else None
+
+        return Column(f"{self.id}_{stat}", heading, f"{where}.{stat}" if stat in STATS else asked, self.fmt)
+
+    def columns(self, extra: Sequence[str] = ()) -> list[Column]:
+        return [self[stat] for stat in (*STATS, *extra)]
+
+
+def level_name(level: LevelResult) -> str:
+    """The level's load: its session count (closed loop) or its rate (open loop, "inf": all at once)."""
+    if level.open_loop is None:
+        return str(level.sessions)
+    rate = level.open_loop.request_rate
+    return "inf" if rate is None else general(rate) + "/s"
+
+
+INT, PERCENT = Fmt(0), Fmt(1, "percent")
+LEVEL = Column("level", "sessions", level_name)
+STARRED_LEVEL = Column("level", "sessions", lambda level: level_name(level) + "*" * level.partial)  # stdout
+SESSIONS = Column("sessions", "sessions", "sessions", INT)
+REQUEST_RATE = Column("request_rate", "request rate", "open_loop.request_rate", Fmt(2))
+REPEATS = Column("repeats", "repeats", "repeats", INT)
+REQUESTS = Column("requests", "requests", "requests", INT)
+COMPLETED = Column("completed", "ok", "completed", INT)
+FAILED = Column("failed", "failed", "failed", INT)
+OUTPUT_TOKENS = Column("output_tokens", "output tokens", "output_tokens", INT)
+DURATION = Column("duration_s", "duration s", "duration_s")
+OUTPUT_TOK_S = Column("output_tok_s", "output tok/s", "output_tok_s")
+REQUEST_THROUGHPUT = Column("request_throughput", "req/s", "request_throughput", Fmt(2))
+TTFT = Stats("ttft_ms", "TTFT", "ms", INT)
+TPOT = Stats("tpot_ms", "TPOT", "ms", Fmt(1))
+E2EL = Stats("e2el_s", "E2EL", "s", Fmt(2))
+PER_USER = Stats("per_user_tok_s", "per-user", "tok/s", Fmt(1))  # 1 / TPOT
+PER_USER_E2EL = Stats("per_user_tok_s_e2el", "N/E2EL", "", Fmt(1))  # the wait for the first token included
+TOKENS_PER_CHUNK = Stats("tokens_per_chunk", "tok/chunk", "", Fmt(2))
+QUEUE_DELAY = Stats("queue_delay_ms", "queue delay", "ms", Fmt(1), at="open_loop.queue_delay_ms")
+OUTPUT_CI_LOW = Column("output_tok_s_ci_low", "output tok/s CI low", "intervals.output_tok_s.low")
+OUTPUT_CI_HIGH = Column("output_tok_s_ci_high", "output tok/s CI high", "intervals.output_tok_s.high")
+PER_USER_CI_LOW = Column("per_user_tok_s_ci_low", "per-user tok/s CI low", "intervals.per_user_tok_s.low")
+PER_USER_CI_HIGH = Column("per_user_tok_s_ci_high", "per-user tok/s CI high", "intervals.per_user_tok_s.high")
+SLO_ATTAINMENT = Column("slo_attainment", "attainment", "goodput.attainment", PERCENT)
+REQUEST_GOODPUT = Column("request_goodput", "goodput req/s", "goodput.request_goodput", Fmt(2))
+OUTPUT_GOODPUT = Column("output_goodput", "goodput tok/s", "goodput.output_goodput")
+ACHIEVED_RATE = Column("achieved_rate", "achieved rate", "open_loop.achieved_rate", Fmt(2))
+MAX_IN_FLIGHT = Column("max_in_flight", "max in flight", "open_loop.max_in_flight", INT)
+ACCEPTANCE_RATE = Column("acceptance_rate", "acceptance", "spec_decode.acceptance_rate", PERCENT)
+ACCEPTANCE_LENGTH = Column("acceptance_length", "τ", "spec_decode.acceptance_length", Fmt(2), short="tau")
+TURN = Column("turn", "turn", "turn", INT)  # the per-turn rows (TurnResult) read the same paths as a level
+PROMPT_TOKENS = Column("prompt_tokens_mean", "prompt tok", "prompt_tokens.mean", INT)
+
+# -- the tables: which columns each shows, in order -----------------------------------------------------------------
+
+Pair = tuple[str, Column, Column]  # two columns in one stdout cell, "a/b", under one heading
+STDOUT: tuple[Column | Pair, ...] = (
+    STARRED_LEVEL, ("ok/fail", COMPLETED, FAILED), OUTPUT_TOK_S, REQUEST_THROUGHPUT,
+    ("TTFT p50/p95 ms", TTFT["p50"], TTFT["p95"]), ("TPOT p50/p95 ms", TPOT["p50"], TPOT["p95"]), PER_USER["mean"],
+    PER_USER_E2EL["mean"], E2EL["p95"], TOKENS_PER_CHUNK["mean"], ACCEPTANCE_RATE, ACCEPTANCE_LENGTH,
+)  # fmt: skip
+TURNS = (TURN, COMPLETED, PROMPT_TOKENS, TTFT["p50"], TPOT["p50"], E2EL["p50"])  # stdout, under each level
+CSV: tuple[Column | Stats, ...] = (  # a distribution brings its statistics and the percentiles asked
+    LEVEL, SESSIONS, REQUEST_RATE, REPEATS, REQUESTS, COMPLETED, FAILED, OUTPUT_TOKENS, DURATION, OUTPUT_TOK_S,
+    REQUEST_THROUGHPUT, TTFT, TPOT, E2EL, PER_USER, OUTPUT_CI_LOW, OUTPUT_CI_HIGH, PER_USER_CI_LOW, PER_USER_CI_HIGH,
+    SLO_ATTAINMENT, REQUEST_GOODPUT, OUTPUT_GOODPUT, ACHIEVED_RATE, MAX_IN_FLIGHT, QUEUE_DELAY["p50"],
+    QUEUE_DELAY["p99"], ACCEPTANCE_RATE, ACCEPTANCE_LENGTH,
+)  # fmt: skip
+# After the sweep's sessions and point columns; the first column's ratio over the no-speculation point follows it.
+SWEEP = (OUTPUT_TOK_S, PER_USER["mean"], TPOT["p50"], TTFT["p95"], ACCEPTANCE_RATE, ACCEPTANCE_LENGTH)
+# The comparison at matched concurrency: both runs side by side (the first column with its speedup and interval),
+# then "baseline → candidate".
+COMPARE_SIDE_BY_SIDE = (OUTPUT_TOK_S, PER_USER["mean"])
+COMPARE_ARROWS = (TTFT["p95"], TPOT["p95"], E2EL["p95"], FAILED)
+SLO = (SLO_ATTAINMENT, OUTPUT_TOK_S, OUTPUT_GOODPUT, REQUEST_GOODPUT)  # a level's goodput at the SLO
+SPEC = (ACCEPTANCE_RATE, ACCEPTANCE_LENGTH)  # a level's speculative decoding
+
+
+def stdout_table(entries: Sequence[Column | Pair], levels: Sequence[Any], prefix: str = "") -> list[str]:
+    """A fixed-width table: its heading line, then one line per level (or per-turn row)."""
+    labels = [entry.short or entry.header if isinstance(entry, Column) else entry[0] for entry in entries]
+    widths = [max(len(label), 4) for label in labels]
+    lines = [text_row(labels, widths, prefix)]
+    for level in levels:
+        cells = [e.cell(level) if isinstance(e, Column) else "/".join(c.cell(level) for c in e[1:]) for e in entries]
+        lines.append(text_row(cells, widths, " " * len(prefix)))
+    return lines
+
+
+def csv_columns(extra: Sequence[str] = ()) -> list[Column]:
+    """The levels CSV's columns: each distribution with its statistics, then the extra percentiles asked."""
+    return [c for entry in CSV for c in (entry.columns(extra) if isinstance(entry, Stats) else [entry])]
