@@ -433,6 +433,17 @@ KEYS: tuple[Key, ...] = (
         speculative_field="num_speculative_tokens",
     ),
     _k(
+        "DRAFTER_ROPE_FIX",
+        "bool",
+        True,
+        "speculative",
+        "Serve a DFlash drafter with z-lab's Kimi YaRN fields (factor 64, mscale = mscale_all_dim = 1.0, no "
+        "attention_factor) with the RoPE amplitude it was trained with, 1.4159, on a vLLM that gives it 1.0 (0.30 "
+        "and later, read from its source): the launcher serves it from a cached copy whose config.json adds "
+        "rope_scaling.attention_factor (docs/patches.md). Does nothing where vLLM gives 1.4159 already. false: "
+        "serve the drafter as its config.json says.",
+    ),
+    _k(
         "DRAFT_ATTENTION_BACKEND",
         "str",
         None,

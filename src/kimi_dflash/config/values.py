@@ -49,6 +49,7 @@ class ConfigValues:
     mm_encoder_tp_mode: Literal["data", "weights"]
     speculative_method: Literal["dflash", "none"]
     num_speculative_tokens: int
+    drafter_rope_fix: bool
     draft_attention_backend: str | None
     draft_kv_cache_dtype: Literal["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"] | None
     draft_tensor_parallel_size: int | None
