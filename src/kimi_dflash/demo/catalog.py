@@ -48,6 +48,16 @@ CHOICES: dict[str, DemoChoice] = {
             serves_on_cpu=False,
         ),
         DemoChoice(
+            "kimi-yarn",
+            "kimi-yarn",
+            "target",
+            "the same miniature with a DFlash drafter carrying z-lab's YaRN rope fields and tuned to the RoPE "
+            "amplitude those drafters were trained with (the DRAFTER_ROPE_FIX proof, docs/demo-models.md)",
+            "KimiK25ForConditionalGeneration",
+            mla=True,
+            serves_on_cpu=True,
+        ),
+        DemoChoice(
             "qwen3",
             "qwen3",
             "target",
