@@ -416,8 +416,9 @@ KEYS: tuple[Key, ...] = (
         "enum",
         "dflash",
         "speculative",
-        "dflash, or none for the autoregressive baseline.",
-        choices=("dflash", "none"),
+        "dflash; eagle3 (an EAGLE3 drafter, e.g. EAGLE3-MLA for Kimi: the CPU demo's configs/demo-cpu-eagle3.env); "
+        "or none for the autoregressive baseline.",
+        choices=("dflash", "eagle3", "none"),
         vllm=VllmOption("--speculative-config", "composite", note="JSON built from the speculative keys"),
         speculative_field="method",
     ),

@@ -303,7 +303,7 @@ def _rule_models(v: ConfigValues, s: Mapping[str, str]) -> list[Problem]:
     demo = _demo_models(v.fabricate_demo_models)
     if demo is not None:
         clash = [k for k in ("MODEL_DIR", "DRAFT_MODEL_DIR") if getattr(v, attribute(k)) is not None]
-        return [
+        problems = [
             _problem(
                 s,
                 v,
@@ -313,6 +313,19 @@ def _rule_models(v: ConfigValues, s: Mapping[str, str]) -> list[Problem]:
             )
             for k in clash
         ]
+        kind = DEMO_CHOICES[demo].speculative_method
+        if v.speculative_method not in ("none", kind):
+            problems.append(
+                _problem(
+                    s,
+                    v,
+                    "SPECULATIVE_METHOD",
+                    f"FABRICATE_DEMO_MODELS={demo} serves a drafter of kind {kind}; vLLM would refuse it as "
+                    f"{v.speculative_method}",
+                    f"set SPECULATIVE_METHOD={kind} (or none)",
+                )
+            )
+        return problems
     problems = []
     if v.model_dir is None:
         problems.append(
@@ -324,13 +337,13 @@ def _rule_models(v: ConfigValues, s: Mapping[str, str]) -> list[Problem]:
                 f"set MODEL_DIR=/path/to/model (download: hf download {v.model_repo} --local-dir /path/to/model)",
             )
         )
-    if v.speculative_method == "dflash" and v.draft_model_dir is None:
+    if v.speculative_method != "none" and v.draft_model_dir is None:
         problems.append(
             _problem(
                 s,
                 v,
                 "DRAFT_MODEL_DIR",
-                "SPECULATIVE_METHOD=dflash needs a drafter checkpoint",
+                f"SPECULATIVE_METHOD={v.speculative_method} needs a drafter checkpoint",
                 f"set DRAFT_MODEL_DIR (download: hf download {v.draft_model_repo} "
                 "--local-dir /path/to/drafter), or SPECULATIVE_METHOD=none",
             )

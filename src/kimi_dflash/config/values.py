@@ -22,7 +22,7 @@ class ConfigValues:
     draft_model_dir: Path | None
     draft_model_repo: str
     preshard_dir: Path | None
-    fabricate_demo_models: Literal["none", "kimi", "kimi-int4", "kimi-yarn", "qwen3"]
+    fabricate_demo_models: Literal["none", "kimi", "kimi-int4", "kimi-yarn", "kimi-eagle3", "qwen3"]
     served_model_name: str
     host: str
     port: int
@@ -47,7 +47,7 @@ class ConfigValues:
     reasoning_parser: str | None
     language_model_only: bool
     mm_encoder_tp_mode: Literal["data", "weights"]
-    speculative_method: Literal["dflash", "none"]
+    speculative_method: Literal["dflash", "eagle3", "none"]
     num_speculative_tokens: int
     drafter_rope_fix: bool
     draft_attention_backend: str | None

@@ -162,7 +162,12 @@ REJECTED = {
     "demo_choice_was_a_bool": (
         "FABRICATE_DEMO_MODELS=true\n",
         "FABRICATE_DEMO_MODELS",
-        "none, kimi, kimi-int4, kimi-yarn, qwen3",
+        "none, kimi, kimi-int4, kimi-yarn, kimi-eagle3, qwen3",
+    ),
+    "demo_drafter_of_another_kind": (
+        "FABRICATE_DEMO_MODELS=kimi-eagle3\nSPECULATIVE_METHOD=dflash\n",
+        "SPECULATIVE_METHOD",
+        "serves a drafter of kind eagle3",
     ),
     "cpu_dflash_prompt_longer_than_batch_budget": (
         "DEVICE=cpu\nMOE_BACKEND=auto\nTENSOR_PARALLEL_SIZE=1\nBLOCK_SIZE=32\n"
