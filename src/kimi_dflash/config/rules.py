@@ -133,6 +133,14 @@ def _models(c: Check) -> Iterator[Problem]:
                     f"leave {key} empty (the demo models live in the project cache) or set FABRICATE_DEMO_MODELS="
                     f"{NO_DEMO}",
                 )
+        kind = DEMO_CHOICES[demo].speculative_method
+        if v.speculative_method not in ("none", kind):
+            yield c.error(
+                "SPECULATIVE_METHOD",
+                f"FABRICATE_DEMO_MODELS={demo} serves a drafter of kind {kind}; vLLM would refuse it as "
+                f"{v.speculative_method}",
+                f"set SPECULATIVE_METHOD={kind} (or none)",
+            )
         return
     if v.model_dir is None:
         yield c.error(
@@ -140,10 +148,10 @@ def _models(c: Check) -> Iterator[Problem]:
             "no target checkpoint configured",
             f"set MODEL_DIR=/path/to/model (download: hf download {v.model_repo} --local-dir /path/to/model)",
         )
-    if v.speculative_method == "dflash" and v.draft_model_dir is None:
+    if v.speculative_method != "none" and v.draft_model_dir is None:
         yield c.error(
             "DRAFT_MODEL_DIR",
-            "SPECULATIVE_METHOD=dflash needs a drafter checkpoint",
+            f"SPECULATIVE_METHOD={v.speculative_method} needs a drafter checkpoint",
             f"set DRAFT_MODEL_DIR (download: hf download {v.draft_model_repo} --local-dir /path/to/drafter), or "
             "SPECULATIVE_METHOD=none",
         )

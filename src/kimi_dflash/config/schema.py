@@ -62,7 +62,7 @@ class ConfigValues:
         vllm=VllmOption("--load-format", "composite", note="sharded_state when set"),
     )
     # NO_DEMO and the demo catalog's choices (tests/unit/config/test_config_schema.py keeps them the same)
-    fabricate_demo_models: Literal["none", "kimi", "kimi-int4", "qwen3"] = key(
+    fabricate_demo_models: Literal["none", "kimi", "kimi-int4", "kimi-yarn", "kimi-eagle3", "qwen3"] = key(
         NO_DEMO,
         "model",
         "Serve locally fabricated demo models (the CPU demo), built under the project cache on first use: "
@@ -235,10 +235,11 @@ class ConfigValues:
         "How the vision encoder is split across GPUs when LANGUAGE_MODEL_ONLY=false.",
         vllm=VllmOption("--mm-encoder-tp-mode", gpu_only=True, only_without="LANGUAGE_MODEL_ONLY"),
     )
-    speculative_method: Literal["dflash", "none"] = key(
+    speculative_method: Literal["dflash", "eagle3", "none"] = key(
         "dflash",
         "speculative",
-        "dflash, or none for the autoregressive baseline.",
+        "dflash; eagle3 (an EAGLE3 drafter, e.g. EAGLE3-MLA for Kimi: the CPU demo's configs/demo-cpu-eagle3.env); "
+        "or none for the autoregressive baseline.",
         vllm=VllmOption("--speculative-config", "composite", note="JSON built from the speculative keys"),
         speculative_field="method",
     )
@@ -250,6 +251,15 @@ class ConfigValues:
         minimum=1,
         maximum=64,
         speculative_field="num_speculative_tokens",
+    )
+    drafter_rope_fix: bool = key(
+        True,
+        "speculative",
+        "Serve a DFlash drafter with z-lab's Kimi YaRN fields (factor 64, mscale = mscale_all_dim = 1.0, no "
+        "attention_factor) with the RoPE amplitude it was trained with, 1.4159, on a vLLM that gives it 1.0 (0.30 "
+        "and later, read from its source): the launcher serves it from a cached copy whose config.json adds "
+        "rope_scaling.attention_factor (docs/patches.md). Does nothing where vLLM gives 1.4159 already. false: "
+        "serve the drafter as its config.json says.",
     )
     draft_attention_backend: str | None = key(
         None,

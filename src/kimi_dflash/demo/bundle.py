@@ -6,6 +6,10 @@ choice lives in which bundle):
     kimi/target/              miniature Kimi K2.6 (bfloat16 experts)          FABRICATE_DEMO_MODELS=kimi
     kimi/target-int4/         the same with INT4 compressed-tensors experts   FABRICATE_DEMO_MODELS=kimi-int4
     kimi/drafter/             its DFlash drafter
+    kimi-yarn/{manifest.json,target,drafter}  the same target, a drafter with z-lab's YaRN rope fields
+                                                                             FABRICATE_DEMO_MODELS=kimi-yarn
+    kimi-eagle3/{manifest.json,target,drafter}  the same target, an EAGLE3-MLA drafter
+                                                                             FABRICATE_DEMO_MODELS=kimi-eagle3
     qwen3/{manifest.json,target,drafter}                                     FABRICATE_DEMO_MODELS=qwen3
 A bundle is only ever moved into place whole (built in a temp dir beside it, then os.replace), and this
 module only imports the standard library, so reusing a cached bundle costs a few milliseconds.
@@ -34,6 +38,11 @@ from kimi_dflash.demo.encoding import json_bytes
 from kimi_dflash.demo.kimi.layout import FABRICATION_VERSION as KIMI_FABRICATION_VERSION
 from kimi_dflash.demo.layout import FABRICATION_VERSION as QWEN3_FABRICATION_VERSION
 
+# kimi-yarn's version: the miniature's and its drafter's (kimi/yarn_drafter.py VERSION; kept here so that checking
+# a cached bundle imports no numpy).
+KIMI_YARN_FABRICATION_VERSION = f"{KIMI_FABRICATION_VERSION}+yarn-1"
+KIMI_EAGLE3_FABRICATION_VERSION = f"{KIMI_FABRICATION_VERSION}+eagle3-1"  # kimi/eagle3_drafter.py
+
 if TYPE_CHECKING:
     from kimi_dflash.demo.fabricate import Fabrication
 
@@ -50,6 +59,8 @@ class BundleRecipe:
 
 RECIPES: dict[str, BundleRecipe] = {
     "kimi": BundleRecipe(KIMI_FABRICATION_VERSION, "kimi_dflash.demo.kimi.fabricate:fabricate"),
+    "kimi-yarn": BundleRecipe(KIMI_YARN_FABRICATION_VERSION, "kimi_dflash.demo.kimi.yarn_drafter:fabricate"),
+    "kimi-eagle3": BundleRecipe(KIMI_EAGLE3_FABRICATION_VERSION, "kimi_dflash.demo.kimi.eagle3_drafter:fabricate"),
     "qwen3": BundleRecipe(QWEN3_FABRICATION_VERSION, "kimi_dflash.demo.fabricate:fabricate"),
 }
 
@@ -90,7 +101,7 @@ class DemoModels:
                 f"num_speculative_tokens={k}: the demo drafter proposes 1 to "
                 f"{self.max_num_speculative_tokens} tokens per step"
             )
-        return {"method": "dflash", "model": str(self.drafter_dir), "num_speculative_tokens": k}
+        return {"method": self.choice.speculative_method, "model": str(self.drafter_dir), "num_speculative_tokens": k}
 
     def manifest(self) -> dict[str, object]:
         return json.loads(self.manifest_path.read_text(encoding="utf-8"))

@@ -19,6 +19,7 @@ class DemoChoice:
     serves_on_cpu: bool
     recommended_num_speculative_tokens: int = 4
     max_num_speculative_tokens: int = 15
+    speculative_method: str = "dflash"  # the drafter's kind (SPECULATIVE_METHOD)
 
     @property
     def cpu_block_size(self) -> int:
@@ -46,6 +47,28 @@ CHOICES: dict[str, DemoChoice] = {
             "KimiK25ForConditionalGeneration",
             mla=True,
             serves_on_cpu=False,
+        ),
+        DemoChoice(
+            "kimi-yarn",
+            "kimi-yarn",
+            "target",
+            "the same miniature with a DFlash drafter carrying z-lab's YaRN rope fields and tuned to the RoPE "
+            "amplitude those drafters were trained with (the DRAFTER_ROPE_FIX proof, docs/demo-models.md)",
+            "KimiK25ForConditionalGeneration",
+            mla=True,
+            serves_on_cpu=True,
+        ),
+        DemoChoice(
+            "kimi-eagle3",
+            "kimi-eagle3",
+            "target",
+            "the same miniature with an EAGLE3-MLA drafter (Eagle3DeepseekV3ForCausalLM, SPECULATIVE_METHOD=eagle3), "
+            "the second drafter kind (configs/demo-cpu-eagle3.env)",
+            "KimiK25ForConditionalGeneration",
+            mla=True,
+            serves_on_cpu=True,
+            recommended_num_speculative_tokens=3,
+            speculative_method="eagle3",
         ),
         DemoChoice(
             "qwen3",

@@ -68,3 +68,35 @@ def attention_logit_gap(
     loss = (1.0 - np.cos(np.outer(distances, frequencies))).sum(axis=1)
     pair_length_sq = 2.0 * qk_norm_weight**2
     return float(pair_length_sq * loss.min() / np.sqrt(head_dim))
+
+
+def yarn_frequencies(head_dim: int, theta: float, rope_scaling: dict[str, object]) -> np.ndarray:
+    """RoPE angular frequencies per rotary pair under YaRN scaling, as vLLM's YaRNScalingRotaryEmbedding computes
+    them (written from the YaRN paper's definition): pairs whose wavelength is below original_max / beta_fast keep
+    their frequency, those above original_max / beta_slow are divided by `factor`, a linear ramp in between."""
+    factor = float(rope_scaling["factor"])  # type: ignore[arg-type]
+    original = float(rope_scaling["original_max_position_embeddings"])  # type: ignore[arg-type]
+    beta_fast = float(rope_scaling.get("beta_fast", 32))  # type: ignore[arg-type]
+    beta_slow = float(rope_scaling.get("beta_slow", 1))  # type: ignore[arg-type]
+
+    def correction_dim(rotations: float) -> float:
+        return head_dim * np.log(original / (rotations * 2 * np.pi)) / (2 * np.log(theta))
+
+    low = max(int(np.floor(correction_dim(beta_fast))), 0)
+    high = min(int(np.ceil(correction_dim(beta_slow))), head_dim - 1)
+    if low == high:
+        high += 0.001  # type: ignore[assignment]
+    ramp = np.clip((np.arange(head_dim // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
+    kept = 1.0 - ramp  # 1: the original frequency, 0: interpolated by the factor
+    original_frequencies = rope_frequencies(head_dim, theta)
+    return original_frequencies * kept + original_frequencies / factor * (1.0 - kept)
+
+
+def pair_pattern(offset: int, frequencies: np.ndarray, pairs: np.ndarray, head_dim: int) -> np.ndarray:
+    """rope_query_pattern restricted to `pairs` (zero elsewhere): against pair_pattern(0, ...) it scores
+    sum over those pairs of cos((n - m - offset) * frequency)."""
+    half = head_dim // 2
+    pattern = np.zeros(head_dim, dtype=np.float64)
+    pattern[pairs] = np.cos(offset * frequencies[pairs])
+    pattern[half + pairs] = np.sin(offset * frequencies[pairs])
+    return pattern

@@ -37,15 +37,28 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return x * torch.rsqrt(variance + eps) * weight
 
 
-def apply_rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-    """Neox-style rotary embedding over the last dim of x [tokens, heads, head_dim]."""
+def apply_rope(
+    x: torch.Tensor,
+    positions: torch.Tensor,
+    theta: float,
+    rope_scaling: dict[str, object] | None = None,
+    amplitude: float = 1.0,
+) -> torch.Tensor:
+    """Neox-style rotary embedding over the last dim of x [tokens, heads, head_dim]. With YaRN `rope_scaling` the
+    pair frequencies are YaRN's, and vLLM multiplies its cos/sin cache by an amplitude (which one depends on the
+    release and the rope fields: kimi_dflash.preflight.rope_amplitude); the caller says which."""
     import torch
 
+    from kimi_dflash.demo.geometry import yarn_frequencies
+
     head_dim = x.shape[-1]
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    if rope_scaling is not None and rope_scaling.get("rope_type", rope_scaling.get("type")) == "yarn":
+        inv_freq = torch.from_numpy(yarn_frequencies(head_dim, theta, rope_scaling))
+    else:
+        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
     angles = positions.to(torch.float64)[:, None] * inv_freq[None, :]
-    cos = torch.cos(angles).to(x.dtype)[:, None, :]
-    sin = torch.sin(angles).to(x.dtype)[:, None, :]
+    cos = (torch.cos(angles) * amplitude).to(x.dtype)[:, None, :]
+    sin = (torch.sin(angles) * amplitude).to(x.dtype)[:, None, :]
     first, second = x[..., : head_dim // 2], x[..., head_dim // 2 :]
     return torch.cat([first * cos - second * sin, second * cos + first * sin], dim=-1)
 
@@ -58,6 +71,7 @@ class DrafterReference:
     config: dict[str, object]
     embed_tokens: torch.Tensor  # shared with the target
     lm_head: torch.Tensor  # shared with the target
+    rope_amplitude: float = 1.0  # what vLLM scales the drafter's cos/sin cache by (1.0 without YaRN)
 
     @classmethod
     def load(cls, drafter_dir: Path, target_dir: Path) -> DrafterReference:
@@ -122,9 +136,11 @@ class DrafterReference:
             # Context K/V: projected from the normed context features directly (no input_layernorm).
             ck = heads_of(context @ self._w(f"{p}.self_attn.k_proj.weight").T, kv_heads)
             cv = heads_of(context @ self._w(f"{p}.self_attn.v_proj.weight").T, kv_heads)
-            q = apply_rope(rms_norm(q, self._w(f"{p}.self_attn.q_norm.weight"), eps), query_positions, theta)
+            rope = {"rope_scaling": cfg.get("rope_scaling"), "amplitude": self.rope_amplitude}
+            q = rms_norm(q, self._w(f"{p}.self_attn.q_norm.weight"), eps)
+            q = apply_rope(q, query_positions, theta, **rope)  # type: ignore[arg-type]
             k = rms_norm(torch.cat([ck, k]), self._w(f"{p}.self_attn.k_norm.weight"), eps)
-            k = apply_rope(k, all_positions, theta)
+            k = apply_rope(k, all_positions, theta, **rope)  # type: ignore[arg-type]
             v = torch.cat([cv, v])
             group = heads // kv_heads
             k = k.repeat_interleave(group, dim=1)

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kimi_dflash.preflight.rope_amplitude import drafter_rope, transformers_amplitude
+
 DRAFT_ARCHITECTURE = "DFlashDraftModel"
 # Keys vLLM's DFlash loader reads from dflash_config that only shape serving (not the trained weights).
 SERVING_ONLY_DFLASH_KEYS = ("use_swa", "swa_window_size", "causal")
@@ -182,4 +184,17 @@ def serving_config(arch: DrafterArchitecture) -> dict[str, Any]:
     given (serving keys such as use_swa included), weights in float32 or bfloat16 as exported."""
     config = dict(arch.config)
     config["dflash_config"] = dict(arch.config["dflash_config"])
-    return config
+    return pin_rope_amplitude(config)
+
+
+def pin_rope_amplitude(config: dict[str, Any]) -> dict[str, Any]:
+    """Write the RoPE amplitude the drafter was trained with into its YaRN fields (`attention_factor`).
+
+    SpecForge trains with transformers 5, which gives z-lab's YaRN fields (mscale = mscale_all_dim = 1.0) amplitude
+    1.0; z-lab's own drafters were trained with 1.4159, and the launcher restores that for drafters whose fields
+    leave it implicit (launch/drafter_rope.py). An explicit attention_factor is left alone by it and honoured by
+    vLLM from 0.30, so the drafter trained here is served with the amplitude it learned."""
+    rope = drafter_rope(config)
+    if rope is None or rope.attention_factor is not None:
+        return config
+    return {**config, rope.field: {**rope.values, "attention_factor": transformers_amplitude(rope)}}

@@ -17,7 +17,7 @@ from kimi_dflash.core.envvars import CACHE as CACHE_ENV
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.paths import cache_root
 from kimi_dflash.launch import hooks, ownership
-from kimi_dflash.launch.prepare import local_plan, resolve_demo_models
+from kimi_dflash.launch.prepare import local_plan, resolve_demo_models, resolve_models
 from kimi_dflash.launch.private_files import UnsafeLocation, private_dir
 from kimi_dflash.launch.server import (
     StartInterrupted,
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             say(f"serve: {error}. Nothing was started.")
             return 1
     try:
-        config = resolve_demo_models(config, create=not args.dry_run)
+        config = resolve_models(config, create=not args.dry_run)
     except UserError as error:
         say(f"serve: {error}. Nothing was started.")
         return error.exit_code

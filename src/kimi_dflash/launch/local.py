@@ -18,7 +18,7 @@ from subprocess import Popen
 
 from kimi_dflash.config.problems import ConfigError
 from kimi_dflash.config.validate import check_paths, load_config
-from kimi_dflash.launch.prepare import local_plan, resolve_demo_models
+from kimi_dflash.launch.prepare import local_plan, resolve_models
 from kimi_dflash.launch.server import start_and_wait, stop_process_group, tail
 from kimi_dflash.plan import LaunchPlan
 
@@ -72,7 +72,7 @@ def start_local_server(
         config = load_config(config_path, environ=dict(overrides or {}))
     except ConfigError as error:
         raise ServerStartError(f"{config_path}: " + "; ".join(p.render() for p in error.problems)) from None
-    config = resolve_demo_models(config, create=True)
+    config = resolve_models(config, create=True)
     errors = [p for p in check_paths(config) if p.severity == "error"]
     if errors:
         raise ServerStartError(f"{config_path}: " + "; ".join(p.render() for p in errors))

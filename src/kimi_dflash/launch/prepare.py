@@ -29,6 +29,28 @@ def resolve_demo_models(config: Config, create: bool, say: Callable[[str], None]
     return config.with_values("fabricated demo", MODEL_DIR=models.target_dir, DRAFT_MODEL_DIR=models.drafter_dir)
 
 
+def resolve_drafter_rope(config: Config, create: bool, say: Callable[[str], None] = _stderr) -> Config:
+    """Point DRAFT_MODEL_DIR at an overlay that restores a z-lab Kimi DFlash drafter's trained RoPE amplitude on a
+    vLLM that changed it (launch/drafter_rope.py; DRAFTER_ROPE_FIX), building it when `create`."""
+    drafter_dir = config.typed.draft_model_dir
+    if not config.speculative or config.typed.speculative_method != "dflash" or drafter_dir is None:
+        return config
+    from kimi_dflash.launch import drafter_rope
+
+    served = drafter_rope.prepare(drafter_dir, config.typed.drafter_rope_fix, cache_root(), create, say)
+    return (
+        config
+        if served == drafter_dir.expanduser().resolve()
+        else config.with_values("drafter RoPE fix", DRAFT_MODEL_DIR=served)
+    )
+
+
+def resolve_models(config: Config, create: bool, say: Callable[[str], None] = _stderr) -> Config:
+    """Everything a config's model paths still need from this machine: the fabricated demo models, then the
+    drafter's RoPE overlay."""
+    return resolve_drafter_rope(resolve_demo_models(config, create, say), create, say)
+
+
 def cpu_preload(config: Config, say: Callable[[str], None] = _stderr) -> tuple[str, ...]:
     """What LD_PRELOAD should hold for vLLM's CPU build on this machine (and say what was found)."""
     if config.typed.device != "cpu" or not config.typed.cpu_preload_libs:

@@ -19,6 +19,7 @@ from kimi_dflash.drafter_training.architecture import (
     ArchitectureError,
     DrafterArchitecture,
     check_architecture,
+    serving_config,
     specforge_draft_config,
 )
 from kimi_dflash.drafter_training.model import DFlashDrafter, block_targets, candidate_anchors
@@ -77,6 +78,17 @@ def test_production_drafter_config_is_the_public_drafters_architecture() -> None
     shipped = json.loads(resources.files("kimi_dflash").joinpath("data/checkpoints/kimi-k2.5-dflash.json").read_text())
     assert trained == shipped
     check_architecture(DrafterArchitecture(str(DRAFT_CONFIG), trained))
+
+
+def test_the_served_config_pins_the_rope_amplitude_the_drafter_was_trained_with() -> None:
+    """SpecForge (transformers 5) trains z-lab's YaRN fields at amplitude 1.0; the exported config says so, so the
+    launcher's drafter-RoPE fix (meant for z-lab's drafters, trained with 1.4159) leaves it alone."""
+    trained = json.loads(DRAFT_CONFIG.read_text())
+    served = serving_config(DrafterArchitecture(str(DRAFT_CONFIG), trained))
+    assert served["rope_scaling"] == {**trained["rope_scaling"], "attention_factor": 1.0}
+    assert "attention_factor" not in trained["rope_scaling"]
+    plain = {**trained, "rope_scaling": None}
+    assert serving_config(DrafterArchitecture("x.json", plain))["rope_scaling"] is None
 
 
 def test_architecture_errors_name_the_key() -> None:

@@ -146,6 +146,17 @@ MAX_NUM_SPECULATIVE_TOKENS = DRAFTER_BLOCK_SIZE - 1
 DRAFTER_HEAD_DIM = 96
 DRAFTER_KV_HEADS = 1
 DRAFTER_ROPE_THETA = 50000.0  # production drafter's
+# z-lab's Kimi DFlash drafters' rope scaling (the target's YaRN, spelled rope_type): the kimi-yarn drafter carries
+# it (yarn_drafter.py); the default demo drafter has none. tests keep it equal to the shipped K2.5 drafter facts.
+DRAFTER_ROPE_SCALING = {
+    "rope_type": "yarn",
+    "factor": 64.0,
+    "original_max_position_embeddings": 4096,
+    "beta_fast": 32.0,
+    "beta_slow": 1.0,
+    "mscale": 1.0,
+    "mscale_all_dim": 1.0,
+}
 DRAFTER_QK_NORM_WEIGHT = 12.0
 DRAFTER_RMS_NORM_EPS = 1e-6
 # Sliding-window layers wider than any context: attention is unchanged, but vLLM gives the drafter its own

@@ -1,0 +1,15 @@
+#!/usr/bin/env python3
+"""Acceptance per draft position of the CPU demo's kimi-yarn drafter with and without DRAFTER_ROPE_FIX.
+
+Thin entry point for the lab study ``kimi_dflash_lab.studies.drafter_rope`` (run with --help)."""
+
+import sys
+from pathlib import Path
+
+_checkout = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(_checkout / "src"), str(_checkout / "lab")]
+
+from kimi_dflash_lab.studies.drafter_rope import main  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""An EAGLE3-MLA drafter for the miniature Kimi: the second drafter kind the CPU demo serves (issue 28, item 3).
+
+Same kind as the public K2.6 EAGLE3 drafters (lightseekorg/kimi-k2.6-eagle3-mla): vLLM's
+Eagle3DeepseekV3ForCausalLM (model_executor/models/deepseek_eagle3.py in 0.32), one decoder layer with MLA
+attention (its KV lives in the target's MLA cache group, 576-wide latents in pages of 16) and a dense MLP, fed the
+target's hidden states after three layers (`eagle_aux_hidden_state_layer_ids`) through `fc`, and the token
+embedding; no embeddings or lm_head of its own (vLLM shares the target's). Method `eagle3`: one drafter forward
+per draft token, each on the token the previous step proposed.
+
+Construction (the same walk as the DFlash drafter, ../drafter.py):
+- `norm_before_residual` with a zero `hidden_norm`: the residual stream starts at zero on every step, so nothing
+  the previous step wrote (vLLM feeds the drafter's own pre-norm output back as the next step's hidden state) and
+  nothing of the target's hidden states reaches the output; `fc` is zero;
+- the MLA head matches the current token's phase code (E, from the normed embedding) against the codes cached for
+  earlier positions, as the target's heads do, and copies it into G, which the shared lm_head reads: the proposal
+  is the walk's next token;
+- the MLP holds one neuron per deliberately missed phase (the walk's seeded 15 %, as the DFlash drafter misses),
+  which swaps the code for one JUMP phases further: acceptance ~85 % per token, decaying per position.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from kimi_dflash.demo import geometry
+from kimi_dflash.demo.encoding import json_bytes
+from kimi_dflash.demo.fabricate import Fabrication
+from kimi_dflash.demo.kimi import layout
+from kimi_dflash.demo.kimi.checkpoint import safetensors_bytes, tensor
+from kimi_dflash.demo.kimi.target import text_config
+from kimi_dflash.demo.walk import Walk
+
+ARCHITECTURE = "Eagle3DeepseekV3ForCausalLM"
+AUX_LAYER_IDS = (1, 2, 3)  # vLLM's default for a 4-layer target would be (2, 2, 1): a repeat, one state short
+CODE = layout.CODE_DIMS
+LATENT_CODE = slice(0, CODE)  # where q / kv latents carry the code
+# A latent dim holding the token's marker: with it the normed latent's code has norm sqrt(hidden) = 16 for an
+# ordinary token, the scale the MLP sees after post_attention_layernorm (the misses' swap is sized for it).
+MARKER = CODE
+COPY_QUERY_GAIN = 1.5
+COPY_KEY_GAIN = 1.5
+MISS_GATE_PEAK = 20.0  # as the DFlash drafter's miss neurons
+MISS_JUMP = 7
+
+
+def drafter_config(walk: Walk) -> dict[str, object]:
+    """config.json: the target's DeepSeek-V3 text config, one layer, dense MLP, EAGLE3 fields."""
+    base = {key: value for key, value in text_config().items() if key != "quantization_config"}
+    return {
+        **base,
+        "architectures": [ARCHITECTURE],
+        # Not deepseek_v3: vLLM 0.32's SpeculativeConfig.hf_config_override turns every deepseek_v3 draft config into
+        # an MTP one (architectures -> Eagle3DeepSeekMTPModel: "Model architectures ... are not supported").
+        "model_type": "deepseek_v2",
+        "num_hidden_layers": 1,
+        "intermediate_size": miss_neuron_count(walk),
+        "first_k_dense_replace": 1,
+        "norm_before_residual": True,
+        "eagle_aux_hidden_state_layer_ids": list(AUX_LAYER_IDS),
+        "target_hidden_size": layout.HIDDEN_SIZE,
+        "dtype": "float32",
+    }
+
+
+def miss_neuron_count(walk: Walk) -> int:
+    return max(64, math.ceil(len(walk.missed_phases) / 64) * 64)
+
+
+def attention(prefix: str) -> dict[str, np.ndarray]:
+    """Content-matching MLA head: query and key read the code of the (normed) embedding, the value copies it into
+    G. The first `hidden` input columns are the embedding, the next `hidden` the (zero) hidden state."""
+    hidden, eye = layout.HIDDEN_SIZE, np.eye(CODE)
+    q_a = np.zeros((layout.Q_LORA_RANK, 2 * hidden))
+    q_a[LATENT_CODE, layout.E] = eye
+    q_b = np.zeros((layout.QK_NOPE_HEAD_DIM + layout.QK_ROPE_HEAD_DIM, layout.Q_LORA_RANK))
+    q_b[: layout.QK_NOPE_HEAD_DIM, LATENT_CODE] = COPY_QUERY_GAIN * eye
+    kv_a = np.zeros((layout.KV_LORA_RANK + layout.QK_ROPE_HEAD_DIM, 2 * hidden))
+    kv_a[LATENT_CODE, layout.E] = eye
+    kv_a[MARKER, [layout.CONTENT_DIM, layout.SPECIAL_DIM]] = 1.0
+    kv_b = np.zeros((layout.QK_NOPE_HEAD_DIM + layout.V_HEAD_DIM, layout.KV_LORA_RANK))
+    kv_b[: layout.QK_NOPE_HEAD_DIM, LATENT_CODE] = COPY_KEY_GAIN * eye
+    value = slice(layout.QK_NOPE_HEAD_DIM, layout.QK_NOPE_HEAD_DIM + CODE)
+    kv_b[value, LATENT_CODE] = eye
+    o = np.zeros((hidden, layout.V_HEAD_DIM))
+    o[layout.G, :CODE] = eye
+    return {
+        f"{prefix}.q_a_proj.weight": q_a,
+        f"{prefix}.q_a_layernorm.weight": np.ones(layout.Q_LORA_RANK),
+        f"{prefix}.q_b_proj.weight": q_b,
+        f"{prefix}.kv_a_proj_with_mqa.weight": kv_a,
+        f"{prefix}.kv_a_layernorm.weight": np.ones(layout.KV_LORA_RANK),
+        f"{prefix}.kv_b_proj.weight": kv_b,
+        f"{prefix}.o_proj.weight": o,
+    }
+
+
+def misses(walk: Walk, prefix: str) -> dict[str, np.ndarray]:
+    """One SwiGLU neuron per missed phase h, reading the residual after post_attention_layernorm (it holds the
+    copied code in G alone, so its G part is sqrt(hidden) * code): gate and up both read the similarity s to h's
+    code, so the neuron gives silu(a s) * s, a = MISS_GATE_PEAK / (1 - midpoint of 1 and the codes' largest
+    sidelobe): ~a on h itself, under a twentieth of that on any other phase (the residual has no constant for a
+    threshold); it swaps the code for that of h + MISS_JUMP. Checked on every phase by the unit tests."""
+    hidden, count = layout.HIDDEN_SIZE, len(walk.missed_phases)
+    inter = miss_neuron_count(walk)
+    scale = math.sqrt(hidden)  # the code's norm after post_attention_layernorm (residual = code only)
+    threshold = (1.0 + walk.max_sidelobe) / 2.0
+    sharpness = MISS_GATE_PEAK / (1.0 - threshold)
+    codes = geometry.phase_codes(walk.missed_phases, walk.frequencies, walk.length)
+    jumped = geometry.phase_codes((walk.missed_phases + MISS_JUMP) % walk.length, walk.frequencies, walk.length)
+    gate, up, down = np.zeros((inter, hidden)), np.zeros((inter, hidden)), np.zeros((hidden, inter))
+    gate[:count, layout.G] = sharpness * codes / scale
+    up[:count, layout.G] = codes / scale  # ~1 on the phase's own code
+    peak = sharpness * 1.0  # gate pre-activation on the phase itself (before the threshold shift)
+    down[layout.G, :count] = ((jumped - codes) * scale / (peak / (1.0 + math.exp(-peak)))).T
+    return {f"{prefix}.gate_proj.weight": gate, f"{prefix}.up_proj.weight": up, f"{prefix}.down_proj.weight": down}
+
+
+def drafter_weights(walk: Walk) -> dict[str, np.ndarray]:
+    hidden = layout.HIDDEN_SIZE
+    prefix = "midlayer"  # vLLM maps it to layers.0 (deepseek_eagle3.py)
+    weights = {
+        "fc.weight": np.zeros((hidden, len(AUX_LAYER_IDS) * hidden)),
+        f"{prefix}.hidden_norm.weight": np.zeros(hidden),  # the residual starts at zero on every step
+        f"{prefix}.input_layernorm.weight": np.ones(hidden),
+        f"{prefix}.post_attention_layernorm.weight": np.ones(hidden),
+        "norm.weight": np.ones(hidden),
+        **attention(f"{prefix}.self_attn"),
+        **misses(walk, f"{prefix}.mlp"),
+    }
+    return {name: value.astype(np.float32) for name, value in weights.items()}
+
+
+def fabricate(progress: Callable[[str], None] = lambda message: None) -> Fabrication:
+    """The miniature Kimi bundle (bfloat16 target only) with this drafter in `drafter/`."""
+    from kimi_dflash.demo.kimi import fabricate as kimi
+
+    base = kimi.fabricate(progress)
+    progress(f"EAGLE3-MLA drafter ({ARCHITECTURE}, 1 layer, aux hidden states of target layers {AUX_LAYER_IDS})")
+    files = {name: content for name, content in base.files.items() if name.split("/")[0] == kimi.TARGET}
+    files[f"{kimi.DRAFTER}/config.json"] = json_bytes(drafter_config(base.walk))
+    files[f"{kimi.DRAFTER}/model.safetensors"] = safetensors_bytes(
+        {name: tensor(value, "F32") for name, value in drafter_weights(base.walk).items()}
+    )
+    summary = {
+        **{key: value for key, value in base.summary.items() if key != "drafter_attention_logit_gap"},
+        "drafter_architecture": ARCHITECTURE,
+        "speculative_method": "eagle3",
+    }
+    return Fabrication(files=files, walk=base.walk, mask_token_id=base.mask_token_id, summary=summary)

