@@ -20,11 +20,11 @@ from kimi_dflash.patcher import txn
 from kimi_dflash.patcher.engine import status_table
 from kimi_dflash.patcher.model import Status
 from kimi_dflash.patcher.remote_wheel import release_key
-from kimi_dflash.patcher.vllm_source import VllmSource
 from kimi_dflash.patcher.wheels import released_wheels, source_wheel
 from kimi_dflash.plan import build_plan
-from kimi_dflash.preflight.compat import check_compat
-from kimi_dflash.preflight.vllm_features import INTRODUCED_IN, RELEASE_BEFORE, probe_features
+from kimi_dflash.rules.engine import judge
+from kimi_dflash.rules.features import INTRODUCED_IN, probe_features
+from kimi_dflash.rules.source import VllmSource
 from repo_paths import CONFIGS_DIR
 from serve_helpers import run_serve
 
@@ -118,14 +118,14 @@ def test_every_release_gets_the_answers_read_from_its_wheel(links: dict) -> None
         tree = source(version, links)
         key = release_key(version)
         aiter, _ = deployment("production.env", MOE_BACKEND="aiter")
-        refused = "moe backend" in {f.name for f in check_compat(aiter, tree).failures}
+        refused = "moe backend" in {f.name for f in judge(aiter, tree).failures}
         if refused != (key >= (0, 27, 0)):  # 0.20-0.26 on ROCm never read --moe-backend for WNA16 experts
             wrong.append(f"{version}: MOE_BACKEND=aiter refused={refused}")
         [kv] = probe_features(tree, ("speculative_config.kv_cache_dtype",))
         if (kv.state == "present") != (key >= (0, 26, 0)):
             wrong.append(f"{version}: speculative_config.kv_cache_dtype {kv.state}")
         production, _ = deployment("production.env")
-        report = check_compat(production, tree)
+        report = judge(production, tree)
         expected = ("plugin runtime patch target-mla-causal",) if key < (0, 21, 0) else ()
         if not report.starts or report.relies != expected:
             wrong.append(f"{version}: production starts={report.starts} relies={report.relies}")
@@ -133,10 +133,9 @@ def test_every_release_gets_the_answers_read_from_its_wheel(links: dict) -> None
 
 
 def test_introduced_in_names_the_first_release_with_each_feature(links: dict) -> None:
-    for feature, note in INTRODUCED_IN.items():
-        first = note.split()[0]
-        [before] = probe_features(source(RELEASE_BEFORE[first], links), (feature,))
-        [after] = probe_features(source(first, links), (feature,))
+    for feature, arrival in INTRODUCED_IN.items():
+        [before] = probe_features(source(arrival.previous, links), (feature,))
+        [after] = probe_features(source(arrival.release, links), (feature,))
         assert (before.state, after.state) == ("absent", "present"), feature
 
 
@@ -145,9 +144,9 @@ def test_introduced_in_names_the_first_release_with_each_feature(links: dict) ->
 
 def test_a_drafter_forced_onto_triton_needs_the_file_patch_until_0_24(links: dict) -> None:
     forced, _ = deployment("production.env", DRAFT_ATTENTION_BACKEND="TRITON_ATTN")
-    relies = check_compat(forced, source("0.21.0", links)).relies
+    relies = judge(forced, source("0.21.0", links)).relies
     assert set(relies) == {"plugin runtime patch dflash-assert-gate", "file patch triton-noncausal"}
-    assert check_compat(forced, source("0.24.0", links)).relies == ()
+    assert judge(forced, source("0.24.0", links)).relies == ()
 
 
 def _snapshot(root: Path) -> dict[str, bytes]:

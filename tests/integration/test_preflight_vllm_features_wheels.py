@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from kimi_dflash.patcher.vllm_source import VllmSource
-from kimi_dflash.preflight.runtime_probe import vllm_package_dir
-from kimi_dflash.preflight.vllm_features import _KINDS, INTRODUCED_IN, probe_features
+from kimi_dflash.preflight.runtime_child import vllm_package_dir
+from kimi_dflash.rules.features import _KINDS, INTRODUCED_IN, probe_features
+from kimi_dflash.rules.source import VllmSource
 
 
 def states(source: VllmSource, names) -> dict[str, str]:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Literal, get_args
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from kimi_dflash.preflight.deployment import Deployment
+    from kimi_dflash.rules.deployment import Deployment
 
 Device = Literal["rocm", "cuda", "cpu"]
 DEVICES: tuple[Device, ...] = get_args(Device)
@@ -49,12 +49,12 @@ class PreflightRequest:
     - model_fix_hint / draft_fix_hint: free text that replaces the download command in the fix (e.g. how the
       demo fabricates its models).
     - host / port: where the server will listen.
-    - required_features: vLLM feature probes the plan relies on (see kimi_dflash.preflight.vllm_features).
+    - required_features: vLLM feature probes the plan relies on (see kimi_dflash.rules.features).
     - fix_numa: set kernel.numa_balancing=0 when it is on and we are root.
     - min_shm_bytes: /dev/shm size below which the check warns (cpu) or fails (GPU); None = device default.
     - python: the interpreter that will run vLLM (see runtime_probe.interpreter_for_command); None = this one.
     - deployment: the planned command line, environment and checkpoint facts; when given, the vLLM found is
-      judged by the compatibility rules (preflight.compat) and the project's plugin must load if the plan
+      judged by the compatibility rules (kimi_dflash.rules) and the project's plugin must load if the plan
       relies on it. None: only `required_features` are probed.
     - preshard_dir / dtype: a pre-sharded checkpoint the plan loads (sharded_state) and the dtype it serves in;
       it must have been made from model_dir for this TP size, vLLM version and dtype.
@@ -87,7 +87,7 @@ class PreflightRequest:
             raise ValueError(f"PreflightRequest.tensor_parallel_size must be >= 1, got {self.tensor_parallel_size}")
         if isinstance(self.required_features, (str, bytes)):
             raise TypeError("PreflightRequest.required_features must be a tuple of feature names, not one string")
-        from kimi_dflash.preflight.vllm_features import parse_feature
+        from kimi_dflash.rules.features import parse_feature
 
         for name in self.required_features:
             parse_feature(name)  # raises ValueError naming the grammar

@@ -1,9 +1,9 @@
-"""Read facts out of vLLM's source without importing it: Literal values, dataclass fields, enum members,
-dict keys and CLI flag strings.
+"""Read vLLM's source without importing it: an installed package directory or a wheel read in place, so the same
+probes answer for the vLLM that will run and for any release downloaded to compare against. Parsing with `ast`
+costs milliseconds; importing vllm.config took 10-22 s on this project's 2-core machine.
 
-Works on an installed package directory or on a wheel read in place, so the same probe answers for the vLLM
-that will run and for any release downloaded to compare against. Parsing with `ast` costs milliseconds;
-importing vllm.config took 10-22 s on this project's 2-core machine, and building the CLI parser loads plugins.
+One source object per vLLM tree per process (`VllmSource.open`), each file read and parsed at most once: serve's
+preflight, its patch step and the checks of qualify all share it.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import re
 import threading
 import zipfile
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 # Turns a file handle (a Path, or a member name inside the wheel) into the file's text.
@@ -27,6 +28,25 @@ _MAX_ALIAS_DEPTH = 8
 # reported from threaded programs in CPython gh-106905 and pytest #10763). The dry-engine table judges plans from
 # threads that share one VllmSource; CI hit exactly this.
 _PARSE_LOCK = threading.Lock()
+_OPENED: dict[str, VllmSource] = {}  # resolved path -> the one source object for that tree in this process
+
+
+@dataclass(frozen=True)
+class SourceLine:
+    """Where a fact was read: a file of the vLLM tree and, when one line says it, that line."""
+
+    path: str
+    line: int | None
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}" if self.line else self.path
+
+
+def forget(path: Path | str) -> None:
+    """Drop the shared source object of a tree that was just written to (file patches), so the next open reads it."""
+    resolved = Path(path).expanduser().resolve()
+    for key in (str(resolved), str(resolved / "vllm")):
+        _OPENED.pop(key, None)
 
 
 class VllmSourceError(ValueError):
@@ -40,6 +60,7 @@ class VllmSource:
         self.origin = origin
         self._files = files
         self._read = read
+        self._texts: dict[str, str | None] = {}
         self._trees: dict[str, ast.Module | None] = {}
 
     @classmethod
@@ -71,13 +92,15 @@ class VllmSource:
     @classmethod
     def open(cls, path: Path | str) -> VllmSource:
         """A vLLM given the way people name one: the `vllm` package directory, a directory holding it (an
-        unpacked wheel, a site-packages), or a .whl file. VllmSourceError names what was expected."""
-        path = Path(path).expanduser()
+        unpacked wheel, a site-packages), or a .whl file; the same object for the same tree on every call.
+        VllmSourceError names what was expected."""
+        path = Path(path).expanduser().resolve()
         if path.is_file() and path.suffix == ".whl":
-            return cls.from_wheel(path)
+            return _OPENED.get(str(path)) or _OPENED.setdefault(str(path), cls.from_wheel(path))
         for candidate in (path, path / "vllm"):
             if (candidate / "__init__.py").is_file() and (candidate / "config").is_dir():
-                return cls.from_package_dir(candidate.resolve())
+                key = str(candidate)
+                return _OPENED.get(key) or _OPENED.setdefault(key, cls.from_package_dir(candidate))
         raise VllmSourceError(
             f"{path} is not a vLLM package: expected the `vllm` directory (holding __init__.py and config/), a "
             "directory that contains it (an unpacked wheel, site-packages), or a vllm-*.whl file"
@@ -90,8 +113,17 @@ class VllmSource:
         return (p for p in sorted(self._files) if p.startswith(under))
 
     def text(self, relpath: str) -> str | None:
-        handle = self._files.get(relpath)
-        return None if handle is None else self._read(handle)
+        if relpath not in self._texts:
+            handle = self._files.get(relpath)
+            self._texts[relpath] = None if handle is None else self._read(handle)
+        return self._texts[relpath]
+
+    def line_of(self, relpath: str, *needles: str) -> SourceLine | None:
+        """The first line of a file that holds one of `needles` (a fact's file:line), None when no line does."""
+        for number, line in enumerate((self.text(relpath) or "").splitlines(), 1):
+            if any(needle in line for needle in needles):
+                return SourceLine(relpath, number)
+        return None
 
     def tree(self, relpath: str) -> ast.Module | None:
         """The parsed module, or None when absent or unparsable. Safe to call from several threads: each file is
@@ -152,6 +184,18 @@ class VllmSource:
             ):
                 names.append(stmt.target.id)
         return tuple(dict.fromkeys(names))
+
+    def class_constants(self, relpath: str, class_name: str) -> dict[str, tuple[object, int]]:
+        """name -> (value, line) of the constants a top-level class body assigns (`X = 4`, `X: int = 4`)."""
+        tree = self.tree(relpath)
+        node = None if tree is None else _top_level(tree, class_name)
+        constants: dict[str, tuple[object, int]] = {}
+        for stmt in node.body if isinstance(node, ast.ClassDef) else ():
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
+            value = getattr(stmt, "value", None)
+            if len(targets) == 1 and isinstance(targets[0], ast.Name) and isinstance(value, ast.Constant):
+                constants[targets[0].id] = (value.value, stmt.lineno)
+        return constants
 
     def enum_members(self, relpath: str, class_name: str) -> tuple[str, ...] | None:
         tree = self.tree(relpath)

@@ -21,20 +21,43 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from kimi_dflash.patcher.vllm_source import VllmSource
+from kimi_dflash.rules.source import VllmSource
 
 FeatureState = Literal["present", "absent", "unknown"]
 
-# The first vLLM release with each feature, for the fix line of a missing feature. Each entry is checked
-# against the released wheels by a slow test (absent in the release before, present in this one).
-INTRODUCED_IN: dict[str, str] = {
-    "speculative_method:dflash": "0.20.0 (PR #36847)",
-    "speculative_config.attention_backend": "0.21.0 (PR #39930: the drafter picks its own attention backend)",
-    "speculative_config.kv_cache_dtype": "0.26.0 (the drafter's KV dtype separate from the target's)",
-    "cli:--per-request-spec-decode-metrics": "0.29.0 (metrics.speculative_decoding on each response)",
+
+@dataclass(frozen=True)
+class Arrival:
+    """The first vLLM release with a feature, for the fix line of a missing one. A slow test checks each against the
+    released wheels: absent in `previous` (the release before on the package index), present in `release`."""
+
+    release: str
+    previous: str
+    note: str
+
+    def __str__(self) -> str:
+        return f"{self.release} ({self.note})"
+
+
+INTRODUCED_IN: dict[str, Arrival] = {
+    "speculative_method:dflash": Arrival("0.20.0", "0.19.1", "PR #36847"),
+    "speculative_config.attention_backend": Arrival(
+        "0.21.0", "0.20.2", "PR #39930: the drafter picks its own attention backend"
+    ),
+    "speculative_config.kv_cache_dtype": Arrival(
+        "0.26.0", "0.25.1", "the drafter's KV dtype separate from the target's"
+    ),
+    "cli:--per-request-spec-decode-metrics": Arrival(
+        "0.29.0", "0.28.0", "metrics.speculative_decoding on each response"
+    ),
 }
-# The release before each of those, for that test (the ordering of PyPI releases, not a version comparison).
-RELEASE_BEFORE: dict[str, str] = {"0.20.0": "0.19.1", "0.21.0": "0.20.2", "0.26.0": "0.25.1", "0.29.0": "0.28.0"}
+
+
+def introduced(feature: str) -> str:
+    """The fix for a missing feature: the release that brought it."""
+    arrived = INTRODUCED_IN.get(feature)
+    return f"use vLLM >= {arrived}" if arrived else "use a vLLM release that has it"
+
 
 GRAMMAR = (
     "speculative_method:<method>, speculative_config.<field>, cli:--<flag>, env:<VARIABLE>, "
