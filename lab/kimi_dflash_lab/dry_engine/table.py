@@ -5,7 +5,7 @@
 
 One child process per plan (vLLM caches backend selection per process), at most two at a time. Each row: what the
 installed vLLM picked for the plan, or its own error, and whether that agrees with the static rules
-(dry_compare). A slow test regenerates the table and compares it with the docs and fails on any disagreement.
+(compare.py). A slow test regenerates the table and compares it with the docs and fails on any disagreement.
 """
 
 from __future__ import annotations
