@@ -90,11 +90,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             args.device,
             command,
             os.environ,
-            model_dir=args.model_dir,
-            model_repo=args.model_repo,
-            drafter_dir=args.draft_model_dir,
-            drafter_repo=args.draft_repo,
-            label="the command line",
+            model=(args.model_dir, args.model_repo),
+            drafter=(args.draft_model_dir, args.draft_repo),
         )
     try:
         request = PreflightRequest(

@@ -1,11 +1,7 @@
 """One planned deployment as the rules see it: the platform, the exact `vllm serve` command line and environment
-(read the way vLLM's argument parser reads them), and what is known about the two checkpoints.
-
-Built once per plan: from a launch plan (`Deployment.for_plan`: serve, --check-vllm, qualify, the matrix) or from a
-bare command line (`Deployment.from_command`: python -m kimi_dflash.preflight -- vllm serve ...). Deriving what the
-rules read from the exact argv keeps them in step with the plan: a flag smuggled in through EXTRA_VLLM_ARGS is
-judged without anyone remembering to list it.
-"""
+(read the way vLLM's argument parser reads them, so a flag smuggled in through EXTRA_VLLM_ARGS is judged too), and
+what is known about the two checkpoints. Built once per plan: `Deployment.for_plan` (serve, --check-vllm, qualify,
+the matrix) or `Deployment.from_command` (python -m kimi_dflash.preflight -- vllm serve ...)."""
 
 from __future__ import annotations
 
@@ -25,26 +21,25 @@ if TYPE_CHECKING:
 
 TRUE_WORDS = ("1", "true", "yes", "on")
 SPECULATIVE_OPTION = "--speculative-config"
-# Options (and --speculative-config keys) whose value must be one vLLM knows: option -> feature kind.
+# Values that must be one vLLM knows: --option / --speculative-config key -> feature kind (rules/features.py).
 VALUE_KINDS = {
     "--moe-backend": "moe_backend",
     "--kv-cache-dtype": "kv_cache_dtype",
     "--attention-backend": "attention_backend",
 }
+# The same values as --speculative-config keys (the option's name in snake case), and the drafter's method.
 SPECULATIVE_VALUE_KINDS = {
     "method": "speculative_method",
-    "moe_backend": "moe_backend",
-    "kv_cache_dtype": "kv_cache_dtype",
-    "attention_backend": "attention_backend",
+    **{o[2:].replace("-", "_"): k for o, k in VALUE_KINDS.items()},
 }
-_NOT_A_CHOICE = {"auto", ""}  # lets vLLM choose; names no feature to probe
+_NOT_A_CHOICE = {"auto", ""}  # lets vLLM choose: names no feature to probe
 
 
 @dataclass(frozen=True)
 class ServeCommand:
-    """A `vllm serve` command line: `options` maps each long option (normalised: dashes, no "=value") to its value,
-    None for a bare flag, the last one winning as in argparse; `speculative` is the merged --speculative-config
-    object (JSON and dotted `--speculative-config.key value` forms)."""
+    """A `vllm serve` command line: `options` maps each long option (dashes, no "=value") to its value, None for a
+    bare flag, the last one winning as in argparse; `speculative` merges --speculative-config's JSON and dotted
+    `--speculative-config.key value` forms."""
 
     model: str | None
     options: Mapping[str, str | None]
@@ -58,39 +53,35 @@ class ServeCommand:
         return option in self.options
 
     def features(self) -> tuple[str, ...]:
-        """The vLLM features (rules/features.py's names) the command relies on: every option, every
-        --speculative-config key, every enumerated value and every VLLM_* variable."""
+        """The vLLM features (rules/features.py) the command relies on: every option, --speculative-config key and
+        enumerated value, every VLLM_* variable."""
         found: list[str] = []
         for option, value in self.options.items():
             found.append(f"cli:{option}")
-            if option in VALUE_KINDS and value is not None and value not in _NOT_A_CHOICE:
+            if option in VALUE_KINDS and value not in (None, *_NOT_A_CHOICE):
                 found.append(f"{VALUE_KINDS[option]}:{value}")
             for key, spec_value in (self.speculative or {}).items() if option == SPECULATIVE_OPTION else ():
                 if key != "method":  # "method" is a field too, but what matters is that vLLM knows the method
                     found.append(f"speculative_config.{key}")
-                kind = SPECULATIVE_VALUE_KINDS.get(key)
-                if kind and isinstance(spec_value, str) and spec_value not in _NOT_A_CHOICE:
-                    found.append(f"{kind}:{spec_value}")
+                if key in SPECULATIVE_VALUE_KINDS and isinstance(spec_value, str) and spec_value not in _NOT_A_CHOICE:
+                    found.append(f"{SPECULATIVE_VALUE_KINDS[key]}:{spec_value}")
         found.extend(f"env:{name}" for name in sorted(self.env) if name.startswith("VLLM_"))
         return tuple(dict.fromkeys(found))
 
 
 def parse_serve_command(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ServeCommand:
-    """Parse a vLLM command line. `argv` may start with the program ("vllm serve MODEL ..." or
-    "python -m ... serve MODEL ..."): everything up to "serve" is skipped. Options may be written "--opt value",
-    "--opt=value", with underscores ("--max_model_len"), or dotted ("--speculative-config.kv_cache_dtype auto")."""
+    """Parse a vLLM command line; everything up to "serve" (the program) is skipped. Options may be written "--opt
+    value", "--opt=value", with underscores ("--max_model_len"), or dotted ("--speculative-config.kv_cache_dtype x")."""
     args = list(argv)
-    if "serve" in args:
-        args = args[args.index("serve") + 1 :]
-    model = args[0] if args and not args[0].startswith("--") else None
+    args = args[args.index("serve") + 1 :] if "serve" in args else args
     options: dict[str, str | None] = {}
     speculative: dict[str, object] | None = None
     for index, token in enumerate(args):
         if not token.startswith("--") or token == "--":
             continue
         name, has_inline, inline = token.partition("=")
-        following = args[index + 1] if index + 1 < len(args) else None
-        value = inline if has_inline else None if following is None or following.startswith("--") else following
+        following = args[index + 1] if index + 1 < len(args) else "--"
+        value = inline if has_inline else None if following.startswith("--") else following
         option, dot, key = name.partition(".")
         option = "--" + option[2:].replace("_", "-")
         if option == SPECULATIVE_OPTION:
@@ -100,7 +91,9 @@ def parse_serve_command(argv: Sequence[str], env: Mapping[str, str] | None = Non
             elif value is not None:
                 speculative.update(_json_object(value))
         options[option] = value  # a repeated option keeps its first position and takes the last value
-    return ServeCommand(model, options, speculative, dict(env or {}))
+    return ServeCommand(
+        args[0] if args and not args[0].startswith("--") else None, options, speculative, dict(env or {})
+    )
 
 
 def features_from_command(argv: Sequence[str], env: Mapping[str, str] | None = None) -> tuple[str, ...]:
@@ -129,9 +122,7 @@ class Deployment:
     target: CheckpointFacts | None  # None: neither a config.json nor shipped facts
     drafter: CheckpointFacts | None
     label: str = "the plan"  # e.g. the config file, for report headers
-    # Options that came from EXTRA_VLLM_ARGS, so a finding can blame the right config key.
-    extra_options: frozenset[str] = field(default_factory=frozenset)
-    # `vllm serve` option -> the config key that sets it, for fixes that name a key to change.
+    # `vllm serve` option -> the config key that sets it (EXTRA_VLLM_ARGS for its options), for fixes naming a key.
     option_keys: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -141,19 +132,16 @@ class Deployment:
         from kimi_dflash.config.loader import display_path
         from kimi_dflash.plan import OPTION_KEYS
 
-        demo = config.demo_models is not None  # fabricated models: never the shipped Kimi facts
-        typed = config.typed
+        typed, shipped = config.typed, config.demo_models is None  # fabricated models: never the shipped Kimi facts
+        extra = parse_serve_command(["serve", *shlex.split(typed.extra_vllm_args or "")]).options
         return cls.from_command(
             typed.device,
             plan.argv,
             {**(inherited_env or {}), **plan.env},
-            model_dir=None if typed.model_dir is None else Path(str(typed.model_dir)),
-            model_repo=None if demo else typed.model_repo,
-            drafter_dir=None if typed.draft_model_dir is None else Path(str(typed.draft_model_dir)),
-            drafter_repo=None if demo else typed.draft_model_repo,
+            model=(typed.model_dir, typed.model_repo if shipped else None),
+            drafter=(typed.draft_model_dir, typed.draft_model_repo if shipped else None),
             label=display_path(config.path),
-            extra_args=typed.extra_vllm_args,
-            option_keys=OPTION_KEYS,
+            option_keys={**OPTION_KEYS, **dict.fromkeys(extra, "EXTRA_VLLM_ARGS")},
         )
 
     @classmethod
@@ -163,26 +151,26 @@ class Deployment:
         argv: Sequence[str],
         env: Mapping[str, str] | None = None,
         *,
-        model_dir: Path | None = None,
-        model_repo: str | None = None,
-        drafter_dir: Path | None = None,
-        drafter_repo: str | None = None,
+        model: tuple[object, str | None] = (None, None),
+        drafter: tuple[object, str | None] = (None, None),
         label: str = "the command line",
-        extra_args: str | None = None,
         option_keys: Mapping[str, str] | None = None,
     ) -> Deployment:
+        """`model` / `drafter`: (checkpoint directory, Hugging Face repo whose shipped facts stand in for a directory
+        not downloaded yet); the directories default to the ones the command line names."""
         command = parse_serve_command(argv, env)
-        spec_model = (command.speculative or {}).get("model")
-        drafter_dir = drafter_dir or (Path(str(spec_model)) if spec_model else None)
-        model_dir = model_dir or (Path(command.model) if command.model else None)
-        extra = parse_serve_command(["serve", *shlex.split(extra_args)]).options if extra_args else {}
+        model_dir = model[0] or command.model
+        drafter_dir = drafter[0] or (command.speculative or {}).get("model")
         return cls(
             platform=platform,
             command=command,
-            target=read_checkpoint_facts(model_dir, model_repo, "target"),
-            drafter=read_checkpoint_facts(drafter_dir, drafter_repo, "drafter") if command.speculative else None,
+            target=read_checkpoint_facts(None if model_dir is None else Path(str(model_dir)), model[1], "target"),
+            drafter=read_checkpoint_facts(
+                None if drafter_dir is None else Path(str(drafter_dir)), drafter[1], "drafter"
+            )
+            if command.speculative
+            else None,
             label=label,
-            extra_options=frozenset(extra),
             option_keys=dict(option_keys or {}),
         )
 
@@ -199,8 +187,7 @@ class Deployment:
 
     @property
     def speculative_method(self) -> str | None:
-        method = self.speculative.get("method")
-        return None if method is None else str(method)
+        return None if self.speculative.get("method") is None else str(self.speculative["method"])
 
     @property
     def dflash(self) -> bool:
@@ -233,15 +220,10 @@ class Deployment:
 
     @property
     def aiter_mla(self) -> bool:
-        """ROCm's AITER MLA path: on when VLLM_ROCM_USE_AITER is set and VLLM_ROCM_USE_AITER_MLA (default on in
-        every release 0.20-0.33) is not switched off."""
+        """ROCm's AITER MLA path: VLLM_ROCM_USE_AITER set and VLLM_ROCM_USE_AITER_MLA (default on) not off."""
         return self.env_true(VLLM_ROCM_USE_AITER) and self.env_true(VLLM_ROCM_USE_AITER_MLA, "1")
-
-    def config_key(self, option: str) -> str | None:
-        """The config key that sets a `vllm serve` option."""
-        return "EXTRA_VLLM_ARGS" if option in self.extra_options else self.option_keys.get(option)
 
     def blame(self, option: str) -> str:
         """ "KEY (sets --option)" for a fix line, or the option alone when no config key sets it."""
-        key = self.config_key(option)
+        key = self.option_keys.get(option)
         return f"{key} (sets {option})" if key else option

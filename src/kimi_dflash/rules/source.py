@@ -1,9 +1,6 @@
-"""Read vLLM's source without importing it: an installed package directory or a wheel read in place, so the same
-probes answer for the vLLM that will run and for any release downloaded to compare against. Parsing with `ast`
-costs milliseconds; importing vllm.config took 10-22 s on this project's 2-core machine.
-
-One source object per vLLM tree per process (`VllmSource.open`), each file read and parsed at most once: serve's
-preflight, its patch step and the checks of qualify all share it.
+"""Read vLLM's source without importing it: a package directory or a wheel read in place, so the same probes answer
+for the vLLM that will run and for any release downloaded to compare against (parsing takes milliseconds; importing
+vllm.config took 10-22 s here). One object per tree per process (`VllmSource.open`), each file read and parsed once.
 """
 
 from __future__ import annotations
@@ -12,7 +9,7 @@ import ast
 import re
 import threading
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,12 +63,9 @@ class VllmSource:
     @classmethod
     def from_package_dir(cls, package_dir: Path) -> VllmSource:
         """`package_dir` is the `vllm` package directory (what `vllm.__path__[0]` names)."""
-        package_dir = Path(package_dir)
-        root = package_dir.parent
-        files: dict[str, object] = {p.relative_to(root).as_posix(): p for p in package_dir.rglob("*.py") if p.is_file()}
-        return cls(
-            str(package_dir), files, lambda handle: Path(str(handle)).read_text(encoding="utf-8", errors="replace")
-        )
+        root = Path(package_dir).parent
+        files: dict[str, object] = {p.relative_to(root).as_posix(): p for p in Path(package_dir).rglob("*.py")}
+        return cls(str(package_dir), files, lambda path: Path(str(path)).read_text(encoding="utf-8", errors="replace"))
 
     @classmethod
     def from_wheel(cls, wheel: Path) -> VllmSource:
@@ -138,299 +132,178 @@ class VllmSource:
             return self._trees[relpath]
 
     def find_module(self, definition: str, under: str = "vllm/") -> str | None:
-        """The first module under `under` that defines `definition` at top level.
-
-        `definition` is a class name or an assigned name. A cheap substring test picks candidates; the AST
-        confirms, so a mention in a comment or docstring does not count.
-        """
+        """The first module under `under` that defines `definition` (a class or an assigned name) at top level: a
+        substring test picks candidates, the AST confirms (a comment, a docstring or a re-export does not count)."""
         for relpath in self.paths(under):
-            text = self.text(relpath)
-            if text is None or definition not in text:
-                continue
-            tree = self.tree(relpath)
-            node = None if tree is None else _top_level(tree, definition)
-            if node is not None and not isinstance(node, ast.ImportFrom):  # re-exports do not count
-                return relpath
+            if definition in (self.text(relpath) or ""):
+                node = self._node(relpath, definition)
+                if node is not None and not isinstance(node, ast.ImportFrom):
+                    return relpath
         return None
 
     def module_path(self, dotted: str) -> str | None:
         base = dotted.replace(".", "/")
-        for candidate in (f"{base}.py", f"{base}/__init__.py"):
-            if self.has(candidate):
-                return candidate
-        return None
-
-    # --- facts ---------------------------------------------------------------------------------------
-
-    def literal_values(self, relpath: str, alias: str) -> tuple[str, ...] | None:
-        """The strings a `Alias = Literal[...]` accepts, following nested aliases (also imported ones)."""
-        return self._literal_values(relpath, alias, 0)
-
-    def class_fields(self, relpath: str, class_name: str) -> tuple[str, ...] | None:
-        """Annotated class-body names (dataclass fields), including bases defined in the same module."""
-        tree = self.tree(relpath)
-        node = None if tree is None else _top_level(tree, class_name)
-        if not isinstance(node, ast.ClassDef):
-            return None
-        names: list[str] = []
-        for base in node.bases:
-            if isinstance(base, ast.Name):
-                names.extend(self.class_fields(relpath, base.id) or ())
-        for stmt in node.body:
-            if (
-                isinstance(stmt, ast.AnnAssign)
-                and isinstance(stmt.target, ast.Name)
-                and not _is_classvar(stmt.annotation)
-            ):
-                names.append(stmt.target.id)
-        return tuple(dict.fromkeys(names))
-
-    def class_constants(self, relpath: str, class_name: str) -> dict[str, tuple[object, int]]:
-        """name -> (value, line) of the constants a top-level class body assigns (`X = 4`, `X: int = 4`)."""
-        tree = self.tree(relpath)
-        node = None if tree is None else _top_level(tree, class_name)
-        constants: dict[str, tuple[object, int]] = {}
-        for stmt in node.body if isinstance(node, ast.ClassDef) else ():
-            targets = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
-            value = getattr(stmt, "value", None)
-            if len(targets) == 1 and isinstance(targets[0], ast.Name) and isinstance(value, ast.Constant):
-                constants[targets[0].id] = (value.value, stmt.lineno)
-        return constants
-
-    def enum_members(self, relpath: str, class_name: str) -> tuple[str, ...] | None:
-        tree = self.tree(relpath)
-        node = None if tree is None else _top_level(tree, class_name)
-        if not isinstance(node, ast.ClassDef):
-            return None
-        members = []
-        for stmt in node.body:
-            if isinstance(stmt, ast.Assign):
-                members.extend(t.id for t in stmt.targets if isinstance(t, ast.Name) and not t.id.startswith("_"))
-        return tuple(members)
-
-    def dict_keys(self, relpath: str, name: str) -> tuple[str, ...] | None:
-        """String keys of a top-level `name = {...}` / `name: T = {...}` dict literal."""
-        tree = self.tree(relpath)
-        node = None if tree is None else _top_level(tree, name)
-        value = getattr(node, "value", None)
-        if not isinstance(value, ast.Dict):
-            return None
-        return tuple(k.value for k in value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str))
+        return next((c for c in (f"{base}.py", f"{base}/__init__.py") if self.has(c)), None)
 
     def version(self) -> str | None:
         """The release this tree says it is (vllm/_version.py), for labels only: decisions come from features."""
         for relpath in ("vllm/_version.py", "vllm/version.py"):
-            text = self.text(relpath)
-            match = None if text is None else _VERSION_RE.search(text)
+            match = _VERSION_RE.search(self.text(relpath) or "")
             if match:
                 return match.group(1)
         return None
 
-    def class_list(self, relpath: str, class_name: str, attribute: str) -> tuple[str, ...] | None:
-        """The strings of a class attribute list (`supported_kv_cache_dtypes: ClassVar[...] = ["auto", ...]`),
-        inherited from base classes when the class does not set it (bases followed through imports)."""
-        return self._class_list(relpath, class_name, attribute, 0)
+    # --- facts -------------------------------------------------------------------------------------------------
 
-    def enum_values(self, relpath: str, class_name: str) -> dict[str, str] | None:
-        """member -> string value of an Enum whose members are string constants (e.g. backend class paths)."""
-        tree = self.tree(relpath)
-        node = None if tree is None else _top_level(tree, class_name)
+    def literal_values(self, relpath: str, alias: str, depth: int = 0) -> tuple[str, ...] | None:
+        """The strings a `Alias = Literal[...]` accepts, following nested aliases (also imported ones)."""
+        found = self._resolve(relpath, alias, depth)
+        value = None if found is None else getattr(found[1], "value", None)
+        return None if found is None or value is None else self._literal_expr(found[0], value, depth)
+
+    def class_fields(self, relpath: str, class_name: str) -> tuple[str, ...] | None:
+        """Annotated class-body names (dataclass fields), including bases defined in the same module."""
+        node = self._node(relpath, class_name)
         if not isinstance(node, ast.ClassDef):
             return None
-        values: dict[str, str] = {}
-        for stmt in node.body:
-            if (
-                isinstance(stmt, ast.Assign)
-                and isinstance(stmt.value, ast.Constant)
-                and isinstance(stmt.value.value, str)
-            ):
-                values.update({t.id: stmt.value.value for t in stmt.targets if isinstance(t, ast.Name)})
-        return values
+        names = [
+            f for base in node.bases if isinstance(base, ast.Name) for f in self.class_fields(relpath, base.id) or ()
+        ]
+        names += [
+            s.target.id
+            for s in node.body
+            if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name) and _name(s.annotation) != "ClassVar"
+        ]
+        return tuple(dict.fromkeys(names))
+
+    def class_constants(self, relpath: str, class_name: str) -> dict[str, tuple[object, int]]:
+        """name -> (value, line) of the constants a top-level class body assigns (`X = 4`, `X: int = 4`)."""
+        node = self._node(relpath, class_name)
+        body = node.body if isinstance(node, ast.ClassDef) else []
+        return {
+            names[0]: (s.value.value, s.lineno)
+            for s in body
+            if len(names := _targets(s)) == 1 and isinstance(getattr(s, "value", None), ast.Constant)
+        }
+
+    def enum_values(self, relpath: str, class_name: str) -> dict[str, str | None] | None:
+        """member -> its string value (None for any other value) of an Enum, e.g. backend class paths."""
+        node = self._node(relpath, class_name)
+        if not isinstance(node, ast.ClassDef):
+            return None
+        return {
+            name: s.value.value if isinstance(s.value, ast.Constant) and isinstance(s.value.value, str) else None
+            for s in node.body
+            if isinstance(s, ast.Assign)
+            for name in _targets(s)
+            if not name.startswith("_")
+        }
+
+    def dict_keys(self, relpath: str, name: str, function: str | None = None) -> tuple[str, ...] | None:
+        """String keys of a `name = {...}` dict literal: top-level, or assigned inside `function` ("Class.method")."""
+        if function is None:
+            return _keys(getattr(self._node(relpath, name), "value", None))
+        scope = self.function(relpath, function)
+        assigned = (s for s in ast.walk(scope) if isinstance(s, ast.Assign) and name in _targets(s)) if scope else ()
+        return next((_keys(s.value) for s in assigned if isinstance(s.value, ast.Dict)), None)
+
+    def class_list(self, relpath: str, class_name: str, attribute: str, depth: int = 0) -> tuple[str, ...] | None:
+        """The strings of a class attribute list (`supported_kv_cache_dtypes: ClassVar[...] = ["auto", ...]`),
+        inherited from base classes when the class does not set it (bases followed through imports)."""
+        found = self._resolve(relpath, class_name, depth)
+        if found is None or not isinstance(found[1], ast.ClassDef):
+            return None
+        for stmt in found[1].body:
+            value = getattr(stmt, "value", None) if attribute in _targets(stmt) else None
+            if isinstance(value, (ast.List, ast.Tuple)):
+                return _strings(value.elts)
+        for base in (b for b in found[1].bases if isinstance(b, ast.Name)):
+            inherited = self.class_list(found[0], base.id, attribute, depth + 1)
+            if inherited is not None:
+                return inherited
+        return None
 
     def function(self, relpath: str, name: str) -> ast.FunctionDef | None:
         """A top-level function (or a method, written "Class.method")."""
         tree = self.tree(relpath)
-        if tree is None:
-            return None
         owner, _, method = name.rpartition(".")
-        scope: list[ast.stmt] = tree.body
-        if owner:
-            cls = _top_level(tree, owner)
-            if not isinstance(cls, ast.ClassDef):
-                return None
-            scope = cls.body
-        for stmt in scope:
-            if isinstance(stmt, ast.FunctionDef) and stmt.name == (method or name):
-                return stmt
-        return None
-
-    def local_dict_keys(self, relpath: str, function: str, variable: str) -> tuple[str, ...] | None:
-        """String keys of a dict literal assigned to `variable` inside a function (e.g. a mapping it checks)."""
-        node = self.function(relpath, function)
-        if node is None:
-            return None
-        for stmt in ast.walk(node):
-            if (
-                isinstance(stmt, ast.Assign)
-                and isinstance(stmt.value, ast.Dict)
-                and any(isinstance(t, ast.Name) and t.id == variable for t in stmt.targets)
-            ):
-                return tuple(
-                    k.value for k in stmt.value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)
-                )
-        return None
+        scope = self._node(relpath, owner) if owner else tree
+        body = scope.body if isinstance(scope, (ast.ClassDef, ast.Module)) else []
+        return next((s for s in body if isinstance(s, ast.FunctionDef) and s.name == method), None)
 
     def calls(self, relpath: str, definition: str, callee: str) -> bool | None:
-        """Whether a top-level class or function calls `callee` (by name or as an attribute) anywhere in its
-        body; None when the definition is not there."""
-        tree = self.tree(relpath)
-        node = None if tree is None else _top_level(tree, definition)
+        """Whether a top-level class or function calls `callee` (by name or as an attribute) anywhere in its body;
+        None when the definition is not there."""
+        node = self._node(relpath, definition)
         if not isinstance(node, (ast.ClassDef, ast.FunctionDef)):
             return None
-        return any(isinstance(n, ast.Call) and _callee_name(n.func) == callee for n in ast.walk(node))
+        return any(isinstance(n, ast.Call) and _name(n.func) == callee for n in ast.walk(node))
 
     def option_strings(self, relpath: str) -> tuple[str, ...]:
         """Every string constant in the module that looks like a long CLI option ("--x-y")."""
         tree = self.tree(relpath)
-        if tree is None:
-            return ()
-        return tuple(
-            dict.fromkeys(
-                node.value
-                for node in ast.walk(tree)
-                if isinstance(node, ast.Constant)
-                and isinstance(node.value, str)
-                and node.value.startswith("--")
-                and len(node.value) > 2
-                and " " not in node.value
-            )
-        )
+        strings = _strings(ast.walk(tree) if tree is not None else ())
+        return tuple(dict.fromkeys(s for s in strings if s.startswith("--") and len(s) > 2 and " " not in s))
 
-    def _class_list(self, relpath: str, class_name: str, attribute: str, depth: int) -> tuple[str, ...] | None:
-        if depth > _MAX_ALIAS_DEPTH:
-            return None
-        tree = self.tree(relpath)
-        node = None if tree is None else _top_level(tree, class_name)
-        if isinstance(node, ast.ImportFrom):
-            target = self._imported_module(relpath, node)
-            return (
-                None
-                if target is None
-                else self._class_list(target, _imported_name(node, class_name), attribute, depth + 1)
-            )
-        if not isinstance(node, ast.ClassDef):
-            return None
-        for stmt in node.body:
-            value = _assigned_value(stmt, attribute)
-            if isinstance(value, (ast.List, ast.Tuple)):
-                return tuple(e.value for e in value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str))
-        for base in node.bases:
-            if isinstance(base, ast.Name):
-                inherited = self._class_list(relpath, base.id, attribute, depth + 1)
-                if inherited is not None:
-                    return inherited
-        return None
+    # --- resolution --------------------------------------------------------------------------------------------
 
-    def _literal_values(self, relpath: str, alias: str, depth: int) -> tuple[str, ...] | None:
-        if depth > _MAX_ALIAS_DEPTH:
-            return None
+    def _node(self, relpath: str, name: str) -> ast.stmt | None:
+        """The last top-level statement that binds `name` (later bindings win, as at import time)."""
         tree = self.tree(relpath)
-        if tree is None:
-            return None
-        node = _top_level(tree, alias)
-        if isinstance(node, (ast.ImportFrom,)):
-            target = self._imported_module(relpath, node)
-            return None if target is None else self._literal_values(target, _imported_name(node, alias), depth + 1)
-        value = getattr(node, "value", None)
-        if value is None:
-            return None
-        return self._literal_expr(relpath, value, depth)
+        return next((s for s in reversed(tree.body) if _binds(s, name)), None) if tree is not None else None
+
+    def _resolve(self, relpath: str, name: str, depth: int) -> tuple[str, ast.stmt] | None:
+        """(module, statement) that defines `name`, following `from x import name` to where it is defined."""
+        node = self._node(relpath, name) if depth <= _MAX_ALIAS_DEPTH else None
+        if not isinstance(node, ast.ImportFrom):
+            return None if node is None else (relpath, node)
+        package = Path(relpath).parents[node.level - 1] if node.level else None
+        dotted = (node.module or "") if package is None else ".".join([*package.parts, *[node.module or ""]]).strip(".")
+        target = self.module_path(dotted)
+        original = next((a.name for a in node.names if (a.asname or a.name) == name), name)
+        return None if target is None else self._resolve(target, original, depth + 1)
 
     def _literal_expr(self, relpath: str, expr: ast.expr, depth: int) -> tuple[str, ...] | None:
         if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
             return (expr.value,)
         if isinstance(expr, ast.Name):
-            return self._literal_values(relpath, expr.id, depth + 1)
+            return self.literal_values(relpath, expr.id, depth + 1)
         if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.BitOr):
-            left = self._literal_expr(relpath, expr.left, depth)
-            right = self._literal_expr(relpath, expr.right, depth)
-            return None if left is None or right is None else left + right
-        if isinstance(expr, ast.Subscript) and _subscript_name(expr) == "Literal":
+            parts = [self._literal_expr(relpath, side, depth) for side in (expr.left, expr.right)]
+        elif isinstance(expr, ast.Subscript) and _name(expr.value) == "Literal":
             elements = expr.slice.elts if isinstance(expr.slice, ast.Tuple) else [expr.slice]
-            values: list[str] = []
-            for element in elements:
-                resolved = self._literal_expr(relpath, element, depth)
-                if resolved is None:
-                    return None
-                values.extend(resolved)
-            return tuple(dict.fromkeys(values))
-        return None
-
-    def _imported_module(self, relpath: str, node: ast.ImportFrom) -> str | None:
-        if node.level == 0:
-            return self.module_path(node.module or "")
-        package = Path(relpath).parent
-        for _ in range(node.level - 1):
-            package = package.parent
-        dotted = package.as_posix().replace("/", ".") + (f".{node.module}" if node.module else "")
-        return self.module_path(dotted)
-
-
-def _top_level(tree: ast.Module, name: str) -> ast.stmt | None:
-    """The last top-level statement that binds `name` (later bindings win, as at import time)."""
-    found: ast.stmt | None = None
-    for stmt in tree.body:
-        if _binds(stmt, name):
-            found = stmt
-    return found
+            parts = [self._literal_expr(relpath, element, depth) for element in elements]
+        else:
+            return None
+        return None if any(p is None for p in parts) else tuple(dict.fromkeys(v for p in parts for v in p or ()))
 
 
 def _binds(stmt: ast.stmt, name: str) -> bool:
     if isinstance(stmt, ast.ClassDef):
         return stmt.name == name
-    if isinstance(stmt, ast.Assign):
-        return any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets)
-    if isinstance(stmt, ast.AnnAssign):
-        return isinstance(stmt.target, ast.Name) and stmt.target.id == name
     if isinstance(stmt, ast.ImportFrom):
         return any((a.asname or a.name) == name for a in stmt.names)
     # `type X = Literal[...]` (Python 3.12+); by class name so the module parses on 3.10 too.
-    return type(stmt).__name__ == "TypeAlias" and getattr(getattr(stmt, "name", None), "id", None) == name
+    alias = type(stmt).__name__ == "TypeAlias" and getattr(getattr(stmt, "name", None), "id", None) == name
+    return alias or name in _targets(stmt)
 
 
-def _assigned_value(stmt: ast.stmt, name: str) -> ast.expr | None:
-    if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets):
-        return stmt.value
-    if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == name:
-        return stmt.value
-    return None
+def _targets(stmt: ast.AST) -> list[str]:
+    """The plain names an assignment binds (`X = ...`, `X: T = ...`)."""
+    if isinstance(stmt, ast.Assign):
+        return [t.id for t in stmt.targets if isinstance(t, ast.Name)]
+    return [stmt.target.id] if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) else []
 
 
-def _callee_name(func: ast.expr) -> str | None:
-    if isinstance(func, ast.Name):
-        return func.id
-    if isinstance(func, ast.Attribute):
-        return func.attr
-    return None
+def _name(expr: ast.expr) -> str | None:
+    """`x` of `x`, `a.x`, `x[...]` and `a.x[...]` (a callee, a `Literal[...]`, a `ClassVar[...]`)."""
+    expr = expr.value if isinstance(expr, ast.Subscript) else expr
+    return expr.id if isinstance(expr, ast.Name) else getattr(expr, "attr", None)
 
 
-def _imported_name(node: ast.ImportFrom, local: str) -> str:
-    for alias in node.names:
-        if (alias.asname or alias.name) == local:
-            return alias.name
-    return local
+def _strings(nodes: Iterable[ast.AST]) -> tuple[str, ...]:
+    return tuple(n.value for n in nodes if isinstance(n, ast.Constant) and isinstance(n.value, str))
 
 
-def _subscript_name(expr: ast.Subscript) -> str | None:
-    value = expr.value
-    if isinstance(value, ast.Name):
-        return value.id
-    if isinstance(value, ast.Attribute):
-        return value.attr  # typing.Literal
-    return None
-
-
-def _is_classvar(annotation: ast.expr) -> bool:
-    target = annotation.value if isinstance(annotation, ast.Subscript) else annotation
-    name = target.id if isinstance(target, ast.Name) else getattr(target, "attr", None)
-    return name == "ClassVar"
+def _keys(value: object) -> tuple[str, ...] | None:
+    return _strings(k for k in value.keys if k is not None) if isinstance(value, ast.Dict) else None

@@ -30,7 +30,8 @@ config_path, vllm_dir = sys.argv[1], sys.argv[2]
 code = cli.main([config_path, "--check-vllm", vllm_dir])
 config = load_config(config_path)
 lines = []
-patched = hooks.patches(hooks.deployment(config, build_plan(config, "python", "/cache")), lines.append, vllm_root=vllm_dir)
+planned = hooks.deployment(config, build_plan(config, "python", "/cache"))
+patched = hooks.patches(planned, lines.append, vllm_root=vllm_dir)
 if os.environ.get("REGISTER_PLUGIN"):
     import kimi_dflash.vllm_plugin
     kimi_dflash.vllm_plugin.register()

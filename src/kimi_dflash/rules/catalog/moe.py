@@ -51,7 +51,7 @@ def wna16_backend_choice(source: VllmSource, platform: str) -> Wna16BackendChoic
         maps = oracle is not None and any(
             isinstance(n, ast.Call) and ast.unparse(n.func) == "map_wna16_backend" for n in ast.walk(oracle)
         )
-        accepted = source.local_dict_keys(WNA16_ORACLE, "map_wna16_backend", "mapping") or ()
+        accepted = source.dict_keys(WNA16_ORACLE, "mapping", "map_wna16_backend") or ()
         return Wna16BackendChoice(method, module, calls_oracle and maps and bool(accepted), tuple(accepted))
     return None
 
