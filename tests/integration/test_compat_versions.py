@@ -16,10 +16,12 @@ import pytest
 
 from kimi_dflash.config.validate import load_config
 from kimi_dflash.launch import hooks
-from kimi_dflash.patcher import txn
+from kimi_dflash.patcher import floor, txn
 from kimi_dflash.patcher.engine import status_table
 from kimi_dflash.patcher.model import Status
+from kimi_dflash.patcher.registry import PATCHES, source_paths
 from kimi_dflash.patcher.remote_wheel import release_key
+from kimi_dflash.patcher.status import evaluate_all
 from kimi_dflash.patcher.wheels import released_wheels, source_wheel
 from kimi_dflash.plan import build_plan
 from kimi_dflash.rules.engine import judge
@@ -132,6 +134,19 @@ def test_every_release_gets_the_answers_read_from_its_wheel(links: dict) -> None
     assert not wrong, "\n".join(wrong)
 
 
+def test_the_patch_floor_holds_exactly_where_every_patch_is_retired(links: dict) -> None:
+    """The floor (patcher/floor.py) is one probe; on every release it must agree with the whole registry."""
+    wrong = []
+    for version in links:
+        tree = source(version, links)
+        states = evaluate_all(PATCHES, {path: tree.text(f"vllm/{path}") for path in source_paths()})
+        retired = all(state.status is Status.RETIRED for state in states)
+        at_floor = floor.holds(tree.text(f"vllm/{floor.PATH}"))
+        if not at_floor == retired == (release_key(version) >= release_key(floor.RELEASE)):
+            wrong.append(f"{version}: at floor {at_floor}, every patch retired {retired}")
+    assert not wrong, "\n".join(wrong)
+
+
 def test_introduced_in_names_the_first_release_with_each_feature(links: dict) -> None:
     for feature, arrival in INTRODUCED_IN.items():
         [before] = probe_features(source(arrival.previous, links), (feature,))
@@ -164,18 +179,16 @@ def test_on_rocm_serve_writes_only_the_file_patches_the_plan_needs(
         archive.extractall(tmp_path / "site", members=[n for n in archive.namelist() if n.endswith(".py")])
     tree = tmp_path / "site" / "vllm"
     lines: list[str] = []
-    _, production = deployment("production.env")
-    plan = build_plan(production, "python", "/cache")
+    production, _ = deployment("production.env")
+    forced, _ = deployment("production.env", DRAFT_ATTENTION_BACKEND="TRITON_ATTN")
     before = _snapshot(tree)
-    forced = load_config(CONFIGS_DIR / "production.env", environ={"DRAFT_ATTENTION_BACKEND": "TRITON_ATTN"})
-    forced_plan = build_plan(forced, "python", "/cache")
     with monkeypatch.context() as read_only:  # EROFS on every write, as on a read-only image (root included)
         read_only.setattr(txn.tempfile, "mkstemp", _erofs)
-        assert hooks.patches(production, plan, lines.append, vllm_root=tree)  # 3 pending, none needed: fine
-        assert not hooks.patches(forced, forced_plan, lines.append, vllm_root=tree)  # needed, cannot write
+        assert hooks.patches(production, lines.append, vllm_root=tree)  # 3 pending, none needed: fine
+        assert not hooks.patches(forced, lines.append, vllm_root=tree)  # needed, cannot write
         assert "read-only" in lines[-1] and "plugin" in lines[-1]
     assert _snapshot(tree) == before
-    assert hooks.patches(forced, forced_plan, lines.append, vllm_root=tree)
+    assert hooks.patches(forced, lines.append, vllm_root=tree)
     states = {s.patch.id: s.status for s in status_table(tree).states}
     assert states["triton-noncausal"] is Status.APPLIED  # file-only: written
     assert states["dflash-assert-gate"] is Status.PENDING  # runtime-capable: left to the plugin
