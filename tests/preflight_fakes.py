@@ -13,8 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kimi_dflash.preflight import Accelerator, CommandOutput, DiskSpace, FeatureOutcome, HostProbe, RuntimeReport
-from kimi_dflash.preflight.vllm_features import parse_feature
+from kimi_dflash.preflight.host import CommandOutput, DiskSpace, HostProbe
+from kimi_dflash.preflight.runtime_probe import Accelerator, RuntimeReport
+from kimi_dflash.rules.features import FeatureOutcome, parse_feature
 
 GIB = 1 << 30
 PYTHON = "/opt/venv/bin/python"

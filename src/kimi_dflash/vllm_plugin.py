@@ -10,7 +10,13 @@ from __future__ import annotations
 
 def register() -> None:
     from kimi_dflash.kvscale.runtime import install_kv_scale_hook
-    from kimi_dflash.patcher.runtime import apply_runtime_patches
+    from kimi_dflash.patcher import floor
 
-    apply_runtime_patches()  # DFlash + MLA fixes the installed vLLM still lacks (see docs/patches.md)
+    package = floor.package_dir()
+    if package is not None and floor.package_at_floor(package):  # newer vLLM: the patcher is never loaded
+        floor.log_at_floor(package)
+    else:
+        from kimi_dflash.patcher.runtime import apply_runtime_patches
+
+        apply_runtime_patches()  # DFlash + MLA fixes the installed vLLM still lacks (see docs/patches.md)
     install_kv_scale_hook()  # FP8 KV scales for MLA when KIMI_DFLASH_KV_SCALE_MODE asks for them

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kimi_dflash.preflight.runtime_probe import vllm_package_dir
+from kimi_dflash.preflight.runtime_child import vllm_package_dir
 
 INSTALLED = vllm_package_dir()
 

@@ -16,15 +16,17 @@ import pytest
 
 from kimi_dflash.config.validate import load_config
 from kimi_dflash.launch import hooks
-from kimi_dflash.patcher import txn
+from kimi_dflash.patcher import floor, txn
 from kimi_dflash.patcher.engine import status_table
 from kimi_dflash.patcher.model import Status
+from kimi_dflash.patcher.registry import PATCHES, source_paths
 from kimi_dflash.patcher.remote_wheel import release_key
-from kimi_dflash.patcher.vllm_source import VllmSource
+from kimi_dflash.patcher.status import evaluate_all
 from kimi_dflash.patcher.wheels import released_wheels, source_wheel
 from kimi_dflash.plan import build_plan
-from kimi_dflash.preflight.compat import check_compat
-from kimi_dflash.preflight.vllm_features import INTRODUCED_IN, RELEASE_BEFORE, probe_features
+from kimi_dflash.rules.engine import judge
+from kimi_dflash.rules.features import INTRODUCED_IN, probe_features
+from kimi_dflash.rules.source import VllmSource
 from repo_paths import CONFIGS_DIR
 from serve_helpers import run_serve
 
@@ -118,25 +120,37 @@ def test_every_release_gets_the_answers_read_from_its_wheel(links: dict) -> None
         tree = source(version, links)
         key = release_key(version)
         aiter, _ = deployment("production.env", MOE_BACKEND="aiter")
-        refused = "moe backend" in {f.name for f in check_compat(aiter, tree).failures}
+        refused = "moe backend" in {f.name for f in judge(aiter, tree).failures}
         if refused != (key >= (0, 27, 0)):  # 0.20-0.26 on ROCm never read --moe-backend for WNA16 experts
             wrong.append(f"{version}: MOE_BACKEND=aiter refused={refused}")
         [kv] = probe_features(tree, ("speculative_config.kv_cache_dtype",))
         if (kv.state == "present") != (key >= (0, 26, 0)):
             wrong.append(f"{version}: speculative_config.kv_cache_dtype {kv.state}")
         production, _ = deployment("production.env")
-        report = check_compat(production, tree)
+        report = judge(production, tree)
         expected = ("plugin runtime patch target-mla-causal",) if key < (0, 21, 0) else ()
         if not report.starts or report.relies != expected:
             wrong.append(f"{version}: production starts={report.starts} relies={report.relies}")
     assert not wrong, "\n".join(wrong)
 
 
+def test_the_patch_floor_holds_exactly_where_every_patch_is_retired(links: dict) -> None:
+    """The floor (patcher/floor.py) is one probe; on every release it must agree with the whole registry."""
+    wrong = []
+    for version in links:
+        tree = source(version, links)
+        states = evaluate_all(PATCHES, {path: tree.text(f"vllm/{path}") for path in source_paths()})
+        retired = all(state.status is Status.RETIRED for state in states)
+        at_floor = floor.holds(tree.text(f"vllm/{floor.PATH}"))
+        if not at_floor == retired == (release_key(version) >= release_key(floor.RELEASE)):
+            wrong.append(f"{version}: at floor {at_floor}, every patch retired {retired}")
+    assert not wrong, "\n".join(wrong)
+
+
 def test_introduced_in_names_the_first_release_with_each_feature(links: dict) -> None:
-    for feature, note in INTRODUCED_IN.items():
-        first = note.split()[0]
-        [before] = probe_features(source(RELEASE_BEFORE[first], links), (feature,))
-        [after] = probe_features(source(first, links), (feature,))
+    for feature, arrival in INTRODUCED_IN.items():
+        [before] = probe_features(source(arrival.previous, links), (feature,))
+        [after] = probe_features(source(arrival.release, links), (feature,))
         assert (before.state, after.state) == ("absent", "present"), feature
 
 
@@ -145,9 +159,9 @@ def test_introduced_in_names_the_first_release_with_each_feature(links: dict) ->
 
 def test_a_drafter_forced_onto_triton_needs_the_file_patch_until_0_24(links: dict) -> None:
     forced, _ = deployment("production.env", DRAFT_ATTENTION_BACKEND="TRITON_ATTN")
-    relies = check_compat(forced, source("0.21.0", links)).relies
+    relies = judge(forced, source("0.21.0", links)).relies
     assert set(relies) == {"plugin runtime patch dflash-assert-gate", "file patch triton-noncausal"}
-    assert check_compat(forced, source("0.24.0", links)).relies == ()
+    assert judge(forced, source("0.24.0", links)).relies == ()
 
 
 def _snapshot(root: Path) -> dict[str, bytes]:
@@ -165,18 +179,16 @@ def test_on_rocm_serve_writes_only_the_file_patches_the_plan_needs(
         archive.extractall(tmp_path / "site", members=[n for n in archive.namelist() if n.endswith(".py")])
     tree = tmp_path / "site" / "vllm"
     lines: list[str] = []
-    _, production = deployment("production.env")
-    plan = build_plan(production, "python", "/cache")
+    production, _ = deployment("production.env")
+    forced, _ = deployment("production.env", DRAFT_ATTENTION_BACKEND="TRITON_ATTN")
     before = _snapshot(tree)
-    forced = load_config(CONFIGS_DIR / "production.env", environ={"DRAFT_ATTENTION_BACKEND": "TRITON_ATTN"})
-    forced_plan = build_plan(forced, "python", "/cache")
     with monkeypatch.context() as read_only:  # EROFS on every write, as on a read-only image (root included)
         read_only.setattr(txn.tempfile, "mkstemp", _erofs)
-        assert hooks.patches(production, plan, lines.append, vllm_root=tree)  # 3 pending, none needed: fine
-        assert not hooks.patches(forced, forced_plan, lines.append, vllm_root=tree)  # needed, cannot write
+        assert hooks.patches(production, lines.append, vllm_root=tree)  # 3 pending, none needed: fine
+        assert not hooks.patches(forced, lines.append, vllm_root=tree)  # needed, cannot write
         assert "read-only" in lines[-1] and "plugin" in lines[-1]
     assert _snapshot(tree) == before
-    assert hooks.patches(forced, forced_plan, lines.append, vllm_root=tree)
+    assert hooks.patches(forced, lines.append, vllm_root=tree)
     states = {s.patch.id: s.status for s in status_table(tree).states}
     assert states["triton-noncausal"] is Status.APPLIED  # file-only: written
     assert states["dflash-assert-gate"] is Status.PENDING  # runtime-capable: left to the plugin

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from kimi_dflash.patcher.vllm_source import VllmSource
-from kimi_dflash.preflight.runtime_probe import vllm_package_dir
-from kimi_dflash.preflight.vllm_features import _KINDS, INTRODUCED_IN, probe_features
+from kimi_dflash.preflight.runtime_child import vllm_package_dir
+from kimi_dflash.rules.features import INTRODUCED_IN, KINDS, probe_features
+from kimi_dflash.rules.source import VllmSource
 
 
 def states(source: VllmSource, names) -> dict[str, str]:
@@ -60,7 +60,7 @@ def test_static_reading_matches_vllms_runtime_objects(tmp_path):
     runtime = json.loads(lines[-1][len("REFEREE ") :])
     source = VllmSource.from_package_dir(installed)
     for kind, values in runtime.items():
-        static = set(_KINDS[kind].offered(source)[0])
+        static = set(KINDS[kind][1](source)[0])
         if kind == "cli":  # the static list leaves "--no-x" to the probe's BooleanOptionalAction rule
             assert static <= set(values)
             derived = set(values) - static

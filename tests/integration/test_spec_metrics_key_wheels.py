@@ -7,9 +7,9 @@ import pytest
 
 from kimi_dflash.config.validate import load_config
 from kimi_dflash.launch import hooks
-from kimi_dflash.patcher.vllm_source import VllmSource
 from kimi_dflash.plan import build_plan
-from kimi_dflash.preflight.compat import check_compat
+from kimi_dflash.rules.engine import judge
+from kimi_dflash.rules.source import VllmSource
 from repo_paths import CONFIGS_DIR
 
 FLAG = "--per-request-spec-decode-metrics"
@@ -26,7 +26,7 @@ def test_compat_check_refuses_the_key_where_vllm_lacks_the_flag(version: str, re
     from kimi_dflash.patcher.wheels import source_wheel
 
     config, plan = _plan("production.env", PER_REQUEST_SPEC_METRICS="summary")
-    report = check_compat(hooks.deployment(config, plan), VllmSource.from_wheel(source_wheel(version)))
+    report = judge(hooks.deployment(config, plan), VllmSource.from_wheel(source_wheel(version)))
     failures = [f for f in report.failures if FLAG in f.detail]
     assert bool(failures) == refused, [f.detail for f in report.failures]
     if refused:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from kimi_dflash.patcher.vllm_source import VllmSource
 from kimi_dflash.preflight.runtime_child import vllm_package_dir
+from kimi_dflash.rules.source import VllmSource
 
 INSTALLED = vllm_package_dir()
 

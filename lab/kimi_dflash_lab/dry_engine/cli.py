@@ -27,10 +27,10 @@ def main(args: argparse.Namespace) -> int:
     from kimi_dflash.core.paths import cache_root
     from kimi_dflash.launch import hooks
     from kimi_dflash.launch.prepare import resolve_demo_models
-    from kimi_dflash.patcher.vllm_source import VllmSource
     from kimi_dflash.plan import build_plan
-    from kimi_dflash.preflight.compat import check_compat
     from kimi_dflash.preflight.runtime_child import vllm_package_dir
+    from kimi_dflash.rules.engine import judge
+    from kimi_dflash.rules.source import VllmSource
     from kimi_dflash_lab.dry_engine.compare import compare
     from kimi_dflash_lab.dry_engine.engine import dry_engine_for_plan
 
@@ -49,9 +49,7 @@ def main(args: argparse.Namespace) -> int:
     installed = vllm_package_dir()  # the vLLM this Python imports: the one the dry engine ran
     agreement = None
     if installed is not None:
-        agreement = compare(
-            verdict, check_compat(hooks.deployment(config, plan), VllmSource.from_package_dir(installed))
-        )
+        agreement = compare(verdict, judge(hooks.deployment(config, plan), VllmSource.open(installed)))
         print("  " + agreement.render().replace("\n", "\n  "))
     if not verdict.ran:
         return 1

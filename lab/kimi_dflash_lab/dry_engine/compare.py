@@ -1,18 +1,16 @@
 """The dry engine's verdict against the static rules' verdict, with the runtime traps accounted for explicitly.
 
-The static rules (compat_rules.RULES over vLLM's source) say whether vLLM starts a plan; the dry engine runs vLLM's
-start-up code and says the same thing from the other side. They must agree. The runtime rules
-(runtime_rules.RUNTIME_RULES) judge plans that start and then run wrong or slow: each declares itself invisible at
-start-up (runtime_rules.STARTUP_INVISIBLE), so where one of them fails, the dry engine is expected to say "starts"
-(which confirms that the trap is silent), not to fail.
+The static rules (kimi_dflash.rules over vLLM's source) say whether vLLM starts a plan; the dry engine runs vLLM's
+start-up code and says the same thing from the other side. They must agree. A runtime-trap rule judges plans that
+start and then run wrong or slow, and declares why start-up cannot see it (`Rule.silent_at_startup`), so where one of
+them fails, the dry engine is expected to say "starts" (which confirms that the trap is silent), not to fail.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kimi_dflash.preflight.compat import CompatReport
-from kimi_dflash.preflight.runtime_rules import STARTUP_INVISIBLE
+from kimi_dflash.rules.engine import Verdict, rule
 from kimi_dflash_lab.dry_engine.engine import DryVerdict
 
 
@@ -27,15 +25,15 @@ class Agreement:
         return "\n".join(self.lines)
 
 
-def compare(dry: DryVerdict, static: CompatReport) -> Agreement:
-    startup = [f for f in static.failures if f.name not in STARTUP_INVISIBLE]
-    runtime = [f for f in static.failures if f.name in STARTUP_INVISIBLE]
+def compare(dry: DryVerdict, static: Verdict) -> Agreement:
+    runtime = static.runtime_traps
+    startup = [f for f in static.failures if f not in runtime]
     static_starts = not startup
     said = "starts" if static_starts else f"would not start ({', '.join(dict.fromkeys(f.name for f in startup))})"
     lines = [f"static start-up rules: {said}"]
     for finding in runtime:
         lines.append(
-            f"runtime trap [{finding.name}] (start-up visible: no - {STARTUP_INVISIBLE[finding.name]}): the dry "
+            f"runtime trap [{finding.name}] (start-up visible: no - {rule(finding.name).silent_at_startup}): the dry "
             "engine is expected to say vLLM starts"
         )
     if not dry.ran:

@@ -5,7 +5,7 @@
 
 One child process per plan (vLLM caches backend selection per process), at most two at a time. Each row: what the
 installed vLLM picked for the plan, or its own error, and whether that agrees with the static rules
-(dry_compare). A slow test regenerates the table and compares it with the docs and fails on any disagreement.
+(compare.py). A slow test regenerates the table and compares it with the docs and fails on any disagreement.
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ from kimi_dflash.config.validate import load_config
 from kimi_dflash.core.doc_sections import update_sections
 from kimi_dflash.core.paths import cache_root
 from kimi_dflash.launch.prepare import resolve_demo_models
-from kimi_dflash.patcher.vllm_source import VllmSource
 from kimi_dflash.plan import build_plan
-from kimi_dflash.preflight.compat import CompatReport, check_compat
-from kimi_dflash.preflight.plan_deployment import deployment_for_plan
+from kimi_dflash.rules import engine as rules
+from kimi_dflash.rules.deployment import Deployment
+from kimi_dflash.rules.engine import Verdict
+from kimi_dflash.rules.source import VllmSource
 from kimi_dflash_lab.dry_engine.compare import Agreement, compare
 from kimi_dflash_lab.dry_engine.engine import DryVerdict, dry_engine_for_plan
 
@@ -44,7 +45,7 @@ def _spec(extra: Mapping[str, object], model: str = "/models/Kimi-K2.5-DFlash", 
 
 
 # name -> (config file, environment overrides). The variants break a plan the way users do; the static rules
-# refuse each one, at start-up or as a runtime trap (runtime_rules.STARTUP_INVISIBLE).
+# refuse each one, at start-up or as a runtime trap (a rule silent at start-up).
 VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
     "production + MOE_BACKEND=aiter": ("production.env", {"MOE_BACKEND": "aiter"}),
     "production + misspelled speculative key": (
@@ -74,7 +75,7 @@ def cases() -> dict[str, tuple[str, dict[str, str]]]:
 class Row:
     name: str
     dry: DryVerdict
-    static: CompatReport
+    static: Verdict
     agreement: Agreement
     wall_s: float
 
@@ -88,7 +89,7 @@ def judge(name: str, file: str, overrides: Mapping[str, str], source: VllmSource
         extra = str(overrides["EXTRA_VLLM_ARGS"]).replace("DEMO_DRAFTER", str(config.typed.draft_model_dir))
         config = config.with_values("dry table variant", EXTRA_VLLM_ARGS=extra)
     plan = build_plan(config, python_executable=sys.executable, cache_dir=str(cache_root()))
-    static = check_compat(deployment_for_plan(config, plan), source)
+    static = rules.judge(Deployment.for_plan(config, plan), source)
     started = time.monotonic()
     dry = dry_engine_for_plan(config, plan)
     return Row(name, dry, static, compare(dry, static), time.monotonic() - started)
@@ -154,9 +155,7 @@ def render(rows: list[Row], version: str | None) -> str:
 
 
 def _startup_names(row: Row) -> set[str]:
-    from kimi_dflash.preflight.runtime_rules import STARTUP_INVISIBLE
-
-    return {f.name for f in row.static.failures if f.name not in STARTUP_INVISIBLE}
+    return {f.name for f in row.static.failures if f not in row.static.runtime_traps}
 
 
 def _short(text: str, limit: int = 140) -> str:
@@ -179,7 +178,7 @@ def main(args: argparse.Namespace) -> int:
     if args.write and not args.doc.is_file():
         print(f"dry table: {args.doc} not found: run from the repository root or pass --doc", file=sys.stderr)
         return 2
-    source = VllmSource.from_package_dir(package)
+    source = VllmSource.open(package)
     rows = build(source, lambda message: print(message, file=sys.stderr, flush=True))
     for row in rows:
         print(f"== {row.name} ({row.wall_s:.1f} s)\n{row.agreement.render()}", file=sys.stderr)

@@ -21,7 +21,7 @@ KV_OBSERVE_DIR = "KIMI_DFLASH_KV_OBSERVE_DIR"  # KV_OBSERVE_DIR
 KV_OBSERVE_INTERVAL = "KIMI_DFLASH_KV_OBSERVE_INTERVAL"  # KV_OBSERVE_INTERVAL
 KV_EMULATE_FP8 = "KIMI_DFLASH_KV_EMULATE_FP8"  # no config key: a CPU test aid (FP8 storage emulated in BF16)
 
-# Read by preflight's compatibility rules (runtime_rules.py) from the plan's environment; config key in the comment.
+# Read by the compatibility rules (rules/catalog/prefix_caching.py) from the plan's environment; config key after.
 ALLOW_DFLASH_PREFIX_CACHING = "KIMI_DFLASH_ALLOW_DFLASH_PREFIX_CACHING"  # ALLOW_DFLASH_PREFIX_CACHING
 
 KV_SCALE_MODE_OFF = "off"

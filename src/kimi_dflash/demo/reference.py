@@ -46,7 +46,7 @@ def apply_rope(
 ) -> torch.Tensor:
     """Neox-style rotary embedding over the last dim of x [tokens, heads, head_dim]. With YaRN `rope_scaling` the
     pair frequencies are YaRN's, and vLLM multiplies its cos/sin cache by an amplitude (which one depends on the
-    release and the rope fields: kimi_dflash.preflight.rope_amplitude); the caller says which."""
+    release and the rope fields: kimi_dflash.rules.rope_amplitude); the caller says which."""
     import torch
 
     from kimi_dflash.demo.geometry import yarn_frequencies

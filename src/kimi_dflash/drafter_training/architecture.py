@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kimi_dflash.preflight.rope_amplitude import drafter_rope, transformers_amplitude
+from kimi_dflash.rules.rope_amplitude import drafter_rope, transformers_amplitude
 
 DRAFT_ARCHITECTURE = "DFlashDraftModel"
 # Keys vLLM's DFlash loader reads from dflash_config that only shape serving (not the trained weights).

@@ -83,7 +83,7 @@ def install_kv_scale_hook() -> None:
         state.scales = load_scales_file(settings.scales_file)  # shape errors surface at startup, in every process
     _check_mla_module_exists()
     _state = state
-    from kimi_dflash.patcher.import_hooks import when_imported
+    from kimi_dflash.core.import_hooks import when_imported
 
     when_imported(MLA_MODULE, _patch_mla_module)
     when_imported(ATTENTION_MODULE, _patch_attention_module)

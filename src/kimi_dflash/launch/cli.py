@@ -197,22 +197,23 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         say(f"serve: --log {args.log}: {log_problem}; nothing was started.")
         return EXIT_CONFIG
 
+    planned = hooks.deployment(config, plan, os.environ)  # once: preflight and the patch step judge this one
     if not args.skip_preflight or args.preflight:
-        ok = hooks.preflight(config, plan, fix_numa=args.fix_numa, say=say)
+        ok = hooks.preflight(config, plan, fix_numa=args.fix_numa, say=say, planned=planned)
         if args.preflight:
             return 0 if ok and not path_errors else 1
         if not ok:
             say("serve: preflight failed; fix the lines marked FAIL (or pass --skip-preflight).")
             return 1
-    if not hooks.patches(config, plan, say=say):
+    if not hooks.patches(planned, say=say):
         return 1
     return start(config, plan, args, pid_path)
 
 
 def check_vllm(config: Config, vllm_dir: Path) -> int:
     """`--check-vllm DIR`: the compatibility report for this plan and that vLLM; exit 0 starts, 2 would not."""
-    from kimi_dflash.patcher.vllm_source import VllmSource, VllmSourceError
-    from kimi_dflash.preflight.compat import check_compat
+    from kimi_dflash.rules.engine import judge
+    from kimi_dflash.rules.source import VllmSource, VllmSourceError
 
     try:
         source = VllmSource.open(vllm_dir)
@@ -221,9 +222,9 @@ def check_vllm(config: Config, vllm_dir: Path) -> int:
         return EXIT_CONFIG
     config = resolve_demo_models(config, create=False)
     plan = build_plan(config, python_executable=sys.executable, cache_dir=str(cache_root()))
-    report = check_compat(hooks.deployment(config, plan), source)
-    print(report.render())
-    return report.exit_code
+    verdict = judge(hooks.deployment(config, plan), source)
+    print(verdict.render())
+    return verdict.exit_code
 
 
 def _log_problem(log: Path | None) -> str | None:

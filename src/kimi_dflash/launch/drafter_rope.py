@@ -1,7 +1,7 @@
 """Serve z-lab's Kimi DFlash drafters with the RoPE amplitude they were trained with (issue 28; docs/patches.md).
 
 From vLLM 0.30 a drafter whose config.json says `rope_scaling: {rope_type: yarn, factor: 64, mscale: 1.0,
-mscale_all_dim: 1.0}` gets amplitude 1.0 instead of the 1.4159 it was trained with (preflight/rope_amplitude.py
+mscale_all_dim: 1.0}` gets amplitude 1.0 instead of the 1.4159 it was trained with (rules/rope_amplitude.py
 reads it from the installed vLLM's source). The same releases honour an explicit `attention_factor`. So the
 launcher, before the plan is built, serves such a drafter from an overlay: a directory under the project cache
 holding a symlink to every file of the drafter and a config.json that adds `attention_factor: 1.4158883...` to its
@@ -26,8 +26,7 @@ from typing import Any, Literal
 
 from kimi_dflash.core.atomic_write import publish_directory
 from kimi_dflash.core.user_files import UnreadableFile, read_user_json
-from kimi_dflash.patcher.vllm_source import VllmSource
-from kimi_dflash.preflight.rope_amplitude import (
+from kimi_dflash.rules.rope_amplitude import (
     AmplitudeVerdict,
     DrafterRope,
     UnreadableRope,
@@ -35,6 +34,7 @@ from kimi_dflash.preflight.rope_amplitude import (
     is_dflash_drafter,
     judge,
 )
+from kimi_dflash.rules.source import VllmSource
 
 CONFIG = "config.json"
 NOTE = "kimi-dflash-overlay.json"  # what the overlay changed and why, beside the config

@@ -1,5 +1,6 @@
-"""Adapters from the launcher to the preflight checks, the compatibility check and the patcher (each owned by
-its own package)."""
+"""Adapters from the launcher to preflight, the compatibility rules and the patcher (each owned by its own package).
+One serve builds the plan's Deployment once (`deployment`) and hands it to every step; the rules judge it once per
+vLLM tree (rules/engine.py), and the patch step reuses preflight's verdict."""
 
 from __future__ import annotations
 
@@ -12,40 +13,46 @@ from kimi_dflash.config.validate import Config
 from kimi_dflash.plan import LaunchPlan
 
 if TYPE_CHECKING:
-    from kimi_dflash.preflight.deployment import Deployment
+    from kimi_dflash.rules.deployment import Deployment
 
 # The architectures the recipe was built and measured on.
 EXPECTED_ARCH = {"rocm": "gfx942", "cuda": "sm_90"}
 
 
 def deployment(config: Config, plan: LaunchPlan, inherited_env: Mapping[str, str] | None = None) -> Deployment:
-    """The plan as the compatibility rules see it (preflight/plan_deployment.py)."""
-    from kimi_dflash.preflight.plan_deployment import deployment_for_plan
+    """The plan as the compatibility rules see it (rules/deployment.py)."""
+    from kimi_dflash.rules.deployment import Deployment
 
-    return deployment_for_plan(config, plan, inherited_env)
+    return Deployment.for_plan(config, plan, inherited_env)
 
 
-def preflight(config: Config, plan: LaunchPlan, fix_numa: bool, say: Callable[[str], None]) -> bool:
-    from kimi_dflash.preflight import PreflightRequest, exit_code, interpreter_for_command, render, run_preflight
+def preflight(
+    config: Config, plan: LaunchPlan, fix_numa: bool, say: Callable[[str], None], planned: Deployment | None = None
+) -> bool:
+    """The machine checks and the compatibility rules on the serving Python's vLLM. `planned`: the deployment this
+    serve built (default: built here from the plan and this environment)."""
+    from kimi_dflash.core.checks import exit_code, render
+    from kimi_dflash.preflight.request import PreflightRequest
+    from kimi_dflash.preflight.run import run_preflight
+    from kimi_dflash.preflight.runtime_probe import interpreter_for_command
 
-    device = config.typed.device
-    model_dir = config.typed.model_dir
-    draft_dir = config.typed.draft_model_dir if config.speculative else None
+    typed = config.typed
+    draft_dir = typed.draft_model_dir if config.speculative else None
     request = PreflightRequest(
-        device=device,  # type: ignore[arg-type]
-        tensor_parallel_size=config.typed.tensor_parallel_size if device != "cpu" else 1,
-        expected_arch=EXPECTED_ARCH.get(device),
-        model_dir=None if model_dir is None else Path(str(model_dir)),
+        device=typed.device,  # type: ignore[arg-type]
+        tensor_parallel_size=typed.tensor_parallel_size if typed.device != "cpu" else 1,
+        expected_arch=EXPECTED_ARCH.get(typed.device),
+        model_dir=None if typed.model_dir is None else Path(str(typed.model_dir)),
         draft_model_dir=None if draft_dir is None else Path(str(draft_dir)),
-        model_repo_hint=str(config.typed.model_repo),
-        draft_repo_hint=str(config.typed.draft_model_repo),
+        model_repo_hint=str(typed.model_repo),
+        draft_repo_hint=str(typed.draft_model_repo),
         host=plan.host,
         port=plan.port,
-        deployment=deployment(config, plan, os.environ),
+        deployment=planned or deployment(config, plan, os.environ),
         python=interpreter_for_command(plan.argv),
         fix_numa=fix_numa,
-        preshard_dir=None if config.typed.preshard_dir is None else Path(str(config.typed.preshard_dir)),
-        dtype=config.typed.dtype,
+        preshard_dir=None if typed.preshard_dir is None else Path(str(typed.preshard_dir)),
+        dtype=typed.dtype,
     )
     results = run_preflight(request)
     say(render(results))
@@ -70,29 +77,40 @@ def _kv_scales_ok(config: Config, plan: LaunchPlan, say: Callable[[str], None]) 
     return all(finding.level != "fail" for finding in findings)
 
 
-def patches(config: Config, plan: LaunchPlan, say: Callable[[str], None], vllm_root: Path | None = None) -> bool:
-    """Report the patch status of the vLLM that will run; on ROCm write the file patches this plan needs.
+def patches(planned: Deployment, say: Callable[[str], None], vllm_root: Path | None = None) -> bool:
+    """Report the patch status of the vLLM that will run (`vllm_root`: its package directory, default the one this
+    Python imports); on ROCm write the file patches this plan needs.
 
-    A pending patch is written into the vLLM tree only when its needed_when holds for this plan and the plugin
-    cannot deliver it at runtime (triton-noncausal is file-only). Patches the plan does not need are left
-    alone, so a read-only tree with nothing needed is fine. Off ROCm the patches are only reported.
+    At or above the patch floor (patcher/floor.py) nothing of the patcher is loaded. Below it, a pending patch is
+    written into the vLLM tree only when the rules' verdict relies on it as a file patch: the plan takes the code
+    path it fixes and the plugin cannot deliver it at runtime. Off ROCm the patches are only reported.
     """
-    from kimi_dflash.patcher.engine import EXIT_UNRECOGNISED, apply_pending, file_patches_needed, status_table
-    from kimi_dflash.patcher.model import PatcherError
+    from kimi_dflash.patcher import floor
 
-    on_rocm = config.typed.device == "rocm"
+    on_rocm = planned.platform == "rocm"
+    root = floor.package_dir(vllm_root)
+    if root is not None and floor.package_at_floor(root):
+        say(f"patches: vLLM at {root} is {floor.describe()}: nothing to check or write")
+        return True
+    from kimi_dflash.patcher.engine import EXIT_UNRECOGNISED, apply_pending, status_table
+    from kimi_dflash.patcher.model import PatcherError, Status
+    from kimi_dflash.rules.engine import judge
+    from kimi_dflash.rules.source import VllmSource, forget
+
     try:
-        table = status_table(vllm_root)
+        table = status_table(root)
         say(table.to_text())
         if not on_rocm:
             return True
         if table.exit_code == EXIT_UNRECOGNISED:
             say("patches: this vLLM tree is not one the patcher recognises; refusing to start on ROCm")
             return False
-        needed = file_patches_needed(table, deployment(config, plan, os.environ))
+        pending = {s.patch.id for s in table.states if s.status is Status.PENDING}
+        needed = [p for p in judge(planned, VllmSource.open(table.root)).file_patches if p in pending]
         if needed:
             say(f"patches: writing the file patch(es) this plan needs: {', '.join(needed)}")
             say(apply_pending(table.root, only=needed).after.to_text())
+            forget(table.root)  # the tree changed: the next reader reads it again
         elif table.exit_code == 1:
             say(
                 "patches: nothing to write for this plan (pending patches are not needed, or the plugin "

@@ -10,6 +10,7 @@ patch is applied (or none is needed), 1 when a needed patch did not apply or the
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -34,12 +35,13 @@ def main(argv: list[str] | None = None) -> int:
             say(f"image patches: {path}: " + "; ".join(p.message for p in error.problems))
             return 1
         plan = build_plan(config, python_executable=sys.executable, cache_dir="/tmp")
+        planned = hooks.deployment(config, plan, os.environ)
         say(f"image patches: {path.name}")
         # Twice: the first writes what is needed, the second proves nothing needed is still pending.
         second: list[str] = []
         if (
-            not hooks.patches(config, plan, say=say)
-            or not hooks.patches(config, plan, say=second.append)
+            not hooks.patches(planned, say=say)
+            or not hooks.patches(planned, say=second.append)
             or any(line.startswith("patches: writing") for line in second)
         ):
             say(f"image patches: a patch {path.name} needs could not be applied; failing the build")

@@ -15,7 +15,6 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from kimi_dflash.patcher.model import (
     Patch,
@@ -28,9 +27,6 @@ from kimi_dflash.patcher.plan import check_compiles, plan_apply, plan_revert
 from kimi_dflash.patcher.registry import PATCHES
 from kimi_dflash.patcher.status import evaluate_all
 from kimi_dflash.patcher.txn import patcher_lock, write_all_or_nothing
-
-if TYPE_CHECKING:
-    from kimi_dflash.preflight.deployment import Deployment
 
 EXIT_OK, EXIT_PENDING, EXIT_UNRECOGNISED = 0, 1, 2
 
@@ -161,26 +157,6 @@ def status_table(
     patches = _select(only, registry)
     states = evaluate_all(patches, read_texts(root, patches))
     return StatusTable(root, read_vllm_version(root), states)
-
-
-def file_patches_needed(table: StatusTable, deployment: Deployment) -> list[str]:
-    """Ids of the pending patches this deployment needs that only a file edit delivers (no runtime patch).
-
-    Runtime-capable patches are left to the plugin (preferred: no site-packages edits); preflight refuses a plan
-    that relies on the plugin when the plugin will not load. A predicate that cannot decide (None) counts as
-    needed: writing an unneeded patch is harmless, missing a needed one is not.
-    """
-    from kimi_dflash.patcher.vllm_source import VllmSource
-
-    source = VllmSource.from_package_dir(table.root)
-    return [
-        s.patch.id
-        for s in table.states
-        if s.status is Status.PENDING
-        and s.patch.edits
-        and not s.patch.runtime
-        and (s.patch.needed_when is None or s.patch.needed_when.holds(deployment, source) is not False)
-    ]
 
 
 @dataclass(frozen=True)

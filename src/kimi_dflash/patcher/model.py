@@ -8,10 +8,6 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from kimi_dflash.patcher.needs import Need
 
 
 class Status(str, enum.Enum):
@@ -65,6 +61,19 @@ class Probe:
 
 
 @dataclass(frozen=True)
+class Need:
+    """When a plan takes the code path a patch fixes: every condition holds. The conditions are words the
+    compatibility rules evaluate over the plan and the vLLM source (rules/catalog/patches.py): "dflash",
+    "mla target", "sliding-window drafter", "drafter metadata without causal", "drafter on <BACKEND>"."""
+
+    text: str  # the condition in words (docs, status tables)
+    conditions: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True)
 class Patch:
     """One fix the recipe needs on some vLLM versions, and how to tell whether a tree needs it."""
 
@@ -77,8 +86,7 @@ class Patch:
     edits: tuple[Edit, ...]  # empty: we carry no source patch for the old shape
     runtime: str | None = None  # name of the runtime (plugin) patch in kimi_dflash.patcher.runtime
     runtime_hooks: tuple[Probe, ...] = ()  # what the runtime patch needs to find in the source
-    # When a plan takes the code path this patch fixes (a predicate over the deployment and the vLLM source).
-    needed_when: Need | None = None
+    needed_when: Need | None = None  # when a plan takes the code path this patch fixes
     no_edit_reason: str = ""  # why `edits` is empty, shown for an unrecognised tree
 
     @property

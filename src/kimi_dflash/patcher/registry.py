@@ -11,9 +11,8 @@ if this package is removed. Every inserted block carries a `kimi-dflash(<patch i
 
 from __future__ import annotations
 
-from kimi_dflash.patcher import needs
-from kimi_dflash.patcher.model import Edit, Patch, Probe
-from kimi_dflash.patcher.needs import Need
+from kimi_dflash.patcher import floor
+from kimi_dflash.patcher.model import Edit, Need, Patch, Probe
 
 SELECTOR = "v1/attention/selector.py"
 ATTENTION_CONFIG = "config/attention.py"
@@ -40,7 +39,7 @@ AITER_FA_NONCAUSAL = Patch(
         ),
     ),
     edits=(),
-    needed_when=Need("the DFlash drafter runs on ROCM_AITER_FA", needs.drafter_on("ROCM_AITER_FA")),
+    needed_when=Need("the DFlash drafter runs on ROCM_AITER_FA", ("dflash", "drafter on ROCM_AITER_FA")),
     no_edit_reason=(
         "no source patch is carried for builds older than vLLM 0.20.0: PyPI's 0.19.x wheels have "
         "no DFlash proposer at all, and the 0.19.2 nightlies the recipe started from cannot be "
@@ -107,7 +106,7 @@ TARGET_MLA_CAUSAL = Patch(
         ),
     ),
     needed_when=Need(
-        "the target is MLA (Kimi K2.x, DeepSeek-V3) and the speculative method is dflash", needs.mla_target_with_dflash
+        "the target is MLA (Kimi K2.x, DeepSeek-V3) and the speculative method is dflash", ("dflash", "mla target")
     ),
 )
 
@@ -183,7 +182,7 @@ DFLASH_ASSERT_GATE = Patch(
     needed_when=Need(
         "the DFlash drafter's backend builds metadata without a `causal` field (TRITON_ATTN before "
         "0.24; ROCm's default ROCM_ATTN has one)",
-        needs.drafter_metadata_without_causal,
+        ("dflash", "drafter metadata without causal"),
     ),
 )
 
@@ -330,7 +329,7 @@ TRITON_NONCAUSAL = Patch(
     needed_when=Need(
         "the DFlash drafter runs on TRITON_ATTN (only when configured: "
         "DRAFT_ATTENTION_BACKEND=TRITON_ATTN; ROCm gives it ROCM_ATTN)",
-        needs.drafter_on("TRITON_ATTN"),
+        ("dflash", "drafter on TRITON_ATTN"),
     ),
 )
 
@@ -343,15 +342,9 @@ MLA_SWA_ASSERT = Patch(
         "trips it, including the DFlash drafter's. The patch asks the layer's own backend "
         "(is_mla()), which keeps the real invariant."
     ),
-    upstream_pr="#48520",
-    upstream_since="0.26.0",
-    retired_when=(
-        Probe(
-            ATTENTION_LAYER,
-            r"assert not self\.attn_backend\.is_mla\(\)",
-            "the sliding-window check asks the layer's backend (is_mla())",
-        ),
-    ),
+    upstream_pr=floor.UPSTREAM,  # the newest fix: its probe is the patch floor
+    upstream_since=floor.RELEASE,
+    retired_when=(Probe(floor.PATH, floor.PATTERN, floor.WHAT),),
     edits=(
         Edit(
             ATTENTION_LAYER,
@@ -380,7 +373,7 @@ MLA_SWA_ASSERT = Patch(
     ),
     needed_when=Need(
         "the target is MLA and the DFlash drafter has sliding-window layers",
-        needs.mla_target_with_sliding_window_drafter,
+        ("dflash", "mla target", "sliding-window drafter"),
     ),
 )
 

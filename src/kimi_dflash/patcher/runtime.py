@@ -18,8 +18,8 @@ from pathlib import Path
 from types import ModuleType
 
 from kimi_dflash.core.envvars import PATCHES
+from kimi_dflash.core.import_hooks import when_imported
 from kimi_dflash.patcher.engine import StatusTable, status_table
-from kimi_dflash.patcher.import_hooks import when_imported
 from kimi_dflash.patcher.model import PatchState, Status
 from kimi_dflash.patcher.runtime_patches import INSTALLERS
 

@@ -14,7 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from kimi_dflash.preflight.results import CheckResult, failed, passed, warned
+from kimi_dflash.core.checks import CheckResult, failed, passed, warned
+from kimi_dflash.preflight.runtime_probe import Accelerator, normalize_arch
 
 if TYPE_CHECKING:
     from kimi_dflash.preflight.host import HostProbe
@@ -49,35 +50,11 @@ TORCH_FIX = {
 
 
 @dataclass(frozen=True)
-class Accelerator:
-    name: str
-    arch: str | None  # normalized: "gfx942", "sm_90"; None when the source did not say
-
-
-@dataclass(frozen=True)
 class Detection:
     source: str | None  # "amd-smi", "rocm-smi", "nvidia-smi", "torch", or None when nothing answered
     devices: tuple[Accelerator, ...]
     notes: tuple[str, ...] = field(default=())  # why earlier sources gave nothing
     narrowed_by: tuple[str, ...] = field(default=())  # *_VISIBLE_DEVICES variables that hid some GPUs
-
-
-def normalize_arch(raw: str | None) -> str | None:
-    """ "gfx942:sramecc+:xnack-" -> "gfx942"; "9.0" / "sm90" / "SM_90" -> "sm_90"; "N/A" -> None."""
-    if raw is None:
-        return None
-    text = str(raw).strip().lower()
-    if text in ("", "n/a", "na", "none", "unknown", "[not supported]"):
-        return None
-    if text.startswith("gfx"):
-        return text.split(":", 1)[0]
-    dotted = re.fullmatch(r"(\d+)\.(\d+)", text)
-    if dotted:
-        return f"sm_{dotted.group(1)}{dotted.group(2)}"
-    sm = re.fullmatch(r"sm_?(\d+[a-z]?)", text)
-    if sm:
-        return f"sm_{sm.group(1)}"
-    return text
 
 
 # --- parsers for recorded tool output (pure) -----------------------------------------------------------

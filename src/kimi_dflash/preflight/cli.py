@@ -8,14 +8,12 @@ import os
 import sys
 from pathlib import Path
 
-from kimi_dflash.preflight.deployment import deployment_from_command
-from kimi_dflash.preflight.plan_features import features_from_command
-from kimi_dflash.preflight.render import render
+from kimi_dflash.core.checks import exit_code, render
 from kimi_dflash.preflight.request import DEVICES, GIB, PreflightRequest, default_min_shm_bytes
-from kimi_dflash.preflight.results import exit_code
 from kimi_dflash.preflight.run import run_preflight
 from kimi_dflash.preflight.runtime_probe import interpreter_for_command
-from kimi_dflash.preflight.vllm_features import GRAMMAR
+from kimi_dflash.rules.deployment import Deployment, features_from_command
+from kimi_dflash.rules.features import GRAMMAR
 
 EPILOG = f"""\
 checks, in order:
@@ -88,15 +86,12 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     features = tuple(dict.fromkeys([*args.feature, *(features_from_command(command) if command else ())]))
     deployment = None
     if command:
-        deployment = deployment_from_command(
+        deployment = Deployment.from_command(
             args.device,
             command,
             os.environ,
-            model_dir=args.model_dir,
-            model_repo=args.model_repo,
-            drafter_dir=args.draft_model_dir,
-            drafter_repo=args.draft_repo,
-            label="the command line",
+            model=(args.model_dir, args.model_repo),
+            drafter=(args.draft_model_dir, args.draft_repo),
         )
     try:
         request = PreflightRequest(

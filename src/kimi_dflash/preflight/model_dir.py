@@ -10,7 +10,7 @@ import json
 import shlex
 from pathlib import Path
 
-from kimi_dflash.preflight.results import CheckResult, failed, passed
+from kimi_dflash.core.checks import CheckResult, failed, passed
 
 INDEX_FILE = "model.safetensors.index.json"
 MAX_LISTED = 3  # name a few missing shards; the count says how many more

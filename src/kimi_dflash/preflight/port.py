@@ -5,7 +5,7 @@ from __future__ import annotations
 import errno
 from typing import TYPE_CHECKING
 
-from kimi_dflash.preflight.results import CheckResult, failed, passed
+from kimi_dflash.core.checks import CheckResult, failed, passed
 
 if TYPE_CHECKING:
     from kimi_dflash.preflight.host import HostProbe

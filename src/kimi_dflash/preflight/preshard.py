@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kimi_dflash.core.checks import CheckResult, failed, passed
 from kimi_dflash.preflight.manifest import ManifestError, mismatches, read_manifest
-from kimi_dflash.preflight.results import CheckResult, failed, passed
 
 if TYPE_CHECKING:
     from kimi_dflash.preflight.request import PreflightRequest

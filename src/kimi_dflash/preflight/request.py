@@ -1,7 +1,4 @@
-"""What the launch plan needs from this machine: the input of every preflight check.
-
-The launcher adapts its config into this object, so the checks never depend on the config schema.
-"""
+"""What the launch plan needs from this machine: the input of every preflight check."""
 
 from __future__ import annotations
 
@@ -13,7 +10,7 @@ from typing import TYPE_CHECKING, Literal, get_args
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from kimi_dflash.preflight.deployment import Deployment
+    from kimi_dflash.rules.deployment import Deployment
 
 Device = Literal["rocm", "cuda", "cpu"]
 DEVICES: tuple[Device, ...] = get_args(Device)
@@ -36,46 +33,31 @@ def default_min_shm_bytes(device: Device) -> int:
 
 @dataclass(frozen=True)
 class PreflightRequest:
-    """Everything the checks need to know about the planned server.
+    """Everything the checks need to know about the planned server (the launcher adapts its config into this, so
+    the checks never depend on the config schema)."""
 
-    - device: "rocm" (MI300X), "cuda" (H200) or "cpu" (the demo on vLLM's CPU build).
-    - tensor_parallel_size: accelerators the plan needs (ignored on cpu).
-    - expected_arch: accelerator architecture the recipe was built for, written as the vendor names it:
-      "gfx942" for MI300X (amd-smi / rocm-smi "GFX Version"), "sm_90" for H100/H200 (nvidia-smi compute_cap
-      9.0; "9.0" and "sm90" are accepted too). None skips the arch comparison.
-    - model_dir / draft_model_dir: checkpoint directories; None skips that check (e.g. a demo model that is
-      fabricated on first start).
-    - model_repo_hint / draft_repo_hint: Hugging Face repo ids named in the download fix.
-    - model_fix_hint / draft_fix_hint: free text that replaces the download command in the fix (e.g. how the
-      demo fabricates its models).
-    - host / port: where the server will listen.
-    - required_features: vLLM feature probes the plan relies on (see kimi_dflash.preflight.vllm_features).
-    - fix_numa: set kernel.numa_balancing=0 when it is on and we are root.
-    - min_shm_bytes: /dev/shm size below which the check warns (cpu) or fails (GPU); None = device default.
-    - python: the interpreter that will run vLLM (see runtime_probe.interpreter_for_command); None = this one.
-    - deployment: the planned command line, environment and checkpoint facts; when given, the vLLM found is
-      judged by the compatibility rules (preflight.compat) and the project's plugin must load if the plan
-      relies on it. None: only `required_features` are probed.
-    - preshard_dir / dtype: a pre-sharded checkpoint the plan loads (sharded_state) and the dtype it serves in;
-      it must have been made from model_dir for this TP size, vLLM version and dtype.
-    """
-
-    device: Device
-    tensor_parallel_size: int = 1
+    device: Device  # "rocm" (MI300X), "cuda" (H200) or "cpu" (the demo on vLLM's CPU build)
+    tensor_parallel_size: int = 1  # accelerators the plan needs (ignored on cpu)
+    # The architecture the recipe was built for, as the vendor names it: "gfx942" (amd-smi "GFX Version") for MI300X,
+    # "sm_90" for H100/H200 ("9.0", "sm90" accepted too). None skips the comparison.
     expected_arch: str | None = None
-    model_dir: Path | None = None
+    model_dir: Path | None = None  # checkpoint directories; None skips that check (a demo model fabricated later)
     draft_model_dir: Path | None = None
-    model_repo_hint: str | None = None
+    model_repo_hint: str | None = None  # Hugging Face repo ids named in the download fix
     draft_repo_hint: str | None = None
-    model_fix_hint: str | None = None
+    model_fix_hint: str | None = None  # free text replacing the download command in the fix (the demo's fabrication)
     draft_fix_hint: str | None = None
-    host: str = "127.0.0.1"
+    host: str = "127.0.0.1"  # where the server will listen
     port: int = 8262
-    required_features: tuple[str, ...] = ()
-    fix_numa: bool = False
-    min_shm_bytes: int | None = None
-    python: str | None = None
+    required_features: tuple[str, ...] = ()  # vLLM features the plan relies on (kimi_dflash.rules.features)
+    fix_numa: bool = False  # set kernel.numa_balancing=0 when it is on and we are root
+    min_shm_bytes: int | None = None  # /dev/shm size below which the check warns (cpu) or fails; None: default
+    python: str | None = None  # the interpreter that will run vLLM (runtime_probe.interpreter_for_command)
+    # The planned command line, environment and checkpoint facts: when given, the vLLM found is judged by the
+    # compatibility rules, and the project's plugin must load if the plan relies on it. None: only the features.
     deployment: Deployment | None = None
+    # A pre-sharded checkpoint the plan loads and the dtype it serves in: it must have been made from model_dir for
+    # this TP size, vLLM version and dtype.
     preshard_dir: Path | None = None
     dtype: str | None = None
 
@@ -87,7 +69,7 @@ class PreflightRequest:
             raise ValueError(f"PreflightRequest.tensor_parallel_size must be >= 1, got {self.tensor_parallel_size}")
         if isinstance(self.required_features, (str, bytes)):
             raise TypeError("PreflightRequest.required_features must be a tuple of feature names, not one string")
-        from kimi_dflash.preflight.vllm_features import parse_feature
+        from kimi_dflash.rules.features import parse_feature
 
         for name in self.required_features:
             parse_feature(name)  # raises ValueError naming the grammar

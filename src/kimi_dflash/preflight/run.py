@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from kimi_dflash.core.checks import CheckResult, failed
 from kimi_dflash.preflight.accelerators import check_accelerators
 from kimi_dflash.preflight.host import HostProbe
 from kimi_dflash.preflight.model_dir import check_model_dir
@@ -11,7 +12,6 @@ from kimi_dflash.preflight.numa import check_numa
 from kimi_dflash.preflight.port import check_port
 from kimi_dflash.preflight.preshard import check_preshard
 from kimi_dflash.preflight.request import PreflightRequest
-from kimi_dflash.preflight.results import CheckResult, failed
 from kimi_dflash.preflight.runtime_probe import RuntimeReport
 from kimi_dflash.preflight.shm import check_shm
 from kimi_dflash.preflight.vllm_check import check_vllm

@@ -5,13 +5,14 @@ of the plan's vLLM features the installed source has.
 unless told otherwise): it keeps vLLM's import-time logging and memory out of the launcher, and a hung GPU
 runtime cannot hang preflight past the timeout. The child runs runtime_child.py's text with `python -c` and
 prints one marked JSON line. Features are then read from the source of the vllm the child found (see
-vllm_features): no import needed, milliseconds.
+rules/features.py): no import needed, milliseconds.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -20,14 +21,39 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import kimi_dflash.preflight.runtime_child as runtime_child
-from kimi_dflash.patcher.vllm_source import VllmSource
-from kimi_dflash.preflight.accelerators import Accelerator, normalize_arch
 from kimi_dflash.preflight.runtime_child import MARKER, installed_vllm, vllm_package_dir
-from kimi_dflash.preflight.vllm_features import FeatureOutcome, probe_features
+from kimi_dflash.rules.features import FeatureOutcome, probe_features
+from kimi_dflash.rules.source import VllmSource
 
 # Importing vLLM took 7-30 s on this project's shared 2-core machine (more under load, and a first import
 # after install also compiles bytecode). Past this something is wrong (a hung driver), and preflight says so.
 PROBE_TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    """A GPU as torch (this probe) or a vendor tool (accelerators.py) names it."""
+
+    name: str
+    arch: str | None  # normalized: "gfx942", "sm_90"; None when the source did not say
+
+
+def normalize_arch(raw: str | None) -> str | None:
+    """ "gfx942:sramecc+:xnack-" -> "gfx942"; "9.0" / "sm90" / "SM_90" -> "sm_90"; "N/A" -> None."""
+    if raw is None:
+        return None
+    text = str(raw).strip().lower()
+    if text in ("", "n/a", "na", "none", "unknown", "[not supported]"):
+        return None
+    if text.startswith("gfx"):
+        return text.split(":", 1)[0]
+    dotted = re.fullmatch(r"(\d+)\.(\d+)", text)
+    if dotted:
+        return f"sm_{dotted.group(1)}{dotted.group(2)}"
+    sm = re.fullmatch(r"sm_?(\d+[a-z]?)", text)
+    if sm:
+        return f"sm_{sm.group(1)}"
+    return text
 
 
 @dataclass(frozen=True)
@@ -110,7 +136,7 @@ def probe_runtime(
         package_dir: Path | None = Path(child["vllm_path"])
     else:
         package_dir = vllm_package_dir() if same_interpreter else None
-    outcomes = probe_features(VllmSource.from_package_dir(package_dir), features) if package_dir else ()
+    outcomes = probe_features(VllmSource.open(package_dir), features) if package_dir and features else ()
     return RuntimeReport(
         python=python,
         vllm_distribution=distribution,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kimi_dflash.preflight.results import CheckResult, failed, passed, warned
+from kimi_dflash.core.checks import CheckResult, failed, passed, warned
 
 if TYPE_CHECKING:
     from kimi_dflash.preflight.host import HostProbe

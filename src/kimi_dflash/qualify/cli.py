@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import errno
-import functools
 import os
 import sys
 from pathlib import Path
@@ -32,7 +31,7 @@ from kimi_dflash.qualify.steps import Context
 from kimi_dflash.sweep.runner import SERVE_COMMAND, Interrupted, ServerLeftRunning
 
 if TYPE_CHECKING:
-    from kimi_dflash.patcher.vllm_source import VllmSource
+    from kimi_dflash.rules.source import VllmSource
 
 DESCRIPTION = "Qualify a box: is DFlash lossless and worth it here, and with which settings. One command."
 EPILOG = """\
@@ -129,22 +128,21 @@ def _config_values(path: Path) -> tuple[dict[str, str], dict[str, str]]:
     return values, overrides
 
 
-@functools.cache
 def _installed_source() -> VllmSource | None:
-    """The source of the vLLM this interpreter would serve with (read, never imported), opened once per run: every
-    probe below shares its file list and parsed modules."""
-    from kimi_dflash.patcher.vllm_source import VllmSource
+    """The source of the vLLM this interpreter would serve with (read, never imported; one object per tree and
+    process: every probe below shares its file list and parsed modules)."""
     from kimi_dflash.preflight.runtime_child import vllm_package_dir
+    from kimi_dflash.rules.source import VllmSource
 
     package_dir = vllm_package_dir()
-    return None if package_dir is None else VllmSource.from_package_dir(package_dir)
+    return None if package_dir is None else VllmSource.open(package_dir)
 
 
 def _per_request_flag() -> tuple[str, str]:
     """Whether the vLLM this interpreter would serve with has --per-request-spec-decode-metrics (read from its
     source, no import: milliseconds)."""
     from kimi_dflash.preflight.runtime_child import installed_vllm
-    from kimi_dflash.preflight.vllm_features import probe_features
+    from kimi_dflash.rules.features import probe_features
 
     source = _installed_source()
     if source is None:
@@ -158,7 +156,7 @@ def _verify_k_limit(values: dict[str, str]) -> tuple[int, str] | None:
     """The largest k the AITER MLA verify-length rule lets through on the vLLM this interpreter serves with (read
     from its source), for a ROCm plan with AITER MLA on; None when the rule does not apply or the cap is absent."""
     from kimi_dflash.config.convert import TRUE_WORDS
-    from kimi_dflash.preflight.runtime_facts import aiter_verify_cap
+    from kimi_dflash.rules.catalog.aiter_mla import aiter_verify_cap
 
     if values.get("DEVICE", "rocm") != "rocm" or values.get("ROCM_USE_AITER_MLA", "true").lower() not in TRUE_WORDS:
         return None
@@ -191,7 +189,7 @@ def _check_variant(config_path: Path, overrides: dict[str, str]) -> tuple[bool, 
     from kimi_dflash.core.paths import cache_root
     from kimi_dflash.launch import hooks
     from kimi_dflash.plan import build_plan as launch_plan
-    from kimi_dflash.preflight.compat import check_compat
+    from kimi_dflash.rules.engine import judge
 
     source = _installed_source()
     if source is None:
@@ -201,9 +199,9 @@ def _check_variant(config_path: Path, overrides: dict[str, str]) -> tuple[bool, 
     except ConfigError as error:
         return False, "; ".join(p.render() for p in error.problems)
     plan = launch_plan(config, python_executable=sys.executable, cache_dir=str(cache_root()))
-    report = check_compat(hooks.deployment(config, plan), source)
-    if report.failures:
-        return False, "; ".join(f"{f.name}: {f.detail}" for f in report.failures)
+    verdict = judge(hooks.deployment(config, plan), source)
+    if verdict.failures:
+        return False, "; ".join(f"{f.name}: {f.detail}" for f in verdict.failures)
     return True, ""
 
 

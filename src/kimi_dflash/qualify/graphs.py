@@ -2,7 +2,7 @@
 the compatibility check with the runtime rules lets that variant through on the serving vLLM.
 
 The recipe ran eager (a vLLM 0.19 nightly gained nothing from graphs); configs/production-graphs.env is the
-unmeasured graph candidate. Graph mode with spec decode has runtime traps the rules know (preflight/runtime_rules.py):
+unmeasured graph candidate. Graph mode with spec decode has runtime traps the rules know (rules/catalog/graphs.py):
 capture sizes not multiples of 1 + k can crash mid-decode (vllm #46324), so the variant sets aligned sizes unless the
 config sets its own; an FP8 KV-scale mode can be bypassed by a compile pass, which the rules refuse, so such a
 config gets no graph candidate, with the reason.

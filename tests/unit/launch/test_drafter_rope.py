@@ -17,9 +17,9 @@ import pytest
 from kimi_dflash.config.validate import load_config
 from kimi_dflash.launch import drafter_rope
 from kimi_dflash.launch.prepare import resolve_drafter_rope
-from kimi_dflash.patcher.vllm_source import VllmSource
-from kimi_dflash.preflight.rope_amplitude import FACTORY_FILE
 from kimi_dflash.preflight.runtime_probe import vllm_package_dir
+from kimi_dflash.rules.rope_amplitude import FACTORY_FILE
+from kimi_dflash.rules.source import VllmSource
 from repo_paths import CONFIGS_DIR
 from serve_helpers import run_serve
 from source_edits import edited_source

@@ -19,8 +19,8 @@ from typing import NamedTuple
 import pytest
 
 from kimi_dflash.core import envvars
+from kimi_dflash.core.import_hooks import pending_modules, when_imported
 from kimi_dflash.patcher import runtime
-from kimi_dflash.patcher.import_hooks import pending_modules, when_imported
 from kimi_dflash.patcher.runtime_patches import (
     ConfigView,
     check_drafter_layers_non_causal,

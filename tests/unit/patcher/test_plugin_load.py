@@ -13,12 +13,12 @@ import sys
 
 import pytest
 
-from kimi_dflash.preflight.checkpoint_facts import read_checkpoint_facts
-from kimi_dflash.preflight.deployment import deployment_from_command
 from kimi_dflash.preflight.request import PreflightRequest
 from kimi_dflash.preflight.runtime_child import PLUGIN_GROUP
 from kimi_dflash.preflight.runtime_probe import PluginEntry, RuntimeReport
 from kimi_dflash.preflight.vllm_check import check_plugin
+from kimi_dflash.rules.checkpoint import read_checkpoint_facts
+from kimi_dflash.rules.deployment import Deployment
 from repo_paths import REPO_ROOT
 
 PLUGIN = PluginEntry(
@@ -41,7 +41,7 @@ def runtime(plugins: tuple[PluginEntry, ...] | None, allow: str | None = None) -
 
 def request(kv_scale_mode: str = "off") -> PreflightRequest:
     env = {} if kv_scale_mode == "off" else {"KIMI_DFLASH_KV_SCALE_MODE": kv_scale_mode}
-    deployment = deployment_from_command("rocm", ["vllm", "serve", "/m"], env)
+    deployment = Deployment.from_command("rocm", ["vllm", "serve", "/m"], env)
     return PreflightRequest(device="rocm", deployment=deployment)
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from kimi_dflash.config.validate import load_config
 from kimi_dflash.plan import OPTION_KEYS, build_plan
-from kimi_dflash.preflight.plan_features import parse_serve_command
+from kimi_dflash.rules.deployment import parse_serve_command
 from repo_paths import CONFIGS_DIR
 from serve_helpers import run_serve, write
 
@@ -198,9 +198,9 @@ def test_serve_dry_run_prints_plan_and_touches_nothing(name: str, tmp_path: Path
 def test_every_vllm_option_the_schema_declares_exists_in_the_installed_vllm() -> None:
     """The one table (config/schema.py: Key.vllm) against vLLM's own CLI definitions, read from its source."""
     from kimi_dflash.config.schema import KEYS
-    from kimi_dflash.patcher.vllm_source import VllmSource
     from kimi_dflash.preflight.runtime_child import vllm_package_dir
-    from kimi_dflash.preflight.vllm_features import probe_features
+    from kimi_dflash.rules.features import probe_features
+    from kimi_dflash.rules.source import VllmSource
 
     package_dir = vllm_package_dir()
     if package_dir is None:

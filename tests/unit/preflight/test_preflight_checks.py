@@ -8,23 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from kimi_dflash.preflight import (
-    Accelerator,
-    CheckResult,
-    DiskSpace,
-    HostProbe,
-    PreflightRequest,
-    check_model_dir,
-    normalize_arch,
-)
+from kimi_dflash.core.checks import CheckResult
 from kimi_dflash.preflight.accelerators import (
     check_accelerators,
     parse_amd_smi,
     parse_nvidia_smi,
     parse_rocm_smi,
 )
+from kimi_dflash.preflight.host import DiskSpace, HostProbe
+from kimi_dflash.preflight.model_dir import check_model_dir
 from kimi_dflash.preflight.numa import check_numa
 from kimi_dflash.preflight.port import check_port
+from kimi_dflash.preflight.request import PreflightRequest
+from kimi_dflash.preflight.runtime_probe import Accelerator, normalize_arch
 from kimi_dflash.preflight.shm import check_shm
 from kimi_dflash.preflight.vllm_check import check_vllm
 from preflight_fakes import (

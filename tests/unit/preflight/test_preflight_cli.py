@@ -110,7 +110,8 @@ def test_interpreter_for_command_follows_what_will_run(tmp_path):
 
 
 def test_a_trailing_command_line_adds_its_features_and_interpreter(monkeypatch, tmp_path, capsys):
-    from kimi_dflash.preflight import CheckResult, cli
+    from kimi_dflash.core.checks import CheckResult
+    from kimi_dflash.preflight import cli
 
     seen = []
     monkeypatch.setattr(cli, "run_preflight", lambda request: seen.append(request) or [CheckResult("x", "pass", "y")])

@@ -6,7 +6,10 @@ import errno
 import json
 import sys
 
-from kimi_dflash.preflight import CheckResult, DiskSpace, PreflightRequest, exit_code, render, run_preflight
+from kimi_dflash.core.checks import CheckResult, exit_code, render
+from kimi_dflash.preflight.host import DiskSpace
+from kimi_dflash.preflight.request import PreflightRequest
+from kimi_dflash.preflight.run import run_preflight
 from preflight_fakes import GIB, FakeHost, amd_smi_static_json
 
 FEATURES = ("speculative_method:dflash", "speculative_config.attention_backend")

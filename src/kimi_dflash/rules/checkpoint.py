@@ -1,5 +1,5 @@
-"""What the compatibility check needs to know about a checkpoint: architecture, MLA or not, how its MoE experts
-are quantised, whether a drafter has sliding-window layers.
+"""What the rules know about a checkpoint: architecture, MLA or not, how its MoE experts are quantised, whether a
+drafter has sliding-window layers, and its whole config.json (`config`) for any rule that reads another field.
 
 Read from MODEL_DIR/config.json when the checkpoint is on disk. Before the download (a 555 GB checkpoint is
 rarely there when someone asks "will this start?"), the facts the project ships for the configured repo are used
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,8 @@ class CheckpointFacts:
     sliding_window: bool
     attention_heads: int | None = None  # num_attention_heads (the AITER MLA verify rule pads heads per rank)
     quantization: str | None = None  # quantization_config.quant_method, for any weight-quantised checkpoint
+    # config.json with text_config merged under the top level (the top level wins, as in vLLM)
+    config: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def describe(self) -> str:
         parts = [", ".join(self.architectures) or "architecture unknown"]
@@ -108,6 +110,7 @@ def facts_from_config(config: Mapping[str, Any], origin: str, role: str, *, ship
         sliding_window=_has_sliding_window(merged),
         attention_heads=heads if isinstance(heads := merged.get("num_attention_heads"), int) else None,
         quantization=str(quant.get("quant_method") or "unknown") if isinstance(quant, dict) else None,
+        config=merged,
     )
 
 

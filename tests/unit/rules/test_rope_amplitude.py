@@ -1,4 +1,4 @@
-"""The drafter RoPE amplitude read from vLLM's rotary-embedding source (preflight/rope_amplitude.py).
+"""The drafter RoPE amplitude read from vLLM's rotary-embedding source (rules/rope_amplitude.py).
 
 Fast tests evaluate the vLLM CPU build installed here (0.32.0's sources) and variants of its two files made by
 small edits of that text; the release-by-release facts are checked on the real wheels in
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from kimi_dflash.patcher.vllm_source import VllmSource
-from kimi_dflash.preflight.rope_amplitude import (
+from kimi_dflash.preflight.runtime_probe import vllm_package_dir
+from kimi_dflash.rules.rope_amplitude import (
     FACTORY_FILE,
     YARN_FILE,
     UnreadableRope,
@@ -25,7 +25,7 @@ from kimi_dflash.preflight.rope_amplitude import (
     legacy_amplitude,
     release_amplitude,
 )
-from kimi_dflash.preflight.runtime_probe import vllm_package_dir
+from kimi_dflash.rules.source import VllmSource
 from source_edits import edited_source
 
 INSTALLED = vllm_package_dir()

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from kimi_dflash.patcher.vllm_source import VllmSource
-from kimi_dflash.preflight.runtime_probe import vllm_package_dir
-from kimi_dflash.preflight.vllm_features import INTRODUCED_IN, parse_feature, probe_features
+from kimi_dflash.preflight.runtime_child import vllm_package_dir
+from kimi_dflash.rules.features import INTRODUCED_IN, parse_feature, probe_features
+from kimi_dflash.rules.source import VllmSource
 
 # A made-up miniature of the places vLLM keeps what the probes read (not vLLM code: just the same shapes).
 MINI_VLLM = {

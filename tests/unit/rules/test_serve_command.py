@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from kimi_dflash.patcher.vllm_source import VllmSource
-from kimi_dflash.preflight.plan_features import features_from_command
-from kimi_dflash.preflight.runtime_probe import vllm_package_dir
-from kimi_dflash.preflight.vllm_features import parse_feature, probe_features
+from kimi_dflash.preflight.runtime_child import vllm_package_dir
+from kimi_dflash.rules.deployment import features_from_command
+from kimi_dflash.rules.features import parse_feature, probe_features
+from kimi_dflash.rules.source import VllmSource
 
 # The command line the launcher builds for configs/production-fp8kv.env (as `serve.sh --dry-run` prints it).
 PRODUCTION_ARGV = (

@@ -1,4 +1,4 @@
-"""The compatibility check (serve.sh --check-vllm, preflight's compat lines) against the vLLM CPU build installed
+"""The compatibility rules (serve.sh --check-vllm, preflight's compat lines) against the vLLM CPU build installed
 here - real vLLM source, read in place - and the checkpoint facts it reads. Every other release is in
 test_compat_versions.py (slow: wheels from the package index)."""
 
@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from kimi_dflash.patcher.vllm_source import VllmSource, VllmSourceError
-from kimi_dflash.preflight.checkpoint_facts import facts_from_config, read_checkpoint_facts
-from kimi_dflash.preflight.compat import check_compat
-from kimi_dflash.preflight.deployment import deployment_from_command
-from kimi_dflash.preflight.plan_features import parse_serve_command
-from kimi_dflash.preflight.runtime_probe import vllm_package_dir
+from kimi_dflash.preflight.runtime_child import vllm_package_dir
+from kimi_dflash.rules.checkpoint import facts_from_config, read_checkpoint_facts
+from kimi_dflash.rules.deployment import Deployment, parse_serve_command
+from kimi_dflash.rules.engine import judge
+from kimi_dflash.rules.source import VllmSource, VllmSourceError
 from serve_helpers import run_serve, write
 
 INSTALLED = vllm_package_dir()
@@ -104,29 +103,29 @@ def test_int4_kimi_with_moe_backend_aiter_is_refused_on_the_cpu_build(tmp_path: 
     measurement, and minikimi's fixture); the check must refuse it for the same reason as production."""
     model = checkpoint(tmp_path, INT4_KIMI)
     source = VllmSource.open(INSTALLED)
-    refused = check_compat(deployment_from_command("cpu", cpu_command(model, "--moe-backend", "aiter")), source)
+    refused = judge(Deployment.from_command("cpu", cpu_command(model, "--moe-backend", "aiter")), source)
     assert refused.exit_code == 2
     [failure] = besides_the_cpu_kernel(refused.failures)
     assert failure.name == "moe backend" and "is not supported for WNA16 MoE" in failure.detail
     assert "auto" in (failure.fix or "")
-    accepted = check_compat(deployment_from_command("cpu", cpu_command(model)), source)
+    accepted = judge(Deployment.from_command("cpu", cpu_command(model)), source)
     assert besides_the_cpu_kernel(accepted.failures) == [], accepted.render()
 
 
 def besides_the_cpu_kernel(failures) -> list:
     """The failures other than 'cpu wna16 kernel', which INT4 experts get on a host without AMX tiles (vLLM-CPU
     stops building them there: found by the dry engine) and only there."""
-    from kimi_dflash.preflight.cpu_wna16_rule import RULE, host_has_amx
+    from kimi_dflash.rules.catalog.moe import host_has_amx
 
-    assert any(f.name == RULE for f in failures) == (host_has_amx() is False)
-    return [f for f in failures if f.name != RULE]
+    assert any(f.name == "cpu wna16 kernel" for f in failures) == (host_has_amx() is False)
+    return [f for f in failures if f.name != "cpu wna16 kernel"]
 
 
 @needs_vllm
 def test_fp8_kv_on_cpu_mla_is_refused_because_it_dies_at_the_first_decode(tmp_path: Path) -> None:
     model = checkpoint(tmp_path, INT4_KIMI)
-    report = check_compat(
-        deployment_from_command("cpu", cpu_command(model, "--kv-cache-dtype", "fp8")), VllmSource.open(INSTALLED)
+    report = judge(
+        Deployment.from_command("cpu", cpu_command(model, "--kv-cache-dtype", "fp8")), VllmSource.open(INSTALLED)
     )
     [failure] = besides_the_cpu_kernel(report.failures)
     assert failure.name == "kv cache dtype" and "first decode" in failure.detail

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kimi_dflash.patcher.vllm_source import VllmSource
+from kimi_dflash.rules.source import VllmSource
 
 PACKAGE = "vllm/model_executor/layers/rotary_embedding/"
 FACTORY_FILE = PACKAGE + "__init__.py"

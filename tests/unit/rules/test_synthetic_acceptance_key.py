@@ -13,10 +13,10 @@ from kimi_dflash.config.acceptance_rates import mean_acceptance_length, parse_ac
 from kimi_dflash.config.problems import ConfigError
 from kimi_dflash.config.validate import load_config
 from kimi_dflash.launch import hooks
-from kimi_dflash.patcher.vllm_source import VllmSource
 from kimi_dflash.plan import build_plan
-from kimi_dflash.preflight.compat import check_compat
 from kimi_dflash.preflight.runtime_child import vllm_package_dir
+from kimi_dflash.rules.engine import judge
+from kimi_dflash.rules.source import VllmSource
 from repo_paths import CONFIGS_DIR
 
 INSTALLED = vllm_package_dir()
@@ -74,7 +74,7 @@ def test_the_compatibility_check_reads_the_sampler_fields_from_vllms_source(tmp_
     config = load_config(CONFIGS_DIR / "production.env", environ={KEY: "0.8,0.6"})
     deployment = hooks.deployment(config, build_plan(config, "python", "/cache"))
     source = VllmSource.open(INSTALLED)
-    report = check_compat(deployment, source)
+    report = judge(deployment, source)
     assert report.starts, [f.detail for f in report.failures]
     synthetic = [f for f in report.findings if f.name == "synthetic acceptance"]
     assert synthetic and synthetic[0].status == "pass" and "GPU" in synthetic[0].detail
@@ -84,5 +84,5 @@ def test_the_compatibility_check_reads_the_sampler_fields_from_vllms_source(tmp_
     renamed.write_text((source.text(relpath) or "").replace("synthetic_acceptance_rates:", "renamed_rates:"))
     files = {**source._files, relpath: renamed}  # noqa: SLF001 - a test double of one file, the rest stays real
     older = VllmSource(source.origin, files, lambda handle: Path(str(handle)).read_text(encoding="utf-8"))
-    failures = check_compat(deployment, older).failures
+    failures = judge(deployment, older).failures
     assert any("synthetic_acceptance_rates" in f.detail for f in failures), [f.detail for f in failures]

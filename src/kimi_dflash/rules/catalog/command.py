@@ -1,0 +1,235 @@
+"""What the command line names must exist: every `vllm serve` option, --speculative-config key and enumerated value,
+every VLLM_* variable (with a valid value), the parsers and the model architectures. vLLM refuses each at start-up."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+
+from kimi_dflash.rules.deployment import Deployment
+from kimi_dflash.rules.features import FeatureOutcome, introduced, parse_feature, probe_features
+from kimi_dflash.rules.model import Finding, Rule, failed, label, passed, warned
+from kimi_dflash.rules.source import VllmSource
+
+ENVS = "vllm/envs.py"
+MODEL_REGISTRY = "vllm/model_executor/models/registry.py"
+PARSER_REGISTRIES = {  # option -> (registry, the dict vLLM registers its parsers in)
+    "--tool-call-parser": ("tool_parser", "_TOOL_PARSERS_TO_REGISTER"),
+    "--reasoning-parser": ("reasoning_parser", "_REASONING_PARSERS_TO_REGISTER"),
+}
+# --speculative-config keys the plan writes from a config key (plan.py), for the fix that names the key.
+SPECULATIVE_KEYS = {
+    "kv_cache_dtype": "DRAFT_KV_CACHE_DTYPE",
+    "attention_backend": "DRAFT_ATTENTION_BACKEND",
+    "draft_tensor_parallel_size": "DRAFT_TENSOR_PARALLEL_SIZE",
+}
+
+
+# --- facts -----------------------------------------------------------------------------------------------
+
+
+def registered(source: VllmSource, name: str) -> tuple[str, ...] | None:
+    """Names in a lazy registry dict: tool parsers (`_TOOL_PARSERS_TO_REGISTER`), reasoning parsers
+    (`_REASONING_PARSERS_TO_REGISTER`)."""
+    module = source.find_module(name, "vllm/")
+    return None if module is None else source.dict_keys(module, name)
+
+
+def model_architectures(source: VllmSource) -> tuple[str, ...] | None:
+    """Every architecture name in vllm/model_executor/models/registry.py's `_*_MODELS` dicts."""
+    tree = source.tree(MODEL_REGISTRY)
+    if tree is None:
+        return None
+    names: list[str] = []
+    for stmt in tree.body:
+        target = stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None
+        if isinstance(target, ast.Name) and target.id.endswith("_MODELS") and isinstance(stmt.value, ast.Dict):
+            names.extend(k.value for k in stmt.value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str))
+    return tuple(dict.fromkeys(names))
+
+
+def env_choices(source: VllmSource, variable: str) -> tuple[str, ...] | None:
+    """The values vLLM accepts for a variable declared with `env_with_choices(NAME, default, [choices])` in
+    vllm/envs.py; None when the variable takes free values (or is not declared that way)."""
+    tree = source.tree(ENVS)
+    for node in ast.walk(tree) if tree is not None else ():
+        if not (isinstance(node, ast.Call) and ast.unparse(node.func).endswith("env_with_choices")):
+            continue
+        args = node.args
+        if len(args) >= 3 and isinstance(args[0], ast.Constant) and args[0].value == variable:
+            choices = args[2].elts if isinstance(args[2], (ast.List, ast.Tuple)) else []
+            return tuple(e.value for e in choices if isinstance(e, ast.Constant) and isinstance(e.value, str)) or None
+    return None
+
+
+# --- checks ----------------------------------------------------------------------------------------------
+
+
+def _features(deployment: Deployment, source: VllmSource, kinds: set[str]) -> list[FeatureOutcome]:
+    wanted = tuple(f for f in deployment.command.features() if parse_feature(f)[0] in kinds)
+    return list(probe_features(source, wanted))
+
+
+def _presence(
+    what: str, kinds: set[str], fix_for: Callable[[Deployment, FeatureOutcome], str]
+) -> Callable[[Deployment, VllmSource], list[Finding]]:
+    def check(deployment: Deployment, source: VllmSource) -> list[Finding]:
+        outcomes = _features(deployment, source, kinds)
+        findings = [
+            failed(
+                f"{o.name} is not in {label(source)} ({o.evidence})",
+                fix_for(deployment, o),
+                o.name.split(":", 1)[-1],
+            )
+            for o in outcomes
+            if o.state == "absent"
+        ]
+        findings += [warned(f"{o.name}: cannot verify, {o.evidence}") for o in outcomes if o.state == "unknown"]
+        present = [o for o in outcomes if o.state == "present"]
+        if present and not findings:
+            findings.append(passed(f"all {len(present)} {what} exist in {label(source)}"))
+        return findings
+
+    return check
+
+
+def _option_fix(deployment: Deployment, outcome: FeatureOutcome) -> str:
+    return f"remove {deployment.blame(outcome.name.split(':', 1)[1])}, or {introduced(outcome.name)}"
+
+
+def _speculative_fix(deployment: Deployment, outcome: FeatureOutcome) -> str:
+    key = outcome.name.split(".", 1)[1]
+    if key == "kv_cache_dtype" and deployment.kv_cache_dtype.startswith("fp8"):
+        # Without the key the drafter inherits the target's FP8 cache, with no scales of its own.
+        return f"{introduced(outcome.name)}: older releases give the DFlash drafter the target's FP8 KV cache"
+    setting = SPECULATIVE_KEYS.get(key)
+    unset = f"unset {setting} (it sends speculative_config.{key})" if setting else f"drop speculative_config.{key}"
+    return f"{introduced(outcome.name)}; or {unset}"
+
+
+def _value_fix(deployment: Deployment, outcome: FeatureOutcome) -> str:
+    kind, value = parse_feature(outcome.name)
+    return f"use a {kind} this vLLM knows instead of {value!r} (see {outcome.evidence}), or {introduced(outcome.name)}"
+
+
+def _check_environment(deployment: Deployment, source: VllmSource) -> list[Finding]:
+    findings: list[Finding] = []
+    outcomes = _features(deployment, source, {"env"})
+    for outcome in outcomes:
+        name = outcome.name.split(":", 1)[1]
+        if outcome.state == "absent":
+            findings.append(
+                warned(f"{name} is not read by {label(source)} (ignored)", f"drop it, or {introduced(outcome.name)}")
+            )
+            continue
+        choices = env_choices(source, name)
+        value = deployment.env.get(name, "")
+        if choices is not None and value not in choices:
+            findings.append(
+                failed(
+                    f"{name}={value} is not one of {', '.join(choices)} (vllm/envs.py env_with_choices raises at "
+                    "startup)",
+                    f"set {name} to one of {', '.join(choices)}",
+                    f"{name}={value}",
+                )
+            )
+    if not findings and outcomes:
+        names = ", ".join(o.name.split(":", 1)[1] for o in outcomes)
+        findings.append(passed(f"{names} known to {label(source)}, values valid"))
+    return findings
+
+
+def _membership(subject: str, wanted: tuple[str, ...], known: tuple[str, ...] | None, where: str, fix: str) -> Finding:
+    """pass when one of `wanted` is in `known` (a registry read from the source), fail when none is, warn when
+    the registry was not found."""
+    if known is None:
+        return warned(f"{subject}: cannot verify, {where} not found")
+    if not set(wanted) & set(known):
+        return failed(f"{subject} is not in {where}", fix, subject)
+    return passed(f"{subject} is registered")
+
+
+def _check_parsers(deployment: Deployment, source: VllmSource) -> list[Finding]:
+    findings = []
+    for option, (registry, definition) in PARSER_REGISTRIES.items():
+        name = deployment.command.value(option)
+        if name is not None:
+            names = registered(source, definition)
+            findings.append(
+                _membership(
+                    f"{option} {name}",
+                    (name,),
+                    names,
+                    f"{label(source)}'s {registry} registry",
+                    f"set {deployment.blame(option)} to one of: {', '.join(sorted(names or ()))}",
+                )
+            )
+    return findings
+
+
+def _check_architectures(deployment: Deployment, source: VllmSource) -> list[Finding]:
+    known = model_architectures(source)
+    return [
+        _membership(
+            f"{facts.role} {facts.architectures[0]}",
+            facts.architectures,
+            known,
+            f"{label(source)}'s model registry ({MODEL_REGISTRY})",
+            "use a vLLM release that supports this model",
+        )
+        for facts in (deployment.target, deployment.drafter)
+        if facts is not None and facts.architectures
+    ]
+
+
+VALUE_KINDS = {"speculative_method", "moe_backend", "kv_cache_dtype", "attention_backend"}
+RULES = (
+    Rule(
+        "options",
+        "every `vllm serve` option exists",
+        "vLLM's argument parser exits on an unknown option before anything loads.",
+        "option strings in vllm/engine/arg_utils.py and the FrontendArgs fields (vllm/entrypoints/)",
+        "remove the option or use a vLLM that has it",
+        _presence("options", {"cli"}, _option_fix),
+    ),
+    Rule(
+        "speculative config",
+        "every --speculative-config key is a SpeculativeConfig field",
+        "SpeculativeConfig is a pydantic dataclass that forbids unknown keys: startup fails.",
+        "SpeculativeConfig fields (vllm/config/speculative.py)",
+        "unset the config key that sends it, or use the vLLM release that added it",
+        _presence("speculative_config keys", {"speculative_config"}, _speculative_fix),
+    ),
+    Rule(
+        "values",
+        "every enumerated value is one vLLM knows",
+        "Unknown Literal / enum values are rejected when the config is parsed.",
+        "SpeculativeMethod, MoEBackend, CacheDType Literals (vllm/config/) and AttentionBackendEnum",
+        "use a value the vLLM lists",
+        _presence("values", VALUE_KINDS, _value_fix),
+    ),
+    Rule(
+        "environment",
+        "every VLLM_* variable is known, with a valid value",
+        "Unknown variables are ignored (a silent no-op); env_with_choices variables raise on a bad value.",
+        "environment_variables and env_with_choices(...) in vllm/envs.py",
+        "drop the variable or set an accepted value",
+        _check_environment,
+    ),
+    Rule(
+        "parsers",
+        "the tool-call and reasoning parsers are registered",
+        "An unregistered parser name stops `vllm serve` at startup.",
+        "_TOOL_PARSERS_TO_REGISTER / _REASONING_PARSERS_TO_REGISTER",
+        "set a registered parser",
+        _check_parsers,
+    ),
+    Rule(
+        "architectures",
+        "target and drafter architectures are in vLLM's model registry",
+        "An unsupported architecture fails before weights load.",
+        "the _*_MODELS dicts in vllm/model_executor/models/registry.py",
+        "use a release that supports the model",
+        _check_architectures,
+    ),
+)

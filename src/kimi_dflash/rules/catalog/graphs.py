@@ -1,0 +1,120 @@
+"""Graph mode with spec decode: capture sizes must be multiples of 1 + k (unaligned PIECEWISE sizes can crash,
+vllm #46324), spec decode can silently fall to PIECEWISE (#49547), and the MLA rope + KV-cache fusion pass replaces
+the write the KV-scale hook wraps. All after start-up."""
+
+from __future__ import annotations
+
+import json
+
+from kimi_dflash.rules.deployment import Deployment
+from kimi_dflash.rules.model import Fact, Finding, Rule, failed, passed, warned
+from kimi_dflash.rules.source import SourceLine, VllmSource
+
+COMPILATION_CONFIG = "vllm/config/compilation.py"
+MLA_FUSION_PASS = "vllm/compilation/passes/fusion/mla_rope_kvcache_cat_fusion.py"
+
+
+def mla_kv_write_fusion(source: VllmSource) -> SourceLine | None:
+    """The compile pass that replaces `unified_mla_kv_cache_update` (which calls impl.do_kv_cache_update) with a
+    fused rope + cache write op (compilation/passes/fusion/mla_rope_kvcache_cat_fusion.py, 0.22+)."""
+    return source.line_of(MLA_FUSION_PASS, "unified_mla_kv_cache_update(")
+
+
+def capture_size_rounding(source: VllmSource) -> SourceLine | None:
+    """`CompilationConfig.adjust_cudagraph_sizes_for_spec_decode`: vLLM rounds capture sizes to multiples of 1 + k,
+    but only for FULL decode graphs on the V1 runner; PIECEWISE capture keeps unaligned sizes (#46324)."""
+    function = source.function(COMPILATION_CONFIG, "CompilationConfig.adjust_cudagraph_sizes_for_spec_decode")
+    return None if function is None else SourceLine(COMPILATION_CONFIG, function.lineno)
+
+
+def capture_sizes(deployment: Deployment) -> list[int] | None:
+    """Capture sizes the plan sets: --cudagraph-capture-sizes / --cuda-graph-sizes, or cudagraph_capture_sizes in a
+    --compilation-config JSON."""
+    for option in ("--cudagraph-capture-sizes", "--cuda-graph-sizes"):
+        value = deployment.command.value(option)
+        if value:
+            try:
+                return [int(v) for v in value.replace(",", " ").split()]
+            except ValueError:
+                return None
+    text = deployment.command.value("--compilation-config")
+    try:
+        config = json.loads(text) if text else None
+    except json.JSONDecodeError:
+        return None
+    sizes = config.get("cudagraph_capture_sizes") if isinstance(config, dict) else None
+    return [int(v) for v in sizes] if isinstance(sizes, list) else None
+
+
+def _fusion_cell(source: VllmSource, _deployment: Deployment) -> str:
+    fusion = mla_kv_write_fusion(source)
+    return "absent" if fusion is None else f"`{fusion}`"
+
+
+def _check_graphs(deployment: Deployment, source: VllmSource) -> list[Finding]:
+    if deployment.command.flag("--enforce-eager") or deployment.platform == "cpu":
+        return []
+    findings: list[Finding] = []
+    fusion = mla_kv_write_fusion(source)
+    if deployment.kv_scale_mode != "off" and fusion is not None:
+        findings.append(
+            failed(
+                f"KV_SCALE_MODE={deployment.kv_scale_mode} with graphs (ENFORCE_EAGER=false): the compile pass at "
+                f"{fusion} replaces unified_mla_kv_cache_update (which calls impl.do_kv_cache_update, the method the "
+                "KV-scale hook wraps) with a fused rope + cache write, so the hook can be bypassed",
+                "ENFORCE_EAGER=true for FP8 KV-scale modes, or KV_SCALE_MODE=off",
+                "KV-scale hook with graphs",
+            )
+        )
+    k = deployment.num_speculative_tokens
+    if k is None:
+        return findings
+    step, sizes = 1 + k, capture_sizes(deployment)
+    if sizes is None:
+        findings.append(
+            warned(
+                f"graphs with spec decode and no capture sizes set: vLLM's defaults are not multiples of 1 + k = "
+                f"{step}; it rounds them only for FULL decode graphs on the V1 runner ({capture_size_rounding(source)}"
+                "), and unaligned PIECEWISE sizes can crash mid-decode (vllm #46324)",
+                f"set cudagraph_capture_sizes to multiples of {step} (--compilation-config in EXTRA_VLLM_ARGS)",
+            )
+        )
+    elif bad := [s for s in sizes if s % step]:
+        findings.append(
+            failed(
+                f"capture sizes {bad} are not multiples of 1 + k = {step}: a verify batch padded to them splits "
+                "requests across a graph boundary and can crash mid-decode (vllm #46324)",
+                f"use multiples of {step} only, e.g. {[step * i for i in (1, 2, 4, 8)]}",
+                f"capture sizes not multiples of {step} (#46324)",
+            )
+        )
+    else:
+        findings.append(passed(f"capture sizes {sizes} are multiples of 1 + k = {step}"))
+    downgrade = source.line_of(COMPILATION_CONFIG, "cudagraph_mode = fallback_mode")
+    findings.append(
+        warned(
+            "spec decode can be silently downgraded to PIECEWISE graphs when an attention backend does not support "
+            f"FULL for a uniform verify batch (vllm #49547{'; ' + str(downgrade) if downgrade else ''}): nothing "
+            "fails, decode is slower",
+            "check the server log's resolved cudagraph_mode (FULL_AND_PIECEWISE or FULL_DECODE_ONLY expected)",
+        )
+    )
+    return findings
+
+
+RULES = (
+    Rule(
+        "graphs with spec decode",
+        "graph mode: capture sizes aligned to 1 + k, no silent PIECEWISE, the KV-scale hook not compiled away",
+        "Unaligned PIECEWISE capture sizes can crash; spec decode can silently fall to PIECEWISE; the MLA rope + "
+        "KV-cache fusion pass replaces the write the KV-scale hook wraps.",
+        "CompilationConfig.adjust_cudagraph_sizes_for_spec_decode and the cudagraph_mode fallback "
+        "(config/compilation.py); compilation/passes/fusion/mla_rope_kvcache_cat_fusion.py",
+        "aligned cudagraph_capture_sizes; ENFORCE_EAGER=true with KV_SCALE_MODE != off",
+        _check_graphs,
+        silent_at_startup="capture sizes are used at graph capture and decode, after start-up; the PIECEWISE "
+        "downgrade is logged, not raised",
+        upstream=("vllm #46324", "vllm #49547"),
+        facts=(Fact("MLA KV-write fusion pass (bypasses the KV-scale hook)", _fusion_cell),),
+    ),
+)

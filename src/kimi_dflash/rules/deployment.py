@@ -1,0 +1,229 @@
+"""One planned deployment as the rules see it: the platform, the exact `vllm serve` command line and environment
+(read the way vLLM's argument parser reads them, so a flag smuggled in through EXTRA_VLLM_ARGS is judged too), and
+what is known about the two checkpoints. Built once per plan: `Deployment.for_plan` (serve, --check-vllm, qualify,
+the matrix) or `Deployment.from_command` (python -m kimi_dflash.preflight -- vllm serve ...)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kimi_dflash.core.envvars import KV_SCALE_MODE, KV_SCALE_MODE_OFF, VLLM_ROCM_USE_AITER, VLLM_ROCM_USE_AITER_MLA
+from kimi_dflash.rules.checkpoint import CheckpointFacts, read_checkpoint_facts
+
+if TYPE_CHECKING:
+    from kimi_dflash.config.validate import Config
+    from kimi_dflash.plan import LaunchPlan
+
+TRUE_WORDS = ("1", "true", "yes", "on")
+SPECULATIVE_OPTION = "--speculative-config"
+# Values that must be one vLLM knows: --option / --speculative-config key -> feature kind (rules/features.py).
+VALUE_KINDS = {
+    "--moe-backend": "moe_backend",
+    "--kv-cache-dtype": "kv_cache_dtype",
+    "--attention-backend": "attention_backend",
+}
+# The same values as --speculative-config keys (the option's name in snake case), and the drafter's method.
+SPECULATIVE_VALUE_KINDS = {
+    "method": "speculative_method",
+    **{o[2:].replace("-", "_"): k for o, k in VALUE_KINDS.items()},
+}
+_NOT_A_CHOICE = {"auto", ""}  # lets vLLM choose: names no feature to probe
+
+
+@dataclass(frozen=True)
+class ServeCommand:
+    """A `vllm serve` command line: `options` maps each long option (dashes, no "=value") to its value, None for a
+    bare flag, the last one winning as in argparse; `speculative` merges --speculative-config's JSON and dotted
+    `--speculative-config.key value` forms."""
+
+    model: str | None
+    options: Mapping[str, str | None]
+    speculative: Mapping[str, object] | None
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def value(self, option: str) -> str | None:
+        return self.options.get(option)
+
+    def flag(self, option: str) -> bool:
+        return option in self.options
+
+    def features(self) -> tuple[str, ...]:
+        """The vLLM features (rules/features.py) the command relies on: every option, --speculative-config key and
+        enumerated value, every VLLM_* variable."""
+        found: list[str] = []
+        for option, value in self.options.items():
+            found.append(f"cli:{option}")
+            if option in VALUE_KINDS and value not in (None, *_NOT_A_CHOICE):
+                found.append(f"{VALUE_KINDS[option]}:{value}")
+            for key, spec_value in (self.speculative or {}).items() if option == SPECULATIVE_OPTION else ():
+                if key != "method":  # "method" is a field too, but what matters is that vLLM knows the method
+                    found.append(f"speculative_config.{key}")
+                if key in SPECULATIVE_VALUE_KINDS and isinstance(spec_value, str) and spec_value not in _NOT_A_CHOICE:
+                    found.append(f"{SPECULATIVE_VALUE_KINDS[key]}:{spec_value}")
+        found.extend(f"env:{name}" for name in sorted(self.env) if name.startswith("VLLM_"))
+        return tuple(dict.fromkeys(found))
+
+
+def parse_serve_command(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ServeCommand:
+    """Parse a vLLM command line; everything up to "serve" (the program) is skipped. Options may be written "--opt
+    value", "--opt=value", with underscores ("--max_model_len"), or dotted ("--speculative-config.kv_cache_dtype x")."""
+    args = list(argv)
+    args = args[args.index("serve") + 1 :] if "serve" in args else args
+    options: dict[str, str | None] = {}
+    speculative: dict[str, object] | None = None
+    for index, token in enumerate(args):
+        if not token.startswith("--") or token == "--":
+            continue
+        name, has_inline, inline = token.partition("=")
+        following = args[index + 1] if index + 1 < len(args) else "--"
+        value = inline if has_inline else None if following.startswith("--") else following
+        option, dot, key = name.partition(".")
+        option = "--" + option[2:].replace("_", "-")
+        if option == SPECULATIVE_OPTION:
+            speculative = dict(speculative or {})
+            if dot:
+                speculative[key.replace("-", "_")] = value
+            elif value is not None:
+                speculative.update(_json_object(value))
+        options[option] = value  # a repeated option keeps its first position and takes the last value
+    return ServeCommand(
+        args[0] if args and not args[0].startswith("--") else None, options, speculative, dict(env or {})
+    )
+
+
+def features_from_command(argv: Sequence[str], env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    return parse_serve_command(argv, env).features()
+
+
+def _json_object(text: str) -> dict[str, object]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        return {}  # vLLM reports a malformed --speculative-config itself, with its own message
+    return data if isinstance(data, dict) else {}
+
+
+def _int(value: object) -> int | None:
+    try:
+        return None if value is None else int(str(value))
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class Deployment:
+    platform: str  # "rocm", "cuda" or "cpu"
+    command: ServeCommand
+    target: CheckpointFacts | None  # None: neither a config.json nor shipped facts
+    drafter: CheckpointFacts | None
+    label: str = "the plan"  # e.g. the config file, for report headers
+    # `vllm serve` option -> the config key that sets it (EXTRA_VLLM_ARGS for its options), for fixes naming a key.
+    option_keys: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def for_plan(cls, config: Config, plan: LaunchPlan, inherited_env: Mapping[str, str] | None = None) -> Deployment:
+        """The plan as the rules see it. `inherited_env`: the environment vLLM will also inherit (preflight passes
+        os.environ; --check-vllm and the matrix judge the plan alone)."""
+        from kimi_dflash.config.loader import display_path
+        from kimi_dflash.plan import OPTION_KEYS
+
+        typed, shipped = config.typed, config.demo_models is None  # fabricated models: never the shipped Kimi facts
+        extra = parse_serve_command(["serve", *shlex.split(typed.extra_vllm_args or "")]).options
+        return cls.from_command(
+            typed.device,
+            plan.argv,
+            {**(inherited_env or {}), **plan.env},
+            model=(typed.model_dir, typed.model_repo if shipped else None),
+            drafter=(typed.draft_model_dir, typed.draft_model_repo if shipped else None),
+            label=display_path(config.path),
+            option_keys={**OPTION_KEYS, **dict.fromkeys(extra, "EXTRA_VLLM_ARGS")},
+        )
+
+    @classmethod
+    def from_command(
+        cls,
+        platform: str,
+        argv: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        *,
+        model: tuple[object, str | None] = (None, None),
+        drafter: tuple[object, str | None] = (None, None),
+        label: str = "the command line",
+        option_keys: Mapping[str, str] | None = None,
+    ) -> Deployment:
+        """`model` / `drafter`: (checkpoint directory, Hugging Face repo whose shipped facts stand in for a directory
+        not downloaded yet); the directories default to the ones the command line names."""
+        command = parse_serve_command(argv, env)
+        model_dir = model[0] or command.model
+        drafter_dir = drafter[0] or (command.speculative or {}).get("model")
+        return cls(
+            platform=platform,
+            command=command,
+            target=read_checkpoint_facts(None if model_dir is None else Path(str(model_dir)), model[1], "target"),
+            drafter=read_checkpoint_facts(
+                None if drafter_dir is None else Path(str(drafter_dir)), drafter[1], "drafter"
+            )
+            if command.speculative
+            else None,
+            label=label,
+            option_keys=dict(option_keys or {}),
+        )
+
+    @property
+    def env(self) -> Mapping[str, str]:
+        return self.command.env
+
+    def env_true(self, name: str, default: str = "") -> bool:
+        return self.env.get(name, default).strip().lower() in TRUE_WORDS
+
+    @property
+    def speculative(self) -> Mapping[str, object]:
+        return self.command.speculative or {}
+
+    @property
+    def speculative_method(self) -> str | None:
+        return None if self.speculative.get("method") is None else str(self.speculative["method"])
+
+    @property
+    def dflash(self) -> bool:
+        return self.speculative_method == "dflash"
+
+    @property
+    def num_speculative_tokens(self) -> int | None:
+        return _int(self.speculative.get("num_speculative_tokens"))
+
+    @property
+    def tensor_parallel_size(self) -> int:
+        return _int(self.command.value("--tensor-parallel-size") or self.command.value("-tp")) or 1
+
+    @property
+    def moe_backend(self) -> str:
+        return self.command.value("--moe-backend") or "auto"
+
+    @property
+    def kv_cache_dtype(self) -> str:
+        return self.command.value("--kv-cache-dtype") or "auto"
+
+    @property
+    def drafter_attention_backend(self) -> str | None:
+        value = self.speculative.get("attention_backend")
+        return None if value in (None, "", "auto") else str(value)
+
+    @property
+    def kv_scale_mode(self) -> str:
+        return (self.env.get(KV_SCALE_MODE) or KV_SCALE_MODE_OFF).strip().lower()
+
+    @property
+    def aiter_mla(self) -> bool:
+        """ROCm's AITER MLA path: VLLM_ROCM_USE_AITER set and VLLM_ROCM_USE_AITER_MLA (default on) not off."""
+        return self.env_true(VLLM_ROCM_USE_AITER) and self.env_true(VLLM_ROCM_USE_AITER_MLA, "1")
+
+    def blame(self, option: str) -> str:
+        """ "KEY (sets --option)" for a fix line, or the option alone when no config key sets it."""
+        key = self.option_keys.get(option)
+        return f"{key} (sets {option})" if key else option

@@ -1,0 +1,132 @@
+"""Will this vLLM run this plan? Every rule of rules/catalog/ over one deployment and one vLLM source, with a
+verdict: exit 0 (starts; naming every patch or plugin hook it relies on) or 2 (would not start, or would start and
+then run wrong; every reason with its fix). Nothing is started and nothing is imported: vLLM is read as source.
+
+    verdict = judge(Deployment.for_plan(config, plan), VllmSource.open("/path/to/vllm"))
+    print(verdict.render()); sys.exit(verdict.exit_code)
+
+A (deployment, source) pair is judged once per process: serve's preflight, its patch step and qualify share the
+verdict, so each rule runs once per plan and vLLM tree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import pkgutil
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kimi_dflash.core.checks import render
+from kimi_dflash.rules import catalog
+from kimi_dflash.rules.deployment import Deployment
+from kimi_dflash.rules.model import FILE_PATCH, Finding, Rule
+from kimi_dflash.rules.source import VllmSource
+
+EXIT_STARTS, EXIT_WOULD_NOT_START = 0, 2
+_KEPT = 16  # verdicts remembered (the matrix judges 8 plans x 20 releases: older sources are let go)
+_JUDGED: dict[tuple[int, int], tuple[Deployment, VllmSource, Verdict]] = {}
+_JUDGED_LOCK = threading.Lock()  # the dry-engine table judges plans from threads
+
+
+@functools.cache
+def all_rules() -> tuple[Rule, ...]:
+    """Every module of rules/catalog/ and its RULES, start-up rules first, then the runtime traps (module order, then
+    declaration order within each group): a new module is a new rule, nothing else to register."""
+    found: list[Rule] = []
+    for module in sorted(m.name for m in pkgutil.iter_modules(catalog.__path__)):
+        found.extend(importlib.import_module(f"{catalog.__name__}.{module}").RULES)
+    ids = [rule.id for rule in found]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"rule ids must be unique: {sorted({i for i in ids if ids.count(i) > 1})}")
+    return tuple(sorted(found, key=lambda rule: not rule.startup_visible))
+
+
+def rule(rule_id: str) -> Rule:
+    return next(r for r in all_rules() if r.id == rule_id)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    deployment: Deployment
+    vllm_origin: str
+    vllm_version: str | None
+    findings: tuple[Finding, ...]
+
+    @property
+    def starts(self) -> bool:
+        return not self.failures
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_STARTS if self.starts else EXIT_WOULD_NOT_START
+
+    @property
+    def relies(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(r for f in self.findings for r in f.relies))
+
+    @property
+    def file_patches(self) -> tuple[str, ...]:
+        """The file patches this plan needs written into this vLLM tree (serve writes them on ROCm)."""
+        return tuple(r.removeprefix(FILE_PATCH) for r in self.relies if r.startswith(FILE_PATCH))
+
+    @property
+    def failures(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.status == "fail")
+
+    @property
+    def runtime_traps(self) -> tuple[Finding, ...]:
+        """Failures of rules vLLM's start-up code cannot see (it starts the plan, which then runs wrong or slow)."""
+        silent = {r.id for r in all_rules() if not r.startup_visible}
+        return tuple(f for f in self.failures if f.name in silent)
+
+    def verdict(self) -> str:
+        version = self.vllm_version or "(version unknown)"
+        if not self.starts:
+            reasons = ", ".join(dict.fromkeys(f.name for f in self.failures))
+            return (
+                f"verdict: vLLM {version} would NOT start {self.deployment.label} ({len(self.failures)} "
+                f"reason(s), each [FAIL] above with its fix: {reasons})"
+            )
+        relying = f", relying on {', '.join(self.relies)}" if self.relies else ""
+        return f"verdict: vLLM {version} starts {self.deployment.label}{relying}"
+
+    def render(self) -> str:
+        deployment = self.deployment
+        lines = [
+            f"vLLM compatibility of {deployment.label} ({deployment.platform}) with vLLM "
+            f"{self.vllm_version or '(version unknown)'} at {self.vllm_origin}: read from source, nothing started"
+        ]
+        lines += [
+            f"{f.role} checkpoint: {f.describe()} - from {f.where()}"
+            for f in (deployment.target, deployment.drafter)
+            if f
+        ]
+        if deployment.target is None:
+            lines.append(
+                "target checkpoint: unknown (no config.json at MODEL_DIR and no shipped facts for MODEL_REPO); "
+                "checks that need it are skipped"
+            )
+        return "\n".join([*lines, render(self.findings, summary=False), self.verdict()])
+
+
+def judge(deployment: Deployment, source: VllmSource, rules: Sequence[Rule] | None = None) -> Verdict:
+    """Every rule (or `rules`) once over the deployment; the findings named by their rule's id."""
+    key = (id(deployment), id(source))
+    with _JUDGED_LOCK:
+        if rules is None and key in _JUDGED:
+            return _JUDGED[key][2]
+    findings = [
+        dataclasses.replace(finding, name=each.id)
+        for each in (all_rules() if rules is None else rules)
+        for finding in each.check(deployment, source)
+    ]
+    verdict = Verdict(deployment, source.origin, source.version(), tuple(findings))
+    if rules is None:  # the objects are kept with their verdict, so their ids stay theirs
+        with _JUDGED_LOCK:
+            _JUDGED[key] = (deployment, source, verdict)
+            while len(_JUDGED) > _KEPT:
+                del _JUDGED[next(iter(_JUDGED))]
+    return verdict

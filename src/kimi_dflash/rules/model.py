@@ -1,0 +1,74 @@
+"""What a rule is and what it finds. Every rule is declared once, in a module of rules/catalog/ (see its docstring
+for how to add one): its id, what it checks and why, what it reads in vLLM's source, whether vLLM's own start-up
+would show what it finds, the upstream references, the general fix, and the check itself."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from kimi_dflash.core.checks import CheckResult
+
+if TYPE_CHECKING:
+    from kimi_dflash.rules.deployment import Deployment
+    from kimi_dflash.rules.source import VllmSource
+
+
+FILE_PATCH = "file patch "  # how a finding says it relies on a file patch (serve writes those on ROCm)
+
+
+@dataclass(frozen=True)
+class Finding(CheckResult):
+    """One line of a rule's answer; its name is the rule's id (the engine sets it)."""
+
+    relies: tuple[str, ...] = ()  # what a pass depends on beyond vLLM itself (plugin patches, file patches)
+    short: str = ""  # a failure's reason in a few words, for the compatibility matrix
+
+
+def passed(detail: str, relies: tuple[str, ...] = ()) -> Finding:
+    return Finding("", "pass", detail, None, relies)
+
+
+def warned(detail: str, fix: str | None = None) -> Finding:
+    return Finding("", "warn", detail, fix)
+
+
+def failed(detail: str, fix: str, short: str) -> Finding:
+    """vLLM would not start the plan, or would start it and then break: `short` names the reason in the matrix."""
+    return Finding("", "fail", detail, fix, short=short)
+
+
+Check = Callable[["Deployment", "VllmSource"], list[Finding]]
+
+
+@dataclass(frozen=True)
+class Fact:
+    """A per-release fact a rule reads from vLLM's source: one column of docs/compatibility.md's runtime-facts table,
+    its cell for one release (judged on production.env's plan), with the file:line it was read from."""
+
+    label: str
+    cell: Callable[[VllmSource, Deployment], str]
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    title: str  # what it checks, in a line
+    why: str
+    reads: str  # what the check reads in vLLM's source (and elsewhere: the checkpoint, this host)
+    fix: str  # the general fix; each finding carries the specific one
+    check: Check
+    # Why vLLM's own start-up code (the dry engine) cannot show what this rule finds: a runtime trap, a plan vLLM
+    # starts and then runs wrong or slow. Empty: start-up refuses such a plan too, and the two must agree.
+    silent_at_startup: str = ""
+    upstream: tuple[str, ...] = ()  # issues and PRs, e.g. "vllm #47930"
+    facts: tuple[Fact, ...] = ()
+
+    @property
+    def startup_visible(self) -> bool:
+        return not self.silent_at_startup
+
+
+def label(source: VllmSource) -> str:
+    return f"vLLM {source.version() or '(version unknown)'}"

@@ -1,0 +1,309 @@
+"""Read vLLM's source without importing it: a package directory or a wheel read in place, so the same probes answer
+for the vLLM that will run and for any release downloaded to compare against (parsing takes milliseconds; importing
+vllm.config took 10-22 s here). One object per tree per process (`VllmSource.open`), each file read and parsed once.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import threading
+import zipfile
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+# Turns a file handle (a Path, or a member name inside the wheel) into the file's text.
+Reader = Callable[[object], str]
+
+_VERSION_RE = re.compile(r"""__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""")
+# How deep Literal aliases may nest (Literal[A, B] where A = Literal[...], possibly imported).
+_MAX_ALIAS_DEPTH = 8
+# One parse at a time in this interpreter. CPython 3.11 keeps the AST builder's recursion depth in the ast module's
+# interpreter-wide state, not per thread: two threads parsing at once, with a garbage collection running Python code
+# in between, fail with "SystemError: AST constructor recursion depth mismatch" (reproduced here; the same error is
+# reported from threaded programs in CPython gh-106905 and pytest #10763). The dry-engine table judges plans from
+# threads that share one VllmSource; CI hit exactly this.
+_PARSE_LOCK = threading.Lock()
+_OPENED: dict[str, VllmSource] = {}  # resolved path -> the one source object for that tree in this process
+
+
+@dataclass(frozen=True)
+class SourceLine:
+    """Where a fact was read: a file of the vLLM tree and, when one line says it, that line."""
+
+    path: str
+    line: int | None
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}" if self.line else self.path
+
+
+def forget(path: Path | str) -> None:
+    """Drop the shared source object of a tree that was just written to (file patches), so the next open reads it."""
+    resolved = Path(path).expanduser().resolve()
+    for key in (str(resolved), str(resolved / "vllm")):
+        _OPENED.pop(key, None)
+
+
+class VllmSourceError(ValueError):
+    """The path given is not a vLLM source tree we can read."""
+
+
+class VllmSource:
+    """A read-only vLLM source tree. Paths are relative to the distribution root: "vllm/envs.py"."""
+
+    def __init__(self, origin: str, files: dict[str, object], read: Reader) -> None:
+        self.origin = origin
+        self._files = files
+        self._read = read
+        self._texts: dict[str, str | None] = {}
+        self._trees: dict[str, ast.Module | None] = {}
+
+    @classmethod
+    def from_package_dir(cls, package_dir: Path) -> VllmSource:
+        """`package_dir` is the `vllm` package directory (what `vllm.__path__[0]` names)."""
+        root = Path(package_dir).parent
+        files: dict[str, object] = {p.relative_to(root).as_posix(): p for p in Path(package_dir).rglob("*.py")}
+        return cls(str(package_dir), files, lambda path: Path(str(path)).read_text(encoding="utf-8", errors="replace"))
+
+    @classmethod
+    def from_wheel(cls, wheel: Path) -> VllmSource:
+        try:
+            archive = zipfile.ZipFile(wheel)
+        except (zipfile.BadZipFile, OSError, EOFError) as error:  # empty, truncated, not a zip at all
+            raise VllmSourceError(
+                f"{wheel} is not a readable wheel ({error}); download it again (pip download vllm==VERSION "
+                "--no-deps) or pass the unpacked `vllm` directory"
+            ) from None
+        files: dict[str, object] = {
+            name: name for name in archive.namelist() if name.startswith("vllm/") and name.endswith(".py")
+        }
+        if not files:
+            raise VllmSourceError(f"{wheel} holds no vllm/ sources; is it a vLLM wheel?")
+        return cls(str(wheel), files, lambda handle: archive.read(str(handle)).decode("utf-8", errors="replace"))
+
+    @classmethod
+    def open(cls, path: Path | str) -> VllmSource:
+        """A vLLM given the way people name one: the `vllm` package directory, a directory holding it (an
+        unpacked wheel, a site-packages), or a .whl file; the same object for the same tree on every call.
+        VllmSourceError names what was expected."""
+        path = Path(path).expanduser().resolve()
+        if path.is_file() and path.suffix == ".whl":
+            return _OPENED.get(str(path)) or _OPENED.setdefault(str(path), cls.from_wheel(path))
+        for candidate in (path, path / "vllm"):
+            if (candidate / "__init__.py").is_file() and (candidate / "config").is_dir():
+                key = str(candidate)
+                return _OPENED.get(key) or _OPENED.setdefault(key, cls.from_package_dir(candidate))
+        raise VllmSourceError(
+            f"{path} is not a vLLM package: expected the `vllm` directory (holding __init__.py and config/), a "
+            "directory that contains it (an unpacked wheel, site-packages), or a vllm-*.whl file"
+        )
+
+    def has(self, relpath: str) -> bool:
+        return relpath in self._files
+
+    def paths(self, under: str = "vllm/") -> Iterator[str]:
+        return (p for p in sorted(self._files) if p.startswith(under))
+
+    def text(self, relpath: str) -> str | None:
+        if relpath not in self._texts:
+            handle = self._files.get(relpath)
+            self._texts[relpath] = None if handle is None else self._read(handle)
+        return self._texts[relpath]
+
+    def line_of(self, relpath: str, *needles: str) -> SourceLine | None:
+        """The first line of a file that holds one of `needles` (a fact's file:line), None when no line does."""
+        for number, line in enumerate((self.text(relpath) or "").splitlines(), 1):
+            if any(needle in line for needle in needles):
+                return SourceLine(relpath, number)
+        return None
+
+    def tree(self, relpath: str) -> ast.Module | None:
+        """The parsed module, or None when absent or unparsable. Safe to call from several threads: each file is
+        parsed once, and never while another thread parses (see _PARSE_LOCK)."""
+        with _PARSE_LOCK:
+            if relpath not in self._trees:
+                text = self.text(relpath)
+                try:
+                    self._trees[relpath] = None if text is None else ast.parse(text, filename=relpath)
+                except SyntaxError:  # written for a newer Python than this one: treated as not found
+                    self._trees[relpath] = None
+            return self._trees[relpath]
+
+    def find_module(self, definition: str, under: str = "vllm/") -> str | None:
+        """The first module under `under` that defines `definition` (a class or an assigned name) at top level: a
+        substring test picks candidates, the AST confirms (a comment, a docstring or a re-export does not count)."""
+        for relpath in self.paths(under):
+            if definition in (self.text(relpath) or ""):
+                node = self._node(relpath, definition)
+                if node is not None and not isinstance(node, ast.ImportFrom):
+                    return relpath
+        return None
+
+    def module_path(self, dotted: str) -> str | None:
+        base = dotted.replace(".", "/")
+        return next((c for c in (f"{base}.py", f"{base}/__init__.py") if self.has(c)), None)
+
+    def version(self) -> str | None:
+        """The release this tree says it is (vllm/_version.py), for labels only: decisions come from features."""
+        for relpath in ("vllm/_version.py", "vllm/version.py"):
+            match = _VERSION_RE.search(self.text(relpath) or "")
+            if match:
+                return match.group(1)
+        return None
+
+    # --- facts -------------------------------------------------------------------------------------------------
+
+    def literal_values(self, relpath: str, alias: str, depth: int = 0) -> tuple[str, ...] | None:
+        """The strings a `Alias = Literal[...]` accepts, following nested aliases (also imported ones)."""
+        found = self._resolve(relpath, alias, depth)
+        value = None if found is None else getattr(found[1], "value", None)
+        return None if found is None or value is None else self._literal_expr(found[0], value, depth)
+
+    def class_fields(self, relpath: str, class_name: str) -> tuple[str, ...] | None:
+        """Annotated class-body names (dataclass fields), including bases defined in the same module."""
+        node = self._node(relpath, class_name)
+        if not isinstance(node, ast.ClassDef):
+            return None
+        names = [
+            f for base in node.bases if isinstance(base, ast.Name) for f in self.class_fields(relpath, base.id) or ()
+        ]
+        names += [
+            s.target.id
+            for s in node.body
+            if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name) and _name(s.annotation) != "ClassVar"
+        ]
+        return tuple(dict.fromkeys(names))
+
+    def class_constants(self, relpath: str, class_name: str) -> dict[str, tuple[object, int]]:
+        """name -> (value, line) of the constants a top-level class body assigns (`X = 4`, `X: int = 4`)."""
+        node = self._node(relpath, class_name)
+        body = node.body if isinstance(node, ast.ClassDef) else []
+        return {
+            names[0]: (s.value.value, s.lineno)
+            for s in body
+            if len(names := _targets(s)) == 1 and isinstance(getattr(s, "value", None), ast.Constant)
+        }
+
+    def enum_values(self, relpath: str, class_name: str) -> dict[str, str | None] | None:
+        """member -> its string value (None for any other value) of an Enum, e.g. backend class paths."""
+        node = self._node(relpath, class_name)
+        if not isinstance(node, ast.ClassDef):
+            return None
+        return {
+            name: s.value.value if isinstance(s.value, ast.Constant) and isinstance(s.value.value, str) else None
+            for s in node.body
+            if isinstance(s, ast.Assign)
+            for name in _targets(s)
+            if not name.startswith("_")
+        }
+
+    def dict_keys(self, relpath: str, name: str, function: str | None = None) -> tuple[str, ...] | None:
+        """String keys of a `name = {...}` dict literal: top-level, or assigned inside `function` ("Class.method")."""
+        if function is None:
+            return _keys(getattr(self._node(relpath, name), "value", None))
+        scope = self.function(relpath, function)
+        assigned = (s for s in ast.walk(scope) if isinstance(s, ast.Assign) and name in _targets(s)) if scope else ()
+        return next((_keys(s.value) for s in assigned if isinstance(s.value, ast.Dict)), None)
+
+    def class_list(self, relpath: str, class_name: str, attribute: str, depth: int = 0) -> tuple[str, ...] | None:
+        """The strings of a class attribute list (`supported_kv_cache_dtypes: ClassVar[...] = ["auto", ...]`),
+        inherited from base classes when the class does not set it (bases followed through imports)."""
+        found = self._resolve(relpath, class_name, depth)
+        if found is None or not isinstance(found[1], ast.ClassDef):
+            return None
+        for stmt in found[1].body:
+            value = getattr(stmt, "value", None) if attribute in _targets(stmt) else None
+            if isinstance(value, (ast.List, ast.Tuple)):
+                return _strings(value.elts)
+        for base in (b for b in found[1].bases if isinstance(b, ast.Name)):
+            inherited = self.class_list(found[0], base.id, attribute, depth + 1)
+            if inherited is not None:
+                return inherited
+        return None
+
+    def function(self, relpath: str, name: str) -> ast.FunctionDef | None:
+        """A top-level function (or a method, written "Class.method")."""
+        tree = self.tree(relpath)
+        owner, _, method = name.rpartition(".")
+        scope = self._node(relpath, owner) if owner else tree
+        body = scope.body if isinstance(scope, (ast.ClassDef, ast.Module)) else []
+        return next((s for s in body if isinstance(s, ast.FunctionDef) and s.name == method), None)
+
+    def calls(self, relpath: str, definition: str, callee: str) -> bool | None:
+        """Whether a top-level class or function calls `callee` (by name or as an attribute) anywhere in its body;
+        None when the definition is not there."""
+        node = self._node(relpath, definition)
+        if not isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+            return None
+        return any(isinstance(n, ast.Call) and _name(n.func) == callee for n in ast.walk(node))
+
+    def option_strings(self, relpath: str) -> tuple[str, ...]:
+        """Every string constant in the module that looks like a long CLI option ("--x-y")."""
+        tree = self.tree(relpath)
+        strings = _strings(ast.walk(tree) if tree is not None else ())
+        return tuple(dict.fromkeys(s for s in strings if s.startswith("--") and len(s) > 2 and " " not in s))
+
+    # --- resolution --------------------------------------------------------------------------------------------
+
+    def _node(self, relpath: str, name: str) -> ast.stmt | None:
+        """The last top-level statement that binds `name` (later bindings win, as at import time)."""
+        tree = self.tree(relpath)
+        return next((s for s in reversed(tree.body) if _binds(s, name)), None) if tree is not None else None
+
+    def _resolve(self, relpath: str, name: str, depth: int) -> tuple[str, ast.stmt] | None:
+        """(module, statement) that defines `name`, following `from x import name` to where it is defined."""
+        node = self._node(relpath, name) if depth <= _MAX_ALIAS_DEPTH else None
+        if not isinstance(node, ast.ImportFrom):
+            return None if node is None else (relpath, node)
+        package = Path(relpath).parents[node.level - 1] if node.level else None
+        dotted = (node.module or "") if package is None else ".".join([*package.parts, *[node.module or ""]]).strip(".")
+        target = self.module_path(dotted)
+        original = next((a.name for a in node.names if (a.asname or a.name) == name), name)
+        return None if target is None else self._resolve(target, original, depth + 1)
+
+    def _literal_expr(self, relpath: str, expr: ast.expr, depth: int) -> tuple[str, ...] | None:
+        if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
+            return (expr.value,)
+        if isinstance(expr, ast.Name):
+            return self.literal_values(relpath, expr.id, depth + 1)
+        if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.BitOr):
+            parts = [self._literal_expr(relpath, side, depth) for side in (expr.left, expr.right)]
+        elif isinstance(expr, ast.Subscript) and _name(expr.value) == "Literal":
+            elements = expr.slice.elts if isinstance(expr.slice, ast.Tuple) else [expr.slice]
+            parts = [self._literal_expr(relpath, element, depth) for element in elements]
+        else:
+            return None
+        return None if any(p is None for p in parts) else tuple(dict.fromkeys(v for p in parts for v in p or ()))
+
+
+def _binds(stmt: ast.stmt, name: str) -> bool:
+    if isinstance(stmt, ast.ClassDef):
+        return stmt.name == name
+    if isinstance(stmt, ast.ImportFrom):
+        return any((a.asname or a.name) == name for a in stmt.names)
+    # `type X = Literal[...]` (Python 3.12+); by class name so the module parses on 3.10 too.
+    alias = type(stmt).__name__ == "TypeAlias" and getattr(getattr(stmt, "name", None), "id", None) == name
+    return alias or name in _targets(stmt)
+
+
+def _targets(stmt: ast.AST) -> list[str]:
+    """The plain names an assignment binds (`X = ...`, `X: T = ...`)."""
+    if isinstance(stmt, ast.Assign):
+        return [t.id for t in stmt.targets if isinstance(t, ast.Name)]
+    return [stmt.target.id] if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) else []
+
+
+def _name(expr: ast.expr) -> str | None:
+    """`x` of `x`, `a.x`, `x[...]` and `a.x[...]` (a callee, a `Literal[...]`, a `ClassVar[...]`)."""
+    expr = expr.value if isinstance(expr, ast.Subscript) else expr
+    return expr.id if isinstance(expr, ast.Name) else getattr(expr, "attr", None)
+
+
+def _strings(nodes: Iterable[ast.AST]) -> tuple[str, ...]:
+    return tuple(n.value for n in nodes if isinstance(n, ast.Constant) and isinstance(n.value, str))
+
+
+def _keys(value: object) -> tuple[str, ...] | None:
+    return _strings(k for k in value.keys if k is not None) if isinstance(value, ast.Dict) else None
