@@ -22,7 +22,7 @@ class ConfigValues:
     draft_model_dir: Path | None
     draft_model_repo: str
     preshard_dir: Path | None
-    fabricate_demo_models: Literal["none", "kimi", "kimi-int4", "qwen3"]
+    fabricate_demo_models: Literal["none", "kimi", "kimi-int4", "kimi-cuda", "kimi-int4-cuda", "qwen3"]
     served_model_name: str
     host: str
     port: int

@@ -6,6 +6,8 @@ choice lives in which bundle):
     kimi/target/              miniature Kimi K2.6 (bfloat16 experts)          FABRICATE_DEMO_MODELS=kimi
     kimi/target-int4/         the same with INT4 compressed-tensors experts   FABRICATE_DEMO_MODELS=kimi-int4
     kimi/drafter/             its DFlash drafter
+    kimi-cuda/{manifest.json,target,target-int4,drafter}  the CUDA miniature   FABRICATE_DEMO_MODELS=kimi-cuda,
+                                                                            kimi-int4-cuda
     qwen3/{manifest.json,target,drafter}                                     FABRICATE_DEMO_MODELS=qwen3
 A bundle is only ever moved into place whole (built in a temp dir beside it, then os.replace), and this
 module only imports the standard library, so reusing a cached bundle costs a few milliseconds.
@@ -31,6 +33,7 @@ from kimi_dflash.core.errors import UserError
 from kimi_dflash.demo.catalog import DEFAULT, DemoChoice
 from kimi_dflash.demo.catalog import choice as catalog_choice
 from kimi_dflash.demo.encoding import json_bytes
+from kimi_dflash.demo.kimi.layout import CUDA_FABRICATION_VERSION as KIMI_CUDA_FABRICATION_VERSION
 from kimi_dflash.demo.kimi.layout import FABRICATION_VERSION as KIMI_FABRICATION_VERSION
 from kimi_dflash.demo.layout import FABRICATION_VERSION as QWEN3_FABRICATION_VERSION
 
@@ -50,6 +53,7 @@ class BundleRecipe:
 
 RECIPES: dict[str, BundleRecipe] = {
     "kimi": BundleRecipe(KIMI_FABRICATION_VERSION, "kimi_dflash.demo.kimi.fabricate:fabricate"),
+    "kimi-cuda": BundleRecipe(KIMI_CUDA_FABRICATION_VERSION, "kimi_dflash.demo.kimi.fabricate:fabricate_cuda"),
     "qwen3": BundleRecipe(QWEN3_FABRICATION_VERSION, "kimi_dflash.demo.fabricate:fabricate"),
 }
 

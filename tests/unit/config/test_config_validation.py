@@ -159,7 +159,11 @@ REJECTED = {
     "auto_tool_choice_without_parser": ("TOOL_CALL_PARSER=\n", "ENABLE_AUTO_TOOL_CHOICE", "tool-call parser"),
     "extra_args_unbalanced_quote": ("EXTRA_VLLM_ARGS=--foo 'bar\n", "EXTRA_VLLM_ARGS", "cannot be split"),
     "demo_fabrication_with_model_dir": ("FABRICATE_DEMO_MODELS=kimi\n", "MODEL_DIR", "FABRICATE_DEMO_MODELS=kimi"),
-    "demo_choice_was_a_bool": ("FABRICATE_DEMO_MODELS=true\n", "FABRICATE_DEMO_MODELS", "none, kimi, kimi-int4, qwen3"),
+    "demo_choice_was_a_bool": (
+        "FABRICATE_DEMO_MODELS=true\n",
+        "FABRICATE_DEMO_MODELS",
+        "none, kimi, kimi-int4, kimi-cuda, kimi-int4-cuda, qwen3",
+    ),
     "cpu_dflash_prompt_longer_than_batch_budget": (
         "DEVICE=cpu\nMOE_BACKEND=auto\nTENSOR_PARALLEL_SIZE=1\nBLOCK_SIZE=32\n"
         "MAX_MODEL_LEN=4096\nMAX_NUM_BATCHED_TOKENS=2048\n",
