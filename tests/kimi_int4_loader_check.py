@@ -1,5 +1,7 @@
 """Load the INT4 miniature Kimi into vLLM 0.32's own KimiK25ForConditionalGeneration (no server) and check that
-every compressed-tensors tensor lands in the WNA16 MoE parameter it belongs to.
+every compressed-tensors tensor lands in the WNA16 MoE parameter it belongs to, and every other text-model tensor
+(MLA projections per head, norms, router, shared experts, embeddings) in its parameter, fused ones by their rows.
+Run on the CPU miniature and on the CUDA one (8 MLA heads of Kimi's 128 / 128 sizes) alike.
 
 vLLM-CPU has no WNA16 MoE kernel, so model construction would stop at the backend choice; this script answers
 that one question with the Triton backend (its kernel is never built or run) and then runs vLLM's real weight
@@ -23,6 +25,40 @@ def checkpoint_tensors(directory: Path) -> dict:
     for shard in sorted(directory.glob("model-*.safetensors")):
         tensors.update(load_file(str(shard)))
     return tensors
+
+
+# Checkpoint projections vLLM fuses: suffix -> (fused parameter suffix, which part, the parts in row order).
+FUSED = {
+    ".self_attn.q_a_proj.weight": (".self_attn.fused_qkv_a_proj.weight", 0),
+    ".self_attn.kv_a_proj_with_mqa.weight": (".self_attn.fused_qkv_a_proj.weight", 1),
+    ".gate_proj.weight": (".gate_up_proj.weight", 0),
+    ".up_proj.weight": (".gate_up_proj.weight", 1),
+}
+
+
+def dense_placement(tensors: dict, params: dict) -> tuple[int, list[str]]:
+    """Every non-expert text tensor against the parameter vLLM loaded it into (fused ones: their rows, in order)."""
+    import torch
+
+    problems, compared = [], 0
+    for name, value in sorted(tensors.items()):
+        if not name.startswith("language_model.") or ".mlp.experts." in name:
+            continue
+        target, rows = name, slice(None)
+        for suffix, (fused, part) in FUSED.items():
+            if name.endswith(suffix):
+                target = name[: -len(suffix)] + fused
+                first = tensors[name[: -len(suffix)] + next(s for s, (f, p) in FUSED.items() if f == fused and p == 0)]
+                start = 0 if part == 0 else first.shape[0]
+                rows = slice(start, start + value.shape[0])
+        if target not in params:
+            problems.append(f"{name}: vLLM has no parameter {target}")
+            continue
+        loaded = params[target].data[rows]
+        if loaded.shape != value.shape or not torch.equal(loaded.to(value.dtype), value):
+            problems.append(f"{name} is not in {target}[{rows.start}:{rows.stop}]")
+        compared += 1
+    return compared, problems
 
 
 def check(target: Path) -> list[str]:
@@ -79,9 +115,14 @@ def check(target: Path) -> list[str]:
                     expected = tensors[f"{prefix}.{expert}.{projection}.weight_shape"].tolist()
                     if params[f"{fused}.{pair}_weight_shape"].data[expert].tolist() != expected:
                         problems.append(f"{fused}.{pair}_weight_shape[{expert}] is not {expected}")
+        dense, misplaced = dense_placement(tensors, params)
+        problems.extend(misplaced)
+        kv_b = tuple(params["language_model.model.layers.1.self_attn.kv_b_proj.weight"].shape)
+        w13 = tuple(params[f"{fused}.w13_weight_packed"].shape)
         print(
             f"loader check: {len(loaded)} parameters loaded, {checked} expert tensors compared, "
-            f"w13_weight_packed {tuple(params[f'{fused}.w13_weight_packed'].shape)}"
+            f"{dense} other text tensors compared, w13_weight_packed {w13}, "
+            f"{text.num_attention_heads} MLA heads, kv_b_proj {kv_b}"
         )
     return problems
 

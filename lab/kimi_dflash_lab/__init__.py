@@ -8,6 +8,8 @@
   servers, and eager vs a captured graph on a GPU), the tiny MLA fabricator, demo start-up time, the advisor's
   held-out accuracy, the open-loop scheduler's lag (``benchmarks/*.py`` are thin entry points onto them).
 - ``demo_vllm_check``: the demo models loaded into vLLM's own model classes, every weight where it belongs.
+- ``gpu_run``: the whole recipe on one NVIDIA Hopper GPU as one command (``lab/gpu/run.sh``), rehearsed on the CPU
+  demo; ``dry_engine.venv`` / ``dry_engine.release_run``: the dry engine with a vLLM release's CUDA wheel.
 
 Arrows point one way: the lab imports the product and may need vLLM, torch or transformers; the product's
 wheel carries none of it. ``python -m kimi_dflash_lab --help`` lists the commands.

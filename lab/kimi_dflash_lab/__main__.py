@@ -8,6 +8,8 @@ import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {  # command -> (module, one-line help)
     "dry-engine": ("kimi_dflash_lab.dry_engine.cli", "vLLM's own start-up code on a config's plan"),
+    "dry-engine-venv": ("kimi_dflash_lab.dry_engine.venv", "a venv with a vLLM release's CUDA wheel (downloads GB)"),
+    "dry-engine-release": ("kimi_dflash_lab.dry_engine.release_run", "the dry engine on the GPU configs, one release"),
     "matrix": ("kimi_dflash_lab.matrix", "the compatibility matrix for the docs (downloads wheels)"),
     "synthetic": ("kimi_dflash_lab.synthetic.cli", "the synthetic OpenAI server"),
     "capacity": ("kimi_dflash_lab.studies.capacity", "client capacity vs vllm bench serve"),
@@ -20,6 +22,8 @@ COMMANDS: dict[str, tuple[str, str]] = {  # command -> (module, one-line help)
     "open-loop-overhead": ("kimi_dflash_lab.studies.open_loop_overhead", "the open-loop scheduler's send lag"),
     "drafter-rope": ("kimi_dflash_lab.studies.drafter_rope", "demo acceptance with and without DRAFTER_ROPE_FIX"),
     "demo-vllm-check": ("kimi_dflash_lab.demo_vllm_check", "the demo models in vLLM's model classes"),
+    "gpu-run": ("kimi_dflash_lab.gpu_run.runner", "the whole recipe on one Hopper GPU (lab/gpu/run.sh)"),
+    "gpu-prepare": ("kimi_dflash_lab.gpu_run.prepare", "build the GPU kit bundle into .gpu-kit/ (downloads)"),
 }
 
 

@@ -21,6 +21,8 @@ from kimi_dflash.core.redaction import redact_argv
 
 REDACTED = "<redacted>"
 CPU_ENTRY_MODULE = "kimi_dflash.vllm_entry"
+CUDA_JIT_CACHE = "cuda-jit"  # under the project cache
+CUDA_JIT_CACHE_BYTES = 4 << 30  # the driver's default (256 MiB) may evict the Marlin MoE modules
 
 # The config key behind each `vllm serve` option the plan writes, so a finding about an option can name the key to
 # change. Built from the schema's one declaration per key (config/schema.py: each key's `vllm=`).
@@ -149,9 +151,18 @@ def cpu_environment(kvcache_space_gib: int, cache_dir: str) -> dict[str, str]:
     }
 
 
-def vllm_env(config: Config, cache_dir: str, cpu_preload: Sequence[str] = ()) -> dict[str, str]:
+def vllm_env(
+    config: Config, cache_dir: str, cpu_preload: Sequence[str] = (), flashinfer: bool | None = None
+) -> dict[str, str]:
     v = config.typed
     env: dict[str, str] = {}
+    if v.device == "cuda":
+        # vLLM 0.26's Marlin WNA16 MoE and repack kernels ship PTX only on Hopper: the driver compiles them at first
+        # use (~30-40 s); a persistent cache makes that the first start's cost only.
+        env[envvars.CUDA_CACHE_PATH] = f"{cache_dir}/{CUDA_JIT_CACHE}"
+        env[envvars.CUDA_CACHE_MAXSIZE] = str(CUDA_JIT_CACHE_BYTES)
+        if flashinfer is False:  # vLLM 0.26 imports it unguarded to build its sampler (No module named 'flashinfer')
+            env[envvars.VLLM_USE_FLASHINFER_SAMPLER] = "0"
     if v.device == "rocm":
         env[envvars.VLLM_ROCM_USE_AITER] = "1" if v.rocm_use_aiter else "0"
         env[envvars.VLLM_ROCM_USE_AITER_MLA] = "1" if v.rocm_use_aiter_mla else "0"
@@ -191,10 +202,17 @@ def server_executor_env(config: Config) -> dict[str, str]:
     return {}
 
 
-def build_plan(config: Config, python_executable: str, cache_dir: str, cpu_preload: Sequence[str] = ()) -> LaunchPlan:
+def build_plan(
+    config: Config,
+    python_executable: str,
+    cache_dir: str,
+    cpu_preload: Sequence[str] = (),
+    flashinfer: bool | None = None,
+) -> LaunchPlan:
     """The complete launch plan. Pure: same config and arguments, same plan. `cpu_preload`: libraries found on
-    this machine for LD_PRELOAD on DEVICE=cpu (launch/cpu_libs.py finds them)."""
-    env = vllm_env(config, cache_dir, cpu_preload)
+    this machine for LD_PRELOAD on DEVICE=cpu (launch/cpu_libs.py finds them). `flashinfer`: whether the serving
+    Python has flashinfer on DEVICE=cuda (launch/prepare.py asks it; None: not asked, nothing set)."""
+    env = vllm_env(config, cache_dir, cpu_preload, flashinfer)
     env.update(server_executor_env(config))
     return LaunchPlan(
         argv=vllm_argv(config, python_executable),

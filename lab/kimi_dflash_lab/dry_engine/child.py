@@ -1,11 +1,13 @@
 """The dry engine's child: vLLM's own start-up code for one `vllm serve` argv, nothing loaded, nothing served.
 
 Run as `python -c <this file's text> REQUEST_JSON` in the Python that will serve (standard library at top level, like
-runtime_child.py). REQUEST_JSON: {"argv": [...], "device": the plan's DEVICE, "fakes": path of dry_platform.py,
-"meta_model": bool}. Stages, each recorded as it passes:
+runtime_child.py). REQUEST_JSON: {"argv": [...], "device": the plan's DEVICE, "fakes": path of platform_fakes.py,
+"meta_model": bool, "cuda_gpu": "H200" or "H100" (optional)}. Stages, each recorded as it passes:
 
-1. when the installed vLLM's platform is not the plan's DEVICE (rocm/cuda): the simulated platform
-   (dry_platform.install), every fake listed in the report; on the plan's own platform nothing is faked;
+1. for a rocm/cuda plan, a `vllm.platform_plugins` entry point (a throw-away *.dist-info directory on sys.path, which
+   is all importlib.metadata needs) that, when vLLM resolves its platform, installs the simulated platform
+   (platform_fakes.platform_plugin) unless vLLM's own probes find the plan's platform on this host; every fake is
+   listed in the report. An entry point, because `import vllm` resolves the platform in some releases (0.26);
 2. vLLM's serve argument parser on the argv;
 3. `AsyncEngineArgs.from_cli_args(...).create_engine_config()` (model, speculative, cache, parallel, scheduler
    configs, the platform's check_and_update_config);
@@ -20,11 +22,21 @@ vLLM's own exception, if any, is the verdict. One marked JSON line on stdout.
 from __future__ import annotations
 
 import json
+import os
 import sys
+import tempfile
 import traceback
 
 MARKER = "KIMI_DFLASH_DRY_ENGINE "
-SIMULATED = ("rocm", "cuda")  # plan DEVICEs dry_platform.py can simulate
+SIMULATED = ("rocm", "cuda")  # plan DEVICEs platform_fakes.py can simulate
+PLUGIN_MODULE = "kimi_dflash_dry_platform"
+PLUGIN_NAME = "kimi_dflash_dry_platform"
+PLUGIN_SOURCE = """\
+import runpy
+FAKES = runpy.run_path({fakes!r})
+def plugin():
+    return FAKES["platform_plugin"]({device!r}, {cuda_gpu!r})
+"""
 
 
 def _platform_name(qualname: str) -> str:
@@ -37,27 +49,78 @@ def _stage(report: dict, name: str) -> None:
     report["stages"].append(name)
 
 
+def install_platform_plugin(request: dict, directory: str) -> None:
+    """Register the simulated platform as a `vllm.platform_plugins` entry point: a module and a *.dist-info
+    directory (METADATA + entry_points.txt) in `directory`, put first on sys.path. Must run before vLLM is
+    imported."""
+    source = PLUGIN_SOURCE.format(
+        fakes=request["fakes"], device=request["device"], cuda_gpu=request.get("cuda_gpu") or "H200"
+    )
+    with open(os.path.join(directory, PLUGIN_MODULE + ".py"), "w", encoding="utf-8") as handle:
+        handle.write(source)
+    info = os.path.join(directory, PLUGIN_NAME + "-0.dist-info")
+    os.mkdir(info)
+    with open(os.path.join(info, "METADATA"), "w", encoding="utf-8") as handle:
+        handle.write(f"Metadata-Version: 2.1\nName: {PLUGIN_NAME}\nVersion: 0\n")
+    with open(os.path.join(info, "entry_points.txt"), "w", encoding="utf-8") as handle:
+        handle.write(f"[vllm.platform_plugins]\n{PLUGIN_NAME} = {PLUGIN_MODULE}:plugin\n")
+    sys.path.insert(0, directory)
+    allowed = os.environ.get("VLLM_PLUGINS")
+    if allowed:  # an allowlist that does not name the plugin would skip it
+        os.environ["VLLM_PLUGINS"] = f"{allowed},{PLUGIN_NAME}"
+
+
 def dry_run(request: dict) -> dict:
+    with tempfile.TemporaryDirectory(prefix="kimi-dflash-dry-plugin-") as directory:
+        if request.get("device") in SIMULATED:
+            install_platform_plugin(request, directory)
+        return _dry_run(request)
+
+
+def _dry_run(request: dict) -> dict:
+    import contextlib
+
     report: dict = {"stages": [], "error": None, "simulated": []}
     argv = list(request["argv"])
+    with contextlib.ExitStack() as stack:
+        _judge(request, report, argv, stack)
+    return report
+
+
+def _judge(request: dict, report: dict, argv: list, stack) -> None:
     try:
-        import vllm.platforms as platforms  # resolves nothing yet: the fakes, if any, must precede current_platform
+        import vllm.platforms as platforms
 
-        host = _platform_name(platforms.resolve_current_platform_cls_qualname())
         lenient = None
-        report["host_platform"] = host
         device = request.get("device")
-        if device in SIMULATED and device != host:
-            import runpy
-
-            fakes = runpy.run_path(request["fakes"])
-            report["simulated"] = fakes["install"](device)
-            lenient = fakes["lenient_ops"]
-            report["platform"] = type(platforms._current_platform).__name__
-            _stage(report, f"simulated {device}")
+        plugin = sys.modules.get(PLUGIN_MODULE)
+        if device in SIMULATED:
+            platforms.current_platform  # noqa: B018 - resolves it (some releases already did, at import)
+            plugin = sys.modules.get(PLUGIN_MODULE)
+            if plugin is None:
+                raise RuntimeError("vLLM did not load the dry engine's platform plugin (is VLLM_PLUGINS set?)")
+            state = plugin.FAKES["STATE"]
+            report["host_platform"] = state["host"]
+            if state["platform"]:
+                report["simulated"] = list(state["fakes"]) + plugin.FAKES["after_resolution"](device)
+                lenient = plugin.FAKES["lenient_ops"]
+                if plugin.FAKES["op_library_stubbed"]():
+                    # A CUDA wheel: its real op library registers every op vLLM binds at import (fusion passes
+                    # bind torch.ops._C.rotary_embedding ...); answer them all, from here on.
+                    report["simulated"].append(stack.enter_context(lenient(everywhere=True)))
+                    lenient = None
+                _stage(report, f"simulated {device}")
+        else:
+            report["host_platform"] = _platform_name(platforms.resolve_current_platform_cls_qualname())
+        report["platform"] = type(platforms.current_platform).__name__
+        report["vllm_version"] = _vllm_version()
         from vllm.engine.arg_utils import AsyncEngineArgs
-        from vllm.entrypoints.launchers.cli_args import make_arg_parser
         from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+        try:  # 0.32
+            from vllm.entrypoints.launchers.cli_args import make_arg_parser
+        except ImportError:  # 0.26
+            from vllm.entrypoints.openai.cli_args import make_arg_parser
 
         _stage(report, "import")
         args = argv[argv.index("serve") + 1 :] if "serve" in argv else argv
@@ -83,7 +146,15 @@ def dry_run(request: dict) -> dict:
     except Exception as error:  # noqa: BLE001 - vLLM's own error is the verdict
         report["error"] = f"{type(error).__name__}: {error}"
         report["where"] = traceback.format_exc().strip().splitlines()[-30:]
-    return report
+
+
+def _vllm_version() -> str:
+    try:
+        from vllm import __version__
+
+        return str(__version__)
+    except ImportError:
+        return "unknown"
 
 
 def _read_choices(report: dict, config) -> None:

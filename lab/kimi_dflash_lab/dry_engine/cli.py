@@ -10,6 +10,8 @@ import argparse
 import json
 import sys
 
+from kimi_dflash_lab.dry_engine.platform_fakes import CUDA_GPUS, DEFAULT_CUDA_GPU
+
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.description = __doc__
@@ -17,6 +19,16 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the child's report as JSON")
     parser.add_argument(
         "--no-meta-model", action="store_true", help="stop after backend selection (no model built on meta)"
+    )
+    parser.add_argument(
+        "--vllm",
+        metavar="VERSION",
+        default=None,
+        help="judge with that release's CUDA wheel, from the venv `python -m kimi_dflash_lab dry-engine-venv "
+        "VERSION` built (default: the vLLM this Python imports)",
+    )
+    parser.add_argument(
+        "--simulate-gpu", choices=sorted(CUDA_GPUS), default=DEFAULT_CUDA_GPU, help="the simulated NVIDIA GPU"
     )
 
 
@@ -33,6 +45,7 @@ def main(args: argparse.Namespace) -> int:
     from kimi_dflash.rules.source import VllmSource
     from kimi_dflash_lab.dry_engine.compare import compare
     from kimi_dflash_lab.dry_engine.engine import dry_engine_for_plan
+    from kimi_dflash_lab.dry_engine.venv import venv_python, venv_vllm_dir
 
     try:
         config = resolve_demo_models(load_config(str(resolve_config_argument(args.config))), create=False)
@@ -40,13 +53,25 @@ def main(args: argparse.Namespace) -> int:
         for problem in error.problems:
             print(problem.render(), file=sys.stderr)
         return 2
+    python, installed = sys.executable, vllm_package_dir()  # the vLLM this Python imports
+    if args.vllm is not None:
+        venv = venv_python(args.vllm)
+        if venv is None:
+            print(
+                f"dry-engine: no venv for vLLM {args.vllm}: build it with `python -m kimi_dflash_lab dry-engine-venv "
+                f"{args.vllm}` (downloads a few GB)",
+                file=sys.stderr,
+            )
+            return 1
+        python, installed = str(venv), venv_vllm_dir(args.vllm)
     plan = build_plan(config, python_executable=sys.executable, cache_dir=str(cache_root()))
-    verdict = dry_engine_for_plan(config, plan, meta_model=not args.no_meta_model)
+    verdict = dry_engine_for_plan(
+        config, plan, python=python, meta_model=not args.no_meta_model, cuda_gpu=args.simulate_gpu
+    )
     if args.json:
         print(json.dumps(dict(verdict.report), indent=1, default=str))
         return 0 if verdict.ran and verdict.starts else (1 if not verdict.ran else 2)
     print(verdict.render())
-    installed = vllm_package_dir()  # the vLLM this Python imports: the one the dry engine ran
     agreement = None
     if installed is not None:
         agreement = compare(verdict, judge(hooks.deployment(config, plan), VllmSource.open(installed)))

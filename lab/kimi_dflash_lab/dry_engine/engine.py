@@ -112,9 +112,17 @@ def run_dry_engine(
     python: str = sys.executable,
     env: Mapping[str, str] | None = None,
     meta_model: bool = True,
+    cuda_gpu: str = platform_fakes.DEFAULT_CUDA_GPU,
 ) -> DryVerdict:
-    """vLLM's start-up code on `argv` (a `... serve MODEL ...` command line) for a plan whose DEVICE is `device`."""
-    request = {"argv": list(argv), "device": device, "fakes": platform_fakes.__file__, "meta_model": meta_model}
+    """vLLM's start-up code on `argv` (a `... serve MODEL ...` command line) for a plan whose DEVICE is `device`,
+    run by `python` (the interpreter whose vLLM judges: the serving one, or a dry-engine-venv's)."""
+    request = {
+        "argv": list(argv),
+        "device": device,
+        "fakes": platform_fakes.__file__,
+        "meta_model": meta_model,
+        "cuda_gpu": cuda_gpu,
+    }
     text = Path(child.__file__).read_text(encoding="utf-8")
     try:
         proc = subprocess.run(
@@ -135,7 +143,14 @@ def run_dry_engine(
     return not_run(f"the dry engine's child exited with code {proc.returncode}: {tail}")
 
 
-def dry_engine_for_plan(config, plan, *, python: str = sys.executable, meta_model: bool = True) -> DryVerdict:
+def dry_engine_for_plan(
+    config,
+    plan,
+    *,
+    python: str = sys.executable,
+    meta_model: bool = True,
+    cuda_gpu: str = platform_fakes.DEFAULT_CUDA_GPU,
+) -> DryVerdict:
     """The dry engine on a validated config and its launch plan (demo models already resolved): the checkpoint
     directories prepared (dry_model_dir), the plan's argv pointed at them, the plan's environment passed."""
     from kimi_dflash.demo import demo_model_paths
@@ -162,7 +177,9 @@ def dry_engine_for_plan(config, plan, *, python: str = sys.executable, meta_mode
         except DryModelError as error:
             return not_run(str(error))
         argv = rewrite_models(plan.argv, target.path, None if drafter is None else drafter.path)
-        verdict = run_dry_engine(argv, config.typed.device, python=python, env=plan.env, meta_model=meta_model)
+        verdict = run_dry_engine(
+            argv, config.typed.device, python=python, env=plan.env, meta_model=meta_model, cuda_gpu=cuda_gpu
+        )
     origins = [f"target config.json from {target.origin}"]
     if drafter is not None:
         origins.append(f"drafter config.json from {drafter.origin}")

@@ -1,14 +1,16 @@
 """Simulated GPU platforms for the dry engine on a host without the plan's accelerator (stdlib only at top level).
 
-The dry engine's child runs this file (runpy) before it imports vLLM, when the plan's DEVICE differs from the host's.
-Each fake stands in for hardware or a GPU-only library that vLLM's start-up code asks about; every one is listed in
+The dry engine's child registers `platform_plugin` as a `vllm.platform_plugins` entry point (child.py), so the fakes
+go in while vLLM resolves its platform, before any vLLM module binds what they replace. Each fake stands in for
+hardware or a GPU-only library that vLLM's start-up code asks about; every one is listed in
 the child's report, because each is exactly where the verdict stops being evidence:
 
 - rocm: a stub `amdsmi` (gfx942, 192 GiB, 8 processor handles, XGMI one hop: what vllm/platforms/rocm.py imports and
-  calls), `RocmPlatform()` as vLLM's current platform, a stub `aiter` package (every attribute a no-op callable, so
+  calls), `RocmPlatform` as vLLM's platform, a stub `aiter` package (every attribute a no-op callable, so
   every "is aiter supported" probe says yes), Triton reported active, and torch.cuda stand-ins.
-- cuda: `CudaPlatform()` (its NVML-free subclass, so no pynvml is needed) with an H200's capability (9.0, 141 GiB),
-  Triton reported active, torch.cuda stand-ins.
+- cuda: `NonNvmlCudaPlatform` (CudaPlatform without NVML) with an H200's or an H100's capability (9.0, 141 or
+  80 GiB), empty modules for the CUDA wheel's compiled extensions (they need libcuda to load), Triton reported
+  active, torch.cuda stand-ins.
 
 On a host that has the plan's accelerator none of this runs: the child uses vLLM's real platform.
 """
@@ -25,11 +27,13 @@ GIB = 1 << 30
 ROCM_ARCH = "gfx942"
 ROCM_MEMORY = 192 * GIB
 CUDA_CAPABILITY = (9, 0)
-CUDA_MEMORY = 141 * GIB
+CUDA_GPUS = {"H200": 141 * GIB, "H100": 80 * GIB}  # both sm_90
+DEFAULT_CUDA_GPU = "H200"
 DEVICES = 8
 CUDA_EXTENSIONS = (
     "vllm._C_stable_libtorch",
     "vllm._moe_C",
+    "vllm._moe_C_stable_libtorch",
     "vllm.vllm_flash_attn._vllm_fa2_C",
     "vllm.vllm_flash_attn._vllm_fa3_C",
     "vllm._flashmla_C",
@@ -113,10 +117,10 @@ def _amdsmi_module() -> types.ModuleType:
 
 
 class _DeviceProperties:
-    def __init__(self, platform: str) -> None:
-        self.name = "AMD Instinct MI300X (simulated)" if platform == "rocm" else "NVIDIA H200 (simulated)"
+    def __init__(self, platform: str, cuda_gpu: str = DEFAULT_CUDA_GPU) -> None:
+        self.name = "AMD Instinct MI300X (simulated)" if platform == "rocm" else f"NVIDIA {cuda_gpu} (simulated)"
         self.gcnArchName = ROCM_ARCH
-        self.total_memory = ROCM_MEMORY if platform == "rocm" else CUDA_MEMORY
+        self.total_memory = ROCM_MEMORY if platform == "rocm" else CUDA_GPUS[cuda_gpu]
         self.major, self.minor = (9, 4) if platform == "rocm" else CUDA_CAPABILITY
         self.multi_processor_count = 304 if platform == "rocm" else 132
         self.warp_size = 64 if platform == "rocm" else 32
@@ -132,10 +136,10 @@ class _Placeholder:
         return _stub_callable(name)
 
 
-def _patch_torch_cuda(platform: str) -> list[str]:
+def _patch_torch_cuda(platform: str, cuda_gpu: str = DEFAULT_CUDA_GPU) -> list[str]:
     import torch
 
-    props = _DeviceProperties(platform)
+    props = _DeviceProperties(platform, cuda_gpu)
     cuda = torch.cuda
     cuda.is_available = lambda: True
     cuda.device_count = lambda: DEVICES
@@ -187,11 +191,13 @@ class _StubOp(type):
 
 
 @contextlib.contextmanager
-def lenient_ops():
+def lenient_ops(everywhere: bool = False):
     """While the model is built on meta: layers and compile passes bind GPU ops at construction (SiluAndMul:
     torch.ops._C.silu_and_mul; fusion passes: rms_norm_static_fp8_quant ...), which the CPU build's _C lacks.
-    Hand out an inert stand-in for a missing op (nothing calls it: no kernel runs). Only around construction:
-    during config building, `hasattr(torch.ops._C, op)` must keep answering truthfully."""
+    Hand out an inert stand-in for a missing op (nothing calls it: no kernel runs). With a CPU build, only around
+    construction: during config building, `hasattr(torch.ops._C, op)` must keep answering truthfully. With a CUDA
+    wheel whose op library is a stand-in (`everywhere`), every op is answered from config building on: the real
+    library registers them, so "present" is the truthful answer there."""
     import torch
 
     namespace = torch.ops._C
@@ -208,23 +214,42 @@ def lenient_ops():
 
     namespace.__class__ = _LenientOpNamespace
     try:
-        yield LENIENT_OPS
+        yield LENIENT_OPS_EVERYWHERE if everywhere else LENIENT_OPS
     finally:
         namespace.__class__ = base
 
 
 LENIENT_OPS = "while the model is built on meta, torch.ops._C answers a missing (GPU-only) op with an inert stand-in"
+LENIENT_OPS_EVERYWHERE = (
+    "torch.ops._C answers every op with an inert stand-in (the CUDA wheel's op library, which registers them, "
+    "needs libcuda to load); no kernel runs"
+)
+
+
+def op_library_stubbed() -> bool:
+    """Whether this vLLM is a CUDA wheel whose compiled op library (vllm/_C_stable_libtorch*.so) ships but was
+    stood in for (it cannot load without libcuda). A CPU build ships vllm/_C*.so with its own ops instead."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("vllm")
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    return bool(locations) and any(Path(locations[0]).glob("_C_stable_libtorch*.so"))
 
 
 def _report_triton_active() -> list[str]:
-    """The CPU build's vllm.triton_utils decides at import that Triton is off (no GPU driver) and hands out
-    placeholders for `triton` / `tl`; every `from vllm.triton_utils import HAS_TRITON, tl` binds them at import.
-    So: import it first, turn it on, give it the real (installed) Triton modules, before anything else binds them."""
+    """A CPU build's vllm.triton_utils decides at import that Triton is off and hands out placeholders for
+    `triton` / `tl`; every `from vllm.triton_utils import HAS_TRITON, tl` binds them at import. So: import it first,
+    turn it on, give it the real (installed) Triton modules, before anything else binds them. (A CUDA wheel already
+    found Triton on through the driver stand-in of _triton_driver_active: nothing to do.)"""
     import triton
-    import triton.language as tl
-    import triton.language.extra.libdevice as tldevice
     import vllm.triton_utils as triton_utils
     import vllm.triton_utils.importing as importing
+
+    if triton_utils.HAS_TRITON and not isinstance(triton_utils.triton, importing.TritonPlaceholder):
+        return []
+    import triton.language as tl
+    import triton.language.extra.libdevice as tldevice
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.language.core import _aggregate
@@ -240,34 +265,68 @@ def _report_triton_active() -> list[str]:
     ]
 
 
-def install(platform: str) -> list[str]:
-    """Install the fakes for `platform` ("rocm" or "cuda") and return one line per fake. Must run before vLLM's
-    current_platform is resolved (the child calls it right after importing vllm.platforms)."""
-    import vllm.platforms as platforms
+def _triton_driver_active(platform: str) -> str:
+    """Triton's own GPU driver answers "active" (vllm.triton_utils asks it before deciding Triton is usable)."""
+    from triton.backends import backends
 
-    if platforms._current_platform is not None:
-        raise RuntimeError("vLLM's current platform was resolved before the simulated platform was installed")
-    fakes = _report_triton_active() + _patch_torch_cuda(platform)
-    if platform == "rocm":
-        sys.modules["amdsmi"] = _amdsmi_module()
-        fakes.append(f"stub amdsmi: {DEVICES} handles, {ROCM_ARCH}, {ROCM_MEMORY // GIB} GiB, XGMI one hop")
-        _install_stub_package("aiter")
-        fakes.append("stub aiter package: every aiter import and 'supported' probe answers yes; no kernel exists")
-        from vllm.platforms.rocm import RocmPlatform
+    name = "amd" if platform == "rocm" else "nvidia"
+    backends[name].driver.is_active = staticmethod(lambda: True)
+    return f"Triton's {name} driver reports itself active (no GPU driver here, no kernel is compiled)"
 
-        platforms._current_platform = RocmPlatform()
-        fakes.append("vllm.platforms.current_platform = RocmPlatform() (no ROCm driver here)")
-    elif platform == "cuda":
-        # The CUDA wheel's compiled extensions: platforms/cuda.py imports the op library at top level, and the
-        # attention backends ask whether flash-attention and FlashMLA were built. The CPU build has none.
-        for name in CUDA_EXTENSIONS:
-            _install_stub_package(name)
-        fakes.append(f"empty CUDA-only modules ({', '.join(CUDA_EXTENSIONS)}): present, no op registered")
-        from vllm.platforms.cuda import NonNvmlCudaPlatform
 
-        platforms._current_platform = NonNvmlCudaPlatform()
-        fakes.append("vllm.platforms.current_platform = NonNvmlCudaPlatform() (no NVIDIA driver here, no NVML)")
+# What the platform plugin hands vLLM, per simulated DEVICE.
+PLATFORM_CLASSES = {"rocm": "vllm.platforms.rocm.RocmPlatform", "cuda": "vllm.platforms.cuda.NonNvmlCudaPlatform"}
+# Filled by platform_plugin (vLLM may call it more than once); the dry engine's child reads it for its report.
+STATE: dict[str, object] = {"host": None, "fakes": [], "platform": None}
+
+
+def host_platform() -> str:
+    """The platform vLLM's own built-in probes find on this machine ("none" when none answers)."""
+    from vllm.platforms import builtin_platform_plugins
+
+    found = []
+    for name, probe in builtin_platform_plugins.items():
+        try:
+            if probe() is not None:
+                found.append(name)
+        except Exception:  # noqa: BLE001 - vLLM ignores a failing probe the same way
+            pass
+    return found[0] if found else "none"
+
+
+def platform_plugin(platform: str, cuda_gpu: str = DEFAULT_CUDA_GPU) -> str | None:
+    """The body of the dry engine's `vllm.platform_plugins` entry point (see child.py). vLLM resolves its platform
+    at the first use of `current_platform`, which `import vllm` itself triggers in some releases (0.26: PIN_MEMORY
+    in utils/torch_utils.py), so the fakes are installed from inside that resolution, before any vLLM module binds
+    what they replace. On a host whose vLLM finds `platform` for real, nothing is faked (None: vLLM's own probe
+    wins). Must not import any vLLM module that reads `current_platform` (that would resolve it again)."""
+    if STATE["host"] is None:
+        STATE["host"] = host_platform()
+        if STATE["host"] == platform:
+            return None
+        if platform not in PLATFORM_CLASSES:
+            raise ValueError(f"no simulated platform for {platform!r} (rocm or cuda)")
+        fakes = _patch_torch_cuda(platform, cuda_gpu)
+        fakes.append(_triton_driver_active(platform))
+        if platform == "rocm":
+            sys.modules["amdsmi"] = _amdsmi_module()
+            fakes.append(f"stub amdsmi: {DEVICES} handles, {ROCM_ARCH}, {ROCM_MEMORY // GIB} GiB, XGMI one hop")
+            _install_stub_package("aiter")
+            fakes.append("stub aiter package: every aiter import and 'supported' probe answers yes; no kernel exists")
+        else:
+            # The CUDA wheel's compiled extensions need libcuda.so.1 to load: platforms/cuda.py imports the op
+            # library at top level, and the attention backends ask whether flash-attention and FlashMLA were built.
+            for name in CUDA_EXTENSIONS:
+                _install_stub_package(name)
+            fakes.append(f"empty CUDA-only modules ({', '.join(CUDA_EXTENSIONS)}): present, no op registered")
+        fakes.append(f"vLLM's platform = {PLATFORM_CLASSES[platform]} (a platform plugin; no GPU driver here)")
+        STATE["fakes"], STATE["platform"] = fakes, PLATFORM_CLASSES[platform]
+    return STATE["platform"]  # type: ignore[return-value]
+
+
+def after_resolution(platform: str) -> list[str]:
+    """The fakes that need vLLM's platform resolved first (they import vLLM modules that read it)."""
+    fakes = _report_triton_active()
+    if platform == "cuda":
         fakes.append(_cutlass_capability_probes())
-    else:
-        raise ValueError(f"no simulated platform for {platform!r} (rocm or cuda)")
     return fakes

@@ -62,7 +62,9 @@ class ConfigValues:
         vllm=VllmOption("--load-format", "composite", note="sharded_state when set"),
     )
     # NO_DEMO and the demo catalog's choices (tests/unit/config/test_config_schema.py keeps them the same)
-    fabricate_demo_models: Literal["none", "kimi", "kimi-int4", "kimi-yarn", "kimi-eagle3", "qwen3"] = key(
+    fabricate_demo_models: Literal[
+        "none", "kimi", "kimi-int4", "kimi-yarn", "kimi-eagle3", "kimi-cuda", "kimi-int4-cuda", "qwen3"
+    ] = key(
         NO_DEMO,
         "model",
         "Serve locally fabricated demo models (the CPU demo), built under the project cache on first use: "

@@ -41,4 +41,10 @@ VLLM_ROCM_USE_AITER = "VLLM_ROCM_USE_AITER"
 VLLM_ROCM_USE_AITER_MLA = "VLLM_ROCM_USE_AITER_MLA"
 VLLM_ROCM_QUICK_REDUCE_QUANTIZATION = "VLLM_ROCM_QUICK_REDUCE_QUANTIZATION"
 HF_HUB_OFFLINE = "HF_HUB_OFFLINE"
+# vLLM 0.26 imports flashinfer unguarded when it builds its sampler unless this is 0 (the plan sets it on CUDA when
+# the serving Python has no flashinfer).
+VLLM_USE_FLASHINFER_SAMPLER = "VLLM_USE_FLASHINFER_SAMPLER"
+# The NVIDIA driver's JIT cache: vLLM 0.26's Marlin MoE kernels ship PTX only for Hopper, compiled at first use.
+CUDA_CACHE_PATH = "CUDA_CACHE_PATH"
+CUDA_CACHE_MAXSIZE = "CUDA_CACHE_MAXSIZE"
 LD_PRELOAD = "LD_PRELOAD"

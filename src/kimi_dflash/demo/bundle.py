@@ -10,6 +10,8 @@ choice lives in which bundle):
                                                                              FABRICATE_DEMO_MODELS=kimi-yarn
     kimi-eagle3/{manifest.json,target,drafter}  the same target, an EAGLE3-MLA drafter
                                                                              FABRICATE_DEMO_MODELS=kimi-eagle3
+    kimi-cuda/{manifest.json,target,target-int4,drafter}  the CUDA miniature   FABRICATE_DEMO_MODELS=kimi-cuda,
+                                                                            kimi-int4-cuda
     qwen3/{manifest.json,target,drafter}                                     FABRICATE_DEMO_MODELS=qwen3
 A bundle is only ever moved into place whole (built in a temp dir beside it, then os.replace), and this
 module only imports the standard library, so reusing a cached bundle costs a few milliseconds.
@@ -35,6 +37,7 @@ from kimi_dflash.core.errors import UserError
 from kimi_dflash.demo.catalog import DEFAULT, DemoChoice
 from kimi_dflash.demo.catalog import choice as catalog_choice
 from kimi_dflash.demo.encoding import json_bytes
+from kimi_dflash.demo.kimi.layout import CUDA_FABRICATION_VERSION as KIMI_CUDA_FABRICATION_VERSION
 from kimi_dflash.demo.kimi.layout import FABRICATION_VERSION as KIMI_FABRICATION_VERSION
 from kimi_dflash.demo.layout import FABRICATION_VERSION as QWEN3_FABRICATION_VERSION
 
@@ -61,6 +64,7 @@ RECIPES: dict[str, BundleRecipe] = {
     "kimi": BundleRecipe(KIMI_FABRICATION_VERSION, "kimi_dflash.demo.kimi.fabricate:fabricate"),
     "kimi-yarn": BundleRecipe(KIMI_YARN_FABRICATION_VERSION, "kimi_dflash.demo.kimi.yarn_drafter:fabricate"),
     "kimi-eagle3": BundleRecipe(KIMI_EAGLE3_FABRICATION_VERSION, "kimi_dflash.demo.kimi.eagle3_drafter:fabricate"),
+    "kimi-cuda": BundleRecipe(KIMI_CUDA_FABRICATION_VERSION, "kimi_dflash.demo.kimi.fabricate:fabricate_cuda"),
     "qwen3": BundleRecipe(QWEN3_FABRICATION_VERSION, "kimi_dflash.demo.fabricate:fabricate"),
 }
 

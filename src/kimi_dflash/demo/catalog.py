@@ -71,6 +71,26 @@ CHOICES: dict[str, DemoChoice] = {
             speculative_method="eagle3",
         ),
         DemoChoice(
+            "kimi-cuda",
+            "kimi-cuda",
+            "target",
+            "the miniature Kimi with Kimi K2.6's own MLA head sizes (8 heads, qk_nope 128, v 128: what vLLM's MLA "
+            "prefill takes on an NVIDIA Hopper GPU), bfloat16 experts, the same drafter",
+            "KimiK25ForConditionalGeneration",
+            mla=True,
+            serves_on_cpu=True,
+        ),
+        DemoChoice(
+            "kimi-int4-cuda",
+            "kimi-cuda",
+            "target-int4",
+            "the CUDA miniature with INT4 compressed-tensors routed experts, as Kimi K2.6 ships them "
+            "(configs/demo-gpu.env: one Hopper GPU)",
+            "KimiK25ForConditionalGeneration",
+            mla=True,
+            serves_on_cpu=False,
+        ),
+        DemoChoice(
             "qwen3",
             "qwen3",
             "target",

@@ -283,7 +283,7 @@ def load_kimi_text_model(target_dir: Path):  # type: ignore[no-untyped-def]
     return model.eval()
 
 
-TARGET_LOADERS = {"qwen3": load_target, "kimi": load_kimi_text_model}
+TARGET_LOADERS = {"qwen3": load_target, "kimi": load_kimi_text_model, "kimi-cuda": load_kimi_text_model}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -140,7 +140,7 @@ def installed_source() -> VllmSource | None:
     from kimi_dflash.preflight.runtime_child import vllm_package_dir
 
     package_dir = vllm_package_dir()
-    return None if package_dir is None else VllmSource.from_package_dir(package_dir)
+    return None if package_dir is None else VllmSource.open(package_dir)
 
 
 def prepare(

@@ -1,9 +1,11 @@
 """What a validated config still needs from this machine before its plan is built (the fabricated demo models'
-paths, the libraries to preload into vLLM's CPU build), then the plan for this machine. Shared by every server
+paths, the libraries to preload into vLLM's CPU build, whether the serving Python has flashinfer on CUDA), then
+the plan for this machine. Shared by every server
 start (serve.sh, launch/local.py) and by the pre-shard tool, which runs vLLM in-process from the same config."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from collections.abc import Callable
 
@@ -62,8 +64,39 @@ def cpu_preload(config: Config, say: Callable[[str], None] = _stderr) -> tuple[s
     return cpu_libs.merged_ld_preload(libraries)
 
 
+FLASHINFER_PROBE = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('flashinfer') else 3)"
+
+
+def serving_python_has_flashinfer(config: Config, say: Callable[[str], None] = _stderr) -> bool | None:
+    """On DEVICE=cuda, whether the Python that will run `vllm serve` finds flashinfer (located, not imported:
+    ~0.1 s); None elsewhere or when that Python cannot be asked. Without it vLLM 0.26 fails building its sampler
+    unless VLLM_USE_FLASHINFER_SAMPLER=0, which the plan then sets (and this says so)."""
+    if config.typed.device != "cuda":
+        return None
+    from kimi_dflash.preflight.runtime_probe import interpreter_for_command
+
+    python = interpreter_for_command(("vllm",))
+    try:
+        found = subprocess.run([python, "-c", FLASHINFER_PROBE], capture_output=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if found.returncode not in (0, 3):
+        return None
+    if found.returncode == 3:
+        say(
+            f"serve: flashinfer is not installed for {python}: the plan sets VLLM_USE_FLASHINFER_SAMPLER=0 "
+            "(vLLM's own sampler; vLLM 0.26 would fail building its sampler otherwise)"
+        )
+    return found.returncode == 0
+
+
 def local_plan(config: Config) -> LaunchPlan:
-    """The plan for starting ``config`` on this machine: this interpreter, the project cache, the CPU preloads."""
+    """The plan for starting ``config`` on this machine: this interpreter, the project cache, the CPU preloads,
+    whether the serving Python has flashinfer (CUDA)."""
     return build_plan(
-        config, python_executable=sys.executable, cache_dir=str(cache_root()), cpu_preload=cpu_preload(config)
+        config,
+        python_executable=sys.executable,
+        cache_dir=str(cache_root()),
+        cpu_preload=cpu_preload(config),
+        flashinfer=serving_python_has_flashinfer(config),
     )

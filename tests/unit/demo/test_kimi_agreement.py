@@ -1,9 +1,11 @@
-"""The miniature Kimi's construction, checked in-process in transformers' own DeepSeek-V3 (no vLLM).
+"""The miniature Kimi's construction, checked in-process in transformers' own DeepSeek-V3 (no vLLM), for both
+miniatures: the CPU one (one MLA head, qk_nope 64, v 64) and the CUDA one (8 heads, Kimi's 128 / 128).
 
 The target's greedy output walks the corpus cycle with a wide logit margin; MLA attention and the MoE carry the
 token's code (remove either and the walk breaks); the routing (sigmoid scores, correction bias) sets the logit
 scale but never the argmax; the drafter, in a plain-torch transcription of vLLM's DFlash forward, is right exactly
-where the construction says.
+where the construction says. On the CUDA miniature, head 0 alone carries the code: a kernel that mixed heads up
+would break the walk.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ torch = pytest.importorskip("torch")
 
 from kimi_dflash.demo import DemoModels, ensure_demo_models
 from kimi_dflash.demo.kimi import layout
-from kimi_dflash.demo.kimi.fabricate import fabricate
+from kimi_dflash.demo.kimi.fabricate import fabricate, fabricate_cuda
 from kimi_dflash.demo.reference import (
     AgreementReport,
     chat_prompt_ids,
@@ -42,14 +44,19 @@ class Kimi:
     models: DemoModels
     walk: Walk
     target: Any  # transformers' DeepseekV3ForCausalLM with the miniature's text weights
+    mla: layout.MlaGeometry
 
 
-@pytest.fixture(scope="module")
-def kimi(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kimi]:
+MINIATURES = {"kimi": (fabricate, layout.CPU), "kimi-cuda": (fabricate_cuda, layout.CUDA)}
+
+
+@pytest.fixture(scope="module", params=sorted(MINIATURES))
+def kimi(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kimi]:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matrices: threads only add contention with other processes
-    models = ensure_demo_models(tmp_path_factory.mktemp("demo"), choice="kimi")
-    yield Kimi(models, fabricate().walk, load_kimi_text_model(models.target_dir))
+    make, miniature = MINIATURES[request.param]
+    models = ensure_demo_models(tmp_path_factory.mktemp("demo"), choice=request.param)
+    yield Kimi(models, make().walk, load_kimi_text_model(models.target_dir), miniature.mla)
     torch.set_num_threads(threads)
 
 
@@ -104,14 +111,43 @@ def ablated(kimi: Kimi, edit: Any) -> Any:
 
 def test_mla_attention_carries_the_code(kimi: Kimi) -> None:
     """Without head 0's value path (the latent -> v rows of kv_b_proj) nothing reaches F, and the walk breaks."""
+    mla = kimi.mla
 
     def cut(state: dict) -> None:
         for index in range(layout.TARGET_LAYERS):
-            rows = slice(layout.QK_NOPE_HEAD_DIM, layout.QK_NOPE_HEAD_DIM + layout.V_HEAD_DIM)
+            rows = slice(mla.qk_nope_head_dim, mla.qk_nope_head_dim + mla.v_head_dim)
             state[f"model.layers.{index}.self_attn.kv_b_proj.weight"][rows] = 0.0
 
     prompt = chat_prompt_ids(kimi.models.target_dir, PROMPTS[0])
     assert walk_share(kimi.walk, generate(ablated(kimi, cut), prompt)) < 0.2
+
+
+def test_heads_stay_apart(kimi: Kimi) -> None:
+    """Every head but 0 is noise into N: swapping head 0's and head 1's value outputs (what a kernel that mixed
+    up heads would do) breaks the walk; silencing heads 1.. changes the logits but no greedy token."""
+    mla = kimi.mla
+    if mla.num_heads == 1:
+        pytest.skip("the CPU miniature has one head")
+    v = mla.v_head_dim
+
+    def swap(state: dict) -> None:
+        for index in range(layout.TARGET_LAYERS):
+            o = state[f"model.layers.{index}.self_attn.o_proj.weight"]
+            o[:, : 2 * v] = torch.cat([o[:, v : 2 * v], o[:, :v]], dim=1).clone()
+
+    def silence(state: dict) -> None:
+        for index in range(layout.TARGET_LAYERS):
+            state[f"model.layers.{index}.self_attn.o_proj.weight"][:, v:] = 0.0
+
+    prompt = chat_prompt_ids(kimi.models.target_dir, PROMPTS[0])
+    assert walk_share(kimi.walk, generate(ablated(kimi, swap), prompt)) < 0.2
+    ids = torch.tensor([prompt + generate(kimi.target, prompt)])
+    quiet = ablated(kimi, silence)
+    with torch.no_grad():
+        steps = slice(len(prompt), None)
+        original, changed = kimi.target(ids).logits[0, steps], quiet(ids).logits[0, steps]
+    assert torch.equal(original.argmax(-1), changed.argmax(-1))
+    assert float((original - changed).abs().max()) > 1e-3
 
 
 def test_moe_experts_carry_the_code(kimi: Kimi) -> None:

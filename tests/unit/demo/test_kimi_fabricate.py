@@ -281,3 +281,73 @@ def test_drafter_config_follows_production_except_its_cpu_geometry(kimi: DemoMod
     assert dflash["swa_window_size"] > target["max_position_embeddings"]
     assert drafter["num_attention_heads"] == drafter["block_size"] - 1 == layout.MAX_NUM_SPECULATIVE_TOKENS
     assert not any(name.startswith(("embed_tokens", "lm_head")) for name in headers(kimi.drafter_dir))
+
+
+# ---------------------------------------------------------------- the CUDA miniature (bundle kimi-cuda)
+
+# sha256 of the CPU bundle's manifest.json per fabrication version: the CPU miniature must not change while the
+# version stays (the CUDA miniature's parameters must leave it byte-identical). A deliberate change bumps
+# layout.FABRICATION_VERSION and adds its hash here.
+CPU_MANIFEST_SHA256 = {"kimi-4": "058ed45bedc4efe747d8b3da6f5e0e9e1bc08e13025552a2c7c92321091d556d"}
+
+
+@pytest.fixture(scope="module")
+def kimi_cuda(kimi: DemoModels) -> DemoModels:
+    return ensure_demo_models(kimi.root, choice="kimi-int4-cuda")
+
+
+def test_the_cpu_miniature_is_byte_identical_to_its_fabrication_version(kimi: DemoModels) -> None:
+    import hashlib
+
+    assert kimi.fabrication_version == layout.FABRICATION_VERSION
+    digest = hashlib.sha256(kimi.manifest_path.read_bytes()).hexdigest()
+    assert digest == CPU_MANIFEST_SHA256[layout.FABRICATION_VERSION]
+
+
+def test_the_cuda_miniature_has_kimis_own_mla_head_sizes(kimi: DemoModels, kimi_cuda: DemoModels) -> None:
+    assert kimi_cuda.built is True and kimi_cuda.bundle_dir.name == "kimi-cuda"
+    assert kimi_cuda.fabrication_version == layout.CUDA_FABRICATION_VERSION != layout.FABRICATION_VERSION
+    bf16 = ensure_demo_models(kimi.root, choice="kimi-cuda")
+    assert bf16.built is False and bf16.bundle_dir == kimi_cuda.bundle_dir and bf16.target_dir.name == "target"
+    text = read_json(kimi_cuda.target_dir / "config.json")["text_config"]
+    heads, nope, v = 8, 128, 128  # Kimi K2.6's per-GPU heads at TP 8 and its own head sizes
+    assert (text["num_attention_heads"], text["qk_nope_head_dim"], text["qk_rope_head_dim"], text["v_head_dim"]) == (
+        heads,
+        nope,
+        64,
+        v,
+    )
+    assert text["quantization_config"] == quantization_config()
+    cpu_text = read_json(kimi.target_dir / "config.json")["text_config"]
+    differs = {key for key in text if text[key] != cpu_text.get(key)}
+    assert differs == {
+        "num_attention_heads",
+        "num_key_value_heads",
+        "qk_nope_head_dim",
+        "v_head_dim",
+        "quantization_config",
+    }
+    found = headers(kimi_cuda.target_dir)
+    attention = f"{PREFIX}model.layers.1.self_attn"
+    assert found[f"{attention}.q_b_proj.weight"]["shape"] == (heads * (nope + 64), text["q_lora_rank"])
+    assert found[f"{attention}.kv_b_proj.weight"]["shape"] == (heads * (nope + v), 512)
+    assert found[f"{attention}.o_proj.weight"]["shape"] == (text["hidden_size"], heads * v)
+    assert kimi_cuda.manifest()["summary"]["mla_heads"] == heads
+    # the drafter is the CPU miniature's, byte for byte
+    assert tree(kimi_cuda.drafter_dir) == tree(kimi.drafter_dir)
+
+
+def test_the_cuda_miniatures_other_weights_are_the_cpu_ones(kimi: DemoModels) -> None:
+    """Only the attention sizes differ: every tensor outside self_attn (embeddings, MoE, norms, lm_head, vision)
+    is the CPU miniature's, and head 0's copy path is too (its scores scaled for the wider head)."""
+    cuda = ensure_demo_models(kimi.root, choice="kimi-cuda")
+    cpu_weights, cuda_weights = load_all(kimi.target_dir), load_all(cuda.target_dir)
+    assert set(cpu_weights) == set(cuda_weights)
+    for name, value in cpu_weights.items():
+        if ".self_attn." not in name:
+            assert cuda_weights[name].equal(value), name
+    kv_b = cuda_weights[f"{PREFIX}model.layers.2.self_attn.kv_b_proj.weight"]
+    cpu_kv_b = cpu_weights[f"{PREFIX}model.layers.2.self_attn.kv_b_proj.weight"]
+    code = layout.CODE_DIMS
+    assert kv_b[:code].equal(cpu_kv_b[:code])  # head 0's key copy
+    assert kv_b[128 : 128 + code].equal(cpu_kv_b[64 : 64 + code])  # head 0's value copy

@@ -210,3 +210,66 @@ def test_every_vllm_option_the_schema_declares_exists_in_the_installed_vllm() ->
     assert {o.name: o.state for o in outcomes} == {f"cli:{flag}": "present" for flag in flags}
     assert OPTION_KEYS["--no-enable-prefix-caching"] == "ENABLE_PREFIX_CACHING"
     assert OPTION_KEYS["--disable-fastapi-docs"] == "API_KEY" and OPTION_KEYS["--load-format"] == "PRESHARD_DIR"
+
+
+# ---------------------------------------------------------------- CUDA hosts (h200.env, demo-gpu*.env)
+
+
+@pytest.mark.parametrize("name", ["h200.env", "demo-gpu.env", "demo-gpu-fp8kv.env"])
+def test_cuda_plans_keep_the_drivers_jit_cache_under_the_project_cache(name: str) -> None:
+    """vLLM 0.26's Marlin MoE kernels ship PTX only for Hopper: a persistent JIT cache makes the ~30-40 s compile
+    the first start's cost only."""
+    env = plan_for(name).env
+    assert env["CUDA_CACHE_PATH"] == "/cache/cuda-jit"
+    assert env["CUDA_CACHE_MAXSIZE"] == str(4 << 30)
+
+
+@pytest.mark.parametrize("name", ["production.env", "demo-cpu.env"])
+def test_only_cuda_plans_set_cuda_variables(name: str) -> None:
+    config = load_config(CONFIGS_DIR / name, environ={})
+    env = build_plan(config, python_executable="/usr/bin/python3", cache_dir="/cache", flashinfer=False).env
+    assert not {"CUDA_CACHE_PATH", "CUDA_CACHE_MAXSIZE", "VLLM_USE_FLASHINFER_SAMPLER"} & env.keys()
+
+
+def test_the_flashinfer_sampler_is_turned_off_only_where_flashinfer_is_missing() -> None:
+    config = load_config(CONFIGS_DIR / "h200.env", environ={})
+
+    def env(flashinfer: bool | None) -> dict[str, str]:
+        return dict(build_plan(config, "/usr/bin/python3", "/cache", flashinfer=flashinfer).env)
+
+    assert env(False)["VLLM_USE_FLASHINFER_SAMPLER"] == "0"
+    assert "VLLM_USE_FLASHINFER_SAMPLER" not in env(True)
+    assert "VLLM_USE_FLASHINFER_SAMPLER" not in env(None)  # not asked: vLLM's default
+
+
+def test_demo_gpu_plan_serves_the_cuda_miniature_on_one_gpu() -> None:
+    from kimi_dflash.launch.prepare import resolve_demo_models
+
+    config = resolve_demo_models(load_config(CONFIGS_DIR / "demo-gpu.env", environ={}), create=False)
+    plan = build_plan(config, python_executable="/usr/bin/python3", cache_dir="/cache")
+    argv = plan.argv
+    assert argv[:2] == ("vllm", "serve") and argv[2].endswith("/demo/kimi-cuda/target-int4")
+    expected = {
+        "--tensor-parallel-size": "1",
+        "--dtype": "bfloat16",
+        "--kv-cache-dtype": "auto",
+        "--max-num-seqs": "32",
+        "--block-size": "16",
+        "--gpu-memory-utilization": "0.5",
+    }
+    assert {flag: flag_value(argv, flag) for flag in expected} == expected
+    assert "--enforce-eager" in argv and "--language-model-only" in argv and "--trust-remote-code" not in argv
+    spec = json.loads(flag_value(argv, "--speculative-config"))
+    assert spec["method"] == "dflash" and spec["num_speculative_tokens"] == 2
+    assert spec["model"].endswith("/demo/kimi-cuda/drafter")
+    assert plan.env["HF_HUB_OFFLINE"] == "1"
+
+
+def test_demo_gpu_fp8kv_plan_is_demo_gpu_with_flashmla_blocks_and_the_kv_scale_hook() -> None:
+    fp8, bf16 = plan_for("demo-gpu-fp8kv.env"), plan_for("demo-gpu.env")
+    assert flag_value(fp8.argv, "--kv-cache-dtype") == "fp8" and flag_value(fp8.argv, "--block-size") == "64"
+    assert json.loads(flag_value(fp8.argv, "--speculative-config"))["kv_cache_dtype"] == "auto"
+    assert fp8.env["KIMI_DFLASH_KV_SCALE_MODE"] == "dynamic" and int(fp8.env["KIMI_DFLASH_KV_SCALE_WARMUP_STEPS"]) > 0
+    changed = {"--kv-cache-dtype", "--block-size", "--served-model-name", "--speculative-config"}
+    options = parse_serve_command(fp8.argv).options
+    assert {o for o in options if options[o] != parse_serve_command(bf16.argv).options.get(o)} == changed

