@@ -13,10 +13,23 @@ import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from kimi_dflash.documents import Document
 from kimi_dflash.qualify import steps
+from kimi_dflash.qualify.lossless import LosslessVerdict
 from kimi_dflash.qualify.state import DONE
+from kimi_dflash.validate.engine import AgreementSummary
 
-PASSING_VERDICT = {"verdict": "PASS", "agreement": {"identical": 8, "prompts": 8}, "max_tokens": 48}
+PASSING_VERDICT = LosslessVerdict(
+    verdict="PASS", reasons=[], reference_model="ref", candidate_model="cand", max_tokens=48, pairs=[],
+    agreement=AgreementSummary(prompts=8, identical=8, mean_prefix_agreement=1.0, median_first_divergence=None,
+                               earliest_divergence=None),
+    first_divergence=None,
+)  # fmt: skip
+
+
+class FakeOutput(Document):
+    SCHEMA = "test/fake-step-output"
+    step: str
 
 
 def fake_output(out: Path, step: str) -> Path:
@@ -25,9 +38,9 @@ def fake_output(out: Path, step: str) -> Path:
 
 def _fake(name: str) -> Callable[[steps.Context], steps.Outcome]:
     def step(ctx: steps.Context) -> steps.Outcome:
-        ctx.write_json(fake_output(ctx.out, name), {"step": name})
+        ctx.write(fake_output(ctx.out, name), FakeOutput(step=name))
         if name == "candidate":
-            ctx.write_json(ctx.lossless_dir / "verdict.json", PASSING_VERDICT)
+            ctx.write(ctx.lossless_dir / "verdict.json", PASSING_VERDICT)
         return steps.Outcome(DONE, f"fake {name}")
 
     return step

@@ -22,11 +22,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+
+from pydantic import TypeAdapter
 
 from kimi_dflash.bench.goodput import describe, parse_slo
 from kimi_dflash.bench.progress import format_duration
 from kimi_dflash.core.errors import UserError
+from kimi_dflash.documents import Json
 from kimi_dflash.qualify.graphs import GraphCandidate
 
 SPEC_TOKENS = "NUM_SPECULATIVE_TOKENS"
@@ -159,10 +162,8 @@ class QualifyPlan:
     def within_budget(self) -> bool:
         return self.total_s <= self.budget_s
 
-    def to_json(self) -> dict[str, object]:
-        document = asdict(self)
-        document["total_s"] = self.total_s
-        return document
+    def to_json(self) -> Json:
+        return {**TypeAdapter(QualifyPlan).dump_python(self, mode="json"), "total_s": self.total_s}
 
 
 def bench_args(box: Box, slo: str = "") -> tuple[str, ...]:

@@ -114,7 +114,7 @@ def _context(out: Path):  # type: ignore[no-untyped-def]
 
 def test_per_request_and_goodput_steps_compute_what_the_report_shows(tmp_path: Path) -> None:
     from kimi_dflash.qualify import report, steps
-    from kimi_dflash.qualify.state import DONE, open_state
+    from kimi_dflash.qualify.state import DONE, QualifySignature, open_state
 
     _grid(tmp_path)
     ctx = _context(tmp_path)
@@ -140,10 +140,10 @@ def test_per_request_and_goodput_steps_compute_what_the_report_shows(tmp_path: P
     assert all(r["low"] < r["speedup"] < r["high"] and r["speedup"] == pytest.approx(1.5) for r in matched)
     assert goodput.status == DONE and "k=4: 1.425x" in goodput.detail
 
-    state = open_state(tmp_path, {}, ctx.plan.to_json(), resume=False)
+    state = open_state(tmp_path, QualifySignature(), ctx.plan, resume=False)
     for name, outcome in (("per_request", per_request), ("goodput", goodput)):
         state.finish(name, outcome.status, state.begin(name), outcome.detail, outcome.outputs)
-    path, _, _ = report.write_report(tmp_path, state, "demo-cpu", None, plots=False)
+    path, _, _ = report.write_report(tmp_path, state, "demo-cpu", plots=False)
     text = path.read_text(encoding="utf-8")
     assert "  - k=4: **6/8** identical (sessions 2, 4); first difference at 2 sessions, reply 0/1/1" in text
     section = text.split("## Per-request acceptance", 1)[1].split("\n## ", 1)[0]
@@ -159,12 +159,12 @@ def test_per_request_and_goodput_steps_compute_what_the_report_shows(tmp_path: P
 def test_without_the_measures_the_report_says_why(tmp_path: Path) -> None:
     from kimi_dflash.qualify import report
     from kimi_dflash.qualify.plan import build_plan, per_request_setting
-    from kimi_dflash.qualify.state import open_state
+    from kimi_dflash.qualify.state import QualifySignature, open_state
 
     values = {"DEVICE": "cpu", "SPECULATIVE_METHOD": "dflash", "NUM_SPECULATIVE_TOKENS": "4", "MAX_NUM_SEQS": "16"}
     plan = build_plan(values, slo="none", per_request=per_request_setting(values, (), ("absent", "vllm 0.28.0")))
-    state = open_state(tmp_path, {}, plan.to_json(), resume=False)
-    text = report.write_report(tmp_path, state, "demo-cpu", None, plots=False)[0].read_text(encoding="utf-8")
+    state = open_state(tmp_path, QualifySignature(), plan, resume=False)
+    text = report.write_report(tmp_path, state, "demo-cpu", plots=False)[0].read_text(encoding="utf-8")
     assert "*(not measured: the installed vLLM has no --per-request-spec-decode-metrics (added in 0.29.0" in text
     assert "*(not measured: --slo none: no SLO measured)*" in text
 
@@ -230,7 +230,7 @@ def test_the_projection_runs_beside_the_grid_and_the_report_labels_it_speed_not_
 
     from kimi_dflash.qualify import report, steps
     from kimi_dflash.qualify.plan import build_plan
-    from kimi_dflash.qualify.state import DONE, open_state
+    from kimi_dflash.qualify.state import DONE, QualifySignature, open_state
     from kimi_dflash_lab.synthetic import plan_chunks
 
     _grid(tmp_path)
@@ -261,9 +261,9 @@ def test_the_projection_runs_beside_the_grid_and_the_report_labels_it_speed_not_
         assert row["speedup"] == pytest.approx(row["output_tok_s"] / reference[sessions], rel=1e-2)
         assert row["candidate_tok_s"] is not None and row["candidate_speedup"] is not None
 
-    state = open_state(tmp_path, {}, ctx.plan.to_json(), resume=False)
+    state = open_state(tmp_path, QualifySignature(), ctx.plan, resume=False)
     state.finish("synthetic", outcome.status, state.begin("synthetic"), outcome.detail, outcome.outputs)
-    text = report.write_report(tmp_path, state, "production", None, plots=False)[0].read_text(encoding="utf-8")
+    text = report.write_report(tmp_path, state, "production", plots=False)[0].read_text(encoding="utf-8")
     section = text.split("## Projection: what a better drafter would give on this box", 1)[1].split("\n## ", 1)[0]
     assert "**A projection of speed, not of quality.**" in section and "0.75, 0.5" in section
     assert "| 2 |" in section and f"| 2.25 / {counted_tau:.2f} |" in section
@@ -272,15 +272,15 @@ def test_the_projection_runs_beside_the_grid_and_the_report_labels_it_speed_not_
 def test_without_rates_or_on_cpu_the_report_says_why_there_is_no_projection(tmp_path: Path) -> None:
     from kimi_dflash.qualify import report
     from kimi_dflash.qualify.plan import build_plan
-    from kimi_dflash.qualify.state import open_state
+    from kimi_dflash.qualify.state import QualifySignature, open_state
 
     for device, why in (("rocm", "not asked for: --project-acceptance RATES"), ("cpu", "refused on the CPU build")):
         values = {"DEVICE": device, "SPECULATIVE_METHOD": "dflash", "NUM_SPECULATIVE_TOKENS": "2", "MAX_NUM_SEQS": "8"}
         plan = build_plan(values, projection=(0.8, 0.6) if device == "cpu" else ())
         assert plan.projection == ()
         out = tmp_path / device
-        state = open_state(out, {}, plan.to_json(), resume=False)
-        text = report.write_report(out, state, "x", None, plots=False)[0].read_text(encoding="utf-8")
+        state = open_state(out, QualifySignature(), plan, resume=False)
+        text = report.write_report(out, state, "x", plots=False)[0].read_text(encoding="utf-8")
         assert f"*(not measured: {why}" in text
 
 
@@ -296,7 +296,7 @@ def test_the_graph_mode_candidate_runs_apart_from_the_grid_and_reports_a_lowered
     from kimi_dflash.qualify import report, steps
     from kimi_dflash.qualify.graphs import graph_candidate
     from kimi_dflash.qualify.plan import build_plan
-    from kimi_dflash.qualify.state import DONE, open_state
+    from kimi_dflash.qualify.state import DONE, QualifySignature, open_state
     from kimi_dflash.validate.client import Completion
 
     _grid(tmp_path)
@@ -330,9 +330,9 @@ def test_the_graph_mode_candidate_runs_apart_from_the_grid_and_reports_a_lowered
         assert row["speedup_vs_eager"] == pytest.approx(row["output_tok_s"] / eager[sessions], rel=1e-2)
     assert "PIECEWISE (lowered after start-up: vllm #49547)" in outcome.detail
 
-    state = open_state(tmp_path, {}, ctx.plan.to_json(), resume=False)
+    state = open_state(tmp_path, QualifySignature(), ctx.plan, resume=False)
     state.finish("graphs", outcome.status, state.begin("graphs"), outcome.detail, outcome.outputs)
-    text = report.write_report(tmp_path, state, "production", None, plots=False)[0].read_text(encoding="utf-8")
+    text = report.write_report(tmp_path, state, "production", plots=False)[0].read_text(encoding="utf-8")
     section = text.split("## Graph-mode candidate", 1)[1].split("\n## ", 1)[0]
     assert "**PIECEWISE, lowered by vLLM after start-up**" in section and "**2/2**" in section
     assert "`ENFORCE_EAGER=false`" in section and "| 4 |" in section

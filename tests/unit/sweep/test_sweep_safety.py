@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from kimi_dflash.bench.result import load_result
+from kimi_dflash.runs.orchestrator import Interrupted
 from kimi_dflash.sweep import cli as sweep_cli
 from kimi_dflash.sweep.cli import main
 from repo_paths import REPO_ROOT
@@ -90,13 +91,16 @@ def test_a_second_sweep_on_a_directory_in_use_is_refused_with_the_first_pid_and_
     assert len(started) == 2 and notes(notes_dir, "stops") == started  # each server stopped once, by its own run
 
 
+@pytest.mark.parametrize(("raised", "code", "name"), [(KeyboardInterrupt(), 130, "SIGINT"),
+                                                     (Interrupted("SIGTERM"), 143, "SIGTERM")])  # fmt: skip
 def test_an_interrupt_says_which_signal(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    def interrupted(plan: object) -> None:
-        raise KeyboardInterrupt
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], raised: BaseException,
+    code: int, name: str
+) -> None:  # fmt: skip
+    def interrupted(plan: object, run_state: object) -> None:
+        raise raised
 
-    monkeypatch.setattr(sweep_cli, "run_sweep", interrupted)
+    monkeypatch.setattr(sweep_cli, "run_points", interrupted)
     (tmp_path / "serve.sh").touch()
-    assert main(_argv(tmp_path / "sweep", tmp_path / "serve.sh")) == 130
-    assert "sweep: interrupted (SIGINT); rerun the same command to finish" in capsys.readouterr().err
+    assert main(_argv(tmp_path / "sweep", tmp_path / "serve.sh")) == code
+    assert f"sweep: interrupted ({name}); rerun the same command to finish" in capsys.readouterr().err
