@@ -4,11 +4,14 @@ it, never each other).
 
 Each fake writes ``fake-<step>.json`` through the context (so it is in the run's manifest); the fake candidate
 also writes a passing lossless verdict, so a run of fakes exits 0. Run as a script it is qualify with every step
-but those named faked: ``python qualify_fakes.py grid CONFIG --out DIR ...``.
+but those named faked: ``python qualify_fakes.py grid CONFIG --out DIR ...``; with QUALIFY_FAKE_SIGTERM_IN=STEP the
+fake of that step sends the run SIGTERM.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -38,6 +41,8 @@ def fake_output(out: Path, step: str) -> Path:
 
 def _fake(name: str) -> Callable[[steps.Context], steps.Outcome]:
     def step(ctx: steps.Context) -> steps.Outcome:
+        if os.environ.get("QUALIFY_FAKE_SIGTERM_IN") == name:  # the run is terminated in the middle of this step
+            os.kill(os.getpid(), signal.SIGTERM)
         ctx.write(fake_output(ctx.out, name), FakeOutput(step=name))
         if name == "candidate":
             ctx.write(ctx.lossless_dir / "verdict.json", PASSING_VERDICT)

@@ -10,13 +10,19 @@ damaged or foreign file is refused with a message, never a traceback). Each user
 
 from __future__ import annotations
 
+import errno
+import os
+import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Annotated, ClassVar, Literal, TypeVar
 
 from pydantic import AfterValidator, JsonValue, PrivateAttr, model_validator
 
 from kimi_dflash.bench.report import utc_now
+from kimi_dflash.core.dir_lock import directory_lock
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.user_files import MiB
 from kimi_dflash.documents import Document, Model
@@ -25,6 +31,13 @@ DONE, FAILED, SKIPPED, RUNNING = "done", "failed", "skipped", "running"
 Status = Literal["done", "failed", "skipped", "running"]
 KEPT = (DONE, SKIPPED)  # a rerun keeps these; failed or cut-off (running) units are redone
 S = TypeVar("S", bound="RunState")
+_WRITE_FIXES = {
+    errno.ENOSPC: "free some space",
+    errno.EDQUOT: "free some space (the disk quota is full)",
+    errno.EROFS: "name an --out on a writable filesystem",
+    errno.EACCES: "make it writable, or name another --out",
+    errno.EPERM: "make it writable, or name another --out",
+}
 
 
 class StepOutputs(Model):
@@ -146,3 +159,49 @@ class RunState(Document):
     def at(self: S, out: Path) -> S:
         self._out = out
         return self
+
+    @contextmanager
+    def opened(self: S, resume: bool = True) -> Iterator[S]:
+        """The directory created, locked for the block (one run per directory), and the state opened in it."""
+        self._out.mkdir(parents=True, exist_ok=True)
+        with directory_lock(self._out, self.LOCK, what=self.RUN):
+            yield self.open(resume)
+
+    def refuse_foreign_out(self) -> None:
+        """Refuse a directory the run must not write into: the run writes there (and an archive packs what it
+        wrote). A symlink is never followed; a file is not a directory; a non-empty directory must hold a run of
+        this kind (its state file; opening it then checks it is the same run)."""
+        out = self._out
+        if out.is_symlink():
+            raise UserError(f"--out {out}: is a symbolic link; a {self.RUN} never writes through one. Name a new "
+                            "directory.")  # fmt: skip
+        if not out.exists():
+            return
+        if not out.is_dir():
+            raise UserError(f"--out {out}: exists and is not a directory; name a new or empty directory.")
+        try:
+            entries = sorted(set(os.listdir(out)) - {self.LOCK})
+        except OSError as exc:
+            raise UserError(f"--out {out}: cannot be listed ({exc.strerror or exc}); name another directory.") from None
+        if entries and self.FILE not in entries:
+            shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
+            raise UserError(f"--out {out}: is a non-empty directory that holds no {self.RUN} ({shown}); the run would "
+                            "write there. Name a new or empty directory.")  # fmt: skip
+
+    def statuses(self) -> dict[str, str]:
+        """Each recorded unit's status (for a dry run); an unreadable state is said, not fatal."""
+        if not self.recorded():
+            return {}
+        try:
+            return {name: step.status for name, step in self.read().steps.items()}
+        except UserError as exc:
+            print(f"warning: {exc} (a rerun would refuse it); statuses not shown", file=sys.stderr)
+            return {}
+
+    def cannot_write(self, exc: OSError, rerun: str) -> str:
+        """What to do when the directory cannot be written (read-only, disk full): the state on disk is the last one
+        written whole, so the rerun keeps what finished."""
+        where = f" ({exc.filename})" if exc.filename else ""
+        fix = _WRITE_FIXES.get(exc.errno or 0, "check the directory")
+        return (f"cannot write in --out {self._out}{where}: {exc.strerror or exc}. {fix[0].upper() + fix[1:]}, then "
+                f"{rerun} (finished work is kept).")  # fmt: skip

@@ -11,7 +11,6 @@ from kimi_dflash.bench.cli import build_parser as bench_parser
 from kimi_dflash.bench.request_shaping import is_credential, redact_header_arg
 from kimi_dflash.config.shipped import resolve_config_argument
 from kimi_dflash.core.atomic_write import write_text_atomic
-from kimi_dflash.core.dir_lock import directory_lock
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.redaction import RedactingArgumentParser, split_secret
 from kimi_dflash.launch.serve_sh import SERVE_COMMAND, ServerLeftRunning
@@ -136,13 +135,16 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         return 0
     signature = state.SweepSignature(config=str(plan.config), grid=args.grid, sessions=list(plan.sessions),
                                      benchmark_options=plan.bench_args)  # fmt: skip
+    fresh = state.SweepState(signature=signature).at(plan.out)
     try:
-        plan.out.mkdir(parents=True, exist_ok=True)
-        with directory_lock(plan.out, state.LOCK_FILE, what="sweep"):
-            return _run(plan, state.SweepState(signature=signature).at(plan.out).open(), plots=not args.no_plots)
+        with fresh.opened() as run_state:
+            return _run(plan, run_state, plots=not args.no_plots)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:  # DIR read-only, the disk full
+        print(f"sweep: {fresh.cannot_write(exc, 'rerun the same command')}", file=sys.stderr)
+        return 1
 
 
 def _run(plan: PointPlan, run_state: state.SweepState, plots: bool) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from extras import needs_cpu_extra
 from kimi_dflash.qualify.bundle import result_name
 from kimi_dflash.results_doc import render_block
 from repo_paths import REPO_ROOT
+from serve_stand_in import kill_servers
 
 ROOT = REPO_ROOT
 RESULTS = ROOT / "benchmarks" / "results"
@@ -336,3 +338,87 @@ def test_the_graph_mode_candidate_runs_apart_from_the_grid_and_reports_a_lowered
     section = text.split("## Graph-mode candidate", 1)[1].split("\n## ", 1)[0]
     assert "**PIECEWISE, lowered by vLLM after start-up**" in section and "**2/2**" in section
     assert "`ENFORCE_EAGER=false`" in section and "| 4 |" in section
+
+
+FP8_STAND_IN = """#!/usr/bin/env bash
+# serve.sh for the FP8 step: --wait notes the KV keys it was given and starts the instrument server, whose log says
+# its KV capacity as vLLM's does; --stop notes the port and stops it.
+pidfile="$STAND_IN_DIR/server-$PORT.pid"
+if [[ " $* " == *" --wait "* ]]; then
+  args=("$@"); log="${args[-1]}"
+  echo "$PORT KV_CACHE_DTYPE=$KV_CACHE_DTYPE KV_SCALE_MODE=$KV_SCALE_MODE SPECULATIVE_METHOD=$SPECULATIVE_METHOD" \\
+    >> "$STAND_IN_DIR/started"
+  echo "INFO [kv_cache_utils.py:1] GPU KV cache size: 1,000 tokens" > "$log"
+  "$KIMI_PYTHON" -m kimi_dflash_lab.synthetic --port "$PORT" --ttft-ms 1 --chunk-interval-ms 1 >> "$log" 2>&1 &
+  echo $! > "$pidfile"
+  for _ in $(seq 300); do grep -q "listening on" "$log" && exit 0; sleep 0.1; done
+  exit 1
+fi
+echo "$PORT" >> "$STAND_IN_DIR/stops"
+[[ -f "$pidfile" ]] && kill "$(cat "$pidfile")" && rm -f "$pidfile"
+exit 0
+"""
+
+
+@needs_cpu_extra
+def test_the_fp8_step_serves_the_bf16_kv_server_through_serve_sh_and_writes_a_typed_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The BF16-KV server is started like every other server of the run (launch.serve_sh: serve.sh --wait with
+    the config keys, running.json naming it, serve.sh --stop), and the verdict is a typed document."""
+    from kimi_dflash.fp8.validate import Fp8Summary
+    from kimi_dflash.qualify import steps
+    from kimi_dflash.qualify.lossless import GreedyOutputs
+    from kimi_dflash.qualify.plan import build_plan
+    from kimi_dflash.qualify.state import DONE
+    from kimi_dflash.validate.client import Completion
+    from kimi_dflash.validate.engine import math_questions
+    from kimi_dflash_lab import lab_environ
+
+    serve = tmp_path / "serve.sh"
+    serve.write_text(FP8_STAND_IN)
+    serve.chmod(0o755)
+    monkeypatch.setenv("STAND_IN_DIR", str(tmp_path))
+    monkeypatch.setenv("KIMI_PYTHON", sys.executable)
+    monkeypatch.setenv("PYTHONPATH", lab_environ()["PYTHONPATH"])
+    values = {"DEVICE": "cpu", "SPECULATIVE_METHOD": "dflash", "NUM_SPECULATIVE_TOKENS": "4", "MAX_NUM_SEQS": "4",
+              "KV_CACHE_DTYPE": "fp8"}  # fmt: skip
+    plan = build_plan(values, slo="none")
+    ctx = steps.Context(config=ROOT / "configs" / "demo-cpu.env", config_as_given="demo-cpu", values=values,
+                        overrides={}, plan=plan, out=tmp_path / "out", serve_command=(str(serve),))  # fmt: skip
+    # What the reference step left: the FP8 reference's greedy outputs and math answers, and its server's log.
+    _, questions = math_questions()
+    done = [Completion("The answer is 7.", [1, 2, 3], 3, 3, "length")]
+    GreedyOutputs(model="m", max_tokens=8, prompts=["a"], completions=done).save(ctx.lossless_dir / "reference.json")
+    GreedyOutputs(model="m", max_tokens=8, prompts=questions, completions=done * len(questions)).save(
+        ctx.lossless_dir / "reference-math.json"
+    )
+    fp8_log = ctx.grid_dir / "logs" / "NUM_SPECULATIVE_TOKENS-0.server.log"
+    fp8_log.parent.mkdir(parents=True)
+    fp8_log.write_text("INFO GPU KV cache size: 2,100 tokens\n")
+    try:
+        outcome = steps.fp8_step(ctx)
+    finally:
+        kill_servers(tmp_path)
+    assert outcome.status == DONE and outcome.outputs.verdict in ("PASS", "WARN", "FAIL"), outcome.detail
+    [started] = (tmp_path / "started").read_text().splitlines()
+    port, *keys = started.split()
+    assert keys == ["KV_CACHE_DTYPE=auto", "KV_SCALE_MODE=off", "SPECULATIVE_METHOD=none"]
+    assert (tmp_path / "stops").read_text().split() == [port] and not (ctx.grid_dir / "running.json").exists()
+    summary = Fp8Summary.load(ctx.out / "fp8.json")
+    assert (summary.kv_capacity_bf16, summary.kv_capacity_fp8) == (1000, 2100)
+    assert summary.verdict == outcome.outputs.verdict
+
+
+def test_the_report_sets_the_recipe_figures_shipped_in_the_package_beside_the_run(tmp_path: Path) -> None:
+    """No checkout needed: the recipe's published figures come with the package (an install has no benchmarks/)."""
+    from kimi_dflash.qualify import report
+    from kimi_dflash.qualify.plan import build_plan
+    from kimi_dflash.qualify.state import QualifySignature, open_state
+
+    _grid(tmp_path)
+    values = {"DEVICE": "cpu", "SPECULATIVE_METHOD": "dflash", "NUM_SPECULATIVE_TOKENS": "4", "MAX_NUM_SEQS": "16"}
+    state = open_state(tmp_path, QualifySignature(), build_plan(values), resume=False)
+    text = report.write_report(tmp_path, state, "demo-cpu", plots=False)[0].read_text(encoding="utf-8")
+    section = text.split("## The recipe's published MI300X figures beside this run", 1)[1].split("\n## ", 1)[0]
+    assert "**not measured by this project**" in section and "| `production.env` | BF16 | 2 | 32 | 507.6 |" in section
