@@ -151,7 +151,7 @@ def _serve(ctx: Context, plan: PointPlan, point: Point, on_ready: OnReady | None
     """Serve the point, run ``on_ready`` on it (None: nothing needs the server but the benchmark), benchmark, stop;
     a point already benchmarked is served again only when ``on_ready`` needs it. The problems (empty: done); what
     ``on_ready`` raises is one of them, and the point is still benchmarked and stopped."""
-    plan.servers.stop_leftover(ctx.say)
+    plan.servers.stop_leftover(lambda text: ctx.say(f"qualify: {text}"))
     if on_ready is None and points_state.finished_result(plan.out, point) is not None:
         return []
     errors: list[str] = []

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Annotated, ClassVar, Literal, TypeVar
 
-from pydantic import AfterValidator, JsonValue, PrivateAttr, model_validator
+from pydantic import AfterValidator, JsonValue, PrivateAttr, field_validator, model_validator
 
 from kimi_dflash.bench.report import utc_now
 from kimi_dflash.core.dir_lock import directory_lock
@@ -92,6 +92,13 @@ class RunState(Document):
     steps: dict[str, StepRecord] = {}
     _out: Path = PrivateAttr(default=Path("."))
 
+    @field_validator("files")
+    @classmethod
+    def _not_the_run_s_own(cls, names: list[str]) -> list[str]:
+        if {cls.FILE, cls.LOCK} & set(names):
+            raise ValueError(f"lists {cls.FILE} or {cls.LOCK}, which a run never records as written")
+        return names
+
     @property
     def out(self) -> Path:
         return self._out
@@ -136,8 +143,8 @@ class RunState(Document):
     def open(self: S, resume: bool = True) -> S:
         """This fresh state (signature and plan of this invocation), or the recorded one when the directory holds
         a run: resumed when ``resume`` and the signatures match, refused otherwise. Saved before it is returned."""
-        state = self
-        if self.recorded():
+        state, resumed = self, self.recorded()
+        if resumed:
             if not resume:
                 raise UserError(f"{self._out} already holds a {self.RUN}; pass --resume to finish it, or use another "
                                 "--out.")  # fmt: skip
@@ -150,8 +157,7 @@ class RunState(Document):
                     f"runs. Rerun with the recorded settings (see {self.FILE} there) or use another --out."
                 )
             state = self.model_copy(update={"steps": recorded.steps, "runs": recorded.runs, "files": recorded.files})
-            state._out = self._out
-        state.runs.append(Invocation(started_at=utc_now(), resumed="true" if self.recorded() else "false"))
+        state.runs.append(Invocation(started_at=utc_now(), resumed="true" if resumed else "false"))
         self._out.mkdir(parents=True, exist_ok=True)
         state.save()
         return state

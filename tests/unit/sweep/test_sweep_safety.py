@@ -3,6 +3,7 @@ use, an interrupt. serve.sh is the stand-in (serve_stand_in: the instrument serv
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
@@ -104,3 +105,20 @@ def test_an_interrupt_says_which_signal(
     (tmp_path / "serve.sh").touch()
     assert main(_argv(tmp_path / "sweep", tmp_path / "serve.sh")) == code
     assert f"sweep: interrupted ({name}); rerun the same command to finish" in capsys.readouterr().err
+
+
+def test_a_dir_that_cannot_be_written_gets_a_message_and_exit_1_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kimi_dflash import documents
+
+    def full(path: Path, document: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr(documents, "write_json_atomic", full)
+    (tmp_path / "serve.sh").touch()
+    out = tmp_path / "sweep"
+    assert main(_argv(out, tmp_path / "serve.sh")) == 1
+    err = capsys.readouterr().err
+    assert f"sweep: cannot write in --out {out} ({out / 'sweep.json'}): {os.strerror(errno.ENOSPC)}. Free some " in err
+    assert "then rerun the same command (finished work is kept)" in err and "Traceback" not in err
