@@ -4,19 +4,35 @@ it, never each other).
 
 Each fake writes ``fake-<step>.json`` through the context (so it is in the run's manifest); the fake candidate
 also writes a passing lossless verdict, so a run of fakes exits 0. Run as a script it is qualify with every step
-but those named faked: ``python qualify_fakes.py grid CONFIG --out DIR ...``.
+but those named faked: ``python qualify_fakes.py grid CONFIG --out DIR ...``; with QUALIFY_FAKE_SIGTERM_IN=STEP the
+fake of that step sends the run SIGTERM.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from kimi_dflash.documents import Document
 from kimi_dflash.qualify import steps
+from kimi_dflash.qualify.lossless import LosslessVerdict
 from kimi_dflash.qualify.state import DONE
+from kimi_dflash.validate.engine import AgreementSummary
 
-PASSING_VERDICT = {"verdict": "PASS", "agreement": {"identical": 8, "prompts": 8}, "max_tokens": 48}
+PASSING_VERDICT = LosslessVerdict(
+    verdict="PASS", reasons=[], reference_model="ref", candidate_model="cand", max_tokens=48, pairs=[],
+    agreement=AgreementSummary(prompts=8, identical=8, mean_prefix_agreement=1.0, median_first_divergence=None,
+                               earliest_divergence=None),
+    first_divergence=None,
+)  # fmt: skip
+
+
+class FakeOutput(Document):
+    SCHEMA = "test/fake-step-output"
+    step: str
 
 
 def fake_output(out: Path, step: str) -> Path:
@@ -25,9 +41,11 @@ def fake_output(out: Path, step: str) -> Path:
 
 def _fake(name: str) -> Callable[[steps.Context], steps.Outcome]:
     def step(ctx: steps.Context) -> steps.Outcome:
-        ctx.write_json(fake_output(ctx.out, name), {"step": name})
+        if os.environ.get("QUALIFY_FAKE_SIGTERM_IN") == name:  # the run is terminated in the middle of this step
+            os.kill(os.getpid(), signal.SIGTERM)
+        ctx.write(fake_output(ctx.out, name), FakeOutput(step=name))
         if name == "candidate":
-            ctx.write_json(ctx.lossless_dir / "verdict.json", PASSING_VERDICT)
+            ctx.write(ctx.lossless_dir / "verdict.json", PASSING_VERDICT)
         return steps.Outcome(DONE, f"fake {name}")
 
     return step

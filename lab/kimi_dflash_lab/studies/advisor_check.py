@@ -23,8 +23,8 @@ from pathlib import Path
 from kimi_dflash.advisor.cli import render
 from kimi_dflash.advisor.model import measurements, predict
 from kimi_dflash.bench.result import load_result
+from kimi_dflash.launch.serve_sh import free_port
 from kimi_dflash.sweep.grid import Point
-from kimi_dflash.sweep.runner import free_port
 
 REPO = Path(__file__).resolve().parents[3]  # the checkout (a lab study runs from one)
 

@@ -29,7 +29,7 @@ from datetime import datetime
 from pathlib import Path
 
 from kimi_dflash.core.atomic_write import write_text_atomic
-from kimi_dflash.sweep.runner import free_port
+from kimi_dflash.launch.serve_sh import free_port
 
 REPO = Path(__file__).resolve().parents[3]  # the checkout (a lab study runs from one)
 

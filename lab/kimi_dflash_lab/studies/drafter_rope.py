@@ -24,8 +24,9 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kimi_dflash.core.atomic_write import write_json_atomic, write_text_atomic
 from kimi_dflash.sweep.runner import free_port
+
+from kimi_dflash.core.atomic_write import write_json_atomic, write_text_atomic
 
 REPO = Path(__file__).resolve().parents[3]  # the checkout (a lab study runs from one)
 CONFIG = "configs/demo-cpu.env"

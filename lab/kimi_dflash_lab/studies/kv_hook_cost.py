@@ -164,7 +164,7 @@ def measure_servers(
     plugin_src: Path,
     say: Callable[[str], None],
 ) -> list[ModeResult]:
-    from kimi_dflash.launch.local import start_local_server
+    from kimi_dflash_lab.studies.local_server import start_local_server
 
     config_path = log_dir / "tiny-mla-cpu.env"
     config_path.write_text(f"{SERVER_CONFIG}MODEL_DIR={model}\n", encoding="utf-8")

@@ -17,21 +17,22 @@ import re
 import subprocess
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from kimi_dflash.bench.result import load_result
-from kimi_dflash.core.atomic_write import write_json_atomic
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.formatting import number
+from kimi_dflash.documents import Document, Model
 from kimi_dflash.validate.client import ServerError, api_key_from_env
 
 # The comparison itself is the shared engine (payload/validate.py runs on it too); this tool adds KV capacity
 # and throughput, and judges FP8 KV by accuracy rather than identity.
 from kimi_dflash.validate.engine import (
     AgreementSummary,
-    PairComparison,  # noqa: F401 - re-exported: the FP8 tests import the comparison from here
+    PairComparison,
+    Status,
+    Verdict,
     compare_outputs,
     compare_tokens,  # noqa: F401 - re-exported
     generate_both,
@@ -69,103 +70,109 @@ def verdict_lines(
     math_fp8: float,
     capacity: tuple[int | None, int | None],
     thresholds: Thresholds,
-) -> tuple[str, list[str]]:
-    """(PASS|WARN|FAIL, reasons). FAIL = FP8 changes answers; WARN = weaker evidence or missing facts."""
-    problems: list[tuple[str, str]] = []
+) -> Verdict:
+    """PASS, WARN or FAIL with the reasons. FAIL = FP8 changes answers; WARN = weaker evidence or missing facts."""
+    problems: list[tuple[Status, str]] = []
     drop = (math_bf16 - math_fp8) * 100
     if drop > thresholds.max_math_drop_points:
-        problems.append(
-            (
-                "FAIL",
-                (
-                    f"math accuracy drops {drop:.1f} points with FP8 KV "
-                    f"(limit {thresholds.max_math_drop_points:g}); check the KV scales"
-                ),
-            )
-        )
+        problems.append(("FAIL", f"math accuracy drops {drop:.1f} points with FP8 KV (limit "
+                         f"{thresholds.max_math_drop_points:g}); check the KV scales"))  # fmt: skip
     if agreement.mean_prefix_agreement < thresholds.min_prefix_agreement:
-        problems.append(
-            (
-                "WARN",
-                (
-                    f"FP8 outputs share only {agreement.mean_prefix_agreement * 100:.0f}% of their "
-                    f"greedy prefix with BF16 (expect >= {thresholds.min_prefix_agreement * 100:.0f}%)"
-                ),
-            )
-        )
+        shared, expected = agreement.mean_prefix_agreement * 100, thresholds.min_prefix_agreement * 100
+        problems.append(("WARN", f"FP8 outputs share only {shared:.0f}% of their greedy prefix with BF16 (expect >= "
+                         f"{expected:.0f}%)"))  # fmt: skip
     bf16_tokens, fp8_tokens = capacity
-    if bf16_tokens and fp8_tokens:
-        ratio = fp8_tokens / bf16_tokens
-        if ratio < thresholds.min_capacity_ratio:
-            problems.append(
-                (
-                    "WARN",
-                    (
-                        f"FP8 KV holds only {ratio:.2f}x the BF16 tokens (expect ~2x): is "
-                        "--kv-cache-dtype fp8 set on the FP8 server?"
-                    ),
-                )
-            )
-    else:
+    if not (bf16_tokens and fp8_tokens):
         problems.append(("WARN", "KV capacity unknown: pass --bf16-log and --fp8-log (the servers' logs)"))
-    if any(level == "FAIL" for level, _ in problems):
-        status = "FAIL"
-    elif problems:
-        status = "WARN"
-    else:
-        status = "PASS"
-    return status, [f"{level}: {text}" for level, text in problems]
+    elif fp8_tokens / bf16_tokens < thresholds.min_capacity_ratio:
+        problems.append(("WARN", f"FP8 KV holds only {fp8_tokens / bf16_tokens:.2f}x the BF16 tokens (expect ~2x): "
+                         "is --kv-cache-dtype fp8 set on the FP8 server?"))  # fmt: skip
+    return Verdict.of(problems)
+
+
+class Fp8Summary(Document):
+    """The FP8 KV verdict and its evidence (qualify's fp8.json)."""
+
+    SCHEMA = "kimi-dflash/fp8-summary"
+    WHAT = "FP8 KV summary"
+    verdict: Status
+    reasons: list[str]
+    math_bf16: float
+    math_fp8: float
+    kv_capacity_bf16: int | None
+    kv_capacity_fp8: int | None
+
+
+class BenchSummary(Model):
+    """The headline figures of one benchmark run (its last level), or why there are none."""
+
+    status: str  # "ok" or "exit N"
+    command: list[str]
+    output: str
+    sessions: int | None = None
+    output_tok_s: float | None = None
+    completed: int | None = None
+    failed: int | None = None
+    detail: str = ""
+
+
+class MathRowDoc(Model):
+    id: str
+    answer: int
+    bf16: int | None
+    fp8: int | None
+
+
+class MathSummary(Model):
+    accuracy_bf16: float
+    accuracy_fp8: float
+    rows: list[MathRowDoc]
+
+
+class Fp8Report(Document):
+    """validate-fp8 --json: every per-prompt comparison, the math rows, capacity, benchmarks and the verdict."""
+
+    SCHEMA = "kimi-dflash/fp8-validation"
+    WHAT = "FP8 KV validation report"
+    servers: dict[str, str]
+    models: list[str]
+    agreement: AgreementSummary
+    pairs: list[PairComparison]
+    math: MathSummary
+    kv_capacity_tokens: dict[str, int | None]
+    benchmark: dict[str, BenchSummary] | None
+    verdict: Status
+    reasons: list[str]
 
 
 # ------------------------------------------------------------------------------------------ I/O parts
 
 
-def run_benchmark(url: str, sessions: int, label: str, output: Path, extra: Sequence[str]) -> dict[str, Any]:
+def run_benchmark(url: str, sessions: int, label: str, output: Path, extra: Sequence[str]) -> BenchSummary:
     """Run the multi-turn benchmark at ``sessions`` concurrent sessions; return its headline figures."""
-    command = [
-        *BENCHMARK_COMMAND,
-        "--base-url",
-        url,
-        "--sessions",
-        str(sessions),
-        "--label",
-        label,
-        "--output",
-        str(output),
-        *extra,
-    ]
+    command = [*BENCHMARK_COMMAND, "--base-url", url, "--sessions", str(sessions), "--label", label, "--output",
+               str(output), *extra]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, check=False)
-    summary: dict[str, Any] = {
-        "status": "ok" if result.returncode == 0 else f"exit {result.returncode}",
-        "command": command,
-        "output": str(output),
-    }
+    status = "ok" if result.returncode == 0 else f"exit {result.returncode}"
     try:
         levels = load_result(output).results
     except UserError:
         levels = []
-    if levels:
-        level = levels[-1]
-        summary.update(
-            {
-                "sessions": level.sessions,
-                "output_tok_s": level.output_tok_s,
-                "completed": level.completed,
-                "failed": level.failed,
-            }
-        )
-    else:
-        summary["detail"] = (result.stderr.strip().splitlines() or ["no result"])[-1]
-    return summary
+    if not levels:
+        detail = (result.stderr.strip().splitlines() or ["no result"])[-1]
+        return BenchSummary(status=status, command=command, output=str(output), detail=detail)
+    level = levels[-1]
+    return BenchSummary(status=status, command=command, output=str(output), sessions=level.sessions,
+                        output_tok_s=level.output_tok_s, completed=level.completed, failed=level.failed)  # fmt: skip
 
 
-def benchmark_line(name: str, result: dict[str, Any]) -> str:
-    if result.get("output_tok_s") is not None:
+def benchmark_line(name: str, result: BenchSummary) -> str:
+    if result.output_tok_s is not None:
         return (
-            f"benchmark {name:<5}     {result['output_tok_s']:.1f} output tok/s at {result['sessions']} sessions "
-            f"({result['completed']} ok, {result['failed']} failed)"
+            f"benchmark {name:<5}     {result.output_tok_s:.1f} output tok/s at {result.sessions} sessions "
+            f"({result.completed} ok, {result.failed} failed)"
         )
-    return f"benchmark {name:<5}     {result['status']}: {result.get('detail', '')}"
+    return f"benchmark {name:<5}     {result.status}: {result.detail}"
 
 
 def _read_log(path: Path | None) -> int | None:
@@ -224,124 +231,67 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     try:
         prompts = load_calibration_prompts()[: max(1, args.prompts)]
         bf16, fp8 = served(urls, (None, None), api_key)
-        models = (bf16.model, fp8.model)
         outputs = asyncio.run(
             generate_both(bf16, fp8, prompts, max_tokens=args.max_tokens, concurrency=args.concurrency, api_key=api_key)
         )
         pairs = compare_outputs(outputs, bf16, fp8)
         agreement = summarize_agreement(pairs)
 
-        math_rows: list[dict[str, Any]] = []
-        accuracy = (0.0, 0.0)
+        math = MathSummary(accuracy_bf16=0.0, accuracy_fp8=0.0, rows=[])
         if not args.no_math:
             problems, questions = math_questions()
-            score = score_math(
-                problems,
-                asyncio.run(
-                    generate_both(
-                        bf16,
-                        fp8,
-                        questions,
-                        max_tokens=args.math_max_tokens,
-                        concurrency=args.concurrency,
-                        api_key=api_key,
-                    )
-                ),
-            )
-            math_rows = [{"id": r.id, "answer": r.answer, "bf16": r.reference, "fp8": r.candidate} for r in score.rows]
-            accuracy = (score.accuracy_reference, score.accuracy_candidate)
+            answers = asyncio.run(generate_both(bf16, fp8, questions, max_tokens=args.math_max_tokens,
+                                                concurrency=args.concurrency, api_key=api_key))  # fmt: skip
+            score = score_math(problems, answers)
+            rows = [MathRowDoc(id=r.id, answer=r.answer, bf16=r.reference, fp8=r.candidate) for r in score.rows]
+            math = MathSummary(accuracy_bf16=score.accuracy_reference, accuracy_fp8=score.accuracy_candidate, rows=rows)
         capacity = (_read_log(args.bf16_log), _read_log(args.fp8_log))
         bench = None
         if args.bench_concurrency:
             bench_dir = args.bench_dir or Path("results")
-            bench = {
-                name: run_benchmark(
-                    url,
-                    args.bench_concurrency,
-                    f"validate-fp8-{name}",
-                    bench_dir / f"validate-fp8-{name}.json",
-                    args.bench_arg,
-                )
-                for name, url in zip(("bf16", "fp8"), urls)
-            }
+            bench = {name: run_benchmark(url, args.bench_concurrency, f"validate-fp8-{name}",
+                                         bench_dir / f"validate-fp8-{name}.json", args.bench_arg)
+                     for name, url in zip(("bf16", "fp8"), urls)}  # fmt: skip
     except (ServerError, PromptFileError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 3
 
-    thresholds = Thresholds(max_math_drop_points=args.max_math_drop)
-    status, reasons = verdict_lines(
-        agreement,
-        accuracy[0],
-        accuracy[1],
-        capacity,
-        thresholds if not args.no_math else Thresholds(max_math_drop_points=float("inf")),
-    )
-    for line in report_lines(
-        models,
-        agreement,
-        accuracy if not args.no_math else None,
-        len(math_rows),
-        capacity,
-        bench,
-        status,
-        reasons,
-        args.max_tokens,
-    ):
-        print(line)
+    thresholds = Thresholds(max_math_drop_points=float("inf") if args.no_math else args.max_math_drop)
+    status, reasons = verdict_lines(agreement, math.accuracy_bf16, math.accuracy_fp8, capacity, thresholds)
+    report = Fp8Report(servers={"bf16": urls[0], "fp8": urls[1]}, models=[bf16.model, fp8.model], pairs=pairs,
+                       agreement=agreement, math=math, kv_capacity_tokens={"bf16": capacity[0], "fp8": capacity[1]},
+                       benchmark=bench, verdict=status, reasons=reasons)  # fmt: skip
+    print("\n".join(report_lines(report, args.max_tokens, math_run=not args.no_math)))
     if args.json:
-        write_json_atomic(
-            args.json,
-            {
-                "servers": {"bf16": urls[0], "fp8": urls[1]},
-                "models": list(models),
-                "agreement": asdict(agreement),
-                "pairs": [asdict(p) for p in pairs],
-                "math": {"accuracy_bf16": accuracy[0], "accuracy_fp8": accuracy[1], "rows": math_rows},
-                "kv_capacity_tokens": {"bf16": capacity[0], "fp8": capacity[1]},
-                "benchmark": bench,
-                "verdict": status,
-                "reasons": reasons,
-            },
-        )
+        report.save(args.json)
     return {"PASS": 0, "WARN": 1, "FAIL": 2}[status]
 
 
-def report_lines(
-    models: tuple[str, str],
-    agreement: AgreementSummary,
-    accuracy: tuple[float, float] | None,
-    math_n: int,
-    capacity: tuple[int | None, int | None],
-    bench: dict[str, Any] | None,
-    status: str,
-    reasons: Sequence[str],
-    max_tokens: int,
-) -> list[str]:
+def report_lines(report: Fp8Report, max_tokens: int, math_run: bool = True) -> list[str]:
+    def tokens(value: int | None) -> str:
+        return number(value, 0, grouped=True) if value else "unknown"
+
+    agreement, math = report.agreement, report.math
+    bf16, fp8 = report.kv_capacity_tokens.get("bf16"), report.kv_capacity_tokens.get("fp8")
     median = agreement.median_first_divergence
     lines = [
-        f"FP8 KV validation   bf16: {models[0]}   fp8: {models[1]}",
-        (
-            f"token agreement     {agreement.identical}/{agreement.prompts} greedy outputs identical "
-            f"({max_tokens} tokens); mean shared prefix {agreement.mean_prefix_agreement * 100:.0f}%"
-        ),
-        f"first divergence    median token {median:g}, earliest {agreement.earliest_divergence}"
-        if median is not None
-        else "first divergence    none",
+        f"FP8 KV validation   bf16: {report.models[0]}   fp8: {report.models[1]}",
+        f"token agreement     {agreement.identical}/{agreement.prompts} greedy outputs identical ({max_tokens} "
+        f"tokens); mean shared prefix {agreement.mean_prefix_agreement * 100:.0f}%",
+        "first divergence    none"
+        if median is None
+        else f"first divergence    median token {median:g}, earliest {agreement.earliest_divergence}",
     ]
-    if accuracy is not None:
-        lines.append(
-            f"math exact-match    bf16 {accuracy[0] * 100:.1f}%  fp8 {accuracy[1] * 100:.1f}%  ({math_n} problems)"
-        )
-    ratio = f"  ({capacity[1] / capacity[0]:.2f}x)" if capacity[0] and capacity[1] else ""
-    bf16, fp8 = (number(tokens, 0, grouped=True) if tokens else "unknown" for tokens in capacity)
-    lines.append(f"KV capacity         bf16 {bf16} tokens  fp8 {fp8} tokens{ratio}")
-    if bench is None:
+    if math_run:
+        lines.append(f"math exact-match    bf16 {math.accuracy_bf16 * 100:.1f}%  fp8 {math.accuracy_fp8 * 100:.1f}%  "
+                     f"({len(math.rows)} problems)")  # fmt: skip
+    ratio = f"  ({fp8 / bf16:.2f}x)" if bf16 and fp8 else ""
+    lines.append(f"KV capacity         bf16 {tokens(bf16)} tokens  fp8 {tokens(fp8)} tokens{ratio}")
+    if report.benchmark is None:
         lines.append("benchmark           not run (pass --bench-concurrency N)")
     else:
-        lines.extend(benchmark_line(name, result) for name, result in bench.items())
-    lines.append(f"verdict             {status}")
-    lines.extend(f"  {reason}" for reason in reasons)
-    return lines
+        lines.extend(benchmark_line(name, result) for name, result in report.benchmark.items())
+    return [*lines, f"verdict             {report.verdict}", *(f"  {reason}" for reason in report.reasons)]
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """What a validated config still needs from this machine before its plan is built (the fabricated demo models'
 paths, the libraries to preload into vLLM's CPU build, whether the serving Python has flashinfer on CUDA), then
-the plan for this machine. Shared by every server
-start (serve.sh, launch/local.py) and by the pre-shard tool, which runs vLLM in-process from the same config."""
+the plan for this machine. Shared by every server start (serve.sh, the lab's in-process starter) and by the
+pre-shard tool, which runs vLLM in-process from the same config."""
 
 from __future__ import annotations
 

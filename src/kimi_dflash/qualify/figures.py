@@ -5,28 +5,26 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
+from kimi_dflash.qualify.documents import AcceptanceRow
 from kimi_dflash.sweep import aggregate
 
 ACCEPTANCE_PNG = "acceptance_by_position.png"
 PLOT_FILES = ("tok_s_vs_concurrency.png", "pareto.png", ACCEPTANCE_PNG)  # in report order
 
 
-def acceptance_by_k(rows: Sequence[dict[str, Any]]) -> dict[int, list[float]]:
+def acceptance_by_k(rows: Sequence[AcceptanceRow]) -> dict[int, list[float]]:
     """Per k, acceptance at each position over every concurrency, weighted by drafts (pure)."""
     merged: dict[int, list[float]] = {}
-    for k in sorted({int(r["k"]) for r in rows}):
-        mine = [r for r in rows if int(r["k"]) == k]
-        weights = [float(r.get("drafts") or 1) for r in mine]
-        positions = min(len(r["per_position"]) for r in mine)
-        merged[k] = [
-            sum(w * r["per_position"][i] for w, r in zip(weights, mine)) / sum(weights) for i in range(positions)
-        ]
+    for k in sorted({r.k for r in rows}):
+        mine = [r for r in rows if r.k == k]
+        weights = [float(r.drafts or 1) for r in mine]
+        positions = min(len(r.per_position) for r in mine)
+        merged[k] = [sum(w * r.per_position[i] for w, r in zip(weights, mine)) / sum(weights) for i in range(positions)]
     return merged
 
 
-def write_acceptance_plot(rows: Sequence[dict[str, Any]], out: Path) -> Path:
+def write_acceptance_plot(rows: Sequence[AcceptanceRow], out: Path) -> Path:
     from kimi_dflash.bench.plots import line_chart
 
     series = {f"k={k}": (range(1, len(v) + 1), [p * 100 for p in v]) for k, v in acceptance_by_k(rows).items()}
@@ -35,7 +33,7 @@ def write_acceptance_plot(rows: Sequence[dict[str, Any]], out: Path) -> Path:
                       ylim=(0, 100), integer_x=True)  # fmt: skip
 
 
-def write_all(cells: Sequence[aggregate.Cell], acceptance_rows: Sequence[dict[str, Any]], out: Path) -> list[Path]:
+def write_all(cells: Sequence[aggregate.Cell], acceptance_rows: Sequence[AcceptanceRow], out: Path) -> list[Path]:
     written: list[Path] = []
     if cells:
         written += aggregate.write_plots(cells, out)

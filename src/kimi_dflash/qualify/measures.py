@@ -15,12 +15,21 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from kimi_dflash.bench.compare_extras import DEFAULT_ATTAINMENT, sustained
 from kimi_dflash.bench.intervals import ratio_interval
 from kimi_dflash.bench.reply_match import match_level
 from kimi_dflash.bench.result import BenchmarkResult, LevelResult, SpecGroup
+from kimi_dflash.qualify.documents import (
+    AtSloRow,
+    GoodputRow,
+    GraphRow,
+    Group,
+    MatchedRow,
+    PerRequestRow,
+    ProjectionRow,
+    ReplyIdentityRow,
+)
 from kimi_dflash.qualify.plan import SPEC_TOKENS
 
 Results = Sequence[tuple[str, BenchmarkResult]]
@@ -56,25 +65,15 @@ def _r(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def group(g: SpecGroup) -> dict[str, Any]:
+def group(g: SpecGroup) -> Group:
     tau, alpha = g.acceptance_length_dist, g.acceptance_rate_dist
-    return {
-        "key": g.key,
-        "requests": g.requests,
-        "steps": g.spec_steps,
-        "accepted": g.accepted_tokens,
-        "drafted": g.draft_tokens,
-        "tau": _r(g.acceptance_length),
-        "alpha": _r(g.acceptance_rate, 4),
-        "tau_min": _r(tau.min),
-        "tau_p50": _r(tau.p50),
-        "tau_p90": _r(tau.p90),
-        "tau_max": _r(tau.max),
-        "alpha_p50": _r(alpha.p50, 4),
-    }
+    return Group(key=g.key, requests=g.requests, steps=g.spec_steps, accepted=g.accepted_tokens,
+                 drafted=g.draft_tokens, tau=_r(g.acceptance_length), alpha=_r(g.acceptance_rate, 4),
+                 tau_min=_r(tau.min), tau_p50=_r(tau.p50), tau_p90=_r(tau.p90), tau_max=_r(tau.max),
+                 alpha_p50=_r(alpha.p50, 4))  # fmt: skip
 
 
-def per_request_rows(results: Results) -> list[dict[str, Any]]:
+def per_request_rows(results: Results) -> list[PerRequestRow]:
     """One row per speculative point and concurrency whose replies carried per-request statistics."""
     rows = []
     for k, result in by_k(results).items():
@@ -83,48 +82,34 @@ def per_request_rows(results: Results) -> list[dict[str, Any]]:
             if k == 0 or table is None:
                 continue
             counters = level.spec_decode
-            rows.append(
-                {
-                    "k": k,
-                    "sessions": sessions,
-                    "num_speculative_tokens": table.num_speculative_tokens,
-                    "requests_without": table.requests_without,
-                    "total": group(table.total),
-                    "per_position": [round(p, 4) for p in table.per_position],
-                    "per_turn": [group(g) for g in table.per_turn],
-                    "per_prompt_length": [group(g) for g in table.per_prompt_length],
-                    "per_category": [group(g) for g in table.per_category],
-                    "counter_accepted": counters.accepted_tokens if counters else None,
-                    "counter_drafted": counters.draft_tokens if counters else None,
-                }
-            )
+            rows.append(PerRequestRow(
+                k=k, sessions=sessions, num_speculative_tokens=table.num_speculative_tokens,
+                requests_without=table.requests_without, total=group(table.total),
+                per_position=[round(p, 4) for p in table.per_position], per_turn=[group(g) for g in table.per_turn],
+                per_prompt_length=[group(g) for g in table.per_prompt_length],
+                per_category=[group(g) for g in table.per_category],
+                counter_accepted=counters.accepted_tokens if counters else None,
+                counter_drafted=counters.draft_tokens if counters else None,
+            ))  # fmt: skip
     return rows
 
 
-def goodput_rows(results: Results) -> list[dict[str, Any]]:
+def goodput_rows(results: Results) -> list[GoodputRow]:
     rows = []
     for k, result in by_k(results).items():
         for sessions, level in _levels(result).items():
             gp = level.goodput
             if gp is None:
                 continue
-            rows.append(
-                {
-                    "k": k,
-                    "sessions": sessions,
-                    "requests": gp.requests,
-                    "met": gp.met,
-                    "attainment": _r(gp.attainment, 4),
-                    "output_goodput": _r(gp.output_goodput, 2),
-                    "request_goodput": _r(gp.request_goodput, 4),
-                    "output_tok_s": _r(level.output_tok_s, 2),
-                    "violations": dict(gp.violations),
-                }
-            )
+            rows.append(GoodputRow(
+                k=k, sessions=sessions, requests=gp.requests, met=gp.met, attainment=_r(gp.attainment, 4),
+                output_goodput=_r(gp.output_goodput, 2), request_goodput=_r(gp.request_goodput, 4),
+                output_tok_s=_r(level.output_tok_s, 2), violations=dict(gp.violations),
+            ))  # fmt: skip
     return rows
 
 
-def at_slo(results: Results, threshold: float = DEFAULT_ATTAINMENT) -> list[dict[str, Any]]:
+def at_slo(results: Results, threshold: float = DEFAULT_ATTAINMENT) -> list[AtSloRow]:
     """Per point: its sustained concurrency (the highest measured with attainment >= threshold), its output
     goodput there, and that over the reference's (k=0) at the reference's own sustained concurrency."""
     found: dict[int, tuple[int, LevelResult] | None] = {}
@@ -140,20 +125,15 @@ def at_slo(results: Results, threshold: float = DEFAULT_ATTAINMENT) -> list[dict
     for k, best in found.items():
         gp = best[1].goodput if best else None
         good = gp.output_goodput if gp else None
-        rows.append(
-            {
-                "k": k,
-                "sustained_sessions": best[0] if best else None,
-                "attainment": _r(gp.attainment, 4) if gp else None,
-                "output_goodput": _r(good, 2),
-                "reference_sessions": reference[0] if reference else None,
-                "speedup": _r(good / base) if k and good is not None and base else None,
-            }
-        )
+        rows.append(AtSloRow(
+            k=k, sustained_sessions=best[0] if best else None, attainment=_r(gp.attainment, 4) if gp else None,
+            output_goodput=_r(good, 2), reference_sessions=reference[0] if reference else None,
+            speedup=_r(good / base) if k and good is not None and base else None,
+        ))  # fmt: skip
     return rows
 
 
-def matched(results: Results, confidence: float = CONFIDENCE) -> list[dict[str, Any]]:
+def matched(results: Results, confidence: float = CONFIDENCE) -> list[MatchedRow]:
     """Per speculative point and concurrency also measured by the reference: output tok/s over the reference's,
     with its interval over repeats (none with fewer than 2 repeats on either side)."""
     points = by_k(results)
@@ -175,22 +155,15 @@ def matched(results: Results, confidence: float = CONFIDENCE) -> list[dict[str, 
             )
             if interval is None:
                 continue
-            rows.append(
-                {
-                    "k": k,
-                    "sessions": sessions,
-                    "speedup": _r(interval.ratio),
-                    "low": _r(interval.low),
-                    "high": _r(interval.high),
-                    "significant": interval.significant,
-                    "confidence": confidence,
-                    "repeats": [len(level.repeat_results), len(base.repeat_results)],
-                }
-            )
+            rows.append(MatchedRow(
+                k=k, sessions=sessions, speedup=_r(interval.ratio), low=_r(interval.low), high=_r(interval.high),
+                significant=interval.significant, confidence=confidence,
+                repeats=[len(level.repeat_results), len(base.repeat_results)],
+            ))  # fmt: skip
     return rows
 
 
-def reply_identity(results: Results) -> list[dict[str, Any]]:
+def reply_identity(results: Results) -> list[ReplyIdentityRow]:
     """Per speculative point and common concurrency: replies compared with the reference's, identical count.
     Empty when the reference is missing, a run was not greedy, or no hashes were stored."""
     points = by_k(results)
@@ -206,21 +179,14 @@ def reply_identity(results: Results) -> list[dict[str, Any]]:
             match = match_level(base, level) if base is not None else None
             if match is None:
                 continue
-            rows.append(
-                {
-                    "k": k,
-                    "sessions": sessions,
-                    "compared": match.compared,
-                    "identical": match.identical,
-                    "first_difference": match.first_difference,
-                }
-            )
+            rows.append(ReplyIdentityRow(k=k, sessions=sessions, compared=match.compared, identical=match.identical,
+                                         first_difference=match.first_difference))  # fmt: skip
     return rows
 
 
 def projection_rows(
     results: Results, projection: BenchmarkResult, rates: Sequence[float], candidate_k: int
-) -> list[dict[str, Any]]:
+) -> list[ProjectionRow]:
     """The synthetic-acceptance projection beside the measured grid, per concurrency the projection ran: its tok/s
     and per-user tok/s, over the reference's (k=0) at the same concurrency, and the measured candidate's beside it.
     The acceptance length the server counted is shown against the one the rates imply (1 + sum): they agree when
@@ -232,20 +198,15 @@ def projection_rows(
     for sessions, level in _levels(projection).items():
         base, measured = reference.get(sessions), candidate.get(sessions)
         spec = level.spec_decode
-        rows.append(
-            {
-                "sessions": sessions,
-                "output_tok_s": _r(level.output_tok_s, 2),
-                "per_user_tok_s_p50": _r(level.per_user_tok_s.p50, 2),
-                "tau_expected": _r(expected_tau),
-                "tau_measured": _r(spec.acceptance_length) if spec is not None else None,
-                "per_position_measured": [_r(p, 4) for p in spec.per_position] if spec and spec.per_position else [],
-                "reference_tok_s": _r(base.output_tok_s, 2) if base else None,
-                "speedup": _ratio(level, base),
-                "candidate_tok_s": _r(measured.output_tok_s, 2) if measured else None,
-                "candidate_speedup": _ratio(measured, base),
-            }
-        )
+        rows.append(ProjectionRow(
+            sessions=sessions, output_tok_s=_r(level.output_tok_s, 2),
+            per_user_tok_s_p50=_r(level.per_user_tok_s.p50, 2), tau_expected=_r(expected_tau),
+            tau_measured=_r(spec.acceptance_length) if spec is not None else None,
+            per_position_measured=[_r(p, 4) for p in spec.per_position] if spec and spec.per_position else [],
+            reference_tok_s=_r(base.output_tok_s, 2) if base else None, speedup=_ratio(level, base),
+            candidate_tok_s=_r(measured.output_tok_s, 2) if measured else None,
+            candidate_speedup=_ratio(measured, base),
+        ))  # fmt: skip
     return rows
 
 
@@ -255,7 +216,7 @@ def _ratio(level: LevelResult | None, base: LevelResult | None) -> float | None:
     return _r(level.output_tok_s / base.output_tok_s)
 
 
-def graph_rows(results: Results, graphs: BenchmarkResult, candidate_k: int) -> list[dict[str, Any]]:
+def graph_rows(results: Results, graphs: BenchmarkResult, candidate_k: int) -> list[GraphRow]:
     """The graph-mode candidate per concurrency: its tok/s beside the eager candidate's and the reference's at the
     same concurrency, with the ratios over each, and its acceptance (graphs change kernels, not the drafter's
     proposals: acceptance should match the eager candidate's up to near-tie flips)."""
@@ -264,17 +225,13 @@ def graph_rows(results: Results, graphs: BenchmarkResult, candidate_k: int) -> l
     rows = []
     for sessions, level in _levels(graphs).items():
         base, measured = reference.get(sessions), eager.get(sessions)
-        rows.append(
-            {
-                "sessions": sessions,
-                "output_tok_s": _r(level.output_tok_s, 2),
-                "per_user_tok_s_p50": _r(level.per_user_tok_s.p50, 2),
-                "tau": _r(level.spec_decode.acceptance_length) if level.spec_decode else None,
-                "eager_tok_s": _r(measured.output_tok_s, 2) if measured else None,
-                "eager_tau": _r(measured.spec_decode.acceptance_length) if measured and measured.spec_decode else None,
-                "speedup_vs_eager": _ratio(level, measured),
-                "reference_tok_s": _r(base.output_tok_s, 2) if base else None,
-                "speedup_vs_reference": _ratio(level, base),
-            }
-        )
+        rows.append(GraphRow(
+            sessions=sessions, output_tok_s=_r(level.output_tok_s, 2),
+            per_user_tok_s_p50=_r(level.per_user_tok_s.p50, 2),
+            tau=_r(level.spec_decode.acceptance_length) if level.spec_decode else None,
+            eager_tok_s=_r(measured.output_tok_s, 2) if measured else None,
+            eager_tau=_r(measured.spec_decode.acceptance_length) if measured and measured.spec_decode else None,
+            speedup_vs_eager=_ratio(level, measured), reference_tok_s=_r(base.output_tok_s, 2) if base else None,
+            speedup_vs_reference=_ratio(level, base),
+        ))  # fmt: skip
     return rows

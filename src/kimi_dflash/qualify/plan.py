@@ -22,11 +22,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+
+from pydantic import TypeAdapter
 
 from kimi_dflash.bench.goodput import describe, parse_slo
 from kimi_dflash.bench.progress import format_duration
 from kimi_dflash.core.errors import UserError
+from kimi_dflash.documents import Json
 from kimi_dflash.qualify.graphs import GraphCandidate
 
 SPEC_TOKENS = "NUM_SPECULATIVE_TOKENS"
@@ -159,10 +162,8 @@ class QualifyPlan:
     def within_budget(self) -> bool:
         return self.total_s <= self.budget_s
 
-    def to_json(self) -> dict[str, object]:
-        document = asdict(self)
-        document["total_s"] = self.total_s
-        return document
+    def to_json(self) -> Json:
+        return {**TypeAdapter(QualifyPlan).dump_python(self, mode="json"), "total_s": self.total_s}
 
 
 def bench_args(box: Box, slo: str = "") -> tuple[str, ...]:
@@ -286,57 +287,30 @@ def _steps(
     per_request = per_request or PerRequest(False, "not probed")
     per_point = point_s(box, len(sessions))
     grid_points = len([v for v in k_values if v not in (0, k)])
+    served = per_point + lossless_s(box)
+    at_slo = f" ({describe(parse_slo(slo))})" if slo else ""
+    goodput = f"goodput at the SLO{at_slo}, speedup at the SLO and at matched concurrency"
+    # fmt: off
     return (
         Step("environment", "capture host, accelerators, NUMA, versions, config and plan", 5.0),
-        Step(
-            "preflight",
-            "preflight: machine checks, vLLM compatibility + runtime rules (stops the run on FAIL)",
-            box.preflight_s,
-        ),
-        Step(
-            "reference",
-            "reference server (SPECULATIVE_METHOD=none): greedy outputs + benchmark k=0",
-            per_point + lossless_s(box),
-        ),
-        Step(
-            "candidate",
-            f"candidate server (k={k}): greedy outputs, token identity vs reference + benchmark",
-            per_point + lossless_s(box),
-        ),
-        Step(
-            "fp8",
-            "FP8 KV validation: a BF16-KV server's outputs and math vs the FP8 reference's",
-            box.server_start_s + 3 * lossless_s(box) + 5.0 if fp8 else 0.0,
-            runs=fp8,
-            reason="" if fp8 else "KV cache is not FP8",
-        ),
-        Step(
-            "grid",
-            f"k x concurrency grid: {grid_points} more server(s) x sessions {','.join(map(str, sessions))}",
-            grid_points * per_point,
-        ),
-        graphs_step(box, k, graphs, per_point + lossless_s(box)),
+        Step("preflight", "preflight: machine checks, vLLM compatibility + runtime rules (stops the run on FAIL)",
+             box.preflight_s),
+        Step("reference", "reference server (SPECULATIVE_METHOD=none): greedy outputs + benchmark k=0", served),
+        Step("candidate", f"candidate server (k={k}): greedy outputs, token identity vs reference + benchmark", served),
+        Step("fp8", "FP8 KV validation: a BF16-KV server's outputs and math vs the FP8 reference's",
+             box.server_start_s + 3 * lossless_s(box) + 5.0 if fp8 else 0.0, fp8, "" if fp8 else "KV cache is not FP8"),
+        Step("grid", f"k x concurrency grid: {grid_points} more server(s) x sessions {','.join(map(str, sessions))}",
+             grid_points * per_point),
+        graphs_step(box, k, graphs, served),
         Step("acceptance", "acceptance by position (Prometheus counters per grid point)", 1.0),
-        Step(
-            "per_request",
-            "per-request acceptance by turn and prompt length (metrics.speculative_decoding on each reply)",
-            1.0,
-            runs=per_request.runs,
-            reason="" if per_request.runs else per_request.reason,
-        ),
-        Step(
-            "goodput",
-            f"goodput at the SLO ({describe(parse_slo(slo))}), speedup at the SLO and at matched concurrency"
-            if slo
-            else "goodput at the SLO, speedup at the SLO and at matched concurrency",
-            1.0,
-            runs=bool(slo),
-            reason="" if slo else "--slo none: no SLO measured",
-        ),
+        Step("per_request", "per-request acceptance by turn and prompt length (metrics.speculative_decoding on each "
+             "reply)", 1.0, per_request.runs, "" if per_request.runs else per_request.reason),
+        Step("goodput", goodput, 1.0, bool(slo), "" if slo else "--slo none: no SLO measured"),
         Step("advisor", "the advisor's k recommendation per concurrency", 2.0),
         projection_step(box, projection, len(sessions), k_limit),
         Step("report", "report.md, plots, result files, environment.json, archive", 10.0),
     )
+    # fmt: on
 
 
 def check_slo(text: str | None, box: Box) -> str:
@@ -401,22 +375,10 @@ def build_plan(
         k_values = (0, k, *extras)
         steps = _steps(box, k, fp8, k_values, sessions, slo_text, per_request, projection, k_limit, graph)
         projects = next(step for step in steps if step.name == "synthetic").runs
-        return QualifyPlan(
-            box,
-            budget,
-            k,
-            fp8,
-            k_values,
-            tuple(sessions),
-            bench_args(box, slo_text),
-            steps,
-            tuple(trimmed),
-            slo_text,
-            per_request.server_env,
-            excluded,
-            tuple(projection) if projects else (),
-            graph.overrides if graph is not None and graph.runs else (),
-        )
+        graph_keys = graph.overrides if graph and graph.runs else ()
+        return QualifyPlan(box, budget, k, fp8, k_values, tuple(sessions), bench_args(box, slo_text), steps,
+                           tuple(trimmed), slo_text, per_request.server_env, excluded,
+                           tuple(projection) if projects else (), graph_keys)  # fmt: skip
 
     plan = make()
     while not plan.within_budget:

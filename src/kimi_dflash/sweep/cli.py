@@ -11,12 +11,13 @@ from kimi_dflash.bench.cli import build_parser as bench_parser
 from kimi_dflash.bench.request_shaping import is_credential, redact_header_arg
 from kimi_dflash.config.shipped import resolve_config_argument
 from kimi_dflash.core.atomic_write import write_text_atomic
-from kimi_dflash.core.dir_lock import directory_lock
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.redaction import RedactingArgumentParser, split_secret
+from kimi_dflash.launch.serve_sh import SERVE_COMMAND, ServerLeftRunning
+from kimi_dflash.runs.orchestrator import Interrupted
 from kimi_dflash.sweep import aggregate, state
 from kimi_dflash.sweep.grid import parse_axis, points
-from kimi_dflash.sweep.runner import SERVE_COMMAND, Interrupted, ServerLeftRunning, SweepPlan, describe, run_sweep
+from kimi_dflash.sweep.points import PointPlan, run_points
 
 # The sweep sets these for every point; the benchmark options that remain are passed through unchanged.
 OWNED_BENCH_OPTIONS = ("--base-url", "--sessions", "--output", "--label", "--metrics-url", "--model")
@@ -116,7 +117,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             raise UserError(f"{config_as_given}: no such config file (nor a shipped config of that name).")
         if args.serve_sh is not None and not args.serve_sh.is_file():
             raise UserError(f"{args.serve_sh}: no such file")
-        plan = SweepPlan(
+        plan = PointPlan(
             config=args.config.resolve(),
             serve_command=SERVE_COMMAND if args.serve_sh is None else (str(args.serve_sh.resolve()),),
             points=points([parse_axis(g) for g in args.grid]),
@@ -132,22 +133,24 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     if args.dry_run:
         print("\n".join(describe(plan)))
         return 0
-    signature = {"config": str(plan.config), "grid": args.grid, "sessions": list(plan.sessions),
-                 "benchmark_options": plan.bench_args}  # fmt: skip
+    signature = state.SweepSignature(config=str(plan.config), grid=args.grid, sessions=list(plan.sessions),
+                                     benchmark_options=plan.bench_args)  # fmt: skip
+    fresh = state.SweepState(signature=signature).at(plan.out)
     try:
-        plan.out.mkdir(parents=True, exist_ok=True)
-        with directory_lock(plan.out, state.LOCK_FILE, what="sweep"):
-            return _run(plan, signature, plots=not args.no_plots)
+        with fresh.opened() as run_state:
+            return _run(plan, run_state, plots=not args.no_plots)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:  # DIR read-only, the disk full
+        print(f"sweep: {fresh.cannot_write(exc, 'rerun the same command')}", file=sys.stderr)
+        return 1
 
 
-def _run(plan: SweepPlan, signature: dict[str, object], plots: bool) -> int:
+def _run(plan: PointPlan, run_state: state.SweepState, plots: bool) -> int:
     """The sweep, under DIR's lock."""
-    state.check_signature(plan.out, signature)
     try:
-        skipped, ran, failed = run_sweep(plan)
+        tally = run_points(plan, run_state)
     except (KeyboardInterrupt, Interrupted) as exc:
         print(f"\nsweep: interrupted ({str(exc) or 'SIGINT'}); rerun the same command to finish", file=sys.stderr)
         write_aggregate(plan.out, plots=False)
@@ -159,6 +162,18 @@ def _run(plan: SweepPlan, signature: dict[str, object], plots: bool) -> int:
         return 1
     summary = write_aggregate(plan.out, plots=plots)
     print(summary.read_text(encoding="utf-8"))
-    print(f"sweep: {ran} points run now ({failed} failed), {skipped} already finished; table in {summary}",
-          file=sys.stderr)  # fmt: skip
-    return 1 if failed else 0
+    print(f"sweep: {tally.ran} points run now ({tally.failed} failed), {tally.kept} already finished; table in "
+          f"{summary}", file=sys.stderr)  # fmt: skip
+    return 1 if tally.failed else 0
+
+
+def describe(plan: PointPlan) -> list[str]:
+    """The plan of points, for --dry-run."""
+    lines = [f"sweep of {plan.config}: {len(plan.points)} server points x sessions {','.join(map(str, plan.sessions))}"]
+    for index, point in enumerate(plan.points, start=1):
+        done = "finished" if state.finished_result(plan.out, point) else "to run"
+        env = " ".join(f"{k}={v}" for k, v in point.server_env().items()) or "(no overrides)"
+        lines.append(f"  [{index}] {point.label:<40} serve.sh env: {env:<50} {done}")
+    key = "; API key: given (not shown)" if plan.api_key else ""
+    lines.append(f"benchmark options: {' '.join(plan.bench_args) or '(defaults)'}{key}; results in {plan.out}")
+    return lines

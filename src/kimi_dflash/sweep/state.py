@@ -4,9 +4,11 @@ Layout of DIR:
   <point>.json          the point's benchmark result (with its server config); written atomically, so a point
                         is finished exactly when this file exists and loads as a complete result
   <point>.failed.json   why the point failed (server did not start, benchmark failed) and the log tail
-  sweep.json            what the sweep measures (config, grid, levels, benchmark options): a rerun must match it
-  running.json          the server a point has up right now (so a rerun after a hard kill, or after a refused
-                        serve.sh --stop, can stop it); removed once its stop succeeded
+  sweep.json            the run's state (runs.state): what the sweep measures (config, grid, levels, benchmark
+                        options: a rerun must match it), each point's last outcome, the files written. A sweep.json
+                        of an older sweep (the signature alone) is read as a state without records.
+  running.json          the server a point has up right now (launch.serve_sh: so a rerun after a hard kill, or
+                        after a refused serve.sh --stop, can stop it); removed once its stop succeeded
   sweep.lock            held by the sweep using DIR (core.dir_lock): one run per directory
   logs/                 server and benchmark logs per point
   summary.md, *.png     the aggregate table and plots, rebuilt at the end of every run
@@ -14,28 +16,51 @@ Layout of DIR:
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Literal
 
-from kimi_dflash.bench.report import write_atomic
+from pydantic import JsonValue, model_validator
+
 from kimi_dflash.bench.result import BenchmarkResult, load_result
 from kimi_dflash.core.errors import UserError
+from kimi_dflash.documents import Document, Model
+from kimi_dflash.launch.serve_sh import RECORD_FILE as RUNNING_FILE
+from kimi_dflash.runs.state import RunState
 from kimi_dflash.sweep.grid import Point
 
 SWEEP_FILE = "sweep.json"
-RUNNING_FILE = "running.json"
 LOCK_FILE = "sweep.lock"
-FAILURE_SCHEMA = "kimi-dflash/sweep-failure"
 
 
-@dataclass(frozen=True)
-class Failure:
+class Failure(Document):
+    """``<point>.failed.json``."""
+
+    SCHEMA = "kimi-dflash/sweep-failure"
+    WHAT = "sweep failure record"
     point: str
-    stage: str  # "server" or "benchmark"
+    stage: Literal["server", "benchmark"]
     detail: str
     log_tail: list[str]
+
+
+class SweepSignature(Model):
+    config: str
+    grid: list[str]
+    sessions: list[int]
+    benchmark_options: list[str]
+
+
+class SweepState(RunState):
+    SCHEMA = "kimi-dflash/sweep-state"
+    WHAT = "sweep state file"
+    FILE, LOCK, RUN = SWEEP_FILE, LOCK_FILE, "sweep"
+    signature: SweepSignature
+
+    @model_validator(mode="before")
+    @classmethod
+    def _signature_alone(cls, data: JsonValue) -> JsonValue:
+        """sweep.json before it was a state: the signature's fields at the top level."""
+        return {"signature": data} if isinstance(data, dict) and "signature" not in data else data
 
 
 def result_path(out: Path, point: Point) -> Path:
@@ -62,50 +87,18 @@ def point_files(out: Path, point: Point) -> list[Path]:
 def finished_result(out: Path, point: Point) -> BenchmarkResult | None:
     """The point's result if it is complete (an interrupted or foreign file counts as not finished)."""
     path = result_path(out, point)
-    if not path.is_file():
-        return None
     try:
-        result = load_result(path)
+        result = load_result(path) if path.is_file() else None
     except UserError:
         return None
-    config = result.server_config
-    if result.run.status != "complete" or config is None or config.overrides != dict(point.overrides):
+    config = result.server_config if result else None
+    if result is None or result.run.status != "complete" or config is None or config.overrides != dict(point.overrides):
         return None
     return result
 
 
-def check_signature(out: Path, signature: dict[str, Any]) -> None:
-    """Record what this sweep measures, or refuse a rerun that measures something else into the same DIR."""
-    path = out / SWEEP_FILE
-    if path.is_file():
-        recorded = json.loads(path.read_text(encoding="utf-8"))
-        if recorded != signature:
-            changed = sorted(k for k in set(recorded) | set(signature) if recorded.get(k) != signature.get(k))
-            raise UserError(
-                f"{out} holds a sweep with different {', '.join(changed)}; resuming it would mix workloads. "
-                "Use another --out, or rerun with the recorded settings (see sweep.json there)."
-            )
-        return
-    write_atomic(path, signature)
-
-
-def write_failure(out: Path, failure: Failure) -> None:
-    write_atomic(
-        out / f"{failure.point}.failed.json",
-        {"schema": FAILURE_SCHEMA, "point": failure.point, "stage": failure.stage, "detail": failure.detail,
-         "log_tail": failure.log_tail},
-    )  # fmt: skip
-
-
 def read_failures(out: Path) -> list[Failure]:
-    failures = []
-    for path in sorted(out.glob("*.failed.json")):
-        try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-            failures.append(Failure(doc["point"], doc["stage"], doc["detail"], list(doc["log_tail"])))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-    return failures
+    return [f for f in map(Failure.load_or_none, sorted(out.glob("*.failed.json"))) if f is not None]
 
 
 def finished_results(out: Path) -> list[tuple[Path, BenchmarkResult]]:

@@ -13,87 +13,54 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 from kimi_dflash.bench.report import write_atomic
 from kimi_dflash.core.redaction import RedactingArgumentParser
 from kimi_dflash.validate.client import ServerError, api_key_from_env
 from kimi_dflash.validate.engine import (
     AgreementSummary,
+    Divergence,
     MathScore,
     Outputs,
     PairComparison,
     Server,
+    Status,
+    Verdict,
     compare_outputs,
-    detokenize,
+    first_divergence,
     generate_both,
     math_questions,
     score_math,
     served,
     summarize_agreement,
-    token_ids,
 )
 from kimi_dflash.validate.prompts import PromptFileError, load_calibration_prompts
 
 EXIT = {"PASS": 0, "WARN": 1, "FAIL": 2}
 EXIT_ERROR = 3
-CONTEXT_TOKENS = 8  # tokens shown after the divergence point
-
-
-@dataclass(frozen=True)
-class Divergence:
-    prompt_index: int
-    prompt: str
-    position: int
-    shared_text: str
-    reference_text: str
-    candidate_text: str
-    reference_ids: list[int]
-    candidate_ids: list[int]
 
 
 def verdict(agreement: AgreementSummary, math: MathScore | None, *, allow_divergence: bool, max_math_drop: float,
-            same_server: bool) -> tuple[str, list[str]]:  # fmt: skip
-    """(PASS|WARN|FAIL, reasons) — pure."""
-    problems: list[tuple[str, str]] = []
+            same_server: bool) -> Verdict:  # fmt: skip
+    """PASS, WARN or FAIL with the reasons — pure."""
+    problems: list[tuple[Status, str]] = []
     differing = agreement.prompts - agreement.identical
     if differing:
-        level = "WARN" if allow_divergence else "FAIL"
         why = "" if allow_divergence else " (a lossless candidate must be token-identical at T=0)"
-        problems.append((level, f"{differing}/{agreement.prompts} outputs differ from the reference{why}"))
+        problems.append(("WARN" if allow_divergence else "FAIL",
+                         f"{differing}/{agreement.prompts} outputs differ from the reference{why}"))  # fmt: skip
     if math is not None and math.rows:
         drop = (math.accuracy_reference - math.accuracy_candidate) * 100
         if drop > max_math_drop:
             problems.append(("FAIL", f"math exact-match drops {drop:.1f} points (limit {max_math_drop:g})"))
     if same_server:
         problems.append(("WARN", "reference and candidate are the same server and model: this proves nothing"))
-    status = "FAIL" if any(p[0] == "FAIL" for p in problems) else "WARN" if problems else "PASS"
-    return status, [f"{level}: {text}" for level, text in problems]
+    return Verdict.of(problems)
 
 
-async def first_divergence(outputs: Outputs, pairs: Sequence[PairComparison], reference: Server,
-                           candidate: Server, api_key: str | None) -> Divergence | None:  # fmt: skip
-    index = next((i for i, p in enumerate(pairs) if not p.identical), None)
-    if index is None:
-        return None
-    position = pairs[index].first_divergence or 0
-    ref_ids = token_ids(outputs.reference[index], reference.url)
-    cand_ids = token_ids(outputs.candidate[index], candidate.url)
-
-    async def text(server: Server, ids: Sequence[int]) -> str:
-        decoded = await detokenize(server, ids, api_key) if ids else ""
-        return repr(decoded) if decoded is not None else f"ids {list(ids)}"
-
-    return Divergence(
-        prompt_index=index,
-        prompt=outputs.prompts[index],
-        position=position,
-        shared_text=await text(reference, ref_ids[max(0, position - 24) : position]),
-        reference_text=await text(reference, ref_ids[position : position + CONTEXT_TOKENS]),
-        candidate_text=await text(candidate, cand_ids[position : position + CONTEXT_TOKENS]),
-        reference_ids=ref_ids[position : position + CONTEXT_TOKENS],
-        candidate_ids=cand_ids[position : position + CONTEXT_TOKENS],
-    )
+def _shown(text: str | None) -> str:
+    return "(not decoded)" if text is None else repr(text)
 
 
 def report_lines(reference: Server, candidate: Server, agreement: AgreementSummary, max_tokens: int,
@@ -116,9 +83,9 @@ def report_lines(reference: Server, candidate: Server, agreement: AgreementSumma
                 f"divergence  first in prompt {divergence.prompt_index} ({prompt[:60]!r}) at output token "
                 f"{divergence.position}"
             ),
-            f"  after     ...{divergence.shared_text}",
-            f"  reference {divergence.reference_text}  ids {divergence.reference_ids}",
-            f"  candidate {divergence.candidate_text}  ids {divergence.candidate_ids}",
+            f"  after     ...{_shown(divergence.shared_text)}",
+            f"  reference {_shown(divergence.reference_text)}  ids {divergence.reference_ids}",
+            f"  candidate {_shown(divergence.candidate_text)}  ids {divergence.candidate_ids}",
         ]
     if math is not None:
         lines.append(f"math        exact-match reference {math.accuracy_reference * 100:.1f} %, candidate "
@@ -194,7 +161,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         write_atomic(args.json, {
             "reference": asdict(reference), "candidate": asdict(candidate), "verdict": status, "reasons": reasons,
             "agreement": asdict(agreement), "pairs": [asdict(p) for p in pairs],
-            "first_divergence": asdict(divergence) if divergence else None,
+            "first_divergence": divergence.model_dump(mode="json") if divergence else None,
             "math": None if math is None else {"accuracy_reference": math.accuracy_reference,
                                                "accuracy_candidate": math.accuracy_candidate,
                                                "rows": [asdict(r) for r in math.rows]},

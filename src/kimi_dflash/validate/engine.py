@@ -7,9 +7,27 @@ import asyncio
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal, NamedTuple
 
+from kimi_dflash.documents import Model
 from kimi_dflash.validate.client import Completion, ServerError, chat_greedy, served_model
 from kimi_dflash.validate.prompts import MathProblem, extract_answer, load_math_problems, math_prompt
+
+Status = Literal["PASS", "WARN", "FAIL"]
+
+
+class Verdict(NamedTuple):
+    """PASS, WARN (weaker evidence, missing facts) or FAIL, with one reason per problem found."""
+
+    status: Status
+    reasons: list[str]
+
+    @classmethod
+    def of(cls, problems: Sequence[tuple[Status, str]]) -> Verdict:
+        """The verdict of (level, text) problems: the worst level, PASS when there are none."""
+        levels = {level for level, _ in problems}
+        status: Status = "FAIL" if "FAIL" in levels else "WARN" if levels else "PASS"
+        return cls(status, [f"{level}: {text}" for level, text in problems])
 
 
 @dataclass(frozen=True)
@@ -93,6 +111,47 @@ def compare_outputs(outputs: Outputs, reference: Server, candidate: Server) -> l
         compare_tokens(token_ids(a, reference.url), token_ids(b, candidate.url))
         for a, b in zip(outputs.reference, outputs.candidate)
     ]
+
+
+CONTEXT_TOKENS, SHARED_TOKENS = 8, 24  # tokens shown after the divergence point, and of shared text before it
+EACH_BY_ITS_SERVER = "each side by its own server"
+
+
+class Divergence(Model):
+    """Where the candidate's greedy output first leaves the reference's: the token ids there and their text where a
+    server decoded them (None: not decoded, e.g. the reference's ids while only another tokenizer's server is up)."""
+
+    prompt_index: int
+    prompt: str
+    position: int
+    shared_text: str | None
+    reference_text: str | None
+    candidate_text: str | None
+    reference_ids: list[int]
+    candidate_ids: list[int]
+    decoded_with: str = EACH_BY_ITS_SERVER
+
+
+async def first_divergence(outputs: Outputs, pairs: Sequence[PairComparison], reference: Server | None,
+                           candidate: Server, api_key: str | None, decoded_with: str = EACH_BY_ITS_SERVER
+                           ) -> Divergence | None:  # fmt: skip
+    """The first prompt whose outputs differ (None: all identical). ``reference`` decodes the reference's ids (None:
+    they are shown as ids only); ``decoded_with`` says how the text was decoded."""
+    index = next((i for i, p in enumerate(pairs) if not p.identical), None)
+    if index is None:
+        return None
+    position = pairs[index].first_divergence or 0
+    ref_ids = token_ids(outputs.reference[index], reference.url if reference else "reference")
+    cand_ids = token_ids(outputs.candidate[index], candidate.url)
+    after, upto = slice(max(0, position - SHARED_TOKENS), position), slice(position, position + CONTEXT_TOKENS)
+
+    async def text(server: Server | None, ids: Sequence[int]) -> str | None:
+        return None if server is None else (await detokenize(server, ids, api_key) if ids else "")
+
+    shared, own = await text(reference, ref_ids[after]), await text(reference, ref_ids[upto])
+    return Divergence(prompt_index=index, prompt=outputs.prompts[index], position=position, shared_text=shared,
+                      reference_text=own, candidate_text=await text(candidate, cand_ids[upto]),
+                      reference_ids=ref_ids[upto], candidate_ids=cand_ids[upto], decoded_with=decoded_with)  # fmt: skip
 
 
 @dataclass(frozen=True)

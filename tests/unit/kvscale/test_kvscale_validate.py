@@ -129,9 +129,12 @@ def test_benchmark_failure_is_reported_not_raised(tmp_path) -> None:
     from kimi_dflash.fp8 import validate
 
     result = validate.run_benchmark("http://127.0.0.1:9", 4, "x", tmp_path / "b.json", [])
-    assert result["status"].startswith("exit ") and result["command"][1:3] == ["-m", "kimi_dflash.bench"]
-    assert result["detail"] and result["status"] in validate.benchmark_line("fp8", result)
+    assert result.status.startswith("exit ") and result.command[1:3] == ["-m", "kimi_dflash.bench"]
+    assert result.detail and result.status in validate.benchmark_line("fp8", result)
     line = validate.benchmark_line(
-        "bf16", {"output_tok_s": 900.94, "sessions": 64, "completed": 320, "failed": 0, "status": "ok"}
+        "bf16",
+        validate.BenchSummary(
+            status="ok", command=[], output="b.json", output_tok_s=900.94, sessions=64, completed=320, failed=0
+        ),
     )
     assert "900.9 output tok/s at 64 sessions" in line

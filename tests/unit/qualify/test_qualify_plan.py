@@ -15,7 +15,9 @@ from kimi_dflash.qualify.bundle import result_name
 from kimi_dflash.qualify.cli import run
 from kimi_dflash.qualify.figures import acceptance_by_k
 from kimi_dflash.qualify.plan import CPU_BOX, GPU_BOX, build_plan, level_s, parse_duration, per_request_setting, point_s
-from kimi_dflash.qualify.state import DONE, FAILED, open_state
+from kimi_dflash.qualify.state import DONE, FAILED, QualifySignature, open_state
+from kimi_dflash.runs.state import StepOutputs
+from qualify_fakes import PASSING_VERDICT
 from repo_paths import REPO_ROOT
 
 ROOT = REPO_ROOT
@@ -73,37 +75,70 @@ def test_a_config_without_speculation_is_refused_with_exit_1(capsys) -> None:
     assert "needs a speculative config" in capsys.readouterr().err
 
 
+CPU_VALUES = {"DEVICE": "cpu", "SPECULATIVE_METHOD": "dflash", "NUM_SPECULATIVE_TOKENS": "4", "MAX_NUM_SEQS": "16"}
+
+
 def test_state_refuses_a_rerun_without_resume_and_a_resume_of_another_run(tmp_path: Path) -> None:
-    state = open_state(tmp_path, {"config": "a"}, {}, resume=False)
+    plan = build_plan(CPU_VALUES)
+    state = open_state(tmp_path, QualifySignature(config="a"), plan, resume=False)
     began = state.begin("reference")
-    state.finish("reference", DONE, began, "ok", {"x": 1})
+    state.finish("reference", DONE, began, "ok", StepOutputs(files=["lossless/reference.json"]))
     with pytest.raises(UserError, match="--resume"):
-        open_state(tmp_path, {"config": "a"}, {}, resume=False)
+        open_state(tmp_path, QualifySignature(config="a"), plan, resume=False)
     with pytest.raises(UserError, match="different config"):
-        open_state(tmp_path, {"config": "b"}, {}, resume=True)
-    resumed = open_state(tmp_path, {"config": "a"}, {}, resume=True)
-    assert resumed.status("reference") == DONE and resumed.outputs("reference") == {"x": 1}
-    assert [r["resumed"] for r in resumed.runs] == ["false", "true"]
+        open_state(tmp_path, QualifySignature(config="b"), plan, resume=True)
+    resumed = open_state(tmp_path, QualifySignature(config="a"), build_plan(CPU_VALUES, budget_s=60), resume=True)
+    assert resumed.status("reference") == DONE and resumed.steps["reference"].outputs.files == [
+        "lossless/reference.json"
+    ]
+    assert [r.resumed for r in resumed.runs] == ["false", "true"]
+    assert resumed.plan.budget_s == 60  # this invocation's plan
+
+
+def test_a_version_1_state_written_before_the_state_was_typed_resumes(tmp_path: Path) -> None:
+    """The state file as qualify wrote it before (schema version 1, the plan as a dict with total_s, step outputs
+    as free-form objects) is resumed: its finished steps kept, its manifest kept."""
+    plan = build_plan(CPU_VALUES)
+    signature = {"config": "a", "config_text": "", "overrides": {}, "candidate_env": [["X", "1"]], "k_values": [0, 4],
+                 "sessions": [4], "bench_args": [], "server_env": [], "projection": [], "graphs": []}  # fmt: skip
+    steps = {"environment": {"status": "done", "started_at": "2026-01-01T00:00:00+00:00", "finished_at": None,
+                             "duration_s": 5, "detail": "box", "outputs": {"file": "environment.json"}},
+             "preflight": {"status": "running", "started_at": None, "finished_at": None, "duration_s": None,
+                           "detail": "", "outputs": {}}}  # fmt: skip
+    older = {"schema": "kimi-dflash/qualify-state", "schema_version": 1, "signature": signature, "plan": plan.to_json(),
+             "runs": [{"started_at": "2026-01-01T00:00:00+00:00", "resumed": "false"}], "files": ["environment.json"],
+             "server_left": "", "steps": steps}  # fmt: skip
+    (tmp_path / "state.json").write_text(json.dumps(older), encoding="utf-8")
+    typed = QualifySignature(config="a", candidate_env=[("X", "1")], k_values=[0, 4], sessions=[4])
+    resumed = open_state(tmp_path, typed, plan, resume=True)
+    assert resumed.status("environment") == DONE and resumed.status("preflight") == "running"
+    assert resumed.steps["environment"].outputs.files == ["environment.json"] and resumed.files == ["environment.json"]
+    assert [r.resumed for r in resumed.runs] == ["false", "true"]
 
 
 def test_verdicts_decide_the_exit_code(tmp_path: Path) -> None:
-    state = open_state(tmp_path, {}, {"fp8_kv": False}, resume=False)
+    state = open_state(tmp_path, QualifySignature(), build_plan(CPU_VALUES), resume=False)
     began = state.begin("candidate")
     state.finish("candidate", FAILED, began, "server: did not start")
     found = report.verdicts(tmp_path, state)
     assert [v.status for v in found] == [report.NOT_RUN] and report.exit_code(found, state) == report.EXIT_INFRA
     (tmp_path / "lossless").mkdir()
-    verdict = {"verdict": "FAIL", "agreement": {"identical": 0, "prompts": 8}, "max_tokens": 48}
-    (tmp_path / "lossless" / "verdict.json").write_text(json.dumps(verdict))
+    verdict = PASSING_VERDICT.model_copy(update={"verdict": "FAIL"})
+    verdict.save(tmp_path / "lossless" / "verdict.json")
     assert report.exit_code(report.verdicts(tmp_path, state), state) == report.EXIT_VERDICT_FAIL
-    verdict["verdict"] = "PASS"
-    (tmp_path / "lossless" / "verdict.json").write_text(json.dumps(verdict))
+    PASSING_VERDICT.save(tmp_path / "lossless" / "verdict.json")
     state.finish("candidate", DONE, began)
     assert report.exit_code(report.verdicts(tmp_path, state), state) == report.EXIT_PASS
 
 
 def test_acceptance_by_k_weights_concurrencies_by_drafts() -> None:
-    rows = [{"k": 2, "per_position": [0.8, 0.4], "drafts": 300}, {"k": 2, "per_position": [0.4, 0.2], "drafts": 100}]
+    from kimi_dflash.qualify.documents import AcceptanceRow
+
+    def row(per_position: list[float], drafts: int) -> AcceptanceRow:
+        return AcceptanceRow(point="p", k=2, sessions=2, per_position=per_position, acceptance_rate=0.5,
+                             acceptance_length=2.0, drafts=drafts)  # fmt: skip
+
+    rows = [row([0.8, 0.4], 300), row([0.4, 0.2], 100)]
     assert acceptance_by_k(rows) == {2: pytest.approx([0.7, 0.35])}
 
 

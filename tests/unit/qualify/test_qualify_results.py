@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from extras import needs_cpu_extra
 from kimi_dflash.qualify.bundle import result_name
 from kimi_dflash.results_doc import render_block
 from repo_paths import REPO_ROOT
+from serve_stand_in import kill_servers
 
 ROOT = REPO_ROOT
 RESULTS = ROOT / "benchmarks" / "results"
@@ -114,7 +116,7 @@ def _context(out: Path):  # type: ignore[no-untyped-def]
 
 def test_per_request_and_goodput_steps_compute_what_the_report_shows(tmp_path: Path) -> None:
     from kimi_dflash.qualify import report, steps
-    from kimi_dflash.qualify.state import DONE, open_state
+    from kimi_dflash.qualify.state import DONE, QualifySignature, open_state
 
     _grid(tmp_path)
     ctx = _context(tmp_path)
@@ -140,10 +142,10 @@ def test_per_request_and_goodput_steps_compute_what_the_report_shows(tmp_path: P
     assert all(r["low"] < r["speedup"] < r["high"] and r["speedup"] == pytest.approx(1.5) for r in matched)
     assert goodput.status == DONE and "k=4: 1.425x" in goodput.detail
 
-    state = open_state(tmp_path, {}, ctx.plan.to_json(), resume=False)
+    state = open_state(tmp_path, QualifySignature(), ctx.plan, resume=False)
     for name, outcome in (("per_request", per_request), ("goodput", goodput)):
         state.finish(name, outcome.status, state.begin(name), outcome.detail, outcome.outputs)
-    path, _, _ = report.write_report(tmp_path, state, "demo-cpu", None, plots=False)
+    path, _, _ = report.write_report(tmp_path, state, "demo-cpu", plots=False)
     text = path.read_text(encoding="utf-8")
     assert "  - k=4: **6/8** identical (sessions 2, 4); first difference at 2 sessions, reply 0/1/1" in text
     section = text.split("## Per-request acceptance", 1)[1].split("\n## ", 1)[0]
@@ -159,12 +161,12 @@ def test_per_request_and_goodput_steps_compute_what_the_report_shows(tmp_path: P
 def test_without_the_measures_the_report_says_why(tmp_path: Path) -> None:
     from kimi_dflash.qualify import report
     from kimi_dflash.qualify.plan import build_plan, per_request_setting
-    from kimi_dflash.qualify.state import open_state
+    from kimi_dflash.qualify.state import QualifySignature, open_state
 
     values = {"DEVICE": "cpu", "SPECULATIVE_METHOD": "dflash", "NUM_SPECULATIVE_TOKENS": "4", "MAX_NUM_SEQS": "16"}
     plan = build_plan(values, slo="none", per_request=per_request_setting(values, (), ("absent", "vllm 0.28.0")))
-    state = open_state(tmp_path, {}, plan.to_json(), resume=False)
-    text = report.write_report(tmp_path, state, "demo-cpu", None, plots=False)[0].read_text(encoding="utf-8")
+    state = open_state(tmp_path, QualifySignature(), plan, resume=False)
+    text = report.write_report(tmp_path, state, "demo-cpu", plots=False)[0].read_text(encoding="utf-8")
     assert "*(not measured: the installed vLLM has no --per-request-spec-decode-metrics (added in 0.29.0" in text
     assert "*(not measured: --slo none: no SLO measured)*" in text
 
@@ -230,7 +232,7 @@ def test_the_projection_runs_beside_the_grid_and_the_report_labels_it_speed_not_
 
     from kimi_dflash.qualify import report, steps
     from kimi_dflash.qualify.plan import build_plan
-    from kimi_dflash.qualify.state import DONE, open_state
+    from kimi_dflash.qualify.state import DONE, QualifySignature, open_state
     from kimi_dflash_lab.synthetic import plan_chunks
 
     _grid(tmp_path)
@@ -261,9 +263,9 @@ def test_the_projection_runs_beside_the_grid_and_the_report_labels_it_speed_not_
         assert row["speedup"] == pytest.approx(row["output_tok_s"] / reference[sessions], rel=1e-2)
         assert row["candidate_tok_s"] is not None and row["candidate_speedup"] is not None
 
-    state = open_state(tmp_path, {}, ctx.plan.to_json(), resume=False)
+    state = open_state(tmp_path, QualifySignature(), ctx.plan, resume=False)
     state.finish("synthetic", outcome.status, state.begin("synthetic"), outcome.detail, outcome.outputs)
-    text = report.write_report(tmp_path, state, "production", None, plots=False)[0].read_text(encoding="utf-8")
+    text = report.write_report(tmp_path, state, "production", plots=False)[0].read_text(encoding="utf-8")
     section = text.split("## Projection: what a better drafter would give on this box", 1)[1].split("\n## ", 1)[0]
     assert "**A projection of speed, not of quality.**" in section and "0.75, 0.5" in section
     assert "| 2 |" in section and f"| 2.25 / {counted_tau:.2f} |" in section
@@ -272,15 +274,15 @@ def test_the_projection_runs_beside_the_grid_and_the_report_labels_it_speed_not_
 def test_without_rates_or_on_cpu_the_report_says_why_there_is_no_projection(tmp_path: Path) -> None:
     from kimi_dflash.qualify import report
     from kimi_dflash.qualify.plan import build_plan
-    from kimi_dflash.qualify.state import open_state
+    from kimi_dflash.qualify.state import QualifySignature, open_state
 
     for device, why in (("rocm", "not asked for: --project-acceptance RATES"), ("cpu", "refused on the CPU build")):
         values = {"DEVICE": device, "SPECULATIVE_METHOD": "dflash", "NUM_SPECULATIVE_TOKENS": "2", "MAX_NUM_SEQS": "8"}
         plan = build_plan(values, projection=(0.8, 0.6) if device == "cpu" else ())
         assert plan.projection == ()
         out = tmp_path / device
-        state = open_state(out, {}, plan.to_json(), resume=False)
-        text = report.write_report(out, state, "x", None, plots=False)[0].read_text(encoding="utf-8")
+        state = open_state(out, QualifySignature(), plan, resume=False)
+        text = report.write_report(out, state, "x", plots=False)[0].read_text(encoding="utf-8")
         assert f"*(not measured: {why}" in text
 
 
@@ -296,7 +298,7 @@ def test_the_graph_mode_candidate_runs_apart_from_the_grid_and_reports_a_lowered
     from kimi_dflash.qualify import report, steps
     from kimi_dflash.qualify.graphs import graph_candidate
     from kimi_dflash.qualify.plan import build_plan
-    from kimi_dflash.qualify.state import DONE, open_state
+    from kimi_dflash.qualify.state import DONE, QualifySignature, open_state
     from kimi_dflash.validate.client import Completion
 
     _grid(tmp_path)
@@ -330,9 +332,93 @@ def test_the_graph_mode_candidate_runs_apart_from_the_grid_and_reports_a_lowered
         assert row["speedup_vs_eager"] == pytest.approx(row["output_tok_s"] / eager[sessions], rel=1e-2)
     assert "PIECEWISE (lowered after start-up: vllm #49547)" in outcome.detail
 
-    state = open_state(tmp_path, {}, ctx.plan.to_json(), resume=False)
+    state = open_state(tmp_path, QualifySignature(), ctx.plan, resume=False)
     state.finish("graphs", outcome.status, state.begin("graphs"), outcome.detail, outcome.outputs)
-    text = report.write_report(tmp_path, state, "production", None, plots=False)[0].read_text(encoding="utf-8")
+    text = report.write_report(tmp_path, state, "production", plots=False)[0].read_text(encoding="utf-8")
     section = text.split("## Graph-mode candidate", 1)[1].split("\n## ", 1)[0]
     assert "**PIECEWISE, lowered by vLLM after start-up**" in section and "**2/2**" in section
     assert "`ENFORCE_EAGER=false`" in section and "| 4 |" in section
+
+
+FP8_STAND_IN = """#!/usr/bin/env bash
+# serve.sh for the FP8 step: --wait notes the KV keys it was given and starts the instrument server, whose log says
+# its KV capacity as vLLM's does; --stop notes the port and stops it.
+pidfile="$STAND_IN_DIR/server-$PORT.pid"
+if [[ " $* " == *" --wait "* ]]; then
+  args=("$@"); log="${args[-1]}"
+  echo "$PORT KV_CACHE_DTYPE=$KV_CACHE_DTYPE KV_SCALE_MODE=$KV_SCALE_MODE SPECULATIVE_METHOD=$SPECULATIVE_METHOD" \\
+    >> "$STAND_IN_DIR/started"
+  echo "INFO [kv_cache_utils.py:1] GPU KV cache size: 1,000 tokens" > "$log"
+  "$KIMI_PYTHON" -m kimi_dflash_lab.synthetic --port "$PORT" --ttft-ms 1 --chunk-interval-ms 1 >> "$log" 2>&1 &
+  echo $! > "$pidfile"
+  for _ in $(seq 300); do grep -q "listening on" "$log" && exit 0; sleep 0.1; done
+  exit 1
+fi
+echo "$PORT" >> "$STAND_IN_DIR/stops"
+[[ -f "$pidfile" ]] && kill "$(cat "$pidfile")" && rm -f "$pidfile"
+exit 0
+"""
+
+
+@needs_cpu_extra
+def test_the_fp8_step_serves_the_bf16_kv_server_through_serve_sh_and_writes_a_typed_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The BF16-KV server is started like every other server of the run (launch.serve_sh: serve.sh --wait with
+    the config keys, running.json naming it, serve.sh --stop), and the verdict is a typed document."""
+    from kimi_dflash.fp8.validate import Fp8Summary
+    from kimi_dflash.qualify import steps
+    from kimi_dflash.qualify.lossless import GreedyOutputs
+    from kimi_dflash.qualify.plan import build_plan
+    from kimi_dflash.qualify.state import DONE
+    from kimi_dflash.validate.client import Completion
+    from kimi_dflash.validate.engine import math_questions
+    from kimi_dflash_lab import lab_environ
+
+    serve = tmp_path / "serve.sh"
+    serve.write_text(FP8_STAND_IN)
+    serve.chmod(0o755)
+    monkeypatch.setenv("STAND_IN_DIR", str(tmp_path))
+    monkeypatch.setenv("KIMI_PYTHON", sys.executable)
+    monkeypatch.setenv("PYTHONPATH", lab_environ()["PYTHONPATH"])
+    values = {"DEVICE": "cpu", "SPECULATIVE_METHOD": "dflash", "NUM_SPECULATIVE_TOKENS": "4", "MAX_NUM_SEQS": "4",
+              "KV_CACHE_DTYPE": "fp8"}  # fmt: skip
+    plan = build_plan(values, slo="none")
+    ctx = steps.Context(config=ROOT / "configs" / "demo-cpu.env", config_as_given="demo-cpu", values=values,
+                        overrides={}, plan=plan, out=tmp_path / "out", serve_command=(str(serve),))  # fmt: skip
+    # What the reference step left: the FP8 reference's greedy outputs and math answers, and its server's log.
+    _, questions = math_questions()
+    done = [Completion("The answer is 7.", [1, 2, 3], 3, 3, "length")]
+    GreedyOutputs(model="m", max_tokens=8, prompts=["a"], completions=done).save(ctx.lossless_dir / "reference.json")
+    GreedyOutputs(model="m", max_tokens=8, prompts=questions, completions=done * len(questions)).save(
+        ctx.lossless_dir / "reference-math.json"
+    )
+    fp8_log = ctx.grid_dir / "logs" / "NUM_SPECULATIVE_TOKENS-0.server.log"
+    fp8_log.parent.mkdir(parents=True)
+    fp8_log.write_text("INFO GPU KV cache size: 2,100 tokens\n")
+    try:
+        outcome = steps.fp8_step(ctx)
+    finally:
+        kill_servers(tmp_path)
+    assert outcome.status == DONE and outcome.outputs.verdict in ("PASS", "WARN", "FAIL"), outcome.detail
+    [started] = (tmp_path / "started").read_text().splitlines()
+    port, *keys = started.split()
+    assert keys == ["KV_CACHE_DTYPE=auto", "KV_SCALE_MODE=off", "SPECULATIVE_METHOD=none"]
+    assert (tmp_path / "stops").read_text().split() == [port] and not (ctx.grid_dir / "running.json").exists()
+    summary = Fp8Summary.load(ctx.out / "fp8.json")
+    assert (summary.kv_capacity_bf16, summary.kv_capacity_fp8) == (1000, 2100)
+    assert summary.verdict == outcome.outputs.verdict
+
+
+def test_the_report_sets_the_recipe_figures_shipped_in_the_package_beside_the_run(tmp_path: Path) -> None:
+    """No checkout needed: the recipe's published figures come with the package (an install has no benchmarks/)."""
+    from kimi_dflash.qualify import report
+    from kimi_dflash.qualify.plan import build_plan
+    from kimi_dflash.qualify.state import QualifySignature, open_state
+
+    _grid(tmp_path)
+    values = {"DEVICE": "cpu", "SPECULATIVE_METHOD": "dflash", "NUM_SPECULATIVE_TOKENS": "4", "MAX_NUM_SEQS": "16"}
+    state = open_state(tmp_path, QualifySignature(), build_plan(values), resume=False)
+    text = report.write_report(tmp_path, state, "demo-cpu", plots=False)[0].read_text(encoding="utf-8")
+    section = text.split("## The recipe's published MI300X figures beside this run", 1)[1].split("\n## ", 1)[0]
+    assert "**not measured by this project**" in section and "| `production.env` | BF16 | 2 | 32 | 507.6 |" in section

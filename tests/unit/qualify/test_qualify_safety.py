@@ -19,8 +19,8 @@ from extras import needs_cpu_extra
 from kimi_dflash.qualify import cli as qualify_cli
 from kimi_dflash.qualify import steps
 from kimi_dflash.qualify.cli import run
-from kimi_dflash.qualify.state import SCHEMA, read_state
-from kimi_dflash.sweep.runner import Interrupted
+from kimi_dflash.qualify.state import QualifyState
+from kimi_dflash.runs.orchestrator import Interrupted
 from qualify_fakes import PASSING_VERDICT, fake_output, fakes
 from repo_paths import REPO_ROOT
 from serve_stand_in import kill_servers, notes, serving, stand_in, wait_for
@@ -29,6 +29,12 @@ ROOT = REPO_ROOT
 CONFIG = str(ROOT / "configs" / "demo-cpu.env")
 # The CPU plan trimmed to k {0, 4} x sessions {4}: the grid starts two (stand-in) servers.
 ARGS = ["--budget", "1s", "--no-plots"]
+
+
+def read_state(path: Path) -> dict:
+    """The state file as it is on disk, after checking that it loads as a state."""
+    QualifyState.load(path, follow_symlinks=False)
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def _qualify(out: Path, *extra: str) -> int:
@@ -246,7 +252,7 @@ def test_a_refused_stop_fails_the_run_with_exit_1_and_the_report_names_the_serve
     [
         (1, errno.EACCES, "Make it writable, or name another --out"),  # --out read-only: the first save
         (1, errno.ENOSPC, "Free some space"),
-        (6, errno.ENOSPC, "Free some space"),  # the disk fills in the middle of the run
+        (8, errno.ENOSPC, "Free some space"),  # the disk fills in the middle of the run (the 8th file written)
     ],
 )
 def test_an_out_that_cannot_be_written_gets_a_message_and_exit_1_and_the_run_stays_resumable(
@@ -258,9 +264,9 @@ def test_an_out_that_cannot_be_written_gets_a_message_and_exit_1_and_the_run_sta
     code: int,
     says: str,
 ) -> None:
-    from kimi_dflash.qualify import state as qualify_state
+    from kimi_dflash import documents
 
-    real = qualify_state.write_json_atomic
+    real = documents.write_json_atomic
     saves = []
 
     def write(path: Path, document: object) -> None:
@@ -269,19 +275,30 @@ def test_an_out_that_cannot_be_written_gets_a_message_and_exit_1_and_the_run_sta
             raise OSError(code, os.strerror(code), str(path))
         real(path, document)
 
-    monkeypatch.setattr(qualify_state, "write_json_atomic", write)
+    monkeypatch.setattr(documents, "write_json_atomic", write)
     out = tmp_path / "out"
     assert _qualify(out) == 1
     err = capsys.readouterr().err
     assert f"qualify: cannot write in --out {out} ({out / 'state.json'}): {os.strerror(code)}. {says}" in err
     assert "Traceback" not in err
 
-    monkeypatch.setattr(qualify_state, "write_json_atomic", real)
+    monkeypatch.setattr(documents, "write_json_atomic", real)
     if failing_save > 1:  # what was saved whole is kept by the resume
         kept = [name for name, step in read_state(out / "state.json")["steps"].items() if step["status"] == "done"]
         assert kept == ["environment", "preflight"]
     assert _qualify(out, "--resume") == 0
     assert read_state(out / "state.json")["steps"]["advisor"]["status"] == "done"
+
+
+def _state_with(**changes: object) -> str:
+    """A valid state document (a fresh run of the demo's plan) with ``changes`` (None: the key removed)."""
+    from kimi_dflash.qualify.plan import build_plan
+    from kimi_dflash.qualify.state import QualifySignature
+
+    values = {"DEVICE": "cpu", "SPECULATIVE_METHOD": "dflash", "NUM_SPECULATIVE_TOKENS": "4", "MAX_NUM_SEQS": "4"}
+    document = QualifyState(signature=QualifySignature(), plan=build_plan(values)).to_json()
+    document.update(changes)
+    return json.dumps({key: value for key, value in document.items() if value is not None})
 
 
 def _fifo(path: Path) -> None:
@@ -297,23 +314,31 @@ def _huge(path: Path) -> None:
     ("make", "says"),
     [
         (lambda p: p.write_text("[]"), "the document is list, not an object"),
-        (lambda p: p.write_text(json.dumps({"schema": SCHEMA})), "'signature' is missing or not an object"),
+        (lambda p: p.write_text(_state_with(signature=None)), "($.signature: Field required)"),
+        (lambda p: p.write_text(_state_with(steps={"x": 5})), "($.steps.x: Input should be an object)"),
         (
-            lambda p: p.write_text(json.dumps({"schema": SCHEMA, "signature": {}, "plan": {}, "steps": {"x": 5}})),
-            "step 'x' is not an object",
-        ),  # fmt: skip
-        (
-            lambda p: p.write_text(
-                json.dumps({"schema": SCHEMA, "signature": {}, "plan": {}, "steps": {}, "files": ["../../etc/shadow"]})
-            ),
-            "'files' is not a list of relative paths inside the directory",
-        ),  # fmt: skip
+            lambda p: p.write_text(_state_with(files=["../../etc/shadow"])),
+            "($.files.0: Value error, not a relative path inside the directory)",
+        ),
+        (lambda p: p.write_text(_state_with(schema="kimi-dflash/sweep-state")), "(schema 'kimi-dflash/sweep-state'"),
+        (lambda p: p.write_text(_state_with(schema_version=2)), "(schema_version 2; this one reads 1 to 1)"),
         (lambda p: p.write_bytes(b'{"schema": "\xff"}'), "is not UTF-8 text"),
         (_fifo, "is a FIFO (named pipe)"),
         (_huge, "over the 4 MiB this reader takes"),
         (lambda p: p.symlink_to(p.parent.parent / "elsewhere.json"), "is a symbolic link"),
     ],
-    ids=["list", "no signature", "step not an object", "files outside", "not utf-8", "fifo", "huge", "symlink"],
+    ids=[
+        "list",
+        "no signature",
+        "step not an object",
+        "files outside",
+        "other schema",
+        "newer version",
+        "not utf-8",
+        "fifo",
+        "huge",
+        "symlink",
+    ],  # fmt: skip
 )
 def test_a_malformed_state_file_is_refused_with_a_message_and_the_dry_run_does_not_crash(
     tmp_path: Path,
@@ -343,10 +368,10 @@ def test_an_interrupt_says_which_signal_and_exits_130_or_143(
 ) -> None:
     for raised, code, name in ((KeyboardInterrupt(), 130, "SIGINT"), (Interrupted("SIGTERM"), 143, "SIGTERM")):
 
-        def interrupted(ctx: object, state: object, raised: BaseException = raised) -> None:
+        def interrupted(*args: object, raised: BaseException = raised, **kwargs: object) -> None:
             raise raised
 
-        monkeypatch.setattr(qualify_cli, "run_steps", interrupted)
+        monkeypatch.setattr(qualify_cli, "run_units", interrupted)
         out = tmp_path / name
         assert _qualify(out) == code
         assert f"qualify: interrupted ({name}); rerun with --resume to finish" in capsys.readouterr().err
@@ -357,6 +382,6 @@ def test_a_passing_fake_run_is_what_these_tests_build_on(tmp_path: Path, faked: 
     it only by what they break."""
     out = tmp_path / "out"
     assert _qualify(out) == 0
-    assert json.loads((out / "lossless" / "verdict.json").read_text()) == PASSING_VERDICT
+    assert json.loads((out / "lossless" / "verdict.json").read_text()) == PASSING_VERDICT.to_json()
     with tarfile.open(out.with_name("out.tar.gz")) as tar:
         assert "out/report.md" in tar.getnames() and "out/qualify.lock" not in tar.getnames()

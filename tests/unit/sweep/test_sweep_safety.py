@@ -3,6 +3,7 @@ use, an interrupt. serve.sh is the stand-in (serve_stand_in: the instrument serv
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from kimi_dflash.bench.result import load_result
+from kimi_dflash.runs.orchestrator import Interrupted
 from kimi_dflash.sweep import cli as sweep_cli
 from kimi_dflash.sweep.cli import main
 from repo_paths import REPO_ROOT
@@ -90,13 +92,33 @@ def test_a_second_sweep_on_a_directory_in_use_is_refused_with_the_first_pid_and_
     assert len(started) == 2 and notes(notes_dir, "stops") == started  # each server stopped once, by its own run
 
 
+@pytest.mark.parametrize(("raised", "code", "name"), [(KeyboardInterrupt(), 130, "SIGINT"),
+                                                     (Interrupted("SIGTERM"), 143, "SIGTERM")])  # fmt: skip
 def test_an_interrupt_says_which_signal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], raised: BaseException,
+    code: int, name: str
+) -> None:  # fmt: skip
+    def interrupted(plan: object, run_state: object) -> None:
+        raise raised
+
+    monkeypatch.setattr(sweep_cli, "run_points", interrupted)
+    (tmp_path / "serve.sh").touch()
+    assert main(_argv(tmp_path / "sweep", tmp_path / "serve.sh")) == code
+    assert f"sweep: interrupted ({name}); rerun the same command to finish" in capsys.readouterr().err
+
+
+def test_a_dir_that_cannot_be_written_gets_a_message_and_exit_1_not_a_traceback(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    def interrupted(plan: object) -> None:
-        raise KeyboardInterrupt
+    from kimi_dflash import documents
 
-    monkeypatch.setattr(sweep_cli, "run_sweep", interrupted)
+    def full(path: Path, document: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr(documents, "write_json_atomic", full)
     (tmp_path / "serve.sh").touch()
-    assert main(_argv(tmp_path / "sweep", tmp_path / "serve.sh")) == 130
-    assert "sweep: interrupted (SIGINT); rerun the same command to finish" in capsys.readouterr().err
+    out = tmp_path / "sweep"
+    assert main(_argv(out, tmp_path / "serve.sh")) == 1
+    err = capsys.readouterr().err
+    assert f"sweep: cannot write in --out {out} ({out / 'sweep.json'}): {os.strerror(errno.ENOSPC)}. Free some " in err
+    assert "then rerun the same command (finished work is kept)" in err and "Traceback" not in err

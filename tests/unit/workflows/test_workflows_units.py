@@ -86,11 +86,33 @@ def test_a_point_is_finished_only_when_its_result_is_complete(tmp_path: Path) ->
     assert state.finished_result(tmp_path, Point((("NUM_SPECULATIVE_TOKENS", "4"),))) is None
 
 
+def _sweep_state(out: Path, sessions: list[int]) -> state.SweepState:
+    signature = state.SweepSignature(config="demo-cpu.env", grid=[], sessions=sessions, benchmark_options=[])
+    return state.SweepState(signature=signature).at(out)
+
+
 def test_a_rerun_with_other_settings_is_refused(tmp_path: Path) -> None:
-    state.check_signature(tmp_path, {"sessions": [2, 4]})
-    state.check_signature(tmp_path, {"sessions": [2, 4]})
+    _sweep_state(tmp_path, [2, 4]).open()
+    assert [r.resumed for r in _sweep_state(tmp_path, [2, 4]).open().runs] == ["false", "true"]
     with pytest.raises(UserError, match="different sessions"):
-        state.check_signature(tmp_path, {"sessions": [8]})
+        _sweep_state(tmp_path, [8]).open()
+
+
+def test_a_sweep_json_of_an_older_sweep_resumes(tmp_path: Path) -> None:
+    """Before the sweep's state was a runs.state document, sweep.json held the signature alone."""
+    legacy = {"config": "demo-cpu.env", "grid": [], "sessions": [2, 4], "benchmark_options": []}
+    (tmp_path / "sweep.json").write_text(json.dumps(legacy), encoding="utf-8")
+    resumed = _sweep_state(tmp_path, [2, 4]).open()
+    assert [r.resumed for r in resumed.runs] == ["true"]
+    assert json.loads((tmp_path / "sweep.json").read_text())["signature"] == legacy
+    with pytest.raises(UserError, match="different sessions"):
+        _sweep_state(tmp_path, [8]).open()
+
+
+def test_a_damaged_sweep_json_is_refused_with_a_message(tmp_path: Path) -> None:
+    (tmp_path / "sweep.json").write_text('{"config": 3}', encoding="utf-8")
+    with pytest.raises(UserError, match=r"sweep state file .*sweep.json: not a sweep state file .*signature.config"):
+        _sweep_state(tmp_path, [2]).open()
 
 
 def test_table_compares_at_matched_concurrency_and_marks_the_pareto_front() -> None:
@@ -102,7 +124,9 @@ def test_table_compares_at_matched_concurrency_and_marks_the_pareto_front() -> N
     ]
     found = aggregate.cells(runs)
     assert {(c.point, c.sessions) for c in aggregate.pareto_front(found)} == {("k2", 2), ("k4", 2)}
-    table = aggregate.render_table(found, [state.Failure("k8", "server", "did not start", [])])
+    table = aggregate.render_table(
+        found, [state.Failure(point="k8", stage="server", detail="did not start", log_tail=[])]
+    )
     row = next(line for line in table.splitlines() if "NUM_SPECULATIVE_TOKENS=2 " in line)
     assert "| 1.50x |" in row and "★" in row
     row4 = next(line for line in table.splitlines() if line.startswith("| 4 |"))

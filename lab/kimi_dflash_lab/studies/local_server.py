@@ -1,10 +1,9 @@
-"""Start a vLLM server from a config file and hold its handle: the launch path for Python callers.
+"""Start a vLLM server from a config file in this process and hold its handle (the KV hook-cost instrument).
 
-serve.sh (launch/cli.py) and this module are the only places that start vLLM servers, and both go the same way:
-config file -> validated Config -> plan.build_plan (argv + environment) -> launch/server.start_and_wait.
-Instruments (the KV hook-cost benchmark) use this module; tests start servers through serve.sh
-(tests/conftest.py). No preflight and no patching here: callers are on the CPU build, where the plugin applies
-what a plan needs at runtime.
+The product starts servers through serve.sh (launch/cli.py; workflows through launch/serve_sh.py); this goes the
+same way without the preflight and the patches: config file -> validated Config -> plan.build_plan (argv +
+environment) -> launch/server.start_and_wait. Callers are on the CPU build, where the plugin applies what a plan
+needs at runtime.
 """
 
 from __future__ import annotations

@@ -1,0 +1,185 @@
+"""The files qualify's analysis steps write in OUT and its report reads back, typed (documents.Document): what
+measures.py computes from the grid, the advisor's recommendation, the graph-mode candidate and the projection.
+The losslessness files are lossless.py's, the environment environment.py's, the FP8 summary fp8/validate.py's."""
+
+from __future__ import annotations
+
+from kimi_dflash.documents import Document, Model
+from kimi_dflash.validate.engine import AgreementSummary
+
+
+class AcceptanceRow(Model):
+    point: str
+    k: int
+    sessions: int
+    per_position: list[float]
+    acceptance_rate: float
+    acceptance_length: float
+    drafts: int | None = None
+
+
+class Acceptance(Document):
+    """acceptance.json: acceptance by draft position per speculative point and concurrency (/metrics deltas)."""
+
+    SCHEMA = "kimi-dflash/qualify-acceptance"
+    WHAT = "acceptance file"
+    rows: list[AcceptanceRow]
+
+
+class Group(Model):
+    """Per-request spec-decode statistics of a group of requests, rounded for the report."""
+
+    key: str
+    requests: int
+    steps: int
+    accepted: int
+    drafted: int
+    tau: float | None
+    alpha: float | None
+    tau_min: float | None
+    tau_p50: float | None
+    tau_p90: float | None
+    tau_max: float | None
+    alpha_p50: float | None
+
+
+class PerRequestRow(Model):
+    k: int
+    sessions: int
+    num_speculative_tokens: int | None
+    requests_without: int
+    total: Group
+    per_position: list[float]
+    per_turn: list[Group]
+    per_prompt_length: list[Group]
+    per_category: list[Group]
+    counter_accepted: int | None
+    counter_drafted: int | None
+
+
+class PerRequest(Document):
+    SCHEMA = "kimi-dflash/qualify-per-request"
+    WHAT = "per-request acceptance file"
+    rows: list[PerRequestRow]
+
+
+class GoodputRow(Model):
+    k: int
+    sessions: int
+    requests: int
+    met: int
+    attainment: float | None
+    output_goodput: float | None
+    request_goodput: float | None
+    output_tok_s: float | None
+    violations: dict[str, int]
+
+
+class AtSloRow(Model):
+    k: int
+    sustained_sessions: int | None
+    attainment: float | None
+    output_goodput: float | None
+    reference_sessions: int | None
+    speedup: float | None
+
+
+class MatchedRow(Model):
+    k: int
+    sessions: int
+    speedup: float | None
+    low: float | None
+    high: float | None
+    significant: bool | None
+    confidence: float
+    repeats: list[int]
+
+
+class Goodput(Document):
+    """goodput.json: goodput at the SLO, the speedup at the SLO and at matched concurrency."""
+
+    SCHEMA = "kimi-dflash/qualify-goodput"
+    WHAT = "goodput file"
+    slo: dict[str, float]
+    slo_text: str
+    slo_source: str
+    threshold: float
+    rows: list[GoodputRow]
+    at_slo: list[AtSloRow]
+    matched: list[MatchedRow]
+
+
+class ReplyIdentityRow(Model):
+    k: int
+    sessions: int
+    compared: int
+    identical: int
+    first_difference: str | None
+
+
+class ProjectionRow(Model):
+    sessions: int
+    output_tok_s: float | None
+    per_user_tok_s_p50: float | None
+    tau_expected: float | None
+    tau_measured: float | None
+    per_position_measured: list[float | None]
+    reference_tok_s: float | None
+    speedup: float | None
+    candidate_tok_s: float | None
+    candidate_speedup: float | None
+
+
+class Projection(Document):
+    """projection.json: the synthetic-acceptance projection beside the measured grid (speed only)."""
+
+    SCHEMA = "kimi-dflash/qualify-projection"
+    WHAT = "projection file"
+    what: str
+    rates: list[float]
+    k: int
+    rows: list[ProjectionRow]
+    result: str
+
+
+class GraphRow(Model):
+    sessions: int
+    output_tok_s: float | None
+    per_user_tok_s_p50: float | None
+    tau: float | None
+    eager_tok_s: float | None
+    eager_tau: float | None
+    speedup_vs_eager: float | None
+    reference_tok_s: float | None
+    speedup_vs_reference: float | None
+
+
+class Graphs(Document):
+    """graphs.json: the graph-mode candidate, the cudagraph mode its server ended with, beside the eager one."""
+
+    SCHEMA = "kimi-dflash/qualify-graphs"
+    WHAT = "graph-mode candidate file"
+    overrides: list[tuple[str, str]]
+    cudagraph_mode: str | None
+    downgraded: bool
+    mode_evidence: str
+    identity: AgreementSummary | None
+    rows: list[GraphRow]
+    result: str
+
+
+class Recommendation(Model):
+    k: int
+    output_tok_s: float
+    per_user_tok_s: float
+    measured: bool
+
+
+class Advisor(Document):
+    """advisor.json: the recommended k per concurrency (per_position empty: the model was not fitted)."""
+
+    SCHEMA = "kimi-dflash/qualify-advisor"
+    WHAT = "advisor file"
+    per_position: list[float]
+    recommendations: dict[str, Recommendation]
+    lines: list[str]
