@@ -9,11 +9,13 @@ the schema without regenerating is caught (the failure names this command).
 
 from __future__ import annotations
 
-import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_dflash.config.schema import KEYS, Key
+from kimi_dflash.core import options
+from kimi_dflash.core.options import option
 
 HEADER = '''"""Typed config values: one attribute per config key, in schema order (config/schema.py says what each
 key means).
@@ -61,14 +63,15 @@ def module_path() -> Path:
     return Path(values.__file__)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m kimi_dflash.config.generate_values",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--write", action="store_true", help="rewrite config/values.py (next to this module)")
-    args = parser.parse_args(argv)
+@dataclass(kw_only=True)
+class GenerateOptions:
+    write: bool = option("rewrite config/values.py (next to this module)")
+
+
+add_cli_args = options.declare(GenerateOptions, __doc__)
+
+
+def main(args: GenerateOptions) -> int:
     text = render()
     if not args.write:
         sys.stdout.write(text)
@@ -81,4 +84,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(options.run(__name__, prog="python -m kimi_dflash.config.generate_values"))

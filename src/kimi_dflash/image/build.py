@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import shlex
@@ -13,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_dflash import __version__
+from kimi_dflash.core import options
+from kimi_dflash.core.options import option
 
 DOCKERFILE = "Dockerfile.kimi26-dflash"
 DEFAULT_IMAGE = "vllm/vllm-openai-rocm"
@@ -121,41 +122,31 @@ def resolve_digest(engine: str, reference: str) -> str:
     )
 
 
-def parse_args(argv: list[str] | None, prog: str | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog=prog or "build-kimi26-dflash.sh",
-        description=DESCRIPTION,
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+@dataclass(kw_only=True)
+class BuildOptions:
+    target: str = option("rocm (default: 8x MI300X) or cpu-demo", choices=TARGETS, default="rocm")
+    vllm_image: str = option(f"base image repository ({DEFAULT_IMAGE})", default=DEFAULT_IMAGE)
+    vllm_tag: str = option(f"base image tag ({DEFAULT_TAG})", default=DEFAULT_TAG)
+    vllm_digest: str | None = option("base image digest sha256:... (default: resolved from the registry)")
+    vllm_version: str | None = option("vLLM version for the tag (default: from --vllm-tag, vX.Y.Z)")
+    allow_unpinned: bool = option("build without a digest (a local base image has none)")
+    engine: str | None = option(
+        "container tool (default: the first of docker, podman, buildah on PATH)", choices=ENGINES
     )
-    parser.add_argument("--target", choices=TARGETS, default="rocm", help="rocm (default: 8x MI300X) or cpu-demo")
-    parser.add_argument("--vllm-image", default=DEFAULT_IMAGE, help=f"base image repository ({DEFAULT_IMAGE})")
-    parser.add_argument("--vllm-tag", default=DEFAULT_TAG, help=f"base image tag ({DEFAULT_TAG})")
-    parser.add_argument("--vllm-digest", help="base image digest sha256:... (default: resolved from the registry)")
-    parser.add_argument("--vllm-version", help="vLLM version for the tag (default: from --vllm-tag, vX.Y.Z)")
-    parser.add_argument(
-        "--allow-unpinned", action="store_true", help="build without a digest (a local base image has none)"
-    )
-    parser.add_argument(
-        "--engine", choices=ENGINES, help="container tool (default: the first of docker, podman, buildah on PATH)"
-    )
-    parser.add_argument(
-        "--context", type=Path, default=Path.cwd(), help="the checkout to build from (default: the current directory)"
-    )
-    parser.add_argument(
-        "--engine-arg",
-        action="append",
-        default=[],
+    context: Path = option("the checkout to build from (default: the current directory)", default=Path("."))
+    engine_arg: list[str] = option(
+        "extra argument for the container tool, repeatable (e.g. --engine-arg=--isolation=chroot for podman/buildah "
+        "where no OCI runtime can start)",
+        repeatable=True,
         metavar="ARG",
-        help="extra argument for the container tool, repeatable (e.g. --engine-arg=--isolation=chroot "
-        "for podman/buildah where no OCI runtime can start)",
     )
-    parser.add_argument("--dry-run", action="store_true", help="print the build command and exit")
-    return parser.parse_args(argv)
+    dry_run: bool = option("print the build command and exit")
 
 
-def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    args = parse_args(argv, prog)
+add_cli_args = options.declare(BuildOptions, DESCRIPTION, EPILOG)
+
+
+def main(args: BuildOptions) -> int:
     engine = args.engine or next((name for name in ENGINES if shutil.which(name)), None)
     if engine is None:
         print("build: none of docker, podman, buildah is installed", file=sys.stderr)
@@ -197,4 +188,4 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(options.run(__name__, prog="build-kimi26-dflash.sh"))

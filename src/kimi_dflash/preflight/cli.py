@@ -6,16 +6,20 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+
+from kimi_dflash.core import options
+from kimi_dflash.core.options import option
 
 from kimi_dflash.preflight.deployment import deployment_from_command
 from kimi_dflash.preflight.plan_features import features_from_command
 from kimi_dflash.preflight.render import render
-from kimi_dflash.preflight.request import DEVICES, GIB, PreflightRequest, default_min_shm_bytes
+from kimi_dflash.preflight.request import GIB, Device, PreflightRequest, default_min_shm_bytes
 from kimi_dflash.preflight.results import exit_code
 from kimi_dflash.preflight.run import run_preflight
 from kimi_dflash.preflight.runtime_probe import interpreter_for_command
-from kimi_dflash.preflight.vllm_features import GRAMMAR
+from kimi_dflash.preflight.vllm_features import GRAMMAR, parse_feature
 
 EPILOG = f"""\
 checks, in order:
@@ -43,47 +47,45 @@ examples:
 exit status: 0 no check failed (warnings allowed), 1 a check failed, 2 bad arguments."""
 
 
-def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=prog or "python -m kimi_dflash.preflight",
-        description="Check that this machine can serve the plan: prints [PASS]/[WARN]/[FAIL] lines, each "
-        "failure with the command or setting that fixes it.",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+def _feature(text: str) -> str:
+    parse_feature(text)  # a ValueError naming the grammar
+    return text
+
+
+@dataclass(kw_only=True)
+class PreflightOptions:
+    device: Device = option("rocm (MI300X), cuda (H200) or cpu (demo)", required=True)
+    tensor_parallel_size: int = option("GPUs the plan needs", default=1, minimum=1, metavar="N")
+    arch: str | None = option("expected accelerator architecture: gfx942, sm_90, ...", metavar="ARCH")
+    model_dir: Path | None = option("target checkpoint directory", metavar="DIR")
+    model_repo: str | None = option("its Hugging Face repo id (for the download fix)", metavar="REPO")
+    draft_model_dir: Path | None = option("drafter checkpoint directory", metavar="DIR")
+    draft_repo: str | None = option("its Hugging Face repo id (for the download fix)", metavar="REPO")
+    host: str = option("address the server will bind (default %(default)s)", default="127.0.0.1")
+    port: int = option("port the server will bind (default %(default)s)", default=8262)
+    feature: list[str] = option(
+        "a vLLM feature the plan needs (repeatable); grammar below", repeatable=True, metavar="NAME", parse=_feature
     )
-    parser.add_argument("--device", choices=DEVICES, required=True, help="rocm (MI300X), cuda (H200) or cpu (demo)")
-    parser.add_argument("--tensor-parallel-size", type=int, default=1, metavar="N", help="GPUs the plan needs")
-    parser.add_argument("--arch", metavar="ARCH", help="expected accelerator architecture: gfx942, sm_90, ...")
-    parser.add_argument("--model-dir", type=Path, metavar="DIR", help="target checkpoint directory")
-    parser.add_argument("--model-repo", metavar="REPO", help="its Hugging Face repo id (for the download fix)")
-    parser.add_argument("--draft-model-dir", type=Path, metavar="DIR", help="drafter checkpoint directory")
-    parser.add_argument("--draft-repo", metavar="REPO", help="its Hugging Face repo id (for the download fix)")
-    parser.add_argument("--host", default="127.0.0.1", help="address the server will bind (default %(default)s)")
-    parser.add_argument("--port", type=int, default=8262, help="port the server will bind (default %(default)s)")
-    parser.add_argument(
-        "--feature",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="a vLLM feature the plan needs (repeatable); grammar below",
-    )
-    parser.add_argument("--fix-numa", action="store_true", help="as root, set kernel.numa_balancing=0 if it is on")
-    parser.add_argument("--min-shm-gib", type=float, metavar="GIB", help="/dev/shm size to require")
-    parser.add_argument(
-        "command",
+    fix_numa: bool = option("as root, set kernel.numa_balancing=0 if it is on")
+    min_shm_gib: float | None = option("/dev/shm size to require", metavar="GIB")
+    command: list[str] = option(
+        "optional: the vLLM command line that will run; every option it passes (and the Python it runs in) is "
+        "checked too",
+        positional=True,
         nargs=argparse.REMAINDER,
         metavar="-- vllm serve ...",
-        help="optional: the vLLM command line that will run; every option it passes (and the "
-        "Python it runs in) is checked too",
     )
-    return parser
 
 
-def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    parser = build_parser(prog)
-    args = parser.parse_args(argv)
-    if args.tensor_parallel_size < 1:
-        parser.error("--tensor-parallel-size must be at least 1")
+add_cli_args = options.declare(
+    PreflightOptions,
+    "Check that this machine can serve the plan: prints [PASS]/[WARN]/[FAIL] lines, each failure with the command "
+    "or setting that fixes it.",
+    EPILOG,
+)
+
+
+def main(args: PreflightOptions) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     features = tuple(dict.fromkeys([*args.feature, *(features_from_command(command) if command else ())]))
     deployment = None
@@ -116,11 +118,12 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             deployment=deployment,
         )
     except ValueError as error:
-        parser.error(str(error))
+        print(f"preflight: error: {error}", file=sys.stderr)
+        return 2
     results = run_preflight(request)
     print(render(results))
     return exit_code(results)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(options.run(__name__, prog="python -m kimi_dflash.preflight"))
