@@ -32,7 +32,7 @@ ROOT = "BenchmarkResult"
 
 def json_schema() -> dict[str, Any]:
     """pydantic's JSON Schema of the model (field descriptions from the dataclasses' metadata)."""
-    schema = adapter().json_schema()
+    schema = adapter().json_schema(mode="serialization")  # what files hold: options kept out of them are left out
     return {"$schema": JSON_SCHEMA_DIALECT, **schema, "title": f"{SCHEMA}, version {SCHEMA_VERSION}"}
 
 
@@ -105,7 +105,7 @@ def render_reference() -> str:
         ),
         "",
     ]
-    for name, schema, parents in _objects(adapter().json_schema()):
+    for name, schema, parents in _objects(json_schema()):
         where = f" (in {', '.join(f'`{p}`' for p in parents)})" if parents else " (the file)"
         lines += [f"**`{name}`**{where}: {first_line(schema.get('description'))}", ""]
         lines += ["| field | type | required | meaning |", "|---|---|---|---|"]

@@ -68,6 +68,8 @@ def option(help: str = "", *, field_default: Any = dataclasses.MISSING, metadata
            **settings: Any) -> Any:  # fmt: skip
     """A dataclass field that is a command-line option (``Option``'s settings). The field's default is the
     option's unless ``field_default`` says otherwise (a result document loads older files with None)."""
+    if settings.get("repeatable") and settings.get("default") is None:
+        settings["default"] = []
     spec = Option(help, **settings)
     meta = {**(metadata or {}), KEY: spec}
     default = spec.default if field_default is dataclasses.MISSING else field_default
@@ -160,7 +162,8 @@ def _argument(name: str, spec: Option, hint: Any) -> tuple[tuple[str, ...], dict
         kwargs["nargs"] = spec.nargs or (("+" if spec.required else "*") if many else (None if spec.required else "?"))
     else:
         names = flags
-        kwargs.update(dest=name, metavar=spec.metavar, nargs=spec.nargs, required=spec.required or None)
+        shown = spec.metavar or (flags[-1].lstrip("-").replace("-", "_").upper() if spec.flag else None)
+        kwargs.update(dest=name, metavar=shown, nargs=spec.nargs, required=spec.required or None)
     if spec.nargs != argparse.REMAINDER and (spec.parse or kind is not str):
         kwargs["type"] = _converter(kind, name if spec.positional else flags[-1], spec)
     kwargs["choices"] = spec.choices or literal

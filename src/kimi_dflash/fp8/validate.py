@@ -188,9 +188,7 @@ class ValidateFp8Options:
     math_max_tokens: int = option("tokens per math answer (384)", default=384)
     no_math: bool = option("skip the math accuracy check")
     concurrency: int = option("parallel requests per server (8)", default=8)
-    bench_concurrency: int | None = option(
-        "also run the benchmark at this concurrency (use the config's MAX_NUM_SEQS)"
-    )
+    bench_concurrency: int | None = option("also run the benchmark at this concurrency (use the config's MAX_NUM_SEQS)")
     bench_arg: list[str] = option(
         "extra argument for the benchmark (kimi-dflash bench --help), e.g. --bench-arg=--max-tokens=512 (repeat)",
         repeatable=True,

@@ -55,7 +55,7 @@ class PatchOptions:
         metavar="DIR",
     )
     json: bool = option("machine-readable output on stdout")
-    only: list[str] | None = option(
+    only: list[str] = option(
         "restrict to this patch id (repeatable); see `list`", flag="--patch", repeatable=True, metavar="ID"
     )
 

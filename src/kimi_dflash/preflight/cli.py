@@ -11,7 +11,6 @@ from pathlib import Path
 
 from kimi_dflash.core import options
 from kimi_dflash.core.options import option
-
 from kimi_dflash.preflight.deployment import deployment_from_command
 from kimi_dflash.preflight.plan_features import features_from_command
 from kimi_dflash.preflight.render import render

@@ -16,14 +16,19 @@ from pathlib import Path
 import pytest
 
 from extras import needs_cpu_extra
+from kimi_dflash.core import options
 from kimi_dflash.qualify import cli as qualify_cli
 from kimi_dflash.qualify import steps
-from kimi_dflash.qualify.cli import run
 from kimi_dflash.qualify.state import SCHEMA, read_state
 from kimi_dflash.sweep.runner import Interrupted
 from qualify_fakes import PASSING_VERDICT, fake_output, fakes
 from repo_paths import REPO_ROOT
 from serve_stand_in import kill_servers, notes, serving, stand_in, wait_for
+
+
+def run(argv: list[str]) -> int:
+    return options.run(qualify_cli, argv)
+
 
 ROOT = REPO_ROOT
 CONFIG = str(ROOT / "configs" / "demo-cpu.env")

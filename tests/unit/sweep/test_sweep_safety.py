@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from kimi_dflash.bench.result import load_result
+from kimi_dflash.core import options
 from kimi_dflash.sweep import cli as sweep_cli
-from kimi_dflash.sweep.cli import main
 from repo_paths import REPO_ROOT
 from serve_stand_in import kill_servers, notes, serving, stand_in, wait_for
 
@@ -34,7 +34,7 @@ def test_a_refused_stop_stops_the_sweep_with_exit_1_names_the_server_and_a_rerun
     monkeypatch.setenv("STAND_IN_REFUSE_STOP", "1")
     out = tmp_path / "sweep"
     try:
-        assert main(_argv(out, serve)) == 1
+        assert options.run(sweep_cli, _argv(out, serve)) == 1
         err = capfd.readouterr().err
         [started] = notes(notes_dir, "started")  # the second point was not started beside the server left up
         port = started.split()[0]
@@ -48,7 +48,7 @@ def test_a_refused_stop_stops_the_sweep_with_exit_1_names_the_server_and_a_rerun
         assert load_result(out / "NUM_SPECULATIVE_TOKENS-0.json").run.status == "complete"
 
         monkeypatch.delenv("STAND_IN_REFUSE_STOP")
-        assert main(_argv(out, serve)) == 0
+        assert options.run(sweep_cli, _argv(out, serve)) == 0
         assert notes(notes_dir, "stops")[:2] == [port, port]  # refused, then stopped by the rerun before all else
         assert not serving(int(port)) and not (out / "running.json").exists()
         assert "still running" not in (out / "summary.md").read_text(encoding="utf-8")
@@ -98,5 +98,5 @@ def test_an_interrupt_says_which_signal(
 
     monkeypatch.setattr(sweep_cli, "run_sweep", interrupted)
     (tmp_path / "serve.sh").touch()
-    assert main(_argv(tmp_path / "sweep", tmp_path / "serve.sh")) == 130
+    assert options.run(sweep_cli, _argv(tmp_path / "sweep", tmp_path / "serve.sh")) == 130
     assert "sweep: interrupted (SIGINT); rerun the same command to finish" in capsys.readouterr().err
