@@ -6,21 +6,27 @@ rules. Exit 0 vLLM starts the plan and the rules agree, 2 vLLM refuses it (its o
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
+from dataclasses import dataclass
+
+from kimi_dflash.core import options
+from kimi_dflash.core.options import option
 
 
-def add_cli_args(parser: argparse.ArgumentParser) -> None:
-    parser.description = __doc__
-    parser.add_argument("config", help="env-file config (a path or a shipped config's name, e.g. production)")
-    parser.add_argument("--json", action="store_true", help="print the child's report as JSON")
-    parser.add_argument(
-        "--no-meta-model", action="store_true", help="stop after backend selection (no model built on meta)"
+@dataclass(kw_only=True)
+class DryEngineOptions:
+    config: str = option(
+        "env-file config (a path or a shipped config's name, e.g. production)", positional=True, required=True
     )
+    json: bool = option("print the child's report as JSON")
+    no_meta_model: bool = option("stop after backend selection (no model built on meta)")
 
 
-def main(args: argparse.Namespace) -> int:
+add_cli_args = options.declare(DryEngineOptions, __doc__)
+
+
+def main(args: DryEngineOptions) -> int:
     from kimi_dflash.config.problems import ConfigError
     from kimi_dflash.config.shipped import resolve_config_argument
     from kimi_dflash.config.validate import load_config
@@ -59,6 +65,4 @@ def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    cli = argparse.ArgumentParser(prog="python -m kimi_dflash_lab dry-engine")
-    add_cli_args(cli)
-    sys.exit(main(cli.parse_args()))
+    sys.exit(options.run(__name__, prog="python -m kimi_dflash_lab dry-engine"))

@@ -268,11 +268,19 @@ def build_parser(module: types.ModuleType, prog: str | None = None,
     return parser
 
 
-def run(module: str | types.ModuleType, argv: Sequence[str] | None = None, prog: str | None = None,
-        description: str | None = None) -> int:  # fmt: skip
-    """Parse ``argv`` (default: this process's) for the verb ``module`` and run its ``main``: the front door,
-    a module's ``if __name__ == "__main__":`` (``sys.exit(options.run(__name__, prog="serve.sh"))``) and the
-    repository's scripts all start a verb this way."""
+def parse(module: str | types.ModuleType, argv: Sequence[str] | None = None, prog: str | None = None,
+          description: str | None = None) -> Any:  # fmt: skip
+    """The verb ``module``'s model from ``argv`` (default: this process's); a usage error exits."""
     if isinstance(module, str):
         module = sys.modules[module] if module in sys.modules else importlib.import_module(module)
-    return int(module.main(build_parser(module, prog, description).parse_args(argv)) or 0)
+    return build_parser(module, prog, description).parse_args(argv)
+
+
+def run(module: str | types.ModuleType, argv: Sequence[str] | None = None, prog: str | None = None,
+        description: str | None = None) -> int:  # fmt: skip
+    """Parse ``argv`` for the verb ``module`` and run its ``main``: the front door, a module's
+    ``if __name__ == "__main__":`` (``sys.exit(options.run(__name__, prog="serve.sh"))``) and the repository's
+    scripts all start a verb this way."""
+    if isinstance(module, str):
+        module = sys.modules[module] if module in sys.modules else importlib.import_module(module)
+    return int(module.main(parse(module, argv, prog, description)) or 0)

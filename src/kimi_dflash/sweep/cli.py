@@ -85,9 +85,8 @@ def _bench_args(extra: list[str]) -> list[str]:
     for arg in extra:
         if arg.split("=", 1)[0] in OWNED_BENCH_OPTIONS:
             raise UserError(f"{arg.split('=', 1)[0]} is set by the sweep for every point; leave it out.")
-    probe = options.build_parser(bench_cli)
     try:
-        probe.parse_args([*extra, "--sessions", "1"])
+        options.parse(bench_cli, [*extra, "--sessions", "1"])
     except SystemExit:
         raise UserError(f"benchmark options {' '.join(extra)!r} are not valid (see the message above).") from None
     # sweep.json keeps the benchmark options (resume needs them verbatim): a credential header would be stored.
