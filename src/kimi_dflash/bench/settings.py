@@ -16,6 +16,7 @@ defaults that depend on other options, then the derived fields (it reads the dat
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 from collections.abc import Callable
@@ -45,29 +46,26 @@ PromptOrder = Literal["random", "sequential"]
 ArrivalName = Literal["poisson", "constant", "gamma"]
 ThinkTimeDist = Literal["fixed", "exp", "uniform"]
 Endpoint = Literal["chat", "completions"]
-SERVER, LOAD, OUTPUT, OPEN_LOOP, ANALYSIS = (
-    "server",
-    "load",
-    "output",
-    "open-loop load (instead of --sessions)",
-    "analysis",
-)
 _DERIVE = "derive"
 
-SLO_HELP = (
-    "service-level objectives, e.g. ttft:500ms,tpot:50ms,e2el:10s,user_tps:20 (ttft/tpot/e2el are maxima and "
-    "need their unit, ms or s; user_tps = 1/TPOT is a minimum in tok/s; each at most once). Adds attainment and "
-    "goodput per level"
-)
 
-
-def setting(doc: str | None, *, omit_if_none: bool = False, **cli: Any) -> Any:
-    """A field that is a command-line option (``cli``: core/options.Option's settings), recorded in the result
-    with ``doc`` as its meaning, or kept out of it when ``doc`` is None."""
+def setting(doc: str | None, *, group: str, omit_if_none: bool = False, **cli: Any) -> Any:
+    """A field that is a command-line option (``cli``: core/options.Option's settings), in the help's ``group``;
+    recorded in the result with ``doc`` as its meaning (and, unless ``help`` says more, its help), or kept out of
+    the result when ``doc`` is None."""
     if doc is None:
-        return options.option(metadata={"exclude": True}, **cli)
+        return options.option(group=group, metadata={"exclude": True}, **cli)
+    if "help" not in cli:
+        shown = cli.get("default") is not None and not isinstance(cli.get("default"), bool)
+        cli["help"] = doc + (" (default %(default)s)" if shown else "")
     loaded = cli.pop("field_default", None)  # what a file written before the field existed reads as
-    return options.option(field_default=loaded, metadata=meta(doc, omit_if_none=omit_if_none), **cli)
+    return options.option(field_default=loaded, group=group, metadata=meta(doc, omit_if_none=omit_if_none), **cli)
+
+
+server_option, load_option, output_option, analysis_option = (
+    functools.partial(setting, group=name) for name in ("server", "load", "output", "analysis")
+)
+open_loop_option = functools.partial(setting, None, group="open-loop load (instead of --sessions)")
 
 
 def derived(doc: str, compute: Callable[[Settings], Any], *, omit_if_none: bool = False) -> Any:
@@ -149,275 +147,167 @@ class Settings:
     """What was measured (the command-line settings after defaults). Runs compare only when these match."""
 
     GROUPS: ClassVar[dict[str, str | None]] = {
-        SERVER: None,
-        LOAD: None,
-        OUTPUT: None,
-        OPEN_LOOP: "Conversations start on an arrival process's clock, whatever the server does; each following "
-        "turn is sent when the previous reply finished plus a think time. One level per rate.",
-        ANALYSIS: None,
+        "server": None,
+        "load": None,
+        "output": None,
+        "open-loop load (instead of --sessions)": "Conversations start on an arrival process's clock, whatever the "
+        "server does; each following turn is sent when the previous reply finished plus a think time. One level per "
+        "rate.",
+        "analysis": None,
     }
 
-    base_url: str | None = setting(
-        "server root",
-        default=DEFAULT_BASE_URL,
-        group=SERVER,
-        help="server root, with or without /v1 (default %(default)s: where ./serve.sh listens)",
-    )
-    model: str | None = setting(
+    base_url: str | None = server_option(
+        "server root", default=DEFAULT_BASE_URL, help="server root, with or without /v1 (default %(default)s: where "
+        "./serve.sh listens)"
+    )  # fmt: skip
+    model: str | None = server_option(
         "model requested (discovered from /v1/models when not given)",
-        group=SERVER,
         help="model name to request (default: the model /v1/models lists; required when it lists several)",
     )
-    sessions: list[int] = setting(
-        "concurrency levels, in order",
-        field_default=[],
-        group=LOAD,
-        parse=options.comma_list(int, "positive integers", minimum=1),
+    sessions: list[int] = load_option(
+        "concurrency levels, in order", field_default=[], parse=options.comma_list(int, "positive integers", 1),
         help=f"concurrent sessions; a comma list sweeps levels, e.g. 8,16,32 (default {DEFAULT_SESSIONS})",
+    )  # fmt: skip
+    turns_per_session: int | None = load_option("turns per conversation", default=5, minimum=1)
+    max_tokens: int | None = load_option("max_tokens per reply", default=512, minimum=1)
+    temperature: float | None = load_option("sampling temperature (always sent)", default=0.0, minimum=0)
+    ignore_eos: bool | None = load_option(
+        "vLLM's ignore_eos sent", help="send ignore_eos: every reply runs to --max-tokens"
     )
-    turns_per_session: int | None = setting(
-        "turns per conversation", default=5, minimum=1, group=LOAD, help="turns per conversation (default %(default)s)"
-    )
-    max_tokens: int | None = setting(
-        "max_tokens per reply", default=512, minimum=1, group=LOAD, help="max_tokens per reply (default %(default)s)"
-    )
-    temperature: float | None = setting(
-        "sampling temperature (always sent)",
-        default=0.0,
-        minimum=0,
-        group=LOAD,
-        help="always sent (default %(default)s)",
-    )
-    ignore_eos: bool | None = setting(
-        "vLLM's ignore_eos sent", group=LOAD, help="send ignore_eos (vLLM): every reply runs to --max-tokens"
-    )
-    stream: bool | None = setting(
-        "streaming requests",
-        default=True,
-        flag="--no-stream",
-        group=LOAD,
-        help="non-streaming requests (no TTFT/TPOT; E2EL and tok/s only)",
-    )
-    independent_turns: bool | None = setting(
-        "turns sent without the conversation so far",
-        group=LOAD,
-        help="send every turn without the conversation so far: the closed-loop load of "
-        "`vllm bench serve --max-concurrency N`, for cross-checking against it",
-    )
-    prompt_order: PromptOrder | None = setting(
-        "how sessions draw prompts",
-        default="random",
-        group=LOAD,
-        help="random (default): each session draws its prompts by --seed; sequential: turn t of session s sends "
-        "prompt (t x sessions + s) of the dataset, in file order (what `vllm bench serve --disable-shuffle` does)",
-    )
-    dataset_name: str = setting(
-        None,
-        flag="--dataset",
-        default=BUILTIN,
-        group=LOAD,
-        help="'builtin' (225 prompts shipped with the tool) or a JSONL file of {\"prompt\": ...} lines",
-    )
-    dataset_format: str | None = setting(
-        None,
-        choices=datasets.FORMATS,
-        group=LOAD,
-        help='format of --dataset (default: detected from its first record): prompts ({"prompt": ...}), '
-        'openai-messages ({"messages": [...]}), sharegpt ({"conversations": [...]}), speed-bench '
-        '({"category": ..., "turns": [...]}); conversations replay their user turns, the server generates the '
-        "replies",
-    )
+    stream: bool | None = load_option(
+        "streaming requests", default=True, flag="--no-stream", help="non-streaming requests (no TTFT/TPOT; E2EL and "
+        "tok/s only)"
+    )  # fmt: skip
+    independent_turns: bool | None = load_option(
+        "turns sent without the conversation so far", help="send every turn without the conversation so far: the "
+        "closed-loop load of `vllm bench serve --max-concurrency N`, for cross-checking against it"
+    )  # fmt: skip
+    prompt_order: PromptOrder | None = load_option(
+        "how sessions draw prompts", default="random", help="random (default): each session draws its prompts by "
+        "--seed; sequential: turn t of session s sends prompt (t x sessions + s) of the dataset, in file order (what "
+        "`vllm bench serve --disable-shuffle` does)"
+    )  # fmt: skip
+    dataset_name: str = load_option(
+        None, flag="--dataset", default=BUILTIN, help="'builtin' (225 prompts shipped with the tool) or a JSONL file "
+        'of {"prompt": ...} lines'
+    )  # fmt: skip
+    dataset_format: str | None = load_option(
+        None, choices=datasets.FORMATS, help='format of --dataset (default: detected from its first record): prompts '
+        '({"prompt": ...}), openai-messages ({"messages": [...]}), sharegpt ({"conversations": [...]}), speed-bench '
+        '({"category": ..., "turns": [...]}); conversations replay their user turns, the server generates the replies'
+    )  # fmt: skip
     dataset: DatasetInfo | None = derived("the prompt set", lambda s: s.prompts.describe())
-    system_prompt: str | None = setting(
-        "system message opening every conversation",
-        group=LOAD,
-        help="optional system message at the start of every conversation",
+    system_prompt: str | None = load_option(
+        "system message opening every conversation", help="optional system message at the start of every conversation"
     )
-    warmup: int | None = setting(
-        "warmup requests",
-        minimum=0,
-        group=LOAD,
-        help="warmup requests before measuring (default: the first level's session count)",
+    warmup: int | None = load_option(
+        "warmup requests", minimum=0, help="warmup requests before measuring (default: the first level's session count)"
     )
-    repeats: int | None = setting(
-        "measured repeats per level",
-        default=1,
-        minimum=1,
-        group=LOAD,
-        help="measured repeats per level, fresh prompts each (default %(default)s)",
+    repeats: int | None = load_option("measured repeats per level, fresh prompts each", default=1, minimum=1)
+    seed: int | None = load_option("prompt selection seed; same seed = same conversations", default=0)
+    timeout_s: float | None = server_option(
+        "per-request timeout, seconds", flag="--timeout", default=600.0, minimum=0.001
     )
-    seed: int | None = setting(
-        "prompt selection seed",
-        default=0,
-        group=LOAD,
-        help="prompt selection seed; same seed = same conversations (default %(default)s)",
-    )
-    timeout_s: float | None = setting(
-        "per-request timeout",
-        flag="--timeout",
-        default=600.0,
-        minimum=0.001,
-        group=SERVER,
-        help="per-request timeout, seconds (default %(default)s)",
-    )
-    metrics_url: str | None = setting(
-        "Prometheus endpoint; null when disabled",
-        group=SERVER,
-        help="Prometheus endpoint for spec-decode counters (default: <base-url>/metrics; 'none' disables)",
-    )
-    api_key: str | None = setting(
-        None,
-        secret=True,
-        group=SERVER,
-        help="bearer token (default: $OPENAI_API_KEY, then $VLLM_API_KEY); never printed or stored",
+    metrics_url: str | None = server_option(
+        "Prometheus endpoint; null when disabled", help="Prometheus endpoint for spec-decode counters (default: "
+        "<base-url>/metrics; 'none' disables)"
+    )  # fmt: skip
+    api_key: str | None = server_option(
+        None, secret=True, help="bearer token (default: $OPENAI_API_KEY, then $VLLM_API_KEY); never printed or stored"
     )
     api_key_set: bool | None = derived(
         "an API key was sent (the key itself is never stored)", lambda s: bool(s.api_key)
     )
-    request_rate: tuple[float, ...] | None = setting(
-        None,
-        parse=parse_rates,
-        metavar="RATES",
-        group=OPEN_LOOP,
-        help="conversation starts per second (= requests/s with --turns-per-session 1); a comma list sweeps, e.g. "
-        "1,2,4; inf starts every conversation at once. Turns it into an open loop. The run's own waits "
-        "((conversations - 1) / rate + think time x (turns - 1), per rate and repeat) may add up to at most "
-        f"{MAX_PLANNED_HOURS} h",
+    request_rate: tuple[float, ...] | None = open_loop_option(
+        parse=parse_rates, metavar="RATES", help="conversation starts per second (= requests/s with "
+        "--turns-per-session 1); a comma list sweeps, e.g. 1,2,4; inf starts every conversation at once. Turns it into "
+        "an open loop. The run's own waits ((conversations - 1) / rate + think time x (turns - 1), per rate and "
+        f"repeat) may add up to at most {MAX_PLANNED_HOURS} h"
+    )  # fmt: skip
+    arrival: ArrivalName = open_loop_option(
+        choices=ARRIVALS, default="poisson", help="arrival process of conversation starts (default poisson)"
     )
-    arrival: ArrivalName = setting(
-        None,
-        choices=ARRIVALS,
-        default="poisson",
-        group=OPEN_LOOP,
-        help="arrival process of conversation starts (default poisson)",
+    burstiness: float = open_loop_option(
+        default=1.0, above=0, help="gamma shape B for --arrival gamma: 1 = poisson, < 1 burstier, > 1 smoother "
+        "(default 1)"
+    )  # fmt: skip
+    max_concurrency: int | None = open_loop_option(
+        minimum=1, help="cap on requests in flight; arrivals beyond it wait (the wait is reported as local queueing)"
     )
-    burstiness: float = setting(
-        None,
-        default=1.0,
-        above=0,
-        group=OPEN_LOOP,
-        help="gamma shape B for --arrival gamma: 1 = poisson, < 1 burstier, > 1 smoother (default 1)",
+    num_sessions: int | None = open_loop_option(
+        minimum=1, help=f"conversations started per rate level and repeat (default {DEFAULT_OPEN_SESSIONS})"
     )
-    max_concurrency: int | None = setting(
-        None,
-        minimum=1,
-        group=OPEN_LOOP,
-        help="cap on requests in flight; arrivals beyond it wait (the wait is reported as local queueing)",
-    )
-    num_sessions: int | None = setting(
-        None,
-        minimum=1,
-        group=OPEN_LOOP,
-        help=f"conversations started per rate level and repeat (default {DEFAULT_OPEN_SESSIONS})",
-    )
-    think_time: float = setting(
-        None,
-        default=0.0,
-        minimum=0,
-        metavar="SECONDS",
-        group=OPEN_LOOP,
-        help="mean pause between a reply and the conversation's next turn (default 0; counts toward the "
-        f"{MAX_PLANNED_HOURS} h a run may plan, see --request-rate)",
-    )
-    think_time_dist: ThinkTimeDist = setting(
-        None,
-        choices=THINK_DISTRIBUTIONS,
-        default="fixed",
-        group=OPEN_LOOP,
-        help="fixed (exactly --think-time), exp (exponential) or uniform (0 .. 2x); default fixed",
-    )
+    think_time: float = open_loop_option(
+        default=0.0, minimum=0, metavar="SECONDS", help="mean pause between a reply and the conversation's next turn "
+        f"(default 0; counts toward the {MAX_PLANNED_HOURS} h a run may plan, see --request-rate)"
+    )  # fmt: skip
+    think_time_dist: ThinkTimeDist = open_loop_option(
+        choices=THINK_DISTRIBUTIONS, default="fixed", help="fixed (exactly --think-time), exp (exponential) or uniform "
+        "(0 .. 2x); default fixed"
+    )  # fmt: skip
     open_loop: OpenLoopSettings | None = derived(
         "open-loop load; absent: closed loop (--sessions)", _open_loop, omit_if_none=True
     )
-    slo: dict[str, float] | None = setting(
-        "--slo limits", omit_if_none=True, parse=parse_slo, metavar="SPEC", group=ANALYSIS, help=SLO_HELP
-    )
-    percentiles: list[float] | None = setting(
-        "--percentiles",
-        omit_if_none=True,
-        parse=parse_percentiles,
-        metavar="LIST",
-        group=ANALYSIS,
-        help="percentiles to report for TTFT, TPOT, E2EL, per-user tok/s and chunk gaps, e.g. 50,90,99,99.9 "
-        "(stored under each distribution's 'percentiles'; the fixed p50/p90/p95/p99 stay)",
-    )
-    confidence: float = setting(
-        None,
-        choices=CONFIDENCE_LEVELS,
-        default=0.95,
-        group=ANALYSIS,
-        help="confidence level of the intervals over repeats (--repeats >= 2; default 0.95)",
-    )
-    csv: bool = setting(
-        None,
-        group=ANALYSIS,
-        help="also write OUTPUT.requests.csv (one row per request) and OUTPUT.levels.csv (one row per level) "
-        "beside the JSON",
-    )
-    endpoint: Endpoint | None = setting(
-        "chat (/v1/chat/completions) or completions (/v1/completions, turn text as prompt)",
-        omit_if_none=True,
-        default="chat",
-        group=SERVER,
-        help="chat (default): /v1/chat/completions with the conversation; completions: /v1/completions with each "
-        "turn's text as the prompt, as given (no chat template, no history: turns are independent)",
-    )
-    extra_body_text: str | None = setting(
-        None,
-        flag="--extra-body",
-        metavar="JSON",
-        group=SERVER,
-        help="JSON object (or @FILE) merged into every request body, e.g. "
-        """'{"chat_template_kwargs": {"thinking": false}, "top_p": 0.95}'; stored in the result""",
-    )
+    slo: dict[str, float] | None = analysis_option(
+        "--slo limits", omit_if_none=True, parse=parse_slo, metavar="SPEC", help="service-level objectives, e.g. "
+        "ttft:500ms,tpot:50ms,e2el:10s,user_tps:20 (ttft/tpot/e2el are maxima and need their unit, ms or s; user_tps "
+        "= 1/TPOT is a minimum in tok/s; each at most once). Adds attainment and goodput per level"
+    )  # fmt: skip
+    percentiles: list[float] | None = analysis_option(
+        "--percentiles", omit_if_none=True, parse=parse_percentiles, metavar="LIST", help="percentiles to report for "
+        "TTFT, TPOT, E2EL, per-user tok/s and chunk gaps, e.g. 50,90,99,99.9 (stored under each distribution's "
+        "'percentiles'; the fixed p50/p90/p95/p99 stay)"
+    )  # fmt: skip
+    confidence: float = analysis_option(
+        None, choices=CONFIDENCE_LEVELS, default=0.95, help="confidence level of the intervals over repeats "
+        "(--repeats >= 2; default 0.95)"
+    )  # fmt: skip
+    csv: bool = analysis_option(
+        None, help="also write OUTPUT.requests.csv (one row per request) and OUTPUT.levels.csv (one row per level) "
+        "beside the JSON"
+    )  # fmt: skip
+    endpoint: Endpoint | None = server_option(
+        "chat (/v1/chat/completions) or completions (/v1/completions, turn text as prompt)", omit_if_none=True,
+        default="chat", help="chat (default): /v1/chat/completions with the conversation; completions: "
+        "/v1/completions with each turn's text as the prompt, as given (no chat template, no history: turns are "
+        "independent)"
+    )  # fmt: skip
+    extra_body_text: str | None = server_option(
+        None, flag="--extra-body", metavar="JSON", help="JSON object (or @FILE) merged into every request body, e.g. "
+        """'{"chat_template_kwargs": {"thinking": false}, "top_p": 0.95}'; stored in the result"""
+    )  # fmt: skip
     extra_body: dict[str, Any] | None = derived(
-        "--extra-body: fields merged into every request body",
-        lambda s: request_shaping.parse_extra_body(s.extra_body_text) if s.extra_body_text else None,
-        omit_if_none=True,
-    )
-    shared_prefix_tokens: int | None = setting(
+        "--extra-body: fields merged into every request body", omit_if_none=True,
+        compute=lambda s: request_shaping.parse_extra_body(s.extra_body_text) if s.extra_body_text else None,
+    )  # fmt: skip
+    shared_prefix_tokens: int | None = load_option(
         "--shared-prefix-tokens: approximate tokens of the system text every conversation opens with",
-        omit_if_none=True,
-        default=0,
-        minimum=0,
-        metavar="N",
-        group=LOAD,
-        help="open every conversation with the same system text of about N tokens (estimated at 4 characters per "
-        "token, no tokenizer; usage.prompt_tokens shows the real count). 0: none (default)",
-    )
-    header: list[str] = setting(
-        None,
-        repeatable=True,
-        metavar="NAME:VALUE",
-        group=SERVER,
-        help="extra HTTP header on every request (repeatable); the value of a credential-like header "
-        "(Authorization, Cookie, *key*, *token*, *secret*, *auth*) is never printed or stored",
-    )
+        omit_if_none=True, default=0, minimum=0, metavar="N", help="open every conversation with the same system "
+        "text of about N tokens (estimated at 4 characters per token, no tokenizer; usage.prompt_tokens shows the "
+        "real count). 0: none (default)"
+    )  # fmt: skip
+    header: list[str] = server_option(
+        None, repeatable=True, metavar="NAME:VALUE", help="extra HTTP header on every request (repeatable); the "
+        "value of a credential-like header (Authorization, Cookie, *key*, *token*, *secret*, *auth*) is never "
+        "printed or stored"
+    )  # fmt: skip
     headers: list[str] | None = derived(
-        "--header lines sent with every request (credential values stored as ***)",
-        lambda s: [request_shaping.shown_header(name, value) for name, value in s.header_pairs] or None,
-        omit_if_none=True,
-    )
-    output: str | None = setting(
-        None,
-        group=OUTPUT,
-        help="result JSON (default results/benchmark-<UTC time>.json); written atomically after every level. An "
-        "existing result is kept until this run has measured a level (until then: OUTPUT.partial), then moved to "
-        "<name>.previous.json; a FIFO, device or symbolic link is refused (/dev/null: keep nothing)",
-    )
-    label: str | None = setting(None, group=OUTPUT, help="free text stored in the result, e.g. dflash-st2 or baseline")
-    record_requests: bool = setting(None, group=OUTPUT, help="also store every request's raw timestamps in the result")
-    progress_interval: float = setting(
-        None,
-        default=DEFAULT_INTERVAL_S,
-        minimum=0,
-        metavar="SECONDS",
-        group=OUTPUT,
-        help="during a level, print requests done / total, tok/s so far and time elapsed to stderr this often "
-        "(default %(default)s; 0 turns it off)",
-    )
-    no_uvloop: bool = setting(None, group=OUTPUT, help="use asyncio's loop even if uvloop is installed")
-    command_line: list[str] = setting(None, argv=True)
+        "--header lines sent with every request (credential values stored as ***)", omit_if_none=True,
+        compute=lambda s: [request_shaping.shown_header(name, value) for name, value in s.header_pairs] or None,
+    )  # fmt: skip
+    output: str | None = output_option(
+        None, help="result JSON (default results/benchmark-<UTC time>.json); written atomically after every level. "
+        "An existing result is kept until this run has measured a level (until then: OUTPUT.partial), then moved to "
+        "<name>.previous.json; a FIFO, device or symbolic link is refused (/dev/null: keep nothing)"
+    )  # fmt: skip
+    label: str | None = output_option(None, help="free text stored in the result, e.g. dflash-st2 or baseline")
+    record_requests: bool = output_option(None, help="also store every request's raw timestamps in the result")
+    progress_interval: float = output_option(
+        None, default=DEFAULT_INTERVAL_S, minimum=0, metavar="SECONDS", help="during a level, print requests done / "
+        "total, tok/s so far and time elapsed to stderr this often (default %(default)s; 0 turns it off)"
+    )  # fmt: skip
+    no_uvloop: bool = output_option(None, help="use asyncio's loop even if uvloop is installed")
+    command_line: list[str] = output_option(None, argv=True)
 
     # -- after parsing -------------------------------------------------------------------------------------
     def check(self) -> None:
