@@ -18,8 +18,7 @@ except ImportError:
     sys.path.insert(0, str(REPO / "src"))
     from kimi_dflash import results_cli
 
-from kimi_dflash.core import options
-from kimi_dflash.core.options import option
+from kimi_dflash.core.options import declare, option, run
 
 
 @dataclass(kw_only=True)
@@ -27,7 +26,7 @@ class RenderOptions:
     write: bool = option("update README.md instead of printing")
 
 
-add_cli_args = options.declare(RenderOptions, __doc__)
+add_cli_args = declare(RenderOptions, __doc__)
 
 
 def main(args: RenderOptions) -> int:
@@ -36,4 +35,4 @@ def main(args: RenderOptions) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(options.run(__name__))
+    sys.exit(run(__name__))

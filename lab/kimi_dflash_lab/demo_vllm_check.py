@@ -21,8 +21,7 @@ from typing import Any
 # vLLM's CPU build is only recognised through the "+cpu" version answer this import installs.
 import kimi_dflash.vllm_entry  # noqa: F401  isort: skip
 
-from kimi_dflash.core import options
-from kimi_dflash.core.options import option
+from kimi_dflash.core.options import declare, option, run
 
 SHARED_WITH_TARGET = ("model.embed_tokens.weight", "lm_head.weight", "model.mask_embedding")
 
@@ -146,7 +145,7 @@ class DemoCheckOptions:
     drafter: Path | None = option("check this drafter dir instead of the demo's")
 
 
-add_cli_args = options.declare(DemoCheckOptions, __doc__)
+add_cli_args = declare(DemoCheckOptions, __doc__)
 
 
 def main(args: DemoCheckOptions) -> int:
@@ -170,4 +169,4 @@ def main(args: DemoCheckOptions) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(options.run(__name__, prog="python -m kimi_dflash_lab.demo_vllm_check"))
+    sys.exit(run(__name__, prog="python -m kimi_dflash_lab.demo_vllm_check"))

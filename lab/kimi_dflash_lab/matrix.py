@@ -19,9 +19,8 @@ from pathlib import Path
 
 from kimi_dflash.config.shipped import shipped_configs_dir
 from kimi_dflash.config.validate import load_config
-from kimi_dflash.core import options
 from kimi_dflash.core.doc_sections import update_sections
-from kimi_dflash.core.options import option
+from kimi_dflash.core.options import declare, option, run
 from kimi_dflash.patcher import source_facts
 from kimi_dflash.patcher.vllm_source import VllmSource
 from kimi_dflash.plan import build_plan
@@ -229,7 +228,7 @@ class MatrixOptions:
                 raise ValueError(f"{path} not found: run from the repository root or pass --doc / --readme")
 
 
-add_cli_args = options.declare(MatrixOptions, __doc__)
+add_cli_args = declare(MatrixOptions, __doc__)
 
 
 def main(args: MatrixOptions) -> int:
@@ -252,4 +251,4 @@ def main(args: MatrixOptions) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(options.run(__name__, prog="python -m kimi_dflash_lab.matrix"))
+    sys.exit(run(__name__, prog="python -m kimi_dflash_lab.matrix"))

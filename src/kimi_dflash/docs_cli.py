@@ -9,8 +9,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from kimi_dflash.core import options
-from kimi_dflash.core.options import option
+from kimi_dflash.core.options import declare, option, run
 
 
 @dataclass(kw_only=True)
@@ -18,7 +17,7 @@ class DocsOptions:
     root: Path = option("repository checkout (default: .)", default=Path("."))
 
 
-add_cli_args = options.declare(DocsOptions, __doc__)
+add_cli_args = declare(DocsOptions, __doc__)
 
 
 def steps(root: Path) -> list[tuple[str, str, list[str]]]:
@@ -44,7 +43,7 @@ def main(args: DocsOptions) -> int:
         print(f"docs: this kimi_dflash is {package}, not {root}'s: run with PYTHONPATH={root / 'src'}", file=sys.stderr)
         return 2
     for name, module, argv in steps(root):
-        code = options.run(module, argv)
+        code = run(module, argv)
         if code:
             print(f"docs: {name} failed (exit {code})", file=sys.stderr)
             return code
@@ -55,4 +54,4 @@ def main(args: DocsOptions) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(options.run(__name__, prog="python -m kimi_dflash.docs_cli"))
+    sys.exit(run(__name__, prog="python -m kimi_dflash.docs_cli"))

@@ -7,21 +7,19 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from kimi_dflash.core import options
 from kimi_dflash.core.atomic_write import write_text_atomic
 from kimi_dflash.core.errors import UserError
-from kimi_dflash.core.options import option
+from kimi_dflash.core.options import declare, option, run
 
 
 @dataclass(kw_only=True)
 class ResultsOptions:
-    directory: Path = option(
-        "directory of result files (default: ./benchmarks/results)", positional=True, default=Path("benchmarks/results")
-    )
+    directory: Path = option("directory of result files (default: ./benchmarks/results)", positional=True,
+        default=Path("benchmarks/results"))  # fmt: skip
     write: Path | None = option("update this file instead of printing", metavar="README")
 
 
-add_cli_args = options.declare(ResultsOptions, __doc__)
+add_cli_args = declare(ResultsOptions, __doc__)
 
 
 def main(args: ResultsOptions) -> int:
@@ -45,4 +43,4 @@ def main(args: ResultsOptions) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(options.run(__name__, prog="python -m kimi_dflash.results_cli"))
+    sys.exit(run(__name__, prog="python -m kimi_dflash.results_cli"))

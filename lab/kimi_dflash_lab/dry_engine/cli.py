@@ -10,20 +10,18 @@ import json
 import sys
 from dataclasses import dataclass
 
-from kimi_dflash.core import options
-from kimi_dflash.core.options import option
+from kimi_dflash.core.options import declare, option, run
 
 
 @dataclass(kw_only=True)
 class DryEngineOptions:
-    config: str = option(
-        "env-file config (a path or a shipped config's name, e.g. production)", positional=True, required=True
-    )
+    config: str = option("env-file config (a path or a shipped config's name, e.g. production)", positional=True,
+        required=True)  # fmt: skip
     json: bool = option("print the child's report as JSON")
     no_meta_model: bool = option("stop after backend selection (no model built on meta)")
 
 
-add_cli_args = options.declare(DryEngineOptions, __doc__)
+add_cli_args = declare(DryEngineOptions, __doc__)
 
 
 def main(args: DryEngineOptions) -> int:
@@ -65,4 +63,4 @@ def main(args: DryEngineOptions) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(options.run(__name__, prog="python -m kimi_dflash_lab dry-engine"))
+    sys.exit(run(__name__, prog="python -m kimi_dflash_lab dry-engine"))

@@ -21,9 +21,8 @@ from pathlib import Path
 
 from kimi_dflash.config.shipped import shipped_configs_dir
 from kimi_dflash.config.validate import load_config
-from kimi_dflash.core import options
 from kimi_dflash.core.doc_sections import update_sections
-from kimi_dflash.core.options import option
+from kimi_dflash.core.options import declare, option, run
 from kimi_dflash.core.paths import cache_root
 from kimi_dflash.launch.prepare import resolve_demo_models
 from kimi_dflash.patcher.vllm_source import VllmSource
@@ -171,7 +170,7 @@ class TableOptions:
     doc: Path = option(f"doc to update (default: {DOC})", default=DOC)
 
 
-add_cli_args = options.declare(TableOptions, __doc__)
+add_cli_args = declare(TableOptions, __doc__)
 
 
 def main(args: TableOptions) -> int:
@@ -198,4 +197,4 @@ def main(args: TableOptions) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(options.run(__name__, prog="python -m kimi_dflash_lab.dry_engine.table"))
+    sys.exit(run(__name__, prog="python -m kimi_dflash_lab.dry_engine.table"))

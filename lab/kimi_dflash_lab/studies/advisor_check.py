@@ -23,8 +23,7 @@ from pathlib import Path
 from kimi_dflash.advisor.cli import render
 from kimi_dflash.advisor.model import measurements, predict
 from kimi_dflash.bench.result import load_result
-from kimi_dflash.core import options
-from kimi_dflash.core.options import option
+from kimi_dflash.core.options import declare, option, run
 from kimi_dflash.sweep.grid import Point
 from kimi_dflash.sweep.runner import free_port
 
@@ -58,7 +57,7 @@ class AdvisorCheckOptions:
     command_line: list[str] = option(argv=True)
 
 
-add_cli_args = options.declare(AdvisorCheckOptions, __doc__)
+add_cli_args = declare(AdvisorCheckOptions, __doc__)
 
 
 def main(args: AdvisorCheckOptions) -> int:
@@ -97,4 +96,4 @@ def main(args: AdvisorCheckOptions) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(options.run(__name__, prog="advisor_check.py"))
+    sys.exit(run(__name__, prog="advisor_check.py"))

@@ -31,10 +31,9 @@ import numpy as np
 
 from kimi_dflash.bench.result import load_result
 from kimi_dflash.bench.workload import BUILTIN, load_dataset
-from kimi_dflash.core import options
 from kimi_dflash.core.atomic_write import write_text_atomic
 from kimi_dflash.core.envvars import HF_HUB_OFFLINE
-from kimi_dflash.core.options import option
+from kimi_dflash.core.options import declare, option, run
 from kimi_dflash_lab import lab_environ
 from kimi_dflash_lab.studies.crosscheck import BENCH_COMMAND, write_sharegpt
 from kimi_dflash_lab.synthetic import running
@@ -286,24 +285,18 @@ class CapacityOptions:
     max_tokens: int = option("tokens per request (default %(default)s)", default=64)
     turns: int = option("closed-loop requests per stream (default %(default)s)", default=2)
     ttft_ms: float = option(default=100.0)
-    interval_ms: float = option(
-        "chunk cadence per stream (default %(default)s: 10 chunks/s, about what a Kimi user sees with speculation "
-        "at ~16 tok/s and 2-3 tokens per chunk)",
-        default=100.0,
-    )
+    interval_ms: float = option("chunk cadence per stream (default %(default)s: 10 chunks/s, about what a Kimi user "
+        "sees with speculation at ~16 tok/s and 2-3 tokens per chunk)", default=100.0)  # fmt: skip
     threshold: float = option("max distortion (default %(default)s = 2 %%)", default=0.02)
     no_vllm: bool = option("measure only our client")
-    pin: Literal["auto", "yes", "no"] = option(
-        "pin the client to one core and the synthetic server to another. auto (default): only when the box is "
-        "quiet (1-minute load average below half the cores); on a busy shared box a pinned process cannot escape "
-        "a core other work occupies, which starves server and client alike. Both clients are single-threaded, so "
-        "each runs on one core at a time either way",
-        default="auto",
-    )
+    pin: Literal["auto", "yes", "no"] = option("pin the client to one core and the synthetic server to another. "
+        "auto (default): only when the box is quiet (1-minute load average below half the cores); on a busy shared "
+        "box a pinned process cannot escape a core other work occupies, which starves server and client alike. Both "
+        "clients are single-threaded, so each runs on one core at a time either way", default="auto")  # fmt: skip
     output: Path | None = option("write the table as JSON")
 
 
-add_cli_args = options.declare(CapacityOptions, __doc__.split("\n\n")[0])
+add_cli_args = declare(CapacityOptions, __doc__.split("\n\n")[0])
 
 
 def main(args: CapacityOptions) -> int:
@@ -364,4 +357,4 @@ def main(args: CapacityOptions) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(options.run(__name__, prog="client_capacity.py"))
+    sys.exit(run(__name__, prog="client_capacity.py"))

@@ -41,11 +41,10 @@ from typing import Any, TextIO
 
 from kimi_dflash.bench.result import LevelResult, load_result
 from kimi_dflash.bench.workload import BUILTIN, Dataset, load_dataset
-from kimi_dflash.core import options
 from kimi_dflash.core.atomic_write import write_text_atomic
 from kimi_dflash.core.envvars import HF_HUB_OFFLINE, VLLM_CACHE_ROOT
 from kimi_dflash.core.errors import UserError
-from kimi_dflash.core.options import option
+from kimi_dflash.core.options import declare, option, run
 from kimi_dflash.core.paths import cache_root
 
 # Our benchmark as a user runs it (payload/benchmark_multi_turn.py calls the same main), in its own process.
@@ -317,16 +316,13 @@ class CrosscheckOptions:
     max_tokens: int = option(default=32)
     warmup: int | None = option("warmup requests per run (default: --concurrency)")
     rounds: int = option(default=2)
-    mode: str = option(
-        "concurrent: both tools at once, same load each (robust on a shared machine); alternate: one after the "
-        "other (default %(default)s)",
-        choices=["concurrent", "alternate"],
-        default="concurrent",
-    )
+    mode: str = option("concurrent: both tools at once, same load each (robust on a shared machine); alternate: one "
+        "after the other (default %(default)s)", choices=["concurrent", "alternate"], default="concurrent"
+    )  # fmt: skip
     output: Path | None = option("write the comparison as JSON here")
 
 
-add_cli_args = options.declare(
+add_cli_args = declare(
     CrosscheckOptions,
     "Alternate vllm bench serve and benchmark_multi_turn.py on one server with the same load and compare aggregate "
     "output tok/s (means over the rounds).",
@@ -355,4 +351,4 @@ def main(args: CrosscheckOptions) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(options.run(__name__, prog="python -m kimi_dflash_lab.studies.crosscheck"))
+    sys.exit(run(__name__, prog="python -m kimi_dflash_lab.studies.crosscheck"))

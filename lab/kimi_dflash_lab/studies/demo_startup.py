@@ -27,9 +27,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from kimi_dflash.core import options
 from kimi_dflash.core.atomic_write import write_text_atomic
-from kimi_dflash.core.options import option
+from kimi_dflash.core.options import declare, option, run
 from kimi_dflash.sweep.runner import free_port
 
 REPO = Path(__file__).resolve().parents[3]  # the checkout (a lab study runs from one)
@@ -205,16 +204,15 @@ def summary(starts: list[Start]) -> tuple[list[str], bool]:
 @dataclass(kw_only=True)
 class StartupOptions:
     config: Path = option(default=REPO / "configs" / "demo-cpu.env")
-    variant: list[tuple[str, dict[str, str]]] = option(
-        "NAME:KEY=VALUE[,KEY=VALUE] (repeat)", repeatable=True, parse=_variant
-    )
+    variant: list[tuple[str, dict[str, str]]] = option("NAME:KEY=VALUE[,KEY=VALUE] (repeat)", repeatable=True,
+        parse=_variant)  # fmt: skip
     rounds: int = option(default=3)
     max_tokens: int = option(default=48)
     logs: Path = option(default=Path("/tmp/demo-startup-logs"))
     output: Path | None = option("write every start as JSON here")
 
 
-add_cli_args = options.declare(StartupOptions, __doc__)
+add_cli_args = declare(StartupOptions, __doc__)
 
 
 def main(args: StartupOptions) -> int:
@@ -238,4 +236,4 @@ def main(args: StartupOptions) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(options.run(__name__, prog="demo_startup.py"))
+    sys.exit(run(__name__, prog="demo_startup.py"))

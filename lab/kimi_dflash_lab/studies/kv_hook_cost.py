@@ -41,9 +41,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kimi_dflash.core import options
 from kimi_dflash.core.envvars import HF_HUB_OFFLINE, KV_EMULATE_FP8
-from kimi_dflash.core.options import option
+from kimi_dflash.core.options import declare, option
 
 EMULATE_FP8 = {KV_EMULATE_FP8: "e4m3fn"}  # not a config key: a CPU test aid, set on vLLM's processes directly
 # Per mode: (config keys over SERVER_CONFIG, variables for vLLM's processes).
@@ -274,14 +273,11 @@ def _import_root() -> Path:
 @dataclass(kw_only=True)
 class HookCostOptions:
     requests: int = option("measured rounds per mode (default 10)", default=10)
-    max_tokens: int = option(
-        "tokens of the long request (default 520: the CPU clock counts in 10 ms ticks)", default=520
-    )
+    max_tokens: int = option("tokens of the long request (default 520: the CPU clock counts in 10 ms ticks)",
+        default=520)  # fmt: skip
     short: int = option("tokens of the short request (default 8)", default=8)
-    plugin_src: Path = option(
-        "the directory whose kimi_dflash the servers load (default: where this one is imported from)",
-        default=_import_root(),
-    )
+    plugin_src: Path = option("the directory whose kimi_dflash the servers load (default: where this one is "
+        "imported from)", default=_import_root())  # fmt: skip
     layers: int = option("MLA layers of the fabricated model (default 4)", default=4)
     modes: str = option(f"comma-separated subset of {', '.join(MODES)}", default=",".join(MODES))
 
@@ -291,7 +287,7 @@ class HookCostOptions:
             raise ValueError(f"--modes must include off and name only {', '.join(MODES)}")
 
 
-add_cli_args = options.declare(HookCostOptions, __doc__)
+add_cli_args = declare(HookCostOptions, __doc__)
 
 
 def main(args: HookCostOptions) -> int:

@@ -29,8 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kimi_dflash.core import options
-from kimi_dflash.core.options import option
+from kimi_dflash.core.options import declare, option, run
 
 KV_LORA_RANK, ROPE_DIM = 512, 64  # Kimi K2.6 / DeepSeek-V3 MLA: one 576-value row per token
 ROW = KV_LORA_RANK + ROPE_DIM
@@ -244,7 +243,7 @@ class HookGraphOptions:
     cpu: bool = option("the eager correctness part only, on the CPU (a smoke run)")
 
 
-add_cli_args = options.declare(
+add_cli_args = declare(
     HookGraphOptions,
     "The FP8 KV-scale hook on a real GPU: eager vs a captured CUDA/HIP graph (correctness, cost).",
     __doc__,
@@ -299,4 +298,4 @@ def main(args: HookGraphOptions) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(options.run(__name__, prog="kv_hook_cuda_graph.py"))
+    sys.exit(run(__name__, prog="kv_hook_cuda_graph.py"))

@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_dflash.bench.result import load_result
-from kimi_dflash.core import options
 from kimi_dflash.core.atomic_write import write_text_atomic
-from kimi_dflash.core.options import option
+from kimi_dflash.core.options import declare, option, run
 from kimi_dflash_lab.synthetic import running
 
 
@@ -62,7 +61,7 @@ class OverheadOptions:
     output: Path | None = option("write the rows as JSON")
 
 
-add_cli_args = options.declare(OverheadOptions, __doc__.split("\n\n")[0])
+add_cli_args = declare(OverheadOptions, __doc__.split("\n\n")[0])
 
 
 def main(args: OverheadOptions) -> int:
@@ -78,4 +77,4 @@ def main(args: OverheadOptions) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(options.run(__name__, prog="open_loop_overhead.py"))
+    sys.exit(run(__name__, prog="open_loop_overhead.py"))

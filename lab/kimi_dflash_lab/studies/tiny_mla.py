@@ -24,9 +24,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from kimi_dflash.core import options
 from kimi_dflash.core.atomic_write import publish_directory
-from kimi_dflash.core.options import option
+from kimi_dflash.core.options import declare, option, run
 
 # Kept at Kimi K2.6's sizes: the CPU MLA decode kernel is compiled for head_dim 576 only.
 KV_LORA_RANK = 512
@@ -185,13 +184,12 @@ def ensure_tiny_mla_model(out_dir: Path, *, latent_gain: float, num_layers: int 
 class TinyMlaOptions:
     out_dir: Path = option("directory to write (replaced if it exists)", positional=True, required=True)
     layers: int = option("decoder layers (default 2)", default=2)
-    latent_gain: float = option(
-        "multiplier on kv_a_layernorm weights = size of cached latents (default 1.0)", default=1.0
-    )
+    latent_gain: float = option("multiplier on kv_a_layernorm weights = size of cached latents (default 1.0)",
+        default=1.0)  # fmt: skip
     seed: int = option("weight seed (default 0)", default=0)
 
 
-add_cli_args = options.declare(
+add_cli_args = declare(
     TinyMlaOptions, "Fabricate a tiny DeepSeek-V3 (MLA) model with random weights for CPU tests of the KV path."
 )
 
@@ -203,4 +201,4 @@ def main(args: TinyMlaOptions) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(options.run(__name__, prog="python -m kimi_dflash_lab.studies.tiny_mla"))
+    sys.exit(run(__name__, prog="python -m kimi_dflash_lab.studies.tiny_mla"))

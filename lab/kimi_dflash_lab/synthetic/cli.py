@@ -7,8 +7,7 @@ import os
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from kimi_dflash.core import options
-from kimi_dflash.core.options import option
+from kimi_dflash.core.options import declare, option
 from kimi_dflash_lab.synthetic.faults import FAULTS
 from kimi_dflash_lab.synthetic.schedule import Schedule
 from kimi_dflash_lab.synthetic.server import serve
@@ -45,33 +44,27 @@ class SyntheticOptions:
     port: int = option("port; 0 picks a free one (default)", default=0)
     ttft_ms: float = option("request body received -> first content chunk", default=100.0)
     chunk_interval_ms: float = option("gap between content chunks", default=20.0)
-    chunk_tokens: tuple[int, ...] = option(
-        "tokens per chunk, a comma list cycles (e.g. 3,1,2)", default=(1,), parse=_chunk_tokens
-    )
+    chunk_tokens: tuple[int, ...] = option("tokens per chunk, a comma list cycles (e.g. 3,1,2)", default=(1,),
+        parse=_chunk_tokens)  # fmt: skip
     output_tokens: int | None = option("cap on tokens per reply (default: max_tokens)")
     reasoning_tokens: int = option("first R tokens stream as reasoning deltas", default=0)
     reasoning_field: Literal["reasoning", "reasoning_content"] = option(default="reasoning")
     spec_tokens: int = option("K > 0: export spec-decode counters on /metrics", default=0)
-    per_request_spec_metrics: Literal["none", "summary", "detailed"] = option(
-        "with --spec-tokens: put vLLM's metrics.speculative_decoding on each reply (final usage chunk of a stream, "
-        "or the body), counted exactly as the /metrics counters",
-        default="none",
-    )
-    faults: tuple[str, ...] = option(
-        "comma list of per-request behaviours, cycled (see below)", default=("ok",), parse=_faults
-    )
+    per_request_spec_metrics: Literal["none", "summary", "detailed"] = option("with --spec-tokens: put vLLM's "
+        "metrics.speculative_decoding on each reply (final usage chunk of a stream, or the body), counted exactly "
+        "as the /metrics counters", default="none")  # fmt: skip
+    faults: tuple[str, ...] = option("comma list of per-request behaviours, cycled (see below)", default=("ok",),
+        parse=_faults)  # fmt: skip
     model: str = option("model id served on /v1/models", default="synthetic")
     max_model_len: int = option("max_model_len on /v1/models", default=65536)
     cpu: int | None = option("pin this process to one CPU core")
     api_key: str | None = option("require this bearer token on every request")
     early_role: bool = option("send the role-only chunk at once, before TTFT")
-    aligned: bool = option(
-        "drive all streams from one shared ticker (for capacity runs: far cheaper per chunk; the first chunk then "
-        "waits for the next tick, so TTFT varies by up to one interval while chunk gaps stay exact)"
-    )
-    uvloop: bool = option(
-        "use uvloop if installed (faster, but its clock has 1 ms resolution: keep it off for exact TTFT)"
-    )
+    aligned: bool = option("drive all streams from one shared ticker (for capacity runs: far cheaper per chunk; the "
+        "first chunk then waits for the next tick, so TTFT varies by up to one interval while chunk gaps stay exact)"
+    )  # fmt: skip
+    uvloop: bool = option("use uvloop if installed (faster, but its clock has 1 ms resolution: keep it off for exact "
+        "TTFT)")  # fmt: skip
 
     def check(self) -> None:
         if self.aligned and self.faults != ("ok",):
@@ -82,7 +75,7 @@ class SyntheticOptions:
             )
 
 
-add_cli_args = options.declare(
+add_cli_args = declare(
     SyntheticOptions, DESCRIPTION, "faults:\n" + "\n".join(f"  {name:<12} {doc}" for name, doc in FAULTS.items())
 )
 

@@ -9,9 +9,8 @@ from pathlib import Path
 
 from kimi_dflash.advisor.model import ASSUMPTIONS, Prediction, measurements, predict, recommend
 from kimi_dflash.bench.result import BenchmarkResult, load_result
-from kimi_dflash.core import options
 from kimi_dflash.core.errors import UserError
-from kimi_dflash.core.options import option
+from kimi_dflash.core.options import comma_list, declare, option
 
 EPILOG = """\
 Feed it sweep directories (launchers/kimi26-vllm-dflash-sweep.sh --out DIR) or benchmark result JSONs. It needs
@@ -85,14 +84,11 @@ def render(p: Sequence[float], predictions: Sequence[Prediction], fit_k: set[int
 @dataclass(kw_only=True)
 class AdviseOptions:
     inputs: list[Path] = option("sweep dirs or result JSONs", positional=True, required=True, metavar="DIR_OR_JSON")
-    fit_k: tuple[int, ...] | None = option(
-        "fit only on these k; other measured k are held out and compared",
-        metavar="K1,K2",
-        parse=options.comma_list(int, "integers"),
-    )
+    fit_k: tuple[int, ...] | None = option("fit only on these k; other measured k are held out and compared",
+        metavar="K1,K2", parse=comma_list(int, "integers"))  # fmt: skip
 
 
-add_cli_args = options.declare(
+add_cli_args = declare(
     AdviseOptions,
     "Predict aggregate and per-user tok/s for every number of speculative tokens k at every measured concurrency, "
     "from measured runs; recommend k per concurrency; show predicted vs measured.",

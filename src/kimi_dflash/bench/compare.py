@@ -22,7 +22,7 @@ from kimi_dflash.bench.result import BenchmarkResult, LevelResult, Settings, loa
 from kimi_dflash.core import options
 from kimi_dflash.core.atomic_write import write_text_atomic
 from kimi_dflash.core.errors import UserError
-from kimi_dflash.core.options import option
+from kimi_dflash.core.options import declare, option
 
 # Settings that must agree for two runs to be comparable.
 WORKLOAD_KEYS = (
@@ -260,18 +260,13 @@ class CompareOptions:
     markdown: Path | None = option("write the markdown report here (default: stdout)")
     plots: Path | None = option("write PNG plots into this directory (needs matplotlib)")
     allow_mismatch: bool = option("compare runs with different workloads anyway (flagged loudly)")
-    slo_attainment: float = option(
-        "fraction of requests that must meet the SLO for a load to count as sustained (default %(default)s)",
-        default=compare_extras.DEFAULT_ATTAINMENT,
-        above=0,
-        maximum=1,
-    )
-    confidence: float = option(
-        "confidence level of the speedup intervals (default %(default)s)", choices=CONFIDENCE_LEVELS, default=0.95
-    )
+    slo_attainment: float = option("fraction of requests that must meet the SLO for a load to count as sustained "
+        "(default %(default)s)", default=compare_extras.DEFAULT_ATTAINMENT, above=0, maximum=1)  # fmt: skip
+    confidence: float = option("confidence level of the speedup intervals (default %(default)s)",
+        choices=CONFIDENCE_LEVELS, default=0.95)  # fmt: skip
 
 
-add_cli_args = options.declare(
+add_cli_args = declare(
     CompareOptions,
     "Compare benchmark result files at matched concurrency: markdown table (speedup per level) and PNG plots. The "
     "first file is the baseline.",

@@ -160,10 +160,8 @@ class Settings:
         "server root", default=DEFAULT_BASE_URL, help="server root, with or without /v1 (default %(default)s: where "
         "./serve.sh listens)"
     )  # fmt: skip
-    model: str | None = server_option(
-        "model requested (discovered from /v1/models when not given)",
-        help="model name to request (default: the model /v1/models lists; required when it lists several)",
-    )
+    model: str | None = server_option("model requested (discovered from /v1/models when not given)", help="model "
+        "name to request (default: the model /v1/models lists; required when it lists several)")  # fmt: skip
     sessions: list[int] = load_option(
         "concurrency levels, in order", field_default=[], parse=options.comma_list(int, "positive integers", 1),
         help=f"concurrent sessions; a comma list sweeps levels, e.g. 8,16,32 (default {DEFAULT_SESSIONS})",
@@ -171,9 +169,8 @@ class Settings:
     turns_per_session: int | None = load_option("turns per conversation", default=5, minimum=1)
     max_tokens: int | None = load_option("max_tokens per reply", default=512, minimum=1)
     temperature: float | None = load_option("sampling temperature (always sent)", default=0.0, minimum=0)
-    ignore_eos: bool | None = load_option(
-        "vLLM's ignore_eos sent", help="send ignore_eos: every reply runs to --max-tokens"
-    )
+    ignore_eos: bool | None = load_option("vLLM's ignore_eos sent", help="send ignore_eos: every reply runs to "
+        "--max-tokens")  # fmt: skip
     stream: bool | None = load_option(
         "streaming requests", default=True, flag="--no-stream", help="non-streaming requests (no TTFT/TPOT; E2EL and "
         "tok/s only)"
@@ -197,24 +194,20 @@ class Settings:
         '({"category": ..., "turns": [...]}); conversations replay their user turns, the server generates the replies'
     )  # fmt: skip
     dataset: DatasetInfo | None = derived("the prompt set", lambda s: s.prompts.describe())
-    system_prompt: str | None = load_option(
-        "system message opening every conversation", help="optional system message at the start of every conversation"
-    )
-    warmup: int | None = load_option(
-        "warmup requests", minimum=0, help="warmup requests before measuring (default: the first level's session count)"
-    )
+    system_prompt: str | None = load_option("system message opening every conversation", help="optional system "
+        "message at the start of every conversation")  # fmt: skip
+    warmup: int | None = load_option("warmup requests", minimum=0, help="warmup requests before measuring (default: "
+        "the first level's session count)")  # fmt: skip
     repeats: int | None = load_option("measured repeats per level, fresh prompts each", default=1, minimum=1)
     seed: int | None = load_option("prompt selection seed; same seed = same conversations", default=0)
-    timeout_s: float | None = server_option(
-        "per-request timeout, seconds", flag="--timeout", default=600.0, minimum=0.001
-    )
+    timeout_s: float | None = server_option("per-request timeout, seconds", flag="--timeout", default=600.0,
+        minimum=0.001)  # fmt: skip
     metrics_url: str | None = server_option(
         "Prometheus endpoint; null when disabled", help="Prometheus endpoint for spec-decode counters (default: "
         "<base-url>/metrics; 'none' disables)"
     )  # fmt: skip
-    api_key: str | None = server_option(
-        None, secret=True, help="bearer token (default: $OPENAI_API_KEY, then $VLLM_API_KEY); never printed or stored"
-    )
+    api_key: str | None = server_option(None, secret=True, help="bearer token (default: $OPENAI_API_KEY, then "
+        "$VLLM_API_KEY); never printed or stored")  # fmt: skip
     api_key_set: bool | None = derived(
         "an API key was sent (the key itself is never stored)", lambda s: bool(s.api_key)
     )
@@ -224,19 +217,16 @@ class Settings:
         "an open loop. The run's own waits ((conversations - 1) / rate + think time x (turns - 1), per rate and "
         f"repeat) may add up to at most {MAX_PLANNED_HOURS} h"
     )  # fmt: skip
-    arrival: ArrivalName = open_loop_option(
-        choices=ARRIVALS, default="poisson", help="arrival process of conversation starts (default poisson)"
-    )
+    arrival: ArrivalName = open_loop_option(choices=ARRIVALS, default="poisson", help="arrival process of "
+        "conversation starts (default poisson)")  # fmt: skip
     burstiness: float = open_loop_option(
         default=1.0, above=0, help="gamma shape B for --arrival gamma: 1 = poisson, < 1 burstier, > 1 smoother "
         "(default 1)"
     )  # fmt: skip
-    max_concurrency: int | None = open_loop_option(
-        minimum=1, help="cap on requests in flight; arrivals beyond it wait (the wait is reported as local queueing)"
-    )
-    num_sessions: int | None = open_loop_option(
-        minimum=1, help=f"conversations started per rate level and repeat (default {DEFAULT_OPEN_SESSIONS})"
-    )
+    max_concurrency: int | None = open_loop_option(minimum=1, help="cap on requests in flight; arrivals beyond it "
+        "wait (the wait is reported as local queueing)")  # fmt: skip
+    num_sessions: int | None = open_loop_option(minimum=1,
+        help=f"conversations started per rate level and repeat (default {DEFAULT_OPEN_SESSIONS})")  # fmt: skip
     think_time: float = open_loop_option(
         default=0.0, minimum=0, metavar="SECONDS", help="mean pause between a reply and the conversation's next turn "
         f"(default 0; counts toward the {MAX_PLANNED_HOURS} h a run may plan, see --request-rate)"

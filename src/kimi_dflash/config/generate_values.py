@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_dflash.config.schema import KEYS, Key
-from kimi_dflash.core import options
-from kimi_dflash.core.options import option
+from kimi_dflash.core.options import declare, option, run
 
 HEADER = '''"""Typed config values: one attribute per config key, in schema order (config/schema.py says what each
 key means).
@@ -68,7 +67,7 @@ class GenerateOptions:
     write: bool = option("rewrite config/values.py (next to this module)")
 
 
-add_cli_args = options.declare(GenerateOptions, __doc__)
+add_cli_args = declare(GenerateOptions, __doc__)
 
 
 def main(args: GenerateOptions) -> int:
@@ -84,4 +83,4 @@ def main(args: GenerateOptions) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(options.run(__name__, prog="python -m kimi_dflash.config.generate_values"))
+    sys.exit(run(__name__, prog="python -m kimi_dflash.config.generate_values"))

@@ -8,8 +8,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from kimi_dflash.core import options
-from kimi_dflash.core.options import option
+from kimi_dflash.core.options import declare, option
 from kimi_dflash.demo.bundle import ensure_demo_models
 from kimi_dflash.demo.catalog import CHOICES, DEFAULT
 
@@ -35,15 +34,14 @@ serve the result on CPU: ./serve.sh configs/demo-cpu.env (docs/demo-models.md ha
 
 @dataclass(kw_only=True)
 class DemoOptions:
-    root: Path | None = option(
-        "directory to keep the models in (default: <project cache>/demo; KIMI_DFLASH_CACHE moves the project cache)"
-    )
+    root: Path | None = option("directory to keep the models in (default: <project cache>/demo; KIMI_DFLASH_CACHE "
+        "moves the project cache)")  # fmt: skip
     model: str = option(f"which demo models (default: {DEFAULT})", choices=sorted(CHOICES), default=DEFAULT)
     force: bool = option("rebuild even if a valid cached copy exists")
     json: bool = option("print paths and facts as one JSON object on stdout")
 
 
-add_cli_args = options.declare(DemoOptions, DESCRIPTION, EPILOG)
+add_cli_args = declare(DemoOptions, DESCRIPTION, EPILOG)
 
 
 def main(args: DemoOptions) -> int:

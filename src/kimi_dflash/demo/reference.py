@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kimi_dflash.core import options
-from kimi_dflash.core.options import option
+from kimi_dflash.core.options import declare, option, run
 
 if TYPE_CHECKING:
     import torch
@@ -281,7 +280,7 @@ class ReferenceOptions:
     prompts: list[str] = option("user messages", positional=True, default=list(DEFAULT_PROMPTS))
 
 
-add_cli_args = options.declare(
+add_cli_args = declare(
     ReferenceOptions,
     "Measure, without vLLM, how often the demo drafter's proposals equal the target's greedy tokens (per draft "
     "position, prefix rule as vLLM counts acceptance).",
@@ -316,4 +315,4 @@ def main(args: ReferenceOptions) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(options.run(__name__, prog="python -m kimi_dflash.demo.reference"))
+    sys.exit(run(__name__, prog="python -m kimi_dflash.demo.reference"))

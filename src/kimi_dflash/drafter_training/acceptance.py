@@ -10,8 +10,7 @@ import sys
 from dataclasses import dataclass
 
 from kimi_dflash.bench.result import load_result
-from kimi_dflash.core import options
-from kimi_dflash.core.options import option
+from kimi_dflash.core.options import declare, option, run
 
 
 def rows(labelled: list[tuple[str, str]]) -> list[str]:
@@ -44,7 +43,7 @@ class AcceptanceOptions:
     )  # fmt: skip
 
 
-add_cli_args = options.declare(AcceptanceOptions, __doc__)
+add_cli_args = declare(AcceptanceOptions, __doc__)
 
 
 def main(args: AcceptanceOptions) -> int:
@@ -53,4 +52,4 @@ def main(args: AcceptanceOptions) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(options.run(__name__, prog="python -m kimi_dflash.drafter_training.acceptance"))
+    sys.exit(run(__name__, prog="python -m kimi_dflash.drafter_training.acceptance"))

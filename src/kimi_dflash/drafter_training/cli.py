@@ -8,10 +8,9 @@ import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from kimi_dflash.core import options
-from kimi_dflash.core.options import option
+from kimi_dflash.core.options import declare, option, run
 from kimi_dflash.drafter_training import pipeline
 from kimi_dflash.drafter_training.architecture import ArchitectureError
 from kimi_dflash.drafter_training.pipeline import SPECFORGE_VERSION, Pipeline, PipelineError, Step
@@ -43,74 +42,32 @@ EPILOG = textwrap.dedent(f"""\
     """)
 
 
-@dataclass(frozen=True)
-class Profile:
-    name: str
-    base_url: str
-    served_model: str | None
-    max_tokens: int
-    concurrency: int
-    prompt_limit: int | None
-    max_length: int
-    epochs: int
-    learning_rate: float
-    gpus: int
-
-
-PROFILES = {
-    "production": Profile(
-        "production",
-        "http://127.0.0.1:8262",
-        "kimi-k2.6-amd-dflash",
-        max_tokens=2048,
-        concurrency=64,
-        prompt_limit=None,
-        max_length=3072,
-        epochs=6,
-        learning_rate=6e-4,
-        gpus=8,
-    ),
-    # Demo replies stay short: the CPU server writes ~200-500 tokens/s.
-    "demo": Profile(
-        "demo",
-        "http://127.0.0.1:8262",
-        "kimi-k26-dflash-demo",
-        max_tokens=128,
-        concurrency=8,
-        prompt_limit=None,
-        max_length=512,
-        epochs=6,
-        learning_rate=3e-3,
-        gpus=2,
-    ),
-}
+# What each option left out means, per profile. Demo replies stay short: the CPU server writes ~200-500 tokens/s.
+PROFILES: dict[str, dict[str, Any]] = {
+    "production": {"base_url": "http://127.0.0.1:8262", "served_model": "kimi-k2.6-amd-dflash", "max_tokens": 2048,
+                   "concurrency": 64, "max_length": 3072, "epochs": 6, "learning_rate": 6e-4, "gpus": 8},
+    "demo": {"base_url": "http://127.0.0.1:8262", "served_model": "kimi-k26-dflash-demo", "max_tokens": 128,
+             "concurrency": 8, "max_length": 512, "epochs": 6, "learning_rate": 3e-3, "gpus": 2},
+}  # fmt: skip
 
 
 @dataclass(kw_only=True)
 class TrainDrafterOptions:
     demo: bool = option("the CPU demo: miniature Kimi target, stand-in trainer")
     dry_run: bool = option("print every step (inputs, outputs, command); run none")
-    phase: list[Literal["setup", "regen", "train", "export"]] | None = option(
-        "run only this phase (repeatable)", repeatable=True
-    )
+    phase: list[Literal["setup", "regen", "train", "export"]] | None = option("run only this phase (repeatable)",
+        repeatable=True)  # fmt: skip
     skip_setup: bool = option("skip the setup phase")
     skip_regen: bool = option("skip the regen phase (use <work>/regen as is)")
     work_dir: Path | None = option("where every phase writes (default <cache>/drafter-training/<production|demo>)")
-    configs_dir: Path | None = option(
-        "where the drafter config and the base serve configs are "
-        "(default: the configs shipped with the package, i.e. the repository's configs/)"
-    )
-    drafter_config: Path | None = option(
-        "architecture to train (default: configs/kimi-k2.6-dflash-draft.json; demo: the fabricated demo drafter's "
-        "config.json)"
-    )
-    target_dir: Path = option(
-        "the target checkpoint (production; the demo fabricates its own)", default=Path("/models/Kimi-K2.6")
-    )
-    perfectblend_dir: Path = option(
-        "PerfectBlend as downloaded (hf download mlabonne/open-perfectblend --repo-type dataset --local-dir DIR)",
-        default=Path("/data/open-perfectblend"),
-    )
+    configs_dir: Path | None = option("where the drafter config and the base serve configs are (default: the configs "
+        "shipped with the package, i.e. the repository's configs/)")  # fmt: skip
+    drafter_config: Path | None = option("architecture to train (default: configs/kimi-k2.6-dflash-draft.json; demo: "
+        "the fabricated demo drafter's config.json)")  # fmt: skip
+    target_dir: Path = option("the target checkpoint (production; the demo fabricates its own)",
+        default=Path("/models/Kimi-K2.6"))  # fmt: skip
+    perfectblend_dir: Path = option("PerfectBlend as downloaded (hf download mlabonne/open-perfectblend --repo-type "
+        "dataset --local-dir DIR)", default=Path("/data/open-perfectblend"))  # fmt: skip
     prompt_limit: int | None = option("use at most this many prompts", minimum=1)
     base_url: str | None = option("the target's OpenAI server (default http://127.0.0.1:8262)")
     served_model: str | None = option("model name the server must serve")
@@ -121,28 +78,25 @@ class TrainDrafterOptions:
     max_length: int | None = option("training sequence length (production 3072)", minimum=1)
     gpus: int | None = option("GPUs SpecForge trains on (production 8)")
     stop_after_steps: int | None = option("demo trainer: stop (checkpointed) after N steps")
-    export_dir: Path | None = option(
-        "where the drafter is written (default <work>/export/drafter; production-fp8kv-matched.env serves "
-        "/models/Kimi-K2.6-DFlash)"
-    )
+    export_dir: Path | None = option("where the drafter is written (default <work>/export/drafter; "
+        "production-fp8kv-matched.env serves /models/Kimi-K2.6-DFlash)")  # fmt: skip
     specforge_python: str = option("interpreter SpecForge's venv is made from (python3.11)", default="python3.11")
 
     @property
-    def profile(self) -> Profile:
-        return PROFILES["demo" if self.demo else "production"]
+    def profile(self) -> str:
+        return "demo" if self.demo else "production"
 
     def with_profile(self) -> TrainDrafterOptions:
         """These options with each one left out taken from the profile."""
-        kept = {f.name for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
-        taken = {f.name: getattr(self.profile, f.name) for f in dataclasses.fields(Profile) if f.name not in kept}
-        return dataclasses.replace(self, **{name: value for name, value in taken.items() if name != "name"})
+        taken = {name: value for name, value in PROFILES[self.profile].items() if getattr(self, name) is None}
+        return dataclasses.replace(self, **taken)
 
     def check(self) -> None:
         if self.phase and (self.skip_setup or self.skip_regen):
             raise ValueError("--phase picks phases; do not combine it with --skip-*")
 
 
-add_cli_args = options.declare(TrainDrafterOptions, str(pipeline.__doc__).split("\n\n")[0], EPILOG)
+add_cli_args = declare(TrainDrafterOptions, str(pipeline.__doc__).split("\n\n")[0], EPILOG)
 
 
 def describe(steps: list[Step]) -> str:
@@ -163,7 +117,7 @@ def main(args: TrainDrafterOptions) -> int:
     try:
         steps = pipeline.steps()
         if args.dry_run:
-            print(f"train-drafter ({pipeline.profile.name}), work dir {pipeline.work}; nothing is run:")
+            print(f"train-drafter ({pipeline.profile}), work dir {pipeline.work}; nothing is run:")
             print(describe(steps))
             return 0
         for number, step in enumerate(steps, 1):
@@ -180,4 +134,4 @@ def main(args: TrainDrafterOptions) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(options.run(__name__, prog="train-drafter.sh"))
+    sys.exit(run(__name__, prog="train-drafter.sh"))

@@ -56,7 +56,7 @@ class Pipeline:
     def __init__(self, args: TrainDrafterOptions, say: Callable[[str], None] = print) -> None:
         self.args, self.say = args.with_profile(), say  # every option left out: the profile's value
         self.profile = args.profile
-        self.work = Path(args.work_dir or cache_root() / "drafter-training" / self.profile.name).resolve()
+        self.work = Path(args.work_dir or cache_root() / "drafter-training" / self.profile).resolve()
         self.venv = cache_root() / "specforge" / "venv"
         self.prompts = self.work / "prompts.jsonl"
         self.regen_dir = self.work / "regen"
@@ -73,18 +73,18 @@ class Pipeline:
     def drafter_config_path(self) -> Path:
         if self.args.drafter_config:
             return Path(self.args.drafter_config)
-        if self.profile.name == "demo":
+        if self.profile == "demo":
             return self.demo_models().drafter_dir / "config.json"
         return self.configs / "kimi-k2.6-dflash-draft.json"
 
     def target_dir(self) -> Path:
-        return self.demo_models().target_dir if self.profile.name == "demo" else Path(self.args.target_dir)
+        return self.demo_models().target_dir if self.profile == "demo" else Path(self.args.target_dir)
 
     def architecture(self) -> DrafterArchitecture:
         return load_architecture(self.drafter_config_path())
 
     def base_serve_config(self) -> Path:
-        name = "demo-cpu.env" if self.profile.name == "demo" else "production-fp8kv-matched.env"
+        name = "demo-cpu.env" if self.profile == "demo" else "production-fp8kv-matched.env"
         return self.configs / name
 
     # -- phases ---------------------------------------------------------------------------------------------
@@ -109,7 +109,7 @@ class Pipeline:
         return self.venv / "bin" / "specforge"
 
     def setup_steps(self) -> list[Step]:
-        if self.profile.name != "production":
+        if self.profile != "production":
             demo = f"python -m kimi_dflash.drafter_training.prompts --source demo --output {self.prompts}"
             shipped = ["kimi_dflash/data/kv_calibration_prompts.jsonl"]
             return [Step("setup", "prompts: the shipped demo prompt set", shipped, [str(self.prompts)], demo,
@@ -162,7 +162,7 @@ class Pipeline:
                 self.write_specforge_inputs,
             )
         ]
-        if self.profile.name == "production":
+        if self.profile == "production":
             steps += [
                 Step(
                     "train",
@@ -215,7 +215,7 @@ class Pipeline:
     def export_steps(self) -> list[Step]:
         serve_env = self.export_dir.parent / "serve.env"
         steps = []
-        if self.profile.name == "production":
+        if self.profile == "production":
             steps.append(
                 Step(
                     "export",
@@ -250,7 +250,7 @@ class Pipeline:
         return steps
 
     def drafter_config_path_text(self) -> str:
-        if self.args.drafter_config or self.profile.name == "production":
+        if self.args.drafter_config or self.profile == "production":
             return str(self.drafter_config_path())
         return "<cache>/demo/kimi/drafter/config.json"
 
@@ -302,7 +302,7 @@ class Pipeline:
         """SpecForge's own validation of the whole run config (cross-field rules included) and its process plan:
         `specforge train --plan` starts nothing and needs no GPU."""
         if not self.specforge_bin().exists():
-            if self.profile.name == "production":
+            if self.profile == "production":
                 raise PipelineError(f"SpecForge is not installed in {self.venv}: run the setup phase")
             self.say(f"train: SpecForge not installed in {self.venv}; its plan check is skipped on the demo")
             return
@@ -460,10 +460,10 @@ class Pipeline:
     def write_serve_configs(self) -> None:
         from kimi_dflash.drafter_training.export import write_serve_config
 
-        target = self.target_dir() if self.profile.name == "demo" else None
+        target = self.target_dir() if self.profile == "demo" else None
         base = self.base_serve_config()
         out = self.export_dir.parent
         write_serve_config(out / "serve.env", base, target, self.export_dir)
-        if self.profile.name == "demo":
+        if self.profile == "demo":
             write_serve_config(out / "random.env", base, target, out / "random-drafter")
         self.say(f"export: serve it with kimi-dflash serve {out / 'serve.env'} --wait")

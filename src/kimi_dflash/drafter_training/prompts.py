@@ -22,9 +22,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from kimi_dflash.core import options
 from kimi_dflash.core.atomic_write import write_text_atomic
-from kimi_dflash.core.options import option
+from kimi_dflash.core.options import declare, option, run
 
 DEMO_PROMPTS = "kv_calibration_prompts.jsonl"
 PERFECTBLEND_REPO = "mlabonne/open-perfectblend"
@@ -159,7 +158,7 @@ class PromptsOptions:
             raise ValueError("--source perfectblend needs --perfectblend-dir")
 
 
-add_cli_args = options.declare(PromptsOptions, "Write the regen prompt file (first user turn of each record).")
+add_cli_args = declare(PromptsOptions, "Write the regen prompt file (first user turn of each record).")
 
 
 def main(args: PromptsOptions) -> int:
@@ -178,4 +177,4 @@ def main(args: PromptsOptions) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(options.run(__name__, prog="python -m kimi_dflash.drafter_training.prompts"))
+    sys.exit(run(__name__, prog="python -m kimi_dflash.drafter_training.prompts"))

@@ -275,9 +275,8 @@ def _in_process_runner(
 @dataclass(kw_only=True)
 class CalibrateOptions:
     server: str | None = option("running vLLM server in observe mode", metavar="URL", exclusive="where", required=True)
-    model: str | None = option(
-        "load this model in-process with vLLM (small models)", metavar="PATH", exclusive="where", required=True
-    )
+    model: str | None = option("load this model in-process with vLLM (small models)", metavar="PATH",
+        exclusive="where", required=True)  # fmt: skip
     observe_dir: Path | None = option("the server's KIMI_DFLASH_KV_OBSERVE_DIR (server mode)")
     out: Path = option("scales JSON to write (atomically)", required=True)
     prompts: Path | None = option('JSONL with a "prompt" per line (default: 200 shipped prompts)')
@@ -285,12 +284,9 @@ class CalibrateOptions:
     max_tokens: int = option("tokens generated per prompt (256)", default=DEFAULT_MAX_TOKENS, minimum=1)
     concurrency: int = option("parallel requests in server mode (16)", default=16, minimum=1)
     served_model: str | None = option("model name for requests (default: first of /v1/models)")
-    fp8_format: str = option(
-        "format the file's informational 'scale' fields are computed for (the runtime recomputes from amax for its "
-        "own format); default e4m3fn",
-        choices=sorted(FORMATS),
-        default="e4m3fn",
-    )
+    fp8_format: str = option("format the file's informational 'scale' fields are computed for (the runtime "
+        "recomputes from amax for its own format); default e4m3fn", choices=sorted(FORMATS), default="e4m3fn"
+    )  # fmt: skip
     floor: float = option(f"minimum scale ({DEFAULT_KV_SCALE_FLOOR:g})", default=DEFAULT_KV_SCALE_FLOOR)
     dump_timeout: float = option("seconds to wait for fresh observe files", default=60.0)
     max_model_len: int = option("in-process mode: vLLM max_model_len", default=4096)

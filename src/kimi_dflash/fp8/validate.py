@@ -21,10 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from kimi_dflash.bench.result import load_result
-from kimi_dflash.core import options
 from kimi_dflash.core.atomic_write import write_json_atomic
 from kimi_dflash.core.errors import UserError
-from kimi_dflash.core.options import option
+from kimi_dflash.core.options import declare, option, run
 from kimi_dflash.validate.client import ServerError, api_key_from_env
 
 # The comparison itself is the shared engine (payload/validate.py runs on it too); this tool adds KV capacity
@@ -189,18 +188,15 @@ class ValidateFp8Options:
     no_math: bool = option("skip the math accuracy check")
     concurrency: int = option("parallel requests per server (8)", default=8)
     bench_concurrency: int | None = option("also run the benchmark at this concurrency (use the config's MAX_NUM_SEQS)")
-    bench_arg: list[str] = option(
-        "extra argument for the benchmark (kimi-dflash bench --help), e.g. --bench-arg=--max-tokens=512 (repeat)",
-        repeatable=True,
-    )
+    bench_arg: list[str] = option("extra argument for the benchmark (kimi-dflash bench --help), e.g. "
+        "--bench-arg=--max-tokens=512 (repeat)", repeatable=True)  # fmt: skip
     bench_dir: Path | None = option("where the benchmark result JSONs go (results/)")
     json: Path | None = option("write every per-prompt result here")
-    max_math_drop: float = option(
-        "FAIL when FP8 math accuracy trails BF16 by more points (5)", default=Thresholds.max_math_drop_points
-    )
+    max_math_drop: float = option("FAIL when FP8 math accuracy trails BF16 by more points (5)",
+        default=Thresholds.max_math_drop_points)  # fmt: skip
 
 
-add_cli_args = options.declare(
+add_cli_args = declare(
     ValidateFp8Options,
     "Compare an FP8-KV server with a BF16-KV server of the same model: greedy token agreement, exact-match math "
     "accuracy, KV capacity and (optionally) throughput; print a verdict.",
@@ -339,4 +335,4 @@ def report_lines(
 
 
 if __name__ == "__main__":
-    sys.exit(options.run(__name__, prog="validate-fp8.sh"))
+    sys.exit(run(__name__, prog="validate-fp8.sh"))

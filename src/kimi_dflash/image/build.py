@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shlex
@@ -12,8 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_dflash import __version__
-from kimi_dflash.core import options
-from kimi_dflash.core.options import option
+from kimi_dflash.core.options import declare, option, run
 
 DOCKERFILE = "Dockerfile.kimi26-dflash"
 DEFAULT_IMAGE = "vllm/vllm-openai-rocm"
@@ -41,53 +41,6 @@ examples:
       --allow-unpinned                                      # the CPU demo on a locally made base (no digest)
 then run it as docs/deployment.md shows ("Container").
 """
-
-
-@dataclass(frozen=True)
-class BuildPlan:
-    engine: str
-    context: Path
-    target: str
-    vllm_image: str
-    vllm_tag: str
-    vllm_digest: str | None
-    vllm_version: str
-    engine_args: tuple[str, ...] = ()
-
-    @property
-    def tag(self) -> str:
-        suffix = "-cpu-demo" if self.target == "cpu-demo" else ""
-        return f"kimi26-dflash:{__version__}-vllm{self.vllm_version}{suffix}"
-
-    def argv(self) -> list[str]:
-        build = [self.engine, "build"] if self.engine != "buildah" else ["buildah", "bud"]
-        args = [
-            *build,
-            "--file",
-            str(self.context / DOCKERFILE),
-            "--target",
-            self.target,
-            "--tag",
-            self.tag,
-            "--build-arg",
-            f"VLLM_IMAGE={self.vllm_image}",
-            "--build-arg",
-            f"VLLM_TAG={self.vllm_tag}",
-            "--label",
-            f"org.opencontainers.image.version={__version__}",
-            "--label",
-            f"ai.kimi-dflash.vllm-version={self.vllm_version}",
-            "--label",
-            f"ai.kimi-dflash.base={self.base_reference}",
-        ]
-        if self.vllm_digest:
-            args += ["--build-arg", f"VLLM_DIGEST={self.vllm_digest}"]
-        return [*args, *self.engine_args, str(self.context)]
-
-    @property
-    def base_reference(self) -> str:
-        digest = f"@{self.vllm_digest}" if self.vllm_digest else ""
-        return f"{self.vllm_image}:{self.vllm_tag}{digest}"
 
 
 def version_from_tag(tag: str) -> str | None:
@@ -130,20 +83,52 @@ class BuildOptions:
     vllm_digest: str | None = option("base image digest sha256:... (default: resolved from the registry)")
     vllm_version: str | None = option("vLLM version for the tag (default: from --vllm-tag, vX.Y.Z)")
     allow_unpinned: bool = option("build without a digest (a local base image has none)")
-    engine: str | None = option(
-        "container tool (default: the first of docker, podman, buildah on PATH)", choices=ENGINES
-    )
+    engine: str | None = option("container tool (default: the first of docker, podman, buildah on PATH)",
+        choices=ENGINES)  # fmt: skip
     context: Path = option("the checkout to build from (default: the current directory)", default=Path("."))
-    engine_arg: list[str] = option(
-        "extra argument for the container tool, repeatable (e.g. --engine-arg=--isolation=chroot for podman/buildah "
-        "where no OCI runtime can start)",
-        repeatable=True,
-        metavar="ARG",
-    )
+    engine_arg: list[str] = option("extra argument for the container tool, repeatable (e.g. "
+        "--engine-arg=--isolation=chroot for podman/buildah where no OCI runtime can start)", repeatable=True,
+        metavar="ARG")  # fmt: skip
     dry_run: bool = option("print the build command and exit")
 
+    # Once main has resolved the engine, the version, the digest and the context: the build it runs.
+    @property
+    def tag(self) -> str:
+        suffix = "-cpu-demo" if self.target == "cpu-demo" else ""
+        return f"kimi26-dflash:{__version__}-vllm{self.vllm_version}{suffix}"
 
-add_cli_args = options.declare(BuildOptions, DESCRIPTION, EPILOG)
+    def argv(self) -> list[str]:
+        build = [self.engine, "build"] if self.engine != "buildah" else ["buildah", "bud"]
+        args = [
+            *build,
+            "--file",
+            str(self.context / DOCKERFILE),
+            "--target",
+            self.target,
+            "--tag",
+            self.tag,
+            "--build-arg",
+            f"VLLM_IMAGE={self.vllm_image}",
+            "--build-arg",
+            f"VLLM_TAG={self.vllm_tag}",
+            "--label",
+            f"org.opencontainers.image.version={__version__}",
+            "--label",
+            f"ai.kimi-dflash.vllm-version={self.vllm_version}",
+            "--label",
+            f"ai.kimi-dflash.base={self.base_reference}",
+        ]
+        if self.vllm_digest:
+            args += ["--build-arg", f"VLLM_DIGEST={self.vllm_digest}"]
+        return [*args, *self.engine_arg, str(self.context)]
+
+    @property
+    def base_reference(self) -> str:
+        digest = f"@{self.vllm_digest}" if self.vllm_digest else ""
+        return f"{self.vllm_image}:{self.vllm_tag}{digest}"
+
+
+add_cli_args = declare(BuildOptions, DESCRIPTION, EPILOG)
 
 
 def main(args: BuildOptions) -> int:
@@ -175,9 +160,7 @@ def main(args: BuildOptions) -> int:
             print(f"build: {error}", file=sys.stderr)
             return 1
         print(f"build: base {args.vllm_image}:{args.vllm_tag} is {digest}", file=sys.stderr)
-    plan = BuildPlan(
-        engine, context, args.target, args.vllm_image, args.vllm_tag, digest, version, tuple(args.engine_arg)
-    )
+    plan = dataclasses.replace(args, engine=engine, vllm_version=version, vllm_digest=digest, context=context)
     print(shlex.join(plan.argv()), file=sys.stderr if not args.dry_run else sys.stdout)
     if args.dry_run:
         return 0
@@ -188,4 +171,4 @@ def main(args: BuildOptions) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(options.run(__name__, prog="build-kimi26-dflash.sh"))
+    sys.exit(run(__name__, prog="build-kimi26-dflash.sh"))

@@ -7,23 +7,18 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from kimi_dflash.core import options
-from kimi_dflash.core.options import option
+from kimi_dflash.core.options import declare, option, run
 
 
 @dataclass(kw_only=True)
 class CheckVllmOptions:
-    vllm: Path = option(
-        "vLLM's `vllm` package directory, a directory holding it (an unpacked wheel), or a .whl",
-        positional=True,
-        required=True,
-        metavar="DIR",
-    )
+    vllm: Path = option("vLLM's `vllm` package directory, a directory holding it (an unpacked wheel), or a .whl",
+        positional=True, required=True, metavar="DIR")  # fmt: skip
     config: str | None = option("config path or shipped config name (default: production)", positional=True)
     no_dry_engine: bool = option("skip vLLM's own start-up code (the dry engine); rules only")
 
 
-add_cli_args = options.declare(CheckVllmOptions, __doc__)
+add_cli_args = declare(CheckVllmOptions, __doc__)
 
 
 def main(args: CheckVllmOptions) -> int:
@@ -33,4 +28,4 @@ def main(args: CheckVllmOptions) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(options.run(__name__, prog="python -m kimi_dflash.launch.check_vllm"))
+    sys.exit(run(__name__, prog="python -m kimi_dflash.launch.check_vllm"))

@@ -14,10 +14,9 @@ from kimi_dflash.config.problems import ConfigError, Problem
 from kimi_dflash.config.schema import KEYS
 from kimi_dflash.config.shipped import resolve_config_argument
 from kimi_dflash.config.validate import Config, check_paths, load_config
-from kimi_dflash.core import options
 from kimi_dflash.core.envvars import CACHE as CACHE_ENV
 from kimi_dflash.core.errors import UserError
-from kimi_dflash.core.options import option
+from kimi_dflash.core.options import declare, option, run
 from kimi_dflash.core.paths import cache_root
 from kimi_dflash.launch import hooks, ownership
 from kimi_dflash.launch.prepare import local_plan, resolve_demo_models
@@ -64,33 +63,23 @@ vLLM's own exit code.
 class ServeOptions:
     ABBREVIATIONS: ClassVar[bool] = False
 
-    config: str | None = option(
-        "env-file config: a path, or the name of a config shipped with the package "
-        "(e.g. demo-cpu = configs/demo-cpu.env; default: production)",
-        positional=True,
-    )
-    dry_run: bool = option(
-        "print the launch plan (shell-quoted, secrets redacted) and exit without touching anything", exclusive="mode"
-    )
+    config: str | None = option("env-file config: a path, or the name of a config shipped with the package (e.g. "
+        "demo-cpu = configs/demo-cpu.env; default: production)", positional=True)  # fmt: skip
+    dry_run: bool = option("print the launch plan (shell-quoted, secrets redacted) and exit without touching "
+        "anything", exclusive="mode")  # fmt: skip
     preflight: bool = option("run only the preflight checks", exclusive="mode")
     stop: bool = option("stop the server a previous --wait started", exclusive="mode")
-    check_vllm: Path | None = option(
-        "judge the plan against the vLLM at DIR (its `vllm` package directory, a directory holding it such as an "
-        "unpacked wheel, or a .whl) from its source, without starting anything: every option, speculative-config "
-        "key and VLLM_* variable, the MoE backend against the checkpoint's quantisation, the KV dtype against the "
-        "platform's MLA backends, and the patches / plugin the plan relies on. Exit 0: it starts; 2: it would not "
-        "(each reason with its fix). Uses MODEL_DIR/config.json, or the facts shipped for MODEL_REPO when the "
-        "checkpoint is not downloaded",
-        metavar="DIR",
-        exclusive="mode",
-    )
-    wait: bool = option(
-        "start vLLM in the background and return once /health and a one-token completion succeed (exit 1 with the "
-        "log tail if it dies or READY_TIMEOUT_S passes)"
-    )
-    log: Path | None = option(
-        "also write vLLM's output to this file (with --wait default: <cache>/logs/serve-<port>.log)"
-    )
+    check_vllm: Path | None = option("judge the plan against the vLLM at DIR (its `vllm` package directory, a "
+        "directory holding it such as an unpacked wheel, or a .whl) from its source, without starting anything: "
+        "every option, speculative-config key and VLLM_* variable, the MoE backend against the checkpoint's "
+        "quantisation, the KV dtype against the platform's MLA backends, and the patches / plugin the plan relies "
+        "on. Exit 0: it starts; 2: it would not (each reason with its fix). Uses MODEL_DIR/config.json, or the "
+        "facts shipped for MODEL_REPO when the checkpoint is not downloaded", metavar="DIR", exclusive="mode"
+    )  # fmt: skip
+    wait: bool = option("start vLLM in the background and return once /health and a one-token completion succeed "
+        "(exit 1 with the log tail if it dies or READY_TIMEOUT_S passes)")  # fmt: skip
+    log: Path | None = option("also write vLLM's output to this file (with --wait default: "
+        "<cache>/logs/serve-<port>.log)")  # fmt: skip
     fix_numa: bool = option("as root, set kernel.numa_balancing=0 when preflight finds it on")
     skip_preflight: bool = option("start without preflight checks")
     # The dry engine (vLLM's start-up code on a simulated platform) is a lab tool now (python -m kimi_dflash_lab
@@ -98,7 +87,7 @@ class ServeOptions:
     no_dry_engine: bool = option(hidden=True)
 
 
-add_cli_args = options.declare(ServeOptions, DESCRIPTION, EPILOG)
+add_cli_args = declare(ServeOptions, DESCRIPTION, EPILOG)
 
 
 def say(message: str) -> None:
@@ -304,4 +293,4 @@ def _start_detached(config: Config, plan: LaunchPlan, args: ServeOptions, pid_pa
 
 
 if __name__ == "__main__":
-    sys.exit(options.run(__name__, prog="serve.sh"))
+    sys.exit(run(__name__, prog="serve.sh"))

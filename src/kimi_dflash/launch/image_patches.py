@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_dflash.config.validate import ConfigError, load_config
-from kimi_dflash.core import options
-from kimi_dflash.core.options import option
+from kimi_dflash.core.options import declare, option, run
 from kimi_dflash.launch import hooks
 from kimi_dflash.plan import build_plan
 
@@ -30,7 +29,7 @@ class ImagePatchesOptions:
     configs: list[Path] = option("the configs the image serves", positional=True, required=True, metavar="CONFIG")
 
 
-add_cli_args = options.declare(ImagePatchesOptions, __doc__)
+add_cli_args = declare(ImagePatchesOptions, __doc__)
 
 
 def main(args: ImagePatchesOptions) -> int:
@@ -55,4 +54,4 @@ def main(args: ImagePatchesOptions) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(options.run(__name__, prog="python -m kimi_dflash.launch.image_patches"))
+    sys.exit(run(__name__, prog="python -m kimi_dflash.launch.image_patches"))

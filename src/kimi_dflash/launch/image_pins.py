@@ -21,8 +21,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from kimi_dflash.core import options
-from kimi_dflash.core.options import option
+from kimi_dflash.core.options import declare, option, run
 
 # This project itself is what the install adds or replaces.
 SELF = "kimi-k26-dflash"
@@ -68,7 +67,7 @@ class PinsOptions:
     verify: Path | None = option("check the installed versions against PINS", metavar="PINS")
 
 
-add_cli_args = options.declare(PinsOptions, __doc__)
+add_cli_args = declare(PinsOptions, __doc__)
 
 
 def main(args: PinsOptions) -> int:
@@ -87,4 +86,4 @@ def main(args: PinsOptions) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(options.run(__name__, prog="python -m kimi_dflash.launch.image_pins"))
+    sys.exit(run(__name__, prog="python -m kimi_dflash.launch.image_pins"))

@@ -10,8 +10,7 @@ import sys
 from dataclasses import dataclass
 from typing import Literal
 
-from kimi_dflash.core import options
-from kimi_dflash.core.options import option
+from kimi_dflash.core.options import declare, option, run
 from kimi_dflash.patcher import engine
 from kimi_dflash.patcher.model import PatcherError
 from kimi_dflash.patcher.registry import PATCHES
@@ -47,20 +46,16 @@ examples:
 
 @dataclass(kw_only=True)
 class PatchOptions:
-    command: Literal["list", "check", "apply", "revert", "diff"] = option(
-        "what to do (below)", positional=True, required=True, metavar="COMMAND"
-    )
-    vllm_root: str | None = option(
-        "the `vllm` package directory to inspect or patch (default: the installed vllm, found without importing it)",
-        metavar="DIR",
-    )
+    command: Literal["list", "check", "apply", "revert", "diff"] = option("what to do (below)", positional=True,
+        required=True, metavar="COMMAND")  # fmt: skip
+    vllm_root: str | None = option("the `vllm` package directory to inspect or patch (default: the installed vllm, "
+        "found without importing it)", metavar="DIR")  # fmt: skip
     json: bool = option("machine-readable output on stdout")
-    only: list[str] = option(
-        "restrict to this patch id (repeatable); see `list`", flag="--patch", repeatable=True, metavar="ID"
-    )
+    only: list[str] = option("restrict to this patch id (repeatable); see `list`", flag="--patch", repeatable=True,
+        metavar="ID")  # fmt: skip
 
 
-add_cli_args = options.declare(PatchOptions, _DESCRIPTION, _EPILOG)
+add_cli_args = declare(PatchOptions, _DESCRIPTION, _EPILOG)
 
 
 def _list(args: PatchOptions) -> int:
@@ -146,4 +141,4 @@ def main(args: PatchOptions) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(options.run(__name__, prog="patch_dflash_rocm.py"))
+    sys.exit(run(__name__, prog="patch_dflash_rocm.py"))

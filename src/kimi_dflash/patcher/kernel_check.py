@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from kimi_dflash.core import options
-from kimi_dflash.core.options import option
+from kimi_dflash.core.options import declare, option, run
 
 KERNEL = "v1/attention/ops/triton_unified_attention.py"
 HELPERS = "v1/attention/ops/triton_attention_helpers.py"
@@ -134,7 +133,7 @@ class KernelCheckOptions:
     vllm_root: Path = option("the patched `vllm` tree to load the kernel from", positional=True, required=True)
 
 
-add_cli_args = options.declare(KernelCheckOptions, __doc__)
+add_cli_args = declare(KernelCheckOptions, __doc__)
 
 
 def main(args: KernelCheckOptions) -> int:
@@ -156,4 +155,4 @@ def main(args: KernelCheckOptions) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(options.run(__name__, prog="python -m kimi_dflash.patcher.kernel_check"))
+    sys.exit(run(__name__, prog="python -m kimi_dflash.patcher.kernel_check"))

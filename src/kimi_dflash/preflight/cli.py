@@ -9,8 +9,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from kimi_dflash.core import options
-from kimi_dflash.core.options import option
+from kimi_dflash.core.options import declare, fields_of, option, run
 from kimi_dflash.preflight.deployment import deployment_from_command
 from kimi_dflash.preflight.plan_features import features_from_command
 from kimi_dflash.preflight.render import render
@@ -55,28 +54,26 @@ def _feature(text: str) -> str:
 class PreflightOptions:
     device: Device = option("rocm (MI300X), cuda (H200) or cpu (demo)", required=True)
     tensor_parallel_size: int = option("GPUs the plan needs", default=1, minimum=1, metavar="N")
-    arch: str | None = option("expected accelerator architecture: gfx942, sm_90, ...", metavar="ARCH")
+    expected_arch: str | None = option("expected accelerator architecture: gfx942, sm_90, ...", flag="--arch",
+        metavar="ARCH")  # fmt: skip
     model_dir: Path | None = option("target checkpoint directory", metavar="DIR")
-    model_repo: str | None = option("its Hugging Face repo id (for the download fix)", metavar="REPO")
+    model_repo_hint: str | None = option("its Hugging Face repo id (for the download fix)", flag="--model-repo",
+        metavar="REPO")  # fmt: skip
     draft_model_dir: Path | None = option("drafter checkpoint directory", metavar="DIR")
-    draft_repo: str | None = option("its Hugging Face repo id (for the download fix)", metavar="REPO")
+    draft_repo_hint: str | None = option("its Hugging Face repo id (for the download fix)", flag="--draft-repo",
+        metavar="REPO")  # fmt: skip
     host: str = option("address the server will bind (default %(default)s)", default="127.0.0.1")
     port: int = option("port the server will bind (default %(default)s)", default=8262)
-    feature: list[str] = option(
-        "a vLLM feature the plan needs (repeatable); grammar below", repeatable=True, metavar="NAME", parse=_feature
-    )
+    feature: list[str] = option("a vLLM feature the plan needs (repeatable); grammar below", repeatable=True,
+        metavar="NAME", parse=_feature)  # fmt: skip
     fix_numa: bool = option("as root, set kernel.numa_balancing=0 if it is on")
     min_shm_gib: float | None = option("/dev/shm size to require", metavar="GIB")
-    command: list[str] = option(
-        "optional: the vLLM command line that will run; every option it passes (and the Python it runs in) is "
-        "checked too",
-        positional=True,
-        nargs=argparse.REMAINDER,
-        metavar="-- vllm serve ...",
-    )
+    command: list[str] = option("optional: the vLLM command line that will run; every option it passes (and the "
+        "Python it runs in) is checked too", positional=True, nargs=argparse.REMAINDER, metavar="-- vllm serve ..."
+    )  # fmt: skip
 
 
-add_cli_args = options.declare(
+add_cli_args = declare(
     PreflightOptions,
     "Check that this machine can serve the plan: prints [PASS]/[WARN]/[FAIL] lines, each failure with the command "
     "or setting that fixes it.",
@@ -89,29 +86,15 @@ def main(args: PreflightOptions) -> int:
     features = tuple(dict.fromkeys([*args.feature, *(features_from_command(command) if command else ())]))
     deployment = None
     if command:
-        deployment = deployment_from_command(
-            args.device,
-            command,
-            os.environ,
-            model_dir=args.model_dir,
-            model_repo=args.model_repo,
-            drafter_dir=args.draft_model_dir,
-            drafter_repo=args.draft_repo,
-            label="the command line",
-        )
+        deployment = deployment_from_command(args.device, command, os.environ, model_dir=args.model_dir,
+            model_repo=args.model_repo_hint, drafter_dir=args.draft_model_dir, drafter_repo=args.draft_repo_hint,
+            label="the command line")  # fmt: skip
+    # The options named as the request's fields pass as they are.
+    given = {field.name: getattr(args, field.name) for field, _ in fields_of(PreflightOptions)}
     try:
         request = PreflightRequest(
-            device=args.device,
-            tensor_parallel_size=args.tensor_parallel_size,
-            expected_arch=args.arch,
-            model_dir=args.model_dir,
-            model_repo_hint=args.model_repo,
-            draft_model_dir=args.draft_model_dir,
-            draft_repo_hint=args.draft_repo,
-            host=args.host,
-            port=args.port,
+            **{name: value for name, value in given.items() if name in PreflightRequest.__dataclass_fields__},
             required_features=features,
-            fix_numa=args.fix_numa,
             min_shm_bytes=None if args.min_shm_gib is None else int(args.min_shm_gib * GIB),
             python=interpreter_for_command(command) if command else None,
             deployment=deployment,
@@ -125,4 +108,4 @@ def main(args: PreflightOptions) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(options.run(__name__, prog="python -m kimi_dflash.preflight"))
+    sys.exit(run(__name__, prog="python -m kimi_dflash.preflight"))

@@ -66,17 +66,10 @@ def say(message: str) -> None:
 
 @dataclass(kw_only=True)
 class PreshardOptions:
-    config: Path = option(
-        "the env-file config that will serve the pre-shard "
-        "(MODEL_DIR, TENSOR_PARALLEL_SIZE, DTYPE and the platform settings come from it)",
-        positional=True,
-        required=True,
-    )
-    output: Path = option(
-        "directory to create (must not exist, unless it is a finished pre-shard of the same source: then nothing "
-        "is done)",
-        required=True,
-    )
+    config: Path = option("the env-file config that will serve the pre-shard (MODEL_DIR, TENSOR_PARALLEL_SIZE, "
+        "DTYPE and the platform settings come from it)", positional=True, required=True)  # fmt: skip
+    output: Path = option("directory to create (must not exist, unless it is a finished pre-shard of the same "
+        "source: then nothing is done)", required=True)  # fmt: skip
     max_shard_gib: float = option("largest safetensors file per rank, GiB (default 5)", default=5.0, above=0)
     force: bool = option("replace an existing OUTPUT that was made from another checkpoint, TP size or vLLM")
 

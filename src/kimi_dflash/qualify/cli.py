@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from kimi_dflash.config.shipped import resolve_config_argument
-from kimi_dflash.core import options
 from kimi_dflash.core.dir_lock import directory_lock
 from kimi_dflash.core.errors import UserError
-from kimi_dflash.core.options import option
+from kimi_dflash.core.options import declare, option, run
 from kimi_dflash.qualify import bundle, report
 from kimi_dflash.qualify.graphs import GraphCandidate
 from kimi_dflash.qualify.plan import (
@@ -73,44 +72,32 @@ def _key_value(text: str) -> tuple[str, str]:
 class QualifyOptions:
     USAGE_EXIT: ClassVar[int] = report.EXIT_INFRA  # 2 means a failed verdict here
 
-    config: str = option(
-        "the config to qualify: a path, or a shipped config's name (demo-cpu)", positional=True, required=True
-    )
-    budget: str | None = option(
-        "time the run may take, e.g. 20m, 3h (default: 15m on CPU, 4h on GPU); trims the grid", metavar="DURATION"
-    )
+    config: str = option("the config to qualify: a path, or a shipped config's name (demo-cpu)", positional=True,
+        required=True)  # fmt: skip
+    budget: str | None = option("time the run may take, e.g. 20m, 3h (default: 15m on CPU, 4h on GPU); trims the "
+        "grid", metavar="DURATION")  # fmt: skip
     out: Path | None = option("report directory (default: qualify-<config name>)")
-    slo: str | None = option(
-        "service-level objectives every grid benchmark is judged by, e.g. ttft:2s,user_tps:12 (the benchmark's --slo "
-        "form); default per box: GPU ttft:2s,user_tps:12, CPU ttft:1s,user_tps:50 (docs/qualify.md says why); 'none' "
-        "measures no goodput",
-        metavar="SPEC",
-    )
-    project_acceptance: str | None = option(
-        "GPU only: also serve the candidate with vLLM's synthetic acceptance sampler at these per-position rates (one "
-        "per drafted token, non-increasing, e.g. 0.8,0.6,0.4 or a result's per_position list) and measure its speed "
-        "at the grid's concurrency: what a drafter accepting that often would give on this box. A projection of "
-        "speed, not of quality; refused on the CPU build",
-        metavar="RATES",
-    )
-    no_graphs: bool = option(
-        "do not measure the graph-mode candidate (by default, on a GPU, an eager config is also served with graphs "
-        "on and aligned capture sizes when the runtime rules allow it on the serving vLLM)"
-    )
+    slo: str | None = option("service-level objectives every grid benchmark is judged by, e.g. ttft:2s,user_tps:12 "
+        "(the benchmark's --slo form); default per box: GPU ttft:2s,user_tps:12, CPU ttft:1s,user_tps:50 "
+        "(docs/qualify.md says why); 'none' measures no goodput", metavar="SPEC")  # fmt: skip
+    project_acceptance: str | None = option("GPU only: also serve the candidate with vLLM's synthetic acceptance "
+        "sampler at these per-position rates (one per drafted token, non-increasing, e.g. 0.8,0.6,0.4 or a result's "
+        "per_position list) and measure its speed at the grid's concurrency: what a drafter accepting that often "
+        "would give on this box. A projection of speed, not of quality; refused on the CPU build", metavar="RATES"
+    )  # fmt: skip
+    no_graphs: bool = option("do not measure the graph-mode candidate (by default, on a GPU, an eager config is also "
+        "served with graphs on and aligned capture sizes when the runtime rules allow it on the serving vLLM)"
+    )  # fmt: skip
     dry_run: bool = option("list the steps with time estimates; run nothing")
     resume: bool = option("finish the run recorded in --out (after a kill)")
     no_plots: bool = option("no PNGs (no matplotlib needed)")
-    candidate_env: list[tuple[str, str]] = option(
-        "config key set for the candidate only, e.g. to check that a candidate serving another model is caught "
-        "(FABRICATE_DEMO_MODELS=qwen3 on the demo): the verdict must be FAIL",
-        repeatable=True,
-        metavar="KEY=VALUE",
-        parse=_key_value,
-    )
+    candidate_env: list[tuple[str, str]] = option("config key set for the candidate only, e.g. to check that a "
+        "candidate serving another model is caught (FABRICATE_DEMO_MODELS=qwen3 on the demo): the verdict must be "
+        "FAIL", repeatable=True, metavar="KEY=VALUE", parse=_key_value)  # fmt: skip
     serve_sh: Path | None = option(hidden=True)  # tests substitute a stand-in for serve.sh, as for the sweep
 
 
-add_cli_args = options.declare(QualifyOptions, DESCRIPTION, EPILOG)
+add_cli_args = declare(QualifyOptions, DESCRIPTION, EPILOG)
 
 
 def _config_values(path: Path) -> tuple[dict[str, str], dict[str, str]]:
@@ -368,4 +355,4 @@ def _run(ctx: Context, plan: QualifyPlan, state: RunState, args: QualifyOptions)
 
 
 if __name__ == "__main__":
-    sys.exit(options.run(__name__, prog="kimi26-vllm-dflash-qualify.sh"))
+    sys.exit(run(__name__, prog="kimi26-vllm-dflash-qualify.sh"))

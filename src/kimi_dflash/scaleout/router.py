@@ -14,8 +14,7 @@ import sys
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from kimi_dflash.core import options
-from kimi_dflash.core.options import option
+from kimi_dflash.core.options import declare, option, run
 
 # Policies of vllm-router 0.1.17 for a regular (not prefill/decode-split) deployment.
 POLICIES = ("round_robin", "power_of_two", "cache_aware", "consistent_hash", "sticky_least_loaded", "random")
@@ -58,27 +57,19 @@ def normalise_replica(url: str) -> str:
 class RouterPlan:
     """The router's command line, declared once: what vllm-router is started with."""
 
-    replicas: tuple[str, ...] | list[str] = option(
-        "a replica's base URL (repeat once per replica)",
-        flag="--replica",
-        repeatable=True,
-        required=True,
-        metavar="URL",
-        parse=normalise_replica,
-    )
+    replicas: tuple[str, ...] | list[str] = option("a replica's base URL (repeat once per replica)", flag="--replica",
+        repeatable=True, required=True, metavar="URL", parse=normalise_replica)  # fmt: skip
     host: str = option("address the router binds (default 127.0.0.1)", default="127.0.0.1")
     port: int = option("router port (default 8000)", default=8000)
     policy: str = option("routing policy", choices=POLICIES, default="round_robin")
-    health_interval_s: int = option(
-        "seconds between /health checks of each replica (default 5)", flag="--health-interval", default=5, metavar="S"
-    )
-    health_failures: int = option(
-        "failed checks in a row before a replica gets no traffic (default 2)", default=2, metavar="N"
-    )
+    health_interval_s: int = option("seconds between /health checks of each replica (default 5)",
+        flag="--health-interval", default=5, metavar="S")  # fmt: skip
+    health_failures: int = option("failed checks in a row before a replica gets no traffic (default 2)", default=2,
+        metavar="N")  # fmt: skip
     dry_run: bool = option("print the vllm-router command and exit")
 
 
-add_cli_args = options.declare(RouterPlan, DESCRIPTION, EPILOG)
+add_cli_args = declare(RouterPlan, DESCRIPTION, EPILOG)
 
 
 def router_argv(plan: RouterPlan, binary: str = ROUTER_BINARY) -> list[str]:
@@ -140,4 +131,4 @@ def _next_to_python() -> str | None:
 
 
 if __name__ == "__main__":
-    sys.exit(options.run(__name__, prog="kimi26-vllm-dflash-router.sh"))
+    sys.exit(run(__name__, prog="kimi26-vllm-dflash-router.sh"))

@@ -10,11 +10,10 @@ from typing import ClassVar
 from kimi_dflash.bench import cli as bench_cli
 from kimi_dflash.bench.request_shaping import is_credential, redact_header_arg
 from kimi_dflash.config.shipped import resolve_config_argument
-from kimi_dflash.core import options
 from kimi_dflash.core.atomic_write import write_text_atomic
 from kimi_dflash.core.dir_lock import directory_lock
 from kimi_dflash.core.errors import UserError
-from kimi_dflash.core.options import option
+from kimi_dflash.core.options import comma_list, declare, option, parse
 from kimi_dflash.core.redaction import split_secret
 from kimi_dflash.sweep import aggregate, state
 from kimi_dflash.sweep.grid import parse_axis, points
@@ -51,19 +50,12 @@ stopped, or another sweep is using DIR; 2 bad arguments; 130/143 interrupted (re
 class SweepOptions:
     ABBREVIATIONS: ClassVar[bool] = False
 
-    config: str = option(
-        "config every point starts from: a path, or a shipped config's name (demo-cpu)", positional=True, required=True
-    )
-    grid: list[str] = option(
-        "config key and its values (repeat for more keys: the grid is their product)",
-        repeatable=True,
-        metavar="KEY=v1,v2",
-    )
-    sessions: tuple[int, ...] = option(
-        "concurrency levels measured at every point, e.g. 2,4",
-        required=True,
-        parse=options.comma_list(int, "positive integers", minimum=1),
-    )
+    config: str = option("config every point starts from: a path, or a shipped config's name (demo-cpu)",
+        positional=True, required=True)  # fmt: skip
+    grid: list[str] = option("config key and its values (repeat for more keys: the grid is their product)",
+        repeatable=True, metavar="KEY=v1,v2")  # fmt: skip
+    sessions: tuple[int, ...] = option("concurrency levels measured at every point, e.g. 2,4", required=True,
+        parse=comma_list(int, "positive integers", minimum=1))  # fmt: skip
     out: Path = option("directory for the results (resumable)", required=True)
     dry_run: bool = option("print the points and what is finished, run nothing")
     no_plots: bool = option("skip the PNG plots (no matplotlib needed)")
@@ -72,7 +64,7 @@ class SweepOptions:
     bench: list[str] = option(rest=True)  # every other option: the benchmark's
 
 
-add_cli_args = options.declare(
+add_cli_args = declare(
     SweepOptions,
     "Sweep server configurations x concurrency: one benchmark result per point, an aggregate table at matched "
     "concurrency, and plots (tok/s vs concurrency; aggregate vs per-user tok/s, Pareto front).",
@@ -86,7 +78,7 @@ def _bench_args(extra: list[str]) -> list[str]:
         if arg.split("=", 1)[0] in OWNED_BENCH_OPTIONS:
             raise UserError(f"{arg.split('=', 1)[0]} is set by the sweep for every point; leave it out.")
     try:
-        options.parse(bench_cli, [*extra, "--sessions", "1"])
+        parse(bench_cli, [*extra, "--sessions", "1"])
     except SystemExit:
         raise UserError(f"benchmark options {' '.join(extra)!r} are not valid (see the message above).") from None
     # sweep.json keeps the benchmark options (resume needs them verbatim): a credential header would be stored.

@@ -16,8 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import ClassVar
 
 from kimi_dflash.bench.report import write_atomic
-from kimi_dflash.core import options
-from kimi_dflash.core.options import option
+from kimi_dflash.core.options import declare, option
 from kimi_dflash.validate.client import ServerError, api_key_from_env
 from kimi_dflash.validate.engine import (
     AgreementSummary,
@@ -143,10 +142,8 @@ class ValidateOptions:
     math_max_tokens: int = option("tokens per math answer (256)", default=256)
     no_math: bool = option("skip the math exact-match check")
     concurrency: int = option("parallel requests per server (8)", default=8)
-    allow_divergence: bool = option(
-        "the candidate is not meant to be identical (FP8 KV, another dtype): divergence is a WARN, a math drop "
-        "above --max-math-drop a FAIL"
-    )
+    allow_divergence: bool = option("the candidate is not meant to be identical (FP8 KV, another dtype): divergence "
+        "is a WARN, a math drop above --max-math-drop a FAIL")  # fmt: skip
     max_math_drop: float = option("math exact-match points the candidate may lose (0)", default=0.0)
     json: str | None = option("also write every per-prompt comparison here", metavar="FILE")
 
@@ -158,7 +155,7 @@ EPILOG = (
     "exit status: 0 PASS, 1 WARN, 2 FAIL, 3 could not run (server unreachable, no token ids).\n"
     "The API key, if any, is read from OPENAI_API_KEY and never printed."
 )
-add_cli_args = options.declare(ValidateOptions, __doc__, EPILOG)
+add_cli_args = declare(ValidateOptions, __doc__, EPILOG)
 
 
 async def _collect(args: ValidateOptions, reference: Server, candidate: Server, api_key: str | None) -> tuple[
