@@ -65,7 +65,8 @@ def setting(doc: str | None, *, group: str, omit_if_none: bool = False, **cli: A
 server_option, load_option, output_option, analysis_option = (
     functools.partial(setting, group=name) for name in ("server", "load", "output", "analysis")
 )
-open_loop_option = functools.partial(setting, None, group="open-loop load (instead of --sessions)")
+OPEN_LOOP = "open-loop load (instead of --sessions)"
+open_loop_option = functools.partial(setting, None, group=OPEN_LOOP)
 
 
 def derived(doc: str, compute: Callable[[Settings], Any], *, omit_if_none: bool = False) -> Any:
@@ -150,7 +151,7 @@ class Settings:
         "server": None,
         "load": None,
         "output": None,
-        "open-loop load (instead of --sessions)": "Conversations start on an arrival process's clock, whatever the "
+        OPEN_LOOP: "Conversations start on an arrival process's clock, whatever the "
         "server does; each following turn is sent when the previous reply finished plus a think time. One level per "
         "rate.",
         "analysis": None,
@@ -302,28 +303,18 @@ class Settings:
     # -- after parsing -------------------------------------------------------------------------------------
     def check(self) -> None:
         """Refuse what cannot work, naming the fix (a usage error: exit 2, before anything is sent)."""
+        open_loop = self.request_rate is not None
         for f, spec in options.fields_of(Settings):
             value = getattr(self, f.name)
             for text in value if isinstance(value, list | tuple) and not spec.argv else (value,):
                 if isinstance(text, str) and unencodable_at(text) is not None:
-                    flag = spec.flag or f"--{f.name.replace('_', '-')}"
-                    raise ValueError(
-                        f"{flag} holds bytes that are not UTF-8 (at character {unencodable_at(text)}); pass it as "
-                        "UTF-8 text"
-                    )
-        open_loop = self.request_rate is not None
+                    raise ValueError(f"{options.flag_of(f, spec)} holds bytes that are not UTF-8 (at character "
+                                     f"{unencodable_at(text)}); pass it as UTF-8 text")  # fmt: skip
+            if spec.group == OPEN_LOOP and not open_loop and value != spec.default:
+                raise ValueError(f"{options.flag_of(f, spec)} belongs to the open loop: add --request-rate (e.g. "
+                                 "--request-rate 2)")  # fmt: skip
         if open_loop and self.sessions is not None:
             raise ValueError("--sessions (closed loop) and --request-rate (open loop) exclude each other; give one")
-        if not open_loop:
-            for flag, given in (
-                ("--max-concurrency", self.max_concurrency is not None),
-                ("--num-sessions", self.num_sessions is not None),
-                ("--think-time", self.think_time > 0),
-                ("--arrival", self.arrival != "poisson"),
-                ("--burstiness", self.burstiness != 1.0),
-            ):
-                if given:
-                    raise ValueError(f"{flag} belongs to the open loop: add --request-rate (e.g. --request-rate 2)")
         if self.burstiness != 1.0 and self.arrival != "gamma":
             raise ValueError("--burstiness shapes --arrival gamma only; add --arrival gamma")
         planned_s = self.planned_waits_s()

@@ -94,6 +94,11 @@ def fields_of(model: type) -> list[tuple[dataclasses.Field[Any], Option]]:
     return [(field, field.metadata[KEY]) for field in dataclasses.fields(model) if KEY in field.metadata]
 
 
+def flag_of(field: dataclasses.Field[Any], spec: Option) -> str:
+    """The option's (first) flag as the user types it."""
+    return spec.flag if isinstance(spec.flag, str) else (spec.flag or ("--" + field.name.replace("_", "-"),))[0]
+
+
 def _scalar(hint: Any) -> tuple[Any, tuple[Any, ...] | None, bool]:
     """(the type one value converts to, a Literal's values, whether the field holds several): ``list[Path] |
     None`` -> (Path, None, True), ``Literal["a"]`` -> (str, ("a",), False)."""
@@ -179,9 +184,9 @@ def declare(model: type, description: str | None = None,
                 container = exclusive[spec.exclusive]
                 kwargs.pop("required", None)
             container.add_argument(*names, **kwargs)
-        secrets = [spec.flag or "--" + field.name.replace("_", "-") for field, spec in declared if spec.secret]
+        secrets = [flag_of(field, spec) for field, spec in declared if spec.secret]
         parser.model, parser.usage_exit = model, getattr(model, "USAGE_EXIT", 2)
-        parser.secret_flags = (*SECRET_OPTIONS, *[flag for flag in secrets if isinstance(flag, str)])
+        parser.secret_flags = (*SECRET_OPTIONS, *secrets)
         parser.allow_abbrev = getattr(model, "ABBREVIATIONS", True) and not secrets
 
     return add_cli_args
