@@ -78,13 +78,11 @@ def _bench_args(extra: list[str]) -> list[str]:
         if arg.split("=", 1)[0] in OWNED_BENCH_OPTIONS:
             raise UserError(f"{arg.split('=', 1)[0]} is set by the sweep for every point; leave it out.")
     try:
-        parse(bench_cli, [*extra, "--sessions", "1"])
+        bench = parse(bench_cli, [*extra, "--sessions", "1"])
     except SystemExit:
         raise UserError(f"benchmark options {' '.join(extra)!r} are not valid (see the message above).") from None
     # sweep.json keeps the benchmark options (resume needs them verbatim): a credential header would be stored.
-    values = [value for flag, value in zip(extra, extra[1:]) if flag == "--header"]
-    values += [arg.partition("=")[2] for arg in extra if arg.startswith("--header=")]
-    for value in values:
+    for value in bench.header:
         if is_credential(value.partition(":")[0]):
             raise UserError(
                 f"--header {redact_header_arg(value)!r}: a sweep stores its benchmark options in sweep.json, so it "

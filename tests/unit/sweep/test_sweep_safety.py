@@ -12,6 +12,7 @@ import pytest
 
 from kimi_dflash.bench.result import load_result
 from kimi_dflash.core import options
+from kimi_dflash.core.errors import UserError
 from kimi_dflash.sweep import cli as sweep_cli
 from repo_paths import REPO_ROOT
 from serve_stand_in import kill_servers, notes, serving, stand_in, wait_for
@@ -100,3 +101,12 @@ def test_an_interrupt_says_which_signal(
     (tmp_path / "serve.sh").touch()
     assert options.run(sweep_cli, _argv(tmp_path / "sweep", tmp_path / "serve.sh")) == 130
     assert "sweep: interrupted (SIGINT); rerun the same command to finish" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("spelling", [["--header", "Authorization: Bearer k1"], ["--header=X-Api-Key:k1"]])
+def test_a_credential_header_is_not_stored_in_the_sweep_options(spelling: list[str]) -> None:
+    """sweep.json keeps the benchmark options: a credential header is refused (whichever spelling), unechoed."""
+    with pytest.raises(UserError, match="takes no credential header") as refused:
+        sweep_cli._bench_args(["--max-tokens", "8", *spelling])
+    assert "k1" not in str(refused.value)
+    assert sweep_cli._bench_args(["--header", "X-Tenant: a"]) == ["--header", "X-Tenant: a"]
