@@ -9,7 +9,7 @@ from pathlib import Path
 _checkout = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(_checkout / "src"), str(_checkout / "lab")]
 
-from kimi_dflash_lab.studies.kv_hook_cost import main  # noqa: E402
+from kimi_dflash.core import options  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(options.run("kimi_dflash_lab.studies.kv_hook_cost", prog="kv_scale_hook_cost.py"))

@@ -7,35 +7,32 @@ python benchmarks/render_results.py --write   # update README.md between the res
 
 from __future__ import annotations
 
-import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 try:
-    from kimi_dflash import results_doc
+    from kimi_dflash import results_cli
 except ImportError:
     sys.path.insert(0, str(REPO / "src"))
-    from kimi_dflash import results_doc
+    from kimi_dflash import results_cli
 
-from kimi_dflash.bench.report import write_text_atomic
-
-RESULTS_DIR = REPO / "benchmarks" / "results"
-README = REPO / "README.md"
+from kimi_dflash.core.options import declare, option, run
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--write", action="store_true", help="update README.md instead of printing")
-    args = parser.parse_args(argv)
-    block = results_doc.render_block(RESULTS_DIR)
-    if args.write:
-        write_text_atomic(README, results_doc.splice(README.read_text(encoding="utf-8"), block))
-        print(f"updated {README}")
-    else:
-        print(block, end="")
-    return 0
+@dataclass(kw_only=True)
+class RenderOptions:
+    write: bool = option("update README.md instead of printing")
+
+
+add_cli_args = declare(RenderOptions, __doc__)
+
+
+def main(args: RenderOptions) -> int:
+    readme = REPO / "README.md" if args.write else None
+    return results_cli.main(results_cli.ResultsOptions(directory=REPO / "benchmarks" / "results", write=readme))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(__name__))

@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 try:
-    from kimi_dflash.patcher.cli import main
+    from kimi_dflash.core import options
 except ImportError:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from kimi_dflash.patcher.cli import main
+    from kimi_dflash.core import options
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(options.run("kimi_dflash.patcher.cli", prog="patch_dflash_rocm.py"))

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 try:
-    import kimi_dflash.advisor.cli as _cli
+    import kimi_dflash.advisor.cli  # noqa: F401 - installed, or the repository's src/ below
 except ImportError:
     _src = Path(__file__).resolve().parent.parent / "src"
     if not (_src / "kimi_dflash" / "advisor").is_dir():
@@ -21,7 +21,8 @@ except ImportError:
             f"error: kimi_dflash is not installed and {_src} is missing; copy the whole repository or pip install it"
         )
     sys.path.insert(0, str(_src))
-    import kimi_dflash.advisor.cli as _cli
+
+from kimi_dflash.core import options
 
 if __name__ == "__main__":
-    sys.exit(_cli.main(prog="advise_spec_tokens.py"))
+    sys.exit(options.run("kimi_dflash.advisor.cli", prog="advise_spec_tokens.py"))

@@ -4,7 +4,9 @@
 Thin entry point; the work is in kimi_dflash.fp8.calibrate.
 """
 
-from kimi_dflash.fp8.calibrate import main
+import sys
+
+from kimi_dflash.core import options
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(options.run("kimi_dflash.fp8.calibrate", prog="calibrate_kv_scales.py"))

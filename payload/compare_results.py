@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 try:
-    import kimi_dflash.bench.compare as _compare
+    import kimi_dflash.bench.compare  # noqa: F401 - installed, or the repository's src/ below
 except ImportError:
     _src = Path(__file__).resolve().parent.parent / "src"
     if not (_src / "kimi_dflash" / "bench").is_dir():
@@ -19,7 +19,8 @@ except ImportError:
             f"error: kimi_dflash is not installed and {_src} is missing; copy the whole repository or pip install it"
         )
     sys.path.insert(0, str(_src))
-    import kimi_dflash.bench.compare as _compare
+
+from kimi_dflash.core import options
 
 if __name__ == "__main__":
-    sys.exit(_compare.main())
+    sys.exit(options.run("kimi_dflash.bench.compare"))

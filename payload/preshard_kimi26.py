@@ -4,7 +4,9 @@
 Thin entry point; the work is in kimi_dflash.preshard.cli.
 """
 
-from kimi_dflash.preshard.cli import main
+import sys
+
+from kimi_dflash.core import options
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(options.run("kimi_dflash.preshard.cli", prog="preshard_kimi26.py"))

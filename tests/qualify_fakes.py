@@ -57,7 +57,7 @@ def fakes(keep: Iterable[str] = ()) -> dict[str, Callable[[steps.Context], steps
 
 
 if __name__ == "__main__":
-    from kimi_dflash.qualify.cli import run
+    from kimi_dflash.core import options
 
     steps.STEPS.update(fakes(sys.argv[1].split(",")))
-    sys.exit(run(sys.argv[2:]))
+    sys.exit(options.run("kimi_dflash.qualify.cli", sys.argv[2:]))

@@ -1,10 +1,11 @@
-"""``python -m kimi_dflash_lab COMMAND [options]``: the lab's commands (each module's own --help)."""
+"""``python -m kimi_dflash_lab COMMAND [options]``: the lab's commands (each module's own --help; every command is
+``add_cli_args`` + ``main(args)``, started through ``kimi_dflash.core.options.run`` as the product's verbs are)."""
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import sys
+
+from kimi_dflash.core import options
 
 COMMANDS: dict[str, tuple[str, str]] = {  # command -> (module, one-line help)
     "dry-engine": ("kimi_dflash_lab.dry_engine.cli", "vLLM's own start-up code on a config's plan"),
@@ -41,12 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv[0] not in COMMANDS:
         sys.stderr.write(f"unknown command {argv[0]!r}\n" + usage())
         return 2
-    module = importlib.import_module(COMMANDS[argv[0]][0])
-    if hasattr(module, "add_cli_args"):
-        parser = argparse.ArgumentParser(prog=f"python -m kimi_dflash_lab {argv[0]}")
-        module.add_cli_args(parser)
-        return int(module.main(parser.parse_args(argv[1:])) or 0)
-    return int(module.main(argv[1:]) or 0)
+    module, text = COMMANDS[argv[0]]
+    return options.run(module, argv[1:], prog=f"python -m kimi_dflash_lab {argv[0]}", description=text)
 
 
 if __name__ == "__main__":

@@ -10,16 +10,18 @@ a list of problems otherwise. Needs the CPU build of vLLM; takes 20-60 s (vLLM's
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import socket
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 # vLLM's CPU build is only recognised through the "+cpu" version answer this import installs.
 import kimi_dflash.vllm_entry  # noqa: F401  isort: skip
+
+from kimi_dflash.core.options import declare, option, run
 
 SHARED_WITH_TARGET = ("model.embed_tokens.weight", "lm_head.weight", "model.mask_embedding")
 
@@ -136,16 +138,17 @@ def check(target_dir: Path, drafter_dir: Path) -> list[str]:
     return problems
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m kimi_dflash_lab.demo_vllm_check",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--root", type=Path, default=None, help="demo model root (default: project cache)")
-    parser.add_argument("--target", type=Path, default=None, help="check this target dir instead of the demo's")
-    parser.add_argument("--drafter", type=Path, default=None, help="check this drafter dir instead of the demo's")
-    args = parser.parse_args(argv)
+@dataclass(kw_only=True)
+class DemoCheckOptions:
+    root: Path | None = option("demo model root (default: project cache)")
+    target: Path | None = option("check this target dir instead of the demo's")
+    drafter: Path | None = option("check this drafter dir instead of the demo's")
+
+
+add_cli_args = declare(DemoCheckOptions, __doc__)
+
+
+def main(args: DemoCheckOptions) -> int:
     try:
         import vllm  # noqa: F401
     except ImportError:
@@ -166,4 +169,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(__name__, prog="python -m kimi_dflash_lab.demo_vllm_check"))

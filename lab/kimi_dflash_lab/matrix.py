@@ -12,7 +12,6 @@ section and compares it with the docs, so the docs say what the command prints t
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -22,6 +21,7 @@ from pathlib import Path
 from kimi_dflash.config.shipped import shipped_configs_dir
 from kimi_dflash.config.validate import load_config
 from kimi_dflash.core.doc_sections import update_sections
+from kimi_dflash.core.options import declare, option, run
 from kimi_dflash.plan import build_plan
 from kimi_dflash.rules.catalog.moe import wna16_backend_choice
 from kimi_dflash.rules.deployment import Deployment
@@ -199,19 +199,22 @@ def build(progress: Callable[[str], None] = lambda _m: None) -> list[Column]:
     return columns
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m kimi_dflash_lab.matrix",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--write", action="store_true", help="update the compatibility doc and README between markers")
-    parser.add_argument("--doc", type=Path, default=DOC, help=f"compatibility doc to update (default: {DOC})")
-    parser.add_argument("--readme", type=Path, default=README, help=f"README to update (default: {README})")
-    args = parser.parse_args(argv)
-    for path in (args.doc, args.readme) if args.write else ():
-        if not path.is_file():
-            parser.error(f"{path} not found: run from the repository root or pass --doc / --readme")
+@dataclass(kw_only=True)
+class MatrixOptions:
+    write: bool = option("update the compatibility doc and README between markers")
+    doc: Path = option(f"compatibility doc to update (default: {DOC})", default=DOC)
+    readme: Path = option(f"README to update (default: {README})", default=README)
+
+    def check(self) -> None:
+        for path in (self.doc, self.readme) if self.write else ():
+            if not path.is_file():
+                raise ValueError(f"{path} not found: run from the repository root or pass --doc / --readme")
+
+
+add_cli_args = declare(MatrixOptions, __doc__)
+
+
+def main(args: MatrixOptions) -> int:
     columns = build(lambda message: print(message, file=sys.stderr, flush=True))
     matrix, versions = render(columns), recommendation(columns)
     if not args.write:
@@ -231,4 +234,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(__name__, prog="python -m kimi_dflash_lab.matrix"))

@@ -16,10 +16,16 @@ pytest.importorskip("torch")
 
 
 def test_the_eager_part_follows_the_running_amax_and_freezes(tmp_path: Path) -> None:
-    from kimi_dflash_lab.studies.kv_hook_graph import main
+    from kimi_dflash.core import options
+    from kimi_dflash_lab.studies import kv_hook_graph
 
     out = tmp_path / "kv.json"
-    assert main(["--cpu", "--writes", "12", "--warmup-writes", "5", "--tokens", "8", "--json", str(out)]) == 0
+    assert (
+        options.run(
+            kv_hook_graph, ["--cpu", "--writes", "12", "--warmup-writes", "5", "--tokens", "8", "--json", str(out)]
+        )
+        == 0
+    )
     found = json.loads(out.read_text())["correctness"]
     scales = found["eager_scales"]
     assert found["eager_matches_expected"] and len(scales) == 12

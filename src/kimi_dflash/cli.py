@@ -1,11 +1,10 @@
 """`kimi-dflash <verb>`: the project's one front door.
 
 Every verb is a module found through the table below and imported only when that verb runs, so
-`kimi-dflash --help` is instant and the benchmark client never imports the server side. A verb module either
-exposes ``add_cli_args(parser)`` + ``main(args) -> int`` (the front door builds the parser), or is an older
-command with ``main(argv) -> int`` that parses its own arguments (the front door hands it the rest of the
-command line). The repository's scripts (serve.sh, payload/*.py, patches/*.py, launchers/*.sh) run the same
-modules.
+`kimi-dflash --help` is instant and the benchmark client never imports the server side. A verb module exposes
+``add_cli_args(parser)`` (its options, declared once in a typed model: core/options.py) and ``main(args) -> int``;
+``options.run`` builds the parser and calls it. The repository's scripts (serve.sh, payload/*.py, patches/*.py,
+launchers/*.sh) run the same modules the same way.
 
 Backward compatible: ``kimi-dflash CONFIG [options]`` (no verb; a config path or a shipped config name such as
 demo-cpu) still means ``kimi-dflash serve CONFIG [options]``.
@@ -13,14 +12,13 @@ demo-cpu) still means ``kimi-dflash serve CONFIG [options]``.
 
 from __future__ import annotations
 
-import argparse
 import difflib
-import importlib
-import inspect
 import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from kimi_dflash.core import options
 
 PROG = "kimi-dflash"
 
@@ -56,7 +54,7 @@ GROUPS: dict[str, tuple[tuple[str, str, str], ...]] = {  # group -> (verb, modul
     "fp8 / drafter": (
         ("calibrate-kv", "kimi_dflash.fp8.calibrate", "calibrate per-layer FP8 KV scales"),
         ("validate-fp8", "kimi_dflash.fp8.validate", "FP8 KV vs BF16 KV: accuracy, capacity, speed"),
-        ("train-drafter", "kimi_dflash.drafter_training.pipeline", "train a DFlash drafter end to end"),
+        ("train-drafter", "kimi_dflash.drafter_training.cli", "train a DFlash drafter end to end"),
     ),
     "project": (
         ("docs", "kimi_dflash.docs_cli", "regenerate the generated sections of the docs (checkout)"),
@@ -84,19 +82,7 @@ def front_help() -> str:
 
 
 def run_verb(verb: Verb, argv: list[str]) -> int:
-    prog = f"{PROG} {verb.name}"
-    module = importlib.import_module(verb.module)
-    if hasattr(module, "add_cli_args"):
-        parser = argparse.ArgumentParser(prog=prog, description=verb.help)
-        module.add_cli_args(parser)
-        return int(module.main(parser.parse_args(argv)) or 0)
-    main = module.main
-    kwargs = {"prog": prog} if "prog" in inspect.signature(main).parameters else {}
-    saved, sys.argv[0] = sys.argv[0], prog  # parsers that take their prog from argv[0] show the verb
-    try:
-        return int(main(argv, **kwargs) or 0)
-    finally:
-        sys.argv[0] = saved
+    return options.run(verb.module, argv, prog=f"{PROG} {verb.name}", description=verb.help)
 
 
 def unknown_verb(word: str) -> str | None:

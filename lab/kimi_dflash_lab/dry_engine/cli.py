@@ -6,33 +6,29 @@ rules. Exit 0 vLLM starts the plan and the rules agree, 2 vLLM refuses it (its o
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
+from dataclasses import dataclass
 
+from kimi_dflash.core.options import declare, option, run
 from kimi_dflash_lab.dry_engine.platform_fakes import CUDA_GPUS, DEFAULT_CUDA_GPU
 
 
-def add_cli_args(parser: argparse.ArgumentParser) -> None:
-    parser.description = __doc__
-    parser.add_argument("config", help="env-file config (a path or a shipped config's name, e.g. production)")
-    parser.add_argument("--json", action="store_true", help="print the child's report as JSON")
-    parser.add_argument(
-        "--no-meta-model", action="store_true", help="stop after backend selection (no model built on meta)"
-    )
-    parser.add_argument(
-        "--vllm",
-        metavar="VERSION",
-        default=None,
-        help="judge with that release's CUDA wheel, from the venv `python -m kimi_dflash_lab dry-engine-venv "
-        "VERSION` built (default: the vLLM this Python imports)",
-    )
-    parser.add_argument(
-        "--simulate-gpu", choices=sorted(CUDA_GPUS), default=DEFAULT_CUDA_GPU, help="the simulated NVIDIA GPU"
-    )
+@dataclass(kw_only=True)
+class DryEngineOptions:
+    config: str = option("env-file config (a path or a shipped config's name, e.g. production)", positional=True,
+        required=True)  # fmt: skip
+    json: bool = option("print the child's report as JSON")
+    no_meta_model: bool = option("stop after backend selection (no model built on meta)")
+    vllm: str | None = option("judge with that release's CUDA wheel, from the venv `python -m kimi_dflash_lab "
+        "dry-engine-venv VERSION` built (default: the vLLM this Python imports)", metavar="VERSION")  # fmt: skip
+    simulate_gpu: str = option("the simulated NVIDIA GPU", choices=sorted(CUDA_GPUS), default=DEFAULT_CUDA_GPU)
 
 
-def main(args: argparse.Namespace) -> int:
+add_cli_args = declare(DryEngineOptions, __doc__)
+
+
+def main(args: DryEngineOptions) -> int:
     from kimi_dflash.config.problems import ConfigError
     from kimi_dflash.config.shipped import resolve_config_argument
     from kimi_dflash.config.validate import load_config
@@ -82,6 +78,4 @@ def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    cli = argparse.ArgumentParser(prog="python -m kimi_dflash_lab dry-engine")
-    add_cli_args(cli)
-    sys.exit(main(cli.parse_args()))
+    sys.exit(run(__name__, prog="python -m kimi_dflash_lab dry-engine"))

@@ -11,7 +11,6 @@ reruns it when the venv exists. One child per case, one at a time (~1 GB and 30-
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -19,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kimi_dflash.core import options
+from kimi_dflash.core.options import declare, option
 from kimi_dflash_lab import LAB_ROOT
 
 
@@ -151,15 +152,17 @@ PICKED_KEYS = (
 )
 
 
-def add_cli_args(parser: argparse.ArgumentParser) -> None:
-    parser.description = __doc__
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("version", help="the vLLM release whose dry-engine venv judges, e.g. 0.26.0")
-    parser.add_argument("--out", type=Path, required=True, help="where the reports go")
-    parser.add_argument("--only", nargs="+", choices=sorted(CASES), help="rerun these cases only")
+@dataclass(kw_only=True)
+class Options:
+    version: str = option("the vLLM release whose dry-engine venv judges, e.g. 0.26.0", positional=True, required=True)
+    out: Path = option("where the reports go", required=True)
+    only: list[str] | None = option("rerun these cases only", nargs="+", choices=sorted(CASES))
 
 
-def main(args: argparse.Namespace) -> int:
+add_cli_args = declare(Options, __doc__)
+
+
+def main(args: Options) -> int:
     try:
         summary = run(args.version, args.out, args.only)
     except RuntimeError as error:
@@ -169,3 +172,7 @@ def main(args: argparse.Namespace) -> int:
         verdict = "starts" if case["starts"] else f"refused: {case['error']}"
         print(f"{name:<24} {verdict}  ({case['seconds']} s)")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(options.run(__name__, prog="python -m kimi_dflash_lab dry-engine-release"))

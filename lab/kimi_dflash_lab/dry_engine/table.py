@@ -10,7 +10,6 @@ installed vLLM picked for the plan, or its own error, and whether that agrees wi
 
 from __future__ import annotations
 
-import argparse
 import json
 import shlex
 import sys
@@ -23,6 +22,7 @@ from pathlib import Path
 from kimi_dflash.config.shipped import shipped_configs_dir
 from kimi_dflash.config.validate import load_config
 from kimi_dflash.core.doc_sections import update_sections
+from kimi_dflash.core.options import declare, option, run
 from kimi_dflash.core.paths import cache_root
 from kimi_dflash.launch.prepare import resolve_demo_models
 from kimi_dflash.plan import build_plan
@@ -163,12 +163,16 @@ def _short(text: str, limit: int = 140) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def add_cli_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--write", action="store_true", help="update docs/compatibility.md between the markers")
-    parser.add_argument("--doc", type=Path, default=DOC, help=f"doc to update (default: {DOC})")
+@dataclass(kw_only=True)
+class TableOptions:
+    write: bool = option("update docs/compatibility.md between the markers")
+    doc: Path = option(f"doc to update (default: {DOC})", default=DOC)
 
 
-def main(args: argparse.Namespace) -> int:
+add_cli_args = declare(TableOptions, __doc__)
+
+
+def main(args: TableOptions) -> int:
     from kimi_dflash.preflight.runtime_child import vllm_package_dir
 
     package = vllm_package_dir()
@@ -192,6 +196,4 @@ def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    cli = argparse.ArgumentParser(prog="python -m kimi_dflash_lab.dry_engine.table", description=__doc__)
-    add_cli_args(cli)
-    sys.exit(main(cli.parse_args()))
+    sys.exit(run(__name__, prog="python -m kimi_dflash_lab.dry_engine.table"))

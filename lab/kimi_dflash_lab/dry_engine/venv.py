@@ -12,13 +12,15 @@ vLLM: the CUDA libraries come as pip wheels.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+
+from kimi_dflash.core.options import declare, option, run
 
 MARKER = ".kimi-dflash-venv.json"
 # What each release pins (read from its wheel's requirements): the torch its CUDA extensions were built against.
@@ -95,15 +97,17 @@ def build(version: str, root: Path | None = None, base_python: str = sys.executa
     return python
 
 
-def add_cli_args(parser: argparse.ArgumentParser) -> None:
-    parser.description = __doc__
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("version", help="the vLLM release, e.g. 0.26.0")
-    parser.add_argument("--root", type=Path, default=None, help="where venvs live (default: <project cache>/venvs)")
-    parser.add_argument("--force", action="store_true", help="rebuild even a complete venv")
+@dataclass(kw_only=True)
+class Options:
+    version: str = option("the vLLM release, e.g. 0.26.0", positional=True, required=True)
+    root: Path | None = option("where venvs live (default: <project cache>/venvs)")
+    force: bool = option("rebuild even a complete venv")
 
 
-def main(args: argparse.Namespace) -> int:
+add_cli_args = declare(Options, __doc__)
+
+
+def main(args: Options) -> int:
     try:
         python = build(args.version, args.root, force=args.force)
     except (RuntimeError, OSError) as error:
@@ -112,3 +116,7 @@ def main(args: argparse.Namespace) -> int:
     marker = json.loads((python.parent.parent / MARKER).read_text(encoding="utf-8"))
     print(f"{python}  (vLLM {marker['vllm']}, torch {marker['torch']}, built in {marker['build_seconds']} s)")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run(__name__, prog="python -m kimi_dflash_lab dry-engine-venv"))

@@ -12,13 +12,14 @@ to the GPU host may hold: the sizes are printed, and an excess refused.
 
 from __future__ import annotations
 
-import argparse
 import importlib.metadata
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
+from kimi_dflash.core.options import declare, option, run
 from kimi_dflash_lab.gpu_run.context import CHECKOUT
 from kimi_dflash_lab.gpu_run.runner import KIT_DIR
 
@@ -59,15 +60,17 @@ def checkout_mib() -> float:
     return mib([CHECKOUT / name for name in names if name])
 
 
-def add_cli_args(parser: argparse.ArgumentParser) -> None:
-    parser.description = __doc__
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("--kit", type=Path, default=None, help="the GPU kit folder (default: found next to here)")
-    parser.add_argument("--no-prune", action="store_true", help="the unpruned fall-back (three lots: too big for one)")
-    parser.add_argument("--force", action="store_true", help="rebuild a bundle that is already there")
+@dataclass(kw_only=True)
+class Options:
+    kit: Path | None = option("the GPU kit folder (default: found next to here)")
+    no_prune: bool = option("the unpruned fall-back (three lots: too big for one)")
+    force: bool = option("rebuild a bundle that is already there")
 
 
-def main(args: argparse.Namespace) -> int:
+add_cli_args = declare(Options, __doc__)
+
+
+def main(args: Options) -> int:
     kit = args.kit or find_kit()
     if kit is None or not (kit / "build.sh").is_file():
         print(f"gpu-prepare: no GPU kit ({KIT}/build.sh) next to {CHECKOUT} or above; pass --kit DIR", file=sys.stderr)
@@ -102,3 +105,7 @@ def main(args: argparse.Namespace) -> int:
         return 1
     print('carry it: run(command="lab/gpu/run.sh .gpu-run ...", carry=[".gpu-kit"])')
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run(__name__, prog="python -m kimi_dflash_lab gpu-prepare"))

@@ -13,14 +13,15 @@ Exit status: 0 every step of the part done (or carried over to part 2), 1 a step
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+from kimi_dflash.core.options import declare, option, run
 from kimi_dflash_lab.gpu_run.context import CHECKOUT, Context, StepFailed, say
 from kimi_dflash_lab.gpu_run.steps import Deferred, steps_of
 
@@ -33,25 +34,21 @@ REQUIRED = ("kit", "fabricate")  # nothing after them can run if they fail
 ALWAYS = (*REQUIRED, "summary")  # run in every part, even when done before (cheap, and the part needs them)
 
 
-def add_cli_args(parser: argparse.ArgumentParser) -> None:
-    parser.description = __doc__
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("results", type=Path, help="where everything goes (created; reused by --part 2)")
-    parser.add_argument("--part", type=int, choices=(1, 2), default=1, help="which part (default 1)")
-    parser.add_argument(
-        "--config",
-        default=os.environ.get("KIMI_GPU_RUN_CONFIG", DEFAULT_CONFIG),
-        help=f"the config to serve and qualify (default {DEFAULT_CONFIG}; $KIMI_GPU_RUN_CONFIG; a DEVICE=cpu "
-        "config makes it the CPU rehearsal)",
-    )
-    parser.add_argument("--fp8-config", default=DEFAULT_FP8_CONFIG, help=f"the FP8-KV config ({DEFAULT_FP8_CONFIG})")
-    parser.add_argument("--minutes", type=float, default=None, help="the part's wall-clock budget (8, then 10)")
-    parser.add_argument(
-        "--python",
-        default=os.environ.get("KIMI_PYTHON") or (sys.executable),
-        help="the interpreter for the project and vLLM (default $KIMI_PYTHON, else this one)",
-    )
-    parser.add_argument("--kit-dir", type=Path, default=KIT_DIR, help=f"bundle/ in, site/ out (default {KIT_DIR})")
+@dataclass(kw_only=True)
+class Options:
+    results: Path = option("where everything goes (created; reused by --part 2)", positional=True, required=True)
+    part: int = option("which part (default 1)", choices=(1, 2), default=1)
+    config: str = option(f"the config to serve and qualify (default {DEFAULT_CONFIG}; $KIMI_GPU_RUN_CONFIG; a "
+        "DEVICE=cpu config makes it the CPU rehearsal)",
+        default=os.environ.get("KIMI_GPU_RUN_CONFIG", DEFAULT_CONFIG))  # fmt: skip
+    fp8_config: str = option(f"the FP8-KV config ({DEFAULT_FP8_CONFIG})", default=DEFAULT_FP8_CONFIG)
+    minutes: float | None = option("the part's wall-clock budget (8, then 10)")
+    python: str = option("the interpreter for the project and vLLM (default $KIMI_PYTHON, else this one)",
+        default=os.environ.get("KIMI_PYTHON") or sys.executable)  # fmt: skip
+    kit_dir: Path = option(f"bundle/ in, site/ out (default {KIT_DIR})", default=KIT_DIR)
+
+
+add_cli_args = declare(Options, __doc__)
 
 
 def config_device(config: str) -> str:
@@ -81,7 +78,7 @@ def save_state(ctx: Context) -> None:
     (ctx.results / STATE).write_text(json.dumps(ctx.state, indent=1) + "\n", encoding="utf-8")
 
 
-def main(args: argparse.Namespace) -> int:
+def main(args: Options) -> int:
     started = time.monotonic()
     try:
         device = config_device(args.config)
@@ -149,6 +146,4 @@ def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    cli = argparse.ArgumentParser(prog="python -m kimi_dflash_lab gpu-run")
-    add_cli_args(cli)
-    sys.exit(main(cli.parse_args()))
+    sys.exit(run(__name__, prog="python -m kimi_dflash_lab gpu-run"))

@@ -13,16 +13,17 @@ Benchmark options after `--` go to payload/benchmark_multi_turn.py.
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_dflash.advisor.cli import render
 from kimi_dflash.advisor.model import measurements, predict
 from kimi_dflash.bench.result import load_result
+from kimi_dflash.core.options import declare, option, run
 from kimi_dflash.launch.serve_sh import free_port
 from kimi_dflash.sweep.grid import Point
 
@@ -43,17 +44,24 @@ def _serve(config: Path, k: int, port: int, *args: str) -> subprocess.CompletedP
                           check=False)  # fmt: skip
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", type=Path, default=REPO / "configs" / "demo-cpu.env")
-    parser.add_argument("--ks", type=_ints, default=[1, 2, 4], help="speculative token counts measured (1,2,4)")
-    parser.add_argument("--fit-k", type=_ints, default=[1, 4], help="the k the advisor is fitted on (1,4)")
-    parser.add_argument("--sessions", default="2,4", help="concurrency levels (2,4)")
-    parser.add_argument("--rounds", type=int, default=3, help="benchmark rounds per server (3)")
-    parser.add_argument("--tolerance", type=float, default=0.10, help="allowed held-out error (0.10)")
-    parser.add_argument("--out", type=Path, default=Path("results") / "advisor-check")
-    args, bench = parser.parse_known_args(argv)
-    bench = [a for a in bench if a != "--"] or DEFAULT_BENCH
+@dataclass(kw_only=True)
+class AdvisorCheckOptions:
+    config: Path = option(default=REPO / "configs" / "demo-cpu.env")
+    ks: list[int] = option("speculative token counts measured (1,2,4)", default=[1, 2, 4], parse=_ints)
+    fit_k: list[int] = option("the k the advisor is fitted on (1,4)", default=[1, 4], parse=_ints)
+    sessions: str = option("concurrency levels (2,4)", default="2,4")
+    rounds: int = option("benchmark rounds per server (3)", default=3)
+    tolerance: float = option("allowed held-out error (0.10)", default=0.10)
+    out: Path = option(default=Path("results") / "advisor-check")
+    bench: list[str] = option(rest=True)  # every other option goes to each benchmark run
+    command_line: list[str] = option(argv=True)
+
+
+add_cli_args = declare(AdvisorCheckOptions, __doc__)
+
+
+def main(args: AdvisorCheckOptions) -> int:
+    bench = [a for a in args.bench if a != "--"] or DEFAULT_BENCH
     args.out.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM too stops the servers (finally below)
     ports = {k: free_port() for k in args.ks}
@@ -83,9 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     worst = max((abs(pr.error or 0.0) for pr in held), default=0.0)
     verdict = "within" if worst <= args.tolerance else "OUTSIDE"
     print(f"\nadvisor check: {len(held)} held-out points, largest error {worst * 100:.1f} % ({verdict} "
-          f"{args.tolerance * 100:.0f} %); command: {' '.join(sys.argv)}")  # fmt: skip
+          f"{args.tolerance * 100:.0f} %); command: {' '.join(args.command_line)}")  # fmt: skip
     return 0 if held and worst <= args.tolerance else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(__name__, prog="advisor_check.py"))

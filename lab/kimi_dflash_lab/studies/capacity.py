@@ -15,7 +15,6 @@ Usage: python benchmarks/client_capacity.py [--levels 100,200,400,...] [--max-to
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -26,7 +25,7 @@ import time
 import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -35,6 +34,7 @@ from kimi_dflash.bench.workload import BUILTIN, load_dataset
 from kimi_dflash.core.atomic_write import write_text_atomic
 from kimi_dflash.core.envvars import HF_HUB_OFFLINE
 from kimi_dflash.core.formatting import number
+from kimi_dflash.core.options import declare, option, run
 from kimi_dflash_lab import lab_environ
 from kimi_dflash_lab.studies.crosscheck import BENCH_COMMAND, write_sharegpt
 from kimi_dflash_lab.synthetic import running
@@ -149,7 +149,7 @@ class VllmWorker:
             self.process.wait(timeout=10)
 
 
-def worker_main(args: argparse.Namespace) -> int:
+def worker_main(args: CapacityOptions) -> int:
     """--vllm-worker: read a concurrency per stdin line, answer one JSON line per level."""
     from kimi_dflash_lab.studies.crosscheck import vllm_bench_serve
 
@@ -277,40 +277,31 @@ def _loadavg() -> list[float] | None:
         return None
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="client_capacity.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--vllm-worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--base-url", help=argparse.SUPPRESS)
-    parser.add_argument("--sharegpt", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument(
-        "--tokenizer", type=Path, default=None, help="tokenizer dir for vllm bench serve (default: the demo model's)"
-    )
-    parser.add_argument(
-        "--levels", default="50,100,200,400,800,1200,1600,2400,3200,4000", help="concurrent streams to try"
-    )
-    parser.add_argument("--max-tokens", type=int, default=64, help="tokens per request (default %(default)s)")
-    parser.add_argument("--turns", type=int, default=2, help="closed-loop requests per stream (default %(default)s)")
-    parser.add_argument("--ttft-ms", type=float, default=100.0)
-    parser.add_argument(
-        "--interval-ms",
-        type=float,
-        default=100.0,
-        help="chunk cadence per stream (default %(default)s: 10 chunks/s, about what a Kimi user sees with "
-        "speculation at ~16 tok/s and 2-3 tokens per chunk)",
-    )
-    parser.add_argument("--threshold", type=float, default=0.02, help="max distortion (default %(default)s = 2 %%)")
-    parser.add_argument("--no-vllm", action="store_true", help="measure only our client")
-    parser.add_argument(
-        "--pin",
-        choices=["auto", "yes", "no"],
-        default="auto",
-        help="pin the client to one core and the synthetic server to another. auto (default): only when the box "
-        "is quiet (1-minute load average below half the cores); on a busy shared box a pinned process cannot "
-        "escape a core other work occupies, which starves server and client alike. Both clients are "
-        "single-threaded, so each runs on one core at a time either way",
-    )
-    parser.add_argument("--output", type=Path, default=None, help="write the table as JSON")
-    args = parser.parse_args(argv)
+@dataclass(kw_only=True)
+class CapacityOptions:
+    vllm_worker: bool = option(hidden=True)
+    base_url: str | None = option(hidden=True)
+    sharegpt: Path | None = option(hidden=True)
+    tokenizer: Path | None = option("tokenizer dir for vllm bench serve (default: the demo model's)")
+    levels: str = option("concurrent streams to try", default="50,100,200,400,800,1200,1600,2400,3200,4000")
+    max_tokens: int = option("tokens per request (default %(default)s)", default=64)
+    turns: int = option("closed-loop requests per stream (default %(default)s)", default=2)
+    ttft_ms: float = option(default=100.0)
+    interval_ms: float = option("chunk cadence per stream (default %(default)s: 10 chunks/s, about what a Kimi user "
+        "sees with speculation at ~16 tok/s and 2-3 tokens per chunk)", default=100.0)  # fmt: skip
+    threshold: float = option("max distortion (default %(default)s = 2 %%)", default=0.02)
+    no_vllm: bool = option("measure only our client")
+    pin: Literal["auto", "yes", "no"] = option("pin the client to one core and the synthetic server to another. "
+        "auto (default): only when the box is quiet (1-minute load average below half the cores); on a busy shared "
+        "box a pinned process cannot escape a core other work occupies, which starves server and client alike. Both "
+        "clients are single-threaded, so each runs on one core at a time either way", default="auto")  # fmt: skip
+    output: Path | None = option("write the table as JSON")
+
+
+add_cli_args = declare(CapacityOptions, __doc__.split("\n\n")[0])
+
+
+def main(args: CapacityOptions) -> int:
     if args.vllm_worker:
         return worker_main(args)
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
@@ -368,4 +359,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(__name__, prog="client_capacity.py"))

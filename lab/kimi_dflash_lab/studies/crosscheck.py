@@ -23,7 +23,6 @@ Needs vLLM installed (the dev venv); the benchmark itself does not.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import io
@@ -45,6 +44,7 @@ from kimi_dflash.bench.workload import BUILTIN, Dataset, load_dataset
 from kimi_dflash.core.atomic_write import write_text_atomic
 from kimi_dflash.core.envvars import HF_HUB_OFFLINE, VLLM_CACHE_ROOT
 from kimi_dflash.core.errors import UserError
+from kimi_dflash.core.options import declare, option, run
 from kimi_dflash.core.paths import cache_root
 
 # Our benchmark as a user runs it (payload/benchmark_multi_turn.py calls the same main), in its own process.
@@ -306,29 +306,30 @@ def _verdict(load: Load, runs: list[dict[str, Any]], mode: str) -> dict[str, Any
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m kimi_dflash_lab.studies.crosscheck",
-        description="Alternate vllm bench serve and benchmark_multi_turn.py on one server with the same load "
-        "and compare aggregate output tok/s (means over the rounds).",
-    )
-    parser.add_argument("--base-url", required=True)
-    parser.add_argument("--model", required=True)
-    parser.add_argument("--tokenizer", type=Path, required=True, help="tokenizer dir for vllm bench serve")
-    parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--requests", type=int, default=16, help="per run; a multiple of --concurrency")
-    parser.add_argument("--max-tokens", type=int, default=32)
-    parser.add_argument("--warmup", type=int, default=None, help="warmup requests per run (default: --concurrency)")
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument(
-        "--mode",
-        choices=["concurrent", "alternate"],
-        default="concurrent",
-        help="concurrent: both tools at once, same load each (robust on a shared machine); "
-        "alternate: one after the other (default %(default)s)",
-    )
-    parser.add_argument("--output", type=Path, default=None, help="write the comparison as JSON here")
-    args = parser.parse_args(argv)
+@dataclass(kw_only=True)
+class CrosscheckOptions:
+    base_url: str = option(required=True)
+    model: str = option(required=True)
+    tokenizer: Path = option("tokenizer dir for vllm bench serve", required=True)
+    concurrency: int = option(default=4)
+    requests: int = option("per run; a multiple of --concurrency", default=16)
+    max_tokens: int = option(default=32)
+    warmup: int | None = option("warmup requests per run (default: --concurrency)")
+    rounds: int = option(default=2)
+    mode: str = option("concurrent: both tools at once, same load each (robust on a shared machine); alternate: one "
+        "after the other (default %(default)s)", choices=["concurrent", "alternate"], default="concurrent"
+    )  # fmt: skip
+    output: Path | None = option("write the comparison as JSON here")
+
+
+add_cli_args = declare(
+    CrosscheckOptions,
+    "Alternate vllm bench serve and benchmark_multi_turn.py on one server with the same load and compare aggregate "
+    "output tok/s (means over the rounds).",
+)
+
+
+def main(args: CrosscheckOptions) -> int:
     warmup = args.concurrency if args.warmup is None else args.warmup
     try:
         load = Load(args.base_url.rstrip("/"), args.model, args.concurrency, args.requests, args.max_tokens, warmup)
@@ -350,4 +351,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(__name__, prog="python -m kimi_dflash_lab.studies.crosscheck"))

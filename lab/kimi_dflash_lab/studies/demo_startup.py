@@ -15,7 +15,6 @@ Exit 0 when every start served and all replies are token-identical across varian
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -29,6 +28,7 @@ from datetime import datetime
 from pathlib import Path
 
 from kimi_dflash.core.atomic_write import write_text_atomic
+from kimi_dflash.core.options import declare, option, run
 from kimi_dflash.launch.serve_sh import free_port
 
 REPO = Path(__file__).resolve().parents[3]  # the checkout (a lab study runs from one)
@@ -168,7 +168,7 @@ def _variant(text: str) -> tuple[str, dict[str, str]]:
     name, _, rest = text.partition(":")
     overrides = dict(item.split("=", 1) for item in rest.split(",") if item.strip())
     if not name:
-        raise argparse.ArgumentTypeError(f"--variant {text!r}: NAME:KEY=VALUE[,KEY=VALUE] (NAME: for none)")
+        raise ValueError(f"--variant {text!r}: NAME:KEY=VALUE[,KEY=VALUE] (NAME: for none)")
     return name, overrides
 
 
@@ -201,15 +201,21 @@ def summary(starts: list[Start]) -> tuple[list[str], bool]:
     return lines, ok and identical
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", type=Path, default=REPO / "configs" / "demo-cpu.env")
-    parser.add_argument("--variant", action="append", type=_variant, help="NAME:KEY=VALUE[,KEY=VALUE] (repeat)")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--max-tokens", type=int, default=48)
-    parser.add_argument("--logs", type=Path, default=Path("/tmp/demo-startup-logs"))
-    parser.add_argument("--output", type=Path, help="write every start as JSON here")
-    args = parser.parse_args(argv)
+@dataclass(kw_only=True)
+class StartupOptions:
+    config: Path = option(default=REPO / "configs" / "demo-cpu.env")
+    variant: list[tuple[str, dict[str, str]]] = option("NAME:KEY=VALUE[,KEY=VALUE] (repeat)", repeatable=True,
+        parse=_variant)  # fmt: skip
+    rounds: int = option(default=3)
+    max_tokens: int = option(default=48)
+    logs: Path = option(default=Path("/tmp/demo-startup-logs"))
+    output: Path | None = option("write every start as JSON here")
+
+
+add_cli_args = declare(StartupOptions, __doc__)
+
+
+def main(args: StartupOptions) -> int:
     from kimi_dflash.config.validate import load_config
 
     variants = args.variant or [_variant(v) for v in DEFAULT_VARIANTS]
@@ -230,4 +236,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(__name__, prog="demo_startup.py"))

@@ -15,7 +15,6 @@ Exit 0 when both runs completed and acceptance with the fix is >= without at eve
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -24,9 +23,9 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kimi_dflash.sweep.runner import free_port
-
 from kimi_dflash.core.atomic_write import write_json_atomic, write_text_atomic
+from kimi_dflash.core.options import declare, option, run
+from kimi_dflash.launch.serve_sh import free_port
 
 REPO = Path(__file__).resolve().parents[3]  # the checkout (a lab study runs from one)
 CONFIG = "configs/demo-cpu.env"
@@ -48,7 +47,7 @@ class Run:
     error: str | None = None
 
 
-def measure(variant: str, fix: str, out: Path, args: argparse.Namespace) -> Run:
+def measure(variant: str, fix: str, out: Path, args: Options) -> Run:
     run = Run(variant, fix)
     port = free_port()
     env = {
@@ -121,19 +120,20 @@ def verdict(runs: list[Run]) -> tuple[bool, list[str]]:
     return ok, lines
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=Path("drafter-rope"), help="output directory")
-    parser.add_argument("--sessions", type=int, default=4)
-    parser.add_argument("--turns", type=int, default=2)
-    parser.add_argument("--max-tokens", type=int, default=128)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--num-speculative-tokens", type=int, default=4)
-    return parser.parse_args(argv)
+@dataclass(kw_only=True)
+class Options:
+    out: Path = option("output directory", default=Path("drafter-rope"))
+    sessions: int = option("concurrent sessions", default=4, minimum=1)
+    turns: int = option("turns per session", default=2, minimum=1)
+    max_tokens: int = option("tokens per reply", default=128, minimum=1)
+    seed: int = option("prompt selection seed", default=1)
+    num_speculative_tokens: int = option("drafted tokens per step", default=4, minimum=1)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+add_cli_args = declare(Options, __doc__)
+
+
+def main(args: Options) -> int:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     runs = []
@@ -173,3 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     write_text_atomic(out / "summary.md", "\n".join(text))
     print("\n".join(table))
     return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(run(__name__, prog="python -m kimi_dflash_lab drafter-rope"))

@@ -29,12 +29,12 @@ before a change to the hook), so before/after figures come from the same harness
 
 from __future__ import annotations
 
-import argparse
 import http.client
 import json
 import os
 import socket
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_dflash.core.envvars import HF_HUB_OFFLINE, KV_EMULATE_FP8
+from kimi_dflash.core.options import declare, option
 
 EMULATE_FP8 = {KV_EMULATE_FP8: "e4m3fn"}  # not a config key: a CPU test aid, set on vLLM's processes directly
 # Per mode: (config keys over SERVER_CONFIG, variables for vLLM's processes).
@@ -251,7 +252,6 @@ def wrapper_microbench(plugin_src: Path, calls: int = 2000) -> dict[str, float]:
     path (dynamic scale on a real FP8 E4M3 cache: no emulation). Runs in a child with `plugin_src` first on
     sys.path, so another checkout's hook can be measured by the same harness."""
     import subprocess
-    import sys
 
     done = subprocess.run(
         [sys.executable, "-c", MICROBENCH, str(calls)],
@@ -270,32 +270,28 @@ def _import_root() -> Path:
     return Path(kimi_dflash.__file__).resolve().parent.parent
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="benchmarks/kv_scale_hook_cost.py",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--requests", type=int, default=10, help="measured rounds per mode (default 10)")
-    parser.add_argument(
-        "--max-tokens",
-        type=int,
-        default=520,
-        help="tokens of the long request (default 520: the CPU clock counts in 10 ms ticks)",
-    )
-    parser.add_argument("--short", type=int, default=8, help="tokens of the short request (default 8)")
-    parser.add_argument(
-        "--plugin-src",
-        type=Path,
-        default=_import_root(),
-        help="the directory whose kimi_dflash the servers load (default: where this one is imported from)",
-    )
-    parser.add_argument("--layers", type=int, default=4, help="MLA layers of the fabricated model (default 4)")
-    parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {', '.join(MODES)}")
-    args = parser.parse_args(argv)
+@dataclass(kw_only=True)
+class HookCostOptions:
+    requests: int = option("measured rounds per mode (default 10)", default=10)
+    max_tokens: int = option("tokens of the long request (default 520: the CPU clock counts in 10 ms ticks)",
+        default=520)  # fmt: skip
+    short: int = option("tokens of the short request (default 8)", default=8)
+    plugin_src: Path = option("the directory whose kimi_dflash the servers load (default: where this one is "
+        "imported from)", default=_import_root())  # fmt: skip
+    layers: int = option("MLA layers of the fabricated model (default 4)", default=4)
+    modes: str = option(f"comma-separated subset of {', '.join(MODES)}", default=",".join(MODES))
+
+    def check(self) -> None:
+        modes = [m for m in self.modes.split(",") if m]
+        if "off" not in modes or any(m not in MODES for m in modes):
+            raise ValueError(f"--modes must include off and name only {', '.join(MODES)}")
+
+
+add_cli_args = declare(HookCostOptions, __doc__)
+
+
+def main(args: HookCostOptions) -> int:
     modes = [m for m in args.modes.split(",") if m]
-    if "off" not in modes or any(m not in MODES for m in modes):
-        parser.error(f"--modes must include off and name only {', '.join(MODES)}")
 
     from kimi_dflash.core.paths import cache_root
     from kimi_dflash_lab.studies.tiny_mla import ensure_tiny_mla_model

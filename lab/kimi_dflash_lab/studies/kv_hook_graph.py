@@ -23,12 +23,13 @@ scratch slot): the hook does not depend on how the kernel is written, only on it
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from kimi_dflash.core.options import declare, option, run
 
 KV_LORA_RANK, ROPE_DIM = 512, 64  # Kimi K2.6 / DeepSeek-V3 MLA: one 576-value row per token
 ROW = KV_LORA_RANK + ROPE_DIM
@@ -230,22 +231,26 @@ def cost(fmt: Any, layers: int, tokens: int, iterations: int) -> list[dict[str, 
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description="The FP8 KV-scale hook on a real GPU: eager vs a captured CUDA/HIP graph (correctness, cost).",
-        epilog=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--layers", type=int, default=61, help="MLA layers per step (Kimi K2.6: 61)")
-    parser.add_argument("--tokens", type=int, default=96, help="rows per write (32 sequences x (1 + k=2): 96)")
-    parser.add_argument("--format", default="e4m3fn", help="FP8 format: e4m3fn (CUDA), e4m3fnuz (MI300X), e5m2")
-    parser.add_argument("--writes", type=int, default=40, help="writes in the correctness run")
-    parser.add_argument("--warmup-writes", type=int, default=16, help="dynamic warm-up in the correctness run")
-    parser.add_argument("--iterations", type=int, default=200, help="timed steps per mode")
-    parser.add_argument("--json", help="also write the figures to this file")
-    parser.add_argument("--cpu", action="store_true", help="the eager correctness part only, on the CPU (a smoke run)")
-    args = parser.parse_args(argv)
+@dataclass(kw_only=True)
+class HookGraphOptions:
+    layers: int = option("MLA layers per step (Kimi K2.6: 61)", default=61)
+    tokens: int = option("rows per write (32 sequences x (1 + k=2): 96)", default=96)
+    format: str = option("FP8 format: e4m3fn (CUDA), e4m3fnuz (MI300X), e5m2", default="e4m3fn")
+    writes: int = option("writes in the correctness run", default=40)
+    warmup_writes: int = option("dynamic warm-up in the correctness run", default=16)
+    iterations: int = option("timed steps per mode", default=200)
+    json: str | None = option("also write the figures to this file")
+    cpu: bool = option("the eager correctness part only, on the CPU (a smoke run)")
 
+
+add_cli_args = declare(
+    HookGraphOptions,
+    "The FP8 KV-scale hook on a real GPU: eager vs a captured CUDA/HIP graph (correctness, cost).",
+    __doc__,
+)
+
+
+def main(args: HookGraphOptions) -> int:
     import torch
 
     from kimi_dflash.kvscale.fp8 import format_by_name
@@ -293,4 +298,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(__name__, prog="kv_hook_cuda_graph.py"))

@@ -10,16 +10,17 @@ Usage: python benchmarks/open_loop_overhead.py [--rates 100,500,1000,2000] [--co
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
 import tempfile
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_dflash.bench.result import load_result
 from kimi_dflash.core.atomic_write import write_text_atomic
+from kimi_dflash.core.options import declare, option, run
 from kimi_dflash_lab.synthetic import running
 
 
@@ -52,13 +53,18 @@ def measure(url: str, rate: float, conversations: int, arrival: str, workdir: Pa
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rates", default="100,500,1000,2000", help="request rates to try (req/s)")
-    parser.add_argument("--conversations", type=int, default=2000, help="requests per rate (default %(default)s)")
-    parser.add_argument("--arrival", default="constant", choices=["constant", "poisson"])
-    parser.add_argument("--output", type=Path, default=None, help="write the rows as JSON")
-    args = parser.parse_args(argv)
+@dataclass(kw_only=True)
+class OverheadOptions:
+    rates: str = option("request rates to try (req/s)", default="100,500,1000,2000")
+    conversations: int = option("requests per rate (default %(default)s)", default=2000)
+    arrival: str = option(choices=["constant", "poisson"], default="constant")
+    output: Path | None = option("write the rows as JSON")
+
+
+add_cli_args = declare(OverheadOptions, __doc__.split("\n\n")[0])
+
+
+def main(args: OverheadOptions) -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp, running(["--ttft-ms", "5", "--chunk-interval-ms", "5"]) as url:
         for rate in (float(r) for r in args.rates.split(",")):
@@ -71,4 +77,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(__name__, prog="open_loop_overhead.py"))

@@ -16,14 +16,16 @@ Usage: python -m kimi_dflash_lab.studies.tiny_mla OUT_DIR [--layers N] [--latent
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
+import sys
 import tempfile
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from kimi_dflash.core.atomic_write import publish_directory
+from kimi_dflash.core.options import declare, option, run
 
 # Kept at Kimi K2.6's sizes: the CPU MLA decode kernel is compiled for head_dim 576 only.
 KV_LORA_RANK = 512
@@ -178,25 +180,25 @@ def ensure_tiny_mla_model(out_dir: Path, *, latent_gain: float, num_layers: int 
     return fabricate_tiny_mla_model(out_dir, latent_gain=latent_gain, num_layers=num_layers, seed=seed)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m kimi_dflash_lab.studies.tiny_mla",
-        description="Fabricate a tiny DeepSeek-V3 (MLA) model with random weights for CPU tests of the KV path.",
-    )
-    parser.add_argument("out_dir", type=Path, help="directory to write (replaced if it exists)")
-    parser.add_argument("--layers", type=int, default=2, help="decoder layers (default 2)")
-    parser.add_argument(
-        "--latent-gain",
-        type=float,
-        default=1.0,
-        help="multiplier on kv_a_layernorm weights = size of cached latents (default 1.0)",
-    )
-    parser.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
-    args = parser.parse_args(argv)
+@dataclass(kw_only=True)
+class TinyMlaOptions:
+    out_dir: Path = option("directory to write (replaced if it exists)", positional=True, required=True)
+    layers: int = option("decoder layers (default 2)", default=2)
+    latent_gain: float = option("multiplier on kv_a_layernorm weights = size of cached latents (default 1.0)",
+        default=1.0)  # fmt: skip
+    seed: int = option("weight seed (default 0)", default=0)
+
+
+add_cli_args = declare(
+    TinyMlaOptions, "Fabricate a tiny DeepSeek-V3 (MLA) model with random weights for CPU tests of the KV path."
+)
+
+
+def main(args: TinyMlaOptions) -> int:
     path = fabricate_tiny_mla_model(args.out_dir, num_layers=args.layers, latent_gain=args.latent_gain, seed=args.seed)
     print(f"wrote {path}")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(run(__name__, prog="python -m kimi_dflash_lab.studies.tiny_mla"))

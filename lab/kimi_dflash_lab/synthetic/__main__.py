@@ -1,6 +1,8 @@
 """python -m kimi_dflash_lab.synthetic: run the synthetic server (see cli.py, --help)."""
 
-from kimi_dflash_lab.synthetic.cli import main
+import sys
+
+from kimi_dflash.core import options
 
 if __name__ == "__main__":
-    main()
+    sys.exit(options.run("kimi_dflash_lab.synthetic.cli", prog="python -m kimi_dflash_lab.synthetic"))

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
+from dataclasses import dataclass
+from typing import ClassVar, Literal
 
+from kimi_dflash.core.options import declare, option
 from kimi_dflash_lab.synthetic.faults import FAULTS
 from kimi_dflash_lab.synthetic.schedule import Schedule
 from kimi_dflash_lab.synthetic.server import serve
@@ -16,67 +18,69 @@ a known truth and measures how many streams a client can follow. Prints "listeni
 GET /stats and /stats/requests report how late its writes were and what it really did per request."""
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m kimi_dflash_lab.synthetic",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        allow_abbrev=False,
-        epilog="faults:\n" + "\n".join(f"  {name:<12} {doc}" for name, doc in FAULTS.items()),
-    )
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=0, help="port; 0 picks a free one (default)")
-    parser.add_argument("--ttft-ms", type=float, default=100.0, help="request body received -> first content chunk")
-    parser.add_argument("--chunk-interval-ms", type=float, default=20.0, help="gap between content chunks")
-    parser.add_argument("--chunk-tokens", default="1", help="tokens per chunk, a comma list cycles (e.g. 3,1,2)")
-    parser.add_argument("--output-tokens", type=int, default=None, help="cap on tokens per reply (default: max_tokens)")
-    parser.add_argument("--reasoning-tokens", type=int, default=0, help="first R tokens stream as reasoning deltas")
-    parser.add_argument("--reasoning-field", default="reasoning", choices=["reasoning", "reasoning_content"])
-    parser.add_argument("--spec-tokens", type=int, default=0, help="K > 0: export spec-decode counters on /metrics")
-    parser.add_argument(
-        "--per-request-spec-metrics",
-        default="none",
-        choices=["none", "summary", "detailed"],
-        help="with --spec-tokens: put vLLM's metrics.speculative_decoding on each reply (final usage chunk of a "
-        "stream, or the body), counted exactly as the /metrics counters",
-    )
-    parser.add_argument("--faults", default="ok", help="comma list of per-request behaviours, cycled (see below)")
-    parser.add_argument("--model", default="synthetic", help="model id served on /v1/models")
-    parser.add_argument("--max-model-len", type=int, default=65536, help="max_model_len on /v1/models")
-    parser.add_argument("--cpu", type=int, default=None, help="pin this process to one CPU core")
-    parser.add_argument("--api-key", default=None, help="require this bearer token on every request")
-    parser.add_argument("--early-role", action="store_true", help="send the role-only chunk at once, before TTFT")
-    parser.add_argument(
-        "--aligned",
-        action="store_true",
-        help="drive all streams from one shared ticker (for capacity runs: far cheaper per chunk; the first "
-        "chunk then waits for the next tick, so TTFT varies by up to one interval while chunk gaps stay exact)",
-    )
-    parser.add_argument(
-        "--uvloop",
-        action="store_true",
-        help="use uvloop if installed (faster, but its clock has 1 ms resolution: keep it off for exact TTFT)",
-    )
-    args = parser.parse_args(argv)
+def _chunk_tokens(text: str) -> tuple[int, ...]:
     try:
-        args.chunk_tokens = tuple(int(x) for x in args.chunk_tokens.split(","))
-        if not args.chunk_tokens or min(args.chunk_tokens) < 1:
-            raise ValueError
+        values = tuple(int(x) for x in text.split(","))
     except ValueError:
-        parser.error(f"--chunk-tokens must be positive integers separated by commas, got {args.chunk_tokens!r}")
-    args.faults = tuple(f.strip() for f in args.faults.split(",") if f.strip())
-    unknown = [f for f in args.faults if f not in FAULTS]
-    if unknown or not args.faults:
-        parser.error(f"unknown fault(s) {unknown}; choose from {', '.join(FAULTS)}")
-    if args.aligned and args.faults != ("ok",):
-        parser.error("--aligned is for capacity runs; use the default per-stream timers with --faults")
-    if args.spec_tokens > 0 and max(args.chunk_tokens) > args.spec_tokens + 1:
-        parser.error("--chunk-tokens may not exceed --spec-tokens + 1 (a verify step yields at most K + 1 tokens)")
-    return args
+        values = ()
+    if not values or min(values) < 1:
+        raise ValueError(f"--chunk-tokens must be positive integers separated by commas, got {text!r}")
+    return values
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
+def _faults(text: str) -> tuple[str, ...]:
+    faults = tuple(f.strip() for f in text.split(",") if f.strip())
+    unknown = [f for f in faults if f not in FAULTS]
+    if unknown or not faults:
+        raise ValueError(f"unknown fault(s) {unknown}; choose from {', '.join(FAULTS)}")
+    return faults
+
+
+@dataclass(kw_only=True)
+class SyntheticOptions:
+    ABBREVIATIONS: ClassVar[bool] = False
+
+    host: str = option("address to bind (default 127.0.0.1)", default="127.0.0.1")
+    port: int = option("port; 0 picks a free one (default)", default=0)
+    ttft_ms: float = option("request body received -> first content chunk", default=100.0)
+    chunk_interval_ms: float = option("gap between content chunks", default=20.0)
+    chunk_tokens: tuple[int, ...] = option("tokens per chunk, a comma list cycles (e.g. 3,1,2)", default=(1,),
+        parse=_chunk_tokens)  # fmt: skip
+    output_tokens: int | None = option("cap on tokens per reply (default: max_tokens)")
+    reasoning_tokens: int = option("first R tokens stream as reasoning deltas", default=0)
+    reasoning_field: Literal["reasoning", "reasoning_content"] = option(default="reasoning")
+    spec_tokens: int = option("K > 0: export spec-decode counters on /metrics", default=0)
+    per_request_spec_metrics: Literal["none", "summary", "detailed"] = option("with --spec-tokens: put vLLM's "
+        "metrics.speculative_decoding on each reply (final usage chunk of a stream, or the body), counted exactly "
+        "as the /metrics counters", default="none")  # fmt: skip
+    faults: tuple[str, ...] = option("comma list of per-request behaviours, cycled (see below)", default=("ok",),
+        parse=_faults)  # fmt: skip
+    model: str = option("model id served on /v1/models", default="synthetic")
+    max_model_len: int = option("max_model_len on /v1/models", default=65536)
+    cpu: int | None = option("pin this process to one CPU core")
+    api_key: str | None = option("require this bearer token on every request")
+    early_role: bool = option("send the role-only chunk at once, before TTFT")
+    aligned: bool = option("drive all streams from one shared ticker (for capacity runs: far cheaper per chunk; the "
+        "first chunk then waits for the next tick, so TTFT varies by up to one interval while chunk gaps stay exact)"
+    )  # fmt: skip
+    uvloop: bool = option("use uvloop if installed (faster, but its clock has 1 ms resolution: keep it off for exact "
+        "TTFT)")  # fmt: skip
+
+    def check(self) -> None:
+        if self.aligned and self.faults != ("ok",):
+            raise ValueError("--aligned is for capacity runs; use the default per-stream timers with --faults")
+        if self.spec_tokens > 0 and max(self.chunk_tokens) > self.spec_tokens + 1:
+            raise ValueError(
+                "--chunk-tokens may not exceed --spec-tokens + 1 (a verify step yields at most K + 1 tokens)"
+            )
+
+
+add_cli_args = declare(
+    SyntheticOptions, DESCRIPTION, "faults:\n" + "\n".join(f"  {name:<12} {doc}" for name, doc in FAULTS.items())
+)
+
+
+def main(args: SyntheticOptions) -> None:
     if args.cpu is not None and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {args.cpu})
     schedule = Schedule(

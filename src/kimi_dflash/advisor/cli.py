@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_dflash.advisor.model import ASSUMPTIONS, Prediction, measurements, predict, recommend
 from kimi_dflash.bench.result import BenchmarkResult, load_result
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.formatting import markdown_table, number, percent
+from kimi_dflash.core.options import comma_list, declare, option
 
 EPILOG = """\
 Feed it sweep directories (launchers/kimi26-vllm-dflash-sweep.sh --out DIR) or benchmark result JSONs. It needs
@@ -22,13 +23,6 @@ examples:
   %(prog)s results/sweep
   %(prog)s results/sweep --fit-k 1,4      # predict from k=1 and k=4 only; other measured k are held out
 """
-
-
-def _k_list(text: str) -> set[int]:
-    try:
-        return {int(v) for v in text.split(",") if v.strip()}
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected integers separated by commas, got {text!r}") from None
 
 
 def load_inputs(paths: Sequence[Path]) -> list[tuple[str, BenchmarkResult]]:
@@ -77,25 +71,30 @@ def render(p: Sequence[float], predictions: Sequence[Prediction], fit_k: set[int
     return lines
 
 
-def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog=prog,
-        description="Predict aggregate and per-user tok/s for every number of speculative tokens k at every measured "
-        "concurrency, from measured runs; recommend k per concurrency; show predicted vs measured.",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("inputs", nargs="+", type=Path, metavar="DIR_OR_JSON", help="sweep dirs or result JSONs")
-    parser.add_argument("--fit-k", type=_k_list, default=None, metavar="K1,K2",
-                        help="fit only on these k; other measured k are held out and compared")  # fmt: skip
-    args = parser.parse_args(argv)
+@dataclass(kw_only=True)
+class AdviseOptions:
+    inputs: list[Path] = option("sweep dirs or result JSONs", positional=True, required=True, metavar="DIR_OR_JSON")
+    fit_k: tuple[int, ...] | None = option("fit only on these k; other measured k are held out and compared",
+        metavar="K1,K2", parse=comma_list(int, "integers"))  # fmt: skip
+
+
+add_cli_args = declare(
+    AdviseOptions,
+    "Predict aggregate and per-user tok/s for every number of speculative tokens k at every measured concurrency, "
+    "from measured runs; recommend k per concurrency; show predicted vs measured.",
+    EPILOG,
+)
+
+
+def main(args: AdviseOptions) -> int:
+    fit_k = None if args.fit_k is None else set(args.fit_k)
     try:
         runs = measurements(load_inputs(args.inputs))
-        if args.fit_k is not None and not any(m.k in args.fit_k for m in runs):
-            raise UserError(f"--fit-k: no measured run at k in {sorted(args.fit_k)}.")
-        p, predictions = predict(runs, args.fit_k)
+        if fit_k is not None and not any(m.k in fit_k for m in runs):
+            raise UserError(f"--fit-k: no measured run at k in {sorted(fit_k)}.")
+        p, predictions = predict(runs, fit_k)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print("\n".join(render(p, predictions, args.fit_k)))
+    print("\n".join(render(p, predictions, fit_k)))
     return 0

@@ -2,7 +2,7 @@
 
 import sys
 
-from kimi_dflash.bench.cli import main
+from kimi_dflash.core import options
 
 if __name__ == "__main__":
-    sys.exit(main(prog="python -m kimi_dflash.bench"))
+    sys.exit(options.run("kimi_dflash.bench.cli", prog="python -m kimi_dflash.bench"))

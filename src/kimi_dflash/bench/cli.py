@@ -1,43 +1,25 @@
-"""Command line of the multi-turn benchmark (payload/benchmark_multi_turn.py is a thin wrapper)."""
+"""The multi-turn benchmark's run: its options are declared once, in bench/settings.py (the same model is the
+run's configuration and the result's `settings`); payload/benchmark_multi_turn.py is a thin wrapper."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import dataclasses
-import math
 import os
 import signal
 import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
 
-from kimi_dflash.bench import (
-    cli_options,
-    datasets,
-    descriptors,
-    eventloop,
-    export_csv,
-    report,
-    request_shaping,
-)
-from kimi_dflash.bench.client import Endpoint, normalize_base_url
+from kimi_dflash.bench import descriptors, eventloop, export_csv, report
 from kimi_dflash.bench.level_extras import percentile_key
-from kimi_dflash.bench.openloop import OpenLoopConfig
 from kimi_dflash.bench.output_file import OutputWriteError, ResultFile
-from kimi_dflash.bench.progress import DEFAULT_INTERVAL_S
-from kimi_dflash.bench.result import SCHEMA, SCHEMA_VERSION, BenchmarkResult, RunInfo, Settings, ToolInfo
-from kimi_dflash.bench.runner import Benchmark, RunConfig, RunState, Stopper
-from kimi_dflash.bench.workload import BUILTIN, Dataset, load_dataset, unencodable_at
-from kimi_dflash.core import redaction
+from kimi_dflash.bench.result import SCHEMA, SCHEMA_VERSION, BenchmarkResult, RunInfo, ToolInfo
+from kimi_dflash.bench.runner import Benchmark, RunState, Stopper
+from kimi_dflash.bench.settings import Settings
+from kimi_dflash.core import options
 from kimi_dflash.core.errors import UserError
-from kimi_dflash.core.redaction import RedactingArgumentParser
-
-# What ./serve.sh starts by default (PORT in the config schema; a test keeps the two equal). The benchmark
-# cannot import the config package: it runs on a client box with aiohttp + numpy + pydantic only.
-DEFAULT_BASE_URL = "http://127.0.0.1:8262"
 
 DESCRIPTION = """\
 Multi-turn streaming benchmark for an OpenAI-compatible server (vLLM), built to measure speculative
@@ -66,252 +48,20 @@ server's fault; partial results written); 130/143 interrupted by Ctrl-C/SIGTERM 
 """
 
 
-def _positive_int_list(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected positive integers separated by commas, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers separated by commas, got {text!r}")
-    return tuple(dict.fromkeys(values))  # drop duplicates, keep the order given
+add_cli_args = options.declare(Settings, DESCRIPTION, EPILOG)
 
 
-def _bounded(kind: type, low: float, name: str) -> Any:
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
-        if not math.isfinite(value):
-            raise argparse.ArgumentTypeError(f"{name} must be a finite number, got {text!r}")
-        if value < low:
-            raise argparse.ArgumentTypeError(f"{name} must be >= {low}, got {text!r}")
-        return value
-
-    return parse
-
-
-def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
-    parser = RedactingArgumentParser(
-        prog=prog,
-        description=DESCRIPTION,
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        allow_abbrev=False,  # "--api K" must not be taken for --api-key (and then stored unredacted)
-    )
-    target = parser.add_argument_group("server")
-    target.add_argument(
-        "--base-url",
-        default=DEFAULT_BASE_URL,
-        help="server root, with or without /v1 (default %(default)s: where ./serve.sh listens)",
-    )
-    target.add_argument(
-        "--model",
-        default=None,
-        help="model name to request (default: the model /v1/models lists; required when it lists several)",
-    )
-    target.add_argument(
-        "--api-key",
-        default=None,
-        help="bearer token (default: $OPENAI_API_KEY, then $VLLM_API_KEY); never printed or stored",
-    )
-    target.add_argument(
-        "--metrics-url",
-        default=None,
-        help="Prometheus endpoint for spec-decode counters (default: <base-url>/metrics; 'none' disables)",
-    )
-    target.add_argument(
-        "--endpoint",
-        choices=["chat", "completions"],
-        default="chat",
-        help="chat (default): /v1/chat/completions with the conversation; completions: /v1/completions with each "
-        "turn's text as the prompt, as given (no chat template, no history: turns are independent)",
-    )
-    target.add_argument(
-        "--extra-body",
-        default=None,
-        metavar="JSON",
-        help="JSON object (or @FILE) merged into every request body, e.g. "
-        """'{"chat_template_kwargs": {"thinking": false}, "top_p": 0.95}'; stored in the result""",
-    )
-    target.add_argument(
-        "--header",
-        action="append",
-        default=[],
-        metavar="NAME:VALUE",
-        help="extra HTTP header on every request (repeatable); the value of a credential-like header "
-        "(Authorization, Cookie, *key*, *token*, *secret*, *auth*) is never printed or stored",
-    )
-    target.add_argument(
-        "--timeout",
-        type=_bounded(float, 0.001, "--timeout"),
-        default=600.0,
-        help="per-request timeout, seconds (default %(default)s)",
-    )
-
-    load = parser.add_argument_group("load")
-    load.add_argument(
-        "--sessions",
-        type=_positive_int_list,
-        default=None,
-        help="concurrent sessions; a comma list sweeps levels, e.g. 8,16,32 (default 8)",
-    )
-    load.add_argument(
-        "--turns-per-session",
-        type=_bounded(int, 1, "--turns-per-session"),
-        default=5,
-        help="turns per conversation (default %(default)s)",
-    )
-    load.add_argument(
-        "--max-tokens",
-        type=_bounded(int, 1, "--max-tokens"),
-        default=512,
-        help="max_tokens per reply (default %(default)s)",
-    )
-    load.add_argument(
-        "--temperature",
-        type=_bounded(float, 0.0, "--temperature"),
-        default=0.0,
-        help="always sent (default %(default)s)",
-    )
-    load.add_argument(
-        "--ignore-eos", action="store_true", help="send ignore_eos (vLLM): every reply runs to --max-tokens"
-    )
-    load.add_argument(
-        "--dataset",
-        default=BUILTIN,
-        help="'builtin' (225 prompts shipped with the tool) or a JSONL file of {\"prompt\": ...} lines",
-    )
-    load.add_argument(
-        "--dataset-format",
-        choices=list(datasets.FORMATS),
-        default=None,
-        help='format of --dataset (default: detected from its first record): prompts ({"prompt": ...}), '
-        'openai-messages ({"messages": [...]}), sharegpt ({"conversations": [...]}), speed-bench '
-        '({"category": ..., "turns": [...]}); conversations replay their user turns, the server '
-        "generates the replies",
-    )
-    load.add_argument(
-        "--shared-prefix-tokens",
-        type=_bounded(int, 0, "--shared-prefix-tokens"),
-        default=0,
-        metavar="N",
-        help="open every conversation with the same system text of about N tokens (estimated at 4 characters per "
-        "token, no tokenizer; usage.prompt_tokens shows the real count). 0: none (default)",
-    )
-    load.add_argument(
-        "--system-prompt", default=None, help="optional system message at the start of every conversation"
-    )
-    load.add_argument(
-        "--warmup",
-        type=_bounded(int, 0, "--warmup"),
-        default=None,
-        help="warmup requests before measuring (default: the first level's session count)",
-    )
-    load.add_argument(
-        "--repeats",
-        type=_bounded(int, 1, "--repeats"),
-        default=1,
-        help="measured repeats per level, fresh prompts each (default %(default)s)",
-    )
-    load.add_argument(
-        "--prompt-order",
-        choices=["random", "sequential"],
-        default="random",
-        help="random (default): each session draws its prompts by --seed; sequential: turn t of session s sends "
-        "prompt (t x sessions + s) of the dataset, in file order (what `vllm bench serve --disable-shuffle` does)",
-    )
-    load.add_argument(
-        "--seed",
-        type=int,
-        default=0,
-        help="prompt selection seed; same seed = same conversations (default %(default)s)",
-    )
-    load.add_argument(
-        "--independent-turns",
-        action="store_true",
-        help="send every turn without the conversation so far: the closed-loop load of "
-        "`vllm bench serve --max-concurrency N`, for cross-checking against it",
-    )
-    load.add_argument(
-        "--no-stream", action="store_true", help="non-streaming requests (no TTFT/TPOT; E2EL and tok/s only)"
-    )
-
-    out = parser.add_argument_group("output")
-    out.add_argument(
-        "--output",
-        default=None,
-        help="result JSON (default results/benchmark-<UTC time>.json); written atomically after every level. An "
-        "existing result is kept until this run has measured a level (until then: OUTPUT.partial), then moved to "
-        "<name>.previous.json; a FIFO, device or symbolic link is refused (/dev/null: keep nothing)",
-    )
-    out.add_argument("--label", default=None, help="free text stored in the result, e.g. dflash-st2 or baseline")
-    out.add_argument(
-        "--record-requests", action="store_true", help="also store every request's raw timestamps in the result"
-    )
-    out.add_argument(
-        "--progress-interval",
-        type=_bounded(float, 0.0, "--progress-interval"),
-        default=DEFAULT_INTERVAL_S,
-        metavar="SECONDS",
-        help="during a level, print requests done / total, tok/s so far and time elapsed to stderr this often "
-        "(default %(default)s; 0 turns it off)",
-    )
-    out.add_argument("--no-uvloop", action="store_true", help="use asyncio's loop even if uvloop is installed")
-    cli_options.add_open_loop_args(parser)
-    cli_options.add_analysis_args(parser)
-    return parser
-
-
-def _settings(args: argparse.Namespace, metrics_url: str | None, dataset: Dataset) -> Settings:
-    return Settings(
-        base_url=args.base_url,
-        model=args.model,
-        sessions=list(args.sessions) if args.request_rate is None else [],
-        turns_per_session=args.turns_per_session,
-        max_tokens=args.max_tokens,
-        temperature=args.temperature,
-        ignore_eos=args.ignore_eos,
-        stream=not args.no_stream,
-        independent_turns=args.independent_turns,
-        prompt_order=args.prompt_order,
-        dataset=dataset.describe(),
-        system_prompt=args.system_prompt,
-        warmup=args.warmup,
-        repeats=args.repeats,
-        seed=args.seed,
-        timeout_s=args.timeout,
-        metrics_url=redaction.redact_query(metrics_url) if metrics_url else None,
-        api_key_set=bool(args.api_key),
-        open_loop=cli_options.open_loop_settings(cli_options.open_loop_config(args)),
-        slo=args.slo,
-        percentiles=list(args.percentiles) if args.percentiles else None,
-        endpoint=args.endpoint,
-        extra_body=args.extra_body_dict,
-        headers=[request_shaping.shown_header(n, v) for n, v in args.header_pairs] or None,
-        shared_prefix_tokens=args.shared_prefix_tokens or None,
-    )
-
-
-def _connections(levels: tuple[int, ...], open_loop: OpenLoopConfig | None) -> tuple[int, str]:
+def _connections(settings: Settings) -> tuple[int, str]:
     """The most connections the run holds at once (one per session in flight; warmup uses at most the first
     level's), and the options that ask for them, for messages."""
-    most, what = max(levels), f"--sessions {max(levels)}"
-    if open_loop is not None:
-        in_flight = min(open_loop.sessions, open_loop.max_concurrency or open_loop.sessions)
+    most, what = max(settings.levels), f"--sessions {max(settings.levels)}"
+    ol = settings.open_loop
+    if ol is not None:
+        in_flight = min(ol.sessions_per_level, ol.max_concurrency or ol.sessions_per_level)
         if in_flight > most:
-            cap = f" (--max-concurrency {open_loop.max_concurrency})" if open_loop.max_concurrency else ""
-            most, what = in_flight, f"--num-sessions {open_loop.sessions}{cap}"
+            cap = f" (--max-concurrency {ol.max_concurrency})" if ol.max_concurrency else ""
+            most, what = in_flight, f"--num-sessions {ol.sessions_per_level}{cap}"
     return most, what
-
-
-def _system_prompt(args: argparse.Namespace, dataset: Dataset) -> str | None:
-    """--system-prompt, after the shared prefix when --shared-prefix-tokens asks for one."""
-    if not args.shared_prefix_tokens:
-        return args.system_prompt
-    vocabulary = [w for p in dataset.prompts for w in p.text.split()] or ["token"]
-    prefix = datasets.shared_prefix(args.shared_prefix_tokens, args.seed, vocabulary)
-    return prefix + ("\n\n" + args.system_prompt if args.system_prompt else "")
 
 
 class ResultWriter:
@@ -339,7 +89,7 @@ class ResultWriter:
         return self.file.written
 
     def document(self, state: RunState, levels: int | None = None) -> BenchmarkResult:
-        settings = dataclasses.replace(self.settings, model=state.model or self.settings.model)
+        settings = self.settings.recorded(state.model)
         return BenchmarkResult(
             schema=SCHEMA,
             schema_version=SCHEMA_VERSION,
@@ -397,7 +147,7 @@ class ResultWriter:
         return document
 
 
-async def _run(cfg: RunConfig, writer: ResultWriter) -> int:
+async def _run(cfg: Settings, writer: ResultWriter) -> int:
     stopper = Stopper()
     loop = asyncio.get_running_loop()
 
@@ -460,113 +210,31 @@ def _say_where(writer: ResultWriter) -> None:
         print(f"result written to {writer.location}{backup}", file=sys.stderr)
 
 
-def _check_text_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
-    """Refuse an argument that cannot be sent or stored as UTF-8 (non-UTF-8 bytes from the shell arrive as lone
-    surrogates); its value is not echoed (it may be a key)."""
-    for name, value in vars(args).items():
-        for text in value if isinstance(value, list | tuple) else (value,):
-            if isinstance(text, str) and unencodable_at(text) is not None:
-                parser.error(
-                    f"--{name.replace('_', '-')} holds bytes that are not UTF-8 (at character "
-                    f"{unencodable_at(text)}); pass it as UTF-8 text"
-                )
-
-
-def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    parser = build_parser(prog)
-    args = parser.parse_args(argv)
-    _check_text_args(args, parser)
-    cli_options.check(args, parser)
-    open_loop = cli_options.open_loop_config(args)
-    if args.sessions is None:
-        args.sessions = (8,) if open_loop is None else (min(8, open_loop.sessions),)
-    args.api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or os.environ.get("VLLM_API_KEY") or None
-    for flag, url in (("--base-url", args.base_url), ("--metrics-url", args.metrics_url)):
-        if url and redaction.redact_url(url) != url:
-            shown = redaction.redact_query(redaction.redact_url(url))
-            parser.error(
-                f"{flag} {shown!r} carries credentials (user:password@); vLLM takes a bearer key: pass it with "
-                "--api-key or OPENAI_API_KEY"
-            )
-    base_url = normalize_base_url(args.base_url)
-    if not base_url.startswith(("http://", "https://")):
-        parser.error(f"--base-url must start with http:// or https://, got {args.base_url!r}")
-    if args.metrics_url is None:
-        metrics_url: str | None = f"{base_url}/metrics"
-    elif args.metrics_url.lower() == "none":
-        metrics_url = None
-    else:
-        metrics_url = args.metrics_url
-    if args.endpoint == "completions":
-        if args.system_prompt or args.shared_prefix_tokens:
-            parser.error(
-                "--system-prompt and --shared-prefix-tokens need --endpoint chat "
-                "(completions send the turn's text as the prompt)"
-            )
-        args.independent_turns = True  # a completion carries no conversation: say so in the result
-    warmup = args.sessions[0] if args.warmup is None else args.warmup
-    args.warmup = warmup
+def main(settings: Settings) -> int:
     try:
-        dataset = load_dataset(args.dataset, args.dataset_format)
-        args.extra_body_dict = request_shaping.parse_extra_body(args.extra_body) if args.extra_body else None
-        args.header_pairs = [request_shaping.parse_header(h) for h in args.header]
+        settings.resolve()  # reads the dataset
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
-
-    cfg = RunConfig(
-        endpoint=Endpoint(
-            base_url=base_url,
-            api_key=args.api_key,
-            timeout_s=args.timeout,
-            api=args.endpoint,
-            extra_headers=tuple(args.header_pairs),
-        ),
-        model=args.model,
-        levels=args.sessions,
-        turns=args.turns_per_session,
-        max_tokens=args.max_tokens,
-        temperature=args.temperature,
-        dataset=dataset,
-        warmup=warmup,
-        repeats=args.repeats,
-        seed=args.seed,
-        stream=not args.no_stream,
-        ignore_eos=args.ignore_eos,
-        metrics_url=metrics_url,
-        system_prompt=_system_prompt(args, dataset),
-        keep_records=args.record_requests,
-        independent_turns=args.independent_turns,
-        prompt_order=args.prompt_order,
-        progress_interval_s=args.progress_interval,
-        open_loop=open_loop,
-        analyses=cli_options.analyses(args),
-        keep_level_records=args.csv,
-        extra_body=args.extra_body_dict,
-    )
     started = report.utc_now()
     default_output = Path("results") / f"benchmark-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
-    output = Path(args.output) if args.output else default_output
-    event_loop = eventloop.loop_name(prefer_uvloop=not args.no_uvloop)
-    run_meta = RunInfo(
-        label=args.label,
-        started_at=started,
-        status="running",
-        command_line=report.redact_argv([sys.argv[0], *(sys.argv[1:] if argv is None else argv)]),
-    )
-    writer = ResultWriter(output, report.tool_info(event_loop), run_meta, _settings(args, metrics_url, dataset))
-    if args.csv:
-        writer.csv_percentiles = tuple(percentile_key(q) for q in args.percentiles or ())
+    output = Path(settings.output) if settings.output else default_output
+    event_loop = eventloop.loop_name(prefer_uvloop=not settings.no_uvloop)
+    command_line = report.redact_argv(settings.command_line)
+    run_meta = RunInfo(label=settings.label, started_at=started, status="running", command_line=command_line)
+    writer = ResultWriter(output, report.tool_info(event_loop), run_meta, settings)
+    if settings.csv:
+        writer.csv_percentiles = tuple(percentile_key(q) for q in settings.percentiles or ())
     try:
-        writer.file.check(export_csv.paths_for(writer.path) if args.csv else ())
-        note = descriptors.ensure(*_connections(args.sessions, open_loop))
+        writer.file.check(export_csv.paths_for(writer.path) if settings.csv else ())
+        note = descriptors.ensure(*_connections(settings))
         if note:
             print(note, file=sys.stderr)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
-    return eventloop.run(_run(cfg, writer), prefer_uvloop=not args.no_uvloop)
+    return eventloop.run(_run(settings, writer), prefer_uvloop=not settings.no_uvloop)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(options.run(__name__, prog="python -m kimi_dflash.bench.cli"))

@@ -78,11 +78,6 @@ class Endpoint:
         return http1.Connection(self.target, connect_timeout_s=min(self.timeout_s, 30.0))
 
 
-def normalize_base_url(url: str) -> str:
-    """Accept ``http://host:port``, ``.../`` or ``.../v1``; return the server root without a slash."""
-    return url.strip().rstrip("/").removesuffix("/v1")
-
-
 def make_session(timeout_s: float, headers: tuple[tuple[str, str], ...] = ()) -> aiohttp.ClientSession:
     """For the GET endpoints only (a handful of requests per run); ``headers``: --header, sent on every GET."""
     return aiohttp.ClientSession(

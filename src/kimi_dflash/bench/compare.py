@@ -11,17 +11,19 @@ Usage: kimi-dflash compare BASELINE.json CANDIDATE.json [...] [--markdown FILE] 
 
 from __future__ import annotations
 
-import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_dflash.bench import columns, compare_extras, reply_match
 from kimi_dflash.bench.compare_extras import Run, load_runs
 from kimi_dflash.bench.intervals import CONFIDENCE_LEVELS
 from kimi_dflash.bench.result import Settings
+from kimi_dflash.core import options
 from kimi_dflash.core.atomic_write import write_text_atomic
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.formatting import markdown_table, percent, ratio
+from kimi_dflash.core.options import declare, option
 
 # Settings that must agree for two runs to be comparable.
 WORKLOAD_KEYS = (
@@ -177,45 +179,29 @@ def _sources(runs: list[Run]) -> str:
     return "\n".join(rows)
 
 
-def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=prog or "compare_results.py",
-        description="Compare benchmark result files at matched concurrency: markdown table (speedup per level) "
-        "and PNG plots. The first file is the baseline.",
-        epilog=(
-            "example: compare_results.py results/baseline.json results/dflash.json --markdown report.md --plots plots/"
-        ),
-    )
-    parser.add_argument("results", nargs="+", type=Path, help="result JSON files; the first is the baseline")
-    parser.add_argument("--markdown", type=Path, default=None, help="write the markdown report here (default: stdout)")
-    parser.add_argument(
-        "--plots", type=Path, default=None, help="write PNG plots into this directory (needs matplotlib)"
-    )
-    parser.add_argument(
-        "--allow-mismatch", action="store_true", help="compare runs with different workloads anyway (flagged loudly)"
-    )
-    parser.add_argument(
-        "--slo-attainment",
-        type=float,
-        default=compare_extras.DEFAULT_ATTAINMENT,
-        help="fraction of requests that must meet the SLO for a load to count as sustained (default %(default)s)",
-    )
-    parser.add_argument(
-        "--confidence",
-        type=float,
-        choices=CONFIDENCE_LEVELS,
-        default=0.95,
-        help="confidence level of the speedup intervals (default %(default)s)",
-    )
-    return parser
+@dataclass(kw_only=True)
+class CompareOptions:
+    results: list[Path] = option("result JSON files; the first is the baseline", positional=True, required=True)
+    markdown: Path | None = option("write the markdown report here (default: stdout)")
+    plots: Path | None = option("write PNG plots into this directory (needs matplotlib)")
+    allow_mismatch: bool = option("compare runs with different workloads anyway (flagged loudly)")
+    slo_attainment: float = option("fraction of requests that must meet the SLO for a load to count as sustained "
+        "(default %(default)s)", default=compare_extras.DEFAULT_ATTAINMENT, above=0, maximum=1)  # fmt: skip
+    confidence: float = option("confidence level of the speedup intervals (default %(default)s)",
+        choices=CONFIDENCE_LEVELS, default=0.95)  # fmt: skip
 
 
-def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    args = build_parser(prog).parse_args(argv)
+add_cli_args = declare(
+    CompareOptions,
+    "Compare benchmark result files at matched concurrency: markdown table (speedup per level) and PNG plots. The "
+    "first file is the baseline.",
+    "example: compare_results.py results/baseline.json results/dflash.json --markdown report.md --plots plots/",
+)
+
+
+def main(args: CompareOptions) -> int:
     try:
         runs = load_runs(args.results)
-        if not 0 < args.slo_attainment <= 1:
-            raise UserError(f"--slo-attainment must be in (0, 1], got {args.slo_attainment}")
         markdown = render_markdown(
             runs, allow_mismatch=args.allow_mismatch, slo_attainment=args.slo_attainment, confidence=args.confidence
         )
@@ -238,4 +224,4 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(options.run(__name__, prog="compare_results.py"))

@@ -18,11 +18,33 @@ tables; ``id`` names the conversation.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from kimi_dflash.bench.fields import meta
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.user_files import parse_user_json
+
+
+@dataclass(kw_only=True)
+class DatasetInfo:
+    """Which prompts were used."""
+
+    name: str = field(metadata=meta("'builtin' or the file path as given"))
+    prompts: int = field(metadata=meta("number of prompts"))
+    sha256: str = field(metadata=meta("of the file bytes"))
+    categories: dict[str, int] = field(
+        default_factory=dict, metadata=meta("prompts per category (conversation formats: conversations per category)")
+    )
+    format: str | None = field(
+        default=None,
+        metadata=meta("prompts | openai-messages | sharegpt | speed-bench (--dataset-format)", omit_if_none=True),
+    )
+    conversations: int | None = field(
+        default=None,
+        metadata=meta("conversations in the file (conversation formats; prompts counts user turns)", omit_if_none=True),
+    )
+
 
 PROMPTS, OPENAI_MESSAGES, SHAREGPT, SPEED_BENCH = "prompts", "openai-messages", "sharegpt", "speed-bench"
 FORMATS = (PROMPTS, OPENAI_MESSAGES, SHAREGPT, SPEED_BENCH)

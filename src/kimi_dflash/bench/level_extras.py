@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,14 +17,8 @@ from kimi_dflash.bench.records import RequestRecord
 from kimi_dflash.bench.result import Distribution, LevelResult, OpenLoopLevel, RepeatIntervals
 from kimi_dflash.core.formatting import interval, number, percent
 
-
-@dataclass(frozen=True)
-class Analyses:
-    """Which optional analyses a run asked for."""
-
-    percentiles: tuple[float, ...] | None = None  # --percentiles
-    slo: dict[str, float] | None = None  # --slo
-    confidence: float = 0.95
+if TYPE_CHECKING:
+    from kimi_dflash.bench.settings import Settings
 
 
 def summary_lines(level: LevelResult) -> list[str]:
@@ -104,8 +98,8 @@ def add_repeat_intervals(result: LevelResult, records: Sequence[RequestRecord], 
     )
 
 
-def apply_analyses(result: LevelResult, records: Sequence[RequestRecord], analyses: Analyses) -> None:
-    """Every optional analysis the run asked for, in place."""
+def apply_analyses(result: LevelResult, records: Sequence[RequestRecord], analyses: Settings) -> None:
+    """Every optional analysis the run asked for (--percentiles, --slo, --confidence), in place."""
     add_repeat_intervals(result, records, analyses.confidence)
     if analyses.percentiles:
         add_percentiles(result, records, analyses.percentiles)

@@ -15,35 +15,25 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kimi_dflash.bench import client, http1
-from kimi_dflash.bench.arrivals import ArrivalProcess, ThinkTime, level_rng
+from kimi_dflash.bench.arrivals import level_rng
 from kimi_dflash.bench.records import CANCELLED, RequestRecord
 from kimi_dflash.bench.workload import Prompt, session_prompts
 
+if TYPE_CHECKING:
+    from kimi_dflash.bench.settings import OpenLoopSettings
+
 perf_counter = time.perf_counter
 PRECONNECT_MAX = 64  # connections opened before the window when there is no cap
-
-
-@dataclass(frozen=True)
-class OpenLoopConfig:
-    rates: tuple[float, ...]  # one level per rate; math.inf: all at once
-    sessions: int  # conversations started per level and repeat
-    arrival: str = "poisson"
-    burstiness: float = 1.0
-    max_concurrency: int | None = None
-    think: ThinkTime = ThinkTime()
-
-    def process(self, rate: float) -> ArrivalProcess:
-        return ArrivalProcess(rate=rate, process=self.arrival, burstiness=self.burstiness)
 
 
 class Host(Protocol):
     """What a repeat needs from the Benchmark that runs it."""
 
     cfg: Any
+    endpoint: client.Endpoint
     stopper: Any
 
     def _user(self, prompt: Prompt) -> dict[str, str]: ...
@@ -90,25 +80,26 @@ class OpenLoopRepeat:
     """One repeat of an open-loop level: ``await prepare()`` (connections, before the window), then
     ``await run(start)`` from the window's start (a perf_counter time); records go into ``sink``."""
 
-    def __init__(self, host: Host, ol: OpenLoopConfig, rate: float, repeat: int, sink: list[RequestRecord]) -> None:
+    def __init__(self, host: Host, ol: OpenLoopSettings, rate: float, repeat: int, sink: list[RequestRecord]) -> None:
         cfg = host.cfg
         self.host, self.ol, self.rate, self.repeat, self.sink = host, ol, rate, repeat, sink
-        self.offsets = ol.process(rate).offsets(ol.sessions, level_rng(cfg.seed, rate, repeat, 0))
+        self.offsets = ol.process(rate).offsets(ol.sessions_per_level, level_rng(cfg.seed, rate, repeat, 0))
+        sessions, turns = ol.sessions_per_level, cfg.turns_per_session
         self.plans = [
-            session_prompts(cfg.dataset, cfg.seed, ol.sessions, repeat, s, cfg.turns, cfg.prompt_order)
-            for s in range(ol.sessions)
+            session_prompts(cfg.prompts, cfg.seed, sessions, repeat, s, turns, cfg.prompt_order)
+            for s in range(sessions)
         ]
         self.cap = asyncio.Semaphore(ol.max_concurrency) if ol.max_concurrency else None
-        self.pool = ConnectionPool(cfg.endpoint)
+        self.pool = ConnectionPool(host.endpoint)
 
     @property
     def total_requests(self) -> int:
-        return self.ol.sessions * self.host.cfg.turns
+        return self.ol.sessions_per_level * self.host.cfg.turns_per_session
 
     async def prepare(self) -> None:
         # Connect before the window opens (send_time is taken after connecting anyway; this keeps the
         # connects out of the schedule lag of the first arrivals).
-        await self.pool.preconnect(min(self.ol.sessions, self.ol.max_concurrency or PRECONNECT_MAX))
+        await self.pool.preconnect(min(self.ol.sessions_per_level, self.ol.max_concurrency or PRECONNECT_MAX))
 
     async def _request(self, record: RequestRecord, messages: list[dict[str, str]]) -> Any:
         cfg, cap = self.host.cfg, self.cap
@@ -124,7 +115,7 @@ class OpenLoopRepeat:
             record.admitted_time = perf_counter()
             conn = self.pool.take()
             try:
-                return await client.send(conn, cfg.endpoint, self.host._body(messages), cfg.stream, record)
+                return await client.send(conn, self.host.endpoint, self.host._body(messages), cfg.stream, record)
             finally:
                 self.pool.give(conn)
         finally:
@@ -135,14 +126,14 @@ class OpenLoopRepeat:
         host, cfg = self.host, self.host.cfg
         think_rng = level_rng(cfg.seed, self.rate, self.repeat, 1 + index)
         history: list[dict[str, str]] = []
-        if cfg.system_prompt:
-            history.append({"role": "system", "content": cfg.system_prompt})
+        if cfg.system_text:
+            history.append({"role": "system", "content": cfg.system_text})
         for turn, prompt in enumerate(self.plans[index], start=1):
             await _sleep_until(scheduled)
             if host.stopper.stopped:
                 return
             messages = [*history, host._user(prompt)]
-            record = RequestRecord(sessions=self.ol.sessions, repeat=self.repeat, session=index, turn=turn)
+            record = RequestRecord(sessions=self.ol.sessions_per_level, repeat=self.repeat, session=index, turn=turn)
             record.scheduled_time = scheduled
             reply = await self._request(record, messages)
             if record.ok and reply is not None and not cfg.independent_turns:

@@ -18,7 +18,9 @@ from typing import Any, Literal
 from pydantic import TypeAdapter, ValidationError
 
 from kimi_dflash.bench.fields import meta
+from kimi_dflash.bench.intervals import Interval
 from kimi_dflash.bench.records import RequestRecord
+from kimi_dflash.bench.settings import ArrivalName, Settings
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.user_files import MiB, read_user_json
 
@@ -29,10 +31,6 @@ RESULT_MAX_BYTES = 1024 * MiB
 
 RunStatus = Literal["running", "complete", "interrupted", "aborted", "failed", "crashed"]
 SpecDecodeStatus = Literal["ok", "absent", "no_drafts", "counter_reset", "unavailable"]
-PromptOrder = Literal["random", "sequential"]
-ArrivalName = Literal["poisson", "constant", "gamma"]
-ThinkTimeDist = Literal["fixed", "exp", "uniform"]
-Endpoint = Literal["chat", "completions"]
 
 
 @dataclass(kw_only=True)
@@ -145,18 +143,6 @@ class RepeatResult:
             "mean of 1 / TPOT over this repeat's successful requests (files before it lack it)", omit_if_none=True
         ),
     )
-
-
-@dataclass(kw_only=True)
-class Interval:
-    """A two-sided confidence interval of a mean over repeats (Student t, see bench/intervals.py)."""
-
-    mean: float = field(metadata=meta("mean of the per-repeat values"))
-    low: float | None = field(metadata=meta("lower bound; null with fewer than 2 repeats"))
-    high: float | None = field(metadata=meta("upper bound; null with fewer than 2 repeats"))
-    confidence: float = field(metadata=meta("confidence level, e.g. 0.95"))
-    n: int = field(metadata=meta("repeats the interval is computed from"))
-    method: str = field(metadata=meta("how it was computed"))
 
 
 @dataclass(kw_only=True)
@@ -324,92 +310,6 @@ class RunInfo:
     status_detail: str | None = field(default=None, metadata=meta("why it stopped, when not complete"))
     exit_code: int | None = field(default=None, metadata=meta("the process's exit status; null while running"))
     command_line: list[str] = field(metadata=meta("argv, with the API key replaced by `***`"))
-
-
-@dataclass(kw_only=True)
-class DatasetInfo:
-    """Which prompts were used."""
-
-    name: str = field(metadata=meta("'builtin' or the file path as given"))
-    prompts: int = field(metadata=meta("number of prompts"))
-    sha256: str = field(metadata=meta("of the file bytes"))
-    categories: dict[str, int] = field(
-        default_factory=dict, metadata=meta("prompts per category (conversation formats: conversations per category)")
-    )
-    format: str | None = field(
-        default=None,
-        metadata=meta("prompts | openai-messages | sharegpt | speed-bench (--dataset-format)", omit_if_none=True),
-    )
-    conversations: int | None = field(
-        default=None,
-        metadata=meta("conversations in the file (conversation formats; prompts counts user turns)", omit_if_none=True),
-    )
-
-
-@dataclass(kw_only=True)
-class OpenLoopSettings:
-    """Open-loop load (--request-rate): conversation starts follow an arrival process."""
-
-    request_rates: list[float | None] = field(metadata=meta("rate levels, conversations/s; null: all at once"))
-    arrival: ArrivalName = field(metadata=meta("poisson | constant | gamma"))
-    burstiness: float = field(metadata=meta("gamma shape B"))
-    max_concurrency: int | None = field(metadata=meta("cap on requests in flight; null: none"))
-    sessions_per_level: int = field(metadata=meta("conversations started per rate level and repeat"))
-    think_time_s: float = field(metadata=meta("mean pause between a reply and the next turn"))
-    think_time_dist: ThinkTimeDist = field(metadata=meta("fixed | exp | uniform (0 .. 2 x mean)"))
-
-
-@dataclass(kw_only=True)
-class Settings:
-    """What was measured (the command-line settings after defaults). Runs compare only when these match."""
-
-    base_url: str | None = field(default=None, metadata=meta("server root"))
-    model: str | None = field(
-        default=None, metadata=meta("model requested (discovered from /v1/models when not given)")
-    )
-    sessions: list[int] = field(default_factory=list, metadata=meta("concurrency levels, in order"))
-    turns_per_session: int | None = field(default=None, metadata=meta("turns per conversation"))
-    max_tokens: int | None = field(default=None, metadata=meta("max_tokens per reply"))
-    temperature: float | None = field(default=None, metadata=meta("sampling temperature (always sent)"))
-    ignore_eos: bool | None = field(default=None, metadata=meta("vLLM's ignore_eos sent"))
-    stream: bool | None = field(default=None, metadata=meta("streaming requests"))
-    independent_turns: bool | None = field(default=None, metadata=meta("turns sent without the conversation so far"))
-    prompt_order: PromptOrder | None = field(default=None, metadata=meta("how sessions draw prompts"))
-    dataset: DatasetInfo | None = field(default=None, metadata=meta("the prompt set"))
-    system_prompt: str | None = field(default=None, metadata=meta("system message opening every conversation"))
-    warmup: int | None = field(default=None, metadata=meta("warmup requests"))
-    repeats: int | None = field(default=None, metadata=meta("measured repeats per level"))
-    seed: int | None = field(default=None, metadata=meta("prompt selection seed"))
-    timeout_s: float | None = field(default=None, metadata=meta("per-request timeout"))
-    metrics_url: str | None = field(default=None, metadata=meta("Prometheus endpoint; null when disabled"))
-    api_key_set: bool | None = field(
-        default=None, metadata=meta("an API key was sent (the key itself is never stored)")
-    )
-    open_loop: OpenLoopSettings | None = field(
-        default=None, metadata=meta("open-loop load; absent: closed loop (--sessions)", omit_if_none=True)
-    )
-    slo: dict[str, float] | None = field(default=None, metadata=meta("--slo limits", omit_if_none=True))
-    percentiles: list[float] | None = field(default=None, metadata=meta("--percentiles", omit_if_none=True))
-    endpoint: Endpoint | None = field(
-        default=None,
-        metadata=meta(
-            "chat (/v1/chat/completions) or completions (/v1/completions, turn text as prompt)", omit_if_none=True
-        ),
-    )
-    extra_body: dict[str, Any] | None = field(
-        default=None, metadata=meta("--extra-body: fields merged into every request body", omit_if_none=True)
-    )
-    shared_prefix_tokens: int | None = field(
-        default=None,
-        metadata=meta(
-            "--shared-prefix-tokens: approximate tokens of the system text every conversation opens with",
-            omit_if_none=True,
-        ),
-    )
-    headers: list[str] | None = field(
-        default=None,
-        metadata=meta("--header lines sent with every request (credential values stored as ***)", omit_if_none=True),
-    )
 
 
 @dataclass(kw_only=True)

@@ -15,14 +15,13 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import aiohttp
 
 from kimi_dflash.bench import client, failure_hints, http1, metrics, prometheus, server_info, spec_summary
-from kimi_dflash.bench.level_extras import Analyses, apply_analyses, open_loop_level
-from kimi_dflash.bench.openloop import OpenLoopConfig, OpenLoopRepeat
-from kimi_dflash.bench.progress import DEFAULT_INTERVAL_S, report_progress
+from kimi_dflash.bench.level_extras import apply_analyses, open_loop_level
+from kimi_dflash.bench.openloop import OpenLoopRepeat
+from kimi_dflash.bench.progress import report_progress
 from kimi_dflash.bench.records import (
     CLIENT_OUT_OF_RESOURCES,
     CONNECTION_CLOSED,
@@ -40,7 +39,8 @@ from kimi_dflash.bench.result import (
     SpecDecodeStatus,
     WarmupSummary,
 )
-from kimi_dflash.bench.workload import Dataset, Prompt, session_prompts, warmup_prompts
+from kimi_dflash.bench.settings import DEFAULT_BASE_URL, OpenLoopSettings, Settings, normalize_base_url
+from kimi_dflash.bench.workload import Prompt, session_prompts, warmup_prompts
 from kimi_dflash.core.errors import UserError
 
 perf_counter = time.perf_counter
@@ -56,32 +56,6 @@ EXIT_CLIENT_SHORT = 5  # this machine ran out of descriptors, ports or memory mi
 # After one of these, ask the server whether it is still there (it may have died).
 CONNECTION_FAILURES = frozenset({CONNECTION_REFUSED, CONNECTION_ERROR, CONNECTION_RESET, CONNECTION_CLOSED})
 PROBE_INTERVAL_S = 1.0  # at most one liveness probe per second, however many sessions fail together
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    endpoint: client.Endpoint
-    model: str | None
-    levels: tuple[int, ...]
-    turns: int
-    max_tokens: int
-    temperature: float
-    dataset: Dataset
-    warmup: int = 0
-    repeats: int = 1
-    seed: int = 0
-    stream: bool = True
-    ignore_eos: bool = False
-    metrics_url: str | None = None
-    system_prompt: str | None = None
-    keep_records: bool = False
-    independent_turns: bool = False  # send each turn without the conversation so far
-    prompt_order: str = "random"  # or "sequential" (workload.session_prompts)
-    progress_interval_s: float = DEFAULT_INTERVAL_S  # 0: no progress lines during a level
-    open_loop: OpenLoopConfig | None = None  # --request-rate: levels are rates, not session counts
-    analyses: Analyses = field(default_factory=Analyses)  # --percentiles, --slo, intervals over repeats
-    keep_level_records: bool = False  # --csv: keep every level's records in RunState.level_records
-    extra_body: dict[str, Any] | None = None  # --extra-body, merged into every request body
 
 
 @dataclass(frozen=True)
@@ -124,8 +98,15 @@ class RunState:
 
 
 class Benchmark:
-    def __init__(self, cfg: RunConfig, stopper: Stopper, checkpoint: Callable[[RunState], None]) -> None:
-        self.cfg = cfg
+    def __init__(self, cfg: Settings, stopper: Stopper, checkpoint: Callable[[RunState], None]) -> None:
+        self.cfg = cfg  # resolved (Settings.resolve)
+        self.endpoint = client.Endpoint(
+            base_url=normalize_base_url(cfg.base_url or DEFAULT_BASE_URL),
+            api_key=cfg.api_key,
+            timeout_s=cfg.timeout_s or 600.0,
+            api=cfg.endpoint or "chat",
+            extra_headers=tuple(cfg.header_pairs),
+        )
         self.stopper = stopper
         self.checkpoint = checkpoint
         self.state = RunState()
@@ -135,8 +116,8 @@ class Benchmark:
     async def run(self) -> RunState:
         cfg = self.cfg
         # aiohttp serves only the GET endpoints; chat requests use one connection per session.
-        async with client.make_session(cfg.endpoint.timeout_s, cfg.endpoint.extra_headers) as session:
-            server, model = await server_info.probe(session, cfg.endpoint, cfg.model, cfg.metrics_url)
+        async with client.make_session(self.endpoint.timeout_s, self.endpoint.extra_headers) as session:
+            server, model = await server_info.probe(session, self.endpoint, cfg.model, cfg.metrics_url)
             self.state.server, self.state.model = server, model
             notes = server_notes(server, model, cfg)
             if notes:
@@ -158,20 +139,20 @@ class Benchmark:
         cfg = self.cfg
         if cfg.warmup <= 0:
             return WarmupSummary(requests=0)
-        prompts = warmup_prompts(cfg.dataset, cfg.seed, cfg.warmup)
+        prompts = warmup_prompts(cfg.prompts, cfg.seed, cfg.warmup)
         queue: asyncio.Queue[tuple[int, Prompt]] = asyncio.Queue()
         for item in enumerate(prompts):
             queue.put_nowait(item)
         records: list[RequestRecord] = []
 
         async def worker() -> None:
-            conn = cfg.endpoint.connection()
+            conn = self.endpoint.connection()
             try:
                 while not queue.empty():
                     i, prompt = queue.get_nowait()
                     record = RequestRecord(sessions=0, repeat=0, session=i, turn=1, warmup=True)
                     records.append(record)
-                    await client.send(conn, cfg.endpoint, self._body([self._user(prompt)]), cfg.stream, record)
+                    await client.send(conn, self.endpoint, self._body([self._user(prompt)]), cfg.stream, record)
                     if record.error == CLIENT_OUT_OF_RESOURCES:
                         self._client_short(record)
             finally:
@@ -197,7 +178,7 @@ class Benchmark:
         """One level: ``level`` sessions (closed loop) or, with ``cfg.open_loop``, a request rate."""
         cfg = self.cfg
         before, scrape_error = await server_info.scrape_spec(
-            session, cfg.metrics_url, cfg.endpoint.api_key, self.state.model or ""
+            session, cfg.metrics_url, self.endpoint.api_key, self.state.model or ""
         )
         records: list[RequestRecord] = []
         windows: list[metrics.Window] = []
@@ -212,15 +193,15 @@ class Benchmark:
                 continue
             level = int(level)
             plans = [
-                session_prompts(cfg.dataset, cfg.seed, level, repeat, s, cfg.turns, cfg.prompt_order)
+                session_prompts(cfg.prompts, cfg.seed, level, repeat, s, cfg.turns_per_session, cfg.prompt_order)
                 for s in range(level)
             ]
             # Connect every session before the window opens, so TTFT never includes TCP setup. A session
             # that cannot connect here tries again on its first request, which reports the failure.
-            conns = [cfg.endpoint.connection() for _ in range(level)]
+            conns = [self.endpoint.connection() for _ in range(level)]
             await asyncio.gather(*(c.connect() for c in conns), return_exceptions=True)
             label = f"[{level} sessions] repeat {repeat + 1}/{cfg.repeats}"
-            print(f"{label}: measuring {level} sessions x {cfg.turns} turns", file=sys.stderr, flush=True)
+            print(f"{label}: measuring {level} sessions x {cfg.turns_per_session} turns", file=sys.stderr, flush=True)
             first = len(records)
             cpu0 = time.process_time()
             start = perf_counter()
@@ -228,7 +209,7 @@ class Benchmark:
                 asyncio.create_task(self._session(conns[s], level, repeat, s, plans[s], records)) for s in range(level)
             ]
             progress = asyncio.create_task(
-                report_progress(label, records, first, level * cfg.turns, start, cfg.progress_interval_s)
+                report_progress(label, records, first, level * cfg.turns_per_session, start, cfg.progress_interval)
             )
             try:
                 await self._until_done_or_stopped(tasks)
@@ -245,8 +226,8 @@ class Benchmark:
         spec, status = await self._spec_window(session, before, scrape_error)
         ol = cfg.open_loop
         result = metrics.level_result(
-            sessions=int(level) if ol is None else ol.sessions,
-            turns=cfg.turns,
+            sessions=int(level) if ol is None else ol.sessions_per_level,
+            turns=cfg.turns_per_session,
             records=records,
             windows=windows,
             client_cpu_s=cpu_s,
@@ -256,12 +237,12 @@ class Benchmark:
         )
         if ol is not None:
             result.open_loop = open_loop_level(records, windows, level, ol.arrival, ol.burstiness, ol.max_concurrency)
-        apply_analyses(result, records, cfg.analyses)
-        if cfg.keep_level_records:
+        apply_analyses(result, records, cfg)
+        if cfg.csv:
             self.state.level_records.append(records)
         result.spec_per_request = spec_summary.spec_per_request(records)
         result.reply_hashes = spec_summary.reply_hashes(records) or None
-        if cfg.keep_records:
+        if cfg.record_requests:
             # Times are seconds from "clock_origin", a time.perf_counter() reading of this run (on Linux the
             # host's CLOCK_MONOTONIC, so they can be lined up with other processes' monotonic timestamps).
             result.request_records = RequestRecords(
@@ -270,20 +251,24 @@ class Benchmark:
         return result
 
     async def _open_repeat(
-        self, ol: OpenLoopConfig, rate: float, repeat: int, records: list[RequestRecord]
+        self, ol: OpenLoopSettings, rate: float, repeat: int, records: list[RequestRecord]
     ) -> OpenWindow:
         """One open-loop repeat (openloop.OpenLoopRepeat), timed like a closed-loop one."""
         runner = OpenLoopRepeat(self, ol, rate, repeat, records)
         await runner.prepare()
         shown = "all at once" if math.isinf(rate) else f"{rate:g} conversations/s ({ol.arrival})"
         label = f"[rate {shown}] repeat {repeat + 1}/{self.cfg.repeats}"
-        print(f"{label}: measuring {ol.sessions} conversations x {self.cfg.turns} turns", file=sys.stderr, flush=True)
+        print(
+            f"{label}: measuring {ol.sessions_per_level} conversations x {self.cfg.turns_per_session} turns",
+            file=sys.stderr,
+            flush=True,
+        )
         first = len(records)
         cpu0 = time.process_time()
         start = perf_counter()
         task = asyncio.create_task(runner.run(start))
         progress = asyncio.create_task(
-            report_progress(label, records, first, runner.total_requests, start, self.cfg.progress_interval_s)
+            report_progress(label, records, first, runner.total_requests, start, self.cfg.progress_interval)
         )
         try:
             await self._until_done_or_stopped([task])
@@ -306,14 +291,14 @@ class Benchmark:
         if before is None:
             return None, "absent"
         after, error = await server_info.scrape_spec(
-            session, cfg.metrics_url, cfg.endpoint.api_key, self.state.model or ""
+            session, cfg.metrics_url, self.endpoint.api_key, self.state.model or ""
         )
         waited = 0.0
         while error is None and after is not None and waited < SETTLE_MAX_S:
             await asyncio.sleep(SETTLE_POLL_S)
             waited += SETTLE_POLL_S
             again, error = await server_info.scrape_spec(
-                session, cfg.metrics_url, cfg.endpoint.api_key, self.state.model or ""
+                session, cfg.metrics_url, self.endpoint.api_key, self.state.model or ""
             )
             if again == after:
                 break
@@ -339,13 +324,13 @@ class Benchmark:
             # Conversation datasets: turn 1 of a conversation starts a fresh history (with its own system prompt).
             turn = prompt.conversation_turn or slot
             if slot == 1 or prompt.conversation_turn == 1:
-                history = _opening(cfg.system_prompt, prompt.system)
+                history = _opening(cfg.system_text, prompt.system)
             messages = [*history, self._user(prompt)]
             record = RequestRecord(
                 sessions=level, repeat=repeat, session=index, turn=turn, category=prompt.category, prompt_id=prompt.id
             )
             sink.append(record)  # before sending: a cancelled request still leaves its record
-            reply = await client.send(conn, cfg.endpoint, self._body(messages), cfg.stream, record)
+            reply = await client.send(conn, self.endpoint, self._body(messages), cfg.stream, record)
             if record.ok and reply is not None and not cfg.independent_turns:
                 # Kimi may spend the whole budget reasoning; carry that text so the history still grows.
                 history = [*messages, {"role": "assistant", "content": reply.content or reply.reasoning}]
@@ -377,12 +362,10 @@ class Benchmark:
                 return
             # Its own connection: the pool may still hold connections to a server that is gone.
             async with aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(force_close=True), headers=dict(self.cfg.endpoint.extra_headers)
+                connector=aiohttp.TCPConnector(force_close=True), headers=dict(self.endpoint.extra_headers)
             ) as fresh:
                 try:
-                    await client.get_json(
-                        fresh, f"{self.cfg.endpoint.base_url}/v1/models", self.cfg.endpoint.api_key, 5.0
-                    )
+                    await client.get_json(fresh, f"{self.endpoint.base_url}/v1/models", self.endpoint.api_key, 5.0)
                     self._last_probe_ok = perf_counter()
                     return
                 except Exception as exc:  # noqa: BLE001
@@ -419,7 +402,7 @@ class Benchmark:
     def _body(self, messages: list[dict[str, str]]) -> bytes:
         cfg = self.cfg
         # completions: the turn's text is the prompt (no template, no history)
-        content = {"prompt": messages[-1]["content"]} if cfg.endpoint.api == "completions" else {"messages": messages}
+        content = {"prompt": messages[-1]["content"]} if self.endpoint.api == "completions" else {"messages": messages}
         return client.request_payload(
             self.state.model or "", content, cfg.max_tokens, cfg.temperature, cfg.stream, cfg.ignore_eos, cfg.extra_body
         )
@@ -432,7 +415,7 @@ def _opening(shared: str | None, own: str | None) -> list[dict[str, str]]:
     return [{"role": "system", "content": text}] if text else []
 
 
-def server_notes(server: ServerInfo, model: str, cfg: RunConfig) -> list[str]:
+def server_notes(server: ServerInfo, model: str, cfg: Settings) -> list[str]:
     """Warnings about the server that the result keeps: what would make this measurement misleading."""
     notes = []
     if (server.cache_config or {}).get("enable_prefix_caching") == "True":
@@ -442,9 +425,13 @@ def server_notes(server: ServerInfo, model: str, cfg: RunConfig) -> list[str]:
         )
     context = server_info.max_model_len(server, model)
     # The last turn carries T - 1 replies of up to M tokens and asks for M more: T x M tokens before any prompt.
-    wanted = cfg.max_tokens * (1 if cfg.independent_turns else cfg.turns)
+    wanted = cfg.max_tokens * (1 if cfg.independent_turns else cfg.turns_per_session)
     if context is not None and wanted >= context:
-        what = "--max-tokens" if cfg.independent_turns else f"{cfg.turns} turns x {cfg.max_tokens} reply tokens"
+        what = (
+            "--max-tokens"
+            if cfg.independent_turns
+            else f"{cfg.turns_per_session} turns x {cfg.max_tokens} reply tokens"
+        )
         notes.append(
             f"the conversation can outgrow the model's context: {what} = {wanted} tokens before any prompt "
             f"text, and the server's max_model_len is {context}; vLLM refuses (HTTP 400) or cuts short requests "

@@ -16,8 +16,7 @@ from importlib import resources
 from pathlib import Path
 
 from kimi_dflash.bench import datasets
-from kimi_dflash.bench.datasets import Conversation
-from kimi_dflash.bench.result import DatasetInfo
+from kimi_dflash.bench.datasets import Conversation, DatasetInfo
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.user_files import MiB, UnreadableFile, parse_user_json, read_user_bytes
 

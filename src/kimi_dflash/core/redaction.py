@@ -1,7 +1,7 @@
 """The project's one redaction helper: what must never reach a file, a log, a dry run or an error message.
 
 - A secret option in any spelling argparse would accept: ``--api-key K``, ``--api-key=K``, abbreviations
-  (``--api K``, ``--api-k=K``; every parser of this project that takes --api-key sets ``allow_abbrev=False``, so
+  (``--api K``, ``--api-k=K``; a parser built by core/options.py with a secret option takes no abbreviations, so
   these are refused there, but a command line stored or shown is redacted whichever parser it was meant for), and
   the spellings vLLM's parser adds (vllm/utils/argparse_utils.py, FlexibleArgumentParser.parse_args): underscores
   for dashes (``--api_key K``) and a dotted sub-key (``--api-key.x K``, which vLLM turns into a JSON value).
@@ -14,11 +14,8 @@ workflows).
 
 from __future__ import annotations
 
-import argparse
 import re
-import sys
 from collections.abc import Iterable, Sequence
-from typing import Any, NoReturn
 
 SECRET_OPTIONS = ("--api-key",)
 MASK = "***"
@@ -122,22 +119,3 @@ def redact_values(text: str, secrets: Iterable[str | None]) -> str:
         if secret and len(secret) >= 4:
             text = text.replace(secret, MASK)
     return text
-
-
-class RedactingArgumentParser(argparse.ArgumentParser):
-    """An ArgumentParser for commands that take a secret: no abbreviations (``--api K`` is refused, not taken for
-    ``--api-key``), and its error messages ("unrecognized arguments: --api K") never echo the secret or a URL's
-    credentials."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("allow_abbrev", False)
-        super().__init__(*args, **kwargs)
-        self._secrets: list[str | None] = []
-
-    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
-        argv = sys.argv[1:] if args is None else [str(arg) for arg in args]
-        self._secrets = [split_secret(argv)[1]]
-        return super().parse_known_args(args, namespace)
-
-    def error(self, message: str) -> NoReturn:
-        super().error(redact_url(redact_values(message, self._secrets)))

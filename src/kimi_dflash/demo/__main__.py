@@ -2,7 +2,7 @@
 
 import sys
 
-from kimi_dflash.demo.cli import main
+from kimi_dflash.core import options
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(options.run("kimi_dflash.demo.cli", prog="fabricate_demo_models"))

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+from kimi_dflash.core.options import declare, option
 from kimi_dflash.demo.bundle import ensure_demo_models
 from kimi_dflash.demo.catalog import CHOICES, DEFAULT
 
@@ -31,30 +32,19 @@ serve the result on CPU: ./serve.sh configs/demo-cpu.env (docs/demo-models.md ha
 """
 
 
-def parse_args(argv: list[str] | None, prog: str | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog=prog or "fabricate_demo_models",
-        description=DESCRIPTION,
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument(
-        "--root",
-        type=Path,
-        default=None,
-        help="directory to keep the models in (default: <project cache>/demo; "
-        "KIMI_DFLASH_CACHE moves the project cache)",
-    )
-    parser.add_argument(
-        "--model", choices=sorted(CHOICES), default=DEFAULT, help=f"which demo models (default: {DEFAULT})"
-    )
-    parser.add_argument("--force", action="store_true", help="rebuild even if a valid cached copy exists")
-    parser.add_argument("--json", action="store_true", help="print paths and facts as one JSON object on stdout")
-    return parser.parse_args(argv)
+@dataclass(kw_only=True)
+class DemoOptions:
+    root: Path | None = option("directory to keep the models in (default: <project cache>/demo; KIMI_DFLASH_CACHE "
+        "moves the project cache)")  # fmt: skip
+    model: str = option(f"which demo models (default: {DEFAULT})", choices=sorted(CHOICES), default=DEFAULT)
+    force: bool = option("rebuild even if a valid cached copy exists")
+    json: bool = option("print paths and facts as one JSON object on stdout")
 
 
-def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    args = parse_args(argv, prog)
+add_cli_args = declare(DemoOptions, DESCRIPTION, EPILOG)
+
+
+def main(args: DemoOptions) -> int:
 
     def progress(message: str) -> None:
         print(f"demo: {message}", file=sys.stderr, flush=True)

@@ -7,12 +7,13 @@ Used by the tests and by `python -m kimi_dflash.demo.reference` to document the 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from kimi_dflash.core.options import declare, option, run
 
 if TYPE_CHECKING:
     import torch
@@ -286,20 +287,25 @@ def load_kimi_text_model(target_dir: Path):  # type: ignore[no-untyped-def]
 TARGET_LOADERS = {"qwen3": load_target, "kimi": load_kimi_text_model, "kimi-cuda": load_kimi_text_model}
 
 
-def main(argv: list[str] | None = None) -> int:
+@dataclass(kw_only=True)
+class ReferenceOptions:
+    root: Path | None = option("demo model root (default: project cache)")
+    model: str = option("which demo (default kimi)", choices=sorted(TARGET_LOADERS), default="kimi")
+    tokens: int = option("generated tokens per prompt (default 128)", default=128)
+    num_speculative_tokens: int = option("draft slots (default 8)", flag=("-k", "--num-speculative-tokens"), default=8)
+    prompts: list[str] = option("user messages", positional=True, default=list(DEFAULT_PROMPTS))
+
+
+add_cli_args = declare(
+    ReferenceOptions,
+    "Measure, without vLLM, how often the demo drafter's proposals equal the target's greedy tokens (per draft "
+    "position, prefix rule as vLLM counts acceptance).",
+)
+
+
+def main(args: ReferenceOptions) -> int:
     from kimi_dflash.demo.bundle import ensure_demo_models
 
-    parser = argparse.ArgumentParser(
-        prog="python -m kimi_dflash.demo.reference",
-        description="Measure, without vLLM, how often the demo drafter's proposals equal the target's greedy "
-        "tokens (per draft position, prefix rule as vLLM counts acceptance).",
-    )
-    parser.add_argument("--root", type=Path, default=None, help="demo model root (default: project cache)")
-    parser.add_argument("--model", choices=sorted(TARGET_LOADERS), default="kimi", help="which demo (default kimi)")
-    parser.add_argument("--tokens", type=int, default=128, help="generated tokens per prompt (default 128)")
-    parser.add_argument("-k", "--num-speculative-tokens", type=int, default=8, help="draft slots (default 8)")
-    parser.add_argument("prompts", nargs="*", default=list(DEFAULT_PROMPTS), help="user messages")
-    args = parser.parse_args(argv)
     models = ensure_demo_models(args.root, choice=args.model)
     model = TARGET_LOADERS[args.model](models.target_dir)
     from transformers import AutoTokenizer
@@ -325,4 +331,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(__name__, prog="python -m kimi_dflash.demo.reference"))

@@ -7,10 +7,12 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 
 from kimi_dflash.bench.columns import ACCEPTANCE_LENGTH, ACCEPTANCE_RATE
 from kimi_dflash.bench.result import load_result
 from kimi_dflash.core.formatting import markdown_table
+from kimi_dflash.core.options import declare, option, run
 
 
 def rows(labelled: list[tuple[str, str]]) -> list[str]:
@@ -26,14 +28,28 @@ def rows(labelled: list[tuple[str, str]]) -> list[str]:
     return markdown_table(["drafter", rate.header, tau.header, "per position", "drafts"], "lrrlr", table)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if not args or any("=" not in a for a in args):
-        print(__doc__, file=sys.stderr)
-        return 2
-    print("\n".join(rows([tuple(a.split("=", 1)) for a in args])))  # type: ignore[misc]
+def _labelled(text: str) -> tuple[str, str]:
+    label, sep, path = text.partition("=")
+    if not sep:
+        raise ValueError(f"{text!r}: expected LABEL=RESULT.json")
+    return label, path
+
+
+@dataclass(kw_only=True)
+class AcceptanceOptions:
+    runs: list[tuple[str, str]] = option(
+        "benchmark results to compare, each as LABEL=RESULT.json", positional=True, required=True, parse=_labelled,
+        metavar="LABEL=RESULT.json",
+    )  # fmt: skip
+
+
+add_cli_args = declare(AcceptanceOptions, __doc__)
+
+
+def main(args: AcceptanceOptions) -> int:
+    print("\n".join(rows(args.runs)))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(__name__, prog="python -m kimi_dflash.drafter_training.acceptance"))

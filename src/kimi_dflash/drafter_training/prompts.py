@@ -14,16 +14,16 @@ Reading parquet needs pyarrow, which SpecForge's environment has (the setup phas
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from kimi_dflash.core.atomic_write import write_text_atomic
+from kimi_dflash.core.options import declare, option, run
 
 DEMO_PROMPTS = "kv_calibration_prompts.jsonl"
 PERFECTBLEND_REPO = "mlabonne/open-perfectblend"
@@ -146,22 +146,27 @@ def perfectblend_records(directory: Path) -> Iterator[Mapping[str, Any]]:
             yield from batch.to_pylist()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m kimi_dflash.drafter_training.prompts",
-        description="Write the regen prompt file (first user turn of each record).",
-    )
-    parser.add_argument("--source", choices=("demo", "perfectblend"), required=True)
-    parser.add_argument("--perfectblend-dir", type=Path, help="the downloaded mlabonne/open-perfectblend dataset")
-    parser.add_argument("--limit", type=int, default=None, help="keep at most this many prompts")
-    parser.add_argument("--output", type=Path, required=True)
-    args = parser.parse_args(argv)
+@dataclass(kw_only=True)
+class PromptsOptions:
+    source: Literal["demo", "perfectblend"] = option("where the prompts come from", required=True)
+    perfectblend_dir: Path | None = option("the downloaded mlabonne/open-perfectblend dataset")
+    limit: int | None = option("keep at most this many prompts")
+    output: Path = option("the prompt file to write", required=True)
+
+    def check(self) -> None:
+        if self.source == "perfectblend" and self.perfectblend_dir is None:
+            raise ValueError("--source perfectblend needs --perfectblend-dir")
+
+
+add_cli_args = declare(PromptsOptions, "Write the regen prompt file (first user turn of each record).")
+
+
+def main(args: PromptsOptions) -> int:
     try:
         if args.source == "demo":
             prompts: Iterable[Prompt] = demo_prompts()
         else:
-            if args.perfectblend_dir is None:
-                parser.error("--source perfectblend needs --perfectblend-dir")
+            assert args.perfectblend_dir is not None  # check() refused it
             prompts = prompts_from_records(perfectblend_records(args.perfectblend_dir), "perfectblend")
         count = write_prompt_file(prompts, args.output, args.limit)
     except PromptError as error:
@@ -172,4 +177,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(__name__, prog="python -m kimi_dflash.drafter_training.prompts"))

@@ -11,7 +11,6 @@ one, so the report says whether the scales had converged (they only grow: a runn
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import datetime as _dt
 import os
@@ -23,9 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kimi_dflash.core import envvars
+from kimi_dflash.core import envvars, options
 from kimi_dflash.core.atomic_write import write_json_atomic
 from kimi_dflash.core.envvars import DEFAULT_KV_SCALE_FLOOR
+from kimi_dflash.core.options import option
 from kimi_dflash.kvscale.fp8 import FORMATS, format_by_name
 from kimi_dflash.kvscale.scales_file import (
     ModelIdentity,
@@ -272,54 +272,46 @@ def _in_process_runner(
     return run, close
 
 
-def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=prog or "calibrate_kv_scales.py",
-        description="Measure per-layer max(|kv_c_normed|, |k_pe|) of an MLA model over a prompt set and write "
-        "the KV scales JSON that KV_SCALE_MODE=calibrated loads.",
-        epilog="Server mode: start vLLM with KV_SCALE_MODE=observe and KIMI_DFLASH_KV_OBSERVE_DIR=DIR (BF16 KV is "
-        "best: it measures latents undisturbed by FP8 rounding), then: calibrate_kv_scales.py --server "
-        "http://127.0.0.1:8000 --observe-dir DIR --out kv_scales.json.  In-process mode (small models): "
-        "calibrate_kv_scales.py --model /path/to/model --out kv_scales.json.  The API key, if any, is read "
-        "from OPENAI_API_KEY.",
-    )
-    where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--server", metavar="URL", help="running vLLM server in observe mode")
-    where.add_argument("--model", metavar="PATH", help="load this model in-process with vLLM (small models)")
-    parser.add_argument("--observe-dir", type=Path, help="the server's KIMI_DFLASH_KV_OBSERVE_DIR (server mode)")
-    parser.add_argument("--out", type=Path, required=True, help="scales JSON to write (atomically)")
-    parser.add_argument("--prompts", type=Path, help='JSONL with a "prompt" per line (default: 200 shipped prompts)')
-    parser.add_argument("--limit", type=int, help="use only the first N prompts")
-    parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, help="tokens generated per prompt (256)")
-    parser.add_argument("--concurrency", type=int, default=16, help="parallel requests in server mode (16)")
-    parser.add_argument("--served-model", help="model name for requests (default: first of /v1/models)")
-    parser.add_argument(
-        "--fp8-format",
-        choices=sorted(FORMATS),
-        default="e4m3fn",
-        help="format the file's informational 'scale' fields are computed for (the runtime "
-        "recomputes from amax for its own format); default e4m3fn",
-    )
-    parser.add_argument(
-        "--floor", type=float, default=DEFAULT_KV_SCALE_FLOOR, help=f"minimum scale ({DEFAULT_KV_SCALE_FLOOR:g})"
-    )
-    parser.add_argument("--dump-timeout", type=float, default=60.0, help="seconds to wait for fresh observe files")
-    parser.add_argument("--max-model-len", type=int, default=4096, help="in-process mode: vLLM max_model_len")
-    parser.add_argument("--dtype", default="bfloat16", help="in-process mode: model dtype (bfloat16)")
-    return parser
+@dataclass(kw_only=True)
+class CalibrateOptions:
+    server: str | None = option("running vLLM server in observe mode", metavar="URL", exclusive="where", required=True)
+    model: str | None = option("load this model in-process with vLLM (small models)", metavar="PATH",
+        exclusive="where", required=True)  # fmt: skip
+    observe_dir: Path | None = option("the server's KIMI_DFLASH_KV_OBSERVE_DIR (server mode)")
+    out: Path = option("scales JSON to write (atomically)", required=True)
+    prompts: Path | None = option('JSONL with a "prompt" per line (default: 200 shipped prompts)')
+    limit: int | None = option("use only the first N prompts")
+    max_tokens: int = option("tokens generated per prompt (256)", default=DEFAULT_MAX_TOKENS, minimum=1)
+    concurrency: int = option("parallel requests in server mode (16)", default=16, minimum=1)
+    served_model: str | None = option("model name for requests (default: first of /v1/models)")
+    fp8_format: str = option("format the file's informational 'scale' fields are computed for (the runtime "
+        "recomputes from amax for its own format); default e4m3fn", choices=sorted(FORMATS), default="e4m3fn"
+    )  # fmt: skip
+    floor: float = option(f"minimum scale ({DEFAULT_KV_SCALE_FLOOR:g})", default=DEFAULT_KV_SCALE_FLOOR)
+    dump_timeout: float = option("seconds to wait for fresh observe files", default=60.0)
+    max_model_len: int = option("in-process mode: vLLM max_model_len", default=4096)
+    dtype: str = option("in-process mode: model dtype (bfloat16)", default="bfloat16")
+
+    def check(self) -> None:
+        if self.server and self.observe_dir is None:
+            raise ValueError("--server needs --observe-dir (the directory the server's plugin dumps to)")
 
 
-def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
+add_cli_args = options.declare(
+    CalibrateOptions,
+    "Measure per-layer max(|kv_c_normed|, |k_pe|) of an MLA model over a prompt set and write the KV scales JSON "
+    "that KV_SCALE_MODE=calibrated loads.",
+    "Server mode: start vLLM with KV_SCALE_MODE=observe and KIMI_DFLASH_KV_OBSERVE_DIR=DIR (BF16 KV is best: it "
+    "measures latents undisturbed by FP8 rounding), then: calibrate_kv_scales.py --server http://127.0.0.1:8000 "
+    "--observe-dir DIR --out kv_scales.json.  In-process mode (small models): calibrate_kv_scales.py --model "
+    "/path/to/model --out kv_scales.json.  The API key, if any, is read from OPENAI_API_KEY.",
+)
+
+
+def main(args: CalibrateOptions) -> int:
     from kimi_dflash.validate.client import ServerError, api_key_from_env
     from kimi_dflash.validate.prompts import PromptFileError, load_calibration_prompts
 
-    args = build_parser(prog).parse_args(argv)
-    if args.server and args.observe_dir is None:
-        print("error: --server needs --observe-dir (the directory the server's plugin dumps to)", file=sys.stderr)
-        return 2
-    if args.max_tokens < 1 or args.concurrency < 1:
-        print("error: --max-tokens and --concurrency must be >= 1", file=sys.stderr)
-        return 2
     try:
         prompts = load_calibration_prompts(args.prompts)
     except PromptFileError as error:
@@ -386,4 +378,4 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(options.run(__name__, prog="calibrate_kv_scales.py"))

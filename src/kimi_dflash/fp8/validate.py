@@ -11,7 +11,6 @@ box, or any two vLLM servers); this tool only sends requests and reads logs.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import re
 import subprocess
@@ -23,6 +22,7 @@ from pathlib import Path
 from kimi_dflash.bench.result import load_result
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.formatting import number
+from kimi_dflash.core.options import declare, option, run
 from kimi_dflash.documents import Document, Model
 from kimi_dflash.validate.client import ServerError, api_key_from_env
 
@@ -184,48 +184,37 @@ def _read_log(path: Path | None) -> int | None:
         raise ServerError(f"cannot read server log {path}: {error.strerror}") from None
 
 
-def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=prog or "validate-fp8.sh",
-        description="Compare an FP8-KV server with a BF16-KV server of the same model: greedy token agreement, "
-        "exact-match math accuracy, KV capacity and (optionally) throughput; print a verdict.",
-        epilog="Example: validate-fp8.sh --bf16-url http://127.0.0.1:8000 --fp8-url http://127.0.0.1:8001 "
-        "--bf16-log bf16.log --fp8-log fp8.log --bench-concurrency 64. Exit status: 0 PASS, 1 WARN, "
-        "2 FAIL, 3 error. The API key, if any, is read from OPENAI_API_KEY.",
-    )
-    parser.add_argument("--bf16-url", required=True, help="server with BF16 KV (the reference)")
-    parser.add_argument("--fp8-url", required=True, help="server with FP8 KV")
-    parser.add_argument("--bf16-log", type=Path, help="BF16 server log (for KV capacity)")
-    parser.add_argument("--fp8-log", type=Path, help="FP8 server log (for KV capacity)")
-    parser.add_argument("--prompts", type=int, default=24, help="agreement prompts, from the shipped set (24)")
-    parser.add_argument("--max-tokens", type=int, default=128, help="tokens per agreement prompt (128)")
-    parser.add_argument("--math-max-tokens", type=int, default=384, help="tokens per math answer (384)")
-    parser.add_argument("--no-math", action="store_true", help="skip the math accuracy check")
-    parser.add_argument("--concurrency", type=int, default=8, help="parallel requests per server (8)")
-    parser.add_argument(
-        "--bench-concurrency",
-        type=int,
-        help="also run the benchmark at this concurrency (use the config's MAX_NUM_SEQS)",
-    )
-    parser.add_argument(
-        "--bench-arg",
-        action="append",
-        default=[],
-        help="extra argument for the benchmark (kimi-dflash bench --help), e.g. --bench-arg=--max-tokens=512 (repeat)",
-    )
-    parser.add_argument("--bench-dir", type=Path, help="where the benchmark result JSONs go (results/)")
-    parser.add_argument("--json", type=Path, help="write every per-prompt result here")
-    parser.add_argument(
-        "--max-math-drop",
-        type=float,
-        default=Thresholds.max_math_drop_points,
-        help="FAIL when FP8 math accuracy trails BF16 by more points (5)",
-    )
-    return parser
+@dataclass(kw_only=True)
+class ValidateFp8Options:
+    bf16_url: str = option("server with BF16 KV (the reference)", required=True)
+    fp8_url: str = option("server with FP8 KV", required=True)
+    bf16_log: Path | None = option("BF16 server log (for KV capacity)")
+    fp8_log: Path | None = option("FP8 server log (for KV capacity)")
+    prompts: int = option("agreement prompts, from the shipped set (24)", default=24)
+    max_tokens: int = option("tokens per agreement prompt (128)", default=128)
+    math_max_tokens: int = option("tokens per math answer (384)", default=384)
+    no_math: bool = option("skip the math accuracy check")
+    concurrency: int = option("parallel requests per server (8)", default=8)
+    bench_concurrency: int | None = option("also run the benchmark at this concurrency (use the config's MAX_NUM_SEQS)")
+    bench_arg: list[str] = option("extra argument for the benchmark (kimi-dflash bench --help), e.g. "
+        "--bench-arg=--max-tokens=512 (repeat)", repeatable=True)  # fmt: skip
+    bench_dir: Path | None = option("where the benchmark result JSONs go (results/)")
+    json: Path | None = option("write every per-prompt result here")
+    max_math_drop: float = option("FAIL when FP8 math accuracy trails BF16 by more points (5)",
+        default=Thresholds.max_math_drop_points)  # fmt: skip
 
 
-def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
-    args = build_parser(prog).parse_args(argv)
+add_cli_args = declare(
+    ValidateFp8Options,
+    "Compare an FP8-KV server with a BF16-KV server of the same model: greedy token agreement, exact-match math "
+    "accuracy, KV capacity and (optionally) throughput; print a verdict.",
+    "Example: validate-fp8.sh --bf16-url http://127.0.0.1:8000 --fp8-url http://127.0.0.1:8001 --bf16-log bf16.log "
+    "--fp8-log fp8.log --bench-concurrency 64. Exit status: 0 PASS, 1 WARN, 2 FAIL, 3 error. The API key, if any, "
+    "is read from OPENAI_API_KEY.",
+)
+
+
+def main(args: ValidateFp8Options) -> int:
     api_key = api_key_from_env()
     urls = (args.bf16_url, args.fp8_url)
     try:
@@ -295,4 +284,4 @@ def report_lines(report: Fp8Report, max_tokens: int, math_run: bool = True) -> l
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(run(__name__, prog="validate-fp8.sh"))

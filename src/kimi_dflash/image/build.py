@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import re
 import shlex
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_dflash import __version__
+from kimi_dflash.core.options import declare, option, run
 
 DOCKERFILE = "Dockerfile.kimi26-dflash"
 DEFAULT_IMAGE = "vllm/vllm-openai-rocm"
@@ -40,53 +41,6 @@ examples:
       --allow-unpinned                                      # the CPU demo on a locally made base (no digest)
 then run it as docs/deployment.md shows ("Container").
 """
-
-
-@dataclass(frozen=True)
-class BuildPlan:
-    engine: str
-    context: Path
-    target: str
-    vllm_image: str
-    vllm_tag: str
-    vllm_digest: str | None
-    vllm_version: str
-    engine_args: tuple[str, ...] = ()
-
-    @property
-    def tag(self) -> str:
-        suffix = "-cpu-demo" if self.target == "cpu-demo" else ""
-        return f"kimi26-dflash:{__version__}-vllm{self.vllm_version}{suffix}"
-
-    def argv(self) -> list[str]:
-        build = [self.engine, "build"] if self.engine != "buildah" else ["buildah", "bud"]
-        args = [
-            *build,
-            "--file",
-            str(self.context / DOCKERFILE),
-            "--target",
-            self.target,
-            "--tag",
-            self.tag,
-            "--build-arg",
-            f"VLLM_IMAGE={self.vllm_image}",
-            "--build-arg",
-            f"VLLM_TAG={self.vllm_tag}",
-            "--label",
-            f"org.opencontainers.image.version={__version__}",
-            "--label",
-            f"ai.kimi-dflash.vllm-version={self.vllm_version}",
-            "--label",
-            f"ai.kimi-dflash.base={self.base_reference}",
-        ]
-        if self.vllm_digest:
-            args += ["--build-arg", f"VLLM_DIGEST={self.vllm_digest}"]
-        return [*args, *self.engine_args, str(self.context)]
-
-    @property
-    def base_reference(self) -> str:
-        digest = f"@{self.vllm_digest}" if self.vllm_digest else ""
-        return f"{self.vllm_image}:{self.vllm_tag}{digest}"
 
 
 def version_from_tag(tag: str) -> str | None:
@@ -121,41 +75,63 @@ def resolve_digest(engine: str, reference: str) -> str:
     )
 
 
-def parse_args(argv: list[str] | None, prog: str | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog=prog or "build-kimi26-dflash.sh",
-        description=DESCRIPTION,
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--target", choices=TARGETS, default="rocm", help="rocm (default: 8x MI300X) or cpu-demo")
-    parser.add_argument("--vllm-image", default=DEFAULT_IMAGE, help=f"base image repository ({DEFAULT_IMAGE})")
-    parser.add_argument("--vllm-tag", default=DEFAULT_TAG, help=f"base image tag ({DEFAULT_TAG})")
-    parser.add_argument("--vllm-digest", help="base image digest sha256:... (default: resolved from the registry)")
-    parser.add_argument("--vllm-version", help="vLLM version for the tag (default: from --vllm-tag, vX.Y.Z)")
-    parser.add_argument(
-        "--allow-unpinned", action="store_true", help="build without a digest (a local base image has none)"
-    )
-    parser.add_argument(
-        "--engine", choices=ENGINES, help="container tool (default: the first of docker, podman, buildah on PATH)"
-    )
-    parser.add_argument(
-        "--context", type=Path, default=Path.cwd(), help="the checkout to build from (default: the current directory)"
-    )
-    parser.add_argument(
-        "--engine-arg",
-        action="append",
-        default=[],
-        metavar="ARG",
-        help="extra argument for the container tool, repeatable (e.g. --engine-arg=--isolation=chroot "
-        "for podman/buildah where no OCI runtime can start)",
-    )
-    parser.add_argument("--dry-run", action="store_true", help="print the build command and exit")
-    return parser.parse_args(argv)
+@dataclass(kw_only=True)
+class BuildOptions:
+    target: str = option("rocm (default: 8x MI300X) or cpu-demo", choices=TARGETS, default="rocm")
+    vllm_image: str = option(f"base image repository ({DEFAULT_IMAGE})", default=DEFAULT_IMAGE)
+    vllm_tag: str = option(f"base image tag ({DEFAULT_TAG})", default=DEFAULT_TAG)
+    vllm_digest: str | None = option("base image digest sha256:... (default: resolved from the registry)")
+    vllm_version: str | None = option("vLLM version for the tag (default: from --vllm-tag, vX.Y.Z)")
+    allow_unpinned: bool = option("build without a digest (a local base image has none)")
+    engine: str | None = option("container tool (default: the first of docker, podman, buildah on PATH)",
+        choices=ENGINES)  # fmt: skip
+    context: Path = option("the checkout to build from (default: the current directory)", default=Path("."))
+    engine_arg: list[str] = option("extra argument for the container tool, repeatable (e.g. "
+        "--engine-arg=--isolation=chroot for podman/buildah where no OCI runtime can start)", repeatable=True,
+        metavar="ARG")  # fmt: skip
+    dry_run: bool = option("print the build command and exit")
+
+    # Once main has resolved the engine, the version, the digest and the context: the build it runs.
+    @property
+    def tag(self) -> str:
+        suffix = "-cpu-demo" if self.target == "cpu-demo" else ""
+        return f"kimi26-dflash:{__version__}-vllm{self.vllm_version}{suffix}"
+
+    def argv(self) -> list[str]:
+        build = [self.engine, "build"] if self.engine != "buildah" else ["buildah", "bud"]
+        args = [
+            *build,
+            "--file",
+            str(self.context / DOCKERFILE),
+            "--target",
+            self.target,
+            "--tag",
+            self.tag,
+            "--build-arg",
+            f"VLLM_IMAGE={self.vllm_image}",
+            "--build-arg",
+            f"VLLM_TAG={self.vllm_tag}",
+            "--label",
+            f"org.opencontainers.image.version={__version__}",
+            "--label",
+            f"ai.kimi-dflash.vllm-version={self.vllm_version}",
+            "--label",
+            f"ai.kimi-dflash.base={self.base_reference}",
+        ]
+        if self.vllm_digest:
+            args += ["--build-arg", f"VLLM_DIGEST={self.vllm_digest}"]
+        return [*args, *self.engine_arg, str(self.context)]
+
+    @property
+    def base_reference(self) -> str:
+        digest = f"@{self.vllm_digest}" if self.vllm_digest else ""
+        return f"{self.vllm_image}:{self.vllm_tag}{digest}"
 
 
-def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    args = parse_args(argv, prog)
+add_cli_args = declare(BuildOptions, DESCRIPTION, EPILOG)
+
+
+def main(args: BuildOptions) -> int:
     engine = args.engine or next((name for name in ENGINES if shutil.which(name)), None)
     if engine is None:
         print("build: none of docker, podman, buildah is installed", file=sys.stderr)
@@ -184,9 +160,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             print(f"build: {error}", file=sys.stderr)
             return 1
         print(f"build: base {args.vllm_image}:{args.vllm_tag} is {digest}", file=sys.stderr)
-    plan = BuildPlan(
-        engine, context, args.target, args.vllm_image, args.vllm_tag, digest, version, tuple(args.engine_arg)
-    )
+    plan = dataclasses.replace(args, engine=engine, vllm_version=version, vllm_digest=digest, context=context)
     print(shlex.join(plan.argv()), file=sys.stderr if not args.dry_run else sys.stdout)
     if args.dry_run:
         return 0
@@ -197,4 +171,4 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(__name__, prog="build-kimi26-dflash.sh"))

@@ -3,30 +3,29 @@ source without starting anything; the same check as `kimi-dflash serve CONFIG --
 
 from __future__ import annotations
 
-import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from kimi_dflash.core.options import declare, option, run
 
 
-def add_cli_args(parser: argparse.ArgumentParser) -> None:
-    parser.description = __doc__
-    parser.add_argument(
-        "vllm",
-        metavar="DIR",
-        help="vLLM's `vllm` package directory, a directory holding it (an unpacked wheel), or a .whl",
-    )
-    parser.add_argument("config", nargs="?", help="config path or shipped config name (default: production)")
-    parser.add_argument(
-        "--no-dry-engine", action="store_true", help="skip vLLM's own start-up code (the dry engine); rules only"
-    )
+@dataclass(kw_only=True)
+class CheckVllmOptions:
+    vllm: Path = option("vLLM's `vllm` package directory, a directory holding it (an unpacked wheel), or a .whl",
+        positional=True, required=True, metavar="DIR")  # fmt: skip
+    config: str | None = option("config path or shipped config name (default: production)", positional=True)
+    no_dry_engine: bool = option("skip vLLM's own start-up code (the dry engine); rules only")
 
 
-def main(args: argparse.Namespace) -> int:
+add_cli_args = declare(CheckVllmOptions, __doc__)
+
+
+def main(args: CheckVllmOptions) -> int:
     from kimi_dflash.launch import cli
 
-    extra = ["--no-dry-engine"] if args.no_dry_engine else []
-    return cli.main([*([args.config] if args.config else []), "--check-vllm", args.vllm, *extra])
+    return cli.main(cli.ServeOptions(config=args.config, check_vllm=args.vllm, no_dry_engine=args.no_dry_engine))
 
 
 if __name__ == "__main__":
-    _parser = argparse.ArgumentParser(prog="python -m kimi_dflash.launch.check_vllm")
-    add_cli_args(_parser)
-    raise SystemExit(main(_parser.parse_args()))
+    sys.exit(run(__name__, prog="python -m kimi_dflash.launch.check_vllm"))

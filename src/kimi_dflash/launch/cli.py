@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from kimi_dflash.config.problems import ConfigError, Problem
 from kimi_dflash.config.schema import KEYS
@@ -15,6 +16,7 @@ from kimi_dflash.config.shipped import resolve_config_argument
 from kimi_dflash.config.validate import Config, check_paths, load_config
 from kimi_dflash.core.envvars import CACHE as CACHE_ENV
 from kimi_dflash.core.errors import UserError
+from kimi_dflash.core.options import declare, option, run
 from kimi_dflash.core.paths import cache_root
 from kimi_dflash.launch import hooks, ownership
 from kimi_dflash.launch.prepare import local_plan, resolve_demo_models, resolve_models
@@ -57,61 +59,35 @@ vLLM's own exit code.
 """
 
 
-def parse_args(argv: list[str] | None, prog: str | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog=prog or "serve.sh",
-        description=DESCRIPTION,
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        allow_abbrev=False,
-    )
-    parser.add_argument(
-        "config",
-        nargs="?",
-        help="env-file config: a path, or the name of a config shipped with the package "
-        "(e.g. demo-cpu = configs/demo-cpu.env; default: production)",
-    )
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="print the launch plan (shell-quoted, secrets redacted) and exit without touching anything",
-    )
-    mode.add_argument("--preflight", action="store_true", help="run only the preflight checks")
-    mode.add_argument("--stop", action="store_true", help="stop the server a previous --wait started")
-    mode.add_argument(
-        "--check-vllm",
-        type=Path,
-        metavar="DIR",
-        help="judge the plan against the vLLM at DIR (its `vllm` package directory, a directory holding "
-        "it such as an unpacked wheel, or a .whl) from its source, without starting anything: "
-        "every option, speculative-config key and VLLM_* variable, the MoE backend against the "
-        "checkpoint's quantisation, the KV dtype against the platform's MLA backends, and the "
-        "patches / plugin the plan relies on. Exit 0: it starts; 2: it would not (each reason "
-        "with its fix). Uses MODEL_DIR/config.json, or the facts shipped for MODEL_REPO when "
-        "the checkpoint is not downloaded",
-    )
-    parser.add_argument(
-        "--wait",
-        action="store_true",
-        help="start vLLM in the background and return once /health and a one-token completion "
-        "succeed (exit 1 with the log tail if it dies or READY_TIMEOUT_S passes)",
-    )
-    parser.add_argument(
-        "--log",
-        type=Path,
-        help="also write vLLM's output to this file (with --wait default: <cache>/logs/serve-<port>.log)",
-    )
-    parser.add_argument(
-        "--fix-numa", action="store_true", help="as root, set kernel.numa_balancing=0 when preflight finds it on"
-    )
-    parser.add_argument("--skip-preflight", action="store_true", help="start without preflight checks")
+@dataclass(kw_only=True)
+class ServeOptions:
+    ABBREVIATIONS: ClassVar[bool] = False
+
+    config: str | None = option("env-file config: a path, or the name of a config shipped with the package (e.g. "
+        "demo-cpu = configs/demo-cpu.env; default: production)", positional=True)  # fmt: skip
+    dry_run: bool = option("print the launch plan (shell-quoted, secrets redacted) and exit without touching "
+        "anything", exclusive="mode")  # fmt: skip
+    preflight: bool = option("run only the preflight checks", exclusive="mode")
+    stop: bool = option("stop the server a previous --wait started", exclusive="mode")
+    check_vllm: Path | None = option("judge the plan against the vLLM at DIR (its `vllm` package directory, a "
+        "directory holding it such as an unpacked wheel, or a .whl) from its source, without starting anything: "
+        "every option, speculative-config key and VLLM_* variable, the MoE backend against the checkpoint's "
+        "quantisation, the KV dtype against the platform's MLA backends, and the patches / plugin the plan relies "
+        "on. Exit 0: it starts; 2: it would not (each reason with its fix). Uses MODEL_DIR/config.json, or the "
+        "facts shipped for MODEL_REPO when the checkpoint is not downloaded", metavar="DIR", exclusive="mode"
+    )  # fmt: skip
+    wait: bool = option("start vLLM in the background and return once /health and a one-token completion succeed "
+        "(exit 1 with the log tail if it dies or READY_TIMEOUT_S passes)")  # fmt: skip
+    log: Path | None = option("also write vLLM's output to this file (with --wait default: "
+        "<cache>/logs/serve-<port>.log)")  # fmt: skip
+    fix_numa: bool = option("as root, set kernel.numa_balancing=0 when preflight finds it on")
+    skip_preflight: bool = option("start without preflight checks")
     # The dry engine (vLLM's start-up code on a simulated platform) is a lab tool now (python -m kimi_dflash_lab
     # dry-engine); the flag that skipped it is still accepted so that existing scripts keep working.
-    parser.add_argument("--no-dry-engine", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    args.config = str(resolve_config_argument(args.config))
-    return args
+    no_dry_engine: bool = option(hidden=True)
+
+
+add_cli_args = declare(ServeOptions, DESCRIPTION, EPILOG)
 
 
 def say(message: str) -> None:
@@ -150,8 +126,8 @@ def stop_command(config: Config, config_argument: str, environ: dict[str, str] |
     return " ".join([*assignments, "./serve.sh", shlex.quote(config_argument), "--stop"])
 
 
-def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    args = parse_args(argv, prog)
+def main(args: ServeOptions) -> int:
+    args.config = str(resolve_config_argument(args.config))
     try:
         config = load_config(args.config)
     except ConfigError as error:
@@ -274,7 +250,7 @@ def stop(pid_path: Path) -> int:
     return 0 if outcome.ok else 1
 
 
-def start(config: Config, plan: LaunchPlan, args: argparse.Namespace, pid_path: Path) -> int:
+def start(config: Config, plan: LaunchPlan, args: ServeOptions, pid_path: Path) -> int:
     if not args.wait:
         say(f"serve: starting vLLM for {plan.served_model_name} on {plan.base_url}")
         return run_foreground(plan, args.log)
@@ -292,7 +268,7 @@ def start(config: Config, plan: LaunchPlan, args: argparse.Namespace, pid_path: 
         return EXIT_INTERRUPTED
 
 
-def _start_detached(config: Config, plan: LaunchPlan, args: argparse.Namespace, pid_path: Path) -> int:
+def _start_detached(config: Config, plan: LaunchPlan, args: ServeOptions, pid_path: Path) -> int:
     """Check-then-start, under the port's lock (so two starts at once give one server and one refusal)."""
     try:
         existing = running_server(pid_path)
@@ -318,4 +294,4 @@ def _start_detached(config: Config, plan: LaunchPlan, args: argparse.Namespace, 
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(__name__, prog="serve.sh"))

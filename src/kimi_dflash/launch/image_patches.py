@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_dflash.config.validate import ConfigError, load_config
+from kimi_dflash.core.options import declare, option, run
 from kimi_dflash.launch import hooks
 from kimi_dflash.plan import build_plan
 
@@ -23,12 +25,16 @@ def say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    configs = [Path(arg) for arg in (sys.argv[1:] if argv is None else argv)]
-    if not configs:
-        say("usage: python -m kimi_dflash.launch.image_patches CONFIG [CONFIG ...]")
-        return 2
-    for path in configs:
+@dataclass(kw_only=True)
+class ImagePatchesOptions:
+    configs: list[Path] = option("the configs the image serves", positional=True, required=True, metavar="CONFIG")
+
+
+add_cli_args = declare(ImagePatchesOptions, __doc__)
+
+
+def main(args: ImagePatchesOptions) -> int:
+    for path in args.configs:
         try:
             config = load_config(path)
         except ConfigError as error:
@@ -50,4 +56,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(__name__, prog="python -m kimi_dflash.launch.image_patches"))

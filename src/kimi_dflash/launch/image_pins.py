@@ -15,11 +15,13 @@ project is installed (PYTHONPATH=src).
 
 from __future__ import annotations
 
-import argparse
 import importlib.metadata
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+
+from kimi_dflash.core.options import declare, option, run
 
 # This project itself is what the install adds or replaces.
 SELF = "kimi-k26-dflash"
@@ -60,14 +62,15 @@ def changed(pinned: dict[str, str], now: dict[str, str]) -> list[str]:
     ]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m kimi_dflash.launch.image_pins",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--verify", type=Path, metavar="PINS", help="check the installed versions against PINS")
-    args = parser.parse_args(argv)
+@dataclass(kw_only=True)
+class PinsOptions:
+    verify: Path | None = option("check the installed versions against PINS", metavar="PINS")
+
+
+add_cli_args = declare(PinsOptions, __doc__)
+
+
+def main(args: PinsOptions) -> int:
     if args.verify is None:
         print("\n".join(pins(installed())))
         return 0
@@ -83,4 +86,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(__name__, prog="python -m kimi_dflash.launch.image_pins"))

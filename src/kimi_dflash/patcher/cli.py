@@ -6,10 +6,11 @@ nothing written), 3 cannot write (read-only tree, lock held, I/O error).
 
 from __future__ import annotations
 
-import argparse
 import sys
-from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
 
+from kimi_dflash.core.options import declare, option, run
 from kimi_dflash.patcher import engine
 from kimi_dflash.patcher.model import PatcherError
 from kimi_dflash.patcher.registry import PATCHES
@@ -28,7 +29,12 @@ file-only patch (triton-noncausal) or for images that must not depend on the plu
 """
 
 _EPILOG = """\
-options of every command (put them after it): --vllm-root DIR, --json, --patch ID
+commands:
+  list     describe every patch in the registry
+  check    status table; exit 0 none needed, 1 pending, 2 unrecognised
+  apply    apply all pending patches at once (idempotent)
+  revert   restore byte-identical originals of patched files
+  diff     unified diff of pending (would apply) and applied changes
 exit codes: 0 nothing needed/done, 1 pending (check), 2 unrecognised source, 3 cannot write
 examples:
   %(prog)s check                      # status table of the installed vllm
@@ -38,50 +44,21 @@ examples:
 """
 
 
-def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=prog or "patch_dflash_rocm.py",
-        description=_DESCRIPTION,
-        epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--vllm-root",
-        metavar="DIR",
-        help="the `vllm` package directory to inspect or patch (default: the installed vllm, "
-        "found without importing it)",
-    )
-    common.add_argument("--json", action="store_true", help="machine-readable output on stdout")
-    common.add_argument(
-        "--patch",
-        dest="only",
-        action="append",
-        metavar="ID",
-        help="restrict to this patch id (repeatable); see `list`",
-    )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    sub.add_parser("list", parents=[common], help="describe every patch in the registry")
-    sub.add_parser(
-        "check",
-        parents=[common],
-        help="status table; exit 0 none needed, 1 pending, 2 unrecognised",
-    )
-    sub.add_parser("apply", parents=[common], help="apply all pending patches at once (idempotent)")
-    sub.add_parser(
-        "revert",
-        parents=[common],
-        help="restore byte-identical originals of patched files",
-    )
-    sub.add_parser(
-        "diff",
-        parents=[common],
-        help="unified diff of pending (would apply) and applied changes",
-    )
-    return parser
+@dataclass(kw_only=True)
+class PatchOptions:
+    command: Literal["list", "check", "apply", "revert", "diff"] = option("what to do (below)", positional=True,
+        required=True, metavar="COMMAND")  # fmt: skip
+    vllm_root: str | None = option("the `vllm` package directory to inspect or patch (default: the installed vllm, "
+        "found without importing it)", metavar="DIR")  # fmt: skip
+    json: bool = option("machine-readable output on stdout")
+    only: list[str] = option("restrict to this patch id (repeatable); see `list`", flag="--patch", repeatable=True,
+        metavar="ID")  # fmt: skip
 
 
-def _list(args: argparse.Namespace) -> int:
+add_cli_args = declare(PatchOptions, _DESCRIPTION, _EPILOG)
+
+
+def _list(args: PatchOptions) -> int:
     patches = [p for p in PATCHES if not args.only or p.id in args.only]
     if args.json:
         payload = [
@@ -113,13 +90,13 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check(args: argparse.Namespace) -> int:
+def _check(args: PatchOptions) -> int:
     table = engine.status_table(args.vllm_root, args.only)
     print(engine.to_json_text(table.to_json()) if args.json else table.to_text())
     return table.exit_code
 
 
-def _change(args: argparse.Namespace) -> int:
+def _change(args: PatchOptions) -> int:
     action = engine.apply_pending if args.command == "apply" else engine.revert_applied
     result = action(args.vllm_root, args.only)
     if args.json:
@@ -135,7 +112,7 @@ def _change(args: argparse.Namespace) -> int:
     return 0
 
 
-def _diff(args: argparse.Namespace) -> int:
+def _diff(args: PatchOptions) -> int:
     text = engine.diff(args.vllm_root, args.only)
     if args.json:
         print(engine.to_json_text({"diff": text}))
@@ -153,8 +130,7 @@ _COMMANDS = {
 }
 
 
-def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
-    args = build_parser(prog).parse_args(argv)
+def main(args: PatchOptions) -> int:
     try:
         return _COMMANDS[args.command](args)
     except PatcherError as exc:
@@ -165,4 +141,4 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(__name__, prog="patch_dflash_rocm.py"))

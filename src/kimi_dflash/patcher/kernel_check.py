@@ -14,8 +14,11 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+
+from kimi_dflash.core.options import declare, option, run
 
 KERNEL = "v1/attention/ops/triton_unified_attention.py"
 HELPERS = "v1/attention/ops/triton_attention_helpers.py"
@@ -125,18 +128,22 @@ def run_case(kernel: ModuleType, causal: bool, seed: int = 0) -> tuple[float, fl
     return float((out - expected).abs().max()), float((other - expected).abs().max())
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print(__doc__)
-        return 2
+@dataclass(kw_only=True)
+class KernelCheckOptions:
+    vllm_root: Path = option("the patched `vllm` tree to load the kernel from", positional=True, required=True)
+
+
+add_cli_args = declare(KernelCheckOptions, __doc__)
+
+
+def main(args: KernelCheckOptions) -> int:
     if os.environ.get("TRITON_INTERPRET") != "1":
         print(
             "set TRITON_INTERPRET=1 (the kernel runs in Triton's CPU interpreter)",
             file=sys.stderr,
         )
         return 2
-    kernel = load_kernel(Path(args[0]))
+    kernel = load_kernel(args.vllm_root)
     ok = True
     for causal in (True, False):
         diff, mask_effect = run_case(kernel, causal)
@@ -148,4 +155,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(__name__, prog="python -m kimi_dflash.patcher.kernel_check"))

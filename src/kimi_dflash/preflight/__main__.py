@@ -1,5 +1,5 @@
 import sys
 
-from kimi_dflash.preflight.cli import main
+from kimi_dflash.core import options
 
-sys.exit(main())
+sys.exit(options.run("kimi_dflash.preflight.cli", prog="python -m kimi_dflash.preflight"))

@@ -6,14 +6,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_dflash.core.checks import exit_code, render
-from kimi_dflash.preflight.request import DEVICES, GIB, PreflightRequest, default_min_shm_bytes
+from kimi_dflash.core.options import declare, fields_of, option, run
+from kimi_dflash.preflight.request import GIB, Device, PreflightRequest, default_min_shm_bytes
 from kimi_dflash.preflight.run import run_preflight
 from kimi_dflash.preflight.runtime_probe import interpreter_for_command
 from kimi_dflash.rules.deployment import Deployment, features_from_command
-from kimi_dflash.rules.features import GRAMMAR
+from kimi_dflash.rules.features import GRAMMAR, parse_feature
 
 EPILOG = f"""\
 checks, in order:
@@ -41,81 +43,66 @@ examples:
 exit status: 0 no check failed (warnings allowed), 1 a check failed, 2 bad arguments."""
 
 
-def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=prog or "python -m kimi_dflash.preflight",
-        description="Check that this machine can serve the plan: prints [PASS]/[WARN]/[FAIL] lines, each "
-        "failure with the command or setting that fixes it.",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--device", choices=DEVICES, required=True, help="rocm (MI300X), cuda (H200) or cpu (demo)")
-    parser.add_argument("--tensor-parallel-size", type=int, default=1, metavar="N", help="GPUs the plan needs")
-    parser.add_argument("--arch", metavar="ARCH", help="expected accelerator architecture: gfx942, sm_90, ...")
-    parser.add_argument("--model-dir", type=Path, metavar="DIR", help="target checkpoint directory")
-    parser.add_argument("--model-repo", metavar="REPO", help="its Hugging Face repo id (for the download fix)")
-    parser.add_argument("--draft-model-dir", type=Path, metavar="DIR", help="drafter checkpoint directory")
-    parser.add_argument("--draft-repo", metavar="REPO", help="its Hugging Face repo id (for the download fix)")
-    parser.add_argument("--host", default="127.0.0.1", help="address the server will bind (default %(default)s)")
-    parser.add_argument("--port", type=int, default=8262, help="port the server will bind (default %(default)s)")
-    parser.add_argument(
-        "--feature",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="a vLLM feature the plan needs (repeatable); grammar below",
-    )
-    parser.add_argument("--fix-numa", action="store_true", help="as root, set kernel.numa_balancing=0 if it is on")
-    parser.add_argument("--min-shm-gib", type=float, metavar="GIB", help="/dev/shm size to require")
-    parser.add_argument(
-        "command",
-        nargs=argparse.REMAINDER,
-        metavar="-- vllm serve ...",
-        help="optional: the vLLM command line that will run; every option it passes (and the "
-        "Python it runs in) is checked too",
-    )
-    return parser
+def _feature(text: str) -> str:
+    parse_feature(text)  # a ValueError naming the grammar
+    return text
 
 
-def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    parser = build_parser(prog)
-    args = parser.parse_args(argv)
-    if args.tensor_parallel_size < 1:
-        parser.error("--tensor-parallel-size must be at least 1")
+@dataclass(kw_only=True)
+class PreflightOptions:
+    device: Device = option("rocm (MI300X), cuda (H200) or cpu (demo)", required=True)
+    tensor_parallel_size: int = option("GPUs the plan needs", default=1, minimum=1, metavar="N")
+    expected_arch: str | None = option("expected accelerator architecture: gfx942, sm_90, ...", flag="--arch",
+        metavar="ARCH")  # fmt: skip
+    model_dir: Path | None = option("target checkpoint directory", metavar="DIR")
+    model_repo_hint: str | None = option("its Hugging Face repo id (for the download fix)", flag="--model-repo",
+        metavar="REPO")  # fmt: skip
+    draft_model_dir: Path | None = option("drafter checkpoint directory", metavar="DIR")
+    draft_repo_hint: str | None = option("its Hugging Face repo id (for the download fix)", flag="--draft-repo",
+        metavar="REPO")  # fmt: skip
+    host: str = option("address the server will bind (default %(default)s)", default="127.0.0.1")
+    port: int = option("port the server will bind (default %(default)s)", default=8262)
+    feature: list[str] = option("a vLLM feature the plan needs (repeatable); grammar below", repeatable=True,
+        metavar="NAME", parse=_feature)  # fmt: skip
+    fix_numa: bool = option("as root, set kernel.numa_balancing=0 if it is on")
+    min_shm_gib: float | None = option("/dev/shm size to require", metavar="GIB")
+    command: list[str] = option("optional: the vLLM command line that will run; every option it passes (and the "
+        "Python it runs in) is checked too", positional=True, nargs=argparse.REMAINDER, metavar="-- vllm serve ..."
+    )  # fmt: skip
+
+
+add_cli_args = declare(
+    PreflightOptions,
+    "Check that this machine can serve the plan: prints [PASS]/[WARN]/[FAIL] lines, each failure with the command "
+    "or setting that fixes it.",
+    EPILOG,
+)
+
+
+def main(args: PreflightOptions) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     features = tuple(dict.fromkeys([*args.feature, *(features_from_command(command) if command else ())]))
     deployment = None
     if command:
-        deployment = Deployment.from_command(
-            args.device,
-            command,
-            os.environ,
-            model=(args.model_dir, args.model_repo),
-            drafter=(args.draft_model_dir, args.draft_repo),
-        )
+        model, drafter = (args.model_dir, args.model_repo_hint), (args.draft_model_dir, args.draft_repo_hint)
+        deployment = Deployment.from_command(args.device, command, os.environ, model=model, drafter=drafter)
+    # The options named as the request's fields pass as they are.
+    given = {field.name: getattr(args, field.name) for field, _ in fields_of(PreflightOptions)}
     try:
         request = PreflightRequest(
-            device=args.device,
-            tensor_parallel_size=args.tensor_parallel_size,
-            expected_arch=args.arch,
-            model_dir=args.model_dir,
-            model_repo_hint=args.model_repo,
-            draft_model_dir=args.draft_model_dir,
-            draft_repo_hint=args.draft_repo,
-            host=args.host,
-            port=args.port,
+            **{name: value for name, value in given.items() if name in PreflightRequest.__dataclass_fields__},
             required_features=features,
-            fix_numa=args.fix_numa,
             min_shm_bytes=None if args.min_shm_gib is None else int(args.min_shm_gib * GIB),
             python=interpreter_for_command(command) if command else None,
             deployment=deployment,
         )
     except ValueError as error:
-        parser.error(str(error))
+        print(f"preflight: error: {error}", file=sys.stderr)
+        return 2
     results = run_preflight(request)
     print(render(results))
     return exit_code(results)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(__name__, prog="python -m kimi_dflash.preflight"))

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kimi_dflash.core import options
 from kimi_dflash.core.atomic_write import publish_directory, write_text_atomic
+from kimi_dflash.core.options import option
 from kimi_dflash.preflight.manifest import (
     MANIFEST_NAME,
     Manifest,
@@ -62,39 +64,20 @@ def say(message: str) -> None:
     print(f"preshard: {message}", file=sys.stderr, flush=True)
 
 
-def parse_args(argv: list[str] | None, prog: str | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog=prog or "preshard_kimi26.py",
-        description=DESCRIPTION,
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument(
-        "config",
-        type=Path,
-        help="the env-file config that will serve the pre-shard "
-        "(MODEL_DIR, TENSOR_PARALLEL_SIZE, DTYPE and the platform settings come from it)",
-    )
-    parser.add_argument(
-        "--output",
-        type=Path,
-        required=True,
-        help="directory to create (must not exist, "
-        "unless it is a finished pre-shard of the same source: then nothing is done)",
-    )
-    parser.add_argument(
-        "--max-shard-gib", type=float, default=5.0, help="largest safetensors file per rank, GiB (default 5)"
-    )
-    parser.add_argument(
-        "--force",
-        action="store_true",
-        help="replace an existing OUTPUT that was made from another checkpoint, TP size or vLLM",
-    )
-    return parser.parse_args(argv)
+@dataclass(kw_only=True)
+class PreshardOptions:
+    config: Path = option("the env-file config that will serve the pre-shard (MODEL_DIR, TENSOR_PARALLEL_SIZE, "
+        "DTYPE and the platform settings come from it)", positional=True, required=True)  # fmt: skip
+    output: Path = option("directory to create (must not exist, unless it is a finished pre-shard of the same "
+        "source: then nothing is done)", required=True)  # fmt: skip
+    max_shard_gib: float = option("largest safetensors file per rank, GiB (default 5)", default=5.0, above=0)
+    force: bool = option("replace an existing OUTPUT that was made from another checkpoint, TP size or vLLM")
 
 
-def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    args = parse_args(argv, prog)
+add_cli_args = options.declare(PreshardOptions, DESCRIPTION, EPILOG)
+
+
+def main(args: PreshardOptions) -> int:
     from kimi_dflash.config.validate import ConfigError, load_config
     from kimi_dflash.launch.cli import report_problems
     from kimi_dflash.launch.prepare import resolve_demo_models
@@ -116,7 +99,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         return 1
 
 
-def run(config: Config, source: Path, output: Path, args: argparse.Namespace) -> int:
+def run(config: Config, source: Path, output: Path, args: PreshardOptions) -> int:
     from kimi_dflash.preflight.runtime_child import installed_vllm
 
     tp = config.typed.tensor_parallel_size if config.typed.device != "cpu" else 1

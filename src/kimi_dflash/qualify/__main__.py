@@ -1,5 +1,5 @@
 import sys
 
-from kimi_dflash.qualify.cli import run
+from kimi_dflash.core import options
 
-sys.exit(run())
+sys.exit(options.run("kimi_dflash.qualify.cli", prog="kimi26-vllm-dflash-qualify.sh"))

@@ -3,15 +3,16 @@ is a thin wrapper; the front door registers ``add_cli_args`` / ``main`` as a ver
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from kimi_dflash.config.shipped import resolve_config_argument
 from kimi_dflash.core.errors import UserError
+from kimi_dflash.core.options import declare, option, run
 from kimi_dflash.launch.serve_sh import SERVE_COMMAND, ServerLeftRunning
 from kimi_dflash.qualify import bundle, report
 from kimi_dflash.qualify.graphs import GraphCandidate
@@ -60,55 +61,40 @@ examples:
 def _key_value(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
-        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE")
+        raise ValueError(f"{text!r}: expected KEY=VALUE")
     return key.strip(), value.strip()
 
 
-def add_cli_args(parser: argparse.ArgumentParser) -> None:
-    parser.description, parser.epilog = DESCRIPTION, EPILOG
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("config", help="the config to qualify: a path, or a shipped config's name (demo-cpu)")
-    parser.add_argument(
-        "--budget",
-        metavar="DURATION",
-        help="time the run may take, e.g. 20m, 3h (default: 15m on CPU, 4h on GPU); trims the grid",
-    )
-    parser.add_argument("--out", type=Path, help="report directory (default: qualify-<config name>)")
-    parser.add_argument(
-        "--slo",
-        metavar="SPEC",
-        help="service-level objectives every grid benchmark is judged by, e.g. ttft:2s,user_tps:12 (the benchmark's "
-        "--slo form); default per box: GPU ttft:2s,user_tps:12, CPU ttft:1s,user_tps:50 (docs/qualify.md says "
-        "why); 'none' measures no goodput",
-    )
-    parser.add_argument(
-        "--project-acceptance",
-        metavar="RATES",
-        help="GPU only: also serve the candidate with vLLM's synthetic acceptance sampler at these per-position "
-        "rates (one per drafted token, non-increasing, e.g. 0.8,0.6,0.4 or a result's per_position list) and "
-        "measure its speed at the grid's concurrency: what a drafter accepting that often would give on this box. "
-        "A projection of speed, not of quality; refused on the CPU build",
-    )
-    parser.add_argument(
-        "--no-graphs",
-        action="store_true",
-        help="do not measure the graph-mode candidate (by default, on a GPU, an eager config is also served with "
-        "graphs on and aligned capture sizes when the runtime rules allow it on the serving vLLM)",
-    )
-    parser.add_argument("--dry-run", action="store_true", help="list the steps with time estimates; run nothing")
-    parser.add_argument("--resume", action="store_true", help="finish the run recorded in --out (after a kill)")
-    parser.add_argument("--no-plots", action="store_true", help="no PNGs (no matplotlib needed)")
-    parser.add_argument(
-        "--candidate-env",
-        action="append",
-        type=_key_value,
-        default=[],
-        metavar="KEY=VALUE",
-        help="config key set for the candidate only, e.g. to check that a candidate serving another "
-        "model is caught (FABRICATE_DEMO_MODELS=qwen3 on the demo): the verdict must be FAIL",
-    )
-    # Tests substitute a stand-in for serve.sh, as for the sweep.
-    parser.add_argument("--serve-sh", type=Path, default=None, help=argparse.SUPPRESS)
+@dataclass(kw_only=True)
+class QualifyOptions:
+    USAGE_EXIT: ClassVar[int] = report.EXIT_INFRA  # 2 means a failed verdict here
+
+    config: str = option("the config to qualify: a path, or a shipped config's name (demo-cpu)", positional=True,
+        required=True)  # fmt: skip
+    budget: str | None = option("time the run may take, e.g. 20m, 3h (default: 15m on CPU, 4h on GPU); trims the "
+        "grid", metavar="DURATION")  # fmt: skip
+    out: Path | None = option("report directory (default: qualify-<config name>)")
+    slo: str | None = option("service-level objectives every grid benchmark is judged by, e.g. ttft:2s,user_tps:12 "
+        "(the benchmark's --slo form); default per box: GPU ttft:2s,user_tps:12, CPU ttft:1s,user_tps:50 "
+        "(docs/qualify.md says why); 'none' measures no goodput", metavar="SPEC")  # fmt: skip
+    project_acceptance: str | None = option("GPU only: also serve the candidate with vLLM's synthetic acceptance "
+        "sampler at these per-position rates (one per drafted token, non-increasing, e.g. 0.8,0.6,0.4 or a result's "
+        "per_position list) and measure its speed at the grid's concurrency: what a drafter accepting that often "
+        "would give on this box. A projection of speed, not of quality; refused on the CPU build", metavar="RATES"
+    )  # fmt: skip
+    no_graphs: bool = option("do not measure the graph-mode candidate (by default, on a GPU, an eager config is also "
+        "served with graphs on and aligned capture sizes when the runtime rules allow it on the serving vLLM)"
+    )  # fmt: skip
+    dry_run: bool = option("list the steps with time estimates; run nothing")
+    resume: bool = option("finish the run recorded in --out (after a kill)")
+    no_plots: bool = option("no PNGs (no matplotlib needed)")
+    candidate_env: list[tuple[str, str]] = option("config key set for the candidate only, e.g. to check that a "
+        "candidate serving another model is caught (FABRICATE_DEMO_MODELS=qwen3 on the demo): the verdict must be "
+        "FAIL", repeatable=True, metavar="KEY=VALUE", parse=_key_value)  # fmt: skip
+    serve_sh: Path | None = option(hidden=True)  # tests substitute a stand-in for serve.sh, as for the sweep
+
+
+add_cli_args = declare(QualifyOptions, DESCRIPTION, EPILOG)
 
 
 def _config_values(path: Path) -> tuple[dict[str, str], dict[str, str]]:
@@ -203,7 +189,7 @@ def _check_variant(config_path: Path, overrides: dict[str, str]) -> tuple[bool, 
     return True, ""
 
 
-def _projection(args: argparse.Namespace) -> tuple[float, ...]:
+def _projection(args: QualifyOptions) -> tuple[float, ...]:
     if not args.project_acceptance:
         return ()
     from kimi_dflash.config.acceptance_rates import parse_acceptance_rates
@@ -214,7 +200,7 @@ def _projection(args: argparse.Namespace) -> tuple[float, ...]:
         raise UserError(f"--project-acceptance {args.project_acceptance!r}: {exc}") from None
 
 
-def _context(args: argparse.Namespace) -> tuple[Context, QualifyPlan]:
+def _context(args: QualifyOptions) -> tuple[Context, QualifyPlan]:
     config = resolve_config_argument(args.config)
     if not config.is_file():
         raise UserError(f"{args.config}: no such config file (nor a shipped config of that name).")
@@ -240,7 +226,7 @@ def _context(args: argparse.Namespace) -> tuple[Context, QualifyPlan]:
     return ctx, plan
 
 
-def main(args: argparse.Namespace) -> int:
+def main(args: QualifyOptions) -> int:
     try:
         ctx, plan = _context(args)
         signature = QualifySignature(
@@ -268,7 +254,7 @@ def main(args: argparse.Namespace) -> int:
         return report.EXIT_INFRA
 
 
-def _run(ctx: Context, state: QualifyState, args: argparse.Namespace) -> int:
+def _run(ctx: Context, state: QualifyState, args: QualifyOptions) -> int:
     """The steps, the report and the archive, under OUT's lock."""
     print("\n".join(render(ctx.plan, args.config)), file=sys.stderr)
     try:
@@ -299,18 +285,5 @@ def _run(ctx: Context, state: QualifyState, args: argparse.Namespace) -> int:
     return code
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.print_usage(sys.stderr)
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
-        raise SystemExit(report.EXIT_INFRA)  # 2 means a failed verdict here
-
-
-def run(argv: list[str] | None = None, prog: str | None = None) -> int:
-    parser = _Parser(prog=prog)
-    add_cli_args(parser)
-    return main(parser.parse_args(argv))
-
-
 if __name__ == "__main__":
-    sys.exit(run())
+    sys.exit(run(__name__, prog="kimi26-vllm-dflash-qualify.sh"))

@@ -8,12 +8,13 @@ and runs it in the foreground.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import sys
 from dataclasses import dataclass
 from urllib.parse import urlsplit
+
+from kimi_dflash.core.options import declare, option, run
 
 # Policies of vllm-router 0.1.17 for a regular (not prefill/decode-split) deployment.
 POLICIES = ("round_robin", "power_of_two", "cache_aware", "consistent_hash", "sticky_least_loaded", "random")
@@ -42,16 +43,6 @@ needs: pip install vllm-router (the `router` extra of this project).
 """
 
 
-@dataclass(frozen=True)
-class RouterPlan:
-    replicas: tuple[str, ...]
-    host: str = "127.0.0.1"
-    port: int = 8000
-    policy: str = "round_robin"
-    health_interval_s: int = 5
-    health_failures: int = 2
-
-
 def normalise_replica(url: str) -> str:
     """`http(s)://host:port` without a trailing slash or path; raises ValueError naming the problem."""
     parts = urlsplit(url.strip())
@@ -60,6 +51,25 @@ def normalise_replica(url: str) -> str:
     if parts.path not in ("", "/") or parts.query:
         raise ValueError(f"replica {url!r} has a path; give the server root (http://host:port), not {parts.path}")
     return f"{parts.scheme}://{parts.netloc}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RouterPlan:
+    """The router's command line, declared once: what vllm-router is started with."""
+
+    replicas: tuple[str, ...] | list[str] = option("a replica's base URL (repeat once per replica)", flag="--replica",
+        repeatable=True, required=True, metavar="URL", parse=normalise_replica)  # fmt: skip
+    host: str = option("address the router binds (default 127.0.0.1)", default="127.0.0.1")
+    port: int = option("router port (default 8000)", default=8000)
+    policy: str = option("routing policy", choices=POLICIES, default="round_robin")
+    health_interval_s: int = option("seconds between /health checks of each replica (default 5)",
+        flag="--health-interval", default=5, metavar="S")  # fmt: skip
+    health_failures: int = option("failed checks in a row before a replica gets no traffic (default 2)", default=2,
+        metavar="N")  # fmt: skip
+    dry_run: bool = option("print the vllm-router command and exit")
+
+
+add_cli_args = declare(RouterPlan, DESCRIPTION, EPILOG)
 
 
 def router_argv(plan: RouterPlan, binary: str = ROUTER_BINARY) -> list[str]:
@@ -89,59 +99,14 @@ def router_argv(plan: RouterPlan, binary: str = ROUTER_BINARY) -> list[str]:
     ]
 
 
-def parse_args(argv: list[str] | None, prog: str | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog=prog or "kimi26-vllm-dflash-router.sh",
-        description=DESCRIPTION,
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument(
-        "--replica",
-        action="append",
-        default=[],
-        metavar="URL",
-        required=True,
-        help="a replica's base URL (repeat once per replica)",
-    )
-    parser.add_argument("--host", default="127.0.0.1", help="address the router binds (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8000, help="router port (default 8000)")
-    parser.add_argument("--policy", choices=POLICIES, default="round_robin", help="routing policy")
-    parser.add_argument(
-        "--health-interval",
-        type=int,
-        default=5,
-        metavar="S",
-        help="seconds between /health checks of each replica (default 5)",
-    )
-    parser.add_argument(
-        "--health-failures",
-        type=int,
-        default=2,
-        metavar="N",
-        help="failed checks in a row before a replica gets no traffic (default 2)",
-    )
-    parser.add_argument("--dry-run", action="store_true", help="print the vllm-router command and exit")
-    return parser.parse_args(argv)
-
-
-def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    args = parse_args(argv, prog)
+def main(plan: RouterPlan) -> int:
     try:
-        plan = RouterPlan(
-            replicas=tuple(normalise_replica(url) for url in args.replica),
-            host=args.host,
-            port=args.port,
-            policy=args.policy,
-            health_interval_s=args.health_interval,
-            health_failures=args.health_failures,
-        )
         binary = shutil.which(ROUTER_BINARY) or _next_to_python()
         argv_out = router_argv(plan, binary or ROUTER_BINARY)
     except ValueError as error:
         print(f"router: {error}", file=sys.stderr)
         return 2
-    if args.dry_run:
+    if plan.dry_run:
         print(" ".join(argv_out))
         return 0
     if binary is None:
@@ -166,4 +131,4 @@ def _next_to_python() -> str | None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(__name__, prog="kimi26-vllm-dflash-router.sh"))

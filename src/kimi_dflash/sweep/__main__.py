@@ -1,5 +1,5 @@
 import sys
 
-from kimi_dflash.sweep.cli import main
+from kimi_dflash.core import options
 
-sys.exit(main(prog="kimi26-vllm-dflash-sweep.sh"))
+sys.exit(options.run("kimi_dflash.sweep.cli", prog="kimi26-vllm-dflash-sweep.sh"))

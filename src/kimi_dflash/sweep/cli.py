@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
-from kimi_dflash.bench.cli import _positive_int_list
-from kimi_dflash.bench.cli import build_parser as bench_parser
+from kimi_dflash.bench import cli as bench_cli
 from kimi_dflash.bench.request_shaping import is_credential, redact_header_arg
 from kimi_dflash.config.shipped import resolve_config_argument
 from kimi_dflash.core.atomic_write import write_text_atomic
 from kimi_dflash.core.errors import UserError
-from kimi_dflash.core.redaction import RedactingArgumentParser, split_secret
+from kimi_dflash.core.options import comma_list, declare, option, parse
+from kimi_dflash.core.redaction import split_secret
 from kimi_dflash.launch.serve_sh import SERVE_COMMAND, ServerLeftRunning
 from kimi_dflash.runs.orchestrator import Interrupted
 from kimi_dflash.sweep import aggregate, state
@@ -46,26 +47,30 @@ stopped, or another sweep is using DIR; 2 bad arguments; 130/143 interrupted (re
 """
 
 
-def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
-    parser = RedactingArgumentParser(
-        prog=prog,
-        description="Sweep server configurations x concurrency: one benchmark result per point, an aggregate "
-        "table at matched concurrency, and plots (tok/s vs concurrency; aggregate vs per-user tok/s, Pareto front).",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        allow_abbrev=False,
-    )
-    parser.add_argument("config", help="config every point starts from: a path, or a shipped config's name (demo-cpu)")
-    parser.add_argument("--grid", action="append", default=[], metavar="KEY=v1,v2",
-                        help="config key and its values (repeat for more keys: the grid is their product)")  # fmt: skip
-    parser.add_argument("--sessions", type=_positive_int_list, required=True,
-                        help="concurrency levels measured at every point, e.g. 2,4")  # fmt: skip
-    parser.add_argument("--out", type=Path, required=True, help="directory for the results (resumable)")
-    parser.add_argument("--dry-run", action="store_true", help="print the points and what is finished, run nothing")
-    parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots (no matplotlib needed)")
+@dataclass(kw_only=True)
+class SweepOptions:
+    ABBREVIATIONS: ClassVar[bool] = False
+
+    config: str = option("config every point starts from: a path, or a shipped config's name (demo-cpu)",
+        positional=True, required=True)  # fmt: skip
+    grid: list[str] = option("config key and its values (repeat for more keys: the grid is their product)",
+        repeatable=True, metavar="KEY=v1,v2")  # fmt: skip
+    sessions: tuple[int, ...] = option("concurrency levels measured at every point, e.g. 2,4", required=True,
+        parse=comma_list(int, "positive integers", minimum=1))  # fmt: skip
+    out: Path = option("directory for the results (resumable)", required=True)
+    dry_run: bool = option("print the points and what is finished, run nothing")
+    no_plots: bool = option("skip the PNG plots (no matplotlib needed)")
     # Tests substitute a stand-in for serve.sh; normally the sweep runs serve.sh's own entry point in this interpreter.
-    parser.add_argument("--serve-sh", type=Path, default=None, help=argparse.SUPPRESS)
-    return parser
+    serve_sh: Path | None = option(hidden=True)
+    bench: list[str] = option(rest=True)  # every other option: the benchmark's
+
+
+add_cli_args = declare(
+    SweepOptions,
+    "Sweep server configurations x concurrency: one benchmark result per point, an aggregate table at matched "
+    "concurrency, and plots (tok/s vs concurrency; aggregate vs per-user tok/s, Pareto front).",
+    EPILOG,
+)
 
 
 def _bench_args(extra: list[str]) -> list[str]:
@@ -73,15 +78,12 @@ def _bench_args(extra: list[str]) -> list[str]:
     for arg in extra:
         if arg.split("=", 1)[0] in OWNED_BENCH_OPTIONS:
             raise UserError(f"{arg.split('=', 1)[0]} is set by the sweep for every point; leave it out.")
-    probe = bench_parser()
     try:
-        probe.parse_args([*extra, "--sessions", "1"])
+        bench = parse(bench_cli, [*extra, "--sessions", "1"])
     except SystemExit:
         raise UserError(f"benchmark options {' '.join(extra)!r} are not valid (see the message above).") from None
     # sweep.json keeps the benchmark options (resume needs them verbatim): a credential header would be stored.
-    values = [value for flag, value in zip(extra, extra[1:]) if flag == "--header"]
-    values += [arg.partition("=")[2] for arg in extra if arg.startswith("--header=")]
-    for value in values:
+    for value in bench.header:
         if is_credential(value.partition(":")[0]):
             raise UserError(
                 f"--header {redact_header_arg(value)!r}: a sweep stores its benchmark options in sweep.json, so it "
@@ -104,21 +106,19 @@ def write_aggregate(out: Path, plots: bool, server_left: str = "") -> Path:
     return summary
 
 
-def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    parser = build_parser(prog)
-    args, extra = parser.parse_known_args(argv)
+def main(args: SweepOptions) -> int:
     # The key (any spelling) goes to each benchmark through its environment: never into sweep.json, the dry run,
     # the sweep's log or a process command line.
-    extra, api_key = split_secret(extra)
+    extra, api_key = split_secret(args.bench)
     config_as_given = args.config
-    args.config = resolve_config_argument(args.config)
+    config = resolve_config_argument(args.config)
     try:
-        if not args.config.is_file():
+        if not config.is_file():
             raise UserError(f"{config_as_given}: no such config file (nor a shipped config of that name).")
         if args.serve_sh is not None and not args.serve_sh.is_file():
             raise UserError(f"{args.serve_sh}: no such file")
         plan = PointPlan(
-            config=args.config.resolve(),
+            config=config.resolve(),
             serve_command=SERVE_COMMAND if args.serve_sh is None else (str(args.serve_sh.resolve()),),
             points=points([parse_axis(g) for g in args.grid]),
             sessions=args.sessions,

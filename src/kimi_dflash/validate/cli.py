@@ -9,14 +9,14 @@ drop in math accuracy.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
+from typing import ClassVar
 
 from kimi_dflash.bench.report import write_atomic
-from kimi_dflash.core.redaction import RedactingArgumentParser
+from kimi_dflash.core.options import declare, option
 from kimi_dflash.validate.client import ServerError, api_key_from_env
 from kimi_dflash.validate.engine import (
     AgreementSummary,
@@ -95,39 +95,37 @@ def report_lines(reference: Server, candidate: Server, agreement: AgreementSumma
     return lines
 
 
-def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
-    parser = RedactingArgumentParser(
-        prog=prog,
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        allow_abbrev=False,
-        epilog="example (the CPU demo: DFlash against no speculation):\n"
-        "  ./serve.sh configs/demo-cpu-baseline.env --wait; ./serve.sh configs/demo-cpu.env --wait\n"
-        "  kimi-dflash validate --reference http://127.0.0.1:8263 --candidate http://127.0.0.1:8262\n\n"
-        "exit status: 0 PASS, 1 WARN, 2 FAIL, 3 could not run (server unreachable, no token ids).\n"
-        "The API key, if any, is read from OPENAI_API_KEY and never printed.",
-    )
-    parser.add_argument("--reference", required=True, metavar="URL", help="the reference server (autoregressive)")
-    parser.add_argument("--candidate", required=True, metavar="URL", help="the server under test")
-    parser.add_argument("--model-ref", metavar="NAME", help="reference model name (default: its /v1/models entry)")
-    parser.add_argument("--model-cand", metavar="NAME", help="candidate model name (default: its /v1/models entry)")
-    parser.add_argument("--prompts", type=int, default=16, help="agreement prompts from the shipped set (16)")
-    parser.add_argument("--max-tokens", type=int, default=128, help="tokens per agreement prompt (128)")
-    parser.add_argument("--math-problems", type=int, default=0,
-                        help="math problems from the shipped set (default 0 = all 32)")  # fmt: skip
-    parser.add_argument("--math-max-tokens", type=int, default=256, help="tokens per math answer (256)")
-    parser.add_argument("--no-math", action="store_true", help="skip the math exact-match check")
-    parser.add_argument("--concurrency", type=int, default=8, help="parallel requests per server (8)")
-    parser.add_argument("--allow-divergence", action="store_true",
-                        help="the candidate is not meant to be identical (FP8 KV, another dtype): divergence is a "
-                        "WARN, a math drop above --max-math-drop a FAIL")  # fmt: skip
-    parser.add_argument("--max-math-drop", type=float, default=0.0,
-                        help="math exact-match points the candidate may lose (0)")  # fmt: skip
-    parser.add_argument("--json", metavar="FILE", help="also write every per-prompt comparison here")
-    return parser
+@dataclass(kw_only=True)
+class ValidateOptions:
+    ABBREVIATIONS: ClassVar[bool] = False
+
+    reference: str = option("the reference server (autoregressive)", required=True, metavar="URL")
+    candidate: str = option("the server under test", required=True, metavar="URL")
+    model_ref: str | None = option("reference model name (default: its /v1/models entry)", metavar="NAME")
+    model_cand: str | None = option("candidate model name (default: its /v1/models entry)", metavar="NAME")
+    prompts: int = option("agreement prompts from the shipped set (16)", default=16)
+    max_tokens: int = option("tokens per agreement prompt (128)", default=128)
+    math_problems: int = option("math problems from the shipped set (default 0 = all 32)", default=0)
+    math_max_tokens: int = option("tokens per math answer (256)", default=256)
+    no_math: bool = option("skip the math exact-match check")
+    concurrency: int = option("parallel requests per server (8)", default=8)
+    allow_divergence: bool = option("the candidate is not meant to be identical (FP8 KV, another dtype): divergence "
+        "is a WARN, a math drop above --max-math-drop a FAIL")  # fmt: skip
+    max_math_drop: float = option("math exact-match points the candidate may lose (0)", default=0.0)
+    json: str | None = option("also write every per-prompt comparison here", metavar="FILE")
 
 
-async def _collect(args: argparse.Namespace, reference: Server, candidate: Server, api_key: str | None) -> tuple[
+EPILOG = (
+    "example (the CPU demo: DFlash against no speculation):\n"
+    "  ./serve.sh configs/demo-cpu-baseline.env --wait; ./serve.sh configs/demo-cpu.env --wait\n"
+    "  kimi-dflash validate --reference http://127.0.0.1:8263 --candidate http://127.0.0.1:8262\n\n"
+    "exit status: 0 PASS, 1 WARN, 2 FAIL, 3 could not run (server unreachable, no token ids).\n"
+    "The API key, if any, is read from OPENAI_API_KEY and never printed."
+)
+add_cli_args = declare(ValidateOptions, __doc__, EPILOG)
+
+
+async def _collect(args: ValidateOptions, reference: Server, candidate: Server, api_key: str | None) -> tuple[
         Outputs, list[PairComparison], Divergence | None, MathScore | None]:  # fmt: skip
     prompts = load_calibration_prompts()[: max(1, args.prompts)]
     outputs = await generate_both(reference, candidate, prompts, max_tokens=args.max_tokens,
@@ -143,8 +141,7 @@ async def _collect(args: argparse.Namespace, reference: Server, candidate: Serve
     return outputs, pairs, divergence, math
 
 
-def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
-    args = build_parser(prog).parse_args(argv)
+def main(args: ValidateOptions) -> int:
     api_key = api_key_from_env()
     try:
         reference, candidate = served([args.reference, args.candidate], [args.model_ref, args.model_cand], api_key)

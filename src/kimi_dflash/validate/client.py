@@ -14,7 +14,7 @@ from typing import Any
 
 import aiohttp
 
-from kimi_dflash.bench.client import normalize_base_url
+from kimi_dflash.bench.settings import normalize_base_url
 from kimi_dflash.core.redaction import redact_url
 
 API_KEY_ENV = "OPENAI_API_KEY"

@@ -8,12 +8,14 @@ from pathlib import Path
 import pytest
 
 from bench_helpers import run_benchmark
-from kimi_dflash.bench.cli import DEFAULT_BASE_URL, build_parser
+from kimi_dflash.bench import cli as bench_cli
 from kimi_dflash.bench.progress import progress_line
 from kimi_dflash.bench.records import RequestRecord
 from kimi_dflash.bench.result import load_result
 from kimi_dflash.bench.server_info import choose_model
+from kimi_dflash.bench.settings import DEFAULT_BASE_URL
 from kimi_dflash.config.schema import KEYS
+from kimi_dflash.core import options
 from kimi_dflash.core.errors import UserError
 from kimi_dflash_lab.synthetic import running
 
@@ -25,7 +27,7 @@ PROGRESS = re.compile(
 def test_default_base_url_is_where_serve_sh_listens() -> None:
     defaults = {key.name: key.default for key in KEYS}
     assert f"http://{defaults['HOST']}:{defaults['PORT']}" == DEFAULT_BASE_URL
-    args = build_parser().parse_args([])
+    args = options.build_parser(bench_cli).parse_args([])
     assert args.base_url == DEFAULT_BASE_URL and args.model is None
 
 

@@ -14,6 +14,7 @@ from bench_helpers import EXAMPLE_RESULT
 from kimi_dflash.advisor import cli as advise_cli
 from kimi_dflash.bench import cli as bench_cli
 from kimi_dflash.bench import compare
+from kimi_dflash.core import options
 
 UNREACHABLE = "http://127.0.0.1:9"  # the inputs are read before any connection is made
 DEEP = "[" * 100_000 + "]" * 100_000
@@ -40,14 +41,16 @@ def _hostile(kind: str, tmp_path: Path) -> Path:
 
 
 def _bench(args: list[str], tmp_path: Path) -> int:
-    return bench_cli.main(["--base-url", UNREACHABLE, "--output", str(tmp_path / "out.json"), "--sessions", "1", *args])
+    return options.run(
+        bench_cli, ["--base-url", UNREACHABLE, "--output", str(tmp_path / "out.json"), "--sessions", "1", *args]
+    )
 
 
 READERS: dict[str, Callable[[Path, Path], int]] = {
     "--extra-body @FILE": lambda path, tmp: _bench(["--extra-body", f"@{path}"], tmp),
     "--dataset": lambda path, tmp: _bench(["--dataset", str(path)], tmp),
-    "compare input": lambda path, tmp: compare.main([str(path), str(EXAMPLE_RESULT)]),
-    "advise input": lambda path, tmp: advise_cli.main([str(path)]),
+    "compare input": lambda path, tmp: options.run(compare, [str(path), str(EXAMPLE_RESULT)]),
+    "advise input": lambda path, tmp: options.run(advise_cli, [str(path)]),
 }
 
 
@@ -71,7 +74,7 @@ def test_hostile_input_files_are_refused_in_one_line(
 def test_advise_skips_hostile_files_in_a_sweep_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     os.mkfifo(tmp_path / "point-fifo.json")  # would block a plain open
     (tmp_path / "point-nested.json").write_text(DEEP, encoding="utf-8")
-    assert advise_cli.main([str(tmp_path)]) == 2
+    assert options.run(advise_cli, [str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "no finished sweep point results" in err and "Traceback" not in err
 

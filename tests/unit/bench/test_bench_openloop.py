@@ -152,10 +152,9 @@ def test_waits_that_cannot_finish_are_refused_when_parsed(args: list[str], messa
 
 def test_a_plan_within_the_cap_is_accepted() -> None:
     from kimi_dflash.bench import cli as bench_cli
-    from kimi_dflash.bench import cli_options
+    from kimi_dflash.core import options
 
-    args = bench_cli.build_parser().parse_args(
+    settings = options.build_parser(bench_cli).parse_args(  # parsing runs Settings.check: 17 min, no error
         ["--request-rate", "0.01,inf", "--num-sessions", "10", "--think-time", "60", "--turns-per-session", "3"]
     )
-    assert cli_options.planned_waits_s(args) == pytest.approx(9 / 0.01 + 2 * 60 + 2 * 60)
-    cli_options.check(args, bench_cli.build_parser())  # 17 min: no error
+    assert settings.planned_waits_s() == pytest.approx(9 / 0.01 + 2 * 60 + 2 * 60)

@@ -16,6 +16,7 @@ from bench_helpers import run_benchmark
 from kimi_dflash.bench import cli as bench_cli
 from kimi_dflash.bench import output_file
 from kimi_dflash.bench.result import load_result
+from kimi_dflash.core import options
 from kimi_dflash_lab.synthetic import running
 
 FAST = ["--ttft-ms", "5", "--chunk-interval-ms", "1"]
@@ -66,7 +67,9 @@ def test_disk_full_keeps_the_last_complete_level_and_says_so(
     monkeypatch.setattr(output_file, "write_text_atomic", full_at_second_level)
     out = tmp_path / "full.json"
     with running(FAST) as url:
-        code = bench_cli.main(["--base-url", url, "--output", str(out), *SMALL, "--sessions", "1,2", "--warmup", "0"])
+        code = options.run(
+            bench_cli, ["--base-url", url, "--output", str(out), *SMALL, "--sessions", "1,2", "--warmup", "0"]
+        )
     err = capsys.readouterr().err
     assert code == output_file.EXIT_WRITE_FAILED
     result = load_result(out)
@@ -146,7 +149,9 @@ def test_a_link_planted_at_the_backup_during_the_run_is_replaced_not_followed(
             raise FileExistsError(17, "File exists")
 
         monkeypatch.setattr(output_file.os, "link", link_raced)
-        code = bench_cli.main(["--base-url", url, "--output", str(out), *SMALL, "--sessions", "1", "--warmup", "0"])
+        code = options.run(
+            bench_cli, ["--base-url", url, "--output", str(out), *SMALL, "--sessions", "1", "--warmup", "0"]
+        )
     assert code == 0
     backup = tmp_path / "result.previous.json"
     assert victim.read_text() == "precious\n"

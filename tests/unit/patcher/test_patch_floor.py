@@ -27,7 +27,8 @@ from kimi_dflash.config.validate import load_config
 from kimi_dflash.launch import cli, hooks
 from kimi_dflash.plan import build_plan
 config_path, vllm_dir = sys.argv[1], sys.argv[2]
-code = cli.main([config_path, "--check-vllm", vllm_dir])
+from kimi_dflash.core import options
+code = options.run(cli, [config_path, "--check-vllm", vllm_dir])
 config = load_config(config_path)
 lines = []
 planned = hooks.deployment(config, build_plan(config, "python", "/cache"))

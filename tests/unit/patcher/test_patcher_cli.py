@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from kimi_dflash.core import options
 from kimi_dflash.patcher import cli, engine
 from kimi_dflash.patcher.registry import PATCHES
 from repo_paths import REPO_ROOT
@@ -21,7 +22,7 @@ needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason
 
 @needs_vllm
 def test_check_installed_cpu_build_needs_nothing(capsys):
-    assert cli.main(["check"]) == 0
+    assert options.run(cli, ["check"]) == 0
     out = capsys.readouterr().out
     for patch in PATCHES:
         assert patch.id in out
@@ -31,7 +32,7 @@ def test_check_installed_cpu_build_needs_nothing(capsys):
 
 @needs_vllm
 def test_check_json_lists_every_patch_as_retired(capsys):
-    assert cli.main(["check", "--json"]) == 0
+    assert options.run(cli, ["check", "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
     assert payload["exit_code"] == 0
     assert {p["id"]: p["status"] for p in payload["patches"]} == {p.id: "retired" for p in PATCHES}
@@ -46,17 +47,17 @@ def test_apply_on_a_tree_with_everything_upstream_writes_nothing(capsys, tmp_pat
     installed = Path(importlib.util.find_spec("vllm").submodule_search_locations[0])
     root = writable_copy(installed, tmp_path)
     before = {p: p.read_bytes() for p in root.rglob("*.py")}
-    assert cli.main(["apply", "--vllm-root", str(root)]) == 0
+    assert options.run(cli, ["apply", "--vllm-root", str(root)]) == 0
     assert "nothing to apply" in capsys.readouterr().out
     assert {p: p.read_bytes() for p in root.rglob("*.py")} == before
 
 
 def test_list_describes_every_patch(capsys):
-    assert cli.main(["list"]) == 0
+    assert options.run(cli, ["list"]) == 0
     out = capsys.readouterr().out
     for patch in PATCHES:
         assert patch.id in out and patch.upstream_pr in out
-    assert cli.main(["list", "--json"]) == 0
+    assert options.run(cli, ["list", "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
     assert [p["id"] for p in payload["patches"]] == [p.id for p in PATCHES]
 
@@ -80,14 +81,14 @@ def test_missing_vllm_is_a_clear_error(monkeypatch, capsys):
         "find_spec",
         lambda name, *a: None if name == "vllm" else real_find_spec(name, *a),
     )
-    assert cli.main(["check"]) == 2
+    assert options.run(cli, ["check"]) == 2
     err = capsys.readouterr().err
     assert "vLLM is not importable" in err and "--vllm-root" in err
 
 
 @needs_vllm
 def test_unknown_patch_id_is_reported(capsys):
-    assert cli.main(["check", "--patch", "no-such-patch"]) == 3
+    assert options.run(cli, ["check", "--patch", "no-such-patch"]) == 3
     err = capsys.readouterr().err
     assert "unknown patch id(s) no-such-patch" in err and "target-mla-causal" in err
 

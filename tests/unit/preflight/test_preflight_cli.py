@@ -10,13 +10,14 @@ import sys
 
 import pytest
 
-from kimi_dflash.preflight.cli import main
+from kimi_dflash.core import options
+from kimi_dflash.preflight import cli as preflight_cli
 from kimi_dflash.preflight.runtime_probe import installed_vllm, probe_runtime, vllm_package_dir
 
 
 def test_help_teaches_the_checks_and_the_feature_grammar(capsys):
     with pytest.raises(SystemExit) as stop:
-        main(["--help"])
+        options.run(preflight_cli, ["--help"])
     assert stop.value.code == 0
     text = capsys.readouterr().out
     for expected in (
@@ -33,7 +34,7 @@ def test_help_teaches_the_checks_and_the_feature_grammar(capsys):
 
 def test_bad_feature_name_is_a_usage_error_not_a_traceback(capsys):
     with pytest.raises(SystemExit) as stop:
-        main(["--device", "cpu", "--feature", "dflash"])
+        options.run(preflight_cli, ["--device", "cpu", "--feature", "dflash"])
     assert stop.value.code == 2
     assert "unknown vLLM feature probe 'dflash'; write one of:" in capsys.readouterr().err
 
@@ -115,7 +116,8 @@ def test_a_trailing_command_line_adds_its_features_and_interpreter(monkeypatch, 
 
     seen = []
     monkeypatch.setattr(cli, "run_preflight", lambda request: seen.append(request) or [CheckResult("x", "pass", "y")])
-    code = main(
+    code = options.run(
+        cli,
         [
             "--device",
             "rocm",
@@ -131,7 +133,7 @@ def test_a_trailing_command_line_adds_its_features_and_interpreter(monkeypatch, 
             "/m",
             "--moe-backend",
             "aiter",
-        ]
+        ],
     )
     assert code == 0 and capsys.readouterr().out.startswith("[PASS] x")
     [request] = seen

@@ -9,16 +9,22 @@ from pathlib import Path
 import pytest
 
 from extras import needs_cpu_extra
+from kimi_dflash.core import options
 from kimi_dflash.core.errors import UserError
+from kimi_dflash.qualify import cli as qualify_cli
 from kimi_dflash.qualify import report
 from kimi_dflash.qualify.bundle import result_name
-from kimi_dflash.qualify.cli import run
 from kimi_dflash.qualify.figures import acceptance_by_k
 from kimi_dflash.qualify.plan import CPU_BOX, GPU_BOX, build_plan, level_s, parse_duration, per_request_setting, point_s
 from kimi_dflash.qualify.state import DONE, FAILED, QualifySignature, open_state
 from kimi_dflash.runs.state import StepOutputs
 from qualify_fakes import PASSING_VERDICT
 from repo_paths import REPO_ROOT
+
+
+def run(argv: list[str]) -> int:
+    return options.run(qualify_cli, argv)
+
 
 ROOT = REPO_ROOT
 PRODUCTION = {"DEVICE": "rocm", "SPECULATIVE_METHOD": "dflash", "NUM_SPECULATIVE_TOKENS": "2", "MAX_NUM_SEQS": "32",

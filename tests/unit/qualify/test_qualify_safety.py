@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from extras import needs_cpu_extra
+from kimi_dflash.core import options
 from kimi_dflash.qualify import cli as qualify_cli
 from kimi_dflash.qualify import steps
-from kimi_dflash.qualify.cli import run
 from kimi_dflash.qualify.state import QualifyState
 from kimi_dflash.runs.orchestrator import Interrupted
 from qualify_fakes import PASSING_VERDICT, fake_output, fakes
@@ -29,6 +29,10 @@ ROOT = REPO_ROOT
 CONFIG = str(ROOT / "configs" / "demo-cpu.env")
 # The CPU plan trimmed to k {0, 4} x sessions {4}: the grid starts two (stand-in) servers.
 ARGS = ["--budget", "1s", "--no-plots"]
+
+
+def run(argv: list[str]) -> int:
+    return options.run(qualify_cli, argv)
 
 
 def read_state(path: Path) -> dict:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from kimi_dflash.core import options
 from kimi_dflash.launch import cli
 from kimi_dflash.preflight import runtime_probe
 from kimi_dflash.preflight.runtime_child import vllm_package_dir
@@ -89,7 +90,7 @@ def counts(monkeypatch: pytest.MonkeyPatch, tmp_path) -> Iterator[Counts]:
 def test_one_serve_preflight_builds_one_deployment_runs_each_rule_once_and_parses_each_file_once(
     counts: Counts, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = cli.main([str(CONFIGS_DIR / "production.env"), "--preflight"])
+    code = options.run(cli, [str(CONFIGS_DIR / "production.env"), "--preflight"])
     output = capsys.readouterr().err
     assert code == 1 and "[FAIL] accelerators" in output  # no MI300X here; the rules ran all the same
     assert "[PASS] vllm compat: model runner" in output and "[PASS] vllm plugin" not in output
@@ -114,7 +115,7 @@ def test_a_whole_serve_hands_its_one_deployment_from_preflight_to_the_patch_step
     monkeypatch.setattr(checks, "exit_code", lambda results: 0)
     started = []
     monkeypatch.setattr(cli, "start", lambda *args: started.append(args) or 0)
-    assert cli.main([str(CONFIGS_DIR / "production.env")]) == 0 and len(started) == 1
+    assert options.run(cli, [str(CONFIGS_DIR / "production.env")]) == 0 and len(started) == 1
     err = capsys.readouterr().err
     assert "[PASS] vllm compat: model runner" in err and "patches: vLLM at" in err and "patch floor" in err
     assert counts.deployments == 1 and counts.sources == 1

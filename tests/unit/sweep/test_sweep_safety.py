@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from kimi_dflash.bench.result import load_result
+from kimi_dflash.core import options
+from kimi_dflash.core.errors import UserError
 from kimi_dflash.runs.orchestrator import Interrupted
 from kimi_dflash.sweep import cli as sweep_cli
-from kimi_dflash.sweep.cli import main
 from repo_paths import REPO_ROOT
 from serve_stand_in import kill_servers, notes, serving, stand_in, wait_for
 
@@ -36,7 +37,7 @@ def test_a_refused_stop_stops_the_sweep_with_exit_1_names_the_server_and_a_rerun
     monkeypatch.setenv("STAND_IN_REFUSE_STOP", "1")
     out = tmp_path / "sweep"
     try:
-        assert main(_argv(out, serve)) == 1
+        assert options.run(sweep_cli, _argv(out, serve)) == 1
         err = capfd.readouterr().err
         [started] = notes(notes_dir, "started")  # the second point was not started beside the server left up
         port = started.split()[0]
@@ -50,7 +51,7 @@ def test_a_refused_stop_stops_the_sweep_with_exit_1_names_the_server_and_a_rerun
         assert load_result(out / "NUM_SPECULATIVE_TOKENS-0.json").run.status == "complete"
 
         monkeypatch.delenv("STAND_IN_REFUSE_STOP")
-        assert main(_argv(out, serve)) == 0
+        assert options.run(sweep_cli, _argv(out, serve)) == 0
         assert notes(notes_dir, "stops")[:2] == [port, port]  # refused, then stopped by the rerun before all else
         assert not serving(int(port)) and not (out / "running.json").exists()
         assert "still running" not in (out / "summary.md").read_text(encoding="utf-8")
@@ -103,7 +104,7 @@ def test_an_interrupt_says_which_signal(
 
     monkeypatch.setattr(sweep_cli, "run_points", interrupted)
     (tmp_path / "serve.sh").touch()
-    assert main(_argv(tmp_path / "sweep", tmp_path / "serve.sh")) == code
+    assert options.run(sweep_cli, _argv(tmp_path / "sweep", tmp_path / "serve.sh")) == code
     assert f"sweep: interrupted ({name}); rerun the same command to finish" in capsys.readouterr().err
 
 
@@ -118,7 +119,16 @@ def test_a_dir_that_cannot_be_written_gets_a_message_and_exit_1_not_a_traceback(
     monkeypatch.setattr(documents, "write_json_atomic", full)
     (tmp_path / "serve.sh").touch()
     out = tmp_path / "sweep"
-    assert main(_argv(out, tmp_path / "serve.sh")) == 1
+    assert options.run(sweep_cli, _argv(out, tmp_path / "serve.sh")) == 1
     err = capsys.readouterr().err
     assert f"sweep: cannot write in --out {out} ({out / 'sweep.json'}): {os.strerror(errno.ENOSPC)}. Free some " in err
     assert "then rerun the same command (finished work is kept)" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("spelling", [["--header", "Authorization: Bearer k1"], ["--header=X-Api-Key:k1"]])
+def test_a_credential_header_is_not_stored_in_the_sweep_options(spelling: list[str]) -> None:
+    """sweep.json keeps the benchmark options: a credential header is refused (whichever spelling), unechoed."""
+    with pytest.raises(UserError, match="takes no credential header") as refused:
+        sweep_cli._bench_args(["--max-tokens", "8", *spelling])
+    assert "k1" not in str(refused.value)
+    assert sweep_cli._bench_args(["--header", "X-Tenant: a"]) == ["--header", "X-Tenant: a"]

@@ -1,0 +1,255 @@
+"""One way to declare a verb's options, and the one place that turns them into a parser.
+
+A verb declares its options once, as the fields of a dataclass (its typed model): ``option(help, ...)`` keeps
+an ``Option`` in the field's metadata; the type comes from the annotation (a Literal gives the choices). The
+module exposes ``add_cli_args = declare(Model, DESCRIPTION, EPILOG)`` and ``main(args: Model) -> int``; ``run``
+(the front door, ``python -m``, the repository's scripts) builds the parser, parses and calls ``main``.
+
+- flag: ``--field-name`` unless given; a ``bool`` is a switch (``--x``; ``--no-x`` when its default is True).
+- numbers are finite (nan/inf refused while parsing) and within ``minimum`` / ``above`` (strict) / ``maximum``.
+- ``parse``: text -> value; its ValueError or UserError is the usage error. ``repeatable``: ``--x A --x B``.
+- ``secret``: never echoed in an error, and no abbreviations (``--api K`` is not ``--api-key``); errors also hide
+  URL credentials. ``rest``: the arguments the verb does not know, handed on. ``argv``: ``[program, *args]``.
+- On the model: ``check()`` (its ValueError is a usage error), ``USAGE_EXIT`` (2 unless the verb's 2 means
+  something else: qualify's is 1), ``ABBREVIATIONS = False``, ``GROUPS`` (help sections in order, descriptions).
+
+Standard library only (core/): the benchmark on a client box builds its parser here too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import math
+import operator
+import sys
+import types
+import typing
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+from kimi_dflash.core.errors import UserError
+from kimi_dflash.core.redaction import SECRET_OPTIONS, redact_url, redact_values, split_secret
+
+KEY = "option"  # the field metadata key
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    help: str = ""
+    flag: str | tuple[str, ...] | None = None  # positional: the name shown
+    default: Any = None
+    parse: Callable[[str], Any] | None = None
+    choices: Sequence[Any] | None = None
+    minimum: float | None = None
+    above: float | None = None
+    maximum: float | None = None
+    metavar: str | None = None
+    group: str | None = None
+    exclusive: str | None = None  # options naming the same group exclude each other
+    positional: bool = False
+    nargs: str | None = None
+    repeatable: bool = False
+    required: bool = False
+    hidden: bool = False
+    secret: bool = False
+    rest: bool = False
+    argv: bool = False
+
+
+def option(help: str = "", *, field_default: Any = dataclasses.MISSING, metadata: dict[str, Any] | None = None,
+           **settings: Any) -> Any:  # fmt: skip
+    """A dataclass field that is a command-line option. The field's default is the option's unless
+    ``field_default`` says otherwise (a result document reads files written before the field with None)."""
+    if (settings.get("repeatable") or settings.get("rest") or settings.get("argv")) and not settings.get("default"):
+        settings["default"] = []
+    spec = Option(help, **settings)
+    meta = {**(metadata or {}), KEY: spec}
+    default = spec.default if field_default is dataclasses.MISSING else field_default
+    if isinstance(default, list | dict):
+        return dataclasses.field(default_factory=lambda: type(default)(default), metadata=meta)
+    if spec.required and field_default is dataclasses.MISSING:
+        return dataclasses.field(metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def comma_list(kind: Callable[[str], Any], what: str, minimum: float | None = None) -> Callable[[str], tuple[Any, ...]]:
+    """A ``parse`` for ``8,16,32``: the values in the order given, duplicates dropped; ValueError names ``what``."""
+
+    def parse(text: str) -> tuple[Any, ...]:
+        try:
+            values = tuple(dict.fromkeys(kind(part) for part in text.split(",") if part.strip()))
+        except ValueError:
+            values = ()
+        if not values or (minimum is not None and min(values) < minimum):
+            raise ValueError(f"expected {what} separated by commas, got {text!r}")
+        return values
+
+    return parse
+
+
+def fields_of(model: type) -> list[tuple[dataclasses.Field[Any], Option]]:
+    """The model's option fields, in declaration order."""
+    return [(field, field.metadata[KEY]) for field in dataclasses.fields(model) if KEY in field.metadata]
+
+
+def flag_of(field: dataclasses.Field[Any], spec: Option) -> str:
+    """The option's (first) flag as the user types it."""
+    return spec.flag if isinstance(spec.flag, str) else (spec.flag or ("--" + field.name.replace("_", "-"),))[0]
+
+
+def _scalar(hint: Any) -> tuple[Any, tuple[Any, ...] | None, bool]:
+    """(the type one value converts to, a Literal's values, whether the field holds several): ``list[Path] |
+    None`` -> (Path, None, True), ``Literal["a"]`` -> (str, ("a",), False)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType) and len(members := [a for a in args if a is not type(None)]) == 1:
+        return _scalar(members[0])
+    if origin in (list, tuple, set):
+        return _scalar(args[0])[:2] + (True,)
+    if origin is typing.Literal:
+        return type(args[0]), args, False
+    return hint, None, False
+
+
+def _converter(kind: Any, flag: str, spec: Option) -> Callable[[str], Any]:
+    """Text -> value, refusing what is not one, not finite or out of range, with a message naming ``flag``."""
+
+    def convert(text: str) -> Any:
+        try:
+            value = spec.parse(text) if spec.parse else kind(text)
+        except (ValueError, UserError) as error:
+            what = "an integer" if kind is int else "a number"
+            message = str(error) if spec.parse else f"{flag} must be {what}, got {text!r}"
+            raise argparse.ArgumentTypeError(message) from None
+        if isinstance(value, float) and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{flag} must be a finite number, got {text!r}")
+        for bound, sign, within in ((spec.minimum, ">=", operator.ge), (spec.above, ">", operator.gt),
+                                    (spec.maximum, "<=", operator.le)):  # fmt: skip
+            if bound is not None and not within(value, bound):
+                raise argparse.ArgumentTypeError(f"{flag} must be {sign} {bound:g}, got {text!r}")
+        return value
+
+    convert.__name__ = getattr(kind, "__name__", "value")
+    return convert
+
+
+def _argument(name: str, spec: Option, hint: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
+    """add_argument's names and keywords for one field."""
+    kind, literal, many = _scalar(hint)
+    flags = (spec.flag,) if isinstance(spec.flag, str) else spec.flag or ("--" + name.replace("_", "-"),)
+    kwargs: dict[str, Any] = {"help": argparse.SUPPRESS if spec.hidden else spec.help, "default": spec.default}
+    if kind is bool and not spec.parse:
+        flags = ("--no-" + name.replace("_", "-"),) if spec.default and spec.flag is None else flags
+        action = "store_false" if spec.default else "store_true"
+        return flags, {**kwargs, "default": bool(spec.default), "dest": name, "action": action}
+    if spec.positional:
+        names: tuple[str, ...] = (name,)
+        kwargs["metavar"] = spec.metavar or (spec.flag if isinstance(spec.flag, str) else None)
+        kwargs["nargs"] = spec.nargs or (("+" if spec.required else "*") if many else (None if spec.required else "?"))
+    else:
+        names = flags
+        shown = spec.metavar or (flags[-1].lstrip("-").replace("-", "_").upper() if spec.flag else None)
+        kwargs.update(dest=name, metavar=shown, nargs=spec.nargs, required=spec.required or None)
+    if spec.nargs != argparse.REMAINDER and (spec.parse or kind is not str):
+        kwargs["type"] = _converter(kind, name if spec.positional else flags[-1], spec)
+    kwargs.update(choices=spec.choices or literal, action="append" if spec.repeatable else None)
+    return names, {key: value for key, value in kwargs.items() if value is not None or key == "default"}
+
+
+def declare(model: type, description: str | None = None,
+            epilog: str | None = None) -> Callable[[argparse.ArgumentParser], None]:  # fmt: skip
+    """A verb module's ``add_cli_args``: ``add_cli_args = options.declare(Model, DESCRIPTION, EPILOG)``."""
+
+    def add_cli_args(parser: argparse.ArgumentParser) -> None:
+        if not isinstance(parser, _Parser):
+            raise TypeError("a verb's options go on a parser from core.options.build_parser")
+        parser.description, parser.epilog = description or parser.description, epilog or parser.epilog
+        if "\n" not in (parser.description or "") + (parser.epilog or ""):
+            parser.formatter_class = argparse.HelpFormatter  # one long line: let argparse wrap it
+        hints, declared = typing.get_type_hints(model), fields_of(model)
+        groups = {title: parser.add_argument_group(title, text) for title, text in getattr(model, "GROUPS", {}).items()}
+        exclusive: dict[str, Any] = {}
+        for field, spec in declared:
+            if spec.rest or spec.argv:
+                continue
+            if spec.group and spec.group not in groups:
+                groups[spec.group] = parser.add_argument_group(spec.group)
+            container = groups[spec.group] if spec.group else parser
+            names, kwargs = _argument(field.name, spec, hints[field.name])
+            if spec.exclusive:
+                if spec.exclusive not in exclusive:
+                    required = any(s.required for _, s in declared if s.exclusive == spec.exclusive)
+                    exclusive[spec.exclusive] = container.add_mutually_exclusive_group(required=required)
+                container = exclusive[spec.exclusive]
+                kwargs.pop("required", None)
+            container.add_argument(*names, **kwargs)
+        secrets = [flag_of(field, spec) for field, spec in declared if spec.secret]
+        parser.model, parser.usage_exit = model, getattr(model, "USAGE_EXIT", 2)
+        parser.secret_flags = (*SECRET_OPTIONS, *secrets)
+        parser.allow_abbrev = getattr(model, "ABBREVIATIONS", True) and not secrets
+
+    return add_cli_args
+
+
+class _Parser(argparse.ArgumentParser):
+    """Parses into the verb's model; a usage error exits with the verb's status and never echoes a secret."""
+
+    model: type | None = None
+    usage_exit = 2
+    secret_flags: tuple[str, ...] = SECRET_OPTIONS
+    _secrets: Sequence[str | None] = ()
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        argv = sys.argv[1:] if args is None else [str(arg) for arg in args]
+        self._secrets = [split_secret(argv, self.secret_flags)[1]]
+        return super().parse_known_args(argv, namespace)
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
+        argv = sys.argv[1:] if args is None else [str(arg) for arg in args]
+        parsed, rest = self.parse_known_args(argv, namespace)
+        if self.model is None:
+            raise TypeError(f"{self.prog}: no options were declared (core.options.declare)")
+        declared = fields_of(self.model)
+        if rest and not any(spec.rest for _, spec in declared):
+            self.error(f"unrecognized arguments: {' '.join(rest)}")
+        values = {field.name: rest if spec.rest else [sys.argv[0], *argv] if spec.argv else getattr(parsed, field.name)
+                  for field, spec in declared}  # fmt: skip
+        try:
+            model = self.model(**values)
+            if callable(check := getattr(model, "check", None)):
+                check()
+        except ValueError as error:
+            self.error(str(error))
+        return model
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(self.usage_exit, f"{self.prog}: error: {redact_url(redact_values(message, self._secrets))}\n")
+
+
+def _module(module: str | types.ModuleType) -> types.ModuleType:
+    if isinstance(module, types.ModuleType):
+        return module
+    return sys.modules[module] if module in sys.modules else importlib.import_module(module)
+
+
+def build_parser(module: str | types.ModuleType, prog: str | None = None,
+                 description: str | None = None) -> argparse.ArgumentParser:  # fmt: skip
+    """The one place a parser is made; the verb ``module``'s ``add_cli_args`` declares what it takes."""
+    parser = _Parser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _module(module).add_cli_args(parser)
+    return parser
+
+
+def parse(module: str | types.ModuleType, argv: Sequence[str] | None = None, prog: str | None = None,
+          description: str | None = None) -> Any:  # fmt: skip
+    """The verb's model from ``argv`` (default: this process's); a usage error exits."""
+    return build_parser(module, prog, description).parse_args(argv)
+
+
+def run(module: str | types.ModuleType, argv: Sequence[str] | None = None, prog: str | None = None,
+        description: str | None = None) -> int:  # fmt: skip
+    """Parse ``argv`` for the verb ``module`` and run its ``main``: the front door, a module's ``if __name__ ==
+    "__main__": sys.exit(options.run(__name__, prog=...))`` and the repository's scripts start a verb this way."""
+    return int(_module(module).main(parse(module, argv, prog, description)) or 0)
