@@ -6,7 +6,7 @@ and the runtime-facts table (one column per `Fact` a rule declares) follow from 
     python -m kimi_dflash_lab.matrix --write    # update docs/compatibility.md and README.md between markers
 
 Sources come from the index with HTTP range requests (only each wheel's .py members, ~6-14 MB per release; see
-kimi_dflash.patcher.remote_wheel) and are cached under $KIMI_DFLASH_CACHE/wheels. A slow test regenerates the
+kimi_dflash_lab.wheels) and are cached under $KIMI_DFLASH_CACHE/wheels. A slow test regenerates the
 section and compares it with the docs, so the docs say what the command prints today.
 """
 
@@ -186,7 +186,7 @@ def rules_table() -> str:
 
 
 def build(progress: Callable[[str], None] = lambda _m: None) -> list[Column]:
-    from kimi_dflash.patcher.wheels import released_wheels, source_wheel
+    from kimi_dflash_lab.wheels import released_wheels, source_wheel
 
     links = released_wheels(FIRST_RELEASE)
     plans = deployments()

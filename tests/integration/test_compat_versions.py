@@ -1,6 +1,6 @@
 """The compatibility check on real vLLM source, every release from 0.20.0 to the newest on the package index.
 
-Sources are read with HTTP range requests (~6-14 MB per release; kimi_dflash.patcher.remote_wheel) and cached
+Sources are read with HTTP range requests (~6-14 MB per release; kimi_dflash_lab.wheels) and cached
 under $KIMI_DFLASH_CACHE/wheels/sparse. Expected answers were read from the wheels by hand (docs/compatibility.md
 cites file:line); the check must reach the same ones by its own probes. Issue 8's acceptance criteria run
 through serve.sh against *unpacked* wheels, as the issue states them.
@@ -20,13 +20,12 @@ from kimi_dflash.patcher import floor, txn
 from kimi_dflash.patcher.engine import status_table
 from kimi_dflash.patcher.model import Status
 from kimi_dflash.patcher.registry import PATCHES, source_paths
-from kimi_dflash.patcher.remote_wheel import release_key
 from kimi_dflash.patcher.status import evaluate_all
-from kimi_dflash.patcher.wheels import released_wheels, source_wheel
 from kimi_dflash.plan import build_plan
 from kimi_dflash.rules.engine import judge
 from kimi_dflash.rules.features import INTRODUCED_IN, probe_features
 from kimi_dflash.rules.source import VllmSource
+from kimi_dflash_lab.wheels import release_key, released_wheels, source_wheel
 from repo_paths import CONFIGS_DIR
 from serve_helpers import run_serve
 

@@ -21,10 +21,10 @@ DRAFT_CONFIG = REPO / "configs" / "kimi-k2.6-dflash-draft.json"
 def test_generated_config_speaks_specforge_0_2_0s_schema(tmp_path: Path) -> None:
     """Read SpecForge 0.2.0's pydantic schema from its wheel (package index, cached): every generated key is known,
     and a key it does not know is reported."""
+    from kimi_dflash.core.wheels import download_wheel
     from kimi_dflash.drafter_training.architecture import load_architecture
     from kimi_dflash.drafter_training.specforge_config import RunSettings, run_config
     from kimi_dflash.drafter_training.specforge_schema import read_schema
-    from kimi_dflash.patcher.wheels import download_wheel
 
     schema = read_schema(download_wheel("0.2.0", dist="specforge"))
     assert schema.version == "0.2.0" and "dflash" in schema.algorithms

@@ -23,7 +23,7 @@ from kimi_dflash.core import options
 from kimi_dflash.patcher import cli, runtime
 from kimi_dflash.patcher.engine import status_table
 from kimi_dflash.patcher.registry import PATCHES, source_paths
-from kimi_dflash.patcher.wheels import vllm_sources, writable_copy
+from kimi_dflash_lab.wheels import vllm_sources, writable_copy
 
 pytestmark = pytest.mark.slow
 
@@ -198,7 +198,7 @@ def test_patched_triton_kernel_computes_non_causal_attention(version, tmp_path):
     root = writable_copy(pristine, tmp_path)
     shutil.copy2(pristine / helpers, root / helpers)
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    command = [sys.executable, "-m", "kimi_dflash.patcher.kernel_check", str(root)]
+    command = [sys.executable, "-m", "kimi_dflash_lab", "kernel-check", str(root)]
 
     unpatched = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
     assert unpatched.returncode != 0

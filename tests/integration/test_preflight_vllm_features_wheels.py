@@ -85,7 +85,7 @@ def test_static_reading_matches_vllms_runtime_objects(tmp_path):
     ],
 )
 def test_released_wheels_confirm_where_features_arrived(version, present, absent):
-    from kimi_dflash.patcher.wheels import source_wheel
+    from kimi_dflash_lab.wheels import source_wheel
 
     source = VllmSource.from_wheel(source_wheel(version))
     found = states(source, present + absent + ["cli:--language-model-only"])

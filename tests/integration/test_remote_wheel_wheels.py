@@ -1,4 +1,4 @@
-"""Reading a wheel's Python sources by range requests into a sparse file (kimi_dflash.patcher.remote_wheel).
+"""Reading a wheel's Python sources by range requests into a sparse file (kimi_dflash_lab.wheels).
 
 Fast tests serve a locally built zip through the same `fetch(url, start, end)` interface the HTTP reader has;
 the slow one reads a real vLLM wheel from the package index and checks it against pip's full download when that
@@ -12,13 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from kimi_dflash.patcher.remote_wheel import sparse_wheel
+from kimi_dflash.core.wheels import find_cached_wheel
+from kimi_dflash_lab.wheels import released_wheels, sparse_wheel
 
 
 @pytest.mark.slow
 def test_a_real_wheel_read_by_ranges_holds_the_same_sources_as_the_full_wheel(tmp_path: Path) -> None:
-    from kimi_dflash.patcher.wheels import find_cached_wheel, released_wheels
-
     links = released_wheels("0.20.2")
     sparse = sparse_wheel(links["0.20.2"], tmp_path)
     full = find_cached_wheel("0.20.2")

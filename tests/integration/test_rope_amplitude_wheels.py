@@ -17,11 +17,10 @@ from importlib import resources
 
 import pytest
 
-from kimi_dflash.patcher.remote_wheel import release_key
-from kimi_dflash.patcher.wheels import released_wheels, source_wheel
 from kimi_dflash.preflight.runtime_probe import vllm_package_dir
 from kimi_dflash.rules.rope_amplitude import drafter_rope, judge, release_amplitude
 from kimi_dflash.rules.source import VllmSource
+from kimi_dflash_lab.wheels import release_key, released_wheels, source_wheel
 
 pytestmark = pytest.mark.slow
 

@@ -23,7 +23,7 @@ def _plan(name: str, **environ: str):
 @pytest.mark.slow
 @pytest.mark.parametrize(("version", "refused"), [("0.28.0", True), ("0.29.0", False)])
 def test_compat_check_refuses_the_key_where_vllm_lacks_the_flag(version: str, refused: bool) -> None:
-    from kimi_dflash.patcher.wheels import source_wheel
+    from kimi_dflash_lab.wheels import source_wheel
 
     config, plan = _plan("production.env", PER_REQUEST_SPEC_METRICS="summary")
     report = judge(hooks.deployment(config, plan), VllmSource.from_wheel(source_wheel(version)))

@@ -275,8 +275,8 @@ class Pipeline:
     def check_schema(self) -> None:
         """Static check, before anything is installed: the generated keys against SpecForge's pydantic schema, read
         from the installed package or else from its wheel (downloaded once into the cache)."""
+        from kimi_dflash.core.wheels import download_wheel
         from kimi_dflash.drafter_training.specforge_schema import read_schema
-        from kimi_dflash.patcher.wheels import download_wheel
 
         installed = sorted((self.venv / "lib").glob("python3*/site-packages/specforge"))
         source = installed[-1].parent if installed else download_wheel(SPECFORGE_VERSION, dist="specforge")

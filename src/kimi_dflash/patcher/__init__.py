@@ -4,6 +4,5 @@ Import-light on purpose (vLLM's plugin loader imports this package in every proc
   kimi_dflash.patcher.engine: status_table(), apply_pending(), revert_applied(), diff()
   kimi_dflash.patcher.cli: add_cli_args + main(args) (patches/patch_dflash_rocm.py)
   kimi_dflash.patcher.runtime.apply_runtime_patches() (the vLLM plugin)
-  kimi_dflash.patcher.wheels.vllm_sources(), download_wheel()
 See docs/patches.md.
 """

@@ -6,6 +6,7 @@ nothing written), 3 cannot write (read-only tree, lock held, I/O error).
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass
 from typing import Literal
@@ -58,24 +59,14 @@ class PatchOptions:
 add_cli_args = declare(PatchOptions, _DESCRIPTION, _EPILOG)
 
 
+def _json(payload: dict[str, object]) -> str:
+    return json.dumps(payload, indent=2)
+
+
 def _list(args: PatchOptions) -> int:
     patches = [p for p in PATCHES if not args.only or p.id in args.only]
     if args.json:
-        payload = [
-            {
-                "id": p.id,
-                "title": p.title,
-                "why": p.why,
-                "upstream_pr": p.upstream_pr,
-                "upstream_since": p.upstream_since,
-                "delivery": p.delivery,
-                "needed_when": str(p.needed_when),
-                "files": ["vllm/" + f for f in p.files],
-                "retired_when": [f"{pr.description} (vllm/{pr.path})" for pr in p.retired_when],
-            }
-            for p in patches
-        ]
-        print(engine.to_json_text({"patches": payload}))
+        print(_json({"patches": [p.to_json() for p in patches]}))
         return 0
     for p in patches:
         print(f"{p.id}: {p.title}")
@@ -92,7 +83,7 @@ def _list(args: PatchOptions) -> int:
 
 def _check(args: PatchOptions) -> int:
     table = engine.status_table(args.vllm_root, args.only)
-    print(engine.to_json_text(table.to_json()) if args.json else table.to_text())
+    print(_json(table.to_json()) if args.json else table.to_text())
     return table.exit_code
 
 
@@ -100,7 +91,7 @@ def _change(args: PatchOptions) -> int:
     action = engine.apply_pending if args.command == "apply" else engine.revert_applied
     result = action(args.vllm_root, args.only)
     if args.json:
-        print(engine.to_json_text(result.to_json()))
+        print(_json(result.to_json()))
     else:
         verb = "patched" if args.command == "apply" else "restored"
         if result.changed_files:
@@ -115,19 +106,13 @@ def _change(args: PatchOptions) -> int:
 def _diff(args: PatchOptions) -> int:
     text = engine.diff(args.vllm_root, args.only)
     if args.json:
-        print(engine.to_json_text({"diff": text}))
+        print(_json({"diff": text}))
     else:
         sys.stdout.write(text or "no differences: nothing pending or applied\n")
     return 0
 
 
-_COMMANDS = {
-    "list": _list,
-    "check": _check,
-    "apply": _change,
-    "revert": _change,
-    "diff": _diff,
-}
+_COMMANDS = {"list": _list, "check": _check, "apply": _change, "revert": _change, "diff": _diff}
 
 
 def main(args: PatchOptions) -> int:
@@ -135,7 +120,7 @@ def main(args: PatchOptions) -> int:
         return _COMMANDS[args.command](args)
     except PatcherError as exc:
         if args.json:
-            print(engine.to_json_text({"error": str(exc), "exit_code": exc.exit_code}))
+            print(_json({"error": str(exc), "exit_code": exc.exit_code}))
         print(f"patch_dflash_rocm: error: {exc}", file=sys.stderr)
         return exc.exit_code
 

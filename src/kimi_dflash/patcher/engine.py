@@ -9,22 +9,15 @@ revert_applied()                        # byte-identical originals
 from __future__ import annotations
 
 import difflib
-import importlib.util
-import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kimi_dflash.patcher.model import (
-    Patch,
-    PatcherError,
-    PatchState,
-    Status,
-    UnrecognisedSource,
-)
+from kimi_dflash.patcher import floor
+from kimi_dflash.patcher.model import Patch, PatcherError, PatchState, Status, UnrecognisedSource
 from kimi_dflash.patcher.plan import check_compiles, plan_apply, plan_revert
-from kimi_dflash.patcher.registry import PATCHES
+from kimi_dflash.patcher.registry import PATCHES, source_paths
 from kimi_dflash.patcher.status import evaluate_all
 from kimi_dflash.patcher.txn import patcher_lock, write_all_or_nothing
 
@@ -32,22 +25,14 @@ EXIT_OK, EXIT_PENDING, EXIT_UNRECOGNISED = 0, 1, 2
 
 
 def resolve_vllm_root(vllm_root: str | Path | None = None) -> Path:
-    """The vllm package directory: given explicitly (the package dir or its parent), or found
-    without importing vLLM (importing it is slow and may need a GPU runtime)."""
-    if vllm_root is None:
-        try:
-            spec = importlib.util.find_spec("vllm")
-        except (ImportError, ValueError):
-            spec = None
-        if spec is None or not spec.submodule_search_locations:
-            raise UnrecognisedSource(
-                "vLLM is not importable in this Python environment, so there is no default tree to "
-                "patch. Install vLLM here, or pass --vllm-root DIR (the `vllm` package directory)."
-            )
-        return Path(next(iter(spec.submodule_search_locations))).resolve()
-    root = Path(vllm_root).expanduser()
-    if (root / "vllm" / "__init__.py").is_file() and not (root / "__init__.py").is_file():
-        root = root / "vllm"
+    """The vllm package directory: given explicitly (the package dir or its parent), or the one this process runs
+    or would import, found without importing vLLM (importing it is slow and may need a GPU runtime)."""
+    root = floor.package_dir(None if vllm_root is None else Path(vllm_root))
+    if root is None:
+        raise UnrecognisedSource(
+            "vLLM is not importable in this Python environment, so there is no default tree to "
+            "patch. Install vLLM here, or pass --vllm-root DIR (the `vllm` package directory)."
+        )
     if not (root / "__init__.py").is_file() or not (root / "v1").is_dir():
         raise UnrecognisedSource(
             f"{root} is not a vLLM source tree (expected the `vllm` package directory, holding "
@@ -61,24 +46,15 @@ def read_vllm_version(root: Path) -> str | None:
     for name in ("_version.py", "version.py"):
         path = root / name
         if path.is_file():
-            match = re.search(
-                r"""__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""",
-                path.read_text(),
-            )
+            match = re.search(r"""__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", path.read_text())
             if match:
                 return match.group(1)
     return None
 
 
 def read_texts(root: Path, patches: Iterable[Patch] = PATCHES) -> dict[str, str | None]:
-    paths: dict[str, None] = {}
-    for patch in patches:
-        for edit in patch.edits:
-            paths.setdefault(edit.path, None)
-        for probe in (*patch.retired_when, *patch.runtime_hooks):
-            paths.setdefault(probe.path, None)
     texts: dict[str, str | None] = {}
-    for rel in paths:
+    for rel in source_paths(patches):
         path = root / rel
         try:
             texts[rel] = path.read_bytes().decode("utf-8") if path.is_file() else None
@@ -125,16 +101,10 @@ class StatusTable:
         rows = [("patch", "status", "delivery", "detail")]
         rows += [(s.patch.id, s.status.value, s.patch.delivery, s.detail) for s in self.states]
         widths = [max(len(row[i]) for row in rows) for i in range(3)]
-        lines = [
-            f"vLLM tree: {self.root}" + (f" (version {self.version})" if self.version else ""),
-        ]
-        for row in rows:
-            lines.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:3])) + "  " + row[3])
-        for state in self.states:
-            for problem in state.problems:
-                lines.append(f"  {state.patch.id}: {problem}")
-        lines.append(f"=> {self.summary()}")
-        return "\n".join(lines)
+        lines = [f"vLLM tree: {self.root}" + (f" (version {self.version})" if self.version else "")]
+        lines += ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:3])) + "  " + row[3] for row in rows]
+        lines += [f"  {state.patch.id}: {problem}" for state in self.states for problem in state.problems]
+        return "\n".join([*lines, f"=> {self.summary()}"])
 
 
 def _select(only: Iterable[str] | None, registry: tuple[Patch, ...]) -> tuple[Patch, ...]:
@@ -147,16 +117,21 @@ def _select(only: Iterable[str] | None, registry: tuple[Patch, ...]) -> tuple[Pa
     return tuple(p for p in registry if p.id in set(only))
 
 
-def status_table(
-    vllm_root: str | Path | None = None,
-    only: Iterable[str] | None = None,
-    registry: tuple[Patch, ...] = PATCHES,
-) -> StatusTable:
-    """Status of every registry patch (or the `only` ids) in a vLLM tree. Reads, never writes."""
+def _look(
+    vllm_root: str | Path | None, only: Iterable[str] | None, registry: tuple[Patch, ...]
+) -> tuple[StatusTable, dict[str, str | None]]:
+    """The status table of a tree and the texts it was judged from. Reads, never writes."""
     root = resolve_vllm_root(vllm_root)
     patches = _select(only, registry)
-    states = evaluate_all(patches, read_texts(root, patches))
-    return StatusTable(root, read_vllm_version(root), states)
+    texts = read_texts(root, patches)
+    return StatusTable(root, read_vllm_version(root), evaluate_all(patches, texts)), texts
+
+
+def status_table(
+    vllm_root: str | Path | None = None, only: Iterable[str] | None = None, registry: tuple[Patch, ...] = PATCHES
+) -> StatusTable:
+    """Status of every registry patch (or the `only` ids) in a vLLM tree. Reads, never writes."""
+    return _look(vllm_root, only, registry)[0]
 
 
 @dataclass(frozen=True)
@@ -173,98 +148,70 @@ class ChangeResult:
         }
 
 
-def _refuse_unrecognised(table: StatusTable, action: str) -> None:
-    bad = [s for s in table.states if s.status is Status.UNRECOGNISED]
-    if bad:
-        lines = [f"refusing to {action}: unrecognised source in {table.root}; nothing was written"]
-        for state in bad:
-            lines.append(f"  {state.patch.id}: {state.detail}")
-            lines += [f"    - {problem}" for problem in state.problems]
-        raise UnrecognisedSource("\n".join(lines))
+# action -> (planner, the statuses every patch must have afterwards)
+_ACTIONS = {
+    "apply": (plan_apply, {Status.APPLIED, Status.RETIRED}),
+    "revert": (plan_revert, {Status.PENDING, Status.RETIRED}),
+}
 
 
 def _change(
-    vllm_root: str | Path | None,
-    only: Iterable[str] | None,
-    action: str,
-    registry: tuple[Patch, ...],
+    action: str, vllm_root: str | Path | None, only: Iterable[str] | None, registry: tuple[Patch, ...]
 ) -> ChangeResult:
+    planner, wanted = _ACTIONS[action]
     root = resolve_vllm_root(vllm_root)
-    patches = _select(only, registry)
     with patcher_lock(root):
-        texts = read_texts(root, patches)
-        before = StatusTable(root, read_vllm_version(root), evaluate_all(patches, texts))
-        _refuse_unrecognised(before, action)
-        planner = plan_apply if action == "apply" else plan_revert
+        before, texts = _look(root, only, registry)
+        bad = [s for s in before.states if s.status is Status.UNRECOGNISED]
+        if bad:
+            lines = [f"refusing to {action}: unrecognised source in {root}; nothing was written"]
+            for state in bad:
+                lines += [f"  {state.patch.id}: {state.detail}", *(f"    - {problem}" for problem in state.problems)]
+            raise UnrecognisedSource("\n".join(lines))
         new_texts = planner(before.states, texts)
         check_compiles(new_texts)
-        changes = {path: (texts[path] or "", text) for path, text in new_texts.items()}
-        if changes:
-            write_all_or_nothing(root, changes)
-        after = StatusTable(root, before.version, evaluate_all(patches, read_texts(root, patches)))
-        wanted = {Status.APPLIED, Status.RETIRED} if action == "apply" else {Status.PENDING, Status.RETIRED}
+        if new_texts:
+            write_all_or_nothing(root, {path: (texts[path] or "", text) for path, text in new_texts.items()})
+        after = status_table(root, only, registry)
         wrong = [s for s in after.states if s.status not in wanted]
         if wrong:
             # Cannot happen unless a patch is inconsistent with its own probes: undo, then report.
-            undo = {path: (text, texts[path] or "") for path, text in new_texts.items()}
-            if undo:
-                write_all_or_nothing(root, undo)
+            if new_texts:
+                write_all_or_nothing(root, {path: (text, texts[path] or "") for path, text in new_texts.items()})
             ids = ", ".join(f"{s.patch.id}={s.status.value}" for s in wrong)
             raise PatcherError(f"internal error: after {action}, {ids}; the tree was restored")
-    return ChangeResult(before, after, tuple(sorted(changes)))
+    return ChangeResult(before, after, tuple(sorted(new_texts)))
 
 
 def apply_pending(
-    vllm_root: str | Path | None = None,
-    only: Iterable[str] | None = None,
-    registry: tuple[Patch, ...] = PATCHES,
+    vllm_root: str | Path | None = None, only: Iterable[str] | None = None, registry: tuple[Patch, ...] = PATCHES
 ) -> ChangeResult:
     """Apply every pending patch (or the `only` ids) in one all-or-nothing step. Idempotent."""
-    return _change(vllm_root, only, "apply", registry)
+    return _change("apply", vllm_root, only, registry)
 
 
 def revert_applied(
-    vllm_root: str | Path | None = None,
-    only: Iterable[str] | None = None,
-    registry: tuple[Patch, ...] = PATCHES,
+    vllm_root: str | Path | None = None, only: Iterable[str] | None = None, registry: tuple[Patch, ...] = PATCHES
 ) -> ChangeResult:
     """Restore the byte-identical original of every file a patch (or the `only` ids) touched."""
-    return _change(vllm_root, only, "revert", registry)
+    return _change("revert", vllm_root, only, registry)
 
 
 def diff(
-    vllm_root: str | Path | None = None,
-    only: Iterable[str] | None = None,
-    registry: tuple[Patch, ...] = PATCHES,
+    vllm_root: str | Path | None = None, only: Iterable[str] | None = None, registry: tuple[Patch, ...] = PATCHES
 ) -> str:
     """Unified diff: what `apply` would change (pending) and what was changed (applied)."""
-    root = resolve_vllm_root(vllm_root)
-    patches = _select(only, registry)
-    texts = read_texts(root, patches)
-    states = evaluate_all(patches, texts)
+    table, texts = _look(vllm_root, only, registry)
     chunks = []
-    for label, planner, flip in (
-        ("pending", plan_apply, False),
-        ("applied", plan_revert, True),
-    ):
+    for label, planner, flip in (("pending", plan_apply, False), ("applied", plan_revert, True)):
         try:
-            planned = planner(states, texts)
+            planned = planner(table.states, texts)
         except UnrecognisedSource as exc:
             chunks.append(f"# {label}: cannot reconstruct: {exc}\n")
             continue
         for path, text in sorted(planned.items()):
             old, new = (text, texts[path] or "") if flip else (texts[path] or "", text)
             chunks.append(f"# {label}\n")
-            chunks.extend(
-                difflib.unified_diff(
-                    old.splitlines(keepends=True),
-                    new.splitlines(keepends=True),
-                    fromfile=f"a/vllm/{path}",
-                    tofile=f"b/vllm/{path}",
-                )
-            )
+            lines = old.splitlines(keepends=True), new.splitlines(keepends=True)
+            chunks.extend(difflib.unified_diff(*lines, fromfile=f"a/vllm/{path}", tofile=f"b/vllm/{path}"))
     return "".join(chunks)
-
-
-def to_json_text(payload: dict[str, object]) -> str:
-    return json.dumps(payload, indent=2, sort_keys=False)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 class Status(str, enum.Enum):
@@ -21,18 +21,11 @@ class Status(str, enum.Enum):
 
 @dataclass(frozen=True)
 class Edit:
-    """Replace one exact block of text (the anchor) in one file.
-
-    The anchor must occur exactly once in the file; anything else means the source is not the
-    shape this patch was written for.
-    """
+    """Replace one exact block of text (the anchor, which must occur exactly once) in one file."""
 
     path: str  # relative to the vllm package directory, e.g. "v1/attention/selector.py"
     old: str
     new: str
-
-    def first_line(self) -> str:
-        return describe_block(self.old)
 
 
 def describe_block(text: str) -> str:
@@ -47,10 +40,8 @@ def describe_block(text: str) -> str:
 
 @dataclass(frozen=True)
 class Probe:
-    """A feature probe: a regular expression searched (multiline) in one file of the tree.
-
-    Probes look for a *feature* (a field, a keyword, a kernel constexpr), never a version string.
-    """
+    """A feature probe: a regular expression searched (multiline) in one file of the tree. Probes look for a
+    *feature* (a field, a keyword, a kernel constexpr), never a version string."""
 
     path: str
     pattern: str
@@ -84,23 +75,33 @@ class Patch:
     upstream_since: str  # first vLLM release that carries it (read from the wheels, for docs only)
     retired_when: tuple[Probe, ...]  # all must match for the patch to count as retired upstream
     edits: tuple[Edit, ...]  # empty: we carry no source patch for the old shape
-    runtime: str | None = None  # name of the runtime (plugin) patch in kimi_dflash.patcher.runtime
+    runtime: str | None = None  # name of the runtime (plugin) patch in kimi_dflash.patcher.runtime_patches
     runtime_hooks: tuple[Probe, ...] = ()  # what the runtime patch needs to find in the source
     needed_when: Need | None = None  # when a plan takes the code path this patch fixes
     no_edit_reason: str = ""  # why `edits` is empty, shown for an unrecognised tree
 
     @property
     def files(self) -> tuple[str, ...]:
-        seen: dict[str, None] = {}
-        for edit in self.edits:
-            seen.setdefault(edit.path, None)
-        return tuple(seen)
+        return tuple(dict.fromkeys(edit.path for edit in self.edits))
 
     @property
     def delivery(self) -> str:
         if not self.edits:
             return "none (upstream only)"
         return "plugin or file" if self.runtime else "file"
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "title": self.title,
+            "why": self.why,
+            "upstream_pr": self.upstream_pr,
+            "upstream_since": self.upstream_since,
+            "delivery": self.delivery,
+            "needed_when": str(self.needed_when or "always, where pending"),
+            "files": ["vllm/" + path for path in self.files],
+            "retired_when": [f"{probe.description} (vllm/{probe.path})" for probe in self.retired_when],
+        }
 
 
 @dataclass(frozen=True)
@@ -110,21 +111,11 @@ class PatchState:
     patch: Patch
     status: Status
     detail: str
-    problems: tuple[str, ...] = field(default=())  # for UNRECOGNISED: what was expected where
+    problems: tuple[str, ...] = ()  # for UNRECOGNISED: what was expected where
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "id": self.patch.id,
-            "status": self.status.value,
-            "detail": self.detail,
-            "title": self.patch.title,
-            "upstream_pr": self.patch.upstream_pr,
-            "upstream_since": self.patch.upstream_since,
-            "delivery": self.patch.delivery,
-            "needed_when": str(self.patch.needed_when or "always, where pending"),
-            "files": ["vllm/" + path for path in self.patch.files],
-            "problems": list(self.problems),
-        }
+        found = {"id": self.patch.id, "status": self.status.value, "detail": self.detail}
+        return found | self.patch.to_json() | {"problems": list(self.problems)}  # id, status, detail first
 
 
 class PatcherError(Exception):

@@ -1,29 +1,72 @@
 """Turn statuses into new file contents, for `apply` and `revert` (pure functions, no I/O).
 
-Every resulting file is compiled before anything is written, so a patch can never leave an
-invalid module behind.
+Each patched file ends with a marker line, a Python comment naming the patch and the sha256 of the file before it,
+so the module stays valid and `revert` can prove it restored the original byte for byte. Every resulting file is
+compiled before anything is written, so a patch can never leave an invalid module behind.
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 
-from kimi_dflash.patcher.markers import add_marker, remove_marker, sha256_text
-from kimi_dflash.patcher.model import (
-    PatcherError,
-    PatchState,
-    Status,
-    UnrecognisedSource,
+from kimi_dflash.patcher.model import PatcherError, PatchState, Status, UnrecognisedSource, describe_block
+
+_PREFIX = "# kimi-dflash-patch:"
+_MARKER_RE = re.compile(
+    r"^# kimi-dflash-patch: id=(?P<id>[a-z0-9-]+) sha256-before=(?P<sha>[0-9a-f]{64})(?P<newline> newline-added)?$",
+    re.MULTILINE,
 )
+
+
+@dataclass(frozen=True)
+class Marker:
+    patch_id: str
+    sha256_before: str
+    newline_added: bool  # the original did not end with a newline; we added one before the marker
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def find_markers(text: str) -> list[Marker]:
+    return [Marker(m["id"], m["sha"], m["newline"] is not None) for m in _MARKER_RE.finditer(text)]
+
+
+def has_marker(text: str, patch_id: str) -> bool:
+    return any(marker.patch_id == patch_id for marker in find_markers(text))
+
+
+def add_marker(text_before: str, patched: str, patch_id: str) -> str:
+    """`patched` plus a marker recording `text_before`'s hash (the file before this patch)."""
+    newline_added = not patched.endswith("\n")
+    line = f"{_PREFIX} id={patch_id} sha256-before={sha256_text(text_before)}"
+    if newline_added:
+        line += " newline-added"
+    return patched + ("\n" if newline_added else "") + line + "\n"
+
+
+def remove_marker(text: str, patch_id: str) -> tuple[str, Marker]:
+    """Drop this patch's marker line; return the text and the marker. KeyError if absent."""
+    for match in _MARKER_RE.finditer(text):
+        if match["id"] != patch_id:
+            continue
+        marker = Marker(match["id"], match["sha"], match["newline"] is not None)
+        end = match.end() + (1 if text[match.end() : match.end() + 1] == "\n" else 0)
+        start = match.start()
+        if marker.newline_added and start > 0 and text[start - 1] == "\n":
+            start -= 1
+        return text[:start] + text[end:], marker
+    raise KeyError(patch_id)
 
 
 def plan_apply(states: tuple[PatchState, ...], texts: Mapping[str, str | None]) -> dict[str, str]:
     """New text per file for every PENDING patch (registry order). Only changed files returned."""
     current: dict[str, str] = {}
-    for state in states:
-        if state.status is not Status.PENDING:
-            continue
-        patch = state.patch
+    for patch in (state.patch for state in states if state.status is Status.PENDING):
         for path in patch.files:
             before = current.get(path, texts[path])
             assert before is not None  # PENDING guarantees every file exists
@@ -31,7 +74,7 @@ def plan_apply(states: tuple[PatchState, ...], texts: Mapping[str, str | None]) 
             for edit in (e for e in patch.edits if e.path == path):
                 if text.count(edit.old) != 1:
                     raise PatcherError(
-                        f"internal error: patch {patch.id} anchor {edit.first_line()} is no longer "
+                        f"internal error: patch {patch.id} anchor {describe_block(edit.old)} is no longer "
                         f"unique in vllm/{path} after earlier edits; nothing was written"
                     )
                 text = text.replace(edit.old, edit.new, 1)
@@ -42,10 +85,7 @@ def plan_apply(states: tuple[PatchState, ...], texts: Mapping[str, str | None]) 
 def plan_revert(states: tuple[PatchState, ...], texts: Mapping[str, str | None]) -> dict[str, str]:
     """Original text per file for every APPLIED patch, verified against the recorded hash."""
     current: dict[str, str] = {}
-    for state in reversed(states):
-        if state.status is not Status.APPLIED:
-            continue
-        patch = state.patch
+    for patch in (state.patch for state in reversed(states) if state.status is Status.APPLIED):
         for path in patch.files:
             text = current.get(path, texts[path])
             assert text is not None

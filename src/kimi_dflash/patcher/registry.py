@@ -11,6 +11,8 @@ if this package is removed. Every inserted block carries a `kimi-dflash(<patch i
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from kimi_dflash.patcher import floor
 from kimi_dflash.patcher.model import Edit, Need, Patch, Probe
 
@@ -386,20 +388,6 @@ PATCHES: tuple[Patch, ...] = (
 )
 
 
-def patch_by_id(patch_id: str) -> Patch:
-    for patch in PATCHES:
-        if patch.id == patch_id:
-            return patch
-    known = ", ".join(p.id for p in PATCHES)
-    raise KeyError(f"unknown patch id {patch_id!r}; known: {known}")
-
-
-def source_paths() -> tuple[str, ...]:
-    """Every file (relative to the vllm package) the registry reads: edited or probed."""
-    seen: dict[str, None] = {}
-    for patch in PATCHES:
-        for edit in patch.edits:
-            seen.setdefault(edit.path, None)
-        for probe in (*patch.retired_when, *patch.runtime_hooks):
-            seen.setdefault(probe.path, None)
-    return tuple(seen)
+def source_paths(patches: Iterable[Patch] = PATCHES) -> tuple[str, ...]:
+    """Every file (relative to the vllm package) the patches read: edited or probed."""
+    return tuple(dict.fromkeys(x.path for p in patches for x in (*p.edits, *p.retired_when, *p.runtime_hooks)))

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 from pathlib import Path
 from types import ModuleType
 
 from kimi_dflash.core.envvars import PATCHES
 from kimi_dflash.core.import_hooks import when_imported
-from kimi_dflash.patcher.engine import StatusTable, status_table
-from kimi_dflash.patcher.model import PatchState, Status
+from kimi_dflash.patcher.engine import StatusTable, read_texts, status_table
+from kimi_dflash.patcher.model import Patch, Status
 from kimi_dflash.patcher.runtime_patches import INSTALLERS
+from kimi_dflash.patcher.status import present
 
 # A child of vLLM's "vllm" logger, so vLLM's own handler prints it at INFO in every process.
 logger = logging.getLogger("vllm.plugins.kimi_dflash")
@@ -29,38 +29,24 @@ logger = logging.getLogger("vllm.plugins.kimi_dflash")
 _done = False
 
 
-def _running_vllm_root() -> Path | None:
-    module = sys.modules.get("vllm")
-    if module is not None and getattr(module, "__path__", None):
-        return Path(next(iter(module.__path__)))
-    return None  # status_table() then finds the installed one without importing it
-
-
-def _runtime_ready(state: PatchState, table: StatusTable) -> bool:
+def _runtime_ready(patch: Patch, root: Path) -> bool:
     """The runtime patch exists and the source has the functions it rebinds."""
-    patch = state.patch
-    if patch.runtime not in INSTALLERS:
-        return False
-    texts = {}
-    for probe in patch.runtime_hooks:
-        path = table.root / probe.path
-        texts[probe.path] = path.read_text(encoding="utf-8") if path.is_file() else None
-    return all(texts[p.path] is not None and p.matches(texts[p.path] or "") for p in patch.runtime_hooks)
+    texts = read_texts(root, (patch,))
+    return patch.runtime in INSTALLERS and all(present(probe, texts) for probe in patch.runtime_hooks)
 
 
-def _installer_for(patch_id: str) -> tuple[str, object]:
+def _install_on_import(patch_id: str) -> None:
+    """Install the runtime patch when vLLM imports its module (at once if it already has)."""
     module_name, install = INSTALLERS[patch_id]
 
     def run(module: ModuleType) -> None:
         install(module)
         logger.info("kimi-dflash: runtime patch %s installed in %s", patch_id, module_name)
 
-    return module_name, run
+    when_imported(module_name, run)
 
 
-def plan_runtime(
-    table: StatusTable,
-) -> tuple[list[str], list[str], list[str], list[str]]:
+def plan_runtime(table: StatusTable) -> tuple[list[str], list[str], list[str], list[str]]:
     """Split a status table into (runtime ids, file-only pending ids, done lines, failure lines)."""
     runtime, file_only, done, failures = [], [], [], []
     for state in table.states:
@@ -73,15 +59,16 @@ def plan_runtime(
             failures.append(f"{patch.id}: {state.detail}; " + "; ".join(state.problems))
         elif patch.runtime is None:
             file_only.append(patch.id)
-        elif _runtime_ready(state, table):
+        elif _runtime_ready(patch, table.root):
             runtime.append(patch.id)
         else:
             failures.append(f"{patch.id}: pending, but the functions its runtime patch rebinds are missing")
     return runtime, file_only, done, failures
 
 
-def apply_runtime_patches() -> None:
-    """Apply what this vLLM needs at runtime; log it; raise if a needed patch cannot apply."""
+def apply_runtime_patches(vllm_root: Path | None = None) -> None:
+    """Apply what this vLLM needs at runtime (`vllm_root`: its package directory, default the one this process
+    runs); log it; raise if a needed patch cannot apply."""
     global _done
     if _done:
         return
@@ -90,7 +77,7 @@ def apply_runtime_patches() -> None:
         _done = True
         return
 
-    table = status_table(_running_vllm_root())
+    table = status_table(vllm_root)
     where = f"vLLM {table.version or '?'} at {table.root}"
     runtime, file_only, done, failures = plan_runtime(table)
     if failures:
@@ -103,8 +90,7 @@ def apply_runtime_patches() -> None:
         )
 
     for patch_id in runtime:
-        module_name, run = _installer_for(patch_id)
-        when_imported(module_name, run)  # type: ignore[arg-type]
+        _install_on_import(patch_id)
 
     if not runtime and not file_only:
         logger.info("kimi-dflash patches (%s): nothing to do: %s", where, "; ".join(done))

@@ -90,6 +90,7 @@ def write_all_or_nothing(root: Path, changes: Mapping[str, tuple[str, str]]) -> 
             raise PatcherError(f"vllm/{rel} changed while the patcher was running; nothing was written")
 
     temps: dict[str, Path] = {}
+    replaced: list[str] = []
     try:
         for rel, (_expected, new) in changes.items():
             try:
@@ -98,30 +99,16 @@ def write_all_or_nothing(root: Path, changes: Mapping[str, tuple[str, str]]) -> 
                 if exc.errno in _READ_ONLY_ERRNOS:
                     raise _not_writable(root, targets[rel].parent, exc) from exc
                 raise PatcherError(f"cannot write next to {targets[rel]}: {exc}") from exc
-
-        replaced: list[str] = []
         try:
             for rel, tmp in temps.items():
                 os.replace(tmp, targets[rel])
                 replaced.append(rel)
         except OSError as exc:
-            _restore(root, targets, changes, replaced)
+            for done in reversed(replaced):  # put back the originals of files already replaced, newest first
+                os.replace(_write_temp(targets[done], changes[done][0]), targets[done])
             if exc.errno in _READ_ONLY_ERRNOS:
                 raise _not_writable(root, targets[rel], exc) from exc
             raise PatcherError(f"cannot replace {targets[rel]}: {exc}; the tree was restored") from exc
     finally:
         for tmp in temps.values():
             tmp.unlink(missing_ok=True)
-
-
-def _restore(
-    root: Path,
-    targets: Mapping[str, Path],
-    changes: Mapping[str, tuple[str, str]],
-    replaced: list[str],
-) -> None:
-    """Put back the originals of files already replaced (best effort, newest first)."""
-    for rel in reversed(replaced):
-        original = changes[rel][0]
-        tmp = _write_temp(targets[rel], original)
-        os.replace(tmp, targets[rel])

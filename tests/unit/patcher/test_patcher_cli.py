@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from kimi_dflash.core import options
-from kimi_dflash.patcher import cli, engine
+from kimi_dflash.patcher import cli
 from kimi_dflash.patcher.registry import PATCHES
+from kimi_dflash_lab.wheels import writable_copy
 from repo_paths import REPO_ROOT
 
 REPO = REPO_ROOT
@@ -42,8 +43,6 @@ def test_check_json_lists_every_patch_as_retired(capsys):
 
 @needs_vllm
 def test_apply_on_a_tree_with_everything_upstream_writes_nothing(capsys, tmp_path):
-    from kimi_dflash.patcher.wheels import writable_copy
-
     installed = Path(importlib.util.find_spec("vllm").submodule_search_locations[0])
     root = writable_copy(installed, tmp_path)
     before = {p: p.read_bytes() for p in root.rglob("*.py")}
@@ -76,10 +75,9 @@ def test_bad_root_is_a_clear_error_without_traceback(tmp_path):
 
 def test_missing_vllm_is_a_clear_error(monkeypatch, capsys):
     real_find_spec = importlib.util.find_spec
+    monkeypatch.delitem(sys.modules, "vllm", raising=False)
     monkeypatch.setattr(
-        engine.importlib.util,
-        "find_spec",
-        lambda name, *a: None if name == "vllm" else real_find_spec(name, *a),
+        importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real_find_spec(name, *a)
     )
     assert options.run(cli, ["check"]) == 2
     err = capsys.readouterr().err

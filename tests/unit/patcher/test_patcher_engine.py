@@ -16,12 +16,6 @@ from pathlib import Path
 import pytest
 
 from kimi_dflash.patcher import engine, txn
-from kimi_dflash.patcher.markers import (
-    add_marker,
-    find_markers,
-    remove_marker,
-    sha256_text,
-)
 from kimi_dflash.patcher.model import (
     Edit,
     NotWritable,
@@ -30,6 +24,12 @@ from kimi_dflash.patcher.model import (
     Probe,
     Status,
     UnrecognisedSource,
+)
+from kimi_dflash.patcher.plan import (
+    add_marker,
+    find_markers,
+    remove_marker,
+    sha256_text,
 )
 
 MOD = "pkg/mod.py"

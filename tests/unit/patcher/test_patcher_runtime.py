@@ -12,7 +12,6 @@ import importlib
 import importlib.util
 import logging
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 from typing import NamedTuple
 
@@ -187,16 +186,14 @@ def test_plugin_refuses_an_unrecognised_vllm_loudly(plugin_log, tmp_path, monkey
     root = tmp_path / "vllm"
     (root / "v1").mkdir(parents=True)
     (root / "__init__.py").write_text("")
-    monkeypatch.setattr(runtime, "_running_vllm_root", lambda: Path(root))
     monkeypatch.delenv(envvars.PATCHES, raising=False)
     with pytest.raises(RuntimeError) as info:
-        runtime.apply_runtime_patches()
+        runtime.apply_runtime_patches(root)
     message = str(info.value)
     assert "target-mla-causal" in message and envvars.PATCHES in message
 
 
 def test_plugin_can_be_switched_off(plugin_log, tmp_path, monkeypatch):
-    monkeypatch.setattr(runtime, "_running_vllm_root", lambda: tmp_path)  # would fail if read
     monkeypatch.setenv(envvars.PATCHES, "off")
-    runtime.apply_runtime_patches()
+    runtime.apply_runtime_patches(tmp_path)  # would fail if read
     assert "disabled" in plugin_log[0].getMessage()

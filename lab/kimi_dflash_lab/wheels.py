@@ -1,34 +1,43 @@
-"""Read a wheel's Python sources off the package index without downloading the whole wheel.
+"""vLLM releases' Python sources, read off the package index for the lab's matrix and the wheel-reading tests.
 
-A vLLM wheel is 240-340 MB, almost all of it compiled kernels; its `.py` members are 6-12 MB compressed and lie
-in a few dozen contiguous runs of the archive. The package index (files.pythonhosted.org) answers HTTP range
-requests, so we fetch the zip's central directory, then only the byte runs that hold the wanted members, and
-write them at their original offsets into a sparse file of the wheel's full size. `zipfile` reads that file like
-the real wheel for every member fetched (each member's CRC is checked); the holes, where the kernels were, are
-never read and take no disk space.
+vLLM's code stays out of this repository. A vLLM wheel is 240-340 MB, almost all of it compiled kernels; its `.py`
+members are 6-12 MB compressed and lie in a few dozen contiguous runs of the archive. The package index
+(files.pythonhosted.org) answers HTTP range requests, so `sparse_wheel` fetches the zip's central directory, then
+only the byte runs that hold the wanted members, and writes them at their original offsets into a sparse file of the
+wheel's full size under cache_root()/wheels/sparse/. `zipfile` reads that file like the real wheel for every member
+fetched (each member's CRC is checked); the holes, where the kernels were, are never read and take no disk space. A
+full wheel downloaded with `pip download --no-deps` (kimi_dflash.core.wheels) is used when already cached, and is the
+fallback when the index does not answer range requests. `vllm_sources` extracts only the files a caller reads into
+cache_root()/vllm-src/<version>/vllm/. Every step is skipped when already cached.
 
-    path = sparse_wheel(WheelLink(url, size, filename), dest_dir)   # cached: a second call costs nothing
+    wheel = source_wheel("0.33.0")                                  # a zip VllmSource.from_wheel can read
+    root = vllm_sources("0.20.0", ["v1/attention/selector.py"])   # -> .../vllm-src/0.20.0/vllm
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import struct
 import zipfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_dflash.core import http
-from kimi_dflash.core.atomic_write import replacing, write_json_atomic
+from kimi_dflash.core.atomic_write import replacing, write_bytes_atomic, write_json_atomic
+from kimi_dflash.core.paths import cache_root
+from kimi_dflash.core.wheels import WheelError, download_wheel, find_cached_wheel
 
 EOCD_SIGNATURE = b"PK\x05\x06"
 TAIL_BYTES = 1 << 16  # the end-of-central-directory record sits in the last 64 KiB (22 bytes + comment)
 MERGE_GAP = 256 << 10  # fetch two runs as one when fewer than this many bytes separate them
 TIMEOUT_S = 120.0
 USER_AGENT = "kimi-k26-dflash (vLLM source reader)"
+# Always extracted: they make the directory recognisable as a vllm package and carry the version.
+PACKAGE_FILES = ("__init__.py", "_version.py")
 
 
 class RangeNotSupported(RuntimeError):
@@ -40,6 +49,9 @@ class WheelLink:
     url: str
     size: int
     filename: str
+
+
+# --- a wheel's members by range requests into a sparse file --------------------------------------------
 
 
 def python_sources(name: str) -> bool:
@@ -84,11 +96,6 @@ def member_runs(infos: list[zipfile.ZipInfo], wanted: Callable[[str], bool], siz
     return runs
 
 
-def _wanted_members(zip_path: Path, wanted: Callable[[str], bool]) -> list[zipfile.ZipInfo]:
-    with zipfile.ZipFile(zip_path) as archive:
-        return [i for i in archive.infolist() if wanted(i.filename)]
-
-
 def sparse_wheel(
     link: WheelLink,
     dest_dir: Path,
@@ -121,8 +128,8 @@ def sparse_wheel(
             for start, end in runs:
                 handle.seek(start)
                 handle.write(fetch(link.url, start, end))
-        members = _wanted_members(tmp, wanted)
         with zipfile.ZipFile(tmp) as archive:
+            members = [i for i in archive.infolist() if wanted(i.filename)]
             for info in members:
                 try:
                     archive.read(info)  # CRC-checked: nothing corrupt or half-fetched is ever published
@@ -193,3 +200,68 @@ def linux_wheels(files: list[dict], platform: str = "x86_64") -> dict[str, Wheel
         if version not in best or build > best[version][0]:
             best[version] = (build, link)
     return {version: link for version, (_, link) in sorted(best.items(), key=lambda kv: release_key(kv[0]))}
+
+
+def released_wheels(since: str = "0.20.0") -> dict[str, WheelLink]:
+    """Every final vLLM release from `since` to the newest on the index -> its manylinux x86_64 wheel."""
+    floor = release_key(since)
+    return {v: link for v, link in linux_wheels(project_files("vllm")).items() if release_key(v) >= floor}
+
+
+# --- a release's sources, cached -----------------------------------------------------------------------
+
+
+def source_wheel(version: str, cache: Path | None = None, links: dict[str, WheelLink] | None = None) -> Path:
+    """A wheel file holding vllm==version's Python sources: the full wheel if cached, else a sparse copy with
+    only the sources, fetched by range requests (falls back to the full download if the index refuses ranges)."""
+    full = find_cached_wheel(version, cache)
+    if full is not None:
+        return full
+    sparse_dir = (cache or cache_root()) / "wheels" / "sparse"
+    cached = sorted(sparse_dir.glob(f"vllm-{version}-*.whl"))
+    if cached and cached[-1].with_name(cached[-1].name + ".sparse.json").is_file():
+        return cached[-1]
+    try:
+        link = (links or released_wheels(version)).get(version)
+        if link is None:
+            raise WheelError(f"vllm {version} has no manylinux x86_64 wheel on {index_url()}")
+        return sparse_wheel(link, sparse_dir)
+    except RangeNotSupported:
+        return download_wheel(version, cache)
+
+
+def vllm_sources(version: str, members: Iterable[str], cache: Path | None = None) -> Path:
+    """A directory `<cache>/vllm-src/<version>/vllm` holding `members` (paths inside the vllm package, e.g.
+    "v1/attention/selector.py") extracted from the wheel. Missing members of the wheel raise WheelError."""
+    root = (cache or cache_root()) / "vllm-src" / version / "vllm"
+    wanted = list(dict.fromkeys([*PACKAGE_FILES, *members]))
+    missing = [m for m in wanted if not (root / m).is_file()]
+    if not missing:
+        return root
+    wheel = source_wheel(version, cache)
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        absent = [m for m in missing if f"vllm/{m}" not in names and m not in PACKAGE_FILES]
+        if absent:
+            raise WheelError(f"{wheel.name} has no {', '.join('vllm/' + m for m in absent)}")
+        for member in missing:
+            name = f"vllm/{member}"
+            if name not in names:
+                continue  # an optional package file (e.g. _version.py) this build lacks
+            write_bytes_atomic(root / member, archive.read(name))
+    return root
+
+
+def writable_copy(source_root: Path, destination: Path) -> Path:
+    """Copy an extracted (or installed) vllm tree, only the files the patch registry reads, so a test can patch
+    it without touching the cache or site-packages."""
+    from kimi_dflash.patcher.registry import source_paths
+
+    target = destination / "vllm"
+    for member in (*PACKAGE_FILES, *source_paths()):
+        src = source_root / member
+        if src.is_file():
+            (target / member).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, target / member)
+    (target / "v1").mkdir(parents=True, exist_ok=True)
+    return target

@@ -1,7 +1,7 @@
 """Run a patched vLLM Triton unified-attention kernel on CPU (Triton's interpreter) and compare it
-with a plain PyTorch reference, causal and non-causal.
+with a plain PyTorch reference, causal and non-causal (the patcher's `triton-noncausal`, docs/patches.md).
 
-    TRITON_INTERPRET=1 python -m kimi_dflash.patcher.kernel_check /path/to/patched/vllm
+    TRITON_INTERPRET=1 python -m kimi_dflash_lab kernel-check /path/to/patched/vllm
 
 The kernel file and its helper module are loaded from the given tree (a wheel's sources patched by
 `apply`), next to the installed vLLM for the small utilities they import. vLLM's CPU build
@@ -155,4 +155,4 @@ def main(args: KernelCheckOptions) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run(__name__, prog="python -m kimi_dflash.patcher.kernel_check"))
+    sys.exit(run(__name__, prog="python -m kimi_dflash_lab kernel-check"))

@@ -1,4 +1,4 @@
-"""Reading a wheel's Python sources by range requests into a sparse file (kimi_dflash.patcher.remote_wheel).
+"""Reading a wheel's Python sources by range requests into a sparse file (kimi_dflash_lab.wheels).
 
 Fast tests serve a locally built zip through the same `fetch(url, start, end)` interface the HTTP reader has;
 the slow one reads a real vLLM wheel from the package index and checks it against pip's full download when that
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kimi_dflash.patcher import remote_wheel
-from kimi_dflash.patcher.remote_wheel import WheelLink, linux_wheels, sparse_wheel
+from kimi_dflash_lab import wheels
+from kimi_dflash_lab.wheels import WheelLink, linux_wheels, sparse_wheel
 
 
 def build_wheel(path: Path) -> dict[str, bytes]:
@@ -99,13 +99,11 @@ def test_the_index_listing_keeps_final_linux_wheels_and_the_newest_build() -> No
 
 
 def test_a_server_that_ignores_ranges_falls_back_to_the_full_download(tmp_path: Path, monkeypatch) -> None:
-    from kimi_dflash.patcher import wheels
-
     def refuse(*args: object, **kwargs: object) -> Path:
-        raise remote_wheel.RangeNotSupported("answered 200")
+        raise wheels.RangeNotSupported("answered 200")
 
     full = tmp_path / "full.whl"
-    monkeypatch.setattr(remote_wheel, "sparse_wheel", refuse)
+    monkeypatch.setattr(wheels, "sparse_wheel", refuse)
     monkeypatch.setattr(wheels, "download_wheel", lambda version, cache=None, dist="vllm": full)
     link = WheelLink("https://index/x.whl", 1, "vllm-9.9.9-cp38-abi3-manylinux_2_28_x86_64.whl")
     assert wheels.source_wheel("9.9.9", tmp_path, links={"9.9.9": link}) == full
