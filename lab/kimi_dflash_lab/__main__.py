@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {  # command -> (module, one-line help)
     "open-loop-overhead": ("kimi_dflash_lab.studies.open_loop_overhead", "the open-loop scheduler's send lag"),
     "drafter-rope": ("kimi_dflash_lab.studies.drafter_rope", "demo acceptance with and without DRAFTER_ROPE_FIX"),
     "demo-vllm-check": ("kimi_dflash_lab.demo_vllm_check", "the demo models in vLLM's model classes"),
+    "demo-reference": ("kimi_dflash_lab.demo_reference", "demo drafter/target agreement without vLLM"),
     "gpu-run": ("kimi_dflash_lab.gpu_run.runner", "the whole recipe on one Hopper GPU (lab/gpu/run.sh)"),
     "gpu-prepare": ("kimi_dflash_lab.gpu_run.prepare", "build the GPU kit bundle into .gpu-kit/ (downloads)"),
 }

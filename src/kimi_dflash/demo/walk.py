@@ -50,22 +50,6 @@ class Walk:
         return profile
 
 
-def first_seen_order(token_ids: Sequence[int], skip: set[int]) -> tuple[int, ...]:
-    """Distinct ids in order of first appearance: the corpus with repeats dropped still reads like text."""
-    seen: set[int] = set()
-    order: list[int] = []
-    for token in token_ids:
-        if token not in seen and token not in skip:
-            seen.add(token)
-            order.append(token)
-    return tuple(order)
-
-
-def padded_vocab_size(tokenizer_size: int) -> int:
-    multiple = layout.VOCAB_PAD_MULTIPLE
-    return -(-tokenizer_size // multiple) * multiple
-
-
 def assign_phases(cycle: Sequence[int], tokenizer_size: int, vocab_size: int, special_ids: set[int]) -> np.ndarray:
     """Cycle tokens get their position; other ordinary tokens (never emitted) a fixed pseudo-random phase so a
     prompt ending in them still continues somewhere deterministic."""
@@ -116,9 +100,10 @@ def build_walk(
     (they get a phase); the defaults are the Qwen3 demo's (specials first, vocab padded up)."""
     if special_ids is None:
         special_ids = set(range(len(layout.SPECIAL_TOKENS)))
-    cycle = first_seen_order(corpus_ids, skip=special_ids)
+    # Distinct ids in order of first appearance: the corpus with repeats dropped still reads like text.
+    cycle = tuple(dict.fromkeys(token for token in corpus_ids if token not in special_ids))
     if vocab_size is None:
-        vocab_size = padded_vocab_size(tokenizer_size)
+        vocab_size = -(-tokenizer_size // layout.VOCAB_PAD_MULTIPLE) * layout.VOCAB_PAD_MULTIPLE
     frequencies, max_sidelobe = choose_frequencies(len(cycle))
     return Walk(
         tokenizer_size=tokenizer_size,

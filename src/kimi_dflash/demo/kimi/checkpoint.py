@@ -34,11 +34,6 @@ def bfloat16_bits(values: np.ndarray) -> np.ndarray:
     return rounded.astype(np.uint16)
 
 
-def bfloat16_values(values: np.ndarray) -> np.ndarray:
-    """The float32 values a bfloat16 store of `values` reads back as."""
-    return (bfloat16_bits(values).astype(np.uint32) << 16).view(np.float32)
-
-
 def tensor(values: np.ndarray, dtype: str) -> Tensor:
     if dtype == "BF16":
         data = bfloat16_bits(values).astype("<u2").tobytes()

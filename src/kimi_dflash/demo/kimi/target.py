@@ -2,7 +2,7 @@
 generation_config.json, preprocessor_config.json and the text model's weights under Kimi's checkpoint names.
 
 Weights are computed in float64 here and stored as bfloat16 like Kimi K2.6's (fabricate.py); the routed experts
-are snapped to the INT4 grid (int.py) so the INT4 checkpoint dequantizes to exactly the same numbers.
+are snapped to the INT4 grid (int4.py) so the INT4 checkpoint dequantizes to exactly the same numbers.
 See layout.py for what each part of the construction does.
 """
 

@@ -19,15 +19,15 @@ torch = pytest.importorskip("torch")
 
 from kimi_dflash.demo import DemoModels, ensure_demo_models
 from kimi_dflash.demo.fabricate import fabricate
-from kimi_dflash.demo.reference import (
+from kimi_dflash.demo.walk import Walk
+from kimi_dflash.drafter_training.features import target_features
+from kimi_dflash_lab.demo_reference import (
     AgreementReport,
     DrafterReference,
     chat_prompt_ids,
     load_target,
     measure_agreement,
-    target_features,
 )
-from kimi_dflash.demo.walk import Walk
 
 PROMPTS = ("Tell me about the harbor.", "Describe the market on Saturday morning.", "Hello")
 NEW_TOKENS = 48

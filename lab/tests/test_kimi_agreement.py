@@ -23,14 +23,9 @@ torch = pytest.importorskip("torch")
 from kimi_dflash.demo import DemoModels, ensure_demo_models
 from kimi_dflash.demo.kimi import layout
 from kimi_dflash.demo.kimi.fabricate import fabricate, fabricate_cuda
-from kimi_dflash.demo.reference import (
-    AgreementReport,
-    chat_prompt_ids,
-    greedy_generate,
-    load_kimi_text_model,
-    measure_agreement,
-)
 from kimi_dflash.demo.walk import Walk
+from kimi_dflash.drafter_training.features import load_kimi_text_model
+from kimi_dflash_lab.demo_reference import AgreementReport, chat_prompt_ids, greedy_generate, measure_agreement
 
 # Prompts whose walks start in different places (a short prompt is mostly chat template, so e.g. "Hello" starts
 # where "Tell me about the harbor." does).
