@@ -19,6 +19,8 @@ from kimi_dflash.drafter_training.features import load_kimi_text_model, target_f
 if TYPE_CHECKING:
     import torch
 
+    from kimi_dflash.demo.walk import Walk
+
 DEFAULT_PROMPTS = (
     "Tell me about the harbor.",
     "What does a lighthouse keeper do in winter?",
@@ -158,6 +160,18 @@ class DrafterReference:
         out = rms_norm(residual + hidden, self._w("norm.weight"), eps)
         logits = out[1:] @ self.lm_head.T
         return [int(t) for t in logits.argmax(dim=-1)]
+
+
+def next_token(walk: Walk, token_id: int) -> int:
+    """The construction's account of the target: the greedy successor of an ordinary token."""
+    return walk.cycle[(int(walk.phase[token_id]) + 1) % walk.length]
+
+
+def draft_is_right(walk: Walk, anchor_token: int, slot: int) -> bool:
+    """The construction's account of the drafter: whether its proposal for mask slot `slot` (1-based) after
+    `anchor_token` is the target's (it misses exactly on the walk's seeded missed phases)."""
+    residual_phase = (int(walk.phase[anchor_token]) + slot - 1) % walk.length
+    return residual_phase not in set(walk.missed_phases.tolist())
 
 
 @dataclass(frozen=True)

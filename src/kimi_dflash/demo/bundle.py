@@ -179,11 +179,6 @@ def install(root: Path, name: str, files: dict[str, bytes]) -> None:
             shutil.rmtree(staging, ignore_errors=True)
 
 
-def fabricator(recipe: BundleRecipe) -> Callable[[Callable[[str], None]], Fabrication]:
-    module, function = recipe.fabricate.split(":")
-    return getattr(importlib.import_module(module), function)  # type: ignore[no-any-return]
-
-
 FABRICATION_LIBRARIES = ("tokenizers", "safetensors")  # the cpu extra; numpy is a base dependency
 
 
@@ -215,7 +210,8 @@ def ensure_bundle(
             return False
         say(f"fabricating the demo models in {bundle} ({problem})")
         _require_fabrication_libraries()
-        fabrication = fabricator(recipe)(say)
+        module, function = recipe.fabricate.split(":")
+        fabrication: Fabrication = getattr(importlib.import_module(module), function)(say)
         files = dict(fabrication.files)
         files[MANIFEST] = manifest_bytes(recipe.fabrication_version, fabrication.files, fabrication.summary)
         install(root, name, files)

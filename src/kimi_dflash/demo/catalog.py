@@ -23,10 +23,6 @@ class DemoChoice:
     max_num_speculative_tokens: int = 15
     speculative_method: str = "dflash"  # the drafter's kind (SPECULATIVE_METHOD)
 
-    @property
-    def cpu_block_size(self) -> int:
-        return 16 if self.mla else 32
-
 
 CHOICES: dict[str, DemoChoice] = {
     choice.name: choice

@@ -28,15 +28,6 @@ class Walk:
     def length(self) -> int:
         return len(self.cycle)
 
-    def next_token(self, token_id: int) -> int:
-        """The target's greedy successor of an ordinary token."""
-        return self.cycle[(int(self.phase[token_id]) + 1) % self.length]
-
-    def draft_is_right(self, anchor_token: int, slot: int) -> bool:
-        """Whether the drafter's proposal for mask slot `slot` (1-based) after `anchor_token` is the target's."""
-        residual_phase = (int(self.phase[anchor_token]) + slot - 1) % self.length
-        return not bool(np.isin(residual_phase, self.missed_phases))
-
     def acceptance_profile(self, max_slots: int) -> list[float]:
         """Share of cycle phases from which the drafter's first k proposals are all right, k = 1..max_slots:
         the per-position acceptance a long greedy generation converges to."""

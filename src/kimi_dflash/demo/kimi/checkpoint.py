@@ -58,17 +58,13 @@ def safetensors_bytes(tensors: Mapping[str, Tensor]) -> bytes:
     return struct.pack("<Q", len(encoded)) + encoded + b"".join(tensors[name].data for name in sorted(tensors))
 
 
-def shard_name(index: int, count: int) -> str:
-    return f"model-{index + 1:05d}-of-{count:05d}.safetensors"
-
-
 def sharded_files(shards: list[Mapping[str, Tensor]]) -> dict[str, bytes]:
     """Shard files plus model.safetensors.index.json (weight_map and total size), as HF checkpoints ship them."""
     files: dict[str, bytes] = {}
     weight_map: dict[str, str] = {}
     total = 0
     for index, shard in enumerate(shards):
-        name = shard_name(index, len(shards))
+        name = f"model-{index + 1:05d}-of-{len(shards):05d}.safetensors"
         files[name] = safetensors_bytes(shard)
         weight_map.update({tensor_name: name for tensor_name in shard})
         total += sum(len(item.data) for item in shard.values())

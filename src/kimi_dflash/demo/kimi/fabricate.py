@@ -4,7 +4,7 @@ target/       KimiK25ForConditionalGeneration, bfloat16 experts (the one that se
 target-int4/  the same model with the routed experts INT4 compressed-tensors, as Kimi K2.6 ships them
 drafter/      DFlashDraftModel built to agree with the target
 
-Two bundles, one construction (layout.Miniature): `fabricate` makes the CPU miniature (bundle kimi),
+Two bundles, one construction (layout.MlaGeometry): `fabricate` makes the CPU miniature (bundle kimi),
 `fabricate_cuda` the CUDA one (bundle kimi-cuda: Kimi's own MLA head sizes, 8 heads; the same drafter).
 """
 
@@ -83,32 +83,24 @@ def drafter_config(walk: Walk, mask_token_id: int) -> dict[str, object]:
     }
 
 
-def storage_dtype(name: str) -> str:
-    return "F32" if name.endswith("e_score_correction_bias") else "BF16"  # as in Kimi K2.6
-
-
-def layer_of(name: str) -> int:
-    parts = name.split(".")
-    return int(parts[parts.index("layers") + 1]) if "layers" in parts else -1
-
-
 def shard_of(name: str) -> int:
     """Embeddings and the first half of the layers in shard 0, the rest (norm, lm_head, vision tower) in shard 1."""
-    layer = layer_of(name)
-    first_half = (layer < layout.TARGET_LAYERS // 2) if layer >= 0 else "embed_tokens" in name
-    return 0 if first_half else 1
+    parts = name.split(".")
+    if "layers" in parts:
+        return 0 if int(parts[parts.index("layers") + 1]) < layout.TARGET_LAYERS // 2 else 1
+    return 0 if "embed_tokens" in name else 1
 
 
 def checkpoint_files(weights: dict[str, np.ndarray], int4_experts: bool) -> dict[str, bytes]:
     shards: list[dict[str, Tensor]] = [{} for _ in range(SHARDS)]
     for name, value in weights.items():
         shard = shards[shard_of(name)]
-        if int4_experts and target.is_routed_expert(name):
+        if int4_experts and ".mlp.experts." in name:  # the routed experts
             for packed_name, packed in compressed_expert_tensors(name, value).items():
                 dtype = {np.dtype(np.int32): "I32", np.dtype(np.int64): "I64"}.get(packed.dtype, "BF16")
                 shard[packed_name] = tensor(packed, dtype)
         else:
-            shard[name] = tensor(value, storage_dtype(name))
+            shard[name] = tensor(value, "F32" if name.endswith("e_score_correction_bias") else "BF16")  # as Kimi
     return sharded_files(shards)
 
 
@@ -116,7 +108,7 @@ def target_files(
     tokenizer_files_: dict[str, bytes],
     weights: dict[str, np.ndarray],
     int4_experts: bool,
-    mla: layout.MlaGeometry = layout.CPU.mla,
+    mla: layout.MlaGeometry = layout.CPU_MLA,
 ) -> dict[str, bytes]:
     files = dict(tokenizer_files_)
     files["config.json"] = json_bytes(target.wrapper_config(quantization_config() if int4_experts else None, mla))
@@ -127,9 +119,8 @@ def target_files(
 
 
 def fabricate(
-    progress: Callable[[str], None] = lambda message: None, miniature: layout.Miniature = layout.CPU
+    progress: Callable[[str], None] = lambda message: None, mla: layout.MlaGeometry = layout.CPU_MLA
 ) -> Fabrication:
-    mla = miniature.mla
     drafter_gap = geometry.checked_attention_gap(
         "the Kimi drafter's",
         "raise DRAFTER_QK_NORM_WEIGHT in kimi_dflash/demo/kimi/layout.py",
@@ -171,7 +162,7 @@ def fabricate(
         "ordinary_tokens": ordinary,
         "drafter_attention_logit_gap": round(drafter_gap, 3),
     }
-    if miniature != layout.CPU:  # the CPU bundle's manifest predates the geometry and stays byte-identical
+    if mla != layout.CPU_MLA:  # the CPU bundle's manifest predates the geometry and stays byte-identical
         summary["mla_heads"] = mla.num_heads
         summary["mla_head_dims"] = {
             "qk_nope": mla.qk_nope_head_dim,
@@ -182,8 +173,8 @@ def fabricate(
 
 
 def fabricate_cuda(progress: Callable[[str], None] = lambda message: None) -> Fabrication:
-    """The CUDA miniature (layout.CUDA): what vLLM serves on an NVIDIA Hopper GPU."""
-    return fabricate(progress, layout.CUDA)
+    """The CUDA miniature (layout.CUDA_MLA): what vLLM serves on an NVIDIA Hopper GPU."""
+    return fabricate(progress, layout.CUDA_MLA)
 
 
 def with_drafter(

