@@ -7,7 +7,10 @@
 - ``studies``: client capacity, the cross-check against ``vllm bench serve``, the KV-scale hook's cost (CPU
   servers, and eager vs a captured graph on a GPU), the tiny MLA fabricator, demo start-up time, the advisor's
   held-out accuracy, the open-loop scheduler's lag (``benchmarks/*.py`` are thin entry points onto them).
-- ``demo_vllm_check``: the demo models loaded into vLLM's own model classes, every weight where it belongs.
+- ``demo_vllm_check``: the demo models loaded into vLLM's own model classes, every weight where it belongs;
+  ``demo_reference``: the demo drafters' agreement with their targets without vLLM (transformers + a transcription
+  of vLLM's DFlash forward); ``yarn_drafter``: the kimi-yarn drafter that proves DRAFTER_ROPE_FIX (the
+  drafter-rope study serves it).
 - ``gpu_run``: the whole recipe on one NVIDIA Hopper GPU as one command (``lab/gpu/run.sh``), rehearsed on the CPU
   demo; ``dry_engine.venv`` / ``dry_engine.release_run``: the dry engine with a vLLM release's CUDA wheel.
 

@@ -106,3 +106,20 @@ def test_the_bundle_holds_the_target_and_this_drafter(tmp_path) -> None:
     assert (target_dir / "model-00001-of-00002.safetensors").read_bytes() == (
         kimi.target_dir / "model-00001-of-00002.safetensors"
     ).read_bytes()
+
+
+def test_the_study_serves_it_through_model_dir_from_the_demo_config(tmp_path, monkeypatch) -> None:
+    """FABRICATE_DEMO_MODELS has no kimi-yarn choice: the drafter-rope study (and its server test) serve the bundle
+    as MODEL_DIR / DRAFT_MODEL_DIR over configs/demo-cpu.env, which must validate as such."""
+    from kimi_dflash.config.validate import load_config
+    from kimi_dflash_lab.studies.drafter_rope import CONFIG, REPO, served_models
+
+    monkeypatch.setenv("KIMI_DFLASH_CACHE", str(tmp_path))
+    environ = served_models()
+    config = load_config(REPO / CONFIG, environ)
+    assert config.demo_models is None and config.typed.speculative_method == "dflash"
+    assert config.typed.model_dir == tmp_path.resolve() / "demo" / "kimi-yarn" / "target"
+    assert config.typed.draft_model_dir == tmp_path.resolve() / "demo" / "kimi-yarn" / "drafter"
+    assert (
+        json.loads((config.typed.draft_model_dir / "config.json").read_text())["rope_scaling"] == ZLAB["rope_scaling"]
+    )
