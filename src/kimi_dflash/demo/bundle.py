@@ -1,20 +1,10 @@
 """The cached demo bundles on disk: where they live, whether a cached copy is complete, and building one atomically.
 
 Layout under the root (default <cache_root()>/demo), one directory per bundle (catalog.py says which demo
-choice lives in which bundle):
-    kimi/manifest.json        fabrication version, sha256 of every other file, summary facts
-    kimi/target/              miniature Kimi K2.6 (bfloat16 experts)          FABRICATE_DEMO_MODELS=kimi
-    kimi/target-int4/         the same with INT4 compressed-tensors experts   FABRICATE_DEMO_MODELS=kimi-int4
-    kimi/drafter/             its DFlash drafter
-    kimi-yarn/{manifest.json,target,drafter}  the same target, a drafter with z-lab's YaRN rope fields
-                                                                             FABRICATE_DEMO_MODELS=kimi-yarn
-    kimi-eagle3/{manifest.json,target,drafter}  the same target, an EAGLE3-MLA drafter
-                                                                             FABRICATE_DEMO_MODELS=kimi-eagle3
-    kimi-cuda/{manifest.json,target,target-int4,drafter}  the CUDA miniature   FABRICATE_DEMO_MODELS=kimi-cuda,
-                                                                            kimi-int4-cuda
-    qwen3/{manifest.json,target,drafter}                                     FABRICATE_DEMO_MODELS=qwen3
-A bundle is only ever moved into place whole (built in a temp dir beside it, then os.replace), and this
-module only imports the standard library, so reusing a cached bundle costs a few milliseconds.
+choice lives in which bundle, e.g. kimi/{manifest.json,target,target-int4,drafter}); manifest.json holds the
+fabrication version, the sha256 of every other file and summary facts. A bundle is only ever moved into place
+whole (built in a temp dir beside it, then os.replace), and this module only imports the standard library, so
+reusing a cached bundle costs a few milliseconds.
 """
 
 from __future__ import annotations
@@ -41,10 +31,8 @@ from kimi_dflash.demo.kimi.layout import CUDA_FABRICATION_VERSION as KIMI_CUDA_F
 from kimi_dflash.demo.kimi.layout import FABRICATION_VERSION as KIMI_FABRICATION_VERSION
 from kimi_dflash.demo.layout import FABRICATION_VERSION as QWEN3_FABRICATION_VERSION
 
-# kimi-yarn's version: the miniature's and its drafter's (kimi/yarn_drafter.py VERSION; kept here so that checking
-# a cached bundle imports no numpy).
-KIMI_YARN_FABRICATION_VERSION = f"{KIMI_FABRICATION_VERSION}+yarn-1"
-KIMI_EAGLE3_FABRICATION_VERSION = f"{KIMI_FABRICATION_VERSION}+eagle3-1"  # kimi/eagle3_drafter.py
+# Kept here, not in kimi/eagle3_drafter.py, so that checking a cached bundle imports no numpy.
+KIMI_EAGLE3_FABRICATION_VERSION = f"{KIMI_FABRICATION_VERSION}+eagle3-1"
 
 if TYPE_CHECKING:
     from kimi_dflash.demo.fabricate import Fabrication
@@ -62,7 +50,6 @@ class BundleRecipe:
 
 RECIPES: dict[str, BundleRecipe] = {
     "kimi": BundleRecipe(KIMI_FABRICATION_VERSION, "kimi_dflash.demo.kimi.fabricate:fabricate"),
-    "kimi-yarn": BundleRecipe(KIMI_YARN_FABRICATION_VERSION, "kimi_dflash.demo.kimi.yarn_drafter:fabricate"),
     "kimi-eagle3": BundleRecipe(KIMI_EAGLE3_FABRICATION_VERSION, "kimi_dflash.demo.kimi.eagle3_drafter:fabricate"),
     "kimi-cuda": BundleRecipe(KIMI_CUDA_FABRICATION_VERSION, "kimi_dflash.demo.kimi.fabricate:fabricate_cuda"),
     "qwen3": BundleRecipe(QWEN3_FABRICATION_VERSION, "kimi_dflash.demo.fabricate:fabricate"),
@@ -85,25 +72,14 @@ class DemoModels:
     def fabrication_version(self) -> str:
         return RECIPES[self.choice.bundle].fabrication_version
 
-    @property
-    def max_num_speculative_tokens(self) -> int:
-        return self.choice.max_num_speculative_tokens
-
-    @property
-    def recommended_num_speculative_tokens(self) -> int:
-        return self.choice.recommended_num_speculative_tokens
-
-    @property
-    def cpu_block_size(self) -> int:
-        return self.choice.cpu_block_size
-
     def speculative_config(self, num_speculative_tokens: int | None = None) -> dict[str, object]:
         """The --speculative-config object for vLLM."""
-        k = self.recommended_num_speculative_tokens if num_speculative_tokens is None else num_speculative_tokens
-        if not 1 <= k <= self.max_num_speculative_tokens:
+        picked = self.choice
+        k = picked.recommended_num_speculative_tokens if num_speculative_tokens is None else num_speculative_tokens
+        if not 1 <= k <= picked.max_num_speculative_tokens:
             raise ValueError(
                 f"num_speculative_tokens={k}: the demo drafter proposes 1 to "
-                f"{self.max_num_speculative_tokens} tokens per step"
+                f"{picked.max_num_speculative_tokens} tokens per step"
             )
         return {"method": self.choice.speculative_method, "model": str(self.drafter_dir), "num_speculative_tokens": k}
 
@@ -203,11 +179,6 @@ def install(root: Path, name: str, files: dict[str, bytes]) -> None:
             shutil.rmtree(staging, ignore_errors=True)
 
 
-def fabricator(recipe: BundleRecipe) -> Callable[[Callable[[str], None]], Fabrication]:
-    module, function = recipe.fabricate.split(":")
-    return getattr(importlib.import_module(module), function)  # type: ignore[no-any-return]
-
-
 FABRICATION_LIBRARIES = ("tokenizers", "safetensors")  # the cpu extra; numpy is a base dependency
 
 
@@ -223,31 +194,38 @@ def _require_fabrication_libraries() -> None:
         )
 
 
+def ensure_bundle(
+    root: Path, name: str, recipe: BundleRecipe, force: bool = False, progress: Callable[[str], None] | None = None
+) -> bool:
+    """Make <root>/<name> a complete, current copy of `recipe`'s bundle; True when this call fabricated it.
+
+    `force` rebuilds even a valid copy; `progress` receives one-line status messages (the CLI prints them)."""
+    say = progress or (lambda message: None)
+    bundle = root / name
+    if not force and bundle_problem(bundle, recipe.fabrication_version) is None:
+        return False
+    with exclusive(root):
+        problem = "rebuild requested (--force)" if force else bundle_problem(bundle, recipe.fabrication_version)
+        if problem is None:  # another process finished it while we waited for the lock
+            return False
+        say(f"fabricating the demo models in {bundle} ({problem})")
+        _require_fabrication_libraries()
+        module, function = recipe.fabricate.split(":")
+        fabrication: Fabrication = getattr(importlib.import_module(module), function)(say)
+        files = dict(fabrication.files)
+        files[MANIFEST] = manifest_bytes(recipe.fabrication_version, fabrication.files, fabrication.summary)
+        install(root, name, files)
+    leftover = bundle_problem(bundle, recipe.fabrication_version)
+    if leftover is not None:
+        raise RuntimeError(f"the freshly built demo bundle in {bundle} failed its own check: {leftover}")
+    return True
+
+
 def ensure_demo_models(
     root: Path | None = None, force: bool = False, progress: Callable[[str], None] | None = None, choice: str = DEFAULT
 ) -> DemoModels:
     """Return a demo choice's target + drafter, fabricating its bundle first unless a complete, current copy is
-    cached.
-
-    `root` defaults to <cache_root()>/demo. `force` rebuilds even a valid copy. `progress` receives one-line
-    status messages (the CLI prints them). `choice` is a FABRICATE_DEMO_MODELS value (catalog.CHOICES)."""
-    say = progress or (lambda message: None)
+    cached. `root` defaults to <cache_root()>/demo; `choice` is a FABRICATE_DEMO_MODELS value (catalog.CHOICES)."""
     paths = demo_model_paths(root, choice)
-    recipe = RECIPES[paths.choice.bundle]
-    bundle = paths.bundle_dir
-    if not force and bundle_problem(bundle, recipe.fabrication_version) is None:
-        return paths
-    with exclusive(paths.root):
-        problem = "rebuild requested (--force)" if force else bundle_problem(bundle, recipe.fabrication_version)
-        if problem is None:  # another process finished it while we waited for the lock
-            return paths
-        say(f"fabricating the demo models in {bundle} ({problem})")
-        _require_fabrication_libraries()
-        fabrication = fabricator(recipe)(say)
-        files = dict(fabrication.files)
-        files[MANIFEST] = manifest_bytes(recipe.fabrication_version, fabrication.files, fabrication.summary)
-        install(paths.root, paths.choice.bundle, files)
-    leftover = bundle_problem(bundle, recipe.fabrication_version)
-    if leftover is not None:
-        raise RuntimeError(f"the freshly built demo bundle in {bundle} failed its own check: {leftover}")
-    return replace(paths, built=True)
+    built = ensure_bundle(paths.root, paths.choice.bundle, RECIPES[paths.choice.bundle], force, progress)
+    return replace(paths, built=built)

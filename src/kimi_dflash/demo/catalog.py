@@ -7,97 +7,63 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+KIMI = "KimiK25ForConditionalGeneration"
+
 
 @dataclass(frozen=True)
 class DemoChoice:
     name: str  # the FABRICATE_DEMO_MODELS value
     bundle: str  # the cached, fabricated-together directory it lives in
-    target: str  # the target's subdirectory in the bundle (the drafter is always "drafter")
     summary: str
-    architecture: str  # what the target's config.json says
-    mla: bool  # vLLM's CPU MLA backend forces KV blocks of 16; CPU_ATTN needs multiples of 32
-    serves_on_cpu: bool
+    target: str = "target"  # the target's subdirectory in the bundle (the drafter is always "drafter")
+    architecture: str = KIMI  # what the target's config.json says
+    mla: bool = True  # vLLM's CPU MLA backend forces KV blocks of 16; CPU_ATTN needs multiples of 32
+    serves_on_cpu: bool = True
     recommended_num_speculative_tokens: int = 4
     max_num_speculative_tokens: int = 15
     speculative_method: str = "dflash"  # the drafter's kind (SPECULATIVE_METHOD)
-
-    @property
-    def cpu_block_size(self) -> int:
-        return 16 if self.mla else 32
 
 
 CHOICES: dict[str, DemoChoice] = {
     choice.name: choice
     for choice in (
-        DemoChoice(
-            "kimi",
-            "kimi",
-            "target",
-            "miniature Kimi K2.6 (MLA + MoE, bfloat16 experts) + DFlash drafter",
-            "KimiK25ForConditionalGeneration",
-            mla=True,
-            serves_on_cpu=True,
-        ),
+        DemoChoice("kimi", "kimi", "miniature Kimi K2.6 (MLA + MoE, bfloat16 experts) + DFlash drafter"),
         DemoChoice(
             "kimi-int4",
             "kimi",
-            "target-int4",
             "the same miniature with INT4 compressed-tensors routed experts, as Kimi K2.6 ships them "
             "(no vLLM CPU kernel runs them: for compatibility checks)",
-            "KimiK25ForConditionalGeneration",
-            mla=True,
+            target="target-int4",
             serves_on_cpu=False,
         ),
         DemoChoice(
-            "kimi-yarn",
-            "kimi-yarn",
-            "target",
-            "the same miniature with a DFlash drafter carrying z-lab's YaRN rope fields and tuned to the RoPE "
-            "amplitude those drafters were trained with (the DRAFTER_ROPE_FIX proof, docs/demo-models.md)",
-            "KimiK25ForConditionalGeneration",
-            mla=True,
-            serves_on_cpu=True,
-        ),
-        DemoChoice(
             "kimi-eagle3",
             "kimi-eagle3",
-            "target",
             "the same miniature with an EAGLE3-MLA drafter (Eagle3DeepseekV3ForCausalLM, SPECULATIVE_METHOD=eagle3), "
             "the second drafter kind (configs/demo-cpu-eagle3.env)",
-            "KimiK25ForConditionalGeneration",
-            mla=True,
-            serves_on_cpu=True,
             recommended_num_speculative_tokens=3,
             speculative_method="eagle3",
         ),
         DemoChoice(
             "kimi-cuda",
             "kimi-cuda",
-            "target",
             "the miniature Kimi with Kimi K2.6's own MLA head sizes (8 heads, qk_nope 128, v 128: what vLLM's MLA "
             "prefill takes on an NVIDIA Hopper GPU), bfloat16 experts, the same drafter",
-            "KimiK25ForConditionalGeneration",
-            mla=True,
-            serves_on_cpu=True,
         ),
         DemoChoice(
             "kimi-int4-cuda",
             "kimi-cuda",
-            "target-int4",
             "the CUDA miniature with INT4 compressed-tensors routed experts, as Kimi K2.6 ships them "
             "(configs/demo-gpu.env: one Hopper GPU)",
-            "KimiK25ForConditionalGeneration",
-            mla=True,
+            target="target-int4",
             serves_on_cpu=False,
         ),
         DemoChoice(
             "qwen3",
             "qwen3",
-            "target",
             "tiny Qwen3 (GQA, dense) + DFlash drafter, the first demo",
-            "Qwen3ForCausalLM",
+            architecture="Qwen3ForCausalLM",
             mla=False,
-            serves_on_cpu=True,
         ),
     )
 }

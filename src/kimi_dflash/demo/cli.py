@@ -67,7 +67,7 @@ def main(args: DemoOptions) -> int:
                     "drafter_dir": str(models.drafter_dir),
                     "built": models.built,
                     "seconds": round(elapsed, 3),
-                    "recommended_num_speculative_tokens": models.recommended_num_speculative_tokens,
+                    "recommended_num_speculative_tokens": models.choice.recommended_num_speculative_tokens,
                     "summary": summary,
                 },
                 indent=2,

@@ -69,7 +69,7 @@ def drafter_intermediate_size(walk: Walk) -> int:
 
 
 def drafter_config(walk: Walk, mask_token_id: int) -> dict[str, object]:
-    """The Qwen3 demo drafter's config.json (the Kimi demo builds its own, kimi/drafter.py)."""
+    """The Qwen3 demo drafter's config.json (the Kimi demo builds its own, kimi/fabricate.py)."""
     return {
         **shared_qwen3_config(walk),
         "architectures": ["DFlashDraftModel"],
@@ -117,7 +117,7 @@ def attention_weights(walk: Walk, design: DrafterDesign, prefix: str, copying: b
             o_proj[design.code_out, value_rows] = design.output_gain * geometry.phase_rotation(
                 head, walk.frequencies, walk.length
             )
-    key = geometry.rope_key_pattern(head_dim, design.rope_theta)
+    key = geometry.rope_query_pattern(0, head_dim, design.rope_theta)
     k_proj = np.zeros((head_dim, hidden))
     k_proj[:, design.content_dim] = key
     k_proj[:, design.special_dim] = key

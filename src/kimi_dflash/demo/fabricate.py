@@ -26,17 +26,6 @@ class Fabrication:
     summary: dict[str, object]  # facts recorded in the manifest (cycle length, miss rate, ...)
 
 
-def check_attention_geometry() -> float:
-    """Refuse weights whose positional attention would not be sharp over the whole context window."""
-    gap = geometry.attention_logit_gap(layout.MAX_POSITION_EMBEDDINGS + layout.DRAFTER_BLOCK_SIZE)
-    if gap < layout.MIN_ATTENTION_LOGIT_GAP:
-        raise RuntimeError(
-            f"positional attention margin {gap:.1f} < {layout.MIN_ATTENTION_LOGIT_GAP}: "
-            "raise QK_NORM_WEIGHT or lower ROPE_THETA in kimi_dflash/demo/layout.py"
-        )
-    return gap
-
-
 def safetensors_bytes(weights: dict[str, object]) -> bytes:
     from safetensors.numpy import save
 
@@ -44,7 +33,15 @@ def safetensors_bytes(weights: dict[str, object]) -> bytes:
 
 
 def fabricate(progress: Callable[[str], None] = lambda message: None) -> Fabrication:
-    gap = check_attention_geometry()
+    gap = geometry.checked_attention_gap(
+        "the Qwen3 demo's",
+        "raise QK_NORM_WEIGHT or lower ROPE_THETA in kimi_dflash/demo/layout.py",
+        layout.MAX_POSITION_EMBEDDINGS + layout.DRAFTER_BLOCK_SIZE,
+        layout.HEAD_DIM,
+        layout.ROPE_THETA,
+        layout.QK_NORM_WEIGHT,
+        layout.MIN_ATTENTION_LOGIT_GAP,
+    )
     progress("training the byte-level BPE tokenizer on the shipped corpus")
     corpus = tokenizer.read_corpus()
     tok = tokenizer.train_tokenizer(corpus)
@@ -60,7 +57,11 @@ def fabricate(progress: Callable[[str], None] = lambda message: None) -> Fabrica
         f"({layout.DRAFTER_LAYERS} layers)"
     )
     files: dict[str, bytes] = {}
-    for name, content in tokenizer.tokenizer_files(tok).items():
+    roles = {"bos_token": None, "eos_token": layout.EOS_TOKEN, "pad_token": layout.EOS_TOKEN, "unk_token": None}
+    additional = list(layout.SPECIAL_TOKENS[1:])
+    for name, content in tokenizer.tokenizer_files(
+        tok, roles, additional, tokenizer.CHAT_TEMPLATE, layout.MAX_POSITION_EMBEDDINGS
+    ).items():
         files[f"{TARGET}/{name}"] = content
     files[f"{TARGET}/config.json"] = json_bytes(target.target_config(walk))
     files[f"{TARGET}/generation_config.json"] = json_bytes(target.generation_config())

@@ -34,8 +34,8 @@ def rope_frequencies(head_dim: int = layout.HEAD_DIM, theta: float = layout.ROPE
 
 
 def rope_query_pattern(offset: int, head_dim: int = layout.HEAD_DIM, theta: float = layout.ROPE_THETA) -> np.ndarray:
-    """A query (before RoPE, neox layout) that, against rope_key_pattern(), scores highest for the key at
-    `offset` positions from the query (negative = earlier), whatever the absolute positions.
+    """A query (before RoPE, neox layout) that, against the key rope_query_pattern(0), scores highest for the key
+    at `offset` positions from the query (negative = earlier), whatever the absolute positions.
 
     With RoPE, q.k = sum_i Re(conj(q_i) k_i e^{i(n-m)theta_i}); k_i = 1 and q_i = e^{i*offset*theta_i}
     give sum_i cos((n - m - offset) * theta_i), maximal exactly at n - m = offset.
@@ -46,10 +46,6 @@ def rope_query_pattern(offset: int, head_dim: int = layout.HEAD_DIM, theta: floa
     pattern[:half] = np.cos(offset * frequencies)
     pattern[half:] = np.sin(offset * frequencies)
     return pattern
-
-
-def rope_key_pattern(head_dim: int = layout.HEAD_DIM, theta: float = layout.ROPE_THETA) -> np.ndarray:
-    return rope_query_pattern(0, head_dim, theta)
 
 
 def attention_logit_gap(
@@ -70,33 +66,11 @@ def attention_logit_gap(
     return float(pair_length_sq * loss.min() / np.sqrt(head_dim))
 
 
-def yarn_frequencies(head_dim: int, theta: float, rope_scaling: dict[str, object]) -> np.ndarray:
-    """RoPE angular frequencies per rotary pair under YaRN scaling, as vLLM's YaRNScalingRotaryEmbedding computes
-    them (written from the YaRN paper's definition): pairs whose wavelength is below original_max / beta_fast keep
-    their frequency, those above original_max / beta_slow are divided by `factor`, a linear ramp in between."""
-    factor = float(rope_scaling["factor"])  # type: ignore[arg-type]
-    original = float(rope_scaling["original_max_position_embeddings"])  # type: ignore[arg-type]
-    beta_fast = float(rope_scaling.get("beta_fast", 32))  # type: ignore[arg-type]
-    beta_slow = float(rope_scaling.get("beta_slow", 1))  # type: ignore[arg-type]
-
-    def correction_dim(rotations: float) -> float:
-        return head_dim * np.log(original / (rotations * 2 * np.pi)) / (2 * np.log(theta))
-
-    low = max(int(np.floor(correction_dim(beta_fast))), 0)
-    high = min(int(np.ceil(correction_dim(beta_slow))), head_dim - 1)
-    if low == high:
-        high += 0.001  # type: ignore[assignment]
-    ramp = np.clip((np.arange(head_dim // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
-    kept = 1.0 - ramp  # 1: the original frequency, 0: interpolated by the factor
-    original_frequencies = rope_frequencies(head_dim, theta)
-    return original_frequencies * kept + original_frequencies / factor * (1.0 - kept)
-
-
-def pair_pattern(offset: int, frequencies: np.ndarray, pairs: np.ndarray, head_dim: int) -> np.ndarray:
-    """rope_query_pattern restricted to `pairs` (zero elsewhere): against pair_pattern(0, ...) it scores
-    sum over those pairs of cos((n - m - offset) * frequency)."""
-    half = head_dim // 2
-    pattern = np.zeros(head_dim, dtype=np.float64)
-    pattern[pairs] = np.cos(offset * frequencies[pairs])
-    pattern[half + pairs] = np.sin(offset * frequencies[pairs])
-    return pattern
+def checked_attention_gap(
+    what: str, fix: str, max_distance: int, head_dim: int, theta: float, qk_norm_weight: float, minimum: float
+) -> float:
+    """attention_logit_gap, refused below `minimum`: positional attention must stay sharp over the whole context."""
+    gap = attention_logit_gap(max_distance, head_dim, theta, qk_norm_weight)
+    if gap < minimum:
+        raise RuntimeError(f"{what} positional attention margin {gap:.1f} < {minimum}: {fix}")
+    return gap

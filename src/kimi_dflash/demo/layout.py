@@ -2,21 +2,8 @@
 
 Everything the fabrication produces is a pure function of these constants and the shipped corpus, so
 changing any of them changes the files: bump FABRICATION_VERSION with it so cached copies are rebuilt.
-
-How the two models agree (the idea behind every weight):
-- Each ordinary token sits at a *phase* on a cycle: the corpus's distinct tokens in first-seen order.
-  Its embedding carries that phase as a unit Fourier vector F(p) in the F_DIMS subspace, so moving k
-  steps along the cycle is a fixed rotation R^k of that subspace.
-- The target copies the current token's F(p) through its layers and its lm_head row for a token at
-  phase p+1 is F(p): greedy decoding walks the cycle, i.e. it recites the corpus with repeats skipped.
-  After a special token (the chat template's ``<|assistant|>``) it attends uniformly over the prompt,
-  so where the walk starts depends on the whole prompt.
-- The drafter's attention head j attends (by RoPE position alone) exactly j positions back and
-  rotates what it finds by R^(j-1). Mask slot k therefore sees the bonus token through head k and
-  lands on F(p+k-1): the lm_head then proposes the token k steps ahead, as the target will produce.
-- A fixed, seeded share of phases (DRAFTER_MISS_RATE) is wrong in the drafter on purpose (its MLP
-  detects them and jumps elsewhere), so acceptance is high but not 100 % and decays per position
-  like a trained drafter's: about (1 - miss rate) ** k at draft position k.
+How the two models agree (each token a phase on the corpus's cycle, the target reciting it, the drafter's
+positional copy heads and its seeded misses): docs/demo-models.md, "How the drafter agrees with the target".
 """
 
 from __future__ import annotations
@@ -32,7 +19,7 @@ ASSISTANT_TOKEN = "<|assistant|>"
 MASK_TOKEN = "<|mask|>"
 SPECIAL_TOKENS = (EOS_TOKEN, SYSTEM_TOKEN, USER_TOKEN, ASSISTANT_TOKEN, MASK_TOKEN)  # ids 0..4 in this order
 TOKENIZER_VOCAB_SIZE = 1024  # requested; BPE stops earlier when no pair occurs twice
-TOKENIZER_MIN_FREQUENCY = 2
+TOKENIZER_MIN_FREQUENCY = 2  # both demos (tokenizer.byte_level_bpe)
 VOCAB_PAD_MULTIPLE = 64  # config vocab_size is the tokenizer size rounded up (like real checkpoints)
 
 # --- Shared geometry ---------------------------------------------------------------------------------

@@ -51,23 +51,28 @@ def generation_config() -> dict[str, object]:
     return {"eos_token_id": 0, "pad_token_id": 0}
 
 
-def embeddings(walk: Walk) -> np.ndarray:
-    """Ordinary tokens: content marker + the phase code. Special tokens: the special marker alone, scaled
-    so every row has the same norm (RMSNorm then treats them alike). Padding ids: zero."""
-    table = np.zeros((walk.vocab_size, layout.HIDDEN_SIZE), dtype=np.float64)
+def embeddings(
+    walk: Walk,
+    hidden_size: int = layout.HIDDEN_SIZE,
+    code: slice = F,
+    special: object = slice(0, len(layout.SPECIAL_TOKENS)),
+) -> np.ndarray:
+    """Ordinary tokens: content marker + the phase code in `code`. The `special` ids: the special marker alone,
+    scaled so every row has the same norm (RMSNorm then treats them alike). Other ids (padding): zero."""
+    table = np.zeros((walk.vocab_size, hidden_size), dtype=np.float64)
     ordinary = np.flatnonzero(walk.phase != NO_PHASE)
     table[ordinary, layout.CONTENT_DIM] = 1.0
-    table[ordinary, F] = geometry.phase_codes(walk.phase[ordinary], walk.frequencies, walk.length)
-    table[: len(layout.SPECIAL_TOKENS), layout.SPECIAL_DIM] = np.sqrt(2.0)
+    table[ordinary, code] = geometry.phase_codes(walk.phase[ordinary], walk.frequencies, walk.length)
+    table[special, layout.SPECIAL_DIM] = np.sqrt(2.0)
     return table
 
 
-def lm_head(walk: Walk) -> np.ndarray:
+def lm_head(walk: Walk, hidden_size: int = layout.HIDDEN_SIZE, code: slice = F) -> np.ndarray:
     """Row of the token at phase p+1 is the code of phase p: a hidden state holding phase p predicts the next
     cycle token. Tokens off the cycle, special tokens and padding get zero rows (never the greedy choice)."""
-    head = np.zeros((walk.vocab_size, layout.HIDDEN_SIZE), dtype=np.float64)
+    head = np.zeros((walk.vocab_size, hidden_size), dtype=np.float64)
     previous_phases = (np.arange(walk.length) - 1) % walk.length
-    head[list(walk.cycle), F] = layout.LM_HEAD_SCALE * geometry.phase_codes(
+    head[list(walk.cycle), code] = layout.LM_HEAD_SCALE * geometry.phase_codes(
         previous_phases, walk.frequencies, walk.length
     )
     return head
@@ -80,8 +85,8 @@ def layer_weights(walk: Walk, index: int) -> dict[str, np.ndarray]:
     q_proj = np.zeros((layout.TARGET_HEADS * head_dim, hidden))
     q_proj[:head_dim, layout.CONTENT_DIM] = geometry.rope_query_pattern(0)
     k_proj = np.zeros((layout.NUM_KV_HEADS * head_dim, hidden))
-    k_proj[:, layout.CONTENT_DIM] = geometry.rope_key_pattern()
-    k_proj[:, layout.SPECIAL_DIM] = geometry.rope_key_pattern()
+    k_proj[:, layout.CONTENT_DIM] = geometry.rope_query_pattern(0)
+    k_proj[:, layout.SPECIAL_DIM] = geometry.rope_query_pattern(0)
     v_proj = np.zeros((layout.NUM_KV_HEADS * head_dim, hidden))
     v_proj[:, F] = np.eye(layout.F_DIMS)
     o_proj = np.zeros((hidden, layout.TARGET_HEADS * head_dim))

@@ -1,7 +1,7 @@
-"""The demo tokenizer: byte-level BPE trained with `tokenizers` on the corpus shipped in the package.
+"""The demo tokenizers: byte-level BPE trained with `tokenizers` on the corpus shipped in the package.
 
 Training is deterministic for a given corpus (checked by the tests across processes); the files written
-here are what transformers' AutoTokenizer and vLLM load.
+here are what transformers' AutoTokenizer and vLLM load. The miniature Kimi's specials: kimi/tokenizer.py.
 """
 
 from __future__ import annotations
@@ -43,55 +43,55 @@ def read_corpus() -> str:
     return resources.files(package).joinpath(name).read_text(encoding="utf-8")
 
 
-def train_tokenizer(corpus: str) -> Tokenizer:
-    """Byte-level BPE with the special tokens at ids 0..len(SPECIAL_TOKENS)-1."""
-    from tokenizers import (
-        Tokenizer,
-        decoders,
-        models,
-        pre_tokenizers,
-        processors,
-        trainers,
-    )
+def byte_level_bpe(corpus: str, vocab_size: int, special_tokens: list[str]) -> Tokenizer:
+    """Byte-level BPE trained on `corpus` (both demos' tokenizers), `special_tokens` at ids 0.. in order."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(
-        vocab_size=layout.TOKENIZER_VOCAB_SIZE,
+        vocab_size=vocab_size,  # an upper bound: BPE stops when no pair occurs twice
         min_frequency=layout.TOKENIZER_MIN_FREQUENCY,
-        special_tokens=list(layout.SPECIAL_TOKENS),
+        special_tokens=special_tokens,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tokenizer.train_from_iterator([corpus], trainer=trainer)
+    return tokenizer
+
+
+def train_tokenizer(corpus: str) -> Tokenizer:
+    """The Qwen3 demo's: the special tokens at ids 0..len(SPECIAL_TOKENS)-1."""
+    tokenizer = byte_level_bpe(corpus, layout.TOKENIZER_VOCAB_SIZE, list(layout.SPECIAL_TOKENS))
     for expected_id, token in enumerate(layout.SPECIAL_TOKENS):
         if tokenizer.token_to_id(token) != expected_id:
             raise RuntimeError(f"special token {token} got id {tokenizer.token_to_id(token)}, expected {expected_id}")
     return tokenizer
 
 
-def tokenizer_files(tokenizer: Tokenizer) -> dict[str, bytes]:
-    """File name -> content for the tokenizer part of an HF model directory."""
+def tokenizer_files(
+    tokenizer: Tokenizer,
+    roles: dict[str, str | None],
+    additional: list[str],
+    chat_template: str,
+    max_length: int,
+    **config: object,
+) -> dict[str, bytes]:
+    """File name -> content for the tokenizer part of an HF model directory. `roles`: bos/eos/pad/unk_token."""
     config = {
+        **roles,
+        **config,
         "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": None,
-        "eos_token": layout.EOS_TOKEN,
-        "pad_token": layout.EOS_TOKEN,
-        "unk_token": None,
         "add_prefix_space": False,
         "clean_up_tokenization_spaces": False,
-        "model_max_length": layout.MAX_POSITION_EMBEDDINGS,
-        "chat_template": CHAT_TEMPLATE,
+        "model_max_length": max_length,
+        "chat_template": chat_template,
     }
-    special_map = {
-        "eos_token": layout.EOS_TOKEN,
-        "pad_token": layout.EOS_TOKEN,
-        "additional_special_tokens": list(layout.SPECIAL_TOKENS[1:]),
-    }
+    special_map = {role: token for role, token in roles.items() if token is not None}
     return {
         "tokenizer.json": tokenizer.to_str(pretty=True).encode("utf-8") + b"\n",
         "tokenizer_config.json": json_bytes(config),
-        "special_tokens_map.json": json_bytes(special_map),
+        "special_tokens_map.json": json_bytes({**special_map, "additional_special_tokens": additional}),
     }

@@ -28,15 +28,6 @@ class Walk:
     def length(self) -> int:
         return len(self.cycle)
 
-    def next_token(self, token_id: int) -> int:
-        """The target's greedy successor of an ordinary token."""
-        return self.cycle[(int(self.phase[token_id]) + 1) % self.length]
-
-    def draft_is_right(self, anchor_token: int, slot: int) -> bool:
-        """Whether the drafter's proposal for mask slot `slot` (1-based) after `anchor_token` is the target's."""
-        residual_phase = (int(self.phase[anchor_token]) + slot - 1) % self.length
-        return not bool(np.isin(residual_phase, self.missed_phases))
-
     def acceptance_profile(self, max_slots: int) -> list[float]:
         """Share of cycle phases from which the drafter's first k proposals are all right, k = 1..max_slots:
         the per-position acceptance a long greedy generation converges to."""
@@ -48,22 +39,6 @@ class Walk:
             all_right &= ~np.roll(missed, -(slot - 1))  # phase p0 + slot - 1 not missed
             profile.append(float(all_right.mean()))
         return profile
-
-
-def first_seen_order(token_ids: Sequence[int], skip: set[int]) -> tuple[int, ...]:
-    """Distinct ids in order of first appearance: the corpus with repeats dropped still reads like text."""
-    seen: set[int] = set()
-    order: list[int] = []
-    for token in token_ids:
-        if token not in seen and token not in skip:
-            seen.add(token)
-            order.append(token)
-    return tuple(order)
-
-
-def padded_vocab_size(tokenizer_size: int) -> int:
-    multiple = layout.VOCAB_PAD_MULTIPLE
-    return -(-tokenizer_size // multiple) * multiple
 
 
 def assign_phases(cycle: Sequence[int], tokenizer_size: int, vocab_size: int, special_ids: set[int]) -> np.ndarray:
@@ -116,9 +91,10 @@ def build_walk(
     (they get a phase); the defaults are the Qwen3 demo's (specials first, vocab padded up)."""
     if special_ids is None:
         special_ids = set(range(len(layout.SPECIAL_TOKENS)))
-    cycle = first_seen_order(corpus_ids, skip=special_ids)
+    # Distinct ids in order of first appearance: the corpus with repeats dropped still reads like text.
+    cycle = tuple(dict.fromkeys(token for token in corpus_ids if token not in special_ids))
     if vocab_size is None:
-        vocab_size = padded_vocab_size(tokenizer_size)
+        vocab_size = -(-tokenizer_size // layout.VOCAB_PAD_MULTIPLE) * layout.VOCAB_PAD_MULTIPLE
     frequencies, max_sidelobe = choose_frequencies(len(cycle))
     return Walk(
         tokenizer_size=tokenizer_size,

@@ -15,13 +15,18 @@ present, so an interrupted capture resumes. Production does not take this path: 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
+import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kimi_dflash.core.atomic_write import replacing
+
+if TYPE_CHECKING:
+    import torch
 
 FEATURE_SUFFIX = ".ckpt"
 
@@ -54,6 +59,58 @@ def sample_from_record(record: Mapping[str, Any], max_length: int) -> Sample | N
     return Sample(str(record["id"]), ids, mask)
 
 
+def load_kimi_text_model(target_dir: Path):  # type: ignore[no-untyped-def]
+    """transformers' DeepseekV3ForCausalLM with the miniature Kimi's text model (config.json's text_config and the
+    `language_model.` weights of every shard), float32. transformers' own Kimi class would also build the vision
+    tower (and ignores the miniature's small vision_config), so the text model is loaded on its own."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import DeepseekV3ForCausalLM
+
+    text_config = json.loads((target_dir / "config.json").read_text())["text_config"]
+    text_config.pop("quantization_config", None)
+    prefix = "language_model."
+    weights = {}
+    for shard in sorted(target_dir.glob("model-*.safetensors")):
+        weights.update(
+            {
+                name[len(prefix) :]: value.float()
+                for name, value in load_file(str(shard)).items()
+                if name.startswith(prefix)
+            }
+        )
+    with tempfile.TemporaryDirectory(prefix="kimi-text-") as scratch:
+        (Path(scratch) / "config.json").write_text(json.dumps({**text_config, "model_type": "deepseek_v3"}))
+        save_file(weights, str(Path(scratch) / "model.safetensors"), metadata={"format": "pt"})
+        torch.manual_seed(0)
+        model, info = DeepseekV3ForCausalLM.from_pretrained(scratch, dtype=torch.float32, output_loading_info=True)
+    problems = {key: value for key, value in info.items() if value}
+    if problems:
+        raise RuntimeError(f"transformers did not load every Kimi text weight: {problems}")
+    return model.eval()
+
+
+def target_features(model, token_ids: list[int], layer_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits, concatenated residual stream after each of `layer_ids`) for one sequence, via forward hooks."""
+    import torch
+
+    captured: dict[int, torch.Tensor] = {}
+    hooks = []
+    for layer_id in layer_ids:
+
+        def hook(_module, _inputs, output, layer_id=layer_id):  # type: ignore[no-untyped-def]
+            captured[layer_id] = (output[0] if isinstance(output, tuple) else output)[0]
+
+        hooks.append(model.model.layers[layer_id].register_forward_hook(hook))
+    try:
+        with torch.no_grad():
+            logits = model(torch.tensor([token_ids])).logits[0]
+    finally:
+        for handle in hooks:
+            handle.remove()
+    return logits, torch.cat([captured[i] for i in layer_ids], dim=-1)
+
+
 def feature_path(out_dir: Path, sample_id: str) -> Path:
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", sample_id)[:80]
     digest = hashlib.sha1(sample_id.encode("utf-8")).hexdigest()[:8]  # two ids that sanitise alike stay apart
@@ -70,8 +127,6 @@ def capture_features(
 ) -> dict[str, int]:
     """Write one feature file per record not captured yet; returns counts."""
     import torch
-
-    from kimi_dflash.demo.reference import load_kimi_text_model, target_features
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -162,7 +162,7 @@ REJECTED = {
     "demo_choice_was_a_bool": (
         "FABRICATE_DEMO_MODELS=true\n",
         "FABRICATE_DEMO_MODELS",
-        "none, kimi, kimi-int4, kimi-yarn, kimi-eagle3, kimi-cuda, kimi-int4-cuda, qwen3",
+        "none, kimi, kimi-int4, kimi-eagle3, kimi-cuda, kimi-int4-cuda, qwen3",
     ),
     "demo_drafter_of_another_kind": (
         "FABRICATE_DEMO_MODELS=kimi-eagle3\nSPECULATIVE_METHOD=dflash\n",

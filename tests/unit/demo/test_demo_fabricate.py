@@ -296,7 +296,7 @@ def test_speculative_config_helper_checks_its_range(built: DemoModels) -> None:
         "model": str(built.drafter_dir),
         "num_speculative_tokens": 3,
     }
-    assert built.speculative_config()["num_speculative_tokens"] == built.recommended_num_speculative_tokens
+    assert built.speculative_config()["num_speculative_tokens"] == built.choice.recommended_num_speculative_tokens
     with pytest.raises(ValueError, match="proposes 1 to 15"):
         built.speculative_config(16)
 
@@ -358,7 +358,7 @@ def normed(vector: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("offset", [0, -1, -4, -15])
 def test_rope_patterns_select_exactly_one_relative_position(offset: int) -> None:
     query_position = 3000
-    key = normed(geometry.rope_key_pattern())
+    key = normed(geometry.rope_query_pattern(0))
     query = neox_rope(normed(geometry.rope_query_pattern(offset)), query_position)
     keys = range(query_position - 2048, query_position + 16)
     scores = np.array([query @ neox_rope(key, k) for k in keys]) / np.sqrt(layout.HEAD_DIM)

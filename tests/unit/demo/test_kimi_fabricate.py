@@ -18,7 +18,7 @@ from tokenizers import Tokenizer
 from kimi_dflash.demo import DemoModels, ensure_demo_models
 from kimi_dflash.demo.bundle import MANIFEST, bundle_problem
 from kimi_dflash.demo.kimi import int4, layout
-from kimi_dflash.demo.kimi.checkpoint import INDEX_FILE, bfloat16_values, safetensors_bytes, tensor
+from kimi_dflash.demo.kimi.checkpoint import INDEX_FILE, bfloat16_bits, safetensors_bytes, tensor
 from kimi_dflash.demo.kimi.int4 import quantization_config
 from repo_paths import REPO_ROOT
 
@@ -208,9 +208,11 @@ def test_int4_packing_round_trips_and_refuses_off_grid_weights() -> None:
     matrix = int4.snap_to_int4_grid(rng.normal(size=(4, 64)))
     values, scales = int4.quantize(matrix)
     assert values.min() >= -8 and values.max() <= 7
-    assert np.array_equal(int4.unpack_int32(int4.pack_int32(values)), values)
+    lanes = (int4.pack_int32(values).view(np.uint32).astype(np.int64)[:, :, None] >> (np.arange(8) * 4)) & 0xF
+    assert np.array_equal(lanes.reshape(4, -1) - 8, values)  # value + 8 in 4-bit lanes, lowest lane first
     assert np.array_equal(int4.dequantize(values, scales), matrix)
-    assert np.array_equal(bfloat16_values(matrix), matrix.astype(np.float32))  # exact in bfloat16 too
+    stored = (bfloat16_bits(matrix).astype(np.uint32) << 16).view(np.float32)
+    assert np.array_equal(stored, matrix.astype(np.float32))  # exact in bfloat16 too
     tensors = int4.compressed_expert_tensors("experts.0.up_proj.weight", matrix)
     assert sorted(tensors) == [
         "experts.0.up_proj.weight_packed",

@@ -103,10 +103,10 @@ def test_architecture_errors_name_the_key() -> None:
 
 def test_trainable_forward_equals_the_vllm_transcription_on_the_demo_drafter() -> None:
     """The stand-in trains exactly the function vLLM serves: with the demo drafter's weights, every block of a
-    batched forward equals kimi_dflash.demo.reference (a step-by-step transcription of vLLM's DFlash forward)."""
+    batched forward equals the lab's demo_reference (a step-by-step transcription of vLLM's DFlash forward)."""
     from kimi_dflash.demo import ensure_demo_models
-    from kimi_dflash.demo.reference import DrafterReference, load_safetensors
     from kimi_dflash.drafter_training.export import target_embeddings
+    from kimi_dflash_lab.demo_reference import DrafterReference, load_safetensors
 
     models = ensure_demo_models(choice="kimi")
     config = json.loads((models.drafter_dir / "config.json").read_text())

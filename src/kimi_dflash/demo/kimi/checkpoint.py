@@ -34,11 +34,6 @@ def bfloat16_bits(values: np.ndarray) -> np.ndarray:
     return rounded.astype(np.uint16)
 
 
-def bfloat16_values(values: np.ndarray) -> np.ndarray:
-    """The float32 values a bfloat16 store of `values` reads back as."""
-    return (bfloat16_bits(values).astype(np.uint32) << 16).view(np.float32)
-
-
 def tensor(values: np.ndarray, dtype: str) -> Tensor:
     if dtype == "BF16":
         data = bfloat16_bits(values).astype("<u2").tobytes()
@@ -63,17 +58,13 @@ def safetensors_bytes(tensors: Mapping[str, Tensor]) -> bytes:
     return struct.pack("<Q", len(encoded)) + encoded + b"".join(tensors[name].data for name in sorted(tensors))
 
 
-def shard_name(index: int, count: int) -> str:
-    return f"model-{index + 1:05d}-of-{count:05d}.safetensors"
-
-
 def sharded_files(shards: list[Mapping[str, Tensor]]) -> dict[str, bytes]:
     """Shard files plus model.safetensors.index.json (weight_map and total size), as HF checkpoints ship them."""
     files: dict[str, bytes] = {}
     weight_map: dict[str, str] = {}
     total = 0
     for index, shard in enumerate(shards):
-        name = shard_name(index, len(shards))
+        name = f"model-{index + 1:05d}-of-{len(shards):05d}.safetensors"
         files[name] = safetensors_bytes(shard)
         weight_map.update({tensor_name: name for tensor_name in shard})
         total += sum(len(item.data) for item in shard.values())

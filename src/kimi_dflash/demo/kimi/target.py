@@ -2,7 +2,7 @@
 generation_config.json, preprocessor_config.json and the text model's weights under Kimi's checkpoint names.
 
 Weights are computed in float64 here and stored as bfloat16 like Kimi K2.6's (fabricate.py); the routed experts
-are snapped to the INT4 grid (int.py) so the INT4 checkpoint dequantizes to exactly the same numbers.
+are snapped to the INT4 grid (int4.py) so the INT4 checkpoint dequantizes to exactly the same numbers.
 See layout.py for what each part of the construction does.
 """
 
@@ -12,7 +12,7 @@ import zlib
 
 import numpy as np
 
-from kimi_dflash.demo import geometry
+from kimi_dflash.demo import target as qwen3_target
 from kimi_dflash.demo.kimi import layout
 from kimi_dflash.demo.kimi.int4 import snap_to_int4_grid
 from kimi_dflash.demo.kimi.tokenizer import special_id
@@ -22,7 +22,7 @@ PREFIX = "language_model."  # Kimi K2.6 keeps its text model under this prefix (
 NON_CODE = np.r_[layout.CONTENT_DIM, layout.SPECIAL_DIM, np.arange(layout.N.start, layout.N.stop)]
 N_DIMS = layout.N.stop - layout.N.start
 LATENT_CODE = slice(0, layout.CODE_DIMS)  # where q and kv latents carry the code
-CPU_MLA = layout.CPU.mla
+CPU_MLA = layout.CPU_MLA
 
 
 def rng_for(name: str) -> np.random.Generator:
@@ -221,14 +221,9 @@ def preprocessor_config() -> dict[str, object]:
 
 
 def embeddings(walk: Walk) -> np.ndarray:
-    """Ordinary tokens: content marker + phase code in E. Every other id: the special marker. Every row also
-    gets a seeded noise vector in N, all rows the same norm (so RMSNorm treats every token alike)."""
-    table = np.zeros((walk.vocab_size, layout.HIDDEN_SIZE))
-    ordinary = np.flatnonzero(walk.phase != NO_PHASE)
-    special = np.flatnonzero(walk.phase == NO_PHASE)
-    table[ordinary, layout.CONTENT_DIM] = 1.0
-    table[ordinary, layout.E] = geometry.phase_codes(walk.phase[ordinary], walk.frequencies, walk.length)
-    table[special, layout.SPECIAL_DIM] = np.sqrt(2.0)
+    """The Qwen3 demo's rows (../target.py: content marker + phase code in E, the special marker on every id off
+    the walk), plus a seeded noise vector in N, all rows the same norm (so RMSNorm treats every token alike)."""
+    table = qwen3_target.embeddings(walk, layout.HIDDEN_SIZE, layout.E, np.flatnonzero(walk.phase == NO_PHASE))
     directions = noise("embed_tokens", walk.vocab_size, N_DIMS, 1.0)
     table[:, layout.N] = layout.EMBEDDING_NOISE_NORM * directions / np.linalg.norm(directions, axis=1, keepdims=True)
     return table
@@ -239,12 +234,9 @@ def embedding_norm_sq() -> float:
 
 
 def lm_head(walk: Walk) -> np.ndarray:
-    """Row of the token at phase p+1 is the code of phase p in G; every row also reads N a little."""
-    head = np.zeros((walk.vocab_size, layout.HIDDEN_SIZE))
-    previous = (np.arange(walk.length) - 1) % walk.length
-    head[list(walk.cycle), layout.G] = layout.LM_HEAD_SCALE * geometry.phase_codes(
-        previous, walk.frequencies, walk.length
-    )
+    """The Qwen3 demo's (the row of the token at phase p+1 is the code of phase p) in G; every row also reads N a
+    little."""
+    head = qwen3_target.lm_head(walk, layout.HIDDEN_SIZE, layout.G)
     head[:, layout.N] = noise("lm_head", walk.vocab_size, N_DIMS, layout.NOISE_OUTPUT_STD)
     return head
 
@@ -373,20 +365,11 @@ def layer_weights(index: int, mla: layout.MlaGeometry = CPU_MLA) -> dict[str, np
 
 def checkpoint_weights(walk: Walk, mla: layout.MlaGeometry = CPU_MLA) -> dict[str, np.ndarray]:
     """Every tensor of the checkpoint under Kimi K2.6's names (float64): text model and vision tower."""
-    return {**text_weights(walk, mla), **vision_weights()}
-
-
-def text_weights(walk: Walk, mla: layout.MlaGeometry = CPU_MLA) -> dict[str, np.ndarray]:
-    """Every tensor of the text model under Kimi K2.6's checkpoint names (float64)."""
-    weights: dict[str, np.ndarray] = {
+    text: dict[str, np.ndarray] = {
         "model.embed_tokens.weight": embeddings(walk),
         "model.norm.weight": np.ones(layout.HIDDEN_SIZE),
         "lm_head.weight": lm_head(walk),
     }
     for index in range(layout.TARGET_LAYERS):
-        weights.update({f"model.{name}": value for name, value in layer_weights(index, mla).items()})
-    return {PREFIX + name: value for name, value in weights.items()}
-
-
-def is_routed_expert(name: str) -> bool:
-    return ".mlp.experts." in name
+        text.update({f"model.{name}": value for name, value in layer_weights(index, mla).items()})
+    return {**{PREFIX + name: value for name, value in text.items()}, **vision_weights()}

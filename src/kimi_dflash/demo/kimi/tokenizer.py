@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kimi_dflash.demo.encoding import json_bytes
 from kimi_dflash.demo.kimi import layout
+from kimi_dflash.demo.tokenizer import byte_level_bpe, tokenizer_files
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -56,19 +56,7 @@ def special_id(token: str) -> int:
 def train_tokenizer(corpus: str) -> tuple[Tokenizer, int]:
     """(tokenizer, number of ordinary BPE tokens). Ordinary tokens take ids 0..n-1, reserved fillers n..BASE-1,
     the special block BASE..BASE+255."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(
-        vocab_size=layout.SPECIAL_BASE,  # an upper bound: BPE stops when no pair occurs twice
-        min_frequency=layout.TOKENIZER_MIN_FREQUENCY,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tokenizer.train_from_iterator([corpus], trainer=trainer)
+    tokenizer = byte_level_bpe(corpus, layout.SPECIAL_BASE, [])
     ordinary = tokenizer.get_vocab_size()
     if ordinary > layout.SPECIAL_BASE:
         raise RuntimeError(f"{ordinary} BPE tokens do not fit below the special block at {layout.SPECIAL_BASE}")
@@ -82,33 +70,15 @@ def train_tokenizer(corpus: str) -> tuple[Tokenizer, int]:
     return tokenizer, ordinary
 
 
-def tokenizer_files(tokenizer: Tokenizer) -> dict[str, bytes]:
+def kimi_tokenizer_files(tokenizer: Tokenizer) -> dict[str, bytes]:
     """File name -> content for the tokenizer part of the checkpoint directory."""
-    config = {
-        "tokenizer_class": "PreTrainedTokenizerFast",
+    roles = {
         "bos_token": layout.BOS_TOKEN,
         "eos_token": layout.EOS_TOKEN,
         "pad_token": layout.PAD_TOKEN,
         "unk_token": layout.MASK_TOKEN,
-        "add_bos_token": False,
-        "add_prefix_space": False,
-        "clean_up_tokenization_spaces": False,
-        "model_max_length": layout.MAX_POSITION_EMBEDDINGS,
-        "chat_template": CHAT_TEMPLATE,
     }
-    special_map = {
-        "bos_token": layout.BOS_TOKEN,
-        "eos_token": layout.EOS_TOKEN,
-        "pad_token": layout.PAD_TOKEN,
-        "unk_token": layout.MASK_TOKEN,
-        "additional_special_tokens": [
-            t
-            for t in layout.SPECIAL_OFFSETS
-            if t not in (layout.BOS_TOKEN, layout.EOS_TOKEN, layout.PAD_TOKEN, layout.MASK_TOKEN)
-        ],
-    }
-    return {
-        "tokenizer.json": tokenizer.to_str(pretty=True).encode("utf-8") + b"\n",
-        "tokenizer_config.json": json_bytes(config),
-        "special_tokens_map.json": json_bytes(special_map),
-    }
+    additional = [token for token in layout.SPECIAL_OFFSETS if token not in roles.values()]
+    return tokenizer_files(
+        tokenizer, roles, additional, CHAT_TEMPLATE, layout.MAX_POSITION_EMBEDDINGS, add_bos_token=False
+    )

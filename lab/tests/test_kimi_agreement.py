@@ -23,14 +23,16 @@ torch = pytest.importorskip("torch")
 from kimi_dflash.demo import DemoModels, ensure_demo_models
 from kimi_dflash.demo.kimi import layout
 from kimi_dflash.demo.kimi.fabricate import fabricate, fabricate_cuda
-from kimi_dflash.demo.reference import (
+from kimi_dflash.demo.walk import Walk
+from kimi_dflash.drafter_training.features import load_kimi_text_model
+from kimi_dflash_lab.demo_reference import (
     AgreementReport,
     chat_prompt_ids,
+    draft_is_right,
     greedy_generate,
-    load_kimi_text_model,
     measure_agreement,
+    next_token,
 )
-from kimi_dflash.demo.walk import Walk
 
 # Prompts whose walks start in different places (a short prompt is mostly chat template, so e.g. "Hello" starts
 # where "Tell me about the harbor." does).
@@ -47,16 +49,16 @@ class Kimi:
     mla: layout.MlaGeometry
 
 
-MINIATURES = {"kimi": (fabricate, layout.CPU), "kimi-cuda": (fabricate_cuda, layout.CUDA)}
+MINIATURES = {"kimi": (fabricate, layout.CPU_MLA), "kimi-cuda": (fabricate_cuda, layout.CUDA_MLA)}
 
 
 @pytest.fixture(scope="module", params=sorted(MINIATURES))
 def kimi(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kimi]:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matrices: threads only add contention with other processes
-    make, miniature = MINIATURES[request.param]
+    make, mla = MINIATURES[request.param]
     models = ensure_demo_models(tmp_path_factory.mktemp("demo"), choice=request.param)
-    yield Kimi(models, make().walk, load_kimi_text_model(models.target_dir), miniature.mla)
+    yield Kimi(models, make().walk, load_kimi_text_model(models.target_dir), mla)
     torch.set_num_threads(threads)
 
 
@@ -77,7 +79,7 @@ def reports(kimi: Kimi) -> dict[str, AgreementReport]:
 
 
 def walk_share(walk: Walk, tokens: list[int]) -> float:
-    return sum(walk.next_token(a) == b for a, b in pairwise(tokens)) / (len(tokens) - 1)
+    return sum(next_token(walk, a) == b for a, b in pairwise(tokens)) / (len(tokens) - 1)
 
 
 def generate(model: Any, prompt_ids: list[int], new_tokens: int = 24) -> list[int]:
@@ -184,7 +186,7 @@ def test_routing_sets_the_scale_not_the_argmax(kimi: Kimi) -> None:
 def test_drafter_is_right_exactly_where_the_construction_says(kimi: Kimi, reports: dict[str, AgreementReport]) -> None:
     for report in reports.values():
         for anchor, row in zip(report.generated, report.slot_right, strict=True):
-            assert row == [kimi.walk.draft_is_right(anchor, slot) for slot in range(1, SLOTS + 1)]
+            assert row == [draft_is_right(kimi.walk, anchor, slot) for slot in range(1, SLOTS + 1)]
 
 
 def test_acceptance_is_high_at_the_demos_speculative_tokens(reports: dict[str, AgreementReport]) -> None:

@@ -1,6 +1,6 @@
-"""The kimi-yarn demo drafter (demo/kimi/yarn_drafter.py): z-lab's YaRN rope fields, attention tuned to the RoPE
+"""The kimi-yarn drafter (kimi_dflash_lab/yarn_drafter.py): z-lab's YaRN rope fields, attention tuned to the RoPE
 amplitude z-lab's drafters were trained with. Its proposals, computed without vLLM through the transcription of
-vLLM's DFlash forward (demo/reference.py) at both amplitudes, show what the served proof measures."""
+vLLM's DFlash forward (demo_reference.py) at both amplitudes, show what the served proof measures."""
 
 from __future__ import annotations
 
@@ -18,9 +18,10 @@ import torch
 from kimi_dflash.demo import ensure_demo_models, geometry
 from kimi_dflash.demo.fabricate import Fabrication
 from kimi_dflash.demo.kimi import fabricate as kimi_fabricate
-from kimi_dflash.demo.kimi import layout, target, yarn_drafter
-from kimi_dflash.demo.reference import DrafterReference
+from kimi_dflash.demo.kimi import layout, target
 from kimi_dflash.launch.drafter_rope import concerned
+from kimi_dflash_lab import yarn_drafter
+from kimi_dflash_lab.demo_reference import DrafterReference
 
 K = 4
 ZLAB = json.loads(resources.files("kimi_dflash").joinpath("data/checkpoints/kimi-k2.5-dflash.json").read_text())
@@ -58,7 +59,7 @@ def accepted(drafter: DrafterReference, base: Fabrication, context: int, phases:
 
 def test_it_carries_zlab_rope_fields_which_the_launchers_fix_concerns(base: Fabrication) -> None:
     config = yarn_drafter.yarn_drafter_config(base.walk, base.mask_token_id)
-    assert config["rope_scaling"] == ZLAB["rope_scaling"] == layout.DRAFTER_ROPE_SCALING
+    assert config["rope_scaling"] == ZLAB["rope_scaling"] == yarn_drafter.DRAFTER_ROPE_SCALING
     assert concerned(config)
     assert pytest.approx(1.4158883083359672) == yarn_drafter.TRAINED_AMPLITUDE
 
@@ -72,9 +73,9 @@ def test_the_fallback_context_lengths_bracket_the_demo() -> None:
 
 
 def test_the_positional_patterns_sit_on_pairs_yarn_leaves_alone() -> None:
-    pairs = yarn_drafter.unscaled_pairs(yarn_drafter.KIMI_DRAFTER)
+    pairs = yarn_drafter.unscaled_pairs(kimi_fabricate.KIMI_DRAFTER)
     assert list(pairs) == list(range(14))  # head_dim 96, theta 50000, original max 4096, beta_fast 32
-    scaled = geometry.yarn_frequencies(96, 50000.0, layout.DRAFTER_ROPE_SCALING)
+    scaled = yarn_drafter.yarn_frequencies(96, 50000.0, yarn_drafter.DRAFTER_ROPE_SCALING)
     assert scaled[-1] == pytest.approx(geometry.rope_frequencies(96, 50000.0)[-1] / 64)
 
 
@@ -93,10 +94,32 @@ def test_its_guesses_need_the_trained_amplitude_once_the_context_grows(base: Fab
 
 
 def test_the_bundle_holds_the_target_and_this_drafter(tmp_path) -> None:
-    models = ensure_demo_models(tmp_path, choice="kimi-yarn")
-    assert models.bundle_dir.name == "kimi-yarn" and models.drafter_dir == models.bundle_dir / "drafter"
-    assert sorted(p.name for p in models.bundle_dir.iterdir()) == ["drafter", "manifest.json", "target"]
-    config = json.loads((models.drafter_dir / "config.json").read_text())
-    assert config["rope_scaling"] == layout.DRAFTER_ROPE_SCALING and config["torch_dtype"] == "float32"
-    summary = models.manifest()["summary"]
+    target_dir, drafter_dir = yarn_drafter.ensure_yarn_models(tmp_path)
+    bundle = tmp_path.resolve() / "kimi-yarn"
+    assert (target_dir, drafter_dir) == (bundle / "target", bundle / "drafter")
+    assert sorted(p.name for p in bundle.iterdir()) == ["drafter", "manifest.json", "target"]
+    config = json.loads((drafter_dir / "config.json").read_text())
+    assert config["rope_scaling"] == yarn_drafter.DRAFTER_ROPE_SCALING and config["torch_dtype"] == "float32"
+    summary = json.loads((bundle / "manifest.json").read_text())["summary"]
     assert summary["fallback_context_tokens"]["amplitude 1.0"] < 250
+    kimi = ensure_demo_models(tmp_path)  # the target is the miniature Kimi's, byte for byte
+    assert (target_dir / "model-00001-of-00002.safetensors").read_bytes() == (
+        kimi.target_dir / "model-00001-of-00002.safetensors"
+    ).read_bytes()
+
+
+def test_the_study_serves_it_through_model_dir_from_the_demo_config(tmp_path, monkeypatch) -> None:
+    """FABRICATE_DEMO_MODELS has no kimi-yarn choice: the drafter-rope study (and its server test) serve the bundle
+    as MODEL_DIR / DRAFT_MODEL_DIR over configs/demo-cpu.env, which must validate as such."""
+    from kimi_dflash.config.validate import load_config
+    from kimi_dflash_lab.studies.drafter_rope import CONFIG, REPO, served_models
+
+    monkeypatch.setenv("KIMI_DFLASH_CACHE", str(tmp_path))
+    environ = served_models()
+    config = load_config(REPO / CONFIG, environ)
+    assert config.demo_models is None and config.typed.speculative_method == "dflash"
+    assert config.typed.model_dir == tmp_path.resolve() / "demo" / "kimi-yarn" / "target"
+    assert config.typed.draft_model_dir == tmp_path.resolve() / "demo" / "kimi-yarn" / "drafter"
+    assert (
+        json.loads((config.typed.draft_model_dir / "config.json").read_text())["rope_scaling"] == ZLAB["rope_scaling"]
+    )

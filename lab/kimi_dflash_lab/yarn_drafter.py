@@ -1,16 +1,19 @@
-"""A second drafter for the miniature Kimi, for the RoPE-amplitude proof (issue 28): z-lab's YaRN rope fields and
-attention calibrated to the amplitude z-lab's Kimi DFlash drafters were trained with (0.1 ln 64 + 1 = 1.4159).
+"""A second drafter for the miniature Kimi, for the RoPE-amplitude proof (issue 28; the drafter-rope study): z-lab's
+YaRN rope fields and attention calibrated to the amplitude z-lab's Kimi DFlash drafters were trained with
+(0.1 ln 64 + 1 = 1.4159). It checks the product's DRAFTER_ROPE_FIX, so it lives in the lab: `ensure_yarn_models`
+caches its bundle (the miniature Kimi target and this drafter, bundle kimi-yarn) beside the demo bundles, and a
+config serves it with FABRICATE_DEMO_MODELS=none, MODEL_DIR=<bundle>/target, DRAFT_MODEL_DIR=<bundle>/drafter.
 
-FABRICATE_DEMO_MODELS=kimi-yarn serves the miniature Kimi target with this drafter. Its config.json carries the
-rope fields of z-lab/Kimi-K2.5-DFlash (rope_type yarn, factor 64, mscale = mscale_all_dim = 1.0), so vLLM 0.30+
-gives it amplitude 1.0 and vLLM up to 0.29, or the launcher's overlay (DRAFTER_ROPE_FIX), 1.4159.
+Its config.json carries the rope fields of z-lab/Kimi-K2.5-DFlash (rope_type yarn, factor 64, mscale =
+mscale_all_dim = 1.0), so vLLM 0.30+ gives it amplitude 1.0 and vLLM up to 0.29, or the launcher's overlay
+(DRAFTER_ROPE_FIX), 1.4159.
 
 Why constructed, not trained: the plain-torch trainer needs a served target for its data and ~7-50 minutes of both
 cores for 1,200 steps here (docs/drafter-training.md), and how much a trained drafter's guesses depend on the
-amplitude is an accident of its training; this one's dependence is stated, computed (kimi_dflash.demo.reference)
-and then measured on vLLM.
+amplitude is an accident of its training; this one's dependence is stated, computed (demo_reference.py) and then
+measured on vLLM.
 
-Construction (the default demo drafter's, ../drafter.py, except where it says otherwise):
+Construction (the default demo drafter's, kimi_dflash/demo/drafter.py, except where it says otherwise):
 - vLLM scales a YaRN rotary embedding's cos/sin cache by the amplitude A, so every attention logit by A^2. Each
   query head h looks h+1 positions back by a RoPE pattern on the pairs YaRN leaves unscaled, with a sharpness that
   keeps every other block position >= 9 logits below, and pays a fixed price on the lowest-frequency pair (a
@@ -29,10 +32,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
 from kimi_dflash.demo import geometry
+from kimi_dflash.demo.bundle import BundleRecipe, default_root, ensure_bundle
 from kimi_dflash.demo.drafter import (
     DrafterDesign,
     attention_weights,
@@ -40,16 +45,27 @@ from kimi_dflash.demo.drafter import (
     drafter_intermediate_size,
     miss_neurons,
 )
-from kimi_dflash.demo.encoding import json_bytes
 from kimi_dflash.demo.fabricate import Fabrication
-from kimi_dflash.demo.kimi import layout
-from kimi_dflash.demo.kimi.checkpoint import safetensors_bytes, tensor
-from kimi_dflash.demo.kimi.drafter import KIMI_DRAFTER, drafter_config
+from kimi_dflash.demo.kimi import fabricate as kimi
+from kimi_dflash.demo.kimi.layout import FABRICATION_VERSION as KIMI_FABRICATION_VERSION
 from kimi_dflash.demo.walk import Walk
 
-# Bump demo/bundle.py's KIMI_YARN_FABRICATION_VERSION with any change here.
+# The miniature's version and this drafter's: bump the suffix with any change here.
+RECIPE = BundleRecipe(f"{KIMI_FABRICATION_VERSION}+yarn-1", "kimi_dflash_lab.yarn_drafter:fabricate")
+BUNDLE = "kimi-yarn"
+# z-lab's Kimi DFlash drafters' rope scaling (the target's YaRN, spelled rope_type); the tests keep it equal to the
+# shipped K2.5 drafter facts (kimi_dflash/data/checkpoints/kimi-k2.5-dflash.json).
+DRAFTER_ROPE_SCALING = {
+    "rope_type": "yarn",
+    "factor": 64.0,
+    "original_max_position_embeddings": 4096,
+    "beta_fast": 32.0,
+    "beta_slow": 1.0,
+    "mscale": 1.0,
+    "mscale_all_dim": 1.0,
+}
 # The amplitude vLLM up to 0.29 gives z-lab's YaRN fields (yarn_get_mscale(64)), which this drafter is tuned to.
-TRAINED_AMPLITUDE = 0.1 * math.log(float(layout.DRAFTER_ROPE_SCALING["factor"])) + 1.0  # type: ignore[arg-type]
+TRAINED_AMPLITUDE = 0.1 * math.log(float(DRAFTER_ROPE_SCALING["factor"])) + 1.0
 SINK_LOGIT = 6.5  # intended key's logit at amplitude 1 (x A^2 when served); the context keys' logit is 0
 POSITIONAL_SHARPNESS = 7.0  # logits per unit of RoPE pattern mismatch: >= 9 logits to the next block position
 FALLBACK_THRESHOLD = 0.8  # share of attention on the intended key below which the fallback guess wins
@@ -67,9 +83,51 @@ def crossover_context(amplitude: float) -> float:
     return (1.0 / FALLBACK_THRESHOLD - 1.0) * math.exp(amplitude**2 * SINK_LOGIT)
 
 
+def ensure_yarn_models(
+    root: Path | None = None, force: bool = False, progress: Callable[[str], None] | None = None
+) -> tuple[Path, Path]:
+    """(target_dir, drafter_dir) of the kimi-yarn bundle under `root` (default: the demo models' root), fabricated
+    first unless a complete, current copy is cached."""
+    base = (root if root is not None else default_root()).expanduser().resolve()
+    ensure_bundle(base, BUNDLE, RECIPE, force, progress)
+    return base / BUNDLE / "target", base / BUNDLE / "drafter"
+
+
+def yarn_frequencies(head_dim: int, theta: float, rope_scaling: dict[str, object]) -> np.ndarray:
+    """RoPE angular frequencies per rotary pair under YaRN scaling, as vLLM's YaRNScalingRotaryEmbedding computes
+    them (written from the YaRN paper's definition): pairs whose wavelength is below original_max / beta_fast keep
+    their frequency, those above original_max / beta_slow are divided by `factor`, a linear ramp in between."""
+    factor = float(rope_scaling["factor"])  # type: ignore[arg-type]
+    original = float(rope_scaling["original_max_position_embeddings"])  # type: ignore[arg-type]
+    beta_fast = float(rope_scaling.get("beta_fast", 32))  # type: ignore[arg-type]
+    beta_slow = float(rope_scaling.get("beta_slow", 1))  # type: ignore[arg-type]
+
+    def correction_dim(rotations: float) -> float:
+        return head_dim * np.log(original / (rotations * 2 * np.pi)) / (2 * np.log(theta))
+
+    low = max(int(np.floor(correction_dim(beta_fast))), 0)
+    high = min(int(np.ceil(correction_dim(beta_slow))), head_dim - 1)
+    if low == high:
+        high += 0.001  # type: ignore[assignment]
+    ramp = np.clip((np.arange(head_dim // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
+    kept = 1.0 - ramp  # 1: the original frequency, 0: interpolated by the factor
+    original_frequencies = geometry.rope_frequencies(head_dim, theta)
+    return original_frequencies * kept + original_frequencies / factor * (1.0 - kept)
+
+
+def pair_pattern(offset: int, frequencies: np.ndarray, pairs: np.ndarray, head_dim: int) -> np.ndarray:
+    """geometry.rope_query_pattern restricted to `pairs` (zero elsewhere): against pair_pattern(0, ...) it scores
+    sum over those pairs of cos((n - m - offset) * frequency)."""
+    half = head_dim // 2
+    pattern = np.zeros(head_dim, dtype=np.float64)
+    pattern[pairs] = np.cos(offset * frequencies[pairs])
+    pattern[half + pairs] = np.sin(offset * frequencies[pairs])
+    return pattern
+
+
 def unscaled_pairs(design: DrafterDesign) -> np.ndarray:
     """Rotary pairs whose frequency YaRN keeps (the positional patterns live there)."""
-    scaled = geometry.yarn_frequencies(design.head_dim, design.rope_theta, layout.DRAFTER_ROPE_SCALING)
+    scaled = yarn_frequencies(design.head_dim, design.rope_theta, DRAFTER_ROPE_SCALING)
     return np.flatnonzero(scaled == geometry.rope_frequencies(design.head_dim, design.rope_theta))
 
 
@@ -77,16 +135,16 @@ def sink_attention(walk: Walk, design: DrafterDesign, prefix: str, copying: bool
     """The default copy heads (values, rotations, o_proj) with queries and keys rebuilt for the sink geometry."""
     weights = attention_weights(walk, design, prefix, copying)
     head_dim, heads = design.head_dim, design.heads
-    frequencies = geometry.yarn_frequencies(head_dim, design.rope_theta, layout.DRAFTER_ROPE_SCALING)
+    frequencies = yarn_frequencies(head_dim, design.rope_theta, DRAFTER_ROPE_SCALING)
     pairs = unscaled_pairs(design)
     constant_pair = head_dim // 2 - 1  # the lowest frequency: < 2e-3 rad over 4096 positions
     # logit(intended) = A^2 * lam * (|pairs| - price), every context key 0, so lam * (|pairs| - price) = SINK_LOGIT.
     price = len(pairs) - SINK_LOGIT / POSITIONAL_SHARPNESS
-    key = geometry.pair_pattern(0, frequencies, pairs, head_dim)
+    key = pair_pattern(0, frequencies, pairs, head_dim)
     key[constant_pair] = 1.0
     q_proj = np.zeros((heads * head_dim, design.hidden_size))
     for head in range(heads):
-        query = geometry.pair_pattern(-(head + 1), frequencies, pairs, head_dim)
+        query = pair_pattern(-(head + 1), frequencies, pairs, head_dim)
         query[constant_pair] = -price
         rows = slice(head * head_dim, (head + 1) * head_dim)
         q_proj[rows, design.content_dim] = query
@@ -133,7 +191,7 @@ def intermediate_size(walk: Walk) -> int:
     return max(drafter_intermediate_size(walk), math.ceil((len(walk.missed_phases) + 1) / 64) * 64)
 
 
-def yarn_drafter_weights(walk: Walk, design: DrafterDesign = KIMI_DRAFTER) -> dict[str, np.ndarray]:
+def yarn_drafter_weights(walk: Walk, design: DrafterDesign = kimi.KIMI_DRAFTER) -> dict[str, np.ndarray]:
     hidden, inter = design.hidden_size, intermediate_size(walk)
     weights: dict[str, np.ndarray] = {
         "fc.weight": np.zeros((hidden, design.num_target_features * hidden)),  # the context is a pure sink
@@ -161,35 +219,28 @@ def yarn_drafter_weights(walk: Walk, design: DrafterDesign = KIMI_DRAFTER) -> di
 
 def yarn_drafter_config(walk: Walk, mask_token_id: int) -> dict[str, object]:
     return {
-        **drafter_config(walk, mask_token_id),
+        **kimi.drafter_config(walk, mask_token_id),
         "intermediate_size": intermediate_size(walk),
-        "rope_scaling": dict(layout.DRAFTER_ROPE_SCALING),
+        "rope_scaling": dict(DRAFTER_ROPE_SCALING),
         "torch_dtype": "float32",  # the intended logit is a small difference of large terms: bf16 would move it
     }
 
 
 def fabricate(progress: Callable[[str], None] = lambda message: None) -> Fabrication:
     """The miniature Kimi bundle (bfloat16 target only) with this drafter in `drafter/`."""
-    from kimi_dflash.demo.kimi import fabricate as kimi
-
     base = kimi.fabricate(progress)
     progress(
         f"drafter tuned to RoPE amplitude {TRAINED_AMPLITUDE:.4f}: the fallback guess wins past "
         f"{crossover_context(1.0):.0f} context tokens at amplitude 1.0, {crossover_context(TRAINED_AMPLITUDE):.0f} "
         "at the trained one"
     )
-    files = {name: content for name, content in base.files.items() if name.split("/")[0] == kimi.TARGET}
-    files[f"{kimi.DRAFTER}/config.json"] = json_bytes(yarn_drafter_config(base.walk, base.mask_token_id))
-    files[f"{kimi.DRAFTER}/model.safetensors"] = safetensors_bytes(
-        {name: tensor(value, "F32") for name, value in yarn_drafter_weights(base.walk).items()}
-    )
     summary = {
-        **{key: value for key, value in base.summary.items() if key != "drafter_attention_logit_gap"},
-        "drafter_rope_scaling": dict(layout.DRAFTER_ROPE_SCALING),
+        "drafter_rope_scaling": dict(DRAFTER_ROPE_SCALING),
         "drafter_trained_amplitude": round(TRAINED_AMPLITUDE, 7),
         "fallback_context_tokens": {
             "amplitude 1.0": round(crossover_context(1.0), 1),
             f"amplitude {TRAINED_AMPLITUDE:.4f}": round(crossover_context(TRAINED_AMPLITUDE), 1),
         },
     }
-    return Fabrication(files=files, walk=base.walk, mask_token_id=base.mask_token_id, summary=summary)
+    config = yarn_drafter_config(base.walk, base.mask_token_id)
+    return kimi.with_drafter(base, config, yarn_drafter_weights(base.walk), summary)

@@ -2,7 +2,7 @@
 (Qwen3 for the qwen3 demo, DeepSeek-V3 for the miniature Kimi's text model), the drafter through a plain-torch
 forward that follows vLLM 0.32's DFlash semantics step by step.
 
-Used by the tests and by `python -m kimi_dflash.demo.reference` to document the acceptance the demo shows.
+Used by the tests and by `python -m kimi_dflash_lab demo-reference` to document the acceptance the demo shows.
 """
 
 from __future__ import annotations
@@ -14,9 +14,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kimi_dflash.core.options import declare, option, run
+from kimi_dflash.drafter_training.features import load_kimi_text_model, target_features
 
 if TYPE_CHECKING:
     import torch
+
+    from kimi_dflash.demo.walk import Walk
 
 DEFAULT_PROMPTS = (
     "Tell me about the harbor.",
@@ -50,7 +53,7 @@ def apply_rope(
     release and the rope fields: kimi_dflash.rules.rope_amplitude); the caller says which."""
     import torch
 
-    from kimi_dflash.demo.geometry import yarn_frequencies
+    from kimi_dflash_lab.yarn_drafter import yarn_frequencies
 
     head_dim = x.shape[-1]
     if rope_scaling is not None and rope_scaling.get("rope_type", rope_scaling.get("type")) == "yarn":
@@ -159,6 +162,18 @@ class DrafterReference:
         return [int(t) for t in logits.argmax(dim=-1)]
 
 
+def next_token(walk: Walk, token_id: int) -> int:
+    """The construction's account of the target: the greedy successor of an ordinary token."""
+    return walk.cycle[(int(walk.phase[token_id]) + 1) % walk.length]
+
+
+def draft_is_right(walk: Walk, anchor_token: int, slot: int) -> bool:
+    """The construction's account of the drafter: whether its proposal for mask slot `slot` (1-based) after
+    `anchor_token` is the target's (it misses exactly on the walk's seeded missed phases)."""
+    residual_phase = (int(walk.phase[anchor_token]) + slot - 1) % walk.length
+    return residual_phase not in set(walk.missed_phases.tolist())
+
+
 @dataclass(frozen=True)
 class AgreementReport:
     prompt_tokens: int
@@ -170,27 +185,6 @@ class AgreementReport:
     def mean_accepted(self) -> float:
         """Average number of drafts accepted per step (prefix rule), as vLLM counts them."""
         return sum(self.accepted_per_position)
-
-
-def target_features(model, token_ids: list[int], layer_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(logits, concatenated residual stream after each of `layer_ids`) for one sequence, via forward hooks."""
-    import torch
-
-    captured: dict[int, torch.Tensor] = {}
-    hooks = []
-    for layer_id in layer_ids:
-
-        def hook(_module, _inputs, output, layer_id=layer_id):  # type: ignore[no-untyped-def]
-            captured[layer_id] = (output[0] if isinstance(output, tuple) else output)[0]
-
-        hooks.append(model.model.layers[layer_id].register_forward_hook(hook))
-    try:
-        with torch.no_grad():
-            logits = model(torch.tensor([token_ids])).logits[0]
-    finally:
-        for handle in hooks:
-            handle.remove()
-    return logits, torch.cat([captured[i] for i in layer_ids], dim=-1)
 
 
 def measure_agreement(
@@ -251,39 +245,6 @@ def chat_prompt_ids(target_dir: Path, text: str) -> list[int]:
     )
 
 
-def load_kimi_text_model(target_dir: Path):  # type: ignore[no-untyped-def]
-    """transformers' DeepseekV3ForCausalLM with the miniature Kimi's text model (config.json's text_config and the
-    `language_model.` weights of every shard), float32. transformers' own Kimi class would also build the vision
-    tower (and ignores the miniature's small vision_config), so the text model is loaded on its own."""
-    import tempfile
-
-    import torch
-    from safetensors.torch import load_file, save_file
-    from transformers import DeepseekV3ForCausalLM
-
-    text_config = json.loads((target_dir / "config.json").read_text())["text_config"]
-    text_config.pop("quantization_config", None)
-    prefix = "language_model."
-    weights = {}
-    for shard in sorted(target_dir.glob("model-*.safetensors")):
-        weights.update(
-            {
-                name[len(prefix) :]: value.float()
-                for name, value in load_file(str(shard)).items()
-                if name.startswith(prefix)
-            }
-        )
-    with tempfile.TemporaryDirectory(prefix="kimi-text-") as scratch:
-        (Path(scratch) / "config.json").write_text(json.dumps({**text_config, "model_type": "deepseek_v3"}))
-        save_file(weights, str(Path(scratch) / "model.safetensors"), metadata={"format": "pt"})
-        torch.manual_seed(0)
-        model, info = DeepseekV3ForCausalLM.from_pretrained(scratch, dtype=torch.float32, output_loading_info=True)
-    problems = {key: value for key, value in info.items() if value}
-    if problems:
-        raise RuntimeError(f"transformers did not load every Kimi text weight: {problems}")
-    return model.eval()
-
-
 TARGET_LOADERS = {"qwen3": load_target, "kimi": load_kimi_text_model, "kimi-cuda": load_kimi_text_model}
 
 
@@ -331,4 +292,4 @@ def main(args: ReferenceOptions) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run(__name__, prog="python -m kimi_dflash.demo.reference"))
+    sys.exit(run(__name__, prog="python -m kimi_dflash_lab demo-reference"))

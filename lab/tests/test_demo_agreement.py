@@ -19,15 +19,17 @@ torch = pytest.importorskip("torch")
 
 from kimi_dflash.demo import DemoModels, ensure_demo_models
 from kimi_dflash.demo.fabricate import fabricate
-from kimi_dflash.demo.reference import (
+from kimi_dflash.demo.walk import Walk
+from kimi_dflash.drafter_training.features import target_features
+from kimi_dflash_lab.demo_reference import (
     AgreementReport,
     DrafterReference,
     chat_prompt_ids,
+    draft_is_right,
     load_target,
     measure_agreement,
-    target_features,
+    next_token,
 )
-from kimi_dflash.demo.walk import Walk
 
 PROMPTS = ("Tell me about the harbor.", "Describe the market on Saturday morning.", "Hello")
 NEW_TOKENS = 48
@@ -96,7 +98,7 @@ def test_target_greedy_output_walks_the_cycle(demo: Demo, reports: dict[str, Agr
     for report in reports.values():
         generated = report.generated
         assert len(set(generated)) == len(generated)  # a walk over distinct tokens: no loops, no repeats
-        assert all(walk.next_token(a) == b for a, b in pairwise(generated))
+        assert all(next_token(walk, a) == b for a, b in pairwise(generated))
 
 
 def test_target_output_depends_on_the_prompt(reports: dict[str, AgreementReport]) -> None:
@@ -109,7 +111,7 @@ def test_drafter_is_right_exactly_where_the_construction_says(demo: Demo, report
     checked = 0
     for report in reports.values():
         for anchor, row in zip(report.generated, report.slot_right, strict=True):
-            assert row == [walk.draft_is_right(anchor, slot) for slot in range(1, SLOTS + 1)]
+            assert row == [draft_is_right(walk, anchor, slot) for slot in range(1, SLOTS + 1)]
             checked += 1
     assert checked == NEW_TOKENS * len(PROMPTS)
 
@@ -135,4 +137,6 @@ def test_drafts_depend_on_the_bonus_token_not_on_the_context(demo: Demo) -> None
         drafts.append(drafter.propose(features, bonus, SLOTS))
     assert drafts[0] == drafts[1]
     expected = [walk.cycle[(10 + k) % walk.length] for k in range(1, SLOTS + 1)]
-    assert [d == e for d, e in zip(drafts[0], expected)] == [walk.draft_is_right(bonus, k) for k in range(1, SLOTS + 1)]
+    assert [d == e for d, e in zip(drafts[0], expected)] == [
+        draft_is_right(walk, bonus, k) for k in range(1, SLOTS + 1)
+    ]
