@@ -12,6 +12,7 @@ one, so the report says whether the scales had converged (they only grow: a runn
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as _dt
 import os
 import sys
@@ -25,8 +26,9 @@ from typing import Any
 from kimi_dflash.core import envvars, options
 from kimi_dflash.core.atomic_write import write_json_atomic
 from kimi_dflash.core.envvars import DEFAULT_KV_SCALE_FLOOR
+from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.options import option
-from kimi_dflash.kvscale.fp8 import FORMATS, format_by_name
+from kimi_dflash.kvscale.fp8 import FORMATS
 from kimi_dflash.kvscale.scales_file import (
     ModelIdentity,
     merge_observations,
@@ -107,7 +109,7 @@ def max_relative_change(before: dict[str, dict[str, Any]], after: dict[str, dict
 
 
 def run_against_server(
-    url: str, model: str | None, prompts: Sequence[str], *, max_tokens: int, concurrency: int, api_key: str | None
+    url: str, model: str | None, *, max_tokens: int, concurrency: int, api_key: str | None
 ) -> Callable[[Sequence[str]], RunTotals]:
     from kimi_dflash.validate.client import chat_greedy, served_model
 
@@ -167,7 +169,7 @@ def calibrate(
     if unseen:
         raise CalibrationError(f"layers saw no KV writes: {', '.join(unseen[:5])}; send more prompts")
 
-    fmt = format_by_name(fp8_format)
+    fmt = FORMATS[fp8_format]
     convergence = max_relative_change(snapshots[0], layers) if len(snapshots) > 1 else None
     observed_tokens = {
         name: int(entry["tokens"]) - int(baseline.get(name, {}).get("tokens", 0)) for name, entry in layers.items()
@@ -234,7 +236,7 @@ def summary_lines(document: dict[str, Any], out: Path) -> list[str]:
 
 
 def _in_process_runner(
-    model_path: str, prompts: Sequence[str], observe_dir: Path, *, max_tokens: int, max_model_len: int, dtype: str
+    model_path: str, observe_dir: Path, *, max_tokens: int, max_model_len: int, dtype: str
 ) -> tuple[Callable[[Sequence[str]], RunTotals], Callable[[], None]]:
     """Load ``model_path`` with vLLM here, plugin in observe mode (engine processes inherit the env)."""
     from kimi_dflash.core.paths import cache_root
@@ -310,68 +312,55 @@ add_cli_args = options.declare(
 
 def main(args: CalibrateOptions) -> int:
     from kimi_dflash.validate.client import ServerError, api_key_from_env
-    from kimi_dflash.validate.prompts import PromptFileError, load_calibration_prompts
+    from kimi_dflash.validate.prompts import load_calibration_prompts
 
     try:
         prompts = load_calibration_prompts(args.prompts)
-    except PromptFileError as error:
+    except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.limit:
         prompts = prompts[: args.limit]
 
-    def close() -> None:  # replaced by the in-process engine's shutdown when there is one
-        return None
-
-    temp_dir = None
     try:
-        if args.server:
-            observe_dir = args.observe_dir
-            run = run_against_server(
-                args.server,
-                args.served_model,
-                prompts,
-                max_tokens=args.max_tokens,
-                concurrency=args.concurrency,
-                api_key=api_key_from_env(),
-            )
-            source = {"mode": "server", "server": args.server}
-        else:
-            temp_dir = tempfile.TemporaryDirectory(prefix="kv-observe-")
-            observe_dir = Path(temp_dir.name)
-            run, close = _in_process_runner(
-                args.model,
+        with contextlib.ExitStack() as cleanup:
+            if args.server:
+                observe_dir = args.observe_dir
+                run = run_against_server(
+                    args.server,
+                    args.served_model,
+                    max_tokens=args.max_tokens,
+                    concurrency=args.concurrency,
+                    api_key=api_key_from_env(),
+                )
+                source = {"mode": "server", "server": args.server}
+            else:
+                observe_dir = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="kv-observe-")))
+                run, close = _in_process_runner(
+                    args.model,
+                    observe_dir,
+                    max_tokens=args.max_tokens,
+                    max_model_len=args.max_model_len,
+                    dtype=args.dtype,
+                )
+                cleanup.callback(close)
+                source = {"mode": "in-process"}
+            source["prompts"] = str(args.prompts or "kimi_dflash/data/kv_calibration_prompts.jsonl")
+            source["max_tokens"] = args.max_tokens
+            print(f"calibrating KV scales on {len(prompts)} prompts, {args.max_tokens} tokens each")
+            document = calibrate(
+                run,
                 prompts,
                 observe_dir,
-                max_tokens=args.max_tokens,
-                max_model_len=args.max_model_len,
-                dtype=args.dtype,
+                fp8_format=args.fp8_format,
+                floor=args.floor,
+                dump_timeout=args.dump_timeout,
+                source=source,
             )
-            source = {"mode": "in-process"}
-        source.update(
-            {
-                "prompts": str(args.prompts or "kimi_dflash/data/kv_calibration_prompts.jsonl"),
-                "max_tokens": args.max_tokens,
-            }
-        )
-        print(f"calibrating KV scales on {len(prompts)} prompts, {args.max_tokens} tokens each")
-        document = calibrate(
-            run,
-            prompts,
-            observe_dir,
-            fp8_format=args.fp8_format,
-            floor=args.floor,
-            dump_timeout=args.dump_timeout,
-            source=source,
-        )
-        write_json_atomic(args.out, document)
+            write_json_atomic(args.out, document)
     except (CalibrationError, ServerError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    finally:
-        close()
-        if temp_dir is not None:
-            temp_dir.cleanup()
     for line in summary_lines(document, args.out):
         print(line)
     return 0

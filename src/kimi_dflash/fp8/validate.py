@@ -41,7 +41,7 @@ from kimi_dflash.validate.engine import (
     served,
     summarize_agreement,
 )
-from kimi_dflash.validate.prompts import PromptFileError, load_calibration_prompts
+from kimi_dflash.validate.prompts import load_calibration_prompts
 
 # The benchmark as users run it (payload/benchmark_multi_turn.py is a wrapper around the same entry point).
 BENCHMARK_COMMAND = (sys.executable, "-m", "kimi_dflash.bench")
@@ -241,7 +241,7 @@ def main(args: ValidateFp8Options) -> int:
             bench = {name: run_benchmark(url, args.bench_concurrency, f"validate-fp8-{name}",
                                          bench_dir / f"validate-fp8-{name}.json", args.bench_arg)
                      for name, url in zip(("bf16", "fp8"), urls)}  # fmt: skip
-    except (ServerError, PromptFileError) as error:
+    except (ServerError, UserError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 3
 

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from kimi_dflash.core.errors import UserError
 from kimi_dflash.fp8.validate import (
     AgreementSummary,
     Thresholds,
@@ -16,7 +17,6 @@ from kimi_dflash.fp8.validate import (
     verdict_lines,
 )
 from kimi_dflash.validate.prompts import (
-    PromptFileError,
     extract_answer,
     load_calibration_prompts,
     load_math_problems,
@@ -89,9 +89,9 @@ def test_shipped_prompt_sets() -> None:
 def test_prompt_file_errors(tmp_path) -> None:
     bad = tmp_path / "p.jsonl"
     bad.write_text('{"prompt": "ok"}\n{"text": "no prompt field"}\n', encoding="utf-8")
-    with pytest.raises(PromptFileError, match="record 2"):
+    with pytest.raises(UserError, match=r"p.jsonl:2: .*non-empty \"prompt\""):
         load_calibration_prompts(bad)
-    with pytest.raises(PromptFileError, match="cannot read"):
+    with pytest.raises(UserError, match="prompt file .*missing.jsonl: no such file"):
         load_calibration_prompts(tmp_path / "missing.jsonl")
 
 
