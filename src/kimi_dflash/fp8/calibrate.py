@@ -53,11 +53,6 @@ class RunTotals:
 # ------------------------------------------------------------------------------------------ dumps
 
 
-def live_dumps(directory: Path, since: float) -> list[dict[str, Any]]:
-    """Observe dumps rewritten after ``since`` (files of processes that exited earlier are stale)."""
-    return [d for d in read_observe_dumps(directory) if float(d.get("updated", 0)) > since]
-
-
 def wait_for_dumps(
     directory: Path,
     *,
@@ -66,10 +61,11 @@ def wait_for_dumps(
     timeout: float,
     sleep: Callable[[float], None] = time.sleep,
 ) -> list[dict[str, Any]]:
-    """Wait until every live rank has dumped after ``newer_than``; return those dumps."""
+    """Wait until every live rank (a dump rewritten after ``live_since``: files of processes that exited earlier
+    are stale) has dumped after ``newer_than``; return those dumps."""
     deadline = time.monotonic() + timeout
     while True:
-        live = live_dumps(directory, live_since)
+        live = [d for d in read_observe_dumps(directory) if float(d.get("updated", 0)) > live_since]
         if live and all(float(d["updated"]) > newer_than for d in live):
             return live
         if time.monotonic() > deadline:

@@ -34,7 +34,6 @@ from kimi_dflash.validate.engine import (
     Status,
     Verdict,
     compare_outputs,
-    compare_tokens,  # noqa: F401 - re-exported
     generate_both,
     math_questions,
     score_math,

@@ -236,7 +236,7 @@ def on_layer_built(layer: Any) -> None:
             from kimi_dflash.kvscale.observer import ObserveDumper
 
             state.dumper = ObserveDumper(
-                settings.observe_dir, settings.observe_interval, state.hooks, lambda: identity, _vllm_version()
+                settings.observe_dir, settings.observe_interval, state.hooks, identity, _vllm_version()
             )
             state.dumper.start()
 

@@ -8,14 +8,8 @@ import sys
 import pytest
 
 from kimi_dflash.core.errors import UserError
-from kimi_dflash.fp8.validate import (
-    AgreementSummary,
-    Thresholds,
-    compare_tokens,
-    kv_capacity_from_log,
-    summarize_agreement,
-    verdict_lines,
-)
+from kimi_dflash.fp8.validate import Thresholds, kv_capacity_from_log, verdict_lines
+from kimi_dflash.validate.engine import AgreementSummary, compare_tokens, summarize_agreement
 from kimi_dflash.validate.prompts import (
     extract_answer,
     load_calibration_prompts,
