@@ -29,12 +29,7 @@ from kimi_dflash.core.envvars import DEFAULT_KV_SCALE_FLOOR
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.options import option
 from kimi_dflash.kvscale.fp8 import FORMATS
-from kimi_dflash.kvscale.scales_file import (
-    ModelIdentity,
-    merge_observations,
-    read_observe_dumps,
-    scales_document,
-)
+from kimi_dflash.kvscale.scales_file import ModelIdentity, merge_observations, read_observe_dumps, scales_document
 
 DEFAULT_MAX_TOKENS = 256  # 200 prompts x 256 generated tokens ~ 51K tokens, plus the prompts
 
@@ -48,9 +43,6 @@ class RunTotals:
     requests: int
     prompt_tokens: int
     completion_tokens: int
-
-
-# ------------------------------------------------------------------------------------------ dumps
 
 
 def wait_for_dumps(
@@ -92,16 +84,12 @@ def identity_of(dumps: Sequence[dict[str, Any]]) -> ModelIdentity:
 
 def max_relative_change(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> float:
     """Largest per-layer relative growth of amax between two snapshots (0 = nothing moved)."""
-    worst = 0.0
-    for name, entry in after.items():
-        old = float(before.get(name, {}).get("amax", 0.0))
-        new = float(entry["amax"])
-        if new > 0:
-            worst = max(worst, (new - old) / new)
-    return worst
-
-
-# ------------------------------------------------------------------------------------------ runners
+    growth = [
+        1 - float(before.get(name, {}).get("amax", 0.0)) / float(entry["amax"])
+        for name, entry in after.items()
+        if float(entry["amax"]) > 0
+    ]
+    return max([0.0, *growth])
 
 
 def run_against_server(
@@ -133,13 +121,13 @@ def calibrate(
 ) -> dict[str, Any]:
     """Run ``prompts`` (two halves) through ``run`` and build the scales document from the dumps."""
     started = time.time()
-    # A server in observe mode rewrites its files every few seconds; files that do not change after we
-    # start belong to processes that are gone and are ignored.
-    baseline = merge_observations(
-        wait_for_dumps(observe_dir, newer_than=started, live_since=started, timeout=dump_timeout)
-    )
-    run_since = started
 
+    def dumps_after(moment: float) -> list[dict[str, Any]]:
+        # A server in observe mode rewrites its files every few seconds; files that do not change after we
+        # start belong to processes that are gone and are ignored.
+        return wait_for_dumps(observe_dir, newer_than=moment, live_since=started, timeout=dump_timeout)
+
+    baseline = merge_observations(dumps_after(started))
     half = max(1, len(prompts) // 2)
     totals: list[RunTotals] = []
     snapshots = []
@@ -148,13 +136,8 @@ def calibrate(
             continue
         log(f"  running {len(part)} prompts ...")
         totals.append(run(part))
-        finished = time.time()
-        snapshots.append(
-            merge_observations(
-                wait_for_dumps(observe_dir, newer_than=finished, live_since=run_since, timeout=dump_timeout)
-            )
-        )
-    final_dumps = wait_for_dumps(observe_dir, newer_than=time.time(), live_since=run_since, timeout=dump_timeout)
+        snapshots.append(merge_observations(dumps_after(time.time())))
+    final_dumps = dumps_after(time.time())
     layers = merge_observations(final_dumps)
     if not layers:
         raise CalibrationError(
@@ -170,18 +153,16 @@ def calibrate(
     observed_tokens = {
         name: int(entry["tokens"]) - int(baseline.get(name, {}).get("tokens", 0)) for name, entry in layers.items()
     }
-    source = dict(source)
-    source.update(
-        {
-            "num_prompts": len(prompts),
-            "requests": sum(t.requests for t in totals),
-            "prompt_tokens": sum(t.prompt_tokens for t in totals),
-            "completion_tokens": sum(t.completion_tokens for t in totals),
-            "kv_tokens_observed": max(observed_tokens.values()),
-            "ranks": len(final_dumps),
-            "amax_growth_in_second_half": convergence,
-        }
-    )
+    source = {
+        **source,
+        "num_prompts": len(prompts),
+        "requests": sum(t.requests for t in totals),
+        "prompt_tokens": sum(t.prompt_tokens for t in totals),
+        "completion_tokens": sum(t.completion_tokens for t in totals),
+        "kv_tokens_observed": max(observed_tokens.values()),
+        "ranks": len(final_dumps),
+        "amax_growth_in_second_half": convergence,
+    }
     return scales_document(
         identity=identity_of(final_dumps),
         vllm_version=str(final_dumps[0].get("vllm_version")),
@@ -226,9 +207,6 @@ def summary_lines(document: dict[str, Any], out: Path) -> list[str]:
         lines.append(f"convergence      amax grew at most {growth * 100:.1f}% in the second half: {verdict}")
     lines.append(f"wrote            {out}")
     return lines
-
-
-# ------------------------------------------------------------------------------------------ CLI
 
 
 def _in_process_runner(

@@ -47,9 +47,6 @@ BENCHMARK_COMMAND = (sys.executable, "-m", "kimi_dflash.bench")
 _KV_SIZE = re.compile(r"KV cache size:\s*([\d,]+)\s*tokens")
 
 
-# ------------------------------------------------------------------------------------------ pure parts
-
-
 def kv_capacity_from_log(text: str) -> int | None:
     """The last 'KV cache size: N tokens' line of a vLLM log (GPU and CPU builds both print it)."""
     found = _KV_SIZE.findall(text)
@@ -142,9 +139,6 @@ class Fp8Report(Document):
     benchmark: dict[str, BenchSummary] | None
     verdict: Status
     reasons: list[str]
-
-
-# ------------------------------------------------------------------------------------------ I/O parts
 
 
 def run_benchmark(url: str, sessions: int, label: str, output: Path, extra: Sequence[str]) -> BenchSummary:

@@ -75,9 +75,6 @@ def fingerprint_from_hf_config(hf_config: Any) -> dict[str, Any]:
     return {key: getattr(text, key, None) for key in FINGERPRINT_KEYS}
 
 
-# ---------------------------------------------------------------- observe dumps (plugin -> calibrator)
-
-
 def observe_document(
     *,
     identity: ModelIdentity,
@@ -132,9 +129,6 @@ def merge_observations(dumps: Iterable[Mapping[str, Any]]) -> dict[str, dict[str
             if "q_amax" in values:  # the decode query (observe dumps from this version on)
                 entry["q_amax"] = max(float(entry.get("q_amax", 0.0)), float(values["q_amax"]))
     return merged
-
-
-# ---------------------------------------------------------------- scales file (calibrator -> plugin)
 
 
 def scales_document(

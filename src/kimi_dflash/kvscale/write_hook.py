@@ -29,12 +29,7 @@ from typing import Any
 import torch
 
 from kimi_dflash.kvscale.fp8 import Fp8Format
-from kimi_dflash.kvscale.scale_math import (
-    LatentStats,
-    QueryStats,
-    follow_running_amax_,
-    quantize_dequantize,
-)
+from kimi_dflash.kvscale.scale_math import LatentStats, QueryStats, follow_running_amax_, quantize_dequantize
 
 # Parameter positions shared by every vLLM version we support (self is already bound).
 ARG_KV_C_NORMED, ARG_K_PE, ARG_KV_CACHE, ARG_SLOT_MAPPING, ARG_KV_CACHE_DTYPE, ARG_K_SCALE, ARG_SKIP_SCALE = range(7)
