@@ -30,11 +30,9 @@ def current_rank() -> int:
     try:
         import torch.distributed as dist
 
-        if dist.is_available() and dist.is_initialized():
-            return int(dist.get_rank())
+        return int(dist.get_rank()) if dist.is_available() and dist.is_initialized() else 0
     except Exception:  # noqa: BLE001 - no process group yet: a single process is rank 0
         return 0
-    return 0
 
 
 def snapshot(hooks: Mapping[str, LayerHook]) -> dict[str, dict[str, Any]]:
