@@ -119,6 +119,20 @@ def test_calibrate_cli_errors_are_one_line() -> None:
     assert result.returncode == 2 and "--observe-dir" in result.stderr and "Traceback" not in result.stderr
 
 
+def test_calibrate_refuses_a_bad_prompt_file_before_loading_a_model(tmp_path) -> None:
+    bad = tmp_path / "prompts.jsonl"
+    bad.write_text('{"prompt": "ok"}\n[1, 2]\n', encoding="utf-8")
+    script = str(REPO_ROOT / "payload" / "calibrate_kv_scales.py")
+    result = subprocess.run(
+        [sys.executable, script, "--model", str(tmp_path / "no-model"), "--prompts", str(bad), "--out", "x.json"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert result.returncode == 2 and "prompts.jsonl:2:" in result.stderr and "Traceback" not in result.stderr
+
+
 def test_benchmark_failure_is_reported_not_raised(tmp_path) -> None:
     from kimi_dflash.fp8 import validate
 
