@@ -235,7 +235,7 @@ def cost(fmt: Any, layers: int, tokens: int, iterations: int) -> list[dict[str, 
 class HookGraphOptions:
     layers: int = option("MLA layers per step (Kimi K2.6: 61)", default=61)
     tokens: int = option("rows per write (32 sequences x (1 + k=2): 96)", default=96)
-    format: str = option("FP8 format: e4m3fn (CUDA), e4m3fnuz (MI300X), e5m2", default="e4m3fn")
+    format: str = option("FP8 format (e4m3fnuz on MI300X)", choices=("e4m3fn", "e4m3fnuz", "e5m2"), default="e4m3fn")
     writes: int = option("writes in the correctness run", default=40)
     warmup_writes: int = option("dynamic warm-up in the correctness run", default=16)
     iterations: int = option("timed steps per mode", default=200)
@@ -253,9 +253,9 @@ add_cli_args = declare(
 def main(args: HookGraphOptions) -> int:
     import torch
 
-    from kimi_dflash.kvscale.fp8 import format_by_name
+    from kimi_dflash.kvscale.fp8 import FORMATS
 
-    fmt = format_by_name(args.format)
+    fmt = FORMATS[args.format]
     device = "cpu" if args.cpu else "cuda"
     if device == "cuda" and not torch.cuda.is_available():
         print(

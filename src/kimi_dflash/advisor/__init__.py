@@ -1,5 +1,1 @@
-"""Speculative-token advisor: predict tok/s for every number of speculative tokens k from a few measured runs.
-
-model  the prediction (pure): acceptance per position, step-time fit, predicted tok/s, recommendation
-cli    payload/advise_spec_tokens.py
-"""
+"""Speculative-token advisor: predict tok/s for every k from a few measured runs (model: pure; cli: the verb)."""

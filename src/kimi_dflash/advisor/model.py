@@ -120,18 +120,23 @@ def merge_repeats(found: Sequence[Measured]) -> list[Measured]:
             merged.append(group[0])
             continue
         weights = [max(m.drafts, 1) for m in group]
-        positions = min(len(m.per_position) for m in group)
         merged.append(Measured(
             source=" + ".join(m.source for m in group), k=k, sessions=sessions,
             output_tok_s=median(m.output_tok_s for m in group), tpot_s=median(m.tpot_s for m in group),
             per_user_tok_s=median(m.per_user_tok_s for m in group), ttft_s=median(m.ttft_s for m in group),
             tokens_per_request=median(m.tokens_per_request for m in group),
             tau=sum(w * m.tau for w, m in zip(weights, group)) / sum(weights),
-            per_position=tuple(sum(w * m.per_position[i] for w, m in zip(weights, group)) / sum(weights)
-                               for i in range(positions)),
+            per_position=_per_position(group),
             drafts=sum(m.drafts for m in group),
         ))  # fmt: skip
     return merged
+
+
+def _per_position(runs: Sequence[Measured]) -> tuple[float, ...]:
+    """Acceptance per draft position over ``runs``, weighted by their drafts (positions all of them measured)."""
+    weights = [max(m.drafts, 1) for m in runs]
+    positions = min(len(m.per_position) for m in runs)
+    return tuple(sum(w * m.per_position[i] for w, m in zip(weights, runs)) / sum(weights) for i in range(positions))
 
 
 def acceptance_per_position(runs: Sequence[Measured]) -> tuple[float, ...]:
@@ -140,12 +145,7 @@ def acceptance_per_position(runs: Sequence[Measured]) -> tuple[float, ...]:
     if not speculative:
         raise UserError("no speculative run with acceptance counters: the advisor needs at least one run at k >= 1.")
     top = max(m.k for m in speculative)
-    chosen = [m for m in speculative if m.k == top]
-    weights = [max(m.drafts, 1) for m in chosen]
-    return tuple(
-        sum(w * m.per_position[i] for w, m in zip(weights, chosen)) / sum(weights)
-        for i in range(min(len(m.per_position) for m in chosen))
-    )
+    return _per_position([m for m in speculative if m.k == top])
 
 
 def tau(p: Sequence[float], k: int) -> float:
@@ -201,14 +201,12 @@ def predict(runs: Sequence[Measured], fit_k: set[int] | None = None) -> tuple[tu
 
 def recommend(predictions: Sequence[Prediction]) -> dict[int, Prediction]:
     """Per concurrency, the k with the highest aggregate tok/s (measured where it was measured)."""
+
+    def aggregate(pred: Prediction) -> float:
+        return pred.measured.output_tok_s if pred.measured and pred.fitted else pred.output_tok_s
+
     best: dict[int, Prediction] = {}
     for pred in predictions:
-        value = pred.measured.output_tok_s if pred.measured and pred.fitted else pred.output_tok_s
-        current = best.get(pred.sessions)
-        if current is None:
-            best[pred.sessions] = pred
-            continue
-        current_value = current.measured.output_tok_s if current.measured and current.fitted else current.output_tok_s
-        if value > current_value:
+        if pred.sessions not in best or aggregate(pred) > aggregate(best[pred.sessions]):
             best[pred.sessions] = pred
     return best

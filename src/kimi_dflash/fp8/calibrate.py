@@ -12,6 +12,7 @@ one, so the report says whether the scales had converged (they only grow: a runn
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as _dt
 import os
 import sys
@@ -25,14 +26,10 @@ from typing import Any
 from kimi_dflash.core import envvars, options
 from kimi_dflash.core.atomic_write import write_json_atomic
 from kimi_dflash.core.envvars import DEFAULT_KV_SCALE_FLOOR
+from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.options import option
-from kimi_dflash.kvscale.fp8 import FORMATS, format_by_name
-from kimi_dflash.kvscale.scales_file import (
-    ModelIdentity,
-    merge_observations,
-    read_observe_dumps,
-    scales_document,
-)
+from kimi_dflash.kvscale.fp8 import FORMATS
+from kimi_dflash.kvscale.scales_file import ModelIdentity, merge_observations, read_observe_dumps, scales_document
 
 DEFAULT_MAX_TOKENS = 256  # 200 prompts x 256 generated tokens ~ 51K tokens, plus the prompts
 
@@ -48,14 +45,6 @@ class RunTotals:
     completion_tokens: int
 
 
-# ------------------------------------------------------------------------------------------ dumps
-
-
-def live_dumps(directory: Path, since: float) -> list[dict[str, Any]]:
-    """Observe dumps rewritten after ``since`` (files of processes that exited earlier are stale)."""
-    return [d for d in read_observe_dumps(directory) if float(d.get("updated", 0)) > since]
-
-
 def wait_for_dumps(
     directory: Path,
     *,
@@ -64,10 +53,11 @@ def wait_for_dumps(
     timeout: float,
     sleep: Callable[[float], None] = time.sleep,
 ) -> list[dict[str, Any]]:
-    """Wait until every live rank has dumped after ``newer_than``; return those dumps."""
+    """Wait until every live rank (a dump rewritten after ``live_since``: files of processes that exited earlier
+    are stale) has dumped after ``newer_than``; return those dumps."""
     deadline = time.monotonic() + timeout
     while True:
-        live = live_dumps(directory, live_since)
+        live = [d for d in read_observe_dumps(directory) if float(d.get("updated", 0)) > live_since]
         if live and all(float(d["updated"]) > newer_than for d in live):
             return live
         if time.monotonic() > deadline:
@@ -94,20 +84,16 @@ def identity_of(dumps: Sequence[dict[str, Any]]) -> ModelIdentity:
 
 def max_relative_change(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> float:
     """Largest per-layer relative growth of amax between two snapshots (0 = nothing moved)."""
-    worst = 0.0
-    for name, entry in after.items():
-        old = float(before.get(name, {}).get("amax", 0.0))
-        new = float(entry["amax"])
-        if new > 0:
-            worst = max(worst, (new - old) / new)
-    return worst
-
-
-# ------------------------------------------------------------------------------------------ runners
+    growth = [
+        1 - float(before.get(name, {}).get("amax", 0.0)) / float(entry["amax"])
+        for name, entry in after.items()
+        if float(entry["amax"]) > 0
+    ]
+    return max([0.0, *growth])
 
 
 def run_against_server(
-    url: str, model: str | None, prompts: Sequence[str], *, max_tokens: int, concurrency: int, api_key: str | None
+    url: str, model: str | None, *, max_tokens: int, concurrency: int, api_key: str | None
 ) -> Callable[[Sequence[str]], RunTotals]:
     from kimi_dflash.validate.client import chat_greedy, served_model
 
@@ -135,13 +121,13 @@ def calibrate(
 ) -> dict[str, Any]:
     """Run ``prompts`` (two halves) through ``run`` and build the scales document from the dumps."""
     started = time.time()
-    # A server in observe mode rewrites its files every few seconds; files that do not change after we
-    # start belong to processes that are gone and are ignored.
-    baseline = merge_observations(
-        wait_for_dumps(observe_dir, newer_than=started, live_since=started, timeout=dump_timeout)
-    )
-    run_since = started
 
+    def dumps_after(moment: float) -> list[dict[str, Any]]:
+        # A server in observe mode rewrites its files every few seconds; files that do not change after we
+        # start belong to processes that are gone and are ignored.
+        return wait_for_dumps(observe_dir, newer_than=moment, live_since=started, timeout=dump_timeout)
+
+    baseline = merge_observations(dumps_after(started))
     half = max(1, len(prompts) // 2)
     totals: list[RunTotals] = []
     snapshots = []
@@ -150,13 +136,8 @@ def calibrate(
             continue
         log(f"  running {len(part)} prompts ...")
         totals.append(run(part))
-        finished = time.time()
-        snapshots.append(
-            merge_observations(
-                wait_for_dumps(observe_dir, newer_than=finished, live_since=run_since, timeout=dump_timeout)
-            )
-        )
-    final_dumps = wait_for_dumps(observe_dir, newer_than=time.time(), live_since=run_since, timeout=dump_timeout)
+        snapshots.append(merge_observations(dumps_after(time.time())))
+    final_dumps = dumps_after(time.time())
     layers = merge_observations(final_dumps)
     if not layers:
         raise CalibrationError(
@@ -167,23 +148,21 @@ def calibrate(
     if unseen:
         raise CalibrationError(f"layers saw no KV writes: {', '.join(unseen[:5])}; send more prompts")
 
-    fmt = format_by_name(fp8_format)
+    fmt = FORMATS[fp8_format]
     convergence = max_relative_change(snapshots[0], layers) if len(snapshots) > 1 else None
     observed_tokens = {
         name: int(entry["tokens"]) - int(baseline.get(name, {}).get("tokens", 0)) for name, entry in layers.items()
     }
-    source = dict(source)
-    source.update(
-        {
-            "num_prompts": len(prompts),
-            "requests": sum(t.requests for t in totals),
-            "prompt_tokens": sum(t.prompt_tokens for t in totals),
-            "completion_tokens": sum(t.completion_tokens for t in totals),
-            "kv_tokens_observed": max(observed_tokens.values()),
-            "ranks": len(final_dumps),
-            "amax_growth_in_second_half": convergence,
-        }
-    )
+    source = {
+        **source,
+        "num_prompts": len(prompts),
+        "requests": sum(t.requests for t in totals),
+        "prompt_tokens": sum(t.prompt_tokens for t in totals),
+        "completion_tokens": sum(t.completion_tokens for t in totals),
+        "kv_tokens_observed": max(observed_tokens.values()),
+        "ranks": len(final_dumps),
+        "amax_growth_in_second_half": convergence,
+    }
     return scales_document(
         identity=identity_of(final_dumps),
         vllm_version=str(final_dumps[0].get("vllm_version")),
@@ -230,11 +209,8 @@ def summary_lines(document: dict[str, Any], out: Path) -> list[str]:
     return lines
 
 
-# ------------------------------------------------------------------------------------------ CLI
-
-
 def _in_process_runner(
-    model_path: str, prompts: Sequence[str], observe_dir: Path, *, max_tokens: int, max_model_len: int, dtype: str
+    model_path: str, observe_dir: Path, *, max_tokens: int, max_model_len: int, dtype: str
 ) -> tuple[Callable[[Sequence[str]], RunTotals], Callable[[], None]]:
     """Load ``model_path`` with vLLM here, plugin in observe mode (engine processes inherit the env)."""
     from kimi_dflash.core.paths import cache_root
@@ -310,68 +286,55 @@ add_cli_args = options.declare(
 
 def main(args: CalibrateOptions) -> int:
     from kimi_dflash.validate.client import ServerError, api_key_from_env
-    from kimi_dflash.validate.prompts import PromptFileError, load_calibration_prompts
+    from kimi_dflash.validate.prompts import load_calibration_prompts
 
     try:
         prompts = load_calibration_prompts(args.prompts)
-    except PromptFileError as error:
+    except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.limit:
         prompts = prompts[: args.limit]
 
-    def close() -> None:  # replaced by the in-process engine's shutdown when there is one
-        return None
-
-    temp_dir = None
     try:
-        if args.server:
-            observe_dir = args.observe_dir
-            run = run_against_server(
-                args.server,
-                args.served_model,
-                prompts,
-                max_tokens=args.max_tokens,
-                concurrency=args.concurrency,
-                api_key=api_key_from_env(),
-            )
-            source = {"mode": "server", "server": args.server}
-        else:
-            temp_dir = tempfile.TemporaryDirectory(prefix="kv-observe-")
-            observe_dir = Path(temp_dir.name)
-            run, close = _in_process_runner(
-                args.model,
+        with contextlib.ExitStack() as cleanup:
+            if args.server:
+                observe_dir = args.observe_dir
+                run = run_against_server(
+                    args.server,
+                    args.served_model,
+                    max_tokens=args.max_tokens,
+                    concurrency=args.concurrency,
+                    api_key=api_key_from_env(),
+                )
+                source = {"mode": "server", "server": args.server}
+            else:
+                observe_dir = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="kv-observe-")))
+                run, close = _in_process_runner(
+                    args.model,
+                    observe_dir,
+                    max_tokens=args.max_tokens,
+                    max_model_len=args.max_model_len,
+                    dtype=args.dtype,
+                )
+                cleanup.callback(close)
+                source = {"mode": "in-process"}
+            source["prompts"] = str(args.prompts or "kimi_dflash/data/kv_calibration_prompts.jsonl")
+            source["max_tokens"] = args.max_tokens
+            print(f"calibrating KV scales on {len(prompts)} prompts, {args.max_tokens} tokens each")
+            document = calibrate(
+                run,
                 prompts,
                 observe_dir,
-                max_tokens=args.max_tokens,
-                max_model_len=args.max_model_len,
-                dtype=args.dtype,
+                fp8_format=args.fp8_format,
+                floor=args.floor,
+                dump_timeout=args.dump_timeout,
+                source=source,
             )
-            source = {"mode": "in-process"}
-        source.update(
-            {
-                "prompts": str(args.prompts or "kimi_dflash/data/kv_calibration_prompts.jsonl"),
-                "max_tokens": args.max_tokens,
-            }
-        )
-        print(f"calibrating KV scales on {len(prompts)} prompts, {args.max_tokens} tokens each")
-        document = calibrate(
-            run,
-            prompts,
-            observe_dir,
-            fp8_format=args.fp8_format,
-            floor=args.floor,
-            dump_timeout=args.dump_timeout,
-            source=source,
-        )
-        write_json_atomic(args.out, document)
+            write_json_atomic(args.out, document)
     except (CalibrationError, ServerError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    finally:
-        close()
-        if temp_dir is not None:
-            temp_dir.cleanup()
     for line in summary_lines(document, args.out):
         print(line)
     return 0

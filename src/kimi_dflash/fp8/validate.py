@@ -34,21 +34,17 @@ from kimi_dflash.validate.engine import (
     Status,
     Verdict,
     compare_outputs,
-    compare_tokens,  # noqa: F401 - re-exported
     generate_both,
     math_questions,
     score_math,
     served,
     summarize_agreement,
 )
-from kimi_dflash.validate.prompts import PromptFileError, load_calibration_prompts
+from kimi_dflash.validate.prompts import load_calibration_prompts
 
 # The benchmark as users run it (payload/benchmark_multi_turn.py is a wrapper around the same entry point).
 BENCHMARK_COMMAND = (sys.executable, "-m", "kimi_dflash.bench")
 _KV_SIZE = re.compile(r"KV cache size:\s*([\d,]+)\s*tokens")
-
-
-# ------------------------------------------------------------------------------------------ pure parts
 
 
 def kv_capacity_from_log(text: str) -> int | None:
@@ -145,9 +141,6 @@ class Fp8Report(Document):
     reasons: list[str]
 
 
-# ------------------------------------------------------------------------------------------ I/O parts
-
-
 def run_benchmark(url: str, sessions: int, label: str, output: Path, extra: Sequence[str]) -> BenchSummary:
     """Run the multi-turn benchmark at ``sessions`` concurrent sessions; return its headline figures."""
     command = [*BENCHMARK_COMMAND, "--base-url", url, "--sessions", str(sessions), "--label", label, "--output",
@@ -241,7 +234,7 @@ def main(args: ValidateFp8Options) -> int:
             bench = {name: run_benchmark(url, args.bench_concurrency, f"validate-fp8-{name}",
                                          bench_dir / f"validate-fp8-{name}.json", args.bench_arg)
                      for name, url in zip(("bf16", "fp8"), urls)}  # fmt: skip
-    except (ServerError, PromptFileError) as error:
+    except (ServerError, UserError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 3
 

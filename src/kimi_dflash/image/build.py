@@ -99,28 +99,19 @@ class BuildOptions:
 
     def argv(self) -> list[str]:
         build = [self.engine, "build"] if self.engine != "buildah" else ["buildah", "bud"]
-        args = [
-            *build,
-            "--file",
-            str(self.context / DOCKERFILE),
-            "--target",
-            self.target,
-            "--tag",
-            self.tag,
-            "--build-arg",
-            f"VLLM_IMAGE={self.vllm_image}",
-            "--build-arg",
-            f"VLLM_TAG={self.vllm_tag}",
-            "--label",
-            f"org.opencontainers.image.version={__version__}",
-            "--label",
-            f"ai.kimi-dflash.vllm-version={self.vllm_version}",
-            "--label",
-            f"ai.kimi-dflash.base={self.base_reference}",
+        flags = [
+            ("--file", str(self.context / DOCKERFILE)),
+            ("--target", self.target),
+            ("--tag", self.tag),
+            ("--build-arg", f"VLLM_IMAGE={self.vllm_image}"),
+            ("--build-arg", f"VLLM_TAG={self.vllm_tag}"),
+            ("--label", f"org.opencontainers.image.version={__version__}"),
+            ("--label", f"ai.kimi-dflash.vllm-version={self.vllm_version}"),
+            ("--label", f"ai.kimi-dflash.base={self.base_reference}"),
         ]
         if self.vllm_digest:
-            args += ["--build-arg", f"VLLM_DIGEST={self.vllm_digest}"]
-        return [*args, *self.engine_arg, str(self.context)]
+            flags.append(("--build-arg", f"VLLM_DIGEST={self.vllm_digest}"))
+        return [*build, *(part for flag in flags for part in flag), *self.engine_arg, str(self.context)]
 
     @property
     def base_reference(self) -> str:
@@ -131,42 +122,41 @@ class BuildOptions:
 add_cli_args = declare(BuildOptions, DESCRIPTION, EPILOG)
 
 
+def say(message: str) -> None:
+    print(f"build: {message}", file=sys.stderr)
+
+
 def main(args: BuildOptions) -> int:
     engine = args.engine or next((name for name in ENGINES if shutil.which(name)), None)
     if engine is None:
-        print("build: none of docker, podman, buildah is installed", file=sys.stderr)
+        say("none of docker, podman, buildah is installed")
         return 1
     version = args.vllm_version or version_from_tag(args.vllm_tag)
     if version is None:
-        print(
-            f"build: cannot read a vLLM version from tag {args.vllm_tag!r}; pass --vllm-version X.Y.Z", file=sys.stderr
-        )
+        say(f"cannot read a vLLM version from tag {args.vllm_tag!r}; pass --vllm-version X.Y.Z")
         return 2
     digest = args.vllm_digest
     if digest is not None and not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
-        print(f"build: --vllm-digest {digest!r} is not sha256:<64 hex digits>", file=sys.stderr)
+        say(f"--vllm-digest {digest!r} is not sha256:<64 hex digits>")
         return 2
     context = args.context.resolve()
     if not (context / DOCKERFILE).is_file():
-        print(
-            f"build: no {DOCKERFILE} in {context}: pass --context CHECKOUT (build-kimi26-dflash.sh does)",
-            file=sys.stderr,
-        )
+        say(f"no {DOCKERFILE} in {context}: pass --context CHECKOUT (build-kimi26-dflash.sh does)")
         return 2
     if digest is None and not args.allow_unpinned and not args.dry_run:
         try:
             digest = resolve_digest(engine, f"{args.vllm_image}:{args.vllm_tag}")
         except RuntimeError as error:
-            print(f"build: {error}", file=sys.stderr)
+            say(str(error))
             return 1
-        print(f"build: base {args.vllm_image}:{args.vllm_tag} is {digest}", file=sys.stderr)
+        say(f"base {args.vllm_image}:{args.vllm_tag} is {digest}")
     plan = dataclasses.replace(args, engine=engine, vllm_version=version, vllm_digest=digest, context=context)
     print(shlex.join(plan.argv()), file=sys.stderr if not args.dry_run else sys.stdout)
     if args.dry_run:
         return 0
     result = subprocess.run(plan.argv(), check=False)
     if result.returncode == 0:
-        print(f"build: tagged {plan.tag} (base {plan.base_reference})", file=sys.stderr)
+        say(f"tagged {plan.tag} (base {plan.base_reference})")
     return result.returncode
 
 

@@ -11,14 +11,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from kimi_dflash.kvscale.fp8 import is_scaled_fp8_kv
+from kimi_dflash.kvscale.fp8 import E4M3_KV_DTYPES
 from kimi_dflash.kvscale.scales_file import (
     KvScalesFileError,
     ModelIdentity,
-    check_layer_set,
     check_model_match,
+    fingerprint_from_hf_config,
     load_scales_file,
-    model_basename,
 )
 from kimi_dflash.kvscale.settings import KvScaleConfigError, Mode, settings_from_env
 
@@ -29,29 +28,13 @@ class Finding:
     message: str
 
 
-class _Config:
-    """Attribute view of a config.json dict, so fingerprint_from_hf_config can read it."""
-
-    def __init__(self, data: Mapping) -> None:
-        self._data = data
-
-    def __getattr__(self, name: str):
-        return self._data.get(name)
-
-    def get_text_config(self) -> _Config:
-        text = self._data.get("text_config")
-        return _Config(text) if isinstance(text, Mapping) else self
-
-
-def _local_identity(model: str, model_dir: Path | None) -> ModelIdentity | None:
-    from kimi_dflash.kvscale.scales_file import fingerprint_from_hf_config
-
-    config_path = (model_dir or Path(model)) / "config.json"
+def _local_identity(model: str, model_dir: Path | None) -> ModelIdentity:
+    """The served model with the architecture facts of its local config.json (unknown for a hub id)."""
     try:
-        data = json.loads(config_path.read_text(encoding="utf-8"))
+        data = json.loads(((model_dir or Path(model)) / "config.json").read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
-        return None
-    return ModelIdentity(model=model, fingerprint=fingerprint_from_hf_config(_Config(data)))
+        data = None
+    return ModelIdentity(model, fingerprint_from_hf_config(data) if isinstance(data, dict) else None)
 
 
 def check_kv_scale_config(
@@ -62,7 +45,7 @@ def check_kv_scale_config(
         settings = settings_from_env(env)
     except KvScaleConfigError as error:
         return [Finding("fail", str(error))]
-    fp8 = is_scaled_fp8_kv(kv_cache_dtype) and kv_cache_dtype != "fp8_e5m2"
+    fp8 = kv_cache_dtype in E4M3_KV_DTYPES
     findings: list[Finding] = []
     if fp8 and settings.mode in (Mode.OFF, Mode.OBSERVE):
         findings.append(
@@ -85,16 +68,7 @@ def check_kv_scale_config(
         assert settings.scales_file is not None
         try:
             scales = load_scales_file(settings.scales_file)
-            identity = _local_identity(model, model_dir)
-            if identity is not None:
-                check_model_match(scales, identity)
-                check_layer_set(scales, int(identity.fingerprint.get("num_hidden_layers") or 0))
-            elif model_basename(scales.model.model) != model_basename(model):
-                raise KvScalesFileError(
-                    f"KV scales file {scales.path} was calibrated on {scales.model.model!r}, "
-                    f"but the config serves {model!r}; calibrate this model with "
-                    "kimi-dflash calibrate-kv"
-                )
+            check_model_match(scales, _local_identity(model, model_dir))
         except KvScalesFileError as error:
             return findings + [Finding("fail", str(error))]
         low, high = min(s.scale for s in scales.layers.values()), max(s.scale for s in scales.layers.values())

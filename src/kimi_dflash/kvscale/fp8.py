@@ -10,6 +10,8 @@ from dataclasses import dataclass
 # vLLM's per-tensor-scaled FP8 KV dtypes. "fp8_ds_mla" / "nvfp4_ds_mla" carry their own per-tile
 # scales and "auto"/"bfloat16"/... are not quantized, so neither needs (or accepts) our scale.
 SCALED_FP8_KV_DTYPES = ("fp8", "fp8_e4m3", "fp8_e5m2")
+# Of those, the E4M3 ones: the scales the hook manages (E5M2's range needs none).
+E4M3_KV_DTYPES = ("fp8", "fp8_e4m3")
 
 
 @dataclass(frozen=True)
@@ -38,22 +40,13 @@ def is_scaled_fp8_kv(kv_cache_dtype: str) -> bool:
 
 
 def fp8_format_for(kv_cache_dtype: str, *, fnuz_platform: bool) -> Fp8Format:
-    """The FP8 encoding vLLM uses for ``kv_cache_dtype`` ("fp8"/"fp8_e4m3" are E4M3; fnuz on gfx942)."""
-    if kv_cache_dtype in ("fp8", "fp8_e4m3"):
-        return E4M3FNUZ if fnuz_platform else E4M3FN
-    if kv_cache_dtype == "fp8_e5m2":
-        return E5M2
-    raise ValueError(
-        f"kv_cache_dtype {kv_cache_dtype!r} is not a per-tensor-scaled FP8 KV dtype "
-        f"(expected one of {', '.join(SCALED_FP8_KV_DTYPES)})"
-    )
-
-
-def format_by_name(name: str) -> Fp8Format:
-    try:
-        return FORMATS[name]
-    except KeyError:
-        raise ValueError(f"unknown FP8 format {name!r}; expected one of {', '.join(FORMATS)}") from None
+    """The E4M3 encoding vLLM stores ``kv_cache_dtype`` in (fnuz on gfx942): the dtypes whose scale the hook sets."""
+    if kv_cache_dtype not in E4M3_KV_DTYPES:
+        raise ValueError(
+            f"kv_cache_dtype {kv_cache_dtype!r} is not a per-tensor-scaled FP8 E4M3 KV dtype "
+            f"(expected one of {', '.join(E4M3_KV_DTYPES)})"
+        )
+    return E4M3FNUZ if fnuz_platform else E4M3FN
 
 
 def platform_is_fnuz() -> bool:

@@ -14,15 +14,12 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from kimi_dflash.core.atomic_write import write_json_atomic
-from kimi_dflash.kvscale.scales_file import (
-    ModelIdentity,
-    observe_document,
-)
+from kimi_dflash.kvscale.scales_file import ModelIdentity, observe_document
 from kimi_dflash.kvscale.write_hook import LayerHook
 
 logger = logging.getLogger("vllm.plugins.kimi_dflash.kvscale")
@@ -33,11 +30,9 @@ def current_rank() -> int:
     try:
         import torch.distributed as dist
 
-        if dist.is_available() and dist.is_initialized():
-            return int(dist.get_rank())
+        return int(dist.get_rank()) if dist.is_available() and dist.is_initialized() else 0
     except Exception:  # noqa: BLE001 - no process group yet: a single process is rank 0
         return 0
-    return 0
 
 
 def snapshot(hooks: Mapping[str, LayerHook]) -> dict[str, dict[str, Any]]:
@@ -67,7 +62,7 @@ class ObserveDumper:
         directory: Path,
         interval: float,
         hooks: Mapping[str, LayerHook],
-        identity: Callable[[], ModelIdentity],
+        identity: ModelIdentity,
         vllm_version: str,
     ) -> None:
         self.directory = Path(directory)
@@ -80,24 +75,22 @@ class ObserveDumper:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def path(self) -> Path:
-        return self.directory / f"kv-observe-rank{current_rank()}-pid{os.getpid()}.json"
-
     def dump(self) -> Path | None:
         if not self.hooks:
             return None
         with self._lock:
             self.seq += 1
+            rank, pid = current_rank(), os.getpid()
             document = observe_document(
-                identity=self.identity(),
-                rank=current_rank(),
-                pid=os.getpid(),
+                identity=self.identity,
+                rank=rank,
+                pid=pid,
                 vllm_version=self.vllm_version,
                 seq=self.seq,
                 updated=time.time(),
                 layers=snapshot(self.hooks),
             )
-            path = self.path()
+            path = self.directory / f"kv-observe-rank{rank}-pid{pid}.json"
             write_json_atomic(path, document)
             return path
 

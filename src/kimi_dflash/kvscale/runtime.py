@@ -15,18 +15,20 @@ Errors in settings or in the scales file raise: a server must not come up with w
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from kimi_dflash.kvscale.fp8 import fp8_format_for, is_scaled_fp8_kv, platform_is_fnuz
+from kimi_dflash.kvscale.fp8 import E4M3_KV_DTYPES, fp8_format_for, platform_is_fnuz
 from kimi_dflash.kvscale.scales_file import (
     ModelIdentity,
     ScalesFile,
-    check_layer_set,
     check_model_match,
     fingerprint_from_hf_config,
     load_scales_file,
@@ -46,19 +48,19 @@ _PATCHED_MARKER = "__kimi_dflash_kv_patched__"
 UNQUANTISED_KV_DTYPES = ("auto", "bfloat16", "float16", "float32", "half", "float")
 
 
+@dataclass
 class _ProcessState:
     """Everything the hook knows in this process (one per process; vLLM builds one model per worker)."""
 
-    def __init__(self, settings: KvScaleSettings) -> None:
-        self.settings = settings
-        self.hooks: dict[str, Any] = {}
-        self.identity: ModelIdentity | None = None
-        self.scales: ScalesFile | None = None
-        self.dumper: Any = None
-        self.applied = 0
-        self.noop_logged = False
-        self.non_mla_logged = False
-        self.lock = threading.Lock()
+    settings: KvScaleSettings
+    hooks: dict[str, Any] = field(default_factory=dict)
+    identity: ModelIdentity | None = None
+    scales: ScalesFile | None = None
+    dumper: Any = None
+    applied: int = 0
+    noop_logged: bool = False
+    non_mla_logged: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 _state: _ProcessState | None = None
@@ -87,12 +89,9 @@ def install_kv_scale_hook() -> None:
 
     when_imported(MLA_MODULE, _patch_mla_module)
     when_imported(ATTENTION_MODULE, _patch_attention_module)
-    logger.info(
-        "kimi-dflash kv scales: mode=%s%s%s; waiting for vLLM's MLA layers",
-        settings.mode.value,
-        f", file={settings.scales_file}" if settings.scales_file else "",
-        f", emulating {settings.emulate_fp8.name} in unquantised caches" if settings.emulate_fp8 else "",
-    )
+    file = f", file={settings.scales_file}" if settings.scales_file else ""
+    emulating = f", emulating {settings.emulate_fp8.name} in unquantised caches" if settings.emulate_fp8 else ""
+    logger.info(f"kimi-dflash kv scales: mode={settings.mode.value}{file}{emulating}; waiting for vLLM's MLA layers")
 
 
 def _check_mla_module_exists() -> None:
@@ -109,28 +108,27 @@ def _check_mla_module_exists() -> None:
     )
 
 
+def _call_after(cls: type, method: str, callback: Callable[[Any], None]) -> None:
+    """Make ``cls.method`` call ``callback(self)`` once the original has run."""
+    original = getattr(cls, method)
+
+    @functools.wraps(original)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
+        callback(self)
+        return result
+
+    setattr(cls, method, wrapper)
+
+
 def _patch_mla_module(module: ModuleType) -> None:
     cls = getattr(module, MLA_CLASS, None)
     if cls is None:
         raise RuntimeError(f"kimi-dflash kv scales: {MLA_MODULE} has no {MLA_CLASS}; cannot hook the KV write path")
     if getattr(cls, _PATCHED_MARKER, False):
         return
-    original_init = cls.__init__
-    original_load = cls.process_weights_after_loading
-
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        original_init(self, *args, **kwargs)
-        on_layer_built(self)
-
-    def process_weights_after_loading(self: Any, *args: Any, **kwargs: Any) -> Any:
-        result = original_load(self, *args, **kwargs)
-        on_layer_loaded(self)
-        return result
-
-    __init__.__wrapped__ = original_init  # type: ignore[attr-defined]
-    process_weights_after_loading.__wrapped__ = original_load  # type: ignore[attr-defined]
-    cls.__init__ = __init__
-    cls.process_weights_after_loading = process_weights_after_loading
+    _call_after(cls, "__init__", on_layer_built)
+    _call_after(cls, "process_weights_after_loading", on_layer_loaded)
     setattr(cls, _PATCHED_MARKER, True)
     logger.info("kimi-dflash kv scales: hooked %s.%s", MLA_MODULE, MLA_CLASS)
 
@@ -139,14 +137,7 @@ def _patch_attention_module(module: ModuleType) -> None:
     cls = getattr(module, ATTENTION_CLASS, None)
     if cls is None or getattr(cls, _PATCHED_MARKER, False):
         return
-    original_init = cls.__init__
-
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        original_init(self, *args, **kwargs)
-        on_non_mla_layer_built(self)
-
-    __init__.__wrapped__ = original_init  # type: ignore[attr-defined]
-    cls.__init__ = __init__
+    _call_after(cls, "__init__", on_non_mla_layer_built)
     setattr(cls, _PATCHED_MARKER, True)
 
 
@@ -157,10 +148,8 @@ def on_non_mla_layer_built(layer: Any) -> None:
         return
     state.non_mla_logged = True
     logger.info(
-        "kimi-dflash kv scales: %s is not MLA attention (KV cache dtype %r): the KV scale hook leaves "
-        "non-MLA layers alone (no-op)",
-        getattr(layer, "layer_name", "?"),
-        getattr(layer, "kv_cache_dtype", "?"),
+        f"kimi-dflash kv scales: {getattr(layer, 'layer_name', '?')} is not MLA attention (KV cache dtype "
+        f"{getattr(layer, 'kv_cache_dtype', '?')!r}): the KV scale hook leaves non-MLA layers alone (no-op)"
     )
 
 
@@ -197,7 +186,7 @@ def on_layer_built(layer: Any) -> None:
 
     fp8 = None
     emulate = None
-    if is_scaled_fp8_kv(kv_dtype) and kv_dtype != "fp8_e5m2":
+    if kv_dtype in E4M3_KV_DTYPES:
         fp8 = fp8_format_for(kv_dtype, fnuz_platform=platform_is_fnuz())
     elif settings.emulate_fp8 is not None and kv_dtype in UNQUANTISED_KV_DTYPES:
         fp8 = emulate = settings.emulate_fp8
@@ -209,18 +198,14 @@ def on_layer_built(layer: Any) -> None:
         # error either way. Names are looked up for FP8 layers only (an MLA drafter with a BF16 cache, e.g.
         # an MTP head, is not in the target's file and needs no scale).
         check_model_match(state.scales, identity)
-        check_layer_set(state.scales, int(identity.fingerprint.get("num_hidden_layers") or 0))
         if fp8 is not None:
             calibrated = max(scale_for_layer(state.scales, name).amax / fp8.max_value, settings.floor)
 
     if settings.sets_scales and fp8 is None and not state.noop_logged:
         state.noop_logged = True
         logger.info(
-            "kimi-dflash kv scales: KV cache dtype of %s is %r, not a per-tensor FP8 E4M3 cache: "
-            "%s mode leaves the scales alone (no-op)",
-            name,
-            kv_dtype,
-            settings.mode.value,
+            f"kimi-dflash kv scales: KV cache dtype of {name} is {kv_dtype!r}, not a per-tensor FP8 E4M3 cache: "
+            f"{settings.mode.value} mode leaves the scales alone (no-op)"
         )
 
     observing = settings.mode is Mode.OBSERVE or settings.observe_dir is not None
@@ -245,15 +230,13 @@ def on_layer_built(layer: Any) -> None:
         first = not state.hooks
         state.hooks[name] = hook
     if first:
-        logger.info(
-            "kimi-dflash kv scales: %s KV cache %r on %s: %s", settings.mode.value, kv_dtype, name, _describe(hook)
-        )
+        logger.info(f"kimi-dflash kv scales: {settings.mode.value} KV cache {kv_dtype!r} on {name}: {_describe(hook)}")
     with state.lock:
         if settings.observe_dir is not None and state.dumper is None:
             from kimi_dflash.kvscale.observer import ObserveDumper
 
             state.dumper = ObserveDumper(
-                settings.observe_dir, settings.observe_interval, state.hooks, lambda: identity, _vllm_version()
+                settings.observe_dir, settings.observe_interval, state.hooks, identity, _vllm_version()
             )
             state.dumper.start()
 
@@ -271,9 +254,8 @@ def _watch_decode_query(layer: Any, hook: Any) -> None:
         quant.forward = wrap_query_quant(quant.forward, hook)
     if forward_mqa is None and quant is None:
         logger.info(
-            "kimi-dflash kv scales: %s has neither impl.forward_mqa nor _decode_concat_quant_fp8_op; "
-            "the decode query's amax is not recorded",
-            hook.name,
+            f"kimi-dflash kv scales: {hook.name} has neither impl.forward_mqa nor _decode_concat_quant_fp8_op; "
+            "the decode query's amax is not recorded"
         )
 
 
@@ -323,26 +305,11 @@ def on_layer_loaded(layer: Any) -> None:
         if applied == 1 or applied == len(state.hooks):
             scales = [h.calibrated_scale for h in state.hooks.values() if h.calibrated_scale is not None]
             logger.info(
-                "kimi-dflash kv scales: calibrated scales applied to %d/%d MLA layers in pid %d (range %.4g-%.4g, %s)",
-                applied,
-                len(state.hooks),
-                os.getpid(),
-                min(scales),
-                max(scales),
-                hook.fp8.name if hook.fp8 else "?",
+                f"kimi-dflash kv scales: calibrated scales applied to {applied}/{len(state.hooks)} MLA layers in pid "
+                f"{os.getpid()} (range {min(scales):.4g}-{max(scales):.4g}, {hook.fp8.name if hook.fp8 else '?'})"
             )
     elif hook.dynamic and hook.fp8 is not None:
         logger.debug(
-            "kimi-dflash kv scales: %s follows its running amax (%s, max %g, floor %g, warm-up %d)",
-            hook.name,
-            hook.fp8.name,
-            hook.fp8.max_value,
-            hook.floor,
-            hook.warmup_writes,
+            f"kimi-dflash kv scales: {hook.name} follows its running amax ({hook.fp8.name}, max "
+            f"{hook.fp8.max_value:g}, floor {hook.floor:g}, warm-up {hook.warmup_writes})"
         )
-
-
-def reset_for_tests() -> None:
-    """Forget this process's hook state (tests call install/build/load several times in one process)."""
-    global _state
-    _state = None

@@ -26,11 +26,7 @@ def row_amax(x: torch.Tensor, rows: int) -> torch.Tensor:
 
 
 def batch_latent_amax(
-    kv_c_normed: torch.Tensor,
-    k_pe: torch.Tensor,
-    slot_mapping: torch.Tensor | None = None,
-    *,
-    count_tokens: bool = True,
+    kv_c_normed: torch.Tensor, k_pe: torch.Tensor, slot_mapping: torch.Tensor, *, count_tokens: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(amax, tokens) of one KV write, both 0-dim tensors on the input's device (tokens None when not counted).
 
@@ -39,16 +35,12 @@ def batch_latent_amax(
     scale can represent them, and letting one through would poison the running maximum forever.
     Seven ops (eight counting tokens) whatever the batch size.
     """
-    rows = kv_c_normed.shape[0] if slot_mapping is None else min(slot_mapping.numel(), kv_c_normed.shape[0])
-    device = kv_c_normed.device
+    rows = min(slot_mapping.numel(), kv_c_normed.shape[0])
     if rows == 0:
-        zero = torch.zeros((), dtype=torch.float32, device=device)
-        return zero, torch.zeros((), dtype=torch.int64, device=device) if count_tokens else None
+        zero = torch.zeros((), dtype=torch.float32, device=kv_c_normed.device)
+        return zero, torch.zeros((), dtype=torch.int64, device=kv_c_normed.device) if count_tokens else None
     per_row = torch.maximum(row_amax(kv_c_normed, rows), row_amax(k_pe, rows))
     per_row = torch.nan_to_num(per_row, nan=0.0, posinf=0.0)  # a NaN or inf in a row drops that row
-    if slot_mapping is None:
-        tokens = torch.full((), rows, dtype=torch.int64, device=device) if count_tokens else None
-        return per_row.amax(), tokens
     valid = slot_mapping.reshape(-1)[:rows] >= 0
     masked = torch.where(valid, per_row, 0.0)
     return masked.amax(), valid.sum() if count_tokens else None
@@ -59,28 +51,25 @@ def scale_from_amax(amax: torch.Tensor, fp8_max: float, floor: float) -> torch.T
     return torch.clamp_min(torch.div(amax, fp8_max), floor)
 
 
-class LatentStats:
-    """Running statistics of one MLA layer's KV writes, held in device tensors updated in place."""
+class _DeviceStats:
+    """Running statistics held in device tensors (its only attributes), updated in place."""
+
+    def to_(self, device: torch.device | str) -> None:
+        """Move to ``device`` (once, at load time - never in the forward pass)."""
+        for name, tensor in vars(self).items():
+            setattr(self, name, tensor.to(device))
+
+
+class LatentStats(_DeviceStats):
+    """Running statistics of one MLA layer's KV writes."""
 
     def __init__(self, device: torch.device | str = "cpu") -> None:
         self.amax = torch.zeros((), dtype=torch.float32, device=device)
         self.tokens = torch.zeros((), dtype=torch.int64, device=device)
         self.writes = torch.zeros((), dtype=torch.int64, device=device)
 
-    def to_(self, device: torch.device | str) -> LatentStats:
-        """Move to ``device`` (once, at load time - never in the forward pass)."""
-        self.amax = self.amax.to(device)
-        self.tokens = self.tokens.to(device)
-        self.writes = self.writes.to(device)
-        return self
-
     def observe_(
-        self,
-        kv_c_normed: torch.Tensor,
-        k_pe: torch.Tensor,
-        slot_mapping: torch.Tensor | None = None,
-        *,
-        count_tokens: bool = True,
+        self, kv_c_normed: torch.Tensor, k_pe: torch.Tensor, slot_mapping: torch.Tensor, *, count_tokens: bool = True
     ) -> None:
         """Fold one write into the running statistics. `count_tokens=False` skips the token count (only the
         observe dumps report it) to save an op per layer per step."""
@@ -91,7 +80,7 @@ class LatentStats:
         self.writes.add_(1)
 
 
-class QueryStats:
+class QueryStats(_DeviceStats):
     """Running max |decode query| of one MLA layer: with an FP8 cache, vLLM quantises this query with
     `_q_scale`, which stays 1.0 for checkpoints without a q scale - observe mode records it so a GPU run can
     tell whether that clips (amax above the FP8 maximum) or underflows."""
@@ -99,11 +88,6 @@ class QueryStats:
     def __init__(self, device: torch.device | str = "cpu") -> None:
         self.amax = torch.zeros((), dtype=torch.float32, device=device)
         self.calls = torch.zeros((), dtype=torch.int64, device=device)
-
-    def to_(self, device: torch.device | str) -> QueryStats:
-        self.amax = self.amax.to(device)
-        self.calls = self.calls.to(device)
-        return self
 
     def observe_(self, *parts: torch.Tensor) -> None:
         for part in parts:

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kimi_dflash.kvscale.fp8 import E4M3FN, E4M3FNUZ
+
 SCALES_FORMAT = "kimi-dflash-kv-scales"
 OBSERVE_FORMAT = "kimi-dflash-kv-observe"
 FORMAT_VERSION = 1
@@ -41,17 +43,13 @@ class KvScalesFileError(ValueError):
 @dataclass(frozen=True)
 class ModelIdentity:
     model: str  # what vLLM was asked to serve (hub id or local path)
-    fingerprint: dict[str, Any]
-
-    def short_name(self) -> str:
-        return model_basename(self.model)
+    fingerprint: dict[str, Any] | None  # None: unknown (a hub id without a local config.json): the name decides
 
 
 @dataclass(frozen=True)
 class LayerScale:
     amax: float
     scale: float
-    tokens: int
 
 
 @dataclass(frozen=True)
@@ -60,8 +58,6 @@ class ScalesFile:
     model: ModelIdentity
     layers: dict[str, LayerScale]
     fp8_format: str
-    vllm_version: str
-    raw: dict[str, Any]
 
 
 def model_basename(model: str) -> str:
@@ -70,12 +66,13 @@ def model_basename(model: str) -> str:
 
 
 def fingerprint_from_hf_config(hf_config: Any) -> dict[str, Any]:
-    """The architecture facts of an HF config object (text config of a multimodal wrapper)."""
+    """The architecture facts of an HF config, an object or config.json's dict (text config of a multimodal
+    wrapper)."""
+    if isinstance(hf_config, Mapping):
+        text = hf_config.get("text_config")
+        return {key: (text if isinstance(text, Mapping) else hf_config).get(key) for key in FINGERPRINT_KEYS}
     text = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
     return {key: getattr(text, key, None) for key in FINGERPRINT_KEYS}
-
-
-# ---------------------------------------------------------------- observe dumps (plugin -> calibrator)
 
 
 def observe_document(
@@ -134,9 +131,6 @@ def merge_observations(dumps: Iterable[Mapping[str, Any]]) -> dict[str, dict[str
     return merged
 
 
-# ---------------------------------------------------------------- scales file (calibrator -> plugin)
-
-
 def scales_document(
     *,
     identity: ModelIdentity,
@@ -180,7 +174,7 @@ def scales_document(
 
 
 # The FP8 formats a decode query can be quantised to (E4M3FN on MI325/MI355 and NVIDIA, E4M3FNUZ on gfx942).
-QUERY_FP8_MAX = {"e4m3fn": 448.0, "e4m3fnuz": 240.0}
+QUERY_FP8_MAX = {f.name: f.max_value for f in (E4M3FN, E4M3FNUZ)}
 
 
 def decode_query_summary(layers: Mapping[str, Mapping[str, float | int]]) -> dict[str, Any] | None:
@@ -229,19 +223,12 @@ def load_scales_file(path: Path) -> ScalesFile:
         raise KvScalesFileError(f"{path} lists no layers; {fix}")
     layers = {}
     for name, entry in layers_raw.items():
-        if (
-            not isinstance(entry, dict)
-            or not _positive_finite(entry.get("amax"))
-            or not _positive_finite(entry.get("scale"))
-        ):
+        if not isinstance(entry, dict) or not all(_positive_finite(entry.get(key)) for key in ("amax", "scale")):
             raise KvScalesFileError(
                 f"{path}: layer {name!r} has no positive finite amax/scale ({entry!r}) - the calibration "
                 f"saw no tokens for it; {fix} with more prompts"
             )
-        tokens = entry.get("tokens", 0)
-        layers[name] = LayerScale(
-            amax=float(entry["amax"]), scale=float(entry["scale"]), tokens=int(tokens) if isinstance(tokens, int) else 0
-        )
+        layers[name] = LayerScale(amax=float(entry["amax"]), scale=float(entry["scale"]))
     if document.get("num_layers", len(layers)) != len(layers):
         raise KvScalesFileError(
             f"{path}: num_layers={document.get('num_layers')} but {len(layers)} layers "
@@ -250,47 +237,39 @@ def load_scales_file(path: Path) -> ScalesFile:
     fingerprint = document.get("model_fingerprint")
     if not isinstance(document.get("model"), str) or not isinstance(fingerprint, dict):
         raise KvScalesFileError(f"{path} does not say which model it was calibrated on; {fix}")
-    return ScalesFile(
-        path=path,
-        model=ModelIdentity(document["model"], fingerprint),
-        layers=layers,
-        fp8_format=str(document.get("fp8_format", "")),
-        vllm_version=str(document.get("vllm_version", "")),
-        raw=document,
-    )
+    model = ModelIdentity(document["model"], fingerprint)
+    return ScalesFile(path=path, model=model, layers=layers, fp8_format=str(document.get("fp8_format", "")))
 
 
 def check_model_match(scales: ScalesFile, served: ModelIdentity) -> None:
-    """Refuse a file calibrated on another model (by name or by architecture)."""
+    """Refuse a file calibrated on another model (by name or by architecture) or for another set of MLA layers."""
     fix = (
         f"calibrate this model with kimi-dflash calibrate-kv, or point KV_SCALES_FILE at the file "
         f"made for {served.model!r}"
     )
-    mismatched = {
-        key: (scales.model.fingerprint.get(key), served.fingerprint.get(key))
-        for key in FINGERPRINT_KEYS
-        if scales.model.fingerprint.get(key) != served.fingerprint.get(key)
-    }
-    if mismatched:
-        details = ", ".join(f"{key}: file {a!r} vs served {b!r}" for key, (a, b) in mismatched.items())
-        raise KvScalesFileError(
-            f"KV scales file {scales.path} was calibrated on {scales.model.model!r}, a "
-            f"different architecture than the served {served.model!r} ({details}); {fix}"
-        )
-    if scales.model.model != served.model and scales.model.short_name() != served.short_name():
+    facts, file_facts = served.fingerprint, scales.model.fingerprint or {}
+    if facts is not None:
+        mismatched = {
+            key: (file_facts.get(key), facts.get(key))
+            for key in FINGERPRINT_KEYS
+            if file_facts.get(key) != facts.get(key)
+        }
+        if mismatched:
+            details = ", ".join(f"{key}: file {a!r} vs served {b!r}" for key, (a, b) in mismatched.items())
+            raise KvScalesFileError(
+                f"KV scales file {scales.path} was calibrated on {scales.model.model!r}, a "
+                f"different architecture than the served {served.model!r} ({details}); {fix}"
+            )
+    if model_basename(scales.model.model) != model_basename(served.model):
         raise KvScalesFileError(
             f"KV scales file {scales.path} was calibrated on {scales.model.model!r}, but "
             f"this server runs {served.model!r}; {fix}"
         )
-
-
-def check_layer_set(scales: ScalesFile, expected_layers: int) -> None:
-    """The file must cover exactly the model's MLA layers."""
-    if len(scales.layers) != expected_layers:
+    layers = None if facts is None else int(facts.get("num_hidden_layers") or 0)
+    if layers is not None and len(scales.layers) != layers:
         raise KvScalesFileError(
-            f"KV scales file {scales.path} has {len(scales.layers)} layers, the served model has "
-            f"{expected_layers} MLA layers; it was calibrated on a different model or a partial run - "
-            "re-run kimi-dflash calibrate-kv"
+            f"KV scales file {scales.path} has {len(scales.layers)} layers, the served model has {layers} MLA "
+            "layers; it was calibrated on a different model or a partial run - re-run kimi-dflash calibrate-kv"
         )
 
 

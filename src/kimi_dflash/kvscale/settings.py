@@ -61,7 +61,7 @@ class KvScaleSettings:
         return self.mode in (Mode.DYNAMIC, Mode.CALIBRATED)
 
 
-def _float(env: Mapping[str, str], name: str, default: float, *, minimum_exclusive: float) -> float:
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
     raw = env.get(name, "").strip()
     if not raw:
         return default
@@ -69,9 +69,14 @@ def _float(env: Mapping[str, str], name: str, default: float, *, minimum_exclusi
         value = float(raw)
     except ValueError:
         raise KvScaleConfigError(f"{name}={raw!r} is not a number; set it to e.g. {default}") from None
-    if not math.isfinite(value) or value <= minimum_exclusive:
-        raise KvScaleConfigError(f"{name}={raw!r} must be a finite number > {minimum_exclusive}")
+    if not math.isfinite(value) or value <= 0:
+        raise KvScaleConfigError(f"{name}={raw!r} must be a finite number > 0")
     return value
+
+
+def _path(env: Mapping[str, str], name: str) -> Path | None:
+    raw = env.get(name, "").strip()
+    return Path(raw).expanduser() if raw else None
 
 
 def settings_from_env(env: Mapping[str, str] | None = None) -> KvScaleSettings:
@@ -83,16 +88,16 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> KvScaleSettings:
     except ValueError:
         choices = "|".join(m.value for m in Mode)
         raise KvScaleConfigError(f"{KV_SCALE_MODE}={raw_mode!r} is not a KV scale mode; use one of {choices}") from None
-
-    raw_file = env.get(KV_SCALES_FILE, "").strip()
-    scales_file = Path(raw_file).expanduser() if raw_file else None
+    scales_file, observe_dir = _path(env, KV_SCALES_FILE), _path(env, KV_OBSERVE_DIR)
     if mode is Mode.CALIBRATED and scales_file is None:
         raise KvScaleConfigError(
             f"{KV_SCALE_MODE}=calibrated needs {KV_SCALES_FILE} (KV_SCALES_FILE in the config): the JSON written by "
             "kimi-dflash calibrate-kv"
         )
-
-    floor = _float(env, KV_SCALE_FLOOR, DEFAULT_KV_SCALE_FLOOR, minimum_exclusive=0.0)
+    if mode is Mode.OBSERVE and observe_dir is None:
+        raise KvScaleConfigError(
+            f"{KV_SCALE_MODE}=observe needs {KV_OBSERVE_DIR}: the directory each vLLM rank dumps its amax file to"
+        )
 
     raw_warmup = env.get(KV_SCALE_WARMUP_STEPS, "").strip()
     try:
@@ -104,28 +109,16 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> KvScaleSettings:
     if warmup < 0:
         raise KvScaleConfigError(f"{KV_SCALE_WARMUP_STEPS}={warmup} must be >= 0 (0 = the scale never freezes)")
 
-    raw_dir = env.get(KV_OBSERVE_DIR, "").strip()
-    observe_dir = Path(raw_dir).expanduser() if raw_dir else None
-    if mode is Mode.OBSERVE and observe_dir is None:
-        raise KvScaleConfigError(
-            f"{KV_SCALE_MODE}=observe needs {KV_OBSERVE_DIR}: the directory each vLLM rank dumps its amax file to"
-        )
-
-    interval = _float(env, KV_OBSERVE_INTERVAL, DEFAULT_KV_OBSERVE_INTERVAL_S, minimum_exclusive=0.0)
-
-    raw_emulate = env.get(KV_EMULATE_FP8, "").strip().lower()
-    emulate = None
-    if raw_emulate:
-        if raw_emulate not in ("e4m3fn", "e4m3fnuz"):
-            raise KvScaleConfigError(f"{KV_EMULATE_FP8}={raw_emulate!r}: use e4m3fn or e4m3fnuz (or leave it unset)")
-        emulate = FORMATS[raw_emulate]
+    emulate = env.get(KV_EMULATE_FP8, "").strip().lower()
+    if emulate not in ("", "e4m3fn", "e4m3fnuz"):
+        raise KvScaleConfigError(f"{KV_EMULATE_FP8}={emulate!r}: use e4m3fn or e4m3fnuz (or leave it unset)")
 
     return KvScaleSettings(
         mode=mode,
         scales_file=scales_file,
-        floor=floor,
+        floor=_float(env, KV_SCALE_FLOOR, DEFAULT_KV_SCALE_FLOOR),
         warmup_steps=warmup,
         observe_dir=observe_dir,
-        observe_interval=interval,
-        emulate_fp8=emulate,
+        observe_interval=_float(env, KV_OBSERVE_INTERVAL, DEFAULT_KV_OBSERVE_INTERVAL_S),
+        emulate_fp8=FORMATS[emulate] if emulate else None,
     )

@@ -7,18 +7,16 @@ would make the kernel ignore a scale we just computed on the device. So the wrap
 owns the scale. ``k_scale`` is the layer's own ``_k_scale`` tensor, so updating it in place changes
 what the decode kernels read back too.
 
-Hot-path rules (CUDA graphs, no host sync): only in-place tensor ops, branches on configuration,
-shapes and host-side counters only. tests/test_kvscale_write_hook.py runs the wrapper with every
-host-sync method of torch.Tensor made to raise.
+Hot-path rules (CUDA graphs, no host sync): only in-place tensor ops, branches on configuration, shapes and
+host-side counters only; tests/unit/kvscale/test_kvscale_write_hook.py runs the wrapper with every host-sync method
+of torch.Tensor made to raise.
 
-Cost: production runs eager, so every op is a kernel launch per MLA layer per step. While a dynamic
-scale warms up the wrapper launches 14 (the batch amax in 7, the running max and write counter in 2,
-the scale in 2, its warm-up gate in 2, the copy into k_scale in 1; the version before issue 8 launched
-23-25, and kept launching them after the warm-up). Once the warm-up is over it counts eager writes on
-the host and from then on only fixes up the arguments: no kernel at all, as for calibrated scales
-(tests/test_kvscale_hook_ops.py counts them). Writes replayed from a captured CUDA graph do not run
-Python; the device-side gate in follow_running_amax_ keeps those correct, and capture runs are not
-counted.
+Cost: production runs eager, so every op is a kernel launch per MLA layer per step. While a dynamic scale warms up
+the wrapper launches 14 (the batch amax in 7, the running max and write counter in 2, the scale in 2, its warm-up
+gate in 2, the copy into k_scale in 1). Once the warm-up is over it counts eager writes on the host and from then on
+only fixes up the arguments: no kernel at all, as for calibrated scales (tests/unit/kvscale/test_kvscale_hook_ops.py
+counts them). Writes replayed from a captured CUDA graph do not run Python; the device-side gate in
+follow_running_amax_ keeps those correct, and capture runs are not counted.
 """
 
 from __future__ import annotations
@@ -31,12 +29,7 @@ from typing import Any
 import torch
 
 from kimi_dflash.kvscale.fp8 import Fp8Format
-from kimi_dflash.kvscale.scale_math import (
-    LatentStats,
-    QueryStats,
-    follow_running_amax_,
-    quantize_dequantize,
-)
+from kimi_dflash.kvscale.scale_math import LatentStats, QueryStats, follow_running_amax_, quantize_dequantize
 
 # Parameter positions shared by every vLLM version we support (self is already bound).
 ARG_KV_C_NORMED, ARG_K_PE, ARG_KV_CACHE, ARG_SLOT_MAPPING, ARG_KV_CACHE_DTYPE, ARG_K_SCALE, ARG_SKIP_SCALE = range(7)
@@ -182,11 +175,7 @@ def apply_static_scale(layer: Any, scale: float) -> None:
 
     Called once after weight loading (vLLM's kv-cache quant method resets the scales to 1.0 there).
     """
-    for name in ("_k_scale", "_v_scale"):
-        tensor = getattr(layer, name, None)
-        if isinstance(tensor, torch.Tensor):
-            tensor.fill_(scale)
-    for name in ("_k_scale_cpu", "_v_scale_cpu"):
+    for name in ("_k_scale", "_v_scale", "_k_scale_cpu", "_v_scale_cpu"):
         tensor = getattr(layer, name, None)
         if isinstance(tensor, torch.Tensor):
             tensor.fill_(scale)

@@ -154,23 +154,12 @@ def run(config: Config, source: Path, output: Path, args: PreshardOptions) -> in
             _mark(staging, key, [s for s in steps if s != "saved"], None)
             return 1
         files.update({path.name: path.stat().st_size for path in found})
-    write_manifest(
-        staging,
-        Manifest(
-            source_dir=str(source),
-            source_fingerprint=key["source_fingerprint"],
-            tensor_parallel_size=tp,
-            vllm_distribution=str(distribution),
-            vllm_version=version,
-            dtype=dtype,
-            files=files,
-        ),
-    )
+    write_manifest(staging, Manifest(source_dir=str(source), vllm_distribution=str(distribution), files=files, **key))
     (staging / PROGRESS_NAME).unlink()
     for path in staging.iterdir():  # readable by the serving user (safetensors and mkstemp write 0600)
         if path.is_file():
             path.chmod(0o644)
-    _publish(staging, output)
+    publish_directory(staging, output)  # an old output (--force) is moved aside first, then removed
     total = sum(files.values()) / (1 << 30)
     say(f"done: {output} ({len(files)} shard files, {total:.2f} GiB, TP {tp}); serve it with PRESHARD_DIR={output}")
     return 0
@@ -201,14 +190,7 @@ def _mark(staging: Path, key: dict[str, object], steps: list[str], done: str | N
 def _copy_non_weights(source: Path, staging: Path) -> None:
     # The weight index maps the original tensor names to files; the pre-shard has its own layout.
     ignore = shutil.ignore_patterns("*.safetensors", "*.bin", "*.pt", "*.index.json", ".cache")
-    for entry in source.iterdir():
-        if ignore(str(source), [entry.name]):
-            continue
-        target = staging / entry.name
-        if entry.is_dir():
-            shutil.copytree(entry, target, ignore=ignore, dirs_exist_ok=True)
-        else:
-            shutil.copy2(entry, target)
+    shutil.copytree(source, staging, ignore=ignore, dirs_exist_ok=True)
 
 
 def _engine_args(config: Config, tp: int) -> dict[str, object]:
@@ -243,8 +225,3 @@ def _save_in_child(config: Config, source: Path, staging: Path, tp: int, max_siz
     }
     child = [sys.executable, "-m", "kimi_dflash.preshard.save_child", json.dumps(request)]
     return subprocess.run(child, env=env, check=False).returncode == 0
-
-
-def _publish(staging: Path, output: Path) -> None:
-    """Rename the finished staging dir into place; an old output (--force) is moved aside first, then removed."""
-    publish_directory(staging, output)

@@ -1,19 +1,16 @@
 """Runs inside each vLLM worker of the pre-sharder: save this rank's weights as loaded, in sharded_state format.
 
-Why not vLLM's own Worker.save_sharded_state (vLLM 0.32, measured on the CPU demo): it saves the model's state
-*after* process_weights_after_loading, i.e. in kernel layout, which the sharded_state loader then loads into a
-freshly built model and processes a second time. On the demo that fails three ways: the save crashes on MLA's
-derived W_UV (a transposed view; "view size is not compatible with input tensor's size and stride", see
-vllm-project/vllm PR #48357), the derived W_UV/W_UK_T are parameters a fresh model does not have (KeyError at
-load), and the CPU build's linear layers keep their packed weights outside the state dict, so those weights are
-not saved at all ("Missing keys" at load). Saving at the one point where the model holds exactly what the loader
-will fill -- every weight sliced for this rank by vLLM's own weight loaders, before any kernel processing --
-avoids all three, and the server's load then runs the same processing as a normal load.
+Not vLLM's own Worker.save_sharded_state (vLLM 0.32, measured on the CPU demo): it saves the state *after*
+process_weights_after_loading (kernel layout), which the sharded_state loader then processes a second time. That
+fails three ways: the save crashes on MLA's derived W_UV (a transposed view, vllm-project/vllm PR #48357), the
+derived W_UV/W_UK_T are parameters a fresh model lacks (KeyError at load), and the CPU build's packed linear weights
+live outside the state dict ("Missing keys" at load). Saving just before that step -- every weight sliced for this
+rank by vLLM's weight loaders, before any kernel processing -- avoids all three; the server's load then processes
+the weights as a normal load does.
 
-How: importing this module in a worker (LLM(worker_extension_cls=...) imports it before the model loads) wraps
-the process_weights_after_loading step of vLLM's model loader when KIMI_DFLASH_PRESHARD_OUTPUT is set. File
-names, part splitting and the filter for shared storage (tied embeddings) are vLLM's own
-ShardedStateLoader.save_model, so its loader reads what is written.
+Importing this module in a worker (LLM(worker_extension_cls=...) imports it before the model loads) wraps the model
+loader's process_weights_after_loading when KIMI_DFLASH_PRESHARD_OUTPUT is set. File names, part splitting and the
+filter for shared storage (tied embeddings) are vLLM's ShardedStateLoader.save_model, so its loader reads them.
 """
 
 from __future__ import annotations

@@ -80,23 +80,16 @@ def router_argv(plan: RouterPlan, binary: str = ROUTER_BINARY) -> list[str]:
         raise ValueError(f"a replica is listed twice: {', '.join(plan.replicas)}")
     if plan.policy not in POLICIES:
         raise ValueError(f"unknown policy {plan.policy!r}; choose one of {', '.join(POLICIES)}")
-    return [
-        binary,
-        "--host",
-        plan.host,
-        "--port",
-        str(plan.port),
-        "--policy",
-        plan.policy,
-        "--worker-urls",
-        *plan.replicas,
-        "--health-check-endpoint",
-        "/health",
-        "--health-check-interval-secs",
-        str(plan.health_interval_s),
-        "--health-failure-threshold",
-        str(plan.health_failures),
+    flags = [
+        ("--host", plan.host),
+        ("--port", str(plan.port)),
+        ("--policy", plan.policy),
+        ("--worker-urls", *plan.replicas),
+        ("--health-check-endpoint", "/health"),
+        ("--health-check-interval-secs", str(plan.health_interval_s)),
+        ("--health-failure-threshold", str(plan.health_failures)),
     ]
+    return [binary, *(part for flag in flags for part in flag)]
 
 
 def main(plan: RouterPlan) -> int:
@@ -115,11 +108,8 @@ def main(plan: RouterPlan) -> int:
             file=sys.stderr,
         )
         return 1
-    print(
-        f"router: {len(plan.replicas)} replica(s), policy {plan.policy}, listening on http://{plan.host}:{plan.port}",
-        file=sys.stderr,
-        flush=True,
-    )
+    listening = f"listening on http://{plan.host}:{plan.port}"
+    print(f"router: {len(plan.replicas)} replica(s), policy {plan.policy}, {listening}", file=sys.stderr, flush=True)
     os.execv(argv_out[0], argv_out)
     return 0  # not reached
 

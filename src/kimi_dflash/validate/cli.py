@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import ClassVar
 
 from kimi_dflash.bench.report import write_atomic
+from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.options import declare, option
 from kimi_dflash.validate.client import ServerError, api_key_from_env
 from kimi_dflash.validate.engine import (
@@ -35,7 +36,7 @@ from kimi_dflash.validate.engine import (
     served,
     summarize_agreement,
 )
-from kimi_dflash.validate.prompts import PromptFileError, load_calibration_prompts
+from kimi_dflash.validate.prompts import load_calibration_prompts
 
 EXIT = {"PASS": 0, "WARN": 1, "FAIL": 2}
 EXIT_ERROR = 3
@@ -146,7 +147,7 @@ def main(args: ValidateOptions) -> int:
     try:
         reference, candidate = served([args.reference, args.candidate], [args.model_ref, args.model_cand], api_key)
         _, pairs, divergence, math = asyncio.run(_collect(args, reference, candidate, api_key))
-    except (ServerError, PromptFileError) as error:
+    except (ServerError, UserError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_ERROR
     agreement = summarize_agreement(pairs)

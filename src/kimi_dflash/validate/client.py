@@ -28,8 +28,7 @@ class ServerError(RuntimeError):
         super().__init__(redact_url(message))
 
 
-# A server that hangs (timeout), closes or answers something that is not JSON of the expected shape.
-_TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, ValueError)
+# A server that answers JSON of another shape.
 _SHAPE_ERRORS = (KeyError, IndexError, TypeError, AttributeError, ValueError)
 
 
@@ -42,27 +41,25 @@ class Completion:
     finish_reason: str | None
 
 
-def _headers(api_key: str | None) -> dict[str, str]:
-    headers = {"Content-Type": "application/json"}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    return headers
-
-
 def api_key_from_env() -> str | None:
     return os.environ.get(API_KEY_ENV) or None
 
 
-async def _get_json(session: aiohttp.ClientSession, url: str, api_key: str | None) -> Any:
+async def _request_json(
+    session: aiohttp.ClientSession, url: str, api_key: str | None, payload: dict[str, Any] | None = None
+) -> Any:
+    """GET ``url`` (POST ``payload``) and return the JSON answer; every failure is a ServerError saying which."""
+    method = "GET" if payload is None else "POST"
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        async with session.get(url, headers=_headers(api_key)) as response:
+        async with session.request(method, url, json=payload, headers=headers) as response:
             if response.status != 200:
-                raise ServerError(f"GET {url} answered HTTP {response.status}: {(await response.text())[:200]}")
+                raise ServerError(f"{method} {url} answered HTTP {response.status}: {(await response.text())[:300]}")
             return await response.json(content_type=None)
     except asyncio.TimeoutError:
-        raise ServerError(f"GET {url} did not answer in time; is that the server (and is it healthy)?") from None
+        raise ServerError(f"{method} {url} did not answer in time; is that the server (and is it healthy)?") from None
     except ValueError:
-        raise ServerError(f"GET {url} did not answer JSON; is that an OpenAI-compatible server?") from None
+        raise ServerError(f"{method} {url} did not answer JSON; is that an OpenAI-compatible server?") from None
     except aiohttp.ClientError as error:
         raise ServerError(f"cannot reach {url}: {error}; is the server running?") from None
 
@@ -71,7 +68,7 @@ async def served_model(base_url: str, api_key: str | None = None, timeout_s: flo
     """The first model id the server lists at /v1/models."""
     base = normalize_base_url(base_url)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
-        document = await _get_json(session, f"{base}/v1/models", api_key)
+        document = await _request_json(session, f"{base}/v1/models", api_key)
     try:
         models = [entry.get("id") for entry in document.get("data", []) if entry.get("id")]
     except _SHAPE_ERRORS:
@@ -79,46 +76,6 @@ async def served_model(base_url: str, api_key: str | None = None, timeout_s: flo
     if not models:
         raise ServerError(f"{base}/v1/models lists no model")
     return str(models[0])
-
-
-async def fetch_text(base_url: str, path: str, api_key: str | None = None, timeout_s: float = 30.0) -> str:
-    base = normalize_base_url(base_url)
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
-        try:
-            async with session.get(f"{base}{path}", headers=_headers(api_key)) as response:
-                if response.status != 200:
-                    raise ServerError(f"GET {base}{path} answered HTTP {response.status}")
-                return await response.text()
-        except _TRANSPORT_ERRORS as error:
-            raise ServerError(f"cannot read {base}{path}: {error or type(error).__name__}") from None
-
-
-async def _chat_one(
-    session: aiohttp.ClientSession, url: str, api_key: str | None, payload: dict[str, Any]
-) -> Completion:
-    try:
-        async with session.post(url, json=payload, headers=_headers(api_key)) as response:
-            if response.status != 200:
-                raise ServerError(f"POST {url} answered HTTP {response.status}: {(await response.text())[:300]}")
-            body = await response.json(content_type=None)
-    except asyncio.TimeoutError:
-        raise ServerError(f"POST {url} did not answer in time") from None
-    except ValueError:
-        raise ServerError(f"POST {url} did not answer JSON; is that an OpenAI-compatible server?") from None
-    except aiohttp.ClientError as error:
-        raise ServerError(f"request to {url} failed: {error}") from None
-    try:
-        choice = body["choices"][0]
-        usage = body.get("usage") or {}
-        return Completion(
-            text=(choice.get("message") or {}).get("content") or "",
-            token_ids=choice.get("token_ids"),
-            completion_tokens=int(usage.get("completion_tokens", 0)),
-            prompt_tokens=int(usage.get("prompt_tokens", 0)),
-            finish_reason=choice.get("finish_reason"),
-        )
-    except _SHAPE_ERRORS:
-        raise ServerError(f"POST {url} answered JSON without a chat completion") from None
 
 
 async def chat_greedy(
@@ -130,7 +87,6 @@ async def chat_greedy(
     concurrency: int,
     api_key: str | None = None,
     timeout_s: float = 1800.0,
-    system: str | None = None,
 ) -> list[Completion]:
     """Send each prompt as one user turn at temperature 0; return completions in prompt order."""
     base = normalize_base_url(base_url)
@@ -140,12 +96,9 @@ async def chat_greedy(
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
 
         async def one(prompt: str) -> Completion:
-            messages = ([{"role": "system", "content": system}] if system else []) + [
-                {"role": "user", "content": prompt}
-            ]
             payload = {
                 "model": model,
-                "messages": messages,
+                "messages": [{"role": "user", "content": prompt}],
                 "max_tokens": max_tokens,
                 "temperature": 0.0,
                 "seed": 0,
@@ -153,6 +106,17 @@ async def chat_greedy(
                 "ignore_eos": False,
             }
             async with limit:
-                return await _chat_one(session, url, api_key, payload)
+                body = await _request_json(session, url, api_key, payload)
+            try:
+                choice, usage = body["choices"][0], body.get("usage") or {}
+                return Completion(
+                    text=(choice.get("message") or {}).get("content") or "",
+                    token_ids=choice.get("token_ids"),
+                    completion_tokens=int(usage.get("completion_tokens", 0)),
+                    prompt_tokens=int(usage.get("prompt_tokens", 0)),
+                    finish_reason=choice.get("finish_reason"),
+                )
+            except _SHAPE_ERRORS:
+                raise ServerError(f"POST {url} answered JSON without a chat completion") from None
 
         return list(await asyncio.gather(*(one(p) for p in prompts)))

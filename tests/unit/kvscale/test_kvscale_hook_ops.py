@@ -135,7 +135,8 @@ def test_observe_dump_and_scales_file_report_whether_q_scale_one_clips() -> None
     layers = {}
     for index, q_amax in enumerate((180.0, 300.0)):
         hook = LayerHook(name=f"model.layers.{index}.self_attn.attn", kv_cache_dtype="auto", fp8=None, observing=True)
-        hook.stats.observe_(*batch(seed=index)[:2])
+        kv_c, k_pe, _, slots = batch(seed=index)
+        hook.stats.observe_(kv_c, k_pe, slots)
         hook.query = QueryStats()
         hook.query.observe_(torch.full((2, 8), q_amax))
         layers[hook.name] = hook

@@ -7,16 +7,10 @@ import sys
 
 import pytest
 
-from kimi_dflash.fp8.validate import (
-    AgreementSummary,
-    Thresholds,
-    compare_tokens,
-    kv_capacity_from_log,
-    summarize_agreement,
-    verdict_lines,
-)
+from kimi_dflash.core.errors import UserError
+from kimi_dflash.fp8.validate import Thresholds, kv_capacity_from_log, verdict_lines
+from kimi_dflash.validate.engine import AgreementSummary, compare_tokens, summarize_agreement
 from kimi_dflash.validate.prompts import (
-    PromptFileError,
     extract_answer,
     load_calibration_prompts,
     load_math_problems,
@@ -89,9 +83,9 @@ def test_shipped_prompt_sets() -> None:
 def test_prompt_file_errors(tmp_path) -> None:
     bad = tmp_path / "p.jsonl"
     bad.write_text('{"prompt": "ok"}\n{"text": "no prompt field"}\n', encoding="utf-8")
-    with pytest.raises(PromptFileError, match="record 2"):
+    with pytest.raises(UserError, match=r"p.jsonl:2: .*non-empty \"prompt\""):
         load_calibration_prompts(bad)
-    with pytest.raises(PromptFileError, match="cannot read"):
+    with pytest.raises(UserError, match="prompt file .*missing.jsonl: no such file"):
         load_calibration_prompts(tmp_path / "missing.jsonl")
 
 
@@ -123,6 +117,20 @@ def test_calibrate_cli_errors_are_one_line() -> None:
         timeout=60,
     )
     assert result.returncode == 2 and "--observe-dir" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_calibrate_refuses_a_bad_prompt_file_before_loading_a_model(tmp_path) -> None:
+    bad = tmp_path / "prompts.jsonl"
+    bad.write_text('{"prompt": "ok"}\n[1, 2]\n', encoding="utf-8")
+    script = str(REPO_ROOT / "payload" / "calibrate_kv_scales.py")
+    result = subprocess.run(
+        [sys.executable, script, "--model", str(tmp_path / "no-model"), "--prompts", str(bad), "--out", "x.json"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert result.returncode == 2 and "prompts.jsonl:2:" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_benchmark_failure_is_reported_not_raised(tmp_path) -> None:

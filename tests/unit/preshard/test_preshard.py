@@ -13,6 +13,7 @@ import pytest
 
 from extras import needs_cpu_extra
 from kimi_dflash.config.validate import load_config
+from kimi_dflash.core.atomic_write import publish_directory
 from kimi_dflash.plan import build_plan
 from kimi_dflash.preflight.manifest import (
     MANIFEST_NAME,
@@ -110,7 +111,7 @@ def test_staging_resumes_only_the_same_work_and_publishes_atomically(tmp_path: P
     with pytest.raises(ManifestError, match="not a finished pre-shard"):
         read_manifest(staging)  # a staging dir is never mistaken for a pre-shard
     (staging / MANIFEST_NAME).write_text("{}")
-    cli._publish(staging, tmp_path / "out")
+    publish_directory(staging, tmp_path / "out")  # what run() does last
     assert (tmp_path / "out" / MANIFEST_NAME).is_file() and not staging.exists()
 
 
