@@ -237,11 +237,12 @@ class ConfigValues:
         "How the vision encoder is split across GPUs when LANGUAGE_MODEL_ONLY=false.",
         vllm=VllmOption("--mm-encoder-tp-mode", gpu_only=True, only_without="LANGUAGE_MODEL_ONLY"),
     )
-    speculative_method: Literal["dflash", "eagle3", "none"] = key(
+    speculative_method: Literal["dflash", "eagle3", "dspark", "none"] = key(
         "dflash",
         "speculative",
         "dflash; eagle3 (an EAGLE3 drafter, e.g. EAGLE3-MLA for Kimi: the CPU demo's configs/demo-cpu-eagle3.env); "
-        "or none for the autoregressive baseline.",
+        "dspark (a DSpark block drafter, vLLM >= 0.25, Model Runner V2 only: configs/production-dspark.env); or none "
+        "for the autoregressive baseline.",
         vllm=VllmOption("--speculative-config", "composite", note="JSON built from the speculative keys"),
         speculative_field="method",
     )

@@ -27,11 +27,12 @@ def result_name(config: str, k: str, host: str | None = None) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name) + ".json"
 
 
-def copy_results(out: Path, config: str) -> list[Path]:
+def copy_results(out: Path, config: str, grid: Path | None = None) -> list[Path]:
+    """OUT/results/: the results in ``grid`` (default OUT/grid, a shoot-out candidate's own) named for ``config``."""
     target = out / "results"
     target.mkdir(parents=True, exist_ok=True)
     copied = []
-    for path, result in finished_results(out / "grid"):
+    for path, result in finished_results(grid or out / "grid"):
         overrides = result.server_config.overrides if result.server_config else {}
         if set(overrides) != {SPEC_TOKENS}:
             continue  # a test-only candidate with other overrides is not a result of this config

@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING, ClassVar
 
 from kimi_dflash.config.shipped import resolve_config_argument
 from kimi_dflash.core.errors import UserError
-from kimi_dflash.core.options import declare, option, run
+from kimi_dflash.core.options import comma_list, declare, option, run
 from kimi_dflash.launch.serve_sh import SERVE_COMMAND, ServerLeftRunning
 from kimi_dflash.qualify import bundle, report
 from kimi_dflash.qualify.graphs import GraphCandidate
 from kimi_dflash.qualify.plan import (
     PER_REQUEST_FLAG,
+    PerRequest,
     QualifyPlan,
     box_for,
     build_plan,
@@ -55,6 +56,7 @@ examples:
   %(prog)s configs/demo-cpu.env --budget 6m --out /tmp/qualify-demo
   %(prog)s configs/production.env --budget 3h --dry-run
   %(prog)s configs/production.env --project-acceptance 0.8,0.6   # + what a better k=2 drafter would give (GPU)
+  %(prog)s configs/demo-cpu.env --candidates configs/demo-cpu.env,configs/demo-cpu-eagle3.env   # drafter shoot-out
 """
 
 
@@ -91,6 +93,9 @@ class QualifyOptions:
     candidate_env: list[tuple[str, str]] = option("config key set for the candidate only, e.g. to check that a "
         "candidate serving another model is caught (FABRICATE_DEMO_MODELS=qwen3 on the demo): the verdict must be "
         "FAIL", repeatable=True, metavar="KEY=VALUE", parse=_key_value)  # fmt: skip
+    candidates: tuple[str, ...] = option("a drafter shoot-out: each of these configs is measured against CONFIG "
+        "without speculation, the one reference, judged lossless and ranked (docs/qualify.md); CONFIG is a candidate "
+        "only when listed", metavar="A.env,B.env", default=(), parse=comma_list(str, "config files"))  # fmt: skip
     serve_sh: Path | None = option(hidden=True)  # tests substitute a stand-in for serve.sh, as for the sweep
 
 
@@ -200,18 +205,42 @@ def _projection(args: QualifyOptions) -> tuple[float, ...]:
         raise UserError(f"--project-acceptance {args.project_acceptance!r}: {exc}") from None
 
 
-def _context(args: QualifyOptions) -> tuple[Context, QualifyPlan]:
-    config = resolve_config_argument(args.config)
+def _config_file(given: str) -> Path:
+    config = resolve_config_argument(given)
     if not config.is_file():
-        raise UserError(f"{args.config}: no such config file (nor a shipped config of that name).")
+        raise UserError(f"{given}: no such config file (nor a shipped config of that name).")
+    return config
+
+
+def _shootout(args: QualifyOptions, values: dict[str, str], per_request: PerRequest, budget: float | None
+              ) -> QualifyPlan:  # fmt: skip
+    """The shoot-out's plan (qualify/shootout.py): each candidate config read as the reference's is."""
+    from kimi_dflash.qualify.shootout import CandidateConfig, build_shootout
+
+    if args.candidate_env or args.project_acceptance:
+        raise UserError("--candidate-env and --project-acceptance concern one candidate: in a shoot-out put the keys "
+                        "in the candidate's config, or qualify that config alone.")  # fmt: skip
+    configs = []
+    for given in args.candidates:
+        path = _config_file(given)
+        candidate_values = _config_values(path)[0]
+        configs.append(CandidateConfig(given, path.resolve(), candidate_values, _verify_k_limit(candidate_values)))
+    return build_shootout(values, configs, budget, args.slo, per_request)
+
+
+def _context(args: QualifyOptions) -> tuple[Context, QualifyPlan]:
+    config = _config_file(args.config)
     if args.serve_sh is not None and not args.serve_sh.is_file():
         raise UserError(f"{args.serve_sh}: no such file")
     values, overrides = _config_values(config)
     per_request = per_request_setting(values, overrides, _per_request_flag())
     budget = parse_duration(args.budget) if args.budget else None
-    graphs = _graph_candidate(config, values, box_for(values.get("DEVICE", "rocm")).kind, not args.no_graphs)
-    plan = build_plan(values, budget, args.slo, per_request, _verify_k_limit(values), _projection(args), graphs)
-    out = args.out or Path(f"qualify-{config.name.removesuffix('.env')}")
+    if args.candidates:
+        plan = _shootout(args, values, per_request, budget)
+    else:
+        graphs = _graph_candidate(config, values, box_for(values.get("DEVICE", "rocm")).kind, not args.no_graphs)
+        plan = build_plan(values, budget, args.slo, per_request, _verify_k_limit(values), _projection(args), graphs)
+    out = args.out or Path(f"qualify-{config.name.removesuffix('.env')}{'-shootout' if args.candidates else ''}")
     serve = SERVE_COMMAND if args.serve_sh is None else (str(args.serve_sh.resolve()),)
     ctx = Context(
         config=config.resolve(),
@@ -234,6 +263,7 @@ def main(args: QualifyOptions) -> int:
             candidate_env=list(ctx.candidate_env), k_values=list(plan.k_values), sessions=list(plan.sessions),
             bench_args=list(plan.bench_args), server_env=list(plan.server_env), projection=list(plan.projection),
             graphs=list(plan.graph_overrides),
+            candidates={c.path: Path(c.path).read_text(encoding="utf-8") for c in plan.candidates},
         )  # fmt: skip
         fresh = QualifyState(signature=signature, plan=plan).at(ctx.out)
         fresh.refuse_foreign_out()
@@ -270,6 +300,8 @@ def _run(ctx: Context, state: QualifyState, args: QualifyOptions) -> int:
     began = state.begin("report")
     path, code, plots = report.write_report(ctx.out, state, args.config, plots=not args.no_plots)
     copied = bundle.copy_results(ctx.out, args.config)
+    for c in ctx.plan.candidates:  # a shoot-out's candidates: their own k values, named for their configs
+        copied += bundle.copy_results(ctx.out, c.config, ctx.candidate(c.name).grid_dir)
     state.record(path, *plots, *copied)
     outputs = StepOutputs(files=[p.relative_to(ctx.out).as_posix() for p in (path, *plots, *copied)], exit_code=code)
     state.finish("report", DONE, began, f"report.md, {len(plots)} plot(s), {len(copied)} result file(s)", outputs)

@@ -183,3 +183,30 @@ class Advisor(Document):
     per_position: list[float]
     recommendations: dict[str, Recommendation]
     lines: list[str]
+
+
+class RankRow(Model):
+    rank: int | None  # None: not ranked (the note says why)
+    candidate: str
+    config: str
+    method: str
+    k: int
+    lossless: str  # the candidate's verdict: PASS, FAIL, NOT RUN
+    output_tok_s: float | None
+    output_goodput: float | None
+    attainment: float | None
+    speedup: MatchedRow | None  # over the reference at the matched concurrency, with its interval
+    tau: float | None
+    per_position: list[float]
+    advisor_k: int | None  # the advisor's k for this drafter at the matched concurrency
+    note: str = ""
+
+
+class Shootout(Document):
+    """shootout.json: the candidates of a shoot-out ranked at the concurrency every one was measured at."""
+
+    SCHEMA = "kimi-dflash/qualify-shootout"
+    WHAT = "shoot-out ranking"
+    sessions: int | None  # the matched concurrency (None: no common one)
+    ranked_by: str
+    rows: list[RankRow]

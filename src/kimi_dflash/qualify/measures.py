@@ -1,16 +1,6 @@
-"""What the benchmark's newer result fields say about a qualify grid (pure: results in, JSON-ready rows out).
-
-- per-request acceptance (``LevelResult.spec_per_request``, vLLM's ``metrics.speculative_decoding`` on each reply):
-  per speculative point and concurrency, by turn, by prompt length and by category, with the /metrics counter
-  deltas beside the per-request sums (they must be equal: the same verify steps counted twice);
-- goodput at the SLO (``LevelResult.goodput``) per point and concurrency;
-- the speedup at the SLO: each point's highest concurrency whose attainment reaches the threshold, its output
-  goodput over the reference's at the reference's own sustained concurrency (bench/compare_extras.py's rule);
-- the speedup at matched concurrency with its interval over repeats (bench/intervals.py: significant when the
-  interval excludes 1.0);
-- identical served replies between the reference and each speculative point (``LevelResult.reply_hashes``,
-  keyed repeat/session/k; meaningful at temperature 0 only).
-"""
+"""What the benchmark's newer result fields say about a qualify grid (pure: results in, JSON-ready rows out):
+per-request acceptance, goodput and the speedup at the SLO (bench/compare_extras.py's rule), the speedup at matched
+concurrency with its interval over repeats (bench/intervals.py), identical served replies at T=0."""
 
 from __future__ import annotations
 
@@ -56,7 +46,7 @@ def _levels(result: BenchmarkResult) -> dict[int, LevelResult]:
     return {level.sessions: level for level in result.results if not level.partial}
 
 
-def _levels_of(points: dict[int, BenchmarkResult], k: int) -> dict[int, LevelResult]:
+def levels_of(points: dict[int, BenchmarkResult], k: int) -> dict[int, LevelResult]:
     """The finished levels of the grid point for ``k``, by concurrency (empty when that point did not finish)."""
     return _levels(points[k]) if k in points else {}
 
@@ -192,7 +182,7 @@ def projection_rows(
     The acceptance length the server counted is shown against the one the rates imply (1 + sum): they agree when
     vLLM's sampler did what was asked, so the projection checks itself."""
     points = by_k(results)
-    reference, candidate = _levels_of(points, 0), _levels_of(points, candidate_k)
+    reference, candidate = levels_of(points, 0), levels_of(points, candidate_k)
     expected_tau = 1.0 + sum(rates)
     rows = []
     for sessions, level in _levels(projection).items():
@@ -221,7 +211,7 @@ def graph_rows(results: Results, graphs: BenchmarkResult, candidate_k: int) -> l
     same concurrency, with the ratios over each, and its acceptance (graphs change kernels, not the drafter's
     proposals: acceptance should match the eager candidate's up to near-tie flips)."""
     points = by_k(results)
-    reference, eager = _levels_of(points, 0), _levels_of(points, candidate_k)
+    reference, eager = levels_of(points, 0), levels_of(points, candidate_k)
     rows = []
     for sessions, level in _levels(graphs).items():
         base, measured = reference.get(sessions), eager.get(sessions)

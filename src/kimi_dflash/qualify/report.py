@@ -14,19 +14,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_dflash.bench import columns
+from kimi_dflash.bench.result import BenchmarkResult
 from kimi_dflash.core.formatting import general, markdown_table, number, percent, ratio
 from kimi_dflash.fp8.validate import Fp8Summary
 from kimi_dflash.qualify import figures, measures, report_sections
-from kimi_dflash.qualify.documents import Acceptance, Advisor, Goodput, Graphs, PerRequest, Projection
+from kimi_dflash.qualify.documents import Acceptance, Advisor, Goodput, Graphs, PerRequest, Projection, Shootout
 from kimi_dflash.qualify.documents import ReplyIdentityRow as ReplyRow
 from kimi_dflash.qualify.environment import Environment
 from kimi_dflash.qualify.lossless import LosslessVerdict
-from kimi_dflash.qualify.plan import SPEC_TOKENS
+from kimi_dflash.qualify.plan import SPEC_TOKENS, Candidate
 from kimi_dflash.qualify.state import FAILED, QualifyState
 from kimi_dflash.results_doc import ReportedFigures, recipe_figures
 from kimi_dflash.sweep import aggregate
 
 EXIT_PASS, EXIT_INFRA, EXIT_VERDICT_FAIL = 0, 1, 2
+OVERALL = {EXIT_PASS: "PASS", EXIT_VERDICT_FAIL: "FAIL", EXIT_INFRA: "INCOMPLETE"}
 NOT_RUN = "NOT RUN"
 
 
@@ -37,17 +39,27 @@ class Verdict:
     detail: str
 
 
-def verdicts(out: Path, state: QualifyState) -> list[Verdict]:
-    found = []
+def _lossless(out: Path, state: QualifyState, name: str = "lossless (T=0 token identity)") -> Verdict:
     lossless = LosslessVerdict.load_or_none(out / "lossless" / "verdict.json")
     if lossless is None:
         why = state.steps["candidate"].detail if "candidate" in state.steps else "the candidate step did not run"
-        found.append(Verdict("lossless (T=0 token identity)", NOT_RUN, why))
-    else:
-        agreement = lossless.agreement
-        detail = (f"{agreement.identical}/{agreement.prompts} outputs token-identical to the reference (up to "
-                  f"{lossless.max_tokens} tokens each)")  # fmt: skip
-        found.append(Verdict("lossless (T=0 token identity)", lossless.verdict, detail))
+        return Verdict(name, NOT_RUN, why)
+    agreement = lossless.agreement
+    detail = (f"{agreement.identical}/{agreement.prompts} outputs token-identical to the reference (up to "
+              f"{lossless.max_tokens} tokens each)")  # fmt: skip
+    return Verdict(name, lossless.verdict, detail)
+
+
+def candidate_view(out: Path, state: QualifyState, candidate: Candidate) -> tuple[Path, QualifyState]:
+    """A shoot-out candidate's directory and the run's state as its own: its plan, its steps without the prefix."""
+    prefix = f"{candidate.name}/"
+    steps = {name.removeprefix(prefix): s for name, s in state.steps.items() if name.startswith(prefix)}
+    return out / "candidates" / candidate.name, state.model_copy(update={"plan": candidate.plan, "steps": steps})
+
+
+def verdicts(out: Path, state: QualifyState) -> list[Verdict]:
+    found = [_lossless(*candidate_view(out, state, c), f"`{c.config}` lossless (T=0 token identity)")
+             for c in state.plan.candidates] or [_lossless(out, state)]  # fmt: skip
     if state.plan.fp8_kv:
         fp8 = Fp8Summary.load_or_none(out / "fp8.json")
         if fp8 is None:
@@ -69,7 +81,7 @@ def exit_code(found: Sequence[Verdict], state: QualifyState) -> int:
     return EXIT_PASS
 
 
-def _divergence_lines(out: Path) -> list[str]:
+def _divergence_lines(out: Path, of: str = "") -> list[str]:
     lossless = LosslessVerdict.load_or_none(out / "lossless" / "verdict.json")
     d = lossless.first_divergence if lossless else None
     if d is None:
@@ -77,7 +89,7 @@ def _divergence_lines(out: Path) -> list[str]:
     prompt = d.prompt.replace("\n", " ")[:80]
     return [
         "",
-        f"First divergence: prompt {d.prompt_index} ({prompt!r}), output token {d.position} "
+        f"First divergence{of}: prompt {d.prompt_index} ({prompt!r}), output token {d.position} "
         f"(text decoded with {d.decoded_with}):",
         "",
         f"- after: `{d.shared_text}`" if d.shared_text is not None else "- after: (other tokenizer)",
@@ -148,39 +160,26 @@ def _why_not(state: QualifyState, step: str) -> str:
     return f"the {step} step did not run"
 
 
-def render(
-    out: Path,
-    state: QualifyState,
-    found: Sequence[Verdict],
-    cells: Sequence[aggregate.Cell],
-    plots: Sequence[Path],
-    config: str,
-    replies: Sequence[ReplyRow] = (),
-) -> str:
+def _head(out: Path, state: QualifyState, found: Sequence[Verdict], title: str) -> tuple[list[str], str]:
+    """The title with the overall verdict, the box, and the verdicts; and the box in words."""
     env = Environment.load_or_none(out / "environment.json")
     device, versions = "?, ?", ""
     if env is not None:
         device = f"{env.host.hostname}, {', '.join(env.accelerators) or env.host.cpu or '?'}"
         versions = ", ".join(f"{k} {v}" for k, v in env.versions.items() if v)
-    code = exit_code(found, state)
-    overall = {EXIT_PASS: "PASS", EXIT_VERDICT_FAIL: "FAIL", EXIT_INFRA: "INCOMPLETE"}[code]
-    lines = [
-        f"# Qualification of `{config}`: {overall}",
-        "",
-        f"Box: {device}. Versions: {versions or 'unknown'}. Full environment: `environment.json`.",
-        "",
-        "## Verdicts",
-        "",
-    ]
+    lines = [f"# {title}: {OVERALL[exit_code(found, state)]}", "",
+             f"Box: {device}. Versions: {versions or 'unknown'}. Full environment: `environment.json`.", "",
+             "## Verdicts", ""]  # fmt: skip
     if state.server_left:
         lines += [f"- **A server of this run is still running** — {state.server_left}. The run stopped there.", ""]
-    lines += [f"- **{v.name}: {v.status}** — {v.detail}" for v in found]
-    lines += report_sections.reply_identity_lines(replies)
-    lines += _divergence_lines(out)
-    lines += ["", *_recommendation_lines(out), ""]
+    return lines + [f"- **{v.name}: {v.status}** — {v.detail}" for v in found], device
+
+
+def _measured(out: Path, state: QualifyState, cells: Sequence[aggregate.Cell]) -> dict[str, list[str]]:
+    """The sections the grid's measures fill: a run's, or a shoot-out candidate's (beside the reference's k=0)."""
     plan, speedups = state.plan, Goodput.load_or_none(out / "goodput.json")
     matched = aggregate.render_table(cells).rstrip() if cells else "*(no grid point finished)*"
-    sections = {
+    return {
         "## Acceptance by draft position": _acceptance_table(Acceptance.load_or_none(out / "acceptance.json")),
         "## Per-request acceptance": report_sections.per_request_section(
             PerRequest.load_or_none(out / "per_request.json"), plan.spec_tokens, _why_not(state, "per_request")
@@ -195,6 +194,34 @@ def render(
             speedups, _why_not(state, "goodput")
         ),
         "## Goodput at the SLO": report_sections.goodput_section(speedups, _why_not(state, "goodput")),
+    }
+
+
+def _sections(sections: dict[str, list[str]], deeper: str = "") -> list[str]:
+    return [line for title, body in sections.items() if body for line in (deeper + title, "", *body, "")]
+
+
+def _steps_and_exit(state: QualifyState, found: Sequence[Verdict]) -> list[str]:
+    steps = [[name, step.status, number(step.duration_s, 0, " s"), step.detail.replace("\n", " ")[:300]]
+             for name, step in state.steps.items()]  # fmt: skip
+    code = exit_code(found, state)
+    return [
+        "## Steps", "", *markdown_table(["step", "status", "time", "detail"], "llrl", steps), "",
+        f"Exit code {code} ({OVERALL[code]}). Raw files: `grid/*.json` (one benchmark result per k), "
+        "`results/` (the same, named for benchmarks/results/), `lossless/`, `graphs/` and `projection/` (when "
+        "measured), `candidates/<name>/` (a shoot-out's), `state.json`.",
+        "",
+    ]  # fmt: skip
+
+
+def render(out: Path, state: QualifyState, found: Sequence[Verdict], cells: Sequence[aggregate.Cell],
+           plots: Sequence[Path], config: str, replies: Sequence[ReplyRow] = ()) -> str:  # fmt: skip
+    lines, device = _head(out, state, found, f"Qualification of `{config}`")
+    lines += report_sections.reply_identity_lines(replies)
+    lines += _divergence_lines(out)
+    lines += ["", *_recommendation_lines(out), ""]
+    sections = {
+        **_measured(out, state, cells),
         "## Graph-mode candidate": report_sections.graphs_section(
             Graphs.load_or_none(out / "graphs.json"), _why_not(state, "graphs")
         ),
@@ -204,18 +231,42 @@ def render(
         "## The recipe's published MI300X figures beside this run": _recipe_table(recipe_figures(), cells, device),
         "## Plots": [f"![{p.stem}]({p.name})" for p in plots],
     }
-    for title, body in sections.items():
-        lines += [title, "", *body, ""] if body else []
-    steps = [[name, step.status, number(step.duration_s, 0, " s"), step.detail.replace("\n", " ")[:300]]
-             for name, step in state.steps.items()]  # fmt: skip
-    lines += ["## Steps", "", *markdown_table(["step", "status", "time", "detail"], "llrl", steps), ""]
-    lines += [
-        f"Exit code {code} ({overall}). Raw files: `grid/*.json` (one benchmark result per k), "
-        "`results/` (the same, named for benchmarks/results/), `lossless/`, `graphs/` and `projection/` (when "
-        "measured), `state.json`.",
-        "",
-    ]
-    return "\n".join(lines)
+    return "\n".join(lines + _sections(sections) + _steps_and_exit(state, found))
+
+
+def render_shootout(out: Path, state: QualifyState, found: Sequence[Verdict], config: str,
+                    candidates: Sequence[tuple[list[tuple[str, BenchmarkResult]], list[Path]]]) -> str:  # fmt: skip
+    """A shoot-out: the verdicts per candidate, the ranking, then each candidate's measures beside the reference's
+    (``candidates``: per candidate of the plan, its results with the reference's, and its plots)."""
+    names = ", ".join(f"`{c.config}`" for c in state.plan.candidates)
+    lines, device = _head(out, state, found, f"Shoot-out of {names} against `{config}` without speculation")
+    for c in state.plan.candidates:
+        lines += _divergence_lines(out / "candidates" / c.name, f" of `{c.config}`")
+    ranking = Shootout.load_or_none(out / "shootout.json")
+    lines += ["", "## Ranking", "", *report_sections.ranking_section(ranking, _why_not(state, "ranking")), ""]
+    for c, (results, plots) in zip(state.plan.candidates, candidates):
+        directory, view = candidate_view(out, state, c)
+        cells = aggregate.cells(results)
+        lines += [f"## Candidate `{c.config}`: SPECULATIVE_METHOD={c.plan.method}, k={c.plan.spec_tokens}", "",
+                  *report_sections.reply_identity_lines(measures.reply_identity(results)),
+                  *_recommendation_lines(directory), ""]  # fmt: skip
+        sections = {
+            **_measured(directory, view, cells),
+            "## The recipe's published MI300X figures beside this candidate": _recipe_table(
+                recipe_figures(), cells, device
+            ),
+            "## Plots": [f"![{p.stem}]({p.relative_to(out).as_posix()})" for p in plots],
+        }
+        lines += _sections(sections, "#")
+    return "\n".join(lines + _steps_and_exit(state, found))
+
+
+def _plots(directory: Path, cells: Sequence[aggregate.Cell], plots: bool) -> list[Path]:
+    """The plots of a grid (written when ``plots``; else those already there: a rewrite, or --no-plots)."""
+    if not plots:
+        return [directory / n for n in figures.PLOT_FILES if (directory / n).is_file()]
+    acceptance = Acceptance.load_or_none(directory / "acceptance.json")
+    return figures.write_all(cells, acceptance.rows if acceptance else [], directory)
 
 
 def write_report(out: Path, state: QualifyState, config: str, plots: bool = True) -> tuple[Path, int, list[Path]]:
@@ -223,15 +274,18 @@ def write_report(out: Path, state: QualifyState, config: str, plots: bool = True
     from kimi_dflash.sweep.state import finished_results
 
     results = [(path.stem, result) for path, result in finished_results(out / "grid")]
-    cells = aggregate.cells(results)
-    acceptance = Acceptance.load_or_none(out / "acceptance.json")
-    rows = acceptance.rows if acceptance else []
-    if plots:
-        written = figures.write_all(cells, rows, out)
-    else:  # a rewrite (or --no-plots): list the plots already there
-        written = [out / n for n in figures.PLOT_FILES if (out / n).is_file()]
-    found = verdicts(out, state)
+    found, written = verdicts(out, state), []
+    if state.plan.candidates:
+        candidates = []
+        for c in state.plan.candidates:
+            own = results + [(p.stem, r) for p, r in finished_results(out / "candidates" / c.name / "grid")]
+            candidates.append((own, _plots(out / "candidates" / c.name, aggregate.cells(own), plots)))
+            written += candidates[-1][1]
+        text = render_shootout(out, state, found, config, candidates)
+    else:
+        cells = aggregate.cells(results)
+        written = _plots(out, cells, plots)
+        text = render(out, state, found, cells, written, config, measures.reply_identity(results))
     path = out / "report.md"
-    replies = measures.reply_identity(results)
-    write_text_atomic(path, render(out, state, found, cells, written, config, replies))
+    write_text_atomic(path, text)
     return path, exit_code(found, state), written

@@ -8,7 +8,16 @@ from collections.abc import Sequence
 
 from kimi_dflash.bench.columns import ACCEPTANCE_LENGTH, ACCEPTANCE_RATE, OUTPUT_GOODPUT, OUTPUT_TOK_S, SLO_ATTAINMENT
 from kimi_dflash.core.formatting import MISSING, general, interval, markdown_table, percent, ratio
-from kimi_dflash.qualify.documents import Goodput, Graphs, Group, MatchedRow, PerRequest, Projection, ReplyIdentityRow
+from kimi_dflash.qualify.documents import (
+    Goodput,
+    Graphs,
+    Group,
+    MatchedRow,
+    PerRequest,
+    Projection,
+    ReplyIdentityRow,
+    Shootout,
+)
 
 LIMITS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2el_s": "E2EL", "user_tok_s": "per-user tok/s"}
 tau, alpha, tok_s = ACCEPTANCE_LENGTH.fmt, ACCEPTANCE_RATE.fmt, OUTPUT_TOK_S.fmt  # as the level tables show them
@@ -188,3 +197,22 @@ def graphs_section(doc: Graphs | None, why_not: str) -> list[str]:
               tok_s(r.reference_tok_s), ratio(r.speedup_vs_reference)]
              for r in sorted(doc.rows, key=lambda r: r.sessions)]  # fmt: skip
     return [*lines, "", *markdown_table(header, "rrrlrrrr", table)]
+
+
+def ranking_section(doc: Shootout | None, why_not: str) -> list[str]:
+    """A shoot-out's candidates ranked at the matched concurrency; one that is not lossless is listed, never ranked."""
+    if not doc or not doc.rows:
+        return [f"*(not ranked: {why_not})*"]
+    header = ["rank", "candidate", "method", "k", "lossless", OUTPUT_GOODPUT.header, OUTPUT_TOK_S.header,
+              "speedup vs k=0 (interval)", "τ", "acceptance by position", "advisor's k", "note"]  # fmt: skip
+    table = [[r.rank or "—", f"`{r.config}`", r.method, r.k, r.lossless, OUTPUT_GOODPUT.fmt(r.output_goodput),
+              tok_s(r.output_tok_s), f"{ratio(r.speedup.speedup)} ({interval(r.speedup.low, r.speedup.high)})"
+              if r.speedup else MISSING, tau(r.tau), " / ".join(map(alpha, r.per_position)) or MISSING,
+              MISSING if r.advisor_k is None else r.advisor_k, r.note] for r in doc.rows]  # fmt: skip
+    return [
+        f"Each candidate at its own k; {doc.ranked_by}. The speedup is its output tok/s over the reference's "
+        "(the CONFIG without speculation) at that concurrency, with its 95 % interval over repeats; the advisor's k "
+        "is what it recommends for that drafter there. Its own sections below hold every level.",
+        "",
+        *markdown_table(header, "rllrlrrllllr"[:-1] + "l", table),
+    ]

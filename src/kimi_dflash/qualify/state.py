@@ -31,6 +31,7 @@ class QualifySignature(Model):
     server_env: list[tuple[str, str]] = []
     projection: list[float] = []
     graphs: list[tuple[str, str]] = []
+    candidates: dict[str, str] = {}  # a shoot-out's candidate configs: path -> text
 
 
 class QualifyState(RunState):

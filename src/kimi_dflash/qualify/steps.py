@@ -9,6 +9,7 @@ table or advisor fit may ever read a projected figure).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from collections.abc import Callable
@@ -53,6 +54,19 @@ class Context:
     # Lists files in the run's manifest (RunState.record): the archive packs exactly those. A file is listed
     # before it is written, so one a failing step leaves behind (a server log) is packed too.
     record: Callable[..., None] = lambda *paths: None
+    reference_out: Path | None = None  # a shoot-out candidate's: the run's OUT, which holds the reference's files
+    same_target: bool = True  # serves the reference's model (its tokenizer decodes both sides of a divergence)
+
+    def candidate(self, name: str) -> Context:
+        """A shoot-out candidate's context: its config and plan, its files in OUT/candidates/<name>/."""
+        c = next(c for c in self.plan.candidates if c.name == name)
+        return dataclasses.replace(self, config=Path(c.path), config_as_given=c.config, plan=c.plan,
+                                   out=self.out / "candidates" / name, reference_out=self.out,
+                                   same_target=c.same_target)  # fmt: skip
+
+    @property
+    def reference_outputs(self) -> Path:
+        return (self.reference_out or self.out) / "lossless" / "reference.json"
 
     @property
     def grid_dir(self) -> Path:
@@ -81,7 +95,8 @@ class Context:
     def points(self, points: list[Point] | None = None, out: Path | None = None) -> PointPlan:
         """The grid's points in grid/ (or ``points`` in ``out``), each file they write listed in the manifest."""
         plan = PointPlan(config=self.config, serve_command=self.serve_command, sessions=self.plan.sessions,
-                         points=points or [self.point(k) for k in self.plan.k_values], out=out or self.grid_dir,
+                         points=points or [self.point(k) for k in self.plan.k_values if k or not self.reference_out],
+                         out=out or self.grid_dir,
                          bench_args=list(self.plan.bench_args), config_as_given=self.config_as_given,
                          server_env=self.plan.server_env)  # fmt: skip
         plan.out.mkdir(parents=True, exist_ok=True)
@@ -119,7 +134,8 @@ def environment_step(ctx: Context) -> Outcome:
 
 def preflight_step(ctx: Context) -> Outcome:
     """Preflight as `serve.sh --preflight` runs it: the machine checks and the compatibility check of the installed
-    vLLM with the runtime-trap rules. Any FAIL stops the run before a server starts."""
+    vLLM with the runtime-trap rules, for the config and each shoot-out candidate's. Any FAIL stops the run before a
+    server starts."""
     from kimi_dflash.config.problems import ConfigError
     from kimi_dflash.config.validate import load_config
     from kimi_dflash.launch import hooks
@@ -127,14 +143,17 @@ def preflight_step(ctx: Context) -> Outcome:
     from kimi_dflash.launch.serve_sh import free_port
 
     lines: list[str] = []
-    try:
-        # The port is picked per server by qualify: check one that is free, not the config's.
-        config = load_config(ctx.config, environ={**os.environ, "PORT": str(free_port())})
-        config = resolve_demo_models(config, create=True, say=lines.append)
-        ok = hooks.preflight(config, local_plan(config), fix_numa=False, say=lines.append)
-    except ConfigError as error:
-        lines.extend(p.render() for p in error.problems)
-        ok = False
+    ok = True
+    for path in (ctx.config, *(Path(c.path) for c in ctx.plan.candidates)):
+        lines += [f"== {path.name}"] if ctx.plan.candidates else []
+        try:
+            # The port is picked per server by qualify: check one that is free, not the config's.
+            config = load_config(path, environ={**os.environ, "PORT": str(free_port())})
+            config = resolve_demo_models(config, create=True, say=lines.append)
+            ok = hooks.preflight(config, local_plan(config), fix_numa=False, say=lines.append) and ok
+        except ConfigError as error:
+            lines.extend(p.render() for p in error.problems)
+            ok = False
     path, text = ctx.out / "preflight.txt", "\n".join(lines)
     ctx.write_text(path, text + "\n")
     failing = [line for line in text.splitlines() if "FAIL" in line]
@@ -178,7 +197,7 @@ def _against_reference(ctx: Context, own: Path, verdict: Path, same_tokenizer: b
 
     def compare(url: str) -> None:
         _shipped_outputs(ctx, own, url)
-        reference = ctx.lossless_dir / "reference.json"
+        reference = ctx.reference_outputs
         if not reference.is_file():
             raise FileNotFoundError(f"no reference outputs (the reference step failed): {what} not judged")
         judged = lossless.compare(GreedyOutputs.load(reference), GreedyOutputs.load(own), url, same_tokenizer)
@@ -211,7 +230,7 @@ def reference_step(ctx: Context) -> Outcome:
 def candidate_step(ctx: Context) -> Outcome:
     """The config as given: its greedy outputs compared token by token with the reference's, then its benchmark."""
     cand_path, verdict_path = ctx.lossless_dir / "candidate.json", ctx.lossless_dir / "verdict.json"
-    same_tokenizer = not any(key in MODEL_KEYS for key, _ in ctx.candidate_env)
+    same_tokenizer = ctx.same_target and not any(key in MODEL_KEYS for key, _ in ctx.candidate_env)
     hook = (
         None if verdict_path.is_file() else _against_reference(ctx, cand_path, verdict_path, same_tokenizer, "lossless")
     )
@@ -336,7 +355,9 @@ def synthetic_step(ctx: Context) -> Outcome:
 
 
 def grid_results(ctx: Context) -> Results:
-    return [(path.stem, result) for path, result in points_state.finished_results(ctx.grid_dir)]
+    """The grid's results; a shoot-out candidate's with the reference's (k=0) first."""
+    grids = ([ctx.reference_out / "grid"] if ctx.reference_out else []) + [ctx.grid_dir]
+    return [(path.stem, result) for grid in grids for path, result in points_state.finished_results(grid)]
 
 
 def _written(ctx: Context, name: str, document: Document, rows: int, detail: str) -> Outcome:
@@ -431,6 +452,22 @@ def advisor_step(ctx: Context) -> Outcome:
     return _written(ctx, "advisor.json", document, len(best), summary + note)
 
 
+def ranking_step(ctx: Context) -> Outcome:
+    """A shoot-out's candidates ranked at the matched concurrency (qualify/shootout.py) -> shootout.json."""
+    from kimi_dflash.qualify import shootout
+
+    measured = []
+    for c in ctx.plan.candidates:
+        sub = ctx.candidate(c.name)
+        measured.append(shootout.Measured(c, grid_results(sub), LosslessVerdict.load_or_none(sub.lossless_dir /
+                        "verdict.json"), Advisor.load_or_none(sub.out / "advisor.json")))  # fmt: skip
+    document = shootout.rank(ctx.plan.slo, measured)
+    ranked = [f"{r.rank}. {r.candidate}" for r in document.rows if r.rank is not None]
+    if not ranked:
+        return Outcome(FAILED, f"no candidate ranked: {'; '.join(f'{r.candidate}: {r.note}' for r in document.rows)}")
+    return _written(ctx, "shootout.json", document, len(ranked), f"{document.ranked_by}: {', '.join(ranked)}")
+
+
 STEPS: dict[str, Callable[[Context], Outcome]] = {
     "environment": environment_step,
     "preflight": preflight_step,
@@ -444,10 +481,17 @@ STEPS: dict[str, Callable[[Context], Outcome]] = {
     "goodput": goodput_step,
     "advisor": advisor_step,
     "synthetic": synthetic_step,
+    "ranking": ranking_step,
 }
 
 
 def step_units(ctx: Context) -> list[Unit]:
-    """The plan's steps (the report aside) as units of the run; a step's function is looked up when it runs."""
-    return [Unit(s.name, lambda say, name=s.name: STEPS[name](ctx), s.estimate_s, s.runs, s.reason)
-            for s in ctx.plan.steps if s.name in STEPS]  # fmt: skip
+    """The plan's steps (the report aside) as units of the run; a step's function is looked up when it runs. A
+    shoot-out candidate's steps are named <candidate>/<step> and run in its context."""
+    units = []
+    for s in ctx.plan.steps:
+        owner, _, name = s.name.rpartition("/")
+        if name in STEPS:
+            sub = ctx.candidate(owner) if owner else ctx
+            units.append(Unit(s.name, lambda say, n=name, c=sub: STEPS[n](c), s.estimate_s, s.runs, s.reason))
+    return units

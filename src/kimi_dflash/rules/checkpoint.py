@@ -19,6 +19,7 @@ from typing import Any
 SHIPPED: dict[str, str] = {
     "moonshotai/Kimi-K2.6": "kimi-k2.6.json",
     "z-lab/Kimi-K2.5-DFlash": "kimi-k2.5-dflash.json",
+    "z-lab/Kimi-K2.6-DFlash": "kimi-k2.6-dflash.json",  # the same shape as K2.5's (the file says why)
 }
 
 

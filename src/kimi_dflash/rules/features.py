@@ -39,6 +39,7 @@ class Arrival:
 
 INTRODUCED_IN: dict[str, Arrival] = {
     "speculative_method:dflash": Arrival("0.20.0", "0.19.1", "PR #36847"),
+    "speculative_method:dspark": Arrival("0.25.0", "0.24.0", "DSparkModelTypes; Model Runner V2 only"),
     "speculative_config.attention_backend": Arrival(
         "0.21.0", "0.20.2", "PR #39930: the drafter picks its own attention backend"
     ),

@@ -172,7 +172,7 @@ def describe(plan: PointPlan) -> list[str]:
     lines = [f"sweep of {plan.config}: {len(plan.points)} server points x sessions {','.join(map(str, plan.sessions))}"]
     for index, point in enumerate(plan.points, start=1):
         done = "finished" if state.finished_result(plan.out, point) else "to run"
-        env = " ".join(f"{k}={v}" for k, v in point.server_env().items()) or "(no overrides)"
+        env = " ".join(f"{k}={v}" for k, v in plan.env(point).items()) or "(no overrides)"
         lines.append(f"  [{index}] {point.label:<40} serve.sh env: {env:<50} {done}")
     key = "; API key: given (not shown)" if plan.api_key else ""
     lines.append(f"benchmark options: {' '.join(plan.bench_args) or '(defaults)'}{key}; results in {plan.out}")

@@ -37,16 +37,17 @@ class Point:
     def label(self) -> str:
         return " ".join(f"{key}={value}" for key, value in self.overrides) or "(config as is)"
 
-    def server_env(self) -> dict[str, str]:
+    def server_env(self, method: str = "dflash") -> dict[str, str]:
         """Environment overrides for serve.sh. NUM_SPECULATIVE_TOKENS=0 means the autoregressive baseline
-        (SPECULATIVE_METHOD=none); a positive count on a config without speculation turns DFlash on."""
+        (SPECULATIVE_METHOD=none); a positive count serves ``method`` (the config's own; DFlash for a config without
+        speculation)."""
         env = dict(self.overrides)
         if SPEC_TOKENS in env:
             if int(env[SPEC_TOKENS]) == 0:
                 del env[SPEC_TOKENS]
                 env["SPECULATIVE_METHOD"] = "none"
             else:
-                env.setdefault("SPECULATIVE_METHOD", "dflash")
+                env.setdefault("SPECULATIVE_METHOD", method)
         return env
 
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from kimi_dflash.bench.report import write_atomic
@@ -43,8 +44,21 @@ class PointPlan:
     def servers(self) -> ServeSh:
         return ServeSh(self.config, self.out / RECORD_FILE, self.serve_command, self.python)
 
+    @cached_property
+    def spec_method(self) -> str:
+        """The method a positive NUM_SPECULATIVE_TOKENS serves with: the config's own (an EAGLE3 config stays EAGLE3),
+        DFlash for a config without speculation (or one that does not load: serve.sh names its problems)."""
+        from kimi_dflash.config.problems import ConfigError
+        from kimi_dflash.config.validate import load_config
+
+        try:
+            method = load_config(self.config, environ=os.environ).typed.speculative_method
+        except (ConfigError, OSError):
+            return "dflash"
+        return "dflash" if method == "none" else method
+
     def env(self, point: Point) -> dict[str, str]:
-        return {**dict(self.server_env), **point.server_env()}
+        return {**dict(self.server_env), **point.server_env(self.spec_method)}
 
 
 def _failed(plan: PointPlan, point: Point, stage: str, detail: str, log_tail: list[str]) -> Outcome:

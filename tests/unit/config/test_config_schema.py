@@ -79,6 +79,13 @@ def test_options_and_speculative_fields_belong_to_one_key_each() -> None:
     assert len(flags) == len(set(flags)) and len(fields) == len(set(fields))
 
 
+def test_every_speculative_method_is_one_vllm_keeps_whatever_the_drafters_path_says() -> None:
+    """vLLM 0.32 guesses the method from the drafter's path ("eagle3" or "dflash" anywhere in it) unless the method
+    is eagle, eagle3, dflash or dspark (config/speculative.py ~l.1326-1343): a choice outside them (draft_model)
+    would be served as another method from a path such as ~/.cache/kimi-dflash/... (docs/qualify.md)."""
+    assert set(KEYS_BY_NAME["SPECULATIVE_METHOD"].choices) - {"none"} <= {"eagle", "eagle3", "dflash", "dspark"}
+
+
 def test_the_demo_choices_are_the_catalogs() -> None:
     assert KEYS_BY_NAME["FABRICATE_DEMO_MODELS"].choices == (NO_DEMO, *DEMO_CHOICES)
 

@@ -153,4 +153,6 @@ def test_a_qualify_run_terminated_in_a_step_exits_143_and_the_resume_redoes_that
         "reference: done in an earlier run" not in second.stderr
         and "environment: done in an earlier run" in second.stderr
     )
-    assert set(fakes()) <= set(json.loads((out / "state.json").read_text())["steps"])
+    assert set(fakes()) - {"ranking"} <= set(
+        json.loads((out / "state.json").read_text())["steps"]
+    )  # ranking: a shoot-out's

@@ -1,0 +1,167 @@
+"""A drafter shoot-out: several candidate configs against one reference in one qualify run (pure: configs in, a plan
+out; measured files in, a ranking out).
+
+The reference (the qualify CONFIG with SPECULATIVE_METHOD=none) serves its greedy outputs and its benchmark once.
+Each candidate then runs qualify's own steps in OUT/candidates/<name>/ (candidate, grid, acceptance, per_request,
+goodput, advisor: steps.Context.candidate), judged against the reference's stored outputs and k=0 result; the
+ranking step orders them at the matched concurrency (the highest one the reference and every candidate measured).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from kimi_dflash.bench.goodput import describe, parse_slo
+from kimi_dflash.core.errors import UserError
+from kimi_dflash.qualify import measures
+from kimi_dflash.qualify.documents import Advisor, RankRow, Shootout
+from kimi_dflash.qualify.lossless import LosslessVerdict
+from kimi_dflash.qualify.plan import (
+    Candidate,
+    PerRequest,
+    QualifyPlan,
+    Step,
+    _sessions_for,
+    _steps,
+    bench_args,
+    box_for,
+    build_plan,
+    check_slo,
+)
+from kimi_dflash.qualify.steps import MODEL_KEYS
+
+CANDIDATE_STEPS = ("candidate", "grid", "acceptance", "per_request", "goodput", "advisor")
+UNBOUNDED = 1e9  # a candidate's own plan is never trimmed alone: the shoot-out trims across candidates
+
+
+@dataclass(frozen=True)
+class CandidateConfig:
+    config: str  # as given
+    path: Path
+    values: Mapping[str, str]
+    k_limit: tuple[int, str] | None = None  # the AITER MLA verify cap on the serving vLLM (qualify/cli.py)
+
+    @property
+    def name(self) -> str:
+        return self.path.name.removesuffix(".env")
+
+
+def build_shootout(values: Mapping[str, str], configs: Sequence[CandidateConfig], budget_s: float | None = None,
+                   slo: str | None = None, per_request: PerRequest | None = None) -> QualifyPlan:  # fmt: skip
+    """The shoot-out's plan: the reference's steps, then each candidate's (named <candidate>/<step>), the ranking.
+    Every candidate is measured at the same concurrency levels (those every config's MAX_NUM_SEQS allows). The budget
+    trims the candidates' extra k values (largest first), then the lowest concurrency levels; never a candidate."""
+    device = values.get("DEVICE", "rocm")
+    box, names = box_for(device), [c.name for c in configs]
+    for c in configs:
+        if names.count(c.name) > 1:
+            raise UserError(f"--candidates: two candidates are named {c.name}; give each config its own file name.")
+        if c.values.get("DEVICE", "rocm") != device:
+            raise UserError(f"--candidates {c.config}: DEVICE={c.values.get('DEVICE', 'rocm')} but the reference's is "
+                            f"{device}; a shoot-out compares drafters on one box.")  # fmt: skip
+    slo_text, per_request = check_slo(slo, box), per_request or PerRequest(False, "not probed")
+    seqs = min(int(v.get("MAX_NUM_SEQS") or max(box.sessions_levels)) for v in (values, *(c.values for c in configs)))
+    sessions, trimmed = _sessions_for(box, seqs), []
+    budget = box.default_budget_s if budget_s is None else budget_s
+
+    def own_plan(c: CandidateConfig, extra_k: Sequence[int] | None) -> QualifyPlan:
+        try:
+            plan = build_plan(c.values, UNBOUNDED, slo, per_request, c.k_limit, extra_k=extra_k,
+                              sessions_levels=sessions)  # fmt: skip
+        except UserError as exc:
+            raise UserError(f"--candidates {c.config}: {exc}") from None
+        return dataclasses.replace(plan, budget_s=budget)
+
+    extras = {c.name: list(own_plan(c, None).k_values[2:]) for c in configs}
+    fp8 = str(values.get("KV_CACHE_DTYPE", "auto")).startswith("fp8")
+
+    def make() -> QualifyPlan:
+        candidates = tuple(Candidate(c.name, c.config, str(c.path), _same_target(values, c.values),
+                                     own_plan(c, extras[c.name])) for c in configs)  # fmt: skip
+        base = {s.name: s for s in _steps(box, 0, fp8, (0,), sessions, slo_text, per_request)}
+        preflight = base["preflight"]
+        preflight = dataclasses.replace(preflight, estimate_s=box.preflight_s * (1 + len(configs)),
+                                        title=f"{preflight.title}: the reference and each candidate")  # fmt: skip
+        steps = (base["environment"], preflight, base["reference"], base["fp8"],
+                 *(dataclasses.replace(s, name=f"{c.name}/{s.name}") for c in candidates for s in c.plan.steps
+                   if s.name in CANDIDATE_STEPS),
+                 Step("ranking", "rank the candidates by goodput and tok/s at the matched concurrency", 1.0),
+                 base["report"])  # fmt: skip
+        excluded = tuple(f"{c.name}: {e}" for c in candidates for e in c.plan.excluded)
+        return QualifyPlan(box, budget, 0, fp8, (0,), tuple(sessions), bench_args(box, slo_text),
+                           steps, tuple(trimmed), slo_text, per_request.server_env, excluded,
+                           method=values.get("SPECULATIVE_METHOD", "none"), candidates=candidates)  # fmt: skip
+
+    plan = make()
+    while not plan.within_budget:
+        largest = max(((k, name) for name, ks in extras.items() for k in ks), default=None)
+        if largest is not None:
+            extras[largest[1]].remove(largest[0])
+            trimmed.append(f"{largest[1]}: k={largest[0]}")
+        elif len(sessions) > 1:
+            trimmed.append(f"{sessions.pop(0)} sessions")
+        else:
+            break
+        plan = make()
+    return plan
+
+
+def _same_target(reference: Mapping[str, str], candidate: Mapping[str, str]) -> bool:
+    return all(reference.get(key) == candidate.get(key) for key in MODEL_KEYS)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What a candidate's steps left: its grid results (the reference's k=0 first), lossless verdict, advisor."""
+
+    candidate: Candidate
+    results: measures.Results
+    verdict: LosslessVerdict | None
+    advisor: Advisor | None
+
+
+def matched_sessions(measured: Sequence[Measured]) -> int | None:
+    """The highest concurrency the reference and every lossless candidate (at its own k) finished."""
+    common: set[int] | None = None
+    for m in (m for m in measured if m.verdict is not None and m.verdict.verdict == "PASS"):
+        points = measures.by_k(m.results)
+        mine = set(measures.levels_of(points, 0)) & set(measures.levels_of(points, m.candidate.plan.spec_tokens))
+        common = mine if common is None else common & mine
+    return max(common) if common else None
+
+
+def rank(slo: str, measured: Sequence[Measured]) -> Shootout:
+    """Each candidate at its own k and the matched concurrency: lossless first (a candidate that is not is never
+    ranked), then by output goodput at the SLO, then by output tok/s (tok/s alone with --slo none)."""
+    sessions, rows = matched_sessions(measured), []
+    for m in measured:
+        k = m.candidate.plan.spec_tokens
+        level = measures.levels_of(measures.by_k(m.results), k).get(sessions or -1)
+        lossless = m.verdict.verdict if m.verdict else "NOT RUN"
+        spec, goodput = (level.spec_decode, level.goodput) if level else (None, None)
+        speedup = next((r for r in measures.matched(m.results) if r.k == k and r.sessions == sessions), None)
+        advice = m.advisor.recommendations.get(str(sessions)) if m.advisor else None
+        note = ("not lossless: never ranked" if lossless == "FAIL" else "no lossless verdict" if lossless != "PASS"
+                else "" if level else "no result at the matched concurrency")  # fmt: skip
+        rows.append(RankRow(
+            rank=None, candidate=m.candidate.name, config=m.candidate.config, method=m.candidate.plan.method, k=k,
+            lossless=lossless, output_tok_s=measures._r(level.output_tok_s, 2) if level else None,
+            output_goodput=measures._r(goodput.output_goodput, 2) if goodput else None,
+            attainment=measures._r(goodput.attainment, 4) if goodput else None, speedup=speedup,
+            tau=measures._r(spec.acceptance_length) if spec else None,
+            per_position=[round(p, 4) for p in spec.per_position] if spec and spec.per_position else [],
+            advisor_k=advice.k if advice else None, note=note,
+        ))  # fmt: skip
+
+    def key(row: RankRow) -> tuple[float, float]:
+        return ((row.output_goodput or 0.0) if slo else 0.0, row.output_tok_s or 0.0)
+
+    for place, row in enumerate(sorted((r for r in rows if not r.note), key=key, reverse=True), start=1):
+        row.rank = place
+    by = f"output goodput at the SLO ({describe(parse_slo(slo))}), then output tok/s" if slo else "output tok/s"
+    where = f"at {sessions} sessions (the highest concurrency the reference and every lossless candidate measured)"
+    return Shootout(sessions=sessions, ranked_by=f"ranked by {by} {where}" if sessions else "no matched concurrency",
+                    rows=sorted(rows, key=lambda r: (r.rank is None, r.rank or 0)))  # fmt: skip
