@@ -13,7 +13,7 @@ import traceback
 from pathlib import Path
 
 from kimi_dflash.bench import descriptors, eventloop, export_csv, report
-from kimi_dflash.bench.level_extras import percentile_key
+from kimi_dflash.bench.metrics import percentile_key
 from kimi_dflash.bench.output_file import OutputWriteError, ResultFile
 from kimi_dflash.bench.result import SCHEMA, SCHEMA_VERSION, BenchmarkResult, RunInfo, ToolInfo
 from kimi_dflash.bench.runner import Benchmark, RunState, Stopper

@@ -11,7 +11,6 @@ different loads on the two sides (and says so). It needs both runs measured with
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +32,7 @@ class Run:
     @property
     def levels(self) -> dict[float, LevelResult]:
         """By session count; by request rate for an open-loop run."""
-        return levels_by_load(self.document)
+        return self.document.levels
 
 
 def load_runs(paths: list[Path]) -> list[Run]:
@@ -47,18 +46,6 @@ def load_runs(paths: list[Path]) -> list[Run]:
         seen.add(name)
         runs.append(Run(path=path, name=name, document=document))
     return runs
-
-
-def level_key(level: LevelResult) -> float:
-    """Closed loop: the session count. Open loop: the request rate (inf: all at once)."""
-    if level.open_loop is None:
-        return level.sessions
-    rate = level.open_loop.request_rate
-    return math.inf if rate is None else rate
-
-
-def levels_by_load(document: BenchmarkResult) -> dict[float, LevelResult]:
-    return {level_key(level): level for level in document.results}
 
 
 def open_loop_differences(a: Settings, b: Settings) -> list[str]:
@@ -114,7 +101,7 @@ def slo_section(
             f"{describe(b_slo or {}) or 'none'}; {candidate_name}: {describe(c_slo or {}) or 'none'}). "
             "Re-run both with the same --slo.\n"
         )
-    b_levels, c_levels = levels_by_load(baseline), levels_by_load(candidate)
+    b_levels, c_levels = baseline.levels, candidate.levels
     rows, found = [], {}
     for name, levels in ((baseline_name, b_levels), (candidate_name, c_levels)):
         found[name] = best = sustained(levels, threshold)

@@ -18,10 +18,10 @@ tables; ``id`` names the conversation.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from kimi_dflash.bench.fields import meta
+from kimi_dflash.bench.fields import doc
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.user_files import parse_user_json
 
@@ -30,19 +30,17 @@ from kimi_dflash.core.user_files import parse_user_json
 class DatasetInfo:
     """Which prompts were used."""
 
-    name: str = field(metadata=meta("'builtin' or the file path as given"))
-    prompts: int = field(metadata=meta("number of prompts"))
-    sha256: str = field(metadata=meta("of the file bytes"))
-    categories: dict[str, int] = field(
-        default_factory=dict, metadata=meta("prompts per category (conversation formats: conversations per category)")
+    name: str = doc("'builtin' or the file path as given")
+    prompts: int = doc("number of prompts")
+    sha256: str = doc("of the file bytes")
+    categories: dict[str, int] = doc(
+        "prompts per category (conversation formats: conversations per category)", factory=dict
     )
-    format: str | None = field(
-        default=None,
-        metadata=meta("prompts | openai-messages | sharegpt | speed-bench (--dataset-format)", omit_if_none=True),
+    format: str | None = doc(
+        "prompts | openai-messages | sharegpt | speed-bench (--dataset-format)", default=None, omit_if_none=True
     )
-    conversations: int | None = field(
-        default=None,
-        metadata=meta("conversations in the file (conversation formats; prompts counts user turns)", omit_if_none=True),
+    conversations: int | None = doc(
+        "conversations in the file (conversation formats; prompts counts user turns)", default=None, omit_if_none=True
     )
 
 
@@ -65,17 +63,13 @@ class Conversation:
 
 
 def records(text: str, name: str) -> list[tuple[str, Any]]:
-    """(where, record) pairs: JSONL lines ('dataset FILE line N') or one JSON array's items ('... item N')."""
+    """(where, record) pairs: JSONL lines ('dataset FILE line N', blank lines skipped) or one JSON array's items
+    ('dataset FILE item N')."""
     if text.lstrip().startswith("["):
         items = parse_user_json(text, where=f"dataset {name}")
         return [(f"dataset {name} item {i}", item) for i, item in enumerate(items)]
-    out = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"dataset {name} line {number}"
-        out.append((where, parse_user_json(line, where=where)))
-    return out
+    lines = [(f"dataset {name} line {n}", line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    return [(where, parse_user_json(line, where=where)) for where, line in lines]
 
 
 def detect(first: Any) -> str:
@@ -123,15 +117,9 @@ def _turns_of(record: dict[str, Any], fmt: str, where: str) -> tuple[str | None,
     return system, users
 
 
-def conversations(text: str, name: str, fmt: str | None) -> tuple[str, list[Conversation]]:
-    """Parse a conversation file; returns (format, conversations). Conversations without user turns are
-    refused by name: a silent skip would change the workload without saying so."""
-    items = records(text, name)
-    fmt = fmt or (detect(items[0][1]) if items else PROMPTS)
-    if fmt == PROMPTS:  # workload.py parses (and judges) the original format
-        return fmt, []
-    if not items:
-        raise UserError(f"dataset {name}: no records found (empty file?).")
+def conversations(items: list[tuple[str, Any]], fmt: str) -> list[Conversation]:
+    """The conversations of a file's records (``records``). Conversations without user turns are refused by name:
+    a silent skip would change the workload without saying so."""
     out = []
     for index, (where, record) in enumerate(items):
         if not isinstance(record, dict):
@@ -141,7 +129,7 @@ def conversations(text: str, name: str, fmt: str | None) -> tuple[str, list[Conv
             raise UserError(f"{where}: the conversation has no user turn, or an empty one ({fmt} format).")
         ident = record.get("id") or record.get("question_id") or f"conversation-{index}"
         out.append(Conversation(str(ident), str(record.get("category") or "uncategorized"), system, tuple(users)))
-    return fmt, out
+    return out
 
 
 def shared_prefix(tokens: int, seed: int, vocabulary: list[str]) -> str:

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from kimi_dflash.bench.fields import meta
+from kimi_dflash.bench.fields import doc
 
 T_METHOD = "student-t over repeats"
 RATIO_METHOD = "delta method on log(ratio of means), Welch df"
@@ -31,12 +31,12 @@ RATIO_METHOD = "delta method on log(ratio of means), Welch df"
 class Interval:
     """A two-sided confidence interval of a mean over repeats (Student t, see bench/intervals.py)."""
 
-    mean: float = field(metadata=meta("mean of the per-repeat values"))
-    low: float | None = field(metadata=meta("lower bound; null with fewer than 2 repeats"))
-    high: float | None = field(metadata=meta("upper bound; null with fewer than 2 repeats"))
-    confidence: float = field(metadata=meta("confidence level, e.g. 0.95"))
-    n: int = field(metadata=meta("repeats the interval is computed from"))
-    method: str = field(metadata=meta("how it was computed"))
+    mean: float = doc("mean of the per-repeat values")
+    low: float | None = doc("lower bound; null with fewer than 2 repeats")
+    high: float | None = doc("upper bound; null with fewer than 2 repeats")
+    confidence: float = doc("confidence level, e.g. 0.95")
+    n: int = doc("repeats the interval is computed from")
+    method: str = doc("how it was computed")
 
 
 # Two-sided Student t quantiles t(1 - α/2, df) for df 1..30 at the confidence levels offered.

@@ -27,7 +27,7 @@ from typing import Any, ClassVar, Literal
 from kimi_dflash.bench import datasets, request_shaping
 from kimi_dflash.bench.arrivals import ARRIVALS, THINK_DISTRIBUTIONS, ArrivalProcess, ThinkTime, parse_rates
 from kimi_dflash.bench.datasets import DatasetInfo
-from kimi_dflash.bench.fields import meta
+from kimi_dflash.bench.fields import doc, meta
 from kimi_dflash.bench.intervals import CONFIDENCE_LEVELS
 from kimi_dflash.bench.progress import DEFAULT_INTERVAL_S
 from kimi_dflash.bench.workload import BUILTIN, Dataset, load_dataset, unencodable_at
@@ -108,13 +108,13 @@ def parse_percentiles(text: str) -> tuple[float, ...]:
 class OpenLoopSettings:
     """Open-loop load (--request-rate): conversation starts follow an arrival process."""
 
-    request_rates: list[float | None] = field(metadata=meta("rate levels, conversations/s; null: all at once"))
-    arrival: ArrivalName = field(metadata=meta("poisson | constant | gamma"))
-    burstiness: float = field(metadata=meta("gamma shape B"))
-    max_concurrency: int | None = field(metadata=meta("cap on requests in flight; null: none"))
-    sessions_per_level: int = field(metadata=meta("conversations started per rate level and repeat"))
-    think_time_s: float = field(metadata=meta("mean pause between a reply and the next turn"))
-    think_time_dist: ThinkTimeDist = field(metadata=meta("fixed | exp | uniform (0 .. 2 x mean)"))
+    request_rates: list[float | None] = doc("rate levels, conversations/s; null: all at once")
+    arrival: ArrivalName = doc("poisson | constant | gamma")
+    burstiness: float = doc("gamma shape B")
+    max_concurrency: int | None = doc("cap on requests in flight; null: none")
+    sessions_per_level: int = doc("conversations started per rate level and repeat")
+    think_time_s: float = doc("mean pause between a reply and the next turn")
+    think_time_dist: ThinkTimeDist = doc("fixed | exp | uniform (0 .. 2 x mean)")
 
     @property
     def rates(self) -> tuple[float, ...]:
