@@ -1,12 +1,10 @@
-"""The runs a comparison reads and what it adds to the matched-load table: the speedup's confidence interval over
-repeats, the speedup at the SLO, and how levels are keyed when a run was open-loop. Below compare.py and plots.py,
-which both read runs.
+"""The runs a comparison reads (compare.py and plots.py both do), and what it adds to the matched-load table: the
+speedup's confidence interval over repeats and the speedup at the SLO.
 
-Speedup at the SLO: each side's *sustained load* is its highest load level (sessions, or request rate in
-an open loop) whose SLO attainment is at least the threshold (default 0.9). The speedup at the SLO is
-the candidate's output goodput (tok/s of requests meeting the SLOs) at its sustained level over the
-baseline's at its own: "how much more useful work within the latency target", which may come from
-different loads on the two sides (and says so). It needs both runs measured with the same ``--slo``.
+Speedup at the SLO: each side's *sustained load* is its highest load (sessions, or an open loop's rate) whose SLO
+attainment reaches the threshold (default 0.9); the speedup is the candidate's output goodput at its sustained
+load over the baseline's at its own ("how much more useful work within the latency target", possibly at
+different loads, and it says so). Both runs need the same ``--slo``.
 """
 
 from __future__ import annotations

@@ -1,16 +1,6 @@
-"""Metrics as pure functions of request records (definitions: docs/benchmark.md).
-
-Per request (streaming):
-  TTFT  = first token-bearing chunk - send
-  E2EL  = last token-bearing chunk - send
-  N     = usage.completion_tokens (token-bearing chunk count only when the server sent no usage: flagged)
-  TPOT  = (E2EL - TTFT) / (N - 1), defined for N >= 2
-  per-user tok/s = 1 / TPOT (decode speed a user sees) and, separately labelled, N / E2EL
-Per level:
-  output tok/s = sum N over successful requests / wall time of the measured window
-  request throughput = successful requests / the same window
-Percentiles use numpy's default (linear interpolation), as ``vllm bench serve`` does.
-"""
+"""Metrics as pure functions of request records, so they can be recomputed and tested. Definitions (TTFT, E2EL, N,
+TPOT, per-user tok/s, output tok/s over the measured window): docs/benchmark.md, "Metric definitions".
+Percentiles are numpy's default (linear interpolation), as ``vllm bench serve`` uses."""
 
 from __future__ import annotations
 
@@ -49,7 +39,6 @@ class Window:
 
     repeat: int
     duration_s: float
-    start_s: float = 0.0  # from the run's clock origin
     cpu_s: float = 0.0  # the client's CPU time over the window
 
 

@@ -1,9 +1,6 @@
-"""Read vLLM's Prometheus ``/metrics`` text and turn spec-decode counters into window deltas.
-
-Definitions (docs/benchmark.md): over the measured window, with Δ the counter increase,
-acceptance rate = Δaccepted / Δdraft_tokens, mean acceptance length τ = 1 + Δaccepted / Δdrafts,
-per-position acceptance[k] = Δaccepted_at_position_k / Δdrafts. Counters are summed over engines
-(data-parallel ranks); when series carry a ``model_name`` equal to the benchmarked model only those count.
+"""Read vLLM's Prometheus ``/metrics`` text and turn the spec-decode counters into window deltas (definitions:
+docs/benchmark.md, "Speculative decoding"). Counters are summed over engines (data-parallel ranks); when series
+carry a ``model_name`` equal to the benchmarked model only those count.
 """
 
 from __future__ import annotations

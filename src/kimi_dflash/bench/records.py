@@ -6,7 +6,7 @@ Metrics are computed later, by pure functions in ``metrics.py``, so they can be 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from kimi_dflash.bench.fields import doc
 from kimi_dflash.bench.spec_request import RequestSpec
@@ -82,19 +82,6 @@ class RequestRecord:
 
     def relative_to(self, origin: float) -> RequestRecord:
         """A copy with times in seconds from ``origin`` (the run's clock origin), for the raw-records dump."""
-
-        def rel(t: float | None) -> float | None:
-            return None if t is None else round(t - origin, 6)
-
-        return replace(
-            self,
-            ready_time=rel(self.ready_time),
-            send_time=rel(self.send_time),
-            done_time=rel(self.done_time),
-            first_token_time=rel(self.first_token_time),
-            last_token_time=rel(self.last_token_time),
-            chunk_times=[round(t - origin, 6) for t in self.chunk_times],
-            scheduled_time=rel(self.scheduled_time),
-            dispatch_time=rel(self.dispatch_time),
-            admitted_time=rel(self.admitted_time),
-        )
+        names = [f.name for f in fields(self) if f.name.endswith("_time")]
+        times = {name: None if (t := getattr(self, name)) is None else round(t - origin, 6) for name in names}
+        return replace(self, **times, chunk_times=[round(t - origin, 6) for t in self.chunk_times])

@@ -1,7 +1,4 @@
-"""Writing the result file (atomically) and the human-readable tables printed during a run.
-
-The file's model, its schema version and the loader every reader uses are in ``result.py``.
-"""
+"""Writing the result file (atomically) and the human-readable tables printed during a run."""
 
 from __future__ import annotations
 
@@ -51,26 +48,21 @@ def redact_argv(argv: list[str]) -> list[str]:
     return out
 
 
-def git_revision(start: Path | None = None) -> str | None:
-    """HEAD of the checkout this code runs from (+ "-dirty"), or None outside a git checkout."""
-    here = (start or Path(__file__)).resolve().parent
+def git_revision() -> str | None:
+    """HEAD of the checkout this code runs from (+ "-dirty" when tracked files changed), or None outside one."""
     try:
-        head = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5, check=False
-        )
-        if head.returncode != 0:
-            return None
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=here,
+        # --exclude='*': no tag names, the full hash (--always); --dirty ignores untracked files
+        found = subprocess.run(
+            ["git", "describe", "--always", "--abbrev=40", "--dirty=-dirty", "--exclude=*"],
+            cwd=Path(__file__).resolve().parent,
             capture_output=True,
             text=True,
             timeout=5,
             check=False,
         )
-        return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return None
+    return (found.stdout.strip() or None) if found.returncode == 0 else None
 
 
 def tool_info(event_loop: str) -> ToolInfo:

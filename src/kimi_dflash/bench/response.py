@@ -67,11 +67,6 @@ class StreamAccumulator:
         self._detail = ""
 
     @property
-    def closed(self) -> bool:
-        """Nothing more will be read: [DONE] arrived or the stream was judged broken."""
-        return self.done or self.error is not None
-
-    @property
     def token_chunks(self) -> int:
         return len(self._times)
 
@@ -218,14 +213,6 @@ class StreamAccumulator:
 @dataclass(frozen=True, slots=True)
 class _Malformed:
     payload: bytes
-
-
-def interpret_stream(reads: list[tuple[float, bytes]]) -> Reply:
-    """Decode a whole SSE body from its ``(arrival_time, bytes)`` reads. Anything after [DONE] is ignored."""
-    accumulator = StreamAccumulator()
-    for arrival, data in reads:
-        accumulator.feed(arrival, data)
-    return accumulator.finish()
 
 
 def interpret_body(body: bytes) -> Reply:

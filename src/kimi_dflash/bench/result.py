@@ -1,10 +1,9 @@
 """The result file as one typed model: metrics fill it, the CLI writes it, every reader loads it.
 
-Schema ``kimi-dflash/benchmark-result``, version ``SCHEMA_VERSION``. Adding a field keeps the version (give
-it a default: files written before it existed lack it); renaming or removing one, or changing its meaning,
-bumps the version, and ``load_result`` refuses versions it does not know. Metric definitions are in
-``metrics.py`` and docs/benchmark.md; the field reference and JSON Schema in docs are generated from this
-module (``python -m kimi_dflash.bench.result_schema --write``).
+Schema ``kimi-dflash/benchmark-result``, version ``SCHEMA_VERSION``. Adding a field keeps the version (give it a
+default: files written before it existed lack it); renaming or removing one, or changing its meaning, bumps the
+version, and ``load_result`` refuses versions it does not know. The field reference and JSON Schema in docs/ are
+generated from this module (result_schema.py).
 """
 
 from __future__ import annotations

@@ -380,7 +380,6 @@ class Repeat:
         return metrics.Window(
             repeat=self.repeat,
             duration_s=max(end - start, 0.0),
-            start_s=start - bench.state.origin,
             cpu_s=time.process_time() - cpu0,
         )
 

@@ -1,4 +1,5 @@
-"""Per-request speculative-decoding statistics: what vLLM reports in ``metrics.speculative_decoding``.
+"""Per-request speculative-decoding statistics: vLLM's ``metrics.speculative_decoding`` (parsed here, pure;
+``spec_summary`` summarizes a level; definitions: docs/benchmark.md, "Per-request acceptance").
 
 vLLM (``--per-request-spec-decode-metrics summary|detailed``, from 0.29.0) puts the block on a non-streamed
 response and on the final usage chunk of a stream (only with ``stream_options.include_usage``)::
@@ -7,14 +8,6 @@ response and on the final usage chunk of a stream (only with ``stream_options.in
         "acceptance_histogram": [0, 1, 0, 0, 5], "num_spec_steps": 6, "num_accepted_draft_tokens": 21,
         "num_draft_tokens": 24, "num_spec_tokens": 4,
         "per_step_accepted": [1, 4, 4, 4, 4, 4], "per_step_drafted": [4, 4, 4, 4, 4, 4]}}   # detailed only
-
-Definitions (the same as the /metrics ones, over one request's verify steps):
-  acceptance length τ_r = 1 + accepted_r / steps_r   (the bonus token included)
-  acceptance rate    α_r = accepted_r / drafted_r
-  accepted at draft position k = steps whose accepted count exceeds k = Σ_{j > k} histogram[j]
-Pooled figures over a group of requests divide sums (Σ accepted / Σ steps), so they equal what the
-/metrics counter deltas give over the same requests; the distributions are over per-request values.
-The client parses (this module, pure); ``spec_summary`` summarizes a level.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
-"""A level's per-request acceptance table and reply hashes, from its records (pure functions).
-
-Definitions are in ``spec_request`` and docs/benchmark.md ("Per-request acceptance").
+"""A level's per-request acceptance table and reply hashes, from its records (pure functions; definitions:
+docs/benchmark.md, "Per-request acceptance").
 """
 
 from __future__ import annotations

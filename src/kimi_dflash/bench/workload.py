@@ -1,10 +1,8 @@
-"""Prompts and who asks what: the built-in prompt set or a JSONL file, and seeded per-session plans.
+"""Prompts and who asks what: the built-in prompt set or a dataset file, and seeded per-session plans.
 
-Each session of a level gets its own ordered list of prompts (one per turn), drawn without replacement
-from the dataset by a generator seeded with ``(seed, level, repeat, session)``. Two runs with the same
-seed therefore send identical conversations at matched concurrency (a DFlash run and its baseline see
-the same prompts), while different levels and repeats draw different prompts so that a server with
-prefix caching on does not get free hits from the previous level.
+Each session draws its prompts by a generator seeded with ``(seed, level, repeat, session)``: two runs with the
+same seed send identical conversations at matched concurrency (a DFlash run and its baseline see the same
+prompts), while levels and repeats differ so that prefix caching gets no free hits from the previous level.
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ from kimi_dflash.core.user_files import MiB, read_user_bytes
 BUILTIN = "builtin"
 # A dataset is read whole; ShareGPT's usual file is ~650 MB. The cap refuses what no dataset is (a disk image).
 DATASET_MAX_BYTES = 1024 * MiB
-CATEGORIES = ("reasoning", "math", "code", "writing", "multilingual")
 
 
 @dataclass(frozen=True)
