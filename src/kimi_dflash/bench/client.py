@@ -158,7 +158,7 @@ async def send(
         reason: str | None
         reason, detail = classify_exception(exc)
         # A server that sent [DONE] but never ended the body still delivered a complete reply.
-        if reason == TIMEOUT and stream and accumulator.done:
+        if reason == TIMEOUT and stream and accumulator.reply.done:
             return _finish(record, accumulator.finish())
         record.error, record.error_detail = reason, detail
         record.token_chunks = accumulator.token_chunks  # what arrived before the failure

@@ -398,43 +398,30 @@ def _problem(error: Any) -> str:
     return f"{where}: expected {expected}, got {_describe(error['input'])}"
 
 
-def _problems(document: Any) -> tuple[BenchmarkResult | None, list[str]]:
+def parse_result(document: Any, source: str = "result") -> BenchmarkResult:
+    """A result from JSON data, refusing anything that is not a known version of our schema (UserError naming each
+    problem by its JSON path)."""
+    if not isinstance(document, dict) or document.get("schema") != SCHEMA:
+        raise UserError(f'{source}: not a benchmark result (expected "schema": "{SCHEMA}").')
+    version = document.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise UserError(f"{source}: schema_version {version!r} is not an integer.")
+    if version > SCHEMA_VERSION:
+        raise UserError(
+            f"{source}: schema_version {version} was written by a newer kimi-dflash; this one reads version "
+            f"{SCHEMA_VERSION}. Upgrade kimi-dflash to read it."
+        )
+    if version != SCHEMA_VERSION:
+        raise UserError(f"{source}: schema_version {version} is unknown; this tool reads version {SCHEMA_VERSION}.")
     # Strict JSON-mode validation: numbers are not read from strings nor booleans from numbers, an integer
     # is accepted where a number is expected, and keys the model does not know are ignored (a newer writer
     # of the same version may add fields).
     try:
-        return adapter().validate_json(json.dumps(document), strict=True), []
+        return adapter().validate_json(json.dumps(document), strict=True)
     except ValidationError as error:
-        return None, [_problem(e) for e in error.errors()]
-
-
-def version_problem(document: Any, source: str) -> str | None:
-    """Why ``document`` is not a version of our schema this tool reads (None: it is)."""
-    if not isinstance(document, dict) or document.get("schema") != SCHEMA:
-        return f'{source}: not a benchmark result (expected "schema": "{SCHEMA}")'
-    version = document.get("schema_version")
-    if not isinstance(version, int) or isinstance(version, bool):
-        return f"{source}: schema_version {version!r} is not an integer"
-    if version > SCHEMA_VERSION:
-        return (
-            f"{source}: schema_version {version} was written by a newer kimi-dflash; this one reads version "
-            f"{SCHEMA_VERSION}. Upgrade kimi-dflash to read it"
-        )
-    if version != SCHEMA_VERSION:
-        return f"{source}: schema_version {version} is unknown; this tool reads version {SCHEMA_VERSION}"
-    return None
-
-
-def parse_result(document: Any, source: str = "result") -> BenchmarkResult:
-    """A result from JSON data, refusing anything that is not a known version of our schema."""
-    problem = version_problem(document, source)
-    if problem is not None:
-        raise UserError(problem + ".")
-    result, problems = _problems(document)
-    if result is None:
-        shown = "; ".join(problems[:5]) + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else "")
-        raise UserError(f"{source}: not a valid result file: {shown}.")
-    return result
+        problems = [_problem(e) for e in error.errors()]
+    shown = "; ".join(problems[:5]) + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else "")
+    raise UserError(f"{source}: not a valid result file: {shown}.")
 
 
 def load_result(path: Path | str) -> BenchmarkResult:
@@ -443,11 +430,3 @@ def load_result(path: Path | str) -> BenchmarkResult:
     path = Path(path)
     document = read_user_json(path, what="result file", max_bytes=RESULT_MAX_BYTES)
     return parse_result(document, str(path))
-
-
-def validate_document(document: Any) -> list[str]:
-    """Problems with a result document as JSON data, each named by its JSON path (empty list: valid)."""
-    problem = version_problem(document, "document")
-    if problem is not None:
-        return [problem]
-    return _problems(document)[1]

@@ -164,7 +164,7 @@ class Benchmark:
             self.checkpoint(self.state)
             self.state.warmup = await self._warmup()
             self.checkpoint(self.state)
-            for level in cfg.levels if cfg.open_loop is None else cfg.open_loop.rates:
+            for level in cfg.request_rate or cfg.levels:  # an open loop's rates (inf: all at once), or sessions
                 if self.stopper.stopped:
                     break
                 self.state.results.append(await self._level(session, level))
