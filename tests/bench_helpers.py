@@ -4,12 +4,17 @@ and the synthetic server's view of what it did."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+
+from kimi_dflash.bench.response import Reply, StreamAccumulator
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH_SCRIPT = REPO / "payload" / "benchmark_multi_turn.py"
@@ -47,3 +52,31 @@ def synthetic_log(url: str) -> list[dict[str, Any]]:
 def synthetic_stats(url: str) -> dict[str, Any]:
     with urllib.request.urlopen(f"{url}/stats", timeout=5) as response:
         return json.loads(response.read())
+
+
+def interpret_stream(reads: list[tuple[float, bytes]]) -> Reply:
+    """Decode a whole SSE body from its ``(arrival_time, bytes)`` reads, as the client feeds them."""
+    accumulator = StreamAccumulator()
+    for arrival, data in reads:
+        accumulator.feed(arrival, data)
+    return accumulator.finish()
+
+
+def ks_exponential(gaps: np.ndarray | list[float], rate: float) -> float:
+    """Kolmogorov-Smirnov statistic D of ``gaps`` against Exponential(rate) (fully specified, no fit; scipy is not in
+    the venv)."""
+    x = np.sort(np.asarray(gaps, dtype=float))
+    n = x.size
+    if n == 0:
+        return math.nan
+    cdf = 1.0 - np.exp(-rate * x)
+    i = np.arange(1, n + 1)
+    return float(max(np.max(i / n - cdf), np.max(cdf - (i - 1) / n)))
+
+
+def ks_critical(n: int, alpha: float = 0.05) -> float:
+    """Asymptotic critical value of D for a fully specified distribution: sqrt(-ln(alpha/2) / 2) / sqrt(n)
+    (1.358 / sqrt(n) at alpha 0.05); with Stephens' small-sample correction sqrt(n) + 0.12 + 0.11/sqrt(n)."""
+    c = math.sqrt(-math.log(alpha / 2) / 2)
+    root = math.sqrt(n)
+    return c / (root + 0.12 + 0.11 / root)

@@ -1,7 +1,7 @@
 """Open-loop load: the arrival processes (pure) and the client against the synthetic server's truth.
 
 Goodness of fit: a one-sample Kolmogorov-Smirnov test of the inter-arrival times against the exponential
-distribution with the asked rate (fully specified, nothing fitted), hand-written (``arrivals.ks_exponential``;
+distribution with the asked rate (fully specified, nothing fitted), hand-written (``bench_helpers.ks_exponential``;
 scipy is not in the venv) with the asymptotic critical value at alpha = 0.05 and Stephens' small-sample
 correction. The arrival times tested are the synthetic server's own receipt times of each request.
 """
@@ -14,8 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench_helpers import run_benchmark, synthetic_log
-from kimi_dflash.bench import arrivals
+from bench_helpers import ks_critical, ks_exponential, run_benchmark, synthetic_log
 from kimi_dflash.bench.result import load_result
 from kimi_dflash_lab.synthetic import running
 
@@ -38,8 +37,8 @@ def test_poisson_arrivals_at_the_server_fit_and_hit_the_rate(tmp_path: Path) -> 
     received = np.array([e["received_at"] for e in log])
     assert received.size == n
     gaps = np.diff(received)
-    d = arrivals.ks_exponential(gaps, rate)
-    assert d < arrivals.ks_critical(gaps.size), f"KS D = {d:.4f}"
+    d = ks_exponential(gaps, rate)
+    assert d < ks_critical(gaps.size), f"KS D = {d:.4f}"
     level = load_result(out).results[0]
     assert level.open_loop is not None and level.request_records is not None
     # The client follows its seeded schedule: the server's achieved rate equals the schedule's own

@@ -1,25 +1,6 @@
-"""Open-loop load: when conversations arrive and how long a user thinks between turns (pure, seeded).
-
-An open loop sends on a clock that does not wait for the server: conversation k starts at the k-th point
-of an arrival process, whatever happened to the others. Closed loops (``--sessions N``) hide a slow server
-behind a lower send rate; open loops expose it as growing latency (queueing), which is what a deployment
-with a given arrival rate sees.
-
-Arrival processes, for a rate R (arrivals per second), inter-arrival times X:
-  poisson   X ~ Exponential(mean 1/R)                  (memoryless; coefficient of variation 1)
-  constant  X = 1/R                                      (a metronome; CV 0)
-  gamma     X ~ Gamma(shape B, scale 1/(R B))            (mean 1/R; CV 1/sqrt(B): B < 1 bursty, B > 1 smooth,
-                                                          B = 1 is poisson). B is --burstiness, as in
-                                                          ``vllm bench serve``.
-  R = inf   every conversation starts at once (X = 0).
-The first arrival is at offset 0 (the window opens with a send), so n arrivals span n - 1 gaps.
-
-Think time between a reply and the next turn of the same conversation:
-  fixed     exactly S seconds
-  exp       Exponential(mean S)
-  uniform   Uniform(0, 2 S)                              (mean S)
-
-The same seed gives the same schedule: a DFlash run and its baseline see the same arrival times.
+"""Open-loop load: when conversations arrive and how long a user thinks between turns (pure, seeded: the same
+seed gives a DFlash run and its baseline the same schedule). The processes (poisson, constant, gamma with
+``--burstiness`` as in ``vllm bench serve``, inf: all at once) and think times: docs/benchmark.md, "Open-loop load".
 """
 
 from __future__ import annotations
@@ -38,14 +19,6 @@ class ArrivalProcess:
     rate: float  # arrivals per second; math.inf: all at once
     process: str = "poisson"
     burstiness: float = 1.0  # gamma shape; only for "gamma"
-
-    def __post_init__(self) -> None:
-        if self.process not in ARRIVALS:
-            raise ValueError(f"arrival process {self.process!r}: choose one of {', '.join(ARRIVALS)}")
-        if not self.rate > 0:
-            raise ValueError(f"request rate must be > 0, got {self.rate}")
-        if not self.burstiness > 0:
-            raise ValueError(f"burstiness must be > 0, got {self.burstiness}")
 
     def gaps(self, count: int, rng: np.random.Generator) -> np.ndarray:
         """``count`` inter-arrival times, seconds."""
@@ -69,12 +42,6 @@ class ArrivalProcess:
 class ThinkTime:
     mean_s: float = 0.0
     distribution: str = "fixed"
-
-    def __post_init__(self) -> None:
-        if self.distribution not in THINK_DISTRIBUTIONS:
-            raise ValueError(f"think-time distribution {self.distribution!r}: one of {THINK_DISTRIBUTIONS}")
-        if self.mean_s < 0:
-            raise ValueError(f"think time must be >= 0, got {self.mean_s}")
 
     def draw(self, rng: np.random.Generator) -> float:
         if self.mean_s == 0 or self.distribution == "fixed":
@@ -109,22 +76,3 @@ def parse_rates(text: str) -> tuple[float, ...]:
     if not rates:
         raise ValueError(f"expected at least one request rate, got {text!r}")
     return tuple(dict.fromkeys(rates))
-
-
-def ks_exponential(gaps: np.ndarray | list[float], rate: float) -> float:
-    """Kolmogorov-Smirnov statistic D of ``gaps`` against Exponential(rate) (fully specified, no fit)."""
-    x = np.sort(np.asarray(gaps, dtype=float))
-    n = x.size
-    if n == 0:
-        return math.nan
-    cdf = 1.0 - np.exp(-rate * x)
-    i = np.arange(1, n + 1)
-    return float(max(np.max(i / n - cdf), np.max(cdf - (i - 1) / n)))
-
-
-def ks_critical(n: int, alpha: float = 0.05) -> float:
-    """Asymptotic critical value of D for a fully specified distribution: sqrt(-ln(alpha/2) / 2) / sqrt(n)
-    (1.358 / sqrt(n) at alpha 0.05); with Stephens' small-sample correction sqrt(n) + 0.12 + 0.11/sqrt(n)."""
-    c = math.sqrt(-math.log(alpha / 2) / 2)
-    root = math.sqrt(n)
-    return c / (root + 0.12 + 0.11 / root)

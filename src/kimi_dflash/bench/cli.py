@@ -13,7 +13,7 @@ import traceback
 from pathlib import Path
 
 from kimi_dflash.bench import descriptors, eventloop, export_csv, report
-from kimi_dflash.bench.level_extras import percentile_key
+from kimi_dflash.bench.metrics import percentile_key
 from kimi_dflash.bench.output_file import OutputWriteError, ResultFile
 from kimi_dflash.bench.result import SCHEMA, SCHEMA_VERSION, BenchmarkResult, RunInfo, ToolInfo
 from kimi_dflash.bench.runner import Benchmark, RunState, Stopper
@@ -80,10 +80,6 @@ class ResultWriter:
         self.write_error: OutputWriteError | None = None
 
     @property
-    def written(self) -> bool:
-        return self.file.written is not None
-
-    @property
     def location(self) -> Path | None:
         """Where this run's latest document is (None: nothing written, or --output /dev/null)."""
         return self.file.written
@@ -142,7 +138,7 @@ class ResultWriter:
                 self._write(self.document(state, levels=self.saved_levels))
             except OutputWriteError:
                 print(f"note: could not record the failure in {self.path}; it still says 'running'", file=sys.stderr)
-        elif self.written or state.results:
+        elif self.location is not None or state.results:
             self.checkpoint(state)
         return document
 
@@ -167,24 +163,20 @@ async def _run(cfg: Settings, writer: ResultWriter) -> int:
     bench = Benchmark(cfg, stopper, writer.checkpoint)
     try:
         state = await bench.run()
-    except UserError as exc:
-        try:
-            writer.finish(bench.state, "failed", str(exc), exc.exit_code)
-        except OutputWriteError as write_error:
-            print(f"error: {write_error}", file=sys.stderr)
-        print(f"error: {exc}", file=sys.stderr)
-        _say_where(writer)
-        return exc.exit_code
     except Exception as exc:  # noqa: BLE001 - a bug must not lose the results so far: written, then shown
-        detail = f"{type(exc).__name__}: {exc}"
-        traceback.print_exc()
+        if isinstance(exc, UserError):
+            status, detail, code, shown = "failed", str(exc), exc.exit_code, f"error: {exc}"
+        else:
+            traceback.print_exc()
+            detail = f"{type(exc).__name__}: {exc}"
+            status, code, shown = "crashed", 1, f"benchmark crashed ({detail})"
         try:
-            writer.finish(bench.state, "crashed", detail, 1)
+            writer.finish(bench.state, status, detail, code)
         except OutputWriteError as write_error:
             print(f"error: {write_error}", file=sys.stderr)
-        print(f"benchmark crashed ({detail})", file=sys.stderr)
+        print(shown, file=sys.stderr)
         _say_where(writer)
-        return 1
+        return code
     try:
         document = writer.finish(state, stopper.status, stopper.detail, stopper.exit_code)
     except OutputWriteError as exc:
@@ -213,19 +205,15 @@ def _say_where(writer: ResultWriter) -> None:
 def main(settings: Settings) -> int:
     try:
         settings.resolve()  # reads the dataset
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    started = report.utc_now()
-    default_output = Path("results") / f"benchmark-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
-    output = Path(settings.output) if settings.output else default_output
-    event_loop = eventloop.loop_name(prefer_uvloop=not settings.no_uvloop)
-    command_line = report.redact_argv(settings.command_line)
-    run_meta = RunInfo(label=settings.label, started_at=started, status="running", command_line=command_line)
-    writer = ResultWriter(output, report.tool_info(event_loop), run_meta, settings)
-    if settings.csv:
-        writer.csv_percentiles = tuple(percentile_key(q) for q in settings.percentiles or ())
-    try:
+        started = report.utc_now()
+        default_output = Path("results") / f"benchmark-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
+        output = Path(settings.output) if settings.output else default_output
+        event_loop = eventloop.loop_name(prefer_uvloop=not settings.no_uvloop)
+        command_line = report.redact_argv(settings.command_line)
+        run_meta = RunInfo(label=settings.label, started_at=started, status="running", command_line=command_line)
+        writer = ResultWriter(output, report.tool_info(event_loop), run_meta, settings)
+        if settings.csv:
+            writer.csv_percentiles = tuple(percentile_key(q) for q in settings.percentiles or ())
         writer.file.check(export_csv.paths_for(writer.path) if settings.csv else ())
         note = descriptors.ensure(*_connections(settings))
         if note:

@@ -85,42 +85,17 @@ def make_session(timeout_s: float, headers: tuple[tuple[str, str], ...] = ()) ->
     )
 
 
-def chat_payload(
-    model: str,
-    messages: list[dict[str, str]],
-    max_tokens: int,
-    temperature: float,
-    stream: bool,
-    ignore_eos: bool = False,
-    extra_body: dict[str, Any] | None = None,
-) -> bytes:
-    """The request body. Temperature is always sent: server defaults differ between versions."""
-    return request_payload(model, {"messages": messages}, max_tokens, temperature, stream, ignore_eos, extra_body)
-
-
-def completion_payload(
-    model: str,
-    prompt: str,
-    max_tokens: int,
-    temperature: float,
-    stream: bool,
-    ignore_eos: bool = False,
-    extra_body: dict[str, Any] | None = None,
-) -> bytes:
-    """A /v1/completions body: the prompt is sent as given (no chat template)."""
-    return request_payload(model, {"prompt": prompt}, max_tokens, temperature, stream, ignore_eos, extra_body)
-
-
 def request_payload(
     model: str,
     content: dict[str, Any],
     max_tokens: int,
     temperature: float,
     stream: bool,
-    ignore_eos: bool,
-    extra_body: dict[str, Any] | None,
+    ignore_eos: bool = False,
+    extra_body: dict[str, Any] | None = None,
 ) -> bytes:
-    """The body of either endpoint: ``content`` is {"messages": ...} (chat) or {"prompt": ...} (completions)."""
+    """The body of either endpoint: ``content`` is {"messages": ...} (chat) or {"prompt": ...} (completions, sent as
+    given: no chat template). Temperature is always sent: server defaults differ between versions."""
     payload: dict[str, Any] = {
         "model": model,
         **content,
@@ -183,7 +158,7 @@ async def send(
         reason: str | None
         reason, detail = classify_exception(exc)
         # A server that sent [DONE] but never ended the body still delivered a complete reply.
-        if reason == TIMEOUT and stream and accumulator.done:
+        if reason == TIMEOUT and stream and accumulator.reply.done:
             return _finish(record, accumulator.finish())
         record.error, record.error_detail = reason, detail
         record.token_chunks = accumulator.token_chunks  # what arrived before the failure
@@ -283,18 +258,8 @@ def _causes(exc: BaseException) -> list[BaseException]:
     return seen
 
 
-async def get_json(session: aiohttp.ClientSession, url: str, api_key: str | None, timeout_s: float = 10.0) -> Any:
-    """GET a JSON document (server info endpoints). Raises on transport errors and non-200."""
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
-        if response.status != 200:
-            raise aiohttp.ClientResponseError(
-                response.request_info, response.history, status=response.status, message=response.reason or ""
-            )
-        return await response.json(content_type=None)
-
-
 async def get_text(session: aiohttp.ClientSession, url: str, api_key: str | None, timeout_s: float = 10.0) -> str:
+    """GET a server info endpoint (/v1/models, /version, /metrics). Raises on transport errors and non-200."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
         if response.status != 200:
@@ -302,3 +267,8 @@ async def get_text(session: aiohttp.ClientSession, url: str, api_key: str | None
                 response.request_info, response.history, status=response.status, message=response.reason or ""
             )
         return await response.text()
+
+
+async def get_json(session: aiohttp.ClientSession, url: str, api_key: str | None, timeout_s: float = 10.0) -> Any:
+    text = await get_text(session, url, api_key, timeout_s)
+    return json.loads(text) if text.strip() else None

@@ -1,12 +1,9 @@
 """Head-to-head report from result files: a baseline and one or more candidates, at matched concurrency.
 
-A comparison is only made between levels with the same number of sessions: "DFlash at 32 users vs the
-baseline at 8 users" is how misleading speedups are born, so levels present on one side only are listed
-as not compared, and if no level matches at all the comparison is refused. Runs whose workload differs
-(turns, max tokens, dataset, temperature, ignore_eos, streaming) are refused unless --allow-mismatch,
-and then every table carries a warning.
-
-Usage: kimi-dflash compare BASELINE.json CANDIDATE.json [...] [--markdown FILE] [--plots DIR]
+Only levels with the same load are compared: "DFlash at 32 users vs the baseline at 8 users" is how misleading
+speedups are born, so levels on one side only are listed as not compared, and with no level in common the
+comparison is refused. Runs whose workload differs are refused unless --allow-mismatch, and then every table
+carries a warning.
 """
 
 from __future__ import annotations

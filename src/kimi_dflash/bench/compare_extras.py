@@ -1,17 +1,14 @@
-"""The runs a comparison reads and what it adds to the matched-load table: the speedup's confidence interval over
-repeats, the speedup at the SLO, and how levels are keyed when a run was open-loop. Below compare.py and plots.py,
-which both read runs.
+"""The runs a comparison reads (compare.py and plots.py both do), and what it adds to the matched-load table: the
+speedup's confidence interval over repeats and the speedup at the SLO.
 
-Speedup at the SLO: each side's *sustained load* is its highest load level (sessions, or request rate in
-an open loop) whose SLO attainment is at least the threshold (default 0.9). The speedup at the SLO is
-the candidate's output goodput (tok/s of requests meeting the SLOs) at its sustained level over the
-baseline's at its own: "how much more useful work within the latency target", which may come from
-different loads on the two sides (and says so). It needs both runs measured with the same ``--slo``.
+Speedup at the SLO: each side's *sustained load* is its highest load (sessions, or an open loop's rate) whose SLO
+attainment reaches the threshold (default 0.9); the speedup is the candidate's output goodput at its sustained
+load over the baseline's at its own ("how much more useful work within the latency target", possibly at
+different loads, and it says so). Both runs need the same ``--slo``.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +30,7 @@ class Run:
     @property
     def levels(self) -> dict[float, LevelResult]:
         """By session count; by request rate for an open-loop run."""
-        return levels_by_load(self.document)
+        return self.document.levels
 
 
 def load_runs(paths: list[Path]) -> list[Run]:
@@ -47,18 +44,6 @@ def load_runs(paths: list[Path]) -> list[Run]:
         seen.add(name)
         runs.append(Run(path=path, name=name, document=document))
     return runs
-
-
-def level_key(level: LevelResult) -> float:
-    """Closed loop: the session count. Open loop: the request rate (inf: all at once)."""
-    if level.open_loop is None:
-        return level.sessions
-    rate = level.open_loop.request_rate
-    return math.inf if rate is None else rate
-
-
-def levels_by_load(document: BenchmarkResult) -> dict[float, LevelResult]:
-    return {level_key(level): level for level in document.results}
 
 
 def open_loop_differences(a: Settings, b: Settings) -> list[str]:
@@ -114,7 +99,7 @@ def slo_section(
             f"{describe(b_slo or {}) or 'none'}; {candidate_name}: {describe(c_slo or {}) or 'none'}). "
             "Re-run both with the same --slo.\n"
         )
-    b_levels, c_levels = levels_by_load(baseline), levels_by_load(candidate)
+    b_levels, c_levels = baseline.levels, candidate.levels
     rows, found = [], {}
     for name, levels in ((baseline_name, b_levels), (candidate_name, c_levels)):
         found[name] = best = sustained(levels, threshold)

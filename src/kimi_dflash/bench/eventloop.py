@@ -1,13 +1,10 @@
-"""Run the benchmark's event loop as cheaply as the client box allows.
+"""Run the benchmark's event loop as cheaply as the client box allows: how many streams one client core follows
+without distorting timestamps depends on it.
 
-Two things decide how many streams one client core can follow without distorting timestamps:
-
-* uvloop, when installed, roughly halves the per-read cost of the event loop. It is optional (a client
-  box needs only aiohttp + numpy); the result file records which loop ran.
-* asyncio's own socket transport calls ``recv(256 KiB)`` for every read. With glibc that allocation is
-  above the mmap/trim thresholds, so each SSE chunk costs an allocation plus page-mapping work in the
-  kernel (measured ~20 us per read on the 2-core dev box, against ~3 us for 64 KiB). SSE reads are a few
-  hundred bytes, so the benchmark lowers the transport's read size to 64 KiB for its own process.
+* uvloop, when installed (optional; the result records which loop ran), roughly halves the per-read cost.
+* asyncio's socket transport calls ``recv(256 KiB)`` for every read; with glibc that allocation is above the
+  mmap/trim thresholds, so each SSE chunk cost ~20 us of allocation and page mapping on the 2-core dev box
+  against ~3 us for 64 KiB. SSE reads are a few hundred bytes: the benchmark lowers the read size to 64 KiB.
 """
 
 from __future__ import annotations

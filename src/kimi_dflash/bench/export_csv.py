@@ -1,9 +1,6 @@
-"""CSV beside the result JSON (``--csv``): one row per request and one row per level, written atomically.
-
-``<output>.requests.csv``: every request of every measured level, times in seconds from the run's clock
-origin (as ``--record-requests`` stores them), with its derived latencies, its local queueing (open loop)
-and whether it met the SLOs (``--slo``). ``<output>.levels.csv``: the headline figures of each level.
-Both are rewritten after every level, like the JSON, so a stopped run leaves complete files.
+"""CSV beside the result JSON (``--csv``): ``<output>.requests.csv``, one row per request (times in seconds from
+the run's clock origin, derived latencies, local queueing, SLO met), and ``<output>.levels.csv``, one row per level.
+Both are rewritten atomically after every level, like the JSON, so a stopped run leaves complete files.
 """
 
 from __future__ import annotations
@@ -63,12 +60,6 @@ def request_rows(level: LevelResult, records: Sequence[RequestRecord], origin: f
     return rows
 
 
-def level_table(levels: Sequence[LevelResult], extra: Sequence[str]) -> tuple[list[str], list[list[str]]]:
-    """The levels CSV: ``columns.CSV``, each distribution with the extra percentiles asked."""
-    table = csv_columns(extra)
-    return [c.id for c in table], [[raw(c.value(level)) for c in table] for level in levels]
-
-
 def _render(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
@@ -86,11 +77,10 @@ def write_csv(
 ) -> tuple[Path, Path]:
     """Write both CSV files for the levels so far; returns their paths."""
     requests_path, levels_path = paths_for(output)
-    rows: list[list[str]] = []
-    for level, records in zip(levels, level_records):
-        rows.extend(request_rows(level, records, origin))
+    rows = [row for level, records in zip(levels, level_records) for row in request_rows(level, records, origin)]
     write_text_atomic(requests_path, _render(REQUEST_COLUMNS, rows))
-    extra = [key for key in extra_percentiles if key not in STATS]
-    header, level_rows = level_table(levels, extra)
-    write_text_atomic(levels_path, _render(header, level_rows))
+    # the levels CSV: columns.CSV, each distribution with the extra percentiles asked
+    table = csv_columns([key for key in extra_percentiles if key not in STATS])
+    level_rows = [[raw(column.value(level)) for column in table] for level in levels]
+    write_text_atomic(levels_path, _render([column.id for column in table], level_rows))
     return requests_path, levels_path

@@ -1,18 +1,5 @@
-"""Service-level objectives: which requests a user would call good, attainment and goodput (pure).
-
-``--slo ttft:500ms,tpot:50ms,e2el:10s,user_tps:20``: comma-separated ``name:value`` pairs.
-  ttft      TTFT at most this           (unit ms or s, required: a bare number is refused)
-  tpot      TPOT at most this           (ms or s, required)
-  e2el      E2EL at most this           (ms or s, required)
-  user_tps  per-user tok/s (1 / TPOT) at least this (a bare number, tok/s)
-Each objective at most once; values finite and > 0.
-A request *meets the SLOs* when it succeeded and meets every limit given. A request with N < 2 has no
-TPOT: it meets the tpot and user_tps limits (nothing was decoded after its first token).
-Per level:
-  attainment      = requests meeting the SLOs / requests judged (successful + failed; cancelled excluded)
-  request goodput = requests meeting the SLOs / wall time of the measured window
-  output goodput  = Σ N over requests meeting the SLOs / the same window (tok/s)
-"""
+"""Service-level objectives (--slo): which requests a user would call good, attainment and goodput (pure).
+Definitions: docs/benchmark.md, "SLOs and goodput"."""
 
 from __future__ import annotations
 
@@ -24,21 +11,21 @@ from kimi_dflash.bench.metrics import e2el, tpot, ttft
 from kimi_dflash.bench.records import CANCELLED, RequestRecord
 from kimi_dflash.bench.result import Goodput
 
-# name -> (stored key, whether the value is a time: then it carries ms or s; user_tps is a bare tok/s)
+# --slo name -> (stored key, whether the value is a time: then it carries ms or s; user_tps is a bare tok/s)
 _NAMES = {
-    "ttft": ("ttft_ms", "time"),
-    "tpot": ("tpot_ms", "time"),
-    "e2el": ("e2el_s", "time"),
-    "user_tps": ("user_tok_s", ""),
+    "ttft": ("ttft_ms", True),
+    "tpot": ("tpot_ms", True),
+    "e2el": ("e2el_s", True),
+    "user_tps": ("user_tok_s", False),
 }
 _TO_MS = {"ms": 1.0, "s": 1000.0}
 _VALUE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s)?\s*$")
-
-SLO_HELP = (
-    "service-level objectives, e.g. ttft:500ms,tpot:50ms,e2el:10s,user_tps:20 (ttft/tpot/e2el are maxima and "
-    "need their unit, ms or s; user_tps = 1/TPOT is a minimum in tok/s; each at most once). Adds attainment and "
-    "goodput per level"
-)
+_WORDS = {
+    "ttft_ms": "TTFT <= {:g} ms",
+    "tpot_ms": "TPOT <= {:g} ms",
+    "e2el_s": "E2EL <= {:g} s",
+    "user_tok_s": "user tok/s >= {:g}",
+}
 
 
 def parse_slo(text: str) -> dict[str, float]:
@@ -125,6 +112,4 @@ def goodput(records: Sequence[RequestRecord], duration_s: float, slo: dict[str, 
 
 def describe(slo: dict[str, float]) -> str:
     """``TTFT <= 500 ms, TPOT <= 50 ms``: the SLO in words, for tables."""
-    words = {"ttft_ms": "TTFT <= {:g} ms", "tpot_ms": "TPOT <= {:g} ms", "e2el_s": "E2EL <= {:g} s"}
-    words["user_tok_s"] = "user tok/s >= {:g}"
-    return ", ".join(words[k].format(v) for k, v in slo.items() if k in words)
+    return ", ".join(_WORDS[k].format(v) for k, v in slo.items() if k in _WORDS)

@@ -71,7 +71,6 @@ class _Protocol(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.closed = False
-        self.close_exc: BaseException | None = None
         self._reset(None, None)
 
     def _reset(self, future: asyncio.Future[Response] | None, on_body: Callable[[float, bytes], None] | None) -> None:
@@ -119,7 +118,6 @@ class _Protocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self.close_exc = exc
         future = self.future
         if future is None or future.done():
             return
@@ -296,14 +294,10 @@ class _Protocol(asyncio.Protocol):
 class Connection:
     """One session's keep-alive connection; reconnects when the previous one cannot be reused."""
 
-    def __init__(
-        self, target: Target, connect_timeout_s: float = 30.0, ssl_context: ssl.SSLContext | None = None
-    ) -> None:
+    def __init__(self, target: Target, connect_timeout_s: float = 30.0) -> None:
         self.target = target
         self.connect_timeout_s = connect_timeout_s
-        self.ssl_context = (
-            ssl_context if ssl_context is not None else (ssl.create_default_context() if target.tls else None)
-        )
+        self.ssl_context = ssl.create_default_context() if target.tls else None
         self.protocol: _Protocol | None = None
 
     @property

@@ -1,42 +1,32 @@
 """Confidence intervals over repeats, and of a speedup between two runs (pure; numpy + stdlib only).
 
-The independent unit is the repeat (``--repeats``): requests inside one window share the server's batch,
-so they are not independent samples, and an interval over requests would be far too narrow.
-
-Mean over repeats (n >= 2): the Student t interval  m ± t(1-α/2, n-1) · s / sqrt(n), s the sample standard
-deviation (n - 1 in the denominator).
-
-Speedup of a candidate over a baseline, r = m_c / m_b (ratio of the means of the per-repeat values): the
-delta method on log r, which is symmetric for a ratio and never crosses 0:
-  se² = s_c² / (n_c m_c²) + s_b² / (n_b m_b²)
-  df  = Welch-Satterthwaite: se⁴ / Σ (s_i² / (n_i m_i²))² / (n_i - 1)
-  r · exp(± t(1-α/2, df) · se)
-The speedup is *significant* when the interval does not contain 1.0. With fewer than 2 repeats on either
-side there is no interval.
+The independent unit is the repeat (``--repeats``): requests inside one window share the server's batch, so an
+interval over requests would be far too narrow. Mean over repeats: Student t. Speedup r = m_c / m_b (ratio of
+the means of the per-repeat values): the delta method on log r (symmetric for a ratio, never crosses 0) with
+Welch-Satterthwaite degrees of freedom; significant when the interval excludes 1.0. Formulas: docs/benchmark.md.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from kimi_dflash.bench.fields import meta
+from kimi_dflash.bench.fields import doc
 
 T_METHOD = "student-t over repeats"
-RATIO_METHOD = "delta method on log(ratio of means), Welch df"
 
 
 @dataclass(kw_only=True)
 class Interval:
     """A two-sided confidence interval of a mean over repeats (Student t, see bench/intervals.py)."""
 
-    mean: float = field(metadata=meta("mean of the per-repeat values"))
-    low: float | None = field(metadata=meta("lower bound; null with fewer than 2 repeats"))
-    high: float | None = field(metadata=meta("upper bound; null with fewer than 2 repeats"))
-    confidence: float = field(metadata=meta("confidence level, e.g. 0.95"))
-    n: int = field(metadata=meta("repeats the interval is computed from"))
-    method: str = field(metadata=meta("how it was computed"))
+    mean: float = doc("mean of the per-repeat values")
+    low: float | None = doc("lower bound; null with fewer than 2 repeats")
+    high: float | None = doc("upper bound; null with fewer than 2 repeats")
+    confidence: float = doc("confidence level, e.g. 0.95")
+    n: int = doc("repeats the interval is computed from")
+    method: str = doc("how it was computed")
 
 
 # Two-sided Student t quantiles t(1 - α/2, df) for df 1..30 at the confidence levels offered.
@@ -70,6 +60,10 @@ def t_quantile(confidence: float, df: float) -> float:
     return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
 
 
+def _finite(values: Sequence[float | None]) -> list[float]:
+    return [float(v) for v in values if v is not None and math.isfinite(v)]
+
+
 def _mean_sd(values: Sequence[float]) -> tuple[float, float]:
     n = len(values)
     mean = sum(values) / n
@@ -79,7 +73,7 @@ def _mean_sd(values: Sequence[float]) -> tuple[float, float]:
 
 def mean_interval(values: Sequence[float | None], confidence: float = 0.95) -> Interval | None:
     """Student t interval of the mean of the per-repeat ``values`` (None values are left out)."""
-    data = [float(v) for v in values if v is not None and math.isfinite(v)]
+    data = _finite(values)
     if not data:
         return None
     mean, sd = _mean_sd(data)
@@ -109,8 +103,7 @@ def ratio_interval(
     candidate: Sequence[float | None], baseline: Sequence[float | None], confidence: float = 0.95
 ) -> RatioInterval | None:
     """Interval of mean(candidate) / mean(baseline) over per-repeat values (module doc: the method)."""
-    c = [float(v) for v in candidate if v is not None and math.isfinite(v)]
-    b = [float(v) for v in baseline if v is not None and math.isfinite(v)]
+    c, b = _finite(candidate), _finite(baseline)
     if not c or not b:
         return None
     mc, sc = _mean_sd(c)

@@ -1,67 +1,62 @@
-"""Metrics as pure functions of request records (definitions: docs/benchmark.md).
-
-Per request (streaming):
-  TTFT  = first token-bearing chunk - send
-  E2EL  = last token-bearing chunk - send
-  N     = usage.completion_tokens (token-bearing chunk count only when the server sent no usage: flagged)
-  TPOT  = (E2EL - TTFT) / (N - 1), defined for N >= 2
-  per-user tok/s = 1 / TPOT (decode speed a user sees) and, separately labelled, N / E2EL
-Per level:
-  output tok/s = sum N over successful requests / wall time of the measured window
-  request throughput = successful requests / the same window
-Percentiles use numpy's default (linear interpolation), as ``vllm bench serve`` does.
-"""
+"""Metrics as pure functions of request records, so they can be recomputed and tested. Definitions (TTFT, E2EL, N,
+TPOT, per-user tok/s, output tok/s over the measured window): docs/benchmark.md, "Metric definitions".
+Percentiles are numpy's default (linear interpolation), as ``vllm bench serve`` uses."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from kimi_dflash.bench.intervals import mean_interval
 from kimi_dflash.bench.records import CANCELLED, TOKENS_FROM_CHUNKS, RequestRecord
 from kimi_dflash.bench.result import (
     ClientUsage,
     Distribution,
     LevelResult,
+    OpenLoopLevel,
+    RepeatIntervals,
     RepeatResult,
     SpecDecode,
     SpecDecodeStatus,
     TurnResult,
 )
 
+if TYPE_CHECKING:
+    from kimi_dflash.bench.settings import OpenLoopSettings
+
 PERCENTILES = (50, 90, 95, 99)
 
 
 @dataclass(frozen=True)
 class Window:
-    """One repeat's measured window, timed by the runner around that repeat's sessions."""
+    """One repeat's measured window, timed by the runner around that repeat's conversations."""
 
     repeat: int
     duration_s: float
-    start_s: float = 0.0  # from the run's clock origin
+    cpu_s: float = 0.0  # the client's CPU time over the window
 
 
-@dataclass(frozen=True)
-class Latencies:
-    """The per-request latency distributions of a set of records (successful ones only)."""
-
-    ttft_ms: Distribution
-    tpot_ms: Distribution
-    e2el_s: Distribution
-    per_user_tok_s: Distribution
-    per_user_tok_s_e2el: Distribution
-    itl_ms: Distribution
-    tokens_per_chunk: Distribution
+def percentile_key(q: float) -> str:
+    """50 -> "p50", 99.9 -> "p99.9"."""
+    return f"p{q:g}"
 
 
-def summarize(values: Sequence[float] | np.ndarray, scale: float = 1.0) -> Distribution:
-    """mean / p50 / p90 / p95 / p99 / min / max / std / count of ``values * scale`` (None when empty)."""
+def summarize(values: Sequence[float] | np.ndarray, scale: float = 1.0, asked: Sequence[float] = ()) -> Distribution:
+    """mean / p50 / p90 / p95 / p99 / min / max / std / count of ``values * scale`` (None when empty), and the
+    ``asked`` percentiles (--percentiles) under ``percentiles``."""
     data = np.asarray(values, dtype=float) * scale
+    extra = {percentile_key(q): None for q in asked} if asked else None
     if data.size == 0:
-        return Distribution(mean=None, p50=None, p90=None, p95=None, p99=None, min=None, max=None, std=None, count=0)
+        none = dict.fromkeys(("mean", "p50", "p90", "p95", "p99", "min", "max", "std"))
+        return Distribution(**none, count=0, percentiles=extra)
+    if extra is not None:
+        extra = {percentile_key(q): float(v) for q, v in zip(asked, np.percentile(data, list(asked)))}
     p50, p90, p95, p99 = (float(v) for v in np.percentile(data, PERCENTILES))
     return Distribution(
         mean=float(data.mean()),
@@ -73,6 +68,7 @@ def summarize(values: Sequence[float] | np.ndarray, scale: float = 1.0) -> Distr
         max=float(data.max()),
         std=float(data.std()),
         count=int(data.size),
+        percentiles=extra,
     )
 
 
@@ -98,32 +94,27 @@ def tpot(record: RequestRecord) -> float | None:
     return (latency - first) / (n - 1)
 
 
-def chunk_gaps(record: RequestRecord) -> list[float]:
-    """Gaps between token-bearing chunks (per verify step under speculation, not per token)."""
-    times = record.chunk_times
-    return [b - a for a, b in pairwise(times)]
-
-
-def latency_block(records: Sequence[RequestRecord]) -> Latencies:
-    """The per-request latency distributions of successful records."""
+def latencies(records: Sequence[RequestRecord], asked: Sequence[float] = ()) -> dict[str, Distribution]:
+    """The per-request latency distributions of the successful records, by their LevelResult names."""
     ok = [r for r in records if r.ok]
-    ttfts = [v for v in map(ttft, ok) if v is not None]
     tpots = [v for v in map(tpot, ok) if v is not None]
     e2els = [v for v in map(e2el, ok) if v is not None]
-    per_user_e2el = [r.output_tokens / lat for r in ok if r.output_tokens and (lat := e2el(r)) is not None and lat > 0]
-    gaps: list[float] = []
-    for r in ok:
-        gaps.extend(chunk_gaps(r))
-    tokens_per_chunk = [r.output_tokens / r.token_chunks for r in ok if r.token_chunks and r.output_tokens]
-    return Latencies(
-        ttft_ms=summarize(ttfts, 1000.0),
-        tpot_ms=summarize(tpots, 1000.0),
-        e2el_s=summarize(e2els),
-        per_user_tok_s=summarize([1.0 / t for t in tpots if t > 0]),
-        per_user_tok_s_e2el=summarize(per_user_e2el),
-        itl_ms=summarize(gaps, 1000.0),
-        tokens_per_chunk=summarize(tokens_per_chunk),
-    )
+    return {
+        "ttft_ms": summarize([v for v in map(ttft, ok) if v is not None], 1000.0, asked),
+        "tpot_ms": summarize(tpots, 1000.0, asked),
+        "e2el_s": summarize(e2els, 1.0, asked),
+        "per_user_tok_s": summarize([1.0 / t for t in tpots if t > 0], 1.0, asked),
+        "per_user_tok_s_e2el": summarize(
+            [r.output_tokens / lat for r in ok if r.output_tokens and (lat := e2el(r)) is not None and lat > 0],
+            1.0,
+            asked,
+        ),
+        # gaps between token-bearing chunks: per verify step under speculation, not per token
+        "itl_ms": summarize([b - a for r in ok for a, b in pairwise(r.chunk_times)], 1000.0, asked),
+        "tokens_per_chunk": summarize(
+            [r.output_tokens / r.token_chunks for r in ok if r.token_chunks and r.output_tokens]
+        ),
+    }
 
 
 def count_failures(records: Iterable[RequestRecord]) -> tuple[dict[str, int], dict[str, str]]:
@@ -138,23 +129,32 @@ def count_failures(records: Iterable[RequestRecord]) -> tuple[dict[str, int], di
     return dict(sorted(counts.items())), examples
 
 
+def _failed(records: Iterable[RequestRecord]) -> int:
+    return sum(1 for r in records if r.error is not None and r.error != CANCELLED)
+
+
+def _tokens(records: Iterable[RequestRecord]) -> int:
+    return int(sum(r.output_tokens or 0 for r in records if r.ok))
+
+
 def level_result(
     sessions: int,
     turns: int,
     records: Sequence[RequestRecord],
     windows: Sequence[Window],
-    client_cpu_s: float,
     spec_decode: SpecDecode | None,
     spec_status: SpecDecodeStatus,
     partial: bool,
+    percentiles: Sequence[float] = (),
 ) -> LevelResult:
-    """One concurrency level of the result file, from its records and the windows of its repeats."""
+    """One concurrency level of the result file, from its records and the windows of its repeats
+    (``percentiles``: --percentiles, added to the latency distributions)."""
     ok = [r for r in records if r.ok]
     failures, examples = count_failures(records)
     duration = float(sum(w.duration_s for w in windows))
-    output_tokens = int(sum(r.output_tokens or 0 for r in ok))
+    cpu_s = float(sum(w.cpu_s for w in windows))
+    output_tokens = _tokens(ok)
     prompt_counts = [r.prompt_tokens for r in ok if r.prompt_tokens is not None]
-    latencies = latency_block(records)
     return LevelResult(
         sessions=sessions,
         turns_per_session=turns,
@@ -170,13 +170,7 @@ def level_result(
         duration_s=duration,
         output_tok_s=output_tokens / duration if duration > 0 else None,
         request_throughput=len(ok) / duration if duration > 0 else None,
-        ttft_ms=latencies.ttft_ms,
-        tpot_ms=latencies.tpot_ms,
-        e2el_s=latencies.e2el_s,
-        per_user_tok_s=latencies.per_user_tok_s,
-        per_user_tok_s_e2el=latencies.per_user_tok_s_e2el,
-        itl_ms=latencies.itl_ms,
-        tokens_per_chunk=latencies.tokens_per_chunk,
+        **latencies(records, percentiles),
         output_tokens_per_request=summarize([r.output_tokens or 0 for r in ok]),
         prompt_tokens_per_request=summarize(prompt_counts),
         client_send_ms=summarize([r.send_time - r.ready_time for r in ok], 1000.0),
@@ -184,47 +178,99 @@ def level_result(
         tpot_excluded_short=sum(1 for r in ok if r.output_tokens is not None and r.output_tokens < 2),
         spec_decode=spec_decode,
         spec_decode_status=spec_status,
-        client=ClientUsage(cpu_s=client_cpu_s, cpu_util=client_cpu_s / duration if duration > 0 else None),
-        per_turn=per_turn(records, turns),
+        client=ClientUsage(cpu_s=cpu_s, cpu_util=cpu_s / duration if duration > 0 else None),
+        per_turn=[turn_result(turn, [r for r in records if r.turn == turn]) for turn in range(1, turns + 1)],
         repeat_results=[repeat_result(w, [r for r in records if r.repeat == w.repeat]) for w in windows],
         partial=partial,
     )
 
 
 def repeat_result(window: Window, records: Sequence[RequestRecord]) -> RepeatResult:
-    ok = [r for r in records if r.ok]
-    tokens = int(sum(r.output_tokens or 0 for r in ok))
-    duration = float(window.duration_s)
+    tokens, duration = _tokens(records), float(window.duration_s)
     return RepeatResult(
         repeat=window.repeat,
         duration_s=duration,
-        completed=len(ok),
-        failed=sum(1 for r in records if r.error is not None and r.error != CANCELLED),
+        completed=sum(1 for r in records if r.ok),
+        failed=_failed(records),
         output_tokens=tokens,
         output_tok_s=tokens / duration if duration > 0 else None,
+        per_user_tok_s_mean=summarize([1.0 / t for r in records if r.ok and (t := tpot(r)) is not None and t > 0]).mean,
     )
 
 
-def per_turn(records: Sequence[RequestRecord], turns: int) -> list[TurnResult]:
-    """Breakdown by turn number: later turns carry the conversation so far, so prompts grow."""
-    rows = []
-    for turn in range(1, turns + 1):
-        of_turn = [r for r in records if r.turn == turn]
-        ok = [r for r in of_turn if r.ok]
-        lat = latency_block(of_turn)
-        prompt_counts = [r.prompt_tokens for r in ok if r.prompt_tokens is not None]
-        rows.append(
-            TurnResult(
-                turn=turn,
-                requests=len(of_turn),
-                completed=len(ok),
-                failed=sum(1 for r in of_turn if r.error is not None and r.error != CANCELLED),
-                prompt_tokens=summarize(prompt_counts),
-                output_tokens=int(sum(r.output_tokens or 0 for r in ok)),
-                ttft_ms=lat.ttft_ms,
-                tpot_ms=lat.tpot_ms,
-                e2el_s=lat.e2el_s,
-                per_user_tok_s=lat.per_user_tok_s,
-            )
+def turn_result(turn: int, records: Sequence[RequestRecord]) -> TurnResult:
+    """One turn number: later turns carry the conversation so far, so prompts grow."""
+    ok = [r for r in records if r.ok]
+    lat = latencies(records)
+    return TurnResult(
+        turn=turn,
+        requests=len(records),
+        completed=len(ok),
+        failed=_failed(records),
+        prompt_tokens=summarize([r.prompt_tokens for r in ok if r.prompt_tokens is not None]),
+        output_tokens=_tokens(ok),
+        ttft_ms=lat["ttft_ms"],
+        tpot_ms=lat["tpot_ms"],
+        e2el_s=lat["e2el_s"],
+        per_user_tok_s=lat["per_user_tok_s"],
+    )
+
+
+def repeat_intervals(rows: Sequence[RepeatResult], confidence: float) -> RepeatIntervals | None:
+    """Student t intervals over the repeats (None with fewer than two)."""
+    if len(rows) < 2:
+        return None
+    return RepeatIntervals(
+        output_tok_s=mean_interval([row.output_tok_s for row in rows], confidence),
+        per_user_tok_s=mean_interval([row.per_user_tok_s_mean for row in rows], confidence),
+    )
+
+
+# -- open loop -----------------------------------------------------------------------------------
+
+
+def max_in_flight(records: Sequence[RequestRecord]) -> int:
+    """Most requests holding a concurrency slot at once: admitted_time .. done_time (ends before starts
+    at equal times, since a slot is released before the next request takes it)."""
+    events: list[tuple[float, int]] = []
+    for r in records:
+        if r.admitted_time is not None and r.done_time:
+            events += [(r.admitted_time, 1), (r.done_time, -1)]
+    current = peak = 0
+    for _, step in sorted(events):
+        current += step
+        peak = max(peak, current)
+    return peak
+
+
+def achieved_rate(records: Sequence[RequestRecord], windows: Sequence[Window]) -> float | None:
+    """Conversation starts per second: (n - 1) / span of first-turn dispatch times, per repeat, averaged."""
+    rates = []
+    for window in windows:
+        starts = sorted(
+            r.dispatch_time for r in records if r.repeat == window.repeat and r.turn == 1 and r.dispatch_time
         )
-    return rows
+        if len(starts) >= 2 and starts[-1] > starts[0]:
+            rates.append((len(starts) - 1) / (starts[-1] - starts[0]))
+    return float(np.mean(rates)) if rates else None
+
+
+def open_loop_level(
+    records: Sequence[RequestRecord], windows: Sequence[Window], rate: float, ol: OpenLoopSettings
+) -> OpenLoopLevel:
+    """The open-loop block of a level: arrivals achieved and the local delays before each send."""
+    scheduled = [r for r in records if r.scheduled_time is not None and r.dispatch_time is not None]
+    admitted = [r for r in scheduled if r.admitted_time is not None]
+    sent = [r for r in admitted if r.send_time and r.ready_time]
+    return OpenLoopLevel(
+        request_rate=None if math.isinf(rate) else rate,
+        arrival=ol.arrival,
+        burstiness=ol.burstiness,
+        max_concurrency=ol.max_concurrency,
+        sessions_started=sum(1 for r in scheduled if r.turn == 1),
+        achieved_rate=None if math.isinf(rate) else achieved_rate(records, windows),
+        max_in_flight=max_in_flight(records),
+        schedule_lag_ms=summarize([r.dispatch_time - r.scheduled_time for r in scheduled], 1000.0),  # type: ignore[operator]
+        cap_wait_ms=summarize([r.admitted_time - r.dispatch_time for r in admitted], 1000.0),  # type: ignore[operator]
+        queue_delay_ms=summarize([r.send_time - r.scheduled_time for r in sent], 1000.0),  # type: ignore[operator]
+    )

@@ -1,22 +1,17 @@
 """Where the benchmark's result goes, without ever losing an earlier one (standard library only, like bench/).
 
-- Checked before anything is measured: a directory, a FIFO or a device is refused (a rename over it would
-  replace it with a regular file; a FIFO would block), except /dev/null, which keeps nothing and is never
-  touched; a directory that cannot be written is refused (no run that measures for an hour and then cannot
-  save).
-- A symbolic link is never written through: one at the output path or at any file the run writes beside it
-  (``.partial``, ``.previous``, the --csv files) is refused before anything is measured. Following it would
-  write wherever the link's owner chose (another user's link in a shared /tmp turns a root run into a write
-  to any file); deciding by ownership would be a check that can change before the write. Name the file the
-  link points to instead. Every write creates a fresh file and renames it into place, which replaces a link
-  planted later instead of following it.
+- Checked before anything is measured (no run that measures for an hour and then cannot save): a directory, a
+  FIFO or a device is refused (a rename would replace it; a FIFO would block), except /dev/null, which keeps
+  nothing and is never touched; so is a directory that cannot be written.
+- A symbolic link at the output path or at any file the run writes beside it (``.partial``, ``.previous``, the
+  --csv files) is refused: following it would write wherever the link's owner chose (another user's link in a
+  shared /tmp turns a root run into a write to any file), and an ownership check could change before the write.
+  Every write creates a fresh file and renames it into place, which replaces a link planted later.
 - An existing result is not touched until this run has measured its first level: until then checkpoints go to
-  ``OUTPUT.partial``. When the first level is in, the earlier file is moved to ``<stem>.previous<suffix>`` (one
-  generation, a hard link or a copy) and the new document
-  takes its place. A run that fails before that leaves the earlier result as
-  it was and its own record in ``OUTPUT.partial``.
-- A write that fails (disk full, permissions changed) leaves the last written document in place (every write
-  is atomic) and raises OutputWriteError naming what was lost.
+  ``OUTPUT.partial``; then the earlier file is moved to ``<stem>.previous<suffix>`` (one generation, a hard link
+  or a copy) and the new document takes its place.
+- A write that fails (disk full, permissions changed) leaves the last written document in place (every write is
+  atomic) and raises OutputWriteError naming what was lost.
 """
 
 from __future__ import annotations
@@ -30,6 +25,7 @@ from pathlib import Path
 
 from kimi_dflash.core.atomic_write import replacing, write_beside, write_text_atomic
 from kimi_dflash.core.errors import UserError
+from kimi_dflash.core.user_files import file_kind
 
 EXIT_WRITE_FAILED = 4
 DEV_NULL = Path(os.devnull)
@@ -47,18 +43,6 @@ def _is_dev_null(path: Path) -> bool:
         return os.path.samefile(path, DEV_NULL)
     except OSError:
         return False
-
-
-def _kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a regular file"
 
 
 def describe_os_error(error: OSError) -> str:
@@ -99,7 +83,7 @@ class ResultFile:
             raise UserError(f"--output {self.path}: cannot use it ({describe_os_error(error)})") from None
         if mode is not None and not stat.S_ISREG(mode):
             raise UserError(
-                f"--output {self.path} is {_kind(mode)}; it would be replaced by a regular file. Give a file "
+                f"--output {self.path} is {file_kind(mode)}; it would be replaced by a regular file. Give a file "
                 f"path (or {DEV_NULL} to keep no result)."
             )
         self.protect = mode is not None and self.path.stat().st_size > 0

@@ -1,8 +1,6 @@
-"""Progress of a long level on stderr: requests done / total, tok/s so far, elapsed, time left.
-
-A separate task wakes every ``interval_s`` and reads the level's record list; nothing is added to the
-request path, and a wake-up every few seconds costs the event loop microseconds, so the timings are not
-disturbed. The figures are a running view: the level's result is computed from the records at its end.
+"""Progress of a long level on stderr: requests done / total, tok/s so far, elapsed, time left. A separate task
+wakes every ``interval_s`` and reads the record list: nothing is added to the request path, so timings are not
+disturbed.
 """
 
 from __future__ import annotations

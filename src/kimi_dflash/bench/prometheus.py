@@ -1,13 +1,11 @@
-"""Read vLLM's Prometheus ``/metrics`` text and turn spec-decode counters into window deltas.
-
-Definitions (docs/benchmark.md): over the measured window, with Δ the counter increase,
-acceptance rate = Δaccepted / Δdraft_tokens, mean acceptance length τ = 1 + Δaccepted / Δdrafts,
-per-position acceptance[k] = Δaccepted_at_position_k / Δdrafts. Counters are summed over engines
-(data-parallel ranks); when series carry a ``model_name`` equal to the benchmarked model only those count.
+"""Read vLLM's Prometheus ``/metrics`` text and turn the spec-decode counters into window deltas (definitions:
+docs/benchmark.md, "Speculative decoding"). Counters are summed over engines (data-parallel ranks); when series
+carry a ``model_name`` equal to the benchmarked model only those count.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from kimi_dflash.bench.result import SpecDecode, SpecDecodeStatus
@@ -26,70 +24,31 @@ class Sample:
     value: float
 
 
+# A sample line: name, optional {label="value",...} (values may hold escaped quotes, commas and braces), value.
+_LABEL = r'\s*([a-zA-Z_]\w*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?'
+_SAMPLE = re.compile(
+    r'(?P<name>[^\s{]*)(?:\{(?P<labels>(?:\s*\w+\s*=\s*"(?:[^"\\]|\\.)*"\s*,?)*)\s*\}\s*|\s+)(?P<value>\S+)'
+)
+
+
 def parse_samples(text: str) -> list[Sample]:
     """Parse the Prometheus text exposition format; lines that do not parse are skipped."""
     samples: list[Sample] = []
     for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line[0] == "#":
+        match = _SAMPLE.match(raw.strip())
+        if match is None or raw.lstrip().startswith("#"):
             continue
-        parsed = _parse_line(line)
-        if parsed is not None:
-            samples.append(parsed)
+        try:
+            value = float(match["value"])
+        except ValueError:
+            continue
+        labels = {key: re.sub(r"\\(.)", _unescape, shown) for key, shown in re.findall(_LABEL, match["labels"] or "")}
+        samples.append(Sample(name=match["name"], labels=labels, value=value))
     return samples
 
 
-def _parse_line(line: str) -> Sample | None:
-    brace = line.find("{")
-    space = line.find(" ")
-    labels: dict[str, str] = {}
-    if brace != -1 and (space == -1 or brace < space):
-        name = line[:brace]
-        end = _parse_labels(line, brace + 1, labels)
-        if end is None:
-            return None
-        rest = line[end:].split()
-    else:
-        parts = line.split()
-        if len(parts) < 2:
-            return None
-        name, rest = parts[0], parts[1:]
-    if not rest:
-        return None
-    try:
-        value = float(rest[0])
-    except ValueError:
-        return None
-    return Sample(name=name, labels=labels, value=value)
-
-
-def _parse_labels(line: str, i: int, labels: dict[str, str]) -> int | None:
-    """Parse ``k="v",...}`` starting at ``i``; returns the index after ``}``."""
-    n = len(line)
-    while i < n:
-        while i < n and line[i] in " ,":
-            i += 1
-        if i < n and line[i] == "}":
-            return i + 1
-        eq = line.find("=", i)
-        if eq == -1 or eq + 1 >= n or line[eq + 1] != '"':
-            return None
-        key = line[i:eq].strip()
-        i = eq + 2
-        value: list[str] = []
-        while i < n and line[i] != '"':
-            if line[i] == "\\" and i + 1 < n:
-                nxt = line[i + 1]
-                value.append("\n" if nxt == "n" else nxt)
-                i += 2
-            else:
-                value.append(line[i])
-                i += 1
-        if i >= n:
-            return None
-        labels[key] = "".join(value)
-        i += 1
-    return None
+def _unescape(escape: re.Match[str]) -> str:
+    return "\n" if escape[1] == "n" else escape[1]
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,9 @@ Metrics are computed later, by pure functions in ``metrics.py``, so they can be 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, fields, replace
 
-from kimi_dflash.bench.fields import meta
+from kimi_dflash.bench.fields import doc
 from kimi_dflash.bench.spec_request import RequestSpec
 
 # Failure reasons (``RequestRecord.error``). HTTP errors are "http_<status>", e.g. "http_429".
@@ -36,62 +36,44 @@ TOKENS_FROM_CHUNKS = "chunks"  # no usage reported: one token per token-bearing 
 class RequestRecord:
     """One request, as observed by the client."""
 
-    sessions: int = field(metadata=meta("concurrency level this request belongs to (0: warmup)"))
-    repeat: int = field(metadata=meta("repeat index, 0-based"))
-    session: int = field(metadata=meta("session index within the level"))
-    turn: int = field(metadata=meta("turn number, 1-based"))
-    warmup: bool = field(default=False, metadata=meta("a warmup request (not measured)"))
-    ready_time: float = field(default=0.0, metadata=meta("the client started the request (before building it)"))
-    send_time: float = field(default=0.0, metadata=meta("request body handed to the socket: TTFT and E2EL start here"))
-    done_time: float = field(default=0.0, metadata=meta("response fully read, or the failure observed"))
-    first_token_time: float | None = field(
-        default=None, metadata=meta("first chunk with content, reasoning or a tool call")
-    )
-    last_token_time: float | None = field(default=None, metadata=meta("last such chunk"))
-    token_chunks: int = field(default=0, metadata=meta("SSE events that carried at least one token"))
-    chunk_times: list[float] = field(default_factory=list, metadata=meta("arrival time of each token-bearing event"))
-    output_tokens: int | None = field(
-        default=None, metadata=meta("N: usage.completion_tokens (or the chunk count, flagged)")
-    )
-    tokens_source: str | None = field(default=None, metadata=meta("where N came from: usage | chunks"))
-    prompt_tokens: int | None = field(default=None, metadata=meta("usage.prompt_tokens"))
-    finish_reason: str | None = field(default=None, metadata=meta("finish_reason of the last choice"))
-    status: int | None = field(default=None, metadata=meta("HTTP status"))
-    error: str | None = field(default=None, metadata=meta("failure reason (see docs/benchmark.md); null on success"))
-    error_detail: str = field(default="", metadata=meta("what the failure looked like"))
-    reply_chars: int = field(default=0, metadata=meta("characters of content + reasoning received"))
+    sessions: int = doc("concurrency level this request belongs to (0: warmup)")
+    repeat: int = doc("repeat index, 0-based")
+    session: int = doc("session index within the level")
+    turn: int = doc("turn number, 1-based")
+    warmup: bool = doc("a warmup request (not measured)", default=False)
+    ready_time: float = doc("the client started the request (before building it)", default=0.0)
+    send_time: float = doc("request body handed to the socket: TTFT and E2EL start here", default=0.0)
+    done_time: float = doc("response fully read, or the failure observed", default=0.0)
+    first_token_time: float | None = doc("first chunk with content, reasoning or a tool call", default=None)
+    last_token_time: float | None = doc("last such chunk", default=None)
+    token_chunks: int = doc("SSE events that carried at least one token", default=0)
+    chunk_times: list[float] = doc("arrival time of each token-bearing event", factory=list)
+    output_tokens: int | None = doc("N: usage.completion_tokens (or the chunk count, flagged)", default=None)
+    tokens_source: str | None = doc("where N came from: usage | chunks", default=None)
+    prompt_tokens: int | None = doc("usage.prompt_tokens", default=None)
+    finish_reason: str | None = doc("finish_reason of the last choice", default=None)
+    status: int | None = doc("HTTP status", default=None)
+    error: str | None = doc("failure reason (see docs/benchmark.md); null on success", default=None)
+    error_detail: str = doc("what the failure looked like", default="")
+    reply_chars: int = doc("characters of content + reasoning received", default=0)
     # Open loop only (--request-rate): when the request should have gone out, and what held it back locally.
-    scheduled_time: float | None = field(
-        default=None, metadata=meta("open loop: when the arrival process / think time said to send it")
+    scheduled_time: float | None = doc("open loop: when the arrival process / think time said to send it", default=None)
+    dispatch_time: float | None = doc("open loop: when the client's timer actually woke for it", default=None)
+    admitted_time: float | None = doc(
+        "open loop: when --max-concurrency let it through (= dispatch without a cap)", default=None
     )
-    dispatch_time: float | None = field(
-        default=None, metadata=meta("open loop: when the client's timer actually woke for it")
+    category: str | None = doc("the prompt's category (dataset), e.g. code", default=None, omit_if_none=True)
+    prompt_id: str | None = doc("the prompt's (or conversation's) id in the dataset", default=None, omit_if_none=True)
+    reply_sha256: str | None = doc(
+        "sha256 of the reply: UTF-8 reasoning, a NUL byte, UTF-8 content", default=None, omit_if_none=True
     )
-    admitted_time: float | None = field(
-        default=None, metadata=meta("open loop: when --max-concurrency let it through (= dispatch without a cap)")
-    )
-    category: str | None = field(
-        default=None, metadata=meta("the prompt's category (dataset), e.g. code", omit_if_none=True)
-    )
-    prompt_id: str | None = field(
-        default=None, metadata=meta("the prompt's (or conversation's) id in the dataset", omit_if_none=True)
-    )
-    reply_sha256: str | None = field(
+    token_ids_sha256: str | None = doc(
+        "sha256 of the generated token ids as decimal numbers joined by ',' (when the server sent them)",
+        omit_if_none=True,
         default=None,
-        metadata=meta("sha256 of the reply: UTF-8 reasoning, a NUL byte, UTF-8 content", omit_if_none=True),
     )
-    token_ids_sha256: str | None = field(
-        default=None,
-        metadata=meta(
-            "sha256 of the generated token ids as decimal numbers joined by ',' (when the server sent them)",
-            omit_if_none=True,
-        ),
-    )
-    spec: RequestSpec | None = field(
-        default=None,
-        metadata=meta(
-            "the server's metrics.speculative_decoding for this request (null: none sent)", omit_if_none=True
-        ),
+    spec: RequestSpec | None = doc(
+        "the server's metrics.speculative_decoding for this request (null: none sent)", default=None, omit_if_none=True
     )
 
     @property
@@ -100,19 +82,6 @@ class RequestRecord:
 
     def relative_to(self, origin: float) -> RequestRecord:
         """A copy with times in seconds from ``origin`` (the run's clock origin), for the raw-records dump."""
-
-        def rel(t: float | None) -> float | None:
-            return None if t is None else round(t - origin, 6)
-
-        return replace(
-            self,
-            ready_time=rel(self.ready_time),
-            send_time=rel(self.send_time),
-            done_time=rel(self.done_time),
-            first_token_time=rel(self.first_token_time),
-            last_token_time=rel(self.last_token_time),
-            chunk_times=[round(t - origin, 6) for t in self.chunk_times],
-            scheduled_time=rel(self.scheduled_time),
-            dispatch_time=rel(self.dispatch_time),
-            admitted_time=rel(self.admitted_time),
-        )
+        names = [f.name for f in fields(self) if f.name.endswith("_time")]
+        times = {name: None if (t := getattr(self, name)) is None else round(t - origin, 6) for name in names}
+        return replace(self, **times, chunk_times=[round(t - origin, 6) for t in self.chunk_times])

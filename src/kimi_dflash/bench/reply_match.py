@@ -1,10 +1,8 @@
 """In-band lossless evidence: did two runs serve the same replies to the same conversations?
 
-Each level stores every successful request's ``reply_sha256`` keyed 'repeat/session/k'. Two runs with the
-same workload (seed, dataset, turns, max tokens, temperature 0) send the same first turn in every session;
-while the replies agree, the conversations stay identical, so matching keys are matched requests. At
-temperature 0 a lossless speculative decoder must produce identical replies; any other temperature samples,
-and the comparison says so instead of counting.
+Each level stores every successful request's ``reply_sha256`` keyed 'repeat/session/k'. Two runs of the same
+workload send the same first turn in every session; while the replies agree the conversations stay identical,
+so matching keys are matched requests. Only greedy decoding (temperature 0) must give identical replies.
 """
 
 from __future__ import annotations

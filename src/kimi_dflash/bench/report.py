@@ -1,7 +1,4 @@
-"""Writing the result file (atomically) and the human-readable tables printed during a run.
-
-The file's model, its schema version and the loader every reader uses are in ``result.py``.
-"""
+"""Writing the result file (atomically) and the human-readable tables printed during a run."""
 
 from __future__ import annotations
 
@@ -15,11 +12,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from kimi_dflash.bench import columns
-from kimi_dflash.bench.level_extras import summary_lines
+from kimi_dflash.bench.goodput import describe
 from kimi_dflash.bench.request_shaping import redact_header_arg
 from kimi_dflash.bench.result import BenchmarkResult, LevelResult, ToolInfo
 from kimi_dflash.core import redaction
 from kimi_dflash.core.atomic_write import write_text_atomic
+from kimi_dflash.core.formatting import interval, number, percent
 
 TOOL_NAME = "benchmark_multi_turn"
 
@@ -50,26 +48,21 @@ def redact_argv(argv: list[str]) -> list[str]:
     return out
 
 
-def git_revision(start: Path | None = None) -> str | None:
-    """HEAD of the checkout this code runs from (+ "-dirty"), or None outside a git checkout."""
-    here = (start or Path(__file__)).resolve().parent
+def git_revision() -> str | None:
+    """HEAD of the checkout this code runs from (+ "-dirty" when tracked files changed), or None outside one."""
     try:
-        head = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5, check=False
-        )
-        if head.returncode != 0:
-            return None
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=here,
+        # --exclude='*': no tag names, the full hash (--always); --dirty ignores untracked files
+        found = subprocess.run(
+            ["git", "describe", "--always", "--abbrev=40", "--dirty=-dirty", "--exclude=*"],
+            cwd=Path(__file__).resolve().parent,
             capture_output=True,
             text=True,
             timeout=5,
             check=False,
         )
-        return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return None
+    return (found.stdout.strip() or None) if found.returncode == 0 else None
 
 
 def tool_info(event_loop: str) -> ToolInfo:
@@ -116,6 +109,33 @@ def print_level(result: LevelResult, out: TextIO) -> None:
         lines += table_lines(result.spec_per_request)
     lines += [f"  WARNING: {line}" for line in level_warnings(result)]
     print("\n".join(lines) + "\n", file=out)
+
+
+def summary_lines(level: LevelResult) -> list[str]:
+    """Extra lines for the printed level table: open-loop queueing, SLO attainment, intervals."""
+    lines = []
+    ol = level.open_loop
+    if ol is not None:
+        queue = ol.queue_delay_ms
+        lines.append(
+            f"open loop: {ol.sessions_started} conversations, achieved {number(ol.achieved_rate, 2, '/s')}, max in "
+            f"flight {ol.max_in_flight}; local queueing p50/p99 {number(queue.p50)}/{number(queue.p99)} ms"
+            f" (cap wait p99 {number(ol.cap_wait_ms.p99)}, timer lag p99 {number(ol.schedule_lag_ms.p99)})"
+        )
+    gp = level.goodput
+    if gp is not None and gp.attainment is not None:
+        lines.append(
+            f"SLO ({describe(gp.slo)}): {percent(gp.attainment)} met ({gp.met}/{gp.requests}); goodput "
+            f"{number(gp.request_goodput or 0, 2)} req/s, {number(gp.output_goodput or 0)} tok/s"
+        )
+    ci = level.intervals
+    for column, block in (
+        ((columns.OUTPUT_TOK_S, ci.output_tok_s), (columns.PER_USER["mean"], ci.per_user_tok_s)) if ci else ()
+    ):
+        if block is not None and block.low is not None and block.high is not None:
+            within = f"({percent(block.confidence, 0)} over {block.n} repeats)"
+            lines.append(f"{column.header}: {column.fmt(block.mean)} {interval(block.low, block.high, 1)} {within}")
+    return lines
 
 
 def level_warnings(result: LevelResult) -> list[str]:

@@ -15,9 +15,6 @@ from typing import Any
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.user_files import UnreadableFile, parse_user_json, read_user_json
 
-CHAT, COMPLETIONS = "chat", "completions"
-ENDPOINTS = (CHAT, COMPLETIONS)
-
 # Body keys the benchmark sets from its own flags: overriding them through --extra-body would make the
 # stored settings lie about what was sent.
 RESERVED = {

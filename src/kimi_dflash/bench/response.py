@@ -1,13 +1,8 @@
 """Turn what a server sent into facts: token timestamps, reply text, usage, or a failure reason.
 
-``StreamAccumulator`` is fed the body's network reads with their arrival times; every event completed
-by a read inherits that read's time. It is pure (no I/O, no clock), so every framing corner case is
-tested without a network, and the client calls it incrementally so parsing is spread over the stream.
-
-A chunk is *token-bearing* when its first choice carries non-empty ``content``, reasoning (``reasoning``
-or ``reasoning_content``: Kimi streams its reasoning first, and those are generated tokens) or
-``tool_calls`` (chat), or non-empty ``text`` (completions). The role-only first chunk and the final
-usage chunk (empty ``choices``) are not.
+``StreamAccumulator`` is fed the body's network reads with their arrival times; every event completed by a read
+inherits that read's time. It is pure (no I/O, no clock), so every framing corner case is tested without a
+network. Which chunks are token-bearing: docs/benchmark.md, "Metric definitions".
 """
 
 from __future__ import annotations
@@ -48,35 +43,21 @@ class Reply:
 class StreamAccumulator:
     """Incremental SSE body interpreter: ``feed(arrival_time, data)`` per read, then ``finish()``."""
 
-    __slots__ = (
-        "_content", "_decoder", "_detail", "_finish", "_metrics", "_reasoning", "_times", "_token_ids", "_usage",
-        "done", "error",
-    )  # fmt: skip
+    __slots__ = ("_content", "_decoder", "_reasoning", "_times", "reply")
 
     def __init__(self) -> None:
         self._decoder = SSEDecoder()
         self._content: list[str] = []
         self._reasoning: list[str] = []
         self._times: list[float] = []
-        self._usage: dict[str, Any] | None = None
-        self._metrics: dict[str, Any] | None = None
-        self._token_ids: list[int] | None = None
-        self._finish: str | None = None
-        self.done = False  # saw data: [DONE]
-        self.error: str | None = None
-        self._detail = ""
-
-    @property
-    def closed(self) -> bool:
-        """Nothing more will be read: [DONE] arrived or the stream was judged broken."""
-        return self.done or self.error is not None
+        self.reply = Reply()  # usage, metrics, ids, finish reason, [DONE] seen, error; finish() adds text and times
 
     @property
     def token_chunks(self) -> int:
         return len(self._times)
 
     def feed(self, arrival: float, data: bytes) -> None:
-        if self.done or self.error is not None:
+        if self.reply.done or self.reply.error is not None:
             return
         decoder = self._decoder
         if data[:7] == b"data: {" and data[-3:] == b"}\n\n" and data.find(b"\n") == len(data) - 2 and decoder.idle:
@@ -87,7 +68,7 @@ class StreamAccumulator:
             return
         for i, payload in enumerate(payloads):
             if payload == DONE:
-                self.done = True
+                self.reply.done = True
                 payloads = payloads[:i]
                 break
         if not payloads:
@@ -164,45 +145,32 @@ class StreamAccumulator:
                     self._times.append(arrival)
             finish = choice.get("finish_reason")
             if finish:
-                self._finish = str(finish)
+                self.reply.finish_reason = str(finish)
             ids = choice.get("token_ids")
             if isinstance(ids, list):
-                if self._token_ids is None:
-                    self._token_ids = []
-                self._token_ids.extend(ids)
+                if self.reply.token_ids is None:
+                    self.reply.token_ids = []
+                self.reply.token_ids.extend(ids)
         elif "error" in event:
             return self._fail(SERVER_ERROR_EVENT, _error_message(event["error"]))
         usage = event.get("usage")
         if usage and isinstance(usage, dict):
-            self._usage = usage
+            self.reply.usage = usage
             metrics = event.get("metrics")
             if isinstance(metrics, dict):
-                self._metrics = metrics
+                self.reply.metrics = metrics
         return True
 
     def _fail(self, reason: str, detail: str) -> bool:
-        self.error = reason
-        self._detail = detail
-        self.done = False
+        self.reply.error, self.reply.error_detail, self.reply.done = reason, detail, False
         return False
 
     def finish(self) -> Reply:
         """The body ended (or the caller gave up): judge the stream."""
-        times = self._times
-        reply = Reply(
-            first_token_time=times[0] if times else None,
-            last_token_time=times[-1] if times else None,
-            chunk_times=times,
-            content="".join(self._content),
-            reasoning="".join(self._reasoning),
-            usage=self._usage,
-            metrics=self._metrics,
-            token_ids=self._token_ids,
-            finish_reason=self._finish,
-            done=self.done,
-            error=self.error,
-            error_detail=self._detail,
-        )
+        reply, times = self.reply, self._times
+        reply.chunk_times = times
+        reply.first_token_time, reply.last_token_time = (times[0], times[-1]) if times else (None, None)
+        reply.content, reply.reasoning = "".join(self._content), "".join(self._reasoning)
         if reply.error is None and not reply.done:
             pending = self._decoder.pending
             reply.error = TRUNCATED_STREAM
@@ -220,37 +188,20 @@ class _Malformed:
     payload: bytes
 
 
-def interpret_stream(reads: list[tuple[float, bytes]]) -> Reply:
-    """Decode a whole SSE body from its ``(arrival_time, bytes)`` reads. Anything after [DONE] is ignored."""
-    accumulator = StreamAccumulator()
-    for arrival, data in reads:
-        accumulator.feed(arrival, data)
-    return accumulator.finish()
-
-
 def interpret_body(body: bytes) -> Reply:
     """Decode a non-streaming chat or completions response body."""
-    reply = Reply()
     try:
         event = json.loads(body)
     except (ValueError, UnicodeDecodeError):
-        reply.error = BAD_RESPONSE
-        reply.error_detail = f"body is not JSON: {_clip(body)}"
-        return reply
+        return Reply(error=BAD_RESPONSE, error_detail=f"body is not JSON: {_clip(body)}")
     if not isinstance(event, dict):
-        reply.error = BAD_RESPONSE
-        reply.error_detail = f"body is not a JSON object: {_clip(body)}"
-        return reply
+        return Reply(error=BAD_RESPONSE, error_detail=f"body is not a JSON object: {_clip(body)}")
     if "error" in event and not event.get("choices"):
-        reply.error = SERVER_ERROR_EVENT
-        reply.error_detail = _error_message(event["error"])
-        return reply
+        return Reply(error=SERVER_ERROR_EVENT, error_detail=_error_message(event["error"]))
     choices = event.get("choices")
     if not choices or not isinstance(choices[0], dict):
-        reply.error = BAD_RESPONSE
-        reply.error_detail = f"no choices in body: {_clip(body)}"
-        return reply
-    choice = choices[0]
+        return Reply(error=BAD_RESPONSE, error_detail=f"no choices in body: {_clip(body)}")
+    reply, choice = Reply(), choices[0]
     message = choice.get("message")
     if isinstance(message, dict):
         reply.content = str(message.get("content") or "")

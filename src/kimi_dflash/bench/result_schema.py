@@ -1,11 +1,6 @@
-"""The result file's field reference (markdown) and JSON Schema, generated from the model in ``result.py``.
-
-    python -m kimi_dflash.bench.result_schema                 # print the markdown reference
-    python -m kimi_dflash.bench.result_schema --json          # print the JSON Schema
-    python -m kimi_dflash.bench.result_schema --write [--docs DIR]
-        # update DIR/benchmark.md between the markers and DIR/benchmark-result.schema.json (DIR: ./docs)
-
-A test keeps docs/ in sync with the model.
+"""The result file's field reference (markdown) and JSON Schema, generated from the model in ``result.py``
+(``--write`` updates docs/benchmark.md between the markers and docs/benchmark-result.schema.json; a test keeps
+them in sync with the model).
 """
 
 from __future__ import annotations

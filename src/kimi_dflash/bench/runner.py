@@ -1,10 +1,16 @@
-"""Drive the load: warmup, then for each concurrency level N sessions x T turns, repeated.
+"""Drive the load: warmup, then each level (N sessions, or with --request-rate an arrival rate), repeated.
 
-Every session is a closed loop: it sends turn t+1 as soon as turn t has finished, carrying the whole
-conversation (assistant replies appended), so concurrency stays at N and prompts grow turn by turn.
-A failed turn is left out of the history and the session goes on with its next prompt; a refused
-connection that a probe confirms (the server is gone) aborts the run. A stop request (Ctrl-C, SIGTERM,
-abort) cancels in-flight requests; everything that finished is kept and summarized as a partial level.
+Closed loop (--sessions N): N conversations start together and each sends turn t+1 as soon as turn t has
+finished, so concurrency stays at N. Open loop (--request-rate): conversations start on an arrival process's
+clock (arrivals.py) whatever the others are doing, turn t+1 is scheduled when turn t finished plus a think time,
+and --max-concurrency caps requests in flight (a conversation waiting for it keeps its place). Open-loop
+requests record when they were scheduled, when the client's timer woke (dispatch) and when the cap let them
+through (admitted), so local queueing is reported apart from server latency.
+
+Every turn carries the whole conversation (assistant replies appended), so prompts grow turn by turn. A failed
+turn is left out of the history and the conversation goes on with its next prompt; a refused connection that a
+probe confirms (the server is gone) aborts the run. A stop request (Ctrl-C, SIGTERM, abort) cancels in-flight
+requests; everything that finished is kept and summarized as a partial level.
 """
 
 from __future__ import annotations
@@ -15,14 +21,15 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 
-from kimi_dflash.bench import client, failure_hints, http1, metrics, prometheus, server_info, spec_summary
-from kimi_dflash.bench.level_extras import apply_analyses, open_loop_level
-from kimi_dflash.bench.openloop import OpenLoopRepeat
+from kimi_dflash.bench import client, failure_hints, goodput, http1, metrics, prometheus, server_info, spec_summary
+from kimi_dflash.bench.arrivals import level_rng
 from kimi_dflash.bench.progress import report_progress
 from kimi_dflash.bench.records import (
+    CANCELLED,
     CLIENT_OUT_OF_RESOURCES,
     CONNECTION_CLOSED,
     CONNECTION_ERROR,
@@ -39,7 +46,7 @@ from kimi_dflash.bench.result import (
     SpecDecodeStatus,
     WarmupSummary,
 )
-from kimi_dflash.bench.settings import DEFAULT_BASE_URL, OpenLoopSettings, Settings, normalize_base_url
+from kimi_dflash.bench.settings import DEFAULT_BASE_URL, Settings, normalize_base_url
 from kimi_dflash.bench.workload import Prompt, session_prompts, warmup_prompts
 from kimi_dflash.core.errors import UserError
 
@@ -56,11 +63,7 @@ EXIT_CLIENT_SHORT = 5  # this machine ran out of descriptors, ports or memory mi
 # After one of these, ask the server whether it is still there (it may have died).
 CONNECTION_FAILURES = frozenset({CONNECTION_REFUSED, CONNECTION_ERROR, CONNECTION_RESET, CONNECTION_CLOSED})
 PROBE_INTERVAL_S = 1.0  # at most one liveness probe per second, however many sessions fail together
-
-
-@dataclass(frozen=True)
-class OpenWindow(metrics.Window):
-    cpu_s: float = 0.0  # client CPU over the repeat
+PRECONNECT_MAX = 64  # connections an open loop without a cap opens before the window
 
 
 class Stopper:
@@ -94,7 +97,41 @@ class RunState:
     warmup: WarmupSummary | None = None
     results: list[LevelResult] = field(default_factory=list)
     origin: float = field(default_factory=perf_counter)
-    level_records: list[list[RequestRecord]] = field(default_factory=list)  # only with keep_level_records
+    level_records: list[list[RequestRecord]] = field(default_factory=list)  # only with --csv
+
+
+class ConnectionPool:
+    """Keep-alive connections, each used by one request at a time, so an in-flight request has its own."""
+
+    def __init__(self, endpoint: client.Endpoint) -> None:
+        self.endpoint = endpoint
+        self.idle: list[http1.Connection] = []
+        self.every: list[http1.Connection] = []
+
+    async def preconnect(self, count: int) -> None:
+        """Connect before the window opens, so TTFT never includes TCP setup. A connection that fails here
+        tries again on its first request, which reports the failure."""
+        fresh = [self.endpoint.connection() for _ in range(count)]
+        await asyncio.gather(*(c.connect() for c in fresh), return_exceptions=True)
+        self.every.extend(fresh)
+        self.idle.extend(fresh)
+
+    def take(self) -> http1.Connection:
+        if self.idle:
+            return self.idle.pop()
+        conn = self.endpoint.connection()
+        self.every.append(conn)
+        return conn
+
+    def close(self) -> None:
+        for conn in self.every:
+            conn.close()
+
+
+async def _sleep_until(when: float) -> None:
+    # The loop may fire a timer up to its clock resolution early (uvloop: 1 ms); never send before the time.
+    while (delay := when - perf_counter()) > 0:
+        await asyncio.sleep(delay)
 
 
 class Benchmark:
@@ -115,7 +152,7 @@ class Benchmark:
 
     async def run(self) -> RunState:
         cfg = self.cfg
-        # aiohttp serves only the GET endpoints; chat requests use one connection per session.
+        # aiohttp serves only the GET endpoints; chat requests use the benchmark's own connections.
         async with client.make_session(self.endpoint.timeout_s, self.endpoint.extra_headers) as session:
             server, model = await server_info.probe(session, self.endpoint, cfg.model, cfg.metrics_url)
             self.state.server, self.state.model = server, model
@@ -127,21 +164,19 @@ class Benchmark:
             self.checkpoint(self.state)
             self.state.warmup = await self._warmup()
             self.checkpoint(self.state)
-            for level in cfg.levels if cfg.open_loop is None else cfg.open_loop.rates:
+            for level in cfg.request_rate or cfg.levels:  # an open loop's rates (inf: all at once), or sessions
                 if self.stopper.stopped:
                     break
                 self.state.results.append(await self._level(session, level))
                 self.checkpoint(self.state)
         return self.state
 
-    # -- warmup ---------------------------------------------------------------------------------
     async def _warmup(self) -> WarmupSummary:
         cfg = self.cfg
         if cfg.warmup <= 0:
             return WarmupSummary(requests=0)
-        prompts = warmup_prompts(cfg.prompts, cfg.seed, cfg.warmup)
         queue: asyncio.Queue[tuple[int, Prompt]] = asyncio.Queue()
-        for item in enumerate(prompts):
+        for item in enumerate(warmup_prompts(cfg.prompts, cfg.seed, cfg.warmup)):
             queue.put_nowait(item)
         records: list[RequestRecord] = []
 
@@ -152,15 +187,16 @@ class Benchmark:
                     i, prompt = queue.get_nowait()
                     record = RequestRecord(sessions=0, repeat=0, session=i, turn=1, warmup=True)
                     records.append(record)
-                    await client.send(conn, self.endpoint, self._body([self._user(prompt)]), cfg.stream, record)
+                    await client.send(conn, self.endpoint, self.body([_user(prompt)]), cfg.stream, record)
                     if record.error == CLIENT_OUT_OF_RESOURCES:
                         self._client_short(record)
             finally:
                 conn.close()
 
         started = perf_counter()
-        workers = min(cfg.warmup, cfg.levels[0])
-        await self._until_done_or_stopped([asyncio.create_task(worker()) for _ in range(workers)])
+        await self._until_done_or_stopped(
+            [asyncio.create_task(worker()) for _ in range(min(cfg.warmup, cfg.levels[0]))]
+        )
         failures, examples = metrics.count_failures(records)
         summary = WarmupSummary(
             requests=len(records),
@@ -173,75 +209,31 @@ class Benchmark:
             raise UserError(failure_hints.warmup_failed(len(records), failures, examples, self.state.model))
         return summary
 
-    # -- one concurrency level ------------------------------------------------------------------
     async def _level(self, session: aiohttp.ClientSession, level: float) -> LevelResult:
         """One level: ``level`` sessions (closed loop) or, with ``cfg.open_loop``, a request rate."""
-        cfg = self.cfg
-        before, scrape_error = await server_info.scrape_spec(
-            session, cfg.metrics_url, self.endpoint.api_key, self.state.model or ""
-        )
+        cfg, ol = self.cfg, self.cfg.open_loop
+        before, scrape_error = await self._scrape(session)
         records: list[RequestRecord] = []
         windows: list[metrics.Window] = []
-        cpu_s = 0.0
         for repeat in range(cfg.repeats):
             if self.stopper.stopped:
                 break
-            if cfg.open_loop is not None:
-                window = await self._open_repeat(cfg.open_loop, level, repeat, records)
-                windows.append(window)
-                cpu_s += window.cpu_s
-                continue
-            level = int(level)
-            plans = [
-                session_prompts(cfg.prompts, cfg.seed, level, repeat, s, cfg.turns_per_session, cfg.prompt_order)
-                for s in range(level)
-            ]
-            # Connect every session before the window opens, so TTFT never includes TCP setup. A session
-            # that cannot connect here tries again on its first request, which reports the failure.
-            conns = [self.endpoint.connection() for _ in range(level)]
-            await asyncio.gather(*(c.connect() for c in conns), return_exceptions=True)
-            label = f"[{level} sessions] repeat {repeat + 1}/{cfg.repeats}"
-            print(f"{label}: measuring {level} sessions x {cfg.turns_per_session} turns", file=sys.stderr, flush=True)
-            first = len(records)
-            cpu0 = time.process_time()
-            start = perf_counter()
-            tasks = [
-                asyncio.create_task(self._session(conns[s], level, repeat, s, plans[s], records)) for s in range(level)
-            ]
-            progress = asyncio.create_task(
-                report_progress(label, records, first, level * cfg.turns_per_session, start, cfg.progress_interval)
-            )
-            try:
-                await self._until_done_or_stopped(tasks)
-            finally:
-                progress.cancel()
-                for conn in conns:
-                    conn.close()
-            end = self.stopper.stopped_at if self.stopper.stopped and self.stopper.stopped_at else perf_counter()
-            cpu_s += time.process_time() - cpu0
-            windows.append(
-                metrics.Window(repeat=repeat, duration_s=max(end - start, 0.0), start_s=start - self.state.origin)
-            )
+            windows.append(await Repeat(self, level, repeat, records).measure())
         partial = self.stopper.stopped
         spec, status = await self._spec_window(session, before, scrape_error)
-        ol = cfg.open_loop
+        sessions = int(level) if ol is None else ol.sessions_per_level
         result = metrics.level_result(
-            sessions=int(level) if ol is None else ol.sessions_per_level,
-            turns=cfg.turns_per_session,
-            records=records,
-            windows=windows,
-            client_cpu_s=cpu_s,
-            spec_decode=spec,
-            spec_status=status,
-            partial=partial,
+            sessions, cfg.turns_per_session, records, windows, spec, status, partial, percentiles=cfg.percentiles or ()
         )
         if ol is not None:
-            result.open_loop = open_loop_level(records, windows, level, ol.arrival, ol.burstiness, ol.max_concurrency)
-        apply_analyses(result, records, cfg)
-        if cfg.csv:
-            self.state.level_records.append(records)
+            result.open_loop = metrics.open_loop_level(records, windows, level, ol)
+        result.intervals = metrics.repeat_intervals(result.repeat_results, cfg.confidence)
+        if cfg.slo:
+            result.goodput = goodput.goodput(records, result.duration_s, cfg.slo)
         result.spec_per_request = spec_summary.spec_per_request(records)
         result.reply_hashes = spec_summary.reply_hashes(records) or None
+        if cfg.csv:
+            self.state.level_records.append(records)
         if cfg.record_requests:
             # Times are seconds from "clock_origin", a time.perf_counter() reading of this run (on Linux the
             # host's CLOCK_MONOTONIC, so they can be lined up with other processes' monotonic timestamps).
@@ -250,92 +242,29 @@ class Benchmark:
             )
         return result
 
-    async def _open_repeat(
-        self, ol: OpenLoopSettings, rate: float, repeat: int, records: list[RequestRecord]
-    ) -> OpenWindow:
-        """One open-loop repeat (openloop.OpenLoopRepeat), timed like a closed-loop one."""
-        runner = OpenLoopRepeat(self, ol, rate, repeat, records)
-        await runner.prepare()
-        shown = "all at once" if math.isinf(rate) else f"{rate:g} conversations/s ({ol.arrival})"
-        label = f"[rate {shown}] repeat {repeat + 1}/{self.cfg.repeats}"
-        print(
-            f"{label}: measuring {ol.sessions_per_level} conversations x {self.cfg.turns_per_session} turns",
-            file=sys.stderr,
-            flush=True,
-        )
-        first = len(records)
-        cpu0 = time.process_time()
-        start = perf_counter()
-        task = asyncio.create_task(runner.run(start))
-        progress = asyncio.create_task(
-            report_progress(label, records, first, runner.total_requests, start, self.cfg.progress_interval)
-        )
-        try:
-            await self._until_done_or_stopped([task])
-        finally:
-            progress.cancel()
-        end = self.stopper.stopped_at if self.stopper.stopped and self.stopper.stopped_at else perf_counter()
-        return OpenWindow(
-            repeat=repeat,
-            duration_s=max(end - start, 0.0),
-            start_s=start - self.state.origin,
-            cpu_s=time.process_time() - cpu0,
-        )
+    async def _scrape(self, session: aiohttp.ClientSession) -> tuple[prometheus.SpecCounters | None, str | None]:
+        api_key, model = self.endpoint.api_key, self.state.model or ""
+        return await server_info.scrape_spec(session, self.cfg.metrics_url, api_key, model)
 
     async def _spec_window(
         self, session: aiohttp.ClientSession, before: prometheus.SpecCounters | None, scrape_error: str | None
     ) -> tuple[SpecDecode | None, SpecDecodeStatus]:
-        cfg = self.cfg
         if scrape_error is not None:
             return None, "unavailable"
         if before is None:
             return None, "absent"
-        after, error = await server_info.scrape_spec(
-            session, cfg.metrics_url, self.endpoint.api_key, self.state.model or ""
-        )
+        after, error = await self._scrape(session)
         waited = 0.0
         while error is None and after is not None and waited < SETTLE_MAX_S:
             await asyncio.sleep(SETTLE_POLL_S)
             waited += SETTLE_POLL_S
-            again, error = await server_info.scrape_spec(
-                session, cfg.metrics_url, self.endpoint.api_key, self.state.model or ""
-            )
+            again, error = await self._scrape(session)
             if again == after:
                 break
             after = again
         if error is not None:
             return None, "unavailable"
         return prometheus.spec_delta(before, after)
-
-    async def _session(
-        self,
-        conn: http1.Connection,
-        level: int,
-        repeat: int,
-        index: int,
-        prompts: list[Prompt],
-        sink: list[RequestRecord],
-    ) -> None:
-        cfg = self.cfg
-        history: list[dict[str, str]] = []
-        for slot, prompt in enumerate(prompts, start=1):
-            if self.stopper.stopped:
-                return
-            # Conversation datasets: turn 1 of a conversation starts a fresh history (with its own system prompt).
-            turn = prompt.conversation_turn or slot
-            if slot == 1 or prompt.conversation_turn == 1:
-                history = _opening(cfg.system_text, prompt.system)
-            messages = [*history, self._user(prompt)]
-            record = RequestRecord(
-                sessions=level, repeat=repeat, session=index, turn=turn, category=prompt.category, prompt_id=prompt.id
-            )
-            sink.append(record)  # before sending: a cancelled request still leaves its record
-            reply = await client.send(conn, self.endpoint, self._body(messages), cfg.stream, record)
-            if record.ok and reply is not None and not cfg.independent_turns:
-                # Kimi may spend the whole budget reasoning; carry that text so the history still grows.
-                history = [*messages, {"role": "assistant", "content": reply.content or reply.reasoning}]
-            elif record.error is not None:
-                await self.after_failure(record)
 
     async def after_failure(self, record: RequestRecord) -> None:
         """What a failed request means for the run: a shortage on this machine stops it (the server is not to
@@ -395,17 +324,143 @@ class Benchmark:
         everything.cancel()
         await asyncio.gather(everything, return_exceptions=True)
 
-    # -- request bodies -------------------------------------------------------------------------
-    def _user(self, prompt: Prompt) -> dict[str, str]:
-        return {"role": "user", "content": prompt.text}
-
-    def _body(self, messages: list[dict[str, str]]) -> bytes:
+    def body(self, messages: list[dict[str, str]]) -> bytes:
         cfg = self.cfg
         # completions: the turn's text is the prompt (no template, no history)
         content = {"prompt": messages[-1]["content"]} if self.endpoint.api == "completions" else {"messages": messages}
         return client.request_payload(
             self.state.model or "", content, cfg.max_tokens, cfg.temperature, cfg.stream, cfg.ignore_eos, cfg.extra_body
         )
+
+
+class Repeat:
+    """One measured repeat of a level: its conversations, their start times, their connections, its window."""
+
+    def __init__(self, bench: Benchmark, level: float, repeat: int, sink: list[RequestRecord]) -> None:
+        cfg, ol = bench.cfg, bench.cfg.open_loop
+        self.bench, self.level, self.repeat, self.sink, self.ol = bench, level, repeat, sink, ol
+        self.sessions = int(level) if ol is None else ol.sessions_per_level
+        self.plans = [
+            session_prompts(cfg.prompts, cfg.seed, self.sessions, repeat, s, cfg.turns_per_session, cfg.prompt_order)
+            for s in range(self.sessions)
+        ]
+        self.pool = ConnectionPool(bench.endpoint)
+        self.cap = asyncio.Semaphore(ol.max_concurrency) if ol is not None and ol.max_concurrency else None
+        if ol is None:  # a closed loop: every conversation at once, each with its connection
+            self.offsets: Any = [0.0] * self.sessions
+            self.label = f"[{self.sessions} sessions] repeat {repeat + 1}/{cfg.repeats}"
+            self.connections, what = self.sessions, f"{self.sessions} sessions"
+        else:
+            self.offsets = ol.process(level).offsets(self.sessions, level_rng(cfg.seed, level, repeat, 0))
+            shown = "all at once" if math.isinf(level) else f"{level:g} conversations/s ({ol.arrival})"
+            self.label = f"[rate {shown}] repeat {repeat + 1}/{cfg.repeats}"
+            self.connections = min(self.sessions, ol.max_concurrency or PRECONNECT_MAX)
+            what = f"{self.sessions} conversations"
+        self.announce = f"{self.label}: measuring {what} x {cfg.turns_per_session} turns"
+
+    async def measure(self) -> metrics.Window:
+        """Connect, then run the conversations inside a timed window (its wall and CPU time)."""
+        bench = self.bench
+        await self.pool.preconnect(self.connections)
+        print(self.announce, file=sys.stderr, flush=True)
+        first = len(self.sink)
+        cpu0 = time.process_time()
+        start = perf_counter()
+        total = self.sessions * bench.cfg.turns_per_session
+        progress = asyncio.create_task(
+            report_progress(self.label, self.sink, first, total, start, bench.cfg.progress_interval)
+        )
+        try:
+            await bench._until_done_or_stopped([asyncio.create_task(self._run(start))])
+        finally:
+            progress.cancel()
+            self.pool.close()  # again: a stop may cancel _run before it started
+        stopper = bench.stopper
+        end = stopper.stopped_at if stopper.stopped and stopper.stopped_at else perf_counter()
+        return metrics.Window(
+            repeat=self.repeat,
+            duration_s=max(end - start, 0.0),
+            cpu_s=time.process_time() - cpu0,
+        )
+
+    async def _run(self, start: float) -> None:
+        """Start each conversation at its offset from ``start``, whatever the others are doing."""
+        tasks: list[asyncio.Task[None]] = []
+        try:
+            for index, offset in enumerate(self.offsets):
+                when = start + float(offset)
+                await _sleep_until(when)
+                if self.bench.stopper.stopped:
+                    break
+                tasks.append(asyncio.create_task(self._conversation(index, when)))
+            await asyncio.gather(*tasks)
+        except asyncio.CancelledError:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        finally:
+            self.pool.close()  # here, so the sockets are released while the window's tasks wind down
+
+    async def _conversation(self, index: int, scheduled: float) -> None:
+        bench, cfg, ol = self.bench, self.bench.cfg, self.ol
+        think_rng = level_rng(cfg.seed, self.level, self.repeat, 1 + index) if ol is not None else None
+        history: list[dict[str, str]] = []
+        for slot, prompt in enumerate(self.plans[index], start=1):
+            await _sleep_until(scheduled)
+            if bench.stopper.stopped:
+                return
+            # Conversation datasets: turn 1 of a conversation starts a fresh history (with its own system prompt).
+            if slot == 1 or prompt.conversation_turn == 1:
+                history = _opening(cfg.system_text, prompt.system)
+            messages = [*history, _user(prompt)]
+            record = RequestRecord(
+                sessions=self.sessions,
+                repeat=self.repeat,
+                session=index,
+                turn=prompt.conversation_turn or slot,
+                category=prompt.category,
+                prompt_id=prompt.id,
+            )
+            if ol is not None:
+                record.scheduled_time = scheduled
+            reply = await self._request(record, messages)
+            if record.ok and reply is not None and not cfg.independent_turns:
+                # Kimi may spend the whole budget reasoning; carry that text so the history still grows.
+                history = [*messages, {"role": "assistant", "content": reply.content or reply.reasoning}]
+            elif record.error is not None:
+                await bench.after_failure(record)
+            scheduled = record.done_time
+            if ol is not None and think_rng is not None:
+                scheduled += ol.think.draw(think_rng)
+
+    async def _request(self, record: RequestRecord, messages: list[dict[str, str]]) -> Any:
+        open_loop, cap = self.ol is not None, self.cap
+        if open_loop:
+            record.dispatch_time = perf_counter()
+        self.sink.append(record)  # before waiting or sending: a cancelled request still leaves its record
+        if cap is not None:
+            try:
+                await cap.acquire()
+            except asyncio.CancelledError:
+                record.error, record.done_time = CANCELLED, perf_counter()
+                raise
+        try:
+            if open_loop:
+                record.admitted_time = perf_counter()
+            conn = self.pool.take()
+            try:
+                bench = self.bench
+                return await client.send(conn, bench.endpoint, bench.body(messages), bench.cfg.stream, record)
+            finally:
+                self.pool.idle.append(conn)
+        finally:
+            if cap is not None:
+                cap.release()
+
+
+def _user(prompt: Prompt) -> dict[str, str]:
+    return {"role": "user", "content": prompt.text}
 
 
 def _opening(shared: str | None, own: str | None) -> list[dict[str, str]]:

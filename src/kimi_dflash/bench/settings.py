@@ -1,16 +1,11 @@
 """The benchmark's settings, declared once: its command line, the configuration a run reads, and the `settings`
 block every result file records (schema v1: the recorded names are what they have always been).
 
-Each field of ``Settings`` is one of:
-- an option that is recorded: ``setting(doc, ...)``, ``doc`` its meaning in the result file (and the docs), the
-  rest its flag, help, default and range (core/options.py); read from an older file it defaults to None;
-- an option that is not recorded: ``setting(None, ...)`` (the API key, the output path, the open-loop flags...);
-  it stays out of the result file and its JSON Schema;
-- a recorded value derived from the options just above it: ``derived(doc, compute)`` (the dataset's description
-  for --dataset, ``api_key_set`` for --api-key, the headers with credentials hidden for --header).
-
-``check()`` refuses combinations that cannot work (a usage error: exit 2, nothing sent); ``resolve()`` fills the
-defaults that depend on other options, then the derived fields (it reads the dataset: UserError, exit 2).
+A field of ``Settings`` is a recorded option, ``setting(doc, ...)`` (``doc``: its meaning in the result file and
+the docs; read from an older file it defaults to None), an option kept out of the result, ``setting(None, ...)``
+(the API key, the output path, the open-loop flags ...), or a recorded value derived from the options,
+``derived(doc, compute)``. ``check()`` refuses combinations that cannot work (exit 2, nothing sent); ``resolve()``
+fills the defaults that depend on other options, then the derived fields (it reads the dataset).
 """
 
 from __future__ import annotations
@@ -27,7 +22,7 @@ from typing import Any, ClassVar, Literal
 from kimi_dflash.bench import datasets, request_shaping
 from kimi_dflash.bench.arrivals import ARRIVALS, THINK_DISTRIBUTIONS, ArrivalProcess, ThinkTime, parse_rates
 from kimi_dflash.bench.datasets import DatasetInfo
-from kimi_dflash.bench.fields import meta
+from kimi_dflash.bench.fields import doc, meta
 from kimi_dflash.bench.intervals import CONFIDENCE_LEVELS
 from kimi_dflash.bench.progress import DEFAULT_INTERVAL_S
 from kimi_dflash.bench.workload import BUILTIN, Dataset, load_dataset, unencodable_at
@@ -108,18 +103,13 @@ def parse_percentiles(text: str) -> tuple[float, ...]:
 class OpenLoopSettings:
     """Open-loop load (--request-rate): conversation starts follow an arrival process."""
 
-    request_rates: list[float | None] = field(metadata=meta("rate levels, conversations/s; null: all at once"))
-    arrival: ArrivalName = field(metadata=meta("poisson | constant | gamma"))
-    burstiness: float = field(metadata=meta("gamma shape B"))
-    max_concurrency: int | None = field(metadata=meta("cap on requests in flight; null: none"))
-    sessions_per_level: int = field(metadata=meta("conversations started per rate level and repeat"))
-    think_time_s: float = field(metadata=meta("mean pause between a reply and the next turn"))
-    think_time_dist: ThinkTimeDist = field(metadata=meta("fixed | exp | uniform (0 .. 2 x mean)"))
-
-    @property
-    def rates(self) -> tuple[float, ...]:
-        """One level per rate; math.inf: every conversation at once."""
-        return tuple(math.inf if rate is None else rate for rate in self.request_rates)
+    request_rates: list[float | None] = doc("rate levels, conversations/s; null: all at once")
+    arrival: ArrivalName = doc("poisson | constant | gamma")
+    burstiness: float = doc("gamma shape B")
+    max_concurrency: int | None = doc("cap on requests in flight; null: none")
+    sessions_per_level: int = doc("conversations started per rate level and repeat")
+    think_time_s: float = doc("mean pause between a reply and the next turn")
+    think_time_dist: ThinkTimeDist = doc("fixed | exp | uniform (0 .. 2 x mean)")
 
     @property
     def think(self) -> ThinkTime:

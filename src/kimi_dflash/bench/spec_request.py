@@ -1,4 +1,5 @@
-"""Per-request speculative-decoding statistics: what vLLM reports in ``metrics.speculative_decoding``.
+"""Per-request speculative-decoding statistics: vLLM's ``metrics.speculative_decoding`` (parsed here, pure;
+``spec_summary`` summarizes a level; definitions: docs/benchmark.md, "Per-request acceptance").
 
 vLLM (``--per-request-spec-decode-metrics summary|detailed``, from 0.29.0) puts the block on a non-streamed
 response and on the final usage chunk of a stream (only with ``stream_options.include_usage``)::
@@ -7,46 +8,32 @@ response and on the final usage chunk of a stream (only with ``stream_options.in
         "acceptance_histogram": [0, 1, 0, 0, 5], "num_spec_steps": 6, "num_accepted_draft_tokens": 21,
         "num_draft_tokens": 24, "num_spec_tokens": 4,
         "per_step_accepted": [1, 4, 4, 4, 4, 4], "per_step_drafted": [4, 4, 4, 4, 4, 4]}}   # detailed only
-
-Definitions (the same as the /metrics ones, over one request's verify steps):
-  acceptance length τ_r = 1 + accepted_r / steps_r   (the bonus token included)
-  acceptance rate    α_r = accepted_r / drafted_r
-  accepted at draft position k = steps whose accepted count exceeds k = Σ_{j > k} histogram[j]
-Pooled figures over a group of requests divide sums (Σ accepted / Σ steps), so they equal what the
-/metrics counter deltas give over the same requests; the distributions are over per-request values.
-This module is pure: the client parses, ``group_rows`` summarizes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from kimi_dflash.bench.fields import meta
-
-# Prompt-length buckets (usage.prompt_tokens): acceptance collapses at long context on real deployments.
-PROMPT_BUCKET_EDGES = (0, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
+from kimi_dflash.bench.fields import doc
 
 
 @dataclass(slots=True, kw_only=True)
 class RequestSpec:
     """One request's ``metrics.speculative_decoding`` as the server sent it."""
 
-    num_spec_tokens: int = field(metadata=meta("K: draft tokens proposed per verify step"))
-    num_spec_steps: int = field(metadata=meta("verify steps of this request"))
-    num_accepted_draft_tokens: int = field(metadata=meta("draft tokens accepted (bonus tokens excluded)"))
-    num_draft_tokens: int = field(metadata=meta("draft tokens proposed"))
-    mean_acceptance_length: float = field(metadata=meta("server's τ = 1 + accepted / steps"))
-    draft_acceptance_rate: float = field(metadata=meta("server's accepted / drafted"))
-    acceptance_histogram: list[int] = field(
-        default_factory=list, metadata=meta("index j: verify steps that accepted exactly j draft tokens")
+    num_spec_tokens: int = doc("K: draft tokens proposed per verify step")
+    num_spec_steps: int = doc("verify steps of this request")
+    num_accepted_draft_tokens: int = doc("draft tokens accepted (bonus tokens excluded)")
+    num_draft_tokens: int = doc("draft tokens proposed")
+    mean_acceptance_length: float = doc("server's τ = 1 + accepted / steps")
+    draft_acceptance_rate: float = doc("server's accepted / drafted")
+    acceptance_histogram: list[int] = doc("index j: verify steps that accepted exactly j draft tokens", factory=list)
+    per_step_accepted: list[int] | None = doc(
+        "accepted per verify step, in order (server level 'detailed')", default=None, omit_if_none=True
     )
-    per_step_accepted: list[int] | None = field(
-        default=None, metadata=meta("accepted per verify step, in order (server level 'detailed')", omit_if_none=True)
-    )
-    per_step_drafted: list[int] | None = field(
-        default=None, metadata=meta("drafted per verify step, in order (server level 'detailed')", omit_if_none=True)
+    per_step_drafted: list[int] | None = doc(
+        "drafted per verify step, in order (server level 'detailed')", default=None, omit_if_none=True
     )
 
     def accepted_per_position(self) -> list[int]:
@@ -91,76 +78,3 @@ def parse(metrics: Any) -> RequestSpec | None:
         per_step_accepted=_ints(block.get("per_step_accepted")),
         per_step_drafted=_ints(block.get("per_step_drafted")),
     )
-
-
-def prompt_bucket(prompt_tokens: int | None) -> str:
-    """The bucket label of a prompt length, e.g. ``512-1023``; ``unknown`` without usage."""
-    if prompt_tokens is None:
-        return "unknown"
-    edges = PROMPT_BUCKET_EDGES
-    for low, high in zip(edges, edges[1:]):
-        if prompt_tokens < high:
-            return f"{low}-{high - 1}"
-    return f">={edges[-1]}"
-
-
-def bucket_order(label: str) -> int:
-    """Sort key of a bucket label (numeric lower bound; unknown last)."""
-    head = label.removeprefix(">=").split("-")[0]
-    return int(head) if head.isdigit() else 1 << 62
-
-
-@dataclass(frozen=True)
-class Totals:
-    """Sums over a group of requests that carried per-request statistics."""
-
-    requests: int
-    steps: int
-    accepted: int
-    drafted: int
-    per_position: tuple[int, ...]
-
-    @property
-    def acceptance_length(self) -> float | None:
-        return 1.0 + self.accepted / self.steps if self.steps else None
-
-    @property
-    def acceptance_rate(self) -> float | None:
-        return self.accepted / self.drafted if self.drafted else None
-
-
-def totals(specs: Sequence[RequestSpec]) -> Totals:
-    positions: list[int] = []
-    for spec in specs:
-        for k, n in enumerate(spec.accepted_per_position()):
-            if k == len(positions):
-                positions.append(0)
-            positions[k] += n
-    return Totals(
-        requests=len(specs),
-        steps=sum(s.num_spec_steps for s in specs),
-        accepted=sum(s.num_accepted_draft_tokens for s in specs),
-        drafted=sum(s.num_draft_tokens for s in specs),
-        per_position=tuple(positions),
-    )
-
-
-def per_request_values(specs: Sequence[RequestSpec]) -> tuple[list[float], list[float]]:
-    """Per-request τ and α of the requests that had at least one verify step."""
-    stepped = [s for s in specs if s.num_spec_steps > 0]
-    lengths = [1.0 + s.num_accepted_draft_tokens / s.num_spec_steps for s in stepped]
-    rates = [s.num_accepted_draft_tokens / s.num_draft_tokens for s in stepped if s.num_draft_tokens > 0]
-    return lengths, rates
-
-
-def groups(
-    items: Sequence[tuple[str, RequestSpec]], order: Callable[[str], Any] | None = None
-) -> list[tuple[str, list[RequestSpec]]]:
-    """Specs grouped by key, in ``order`` (default: first appearance)."""
-    grouped: dict[str, list[RequestSpec]] = {}
-    for key, spec in items:
-        grouped.setdefault(key, []).append(spec)
-    keys = list(grouped)
-    if order is not None:
-        keys.sort(key=order)
-    return [(k, grouped[k]) for k in keys]

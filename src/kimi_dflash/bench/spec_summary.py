@@ -1,58 +1,84 @@
-"""A level's per-request acceptance table and reply hashes, from its records (pure functions).
-
-Definitions are in ``spec_request`` and docs/benchmark.md ("Per-request acceptance").
+"""A level's per-request acceptance table and reply hashes, from its records (pure functions; definitions:
+docs/benchmark.md, "Per-request acceptance").
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
+from typing import Any
 
-from kimi_dflash.bench import spec_request
 from kimi_dflash.bench.columns import ACCEPTANCE_LENGTH, ACCEPTANCE_RATE
 from kimi_dflash.bench.metrics import summarize
 from kimi_dflash.bench.records import RequestRecord
 from kimi_dflash.bench.result import SpecGroup, SpecPerRequest
 from kimi_dflash.bench.spec_request import RequestSpec
 
+# Prompt-length buckets (usage.prompt_tokens): acceptance collapses at long context on real deployments.
+PROMPT_BUCKET_EDGES = (0, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
+
+
+def prompt_bucket(prompt_tokens: int | None) -> tuple[int, str]:
+    """(sort order, label) of a prompt length's bucket, e.g. (512, "512-1023"); "unknown" (last) without usage."""
+    if prompt_tokens is None:
+        return 1 << 62, "unknown"
+    for low, high in pairwise(PROMPT_BUCKET_EDGES):
+        if prompt_tokens < high:
+            return low, f"{low}-{high - 1}"
+    return PROMPT_BUCKET_EDGES[-1], f">={PROMPT_BUCKET_EDGES[-1]}"
+
 
 def group_row(key: str, specs: Sequence[RequestSpec]) -> SpecGroup:
-    sums = spec_request.totals(specs)
-    lengths, rates = spec_request.per_request_values(specs)
+    """Pooled sums and per-request distributions of a group (definitions: spec_request)."""
+    steps = sum(s.num_spec_steps for s in specs)
+    accepted = sum(s.num_accepted_draft_tokens for s in specs)
+    drafted = sum(s.num_draft_tokens for s in specs)
+    stepped = [s for s in specs if s.num_spec_steps > 0]
     return SpecGroup(
         key=key,
-        requests=sums.requests,
-        spec_steps=sums.steps,
-        accepted_tokens=sums.accepted,
-        draft_tokens=sums.drafted,
-        acceptance_length=sums.acceptance_length,
-        acceptance_rate=sums.acceptance_rate,
-        acceptance_length_dist=summarize(lengths),
-        acceptance_rate_dist=summarize(rates),
+        requests=len(specs),
+        spec_steps=steps,
+        accepted_tokens=accepted,
+        draft_tokens=drafted,
+        acceptance_length=1.0 + accepted / steps if steps else None,
+        acceptance_rate=accepted / drafted if drafted else None,
+        acceptance_length_dist=summarize([1.0 + s.num_accepted_draft_tokens / s.num_spec_steps for s in stepped]),
+        acceptance_rate_dist=summarize(
+            [s.num_accepted_draft_tokens / s.num_draft_tokens for s in stepped if s.num_draft_tokens > 0]
+        ),
     )
+
+
+def _rows(keyed: Sequence[tuple[Any, str, RequestSpec]]) -> list[SpecGroup]:
+    """One row per (order, label), in order."""
+    grouped: dict[tuple[Any, str], list[RequestSpec]] = {}
+    for order, label, spec in keyed:
+        grouped.setdefault((order, label), []).append(spec)
+    return [group_row(label, specs) for (_, label), specs in sorted(grouped.items(), key=lambda item: item[0])]
 
 
 def spec_per_request(records: Sequence[RequestRecord]) -> SpecPerRequest | None:
     """The level's per-request acceptance (None when no successful request carried the statistics)."""
     ok = [r for r in records if r.ok]
-    carried = [r for r in ok if r.spec is not None]
+    carried = [(r, r.spec) for r in ok if r.spec is not None]
     if not carried:
         return None
-    specs = [r.spec for r in carried if r.spec is not None]
-    sums = spec_request.totals(specs)
-    by_turn = spec_request.groups([(str(r.turn), r.spec) for r in carried if r.spec], order=int)
-    by_category = spec_request.groups([(r.category or "uncategorized", r.spec) for r in carried if r.spec], order=str)
-    by_length = spec_request.groups(
-        [(spec_request.prompt_bucket(r.prompt_tokens), r.spec) for r in carried if r.spec],
-        order=spec_request.bucket_order,
-    )
+    specs = [spec for _, spec in carried]
+    steps = sum(s.num_spec_steps for s in specs)
+    positions: list[int] = []
+    for spec in specs:
+        for k, n in enumerate(spec.accepted_per_position()):
+            positions += [0] * (k + 1 - len(positions))
+            positions[k] += n
+    category = [(r.category or "uncategorized", r.category or "uncategorized", spec) for r, spec in carried]
     return SpecPerRequest(
         num_speculative_tokens=max(s.num_spec_tokens for s in specs),
         requests_without=len(ok) - len(carried),
         total=group_row("all", specs),
-        per_position=[n / sums.steps for n in sums.per_position] if sums.steps else [],
-        per_turn=[group_row(k, v) for k, v in by_turn],
-        per_category=[group_row(k, v) for k, v in by_category],
-        per_prompt_length=[group_row(k, v) for k, v in by_length],
+        per_position=[n / steps for n in positions] if steps else [],
+        per_turn=_rows([(r.turn, str(r.turn), spec) for r, spec in carried]),
+        per_category=_rows(category),
+        per_prompt_length=_rows([(*prompt_bucket(r.prompt_tokens), spec) for r, spec in carried]),
     )
 
 

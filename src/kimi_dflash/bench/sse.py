@@ -53,11 +53,6 @@ class SSEDecoder:
                     events.append(payload)
         return events
 
-    def flush(self) -> list[bytes]:
-        """At end of stream: an event not closed by a blank line is not dispatched (per the SSE spec)."""
-        self._tail = b""
-        return []
-
 
 def _parse_block(block: bytes) -> bytes | None:
     data_lines: list[bytes] = []

@@ -1,10 +1,8 @@
-"""Prompts and who asks what: the built-in prompt set or a JSONL file, and seeded per-session plans.
+"""Prompts and who asks what: the built-in prompt set or a dataset file, and seeded per-session plans.
 
-Each session of a level gets its own ordered list of prompts (one per turn), drawn without replacement
-from the dataset by a generator seeded with ``(seed, level, repeat, session)``. Two runs with the same
-seed therefore send identical conversations at matched concurrency (a DFlash run and its baseline see
-the same prompts), while different levels and repeats draw different prompts so that a server with
-prefix caching on does not get free hits from the previous level.
+Each session draws its prompts by a generator seeded with ``(seed, level, repeat, session)``: two runs with the
+same seed send identical conversations at matched concurrency (a DFlash run and its baseline see the same
+prompts), while levels and repeats differ so that prefix caching gets no free hits from the previous level.
 """
 
 from __future__ import annotations
@@ -14,16 +12,16 @@ import random
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from kimi_dflash.bench import datasets
 from kimi_dflash.bench.datasets import Conversation, DatasetInfo
 from kimi_dflash.core.errors import UserError
-from kimi_dflash.core.user_files import MiB, UnreadableFile, parse_user_json, read_user_bytes
+from kimi_dflash.core.user_files import MiB, read_user_bytes
 
 BUILTIN = "builtin"
 # A dataset is read whole; ShareGPT's usual file is ~650 MB. The cap refuses what no dataset is (a disk image).
 DATASET_MAX_BYTES = 1024 * MiB
-CATEGORIES = ("reasoning", "math", "code", "writing", "multilingual")
 
 
 @dataclass(frozen=True)
@@ -58,21 +56,43 @@ class Dataset:
 
 
 def load_dataset(spec: str, fmt: str | None = None) -> Dataset:
-    """``"builtin"`` (the prompt set shipped in this package) or a path to a JSONL file (``fmt``: a
+    """``"builtin"`` (the prompt set shipped in this package) or a path to a JSONL file, or a JSON array (``fmt``: a
     ``datasets.FORMATS`` name; None detects it from the first record)."""
     if spec == BUILTIN:
         raw = resources.files("kimi_dflash.bench").joinpath("data/prompts.jsonl").read_bytes()
-        return _parse_jsonl(raw, BUILTIN)
-    raw = read_user_bytes(Path(spec).expanduser(), what="--dataset", max_bytes=DATASET_MAX_BYTES)
-    if fmt != datasets.PROMPTS:
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise UserError(f"dataset {spec}: not UTF-8 text (byte {exc.start}). Save the file as UTF-8.") from None
-        found, conversations = datasets.conversations(text, spec, fmt)
-        if conversations:
-            return _check_sendable(_conversation_dataset(spec, found, conversations, raw))
-    return _check_sendable(_parse_jsonl(raw, spec))
+    else:
+        raw = read_user_bytes(Path(spec).expanduser(), what="--dataset", max_bytes=DATASET_MAX_BYTES)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"dataset {spec}: not UTF-8 text (byte {exc.start}). Save the file as UTF-8.") from None
+    items = datasets.records(text, spec)
+    if not items:
+        raise UserError(f"dataset {spec}: no prompts found (empty file?).")
+    fmt = fmt or datasets.detect(items[0][1])
+    sha256 = hashlib.sha256(raw).hexdigest()
+    if fmt == datasets.PROMPTS:
+        prompts = tuple(_prompt(where, item) for where, item in items)
+        return _check_sendable(Dataset(name=spec, prompts=prompts, sha256=sha256))
+    conversations = datasets.conversations(items, fmt)
+    prompts = tuple(prompt for c in conversations for prompt in _prompts_of(c))
+    return _check_sendable(Dataset(spec, prompts, sha256, tuple(conversations), fmt))
+
+
+def _prompt(where: str, item: Any) -> Prompt:
+    """A record of the prompts format: {"prompt": ..., "category": ..., "id": ...} or a bare string."""
+    if isinstance(item, str):
+        item = {"prompt": item}
+    prompt = item.get("prompt") if isinstance(item, dict) else None
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise UserError(
+            f'{where}: expected an object with a non-empty "prompt" string, e.g. '
+            '{"prompt": "Explain TCP slow start."}.'
+        )
+    default_id = "-".join(where.split()[-2:])  # 'line-3' (JSONL) or 'item-2' (an array)
+    return Prompt(
+        id=str(item.get("id") or default_id), category=str(item.get("category") or "uncategorized"), text=prompt
+    )
 
 
 def unencodable_at(text: str) -> int | None:
@@ -97,22 +117,9 @@ def _check_sendable(dataset: Dataset) -> Dataset:
     return dataset
 
 
-def _conversation_dataset(name: str, fmt: str, conversations: list[Conversation], raw: bytes) -> Dataset:
-    prompts = tuple(
-        Prompt(id=c.id, category=c.category, text=text, conversation_turn=t, system=c.system)
-        for c in conversations
-        for t, text in enumerate(c.turns, start=1)
-    )
-    return Dataset(
-        name=name,
-        prompts=prompts,
-        sha256=hashlib.sha256(raw).hexdigest(),
-        conversations=tuple(conversations),
-        format=fmt,
-    )
-
-
-def _conversation_plan(dataset: Dataset, seed: int, level: int, repeat: int, session: int, turns: int, order: str):
+def _conversation_plan(
+    dataset: Dataset, seed: int, level: int, repeat: int, session: int, turns: int, order: str
+) -> list[Prompt]:
     """``turns`` requests replaying whole conversations: a session that finishes one starts the next (its
     history reset), so every session sends exactly ``turns`` requests and concurrency stays at N."""
     convs = dataset.conversations
@@ -128,43 +135,12 @@ def _conversation_plan(dataset: Dataset, seed: int, level: int, repeat: int, ses
                 queue = rng.sample(range(len(convs)), len(convs))
             index = queue.pop()
         k += 1
-        c = convs[index]
-        for t, text in enumerate(c.turns[: turns - len(out)], start=1):
-            out.append(Prompt(id=c.id, category=c.category, text=text, conversation_turn=t, system=c.system))
+        out.extend(_prompts_of(convs[index])[: turns - len(out)])
     return out
 
 
-def _parse_jsonl(raw: bytes, name: str) -> Dataset:
-    prompts: list[Prompt] = []
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise UserError(f"dataset {name}: not UTF-8 text (byte {exc.start}). Save the file as UTF-8.") from None
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            item = parse_user_json(line, where=f"dataset {name} line {number}")
-        except UnreadableFile as exc:
-            raise UnreadableFile(f"{exc}.") from None
-        if isinstance(item, str):
-            item = {"prompt": item}
-        prompt = item.get("prompt") if isinstance(item, dict) else None
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise UserError(
-                f'dataset {name} line {number}: expected an object with a non-empty "prompt" string, '
-                f'e.g. {{"prompt": "Explain TCP slow start."}}.'
-            )
-        prompts.append(
-            Prompt(
-                id=str(item.get("id") or f"line-{number}"),
-                category=str(item.get("category") or "uncategorized"),
-                text=prompt,
-            )
-        )
-    if not prompts:
-        raise UserError(f"dataset {name}: no prompts found (empty file?).")
-    return Dataset(name=name, prompts=tuple(prompts), sha256=hashlib.sha256(raw).hexdigest())
+def _prompts_of(c: Conversation) -> list[Prompt]:
+    return [Prompt(c.id, c.category, text, conversation_turn=t, system=c.system) for t, text in enumerate(c.turns, 1)]
 
 
 def _draw(dataset: Dataset, rng: random.Random, count: int) -> list[Prompt]:
@@ -185,7 +161,7 @@ def session_prompts(
     """The prompts session ``session`` sends, turn by turn, at concurrency ``level``, repeat ``repeat``.
 
     ``random``: drawn without replacement by a generator seeded with (seed, level, repeat, session).
-    ``sequential``: turn t of session s sends prompt number (repeat * level + t) * level + s of the file,
+    ``sequential``: turn t of session s sends prompt number (repeat * turns + t) * level + s of the file,
     wrapping around; with a file of exactly level x turns prompts every prompt is sent once per repeat, in
     file order as the slots free up. That is how ``vllm bench serve --disable-shuffle`` walks a dataset,
     so the cross-check against it sends the very same prompts.

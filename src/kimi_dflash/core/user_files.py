@@ -26,7 +26,8 @@ class UnreadableFile(UserError):
     """A user-named file that cannot be read as asked: the message says which, why, and what to do."""
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular one is, for messages ("a directory", "a FIFO (named pipe)" ...)."""
     if stat.S_ISDIR(mode):
         return "a directory"
     if stat.S_ISFIFO(mode):
@@ -68,7 +69,7 @@ def read_user_bytes(
     info = os.fstat(fd)
     refusal = None
     if not stat.S_ISREG(info.st_mode):
-        refusal = f"{what} {path}: is {_kind(info.st_mode)}; name a regular file"
+        refusal = f"{what} {path}: is {file_kind(info.st_mode)}; name a regular file"
     elif info.st_size > max_bytes:
         refusal = (
             f"{what} {path}: is {_size(info.st_size)}, over the {_size(max_bytes)} this reader takes; "

@@ -76,10 +76,8 @@ def test_level_result_aggregates_and_flags() -> None:
         rec(0.0, None, None, None, error="http_429"),
         rec(0.0, None, None, None, error=CANCELLED),
     ]
-    windows = [metrics.Window(repeat=0, duration_s=4.0)]
-    out = metrics.level_result(
-        2, 2, records, windows, client_cpu_s=0.5, spec_decode=None, spec_status="absent", partial=False
-    )
+    windows = [metrics.Window(repeat=0, duration_s=4.0, cpu_s=0.5)]
+    out = metrics.level_result(2, 2, records, windows, spec_decode=None, spec_status="absent", partial=False)
     assert out.completed == 4
     assert out.failed == 3 and out.cancelled == 1
     assert out.failures == {"http_429": 2, "timeout": 1}
@@ -107,13 +105,13 @@ def test_level_result_aggregates_and_flags() -> None:
 def test_repeats_are_pooled_by_total_time() -> None:
     records = [rec(0, 0.1, 1.0, 10, repeat=0), rec(0, 0.1, 1.0, 30, repeat=1)]
     windows = [metrics.Window(repeat=0, duration_s=1.0), metrics.Window(repeat=1, duration_s=3.0)]
-    out = metrics.level_result(1, 1, records, windows, 0.0, None, "absent", False)
+    out = metrics.level_result(1, 1, records, windows, None, "absent", False)
     assert out.duration_s == 4.0 and out.output_tok_s == pytest.approx(10.0)
     assert [r.output_tok_s for r in out.repeat_results] == [10.0, 10.0]
 
 
 def test_no_nan_or_inf_for_empty_levels() -> None:
-    out = metrics.level_result(4, 3, [], [metrics.Window(repeat=0, duration_s=0.0)], 0.0, None, "absent", True)
+    out = metrics.level_result(4, 3, [], [metrics.Window(repeat=0, duration_s=0.0)], None, "absent", True)
     assert out.client is not None
     flat = [out.output_tok_s, out.request_throughput, out.client.cpu_util]
     assert all(v is None or math.isfinite(v) for v in flat)

@@ -1,7 +1,7 @@
 """Open-loop load: the arrival processes (pure) and the client against the synthetic server's truth.
 
 Goodness of fit: a one-sample Kolmogorov-Smirnov test of the inter-arrival times against the exponential
-distribution with the asked rate (fully specified, nothing fitted), hand-written (``arrivals.ks_exponential``;
+distribution with the asked rate (fully specified, nothing fitted), hand-written (``bench_helpers.ks_exponential``;
 scipy is not in the venv) with the asymptotic critical value at alpha = 0.05 and Stephens' small-sample
 correction. The arrival times tested are the synthetic server's own receipt times of each request.
 """
@@ -14,12 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench_helpers import run_benchmark, synthetic_log, synthetic_stats
+from bench_helpers import ks_critical, ks_exponential, run_benchmark, synthetic_log, synthetic_stats
 from kimi_dflash.bench import arrivals
-from kimi_dflash.bench.level_extras import max_in_flight
+from kimi_dflash.bench.metrics import max_in_flight
 from kimi_dflash.bench.records import RequestRecord
 from kimi_dflash.bench.result import load_result
 from kimi_dflash_lab.synthetic import running
+from repo_paths import REPO_ROOT
 
 FAST_SERVER = ["--ttft-ms", "5", "--chunk-interval-ms", "5"]
 
@@ -28,11 +29,11 @@ def test_poisson_gaps_pass_ks_and_constant_gaps_fail_it() -> None:
     rng = np.random.default_rng(7)
     rate, n = 40.0, 4000
     gaps = arrivals.ArrivalProcess(rate, "poisson").gaps(n, rng)
-    assert arrivals.ks_exponential(gaps, rate) < arrivals.ks_critical(n)
+    assert ks_exponential(gaps, rate) < ks_critical(n)
     assert abs(gaps.mean() * rate - 1) < 4 / math.sqrt(n)  # mean 1/R within 4 sigma
     constant = arrivals.ArrivalProcess(rate, "constant").gaps(n, rng)
     assert np.allclose(constant, 1 / rate)
-    assert arrivals.ks_exponential(constant, rate) > arrivals.ks_critical(n)  # the test can fail
+    assert ks_exponential(constant, rate) > ks_critical(n)  # the test can fail
 
 
 @pytest.mark.parametrize("burstiness", [0.25, 1.0, 4.0])
@@ -158,3 +159,24 @@ def test_a_plan_within_the_cap_is_accepted() -> None:
         ["--request-rate", "0.01,inf", "--num-sessions", "10", "--think-time", "60", "--turns-per-session", "3"]
     )
     assert settings.planned_waits_s() == pytest.approx(9 / 0.01 + 2 * 60 + 2 * 60)
+
+
+def test_open_loop_replays_conversation_datasets_like_the_closed_loop(tmp_path: Path) -> None:
+    """Both loops share one conversation loop: a conversation dataset's turn 1 starts a fresh history, and every
+    record keeps its prompt's category and id (the open loop used to lose both)."""
+    out = tmp_path / "speed.json"
+    dataset = REPO_ROOT / "tests" / "data" / "speed-bench.jsonl"  # conversations of 1, 2, 3, 1 user turns
+    with running(FAST_SERVER) as url:
+        proc = run_benchmark(
+            "--base-url", url, "--request-rate", "inf", "--num-sessions", "4", "--turns-per-session", "3",
+            "--dataset", str(dataset), "--max-tokens", "4", "--warmup", "0", "--output", str(out), "--record-requests",
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    level = load_result(out).results[0]
+    assert level.request_records is not None and level.completed == 12
+    records = level.request_records.records
+    assert {r.category for r in records} <= {"code", "math", "writing"} and all(r.prompt_id for r in records)
+    restarts = [r for r in records if r.turn == 1]
+    assert len(restarts) > 4  # a session that finished a short conversation started the next one at turn 1
+    for r in restarts:  # a fresh history: no earlier reply carried into the prompt
+        assert r.prompt_tokens is not None and r.prompt_tokens < 40

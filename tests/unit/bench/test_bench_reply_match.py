@@ -42,3 +42,19 @@ def test_sampled_runs_are_not_compared(tmp_path: Path) -> None:
         _run(url, b, "cand", "--temperature", "0.7")
     report = run_compare(str(a), str(b))
     assert report.returncode == 0 and "only under greedy decoding" in report.stdout
+
+
+def test_open_loop_runs_are_matched_by_rate(tmp_path: Path) -> None:
+    """An open loop's levels are its rates: the reply comparison pairs them like the speedup table does (it used
+    to look them up by session count and crash)."""
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    with running(["--ttft-ms", "5", "--chunk-interval-ms", "1"]) as url:
+        for out, label in ((a, "base"), (b, "cand")):
+            proc = run_benchmark(
+                "--base-url", url, "--request-rate", "inf,50", "--num-sessions", "2", "--turns-per-session", "2",
+                "--max-tokens", "8", "--warmup", "0", "--label", label, "--output", str(out),
+            )  # fmt: skip
+            assert proc.returncode == 0, proc.stderr
+    report = run_compare(str(a), str(b))
+    assert report.returncode == 0, report.stderr
+    assert "all 8 served replies were identical" in report.stdout

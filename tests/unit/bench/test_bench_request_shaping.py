@@ -9,7 +9,7 @@ import pytest
 
 from bench_helpers import run_benchmark
 from kimi_dflash.bench import request_shaping
-from kimi_dflash.bench.client import Endpoint, chat_payload, completion_payload
+from kimi_dflash.bench.client import Endpoint, request_payload
 from kimi_dflash.bench.report import redact_argv
 from kimi_dflash.core.errors import UserError
 from kimi_dflash_lab.synthetic import running
@@ -19,12 +19,15 @@ SECRET = "s3cr3t-value-that-must-not-leak"
 
 def test_extra_body_is_merged_and_cannot_override_what_the_flags_set() -> None:
     extra = request_shaping.parse_extra_body('{"chat_template_kwargs": {"thinking": false}, "top_p": 0.9}')
-    body = json.loads(chat_payload("m", [{"role": "user", "content": "x"}], 8, 0.0, True, extra_body=extra))
+    messages = {"messages": [{"role": "user", "content": "x"}]}
+    body = json.loads(request_payload("m", messages, 8, 0.0, True, extra_body=extra))
     assert body["chat_template_kwargs"] == {"thinking": False} and body["top_p"] == 0.9
     assert body["max_tokens"] == 8 and body["stream_options"] == {"include_usage": True}
     # stream_options is merged: the usage chunk (the token count) stays on
     merged = json.loads(
-        completion_payload("m", "p", 8, 0.0, True, extra_body={"stream_options": {"continuous_usage_stats": True}})
+        request_payload(
+            "m", {"prompt": "p"}, 8, 0.0, True, extra_body={"stream_options": {"continuous_usage_stats": True}}
+        )
     )
     assert merged["stream_options"] == {"continuous_usage_stats": True, "include_usage": True}
     assert merged["prompt"] == "p" and "messages" not in merged

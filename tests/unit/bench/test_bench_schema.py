@@ -11,7 +11,7 @@ import pytest
 
 from bench_helpers import EXAMPLE_RESULT, REPO
 from kimi_dflash.bench.report import write_atomic
-from kimi_dflash.bench.result import SCHEMA_VERSION, load_result, parse_result, validate_document
+from kimi_dflash.bench.result import SCHEMA_VERSION, load_result, parse_result
 from kimi_dflash.bench.result_schema import BEGIN, END, SCHEMA_FILE, render_json_schema, render_reference
 from kimi_dflash.core.errors import UserError
 
@@ -75,13 +75,13 @@ def test_every_problem_is_named_by_its_json_path() -> None:
     del broken["results"][1]["ttft_ms"]["p50"]
     broken["results"][1]["spec_decode"]["per_position"] = [0.5, None]
     broken["run"]["status"] = "finished"
-    problems = validate_document(broken)
+    with pytest.raises(UserError, match=r"not a valid result file: ") as refused:
+        parse_result(broken)
+    problems = str(refused.value)
     assert "$.results[0].output_tok_s: expected a number, got the string 'fast'" in problems
     assert "$.results[1].ttft_ms.p50: missing" in problems
     assert "$.results[1].spec_decode.per_position[1]: expected a number, got null" in problems
-    assert any(p.startswith("$.run.status: expected one of 'running'") for p in problems)
-    with pytest.raises(UserError, match=r"not a valid result file: .*output_tok_s"):
-        parse_result(broken)
+    assert "$.run.status: expected one of 'running'" in problems
 
 
 def test_fields_added_later_or_unknown_keep_the_version_readable() -> None:

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from bench_helpers import run_benchmark
+from bench_helpers import interpret_stream, run_benchmark
 from kimi_dflash.bench import spec_request
 from kimi_dflash.bench.records import RequestRecord
-from kimi_dflash.bench.response import interpret_body, interpret_stream
+from kimi_dflash.bench.response import interpret_body
 from kimi_dflash.bench.result import LevelResult, SpecGroup, load_result
 from kimi_dflash.bench.spec_summary import reply_hashes, spec_per_request
 from kimi_dflash_lab.synthetic import running

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
+from bench_helpers import interpret_stream
 from kimi_dflash.bench.records import BAD_RESPONSE, EMPTY_RESPONSE, MALFORMED_SSE, SERVER_ERROR_EVENT, TRUNCATED_STREAM
-from kimi_dflash.bench.response import interpret_body, interpret_stream
+from kimi_dflash.bench.response import interpret_body
 from kimi_dflash.bench.sse import SSEDecoder
 
 

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from kimi_dflash.bench.workload import BUILTIN, CATEGORIES, load_dataset, session_prompts, warmup_prompts
+from kimi_dflash.bench.workload import BUILTIN, load_dataset, session_prompts, warmup_prompts
 from kimi_dflash.core.errors import UserError
 from repo_paths import REPO_ROOT
+
+CATEGORIES = ("reasoning", "math", "code", "writing", "multilingual")
 
 
 def test_builtin_prompt_set_is_large_diverse_and_unique() -> None:
