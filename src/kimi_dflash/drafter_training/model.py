@@ -1,16 +1,12 @@
 """A trainable DFlash drafter in plain torch: the forward vLLM 0.32 serves (`qwen3_dflash.py`, `dflash.py`),
 batched over many anchor blocks of one sequence, with the DFlash training objective.
 
-Serving (vLLM): after the target verified up to position n-1, the drafter gets the target's hidden states at
-target_layer_ids for positions 0..n-1 (projected by `fc`, normed by `hidden_norm`) and a query block
-[bonus token, mask x (B-1)] at positions n..n+B-1; attention is non-causal over context + block; slot k
-proposes the token at position n+k. Context keys and values come from the normed context directly (no
-input_layernorm), block keys from the layer's input. Embeddings and lm_head are the target's (frozen, not saved).
-
-Training (the objective SpecForge's DFlash strategy optimises): pick anchors a in the reply, build one block per
-anchor, let block a see context positions < a and its own block, and score slots 1..B-1 against the tokens the
-target wrote at a+1..a+B-1 (cross-entropy, reply tokens only). Parameter names are the checkpoint names vLLM's
-DFlash loader reads (`fc.weight`, `layers.N.self_attn.q_proj.weight`, ...), so the state dict is the export.
+Serving: the target's hidden states at target_layer_ids for positions 0..n-1 (through `fc` and `hidden_norm`) are
+the context; the query block [bonus token, mask x (B-1)] sits at n..n+B-1, attends non-causally over context and
+block (context keys and values from the normed context, no input_layernorm), and slot k proposes position n+k.
+Embeddings and lm_head are the target's (frozen, not saved). Training (SpecForge's DFlash objective): one block per
+anchor a in the reply, seeing context positions < a and its own block, slots 1..B-1 scored against the target's
+tokens a+1..a+B-1. Parameter names are the ones vLLM's DFlash loader reads, so the state dict is the export.
 """
 
 from __future__ import annotations
@@ -108,14 +104,12 @@ class Layer(nn.Module):
 class DFlashDrafter(nn.Module):
     def __init__(self, config: Mapping[str, Any], embed_tokens: torch.Tensor, lm_head: torch.Tensor) -> None:
         super().__init__()
-        c = config
-        hidden, eps = int(c["hidden_size"]), float(c["rms_norm_eps"])
-        self.block_size = int(c["block_size"])
-        self.mask_token_id = int(c["dflash_config"]["mask_token_id"])
-        layers = len(c["dflash_config"]["target_layer_ids"])
-        self.fc = nn.Linear(hidden * layers, hidden, bias=False)
+        hidden, eps = int(config["hidden_size"]), float(config["rms_norm_eps"])
+        self.block_size = int(config["block_size"])
+        self.mask_token_id = int(config["dflash_config"]["mask_token_id"])
+        self.fc = nn.Linear(hidden * len(config["dflash_config"]["target_layer_ids"]), hidden, bias=False)
         self.hidden_norm = RMSNorm(hidden, eps)
-        self.layers = nn.ModuleList(Layer(c) for _ in range(int(c["num_hidden_layers"])))
+        self.layers = nn.ModuleList(Layer(config) for _ in range(int(config["num_hidden_layers"])))
         self.norm = RMSNorm(hidden, eps)
         # The target's, frozen, and not part of the drafter's checkpoint.
         self.register_buffer("embed_tokens", embed_tokens.detach().float(), persistent=False)
@@ -174,3 +168,11 @@ def candidate_anchors(loss_mask: torch.Tensor) -> torch.Tensor:
     mask = loss_mask.bool()
     anchors = torch.nonzero(mask[:-1] & mask[1:]).flatten()
     return anchors[anchors >= 1]
+
+
+def drafter_shapes(config: Mapping[str, Any]) -> dict[str, torch.Size]:
+    """Every weight of the drafter (the names vLLM's DFlash loader maps, and their shapes), from its config alone:
+    the model built on the meta device, so no memory is spent even for Kimi's 3.5 B parameters."""
+    with torch.device("meta"):
+        model = DFlashDrafter(config, torch.empty(0, 0), torch.empty(0, 0))
+    return {name: value.shape for name, value in model.state_dict().items()}

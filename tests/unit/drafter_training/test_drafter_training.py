@@ -175,16 +175,31 @@ def test_training_refuses_another_runs_checkpoint(tmp_path: Path) -> None:
 def test_export_writes_the_vllm_layout(tmp_path: Path) -> None:
     from safetensors import safe_open
 
-    from kimi_dflash.drafter_training.export import expected_weight_names, export_drafter
+    from kimi_dflash.drafter_training.export import export_drafter
 
     arch = DrafterArchitecture("tiny", TINY)
     out = export_drafter(tiny_model().state_dict(), arch, tmp_path / "drafter")
+    # The names vLLM 0.32's DFlash loader maps (qwen3_dflash.py), for TINY's one layer.
+    per_layer = ["input_layernorm", "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]
+    per_layer += [f"self_attn.{part}" for part in ("q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm")]
+    expected = {"fc.weight", "hidden_norm.weight", "norm.weight"} | {f"layers.0.{part}.weight" for part in per_layer}
     with safe_open(str(out / "model.safetensors"), "pt") as handle:
-        assert set(handle.keys()) == expected_weight_names(arch)
+        assert set(handle.keys()) == expected
+        assert handle.get_tensor("fc.weight").dtype == torch.bfloat16
     config = json.loads((out / "config.json").read_text())
     assert config["architectures"] == ["DFlashDraftModel"] and config["dflash_config"]["mask_token_id"] == 49
+    assert config["torch_dtype"] == "bfloat16"
     export_drafter(tiny_model().state_dict(), arch, out)  # replaces a previous export whole
     assert sorted(p.name for p in tmp_path.iterdir()) == ["drafter"]
+
+
+def test_parameter_count_is_the_drafters_weights() -> None:
+    """The disk check's parameter count (pure Python) agrees with the weights the drafter really has."""
+    from kimi_dflash.drafter_training.model import drafter_shapes
+
+    for config in (TINY, json.loads(DRAFT_CONFIG.read_text())):
+        shapes = drafter_shapes(config).values()
+        assert DrafterArchitecture("x.json", config).parameter_count() == sum(shape.numel() for shape in shapes)
 
 
 def test_specforge_config_matches_the_drafter(tmp_path: Path) -> None:
