@@ -70,7 +70,7 @@ def test_regen_resumes_retries_and_counts_failures(demo_server, tmp_path: Path) 
     kept = {r["id"] for r in read_records(out)}
     assert 1 <= len(kept) < len(prompts)
     summary = asyncio.run(regenerate([*prompts, too_long], out, settings, say=lambda _: None))
-    assert summary.already_done == len(kept) and summary.completed == len(prompts) - len(kept)
+    assert summary.already_done == len(kept) and summary.completed_this_run == len(prompts) - len(kept)
     records = list(read_records(out))
     assert sorted(r["id"] for r in records) == sorted(p.id for p in prompts)  # each once
     assert all(r["output_token_ids"] and r["prompt_token_ids"] for r in records)

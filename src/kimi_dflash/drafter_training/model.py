@@ -1,12 +1,7 @@
-"""A trainable DFlash drafter in plain torch: the forward vLLM 0.32 serves (`qwen3_dflash.py`, `dflash.py`),
-batched over many anchor blocks of one sequence, with the DFlash training objective.
-
-Serving: the target's hidden states at target_layer_ids for positions 0..n-1 (through `fc` and `hidden_norm`) are
-the context; the query block [bonus token, mask x (B-1)] sits at n..n+B-1, attends non-causally over context and
-block (context keys and values from the normed context, no input_layernorm), and slot k proposes position n+k.
-Embeddings and lm_head are the target's (frozen, not saved). Training (SpecForge's DFlash objective): one block per
-anchor a in the reply, seeing context positions < a and its own block, slots 1..B-1 scored against the target's
-tokens a+1..a+B-1. Parameter names are the ones vLLM's DFlash loader reads, so the state dict is the export.
+"""A trainable DFlash drafter in plain torch: the forward vLLM 0.32 serves (`qwen3_dflash.py`, `dflash.py`; its
+shape in docs/drafter-training.md), batched over one block per anchor of a sequence, with SpecForge's DFlash
+objective. Context keys and values come from the normed context (no input_layernorm). Parameter names are the ones
+vLLM's DFlash loader reads, so the state dict is the export; embeddings and lm_head are the target's (not saved).
 """
 
 from __future__ import annotations

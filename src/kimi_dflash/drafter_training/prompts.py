@@ -1,15 +1,7 @@
 """The prompts whose replies the target regenerates: one JSONL file of {"id", "messages"} (chat messages up to
-and including the first user turn), prepared by the setup phase.
-
-Sources:
-- demo: a prompt set shipped with the project (`kimi_dflash/data/kv_calibration_prompts.jsonl`, 200 prompts
-  written for it; the benchmark's own prompts stay out of training so acceptance is measured on unseen ones).
-- production: PerfectBlend (`mlabonne/open-perfectblend` on the Hugging Face hub: ~1.42 M ShareGPT conversations in
-  six parquet shards, ~1.5 GB). Download it on a machine with hub access
-  (`hf download mlabonne/open-perfectblend --repo-type dataset --local-dir DIR`), then the setup phase converts it.
-  Only each conversation's first user turn is kept: the target writes the reply itself.
-
-Reading parquet needs pyarrow, which SpecForge's environment has (the setup phase runs the conversion there).
+and including the first user turn), prepared by the setup phase from the shipped demo prompts (the benchmark's own
+stay out of training, so acceptance is measured on unseen ones) or PerfectBlend's parquet shards (read with pyarrow,
+in SpecForge's environment; downloading it: docs/drafter-training.md).
 """
 
 from __future__ import annotations

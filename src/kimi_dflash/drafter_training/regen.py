@@ -1,18 +1,7 @@
-"""Regenerate the training replies with the target itself, through the project's OpenAI-compatible server.
-
-A matched drafter must learn what *this* target writes, so every prompt's reply is produced by the target behind
-`serve.sh` (`/v1/chat/completions`, non-streaming, `return_token_ids`: the exact token ids the target emitted are
-kept next to the text, so training sees the target's own tokenization).
-
-Output directory (the regen phase's only output):
-    part-00000.jsonl ...  completed replies, one JSON record per line, written atomically per chunk of
-                          `chunk_size` records (a crash loses at most the chunk in memory; Ctrl-C writes it first)
-    failed.jsonl          prompts that still failed after their retries (rewritten atomically on every run)
-    summary.json          counts of the last run
-Resume: a rerun skips every prompt id already in a part file and tries the failed ones again.
-
-Failures: connection errors, timeouts, HTTP 408/429/5xx are retried with exponential backoff (`retries` times);
-other HTTP 4xx (a prompt the server refuses, e.g. too long) are not retried. Both end up in failed.jsonl.
+"""Regenerate the training replies with the target itself, behind `serve.sh` (`/v1/chat/completions`,
+`return_token_ids`: a matched drafter learns what *this* target writes, in its own tokens). The output files
+(part-*.jsonl written atomically per `chunk_size` records, failed.jsonl, summary.json), resume and retries are
+described in docs/drafter-training.md (regen).
 """
 
 from __future__ import annotations
@@ -22,7 +11,7 @@ import json
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,37 +37,27 @@ class RegenSettings:
     chunk_size: int = 64
     backoff_s: float = 1.0
     api_key: str | None = None
-    # Sent as chat_template_kwargs (e.g. {"thinking": true} for Kimi's template).
-    chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass
 class RegenSummary:
+    """summary.json: these fields, with `done` after `total`."""
+
     total: int
     already_done: int
-    completed: int = 0
+    completed_this_run: int = 0
     failed: int = 0
-    retried: int = 0  # attempts beyond the first, over all prompts
-    output_tokens: int = 0
+    retried_attempts: int = 0  # attempts beyond the first, over all prompts
+    output_tokens_this_run: int = 0
     truncated: int = 0  # replies that hit max_tokens (kept: still the target's own tokens)
     interrupted: bool = False
 
     @property
     def done(self) -> int:
-        return self.already_done + self.completed
+        return self.already_done + self.completed_this_run
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "total": self.total,
-            "done": self.done,
-            "already_done": self.already_done,
-            "completed_this_run": self.completed,
-            "failed": self.failed,
-            "retried_attempts": self.retried,
-            "output_tokens_this_run": self.output_tokens,
-            "truncated": self.truncated,
-            "interrupted": self.interrupted,
-        }
+        return {"total": self.total, "done": self.done, **asdict(self)}
 
 
 class RequestFailure(Exception):
@@ -100,12 +79,8 @@ def read_records(out_dir: Path) -> Iterable[dict[str, Any]]:
                 yield json.loads(line)
 
 
-def completed_ids(out_dir: Path) -> set[str]:
-    return {str(record["id"]) for record in read_records(out_dir)}
-
-
 def request_body(prompt: Prompt, settings: RegenSettings) -> dict[str, Any]:
-    body: dict[str, Any] = {
+    return {
         "model": settings.model,
         "messages": [dict(m) for m in prompt.messages],
         "max_tokens": settings.max_tokens,
@@ -113,9 +88,6 @@ def request_body(prompt: Prompt, settings: RegenSettings) -> dict[str, Any]:
         "stream": False,
         "return_token_ids": True,  # vLLM: prompt_token_ids + choices[].token_ids
     }
-    if settings.chat_template_kwargs:
-        body["chat_template_kwargs"] = dict(settings.chat_template_kwargs)
-    return body
 
 
 def record_from_response(prompt: Prompt, response: Mapping[str, Any]) -> dict[str, Any]:
@@ -204,7 +176,7 @@ async def _regenerate_one(
         except RequestFailure as failure:
             if not failure.retryable or attempt >= settings.retries:
                 raise RequestFailure(f"{failure.reason} (after {attempt + 1} attempt(s))", failure.retryable) from None
-            summary.retried += 1
+            summary.retried_attempts += 1
             await asyncio.sleep(settings.backoff_s * (2**attempt))
             attempt += 1
 
@@ -221,7 +193,7 @@ async def regenerate(
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    done = completed_ids(out_dir)
+    done = {str(record["id"]) for record in read_records(out_dir)}
     todo = [p for p in prompts if p.id not in done]
     summary = RegenSummary(total=len(prompts), already_done=len(prompts) - len(todo))
     writer = ChunkWriter(out_dir, settings.chunk_size)
@@ -236,13 +208,13 @@ async def regenerate(
 
     def report(final: bool = False) -> None:
         elapsed = time.monotonic() - started
-        finished = summary.completed + summary.failed
+        finished = summary.completed_this_run + summary.failed
         rate = finished / elapsed if elapsed > 0 else 0.0
         left = len(todo) - finished
         eta = duration(left / rate) if rate > 0 else "?"
         say(
-            f"regen: {summary.done}/{summary.total} done, {summary.failed} failed, {summary.retried} retries, "
-            f"{rate:.2f} prompts/s, {summary.output_tokens / max(elapsed, 1e-9):.0f} output tok/s"
+            f"regen: {summary.done}/{summary.total} done, {summary.failed} failed, {summary.retried_attempts} "
+            f"retries, {rate:.2f} prompts/s, {summary.output_tokens_this_run / max(elapsed, 1e-9):.0f} output tok/s"
             + ("" if final else f", ETA {eta}")
         )
 
@@ -259,8 +231,8 @@ async def regenerate(
                 summary.failed += 1
                 failures.append({"id": prompt.id, "reason": failure.reason})
             else:
-                summary.completed += 1
-                summary.output_tokens += len(record.get("output_token_ids") or [])
+                summary.completed_this_run += 1
+                summary.output_tokens_this_run += len(record.get("output_token_ids") or [])
                 summary.truncated += record.get("finish_reason") == "length"
                 writer.add(record)
             now = time.monotonic()

@@ -1,10 +1,5 @@
-"""The SpecForge 0.2 run config for training the drafter (`specforge train --config FILE`), and the training data
-it reads, generated from the drafter architecture and the regen output.
-
-Keys (SpecForge 0.2.0's `specforge/config/schema.py`; `specforge_schema.py` checks them against the installed
-package before a run): model.target_model_path / draft_model_config / mask_token_id / draft_block_size /
-embedding_key / lm_head_key, data.train_data_path / max_length / chat_template, training.strategy=dflash /
-num_epochs / learning_rate / save_interval, deployment (disaggregated, managed_local), output_dir.
+"""The SpecForge 0.2 run config for training the drafter (`specforge train --config FILE`; its keys are
+SpecForge 0.2.0's `specforge/config/schema.py`, checked by specforge_schema.py), and the training data it reads.
 """
 
 from __future__ import annotations
@@ -39,9 +34,7 @@ class RunSettings:
 
 
 def split_gpus(gpus: int) -> tuple[list[str], list[str]]:
-    """(capture server devices, trainer devices): SpecForge 0.2.0 wants them disjoint. Kimi K2.6 (~600 GB in
-    INT4) fits in half of an 8x MI300X node (4 x 192 GB) as the SGLang capture server; the drafter trains on the
-    other half."""
+    """(capture server devices, trainer devices): disjoint for SpecForge 0.2.0; Kimi K2.6 fits in half a node."""
     if gpus < 2:
         raise ValueError(
             f"{gpus} GPU(s): SpecForge 0.2.0's online DFlash training needs at least 2 (a capture "
@@ -52,10 +45,8 @@ def split_gpus(gpus: int) -> tuple[list[str], list[str]]:
 
 
 def run_config(arch: DrafterArchitecture, s: RunSettings) -> dict[str, Any]:
-    """SpecForge 0.2.0 trains online only in `deployment.mode: disaggregated` (colocated online training was
-    removed: "online training requires deployment.mode=disaggregated"); `managed_local` makes `specforge train`
-    start the SGLang capture server and Mooncake itself on one node. Offline features are out of reach for Kimi
-    (7168 x 6 layers in bfloat16 is 86 kB per token)."""
+    """Online training, which SpecForge 0.2.0 runs only disaggregated; `managed_local` starts the SGLang capture
+    server and Mooncake on this node (why: docs/drafter-training.md, Production)."""
     capture, trainer = split_gpus(s.gpus)
     training: dict[str, Any] = {
         "strategy": "dflash",

@@ -1,10 +1,6 @@
-"""Does this SpecForge speak the run config we generate? Read from SpecForge's own package, without importing it.
-
-SpecForge (0.2.0 on PyPI) validates its run config with pydantic models in `specforge/config/schema.py`, every
-model `extra="forbid"`: an unknown key fails the run at start, a renamed one after a fresh install. Reading that
-file's class definitions (field names, Literal choices, which field holds which nested model) needs no torch, no
-GPU and no SpecForge environment, so the check runs before anything is installed or hours are spent: against the
-installed package, or against the wheel from the package index.
+"""Does this SpecForge speak the run config we generate? SpecForge 0.2.0's pydantic models
+(`specforge/config/schema.py`, all `extra="forbid"`: an unknown key fails the run) read as source (field names,
+Literal choices, nested models) from the installed package or its wheel: no torch, GPU or SpecForge import needed.
 """
 
 from __future__ import annotations
@@ -13,7 +9,7 @@ import ast
 import re
 import zipfile
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +23,6 @@ class SchemaError(ValueError):
 
 @dataclass(frozen=True)
 class Field:
-    name: str
-    annotation: str  # source text, e.g. "Optional[List[int]]"
     nested: str | None  # name of the model class this field holds (alone, optional or in a list)
     choices: tuple[str, ...] = ()  # Literal[...] options
 
@@ -38,7 +32,7 @@ class SpecForgeSchema:
     version: str
     origin: str
     models: Mapping[str, Mapping[str, Field]]  # class name -> field name -> Field
-    algorithms: frozenset[str] = field(default_factory=frozenset)  # training.strategy values it registers
+    algorithms: frozenset[str]  # training.strategy values it registers (empty: the catalog was unreadable, not checked)
 
     def problems(self, document: Mapping[str, Any]) -> list[str]:
         """Every key of `document` this SpecForge does not know, and every value outside a Literal's choices."""
@@ -97,8 +91,6 @@ def parse_schema_source(
                 if name == "model_config":
                     continue
                 fields[name] = Field(
-                    name,
-                    ast.unparse(statement.annotation),
                     _annotation_models(statement.annotation, known - {node.name}),
                     _literal_choices(statement.annotation),
                 )
@@ -115,15 +107,7 @@ BUILTIN_CATALOG = "specforge/algorithms/builtin.py"
 # `from specforge.algorithms.dflash.providers import create_registration as dflash`
 _REGISTRATION_IMPORT = re.compile(r"from specforge\.algorithms\.([a-z0-9_]+)\.providers import create_registration")
 
-
-def _algorithms(catalog_source: str | None) -> frozenset[str]:
-    """training.strategy names of the built-in catalog (empty when it cannot be read: then not checked)."""
-    return frozenset(_REGISTRATION_IMPORT.findall(catalog_source or ""))
-
-
-def _version_from_metadata(text: str) -> str:
-    match = re.search(r"^Version:\s*(\S+)", text, flags=re.MULTILINE)
-    return match.group(1) if match else "unknown"
+METADATA = re.compile(r"^specforge-[^/]+\.dist-info/METADATA$")
 
 
 def read_schema(location: Path) -> SpecForgeSchema:
@@ -132,28 +116,29 @@ def read_schema(location: Path) -> SpecForgeSchema:
     location = Path(location)
     if location.is_file() and location.suffix == ".whl":
         with zipfile.ZipFile(location) as wheel:
-            names = wheel.namelist()
-            try:
-                source = wheel.read(SCHEMA_MODULE).decode("utf-8")
-            except KeyError:
-                raise SchemaError(
-                    f"{location}: no {SCHEMA_MODULE} in this wheel; not a SpecForge 0.2-style "
-                    "package (the per-method training scripts of older SpecForge are not "
-                    "supported)"
-                ) from None
-            metadata = next((n for n in names if n.endswith(".dist-info/METADATA")), None)
-            version = _version_from_metadata(wheel.read(metadata).decode("utf-8")) if metadata else "unknown"
-            catalog = wheel.read(BUILTIN_CATALOG).decode("utf-8") if BUILTIN_CATALOG in names else None
-        return parse_schema_source(source, version, str(location), _algorithms(catalog))
-    root = location.parent if location.name == "specforge" else location
-    schema_path = root / SCHEMA_MODULE
-    if not schema_path.is_file():
-        raise SchemaError(
-            f"{location}: no {SCHEMA_MODULE} there; point at SpecForge's site-packages (the "
-            "setup phase installs it) or at a specforge-*.whl"
+            wanted = [
+                name for name in wheel.namelist() if name in (SCHEMA_MODULE, BUILTIN_CATALOG) or METADATA.match(name)
+            ]
+            files = {name: wheel.read(name).decode("utf-8") for name in wanted}
+        origin = str(location)
+        missing = (
+            f"{location}: no {SCHEMA_MODULE} in this wheel; not a SpecForge 0.2-style package (the per-method "
+            "training scripts of older SpecForge are not supported)"
         )
-    metadata = sorted(root.glob("specforge-*.dist-info/METADATA"))
-    version = _version_from_metadata(metadata[-1].read_text(encoding="utf-8")) if metadata else "unknown"
-    catalog_path = root / BUILTIN_CATALOG
-    catalog = catalog_path.read_text(encoding="utf-8") if catalog_path.is_file() else None
-    return parse_schema_source(schema_path.read_text(encoding="utf-8"), version, str(schema_path), _algorithms(catalog))
+    else:
+        root = location.parent if location.name == "specforge" else location
+        paths = [root / SCHEMA_MODULE, root / BUILTIN_CATALOG, *root.glob("specforge-*.dist-info/METADATA")]
+        files = {
+            path.relative_to(root).as_posix(): path.read_text(encoding="utf-8") for path in paths if path.is_file()
+        }
+        origin = str(root / SCHEMA_MODULE)
+        missing = (
+            f"{location}: no {SCHEMA_MODULE} there; point at SpecForge's site-packages (the setup phase installs it) "
+            "or at a specforge-*.whl"
+        )
+    if SCHEMA_MODULE not in files:
+        raise SchemaError(missing)
+    metadata = [text for name, text in sorted(files.items()) if METADATA.match(name)]
+    version = re.search(r"^Version:\s*(\S+)", metadata[-1], flags=re.MULTILINE) if metadata else None
+    algorithms = frozenset(_REGISTRATION_IMPORT.findall(files.get(BUILTIN_CATALOG, "")))
+    return parse_schema_source(files[SCHEMA_MODULE], version.group(1) if version else "unknown", origin, algorithms)

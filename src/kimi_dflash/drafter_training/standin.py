@@ -1,13 +1,7 @@
-"""The demo's trainer: the DFlash objective (model.py) over the offline features (features.py), on CPU.
-
-It stands in for `specforge train` where SpecForge cannot run (no GPU here: see docs/drafter-training.md for the
-exact error). Same inputs (the regenerated conversations through the target's hidden states), same objective,
-same output (a drafter state dict under vLLM's names), so regen and export are the production ones.
-
-Resumable: every `save_every` steps and at the end the whole training state (weights, AdamW moments, schedule
-position, step) is written atomically to `<out>/checkpoint.pt`; a rerun continues from it. Everything random is
-derived from (seed, epoch) or (seed, step), so an interrupted run that resumes ends with the same weights as an
-uninterrupted one (tests/test_drafter_training.py).
+"""The demo's trainer, standing in for `specforge train` where it cannot run (docs/drafter-training.md): the
+DFlash objective (model.py) over the offline features (features.py), on CPU. Resumable from `<out>/checkpoint.pt`
+(weights, AdamW moments, step); everything random derives from (seed, epoch) or (seed, step), so a resumed run ends
+with the same weights as an uninterrupted one.
 """
 
 from __future__ import annotations
