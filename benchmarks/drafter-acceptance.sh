@@ -25,5 +25,5 @@ measure() {  # label config
 measure random "$work/export/random.env"
 measure trained "$work/export/serve.env"
 measure fabricated "$repo_dir/configs/demo-cpu.env"
-"$run_module" kimi_dflash.drafter_training.acceptance "random=$out/random.json" "trained=$out/trained.json" \
+PYTHONPATH="$repo_dir/lab" "$run_module" kimi_dflash_lab drafter-acceptance "random=$out/random.json" "trained=$out/trained.json" \
   "fabricated=$out/fabricated.json"

@@ -22,6 +22,10 @@ COMMANDS: dict[str, tuple[str, str]] = {  # command -> (module, one-line help)
     "advisor-check": ("kimi_dflash_lab.studies.advisor_check", "the advisor's accuracy on held-out k"),
     "open-loop-overhead": ("kimi_dflash_lab.studies.open_loop_overhead", "the open-loop scheduler's send lag"),
     "drafter-rope": ("kimi_dflash_lab.studies.drafter_rope", "demo acceptance with and without DRAFTER_ROPE_FIX"),
+    "drafter-acceptance": (
+        "kimi_dflash_lab.studies.drafter_acceptance",
+        "acceptance per position, drafters side by side",
+    ),
     "kernel-check": ("kimi_dflash_lab.kernel_check", "the patched Triton kernel against a PyTorch reference (CPU)"),
     "demo-vllm-check": ("kimi_dflash_lab.demo_vllm_check", "the demo models in vLLM's model classes"),
     "demo-reference": ("kimi_dflash_lab.demo_reference", "demo drafter/target agreement without vLLM"),

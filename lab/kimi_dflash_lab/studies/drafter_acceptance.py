@@ -1,7 +1,8 @@
 """Side-by-side acceptance of drafters measured on the same prompts: reads benchmark result files
 (payload/benchmark_multi_turn.py, /metrics counter deltas) and prints acceptance per draft position.
 
-    python -m kimi_dflash.drafter_training.acceptance random=RESULT.json trained=RESULT.json
+    python -m kimi_dflash_lab drafter-acceptance random=RESULT.json trained=RESULT.json
+(benchmarks/drafter-acceptance.sh runs it on the drafters train-drafter.sh --demo exported).
 """
 
 from __future__ import annotations
@@ -52,4 +53,4 @@ def main(args: AcceptanceOptions) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run(__name__, prog="python -m kimi_dflash.drafter_training.acceptance"))
+    sys.exit(run(__name__, prog="python -m kimi_dflash_lab drafter-acceptance"))
