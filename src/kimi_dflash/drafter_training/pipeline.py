@@ -15,7 +15,7 @@ import json
 import shlex
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -44,12 +44,12 @@ class PipelineError(Exception):
 
 @dataclass
 class Step:
-    phase: str
     title: str
     inputs: list[str] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
     command: str | None = None  # the shell command it runs (or the equivalent), for --dry-run
     action: Callable[[], None] | None = None
+    phase: str = ""  # set by Pipeline.steps from the builder it came from
 
 
 class Pipeline:
@@ -89,21 +89,10 @@ class Pipeline:
 
     # -- phases ---------------------------------------------------------------------------------------------
     def steps(self) -> list[Step]:
-        wanted = self.phases()
-        builders = {
-            "setup": self.setup_steps,
-            "regen": self.regen_steps,
-            "train": self.train_steps,
-            "export": self.export_steps,
-        }
-        return [step for phase in PHASES if phase in wanted for step in builders[phase]()]
-
-    def phases(self) -> list[str]:
-        if self.args.phase:
-            return list(self.args.phase)
-        skipped = {"setup"} if self.args.skip_setup else set()
-        skipped |= {"regen"} if self.args.skip_regen else set()
-        return [phase for phase in PHASES if phase not in skipped]
+        skipped = {"setup": self.args.skip_setup, "regen": self.args.skip_regen}
+        wanted = self.args.phase or [phase for phase in PHASES if not skipped.get(phase)]
+        phases = [phase for phase in PHASES if phase in wanted]
+        return [replace(step, phase=phase) for phase in phases for step in getattr(self, f"{phase}_steps")()]
 
     def specforge_bin(self) -> Path:
         return self.venv / "bin" / "specforge"
@@ -112,38 +101,35 @@ class Pipeline:
         if self.profile != "production":
             demo = f"python -m kimi_dflash.drafter_training.prompts --source demo --output {self.prompts}"
             shipped = ["kimi_dflash/data/kv_calibration_prompts.jsonl"]
-            return [Step("setup", "prompts: the shipped demo prompt set", shipped, [str(self.prompts)], demo,
-                         self.demo_prompts)]  # fmt: skip
+            return [Step("prompts: the shipped demo prompt set", shipped, [str(self.prompts)], demo, self.demo_prompts)]
         venv = [str(self.venv)]
         install = f"{self.args.specforge_python} -m venv {self.venv} && {self.venv}/bin/pip install specforge=="
         return [
-            Step("setup", "check disk space (SpecForge venv: 11 GiB measured)", venv,
+            Step("check disk space (SpecForge venv: 11 GiB measured)", venv,
                  action=lambda: self.require(checks.disk_problem(self.venv, 12 * GIB))),
-            Step("setup", f"SpecForge {SPECFORGE_VERSION} in its own venv (skipped when installed)", outputs=venv,
+            Step(f"SpecForge {SPECFORGE_VERSION} in its own venv (skipped when installed)", outputs=venv,
                  command=install + SPECFORGE_VERSION, action=self.install_specforge),
-            Step("setup", "check SpecForge's config schema knows every key generated", venv, action=self.check_schema),
-            Step("setup", "prompts: first user turn of every PerfectBlend conversation",
+            Step("check SpecForge's config schema knows every key generated", venv, action=self.check_schema),
+            Step("prompts: first user turn of every PerfectBlend conversation",
                  [str(self.args.perfectblend_dir)], [str(self.prompts)], shlex.join(self.perfectblend_argv()),
                  lambda: self.run(self.perfectblend_argv())),
         ]  # fmt: skip
 
     def regen_steps(self) -> list[Step]:
+        url = self.args.base_url
         return [
             Step(
-                "regen",
                 f"check the server answers /v1/models with {self.args.served_model}, and disk space",
-                [self.args.base_url],
-                [],
-                f"curl {self.args.base_url}/v1/models",
-                self.check_regen,
+                [url],
+                command=f"curl {url}/v1/models",
+                action=self.check_regen,
             ),
             Step(
-                "regen",
                 f"regenerate every reply (max_tokens {self.args.max_tokens}, concurrency {self.args.concurrency}, "
                 "temperature 0)",
-                [str(self.prompts), self.args.base_url],
+                [str(self.prompts), url],
                 [str(self.regen_dir / "part-*.jsonl"), str(self.regen_dir / "failed.jsonl")],
-                f"POST {self.args.base_url}/v1/chat/completions per prompt (return_token_ids)",
+                f"POST {url}/v1/chat/completions per prompt (return_token_ids)",
                 self.regen,
             ),
         ]
@@ -152,28 +138,22 @@ class Pipeline:
         sf = self.specforge_dir
         run_config, draft_config, data = sf / "run-config.json", sf / "draft-config.json", sf / "train.jsonl"
         specforge_command = f"{self.specforge_bin()} train --config {run_config}"
-        steps = [
-            Step(
-                "train",
-                "SpecForge inputs: draft config, run config, training data (regen -> conversations)",
-                [str(self.drafter_config_path_text()), str(self.regen_dir)],
-                [str(draft_config), str(run_config), str(data)],
-                None,
-                self.write_specforge_inputs,
-            )
-        ]
+        inputs = Step(
+            "SpecForge inputs: draft config, run config, training data (regen -> conversations)",
+            [str(self.drafter_config_path_text()), str(self.regen_dir)],
+            [str(draft_config), str(run_config), str(data)],
+            action=self.write_specforge_inputs,
+        )
         if self.profile == "production":
-            steps += [
+            return [
+                inputs,
                 Step(
-                    "train",
                     f"check {self.args.gpus} GPUs, disk for checkpoints, SpecForge's schema and its own validation",
                     [str(run_config)],
-                    [],
-                    f"{specforge_command} --plan",
-                    self.check_train,
+                    command=f"{specforge_command} --plan",
+                    action=self.check_train,
                 ),
                 Step(
-                    "train",
                     f"train {self.args.epochs} epochs (lr {self.args.learning_rate}, max length "
                     f"{self.args.max_length}); resumes from the newest checkpoint",
                     [str(run_config)],
@@ -182,72 +162,57 @@ class Pipeline:
                     lambda: self.run([str(self.specforge_bin()), "train", "--config", str(run_config)]),
                 ),
             ]
-        else:
-            steps += [
-                Step(
-                    "train",
-                    "SpecForge validates the run config it would train with (when installed)",
-                    [str(run_config)],
-                    [],
-                    f"{specforge_command} --plan",
-                    self.specforge_plan,
-                ),
-                Step(
-                    "train",
-                    "target hidden states at target_layer_ids (transformers, float32), one file per reply",
-                    [str(self.regen_dir)],
-                    [str(self.work / "features" / "*.ckpt")],
-                    "python -m kimi_dflash.drafter_training.features (in-process)",
-                    self.capture_features,
-                ),
-                Step(
-                    "train",
-                    f"stand-in trainer: DFlash objective, {self.args.epochs} epochs, lr {self.args.learning_rate} "
-                    f"(SpecForge would run: {specforge_command})",
-                    [str(self.work / "features")],
-                    [str(self.work / "train" / "checkpoint.pt")],
-                    None,
-                    self.train_standin,
-                ),
-            ]
-        return steps
+        return [
+            inputs,
+            Step(
+                "SpecForge validates the run config it would train with (when installed)",
+                [str(run_config)],
+                command=f"{specforge_command} --plan",
+                action=self.specforge_plan,
+            ),
+            Step(
+                "target hidden states at target_layer_ids (transformers, float32), one file per reply",
+                [str(self.regen_dir)],
+                [str(self.work / "features" / "*.ckpt")],
+                "python -m kimi_dflash.drafter_training.features (in-process)",
+                self.capture_features,
+            ),
+            Step(
+                f"stand-in trainer: DFlash objective, {self.args.epochs} epochs, lr {self.args.learning_rate} "
+                f"(SpecForge would run: {specforge_command})",
+                [str(self.work / "features")],
+                [str(self.work / "train" / "checkpoint.pt")],
+                action=self.train_standin,
+            ),
+        ]
 
     def export_steps(self) -> list[Step]:
         serve_env = self.export_dir.parent / "serve.env"
-        steps = []
-        if self.profile == "production":
-            steps.append(
-                Step(
-                    "export",
-                    "SpecForge checkpoint -> HF directory",
-                    [str(self.specforge_dir / "output")],
-                    [str(self.export_dir)],
-                    shlex.join(self.export_argv()),
-                    self.export_specforge,
-                )
-            )
-        else:
-            steps.append(
-                Step(
-                    "export",
-                    "trained drafter -> vLLM DFlash layout; untrained one beside it",
-                    [str(self.work / "train" / "checkpoint.pt")],
-                    [str(self.export_dir), str(self.export_dir.parent / "random-drafter")],
-                    None,
-                    self.export_standin,
-                )
-            )
-        steps.append(
-            Step(
-                "export",
-                "config serving it",
-                [str(self.base_serve_config()), str(self.export_dir)],
-                [str(serve_env)],
-                f"./serve.sh {serve_env} --wait",
-                self.write_serve_configs,
-            )
+        serving = Step(
+            "config serving it",
+            [str(self.base_serve_config()), str(self.export_dir)],
+            [str(serve_env)],
+            f"./serve.sh {serve_env} --wait",
+            self.write_serve_configs,
         )
-        return steps
+        if self.profile == "production":
+            specforge = Step(
+                "SpecForge checkpoint -> HF directory",
+                [str(self.specforge_dir / "output")],
+                [str(self.export_dir)],
+                shlex.join(self.export_argv()),
+                self.export_specforge,
+            )
+            return [specforge, serving]
+        return [
+            Step(
+                "trained drafter -> vLLM DFlash layout; untrained one beside it",
+                [str(self.work / "train" / "checkpoint.pt")],
+                [str(self.export_dir), str(self.export_dir.parent / "random-drafter")],
+                action=self.export_standin,
+            ),
+            serving,
+        ]
 
     def drafter_config_path_text(self) -> str:
         if self.args.drafter_config or self.profile == "production":
