@@ -50,18 +50,14 @@ def server_problem(base_url: str, model: str | None, api_key: str | None = None)
     return None
 
 
-def gpu_count() -> int:
-    """GPUs this machine shows, found as serve.sh's preflight finds them (amd-smi / rocm-smi, nvidia-smi, with
-    *_VISIBLE_DEVICES honoured); no torch needed."""
+def gpu_problem(needed: int) -> str | None:
+    """GPUs counted as serve.sh's preflight counts them (amd-smi / rocm-smi, nvidia-smi, with *_VISIBLE_DEVICES
+    honoured); no torch needed."""
     from kimi_dflash.preflight.accelerators import detect
     from kimi_dflash.preflight.host import HostProbe
 
     probe = HostProbe()
-    return max(len(detect(device, probe, None).devices) for device in ("rocm", "cuda"))
-
-
-def gpu_problem(needed: int) -> str | None:
-    found = gpu_count()
+    found = max(len(detect(device, probe, None).devices) for device in ("rocm", "cuda"))
     if found < needed:
         return (
             f"{needed} GPU(s) needed for SpecForge training, {found} found: run the train phase on the GPU "

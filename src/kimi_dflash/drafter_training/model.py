@@ -39,11 +39,8 @@ def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor
 class Attention(nn.Module):
     def __init__(self, c: Mapping[str, Any]) -> None:
         super().__init__()
-        hidden, self.heads, self.kv_heads = (
-            int(c["hidden_size"]),
-            int(c["num_attention_heads"]),
-            int(c["num_key_value_heads"]),
-        )
+        hidden = int(c["hidden_size"])
+        self.heads, self.kv_heads = int(c["num_attention_heads"]), int(c["num_key_value_heads"])
         self.head_dim, eps = int(c["head_dim"]), float(c["rms_norm_eps"])
         self.theta = float(c["rope_theta"])
         self.q_proj = nn.Linear(hidden, self.heads * self.head_dim, bias=False)

@@ -6,6 +6,7 @@ in SpecForge's environment; downloading it: docs/drafter-training.md).
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 from collections.abc import Iterable, Iterator, Mapping
@@ -104,11 +105,7 @@ def read_prompt_file(path: Path) -> list[Prompt]:
 
 
 def write_prompt_file(prompts: Iterable[Prompt], path: Path, limit: int | None = None) -> int:
-    lines = []
-    for prompt in prompts:
-        if limit is not None and len(lines) >= limit:
-            break
-        lines.append(json.dumps(prompt.to_json(), ensure_ascii=False))
+    lines = [json.dumps(prompt.to_json(), ensure_ascii=False) for prompt in itertools.islice(prompts, limit)]
     write_text_atomic(path, "\n".join(lines) + "\n")
     return len(lines)
 

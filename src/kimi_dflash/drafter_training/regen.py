@@ -63,7 +63,6 @@ class RegenSummary:
 class RequestFailure(Exception):
     def __init__(self, reason: str, retryable: bool) -> None:
         super().__init__(reason)
-        self.reason = reason
         self.retryable = retryable
 
 
@@ -125,8 +124,7 @@ class ChunkWriter:
     def __init__(self, out_dir: Path, chunk_size: int) -> None:
         self.out_dir = Path(out_dir)
         self.chunk_size = chunk_size
-        existing = [int(m.group(1)) for p in part_files(self.out_dir) if (m := PART_PATTERN.match(p.name))]
-        self.next_index = max(existing, default=-1) + 1
+        self.next_index = max((int(p.name[5:10]) for p in part_files(self.out_dir)), default=-1) + 1
         self.pending: list[dict[str, Any]] = []
 
     def add(self, record: dict[str, Any]) -> None:
@@ -175,7 +173,7 @@ async def _regenerate_one(
             return record_from_response(prompt, await _post(session, url, body, headers))
         except RequestFailure as failure:
             if not failure.retryable or attempt >= settings.retries:
-                raise RequestFailure(f"{failure.reason} (after {attempt + 1} attempt(s))", failure.retryable) from None
+                raise RequestFailure(f"{failure} (after {attempt + 1} attempt(s))", failure.retryable) from None
             summary.retried_attempts += 1
             await asyncio.sleep(settings.backoff_s * (2**attempt))
             attempt += 1
@@ -229,7 +227,7 @@ async def regenerate(
                 record = await _regenerate_one(session, prompt, settings, summary)
             except RequestFailure as failure:
                 summary.failed += 1
-                failures.append({"id": prompt.id, "reason": failure.reason})
+                failures.append({"id": prompt.id, "reason": str(failure)})
             else:
                 summary.completed_this_run += 1
                 summary.output_tokens_this_run += len(record.get("output_token_ids") or [])

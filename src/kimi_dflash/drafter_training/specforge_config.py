@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kimi_dflash.drafter_training.architecture import DrafterArchitecture
+from kimi_dflash.drafter_training.architecture import EMBED_KEYS, LM_HEAD_KEYS, DrafterArchitecture
 
 # Kimi K2.6 thinks by default; SpecForge 0.2.0 registers this template for it.
 KIMI_CHAT_TEMPLATE = "kimi-k2-thinking"
@@ -28,9 +28,8 @@ class RunSettings:
     max_length: int = 3072
     save_interval: int = 1000
     chat_template: str = KIMI_CHAT_TEMPLATE
-    # Kimi's checkpoint keeps the text model under `language_model.`.
-    embedding_key: str = "language_model.model.embed_tokens.weight"
-    lm_head_key: str = "language_model.lm_head.weight"
+    embedding_key: str = EMBED_KEYS[0]  # Kimi's
+    lm_head_key: str = LM_HEAD_KEYS[0]
 
 
 def split_gpus(gpus: int) -> tuple[list[str], list[str]]:

@@ -37,10 +37,6 @@ class TrainSettings:
     stop_after_steps: int | None = None  # end early (checkpoint written): for tests and time budgets
 
 
-def load_features(files: list[Path]) -> list[dict[str, torch.Tensor]]:
-    return [torch.load(path, map_location="cpu", weights_only=True) for path in files]
-
-
 def learning_rate(step: int, total: int, settings: TrainSettings) -> float:
     """Linear warm-up then cosine decay to zero (SpecForge's default schedule shape)."""
     warmup = max(1, int(total * settings.warmup_ratio))
@@ -84,7 +80,8 @@ def train(
     """Train (or resume) to `settings.epochs` epochs; returns the run's summary (also in `<out>/train-log.json`)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    samples = [s for s in load_features(feature_files) if candidate_anchors(s["loss_mask"]).numel()]
+    features = [torch.load(path, map_location="cpu", weights_only=True) for path in feature_files]
+    samples = [s for s in features if candidate_anchors(s["loss_mask"]).numel()]
     if not samples:
         raise ValueError(
             f"no trainable samples among {len(feature_files)} feature files: regenerate with longer "
