@@ -24,17 +24,13 @@ def disk_problem(path: Path, need_bytes: int) -> str | None:
     return None
 
 
-def served_models(base_url: str, api_key: str | None = None, timeout_s: float = 10.0) -> list[str]:
-    reply = http.request(base_url.rstrip("/") + "/v1/models", api_key=api_key, timeout_s=timeout_s)
-    if reply.status != 200:
-        raise OSError(f"answered HTTP {reply.status}")
-    return [str(entry.get("id")) for entry in reply.json().get("data") or []]
-
-
 def server_problem(base_url: str, model: str | None, api_key: str | None = None) -> str | None:
     """None when the server answers /v1/models and serves `model` (any model when None)."""
     try:
-        models = served_models(base_url, api_key)
+        reply = http.request(base_url.rstrip("/") + "/v1/models", api_key=api_key, timeout_s=10.0)
+        if reply.status != 200:
+            raise OSError(f"answered HTTP {reply.status}")
+        models = [str(entry.get("id")) for entry in reply.json().get("data") or []]
     except (OSError, ValueError) as error:
         return (
             f"{base_url}/v1/models: no answer ({error}); start the target first, e.g. kimi-dflash serve "
