@@ -1,11 +1,7 @@
 """train-drafter.sh: train a DFlash drafter matched to its target, in four phases.
 
-  setup   SpecForge's own virtual environment (pinned), checked to speak the config keys generated; the prompts
-  regen   the target writes every training reply itself, through this project's OpenAI server
-  train   SpecForge (production) or the demo's stand-in trainer, resumable
-  export  the drafter in vLLM's DFlash layout, and a config that serves it
-
-Each phase is a list of steps (checks first); `--dry-run` prints them with their inputs, outputs and commands.
+Each phase (cli.py's help says what it does) is a list of steps, checks first; `--dry-run` prints them with their
+inputs, outputs and commands.
 """
 
 from __future__ import annotations
@@ -238,8 +234,7 @@ class Pipeline:
         self.run([str(self.venv / "bin" / "pip"), "install", f"specforge=={SPECFORGE_VERSION}"])
 
     def check_schema(self) -> None:
-        """Static check, before anything is installed: the generated keys against SpecForge's pydantic schema, read
-        from the installed package or else from its wheel (downloaded once into the cache)."""
+        """The generated keys against SpecForge's schema, from the installed package or else its (cached) wheel."""
         from kimi_dflash.core.wheels import download_wheel
         from kimi_dflash.drafter_training.specforge_schema import read_schema
 
@@ -264,8 +259,7 @@ class Pipeline:
         self.specforge_plan()
 
     def specforge_plan(self) -> None:
-        """SpecForge's own validation of the whole run config (cross-field rules included) and its process plan:
-        `specforge train --plan` starts nothing and needs no GPU."""
+        """SpecForge's own validation (cross-field rules included): `--plan` starts nothing and needs no GPU."""
         if not self.specforge_bin().exists():
             if self.profile == "production":
                 raise PipelineError(f"SpecForge is not installed in {self.venv}: run the setup phase")
@@ -285,7 +279,7 @@ class Pipeline:
         self.say("train: SpecForge validated the run config and planned its processes (--plan)")
 
     def perfectblend_argv(self) -> list[str]:
-        """The setup step that writes PerfectBlend's prompts (in SpecForge's venv: reading parquet needs pyarrow)."""
+        """In SpecForge's venv: reading parquet needs pyarrow."""
         limit = ["--limit", str(self.args.prompt_limit)] if self.args.prompt_limit else []
         return [str(self.venv / "bin" / "python"), "-m", "kimi_dflash.drafter_training.prompts", "--source",
                 "perfectblend", "--perfectblend-dir", str(self.args.perfectblend_dir), "--output", str(self.prompts),
