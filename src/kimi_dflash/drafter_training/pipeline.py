@@ -335,13 +335,14 @@ class Pipeline:
 
     def write_specforge_inputs(self) -> None:
         from kimi_dflash.drafter_training.regen import read_records
-        from kimi_dflash.drafter_training.specforge_config import training_lines
+        from kimi_dflash.drafter_training.specforge_config import training_record
 
         arch = self.architecture()
         sf = self.specforge_dir
         write_json_atomic(sf / "draft-config.json", specforge_draft_config(arch))
         write_json_atomic(sf / "run-config.json", self.run_config(arch))
-        lines = list(training_lines(read_records(self.regen_dir)))
+        records = [training_record(record) for record in read_records(self.regen_dir)]
+        lines = [json.dumps(record, ensure_ascii=False) + "\n" for record in records if record is not None]
         if not lines:
             raise PipelineError(f"{self.regen_dir}: no regenerated replies; run the regen phase first")
         write_text_atomic(sf / "train.jsonl", "".join(lines))

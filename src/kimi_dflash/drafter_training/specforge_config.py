@@ -4,8 +4,7 @@ SpecForge 0.2.0's `specforge/config/schema.py`, checked by specforge_schema.py),
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -113,10 +112,3 @@ def training_record(record: Mapping[str, Any]) -> dict[str, Any] | None:
     if not turns or turns[-1]["role"] != "assistant" or not turns[-1]["content"]:
         return None
     return {"id": record["id"], "conversations": turns}
-
-
-def training_lines(records: Iterable[Mapping[str, Any]]) -> Iterable[str]:
-    for record in records:
-        converted = training_record(record)
-        if converted is not None:
-            yield json.dumps(converted, ensure_ascii=False) + "\n"
