@@ -56,7 +56,11 @@ class Pipeline:
         self.venv = cache_root() / "specforge" / "venv"
         self.prompts = self.work / "prompts.jsonl"
         self.regen_dir = self.work / "regen"
-        self.specforge_dir = self.work / "specforge"
+        self.specforge_dir = self.work / "specforge"  # SpecForge's inputs (these four) and its output
+        self.run_config_path = self.specforge_dir / "run-config.json"
+        self.draft_config_path = self.specforge_dir / "draft-config.json"
+        self.train_data_path = self.specforge_dir / "train.jsonl"
+        self.specforge_output = self.specforge_dir / "output"
         self.export_dir = Path(args.export_dir or self.work / "export" / "drafter").resolve()
         self.configs = Path(args.configs_dir or shipped_configs_dir()).resolve()
 
@@ -131,8 +135,7 @@ class Pipeline:
         ]
 
     def train_steps(self) -> list[Step]:
-        sf = self.specforge_dir
-        run_config, draft_config, data = sf / "run-config.json", sf / "draft-config.json", sf / "train.jsonl"
+        run_config, draft_config, data = self.run_config_path, self.draft_config_path, self.train_data_path
         specforge_command = f"{self.specforge_bin()} train --config {run_config}"
         inputs = Step(
             "SpecForge inputs: draft config, run config, training data (regen -> conversations)",
@@ -153,7 +156,7 @@ class Pipeline:
                     f"train {self.args.epochs} epochs (lr {self.args.learning_rate}, max length "
                     f"{self.args.max_length}); resumes from the newest checkpoint",
                     [str(run_config)],
-                    [str(sf / "output")],
+                    [str(self.specforge_output)],
                     specforge_command,
                     lambda: self.run([str(self.specforge_bin()), "train", "--config", str(run_config)]),
                 ),
@@ -194,7 +197,7 @@ class Pipeline:
         if self.profile == "production":
             specforge = Step(
                 "SpecForge checkpoint -> HF directory",
-                [str(self.specforge_dir / "output")],
+                [str(self.specforge_output)],
                 [str(self.export_dir)],
                 shlex.join(self.export_argv()),
                 self.export_specforge,
@@ -266,7 +269,7 @@ class Pipeline:
             self.say(f"train: SpecForge not installed in {self.venv}; its plan check is skipped on the demo")
             return
         completed = subprocess.run(
-            [str(self.specforge_bin()), "train", "--config", str(self.specforge_dir / "run-config.json"), "--plan"],
+            [str(self.specforge_bin()), "train", "--config", str(self.run_config_path), "--plan"],
             capture_output=True,
             text=True,
             check=False,
@@ -320,12 +323,11 @@ class Pipeline:
     def run_config(self, arch: DrafterArchitecture) -> dict:
         from kimi_dflash.drafter_training.specforge_config import RunSettings, run_config
 
-        sf = self.specforge_dir
         settings = RunSettings(
             target_model_path=str(self.target_dir()),
-            draft_config_path=sf / "draft-config.json",
-            train_data_path=sf / "train.jsonl",
-            output_dir=sf / "output",
+            draft_config_path=self.draft_config_path,
+            train_data_path=self.train_data_path,
+            output_dir=self.specforge_output,
             gpus=self.args.gpus,
             epochs=self.args.epochs,
             learning_rate=self.args.learning_rate,
@@ -338,15 +340,14 @@ class Pipeline:
         from kimi_dflash.drafter_training.specforge_config import training_record
 
         arch = self.architecture()
-        sf = self.specforge_dir
-        write_json_atomic(sf / "draft-config.json", specforge_draft_config(arch))
-        write_json_atomic(sf / "run-config.json", self.run_config(arch))
+        write_json_atomic(self.draft_config_path, specforge_draft_config(arch))
+        write_json_atomic(self.run_config_path, self.run_config(arch))
         records = [training_record(record) for record in read_records(self.regen_dir)]
         lines = [json.dumps(record, ensure_ascii=False) + "\n" for record in records if record is not None]
         if not lines:
             raise PipelineError(f"{self.regen_dir}: no regenerated replies; run the regen phase first")
-        write_text_atomic(sf / "train.jsonl", "".join(lines))
-        self.say(f"train: SpecForge inputs in {sf} ({len(lines)} conversations)")
+        write_text_atomic(self.train_data_path, "".join(lines))
+        self.say(f"train: SpecForge inputs in {self.specforge_dir} ({len(lines)} conversations)")
 
     def capture_features(self) -> None:
         from kimi_dflash.drafter_training.features import capture_features
@@ -407,9 +408,8 @@ class Pipeline:
         self.say(f"export: {self.export_dir} (trained), {self.export_dir.parent / 'random-drafter'} (untrained)")
 
     def export_argv(self) -> list[str]:
-        sf = self.specforge_dir
-        return [str(self.specforge_bin()), "export", "--to", "hf", "--checkpoint", str(sf / "output"),
-                "--draft-config", str(sf / "draft-config.json"), "--output-dir", str(self.export_dir)]  # fmt: skip
+        return [str(self.specforge_bin()), "export", "--to", "hf", "--checkpoint", str(self.specforge_output),
+                "--draft-config", str(self.draft_config_path), "--output-dir", str(self.export_dir)]  # fmt: skip
 
     def export_specforge(self) -> None:
         from kimi_dflash.drafter_training.export import finalize_specforge_export
