@@ -1,4 +1,4 @@
-"""The GPU instrument for the KV-scale hook under CUDA/HIP graphs (instruments/kv_hook_graph.py) keeps working on
+"""The GPU instrument for the KV-scale hook under CUDA/HIP graphs (studies/kv_hook_graph.py) keeps working on
 the CPU: its eager part runs the real wrapper against the stand-in MLA write, and the scale it reads back follows
 the running amax of the valid rows and freezes after the warm-up (the graph part needs a GPU; its results from an
 H100 are in benchmarks/results/kv-hook-graph/)."""

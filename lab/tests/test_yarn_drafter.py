@@ -123,3 +123,10 @@ def test_the_study_serves_it_through_model_dir_from_the_demo_config(tmp_path, mo
     assert (
         json.loads((config.typed.draft_model_dir / "config.json").read_text())["rope_scaling"] == ZLAB["rope_scaling"]
     )
+
+
+def test_the_committed_summary_names_how_the_study_serves_the_bundle() -> None:
+    from kimi_dflash_lab.studies.drafter_rope import REPO, SERVED_AS
+
+    summary = json.loads((REPO / "benchmarks" / "results" / "drafter-rope" / "summary.json").read_text())
+    assert summary["config"] == SERVED_AS

@@ -53,3 +53,20 @@ def test_shell_scripts_are_shellcheck_clean() -> None:
     )
     result = subprocess.run([shellcheck, "-S", "style", *map(str, scripts)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout
+
+
+# Where a bare module or file name in these docs may live (`config/schema.py` is src/kimi_dflash/config/schema.py).
+PATH_ROOTS = ("", "src/kimi_dflash/", "lab/kimi_dflash_lab/", "tests/")
+PATH_LIKE = re.compile(
+    r"`((?:src|lab|tests|docs|configs|benchmarks|launchers|payload|patches|deploy)/[\w.\-/]*"
+    r"|[\w.\-/]+(?:/|\.py|\.md|\.sh|\.toml|\.env|\.json))`"
+)
+OUTPUT_NAMES = {"summary.md"}  # files a run writes, not files of the repository
+
+
+@pytest.mark.parametrize("doc", ["docs/architecture.md", "docs/development.md"])
+def test_the_map_names_only_paths_that_exist(doc: str) -> None:
+    text = (REPO_ROOT / doc).read_text()
+    named = {match for match in PATH_LIKE.findall(text) if match not in OUTPUT_NAMES and "..." not in match}
+    missing = sorted(name for name in named if not any((REPO_ROOT / (root + name)).exists() for root in PATH_ROOTS))
+    assert len(named) > 20 and missing == [], f"{doc} names paths that do not exist: {missing}"

@@ -22,7 +22,7 @@ def test_readme_results_equal_what_the_generator_prints() -> None:
                              text=True, check=True, timeout=60).stdout  # fmt: skip
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     block = readme.split(BEGIN, 1)[1].split(END, 1)[0]
-    assert block == "\n" + printed, "README is stale: run python benchmarks/render_results.py --write"
+    assert block == "\n" + printed, "README is stale: run kimi-dflash results --write README.md"
     assert printed == render_block(RESULTS)
 
 

@@ -31,6 +31,8 @@ from kimi_dflash_lab.yarn_drafter import ensure_yarn_models
 REPO = Path(__file__).resolve().parents[3]  # the checkout (a lab study runs from one)
 CONFIG = "configs/demo-cpu.env"
 DEMO = "kimi-yarn"
+# How the study serves the bundle (FABRICATE_DEMO_MODELS has no kimi-yarn choice), as its summary records it.
+SERVED_AS = f"{CONFIG} serving the {DEMO} bundle (MODEL_DIR / DRAFT_MODEL_DIR)"
 MODEL = "kimi-k26-dflash-demo"
 VARIANTS = (("with-fix", "true"), ("without-fix", "false"))
 
@@ -163,7 +165,7 @@ def main(args: Options) -> int:
     )
     summary = {
         "study": "drafter RoPE amplitude (issue 28, item 2)",
-        "config": f"{CONFIG} serving the {DEMO} bundle (MODEL_DIR / DRAFT_MODEL_DIR)",
+        "config": SERVED_AS,
         "command": command,
         "host": {"machine": platform.machine(), "cpus": os.cpu_count(), "load_average": os.getloadavg()},
         "fix_at_least_as_good_at_every_position": ok,

@@ -55,7 +55,7 @@ class ConfigValues:
     preshard_dir: Path | None = key(
         None,
         "model",
-        "A pre-sharded copy of MODEL_DIR for this TENSOR_PARALLEL_SIZE, written by payload/preshard_kimi26.py (vLLM's "
+        "A pre-sharded copy of MODEL_DIR for this TENSOR_PARALLEL_SIZE, written by kimi-dflash preshard (vLLM's "
         "sharded_state format: each rank reads only its own slice). When set, vLLM loads it with --load-format "
         "sharded_state; MODEL_DIR must still name the source checkpoint, and preflight refuses a pre-shard made for "
         "another TP size, vLLM version, dtype or checkpoint.",

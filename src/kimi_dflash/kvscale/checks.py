@@ -56,14 +56,7 @@ def check_kv_scale_config(
                 "latents lose precision or clip; set KV_SCALE_MODE=calibrated or dynamic",
             )
         )
-    if settings.sets_scales and not fp8:
-        findings.append(
-            Finding(
-                "warn",
-                f"KV_SCALE_MODE={settings.mode.value} has no effect with KV_CACHE_DTYPE="
-                f"{kv_cache_dtype} (not an FP8 E4M3 cache); the plugin will log a no-op",
-            )
-        )
+    # Scales without an FP8 cache: config validation (config/rules.py) warns, with file:line, before this runs.
     if settings.mode is Mode.CALIBRATED:
         assert settings.scales_file is not None
         try:

@@ -107,7 +107,11 @@ def read_observe_dumps(directory: Path) -> list[dict[str, Any]]:
             document = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError):
             continue
-        if document.get("format") == OBSERVE_FORMAT and document.get("version") == FORMAT_VERSION:
+        if (
+            isinstance(document, dict)  # `[]` or a bare number is no dump either
+            and document.get("format") == OBSERVE_FORMAT
+            and document.get("version") == FORMAT_VERSION
+        ):
             document["_path"] = str(path)
             dumps.append(document)
     return dumps

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_dflash.core.options import declare, option, run
+from kimi_dflash.core.user_files import UnreadableFile, read_user_text
 
 # This project itself is what the install adds or replaces.
 SELF = "kimi-k26-dflash"
@@ -47,7 +48,7 @@ def pins(versions: dict[str, str]) -> list[str]:
 
 def read_pins(path: Path) -> dict[str, str]:
     result = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in read_user_text(path, what="pins file").splitlines():
         name, sep, version = line.strip().partition("==")
         if sep:
             result[canonical(name)] = version
@@ -74,12 +75,17 @@ def main(args: PinsOptions) -> int:
     if args.verify is None:
         print("\n".join(pins(installed())))
         return 0
-    moved = changed(read_pins(args.verify), installed())
+    try:
+        pinned = read_pins(args.verify)
+    except UnreadableFile as error:
+        print(f"image_pins: {error}", file=sys.stderr)
+        return 2
+    moved = changed(pinned, installed())
     if moved:
         print("image_pins: the install changed packages the image shipped:\n  " + "\n  ".join(moved), file=sys.stderr)
         return 1
     print(
-        f"image_pins: all {len(read_pins(args.verify))} pinned distributions unchanged (vLLM and torch included)",
+        f"image_pins: all {len(pinned)} pinned distributions unchanged (vLLM and torch included)",
         file=sys.stderr,
     )
     return 0

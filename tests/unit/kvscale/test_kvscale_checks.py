@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from kimi_dflash.config.validate import load_config
 from kimi_dflash.core.atomic_write import write_json_atomic
 from kimi_dflash.kvscale.checks import check_kv_scale_config
 from kimi_dflash.kvscale.scales_file import (
     ModelIdentity,
     scales_document,
 )
+from serve_helpers import write
 
 CONFIG = {
     "model_type": "deepseek_v3",
@@ -79,10 +81,8 @@ def test_layer_count_mismatch_fails(tmp_path: Path) -> None:
     assert levels(findings) == ["fail"] and "1 layers" in findings[0].message
 
 
-def test_fp8_without_scales_warns_and_scales_without_fp8_warn() -> None:
+def test_fp8_without_scales_warns() -> None:
     assert levels(check_kv_scale_config({}, model="m", kv_cache_dtype="fp8")) == ["warn"]
-    findings = check_kv_scale_config({"KIMI_DFLASH_KV_SCALE_MODE": "dynamic"}, model="m", kv_cache_dtype="auto")
-    assert levels(findings) == ["warn"] and "no effect" in findings[0].message
     assert levels(check_kv_scale_config({"KIMI_DFLASH_KV_SCALE_MODE": "dynamic"}, model="m", kv_cache_dtype="fp8")) == [
         "pass"
     ]
@@ -91,3 +91,13 @@ def test_fp8_without_scales_warns_and_scales_without_fp8_warn() -> None:
 def test_bad_settings_fail_with_the_message() -> None:
     findings = check_kv_scale_config({"KIMI_DFLASH_KV_SCALE_FLOOR": "0"}, model="m", kv_cache_dtype="fp8")
     assert levels(findings) == ["fail"] and "KIMI_DFLASH_KV_SCALE_FLOOR" in findings[0].message
+
+
+def test_scales_without_fp8_are_warned_once_per_serve(tmp_path: Path) -> None:
+    # Config validation warns (with file:line) on every serve; serve's KV-scale check must not say it again.
+    config = load_config(
+        write(tmp_path, "DEVICE=rocm\nMODEL_DIR=/m/t\nDRAFT_MODEL_DIR=/m/d\nKV_SCALE_MODE=dynamic\n"), environ={}
+    )
+    assert [(w.key, "no effect" in w.message) for w in config.warnings] == [("KV_SCALE_MODE", True)]
+    findings = check_kv_scale_config({"KIMI_DFLASH_KV_SCALE_MODE": "dynamic"}, model="m", kv_cache_dtype="auto")
+    assert not [finding for finding in findings if "no effect" in finding.message]

@@ -174,6 +174,8 @@ def test_merge_takes_the_max_over_tensor_parallel_ranks_and_the_union_over_pipel
     dump(tmp_path, 1, {"l0": {"amax": 4.0, "tokens": 100}, "l1": {"amax": 8.0, "tokens": 100}}, now)
     dump(tmp_path, 2, {"l2": {"amax": 1.5, "tokens": 100}}, now)  # a later pipeline stage
     (tmp_path / "kv-observe-rank9-pid9.json").write_text("{half a fi", encoding="utf-8")  # skipped
+    (tmp_path / "kv-observe-rank8-pid8.json").write_text("[]", encoding="utf-8")  # JSON, but no dump: skipped
+    (tmp_path / "kv-observe-rank7-pid7.json").write_text("3", encoding="utf-8")  # skipped
     merged = merge_observations(read_observe_dumps(tmp_path))
     assert merged == {
         "l0": {"amax": 4.0, "tokens": 100},
