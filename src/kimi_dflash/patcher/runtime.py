@@ -84,7 +84,7 @@ def apply_runtime_patches(vllm_root: Path | None = None) -> None:
         raise RuntimeError(
             f"kimi-dflash patches: cannot patch {where}:\n  "
             + "\n  ".join(failures)
-            + f"\nRun `python patches/patch_dflash_rocm.py check --vllm-root {table.root}` for "
+            + f"\nRun `kimi-dflash patch check --vllm-root {table.root}` for "
             f"details, use a vLLM version the patcher knows (0.20.0 and later), or set "
             f"{PATCHES}=off to start vLLM without the kimi-dflash patches."
         )
@@ -105,7 +105,7 @@ def apply_runtime_patches(vllm_root: Path | None = None) -> None:
         state = table.by_id()[patch_id]
         logger.warning(
             "kimi-dflash patches: %s is pending and can only be applied to the source files "
-            "(needed when %s): run `python patches/patch_dflash_rocm.py apply --vllm-root %s`",
+            "(needed when %s): run `kimi-dflash patch apply --vllm-root %s`",
             patch_id,
             state.patch.needed_when,
             table.root,

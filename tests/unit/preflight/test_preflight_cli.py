@@ -28,8 +28,10 @@ def test_help_teaches_the_checks_and_the_feature_grammar(capsys):
         "cli:--<flag>",
         "--fix-numa",
         "exit status",
+        "kimi-dflash preflight --device cpu",
     ):
         assert expected in text
+    assert "python -m" not in text
 
 
 def test_bad_feature_name_is_a_usage_error_not_a_traceback(capsys):
