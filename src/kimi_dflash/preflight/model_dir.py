@@ -1,7 +1,7 @@
-"""Is a checkpoint directory complete enough to load? config.json parses, and every weight shard is there.
-
-A 555 GB download that stopped half way, or a `git clone` without git-lfs (shards that are 130-byte pointer
-files), otherwise surfaces minutes into the model load as an obscure safetensors error.
+"""The checkpoints: is a model or drafter directory complete enough to load (config.json parses, every weight shard
+is there), and does a pre-sharded checkpoint (PRESHARD_DIR) fit the plan exactly (else vLLM would load wrong
+slices)? A 555 GB download that stopped half way, or a `git clone` without git-lfs (shards that are 130-byte
+pointer files), otherwise surfaces minutes into the model load as an obscure safetensors error.
 """
 
 from __future__ import annotations
@@ -9,8 +9,14 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kimi_dflash.core.checks import CheckResult, failed, passed
+from kimi_dflash.preflight.manifest import ManifestError, mismatches, read_manifest
+
+if TYPE_CHECKING:
+    from kimi_dflash.preflight.request import PreflightRequest
+    from kimi_dflash.preflight.runtime_probe import RuntimeReport
 
 INDEX_FILE = "model.safetensors.index.json"
 MAX_LISTED = 3  # name a few missing shards; the count says how many more
@@ -132,3 +138,36 @@ def _size(nbytes: int) -> str:
         if nbytes >= scale:
             return f"{nbytes / scale:.1f} {unit}"
     return f"{nbytes} bytes"
+
+
+PRESHARD = "pre-shard"
+
+
+def check_preshard(request: PreflightRequest, runtime: RuntimeReport | None) -> CheckResult:
+    directory = request.preshard_dir
+    assert directory is not None  # run_preflight adds this check only with a pre-shard
+    fix = (
+        f"re-run kimi-dflash preshard CONFIG --output {directory} --force with the vLLM and config that "
+        "serve, or unset PRESHARD_DIR to load MODEL_DIR directly"
+    )
+    try:
+        manifest = read_manifest(directory)
+    except ManifestError as error:
+        return failed(PRESHARD, str(error), fix)
+    problems = mismatches(
+        manifest,
+        directory,
+        source_dir=request.model_dir,
+        tensor_parallel_size=request.tensor_parallel_size,
+        vllm_version=None if runtime is None else runtime.vllm_version,
+        dtype=request.dtype,
+    )
+    if runtime is None or runtime.vllm_version is None:
+        problems.append("the vLLM version could not be read, so the pre-shard cannot be matched to it")
+    if problems:
+        return failed(PRESHARD, f"{directory}: " + "; ".join(problems), fix)
+    return passed(
+        PRESHARD,
+        f"{directory}: TP {manifest.tensor_parallel_size}, vLLM {manifest.vllm_version}, "
+        f"{manifest.dtype}, {len(manifest.files)} shard files, made from this MODEL_DIR",
+    )

@@ -24,7 +24,7 @@ from kimi_dflash.preflight.manifest import (
     read_manifest,
     write_manifest,
 )
-from kimi_dflash.preflight.preshard import check_preshard
+from kimi_dflash.preflight.model_dir import check_preshard
 from kimi_dflash.preflight.request import PreflightRequest
 from kimi_dflash.preshard import cli
 from repo_paths import CONFIGS_DIR, REPO_ROOT
