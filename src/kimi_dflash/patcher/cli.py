@@ -1,8 +1,5 @@
-"""Command line for the patcher: list, check, apply, revert, diff.
-
-Exit codes: 0 nothing needed / done, 1 patches pending (check), 2 unrecognised source (refused,
-nothing written), 3 cannot write (read-only tree, lock held, I/O error).
-"""
+"""`kimi-dflash patch`: list, check, apply, revert, diff (exit codes in the epilog; 3 is also a held lock or an I/O
+error)."""
 
 from __future__ import annotations
 
