@@ -11,7 +11,7 @@ from pathlib import Path
 
 from kimi_dflash.core.checks import exit_code, render
 from kimi_dflash.core.options import declare, fields_of, option
-from kimi_dflash.preflight.request import GIB, Device, PreflightRequest, default_min_shm_bytes
+from kimi_dflash.preflight.request import DEFAULT_MIN_SHM_BYTES, GIB, Device, PreflightRequest
 from kimi_dflash.preflight.run import run_preflight
 from kimi_dflash.preflight.runtime_probe import interpreter_for_command
 from kimi_dflash.rules.deployment import Deployment, features_from_command
@@ -26,7 +26,7 @@ checks, in order:
   accelerators      count (amd-smi, rocm-smi, nvidia-smi, else torch) against --tensor-parallel-size,
                     architecture against --arch, and that torch in this Python sees them
   numa balancing    /proc/sys/kernel/numa_balancing must be 0 on GPUs (--fix-numa sets it, as root)
-  /dev/shm          size against --min-shm-gib (GPU default {default_min_shm_bytes("rocm") // GIB} GiB)
+  /dev/shm          size against --min-shm-gib (GPU default {DEFAULT_MIN_SHM_BYTES["rocm"] // GIB} GiB)
   model/drafter dir config.json parses; every shard in model.safetensors.index.json present and non-empty
   port              --host:--port can be bound
 

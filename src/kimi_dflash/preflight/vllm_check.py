@@ -63,14 +63,6 @@ def summarize(names: list[str]) -> str:
     return ", ".join(listed)
 
 
-def plugin_needs(request: PreflightRequest, verdict: Verdict | None) -> list[str]:
-    """What the plan relies on the plugin for: from the verdict, or at least the KV-scale hook."""
-    if verdict is not None:
-        return [r for r in verdict.relies if r.startswith("plugin")]
-    mode = "off" if request.deployment is None else request.deployment.kv_scale_mode
-    return [] if mode == "off" else [f"plugin FP8 KV-scale hook ({mode})"]
-
-
 def check_plugin(request: PreflightRequest, runtime: RuntimeReport, verdict: Verdict | None) -> CheckResult:
     """Will vLLM, started from `runtime.python` in the plan's environment, load the kimi_dflash plugin?
 
@@ -79,7 +71,12 @@ def check_plugin(request: PreflightRequest, runtime: RuntimeReport, verdict: Ver
     module importable but registers nothing, so the plugin silently does not run: FP8 KV with k_scale 1.0, and on
     vLLM 0.20.x "No valid attention backend found".
     """
-    needs = plugin_needs(request, verdict)
+    # What the plan relies on the plugin for: from the verdict, or at least the KV-scale hook.
+    if verdict is not None:
+        needs = [r for r in verdict.relies if r.startswith("plugin")]
+    else:
+        mode = "off" if request.deployment is None else request.deployment.kv_scale_mode
+        needs = [] if mode == "off" else [f"plugin FP8 KV-scale hook ({mode})"]
     fail_or_warn = failed if needs else warned
     why = f"this plan relies on it ({', '.join(needs)})" if needs else "this plan does not need it"
     if runtime.plugins is None:
