@@ -16,9 +16,8 @@ from pathlib import Path
 
 from kimi_dflash.patcher import floor
 from kimi_dflash.patcher.model import Patch, PatcherError, PatchState, Status, UnrecognisedSource
-from kimi_dflash.patcher.plan import check_compiles, plan_apply, plan_revert
 from kimi_dflash.patcher.registry import PATCHES, source_paths
-from kimi_dflash.patcher.status import evaluate_all
+from kimi_dflash.patcher.status import check_compiles, evaluate_all, plan_apply, plan_revert
 from kimi_dflash.patcher.txn import patcher_lock, write_all_or_nothing
 
 EXIT_OK, EXIT_PENDING, EXIT_UNRECOGNISED = 0, 1, 2

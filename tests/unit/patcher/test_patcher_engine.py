@@ -25,7 +25,7 @@ from kimi_dflash.patcher.model import (
     Status,
     UnrecognisedSource,
 )
-from kimi_dflash.patcher.plan import (
+from kimi_dflash.patcher.status import (
     add_marker,
     find_markers,
     remove_marker,
