@@ -1,10 +1,5 @@
-"""The patcher's public API: status table, apply, revert, diff for one vLLM source tree.
-
-table = status_table()                  # the installed vllm, or status_table("/path/to/vllm")
-print(table.to_text()); table.exit_code # 0 nothing needed, 1 pending, 2 unrecognised
-apply_pending()                         # all pending patches, all-or-nothing
-revert_applied()                        # byte-identical originals
-"""
+"""The patcher's public API for one vLLM source tree: status_table() (exit_code 0 nothing needed, 1 pending, 2
+unrecognised), apply_pending() (all-or-nothing), revert_applied() (byte-identical originals), diff()."""
 
 from __future__ import annotations
 

@@ -14,15 +14,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kimi_dflash.patcher.model import (
-    Patch,
-    PatcherError,
-    PatchState,
-    Probe,
-    Status,
-    UnrecognisedSource,
-    describe_block,
-)
+from kimi_dflash.patcher.model import Patch, PatcherError, PatchState, Probe, Status, UnrecognisedSource, describe_block
 
 _PREFIX = "# kimi-dflash-patch:"
 _MARKER_RE = re.compile(
