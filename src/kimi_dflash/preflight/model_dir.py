@@ -77,30 +77,28 @@ def _download_fix(path: Path, role: str, repo_hint: str | None) -> str:
     return f"download the {role} checkpoint (config.json + *.safetensors) into {path}"
 
 
+def _read_json(path: Path) -> tuple[object, str | None]:
+    """The parsed file, or why it cannot be read."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8")), None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        return None, f"{path.name} is not valid JSON ({error})"
+    except OSError as error:
+        return None, f"{path.name} cannot be read ({error.strerror or error})"
+
+
 def _config_problem(config: Path) -> str | None:
     if not config.is_file():
         return "config.json missing"
-    try:
-        data = json.loads(config.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        return f"config.json is not valid JSON ({error})"
-    except OSError as error:
-        return f"config.json cannot be read ({error.strerror or error})"
-    if not isinstance(data, dict):
-        return "config.json is not a JSON object"
-    return None
+    data, problem = _read_json(config)
+    return problem or (None if isinstance(data, dict) else "config.json is not a JSON object")
 
 
 def _indexed_shards(index: Path) -> tuple[list[str], str | None]:
-    try:
-        data = json.loads(index.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        return [], f"{INDEX_FILE} is not valid JSON ({error})"
-    except OSError as error:
-        return [], f"{INDEX_FILE} cannot be read ({error.strerror or error})"
+    data, problem = _read_json(index)
     weight_map = data.get("weight_map") if isinstance(data, dict) else None
-    if not isinstance(weight_map, dict) or not weight_map:
-        return [], f"{INDEX_FILE} has no weight_map"
+    if problem or not isinstance(weight_map, dict) or not weight_map:
+        return [], problem or f"{INDEX_FILE} has no weight_map"
     return sorted({str(shard) for shard in weight_map.values()}), None
 
 
