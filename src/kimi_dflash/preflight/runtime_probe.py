@@ -80,10 +80,6 @@ class RuntimeReport:
     vllm_plugins_env: str | None = None  # the VLLM_PLUGINS allowlist vLLM will see (None: unset, all load)
     plugins_error: str | None = None
 
-    @property
-    def vllm_importable(self) -> bool:
-        return self.vllm_import_error is None
-
     def plugin(self, name: str) -> PluginEntry | None:
         return next((p for p in self.plugins or () if p.name == name), None)
 

