@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kimi_dflash.core.checks import CheckResult, failed, passed, warned
+from kimi_dflash.preflight.runtime_child import OUR_PLUGIN as PLUGIN
 from kimi_dflash.rules.features import INTRODUCED_IN, FeatureOutcome, parse_feature
 
 if TYPE_CHECKING:
@@ -17,7 +18,6 @@ if TYPE_CHECKING:
 NAME = "vllm"
 FEATURE_NAME = "vllm feature"
 PLUGIN_NAME = "vllm plugin"
-PLUGIN = "kimi_dflash"  # the entry-point name in pyproject.toml's vllm.general_plugins group
 
 INSTALL_FIX = {
     "rocm": "run inside the ROCm vLLM image (docker pull rocm/vllm) or install the ROCm build of vLLM into this Python",
