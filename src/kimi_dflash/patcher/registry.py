@@ -31,8 +31,10 @@ def read_edits(patch_id: str) -> tuple[Edit, ...]:
         elif hunks and not line.startswith("--- a/vllm/"):
             kind, text = (line[0], line[1:]) if line[0] in " -+" else (" ", line)
             _, old, new = hunks[-1]
-            old += [text] if kind != "+" else []
-            new += [text] if kind != "-" else []
+            if kind != "+":
+                old.append(text)
+            if kind != "-":
+                new.append(text)
     return tuple(Edit(path, "".join(old), "".join(new)) for path, old, new in hunks)
 
 
