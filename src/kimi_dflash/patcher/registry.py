@@ -22,7 +22,7 @@ def read_edits(patch_id: str) -> tuple[Edit, ...]:
     """The edits in data/patches/<patch_id>.diff: one per hunk, its ' ' and '-' lines the anchor, its ' ' and '+'
     lines the replacement (an empty line is blank context)."""
     diff = resources.files("kimi_dflash").joinpath("data", "patches", f"{patch_id}.diff").read_text(encoding="utf-8")
-    path, hunks = "", []
+    path, hunks = "", []  # hunks: (file, anchor lines, replacement lines)
     for line in diff.splitlines(keepends=True):
         if line.startswith(_FILE_HEADER):
             path = line[len(_FILE_HEADER) :].strip()
