@@ -5,6 +5,7 @@ step fails, files already replaced are put back from memory: the tree ends as it
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import os
 import tempfile
@@ -13,8 +14,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from kimi_dflash.core.atomic_write import write_beside
-from kimi_dflash.core.dir_lock import DirectoryBusy, directory_lock
-from kimi_dflash.core.errors import UserError
 from kimi_dflash.patcher.model import NotWritable, PatcherError
 
 _READ_ONLY_ERRNOS = {errno.EROFS, errno.EACCES, errno.EPERM}
@@ -28,18 +27,26 @@ def lock_path(root: Path) -> Path:
 
 @contextmanager
 def patcher_lock(root: Path) -> Iterator[None]:
-    """Exclusive, non-blocking lock per vLLM tree (core.dir_lock: released when the process exits, even on a crash;
-    a symlink planted in the temp dir is refused)."""
+    """Exclusive, non-blocking lock per vLLM tree; released when the process exits, even on a crash."""
     path = lock_path(root)
-    try:
-        with directory_lock(path.parent, path.name, what="patcher"):
+    busy = PatcherError(f"another patcher is working on {root} (lock {path} is held); wait for it to finish")
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise busy from None
+        try:
+            # The holder before us removes the file on release; a lock on that old file is void.
+            if os.stat(path).st_ino != os.fstat(handle.fileno()).st_ino:
+                raise busy
+        except FileNotFoundError:
+            raise busy from None
+        try:
             yield
-    except DirectoryBusy:
-        raise PatcherError(
-            f"another patcher is working on {root} (lock {path} is held); wait for it to finish"
-        ) from None
-    except UserError as error:
-        raise PatcherError(str(error)) from None
+        finally:
+            # Remove while still holding the lock, so no lock files pile up in the temp dir.
+            path.unlink(missing_ok=True)
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _not_writable(root: Path, path: Path, exc: OSError) -> NotWritable:
