@@ -1,8 +1,3 @@
-"""Feature-probed, self-retiring vLLM patches for DFlash next to an MLA target on ROCm.
-
-Import-light on purpose (vLLM's plugin loader imports this package in every process). Public API:
-  kimi_dflash.patcher.engine: status_table(), apply_pending(), revert_applied(), diff()
-  kimi_dflash.patcher.cli: add_cli_args + main(args) (patches/patch_dflash_rocm.py)
-  kimi_dflash.patcher.runtime.apply_runtime_patches() (the vLLM plugin)
-See docs/patches.md.
-"""
+"""Feature-probed, self-retiring vLLM patches for DFlash next to an MLA target on ROCm (docs/patches.md). Import-light:
+vLLM's plugin loader imports this package in every process. Entry points: engine (status_table, apply_pending,
+revert_applied, diff), cli (`kimi-dflash patch`), runtime.apply_runtime_patches (the vLLM plugin)."""

@@ -1,8 +1,5 @@
-"""Command line for the patcher: list, check, apply, revert, diff.
-
-Exit codes: 0 nothing needed / done, 1 patches pending (check), 2 unrecognised source (refused,
-nothing written), 3 cannot write (read-only tree, lock held, I/O error).
-"""
+"""`kimi-dflash patch`: list, check, apply, revert, diff (exit codes in the epilog; 3 is also a held lock or an I/O
+error)."""
 
 from __future__ import annotations
 
@@ -11,7 +8,7 @@ import sys
 from dataclasses import dataclass
 from typing import Literal
 
-from kimi_dflash.core.options import declare, option, run
+from kimi_dflash.core.options import declare, option
 from kimi_dflash.patcher import engine
 from kimi_dflash.patcher.model import PatcherError
 from kimi_dflash.patcher.registry import PATCHES
@@ -121,9 +118,5 @@ def main(args: PatchOptions) -> int:
     except PatcherError as exc:
         if args.json:
             print(_json({"error": str(exc), "exit_code": exc.exit_code}))
-        print(f"patch_dflash_rocm: error: {exc}", file=sys.stderr)
+        print(f"kimi-dflash patch: error: {exc}", file=sys.stderr)
         return exc.exit_code
-
-
-if __name__ == "__main__":
-    sys.exit(run(__name__, prog="patch_dflash_rocm.py"))

@@ -1,10 +1,5 @@
-"""The patcher's public API: status table, apply, revert, diff for one vLLM source tree.
-
-table = status_table()                  # the installed vllm, or status_table("/path/to/vllm")
-print(table.to_text()); table.exit_code # 0 nothing needed, 1 pending, 2 unrecognised
-apply_pending()                         # all pending patches, all-or-nothing
-revert_applied()                        # byte-identical originals
-"""
+"""The patcher's public API for one vLLM source tree: status_table() (exit_code 0 nothing needed, 1 pending, 2
+unrecognised), apply_pending() (all-or-nothing), revert_applied() (byte-identical originals), diff()."""
 
 from __future__ import annotations
 
@@ -16,9 +11,8 @@ from pathlib import Path
 
 from kimi_dflash.patcher import floor
 from kimi_dflash.patcher.model import Patch, PatcherError, PatchState, Status, UnrecognisedSource
-from kimi_dflash.patcher.plan import check_compiles, plan_apply, plan_revert
 from kimi_dflash.patcher.registry import PATCHES, source_paths
-from kimi_dflash.patcher.status import evaluate_all
+from kimi_dflash.patcher.status import check_compiles, evaluate_all, plan_apply, plan_revert
 from kimi_dflash.patcher.txn import patcher_lock, write_all_or_nothing
 
 EXIT_OK, EXIT_PENDING, EXIT_UNRECOGNISED = 0, 1, 2

@@ -1,7 +1,4 @@
-"""The vocabulary of the patcher: what a patch is, and what we found when we looked for it.
-
-Plain frozen dataclasses, no I/O: the registry is data, the engine is functions over it.
-"""
+"""The vocabulary of the patcher: what a patch is, and what we found when we looked for it (no I/O)."""
 
 from __future__ import annotations
 

@@ -1,20 +1,42 @@
 """The patches the recipe needs to run DFlash next to an MLA target on ROCm, per vLLM version.
 
-Every patch says what it fixes, which upstream change retires it, how to recognise that change
-(a feature probe), the exact old-shape anchors it edits and what replaces them. The anchors were
-read from the vLLM wheels on PyPI (0.20.0 - 0.33.0); `upstream_since` records where each fix first
-appears, for the docs only: the patcher itself never looks at version strings.
-
-Patched code is self-contained (it never imports kimi_dflash), so a patched image keeps working
-if this package is removed. Every inserted block carries a `kimi-dflash(<patch id>)` comment.
+Every patch says what it fixes, which upstream change retires it, how to recognise that change (a feature probe)
+and its edits (kimi_dflash/data/patches/<id>.diff, anchors read from the vLLM wheels on PyPI 0.20.0 - 0.33.0).
+`upstream_since` is for the docs only: the patcher never looks at version strings. Patched code never imports
+kimi_dflash, so a patched image keeps working without this package; every inserted block carries a
+`kimi-dflash(<patch id>)` comment.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from importlib import resources
 
 from kimi_dflash.patcher import floor
 from kimi_dflash.patcher.model import Edit, Need, Patch, Probe
+
+_FILE_HEADER = "+++ b/vllm/"
+
+
+def read_edits(patch_id: str) -> tuple[Edit, ...]:
+    """The edits in data/patches/<patch_id>.diff: one per hunk, its ' ' and '-' lines the anchor, its ' ' and '+'
+    lines the replacement (an empty line is blank context)."""
+    diff = resources.files("kimi_dflash").joinpath("data", "patches", f"{patch_id}.diff").read_text(encoding="utf-8")
+    path, hunks = "", []  # hunks: (file, anchor lines, replacement lines)
+    for line in diff.splitlines(keepends=True):
+        if line.startswith(_FILE_HEADER):
+            path = line[len(_FILE_HEADER) :].strip()
+        elif line.startswith("@@"):
+            hunks.append((path, [], []))
+        elif hunks and not line.startswith("--- a/vllm/"):
+            kind, text = (line[0], line[1:]) if line[0] in " -+" else (" ", line)
+            _, old, new = hunks[-1]
+            if kind != "+":
+                old.append(text)
+            if kind != "-":
+                new.append(text)
+    return tuple(Edit(path, "".join(old), "".join(new)) for path, old, new in hunks)
+
 
 SELECTOR = "v1/attention/selector.py"
 ATTENTION_CONFIG = "config/attention.py"
@@ -72,28 +94,7 @@ TARGET_MLA_CAUSAL = Patch(
             "the selector takes use_non_causal from the model's own attention config",
         ),
     ),
-    edits=(
-        Edit(
-            SELECTOR,
-            old=(
-                "    speculative_config = vllm_config.speculative_config\n"
-                "    use_non_causal = (\n"
-                '        speculative_config is not None and speculative_config.method == "dflash"\n'
-                "    )\n"
-            ),
-            new=(
-                "    speculative_config = vllm_config.speculative_config\n"
-                "    # kimi-dflash(target-mla-causal): only the DFlash drafter runs non-causal.\n"
-                "    # MLA layers belong to the target, which is always causal; asking for\n"
-                "    # non-causal there leaves no valid MLA backend.\n"
-                "    use_non_causal = (\n"
-                "        speculative_config is not None\n"
-                '        and speculative_config.method == "dflash"\n'
-                "        and not use_mla\n"
-                "    )\n"
-            ),
-        ),
-    ),
+    edits=read_edits("target-mla-causal"),
     runtime="target-mla-causal",
     runtime_hooks=(
         Probe(
@@ -132,46 +133,7 @@ DFLASH_ASSERT_GATE = Patch(
             "the DFlash metadata check only runs when the drafter needs non-causal attention",
         ),
     ),
-    edits=(
-        Edit(
-            DFLASH,
-            old=(
-                "        for layer_name, attn_metadata in per_layer.items():\n"
-                '            assert getattr(attn_metadata, "causal", None) is False, (\n'
-                '                f"Attention metadata for layer {layer_name} does not have"\n'
-                '                " non-causal support, which is required for DFlash."\n'
-                '                " Consider using a different attention backend, such as FlashAttention."\n'
-                "            )\n"
-                "        return per_group, per_layer\n"
-            ),
-            new=(
-                "        # kimi-dflash(dflash-assert-gate): judge each drafter layer by its metadata's\n"
-                "        # causal flag, or by its backend when the metadata has no such flag.\n"
-                "        backends = {\n"
-                "            name: group.backend\n"
-                "            for group in self.draft_attn_groups\n"
-                "            for name in group.layer_names\n"
-                "        }\n"
-                "        for layer_name, attn_metadata in per_layer.items():\n"
-                '            causal = getattr(attn_metadata, "causal", None)\n'
-                "            if causal is False:\n"
-                "                continue\n"
-                "            backend = backends.get(layer_name)\n"
-                "            if causal is None and backend is not None:\n"
-                "                if backend.supports_non_causal():\n"
-                "                    continue\n"
-                '            backend_name = backend.get_name() if backend else "unknown"\n'
-                "            raise RuntimeError(\n"
-                '                f"DFlash drafter layer {layer_name} runs on {backend_name}, which"\n'
-                '                " builds causal attention metadata; DFlash needs non-causal"\n'
-                '                " attention. Use a non-causal backend for the drafter (ROCM_ATTN,"\n'
-                '                " ROCM_AITER_FA, FLASH_ATTN, or TRITON_ATTN with the kimi-dflash"\n'
-                '                " patch triton-noncausal)."\n'
-                "            )\n"
-                "        return per_group, per_layer\n"
-            ),
-        ),
-    ),
+    edits=read_edits("dflash-assert-gate"),
     runtime="dflash-assert-gate",
     runtime_hooks=(
         Probe(DFLASH, r"^class DFlashProposer\(", "class DFlashProposer"),
@@ -212,122 +174,7 @@ TRITON_NONCAUSAL = Patch(
             "TRITON_ATTN declares supports_non_causal()",
         ),
     ),
-    edits=(
-        Edit(
-            TRITON_KERNEL,
-            old="    CHUNK_SIZE: tl.constexpr = -1,\n",
-            new=(
-                "    CHUNK_SIZE: tl.constexpr = -1,\n"
-                "    # kimi-dflash(triton-noncausal): False lets every query token of a block\n"
-                "    # see all keys of its sequence (DFlash drafts a whole block at once).\n"
-                "    IS_CAUSAL: tl.constexpr = True,\n"
-            ),
-        ),
-        Edit(
-            TRITON_KERNEL,
-            old=(
-                "        CHUNK_SIZE,\n    )\n\n    # iterate through tiles (now limited to the sliding window range)\n"
-            ),
-            new=(
-                "        CHUNK_SIZE,\n"
-                "    )\n"
-                "    if not IS_CAUSAL:\n"
-                "        # kimi-dflash(triton-noncausal): read every tile of the sequence.\n"
-                "        max_seq_prefix_len = seq_len\n"
-                "        loop_hi = cdiv_fn(seq_len, TILE_SIZE)\n"
-                "        if IS_3D:\n"
-                "            loop_hi = tl.minimum((segm_idx + 1) * tiles_per_segment, loop_hi)\n"
-                "\n"
-                "    # iterate through tiles (now limited to the sliding window range)\n"
-            ),
-        ),
-        Edit(
-            TRITON_KERNEL,
-            old=("            CHUNK_SIZE,\n        )\n\n        # S : (BLOCK_M, TILE_SIZE)\n"),
-            new=(
-                "            CHUNK_SIZE,\n"
-                "        )\n"
-                "        if not IS_CAUSAL:\n"
-                "            # kimi-dflash(triton-noncausal): a key is visible iff it exists.\n"
-                "            seq_mask = (seq_offset[None, :] < seq_len) & (query_abs_pos >= 0)\n"
-                "\n"
-                "        # S : (BLOCK_M, TILE_SIZE)\n"
-            ),
-        ),
-        Edit(
-            TRITON_KERNEL,
-            old='    assert causal, "Only causal attention is supported"\n',
-            new=(
-                "    # kimi-dflash(triton-noncausal): non-causal blocks are supported for plain\n"
-                "    # full attention; refuse the masks the non-causal path does not implement.\n"
-                "    if not causal:\n"
-                "        unsupported = [\n"
-                "            name\n"
-                "            for name, used in (\n"
-                '                ("sliding window", window_size[0] >= 0),\n'
-                '                ("chunked attention", chunk_lookback > -1),\n'
-                '                ("multimodal prefix ranges", mm_prefix_range is not None),\n'
-                '                ("qq_bias", qq_bias is not None),\n'
-                "            )\n"
-                "            if used\n"
-                "        ]\n"
-                "        if unsupported:\n"
-                "            raise ValueError(\n"
-                '                "non-causal Triton unified attention (kimi-dflash patch "\n'
-                "                f\"triton-noncausal) does not support: {', '.join(unsupported)}\"\n"
-                "            )\n"
-            ),
-        ),
-        Edit(
-            TRITON_KERNEL,
-            old="        CHUNK_SIZE=chunk_size,\n",
-            new=("        CHUNK_SIZE=chunk_size,\n        IS_CAUSAL=bool(causal),  # kimi-dflash(triton-noncausal)\n"),
-        ),
-        Edit(
-            TRITON_BACKEND,
-            old="    mm_prefix_range_tensor: torch.Tensor | None = None\n",
-            new=(
-                "    mm_prefix_range_tensor: torch.Tensor | None = None\n"
-                "    # kimi-dflash(triton-noncausal): False for a DFlash drafter block.\n"
-                "    causal: bool = True\n"
-            ),
-        ),
-        Edit(
-            TRITON_BACKEND,
-            old=(
-                "            softmax_segm_expsum=self.softmax_segm_expsum,\n        )\n        return attn_metadata\n"
-            ),
-            new=(
-                "            softmax_segm_expsum=self.softmax_segm_expsum,\n"
-                "        )\n"
-                "        # kimi-dflash(triton-noncausal): carry the block's causality to forward().\n"
-                "        attn_metadata.causal = common_attn_metadata.causal\n"
-                "        return attn_metadata\n"
-            ),
-        ),
-        Edit(
-            TRITON_BACKEND,
-            old=('    @staticmethod\n    def get_name() -> str:\n        return "TRITON_ATTN"\n'),
-            new=(
-                "    @staticmethod\n"
-                "    def get_name() -> str:\n"
-                '        return "TRITON_ATTN"\n'
-                "\n"
-                "    # kimi-dflash(triton-noncausal): the patched kernel honours causal=False.\n"
-                "    @classmethod\n"
-                "    def supports_non_causal(cls) -> bool:\n"
-                "        return True\n"
-            ),
-        ),
-        Edit(
-            TRITON_BACKEND,
-            old="            causal=True,\n            alibi_slopes=self.alibi_slopes,\n",
-            new=(
-                "            causal=attn_metadata.causal,  # kimi-dflash(triton-noncausal)\n"
-                "            alibi_slopes=self.alibi_slopes,\n"
-            ),
-        ),
-    ),
+    edits=read_edits("triton-noncausal"),
     needed_when=Need(
         "the DFlash drafter runs on TRITON_ATTN (only when configured: "
         "DRAFT_ATTENTION_BACKEND=TRITON_ATTN; ROCm gives it ROCM_ATTN)",
@@ -347,23 +194,7 @@ MLA_SWA_ASSERT = Patch(
     upstream_pr=floor.UPSTREAM,  # the newest fix: its probe is the patch floor
     upstream_since=floor.RELEASE,
     retired_when=(Probe(floor.PATH, floor.PATTERN, floor.WHAT),),
-    edits=(
-        Edit(
-            ATTENTION_LAYER,
-            old=(
-                "            assert not vllm_config.model_config.use_mla, (\n"
-                '                "MLA is not supported for slidingwindow"\n'
-                "            )\n"
-            ),
-            new=(
-                "            # kimi-dflash(mla-swa-assert): judge this layer, not the model: a\n"
-                "            # drafter's sliding-window layer is plain attention next to an MLA target.\n"
-                "            assert not self.attn_backend.is_mla(), (\n"
-                '                "MLA is not supported for slidingwindow"\n'
-                "            )\n"
-            ),
-        ),
-    ),
+    edits=read_edits("mla-swa-assert"),
     runtime="mla-swa-assert",
     runtime_hooks=(
         Probe(ATTENTION_LAYER, r"^class Attention\(", "class Attention"),

@@ -1,12 +1,9 @@
-"""Plugin delivery: apply the registry's runtime patches inside a vLLM process.
+"""Plugin delivery: the registry's runtime patches inside a vLLM process (kimi_dflash.vllm_plugin.register()).
 
-Called from kimi_dflash.vllm_plugin.register() in every vLLM process. It reads the running vLLM's
-source to get the same status table as the CLI, then:
-  retired / applied  -> nothing to do (logged);
-  pending, runtime   -> installed when vLLM imports the module (logged when installed);
-  pending, file-only -> logged as a warning with the command that applies it;
-  unrecognised       -> RuntimeError (vLLM does not swallow errors raised from register()).
-Set KIMI_DFLASH_PATCHES=off to skip all of it (e.g. a vLLM build this project does not know).
+From the same status table as the CLI: retired or applied, nothing to do; pending with a runtime patch, installed
+when vLLM imports its module; pending file-only, a warning naming the command; unrecognised, RuntimeError (vLLM
+does not swallow errors raised from register()). KIMI_DFLASH_PATCHES=off skips all of it (a vLLM build this
+project does not know).
 """
 
 from __future__ import annotations
@@ -19,7 +16,7 @@ from types import ModuleType
 from kimi_dflash.core.envvars import PATCHES
 from kimi_dflash.core.import_hooks import when_imported
 from kimi_dflash.patcher.engine import StatusTable, read_texts, status_table
-from kimi_dflash.patcher.model import Patch, Status
+from kimi_dflash.patcher.model import Status
 from kimi_dflash.patcher.runtime_patches import INSTALLERS
 from kimi_dflash.patcher.status import present
 
@@ -29,21 +26,14 @@ logger = logging.getLogger("vllm.plugins.kimi_dflash")
 _done = False
 
 
-def _runtime_ready(patch: Patch, root: Path) -> bool:
-    """The runtime patch exists and the source has the functions it rebinds."""
-    texts = read_texts(root, (patch,))
-    return patch.runtime in INSTALLERS and all(present(probe, texts) for probe in patch.runtime_hooks)
-
-
 def _install_on_import(patch_id: str) -> None:
-    """Install the runtime patch when vLLM imports its module (at once if it already has)."""
     module_name, install = INSTALLERS[patch_id]
 
     def run(module: ModuleType) -> None:
         install(module)
         logger.info("kimi-dflash: runtime patch %s installed in %s", patch_id, module_name)
 
-    when_imported(module_name, run)
+    when_imported(module_name, run)  # at once if vLLM has imported it already
 
 
 def plan_runtime(table: StatusTable) -> tuple[list[str], list[str], list[str], list[str]]:
@@ -59,7 +49,9 @@ def plan_runtime(table: StatusTable) -> tuple[list[str], list[str], list[str], l
             failures.append(f"{patch.id}: {state.detail}; " + "; ".join(state.problems))
         elif patch.runtime is None:
             file_only.append(patch.id)
-        elif _runtime_ready(patch, table.root):
+        elif patch.runtime in INSTALLERS and all(
+            present(probe, read_texts(table.root, (patch,))) for probe in patch.runtime_hooks
+        ):
             runtime.append(patch.id)
         else:
             failures.append(f"{patch.id}: pending, but the functions its runtime patch rebinds are missing")
@@ -76,7 +68,6 @@ def apply_runtime_patches(vllm_root: Path | None = None) -> None:
         logger.warning("kimi-dflash patches: disabled by %s; nothing checked", PATCHES)
         _done = True
         return
-
     table = status_table(vllm_root)
     where = f"vLLM {table.version or '?'} at {table.root}"
     runtime, file_only, done, failures = plan_runtime(table)
@@ -84,14 +75,12 @@ def apply_runtime_patches(vllm_root: Path | None = None) -> None:
         raise RuntimeError(
             f"kimi-dflash patches: cannot patch {where}:\n  "
             + "\n  ".join(failures)
-            + f"\nRun `python patches/patch_dflash_rocm.py check --vllm-root {table.root}` for "
+            + f"\nRun `kimi-dflash patch check --vllm-root {table.root}` for "
             f"details, use a vLLM version the patcher knows (0.20.0 and later), or set "
             f"{PATCHES}=off to start vLLM without the kimi-dflash patches."
         )
-
     for patch_id in runtime:
         _install_on_import(patch_id)
-
     if not runtime and not file_only:
         logger.info("kimi-dflash patches (%s): nothing to do: %s", where, "; ".join(done))
     else:
@@ -102,12 +91,11 @@ def apply_runtime_patches(vllm_root: Path | None = None) -> None:
             "; ".join(done) or "none",
         )
     for patch_id in file_only:
-        state = table.by_id()[patch_id]
         logger.warning(
             "kimi-dflash patches: %s is pending and can only be applied to the source files "
-            "(needed when %s): run `python patches/patch_dflash_rocm.py apply --vllm-root %s`",
+            "(needed when %s): run `kimi-dflash patch apply --vllm-root %s`",
             patch_id,
-            state.patch.needed_when,
+            table.by_id()[patch_id].patch.needed_when,
             table.root,
         )
     _done = True

@@ -1,9 +1,6 @@
-"""The plugin-delivered versions of the registry's patches: same fixes, no file edits.
-
-Each installer receives the freshly imported vLLM module and rebinds one function or method.
-They are only installed when the source shows the patch as pending (see runtime.py), so they
-never stack on top of an upstream fix or a file patch. Re-installing is a no-op.
-"""
+"""The plugin-delivered versions of the registry's patches: same fixes, no file edits. Each installer rebinds one
+function or method of the freshly imported vLLM module; installed only where the source shows the patch pending
+(runtime.py), so never on top of an upstream fix or a file patch. Re-installing is a no-op."""
 
 from __future__ import annotations
 

@@ -1,16 +1,125 @@
-"""Decide, from file contents alone, what a vLLM tree needs for each patch (pure functions).
+"""What a vLLM tree needs for each patch, and the texts `apply` and `revert` would write: pure functions over file
+contents, no I/O.
 
-Order of questions, per patch: is our patched shape there (applied)? is the upstream fix there
-(retired)? is the exact old shape there (pending)? Otherwise the source is unrecognised and the
-answer lists what was expected where.
+Per patch: is our patched shape there (applied)? the upstream fix (retired)? the exact old shape (pending)? Otherwise
+the source is unrecognised and the answer lists what was expected where. Each patched file ends with a marker line,
+a comment naming the patch and the sha256 of the file before it, so the module stays valid and `revert` can prove it
+restored the original byte for byte; every new text is compiled before anything is written.
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 
-from kimi_dflash.patcher.model import Patch, PatchState, Probe, Status, describe_block
-from kimi_dflash.patcher.plan import has_marker
+from kimi_dflash.patcher.model import Patch, PatcherError, PatchState, Probe, Status, UnrecognisedSource, describe_block
+
+_PREFIX = "# kimi-dflash-patch:"
+_MARKER_RE = re.compile(
+    r"^# kimi-dflash-patch: id=(?P<id>[a-z0-9-]+) sha256-before=(?P<sha>[0-9a-f]{64})(?P<newline> newline-added)?$",
+    re.MULTILINE,
+)
+
+
+@dataclass(frozen=True)
+class Marker:
+    patch_id: str
+    sha256_before: str
+    newline_added: bool  # the original did not end with a newline; we added one before the marker
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def find_markers(text: str) -> list[Marker]:
+    return [Marker(m["id"], m["sha"], m["newline"] is not None) for m in _MARKER_RE.finditer(text)]
+
+
+def has_marker(text: str, patch_id: str) -> bool:
+    return any(marker.patch_id == patch_id for marker in find_markers(text))
+
+
+def add_marker(text_before: str, patched: str, patch_id: str) -> str:
+    """`patched` plus a marker recording `text_before`'s hash (the file before this patch)."""
+    newline_added = not patched.endswith("\n")
+    line = f"{_PREFIX} id={patch_id} sha256-before={sha256_text(text_before)}"
+    if newline_added:
+        line += " newline-added"
+    return patched + ("\n" if newline_added else "") + line + "\n"
+
+
+def remove_marker(text: str, patch_id: str) -> tuple[str, Marker]:
+    """Drop this patch's marker line; return the text and the marker. KeyError if absent."""
+    for match in _MARKER_RE.finditer(text):
+        if match["id"] != patch_id:
+            continue
+        marker = Marker(match["id"], match["sha"], match["newline"] is not None)
+        end = match.end() + (1 if text[match.end() : match.end() + 1] == "\n" else 0)
+        start = match.start()
+        if marker.newline_added and start > 0 and text[start - 1] == "\n":
+            start -= 1
+        return text[:start] + text[end:], marker
+    raise KeyError(patch_id)
+
+
+def plan_apply(states: tuple[PatchState, ...], texts: Mapping[str, str | None]) -> dict[str, str]:
+    """New text per file for every PENDING patch (registry order). Only changed files returned."""
+    current: dict[str, str] = {}
+    for patch in (state.patch for state in states if state.status is Status.PENDING):
+        for path in patch.files:
+            before = current.get(path, texts[path])
+            assert before is not None  # PENDING guarantees every file exists
+            text = before
+            for edit in (e for e in patch.edits if e.path == path):
+                if text.count(edit.old) != 1:
+                    raise PatcherError(
+                        f"internal error: patch {patch.id} anchor {describe_block(edit.old)} is no longer "
+                        f"unique in vllm/{path} after earlier edits; nothing was written"
+                    )
+                text = text.replace(edit.old, edit.new, 1)
+            current[path] = add_marker(before, text, patch.id)
+    return {path: text for path, text in current.items() if text != texts[path]}
+
+
+def plan_revert(states: tuple[PatchState, ...], texts: Mapping[str, str | None]) -> dict[str, str]:
+    """Original text per file for every APPLIED patch, verified against the recorded hash."""
+    current: dict[str, str] = {}
+    for patch in (state.patch for state in reversed(states) if state.status is Status.APPLIED):
+        for path in patch.files:
+            text = current.get(path, texts[path])
+            assert text is not None
+            text, marker = remove_marker(text, patch.id)
+            for edit in reversed([e for e in patch.edits if e.path == path]):
+                if text.count(edit.new) != 1:
+                    raise UnrecognisedSource(
+                        f"cannot revert {patch.id}: vllm/{path} no longer holds its patched block "
+                        f"exactly once; nothing was written. Reinstall vLLM to get a clean tree."
+                    )
+                text = text.replace(edit.new, edit.old, 1)
+            if sha256_text(text) != marker.sha256_before:
+                raise UnrecognisedSource(
+                    f"cannot revert {patch.id}: vllm/{path} was changed after it was patched "
+                    f"(sha256 of the restored text does not match the marker); nothing was written. "
+                    f"Reinstall vLLM to get a clean tree."
+                )
+            current[path] = text
+    return {path: text for path, text in current.items() if text != texts[path]}
+
+
+def check_compiles(new_texts: Mapping[str, str]) -> None:
+    """Raise PatcherError if any new file would not compile (nothing has been written yet)."""
+    for path, text in new_texts.items():
+        try:
+            compile(text, f"vllm/{path}", "exec", dont_inherit=True)
+        except SyntaxError as exc:
+            raise PatcherError(
+                f"internal error: the patched vllm/{path} would not compile ({exc.msg}, line "
+                f"{exc.lineno}); nothing was written"
+            ) from exc
+
 
 Texts = Mapping[str, "str | None"]  # path relative to the vllm package -> file text (None: missing)
 

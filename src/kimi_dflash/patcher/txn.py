@@ -1,9 +1,6 @@
-"""All-or-nothing writes across several files, and a lock so two patchers never interleave.
-
-Every new file is first written to a temporary file beside its target (same filesystem, so the
-rename is atomic), then all are renamed into place. If any step fails, files already replaced are
-put back from memory and the temporary files are removed: the tree ends as it started.
-"""
+"""All-or-nothing writes across several files, and a lock so two patchers never interleave. Every new file goes to a
+temporary file beside its target (same filesystem: the rename is atomic), then all are renamed into place; if any
+step fails, files already replaced are put back from memory: the tree ends as it started."""
 
 from __future__ import annotations
 

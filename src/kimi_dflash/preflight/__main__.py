@@ -2,4 +2,4 @@ import sys
 
 from kimi_dflash.core import options
 
-sys.exit(options.run("kimi_dflash.preflight.cli", prog="python -m kimi_dflash.preflight"))
+sys.exit(options.run("kimi_dflash.preflight.cli", prog="kimi-dflash preflight"))

@@ -1,4 +1,4 @@
-"""`python -m kimi_dflash.preflight`: the checks without a config file (serve.sh CONFIG --preflight builds the
+"""`kimi-dflash preflight`: the checks without a config file (`kimi-dflash serve CONFIG --preflight` builds the
 same request from a config)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_dflash.core.checks import exit_code, render
-from kimi_dflash.core.options import declare, fields_of, option, run
-from kimi_dflash.preflight.request import GIB, Device, PreflightRequest, default_min_shm_bytes
+from kimi_dflash.core.options import declare, fields_of, option
+from kimi_dflash.preflight.request import DEFAULT_MIN_SHM_BYTES, GIB, Device, PreflightRequest
 from kimi_dflash.preflight.run import run_preflight
 from kimi_dflash.preflight.runtime_probe import interpreter_for_command
 from kimi_dflash.rules.deployment import Deployment, features_from_command
@@ -26,18 +26,18 @@ checks, in order:
   accelerators      count (amd-smi, rocm-smi, nvidia-smi, else torch) against --tensor-parallel-size,
                     architecture against --arch, and that torch in this Python sees them
   numa balancing    /proc/sys/kernel/numa_balancing must be 0 on GPUs (--fix-numa sets it, as root)
-  /dev/shm          size against --min-shm-gib (GPU default {default_min_shm_bytes("rocm") // GIB} GiB)
+  /dev/shm          size against --min-shm-gib (GPU default {DEFAULT_MIN_SHM_BYTES["rocm"] // GIB} GiB)
   model/drafter dir config.json parses; every shard in model.safetensors.index.json present and non-empty
   port              --host:--port can be bound
 
 feature names: {GRAMMAR}
 
 examples:
-  python -m kimi_dflash.preflight --device rocm --tensor-parallel-size 8 --arch gfx942 \\
+  kimi-dflash preflight --device rocm --tensor-parallel-size 8 --arch gfx942 \\
       --model-dir /models/Kimi-K2.6 --model-repo moonshotai/Kimi-K2.6 \\
       --feature speculative_method:dflash --feature speculative_config.attention_backend
-  python -m kimi_dflash.preflight --device cpu --port 8262
-  python -m kimi_dflash.preflight --device rocm --tensor-parallel-size 8 --arch gfx942 -- \\
+  kimi-dflash preflight --device cpu --port 8262
+  kimi-dflash preflight --device rocm --tensor-parallel-size 8 --arch gfx942 -- \\
       vllm serve /models/Kimi-K2.6 --moe-backend aiter --speculative-config '{{"method":"dflash",...}}'
 
 exit status: 0 no check failed (warnings allowed), 1 a check failed, 2 bad arguments."""
@@ -102,7 +102,3 @@ def main(args: PreflightOptions) -> int:
     results = run_preflight(request)
     print(render(results))
     return exit_code(results)
-
-
-if __name__ == "__main__":
-    sys.exit(run(__name__, prog="python -m kimi_dflash.preflight"))

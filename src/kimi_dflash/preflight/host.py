@@ -1,8 +1,5 @@
-"""All host access the preflight checks make, behind one injectable object.
-
-Tests build a HostProbe over a temporary directory (a fake /proc and /dev/shm), a fake command runner fed with
-recorded amd-smi / rocm-smi / nvidia-smi output, and a fake runtime report; production uses the defaults.
-"""
+"""All host access the preflight checks make, behind one injectable object (tests fake /proc, /dev/shm, the vendor
+tools' output and the runtime report)."""
 
 from __future__ import annotations
 
@@ -105,26 +102,17 @@ def _default_runtime(features: tuple[str, ...], python: str, env: Mapping[str, s
 
 @dataclass(frozen=True)
 class HostProbe:
-    """The machine as the checks see it. Every field has a real default; tests replace what they fake.
+    """The machine as the checks see it. Every field has a real default; tests replace what they fake."""
 
-    - root: prefix for /proc and /dev/shm paths (a tmp dir in tests).
-    - run: command runner for amd-smi / rocm-smi / nvidia-smi.
-    - is_root: whether we may write /proc/sys (for --fix-numa).
-    - bind: port-binding test.
-    - space: filesystem size of a path (for /dev/shm).
-    - runtime: given the plan's feature names, the Python that will run vLLM and the environment vLLM will get,
-      imports vLLM and torch in a child process of that Python, lists its vLLM plugins and reads vLLM's source.
-    - cpu_count, env: usable cores and the environment (for *_VISIBLE_DEVICES).
-    """
-
-    root: Path = Path("/")
-    run: CommandRunner = run_command
-    is_root: Callable[[], bool] = effective_uid_is_root
+    root: Path = Path("/")  # prefix for /proc and /dev/shm paths
+    run: CommandRunner = run_command  # amd-smi / rocm-smi / nvidia-smi
+    is_root: Callable[[], bool] = effective_uid_is_root  # may we write /proc/sys (--fix-numa)
     bind: PortBinder = bind_error
     space: Callable[[Path], DiskSpace | None] = disk_space
+    # (the plan's features, the Python that will run vLLM, vLLM's environment) -> the child process's report
     runtime: Callable[[tuple[str, ...], str, Mapping[str, str] | None], RuntimeReport] = _default_runtime
     cpu_count: Callable[[], int] = usable_cpu_count
-    env: Mapping[str, str] = field(default_factory=lambda: os.environ)
+    env: Mapping[str, str] = field(default_factory=lambda: os.environ)  # for *_VISIBLE_DEVICES
 
     def path(self, absolute: str) -> Path:
         """`absolute` ("/proc/...") under this probe's root."""

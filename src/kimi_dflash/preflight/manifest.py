@@ -92,13 +92,15 @@ def read_manifest(directory: Path) -> Manifest:
     if not path.is_file():
         raise ManifestError(
             f"{directory} has no {MANIFEST_NAME}: not a finished pre-shard (an interrupted run "
-            "leaves only a *.partial directory); run payload/preshard_kimi26.py"
+            f"leaves only a *.partial directory); run kimi-dflash preshard CONFIG --output {directory}"
         )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         return Manifest(**data)
     except (json.JSONDecodeError, TypeError) as error:
-        raise ManifestError(f"{path}: unreadable manifest ({error}); re-run payload/preshard_kimi26.py") from error
+        raise ManifestError(
+            f"{path}: unreadable manifest ({error}); re-run kimi-dflash preshard CONFIG --output {directory} --force"
+        ) from error
 
 
 def mismatches(

@@ -1,7 +1,7 @@
-"""Is a checkpoint directory complete enough to load? config.json parses, and every weight shard is there.
-
-A 555 GB download that stopped half way, or a `git clone` without git-lfs (shards that are 130-byte pointer
-files), otherwise surfaces minutes into the model load as an obscure safetensors error.
+"""The checkpoints: is a model or drafter directory complete enough to load (config.json parses, every weight shard
+is there), and does a pre-sharded checkpoint (PRESHARD_DIR) fit the plan exactly (else vLLM would load wrong
+slices)? A 555 GB download that stopped half way, or a `git clone` without git-lfs (shards that are 130-byte
+pointer files), otherwise surfaces minutes into the model load as an obscure safetensors error.
 """
 
 from __future__ import annotations
@@ -9,8 +9,14 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kimi_dflash.core.checks import CheckResult, failed, passed
+from kimi_dflash.preflight.manifest import ManifestError, mismatches, read_manifest
+
+if TYPE_CHECKING:
+    from kimi_dflash.preflight.request import PreflightRequest
+    from kimi_dflash.preflight.runtime_probe import RuntimeReport
 
 INDEX_FILE = "model.safetensors.index.json"
 MAX_LISTED = 3  # name a few missing shards; the count says how many more
@@ -71,30 +77,28 @@ def _download_fix(path: Path, role: str, repo_hint: str | None) -> str:
     return f"download the {role} checkpoint (config.json + *.safetensors) into {path}"
 
 
+def _read_json(path: Path) -> tuple[object, str | None]:
+    """The parsed file, or why it cannot be read."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8")), None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        return None, f"{path.name} is not valid JSON ({error})"
+    except OSError as error:
+        return None, f"{path.name} cannot be read ({error.strerror or error})"
+
+
 def _config_problem(config: Path) -> str | None:
     if not config.is_file():
         return "config.json missing"
-    try:
-        data = json.loads(config.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        return f"config.json is not valid JSON ({error})"
-    except OSError as error:
-        return f"config.json cannot be read ({error.strerror or error})"
-    if not isinstance(data, dict):
-        return "config.json is not a JSON object"
-    return None
+    data, problem = _read_json(config)
+    return problem or (None if isinstance(data, dict) else "config.json is not a JSON object")
 
 
 def _indexed_shards(index: Path) -> tuple[list[str], str | None]:
-    try:
-        data = json.loads(index.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        return [], f"{INDEX_FILE} is not valid JSON ({error})"
-    except OSError as error:
-        return [], f"{INDEX_FILE} cannot be read ({error.strerror or error})"
+    data, problem = _read_json(index)
     weight_map = data.get("weight_map") if isinstance(data, dict) else None
-    if not isinstance(weight_map, dict) or not weight_map:
-        return [], f"{INDEX_FILE} has no weight_map"
+    if problem or not isinstance(weight_map, dict) or not weight_map:
+        return [], problem or f"{INDEX_FILE} has no weight_map"
     return sorted({str(shard) for shard in weight_map.values()}), None
 
 
@@ -132,3 +136,36 @@ def _size(nbytes: int) -> str:
         if nbytes >= scale:
             return f"{nbytes / scale:.1f} {unit}"
     return f"{nbytes} bytes"
+
+
+PRESHARD = "pre-shard"
+
+
+def check_preshard(request: PreflightRequest, runtime: RuntimeReport | None) -> CheckResult:
+    directory = request.preshard_dir
+    assert directory is not None  # run_preflight adds this check only with a pre-shard
+    fix = (
+        f"re-run kimi-dflash preshard CONFIG --output {directory} --force with the vLLM and config that "
+        "serve, or unset PRESHARD_DIR to load MODEL_DIR directly"
+    )
+    try:
+        manifest = read_manifest(directory)
+    except ManifestError as error:
+        return failed(PRESHARD, str(error), fix)
+    problems = mismatches(
+        manifest,
+        directory,
+        source_dir=request.model_dir,
+        tensor_parallel_size=request.tensor_parallel_size,
+        vllm_version=None if runtime is None else runtime.vllm_version,
+        dtype=request.dtype,
+    )
+    if runtime is None or runtime.vllm_version is None:
+        problems.append("the vLLM version could not be read, so the pre-shard cannot be matched to it")
+    if problems:
+        return failed(PRESHARD, f"{directory}: " + "; ".join(problems), fix)
+    return passed(
+        PRESHARD,
+        f"{directory}: TP {manifest.tensor_parallel_size}, vLLM {manifest.vllm_version}, "
+        f"{manifest.dtype}, {len(manifest.files)} shard files, made from this MODEL_DIR",
+    )

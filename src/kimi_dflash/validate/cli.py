@@ -1,4 +1,4 @@
-"""payload/validate.py: is the candidate server's output the reference's? Token ids per prompt at T=0, the first
+"""kimi-dflash validate: is the candidate server's output the reference's? Token ids per prompt at T=0, the first
 divergence in text, exact-match accuracy on the shipped math set, and a one-screen verdict.
 
 Speculative decoding (DFlash) is lossless: at T=0 its output must be token-identical to the autoregressive

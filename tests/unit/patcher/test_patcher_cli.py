@@ -69,7 +69,7 @@ def test_bad_root_is_a_clear_error_without_traceback(tmp_path):
         check=False,
     )
     assert done.returncode == 2
-    assert "not a vLLM source tree" in done.stderr
+    assert "kimi-dflash patch: error:" in done.stderr and "not a vLLM source tree" in done.stderr
     assert "Traceback" not in done.stderr
 
 

@@ -25,7 +25,7 @@ from kimi_dflash.patcher.model import (
     Status,
     UnrecognisedSource,
 )
-from kimi_dflash.patcher.plan import (
+from kimi_dflash.patcher.status import (
     add_marker,
     find_markers,
     remove_marker,
@@ -334,3 +334,19 @@ def test_marker_round_trip_without_trailing_newline():
     assert marked.endswith("\n") and find_markers(marked)[0].newline_added
     restored, marker = remove_marker(marked, "demo-fix")
     assert restored == original and marker.sha256_before == sha256_text(original)
+
+
+def test_registry_edits_read_from_their_diffs() -> None:
+    # Each hunk of data/patches/<id>.diff is one edit: a blank line is context, headers name the file.
+    from kimi_dflash.patcher.registry import PATCHES
+
+    counts = {"target-mla-causal": 1, "dflash-assert-gate": 1, "triton-noncausal": 9, "mla-swa-assert": 1}
+    assert {p.id: len(p.edits) for p in PATCHES if p.edits} == counts
+    for patch in PATCHES:
+        for edit in patch.edits:
+            assert edit.old != edit.new and edit.old.endswith("\n") and edit.new.endswith("\n")
+            assert f"kimi-dflash({patch.id})" in edit.new and f"kimi-dflash({patch.id})" not in edit.old
+    triton = next(p for p in PATCHES if p.id == "triton-noncausal")
+    assert triton.files == ("v1/attention/ops/triton_unified_attention.py", "v1/attention/backends/triton_attn.py")
+    assert triton.edits[-1].old == "            causal=True,\n            alibi_slopes=self.alibi_slopes,\n"
+    assert "\n\n    # iterate through tiles" in triton.edits[1].old  # the blank context line

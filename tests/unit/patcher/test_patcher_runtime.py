@@ -191,6 +191,7 @@ def test_plugin_refuses_an_unrecognised_vllm_loudly(plugin_log, tmp_path, monkey
         runtime.apply_runtime_patches(root)
     message = str(info.value)
     assert "target-mla-causal" in message and envvars.PATCHES in message
+    assert f"Run `kimi-dflash patch check --vllm-root {root.resolve()}`" in message
 
 
 def test_plugin_can_be_switched_off(plugin_log, tmp_path, monkeypatch):

@@ -17,11 +17,9 @@ from kimi_dflash.preflight.accelerators import (
 )
 from kimi_dflash.preflight.host import DiskSpace, HostProbe
 from kimi_dflash.preflight.model_dir import check_model_dir
-from kimi_dflash.preflight.numa import check_numa
-from kimi_dflash.preflight.port import check_port
 from kimi_dflash.preflight.request import PreflightRequest
 from kimi_dflash.preflight.runtime_probe import Accelerator, normalize_arch
-from kimi_dflash.preflight.shm import check_shm
+from kimi_dflash.preflight.system import check_numa, check_port, check_shm
 from kimi_dflash.preflight.vllm_check import check_vllm
 from preflight_fakes import (
     AMD_SMI_NO_GPU,

@@ -24,7 +24,7 @@ from kimi_dflash.preflight.manifest import (
     read_manifest,
     write_manifest,
 )
-from kimi_dflash.preflight.preshard import check_preshard
+from kimi_dflash.preflight.model_dir import check_preshard
 from kimi_dflash.preflight.request import PreflightRequest
 from kimi_dflash.preshard import cli
 from repo_paths import CONFIGS_DIR, REPO_ROOT
@@ -108,9 +108,13 @@ def test_staging_resumes_only_the_same_work_and_publishes_atomically(tmp_path: P
     (staging / "leftover").write_text("from the first run")
     assert cli._resume(staging, {**key, "tensor_parallel_size": 4}) == []  # another job: started over
     assert not (staging / "leftover").exists()
-    with pytest.raises(ManifestError, match="not a finished pre-shard"):
+    with pytest.raises(ManifestError, match="not a finished pre-shard.*; run kimi-dflash preshard CONFIG --output"):
         read_manifest(staging)  # a staging dir is never mistaken for a pre-shard
     (staging / MANIFEST_NAME).write_text("{}")
+    with pytest.raises(
+        ManifestError, match="unreadable manifest.*; re-run kimi-dflash preshard CONFIG --output .* --force"
+    ):
+        read_manifest(staging)
     publish_directory(staging, tmp_path / "out")  # what run() does last
     assert (tmp_path / "out" / MANIFEST_NAME).is_file() and not staging.exists()
 
