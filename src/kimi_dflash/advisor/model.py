@@ -1,18 +1,5 @@
-"""Predict decode speed for every k (speculative tokens per step) at every measured concurrency (pure).
-
-Model (its assumptions are printed with every prediction, see ASSUMPTIONS):
-  acceptance   p_i = accepted at draft position i / drafts, from the run with the largest k (vLLM counts a
-               position accepted only when every earlier one was, so p_i is already the chance of reaching i+1).
-               Drafts for k < K are the first k tokens of the same block (DFlash drafts a block in one pass).
-  tokens/step  τ(k) = 1 + Σ_{i<k} p_i
-  step time    s(k, c) = TPOT(k, c) × τ_measured(k, c) for each measured run (its own acceptance), fitted per
-               concurrency c as s = a_c + b_c·k over the speculative runs (verification processes c·(k+1) tokens;
-               the drafter's pass is a near-constant a_c). k = 0 (no drafter) is not on this line: it is only
-               shown where measured.
-  per-user     1 / TPOT(k, c) = τ(k) / s(k, c)      (medians: TPOT p50, per-user tok/s p50)
-  aggregate    measured aggregate of the nearest measured k at c, rescaled by the request time
-               TTFT + (N - 1)·TPOT with TPOT replaced by the prediction (TTFT, N and concurrency unchanged)
-"""
+"""Predict decode speed for every k (speculative tokens per step) at every measured concurrency (pure). The model
+and why it holds: docs/workflows.md (Speculative-token advisor); its assumptions are printed with every prediction."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
 """The graph-mode candidate (pure): the config's candidate with HIP/CUDA graphs on, when the config runs eager and
-the compatibility check with the runtime rules lets that variant through on the serving vLLM.
-
-The recipe ran eager (a vLLM 0.19 nightly gained nothing from graphs); configs/production-graphs.env is the
-unmeasured graph candidate. Graph mode with spec decode has runtime traps the rules know (rules/catalog/graphs.py):
-capture sizes not multiples of 1 + k can crash mid-decode (vllm #46324), so the variant sets aligned sizes unless the
-config sets its own; an FP8 KV-scale mode can be bypassed by a compile pass, which the rules refuse, so such a
-config gets no graph candidate, with the reason.
-"""
+the compatibility check with the runtime rules (rules/catalog/graphs.py) lets that variant through on the serving
+vLLM. Why and what it sets: docs/qualify.md (The graph-mode candidate)."""
 
 from __future__ import annotations
 
@@ -17,7 +11,6 @@ from dataclasses import dataclass
 from kimi_dflash.config.convert import TRUE_WORDS
 
 GRAPH_MODE = "FULL_AND_PIECEWISE"  # vLLM's default for spec decode where the backend allows FULL decode graphs
-STEP_NAME = "graphs"
 
 
 @dataclass(frozen=True)

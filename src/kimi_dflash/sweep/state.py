@@ -1,18 +1,5 @@
-"""What a sweep's output directory says about each point: finished, failed, or still to do.
-
-Layout of DIR:
-  <point>.json          the point's benchmark result (with its server config); written atomically, so a point
-                        is finished exactly when this file exists and loads as a complete result
-  <point>.failed.json   why the point failed (server did not start, benchmark failed) and the log tail
-  sweep.json            the run's state (runs.state): what the sweep measures (config, grid, levels, benchmark
-                        options: a rerun must match it), each point's last outcome, the files written. A sweep.json
-                        of an older sweep (the signature alone) is read as a state without records.
-  running.json          the server a point has up right now (launch.serve_sh: so a rerun after a hard kill, or
-                        after a refused serve.sh --stop, can stop it); removed once its stop succeeded
-  sweep.lock            held by the sweep using DIR (core.dir_lock): one run per directory
-  logs/                 server and benchmark logs per point
-  summary.md, *.png     the aggregate table and plots, rebuilt at the end of every run
-"""
+"""What a sweep's output directory says about each point: finished (``<point>.json``, a complete result), failed
+(``<point>.failed.json``) or still to do; the run's state is ``sweep.json`` (docs/workflows.md lists DIR's files)."""
 
 from __future__ import annotations
 

@@ -16,9 +16,9 @@ from kimi_dflash.qualify import report
 from kimi_dflash.qualify.bundle import result_name
 from kimi_dflash.qualify.figures import acceptance_by_k
 from kimi_dflash.qualify.plan import CPU_BOX, GPU_BOX, build_plan, level_s, parse_duration, per_request_setting, point_s
-from kimi_dflash.qualify.state import DONE, FAILED, QualifySignature, open_state
-from kimi_dflash.runs.state import StepOutputs
-from qualify_fakes import PASSING_VERDICT
+from kimi_dflash.qualify.state import QualifySignature
+from kimi_dflash.runs.state import DONE, FAILED, StepOutputs
+from qualify_fakes import PASSING_VERDICT, open_state
 from repo_paths import REPO_ROOT
 
 

@@ -116,7 +116,9 @@ def _context(out: Path):  # type: ignore[no-untyped-def]
 
 def test_per_request_and_goodput_steps_compute_what_the_report_shows(tmp_path: Path) -> None:
     from kimi_dflash.qualify import report, steps
-    from kimi_dflash.qualify.state import DONE, QualifySignature, open_state
+    from kimi_dflash.qualify.state import QualifySignature
+    from kimi_dflash.runs.state import DONE
+    from qualify_fakes import open_state
 
     _grid(tmp_path)
     ctx = _context(tmp_path)
@@ -161,7 +163,8 @@ def test_per_request_and_goodput_steps_compute_what_the_report_shows(tmp_path: P
 def test_without_the_measures_the_report_says_why(tmp_path: Path) -> None:
     from kimi_dflash.qualify import report
     from kimi_dflash.qualify.plan import build_plan, per_request_setting
-    from kimi_dflash.qualify.state import QualifySignature, open_state
+    from kimi_dflash.qualify.state import QualifySignature
+    from qualify_fakes import open_state
 
     values = {"DEVICE": "cpu", "SPECULATIVE_METHOD": "dflash", "NUM_SPECULATIVE_TOKENS": "4", "MAX_NUM_SEQS": "16"}
     plan = build_plan(values, slo="none", per_request=per_request_setting(values, (), ("absent", "vllm 0.28.0")))
@@ -232,8 +235,10 @@ def test_the_projection_runs_beside_the_grid_and_the_report_labels_it_speed_not_
 
     from kimi_dflash.qualify import report, steps
     from kimi_dflash.qualify.plan import build_plan
-    from kimi_dflash.qualify.state import DONE, QualifySignature, open_state
+    from kimi_dflash.qualify.state import QualifySignature
+    from kimi_dflash.runs.state import DONE
     from kimi_dflash_lab.synthetic import plan_chunks
+    from qualify_fakes import open_state
 
     _grid(tmp_path)
     serve = _stand_in(tmp_path, monkeypatch)
@@ -274,7 +279,8 @@ def test_the_projection_runs_beside_the_grid_and_the_report_labels_it_speed_not_
 def test_without_rates_or_on_cpu_the_report_says_why_there_is_no_projection(tmp_path: Path) -> None:
     from kimi_dflash.qualify import report
     from kimi_dflash.qualify.plan import build_plan
-    from kimi_dflash.qualify.state import QualifySignature, open_state
+    from kimi_dflash.qualify.state import QualifySignature
+    from qualify_fakes import open_state
 
     for device, why in (("rocm", "not asked for: --project-acceptance RATES"), ("cpu", "refused on the CPU build")):
         values = {"DEVICE": device, "SPECULATIVE_METHOD": "dflash", "NUM_SPECULATIVE_TOKENS": "2", "MAX_NUM_SEQS": "8"}
@@ -298,8 +304,10 @@ def test_the_graph_mode_candidate_runs_apart_from_the_grid_and_reports_a_lowered
     from kimi_dflash.qualify import report, steps
     from kimi_dflash.qualify.graphs import graph_candidate
     from kimi_dflash.qualify.plan import build_plan
-    from kimi_dflash.qualify.state import DONE, QualifySignature, open_state
+    from kimi_dflash.qualify.state import QualifySignature
+    from kimi_dflash.runs.state import DONE
     from kimi_dflash.validate.client import Completion
+    from qualify_fakes import open_state
 
     _grid(tmp_path)
     serve = _stand_in(tmp_path, monkeypatch)
@@ -370,7 +378,7 @@ def test_the_fp8_step_serves_the_bf16_kv_server_through_serve_sh_and_writes_a_ty
     from kimi_dflash.qualify import steps
     from kimi_dflash.qualify.lossless import GreedyOutputs
     from kimi_dflash.qualify.plan import build_plan
-    from kimi_dflash.qualify.state import DONE
+    from kimi_dflash.runs.state import DONE
     from kimi_dflash.validate.client import Completion
     from kimi_dflash.validate.engine import math_questions
     from kimi_dflash_lab import lab_environ
@@ -414,7 +422,8 @@ def test_the_report_sets_the_recipe_figures_shipped_in_the_package_beside_the_ru
     """No checkout needed: the recipe's published figures come with the package (an install has no benchmarks/)."""
     from kimi_dflash.qualify import report
     from kimi_dflash.qualify.plan import build_plan
-    from kimi_dflash.qualify.state import QualifySignature, open_state
+    from kimi_dflash.qualify.state import QualifySignature
+    from qualify_fakes import open_state
 
     _grid(tmp_path)
     values = {"DEVICE": "cpu", "SPECULATIVE_METHOD": "dflash", "NUM_SPECULATIVE_TOKENS": "4", "MAX_NUM_SEQS": "16"}
