@@ -15,7 +15,7 @@ from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.options import comma_list, declare, option, run
 from kimi_dflash.launch.serve_sh import SERVE_COMMAND, ServerLeftRunning
 from kimi_dflash.qualify import bundle, report
-from kimi_dflash.qualify.graphs import GraphCandidate
+from kimi_dflash.qualify.graphs import GraphCandidate, graph_candidate
 from kimi_dflash.qualify.plan import (
     PER_REQUEST_FLAG,
     PerRequest,
@@ -158,21 +158,16 @@ def _verify_k_limit(values: dict[str, str]) -> tuple[int, str] | None:
 
 def _graph_candidate(config: Path, values: dict[str, str], box_kind: str, wanted: bool) -> GraphCandidate:
     """The graph-mode candidate, judged by the compatibility check with the runtime rules against the vLLM this
-    interpreter serves with (read from its source, no import): a variant the rules refuse would only fail its
-    preflight, so it is left out with their reason."""
-    from kimi_dflash.qualify.graphs import graph_candidate, graph_overrides, graph_refusal
-
+    interpreter serves with: a variant the rules refuse would only fail its preflight, so it is left out."""
     if not wanted:
         return GraphCandidate(False, "--no-graphs")
-    refusal = graph_refusal(values, box_kind)
-    if refusal is not None:  # CPU, or graphs already on: nothing for vLLM to judge
-        return GraphCandidate(False, refusal)
     k = int(values.get("NUM_SPECULATIVE_TOKENS") or 0)
-    return graph_candidate(values, k, box_kind, _check_variant(config, dict(graph_overrides(values, k))))
+    return graph_candidate(values, k, box_kind, lambda overrides: _check_variant(config, overrides))
 
 
 def _check_variant(config_path: Path, overrides: dict[str, str]) -> tuple[bool, str]:
-    """(passes, detail): the compatibility check with the runtime rules on the config with ``overrides``."""
+    """(passes, detail): the compatibility check with the runtime rules on the config with ``overrides`` (read from
+    the serving vLLM's source, no import)."""
     from kimi_dflash.config.problems import ConfigError
     from kimi_dflash.config.validate import load_config
     from kimi_dflash.core.paths import cache_root

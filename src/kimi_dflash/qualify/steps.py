@@ -414,7 +414,7 @@ def advisor_step(ctx: Context) -> Outcome:
     grid may hold one k >= 1: the model cannot fit a step-time slope from it, so no other k is predicted; the
     measured points still say which of those measured was faster at each concurrency."""
     from kimi_dflash.advisor.cli import render
-    from kimi_dflash.advisor.model import measurements, predict, recommend
+    from kimi_dflash.advisor.model import Prediction, measurements, predict, recommend
     from kimi_dflash.core.errors import UserError
 
     try:
@@ -423,23 +423,21 @@ def advisor_step(ctx: Context) -> Outcome:
         return Outcome(FAILED, str(exc))
     try:
         p, predictions = predict(runs)
-        best = {s: Rec(k=r.k, output_tok_s=round(r.output_tok_s, 2), per_user_tok_s=round(r.per_user_tok_s, 2),
-                       measured=bool(r.measured and r.fitted)) for s, r in recommend(predictions).items()}  # fmt: skip
         document, note = Advisor(per_position=list(p), recommendations={}, lines=render(p, predictions, None)), ""
-    except UserError as exc:
-        best = {}
-        for run in runs:  # per concurrency, the measured k with the highest aggregate tok/s
-            if run.sessions not in best or run.output_tok_s > best[run.sessions].output_tok_s:
-                best[run.sessions] = Rec(k=run.k, output_tok_s=round(run.output_tok_s, 2), measured=True,
-                                         per_user_tok_s=round(run.per_user_tok_s, 2))  # fmt: skip
+    except UserError as exc:  # the measured k only, each its own (fitted) prediction
+        predictions = [
+            Prediction(m.k, m.sessions, m.tau, m.step_s, m.per_user_tok_s, m.output_tok_s, m, True) for m in runs
+        ]
         lines = [f"advisor model not fitted: {exc}", "recommendation among the measured k only (no k predicted)"]
-        document, note = (
-            Advisor(per_position=[], recommendations={}, lines=lines),
-            f" (measured k only: {str(exc).split(':')[0]})",
-        )
-    document.recommendations = {str(sessions): best[sessions] for sessions in sorted(best)}
+        document = Advisor(per_position=[], recommendations={}, lines=lines)
+        note = f" (measured k only: {str(exc).split(':')[0]})"
+    for sessions, r in sorted(recommend(predictions).items()):
+        document.recommendations[str(sessions)] = Rec(
+            k=r.k, output_tok_s=round(r.output_tok_s, 2), per_user_tok_s=round(r.per_user_tok_s, 2),
+            measured=bool(r.measured and r.fitted),
+        )  # fmt: skip
     summary = ", ".join(f"{s} sessions: k={r.k}" for s, r in document.recommendations.items())
-    return _written(ctx, "advisor.json", document, len(best), summary + note)
+    return _written(ctx, "advisor.json", document, len(document.recommendations), summary + note)
 
 
 def ranking_step(ctx: Context) -> Outcome:

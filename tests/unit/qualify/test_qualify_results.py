@@ -312,7 +312,7 @@ def test_the_graph_mode_candidate_runs_apart_from_the_grid_and_reports_a_lowered
     _grid(tmp_path)
     serve = _stand_in(tmp_path, monkeypatch)
     values = {"DEVICE": "rocm", "SPECULATIVE_METHOD": "dflash", "NUM_SPECULATIVE_TOKENS": "4", "MAX_NUM_SEQS": "4"}
-    plan = build_plan(values, slo="none", graphs=graph_candidate(values, 4, "gpu", (True, "")))
+    plan = build_plan(values, slo="none", graphs=graph_candidate(values, 4, "gpu", lambda _: (True, "")))
     assert next(s for s in plan.steps if s.name == "graphs").runs
     # Outputs stored by the reference step and by this server (the instrument server returns no token ids).
     outputs = {"model": "synthetic", "max_tokens": 4, "prompts": ["a", "b"],
@@ -431,3 +431,28 @@ def test_the_report_sets_the_recipe_figures_shipped_in_the_package_beside_the_ru
     text = report.write_report(tmp_path, state, "demo-cpu", plots=False)[0].read_text(encoding="utf-8")
     section = text.split("## The recipe's published MI300X figures beside this run", 1)[1].split("\n## ", 1)[0]
     assert "**not measured by this project**" in section and "| `production.env` | BF16 | 2 | 32 | 507.6 |" in section
+
+
+def test_advisor_step_with_one_speculative_k_recommends_among_the_measured_k(tmp_path: Path) -> None:
+    """A budget-trimmed grid (k=0 and k=4 only): the model cannot fit a step-time slope, so the advisor step says so
+    and recommends, per concurrency, the measured k with the highest aggregate tok/s."""
+    from kimi_dflash.advisor.model import measurements
+    from kimi_dflash.qualify import steps
+    from kimi_dflash.qualify.documents import Advisor
+    from kimi_dflash.runs.state import DONE
+
+    _grid(tmp_path)
+    ctx = _context(tmp_path)
+    outcome = steps.advisor_step(ctx)
+    assert (
+        outcome.status == DONE and "(measured k only: at 2 sessions the runs have only k=4 (k >= 1)" in outcome.detail
+    )
+    advisor = Advisor.load(tmp_path / "advisor.json")
+    assert advisor.per_position == [] and advisor.lines[0].startswith("advisor model not fitted: at 2 sessions")
+    runs = measurements(steps.grid_results(ctx))
+    for sessions, rec in advisor.recommendations.items():
+        fastest = max((m for m in runs if m.sessions == int(sessions)), key=lambda m: m.output_tok_s)
+        assert (rec.k, rec.output_tok_s, rec.measured) == (fastest.k, round(fastest.output_tok_s, 2), True)
+    assert (
+        list(advisor.recommendations) == sorted(advisor.recommendations, key=int) and len(advisor.recommendations) > 1
+    )
