@@ -113,17 +113,18 @@ def merge_repeats(found: Sequence[Measured]) -> list[Measured]:
             per_user_tok_s=median(m.per_user_tok_s for m in group), ttft_s=median(m.ttft_s for m in group),
             tokens_per_request=median(m.tokens_per_request for m in group),
             tau=sum(w * m.tau for w, m in zip(weights, group)) / sum(weights),
-            per_position=_per_position(group),
+            per_position=weighted_per_position([(m.drafts, m.per_position) for m in group]),
             drafts=sum(m.drafts for m in group),
         ))  # fmt: skip
     return merged
 
 
-def _per_position(runs: Sequence[Measured]) -> tuple[float, ...]:
-    """Acceptance per draft position over ``runs``, weighted by their drafts (positions all of them measured)."""
-    weights = [max(m.drafts, 1) for m in runs]
-    positions = min(len(m.per_position) for m in runs)
-    return tuple(sum(w * m.per_position[i] for w, m in zip(weights, runs)) / sum(weights) for i in range(positions))
+def weighted_per_position(runs: Sequence[tuple[int | None, Sequence[float]]]) -> tuple[float, ...]:
+    """Acceptance per draft position over ``runs`` (drafts, per position), weighted by their drafts (at least 1
+    each), at the positions all of them measured."""
+    weights = [max(drafts or 0, 1) for drafts, _ in runs]
+    positions = min(len(p) for _, p in runs)
+    return tuple(sum(w * p[i] for w, (_, p) in zip(weights, runs)) / sum(weights) for i in range(positions))
 
 
 def acceptance_per_position(runs: Sequence[Measured]) -> tuple[float, ...]:
@@ -132,7 +133,7 @@ def acceptance_per_position(runs: Sequence[Measured]) -> tuple[float, ...]:
     if not speculative:
         raise UserError("no speculative run with acceptance counters: the advisor needs at least one run at k >= 1.")
     top = max(m.k for m in speculative)
-    return _per_position([m for m in speculative if m.k == top])
+    return weighted_per_position([(m.drafts, m.per_position) for m in speculative if m.k == top])
 
 
 def tau(p: Sequence[float], k: int) -> float:
