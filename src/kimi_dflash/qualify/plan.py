@@ -1,10 +1,6 @@
 """The qualification plan: which steps run, the k x concurrency grid, and how long each step should take on this
-kind of box (pure: config values + box + budget in, a plan out; ``--dry-run`` prints it).
-
-Each box's time estimates and default SLO (``--slo`` replaces it; ``--slo none`` measures no goodput) say where their
-figures come from (``Box.source``, ``Box.slo_source``; docs/qualify.md tables both): upper-bound planning figures
-from the recipe's MI300X results and the demo's measurements, rescaled by the progress line as steps finish.
-"""
+kind of box (pure: config values + box + budget in, a plan out; ``--dry-run`` prints it). Each box's estimates and
+default SLO say where their figures come from (``Box.source``, ``Box.slo_source``; docs/qualify.md tables both)."""
 
 from __future__ import annotations
 
