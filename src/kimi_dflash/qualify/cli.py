@@ -28,7 +28,7 @@ from kimi_dflash.qualify.plan import (
 )
 from kimi_dflash.qualify.state import STATE_FILE, QualifySignature, QualifyState
 from kimi_dflash.qualify.steps import Context, step_units
-from kimi_dflash.runs.orchestrator import Interrupted, run_units
+from kimi_dflash.runs.orchestrator import run_in_directory, run_units
 from kimi_dflash.runs.state import DONE, StepOutputs
 
 if TYPE_CHECKING:
@@ -268,15 +268,13 @@ def main(args: QualifyOptions) -> int:
     if args.dry_run:
         print("\n".join(render(plan, args.config, fresh.statuses())))
         return 0
-    try:
-        with fresh.opened(args.resume) as state:
-            return _run(dataclasses.replace(ctx, record=state.record), state, args)
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return report.EXIT_INFRA
-    except OSError as exc:  # --out read-only, the disk full
-        print(f"qualify: {fresh.cannot_write(exc, 'rerun with --resume')}", file=sys.stderr)
-        return report.EXIT_INFRA
+
+    def body(state: QualifyState) -> int:
+        return _run(dataclasses.replace(ctx, record=state.record), state, args)
+
+    return run_in_directory(
+        fresh, body, "qualify", "rerun with --resume", resume=args.resume, error_code=report.EXIT_INFRA
+    )
 
 
 def _run(ctx: Context, state: QualifyState, args: QualifyOptions) -> int:
@@ -287,9 +285,6 @@ def _run(ctx: Context, state: QualifyState, args: QualifyOptions) -> int:
         if tally.stopped_at:
             print(f"qualify: {tally.stopped_at} failed; stopping here (the plan would not run right). Fix what it "
                   "names and rerun with --resume.", file=sys.stderr)  # fmt: skip
-    except (KeyboardInterrupt, Interrupted) as exc:
-        print(f"\nqualify: interrupted ({str(exc) or 'SIGINT'}); rerun with --resume to finish", file=sys.stderr)
-        return 143 if isinstance(exc, Interrupted) else 130
     except ServerLeftRunning as exc:  # the run stops: another server would compete with it; the report says so
         print(f"qualify: error: {exc}", file=sys.stderr)
     began = state.begin("report")
