@@ -19,7 +19,9 @@ from pathlib import Path
 from kimi_dflash.documents import Document
 from kimi_dflash.qualify import steps
 from kimi_dflash.qualify.lossless import LosslessVerdict
-from kimi_dflash.qualify.state import DONE
+from kimi_dflash.qualify.plan import QualifyPlan
+from kimi_dflash.qualify.state import QualifySignature, QualifyState
+from kimi_dflash.runs.state import DONE
 from kimi_dflash.validate.engine import AgreementSummary
 
 PASSING_VERDICT = LosslessVerdict(
@@ -33,6 +35,11 @@ PASSING_VERDICT = LosslessVerdict(
 class FakeOutput(Document):
     SCHEMA = "test/fake-step-output"
     step: str
+
+
+def open_state(out: Path, signature: QualifySignature, plan: QualifyPlan, resume: bool) -> QualifyState:
+    """A fresh state, or (``resume``) the recorded one, as qualify opens it."""
+    return QualifyState(signature=signature, plan=plan).at(out).open(resume)
 
 
 def fake_output(out: Path, step: str) -> Path:

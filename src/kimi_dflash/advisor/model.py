@@ -1,18 +1,5 @@
-"""Predict decode speed for every k (speculative tokens per step) at every measured concurrency (pure).
-
-Model (its assumptions are printed with every prediction, see ASSUMPTIONS):
-  acceptance   p_i = accepted at draft position i / drafts, from the run with the largest k (vLLM counts a
-               position accepted only when every earlier one was, so p_i is already the chance of reaching i+1).
-               Drafts for k < K are the first k tokens of the same block (DFlash drafts a block in one pass).
-  tokens/step  τ(k) = 1 + Σ_{i<k} p_i
-  step time    s(k, c) = TPOT(k, c) × τ_measured(k, c) for each measured run (its own acceptance), fitted per
-               concurrency c as s = a_c + b_c·k over the speculative runs (verification processes c·(k+1) tokens;
-               the drafter's pass is a near-constant a_c). k = 0 (no drafter) is not on this line: it is only
-               shown where measured.
-  per-user     1 / TPOT(k, c) = τ(k) / s(k, c)      (medians: TPOT p50, per-user tok/s p50)
-  aggregate    measured aggregate of the nearest measured k at c, rescaled by the request time
-               TTFT + (N - 1)·TPOT with TPOT replaced by the prediction (TTFT, N and concurrency unchanged)
-"""
+"""Predict decode speed for every k (speculative tokens per step) at every measured concurrency (pure). The model
+and why it holds: docs/workflows.md (Speculative-token advisor); its assumptions are printed with every prediction."""
 
 from __future__ import annotations
 
@@ -126,17 +113,18 @@ def merge_repeats(found: Sequence[Measured]) -> list[Measured]:
             per_user_tok_s=median(m.per_user_tok_s for m in group), ttft_s=median(m.ttft_s for m in group),
             tokens_per_request=median(m.tokens_per_request for m in group),
             tau=sum(w * m.tau for w, m in zip(weights, group)) / sum(weights),
-            per_position=_per_position(group),
+            per_position=weighted_per_position([(m.drafts, m.per_position) for m in group]),
             drafts=sum(m.drafts for m in group),
         ))  # fmt: skip
     return merged
 
 
-def _per_position(runs: Sequence[Measured]) -> tuple[float, ...]:
-    """Acceptance per draft position over ``runs``, weighted by their drafts (positions all of them measured)."""
-    weights = [max(m.drafts, 1) for m in runs]
-    positions = min(len(m.per_position) for m in runs)
-    return tuple(sum(w * m.per_position[i] for w, m in zip(weights, runs)) / sum(weights) for i in range(positions))
+def weighted_per_position(runs: Sequence[tuple[int | None, Sequence[float]]]) -> tuple[float, ...]:
+    """Acceptance per draft position over ``runs`` (drafts, per position), weighted by their drafts (at least 1
+    each), at the positions all of them measured."""
+    weights = [max(drafts or 0, 1) for drafts, _ in runs]
+    positions = min(len(p) for _, p in runs)
+    return tuple(sum(w * p[i] for w, (_, p) in zip(weights, runs)) / sum(weights) for i in range(positions))
 
 
 def acceptance_per_position(runs: Sequence[Measured]) -> tuple[float, ...]:
@@ -145,7 +133,7 @@ def acceptance_per_position(runs: Sequence[Measured]) -> tuple[float, ...]:
     if not speculative:
         raise UserError("no speculative run with acceptance counters: the advisor needs at least one run at k >= 1.")
     top = max(m.k for m in speculative)
-    return _per_position([m for m in speculative if m.k == top])
+    return weighted_per_position([(m.drafts, m.per_position) for m in speculative if m.k == top])
 
 
 def tau(p: Sequence[float], k: int) -> float:

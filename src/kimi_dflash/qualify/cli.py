@@ -15,7 +15,7 @@ from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.options import comma_list, declare, option, run
 from kimi_dflash.launch.serve_sh import SERVE_COMMAND, ServerLeftRunning
 from kimi_dflash.qualify import bundle, report
-from kimi_dflash.qualify.graphs import GraphCandidate
+from kimi_dflash.qualify.graphs import GraphCandidate, graph_candidate
 from kimi_dflash.qualify.plan import (
     PER_REQUEST_FLAG,
     PerRequest,
@@ -28,7 +28,7 @@ from kimi_dflash.qualify.plan import (
 )
 from kimi_dflash.qualify.state import STATE_FILE, QualifySignature, QualifyState
 from kimi_dflash.qualify.steps import Context, step_units
-from kimi_dflash.runs.orchestrator import Interrupted, run_units
+from kimi_dflash.runs.orchestrator import run_in_directory, run_units
 from kimi_dflash.runs.state import DONE, StepOutputs
 
 if TYPE_CHECKING:
@@ -158,21 +158,16 @@ def _verify_k_limit(values: dict[str, str]) -> tuple[int, str] | None:
 
 def _graph_candidate(config: Path, values: dict[str, str], box_kind: str, wanted: bool) -> GraphCandidate:
     """The graph-mode candidate, judged by the compatibility check with the runtime rules against the vLLM this
-    interpreter serves with (read from its source, no import): a variant the rules refuse would only fail its
-    preflight, so it is left out with their reason."""
-    from kimi_dflash.qualify.graphs import graph_candidate, graph_overrides, graph_refusal
-
+    interpreter serves with: a variant the rules refuse would only fail its preflight, so it is left out."""
     if not wanted:
         return GraphCandidate(False, "--no-graphs")
-    refusal = graph_refusal(values, box_kind)
-    if refusal is not None:  # CPU, or graphs already on: nothing for vLLM to judge
-        return GraphCandidate(False, refusal)
     k = int(values.get("NUM_SPECULATIVE_TOKENS") or 0)
-    return graph_candidate(values, k, box_kind, _check_variant(config, dict(graph_overrides(values, k))))
+    return graph_candidate(values, k, box_kind, lambda overrides: _check_variant(config, overrides))
 
 
 def _check_variant(config_path: Path, overrides: dict[str, str]) -> tuple[bool, str]:
-    """(passes, detail): the compatibility check with the runtime rules on the config with ``overrides``."""
+    """(passes, detail): the compatibility check with the runtime rules on the config with ``overrides`` (read from
+    the serving vLLM's source, no import)."""
     from kimi_dflash.config.problems import ConfigError
     from kimi_dflash.config.validate import load_config
     from kimi_dflash.core.paths import cache_root
@@ -273,15 +268,13 @@ def main(args: QualifyOptions) -> int:
     if args.dry_run:
         print("\n".join(render(plan, args.config, fresh.statuses())))
         return 0
-    try:
-        with fresh.opened(args.resume) as state:
-            return _run(dataclasses.replace(ctx, record=state.record), state, args)
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return report.EXIT_INFRA
-    except OSError as exc:  # --out read-only, the disk full
-        print(f"qualify: {fresh.cannot_write(exc, 'rerun with --resume')}", file=sys.stderr)
-        return report.EXIT_INFRA
+
+    def body(state: QualifyState) -> int:
+        return _run(dataclasses.replace(ctx, record=state.record), state, args)
+
+    return run_in_directory(
+        fresh, body, "qualify", "rerun with --resume", resume=args.resume, error_code=report.EXIT_INFRA
+    )
 
 
 def _run(ctx: Context, state: QualifyState, args: QualifyOptions) -> int:
@@ -292,9 +285,6 @@ def _run(ctx: Context, state: QualifyState, args: QualifyOptions) -> int:
         if tally.stopped_at:
             print(f"qualify: {tally.stopped_at} failed; stopping here (the plan would not run right). Fix what it "
                   "names and rerun with --resume.", file=sys.stderr)  # fmt: skip
-    except (KeyboardInterrupt, Interrupted) as exc:
-        print(f"\nqualify: interrupted ({str(exc) or 'SIGINT'}); rerun with --resume to finish", file=sys.stderr)
-        return 143 if isinstance(exc, Interrupted) else 130
     except ServerLeftRunning as exc:  # the run stops: another server would compete with it; the report says so
         print(f"qualify: error: {exc}", file=sys.stderr)
     began = state.begin("report")

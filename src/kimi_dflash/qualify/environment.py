@@ -92,31 +92,27 @@ def accelerators() -> Json:
     return found
 
 
-def _cpu_model() -> str | None:
+def _proc(path: str, prefix: str = "") -> str | None:
+    """The rest of the first line of ``path`` that starts with ``prefix`` (stripped); None without one."""
     try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError:
-        pass
-    return platform.processor() or None
+        return None
+    return next((line[len(prefix) :].strip() for line in lines if line.startswith(prefix)), None)
+
+
+def _cpu_model() -> str | None:
+    line = _proc("/proc/cpuinfo", "model name")
+    return line.partition(":")[2].strip() if line is not None else platform.processor() or None
 
 
 def _memory_gib() -> float | None:
-    try:
-        for line in Path("/proc/meminfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("MemTotal:"):
-                return round(int(line.split()[1]) / 2**20, 1)
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    fields = (_proc("/proc/meminfo", "MemTotal:") or "").split()
+    return round(int(fields[0]) / 2**20, 1) if fields and fields[0].isdigit() else None
 
 
 def numa_balancing() -> str | None:
-    try:
-        return Path("/proc/sys/kernel/numa_balancing").read_text(encoding="utf-8").strip()
-    except OSError:
-        return None
+    return _proc("/proc/sys/kernel/numa_balancing")
 
 
 def package_versions(python: str = sys.executable) -> dict[str, str | None]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from kimi_dflash.advisor.model import weighted_per_position
 from kimi_dflash.qualify.documents import AcceptanceRow
 from kimi_dflash.sweep import aggregate
 
@@ -15,13 +16,10 @@ PLOT_FILES = ("tok_s_vs_concurrency.png", "pareto.png", ACCEPTANCE_PNG)  # in re
 
 def acceptance_by_k(rows: Sequence[AcceptanceRow]) -> dict[int, list[float]]:
     """Per k, acceptance at each position over every concurrency, weighted by drafts (pure)."""
-    merged: dict[int, list[float]] = {}
-    for k in sorted({r.k for r in rows}):
-        mine = [r for r in rows if r.k == k]
-        weights = [float(r.drafts or 1) for r in mine]
-        positions = min(len(r.per_position) for r in mine)
-        merged[k] = [sum(w * r.per_position[i] for w, r in zip(weights, mine)) / sum(weights) for i in range(positions)]
-    return merged
+    return {
+        k: list(weighted_per_position([(r.drafts, r.per_position) for r in rows if r.k == k]))
+        for k in sorted({r.k for r in rows})
+    }
 
 
 def write_acceptance_plot(rows: Sequence[AcceptanceRow], out: Path) -> Path:

@@ -1,23 +1,17 @@
 """The graph-mode candidate (pure): the config's candidate with HIP/CUDA graphs on, when the config runs eager and
-the compatibility check with the runtime rules lets that variant through on the serving vLLM.
-
-The recipe ran eager (a vLLM 0.19 nightly gained nothing from graphs); configs/production-graphs.env is the
-unmeasured graph candidate. Graph mode with spec decode has runtime traps the rules know (rules/catalog/graphs.py):
-capture sizes not multiples of 1 + k can crash mid-decode (vllm #46324), so the variant sets aligned sizes unless the
-config sets its own; an FP8 KV-scale mode can be bypassed by a compile pass, which the rules refuse, so such a
-config gets no graph candidate, with the reason.
-"""
+the compatibility check with the runtime rules (rules/catalog/graphs.py) lets that variant through on the serving
+vLLM. Why and what it sets: docs/qualify.md (The graph-mode candidate)."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from kimi_dflash.config.convert import TRUE_WORDS
 
 GRAPH_MODE = "FULL_AND_PIECEWISE"  # vLLM's default for spec decode where the backend allows FULL decode graphs
-STEP_NAME = "graphs"
+VariantCheck = Callable[[dict[str, str]], tuple[bool, str]]  # the variant's config keys -> (passes, detail)
 
 
 @dataclass(frozen=True)
@@ -48,29 +42,22 @@ def graph_overrides(values: Mapping[str, str], k: int) -> tuple[tuple[str, str],
     return tuple(overrides)
 
 
-def graph_refusal(values: Mapping[str, str], box_kind: str) -> str | None:
-    """Why there is no graph-mode candidate whatever vLLM says (no check needed), or None."""
-    if box_kind == "cpu":
-        return "the CPU build has no HIP/CUDA graphs to capture (the demo runs eager)"
-    if (values.get("ENFORCE_EAGER") or "true").lower() not in TRUE_WORDS:
-        return "the candidate already runs with graphs (ENFORCE_EAGER=false)"
-    return None
-
-
 def graph_candidate(
-    values: Mapping[str, str], k: int, box_kind: str, check: tuple[bool, str] | None = None
+    values: Mapping[str, str], k: int, box_kind: str, check: VariantCheck | None = None
 ) -> GraphCandidate:
-    """Whether qualify measures the graph-mode candidate. ``check``: (passes, detail) of the compatibility check
-    with the runtime rules on the variant against the serving vLLM (None: not checked)."""
-    refusal = graph_refusal(values, box_kind)
-    if refusal is not None:
-        return GraphCandidate(False, refusal)
+    """Whether qualify measures the graph-mode candidate. ``check``: the compatibility check with the runtime rules
+    on the config with the variant's keys, against the serving vLLM (None: not checked); run only when nothing else
+    rules the variant out (the CPU build, graphs already on)."""
+    if box_kind == "cpu":
+        return GraphCandidate(False, "the CPU build has no HIP/CUDA graphs to capture (the demo runs eager)")
+    if (values.get("ENFORCE_EAGER") or "true").lower() not in TRUE_WORDS:
+        return GraphCandidate(False, "the candidate already runs with graphs (ENFORCE_EAGER=false)")
     if check is None:
         return GraphCandidate(False, "the graph variant was not checked against the serving vLLM")
-    passes, detail = check
+    overrides = graph_overrides(values, k)
+    passes, detail = check(dict(overrides))
     if not passes:
         return GraphCandidate(False, f"the runtime rules refuse the graph variant on this vLLM: {detail}")
-    overrides = graph_overrides(values, k)
     return GraphCandidate(True, " ".join(f"{key}={value}" for key, value in overrides), overrides)
 
 

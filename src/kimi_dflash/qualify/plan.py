@@ -1,10 +1,6 @@
 """The qualification plan: which steps run, the k x concurrency grid, and how long each step should take on this
-kind of box (pure: config values + box + budget in, a plan out; ``--dry-run`` prints it).
-
-Each box's time estimates and default SLO (``--slo`` replaces it; ``--slo none`` measures no goodput) say where their
-figures come from (``Box.source``, ``Box.slo_source``; docs/qualify.md tables both): upper-bound planning figures
-from the recipe's MI300X results and the demo's measurements, rescaled by the progress line as steps finish.
-"""
+kind of box (pure: config values + box + budget in, a plan out; ``--dry-run`` prints it). Each box's estimates and
+default SLO say where their figures come from (``Box.source``, ``Box.slo_source``; docs/qualify.md tables both)."""
 
 from __future__ import annotations
 
@@ -316,18 +312,10 @@ def build_plan(
     extra_k: Sequence[int] | None = None,
     sessions_levels: Sequence[int] | None = None,
 ) -> QualifyPlan:
-    """The plan for a config (its values as strings): the full grid, trimmed until it fits the budget.
-    ``extra_k`` / ``sessions_levels``: a shoot-out's choice in place of the box's (it trims across candidates).
-
-    ``k_limit``: (largest k, why) when a runtime rule refuses larger k on the vLLM that will serve (the AITER MLA
-    verify length): such grid points would only fail their preflight, so they are left out and said so.
-    ``projection``: per-position rates for the synthetic-acceptance projection (GPU only; checked by the caller).
-    ``graphs``: the graph-mode candidate, when the caller's compatibility check lets it through.
-
-    Trimming order: the extra k values (largest first), the graph-mode candidate, then the lowest concurrency levels.
-    The reference (k=0) and the candidate (the config's k) at the highest level are never removed: without them
-    nothing is qualified.
-    """
+    """The plan for a config (its values as strings): the full grid, trimmed until it fits the budget in
+    docs/qualify.md's order (never the reference or the candidate at the highest level: without them nothing is
+    qualified). ``k_limit``: (largest k, why) a runtime rule allows on the serving vLLM; larger k would only fail
+    their preflight. ``extra_k`` / ``sessions_levels``: a shoot-out's choice in place of the box's."""
     if values.get("SPECULATIVE_METHOD", "none") == "none":
         raise UserError(
             "qualify needs a speculative config (SPECULATIVE_METHOD=dflash, eagle3 or dspark): it compares the "

@@ -1,11 +1,6 @@
 """OUT/report.md: verdicts first (lossless, FP8 accuracy, recommended settings), then the tables (acceptance by
 position, the matched-concurrency table, the recipe's published MI300X figures beside ours), then each step's
-status. Verdicts and the exit code are pure functions of the state and the step files.
-
-Exit codes: 0 every verdict passed; 2 a verdict failed (lossless FAIL, or FP8 KV FAIL); 1 the box could not be
-qualified (preflight failed, a server did not start or could not be stopped, a step needed for a verdict failed,
-bad arguments).
-"""
+status. Verdicts and the exit code (docs/qualify.md's table) are pure functions of the state and the step files."""
 
 from __future__ import annotations
 
@@ -23,8 +18,9 @@ from kimi_dflash.qualify.documents import ReplyIdentityRow as ReplyRow
 from kimi_dflash.qualify.environment import Environment
 from kimi_dflash.qualify.lossless import LosslessVerdict
 from kimi_dflash.qualify.plan import SPEC_TOKENS, Candidate
-from kimi_dflash.qualify.state import FAILED, QualifyState
+from kimi_dflash.qualify.state import QualifyState
 from kimi_dflash.results_doc import ReportedFigures, recipe_figures
+from kimi_dflash.runs.state import FAILED
 from kimi_dflash.sweep import aggregate
 
 EXIT_PASS, EXIT_INFRA, EXIT_VERDICT_FAIL = 0, 1, 2

@@ -1,11 +1,6 @@
 """A drafter shoot-out: several candidate configs against one reference in one qualify run (pure: configs in, a plan
-out; measured files in, a ranking out).
-
-The reference (the qualify CONFIG with SPECULATIVE_METHOD=none) serves its greedy outputs and its benchmark once.
-Each candidate then runs qualify's own steps in OUT/candidates/<name>/ (candidate, grid, acceptance, per_request,
-goodput, advisor: steps.Context.candidate), judged against the reference's stored outputs and k=0 result; the
-ranking step orders them at the matched concurrency (the highest one the reference and every candidate measured).
-"""
+out; measured files in, a ranking out). Each candidate runs qualify's own steps (CANDIDATE_STEPS) in
+OUT/candidates/<name>/ against the reference's stored outputs and k=0 result (docs/qualify.md)."""
 
 from __future__ import annotations
 

@@ -1,17 +1,12 @@
 """OUT/state.json: the qualify run's state (runs.state): its signature (what it qualifies: a resume must match it),
 this invocation's plan, each step's record, the invocations and the manifest of every file the run wrote in OUT
-(the archive packs exactly those). State files of schema version 1 written before the state was typed load as
-they are."""
+(the archive packs exactly those)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from kimi_dflash.documents import Model
 from kimi_dflash.qualify.plan import QualifyPlan
-from kimi_dflash.runs.state import DONE, FAILED, RUNNING, SKIPPED, RunState
-
-__all__ = ["DONE", "FAILED", "RUNNING", "SKIPPED", "QualifySignature", "QualifyState", "open_state"]
+from kimi_dflash.runs.state import RunState
 
 STATE_FILE = "state.json"
 LOCK_FILE = "qualify.lock"  # held by the run using OUT (core.dir_lock); never archived
@@ -40,9 +35,3 @@ class QualifyState(RunState):
     FILE, LOCK, RUN = STATE_FILE, LOCK_FILE, "qualify run"
     signature: QualifySignature
     plan: QualifyPlan  # this invocation's (equal signatures plan the same steps)
-
-
-def open_state(out: Path, signature: QualifySignature, plan: QualifyPlan, resume: bool) -> QualifyState:
-    """A fresh state, or (with --resume) the recorded one, refused when it qualifies something else or cannot be
-    read as a state."""
-    return QualifyState(signature=signature, plan=plan).at(out).open(resume)

@@ -1,11 +1,7 @@
 """The steps of a qualification, one function each: ``(Context) -> Outcome``, run as units of the resumable run
 (runs.orchestrator). Each reads what earlier steps left on disk (never their in-memory state), so any step can be
 rerun alone after a kill. Servers are sweep points (sweep.points: launch.serve_sh, the benchmark, failure records).
-
-Two steps run on a GPU only and keep their results out of grid/ (which is keyed by k): the graph-mode candidate
-(graphs/: it shares the candidate's k) and the synthetic-acceptance projection (projection/: no verdict, acceptance
-table or advisor fit may ever read a projected figure).
-"""
+What each step writes: docs/qualify.md (Steps)."""
 
 from __future__ import annotations
 
@@ -287,12 +283,8 @@ def grid_step(ctx: Context) -> Outcome:
 
 
 def graphs_step(ctx: Context) -> Outcome:
-    """The candidate with graphs on (the plan's graph keys): its greedy outputs against the eager reference's, then
-    its benchmark at the grid's concurrency -> graphs/, graphs.json with the cudagraph mode the server ended with.
-
-    Token identity here is evidence, not a verdict: graphs run the target's own forward through other kernels and
-    batch shapes, so a difference can come from the target's numerics, not from speculation (the lossless verdict is
-    the eager candidate's). Results stay out of grid/: the grid is keyed by k, and this point shares the candidate's."""
+    """The candidate with graphs on (the plan's graph keys): its greedy outputs against the eager reference's
+    (evidence, not a verdict), then its benchmark -> graphs/ (not grid/: it shares the candidate's k), graphs.json."""
     from kimi_dflash.qualify.graphs import graph_mode_from_log
     from kimi_dflash.qualify.measures import graph_rows
 
@@ -322,10 +314,8 @@ def graphs_step(ctx: Context) -> Outcome:
 
 
 def synthetic_step(ctx: Context) -> Outcome:
-    """The projection: the candidate served with vLLM's synthetic acceptance sampler at the rates asked for
-    (SYNTHETIC_ACCEPTANCE_RATES, k = one draft per rate), benchmarked at the grid's concurrency like any grid point
-    -> projection/, projection.json. Speed only: the sampler does not check drafts against the target, so nothing
-    here says anything about the outputs."""
+    """The candidate served with vLLM's synthetic acceptance sampler at the rates asked for (k = one draft per rate)
+    -> projection/, projection.json: speed only, kept out of grid/ so that nothing judges outputs by it."""
     from kimi_dflash.config.acceptance_rates import format_rate
     from kimi_dflash.qualify.measures import projection_rows
 
@@ -424,7 +414,7 @@ def advisor_step(ctx: Context) -> Outcome:
     grid may hold one k >= 1: the model cannot fit a step-time slope from it, so no other k is predicted; the
     measured points still say which of those measured was faster at each concurrency."""
     from kimi_dflash.advisor.cli import render
-    from kimi_dflash.advisor.model import measurements, predict, recommend
+    from kimi_dflash.advisor.model import Prediction, measurements, predict, recommend
     from kimi_dflash.core.errors import UserError
 
     try:
@@ -433,23 +423,21 @@ def advisor_step(ctx: Context) -> Outcome:
         return Outcome(FAILED, str(exc))
     try:
         p, predictions = predict(runs)
-        best = {s: Rec(k=r.k, output_tok_s=round(r.output_tok_s, 2), per_user_tok_s=round(r.per_user_tok_s, 2),
-                       measured=bool(r.measured and r.fitted)) for s, r in recommend(predictions).items()}  # fmt: skip
         document, note = Advisor(per_position=list(p), recommendations={}, lines=render(p, predictions, None)), ""
-    except UserError as exc:
-        best = {}
-        for run in runs:  # per concurrency, the measured k with the highest aggregate tok/s
-            if run.sessions not in best or run.output_tok_s > best[run.sessions].output_tok_s:
-                best[run.sessions] = Rec(k=run.k, output_tok_s=round(run.output_tok_s, 2), measured=True,
-                                         per_user_tok_s=round(run.per_user_tok_s, 2))  # fmt: skip
+    except UserError as exc:  # the measured k only, each its own (fitted) prediction
+        predictions = [
+            Prediction(m.k, m.sessions, m.tau, m.step_s, m.per_user_tok_s, m.output_tok_s, m, True) for m in runs
+        ]
         lines = [f"advisor model not fitted: {exc}", "recommendation among the measured k only (no k predicted)"]
-        document, note = (
-            Advisor(per_position=[], recommendations={}, lines=lines),
-            f" (measured k only: {str(exc).split(':')[0]})",
-        )
-    document.recommendations = {str(sessions): best[sessions] for sessions in sorted(best)}
+        document = Advisor(per_position=[], recommendations={}, lines=lines)
+        note = f" (measured k only: {str(exc).split(':')[0]})"
+    for sessions, r in sorted(recommend(predictions).items()):
+        document.recommendations[str(sessions)] = Rec(
+            k=r.k, output_tok_s=round(r.output_tok_s, 2), per_user_tok_s=round(r.per_user_tok_s, 2),
+            measured=bool(r.measured and r.fitted),
+        )  # fmt: skip
     summary = ", ".join(f"{s} sessions: k={r.k}" for s, r in document.recommendations.items())
-    return _written(ctx, "advisor.json", document, len(best), summary + note)
+    return _written(ctx, "advisor.json", document, len(document.recommendations), summary + note)
 
 
 def ranking_step(ctx: Context) -> Outcome:

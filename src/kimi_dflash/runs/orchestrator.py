@@ -5,6 +5,7 @@ an ETA on stderr. SIGTERM becomes ``Interrupted`` (like SIGINT's KeyboardInterru
 
 from __future__ import annotations
 
+import errno
 import signal
 import sys
 import time
@@ -14,10 +15,18 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from kimi_dflash.bench.progress import format_duration
+from kimi_dflash.core.errors import UserError
 from kimi_dflash.launch.serve_sh import ServerLeftRunning
-from kimi_dflash.runs.state import FAILED, KEPT, SKIPPED, RunState, Status, StepOutputs
+from kimi_dflash.runs.state import FAILED, KEPT, SKIPPED, RunState, S, Status, StepOutputs
 
 Say = Callable[[str], None]
+WRITE_FIXES = {
+    errno.ENOSPC: "free some space",
+    errno.EDQUOT: "free some space (the disk quota is full)",
+    errno.EROFS: "name an --out on a writable filesystem",
+    errno.EACCES: "make it writable, or name another --out",
+    errno.EPERM: "make it writable, or name another --out",
+}
 
 
 class Interrupted(BaseException):
@@ -144,3 +153,27 @@ def run_units(units: Sequence[Unit], state: RunState | None, what: str, noun: st
                 tally.stopped_at = unit.name
                 break
     return tally
+
+
+def run_in_directory(
+    fresh: S, body: Callable[[S], int], what: str, rerun: str, *, resume: bool = True, error_code: int | None = None
+) -> int:
+    """``body`` on the state opened in its locked directory, with the ends sweep and qualify share: an interrupt
+    (130 SIGINT, 143 SIGTERM), a directory refused or in use (``error_code``; None: the error's own), one that cannot
+    be written (read-only, the disk full: exit 1; the state on disk is the last one written whole, so ``rerun``
+    keeps what finished)."""
+    try:
+        with fresh.opened(resume) as state:
+            return body(state)
+    except (KeyboardInterrupt, Interrupted) as exc:
+        print(f"\n{what}: interrupted ({str(exc) or 'SIGINT'}); {rerun} to finish", file=sys.stderr)
+        return 143 if isinstance(exc, Interrupted) else 130
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code if error_code is None else error_code
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename else ""
+        fix = WRITE_FIXES.get(exc.errno or 0, "check the directory")
+        fix = f"{fix[0].upper() + fix[1:]}, then {rerun} (finished work is kept)."
+        print(f"{what}: cannot write in --out {fresh.out}{where}: {exc.strerror or exc}. {fix}", file=sys.stderr)
+        return 1

@@ -10,7 +10,6 @@ damaged or foreign file is refused with a message, never a traceback). Each user
 
 from __future__ import annotations
 
-import errno
 import os
 import sys
 import time
@@ -31,13 +30,6 @@ DONE, FAILED, SKIPPED, RUNNING = "done", "failed", "skipped", "running"
 Status = Literal["done", "failed", "skipped", "running"]
 KEPT = (DONE, SKIPPED)  # a rerun keeps these; failed or cut-off (running) units are redone
 S = TypeVar("S", bound="RunState")
-_WRITE_FIXES = {
-    errno.ENOSPC: "free some space",
-    errno.EDQUOT: "free some space (the disk quota is full)",
-    errno.EROFS: "name an --out on a writable filesystem",
-    errno.EACCES: "make it writable, or name another --out",
-    errno.EPERM: "make it writable, or name another --out",
-}
 
 
 class StepOutputs(Model):
@@ -203,11 +195,3 @@ class RunState(Document):
         except UserError as exc:
             print(f"warning: {exc} (a rerun would refuse it); statuses not shown", file=sys.stderr)
             return {}
-
-    def cannot_write(self, exc: OSError, rerun: str) -> str:
-        """What to do when the directory cannot be written (read-only, disk full): the state on disk is the last one
-        written whole, so the rerun keeps what finished."""
-        where = f" ({exc.filename})" if exc.filename else ""
-        fix = _WRITE_FIXES.get(exc.errno or 0, "check the directory")
-        return (f"cannot write in --out {self._out}{where}: {exc.strerror or exc}. {fix[0].upper() + fix[1:]}, then "
-                f"{rerun} (finished work is kept).")  # fmt: skip

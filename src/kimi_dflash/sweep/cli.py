@@ -15,7 +15,7 @@ from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.options import comma_list, declare, option, parse
 from kimi_dflash.core.redaction import split_secret
 from kimi_dflash.launch.serve_sh import SERVE_COMMAND, ServerLeftRunning
-from kimi_dflash.runs.orchestrator import Interrupted
+from kimi_dflash.runs.orchestrator import Interrupted, run_in_directory
 from kimi_dflash.sweep import aggregate, state
 from kimi_dflash.sweep.grid import parse_axis, points
 from kimi_dflash.sweep.points import PointPlan, run_points
@@ -136,25 +136,16 @@ def main(args: SweepOptions) -> int:
     signature = state.SweepSignature(config=str(plan.config), grid=args.grid, sessions=list(plan.sessions),
                                      benchmark_options=plan.bench_args)  # fmt: skip
     fresh = state.SweepState(signature=signature).at(plan.out)
-    try:
-        with fresh.opened() as run_state:
-            return _run(plan, run_state, plots=not args.no_plots)
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except OSError as exc:  # DIR read-only, the disk full
-        print(f"sweep: {fresh.cannot_write(exc, 'rerun the same command')}", file=sys.stderr)
-        return 1
+    return run_in_directory(fresh, lambda s: _run(plan, s, not args.no_plots), "sweep", "rerun the same command")
 
 
 def _run(plan: PointPlan, run_state: state.SweepState, plots: bool) -> int:
     """The sweep, under DIR's lock."""
     try:
         tally = run_points(plan, run_state)
-    except (KeyboardInterrupt, Interrupted) as exc:
-        print(f"\nsweep: interrupted ({str(exc) or 'SIGINT'}); rerun the same command to finish", file=sys.stderr)
+    except (KeyboardInterrupt, Interrupted):
         write_aggregate(plan.out, plots=False)
-        return 143 if isinstance(exc, Interrupted) else 130
+        raise
     except ServerLeftRunning as exc:
         summary = write_aggregate(plan.out, plots=False, server_left=str(exc))
         print(f"error: {exc}\nsweep: stopped here; once that server is stopped, rerun the same command to finish "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kimi_dflash.config.schema import KEYS_BY_NAME
@@ -77,10 +77,3 @@ def points(axes: Sequence[Axis]) -> list[Point]:
     if len(set(keys)) != len(keys):
         raise UserError("--grid: a key is given twice; put all its values in one --grid KEY=v1,v2.")
     return [Point(tuple(zip(keys, combo))) for combo in itertools.product(*(axis.values for axis in axes))]
-
-
-def spec_tokens(config_values: Mapping[str, str]) -> int:
-    """Speculative tokens per step a config runs (0: none)."""
-    if config_values.get("SPECULATIVE_METHOD", "none") == "none":
-        return 0
-    return int(config_values.get(SPEC_TOKENS) or 0)

@@ -1,18 +1,5 @@
-"""What a sweep's output directory says about each point: finished, failed, or still to do.
-
-Layout of DIR:
-  <point>.json          the point's benchmark result (with its server config); written atomically, so a point
-                        is finished exactly when this file exists and loads as a complete result
-  <point>.failed.json   why the point failed (server did not start, benchmark failed) and the log tail
-  sweep.json            the run's state (runs.state): what the sweep measures (config, grid, levels, benchmark
-                        options: a rerun must match it), each point's last outcome, the files written. A sweep.json
-                        of an older sweep (the signature alone) is read as a state without records.
-  running.json          the server a point has up right now (launch.serve_sh: so a rerun after a hard kill, or
-                        after a refused serve.sh --stop, can stop it); removed once its stop succeeded
-  sweep.lock            held by the sweep using DIR (core.dir_lock): one run per directory
-  logs/                 server and benchmark logs per point
-  summary.md, *.png     the aggregate table and plots, rebuilt at the end of every run
-"""
+"""What a sweep's output directory says about each point: finished (``<point>.json``, a complete result), failed
+(``<point>.failed.json``) or still to do; the run's state is ``sweep.json`` (docs/workflows.md lists DIR's files)."""
 
 from __future__ import annotations
 
@@ -84,17 +71,19 @@ def point_files(out: Path, point: Point) -> list[Path]:
     return [result_path(out, point), failure_path(out, point), server_log(out, point), bench_log(out, point)]
 
 
-def finished_result(out: Path, point: Point) -> BenchmarkResult | None:
-    """The point's result if it is complete (an interrupted or foreign file counts as not finished)."""
-    path = result_path(out, point)
+def _complete(path: Path) -> BenchmarkResult | None:
+    """The point result at ``path`` if it is complete (an interrupted, foreign or missing file is not)."""
     try:
         result = load_result(path) if path.is_file() else None
     except UserError:
         return None
-    config = result.server_config if result else None
-    if result is None or result.run.status != "complete" or config is None or config.overrides != dict(point.overrides):
-        return None
-    return result
+    return result if result and result.run.status == "complete" and result.server_config is not None else None
+
+
+def finished_result(out: Path, point: Point) -> BenchmarkResult | None:
+    """The point's result if it is complete and of this point."""
+    result = _complete(result_path(out, point))
+    return result if result and result.server_config.overrides == dict(point.overrides) else None  # type: ignore[union-attr]
 
 
 def read_failures(out: Path) -> list[Failure]:
@@ -103,14 +92,6 @@ def read_failures(out: Path) -> list[Failure]:
 
 def finished_results(out: Path) -> list[tuple[Path, BenchmarkResult]]:
     """Every complete point result in DIR, in file-name order."""
-    found = []
-    for path in sorted(out.glob("*.json")):
-        if path.name in (SWEEP_FILE, RUNNING_FILE) or path.name.endswith(".failed.json"):
-            continue
-        try:
-            result = load_result(path)
-        except UserError:
-            continue
-        if result.run.status == "complete" and result.server_config is not None:
-            found.append((path, result))
-    return found
+    paths = [p for p in sorted(out.glob("*.json")) if p.name not in (SWEEP_FILE, RUNNING_FILE)]
+    found = [(path, _complete(path)) for path in paths if not path.name.endswith(".failed.json")]
+    return [(path, result) for path, result in found if result is not None]

@@ -16,9 +16,9 @@ from kimi_dflash.qualify import report
 from kimi_dflash.qualify.bundle import result_name
 from kimi_dflash.qualify.figures import acceptance_by_k
 from kimi_dflash.qualify.plan import CPU_BOX, GPU_BOX, build_plan, level_s, parse_duration, per_request_setting, point_s
-from kimi_dflash.qualify.state import DONE, FAILED, QualifySignature, open_state
-from kimi_dflash.runs.state import StepOutputs
-from qualify_fakes import PASSING_VERDICT
+from kimi_dflash.qualify.state import QualifySignature
+from kimi_dflash.runs.state import DONE, FAILED, StepOutputs
+from qualify_fakes import PASSING_VERDICT, open_state
 from repo_paths import REPO_ROOT
 
 
@@ -266,15 +266,17 @@ def test_graph_capture_sizes_are_multiples_of_the_verify_length_and_a_configs_ow
 def test_the_graph_candidate_is_measured_on_a_gpu_for_an_eager_config_the_rules_let_through(capsys) -> None:
     from kimi_dflash.qualify.graphs import graph_candidate
 
-    assert graph_candidate(PRODUCTION, 2, "gpu", (True, "")).runs
-    assert "no HIP/CUDA graphs" in graph_candidate(PRODUCTION, 2, "cpu", (True, "")).reason
+    assert graph_candidate(PRODUCTION, 2, "gpu", lambda _: (True, "")).runs
+    assert "no HIP/CUDA graphs" in graph_candidate(PRODUCTION, 2, "cpu", lambda _: (True, "")).reason
     assert "already runs with graphs" in graph_candidate({**PRODUCTION, "ENFORCE_EAGER": "false"}, 2, "gpu").reason
-    refused = graph_candidate(PRODUCTION, 2, "gpu", (False, "graphs with spec decode: the hook can be bypassed"))
+    refused = graph_candidate(
+        PRODUCTION, 2, "gpu", lambda _: (False, "graphs with spec decode: the hook can be bypassed")
+    )
     assert (
         not refused.runs and "runtime rules refuse the graph variant on this vLLM: graphs with spec" in refused.reason
     )
     # The budget trims it after the extra k values, before any concurrency level.
-    graphs = graph_candidate(PRODUCTION, 2, "gpu", (True, ""))
+    graphs = graph_candidate(PRODUCTION, 2, "gpu", lambda _: (True, ""))
     full = build_plan(PRODUCTION, 10 * 3600, graphs=graphs)
     assert full.graph_overrides and next(s for s in full.steps if s.name == "graphs").runs
     trimmed = build_plan(PRODUCTION, 45 * 60, graphs=graphs)

@@ -116,7 +116,9 @@ def _context(out: Path):  # type: ignore[no-untyped-def]
 
 def test_per_request_and_goodput_steps_compute_what_the_report_shows(tmp_path: Path) -> None:
     from kimi_dflash.qualify import report, steps
-    from kimi_dflash.qualify.state import DONE, QualifySignature, open_state
+    from kimi_dflash.qualify.state import QualifySignature
+    from kimi_dflash.runs.state import DONE
+    from qualify_fakes import open_state
 
     _grid(tmp_path)
     ctx = _context(tmp_path)
@@ -161,7 +163,8 @@ def test_per_request_and_goodput_steps_compute_what_the_report_shows(tmp_path: P
 def test_without_the_measures_the_report_says_why(tmp_path: Path) -> None:
     from kimi_dflash.qualify import report
     from kimi_dflash.qualify.plan import build_plan, per_request_setting
-    from kimi_dflash.qualify.state import QualifySignature, open_state
+    from kimi_dflash.qualify.state import QualifySignature
+    from qualify_fakes import open_state
 
     values = {"DEVICE": "cpu", "SPECULATIVE_METHOD": "dflash", "NUM_SPECULATIVE_TOKENS": "4", "MAX_NUM_SEQS": "16"}
     plan = build_plan(values, slo="none", per_request=per_request_setting(values, (), ("absent", "vllm 0.28.0")))
@@ -232,8 +235,10 @@ def test_the_projection_runs_beside_the_grid_and_the_report_labels_it_speed_not_
 
     from kimi_dflash.qualify import report, steps
     from kimi_dflash.qualify.plan import build_plan
-    from kimi_dflash.qualify.state import DONE, QualifySignature, open_state
+    from kimi_dflash.qualify.state import QualifySignature
+    from kimi_dflash.runs.state import DONE
     from kimi_dflash_lab.synthetic import plan_chunks
+    from qualify_fakes import open_state
 
     _grid(tmp_path)
     serve = _stand_in(tmp_path, monkeypatch)
@@ -274,7 +279,8 @@ def test_the_projection_runs_beside_the_grid_and_the_report_labels_it_speed_not_
 def test_without_rates_or_on_cpu_the_report_says_why_there_is_no_projection(tmp_path: Path) -> None:
     from kimi_dflash.qualify import report
     from kimi_dflash.qualify.plan import build_plan
-    from kimi_dflash.qualify.state import QualifySignature, open_state
+    from kimi_dflash.qualify.state import QualifySignature
+    from qualify_fakes import open_state
 
     for device, why in (("rocm", "not asked for: --project-acceptance RATES"), ("cpu", "refused on the CPU build")):
         values = {"DEVICE": device, "SPECULATIVE_METHOD": "dflash", "NUM_SPECULATIVE_TOKENS": "2", "MAX_NUM_SEQS": "8"}
@@ -298,13 +304,15 @@ def test_the_graph_mode_candidate_runs_apart_from_the_grid_and_reports_a_lowered
     from kimi_dflash.qualify import report, steps
     from kimi_dflash.qualify.graphs import graph_candidate
     from kimi_dflash.qualify.plan import build_plan
-    from kimi_dflash.qualify.state import DONE, QualifySignature, open_state
+    from kimi_dflash.qualify.state import QualifySignature
+    from kimi_dflash.runs.state import DONE
     from kimi_dflash.validate.client import Completion
+    from qualify_fakes import open_state
 
     _grid(tmp_path)
     serve = _stand_in(tmp_path, monkeypatch)
     values = {"DEVICE": "rocm", "SPECULATIVE_METHOD": "dflash", "NUM_SPECULATIVE_TOKENS": "4", "MAX_NUM_SEQS": "4"}
-    plan = build_plan(values, slo="none", graphs=graph_candidate(values, 4, "gpu", (True, "")))
+    plan = build_plan(values, slo="none", graphs=graph_candidate(values, 4, "gpu", lambda _: (True, "")))
     assert next(s for s in plan.steps if s.name == "graphs").runs
     # Outputs stored by the reference step and by this server (the instrument server returns no token ids).
     outputs = {"model": "synthetic", "max_tokens": 4, "prompts": ["a", "b"],
@@ -370,7 +378,7 @@ def test_the_fp8_step_serves_the_bf16_kv_server_through_serve_sh_and_writes_a_ty
     from kimi_dflash.qualify import steps
     from kimi_dflash.qualify.lossless import GreedyOutputs
     from kimi_dflash.qualify.plan import build_plan
-    from kimi_dflash.qualify.state import DONE
+    from kimi_dflash.runs.state import DONE
     from kimi_dflash.validate.client import Completion
     from kimi_dflash.validate.engine import math_questions
     from kimi_dflash_lab import lab_environ
@@ -414,7 +422,8 @@ def test_the_report_sets_the_recipe_figures_shipped_in_the_package_beside_the_ru
     """No checkout needed: the recipe's published figures come with the package (an install has no benchmarks/)."""
     from kimi_dflash.qualify import report
     from kimi_dflash.qualify.plan import build_plan
-    from kimi_dflash.qualify.state import QualifySignature, open_state
+    from kimi_dflash.qualify.state import QualifySignature
+    from qualify_fakes import open_state
 
     _grid(tmp_path)
     values = {"DEVICE": "cpu", "SPECULATIVE_METHOD": "dflash", "NUM_SPECULATIVE_TOKENS": "4", "MAX_NUM_SEQS": "16"}
@@ -422,3 +431,28 @@ def test_the_report_sets_the_recipe_figures_shipped_in_the_package_beside_the_ru
     text = report.write_report(tmp_path, state, "demo-cpu", plots=False)[0].read_text(encoding="utf-8")
     section = text.split("## The recipe's published MI300X figures beside this run", 1)[1].split("\n## ", 1)[0]
     assert "**not measured by this project**" in section and "| `production.env` | BF16 | 2 | 32 | 507.6 |" in section
+
+
+def test_advisor_step_with_one_speculative_k_recommends_among_the_measured_k(tmp_path: Path) -> None:
+    """A budget-trimmed grid (k=0 and k=4 only): the model cannot fit a step-time slope, so the advisor step says so
+    and recommends, per concurrency, the measured k with the highest aggregate tok/s."""
+    from kimi_dflash.advisor.model import measurements
+    from kimi_dflash.qualify import steps
+    from kimi_dflash.qualify.documents import Advisor
+    from kimi_dflash.runs.state import DONE
+
+    _grid(tmp_path)
+    ctx = _context(tmp_path)
+    outcome = steps.advisor_step(ctx)
+    assert (
+        outcome.status == DONE and "(measured k only: at 2 sessions the runs have only k=4 (k >= 1)" in outcome.detail
+    )
+    advisor = Advisor.load(tmp_path / "advisor.json")
+    assert advisor.per_position == [] and advisor.lines[0].startswith("advisor model not fitted: at 2 sessions")
+    runs = measurements(steps.grid_results(ctx))
+    for sessions, rec in advisor.recommendations.items():
+        fastest = max((m for m in runs if m.sessions == int(sessions)), key=lambda m: m.output_tok_s)
+        assert (rec.k, rec.output_tok_s, rec.measured) == (fastest.k, round(fastest.output_tok_s, 2), True)
+    assert (
+        list(advisor.recommendations) == sorted(advisor.recommendations, key=int) and len(advisor.recommendations) > 1
+    )
