@@ -1,10 +1,5 @@
-"""Head-to-head report from result files: a baseline and one or more candidates, at matched concurrency.
-
-Only levels with the same load are compared: "DFlash at 32 users vs the baseline at 8 users" is how misleading
-speedups are born, so levels on one side only are listed as not compared, and with no level in common the
-comparison is refused. Runs whose workload differs are refused unless --allow-mismatch, and then every table
-carries a warning.
-"""
+"""Head-to-head report from result files: a baseline and one or more candidates, only at matched load (levels
+on one side only are listed as not compared); runs whose workload differs are refused unless --allow-mismatch."""
 
 from __future__ import annotations
 

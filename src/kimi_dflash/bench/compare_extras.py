@@ -1,11 +1,5 @@
 """The runs a comparison reads (compare.py and plots.py both do), and what it adds to the matched-load table: the
-speedup's confidence interval over repeats and the speedup at the SLO.
-
-Speedup at the SLO: each side's *sustained load* is its highest load (sessions, or an open loop's rate) whose SLO
-attainment reaches the threshold (default 0.9); the speedup is the candidate's output goodput at its sustained
-load over the baseline's at its own ("how much more useful work within the latency target", possibly at
-different loads, and it says so). Both runs need the same ``--slo``.
-"""
+speedup's confidence interval over repeats and the speedup at the SLO (docs/benchmark.md, "Comparing runs")."""
 
 from __future__ import annotations
 

@@ -21,8 +21,6 @@ from kimi_dflash.core.formatting import interval, number, percent
 
 TOOL_NAME = "benchmark_multi_turn"
 
-SECRET_FLAGS = redaction.SECRET_OPTIONS
-
 
 def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -34,7 +32,7 @@ def redact_argv(argv: list[str]) -> list[str]:
     (bench/request_shaping.py)."""
     out: list[str] = []
     header_next = False
-    for arg in redaction.redact_argv(argv, SECRET_FLAGS):
+    for arg in redaction.redact_argv(argv):
         if header_next:
             out.append(redact_header_arg(arg))
             header_next = False
