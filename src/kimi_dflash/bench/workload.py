@@ -1,9 +1,5 @@
-"""Prompts and who asks what: the built-in prompt set or a dataset file, and seeded per-session plans.
-
-Each session draws its prompts by a generator seeded with ``(seed, level, repeat, session)``: two runs with the
-same seed send identical conversations at matched concurrency (a DFlash run and its baseline see the same
-prompts), while levels and repeats differ so that prefix caching gets no free hits from the previous level.
-"""
+"""Prompts and who asks what: the built-in prompt set or a dataset file, and seeded per-session plans (seeded by
+``(seed, level, repeat, session)``: docs/benchmark.md, "Workload")."""
 
 from __future__ import annotations
 
