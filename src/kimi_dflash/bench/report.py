@@ -67,8 +67,7 @@ def tool_info(event_loop: str) -> ToolInfo:
     from kimi_dflash import __version__
 
     def version_of(module: str) -> str | None:
-        mod = sys.modules.get(module)
-        return getattr(mod, "__version__", None) if mod else None
+        return getattr(sys.modules.get(module), "__version__", None)
 
     return ToolInfo(
         name=TOOL_NAME,
