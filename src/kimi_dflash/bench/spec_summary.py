@@ -83,11 +83,9 @@ def spec_per_request(records: Sequence[RequestRecord]) -> SpecPerRequest | None:
 
 
 def reply_hashes(records: Sequence[RequestRecord]) -> dict[str, str]:
-    """reply_sha256 of each successful request keyed 'repeat/session/k' (k: the session's k-th request).
-
-    Records are appended in send order, and a session sends one request at a time, so k is the same
-    request in two runs that sent the same conversations (same seed, dataset and workload settings).
-    """
+    """reply_sha256 of each successful request keyed 'repeat/session/k' (k: the session's k-th request). A session
+    sends one request at a time and records are appended in send order, so k names the same request in two runs
+    that sent the same conversations."""
     seen: dict[tuple[int, int], int] = {}
     out: dict[str, str] = {}
     for r in records:
