@@ -33,16 +33,15 @@ def redact_argv(argv: list[str]) -> list[str]:
     out: list[str] = []
     header_next = False
     for arg in redaction.redact_argv(argv):
-        if header_next:
-            out.append(redact_header_arg(arg))
-            header_next = False
-            continue
         flag, eq, value = arg.partition("=")
-        if flag == "--header":
-            out.append(f"--header={redact_header_arg(value)}" if eq else arg)
-            header_next = not eq
-            continue
-        out.append(redaction.redact_query(arg))
+        if header_next:
+            arg = redact_header_arg(arg)
+        elif flag == "--header" and eq:
+            arg = f"--header={redact_header_arg(value)}"
+        elif flag != "--header":
+            arg = redaction.redact_query(arg)
+        header_next = not header_next and arg == "--header"
+        out.append(arg)
     return out
 
 
