@@ -1,11 +1,6 @@
-"""The HTTP side: chat requests on each session's own connection; GETs through aiohttp.
-
-Chat requests (the hot path) go over ``http1.Connection``: one keep-alive connection per session, so
-concurrency N means exactly N connections (nothing can queue for a pooled connection, and there is no
-pool limit to hit). Each network read is timestamped once and handed to a ``StreamAccumulator``, which
-parses all events of the read with one ``json.loads``: no per-token Python work. The plain GET endpoints
-(/v1/models, /version, /metrics) use an aiohttp session. Failures never raise out of ``send``: they come
-back as a reason on the record.
+"""The HTTP side: chat requests on each session's own ``http1.Connection``, each read fed to a
+``StreamAccumulator``; the GET endpoints (/v1/models, /version, /metrics) through aiohttp. Failures never raise
+out of ``send``: they come back as a reason on the record.
 """
 
 from __future__ import annotations
@@ -127,13 +122,10 @@ def _merge(payload: dict[str, Any], extra_body: dict[str, Any]) -> None:
 async def send(
     conn: http1.Connection, endpoint: Endpoint, body: bytes, stream: bool, record: RequestRecord
 ) -> Reply | None:
-    """Send one chat request on ``conn``; fill ``record`` with timestamps, counts or a failure reason.
-
-    ``record.ready_time`` is taken before anything else, ``record.send_time`` when the request bytes are
-    handed to the socket: TTFT and E2EL start there, so connecting and the queueing of many simultaneous
-    sends on one event loop do not count as server latency (the difference is reported as client send
-    time). Returns the decoded reply (for the conversation history), or None when nothing usable arrived.
-    """
+    """Send one chat request on ``conn``; fill ``record`` with timestamps, counts or a failure reason. TTFT and E2EL
+    start at ``send_time`` (the bytes handed to the socket), so connecting and the queueing of simultaneous sends
+    on one loop are not server latency (``ready_time`` - ``send_time`` is reported as client send time). Returns
+    the decoded reply (for the conversation history), or None when nothing usable arrived."""
     accumulator = StreamAccumulator()
 
     def sent(at: float) -> None:
@@ -217,29 +209,26 @@ def classify_exception(exc: BaseException) -> tuple[str, str]:
     chain = _causes(exc)
     if descriptors.local_errno(chain) is not None:  # before the connection reasons: it is not the server's
         return CLIENT_OUT_OF_RESOURCES, detail
-    if any(isinstance(e, (asyncio.TimeoutError, TimeoutError, aiohttp.ServerTimeoutError)) for e in chain):
+
+    def found(kinds: tuple[type[BaseException], ...], errnos: tuple[int, ...] = ()) -> bool:
+        return any(isinstance(e, kinds) or getattr(e, "errno", None) in errnos for e in chain)
+
+    if found((asyncio.TimeoutError, TimeoutError, aiohttp.ServerTimeoutError)):
         return TIMEOUT, detail
-    if any(isinstance(e, ConnectionRefusedError) for e in chain) or any(
-        getattr(e, "errno", None) == errno.ECONNREFUSED for e in chain
-    ):
+    if found((ConnectionRefusedError,), (errno.ECONNREFUSED,)):
         return CONNECTION_REFUSED, detail
-    if any(isinstance(e, http1.BadResponse) for e in chain):
+    if found((http1.BadResponse,)):
         return BAD_RESPONSE, detail
-    if (
-        any(isinstance(e, ConnectionResetError) for e in chain)
-        or any(getattr(e, "errno", None) in (errno.ECONNRESET, errno.EPIPE) for e in chain)
-        # aiohttp reports a reset in the middle of a body only inside the ClientPayloadError message
-        or any("ConnectionResetError" in str(e) for e in chain)
+    # aiohttp reports a reset in the middle of a body only inside the ClientPayloadError message
+    if found((ConnectionResetError,), (errno.ECONNRESET, errno.EPIPE)) or any(
+        "ConnectionResetError" in str(e) for e in chain
     ):
         return CONNECTION_RESET, detail
-    if any(
-        isinstance(e, (http1.ConnectionClosed, aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError))
-        for e in chain
-    ):
+    if found((http1.ConnectionClosed, aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError)):
         return CONNECTION_CLOSED, detail
     if isinstance(exc, aiohttp.ClientResponseError):
         return BAD_RESPONSE, detail
-    if any(isinstance(e, (OSError, ssl.SSLError, aiohttp.ClientError)) for e in chain):
+    if found((OSError, ssl.SSLError, aiohttp.ClientError)):
         return CONNECTION_ERROR, detail
     return CLIENT_ERROR, detail
 

@@ -1,10 +1,7 @@
-"""Head-to-head report from result files: a baseline and one or more candidates, at matched concurrency.
-
-Only levels with the same load are compared: "DFlash at 32 users vs the baseline at 8 users" is how misleading
-speedups are born, so levels on one side only are listed as not compared, and with no level in common the
-comparison is refused. Runs whose workload differs are refused unless --allow-mismatch, and then every table
-carries a warning.
-"""
+"""Head-to-head report from result files: a baseline and one or more candidates, only at matched load (levels
+on one side only are listed as not compared); runs whose workload differs are refused unless --allow-mismatch.
+Beside the matched-load table: the speedup's confidence interval over repeats and the speedup at the SLO
+(docs/benchmark.md, "Comparing runs")."""
 
 from __future__ import annotations
 
@@ -12,15 +9,129 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from kimi_dflash.bench import columns, compare_extras, reply_match
-from kimi_dflash.bench.compare_extras import Run, load_runs
-from kimi_dflash.bench.intervals import CONFIDENCE_LEVELS
-from kimi_dflash.bench.result import Settings
+from kimi_dflash.bench import columns, reply_match
+from kimi_dflash.bench.goodput import describe
+from kimi_dflash.bench.intervals import CONFIDENCE_LEVELS, ratio_interval
+from kimi_dflash.bench.result import BenchmarkResult, LevelResult, Settings, load_result
 from kimi_dflash.core import options
 from kimi_dflash.core.atomic_write import write_text_atomic
 from kimi_dflash.core.errors import UserError
-from kimi_dflash.core.formatting import markdown_table, percent, ratio
+from kimi_dflash.core.formatting import MISSING, interval, markdown_table, percent, ratio
 from kimi_dflash.core.options import declare, option
+
+DEFAULT_ATTAINMENT = 0.9
+
+
+@dataclass(frozen=True)
+class Run:
+    path: Path
+    name: str
+    document: BenchmarkResult
+
+    @property
+    def levels(self) -> dict[float, LevelResult]:
+        """By session count; by request rate for an open-loop run."""
+        return self.document.levels
+
+
+def load_runs(paths: list[Path]) -> list[Run]:
+    runs = []
+    seen: set[str] = set()
+    for path in paths:
+        document = load_result(path)
+        name = document.run.label or path.stem
+        if name in seen:
+            name = f"{name} ({path.name})"
+        seen.add(name)
+        runs.append(Run(path=path, name=name, document=document))
+    return runs
+
+
+def open_loop_differences(a: Settings, b: Settings) -> list[str]:
+    """Differences in the load's shape that make two runs' levels different things."""
+    oa, ob = a.open_loop, b.open_loop
+    if oa is None and ob is None:
+        return []
+    if (oa is None) != (ob is None):
+        return ["load: closed loop (--sessions) vs open loop (--request-rate)"]
+    assert oa is not None and ob is not None
+    keys = ("arrival", "burstiness", "max_concurrency", "sessions_per_level", "think_time_s", "think_time_dist")
+    pairs = [(key, getattr(oa, key), getattr(ob, key)) for key in keys]
+    return [f"{key}: {x!r} vs {y!r}" for key, x, y in pairs if x != y]
+
+
+def speedup_interval_cell(baseline: LevelResult, candidate: LevelResult, confidence: float) -> str:
+    """``[1.41, 1.58]`` for output tok/s over repeats; ``[0.97, 1.05] not significant`` when it spans 1.0."""
+    found = ratio_interval(
+        [r.output_tok_s for r in candidate.repeat_results],
+        [r.output_tok_s for r in baseline.repeat_results],
+        confidence,
+    )
+    if found is None or found.low is None or found.high is None:
+        return "— (needs --repeats ≥ 2)"
+    return interval(found.low, found.high) + ("" if found.significant else " not significant")
+
+
+def sustained(levels: dict[float, LevelResult], threshold: float) -> tuple[float, LevelResult] | None:
+    """The highest load whose SLO attainment is at least ``threshold`` (None: no level does)."""
+    ok = [
+        (key, level)
+        for key, level in levels.items()
+        if level.goodput is not None and level.goodput.attainment is not None and level.goodput.attainment >= threshold
+    ]
+    return max(ok, key=lambda item: item[0]) if ok else None
+
+
+def slo_section(
+    baseline_name: str,
+    baseline: BenchmarkResult,
+    candidate_name: str,
+    candidate: BenchmarkResult,
+    threshold: float = DEFAULT_ATTAINMENT,
+) -> str:
+    """The "speedup at the SLO" section (empty when neither run measured an SLO)."""
+    b_slo, c_slo = baseline.settings.slo, candidate.settings.slo
+    if not b_slo and not c_slo:
+        return ""
+    title = f"## {candidate_name} vs {baseline_name} at the SLO"
+    if b_slo != c_slo:
+        return (
+            f"{title}\n\nNot compared: the runs measured different SLOs ({baseline_name}: "
+            f"{describe(b_slo or {}) or 'none'}; {candidate_name}: {describe(c_slo or {}) or 'none'}). "
+            "Re-run both with the same --slo.\n"
+        )
+    b_levels, c_levels = baseline.levels, candidate.levels
+    rows, found = [], {}
+    for name, levels in ((baseline_name, b_levels), (candidate_name, c_levels)):
+        found[name] = best = sustained(levels, threshold)
+        if best is None:
+            rows.append([name, f"none (no level reaches {percent(threshold, 0)})"] + [MISSING] * len(columns.SLO))
+        else:
+            rows.append([name, columns.LEVEL.cell(best[1])] + [column.cell(best[1]) for column in columns.SLO])
+    lines = [
+        title,
+        "",
+        f"SLO: {describe(b_slo or {})}; a load is sustained when at least {percent(threshold, 0)} of its requests "
+        "meet it.",
+        "",
+        *markdown_table(
+            ["run", "sustained load", *(c.header for c in columns.SLO)], "lr" + "r" * len(columns.SLO), rows
+        ),
+        "",
+    ]
+    b_best, c_best = found[baseline_name], found[candidate_name]
+    if b_best is not None and c_best is not None:
+        speedup = columns.OUTPUT_GOODPUT.over(c_best[1], b_best[1])
+        lines.append(
+            f"**Speedup at the SLO: {ratio(speedup)}** (goodput tok/s, {candidate_name} at "
+            f"{columns.LEVEL.cell(c_best[1])} vs {baseline_name} at {columns.LEVEL.cell(b_best[1])}). Only levels that "
+            "were measured count: a sweep with more levels can move the sustained load."
+        )
+    else:
+        lines.append("**Speedup at the SLO: —** (a side sustains no measured load within the SLO)")
+    lines.append("")
+    return "\n".join(lines)
+
 
 # Settings that must agree for two runs to be comparable.
 WORKLOAD_KEYS = (
@@ -44,7 +155,7 @@ def workload_differences(baseline: Run, other: Run) -> list[str]:
         diffs.append(f"extra_body: {a.extra_body!r} vs {b.extra_body!r}")
     if a.seed != b.seed:
         diffs.append(f"seed: {a.seed!r} vs {b.seed!r} (different conversations)")
-    diffs.extend(compare_extras.open_loop_differences(a, b))
+    diffs.extend(open_loop_differences(a, b))
     return diffs
 
 
@@ -70,7 +181,7 @@ def quality_notes(run: Run) -> list[str]:
 def render_markdown(
     runs: list[Run],
     allow_mismatch: bool = False,
-    slo_attainment: float = compare_extras.DEFAULT_ATTAINMENT,
+    slo_attainment: float = DEFAULT_ATTAINMENT,
     confidence: float = 0.95,
 ) -> str:
     """The comparison report. Raises UserError when nothing can honestly be compared."""
@@ -104,11 +215,7 @@ def render_markdown(
                 f"{candidate.name} levels {only_cand or '—'}. Never read a speedup across different session counts."
             )
         blocks.append(_level_table(baseline, candidate, common, confidence))
-        blocks.append(
-            compare_extras.slo_section(
-                baseline.name, baseline.document, candidate.name, candidate.document, slo_attainment
-            )
-        )
+        blocks.append(slo_section(baseline.name, baseline.document, candidate.name, candidate.document, slo_attainment))
         names = (baseline.name, candidate.name)
         blocks.append(reply_match.markdown(baseline.document, candidate.document, names, common))
     for run in runs:
@@ -135,7 +242,7 @@ def _level_table(baseline: Run, candidate: Run, common: list[float], confidence:
         b, c = baseline.levels[key], candidate.levels[key]
         rows.append(
             [columns.LEVEL.cell(b), first.cell(b), first.cell(c), f"**{ratio(first.over(c, b))}**",
-             compare_extras.speedup_interval_cell(b, c, confidence),
+             speedup_interval_cell(b, c, confidence),
              *(column.cell(level) for column in side_by_side for level in (b, c)),
              *(f"{column.cell(b)} → {column.cell(c)}" for column in arrows)]
         )  # fmt: skip
@@ -183,7 +290,7 @@ class CompareOptions:
     plots: Path | None = option("write PNG plots into this directory (needs matplotlib)")
     allow_mismatch: bool = option("compare runs with different workloads anyway (flagged loudly)")
     slo_attainment: float = option("fraction of requests that must meet the SLO for a load to count as sustained "
-        "(default %(default)s)", default=compare_extras.DEFAULT_ATTAINMENT, above=0, maximum=1)  # fmt: skip
+        "(default %(default)s)", default=DEFAULT_ATTAINMENT, above=0, maximum=1)  # fmt: skip
     confidence: float = option("confidence level of the speedup intervals (default %(default)s)",
         choices=CONFIDENCE_LEVELS, default=0.95)  # fmt: skip
 

@@ -1,10 +1,5 @@
-"""File descriptors: enough of them before a run starts, and a local shortage never blamed on the server.
-
-Every session holds one connection (one descriptor), so N sessions need about N descriptors plus a few. A limit
-below that used to surface mid-level as "server stopped answering" (the connects fail with EMFILE, and so does the
-liveness probe). Before anything is measured the soft limit is raised toward the hard limit; if even the hard
-limit is too low the run is refused with the numbers and the fix.
-"""
+"""File descriptors: enough of them before a run starts (docs/benchmark.md, "Quick start"), and a local shortage
+never blamed on the server (a limit too low used to surface mid-level as "server stopped answering")."""
 
 from __future__ import annotations
 

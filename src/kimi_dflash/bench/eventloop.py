@@ -1,11 +1,5 @@
-"""Run the benchmark's event loop as cheaply as the client box allows: how many streams one client core follows
-without distorting timestamps depends on it.
-
-* uvloop, when installed (optional; the result records which loop ran), roughly halves the per-read cost.
-* asyncio's socket transport calls ``recv(256 KiB)`` for every read; with glibc that allocation is above the
-  mmap/trim thresholds, so each SSE chunk cost ~20 us of allocation and page mapping on the 2-core dev box
-  against ~3 us for 64 KiB. SSE reads are a few hundred bytes: the benchmark lowers the read size to 64 KiB.
-"""
+"""Run the benchmark's event loop as cheaply as the client box allows (uvloop when installed, else asyncio with a
+64 KiB read size; why and the measurements: docs/benchmark.md, "How the client keeps out of the way")."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""CSV beside the result JSON (``--csv``): ``<output>.requests.csv``, one row per request (times in seconds from
-the run's clock origin, derived latencies, local queueing, SLO met), and ``<output>.levels.csv``, one row per level.
-Both are rewritten atomically after every level, like the JSON, so a stopped run leaves complete files.
-"""
+"""CSV beside the result JSON (``--csv``): ``<output>.requests.csv`` and ``<output>.levels.csv`` (their columns:
+docs/benchmark.md, "Percentiles and CSV"), rewritten atomically after every level like the JSON."""
 
 from __future__ import annotations
 

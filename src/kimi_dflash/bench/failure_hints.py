@@ -1,9 +1,5 @@
-"""What to tell the user when every warmup request failed: the cause the failures point to, and its fix (pure).
-
-One hint per cause, read from the most common failure reason and its first detail: a wrong model is only one
-of them (a 400 for a prompt beyond the context, a missing key, a server that went away and an error raised on
-this machine each get their own).
-"""
+"""What to tell the user when every warmup request failed: the cause its most common failure reason and first
+detail point to, and its fix (pure)."""
 
 from __future__ import annotations
 

@@ -1,16 +1,10 @@
-"""A minimal HTTP/1.1 client connection for the hot path: one keep-alive connection per session.
+"""A minimal HTTP/1.1 client connection for the hot path, one per session (why not aiohttp: docs/benchmark.md,
+"How the client keeps out of the way"): the arrival time is taken once per network read in ``data_received`` and
+the de-chunked bytes go straight to a callback; no task wakes until the response is complete.
 
-Why not aiohttp here: for every SSE chunk aiohttp runs its stream-reader machinery in Python and wakes
-the reading task, which measured as large as the JSON parsing itself. This protocol takes the arrival
-time once per network read inside ``data_received`` and hands the de-chunked bytes straight to a
-callback; no task wakes until the response is complete. Each session owns its connection, so there is
-no pool to throttle concurrency and nothing can queue for a connection. (aiohttp still serves the
-plain GET endpoints: /v1/models, /version, /metrics.)
-
-Scope, on purpose: HTTP/1.1 with keep-alive, ``Content-Length``, chunked and read-until-close bodies,
-interim 1xx responses skipped, TLS via ``ssl``; no redirects, proxies or compression (we send
-``Accept-Encoding: identity``). Protocol violations raise ``BadResponse``; a connection that closes before
-the body ends raises ``ConnectionClosed``; OS errors (refused, reset) propagate as they are.
+Scope, on purpose: keep-alive, ``Content-Length``, chunked and read-until-close bodies, interim 1xx skipped, TLS;
+no redirects, proxies or compression (we send ``Accept-Encoding: identity``). Protocol violations raise
+``BadResponse``, a close before the body ends ``ConnectionClosed``; OS errors (refused, reset) propagate.
 """
 
 from __future__ import annotations
@@ -108,9 +102,7 @@ class _Protocol(asyncio.Protocol):
                     return
             if data or self.mode == "length" and self.remaining == 0:
                 self._body(arrival, data)
-        except BadResponse as exc:
-            self._fail(exc)
-        except Exception as exc:  # noqa: BLE001 - a callback failure must end this request, not the loop
+        except Exception as exc:  # noqa: BLE001 - a protocol violation or a callback failure ends this request
             self._fail(exc)
 
     def eof_received(self) -> bool | None:

@@ -1,10 +1,6 @@
-"""Confidence intervals over repeats, and of a speedup between two runs (pure; numpy + stdlib only).
-
-The independent unit is the repeat (``--repeats``): requests inside one window share the server's batch, so an
-interval over requests would be far too narrow. Mean over repeats: Student t. Speedup r = m_c / m_b (ratio of
-the means of the per-repeat values): the delta method on log r (symmetric for a ratio, never crosses 0) with
-Welch-Satterthwaite degrees of freedom; significant when the interval excludes 1.0. Formulas: docs/benchmark.md.
-"""
+"""Confidence intervals over repeats (Student t), and of a speedup between two runs (delta method on the log
+ratio, Welch df). The repeat is the independent unit: requests of one window share the server's batch, so an
+interval over requests would be far too narrow. Formulas: docs/benchmark.md (pure; numpy + stdlib only)."""
 
 from __future__ import annotations
 

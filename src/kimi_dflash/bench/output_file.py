@@ -1,17 +1,8 @@
-"""Where the benchmark's result goes, without ever losing an earlier one (standard library only, like bench/).
-
-- Checked before anything is measured (no run that measures for an hour and then cannot save): a directory, a
-  FIFO or a device is refused (a rename would replace it; a FIFO would block), except /dev/null, which keeps
-  nothing and is never touched; so is a directory that cannot be written.
-- A symbolic link at the output path or at any file the run writes beside it (``.partial``, ``.previous``, the
-  --csv files) is refused: following it would write wherever the link's owner chose (another user's link in a
-  shared /tmp turns a root run into a write to any file), and an ownership check could change before the write.
-  Every write creates a fresh file and renames it into place, which replaces a link planted later.
-- An existing result is not touched until this run has measured its first level: until then checkpoints go to
-  ``OUTPUT.partial``; then the earlier file is moved to ``<stem>.previous<suffix>`` (one generation, a hard link
-  or a copy) and the new document takes its place.
-- A write that fails (disk full, permissions changed) leaves the last written document in place (every write is
-  atomic) and raises OutputWriteError naming what was lost.
+"""Where the benchmark's result goes, without ever losing an earlier one; the rules (checked before anything is
+measured, no symbolic links, ``OUTPUT.partial`` until the first level, then ``<stem>.previous<suffix>``):
+docs/benchmark.md, "Quick start" (``--output``). An ownership check could change before the write, so links are
+refused outright and every write renames a fresh file into place. A failed write leaves the last document in place
+(OutputWriteError names what was lost).
 """
 
 from __future__ import annotations

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kimi_dflash.bench.columns import E2EL, OUTPUT_TOK_S, PER_USER, TTFT, Column
-from kimi_dflash.bench.compare_extras import Run
 from kimi_dflash.core.atomic_write import replacing
 from kimi_dflash.core.errors import UserError
+
+if TYPE_CHECKING:
+    from kimi_dflash.bench.compare import Run
 
 Series = Mapping[str, tuple[Sequence[float], Sequence[float]]]  # legend -> (xs, ys)
 

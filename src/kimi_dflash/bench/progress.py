@@ -1,7 +1,5 @@
-"""Progress of a long level on stderr: requests done / total, tok/s so far, elapsed, time left. A separate task
-wakes every ``interval_s`` and reads the record list: nothing is added to the request path, so timings are not
-disturbed.
-"""
+"""Progress of a long level on stderr, from a separate task that reads the record list every ``interval_s``:
+nothing is added to the request path."""
 
 from __future__ import annotations
 

@@ -89,12 +89,7 @@ def spec_counters(samples: list[Sample], model: str | None = None) -> SpecCounte
 
 
 def spec_delta(before: SpecCounters | None, after: SpecCounters | None) -> tuple[SpecDecode | None, SpecDecodeStatus]:
-    """Acceptance over a window. Returns ``(spec_decode object or None, status)``.
-
-    status: "ok"; "absent" (the server exports no spec-decode counters: no speculation);
-    "no_drafts" (counters exist but nothing was drafted in the window); "counter_reset" (a counter went
-    down: the server restarted during the window).
-    """
+    """Acceptance over a window and its status (meanings: docs/benchmark.md, "Speculative decoding")."""
     if before is None or after is None:
         return None, "absent"
     drafts = after.drafts - before.drafts

@@ -1,8 +1,5 @@
-"""What one request leaves behind: raw timestamps and counts, no derived metrics.
-
-All times are ``time.perf_counter()`` seconds (monotonic, same clock for every request of a run).
-Metrics are computed later, by pure functions in ``metrics.py``, so they can be recomputed and tested.
-"""
+"""What one request leaves behind: raw ``time.perf_counter()`` timestamps (one clock for the whole run) and counts;
+the metrics are pure functions of these (metrics.py), so they can be recomputed and tested."""
 
 from __future__ import annotations
 

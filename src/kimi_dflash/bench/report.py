@@ -21,8 +21,6 @@ from kimi_dflash.core.formatting import interval, number, percent
 
 TOOL_NAME = "benchmark_multi_turn"
 
-SECRET_FLAGS = redaction.SECRET_OPTIONS
-
 
 def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -34,17 +32,16 @@ def redact_argv(argv: list[str]) -> list[str]:
     (bench/request_shaping.py)."""
     out: list[str] = []
     header_next = False
-    for arg in redaction.redact_argv(argv, SECRET_FLAGS):
-        if header_next:
-            out.append(redact_header_arg(arg))
-            header_next = False
-            continue
+    for arg in redaction.redact_argv(argv):
         flag, eq, value = arg.partition("=")
-        if flag == "--header":
-            out.append(f"--header={redact_header_arg(value)}" if eq else arg)
-            header_next = not eq
-            continue
-        out.append(redaction.redact_query(arg))
+        if header_next:
+            arg = redact_header_arg(arg)
+        elif flag == "--header" and eq:
+            arg = f"--header={redact_header_arg(value)}"
+        elif flag != "--header":
+            arg = redaction.redact_query(arg)
+        header_next = not header_next and arg == "--header"
+        out.append(arg)
     return out
 
 
@@ -69,8 +66,7 @@ def tool_info(event_loop: str) -> ToolInfo:
     from kimi_dflash import __version__
 
     def version_of(module: str) -> str | None:
-        mod = sys.modules.get(module)
-        return getattr(mod, "__version__", None) if mod else None
+        return getattr(sys.modules.get(module), "__version__", None)
 
     return ToolInfo(
         name=TOOL_NAME,

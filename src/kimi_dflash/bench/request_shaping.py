@@ -1,9 +1,6 @@
-"""What the user adds to every request: --extra-body JSON, --header K:V, --endpoint chat|completions.
-
-Pure parsing and redaction; the client merges the results into each request. A header whose name looks
-like a credential (Authorization, Cookie, anything with key / token / secret / password / auth in its name)
-keeps its value out of everything stored or printed: the result's command line and settings show ``***``.
-"""
+"""What the user adds to every request: --extra-body JSON, --header K:V, --endpoint chat|completions. Pure
+parsing and redaction: a credential-like header's value is stored and printed as ``***`` (docs/benchmark.md,
+"Request shaping")."""
 
 from __future__ import annotations
 

@@ -1,16 +1,7 @@
-"""Drive the load: warmup, then each level (N sessions, or with --request-rate an arrival rate), repeated.
-
-Closed loop (--sessions N): N conversations start together and each sends turn t+1 as soon as turn t has
-finished, so concurrency stays at N. Open loop (--request-rate): conversations start on an arrival process's
-clock (arrivals.py) whatever the others are doing, turn t+1 is scheduled when turn t finished plus a think time,
-and --max-concurrency caps requests in flight (a conversation waiting for it keeps its place). Open-loop
-requests record when they were scheduled, when the client's timer woke (dispatch) and when the cap let them
-through (admitted), so local queueing is reported apart from server latency.
-
-Every turn carries the whole conversation (assistant replies appended), so prompts grow turn by turn. A failed
-turn is left out of the history and the conversation goes on with its next prompt; a refused connection that a
-probe confirms (the server is gone) aborts the run. A stop request (Ctrl-C, SIGTERM, abort) cancels in-flight
-requests; everything that finished is kept and summarized as a partial level.
+"""Drive the load: warmup, then each level (N sessions, or with --request-rate an arrival rate), repeated. The
+closed and open loops: docs/benchmark.md, "Workload" and "Open-loop load". A refused connection that a probe
+confirms (the server is gone) aborts the run; a stop (Ctrl-C, SIGTERM, abort) cancels in-flight requests and keeps
+everything that finished as a partial level.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """The benchmark's settings, declared once: its command line, the configuration a run reads, and the `settings`
-block every result file records (schema v1: the recorded names are what they have always been).
-
-A field of ``Settings`` is a recorded option, ``setting(doc, ...)`` (``doc``: its meaning in the result file and
-the docs; read from an older file it defaults to None), an option kept out of the result, ``setting(None, ...)``
-(the API key, the output path, the open-loop flags ...), or a recorded value derived from the options,
-``derived(doc, compute)``. ``check()`` refuses combinations that cannot work (exit 2, nothing sent); ``resolve()``
-fills the defaults that depend on other options, then the derived fields (it reads the dataset).
+block every result file records (schema v1 names). A field is a recorded option (``setting(doc, ...)``), an option
+kept out of the result (``setting(None, ...)``) or a recorded value derived from the options (``derived``);
+``check()`` refuses combinations that cannot work (exit 2), ``resolve()`` fills the defaults and derived fields.
 """
 
 from __future__ import annotations

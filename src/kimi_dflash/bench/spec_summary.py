@@ -5,7 +5,7 @@ docs/benchmark.md, "Per-request acceptance").
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import pairwise
+from itertools import pairwise, zip_longest
 from typing import Any
 
 from kimi_dflash.bench.columns import ACCEPTANCE_LENGTH, ACCEPTANCE_RATE
@@ -65,11 +65,7 @@ def spec_per_request(records: Sequence[RequestRecord]) -> SpecPerRequest | None:
         return None
     specs = [spec for _, spec in carried]
     steps = sum(s.num_spec_steps for s in specs)
-    positions: list[int] = []
-    for spec in specs:
-        for k, n in enumerate(spec.accepted_per_position()):
-            positions += [0] * (k + 1 - len(positions))
-            positions[k] += n
+    positions = [sum(column) for column in zip_longest(*(s.accepted_per_position() for s in specs), fillvalue=0)]
     category = [(r.category or "uncategorized", r.category or "uncategorized", spec) for r, spec in carried]
     return SpecPerRequest(
         num_speculative_tokens=max(s.num_spec_tokens for s in specs),
@@ -83,11 +79,9 @@ def spec_per_request(records: Sequence[RequestRecord]) -> SpecPerRequest | None:
 
 
 def reply_hashes(records: Sequence[RequestRecord]) -> dict[str, str]:
-    """reply_sha256 of each successful request keyed 'repeat/session/k' (k: the session's k-th request).
-
-    Records are appended in send order, and a session sends one request at a time, so k is the same
-    request in two runs that sent the same conversations (same seed, dataset and workload settings).
-    """
+    """reply_sha256 of each successful request keyed 'repeat/session/k' (k: the session's k-th request). A session
+    sends one request at a time and records are appended in send order, so k names the same request in two runs
+    that sent the same conversations."""
     seen: dict[tuple[int, int], int] = {}
     out: dict[str, str] = {}
     for r in records:

@@ -1,9 +1,5 @@
-"""Prompts and who asks what: the built-in prompt set or a dataset file, and seeded per-session plans.
-
-Each session draws its prompts by a generator seeded with ``(seed, level, repeat, session)``: two runs with the
-same seed send identical conversations at matched concurrency (a DFlash run and its baseline see the same
-prompts), while levels and repeats differ so that prefix caching gets no free hits from the previous level.
-"""
+"""Prompts and who asks what: the built-in prompt set or a dataset file, and seeded per-session plans (seeded by
+``(seed, level, repeat, session)``: docs/benchmark.md, "Workload")."""
 
 from __future__ import annotations
 
@@ -158,14 +154,10 @@ RANDOM, SEQUENTIAL = "random", "sequential"
 def session_prompts(
     dataset: Dataset, seed: int, level: int, repeat: int, session: int, turns: int, order: str = RANDOM
 ) -> list[Prompt]:
-    """The prompts session ``session`` sends, turn by turn, at concurrency ``level``, repeat ``repeat``.
-
-    ``random``: drawn without replacement by a generator seeded with (seed, level, repeat, session).
-    ``sequential``: turn t of session s sends prompt number (repeat * turns + t) * level + s of the file,
-    wrapping around; with a file of exactly level x turns prompts every prompt is sent once per repeat, in
-    file order as the slots free up. That is how ``vllm bench serve --disable-shuffle`` walks a dataset,
-    so the cross-check against it sends the very same prompts.
-    """
+    """The prompts session ``session`` sends, turn by turn, at concurrency ``level``, repeat ``repeat``: drawn
+    without replacement by a generator seeded with (seed, level, repeat, session), or ``sequential``: turn t of
+    session s sends prompt (repeat * turns + t) * level + s of the file, wrapping around, as ``vllm bench serve
+    --disable-shuffle`` walks a dataset (so the cross-check sends the very same prompts)."""
     if dataset.conversations:
         return _conversation_plan(dataset, seed, level, repeat, session, turns, order)
     if order == SEQUENTIAL:

@@ -1,10 +1,6 @@
-"""The cached demo bundles on disk: where they live, whether a cached copy is complete, and building one atomically.
-
-Layout under the root (default <cache_root()>/demo), one directory per bundle (catalog.py says which demo
-choice lives in which bundle, e.g. kimi/{manifest.json,target,target-int4,drafter}); manifest.json holds the
-fabrication version, the sha256 of every other file and summary facts. A bundle is only ever moved into place
-whole (built in a temp dir beside it, then os.replace), and this module only imports the standard library, so
-reusing a cached bundle costs a few milliseconds.
+"""The cached demo bundles on disk: where they live, whether a cached copy is complete (every file's sha256 against
+manifest.json), and building one atomically (docs/demo-models.md). Standard library only, so reusing a cached
+bundle costs a few milliseconds.
 """
 
 from __future__ import annotations

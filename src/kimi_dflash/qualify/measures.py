@@ -1,12 +1,12 @@
 """What the benchmark's newer result fields say about a qualify grid (pure: results in, JSON-ready rows out):
-per-request acceptance, goodput and the speedup at the SLO (bench/compare_extras.py's rule), the speedup at matched
+per-request acceptance, goodput and the speedup at the SLO (bench/compare.py's rule), the speedup at matched
 concurrency with its interval over repeats (bench/intervals.py), identical served replies at T=0."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kimi_dflash.bench.compare_extras import DEFAULT_ATTAINMENT, sustained
+from kimi_dflash.bench.compare import DEFAULT_ATTAINMENT, sustained
 from kimi_dflash.bench.intervals import ratio_interval
 from kimi_dflash.bench.reply_match import match_level
 from kimi_dflash.bench.result import BenchmarkResult, LevelResult, SpecGroup

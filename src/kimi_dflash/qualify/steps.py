@@ -391,7 +391,7 @@ def per_request_step(ctx: Context) -> Outcome:
 def goodput_step(ctx: Context) -> Outcome:
     """Goodput at the plan's SLO per point and concurrency, the speedup at the SLO and the speedup at matched
     concurrency with its interval over repeats -> goodput.json."""
-    from kimi_dflash.bench.compare_extras import DEFAULT_ATTAINMENT
+    from kimi_dflash.bench.compare import DEFAULT_ATTAINMENT
     from kimi_dflash.bench.goodput import describe, parse_slo
     from kimi_dflash.qualify import measures
 

@@ -77,8 +77,7 @@ def test_the_levels_csv_keeps_its_documented_columns(example: BenchmarkResult, t
 
 def test_one_figure_reads_the_same_in_every_table(example: BenchmarkResult) -> None:
     """The sweep and the comparison show a column through its one declaration: same heading, same precision."""
-    from kimi_dflash.bench.compare import render_markdown
-    from kimi_dflash.bench.compare_extras import Run
+    from kimi_dflash.bench.compare import Run, render_markdown
 
     level = example.results[0]
     acceptance = columns.ACCEPTANCE_RATE.cell(level)

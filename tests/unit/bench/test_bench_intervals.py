@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench_helpers import EXAMPLE_RESULT, run_benchmark, run_compare
-from kimi_dflash.bench import compare, compare_extras, intervals
+from kimi_dflash.bench import compare, intervals
 from kimi_dflash.bench.result import BenchmarkResult, Goodput, load_result
 from kimi_dflash_lab.synthetic import running
 
@@ -77,13 +77,13 @@ def test_speedup_at_the_slo_uses_each_sides_highest_sustained_load() -> None:
     assert sorted(example.levels) == [2, 4]
     base = _with_goodput(example, {2: 0.95, 4: 0.5}, 10.0)  # sustains 2 sessions: 20 tok/s of goodput
     cand = _with_goodput(example, {2: 1.0, 4: 0.92}, 15.0)  # sustains 4 sessions: 60 tok/s
-    section = compare_extras.slo_section("base", base, "cand", cand, threshold=0.9)
+    section = compare.slo_section("base", base, "cand", cand, threshold=0.9)
     assert "| base | 2 | 95.0 % |" in section and "| cand | 4 | 92.0 % |" in section
     assert "**Speedup at the SLO: 3.00x**" in section
-    strict = compare_extras.slo_section("base", base, "cand", cand, threshold=0.99)
+    strict = compare.slo_section("base", base, "cand", cand, threshold=0.99)
     assert "none (no level reaches 99 %)" in strict and "Speedup at the SLO: —" in strict
     other = copy.deepcopy(cand)
     other.settings.slo = {"ttft_ms": 200.0}
-    assert "Not compared" in compare_extras.slo_section("base", base, "cand", other)
+    assert "Not compared" in compare.slo_section("base", base, "cand", other)
     runs = [compare.Run(Path("b.json"), "base", base), compare.Run(Path("c.json"), "cand", cand)]
     assert "Speedup at the SLO: 3.00x" in compare.render_markdown(runs)
