@@ -120,6 +120,13 @@ def transformers_amplitude(rope: DrafterRope) -> float:
     return legacy_amplitude(rope.factor)
 
 
+def trained_amplitude(rope: DrafterRope) -> float | None:
+    """The amplitude a drafter with z-lab's Kimi rope fields was trained with (the legacy one), whether or not an
+    attention_factor was added to them (the launcher's overlay does); None for other rope fields."""
+    plain = {key: value for key, value in rope.values.items() if key != "attention_factor"}
+    return legacy_amplitude(rope.factor) if replace(rope, values=plain).is_zlab_kimi_profile() else None
+
+
 def legacy_amplitude(factor: float) -> float:
     """What vLLM up to 0.29 gave any YaRN drafter whatever its mscale fields said, and what z-lab's Kimi DFlash
     drafters were trained with: yarn_get_mscale(factor) = 0.1 ln(factor) + 1 (1 for factor <= 1)."""
