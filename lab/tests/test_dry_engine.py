@@ -32,6 +32,12 @@ def test_the_runtime_traps_are_the_rules_that_say_why_start_up_cannot_see_them()
         "dflash prefix caching",
         "model runner",
         "quantized drafter",
+        "drafter rope amplitude",
+        "sliding-window drafter",
+        "dflash on runner v2",
+        "cuda fp8 kv",
+        "triton mla decode",
+        "flashinfer sampler",
         "graphs with spec decode",
         "synthetic acceptance",
     }
