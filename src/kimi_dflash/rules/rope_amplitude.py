@@ -121,10 +121,12 @@ def transformers_amplitude(rope: DrafterRope) -> float:
 
 
 def trained_amplitude(rope: DrafterRope) -> float | None:
-    """The amplitude a drafter with z-lab's Kimi rope fields was trained with (the legacy one), whether or not an
-    attention_factor was added to them (the launcher's overlay does); None for other rope fields."""
+    """The amplitude a drafter with z-lab's Kimi rope fields was trained with: the attention_factor it states (the
+    launcher's overlay, train-drafter.sh's exports), else the legacy one; None for other rope fields."""
     plain = {key: value for key, value in rope.values.items() if key != "attention_factor"}
-    return legacy_amplitude(rope.factor) if replace(rope, values=plain).is_zlab_kimi_profile() else None
+    if not replace(rope, values=plain).is_zlab_kimi_profile():
+        return None
+    return legacy_amplitude(rope.factor) if rope.attention_factor is None else rope.attention_factor
 
 
 def legacy_amplitude(factor: float) -> float:

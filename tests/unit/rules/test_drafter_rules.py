@@ -93,6 +93,23 @@ def test_the_served_overlay_is_judged_as_trained(source: VllmSource, tmp_path: P
     assert finding.status == "pass" and "as trained" in finding.detail
 
 
+def test_a_drafter_trained_with_1_0_states_it_and_older_releases_ignore_it(source: VllmSource, tmp_path: Path) -> None:
+    """train-drafter.sh exports attention_factor 1.0 (SpecForge trains with transformers 5's amplitude)."""
+    ours = drafter_dir(tmp_path, rope_scaling={**ZLAB["rope_scaling"], "attention_factor": 1.0})
+    [current] = findings(source, "drafter rope amplitude", DRAFT_MODEL_DIR=ours)
+    assert current.status == "pass" and "as trained (1.0)" in current.detail
+    older = edited_source(
+        source,
+        tmp_path,
+        FACTORY_FILE,
+        '"mscale",\n                "mscale_all_dim",\n                "attention_factor",\n',
+        "",
+    )
+    plan = deployment("production.env", DRAFT_MODEL_DIR=ours)
+    [ignored] = engine.judge(plan, older, [engine.rule("drafter rope amplitude")]).findings
+    assert ignored.status == "warn" and "1.4159" in ignored.detail and "ignores attention_factor" in ignored.detail
+
+
 def test_other_rope_fields_are_not_judged(source: VllmSource, tmp_path: Path) -> None:
     other = drafter_dir(tmp_path, rope_scaling={**ZLAB["rope_scaling"], "factor": 8.0})
     assert not findings(source, "drafter rope amplitude", DRAFT_MODEL_DIR=other)

@@ -69,12 +69,18 @@ def _check_rope_amplitude(deployment: Deployment, source: VllmSource) -> list[Fi
         return []
     rope, release, trained = found
     gets = f"the drafter gets RoPE amplitude {round(release.amplitude, 4)} ({release.where})"
-    as_trained = abs(release.amplitude - trained) < SAME_AMPLITUDE
-    if rope.attention_factor is not None:
-        state = "as trained" if as_trained else f"vs trained {round(trained, 4)}"
-        return [passed(f"{gets}, {state}; its config.json states attention_factor {rope.attention_factor:.7f}")]
-    if as_trained:
-        return [passed(f"{gets}, as trained ({round(trained, 4)}): nothing needed")]
+    stated = rope.attention_factor is not None
+    if abs(release.amplitude - trained) < SAME_AMPLITUDE:
+        states = f"; its config.json states attention_factor {rope.attention_factor:.7f}" if stated else ""
+        return [passed(f"{gets}, as trained ({round(trained, 4)}){states}: nothing needed")]
+    if stated:  # a release before 0.30 ignores the field (get_rope does not pass it on)
+        return [
+            warned(
+                f"{gets} vs the attention_factor {round(trained, 4)} its config.json states: {label(source)} "
+                f"ignores attention_factor ({release.factory_where})",
+                "vLLM >= 0.30.0, which honours attention_factor",
+            )
+        ]
     differs = f"{gets} vs trained {round(trained, 4)}: {label(source)} honours mscale = mscale_all_dim = 1.0"
     overlay = (
         f"the launcher's overlay serves the drafter with {rope.field}.attention_factor = {trained:.7f} "
