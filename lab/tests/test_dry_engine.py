@@ -32,6 +32,12 @@ def test_the_runtime_traps_are_the_rules_that_say_why_start_up_cannot_see_them()
         "dflash prefix caching",
         "model runner",
         "quantized drafter",
+        "drafter rope amplitude",
+        "sliding-window drafter",
+        "dflash on runner v2",
+        "cuda fp8 kv",
+        "triton mla decode",
+        "flashinfer sampler",
         "graphs with spec decode",
         "synthetic acceptance",
     }
@@ -80,7 +86,10 @@ def test_vllms_own_start_up_code_agrees_with_the_static_rules_on_every_plan(rows
     disagreements = [f"{row.name}:\n{row.agreement.render()}" for row in rows if not row.agreement.agrees]
     assert not disagreements, "\n\n".join(disagreements)
     by_name = {row.name: row for row in rows}
-    assert all(row.dry.ran for row in rows), [row.dry.report.get("error") for row in rows if not row.dry.ran]
+    # The shoot-out's public K2.6 drafters ship no config.json facts (their checkpoints are not here): not run.
+    no_facts = {"production-dspark.env", "production-eagle3-mla.env", "production-eagle3-nvidia.env"}
+    not_run = {row.name: str(row.dry.report.get("error")) for row in rows if not row.dry.ran}
+    assert set(not_run) <= no_facts and all("no facts ship" in e for e in not_run.values()), not_run
     # The production plan under the simulated gfx942: what DESIGN.md's probe measured.
     production = by_name["production.env"].dry
     assert production.simulated and production.report["platform"] == "RocmPlatform"
@@ -88,6 +97,9 @@ def test_vllms_own_start_up_code_agrees_with_the_static_rules_on_every_plan(rows
     assert production.report["mla_prefill"] == "ROCM_AITER_FA"
     assert production.report["drafter_attention"] == "ROCM_ATTN" and production.report["runner"] == "V2"
     assert "CompressedTensorsWNA16MoEMethod" in str(production.report["moe_method"])
+    # vLLM's own rotary embedding for z-lab's drafter fields: 1.0 from 0.30, trained with 1.4159 (issue 28).
+    assert production.report["drafter_rope_amplitude"] == pytest.approx(1.0)
+    assert str(production.report["drafter_rope"]).endswith("trained 1.4159")
     assert by_name["h200.env"].dry.report["platform"] == "NonNvmlCudaPlatform"
     # The CPU demo runs on the real platform: nothing simulated, V1 (no Triton).
     demo = by_name["demo-cpu.env"].dry
@@ -144,3 +156,4 @@ def test_the_lab_command_runs_the_dry_engine_on_the_installed_vllm_and_states_wh
     assert done.returncode == 0, out + done.stderr[-3000:]
     assert "SIMULATED RocmPlatform" in out and "simulated: stub amdsmi" in out
     assert "target attention: ROCM_AITER_MLA" in out and "model runner: V2" in out and "agreement: yes" in out
+    assert "drafter RoPE amplitude: 1.0 (vLLM's, for its config.json as given), trained 1.4159" in out

@@ -18,6 +18,7 @@ from kimi_dflash.config.schema import KEYS
 from kimi_dflash.config.validate import Config
 from kimi_dflash.core import envvars
 from kimi_dflash.core.redaction import redact_argv
+from kimi_dflash.core.user_files import UnreadableFile, read_user_json
 
 REDACTED = "<redacted>"
 CPU_ENTRY_MODULE = "kimi_dflash.vllm_entry"
@@ -68,6 +69,27 @@ def _argv_lines(argv: tuple[str, ...]) -> list[str]:
     return lines
 
 
+SLIDING_DRAFTER_BACKEND = "TRITON_ATTN"
+
+
+def has_sliding_window(checkpoint_config: Mapping[str, object]) -> bool:
+    """A config.json with sliding-window attention layers (per-layer types win over the model-wide fields)."""
+    layer_types = checkpoint_config.get("layer_types")
+    if isinstance(layer_types, list) and layer_types:
+        return any(str(t) == "sliding_attention" for t in layer_types)
+    return bool(checkpoint_config.get("sliding_window")) and checkpoint_config.get("use_sliding_window") is not False
+
+
+def _drafter_slides(config: Config) -> bool:
+    """The drafter's config.json at DRAFT_MODEL_DIR (when downloaded) declares sliding-window layers."""
+    path = config.typed.draft_model_dir
+    try:
+        drafter = None if path is None else read_user_json(Path(path) / "config.json", what="drafter config")
+    except UnreadableFile:
+        return False  # not downloaded yet, or unreadable: preflight's model-dir check says so
+    return isinstance(drafter, dict) and has_sliding_window(drafter)
+
+
 def speculative_config(config: Config) -> dict[str, object] | None:
     """The --speculative-config JSON object, or None for the autoregressive baseline: a field per key that declares
     one (config/schema.py: `speculative_field=`), unset optional keys left to vLLM."""
@@ -82,6 +104,8 @@ def speculative_config(config: Config) -> dict[str, object] | None:
             spec["rejection_sample_method"] = "synthetic"
             value = list(parse_acceptance_rates(str(value)))
         spec[key.speculative_field] = str(value) if isinstance(value, Path) else value
+    if config.typed.device == "rocm" and "attention_backend" not in spec and _drafter_slides(config):
+        spec["attention_backend"] = SLIDING_DRAFTER_BACKEND  # ROCM_ATTN loses its acceptance under batching (#53323)
     if config.typed.preshard_dir is not None:
         # The drafter inherits the target's load config unless given its own (vLLM >= 0.20); it is a plain
         # checkpoint, so it keeps the default loader.

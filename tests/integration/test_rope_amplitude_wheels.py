@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from importlib import resources
 
 import pytest
@@ -58,6 +60,35 @@ def test_every_release_from_0_20_gives_the_amplitude_read_by_hand(sources: dict[
         assert verdict.honours_attention_factor is new, version  # passed on by the factory from 0.30.0
         if version in HAND_READ_LINES:
             assert verdict.release.where == f"rotary_embedding/yarn_scaling_rope.py:{HAND_READ_LINES[version]}"
+
+
+def test_check_vllm_on_each_wheel_names_the_amplitude_and_the_fix(sources: dict[str, VllmSource]) -> None:
+    """`kimi-dflash check-vllm WHEEL configs/production.env`: nothing needed up to 0.29, the overlay from 0.30."""
+    first = release_key(FIRST_WITH_MSCALE_BRANCH)
+    for version in ("0.20.2", "0.26.0", "0.29.0", "0.30.0", "0.32.0", "0.33.0"):
+        assert version in sources, version
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "kimi_dflash.cli",
+                "check-vllm",
+                sources[version].origin,
+                "production",
+                "--no-dry-engine",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        [line] = [x for x in done.stdout.splitlines() if "drafter rope amplitude" in x]
+        if release_key(version) >= first:
+            assert "RoPE amplitude 1.0 (" in line and "vs trained 1.4159" in line and "fix applied" in line, version
+            assert "relying on launcher: drafter RoPE overlay" in done.stdout, version
+        else:
+            assert "RoPE amplitude 1.4159 (" in line and "nothing needed" in line, version
+            assert "drafter RoPE overlay" not in done.stdout, version
 
 
 def test_the_overlay_fields_give_the_trained_amplitude_on_every_release(sources: dict[str, VllmSource]) -> None:

@@ -253,8 +253,12 @@ def _build_on_meta(report: dict, config) -> None:
     _stage(report, "target on meta")
     spec = config.speculative_config
     if spec is not None and spec.method == "dflash" and spec.draft_model_config is not None:
-        report["drafter_model"] = _summarize(_initialize_on_meta(_dflash_draft_config(config), spec.draft_model_config))
+        drafter = _initialize_on_meta(_dflash_draft_config(config), spec.draft_model_config)
+        report["drafter_model"] = _summarize(drafter)
         report["drafter_model"].pop("moe_methods")
+        amplitudes = {m.mscale for m in drafter.modules() if isinstance(getattr(m, "mscale", None), float)}
+        if len(amplitudes) == 1:  # the YaRN rotary embedding's cos/sin amplitude (issue 28)
+            report["drafter_rope_amplitude"] = amplitudes.pop()
         _stage(report, "drafter on meta")
 
 

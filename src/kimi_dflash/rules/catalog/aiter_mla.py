@@ -1,6 +1,8 @@
 """AITER MLA's verify length: at TP 8 Kimi K2.6 has 8 heads per rank, padded to 16, and AITER MLA's persistent
-decode for padded ranks goes to query length 4. A verify step of 1 + k longer than that leaves it (BF16: a slower
-kernel) or keeps a schedule gfx942 has no kernel for (FP8). vLLM starts and gives no warning."""
+decode for padded ranks goes to query length 4. A verify step of 1 + k longer than that leaves it (BF16: the
+non-persistent entry, which returns wrong output on gfx942, ROCm/aiter #5679) or keeps a schedule gfx942 has no kernel
+for (FP8). Either way the output would not be the target's: a losslessness refusal, not a speed one. vLLM starts and
+gives no warning."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from kimi_dflash.rules.model import Fact, Finding, Rule, failed, label, passed, 
 from kimi_dflash.rules.source import SourceLine, VllmSource
 
 AITER_MLA = "vllm/v1/attention/backends/mla/rocm_aiter_mla.py"
-UPSTREAM = ("vllm #55609", "vllm #57642", "ROCm/aiter #2760")
+UPSTREAM = ("vllm #55609", "vllm #57642", "ROCm/aiter #2760", "ROCm/aiter #5679")
 
 
 @dataclass(frozen=True)
@@ -97,16 +99,17 @@ def _check_verify_length(deployment: Deployment, source: VllmSource) -> list[Fin
     else:
         effect = (
             "with a BF16 KV cache the routing leaves the persistent schedule and decodes on the non-persistent "
-            "qseqlen=8 entry (another, slower kernel, per the source's comment)"
+            "qseqlen=8 entry, which returns wrong output on gfx942 (ROCm/aiter #5679), not only slower output"
         )
     return [
         failed(
             f"NUM_SPECULATIVE_TOKENS={k} sends verify steps of 1 + {k} = {qlen} query tokens, above the {cap.cap} "
             f"AITER MLA decodes on its padded persistent path ({padded}; _ASM_PADDED_MAX_PS_QLEN = {cap.cap} at "
-            f"{cap.defined_at}, routing at {cap.used_at}): {effect}. vLLM starts and gives no warning. Upstream: "
-            "vllm #55609, #57642 (gfx942, open); ROCm/aiter #2760",
+            f"{cap.defined_at}, routing at {cap.used_at}): {effect}. The output would not be the target's (not "
+            "lossless); vLLM starts and gives no warning. Upstream: vllm #55609, #57642 (gfx942, open); ROCm/aiter "
+            "#2760, #5679",
             f"set NUM_SPECULATIVE_TOKENS <= {cap.cap - 1}, or ROCM_USE_AITER_MLA=false (TRITON_MLA)",
-            f"AITER MLA verify 1+k > {cap.cap}",
+            f"AITER MLA verify 1+k > {cap.cap}: output not the target's",
         )
     ]
 
@@ -116,8 +119,8 @@ RULES = (
         "aiter mla verify length",
         "1 + k fits the verify length AITER MLA decodes on its padded persistent path",
         "At TP 8 Kimi K2.6 has 8 heads per rank, padded to 16; AITER MLA's persistent ASM decode for padded ranks "
-        "goes to query length 4. Longer verify steps leave it (BF16: the non-persistent kernel) or keep a schedule "
-        "gfx942 has no kernel for (FP8).",
+        "goes to query length 4. Longer verify steps leave it (BF16: the non-persistent entry, wrong output on gfx942, "
+        "aiter #5679) or keep a schedule gfx942 has no kernel for (FP8): the output would not be the target's.",
         "AiterMLAHelper._ASM_PADDED_MAX_PS_QLEN, _AITER_MIN_MLA_HEADS and the use_persistent_metadata predicate "
         "(v1/attention/backends/mla/rocm_aiter_mla.py)",
         "NUM_SPECULATIVE_TOKENS <= cap - 1, or ROCM_USE_AITER_MLA=false",

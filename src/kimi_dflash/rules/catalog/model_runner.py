@@ -149,6 +149,32 @@ def _check_model_runner(deployment: Deployment, source: VllmSource) -> list[Find
     return [passed(detail)]
 
 
+V2_DFLASH = "vllm/v1/worker/gpu/spec_decode/dflash/"
+COLLAPSED_UP_TO = (0, 25, 1)  # vllm #49559: DFlash acceptance ~0 on V2 reported on 0.25.1 (V1 normal); open
+
+
+def _release(source: VllmSource) -> tuple[int, ...] | None:
+    parts = (source.version() or "").split("+")[0].split(".")[:3]
+    return tuple(int(p) for p in parts) if len(parts) == 3 and all(p.isdigit() for p in parts) else None
+
+
+def _check_dflash_on_v2(deployment: Deployment, source: VllmSource) -> list[Finding]:
+    choice = runner_choice(deployment, source) if deployment.dflash else None
+    if choice is None or choice.runner != "V2":
+        return []
+    release = _release(source)
+    first = next(source.paths(V2_DFLASH), None)
+    if release is not None and release > COLLAPSED_UP_TO:
+        return [passed(f"{label(source)} is past 0.25.1, where DFlash on V2 lost its acceptance (vllm #49559)")]
+    return [
+        warned(
+            f"DFlash on Model Runner V2 in {label(source)} ({first or V2_DFLASH}): in 0.24.0-0.25.1, the releases "
+            "with V2's first DFlash speculator, acceptance fell to ~0 on V2 and was normal on V1 (vllm #49559)",
+            f"{RUNNER_ENV}=0 (V1), or vLLM >= 0.26.0; confirm acceptance by position",
+        )
+    ]
+
+
 RULES = (
     Rule(
         "model runner",
@@ -162,5 +188,16 @@ RULES = (
         silent_at_startup="a statement of which runner runs the plan, not a refusal; the dry engine reports the "
         "runner vLLM picks",
         facts=(Fact("model runner for `production` (ROCm, Triton)", _runner_cell),),
+    ),
+    Rule(
+        "dflash on runner v2",
+        "DFlash on Model Runner V2 outside the releases where its acceptance collapsed",
+        "In 0.24.0-0.25.1 (V2's first DFlash speculator) DFlash drafts on V2 were accepted ~0 % of the time while V1 "
+        "was normal.",
+        "the runner choice (model runner rule) and v1/worker/gpu/spec_decode/dflash/; the release",
+        "VLLM_USE_V2_MODEL_RUNNER=0 or vLLM >= 0.26.0",
+        _check_dflash_on_v2,
+        silent_at_startup="the plan starts on V2 and serves the target's output; only the acceptance rate shows it",
+        upstream=("vllm #49559 (open)", "vllm #46435"),
     ),
 )

