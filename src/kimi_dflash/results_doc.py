@@ -137,11 +137,3 @@ def render_block(directory: Path) -> str:
     measured, reported = load_files(directory)
     parts = [render_measured(measured)] + [render_reported(doc) for doc in reported]
     return "\n".join(parts)
-
-
-def splice(text: str, block: str) -> str:
-    if BEGIN not in text or END not in text:
-        raise UserError(f"README.md has no {BEGIN} ... {END} markers.")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{BEGIN}\n{block}{END}{tail}"

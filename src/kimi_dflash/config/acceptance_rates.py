@@ -43,8 +43,3 @@ def check_acceptance_rates(rates: Sequence[float]) -> tuple[float, ...]:
 
 def format_rate(rate: float) -> str:
     return f"{rate:g}"
-
-
-def mean_acceptance_length(rates: Sequence[float]) -> float:
-    """Tokens per verify step the rates imply: the bonus token plus the expected accepted drafts (1 + sum)."""
-    return 1.0 + sum(rates)

@@ -3,10 +3,7 @@
 Every write goes to a temporary file beside the target (same directory, so same filesystem), is flushed to disk,
 and is renamed over the target; a failure removes the temporary file and leaves the target as it was. A new file
 gets mode 0644 (mkstemp's 0600 would hide a shared cache from other users); a replaced file keeps its mode.
-
-It lives in bench/ because bench/ has the strictest dependency rule of the project (standard library, aiohttp and
-numpy, and nothing of the project outside bench/, so it can be copied alone to a client box). Standard library
-only; every other package imports it from here (arrows point into bench/, never out of it).
+Standard library only (core/): the benchmark on a client box writes through it too.
 """
 
 from __future__ import annotations

@@ -155,15 +155,12 @@ def prepare(
     only said). `source` is asked only for a drafter the fix concerns."""
     drafter_dir = Path(drafter_dir).expanduser().resolve()
     config_path = drafter_dir / CONFIG
-    if not config_path.is_file():
-        return drafter_dir  # not downloaded yet (or a repo id): the path checks and preflight say so
     try:
-        config = read_user_json(config_path, what="drafter config")
+        config = read_user_json(config_path, what="drafter config") if config_path.is_file() else None
     except UnreadableFile:
-        return drafter_dir  # preflight's model-dir check reports it with its fix
-    if not isinstance(config, dict):
-        return drafter_dir
-    if not concerned(config):
+        config = None
+    if not isinstance(config, dict) or not concerned(config):
+        # Not downloaded yet (or a repo id) or unreadable: the path checks and preflight say so, with the fix.
         return drafter_dir
     fix = decide(config, source(), enabled)
     if fix.message:
