@@ -58,9 +58,7 @@ class LaunchPlan:
 def _argv_lines(argv: tuple[str, ...]) -> list[str]:
     # Group each --flag with its value so the listing reads one option per line.
     lines: list[str] = []
-    head_end = next((i for i, a in enumerate(argv) if a.startswith("--")), len(argv))
-    lines.append(" ".join(shlex.quote(a) for a in argv[:head_end]))
-    for arg in argv[head_end:]:
+    for arg in argv:
         if arg.startswith("--") or not lines:
             lines.append(shlex.quote(arg))
         else:
@@ -192,11 +190,10 @@ def vllm_env(
 
 
 def server_executor_env(config: Config) -> dict[str, str]:
-    """What the server needs so that vLLM keeps the executor the config asks for. vLLM's CPU platform turns
-    `uni` into `mp` while VLLM_ENABLE_V1_MULTIPROCESSING is on (platforms/cpu.py, check_and_update_config), a
-    guard for OpenMP thread binding, which the plan turns off (VLLM_CPU_OMP_THREADS_BIND=nobind). The API server
-    runs its engine core in a process of its own whatever this says (AsyncLLM always does); it only decides
-    whether the worker gets a third process. Server only: an offline LLM (preshard) would run its engine in-process."""
+    """What the server needs so that vLLM keeps the executor the config asks for: vLLM's CPU platform turns `uni`
+    into `mp` while VLLM_ENABLE_V1_MULTIPROCESSING is on (platforms/cpu.py, check_and_update_config), a guard for
+    OpenMP thread binding, which the plan turns off. Server only: an offline LLM (preshard) would run its engine
+    in-process."""
     if config.typed.device == "cpu" and config.typed.distributed_executor_backend == "uni":
         return {envvars.VLLM_ENABLE_V1_MULTIPROCESSING: "0"}
     return {}

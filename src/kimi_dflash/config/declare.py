@@ -70,6 +70,13 @@ class Key:
     def name(self) -> str:
         return self.attribute.upper()
 
+    @property
+    def default_text(self) -> str | None:
+        """The default as a config file writes it ("true", "8262"); None when unset."""
+        if self.default is None:
+            return None
+        return str(self.default).lower() if isinstance(self.default, bool) else str(self.default)
+
 
 def key(
     default: object,

@@ -84,9 +84,3 @@ def when_imported(module_name: str, callback: Callback) -> None:
                 sys.meta_path.insert(0, _finder)
             return
     callback(module)
-
-
-def pending_modules() -> tuple[str, ...]:
-    """Modules whose callbacks have not run yet (for logs and tests)."""
-    with _lock:
-        return tuple(_finder.pending)
