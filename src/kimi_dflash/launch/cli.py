@@ -100,10 +100,6 @@ def report_problems(problems: list[Problem] | tuple[Problem, ...]) -> None:
         say(problem.render())
 
 
-def run_dir() -> Path:
-    return cache_root() / "run"
-
-
 def logs_dir() -> Path:
     return cache_root() / "logs"
 
@@ -137,7 +133,7 @@ def main(args: ServeOptions) -> int:
         return EXIT_CONFIG
     report_problems(config.warnings)
 
-    pid_path = run_dir() / f"serve-{config.typed.port}.pid"
+    pid_path = cache_root() / "run" / f"serve-{config.typed.port}.pid"
     if args.stop:
         return stop(pid_path)
 
