@@ -72,13 +72,8 @@ def replacing(path: Path | str, *, mode: int | None = None, suffix: str = ".tmp"
 
 
 def write_bytes_atomic(path: Path | str, data: bytes, *, mode: int | None = None) -> None:
-    path = Path(path).expanduser()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = write_beside(path, data, mode=mode)
-    try:
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
+    with replacing(path, mode=mode) as temporary:
+        temporary.write_bytes(data)
 
 
 def write_text_atomic(path: Path | str, text: str, *, mode: int | None = None) -> None:
