@@ -268,10 +268,9 @@ class StartInProgress(RuntimeError):
 
 @contextlib.contextmanager
 def port_lock(lock_path: Path) -> Iterator[None]:
-    """An exclusive, non-blocking lock around check-then-start (and stop) for one port; StartInProgress when
-    another process holds it. The kernel releases it when the holder exits, however it exits. The lock file is
-    this user's alone (private_files.open_private: 0600, never through a symlink; UnsafeLocation otherwise), in a
-    directory the caller has checked (private_files.private_dir)."""
+    """An exclusive, non-blocking lock around check-then-start (and stop) for one port, released by the kernel
+    however the holder exits; StartInProgress when another process holds it. The lock file is this user's alone
+    (private_files.open_private), in a directory the caller has checked (private_files.private_dir)."""
     fd = private_files.open_private(lock_path, os.O_RDWR | os.O_CREAT)
     try:
         try:

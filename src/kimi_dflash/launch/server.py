@@ -57,18 +57,6 @@ def tail(path: Path, lines: int = 40, start: int = 0) -> str:
         return "(no log)"
 
 
-def _last_line(path: Path, start: int = 0) -> str:
-    text = tail(path, 5, start).strip().splitlines()
-    return text[-1][:160] if text else ""
-
-
-def _log_size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
-
-
 def stop_process_group(process: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> int:
     """SIGTERM the server's whole process group (vLLM's workers included), SIGKILL what is left after grace_s;
     then stop any process of its family that left the group, and remove the family's Intel OpenMP residue."""
@@ -233,7 +221,8 @@ def wait_until_ready(
             return False
         if time.monotonic() >= next_progress:
             next_progress += PROGRESS_INTERVAL_S
-            say(f"serve: waiting ({elapsed:.0f} s): {detail}; log: {_last_line(log_path, log_start)}")
+            last = (tail(log_path, 5, log_start).strip().splitlines() or [""])[-1][:160]
+            say(f"serve: waiting ({elapsed:.0f} s): {detail}; log: {last}")
         time.sleep(POLL_INTERVAL_S)
 
 
@@ -259,7 +248,10 @@ def start_and_wait(
     then stopped (workers included), its pid file removed, and this start's log tail was shown. An interruption
     (Ctrl-C, SIGTERM, SIGHUP) while it starts stops it too, says so, and raises StartInterrupted: the user is left
     with nothing running rather than a server nobody was told about. ``private_log``: see _open_log."""
-    log_start = _log_size(log_path)  # the log is appended to; the tail shown on failure is this start's
+    try:
+        log_start = log_path.stat().st_size  # the log is appended to; the tail shown on failure is this start's
+    except OSError:
+        log_start = 0
     on_main_thread = threading.current_thread() is threading.main_thread()
     previous = (
         {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGTERM, signal.SIGHUP)}
