@@ -1,13 +1,8 @@
 """`kimi-dflash <verb>`: the project's one front door.
 
-Every verb is a module found through the table below and imported only when that verb runs, so
-`kimi-dflash --help` is instant and the benchmark client never imports the server side. A verb module exposes
-``add_cli_args(parser)`` (its options, declared once in a typed model: core/options.py) and ``main(args) -> int``;
-``options.run`` builds the parser and calls it. The repository's scripts (serve.sh, payload/*.py, patches/*.py,
-launchers/*.sh) run the same modules the same way.
-
-Backward compatible: ``kimi-dflash CONFIG [options]`` (no verb; a config path or a shipped config name such as
-demo-cpu) still means ``kimi-dflash serve CONFIG [options]``.
+Each verb's module (core/options.py: ``add_cli_args`` + ``main``) is imported only when that verb runs, so
+`kimi-dflash --help` is instant and the benchmark client never imports the server side. ``kimi-dflash CONFIG
+[options]`` (no verb) still means ``kimi-dflash serve CONFIG [options]``.
 """
 
 from __future__ import annotations

@@ -21,13 +21,12 @@ add_cli_args = declare(DocsOptions, __doc__)
 
 
 def steps(root: Path) -> list[tuple[str, str, list[str]]]:
-    """(name, module, argv) of each generator,."""
+    """(name, module, argv) of each generator."""
     docs = root / "docs"
-    found = [
+    return [
         ("config reference", "kimi_dflash.config.reference", ["--write", "--readme", str(docs / "configuration.md")]),
         ("result schema", "kimi_dflash.bench.result_schema", ["--write", "--docs", str(docs)]),
     ]
-    return found
 
 
 def main(args: DocsOptions) -> int:

@@ -1,12 +1,9 @@
 """The JSON documents the workflows write and read back (run states, failure records, verdicts, measures, reported
-figures): each a pydantic model with a schema name and version, validated on load through the guarded reader
-(``core.user_files``) and written atomically.
+figures): pydantic models with a schema name and version, read through ``core.user_files``, written atomically.
 
-On disk a document carries ``"schema"`` and ``"schema_version"`` before its fields. A file without them (written
-before its kind was typed) is read as version 1; another schema, or a version this code does not know, is refused
-with an ``UnreadableFile`` that names the file and what is wrong. Validation is strict (JSON types as written: no
-number read from a string); keys a model does not know are ignored (a newer writer of the same version may add
-fields).
+A file without ``"schema"`` / ``"schema_version"`` (written before its kind was typed) reads as version 1; another
+schema or an unknown version is an ``UnreadableFile`` naming the file and the problem. Types are strict (no number
+read from a string); unknown keys are ignored (a newer writer of the same version may add fields).
 """
 
 from __future__ import annotations

@@ -59,9 +59,7 @@ class LaunchPlan:
 def _argv_lines(argv: tuple[str, ...]) -> list[str]:
     # Group each --flag with its value so the listing reads one option per line.
     lines: list[str] = []
-    head_end = next((i for i, a in enumerate(argv) if a.startswith("--")), len(argv))
-    lines.append(" ".join(shlex.quote(a) for a in argv[:head_end]))
-    for arg in argv[head_end:]:
+    for arg in argv:
         if arg.startswith("--") or not lines:
             lines.append(shlex.quote(arg))
         else:
@@ -215,17 +213,6 @@ def vllm_env(
     return env
 
 
-def server_executor_env(config: Config) -> dict[str, str]:
-    """What the server needs so that vLLM keeps the executor the config asks for. vLLM's CPU platform turns
-    `uni` into `mp` while VLLM_ENABLE_V1_MULTIPROCESSING is on (platforms/cpu.py, check_and_update_config), a
-    guard for OpenMP thread binding, which the plan turns off (VLLM_CPU_OMP_THREADS_BIND=nobind). The API server
-    runs its engine core in a process of its own whatever this says (AsyncLLM always does); it only decides
-    whether the worker gets a third process. Server only: an offline LLM (preshard) would run its engine in-process."""
-    if config.typed.device == "cpu" and config.typed.distributed_executor_backend == "uni":
-        return {envvars.VLLM_ENABLE_V1_MULTIPROCESSING: "0"}
-    return {}
-
-
 def build_plan(
     config: Config,
     python_executable: str,
@@ -237,7 +224,11 @@ def build_plan(
     this machine for LD_PRELOAD on DEVICE=cpu (launch/cpu_libs.py finds them). `flashinfer`: whether the serving
     Python has flashinfer on DEVICE=cuda (launch/prepare.py asks it; None: not asked, nothing set)."""
     env = vllm_env(config, cache_dir, cpu_preload, flashinfer)
-    env.update(server_executor_env(config))
+    if config.typed.device == "cpu" and config.typed.distributed_executor_backend == "uni":
+        # vLLM's CPU platform turns `uni` into `mp` while this is on (platforms/cpu.py, check_and_update_config), a
+        # guard for OpenMP thread binding, which the plan turns off. Server only: an offline LLM (preshard) would
+        # run its engine in-process.
+        env[envvars.VLLM_ENABLE_V1_MULTIPROCESSING] = "0"
     return LaunchPlan(
         argv=vllm_argv(config, python_executable),
         env=env,

@@ -7,7 +7,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from kimi_dflash.core.atomic_write import write_text_atomic
+from kimi_dflash.core.doc_sections import MissingMarkers, update_sections
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.options import declare, option, run
 
@@ -34,8 +34,8 @@ def main(args: ResultsOptions) -> int:
             return 0
         if not args.write.is_file():
             raise UserError(f"{args.write} not found: run from the repository root or pass --write PATH")
-        write_text_atomic(args.write, results_doc.splice(args.write.read_text(encoding="utf-8"), block))
-    except UserError as error:
+        update_sections(args.write, [(block, results_doc.BEGIN, results_doc.END)])
+    except (UserError, MissingMarkers) as error:
         print(f"results: {error}", file=sys.stderr)
         return 2
     print(f"updated {args.write}", file=sys.stderr)

@@ -1,10 +1,7 @@
-"""README's result tables: the benchmark results this project measured (a directory of result files, schema
-kimi-dflash/benchmark-result, each with the server config that ran it: benchmarks/results/ holds the CPU demo's),
-rendered as the sweep's table at matched concurrency; then figures reported by others (schema
-kimi-dflash/reported-figures), rendered with their provenance, never mixed with ours. The recipe's MI300X figures
-ship inside the package (data/recipe-mi300x.json: qualify's report sets them beside a run on any install), and
-are the one copy README renders too. ``kimi-dflash results`` / ``benchmarks/render_results.py`` print or write the
-block; a test keeps README in sync.
+"""README's result tables: the results this project measured (benchmark result files, each with the server config
+that ran it) as the sweep's table at matched concurrency, then figures reported by others (reported-figures
+documents) with their provenance, never mixed with ours. The recipe's MI300X figures ship in the package
+(data/recipe-mi300x.json, also set beside a run by qualify's report). A test keeps README in sync.
 """
 
 from __future__ import annotations
@@ -137,11 +134,3 @@ def render_block(directory: Path) -> str:
     measured, reported = load_files(directory)
     parts = [render_measured(measured)] + [render_reported(doc) for doc in reported]
     return "\n".join(parts)
-
-
-def splice(text: str, block: str) -> str:
-    if BEGIN not in text or END not in text:
-        raise UserError(f"README.md has no {BEGIN} ... {END} markers.")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{BEGIN}\n{block}{END}{tail}"

@@ -8,11 +8,10 @@ the benchmark's `per_position` acceptance (a result JSON's list can be passed as
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 
 def parse_acceptance_rates(text: str) -> tuple[float, ...]:
-    """'0.8,0.6,0.4' -> (0.8, 0.6, 0.4); ValueError naming the problem and the expected form."""
+    """'0.8,0.6,0.4' -> (0.8, 0.6, 0.4); ValueError naming the problem and the expected form: each rate in [0, 1]
+    and none above the one before (a later draft position is only reached through the earlier one)."""
     parts = [p.strip() for p in text.replace(" ", ",").split(",") if p.strip()]
     if not parts:
         raise ValueError("no rates given: write one rate per drafted token, e.g. 0.8,0.6,0.4")
@@ -22,29 +21,17 @@ def parse_acceptance_rates(text: str) -> tuple[float, ...]:
             rates.append(float(part.rstrip("%")) / (100.0 if part.endswith("%") else 1.0))
         except ValueError:
             raise ValueError(f"{part!r} is not a number: write rates such as 0.8,0.6,0.4 (or 80%,60%,40%)") from None
-    return check_acceptance_rates(rates)
-
-
-def check_acceptance_rates(rates: Sequence[float]) -> tuple[float, ...]:
-    """The rates as a tuple, or ValueError: each in [0, 1] and none above the one before (a later draft position
-    cannot be accepted more often than an earlier one: it is only reached through it)."""
-    values = tuple(float(r) for r in rates)
-    outside = [r for r in values if not 0.0 <= r <= 1.0]
+    outside = [format_rate(r) for r in rates if not 0.0 <= r <= 1.0]
     if outside:
-        raise ValueError(f"rates must lie in [0, 1]; got {', '.join(map(format_rate, outside))}")
-    rising = next((i for i in range(1, len(values)) if values[i] > values[i - 1]), None)
+        raise ValueError(f"rates must lie in [0, 1]; got {', '.join(outside)}")
+    rising = next((i for i in range(1, len(rates)) if rates[i] > rates[i - 1]), None)
     if rising is not None:
         raise ValueError(
-            f"rates must not increase with position (position {rising + 1}: {format_rate(values[rising])} after "
-            f"{format_rate(values[rising - 1])}); they are unconditional: position i is only reached through i - 1"
+            f"rates must not increase with position (position {rising + 1}: {format_rate(rates[rising])} after "
+            f"{format_rate(rates[rising - 1])}); they are unconditional: position i is only reached through i - 1"
         )
-    return values
+    return tuple(rates)
 
 
 def format_rate(rate: float) -> str:
     return f"{rate:g}"
-
-
-def mean_acceptance_length(rates: Sequence[float]) -> float:
-    """Tokens per verify step the rates imply: the bonus token plus the expected accepted drafts (1 + sum)."""
-    return 1.0 + sum(rates)

@@ -23,7 +23,7 @@ def convert(spec: Key, setting: RawSetting) -> tuple[object, Problem | None]:
     if raw == "":
         if spec.optional:
             return None, None
-        default = _default(spec)
+        default = spec.default_text or "unset"
         return bad("empty value", f"set a value ({_describe(spec)}) or delete the line to use the default ({default})")
 
     if spec.type == "bool":
@@ -67,11 +67,3 @@ def _describe(spec: Key) -> str:
     if spec.multiple_of:
         parts.append(f"a multiple of {spec.multiple_of}")
     return " and ".join(parts) or spec.type
-
-
-def _default(spec: Key) -> str:
-    if spec.default is None:
-        return "unset"
-    if isinstance(spec.default, bool):
-        return "true" if spec.default else "false"
-    return str(spec.default)

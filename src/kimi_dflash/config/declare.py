@@ -1,9 +1,7 @@
-"""How a config key is declared: an annotated attribute of the settings class (config/schema.py) whose annotation is
-its type and whose `key(...)` default carries the rest. `keys_of` reads the class back as one `Key` per attribute,
-the record validation, the reference, the launch plan and `--help` walk.
-
-Annotation -> key type: Literal[...] -> enum with those choices; int, float, bool, str, Path -> the same;
-`X | None` -> optional (an empty value means "unset / let vLLM decide", not an empty string).
+"""How a config key is declared: an attribute of the settings class (config/schema.py), its annotation the type and
+its `key(...)` default the rest; `keys_of` reads the class back as one `Key` per attribute. Annotation -> type:
+Literal[...] -> enum with those choices; int, float, bool, str, Path -> the same; `X | None` -> optional (an empty
+value means "unset / let vLLM decide", not an empty string).
 """
 
 from __future__ import annotations
@@ -69,6 +67,13 @@ class Key:
     @property
     def name(self) -> str:
         return self.attribute.upper()
+
+    @property
+    def default_text(self) -> str | None:
+        """The default as a config file writes it ("true", "8262"); None when unset."""
+        if self.default is None:
+            return None
+        return str(self.default).lower() if isinstance(self.default, bool) else str(self.default)
 
 
 def key(

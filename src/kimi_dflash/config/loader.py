@@ -156,9 +156,7 @@ def _read_chain(
 
 def read_settings(path: Path, environ: Mapping[str, str] | None = None) -> dict[str, RawSetting]:
     """All raw settings of a config file: EXTENDS chain, then process-environment overrides for schema keys.
-
-    Raises ConfigError on unreadable / unparseable input; unknown keys and bad values are validate.py's job.
-    """
+    ConfigError on unreadable / unparseable input; unknown keys and bad values are validate.py's job."""
     environ = os.environ if environ is None else environ
     problems: list[Problem] = []
     merged = _read_chain(path, problems)

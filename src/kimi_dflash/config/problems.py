@@ -19,18 +19,11 @@ class Problem:
     def render(self) -> str:
         where = self.source
         if self.key is not None:
-            shown = redact(self.key, self.value)
+            secret = self.key in KEYS_BY_NAME and KEYS_BY_NAME[self.key].secret
+            shown = "<redacted>" if self.value and secret else self.value  # never a secret's value, only that it is set
             where += f": {self.key}" + (f"={shown}" if shown is not None else "")
         label = "error" if self.severity == "error" else "warning"
         return f"{label}: {where}: {self.message}\n  fix: {self.fix}"
-
-
-def redact(key: str, value: str | None) -> str | None:
-    """Never show a secret's value; show that it is set."""
-    spec = KEYS_BY_NAME.get(key)
-    if value and spec is not None and spec.secret:
-        return "<redacted>"
-    return value
 
 
 class ConfigError(Exception):

@@ -29,14 +29,6 @@ def _allowed(key: Key) -> str:
     return key.type
 
 
-def _default(key: Key) -> str:
-    if key.default is None:
-        return "*(unset)*"
-    if isinstance(key.default, bool):
-        return "`true`" if key.default else "`false`"
-    return f"`{key.default}`"
-
-
 def _option(key: Key) -> str:
     """The `vllm serve` option the key becomes, and when (schema.VllmOption); — for keys that reach vLLM through
     the environment or stay with this project."""
@@ -66,7 +58,8 @@ def render_reference() -> str:
     for group, title in GROUP_TITLES.items():
         lines += [f"**{title}**", "", "| key | default | allowed | vLLM option | meaning |", "|---|---|---|---|---|"]
         for key in (k for k in KEYS if k.group == group):
-            lines.append(f"| `{key.name}` | {_default(key)} | {_allowed(key)} | {_option(key)} | {key.doc} |")
+            default = "*(unset)*" if key.default is None else f"`{key.default_text}`"
+            lines.append(f"| `{key.name}` | {default} | {_allowed(key)} | {_option(key)} | {key.doc} |")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 

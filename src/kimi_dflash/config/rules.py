@@ -8,6 +8,7 @@ import shlex
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kimi_dflash.config.acceptance_rates import parse_acceptance_rates
 from kimi_dflash.config.problems import Problem
@@ -321,27 +322,28 @@ RULES: tuple[Rule, ...] = (_batched_tokens, _device, _models, _fp8_kv, _api, _sy
 # ---------------------------------------------------------------- files on disk
 
 
+def _checkpoint_config(directory: Path) -> dict[str, Any]:
+    """A checkpoint's config.json; {} when unreadable or not a JSON object."""
+    try:
+        config = json.loads((directory / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
 def model_dir_is_mla(model_dir: Path | None) -> bool:
     """Whether a local target checkpoint uses MLA (kv_lora_rank in its config.json or its text_config); False
     when unset or unreadable. E.g. a drafter trained for the demo serves the fabricated target as MODEL_DIR."""
-    if model_dir is None:
-        return False
-    try:
-        config = json.loads((model_dir / "config.json").read_text())
-    except (OSError, ValueError):
-        return False
+    config = {} if model_dir is None else _checkpoint_config(model_dir)
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
     return bool(config.get("kv_lora_rank") or text.get("kv_lora_rank"))
 
 
 def drafter_block_size(drafter_dir: Path) -> int | None:
     """The drafter's block size (the most tokens it can draft per step) from its config.json, if readable."""
-    try:
-        config = json.loads((drafter_dir / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
+    config = _checkpoint_config(drafter_dir)
     for holder in (config, config.get("dflash_config") or {}):
-        size = holder.get("block_size")
+        size = holder.get("block_size") if isinstance(holder, dict) else None
         if isinstance(size, int) and size > 0:
             return size
     return None

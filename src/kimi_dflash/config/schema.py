@@ -1,10 +1,7 @@
-"""Every config key, declared once: `ConfigValues` below, whose annotated attributes ARE the keys (the env-file
-name is the attribute's in upper case). The annotation is the key's type; `key(...)` gives its default, group,
-documentation, range and the `vllm serve` option it becomes (config/declare.py says how each is read).
-
-Validation (config/convert.py, config/rules.py), the launch plan (plan.py), `--help` and the config reference
-(docs/configuration.md) read `KEYS`, derived from the class; the validated config is an instance of it
-(`config.typed.port` is an int). Values here are the production defaults (8x MI300X, Kimi K2.6 + DFlash).
+"""Every config key, declared once: the annotated attributes of `ConfigValues` (env-file name: the attribute's in
+upper case; config/declare.py says how each is read). Validation, the launch plan, `--help` and the config
+reference read `KEYS`; a validated config is an instance (`config.typed.port` is an int). Values here are the
+production defaults (8x MI300X, Kimi K2.6 + DFlash).
 """
 
 from __future__ import annotations

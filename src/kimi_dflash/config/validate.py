@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_dflash.config.convert import convert
-from kimi_dflash.config.loader import RawSetting, display_path, read_settings
+from kimi_dflash.config.loader import display_path, read_settings
 from kimi_dflash.config.problems import ConfigError, Problem
 from kimi_dflash.config.rules import RULES, Check, path_problems
 from kimi_dflash.config.schema import KEYS, KEYS_BY_NAME, ConfigValues
@@ -56,8 +56,11 @@ def check_paths(config: Config) -> list[Problem]:
     return list(path_problems(Check(config.typed, config.sources)))
 
 
-def build_config(path: Path, settings: Mapping[str, RawSetting]) -> Config:
-    """Typed Config from raw settings; raises ConfigError listing every problem."""
+def load_config(path: Path | str, environ: Mapping[str, str] | None = None) -> Config:
+    """Read, override from the environment, type and validate a config file. Raises ConfigError listing every
+    problem."""
+    path = Path(path)
+    settings = read_settings(path, environ)
     problems: list[Problem] = []
     values: dict[str, object] = {}
     # A rule may blame a key left at its default: name the file and say so.
@@ -84,12 +87,6 @@ def build_config(path: Path, settings: Mapping[str, RawSetting]) -> Config:
     if errors:
         raise ConfigError(errors)
     return Config(path, typed, sources, tuple(p for p in problems if p.severity != "error"))
-
-
-def load_config(path: Path | str, environ: Mapping[str, str] | None = None) -> Config:
-    """Read, override from the environment, type and validate a config file. Raises ConfigError."""
-    path = Path(path)
-    return build_config(path, read_settings(path, environ))
 
 
 __all__ = ["Config", "ConfigError", "Problem", "load_config", "check_paths", "display_path"]

@@ -3,10 +3,7 @@
 Every write goes to a temporary file beside the target (same directory, so same filesystem), is flushed to disk,
 and is renamed over the target; a failure removes the temporary file and leaves the target as it was. A new file
 gets mode 0644 (mkstemp's 0600 would hide a shared cache from other users); a replaced file keeps its mode.
-
-It lives in bench/ because bench/ has the strictest dependency rule of the project (standard library, aiohttp and
-numpy, and nothing of the project outside bench/, so it can be copied alone to a client box). Standard library
-only; every other package imports it from here (arrows point into bench/, never out of it).
+Standard library only (core/): the benchmark on a client box writes through it too.
 """
 
 from __future__ import annotations
@@ -75,13 +72,8 @@ def replacing(path: Path | str, *, mode: int | None = None, suffix: str = ".tmp"
 
 
 def write_bytes_atomic(path: Path | str, data: bytes, *, mode: int | None = None) -> None:
-    path = Path(path).expanduser()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = write_beside(path, data, mode=mode)
-    try:
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
+    with replacing(path, mode=mode) as temporary:
+        temporary.write_bytes(data)
 
 
 def write_text_atomic(path: Path | str, text: str, *, mode: int | None = None) -> None:

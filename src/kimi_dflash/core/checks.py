@@ -61,11 +61,7 @@ def render(results: Sequence[CheckResult], *, summary: bool = True) -> str:
             lines.append(f"{_INDENT}fix: {fix_lines[0]}")
             lines.extend(f"{_INDENT}     {more}" for more in fix_lines[1:])
     if summary:
-        lines.append(summary_line(results))
+        counts = Counter(r.status for r in results)
+        tally = ", ".join(f"{counts[s]} {s}" for s in STATUSES)
+        lines.append(f"preflight {'FAILED' if exit_code(results) else 'ok'}: {tally}")
     return "\n".join(lines)
-
-
-def summary_line(results: Sequence[CheckResult]) -> str:
-    counts = Counter(r.status for r in results)
-    tally = ", ".join(f"{counts[s]} {s}" for s in STATUSES)
-    return f"preflight {'FAILED' if exit_code(results) else 'ok'}: {tally}"

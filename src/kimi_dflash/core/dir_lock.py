@@ -1,11 +1,6 @@
 """One run per output directory: an exclusive, non-blocking flock on a lock file inside it, held for the whole
-run. The kernel releases it when the holder exits, however it exits, so a stale lock cannot outlive a kill.
-
-The lock file is opened with O_NOFOLLOW (a symlink planted in its place is refused, never followed) and
-close-on-exec (servers and benchmarks started by the run do not inherit the lock). The holder writes its pid into
-it, so the run that is refused can name the one that holds the directory.
-
-Standard library only.
+run; the kernel releases it however the holder exits. Opened with O_NOFOLLOW (a planted symlink is refused) and
+close-on-exec (what the run starts does not inherit it); the holder writes its pid there for the refusal message.
 """
 
 from __future__ import annotations

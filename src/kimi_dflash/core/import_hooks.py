@@ -1,11 +1,8 @@
 """Run a callback right after a module is imported (or now, if it already was).
 
-The plugin runs early in every vLLM process. Importing vLLM's attention or spec-decode modules
-from there would change vLLM's import order (and drag GPU code into the API server), so runtime
-patches wait until vLLM imports the module itself. A meta-path finder wraps that one module's
-loader, runs the original `exec_module`, then the callbacks, then puts the original loader back.
-An exception raised by a callback propagates out of the import: a patch that cannot apply fails
-loudly where vLLM imports the module.
+The plugin runs early in every vLLM process; importing vLLM's attention or spec-decode modules from there would
+change vLLM's import order (and drag GPU code into the API server), so runtime patches wait until vLLM imports the
+module itself. A callback's exception propagates out of that import: a patch that cannot apply fails loudly.
 """
 
 from __future__ import annotations
@@ -84,9 +81,3 @@ def when_imported(module_name: str, callback: Callback) -> None:
                 sys.meta_path.insert(0, _finder)
             return
     callback(module)
-
-
-def pending_modules() -> tuple[str, ...]:
-    """Modules whose callbacks have not run yet (for logs and tests)."""
-    with _lock:
-        return tuple(_finder.pending)

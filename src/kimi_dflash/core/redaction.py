@@ -28,20 +28,12 @@ _USERINFO = re.compile(
 )
 
 
-def option_flag(arg: str) -> str | None:
-    """The long option ``arg`` names as vLLM's parser reads it: the part before any "=" and any dotted sub-key,
-    underscores as dashes (``--api_key.x=K`` -> ``--api-key``); None when ``arg`` is no long option."""
-    if not arg.startswith("--"):
-        return None
-    name = arg[2:].partition("=")[0].partition(".")[0]
-    return "--" + name.replace("_", "-")
-
-
 def spelled_option(arg: str, options: Iterable[str]) -> str | None:
     """The option of ``options`` that ``arg`` spells in any way argparse (or vLLM's parser) would take it: exact,
-    abbreviated, with underscores, with "=VALUE" or a dotted sub-key; None if none."""
-    flag = option_flag(arg)
-    if flag is None or len(flag) < _MIN_PREFIX:
+    abbreviated, with underscores, with "=VALUE" or a dotted sub-key (``--api_k.x=K`` -> ``--api-key``); None if
+    none."""
+    flag = "--" + arg[2:].partition("=")[0].partition(".")[0].replace("_", "-")
+    if not arg.startswith("--") or len(flag) < _MIN_PREFIX:
         return None
     return next((option for option in options if option.startswith(flag)), None)
 

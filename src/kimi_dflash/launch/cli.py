@@ -6,6 +6,7 @@ import dataclasses
 import os
 import shlex
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -99,10 +100,6 @@ def report_problems(problems: list[Problem] | tuple[Problem, ...]) -> None:
         say(problem.render())
 
 
-def run_dir() -> Path:
-    return cache_root() / "run"
-
-
 def logs_dir() -> Path:
     return cache_root() / "logs"
 
@@ -136,7 +133,7 @@ def main(args: ServeOptions) -> int:
         return EXIT_CONFIG
     report_problems(config.warnings)
 
-    pid_path = run_dir() / f"serve-{config.typed.port}.pid"
+    pid_path = cache_root() / "run" / f"serve-{config.typed.port}.pid"
     if args.stop:
         return stop(pid_path)
 
@@ -223,53 +220,48 @@ def _log_problem(log: Path | None) -> str | None:
     return None
 
 
-def _lock_path(pid_path: Path) -> Path:
-    return pid_path.with_suffix(".lock")
-
-
-def _busy(pid_path: Path) -> str:
-    return (
-        f"serve: another serve.sh is starting or stopping a server on this port right now (lock "
-        f"{_lock_path(pid_path)}); nothing was done. Wait for it, or Ctrl-C it."
-    )
+def _under_port_lock(pid_path: Path, action: Callable[[], int], undone: str, *dirs: Path) -> int:
+    """``action`` under the port's lock (two starts at once give one server and one refusal), in private dirs."""
+    lock = pid_path.with_suffix(".lock")
+    try:
+        _private_dirs(pid_path.parent, *dirs)
+        with ownership.port_lock(lock):
+            return action()
+    except ownership.StartInProgress:
+        say(
+            f"serve: another serve.sh is starting or stopping a server on this port right now (lock {lock}); "
+            "nothing was done. Wait for it, or Ctrl-C it."
+        )
+        return 1
+    except UnsafeLocation as error:
+        say(f"serve: {error}. Nothing was {undone}.")
+        return 1
+    except StartInterrupted:
+        return EXIT_INTERRUPTED
 
 
 def stop(pid_path: Path) -> int:
     """`--stop`: under the port's lock, stop the recorded server only when it is provably ours."""
-    try:
-        _private_dirs(pid_path.parent)
-        with ownership.port_lock(_lock_path(pid_path)):
-            outcome = stop_detached(pid_path, say=say)
-    except ownership.StartInProgress:
-        say(_busy(pid_path))
-        return 1
-    except UnsafeLocation as error:
-        say(f"serve: {error}. Nothing was stopped.")
-        return 1
-    say(f"serve: {outcome.message}")
-    return 0 if outcome.ok else 1
+
+    def stop_recorded() -> int:
+        outcome = stop_detached(pid_path, say=say)
+        say(f"serve: {outcome.message}")
+        return 0 if outcome.ok else 1
+
+    return _under_port_lock(pid_path, stop_recorded, "stopped")
 
 
 def start(config: Config, plan: LaunchPlan, args: ServeOptions, pid_path: Path) -> int:
     if not args.wait:
         say(f"serve: starting vLLM for {plan.served_model_name} on {plan.base_url}")
         return run_foreground(plan, args.log)
-    try:
-        _private_dirs(pid_path.parent, *([] if args.log else [logs_dir()]))
-        with ownership.port_lock(_lock_path(pid_path)):
-            return _start_detached(config, plan, args, pid_path)
-    except ownership.StartInProgress:
-        say(_busy(pid_path))
-        return 1
-    except UnsafeLocation as error:
-        say(f"serve: {error}. Nothing was started.")
-        return 1
-    except StartInterrupted:
-        return EXIT_INTERRUPTED
+    return _under_port_lock(
+        pid_path, lambda: _start_detached(config, plan, args, pid_path), "started", *([] if args.log else [logs_dir()])
+    )
 
 
 def _start_detached(config: Config, plan: LaunchPlan, args: ServeOptions, pid_path: Path) -> int:
-    """Check-then-start, under the port's lock (so two starts at once give one server and one refusal)."""
+    """Check-then-start, under the port's lock."""
     try:
         existing = running_server(pid_path)
     except ownership.PidFileError as error:

@@ -1,15 +1,12 @@
 """Serve z-lab's Kimi DFlash drafters with the RoPE amplitude they were trained with (issue 28; docs/patches.md).
 
 From vLLM 0.30 a drafter whose config.json says `rope_scaling: {rope_type: yarn, factor: 64, mscale: 1.0,
-mscale_all_dim: 1.0}` gets amplitude 1.0 instead of the 1.4159 it was trained with (rules/rope_amplitude.py
-reads it from the installed vLLM's source). The same releases honour an explicit `attention_factor`. So the
-launcher, before the plan is built, serves such a drafter from an overlay: a directory under the project cache
-holding a symlink to every file of the drafter and a config.json that adds `attention_factor: 1.4158883...` to its
-rope fields. Nothing is written and nothing changes where the installed vLLM already gives the trained amplitude,
-where the drafter states its attention_factor, or with DRAFTER_ROPE_FIX=false.
-
-An overlay's name is a digest of the drafter's path, its config.json and the file names it holds, so a changed
-drafter gets a new overlay; one is built beside its final place and moved there whole.
+mscale_all_dim: 1.0}` gets amplitude 1.0 instead of the trained 1.4159 (rules/rope_amplitude.py reads it from
+vLLM's source); the same releases honour an explicit `attention_factor`. So such a drafter is served from an
+overlay in the project cache: symlinks to its files and a config.json that adds `attention_factor: 1.4158883...`.
+Nothing changes where vLLM gives the trained amplitude already, where the drafter states its attention_factor, or
+with DRAFTER_ROPE_FIX=false. An overlay is named by a digest of the drafter's path, config.json and file names (a
+changed drafter gets a new one), built beside its place and moved there whole.
 """
 
 from __future__ import annotations
@@ -155,15 +152,12 @@ def prepare(
     only said). `source` is asked only for a drafter the fix concerns."""
     drafter_dir = Path(drafter_dir).expanduser().resolve()
     config_path = drafter_dir / CONFIG
-    if not config_path.is_file():
-        return drafter_dir  # not downloaded yet (or a repo id): the path checks and preflight say so
     try:
-        config = read_user_json(config_path, what="drafter config")
+        config = read_user_json(config_path, what="drafter config") if config_path.is_file() else None
     except UnreadableFile:
-        return drafter_dir  # preflight's model-dir check reports it with its fix
-    if not isinstance(config, dict):
-        return drafter_dir
-    if not concerned(config):
+        config = None
+    if not isinstance(config, dict) or not concerned(config):
+        # Not downloaded yet (or a repo id) or unreadable: the path checks and preflight say so, with the fix.
         return drafter_dir
     fix = decide(config, source(), enabled)
     if fix.message:

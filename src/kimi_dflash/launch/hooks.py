@@ -37,13 +37,12 @@ def preflight(
     from kimi_dflash.preflight.runtime_probe import interpreter_for_command
 
     typed = config.typed
-    draft_dir = typed.draft_model_dir if config.speculative else None
     request = PreflightRequest(
         device=typed.device,  # type: ignore[arg-type]
         tensor_parallel_size=typed.tensor_parallel_size if typed.device != "cpu" else 1,
         expected_arch=EXPECTED_ARCH.get(typed.device),
-        model_dir=None if typed.model_dir is None else Path(str(typed.model_dir)),
-        draft_model_dir=None if draft_dir is None else Path(str(draft_dir)),
+        model_dir=typed.model_dir,
+        draft_model_dir=typed.draft_model_dir if config.speculative else None,
         model_repo_hint=str(typed.model_repo),
         draft_repo_hint=str(typed.draft_model_repo),
         host=plan.host,
@@ -51,7 +50,7 @@ def preflight(
         deployment=planned or deployment(config, plan, os.environ),
         python=interpreter_for_command(plan.argv),
         fix_numa=fix_numa,
-        preshard_dir=None if typed.preshard_dir is None else Path(str(typed.preshard_dir)),
+        preshard_dir=typed.preshard_dir,
         dtype=typed.dtype,
     )
     results = run_preflight(request)
@@ -67,10 +66,7 @@ def _kv_scales_ok(config: Config, plan: LaunchPlan, say: Callable[[str], None]) 
 
     model_dir = config.typed.model_dir
     findings = check_kv_scale_config(
-        plan.env,
-        model=str(model_dir),
-        kv_cache_dtype=config.typed.kv_cache_dtype,
-        model_dir=None if model_dir is None else Path(str(model_dir)),
+        plan.env, model=str(model_dir), kv_cache_dtype=config.typed.kv_cache_dtype, model_dir=model_dir
     )
     for finding in findings:
         say(f"[{finding.level.upper()}] kv scales       {finding.message}")
@@ -78,13 +74,9 @@ def _kv_scales_ok(config: Config, plan: LaunchPlan, say: Callable[[str], None]) 
 
 
 def patches(planned: Deployment, say: Callable[[str], None], vllm_root: Path | None = None) -> bool:
-    """Report the patch status of the vLLM that will run (`vllm_root`: its package directory, default the one this
-    Python imports); on ROCm write the file patches this plan needs.
-
-    At or above the patch floor (patcher/floor.py) nothing of the patcher is loaded. Below it, a pending patch is
-    written into the vLLM tree only when the rules' verdict relies on it as a file patch: the plan takes the code
-    path it fixes and the plugin cannot deliver it at runtime. Off ROCm the patches are only reported.
-    """
+    """Report the patch status of the vLLM that will run (`vllm_root`: its package directory, default this Python's);
+    on ROCm write a pending file patch when the rules' verdict relies on it (the plan takes the path it fixes and the
+    plugin cannot deliver it at runtime). At or above the patch floor (patcher/floor.py) the patcher is not loaded."""
     from kimi_dflash.patcher import floor
 
     on_rocm = planned.platform == "rocm"

@@ -93,18 +93,26 @@ def parse_record(text: str, proc: Path = PROC) -> ServerRecord:
     return ServerRecord(pid, ticks, token, port)
 
 
-def start_ticks(pid: int, proc: Path = PROC) -> int | None:
-    """Start time of ``pid`` (clock ticks since boot), None when there is no such process."""
+def _stat(pid: int, proc: Path = PROC) -> list[str]:
+    """/proc/<pid>/stat from field 3 (the state) on; [] when there is no such process. The command name (field 2)
+    may hold spaces and parentheses, so the fields start after the last ")"."""
     try:
-        stat = (proc / str(pid) / "stat").read_text()
+        return (proc / str(pid) / "stat").read_text().rsplit(")", 1)[-1].split()
     except OSError:
-        return None
-    # The command name (field 2) may hold spaces and parentheses: fields after the last ")" start at field 3.
-    fields = stat.rsplit(")", 1)[-1].split()
+        return []
+
+
+def _stat_number(pid: int, field: int, proc: Path) -> int | None:
+    fields = _stat(pid, proc)
     try:
-        return int(fields[19])
+        return int(fields[field - 3])
     except (IndexError, ValueError):
         return None
+
+
+def start_ticks(pid: int, proc: Path = PROC) -> int | None:
+    """Start time of ``pid`` (clock ticks since boot), None when there is no such process."""
+    return _stat_number(pid, 22, proc)
 
 
 def environ_of(pid: int, proc: Path = PROC) -> dict[str, str] | None:
@@ -118,51 +126,44 @@ def environ_of(pid: int, proc: Path = PROC) -> dict[str, str] | None:
 
 
 def session_of(pid: int, proc: Path = PROC) -> int | None:
-    try:
-        fields = (proc / str(pid) / "stat").read_text().rsplit(")", 1)[-1].split()
-        return int(fields[3])  # field 6: session id
-    except (OSError, IndexError, ValueError):
-        return None
+    return _stat_number(pid, 6, proc)
+
+
+def _token_of(pid: int, proc: Path = PROC) -> str | None:
+    return (environ_of(pid, proc) or {}).get(TOKEN_VAR)
+
+
+def _processes(proc: Path) -> list[int]:
+    return sorted(int(entry.name) for entry in proc.iterdir() if entry.name.isdigit())
 
 
 def is_ours(record: ServerRecord, proc: Path = PROC) -> bool:
     """The recorded pid is alive, started when recorded, and carries the recorded token."""
-    if start_ticks(record.pid, proc) != record.start_ticks or not alive(record.pid, proc):
-        return False
-    env = environ_of(record.pid, proc)
-    return env is not None and env.get(TOKEN_VAR) == record.token
+    return (
+        start_ticks(record.pid, proc) == record.start_ticks
+        and alive(record.pid, proc)
+        and _token_of(record.pid, proc) == record.token
+    )
 
 
 def family(token: str, proc: Path = PROC) -> list[int]:
     """Every live process that carries ``token`` (the server and all it spawned, orphans included)."""
-    pids = []
-    for entry in proc.iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            env = environ_of(int(entry.name), proc)
-            if env is not None and env.get(TOKEN_VAR) == token:
-                pids.append(int(entry.name))
-    return sorted(pids)
+    return [pid for pid in _processes(proc) if pid != os.getpid() and _token_of(pid, proc) == token]
 
 
 def orphans_on_port(port: int, proc: Path = PROC) -> dict[str, list[int]]:
     """Processes of servers this project started on ``port`` whose API server (their session leader, which
     carried the same token) is gone: token -> pids. A live server's family is never listed."""
     by_token: dict[str, list[int]] = {}
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        env = environ_of(int(entry.name), proc)
-        if env is None or TOKEN_VAR not in env or env.get(PORT_VAR) != str(port):
-            continue
-        by_token.setdefault(env[TOKEN_VAR], []).append(int(entry.name))
+    for pid in _processes(proc):
+        env = environ_of(pid, proc) or {}
+        if TOKEN_VAR in env and env.get(PORT_VAR) == str(port):
+            by_token.setdefault(env[TOKEN_VAR], []).append(pid)
     orphans = {}
     for token, pids in by_token.items():
-        leaders = {session_of(pid, proc) for pid in pids}
-        leader_alive = any(
-            leader is not None and (environ_of(leader, proc) or {}).get(TOKEN_VAR) == token for leader in leaders
-        )
-        if not leader_alive:
-            orphans[token] = sorted(pids)
+        leaders = {session_of(pid, proc) for pid in pids} - {None}
+        if not any(_token_of(leader, proc) == token for leader in leaders):
+            orphans[token] = pids
     return orphans
 
 
@@ -215,18 +216,13 @@ def others_listening(port: int, token: str, proc: Path = PROC) -> str | None:
     foreign = inodes - socket_holders(inodes, family(token, proc), proc).keys()
     if not foreign:
         return None
-    every = sorted(int(entry.name) for entry in proc.iterdir() if entry.name.isdigit())
-    pids = sorted(set(socket_holders(foreign, every, proc).values()))
+    pids = sorted(set(socket_holders(foreign, _processes(proc), proc).values()))
     return f"pid {', '.join(map(str, pids))}" if pids else "a process of another user"
 
 
 def alive(pid: int, proc: Path = PROC) -> bool:
     """Running (a zombie has exited: it only waits for its parent to collect the exit code)."""
-    try:
-        stat = (proc / str(pid) / "stat").read_text()
-    except OSError:
-        return False
-    fields = stat.rsplit(")", 1)[-1].split()
+    fields = _stat(pid, proc)
     return bool(fields) and fields[0] not in ("Z", "X")
 
 
@@ -235,7 +231,7 @@ def terminate(pids: list[int], token: str, grace_s: float, proc: Path = PROC) ->
     is left after ``grace_s``. Returns the pids signalled."""
     signalled = []
     for pid in pids:
-        if (environ_of(pid, proc) or {}).get(TOKEN_VAR) == token:
+        if _token_of(pid, proc) == token:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGTERM)
                 signalled.append(pid)
@@ -243,7 +239,7 @@ def terminate(pids: list[int], token: str, grace_s: float, proc: Path = PROC) ->
     while time.monotonic() < deadline and any(alive(pid) for pid in signalled):
         time.sleep(0.2)
     for pid in signalled:
-        if (environ_of(pid, proc) or {}).get(TOKEN_VAR) == token:
+        if _token_of(pid, proc) == token:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 5
@@ -272,10 +268,9 @@ class StartInProgress(RuntimeError):
 
 @contextlib.contextmanager
 def port_lock(lock_path: Path) -> Iterator[None]:
-    """An exclusive, non-blocking lock around check-then-start (and stop) for one port; StartInProgress when
-    another process holds it. The kernel releases it when the holder exits, however it exits. The lock file is
-    this user's alone (private_files.open_private: 0600, never through a symlink; UnsafeLocation otherwise), in a
-    directory the caller has checked (private_files.private_dir)."""
+    """An exclusive, non-blocking lock around check-then-start (and stop) for one port, released by the kernel
+    however the holder exits; StartInProgress when another process holds it. The lock file is this user's alone
+    (private_files.open_private), in a directory the caller has checked (private_files.private_dir)."""
     fd = private_files.open_private(lock_path, os.O_RDWR | os.O_CREAT)
     try:
         try:

@@ -40,11 +40,9 @@ def resolve_drafter_rope(config: Config, create: bool, say: Callable[[str], None
     from kimi_dflash.launch import drafter_rope
 
     served = drafter_rope.prepare(drafter_dir, config.typed.drafter_rope_fix, cache_root(), create, say)
-    return (
-        config
-        if served == drafter_dir.expanduser().resolve()
-        else config.with_values("drafter RoPE fix", DRAFT_MODEL_DIR=served)
-    )
+    if served == drafter_dir.expanduser().resolve():
+        return config
+    return config.with_values("drafter RoPE fix", DRAFT_MODEL_DIR=served)
 
 
 def resolve_models(config: Config, create: bool, say: Callable[[str], None] = _stderr) -> Config:

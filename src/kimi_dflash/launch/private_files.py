@@ -57,9 +57,8 @@ def private_dir(path: Path, *, follow_symlinks: bool = True) -> Path:
             f"it removed"
         )
     if info.st_mode & _OTHERS_WRITE:
-        who = "group and others" if info.st_mode & stat.S_IWGRP and info.st_mode & stat.S_IWOTH else (
-            "its group" if info.st_mode & stat.S_IWGRP else "every user"
-        )  # fmt: skip
+        writers = {stat.S_IWGRP: "its group", stat.S_IWOTH: "every user"}
+        who = writers.get(info.st_mode & _OTHERS_WRITE, "group and others")
         raise UnsafeLocation(
             f"{path} can be written by {who} (mode {stat.S_IMODE(info.st_mode):04o}; a sticky bit does not stop "
             f"others creating files there): make it yours alone with chmod 700 {path}, or point {CACHE_ENV} at a "

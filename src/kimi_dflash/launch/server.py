@@ -27,18 +27,13 @@ PROGRESS_INTERVAL_S = 10.0
 MAX_RECORD_BYTES = 4096  # a record is ~130 bytes; anything larger is not one
 
 
-@dataclass(frozen=True)
-class Readiness:
-    ready: bool
-    detail: str
-
-
-def probe_ready(plan: LaunchPlan, api_key: str | None) -> Readiness:
-    """Ready = /health answers 200 and a one-token completion succeeds (the engine really serves)."""
+def not_ready(plan: LaunchPlan, api_key: str | None) -> str | None:
+    """Why the server is not ready yet; None when /health answers 200 and a one-token completion succeeds (the
+    engine really serves)."""
     try:
         health = http.request(f"{plan.base_url}/health", api_key=api_key, timeout_s=5)
         if health.status != 200:
-            return Readiness(False, f"/health answered {health.status}")
+            return f"/health answered {health.status}"
         completion = http.request(
             f"{plan.base_url}/v1/completions",
             body={"model": plan.served_model_name, "prompt": "Hello", "max_tokens": 1, "temperature": 0},
@@ -46,11 +41,10 @@ def probe_ready(plan: LaunchPlan, api_key: str | None) -> Readiness:
             timeout_s=120,
         )
     except OSError as exc:
-        return Readiness(False, f"not answering yet ({getattr(exc, 'reason', exc)})")
+        return f"not answering yet ({getattr(exc, 'reason', exc)})"
     if completion.status != 200:
-        detail = completion.body[:200].decode(errors="replace")
-        return Readiness(False, f"/v1/completions answered {completion.status}: {detail}")
-    return Readiness(True, "ok")
+        return f"/v1/completions answered {completion.status}: {completion.body[:200].decode(errors='replace')}"
+    return None
 
 
 def tail(path: Path, lines: int = 40, start: int = 0) -> str:
@@ -61,18 +55,6 @@ def tail(path: Path, lines: int = 40, start: int = 0) -> str:
             return b"".join(deque(handle, maxlen=lines)).decode(errors="replace")
     except OSError:
         return "(no log)"
-
-
-def _last_line(path: Path, start: int = 0) -> str:
-    text = tail(path, 5, start).strip().splitlines()
-    return text[-1][:160] if text else ""
-
-
-def _log_size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
 
 
 def stop_process_group(process: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> int:
@@ -219,8 +201,8 @@ def wait_until_ready(
                 f"{tail(log_path, start=log_start)}"
             )
             return False
-        state = probe_ready(plan, api_key)
-        other = ownership.others_listening(plan.port, token) if state.ready and token is not None else None
+        detail = not_ready(plan, api_key)
+        other = ownership.others_listening(plan.port, token) if detail is None and token is not None else None
         if other is not None:
             say(
                 f"serve: port {plan.port} is answered by another server ({other}), not by the vLLM this start "
@@ -228,18 +210,19 @@ def wait_until_ready(
                 f"what listens there (ss -ltnp 'sport = :{plan.port}' names it)."
             )
             return False
-        if state.ready:
+        if detail is None:
             say(f"serve: ready after {elapsed:.1f} s at {plan.base_url} (model {plan.served_model_name})")
             return True
         if elapsed > timeout_s:
             say(
-                f"serve: not ready after {timeout_s:.0f} s ({state.detail}). Last lines of {log_path}:\n"
+                f"serve: not ready after {timeout_s:.0f} s ({detail}). Last lines of {log_path}:\n"
                 f"{tail(log_path, start=log_start)}"
             )
             return False
         if time.monotonic() >= next_progress:
             next_progress += PROGRESS_INTERVAL_S
-            say(f"serve: waiting ({elapsed:.0f} s): {state.detail}; log: {_last_line(log_path, log_start)}")
+            last = (tail(log_path, 5, log_start).strip().splitlines() or [""])[-1][:160]
+            say(f"serve: waiting ({elapsed:.0f} s): {detail}; log: {last}")
         time.sleep(POLL_INTERVAL_S)
 
 
@@ -265,7 +248,10 @@ def start_and_wait(
     then stopped (workers included), its pid file removed, and this start's log tail was shown. An interruption
     (Ctrl-C, SIGTERM, SIGHUP) while it starts stops it too, says so, and raises StartInterrupted: the user is left
     with nothing running rather than a server nobody was told about. ``private_log``: see _open_log."""
-    log_start = _log_size(log_path)  # the log is appended to; the tail shown on failure is this start's
+    try:
+        log_start = log_path.stat().st_size  # the log is appended to; the tail shown on failure is this start's
+    except OSError:
+        log_start = 0
     on_main_thread = threading.current_thread() is threading.main_thread()
     previous = (
         {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGTERM, signal.SIGHUP)}

@@ -356,6 +356,15 @@ def test_drafter_architecture_config_matches_the_recipe() -> None:
     assert config["block_size"] == 8
 
 
+def test_a_checkpoint_config_that_is_not_an_object_reads_as_unknown(tmp_path: Path) -> None:
+    from kimi_dflash.config.rules import drafter_block_size, model_dir_is_mla
+
+    (tmp_path / "config.json").write_text('[{"block_size": 8, "kv_lora_rank": 512}]')
+    assert drafter_block_size(tmp_path) is None and not model_dir_is_mla(tmp_path)
+    (tmp_path / "config.json").write_text('{"block_size": 8, "dflash_config": [1], "kv_lora_rank": 512}')
+    assert drafter_block_size(tmp_path) == 8 and model_dir_is_mla(tmp_path)
+
+
 # ------------------------------------------------------------------ through serve.sh
 
 
