@@ -234,7 +234,10 @@ def _extra_args(c: Check) -> Iterator[Problem]:
     try:
         args = shlex.split(c.v.extra_vllm_args)
     except ValueError as exc:
-        yield c.error(key, f"cannot be split into arguments ({exc})", "balance the quotes")
+        # The raw text may hold a key (`--api-key 'K`): show it split on blanks and redacted, never verbatim.
+        shown = " ".join(redact_argv([word.strip("\"'") for word in c.v.extra_vllm_args.split()]))
+        source = c.sources.get(key, "default")
+        yield Problem(source, key, shown, f"cannot be split into arguments ({exc})", "balance the quotes")
         return
     source, shown = c.sources.get(key, "default"), shlex.join(redact_argv(args))
     secret = next((arg for arg in args if secret_option(arg)), None)

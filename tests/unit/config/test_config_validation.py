@@ -233,6 +233,14 @@ def test_api_key_is_never_shown(tmp_path: Path) -> None:
     assert "s3cret" not in rendered and "again" not in rendered
 
 
+@pytest.mark.parametrize("args", ["--api-key s3cret 'x", "--api_key=s3cret --foo 'x", "'--api-key s3cret"])
+def test_a_key_in_extra_args_that_cannot_be_split_is_never_shown(tmp_path: Path, args: str) -> None:
+    # The unsplittable value was shown verbatim: the secret check only ran after a successful split.
+    problems = problems_of(tmp_path, BASE + f'EXTRA_VLLM_ARGS="{args}"\n')
+    assert [p.key for p in problems] == ["EXTRA_VLLM_ARGS"] and "cannot be split" in problems[0].message
+    assert "s3cret" not in problems[0].render()
+
+
 def test_extends_cycle_is_rejected(tmp_path: Path) -> None:
     write(tmp_path, "EXTENDS=b.env\n", "a.env")
     write(tmp_path, "EXTENDS=a.env\n", "b.env")
