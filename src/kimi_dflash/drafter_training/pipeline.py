@@ -25,6 +25,7 @@ from kimi_dflash.drafter_training.architecture import (
     load_architecture,
     specforge_draft_config,
 )
+from kimi_dflash.validate.client import api_key_from_env
 
 if TYPE_CHECKING:
     from kimi_dflash.drafter_training.cli import TrainDrafterOptions
@@ -295,7 +296,7 @@ class Pipeline:
         self.say(f"setup: {count} demo prompts in {self.prompts}")
 
     def check_regen(self) -> None:
-        self.require(checks.server_problem(self.args.base_url, self.args.served_model))
+        self.require(checks.server_problem(self.args.base_url, self.args.served_model, api_key_from_env()))
         # A record keeps the text and the token ids of prompt and reply: ~12 bytes per token, replies at the cap.
         lines = self.prompts.read_text(encoding="utf-8").count("\n") if self.prompts.exists() else 0
         self.require(checks.disk_problem(self.regen_dir, lines * (self.args.max_tokens + 512) * 12))
@@ -312,6 +313,7 @@ class Pipeline:
             model=str(self.args.served_model),
             max_tokens=self.args.max_tokens,
             concurrency=self.args.concurrency,
+            api_key=api_key_from_env(),
         )
         summary = asyncio.run(regenerate(prompts, self.regen_dir, settings, say=self.say))
         if summary.failed:

@@ -277,3 +277,39 @@ def test_regen_records_become_specforge_conversations() -> None:
         ],
     }
     assert training_record({"id": "b", "conversations": [{"role": "user", "content": "Hi"}]}) is None
+
+
+def test_regen_sends_the_api_key_of_the_environment_to_a_keyed_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The pipeline's regen check and requests sent no key, so regen failed against a server started with API_KEY.
+    import http.server
+    import threading
+
+    from kimi_dflash.drafter_training.cli import TrainDrafterOptions
+    from kimi_dflash.drafter_training.pipeline import Pipeline, PipelineError
+
+    class Keyed(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+            ok = self.headers.get("Authorization") == "Bearer k-123"
+            body = b'{"data": [{"id": "m"}]}' if ok else b'{"error": "unauthorized"}'
+            self.send_response(200 if ok else 401)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Keyed)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        pipeline = Pipeline(TrainDrafterOptions(demo=True, base_url=url, served_model="m", work_dir=tmp_path))
+        monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+        with pytest.raises(PipelineError, match="401"):
+            pipeline.check_regen()
+        monkeypatch.setenv("OPENAI_API_KEY", "k-123")
+        pipeline.check_regen()
+    finally:
+        server.shutdown()
