@@ -15,7 +15,7 @@ class CheckVllmOptions:
     vllm: Path = option("vLLM's `vllm` package directory, a directory holding it (an unpacked wheel), or a .whl",
         positional=True, required=True, metavar="DIR")  # fmt: skip
     config: str | None = option("config path or shipped config name (default: production)", positional=True)
-    no_dry_engine: bool = option("skip vLLM's own start-up code (the dry engine); rules only")
+    no_dry_engine: bool = option(hidden=True)  # the dry engine is the lab's now; still accepted for old scripts
 
 
 add_cli_args = declare(CheckVllmOptions, __doc__)
