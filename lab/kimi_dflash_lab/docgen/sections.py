@@ -1,8 +1,7 @@
 """Generated sections of README.md and docs/: the text between a begin and an end marker line, replaced whole.
 
-Every doc generator of the project (the result schema here, the config reference, the compatibility matrix)
-writes through this module; each takes the file to update as an explicit path. In bench/ for the same reason as
-atomic_write (standard library only; the rest of the package imports it from here).
+Every doc generator of the lab (the config reference, the result schema, the compatibility matrix, the dry-engine
+table) writes through this module; each takes the file to update as an explicit path.
 """
 
 from __future__ import annotations
