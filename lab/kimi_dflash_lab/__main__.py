@@ -11,6 +11,7 @@ COMMANDS: dict[str, tuple[str, str]] = {  # command -> (module, one-line help)
     "dry-engine": ("kimi_dflash_lab.dry_engine.cli", "vLLM's own start-up code on a config's plan"),
     "dry-engine-venv": ("kimi_dflash_lab.dry_engine.venv", "a venv with a vLLM release's CUDA wheel (downloads GB)"),
     "dry-engine-release": ("kimi_dflash_lab.dry_engine.release_run", "the dry engine on the GPU configs, one release"),
+    "docs": ("kimi_dflash_lab.docgen.cli", "regenerate the generated docs: config reference, result schema, results"),
     "matrix": ("kimi_dflash_lab.matrix", "the compatibility matrix for the docs (downloads wheels)"),
     "synthetic": ("kimi_dflash_lab.synthetic.cli", "the synthetic OpenAI server"),
     "capacity": ("kimi_dflash_lab.studies.capacity", "client capacity vs vllm bench serve"),

@@ -51,10 +51,7 @@ GROUPS: dict[str, tuple[tuple[str, str, str], ...]] = {  # group -> (verb, modul
         ("validate-fp8", "kimi_dflash.fp8.validate", "FP8 KV vs BF16 KV: accuracy, capacity, speed"),
         ("train-drafter", "kimi_dflash.drafter_training.cli", "train a DFlash drafter end to end"),
     ),
-    "project": (
-        ("docs", "kimi_dflash.docs_cli", "regenerate the generated sections of the docs (checkout)"),
-        ("version", "kimi_dflash.version_cli", "print the versions of this package and of vLLM"),
-    ),
+    "project": (("version", "kimi_dflash.version_cli", "print the versions of this package and of vLLM"),),
 }
 VERBS: tuple[Verb, ...] = tuple(Verb(*row, group) for group, rows in GROUPS.items() for row in rows)
 BY_NAME = {verb.name: verb for verb in VERBS}

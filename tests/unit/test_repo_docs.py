@@ -1,5 +1,5 @@
-"""The repository keeps its promises: README's commands match CI, its config reference matches the schema,
-and the shell scripts are shellcheck-clean."""
+"""The repository keeps its promises: README's commands match CI, the shell scripts are shellcheck-clean, and the
+maps name only paths that exist (the generated docs are the lab's: lab/tests/test_docgen.py)."""
 
 from __future__ import annotations
 
@@ -11,21 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from kimi_dflash.config.reference import BEGIN, END, render_reference
-from kimi_dflash.config.schema import KEYS
 from repo_paths import REPO_ROOT
 
 README = (REPO_ROOT / "README.md").read_text()
-CONFIGURATION = (REPO_ROOT / "docs" / "configuration.md").read_text()
-
-
-def test_config_reference_is_generated_from_the_schema() -> None:
-    section = CONFIGURATION.split(BEGIN, 1)[1].split(END, 1)[0]
-    assert section.strip() == render_reference().strip(), (
-        "docs/configuration.md is out of date: run kimi-dflash docs (or python -m kimi_dflash.config.reference --write)"
-    )
-    for key in KEYS:
-        assert f"`{key.name}`" in section
 
 
 def test_ci_runs_the_readme_test_command() -> None:

@@ -3,7 +3,7 @@
 Schema ``kimi-dflash/benchmark-result``, version ``SCHEMA_VERSION``. Adding a field keeps the version (give it a
 default: files written before it existed lack it); renaming or removing one, or changing its meaning, bumps the
 version, and ``load_result`` refuses versions it does not know. The field reference and JSON Schema in docs/ are
-generated from this module (result_schema.py).
+generated from this module (the lab's docgen/result_schema.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Generated sections of README.md and docs/: the text between a begin and an end marker line, replaced whole.
 
-Every doc generator of the project (the result schema, the config reference, README's results, the compatibility
-matrix) writes through this module; each takes the file to update as an explicit path.
+Every doc generator (README's results here; the lab's config reference, result schema, compatibility matrix and
+dry-engine table) writes through this module; each takes the file to update as an explicit path.
 """
 
 from __future__ import annotations
