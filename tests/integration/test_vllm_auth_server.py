@@ -88,6 +88,16 @@ def _every_method_on_every_route(port: int) -> None:
     assert open_answers and 401 not in open_answers
 
 
+def _command_lines() -> list[tuple[str, bytes]]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            found.append((entry.name, (entry / "cmdline").read_bytes()))
+        except OSError:  # not a process, or one that ended while we looked
+            continue
+    return found
+
+
 @pytest.mark.server
 def test_a_keyed_demo_server_closes_every_route(demo_server_factory: Any) -> None:
     server = demo_server_factory("demo-cpu.env", {"API_KEY": KEY})
@@ -104,5 +114,7 @@ def test_a_keyed_demo_server_closes_every_route(demo_server_factory: Any) -> Non
         assert _status(f"{base}/docs", KEY) == 404  # not served at all
         assert _status(f"{base}/v1/completions", KEY, completion) == 200
         _every_method_on_every_route(server.port)
+        # Issue 25 item 2: the key reaches vLLM through its environment, never argv, where every user could read it.
+        assert not [pid for pid, argv in _command_lines() if KEY.encode() in argv], "the API key is on a command line"
     finally:
         demo_server_factory.stop(server)
