@@ -165,7 +165,9 @@ def release_amplitude(source: VllmSource, rope: DrafterRope) -> ReleaseAmplitude
     """The amplitude `source`'s YaRNScalingRotaryEmbedding gets for `rope` through get_rope (UnreadableRope when
     the source is not in a shape this module can evaluate)."""
     passed, factory_line = _passed_keys(source)
-    init = _yarn_init(source)
+    init = source.function(YARN_FILE, f"{YARN_CLASS}.__init__")
+    if init is None:
+        raise UnreadableRope(f"{YARN_FILE} in {source.origin} has no {YARN_CLASS}.__init__")
     given = {key: rope.values[key] for key in passed if key in rope.values}
     given["scaling_factor"] = rope.factor  # the factory passes rope_parameters["factor"] positionally
     decided = _amplitude(init.body, _bind(init, given))
@@ -197,23 +199,12 @@ def _short(relpath: str) -> str:
 # --- reading the source -----------------------------------------------------------------------------------
 
 
-def _tree(source: VllmSource, relpath: str) -> ast.Module:
-    tree = source.tree(relpath)
-    if tree is None:
-        raise UnreadableRope(f"{relpath} is not in {source.origin}")
-    return tree
-
-
-def _function(body: list[ast.stmt], name: str) -> ast.FunctionDef | None:
-    return next((s for s in body if isinstance(s, ast.FunctionDef) and s.name == name), None)
-
-
 def _passed_keys(source: VllmSource) -> tuple[tuple[str, ...], int]:
     """The keys of `extra_kwargs = {k: v for k, v in rope_parameters.items() if k in (...)}` in get_rope's
     `scaling_type == "yarn"` branch, and its line."""
-    get_rope = _function(_tree(source, FACTORY_FILE).body, "get_rope")
+    get_rope = source.function(FACTORY_FILE, "get_rope")
     if get_rope is None:
-        raise UnreadableRope(f"{FACTORY_FILE} defines no get_rope")
+        raise UnreadableRope(f"{FACTORY_FILE} in {source.origin} defines no get_rope")
     for node in ast.walk(get_rope):
         if isinstance(node, ast.If) and _is_yarn_test(node.test):
             for stmt in node.body:
@@ -248,15 +239,6 @@ def _filtered_keys(stmt: ast.stmt) -> tuple[str, ...] | None:
         return None
     values = [e.value for e in keys.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
     return tuple(values) if len(values) == len(keys.elts) else None
-
-
-def _yarn_init(source: VllmSource) -> ast.FunctionDef:
-    tree = _tree(source, YARN_FILE)
-    cls = next((s for s in tree.body if isinstance(s, ast.ClassDef) and s.name == YARN_CLASS), None)
-    init = None if cls is None else _function(cls.body, "__init__")
-    if init is None:
-        raise UnreadableRope(f"{YARN_FILE} has no {YARN_CLASS}.__init__")
-    return init
 
 
 # --- the amplitude statement of YaRNScalingRotaryEmbedding.__init__ -----------------------------------------
