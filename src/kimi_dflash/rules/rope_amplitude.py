@@ -12,9 +12,8 @@ Rather than a table of versions, this module reads the two places that decide it
 which rope_scaling keys `get_rope` passes to `YaRNScalingRotaryEmbedding` (rotary_embedding/__init__.py), then
 which `self.mscale = ...` statement of that class's `__init__` the drafter's values (the signature's defaults for
 the rest) reach through its `if` branches; the formulas vLLM has shipped there are computed here. A source in
-another shape is refused (UnreadableRope), never guessed. Pure: a VllmSource and
-a config in, facts with file:line out. The compatibility rule (issue 28) and the launcher's drafter-config overlay
-(launch/drafter_rope.py) share it.
+another shape is refused (UnreadableRope), never guessed. Pure: a VllmSource and a config in, facts with file:line
+out. The compatibility rule (issue 28) and the launcher's drafter-config overlay (launch/drafter_rope.py) share it.
 """
 
 from __future__ import annotations
@@ -206,7 +205,7 @@ def _passed_keys(source: VllmSource) -> tuple[tuple[str, ...], int]:
     if get_rope is None:
         raise UnreadableRope(f"{FACTORY_FILE} in {source.origin} defines no get_rope")
     for node in ast.walk(get_rope):
-        if isinstance(node, ast.If) and _is_yarn_test(node.test):
+        if isinstance(node, ast.If) and ast.unparse(node.test).endswith(" == 'yarn'"):
             for stmt in node.body:
                 keys = _filtered_keys(stmt)
                 if keys is not None:
@@ -215,30 +214,18 @@ def _passed_keys(source: VllmSource) -> tuple[tuple[str, ...], int]:
     raise UnreadableRope(f'{FACTORY_FILE}: get_rope has no `scaling_type == "yarn"` branch')
 
 
-def _is_yarn_test(test: ast.expr) -> bool:
-    return (
-        isinstance(test, ast.Compare)
-        and len(test.ops) == 1
-        and isinstance(test.ops[0], ast.Eq)
-        and isinstance(test.comparators[0], ast.Constant)
-        and test.comparators[0].value == "yarn"
-    )
-
-
 def _filtered_keys(stmt: ast.stmt) -> tuple[str, ...] | None:
-    if not (isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.DictComp)):
+    comprehension = stmt.value if isinstance(stmt, ast.Assign) else None
+    if not isinstance(comprehension, ast.DictComp) or [len(g.ifs) for g in comprehension.generators] != [1]:
         return None
-    [generator] = stmt.value.generators or [None]
-    if generator is None or len(generator.ifs) != 1:
+    test = comprehension.generators[0].ifs[0]
+    if not (isinstance(test, ast.Compare) and [type(op) for op in test.ops] == [ast.In]):
         return None
-    test = generator.ifs[0]
-    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.In)):
+    try:
+        keys = ast.literal_eval(test.comparators[0])
+    except ValueError:
         return None
-    keys = test.comparators[0]
-    if not isinstance(keys, ast.Tuple | ast.List | ast.Set):
-        return None
-    values = [e.value for e in keys.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
-    return tuple(values) if len(values) == len(keys.elts) else None
+    return tuple(keys) if isinstance(keys, tuple | list) and all(isinstance(k, str) for k in keys) else None
 
 
 # --- the amplitude statement of YaRNScalingRotaryEmbedding.__init__ -----------------------------------------
