@@ -1,12 +1,8 @@
 """The RoPE amplitude a vLLM release gives a drafter with YaRN scaling, read from that release's source.
 
-vLLM's `YaRNScalingRotaryEmbedding` multiplies its cos/sin cache by an amplitude (`self.mscale`), so every
-rotated query and key is scaled by it and every attention logit by its square. z-lab's Kimi DFlash drafters
-declare `rope_scaling = {rope_type: yarn, factor: 64, mscale: 1.0, mscale_all_dim: 1.0, ...}`. Up to 0.29 vLLM
-ignored the two mscale fields (its factory did not pass them) and gave `yarn_get_mscale(64) = 0.1 ln 64 + 1 =
-1.4159`, the amplitude these drafters were trained with; from 0.30 the factory passes `mscale`, `mscale_all_dim`
-and `attention_factor`, and `elif mscale and mscale_all_dim:` gives `yarn_get_mscale(64, 1) / yarn_get_mscale(64,
-1) = 1.0` (an explicit `attention_factor` takes precedence over both).
+vLLM's `YaRNScalingRotaryEmbedding` multiplies its cos/sin cache by an amplitude (`self.mscale`): 1.4159 for
+z-lab's Kimi DFlash drafters up to 0.29 (what they were trained with), 1.0 from 0.30 (docs/patches.md has the
+table, file:line per release).
 
 Rather than a table of versions, this module reads the two places that decide it in the source it is given:
 which rope_scaling keys `get_rope` passes to `YaRNScalingRotaryEmbedding` (rotary_embedding/__init__.py), then
