@@ -12,15 +12,22 @@ BACKEND_ENUM = "AttentionBackendEnum"
 PLATFORM_MODULES = {"rocm": "vllm/platforms/rocm.py", "cuda": "vllm/platforms/cuda.py", "cpu": "vllm/platforms/cpu.py"}
 
 
-def backend_class(source: VllmSource, member: str) -> tuple[str, str] | None:
-    """(module, class) of an AttentionBackendEnum member, from the enum's "package.module.Class" values."""
-    for under in ("vllm/v1/attention/backends/", "vllm/v1/attention/", "vllm/attention/"):
+def backend_enum(source: VllmSource) -> tuple[str, dict[str, str | None]] | None:
+    """The module that defines AttentionBackendEnum, and its members' "package.module.Class" values."""
+    for under in ("vllm/v1/attention/", "vllm/attention/", "vllm/"):
         module = source.find_module(BACKEND_ENUM, under)
         if module is not None:
-            dotted, _, cls = ((source.enum_values(module, BACKEND_ENUM) or {}).get(member) or "").rpartition(".")
-            relpath = source.module_path(dotted) if dotted else None
-            return None if relpath is None else (relpath, cls)
+            members = source.enum_values(module, BACKEND_ENUM)
+            return None if members is None else (module, members)
     return None
+
+
+def backend_class(source: VllmSource, member: str) -> tuple[str, str] | None:
+    """(module, class) of an AttentionBackendEnum member."""
+    found = backend_enum(source)
+    dotted, _, cls = ((found[1] if found else {}).get(member) or "").rpartition(".")
+    relpath = source.module_path(dotted) if dotted else None
+    return None if relpath is None else (relpath, cls)
 
 
 def backend_kv_dtypes(source: VllmSource, member: str) -> tuple[str, ...] | None:

@@ -32,7 +32,6 @@ class Wna16Experts:
     num_bits: int
     group_size: int | None  # None: channel-wise
     pack_format: str
-    actorder: str | None
 
     def describe(self) -> str:
         group = f"group {self.group_size}" if self.group_size else "channel-wise"
@@ -130,6 +129,5 @@ def _wna16_experts(quant: object) -> Wna16Experts | None:
                 num_bits=int(weights["num_bits"]),
                 group_size=weights.get("group_size") if weights.get("strategy") == "group" else None,
                 pack_format=str(group.get("format") or quant.get("format") or "?"),
-                actorder=weights.get("actorder"),
             )
     return None

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from kimi_dflash.rules.backends import backend_enum
 from kimi_dflash.rules.source import VllmSource
 
 FeatureState = Literal["present", "absent", "unknown"]
@@ -118,12 +119,8 @@ def _env_variables(source: VllmSource) -> Offered:
 
 
 def _attention_backends(source: VllmSource) -> Offered:
-    for under in ("vllm/v1/attention/", "vllm/attention/", "vllm/"):
-        module = source.find_module("AttentionBackendEnum", under)
-        if module is not None:
-            members = source.enum_values(module, "AttentionBackendEnum")
-            return None if members is None else (tuple(members), f"AttentionBackendEnum in {module}")
-    return None
+    found = backend_enum(source)
+    return None if found is None else (tuple(found[1]), f"AttentionBackendEnum in {found[0]}")
 
 
 def _cli_flags(source: VllmSource) -> Offered:

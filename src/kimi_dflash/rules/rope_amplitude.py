@@ -1,28 +1,21 @@
 """The RoPE amplitude a vLLM release gives a drafter with YaRN scaling, read from that release's source.
 
-vLLM's `YaRNScalingRotaryEmbedding` multiplies its cos/sin cache by an amplitude (`self.mscale`), so every
-rotated query and key is scaled by it and every attention logit by its square. z-lab's Kimi DFlash drafters
-declare `rope_scaling = {rope_type: yarn, factor: 64, mscale: 1.0, mscale_all_dim: 1.0, ...}`. Up to 0.29 vLLM
-ignored the two mscale fields (its factory did not pass them) and gave `yarn_get_mscale(64) = 0.1 ln 64 + 1 =
-1.4159`, the amplitude these drafters were trained with; from 0.30 the factory passes `mscale`, `mscale_all_dim`
-and `attention_factor`, and `elif mscale and mscale_all_dim:` gives `yarn_get_mscale(64, 1) / yarn_get_mscale(64,
-1) = 1.0` (an explicit `attention_factor` takes precedence over both).
+vLLM's `YaRNScalingRotaryEmbedding` multiplies its cos/sin cache by an amplitude (`self.mscale`): 1.4159 for
+z-lab's Kimi DFlash drafters up to 0.29 (what they were trained with), 1.0 from 0.30 (docs/patches.md has the
+table, file:line per release).
 
-Rather than a table of versions, this module evaluates the two places that decide it in the source it is given:
-which rope_scaling keys `get_rope` passes to `YaRNScalingRotaryEmbedding` (rotary_embedding/__init__.py), then the
-statements of that class's `__init__` that set `self.mscale` (and `yarn_get_mscale`, which they call), with the
-drafter's values for the passed keys and the signature's defaults for the rest. Only a small, side-effect-free
-subset of Python is evaluated (arithmetic, comparisons, `if`, `float`, `math.log`, calls to functions of the
-rotary-embedding package); a source outside it is refused (UnreadableRope), never guessed. Pure: a VllmSource and
-a config in, facts with file:line out. The compatibility rule (issue 28) and the launcher's drafter-config overlay
-(launch/drafter_rope.py) share it.
+Rather than a table of versions, this module reads the two places that decide it in the source it is given:
+which rope_scaling keys `get_rope` passes to `YaRNScalingRotaryEmbedding` (rotary_embedding/__init__.py), then
+which `self.mscale = ...` statement of that class's `__init__` the drafter's values (the signature's defaults for
+the rest) reach through its `if` branches; the formulas vLLM has shipped there are computed here. A source in
+another shape is refused (UnreadableRope), never guessed. Pure: a VllmSource and a config in, facts with file:line
+out. The compatibility rule (issue 28) and the launcher's drafter-config overlay (launch/drafter_rope.py) share it.
 """
 
 from __future__ import annotations
 
 import ast
 import math
-import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -108,15 +101,11 @@ def transformers_amplitude(rope: DrafterRope) -> float:
     """The amplitude transformers 5 (and so SpecForge 0.2.0, which trains with it) gives these fields: an explicit
     attention_factor, else get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim) when both are set
     (1.0 for z-lab's fields), else the legacy amplitude (`_compute_yarn_parameters`, modeling_rope_utils.py)."""
-
-    def get_mscale(scale: float, mscale: float) -> float:
-        return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
-
     if rope.attention_factor is not None:
         return rope.attention_factor
     mscale, mscale_all_dim = rope.values.get("mscale"), rope.values.get("mscale_all_dim")
     if mscale and mscale_all_dim:
-        return get_mscale(rope.factor, float(mscale)) / get_mscale(rope.factor, float(mscale_all_dim))
+        return yarn_get_mscale(rope.factor, float(mscale)) / yarn_get_mscale(rope.factor, float(mscale_all_dim))
     return legacy_amplitude(rope.factor)
 
 
@@ -132,7 +121,7 @@ def trained_amplitude(rope: DrafterRope) -> float | None:
 def legacy_amplitude(factor: float) -> float:
     """What vLLM up to 0.29 gave any YaRN drafter whatever its mscale fields said, and what z-lab's Kimi DFlash
     drafters were trained with: yarn_get_mscale(factor) = 0.1 ln(factor) + 1 (1 for factor <= 1)."""
-    return 1.0 if factor <= 1 else 0.1 * math.log(factor) + 1.0
+    return yarn_get_mscale(factor)
 
 
 @dataclass(frozen=True)
@@ -171,17 +160,15 @@ def release_amplitude(source: VllmSource, rope: DrafterRope) -> ReleaseAmplitude
     """The amplitude `source`'s YaRNScalingRotaryEmbedding gets for `rope` through get_rope (UnreadableRope when
     the source is not in a shape this module can evaluate)."""
     passed, factory_line = _passed_keys(source)
-    init = _yarn_init(source)
-    interpreter = _Interpreter(source)
+    init = source.function(YARN_FILE, f"{YARN_CLASS}.__init__")
+    if init is None:
+        raise UnreadableRope(f"{YARN_FILE} in {source.origin} has no {YARN_CLASS}.__init__")
     given = {key: rope.values[key] for key in passed if key in rope.values}
     given["scaling_factor"] = rope.factor  # the factory passes rope_parameters["factor"] positionally
-    scope = interpreter.bind(init, given)
-    line = interpreter.run_init(init.body, scope)
-    if line is None or f"self.{AMPLITUDE_ATTRIBUTE}" not in scope:
+    decided = _amplitude(init.body, _bind(init, given))
+    if decided is None:
         raise UnreadableRope(f"{YARN_FILE}: {YARN_CLASS}.__init__ never sets self.{AMPLITUDE_ATTRIBUTE}")
-    amplitude = scope[f"self.{AMPLITUDE_ATTRIBUTE}"]
-    if not isinstance(amplitude, int | float):
-        raise UnreadableRope(f"{YARN_FILE}:{line}: self.{AMPLITUDE_ATTRIBUTE} is not a number ({amplitude!r})")
+    amplitude, line = decided
     return ReleaseAmplitude(
         version=source.version(),
         amplitude=float(amplitude),
@@ -207,25 +194,14 @@ def _short(relpath: str) -> str:
 # --- reading the source -----------------------------------------------------------------------------------
 
 
-def _tree(source: VllmSource, relpath: str) -> ast.Module:
-    tree = source.tree(relpath)
-    if tree is None:
-        raise UnreadableRope(f"{relpath} is not in {source.origin}")
-    return tree
-
-
-def _function(body: list[ast.stmt], name: str) -> ast.FunctionDef | None:
-    return next((s for s in body if isinstance(s, ast.FunctionDef) and s.name == name), None)
-
-
 def _passed_keys(source: VllmSource) -> tuple[tuple[str, ...], int]:
     """The keys of `extra_kwargs = {k: v for k, v in rope_parameters.items() if k in (...)}` in get_rope's
     `scaling_type == "yarn"` branch, and its line."""
-    get_rope = _function(_tree(source, FACTORY_FILE).body, "get_rope")
+    get_rope = source.function(FACTORY_FILE, "get_rope")
     if get_rope is None:
-        raise UnreadableRope(f"{FACTORY_FILE} defines no get_rope")
+        raise UnreadableRope(f"{FACTORY_FILE} in {source.origin} defines no get_rope")
     for node in ast.walk(get_rope):
-        if isinstance(node, ast.If) and _is_yarn_test(node.test):
+        if isinstance(node, ast.If) and ast.unparse(node.test).endswith(" == 'yarn'"):
             for stmt in node.body:
                 keys = _filtered_keys(stmt)
                 if keys is not None:
@@ -234,224 +210,99 @@ def _passed_keys(source: VllmSource) -> tuple[tuple[str, ...], int]:
     raise UnreadableRope(f'{FACTORY_FILE}: get_rope has no `scaling_type == "yarn"` branch')
 
 
-def _is_yarn_test(test: ast.expr) -> bool:
-    return (
-        isinstance(test, ast.Compare)
-        and len(test.ops) == 1
-        and isinstance(test.ops[0], ast.Eq)
-        and isinstance(test.comparators[0], ast.Constant)
-        and test.comparators[0].value == "yarn"
-    )
-
-
 def _filtered_keys(stmt: ast.stmt) -> tuple[str, ...] | None:
-    if not (isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.DictComp)):
+    comprehension = stmt.value if isinstance(stmt, ast.Assign) else None
+    if not isinstance(comprehension, ast.DictComp) or [len(g.ifs) for g in comprehension.generators] != [1]:
         return None
-    [generator] = stmt.value.generators or [None]
-    if generator is None or len(generator.ifs) != 1:
+    test = comprehension.generators[0].ifs[0]
+    if not (isinstance(test, ast.Compare) and [type(op) for op in test.ops] == [ast.In]):
         return None
-    test = generator.ifs[0]
-    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.In)):
+    try:
+        keys = ast.literal_eval(test.comparators[0])
+    except ValueError:
         return None
-    keys = test.comparators[0]
-    if not isinstance(keys, ast.Tuple | ast.List | ast.Set):
-        return None
-    values = [e.value for e in keys.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
-    return tuple(values) if len(values) == len(keys.elts) else None
+    return tuple(keys) if isinstance(keys, tuple | list) and all(isinstance(k, str) for k in keys) else None
 
 
-def _yarn_init(source: VllmSource) -> ast.FunctionDef:
-    tree = _tree(source, YARN_FILE)
-    cls = next((s for s in tree.body if isinstance(s, ast.ClassDef) and s.name == YARN_CLASS), None)
-    init = None if cls is None else _function(cls.body, "__init__")
-    if init is None:
-        raise UnreadableRope(f"{YARN_FILE} has no {YARN_CLASS}.__init__")
-    return init
+# --- the amplitude statement of YaRNScalingRotaryEmbedding.__init__ -----------------------------------------
 
 
-# --- a small evaluator for the statements that set the amplitude ---------------------------------------------
+def yarn_get_mscale(scale: float, mscale: float = 1.0) -> float:
+    """vLLM's (and transformers') `yarn_get_mscale`: 0.1 mscale ln(scale) + 1 (1 for scale <= 1)."""
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
 
-_BINARY: dict[type, Callable[[Any, Any], Any]] = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.Div: operator.truediv,
-    ast.Pow: operator.pow,
+
+def _ratio(scope: Mapping[str, Any]) -> float:
+    factor = scope["self.scaling_factor"]
+    return yarn_get_mscale(factor, scope["mscale"]) / yarn_get_mscale(factor, scope["mscale_all_dim"])
+
+
+RATIO = "float(yarn_get_mscale(self.scaling_factor, mscale) / yarn_get_mscale(self.scaling_factor, mscale_all_dim))"
+# Every right-hand side of `self.mscale = ...` vLLM has shipped (as ast.unparse writes it), with what it computes;
+# any other is refused. Up to 0.29 the last two; from 0.30 the first three, in an if/elif/else.
+_FORMULAS: dict[str, Callable[[Mapping[str, Any]], float]] = {
+    "float(attention_factor)": lambda scope: float(scope["attention_factor"]),
+    RATIO: _ratio,
+    "float(yarn_get_mscale(self.scaling_factor))": lambda scope: yarn_get_mscale(scope["self.scaling_factor"]),
+    "float(yarn_get_mscale(self.scaling_factor) * attn_factor)": lambda scope: (
+        yarn_get_mscale(scope["self.scaling_factor"]) * scope["attn_factor"]
+    ),
+    "float(attn_factor)": lambda scope: float(scope["attn_factor"]),
 }
-_COMPARE: dict[type, Callable[[Any, Any], bool]] = {
-    ast.Eq: operator.eq,
-    ast.NotEq: operator.ne,
-    ast.Lt: operator.lt,
-    ast.LtE: operator.le,
-    ast.Gt: operator.gt,
-    ast.GtE: operator.ge,
-    ast.Is: operator.is_,
-    ast.IsNot: operator.is_not,
-}
-_BUILTINS: dict[str, Callable[..., Any]] = {"float": float, "int": int, "abs": abs, "min": min, "max": max}
-_MATH: dict[str, Callable[..., Any]] = {"log": math.log, "sqrt": math.sqrt, "exp": math.exp}
-_MAX_CALL_DEPTH = 4
 
 
-_UNKNOWN = object()  # a value the evaluator could not compute
+def _bind(init: ast.FunctionDef, given: Mapping[str, Any]) -> dict[str, Any]:
+    """Parameter name -> value: `given` where it names a parameter, else its literal default."""
+    args = init.args
+    positional = [*args.posonlyargs, *args.args]
+    defaults = dict(zip([a.arg for a in positional[len(positional) - len(args.defaults) :]], args.defaults))
+    defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
+    names = [a.arg for a in [*positional, *args.kwonlyargs]]
+    if args.kwarg is not None and any(key not in names for key in given):
+        raise UnreadableRope(f"{init.name} takes **{args.kwarg.arg}: the keys it reads cannot be evaluated")
+    scope = {name: defaults[name].value for name in names if isinstance(defaults.get(name), ast.Constant)}
+    return {**scope, **{name: given[name] for name in names if name in given}}
 
 
-class _Return(Exception):
-    def __init__(self, value: object) -> None:
-        self.value = value
-
-
-class _Interpreter:
-    """Evaluates assignments, `if` and `return` over numbers; calls only functions defined in the rotary-embedding
-    package (found through the source) and a few pure built-ins."""
-
-    def __init__(self, source: VllmSource) -> None:
-        self.source = source
-        self.depth = 0
-        self.decided_at: int | None = None
-
-    def bind(self, function: ast.FunctionDef, given: Mapping[str, Any]) -> dict[str, Any]:
-        """Parameter name -> value: `given` where it names a parameter, else the default (self excluded)."""
-        args = function.args
-        positional = [*args.posonlyargs, *args.args]
-        defaults = dict(zip([a.arg for a in positional[len(positional) - len(args.defaults) :]], args.defaults))
-        defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
-        scope: dict[str, Any] = {}
-        for parameter in [*positional, *args.kwonlyargs]:
-            name = parameter.arg
-            if name == "self":
-                continue
-            if name in given:
-                scope[name] = given[name]
-            elif name in defaults:
-                scope[name] = self.expr(defaults[name], {})
-        if args.kwarg is not None and any(key not in scope for key in given):
-            raise UnreadableRope(f"{function.name} takes **{args.kwarg.arg}: the keys it reads cannot be evaluated")
-        return scope
-
-    def run_init(self, body: list[ast.stmt], scope: dict[str, Any]) -> int | None:
-        """Run __init__'s statements up to its first other call (super().__init__, which builds the cache);
-        the line of the last assignment to self.<amplitude>."""
-        self.decided_at = None
-        for stmt in body:
-            if isinstance(stmt, ast.Expr):  # docstring, super().__init__(...): nothing that sets the amplitude
-                continue
-            self.statement(stmt, scope)
-        return self.decided_at
-
-    def statement(self, stmt: ast.stmt, scope: dict[str, Any]) -> None:
-        if isinstance(stmt, ast.Assign | ast.AnnAssign):
-            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-            if stmt.value is None:
-                return
-            names = [_target_name(target) for target in targets]
-            try:
-                value = self.expr(stmt.value, scope)
-            except UnreadableRope:
-                if f"self.{AMPLITUDE_ATTRIBUTE}" in names:
-                    raise
-                value = _UNKNOWN  # something the amplitude may not need (self.dtype = dtype): refused on use
-            for name in names:
-                scope[name] = value
-                if name == f"self.{AMPLITUDE_ATTRIBUTE}":
-                    self.decided_at = stmt.lineno
-        elif isinstance(stmt, ast.If):
-            for inner in stmt.body if self.expr(stmt.test, scope) else stmt.orelse:
-                self.statement(inner, scope)
-        elif isinstance(stmt, ast.Return):
-            raise _Return(None if stmt.value is None else self.expr(stmt.value, scope))
-        elif not isinstance(stmt, ast.Pass | ast.Expr):
+def _amplitude(body: list[ast.stmt], scope: dict[str, Any]) -> tuple[float, int] | None:
+    """Follow __init__'s statements (`self.x = name` copies, `if` on `x is not None`, `x`, `x and y`): the value
+    and line of the last `self.mscale = <a known formula>` reached."""
+    decided = None
+    for stmt in body:
+        if isinstance(stmt, ast.If):
+            decided = _amplitude(stmt.body if _holds(stmt.test, scope) else stmt.orelse, scope) or decided
+        elif isinstance(stmt, ast.Assign | ast.AnnAssign) and stmt.value is not None:
+            targets = [ast.unparse(t) for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target])]
+            if f"self.{AMPLITUDE_ATTRIBUTE}" in targets:
+                decided = _value(stmt.value, scope), stmt.lineno
+            elif isinstance(stmt.value, ast.Name) and stmt.value.id in scope:
+                scope.update(dict.fromkeys(targets, scope[stmt.value.id]))
+        elif not isinstance(stmt, ast.Expr | ast.Pass):  # docstring, super().__init__(...)
             raise UnreadableRope(f"line {stmt.lineno}: {type(stmt).__name__} statements are not evaluated")
+    return decided
 
-    def expr(self, node: ast.expr, scope: Mapping[str, Any]) -> Any:
-        if isinstance(node, ast.Constant):
-            return node.value
-        if isinstance(node, ast.Name | ast.Attribute) and _dotted(node) in scope:
-            value = scope[_dotted(node)]
-            if value is _UNKNOWN:
-                return self._refuse(node)
-            return value
-        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-            return _BINARY[type(node.op)](self.expr(node.left, scope), self.expr(node.right, scope))
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.Not):
-            value = self.expr(node.operand, scope)
-            return -value if isinstance(node.op, ast.USub) else not value
-        if isinstance(node, ast.BoolOp):
-            value: Any = None
-            for operand in node.values:  # Python's semantics: the first falsy (and) / truthy (or) operand
-                value = self.expr(operand, scope)
-                if (not value) if isinstance(node.op, ast.And) else bool(value):
-                    return value
-            return value
-        if isinstance(node, ast.Compare):
-            left = self.expr(node.left, scope)
-            for op, comparator in zip(node.ops, node.comparators, strict=True):
-                if type(op) not in _COMPARE:
-                    return self._refuse(node)
-                right = self.expr(comparator, scope)
-                if not _COMPARE[type(op)](left, right):
-                    return False
-                left = right
-            return True
-        if isinstance(node, ast.IfExp):
-            return self.expr(node.body if self.expr(node.test, scope) else node.orelse, scope)
-        if isinstance(node, ast.Call):
-            return self.call(node, scope)
-        return self._refuse(node)
 
-    def call(self, node: ast.Call, scope: Mapping[str, Any]) -> Any:
-        args = [self.expr(a, scope) for a in node.args]
-        keywords = {k.arg: self.expr(k.value, scope) for k in node.keywords if k.arg is not None}
-        name = _dotted(node.func)
-        if name in _BUILTINS:
-            return _BUILTINS[name](*args, **keywords)
-        if name.startswith("math.") and name.removeprefix("math.") in _MATH:
-            return _MATH[name.removeprefix("math.")](*args, **keywords)
-        function = self._package_function(name)
-        if function is None:
-            return self._refuse(node)
-        if self.depth >= _MAX_CALL_DEPTH:
-            raise UnreadableRope(f"{name}: calls nest deeper than {_MAX_CALL_DEPTH}")
-        positional = [a.arg for a in [*function.args.posonlyargs, *function.args.args]]
-        given = {**dict(zip(positional, args)), **keywords}
-        inner = self.bind(function, given)
-        self.depth += 1
-        try:
-            for stmt in function.body:
-                self.statement(stmt, inner)
-        except _Return as result:
-            return result.value
-        finally:
-            self.depth -= 1
-        return None
-
-    def _package_function(self, name: str) -> ast.FunctionDef | None:
-        """The top-level function `name` of a module of the rotary-embedding package (where the YaRN helpers live)."""
-        if not name.isidentifier():
-            return None
-        for relpath in self.source.paths(PACKAGE):
-            text = self.source.text(relpath)
-            tree = None if text is None or f"def {name}" not in text else self.source.tree(relpath)
-            function = None if tree is None else _function(tree.body, name)
-            if function is not None:
-                return function
-        return None
-
-    @staticmethod
-    def _refuse(node: ast.expr) -> Any:
+def _value(node: ast.expr, scope: Mapping[str, Any]) -> float:
+    if isinstance(node, ast.IfExp):  # 0.20-0.29: `... if apply_yarn_scaling else float(attn_factor)`
+        return _value(node.body if _holds(node.test, scope) else node.orelse, scope)
+    formula = _FORMULAS.get(ast.unparse(node))
+    if formula is None:
         raise UnreadableRope(f"line {node.lineno}: cannot evaluate `{ast.unparse(node)}`")
+    try:
+        return formula(scope)
+    except (KeyError, TypeError) as missing:
+        raise UnreadableRope(f"line {node.lineno}: no value for {missing}") from None
 
 
-def _dotted(node: ast.expr) -> str:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        return f"{_dotted(node.value)}.{node.attr}"
-    return "<expr>"
-
-
-def _target_name(target: ast.expr) -> str:
-    name = _dotted(target)
-    if name == "<expr>":
-        raise UnreadableRope(f"line {target.lineno}: cannot evaluate an assignment to `{ast.unparse(target)}`")
-    return name
+def _holds(test: ast.expr, scope: Mapping[str, Any]) -> bool:
+    if (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and [type(op) for op in test.ops] == [ast.IsNot]
+        and ast.unparse(test.comparators[0]) == "None"
+    ):
+        return scope.get(test.left.id) is not None
+    names = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+    if all(isinstance(name, ast.Name) for name in names):
+        return all(scope.get(name.id) for name in names)  # type: ignore[attr-defined]
+    raise UnreadableRope(f"line {test.lineno}: cannot evaluate `{ast.unparse(test)}`")

@@ -239,6 +239,11 @@ class VllmSource:
             return None
         return any(isinstance(n, ast.Call) and _name(n.func) == callee for n in ast.walk(node))
 
+    def assigned_strings(self, relpath: str, name: str) -> tuple[str, ...]:
+        """The string constants of a top-level `NAME = frozenset({...})` / set / tuple literal."""
+        node = self._node(relpath, name)
+        return _strings(ast.walk(node.value)) if isinstance(node, ast.Assign) else ()
+
     def option_strings(self, relpath: str) -> tuple[str, ...]:
         """Every string constant in the module that looks like a long CLI option ("--x-y")."""
         tree = self.tree(relpath)

@@ -93,6 +93,30 @@ def test_a_factory_that_drops_the_mscale_keys_gives_the_legacy_amplitude(install
     assert not verdict.honours_attention_factor  # dropped by the factory: an overlay could not set it
 
 
+def test_the_0_29_shape_gives_the_legacy_amplitude(installed: VllmSource, tmp_path: Path) -> None:
+    """Up to 0.29 `__init__` took attn_factor and apply_yarn_scaling and set the amplitude in one conditional
+    expression (yarn_scaling_rope.py:40 in the wheels); its defaults decide it for z-lab's fields."""
+    text = installed.text(YARN_FILE) or ""
+    branches = text[text.index("        if attention_factor is not None:") : text.index("        super().__init__(")]
+    legacy = (
+        "        self.mscale = float(yarn_get_mscale(self.scaling_factor) * attn_factor) if apply_yarn_scaling else "
+        "float(attn_factor)\n"
+    )
+    older = edited_source(installed, tmp_path, YARN_FILE, branches, legacy)
+    with pytest.raises(UnreadableRope, match="attn_factor"):  # not a parameter: refused, not guessed
+        release_amplitude(older, drafter_rope(ZLAB))
+    parameters = "truncate: bool = True,\n        attn_factor: float = 1,\n        apply_yarn_scaling: bool = True,"
+    older = edited_source(older, tmp_path, YARN_FILE, "truncate: bool = True,", parameters)
+    verdict = judge(older, drafter_rope(ZLAB))
+    assert verdict.matches and verdict.release.amplitude == pytest.approx(TRAINED)
+    line = (older.text(YARN_FILE) or "").splitlines().index(legacy.rstrip("\n")) + 1
+    assert verdict.release.where == f"rotary_embedding/yarn_scaling_rope.py:{line}"
+    no_scaling = edited_source(
+        older, tmp_path, YARN_FILE, "apply_yarn_scaling: bool = True", "apply_yarn_scaling=False"
+    )
+    assert release_amplitude(no_scaling, drafter_rope(ZLAB)).amplitude == 1.0  # float(attn_factor), its default
+
+
 def test_a_source_it_cannot_evaluate_is_refused(installed: VllmSource, tmp_path: Path) -> None:
     loop = edited_source(
         installed,

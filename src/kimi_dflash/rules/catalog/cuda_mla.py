@@ -42,15 +42,8 @@ def prefill_dims(source: VllmSource) -> tuple[tuple[tuple[int, ...], ...], Sourc
     where = None
     for name in names:
         relpath = f"{MLA}prefill/{name.lower()}.py"
-        tree = source.tree(relpath)
-        check = (
-            next(
-                (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "supports_mla_dimensions"),
-                None,
-            )
-            if tree
-            else None
-        )
+        nodes = ast.walk(source.tree(relpath) or ast.Module([], []))
+        check = next((n for n in nodes if isinstance(n, ast.FunctionDef) and n.name == "supports_mla_dimensions"), None)
         for call in (c for c in ast.walk(check) if isinstance(c, ast.Call)) if check else ():
             values = {k.arg: getattr(k.value, "value", None) for k in call.keywords}
             if all(isinstance(values.get(d), int) for d in DIMS):

@@ -58,7 +58,7 @@ def model_runner(
             return RunnerChoice("V1", "MoE models are not default-V2 (_is_default_v2_model_runner_model)", where)
         if quantized and "is_quantized" in gate_text:
             return RunnerChoice("V1", "quantised models are not default-V2 (_is_default_v2_model_runner_model)", where)
-        default_v2 = _string_set(source, VLLM_CONFIG, "DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES")
+        default_v2 = source.assigned_strings(VLLM_CONFIG, "DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES")
         if "DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES" in gate_text and not set(architectures) & set(default_v2):
             return RunnerChoice("V1", "the architecture is not in DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES", where)
     if "HAS_TRITON" in body and platform == "cpu":
@@ -87,17 +87,6 @@ def _method_unsupported(function: ast.FunctionDef, method: str) -> bool:
                 if (isinstance(op, ast.In) and method in names) or (isinstance(op, ast.NotIn) and method not in names):
                     return True
     return False
-
-
-def _string_set(source: VllmSource, path: str, name: str) -> tuple[str, ...]:
-    """The string constants in a module-level `NAME = frozenset({...})` / set / tuple literal."""
-    tree = source.tree(path)
-    for stmt in tree.body if tree is not None else ():
-        if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets):
-            return tuple(
-                n.value for n in ast.walk(stmt.value) if isinstance(n, ast.Constant) and isinstance(n.value, str)
-            )
-    return ()
 
 
 def v2_builds_model_layers(source: VllmSource) -> SourceLine | None:

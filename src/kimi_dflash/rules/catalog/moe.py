@@ -34,7 +34,6 @@ class Wna16BackendChoice:
     """How a vLLM picks the kernel for compressed-tensors WNA16 experts on one platform."""
 
     method: str  # the MoE method class vLLM builds for these experts
-    method_module: str
     honours_moe_backend: bool  # the method passes --moe-backend to select_wna16_moe_backend, which maps it
     accepted: tuple[str, ...]  # --moe-backend values map_wna16_backend accepts (when honoured)
 
@@ -52,7 +51,7 @@ def wna16_backend_choice(source: VllmSource, platform: str) -> Wna16BackendChoic
             isinstance(n, ast.Call) and ast.unparse(n.func) == "map_wna16_backend" for n in ast.walk(oracle)
         )
         accepted = source.dict_keys(WNA16_ORACLE, "mapping", "map_wna16_backend") or ()
-        return Wna16BackendChoice(method, module, calls_oracle and maps and bool(accepted), tuple(accepted))
+        return Wna16BackendChoice(method, calls_oracle and maps and bool(accepted), tuple(accepted))
     return None
 
 
