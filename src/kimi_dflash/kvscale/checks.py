@@ -1,8 +1,5 @@
-"""Pre-launch checks of the KV-scale settings, for the preflight step (no vLLM, no GPU needed).
-
-The plugin re-checks everything inside vLLM, but there a mistake costs a model load; here it costs
-milliseconds and the message reaches the user without a vLLM traceback around it.
-"""
+"""Pre-launch checks of the KV-scale settings (no vLLM): the plugin re-checks inside vLLM, but there a mistake costs
+a model load and comes wrapped in a vLLM traceback."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""Make the per-layer statistics of a vLLM process retrievable: dump them to a JSON file per rank.
-
-The plugin has no HTTP endpoint, so each process that holds MLA layers rewrites
-``<dir>/kv-observe-rank<R>-pid<P>.json`` every ``interval`` seconds (and at exit). Reading the
-device counters synchronises, so it happens on this background thread, never in the forward pass;
-only observe mode (a calibration run) or an explicitly set KV_OBSERVE_DIR pays for it.
-The calibrator merges the files of all ranks (max over ranks).
+"""Dump a vLLM process's per-layer statistics to ``<dir>/kv-observe-rank<R>-pid<P>.json`` every ``interval``
+seconds and at exit (the plugin has no HTTP endpoint). Reading device counters synchronises, hence a background
+thread, never the forward pass.
 """
 
 from __future__ import annotations

@@ -1,16 +1,7 @@
-"""Install the KV-scale hook in a vLLM process (called from kimi_dflash.vllm_plugin.register()).
-
-When vLLM imports its MLA layer module, two methods of ``MLAAttention`` are wrapped:
-
-* ``__init__``: decides per layer what to do (from KIMI_DFLASH_KV_* settings and the layer's
-  ``kv_cache_dtype``), checks a calibrated file against the model being built, and wraps that
-  layer's ``impl.do_kv_cache_update`` (instance attribute, so every backend's override is covered).
-* ``process_weights_after_loading``: vLLM resets KV scales to 1.0 there when the checkpoint has
-  none; afterwards we set calibrated scales and bind the statistics to the layer's device.
-
-Not FP8 (e.g. the BF16 demo): scale modes are a logged no-op. Observe mode works on any KV dtype -
-calibrating on a BF16-KV server measures latents undisturbed by FP8 rounding in earlier layers.
-Errors in settings or in the scales file raise: a server must not come up with wrong KV scales.
+"""Install the KV-scale hook in a vLLM process (called from kimi_dflash.vllm_plugin.register()): wraps
+``MLAAttention.__init__`` (per layer: decide, check a calibrated file, wrap ``impl.do_kv_cache_update``) and
+``process_weights_after_loading`` (vLLM resets scales to 1.0 there; set ours after it). docs/fp8-kv.md "Where it
+hooks". Bad settings or scales files raise: a server must not come up with wrong KV scales.
 """
 
 from __future__ import annotations
@@ -67,11 +58,8 @@ _state: _ProcessState | None = None
 
 
 def install_kv_scale_hook() -> None:
-    """Read KIMI_DFLASH_KV_* and, if anything is enabled, hook vLLM's MLA layer. Idempotent.
-
-    Raises KvScaleConfigError / KvScalesFileError on bad settings or an unusable scales file, and
-    RuntimeError when this vLLM has no MLA layer module to hook.
-    """
+    """Read KIMI_DFLASH_KV_* and, if anything is enabled, hook vLLM's MLA layer (idempotent). Raises on bad settings,
+    an unusable scales file, or a vLLM without the MLA layer module."""
     global _state
     settings = settings_from_env()
     if not settings.active:

@@ -1,9 +1,5 @@
-"""KV-scale settings, read from the environment the launch plan exports to every vLLM process.
-
-Each config key KV_* is exported as KIMI_DFLASH_KV_*; the names and defaults are declared once, in
-kimi_dflash.core.envvars (the plan writes from the same module). KIMI_DFLASH_KV_EMULATE_FP8 (e4m3fn|e4m3fnuz) has no
-config key: a CPU test aid that emulates FP8 storage inside a BF16 cache.
-"""
+"""KV-scale settings from the KIMI_DFLASH_KV_* environment the launch plan exports to every vLLM process (names and
+defaults: kimi_dflash.core.envvars; the table: docs/fp8-kv.md)."""
 
 from __future__ import annotations
 
