@@ -1,12 +1,6 @@
-"""Calibrate per-layer MLA KV scales: run a prompt set, read the plugin's observe dumps, write the JSON.
-
-Two ways to run the model:
-  --server URL --observe-dir DIR   a running vLLM whose plugin is in observe mode
-                                   (KV_SCALE_MODE=observe, KIMI_DFLASH_KV_OBSERVE_DIR=DIR), any TP size
-  --model PATH                     load a (small) model in this process with vLLM in observe mode
-
-The prompts run in two halves; the per-layer amax after the first half is compared with the final
-one, so the report says whether the scales had converged (they only grow: a running max).
+"""Calibrate per-layer MLA KV scales: run a prompt set against a server in observe mode (or a small model loaded
+here), read the plugin's observe dumps, write the JSON (docs/fp8-kv.md "Calibrating"). The prompts run in two
+halves, so the report says whether the running max had converged.
 """
 
 from __future__ import annotations
