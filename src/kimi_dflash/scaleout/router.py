@@ -1,10 +1,5 @@
-"""Start vllm-router in front of replica URLs (launchers/kimi26-vllm-dflash-router.sh; see --help).
-
-vllm-router (PyPI `vllm-router`, the vLLM project's Rust router) health-checks every replica on /health,
-stops sending to one that fails (health checks plus a circuit breaker on failed requests) and takes it back when
-it answers again. This module only turns a list of replica URLs into its command line, checks the URLs first,
-and runs it in the foreground.
-"""
+"""Start vllm-router (PyPI `vllm-router`, the vLLM project's Rust router) in front of replica URLs, in the
+foreground: its command line from the checked URLs (launchers/kimi26-vllm-dflash-router.sh; see --help)."""
 
 from __future__ import annotations
 
