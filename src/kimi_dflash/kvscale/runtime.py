@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -148,15 +149,6 @@ def _served_identity() -> ModelIdentity:
     return ModelIdentity(model=str(model_config.model), fingerprint=fingerprint_from_hf_config(model_config.hf_config))
 
 
-def _vllm_version() -> str:
-    try:
-        import vllm
-
-        return str(vllm.__version__)
-    except Exception:  # noqa: BLE001 - only a label in the observe file
-        return "unknown"
-
-
 def on_layer_built(layer: Any) -> None:
     """Decide what to do for one freshly built MLA layer and wrap its KV write."""
     from kimi_dflash.kvscale.write_hook import LayerHook, wrap_kv_cache_update
@@ -215,16 +207,17 @@ def on_layer_built(layer: Any) -> None:
     if observing:
         _watch_decode_query(layer, hook)
     with state.lock:
-        first = not state.hooks
+        if not state.hooks:
+            logger.info(
+                f"kimi-dflash kv scales: {settings.mode.value} KV cache {kv_dtype!r} on {name}: {_describe(hook)}"
+            )
         state.hooks[name] = hook
-    if first:
-        logger.info(f"kimi-dflash kv scales: {settings.mode.value} KV cache {kv_dtype!r} on {name}: {_describe(hook)}")
-    with state.lock:
         if settings.observe_dir is not None and state.dumper is None:
             from kimi_dflash.kvscale.observer import ObserveDumper
 
+            version = str(getattr(sys.modules.get("vllm"), "__version__", "unknown"))  # a label in the observe file
             state.dumper = ObserveDumper(
-                settings.observe_dir, settings.observe_interval, state.hooks, identity, _vllm_version()
+                settings.observe_dir, settings.observe_interval, state.hooks, identity, version
             )
             state.dumper.start()
 
