@@ -146,7 +146,7 @@ def main(args: ValidateOptions) -> int:
         write_atomic(args.json, {
             "reference": asdict(reference), "candidate": asdict(candidate), "verdict": status, "reasons": reasons,
             "agreement": asdict(agreement), "pairs": [asdict(p) for p in pairs],
-            "engine.first_divergence": divergence.model_dump(mode="json") if divergence else None,
+            "first_divergence": divergence.model_dump(mode="json") if divergence else None,
             "math": None if math is None else {"accuracy_reference": math.accuracy_reference,
                                                "accuracy_candidate": math.accuracy_candidate,
                                                "rows": [asdict(r) for r in math.rows]},
