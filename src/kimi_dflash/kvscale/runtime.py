@@ -17,15 +17,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from kimi_dflash.kvscale import scales_file
 from kimi_dflash.kvscale.fp8 import E4M3_KV_DTYPES, fp8_format_for, platform_is_fnuz
-from kimi_dflash.kvscale.scales_file import (
-    ModelIdentity,
-    ScalesFile,
-    check_model_match,
-    fingerprint_from_hf_config,
-    load_scales_file,
-    scale_for_layer,
-)
 from kimi_dflash.kvscale.settings import KvScaleSettings, Mode, settings_from_env
 
 logger = logging.getLogger("vllm.plugins.kimi_dflash.kvscale")
@@ -46,8 +39,8 @@ class _ProcessState:
 
     settings: KvScaleSettings
     hooks: dict[str, Any] = field(default_factory=dict)
-    identity: ModelIdentity | None = None
-    scales: ScalesFile | None = None
+    identity: scales_file.ModelIdentity | None = None
+    scales: scales_file.ScalesFile | None = None
     dumper: Any = None
     applied: int = 0
     noop_logged: bool = False
@@ -71,7 +64,8 @@ def install_kv_scale_hook() -> None:
     state = _ProcessState(settings)
     if settings.mode is Mode.CALIBRATED:
         assert settings.scales_file is not None
-        state.scales = load_scales_file(settings.scales_file)  # shape errors surface at startup, in every process
+        # Shape errors surface at startup, in every process.
+        state.scales = scales_file.load_scales_file(settings.scales_file)
     _check_mla_module_exists()
     _state = state
     from kimi_dflash.core.import_hooks import when_imported
@@ -142,11 +136,13 @@ def on_non_mla_layer_built(layer: Any) -> None:
     )
 
 
-def _served_identity() -> ModelIdentity:
+def _served_identity() -> scales_file.ModelIdentity:
     from vllm.config import get_current_vllm_config
 
     model_config = get_current_vllm_config().model_config
-    return ModelIdentity(model=str(model_config.model), fingerprint=fingerprint_from_hf_config(model_config.hf_config))
+    return scales_file.ModelIdentity(
+        model=str(model_config.model), fingerprint=scales_file.fingerprint_from_hf_config(model_config.hf_config)
+    )
 
 
 def on_layer_built(layer: Any) -> None:
@@ -177,9 +173,9 @@ def on_layer_built(layer: Any) -> None:
         # Model and layer count are checked even when the cache is not FP8: a wrong file is a configuration
         # error either way. Names are looked up for FP8 layers only (an MLA drafter with a BF16 cache, e.g.
         # an MTP head, is not in the target's file and needs no scale).
-        check_model_match(state.scales, identity)
+        scales_file.check_model_match(state.scales, identity)
         if fp8 is not None:
-            calibrated = max(scale_for_layer(state.scales, name).amax / fp8.max_value, settings.floor)
+            calibrated = max(scales_file.scale_for_layer(state.scales, name).amax / fp8.max_value, settings.floor)
 
     if settings.sets_scales and fp8 is None and not state.noop_logged:
         state.noop_logged = True
