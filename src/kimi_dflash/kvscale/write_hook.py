@@ -122,9 +122,8 @@ def wrap_kv_cache_update(original: Callable[..., Any], hook: LayerHook) -> Calla
 
 
 def wrap_decode_query(original: Callable[..., Any], hook: LayerHook) -> Callable[..., Any]:
-    """Wrap an MLA impl's `forward_mqa(q, kv_cache, attn_metadata, layer)` (the decode path) to record the amax
-    of the decode query it receives: `(ql_nope, q_pe)` or their concatenation. A query vLLM already quantised to
-    FP8 (AITER MLA on an FP8 cache) is skipped here; wrap_query_quant sees it before quantisation."""
+    """Wrap an MLA impl's `forward_mqa(q, ...)` (decode) to record the amax of its query, `(ql_nope, q_pe)` or their
+    concatenation; a query already quantised to FP8 is skipped (wrap_query_quant sees it before quantisation)."""
 
     @functools.wraps(original)
     def forward_mqa(q: Any, *args: Any, **kwargs: Any) -> Any:
