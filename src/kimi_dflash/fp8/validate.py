@@ -1,12 +1,5 @@
-"""Validate FP8 KV against BF16 KV: same prompts on two servers, one screen of evidence and a verdict.
-
-  1. token agreement  - greedy outputs compared token by token: identical outputs, first divergence
-  2. math accuracy     - shipped word problems with exact integer answers, both servers
-  3. KV capacity       - tokens the KV cache holds, from each server's log ("KV cache size: N tokens")
-  4. benchmark         - payload/benchmark_multi_turn.py at the config's concurrency, if present
-
-The servers are started by you (serve.sh with production.env and production-fp8kv.env on the MI300X
-box, or any two vLLM servers); this tool only sends requests and reads logs.
+"""Validate FP8 KV against BF16 KV on two running servers: token agreement, math accuracy, KV capacity from the
+logs, optionally the benchmark, and a verdict (docs/fp8-kv.md "Validating"). It only sends requests and reads logs.
 """
 
 from __future__ import annotations
@@ -24,22 +17,11 @@ from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.formatting import number
 from kimi_dflash.core.options import declare, option, run
 from kimi_dflash.documents import Document, Model
-from kimi_dflash.validate.client import ServerError, api_key_from_env
 
 # The comparison itself is the shared engine (payload/validate.py runs on it too); this tool adds KV capacity
 # and throughput, and judges FP8 KV by accuracy rather than identity.
-from kimi_dflash.validate.engine import (
-    AgreementSummary,
-    PairComparison,
-    Status,
-    Verdict,
-    compare_outputs,
-    generate_both,
-    math_questions,
-    score_math,
-    served,
-    summarize_agreement,
-)
+from kimi_dflash.validate import engine
+from kimi_dflash.validate.client import ServerError, api_key_from_env
 from kimi_dflash.validate.prompts import load_calibration_prompts
 
 # The benchmark as users run it (payload/benchmark_multi_turn.py is a wrapper around the same entry point).
@@ -61,14 +43,14 @@ class Thresholds:
 
 
 def verdict_lines(
-    agreement: AgreementSummary,
+    agreement: engine.AgreementSummary,
     math_bf16: float,
     math_fp8: float,
     capacity: tuple[int | None, int | None],
     thresholds: Thresholds,
-) -> Verdict:
+) -> engine.Verdict:
     """PASS, WARN or FAIL with the reasons. FAIL = FP8 changes answers; WARN = weaker evidence or missing facts."""
-    problems: list[tuple[Status, str]] = []
+    problems: list[tuple[engine.Status, str]] = []
     drop = (math_bf16 - math_fp8) * 100
     if drop > thresholds.max_math_drop_points:
         problems.append(("FAIL", f"math accuracy drops {drop:.1f} points with FP8 KV (limit "
@@ -83,7 +65,7 @@ def verdict_lines(
     elif fp8_tokens / bf16_tokens < thresholds.min_capacity_ratio:
         problems.append(("WARN", f"FP8 KV holds only {fp8_tokens / bf16_tokens:.2f}x the BF16 tokens (expect ~2x): "
                          "is --kv-cache-dtype fp8 set on the FP8 server?"))  # fmt: skip
-    return Verdict.of(problems)
+    return engine.Verdict.of(problems)
 
 
 class Fp8Summary(Document):
@@ -91,7 +73,7 @@ class Fp8Summary(Document):
 
     SCHEMA = "kimi-dflash/fp8-summary"
     WHAT = "FP8 KV summary"
-    verdict: Status
+    verdict: engine.Status
     reasons: list[str]
     math_bf16: float
     math_fp8: float
@@ -132,12 +114,12 @@ class Fp8Report(Document):
     WHAT = "FP8 KV validation report"
     servers: dict[str, str]
     models: list[str]
-    agreement: AgreementSummary
-    pairs: list[PairComparison]
+    agreement: engine.AgreementSummary
+    pairs: list[engine.PairComparison]
     math: MathSummary
     kv_capacity_tokens: dict[str, int | None]
     benchmark: dict[str, BenchSummary] | None
-    verdict: Status
+    verdict: engine.Status
     reasons: list[str]
 
 
@@ -212,19 +194,21 @@ def main(args: ValidateFp8Options) -> int:
     urls = (args.bf16_url, args.fp8_url)
     try:
         prompts = load_calibration_prompts()[: max(1, args.prompts)]
-        bf16, fp8 = served(urls, (None, None), api_key)
+        bf16, fp8 = engine.served(urls, (None, None), api_key)
         outputs = asyncio.run(
-            generate_both(bf16, fp8, prompts, max_tokens=args.max_tokens, concurrency=args.concurrency, api_key=api_key)
+            engine.generate_both(
+                bf16, fp8, prompts, max_tokens=args.max_tokens, concurrency=args.concurrency, api_key=api_key
+            )
         )
-        pairs = compare_outputs(outputs, bf16, fp8)
-        agreement = summarize_agreement(pairs)
+        pairs = engine.compare_outputs(outputs, bf16, fp8)
+        agreement = engine.summarize_agreement(pairs)
 
         math = MathSummary(accuracy_bf16=0.0, accuracy_fp8=0.0, rows=[])
         if not args.no_math:
-            problems, questions = math_questions()
-            answers = asyncio.run(generate_both(bf16, fp8, questions, max_tokens=args.math_max_tokens,
+            problems, questions = engine.math_questions()
+            answers = asyncio.run(engine.generate_both(bf16, fp8, questions, max_tokens=args.math_max_tokens,
                                                 concurrency=args.concurrency, api_key=api_key))  # fmt: skip
-            score = score_math(problems, answers)
+            score = engine.score_math(problems, answers)
             rows = [MathRowDoc(id=r.id, answer=r.answer, bf16=r.reference, fp8=r.candidate) for r in score.rows]
             math = MathSummary(accuracy_bf16=score.accuracy_reference, accuracy_fp8=score.accuracy_candidate, rows=rows)
         capacity = (_read_log(args.bf16_log), _read_log(args.fp8_log))

@@ -1,4 +1,2 @@
-"""FP8 KV-cache scales for MLA models (Kimi K2.6) inside vLLM: the hook on MLA's KV write path, observe dumps, the
-scales file, and preflight's checks of them. Import-light on purpose: the vLLM plugin imports it in every vLLM
-process. Calibration and validation are kimi_dflash.fp8; the instruments that measure the hook are in the lab.
-"""
+"""FP8 KV-cache scales for MLA models inside vLLM: the KV write hook, observe dumps, the scales file and preflight's
+checks. Import-light: the vLLM plugin imports it in every vLLM process. Calibration and validation: kimi_dflash.fp8."""

@@ -1,8 +1,5 @@
-"""Pre-launch checks of the KV-scale settings, for the preflight step (no vLLM, no GPU needed).
-
-The plugin re-checks everything inside vLLM, but there a mistake costs a model load; here it costs
-milliseconds and the message reaches the user without a vLLM traceback around it.
-"""
+"""Pre-launch checks of the KV-scale settings (no vLLM): the plugin re-checks inside vLLM, but there a mistake costs
+a model load and comes wrapped in a vLLM traceback."""
 
 from __future__ import annotations
 
@@ -11,14 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from kimi_dflash.kvscale import scales_file
 from kimi_dflash.kvscale.fp8 import E4M3_KV_DTYPES
-from kimi_dflash.kvscale.scales_file import (
-    KvScalesFileError,
-    ModelIdentity,
-    check_model_match,
-    fingerprint_from_hf_config,
-    load_scales_file,
-)
 from kimi_dflash.kvscale.settings import KvScaleConfigError, Mode, settings_from_env
 
 
@@ -28,13 +19,15 @@ class Finding:
     message: str
 
 
-def _local_identity(model: str, model_dir: Path | None) -> ModelIdentity:
+def _local_identity(model: str, model_dir: Path | None) -> scales_file.ModelIdentity:
     """The served model with the architecture facts of its local config.json (unknown for a hub id)."""
     try:
         data = json.loads(((model_dir or Path(model)) / "config.json").read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
         data = None
-    return ModelIdentity(model, fingerprint_from_hf_config(data) if isinstance(data, dict) else None)
+    return scales_file.ModelIdentity(
+        model, scales_file.fingerprint_from_hf_config(data) if isinstance(data, dict) else None
+    )
 
 
 def check_kv_scale_config(
@@ -60,9 +53,9 @@ def check_kv_scale_config(
     if settings.mode is Mode.CALIBRATED:
         assert settings.scales_file is not None
         try:
-            scales = load_scales_file(settings.scales_file)
-            check_model_match(scales, _local_identity(model, model_dir))
-        except KvScalesFileError as error:
+            scales = scales_file.load_scales_file(settings.scales_file)
+            scales_file.check_model_match(scales, _local_identity(model, model_dir))
+        except scales_file.KvScalesFileError as error:
             return findings + [Finding("fail", str(error))]
         low, high = min(s.scale for s in scales.layers.values()), max(s.scale for s in scales.layers.values())
         findings.append(

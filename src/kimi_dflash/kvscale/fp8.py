@@ -1,7 +1,5 @@
-"""FP8 formats a KV cache can use, and which one a vLLM ``kv_cache_dtype`` string means on a platform.
-
-Pure facts and lookups; no torch import at module level so config checks stay cheap.
-"""
+"""FP8 formats a KV cache can use, and which one a vLLM ``kv_cache_dtype`` means on a platform (no torch import
+at module level: config checks stay cheap)."""
 
 from __future__ import annotations
 

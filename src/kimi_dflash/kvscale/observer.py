@@ -1,10 +1,6 @@
-"""Make the per-layer statistics of a vLLM process retrievable: dump them to a JSON file per rank.
-
-The plugin has no HTTP endpoint, so each process that holds MLA layers rewrites
-``<dir>/kv-observe-rank<R>-pid<P>.json`` every ``interval`` seconds (and at exit). Reading the
-device counters synchronises, so it happens on this background thread, never in the forward pass;
-only observe mode (a calibration run) or an explicitly set KV_OBSERVE_DIR pays for it.
-The calibrator merges the files of all ranks (max over ranks).
+"""Dump a vLLM process's per-layer statistics to ``<dir>/kv-observe-rank<R>-pid<P>.json`` every ``interval``
+seconds and at exit (the plugin has no HTTP endpoint). Reading device counters synchronises, hence a background
+thread, never the forward pass.
 """
 
 from __future__ import annotations
@@ -15,6 +11,7 @@ import os
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,26 +51,19 @@ def snapshot(hooks: Mapping[str, LayerHook]) -> dict[str, dict[str, Any]]:
     return layers
 
 
+@dataclass
 class ObserveDumper:
     """Background thread that rewrites this process's observe file on a cadence."""
 
-    def __init__(
-        self,
-        directory: Path,
-        interval: float,
-        hooks: Mapping[str, LayerHook],
-        identity: ModelIdentity,
-        vllm_version: str,
-    ) -> None:
-        self.directory = Path(directory)
-        self.interval = interval
-        self.hooks = hooks
-        self.identity = identity
-        self.vllm_version = vllm_version
-        self.seq = 0
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+    directory: Path
+    interval: float
+    hooks: Mapping[str, LayerHook]
+    identity: ModelIdentity
+    vllm_version: str
+    seq: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
 
     def dump(self) -> Path | None:
         if not self.hooks:

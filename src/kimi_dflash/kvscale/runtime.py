@@ -1,16 +1,7 @@
-"""Install the KV-scale hook in a vLLM process (called from kimi_dflash.vllm_plugin.register()).
-
-When vLLM imports its MLA layer module, two methods of ``MLAAttention`` are wrapped:
-
-* ``__init__``: decides per layer what to do (from KIMI_DFLASH_KV_* settings and the layer's
-  ``kv_cache_dtype``), checks a calibrated file against the model being built, and wraps that
-  layer's ``impl.do_kv_cache_update`` (instance attribute, so every backend's override is covered).
-* ``process_weights_after_loading``: vLLM resets KV scales to 1.0 there when the checkpoint has
-  none; afterwards we set calibrated scales and bind the statistics to the layer's device.
-
-Not FP8 (e.g. the BF16 demo): scale modes are a logged no-op. Observe mode works on any KV dtype -
-calibrating on a BF16-KV server measures latents undisturbed by FP8 rounding in earlier layers.
-Errors in settings or in the scales file raise: a server must not come up with wrong KV scales.
+"""Install the KV-scale hook in a vLLM process (called from kimi_dflash.vllm_plugin.register()): wraps
+``MLAAttention.__init__`` (per layer: decide, check a calibrated file, wrap ``impl.do_kv_cache_update``) and
+``process_weights_after_loading`` (vLLM resets scales to 1.0 there; set ours after it). docs/fp8-kv.md "Where it
+hooks". Bad settings or scales files raise: a server must not come up with wrong KV scales.
 """
 
 from __future__ import annotations
@@ -18,6 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,15 +17,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from kimi_dflash.kvscale import scales_file
 from kimi_dflash.kvscale.fp8 import E4M3_KV_DTYPES, fp8_format_for, platform_is_fnuz
-from kimi_dflash.kvscale.scales_file import (
-    ModelIdentity,
-    ScalesFile,
-    check_model_match,
-    fingerprint_from_hf_config,
-    load_scales_file,
-    scale_for_layer,
-)
 from kimi_dflash.kvscale.settings import KvScaleSettings, Mode, settings_from_env
 
 logger = logging.getLogger("vllm.plugins.kimi_dflash.kvscale")
@@ -54,8 +39,8 @@ class _ProcessState:
 
     settings: KvScaleSettings
     hooks: dict[str, Any] = field(default_factory=dict)
-    identity: ModelIdentity | None = None
-    scales: ScalesFile | None = None
+    identity: scales_file.ModelIdentity | None = None
+    scales: scales_file.ScalesFile | None = None
     dumper: Any = None
     applied: int = 0
     noop_logged: bool = False
@@ -67,11 +52,8 @@ _state: _ProcessState | None = None
 
 
 def install_kv_scale_hook() -> None:
-    """Read KIMI_DFLASH_KV_* and, if anything is enabled, hook vLLM's MLA layer. Idempotent.
-
-    Raises KvScaleConfigError / KvScalesFileError on bad settings or an unusable scales file, and
-    RuntimeError when this vLLM has no MLA layer module to hook.
-    """
+    """Read KIMI_DFLASH_KV_* and, if anything is enabled, hook vLLM's MLA layer (idempotent). Raises on bad settings,
+    an unusable scales file, or a vLLM without the MLA layer module."""
     global _state
     settings = settings_from_env()
     if not settings.active:
@@ -82,7 +64,8 @@ def install_kv_scale_hook() -> None:
     state = _ProcessState(settings)
     if settings.mode is Mode.CALIBRATED:
         assert settings.scales_file is not None
-        state.scales = load_scales_file(settings.scales_file)  # shape errors surface at startup, in every process
+        # Shape errors surface at startup, in every process.
+        state.scales = scales_file.load_scales_file(settings.scales_file)
     _check_mla_module_exists()
     _state = state
     from kimi_dflash.core.import_hooks import when_imported
@@ -153,20 +136,13 @@ def on_non_mla_layer_built(layer: Any) -> None:
     )
 
 
-def _served_identity() -> ModelIdentity:
+def _served_identity() -> scales_file.ModelIdentity:
     from vllm.config import get_current_vllm_config
 
     model_config = get_current_vllm_config().model_config
-    return ModelIdentity(model=str(model_config.model), fingerprint=fingerprint_from_hf_config(model_config.hf_config))
-
-
-def _vllm_version() -> str:
-    try:
-        import vllm
-
-        return str(vllm.__version__)
-    except Exception:  # noqa: BLE001 - only a label in the observe file
-        return "unknown"
+    return scales_file.ModelIdentity(
+        model=str(model_config.model), fingerprint=scales_file.fingerprint_from_hf_config(model_config.hf_config)
+    )
 
 
 def on_layer_built(layer: Any) -> None:
@@ -197,9 +173,9 @@ def on_layer_built(layer: Any) -> None:
         # Model and layer count are checked even when the cache is not FP8: a wrong file is a configuration
         # error either way. Names are looked up for FP8 layers only (an MLA drafter with a BF16 cache, e.g.
         # an MTP head, is not in the target's file and needs no scale).
-        check_model_match(state.scales, identity)
+        scales_file.check_model_match(state.scales, identity)
         if fp8 is not None:
-            calibrated = max(scale_for_layer(state.scales, name).amax / fp8.max_value, settings.floor)
+            calibrated = max(scales_file.scale_for_layer(state.scales, name).amax / fp8.max_value, settings.floor)
 
     if settings.sets_scales and fp8 is None and not state.noop_logged:
         state.noop_logged = True
@@ -227,16 +203,17 @@ def on_layer_built(layer: Any) -> None:
     if observing:
         _watch_decode_query(layer, hook)
     with state.lock:
-        first = not state.hooks
+        if not state.hooks:
+            logger.info(
+                f"kimi-dflash kv scales: {settings.mode.value} KV cache {kv_dtype!r} on {name}: {_describe(hook)}"
+            )
         state.hooks[name] = hook
-    if first:
-        logger.info(f"kimi-dflash kv scales: {settings.mode.value} KV cache {kv_dtype!r} on {name}: {_describe(hook)}")
-    with state.lock:
         if settings.observe_dir is not None and state.dumper is None:
             from kimi_dflash.kvscale.observer import ObserveDumper
 
+            version = str(getattr(sys.modules.get("vllm"), "__version__", "unknown"))  # a label in the observe file
             state.dumper = ObserveDumper(
-                settings.observe_dir, settings.observe_interval, state.hooks, identity, _vllm_version()
+                settings.observe_dir, settings.observe_interval, state.hooks, identity, version
             )
             state.dumper.start()
 

@@ -1,13 +1,6 @@
-"""The KV-scale arithmetic for MLA latents, as tensor ops that never leave the device.
-
-MLA caches one row per token: the normalised latent ``kv_c_normed`` (kv_lora_rank values) next to
-the rotary key ``k_pe``; vLLM quantises both with the layer's single ``k_scale``. So the scale must
-cover max(|kv_c_normed|, |k_pe|):  k_scale = amax / fp8_max, kept above a floor.
-
-Everything here runs inside vLLM's forward pass, possibly under CUDA-graph capture, so: no
-``.item()``, no ``.tolist()``, no Python ``if`` on tensor values, no new persistent tensors - only
-in-place updates of tensors allocated up front. Python-level branches depend on configuration and
-shapes only (shapes are host metadata, reading them does not synchronise).
+"""The KV-scale arithmetic for MLA latents (k_scale = max(|kv_c_normed|, |k_pe|) / fp8_max, above a floor;
+docs/fp8-kv.md). Runs in vLLM's forward pass, maybe under CUDA-graph capture: no ``.item()``, no Python ``if`` on
+tensor values, no new persistent tensors; branches on configuration and shapes only.
 """
 
 from __future__ import annotations
@@ -18,23 +11,16 @@ INF = float("inf")
 
 
 def row_amax(x: torch.Tensor, rows: int) -> torch.Tensor:
-    """Per-row max |x| over everything but the first dimension, as float32 (exact: max never rounds).
-
-    One fused op (the infinity norm): the hook runs once per MLA layer per step in eager mode, where every
-    extra op is another kernel launch."""
+    """Per-row max |x| over all but the first dimension, as float32: one fused op (each op is a launch in eager)."""
     return torch.linalg.vector_norm(x[:rows], ord=INF, dim=tuple(range(1, x.dim())), dtype=torch.float32)
 
 
 def batch_latent_amax(
     kv_c_normed: torch.Tensor, k_pe: torch.Tensor, slot_mapping: torch.Tensor, *, count_tokens: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(amax, tokens) of one KV write, both 0-dim tensors on the input's device (tokens None when not counted).
-
-    Only rows that are really written count: vLLM writes ``slot_mapping.numel()`` rows and marks
-    padding (e.g. CUDA-graph padding) with slot -1. Rows holding a non-finite value are ignored - no
-    scale can represent them, and letting one through would poison the running maximum forever.
-    Seven ops (eight counting tokens) whatever the batch size.
-    """
+    """(amax, tokens) of one KV write as 0-dim device tensors (tokens None when not counted), in seven ops (eight
+    counting tokens). Padding rows (slot -1) do not count; non-finite rows are dropped, as no scale represents them
+    and one would poison the running max forever."""
     rows = min(slot_mapping.numel(), kv_c_normed.shape[0])
     if rows == 0:
         zero = torch.zeros((), dtype=torch.float32, device=kv_c_normed.device)
@@ -105,13 +91,8 @@ def follow_running_amax_(
     floor: float,
     warmup_writes: int,
 ) -> None:
-    """Set ``k_scale`` in place from the running amax (call after ``stats.observe_``).
-
-    ``warmup_writes`` = 0: the scale follows the running amax for the whole life of the server.
-    ``warmup_writes`` = N > 0: it follows for the first N writes of the layer and is then frozen, so
-    every entry written afterwards shares one scale. The gate is a device-side comparison, so it
-    keeps counting correctly when the call is replayed from a captured CUDA graph.
-    """
+    """Set ``k_scale`` in place from the running amax (after ``stats.observe_``): for the first ``warmup_writes``
+    writes, then frozen (0: always). The gate is on the device, so CUDA-graph replays count correctly."""
     target = scale_from_amax(stats.amax, fp8_max, floor)
     if warmup_writes <= 0:
         k_scale.copy_(target.expand_as(k_scale))
@@ -121,11 +102,8 @@ def follow_running_amax_(
 
 
 def quantize_dequantize(x: torch.Tensor, scale: torch.Tensor, fp8_torch_dtype: torch.dtype) -> torch.Tensor:
-    """What reading back an FP8 cache entry gives: saturate(x / scale) on the FP8 grid, times scale.
-
-    vLLM's cache-write kernels convert with saturation (out-of-range values become +-max), whereas
-    a plain torch cast would produce NaN; hence the explicit clamp. Returns a new tensor in x.dtype.
-    """
+    """What reading back an FP8 cache entry gives: saturate(x / scale) on the FP8 grid, times scale (vLLM's write
+    kernels saturate where a torch cast would give NaN, hence the clamp). A new tensor in x.dtype."""
     fp8_max = torch.finfo(fp8_torch_dtype).max
     scale32 = scale.to(torch.float32)
     scaled = (x.to(torch.float32) / scale32).clamp(-fp8_max, fp8_max)

@@ -1,12 +1,6 @@
-"""The two JSON documents of the KV-scale workflow, and their checks.
-
-* observe dump  (``kv-observe-rank<R>-pid<P>.json``): written by the plugin in each vLLM process in
-  observe mode - per-layer running amax and token counts, rewritten every few seconds.
-* scales file: written by kimi-dflash calibrate-kv from the merged dumps; read by the plugin
-  in calibrated mode, which refuses a file made for another model or another layer set.
-
-Scales files store the *amax* per layer; the runtime derives k_scale = amax / fp8_max for the FP8
-format of the machine it runs on, so one calibration serves E4M3FN (448) and gfx942's E4M3FNUZ (240).
+"""The two JSON documents of the KV-scale workflow (the observe dumps each vLLM rank rewrites, the scales file
+calibrate-kv writes from them), and their checks. Scales files store the *amax* per layer: the runtime derives
+k_scale for its own FP8 format, so one calibration serves E4M3FN (448) and gfx942's E4M3FNUZ (240).
 """
 
 from __future__ import annotations
@@ -118,12 +112,8 @@ def read_observe_dumps(directory: Path) -> list[dict[str, Any]]:
 
 
 def merge_observations(dumps: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, float | int]]:
-    """Per layer: amax = max over ranks; tokens = max over ranks.
-
-    With tensor parallelism every rank computes the same (replicated) latent, so ranks agree and the
-    max is the value; with pipeline parallelism each layer lives on one rank, so the union of layers
-    is the model. Summing tokens would count a TP-replicated token once per rank.
-    """
+    """Per layer: amax and tokens = max over ranks (TP ranks hold the same replicated latent, so a sum would count
+    a token once per rank; PP stages hold disjoint layers, whose union is the model)."""
     merged: dict[str, dict[str, float | int]] = {}
     for dump in dumps:
         for name, values in dump.get("layers", {}).items():

@@ -1,9 +1,5 @@
-"""KV-scale settings, read from the environment the launch plan exports to every vLLM process.
-
-Each config key KV_* is exported as KIMI_DFLASH_KV_*; the names and defaults are declared once, in
-kimi_dflash.core.envvars (the plan writes from the same module). KIMI_DFLASH_KV_EMULATE_FP8 (e4m3fn|e4m3fnuz) has no
-config key: a CPU test aid that emulates FP8 storage inside a BF16 cache.
-"""
+"""KV-scale settings from the KIMI_DFLASH_KV_* environment the launch plan exports to every vLLM process (names and
+defaults: kimi_dflash.core.envvars; the table: docs/fp8-kv.md)."""
 
 from __future__ import annotations
 
@@ -14,24 +10,12 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from kimi_dflash.core.envvars import (
-    DEFAULT_KV_OBSERVE_INTERVAL_S,
-    DEFAULT_KV_SCALE_FLOOR,
-    DEFAULT_KV_SCALE_WARMUP_STEPS,
-    KV_EMULATE_FP8,
-    KV_OBSERVE_DIR,
-    KV_OBSERVE_INTERVAL,
-    KV_SCALE_FLOOR,
-    KV_SCALE_MODE,
-    KV_SCALE_MODE_OFF,
-    KV_SCALE_WARMUP_STEPS,
-    KV_SCALES_FILE,
-)
+from kimi_dflash.core import envvars
 from kimi_dflash.kvscale.fp8 import FORMATS, Fp8Format
 
 
 class Mode(str, Enum):
-    OFF = KV_SCALE_MODE_OFF
+    OFF = envvars.KV_SCALE_MODE_OFF
     DYNAMIC = "dynamic"  # running amax per layer -> k_scale, on the device
     CALIBRATED = "calibrated"  # per-layer scales from a JSON file, set once after weight loading
     OBSERVE = "observe"  # record per-layer amax (and dump it) without touching the scales
@@ -45,10 +29,10 @@ class KvScaleConfigError(ValueError):
 class KvScaleSettings:
     mode: Mode = Mode.OFF
     scales_file: Path | None = None
-    floor: float = DEFAULT_KV_SCALE_FLOOR
-    warmup_steps: int = DEFAULT_KV_SCALE_WARMUP_STEPS
+    floor: float = envvars.DEFAULT_KV_SCALE_FLOOR
+    warmup_steps: int = envvars.DEFAULT_KV_SCALE_WARMUP_STEPS
     observe_dir: Path | None = None
-    observe_interval: float = DEFAULT_KV_OBSERVE_INTERVAL_S
+    observe_interval: float = envvars.DEFAULT_KV_OBSERVE_INTERVAL_S
     emulate_fp8: Fp8Format | None = None
 
     @property
@@ -82,43 +66,46 @@ def _path(env: Mapping[str, str], name: str) -> Path | None:
 def settings_from_env(env: Mapping[str, str] | None = None) -> KvScaleSettings:
     """Parse and check the KV-scale variables; raise KvScaleConfigError with the fix on bad input."""
     env = os.environ if env is None else env
-    raw_mode = env.get(KV_SCALE_MODE, "").strip().lower() or Mode.OFF.value
+    raw_mode = env.get(envvars.KV_SCALE_MODE, "").strip().lower() or Mode.OFF.value
     try:
         mode = Mode(raw_mode)
     except ValueError:
         choices = "|".join(m.value for m in Mode)
-        raise KvScaleConfigError(f"{KV_SCALE_MODE}={raw_mode!r} is not a KV scale mode; use one of {choices}") from None
-    scales_file, observe_dir = _path(env, KV_SCALES_FILE), _path(env, KV_OBSERVE_DIR)
+        raise KvScaleConfigError(
+            f"{envvars.KV_SCALE_MODE}={raw_mode!r} is not a KV scale mode; use one of {choices}"
+        ) from None
+    scales_file, observe_dir = _path(env, envvars.KV_SCALES_FILE), _path(env, envvars.KV_OBSERVE_DIR)
     if mode is Mode.CALIBRATED and scales_file is None:
         raise KvScaleConfigError(
-            f"{KV_SCALE_MODE}=calibrated needs {KV_SCALES_FILE} (KV_SCALES_FILE in the config): the JSON written by "
-            "kimi-dflash calibrate-kv"
+            f"{envvars.KV_SCALE_MODE}=calibrated needs {envvars.KV_SCALES_FILE} (KV_SCALES_FILE in the config): the "
+            "JSON written by kimi-dflash calibrate-kv"
         )
     if mode is Mode.OBSERVE and observe_dir is None:
         raise KvScaleConfigError(
-            f"{KV_SCALE_MODE}=observe needs {KV_OBSERVE_DIR}: the directory each vLLM rank dumps its amax file to"
+            f"{envvars.KV_SCALE_MODE}=observe needs {envvars.KV_OBSERVE_DIR}: the directory each vLLM rank dumps its "
+            "amax file to"
         )
 
-    raw_warmup = env.get(KV_SCALE_WARMUP_STEPS, "").strip()
+    raw_warmup = env.get(envvars.KV_SCALE_WARMUP_STEPS, "").strip()
     try:
-        warmup = int(raw_warmup) if raw_warmup else DEFAULT_KV_SCALE_WARMUP_STEPS
+        warmup = int(raw_warmup) if raw_warmup else envvars.DEFAULT_KV_SCALE_WARMUP_STEPS
     except ValueError:
         raise KvScaleConfigError(
-            f"{KV_SCALE_WARMUP_STEPS}={raw_warmup!r} is not a whole number of steps (0 = never freeze)"
+            f"{envvars.KV_SCALE_WARMUP_STEPS}={raw_warmup!r} is not a whole number of steps (0 = never freeze)"
         ) from None
     if warmup < 0:
-        raise KvScaleConfigError(f"{KV_SCALE_WARMUP_STEPS}={warmup} must be >= 0 (0 = the scale never freezes)")
+        raise KvScaleConfigError(f"{envvars.KV_SCALE_WARMUP_STEPS}={warmup} must be >= 0 (0 = the scale never freezes)")
 
-    emulate = env.get(KV_EMULATE_FP8, "").strip().lower()
+    emulate = env.get(envvars.KV_EMULATE_FP8, "").strip().lower()
     if emulate not in ("", "e4m3fn", "e4m3fnuz"):
-        raise KvScaleConfigError(f"{KV_EMULATE_FP8}={emulate!r}: use e4m3fn or e4m3fnuz (or leave it unset)")
+        raise KvScaleConfigError(f"{envvars.KV_EMULATE_FP8}={emulate!r}: use e4m3fn or e4m3fnuz (or leave it unset)")
 
     return KvScaleSettings(
         mode=mode,
         scales_file=scales_file,
-        floor=_float(env, KV_SCALE_FLOOR, DEFAULT_KV_SCALE_FLOOR),
+        floor=_float(env, envvars.KV_SCALE_FLOOR, envvars.DEFAULT_KV_SCALE_FLOOR),
         warmup_steps=warmup,
         observe_dir=observe_dir,
-        observe_interval=_float(env, KV_OBSERVE_INTERVAL, DEFAULT_KV_OBSERVE_INTERVAL_S),
+        observe_interval=_float(env, envvars.KV_OBSERVE_INTERVAL, envvars.DEFAULT_KV_OBSERVE_INTERVAL_S),
         emulate_fp8=FORMATS[emulate] if emulate else None,
     )

@@ -1,22 +1,9 @@
 """The wrapper around an MLA impl's ``do_kv_cache_update`` (the only place MLA latents enter the cache).
 
-vLLM 0.20-0.32 call it as ``(kv_c_normed, k_pe, kv_cache, slot_mapping, kv_cache_dtype, k_scale)``;
-0.33 appends ``skip_scale`` (positionally), set when the host copy ``_k_scale_float`` is 1.0 - which
-would make the kernel ignore a scale we just computed on the device. So the wrapper takes
-``*args, **kwargs``, finds arguments by position or name, and forces ``skip_scale=False`` whenever it
-owns the scale. ``k_scale`` is the layer's own ``_k_scale`` tensor, so updating it in place changes
-what the decode kernels read back too.
-
-Hot-path rules (CUDA graphs, no host sync): only in-place tensor ops, branches on configuration, shapes and
-host-side counters only; tests/unit/kvscale/test_kvscale_write_hook.py runs the wrapper with every host-sync method
-of torch.Tensor made to raise.
-
-Cost: production runs eager, so every op is a kernel launch per MLA layer per step. While a dynamic scale warms up
-the wrapper launches 14 (the batch amax in 7, the running max and write counter in 2, the scale in 2, its warm-up
-gate in 2, the copy into k_scale in 1). Once the warm-up is over it counts eager writes on the host and from then on
-only fixes up the arguments: no kernel at all, as for calibrated scales (tests/unit/kvscale/test_kvscale_hook_ops.py
-counts them). Writes replayed from a captured CUDA graph do not run Python; the device-side gate in
-follow_running_amax_ keeps those correct, and capture runs are not counted.
+vLLM 0.33 appends ``skip_scale`` (positionally), so arguments are found by position or name and ``skip_scale`` is
+forced False whenever the hook owns the scale (docs/fp8-kv.md "Where it hooks"). Hot path (CUDA graphs): in-place
+tensor ops only, branches on configuration, shapes and host counters; 14 launches while a dynamic scale warms up,
+none after (docs/fp8-kv.md "What the hook costs"; test_kvscale_hook_ops.py counts them).
 """
 
 from __future__ import annotations
@@ -135,9 +122,8 @@ def wrap_kv_cache_update(original: Callable[..., Any], hook: LayerHook) -> Calla
 
 
 def wrap_decode_query(original: Callable[..., Any], hook: LayerHook) -> Callable[..., Any]:
-    """Wrap an MLA impl's `forward_mqa(q, kv_cache, attn_metadata, layer)` (the decode path) to record the amax
-    of the decode query it receives: `(ql_nope, q_pe)` or their concatenation. A query vLLM already quantised to
-    FP8 (AITER MLA on an FP8 cache) is skipped here; wrap_query_quant sees it before quantisation."""
+    """Wrap an MLA impl's `forward_mqa(q, ...)` (decode) to record the amax of its query, `(ql_nope, q_pe)` or their
+    concatenation; a query already quantised to FP8 is skipped (wrap_query_quant sees it before quantisation)."""
 
     @functools.wraps(original)
     def forward_mqa(q: Any, *args: Any, **kwargs: Any) -> Any:
@@ -171,10 +157,7 @@ def _observe_query(hook: LayerHook, parts: list[torch.Tensor]) -> None:
 
 
 def apply_static_scale(layer: Any, scale: float) -> None:
-    """Set a layer's KV scale everywhere vLLM keeps it: device tensors and the host copies some backends read.
-
-    Called once after weight loading (vLLM's kv-cache quant method resets the scales to 1.0 there).
-    """
+    """Set a layer's KV scale on its device tensors and the host copies some backends read (after weight loading)."""
     for name in ("_k_scale", "_v_scale", "_k_scale_cpu", "_v_scale_cpu"):
         tensor = getattr(layer, name, None)
         if isinstance(tensor, torch.Tensor):

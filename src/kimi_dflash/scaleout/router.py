@@ -1,10 +1,5 @@
-"""Start vllm-router in front of replica URLs (launchers/kimi26-vllm-dflash-router.sh; see --help).
-
-vllm-router (PyPI `vllm-router`, the vLLM project's Rust router) health-checks every replica on /health,
-stops sending to one that fails (health checks plus a circuit breaker on failed requests) and takes it back when
-it answers again. This module only turns a list of replica URLs into its command line, checks the URLs first,
-and runs it in the foreground.
-"""
+"""Start vllm-router (PyPI `vllm-router`, the vLLM project's Rust router) in front of replica URLs, in the
+foreground: its command line from the checked URLs (launchers/kimi26-vllm-dflash-router.sh; see --help)."""
 
 from __future__ import annotations
 
@@ -94,7 +89,9 @@ def router_argv(plan: RouterPlan, binary: str = ROUTER_BINARY) -> list[str]:
 
 def main(plan: RouterPlan) -> int:
     try:
-        binary = shutil.which(ROUTER_BINARY) or _next_to_python()
+        # A venv's console scripts sit next to its python even when the venv is not on PATH.
+        search = os.pathsep.join((os.environ.get("PATH", os.defpath), os.path.dirname(sys.executable)))
+        binary = shutil.which(ROUTER_BINARY, path=search)
         argv_out = router_argv(plan, binary or ROUTER_BINARY)
     except ValueError as error:
         print(f"router: {error}", file=sys.stderr)
@@ -112,12 +109,6 @@ def main(plan: RouterPlan) -> int:
     print(f"router: {len(plan.replicas)} replica(s), policy {plan.policy}, {listening}", file=sys.stderr, flush=True)
     os.execv(argv_out[0], argv_out)
     return 0  # not reached
-
-
-def _next_to_python() -> str | None:
-    # A venv's console scripts sit next to its python even when the venv is not on PATH.
-    candidate = os.path.join(os.path.dirname(sys.executable), ROUTER_BINARY)
-    return candidate if os.access(candidate, os.X_OK) else None
 
 
 if __name__ == "__main__":

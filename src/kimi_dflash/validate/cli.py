@@ -18,34 +18,18 @@ from typing import ClassVar
 from kimi_dflash.bench.report import write_atomic
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.options import declare, option
+from kimi_dflash.validate import engine
 from kimi_dflash.validate.client import ServerError, api_key_from_env
-from kimi_dflash.validate.engine import (
-    AgreementSummary,
-    Divergence,
-    MathScore,
-    Outputs,
-    PairComparison,
-    Server,
-    Status,
-    Verdict,
-    compare_outputs,
-    first_divergence,
-    generate_both,
-    math_questions,
-    score_math,
-    served,
-    summarize_agreement,
-)
 from kimi_dflash.validate.prompts import load_calibration_prompts
 
 EXIT = {"PASS": 0, "WARN": 1, "FAIL": 2}
 EXIT_ERROR = 3
 
 
-def verdict(agreement: AgreementSummary, math: MathScore | None, *, allow_divergence: bool, max_math_drop: float,
-            same_server: bool) -> Verdict:  # fmt: skip
+def verdict(agreement: engine.AgreementSummary, math: engine.MathScore | None, *, allow_divergence: bool,
+            max_math_drop: float, same_server: bool) -> engine.Verdict:  # fmt: skip
     """PASS, WARN or FAIL with the reasons — pure."""
-    problems: list[tuple[Status, str]] = []
+    problems: list[tuple[engine.Status, str]] = []
     differing = agreement.prompts - agreement.identical
     if differing:
         why = "" if allow_divergence else " (a lossless candidate must be token-identical at T=0)"
@@ -57,15 +41,15 @@ def verdict(agreement: AgreementSummary, math: MathScore | None, *, allow_diverg
             problems.append(("FAIL", f"math exact-match drops {drop:.1f} points (limit {max_math_drop:g})"))
     if same_server:
         problems.append(("WARN", "reference and candidate are the same server and model: this proves nothing"))
-    return Verdict.of(problems)
+    return engine.Verdict.of(problems)
 
 
 def _shown(text: str | None) -> str:
     return "(not decoded)" if text is None else repr(text)
 
 
-def report_lines(reference: Server, candidate: Server, agreement: AgreementSummary, max_tokens: int,
-                 divergence: Divergence | None, math: MathScore | None, status: str,
+def report_lines(reference: engine.Server, candidate: engine.Server, agreement: engine.AgreementSummary,
+                 max_tokens: int, divergence: engine.Divergence | None, math: engine.MathScore | None, status: str,
                  reasons: Sequence[str]) -> list[str]:  # fmt: skip
     lines = [
         f"reference   {reference.model} @ {reference.url}",
@@ -126,31 +110,34 @@ EPILOG = (
 add_cli_args = declare(ValidateOptions, __doc__, EPILOG)
 
 
-async def _collect(args: ValidateOptions, reference: Server, candidate: Server, api_key: str | None) -> tuple[
-        Outputs, list[PairComparison], Divergence | None, MathScore | None]:  # fmt: skip
+async def _collect(args: ValidateOptions, reference: engine.Server, candidate: engine.Server,
+                   api_key: str | None) -> tuple[list[engine.PairComparison], engine.Divergence | None,
+                                                 engine.MathScore | None]:  # fmt: skip
     prompts = load_calibration_prompts()[: max(1, args.prompts)]
-    outputs = await generate_both(reference, candidate, prompts, max_tokens=args.max_tokens,
+    outputs = await engine.generate_both(reference, candidate, prompts, max_tokens=args.max_tokens,
                                   concurrency=args.concurrency, api_key=api_key)  # fmt: skip
-    pairs = compare_outputs(outputs, reference, candidate)
-    divergence = await first_divergence(outputs, pairs, reference, candidate, api_key)
+    pairs = engine.compare_outputs(outputs, reference, candidate)
+    divergence = await engine.first_divergence(outputs, pairs, reference, candidate, api_key)
     math = None
     if not args.no_math:
-        problems, questions = math_questions(args.math_problems)
-        math_out = await generate_both(reference, candidate, questions, max_tokens=args.math_max_tokens,
+        problems, questions = engine.math_questions(args.math_problems)
+        math_out = await engine.generate_both(reference, candidate, questions, max_tokens=args.math_max_tokens,
                                        concurrency=args.concurrency, api_key=api_key)  # fmt: skip
-        math = score_math(problems, math_out)
-    return outputs, pairs, divergence, math
+        math = engine.score_math(problems, math_out)
+    return pairs, divergence, math
 
 
 def main(args: ValidateOptions) -> int:
     api_key = api_key_from_env()
     try:
-        reference, candidate = served([args.reference, args.candidate], [args.model_ref, args.model_cand], api_key)
-        _, pairs, divergence, math = asyncio.run(_collect(args, reference, candidate, api_key))
+        reference, candidate = engine.served(
+            [args.reference, args.candidate], [args.model_ref, args.model_cand], api_key
+        )
+        pairs, divergence, math = asyncio.run(_collect(args, reference, candidate, api_key))
     except (ServerError, UserError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_ERROR
-    agreement = summarize_agreement(pairs)
+    agreement = engine.summarize_agreement(pairs)
     same = reference == candidate
     status, reasons = verdict(agreement, math, allow_divergence=args.allow_divergence,
                               max_math_drop=args.max_math_drop, same_server=same)  # fmt: skip

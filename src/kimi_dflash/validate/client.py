@@ -1,8 +1,5 @@
 """A small OpenAI-compatible client for calibration and validation: greedy chat completions with token ids.
-
-Non-streaming on purpose: these tools compare *what* a server generates (token ids, answers), not
-how fast; the benchmark (kimi_dflash.bench) measures speed.
-"""
+Non-streaming on purpose: these tools compare *what* a server generates; kimi_dflash.bench measures speed."""
 
 from __future__ import annotations
 
@@ -38,7 +35,7 @@ class Completion:
     token_ids: list[int] | None  # None when the server does not return them
     completion_tokens: int
     prompt_tokens: int
-    finish_reason: str | None
+    finish_reason: str | None  # kept in qualify's reference.json
 
 
 def api_key_from_env() -> str | None:
