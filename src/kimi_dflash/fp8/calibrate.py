@@ -1,13 +1,5 @@
-"""Calibrate per-layer MLA KV scales: run a prompt set, read the plugin's observe dumps, write the JSON.
-
-Two ways to run the model:
-  --server URL --observe-dir DIR   a running vLLM whose plugin is in observe mode
-                                   (KV_SCALE_MODE=observe, KIMI_DFLASH_KV_OBSERVE_DIR=DIR), any TP size
-  --model PATH                     load a (small) model in this process with vLLM in observe mode
-
-The prompts run in two halves; the per-layer amax after the first half is compared with the final
-one, so the report says whether the scales had converged (they only grow: a running max).
-"""
+"""Calibrate per-layer MLA KV scales (docs/fp8-kv.md). The prompts run in two halves: amax after the first is compared
+with the final one to tell whether the scales converged (a running max only grows)."""
 
 from __future__ import annotations
 
@@ -53,8 +45,7 @@ def wait_for_dumps(
     timeout: float,
     sleep: Callable[[float], None] = time.sleep,
 ) -> list[dict[str, Any]]:
-    """Wait until every live rank (a dump rewritten after ``live_since``: files of processes that exited earlier
-    are stale) has dumped after ``newer_than``; return those dumps."""
+    """A rank is live when its dump was rewritten after ``live_since`` (older files are of exited processes)."""
     deadline = time.monotonic() + timeout
     while True:
         live = [d for d in read_observe_dumps(directory) if float(d.get("updated", 0)) > live_since]

@@ -1,13 +1,5 @@
-"""Validate FP8 KV against BF16 KV: same prompts on two servers, one screen of evidence and a verdict.
-
-  1. token agreement  - greedy outputs compared token by token: identical outputs, first divergence
-  2. math accuracy     - shipped word problems with exact integer answers, both servers
-  3. KV capacity       - tokens the KV cache holds, from each server's log ("KV cache size: N tokens")
-  4. benchmark         - payload/benchmark_multi_turn.py at the config's concurrency, if present
-
-The servers are started by you (serve.sh with production.env and production-fp8kv.env on the MI300X
-box, or any two vLLM servers); this tool only sends requests and reads logs.
-"""
+"""Validate FP8 KV against BF16 KV on two servers the user started (docs/fp8-kv.md); only sends requests and reads
+logs."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""OUT/report.md: verdicts first (lossless, FP8 accuracy, recommended settings), then the tables (acceptance by
-position, the matched-concurrency table, the recipe's published MI300X figures beside ours), then each step's
-status. Verdicts and the exit code (docs/qualify.md's table) are pure functions of the state and the step files."""
+"""OUT/report.md. Verdicts and the exit code (docs/qualify.md's table) are pure functions of the state and the step
+files."""
 
 from __future__ import annotations
 
@@ -232,8 +231,7 @@ def render(out: Path, state: QualifyState, found: Sequence[Verdict], cells: Sequ
 
 def render_shootout(out: Path, state: QualifyState, found: Sequence[Verdict], config: str,
                     candidates: Sequence[tuple[list[tuple[str, BenchmarkResult]], list[Path]]]) -> str:  # fmt: skip
-    """A shoot-out: the verdicts per candidate, the ranking, then each candidate's measures beside the reference's
-    (``candidates``: per candidate of the plan, its results with the reference's, and its plots)."""
+    """``candidates``: per candidate of the plan, its results with the reference's, and its plots."""
     names = ", ".join(f"`{c.config}`" for c in state.plan.candidates)
     lines, device = _head(out, state, found, f"Shoot-out of {names} against `{config}` without speculation")
     for c in state.plan.candidates:
