@@ -99,9 +99,6 @@ class Context:
         return plan
 
 
-# ----------------------------------------------------------------------------------- environment, preflight
-
-
 def _launch_plan(ctx: Context) -> LaunchPlanUsed:
     from kimi_dflash.bench.report import redact_argv
     from kimi_dflash.config.problems import ConfigError
@@ -155,9 +152,6 @@ def preflight_step(ctx: Context) -> Outcome:
         outputs = ctx.files(path).model_copy(update={"failing": failing})
         return Outcome(FAILED, "preflight failed: " + ("; ".join(failing[:5]) or "see preflight.txt"), outputs)
     return Outcome(DONE, "preflight passed (see preflight.txt)", ctx.files(path))
-
-
-# --------------------------------------------------------------------------- servers: the points qualify measures
 
 
 def _serve(ctx: Context, plan: PointPlan, point: Point, on_ready: OnReady | None) -> list[str]:
@@ -335,9 +329,6 @@ def synthetic_step(ctx: Context) -> Outcome:
     summary = ", ".join(f"{r.sessions} sessions: {r.speedup}x" for r in rows if r.speedup is not None)
     detail = f"k={len(rates)} at {','.join(map(format_rate, rates))}: {summary or 'no reference level to compare'}"
     return Outcome(DONE, detail, ctx.files(ctx.out / "projection.json").model_copy(update={"rows": len(rows)}))
-
-
-# ------------------------------------------------------------------------------------------------ analysis
 
 
 def grid_results(ctx: Context) -> Results:
