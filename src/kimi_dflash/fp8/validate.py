@@ -134,7 +134,6 @@ class Fp8Report(Document):
 
 
 def run_benchmark(url: str, sessions: int, label: str, output: Path, extra: Sequence[str]) -> BenchSummary:
-    """Run the multi-turn benchmark at ``sessions`` concurrent sessions; return its headline figures."""
     command = [*BENCHMARK_COMMAND, "--base-url", url, "--sessions", str(sessions), "--label", label, "--output",
                str(output), *extra]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, check=False)

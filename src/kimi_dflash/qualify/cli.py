@@ -203,7 +203,6 @@ def _config_file(given: str) -> Path:
 
 def _shootout(args: QualifyOptions, values: dict[str, str], per_request: PerRequest, budget: float | None
               ) -> QualifyPlan:  # fmt: skip
-    """The shoot-out's plan (qualify/shootout.py): each candidate config read as the reference's is."""
     from kimi_dflash.qualify.shootout import CandidateConfig, build_shootout
 
     if args.candidate_env or args.project_acceptance:
@@ -272,7 +271,6 @@ def main(args: QualifyOptions) -> int:
 
 
 def _run(ctx: Context, state: QualifyState, args: QualifyOptions) -> int:
-    """The steps, the report and the archive, under OUT's lock."""
     print("\n".join(render(ctx.plan, args.config)), file=sys.stderr)
     try:
         tally = run_units(step_units(ctx), state, "qualify", stops_the_run=("preflight",))

@@ -25,8 +25,6 @@ class Acceptance(Document):
 
 
 class Group(Model):
-    """Per-request spec-decode statistics of a group of requests, rounded for the report."""
-
     key: str
     requests: int
     steps: int

@@ -91,7 +91,6 @@ def accelerators() -> Json:
 
 
 def _proc(path: str, prefix: str = "") -> str | None:
-    """The rest of the first line of ``path`` that starts with ``prefix`` (stripped); None without one."""
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError:

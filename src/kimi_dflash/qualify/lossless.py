@@ -93,7 +93,6 @@ def math_outputs(url: str, max_tokens: int) -> GreedyOutputs:
 
 
 def math_accuracy(reference: GreedyOutputs, candidate: GreedyOutputs) -> tuple[float, float]:
-    """(reference accuracy, candidate accuracy) on the shipped math set."""
     problems, _ = math_questions()
     outputs = Outputs(reference.prompts, reference.completions, candidate.completions)
     score = score_math(problems[: len(outputs.reference)], outputs)

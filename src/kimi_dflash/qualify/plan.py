@@ -24,8 +24,6 @@ NO_SLO = ("none", "off")
 
 @dataclass(frozen=True)
 class Box:
-    """What the plan assumes about the machine (one profile per kind of box)."""
-
     kind: str  # "gpu" or "cpu"
     description: str
     server_start_s: float
@@ -210,7 +208,6 @@ def per_request_setting(
 
 
 def graphs_step(box: Box, k: int, graphs: GraphCandidate | None, estimate_s: float) -> Step:
-    """The candidate with graphs on (qualify/graphs.py decides whether, and with which keys)."""
     title = f"graph-mode candidate (k={k}, graphs on): token identity vs the eager reference + benchmark"
     if graphs is None:
         graphs = GraphCandidate(False, "not checked")
@@ -360,7 +357,6 @@ def build_plan(
 
 
 def render(plan: QualifyPlan, config: str, statuses: Mapping[str, str] | None = None) -> list[str]:
-    """The --dry-run listing: every step, its estimate, and the total against the budget."""
     statuses = statuses or {}
     lines = [
         f"qualify {config} on a {plan.box.description}",

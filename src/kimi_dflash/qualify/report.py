@@ -145,7 +145,6 @@ def _recipe_table(recipe: ReportedFigures, cells: Sequence[aggregate.Cell], devi
 
 
 def _why_not(state: QualifyState, step: str) -> str:
-    """Why a step's file is missing: its recorded detail, or the plan's reason it does not run."""
     record = state.steps.get(step)
     if record is not None and record.detail:
         return f"{step} step {record.status}: {record.detail}"
@@ -156,7 +155,6 @@ def _why_not(state: QualifyState, step: str) -> str:
 
 
 def _head(out: Path, state: QualifyState, found: Sequence[Verdict], title: str) -> tuple[list[str], str]:
-    """The title with the overall verdict, the box, and the verdicts; and the box in words."""
     env = Environment.load_or_none(out / "environment.json")
     device, versions = "?, ?", ""
     if env is not None:
@@ -171,7 +169,6 @@ def _head(out: Path, state: QualifyState, found: Sequence[Verdict], title: str) 
 
 
 def _measured(out: Path, state: QualifyState, cells: Sequence[aggregate.Cell]) -> dict[str, list[str]]:
-    """The sections the grid's measures fill: a run's, or a shoot-out candidate's (beside the reference's k=0)."""
     plan, speedups = state.plan, Goodput.load_or_none(out / "goodput.json")
     matched = aggregate.render_table(cells).rstrip() if cells else "*(no grid point finished)*"
     return {

@@ -137,7 +137,6 @@ def goodput_section(doc: Goodput | None, why_not: str) -> list[str]:
 
 
 def projection_section(doc: Projection | None, why_not: str) -> list[str]:
-    """The synthetic-acceptance projection, labelled as what it is, beside the measured candidate."""
     if not doc or not doc.rows:
         return [f"*(not measured: {why_not})*"]
     rates = ", ".join(map(general, doc.rates))

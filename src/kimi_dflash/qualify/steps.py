@@ -215,7 +215,6 @@ def reference_step(ctx: Context) -> Outcome:
 
 
 def candidate_step(ctx: Context) -> Outcome:
-    """The config as given: its greedy outputs compared token by token with the reference's, then its benchmark."""
     cand_path, verdict_path = ctx.lossless_dir / "candidate.json", ctx.lossless_dir / "verdict.json"
     same_tokenizer = ctx.same_target and not any(key in MODEL_KEYS for key, _ in ctx.candidate_env)
     hook = (
@@ -423,7 +422,6 @@ def advisor_step(ctx: Context) -> Outcome:
 
 
 def ranking_step(ctx: Context) -> Outcome:
-    """A shoot-out's candidates ranked at the matched concurrency (qualify/shootout.py) -> shootout.json."""
     from kimi_dflash.qualify import shootout
 
     measured = []
