@@ -1,6 +1,4 @@
-"""DFlash with prefix caching: tokens restored from the prefix cache never get drafter context written, so the
-drafter attends to stale KV there and acceptance falls toward 1.0 as cache hits grow (vllm #47930, fix PR #47926
-open at 0.33). vLLM gives no warning."""
+"""DFlash with prefix caching (vllm #47930): vLLM gives no warning."""
 
 from __future__ import annotations
 
