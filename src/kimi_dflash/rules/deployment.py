@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kimi_dflash.config.convert import TRUE_WORDS
 from kimi_dflash.core.envvars import KV_SCALE_MODE, KV_SCALE_MODE_OFF, VLLM_ROCM_USE_AITER, VLLM_ROCM_USE_AITER_MLA
 from kimi_dflash.rules.checkpoint import CheckpointFacts, read_checkpoint_facts
 
@@ -17,7 +18,6 @@ if TYPE_CHECKING:
     from kimi_dflash.config.validate import Config
     from kimi_dflash.plan import LaunchPlan
 
-TRUE_WORDS = ("1", "true", "yes", "on")
 SPECULATIVE_OPTION = "--speculative-config"
 # Values that must be one vLLM knows: --option / --speculative-config key -> feature kind (rules/features.py).
 VALUE_KINDS = {
