@@ -1,2 +1,1 @@
-"""FP8 KV-cache workflows: calibrate per-layer scales against a server, validate FP8 KV against BF16 KV.
-The runtime side (the KV write hook inside vLLM) is kimi_dflash.kvscale."""
+"""FP8 KV-cache workflows (docs/fp8-kv.md); the runtime side, inside vLLM, is kimi_dflash.kvscale."""

@@ -1,7 +1,5 @@
-"""Calibrate per-layer MLA KV scales: run a prompt set against a server in observe mode (or a small model loaded
-here), read the plugin's observe dumps, write the JSON (docs/fp8-kv.md "Calibrating"). The prompts run in two
-halves, so the report says whether the running max had converged.
-"""
+"""Calibrate per-layer MLA KV scales (docs/fp8-kv.md). The prompts run in two halves: amax after the first is compared
+with the final one to tell whether the scales converged (a running max only grows)."""
 
 from __future__ import annotations
 
@@ -47,8 +45,7 @@ def wait_for_dumps(
     timeout: float,
     sleep: Callable[[float], None] = time.sleep,
 ) -> list[dict[str, Any]]:
-    """Wait until every live rank (a dump rewritten after ``live_since``: files of processes that exited earlier
-    are stale) has dumped after ``newer_than``; return those dumps."""
+    """A rank is live when its dump was rewritten after ``live_since`` (older files are of exited processes)."""
     deadline = time.monotonic() + timeout
     while True:
         live = [d for d in read_observe_dumps(directory) if float(d.get("updated", 0)) > live_since]

@@ -1,6 +1,5 @@
-"""Validate FP8 KV against BF16 KV on two running servers: token agreement, math accuracy, KV capacity from the
-logs, optionally the benchmark, and a verdict (docs/fp8-kv.md "Validating"). It only sends requests and reads logs.
-"""
+"""Validate FP8 KV against BF16 KV on two servers the user started (docs/fp8-kv.md); only sends requests and reads
+logs."""
 
 from __future__ import annotations
 
@@ -124,7 +123,6 @@ class Fp8Report(Document):
 
 
 def run_benchmark(url: str, sessions: int, label: str, output: Path, extra: Sequence[str]) -> BenchSummary:
-    """Run the multi-turn benchmark at ``sessions`` concurrent sessions; return its headline figures."""
     command = [*BENCHMARK_COMMAND, "--base-url", url, "--sessions", str(sessions), "--label", label, "--output",
                str(output), *extra]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, check=False)

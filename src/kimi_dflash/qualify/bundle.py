@@ -1,6 +1,5 @@
-"""What leaves the box: OUT/results/ (each grid result under a name ready for benchmarks/results/) and one
-archive, OUT.tar.gz, to attach to an issue: exactly the files the run wrote (the state's manifest), each opened
-without following a symlink at any level under OUT."""
+"""What leaves the box: OUT/results/ and OUT.tar.gz, exactly the files the run wrote (the state's manifest), each
+opened without following a symlink at any level under OUT."""
 
 from __future__ import annotations
 
@@ -55,8 +54,7 @@ def _descriptor(path: str, flags: int) -> Iterator[int]:
 
 
 def _open_beneath(root_fd: int, name: str) -> int | str | None:
-    """A descriptor for the regular file ``name`` under the directory ``root_fd``, every component opened with
-    O_NOFOLLOW; None when it does not exist, or why it is refused (a symlink at any level, not a regular file)."""
+    """Every component opened with O_NOFOLLOW; None when absent, else the descriptor or why it is refused."""
     parts = PurePosixPath(name).parts
     if not parts or PurePosixPath(name).is_absolute() or ".." in parts:
         return "not a path inside the directory"
@@ -83,9 +81,7 @@ def _open_beneath(root_fd: int, name: str) -> int | str | None:
 
 
 def archive(out: Path, files: Iterable[str]) -> tuple[Path, list[str]]:
-    """(OUT.tar.gz beside OUT, the files refused and why). The archive holds exactly ``files`` (names relative to
-    OUT, those the run wrote) that exist as regular files: a symlink, at any level, is refused, never followed.
-    Written to a temporary file, then renamed: never half-written."""
+    """(OUT.tar.gz beside OUT, the files refused and why); written to a temporary file, then renamed."""
     out = Path(os.path.abspath(out))
     final = out.with_name(out.name + ".tar.gz")
     refused = []

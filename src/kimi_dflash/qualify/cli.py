@@ -118,8 +118,7 @@ def _config_values(path: Path) -> tuple[dict[str, str], dict[str, str]]:
 
 
 def _installed_source() -> VllmSource | None:
-    """The source of the vLLM this interpreter would serve with (read, never imported; one object per tree and
-    process: every probe below shares its file list and parsed modules)."""
+    """Read, never imported; one object per tree and process, shared by every probe below."""
     from kimi_dflash.preflight.runtime_child import vllm_package_dir
     from kimi_dflash.rules.source import VllmSource
 
@@ -128,8 +127,6 @@ def _installed_source() -> VllmSource | None:
 
 
 def _per_request_flag() -> tuple[str, str]:
-    """Whether the vLLM this interpreter would serve with has --per-request-spec-decode-metrics (read from its
-    source, no import: milliseconds)."""
     from kimi_dflash.preflight.runtime_child import installed_vllm
     from kimi_dflash.rules.features import probe_features
 
@@ -142,8 +139,7 @@ def _per_request_flag() -> tuple[str, str]:
 
 
 def _verify_k_limit(values: dict[str, str]) -> tuple[int, str] | None:
-    """The largest k the AITER MLA verify-length rule lets through on the vLLM this interpreter serves with (read
-    from its source), for a ROCm plan with AITER MLA on; None when the rule does not apply or the cap is absent."""
+    """For a ROCm plan with AITER MLA on; None when the rule does not apply or the cap is absent."""
     from kimi_dflash.config.convert import TRUE_WORDS
     from kimi_dflash.rules.catalog.aiter_mla import aiter_verify_cap
 
@@ -157,8 +153,7 @@ def _verify_k_limit(values: dict[str, str]) -> tuple[int, str] | None:
 
 
 def _graph_candidate(config: Path, values: dict[str, str], box_kind: str, wanted: bool) -> GraphCandidate:
-    """The graph-mode candidate, judged by the compatibility check with the runtime rules against the vLLM this
-    interpreter serves with: a variant the rules refuse would only fail its preflight, so it is left out."""
+    """A variant the runtime rules refuse would only fail its preflight, so it is left out."""
     if not wanted:
         return GraphCandidate(False, "--no-graphs")
     k = int(values.get("NUM_SPECULATIVE_TOKENS") or 0)
@@ -166,8 +161,7 @@ def _graph_candidate(config: Path, values: dict[str, str], box_kind: str, wanted
 
 
 def _check_variant(config_path: Path, overrides: dict[str, str]) -> tuple[bool, str]:
-    """(passes, detail): the compatibility check with the runtime rules on the config with ``overrides`` (read from
-    the serving vLLM's source, no import)."""
+    """(passes, detail) of the runtime rules on the config with ``overrides``."""
     from kimi_dflash.config.problems import ConfigError
     from kimi_dflash.config.validate import load_config
     from kimi_dflash.core.paths import cache_root
@@ -209,7 +203,6 @@ def _config_file(given: str) -> Path:
 
 def _shootout(args: QualifyOptions, values: dict[str, str], per_request: PerRequest, budget: float | None
               ) -> QualifyPlan:  # fmt: skip
-    """The shoot-out's plan (qualify/shootout.py): each candidate config read as the reference's is."""
     from kimi_dflash.qualify.shootout import CandidateConfig, build_shootout
 
     if args.candidate_env or args.project_acceptance:
@@ -278,7 +271,6 @@ def main(args: QualifyOptions) -> int:
 
 
 def _run(ctx: Context, state: QualifyState, args: QualifyOptions) -> int:
-    """The steps, the report and the archive, under OUT's lock."""
     print("\n".join(render(ctx.plan, args.config)), file=sys.stderr)
     try:
         tally = run_units(step_units(ctx), state, "qualify", stops_the_run=("preflight",))

@@ -1,6 +1,4 @@
-"""The files qualify's analysis steps write in OUT and its report reads back, typed (documents.Document): what
-measures.py computes from the grid, the advisor's recommendation, the graph-mode candidate and the projection.
-The losslessness files are lossless.py's, the environment environment.py's, the FP8 summary fp8/validate.py's."""
+"""The files qualify's analysis steps write in OUT and its report reads back, typed (documents.Document)."""
 
 from __future__ import annotations
 
@@ -27,8 +25,6 @@ class Acceptance(Document):
 
 
 class Group(Model):
-    """Per-request spec-decode statistics of a group of requests, rounded for the report."""
-
     key: str
     requests: int
     steps: int

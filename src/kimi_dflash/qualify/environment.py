@@ -1,7 +1,5 @@
-"""OUT/environment.json: the box a qualification ran on, so a result that comes back to the project says where
-it came from. Host, CPU, memory, accelerators with driver/runtime (from rocm-smi / amd-smi / nvidia-smi when
-present), NUMA balancing, library versions of the serving interpreter, the config with its overrides and the
-exact launch plan. Secrets (API_KEY, the plan's key variable) are redacted here, never copied."""
+"""OUT/environment.json: the box a qualification ran on, so a result that comes back says where it came from.
+Secrets (API_KEY, the plan's key variable) are redacted here, never copied."""
 
 from __future__ import annotations
 
@@ -93,7 +91,6 @@ def accelerators() -> Json:
 
 
 def _proc(path: str, prefix: str = "") -> str | None:
-    """The rest of the first line of ``path`` that starts with ``prefix`` (stripped); None without one."""
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError:

@@ -1,5 +1,4 @@
-"""The report's PNG plots (matplotlib, headless): tok/s vs concurrency per k (and the Pareto plot) from the sweep's
-own plotting, plus acceptance by draft position per k."""
+"""The report's PNG plots (matplotlib, headless)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""The graph-mode candidate (pure): the config's candidate with HIP/CUDA graphs on, when the config runs eager and
-the compatibility check with the runtime rules (rules/catalog/graphs.py) lets that variant through on the serving
-vLLM. Why and what it sets: docs/qualify.md (The graph-mode candidate)."""
+"""The graph-mode candidate (pure); why and what it sets: docs/qualify.md (The graph-mode candidate)."""
 
 from __future__ import annotations
 
@@ -31,8 +29,7 @@ def capture_sizes(k: int, max_num_seqs: int) -> list[int]:
 
 
 def graph_overrides(values: Mapping[str, str], k: int) -> tuple[tuple[str, str], ...]:
-    """ENFORCE_EAGER=false, plus aligned capture sizes in EXTRA_VLLM_ARGS unless the config chose a compilation
-    config of its own (then it is kept as written: the rules judge it)."""
+    """A compilation config of the config's own is kept as written: the rules judge it."""
     extra = (values.get("EXTRA_VLLM_ARGS") or "").strip()
     overrides: list[tuple[str, str]] = [("ENFORCE_EAGER", "false")]
     if "--compilation-config" not in extra and "capture-sizes" not in extra and "graph-sizes" not in extra:
@@ -45,9 +42,8 @@ def graph_overrides(values: Mapping[str, str], k: int) -> tuple[tuple[str, str],
 def graph_candidate(
     values: Mapping[str, str], k: int, box_kind: str, check: VariantCheck | None = None
 ) -> GraphCandidate:
-    """Whether qualify measures the graph-mode candidate. ``check``: the compatibility check with the runtime rules
-    on the config with the variant's keys, against the serving vLLM (None: not checked); run only when nothing else
-    rules the variant out (the CPU build, graphs already on)."""
+    """``check``: the runtime rules on the variant, against the serving vLLM (None: not checked); run only when
+    nothing else rules the variant out (the CPU build, graphs already on)."""
     if box_kind == "cpu":
         return GraphCandidate(False, "the CPU build has no HIP/CUDA graphs to capture (the demo runs eager)")
     if (values.get("ENFORCE_EAGER") or "true").lower() not in TRUE_WORDS:
@@ -73,10 +69,8 @@ class GraphMode:
 
 
 def graph_mode_from_log(text: str) -> GraphMode:
-    """The cudagraph mode a server ended with. vLLM prints it in its engine config when the engine starts, and
-    lowers it afterwards, with a warning, when an attention backend cannot serve FULL graphs for a uniform verify
-    batch (the silent PIECEWISE of vllm #49547). The last of these lines wins: a log that several starts appended
-    to (a resumed run) speaks for its last start."""
+    """vLLM lowers the mode after start, with a warning, when a backend cannot serve FULL graphs for a uniform
+    verify batch (the silent PIECEWISE of vllm #49547). The last line wins: a resumed run speaks for its last start."""
     found = GraphMode(None, "", False)
     for line in text.splitlines():
         lowered = _DOWNGRADE.search(line)

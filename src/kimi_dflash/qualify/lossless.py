@@ -1,10 +1,6 @@
-"""Losslessness with one server up at a time: the reference's greedy outputs are generated and stored while the
-reference serves, the candidate's while the candidate serves, and the two are compared from disk with the
-validate engine (token identity per prompt, first divergence, payload/validate.py's verdict).
-
-One server at a time is not a convenience: on the box this qualifies, reference and candidate each take all
-eight GPUs, so they can never be up together (payload/validate.py assumes two servers that are).
-"""
+"""Losslessness with one server up at a time: each side's greedy outputs are stored while it serves, then compared
+from disk. On the box this qualifies, reference and candidate each take all eight GPUs, so they can never be up
+together (payload/validate.py assumes two servers that are)."""
 
 from __future__ import annotations
 
@@ -31,8 +27,7 @@ from kimi_dflash.validate.prompts import load_calibration_prompts
 
 
 class GreedyOutputs(Document):
-    """One server's greedy outputs (T=0, token ids) for a prompt set: lossless/reference.json, candidate.json,
-    graphs.json; the math set's answers with ``problem_ids``."""
+    """lossless/reference.json, candidate.json, graphs.json; the math set's answers with ``problem_ids``."""
 
     SCHEMA = "kimi-dflash/greedy-outputs"
     WHAT = "greedy outputs file"
@@ -74,8 +69,7 @@ def shipped_prompts(count: int) -> list[str]:
 
 def compare(reference: GreedyOutputs, candidate: GreedyOutputs, candidate_url: str, same_tokenizer: bool
             ) -> LosslessVerdict:  # fmt: skip
-    """Agreement, every pair, the first divergence (ids, and text decoded by the candidate server, which is up: the
-    reference's text too when both serve the same tokenizer)."""
+    """Text is decoded by the candidate server (which is up); the reference's too when both share the tokenizer."""
     if reference.prompts != candidate.prompts:
         raise ValueError("reference and candidate outputs are for different prompts; rerun both steps")
     cand_server = Server(candidate_url, candidate.model)
@@ -99,7 +93,6 @@ def math_outputs(url: str, max_tokens: int) -> GreedyOutputs:
 
 
 def math_accuracy(reference: GreedyOutputs, candidate: GreedyOutputs) -> tuple[float, float]:
-    """(reference accuracy, candidate accuracy) on the shipped math set."""
     problems, _ = math_questions()
     outputs = Outputs(reference.prompts, reference.completions, candidate.completions)
     score = score_math(problems[: len(outputs.reference)], outputs)

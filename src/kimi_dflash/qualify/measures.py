@@ -1,6 +1,4 @@
-"""What the benchmark's newer result fields say about a qualify grid (pure: results in, JSON-ready rows out):
-per-request acceptance, goodput and the speedup at the SLO (bench/compare.py's rule), the speedup at matched
-concurrency with its interval over repeats (bench/intervals.py), identical served replies at T=0."""
+"""What the benchmark's newer result fields say about a qualify grid (pure: results in, JSON-ready rows out)."""
 
 from __future__ import annotations
 
@@ -100,8 +98,8 @@ def goodput_rows(results: Results) -> list[GoodputRow]:
 
 
 def at_slo(results: Results, threshold: float = DEFAULT_ATTAINMENT) -> list[AtSloRow]:
-    """Per point: its sustained concurrency (the highest measured with attainment >= threshold), its output
-    goodput there, and that over the reference's (k=0) at the reference's own sustained concurrency."""
+    """Sustained concurrency: the highest measured with attainment >= threshold; the speedup is over the
+    reference's (k=0) goodput at its own sustained concurrency."""
     found: dict[int, tuple[int, LevelResult] | None] = {}
     for k, result in by_k(results).items():
         levels = _levels(result)
@@ -124,8 +122,7 @@ def at_slo(results: Results, threshold: float = DEFAULT_ATTAINMENT) -> list[AtSl
 
 
 def matched(results: Results, confidence: float = CONFIDENCE) -> list[MatchedRow]:
-    """Per speculative point and concurrency also measured by the reference: output tok/s over the reference's,
-    with its interval over repeats (none with fewer than 2 repeats on either side)."""
+    """No interval with fewer than 2 repeats on either side."""
     points = by_k(results)
     if 0 not in points:
         return []
@@ -154,8 +151,7 @@ def matched(results: Results, confidence: float = CONFIDENCE) -> list[MatchedRow
 
 
 def reply_identity(results: Results) -> list[ReplyIdentityRow]:
-    """Per speculative point and common concurrency: replies compared with the reference's, identical count.
-    Empty when the reference is missing, a run was not greedy, or no hashes were stored."""
+    """Empty when the reference is missing, a run was not greedy, or no hashes were stored."""
     points = by_k(results)
     if 0 not in points or points[0].settings.temperature != 0:
         return []
@@ -177,10 +173,8 @@ def reply_identity(results: Results) -> list[ReplyIdentityRow]:
 def projection_rows(
     results: Results, projection: BenchmarkResult, rates: Sequence[float], candidate_k: int
 ) -> list[ProjectionRow]:
-    """The synthetic-acceptance projection beside the measured grid, per concurrency the projection ran: its tok/s
-    and per-user tok/s, over the reference's (k=0) at the same concurrency, and the measured candidate's beside it.
-    The acceptance length the server counted is shown against the one the rates imply (1 + sum): they agree when
-    vLLM's sampler did what was asked, so the projection checks itself."""
+    """The acceptance length the server counted is shown against the one the rates imply (1 + sum): they agree
+    when vLLM's sampler did what was asked, so the projection checks itself."""
     points = by_k(results)
     reference, candidate = levels_of(points, 0), levels_of(points, candidate_k)
     expected_tau = 1.0 + sum(rates)
@@ -207,9 +201,8 @@ def _ratio(level: LevelResult | None, base: LevelResult | None) -> float | None:
 
 
 def graph_rows(results: Results, graphs: BenchmarkResult, candidate_k: int) -> list[GraphRow]:
-    """The graph-mode candidate per concurrency: its tok/s beside the eager candidate's and the reference's at the
-    same concurrency, with the ratios over each, and its acceptance (graphs change kernels, not the drafter's
-    proposals: acceptance should match the eager candidate's up to near-tie flips)."""
+    """Graphs change kernels, not the drafter's proposals: acceptance should match the eager candidate's up to
+    near-tie flips."""
     points = by_k(results)
     reference, eager = levels_of(points, 0), levels_of(points, candidate_k)
     rows = []

@@ -1,6 +1,5 @@
-"""The qualification plan: which steps run, the k x concurrency grid, and how long each step should take on this
-kind of box (pure: config values + box + budget in, a plan out; ``--dry-run`` prints it). Each box's estimates and
-default SLO say where their figures come from (``Box.source``, ``Box.slo_source``; docs/qualify.md tables both)."""
+"""The qualification plan (pure: config values + box + budget in, a plan out; ``--dry-run`` prints it). Each box's
+estimates and default SLO name their source (``Box.source``, ``Box.slo_source``; docs/qualify.md)."""
 
 from __future__ import annotations
 
@@ -25,8 +24,6 @@ NO_SLO = ("none", "off")
 
 @dataclass(frozen=True)
 class Box:
-    """What the plan assumes about the machine (one profile per kind of box)."""
-
     kind: str  # "gpu" or "cpu"
     description: str
     server_start_s: float
@@ -142,8 +139,7 @@ class Candidate:
 
 
 def bench_args(box: Box, slo: str = "") -> tuple[str, ...]:
-    """The benchmark's workload at every grid point: fixed length (ignore_eos) so tok/s compares across k; repeats
-    for the speedup's interval; the SLO for goodput."""
+    """Fixed length (ignore_eos) so tok/s compares across k; repeats for the speedup's interval."""
     return (
         "--max-tokens",
         str(box.max_tokens),
@@ -190,9 +186,8 @@ class PerRequest:
 def per_request_setting(
     values: Mapping[str, str], overrides: Collection[str], flag: tuple[str, str] = ("unknown", "not probed")
 ) -> PerRequest:
-    """The config's own PER_REQUEST_SPEC_METRICS when on; off set in the environment is respected; otherwise
-    ``summary`` for every server when the installed vLLM has the flag (``flag``: a FeatureOutcome's state and
-    evidence for cli:--per-request-spec-decode-metrics; vLLM ignores it without speculation)."""
+    """The config's own value when on; off in the environment is respected; otherwise ``summary`` when the
+    installed vLLM has the flag (vLLM ignores it without speculation)."""
     current = values.get(PER_REQUEST_KEY) or "off"
     if current != "off":
         return PerRequest(True, f"the config's {PER_REQUEST_KEY}={current}")
@@ -213,7 +208,6 @@ def per_request_setting(
 
 
 def graphs_step(box: Box, k: int, graphs: GraphCandidate | None, estimate_s: float) -> Step:
-    """The candidate with graphs on (qualify/graphs.py decides whether, and with which keys)."""
     title = f"graph-mode candidate (k={k}, graphs on): token identity vs the eager reference + benchmark"
     if graphs is None:
         graphs = GraphCandidate(False, "not checked")
@@ -223,9 +217,8 @@ def graphs_step(box: Box, k: int, graphs: GraphCandidate | None, estimate_s: flo
 
 
 def projection_step(box: Box, rates: Sequence[float], levels: int, k_limit: tuple[int, str] | None = None) -> Step:
-    """The candidate served with vLLM's synthetic acceptance sampler at the given per-position rates: the speed a
-    drafter accepting that often would give on this box. A projection of speed, never of quality (the sampler does
-    not check drafts against the target). GPU only: the CPU build's sampler raises at the first request."""
+    """A projection of speed, never of quality (the sampler does not check drafts against the target). GPU only:
+    the CPU build's sampler raises at the first request."""
     title = "projection: the candidate with vLLM's synthetic acceptance sampler (speed a better drafter would give)"
     if box.kind == "cpu":
         reason = (
@@ -312,10 +305,8 @@ def build_plan(
     extra_k: Sequence[int] | None = None,
     sessions_levels: Sequence[int] | None = None,
 ) -> QualifyPlan:
-    """The plan for a config (its values as strings): the full grid, trimmed until it fits the budget in
-    docs/qualify.md's order (never the reference or the candidate at the highest level: without them nothing is
-    qualified). ``k_limit``: (largest k, why) a runtime rule allows on the serving vLLM; larger k would only fail
-    their preflight. ``extra_k`` / ``sessions_levels``: a shoot-out's choice in place of the box's."""
+    """Trimmed to the budget in docs/qualify.md's order, never the reference or the top-level candidate.
+    ``k_limit``: (largest k, why) a runtime rule allows; ``extra_k`` / ``sessions_levels``: a shoot-out's choice."""
     if values.get("SPECULATIVE_METHOD", "none") == "none":
         raise UserError(
             "qualify needs a speculative config (SPECULATIVE_METHOD=dflash, eagle3 or dspark): it compares the "
@@ -366,7 +357,6 @@ def build_plan(
 
 
 def render(plan: QualifyPlan, config: str, statuses: Mapping[str, str] | None = None) -> list[str]:
-    """The --dry-run listing: every step, its estimate, and the total against the budget."""
     statuses = statuses or {}
     lines = [
         f"qualify {config} on a {plan.box.description}",

@@ -1,6 +1,5 @@
-"""OUT/report.md: verdicts first (lossless, FP8 accuracy, recommended settings), then the tables (acceptance by
-position, the matched-concurrency table, the recipe's published MI300X figures beside ours), then each step's
-status. Verdicts and the exit code (docs/qualify.md's table) are pure functions of the state and the step files."""
+"""OUT/report.md. Verdicts and the exit code (docs/qualify.md's table) are pure functions of the state and the step
+files."""
 
 from __future__ import annotations
 
@@ -146,7 +145,6 @@ def _recipe_table(recipe: ReportedFigures, cells: Sequence[aggregate.Cell], devi
 
 
 def _why_not(state: QualifyState, step: str) -> str:
-    """Why a step's file is missing: its recorded detail, or the plan's reason it does not run."""
     record = state.steps.get(step)
     if record is not None and record.detail:
         return f"{step} step {record.status}: {record.detail}"
@@ -157,7 +155,6 @@ def _why_not(state: QualifyState, step: str) -> str:
 
 
 def _head(out: Path, state: QualifyState, found: Sequence[Verdict], title: str) -> tuple[list[str], str]:
-    """The title with the overall verdict, the box, and the verdicts; and the box in words."""
     env = Environment.load_or_none(out / "environment.json")
     device, versions = "?, ?", ""
     if env is not None:
@@ -172,7 +169,6 @@ def _head(out: Path, state: QualifyState, found: Sequence[Verdict], title: str) 
 
 
 def _measured(out: Path, state: QualifyState, cells: Sequence[aggregate.Cell]) -> dict[str, list[str]]:
-    """The sections the grid's measures fill: a run's, or a shoot-out candidate's (beside the reference's k=0)."""
     plan, speedups = state.plan, Goodput.load_or_none(out / "goodput.json")
     matched = aggregate.render_table(cells).rstrip() if cells else "*(no grid point finished)*"
     return {
@@ -232,8 +228,7 @@ def render(out: Path, state: QualifyState, found: Sequence[Verdict], cells: Sequ
 
 def render_shootout(out: Path, state: QualifyState, found: Sequence[Verdict], config: str,
                     candidates: Sequence[tuple[list[tuple[str, BenchmarkResult]], list[Path]]]) -> str:  # fmt: skip
-    """A shoot-out: the verdicts per candidate, the ranking, then each candidate's measures beside the reference's
-    (``candidates``: per candidate of the plan, its results with the reference's, and its plots)."""
+    """``candidates``: per candidate of the plan, its results with the reference's, and its plots."""
     names = ", ".join(f"`{c.config}`" for c in state.plan.candidates)
     lines, device = _head(out, state, found, f"Shoot-out of {names} against `{config}` without speculation")
     for c in state.plan.candidates:

@@ -1,6 +1,4 @@
-"""The report's sections from the benchmark's newer measures (pure: the step files' documents in, Markdown lines
-out): served-reply identity beside the lossless verdict, per-request acceptance by turn and prompt length, the
-speedup at matched concurrency with its interval, goodput and the speedup at the SLO."""
+"""The report's sections from the benchmark's newer measures (pure: documents in, Markdown lines out)."""
 
 from __future__ import annotations
 
@@ -139,7 +137,6 @@ def goodput_section(doc: Goodput | None, why_not: str) -> list[str]:
 
 
 def projection_section(doc: Projection | None, why_not: str) -> list[str]:
-    """The synthetic-acceptance projection, labelled as what it is, beside the measured candidate."""
     if not doc or not doc.rows:
         return [f"*(not measured: {why_not})*"]
     rates = ", ".join(map(general, doc.rates))
@@ -164,8 +161,6 @@ def projection_section(doc: Projection | None, why_not: str) -> list[str]:
 
 
 def graphs_section(doc: Graphs | None, why_not: str) -> list[str]:
-    """The graph-mode candidate beside the eager one: the mode the server ended with, token identity as evidence, and
-    tok/s at equal concurrency."""
     if not doc:
         return [f"*(not measured: {why_not})*"]
     keys = " ".join(f"`{key}={value}`" for key, value in doc.overrides)

@@ -1,6 +1,4 @@
-"""A drafter shoot-out: several candidate configs against one reference in one qualify run (pure: configs in, a plan
-out; measured files in, a ranking out). Each candidate runs qualify's own steps (CANDIDATE_STEPS) in
-OUT/candidates/<name>/ against the reference's stored outputs and k=0 result (docs/qualify.md)."""
+"""A drafter shoot-out: several candidate configs against one reference in one qualify run (pure; docs/qualify.md)."""
 
 from __future__ import annotations
 
@@ -46,9 +44,8 @@ class CandidateConfig:
 
 def build_shootout(values: Mapping[str, str], configs: Sequence[CandidateConfig], budget_s: float | None = None,
                    slo: str | None = None, per_request: PerRequest | None = None) -> QualifyPlan:  # fmt: skip
-    """The shoot-out's plan: the reference's steps, then each candidate's (named <candidate>/<step>), the ranking.
-    Every candidate is measured at the same concurrency levels (those every config's MAX_NUM_SEQS allows). The budget
-    trims the candidates' extra k values (largest first), then the lowest concurrency levels; never a candidate."""
+    """Every candidate is measured at the levels every config's MAX_NUM_SEQS allows. The budget trims the
+    candidates' extra k (largest first), then the lowest levels; never a candidate."""
     device = values.get("DEVICE", "rocm")
     box, names = box_for(device), [c.name for c in configs]
     for c in configs:
@@ -129,8 +126,7 @@ def matched_sessions(measured: Sequence[Measured]) -> int | None:
 
 
 def rank(slo: str, measured: Sequence[Measured]) -> Shootout:
-    """Each candidate at its own k and the matched concurrency: lossless first (a candidate that is not is never
-    ranked), then by output goodput at the SLO, then by output tok/s (tok/s alone with --slo none)."""
+    """Lossless first (one that is not is never ranked), then output goodput at the SLO, then output tok/s."""
     sessions, rows = matched_sessions(measured), []
     for m in measured:
         k = m.candidate.plan.spec_tokens

@@ -1,6 +1,4 @@
-"""OUT/state.json: the qualify run's state (runs.state): its signature (what it qualifies: a resume must match it),
-this invocation's plan, each step's record, the invocations and the manifest of every file the run wrote in OUT
-(the archive packs exactly those)."""
+"""OUT/state.json: the qualify run's state (runs.state); a resume must match its signature."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The steps of a qualification, one function each: ``(Context) -> Outcome``, run as units of the resumable run
-(runs.orchestrator). Each reads what earlier steps left on disk (never their in-memory state), so any step can be
-rerun alone after a kill. Servers are sweep points (sweep.points: launch.serve_sh, the benchmark, failure records).
+"""The steps of a qualification, one ``(Context) -> Outcome`` each, run as units of the resumable run. Each reads
+what earlier steps left on disk, never their in-memory state, so any step can be rerun alone after a kill.
 What each step writes: docs/qualify.md (Steps)."""
 
 from __future__ import annotations
@@ -100,9 +99,6 @@ class Context:
         return plan
 
 
-# ----------------------------------------------------------------------------------- environment, preflight
-
-
 def _launch_plan(ctx: Context) -> LaunchPlanUsed:
     from kimi_dflash.bench.report import redact_argv
     from kimi_dflash.config.problems import ConfigError
@@ -129,9 +125,8 @@ def environment_step(ctx: Context) -> Outcome:
 
 
 def preflight_step(ctx: Context) -> Outcome:
-    """Preflight as `serve.sh --preflight` runs it: the machine checks and the compatibility check of the installed
-    vLLM with the runtime-trap rules, for the config and each shoot-out candidate's. Any FAIL stops the run before a
-    server starts."""
+    """As `serve.sh --preflight` runs it, for the config and each shoot-out candidate's; any FAIL stops the run
+    before a server starts."""
     from kimi_dflash.config.problems import ConfigError
     from kimi_dflash.config.validate import load_config
     from kimi_dflash.launch import hooks
@@ -159,13 +154,9 @@ def preflight_step(ctx: Context) -> Outcome:
     return Outcome(DONE, "preflight passed (see preflight.txt)", ctx.files(path))
 
 
-# --------------------------------------------------------------------------- servers: the points qualify measures
-
-
 def _serve(ctx: Context, plan: PointPlan, point: Point, on_ready: OnReady | None) -> list[str]:
-    """Serve the point, run ``on_ready`` on it (None: nothing needs the server but the benchmark), benchmark, stop;
-    a point already benchmarked is served again only when ``on_ready`` needs it. The problems (empty: done); what
-    ``on_ready`` raises is one of them, and the point is still benchmarked and stopped."""
+    """A point already benchmarked is served again only when ``on_ready`` needs it. Returns the problems (empty:
+    done); what ``on_ready`` raises is one of them, and the point is still benchmarked and stopped."""
     plan.servers.stop_leftover(lambda text: ctx.say(f"qualify: {text}"))
     if on_ready is None and points_state.finished_result(plan.out, point) is not None:
         return []
@@ -224,7 +215,6 @@ def reference_step(ctx: Context) -> Outcome:
 
 
 def candidate_step(ctx: Context) -> Outcome:
-    """The config as given: its greedy outputs compared token by token with the reference's, then its benchmark."""
     cand_path, verdict_path = ctx.lossless_dir / "candidate.json", ctx.lossless_dir / "verdict.json"
     same_tokenizer = ctx.same_target and not any(key in MODEL_KEYS for key, _ in ctx.candidate_env)
     hook = (
@@ -239,8 +229,8 @@ def candidate_step(ctx: Context) -> Outcome:
 
 
 def fp8_step(ctx: Context) -> Outcome:
-    """FP8 KV against BF16 KV (fp8/validate.py's thresholds): the FP8 reference's outputs and math answers (from the
-    reference step) against a BF16-KV server's, started here, and the KV capacity of both."""
+    """FP8 KV against BF16 KV (fp8/validate.py's thresholds): the reference step's outputs against a BF16-KV
+    server started here."""
     from kimi_dflash.fp8.validate import Fp8Summary, Thresholds, kv_capacity_from_log, verdict_lines
     from kimi_dflash.validate.engine import compare_tokens, summarize_agreement
 
@@ -283,8 +273,8 @@ def grid_step(ctx: Context) -> Outcome:
 
 
 def graphs_step(ctx: Context) -> Outcome:
-    """The candidate with graphs on (the plan's graph keys): its greedy outputs against the eager reference's
-    (evidence, not a verdict), then its benchmark -> graphs/ (not grid/: it shares the candidate's k), graphs.json."""
+    """Outputs compared with the eager reference's are evidence, not a verdict; results go to graphs/, not grid/:
+    it shares the candidate's k."""
     from kimi_dflash.qualify.graphs import graph_mode_from_log
     from kimi_dflash.qualify.measures import graph_rows
 
@@ -314,8 +304,7 @@ def graphs_step(ctx: Context) -> Outcome:
 
 
 def synthetic_step(ctx: Context) -> Outcome:
-    """The candidate served with vLLM's synthetic acceptance sampler at the rates asked for (k = one draft per rate)
-    -> projection/, projection.json: speed only, kept out of grid/ so that nothing judges outputs by it."""
+    """Speed only, kept out of grid/ so that nothing judges outputs by it."""
     from kimi_dflash.config.acceptance_rates import format_rate
     from kimi_dflash.qualify.measures import projection_rows
 
@@ -339,9 +328,6 @@ def synthetic_step(ctx: Context) -> Outcome:
     summary = ", ".join(f"{r.sessions} sessions: {r.speedup}x" for r in rows if r.speedup is not None)
     detail = f"k={len(rates)} at {','.join(map(format_rate, rates))}: {summary or 'no reference level to compare'}"
     return Outcome(DONE, detail, ctx.files(ctx.out / "projection.json").model_copy(update={"rows": len(rows)}))
-
-
-# ------------------------------------------------------------------------------------------------ analysis
 
 
 def grid_results(ctx: Context) -> Results:
@@ -372,8 +358,6 @@ def acceptance_step(ctx: Context) -> Outcome:
 
 
 def per_request_step(ctx: Context) -> Outcome:
-    """Per-request acceptance (vLLM's --per-request-spec-decode-metrics, read by the benchmark from each reply):
-    per speculative point and concurrency, by turn, prompt length and category -> per_request.json."""
     from kimi_dflash.qualify.measures import per_request_rows
 
     rows = per_request_rows(grid_results(ctx))
@@ -389,8 +373,6 @@ def per_request_step(ctx: Context) -> Outcome:
 
 
 def goodput_step(ctx: Context) -> Outcome:
-    """Goodput at the plan's SLO per point and concurrency, the speedup at the SLO and the speedup at matched
-    concurrency with its interval over repeats -> goodput.json."""
     from kimi_dflash.bench.compare import DEFAULT_ATTAINMENT
     from kimi_dflash.bench.goodput import describe, parse_slo
     from kimi_dflash.qualify import measures
@@ -410,9 +392,8 @@ def goodput_step(ctx: Context) -> Outcome:
 
 
 def advisor_step(ctx: Context) -> Outcome:
-    """The advisor's k per measured concurrency (measured where measured, predicted elsewhere). A budget-trimmed
-    grid may hold one k >= 1: the model cannot fit a step-time slope from it, so no other k is predicted; the
-    measured points still say which of those measured was faster at each concurrency."""
+    """A budget-trimmed grid may hold one k >= 1: no step-time slope can be fitted from it, so no other k is
+    predicted; the measured points still say which was faster at each concurrency."""
     from kimi_dflash.advisor.cli import render
     from kimi_dflash.advisor.model import Prediction, measurements, predict, recommend
     from kimi_dflash.core.errors import UserError
@@ -441,7 +422,6 @@ def advisor_step(ctx: Context) -> Outcome:
 
 
 def ranking_step(ctx: Context) -> Outcome:
-    """A shoot-out's candidates ranked at the matched concurrency (qualify/shootout.py) -> shootout.json."""
     from kimi_dflash.qualify import shootout
 
     measured = []
@@ -474,8 +454,7 @@ STEPS: dict[str, Callable[[Context], Outcome]] = {
 
 
 def step_units(ctx: Context) -> list[Unit]:
-    """The plan's steps (the report aside) as units of the run; a step's function is looked up when it runs. A
-    shoot-out candidate's steps are named <candidate>/<step> and run in its context."""
+    """A shoot-out candidate's steps are named <candidate>/<step> and run in its context."""
     units = []
     for s in ctx.plan.steps:
         owner, _, name = s.name.rpartition("/")

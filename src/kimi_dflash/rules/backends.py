@@ -1,6 +1,5 @@
-"""Attention-backend facts several rules share: which backends a platform's selector offers (MLA and not), the KV
-dtypes they take, whether one runs non-causal blocks, which one a DFlash drafter gets by default. Each returns None
-when its definition is not where any release 0.20-0.33 keeps it: the rules then say "cannot verify"."""
+"""Attention-backend facts several rules share. Each returns None when its definition is not where any release
+0.20-0.33 keeps it: the rules then say "cannot verify"."""
 
 from __future__ import annotations
 
@@ -23,7 +22,6 @@ def backend_enum(source: VllmSource) -> tuple[str, dict[str, str | None]] | None
 
 
 def backend_class(source: VllmSource, member: str) -> tuple[str, str] | None:
-    """(module, class) of an AttentionBackendEnum member."""
     found = backend_enum(source)
     dotted, _, cls = ((found[1] if found else {}).get(member) or "").rpartition(".")
     relpath = source.module_path(dotted) if dotted else None
@@ -31,7 +29,6 @@ def backend_class(source: VllmSource, member: str) -> tuple[str, str] | None:
 
 
 def backend_kv_dtypes(source: VllmSource, member: str) -> tuple[str, ...] | None:
-    """The backend class's `supported_kv_cache_dtypes` (inherited if it does not set its own)."""
     found = backend_class(source, member)
     return None if found is None else source.class_list(*found, "supported_kv_cache_dtypes")
 
@@ -53,9 +50,8 @@ def backend_metadata_has_causal(source: VllmSource, member: str) -> bool | None:
 
 
 def mla_backends(source: VllmSource, platform: str, aiter_mla: bool) -> tuple[str, ...] | None:
-    """MLA backends the platform's selector may pick, in its order: the members named inside its `if use_mla:` branch
-    (vllm/platforms/<platform>.py), branches followed the way the target hardware takes them: ROCm's
-    `rocm_aiter_ops.is_mla_enabled()` by `aiter_mla`, CUDA's `device_capability.major == 10` as false (H200: sm_90)."""
+    """The members inside the selector's `if use_mla:`, in order, branches taken as the hardware takes them: ROCm's
+    `is_mla_enabled()` by `aiter_mla`, CUDA's `device_capability.major == 10` as false (H200: sm_90)."""
     tree = source.tree(PLATFORM_MODULES.get(platform, ""))
     branches = (n for n in ast.walk(tree) if isinstance(n, ast.If) and _mentions(n.test, "use_mla")) if tree else ()
     branch = next((b for b in branches if _backend_refs(b.body, True)), None)
@@ -63,9 +59,8 @@ def mla_backends(source: VllmSource, platform: str, aiter_mla: bool) -> tuple[st
 
 
 def default_drafter_backend(source: VllmSource, platform: str) -> str | None:
-    """The backend a DFlash drafter gets when none is configured: the first non-MLA backend of the platform's
-    `_get_backend_priorities` (the `else` of, or what follows, its `if use_mla:`; ROCm: ROCM_ATTN first) that
-    declares non-causal support (the selector skips the others for a DFlash drafter)."""
+    """The first non-MLA backend of `_get_backend_priorities` (ROCm: ROCM_ATTN first) that declares non-causal
+    support: the selector skips the others for a DFlash drafter."""
     function = source.function(PLATFORM_MODULES.get(platform, ""), "_get_backend_priorities")
     rest: list[ast.stmt] = []
     seen_mla = False
@@ -79,8 +74,7 @@ def default_drafter_backend(source: VllmSource, platform: str) -> str | None:
 
 
 def _backend_refs(statements: list[ast.stmt], aiter_mla: bool) -> list[str]:
-    """AttentionBackendEnum members named in `statements`, in order, following the hardware's side of the branches
-    mla_backends knows and both sides of any other branch."""
+    """In order; the hardware's side of the branches mla_backends knows, both sides of any other."""
     refs: list[str] = []
 
     def visit(node: ast.AST) -> None:

@@ -1,9 +1,5 @@
-"""What the rules know about a checkpoint: architecture, MLA or not, how its MoE experts are quantised, whether a
-drafter has sliding-window layers, and its whole config.json (`config`) for any rule that reads another field.
-
-Read from MODEL_DIR/config.json when the checkpoint is on disk. Before the download (a 555 GB checkpoint is
-rarely there when someone asks "will this start?"), the facts the project ships for the configured repo are used
-instead, and every report says which one it was.
+"""What the rules know about a checkpoint, from MODEL_DIR/config.json or, before the download (a 555 GB checkpoint is
+rarely there when someone asks "will this start?"), the facts shipped for the configured repo; reports say which.
 """
 
 from __future__ import annotations
@@ -27,8 +23,6 @@ SHIPPED: dict[str, str] = {
 
 @dataclass(frozen=True)
 class Wna16Experts:
-    """MoE experts stored as compressed-tensors WNA16 (integer weights, 16-bit activations)."""
-
     num_bits: int
     group_size: int | None  # None: channel-wise
     pack_format: str
@@ -72,7 +66,7 @@ class CheckpointFacts:
 
 
 def read_checkpoint_facts(model_dir: Path | None, repo: str | None, role: str) -> CheckpointFacts | None:
-    """Facts from `model_dir`/config.json if it exists, else from the shipped copy for `repo`, else None."""
+    """From `model_dir`/config.json if it exists, else the shipped copy for `repo`, else None."""
     if model_dir is not None and (Path(model_dir) / "config.json").is_file():
         path = Path(model_dir) / "config.json"
         try:
@@ -117,7 +111,6 @@ def facts_from_config(config: Mapping[str, Any], origin: str, role: str, *, ship
 
 
 def _wna16_experts(quant: object) -> Wna16Experts | None:
-    """The experts' scheme when it is compressed-tensors integer weights with unquantised activations."""
     if not isinstance(quant, dict) or quant.get("quant_method") != "compressed-tensors":
         return None
     for group in (quant.get("config_groups") or {}).values():

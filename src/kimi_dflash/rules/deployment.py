@@ -1,7 +1,5 @@
-"""One planned deployment as the rules see it: the platform, the exact `vllm serve` command line and environment
-(read the way vLLM's argument parser reads them, so a flag smuggled in through EXTRA_VLLM_ARGS is judged too), and
-what is known about the two checkpoints. Built once per plan: `Deployment.for_plan` (serve, --check-vllm, qualify,
-the matrix) or `Deployment.from_command` (python -m kimi_dflash.preflight -- vllm serve ...)."""
+"""One planned deployment as the rules see it: the platform, the exact `vllm serve` command line and environment (read
+as vLLM's argument parser reads them, so a flag smuggled in through EXTRA_VLLM_ARGS is judged too), the checkpoints."""
 
 from __future__ import annotations
 
@@ -12,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kimi_dflash.config.convert import TRUE_WORDS
 from kimi_dflash.core.envvars import KV_SCALE_MODE, KV_SCALE_MODE_OFF, VLLM_ROCM_USE_AITER, VLLM_ROCM_USE_AITER_MLA
 from kimi_dflash.rules.checkpoint import CheckpointFacts, read_checkpoint_facts
 
@@ -19,7 +18,6 @@ if TYPE_CHECKING:
     from kimi_dflash.config.validate import Config
     from kimi_dflash.plan import LaunchPlan
 
-TRUE_WORDS = ("1", "true", "yes", "on")
 SPECULATIVE_OPTION = "--speculative-config"
 # Values that must be one vLLM knows: --option / --speculative-config key -> feature kind (rules/features.py).
 VALUE_KINDS = {
@@ -37,9 +35,8 @@ _NOT_A_CHOICE = {"auto", ""}  # lets vLLM choose: names no feature to probe
 
 @dataclass(frozen=True)
 class ServeCommand:
-    """A `vllm serve` command line: `options` maps each long option (dashes, no "=value") to its value, None for a
-    bare flag, the last one winning as in argparse; `speculative` merges --speculative-config's JSON and dotted
-    `--speculative-config.key value` forms."""
+    """`options`: long option -> value (None: a bare flag), the last winning as in argparse; `speculative` merges
+    --speculative-config's JSON and dotted `--speculative-config.key value` forms."""
 
     model: str | None
     options: Mapping[str, str | None]
@@ -53,8 +50,6 @@ class ServeCommand:
         return option in self.options
 
     def features(self) -> tuple[str, ...]:
-        """The vLLM features (rules/features.py) the command relies on: every option, --speculative-config key and
-        enumerated value, every VLLM_* variable."""
         found: list[str] = []
         for option, value in self.options.items():
             found.append(f"cli:{option}")
@@ -70,8 +65,7 @@ class ServeCommand:
 
 
 def parse_serve_command(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ServeCommand:
-    """Parse a vLLM command line; everything up to "serve" (the program) is skipped. Options may be written "--opt
-    value", "--opt=value", with underscores ("--max_model_len"), or dotted ("--speculative-config.kv_cache_dtype x")."""
+    """Everything up to "serve" is skipped; "--opt value", "--opt=value", "--max_model_len" and dotted keys are read."""
     args = list(argv)
     args = args[args.index("serve") + 1 :] if "serve" in args else args
     options: dict[str, str | None] = {}
@@ -129,8 +123,7 @@ class Deployment:
 
     @classmethod
     def for_plan(cls, config: Config, plan: LaunchPlan, inherited_env: Mapping[str, str] | None = None) -> Deployment:
-        """The plan as the rules see it. `inherited_env`: the environment vLLM will also inherit (preflight passes
-        os.environ; --check-vllm and the matrix judge the plan alone)."""
+        """`inherited_env`: what vLLM will also inherit (preflight passes os.environ; --check-vllm does not)."""
         from kimi_dflash.config.loader import display_path
         from kimi_dflash.plan import OPTION_KEYS
 

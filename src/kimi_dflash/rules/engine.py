@@ -1,13 +1,6 @@
-"""Will this vLLM run this plan? Every rule of rules/catalog/ over one deployment and one vLLM source, with a
-verdict: exit 0 (starts; naming every patch or plugin hook it relies on) or 2 (would not start, or would start and
-then run wrong; every reason with its fix). Nothing is started and nothing is imported: vLLM is read as source.
-
-    verdict = judge(Deployment.for_plan(config, plan), VllmSource.open("/path/to/vllm"))
-    print(verdict.render()); sys.exit(verdict.exit_code)
-
-A (deployment, source) pair is judged once per process: serve's preflight, its patch step and qualify share the
-verdict, so each rule runs once per plan and vLLM tree.
-"""
+"""Every rule of rules/catalog/ over one deployment and one vLLM source (read, never imported): exit 0 (starts, naming
+the patches it relies on) or 2 (would not start, or would run wrong). A (deployment, source) pair is judged once per
+process: serve's preflight, its patch step and qualify share the verdict."""
 
 from __future__ import annotations
 
@@ -33,8 +26,7 @@ _JUDGED_LOCK = threading.Lock()  # the dry-engine table judges plans from thread
 
 @functools.cache
 def all_rules() -> tuple[Rule, ...]:
-    """Every module of rules/catalog/ and its RULES, start-up rules first, then the runtime traps (module order, then
-    declaration order within each group): a new module is a new rule, nothing else to register."""
+    """Start-up rules first, then the runtime traps, each group in module then declaration order."""
     found: list[Rule] = []
     for module in sorted(m.name for m in pkgutil.iter_modules(catalog.__path__)):
         found.extend(importlib.import_module(f"{catalog.__name__}.{module}").RULES)
@@ -69,7 +61,7 @@ class Verdict:
 
     @property
     def file_patches(self) -> tuple[str, ...]:
-        """The file patches this plan needs written into this vLLM tree (serve writes them on ROCm)."""
+        """Serve writes these into the vLLM tree on ROCm."""
         return tuple(r.removeprefix(FILE_PATCH) for r in self.relies if r.startswith(FILE_PATCH))
 
     @property
@@ -78,7 +70,7 @@ class Verdict:
 
     @property
     def runtime_traps(self) -> tuple[Finding, ...]:
-        """Failures of rules vLLM's start-up code cannot see (it starts the plan, which then runs wrong or slow)."""
+        """Failures vLLM's start-up cannot see: it starts the plan, which then runs wrong or slow."""
         silent = {r.id for r in all_rules() if not r.startup_visible}
         return tuple(f for f in self.failures if f.name in silent)
 
@@ -113,7 +105,6 @@ class Verdict:
 
 
 def judge(deployment: Deployment, source: VllmSource, rules: Sequence[Rule] | None = None) -> Verdict:
-    """Every rule (or `rules`) once over the deployment; the findings named by their rule's id."""
     key = (id(deployment), id(source))
     with _JUDGED_LOCK:
         if rules is None and key in _JUDGED:

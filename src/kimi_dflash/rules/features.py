@@ -1,11 +1,5 @@
-"""Named probes for the vLLM features a plan relies on, answered from vLLM's source (never from its version string:
-backports and dev builds make version numbers lie). The names (`parse_feature`'s grammar):
-
-    speculative_method:<method>   speculative_config.<field>   cli:--<flag>   env:<VARIABLE>
-    moe_backend:<name>            kv_cache_dtype:<dtype>       attention_backend:<NAME>
-
-Each probe answers present / absent / unknown: unknown when the definition it reads is not where any known vLLM keeps
-it (a reshaped vLLM), which the checks report as a warning rather than a guess.
+"""Named probes (GRAMMAR) for the vLLM features a plan relies on, answered from vLLM's source, never from its version
+string (backports and dev builds make version numbers lie): unknown, a warning, where a reshaped vLLM hides it.
 """
 
 from __future__ import annotations
@@ -27,8 +21,7 @@ GRAMMAR = (
 
 @dataclass(frozen=True)
 class Arrival:
-    """The first vLLM release with a feature, for the fix line of a missing one. A slow test checks each against the
-    released wheels: absent in `previous` (the release before on the package index), present in `release`."""
+    """A slow test checks each against the released wheels: absent in `previous`, present in `release`."""
 
     release: str
     previous: str
@@ -54,7 +47,6 @@ INTRODUCED_IN: dict[str, Arrival] = {
 
 
 def introduced(feature: str) -> str:
-    """The fix for a missing feature: the release that brought it."""
     arrived = INTRODUCED_IN.get(feature)
     return f"use vLLM >= {arrived}" if arrived else "use a vLLM release that has it"
 
@@ -67,7 +59,6 @@ class FeatureOutcome:
 
 
 def parse_feature(name: str) -> tuple[str, str]:
-    """Split a feature name into (kind, argument); ValueError naming the grammar when it is not one."""
     if name.startswith("speculative_config.") and len(name) > len("speculative_config."):
         return "speculative_config", name.split(".", 1)[1]
     kind, sep, argument = name.partition(":")
@@ -79,7 +70,6 @@ def parse_feature(name: str) -> tuple[str, str]:
 
 
 def probe_features(source: VllmSource, names: tuple[str, ...]) -> tuple[FeatureOutcome, ...]:
-    """Answer every named feature from one source tree (each kind's definition is read once)."""
     offered: dict[str, Offered] = {}
     outcomes = []
     for name in names:
@@ -93,9 +83,6 @@ def probe_features(source: VllmSource, names: tuple[str, ...]) -> tuple[FeatureO
         negated = kind == "cli" and argument.startswith("--no-") and f"--{argument[5:]}" in found[0]
         outcomes.append(FeatureOutcome(name, "present" if argument in found[0] or negated else "absent", found[1]))
     return tuple(outcomes)
-
-
-# --- how each kind is read ---------------------------------------------------------------------------------
 
 
 def _literal(alias: str) -> Callable[[VllmSource], Offered]:
@@ -124,8 +111,7 @@ def _attention_backends(source: VllmSource) -> Offered:
 
 
 def _cli_flags(source: VllmSource) -> Offered:
-    """Options `vllm serve` accepts: the literal "--x" strings EngineArgs.add_cli_args registers, plus the frontend
-    dataclass fields that FrontendArgs turns into "--field-name" (and its own literal strings)."""
+    """EngineArgs' literal "--x" strings plus FrontendArgs' fields (which it turns into "--field-name")."""
     engine, frontend = "vllm/engine/arg_utils.py", source.find_module("FrontendArgs", "vllm/entrypoints/")
     if not source.has(engine) or frontend is None:
         return None

@@ -1,6 +1,4 @@
-"""What a rule is and what it finds. Every rule is declared once, in a module of rules/catalog/ (see its docstring
-for how to add one): its id, what it checks and why, what it reads in vLLM's source, whether vLLM's own start-up
-would show what it finds, the upstream references, the general fix, and the check itself."""
+"""What a rule is and what it finds; each rule is declared once, in a module of rules/catalog/."""
 
 from __future__ import annotations
 
@@ -20,7 +18,7 @@ FILE_PATCH = "file patch "  # how a finding says it relies on a file patch (serv
 
 @dataclass(frozen=True)
 class Finding(CheckResult):
-    """One line of a rule's answer; its name is the rule's id (the engine sets it)."""
+    """Its name is the rule's id (the engine sets it)."""
 
     relies: tuple[str, ...] = ()  # what a pass depends on beyond vLLM itself (plugin patches, file patches)
     short: str = ""  # a failure's reason in a few words, for the compatibility matrix
@@ -35,7 +33,7 @@ def warned(detail: str, fix: str | None = None) -> Finding:
 
 
 def failed(detail: str, fix: str, short: str) -> Finding:
-    """vLLM would not start the plan, or would start it and then break: `short` names the reason in the matrix."""
+    """`short` names the reason in the compatibility matrix."""
     return Finding("", "fail", detail, fix, short=short)
 
 
@@ -44,8 +42,7 @@ Check = Callable[["Deployment", "VllmSource"], list[Finding]]
 
 @dataclass(frozen=True)
 class Fact:
-    """A per-release fact a rule reads from vLLM's source: one column of docs/compatibility.md's runtime-facts table,
-    its cell for one release (judged on production.env's plan), with the file:line it was read from."""
+    """One column of docs/compatibility.md's runtime-facts table; its cell for one release (production.env's plan)."""
 
     label: str
     cell: Callable[[VllmSource, Deployment], str]

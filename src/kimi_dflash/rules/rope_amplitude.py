@@ -1,15 +1,8 @@
-"""The RoPE amplitude a vLLM release gives a drafter with YaRN scaling, read from that release's source.
-
-vLLM's `YaRNScalingRotaryEmbedding` multiplies its cos/sin cache by an amplitude (`self.mscale`): 1.4159 for
-z-lab's Kimi DFlash drafters up to 0.29 (what they were trained with), 1.0 from 0.30 (docs/patches.md has the
-table, file:line per release).
-
-Rather than a table of versions, this module reads the two places that decide it in the source it is given:
-which rope_scaling keys `get_rope` passes to `YaRNScalingRotaryEmbedding` (rotary_embedding/__init__.py), then
-which `self.mscale = ...` statement of that class's `__init__` the drafter's values (the signature's defaults for
-the rest) reach through its `if` branches; the formulas vLLM has shipped there are computed here. A source in
-another shape is refused (UnreadableRope), never guessed. Pure: a VllmSource and a config in, facts with file:line
-out. The compatibility rule (issue 28) and the launcher's drafter-config overlay (launch/drafter_rope.py) share it.
+"""The RoPE amplitude (`YaRNScalingRotaryEmbedding.mscale`) a vLLM release gives a YaRN drafter: 1.4159 for z-lab's
+Kimi DFlash drafters up to 0.29 (what they were trained with), 1.0 from 0.30 (docs/patches.md). Read from the given
+source (get_rope's passed keys, then the `self.mscale = ...` the values reach), never from a table of versions; a
+source in another shape is refused (UnreadableRope), never guessed. Shared by the rule (issue 28) and
+launch/drafter_rope.py.
 """
 
 from __future__ import annotations
@@ -44,13 +37,11 @@ SAME_AMPLITUDE = 1e-6
 
 
 class UnreadableRope(ValueError):
-    """The release's rotary-embedding source is not in a shape this reader understands."""
+    """The release's rotary-embedding source is in a shape this reader does not know."""
 
 
 @dataclass(frozen=True)
 class DrafterRope:
-    """A drafter's YaRN rope fields, as its config.json states them."""
-
     field: str  # "rope_scaling" or "rope_parameters" (transformers 5 reads either)
     values: Mapping[str, Any]  # the whole dict, as written
 
@@ -126,8 +117,6 @@ def legacy_amplitude(factor: float) -> float:
 
 @dataclass(frozen=True)
 class ReleaseAmplitude:
-    """The amplitude one release gives one drafter's rope fields, and where its source decides it."""
-
     version: str | None
     amplitude: float
     passed_keys: tuple[str, ...]  # the rope_scaling keys get_rope passes on to YaRNScalingRotaryEmbedding
@@ -141,8 +130,6 @@ class ReleaseAmplitude:
 
 @dataclass(frozen=True)
 class AmplitudeVerdict:
-    """What a release does to a drafter, against the amplitude it was trained with."""
-
     release: ReleaseAmplitude
     trained: float
     honours_attention_factor: bool  # an explicit rope attention_factor sets the amplitude in this release
@@ -157,8 +144,6 @@ class AmplitudeVerdict:
 
 
 def release_amplitude(source: VllmSource, rope: DrafterRope) -> ReleaseAmplitude:
-    """The amplitude `source`'s YaRNScalingRotaryEmbedding gets for `rope` through get_rope (UnreadableRope when
-    the source is not in a shape this module can evaluate)."""
     passed, factory_line = _passed_keys(source)
     init = source.function(YARN_FILE, f"{YARN_CLASS}.__init__")
     if init is None:
@@ -179,8 +164,7 @@ def release_amplitude(source: VllmSource, rope: DrafterRope) -> ReleaseAmplitude
 
 
 def judge(source: VllmSource, rope: DrafterRope) -> AmplitudeVerdict:
-    """The release's amplitude for `rope` against the legacy amplitude (what z-lab's drafters were trained with),
-    and whether an explicit attention_factor sets it (the source evaluated once more with one)."""
+    """Against the legacy amplitude; the source is evaluated once more to see if an attention_factor is honoured."""
     release = release_amplitude(source, rope)
     trained = legacy_amplitude(rope.factor)
     honoured = release_amplitude(source, rope.with_attention_factor(PROBE_ATTENTION_FACTOR)).amplitude
@@ -189,9 +173,6 @@ def judge(source: VllmSource, rope: DrafterRope) -> AmplitudeVerdict:
 
 def _short(relpath: str) -> str:
     return relpath.removeprefix("vllm/model_executor/layers/")
-
-
-# --- reading the source -----------------------------------------------------------------------------------
 
 
 def _passed_keys(source: VllmSource) -> tuple[tuple[str, ...], int]:
@@ -222,9 +203,6 @@ def _filtered_keys(stmt: ast.stmt) -> tuple[str, ...] | None:
     except ValueError:
         return None
     return tuple(keys) if isinstance(keys, tuple | list) and all(isinstance(k, str) for k in keys) else None
-
-
-# --- the amplitude statement of YaRNScalingRotaryEmbedding.__init__ -----------------------------------------
 
 
 def yarn_get_mscale(scale: float, mscale: float = 1.0) -> float:

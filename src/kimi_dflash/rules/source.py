@@ -1,7 +1,5 @@
-"""Read vLLM's source without importing it: a package directory or a wheel read in place, so the same probes answer
-for the vLLM that will run and for any release downloaded to compare against (parsing takes milliseconds; importing
-vllm.config took 10-22 s here). One object per tree per process (`VllmSource.open`), each file read and parsed once.
-"""
+"""Read vLLM's source (a package directory or a wheel, in place) without importing it: parsing takes milliseconds,
+importing vllm.config took 10-22 s here. One object per tree per process (`VllmSource.open`), each file parsed once."""
 
 from __future__ import annotations
 
@@ -13,7 +11,6 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-# Turns a file handle (a Path, or a member name inside the wheel) into the file's text.
 Reader = Callable[[object], str]
 
 _VERSION_RE = re.compile(r"""__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""")
@@ -30,8 +27,6 @@ _OPENED: dict[str, VllmSource] = {}  # resolved path -> the one source object fo
 
 @dataclass(frozen=True)
 class SourceLine:
-    """Where a fact was read: a file of the vLLM tree and, when one line says it, that line."""
-
     path: str
     line: int | None
 
@@ -40,7 +35,7 @@ class SourceLine:
 
 
 def forget(path: Path | str) -> None:
-    """Drop the shared source object of a tree that was just written to (file patches), so the next open reads it."""
+    """After file patches, so the next open reads the tree again."""
     resolved = Path(path).expanduser().resolve()
     for key in (str(resolved), str(resolved / "vllm")):
         _OPENED.pop(key, None)
@@ -85,9 +80,7 @@ class VllmSource:
 
     @classmethod
     def open(cls, path: Path | str) -> VllmSource:
-        """A vLLM given the way people name one: the `vllm` package directory, a directory holding it (an
-        unpacked wheel, a site-packages), or a .whl file; the same object for the same tree on every call.
-        VllmSourceError names what was expected."""
+        """The `vllm` package directory, a directory holding it, or a .whl; the same object for the same tree."""
         path = Path(path).expanduser().resolve()
         if path.is_file() and path.suffix == ".whl":
             return _OPENED.get(str(path)) or _OPENED.setdefault(str(path), cls.from_wheel(path))
@@ -113,15 +106,13 @@ class VllmSource:
         return self._texts[relpath]
 
     def line_of(self, relpath: str, *needles: str) -> SourceLine | None:
-        """The first line of a file that holds one of `needles` (a fact's file:line), None when no line does."""
         for number, line in enumerate((self.text(relpath) or "").splitlines(), 1):
             if any(needle in line for needle in needles):
                 return SourceLine(relpath, number)
         return None
 
     def tree(self, relpath: str) -> ast.Module | None:
-        """The parsed module, or None when absent or unparsable. Safe to call from several threads: each file is
-        parsed once, and never while another thread parses (see _PARSE_LOCK)."""
+        """None when absent or unparsable; thread-safe (see _PARSE_LOCK)."""
         with _PARSE_LOCK:
             if relpath not in self._trees:
                 text = self.text(relpath)
@@ -132,8 +123,7 @@ class VllmSource:
             return self._trees[relpath]
 
     def find_module(self, definition: str, under: str = "vllm/") -> str | None:
-        """The first module under `under` that defines `definition` (a class or an assigned name) at top level: a
-        substring test picks candidates, the AST confirms (a comment, a docstring or a re-export does not count)."""
+        """The first module defining `definition` at top level (a comment, docstring or re-export does not count)."""
         for relpath in self.paths(under):
             if definition in (self.text(relpath) or ""):
                 node = self._node(relpath, definition)
@@ -152,8 +142,6 @@ class VllmSource:
             if match:
                 return match.group(1)
         return None
-
-    # --- facts -------------------------------------------------------------------------------------------------
 
     def literal_values(self, relpath: str, alias: str, depth: int = 0) -> tuple[str, ...] | None:
         """The strings a `Alias = Literal[...]` accepts, following nested aliases (also imported ones)."""
@@ -208,8 +196,7 @@ class VllmSource:
         return next((_keys(s.value) for s in assigned if isinstance(s.value, ast.Dict)), None)
 
     def class_list(self, relpath: str, class_name: str, attribute: str, depth: int = 0) -> tuple[str, ...] | None:
-        """The strings of a class attribute list (`supported_kv_cache_dtypes: ClassVar[...] = ["auto", ...]`),
-        inherited from base classes when the class does not set it (bases followed through imports)."""
+        """A class attribute's list of strings, inherited from bases (followed through imports)."""
         found = self._resolve(relpath, class_name, depth)
         if found is None or not isinstance(found[1], ast.ClassDef):
             return None
@@ -224,7 +211,7 @@ class VllmSource:
         return None
 
     def function(self, relpath: str, name: str) -> ast.FunctionDef | None:
-        """A top-level function (or a method, written "Class.method")."""
+        """`name` may be "Class.method"."""
         tree = self.tree(relpath)
         owner, _, method = name.rpartition(".")
         scope = self._node(relpath, owner) if owner else tree
@@ -232,8 +219,7 @@ class VllmSource:
         return next((s for s in body if isinstance(s, ast.FunctionDef) and s.name == method), None)
 
     def calls(self, relpath: str, definition: str, callee: str) -> bool | None:
-        """Whether a top-level class or function calls `callee` (by name or as an attribute) anywhere in its body;
-        None when the definition is not there."""
+        """Whether a top-level class or function calls `callee` anywhere; None when it is not defined."""
         node = self._node(relpath, definition)
         if not isinstance(node, (ast.ClassDef, ast.FunctionDef)):
             return None
@@ -249,8 +235,6 @@ class VllmSource:
         tree = self.tree(relpath)
         strings = _strings(ast.walk(tree) if tree is not None else ())
         return tuple(dict.fromkeys(s for s in strings if s.startswith("--") and len(s) > 2 and " " not in s))
-
-    # --- resolution --------------------------------------------------------------------------------------------
 
     def _node(self, relpath: str, name: str) -> ast.stmt | None:
         """The last top-level statement that binds `name` (later bindings win, as at import time)."""
@@ -294,7 +278,6 @@ def _binds(stmt: ast.stmt, name: str) -> bool:
 
 
 def _targets(stmt: ast.AST) -> list[str]:
-    """The plain names an assignment binds (`X = ...`, `X: T = ...`)."""
     if isinstance(stmt, ast.Assign):
         return [t.id for t in stmt.targets if isinstance(t, ast.Name)]
     return [stmt.target.id] if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) else []

@@ -1,8 +1,4 @@
-"""AITER MLA's verify length: at TP 8 Kimi K2.6 has 8 heads per rank, padded to 16, and AITER MLA's persistent
-decode for padded ranks goes to query length 4. A verify step of 1 + k longer than that leaves it (BF16: the
-non-persistent entry, which returns wrong output on gfx942, ROCm/aiter #5679) or keeps a schedule gfx942 has no kernel
-for (FP8). Either way the output would not be the target's: a losslessness refusal, not a speed one. vLLM starts and
-gives no warning."""
+"""AITER MLA's verify length on padded-head ranks (the rule's `why` below has the facts)."""
 
 from __future__ import annotations
 

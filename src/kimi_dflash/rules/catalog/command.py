@@ -25,18 +25,12 @@ SPECULATIVE_KEYS = {
 }
 
 
-# --- facts -----------------------------------------------------------------------------------------------
-
-
 def registered(source: VllmSource, name: str) -> tuple[str, ...] | None:
-    """Names in a lazy registry dict: tool parsers (`_TOOL_PARSERS_TO_REGISTER`), reasoning parsers
-    (`_REASONING_PARSERS_TO_REGISTER`)."""
     module = source.find_module(name, "vllm/")
     return None if module is None else source.dict_keys(module, name)
 
 
 def model_architectures(source: VllmSource) -> tuple[str, ...] | None:
-    """Every architecture name in vllm/model_executor/models/registry.py's `_*_MODELS` dicts."""
     tree = source.tree(MODEL_REGISTRY)
     if tree is None:
         return None
@@ -49,8 +43,7 @@ def model_architectures(source: VllmSource) -> tuple[str, ...] | None:
 
 
 def env_choices(source: VllmSource, variable: str) -> tuple[str, ...] | None:
-    """The values vLLM accepts for a variable declared with `env_with_choices(NAME, default, [choices])` in
-    vllm/envs.py; None when the variable takes free values (or is not declared that way)."""
+    """The choices of an `env_with_choices(NAME, default, [choices])` declaration; None for free values."""
     tree = source.tree(ENVS)
     for node in ast.walk(tree) if tree is not None else ():
         if not (isinstance(node, ast.Call) and ast.unparse(node.func).endswith("env_with_choices")):
@@ -60,9 +53,6 @@ def env_choices(source: VllmSource, variable: str) -> tuple[str, ...] | None:
             choices = args[2].elts if isinstance(args[2], (ast.List, ast.Tuple)) else []
             return tuple(e.value for e in choices if isinstance(e, ast.Constant) and isinstance(e.value, str)) or None
     return None
-
-
-# --- checks ----------------------------------------------------------------------------------------------
 
 
 def _features(deployment: Deployment, source: VllmSource, kinds: set[str]) -> list[FeatureOutcome]:
@@ -140,8 +130,7 @@ def _check_environment(deployment: Deployment, source: VllmSource) -> list[Findi
 
 
 def _membership(subject: str, wanted: tuple[str, ...], known: tuple[str, ...] | None, where: str, fix: str) -> Finding:
-    """pass when one of `wanted` is in `known` (a registry read from the source), fail when none is, warn when
-    the registry was not found."""
+    """Warn when the registry was not found in the source."""
     if known is None:
         return warned(f"{subject}: cannot verify, {where} not found")
     if not set(wanted) & set(known):

@@ -1,7 +1,4 @@
-"""NVIDIA Hopper (sm_90) facts of the MLA path, read per release (issue 27): the MLA prefill backend accepts a few
-head-dim shapes only; FP8 KV needs FLASHMLA and its block size 64 (FLASH_ATTN_MLA takes no FP8 KV, and the selector
-otherwise falls to TRITON_MLA); TRITON_MLA decoded one token per step before 0.31 (a verify step went to the prefill
-path, FULL graphs fell to PIECEWISE); without flashinfer vLLM's sampler crashes unless VLLM_USE_FLASHINFER_SAMPLER=0."""
+"""NVIDIA Hopper (sm_90) facts of the MLA path, read per release (issue 27; each rule's `why` has them)."""
 
 from __future__ import annotations
 

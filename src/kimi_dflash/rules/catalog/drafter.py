@@ -1,6 +1,4 @@
-"""The drafter itself: vLLM starts each of these plans, and the drafter then guesses worse or wrong. A weight-quantised
-drafter (vllm #51581, #61003), a z-lab Kimi drafter served with another RoPE amplitude than it was trained with
-(issue 28: 1.0 from vLLM 0.30, trained with 1.4159), a sliding-window drafter on ROCm's ROCM_ATTN (vllm #53323)."""
+"""The drafter itself: vLLM starts each of these plans, and the drafter then guesses worse or wrong."""
 
 from __future__ import annotations
 

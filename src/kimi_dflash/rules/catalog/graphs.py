@@ -1,6 +1,4 @@
-"""Graph mode with spec decode: capture sizes must be multiples of 1 + k (unaligned PIECEWISE sizes can crash,
-vllm #46324), spec decode can silently fall to PIECEWISE (#49547), and the MLA rope + KV-cache fusion pass replaces
-the write the KV-scale hook wraps. All after start-up."""
+"""Graph mode with spec decode; all after start-up (the rule's `why` has the facts)."""
 
 from __future__ import annotations
 

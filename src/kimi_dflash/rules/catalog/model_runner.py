@@ -1,6 +1,5 @@
-"""Which model runner (V1/V2) runs the plan, and whether the KV-scale hook acts on it: GPU builds of 0.29+ run Kimi +
-DFlash on Model Runner V2; the CPU build (no Triton) runs V1, so the demo and CI exercise another path than
-production. A statement more than a refusal."""
+"""Which model runner (V1/V2) runs the plan, and whether the KV-scale hook acts on it: a statement more than a
+refusal."""
 
 from __future__ import annotations
 

@@ -31,8 +31,6 @@ CPUINFO = Path("/proc/cpuinfo")
 
 @dataclass(frozen=True)
 class Wna16BackendChoice:
-    """How a vLLM picks the kernel for compressed-tensors WNA16 experts on one platform."""
-
     method: str  # the MoE method class vLLM builds for these experts
     honours_moe_backend: bool  # the method passes --moe-backend to select_wna16_moe_backend, which maps it
     accepted: tuple[str, ...]  # --moe-backend values map_wna16_backend accepts (when honoured)
@@ -56,7 +54,7 @@ def wna16_backend_choice(source: VllmSource, platform: str) -> Wna16BackendChoic
 
 
 def host_has_amx(cpuinfo: Path = CPUINFO) -> bool | None:
-    """Whether this host's CPU has AMX tiles (the `amx_tile` flag); None when /proc/cpuinfo cannot be read."""
+    """The `amx_tile` flag; None when /proc/cpuinfo cannot be read."""
     try:
         text = cpuinfo.read_text(encoding="utf-8", errors="replace")
     except OSError:

@@ -1,6 +1,4 @@
-"""DFlash with prefix caching: tokens restored from the prefix cache never get drafter context written, so the
-drafter attends to stale KV there and acceptance falls toward 1.0 as cache hits grow (vllm #47930, fix PR #47926
-open at 0.33). vLLM gives no warning."""
+"""DFlash with prefix caching (vllm #47930): vLLM gives no warning."""
 
 from __future__ import annotations
 
@@ -21,14 +19,12 @@ _PREFIX_FIX_RE = re.compile(r"\b\w*(?:restored|num_cached|cache_hit|prefix_hit)\
 
 
 def dflash_sources(source: VllmSource) -> tuple[str, ...]:
-    """The DFlash drafting code of both model runners: v1/spec_decode/dflash.py (V1), v1/worker/gpu/spec_decode/dflash/
-    (V2)."""
+    """Both runners: v1/spec_decode/dflash.py (V1), v1/worker/gpu/spec_decode/dflash/ (V2)."""
     return (*([V1_DFLASH] if source.has(V1_DFLASH) else []), *source.paths(V2_DFLASH_DIR))
 
 
 def dflash_prefix_fix(source: VllmSource) -> SourceLine | None:
-    """Where the DFlash code counts restored (prefix-cache) tokens, the shape of the #47926 fix; None when no DFlash
-    file does (the bug of #47930 stands)."""
+    """The shape of the #47926 fix (counting restored tokens); None: the bug of #47930 stands."""
     for path in dflash_sources(source):
         for number, line in enumerate((source.text(path) or "").splitlines(), 1):
             if _PREFIX_FIX_RE.search(line.split("#", 1)[0]):
@@ -37,8 +33,7 @@ def dflash_prefix_fix(source: VllmSource) -> SourceLine | None:
 
 
 def prefix_caching_default(source: VllmSource) -> bool | None:
-    """CacheConfig.enable_prefix_caching's default (vllm/config/cache.py): what a command line without either flag
-    gets."""
+    """vllm/config/cache.py: what a command line without either flag gets."""
     value, _ = source.class_constants("vllm/config/cache.py", "CacheConfig").get("enable_prefix_caching", (None, 0))
     return value if isinstance(value, bool) else None
 
