@@ -23,8 +23,6 @@ ASSUMPTIONS = (
 
 @dataclass(frozen=True)
 class Measured:
-    """One (run, concurrency) measurement reduced to what the model needs."""
-
     source: str
     k: int
     sessions: int

@@ -1,7 +1,5 @@
-"""The HTTP side: chat requests on each session's own ``http1.Connection``, each read fed to a
-``StreamAccumulator``; the GET endpoints (/v1/models, /version, /metrics) through aiohttp. Failures never raise
-out of ``send``: they come back as a reason on the record.
-"""
+"""The HTTP side: chat requests on each session's own ``http1.Connection``, the GET endpoints through aiohttp.
+Failures never raise out of ``send``: they come back as a reason on the record."""
 
 from __future__ import annotations
 
@@ -40,8 +38,6 @@ perf_counter = time.perf_counter
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Where requests go and how they authenticate."""
-
     base_url: str  # server root (may carry a path prefix), without a trailing /v1
     api_key: str | None = field(default=None, repr=False)  # never printed
     timeout_s: float = 600.0
@@ -204,7 +200,6 @@ def reply_hashes(reply: Reply) -> tuple[str, str | None]:
 
 
 def classify_exception(exc: BaseException) -> tuple[str, str]:
-    """Map what the transport raised to a failure reason and a one-line detail."""
     detail = f"{type(exc).__name__}: {exc}"[:300]
     chain = _causes(exc)
     if descriptors.local_errno(chain) is not None:  # before the connection reasons: it is not the server's

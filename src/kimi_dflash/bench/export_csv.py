@@ -73,7 +73,6 @@ def write_csv(
     origin: float,
     extra_percentiles: Sequence[str] = (),
 ) -> tuple[Path, Path]:
-    """Write both CSV files for the levels so far; returns their paths."""
     requests_path, levels_path = paths_for(output)
     rows = [row for level, records in zip(levels, level_records) for row in request_rows(level, records, origin)]
     write_text_atomic(requests_path, _render(REQUEST_COLUMNS, rows))

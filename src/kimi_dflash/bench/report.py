@@ -88,7 +88,6 @@ def to_json_text(document: Any) -> str:
 
 
 def write_atomic(path: Path, document: Any) -> None:
-    """JSON data or a result, written atomically."""
     write_text_atomic(path, to_json_text(document))
 
 

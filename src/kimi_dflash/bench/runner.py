@@ -1,8 +1,5 @@
-"""Drive the load: warmup, then each level (N sessions, or with --request-rate an arrival rate), repeated. The
-closed and open loops: docs/benchmark.md, "Workload" and "Open-loop load". A refused connection that a probe
-confirms (the server is gone) aborts the run; a stop (Ctrl-C, SIGTERM, abort) cancels in-flight requests and keeps
-everything that finished as a partial level.
-"""
+"""Drive the load: warmup, then each level, repeated (closed and open loops: docs/benchmark.md, "Workload" and
+"Open-loop load"). A stop cancels in-flight requests and keeps everything that finished as a partial level."""
 
 from __future__ import annotations
 

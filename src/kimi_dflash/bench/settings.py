@@ -1,8 +1,5 @@
-"""The benchmark's settings, declared once: its command line, the configuration a run reads, and the `settings`
-block every result file records (schema v1 names). A field is a recorded option (``setting(doc, ...)``), an option
-kept out of the result (``setting(None, ...)``) or a recorded value derived from the options (``derived``);
-``check()`` refuses combinations that cannot work (exit 2), ``resolve()`` fills the defaults and derived fields.
-"""
+"""The benchmark's settings, declared once: its command line, the run's configuration and every result's `settings`
+block; ``check()`` refuses combinations that cannot work (exit 2), ``resolve()`` fills defaults and derived fields."""
 
 from __future__ import annotations
 

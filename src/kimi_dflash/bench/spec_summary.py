@@ -1,6 +1,5 @@
-"""A level's per-request acceptance table and reply hashes, from its records (pure functions; definitions:
-docs/benchmark.md, "Per-request acceptance").
-"""
+"""A level's per-request acceptance table and reply hashes, from its records (pure; docs/benchmark.md, "Per-request
+acceptance")."""
 
 from __future__ import annotations
 
@@ -50,7 +49,6 @@ def group_row(key: str, specs: Sequence[RequestSpec]) -> SpecGroup:
 
 
 def _rows(keyed: Sequence[tuple[Any, str, RequestSpec]]) -> list[SpecGroup]:
-    """One row per (order, label), in order."""
     grouped: dict[tuple[Any, str], list[RequestSpec]] = {}
     for order, label, spec in keyed:
         grouped.setdefault((order, label), []).append(spec)

@@ -1,12 +1,6 @@
-"""A resumable run's state file: what the run is (its signature), each unit's status, timestamps, detail and
-outputs, one entry per invocation, the manifest of every file the run wrote, and a server it could not stop.
-
-Written atomically after every change, so a run killed at any moment leaves a state a rerun can trust: a unit
-marked done is kept (its outputs are on disk before it is marked), one marked running was cut off and is redone,
-a failed one is redone (it may have been the machine's fault). Read through the guarded reader and validated (a
-damaged or foreign file is refused with a message, never a traceback). Each user (sweep, qualify) subclasses
-``RunState`` with its schema, file names and typed signature.
-"""
+"""A resumable run's state file, written atomically after every change so a rerun can trust it: a unit marked done
+is kept (its outputs are on disk before it is marked), one marked running or failed is redone. Each user (sweep,
+qualify) subclasses ``RunState`` with its schema, file names and typed signature."""
 
 from __future__ import annotations
 

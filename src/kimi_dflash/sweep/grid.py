@@ -23,8 +23,6 @@ class Axis:
 
 @dataclass(frozen=True)
 class Point:
-    """One server configuration: the config file plus these overrides."""
-
     overrides: tuple[tuple[str, str], ...]
 
     @property
