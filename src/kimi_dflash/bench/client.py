@@ -118,10 +118,9 @@ def _merge(payload: dict[str, Any], extra_body: dict[str, Any]) -> None:
 async def send(
     conn: http1.Connection, endpoint: Endpoint, body: bytes, stream: bool, record: RequestRecord
 ) -> Reply | None:
-    """Send one chat request on ``conn``; fill ``record`` with timestamps, counts or a failure reason. TTFT and E2EL
-    start at ``send_time`` (the bytes handed to the socket), so connecting and the queueing of simultaneous sends
-    on one loop are not server latency (``ready_time`` - ``send_time`` is reported as client send time). Returns
-    the decoded reply (for the conversation history), or None when nothing usable arrived."""
+    """Fill ``record`` with timestamps, counts or a failure reason; return the reply, or None when nothing usable
+    arrived. TTFT and E2EL start at ``send_time`` (the bytes handed to the socket): connecting and the queueing of
+    simultaneous sends on one loop are not server latency."""
     accumulator = StreamAccumulator()
 
     def sent(at: float) -> None:

@@ -328,10 +328,8 @@ class Connection:
         on_sent: Callable[[float], None],
         timeout_s: float,
     ) -> Response:
-        """Send one POST; ``on_sent(t)`` gets the moment the bytes went to the socket.
-
-        Raises OSError (refused, reset ...), ConnectionClosed, BadResponse or asyncio.TimeoutError.
-        """
+        """``on_sent(t)`` gets the moment the bytes went to the socket. Raises OSError (refused, reset ...),
+        ConnectionClosed, BadResponse or asyncio.TimeoutError."""
         deadline = perf_counter() + timeout_s
         message = (
             f"POST {path} HTTP/1.1\r\nHost: {self.target.host_header}\r\nContent-Length: {len(body)}\r\n"

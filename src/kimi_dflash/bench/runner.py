@@ -223,8 +223,6 @@ class Benchmark:
         if cfg.csv:
             self.state.level_records.append(records)
         if cfg.record_requests:
-            # Times are seconds from "clock_origin", a time.perf_counter() reading of this run (on Linux the
-            # host's CLOCK_MONOTONIC, so they can be lined up with other processes' monotonic timestamps).
             result.request_records = RequestRecords(
                 clock_origin=self.state.origin, records=[r.relative_to(self.state.origin) for r in records]
             )
@@ -255,9 +253,8 @@ class Benchmark:
         return prometheus.spec_delta(before, after)
 
     async def after_failure(self, record: RequestRecord) -> None:
-        """What a failed request means for the run: a shortage on this machine stops it (the server is not to
-        blame, and every further request would fail the same way); a connection failure asks whether the server
-        is gone."""
+        """A shortage on this machine stops the run (every further request would fail the same way); a connection
+        failure asks whether the server is gone."""
         if record.error == CLIENT_OUT_OF_RESOURCES:
             self._client_short(record)
         elif record.error in CONNECTION_FAILURES:

@@ -325,9 +325,8 @@ class Settings:
             )
 
     def planned_waits_s(self) -> float:
-        """Seconds an open-loop run spends in its own waits, whatever the server does: per rate and repeat, the
-        conversations' arrivals spread at the rate ((sessions - 1) / rate: the first starts at once) plus one
-        conversation's think times (mean x (turns - 1)). 0 for a closed loop."""
+        """Seconds an open-loop run spends in its own waits, whatever the server does: per rate and repeat,
+        (sessions - 1) / rate of arrivals plus one conversation's think times (mean x (turns - 1))."""
         if self.request_rate is None:
             return 0.0
         sessions = self.num_sessions or DEFAULT_OPEN_SESSIONS

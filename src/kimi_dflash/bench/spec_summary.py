@@ -77,9 +77,8 @@ def spec_per_request(records: Sequence[RequestRecord]) -> SpecPerRequest | None:
 
 
 def reply_hashes(records: Sequence[RequestRecord]) -> dict[str, str]:
-    """reply_sha256 of each successful request keyed 'repeat/session/k' (k: the session's k-th request). A session
-    sends one request at a time and records are appended in send order, so k names the same request in two runs
-    that sent the same conversations."""
+    """reply_sha256 keyed 'repeat/session/k': a session sends one request at a time and records are appended in
+    send order, so k names the same request in two runs that sent the same conversations."""
     seen: dict[tuple[int, int], int] = {}
     out: dict[str, str] = {}
     for r in records:
