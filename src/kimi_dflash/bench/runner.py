@@ -449,8 +449,7 @@ def _user(prompt: Prompt) -> dict[str, str]:
 
 
 def _opening(shared: str | None, own: str | None) -> list[dict[str, str]]:
-    """The system message a conversation starts with: --system-prompt (with the shared prefix) and the
-    conversation's own system prompt, in that order."""
+    """--system-prompt (with the shared prefix), then the conversation's own system prompt."""
     text = "\n\n".join(part for part in (shared, own) if part)
     return [{"role": "system", "content": text}] if text else []
 

@@ -160,9 +160,8 @@ class RunState(Document):
             yield self.open(resume)
 
     def refuse_foreign_out(self) -> None:
-        """Refuse a directory the run must not write into: the run writes there (and an archive packs what it
-        wrote). A symlink is never followed; a file is not a directory; a non-empty directory must hold a run of
-        this kind (its state file; opening it then checks it is the same run)."""
+        """Refuse a directory the run must not write into (an archive packs what it wrote): a symlink, a file, or
+        a non-empty directory without this kind's state file (opening it then checks it is the same run)."""
         out = self._out
         if out.is_symlink():
             raise UserError(f"--out {out}: is a symbolic link; a {self.RUN} never writes through one. Name a new "
