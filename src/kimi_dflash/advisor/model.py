@@ -23,8 +23,6 @@ ASSUMPTIONS = (
 
 @dataclass(frozen=True)
 class Measured:
-    """One (run, concurrency) measurement reduced to what the model needs."""
-
     source: str
     k: int
     sessions: int
@@ -151,9 +149,8 @@ def fit_step(runs: Sequence[Measured]) -> tuple[float, float]:
 
 
 def predict(runs: Sequence[Measured], fit_k: set[int] | None = None) -> tuple[tuple[float, ...], list[Prediction]]:
-    """Predictions for k = 0 (measured only) and 1 .. K at every concurrency measured at k >= 1.
-
-    ``fit_k`` restricts which measured k are used (the others are held out and only compared)."""
+    """Predictions for k = 0 (measured only) and 1 .. K at every concurrency measured at k >= 1; ``fit_k``
+    restricts which measured k are used (the others are held out and only compared)."""
     fitting = [m for m in runs if fit_k is None or m.k in fit_k]
     p = acceptance_per_position(fitting)
     predictions: list[Prediction] = []

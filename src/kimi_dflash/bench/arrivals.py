@@ -1,7 +1,5 @@
-"""Open-loop load: when conversations arrive and how long a user thinks between turns (pure, seeded: the same
-seed gives a DFlash run and its baseline the same schedule). The processes (poisson, constant, gamma with
-``--burstiness`` as in ``vllm bench serve``, inf: all at once) and think times: docs/benchmark.md, "Open-loop load".
-"""
+"""Open-loop load: when conversations arrive and how long a user thinks between turns (pure, seeded: a DFlash run and
+its baseline get the same schedule; docs/benchmark.md, "Open-loop load")."""
 
 from __future__ import annotations
 

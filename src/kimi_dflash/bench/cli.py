@@ -52,8 +52,8 @@ add_cli_args = options.declare(Settings, DESCRIPTION, EPILOG)
 
 
 def _connections(settings: Settings) -> tuple[int, str]:
-    """The most connections the run holds at once (one per session in flight; warmup uses at most the first
-    level's), and the options that ask for them, for messages."""
+    """The most connections the run holds at once (warmup uses at most the first level's), and the options that
+    ask for them."""
     most, what = max(settings.levels), f"--sessions {max(settings.levels)}"
     ol = settings.open_loop
     if ol is not None:
@@ -65,8 +65,7 @@ def _connections(settings: Settings) -> tuple[int, str]:
 
 
 class ResultWriter:
-    """Keeps the document current on disk and prints each finished level once. Where it writes, and why an
-    earlier result is never lost: bench/output_file.py."""
+    """Keeps the document current on disk (bench/output_file.py) and prints each finished level once."""
 
     def __init__(self, path: Path, tool: ToolInfo, run: RunInfo, settings: Settings) -> None:
         self.file = ResultFile(path)

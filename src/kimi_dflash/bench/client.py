@@ -1,7 +1,5 @@
-"""The HTTP side: chat requests on each session's own ``http1.Connection``, each read fed to a
-``StreamAccumulator``; the GET endpoints (/v1/models, /version, /metrics) through aiohttp. Failures never raise
-out of ``send``: they come back as a reason on the record.
-"""
+"""The HTTP side: chat requests on each session's own ``http1.Connection``, the GET endpoints through aiohttp.
+Failures never raise out of ``send``: they come back as a reason on the record."""
 
 from __future__ import annotations
 
@@ -40,8 +38,6 @@ perf_counter = time.perf_counter
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Where requests go and how they authenticate."""
-
     base_url: str  # server root (may carry a path prefix), without a trailing /v1
     api_key: str | None = field(default=None, repr=False)  # never printed
     timeout_s: float = 600.0
@@ -122,10 +118,9 @@ def _merge(payload: dict[str, Any], extra_body: dict[str, Any]) -> None:
 async def send(
     conn: http1.Connection, endpoint: Endpoint, body: bytes, stream: bool, record: RequestRecord
 ) -> Reply | None:
-    """Send one chat request on ``conn``; fill ``record`` with timestamps, counts or a failure reason. TTFT and E2EL
-    start at ``send_time`` (the bytes handed to the socket), so connecting and the queueing of simultaneous sends
-    on one loop are not server latency (``ready_time`` - ``send_time`` is reported as client send time). Returns
-    the decoded reply (for the conversation history), or None when nothing usable arrived."""
+    """Fill ``record`` with timestamps, counts or a failure reason; return the reply, or None when nothing usable
+    arrived. TTFT and E2EL start at ``send_time`` (the bytes handed to the socket): connecting and the queueing of
+    simultaneous sends on one loop are not server latency."""
     accumulator = StreamAccumulator()
 
     def sent(at: float) -> None:
@@ -204,7 +199,6 @@ def reply_hashes(reply: Reply) -> tuple[str, str | None]:
 
 
 def classify_exception(exc: BaseException) -> tuple[str, str]:
-    """Map what the transport raised to a failure reason and a one-line detail."""
     detail = f"{type(exc).__name__}: {exc}"[:300]
     chain = _causes(exc)
     if descriptors.local_errno(chain) is not None:  # before the connection reasons: it is not the server's

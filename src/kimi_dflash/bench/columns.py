@@ -1,8 +1,5 @@
-"""Every figure the level tables show, declared once: its CSV name, its heading, where its value comes from and how it
-is shown. A table is a selection of these columns: the benchmark's stdout table (``STDOUT``, ``TURNS``), its levels
-CSV (``CSV``), the sweep's table (``SWEEP``: also README's Results and qualify's report) and the comparison
-(``COMPARE_*``, ``SLO``, ``SPEC``). Adding a column: declare it here and add it to the selections that show it
-(docs/development.md, "A benchmark column")."""
+"""Every figure the level tables show, declared once: CSV name, heading, value and format; a table (``STDOUT``,
+``CSV``, ``SWEEP``, ``COMPARE_*`` ...) is a selection of them (adding a column: docs/development.md)."""
 
 from __future__ import annotations
 
@@ -136,7 +133,6 @@ SPEC = (ACCEPTANCE_RATE, ACCEPTANCE_LENGTH)  # a level's speculative decoding
 
 
 def stdout_table(entries: Sequence[Column | Pair], levels: Sequence[Any], prefix: str = "") -> list[str]:
-    """A fixed-width table: its heading line, then one line per level (or per-turn row)."""
     labels = [entry.short or entry.header if isinstance(entry, Column) else entry[0] for entry in entries]
     widths = [max(len(label), 4) for label in labels]
     lines = [text_row(labels, widths, prefix)]

@@ -1,7 +1,5 @@
-"""Head-to-head report from result files: a baseline and one or more candidates, only at matched load (levels
-on one side only are listed as not compared); runs whose workload differs are refused unless --allow-mismatch.
-Beside the matched-load table: the speedup's confidence interval over repeats and the speedup at the SLO
-(docs/benchmark.md, "Comparing runs")."""
+"""Head-to-head report from result files, only at matched load; runs whose workload differs are refused unless
+--allow-mismatch (docs/benchmark.md, "Comparing runs")."""
 
 from __future__ import annotations
 
@@ -30,7 +28,6 @@ class Run:
 
     @property
     def levels(self) -> dict[float, LevelResult]:
-        """By session count; by request rate for an open-loop run."""
         return self.document.levels
 
 
@@ -140,7 +137,6 @@ WORKLOAD_KEYS = (
 
 
 def workload_differences(baseline: Run, other: Run) -> list[str]:
-    """Human-readable differences in what was measured (not how fast)."""
     a, b = baseline.document.settings, other.document.settings
     diffs = [
         f"{key}: {getattr(a, key)!r} vs {getattr(b, key)!r}"

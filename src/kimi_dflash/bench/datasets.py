@@ -59,7 +59,6 @@ def records(text: str, name: str) -> list[tuple[str, Any]]:
 
 
 def detect(first: Any) -> str:
-    """The format of a dataset from its first record."""
     if isinstance(first, dict):
         for key, fmt in (("messages", OPENAI_MESSAGES), ("conversations", SHAREGPT), ("turns", SPEED_BENCH)):
             if key in first:

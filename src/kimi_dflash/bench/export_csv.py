@@ -73,11 +73,9 @@ def write_csv(
     origin: float,
     extra_percentiles: Sequence[str] = (),
 ) -> tuple[Path, Path]:
-    """Write both CSV files for the levels so far; returns their paths."""
     requests_path, levels_path = paths_for(output)
     rows = [row for level, records in zip(levels, level_records) for row in request_rows(level, records, origin)]
     write_text_atomic(requests_path, _render(REQUEST_COLUMNS, rows))
-    # the levels CSV: columns.CSV, each distribution with the extra percentiles asked
     table = csv_columns([key for key in extra_percentiles if key not in STATS])
     level_rows = [[raw(column.value(level)) for column in table] for level in levels]
     write_text_atomic(levels_path, _render([column.id for column in table], level_rows))

@@ -63,7 +63,6 @@ def cause(reason: str, detail: str, model: str | None) -> str:
 
 
 def warmup_failed(requests: int, failures: dict[str, int], examples: dict[str, str], model: str | None) -> str:
-    """The message for a warmup in which no request succeeded."""
     reason = max(failures, key=lambda r: failures[r]) if failures else "unknown"
     detail = examples.get(reason, "")
     return f"all {requests} warmup requests failed ({reason}: {detail}). Likely cause: {cause(reason, detail, model)}."

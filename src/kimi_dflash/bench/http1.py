@@ -1,11 +1,6 @@
 """A minimal HTTP/1.1 client connection for the hot path, one per session (why not aiohttp: docs/benchmark.md,
-"How the client keeps out of the way"): the arrival time is taken once per network read in ``data_received`` and
-the de-chunked bytes go straight to a callback; no task wakes until the response is complete.
-
-Scope, on purpose: keep-alive, ``Content-Length``, chunked and read-until-close bodies, interim 1xx skipped, TLS;
-no redirects, proxies or compression (we send ``Accept-Encoding: identity``). Protocol violations raise
-``BadResponse``, a close before the body ends ``ConnectionClosed``; OS errors (refused, reset) propagate.
-"""
+"How the client keeps out of the way"). Scope, on purpose: keep-alive, length/chunked/until-close bodies, 1xx
+skipped, TLS; no redirects, proxies or compression (we send ``Accept-Encoding: identity``)."""
 
 from __future__ import annotations
 
@@ -333,10 +328,8 @@ class Connection:
         on_sent: Callable[[float], None],
         timeout_s: float,
     ) -> Response:
-        """Send one POST; ``on_sent(t)`` gets the moment the bytes went to the socket.
-
-        Raises OSError (refused, reset ...), ConnectionClosed, BadResponse or asyncio.TimeoutError.
-        """
+        """``on_sent(t)`` gets the moment the bytes went to the socket. Raises OSError (refused, reset ...),
+        ConnectionClosed, BadResponse or asyncio.TimeoutError."""
         deadline = perf_counter() + timeout_s
         message = (
             f"POST {path} HTTP/1.1\r\nHost: {self.target.host_header}\r\nContent-Length: {len(body)}\r\n"

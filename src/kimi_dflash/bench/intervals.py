@@ -1,6 +1,5 @@
-"""Confidence intervals over repeats (Student t), and of a speedup between two runs (delta method on the log
-ratio, Welch df). The repeat is the independent unit: requests of one window share the server's batch, so an
-interval over requests would be far too narrow. Formulas: docs/benchmark.md (pure; numpy + stdlib only)."""
+"""Confidence intervals over repeats, and of a speedup between two runs (formulas: docs/benchmark.md). The repeat is
+the unit: requests of one window share the server's batch, so an interval over requests would be far too narrow."""
 
 from __future__ import annotations
 

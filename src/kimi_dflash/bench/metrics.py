@@ -1,6 +1,5 @@
-"""Metrics as pure functions of request records, so they can be recomputed and tested. Definitions (TTFT, E2EL, N,
-TPOT, per-user tok/s, output tok/s over the measured window): docs/benchmark.md, "Metric definitions".
-Percentiles are numpy's default (linear interpolation), as ``vllm bench serve`` uses."""
+"""Metrics as pure functions of request records, so they can be recomputed and tested (definitions: docs/benchmark.md,
+"Metric definitions"; percentiles are numpy's linear interpolation, as ``vllm bench serve`` uses)."""
 
 from __future__ import annotations
 
@@ -35,8 +34,6 @@ PERCENTILES = (50, 90, 95, 99)
 
 @dataclass(frozen=True)
 class Window:
-    """One repeat's measured window, timed by the runner around that repeat's conversations."""
-
     repeat: int
     duration_s: float
     cpu_s: float = 0.0  # the client's CPU time over the window
@@ -199,7 +196,6 @@ def repeat_result(window: Window, records: Sequence[RequestRecord]) -> RepeatRes
 
 
 def turn_result(turn: int, records: Sequence[RequestRecord]) -> TurnResult:
-    """One turn number: later turns carry the conversation so far, so prompts grow."""
     ok = [r for r in records if r.ok]
     lat = latencies(records)
     return TurnResult(
@@ -258,7 +254,6 @@ def achieved_rate(records: Sequence[RequestRecord], windows: Sequence[Window]) -
 def open_loop_level(
     records: Sequence[RequestRecord], windows: Sequence[Window], rate: float, ol: OpenLoopSettings
 ) -> OpenLoopLevel:
-    """The open-loop block of a level: arrivals achieved and the local delays before each send."""
     scheduled = [r for r in records if r.scheduled_time is not None and r.dispatch_time is not None]
     admitted = [r for r in scheduled if r.admitted_time is not None]
     sent = [r for r in admitted if r.send_time and r.ready_time]

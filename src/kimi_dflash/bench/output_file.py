@@ -1,9 +1,6 @@
-"""Where the benchmark's result goes, without ever losing an earlier one; the rules (checked before anything is
-measured, no symbolic links, ``OUTPUT.partial`` until the first level, then ``<stem>.previous<suffix>``):
-docs/benchmark.md, "Quick start" (``--output``). An ownership check could change before the write, so links are
-refused outright and every write renames a fresh file into place. A failed write leaves the last document in place
-(OutputWriteError names what was lost).
-"""
+"""Where the benchmark's result goes, without ever losing an earlier one (the rules: docs/benchmark.md, "Quick start",
+``--output``). An ownership check could change before the write, so links are refused outright and every write
+renames a fresh file into place."""
 
 from __future__ import annotations
 
@@ -43,8 +40,6 @@ def describe_os_error(error: OSError) -> str:
 
 
 class ResultFile:
-    """The run's result file under the rules in the module docstring."""
-
     def __init__(self, requested: Path | str) -> None:
         requested = Path(requested).expanduser()
         self.discard = not requested.is_symlink() and _is_dev_null(requested)

@@ -1,7 +1,5 @@
-"""Read vLLM's Prometheus ``/metrics`` text and turn the spec-decode counters into window deltas (definitions:
-docs/benchmark.md, "Speculative decoding"). Counters are summed over engines (data-parallel ranks); when series
-carry a ``model_name`` equal to the benchmarked model only those count.
-"""
+"""Spec-decode counters from vLLM's ``/metrics`` and their window deltas (docs/benchmark.md, "Speculative decoding"),
+summed over engines (data-parallel ranks); only series whose ``model_name`` is the benchmarked model count."""
 
 from __future__ import annotations
 

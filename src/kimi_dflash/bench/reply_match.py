@@ -1,9 +1,5 @@
-"""In-band lossless evidence: did two runs serve the same replies to the same conversations?
-
-Each level stores every successful request's ``reply_sha256`` keyed 'repeat/session/k'. Two runs of the same
-workload send the same first turn in every session; while the replies agree the conversations stay identical,
-so matching keys are matched requests. Only greedy decoding (temperature 0) must give identical replies.
-"""
+"""In-band lossless evidence: did two runs serve the same replies to the same conversations? Matching
+'repeat/session/k' keys are matched requests while the replies agree; only greedy decoding must give identical ones."""
 
 from __future__ import annotations
 
@@ -44,7 +40,6 @@ def greedy(document: BenchmarkResult) -> bool:
 
 
 def markdown(baseline: BenchmarkResult, candidate: BenchmarkResult, names: tuple[str, str], common: list[int]) -> str:
-    """The reply-identity section of the comparison report."""
     b_name, c_name = names
     rows = [f"## Served replies: {c_name} vs {b_name}", ""]
     if not (greedy(baseline) and greedy(candidate)):

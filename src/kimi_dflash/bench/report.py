@@ -27,9 +27,7 @@ def utc_now() -> str:
 
 
 def redact_argv(argv: list[str]) -> list[str]:
-    """The command line with secrets replaced, so it can be stored and shown: secret options in any spelling and
-    URL credentials and secret query parameters (bench/redaction.py), and the values of credential --header lines
-    (bench/request_shaping.py)."""
+    """The command line as it may be stored and shown: core/redaction.py's rules plus credential --header values."""
     out: list[str] = []
     header_next = False
     for arg in redaction.redact_argv(argv):
@@ -88,7 +86,6 @@ def to_json_text(document: Any) -> str:
 
 
 def write_atomic(path: Path, document: Any) -> None:
-    """JSON data or a result, written atomically."""
     write_text_atomic(path, to_json_text(document))
 
 

@@ -1,6 +1,5 @@
-"""What the user adds to every request: --extra-body JSON, --header K:V, --endpoint chat|completions. Pure
-parsing and redaction: a credential-like header's value is stored and printed as ``***`` (docs/benchmark.md,
-"Request shaping")."""
+"""What the user adds to every request: --extra-body, --header, --endpoint (docs/benchmark.md, "Request shaping").
+A credential-like header's value is stored and printed as ``***``."""
 
 from __future__ import annotations
 

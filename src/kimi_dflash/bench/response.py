@@ -1,9 +1,6 @@
-"""Turn what a server sent into facts: token timestamps, reply text, usage, or a failure reason.
-
-``StreamAccumulator`` is fed the body's network reads with their arrival times; every event completed by a read
-inherits that read's time. It is pure (no I/O, no clock), so every framing corner case is tested without a
-network. Which chunks are token-bearing: docs/benchmark.md, "Metric definitions".
-"""
+"""Turn what a server sent into facts: token timestamps, reply text, usage, or a failure reason. ``StreamAccumulator``
+is pure (each event inherits its network read's arrival time; no I/O, no clock), so every framing corner case is
+tested without a network. Which chunks are token-bearing: docs/benchmark.md, "Metric definitions"."""
 
 from __future__ import annotations
 
@@ -20,8 +17,6 @@ _loads = json.loads
 
 @dataclass(slots=True)
 class Reply:
-    """Everything the metrics and the conversation history need from one response."""
-
     first_token_time: float | None = None
     last_token_time: float | None = None
     chunk_times: list[float] = field(default_factory=list)
@@ -189,7 +184,6 @@ class _Malformed:
 
 
 def interpret_body(body: bytes) -> Reply:
-    """Decode a non-streaming chat or completions response body."""
     try:
         event = json.loads(body)
     except (ValueError, UnicodeDecodeError):

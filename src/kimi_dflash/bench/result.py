@@ -1,10 +1,6 @@
-"""The result file as one typed model: metrics fill it, the CLI writes it, every reader loads it.
-
-Schema ``kimi-dflash/benchmark-result``, version ``SCHEMA_VERSION``. Adding a field keeps the version (give it a
-default: files written before it existed lack it); renaming or removing one, or changing its meaning, bumps the
-version, and ``load_result`` refuses versions it does not know. The field reference and JSON Schema in docs/ are
-generated from this module (the lab's docgen/result_schema.py).
-"""
+"""The result file as one typed model (docs/benchmark.md's field reference is generated from it). Adding a field
+keeps SCHEMA_VERSION (give it a default: older files lack it); renaming or removing one, or changing its meaning,
+bumps it, and ``load_result`` refuses versions it does not know."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Drive the load: warmup, then each level (N sessions, or with --request-rate an arrival rate), repeated. The
-closed and open loops: docs/benchmark.md, "Workload" and "Open-loop load". A refused connection that a probe
-confirms (the server is gone) aborts the run; a stop (Ctrl-C, SIGTERM, abort) cancels in-flight requests and keeps
-everything that finished as a partial level.
-"""
+"""Drive the load: warmup, then each level, repeated (closed and open loops: docs/benchmark.md, "Workload" and
+"Open-loop load"). A stop cancels in-flight requests and keeps everything that finished as a partial level."""
 
 from __future__ import annotations
 
@@ -226,8 +223,6 @@ class Benchmark:
         if cfg.csv:
             self.state.level_records.append(records)
         if cfg.record_requests:
-            # Times are seconds from "clock_origin", a time.perf_counter() reading of this run (on Linux the
-            # host's CLOCK_MONOTONIC, so they can be lined up with other processes' monotonic timestamps).
             result.request_records = RequestRecords(
                 clock_origin=self.state.origin, records=[r.relative_to(self.state.origin) for r in records]
             )
@@ -258,9 +253,8 @@ class Benchmark:
         return prometheus.spec_delta(before, after)
 
     async def after_failure(self, record: RequestRecord) -> None:
-        """What a failed request means for the run: a shortage on this machine stops it (the server is not to
-        blame, and every further request would fail the same way); a connection failure asks whether the server
-        is gone."""
+        """A shortage on this machine stops the run (every further request would fail the same way); a connection
+        failure asks whether the server is gone."""
         if record.error == CLIENT_OUT_OF_RESOURCES:
             self._client_short(record)
         elif record.error in CONNECTION_FAILURES:
@@ -455,8 +449,7 @@ def _user(prompt: Prompt) -> dict[str, str]:
 
 
 def _opening(shared: str | None, own: str | None) -> list[dict[str, str]]:
-    """The system message a conversation starts with: --system-prompt (with the shared prefix) and the
-    conversation's own system prompt, in that order."""
+    """--system-prompt (with the shared prefix), then the conversation's own system prompt."""
     text = "\n\n".join(part for part in (shared, own) if part)
     return [{"role": "system", "content": text}] if text else []
 

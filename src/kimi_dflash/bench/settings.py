@@ -1,8 +1,5 @@
-"""The benchmark's settings, declared once: its command line, the configuration a run reads, and the `settings`
-block every result file records (schema v1 names). A field is a recorded option (``setting(doc, ...)``), an option
-kept out of the result (``setting(None, ...)``) or a recorded value derived from the options (``derived``);
-``check()`` refuses combinations that cannot work (exit 2), ``resolve()`` fills the defaults and derived fields.
-"""
+"""The benchmark's settings, declared once: its command line, the run's configuration and every result's `settings`
+block; ``check()`` refuses combinations that cannot work (exit 2), ``resolve()`` fills defaults and derived fields."""
 
 from __future__ import annotations
 
@@ -328,9 +325,8 @@ class Settings:
             )
 
     def planned_waits_s(self) -> float:
-        """Seconds an open-loop run spends in its own waits, whatever the server does: per rate and repeat, the
-        conversations' arrivals spread at the rate ((sessions - 1) / rate: the first starts at once) plus one
-        conversation's think times (mean x (turns - 1)). 0 for a closed loop."""
+        """Seconds an open-loop run spends in its own waits, whatever the server does: per rate and repeat,
+        (sessions - 1) / rate of arrivals plus one conversation's think times (mean x (turns - 1))."""
         if self.request_rate is None:
             return 0.0
         sessions = self.num_sessions or DEFAULT_OPEN_SESSIONS

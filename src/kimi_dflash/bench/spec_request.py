@@ -1,14 +1,6 @@
-"""Per-request speculative-decoding statistics: vLLM's ``metrics.speculative_decoding`` (parsed here, pure;
-``spec_summary`` summarizes a level; definitions: docs/benchmark.md, "Per-request acceptance").
-
-vLLM (``--per-request-spec-decode-metrics summary|detailed``, from 0.29.0) puts the block on a non-streamed
-response and on the final usage chunk of a stream (only with ``stream_options.include_usage``)::
-
-    "metrics": {"speculative_decoding": {"mean_acceptance_length": 4.5, "draft_acceptance_rate": 0.875,
-        "acceptance_histogram": [0, 1, 0, 0, 5], "num_spec_steps": 6, "num_accepted_draft_tokens": 21,
-        "num_draft_tokens": 24, "num_spec_tokens": 4,
-        "per_step_accepted": [1, 4, 4, 4, 4, 4], "per_step_drafted": [4, 4, 4, 4, 4, 4]}}   # detailed only
-"""
+"""Per-request speculative-decoding statistics: vLLM's ``metrics.speculative_decoding`` (from 0.29.0, parsed here,
+pure; ``spec_summary`` summarizes a level; where vLLM sends it and the definitions: docs/benchmark.md,
+"Per-request acceptance")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""A level's per-request acceptance table and reply hashes, from its records (pure functions; definitions:
-docs/benchmark.md, "Per-request acceptance").
-"""
+"""A level's per-request acceptance table and reply hashes, from its records (pure; docs/benchmark.md, "Per-request
+acceptance")."""
 
 from __future__ import annotations
 
@@ -50,7 +49,6 @@ def group_row(key: str, specs: Sequence[RequestSpec]) -> SpecGroup:
 
 
 def _rows(keyed: Sequence[tuple[Any, str, RequestSpec]]) -> list[SpecGroup]:
-    """One row per (order, label), in order."""
     grouped: dict[tuple[Any, str], list[RequestSpec]] = {}
     for order, label, spec in keyed:
         grouped.setdefault((order, label), []).append(spec)
@@ -79,9 +77,8 @@ def spec_per_request(records: Sequence[RequestRecord]) -> SpecPerRequest | None:
 
 
 def reply_hashes(records: Sequence[RequestRecord]) -> dict[str, str]:
-    """reply_sha256 of each successful request keyed 'repeat/session/k' (k: the session's k-th request). A session
-    sends one request at a time and records are appended in send order, so k names the same request in two runs
-    that sent the same conversations."""
+    """reply_sha256 keyed 'repeat/session/k': a session sends one request at a time and records are appended in
+    send order, so k names the same request in two runs that sent the same conversations."""
     seen: dict[tuple[int, int], int] = {}
     out: dict[str, str] = {}
     for r in records:

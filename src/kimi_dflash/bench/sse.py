@@ -1,11 +1,6 @@
-"""Incremental Server-Sent Events decoder (bytes in, event payloads out).
-
-A network read can hold several events, half of one, or end between the CR and LF of a line ending, so
-the decoder keeps the unfinished tail between calls. Comment lines (``: ping``), ``event:``/``id:``/
-``retry:`` fields and blank events are dropped; multi-line ``data:`` fields are joined with ``\\n`` as
-the SSE specification says. Payloads stay bytes: ``json.loads`` takes bytes directly, which saves a
-decode per event.
-"""
+"""Incremental Server-Sent Events decoder (bytes in, event payloads out): a read may hold several events, half of
+one, or end between a line ending's CR and LF, so the unfinished tail is kept between calls. Payloads stay bytes:
+``json.loads`` takes bytes, which saves a decode per event."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Run a list of units (a sweep's points, qualify's steps) against a state file: finished units are kept, the others
-run in order, each outcome recorded (a unit that raises is recorded as failed and the run goes on), progress with
-an ETA on stderr. SIGTERM becomes ``Interrupted`` (like SIGINT's KeyboardInterrupt): the unit cut off stays
-``running`` in the state and is redone by the rerun. A server that could not be stopped ends the run."""
+"""Run a list of units (sweep points, qualify steps) against a state file: finished units are kept, a unit that raises
+is recorded as failed and the run goes on. SIGTERM becomes ``Interrupted``: the unit cut off stays ``running``."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""A resumable run's state file: what the run is (its signature), each unit's status, timestamps, detail and
-outputs, one entry per invocation, the manifest of every file the run wrote, and a server it could not stop.
-
-Written atomically after every change, so a run killed at any moment leaves a state a rerun can trust: a unit
-marked done is kept (its outputs are on disk before it is marked), one marked running was cut off and is redone,
-a failed one is redone (it may have been the machine's fault). Read through the guarded reader and validated (a
-damaged or foreign file is refused with a message, never a traceback). Each user (sweep, qualify) subclasses
-``RunState`` with its schema, file names and typed signature.
-"""
+"""A resumable run's state file, written atomically after every change so a rerun can trust it: a unit marked done
+is kept (its outputs are on disk before it is marked), one marked running or failed is redone. Each user (sweep,
+qualify) subclasses ``RunState`` with its schema, file names and typed signature."""
 
 from __future__ import annotations
 
@@ -166,9 +160,8 @@ class RunState(Document):
             yield self.open(resume)
 
     def refuse_foreign_out(self) -> None:
-        """Refuse a directory the run must not write into: the run writes there (and an archive packs what it
-        wrote). A symlink is never followed; a file is not a directory; a non-empty directory must hold a run of
-        this kind (its state file; opening it then checks it is the same run)."""
+        """Refuse a directory the run must not write into (an archive packs what it wrote): a symlink, a file, or
+        a non-empty directory without this kind's state file (opening it then checks it is the same run)."""
         out = self._out
         if out.is_symlink():
             raise UserError(f"--out {out}: is a symbolic link; a {self.RUN} never writes through one. Name a new "

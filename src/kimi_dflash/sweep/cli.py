@@ -140,7 +140,6 @@ def main(args: SweepOptions) -> int:
 
 
 def _run(plan: PointPlan, run_state: state.SweepState, plots: bool) -> int:
-    """The sweep, under DIR's lock."""
     try:
         tally = run_points(plan, run_state)
     except (KeyboardInterrupt, Interrupted):
@@ -159,7 +158,6 @@ def _run(plan: PointPlan, run_state: state.SweepState, plots: bool) -> int:
 
 
 def describe(plan: PointPlan) -> list[str]:
-    """The plan of points, for --dry-run."""
     lines = [f"sweep of {plan.config}: {len(plan.points)} server points x sessions {','.join(map(str, plan.sessions))}"]
     for index, point in enumerate(plan.points, start=1):
         done = "finished" if state.finished_result(plan.out, point) else "to run"

@@ -23,8 +23,6 @@ class Axis:
 
 @dataclass(frozen=True)
 class Point:
-    """One server configuration: the config file plus these overrides."""
-
     overrides: tuple[tuple[str, str], ...]
 
     @property
@@ -38,9 +36,8 @@ class Point:
         return " ".join(f"{key}={value}" for key, value in self.overrides) or "(config as is)"
 
     def server_env(self, method: str = "dflash") -> dict[str, str]:
-        """Environment overrides for serve.sh. NUM_SPECULATIVE_TOKENS=0 means the autoregressive baseline
-        (SPECULATIVE_METHOD=none); a positive count serves ``method`` (the config's own; DFlash for a config without
-        speculation)."""
+        """Overrides for serve.sh: NUM_SPECULATIVE_TOKENS=0 is the autoregressive baseline, a positive count serves
+        ``method`` (PointPlan.spec_method)."""
         env = dict(self.overrides)
         if SPEC_TOKENS in env:
             if int(env[SPEC_TOKENS]) == 0:

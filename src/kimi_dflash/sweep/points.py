@@ -1,7 +1,5 @@
-"""A sweep point as a unit of the run: start its server (launch.serve_sh, with the point's config keys), benchmark
-it at every concurrency level (the benchmark warms it up first), stop it, and write the result with the server's
-config, or a failure record with the log tail. Qualify serves its grid, graph-mode and projection points the same
-way, with a hook that runs while the server is up (its losslessness outputs)."""
+"""A sweep point as a unit of the run: start its server with the point's config keys, benchmark every level, stop it,
+write the result (or a failure record with the log tail). Qualify serves its points the same way."""
 
 from __future__ import annotations
 

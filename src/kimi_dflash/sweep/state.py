@@ -81,7 +81,6 @@ def _complete(path: Path) -> BenchmarkResult | None:
 
 
 def finished_result(out: Path, point: Point) -> BenchmarkResult | None:
-    """The point's result if it is complete and of this point."""
     result = _complete(result_path(out, point))
     return result if result and result.server_config.overrides == dict(point.overrides) else None  # type: ignore[union-attr]
 
