@@ -1,15 +1,8 @@
 """The project's one redaction helper: what must never reach a file, a log, a dry run or an error message.
 
-- A secret option in any spelling argparse would accept: ``--api-key K``, ``--api-key=K``, abbreviations
-  (``--api K``, ``--api-k=K``; a parser built by core/options.py with a secret option takes no abbreviations, so
-  these are refused there, but a command line stored or shown is redacted whichever parser it was meant for), and
-  the spellings vLLM's parser adds (vllm/utils/argparse_utils.py, FlexibleArgumentParser.parse_args): underscores
-  for dashes (``--api_key K``) and a dotted sub-key (``--api-key.x K``, which vLLM turns into a JSON value).
-- Credentials in a URL's userinfo (``http://user:key@host``), with or without a scheme.
-- Secret-looking URL query parameters (``?api_key=K``, ``&token=T``): ``redact_query``.
-
-Standard library only, in core/ (the leaf every package may use: the benchmark on a client box, the recipe, the
-workflows).
+A secret option in any spelling argparse or vLLM's parser would accept (abbreviations, ``--api_key``, a dotted
+sub-key: vllm/utils/argparse_utils.py; docs/security.md), credentials in a URL's userinfo, and secret-looking URL
+query parameters (``redact_query``). Standard library only, in core/: every package may use it.
 """
 
 from __future__ import annotations

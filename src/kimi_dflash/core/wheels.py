@@ -1,8 +1,5 @@
-"""A released wheel from the package index, downloaded once with pip into cache_root()/wheels and then reused.
-
-The product reads SpecForge's schema from its wheel (drafter_training); the lab reads vLLM releases' sources
-(kimi_dflash_lab.wheels, which falls back to this full download when the index refuses range requests).
-Standard library only.
+"""A released wheel from the package index, downloaded once with pip into cache_root()/wheels and then reused
+(SpecForge's schema in drafter_training; the lab's fallback when the index refuses range requests). Stdlib only.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Which processes are the vLLM server this project started, so that nothing else is ever signalled.
 
-A detached start (`serve.sh --wait`) gives vLLM a fresh random token in its environment
-(KIMI_DFLASH_SERVER_TOKEN) and records pid, the kernel's start time of that pid and the token in the pid file.
-Every process vLLM spawns (EngineCore, workers) inherits the environment, so the token in /proc/<pid>/environ
-names exactly the server's family, orphans included, and nothing else: a pid file pointing at an unrelated
-process, or a pid reused after a reboot, fails the check and is never signalled. Linux only (/proc).
+A detached start records pid, its kernel start time and a random token (KIMI_DFLASH_SERVER_TOKEN) that every
+process vLLM spawns inherits: /proc/<pid>/environ names the server's family, orphans included, and a reused pid
+fails the check (docs/lifecycle.md). Linux only (/proc).
 """
 
 from __future__ import annotations

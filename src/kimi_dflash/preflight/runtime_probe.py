@@ -1,9 +1,6 @@
-"""What the Python that will run vLLM can do: import vllm and torch, which accelerators torch sees, and which of
-the plan's vLLM features its source has (rules/features.py, read without importing: milliseconds).
-
-The imports run in a child process of that Python (runtime_child.py's text with `python -c`, one marked JSON line
-back): vLLM's import-time logging and memory stay out of the launcher, and a hung GPU runtime cannot hang preflight
-past the timeout.
+"""What the Python that will run vLLM can do: import vllm and torch, the accelerators torch sees, and the plan's
+vLLM features in its source (rules/features.py, read without importing). The imports run in a child process
+(runtime_child.py), so vLLM's import-time logging and memory stay out and a hung GPU runtime times out.
 """
 
 from __future__ import annotations

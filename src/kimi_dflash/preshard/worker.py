@@ -1,16 +1,8 @@
 """Runs inside each vLLM worker of the pre-sharder: save this rank's weights as loaded, in sharded_state format.
 
-Not vLLM's own Worker.save_sharded_state (vLLM 0.32, measured on the CPU demo): it saves the state *after*
-process_weights_after_loading (kernel layout), which the sharded_state loader then processes a second time. That
-fails three ways: the save crashes on MLA's derived W_UV (a transposed view, vllm-project/vllm PR #48357), the
-derived W_UV/W_UK_T are parameters a fresh model lacks (KeyError at load), and the CPU build's packed linear weights
-live outside the state dict ("Missing keys" at load). Saving just before that step -- every weight sliced for this
-rank by vLLM's weight loaders, before any kernel processing -- avoids all three; the server's load then processes
-the weights as a normal load does.
-
-Importing this module in a worker (LLM(worker_extension_cls=...) imports it before the model loads) wraps the model
-loader's process_weights_after_loading when KIMI_DFLASH_PRESHARD_OUTPUT is set. File names, part splitting and the
-filter for shared storage (tied embeddings) are vLLM's ShardedStateLoader.save_model, so its loader reads them.
+Not vLLM's Worker.save_sharded_state: it saves after process_weights_after_loading, which fails three ways on MLA
+(docs/lifecycle.md, measured). Importing this module in a worker wraps the loader's process_weights_after_loading
+when KIMI_DFLASH_PRESHARD_OUTPUT is set; file names and splitting are ShardedStateLoader.save_model's.
 """
 
 from __future__ import annotations

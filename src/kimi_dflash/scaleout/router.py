@@ -1,9 +1,7 @@
 """Start vllm-router in front of replica URLs (launchers/kimi26-vllm-dflash-router.sh; see --help).
 
-vllm-router (PyPI `vllm-router`, the vLLM project's Rust router) health-checks every replica on /health,
-stops sending to one that fails (health checks plus a circuit breaker on failed requests) and takes it back when
-it answers again. This module only turns a list of replica URLs into its command line, checks the URLs first,
-and runs it in the foreground.
+vllm-router (PyPI `vllm-router`) health-checks replicas and drops and retakes them itself; this module only checks
+the URLs, builds its command line and runs it in the foreground.
 """
 
 from __future__ import annotations
