@@ -51,7 +51,6 @@ class ReportedFigures(Document):
 
 
 def recipe_figures() -> ReportedFigures:
-    """The recipe's published MI300X figures, shipped with the package."""
     text = resources.files("kimi_dflash").joinpath("data", RECIPE_FILE).read_text(encoding="utf-8")
     return ReportedFigures.parse(parse_user_json(text, where=RECIPE_FILE), RECIPE_FILE)
 

@@ -95,7 +95,6 @@ def key(
 
 
 def keys_of(settings: type) -> tuple[Key, ...]:
-    """Every key of a settings class, in declaration order, its type read from the annotation."""
     hints = typing.get_type_hints(settings)
     keys = []
     for field in dataclasses.fields(settings):

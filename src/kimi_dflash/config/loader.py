@@ -113,7 +113,6 @@ def _read_file(path: Path, problems: list[Problem]) -> list[RawSetting]:
 def _read_chain(
     path: Path, problems: list[Problem], depth: int = 0, visiting: tuple[Path, ...] = ()
 ) -> dict[str, RawSetting]:
-    """Settings of `path` on top of the file it EXTENDS (recursively)."""
     try:
         resolved = path.resolve()
     except (RuntimeError, OSError) as exc:  # Python < 3.13 raises RuntimeError on a symlink loop

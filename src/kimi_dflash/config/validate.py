@@ -32,7 +32,6 @@ class Config:
 
     @property
     def values(self) -> dict[str, object]:
-        """Every key's value by name, in schema order."""
         return {key.name: getattr(self.typed, key.attribute) for key in KEYS}
 
     def with_values(self, source: str, **overrides: object) -> Config:
@@ -47,7 +46,6 @@ class Config:
 
     @property
     def demo_models(self) -> str | None:
-        """The fabricated demo choice this config serves (FABRICATE_DEMO_MODELS), or None."""
         return self.typed.demo_models
 
 

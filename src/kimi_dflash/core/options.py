@@ -85,7 +85,6 @@ def fields_of(model: type) -> list[tuple[dataclasses.Field[Any], Option]]:
 
 
 def flag_of(field: dataclasses.Field[Any], spec: Option) -> str:
-    """The option's (first) flag as the user types it."""
     return spec.flag if isinstance(spec.flag, str) else (spec.flag or ("--" + field.name.replace("_", "-"),))[0]
 
 
@@ -125,7 +124,6 @@ def _converter(kind: Any, flag: str, spec: Option) -> Callable[[str], Any]:
 
 
 def _argument(name: str, spec: Option, hint: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
-    """add_argument's names and keywords for one field."""
     kind, literal, many = _scalar(hint)
     flags = (spec.flag,) if isinstance(spec.flag, str) else spec.flag or ("--" + name.replace("_", "-"),)
     kwargs: dict[str, Any] = {"help": argparse.SUPPRESS if spec.hidden else spec.help, "default": spec.default}

@@ -32,7 +32,6 @@ def spelled_option(arg: str, options: Iterable[str]) -> str | None:
 
 
 def secret_option(arg: str, options: Iterable[str] = SECRET_OPTIONS) -> str | None:
-    """The secret option ``arg`` spells (any spelling: see spelled_option); None if none."""
     return spelled_option(arg, options)
 
 

@@ -145,6 +145,5 @@ def read_user_json(
     max_depth: int = MAX_JSON_DEPTH,
     follow_symlinks: bool = True,
 ) -> Any:
-    """A JSON document from a regular UTF-8 file, size- and nesting-capped."""
     text = read_user_text(path, what=what, max_bytes=max_bytes, follow_symlinks=follow_symlinks)
     return parse_user_json(text, where=f"{what} {path}", max_depth=max_depth)

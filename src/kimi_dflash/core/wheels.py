@@ -23,7 +23,6 @@ def find_cached_wheel(version: str, cache: Path | None = None, dist: str = "vllm
 
 
 def download_wheel(version: str, cache: Path | None = None, dist: str = "vllm") -> Path:
-    """The wheel for dist==version, downloaded with pip once and then reused."""
     cached = find_cached_wheel(version, cache, dist)
     if cached is not None:
         return cached

@@ -40,7 +40,6 @@ def target_embeddings(target_dir: Path) -> tuple[torch.Tensor, torch.Tensor]:
 def export_drafter(
     weights: Mapping[str, torch.Tensor], arch: DrafterArchitecture, out_dir: Path, dtype: torch.dtype = torch.bfloat16
 ) -> Path:
-    """Write config.json + model.safetensors to out_dir (replaced whole, never half-written)."""
     from safetensors.torch import save_file
 
     out_dir = Path(out_dir)

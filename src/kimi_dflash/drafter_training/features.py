@@ -120,7 +120,6 @@ def capture_features(
     max_length: int,
     say: Callable[[str], None] = print,
 ) -> dict[str, int]:
-    """Write one feature file per record not captured yet; returns counts."""
     import torch
 
     out_dir = Path(out_dir)

@@ -71,7 +71,6 @@ def part_files(out_dir: Path) -> list[Path]:
 
 
 def read_records(out_dir: Path) -> Iterable[dict[str, Any]]:
-    """Every completed regen record, in part order."""
     for path in part_files(out_dir):
         for line in path.read_text(encoding="utf-8").splitlines():
             if line.strip():
@@ -119,8 +118,6 @@ def record_from_response(prompt: Prompt, response: Mapping[str, Any]) -> dict[st
 
 
 class ChunkWriter:
-    """Collects finished records and writes them atomically as numbered part files."""
-
     def __init__(self, out_dir: Path, chunk_size: int) -> None:
         self.out_dir = Path(out_dir)
         self.chunk_size = chunk_size

@@ -261,7 +261,6 @@ def start(config: Config, plan: LaunchPlan, args: ServeOptions, pid_path: Path) 
 
 
 def _start_detached(config: Config, plan: LaunchPlan, args: ServeOptions, pid_path: Path) -> int:
-    """Check-then-start, under the port's lock."""
     try:
         existing = running_server(pid_path)
     except ownership.PidFileError as error:

@@ -37,8 +37,6 @@ KEY = "DRAFTER_ROPE_FIX"
 
 @dataclass(frozen=True)
 class RopeFix:
-    """What the launcher does about one drafter's RoPE amplitude on one vLLM."""
-
     action: Literal["none", "overlay", "off", "cannot"]
     message: str | None  # one line for the operator (None: nothing worth saying, e.g. not a z-lab drafter)
     config: Mapping[str, Any] | None = None  # the overlay's config.json
@@ -98,7 +96,6 @@ def _note(verdict: AmplitudeVerdict, fixed: DrafterRope) -> dict[str, Any]:
 
 
 def overlay_dir(root: Path, drafter_dir: Path, config_bytes: bytes, names: list[str], fix: RopeFix) -> Path:
-    """Where the overlay for this drafter lives: a digest of what it is made from."""
     digest = hashlib.sha256()
     for part in (str(drafter_dir).encode(), config_bytes, "\0".join(names).encode(), _dump(fix.config)):
         digest.update(part + b"\0")

@@ -20,7 +20,6 @@ EXPECTED_ARCH = {"rocm": "gfx942", "cuda": "sm_90"}
 
 
 def deployment(config: Config, plan: LaunchPlan, inherited_env: Mapping[str, str] | None = None) -> Deployment:
-    """The plan as the compatibility rules see it (rules/deployment.py)."""
     from kimi_dflash.rules.deployment import Deployment
 
     return Deployment.for_plan(config, plan, inherited_env)

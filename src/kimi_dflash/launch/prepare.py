@@ -19,7 +19,6 @@ def _stderr(message: str) -> None:
 
 
 def resolve_demo_models(config: Config, create: bool, say: Callable[[str], None] = _stderr) -> Config:
-    """Point MODEL_DIR / DRAFT_MODEL_DIR at the fabricated demo models (building them when `create`)."""
     if config.demo_models is None:
         return config
     from kimi_dflash import demo
@@ -46,8 +45,6 @@ def resolve_drafter_rope(config: Config, create: bool, say: Callable[[str], None
 
 
 def resolve_models(config: Config, create: bool, say: Callable[[str], None] = _stderr) -> Config:
-    """Everything a config's model paths still need from this machine: the fabricated demo models, then the
-    drafter's RoPE overlay."""
     return resolve_drafter_rope(resolve_demo_models(config, create, say), create, say)
 
 

@@ -103,7 +103,6 @@ def _pump(source, sinks: list) -> None:  # type: ignore[no-untyped-def]
 
 
 def run_foreground(plan: LaunchPlan, log_path: Path | None) -> int:
-    """Run vLLM until it exits or we get SIGINT/SIGTERM; stop it cleanly and return its exit code."""
     log_handle = log_path.open("ab") if log_path else None
     process = subprocess.Popen(
         plan.argv,

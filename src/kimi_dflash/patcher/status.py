@@ -121,7 +121,6 @@ Texts = Mapping[str, "str | None"]  # path relative to the vllm package -> file 
 
 
 def present(probe: Probe, texts: Texts) -> bool:
-    """Whether the probe's feature is in the tree."""
     text = texts.get(probe.path)
     return text is not None and probe.matches(text)
 

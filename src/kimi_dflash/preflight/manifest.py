@@ -83,7 +83,6 @@ def rank_files(directory: Path, rank: int) -> list[Path]:
 
 
 def write_manifest(directory: Path, manifest: Manifest) -> None:
-    """Write the manifest atomically: a reader finds the whole manifest or none."""
     write_text_atomic(directory / MANIFEST_NAME, manifest.to_json())
 
 

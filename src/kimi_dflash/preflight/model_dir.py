@@ -78,7 +78,6 @@ def _download_fix(path: Path, role: str, repo_hint: str | None) -> str:
 
 
 def _read_json(path: Path) -> tuple[object, str | None]:
-    """The parsed file, or why it cannot be read."""
     try:
         return json.loads(path.read_text(encoding="utf-8")), None
     except (json.JSONDecodeError, UnicodeDecodeError) as error:

@@ -53,8 +53,6 @@ def normalize_arch(raw: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class PluginEntry:
-    """One `vllm.general_plugins` entry point as the probed interpreter sees it."""
-
     name: str
     value: str  # "module:function"
     origin: str | None  # where its module would be imported from (or why it cannot be)

@@ -44,7 +44,6 @@ EXIT_ERROR = 3
 
 def verdict(agreement: AgreementSummary, math: MathScore | None, *, allow_divergence: bool, max_math_drop: float,
             same_server: bool) -> Verdict:  # fmt: skip
-    """PASS, WARN or FAIL with the reasons — pure."""
     problems: list[tuple[Status, str]] = []
     differing = agreement.prompts - agreement.identical
     if differing:
