@@ -1,6 +1,5 @@
-"""The launch plan: a pure function from a validated Config to the exact `vllm serve` argv and environment.
-
-Nothing here touches the machine, so `serve.sh --dry-run` and the tests see exactly what would run.
+"""The launch plan: a pure function from a validated Config to the exact `vllm serve` argv and environment, so
+`serve.sh --dry-run` and the tests see exactly what would run.
 """
 
 from __future__ import annotations

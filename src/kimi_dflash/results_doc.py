@@ -1,7 +1,6 @@
-"""README's result tables: the results this project measured (benchmark result files, each with the server config
-that ran it) as the sweep's table at matched concurrency, then figures reported by others (reported-figures
-documents) with their provenance, never mixed with ours. The recipe's MI300X figures ship in the package
-(data/recipe-mi300x.json, also set beside a run by qualify's report). A test keeps README in sync.
+"""README's result tables: this project's measured results as the sweep's table at matched concurrency, then figures
+reported by others with their provenance, never mixed with ours (the recipe's MI300X figures ship in
+data/recipe-mi300x.json). A test keeps README in sync.
 """
 
 from __future__ import annotations

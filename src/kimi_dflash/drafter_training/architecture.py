@@ -1,12 +1,9 @@
-"""The drafter to train: a DFlash drafter architecture (config.json of a `DFlashDraftModel`: production
-`configs/kimi-k2.6-dflash-draft.json`, the demo the fabricated drafter's), checked against its target, and the two
-configs derived from it: the draft config SpecForge trains and the config.json vLLM serves.
+"""The drafter to train: a DFlash drafter architecture (`configs/kimi-k2.6-dflash-draft.json`, or the demo's), checked
+against its target, and the two configs derived from it: the draft config SpecForge trains, the config.json vLLM serves.
 
-Attention: vLLM 0.32 (`qwen3_dflash.py`) attends non-causally over context + block; a drafter that must sit in its
-own KV-cache group on vLLM-CPU (the demo) says `dflash_config.use_swa` with a window wider than any context, which
-changes nothing about attention. SpecForge 0.2.0 trains sliding-window layers causally inside the block (its
-`create_dflash_sdpa_mask`), so the training config always declares full attention and the serving config keeps the
-window; `check_against_target` refuses a window that could ever bite.
+vLLM 0.32 (`qwen3_dflash.py`) attends non-causally over context + block, but SpecForge 0.2.0 trains sliding-window
+layers causally inside the block (`create_dflash_sdpa_mask`): so training always declares full attention, serving
+keeps the demo's `use_swa` window (wider than any context) and `check_against_target` refuses one that could bite.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
-"""Child process of the pre-sharder: load the checkpoint in vLLM and save each worker's state (sharded_state).
-
-Runs in the environment the server would get (LD_PRELOAD, VLLM_CPU_KVCACHE_SPACE, ...), which must be set
-before the process starts, hence a child. Usage (internal): python -m kimi_dflash.preshard.save_child JSON
+"""Child process of the pre-sharder (`python -m kimi_dflash.preshard.save_child JSON`): load the checkpoint in vLLM and
+save each worker's state (sharded_state). A child because the server's environment (LD_PRELOAD, ...) is set before
+the process starts.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
 """A small OpenAI-compatible client for calibration and validation: greedy chat completions with token ids.
-
-Non-streaming on purpose: these tools compare *what* a server generates (token ids, answers), not
-how fast; the benchmark (kimi_dflash.bench) measures speed.
+Non-streaming on purpose: these tools compare *what* a server generates; the benchmark measures speed.
 """
 
 from __future__ import annotations
