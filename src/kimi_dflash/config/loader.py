@@ -152,8 +152,7 @@ def _read_chain(
 
 
 def read_settings(path: Path, environ: Mapping[str, str] | None = None) -> dict[str, RawSetting]:
-    """All raw settings of a config file: EXTENDS chain, then process-environment overrides for schema keys.
-    ConfigError on unreadable / unparseable input; unknown keys and bad values are validate.py's job."""
+    """EXTENDS chain, then environment overrides. ConfigError on unreadable input; bad values: validate.py."""
     environ = os.environ if environ is None else environ
     problems: list[Problem] = []
     merged = _read_chain(path, problems)

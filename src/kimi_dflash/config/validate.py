@@ -17,8 +17,7 @@ from kimi_dflash.config.schema import KEYS, KEYS_BY_NAME, ConfigValues
 
 @dataclass(frozen=True)
 class Config:
-    """A validated config: its values typed (`typed`, an instance of the declaration), where each came from (by key
-    name), and the warnings its rules found."""
+    """Typed values, where each came from (by key name), and the warnings its rules found."""
 
     path: Path
     typed: ConfigValues
@@ -55,8 +54,6 @@ def check_paths(config: Config) -> list[Problem]:
 
 
 def load_config(path: Path | str, environ: Mapping[str, str] | None = None) -> Config:
-    """Read, override from the environment, type and validate a config file. Raises ConfigError listing every
-    problem."""
     path = Path(path)
     settings = read_settings(path, environ)
     problems: list[Problem] = []

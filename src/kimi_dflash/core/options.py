@@ -238,6 +238,5 @@ def parse(module: str | types.ModuleType, argv: Sequence[str] | None = None, pro
 
 def run(module: str | types.ModuleType, argv: Sequence[str] | None = None, prog: str | None = None,
         description: str | None = None) -> int:  # fmt: skip
-    """Parse ``argv`` for the verb ``module`` and run its ``main``: the front door, a module's ``if __name__ ==
-    "__main__": sys.exit(options.run(__name__, prog=...))`` and the repository's scripts start a verb this way."""
+    """Parse ``argv`` for the verb ``module`` and run its ``main``: how every entry point starts a verb."""
     return int(_module(module).main(parse(module, argv, prog, description)) or 0)

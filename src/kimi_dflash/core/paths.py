@@ -13,8 +13,7 @@ CACHE_DIR_NAME = "kimi-dflash"
 
 
 def cache_root() -> Path:
-    """The project's cache (demo models, wheels, vLLM's own cache, server logs): $KIMI_DFLASH_CACHE if set, else
-    $XDG_CACHE_HOME/kimi-dflash, else ~/.cache/kimi-dflash."""
+    """$KIMI_DFLASH_CACHE if set, else $XDG_CACHE_HOME/kimi-dflash, else ~/.cache/kimi-dflash."""
     override = os.environ.get(CACHE_ENV)
     if override:
         return Path(override).expanduser().resolve()

@@ -49,8 +49,7 @@ _SECRET_QUERY = re.compile(
 
 
 def redact_query(text: str) -> str:
-    """``text`` with the value of every secret-looking URL query parameter (``?api_key=K``, ``&token=T``) replaced
-    by ***; other parameters are kept."""
+    """Secret-looking URL query parameters (``?api_key=K``, ``&token=T``) get *** for a value; others are kept."""
     return _SECRET_QUERY.sub(lambda m: f"{m.group('name')}{MASK}", text)
 
 

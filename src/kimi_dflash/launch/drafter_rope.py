@@ -141,8 +141,7 @@ def prepare(
     say: Callable[[str], None],
     source: Callable[[], VllmSource | None] = installed_source,
 ) -> Path:
-    """The directory to serve the drafter from: `drafter_dir` itself, or its overlay (built when `create`; without,
-    only said). `source` is asked only for a drafter the fix concerns."""
+    """`drafter_dir` or its overlay (built when `create`); `source` is asked only for a drafter concerned."""
     drafter_dir = Path(drafter_dir).expanduser().resolve()
     config_path = drafter_dir / CONFIG
     try:

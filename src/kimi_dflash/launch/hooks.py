@@ -28,8 +28,7 @@ def deployment(config: Config, plan: LaunchPlan, inherited_env: Mapping[str, str
 def preflight(
     config: Config, plan: LaunchPlan, fix_numa: bool, say: Callable[[str], None], planned: Deployment | None = None
 ) -> bool:
-    """The machine checks and the compatibility rules on the serving Python's vLLM. `planned`: the deployment this
-    serve built (default: built here from the plan and this environment)."""
+    """`planned`: the deployment this serve built (default: built here from the plan and this environment)."""
     from kimi_dflash.core.checks import exit_code, render
     from kimi_dflash.preflight.request import PreflightRequest
     from kimi_dflash.preflight.run import run_preflight

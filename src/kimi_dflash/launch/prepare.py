@@ -31,8 +31,7 @@ def resolve_demo_models(config: Config, create: bool, say: Callable[[str], None]
 
 
 def resolve_drafter_rope(config: Config, create: bool, say: Callable[[str], None] = _stderr) -> Config:
-    """Point DRAFT_MODEL_DIR at an overlay that restores a z-lab Kimi DFlash drafter's trained RoPE amplitude on a
-    vLLM that changed it (launch/drafter_rope.py; DRAFTER_ROPE_FIX), building it when `create`."""
+    """DRAFT_MODEL_DIR at the trained-RoPE overlay where needed (launch/drafter_rope.py; DRAFTER_ROPE_FIX)."""
     drafter_dir = config.typed.draft_model_dir
     if not config.speculative or config.typed.speculative_method != "dflash" or drafter_dir is None:
         return config
@@ -86,8 +85,6 @@ def serving_python_has_flashinfer(config: Config, say: Callable[[str], None] = _
 
 
 def local_plan(config: Config) -> LaunchPlan:
-    """The plan for starting ``config`` on this machine: this interpreter, the project cache, the CPU preloads,
-    whether the serving Python has flashinfer (CUDA)."""
     return build_plan(
         config,
         python_executable=sys.executable,

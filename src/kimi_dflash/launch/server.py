@@ -28,8 +28,7 @@ MAX_RECORD_BYTES = 4096  # a record is ~130 bytes; anything larger is not one
 
 
 def not_ready(plan: LaunchPlan, api_key: str | None) -> str | None:
-    """Why the server is not ready yet; None when /health answers 200 and a one-token completion succeeds (the
-    engine really serves)."""
+    """None when /health answers 200 and a one-token completion succeeds (the engine really serves)."""
     try:
         health = http.request(f"{plan.base_url}/health", api_key=api_key, timeout_s=5)
         if health.status != 200:
@@ -146,8 +145,7 @@ def run_foreground(plan: LaunchPlan, log_path: Path | None) -> int:
 
 
 def _open_log(log_path: Path, private: bool) -> BinaryIO:
-    """The log, appended to. ``private``: the launcher's default log in the cache, never opened through a symlink
-    (private_files); a log the user named is opened as named."""
+    """``private``: the launcher's default log, never opened through a symlink; a user's log is opened as named."""
     if private:
         return os.fdopen(private_files.open_private(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab")
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -157,8 +155,7 @@ def _open_log(log_path: Path, private: bool) -> BinaryIO:
 def start_detached(
     plan: LaunchPlan, log_path: Path, pid_path: Path, token: str, *, private_log: bool = False
 ) -> subprocess.Popen[bytes]:
-    """Start vLLM in its own session writing to log_path; it outlives this process. The pid file gets the
-    ownership record (pid, its start time, ``token``, which its environment carries) that --stop checks."""
+    """In its own session (it outlives us); the pid file gets the ownership record that --stop checks."""
     pid_path.parent.mkdir(parents=True, exist_ok=True)
     with _open_log(log_path, private_log) as log_handle:
         process = subprocess.Popen(

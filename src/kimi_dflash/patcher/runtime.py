@@ -57,8 +57,7 @@ def plan_runtime(table: StatusTable) -> tuple[list[str], list[str], list[str], l
 
 
 def apply_runtime_patches(vllm_root: Path | None = None) -> None:
-    """Apply what this vLLM needs at runtime (`vllm_root`: its package directory, default the one this process
-    runs); log it; raise if a needed patch cannot apply."""
+    """Raise if a needed patch cannot apply (vLLM does not swallow it)."""
     global _done
     if _done:
         return

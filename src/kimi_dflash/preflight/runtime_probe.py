@@ -112,8 +112,6 @@ def probe_runtime(
     timeout: float = PROBE_TIMEOUT_S,
     env: Mapping[str, str] | None = None,
 ) -> RuntimeReport:
-    """Probe the vLLM that `python` (default: this interpreter) would run, for the named features, in the
-    environment vLLM will get (`env`, default: this process's)."""
     child = _run_child(python, timeout, env)
     # The child names the vllm its interpreter has; if it could not run, this interpreter (if it is the same
     # one) can still say which vllm is installed without importing it.

@@ -29,8 +29,7 @@ _COUNTED_KINDS = {"cli": "options", "speculative_config": "speculative_config fi
 
 
 def check_vllm(request: PreflightRequest, runtime: RuntimeReport) -> list[CheckResult]:
-    """The install line; then, with a deployment, the compatibility findings and the plugin line; without one,
-    a summary of the features present and one line per feature missing."""
+    """Without a deployment: the features present and one line per feature missing."""
     results = [_check_import(request, runtime)]
     if request.deployment is not None:
         verdict = None
