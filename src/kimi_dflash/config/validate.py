@@ -40,10 +40,6 @@ class Config:
         return Config(self.path, typed, {**self.sources, **dict.fromkeys(overrides, source)}, self.warnings)
 
     @property
-    def speculative(self) -> bool:
-        return self.typed.speculative
-
-    @property
     def demo_models(self) -> str | None:
         return self.typed.demo_models
 

@@ -169,13 +169,9 @@ def specforge_draft_config(arch: DrafterArchitecture) -> dict[str, Any]:
 
 
 def serving_config(arch: DrafterArchitecture) -> dict[str, Any]:
-    """config.json of the exported drafter, as vLLM 0.32's DFlashQwen3ForCausalLM reads it: the architecture as
-    given (serving keys such as use_swa included), with the RoPE amplitude it was trained with pinned.
-
-    SpecForge trains with transformers 5, which gives z-lab's YaRN fields (mscale = mscale_all_dim = 1.0) amplitude
-    1.0; z-lab's own drafters were trained with 1.4159, and the launcher restores that for drafters whose fields
-    leave it implicit (launch/drafter_rope.py). An explicit `attention_factor` is left alone by it and honoured by
-    vLLM from 0.30, so the drafter trained here is served with the amplitude it learned."""
+    """config.json for vLLM 0.32's DFlashQwen3ForCausalLM, with the RoPE amplitude it was trained with pinned:
+    SpecForge (transformers 5) trains z-lab's YaRN fields at amplitude 1.0, and an explicit `attention_factor` is
+    honoured by vLLM from 0.30 and left alone by launch/drafter_rope.py (which would restore 1.4159)."""
     config = dict(arch.config)
     rope = drafter_rope(config)
     if rope is not None and rope.attention_factor is None:

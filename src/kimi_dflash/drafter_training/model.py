@@ -118,9 +118,8 @@ class DFlashDrafter(nn.Module):
                     parameter.copy_(torch.randn(parameter.shape, generator=generator) * std)
 
     def block_logits(self, features: torch.Tensor, input_ids: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
-        """Logits [anchors, B-1, vocab] of the mask slots of one block per anchor.
-
-        features [L, hidden * len(target_layer_ids)], input_ids [L] of one sequence; anchors [K] positions >= 1."""
+        """Logits [anchors, B-1, vocab] of the mask slots of one block per anchor. features [L, hidden *
+        len(target_layer_ids)], input_ids [L] of one sequence; anchors [K] positions >= 1."""
         length, block = features.shape[0], self.block_size
         offsets = torch.arange(block)
         query_positions = (anchors[:, None] + offsets[None, :]).reshape(-1)

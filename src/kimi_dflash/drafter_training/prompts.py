@@ -37,10 +37,8 @@ class Prompt:
 
 
 def first_turn(record: Mapping[str, Any]) -> tuple[Mapping[str, str], ...] | None:
-    """[system?] + first user message of a record in any of the accepted shapes, or None when it has no user turn.
-
-    Accepted: {"messages": [{"role", "content"}]}, ShareGPT {"conversations": [{"from"/"role", "value"/"content"}]},
-    {"prompt": text} (the project's prompt files)."""
+    """[system?] + first user message (None: no user turn) of {"messages": [...]}, ShareGPT {"conversations":
+    [{"from"/"role", "value"/"content"}]} or {"prompt": text} (the project's prompt files)."""
     if isinstance(record.get("prompt"), str):
         return ({"role": "user", "content": record["prompt"]},)
     turns = record.get("messages") or record.get("conversations") or []

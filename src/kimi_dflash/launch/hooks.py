@@ -40,7 +40,7 @@ def preflight(
         tensor_parallel_size=typed.tensor_parallel_size if typed.device != "cpu" else 1,
         expected_arch=EXPECTED_ARCH.get(typed.device),
         model_dir=typed.model_dir,
-        draft_model_dir=typed.draft_model_dir if config.speculative else None,
+        draft_model_dir=typed.draft_model_dir if typed.speculative else None,
         model_repo_hint=str(typed.model_repo),
         draft_repo_hint=str(typed.draft_model_repo),
         host=plan.host,

@@ -33,7 +33,7 @@ def resolve_demo_models(config: Config, create: bool, say: Callable[[str], None]
 def resolve_drafter_rope(config: Config, create: bool, say: Callable[[str], None] = _stderr) -> Config:
     """DRAFT_MODEL_DIR at the trained-RoPE overlay where needed (launch/drafter_rope.py; DRAFTER_ROPE_FIX)."""
     drafter_dir = config.typed.draft_model_dir
-    if not config.speculative or config.typed.speculative_method != "dflash" or drafter_dir is None:
+    if config.typed.speculative_method != "dflash" or drafter_dir is None:
         return config
     from kimi_dflash.launch import drafter_rope
 

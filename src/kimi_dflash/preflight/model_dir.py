@@ -25,12 +25,8 @@ _LFS_POINTER_MAX_BYTES = 1024
 
 
 def check_model_dir(path: Path, role: str, repo_hint: str | None = None, *, fix_hint: str | None = None) -> CheckResult:
-    """Check one checkpoint directory.
-
-    role names the line ("model" -> "model dir", "drafter" -> "drafter dir"); repo_hint is the Hugging Face
-    repo id for the download command in the fix; fix_hint, when given, replaces that command (e.g. for
-    locally fabricated demo models).
-    """
+    """``role`` names the line ("model dir"); ``repo_hint``: the Hugging Face repo id for the download command in
+    the fix; ``fix_hint`` replaces that command (e.g. for fabricated demo models)."""
     name = f"{role} dir"
     path = Path(path)
     fix = fix_hint or _download_fix(path, role, repo_hint)
