@@ -1,7 +1,5 @@
-"""The prompts whose replies the target regenerates: one JSONL file of {"id", "messages"} (chat messages up to
-and including the first user turn), prepared by the setup phase from the shipped demo prompts (the benchmark's own
-stay out of training, so acceptance is measured on unseen ones) or PerfectBlend's parquet shards (read with pyarrow,
-in SpecForge's environment; downloading it: docs/drafter-training.md).
+"""The prompts whose replies the target regenerates: one JSONL file of {"id", "messages"}, from the shipped demo prompts
+(the benchmark's own stay out of training) or PerfectBlend's parquet shards (docs/drafter-training.md).
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""Regenerate the training replies with the target itself, behind `serve.sh` (`/v1/chat/completions`,
-`return_token_ids`: a matched drafter learns what *this* target writes, in its own tokens). The output files
-(part-*.jsonl written atomically per `chunk_size` records, failed.jsonl, summary.json), resume and retries are
-described in docs/drafter-training.md (regen).
+"""Regenerate the training replies with the target itself, behind `serve.sh` (`return_token_ids`: a matched drafter
+learns what *this* target writes, in its own tokens). Files, resume and retries: docs/drafter-training.md (regen).
 """
 
 from __future__ import annotations

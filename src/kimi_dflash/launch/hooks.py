@@ -72,9 +72,8 @@ def _kv_scales_ok(config: Config, plan: LaunchPlan, say: Callable[[str], None]) 
 
 
 def patches(planned: Deployment, say: Callable[[str], None], vllm_root: Path | None = None) -> bool:
-    """Report the patch status of the vLLM that will run (`vllm_root`: its package directory, default this Python's);
-    on ROCm write a pending file patch when the rules' verdict relies on it (the plan takes the path it fixes and the
-    plugin cannot deliver it at runtime). At or above the patch floor (patcher/floor.py) the patcher is not loaded."""
+    """Report the patch status of the vLLM that will run; on ROCm write a pending file patch the rules' verdict
+    relies on. At or above the patch floor (patcher/floor.py) the patcher is not loaded."""
     from kimi_dflash.patcher import floor
 
     on_rocm = planned.platform == "rocm"

@@ -1,7 +1,6 @@
-"""What a validated config still needs from this machine before its plan is built (the fabricated demo models'
-paths, the libraries to preload into vLLM's CPU build, whether the serving Python has flashinfer on CUDA), then
-the plan for this machine. Shared by every server start (serve.sh, the lab's in-process starter) and by the
-pre-shard tool, which runs vLLM in-process from the same config."""
+"""What a validated config still needs from this machine (demo model paths, CPU preloads, flashinfer on CUDA), then
+the plan for this machine. Shared by every server start (serve.sh, the lab's starter) and the pre-sharder.
+"""
 
 from __future__ import annotations
 

@@ -64,8 +64,7 @@ def private_dir(path: Path, *, follow_symlinks: bool = True) -> Path:
 
 
 def open_private(path: Path, flags: int) -> int:
-    """A file descriptor of ``path``, a regular file of this user's, never a symlink's target: created with mode
-    0600 (``flags`` with os.O_CREAT), and an existing one of ours made 0600 if others could open it. UnsafeLocation
+    """A regular file of this user's, never a symlink's target, mode 0600 (created so, or made so); UnsafeLocation
     otherwise. Never blocks on a FIFO."""
     try:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, PRIVATE_FILE_MODE)
