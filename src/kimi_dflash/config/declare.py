@@ -1,7 +1,6 @@
-"""How a config key is declared: an attribute of the settings class (config/schema.py), its annotation the type and
-its `key(...)` default the rest; `keys_of` reads the class back as one `Key` per attribute. Annotation -> type:
-Literal[...] -> enum with those choices; int, float, bool, str, Path -> the same; `X | None` -> optional (an empty
-value means "unset / let vLLM decide", not an empty string).
+"""How a config key is declared: an attribute of the settings class (config/schema.py), its annotation the type,
+its `key(...)` default the rest; `keys_of` reads them back. `X | None` is optional: an empty value means "unset /
+let vLLM decide", not an empty string.
 """
 
 from __future__ import annotations

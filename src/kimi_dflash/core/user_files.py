@@ -43,9 +43,8 @@ def _size(n: int) -> str:
 def read_user_bytes(
     path: Path | str, *, what: str = "file", max_bytes: int = DEFAULT_MAX_BYTES, follow_symlinks: bool = True
 ) -> bytes:
-    """The bytes of a regular file of at most ``max_bytes``. ``what`` names the file's role in messages ("dataset",
-    "--extra-body file"). ``follow_symlinks=False`` refuses a symlink (for records in directories other users may
-    reach)."""
+    """``what`` names the file's role in messages ("dataset"). ``follow_symlinks=False`` refuses a symlink (for
+    records in directories other users may reach)."""
     path = Path(path)
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)  # a FIFO must not block the open
     if not follow_symlinks:

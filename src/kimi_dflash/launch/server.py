@@ -182,10 +182,9 @@ def wait_until_ready(
     log_start: int = 0,
     token: str | None = None,
 ) -> bool:
-    """Poll until ready, the process dies (log tail shown) or the timeout passes. Shows progress meanwhile.
-    ``log_start``: where this start's output begins in the (appended) log. ``token``: the server's ownership token;
-    ready then also means every socket listening on the port is held by a process carrying it (another server
-    answering on that port is not this start's)."""
+    """Poll until ready, the process dies (log tail shown) or the timeout passes. ``log_start``: where this start's
+    output begins in the appended log. With ``token``, ready also means every socket listening on the port is held
+    by a process carrying it (another server answering there is not this start's)."""
     started = time.monotonic()
     next_progress = started + PROGRESS_INTERVAL_S
     while True:
@@ -240,10 +239,9 @@ def start_and_wait(
     *,
     private_log: bool = False,
 ) -> subprocess.Popen[bytes] | None:
-    """Start vLLM detached, appending to log_path, and wait until it serves. None when it died or timed out: it is
-    then stopped (workers included), its pid file removed, and this start's log tail was shown. An interruption
-    (Ctrl-C, SIGTERM, SIGHUP) while it starts stops it too, says so, and raises StartInterrupted: the user is left
-    with nothing running rather than a server nobody was told about. ``private_log``: see _open_log."""
+    """None when it died or timed out: then stopped (workers included), pid file removed, log tail shown. Ctrl-C,
+    SIGTERM or SIGHUP while it starts stops it too and raises StartInterrupted: nothing is left running that
+    nobody was told about."""
     try:
         log_start = log_path.stat().st_size  # the log is appended to; the tail shown on failure is this start's
     except OSError:
