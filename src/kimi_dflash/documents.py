@@ -1,9 +1,6 @@
-"""The JSON documents the workflows write and read back (run states, failure records, verdicts, measures, reported
-figures): pydantic models with a schema name and version, read through ``core.user_files``, written atomically.
-
-A file without ``"schema"`` / ``"schema_version"`` (written before its kind was typed) reads as version 1; another
-schema or an unknown version is an ``UnreadableFile`` naming the file and the problem. Types are strict (no number
-read from a string); unknown keys are ignored (a newer writer of the same version may add fields).
+"""The JSON documents the workflows write and read back: pydantic models with a schema name and version, read
+through ``core.user_files``, written atomically. A file without ``"schema"`` reads as version 1 (written before
+its kind was typed); types are strict; unknown keys are ignored (a newer writer of the same version may add them).
 """
 
 from __future__ import annotations

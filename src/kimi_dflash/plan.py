@@ -1,6 +1,5 @@
-"""The launch plan: a pure function from a validated Config to the exact `vllm serve` argv and environment.
-
-Nothing here touches the machine, so `serve.sh --dry-run` and the tests see exactly what would run.
+"""The launch plan: a pure function from a validated Config to the exact `vllm serve` argv and environment, so
+`serve.sh --dry-run` and the tests see exactly what would run.
 """
 
 from __future__ import annotations
@@ -91,7 +90,7 @@ def _drafter_slides(config: Config) -> bool:
 def speculative_config(config: Config) -> dict[str, object] | None:
     """The --speculative-config JSON object, or None for the autoregressive baseline: a field per key that declares
     one (config/schema.py: `speculative_field=`), unset optional keys left to vLLM."""
-    if not config.speculative:
+    if not config.typed.speculative:
         return None
     spec: dict[str, object] = {"method": config.typed.speculative_method}  # first, for whoever reads --dry-run
     for key in KEYS:

@@ -1,7 +1,6 @@
-"""README's result tables: the results this project measured (benchmark result files, each with the server config
-that ran it) as the sweep's table at matched concurrency, then figures reported by others (reported-figures
-documents) with their provenance, never mixed with ours. The recipe's MI300X figures ship in the package
-(data/recipe-mi300x.json, also set beside a run by qualify's report). A test keeps README in sync.
+"""README's result tables: this project's measured results as the sweep's table at matched concurrency, then figures
+reported by others with their provenance, never mixed with ours (the recipe's MI300X figures ship in
+data/recipe-mi300x.json). A test keeps README in sync.
 """
 
 from __future__ import annotations
@@ -51,7 +50,6 @@ class ReportedFigures(Document):
 
 
 def recipe_figures() -> ReportedFigures:
-    """The recipe's published MI300X figures, shipped with the package."""
     text = resources.files("kimi_dflash").joinpath("data", RECIPE_FILE).read_text(encoding="utf-8")
     return ReportedFigures.parse(parse_user_json(text, where=RECIPE_FILE), RECIPE_FILE)
 

@@ -1,20 +1,8 @@
 """ASGI middleware for vLLM's API server: with API_KEY set, every route needs the key, not only vLLM's prefixes.
 
-vLLM's own check (`--api-key` / VLLM_API_KEY) guards only paths under a few prefixes: "/v1" in 0.20
-(entrypoints/openai/server_utils.py:83), ("/v1", "/v2", "/inference", "/cohere") in 0.32 and 0.33
-(entrypoints/serve/middleware/authenticate.py:11, :59). /invocations (which generates), /tokenize, /detokenize,
-/metrics, /docs, /openapi.json and /version stay open. vLLM's `--middleware IMPORT.PATH` option (0.20:
-entrypoints/openai/cli_args.py:260; 0.32: launchers/cli_args.py:351; 0.33: common/cli_args.py:361) adds an app
-middleware to the same app, so this class, passed there by the launch plan, closes every route. Open without the
-key: /health and /ping (load balancers and the readiness probe) and a true CORS preflight (OPTIONS with Origin and
-Access-Control-Request-Method; browsers send it without credentials). vLLM's CORSMiddleware sits inside this one
-(added before the --middleware ones: 0.32 serve/middleware/register.py:24, :69) and answers a preflight itself,
-never calling a route; the body of what comes back is dropped all the same, so a preflight-shaped OPTIONS cannot
-read a route that answers every method (the /metrics mount does, /metrics/x too: serve/instrumentator/metrics.py:77,
-:80). Any other OPTIONS needs the key. See docs/security.md.
-
-Loaded by vLLM's API server process (`--middleware kimi_dflash.vllm_auth.RequireKeyEverywhere`); standard library
-only. vLLM constructs it with the app alone, so the key comes from the environment the plan sets (VLLM_API_KEY).
+vLLM's own check guards only /v1-like prefixes; /health, /ping and true CORS preflights stay open here (load
+balancers, browsers). vLLM constructs it with the app alone, so the key comes from VLLM_API_KEY. Standard library
+only; the routes, vLLM file:line references and the checks: docs/security.md.
 """
 
 from __future__ import annotations

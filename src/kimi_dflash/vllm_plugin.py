@@ -1,8 +1,6 @@
-"""vLLM general plugin (entry point group ``vllm.general_plugins``).
-
-vLLM calls ``register()`` in every process it starts (API server, engine core, workers) before the model
-is built. vLLM logs and swallows exceptions raised while *importing* a plugin, so this module imports nothing
-heavy at load time, and everything that must not fail silently happens inside ``register()`` and raises there.
+"""vLLM general plugin (``vllm.general_plugins``): vLLM calls ``register()`` in every process before the model is
+built. It logs and swallows exceptions raised while *importing* a plugin, so this module imports nothing heavy and
+everything that must not fail silently happens inside ``register()``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Per-position acceptance rates for vLLM's synthetic rejection sampler: parsed and checked the way vLLM's
-SpeculativeConfig checks them (one rate per drafted token, each in [0, 1], non-increasing), so a bad list is named
-before a server loads for minutes.
-
-The rates are *unconditional*: rate[i] is the share of verify steps that accept draft position i, which is exactly
-the benchmark's `per_position` acceptance (a result JSON's list can be passed as is).
+"""Per-position acceptance rates for vLLM's synthetic rejection sampler, checked as SpeculativeConfig does (one per
+drafted token, in [0, 1], non-increasing) before a server loads for minutes. Rates are unconditional, exactly the
+benchmark's `per_position` acceptance (a result JSON's list can be passed as is).
 """
 
 from __future__ import annotations

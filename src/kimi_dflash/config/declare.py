@@ -1,7 +1,6 @@
-"""How a config key is declared: an attribute of the settings class (config/schema.py), its annotation the type and
-its `key(...)` default the rest; `keys_of` reads the class back as one `Key` per attribute. Annotation -> type:
-Literal[...] -> enum with those choices; int, float, bool, str, Path -> the same; `X | None` -> optional (an empty
-value means "unset / let vLLM decide", not an empty string).
+"""How a config key is declared: an attribute of the settings class (config/schema.py), its annotation the type,
+its `key(...)` default the rest; `keys_of` reads them back. `X | None` is optional: an empty value means "unset /
+let vLLM decide", not an empty string.
 """
 
 from __future__ import annotations
@@ -95,7 +94,6 @@ def key(
 
 
 def keys_of(settings: type) -> tuple[Key, ...]:
-    """Every key of a settings class, in declaration order, its type read from the annotation."""
     hints = typing.get_type_hints(settings)
     keys = []
     for field in dataclasses.fields(settings):

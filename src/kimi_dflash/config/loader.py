@@ -1,7 +1,5 @@
 """Read env-file configs with python-dotenv's parser (never a shell), follow EXTENDS chains, apply process-env
-overrides, and return raw string settings with where each came from.
-
-Typing and validation live in validate.py; this module only gathers text.
+overrides: raw string settings with where each came from (typing and validation: validate.py).
 """
 
 from __future__ import annotations
@@ -113,7 +111,6 @@ def _read_file(path: Path, problems: list[Problem]) -> list[RawSetting]:
 def _read_chain(
     path: Path, problems: list[Problem], depth: int = 0, visiting: tuple[Path, ...] = ()
 ) -> dict[str, RawSetting]:
-    """Settings of `path` on top of the file it EXTENDS (recursively)."""
     try:
         resolved = path.resolve()
     except (RuntimeError, OSError) as exc:  # Python < 3.13 raises RuntimeError on a symlink loop
@@ -155,8 +152,7 @@ def _read_chain(
 
 
 def read_settings(path: Path, environ: Mapping[str, str] | None = None) -> dict[str, RawSetting]:
-    """All raw settings of a config file: EXTENDS chain, then process-environment overrides for schema keys.
-    ConfigError on unreadable / unparseable input; unknown keys and bad values are validate.py's job."""
+    """EXTENDS chain, then environment overrides. ConfigError on unreadable input; bad values: validate.py."""
     environ = os.environ if environ is None else environ
     problems: list[Problem] = []
     merged = _read_chain(path, problems)

@@ -1,7 +1,5 @@
-"""The configs shipped inside the package (configs/*.env of the repository), for installs without a checkout.
-
-The repository keeps one copy: src/kimi_dflash/configs is a symlink to ../../configs, and the wheel build copies
-the files it points at. `kimi-dflash demo-cpu` therefore means configs/demo-cpu.env wherever the package lives.
+"""The configs shipped inside the package, for installs without a checkout: src/kimi_dflash/configs is a symlink to
+../../configs (one copy), and the wheel build copies the files it points at.
 """
 
 from __future__ import annotations

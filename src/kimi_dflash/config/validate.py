@@ -17,8 +17,7 @@ from kimi_dflash.config.schema import KEYS, KEYS_BY_NAME, ConfigValues
 
 @dataclass(frozen=True)
 class Config:
-    """A validated config: its values typed (`typed`, an instance of the declaration), where each came from (by key
-    name), and the warnings its rules found."""
+    """Typed values, where each came from (by key name), and the warnings its rules found."""
 
     path: Path
     typed: ConfigValues
@@ -32,7 +31,6 @@ class Config:
 
     @property
     def values(self) -> dict[str, object]:
-        """Every key's value by name, in schema order."""
         return {key.name: getattr(self.typed, key.attribute) for key in KEYS}
 
     def with_values(self, source: str, **overrides: object) -> Config:
@@ -42,12 +40,7 @@ class Config:
         return Config(self.path, typed, {**self.sources, **dict.fromkeys(overrides, source)}, self.warnings)
 
     @property
-    def speculative(self) -> bool:
-        return self.typed.speculative
-
-    @property
     def demo_models(self) -> str | None:
-        """The fabricated demo choice this config serves (FABRICATE_DEMO_MODELS), or None."""
         return self.typed.demo_models
 
 
@@ -57,8 +50,6 @@ def check_paths(config: Config) -> list[Problem]:
 
 
 def load_config(path: Path | str, environ: Mapping[str, str] | None = None) -> Config:
-    """Read, override from the environment, type and validate a config file. Raises ConfigError listing every
-    problem."""
     path = Path(path)
     settings = read_settings(path, environ)
     problems: list[Problem] = []

@@ -1,9 +1,6 @@
-"""Atomic file writes: the project's one implementation (readers see the old file or the new one, never half).
-
-Every write goes to a temporary file beside the target (same directory, so same filesystem), is flushed to disk,
-and is renamed over the target; a failure removes the temporary file and leaves the target as it was. A new file
-gets mode 0644 (mkstemp's 0600 would hide a shared cache from other users); a replaced file keeps its mode.
-Standard library only (core/): the benchmark on a client box writes through it too.
+"""Atomic file writes, the project's one implementation: a temporary file beside the target, flushed, renamed over it.
+A new file gets mode 0644 (mkstemp's 0600 would hide a shared cache from other users); a replaced file keeps its
+mode. Standard library only (core/): the benchmark on a client box writes through it too.
 """
 
 from __future__ import annotations

@@ -42,7 +42,6 @@ def failed(name: str, detail: str, fix: str) -> CheckResult:
 
 
 def exit_code(results: Iterable[CheckResult]) -> int:
-    """0 when no check failed (warnings do not block a start), 1 otherwise."""
     return 1 if any(r.status == "fail" for r in results) else 0
 
 

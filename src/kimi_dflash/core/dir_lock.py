@@ -31,9 +31,8 @@ def _holder(fd: int) -> str:
 
 @contextmanager
 def directory_lock(directory: Path, name: str, *, what: str = "run") -> Iterator[Path]:
-    """Hold ``directory/name`` locked for the block; ``DirectoryBusy`` naming the holder's pid when another
-    process holds it, ``UserError`` when the lock file is a symlink or not a regular file. ``what`` names the
-    kind of run in messages ("qualify run", "sweep")."""
+    """``DirectoryBusy`` naming the holder's pid when another process holds it, ``UserError`` when the lock file
+    is a symlink or not a regular file. ``what`` names the kind of run in messages ("qualify run", "sweep")."""
     path = directory / name
     flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:

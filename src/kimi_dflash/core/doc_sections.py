@@ -1,7 +1,5 @@
-"""Generated sections of README.md and docs/: the text between a begin and an end marker line, replaced whole.
-
-Every doc generator (README's results here; the lab's config reference, result schema, compatibility matrix and
-dry-engine table) writes through this module; each takes the file to update as an explicit path.
+"""Generated sections of README.md and docs/: the text between a begin and an end marker line, replaced whole. Every
+doc generator (README's results here, the lab's) writes through this module, given the file's path.
 """
 
 from __future__ import annotations

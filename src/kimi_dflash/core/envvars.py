@@ -1,9 +1,5 @@
-"""Environment variables one part of the project writes and another reads: one name and one default each.
-
-The launch plan (plan.py) writes them into vLLM's environment; the project's vLLM plugin (kvscale/, patcher/)
-reads the KIMI_DFLASH_* ones in every vLLM process, and the compatibility rules read vLLM's own from a plan.
-The config schema takes its KV-scale defaults from here, so the plan and the plugin cannot disagree about them.
-A leaf: imports nothing.
+"""Environment variables one part of the project writes and another reads: one name and one default each, so the
+plan (writer), the plugin in every vLLM process and the config schema cannot disagree. A leaf: imports nothing.
 """
 
 from __future__ import annotations

@@ -80,8 +80,7 @@ ALIGN = {"l": "---", "r": "---:", "c": ":---:"}
 
 
 def markdown_table(header: Sequence[str], align: str, rows: Iterable[Sequence[object]]) -> list[str]:
-    """A Markdown table's lines; ``align`` has one letter per column: l(eft), r(ight) or c(entre). A "|" inside a
-    cell is escaped, so it cannot split the cell."""
+    """``align``: one letter per column, l(eft), r(ight) or c(entre); a "|" in a cell is escaped."""
 
     def line(cells: Iterable[object]) -> str:
         return "| " + " | ".join(str(cell).replace("|", "\\|") for cell in cells) + " |"

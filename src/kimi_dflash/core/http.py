@@ -1,9 +1,6 @@
-"""The one small blocking HTTP client for paths where speed does not matter: readiness probes, a server's model
-list, a package index page, a wheel's byte ranges. urllib with a timeout; JSON in and out; the API key as a bearer
-header, never in a URL or a message.
-
-The benchmark's hot path keeps its own measured client (bench/http1.py), and jobs that need many requests at once
-use aiohttp (validate/client.py); everything else goes through here.
+"""The one small blocking HTTP client for paths where speed does not matter (probes, model lists, index pages, wheel
+byte ranges); the API key as a bearer header, never in a URL or a message. The benchmark's hot path has its own
+client (bench/http1.py); many requests at once use aiohttp (validate/client.py).
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""Run a callback right after a module is imported (or now, if it already was).
-
-The plugin runs early in every vLLM process; importing vLLM's attention or spec-decode modules from there would
-change vLLM's import order (and drag GPU code into the API server), so runtime patches wait until vLLM imports the
-module itself. A callback's exception propagates out of that import: a patch that cannot apply fails loudly.
+"""Run a callback right after a module is imported (or now, if it already was): importing vLLM's modules from the
+plugin would change vLLM's import order, so runtime patches wait for vLLM to import them. A callback's exception
+propagates out of that import: a patch that cannot apply fails loudly.
 """
 
 from __future__ import annotations

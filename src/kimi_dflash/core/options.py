@@ -1,19 +1,9 @@
 """One way to declare a verb's options, and the one place that turns them into a parser.
 
-A verb declares its options once, as the fields of a dataclass (its typed model): ``option(help, ...)`` keeps
-an ``Option`` in the field's metadata; the type comes from the annotation (a Literal gives the choices). The
-module exposes ``add_cli_args = declare(Model, DESCRIPTION, EPILOG)`` and ``main(args: Model) -> int``; ``run``
-(the front door, ``python -m``, the repository's scripts) builds the parser, parses and calls ``main``.
-
-- flag: ``--field-name`` unless given; a ``bool`` is a switch (``--x``; ``--no-x`` when its default is True).
-- numbers are finite (nan/inf refused while parsing) and within ``minimum`` / ``above`` (strict) / ``maximum``.
-- ``parse``: text -> value; its ValueError or UserError is the usage error. ``repeatable``: ``--x A --x B``.
-- ``secret``: never echoed in an error, and no abbreviations (``--api K`` is not ``--api-key``); errors also hide
-  URL credentials. ``rest``: the arguments the verb does not know, handed on. ``argv``: ``[program, *args]``.
-- On the model: ``check()`` (its ValueError is a usage error), ``USAGE_EXIT`` (2 unless the verb's 2 means
-  something else: qualify's is 1), ``ABBREVIATIONS = False``, ``GROUPS`` (help sections in order, descriptions).
-
-Standard library only (core/): the benchmark on a client box builds its parser here too.
+A verb's options are the fields of a dataclass (``option(help, ...)`` in each field's metadata; the type from the
+annotation, a Literal gives the choices). The module exposes ``add_cli_args = declare(Model, DESCRIPTION, EPILOG)``
+and ``main(args: Model) -> int``; ``run`` builds the parser, parses and calls ``main``. ``secret`` options are
+never echoed and take no abbreviations. Standard library only (core/): the benchmark on a client box uses it too.
 """
 
 from __future__ import annotations
@@ -95,7 +85,6 @@ def fields_of(model: type) -> list[tuple[dataclasses.Field[Any], Option]]:
 
 
 def flag_of(field: dataclasses.Field[Any], spec: Option) -> str:
-    """The option's (first) flag as the user types it."""
     return spec.flag if isinstance(spec.flag, str) else (spec.flag or ("--" + field.name.replace("_", "-"),))[0]
 
 
@@ -135,7 +124,6 @@ def _converter(kind: Any, flag: str, spec: Option) -> Callable[[str], Any]:
 
 
 def _argument(name: str, spec: Option, hint: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
-    """add_argument's names and keywords for one field."""
     kind, literal, many = _scalar(hint)
     flags = (spec.flag,) if isinstance(spec.flag, str) else spec.flag or ("--" + name.replace("_", "-"),)
     kwargs: dict[str, Any] = {"help": argparse.SUPPRESS if spec.hidden else spec.help, "default": spec.default}
@@ -250,6 +238,5 @@ def parse(module: str | types.ModuleType, argv: Sequence[str] | None = None, pro
 
 def run(module: str | types.ModuleType, argv: Sequence[str] | None = None, prog: str | None = None,
         description: str | None = None) -> int:  # fmt: skip
-    """Parse ``argv`` for the verb ``module`` and run its ``main``: the front door, a module's ``if __name__ ==
-    "__main__": sys.exit(options.run(__name__, prog=...))`` and the repository's scripts start a verb this way."""
+    """Parse ``argv`` for the verb ``module`` and run its ``main``: how every entry point starts a verb."""
     return int(_module(module).main(parse(module, argv, prog, description)) or 0)

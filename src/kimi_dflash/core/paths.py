@@ -1,7 +1,5 @@
-"""Where the project keeps things on disk: one user cache directory, overridable by KIMI_DFLASH_CACHE.
-`python -m kimi_dflash.core.paths` prints it.
-
-The package never looks at the checkout it may have come from: it works the same installed from a wheel.
+"""Where the project keeps things on disk: one user cache directory, overridable by KIMI_DFLASH_CACHE (`python -m
+kimi_dflash.core.paths` prints it). Never the checkout the package came from: a wheel install works the same.
 """
 
 from __future__ import annotations
@@ -15,8 +13,7 @@ CACHE_DIR_NAME = "kimi-dflash"
 
 
 def cache_root() -> Path:
-    """The project's cache (demo models, wheels, vLLM's own cache, server logs): $KIMI_DFLASH_CACHE if set, else
-    $XDG_CACHE_HOME/kimi-dflash, else ~/.cache/kimi-dflash."""
+    """$KIMI_DFLASH_CACHE if set, else $XDG_CACHE_HOME/kimi-dflash, else ~/.cache/kimi-dflash."""
     override = os.environ.get(CACHE_ENV)
     if override:
         return Path(override).expanduser().resolve()

@@ -1,15 +1,8 @@
 """The project's one redaction helper: what must never reach a file, a log, a dry run or an error message.
 
-- A secret option in any spelling argparse would accept: ``--api-key K``, ``--api-key=K``, abbreviations
-  (``--api K``, ``--api-k=K``; a parser built by core/options.py with a secret option takes no abbreviations, so
-  these are refused there, but a command line stored or shown is redacted whichever parser it was meant for), and
-  the spellings vLLM's parser adds (vllm/utils/argparse_utils.py, FlexibleArgumentParser.parse_args): underscores
-  for dashes (``--api_key K``) and a dotted sub-key (``--api-key.x K``, which vLLM turns into a JSON value).
-- Credentials in a URL's userinfo (``http://user:key@host``), with or without a scheme.
-- Secret-looking URL query parameters (``?api_key=K``, ``&token=T``): ``redact_query``.
-
-Standard library only, in core/ (the leaf every package may use: the benchmark on a client box, the recipe, the
-workflows).
+A secret option in any spelling argparse or vLLM's parser would accept (abbreviations, ``--api_key``, a dotted
+sub-key: vllm/utils/argparse_utils.py; docs/security.md), credentials in a URL's userinfo, and secret-looking URL
+query parameters (``redact_query``). Standard library only, in core/: every package may use it.
 """
 
 from __future__ import annotations
@@ -39,7 +32,6 @@ def spelled_option(arg: str, options: Iterable[str]) -> str | None:
 
 
 def secret_option(arg: str, options: Iterable[str] = SECRET_OPTIONS) -> str | None:
-    """The secret option ``arg`` spells (any spelling: see spelled_option); None if none."""
     return spelled_option(arg, options)
 
 
@@ -57,8 +49,7 @@ _SECRET_QUERY = re.compile(
 
 
 def redact_query(text: str) -> str:
-    """``text`` with the value of every secret-looking URL query parameter (``?api_key=K``, ``&token=T``) replaced
-    by ***; other parameters are kept."""
+    """Secret-looking URL query parameters (``?api_key=K``, ``&token=T``) get *** for a value; others are kept."""
     return _SECRET_QUERY.sub(lambda m: f"{m.group('name')}{MASK}", text)
 
 

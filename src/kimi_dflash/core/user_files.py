@@ -1,9 +1,6 @@
-"""The one guarded reader for every file a user names (configs, datasets, --extra-body @FILE, result files, pid
-records): a regular file only (a FIFO would block, a device never end, a directory is not "missing"), a size cap
-checked before the bytes are held, UTF-8, and for JSON a nesting cap checked before the parser recurses. Every
-refusal is a ``UnreadableFile`` (a ``UserError``, exit 2) whose message names the file, what is wrong and the fix.
-
-Standard library only: the benchmark (a client box) reads its inputs through it too.
+"""The one guarded reader for every file a user names: a regular file only (a FIFO would block, a device never end),
+a size cap checked before the bytes are held, UTF-8, and for JSON a nesting cap checked before the parser recurses.
+Every refusal is an ``UnreadableFile`` (``UserError``, exit 2). Standard library only: the benchmark uses it too.
 """
 
 from __future__ import annotations
@@ -46,9 +43,8 @@ def _size(n: int) -> str:
 def read_user_bytes(
     path: Path | str, *, what: str = "file", max_bytes: int = DEFAULT_MAX_BYTES, follow_symlinks: bool = True
 ) -> bytes:
-    """The bytes of a regular file of at most ``max_bytes``. ``what`` names the file's role in messages ("dataset",
-    "--extra-body file"). ``follow_symlinks=False`` refuses a symlink (for records in directories other users may
-    reach)."""
+    """``what`` names the file's role in messages ("dataset"). ``follow_symlinks=False`` refuses a symlink (for
+    records in directories other users may reach)."""
     path = Path(path)
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)  # a FIFO must not block the open
     if not follow_symlinks:
@@ -148,6 +144,5 @@ def read_user_json(
     max_depth: int = MAX_JSON_DEPTH,
     follow_symlinks: bool = True,
 ) -> Any:
-    """A JSON document from a regular UTF-8 file, size- and nesting-capped."""
     text = read_user_text(path, what=what, max_bytes=max_bytes, follow_symlinks=follow_symlinks)
     return parse_user_json(text, where=f"{what} {path}", max_depth=max_depth)

@@ -1,8 +1,5 @@
-"""A released wheel from the package index, downloaded once with pip into cache_root()/wheels and then reused.
-
-The product reads SpecForge's schema from its wheel (drafter_training); the lab reads vLLM releases' sources
-(kimi_dflash_lab.wheels, which falls back to this full download when the index refuses range requests).
-Standard library only.
+"""A released wheel from the package index, downloaded once with pip into cache_root()/wheels and then reused
+(SpecForge's schema in drafter_training; the lab's fallback when the index refuses range requests). Stdlib only.
 """
 
 from __future__ import annotations
@@ -26,7 +23,6 @@ def find_cached_wheel(version: str, cache: Path | None = None, dist: str = "vllm
 
 
 def download_wheel(version: str, cache: Path | None = None, dist: str = "vllm") -> Path:
-    """The wheel for dist==version, downloaded with pip once and then reused."""
     cached = find_cached_wheel(version, cache, dist)
     if cached is not None:
         return cached

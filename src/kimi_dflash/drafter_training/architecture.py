@@ -1,12 +1,9 @@
-"""The drafter to train: a DFlash drafter architecture (config.json of a `DFlashDraftModel`: production
-`configs/kimi-k2.6-dflash-draft.json`, the demo the fabricated drafter's), checked against its target, and the two
-configs derived from it: the draft config SpecForge trains and the config.json vLLM serves.
+"""The drafter to train: a DFlash drafter architecture (`configs/kimi-k2.6-dflash-draft.json`, or the demo's), checked
+against its target, and the two configs derived from it: the draft config SpecForge trains, the config.json vLLM serves.
 
-Attention: vLLM 0.32 (`qwen3_dflash.py`) attends non-causally over context + block; a drafter that must sit in its
-own KV-cache group on vLLM-CPU (the demo) says `dflash_config.use_swa` with a window wider than any context, which
-changes nothing about attention. SpecForge 0.2.0 trains sliding-window layers causally inside the block (its
-`create_dflash_sdpa_mask`), so the training config always declares full attention and the serving config keeps the
-window; `check_against_target` refuses a window that could ever bite.
+vLLM 0.32 (`qwen3_dflash.py`) attends non-causally over context + block, but SpecForge 0.2.0 trains sliding-window
+layers causally inside the block (`create_dflash_sdpa_mask`): so training always declares full attention, serving
+keeps the demo's `use_swa` window (wider than any context) and `check_against_target` refuses one that could bite.
 """
 
 from __future__ import annotations
@@ -172,13 +169,9 @@ def specforge_draft_config(arch: DrafterArchitecture) -> dict[str, Any]:
 
 
 def serving_config(arch: DrafterArchitecture) -> dict[str, Any]:
-    """config.json of the exported drafter, as vLLM 0.32's DFlashQwen3ForCausalLM reads it: the architecture as
-    given (serving keys such as use_swa included), with the RoPE amplitude it was trained with pinned.
-
-    SpecForge trains with transformers 5, which gives z-lab's YaRN fields (mscale = mscale_all_dim = 1.0) amplitude
-    1.0; z-lab's own drafters were trained with 1.4159, and the launcher restores that for drafters whose fields
-    leave it implicit (launch/drafter_rope.py). An explicit `attention_factor` is left alone by it and honoured by
-    vLLM from 0.30, so the drafter trained here is served with the amplitude it learned."""
+    """config.json for vLLM 0.32's DFlashQwen3ForCausalLM, with the RoPE amplitude it was trained with pinned:
+    SpecForge (transformers 5) trains z-lab's YaRN fields at amplitude 1.0, and an explicit `attention_factor` is
+    honoured by vLLM from 0.30 and left alone by launch/drafter_rope.py (which would restore 1.4159)."""
     config = dict(arch.config)
     rope = drafter_rope(config)
     if rope is not None and rope.attention_factor is None:

@@ -1,9 +1,5 @@
-"""Write a trained drafter in the layout vLLM 0.32 loads for DFlash, and a config that serves it.
-
-vLLM's `DFlashQwen3ForCausalLM` (`qwen3_dflash.py`) reads `config.json` (architecture.serving_config) and
-safetensors weights under the names of model.py's parameters (`fc.weight`, `layers.N.self_attn.q_proj.weight`, ...);
-embeddings and lm_head are the target's, so none are written. The directory is built beside its destination and
-swapped in whole.
+"""Write a trained drafter in the layout vLLM 0.32 loads for DFlash (`qwen3_dflash.py`), and a config that serves it.
+Embeddings and lm_head are the target's, so none are written; the directory is swapped in whole.
 """
 
 from __future__ import annotations
@@ -44,7 +40,6 @@ def target_embeddings(target_dir: Path) -> tuple[torch.Tensor, torch.Tensor]:
 def export_drafter(
     weights: Mapping[str, torch.Tensor], arch: DrafterArchitecture, out_dir: Path, dtype: torch.dtype = torch.bfloat16
 ) -> Path:
-    """Write config.json + model.safetensors to out_dir (replaced whole, never half-written)."""
     from safetensors.torch import save_file
 
     out_dir = Path(out_dir)

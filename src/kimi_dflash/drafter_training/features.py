@@ -1,12 +1,7 @@
-"""The demo's offline training features, as SpecForge 0.2.0's offline DFlash samples (`data.hidden_states_path`,
-layout `specforge_hidden_states_v1`), which the stand-in trainer reads too. One `<id>.ckpt` per conversation
-(torch.save of a dict), written atomically and skipped when present (a capture resumes):
-    input_ids      int64 [seq]              the prompt's and the reply's token ids, as the target produced them
-    loss_mask      int64 [seq]              1 on the reply's tokens (what the drafter learns to propose)
-    hidden_states  float32 [seq, H * L]     the target's residual stream after each of target_layer_ids,
-                                            concatenated (what vLLM hands the drafter: layer id + 1's input)
-The target runs in transformers (float32), which agrees with vLLM's logprobs within 3e-4 on the demo
-(tests/integration/test_demo_server.py).
+"""The demo's offline training features, as SpecForge 0.2.0's offline DFlash samples (layout
+`specforge_hidden_states_v1`, docs/drafter-training.md): one `<id>.ckpt` per conversation, written atomically and
+skipped when present (a capture resumes). The target runs in transformers (float32), which agrees with vLLM's
+logprobs within 3e-4 on the demo (tests/integration/test_demo_server.py).
 """
 
 from __future__ import annotations
@@ -120,7 +115,6 @@ def capture_features(
     max_length: int,
     say: Callable[[str], None] = print,
 ) -> dict[str, int]:
-    """Write one feature file per record not captured yet; returns counts."""
     import torch
 
     out_dir = Path(out_dir)

@@ -1,7 +1,6 @@
-"""A trainable DFlash drafter in plain torch: the forward vLLM 0.32 serves (`qwen3_dflash.py`, `dflash.py`; its
-shape in docs/drafter-training.md), batched over one block per anchor of a sequence, with SpecForge's DFlash
-objective. Context keys and values come from the normed context (no input_layernorm). Parameter names are the ones
-vLLM's DFlash loader reads, so the state dict is the export; embeddings and lm_head are the target's (not saved).
+"""A trainable DFlash drafter in plain torch: the forward vLLM 0.32 serves (`qwen3_dflash.py`, `dflash.py`;
+docs/drafter-training.md), one block per anchor, with SpecForge's DFlash objective. Context keys and values come
+from the normed context (no input_layernorm). Parameter names are vLLM's DFlash loader's: the state dict is the export.
 """
 
 from __future__ import annotations
@@ -118,9 +117,8 @@ class DFlashDrafter(nn.Module):
                     parameter.copy_(torch.randn(parameter.shape, generator=generator) * std)
 
     def block_logits(self, features: torch.Tensor, input_ids: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
-        """Logits [anchors, B-1, vocab] of the mask slots of one block per anchor.
-
-        features [L, hidden * len(target_layer_ids)], input_ids [L] of one sequence; anchors [K] positions >= 1."""
+        """Logits [anchors, B-1, vocab] of the mask slots of one block per anchor. features [L, hidden *
+        len(target_layer_ids)], input_ids [L] of one sequence; anchors [K] positions >= 1."""
         length, block = features.shape[0], self.block_size
         offsets = torch.arange(block)
         query_positions = (anchors[:, None] + offsets[None, :]).reshape(-1)

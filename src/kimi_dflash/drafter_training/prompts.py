@@ -1,7 +1,5 @@
-"""The prompts whose replies the target regenerates: one JSONL file of {"id", "messages"} (chat messages up to
-and including the first user turn), prepared by the setup phase from the shipped demo prompts (the benchmark's own
-stay out of training, so acceptance is measured on unseen ones) or PerfectBlend's parquet shards (read with pyarrow,
-in SpecForge's environment; downloading it: docs/drafter-training.md).
+"""The prompts whose replies the target regenerates: one JSONL file of {"id", "messages"}, from the shipped demo prompts
+(the benchmark's own stay out of training) or PerfectBlend's parquet shards (docs/drafter-training.md).
 """
 
 from __future__ import annotations
@@ -37,10 +35,8 @@ class Prompt:
 
 
 def first_turn(record: Mapping[str, Any]) -> tuple[Mapping[str, str], ...] | None:
-    """[system?] + first user message of a record in any of the accepted shapes, or None when it has no user turn.
-
-    Accepted: {"messages": [{"role", "content"}]}, ShareGPT {"conversations": [{"from"/"role", "value"/"content"}]},
-    {"prompt": text} (the project's prompt files)."""
+    """[system?] + first user message (None: no user turn) of {"messages": [...]}, ShareGPT {"conversations":
+    [{"from"/"role", "value"/"content"}]} or {"prompt": text} (the project's prompt files)."""
     if isinstance(record.get("prompt"), str):
         return ({"role": "user", "content": record["prompt"]},)
     turns = record.get("messages") or record.get("conversations") or []

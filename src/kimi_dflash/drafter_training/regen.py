@@ -1,7 +1,5 @@
-"""Regenerate the training replies with the target itself, behind `serve.sh` (`/v1/chat/completions`,
-`return_token_ids`: a matched drafter learns what *this* target writes, in its own tokens). The output files
-(part-*.jsonl written atomically per `chunk_size` records, failed.jsonl, summary.json), resume and retries are
-described in docs/drafter-training.md (regen).
+"""Regenerate the training replies with the target itself, behind `serve.sh` (`return_token_ids`: a matched drafter
+learns what *this* target writes, in its own tokens). Files, resume and retries: docs/drafter-training.md (regen).
 """
 
 from __future__ import annotations
@@ -71,7 +69,6 @@ def part_files(out_dir: Path) -> list[Path]:
 
 
 def read_records(out_dir: Path) -> Iterable[dict[str, Any]]:
-    """Every completed regen record, in part order."""
     for path in part_files(out_dir):
         for line in path.read_text(encoding="utf-8").splitlines():
             if line.strip():
@@ -119,8 +116,6 @@ def record_from_response(prompt: Prompt, response: Mapping[str, Any]) -> dict[st
 
 
 class ChunkWriter:
-    """Collects finished records and writes them atomically as numbered part files."""
-
     def __init__(self, out_dir: Path, chunk_size: int) -> None:
         self.out_dir = Path(out_dir)
         self.chunk_size = chunk_size

@@ -105,16 +105,14 @@ def logs_dir() -> Path:
 
 
 def _private_dirs(*children: Path) -> None:
-    """The cache and the launcher's directories in it, this user's alone (private_files; UnsafeLocation if not):
-    what another user could write there (a demo model, a symlink on a lock) would be used by this start."""
+    """This user's alone (UnsafeLocation if not): what another user wrote there would be used by this start."""
     private_dir(cache_root())
     for child in children:
         private_dir(child, follow_symlinks=False)
 
 
 def stop_command(config: Config, config_argument: str, environ: dict[str, str] | None = None) -> str:
-    """The --stop command for a server this run starts: with the config keys this run took from the environment
-    (the port among them: it names the pid file; others so that the config validates alike) and the cache
+    """With the config keys this run took from the environment (the port names the pid file) and the cache
     override, shell-quoted; never a secret key."""
     environ = dict(os.environ) if environ is None else environ
     kept = [key.name for key in KEYS if config.sources.get(key.name) == "environment" and not key.secret]
@@ -261,7 +259,6 @@ def start(config: Config, plan: LaunchPlan, args: ServeOptions, pid_path: Path) 
 
 
 def _start_detached(config: Config, plan: LaunchPlan, args: ServeOptions, pid_path: Path) -> int:
-    """Check-then-start, under the port's lock."""
     try:
         existing = running_server(pid_path)
     except ownership.PidFileError as error:

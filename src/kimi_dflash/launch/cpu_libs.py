@@ -1,10 +1,6 @@
-"""Find the libraries vLLM's CPU build wants preloaded: Intel OpenMP (libiomp5) and tcmalloc.
-
-vLLM-CPU warns at start that speculative decoding without Intel OpenMP in LD_PRELOAD "will cause significant
-performance loss", and that tcmalloc should be preloaded (vllm/v1/worker/cpu_worker.py). Intel OpenMP comes with
-vllm-cpu itself (its `intel-openmp` dependency puts libiomp5.so in <environment>/lib); tcmalloc from the
-distribution (Debian/Ubuntu: libtcmalloc-minimal4, installed by launchers/setup-cpu.sh). The plan stays pure:
-this module looks at the machine.
+"""Find the libraries vLLM's CPU build wants preloaded: Intel OpenMP (libiomp5, from vllm-cpu's `intel-openmp`
+dependency) and tcmalloc (the distribution's); vllm/v1/worker/cpu_worker.py warns without them. The plan stays
+pure: this module looks at the machine.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """Serve z-lab's Kimi DFlash drafters with the RoPE amplitude they were trained with (issue 28; docs/patches.md).
 
-From vLLM 0.30 a drafter whose config.json says `rope_scaling: {rope_type: yarn, factor: 64, mscale: 1.0,
-mscale_all_dim: 1.0}` gets amplitude 1.0 instead of the trained 1.4159 (rules/rope_amplitude.py reads it from
-vLLM's source); the same releases honour an explicit `attention_factor`. So such a drafter is served from an
-overlay in the project cache: symlinks to its files and a config.json that adds `attention_factor: 1.4158883...`.
-Nothing changes where vLLM gives the trained amplitude already, where the drafter states its attention_factor, or
-with DRAFTER_ROPE_FIX=false. An overlay is named by a digest of the drafter's path, config.json and file names (a
-changed drafter gets a new one), built beside its place and moved there whole.
+From vLLM 0.30 their YaRN config gets amplitude 1.0 instead of the trained 1.4159, and an explicit
+`attention_factor` is honoured: so they are served from an overlay in the project cache (symlinks plus a
+config.json that adds it), named by a digest of what it is made from and moved into place whole.
 """
 
 from __future__ import annotations
@@ -41,8 +37,6 @@ KEY = "DRAFTER_ROPE_FIX"
 
 @dataclass(frozen=True)
 class RopeFix:
-    """What the launcher does about one drafter's RoPE amplitude on one vLLM."""
-
     action: Literal["none", "overlay", "off", "cannot"]
     message: str | None  # one line for the operator (None: nothing worth saying, e.g. not a z-lab drafter)
     config: Mapping[str, Any] | None = None  # the overlay's config.json
@@ -102,7 +96,6 @@ def _note(verdict: AmplitudeVerdict, fixed: DrafterRope) -> dict[str, Any]:
 
 
 def overlay_dir(root: Path, drafter_dir: Path, config_bytes: bytes, names: list[str], fix: RopeFix) -> Path:
-    """Where the overlay for this drafter lives: a digest of what it is made from."""
     digest = hashlib.sha256()
     for part in (str(drafter_dir).encode(), config_bytes, "\0".join(names).encode(), _dump(fix.config)):
         digest.update(part + b"\0")
@@ -148,8 +141,7 @@ def prepare(
     say: Callable[[str], None],
     source: Callable[[], VllmSource | None] = installed_source,
 ) -> Path:
-    """The directory to serve the drafter from: `drafter_dir` itself, or its overlay (built when `create`; without,
-    only said). `source` is asked only for a drafter the fix concerns."""
+    """`drafter_dir` or its overlay (built when `create`); `source` is asked only for a drafter concerned."""
     drafter_dir = Path(drafter_dir).expanduser().resolve()
     config_path = drafter_dir / CONFIG
     try:

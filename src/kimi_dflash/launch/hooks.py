@@ -20,7 +20,6 @@ EXPECTED_ARCH = {"rocm": "gfx942", "cuda": "sm_90"}
 
 
 def deployment(config: Config, plan: LaunchPlan, inherited_env: Mapping[str, str] | None = None) -> Deployment:
-    """The plan as the compatibility rules see it (rules/deployment.py)."""
     from kimi_dflash.rules.deployment import Deployment
 
     return Deployment.for_plan(config, plan, inherited_env)
@@ -29,8 +28,7 @@ def deployment(config: Config, plan: LaunchPlan, inherited_env: Mapping[str, str
 def preflight(
     config: Config, plan: LaunchPlan, fix_numa: bool, say: Callable[[str], None], planned: Deployment | None = None
 ) -> bool:
-    """The machine checks and the compatibility rules on the serving Python's vLLM. `planned`: the deployment this
-    serve built (default: built here from the plan and this environment)."""
+    """`planned`: the deployment this serve built (default: built here from the plan and this environment)."""
     from kimi_dflash.core.checks import exit_code, render
     from kimi_dflash.preflight.request import PreflightRequest
     from kimi_dflash.preflight.run import run_preflight
@@ -42,7 +40,7 @@ def preflight(
         tensor_parallel_size=typed.tensor_parallel_size if typed.device != "cpu" else 1,
         expected_arch=EXPECTED_ARCH.get(typed.device),
         model_dir=typed.model_dir,
-        draft_model_dir=typed.draft_model_dir if config.speculative else None,
+        draft_model_dir=typed.draft_model_dir if typed.speculative else None,
         model_repo_hint=str(typed.model_repo),
         draft_repo_hint=str(typed.draft_model_repo),
         host=plan.host,
@@ -74,9 +72,8 @@ def _kv_scales_ok(config: Config, plan: LaunchPlan, say: Callable[[str], None]) 
 
 
 def patches(planned: Deployment, say: Callable[[str], None], vllm_root: Path | None = None) -> bool:
-    """Report the patch status of the vLLM that will run (`vllm_root`: its package directory, default this Python's);
-    on ROCm write a pending file patch when the rules' verdict relies on it (the plan takes the path it fixes and the
-    plugin cannot deliver it at runtime). At or above the patch floor (patcher/floor.py) the patcher is not loaded."""
+    """Report the patch status of the vLLM that will run; on ROCm write a pending file patch the rules' verdict
+    relies on. At or above the patch floor (patcher/floor.py) the patcher is not loaded."""
     from kimi_dflash.patcher import floor
 
     on_rocm = planned.platform == "rocm"

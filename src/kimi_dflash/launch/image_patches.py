@@ -1,11 +1,9 @@
 """Image build step: write the file patches the installed vLLM needs for the shipped configs, or fail the build.
 
-    python -m kimi_dflash.launch.image_patches CONFIG [CONFIG ...]
-
-For each config, the same decision serve.sh makes at start (launch.hooks.patches): a pending file patch is
-written only when the plan takes the code path it fixes and the plugin cannot deliver it at runtime. Doing it at
-build time, as root, means the runtime user never needs write access to site-packages. Exit 0 when every needed
-patch is applied (or none is needed), 1 when a needed patch did not apply or the vLLM tree is unrecognised.
+Per config, the decision serve.sh makes at start (launch.hooks.patches): a pending file patch is written only when
+the plan takes the code path it fixes and the plugin cannot deliver it at runtime. At build time, as root, so the
+runtime user never needs write access to site-packages. Exit 0 when every needed patch is applied (or none is
+needed), 1 when a needed patch did not apply or the vLLM tree is unrecognised.
 """
 
 from __future__ import annotations

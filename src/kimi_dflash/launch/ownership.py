@@ -1,10 +1,8 @@
 """Which processes are the vLLM server this project started, so that nothing else is ever signalled.
 
-A detached start (`serve.sh --wait`) gives vLLM a fresh random token in its environment
-(KIMI_DFLASH_SERVER_TOKEN) and records pid, the kernel's start time of that pid and the token in the pid file.
-Every process vLLM spawns (EngineCore, workers) inherits the environment, so the token in /proc/<pid>/environ
-names exactly the server's family, orphans included, and nothing else: a pid file pointing at an unrelated
-process, or a pid reused after a reboot, fails the check and is never signalled. Linux only (/proc).
+A detached start records pid, its kernel start time and a random token (KIMI_DFLASH_SERVER_TOKEN) that every
+process vLLM spawns inherits: /proc/<pid>/environ names the server's family, orphans included, and a reused pid
+fails the check (docs/lifecycle.md). Linux only (/proc).
 """
 
 from __future__ import annotations
@@ -207,9 +205,8 @@ def socket_holders(inodes: set[int], pids: list[int], proc: Path = PROC) -> dict
 
 
 def others_listening(port: int, token: str, proc: Path = PROC) -> str | None:
-    """Who besides the server carrying ``token`` listens on ``port`` (for a message), None when every listening
-    socket there is held by a process of that server. Nothing listening is "others" too: then what answered on the
-    port is not a process of this machine's that the server started (a proxy, another namespace)."""
+    """Who besides the server carrying ``token`` listens on ``port`` (for a message); None: only that server.
+    Nothing listening counts as others too (what answered is a proxy or another namespace)."""
     inodes = listening_sockets(port, proc)
     if not inodes:
         return f"no process of this machine listens on port {port}"
@@ -268,9 +265,8 @@ class StartInProgress(RuntimeError):
 
 @contextlib.contextmanager
 def port_lock(lock_path: Path) -> Iterator[None]:
-    """An exclusive, non-blocking lock around check-then-start (and stop) for one port, released by the kernel
-    however the holder exits; StartInProgress when another process holds it. The lock file is this user's alone
-    (private_files.open_private), in a directory the caller has checked (private_files.private_dir)."""
+    """Around check-then-start (and stop) for one port, released by the kernel however the holder exits;
+    StartInProgress when another process holds it. The caller has checked the directory (private_dir)."""
     fd = private_files.open_private(lock_path, os.O_RDWR | os.O_CREAT)
     try:
         try:

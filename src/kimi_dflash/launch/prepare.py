@@ -1,7 +1,6 @@
-"""What a validated config still needs from this machine before its plan is built (the fabricated demo models'
-paths, the libraries to preload into vLLM's CPU build, whether the serving Python has flashinfer on CUDA), then
-the plan for this machine. Shared by every server start (serve.sh, the lab's in-process starter) and by the
-pre-shard tool, which runs vLLM in-process from the same config."""
+"""What a validated config still needs from this machine (demo model paths, CPU preloads, flashinfer on CUDA), then
+the plan for this machine. Shared by every server start (serve.sh, the lab's starter) and the pre-sharder.
+"""
 
 from __future__ import annotations
 
@@ -19,7 +18,6 @@ def _stderr(message: str) -> None:
 
 
 def resolve_demo_models(config: Config, create: bool, say: Callable[[str], None] = _stderr) -> Config:
-    """Point MODEL_DIR / DRAFT_MODEL_DIR at the fabricated demo models (building them when `create`)."""
     if config.demo_models is None:
         return config
     from kimi_dflash import demo
@@ -32,10 +30,9 @@ def resolve_demo_models(config: Config, create: bool, say: Callable[[str], None]
 
 
 def resolve_drafter_rope(config: Config, create: bool, say: Callable[[str], None] = _stderr) -> Config:
-    """Point DRAFT_MODEL_DIR at an overlay that restores a z-lab Kimi DFlash drafter's trained RoPE amplitude on a
-    vLLM that changed it (launch/drafter_rope.py; DRAFTER_ROPE_FIX), building it when `create`."""
+    """DRAFT_MODEL_DIR at the trained-RoPE overlay where needed (launch/drafter_rope.py; DRAFTER_ROPE_FIX)."""
     drafter_dir = config.typed.draft_model_dir
-    if not config.speculative or config.typed.speculative_method != "dflash" or drafter_dir is None:
+    if config.typed.speculative_method != "dflash" or drafter_dir is None:
         return config
     from kimi_dflash.launch import drafter_rope
 
@@ -46,8 +43,6 @@ def resolve_drafter_rope(config: Config, create: bool, say: Callable[[str], None
 
 
 def resolve_models(config: Config, create: bool, say: Callable[[str], None] = _stderr) -> Config:
-    """Everything a config's model paths still need from this machine: the fabricated demo models, then the
-    drafter's RoPE overlay."""
     return resolve_drafter_rope(resolve_demo_models(config, create, say), create, say)
 
 
@@ -89,8 +84,6 @@ def serving_python_has_flashinfer(config: Config, say: Callable[[str], None] = _
 
 
 def local_plan(config: Config) -> LaunchPlan:
-    """The plan for starting ``config`` on this machine: this interpreter, the project cache, the CPU preloads,
-    whether the serving Python has flashinfer (CUDA)."""
     return build_plan(
         config,
         python_executable=sys.executable,

@@ -1,10 +1,6 @@
-"""The launcher's own files in the project cache (port locks, pid records, the default log): kept in directories
-only this user can write, and opened without following symbolic links.
-
-Why: with the cache in a directory other users can write, a planted symlink on `run/serve-<port>.lock` made root
-create a file wherever it pointed, and another user holding that lock blocked root's start and stop. So a cache,
-run or log directory that another user owns, or that group or others may write, is refused (a sticky bit does not
-make a shared directory ours: others still create names in it); the files are created 0600 with O_NOFOLLOW.
+"""The launcher's own files in the project cache (port locks, pid records, the default log): in directories only
+this user can write, opened without following symlinks (a planted symlink made root write anywhere:
+docs/security.md). A sticky bit does not make a shared directory ours: others still create names in it.
 """
 
 from __future__ import annotations
@@ -68,8 +64,7 @@ def private_dir(path: Path, *, follow_symlinks: bool = True) -> Path:
 
 
 def open_private(path: Path, flags: int) -> int:
-    """A file descriptor of ``path``, a regular file of this user's, never a symlink's target: created with mode
-    0600 (``flags`` with os.O_CREAT), and an existing one of ours made 0600 if others could open it. UnsafeLocation
+    """A regular file of this user's, never a symlink's target, mode 0600 (created so, or made so); UnsafeLocation
     otherwise. Never blocks on a FIFO."""
     try:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, PRIVATE_FILE_MODE)

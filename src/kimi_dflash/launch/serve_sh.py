@@ -1,7 +1,7 @@
-"""The one place a workflow (sweep, qualify) starts and stops a config's server: ``serve.sh CONFIG --wait`` with
-config keys as environment overrides on a free port, then ``serve.sh CONFIG --stop``. The server up right now is
-named in a record file (``running.json`` beside the run's results), so a rerun after a hard kill, or after a
-refused stop, stops it before starting anything."""
+"""The one place a workflow (sweep, qualify) starts and stops a config's server: ``serve.sh CONFIG --wait`` on a free
+port, then ``--stop``. The server up right now is named in ``running.json`` beside the run's results, so a rerun
+after a hard kill or a refused stop stops it before starting anything.
+"""
 
 from __future__ import annotations
 
@@ -103,8 +103,7 @@ class ServeSh:
 
     @contextlib.contextmanager
     def serving(self, name: str, env: Mapping[str, str], log: Path, say: Say) -> Iterator[Started]:
-        """Start the server (``env``: config keys over the file's), yield how that went, stop it at the end
-        (a start that failed may have left a process too)."""
+        """Yield how the start went; stop at the end even after a failed start (it may have left a process)."""
         port = free_port()
         log.parent.mkdir(parents=True, exist_ok=True)
         RunningServer(point=name, port=port, env=dict(env)).save(self.record)
@@ -120,8 +119,7 @@ class ServeSh:
             self.stop(env, port)
 
     def stop_leftover(self, say: Say) -> None:
-        """A previous run killed hard (or whose stop failed) may have left its server up: stop it before starting
-        anything; ServerLeftRunning when that stop fails too."""
+        """A run killed hard (or whose stop failed) may have left its server up; ServerLeftRunning if it stays."""
         if not (self.record.exists() or self.record.is_symlink()):
             return
         try:

@@ -28,8 +28,7 @@ MAX_RECORD_BYTES = 4096  # a record is ~130 bytes; anything larger is not one
 
 
 def not_ready(plan: LaunchPlan, api_key: str | None) -> str | None:
-    """Why the server is not ready yet; None when /health answers 200 and a one-token completion succeeds (the
-    engine really serves)."""
+    """None when /health answers 200 and a one-token completion succeeds (the engine really serves)."""
     try:
         health = http.request(f"{plan.base_url}/health", api_key=api_key, timeout_s=5)
         if health.status != 200:
@@ -103,7 +102,6 @@ def _pump(source, sinks: list) -> None:  # type: ignore[no-untyped-def]
 
 
 def run_foreground(plan: LaunchPlan, log_path: Path | None) -> int:
-    """Run vLLM until it exits or we get SIGINT/SIGTERM; stop it cleanly and return its exit code."""
     log_handle = log_path.open("ab") if log_path else None
     process = subprocess.Popen(
         plan.argv,
@@ -147,8 +145,7 @@ def run_foreground(plan: LaunchPlan, log_path: Path | None) -> int:
 
 
 def _open_log(log_path: Path, private: bool) -> BinaryIO:
-    """The log, appended to. ``private``: the launcher's default log in the cache, never opened through a symlink
-    (private_files); a log the user named is opened as named."""
+    """``private``: the launcher's default log, never opened through a symlink; a user's log is opened as named."""
     if private:
         return os.fdopen(private_files.open_private(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab")
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -158,8 +155,7 @@ def _open_log(log_path: Path, private: bool) -> BinaryIO:
 def start_detached(
     plan: LaunchPlan, log_path: Path, pid_path: Path, token: str, *, private_log: bool = False
 ) -> subprocess.Popen[bytes]:
-    """Start vLLM in its own session writing to log_path; it outlives this process. The pid file gets the
-    ownership record (pid, its start time, ``token``, which its environment carries) that --stop checks."""
+    """In its own session (it outlives us); the pid file gets the ownership record that --stop checks."""
     pid_path.parent.mkdir(parents=True, exist_ok=True)
     with _open_log(log_path, private_log) as log_handle:
         process = subprocess.Popen(
@@ -186,10 +182,9 @@ def wait_until_ready(
     log_start: int = 0,
     token: str | None = None,
 ) -> bool:
-    """Poll until ready, the process dies (log tail shown) or the timeout passes. Shows progress meanwhile.
-    ``log_start``: where this start's output begins in the (appended) log. ``token``: the server's ownership token;
-    ready then also means every socket listening on the port is held by a process carrying it (another server
-    answering on that port is not this start's)."""
+    """Poll until ready, the process dies (log tail shown) or the timeout passes. ``log_start``: where this start's
+    output begins in the appended log. With ``token``, ready also means every socket listening on the port is held
+    by a process carrying it (another server answering there is not this start's)."""
     started = time.monotonic()
     next_progress = started + PROGRESS_INTERVAL_S
     while True:
@@ -244,10 +239,9 @@ def start_and_wait(
     *,
     private_log: bool = False,
 ) -> subprocess.Popen[bytes] | None:
-    """Start vLLM detached, appending to log_path, and wait until it serves. None when it died or timed out: it is
-    then stopped (workers included), its pid file removed, and this start's log tail was shown. An interruption
-    (Ctrl-C, SIGTERM, SIGHUP) while it starts stops it too, says so, and raises StartInterrupted: the user is left
-    with nothing running rather than a server nobody was told about. ``private_log``: see _open_log."""
+    """None when it died or timed out: then stopped (workers included), pid file removed, log tail shown. Ctrl-C,
+    SIGTERM or SIGHUP while it starts stops it too and raises StartInterrupted: nothing is left running that
+    nobody was told about."""
     try:
         log_start = log_path.stat().st_size  # the log is appended to; the tail shown on failure is this start's
     except OSError:

@@ -180,7 +180,7 @@ def _change(
 def apply_pending(
     vllm_root: str | Path | None = None, only: Iterable[str] | None = None, registry: tuple[Patch, ...] = PATCHES
 ) -> ChangeResult:
-    """Apply every pending patch (or the `only` ids) in one all-or-nothing step. Idempotent."""
+    """All or nothing; idempotent."""
     return _change("apply", vllm_root, only, registry)
 
 

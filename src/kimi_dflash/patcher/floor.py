@@ -1,11 +1,7 @@
 """The patch floor: the first vLLM whose source carries the upstream fix of every patch in the registry.
 
-At or above it no patch applies, so nothing of the patch machinery (engine, registry, status, transaction, runtime
-patches) is loaded: not by serve, not by the compatibility rules, not by the plugin inside vLLM. Below it the
-patcher reports and applies as before. Decided by a probe of the source, never by the version string: the newest of
-the fixes is the sliding-window check asking the layer's backend (`is_mla()`, vllm #48520, 0.26.0), and the registry
-retires mla-swa-assert with this very probe. A slow test checks on every release's wheel that the floor holds
-exactly where every patch reads as retired. Standard library only.
+At or above it none of the patch machinery is loaded (serve, rules, plugin). Decided by a probe of the source
+(vllm #48520, 0.26.0), never by the version string; a slow test checks every release's wheel. Standard library only.
 """
 
 from __future__ import annotations

@@ -8,8 +8,6 @@ from dataclasses import dataclass
 
 
 class Status(str, enum.Enum):
-    """What a vLLM source tree needs for one patch."""
-
     RETIRED = "retired"  # the upstream fix is present: nothing to do, ever
     PENDING = "pending"  # old shape found, fix absent: `apply` would patch it
     APPLIED = "applied"  # our patched shape and marker found
@@ -103,8 +101,6 @@ class Patch:
 
 @dataclass(frozen=True)
 class PatchState:
-    """The status of one patch in one tree, with the evidence behind it."""
-
     patch: Patch
     status: Status
     detail: str

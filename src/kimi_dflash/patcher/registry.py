@@ -1,10 +1,7 @@
-"""The patches the recipe needs to run DFlash next to an MLA target on ROCm, per vLLM version.
+"""The patches the recipe needs to run DFlash next to an MLA target on ROCm, per vLLM version (docs/patches.md).
 
-Every patch says what it fixes, which upstream change retires it, how to recognise that change (a feature probe)
-and its edits (kimi_dflash/data/patches/<id>.diff, anchors read from the vLLM wheels on PyPI 0.20.0 - 0.33.0).
-`upstream_since` is for the docs only: the patcher never looks at version strings. Patched code never imports
-kimi_dflash, so a patched image keeps working without this package; every inserted block carries a
-`kimi-dflash(<patch id>)` comment.
+Edits live in kimi_dflash/data/patches/<id>.diff (anchors read from the PyPI wheels 0.20.0 - 0.33.0);
+`upstream_since` is for the docs only. Patched code never imports kimi_dflash, so a patched image works without it.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Plugin delivery: the registry's runtime patches inside a vLLM process (kimi_dflash.vllm_plugin.register()).
 
-From the same status table as the CLI: retired or applied, nothing to do; pending with a runtime patch, installed
-when vLLM imports its module; pending file-only, a warning naming the command; unrecognised, RuntimeError (vLLM
-does not swallow errors raised from register()). KIMI_DFLASH_PATCHES=off skips all of it (a vLLM build this
-project does not know).
+Pending runtime patches install when vLLM imports their module; file-only ones warn; unrecognised trees raise
+(vLLM does not swallow errors from register()). KIMI_DFLASH_PATCHES=off skips all of it.
 """
 
 from __future__ import annotations
@@ -59,8 +57,7 @@ def plan_runtime(table: StatusTable) -> tuple[list[str], list[str], list[str], l
 
 
 def apply_runtime_patches(vllm_root: Path | None = None) -> None:
-    """Apply what this vLLM needs at runtime (`vllm_root`: its package directory, default the one this process
-    runs); log it; raise if a needed patch cannot apply."""
+    """Raise if a needed patch cannot apply (vLLM does not swallow it)."""
     global _done
     if _done:
         return

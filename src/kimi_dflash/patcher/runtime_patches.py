@@ -54,11 +54,8 @@ def install_target_mla_causal(selector: ModuleType) -> None:
 
 
 def check_drafter_layers_non_causal(draft_attn_groups: Iterable[Any], per_layer: Mapping[str, object]) -> None:
-    """Raise unless every drafter layer will really attend non-causally.
-
-    Metadata with causal=False passes; metadata without a `causal` field passes only if the
-    layer's backend declares supports_non_causal().
-    """
+    """Raise unless every drafter layer attends non-causally: metadata with causal=False, or without a `causal`
+    field on a backend that declares supports_non_causal()."""
     backends = {name: group.backend for group in draft_attn_groups for name in group.layer_names}
     for layer_name, attn_metadata in per_layer.items():
         causal = getattr(attn_metadata, "causal", None)

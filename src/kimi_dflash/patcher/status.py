@@ -1,10 +1,6 @@
-"""What a vLLM tree needs for each patch, and the texts `apply` and `revert` would write: pure functions over file
-contents, no I/O.
-
-Per patch: is our patched shape there (applied)? the upstream fix (retired)? the exact old shape (pending)? Otherwise
-the source is unrecognised and the answer lists what was expected where. Each patched file ends with a marker line,
-a comment naming the patch and the sha256 of the file before it, so the module stays valid and `revert` can prove it
-restored the original byte for byte; every new text is compiled before anything is written.
+"""What a vLLM tree needs for each patch (applied, retired, pending, else unrecognised), and the texts `apply` and
+`revert` would write: pure functions over file contents. Each patched file ends with a marker line holding the
+sha256 of the file before it, so `revert` can prove it restored the original byte for byte.
 """
 
 from __future__ import annotations
@@ -125,7 +121,6 @@ Texts = Mapping[str, "str | None"]  # path relative to the vllm package -> file 
 
 
 def present(probe: Probe, texts: Texts) -> bool:
-    """Whether the probe's feature is in the tree."""
     text = texts.get(probe.path)
     return text is not None and probe.matches(text)
 

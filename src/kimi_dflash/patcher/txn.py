@@ -76,11 +76,8 @@ def _write_temp(target: Path, text: str) -> Path:
 
 
 def write_all_or_nothing(root: Path, changes: Mapping[str, tuple[str, str]]) -> None:
-    """Replace files under `root`: {relative path: (expected current text, new text)}.
-
-    Refuses (nothing written) if a file no longer holds the expected text, e.g. changed by someone
-    else since it was read.
-    """
+    """{relative path: (expected current text, new text)}; nothing is written if a file no longer holds the
+    expected text (changed by someone else since it was read)."""
     targets = {rel: root / rel for rel in changes}
     for rel, (expected, _new) in changes.items():
         if targets[rel].read_bytes().decode("utf-8") != expected:

@@ -54,13 +54,9 @@ def run_command(argv: Sequence[str], timeout: float) -> CommandOutput | None:
 
 
 def bind_error(host: str, port: int) -> OSError | None:
-    """Try to bind host:port the way vLLM's server socket does, and release it at once.
-
-    vLLM sets SO_REUSEADDR on its listening socket, so we do too: then connections of a stopped server still in
-    TIME_WAIT do not count as "in use" (they would not stop vLLM), while a live listener still does (Linux
-    refuses a second bind to a listening address even with SO_REUSEADDR). No SO_REUSEPORT, so a leftover vLLM
-    that set it is reported instead of silently sharing the port.
-    """
+    """Bind host:port as vLLM's server socket does, then release it. SO_REUSEADDR like vLLM: a stopped server's
+    TIME_WAIT connections do not count, a live listener still does (Linux). No SO_REUSEPORT, so a leftover vLLM
+    that set it is reported instead of silently sharing the port."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as error:

@@ -1,7 +1,5 @@
-"""The pre-shard manifest: what a pre-sharded checkpoint was made from, and the check that it still fits.
-
-A pre-shard directory is finished exactly when it holds MANIFEST_NAME: the writer stages everything in a sibling
-directory and renames it into place last, so a directory without a manifest is never a usable pre-shard.
+"""The pre-shard manifest: what a pre-sharded checkpoint was made from, and the check that it still fits. Written
+last (the directory is staged beside and renamed into place), so a directory without one is never a usable pre-shard.
 """
 
 from __future__ import annotations
@@ -83,7 +81,6 @@ def rank_files(directory: Path, rank: int) -> list[Path]:
 
 
 def write_manifest(directory: Path, manifest: Manifest) -> None:
-    """Write the manifest atomically: a reader finds the whole manifest or none."""
     write_text_atomic(directory / MANIFEST_NAME, manifest.to_json())
 
 

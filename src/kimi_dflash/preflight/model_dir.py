@@ -1,7 +1,6 @@
-"""The checkpoints: is a model or drafter directory complete enough to load (config.json parses, every weight shard
-is there), and does a pre-sharded checkpoint (PRESHARD_DIR) fit the plan exactly (else vLLM would load wrong
-slices)? A 555 GB download that stopped half way, or a `git clone` without git-lfs (shards that are 130-byte
-pointer files), otherwise surfaces minutes into the model load as an obscure safetensors error.
+"""The checkpoints: is a model or drafter directory complete enough to load, and does a pre-sharded checkpoint fit
+the plan exactly (else vLLM loads wrong slices)? A 555 GB download stopped half way, or a `git clone` without
+git-lfs (130-byte pointer files), otherwise surfaces minutes into the load as an obscure safetensors error.
 """
 
 from __future__ import annotations
@@ -25,12 +24,8 @@ _LFS_POINTER_MAX_BYTES = 1024
 
 
 def check_model_dir(path: Path, role: str, repo_hint: str | None = None, *, fix_hint: str | None = None) -> CheckResult:
-    """Check one checkpoint directory.
-
-    role names the line ("model" -> "model dir", "drafter" -> "drafter dir"); repo_hint is the Hugging Face
-    repo id for the download command in the fix; fix_hint, when given, replaces that command (e.g. for
-    locally fabricated demo models).
-    """
+    """``role`` names the line ("model dir"); ``repo_hint``: the Hugging Face repo id for the download command in
+    the fix; ``fix_hint`` replaces that command (e.g. for fabricated demo models)."""
     name = f"{role} dir"
     path = Path(path)
     fix = fix_hint or _download_fix(path, role, repo_hint)
@@ -78,7 +73,6 @@ def _download_fix(path: Path, role: str, repo_hint: str | None) -> str:
 
 
 def _read_json(path: Path) -> tuple[object, str | None]:
-    """The parsed file, or why it cannot be read."""
     try:
         return json.loads(path.read_text(encoding="utf-8")), None
     except (json.JSONDecodeError, UnicodeDecodeError) as error:

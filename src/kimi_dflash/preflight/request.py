@@ -21,8 +21,7 @@ DEFAULT_MIN_SHM_BYTES: dict[Device, int] = {"rocm": 16 * GIB, "cuda": 16 * GIB, 
 
 @dataclass(frozen=True)
 class PreflightRequest:
-    """Everything the checks need to know about the planned server (the launcher adapts its config into this, so
-    the checks never depend on the config schema)."""
+    """The planned server as the checks see it, so that they never depend on the config schema."""
 
     device: Device  # "rocm" (MI300X), "cuda" (H200) or "cpu" (the demo on vLLM's CPU build)
     tensor_parallel_size: int = 1  # accelerators the plan needs (ignored on cpu)

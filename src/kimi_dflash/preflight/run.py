@@ -17,11 +17,8 @@ Check = Callable[[], "list[CheckResult] | CheckResult"]
 
 
 def run_preflight(request: PreflightRequest, probe: HostProbe | None = None) -> list[CheckResult]:
-    """All checks: vLLM (+ features), accelerators (+ arch, torch), NUMA, /dev/shm, checkpoints, port.
-
-    Never raises for what it finds on the host: every finding is a result line. The runtime probe (one child
-    process importing vLLM) runs once and feeds the vLLM, accelerator and pre-shard checks.
-    """
+    """Never raises for what it finds on the host: every finding is a result line. The runtime probe (one child
+    process importing vLLM) runs once and feeds the vLLM, accelerator and pre-shard checks."""
     probe = probe or HostProbe()
     try:
         runtime = probe.runtime(request.required_features, request.interpreter, request.vllm_env)

@@ -1,8 +1,5 @@
-"""The child process of the runtime probe: import vllm and torch, print what happened as one marked JSON line.
-
-Standard library only and run as `python -c <this file's text>`: the Python that will run vLLM (a console
-script's interpreter, a container's venv) need not have kimi_dflash importable, and no directory of ours lands
-on its sys.path to shadow a module vLLM imports.
+"""The runtime probe's child: import vllm and torch, print one marked JSON line. Standard library only and run as
+`python -c <this file's text>`: the serving Python need not have kimi_dflash, and none of ours shadows vLLM's imports.
 """
 
 from __future__ import annotations

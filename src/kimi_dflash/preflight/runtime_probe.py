@@ -1,9 +1,6 @@
-"""What the Python that will run vLLM can do: import vllm and torch, which accelerators torch sees, and which of
-the plan's vLLM features its source has (rules/features.py, read without importing: milliseconds).
-
-The imports run in a child process of that Python (runtime_child.py's text with `python -c`, one marked JSON line
-back): vLLM's import-time logging and memory stay out of the launcher, and a hung GPU runtime cannot hang preflight
-past the timeout.
+"""What the Python that will run vLLM can do: import vllm and torch, the accelerators torch sees, and the plan's
+vLLM features in its source (rules/features.py, read without importing). The imports run in a child process
+(runtime_child.py), so vLLM's import-time logging and memory stay out and a hung GPU runtime times out.
 """
 
 from __future__ import annotations
@@ -56,8 +53,6 @@ def normalize_arch(raw: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class PluginEntry:
-    """One `vllm.general_plugins` entry point as the probed interpreter sees it."""
-
     name: str
     value: str  # "module:function"
     origin: str | None  # where its module would be imported from (or why it cannot be)
@@ -117,8 +112,6 @@ def probe_runtime(
     timeout: float = PROBE_TIMEOUT_S,
     env: Mapping[str, str] | None = None,
 ) -> RuntimeReport:
-    """Probe the vLLM that `python` (default: this interpreter) would run, for the named features, in the
-    environment vLLM will get (`env`, default: this process's)."""
     child = _run_child(python, timeout, env)
     # The child names the vllm its interpreter has; if it could not run, this interpreter (if it is the same
     # one) can still say which vllm is installed without importing it.

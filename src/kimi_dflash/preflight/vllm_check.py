@@ -29,8 +29,7 @@ _COUNTED_KINDS = {"cli": "options", "speculative_config": "speculative_config fi
 
 
 def check_vllm(request: PreflightRequest, runtime: RuntimeReport) -> list[CheckResult]:
-    """The install line; then, with a deployment, the compatibility findings and the plugin line; without one,
-    a summary of the features present and one line per feature missing."""
+    """Without a deployment: the features present and one line per feature missing."""
     results = [_check_import(request, runtime)]
     if request.deployment is not None:
         verdict = None
@@ -64,13 +63,9 @@ def summarize(names: list[str]) -> str:
 
 
 def check_plugin(request: PreflightRequest, runtime: RuntimeReport, verdict: Verdict | None) -> CheckResult:
-    """Will vLLM, started from `runtime.python` in the plan's environment, load the kimi_dflash plugin?
-
-    vLLM discovers general plugins only through installed entry-point metadata and honours a VLLM_PLUGINS
-    allowlist (vllm/plugins/__init__.py). A checkout put on PYTHONPATH (serve.sh without `pip install`) makes the
-    module importable but registers nothing, so the plugin silently does not run: FP8 KV with k_scale 1.0, and on
-    vLLM 0.20.x "No valid attention backend found".
-    """
+    """Will vLLM load the kimi_dflash plugin? Only installed entry-point metadata registers it, under a VLLM_PLUGINS
+    allowlist (vllm/plugins/__init__.py): a checkout on PYTHONPATH silently does not run it (FP8 KV with k_scale
+    1.0; on vLLM 0.20.x "No valid attention backend found")."""
     # What the plan relies on the plugin for: from the verdict, or at least the KV-scale hook.
     if verdict is not None:
         needs = [r for r in verdict.relies if r.startswith("plugin")]

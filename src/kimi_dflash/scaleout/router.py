@@ -50,8 +50,6 @@ def normalise_replica(url: str) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class RouterPlan:
-    """The router's command line, declared once: what vllm-router is started with."""
-
     replicas: tuple[str, ...] | list[str] = option("a replica's base URL (repeat once per replica)", flag="--replica",
         repeatable=True, required=True, metavar="URL", parse=normalise_replica)  # fmt: skip
     host: str = option("address the router binds (default 127.0.0.1)", default="127.0.0.1")
@@ -68,7 +66,6 @@ add_cli_args = declare(RouterPlan, DESCRIPTION, EPILOG)
 
 
 def router_argv(plan: RouterPlan, binary: str = ROUTER_BINARY) -> list[str]:
-    """The vllm-router command line for this plan. Pure."""
     if not plan.replicas:
         raise ValueError("no replicas: pass --replica URL at least once")
     if len(set(plan.replicas)) != len(plan.replicas):

@@ -18,8 +18,7 @@ API_KEY_ENV = "OPENAI_API_KEY"
 
 
 class ServerError(RuntimeError):
-    """The server could not be reached or answered with an error; the message says which and why (a URL's
-    credentials never shown)."""
+    """Unreachable or an error answer; the message never shows a URL's credentials."""
 
     def __init__(self, message: str) -> None:
         super().__init__(redact_url(message))

@@ -83,8 +83,6 @@ class Server:
 
 @dataclass(frozen=True)
 class Outputs:
-    """What both servers generated for the same prompts, in prompt order."""
-
     prompts: list[str]
     reference: list[Completion]
     candidate: list[Completion]

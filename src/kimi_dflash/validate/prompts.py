@@ -28,8 +28,7 @@ def _shipped(name: str) -> str:
 
 
 def load_calibration_prompts(path: Path | None = None) -> list[str]:
-    """Prompts from a JSONL file with a "prompt" field per line (default: the 200 shipped ones); a bad file is a
-    UserError naming the line."""
+    """A "prompt" field per JSONL line (default: the 200 shipped ones); UserError naming a bad line."""
     origin = str(path) if path else f"kimi_dflash/data/{CALIBRATION_FILE}"
     text = read_user_text(path, what="prompt file") if path else _shipped(CALIBRATION_FILE)
     prompts = []

@@ -214,7 +214,7 @@ def test_dflash_without_drafter_is_rejected(tmp_path: Path) -> None:
 
 def test_baseline_needs_no_drafter(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, "DEVICE=rocm\nMODEL_DIR=/m\nSPECULATIVE_METHOD=none\n"), environ={})
-    assert not config.speculative
+    assert not config.typed.speculative
 
 
 def test_bad_environment_override_names_the_environment(tmp_path: Path) -> None:
