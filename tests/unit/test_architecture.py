@@ -51,3 +51,18 @@ def test_the_product_never_imports_the_lab(tmp_path: Path) -> None:
     result = lint_imports(tmp_path)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "kimi_dflash.plan -> kimi_dflash_lab.synthetic" in result.stdout
+
+
+def test_a_recipe_import_of_the_benchmark_breaks_their_independence(tmp_path: Path) -> None:
+    # The layers allow it (the benchmark sits below the recipe); the independence contract must not.
+    shutil.copy2(REPO_ROOT / "pyproject.toml", tmp_path)
+    for tree in ("src", "lab"):
+        shutil.copytree(REPO_ROOT / tree, tmp_path / tree, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    plan = tmp_path / "src" / "kimi_dflash" / "plan.py"
+    plan.write_text(plan.read_text(encoding="utf-8") + "\nfrom kimi_dflash.bench import records  # noqa\n")
+    result = lint_imports(tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert (
+        "the recipe never imports the" in result.stdout
+        and "kimi_dflash.plan -> kimi_dflash.bench.records" in result.stdout
+    )
