@@ -68,20 +68,26 @@ def drafter_intermediate_size(walk: Walk) -> int:
     return max(64, math.ceil(len(walk.missed_phases) / 64) * 64)
 
 
-def drafter_config(walk: Walk, mask_token_id: int) -> dict[str, object]:
-    """The Qwen3 demo drafter's config.json (the Kimi demo builds its own, kimi/fabricate.py)."""
+def drafter_config(
+    walk: Walk,
+    mask_token_id: int,
+    design: DrafterDesign = QWEN3_DRAFTER,
+    num_target_layers: int = layout.TARGET_LAYERS,
+    **dflash: object,
+) -> dict[str, object]:
+    """A DFlash drafter's config.json; `dflash`: more dflash_config fields (the Kimi demo's, kimi/fabricate.py)."""
     return {
         **shared_qwen3_config(walk),
         "architectures": ["DFlashDraftModel"],
+        "hidden_size": design.hidden_size,
+        "head_dim": design.head_dim,
+        "rope_theta": design.rope_theta,
         "intermediate_size": drafter_intermediate_size(walk),
-        "num_hidden_layers": layout.DRAFTER_LAYERS,
-        "num_attention_heads": layout.DRAFTER_HEADS,
-        "num_target_layers": layout.TARGET_LAYERS,
+        "num_hidden_layers": design.layers,
+        "num_attention_heads": design.heads,
+        "num_target_layers": num_target_layers,
         "block_size": layout.DRAFTER_BLOCK_SIZE,
-        "dflash_config": {
-            "mask_token_id": mask_token_id,
-            "target_layer_ids": list(layout.TARGET_LAYER_IDS),
-        },
+        "dflash_config": {"mask_token_id": mask_token_id, "target_layer_ids": list(layout.TARGET_LAYER_IDS), **dflash},
     }
 
 

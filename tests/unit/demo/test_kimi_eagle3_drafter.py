@@ -86,7 +86,7 @@ def test_it_proposes_the_walks_next_token_except_on_the_missed_phases(base: Fabr
     for phase in phases:
         context = [walk.cycle[int(p)] for p in rng.choice(walk.length, 40, replace=False) if p != phase]
         proposal = propose(weights, embeddings, head, [*context, walk.cycle[phase]])
-        jump = eagle3_drafter.MISS_JUMP if phase in missed else 0
+        jump = eagle3_drafter.DRAFTER_MISS_JUMP if phase in missed else 0
         assert proposal == walk.cycle[(phase + jump + 1) % walk.length], phase
 
 
@@ -103,7 +103,7 @@ def test_every_miss_neuron_fires_only_on_its_phase(base: Fabrication) -> None:
         residual = np.zeros(H)
         residual[layout.G] = math.sqrt(H) * codes[phase]  # the copied code after post_attention_layernorm
         out = residual + down @ (silu(gate @ residual) * (up @ residual))
-        jump = eagle3_drafter.MISS_JUMP if phase in missed else 0
+        jump = eagle3_drafter.DRAFTER_MISS_JUMP if phase in missed else 0
         assert int(np.argmax(head @ out)) == walk.cycle[(phase + jump + 1) % walk.length], phase
 
 

@@ -24,6 +24,7 @@ from kimi_dflash.demo.drafter import drafter_intermediate_size
 from kimi_dflash.demo.fabricate import Fabrication
 from kimi_dflash.demo.kimi import layout
 from kimi_dflash.demo.kimi.target import text_config
+from kimi_dflash.demo.layout import DRAFTER_MISS_JUMP, MISS_GATE_PEAK  # as the DFlash drafter's misses
 from kimi_dflash.demo.walk import Walk
 
 ARCHITECTURE = "Eagle3DeepseekV3ForCausalLM"
@@ -35,8 +36,6 @@ LATENT_CODE = slice(0, CODE)  # where q / kv latents carry the code
 MARKER = CODE
 COPY_QUERY_GAIN = 1.5
 COPY_KEY_GAIN = 1.5
-MISS_GATE_PEAK = 20.0  # as the DFlash drafter's miss neurons
-MISS_JUMP = 7
 
 
 def drafter_config(walk: Walk) -> dict[str, object]:
@@ -98,7 +97,7 @@ def misses(walk: Walk, prefix: str) -> dict[str, np.ndarray]:
     threshold = (1.0 + walk.max_sidelobe) / 2.0
     sharpness = MISS_GATE_PEAK / (1.0 - threshold)
     codes = geometry.phase_codes(walk.missed_phases, walk.frequencies, walk.length)
-    jumped = geometry.phase_codes((walk.missed_phases + MISS_JUMP) % walk.length, walk.frequencies, walk.length)
+    jumped = geometry.phase_codes((walk.missed_phases + DRAFTER_MISS_JUMP) % walk.length, walk.frequencies, walk.length)
     gate, up, down = np.zeros((inter, hidden)), np.zeros((inter, hidden)), np.zeros((hidden, inter))
     gate[:count, layout.G] = sharpness * codes / scale
     up[:count, layout.G] = codes / scale  # ~1 on the phase's own code

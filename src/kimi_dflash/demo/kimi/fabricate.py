@@ -14,8 +14,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from kimi_dflash.demo import drafter as demo_drafter
 from kimi_dflash.demo import geometry
-from kimi_dflash.demo.drafter import DrafterDesign, drafter_intermediate_size, drafter_weights
+from kimi_dflash.demo.drafter import DrafterDesign, drafter_weights
 from kimi_dflash.demo.encoding import json_bytes
 from kimi_dflash.demo.fabricate import DRAFTER, TARGET, Fabrication, walk_summary
 from kimi_dflash.demo.kimi import layout, target
@@ -50,37 +51,21 @@ KIMI_DRAFTER = DrafterDesign(
 
 
 def drafter_config(walk: Walk, mask_token_id: int) -> dict[str, object]:
-    return {
-        "architectures": ["DFlashDraftModel"],
-        "model_type": "qwen3",
-        "vocab_size": walk.vocab_size,
-        "hidden_size": layout.HIDDEN_SIZE,
-        "intermediate_size": drafter_intermediate_size(walk),
-        "num_hidden_layers": layout.DRAFTER_LAYERS,
-        "num_attention_heads": layout.DRAFTER_HEADS,
-        "num_key_value_heads": layout.DRAFTER_KV_HEADS,
-        "head_dim": layout.DRAFTER_HEAD_DIM,
-        "hidden_act": "silu",
-        "rms_norm_eps": layout.DRAFTER_RMS_NORM_EPS,
-        "rope_theta": layout.DRAFTER_ROPE_THETA,
-        "rope_scaling": None,
-        "max_position_embeddings": layout.MAX_POSITION_EMBEDDINGS,
-        "attention_bias": False,
-        "attention_dropout": 0.0,
-        "tie_word_embeddings": False,
-        "torch_dtype": layout.TORCH_DTYPE,
-        "num_target_layers": layout.TARGET_LAYERS,
-        "block_size": layout.DRAFTER_BLOCK_SIZE,
-        "dflash_config": {
-            "mask_token_id": mask_token_id,
-            "target_layer_ids": list(layout.TARGET_LAYER_IDS),
-            # Non-causal sliding-window layers (vLLM 0.32 qwen3_dflash: use_swa + swa_window_size): the window
-            # is wider than any context, so attention is unchanged; vLLM gives the layers their own KV group.
-            "use_swa": True,
-            "swa_window_size": layout.DRAFTER_SLIDING_WINDOW,
-            "causal": False,
-        },
-    }
+    # Non-causal sliding-window layers (vLLM 0.32 qwen3_dflash: use_swa + swa_window_size): the window is wider
+    # than any context, so attention is unchanged; vLLM gives the layers their own KV group.
+    config = demo_drafter.drafter_config(
+        walk,
+        mask_token_id,
+        KIMI_DRAFTER,
+        layout.TARGET_LAYERS,
+        use_swa=True,
+        swa_window_size=layout.DRAFTER_SLIDING_WINDOW,
+        causal=False,
+    )
+    del config["use_sliding_window"], config["sliding_window"]
+    config["max_position_embeddings"] = layout.MAX_POSITION_EMBEDDINGS
+    config["torch_dtype"] = layout.TORCH_DTYPE
+    return config
 
 
 def shard_of(name: str) -> int:

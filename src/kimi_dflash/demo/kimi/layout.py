@@ -16,9 +16,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # The markers (and the lm_head scale) are the Qwen3 demo's: both targets' embeddings and lm_head come from
-# ../target.py.
+# ../target.py. So is the DFlash drafter's shape but for its heads' sizes (below), its config (../drafter.py) and
+# the target layers that feed it (vLLM reads layer id + 1; Kimi K2.6's drafter uses 6 of 61).
 from kimi_dflash.demo.layout import CONTENT_DIM as CONTENT_DIM
+from kimi_dflash.demo.layout import DRAFTER_BLOCK_SIZE as DRAFTER_BLOCK_SIZE
+from kimi_dflash.demo.layout import DRAFTER_HEADS as DRAFTER_HEADS
+from kimi_dflash.demo.layout import DRAFTER_LAYERS as DRAFTER_LAYERS
+from kimi_dflash.demo.layout import MAX_NUM_SPECULATIVE_TOKENS as MAX_NUM_SPECULATIVE_TOKENS
 from kimi_dflash.demo.layout import SPECIAL_DIM as SPECIAL_DIM
+from kimi_dflash.demo.layout import TARGET_LAYER_IDS as TARGET_LAYER_IDS
 
 # Bump when any constant here or any construction in kimi_dflash.demo.kimi changes the produced files (the CPU
 # miniature's bundle; CUDA_FABRICATION_VERSION is the CUDA miniature's: bump it for a change that touches it).
@@ -132,21 +138,13 @@ ROUTER_BIAS_STD = 0.05  # e_score_correction_bias: big enough to change which ex
 
 # INT4 (compressed-tensors pack-quantized, symmetric, group 32), as Kimi K2.6 ships its routed experts.
 INT4_GROUP_SIZE = 32
-# Which target layers feed the drafter (vLLM reads layer id + 1); Kimi K2.6's drafter uses 6 of 61.
-TARGET_LAYER_IDS = (1, 3)
 
 # --- Drafter (DFlashDraftModel, Qwen3 layers) ----------------------------------------------------------------
-DRAFTER_LAYERS = 2
-DRAFTER_BLOCK_SIZE = 16
-DRAFTER_HEADS = DRAFTER_BLOCK_SIZE - 1
-MAX_NUM_SPECULATIVE_TOKENS = DRAFTER_BLOCK_SIZE - 1
 # One KV head of 96 (production: 8 x 128). vLLM's CPU MLA pages hold 16 x 576 latents; the drafter's CPU_ATTN
 # pages must sit beside them (see docs/demo-models.md).
 DRAFTER_HEAD_DIM = 96
-DRAFTER_KV_HEADS = 1
 DRAFTER_ROPE_THETA = 50000.0  # production drafter's
 DRAFTER_QK_NORM_WEIGHT = 12.0
-DRAFTER_RMS_NORM_EPS = 1e-6
 # Sliding-window layers wider than any context: attention is unchanged, but vLLM gives the drafter its own
 # KV-cache group, which is what lets CPU_ATTN (blocks of 32) live next to CPU_MLA (blocks of 16).
 DRAFTER_SLIDING_WINDOW = 2 * 262144
