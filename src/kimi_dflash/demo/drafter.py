@@ -1,14 +1,6 @@
-"""The tiny DFlash drafter: config.json and weights in the layout vLLM's DFlashQwen3ForCausalLM loads.
-
-vLLM 0.32 semantics this is built against (vllm/model_executor/models/qwen3_dflash.py, v1/spec_decode/dflash.py):
-- context: the target's residual stream after each layer in dflash_config.target_layer_ids is concatenated,
-  projected by `fc`, RMS-normed with `hidden_norm`, then each layer's k_proj/v_proj (+ k_norm, RoPE) turn it
-  into K/V written to the drafter's KV cache at the context positions. No input_layernorm on this path.
-- queries: [bonus token, mask, mask, ...] at the positions right after the context, embedded with the
-  target's embed_tokens, through the layers (non-causal attention over context + block), `norm`, and the
-  target's lm_head; mask slot k proposes the token at its own position.
-No embed_tokens / lm_head here: vLLM shares the target's. The same construction serves both demo targets; a
-DrafterDesign says where the target keeps what (see layout.py and kimi/layout.py).
+"""The DFlash drafter of both demos (config.json and weights as vLLM 0.32's DFlashQwen3ForCausalLM loads them; no
+embed_tokens / lm_head: vLLM shares the target's). The construction against vLLM's DFlash forward:
+docs/demo-models.md, "How the drafter agrees with the target"; a DrafterDesign says where the target keeps what.
 """
 
 from __future__ import annotations

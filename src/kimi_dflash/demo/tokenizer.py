@@ -1,7 +1,5 @@
-"""The demo tokenizers: byte-level BPE trained with `tokenizers` on the corpus shipped in the package.
-
-Training is deterministic for a given corpus (checked by the tests across processes); the files written
-here are what transformers' AutoTokenizer and vLLM load. The miniature Kimi's specials: kimi/tokenizer.py.
+"""The demo tokenizers: byte-level BPE trained with `tokenizers` on the shipped corpus (deterministic, checked by the
+tests across processes), written as the files transformers' AutoTokenizer and vLLM load.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Serialize tensors the way Kimi K2.6's checkpoint stores them: bfloat16 (and int32/int64/float32 where Kimi has
-them) in safetensors shards with a `model.safetensors.index.json`, byte-identical for identical input.
-
-numpy has no bfloat16 and the `safetensors` package's numpy writer cannot produce it, so this writes the
-(simple, documented) safetensors layout itself: an 8-byte little-endian header length, a JSON header naming each
-tensor's dtype, shape and byte range, then the raw little-endian data.
+"""Tensors as Kimi K2.6's checkpoint stores them: bfloat16 (int32/int64/float32 where Kimi has them) in safetensors
+shards with a `model.safetensors.index.json`. numpy has no bfloat16 and the `safetensors` package's numpy writer
+cannot produce it, so this writes the (documented) safetensors layout itself.
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
-"""An EAGLE3-MLA drafter for the miniature Kimi: the second drafter kind the CPU demo serves (issue 28, item 3).
-
-Same kind as lightseekorg/kimi-k2.6-eagle3-mla: vLLM 0.32's Eagle3DeepseekV3ForCausalLM (deepseek_eagle3.py), one
-MLA decoder layer (its KV in the target's 576-wide MLA cache group, pages of 16) and a dense MLP, fed the target's
-hidden states after three layers through `fc` and the token embedding, sharing the target's embeddings and
-lm_head; one drafter forward per draft token, on the token the previous step proposed.
-
-Construction (the DFlash drafter's walk, ../drafter.py): `norm_before_residual` with a zero `hidden_norm` starts
-the residual at zero every step (vLLM feeds the drafter's own pre-norm output back as the next hidden state;
-nothing of it or of the target's hidden states reaches the output, `fc` is zero); the MLA head copies the current
-token's code from E into G by content, as the target's heads do; one MLP neuron per seeded missed phase (the
-DFlash drafter's 15 %) swaps the code for one MISS_JUMP phases further.
+"""The miniature Kimi's EAGLE3-MLA drafter (Eagle3DeepseekV3ForCausalLM, the kind of lightseekorg/kimi-k2.6-eagle3-mla):
+docs/demo-models.md, "A second drafter kind". vLLM feeds the drafter's own pre-norm output back as the next hidden
+state, so a zero `hidden_norm` (with `norm_before_residual`) and a zero `fc` keep it and the target's states out.
 """
 
 from __future__ import annotations

@@ -1,11 +1,5 @@
-"""Produce every file of a miniature Kimi bundle in memory: a pure function of the shipped corpus and layout.
-
-target/       KimiK25ForConditionalGeneration, bfloat16 experts (the one that serves on CPU)
-target-int4/  the same model with the routed experts INT4 compressed-tensors, as Kimi K2.6 ships them
-drafter/      DFlashDraftModel built to agree with the target
-
-Two bundles, one construction (layout.MlaGeometry): `fabricate` makes the CPU miniature (bundle kimi),
-`fabricate_cuda` the CUDA one (bundle kimi-cuda: Kimi's own MLA head sizes, 8 heads; the same drafter).
+"""Every file of a miniature Kimi bundle (target/, target-int4/, drafter/) in memory, a pure function of the shipped
+corpus and layout: `fabricate` makes the CPU miniature (bundle kimi), `fabricate_cuda` the CUDA one (kimi-cuda).
 """
 
 from __future__ import annotations
@@ -30,10 +24,8 @@ TARGET_INT4 = "target-int4"
 SHARDS = 2  # Kimi K2.6 ships 64; two are enough to exercise the index
 DRAFTER_GUARANTEED_CONTEXT = 32768  # positional attention checked to stay sharp this far
 
-# The demo drafter construction (../drafter.py) on the Kimi target's hidden layout. Production's drafter
-# (z-lab/Kimi-K2.5-DFlash, data/checkpoints/kimi-k2.5-dflash.json) has 6 layers with 8 KV heads of 128; this one
-# 1 KV head of 96 and sliding-window layers wider than any context, so vLLM-CPU serves it next to MLA
-# (docs/demo-models.md), and 15 query heads (one per draft slot); the rest follows production.
+# The demo drafter construction (../drafter.py) on the Kimi target's hidden layout; how it differs from production's:
+# docs/demo-models.md, "Its drafter, and how it differs from production's".
 KIMI_DRAFTER = DrafterDesign(
     hidden_size=layout.HIDDEN_SIZE,
     head_dim=layout.DRAFTER_HEAD_DIM,

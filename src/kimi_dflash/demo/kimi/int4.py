@@ -1,13 +1,6 @@
-"""Kimi K2.6's routed experts as INT4 compressed-tensors: WNA16, pack-quantized, symmetric, group size 32.
-
-Format (compressed-tensors' PackedQuantizationCompressor, which is what vLLM 0.32's
-CompressedTensorsWNA16MoEMethod loads per expert and projection, e.g. `...experts.7.down_proj.*`):
-- `weight_packed`  int32 [out, in / 8]: eight signed 4-bit values per int32, stored as value + 8, the first
-  value of each eight in the lowest bits;
-- `weight_scale`   bfloat16 [out, in / 32]: one scale per group of 32 inputs, weight = value * scale;
-- `weight_shape`   int64 [2]: the unpacked [out, in].
-The demo's float weights are built on this grid (snap_to_int4_grid: power-of-two scales, values in -8..7), so the
-INT4 checkpoint dequantizes to exactly the bfloat16 experts of the serving checkpoint.
+"""Kimi K2.6's routed experts as INT4 compressed-tensors (pack-quantized, symmetric, group 32), as vLLM 0.32's
+CompressedTensorsWNA16MoEMethod loads them (the tensors: docs/demo-models.md, "The INT4 twin"). The float experts
+are built on this grid (snap_to_int4_grid), so the INT4 checkpoint dequantizes to exactly the bfloat16 one.
 """
 
 from __future__ import annotations

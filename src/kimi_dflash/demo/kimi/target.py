@@ -1,9 +1,5 @@
-"""The miniature Kimi K2.6 target: config.json (KimiK25ForConditionalGeneration around a DeepSeek-V3 text model),
-generation_config.json, preprocessor_config.json and the text model's weights under Kimi's checkpoint names.
-
-Weights are computed in float64 here and stored as bfloat16 like Kimi K2.6's (fabricate.py); the routed experts
-are snapped to the INT4 grid (int4.py) so the INT4 checkpoint dequantizes to exactly the same numbers.
-See layout.py for what each part of the construction does.
+"""The miniature Kimi K2.6 target: its config files and its weights (float64 here, stored as bfloat16 by
+fabricate.py) under Kimi's checkpoint names. What each part does: docs/demo-models.md, "How it is built".
 """
 
 from __future__ import annotations
@@ -250,10 +246,8 @@ def copy_query_gain(mla: layout.MlaGeometry) -> float:
 
 
 def attention_weights(index: int, mla: layout.MlaGeometry = CPU_MLA) -> dict[str, np.ndarray]:
-    """MLA whose head 0 does the work: its nope part matches the current token's code against the cached latents
-    and copies the match from E into F; its rope part is seeded noise, so RoPE (YaRN) and the cached k_pe shift
-    every score a little; the latent's other 448 dims and the output into N are seeded noise too. Every other head
-    (the CUDA miniature's; the CPU one has one head) is seeded noise end to end and writes only into N."""
+    """MLA whose head 0 copies the code matching the current token's from E into F by content (nope part); its rope
+    part, the latent's other dims and every other head (the CUDA miniature's) are seeded noise writing only into N."""
     p = f"layers.{index}.self_attn"
     hidden, code = layout.HIDDEN_SIZE, layout.CODE_DIMS
     nope, v_dim, qk = mla.qk_nope_head_dim, mla.v_head_dim, mla.qk_head_dim

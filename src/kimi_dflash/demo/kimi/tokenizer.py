@@ -1,8 +1,5 @@
-"""The miniature Kimi tokenizer: byte-level BPE trained on the shipped corpus, plus Kimi K2.6's special block.
-
-Kimi K2.6 ships a tiktoken model with remote code (tokenization_kimi.py); the miniature ships a plain
-`tokenizer.json` (no remote code, TRUST_REMOTE_CODE=false) with the same special tokens at the same offsets of
-a 256-id block after the ordinary tokens, and a chat template in Kimi's format.
+"""The miniature Kimi tokenizer: byte-level BPE on the shipped corpus plus Kimi K2.6's 256-id special block, and a
+chat template in Kimi's format (a plain tokenizer.json: no remote code; docs/demo-models.md, "Checkpoint layout").
 """
 
 from __future__ import annotations
