@@ -1,9 +1,21 @@
-"""One JSON encoding for every file the demo writes: sorted keys and fixed indentation keep builds byte-identical."""
+"""The files the demo reads and writes: its shipped data, and one JSON encoding (sorted keys, fixed indentation) that
+keeps builds byte-identical."""
 
 from __future__ import annotations
 
 import json
+from importlib import resources
 
 
 def json_bytes(obj: object) -> bytes:
     return (json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def shipped_text(name: str) -> str:
+    """A file of kimi_dflash/data/demo/: the corpus (written for this project), Kimi K2.6's config fragments."""
+    return resources.files("kimi_dflash").joinpath(f"data/demo/{name}").read_text(encoding="utf-8")
+
+
+def kimi_config_fragment(name: str) -> dict[str, object]:
+    """One of Kimi K2.6's config fragments the miniature ships verbatim (data/demo/kimi-k2.6-configs.json)."""
+    return json.loads(shipped_text("kimi-k2.6-configs.json"))[name]

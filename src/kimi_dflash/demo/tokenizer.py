@@ -4,16 +4,13 @@ tests across processes), written as the files transformers' AutoTokenizer and vL
 
 from __future__ import annotations
 
-from importlib import resources
 from typing import TYPE_CHECKING
 
 from kimi_dflash.demo import layout
-from kimi_dflash.demo.encoding import json_bytes
+from kimi_dflash.demo.encoding import json_bytes, shipped_text
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
-
-CORPUS_RESOURCE = ("kimi_dflash", "data/demo/corpus.txt")
 
 # One special token per role and no whitespace around them, so the prompt ends
 # "...last user words<|assistant|>". Unknown roles fail loudly instead of being dropped.
@@ -36,9 +33,7 @@ CHAT_TEMPLATE = (
 
 
 def read_corpus() -> str:
-    """The shipped training text (written for this project)."""
-    package, name = CORPUS_RESOURCE
-    return resources.files(package).joinpath(name).read_text(encoding="utf-8")
+    return shipped_text("corpus.txt")
 
 
 def byte_level_bpe(corpus: str, vocab_size: int, special_tokens: list[str]) -> Tokenizer:

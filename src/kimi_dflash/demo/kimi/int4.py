@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kimi_dflash.demo.encoding import kimi_config_fragment
 from kimi_dflash.demo.kimi import layout
 
 PACK_FACTOR = 8  # 32 bits / 4
@@ -72,29 +73,4 @@ def compressed_expert_tensors(name: str, matrix: np.ndarray) -> dict[str, np.nda
 
 def quantization_config() -> dict[str, object]:
     """The `quantization_config` Kimi K2.6 carries in its text_config: only routed experts are INT4."""
-    return {
-        "config_groups": {
-            "group_0": {
-                "input_activations": None,
-                "output_activations": None,
-                "targets": ["Linear"],
-                "weights": {
-                    "actorder": None,
-                    "block_structure": None,
-                    "dynamic": False,
-                    "group_size": layout.INT4_GROUP_SIZE,
-                    "num_bits": 4,
-                    "observer": "minmax",
-                    "observer_kwargs": {},
-                    "strategy": "group",
-                    "symmetric": True,
-                    "type": "int",
-                },
-            },
-        },
-        "format": "pack-quantized",
-        "ignore": ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*", r"re:.*mlp\.(gate|up|gate_up|down)_proj.*"],
-        "kv_cache_scheme": None,
-        "quant_method": "compressed-tensors",
-        "quantization_status": "compressed",
-    }
+    return kimi_config_fragment("quantization_config")

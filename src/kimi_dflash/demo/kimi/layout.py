@@ -128,7 +128,8 @@ SHARED_EXPERT_GAIN = 0.5
 ROUTER_CODE_STD = 0.25  # router rows: random directions in F
 ROUTER_BIAS_STD = 0.05  # e_score_correction_bias: big enough to change which experts win
 
-# INT4 (compressed-tensors pack-quantized, symmetric, group 32), as Kimi K2.6 ships its routed experts.
+# INT4 (compressed-tensors pack-quantized, symmetric, group 32), as Kimi K2.6 ships its routed experts (its
+# quantization_config: data/demo/kimi-k2.6-configs.json).
 INT4_GROUP_SIZE = 32
 
 # --- Drafter (DFlashDraftModel, Qwen3 layers) ----------------------------------------------------------------

@@ -9,6 +9,7 @@ import zlib
 import numpy as np
 
 from kimi_dflash.demo import target as qwen3_target
+from kimi_dflash.demo.encoding import kimi_config_fragment
 from kimi_dflash.demo.kimi import layout
 from kimi_dflash.demo.kimi.int4 import snap_to_int4_grid
 from kimi_dflash.demo.kimi.tokenizer import special_id
@@ -193,24 +194,7 @@ def generation_config() -> dict[str, object]:
 
 def preprocessor_config() -> dict[str, object]:
     """Kimi K2.6's media preprocessing settings; vLLM's Kimi processor reads media_proc_cfg even for text."""
-    return {
-        "media_proc_cfg": {
-            "in_patch_limit": 16384,
-            "patch_size": 14,
-            "image_mean": [0.5, 0.5, 0.5],
-            "image_std": [0.5, 0.5, 0.5],
-            "merge_kernel_size": 2,
-            "fixed_output_tokens": None,
-            "patch_limit_on_one_side": 512,
-            "in_patch_limit_each_frame": 4096,
-            "in_patch_limit_video": None,
-            "sample_fps": 2.0,
-            "max_num_frames_each_video": None,
-            "temporal_merge_kernel_size": 4,
-            "timestamp_mode": "hh:mm:ss.fff",
-            "config_type": "image",
-        },
-    }
+    return kimi_config_fragment("preprocessor_config")
 
 
 # ---------------------------------------------------------------- weights
