@@ -17,5 +17,6 @@ def shipped_text(name: str) -> str:
 
 
 def kimi_config_fragment(name: str) -> dict[str, object]:
-    """One of Kimi K2.6's config fragments the miniature ships verbatim (data/demo/kimi-k2.6-configs.json)."""
+    """Kimi K2.6's config fields the miniature keeps unchanged (data/demo/kimi-k2.6-configs.json): those of its
+    config.json, text_config, vision_config, quantization_config and preprocessor_config."""
     return json.loads(shipped_text("kimi-k2.6-configs.json"))[name]

@@ -49,7 +49,8 @@ def propose(weights: dict[str, np.ndarray], embeddings: np.ndarray, head: np.nda
     latent = rms_norm(kv[:, : layout.KV_LORA_RANK], w[f"{p}.self_attn.kv_a_layernorm.weight"])
     kv_b = latent @ w[f"{p}.self_attn.kv_b_proj.weight"].T
     keys, values = kv_b[:, : layout.QK_NOPE_HEAD_DIM], kv_b[:, layout.QK_NOPE_HEAD_DIM :]
-    mscale = 0.1 * math.log(layout.ROPE_SCALING["factor"]) + 1.0  # DeepSeek YaRN softmax scale (mscale_all_dim 1)
+    # DeepSeek YaRN softmax scale (mscale_all_dim 1)
+    mscale = 0.1 * math.log(target.text_config()["rope_scaling"]["factor"]) + 1.0
     scale = (layout.QK_NOPE_HEAD_DIM + layout.QK_ROPE_HEAD_DIM) ** -0.5 * mscale**2
     scores = keys @ q[-1] * scale  # rope parts are zero in both query and key
     attended = np.exp(scores - scores.max()) / np.exp(scores - scores.max()).sum() @ values
