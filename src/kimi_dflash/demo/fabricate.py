@@ -60,7 +60,7 @@ def fabricate(progress: Callable[[str], None] = lambda message: None) -> Fabrica
     roles = {"bos_token": None, "eos_token": layout.EOS_TOKEN, "pad_token": layout.EOS_TOKEN, "unk_token": None}
     additional = list(layout.SPECIAL_TOKENS[1:])
     for name, content in tokenizer.tokenizer_files(
-        tok, roles, additional, tokenizer.CHAT_TEMPLATE, layout.MAX_POSITION_EMBEDDINGS
+        tok, roles, additional, tokenizer.chat_template("qwen3-chat-template"), layout.MAX_POSITION_EMBEDDINGS
     ).items():
         files[f"{TARGET}/{name}"] = content
     files[f"{TARGET}/config.json"] = json_bytes(target.target_config(walk))

@@ -7,34 +7,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kimi_dflash.demo.kimi import layout
-from kimi_dflash.demo.tokenizer import byte_level_bpe, tokenizer_files
+from kimi_dflash.demo.tokenizer import byte_level_bpe, chat_template, tokenizer_files
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
-
-# Kimi's message framing: <|im_ROLE|>ROLE<|im_middle|>content<|im_end|>, tool results as a system message named
-# tool, images as Kimi's media placeholder; the generation prompt opens an assistant message (and a <think> block
-# when thinking is requested).
-CHAT_TEMPLATE = (
-    "{%- for message in messages -%}"
-    "{%- if message['role'] == 'system' -%}<|im_system|>system<|im_middle|>"
-    "{%- elif message['role'] == 'user' -%}<|im_user|>user<|im_middle|>"
-    "{%- elif message['role'] == 'assistant' -%}<|im_assistant|>assistant<|im_middle|>"
-    "{%- elif message['role'] == 'tool' -%}<|im_system|>tool<|im_middle|>"
-    "{%- else -%}{{ raise_exception('The miniature Kimi chat template supports the roles system, user, "
-    "assistant and tool, not ' ~ message['role']) }}"
-    "{%- endif -%}"
-    "{%- if message['content'] is string -%}{{ message['content'] }}"
-    "{%- elif message['content'] -%}{%- for part in message['content'] -%}"
-    "{%- if part['type'] == 'text' -%}{{ part['text'] }}"
-    "{%- elif part['type'] in ('image', 'image_url') -%}<|media_begin|>image<|media_content|><|media_pad|><|media_end|>"
-    "{%- endif -%}{%- endfor -%}"
-    "{%- endif -%}<|im_end|>"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}<|im_assistant|>assistant<|im_middle|>"
-    "{%- if thinking is defined and thinking -%}<think>{%- endif -%}"
-    "{%- endif -%}"
-)
 
 
 def special_block() -> list[str]:
@@ -77,5 +53,10 @@ def kimi_tokenizer_files(tokenizer: Tokenizer) -> dict[str, bytes]:
     }
     additional = [token for token in layout.SPECIAL_OFFSETS if token not in roles.values()]
     return tokenizer_files(
-        tokenizer, roles, additional, CHAT_TEMPLATE, layout.MAX_POSITION_EMBEDDINGS, add_bos_token=False
+        tokenizer,
+        roles,
+        additional,
+        chat_template("kimi-chat-template"),
+        layout.MAX_POSITION_EMBEDDINGS,
+        add_bos_token=False,
     )
