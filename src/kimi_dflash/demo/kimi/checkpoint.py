@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kimi_dflash.demo.encoding import json_bytes
+
 SAFETENSORS_METADATA = {"format": "pt"}  # transformers refuses safetensors files without it
 INDEX_FILE = "model.safetensors.index.json"
 NUMPY_DTYPES = {"F32": np.dtype("<f4"), "I32": np.dtype("<i4"), "I64": np.dtype("<i8")}
@@ -66,5 +68,5 @@ def sharded_files(shards: list[Mapping[str, Tensor]]) -> dict[str, bytes]:
         weight_map.update({tensor_name: name for tensor_name in shard})
         total += sum(len(item.data) for item in shard.values())
     index_doc = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
-    files[INDEX_FILE] = (json.dumps(index_doc, indent=2, sort_keys=True) + "\n").encode("utf-8")
+    files[INDEX_FILE] = json_bytes(index_doc)
     return files

@@ -14,21 +14,16 @@ PACK_FACTOR = 8  # 32 bits / 4
 INT4_MIN, INT4_MAX = -8, 7
 
 
-def group_scales(matrix: np.ndarray, group: int = layout.INT4_GROUP_SIZE) -> np.ndarray:
-    """Power-of-two scale per (row, group of `group` columns), the smallest that keeps |value| <= 7."""
+def quantize(matrix: np.ndarray, group: int = layout.INT4_GROUP_SIZE) -> tuple[np.ndarray, np.ndarray]:
+    """(int8 values in -8..7 [rows, cols], scales [rows, cols / group]) with value * scale ~ matrix; each scale is
+    the smallest power of two that keeps its group's |value| <= 7."""
     rows, cols = matrix.shape
     if cols % group:
         raise ValueError(f"{cols} input features are not a multiple of the INT4 group size {group}")
-    amax = np.abs(matrix.reshape(rows, cols // group, group)).max(axis=2)
-    exponents = np.ceil(np.log2(np.where(amax > 0, amax, 1.0) / INT4_MAX))
-    return np.exp2(exponents)
-
-
-def quantize(matrix: np.ndarray, group: int = layout.INT4_GROUP_SIZE) -> tuple[np.ndarray, np.ndarray]:
-    """(int8 values in -8..7 [rows, cols], scales [rows, cols / group]) with value * scale ~ matrix."""
-    rows, cols = matrix.shape
-    scales = group_scales(matrix, group)
-    grouped = matrix.reshape(rows, cols // group, group) / scales[:, :, None]
+    grouped = matrix.reshape(rows, cols // group, group)
+    amax = np.abs(grouped).max(axis=2)
+    scales = np.exp2(np.ceil(np.log2(np.where(amax > 0, amax, 1.0) / INT4_MAX)))
+    grouped = grouped / scales[:, :, None]
     values = np.clip(np.rint(grouped), INT4_MIN, INT4_MAX).astype(np.int8)
     return values.reshape(rows, cols), scales
 

@@ -113,17 +113,13 @@ def vision_weights() -> dict[str, np.ndarray]:
             }
         )
     weights = {name: rng_for(name).normal(0.0, 0.02, size=shape) for name, shape in shapes.items()}
-    biases = {
-        "vision_tower.patch_embed.proj": hidden,
-        "mm_projector.proj.0": merged,
-        "mm_projector.proj.2": layout.HIDDEN_SIZE,
-    }
+    # Every projection has a bias of its output size; the position embedding has none.
+    weights.update(
+        {name[: -len("weight")] + "bias": np.zeros(shape[0]) for name, shape in shapes.items() if "pos_emb" not in name}
+    )
     norms = {"vision_tower.encoder.final_layernorm": hidden, "mm_projector.pre_norm": hidden}
     for block in range(v["layers"]):
-        b = f"vision_tower.encoder.blocks.{block}"
-        biases.update({f"{b}.wqkv": 3 * hidden, f"{b}.wo": hidden, f"{b}.mlp.fc0": inter, f"{b}.mlp.fc1": hidden})
-        norms.update({f"{b}.norm0": hidden, f"{b}.norm1": hidden})
-    weights.update({f"{name}.bias": np.zeros(size) for name, size in biases.items()})
+        norms.update({f"vision_tower.encoder.blocks.{block}.norm{i}": hidden for i in (0, 1)})
     for name, size in norms.items():
         weights[f"{name}.weight"], weights[f"{name}.bias"] = np.ones(size), np.zeros(size)
     return weights
