@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from importlib import resources
+from typing import Any
 
 
 def json_bytes(obj: object) -> bytes:
@@ -12,11 +13,11 @@ def json_bytes(obj: object) -> bytes:
 
 
 def shipped_text(name: str) -> str:
-    """A file of kimi_dflash/data/demo/: the corpus (written for this project), Kimi K2.6's config fragments."""
+    """A file of kimi_dflash/data/demo/: the corpus (written for this project), chat templates, Kimi's config."""
     return resources.files("kimi_dflash").joinpath(f"data/demo/{name}").read_text(encoding="utf-8")
 
 
-def kimi_config_fragment(name: str) -> dict[str, object]:
+def kimi_config_fragment(name: str) -> dict[str, Any]:
     """Kimi K2.6's config fields the miniature keeps unchanged (data/demo/kimi-k2.6-configs.json): those of its
-    config.json, text_config, vision_config, quantization_config and preprocessor_config."""
+    config.json, text_config, vision_config, quantization_config, preprocessor_config and special token offsets."""
     return json.loads(shipped_text("kimi-k2.6-configs.json"))[name]

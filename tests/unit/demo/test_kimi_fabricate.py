@@ -18,6 +18,7 @@ from tokenizers import Tokenizer
 from kimi_dflash.demo import DemoModels, ensure_demo_models
 from kimi_dflash.demo.bundle import MANIFEST, RECIPES, bundle_problem
 from kimi_dflash.demo.kimi import int4, layout
+from kimi_dflash.demo.kimi import tokenizer as kimi_tokenizer
 from kimi_dflash.demo.kimi.checkpoint import INDEX_FILE, bfloat16_bits, safetensors_bytes, tensor
 from kimi_dflash.demo.kimi.int4 import quantization_config
 from repo_paths import REPO_ROOT
@@ -240,7 +241,7 @@ def test_checkpoint_writer_matches_torch_and_safetensors() -> None:
 def test_tokenizer_has_kimis_special_block_and_chat_format(kimi: DemoModels) -> None:
     tokenizer = Tokenizer.from_file(str(kimi.target_dir / "tokenizer.json"))
     assert tokenizer.get_vocab_size() == layout.VOCAB_SIZE
-    for token, offset in layout.SPECIAL_OFFSETS.items():
+    for token, offset in kimi_tokenizer.SPECIAL_OFFSETS.items():
         assert tokenizer.token_to_id(token) == layout.SPECIAL_BASE + offset
         assert tokenizer.encode(f"a{token}b").ids[1] == layout.SPECIAL_BASE + offset  # never split
     text = "Grüße, 世界! 🚀 tabs\tand\nnewlines"

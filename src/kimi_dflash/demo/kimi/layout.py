@@ -27,33 +27,7 @@ CUDA_FABRICATION_VERSION = "kimi-cuda-1"
 SPECIAL_BASE = 1024  # first special id (Kimi K2.6: 163584); ids between the BPE tokens and it are reserved
 SPECIAL_BLOCK = 256
 VOCAB_SIZE = SPECIAL_BASE + SPECIAL_BLOCK  # Kimi K2.6: 163840
-# Offsets inside the special block, as in Kimi K2.6's tokenizer; the rest are <|reserved_token_N|>.
-SPECIAL_OFFSETS = {
-    "[BOS]": 0,
-    "[EOS]": 1,
-    "<|im_end|>": 2,
-    "<|im_user|>": 3,
-    "<|im_assistant|>": 4,
-    "<|start_header_id|>": 6,
-    "<|end_header_id|>": 7,
-    "[EOT]": 9,
-    "<|im_system|>": 10,
-    "<|tool_calls_section_begin|>": 11,
-    "<|tool_calls_section_end|>": 12,
-    "<|tool_call_begin|>": 13,
-    "<|tool_call_argument_begin|>": 14,
-    "<|tool_call_end|>": 15,
-    "<|im_middle|>": 17,
-    "<|media_begin|>": 18,
-    "<|media_content|>": 19,
-    "<|media_end|>": 20,
-    "<|media_pad|>": 21,
-    "<think>": 22,
-    "</think>": 23,
-    "<|kimi_k25_video_placeholder|>": 24,
-    "[UNK]": 254,
-    "[PAD]": 255,
-}
+# The special tokens of the roles (all of them at Kimi K2.6's offsets in the block: tokenizer.py's SPECIAL_OFFSETS).
 BOS_TOKEN, EOS_TOKEN, END_OF_MESSAGE, PAD_TOKEN = "[BOS]", "[EOS]", "<|im_end|>", "[PAD]"
 # z-lab's Kimi drafters use [UNK] (163838) as the DFlash mask token; so does the miniature.
 MASK_TOKEN = "[UNK]"
