@@ -27,7 +27,7 @@ def base() -> Fabrication:
     return kimi_fabricate.fabricate()
 
 
-def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float = layout.RMS_NORM_EPS) -> np.ndarray:
+def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float = target.text_config()["rms_norm_eps"]) -> np.ndarray:
     return x / np.sqrt((x**2).mean(-1, keepdims=True) + eps) * weight
 
 

@@ -77,11 +77,9 @@ def attention(prefix: str) -> dict[str, np.ndarray]:
 
 
 def misses(walk: Walk, prefix: str) -> dict[str, np.ndarray]:
-    """One SwiGLU neuron per missed phase h, reading the residual after post_attention_layernorm (it holds the
-    copied code in G alone, so its G part is sqrt(hidden) * code): gate and up both read the similarity s to h's
-    code, so the neuron gives silu(a s) * s, a = MISS_GATE_PEAK / (1 - midpoint of 1 and the codes' largest
-    sidelobe): ~a on h itself, under a twentieth of that on any other phase (the residual has no constant for a
-    threshold); it swaps the code for that of h + MISS_JUMP. Checked on every phase by the unit tests."""
+    """One SwiGLU neuron per missed phase h swaps the code for that of h + DRAFTER_MISS_JUMP. The normed residual is
+    sqrt(hidden) * code in G alone, with no constant for a threshold: gate and up both read the similarity s to h's
+    code, giving silu(a s) * s, ~a on h and under a twentieth of that on any other phase (unit-tested)."""
     hidden, count = layout.HIDDEN_SIZE, len(walk.missed_phases)
     inter = drafter_intermediate_size(walk)
     scale = math.sqrt(hidden)  # the code's norm after post_attention_layernorm (residual = code only)

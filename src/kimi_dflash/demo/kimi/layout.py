@@ -63,10 +63,8 @@ INTERMEDIATE_SIZE = 512  # dense MLP of layer 0; Kimi K2.6: 18432
 MOE_INTERMEDIATE_SIZE = 128  # Kimi K2.6: 2048; a multiple of the INT4 group size
 N_ROUTED_EXPERTS = 16  # Kimi K2.6: 384
 NUM_EXPERTS_PER_TOK = 4  # Kimi K2.6: 8
-RMS_NORM_EPS = 1e-5
-ROPE_THETA = 50000.0
-# Kimi K2.6's YaRN rope scaling (it sets the MLA softmax scale too: mscale_all_dim), routing and the other config
-# fields that are not sizes: unchanged (data/demo/kimi-k2.6-configs.json).
+# Kimi K2.6's RMSNorm eps, RoPE theta and YaRN scaling (it sets the MLA softmax scale too: mscale_all_dim), routing
+# and the other config fields that are not sizes: unchanged (data/demo/kimi-k2.6-configs.json).
 MAX_POSITION_EMBEDDINGS = 262144
 TORCH_DTYPE = "bfloat16"  # stored like Kimi's non-expert weights; the demo serves it in float32
 

@@ -53,8 +53,6 @@ def text_config(mla: layout.MlaGeometry = CPU_MLA) -> dict[str, object]:
         "n_routed_experts": layout.N_ROUTED_EXPERTS,
         "num_experts_per_tok": layout.NUM_EXPERTS_PER_TOK,
         "first_k_dense_replace": layout.FIRST_K_DENSE_REPLACE,
-        "rms_norm_eps": layout.RMS_NORM_EPS,
-        "rope_theta": layout.ROPE_THETA,
         "max_position_embeddings": layout.MAX_POSITION_EMBEDDINGS,
         "bos_token_id": special_id(layout.BOS_TOKEN),
         "eos_token_id": special_id(layout.EOS_TOKEN),
