@@ -11,26 +11,26 @@ from dataclasses import dataclass
 import numpy as np
 
 from kimi_dflash.demo import geometry, layout
-from kimi_dflash.demo.target import shared_qwen3_config
+from kimi_dflash.demo.target import F, shared_qwen3_config
 from kimi_dflash.demo.walk import Walk
 
 
 @dataclass(frozen=True)
 class DrafterDesign:
-    """The drafter's shape and the target's hidden-state conventions it relies on."""
+    """The drafter's shape and the target's hidden-state conventions it relies on (defaults: the Qwen3 demo's)."""
 
-    hidden_size: int  # the target's (embeddings and lm_head are shared)
-    head_dim: int
-    heads: int  # head j serves mask slot j + 1, so heads = block size - 1
-    layers: int  # layer 0 copies and rotates, the last one holds the deliberate misses
-    rope_theta: float
-    qk_norm_weight: float
-    content_dim: int  # marker of ordinary tokens in the target's embeddings
-    special_dim: int  # marker of special tokens (the mask token is one)
     code_in: slice  # where an embedding row holds its phase code
     code_out: slice  # where the target's lm_head reads the phase code
-    embedding_norm_sq: float  # squared norm of every embedding row (ordinary and special alike)
-    num_target_features: int  # len(dflash_config.target_layer_ids)
+    hidden_size: int = layout.HIDDEN_SIZE  # the target's (embeddings and lm_head are shared)
+    head_dim: int = layout.HEAD_DIM
+    heads: int = layout.DRAFTER_HEADS  # head j serves mask slot j + 1, so heads = block size - 1
+    layers: int = layout.DRAFTER_LAYERS  # layer 0 copies and rotates, the last one holds the deliberate misses
+    rope_theta: float = layout.ROPE_THETA
+    qk_norm_weight: float = layout.QK_NORM_WEIGHT
+    content_dim: int = layout.CONTENT_DIM  # marker of ordinary tokens in the target's embeddings
+    special_dim: int = layout.SPECIAL_DIM  # marker of special tokens (the mask token is one)
+    embedding_norm_sq: float = 2.0  # squared norm of every embedding row (ordinary and special alike)
+    num_target_features: int = len(layout.TARGET_LAYER_IDS)  # len(dflash_config.target_layer_ids)
     output_gain: float = layout.DRAFTER_OUTPUT_GAIN
     miss_jump: int = layout.DRAFTER_MISS_JUMP
     miss_gate_peak: float = layout.MISS_GATE_PEAK
@@ -40,20 +40,7 @@ class DrafterDesign:
         return self.code_in.stop - self.code_in.start
 
 
-QWEN3_DRAFTER = DrafterDesign(
-    hidden_size=layout.HIDDEN_SIZE,
-    head_dim=layout.HEAD_DIM,
-    heads=layout.DRAFTER_HEADS,
-    layers=layout.DRAFTER_LAYERS,
-    rope_theta=layout.ROPE_THETA,
-    qk_norm_weight=layout.QK_NORM_WEIGHT,
-    content_dim=layout.CONTENT_DIM,
-    special_dim=layout.SPECIAL_DIM,
-    code_in=slice(layout.F_START, layout.F_START + layout.F_DIMS),
-    code_out=slice(layout.F_START, layout.F_START + layout.F_DIMS),
-    embedding_norm_sq=2.0,
-    num_target_features=len(layout.TARGET_LAYER_IDS),
-)
+QWEN3_DRAFTER = DrafterDesign(code_in=F, code_out=F)
 
 
 def drafter_intermediate_size(walk: Walk) -> int:

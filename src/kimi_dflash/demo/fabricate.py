@@ -11,11 +11,11 @@ from dataclasses import dataclass
 
 from kimi_dflash.demo import drafter, geometry, layout, target, tokenizer
 from kimi_dflash.demo.encoding import json_bytes
+from kimi_dflash.demo.kimi.checkpoint import SAFETENSORS_METADATA
 from kimi_dflash.demo.walk import Walk, build_walk
 
 TARGET = "target"
 DRAFTER = "drafter"
-SAFETENSORS_METADATA = {"format": "pt"}  # transformers refuses safetensors files without it
 
 
 @dataclass(frozen=True)
@@ -70,23 +70,21 @@ def fabricate(progress: Callable[[str], None] = lambda message: None) -> Fabrica
     files[f"{DRAFTER}/model.safetensors"] = safetensors_bytes(drafter.drafter_weights(walk))
 
     summary: dict[str, object] = {
-        **walk_summary(walk, mask_token_id, layout.TARGET_LAYER_IDS, layout.MAX_NUM_SPECULATIVE_TOKENS),
+        **walk_summary(walk, mask_token_id),
         "tokenizer_size": walk.tokenizer_size,
         "attention_logit_gap": round(gap, 3),
     }
     return Fabrication(files=files, walk=walk, mask_token_id=mask_token_id, summary=summary)
 
 
-def walk_summary(
-    walk: Walk, mask_token_id: int, target_layer_ids: tuple[int, ...], max_num_speculative_tokens: int
-) -> dict[str, object]:
+def walk_summary(walk: Walk, mask_token_id: int) -> dict[str, object]:
     """The manifest facts every demo bundle records about its walk and drafter."""
     return {
         "cycle_length": walk.length,
         "vocab_size": walk.vocab_size,
         "mask_token_id": mask_token_id,
-        "target_layer_ids": list(target_layer_ids),
-        "max_num_speculative_tokens": max_num_speculative_tokens,
+        "target_layer_ids": list(layout.TARGET_LAYER_IDS),
+        "max_num_speculative_tokens": layout.MAX_NUM_SPECULATIVE_TOKENS,
         "drafter_miss_rate": round(len(walk.missed_phases) / walk.length, 6),
         "expected_acceptance_per_position": [round(a, 4) for a in walk.acceptance_profile(8)],
         "phase_code_max_sidelobe": round(walk.max_sidelobe, 6),

@@ -27,18 +27,13 @@ DRAFTER_GUARANTEED_CONTEXT = 32768  # positional attention checked to stay sharp
 # The demo drafter construction (../drafter.py) on the Kimi target's hidden layout; how it differs from production's:
 # docs/demo-models.md, "Its drafter, and how it differs from production's".
 KIMI_DRAFTER = DrafterDesign(
-    hidden_size=layout.HIDDEN_SIZE,
-    head_dim=layout.DRAFTER_HEAD_DIM,
-    heads=layout.DRAFTER_HEADS,
-    layers=layout.DRAFTER_LAYERS,
-    rope_theta=layout.DRAFTER_ROPE_THETA,
-    qk_norm_weight=layout.DRAFTER_QK_NORM_WEIGHT,
-    content_dim=layout.CONTENT_DIM,
-    special_dim=layout.SPECIAL_DIM,
     code_in=layout.E,
     code_out=layout.G,
+    hidden_size=layout.HIDDEN_SIZE,
+    head_dim=layout.DRAFTER_HEAD_DIM,
+    rope_theta=layout.DRAFTER_ROPE_THETA,
+    qk_norm_weight=layout.DRAFTER_QK_NORM_WEIGHT,
     embedding_norm_sq=target.embedding_norm_sq(),
-    num_target_features=len(layout.TARGET_LAYER_IDS),
 )
 
 
@@ -134,7 +129,7 @@ def fabricate(
     )
 
     summary: dict[str, object] = {
-        **walk_summary(walk, mask_token_id, layout.TARGET_LAYER_IDS, layout.MAX_NUM_SPECULATIVE_TOKENS),
+        **walk_summary(walk, mask_token_id),
         "architecture": "KimiK25ForConditionalGeneration",
         "ordinary_tokens": ordinary,
         "drafter_attention_logit_gap": round(drafter_gap, 3),
