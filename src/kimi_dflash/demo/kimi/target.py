@@ -68,24 +68,23 @@ def vision_config() -> dict[str, object]:
     """A tiny MoonViT config. Kimi K2.6's config.json spells it the remote code's way (vt_*, init_pos_emb_*);
     transformers >= 5 (which vLLM 0.32 uses for this model) reads the plain names, so both are written."""
     v = VISION
-    return {
-        **kimi_config_fragment("vision_config"),
-        "patch_size": v["patch"],
-        "init_pos_emb_height": v["pos_emb"],
-        "init_pos_emb_width": v["pos_emb"],
-        "vt_num_attention_heads": v["heads"],
-        "vt_num_hidden_layers": v["layers"],
-        "vt_hidden_size": v["hidden"],
-        "vt_intermediate_size": v["intermediate"],
-        "merge_kernel_size": [v["merge"], v["merge"]],
-        "mm_hidden_size": v["hidden"],
-        "text_hidden_size": layout.HIDDEN_SIZE,
-        "pos_emb_height": v["pos_emb"],
-        "pos_emb_width": v["pos_emb"],
+    sizes = {
         "num_attention_heads": v["heads"],
         "num_hidden_layers": v["layers"],
         "hidden_size": v["hidden"],
         "intermediate_size": v["intermediate"],
+    }
+    positions = {"pos_emb_height": v["pos_emb"], "pos_emb_width": v["pos_emb"]}
+    return {
+        **kimi_config_fragment("vision_config"),
+        **sizes,
+        **{f"vt_{name}": value for name, value in sizes.items()},
+        **positions,
+        **{f"init_{name}": value for name, value in positions.items()},
+        "patch_size": v["patch"],
+        "merge_kernel_size": [v["merge"], v["merge"]],
+        "mm_hidden_size": v["hidden"],
+        "text_hidden_size": layout.HIDDEN_SIZE,
     }
 
 
