@@ -76,20 +76,6 @@ def checkpoint_files(weights: dict[str, np.ndarray], int4_experts: bool) -> dict
     return sharded_files(shards)
 
 
-def target_files(
-    tokenizer_files_: dict[str, bytes],
-    weights: dict[str, np.ndarray],
-    int4_experts: bool,
-    mla: layout.MlaGeometry = layout.CPU_MLA,
-) -> dict[str, bytes]:
-    files = dict(tokenizer_files_)
-    files["config.json"] = json_bytes(target.wrapper_config(quantization_config() if int4_experts else None, mla))
-    files["generation_config.json"] = json_bytes(target.generation_config())
-    files["preprocessor_config.json"] = json_bytes(target.preprocessor_config())
-    files.update(checkpoint_files(weights, int4_experts))
-    return files
-
-
 def fabricate(
     progress: Callable[[str], None] = lambda message: None, mla: layout.MlaGeometry = layout.CPU_MLA
 ) -> Fabrication:
@@ -121,8 +107,14 @@ def fabricate(
     tokenizer_part = kimi_tokenizer_files(tok)
     files: dict[str, bytes] = {}
     for directory, int4 in ((TARGET, False), (TARGET_INT4, True)):
-        for name, content in target_files(tokenizer_part, weights, int4, mla).items():
-            files[f"{directory}/{name}"] = content
+        target_files = {
+            **tokenizer_part,
+            "config.json": json_bytes(target.wrapper_config(quantization_config() if int4 else None, mla)),
+            "generation_config.json": json_bytes(target.generation_config()),
+            "preprocessor_config.json": json_bytes(target.preprocessor_config()),
+            **checkpoint_files(weights, int4),
+        }
+        files.update({f"{directory}/{name}": content for name, content in target_files.items()})
     files[f"{DRAFTER}/config.json"] = json_bytes(drafter_config(walk, mask_token_id))
     files[f"{DRAFTER}/model.safetensors"] = safetensors_bytes(
         {name: tensor(value, "BF16") for name, value in drafter_weights(walk, KIMI_DRAFTER).items()}
