@@ -14,19 +14,16 @@ from kimi_dflash.demo import geometry
 from kimi_dflash.demo.drafter import drafter_intermediate_size
 from kimi_dflash.demo.fabricate import Fabrication
 from kimi_dflash.demo.kimi import layout
-from kimi_dflash.demo.kimi.target import text_config
+from kimi_dflash.demo.kimi.target import LATENT_CODE, text_config
 from kimi_dflash.demo.layout import DRAFTER_MISS_JUMP, MISS_GATE_PEAK  # as the DFlash drafter's misses
 from kimi_dflash.demo.walk import Walk
 
 ARCHITECTURE = "Eagle3DeepseekV3ForCausalLM"
 AUX_LAYER_IDS = (1, 2, 3)  # vLLM's default for a 4-layer target would be (2, 2, 1): a repeat, one state short
 CODE = layout.CODE_DIMS
-LATENT_CODE = slice(0, CODE)  # where q / kv latents carry the code
 # A latent dim holding the token's marker: with it the normed latent's code has norm sqrt(hidden) = 16 for an
 # ordinary token, the scale the MLP sees after post_attention_layernorm (the misses' swap is sized for it).
 MARKER = CODE
-COPY_QUERY_GAIN = 1.5
-COPY_KEY_GAIN = 1.5
 
 
 def drafter_config(walk: Walk) -> dict[str, object]:
@@ -49,18 +46,18 @@ def drafter_config(walk: Walk) -> dict[str, object]:
 
 
 def attention(prefix: str) -> dict[str, np.ndarray]:
-    """Content-matching MLA head: query and key read the code of the (normed) embedding, the value copies it into
-    G. The first `hidden` input columns are the embedding, the next `hidden` the (zero) hidden state."""
+    """Content-matching MLA head, the target's head 0 without its noise (its gains): query and key read the code of
+    the (normed) embedding, the value copies it into G. Input columns: the embedding, then the (zero) hidden state."""
     hidden, eye = layout.HIDDEN_SIZE, np.eye(CODE)
     q_a = np.zeros((layout.Q_LORA_RANK, 2 * hidden))
     q_a[LATENT_CODE, layout.E] = eye
     q_b = np.zeros((layout.QK_NOPE_HEAD_DIM + layout.QK_ROPE_HEAD_DIM, layout.Q_LORA_RANK))
-    q_b[: layout.QK_NOPE_HEAD_DIM, LATENT_CODE] = COPY_QUERY_GAIN * eye
+    q_b[: layout.QK_NOPE_HEAD_DIM, LATENT_CODE] = layout.COPY_QUERY_GAIN * eye
     kv_a = np.zeros((layout.KV_LORA_RANK + layout.QK_ROPE_HEAD_DIM, 2 * hidden))
     kv_a[LATENT_CODE, layout.E] = eye
     kv_a[MARKER, [layout.CONTENT_DIM, layout.SPECIAL_DIM]] = 1.0
     kv_b = np.zeros((layout.QK_NOPE_HEAD_DIM + layout.V_HEAD_DIM, layout.KV_LORA_RANK))
-    kv_b[: layout.QK_NOPE_HEAD_DIM, LATENT_CODE] = COPY_KEY_GAIN * eye
+    kv_b[: layout.QK_NOPE_HEAD_DIM, LATENT_CODE] = layout.COPY_KEY_GAIN * eye
     value = slice(layout.QK_NOPE_HEAD_DIM, layout.QK_NOPE_HEAD_DIM + CODE)
     kv_b[value, LATENT_CODE] = eye
     o = np.zeros((hidden, layout.V_HEAD_DIM))
