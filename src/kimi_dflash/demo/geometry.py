@@ -48,12 +48,7 @@ def rope_query_pattern(offset: int, head_dim: int = layout.HEAD_DIM, theta: floa
     return pattern
 
 
-def attention_logit_gap(
-    max_distance: int,
-    head_dim: int = layout.HEAD_DIM,
-    theta: float = layout.ROPE_THETA,
-    qk_norm_weight: float = layout.QK_NORM_WEIGHT,
-) -> float:
+def attention_logit_gap(max_distance: int, head_dim: int, theta: float, qk_norm_weight: float) -> float:
     """Smallest logit margin between the intended key and any other key at most `max_distance` away.
 
     After q_norm/k_norm (weight w) each rotary pair has length sqrt(2)*w, and vLLM scales scores by
