@@ -33,7 +33,7 @@ KIMI_DRAFTER = DrafterDesign(
     head_dim=layout.DRAFTER_HEAD_DIM,
     rope_theta=layout.DRAFTER_ROPE_THETA,
     qk_norm_weight=layout.DRAFTER_QK_NORM_WEIGHT,
-    embedding_norm_sq=target.embedding_norm_sq(),
+    embedding_norm_sq=2.0 + layout.EMBEDDING_NOISE_NORM**2,  # markers and code (target.embeddings) + noise
 )
 
 

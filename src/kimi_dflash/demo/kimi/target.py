@@ -170,13 +170,8 @@ def embeddings(walk: Walk) -> np.ndarray:
     return table
 
 
-def embedding_norm_sq() -> float:
-    return 2.0 + layout.EMBEDDING_NOISE_NORM**2
-
-
 def lm_head(walk: Walk) -> np.ndarray:
-    """The Qwen3 demo's (the row of the token at phase p+1 is the code of phase p) in G; every row also reads N a
-    little."""
+    """The Qwen3 demo's (the row of the token at phase p+1 is the code of phase p) in G, plus a little N."""
     head = qwen3_target.lm_head(walk, layout.HIDDEN_SIZE, layout.G)
     head[:, layout.N] = noise("lm_head", walk.vocab_size, N_DIMS, layout.NOISE_OUTPUT_STD)
     return head
@@ -184,9 +179,7 @@ def lm_head(walk: Walk) -> np.ndarray:
 
 def copy_query_gain(mla: layout.MlaGeometry) -> float:
     """COPY_QUERY_GAIN for the CPU sizes; vLLM scales MLA scores by qk_head_dim**-0.5, so wider heads get a query
-    scaled up to give head 0 the same scores (exactly COPY_QUERY_GAIN for the CPU miniature)."""
-    if mla.qk_head_dim == CPU_MLA.qk_head_dim:
-        return layout.COPY_QUERY_GAIN
+    scaled up to give head 0 the same scores (exactly COPY_QUERY_GAIN for the CPU miniature: the factor is 1.0)."""
     return layout.COPY_QUERY_GAIN * float(np.sqrt(mla.qk_head_dim / CPU_MLA.qk_head_dim))
 
 
