@@ -71,10 +71,8 @@ def drafter_config(
 
 
 def context_projection(design: DrafterDesign) -> np.ndarray:
-    """fc: every target feature's markers (both are positive wherever they are set) onto the special marker.
-
-    The context then carries no phase code, so whatever a head attends to in the context contributes
-    nothing; it only needs a positive marker for the positional keys."""
+    """fc: every target feature's (positive) markers onto the special marker: the context carries no phase code, so
+    a head attending to it contributes nothing, and a positive marker for the positional keys."""
     hidden = design.hidden_size
     fc = np.zeros((hidden, design.num_target_features * hidden))
     for feature in range(design.num_target_features):
@@ -125,10 +123,8 @@ def copied_code_norm(design: DrafterDesign) -> float:
 
 
 def mask_slot_norms(design: DrafterDesign) -> tuple[float, float]:
-    """(scale of the phase code, scale of the special marker) in a mask slot after post_attention_layernorm.
-
-    The slot's residual is the mask embedding (special marker sqrt(2), whole row of squared norm
-    embedding_norm_sq) plus the copied code."""
+    """(scale of the phase code, scale of the special marker) in a mask slot after post_attention_layernorm: its
+    residual is the mask embedding (special marker sqrt(2), squared norm embedding_norm_sq) plus the copied code."""
     code = copied_code_norm(design)
     marker = math.sqrt(2.0)
     rms = math.sqrt((code**2 + design.embedding_norm_sq) / design.hidden_size)

@@ -26,13 +26,9 @@ class Fabrication:
     summary: dict[str, object]  # facts recorded in the manifest (cycle length, miss rate, ...)
 
 
-def safetensors_bytes(weights: dict[str, object]) -> bytes:
+def fabricate(progress: Callable[[str], None] = lambda message: None) -> Fabrication:
     from safetensors.numpy import save
 
-    return save(weights, metadata=SAFETENSORS_METADATA)  # type: ignore[arg-type]
-
-
-def fabricate(progress: Callable[[str], None] = lambda message: None) -> Fabrication:
     gap = geometry.checked_attention_gap(
         "the Qwen3 demo's",
         "raise QK_NORM_WEIGHT or lower ROPE_THETA in kimi_dflash/demo/layout.py",
@@ -65,9 +61,9 @@ def fabricate(progress: Callable[[str], None] = lambda message: None) -> Fabrica
         files[f"{TARGET}/{name}"] = content
     files[f"{TARGET}/config.json"] = json_bytes(target.target_config(walk))
     files[f"{TARGET}/generation_config.json"] = json_bytes(target.generation_config())
-    files[f"{TARGET}/model.safetensors"] = safetensors_bytes(target.target_weights(walk))
+    files[f"{TARGET}/model.safetensors"] = save(target.target_weights(walk), metadata=SAFETENSORS_METADATA)
     files[f"{DRAFTER}/config.json"] = json_bytes(drafter.drafter_config(walk, mask_token_id))
-    files[f"{DRAFTER}/model.safetensors"] = safetensors_bytes(drafter.drafter_weights(walk))
+    files[f"{DRAFTER}/model.safetensors"] = save(drafter.drafter_weights(walk), metadata=SAFETENSORS_METADATA)
 
     summary: dict[str, object] = {
         **walk_summary(walk, mask_token_id),
