@@ -31,6 +31,7 @@ class DrafterDesign:
     special_dim: int = layout.SPECIAL_DIM  # marker of special tokens (the mask token is one)
     embedding_norm_sq: float = 2.0  # squared norm of every embedding row (ordinary and special alike)
     num_target_features: int = len(layout.TARGET_LAYER_IDS)  # len(dflash_config.target_layer_ids)
+    target_layers: int = layout.TARGET_LAYERS
     output_gain: float = layout.DRAFTER_OUTPUT_GAIN
     miss_jump: int = layout.DRAFTER_MISS_JUMP
     miss_gate_peak: float = layout.MISS_GATE_PEAK
@@ -48,11 +49,7 @@ def drafter_intermediate_size(walk: Walk) -> int:
 
 
 def drafter_config(
-    walk: Walk,
-    mask_token_id: int,
-    design: DrafterDesign = QWEN3_DRAFTER,
-    num_target_layers: int = layout.TARGET_LAYERS,
-    **dflash: object,
+    walk: Walk, mask_token_id: int, design: DrafterDesign = QWEN3_DRAFTER, **dflash: object
 ) -> dict[str, object]:
     """A DFlash drafter's config.json; `dflash`: more dflash_config fields (the Kimi demo's, kimi/fabricate.py)."""
     return {
@@ -64,7 +61,7 @@ def drafter_config(
         "intermediate_size": drafter_intermediate_size(walk),
         "num_hidden_layers": design.layers,
         "num_attention_heads": design.heads,
-        "num_target_layers": num_target_layers,
+        "num_target_layers": design.target_layers,
         "block_size": layout.DRAFTER_BLOCK_SIZE,
         "dflash_config": {"mask_token_id": mask_token_id, "target_layer_ids": list(layout.TARGET_LAYER_IDS), **dflash},
     }

@@ -35,11 +35,8 @@ def rope_frequencies(head_dim: int = layout.HEAD_DIM, theta: float = layout.ROPE
 
 def rope_query_pattern(offset: int, head_dim: int = layout.HEAD_DIM, theta: float = layout.ROPE_THETA) -> np.ndarray:
     """A query (before RoPE, neox layout) that, against the key rope_query_pattern(0), scores highest for the key
-    at `offset` positions from the query (negative = earlier), whatever the absolute positions.
-
-    With RoPE, q.k = sum_i Re(conj(q_i) k_i e^{i(n-m)theta_i}); k_i = 1 and q_i = e^{i*offset*theta_i}
-    give sum_i cos((n - m - offset) * theta_i), maximal exactly at n - m = offset.
-    """
+    `offset` positions away (negative = earlier) wherever they are: with RoPE, q.k = sum_i Re(conj(q_i) k_i
+    e^{i(n-m)theta_i}), so k_i = 1 and q_i = e^{i*offset*theta_i} give sum_i cos((n - m - offset) * theta_i)."""
     frequencies = rope_frequencies(head_dim, theta)
     half = head_dim // 2
     pattern = np.empty(head_dim, dtype=np.float64)

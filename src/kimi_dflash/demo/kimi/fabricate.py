@@ -34,6 +34,7 @@ KIMI_DRAFTER = DrafterDesign(
     rope_theta=layout.DRAFTER_ROPE_THETA,
     qk_norm_weight=layout.DRAFTER_QK_NORM_WEIGHT,
     embedding_norm_sq=2.0 + layout.EMBEDDING_NOISE_NORM**2,  # markers and code (target.embeddings) + noise
+    target_layers=layout.TARGET_LAYERS,
 )
 
 
@@ -41,13 +42,7 @@ def drafter_config(walk: Walk, mask_token_id: int) -> dict[str, object]:
     # Non-causal sliding-window layers (vLLM 0.32 qwen3_dflash: use_swa + swa_window_size): the window is wider
     # than any context, so attention is unchanged; vLLM gives the layers their own KV group.
     config = demo_drafter.drafter_config(
-        walk,
-        mask_token_id,
-        KIMI_DRAFTER,
-        layout.TARGET_LAYERS,
-        use_swa=True,
-        swa_window_size=layout.DRAFTER_SLIDING_WINDOW,
-        causal=False,
+        walk, mask_token_id, KIMI_DRAFTER, use_swa=True, swa_window_size=layout.DRAFTER_SLIDING_WINDOW, causal=False
     )
     del config["use_sliding_window"], config["sliding_window"]
     config["max_position_embeddings"] = layout.MAX_POSITION_EMBEDDINGS
