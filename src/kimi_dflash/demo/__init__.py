@@ -1,7 +1,5 @@
-"""The embedded CPU demo models, fabricated locally and deterministically (no model hub) on first use and cached
-under the project cache; importing this package is cheap. Usage: docs/demo-models.md (``ensure_demo_models``);
-catalog.CHOICES lists the choices (the values of the FABRICATE_DEMO_MODELS config key).
-"""
+"""The demo models, fabricated locally and deterministically on first use and cached (docs/demo-models.md); importing
+this package is cheap. catalog.CHOICES: the values of the FABRICATE_DEMO_MODELS config key."""
 
 from kimi_dflash.demo.bundle import DemoModels, demo_model_paths, ensure_demo_models
 from kimi_dflash.demo.catalog import CHOICES, DEFAULT

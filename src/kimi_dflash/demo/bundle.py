@@ -64,10 +64,6 @@ class DemoModels:
     manifest_path: Path
     built: bool = False  # True when this call fabricated the files, False when a cached copy was reused
 
-    @property
-    def fabrication_version(self) -> str:
-        return RECIPES[self.choice.bundle].fabrication_version
-
     def speculative_config(self, num_speculative_tokens: int | None = None) -> dict[str, object]:
         """The --speculative-config object for vLLM."""
         picked = self.choice
@@ -104,14 +100,6 @@ def demo_model_paths(root: Path | None = None, choice: str = DEFAULT) -> DemoMod
     )
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def bundle_problem(bundle: Path, fabrication_version: str) -> str | None:
     """Why the bundle at `bundle` cannot be reused, or None when it is complete and current."""
     manifest_path = bundle / MANIFEST
@@ -131,18 +119,9 @@ def bundle_problem(bundle: Path, fabrication_version: str) -> str | None:
         path = bundle / relative
         if not path.is_file():
             return f"{relative} is missing"
-        if sha256_file(path) != expected:
+        if hashlib.sha256(path.read_bytes()).hexdigest() != expected:  # bundle files are at most ~15 MB
             return f"{relative} does not match its sha256"
     return None
-
-
-def manifest_bytes(fabrication_version: str, files: dict[str, bytes], summary: dict[str, object]) -> bytes:
-    manifest = {
-        "fabrication_version": fabrication_version,
-        "files": {name: hashlib.sha256(content).hexdigest() for name, content in sorted(files.items())},
-        "summary": summary,
-    }
-    return json_bytes(manifest)
 
 
 def write_tree(directory: Path, files: dict[str, bytes]) -> None:
@@ -208,9 +187,12 @@ def ensure_bundle(
         _require_fabrication_libraries()
         module, function = recipe.fabricate.split(":")
         fabrication: Fabrication = getattr(importlib.import_module(module), function)(say)
-        files = dict(fabrication.files)
-        files[MANIFEST] = manifest_bytes(recipe.fabrication_version, fabrication.files, fabrication.summary)
-        install(root, name, files)
+        manifest = {
+            "fabrication_version": recipe.fabrication_version,
+            "files": {path: hashlib.sha256(content).hexdigest() for path, content in sorted(fabrication.files.items())},
+            "summary": fabrication.summary,
+        }
+        install(root, name, {**fabrication.files, MANIFEST: json_bytes(manifest)})
     leftover = bundle_problem(bundle, recipe.fabrication_version)
     if leftover is not None:
         raise RuntimeError(f"the freshly built demo bundle in {bundle} failed its own check: {leftover}")

@@ -1,7 +1,5 @@
-"""The demo models a config can ask for (FABRICATE_DEMO_MODELS), and the facts the launcher needs about each.
-
-Standard library only: the config schema imports the names from here.
-"""
+"""The demo models a config can ask for (FABRICATE_DEMO_MODELS), and the facts the launcher needs about each
+(standard library only: the config schema imports the names from here)."""
 
 from __future__ import annotations
 

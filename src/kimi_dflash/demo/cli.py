@@ -58,21 +58,17 @@ def main(args: DemoOptions) -> int:
     elapsed = time.perf_counter() - started
     summary = models.manifest().get("summary", {})
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "model": models.choice.name,
-                    "architecture": models.choice.architecture,
-                    "target_dir": str(models.target_dir),
-                    "drafter_dir": str(models.drafter_dir),
-                    "built": models.built,
-                    "seconds": round(elapsed, 3),
-                    "recommended_num_speculative_tokens": models.choice.recommended_num_speculative_tokens,
-                    "summary": summary,
-                },
-                indent=2,
-            )
-        )
+        facts = {
+            "model": models.choice.name,
+            "architecture": models.choice.architecture,
+            "target_dir": str(models.target_dir),
+            "drafter_dir": str(models.drafter_dir),
+            "built": models.built,
+            "seconds": round(elapsed, 3),
+            "recommended_num_speculative_tokens": models.choice.recommended_num_speculative_tokens,
+            "summary": summary,
+        }
+        print(json.dumps(facts, indent=2))
         return 0
     progress(f"{'built' if models.built else 'reused cached copy'} in {elapsed:.2f} s")
     print(f"target:  {models.target_dir}")

@@ -1,14 +1,6 @@
-"""The tiny DFlash drafter: config.json and weights in the layout vLLM's DFlashQwen3ForCausalLM loads.
-
-vLLM 0.32 semantics this is built against (vllm/model_executor/models/qwen3_dflash.py, v1/spec_decode/dflash.py):
-- context: the target's residual stream after each layer in dflash_config.target_layer_ids is concatenated,
-  projected by `fc`, RMS-normed with `hidden_norm`, then each layer's k_proj/v_proj (+ k_norm, RoPE) turn it
-  into K/V written to the drafter's KV cache at the context positions. No input_layernorm on this path.
-- queries: [bonus token, mask, mask, ...] at the positions right after the context, embedded with the
-  target's embed_tokens, through the layers (non-causal attention over context + block), `norm`, and the
-  target's lm_head; mask slot k proposes the token at its own position.
-No embed_tokens / lm_head here: vLLM shares the target's. The same construction serves both demo targets; a
-DrafterDesign says where the target keeps what (see layout.py and kimi/layout.py).
+"""The DFlash drafter of both demos (config.json and weights as vLLM 0.32's DFlashQwen3ForCausalLM loads them; no
+embed_tokens / lm_head: vLLM shares the target's). The construction against vLLM's DFlash forward:
+docs/demo-models.md, "How the drafter agrees with the target"; a DrafterDesign says where the target keeps what.
 """
 
 from __future__ import annotations
@@ -19,26 +11,27 @@ from dataclasses import dataclass
 import numpy as np
 
 from kimi_dflash.demo import geometry, layout
-from kimi_dflash.demo.target import shared_qwen3_config
+from kimi_dflash.demo.target import F, shared_qwen3_config
 from kimi_dflash.demo.walk import Walk
 
 
 @dataclass(frozen=True)
 class DrafterDesign:
-    """The drafter's shape and the target's hidden-state conventions it relies on."""
+    """The drafter's shape and the target's hidden-state conventions it relies on (defaults: the Qwen3 demo's)."""
 
-    hidden_size: int  # the target's (embeddings and lm_head are shared)
-    head_dim: int
-    heads: int  # head j serves mask slot j + 1, so heads = block size - 1
-    layers: int  # layer 0 copies and rotates, the last one holds the deliberate misses
-    rope_theta: float
-    qk_norm_weight: float
-    content_dim: int  # marker of ordinary tokens in the target's embeddings
-    special_dim: int  # marker of special tokens (the mask token is one)
     code_in: slice  # where an embedding row holds its phase code
     code_out: slice  # where the target's lm_head reads the phase code
-    embedding_norm_sq: float  # squared norm of every embedding row (ordinary and special alike)
-    num_target_features: int  # len(dflash_config.target_layer_ids)
+    hidden_size: int = layout.HIDDEN_SIZE  # the target's (embeddings and lm_head are shared)
+    head_dim: int = layout.HEAD_DIM
+    heads: int = layout.DRAFTER_HEADS  # head j serves mask slot j + 1, so heads = block size - 1
+    layers: int = layout.DRAFTER_LAYERS  # layer 0 copies and rotates, the last one holds the deliberate misses
+    rope_theta: float = layout.ROPE_THETA
+    qk_norm_weight: float = layout.QK_NORM_WEIGHT
+    content_dim: int = layout.CONTENT_DIM  # marker of ordinary tokens in the target's embeddings
+    special_dim: int = layout.SPECIAL_DIM  # marker of special tokens (the mask token is one)
+    embedding_norm_sq: float = 2.0  # squared norm of every embedding row (ordinary and special alike)
+    num_target_features: int = len(layout.TARGET_LAYER_IDS)  # len(dflash_config.target_layer_ids)
+    target_layers: int = layout.TARGET_LAYERS
     output_gain: float = layout.DRAFTER_OUTPUT_GAIN
     miss_jump: int = layout.DRAFTER_MISS_JUMP
     miss_gate_peak: float = layout.MISS_GATE_PEAK
@@ -48,48 +41,35 @@ class DrafterDesign:
         return self.code_in.stop - self.code_in.start
 
 
-QWEN3_DRAFTER = DrafterDesign(
-    hidden_size=layout.HIDDEN_SIZE,
-    head_dim=layout.HEAD_DIM,
-    heads=layout.DRAFTER_HEADS,
-    layers=layout.DRAFTER_LAYERS,
-    rope_theta=layout.ROPE_THETA,
-    qk_norm_weight=layout.QK_NORM_WEIGHT,
-    content_dim=layout.CONTENT_DIM,
-    special_dim=layout.SPECIAL_DIM,
-    code_in=slice(layout.F_START, layout.F_START + layout.F_DIMS),
-    code_out=slice(layout.F_START, layout.F_START + layout.F_DIMS),
-    embedding_norm_sq=2.0,
-    num_target_features=len(layout.TARGET_LAYER_IDS),
-)
+QWEN3_DRAFTER = DrafterDesign(code_in=F, code_out=F)
 
 
 def drafter_intermediate_size(walk: Walk) -> int:
     return max(64, math.ceil(len(walk.missed_phases) / 64) * 64)
 
 
-def drafter_config(walk: Walk, mask_token_id: int) -> dict[str, object]:
-    """The Qwen3 demo drafter's config.json (the Kimi demo builds its own, kimi/fabricate.py)."""
+def drafter_config(
+    walk: Walk, mask_token_id: int, design: DrafterDesign = QWEN3_DRAFTER, **dflash: object
+) -> dict[str, object]:
+    """A DFlash drafter's config.json; `dflash`: more dflash_config fields (the Kimi demo's, kimi/fabricate.py)."""
     return {
         **shared_qwen3_config(walk),
         "architectures": ["DFlashDraftModel"],
+        "hidden_size": design.hidden_size,
+        "head_dim": design.head_dim,
+        "rope_theta": design.rope_theta,
         "intermediate_size": drafter_intermediate_size(walk),
-        "num_hidden_layers": layout.DRAFTER_LAYERS,
-        "num_attention_heads": layout.DRAFTER_HEADS,
-        "num_target_layers": layout.TARGET_LAYERS,
+        "num_hidden_layers": design.layers,
+        "num_attention_heads": design.heads,
+        "num_target_layers": design.target_layers,
         "block_size": layout.DRAFTER_BLOCK_SIZE,
-        "dflash_config": {
-            "mask_token_id": mask_token_id,
-            "target_layer_ids": list(layout.TARGET_LAYER_IDS),
-        },
+        "dflash_config": {"mask_token_id": mask_token_id, "target_layer_ids": list(layout.TARGET_LAYER_IDS), **dflash},
     }
 
 
 def context_projection(design: DrafterDesign) -> np.ndarray:
-    """fc: every target feature's markers (both are positive wherever they are set) onto the special marker.
-
-    The context then carries no phase code, so whatever a head attends to in the context contributes
-    nothing; it only needs a positive marker for the positional keys."""
+    """fc: every target feature's (positive) markers onto the special marker: the context carries no phase code, so
+    a head attending to it contributes nothing, and a positive marker for the positional keys."""
     hidden = design.hidden_size
     fc = np.zeros((hidden, design.num_target_features * hidden))
     for feature in range(design.num_target_features):
@@ -140,10 +120,8 @@ def copied_code_norm(design: DrafterDesign) -> float:
 
 
 def mask_slot_norms(design: DrafterDesign) -> tuple[float, float]:
-    """(scale of the phase code, scale of the special marker) in a mask slot after post_attention_layernorm.
-
-    The slot's residual is the mask embedding (special marker sqrt(2), whole row of squared norm
-    embedding_norm_sq) plus the copied code."""
+    """(scale of the phase code, scale of the special marker) in a mask slot after post_attention_layernorm: its
+    residual is the mask embedding (special marker sqrt(2), squared norm embedding_norm_sq) plus the copied code."""
     code = copied_code_norm(design)
     marker = math.sqrt(2.0)
     rms = math.sqrt((code**2 + design.embedding_norm_sq) / design.hidden_size)

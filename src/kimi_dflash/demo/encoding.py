@@ -1,9 +1,23 @@
-"""One JSON encoding for every file the demo writes: sorted keys and fixed indentation keep builds byte-identical."""
+"""The files the demo reads and writes: its shipped data, and one JSON encoding (sorted keys, fixed indentation) that
+keeps builds byte-identical."""
 
 from __future__ import annotations
 
 import json
+from importlib import resources
+from typing import Any
 
 
 def json_bytes(obj: object) -> bytes:
     return (json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def shipped_text(name: str) -> str:
+    """A file of kimi_dflash/data/demo/: the corpus (written for this project), chat templates, Kimi's config."""
+    return resources.files("kimi_dflash").joinpath(f"data/demo/{name}").read_text(encoding="utf-8")
+
+
+def kimi_config_fragment(name: str) -> dict[str, Any]:
+    """Kimi K2.6's config fields the miniature keeps unchanged (data/demo/kimi-k2.6-configs.json): those of its
+    config.json, text_config, vision_config, quantization_config, preprocessor_config and special token offsets."""
+    return json.loads(shipped_text("kimi-k2.6-configs.json"))[name]

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 
 from kimi_dflash.demo import drafter, geometry, layout, target, tokenizer
 from kimi_dflash.demo.encoding import json_bytes
+from kimi_dflash.demo.kimi.checkpoint import SAFETENSORS_METADATA
 from kimi_dflash.demo.walk import Walk, build_walk
 
 TARGET = "target"
 DRAFTER = "drafter"
-SAFETENSORS_METADATA = {"format": "pt"}  # transformers refuses safetensors files without it
 
 
 @dataclass(frozen=True)
@@ -26,13 +26,9 @@ class Fabrication:
     summary: dict[str, object]  # facts recorded in the manifest (cycle length, miss rate, ...)
 
 
-def safetensors_bytes(weights: dict[str, object]) -> bytes:
+def fabricate(progress: Callable[[str], None] = lambda message: None) -> Fabrication:
     from safetensors.numpy import save
 
-    return save(weights, metadata=SAFETENSORS_METADATA)  # type: ignore[arg-type]
-
-
-def fabricate(progress: Callable[[str], None] = lambda message: None) -> Fabrication:
     gap = geometry.checked_attention_gap(
         "the Qwen3 demo's",
         "raise QK_NORM_WEIGHT or lower ROPE_THETA in kimi_dflash/demo/layout.py",
@@ -60,33 +56,31 @@ def fabricate(progress: Callable[[str], None] = lambda message: None) -> Fabrica
     roles = {"bos_token": None, "eos_token": layout.EOS_TOKEN, "pad_token": layout.EOS_TOKEN, "unk_token": None}
     additional = list(layout.SPECIAL_TOKENS[1:])
     for name, content in tokenizer.tokenizer_files(
-        tok, roles, additional, tokenizer.CHAT_TEMPLATE, layout.MAX_POSITION_EMBEDDINGS
+        tok, roles, additional, tokenizer.chat_template("qwen3-chat-template"), layout.MAX_POSITION_EMBEDDINGS
     ).items():
         files[f"{TARGET}/{name}"] = content
     files[f"{TARGET}/config.json"] = json_bytes(target.target_config(walk))
     files[f"{TARGET}/generation_config.json"] = json_bytes(target.generation_config())
-    files[f"{TARGET}/model.safetensors"] = safetensors_bytes(target.target_weights(walk))
+    files[f"{TARGET}/model.safetensors"] = save(target.target_weights(walk), metadata=SAFETENSORS_METADATA)
     files[f"{DRAFTER}/config.json"] = json_bytes(drafter.drafter_config(walk, mask_token_id))
-    files[f"{DRAFTER}/model.safetensors"] = safetensors_bytes(drafter.drafter_weights(walk))
+    files[f"{DRAFTER}/model.safetensors"] = save(drafter.drafter_weights(walk), metadata=SAFETENSORS_METADATA)
 
     summary: dict[str, object] = {
-        **walk_summary(walk, mask_token_id, layout.TARGET_LAYER_IDS, layout.MAX_NUM_SPECULATIVE_TOKENS),
+        **walk_summary(walk, mask_token_id),
         "tokenizer_size": walk.tokenizer_size,
         "attention_logit_gap": round(gap, 3),
     }
     return Fabrication(files=files, walk=walk, mask_token_id=mask_token_id, summary=summary)
 
 
-def walk_summary(
-    walk: Walk, mask_token_id: int, target_layer_ids: tuple[int, ...], max_num_speculative_tokens: int
-) -> dict[str, object]:
+def walk_summary(walk: Walk, mask_token_id: int) -> dict[str, object]:
     """The manifest facts every demo bundle records about its walk and drafter."""
     return {
         "cycle_length": walk.length,
         "vocab_size": walk.vocab_size,
         "mask_token_id": mask_token_id,
-        "target_layer_ids": list(target_layer_ids),
-        "max_num_speculative_tokens": max_num_speculative_tokens,
+        "target_layer_ids": list(layout.TARGET_LAYER_IDS),
+        "max_num_speculative_tokens": layout.MAX_NUM_SPECULATIVE_TOKENS,
         "drafter_miss_rate": round(len(walk.missed_phases) / walk.length, 6),
         "expected_acceptance_per_position": [round(a, 4) for a in walk.acceptance_profile(8)],
         "phase_code_max_sidelobe": round(walk.max_sidelobe, 6),

@@ -35,11 +35,8 @@ def rope_frequencies(head_dim: int = layout.HEAD_DIM, theta: float = layout.ROPE
 
 def rope_query_pattern(offset: int, head_dim: int = layout.HEAD_DIM, theta: float = layout.ROPE_THETA) -> np.ndarray:
     """A query (before RoPE, neox layout) that, against the key rope_query_pattern(0), scores highest for the key
-    at `offset` positions from the query (negative = earlier), whatever the absolute positions.
-
-    With RoPE, q.k = sum_i Re(conj(q_i) k_i e^{i(n-m)theta_i}); k_i = 1 and q_i = e^{i*offset*theta_i}
-    give sum_i cos((n - m - offset) * theta_i), maximal exactly at n - m = offset.
-    """
+    `offset` positions away (negative = earlier) wherever they are: with RoPE, q.k = sum_i Re(conj(q_i) k_i
+    e^{i(n-m)theta_i}), so k_i = 1 and q_i = e^{i*offset*theta_i} give sum_i cos((n - m - offset) * theta_i)."""
     frequencies = rope_frequencies(head_dim, theta)
     half = head_dim // 2
     pattern = np.empty(head_dim, dtype=np.float64)
@@ -48,12 +45,7 @@ def rope_query_pattern(offset: int, head_dim: int = layout.HEAD_DIM, theta: floa
     return pattern
 
 
-def attention_logit_gap(
-    max_distance: int,
-    head_dim: int = layout.HEAD_DIM,
-    theta: float = layout.ROPE_THETA,
-    qk_norm_weight: float = layout.QK_NORM_WEIGHT,
-) -> float:
+def attention_logit_gap(max_distance: int, head_dim: int, theta: float, qk_norm_weight: float) -> float:
     """Smallest logit margin between the intended key and any other key at most `max_distance` away.
 
     After q_norm/k_norm (weight w) each rotary pair has length sqrt(2)*w, and vLLM scales scores by

@@ -1,14 +1,10 @@
-"""The fixed shape of the demo models: sizes, special tokens, and which hidden dimensions carry what.
-
-Everything the fabrication produces is a pure function of these constants and the shipped corpus, so
-changing any of them changes the files: bump FABRICATION_VERSION with it so cached copies are rebuilt.
-How the two models agree (each token a phase on the corpus's cycle, the target reciting it, the drafter's
-positional copy heads and its seeded misses): docs/demo-models.md, "How the drafter agrees with the target".
+"""The fixed shape of the Qwen3 demo (and what the miniature Kimi shares): sizes, special tokens, and which hidden
+dimensions carry what. The fabrication is a pure function of these constants and the shipped corpus: bump
+FABRICATION_VERSION with any change. How the models agree: docs/demo-models.md.
 """
 
 from __future__ import annotations
 
-# Bump when any constant here or any construction in this package changes the produced files.
 FABRICATION_VERSION = "1"
 
 # --- Tokenizer -------------------------------------------------------------------------------------

@@ -1,46 +1,27 @@
-"""The demo tokenizers: byte-level BPE trained with `tokenizers` on the corpus shipped in the package.
-
-Training is deterministic for a given corpus (checked by the tests across processes); the files written
-here are what transformers' AutoTokenizer and vLLM load. The miniature Kimi's specials: kimi/tokenizer.py.
+"""The demo tokenizers: byte-level BPE trained with `tokenizers` on the shipped corpus (deterministic, checked by the
+tests across processes), written as the files transformers' AutoTokenizer and vLLM load.
 """
 
 from __future__ import annotations
 
-from importlib import resources
 from typing import TYPE_CHECKING
 
 from kimi_dflash.demo import layout
-from kimi_dflash.demo.encoding import json_bytes
+from kimi_dflash.demo.encoding import json_bytes, shipped_text
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
-CORPUS_RESOURCE = ("kimi_dflash", "data/demo/corpus.txt")
-
-# One special token per role and no whitespace around them, so the prompt ends
-# "...last user words<|assistant|>". Unknown roles fail loudly instead of being dropped.
-CHAT_TEMPLATE = (
-    "{%- for message in messages -%}"
-    "{%- if message['role'] == 'system' -%}"
-    + layout.SYSTEM_TOKEN
-    + "{%- elif message['role'] == 'user' -%}"
-    + layout.USER_TOKEN
-    + "{%- elif message['role'] == 'assistant' -%}"
-    + layout.ASSISTANT_TOKEN
-    + "{%- else -%}{{ raise_exception('The demo chat template supports the roles system, user and "
-    "assistant, not ' ~ message['role']) }}"
-    "{%- endif -%}"
-    "{{ message['content'] or '' }}"
-    "{%- if message['role'] == 'assistant' -%}" + layout.EOS_TOKEN + "{%- endif -%}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}" + layout.ASSISTANT_TOKEN + "{%- endif -%}"
-)
-
 
 def read_corpus() -> str:
-    """The shipped training text (written for this project)."""
-    package, name = CORPUS_RESOURCE
-    return resources.files(package).joinpath(name).read_text(encoding="utf-8")
+    return shipped_text("corpus.txt")
+
+
+def chat_template(name: str) -> str:
+    """data/demo/<name>.jinja, its lines joined: the stored template is one line (the Qwen3 demo's: one special
+    token per role, no whitespace around them, so a prompt ends "...last user words<|assistant|>"; both fail
+    loudly on an unknown role)."""
+    return "".join(shipped_text(f"{name}.jinja").splitlines())
 
 
 def byte_level_bpe(corpus: str, vocab_size: int, special_tokens: list[str]) -> Tokenizer:

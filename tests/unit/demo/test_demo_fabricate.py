@@ -365,7 +365,10 @@ def test_rope_patterns_select_exactly_one_relative_position(offset: int) -> None
     best = int(np.argmax(scores))
     assert list(keys)[best] - query_position == offset
     runner_up = np.max(np.delete(scores, best))
-    assert scores[best] - runner_up >= geometry.attention_logit_gap(2048 + 16) - 1e-6
+    assert (
+        scores[best] - runner_up
+        >= geometry.attention_logit_gap(2048 + 16, layout.HEAD_DIM, layout.ROPE_THETA, layout.QK_NORM_WEIGHT) - 1e-6
+    )
     assert scores[best] - runner_up >= layout.MIN_ATTENTION_LOGIT_GAP
 
 

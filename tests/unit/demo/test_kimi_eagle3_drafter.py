@@ -27,7 +27,7 @@ def base() -> Fabrication:
     return kimi_fabricate.fabricate()
 
 
-def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float = layout.RMS_NORM_EPS) -> np.ndarray:
+def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float = target.text_config()["rms_norm_eps"]) -> np.ndarray:
     return x / np.sqrt((x**2).mean(-1, keepdims=True) + eps) * weight
 
 
@@ -49,7 +49,8 @@ def propose(weights: dict[str, np.ndarray], embeddings: np.ndarray, head: np.nda
     latent = rms_norm(kv[:, : layout.KV_LORA_RANK], w[f"{p}.self_attn.kv_a_layernorm.weight"])
     kv_b = latent @ w[f"{p}.self_attn.kv_b_proj.weight"].T
     keys, values = kv_b[:, : layout.QK_NOPE_HEAD_DIM], kv_b[:, layout.QK_NOPE_HEAD_DIM :]
-    mscale = 0.1 * math.log(layout.ROPE_SCALING["factor"]) + 1.0  # DeepSeek YaRN softmax scale (mscale_all_dim 1)
+    # DeepSeek YaRN softmax scale (mscale_all_dim 1)
+    mscale = 0.1 * math.log(target.text_config()["rope_scaling"]["factor"]) + 1.0
     scale = (layout.QK_NOPE_HEAD_DIM + layout.QK_ROPE_HEAD_DIM) ** -0.5 * mscale**2
     scores = keys @ q[-1] * scale  # rope parts are zero in both query and key
     attended = np.exp(scores - scores.max()) / np.exp(scores - scores.max()).sum() @ values
@@ -86,7 +87,7 @@ def test_it_proposes_the_walks_next_token_except_on_the_missed_phases(base: Fabr
     for phase in phases:
         context = [walk.cycle[int(p)] for p in rng.choice(walk.length, 40, replace=False) if p != phase]
         proposal = propose(weights, embeddings, head, [*context, walk.cycle[phase]])
-        jump = eagle3_drafter.MISS_JUMP if phase in missed else 0
+        jump = eagle3_drafter.DRAFTER_MISS_JUMP if phase in missed else 0
         assert proposal == walk.cycle[(phase + jump + 1) % walk.length], phase
 
 
@@ -103,7 +104,7 @@ def test_every_miss_neuron_fires_only_on_its_phase(base: Fabrication) -> None:
         residual = np.zeros(H)
         residual[layout.G] = math.sqrt(H) * codes[phase]  # the copied code after post_attention_layernorm
         out = residual + down @ (silu(gate @ residual) * (up @ residual))
-        jump = eagle3_drafter.MISS_JUMP if phase in missed else 0
+        jump = eagle3_drafter.DRAFTER_MISS_JUMP if phase in missed else 0
         assert int(np.argmax(head @ out)) == walk.cycle[(phase + jump + 1) % walk.length], phase
 
 

@@ -16,8 +16,9 @@ pytest.importorskip("tokenizers", reason="needs the cpu extra (launchers/setup-c
 from tokenizers import Tokenizer
 
 from kimi_dflash.demo import DemoModels, ensure_demo_models
-from kimi_dflash.demo.bundle import MANIFEST, bundle_problem
+from kimi_dflash.demo.bundle import MANIFEST, RECIPES, bundle_problem
 from kimi_dflash.demo.kimi import int4, layout
+from kimi_dflash.demo.kimi import tokenizer as kimi_tokenizer
 from kimi_dflash.demo.kimi.checkpoint import INDEX_FILE, bfloat16_bits, safetensors_bytes, tensor
 from kimi_dflash.demo.kimi.int4 import quantization_config
 from repo_paths import REPO_ROOT
@@ -67,7 +68,7 @@ def test_both_targets_share_one_bundle_and_drafter(kimi: DemoModels, kimi_int4: 
     assert kimi.built is True and kimi_int4.built is False  # one fabrication makes both
     assert kimi.bundle_dir == kimi_int4.bundle_dir and kimi.drafter_dir == kimi_int4.drafter_dir
     assert kimi.target_dir.name == "target" and kimi_int4.target_dir.name == "target-int4"
-    assert bundle_problem(kimi.bundle_dir, kimi.fabrication_version) is None
+    assert bundle_problem(kimi.bundle_dir, RECIPES[kimi.choice.bundle].fabrication_version) is None
     manifest = kimi.manifest()
     assert set(manifest["files"]) == set(tree(kimi.bundle_dir)) - {MANIFEST}
     assert manifest["summary"]["architecture"] == "KimiK25ForConditionalGeneration"
@@ -240,7 +241,7 @@ def test_checkpoint_writer_matches_torch_and_safetensors() -> None:
 def test_tokenizer_has_kimis_special_block_and_chat_format(kimi: DemoModels) -> None:
     tokenizer = Tokenizer.from_file(str(kimi.target_dir / "tokenizer.json"))
     assert tokenizer.get_vocab_size() == layout.VOCAB_SIZE
-    for token, offset in layout.SPECIAL_OFFSETS.items():
+    for token, offset in kimi_tokenizer.SPECIAL_OFFSETS.items():
         assert tokenizer.token_to_id(token) == layout.SPECIAL_BASE + offset
         assert tokenizer.encode(f"a{token}b").ids[1] == layout.SPECIAL_BASE + offset  # never split
     text = "Grüße, 世界! 🚀 tabs\tand\nnewlines"
@@ -301,14 +302,18 @@ def kimi_cuda(kimi: DemoModels) -> DemoModels:
 def test_the_cpu_miniature_is_byte_identical_to_its_fabrication_version(kimi: DemoModels) -> None:
     import hashlib
 
-    assert kimi.fabrication_version == layout.FABRICATION_VERSION
+    assert RECIPES[kimi.choice.bundle].fabrication_version == layout.FABRICATION_VERSION
     digest = hashlib.sha256(kimi.manifest_path.read_bytes()).hexdigest()
     assert digest == CPU_MANIFEST_SHA256[layout.FABRICATION_VERSION]
 
 
 def test_the_cuda_miniature_has_kimis_own_mla_head_sizes(kimi: DemoModels, kimi_cuda: DemoModels) -> None:
     assert kimi_cuda.built is True and kimi_cuda.bundle_dir.name == "kimi-cuda"
-    assert kimi_cuda.fabrication_version == layout.CUDA_FABRICATION_VERSION != layout.FABRICATION_VERSION
+    assert (
+        RECIPES[kimi_cuda.choice.bundle].fabrication_version
+        == layout.CUDA_FABRICATION_VERSION
+        != layout.FABRICATION_VERSION
+    )
     bf16 = ensure_demo_models(kimi.root, choice="kimi-cuda")
     assert bf16.built is False and bf16.bundle_dir == kimi_cuda.bundle_dir and bf16.target_dir.name == "target"
     text = read_json(kimi_cuda.target_dir / "config.json")["text_config"]

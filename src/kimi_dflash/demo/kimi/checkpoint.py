@@ -1,9 +1,6 @@
-"""Serialize tensors the way Kimi K2.6's checkpoint stores them: bfloat16 (and int32/int64/float32 where Kimi has
-them) in safetensors shards with a `model.safetensors.index.json`, byte-identical for identical input.
-
-numpy has no bfloat16 and the `safetensors` package's numpy writer cannot produce it, so this writes the
-(simple, documented) safetensors layout itself: an 8-byte little-endian header length, a JSON header naming each
-tensor's dtype, shape and byte range, then the raw little-endian data.
+"""Tensors as Kimi K2.6's checkpoint stores them: bfloat16 (int32/int64/float32 where Kimi has them) in safetensors
+shards with a `model.safetensors.index.json`. numpy has no bfloat16 and the `safetensors` package's numpy writer
+cannot produce it, so this writes the (documented) safetensors layout itself.
 """
 
 from __future__ import annotations
@@ -14,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
+
+from kimi_dflash.demo.encoding import json_bytes
 
 SAFETENSORS_METADATA = {"format": "pt"}  # transformers refuses safetensors files without it
 INDEX_FILE = "model.safetensors.index.json"
@@ -69,5 +68,5 @@ def sharded_files(shards: list[Mapping[str, Tensor]]) -> dict[str, bytes]:
         weight_map.update({tensor_name: name for tensor_name in shard})
         total += sum(len(item.data) for item in shard.values())
     index_doc = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
-    files[INDEX_FILE] = (json.dumps(index_doc, indent=2, sort_keys=True) + "\n").encode("utf-8")
+    files[INDEX_FILE] = json_bytes(index_doc)
     return files

