@@ -30,39 +30,32 @@ def test_the_layer_contracts_hold() -> None:
     assert "0 broken" in result.stdout
 
 
-def test_a_back_pointing_import_breaks_the_layers(tmp_path: Path) -> None:
+def lint_with_an_added_import(tmp_path: Path, module: str, line: str) -> subprocess.CompletedProcess[str]:
+    """lint-imports on a copy of the project where ``module`` (a path under src/) gets one more import line."""
     shutil.copy2(REPO_ROOT / "pyproject.toml", tmp_path)
     for tree in ("src", "lab"):
         shutil.copytree(REPO_ROOT / tree, tmp_path / tree, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
-    leaf = tmp_path / "src" / "kimi_dflash" / "core" / "errors.py"
-    leaf.write_text(leaf.read_text(encoding="utf-8") + "\nfrom kimi_dflash.bench import records  # noqa\n")
-    result = lint_imports(tmp_path)
+    path = tmp_path / "src" / module
+    path.write_text(path.read_text(encoding="utf-8") + f"\n{line}  # noqa\n")
+    return lint_imports(tmp_path)
+
+
+def test_a_back_pointing_import_breaks_the_layers(tmp_path: Path) -> None:
+    result = lint_with_an_added_import(tmp_path, "kimi_dflash/core/errors.py", "from kimi_dflash.bench import records")
     assert result.returncode == 1, result.stdout + result.stderr
     assert "kimi_dflash.core is not allowed to import kimi_dflash.bench" in result.stdout
     assert "kimi_dflash.core.errors -> kimi_dflash.bench.records" in result.stdout
 
 
 def test_the_product_never_imports_the_lab(tmp_path: Path) -> None:
-    shutil.copy2(REPO_ROOT / "pyproject.toml", tmp_path)
-    for tree in ("src", "lab"):
-        shutil.copytree(REPO_ROOT / tree, tmp_path / tree, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
-    plan = tmp_path / "src" / "kimi_dflash" / "plan.py"
-    plan.write_text(plan.read_text(encoding="utf-8") + "\nimport kimi_dflash_lab.synthetic  # noqa\n")
-    result = lint_imports(tmp_path)
+    result = lint_with_an_added_import(tmp_path, "kimi_dflash/plan.py", "import kimi_dflash_lab.synthetic")
     assert result.returncode == 1, result.stdout + result.stderr
     assert "kimi_dflash.plan -> kimi_dflash_lab.synthetic" in result.stdout
 
 
 def test_a_recipe_import_of_the_benchmark_breaks_their_independence(tmp_path: Path) -> None:
     # The layers allow it (the benchmark sits below the recipe); the independence contract must not.
-    shutil.copy2(REPO_ROOT / "pyproject.toml", tmp_path)
-    for tree in ("src", "lab"):
-        shutil.copytree(REPO_ROOT / tree, tmp_path / tree, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
-    plan = tmp_path / "src" / "kimi_dflash" / "plan.py"
-    plan.write_text(plan.read_text(encoding="utf-8") + "\nfrom kimi_dflash.bench import records  # noqa\n")
-    result = lint_imports(tmp_path)
+    result = lint_with_an_added_import(tmp_path, "kimi_dflash/plan.py", "from kimi_dflash.bench import records")
     assert result.returncode == 1, result.stdout + result.stderr
-    assert (
-        "the recipe never imports the" in result.stdout
-        and "kimi_dflash.plan -> kimi_dflash.bench.records" in result.stdout
-    )
+    assert "the recipe never imports the" in result.stdout
+    assert "kimi_dflash.plan -> kimi_dflash.bench.records" in result.stdout
