@@ -51,6 +51,7 @@ def paired(level: LevelResult, log: list[dict[str, Any]]) -> list[tuple[dict[str
     return list(zip(records, entries))
 
 
+@pytest.mark.realtime
 @pytest.mark.parametrize("loop", ["default", "asyncio"])
 def test_streaming_metrics_match_the_truth_within_one_percent(tmp_path: Path, loop: str) -> None:
     sessions, turns, warmup = 4, 3, 2
@@ -120,6 +121,7 @@ def test_streaming_metrics_match_the_truth_within_one_percent(tmp_path: Path, lo
     assert doc.server is not None and doc.server.version == "synthetic" and doc.run.status == "complete"
 
 
+@pytest.mark.realtime
 def test_non_streaming_latency_and_throughput(tmp_path: Path) -> None:
     out = tmp_path / "plain.json"
     with running(SERVER_ARGS) as url:

@@ -53,6 +53,7 @@ def test_every_fault_is_counted_and_good_requests_are_kept(tmp_path: Path) -> No
     assert "WARNING" in proc.stdout and "no usage" in proc.stdout
 
 
+@pytest.mark.realtime
 def test_timeouts_on_a_stalled_stream_and_a_silent_server(tmp_path: Path) -> None:
     out = tmp_path / "timeout.json"
     with running([*FAST, "--faults", "stall,hang,ok"]) as url:

@@ -37,6 +37,7 @@ def test_ratio_interval_significance() -> None:
     assert intervals.ratio_interval([150], [100]).significant is None  # type: ignore[union-attr]
 
 
+@pytest.mark.realtime
 def test_same_server_ab_interval_contains_one(tmp_path: Path) -> None:
     """Two runs against one synthetic server: any speedup is noise, so the interval must contain 1.0.
     The compare runs at 99 % so a correct 95 % procedure cannot make this test flaky 1 time in 20."""

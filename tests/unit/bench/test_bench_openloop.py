@@ -84,6 +84,7 @@ def test_max_in_flight_counts_overlaps() -> None:
     assert max_in_flight([rec(0, 2), rec(1, 3), rec(2, 4), rec(2.5, 5)]) == 3  # 2.0: one ends as one starts
 
 
+@pytest.mark.realtime
 def test_constant_arrivals_hit_the_asked_rate_within_five_percent(tmp_path: Path) -> None:
     rate, n = 50.0, 150
     out = tmp_path / "constant.json"

@@ -6,6 +6,7 @@ tests/integration/test_cuda_rules_wheels.py."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,8 +33,17 @@ def source() -> VllmSource:
     return VllmSource.open(INSTALLED)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def own_demo_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    # The rules read the demo bundles' config.json: fabricate them (about a second each) in a cache of this module's,
+    # so a fresh clone judges the same models as a machine whose cache holds them (in CI the rules found none).
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("KIMI_DFLASH_CACHE", str(tmp_path_factory.mktemp("cache")))
+        yield
+
+
 def deployment(config: str, **overrides: str) -> Deployment:
-    loaded = resolve_demo_models(load_config(CONFIGS_DIR / config, environ=overrides), create=False)
+    loaded = resolve_demo_models(load_config(CONFIGS_DIR / config, environ=overrides), create=True)
     return Deployment.for_plan(loaded, build_plan(loaded, python_executable="python", cache_dir="/cache"))
 
 
