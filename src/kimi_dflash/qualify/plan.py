@@ -4,7 +4,7 @@ estimates and default SLO name their source (``Box.source``, ``Box.slo_source``;
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pydantic import TypeAdapter
@@ -341,17 +341,36 @@ def build_plan(
                            tuple(trimmed), slo_text, per_request.server_env, excluded,
                            tuple(projection) if projects else (), graph_keys, values["SPECULATIVE_METHOD"])  # fmt: skip
 
+    def drop_graphs() -> str | None:
+        nonlocal graph
+        if graph is None or not graph.runs:
+            return None
+        graph = GraphCandidate(False, "trimmed to fit the budget")
+        return "the graph-mode candidate"
+
+    def drop_extra_k() -> str | None:
+        return f"k={extras.pop()}" if extras else None
+
+    return fit_budget(make, trimmed, (drop_extra_k, drop_graphs, fewer_sessions(sessions)))
+
+
+Trim = Callable[[], str | None]  # drops one thing from a plan and names it, or finds nothing to drop
+
+
+def fewer_sessions(sessions: list[int]) -> Trim:
+    """The last trim of every plan: the lowest concurrency level, while more than one is left."""
+    return lambda: f"{sessions.pop(0)} sessions" if len(sessions) > 1 else None
+
+
+def fit_budget(make: Callable[[], QualifyPlan], trimmed: list[str], trims: Sequence[Trim]) -> QualifyPlan:
+    """Rebuild the plan, each time after the first trim that finds something to drop, until it fits the budget or
+    nothing is left to drop; `trimmed` collects what was dropped (make() reports it)."""
     plan = make()
     while not plan.within_budget:
-        if extras:
-            trimmed.append(f"k={extras.pop()}")
-        elif graph is not None and graph.runs:
-            trimmed.append("the graph-mode candidate")
-            graph = GraphCandidate(False, "trimmed to fit the budget")
-        elif len(sessions) > 1:
-            trimmed.append(f"{sessions.pop(0)} sessions")
-        else:
+        dropped = next((label for trim in trims if (label := trim()) is not None), None)
+        if dropped is None:
             break
+        trimmed.append(dropped)
         plan = make()
     return plan
 

@@ -23,6 +23,8 @@ from kimi_dflash.qualify.plan import (
     box_for,
     build_plan,
     check_slo,
+    fewer_sessions,
+    fit_budget,
 )
 from kimi_dflash.qualify.steps import MODEL_KEYS
 
@@ -87,18 +89,14 @@ def build_shootout(values: Mapping[str, str], configs: Sequence[CandidateConfig]
                            steps, tuple(trimmed), slo_text, per_request.server_env, excluded,
                            method=values.get("SPECULATIVE_METHOD", "none"), candidates=candidates)  # fmt: skip
 
-    plan = make()
-    while not plan.within_budget:
+    def drop_largest_extra_k() -> str | None:
         largest = max(((k, name) for name, ks in extras.items() for k in ks), default=None)
-        if largest is not None:
-            extras[largest[1]].remove(largest[0])
-            trimmed.append(f"{largest[1]}: k={largest[0]}")
-        elif len(sessions) > 1:
-            trimmed.append(f"{sessions.pop(0)} sessions")
-        else:
-            break
-        plan = make()
-    return plan
+        if largest is None:
+            return None
+        extras[largest[1]].remove(largest[0])
+        return f"{largest[1]}: k={largest[0]}"
+
+    return fit_budget(make, trimmed, (drop_largest_extra_k, fewer_sessions(sessions)))
 
 
 def _same_target(reference: Mapping[str, str], candidate: Mapping[str, str]) -> bool:
