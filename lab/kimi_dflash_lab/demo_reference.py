@@ -215,6 +215,21 @@ def measure_agreement(
     return AgreementReport(start, tokens[start : start + max_new_tokens], slot_right, accepted)
 
 
+def agreement_by_prompt(models, prompts, max_new_tokens: int, num_speculative_tokens: int, model):  # type: ignore[no-untyped-def]
+    """measure_agreement for each chat prompt on one loaded target (a DemoModels bundle's target and drafter)."""
+    return {
+        prompt: measure_agreement(
+            models.target_dir,
+            models.drafter_dir,
+            chat_prompt_ids(models.target_dir, prompt),
+            max_new_tokens,
+            num_speculative_tokens,
+            model=model,
+        )
+        for prompt in prompts
+    }
+
+
 def greedy_generate(model, prompt_ids: list[int], new_tokens: int) -> list[int]:  # type: ignore[no-untyped-def]
     """Prompt + `new_tokens` greedy tokens (transformers' generate, KV cache, no early stop at EOS)."""
     import torch
@@ -273,15 +288,9 @@ def main(args: ReferenceOptions) -> int:
 
     tokenizer = AutoTokenizer.from_pretrained(str(models.target_dir))
     totals = [0.0] * args.num_speculative_tokens
-    for prompt in args.prompts:
-        report = measure_agreement(
-            models.target_dir,
-            models.drafter_dir,
-            chat_prompt_ids(models.target_dir, prompt),
-            args.tokens,
-            args.num_speculative_tokens,
-            model=model,
-        )
+    for prompt, report in agreement_by_prompt(
+        models, args.prompts, args.tokens, args.num_speculative_tokens, model
+    ).items():
         print(f"prompt: {prompt!r}\n  output: {tokenizer.decode(report.generated[:40])!r}...")
         print("  accepted per position: " + " ".join(f"{a:.2f}" for a in report.accepted_per_position))
         totals = [t + a for t, a in zip(totals, report.accepted_per_position, strict=True)]

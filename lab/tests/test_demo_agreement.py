@@ -24,10 +24,10 @@ from kimi_dflash.drafter_training.features import target_features
 from kimi_dflash_lab.demo_reference import (
     AgreementReport,
     DrafterReference,
+    agreement_by_prompt,
     chat_prompt_ids,
     draft_is_right,
     load_target,
-    measure_agreement,
     next_token,
 )
 
@@ -54,18 +54,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
 
 @pytest.fixture(scope="module")
 def reports(demo: Demo) -> dict[str, AgreementReport]:
-    models = demo.models
-    return {
-        prompt: measure_agreement(
-            models.target_dir,
-            models.drafter_dir,
-            chat_prompt_ids(models.target_dir, prompt),
-            NEW_TOKENS,
-            SLOTS,
-            model=demo.target,
-        )
-        for prompt in PROMPTS
-    }
+    return agreement_by_prompt(demo.models, PROMPTS, NEW_TOKENS, SLOTS, demo.target)
 
 
 def test_transformers_loads_every_target_weight(demo: Demo) -> None:

@@ -27,10 +27,10 @@ from kimi_dflash.demo.walk import Walk
 from kimi_dflash.drafter_training.features import load_kimi_text_model
 from kimi_dflash_lab.demo_reference import (
     AgreementReport,
+    agreement_by_prompt,
     chat_prompt_ids,
     draft_is_right,
     greedy_generate,
-    measure_agreement,
     next_token,
 )
 
@@ -64,18 +64,7 @@ def kimi(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
 
 @pytest.fixture(scope="module")
 def reports(kimi: Kimi) -> dict[str, AgreementReport]:
-    models = kimi.models
-    return {
-        prompt: measure_agreement(
-            models.target_dir,
-            models.drafter_dir,
-            chat_prompt_ids(models.target_dir, prompt),
-            NEW_TOKENS,
-            SLOTS,
-            model=kimi.target,
-        )
-        for prompt in PROMPTS
-    }
+    return agreement_by_prompt(kimi.models, PROMPTS, NEW_TOKENS, SLOTS, kimi.target)
 
 
 def walk_share(walk: Walk, tokens: list[int]) -> float:
