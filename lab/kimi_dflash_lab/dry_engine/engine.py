@@ -32,6 +32,7 @@ import kimi_dflash_lab.dry_engine.platform_fakes as platform_fakes
 from kimi_dflash_lab.dry_engine.model_dir import DryModelError, checkpoint_dir
 
 TIMEOUT_S = 600.0
+PARALLEL = 2  # children judging at once (one vLLM import each, ~1 GB): the dry table's and a release run's
 CHILD_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
 PICKED = (
     ("runner", "model runner"),

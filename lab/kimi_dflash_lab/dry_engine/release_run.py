@@ -6,7 +6,7 @@ accepts on an NVIDIA Hopper GPU, each as vLLM's own start-up code decides it on 
     DIR/summary.json  per case: config, overrides, simulated GPU, verdict, what vLLM picked, seconds; the versions
 
 The committed output (benchmarks/results/dry-engine-cuda-0.26.0/) is what the fast test reads; a slow lab test
-reruns it when the venv exists. One child per case, one at a time (~1 GB and 30-90 s each).
+reruns it when the venv exists. One child per case, two at a time (~1 GB and 30-90 s each).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import json
 import sys
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -86,10 +87,11 @@ def case_plan(case: Case, create: bool = False):  # type: ignore[no-untyped-def]
     return config, plan, overrides
 
 
-def run_case(name: str, case: Case, python: Path) -> dict:
+def run_case(case: Case, prepared: tuple, python: Path) -> dict:  # type: ignore[type-arg]
+    """One child judging a case whose plan `case_plan(case, create=True)` prepared."""
     from kimi_dflash_lab.dry_engine.engine import dry_engine_for_plan
 
-    config, plan, overrides = case_plan(case, create=True)
+    config, plan, overrides = prepared
     started = time.monotonic()
     verdict = dry_engine_for_plan(config, plan, python=str(python), cuda_gpu=case.gpu)
     return {
@@ -102,6 +104,7 @@ def run_case(name: str, case: Case, python: Path) -> dict:
 
 def run(version: str, out: Path, only: list[str] | None = None) -> dict:
     from kimi_dflash.core.paths import cache_root
+    from kimi_dflash_lab.dry_engine.engine import PARALLEL
     from kimi_dflash_lab.dry_engine.venv import MARKER, venv_dir, venv_python
 
     python = venv_python(version)
@@ -116,11 +119,19 @@ def run(version: str, out: Path, only: list[str] | None = None) -> dict:
     summary: dict = {"vllm": marker["vllm"], "torch": marker["torch"], "cases": {}}
     if only and summary_path.is_file():
         summary["cases"] = json.loads(summary_path.read_text(encoding="utf-8"))["cases"]
-    for name, case in CASES.items():
-        if only and name not in only:
-            continue
+    chosen = {name: case for name, case in CASES.items() if not only or name in only}
+    # Plans (and the demo models they name) one at a time; the children two at a time, like the dry table's.
+    prepared = {name: case_plan(case, create=True) for name, case in chosen.items()}
+
+    def judged(name: str) -> dict:
+        case = chosen[name]
         print(f"dry-engine-release: {name} ({case.config}, simulated {case.gpu})", file=sys.stderr, flush=True)
-        result = _sanitize(run_case(name, case, python), replacements)
+        return _sanitize(run_case(case, prepared[name], python), replacements)  # type: ignore[return-value]
+
+    with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
+        results = dict(zip(chosen, pool.map(judged, chosen), strict=True))
+    for name, case in chosen.items():
+        result = results[name]
         report = result["report"]  # type: ignore[index]
         (out / f"{name}.json").write_text(json.dumps(report, indent=1, default=str) + "\n", encoding="utf-8")
         summary["cases"][name] = {

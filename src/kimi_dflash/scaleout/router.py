@@ -18,9 +18,10 @@ ROUTER_BINARY = "vllm-router"
 DESCRIPTION = """\
 Route OpenAI-compatible traffic over several kimi-k26-dflash replicas (one per 8-GPU node, each started with
 serve.sh) through vllm-router. Requests go to healthy replicas only: every replica's /health is polled, a replica
-that fails --health-failures checks in a row (or trips the circuit breaker with failed requests) gets no new
-requests until it passes again. Requests already running on a replica that dies are lost (their clients see
-the error); nothing else is.
+that fails --health-failures checks in a row gets no new requests until it passes again, and one that fails
+--breaker-failures requests in a row gets none for a minute. A request whose send fails is retried on another
+replica (5 tries). Requests already running on a replica that dies are lost (their clients see the error);
+nothing else is.
 
 Policies: round_robin (default: even split, predictable), power_of_two (the less loaded of two random
 replicas), cache_aware (same prompt prefix -> same replica: worth it only with ENABLE_PREFIX_CACHING=true),
@@ -59,6 +60,8 @@ class RouterPlan:
         flag="--health-interval", default=5, metavar="S")  # fmt: skip
     health_failures: int = option("failed checks in a row before a replica gets no traffic (default 2)", default=2,
         metavar="N")  # fmt: skip
+    breaker_failures: int = option("failed requests in a row before a replica gets no traffic for a minute (the "
+        "circuit breaker; default 3, under the router's 5 tries per request)", default=3, metavar="N")  # fmt: skip
     dry_run: bool = option("print the vllm-router command and exit")
 
 
@@ -80,6 +83,9 @@ def router_argv(plan: RouterPlan, binary: str = ROUTER_BINARY) -> list[str]:
         ("--health-check-endpoint", "/health"),
         ("--health-check-interval-secs", str(plan.health_interval_s)),
         ("--health-failure-threshold", str(plan.health_failures)),
+        # Below the router's 5 tries: with its own threshold (10), concurrent round-robin retries of one request can
+        # all land on a dead replica before its breaker opens, and that request fails though a live replica is there.
+        ("--cb-failure-threshold", str(plan.breaker_failures)),
     ]
     return [binary, *(part for flag in flags for part in flag)]
 

@@ -35,6 +35,8 @@ def test_router_argv_lists_every_replica_with_health_checks_on_health() -> None:
         "http://n2:8262",
     ]
     assert argv[argv.index("--health-check-endpoint") + 1] == "/health"
+    # The breaker opens before a request's 5 tries run out, so retries reach a live replica.
+    assert argv[argv.index("--cb-failure-threshold") + 1] == "3"
     assert argv[argv.index("--port") + 1] == "9000" and argv[argv.index("--host") + 1] == "127.0.0.1"
     with pytest.raises(ValueError, match="listed twice"):
         router_argv(RouterPlan(replicas=("http://n1:8262", "http://n1:8262")))
