@@ -24,8 +24,17 @@ SERVE = str(REPO_ROOT / "serve.sh")
 DEMO = str(CONFIGS_DIR / "demo-cpu.env")
 
 
+def _as_from_a_terminal() -> None:
+    # A suite started in the background (`cmd &` in a script) inherits SIGINT ignored, and a shell cannot trap a
+    # signal ignored at its entry: serve.sh gets the default disposition a user's Ctrl-C meets.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _serve(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([SERVE, DEMO, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [SERVE, DEMO, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=_as_from_a_terminal,
+    )  # fmt: skip
 
 
 def _record(port: int) -> dict:

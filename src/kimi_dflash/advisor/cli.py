@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,13 +87,9 @@ add_cli_args = declare(
 
 def main(args: AdviseOptions) -> int:
     fit_k = None if args.fit_k is None else set(args.fit_k)
-    try:
-        runs = measurements(load_inputs(args.inputs))
-        if fit_k is not None and not any(m.k in fit_k for m in runs):
-            raise UserError(f"--fit-k: no measured run at k in {sorted(fit_k)}.")
-        p, predictions = predict(runs, fit_k)
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    runs = measurements(load_inputs(args.inputs))
+    if fit_k is not None and not any(m.k in fit_k for m in runs):
+        raise UserError(f"--fit-k: no measured run at k in {sorted(fit_k)}.")
+    p, predictions = predict(runs, fit_k)
     print("\n".join(render(p, predictions, fit_k)))
     return 0

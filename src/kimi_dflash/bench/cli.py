@@ -202,24 +202,20 @@ def _say_where(writer: ResultWriter) -> None:
 
 
 def main(settings: Settings) -> int:
-    try:
-        settings.resolve()  # reads the dataset
-        started = report.utc_now()
-        default_output = Path("results") / f"benchmark-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
-        output = Path(settings.output) if settings.output else default_output
-        event_loop = eventloop.loop_name(prefer_uvloop=not settings.no_uvloop)
-        command_line = report.redact_argv(settings.command_line)
-        run_meta = RunInfo(label=settings.label, started_at=started, status="running", command_line=command_line)
-        writer = ResultWriter(output, report.tool_info(event_loop), run_meta, settings)
-        if settings.csv:
-            writer.csv_percentiles = tuple(percentile_key(q) for q in settings.percentiles or ())
-        writer.file.check(export_csv.paths_for(writer.path) if settings.csv else ())
-        note = descriptors.ensure(*_connections(settings))
-        if note:
-            print(note, file=sys.stderr)
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
+    settings.resolve()  # reads the dataset
+    started = report.utc_now()
+    default_output = Path("results") / f"benchmark-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
+    output = Path(settings.output) if settings.output else default_output
+    event_loop = eventloop.loop_name(prefer_uvloop=not settings.no_uvloop)
+    command_line = report.redact_argv(settings.command_line)
+    run_meta = RunInfo(label=settings.label, started_at=started, status="running", command_line=command_line)
+    writer = ResultWriter(output, report.tool_info(event_loop), run_meta, settings)
+    if settings.csv:
+        writer.csv_percentiles = tuple(percentile_key(q) for q in settings.percentiles or ())
+    writer.file.check(export_csv.paths_for(writer.path) if settings.csv else ())
+    note = descriptors.ensure(*_connections(settings))
+    if note:
+        print(note, file=sys.stderr)
     return eventloop.run(_run(settings, writer), prefer_uvloop=not settings.no_uvloop)
 
 

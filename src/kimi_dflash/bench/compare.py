@@ -300,19 +300,15 @@ add_cli_args = declare(
 
 
 def main(args: CompareOptions) -> int:
-    try:
-        runs = load_runs(args.results)
-        markdown = render_markdown(
-            runs, allow_mismatch=args.allow_mismatch, slo_attainment=args.slo_attainment, confidence=args.confidence
-        )
-        written: list[Path] = []
-        if args.plots is not None:
-            from kimi_dflash.bench.plots import write_plots  # matplotlib only when plots are asked for
+    runs = load_runs(args.results)
+    markdown = render_markdown(
+        runs, allow_mismatch=args.allow_mismatch, slo_attainment=args.slo_attainment, confidence=args.confidence
+    )
+    written: list[Path] = []
+    if args.plots is not None:
+        from kimi_dflash.bench.plots import write_plots  # matplotlib only when plots are asked for
 
-            written = write_plots(runs, args.plots)
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        written = write_plots(runs, args.plots)
     if args.markdown is None:
         sys.stdout.write(markdown)
     else:

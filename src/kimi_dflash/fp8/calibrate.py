@@ -18,7 +18,6 @@ from typing import Any
 from kimi_dflash.core import envvars, options
 from kimi_dflash.core.atomic_write import write_json_atomic
 from kimi_dflash.core.envvars import DEFAULT_KV_SCALE_FLOOR
-from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.options import option
 from kimi_dflash.kvscale.fp8 import FORMATS
 from kimi_dflash.kvscale.scales_file import ModelIdentity, merge_observations, read_observe_dumps, scales_document
@@ -278,11 +277,7 @@ def main(args: CalibrateOptions) -> int:
     from kimi_dflash.validate.client import ServerError
     from kimi_dflash.validate.prompts import load_calibration_prompts
 
-    try:
-        prompts = load_calibration_prompts(args.prompts)[: args.limit or None]
-    except UserError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    prompts = load_calibration_prompts(args.prompts)[: args.limit or None]
     source: dict[str, Any] = {"mode": "server", "server": args.server} if args.server else {"mode": "in-process"}
     source["prompts"] = str(args.prompts or "kimi_dflash/data/kv_calibration_prompts.jsonl")
     source["max_tokens"] = args.max_tokens

@@ -112,24 +112,20 @@ def main(args: SweepOptions) -> int:
     extra, api_key = split_secret(args.bench)
     config_as_given = args.config
     config = resolve_config_argument(args.config)
-    try:
-        if not config.is_file():
-            raise UserError(f"{config_as_given}: no such config file (nor a shipped config of that name).")
-        if args.serve_sh is not None and not args.serve_sh.is_file():
-            raise UserError(f"{args.serve_sh}: no such file")
-        plan = PointPlan(
-            config=config.resolve(),
-            serve_command=SERVE_COMMAND if args.serve_sh is None else (str(args.serve_sh.resolve()),),
-            points=points([parse_axis(g) for g in args.grid]),
-            sessions=args.sessions,
-            bench_args=_bench_args(extra),
-            api_key=api_key,
-            out=args.out,
-            config_as_given=config_as_given,
-        )
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    if not config.is_file():
+        raise UserError(f"{config_as_given}: no such config file (nor a shipped config of that name).")
+    if args.serve_sh is not None and not args.serve_sh.is_file():
+        raise UserError(f"{args.serve_sh}: no such file")
+    plan = PointPlan(
+        config=config.resolve(),
+        serve_command=SERVE_COMMAND if args.serve_sh is None else (str(args.serve_sh.resolve()),),
+        points=points([parse_axis(g) for g in args.grid]),
+        sessions=args.sessions,
+        bench_args=_bench_args(extra),
+        api_key=api_key,
+        out=args.out,
+        config_as_given=config_as_given,
+    )
     if args.dry_run:
         print("\n".join(describe(plan)))
         return 0

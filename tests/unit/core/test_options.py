@@ -10,6 +10,7 @@ from typing import ClassVar, Literal
 import pytest
 
 from kimi_dflash.core import options
+from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.options import option
 
 
@@ -155,6 +156,17 @@ def test_a_model_without_rest_refuses_unknown_arguments(capsys: pytest.CaptureFi
 
 def test_run_parses_then_calls_main() -> None:
     assert options.run(_verb(), ["--force"]) == 7 and options.run(_verb(), []) == 0
+
+
+def test_a_user_error_from_main_is_one_line_and_its_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
+    def refuse(args: Model) -> int:
+        raise UserError("results.json: not a benchmark result; give the file the benchmark wrote", exit_code=3)
+
+    verb = _verb()
+    verb.main = refuse  # type: ignore[attr-defined]
+    assert options.run(verb, []) == 3
+    err = capsys.readouterr().err
+    assert err == "error: results.json: not a benchmark result; give the file the benchmark wrote\n"
 
 
 def test_comma_lists_keep_their_order_and_refuse_what_is_not_one() -> None:
