@@ -156,8 +156,8 @@ def test_two_replicas_share_the_run_and_a_killed_one_loses_only_its_requests(rou
     assert sum(level.failures.values()) == level.failed  # losses are counted by reason
     # Only requests in flight at the kill are lost: none sent after it failed (the router retries a send to the dead
     # replica on the other one, and its breaker opens before a request's tries run out), and the run completed every
-    # other turn (a session goes on after a failed turn). Not every in-flight request on the dead replica need fail:
-    # one whose reply had not started is retried like a failed send.
+    # other turn (a session goes on after a failed turn). No loss at all is possible too (seen once in 21 runs: the
+    # running gauge lags a step, or the router re-sent a request whose reply had not started).
     assert all(r.send_time < kill < r.done_time for r in failed), router_log.read_text()[-3000:]
     assert len(failed) < len(in_flight)  # the survivor's in-flight requests were not lost
     assert level.completed == level.requests - level.failed == 16 - level.failed
