@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kimi_dflash.rules.rope_amplitude import FACTORY_FILE
 from kimi_dflash.rules.source import VllmSource
 
 
@@ -15,3 +16,9 @@ def edited_source(source: VllmSource, tmp_path: Path, relpath: str, old: str, ne
     path.write_text(text.replace(old, new))
     files = {**source._files, relpath: path}  # noqa: SLF001 - a test double of one file
     return VllmSource(source.origin, files, lambda handle: Path(str(handle)).read_text(encoding="utf-8"))
+
+
+def rope_factory_before_0_30(source: VllmSource, tmp_path: Path) -> VllmSource:
+    """`source` with get_rope passing on none of mscale, mscale_all_dim, attention_factor: vLLM's shape up to 0.29."""
+    keys = '"mscale",\n                "mscale_all_dim",\n                "attention_factor",\n'
+    return edited_source(source, tmp_path, FACTORY_FILE, keys, "")

@@ -18,11 +18,10 @@ from kimi_dflash.config.validate import load_config
 from kimi_dflash.launch import drafter_rope
 from kimi_dflash.launch.prepare import resolve_drafter_rope
 from kimi_dflash.preflight.runtime_probe import vllm_package_dir
-from kimi_dflash.rules.rope_amplitude import FACTORY_FILE
 from kimi_dflash.rules.source import VllmSource
 from repo_paths import CONFIGS_DIR
 from serve_helpers import run_serve
-from source_edits import edited_source
+from source_edits import rope_factory_before_0_30
 
 INSTALLED = vllm_package_dir()
 ZLAB = json.loads(resources.files("kimi_dflash").joinpath("data/checkpoints/kimi-k2.5-dflash.json").read_text())
@@ -39,8 +38,7 @@ def installed() -> VllmSource:
 @pytest.fixture
 def release_0_29(installed: VllmSource, tmp_path: Path) -> VllmSource:
     """The installed source with get_rope passing on none of mscale, mscale_all_dim, attention_factor (<= 0.29)."""
-    keys = '"mscale",\n                "mscale_all_dim",\n                "attention_factor",\n'
-    return edited_source(installed, tmp_path, FACTORY_FILE, keys, "")
+    return rope_factory_before_0_30(installed, tmp_path)
 
 
 def drafter(tmp_path: Path, config: dict | None = None) -> Path:

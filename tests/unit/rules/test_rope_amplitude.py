@@ -26,7 +26,7 @@ from kimi_dflash.rules.rope_amplitude import (
     release_amplitude,
 )
 from kimi_dflash.rules.source import VllmSource
-from source_edits import edited_source
+from source_edits import edited_source, rope_factory_before_0_30
 
 INSTALLED = vllm_package_dir()
 ZLAB = json.loads(resources.files("kimi_dflash").joinpath("data/checkpoints/kimi-k2.5-dflash.json").read_text())
@@ -81,13 +81,7 @@ def test_an_explicit_attention_factor_sets_the_amplitude(installed: VllmSource) 
 
 def test_a_factory_that_drops_the_mscale_keys_gives_the_legacy_amplitude(installed: VllmSource, tmp_path: Path) -> None:
     """The shape of vLLM up to 0.29: get_rope does not pass mscale / mscale_all_dim / attention_factor on."""
-    older = edited_source(
-        installed,
-        tmp_path,
-        FACTORY_FILE,
-        '"mscale",\n                "mscale_all_dim",\n                "attention_factor",\n',
-        "",
-    )
+    older = rope_factory_before_0_30(installed, tmp_path)
     verdict = judge(older, drafter_rope(ZLAB))
     assert verdict.matches and verdict.release.amplitude == pytest.approx(TRAINED)
     assert not verdict.honours_attention_factor  # dropped by the factory: an overlay could not set it
