@@ -14,7 +14,7 @@ from types import ModuleType
 from kimi_dflash.core.envvars import PATCHES
 from kimi_dflash.core.import_hooks import when_imported
 from kimi_dflash.patcher.engine import StatusTable, read_texts, status_table
-from kimi_dflash.patcher.model import Status
+from kimi_dflash.patcher.model import Patch, Status
 from kimi_dflash.patcher.runtime_patches import INSTALLERS
 from kimi_dflash.patcher.status import present
 
@@ -34,6 +34,11 @@ def _install_on_import(patch_id: str) -> None:
     when_imported(module_name, run)  # at once if vLLM has imported it already
 
 
+def _hooks_present(table: StatusTable, patch: Patch) -> bool:
+    texts = read_texts(table.root, (patch,))  # once per patch, not per hook: this runs in every vLLM process
+    return all(present(probe, texts) for probe in patch.runtime_hooks)
+
+
 def plan_runtime(table: StatusTable) -> tuple[list[str], list[str], list[str], list[str]]:
     """Split a status table into (runtime ids, file-only pending ids, done lines, failure lines)."""
     runtime, file_only, done, failures = [], [], [], []
@@ -47,9 +52,7 @@ def plan_runtime(table: StatusTable) -> tuple[list[str], list[str], list[str], l
             failures.append(f"{patch.id}: {state.detail}; " + "; ".join(state.problems))
         elif patch.runtime is None:
             file_only.append(patch.id)
-        elif patch.runtime in INSTALLERS and all(
-            present(probe, read_texts(table.root, (patch,))) for probe in patch.runtime_hooks
-        ):
+        elif patch.runtime in INSTALLERS and _hooks_present(table, patch):
             runtime.append(patch.id)
         else:
             failures.append(f"{patch.id}: pending, but the functions its runtime patch rebinds are missing")
