@@ -20,6 +20,7 @@ from typing import Any, Literal
 from kimi_dflash.core.atomic_write import publish_directory
 from kimi_dflash.core.user_files import UnreadableFile, read_user_json
 from kimi_dflash.rules.rope_amplitude import (
+    ROPE_FIX_KEY,
     AmplitudeVerdict,
     DrafterRope,
     UnreadableRope,
@@ -32,7 +33,6 @@ from kimi_dflash.rules.source import VllmSource
 CONFIG = "config.json"
 NOTE = "kimi-dflash-overlay.json"  # what the overlay changed and why, beside the config
 OVERLAYS = "drafter-rope"  # under the project cache
-KEY = "DRAFTER_ROPE_FIX"
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def decide(drafter_config: Mapping[str, Any], source: VllmSource | None, enabled
     if verdict.matches:
         return RopeFix("none", f"drafter RoPE: {verdict.describe()}: nothing to do")
     if not enabled:
-        return RopeFix("off", f"drafter RoPE: {verdict.describe()}; not restored ({KEY}=false)")
+        return RopeFix("off", f"drafter RoPE: {verdict.describe()}; not restored ({ROPE_FIX_KEY}=false)")
     if not verdict.honours_attention_factor:
         return RopeFix(
             "cannot",
@@ -77,7 +77,7 @@ def decide(drafter_config: Mapping[str, Any], source: VllmSource | None, enabled
     return RopeFix(
         "overlay",
         f"drafter RoPE: {verdict.describe()}; serving it with {rope.field}.attention_factor = "
-        f"{verdict.trained:.7f} ({KEY}=false turns this off)",
+        f"{verdict.trained:.7f} ({ROPE_FIX_KEY}=false turns this off)",
         config=config,
         note=_note(verdict, fixed),
     )
@@ -91,7 +91,7 @@ def _note(verdict: AmplitudeVerdict, fixed: DrafterRope) -> dict[str, Any]:
         "decided_at": verdict.release.where,
         "trained_amplitude": verdict.trained,
         "changed": {f"{fixed.field}.attention_factor": fixed.attention_factor},
-        "turn_off": f"{KEY}=false",
+        "turn_off": f"{ROPE_FIX_KEY}=false",
     }
 
 

@@ -34,6 +34,7 @@ ZLAB_KIMI_YARN = {
 PROBE_ATTENTION_FACTOR = 1.2345
 # Two amplitudes closer than this are the same (vllm-ascend's value 1.4158883 vs ln-based 1.41588830833...).
 SAME_AMPLITUDE = 1e-6
+ROPE_FIX_KEY = "DRAFTER_ROPE_FIX"  # the config key that turns the launcher's RoPE overlay off
 
 
 class UnreadableRope(ValueError):

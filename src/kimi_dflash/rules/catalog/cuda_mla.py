@@ -8,7 +8,7 @@ from pathlib import Path
 
 from kimi_dflash.core.envvars import VLLM_USE_FLASHINFER_SAMPLER
 from kimi_dflash.rules import backends
-from kimi_dflash.rules.deployment import TRUE_WORDS, Deployment
+from kimi_dflash.rules.deployment import Deployment
 from kimi_dflash.rules.model import Fact, Finding, Rule, failed, label, passed, warned
 from kimi_dflash.rules.source import SourceLine, VllmSource
 
@@ -185,7 +185,7 @@ def _check_flashinfer_sampler(deployment: Deployment, source: VllmSource) -> lis
     if crash is None:
         return []
     value = deployment.env.get(VLLM_USE_FLASHINFER_SAMPLER)
-    if value is not None and value.strip().lower() not in TRUE_WORDS:
+    if value is not None and not deployment.env_true(VLLM_USE_FLASHINFER_SAMPLER):
         return [passed(f"{VLLM_USE_FLASHINFER_SAMPLER}={value}: the sampler does not import flashinfer ({crash})")]
     installed = Path(source.origin).parent  # site-packages of an installed vLLM (a wheel: unknown, not judged)
     if value is None or not Path(source.origin).is_dir() or (installed / "flashinfer").is_dir():

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from kimi_dflash.plan import SLIDING_DRAFTER_BACKEND  # what the plan gives a sliding-window drafter (#53323)
 from kimi_dflash.rules.deployment import Deployment
 from kimi_dflash.rules.model import Fact, Finding, Rule, failed, label, passed, warned
 from kimi_dflash.rules.rope_amplitude import (
+    ROPE_FIX_KEY,
     SAME_AMPLITUDE,
     DrafterRope,
     ReleaseAmplitude,
@@ -15,9 +17,7 @@ from kimi_dflash.rules.rope_amplitude import (
 )
 from kimi_dflash.rules.source import VllmSource
 
-ROPE_FIX_KEY = "DRAFTER_ROPE_FIX"
 ROPE_OVERLAY = "launcher: drafter RoPE overlay"
-SAFE_DRAFT_BACKEND = "TRITON_ATTN"  # what the plan gives a sliding-window drafter on ROCm (#53323)
 
 
 def _check_quantized_drafter(deployment: Deployment, source: VllmSource) -> list[Finding]:
@@ -118,7 +118,7 @@ def _check_sliding_window_drafter(deployment: Deployment, source: VllmSource) ->
         failed(
             f"the drafter has sliding-window layers and runs on {backend or 'ROCM_ATTN (ROCm default for drafts)'}: "
             f"its acceptance drops under batching (vllm #53323, open to {label(source)}); vLLM starts",
-            f"DRAFT_ATTENTION_BACKEND={SAFE_DRAFT_BACKEND} (the plan sets it when it reads the drafter's "
+            f"DRAFT_ATTENTION_BACKEND={SLIDING_DRAFTER_BACKEND} (the plan sets it when it reads the drafter's "
             "sliding-window config.json at DRAFT_MODEL_DIR and the key is empty)",
             "sliding-window drafter on ROCM_ATTN (#53323)",
         )
@@ -158,7 +158,7 @@ RULES = (
         "ROCm gives a draft model ROCM_ATTN; with sliding-window layers its acceptance drops under batching. "
         "TRITON_ATTN for the draft keeps it.",
         "the drafter's config.json (sliding_window, layer_types) and speculative_config.attention_backend",
-        f"DRAFT_ATTENTION_BACKEND={SAFE_DRAFT_BACKEND}",
+        f"DRAFT_ATTENTION_BACKEND={SLIDING_DRAFTER_BACKEND}",
         _check_sliding_window_drafter,
         silent_at_startup="the backend runs the window; acceptance drops only with several requests in a batch",
         upstream=("vllm #53323 (open)",),
