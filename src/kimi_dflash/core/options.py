@@ -239,10 +239,11 @@ def parse(module: str | types.ModuleType, argv: Sequence[str] | None = None, pro
 def run(module: str | types.ModuleType, argv: Sequence[str] | None = None, prog: str | None = None,
         description: str | None = None) -> int:  # fmt: skip
     """Parse ``argv`` for the verb ``module`` and run its ``main``: how every entry point starts a verb. A
-    ``UserError`` that reaches here is printed as ``error: ...`` (no traceback) and exits with its code."""
+    ``UserError`` that reaches here is printed as ``error: ...`` (no traceback) and exits with its code; the usual 2
+    becomes the model's ``USAGE_EXIT`` where the verb gives 2 another meaning (as bad arguments do)."""
     args = parse(module, argv, prog, description)
     try:
         return int(_module(module).main(args) or 0)
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
-        return error.exit_code
+        return getattr(type(args), "USAGE_EXIT", 2) if error.exit_code == 2 else error.exit_code

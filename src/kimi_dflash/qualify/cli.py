@@ -244,20 +244,16 @@ def _context(args: QualifyOptions) -> tuple[Context, QualifyPlan]:
 
 
 def main(args: QualifyOptions) -> int:
-    try:
-        ctx, plan = _context(args)
-        signature = QualifySignature(
-            config=str(ctx.config), config_text=ctx.config.read_text(encoding="utf-8"), overrides=ctx.overrides,
-            candidate_env=list(ctx.candidate_env), k_values=list(plan.k_values), sessions=list(plan.sessions),
-            bench_args=list(plan.bench_args), server_env=list(plan.server_env), projection=list(plan.projection),
-            graphs=list(plan.graph_overrides),
-            candidates={c.path: Path(c.path).read_text(encoding="utf-8") for c in plan.candidates},
-        )  # fmt: skip
-        fresh = QualifyState(signature=signature, plan=plan).at(ctx.out)
-        fresh.refuse_foreign_out()
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return report.EXIT_INFRA
+    ctx, plan = _context(args)  # a UserError here or below exits EXIT_INFRA (USAGE_EXIT, through options.run)
+    signature = QualifySignature(
+        config=str(ctx.config), config_text=ctx.config.read_text(encoding="utf-8"), overrides=ctx.overrides,
+        candidate_env=list(ctx.candidate_env), k_values=list(plan.k_values), sessions=list(plan.sessions),
+        bench_args=list(plan.bench_args), server_env=list(plan.server_env), projection=list(plan.projection),
+        graphs=list(plan.graph_overrides),
+        candidates={c.path: Path(c.path).read_text(encoding="utf-8") for c in plan.candidates},
+    )  # fmt: skip
+    fresh = QualifyState(signature=signature, plan=plan).at(ctx.out)
+    fresh.refuse_foreign_out()
     if args.dry_run:
         print("\n".join(render(plan, args.config, fresh.statuses())))
         return 0
@@ -265,9 +261,7 @@ def main(args: QualifyOptions) -> int:
     def body(state: QualifyState) -> int:
         return _run(dataclasses.replace(ctx, record=state.record), state, args)
 
-    return run_in_directory(
-        fresh, body, "qualify", "rerun with --resume", resume=args.resume, error_code=report.EXIT_INFRA
-    )
+    return run_in_directory(fresh, body, "qualify", "rerun with --resume", resume=args.resume)
 
 
 def _run(ctx: Context, state: QualifyState, args: QualifyOptions) -> int:

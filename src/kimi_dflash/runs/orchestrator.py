@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from kimi_dflash.bench.progress import format_duration
-from kimi_dflash.core.errors import UserError
 from kimi_dflash.launch.serve_sh import ServerLeftRunning
 from kimi_dflash.runs.state import FAILED, KEPT, SKIPPED, RunState, S, Status, StepOutputs
 
@@ -153,22 +152,17 @@ def run_units(units: Sequence[Unit], state: RunState | None, what: str, noun: st
     return tally
 
 
-def run_in_directory(
-    fresh: S, body: Callable[[S], int], what: str, rerun: str, *, resume: bool = True, error_code: int | None = None
-) -> int:
+def run_in_directory(fresh: S, body: Callable[[S], int], what: str, rerun: str, *, resume: bool = True) -> int:
     """``body`` on the state opened in its locked directory, with the ends sweep and qualify share: an interrupt
-    (130 SIGINT, 143 SIGTERM), a directory refused or in use (``error_code``; None: the error's own), one that cannot
-    be written (read-only, the disk full: exit 1; the state on disk is the last one written whole, so ``rerun``
-    keeps what finished)."""
+    (130 SIGINT, 143 SIGTERM), one that cannot be written (read-only, the disk full: exit 1; the state on disk is the
+    last one written whole, so ``rerun`` keeps what finished). A directory refused or in use is a ``UserError``
+    (options.run prints it)."""
     try:
         with fresh.opened(resume) as state:
             return body(state)
     except (KeyboardInterrupt, Interrupted) as exc:
         print(f"\n{what}: interrupted ({str(exc) or 'SIGINT'}); {rerun} to finish", file=sys.stderr)
         return 143 if isinstance(exc, Interrupted) else 130
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code if error_code is None else error_code
     except OSError as exc:
         where = f" ({exc.filename})" if exc.filename else ""
         fix = WRITE_FIXES.get(exc.errno or 0, "check the directory")

@@ -169,6 +169,15 @@ def test_a_user_error_from_main_is_one_line_and_its_exit_code(capsys: pytest.Cap
     assert err == "error: results.json: not a benchmark result; give the file the benchmark wrote\n"
 
 
+def test_a_verb_that_gives_2_another_meaning_exits_its_usage_code_on_a_user_error() -> None:
+    def refuse(args: Model) -> int:
+        raise UserError("no such config")  # the usual 2; Model.USAGE_EXIT is 1
+
+    verb = _verb()
+    verb.main = refuse  # type: ignore[attr-defined]
+    assert options.run(verb, []) == Model.USAGE_EXIT == 1
+
+
 def test_comma_lists_keep_their_order_and_refuse_what_is_not_one() -> None:
     parse = options.comma_list(int, "positive integers", minimum=1)
     assert parse("8,16,8,32") == (8, 16, 32)
