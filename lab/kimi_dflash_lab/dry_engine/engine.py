@@ -189,6 +189,7 @@ def dry_engine_for_plan(
     extra: dict[str, object] = {"checkpoints": origins}
     amplitude = verdict.report.get("drafter_rope_amplitude")
     if isinstance(amplitude, float) and trained is not None:
+        extra["drafter_rope_trained"] = round(trained, 4)
         extra["drafter_rope"] = (
             f"{round(amplitude, 4)} (vLLM's, for its config.json as given), trained {round(trained, 4)}"
         )

@@ -22,6 +22,7 @@ from pathlib import Path
 from kimi_dflash.core import options
 from kimi_dflash.core.options import declare, option
 from kimi_dflash_lab import LAB_ROOT
+from kimi_dflash_lab.dry_engine.engine import PARALLEL, PICKED, dry_engine_for_plan
 
 
 @dataclass(frozen=True)
@@ -89,8 +90,6 @@ def case_plan(case: Case, create: bool = False):  # type: ignore[no-untyped-def]
 
 def run_case(case: Case, prepared: tuple, python: Path) -> dict:  # type: ignore[type-arg]
     """One child judging a case whose plan `case_plan(case, create=True)` prepared."""
-    from kimi_dflash_lab.dry_engine.engine import dry_engine_for_plan
-
     config, plan, overrides = prepared
     started = time.monotonic()
     verdict = dry_engine_for_plan(config, plan, python=str(python), cuda_gpu=case.gpu)
@@ -104,7 +103,6 @@ def run_case(case: Case, prepared: tuple, python: Path) -> dict:  # type: ignore
 
 def run(version: str, out: Path, only: list[str] | None = None) -> dict:
     from kimi_dflash.core.paths import cache_root
-    from kimi_dflash_lab.dry_engine.engine import PARALLEL
     from kimi_dflash_lab.dry_engine.venv import MARKER, venv_dir, venv_python
 
     python = venv_python(version)
@@ -149,18 +147,7 @@ def run(version: str, out: Path, only: list[str] | None = None) -> dict:
     return summary
 
 
-PICKED_KEYS = (
-    "platform",
-    "runner",
-    "target_attention",
-    "mla_prefill",
-    "drafter_attention",
-    "moe_method",
-    "dtype",
-    "kv_cache_dtype",
-    "cudagraph_mode",
-    "speculative",
-)
+PICKED_KEYS = ("platform", *(key for key, _label in PICKED))  # what the summary keeps of each child's report
 
 
 @dataclass(kw_only=True)

@@ -158,8 +158,10 @@ def render(rows: list[Row], version: str | None) -> str:
 
 def _amplitudes(report: Mapping[str, object]) -> str:
     """vLLM's amplitude for the drafter's config.json as given, and the trained one (the overlay is not applied)."""
-    text = str(report.get("drafter_rope", ""))
-    return "-" if not text else f"{text.split(' ')[0]} ({text.rsplit(' ', 1)[-1]})"
+    amplitude, trained = report.get("drafter_rope_amplitude"), report.get("drafter_rope_trained")
+    if not isinstance(amplitude, float) or not isinstance(trained, float):
+        return "-"
+    return f"{round(amplitude, 4)} ({trained})"
 
 
 def _startup_names(row: Row) -> set[str]:
