@@ -3,6 +3,8 @@ keeps builds byte-identical."""
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 from importlib import resources
 from typing import Any
@@ -17,7 +19,13 @@ def shipped_text(name: str) -> str:
     return resources.files("kimi_dflash").joinpath(f"data/demo/{name}").read_text(encoding="utf-8")
 
 
+@functools.cache
+def _kimi_configs() -> dict[str, Any]:
+    return json.loads(shipped_text("kimi-k2.6-configs.json"))
+
+
 def kimi_config_fragment(name: str) -> dict[str, Any]:
     """Kimi K2.6's config fields the miniature keeps unchanged (data/demo/kimi-k2.6-configs.json): those of its
-    config.json, text_config, vision_config, quantization_config, preprocessor_config and special token offsets."""
-    return json.loads(shipped_text("kimi-k2.6-configs.json"))[name]
+    config.json, text_config, vision_config, quantization_config, preprocessor_config and special token offsets.
+    A copy: callers build configs from it (the file is parsed once)."""
+    return copy.deepcopy(_kimi_configs()[name])

@@ -24,7 +24,6 @@ from kimi_dflash.drafter_training.architecture import (
     load_architecture,
     specforge_draft_config,
 )
-from kimi_dflash.validate.client import api_key_from_env
 
 if TYPE_CHECKING:
     from kimi_dflash.drafter_training.cli import TrainDrafterOptions
@@ -295,6 +294,8 @@ class Pipeline:
         self.say(f"setup: {count} demo prompts in {self.prompts}")
 
     def check_regen(self) -> None:
+        from kimi_dflash.validate.client import api_key_from_env  # aiohttp: only when a server is asked
+
         self.require(checks.server_problem(self.args.base_url, self.args.served_model, api_key_from_env()))
         # A record keeps the text and the token ids of prompt and reply: ~12 bytes per token, replies at the cap.
         lines = self.prompts.read_text(encoding="utf-8").count("\n") if self.prompts.exists() else 0
@@ -303,6 +304,7 @@ class Pipeline:
     def regen(self) -> None:
         from kimi_dflash.drafter_training.prompts import read_prompt_file
         from kimi_dflash.drafter_training.regen import RegenSettings, regenerate
+        from kimi_dflash.validate.client import api_key_from_env
 
         prompts = read_prompt_file(self.prompts)
         if self.args.prompt_limit:

@@ -119,7 +119,8 @@ class ChunkWriter:
     def __init__(self, out_dir: Path, chunk_size: int) -> None:
         self.out_dir = Path(out_dir)
         self.chunk_size = chunk_size
-        self.next_index = max((int(p.name[5:10]) for p in part_files(self.out_dir)), default=-1) + 1
+        indices = (int(match.group(1)) for p in part_files(self.out_dir) if (match := PART_PATTERN.match(p.name)))
+        self.next_index = max(indices, default=-1) + 1
         self.pending: list[dict[str, Any]] = []
 
     def add(self, record: dict[str, Any]) -> None:

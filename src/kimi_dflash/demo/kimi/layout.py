@@ -12,7 +12,6 @@ from dataclasses import dataclass
 # the target layers that feed it (vLLM reads layer id + 1; Kimi K2.6's drafter uses 6 of 61).
 from kimi_dflash.demo.layout import CONTENT_DIM as CONTENT_DIM
 from kimi_dflash.demo.layout import DRAFTER_BLOCK_SIZE as DRAFTER_BLOCK_SIZE
-from kimi_dflash.demo.layout import DRAFTER_HEADS as DRAFTER_HEADS
 from kimi_dflash.demo.layout import DRAFTER_LAYERS as DRAFTER_LAYERS
 from kimi_dflash.demo.layout import MAX_NUM_SPECULATIVE_TOKENS as MAX_NUM_SPECULATIVE_TOKENS
 from kimi_dflash.demo.layout import SPECIAL_DIM as SPECIAL_DIM
