@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kimi_dflash_lab import lab_environ
+from synthetic_server import environ as synthetic_environ
 
 STAND_IN_SERVE = """#!/usr/bin/env bash
 # --wait: notes "$PORT $NUM_SPECULATIVE_TOKENS" in $STAND_IN_DIR/started; while $STAND_IN_DIR/hold exists it waits
@@ -24,7 +24,7 @@ if [[ " $* " == *" --wait "* ]]; then
   echo "$PORT ${NUM_SPECULATIVE_TOKENS:-}" >> "$dir/started"
   while [[ -f "$dir/hold" ]]; do sleep 0.1; done
   : > "$log"
-  "$KIMI_PYTHON" -m kimi_dflash_lab.synthetic --port "$PORT" --ttft-ms 5 --chunk-interval-ms 1 \\
+  "$KIMI_PYTHON" -m synthetic_server --port "$PORT" --ttft-ms 5 --chunk-interval-ms 1 \\
     --chunk-tokens 2,1 --spec-tokens "${NUM_SPECULATIVE_TOKENS:-0}" >> "$log" 2>&1 &
   echo $! > "$pidfile"
   for _ in $(seq 300); do grep -q "listening on" "$log" && exit 0; sleep 0.1; done
@@ -47,7 +47,7 @@ def stand_in(directory: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     serve.write_text(STAND_IN_SERVE)
     serve.chmod(0o755)
     monkeypatch.setenv("STAND_IN_DIR", str(directory))
-    monkeypatch.setenv("PYTHONPATH", lab_environ()["PYTHONPATH"])  # the instrument server is a lab module
+    monkeypatch.setenv("PYTHONPATH", synthetic_environ()["PYTHONPATH"])  # the instrument server is a tests/ helper
     return serve
 
 

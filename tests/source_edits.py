@@ -1,7 +1,9 @@
-"""Test doubles of a vLLM release: the installed source with one file's text edited (older or newer shapes)."""
+"""Test doubles of a vLLM release: the installed source with one file's text edited (older or newer shapes), and a
+writable copy of a vllm tree for the patcher."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from kimi_dflash.rules.rope_amplitude import FACTORY_FILE
@@ -22,3 +24,18 @@ def rope_factory_before_0_30(source: VllmSource, tmp_path: Path) -> VllmSource:
     """`source` with get_rope passing on none of mscale, mscale_all_dim, attention_factor: vLLM's shape up to 0.29."""
     keys = '"mscale",\n                "mscale_all_dim",\n                "attention_factor",\n'
     return edited_source(source, tmp_path, FACTORY_FILE, keys, "")
+
+
+def writable_copy(source_root: Path, destination: Path) -> Path:
+    """Copy an extracted (or installed) vllm tree, only the files the patch registry reads (and the two that make it
+    a vllm package with a version), so a test can patch it without touching the cache or site-packages."""
+    from kimi_dflash.patcher.registry import source_paths
+
+    target = destination / "vllm"
+    for member in ("__init__.py", "_version.py", *source_paths()):
+        src = source_root / member
+        if src.is_file():
+            (target / member).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, target / member)
+    (target / "v1").mkdir(parents=True, exist_ok=True)
+    return target

@@ -3,7 +3,8 @@
 - ``dry_engine``: vLLM's own start-up code on a plan, on a simulated platform off the plan's GPU (CI's oracle for
   the compatibility rules; ``python -m kimi_dflash_lab dry-engine CONFIG``).
 - ``matrix``: the compatibility matrix of every shipped config x every vLLM release, for the docs.
-- ``synthetic``: a synthetic OpenAI server with exact timing and injected faults (the benchmark's tests).
+- ``synthetic``: the command of the synthetic OpenAI server with exact timing and injected faults (the benchmark's
+  test double: ``tests/synthetic_server``, a helper of the product's tests that the studies drive too).
 - ``studies``: client capacity, the cross-check against ``vllm bench serve``, the KV-scale hook's cost (CPU
   servers, and eager vs a captured graph on a GPU), the tiny MLA fabricator, demo start-up time, the advisor's
   held-out accuracy, the open-loop scheduler's lag (``benchmarks/*.py`` are thin entry points onto them).
@@ -23,6 +24,16 @@ wheel carries none of it. ``python -m kimi_dflash_lab --help`` lists the command
 from pathlib import Path
 
 LAB_ROOT = Path(__file__).resolve().parent.parent  # the directory that holds this package (on PYTHONPATH)
+TEST_HELPERS = LAB_ROOT.parent / "tests"  # the product tests' helper modules (synthetic_server among them)
+
+
+def use_test_helpers() -> None:
+    """Let the lab import the product tests' helper modules (the synthetic server): tests/ last on sys.path, so
+    nothing there shadows an installed module. The product's tests never import the lab; the lab may use theirs."""
+    import sys
+
+    if str(TEST_HELPERS) not in sys.path:
+        sys.path.append(str(TEST_HELPERS))
 
 
 def lab_environ(base: dict[str, str] | None = None) -> dict[str, str]:

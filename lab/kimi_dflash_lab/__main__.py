@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 
 from kimi_dflash.core import options
+from kimi_dflash_lab import use_test_helpers
 
 COMMANDS: dict[str, tuple[str, str]] = {  # command -> (module, one-line help)
     "dry-engine": ("kimi_dflash_lab.dry_engine.cli", "vLLM's own start-up code on a config's plan"),
@@ -13,7 +14,7 @@ COMMANDS: dict[str, tuple[str, str]] = {  # command -> (module, one-line help)
     "dry-engine-release": ("kimi_dflash_lab.dry_engine.release_run", "the dry engine on the GPU configs, one release"),
     "docs": ("kimi_dflash_lab.docgen.cli", "regenerate the generated docs: config reference, result schema, results"),
     "matrix": ("kimi_dflash_lab.matrix", "the compatibility matrix for the docs (downloads wheels)"),
-    "synthetic": ("kimi_dflash_lab.synthetic.cli", "the synthetic OpenAI server"),
+    "synthetic": ("synthetic_server.cli", "the synthetic OpenAI server (tests/synthetic_server)"),
     "capacity": ("kimi_dflash_lab.studies.capacity", "client capacity vs vllm bench serve"),
     "crosscheck": ("kimi_dflash_lab.studies.crosscheck", "the benchmark against vllm bench serve, same server"),
     "kv-hook-cost": ("kimi_dflash_lab.studies.kv_hook_cost", "the FP8 KV-scale hook's cost in vLLM CPU servers"),
@@ -50,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"unknown command {argv[0]!r}\n" + usage())
         return 2
     module, text = COMMANDS[argv[0]]
+    use_test_helpers()  # the synthetic server's command is a tests/ helper module
     return options.run(module, argv[1:], prog=f"python -m kimi_dflash_lab {argv[0]}", description=text)
 
 

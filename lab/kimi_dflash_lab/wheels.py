@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import struct
 import zipfile
 import zlib
@@ -250,18 +249,3 @@ def vllm_sources(version: str, members: Iterable[str], cache: Path | None = None
                 continue  # an optional package file (e.g. _version.py) this build lacks
             write_bytes_atomic(root / member, archive.read(name))
     return root
-
-
-def writable_copy(source_root: Path, destination: Path) -> Path:
-    """Copy an extracted (or installed) vllm tree, only the files the patch registry reads, so a test can patch
-    it without touching the cache or site-packages."""
-    from kimi_dflash.patcher.registry import source_paths
-
-    target = destination / "vllm"
-    for member in (*PACKAGE_FILES, *source_paths()):
-        src = source_root / member
-        if src.is_file():
-            (target / member).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, target / member)
-    (target / "v1").mkdir(parents=True, exist_ok=True)
-    return target

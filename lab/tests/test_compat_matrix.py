@@ -8,10 +8,15 @@ python -m kimi_dflash_lab.matrix --write.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 
+from kimi_dflash.rules import engine
 from kimi_dflash_lab import matrix
 from repo_paths import REPO_ROOT
+from rule_example import example_rule_installed
 
 
 def section(text: str, begin: str, end: str) -> str:
@@ -24,6 +29,26 @@ def test_the_rules_table_in_the_docs_is_the_registry() -> None:
     assert section(doc, matrix.RULES_BEGIN, matrix.RULES_END) == matrix.rules_table().strip(), (
         "docs/compatibility.md is out of date: run python -m kimi_dflash_lab.matrix --write"
     )
+
+
+def test_every_rule_and_its_facts_reach_the_docs_tables() -> None:
+    rules = engine.all_rules()
+    table = matrix.rules_table()
+    assert all(f"| {r.id} | {r.title} |" in table for r in rules)
+    assert all(f.label in matrix.runtime_header() for r in rules for f in r.facts)
+
+
+@pytest.fixture
+def example_rule(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    with example_rule_installed(tmp_path, monkeypatch) as extra:
+        yield extra
+
+
+def test_a_new_rule_module_reaches_the_rules_table_and_the_runtime_facts(example_rule: Path) -> None:
+    """The rule module alone (tests/rule_example.py; its verdict: tests/unit/rules/test_rule_engine.py)."""
+    assert "| example drafter rope | the drafter's YaRN amplitude |" in matrix.rules_table()
+    assert "no: the amplitude is only wrong in the numbers | vllm #0 |" in matrix.rules_table()
+    assert "YaRN amplitude formula" in matrix.runtime_header()
 
 
 @pytest.mark.slow

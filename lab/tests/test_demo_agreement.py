@@ -1,4 +1,5 @@
-"""The demo target and drafter agree, shown in-process without vLLM.
+"""The demo target and drafter agree, shown in-process without vLLM; and the drafter-training stand-in trains exactly
+the forward vLLM serves (the lab's transcription is the reference).
 
 The target runs in transformers' Qwen3 (the real architecture code), the drafter in a plain-torch forward that
 follows vLLM's DFlash semantics. The tests check the construction's promises exactly: the target's greedy
@@ -7,6 +8,7 @@ output walks the corpus cycle, and the drafter is right on precisely the slots t
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import pairwise
@@ -129,3 +131,27 @@ def test_drafts_depend_on_the_bonus_token_not_on_the_context(demo: Demo) -> None
     assert [d == e for d, e in zip(drafts[0], expected)] == [
         draft_is_right(walk, bonus, k) for k in range(1, SLOTS + 1)
     ]
+
+
+def test_trainable_forward_equals_the_vllm_transcription_on_the_demo_drafter() -> None:
+    """The stand-in trains exactly the function vLLM serves: with the demo drafter's weights, every block of a
+    batched forward equals the lab's demo_reference (a step-by-step transcription of vLLM's DFlash forward)."""
+    from kimi_dflash.drafter_training.export import target_embeddings
+    from kimi_dflash.drafter_training.model import DFlashDrafter
+    from kimi_dflash_lab.demo_reference import load_safetensors
+
+    models = ensure_demo_models(choice="kimi")
+    config = json.loads((models.drafter_dir / "config.json").read_text())
+    embed, head = target_embeddings(models.target_dir)
+    weights = {k: v.float() for k, v in load_safetensors(models.drafter_dir / "model.safetensors").items()}
+    reference = DrafterReference(weights=weights, config=config, embed_tokens=embed, lm_head=head)
+    model = DFlashDrafter(config, embed, head)
+    model.load_state_dict(weights)
+    generator = torch.Generator().manual_seed(0)
+    features = torch.randn(40, embed.shape[1] * 2, generator=generator)
+    ids = torch.randint(0, 900, (40,), generator=generator)
+    anchors = torch.tensor([5, 17, 30])
+    with torch.no_grad():
+        drafts = model.block_logits(features, ids, anchors).argmax(-1)
+    for row, anchor in enumerate(anchors.tolist()):
+        assert drafts[row].tolist() == reference.propose(features[:anchor], int(ids[anchor]), config["block_size"] - 1)

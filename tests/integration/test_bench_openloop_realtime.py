@@ -16,7 +16,7 @@ import pytest
 
 from bench_helpers import ks_critical, ks_exponential, run_benchmark, synthetic_log
 from kimi_dflash.bench.result import load_result
-from kimi_dflash_lab.synthetic import running
+from synthetic_server import running
 
 FAST_SERVER = ["--ttft-ms", "5", "--chunk-interval-ms", "5"]
 

@@ -23,7 +23,8 @@ from kimi_dflash.core import options
 from kimi_dflash.patcher import cli, runtime
 from kimi_dflash.patcher.engine import status_table
 from kimi_dflash.patcher.registry import PATCHES, source_paths
-from kimi_dflash_lab.wheels import vllm_sources, writable_copy
+from kimi_dflash_lab.wheels import vllm_sources
+from source_edits import writable_copy
 
 pytestmark = pytest.mark.slow
 

@@ -35,9 +35,8 @@ from kimi_dflash.core.atomic_write import write_text_atomic
 from kimi_dflash.core.envvars import HF_HUB_OFFLINE
 from kimi_dflash.core.formatting import number
 from kimi_dflash.core.options import declare, option, run
-from kimi_dflash_lab import lab_environ
+from kimi_dflash_lab import lab_environ, use_test_helpers
 from kimi_dflash_lab.studies.crosscheck import BENCH_COMMAND, write_sharegpt
-from kimi_dflash_lab.synthetic import running
 
 MODEL = "synthetic"
 
@@ -186,6 +185,9 @@ def measure(setup: Setup, tokenizer: Path | None, log: Any = print) -> dict[str,
         server_args += ["--cpu", str(setup.server_cpu)]
     rows: list[dict[str, Any]] = []
     tools = ["ours"] + (["vllm"] if tokenizer is not None else [])
+    use_test_helpers()
+    from synthetic_server import running
+
     with tempfile.TemporaryDirectory(prefix="capacity-") as tmp, running(server_args) as url:
         workdir = Path(tmp)
         worker = None

@@ -21,7 +21,7 @@ from pathlib import Path
 from kimi_dflash.bench.result import load_result
 from kimi_dflash.core.atomic_write import write_text_atomic
 from kimi_dflash.core.options import declare, option, run
-from kimi_dflash_lab.synthetic import running
+from kimi_dflash_lab import use_test_helpers
 
 
 def measure(url: str, rate: float, conversations: int, arrival: str, workdir: Path) -> dict[str, object]:
@@ -66,6 +66,9 @@ add_cli_args = declare(OverheadOptions, __doc__.split("\n\n")[0])
 
 def main(args: OverheadOptions) -> int:
     rows = []
+    use_test_helpers()
+    from synthetic_server import running
+
     with tempfile.TemporaryDirectory() as tmp, running(["--ttft-ms", "5", "--chunk-interval-ms", "5"]) as url:
         for rate in (float(r) for r in args.rates.split(",")):
             row = measure(url, rate, args.conversations, args.arrival, Path(tmp))

@@ -1,6 +1,6 @@
 """The benchmark against a fake OpenAI server with exactly known timing: reported metrics match the truth.
 
-The synthetic server (kimi_dflash_lab.synthetic, its own process) streams on a fixed schedule
+The synthetic server (tests/synthetic_server, its own process) streams on a fixed schedule
 and logs, per request, when it received it and when it actually wrote the first and last content chunk,
 in CLOCK_MONOTONIC seconds, the clock behind time.perf_counter on Linux. With --record-requests the
 benchmark stores its raw per-request timestamps on that same clock, so each request is compared with
@@ -21,7 +21,7 @@ import pytest
 
 from bench_helpers import run_benchmark, synthetic_log
 from kimi_dflash.bench.result import LevelResult, load_result
-from kimi_dflash_lab.synthetic import plan_chunks, running
+from synthetic_server import plan_chunks, running
 
 TTFT_MS, INTERVAL_MS, PATTERN, MAX_TOKENS, SPEC_K = 300.0, 40.0, (3, 1, 2), 24, 2
 SERVER_ARGS = [

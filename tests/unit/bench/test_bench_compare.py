@@ -12,7 +12,7 @@ from kimi_dflash.bench import compare
 from kimi_dflash.bench.report import redact_argv, write_atomic
 from kimi_dflash.bench.result import load_result
 from kimi_dflash.core.errors import UserError
-from kimi_dflash_lab.synthetic import running
+from synthetic_server import running
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,8 @@ from bench_helpers import run_benchmark
 from kimi_dflash.bench.result import load_result
 from kimi_dflash.bench.workload import load_dataset, session_prompts
 from kimi_dflash.core.errors import UserError
-from kimi_dflash_lab.synthetic import running
 from repo_paths import REPO_ROOT
+from synthetic_server import running
 
 DATA = REPO_ROOT / "tests" / "data"
 OPENAI = DATA / "conversations.openai.jsonl"

@@ -17,7 +17,7 @@ from kimi_dflash.bench.settings import DEFAULT_BASE_URL
 from kimi_dflash.config.schema import KEYS
 from kimi_dflash.core import options
 from kimi_dflash.core.errors import UserError
-from kimi_dflash_lab.synthetic import running
+from synthetic_server import running
 
 PROGRESS = re.compile(
     r"\[(\d+) sessions\] repeat 1/1: (\d+)/(\d+) requests done, ([\d.]+) tok/s so far, [\d.]+ s elapsed"

@@ -17,7 +17,7 @@ from bench_helpers import BENCH_SCRIPT, REPO
 from kimi_dflash.bench import client
 from kimi_dflash.bench.records import CLIENT_OUT_OF_RESOURCES, CONNECTION_ERROR
 from kimi_dflash.bench.result import load_result
-from kimi_dflash_lab.synthetic import running
+from synthetic_server import running
 
 FAST = ["--ttft-ms", "5", "--chunk-interval-ms", "1"]
 SMALL = ["--max-tokens", "4", "--warmup", "0", "--progress-interval", "0"]

@@ -15,7 +15,7 @@ import pytest
 
 from bench_helpers import BENCH_SCRIPT, run_benchmark, synthetic_stats
 from kimi_dflash.bench.result import load_result
-from kimi_dflash_lab.synthetic import running
+from synthetic_server import running
 
 FAST = ["--ttft-ms", "20", "--chunk-interval-ms", "5"]
 

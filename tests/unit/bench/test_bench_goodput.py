@@ -14,7 +14,7 @@ from kimi_dflash.bench import goodput
 from kimi_dflash.bench.export_csv import paths_for
 from kimi_dflash.bench.records import CANCELLED, RequestRecord
 from kimi_dflash.bench.result import load_result
-from kimi_dflash_lab.synthetic import running
+from synthetic_server import running
 
 
 def test_parse_slo_units() -> None:

@@ -11,7 +11,7 @@ import pytest
 from bench_helpers import EXAMPLE_RESULT, run_benchmark, run_compare
 from kimi_dflash.bench import compare, intervals
 from kimi_dflash.bench.result import BenchmarkResult, Goodput, load_result
-from kimi_dflash_lab.synthetic import running
+from synthetic_server import running
 
 
 def test_t_quantiles() -> None:

@@ -19,8 +19,8 @@ from kimi_dflash.bench import arrivals
 from kimi_dflash.bench.metrics import max_in_flight
 from kimi_dflash.bench.records import RequestRecord
 from kimi_dflash.bench.result import load_result
-from kimi_dflash_lab.synthetic import running
 from repo_paths import REPO_ROOT
+from synthetic_server import running
 
 FAST_SERVER = ["--ttft-ms", "5", "--chunk-interval-ms", "5"]
 

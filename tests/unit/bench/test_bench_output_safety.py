@@ -17,7 +17,7 @@ from kimi_dflash.bench import cli as bench_cli
 from kimi_dflash.bench import output_file
 from kimi_dflash.bench.result import load_result
 from kimi_dflash.core import options
-from kimi_dflash_lab.synthetic import running
+from synthetic_server import running
 
 FAST = ["--ttft-ms", "5", "--chunk-interval-ms", "1"]
 SMALL = ["--turns-per-session", "1", "--max-tokens", "4"]

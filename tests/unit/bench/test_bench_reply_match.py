@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from bench_helpers import run_benchmark, run_compare
-from kimi_dflash_lab.synthetic import running
+from synthetic_server import running
 
 
 def _run(url: str, out: Path, label: str, *extra: str) -> None:

@@ -12,7 +12,7 @@ from kimi_dflash.bench import request_shaping
 from kimi_dflash.bench.client import Endpoint, request_payload
 from kimi_dflash.bench.report import redact_argv
 from kimi_dflash.core.errors import UserError
-from kimi_dflash_lab.synthetic import running
+from synthetic_server import running
 
 SECRET = "s3cr3t-value-that-must-not-leak"
 

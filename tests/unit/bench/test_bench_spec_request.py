@@ -18,7 +18,7 @@ from kimi_dflash.bench.records import RequestRecord
 from kimi_dflash.bench.response import interpret_body
 from kimi_dflash.bench.result import LevelResult, SpecGroup, load_result
 from kimi_dflash.bench.spec_summary import reply_hashes, spec_per_request
-from kimi_dflash_lab.synthetic import running
+from synthetic_server import running
 
 # What vLLM 0.32 (CPU demo, --per-request-spec-decode-metrics detailed) returned for one request, verbatim.
 VLLM_032_BLOCK = {

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from bench_helpers import BENCH_SCRIPT, REPO
-from kimi_dflash_lab.synthetic import running
+from synthetic_server import running
 
 BLOCKED = ("torch", "vllm", "dotenv", "matplotlib", "uvloop", "transformers")
 

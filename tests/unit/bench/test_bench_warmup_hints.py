@@ -11,7 +11,7 @@ import pytest
 from bench_helpers import run_benchmark
 from kimi_dflash.bench import client, failure_hints
 from kimi_dflash.bench.response import Reply
-from kimi_dflash_lab.synthetic import running
+from synthetic_server import running
 
 FAST = ["--ttft-ms", "5", "--chunk-interval-ms", "1"]
 VLLM_CONTEXT_400 = (

@@ -1,5 +1,6 @@
-"""The drafter training pipeline (train-drafter.sh): the trainable DFlash forward against the vLLM transcription,
-resumable training and regen, the generated SpecForge config against SpecForge's real schema, the CLI."""
+"""The drafter training pipeline (train-drafter.sh): resumable training and regen, the generated SpecForge config
+against SpecForge's real schema, the CLI (the trainable forward against the vLLM transcription, the lab's reference:
+lab/tests/test_demo_agreement.py)."""
 
 from __future__ import annotations
 
@@ -99,30 +100,6 @@ def test_architecture_errors_name_the_key() -> None:
         check_architecture(
             DrafterArchitecture("x.json", {**TINY, "dflash_config": {"mask_token_id": 1, "target_layer_ids": [2, 1]}})
         )
-
-
-def test_trainable_forward_equals_the_vllm_transcription_on_the_demo_drafter() -> None:
-    """The stand-in trains exactly the function vLLM serves: with the demo drafter's weights, every block of a
-    batched forward equals the lab's demo_reference (a step-by-step transcription of vLLM's DFlash forward)."""
-    from kimi_dflash.demo import ensure_demo_models
-    from kimi_dflash.drafter_training.export import target_embeddings
-    from kimi_dflash_lab.demo_reference import DrafterReference, load_safetensors
-
-    models = ensure_demo_models(choice="kimi")
-    config = json.loads((models.drafter_dir / "config.json").read_text())
-    embed, head = target_embeddings(models.target_dir)
-    weights = {k: v.float() for k, v in load_safetensors(models.drafter_dir / "model.safetensors").items()}
-    reference = DrafterReference(weights=weights, config=config, embed_tokens=embed, lm_head=head)
-    model = DFlashDrafter(config, embed, head)
-    model.load_state_dict(weights)
-    generator = torch.Generator().manual_seed(0)
-    features = torch.randn(40, embed.shape[1] * 2, generator=generator)
-    ids = torch.randint(0, 900, (40,), generator=generator)
-    anchors = torch.tensor([5, 17, 30])
-    with torch.no_grad():
-        drafts = model.block_logits(features, ids, anchors).argmax(-1)
-    for row, anchor in enumerate(anchors.tolist()):
-        assert drafts[row].tolist() == reference.propose(features[:anchor], int(ids[anchor]), config["block_size"] - 1)
 
 
 def test_block_targets_and_anchors_score_only_reply_tokens() -> None:

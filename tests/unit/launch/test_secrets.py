@@ -12,9 +12,9 @@ import pytest
 
 from bench_helpers import run_benchmark
 from kimi_dflash.core.redaction import redact_argv, redact_url, secret_option, split_secret
-from kimi_dflash_lab.synthetic import running
 from repo_paths import CONFIGS_DIR, REPO_ROOT
 from serve_helpers import run_serve
+from synthetic_server import running
 
 SECRET = "sk-secret-0123456789"
 

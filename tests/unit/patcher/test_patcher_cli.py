@@ -13,8 +13,8 @@ import pytest
 from kimi_dflash.core import options
 from kimi_dflash.patcher import cli
 from kimi_dflash.patcher.registry import PATCHES
-from kimi_dflash_lab.wheels import writable_copy
 from repo_paths import REPO_ROOT
+from source_edits import writable_copy
 
 REPO = REPO_ROOT
 SCRIPT = REPO / "patches" / "patch_dflash_rocm.py"

@@ -15,6 +15,7 @@ from kimi_dflash.qualify.bundle import result_name
 from kimi_dflash.results_doc import render_block
 from repo_paths import REPO_ROOT
 from serve_stand_in import kill_servers
+from synthetic_server import environ as synthetic_environ
 
 ROOT = REPO_ROOT
 RESULTS = ROOT / "benchmarks" / "results"
@@ -188,7 +189,7 @@ if [[ " $* " == *" --wait "* ]]; then
     echo "(EngineCore pid=1) WARNING [compilation.py:1459] CUDAGraphMode.FULL_AND_PIECEWISE is not supported with" \\
       "spec-decode for attention backend ROCM_AITER_MLA (support: SINGLE); setting cudagraph_mode=PIECEWISE" >> "$log"
   fi
-  "$KIMI_PYTHON" -m kimi_dflash_lab.synthetic --port "$PORT" --ttft-ms 20 --chunk-interval-ms 5 \\
+  "$KIMI_PYTHON" -m synthetic_server --port "$PORT" --ttft-ms 20 --chunk-interval-ms 5 \\
     --chunk-tokens 3,2,1 --spec-tokens "$NUM_SPECULATIVE_TOKENS" >> "$log" 2>&1 &
   echo $! > "$pidfile"
   for _ in $(seq 200); do grep -q "listening on" "$log" && exit 0; sleep 0.1; done
@@ -204,6 +205,7 @@ def _stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     serve.write_text(STAND_IN_SERVE)
     serve.chmod(0o755)
     monkeypatch.setenv("STAND_IN_DIR", str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", synthetic_environ()["PYTHONPATH"])  # the instrument server is a tests/ helper
     return serve
 
 
@@ -237,8 +239,8 @@ def test_the_projection_runs_beside_the_grid_and_the_report_labels_it_speed_not_
     from kimi_dflash.qualify.plan import build_plan
     from kimi_dflash.qualify.state import QualifySignature
     from kimi_dflash.runs.state import DONE
-    from kimi_dflash_lab.synthetic import plan_chunks
     from qualify_fakes import open_state
+    from synthetic_server import plan_chunks
 
     _grid(tmp_path)
     serve = _stand_in(tmp_path, monkeypatch)
@@ -357,7 +359,7 @@ if [[ " $* " == *" --wait "* ]]; then
   echo "$PORT KV_CACHE_DTYPE=$KV_CACHE_DTYPE KV_SCALE_MODE=$KV_SCALE_MODE SPECULATIVE_METHOD=$SPECULATIVE_METHOD" \\
     >> "$STAND_IN_DIR/started"
   echo "INFO [kv_cache_utils.py:1] GPU KV cache size: 1,000 tokens" > "$log"
-  "$KIMI_PYTHON" -m kimi_dflash_lab.synthetic --port "$PORT" --ttft-ms 1 --chunk-interval-ms 1 >> "$log" 2>&1 &
+  "$KIMI_PYTHON" -m synthetic_server --port "$PORT" --ttft-ms 1 --chunk-interval-ms 1 >> "$log" 2>&1 &
   echo $! > "$pidfile"
   for _ in $(seq 300); do grep -q "listening on" "$log" && exit 0; sleep 0.1; done
   exit 1
@@ -381,14 +383,13 @@ def test_the_fp8_step_serves_the_bf16_kv_server_through_serve_sh_and_writes_a_ty
     from kimi_dflash.runs.state import DONE
     from kimi_dflash.validate.client import Completion
     from kimi_dflash.validate.engine import math_questions
-    from kimi_dflash_lab import lab_environ
 
     serve = tmp_path / "serve.sh"
     serve.write_text(FP8_STAND_IN)
     serve.chmod(0o755)
     monkeypatch.setenv("STAND_IN_DIR", str(tmp_path))
     monkeypatch.setenv("KIMI_PYTHON", sys.executable)
-    monkeypatch.setenv("PYTHONPATH", lab_environ()["PYTHONPATH"])
+    monkeypatch.setenv("PYTHONPATH", synthetic_environ()["PYTHONPATH"])
     values = {"DEVICE": "cpu", "SPECULATIVE_METHOD": "dflash", "NUM_SPECULATIVE_TOKENS": "4", "MAX_NUM_SEQS": "4",
               "KV_CACHE_DTYPE": "fp8"}  # fmt: skip
     plan = build_plan(values, slo="none")

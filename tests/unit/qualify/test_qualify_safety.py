@@ -167,11 +167,7 @@ def test_a_second_run_on_a_directory_in_use_is_refused_with_the_first_pid_and_to
     # Both runs are processes of their own (a run without the lock would wait on the held start: a timeout here).
     command = [sys.executable, str(ROOT / "tests" / "qualify_fakes.py"), "grid", CONFIG, *ARGS, "--out", str(out),
                "--serve-sh", str(serve)]  # fmt: skip
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join((str(ROOT / "src"), str(ROOT / "lab"))),
-        "KIMI_PYTHON": sys.executable,
-    }
+    env = {**os.environ, "KIMI_PYTHON": sys.executable}  # PYTHONPATH: the checkout and the stand-in's server (stand_in)
     first = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: notes(notes_dir, "started") or first.poll() is not None)

@@ -69,11 +69,7 @@ def test_a_second_sweep_on_a_directory_in_use_is_refused_with_the_first_pid_and_
     (notes_dir / "hold").touch()
     out = tmp_path / "sweep"
     command = [sys.executable, "-m", "kimi_dflash.sweep", *_argv(out, serve)]
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join((str(ROOT / "src"), str(ROOT / "lab"))),
-        "KIMI_PYTHON": sys.executable,
-    }
+    env = {**os.environ, "KIMI_PYTHON": sys.executable}  # PYTHONPATH: the checkout and the stand-in's server (stand_in)
     first = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: notes(notes_dir, "started") or first.poll() is not None)

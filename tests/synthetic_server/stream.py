@@ -6,11 +6,11 @@ import asyncio
 import time
 from typing import Any, Protocol
 
-from kimi_dflash_lab.synthetic import faults, spec_metrics
-from kimi_dflash_lab.synthetic.events import StreamEvents, count_prompt_words, plain_body
-from kimi_dflash_lab.synthetic.http import STREAM_HEAD, Connection, http_chunk, response
-from kimi_dflash_lab.synthetic.schedule import Schedule, plan_chunks
-from kimi_dflash_lab.synthetic.stats import Stats
+from synthetic_server import faults, spec_metrics
+from synthetic_server.events import StreamEvents, count_prompt_words, plain_body
+from synthetic_server.http import STREAM_HEAD, Connection, http_chunk, response
+from synthetic_server.schedule import Schedule, plan_chunks
+from synthetic_server.stats import Stats
 
 
 class StreamHost(Protocol):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kimi_dflash_lab.synthetic.schedule import Schedule
+from synthetic_server.schedule import Schedule
 
 WORDS = [
     " alpha", " beta", " gamma", " delta", " eps", " zeta", " eta", " theta", " iota", " kappa",

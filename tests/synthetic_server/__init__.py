@@ -1,4 +1,6 @@
-"""A fast, exactly-timed fake OpenAI streaming server (stdlib asyncio only), in its own process.
+"""A fast, exactly-timed fake OpenAI streaming server (stdlib asyncio only), in its own process: the benchmark's
+test double (a helper of the product's tests; the lab's studies drive it too, through kimi_dflash_lab's
+use_test_helpers).
 
 It exists to check the benchmark against a known truth and to measure how many streams a client can
 follow. Every stream follows a schedule fixed by the command line:
@@ -23,10 +25,10 @@ Modules, one job each: ``schedule`` (timing and chunk plan), ``events`` (SSE eve
 ``http`` (HTTP/1.1 protocol), ``stream`` (driving one completion), ``server`` (routing, shared ticker),
 ``process`` (start it in its own process), ``cli``.
 
-Usage: python -m kimi_dflash_lab.synthetic --port 0 --ttft-ms 100 --chunk-interval-ms 20
+Usage (tests/ on PYTHONPATH: ``environ()``): python -m synthetic_server --port 0 --ttft-ms 100 --chunk-interval-ms 20
 """
 
-from kimi_dflash_lab.synthetic.process import running
-from kimi_dflash_lab.synthetic.schedule import Schedule, plan_chunks
+from synthetic_server.process import environ, running
+from synthetic_server.schedule import Schedule, plan_chunks
 
-__all__ = ["Schedule", "plan_chunks", "running"]
+__all__ = ["Schedule", "environ", "plan_chunks", "running"]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kimi_dflash_lab.synthetic.schedule import Schedule
-from kimi_dflash_lab.synthetic.stats import Stats
+from synthetic_server.schedule import Schedule
+from synthetic_server.stats import Stats
 
 
 def render(schedule: Schedule, stats: Stats) -> str:

@@ -1,4 +1,4 @@
-"""Command line of the synthetic server: ``python -m kimi_dflash_lab.synthetic --help``."""
+"""Command line of the synthetic server: ``python -m synthetic_server --help``."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from kimi_dflash.core.options import declare, option
-from kimi_dflash_lab.synthetic.faults import FAULTS
-from kimi_dflash_lab.synthetic.schedule import Schedule
-from kimi_dflash_lab.synthetic.server import serve
+from synthetic_server.faults import FAULTS
+from synthetic_server.schedule import Schedule
+from synthetic_server.server import serve
 
 DESCRIPTION = """\
 A fast, exactly-timed fake OpenAI streaming server (stdlib asyncio only): checks the benchmark against

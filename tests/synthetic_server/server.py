@@ -8,11 +8,11 @@ import math
 import time
 from typing import Any
 
-from kimi_dflash_lab.synthetic import faults, prometheus_text
-from kimi_dflash_lab.synthetic.http import Connection, response
-from kimi_dflash_lab.synthetic.schedule import Schedule
-from kimi_dflash_lab.synthetic.stats import Stats
-from kimi_dflash_lab.synthetic.stream import Stream
+from synthetic_server import faults, prometheus_text
+from synthetic_server.http import Connection, response
+from synthetic_server.schedule import Schedule
+from synthetic_server.stats import Stats
+from synthetic_server.stream import Stream
 
 COMPLETION_PATHS = ("/v1/chat/completions", "/v1/completions")
 NOT_FOUND = response("404 Not Found", b'{"error":"not found"}')

@@ -11,8 +11,8 @@ import asyncio
 import os
 import sys
 
-from kimi_dflash_lab.synthetic.events import StreamEvents
-from kimi_dflash_lab.synthetic.http import END_OF_BODY, Connection, http_chunk, response
+from synthetic_server.events import StreamEvents
+from synthetic_server.http import END_OF_BODY, Connection, http_chunk, response
 
 FAULTS = {
     "ok": "normal stream",

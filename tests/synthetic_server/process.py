@@ -3,26 +3,36 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import select
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from pathlib import Path
 
-MODULE = "kimi_dflash_lab.synthetic"
+MODULE = "synthetic_server"
 READY_PREFIX = "listening on "
+TESTS_DIR = Path(__file__).resolve().parents[1]  # the directory that holds this package
+
+
+def environ(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """An environment whose Python finds this package and the checkout's product (the command line is declared
+    with kimi_dflash.core.options): both first on PYTHONPATH."""
+    env = dict(os.environ if base is None else base)
+    paths = [str(TESTS_DIR), str(TESTS_DIR.parent / "src")]
+    env["PYTHONPATH"] = os.pathsep.join([*paths, *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)])
+    return env
 
 
 @contextlib.contextmanager
 def running(args: list[str], python: str = sys.executable, startup_timeout_s: float = 20.0) -> Iterator[str]:
-    """Run ``python -m kimi_dflash_lab.synthetic --port 0 ARGS``; yield its base URL.
+    """Run ``python -m synthetic_server --port 0 ARGS``; yield its base URL.
 
-    Used by the tests and the client-capacity study. The process is always stopped on exit.
+    Used by the tests and the lab's client-capacity and open-loop studies. The process is always stopped on exit.
     """
-    from kimi_dflash_lab import lab_environ
-
     process = subprocess.Popen(
         [python, "-m", MODULE, "--port", "0", *args],
-        env=lab_environ(),
+        env=environ(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
