@@ -46,10 +46,10 @@ class Demo:
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
+def demo() -> Iterator[Demo]:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matrices: threads only add contention with other processes
-    models = ensure_demo_models(tmp_path_factory.mktemp("demo"), choice="qwen3")
+    models = ensure_demo_models(choice="qwen3")  # the project cache's copy: these tests only read it
     yield Demo(models, fabricate().walk, load_target(models.target_dir))
     torch.set_num_threads(threads)
 

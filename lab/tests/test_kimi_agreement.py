@@ -53,11 +53,13 @@ MINIATURES = {"kimi": (fabricate, layout.CPU_MLA), "kimi-cuda": (fabricate_cuda,
 
 
 @pytest.fixture(scope="module", params=sorted(MINIATURES))
-def kimi(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kimi]:
+def kimi(request: pytest.FixtureRequest) -> Iterator[Kimi]:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matrices: threads only add contention with other processes
     make, mla = MINIATURES[request.param]
-    models = ensure_demo_models(tmp_path_factory.mktemp("demo"), choice=request.param)
+    # The project cache's copy (built once, checked against its manifest; tests/unit/demo pins a fabrication's bytes
+    # to its version): these tests only read it.
+    models = ensure_demo_models(choice=request.param)
     yield Kimi(models, make().walk, load_kimi_text_model(models.target_dir), mla)
     torch.set_num_threads(threads)
 

@@ -1,8 +1,11 @@
-"""The dry engine's child: vLLM's own start-up code for one `vllm serve` argv, nothing loaded, nothing served.
+"""The dry engine's child: vLLM's own start-up code for `vllm serve` argvs, nothing loaded, nothing served.
 
 Run as `python -c <this file's text> REQUEST_JSON` in the Python that will serve (standard library at top level, like
-runtime_child.py). REQUEST_JSON: {"argv": [...], "device": the plan's DEVICE, "fakes": path of platform_fakes.py,
-"meta_model": bool, "cuda_gpu": "H200" or "H100" (optional)}. Stages, each recorded as it passes:
+runtime_child.py), in the plans' environment. REQUEST_JSON: {"argvs": [[...], ...] (plans of one DEVICE and one
+environment), "device": their DEVICE, "fakes": path of platform_fakes.py, "meta_model": bool, "cuda_gpu": "H200" or
+"H100" (optional)}. Stages 1 and 2's imports run once; then each argv is judged in a fork of this process (a fresh
+copy of it: vLLM's per-process caches, backend selection among them, start empty for every plan). Stages, each
+recorded as it passes:
 
 1. for a rocm/cuda plan, a `vllm.platform_plugins` entry point (a throw-away *.dist-info directory on sys.path, which
    is all importlib.metadata needs) that, when vLLM resolves its platform, installs the simulated platform
@@ -16,15 +19,19 @@ runtime_child.py). REQUEST_JSON: {"argv": [...], "device": the plan's DEVICE, "f
 5. with "meta_model": the target model built on the meta device as tensor-parallel rank 0 (group size faked to the
    plan's TP), which is where the MoE method is chosen (and `--moe-backend` refused).
 
-vLLM's own exception, if any, is the verdict. One marked JSON line on stdout.
+vLLM's own exception, if any, is the verdict. One marked JSON line per argv on stdout, in order: {"seconds": its
+fork's wall time, "report": ...}.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import json
 import os
 import sys
 import tempfile
+import time
 import traceback
 
 MARKER = "KIMI_DFLASH_DRY_ENGINE "
@@ -70,24 +77,53 @@ def install_platform_plugin(request: dict, directory: str) -> None:
         os.environ["VLLM_PLUGINS"] = f"{allowed},{PLUGIN_NAME}"
 
 
-def dry_run(request: dict) -> dict:
+def dry_runs(request: dict) -> None:
+    """Judge every argv of the request, each in a fork of this process once vLLM's start-up code is imported; print
+    one marked line per argv."""
     with tempfile.TemporaryDirectory(prefix="kimi-dflash-dry-plugin-") as directory:
         if request.get("device") in SIMULATED:
             install_platform_plugin(request, directory)
-        return _dry_run(request)
+        with contextlib.ExitStack() as stack:
+            shared: dict = {"stages": [], "error": None, "simulated": []}
+            imported = _import_start_up(request, shared, stack)
+            for argv in request["argvs"]:
+                started = time.monotonic()
+                report = copy.deepcopy(shared)
+                if imported is not None:
+                    report = _forked(lambda: _judge(request, report, list(argv), imported))  # noqa: B023 - run now
+                line = {"seconds": round(time.monotonic() - started, 1), "report": report}
+                sys.stdout.write("\n" + MARKER + json.dumps(line, default=str) + "\n")
+                sys.stdout.flush()
 
 
-def _dry_run(request: dict) -> dict:
-    import contextlib
+def _forked(judge) -> dict:
+    """`judge()` in a fork of this process: its report, or what ended the fork."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the fork: judge, hand the report over, and leave without running the parent's clean-up
+        os.close(read_end)
+        try:
+            data = json.dumps(judge(), default=str)
+        except BaseException as error:  # noqa: BLE001 - whatever it is, the parent reports it
+            data = json.dumps({"error": f"{type(error).__name__}: {error}", "stages": [], "not_run": True})
+        with os.fdopen(write_end, "w", encoding="utf-8") as pipe:
+            pipe.write(data)
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, encoding="utf-8") as pipe:
+        data = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    if data:
+        return json.loads(data)
+    code = os.waitstatus_to_exitcode(status)
+    return {"error": f"the dry engine's child exited with code {code}: no report", "stages": [], "not_run": True}
 
-    report: dict = {"stages": [], "error": None, "simulated": []}
-    argv = list(request["argv"])
-    with contextlib.ExitStack() as stack:
-        _judge(request, report, argv, stack)
-    return report
 
-
-def _judge(request: dict, report: dict, argv: list, stack) -> None:
+def _import_start_up(request: dict, report: dict, stack):
+    """The platform (simulated or this host's) and vLLM's start-up code imported: what every plan of the request
+    shares. None after an error (then in the report, as every plan's verdict)."""
     try:
         import vllm.platforms as platforms
 
@@ -123,14 +159,24 @@ def _judge(request: dict, report: dict, argv: list, stack) -> None:
             from vllm.entrypoints.openai.cli_args import make_arg_parser
 
         _stage(report, "import")
+        return lenient, AsyncEngineArgs, FlexibleArgumentParser, make_arg_parser
+    except Exception as error:  # noqa: BLE001 - vLLM's own error is the verdict
+        report["error"] = f"{type(error).__name__}: {error}"
+        report["where"] = traceback.format_exc().strip().splitlines()[-30:]
+        return None
+
+
+def _judge(request: dict, report: dict, argv: list, imported) -> dict:
+    lenient, engine_args, argument_parser, make_arg_parser = imported
+    try:
         args = argv[argv.index("serve") + 1 :] if "serve" in argv else argv
-        parser = make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+        parser = make_arg_parser(argument_parser(prog="vllm serve"))
         model, rest = (args[0], args[1:]) if args and not args[0].startswith("-") else (None, args)
         namespace = parser.parse_args(rest)
         if model is not None:
             namespace.model = model
         _stage(report, "parse")
-        config = AsyncEngineArgs.from_cli_args(namespace).create_engine_config()
+        config = engine_args.from_cli_args(namespace).create_engine_config()
         _stage(report, "create_engine_config")
         _read_choices(report, config)
         _stage(report, "attention backends")
@@ -146,6 +192,7 @@ def _judge(request: dict, report: dict, argv: list, stack) -> None:
     except Exception as error:  # noqa: BLE001 - vLLM's own error is the verdict
         report["error"] = f"{type(error).__name__}: {error}"
         report["where"] = traceback.format_exc().strip().splitlines()[-30:]
+    return report
 
 
 def _vllm_version() -> str:
@@ -332,5 +379,4 @@ def _fake_tensor_parallel_group(parallel_state, size: int) -> None:
 
 
 if __name__ == "__main__":
-    result = dry_run(json.loads(sys.argv[1]))
-    sys.stdout.write("\n" + MARKER + json.dumps(result, default=str) + "\n")
+    dry_runs(json.loads(sys.argv[1]))

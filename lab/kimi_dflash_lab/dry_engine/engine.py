@@ -12,8 +12,9 @@ plan's ROCm or CUDA platform is simulated (dry_platform.py) and every fake is li
 evidence of vLLM's Python start-up logic, not of kernels, drivers or memory.
 
 The checkpoint's config.json comes from MODEL_DIR / DRAFT_MODEL_DIR when present, else from the shipped facts
-(dry_model_dir.py). Cost: one vLLM import + config build per plan, ~10-20 s and ~1 GB (one process per plan:
-vLLM caches backend selection and aiter flags per process).
+(dry_model_dir.py). Cost: one vLLM import per DEVICE and environment (~10 s of CPU, ~1 GB; vLLM reads the aiter
+flags at import, so only plans with the same environment share it), then one fork of that child per plan, a few
+seconds each (a fresh copy of the process: vLLM caches backend selection per process).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +54,7 @@ PICKED = (
 @dataclass(frozen=True)
 class DryVerdict:
     report: Mapping[str, object]
+    seconds: float = 0.0  # wall time of the plan's fork (0 when no child judged it)
 
     @property
     def starts(self) -> bool:
@@ -108,18 +111,19 @@ def not_run(reason: str) -> DryVerdict:
 
 
 def run_dry_engine(
-    argv: Sequence[str],
+    argvs: Sequence[Sequence[str]],
     device: str,
     *,
     python: str = sys.executable,
     env: Mapping[str, str] | None = None,
     meta_model: bool = True,
     cuda_gpu: str = platform_fakes.DEFAULT_CUDA_GPU,
-) -> DryVerdict:
-    """vLLM's start-up code on `argv` (a `... serve MODEL ...` command line) for a plan whose DEVICE is `device`,
-    run by `python` (the interpreter whose vLLM judges: the serving one, or a dry-engine-venv's)."""
+) -> list[DryVerdict]:
+    """vLLM's start-up code on each of `argvs` (`... serve MODEL ...` command lines) of plans whose DEVICE is
+    `device` and whose environment is `env`, in one child run by `python` (the interpreter whose vLLM judges: the
+    serving one, or a dry-engine-venv's): it imports vLLM once and judges each argv in a fork of itself."""
     request = {
-        "argv": list(argv),
+        "argvs": [list(argv) for argv in argvs],
         "device": device,
         "fakes": platform_fakes.__file__,
         "meta_model": meta_model,
@@ -131,18 +135,68 @@ def run_dry_engine(
             [python, "-c", text, json.dumps(request)],
             capture_output=True,
             text=True,
-            timeout=TIMEOUT_S,
+            timeout=TIMEOUT_S * len(argvs),
             stdin=subprocess.DEVNULL,
             env={**os.environ, **(env or {}), **CHILD_ENV},
             check=False,
         )
-    except subprocess.TimeoutExpired:
-        return not_run(f"vLLM's start-up code did not finish within {TIMEOUT_S:g} s")
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(child.MARKER):
-            return DryVerdict(json.loads(line[len(child.MARKER) :]))
-    tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-    return not_run(f"the dry engine's child exited with code {proc.returncode}: {tail}")
+        stdout, failure = proc.stdout, f"exited with code {proc.returncode}"
+        stderr = proc.stderr
+    except subprocess.TimeoutExpired as expired:
+        stdout, failure = _text(expired.stdout), f"did not finish within {TIMEOUT_S * len(argvs):g} s"
+        stderr = _text(expired.stderr)
+    lines = [json.loads(line[len(child.MARKER) :]) for line in stdout.splitlines() if line.startswith(child.MARKER)]
+    verdicts = [DryVerdict(line["report"], line["seconds"]) for line in lines]
+    tail = (stderr.strip().splitlines() or ["no output"])[-1]
+    return verdicts + [not_run(f"the dry engine's child {failure}: {tail}")] * (len(argvs) - len(verdicts))
+
+
+def _text(output: str | bytes | None) -> str:
+    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A plan ready for the child: its argv pointed at the prepared checkpoint directories."""
+
+    argv: list[str]
+    device: str
+    env: Mapping[str, str]
+    origins: list[str]
+    drafter: Path | None
+
+
+def dry_engine_for_plans(
+    plans: Sequence[tuple],  # type: ignore[type-arg]
+    *,
+    python: str = sys.executable,
+    meta_model: bool = True,
+    cuda_gpu: str = platform_fakes.DEFAULT_CUDA_GPU,
+    parallel: int = 1,
+) -> list[DryVerdict]:
+    """The dry engine on validated configs and their launch plans ((config, plan) pairs, demo models already
+    resolved): the checkpoint directories prepared (dry_model_dir), each argv pointed at them; one child per DEVICE
+    and environment (plans that share both share the child's vLLM import), `parallel` children at a time."""
+    with tempfile.TemporaryDirectory(prefix="kimi-dflash-dry-") as tmp:
+        prepared = [_prepare(config, plan, Path(tmp) / str(i)) for i, (config, plan) in enumerate(plans)]
+        groups: dict[tuple, list[int]] = {}  # type: ignore[type-arg]
+        for i, item in enumerate(prepared):
+            if isinstance(item, _Prepared):
+                groups.setdefault((item.device, tuple(sorted(item.env.items()))), []).append(i)
+        judged: dict[int, DryVerdict] = {}
+
+        def run(indices: list[int]) -> None:
+            first = prepared[indices[0]]
+            assert isinstance(first, _Prepared)
+            argvs = [prepared[i].argv for i in indices]  # type: ignore[union-attr]
+            verdicts = run_dry_engine(
+                argvs, first.device, python=python, env=first.env, meta_model=meta_model, cuda_gpu=cuda_gpu
+            )
+            judged.update(zip(indices, verdicts))
+
+        with ThreadPoolExecutor(max_workers=max(parallel, 1)) as pool:
+            list(pool.map(run, sorted(groups.values(), key=len, reverse=True)))
+        return [item if isinstance(item, DryVerdict) else _finish(item, judged[i]) for i, item in enumerate(prepared)]
 
 
 def dry_engine_for_plan(
@@ -153,8 +207,12 @@ def dry_engine_for_plan(
     meta_model: bool = True,
     cuda_gpu: str = platform_fakes.DEFAULT_CUDA_GPU,
 ) -> DryVerdict:
-    """The dry engine on a validated config and its launch plan (demo models already resolved): the checkpoint
-    directories prepared (dry_model_dir), the plan's argv pointed at them, the plan's environment passed."""
+    """The dry engine on one validated config and its launch plan (dry_engine_for_plans)."""
+    [verdict] = dry_engine_for_plans([(config, plan)], python=python, meta_model=meta_model, cuda_gpu=cuda_gpu)
+    return verdict
+
+
+def _prepare(config, plan, tmp: Path) -> _Prepared | DryVerdict:
     from kimi_dflash.demo import demo_model_paths
 
     model_dir = _path(config.typed.model_dir)
@@ -164,36 +222,36 @@ def dry_engine_for_plan(
             f"the demo models of this config (FABRICATE_DEMO_MODELS={config.demo_models}) are not built yet: "
             f"`kimi-dflash demo --model {config.demo_models}` builds them (so does any start of the config)"
         )
-    with tempfile.TemporaryDirectory(prefix="kimi-dflash-dry-") as tmp:
-        demo_target = demo_model_paths(choice="kimi").target_dir
-        try:
-            target = checkpoint_dir(
-                "target", _path(config.typed.model_dir), config.typed.model_repo, Path(tmp), demo_target
+    tmp.mkdir(parents=True)
+    demo_target = demo_model_paths(choice="kimi").target_dir
+    try:
+        target = checkpoint_dir("target", _path(config.typed.model_dir), config.typed.model_repo, tmp, demo_target)
+        spec = _speculative(plan.argv)
+        drafter = None
+        if spec is not None and spec.get("model"):
+            drafter = checkpoint_dir(
+                "drafter", _path(config.typed.draft_model_dir), config.typed.draft_model_repo, tmp, None
             )
-            spec = _speculative(plan.argv)
-            drafter = None
-            if spec is not None and spec.get("model"):
-                drafter = checkpoint_dir(
-                    "drafter", _path(config.typed.draft_model_dir), config.typed.draft_model_repo, Path(tmp), None
-                )
-        except DryModelError as error:
-            return not_run(str(error))
-        argv = rewrite_models(plan.argv, target.path, None if drafter is None else drafter.path)
-        verdict = run_dry_engine(
-            argv, config.typed.device, python=python, env=plan.env, meta_model=meta_model, cuda_gpu=cuda_gpu
-        )
-        trained = None if drafter is None else drafter_trained_amplitude(drafter.path)
+    except DryModelError as error:
+        return not_run(str(error))
     origins = [f"target config.json from {target.origin}"]
     if drafter is not None:
         origins.append(f"drafter config.json from {drafter.origin}")
-    extra: dict[str, object] = {"checkpoints": origins}
+    argv = rewrite_models(plan.argv, target.path, None if drafter is None else drafter.path)
+    return _Prepared(argv, config.typed.device, dict(plan.env), origins, None if drafter is None else drafter.path)
+
+
+def _finish(prepared: _Prepared, verdict: DryVerdict) -> DryVerdict:
+    """The child's verdict with the checkpoints' origins and, for a drafter, the amplitude it was trained with."""
+    trained = None if prepared.drafter is None else drafter_trained_amplitude(prepared.drafter)
+    extra: dict[str, object] = {"checkpoints": prepared.origins}
     amplitude = verdict.report.get("drafter_rope_amplitude")
     if isinstance(amplitude, float) and trained is not None:
         extra["drafter_rope_trained"] = round(trained, 4)
         extra["drafter_rope"] = (
             f"{round(amplitude, 4)} (vLLM's, for its config.json as given), trained {round(trained, 4)}"
         )
-    return DryVerdict({**verdict.report, **extra})
+    return DryVerdict({**verdict.report, **extra}, verdict.seconds)
 
 
 def drafter_trained_amplitude(drafter_dir: Path) -> float | None:

@@ -280,6 +280,27 @@ PLATFORM_CLASSES = {"rocm": "vllm.platforms.rocm.RocmPlatform", "cuda": "vllm.pl
 STATE: dict[str, object] = {"host": None, "fakes": [], "platform": None}
 
 
+def _host_op_library() -> str | None:
+    """platforms/rocm.py imports `vllm._C` at top level. In a CPU build that is the AVX512-BF16 op library, which kills
+    a host without those instructions (SIGILL: no output, no verdict). There, load the variant CpuPlatform would
+    (`_C_AVX512` or `_C_AVX2`: its ops register as it loads) and answer `vllm._C` with an empty module. None when
+    nothing needs standing in for (the host runs `_C`, or this vLLM ships no variants)."""
+    import importlib.util
+    from pathlib import Path
+
+    import torch
+
+    spec = importlib.util.find_spec("vllm")
+    package = Path(next(iter(spec.submodule_search_locations or []), "")) if spec else Path()
+    if torch.cpu._is_avx512_bf16_supported() or not any(package.glob("_C_AVX2*.so")):
+        return None
+    variant = "vllm._C_AVX512" if torch.cpu._is_avx512_supported() else "vllm._C_AVX2"
+    with contextlib.suppress(ImportError):  # "does not define module export function": loaded all the same
+        importlib.import_module(variant)
+    sys.modules["vllm._C"] = _stub_module("vllm._C")
+    return f"vllm._C: this host lacks AVX512-BF16, so the CPU build's {variant} op library loaded in its place"
+
+
 def host_platform() -> str:
     """The platform vLLM's own built-in probes find on this machine ("none" when none answers)."""
     from vllm.platforms import builtin_platform_plugins
@@ -309,6 +330,7 @@ def platform_plugin(platform: str, cuda_gpu: str = DEFAULT_CUDA_GPU) -> str | No
         fakes = _patch_torch_cuda(platform, cuda_gpu)
         fakes.append(_triton_driver_active(platform))
         if platform == "rocm":
+            fakes += filter(None, [_host_op_library()])
             sys.modules["amdsmi"] = _amdsmi_module()
             fakes.append(f"stub amdsmi: {DEVICES} handles, {ROCM_ARCH}, {ROCM_MEMORY // GIB} GiB, XGMI one hop")
             _install_stub_package("aiter")
