@@ -1,8 +1,9 @@
 """The dry engine (preflight/dry_engine.py): vLLM's own start-up code on every shipped config and a set of broken
 variants, under the plan's simulated ROCm / CUDA platform on this CPU machine, agreeing with the static rules.
 
-Fast tests: the simulated-platform pieces and the comparison's bookkeeping. Slow: the dry table (one child per plan,
-two at a time; ~10 s CPU each) must agree with the static rules everywhere and match docs/compatibility.md.
+Fast tests: the simulated-platform pieces and the comparison's bookkeeping. Slow: the dry table (one child per DEVICE
+and environment, a fork of it per plan; two at a time) must agree with the static rules everywhere and match
+docs/compatibility.md.
 """
 
 from __future__ import annotations

@@ -150,33 +150,40 @@ def _import_start_up(request: dict, report: dict, stack):
             report["host_platform"] = _platform_name(platforms.resolve_current_platform_cls_qualname())
         report["platform"] = type(platforms.current_platform).__name__
         report["vllm_version"] = _vllm_version()
-        from vllm.engine.arg_utils import AsyncEngineArgs
-        from vllm.utils.argparse_utils import FlexibleArgumentParser
+        import vllm.engine.arg_utils  # noqa: F401 - what each plan's fork then finds imported
+        import vllm.utils.argparse_utils  # noqa: F401
 
-        try:  # 0.32
-            from vllm.entrypoints.launchers.cli_args import make_arg_parser
-        except ImportError:  # 0.26
-            from vllm.entrypoints.openai.cli_args import make_arg_parser
-
+        _make_arg_parser()
         _stage(report, "import")
-        return lenient, AsyncEngineArgs, FlexibleArgumentParser, make_arg_parser
+        return (lenient,)
     except Exception as error:  # noqa: BLE001 - vLLM's own error is the verdict
         report["error"] = f"{type(error).__name__}: {error}"
         report["where"] = traceback.format_exc().strip().splitlines()[-30:]
         return None
 
 
+def _make_arg_parser():
+    try:  # 0.32
+        from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    except ImportError:  # 0.26
+        from vllm.entrypoints.openai.cli_args import make_arg_parser
+    return make_arg_parser
+
+
 def _judge(request: dict, report: dict, argv: list, imported) -> dict:
-    lenient, engine_args, argument_parser, make_arg_parser = imported
+    (lenient,) = imported
     try:
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+
         args = argv[argv.index("serve") + 1 :] if "serve" in argv else argv
-        parser = make_arg_parser(argument_parser(prog="vllm serve"))
+        parser = _make_arg_parser()(FlexibleArgumentParser(prog="vllm serve"))
         model, rest = (args[0], args[1:]) if args and not args[0].startswith("-") else (None, args)
         namespace = parser.parse_args(rest)
         if model is not None:
             namespace.model = model
         _stage(report, "parse")
-        config = engine_args.from_cli_args(namespace).create_engine_config()
+        config = AsyncEngineArgs.from_cli_args(namespace).create_engine_config()
         _stage(report, "create_engine_config")
         _read_choices(report, config)
         _stage(report, "attention backends")
