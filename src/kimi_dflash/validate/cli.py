@@ -98,6 +98,9 @@ class ValidateOptions:
         "is a WARN, a math drop above --max-math-drop a FAIL")  # fmt: skip
     max_math_drop: float = option("math exact-match points the candidate may lose (0)", default=0.0)
     json: str | None = option("also write every per-prompt comparison here", metavar="FILE")
+    probe_timeout: float = option(
+        "seconds a server may take to list its models, else it is unreachable (30)", default=30.0, metavar="SECONDS"
+    )
 
 
 EPILOG = (
@@ -131,7 +134,7 @@ def main(args: ValidateOptions) -> int:
     api_key = api_key_from_env()
     try:
         reference, candidate = engine.served(
-            [args.reference, args.candidate], [args.model_ref, args.model_cand], api_key
+            [args.reference, args.candidate], [args.model_ref, args.model_cand], api_key, args.probe_timeout
         )
         pairs, divergence, math = asyncio.run(_collect(args, reference, candidate, api_key))
     except (ServerError, UserError) as error:

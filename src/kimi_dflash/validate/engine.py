@@ -185,9 +185,11 @@ def score_math(problems: Sequence[MathProblem], outputs: Outputs) -> MathScore:
     ])  # fmt: skip
 
 
-def served(urls: Sequence[str], names: Sequence[str | None], api_key: str | None) -> list[Server]:
-    """Each URL with its model: the name given, else the one its /v1/models lists."""
-    return [Server(url, name or asyncio.run(served_model(url, api_key))) for url, name in zip(urls, names)]
+def served(
+    urls: Sequence[str], names: Sequence[str | None], api_key: str | None, timeout_s: float = 30.0
+) -> list[Server]:
+    """Each URL with its model: the name given, else the one its /v1/models lists within ``timeout_s``."""
+    return [Server(url, name or asyncio.run(served_model(url, api_key, timeout_s))) for url, name in zip(urls, names)]
 
 
 async def detokenize(server: Server, ids: Sequence[int], api_key: str | None = None) -> str | None:
