@@ -3,6 +3,8 @@
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).parent))  # tests import shared helpers from this directory's modules
 
 from repo_paths import use_this_checkout  # noqa: E402
@@ -10,3 +12,19 @@ from repo_paths import use_this_checkout  # noqa: E402
 use_this_checkout()
 
 from server_fixtures import baseline_demo_server, demo_server, demo_server_factory  # noqa: E402, F401
+
+INTEGRATION = Path(__file__).parent / "integration"
+INTEGRATION_MARKS = {"server", "slow", "realtime"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects anything
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test under tests/integration says why it is not a unit test (server, slow or realtime): the markers,
+    not the directory, keep it out of the fast loop and select it for the full command's server phase."""
+    unmarked = [
+        item.nodeid
+        for item in items
+        if INTEGRATION in item.path.parents and not INTEGRATION_MARKS & {mark.name for mark in item.iter_markers()}
+    ]
+    if unmarked:
+        raise pytest.UsageError(f"tests/integration tests without a server, slow or realtime marker: {unmarked}")

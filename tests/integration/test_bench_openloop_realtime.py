@@ -18,6 +18,8 @@ from bench_helpers import ks_critical, ks_exponential, run_benchmark, synthetic_
 from kimi_dflash.bench.result import load_result
 from synthetic_server import running
 
+pytestmark = pytest.mark.realtime
+
 FAST_SERVER = ["--ttft-ms", "5", "--chunk-interval-ms", "5"]
 
 

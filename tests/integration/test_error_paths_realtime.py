@@ -15,6 +15,8 @@ import pytest
 
 from repo_paths import REPO_ROOT
 
+pytestmark = pytest.mark.realtime  # a hanging server is given up on after a timeout
+
 
 def _clean(result: subprocess.CompletedProcess[str]) -> str:
     assert "Traceback" not in result.stderr + result.stdout
