@@ -1,8 +1,6 @@
 """Atomic file writes, the project's one implementation: a temporary file beside the target, flushed, renamed over it.
 A new file gets mode 0644 (mkstemp's 0600 would hide a shared cache from other users); a replaced file keeps its
-mode. Every write refuses a target that is not a regular file (renaming over /dev/null would replace the machine's)
-and a path through another user's symbolic link (docs/security.md). Standard library only (core/): the benchmark
-on a client box writes through it too.
+mode. What it refuses: docs/security.md, "Files the tools write". Standard library only: the benchmark uses it too.
 """
 
 from __future__ import annotations
@@ -38,9 +36,8 @@ def owner_name(uid: int) -> str:
 
 
 def foreign_link(path: Path) -> Path | None:
-    """The first symbolic link on the way to ``path`` (a parent or itself, links in links' targets too) owned by
-    neither this user nor root: its owner decides where a write through it lands, and a sticky /tmp does not stop
-    them planting one. None when there is none up to the first missing component (the writer creates the rest)."""
+    """The first symbolic link on the way to ``path`` (links in links' targets too) owned by neither this user nor
+    root: its owner decides where a write lands. None up to the first missing component (the writer makes the rest)."""
     current, pending = Path("/"), list(Path(path).absolute().parts[1:])
     for _ in range(MAX_LINKS):
         while pending and not (current / pending[0]).is_symlink():
@@ -60,8 +57,7 @@ def foreign_link(path: Path) -> Path | None:
 
 
 def refuse_foreign_link(path: Path, what: str = "") -> None:
-    """``RefusedTarget`` when ``path`` goes through another user's symbolic link (``foreign_link``). ``what`` names
-    the option in the message ("--json ")."""
+    """``RefusedTarget`` naming ``foreign_link`` (``what``: the option, "--json ")."""
     link = foreign_link(path)
     if link is not None:
         raise RefusedTarget(
@@ -71,8 +67,8 @@ def refuse_foreign_link(path: Path, what: str = "") -> None:
 
 
 def refuse_target(path: Path, what: str = "") -> None:
-    """``refuse_foreign_link``, and ``RefusedTarget`` when writing ``path`` would replace something that is not a
-    regular file (a device, a FIFO, a directory). A symlink at ``path`` itself is replaced, not followed."""
+    """``refuse_foreign_link``, and a target that is not a regular file (renaming over /dev/null would replace the
+    machine's). A symlink at ``path`` itself is replaced, not followed."""
     refuse_foreign_link(path, what)
     try:
         mode = path.lstat().st_mode
@@ -92,10 +88,8 @@ def check_target(path: Path, what: str = "") -> None:
         with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", delete=True):
             pass
     except OSError as error:
-        raise RefusedTarget(
-            f"{what}{path}: cannot write in {path.parent} ({error.strerror or error}); choose a directory you can "
-            "write to"
-        ) from None
+        problem = f"cannot write in {path.parent} ({error.strerror or error})"
+        raise RefusedTarget(f"{what}{path}: {problem}; choose a directory you can write to") from None
 
 
 def _mode_for(path: Path, mode: int | None) -> int:

@@ -35,7 +35,7 @@ def holders(fd: int) -> list[str]:
         lines = LOCKS.read_text(encoding="ascii", errors="replace").splitlines()
     except OSError:
         return []
-    fields = [[word for word in line.split() if word != "->"] for line in lines]  # "->": a waiter's line
+    fields = [line.split() for line in lines if "->" not in line]  # "->": a process waiting for it, not holding it
     return sorted({f[4] for f in fields if len(f) > 5 and f[5] == inode and f[4].isdigit() and f[4] != "0"})
 
 

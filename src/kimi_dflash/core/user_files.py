@@ -16,6 +16,7 @@ from kimi_dflash.core.errors import UserError
 
 MiB = 1024 * 1024
 DEFAULT_MAX_BYTES = 64 * MiB
+LOG_TAIL = 16 * MiB  # of a server log: its latest start's lines
 MAX_JSON_DEPTH = 64
 
 
@@ -102,6 +103,13 @@ def read_user_text(
         raise UnreadableFile(
             f"{what} {path}: is not UTF-8 text (byte {exc.start} is 0x{data[exc.start]:02x}); save it as UTF-8"
         ) from None
+
+
+def read_log_tail(path: Path | None, *, what: str = "server log", max_bytes: int = LOG_TAIL) -> str:
+    """A log's last ``max_bytes`` as text ("" for no path; undecodable bytes replaced): the guarded reader's, so a FIFO
+    is refused, not waited on, and /dev/zero read no further than the cap."""
+    data = b"" if path is None else read_user_bytes(path, what=what, max_bytes=max_bytes, tail=True)
+    return data.decode("utf-8", errors="replace")
 
 
 def json_depth_problem(text: str, max_depth: int = MAX_JSON_DEPTH) -> str | None:

@@ -4,6 +4,7 @@ logs."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from kimi_dflash.core.atomic_write import check_target
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.formatting import number
 from kimi_dflash.core.options import declare, option, run
-from kimi_dflash.core.user_files import MiB, read_user_bytes
+from kimi_dflash.core.user_files import read_log_tail
 from kimi_dflash.documents import Document, Model
 
 # The comparison itself is the shared engine (payload/validate.py runs on it too); this tool adds KV capacity
@@ -27,7 +28,6 @@ from kimi_dflash.validate.prompts import load_calibration_prompts
 
 # The benchmark as users run it (payload/benchmark_multi_turn.py is a wrapper around the same entry point).
 BENCHMARK_COMMAND = (sys.executable, "-m", "kimi_dflash.bench")
-LOG_TAIL = 16 * MiB
 _KV_SIZE = re.compile(r"KV cache size:\s*([\d,]+)\s*tokens")
 
 
@@ -151,14 +151,6 @@ def benchmark_line(name: str, result: BenchSummary) -> str:
     return f"benchmark {name:<5}     {result.status}: {result.detail}"
 
 
-def log_text(path: Path | None) -> str:
-    """A server log's last LOG_TAIL bytes (its latest start's lines; "" for none) through the guarded reader: a FIFO
-    would block, /dev/zero never end (UnreadableFile, a UserError, instead)."""
-    if path is None:
-        return ""
-    return read_user_bytes(path, what="server log", max_bytes=LOG_TAIL, tail=True).decode("utf-8", errors="replace")
-
-
 @dataclass(kw_only=True)
 class ValidateFp8Options:
     bf16_url: str = option("server with BF16 KV (the reference)", required=True)
@@ -193,27 +185,23 @@ def main(args: ValidateFp8Options) -> int:
     api_key = api_key_from_env()
     urls = (args.bf16_url, args.fp8_url)
     try:  # what can be refused is, before the servers are asked for anything
-        capacity = (kv_capacity_from_log(log_text(args.bf16_log)), kv_capacity_from_log(log_text(args.fp8_log)))
+        capacity = (
+            kv_capacity_from_log(read_log_tail(args.bf16_log)),
+            kv_capacity_from_log(read_log_tail(args.fp8_log)),
+        )
         if args.json:
             check_target(args.json, "--json ")
         prompts = load_calibration_prompts()[: max(1, args.prompts)]
         bf16, fp8 = engine.served(urls, (None, None), api_key)
-        outputs = asyncio.run(
-            engine.generate_both(
-                bf16, fp8, prompts, max_tokens=args.max_tokens, concurrency=args.concurrency, api_key=api_key
-            )
-        )
+        generate = functools.partial(engine.generate_both, bf16, fp8, concurrency=args.concurrency, api_key=api_key)
+        outputs = asyncio.run(generate(prompts, max_tokens=args.max_tokens))
         pairs = engine.compare_outputs(outputs, bf16, fp8)
         agreement = engine.summarize_agreement(pairs)
 
         math = MathSummary(accuracy_bf16=0.0, accuracy_fp8=0.0, rows=[])
         if not args.no_math:
             problems, questions = engine.math_questions()
-            answers = asyncio.run(
-                engine.generate_both(
-                    bf16, fp8, questions, max_tokens=args.math_max_tokens, concurrency=args.concurrency, api_key=api_key
-                )
-            )
+            answers = asyncio.run(generate(questions, max_tokens=args.math_max_tokens))
             score = engine.score_math(problems, answers)
             rows = [MathRowDoc(id=r.id, answer=r.answer, bf16=r.reference, fp8=r.candidate) for r in score.rows]
             math = MathSummary(accuracy_bf16=score.accuracy_reference, accuracy_fp8=score.accuracy_candidate, rows=rows)
@@ -230,14 +218,13 @@ def main(args: ValidateFp8Options) -> int:
 
     thresholds = Thresholds(max_math_drop_points=float("inf") if args.no_math else args.max_math_drop)
     status, reasons = verdict_lines(agreement, math.accuracy_bf16, math.accuracy_fp8, capacity, thresholds)
-    capacities, servers = {"bf16": capacity[0], "fp8": capacity[1]}, {"bf16": urls[0], "fp8": urls[1]}
     report = Fp8Report(
-        servers=servers,
+        servers={"bf16": urls[0], "fp8": urls[1]},
         models=[bf16.model, fp8.model],
         pairs=pairs,
         agreement=agreement,
         math=math,
-        kv_capacity_tokens=capacities,
+        kv_capacity_tokens={"bf16": capacity[0], "fp8": capacity[1]},
         benchmark=bench,
         verdict=status,
         reasons=reasons,

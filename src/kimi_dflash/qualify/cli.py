@@ -257,18 +257,16 @@ def _context(args: QualifyOptions) -> tuple[Context, QualifyPlan]:
 
 def main(args: QualifyOptions) -> int:
     ctx, plan = _context(args)  # a UserError here or below exits EXIT_INFRA (USAGE_EXIT, through options.run)
+    planned = {name: getattr(plan, name) for name in ("k_values", "sessions", "bench_args", "server_env", "projection")}
+    candidates = {c.path: _digest(Path(c.path)) for c in plan.candidates}
     signature = QualifySignature(
         config=str(ctx.config),
         config_sha256=_digest(ctx.config),
         overrides=ctx.overrides,
-        candidate_env=list(ctx.candidate_env),
-        k_values=list(plan.k_values),
-        sessions=list(plan.sessions),
-        bench_args=list(plan.bench_args),
-        server_env=list(plan.server_env),
-        projection=list(plan.projection),
-        graphs=list(plan.graph_overrides),
-        candidates={c.path: _digest(Path(c.path)) for c in plan.candidates},
+        candidate_env=ctx.candidate_env,
+        graphs=plan.graph_overrides,
+        candidates=candidates,
+        **planned,
     )
     fresh = QualifyState(signature=signature, plan=plan).at(ctx.out)
     fresh.refuse_foreign_out()

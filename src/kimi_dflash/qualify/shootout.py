@@ -37,14 +37,8 @@ UNBOUNDED = 1e9  # a candidate's own plan is never trimmed alone: the shoot-out 
 NAME = re.compile(r"[A-Za-z0-9._-]+")  # a candidate's directory in OUT/candidates/
 # What makes a config serve another model, or serve it elsewhere: a candidate must have the reference's.
 TARGET_KEYS = ("DEVICE", "MODEL_DIR", "MODEL_REPO", "PRESHARD_DIR", "DTYPE", "HOST")
-TARGET_OPTIONS = (
-    "--model",
-    "--tokenizer",
-    "--tokenizer-mode",
-    "--tokenizer-revision",
-    "--revision",
-    "--code-revision",
-) + ("--hf-overrides", "--hf-config-path", "--quantization", "--dtype", "--load-format")
+_MODEL_OPTIONS = ("--model", "--tokenizer", "--tokenizer-mode", "--tokenizer-revision", "--revision", "--code-revision")
+TARGET_OPTIONS = (*_MODEL_OPTIONS, "--hf-overrides", "--hf-config-path", "--quantization", "--dtype", "--load-format")
 
 
 @dataclass(frozen=True)
@@ -78,28 +72,22 @@ def target(values: Mapping[str, str]) -> dict[str, str]:
 def _refuse_other_targets(values: Mapping[str, str], configs: Sequence[CandidateConfig]) -> None:
     ours, names = target(values), [c.name.lower() for c in configs]
     for c in configs:
-        if not NAME.fullmatch(c.name) or c.name in (".", ".."):
-            raise UserError(
-                f"--candidates {c.config}: its name {c.name!r} (the file name without .env) names its "
-                "directory in OUT/candidates/: use letters, digits, '.', '_' and '-', not '.' or '..'. "
-                "Rename the file."
-            )
-        if names.count(c.name.lower()) > 1:
-            raise UserError(
-                f"--candidates: two candidates are named {c.name} (case aside); name each config's file apart."
-            )
-        theirs = target(c.values)
+        theirs, where = target(c.values), f"--candidates {c.config}"
         key = next((k for k in {**ours, **theirs} if ours.get(k) != theirs.get(k)), None)
+        if not NAME.fullmatch(c.name) or c.name in (".", ".."):
+            why = f"its name {c.name!r} (the file name without .env) is its directory in OUT/candidates/"
+            raise UserError(f"{where}: {why}: use letters, digits, '.', '_', '-' (not '.' or '..'); rename the file.")
+        if names.count(c.name.lower()) > 1:
+            raise UserError(f"--candidates: two candidates are named {c.name} (case aside); give each file its name.")
         if key is not None:
             raise UserError(
-                f"--candidates {c.config}: {key}={theirs.get(key, '(unset)')} but the reference's is "
-                f"{ours.get(key, '(unset)')}; a shoot-out compares drafters of one target served on one "
-                "box. Give the candidate the reference's."
+                f"{where}: {key}={theirs.get(key, '(unset)')} but the reference's is {ours.get(key, '(unset)')}"
+                "; a shoot-out compares drafters of one target served on one box. Give it the reference's."
             )
         if not c.same_key:
             raise UserError(
-                f"--candidates {c.config}: its API_KEY is not the reference's; the run's clients send one "
-                "key to every server. Give the candidate the reference's API_KEY."
+                f"{where}: its API_KEY is not the reference's; the run's clients send one key to every "
+                "server. Give it the reference's API_KEY."
             )
 
 

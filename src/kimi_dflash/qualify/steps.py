@@ -13,6 +13,7 @@ from pathlib import Path
 
 from kimi_dflash.bench.result import BenchmarkResult
 from kimi_dflash.core.atomic_write import write_text_atomic
+from kimi_dflash.core.user_files import read_log_tail
 from kimi_dflash.documents import Document
 from kimi_dflash.qualify import lossless
 from kimi_dflash.qualify.documents import Acceptance, AcceptanceRow, Advisor, Goodput, Graphs, PerRequest, Projection
@@ -231,7 +232,7 @@ def candidate_step(ctx: Context) -> Outcome:
 def fp8_step(ctx: Context) -> Outcome:
     """FP8 KV against BF16 KV (fp8/validate.py's thresholds): the reference step's outputs against a BF16-KV
     server started here."""
-    from kimi_dflash.fp8.validate import Fp8Summary, Thresholds, kv_capacity_from_log, log_text, verdict_lines
+    from kimi_dflash.fp8.validate import Fp8Summary, Thresholds, kv_capacity_from_log, verdict_lines
     from kimi_dflash.validate.engine import compare_tokens, summarize_agreement
 
     ref_path, math_path = ctx.lossless_dir / "reference.json", ctx.lossless_dir / "reference-math.json"
@@ -251,7 +252,7 @@ def fp8_step(ctx: Context) -> Outcome:
     ]
     math_bf16, math_fp8 = lossless.math_accuracy(bf16_math, GreedyOutputs.load(math_path))
     fp8_log = points_state.server_log(ctx.grid_dir, ctx.point(0))
-    bf16_kv, fp8_kv = (kv_capacity_from_log(log_text(p if p.is_file() else None)) for p in (log, fp8_log))
+    bf16_kv, fp8_kv = (kv_capacity_from_log(read_log_tail(p if p.is_file() else None)) for p in (log, fp8_log))
     status, reasons = verdict_lines(summarize_agreement(pairs), math_bf16, math_fp8, (bf16_kv, fp8_kv), Thresholds())
     ctx.write(ctx.out / "fp8.json", Fp8Summary(verdict=status, reasons=reasons, math_bf16=math_bf16, math_fp8=math_fp8,
                                                kv_capacity_bf16=bf16_kv, kv_capacity_fp8=fp8_kv))  # fmt: skip
@@ -273,7 +274,6 @@ def grid_step(ctx: Context) -> Outcome:
 def graphs_step(ctx: Context) -> Outcome:
     """Outputs compared with the eager reference's are evidence, not a verdict; results go to graphs/, not grid/:
     it shares the candidate's k."""
-    from kimi_dflash.fp8.validate import log_text
     from kimi_dflash.qualify.graphs import graph_mode_from_log
     from kimi_dflash.qualify.measures import graph_rows
 
@@ -284,7 +284,7 @@ def graphs_step(ctx: Context) -> Outcome:
     hook = None if identity_path.is_file() else _against_reference(ctx, own_path, identity_path, True, "token identity")
     errors = _serve(ctx, plan, point, hook)
     log = points_state.server_log(plan.out, point)
-    mode = graph_mode_from_log(log_text(log if log.is_file() else None))
+    mode = graph_mode_from_log(read_log_tail(log if log.is_file() else None))
     result = points_state.finished_result(plan.out, point)
     identity = LosslessVerdict.load_or_none(identity_path)
     document = Graphs(overrides=list(ctx.plan.graph_overrides), cudagraph_mode=mode.mode, downgraded=mode.downgraded,

@@ -158,7 +158,13 @@ class RunState(Document):
     def opened(self: S, resume: bool = True) -> Iterator[S]:
         """The directory created (this user's alone), locked for the block (one run per directory), and the state
         opened in it."""
+        refuse_foreign_link(self._out, "--out ")
         self._out.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if (owner := self._out.stat().st_uid) != os.geteuid():
+            raise UserError(
+                f"--out {self._out}: belongs to {owner_name(owner)}, who could read or replace what the run "
+                "writes there. Name a directory of your own."
+            )
         self._out.chmod(0o700)
         with directory_lock(self._out, self.LOCK, what=self.RUN):
             yield self.open(resume)
@@ -167,7 +173,6 @@ class RunState(Document):
         """Refuse a directory the run must not write into (an archive packs what it wrote): a symlink, a file, or
         a non-empty directory without this kind's state file (opening it then checks it is the same run)."""
         out = self._out
-        refuse_foreign_link(out, "--out ")
         if out.is_symlink():
             raise UserError(
                 f"--out {out}: is a symbolic link; a {self.RUN} never writes through one. Name a new directory."
@@ -176,11 +181,6 @@ class RunState(Document):
             return
         if not out.is_dir():
             raise UserError(f"--out {out}: exists and is not a directory; name a new or empty directory.")
-        if out.stat().st_uid != os.geteuid():
-            raise UserError(
-                f"--out {out}: belongs to {owner_name(out.stat().st_uid)}, who could read or replace "
-                "what the run writes there. Name a directory of your own."
-            )
         try:
             entries = sorted(set(os.listdir(out)) - {self.LOCK})
         except OSError as exc:

@@ -163,7 +163,7 @@ def test_candidate_names_are_the_names_given_and_must_be_names(
     reference = CONFIGS / "demo-cpu.env"
     dots = _config(tmp_path / "...env")
     assert _qualify(reference, "--candidates", dots, "--dry-run") == 1
-    assert "its name '..' (the file name without .env) names its directory" in capsys.readouterr().err
+    assert "its name '..' (the file name without .env) is its directory" in capsys.readouterr().err
 
     fast = tmp_path / "fast.env"
     fast.symlink_to(_config(tmp_path / "eagle3.env", extends="demo-cpu-eagle3.env"))

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from kimi_dflash.core import options
-from kimi_dflash.core.user_files import UnreadableFile
+from kimi_dflash.core.user_files import LOG_TAIL, UnreadableFile, read_log_tail
 from kimi_dflash.fp8 import validate as validate_fp8
-from kimi_dflash.fp8.validate import LOG_TAIL, kv_capacity_from_log, log_text
+from kimi_dflash.fp8.validate import kv_capacity_from_log
 from kimi_dflash.validate import cli as validate_cli
 from kimi_dflash.validate import engine
 
@@ -95,7 +95,7 @@ def test_a_big_log_is_read_from_its_tail_the_latest_start(tmp_path: Path) -> Non
         handle.truncate(LOG_TAIL + 4096)  # sparse: no need to write it
         handle.seek(0, os.SEEK_END)
         handle.write(b"INFO GPU KV cache size: 2,048 tokens\n")
-    assert kv_capacity_from_log(log_text(log)) == 2048
-    assert log_text(None) == ""
+    assert kv_capacity_from_log(read_log_tail(log)) == 2048
+    assert read_log_tail(None) == ""
     with pytest.raises(UnreadableFile, match="no such file"):
-        log_text(tmp_path / "missing.log")
+        read_log_tail(tmp_path / "missing.log")
