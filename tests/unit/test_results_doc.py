@@ -84,7 +84,7 @@ def test_results_write_needs_one_begin_then_one_end_and_otherwise_writes_nothing
     readme = tmp_path / "README.md"
     readme.write_text(text, encoding="utf-8")
     code, err = _write(readme, capsys)
-    assert code == 2 and f"(found {found}); nothing was written" in err and "updated" not in err
+    assert code == 2 and f"(found {found}); nothing written" in err and "updated" not in err
     assert err.count("\n") == 1 and readme.read_text(encoding="utf-8") == text
 
 

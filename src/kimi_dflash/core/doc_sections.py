@@ -20,7 +20,9 @@ def splice(text: str, body: str, begin: str, end: str) -> str:
     counts = (text.count(begin), text.count(end))
     if counts != (1, 1) or text.index(end) < text.index(begin):
         found = "end before begin" if counts == (1, 1) else f"{counts[0]} begin and {counts[1]} end"
-        raise MissingMarkers(f"needs one marker {begin!r}, then one {end!r} (found {found}); nothing was written")
+        raise MissingMarkers(
+            f"markers {begin!r} then {end!r}: need one of each, in that order (found {found}); nothing written"
+        )
     head, _, rest = text.partition(begin)
     _, _, tail = rest.partition(end)
     return f"{head}{begin}\n{body}{end}{tail}"
