@@ -216,10 +216,7 @@ def _shootout(
     from kimi_dflash.qualify.shootout import CandidateConfig, build_shootout
 
     if args.candidate_env or args.project_acceptance:
-        raise UserError(
-            "--candidate-env and --project-acceptance concern one candidate: in a shoot-out put the keys "
-            "in the candidate's config, or qualify that config alone."
-        )
+        raise UserError("--candidate-env and --project-acceptance concern one candidate: qualify that config alone.")
     configs = []
     for given in args.candidates:
         path = _config_file(given, " (--candidates splits its list at commas: a file name cannot hold one)")

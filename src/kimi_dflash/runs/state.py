@@ -156,14 +156,12 @@ class RunState(Document):
 
     @contextmanager
     def opened(self: S, resume: bool = True) -> Iterator[S]:
-        """The directory created (this user's alone), locked for the block (one run per directory), and the state
-        opened in it."""
+        """The directory made this user's alone (0700), locked for the block (one run each), the state opened in it."""
         refuse_foreign_link(self._out, "--out ")
         self._out.mkdir(mode=0o700, parents=True, exist_ok=True)
         if (owner := self._out.stat().st_uid) != os.geteuid():
             raise UserError(
-                f"--out {self._out}: belongs to {owner_name(owner)}, who could read or replace what the run "
-                "writes there. Name a directory of your own."
+                f"--out {self._out}: belongs to {owner_name(owner)}, who could read or replace it; use yours."
             )
         self._out.chmod(0o700)
         with directory_lock(self._out, self.LOCK, what=self.RUN):
@@ -174,9 +172,7 @@ class RunState(Document):
         a non-empty directory without this kind's state file (opening it then checks it is the same run)."""
         out = self._out
         if out.is_symlink():
-            raise UserError(
-                f"--out {out}: is a symbolic link; a {self.RUN} never writes through one. Name a new directory."
-            )
+            raise UserError(f"--out {out}: is a symbolic link, never written through; name a new directory.")
         if not out.exists():
             return
         if not out.is_dir():
