@@ -13,9 +13,11 @@ import asyncio
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import ClassVar
 
 from kimi_dflash.bench.report import write_atomic
+from kimi_dflash.core.atomic_write import check_target
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.options import declare, option
 from kimi_dflash.validate import engine
@@ -97,7 +99,7 @@ class ValidateOptions:
     allow_divergence: bool = option("the candidate is not meant to be identical (FP8 KV, another dtype): divergence "
         "is a WARN, a math drop above --max-math-drop a FAIL")  # fmt: skip
     max_math_drop: float = option("math exact-match points the candidate may lose (0)", default=0.0)
-    json: str | None = option("also write every per-prompt comparison here", metavar="FILE")
+    json: Path | None = option("also write every per-prompt comparison here", metavar="FILE")
 
 
 EPILOG = (
@@ -130,6 +132,8 @@ async def _collect(args: ValidateOptions, reference: engine.Server, candidate: e
 def main(args: ValidateOptions) -> int:
     api_key = api_key_from_env()
     try:
+        if args.json:  # said before the servers are asked for anything
+            check_target(args.json, "--json ")
         reference, candidate = engine.served(
             [args.reference, args.candidate], [args.model_ref, args.model_cand], api_key
         )
@@ -139,16 +143,25 @@ def main(args: ValidateOptions) -> int:
         return EXIT_ERROR
     agreement = engine.summarize_agreement(pairs)
     same = reference == candidate
-    status, reasons = verdict(agreement, math, allow_divergence=args.allow_divergence,
-                              max_math_drop=args.max_math_drop, same_server=same)  # fmt: skip
+    status, reasons = verdict(
+        agreement, math, allow_divergence=args.allow_divergence, max_math_drop=args.max_math_drop, same_server=same
+    )
     print("\n".join(report_lines(reference, candidate, agreement, args.max_tokens, divergence, math, status, reasons)))
-    if args.json:
-        write_atomic(args.json, {
-            "reference": asdict(reference), "candidate": asdict(candidate), "verdict": status, "reasons": reasons,
-            "agreement": asdict(agreement), "pairs": [asdict(p) for p in pairs],
-            "first_divergence": divergence.model_dump(mode="json") if divergence else None,
-            "math": None if math is None else {"accuracy_reference": math.accuracy_reference,
-                                               "accuracy_candidate": math.accuracy_candidate,
-                                               "rows": [asdict(r) for r in math.rows]},
-        })  # fmt: skip
+    scores = math and {"accuracy_reference": math.accuracy_reference, "accuracy_candidate": math.accuracy_candidate}
+    document = {
+        "reference": asdict(reference),
+        "candidate": asdict(candidate),
+        "verdict": status,
+        "reasons": reasons,
+        "agreement": asdict(agreement),
+        "pairs": [asdict(p) for p in pairs],
+        "first_divergence": divergence.model_dump(mode="json") if divergence else None,
+        "math": math and {**scores, **asdict(math)},
+    }
+    try:
+        if args.json:
+            write_atomic(args.json, document)
+    except OSError as error:
+        print(f"error: cannot write --json {args.json}: {error.strerror or error}", file=sys.stderr)
+        return EXIT_ERROR
     return EXIT[status]

@@ -274,11 +274,11 @@ def test_an_out_that_cannot_be_written_gets_a_message_and_exit_1_and_the_run_sta
     real = documents.write_json_atomic
     saves = []
 
-    def write(path: Path, document: object) -> None:
+    def write(path: Path, document: object, **kwargs: object) -> None:
         saves.append(path)
         if len(saves) >= failing_save:
             raise OSError(code, os.strerror(code), str(path))
-        real(path, document)
+        real(path, document, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(documents, "write_json_atomic", write)
     out = tmp_path / "out"
