@@ -104,13 +104,15 @@ def _check_graphs(deployment: Deployment, source: VllmSource) -> list[Finding]:
 
 
 def breakable_architectures(source: VllmSource) -> set[str]:
-    """Architectures vLLM turns breakable graphs on for while VLLM_USE_BREAKABLE_CUDAGRAPH is unset (0.26+; the
-    list for every platform, a superset of ROCm's): DEFAULT_BREAKABLE_CUDAGRAPH_ARCHITECTURES and the strings of
-    VllmConfig._maybe_enable_breakable_cudagraph."""
-    found = set(source.assigned_strings(VLLM_CONFIG, "DEFAULT_BREAKABLE_CUDAGRAPH_ARCHITECTURES"))
-    function = source.function(VLLM_CONFIG, "VllmConfig._maybe_enable_breakable_cudagraph")
-    strings = ast.walk(function) if function else ()
-    return found | {n.value for n in strings if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    """Architectures vLLM turns breakable graphs on for while VLLM_USE_BREAKABLE_CUDAGRAPH is unset (0.26+; every
+    platform's, a superset of ROCm's): DEFAULT_BREAKABLE_CUDAGRAPH_ARCHITECTURES (0.29+) and the strings of the
+    conditions that test the variable (0.26-0.28 list the architectures there)."""
+    tree = source.tree(VLLM_CONFIG)
+    tests = (
+        [n.test for n in ast.walk(tree) if isinstance(n, ast.If) and BREAKABLE in ast.unparse(n.test)] if tree else []
+    )
+    strings = {n.value for t in tests for n in ast.walk(t) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    return strings | set(source.assigned_strings(VLLM_CONFIG, "DEFAULT_BREAKABLE_CUDAGRAPH_ARCHITECTURES"))
 
 
 def _check_breakable(deployment: Deployment, source: VllmSource) -> list[Finding]:
