@@ -1,8 +1,7 @@
-"""Issue 33's rules by depth and backend (rules/catalog/depth_schedule.py, aiter_mla.py, graphs.py,
-long_context.py), each on the installed vLLM CPU build's sources (vLLM 0.32.0, ROCm backends included) and on
-copies with one fact changed to an older release's shape: it fires on a variant built to trip it and is silent on
-the shipped configs where it should be. The release ranges read from the real wheels are
-tests/integration/test_depth_rules_wheels.py (slow)."""
+"""Issue 33's rules by depth and backend (rules/catalog/depth_schedule.py, aiter_mla.py, graphs.py), each on the
+installed vLLM CPU build's sources (vLLM 0.32.0, ROCm backends included) and on copies with one fact changed to an
+older release's shape: it fires on a variant built to trip it and is silent on the shipped configs where it should
+be. The release ranges read from the real wheels are tests/integration/test_depth_rules_wheels.py (slow)."""
 
 from __future__ import annotations
 

@@ -56,9 +56,14 @@ def _cap_cell(source: VllmSource, _deployment: Deployment) -> str:
     return "none" if cap is None or cap.cap is None else f"qlen {cap.cap} (`{cap.defined_at}`, routing `{cap.used_at}`)"
 
 
+def _on_aiter_mla(deployment: Deployment) -> bool:
+    target = deployment.target
+    return deployment.platform == "rocm" and deployment.aiter_mla and target is not None and target.mla
+
+
 def _check_verify_length(deployment: Deployment, source: VllmSource) -> list[Finding]:
     k, target = deployment.num_speculative_tokens, deployment.target
-    if deployment.platform != "rocm" or not deployment.aiter_mla or k is None or target is None or not target.mla:
+    if not _on_aiter_mla(deployment) or k is None or target is None:
         return []
     cap = aiter_verify_cap(source)
     if cap is None:
@@ -110,11 +115,6 @@ def _check_verify_length(deployment: Deployment, source: VllmSource) -> list[Fin
             f"AITER MLA verify 1+k > {cap.cap}: output not the target's",
         )
     ]
-
-
-def _on_aiter_mla(deployment: Deployment) -> bool:
-    target = deployment.target
-    return deployment.platform == "rocm" and deployment.aiter_mla and target is not None and target.mla
 
 
 def _check_power_of_two(deployment: Deployment, source: VllmSource) -> list[Finding]:
