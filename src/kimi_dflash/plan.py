@@ -13,6 +13,7 @@ from pathlib import Path
 from kimi_dflash import vllm_auth
 from kimi_dflash.config.acceptance_rates import parse_acceptance_rates
 from kimi_dflash.config.declare import UNSET_VALUES, Key, VllmOption
+from kimi_dflash.config.depth_schedule import parse_schedule, vllm_schedule
 from kimi_dflash.config.schema import KEYS
 from kimi_dflash.config.validate import Config
 from kimi_dflash.core import envvars
@@ -100,6 +101,8 @@ def speculative_config(config: Config) -> dict[str, object] | None:
         if key.name == "SYNTHETIC_ACCEPTANCE_RATES":  # validated by the config rules: outputs are not the model's
             spec["rejection_sample_method"] = "synthetic"
             value = list(parse_acceptance_rates(str(value)))
+        elif key.name == "NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE":  # validated by the config rules
+            value = vllm_schedule(parse_schedule(str(value)), config.typed.max_num_seqs)
         spec[key.speculative_field] = str(value) if isinstance(value, Path) else value
     if config.typed.device == "rocm" and "attention_backend" not in spec and _drafter_slides(config):
         spec["attention_backend"] = SLIDING_DRAFTER_BACKEND  # ROCM_ATTN loses its acceptance under batching (#53323)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from kimi_dflash.config.acceptance_rates import parse_acceptance_rates
+from kimi_dflash.config.depth_schedule import EXAMPLE, parse_schedule
 from kimi_dflash.config.problems import Problem
 from kimi_dflash.config.schema import DEMO_CHOICES, NO_DEMO, ConfigValues
 from kimi_dflash.core.redaction import redact_argv, secret_option, spelled_option
@@ -318,8 +319,35 @@ def _synthetic_acceptance(c: Check) -> Iterator[Problem]:
         )
 
 
+def _depth_schedule(c: Check) -> Iterator[Problem]:
+    v, key = c.v, "NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE"
+    if v.num_speculative_tokens_per_batch_size is None:
+        return
+    try:
+        ranges = parse_schedule(v.num_speculative_tokens_per_batch_size)
+    except ValueError as exc:
+        yield c.error(key, str(exc), f"write ranges of batch sizes from 1 up, the last one open: {EXAMPLE}")
+        return
+    deepest, last = max(r.k for r in ranges), ranges[-1]
+    if not v.speculative:
+        yield c.error(key, "set without speculation", "unset it, or set SPECULATIVE_METHOD=dflash")
+    elif deepest > v.num_speculative_tokens:
+        yield c.error(
+            key,
+            f"k={deepest} above NUM_SPECULATIVE_TOKENS={v.num_speculative_tokens} (vLLM would clamp it, silently)",
+            f"set NUM_SPECULATIVE_TOKENS={deepest}, or lower the deeper ranges",
+        )
+    elif last.last is not None and last.last < v.max_num_seqs:
+        yield c.error(
+            key,
+            f"batch sizes {last.last + 1}-{v.max_num_seqs} (MAX_NUM_SEQS) have no range (vLLM would carry k={last.k} "
+            "through them)",
+            f"end the last range open: {last.first}-:{last.k}",
+        )
+
+
 # In this order: a config's problems are listed as the rules find them.
-RULES: tuple[Rule, ...] = (_batched_tokens, _device, _models, _fp8_kv, _api, _synthetic_acceptance)
+RULES: tuple[Rule, ...] = (_batched_tokens, _device, _models, _fp8_kv, _api, _synthetic_acceptance, _depth_schedule)
 
 
 # ---------------------------------------------------------------- files on disk

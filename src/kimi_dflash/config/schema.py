@@ -252,6 +252,15 @@ class ConfigValues:
         maximum=64,
         speculative_field="num_speculative_tokens",
     )
+    num_speculative_tokens_per_batch_size: str | None = key(
+        None,
+        "speculative",
+        "Depth by load: k per batch size (speculative_config.num_speculative_tokens_per_batch_size, vLLM >= 0.24), as "
+        "ranges of batch sizes FIRST-LAST:K from 1 up, the last one open, e.g. 1-4:4,5-16:3,17-:2; each k <= "
+        "NUM_SPECULATIVE_TOKENS, which sizes the drafter. `kimi-dflash advise --schedule` writes one from a sweep; "
+        "`serve.sh --check-vllm` refuses it where the release, the model runner or data parallelism cannot take it.",
+        speculative_field="num_speculative_tokens_per_batch_size",
+    )
     drafter_rope_fix: bool = key(
         True,
         "speculative",
