@@ -16,10 +16,9 @@ from kimi_dflash.config.declare import UNSET_VALUES, Key, VllmOption
 from kimi_dflash.config.schema import KEYS
 from kimi_dflash.config.validate import Config
 from kimi_dflash.core import envvars
-from kimi_dflash.core.redaction import redact_argv
+from kimi_dflash.core.redaction import MASK, redact_argv
 from kimi_dflash.core.user_files import UnreadableFile, read_user_json
 
-REDACTED = "<redacted>"
 CPU_ENTRY_MODULE = "kimi_dflash.vllm_entry"
 CUDA_JIT_CACHE = "cuda-jit"  # under the project cache
 CUDA_JIT_CACHE_BYTES = 4 << 30  # the driver's default (256 MiB) may evict the Marlin MoE modules
@@ -48,7 +47,7 @@ class LaunchPlan:
     def render(self) -> str:
         """Shell-quoted, one option per line, secrets redacted: what --dry-run prints."""
         lines = [
-            f"{name}={REDACTED if name in self.secret_env else shlex.quote(value)}"
+            f"{name}={MASK if name in self.secret_env else shlex.quote(value)}"
             for name, value in sorted(self.env.items())
         ]
         lines.extend(_argv_lines(tuple(redact_argv(self.argv))))  # belt and braces: validation refuses a key there

@@ -29,6 +29,10 @@ DEFAULT_OPEN_SESSIONS = 100
 # The longest open-loop run the benchmark will plan: its own waits (arrivals spread at the rate, think times),
 # before any server time. A rate or think time beyond it is a typo (1e-9 for 1e9), not a measurement.
 MAX_PLANNED_HOURS = 24
+# What a typo could make huge (each is built or sent whole): no model serves a reply or a prefix of over 1M tokens
+# (Kimi K2.6: 256K), and a warmup of over 10,000 requests is a run of its own.
+MAX_TOKENS = 1 << 20
+MAX_WARMUP = 10_000
 
 PromptOrder = Literal["random", "sequential"]
 ArrivalName = Literal["poisson", "constant", "gamma"]
@@ -151,7 +155,7 @@ class Settings:
         help=f"concurrent sessions; a comma list sweeps levels, e.g. 8,16,32 (default {DEFAULT_SESSIONS})",
     )  # fmt: skip
     turns_per_session: int | None = load_option("turns per conversation", default=5, minimum=1)
-    max_tokens: int | None = load_option("max_tokens per reply", default=512, minimum=1)
+    max_tokens: int | None = load_option("max_tokens per reply", default=512, minimum=1, maximum=MAX_TOKENS)
     temperature: float | None = load_option("sampling temperature (always sent)", default=0.0, minimum=0)
     ignore_eos: bool | None = load_option("vLLM's ignore_eos sent", help="send ignore_eos: every reply runs to "
         "--max-tokens")  # fmt: skip
@@ -180,8 +184,12 @@ class Settings:
     dataset: DatasetInfo | None = derived("the prompt set", lambda s: s.prompts.describe())
     system_prompt: str | None = load_option("system message opening every conversation", help="optional system "
         "message at the start of every conversation")  # fmt: skip
-    warmup: int | None = load_option("warmup requests", minimum=0, help="warmup requests before measuring (default: "
-        "the first level's session count)")  # fmt: skip
+    warmup: int | None = load_option(
+        "warmup requests",
+        minimum=0,
+        maximum=MAX_WARMUP,
+        help="warmup requests before measuring (default: the first level's session count)",
+    )
     repeats: int | None = load_option("measured repeats per level, fresh prompts each", default=1, minimum=1)
     seed: int | None = load_option("prompt selection seed; same seed = same conversations", default=0)
     timeout_s: float | None = server_option("per-request timeout, seconds", flag="--timeout", default=600.0,
@@ -256,10 +264,14 @@ class Settings:
     )  # fmt: skip
     shared_prefix_tokens: int | None = load_option(
         "--shared-prefix-tokens: approximate tokens of the system text every conversation opens with",
-        omit_if_none=True, default=0, minimum=0, metavar="N", help="open every conversation with the same system "
-        "text of about N tokens (estimated at 4 characters per token, no tokenizer; usage.prompt_tokens shows the "
-        "real count). 0: none (default)"
-    )  # fmt: skip
+        omit_if_none=True,
+        default=0,
+        minimum=0,
+        maximum=MAX_TOKENS,
+        metavar="N",
+        help="open every conversation with the same system text of about N tokens (estimated at 4 characters per "
+        "token, no tokenizer; usage.prompt_tokens shows the real count). 0: none (default)",
+    )
     header: list[str] = server_option(
         None, repeatable=True, metavar="NAME:VALUE", help="extra HTTP header on every request (repeatable); the "
         "value of a credential-like header (Authorization, Cookie, *key*, *token*, *secret*, *auth*) is never "
@@ -310,14 +322,15 @@ class Settings:
             )
         if self.slo and not self.stream and set(self.slo) & {"ttft_ms", "tpot_ms", "user_tok_s"}:
             raise ValueError("--no-stream has no TTFT/TPOT: an --slo on ttft, tpot or user_tps needs streaming")
-        for flag, url in (("--base-url", self.base_url), ("--metrics-url", self.metrics_url)):
-            if url and redaction.redact_url(url) != url:
+        for flag, url in (("--base-url", self.base_url or ""), ("--metrics-url", self.metrics_url or "none")):
+            shown = redaction.redact_query(redaction.redact_url(url))
+            if redaction.has_credentials(url):
                 raise ValueError(
-                    f"{flag} {redaction.redact_query(redaction.redact_url(url))!r} carries credentials "
-                    "(user:password@); vLLM takes a bearer key: pass it with --api-key or OPENAI_API_KEY"
+                    f"{flag} {shown!r} carries credentials (user:password@); vLLM takes a bearer key: pass it with "
+                    "--api-key or OPENAI_API_KEY"
                 )
-        if not normalize_base_url(self.base_url or "").startswith(("http://", "https://")):
-            raise ValueError(f"--base-url must start with http:// or https://, got {self.base_url!r}")
+            if not url.strip().startswith(("http://", "https://")) and (flag == "--base-url" or url.lower() != "none"):
+                raise ValueError(f"{flag} must start with http:// or https://, got {shown!r}")
         if self.endpoint == "completions" and (self.system_prompt or self.shared_prefix_tokens):
             raise ValueError(
                 "--system-prompt and --shared-prefix-tokens need --endpoint chat "

@@ -20,9 +20,13 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from kimi_dflash.core.errors import UserError
-from kimi_dflash.core.redaction import SECRET_OPTIONS, redact_url, redact_values, split_secret
+from kimi_dflash.core.redaction import SECRET_OPTIONS, argv_secrets, redact_urls, redact_values
 
 KEY = "option"  # the field metadata key
+# An integer option's maximum unless it declares one: no count or size a verb takes is larger, and the programs they
+# reach (vllm-router, C libraries) overflow beyond 32 bits.
+MAX_INT = 2**31 - 1
+PORT = {"minimum": 1, "maximum": 65535}  # a TCP port option's range: option(..., **PORT)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,10 +117,11 @@ def _converter(kind: Any, flag: str, spec: Option) -> Callable[[str], Any]:
             raise argparse.ArgumentTypeError(message) from None
         if isinstance(value, float) and not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"{flag} must be a finite number, got {text!r}")
+        maximum = MAX_INT if spec.maximum is None and type(value) is int else spec.maximum
         for bound, sign, within in ((spec.minimum, ">=", operator.ge), (spec.above, ">", operator.gt),
-                                    (spec.maximum, "<=", operator.le)):  # fmt: skip
+                                    (maximum, "<=", operator.le)):  # fmt: skip
             if bound is not None and not within(value, bound):
-                raise argparse.ArgumentTypeError(f"{flag} must be {sign} {bound:g}, got {text!r}")
+                raise argparse.ArgumentTypeError(f"{flag} must be {sign} {bound:.15g}, got {text!r}")
         return value
 
     convert.__name__ = getattr(kind, "__name__", "value")
@@ -190,7 +195,7 @@ class _Parser(argparse.ArgumentParser):
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         argv = sys.argv[1:] if args is None else [str(arg) for arg in args]
-        self._secrets = [split_secret(argv, self.secret_flags)[1]]
+        self._secrets = argv_secrets(argv, self.secret_flags)
         return super().parse_known_args(argv, namespace)
 
     def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
@@ -213,7 +218,7 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
-        self.exit(self.usage_exit, f"{self.prog}: error: {redact_url(redact_values(message, self._secrets))}\n")
+        self.exit(self.usage_exit, f"{self.prog}: error: {redact_urls(redact_values(message, self._secrets))}\n")
 
 
 def _module(module: str | types.ModuleType) -> types.ModuleType:
