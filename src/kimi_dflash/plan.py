@@ -172,15 +172,21 @@ def cpu_environment(kvcache_space_gib: int, cache_dir: str) -> dict[str, str]:
 
 
 def vllm_env(
-    config: Config, cache_dir: str, cpu_preload: Sequence[str] = (), flashinfer: bool | None = None
+    config: Config,
+    cache_dir: str,
+    cpu_preload: Sequence[str] = (),
+    flashinfer: bool | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
+    """``environ``: what the server inherits; a driver JIT cache set there is the user's, and kept."""
     v = config.typed
     env: dict[str, str] = {}
     if v.device == "cuda":
         # vLLM 0.26's Marlin WNA16 MoE and repack kernels ship PTX only on Hopper: the driver compiles them at first
         # use (~30-40 s); a persistent cache makes that the first start's cost only.
-        env[envvars.CUDA_CACHE_PATH] = f"{cache_dir}/{CUDA_JIT_CACHE}"
-        env[envvars.CUDA_CACHE_MAXSIZE] = str(CUDA_JIT_CACHE_BYTES)
+        user = environ or {}
+        env[envvars.CUDA_CACHE_PATH] = user.get(envvars.CUDA_CACHE_PATH) or f"{cache_dir}/{CUDA_JIT_CACHE}"
+        env[envvars.CUDA_CACHE_MAXSIZE] = user.get(envvars.CUDA_CACHE_MAXSIZE) or str(CUDA_JIT_CACHE_BYTES)
         if flashinfer is False:  # vLLM 0.26 imports it unguarded to build its sampler (No module named 'flashinfer')
             env[envvars.VLLM_USE_FLASHINFER_SAMPLER] = "0"
     if v.device == "rocm":
@@ -217,11 +223,13 @@ def build_plan(
     cache_dir: str,
     cpu_preload: Sequence[str] = (),
     flashinfer: bool | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> LaunchPlan:
     """The complete launch plan. Pure: same config and arguments, same plan. `cpu_preload`: libraries found on
     this machine for LD_PRELOAD on DEVICE=cpu (launch/cpu_libs.py finds them). `flashinfer`: whether the serving
-    Python has flashinfer on DEVICE=cuda (launch/prepare.py asks it; None: not asked, nothing set)."""
-    env = vllm_env(config, cache_dir, cpu_preload, flashinfer)
+    Python has flashinfer on DEVICE=cuda (launch/prepare.py asks it; None: not asked, nothing set). `environ`: what
+    the server will inherit (a CUDA_CACHE_PATH there is kept)."""
+    env = vllm_env(config, cache_dir, cpu_preload, flashinfer, environ)
     if config.typed.device == "cpu" and config.typed.distributed_executor_backend == "uni":
         # vLLM's CPU platform turns `uni` into `mp` while this is on (platforms/cpu.py, check_and_update_config), a
         # guard for OpenMP thread binding, which the plan turns off. Server only: an offline LLM (preshard) would

@@ -29,10 +29,7 @@ DEFAULT_OPEN_SESSIONS = 100
 # The longest open-loop run the benchmark will plan: its own waits (arrivals spread at the rate, think times),
 # before any server time. A rate or think time beyond it is a typo (1e-9 for 1e9), not a measurement.
 MAX_PLANNED_HOURS = 24
-# What a typo could make huge (each is built or sent whole): no model serves a reply or a prefix of over 1M tokens
-# (Kimi K2.6: 256K), and a warmup of over 10,000 requests is a run of its own.
-MAX_TOKENS = 1 << 20
-MAX_WARMUP = 10_000
+MAX_WARMUP = 10_000  # the warmup's requests are drawn at once; more than this is a run of its own, not a warmup
 
 PromptOrder = Literal["random", "sequential"]
 ArrivalName = Literal["poisson", "constant", "gamma"]
@@ -155,7 +152,7 @@ class Settings:
         help=f"concurrent sessions; a comma list sweeps levels, e.g. 8,16,32 (default {DEFAULT_SESSIONS})",
     )  # fmt: skip
     turns_per_session: int | None = load_option("turns per conversation", default=5, minimum=1)
-    max_tokens: int | None = load_option("max_tokens per reply", default=512, minimum=1, maximum=MAX_TOKENS)
+    max_tokens: int | None = load_option("max_tokens per reply", default=512, minimum=1, maximum=options.MAX_TOKENS)
     temperature: float | None = load_option("sampling temperature (always sent)", default=0.0, minimum=0)
     ignore_eos: bool | None = load_option("vLLM's ignore_eos sent", help="send ignore_eos: every reply runs to "
         "--max-tokens")  # fmt: skip
@@ -267,7 +264,7 @@ class Settings:
         omit_if_none=True,
         default=0,
         minimum=0,
-        maximum=MAX_TOKENS,
+        maximum=options.MAX_TOKENS,
         metavar="N",
         help="open every conversation with the same system text of about N tokens (estimated at 4 characters per "
         "token, no tokenizer; usage.prompt_tokens shows the real count). 0: none (default)",

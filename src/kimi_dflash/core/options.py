@@ -27,6 +27,7 @@ KEY = "option"  # the field metadata key
 # reach (vllm-router, C libraries) overflow beyond 32 bits.
 MAX_INT = 2**31 - 1
 PORT = {"minimum": 1, "maximum": 65535}  # a TCP port option's range: option(..., **PORT)
+MAX_TOKENS = 1 << 20  # a token count's: no model serves a reply or a prompt of over 1M tokens (Kimi K2.6: 256K)
 
 
 @dataclasses.dataclass(frozen=True)

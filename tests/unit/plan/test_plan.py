@@ -224,6 +224,15 @@ def test_cuda_plans_keep_the_drivers_jit_cache_under_the_project_cache(name: str
     assert env["CUDA_CACHE_MAXSIZE"] == str(4 << 30)
 
 
+def test_a_users_cuda_cache_path_is_kept() -> None:
+    # The plan set its own over the user's, silently: the serve's JIT cache went elsewhere than the user said.
+    config = load_config(CONFIGS_DIR / "h200.env", environ={})
+    user = {"CUDA_CACHE_PATH": "/fast/jit", "CUDA_CACHE_MAXSIZE": "1024"}
+    assert build_plan(config, "/usr/bin/python3", "/cache", environ=user).env.items() >= user.items()
+    dry = run_serve(str(CONFIGS_DIR / "h200.env"), "--dry-run", env={"CUDA_CACHE_PATH": "/fast/jit"})
+    assert dry.returncode == 0 and "CUDA_CACHE_PATH=/fast/jit" in dry.stdout, dry.stderr
+
+
 @pytest.mark.parametrize("name", ["production.env", "demo-cpu.env"])
 def test_only_cuda_plans_set_cuda_variables(name: str) -> None:
     config = load_config(CONFIGS_DIR / name, environ={})
