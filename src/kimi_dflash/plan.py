@@ -178,13 +178,12 @@ def vllm_env(
     flashinfer: bool | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """``environ``: what the server inherits; a driver JIT cache set there is the user's, and kept."""
     v = config.typed
     env: dict[str, str] = {}
     if v.device == "cuda":
         # vLLM 0.26's Marlin WNA16 MoE and repack kernels ship PTX only on Hopper: the driver compiles them at first
-        # use (~30-40 s); a persistent cache makes that the first start's cost only.
-        user = environ or {}
+        # use (~30-40 s); a persistent cache makes that the first start's cost only. One the user set is kept.
+        user = environ or {}  # what the server inherits
         env[envvars.CUDA_CACHE_PATH] = user.get(envvars.CUDA_CACHE_PATH) or f"{cache_dir}/{CUDA_JIT_CACHE}"
         env[envvars.CUDA_CACHE_MAXSIZE] = user.get(envvars.CUDA_CACHE_MAXSIZE) or str(CUDA_JIT_CACHE_BYTES)
         if flashinfer is False:  # vLLM 0.26 imports it unguarded to build its sampler (No module named 'flashinfer')

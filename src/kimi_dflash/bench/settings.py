@@ -181,12 +181,8 @@ class Settings:
     dataset: DatasetInfo | None = derived("the prompt set", lambda s: s.prompts.describe())
     system_prompt: str | None = load_option("system message opening every conversation", help="optional system "
         "message at the start of every conversation")  # fmt: skip
-    warmup: int | None = load_option(
-        "warmup requests",
-        minimum=0,
-        maximum=MAX_WARMUP,
-        help="warmup requests before measuring (default: the first level's session count)",
-    )
+    warmup: int | None = load_option("warmup requests", minimum=0, maximum=MAX_WARMUP, help="warmup requests before "
+        "measuring (default: the first level's session count)")  # fmt: skip
     repeats: int | None = load_option("measured repeats per level, fresh prompts each", default=1, minimum=1)
     seed: int | None = load_option("prompt selection seed; same seed = same conversations", default=0)
     timeout_s: float | None = server_option("per-request timeout, seconds", flag="--timeout", default=600.0,
@@ -261,14 +257,10 @@ class Settings:
     )  # fmt: skip
     shared_prefix_tokens: int | None = load_option(
         "--shared-prefix-tokens: approximate tokens of the system text every conversation opens with",
-        omit_if_none=True,
-        default=0,
-        minimum=0,
-        maximum=options.MAX_TOKENS,
-        metavar="N",
-        help="open every conversation with the same system text of about N tokens (estimated at 4 characters per "
-        "token, no tokenizer; usage.prompt_tokens shows the real count). 0: none (default)",
-    )
+        omit_if_none=True, default=0, minimum=0, maximum=options.MAX_TOKENS, metavar="N", help="open every "
+        "conversation with the same system text of about N tokens (estimated at 4 characters per token, no tokenizer; "
+        "usage.prompt_tokens shows the real count). 0: none (default)"
+    )  # fmt: skip
     header: list[str] = server_option(
         None, repeatable=True, metavar="NAME:VALUE", help="extra HTTP header on every request (repeatable); the "
         "value of a credential-like header (Authorization, Cookie, *key*, *token*, *secret*, *auth*) is never "

@@ -246,23 +246,19 @@ def _extra_args(c: Check) -> Iterator[Problem]:
         return
     for arg in args:
         if secret := secret_option(arg):
-            yield Problem(
-                source,
-                key,
-                shown,
-                f"carries a secret ({_spelling(arg, secret)}); there it lands on the process command line, which "
-                "every user of the machine can read, and in --dry-run",
-                f"remove it from EXTRA_VLLM_ARGS and {SECRET_FIXES[secret]}",
+            why = (
+                f"carries a secret ({_spelling(arg, secret)}); there every user can read it on the process command line"
             )
+            fix = SECRET_FIXES[secret]
         elif option := spelled_option(arg, ADDRESS_OPTIONS):
-            yield Problem(
-                source,
-                key,
-                shown,
+            why = (
                 f"sets where vLLM listens ({_spelling(arg, option)}): it would override {ADDRESS_OPTIONS[option]}, "
-                "which the bind warning, the port check, the readiness probe and --stop go by",
-                f"remove it from EXTRA_VLLM_ARGS and set {ADDRESS_OPTIONS[option]}= in the config or the environment",
+                "which the bind warning, the port check, the readiness probe and --stop go by"
             )
+            fix = f"set {ADDRESS_OPTIONS[option]}= in the config or the environment"
+        else:
+            continue
+        yield Problem(source, key, shown, why, f"remove it from EXTRA_VLLM_ARGS and {fix}")
 
 
 def _spelling(arg: str, option: str) -> str:

@@ -24,18 +24,13 @@ class Reply:
         return json.loads(self.body)
 
 
-def _origin(url: str) -> tuple[str, str]:
-    parts = urlsplit(url)
-    return parts.scheme.lower(), parts.netloc.rpartition("@")[2].lower()
-
-
 class _KeyStaysWithItsOrigin(urllib.request.HTTPRedirectHandler):
     """urllib copies every header to where a redirect points: the key goes only to the scheme, host and port it
     was sent to."""
 
     def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
         new = super().redirect_request(req, fp, code, msg, headers, newurl)
-        if new is not None and _origin(new.full_url) != _origin(req.full_url):
+        if new is not None and urlsplit(new.full_url)[:2] != urlsplit(req.full_url)[:2]:  # scheme, host:port
             new.remove_header("Authorization")
         return new
 

@@ -23,9 +23,7 @@ from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.redaction import SECRET_OPTIONS, argv_secrets, redact_urls, redact_values
 
 KEY = "option"  # the field metadata key
-# An integer option's maximum unless it declares one: no count or size a verb takes is larger, and the programs they
-# reach (vllm-router, C libraries) overflow beyond 32 bits.
-MAX_INT = 2**31 - 1
+MAX_INT = 2**31 - 1  # an integer option's maximum unless it declares one (vllm-router overflows beyond 32 bits)
 PORT = {"minimum": 1, "maximum": 65535}  # a TCP port option's range: option(..., **PORT)
 MAX_TOKENS = 1 << 20  # a token count's: no model serves a reply or a prompt of over 1M tokens (Kimi K2.6: 256K)
 

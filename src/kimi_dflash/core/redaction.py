@@ -83,18 +83,13 @@ def redact_query(text: str) -> str:
 
 
 def _marked(argv: Sequence[str], options: Iterable[str]) -> Iterator[tuple[str, str | None]]:
-    """Each argument with what it is: "option" (a secret option, "=VALUE" included or not), "value" (one of its
-    values: every argument up to the next option, as vLLM's --api-key takes several) or None."""
+    """Each argument with what it is: "option" (a secret option, maybe with =VALUE), "value" (one of its values: up
+    to the next option, as vLLM's --api-key takes several) or None."""
     options, values = tuple(options), False
     for arg in argv:
-        if secret_option(arg, options):
-            values = "=" not in arg
-            yield arg, "option"
-        elif values and not arg.startswith("-"):
-            yield arg, "value"
-        else:
-            values = False
-            yield arg, None
+        kind = "option" if secret_option(arg, options) else "value" if values and not arg.startswith("-") else None
+        values = (kind == "option" and "=" not in arg) or kind == "value"
+        yield arg, kind
 
 
 def _value(arg: str) -> str:
@@ -102,18 +97,14 @@ def _value(arg: str) -> str:
     return arg.partition("=")[2] if arg.startswith("-") else arg
 
 
-def _shown(arg: str, kind: str | None) -> str:
-    if kind == "value":
-        return MASK
-    if kind == "option":
-        return f"{arg.partition('=')[0]}={MASK}" if "=" in arg else arg
-    value = _value(arg)
-    return redact_urls(arg[: len(arg) - len(value)] + redact_url(value))
-
-
 def redact_argv(argv: Sequence[str], options: Iterable[str] = SECRET_OPTIONS) -> list[str]:
     """The command line with secret option values and URL credentials replaced, so it can be stored and shown."""
-    return [_shown(arg, kind) for arg, kind in _marked(argv, options)]
+    shown = []
+    for arg, kind in _marked(argv, options):
+        value = _value(arg)
+        head = arg[: len(arg) - len(value)]
+        shown.append(head + MASK * bool(value) if kind else redact_urls(head + redact_url(value)))
+    return shown
 
 
 def redact_command(text: str) -> str:

@@ -37,13 +37,6 @@ def _answer(plan: LaunchPlan, path: str, **request: object) -> str | None:
     return None if reply.status == 200 else f"{path} answered {reply.status}: {shown}"
 
 
-def not_serving(plan: LaunchPlan, api_key: str | None) -> str | None:
-    """None when a one-token completion succeeds (the engine really serves). It carries the key: ask only once every
-    listener on the port is this start's (/health, which needs no key, is asked first)."""
-    body = {"model": plan.served_model_name, "prompt": "Hello", "max_tokens": 1, "temperature": 0}
-    return _answer(plan, "/v1/completions", body=body, api_key=api_key, timeout_s=120)
-
-
 def tail(path: Path, lines: int = 40, start: int = 0) -> str:
     """The last ``lines`` lines of ``path`` from byte ``start`` on (a log appended to by several starts)."""
     try:
@@ -203,7 +196,10 @@ def wait_until_ready(
                 f"what listens there (ss -ltnp 'sport = :{plan.port}' names it)."
             )
             return False
-        if (detail := detail or not_serving(plan, api_key)) is None:
+        if detail is None:  # every listener is this start's: the key may go, with a one-token completion
+            body = {"model": plan.served_model_name, "prompt": "Hello", "max_tokens": 1, "temperature": 0}
+            detail = _answer(plan, "/v1/completions", body=body, api_key=api_key, timeout_s=120)
+        if detail is None:
             say(f"serve: ready after {elapsed:.1f} s at {plan.base_url} (model {plan.served_model_name})")
             return True
         if elapsed > timeout_s:

@@ -112,7 +112,7 @@ def _benchmark(plan: PointPlan, point: Point, env: dict[str, str], port: int, sa
         if result is not None and result.run.status_detail:
             detail = f"{detail}: {result.run.status_detail}"
         return _failed(plan, point, "benchmark", detail, tail(bench_log))
-    config, overrides = plan.config_as_given or plan.config.name, shown_values(point.overrides)
+    config, overrides = plan.config_as_given or plan.config.name, shown_values(dict(point.overrides))
     server_config = ServerConfig(config=config, overrides=overrides, values=_config_values(plan.config, env))
     path = state.result_path(plan.out, point)
     write_atomic(path, dataclasses.replace(result, server_config=server_config))

@@ -83,7 +83,7 @@ def _complete(path: Path) -> BenchmarkResult | None:
 
 def finished_result(out: Path, point: Point) -> BenchmarkResult | None:
     result = _complete(result_path(out, point))
-    return result if result and result.server_config.overrides == shown_values(point.overrides) else None  # type: ignore[union-attr]
+    return result if result and result.server_config.overrides == shown_values(dict(point.overrides)) else None  # type: ignore[union-attr]
 
 
 def read_failures(out: Path) -> list[Failure]:
