@@ -142,8 +142,8 @@ class Settings:
     }
 
     base_url: str | None = server_option(
-        "server root", default=DEFAULT_BASE_URL, help="server root, with or without /v1 (default %(default)s: where "
-        "./serve.sh listens)"
+        "server root", default=DEFAULT_BASE_URL, parse=options.http_url, help="server root, with or without /v1 "
+        "(default %(default)s: where ./serve.sh listens)"
     )  # fmt: skip
     model: str | None = server_option("model requested (discovered from /v1/models when not given)", help="model "
         "name to request (default: the model /v1/models lists; required when it lists several)")  # fmt: skip
@@ -188,8 +188,9 @@ class Settings:
     timeout_s: float | None = server_option("per-request timeout, seconds", flag="--timeout", default=600.0,
         minimum=0.001)  # fmt: skip
     metrics_url: str | None = server_option(
-        "Prometheus endpoint; null when disabled", help="Prometheus endpoint for spec-decode counters (default: "
-        "<base-url>/metrics; 'none' disables)"
+        "Prometheus endpoint; null when disabled", parse=lambda text: text if text.lower() == "none" else
+        options.http_url(text), help="Prometheus endpoint for spec-decode counters (default: <base-url>/metrics; "
+        "'none' disables)"
     )  # fmt: skip
     api_key: str | None = server_option(None, secret=True, help="bearer token (default: $OPENAI_API_KEY, then "
         "$VLLM_API_KEY); never printed or stored")  # fmt: skip
@@ -311,15 +312,6 @@ class Settings:
             )
         if self.slo and not self.stream and set(self.slo) & {"ttft_ms", "tpot_ms", "user_tok_s"}:
             raise ValueError("--no-stream has no TTFT/TPOT: an --slo on ttft, tpot or user_tps needs streaming")
-        for flag, url in (("--base-url", self.base_url or ""), ("--metrics-url", self.metrics_url or "none")):
-            shown = redaction.redact_query(redaction.redact_url(url))
-            if redaction.has_credentials(url):
-                raise ValueError(
-                    f"{flag} {shown!r} carries credentials (user:password@); vLLM takes a bearer key: pass it with "
-                    "--api-key or OPENAI_API_KEY"
-                )
-            if not url.strip().startswith(("http://", "https://")) and (flag == "--base-url" or url.lower() != "none"):
-                raise ValueError(f"{flag} must start with http:// or https://, got {shown!r}")
         if self.endpoint == "completions" and (self.system_prompt or self.shared_prefix_tokens):
             raise ValueError(
                 "--system-prompt and --shared-prefix-tokens need --endpoint chat "

@@ -19,8 +19,8 @@ import typing
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
+from kimi_dflash.core import redaction
 from kimi_dflash.core.errors import UserError
-from kimi_dflash.core.redaction import SECRET_OPTIONS, argv_secrets, redact_urls, redact_values
 
 KEY = "option"  # the field metadata key
 MAX_INT = 2**31 - 1  # an integer option's maximum unless it declares one (vllm-router overflows beyond 32 bits)
@@ -80,6 +80,16 @@ def comma_list(kind: Callable[[str], Any], what: str, minimum: float | None = No
         return values
 
     return parse
+
+
+def http_url(text: str) -> str:
+    """A ``parse`` for a server's URL: http(s)://, and no credentials (a key goes as a bearer header)."""
+    shown = redaction.redact_query(redaction.redact_url(text))
+    if redaction.has_credentials(text):
+        raise ValueError(f"{shown!r} carries credentials (user:password@): give the key in $OPENAI_API_KEY")
+    if not text.strip().startswith(("http://", "https://")):
+        raise ValueError(f"{shown!r} is not a URL: it must start with http:// or https://")
+    return text
 
 
 def fields_of(model: type) -> list[tuple[dataclasses.Field[Any], Option]]:
@@ -178,7 +188,7 @@ def declare(model: type, description: str | None = None,
             container.add_argument(*names, **kwargs)
         secrets = [flag_of(field, spec) for field, spec in declared if spec.secret]
         parser.model, parser.usage_exit = model, getattr(model, "USAGE_EXIT", 2)
-        parser.secret_flags = (*SECRET_OPTIONS, *secrets)
+        parser.secret_flags = (*redaction.SECRET_OPTIONS, *secrets)
         parser.allow_abbrev = getattr(model, "ABBREVIATIONS", True) and not secrets
 
     return add_cli_args
@@ -189,12 +199,12 @@ class _Parser(argparse.ArgumentParser):
 
     model: type | None = None
     usage_exit = 2
-    secret_flags: tuple[str, ...] = SECRET_OPTIONS
+    secret_flags: tuple[str, ...] = redaction.SECRET_OPTIONS
     _secrets: Sequence[str | None] = ()
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         argv = sys.argv[1:] if args is None else [str(arg) for arg in args]
-        self._secrets = argv_secrets(argv, self.secret_flags)
+        self._secrets = redaction.argv_secrets(argv, self.secret_flags)
         return super().parse_known_args(argv, namespace)
 
     def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
@@ -217,7 +227,8 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
-        self.exit(self.usage_exit, f"{self.prog}: error: {redact_urls(redact_values(message, self._secrets))}\n")
+        shown = redaction.redact_urls(redaction.redact_values(message, self._secrets))
+        self.exit(self.usage_exit, f"{self.prog}: error: {shown}\n")
 
 
 def _module(module: str | types.ModuleType) -> types.ModuleType:

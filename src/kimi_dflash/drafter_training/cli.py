@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from kimi_dflash.core.options import MAX_TOKENS, declare, option, run
+from kimi_dflash.core.options import MAX_TOKENS, declare, http_url, option, run
 from kimi_dflash.drafter_training import pipeline
 from kimi_dflash.drafter_training.architecture import ArchitectureError
 from kimi_dflash.drafter_training.pipeline import SPECFORGE_VERSION, Pipeline, PipelineError, Step
@@ -69,7 +69,7 @@ class TrainDrafterOptions:
     perfectblend_dir: Path = option("PerfectBlend as downloaded (hf download mlabonne/open-perfectblend --repo-type "
         "dataset --local-dir DIR)", default=Path("/data/open-perfectblend"))  # fmt: skip
     prompt_limit: int | None = option("use at most this many prompts", minimum=1)
-    base_url: str | None = option("the target's OpenAI server (default http://127.0.0.1:8262)")
+    base_url: str | None = option("the target's OpenAI server (default http://127.0.0.1:8262)", parse=http_url)
     served_model: str | None = option("model name the server must serve")
     max_tokens: int | None = option("reply length cap for regen", minimum=1, maximum=MAX_TOKENS)
     concurrency: int | None = option("regen requests in flight (at most one per prompt)", minimum=1, maximum=4096)

@@ -88,21 +88,25 @@ CREDENTIAL_URLS = ['http://u:xq"zv@127.0.0.1:9', "http://u:xq zv@127.0.0.1:9", "
 CREDENTIAL_URLS += ["http://u:xqzv@@127.0.0.1:9", "http://u:xq@zv@127.0.0.1:9"]
 
 
+URL_OPTIONS = [("bench.cli", "--base-url"), ("bench.cli", "--metrics-url"), ("drafter_training.cli", "--base-url")]
+URL_OPTIONS += [("validate.cli", "--reference"), ("fp8.validate", "--bf16-url")]
+
+
 @pytest.mark.parametrize("url", CREDENTIAL_URLS)
-@pytest.mark.parametrize("flag", ["--base-url", "--metrics-url"])
-def test_bench_refuses_every_url_credential_without_echoing_it(flag: str, url: str, capsys) -> None:
-    # Each was taken: the benchmark ran, and stored the URL in its result three times.
+@pytest.mark.parametrize(("verb", "flag"), URL_OPTIONS)
+def test_every_url_option_refuses_credentials_without_echoing_them(verb: str, flag: str, url: str, capsys) -> None:
+    # Each was taken by the benchmark (it ran, and stored the URL in its result three times); the other verbs took any.
     with pytest.raises(SystemExit) as exited:
-        options.parse("kimi_dflash.bench.cli", [flag, url], prog="bench")
+        options.parse(f"kimi_dflash.{verb}", [flag, url], prog=verb)
     err = capsys.readouterr().err
-    assert exited.value.code == 2 and "carries credentials" in err and "***@127.0.0.1:9" in err
+    assert exited.value.code == 2 and f"{flag}: '" in err and "carries credentials" in err and "***@127.0.0.1:9" in err
     assert "xq" not in err and "zv" not in err
 
 
 def test_bench_refuses_a_metrics_url_that_is_no_url(capsys) -> None:
     with pytest.raises(SystemExit) as exited:
         options.parse("kimi_dflash.bench.cli", ["--metrics-url", "nan"], prog="bench")
-    assert exited.value.code == 2 and "--metrics-url must start with http:// or https://" in capsys.readouterr().err
+    assert exited.value.code == 2 and "--metrics-url: 'nan' is not a URL" in capsys.readouterr().err
     assert options.parse("kimi_dflash.bench.cli", ["--metrics-url", "none"], prog="bench").metrics_url == "none"
 
 
