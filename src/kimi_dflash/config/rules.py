@@ -246,9 +246,7 @@ def _extra_args(c: Check) -> Iterator[Problem]:
         return
     for arg in args:
         if secret := secret_option(arg):
-            why = (
-                f"carries a secret ({_spelling(arg, secret)}); there every user can read it on the process command line"
-            )
+            why = f"carries a secret ({_spelling(arg, secret)}), which every user could read on the command line"
             fix = SECRET_FIXES[secret]
         elif option := spelled_option(arg, ADDRESS_OPTIONS):
             why = (

@@ -127,8 +127,8 @@ def _converter(kind: Any, flag: str, spec: Option) -> Callable[[str], Any]:
         if isinstance(value, float) and not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"{flag} must be a finite number, got {text!r}")
         maximum = MAX_INT if spec.maximum is None and type(value) is int else spec.maximum
-        for bound, sign, within in ((spec.minimum, ">=", operator.ge), (spec.above, ">", operator.gt),
-                                    (maximum, "<=", operator.le)):  # fmt: skip
+        bounds = ((spec.minimum, ">=", operator.ge), (spec.above, ">", operator.gt), (maximum, "<=", operator.le))
+        for bound, sign, within in bounds:
             if bound is not None and not within(value, bound):
                 raise argparse.ArgumentTypeError(f"{flag} must be {sign} {bound:.15g}, got {text!r}")
         return value
