@@ -14,7 +14,7 @@ from kimi_dflash.config.acceptance_rates import parse_acceptance_rates
 from kimi_dflash.config.depth_schedule import EXAMPLE, parse_schedule
 from kimi_dflash.config.problems import Problem
 from kimi_dflash.config.schema import DEMO_CHOICES, NO_DEMO, ConfigValues
-from kimi_dflash.core.redaction import redact_argv, secret_option, spelled_option
+from kimi_dflash.core.redaction import redact_command, secret_option, spelled_option
 from kimi_dflash.kvscale.fp8 import is_scaled_fp8_kv
 
 # The largest scheduler budget the recipe ran on MI300X. It reported a crash in fused MoE above it and blamed
@@ -28,6 +28,13 @@ SUGGESTED_KV_SCALE_WARMUP = 2048
 # EXTRA_VLLM_ARGS would win over HOST/PORT, while the bind warning, preflight's port check, the readiness probe and
 # the pid and lock files (named by port) all read HOST/PORT: refused, so that HOST/PORT is where it listens.
 ADDRESS_OPTIONS = {"--host": "HOST", "--port": "PORT"}
+# Where each of vLLM's secret options (core/redaction.py) goes instead of EXTRA_VLLM_ARGS.
+SECRET_FIXES = {
+    "--api-key": "set API_KEY (it reaches vLLM through VLLM_API_KEY, never argv)",
+    "--hf-token": "export HF_TOKEN (the Hugging Face hub reads it from the environment)",
+    "--watermark-config": "put it in a YAML file only you can read (watermark-config: {key: ...}), named by "
+    "--config FILE.yaml in EXTRA_VLLM_ARGS (vLLM reads the file)",
+}
 
 
 @dataclass(frozen=True)
@@ -232,37 +239,25 @@ def _extra_args(c: Check) -> Iterator[Problem]:
     if c.v.extra_vllm_args is None:
         return
     key = "EXTRA_VLLM_ARGS"
+    source, shown = c.sources.get(key, "default"), redact_command(c.v.extra_vllm_args)  # never the raw text
     try:
         args = shlex.split(c.v.extra_vllm_args)
     except ValueError as exc:
-        # The raw text may hold a key (`--api-key 'K`): show it split on blanks and redacted, never verbatim.
-        shown = " ".join(redact_argv([word.strip("\"'") for word in c.v.extra_vllm_args.split()]))
-        source = c.sources.get(key, "default")
         yield Problem(source, key, shown, f"cannot be split into arguments ({exc})", "balance the quotes")
         return
-    source, shown = c.sources.get(key, "default"), shlex.join(redact_argv(args))
-    secret = next((arg for arg in args if secret_option(arg)), None)
-    if secret is not None:
-        # The key would be shown by --dry-run and sit on vLLM's command line (ps) for every user of the machine.
-        yield Problem(
-            source,
-            key,
-            shown,
-            f"carries the API key ({_spelling(secret, '--api-key')}); a key there lands on the process command line",
-            "remove it from EXTRA_VLLM_ARGS and set API_KEY (it reaches vLLM through VLLM_API_KEY, never argv)",
-        )
-        return
     for arg in args:
-        option = spelled_option(arg, ADDRESS_OPTIONS)
-        if option is not None:
-            yield Problem(
-                source,
-                key,
-                shown,
+        if secret := secret_option(arg):
+            why = f"carries a secret ({_spelling(arg, secret)}), which every user could read on the command line"
+            fix = SECRET_FIXES[secret]
+        elif option := spelled_option(arg, ADDRESS_OPTIONS):
+            why = (
                 f"sets where vLLM listens ({_spelling(arg, option)}): it would override {ADDRESS_OPTIONS[option]}, "
-                "which the bind warning, the port check, the readiness probe and --stop go by",
-                f"remove it from EXTRA_VLLM_ARGS and set {ADDRESS_OPTIONS[option]}= in the config or the environment",
+                "which the bind warning, the port check, the readiness probe and --stop go by"
             )
+            fix = f"set {ADDRESS_OPTIONS[option]}= in the config or the environment"
+        else:
+            continue
+        yield Problem(source, key, shown, why, f"remove it from EXTRA_VLLM_ARGS and {fix}")
 
 
 def _spelling(arg: str, option: str) -> str:

@@ -16,7 +16,7 @@ from kimi_dflash.bench.result import load_result
 from kimi_dflash.core.atomic_write import check_target
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.formatting import number
-from kimi_dflash.core.options import declare, option, run
+from kimi_dflash.core.options import declare, http_url, option, run
 from kimi_dflash.core.user_files import read_log_tail
 from kimi_dflash.documents import Document, Model
 
@@ -153,8 +153,8 @@ def benchmark_line(name: str, result: BenchSummary) -> str:
 
 @dataclass(kw_only=True)
 class ValidateFp8Options:
-    bf16_url: str = option("server with BF16 KV (the reference)", required=True)
-    fp8_url: str = option("server with FP8 KV", required=True)
+    bf16_url: str = option("server with BF16 KV (the reference)", required=True, parse=http_url)
+    fp8_url: str = option("server with FP8 KV", required=True, parse=http_url)
     bf16_log: Path | None = option("BF16 server log (for KV capacity)")
     fp8_log: Path | None = option("FP8 server log (for KV capacity)")
     prompts: int = option("agreement prompts, from the shipped set (24)", default=24)

@@ -107,7 +107,7 @@ add_cli_args = declare(QualifyOptions, DESCRIPTION, EPILOG)
 def _config_values(path: Path) -> tuple[dict[str, str], dict[str, str], str | None]:
     """(values as strings, API_KEY left out; the config keys taken from the environment; API_KEY, never stored)."""
     from kimi_dflash.config.problems import ConfigError
-    from kimi_dflash.config.schema import KEYS_BY_NAME
+    from kimi_dflash.config.schema import KEYS_BY_NAME, shown_values
     from kimi_dflash.config.validate import load_config
 
     try:
@@ -115,7 +115,7 @@ def _config_values(path: Path) -> tuple[dict[str, str], dict[str, str], str | No
     except ConfigError as error:
         raise UserError(f"{path}: " + "; ".join(p.render() for p in error.problems)) from None
     values = {k: "" if v is None else str(v) for k, v in config.values.items() if k != "API_KEY"}
-    overrides = {k: os.environ[k] for k in KEYS_BY_NAME if k in os.environ and k != "API_KEY"}
+    overrides = shown_values({k: os.environ[k] for k in KEYS_BY_NAME if k in os.environ and k != "API_KEY"})
     return values, overrides, config.values.get("API_KEY")
 
 

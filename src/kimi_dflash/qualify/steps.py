@@ -13,6 +13,7 @@ from pathlib import Path
 
 from kimi_dflash.bench.result import BenchmarkResult
 from kimi_dflash.core.atomic_write import write_text_atomic
+from kimi_dflash.core.redaction import MASK
 from kimi_dflash.core.user_files import read_log_tail
 from kimi_dflash.documents import Document
 from kimi_dflash.qualify import lossless
@@ -111,7 +112,7 @@ def _launch_plan(ctx: Context) -> LaunchPlanUsed:
         plan = local_plan(config)
     except (ConfigError, OSError) as exc:
         return LaunchPlanUsed(error=str(exc))
-    env = {k: ("<redacted>" if k in plan.secret_env else v) for k, v in sorted(plan.env.items())}
+    env = {k: (MASK if k in plan.secret_env else v) for k, v in sorted(plan.env.items())}
     return LaunchPlanUsed(argv=redact_argv(list(plan.argv)), env=env)
 
 

@@ -19,7 +19,7 @@ from typing import ClassVar
 from kimi_dflash.bench.report import write_atomic
 from kimi_dflash.core.atomic_write import check_target
 from kimi_dflash.core.errors import UserError
-from kimi_dflash.core.options import declare, option
+from kimi_dflash.core.options import declare, http_url, option
 from kimi_dflash.validate import engine
 from kimi_dflash.validate.client import ServerError, api_key_from_env
 from kimi_dflash.validate.prompts import load_calibration_prompts
@@ -86,8 +86,8 @@ def report_lines(reference: engine.Server, candidate: engine.Server, agreement: 
 class ValidateOptions:
     ABBREVIATIONS: ClassVar[bool] = False
 
-    reference: str = option("the reference server (autoregressive)", required=True, metavar="URL")
-    candidate: str = option("the server under test", required=True, metavar="URL")
+    reference: str = option("the reference server (autoregressive)", required=True, metavar="URL", parse=http_url)
+    candidate: str = option("the server under test", required=True, metavar="URL", parse=http_url)
     model_ref: str | None = option("reference model name (default: its /v1/models entry)", metavar="NAME")
     model_cand: str | None = option("candidate model name (default: its /v1/models entry)", metavar="NAME")
     prompts: int = option("agreement prompts from the shipped set (16)", default=16)
