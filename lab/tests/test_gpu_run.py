@@ -1,6 +1,6 @@
 """lab/gpu/run.sh, the one command for the GPU host (kimi_dflash_lab.gpu_run), and its CPU rehearsal.
 
-Fast: the parts list the steps the issue asks for, DEVICE is read without the project's loader, a GPU run without
+Fast: the parts list the steps the issue asks for, DEVICE is read through the project's loader, a GPU run without
 the kit's bundle says how to build it, and the checkout still fits beside the bundle in one 64 MiB copy.
 Server (~4-5 min): both parts against the CPU demo, every step's command lines executed (the GPU-only servers
 checked with --dry-run on the GPU configs), each step's files present.
@@ -12,7 +12,9 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -38,9 +40,20 @@ def test_the_parts_hold_the_steps_the_issue_asks_for() -> None:
     ("config", "device"), [("configs/demo-gpu.env", "cuda"), ("configs/demo-gpu-fp8kv.env", "cuda"),
                            ("configs/demo-cpu.env", "cpu"), ("configs/production-fp8kv.env", "rocm")],
 )  # fmt: skip
-def test_the_device_is_read_without_the_projects_loader(config: str, device: str, monkeypatch) -> None:
+def test_the_device_is_read_through_the_projects_loader(config: str, device: str, monkeypatch) -> None:
     monkeypatch.delenv("DEVICE", raising=False)
     assert config_device(config) == device
+
+
+def test_a_config_the_loader_refuses_stops_the_run_before_anything(tmp_path: Path) -> None:
+    # Its own reader hung on a FIFO, and read a config that EXTENDS itself as DEVICE=rocm: the GPU part started.
+    (tmp_path / "self.env").write_text("EXTENDS=self.env\n")
+    os.mkfifo(tmp_path / "fifo.env")
+    for name, problem in (("self.env", "EXTENDS loops"), ("fifo.env", "is a FIFO")):
+        argv, env = [str(RUN), str(tmp_path / "out"), "--config", str(tmp_path / name)], {"KIMI_PYTHON": sys.executable}
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env={**os.environ, **env})
+        assert done.returncode == 2 and problem in done.stderr and "nothing was run" in done.stderr, done.stderr
+        assert not (tmp_path / "out").exists()
 
 
 def test_a_gpu_run_without_the_bundle_names_the_command_that_builds_it(tmp_path: Path) -> None:
@@ -108,3 +121,20 @@ def test_the_cpu_rehearsal_runs_every_steps_command_lines(tmp_path: Path) -> Non
     for port in (int(env["PORT"]), int(env["PORT"]) + 1):
         with socket.socket() as probe:
             assert probe.connect_ex(("127.0.0.1", port)) != 0, port
+
+
+def test_on_a_bare_host_the_loader_takes_python_dotenv_from_the_kits_bundle(tmp_path: Path) -> None:
+    # Why the runner had its own reader: the GPU host's Python has no python-dotenv before the kit is installed.
+    import dotenv
+
+    wheels = tmp_path / "bundle" / "project-whl"
+    wheels.mkdir(parents=True)
+    with zipfile.ZipFile(wheels / "python_dotenv-1.0.0-py3-none-any.whl", "w") as wheel:
+        for source in Path(dotenv.__file__).parent.glob("*.py"):
+            wheel.write(source, f"dotenv/{source.name}")
+    probe = "import sys, pathlib; from kimi_dflash_lab.gpu_run.runner import config_device as d; "
+    probe += "print(d(sys.argv[1], pathlib.Path(sys.argv[2])))"
+    bare = [sys.executable, "-S", "-c", f"import importlib.util as u; assert not u.find_spec('dotenv'); {probe}"]
+    argv = [*bare, "configs/demo-gpu.env", str(tmp_path / "bundle")]
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "cuda", done.stderr

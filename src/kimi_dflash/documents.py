@@ -29,12 +29,13 @@ class Document(Model):
     VERSION: ClassVar[int] = 1
     WHAT: ClassVar[str] = "document"  # its role in messages ("qualify state file")
     MAX_BYTES: ClassVar[int] = 64 * MiB
+    MODE: ClassVar[int | None] = None  # a new file's mode (None: atomic_write's)
 
     def to_json(self) -> Json:
         return {"schema": self.SCHEMA, "schema_version": self.VERSION, **self.model_dump(mode="json")}
 
     def save(self, path: Path) -> None:
-        write_json_atomic(path, self.to_json())
+        write_json_atomic(path, self.to_json(), mode=self.MODE)
 
     @classmethod
     def parse(cls: type[D], data: JsonValue, where: str) -> D:

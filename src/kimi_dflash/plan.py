@@ -13,13 +13,13 @@ from pathlib import Path
 from kimi_dflash import vllm_auth
 from kimi_dflash.config.acceptance_rates import parse_acceptance_rates
 from kimi_dflash.config.declare import UNSET_VALUES, Key, VllmOption
+from kimi_dflash.config.depth_schedule import parse_schedule, vllm_schedule
 from kimi_dflash.config.schema import KEYS
 from kimi_dflash.config.validate import Config
 from kimi_dflash.core import envvars
-from kimi_dflash.core.redaction import redact_argv
+from kimi_dflash.core.redaction import MASK, redact_argv
 from kimi_dflash.core.user_files import UnreadableFile, read_user_json
 
-REDACTED = "<redacted>"
 CPU_ENTRY_MODULE = "kimi_dflash.vllm_entry"
 CUDA_JIT_CACHE = "cuda-jit"  # under the project cache
 CUDA_JIT_CACHE_BYTES = 4 << 30  # the driver's default (256 MiB) may evict the Marlin MoE modules
@@ -48,7 +48,7 @@ class LaunchPlan:
     def render(self) -> str:
         """Shell-quoted, one option per line, secrets redacted: what --dry-run prints."""
         lines = [
-            f"{name}={REDACTED if name in self.secret_env else shlex.quote(value)}"
+            f"{name}={MASK if name in self.secret_env else shlex.quote(value)}"
             for name, value in sorted(self.env.items())
         ]
         lines.extend(_argv_lines(tuple(redact_argv(self.argv))))  # belt and braces: validation refuses a key there
@@ -100,6 +100,8 @@ def speculative_config(config: Config) -> dict[str, object] | None:
         if key.name == "SYNTHETIC_ACCEPTANCE_RATES":  # validated by the config rules: outputs are not the model's
             spec["rejection_sample_method"] = "synthetic"
             value = list(parse_acceptance_rates(str(value)))
+        elif key.name == "NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE":  # validated by the config rules
+            value = vllm_schedule(parse_schedule(str(value)), config.typed.max_num_seqs)
         spec[key.speculative_field] = str(value) if isinstance(value, Path) else value
     if config.typed.device == "rocm" and "attention_backend" not in spec and _drafter_slides(config):
         spec["attention_backend"] = SLIDING_DRAFTER_BACKEND  # ROCM_ATTN loses its acceptance under batching (#53323)
@@ -173,15 +175,20 @@ def cpu_environment(kvcache_space_gib: int, cache_dir: str) -> dict[str, str]:
 
 
 def vllm_env(
-    config: Config, cache_dir: str, cpu_preload: Sequence[str] = (), flashinfer: bool | None = None
+    config: Config,
+    cache_dir: str,
+    cpu_preload: Sequence[str] = (),
+    flashinfer: bool | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     v = config.typed
     env: dict[str, str] = {}
     if v.device == "cuda":
         # vLLM 0.26's Marlin WNA16 MoE and repack kernels ship PTX only on Hopper: the driver compiles them at first
-        # use (~30-40 s); a persistent cache makes that the first start's cost only.
-        env[envvars.CUDA_CACHE_PATH] = f"{cache_dir}/{CUDA_JIT_CACHE}"
-        env[envvars.CUDA_CACHE_MAXSIZE] = str(CUDA_JIT_CACHE_BYTES)
+        # use (~30-40 s); a persistent cache makes that the first start's cost only. One the user set is kept.
+        user = environ or {}  # what the server inherits
+        env[envvars.CUDA_CACHE_PATH] = user.get(envvars.CUDA_CACHE_PATH) or f"{cache_dir}/{CUDA_JIT_CACHE}"
+        env[envvars.CUDA_CACHE_MAXSIZE] = user.get(envvars.CUDA_CACHE_MAXSIZE) or str(CUDA_JIT_CACHE_BYTES)
         if flashinfer is False:  # vLLM 0.26 imports it unguarded to build its sampler (No module named 'flashinfer')
             env[envvars.VLLM_USE_FLASHINFER_SAMPLER] = "0"
     if v.device == "rocm":
@@ -218,11 +225,13 @@ def build_plan(
     cache_dir: str,
     cpu_preload: Sequence[str] = (),
     flashinfer: bool | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> LaunchPlan:
     """The complete launch plan. Pure: same config and arguments, same plan. `cpu_preload`: libraries found on
     this machine for LD_PRELOAD on DEVICE=cpu (launch/cpu_libs.py finds them). `flashinfer`: whether the serving
-    Python has flashinfer on DEVICE=cuda (launch/prepare.py asks it; None: not asked, nothing set)."""
-    env = vllm_env(config, cache_dir, cpu_preload, flashinfer)
+    Python has flashinfer on DEVICE=cuda (launch/prepare.py asks it; None: not asked, nothing set). `environ`: what
+    the server will inherit (a CUDA_CACHE_PATH there is kept)."""
+    env = vllm_env(config, cache_dir, cpu_preload, flashinfer, environ)
     if config.typed.device == "cpu" and config.typed.distributed_executor_backend == "uni":
         # vLLM's CPU platform turns `uni` into `mp` while this is on (platforms/cpu.py, check_and_update_config), a
         # guard for OpenMP thread binding, which the plan turns off. Server only: an offline LLM (preshard) would

@@ -32,11 +32,12 @@ def main(args: ResultsOptions) -> int:
         if args.write is None:
             sys.stdout.write(block)
             return 0
-        if not args.write.is_file():
-            raise UserError(f"{args.write} not found: run from the repository root or pass --write PATH")
         update_sections(args.write, [(block, results_doc.BEGIN, results_doc.END)])
     except (UserError, MissingMarkers) as error:
         print(f"results: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:
+        print(f"results: cannot write {args.write}: {error.strerror or error}; nothing was changed", file=sys.stderr)
         return 2
     print(f"updated {args.write}", file=sys.stderr)
     return 0

@@ -13,14 +13,15 @@ Exit status: 0 every step of the part done (or carried over to part 2), 1 a step
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
-import re
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from kimi_dflash.config.problems import ConfigError
 from kimi_dflash.core.options import declare, option, run
 from kimi_dflash_lab.gpu_run.context import CHECKOUT, Context, StepFailed, say
 from kimi_dflash_lab.gpu_run.steps import Deferred, steps_of
@@ -51,22 +52,15 @@ class Options:
 add_cli_args = declare(Options, __doc__)
 
 
-def config_device(config: str) -> str:
-    """The config's DEVICE, from the environment or the file (its EXTENDS chain), without the project's loader:
-    on a bare GPU host python-dotenv may only arrive with the kit."""
-    if os.environ.get("DEVICE"):
-        return os.environ["DEVICE"]
-    path = (CHECKOUT / config) if not Path(config).is_absolute() else Path(config)
-    for _ in range(8):
-        text = path.read_text(encoding="utf-8")
-        found = re.search(r"^DEVICE=(\w+)", text, re.MULTILINE)
-        if found:
-            return found.group(1)
-        parent = re.search(r"^EXTENDS=(\S+)", text, re.MULTILINE)
-        if parent is None:
-            return "rocm"  # the schema's default
-        path = path.parent / parent.group(1)
-    return "rocm"
+def config_device(config: str, bundle: Path = KIT_DIR / "bundle") -> str:
+    """The config's DEVICE through the project's loader (guarded reader, EXTENDS, the environment, validation):
+    ConfigError when it is not a valid config. On a bare GPU host python-dotenv arrives with the kit: the wheel
+    in its bundle imports as it is (pure Python)."""
+    if importlib.util.find_spec("dotenv") is None:
+        sys.path.extend(str(wheel) for wheel in sorted((bundle / "project-whl").glob("python_dotenv-*.whl")))
+    from kimi_dflash.config.validate import load_config
+
+    return load_config(CHECKOUT / config).typed.device  # an absolute config stays itself
 
 
 def load_state(results: Path) -> dict:
@@ -81,9 +75,12 @@ def save_state(ctx: Context) -> None:
 def main(args: Options) -> int:
     started = time.monotonic()
     try:
-        device = config_device(args.config)
-    except OSError as error:
-        say(f"gpu-run: cannot read {args.config}: {error.strerror or error}")
+        device = config_device(args.config, args.kit_dir / "bundle")
+    except ConfigError as error:
+        say(f"gpu-run: {args.config} is not a config it can serve; nothing was run:\n{error}")
+        return 2
+    except ImportError:
+        say("gpu-run: python-dotenv is neither installed nor in the kit's bundle: build it with lab/gpu/prepare.sh")
         return 2
     results = args.results.resolve()
     results.mkdir(parents=True, exist_ok=True)

@@ -7,9 +7,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_dflash.advisor.model import ASSUMPTIONS, Prediction, measurements, predict, recommend
+from kimi_dflash.advisor.schedule import Choice, choose_depths, grid_samples, schedule_of
+from kimi_dflash.bench.intervals import CONFIDENCE_LEVELS
 from kimi_dflash.bench.result import BenchmarkResult, load_result
+from kimi_dflash.config.depth_schedule import format_schedule
 from kimi_dflash.core.errors import UserError
-from kimi_dflash.core.formatting import markdown_table, number, percent
+from kimi_dflash.core.formatting import markdown_table, number, percent, ratio
 from kimi_dflash.core.options import comma_list, declare, option
 
 EPILOG = """\
@@ -21,6 +24,7 @@ only levels measured with speculation are predicted.
 examples:
   %(prog)s results/sweep
   %(prog)s results/sweep --fit-k 1,4      # predict from k=1 and k=4 only; other measured k are held out
+  %(prog)s results/sweep --schedule       # depth by load from the measured grid (needs --repeats >= 2)
 """
 
 
@@ -70,11 +74,31 @@ def render(p: Sequence[float], predictions: Sequence[Prediction], fit_k: set[int
     return lines
 
 
+def render_schedule(choices: Sequence[Choice]) -> list[str]:
+    rows = []
+    for c in choices:
+        i = c.interval
+        beat = [c.over, ratio(i.ratio), f"{ratio(i.low)}-{ratio(i.high)}"] if i else ["-", "", ""]
+        rows.append([c.sessions, c.k, number(c.output_tok_s), *beat])
+    ranges = schedule_of(choices)
+    return [
+        *markdown_table(["sessions", "k", "aggregate tok/s", "beat k", "ratio", "interval"], "rrrrrl", rows),
+        "",
+        f"NUM_SPECULATIVE_TOKENS={max(r.k for r in ranges)}",
+        f"NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE={format_schedule(ranges)}",
+    ]
+
+
 @dataclass(kw_only=True)
 class AdviseOptions:
     inputs: list[Path] = option("sweep dirs or result JSONs", positional=True, required=True, metavar="DIR_OR_JSON")
     fit_k: tuple[int, ...] | None = option("fit only on these k; other measured k are held out and compared",
         metavar="K1,K2", parse=comma_list(int, "integers"))  # fmt: skip
+    schedule: bool = option(
+        "print a depth-by-load schedule instead: per concurrency the shallowest k unless a deeper one wins beyond "
+        "its interval (runs with --repeats >= 2)"
+    )
+    confidence: float = option("confidence of the --schedule intervals", choices=CONFIDENCE_LEVELS, default=0.95)
 
 
 add_cli_args = declare(
@@ -87,6 +111,9 @@ add_cli_args = declare(
 
 def main(args: AdviseOptions) -> int:
     fit_k = None if args.fit_k is None else set(args.fit_k)
+    if args.schedule:
+        print("\n".join(render_schedule(choose_depths(grid_samples(load_inputs(args.inputs)), args.confidence))))
+        return 0
     runs = measurements(load_inputs(args.inputs))
     if fit_k is not None and not any(m.k in fit_k for m in runs):
         raise UserError(f"--fit-k: no measured run at k in {sorted(fit_k)}.")

@@ -8,12 +8,10 @@ import errno
 import os
 import shutil
 import stat
-import tempfile
 from pathlib import Path
 
-from kimi_dflash.core.atomic_write import replacing, write_beside, write_text_atomic
+from kimi_dflash.core.atomic_write import check_target, replacing, write_beside, write_text_atomic
 from kimi_dflash.core.errors import UserError
-from kimi_dflash.core.user_files import file_kind
 
 EXIT_WRITE_FAILED = 4
 DEV_NULL = Path(os.devnull)
@@ -61,27 +59,8 @@ class ResultFile:
                     f"--output: {path} is a symbolic link (to {os.readlink(path)}); the benchmark never writes "
                     "through a link. Name the file itself, or remove the link."
                 )
-        try:
-            mode = self.path.stat().st_mode
-        except FileNotFoundError:
-            mode = None
-        except OSError as error:
-            raise UserError(f"--output {self.path}: cannot use it ({describe_os_error(error)})") from None
-        if mode is not None and not stat.S_ISREG(mode):
-            raise UserError(
-                f"--output {self.path} is {file_kind(mode)}; it would be replaced by a regular file. Give a file "
-                f"path (or {DEV_NULL} to keep no result)."
-            )
-        self.protect = mode is not None and self.path.stat().st_size > 0
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=self.path.parent, prefix=f".{self.path.name}.", delete=True):
-                pass
-        except OSError as error:
-            raise UserError(
-                f"--output {self.path}: cannot write in {self.path.parent} ({describe_os_error(error)}); "
-                "choose a directory you can write to"
-            ) from None
+        check_target(self.path, "--output ")
+        self.protect = self.path.is_file() and self.path.stat().st_size > 0
 
     def write(self, text: str, has_levels: bool) -> Path | None:
         """Write this run's document (``has_levels``: it holds at least one measured level). OutputWriteError

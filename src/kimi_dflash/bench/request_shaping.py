@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from kimi_dflash.core import redaction
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.user_files import UnreadableFile, parse_user_json, read_user_json
 
@@ -26,7 +27,6 @@ RESERVED = {
 CREDENTIAL_NAMES = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie"})
 CREDENTIAL_PARTS = ("key", "token", "secret", "password", "passwd", "auth", "session", "credential")
 HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # RFC 9110 token
-REDACTED = "***"
 
 
 def parse_extra_body(text: str) -> dict[str, Any]:
@@ -81,10 +81,10 @@ def parse_header(text: str) -> tuple[str, str]:
 
 def shown_header(name: str, value: str) -> str:
     """How a header appears in the result and on screen: the value hidden when it is a credential."""
-    return f"{name}: {REDACTED if is_credential(name) else value}"
+    return f"{name}: {redaction.MASK if is_credential(name) else value}"
 
 
 def redact_header_arg(text: str) -> str:
     """A ``--header`` argument as it may be stored (for the command line)."""
     name, colon, _ = text.partition(":")
-    return f"{name.strip()}: {REDACTED}" if colon and is_credential(name) else text
+    return f"{name.strip()}: {redaction.MASK}" if colon and is_credential(name) else text

@@ -29,6 +29,7 @@ DEFAULT_OPEN_SESSIONS = 100
 # The longest open-loop run the benchmark will plan: its own waits (arrivals spread at the rate, think times),
 # before any server time. A rate or think time beyond it is a typo (1e-9 for 1e9), not a measurement.
 MAX_PLANNED_HOURS = 24
+MAX_WARMUP = 10_000  # the warmup's requests are drawn at once; more than this is a run of its own, not a warmup
 
 PromptOrder = Literal["random", "sequential"]
 ArrivalName = Literal["poisson", "constant", "gamma"]
@@ -141,8 +142,8 @@ class Settings:
     }
 
     base_url: str | None = server_option(
-        "server root", default=DEFAULT_BASE_URL, help="server root, with or without /v1 (default %(default)s: where "
-        "./serve.sh listens)"
+        "server root", default=DEFAULT_BASE_URL, parse=options.http_url, help="server root, with or without /v1 "
+        "(default %(default)s: where ./serve.sh listens)"
     )  # fmt: skip
     model: str | None = server_option("model requested (discovered from /v1/models when not given)", help="model "
         "name to request (default: the model /v1/models lists; required when it lists several)")  # fmt: skip
@@ -151,7 +152,7 @@ class Settings:
         help=f"concurrent sessions; a comma list sweeps levels, e.g. 8,16,32 (default {DEFAULT_SESSIONS})",
     )  # fmt: skip
     turns_per_session: int | None = load_option("turns per conversation", default=5, minimum=1)
-    max_tokens: int | None = load_option("max_tokens per reply", default=512, minimum=1)
+    max_tokens: int | None = load_option("max_tokens per reply", default=512, minimum=1, maximum=options.MAX_TOKENS)
     temperature: float | None = load_option("sampling temperature (always sent)", default=0.0, minimum=0)
     ignore_eos: bool | None = load_option("vLLM's ignore_eos sent", help="send ignore_eos: every reply runs to "
         "--max-tokens")  # fmt: skip
@@ -180,15 +181,16 @@ class Settings:
     dataset: DatasetInfo | None = derived("the prompt set", lambda s: s.prompts.describe())
     system_prompt: str | None = load_option("system message opening every conversation", help="optional system "
         "message at the start of every conversation")  # fmt: skip
-    warmup: int | None = load_option("warmup requests", minimum=0, help="warmup requests before measuring (default: "
-        "the first level's session count)")  # fmt: skip
+    warmup: int | None = load_option("warmup requests", minimum=0, maximum=MAX_WARMUP, help="warmup requests before "
+        "measuring (default: the first level's session count)")  # fmt: skip
     repeats: int | None = load_option("measured repeats per level, fresh prompts each", default=1, minimum=1)
     seed: int | None = load_option("prompt selection seed; same seed = same conversations", default=0)
     timeout_s: float | None = server_option("per-request timeout, seconds", flag="--timeout", default=600.0,
         minimum=0.001)  # fmt: skip
     metrics_url: str | None = server_option(
-        "Prometheus endpoint; null when disabled", help="Prometheus endpoint for spec-decode counters (default: "
-        "<base-url>/metrics; 'none' disables)"
+        "Prometheus endpoint; null when disabled", parse=lambda text: text if text.lower() == "none" else
+        options.http_url(text), help="Prometheus endpoint for spec-decode counters (default: <base-url>/metrics; "
+        "'none' disables)"
     )  # fmt: skip
     api_key: str | None = server_option(None, secret=True, help="bearer token (default: $OPENAI_API_KEY, then "
         "$VLLM_API_KEY); never printed or stored")  # fmt: skip
@@ -256,9 +258,9 @@ class Settings:
     )  # fmt: skip
     shared_prefix_tokens: int | None = load_option(
         "--shared-prefix-tokens: approximate tokens of the system text every conversation opens with",
-        omit_if_none=True, default=0, minimum=0, metavar="N", help="open every conversation with the same system "
-        "text of about N tokens (estimated at 4 characters per token, no tokenizer; usage.prompt_tokens shows the "
-        "real count). 0: none (default)"
+        omit_if_none=True, default=0, minimum=0, maximum=options.MAX_TOKENS, metavar="N", help="open every "
+        "conversation with the same system text of about N tokens (estimated at 4 characters per token, no tokenizer; "
+        "usage.prompt_tokens shows the real count). 0: none (default)"
     )  # fmt: skip
     header: list[str] = server_option(
         None, repeatable=True, metavar="NAME:VALUE", help="extra HTTP header on every request (repeatable); the "
@@ -310,14 +312,6 @@ class Settings:
             )
         if self.slo and not self.stream and set(self.slo) & {"ttft_ms", "tpot_ms", "user_tok_s"}:
             raise ValueError("--no-stream has no TTFT/TPOT: an --slo on ttft, tpot or user_tps needs streaming")
-        for flag, url in (("--base-url", self.base_url), ("--metrics-url", self.metrics_url)):
-            if url and redaction.redact_url(url) != url:
-                raise ValueError(
-                    f"{flag} {redaction.redact_query(redaction.redact_url(url))!r} carries credentials "
-                    "(user:password@); vLLM takes a bearer key: pass it with --api-key or OPENAI_API_KEY"
-                )
-        if not normalize_base_url(self.base_url or "").startswith(("http://", "https://")):
-            raise ValueError(f"--base-url must start with http:// or https://, got {self.base_url!r}")
         if self.endpoint == "completions" and (self.system_prompt or self.shared_prefix_tokens):
             raise ValueError(
                 "--system-prompt and --shared-prefix-tokens need --endpoint chat "

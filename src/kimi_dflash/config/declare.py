@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+
+from kimi_dflash.core.redaction import MASK
 
 KeyType = Literal["str", "int", "float", "bool", "enum", "path"]
 SCALARS: dict[object, KeyType] = {str: "str", int: "int", float: "float", bool: "bool", Path: "path"}
@@ -60,12 +63,18 @@ class Key:
     maximum: float | None = None
     multiple_of: int | None = None
     secret: bool = False
+    redact: Callable[[str], str] | None = None  # what a value may show of itself when it is stored or printed
     vllm: VllmOption | None = None  # the vLLM option this key becomes (None: an environment variable, or ours)
     speculative_field: str | None = None  # the --speculative-config field it fills (with speculation on)
 
     @property
     def name(self) -> str:
         return self.attribute.upper()
+
+    def shown(self, value: object) -> str:
+        """The value as a file may keep it or a message show it: a secret's as the mask."""
+        text = "" if value is None else str(value)
+        return MASK if self.secret and text else self.redact(text) if self.redact else text
 
     @property
     def default_text(self) -> str | None:
@@ -84,12 +93,12 @@ def key(
     maximum: float | None = None,
     multiple_of: int | None = None,
     secret: bool = False,
+    redact: Callable[[str], str] | None = None,
     vllm: VllmOption | None = None,
     speculative_field: str | None = None,
 ) -> Any:
     """The declaration of one key, written as the attribute's default (a dataclass field carrying the rest)."""
-    facts = {"group": group, "doc": doc, "minimum": minimum, "maximum": maximum, "multiple_of": multiple_of,
-             "secret": secret, "vllm": vllm, "speculative_field": speculative_field}  # fmt: skip
+    facts = {name: value for name, value in locals().items() if name != "default"}  # every argument but default
     return dataclasses.field(default=default, metadata={"key": facts})
 
 

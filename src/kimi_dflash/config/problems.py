@@ -19,8 +19,8 @@ class Problem:
     def render(self) -> str:
         where = self.source
         if self.key is not None:
-            secret = self.key in KEYS_BY_NAME and KEYS_BY_NAME[self.key].secret
-            shown = "<redacted>" if self.value and secret else self.value  # never a secret's value, only that it is set
+            known = self.key in KEYS_BY_NAME and self.value is not None
+            shown = KEYS_BY_NAME[self.key].shown(self.value) if known else self.value  # never a secret's value
             where += f": {self.key}" + (f"={shown}" if shown is not None else "")
         label = "error" if self.severity == "error" else "warning"
         return f"{label}: {where}: {self.message}\n  fix: {self.fix}"

@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from kimi_dflash.config.acceptance_rates import parse_acceptance_rates
+from kimi_dflash.config.depth_schedule import EXAMPLE, parse_schedule
 from kimi_dflash.config.problems import Problem
 from kimi_dflash.config.schema import DEMO_CHOICES, NO_DEMO, ConfigValues
-from kimi_dflash.core.redaction import redact_argv, secret_option, spelled_option
+from kimi_dflash.core.redaction import redact_command, secret_option, spelled_option
 from kimi_dflash.kvscale.fp8 import is_scaled_fp8_kv
 
 # The largest scheduler budget the recipe ran on MI300X. It reported a crash in fused MoE above it and blamed
@@ -27,6 +28,13 @@ SUGGESTED_KV_SCALE_WARMUP = 2048
 # EXTRA_VLLM_ARGS would win over HOST/PORT, while the bind warning, preflight's port check, the readiness probe and
 # the pid and lock files (named by port) all read HOST/PORT: refused, so that HOST/PORT is where it listens.
 ADDRESS_OPTIONS = {"--host": "HOST", "--port": "PORT"}
+# Where each of vLLM's secret options (core/redaction.py) goes instead of EXTRA_VLLM_ARGS.
+SECRET_FIXES = {
+    "--api-key": "set API_KEY (it reaches vLLM through VLLM_API_KEY, never argv)",
+    "--hf-token": "export HF_TOKEN (the Hugging Face hub reads it from the environment)",
+    "--watermark-config": "put it in a YAML file only you can read (watermark-config: {key: ...}), named by "
+    "--config FILE.yaml in EXTRA_VLLM_ARGS (vLLM reads the file)",
+}
 
 
 @dataclass(frozen=True)
@@ -231,37 +239,25 @@ def _extra_args(c: Check) -> Iterator[Problem]:
     if c.v.extra_vllm_args is None:
         return
     key = "EXTRA_VLLM_ARGS"
+    source, shown = c.sources.get(key, "default"), redact_command(c.v.extra_vllm_args)  # never the raw text
     try:
         args = shlex.split(c.v.extra_vllm_args)
     except ValueError as exc:
-        # The raw text may hold a key (`--api-key 'K`): show it split on blanks and redacted, never verbatim.
-        shown = " ".join(redact_argv([word.strip("\"'") for word in c.v.extra_vllm_args.split()]))
-        source = c.sources.get(key, "default")
         yield Problem(source, key, shown, f"cannot be split into arguments ({exc})", "balance the quotes")
         return
-    source, shown = c.sources.get(key, "default"), shlex.join(redact_argv(args))
-    secret = next((arg for arg in args if secret_option(arg)), None)
-    if secret is not None:
-        # The key would be shown by --dry-run and sit on vLLM's command line (ps) for every user of the machine.
-        yield Problem(
-            source,
-            key,
-            shown,
-            f"carries the API key ({_spelling(secret, '--api-key')}); a key there lands on the process command line",
-            "remove it from EXTRA_VLLM_ARGS and set API_KEY (it reaches vLLM through VLLM_API_KEY, never argv)",
-        )
-        return
     for arg in args:
-        option = spelled_option(arg, ADDRESS_OPTIONS)
-        if option is not None:
-            yield Problem(
-                source,
-                key,
-                shown,
+        if secret := secret_option(arg):
+            why = f"carries a secret ({_spelling(arg, secret)}), which every user could read on the command line"
+            fix = SECRET_FIXES[secret]
+        elif option := spelled_option(arg, ADDRESS_OPTIONS):
+            why = (
                 f"sets where vLLM listens ({_spelling(arg, option)}): it would override {ADDRESS_OPTIONS[option]}, "
-                "which the bind warning, the port check, the readiness probe and --stop go by",
-                f"remove it from EXTRA_VLLM_ARGS and set {ADDRESS_OPTIONS[option]}= in the config or the environment",
+                "which the bind warning, the port check, the readiness probe and --stop go by"
             )
+            fix = f"set {ADDRESS_OPTIONS[option]}= in the config or the environment"
+        else:
+            continue
+        yield Problem(source, key, shown, why, f"remove it from EXTRA_VLLM_ARGS and {fix}")
 
 
 def _spelling(arg: str, option: str) -> str:
@@ -318,8 +314,35 @@ def _synthetic_acceptance(c: Check) -> Iterator[Problem]:
         )
 
 
+def _depth_schedule(c: Check) -> Iterator[Problem]:
+    v, key = c.v, "NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE"
+    if v.num_speculative_tokens_per_batch_size is None:
+        return
+    try:
+        ranges = parse_schedule(v.num_speculative_tokens_per_batch_size)
+    except ValueError as exc:
+        yield c.error(key, str(exc), f"write ranges of batch sizes from 1 up, the last one open: {EXAMPLE}")
+        return
+    deepest, last = max(r.k for r in ranges), ranges[-1]
+    if not v.speculative:
+        yield c.error(key, "set without speculation", "unset it, or set SPECULATIVE_METHOD=dflash")
+    elif deepest > v.num_speculative_tokens:
+        yield c.error(
+            key,
+            f"k={deepest} above NUM_SPECULATIVE_TOKENS={v.num_speculative_tokens} (vLLM would clamp it, silently)",
+            f"set NUM_SPECULATIVE_TOKENS={deepest}, or lower the deeper ranges",
+        )
+    elif last.last is not None and last.last < v.max_num_seqs:
+        yield c.error(
+            key,
+            f"batch sizes {last.last + 1}-{v.max_num_seqs} (MAX_NUM_SEQS) have no range (vLLM would carry k={last.k} "
+            "through them)",
+            f"end the last range open: {last.first}-:{last.k}",
+        )
+
+
 # In this order: a config's problems are listed as the rules find them.
-RULES: tuple[Rule, ...] = (_batched_tokens, _device, _models, _fp8_kv, _api, _synthetic_acceptance)
+RULES: tuple[Rule, ...] = (_batched_tokens, _device, _models, _fp8_kv, _api, _synthetic_acceptance, _depth_schedule)
 
 
 # ---------------------------------------------------------------- files on disk

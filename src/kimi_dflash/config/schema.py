@@ -6,6 +6,7 @@ production defaults (8x MI300X, Kimi K2.6 + DFlash).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -17,6 +18,8 @@ from kimi_dflash.core.envvars import (
     DEFAULT_KV_SCALE_WARMUP_STEPS,
     KV_SCALE_MODE_OFF,
 )
+from kimi_dflash.core.options import PORT
+from kimi_dflash.core.redaction import redact_command
 from kimi_dflash.demo.catalog import CHOICES as DEMO_CHOICES
 from kimi_dflash.demo.catalog import NONE as NO_DEMO
 
@@ -78,9 +81,7 @@ class ConfigValues:
         "firewall or with API_KEY set.",
         vllm=VllmOption("--host"),
     )
-    port: int = key(
-        8262, "server", "TCP port of the OpenAI-compatible server.", minimum=1, maximum=65535, vllm=VllmOption("--port")
-    )
+    port: int = key(8262, "server", "TCP port of the OpenAI-compatible server.", **PORT, vllm=VllmOption("--port"))
     api_key: str | None = key(
         None,
         "server",
@@ -252,6 +253,15 @@ class ConfigValues:
         maximum=64,
         speculative_field="num_speculative_tokens",
     )
+    num_speculative_tokens_per_batch_size: str | None = key(
+        None,
+        "speculative",
+        "Depth by load: k per batch size (speculative_config.num_speculative_tokens_per_batch_size, vLLM >= 0.24), as "
+        "ranges of batch sizes FIRST-LAST:K from 1 up, the last one open, e.g. 1-4:4,5-16:3,17-:2; each k <= "
+        "NUM_SPECULATIVE_TOKENS, which sizes the drafter. `kimi-dflash advise --schedule` writes one from a sweep; "
+        "`serve.sh --check-vllm` refuses it where the release, the model runner or data parallelism cannot take it.",
+        speculative_field="num_speculative_tokens_per_batch_size",
+    )
     drafter_rope_fix: bool = key(
         True,
         "speculative",
@@ -364,7 +374,9 @@ class ConfigValues:
         None,
         "server",
         "Extra `vllm serve` flags, split like a shell would (no expansion). For flags this schema does not cover; "
-        "--api-key, --host and --port (in any spelling vLLM accepts) are refused: set API_KEY, HOST, PORT.",
+        "--host, --port and vLLM's secret options (--api-key, --hf-token, --watermark-config), in any spelling vLLM "
+        "accepts, are refused: set HOST, PORT, API_KEY, HF_TOKEN. Stored and shown with URL credentials masked.",
+        redact=redact_command,
     )
 
     @property
@@ -379,6 +391,13 @@ class ConfigValues:
 
 KEYS: tuple[Key, ...] = keys_of(ConfigValues)
 KEYS_BY_NAME: dict[str, Key] = {k.name: k for k in KEYS}
+
+
+def shown_values(values: Mapping[str, object]) -> dict[str, str]:
+    """Config values as text a file may keep or a message show (Key.shown: no secret); other names as they are."""
+    return {k: KEYS_BY_NAME[k].shown(v) if k in KEYS_BY_NAME else str(v) for k, v in values.items()}
+
+
 GROUP_TITLES: dict[str, str] = {
     "server": "Server",
     "model": "Model and checkpoints",

@@ -11,6 +11,7 @@ import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,20 @@ class Reply:
 
     def json(self) -> Any:
         return json.loads(self.body)
+
+
+class _KeyStaysWithItsOrigin(urllib.request.HTTPRedirectHandler):
+    """urllib copies every header to where a redirect points: the key goes only to the scheme, host and port it
+    was sent to."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and urlsplit(new.full_url)[:2] != urlsplit(req.full_url)[:2]:  # scheme, host:port
+            new.remove_header("Authorization")
+        return new
+
+
+_OPENER = urllib.request.build_opener(_KeyStaysWithItsOrigin)
 
 
 def request(
@@ -44,7 +59,7 @@ def request(
     if api_key:
         sent.add_header("Authorization", f"Bearer {api_key}")
     try:
-        with urllib.request.urlopen(sent, timeout=timeout_s) as response:
+        with _OPENER.open(sent, timeout=timeout_s) as response:
             data = response.read() if max_bytes is None else response.read(max_bytes)
             return Reply(response.status, data, dict(response.headers))
     except urllib.error.HTTPError as error:

@@ -19,10 +19,13 @@ import typing
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
+from kimi_dflash.core import redaction
 from kimi_dflash.core.errors import UserError
-from kimi_dflash.core.redaction import SECRET_OPTIONS, redact_url, redact_values, split_secret
 
 KEY = "option"  # the field metadata key
+MAX_INT = 2**31 - 1  # an integer option's maximum unless it declares one (vllm-router overflows beyond 32 bits)
+PORT = {"minimum": 1, "maximum": 65535}  # a TCP port option's range: option(..., **PORT)
+MAX_TOKENS = 1 << 20  # a token count's: no model serves a reply or a prompt of over 1M tokens (Kimi K2.6: 256K)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +82,16 @@ def comma_list(kind: Callable[[str], Any], what: str, minimum: float | None = No
     return parse
 
 
+def http_url(text: str) -> str:
+    """A ``parse`` for a server's URL: http(s)://, and no credentials (a key goes as a bearer header)."""
+    shown = redaction.redact_query(redaction.redact_url(text))
+    if redaction.has_credentials(text):
+        raise ValueError(f"{shown!r} carries credentials (user:password@): give the key in $OPENAI_API_KEY")
+    if not text.strip().startswith(("http://", "https://")):
+        raise ValueError(f"{shown!r} is not a URL: it must start with http:// or https://")
+    return text
+
+
 def fields_of(model: type) -> list[tuple[dataclasses.Field[Any], Option]]:
     """The model's option fields, in declaration order."""
     return [(field, field.metadata[KEY]) for field in dataclasses.fields(model) if KEY in field.metadata]
@@ -113,10 +126,11 @@ def _converter(kind: Any, flag: str, spec: Option) -> Callable[[str], Any]:
             raise argparse.ArgumentTypeError(message) from None
         if isinstance(value, float) and not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"{flag} must be a finite number, got {text!r}")
-        for bound, sign, within in ((spec.minimum, ">=", operator.ge), (spec.above, ">", operator.gt),
-                                    (spec.maximum, "<=", operator.le)):  # fmt: skip
+        maximum = MAX_INT if spec.maximum is None and type(value) is int else spec.maximum
+        bounds = ((spec.minimum, ">=", operator.ge), (spec.above, ">", operator.gt), (maximum, "<=", operator.le))
+        for bound, sign, within in bounds:
             if bound is not None and not within(value, bound):
-                raise argparse.ArgumentTypeError(f"{flag} must be {sign} {bound:g}, got {text!r}")
+                raise argparse.ArgumentTypeError(f"{flag} must be {sign} {bound:.15g}, got {text!r}")
         return value
 
     convert.__name__ = getattr(kind, "__name__", "value")
@@ -174,7 +188,7 @@ def declare(model: type, description: str | None = None,
             container.add_argument(*names, **kwargs)
         secrets = [flag_of(field, spec) for field, spec in declared if spec.secret]
         parser.model, parser.usage_exit = model, getattr(model, "USAGE_EXIT", 2)
-        parser.secret_flags = (*SECRET_OPTIONS, *secrets)
+        parser.secret_flags = (*redaction.SECRET_OPTIONS, *secrets)
         parser.allow_abbrev = getattr(model, "ABBREVIATIONS", True) and not secrets
 
     return add_cli_args
@@ -185,12 +199,12 @@ class _Parser(argparse.ArgumentParser):
 
     model: type | None = None
     usage_exit = 2
-    secret_flags: tuple[str, ...] = SECRET_OPTIONS
+    secret_flags: tuple[str, ...] = redaction.SECRET_OPTIONS
     _secrets: Sequence[str | None] = ()
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         argv = sys.argv[1:] if args is None else [str(arg) for arg in args]
-        self._secrets = [split_secret(argv, self.secret_flags)[1]]
+        self._secrets = redaction.argv_secrets(argv, self.secret_flags)
         return super().parse_known_args(argv, namespace)
 
     def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
@@ -213,7 +227,8 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
-        self.exit(self.usage_exit, f"{self.prog}: error: {redact_url(redact_values(message, self._secrets))}\n")
+        shown = redaction.redact_urls(redaction.redact_values(message, self._secrets))
+        self.exit(self.usage_exit, f"{self.prog}: error: {shown}\n")
 
 
 def _module(module: str | types.ModuleType) -> types.ModuleType:

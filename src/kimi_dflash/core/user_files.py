@@ -16,6 +16,7 @@ from kimi_dflash.core.errors import UserError
 
 MiB = 1024 * 1024
 DEFAULT_MAX_BYTES = 64 * MiB
+LOG_TAIL = 16 * MiB  # of a server log: its latest start's lines
 MAX_JSON_DEPTH = 64
 
 
@@ -41,10 +42,16 @@ def _size(n: int) -> str:
 
 
 def read_user_bytes(
-    path: Path | str, *, what: str = "file", max_bytes: int = DEFAULT_MAX_BYTES, follow_symlinks: bool = True
+    path: Path | str,
+    *,
+    what: str = "file",
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    follow_symlinks: bool = True,
+    tail: bool = False,
 ) -> bytes:
     """``what`` names the file's role in messages ("dataset"). ``follow_symlinks=False`` refuses a symlink (for
-    records in directories other users may reach)."""
+    records in directories other users may reach). ``tail``: a bigger file is not refused, its last ``max_bytes``
+    are read (a server log: its latest start)."""
     path = Path(path)
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)  # a FIFO must not block the open
     if not follow_symlinks:
@@ -66,7 +73,7 @@ def read_user_bytes(
     refusal = None
     if not stat.S_ISREG(info.st_mode):
         refusal = f"{what} {path}: is {file_kind(info.st_mode)}; name a regular file"
-    elif info.st_size > max_bytes:
+    elif info.st_size > max_bytes and not tail:
         refusal = (
             f"{what} {path}: is {_size(info.st_size)}, over the {_size(max_bytes)} this reader takes; "
             "name a smaller file"
@@ -76,12 +83,13 @@ def read_user_bytes(
         raise UnreadableFile(refusal)
     with os.fdopen(fd, "rb") as handle:
         try:
+            handle.seek(max(0, info.st_size - max_bytes) if tail else 0)
             data = handle.read(max_bytes + 1)
         except OSError as exc:
             raise UnreadableFile(f"{what} {path}: cannot be read ({exc.strerror or exc})") from None
-    if len(data) > max_bytes:  # grew while being read
+    if len(data) > max_bytes and not tail:  # grew while being read
         raise UnreadableFile(f"{what} {path}: is over the {_size(max_bytes)} this reader takes; name a smaller file")
-    return data
+    return data[:max_bytes]
 
 
 def read_user_text(
@@ -95,6 +103,13 @@ def read_user_text(
         raise UnreadableFile(
             f"{what} {path}: is not UTF-8 text (byte {exc.start} is 0x{data[exc.start]:02x}); save it as UTF-8"
         ) from None
+
+
+def read_log_tail(path: Path | None, *, what: str = "server log", max_bytes: int = LOG_TAIL) -> str:
+    """A log's last ``max_bytes`` as text ("" for no path; undecodable bytes replaced): the guarded reader's, so a FIFO
+    is refused, not waited on, and /dev/zero read no further than the cap."""
+    data = b"" if path is None else read_user_bytes(path, what=what, max_bytes=max_bytes, tail=True)
+    return data.decode("utf-8", errors="replace")
 
 
 def json_depth_problem(text: str, max_depth: int = MAX_JSON_DEPTH) -> str | None:

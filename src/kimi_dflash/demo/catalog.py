@@ -20,6 +20,7 @@ class DemoChoice:
     recommended_num_speculative_tokens: int = 4
     max_num_speculative_tokens: int = 15
     speculative_method: str = "dflash"  # the drafter's kind (SPECULATIVE_METHOD)
+    same_target_as: str = ""  # another choice whose target this one fabricates too (a shoot-out may compare them)
 
 
 CHOICES: dict[str, DemoChoice] = {
@@ -41,6 +42,7 @@ CHOICES: dict[str, DemoChoice] = {
             "the second drafter kind (configs/demo-cpu-eagle3.env)",
             recommended_num_speculative_tokens=3,
             speculative_method="eagle3",
+            same_target_as="kimi",
         ),
         DemoChoice(
             "kimi-cuda",

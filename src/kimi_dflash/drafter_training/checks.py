@@ -28,6 +28,9 @@ def server_problem(base_url: str, model: str | None, api_key: str | None = None)
     """None when the server answers /v1/models and serves `model` (any model when None)."""
     try:
         reply = http.request(base_url.rstrip("/") + "/v1/models", api_key=api_key, timeout_s=10.0)
+        if reply.status in (401, 403):  # it answers: the key is at fault, not the server
+            key = "a wrong API key" if api_key else "no API key"
+            return f"{base_url} answered HTTP {reply.status} to {key}: set OPENAI_API_KEY to the target's API_KEY"
         if reply.status != 200:
             raise OSError(f"answered HTTP {reply.status}")
         models = [str(entry.get("id")) for entry in reply.json().get("data") or []]

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from kimi_dflash.core.options import declare, option, run
+from kimi_dflash.core.options import MAX_TOKENS, declare, http_url, option, run
 from kimi_dflash.drafter_training import pipeline
 from kimi_dflash.drafter_training.architecture import ArchitectureError
 from kimi_dflash.drafter_training.pipeline import SPECFORGE_VERSION, Pipeline, PipelineError, Step
@@ -69,15 +69,15 @@ class TrainDrafterOptions:
     perfectblend_dir: Path = option("PerfectBlend as downloaded (hf download mlabonne/open-perfectblend --repo-type "
         "dataset --local-dir DIR)", default=Path("/data/open-perfectblend"))  # fmt: skip
     prompt_limit: int | None = option("use at most this many prompts", minimum=1)
-    base_url: str | None = option("the target's OpenAI server (default http://127.0.0.1:8262)")
+    base_url: str | None = option("the target's OpenAI server (default http://127.0.0.1:8262)", parse=http_url)
     served_model: str | None = option("model name the server must serve")
-    max_tokens: int | None = option("reply length cap for regen", minimum=1)
-    concurrency: int | None = option("regen requests in flight", minimum=1)
+    max_tokens: int | None = option("reply length cap for regen", minimum=1, maximum=MAX_TOKENS)
+    concurrency: int | None = option("regen requests in flight (at most one per prompt)", minimum=1, maximum=4096)
     epochs: int | None = option(minimum=1)
     learning_rate: float | None = option(above=0)
     max_length: int | None = option("training sequence length (production 3072)", minimum=1)
-    gpus: int | None = option("GPUs SpecForge trains on (production 8)")
-    stop_after_steps: int | None = option("demo trainer: stop (checkpointed) after N steps")
+    gpus: int | None = option("GPUs SpecForge trains on (production 8)", minimum=1)
+    stop_after_steps: int | None = option("demo trainer: stop (checkpointed) after N steps", minimum=1)
     export_dir: Path | None = option("where the drafter is written (default <work>/export/drafter; "
         "production-fp8kv-matched.env serves /models/Kimi-K2.6-DFlash)")  # fmt: skip
     specforge_python: str = option("interpreter SpecForge's venv is made from (python3.11)", default="python3.11")

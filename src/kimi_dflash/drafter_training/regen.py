@@ -242,7 +242,7 @@ async def regenerate(
     )
     try:
         async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-            await asyncio.gather(*(worker(session) for _ in range(max(1, settings.concurrency))))
+            await asyncio.gather(*(worker(session) for _ in range(min(settings.concurrency, len(todo)))))
     except (asyncio.CancelledError, KeyboardInterrupt):
         summary.interrupted = True
         raise

@@ -4,6 +4,7 @@ logs."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import subprocess
 import sys
@@ -12,9 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_dflash.bench.result import load_result
+from kimi_dflash.core.atomic_write import check_target
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.formatting import number
-from kimi_dflash.core.options import declare, option, run
+from kimi_dflash.core.options import declare, http_url, option, run
+from kimi_dflash.core.user_files import read_log_tail
 from kimi_dflash.documents import Document, Model
 
 # The comparison itself is the shared engine (payload/validate.py runs on it too); this tool adds KV capacity
@@ -148,19 +151,10 @@ def benchmark_line(name: str, result: BenchSummary) -> str:
     return f"benchmark {name:<5}     {result.status}: {result.detail}"
 
 
-def _read_log(path: Path | None) -> int | None:
-    if path is None:
-        return None
-    try:
-        return kv_capacity_from_log(path.read_text(encoding="utf-8", errors="replace"))
-    except OSError as error:
-        raise ServerError(f"cannot read server log {path}: {error.strerror}") from None
-
-
 @dataclass(kw_only=True)
 class ValidateFp8Options:
-    bf16_url: str = option("server with BF16 KV (the reference)", required=True)
-    fp8_url: str = option("server with FP8 KV", required=True)
+    bf16_url: str = option("server with BF16 KV (the reference)", required=True, parse=http_url)
+    fp8_url: str = option("server with FP8 KV", required=True, parse=http_url)
     bf16_log: Path | None = option("BF16 server log (for KV capacity)")
     fp8_log: Path | None = option("FP8 server log (for KV capacity)")
     prompts: int = option("agreement prompts, from the shipped set (24)", default=24)
@@ -190,44 +184,58 @@ add_cli_args = declare(
 def main(args: ValidateFp8Options) -> int:
     api_key = api_key_from_env()
     urls = (args.bf16_url, args.fp8_url)
-    try:
+    try:  # what can be refused is, before the servers are asked for anything
+        capacity = (
+            kv_capacity_from_log(read_log_tail(args.bf16_log)),
+            kv_capacity_from_log(read_log_tail(args.fp8_log)),
+        )
+        if args.json:
+            check_target(args.json, "--json ")
         prompts = load_calibration_prompts()[: max(1, args.prompts)]
         bf16, fp8 = engine.served(urls, (None, None), api_key)
-        outputs = asyncio.run(
-            engine.generate_both(
-                bf16, fp8, prompts, max_tokens=args.max_tokens, concurrency=args.concurrency, api_key=api_key
-            )
-        )
+        generate = functools.partial(engine.generate_both, bf16, fp8, concurrency=args.concurrency, api_key=api_key)
+        outputs = asyncio.run(generate(prompts, max_tokens=args.max_tokens))
         pairs = engine.compare_outputs(outputs, bf16, fp8)
         agreement = engine.summarize_agreement(pairs)
 
         math = MathSummary(accuracy_bf16=0.0, accuracy_fp8=0.0, rows=[])
         if not args.no_math:
             problems, questions = engine.math_questions()
-            answers = asyncio.run(engine.generate_both(bf16, fp8, questions, max_tokens=args.math_max_tokens,
-                                                concurrency=args.concurrency, api_key=api_key))  # fmt: skip
+            answers = asyncio.run(generate(questions, max_tokens=args.math_max_tokens))
             score = engine.score_math(problems, answers)
             rows = [MathRowDoc(id=r.id, answer=r.answer, bf16=r.reference, fp8=r.candidate) for r in score.rows]
             math = MathSummary(accuracy_bf16=score.accuracy_reference, accuracy_fp8=score.accuracy_candidate, rows=rows)
-        capacity = (_read_log(args.bf16_log), _read_log(args.fp8_log))
         bench = None
         if args.bench_concurrency:
-            bench_dir = args.bench_dir or Path("results")
-            bench = {name: run_benchmark(url, args.bench_concurrency, f"validate-fp8-{name}",
-                                         bench_dir / f"validate-fp8-{name}.json", args.bench_arg)
-                     for name, url in zip(("bf16", "fp8"), urls)}  # fmt: skip
+            sessions, extra, directory = args.bench_concurrency, args.bench_arg, args.bench_dir or Path("results")
+            labels = {name: (url, f"validate-fp8-{name}") for name, url in zip(("bf16", "fp8"), urls)}
+            bench = {
+                n: run_benchmark(u, sessions, lab, directory / f"{lab}.json", extra) for n, (u, lab) in labels.items()
+            }
     except (ServerError, UserError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 3
 
     thresholds = Thresholds(max_math_drop_points=float("inf") if args.no_math else args.max_math_drop)
     status, reasons = verdict_lines(agreement, math.accuracy_bf16, math.accuracy_fp8, capacity, thresholds)
-    report = Fp8Report(servers={"bf16": urls[0], "fp8": urls[1]}, models=[bf16.model, fp8.model], pairs=pairs,
-                       agreement=agreement, math=math, kv_capacity_tokens={"bf16": capacity[0], "fp8": capacity[1]},
-                       benchmark=bench, verdict=status, reasons=reasons)  # fmt: skip
+    report = Fp8Report(
+        servers={"bf16": urls[0], "fp8": urls[1]},
+        models=[bf16.model, fp8.model],
+        pairs=pairs,
+        agreement=agreement,
+        math=math,
+        kv_capacity_tokens={"bf16": capacity[0], "fp8": capacity[1]},
+        benchmark=bench,
+        verdict=status,
+        reasons=reasons,
+    )
     print("\n".join(report_lines(report, args.max_tokens, math_run=not args.no_math)))
-    if args.json:
-        report.save(args.json)
+    try:
+        if args.json:
+            report.save(args.json)
+    except OSError as error:
+        print(f"error: cannot write --json {args.json}: {error.strerror or error}", file=sys.stderr)
+        return 3
     return {"PASS": 0, "WARN": 1, "FAIL": 2}[status]
 
 

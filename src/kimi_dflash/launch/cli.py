@@ -115,9 +115,9 @@ def stop_command(config: Config, config_argument: str, environ: dict[str, str] |
     """With the config keys this run took from the environment (the port names the pid file) and the cache
     override, shell-quoted; never a secret key."""
     environ = dict(os.environ) if environ is None else environ
-    kept = [key.name for key in KEYS if config.sources.get(key.name) == "environment" and not key.secret]
-    kept += [CACHE_ENV] if environ.get(CACHE_ENV) else []
-    assignments = [f"{name}={shlex.quote(environ[name])}" for name in kept if name in environ]
+    kept = {key.name: key.shown for key in KEYS if config.sources.get(key.name) == "environment" and not key.secret}
+    kept |= {CACHE_ENV: str} if environ.get(CACHE_ENV) else {}
+    assignments = [f"{name}={shlex.quote(shown(environ[name]))}" for name, shown in kept.items() if name in environ]
     return " ".join([*assignments, "./serve.sh", shlex.quote(config_argument), "--stop"])
 
 

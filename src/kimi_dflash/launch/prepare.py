@@ -4,6 +4,7 @@ the plan for this machine. Shared by every server start (serve.sh, the lab's sta
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -90,4 +91,5 @@ def local_plan(config: Config) -> LaunchPlan:
         cache_dir=str(cache_root()),
         cpu_preload=cpu_preload(config),
         flashinfer=serving_python_has_flashinfer(config),
+        environ=os.environ,
     )

@@ -10,6 +10,7 @@ import os
 import stat
 from pathlib import Path
 
+from kimi_dflash.core.atomic_write import owner_name
 from kimi_dflash.core.envvars import CACHE as CACHE_ENV
 
 PRIVATE_DIR_MODE = 0o700
@@ -20,15 +21,6 @@ _OTHERS_ANY = 0o077
 
 class UnsafeLocation(RuntimeError):
     """A directory or file of the launcher's that another user could control; the message says how to fix it."""
-
-
-def _owner(uid: int) -> str:
-    try:
-        import pwd
-
-        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
-    except (ImportError, KeyError):
-        return f"uid {uid}"
 
 
 def private_dir(path: Path, *, follow_symlinks: bool = True) -> Path:
@@ -48,7 +40,7 @@ def private_dir(path: Path, *, follow_symlinks: bool = True) -> Path:
         raise UnsafeLocation(f"{path} is not a directory; remove it, or point {CACHE_ENV} elsewhere")
     if info.st_uid != os.geteuid():
         raise UnsafeLocation(
-            f"{path} belongs to {_owner(info.st_uid)}, not to you ({_owner(os.geteuid())}): files the launcher "
+            f"{path} belongs to {owner_name(info.st_uid)}, not to you ({owner_name(os.geteuid())}): files the launcher "
             f"keeps there could be replaced by its owner. Point {CACHE_ENV} at a directory of your own, or have "
             f"it removed"
         )
@@ -77,9 +69,7 @@ def open_private(path: Path, flags: int) -> int:
         if not stat.S_ISREG(info.st_mode):
             raise UnsafeLocation(f"{path} is not a regular file; remove it (rm {path}): the launcher creates it")
         if info.st_uid != os.geteuid():
-            raise UnsafeLocation(
-                f"{path} belongs to {_owner(info.st_uid)}, not to you; remove it (rm {path}): the launcher creates it"
-            )
+            raise UnsafeLocation(f"{path} belongs to {owner_name(info.st_uid)}, not to you; remove it (rm {path})")
         if info.st_mode & _OTHERS_ANY:
             os.fchmod(fd, PRIVATE_FILE_MODE)  # e.g. a lock made 0644 by an older serve.sh: others could flock it
     except BaseException:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_dflash.core.errors import UserError
+from kimi_dflash.core.user_files import MiB, read_log_tail
 from kimi_dflash.documents import Document
 
 LOG_TAIL_LINES = 40
@@ -66,8 +67,8 @@ def free_port() -> int:
 
 def tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
     try:
-        return path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
-    except OSError:
+        return read_log_tail(path, max_bytes=MiB).splitlines()[-lines:]
+    except UserError:
         return []
 
 

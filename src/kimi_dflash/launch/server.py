@@ -27,23 +27,14 @@ PROGRESS_INTERVAL_S = 10.0
 MAX_RECORD_BYTES = 4096  # a record is ~130 bytes; anything larger is not one
 
 
-def not_ready(plan: LaunchPlan, api_key: str | None) -> str | None:
-    """None when /health answers 200 and a one-token completion succeeds (the engine really serves)."""
+def _answer(plan: LaunchPlan, path: str, **request: object) -> str | None:
+    """None when ``path`` answers 200; else what it did."""
     try:
-        health = http.request(f"{plan.base_url}/health", api_key=api_key, timeout_s=5)
-        if health.status != 200:
-            return f"/health answered {health.status}"
-        completion = http.request(
-            f"{plan.base_url}/v1/completions",
-            body={"model": plan.served_model_name, "prompt": "Hello", "max_tokens": 1, "temperature": 0},
-            api_key=api_key,
-            timeout_s=120,
-        )
+        reply = http.request(f"{plan.base_url}{path}", **request)  # type: ignore[arg-type]
     except OSError as exc:
         return f"not answering yet ({getattr(exc, 'reason', exc)})"
-    if completion.status != 200:
-        return f"/v1/completions answered {completion.status}: {completion.body[:200].decode(errors='replace')}"
-    return None
+    shown = reply.body[:200].decode(errors="replace")
+    return None if reply.status == 200 else f"{path} answered {reply.status}: {shown}"
 
 
 def tail(path: Path, lines: int = 40, start: int = 0) -> str:
@@ -184,7 +175,7 @@ def wait_until_ready(
 ) -> bool:
     """Poll until ready, the process dies (log tail shown) or the timeout passes. ``log_start``: where this start's
     output begins in the appended log. With ``token``, ready also means every socket listening on the port is held
-    by a process carrying it (another server answering there is not this start's)."""
+    by a process carrying it (another server answering there is not this start's), and only then is the key sent."""
     started = time.monotonic()
     next_progress = started + PROGRESS_INTERVAL_S
     while True:
@@ -196,7 +187,7 @@ def wait_until_ready(
                 f"{tail(log_path, start=log_start)}"
             )
             return False
-        detail = not_ready(plan, api_key)
+        detail = _answer(plan, "/health", timeout_s=5)  # without the key: whoever answers may not be ours
         other = ownership.others_listening(plan.port, token) if detail is None and token is not None else None
         if other is not None:
             say(
@@ -205,6 +196,9 @@ def wait_until_ready(
                 f"what listens there (ss -ltnp 'sport = :{plan.port}' names it)."
             )
             return False
+        if detail is None:  # every listener is this start's: the key may go, with a one-token completion
+            body = {"model": plan.served_model_name, "prompt": "Hello", "max_tokens": 1, "temperature": 0}
+            detail = _answer(plan, "/v1/completions", body=body, api_key=api_key, timeout_s=120)
         if detail is None:
             say(f"serve: ready after {elapsed:.1f} s at {plan.base_url} (model {plan.served_model_name})")
             return True

@@ -5,48 +5,39 @@ step fails, files already replaced are put back from memory: the tree ends as it
 from __future__ import annotations
 
 import errno
-import fcntl
 import hashlib
 import os
-import tempfile
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from kimi_dflash.core.atomic_write import write_beside
+from kimi_dflash.core.dir_lock import directory_lock
+from kimi_dflash.core.errors import UserError
+from kimi_dflash.core.paths import cache_root
 from kimi_dflash.patcher.model import NotWritable, PatcherError
 
 _READ_ONLY_ERRNOS = {errno.EROFS, errno.EACCES, errno.EPERM}
 
 
 def lock_path(root: Path) -> Path:
-    # Outside the tree on purpose: a revert must leave the tree byte-identical, with no lock file.
+    """In this user's cache, never in the tree (a revert leaves it byte-identical) nor in the shared temp directory
+    (anyone could plant the predictable name there, or hold a lock they can open)."""
     digest = hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:16]
-    return Path(tempfile.gettempdir()) / f"kimi-dflash-patcher-{digest}.lock"
+    return cache_root() / "run" / f"patcher-{digest}.lock"
 
 
 @contextmanager
 def patcher_lock(root: Path) -> Iterator[None]:
-    """Exclusive, non-blocking lock per vLLM tree; released when the process exits, even on a crash."""
+    """Exclusive, non-blocking lock per vLLM tree (core.dir_lock); released when the process exits, even on a crash."""
     path = lock_path(root)
-    busy = PatcherError(f"another patcher is working on {root} (lock {path} is held); wait for it to finish")
-    with open(path, "a+") as handle:
+    with ExitStack() as held:
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise busy from None
-        try:
-            # The holder before us removes the file on release; a lock on that old file is void.
-            if os.stat(path).st_ino != os.fstat(handle.fileno()).st_ino:
-                raise busy
-        except FileNotFoundError:
-            raise busy from None
-        try:
-            yield
-        finally:
-            # Remove while still holding the lock, so no lock files pile up in the temp dir.
-            path.unlink(missing_ok=True)
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            held.enter_context(directory_lock(path.parent, path.name, what="patcher"))
+        except (UserError, OSError) as problem:
+            raise PatcherError(f"cannot patch {root}: {problem}") from None
+        yield
 
 
 def _not_writable(root: Path, path: Path, exc: OSError) -> NotWritable:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_dflash.core.checks import exit_code, render
-from kimi_dflash.core.options import declare, fields_of, option
+from kimi_dflash.core.options import PORT, declare, fields_of, option
 from kimi_dflash.preflight.request import DEFAULT_MIN_SHM_BYTES, GIB, Device, PreflightRequest
 from kimi_dflash.preflight.run import run_preflight
 from kimi_dflash.preflight.runtime_probe import interpreter_for_command
@@ -61,7 +61,7 @@ class PreflightOptions:
     draft_repo_hint: str | None = option("its Hugging Face repo id (for the download fix)", flag="--draft-repo",
         metavar="REPO")  # fmt: skip
     host: str = option("address the server will bind (default %(default)s)", default="127.0.0.1")
-    port: int = option("port the server will bind (default %(default)s)", default=8262)
+    port: int = option("port the server will bind (default %(default)s)", default=8262, **PORT)
     feature: list[str] = option("a vLLM feature the plan needs (repeatable); grammar below", repeatable=True,
         metavar="NAME", parse=_feature)  # fmt: skip
     fix_numa: bool = option("as root, set kernel.numa_balancing=0 if it is on")

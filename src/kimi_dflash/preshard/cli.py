@@ -215,7 +215,7 @@ def _save_in_child(config: Config, source: Path, staging: Path, tp: int, max_siz
     from kimi_dflash.launch.prepare import cpu_preload
     from kimi_dflash.plan import vllm_env
 
-    env = {**os.environ, **vllm_env(config, str(cache_root()), cpu_preload(config))}
+    env = {**os.environ, **vllm_env(config, str(cache_root()), cpu_preload(config), environ=os.environ)}
     env.pop("VLLM_API_KEY", None)
     request = {
         "model": str(source),

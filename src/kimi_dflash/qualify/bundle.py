@@ -1,5 +1,5 @@
-"""What leaves the box: OUT/results/ and OUT.tar.gz, exactly the files the run wrote (the state's manifest), each
-opened without following a symlink at any level under OUT."""
+"""What leaves the box: OUT/results/ and OUT.tar.gz (0600, its files too: as private as OUT), exactly the files the
+run wrote (the state's manifest), each opened without following a symlink at any level under OUT."""
 
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def archive(out: Path, files: Iterable[str]) -> tuple[Path, list[str]]:
     refused = []
     with (
         _descriptor(str(out), NO_FOLLOW | os.O_DIRECTORY) as root_fd,
-        replacing(final) as partial,
+        replacing(final, mode=0o600) as partial,
         tarfile.open(partial, "w:gz") as tar,
     ):
         for name in sorted(set(files)):
@@ -96,5 +96,7 @@ def archive(out: Path, files: Iterable[str]) -> tuple[Path, list[str]]:
                 refused.append(f"{name} ({opened})")
             elif opened is not None:
                 with os.fdopen(opened, "rb") as handle:
-                    tar.addfile(tar.gettarinfo(arcname=f"{out.name}/{name}", fileobj=handle), handle)
+                    member = tar.gettarinfo(arcname=f"{out.name}/{name}", fileobj=handle)
+                    member.mode = 0o600  # unpacked, it stays as private as OUT
+                    tar.addfile(member, handle)
     return final, refused

@@ -4,6 +4,7 @@ is a thin wrapper; the front door registers ``add_cli_args`` / ``main`` as a ver
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import sys
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, ClassVar
 from kimi_dflash.config.shipped import resolve_config_argument
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.options import comma_list, declare, option, run
+from kimi_dflash.core.user_files import file_kind, read_user_bytes
 from kimi_dflash.launch.serve_sh import SERVE_COMMAND, ServerLeftRunning
 from kimi_dflash.qualify import bundle, report
 from kimi_dflash.qualify.graphs import GraphCandidate, graph_candidate
@@ -102,10 +104,10 @@ class QualifyOptions:
 add_cli_args = declare(QualifyOptions, DESCRIPTION, EPILOG)
 
 
-def _config_values(path: Path) -> tuple[dict[str, str], dict[str, str]]:
-    """(values as strings, API_KEY left out; the config keys taken from the environment)."""
+def _config_values(path: Path) -> tuple[dict[str, str], dict[str, str], str | None]:
+    """(values as strings, API_KEY left out; the config keys taken from the environment; API_KEY, never stored)."""
     from kimi_dflash.config.problems import ConfigError
-    from kimi_dflash.config.schema import KEYS_BY_NAME
+    from kimi_dflash.config.schema import KEYS_BY_NAME, shown_values
     from kimi_dflash.config.validate import load_config
 
     try:
@@ -113,8 +115,13 @@ def _config_values(path: Path) -> tuple[dict[str, str], dict[str, str]]:
     except ConfigError as error:
         raise UserError(f"{path}: " + "; ".join(p.render() for p in error.problems)) from None
     values = {k: "" if v is None else str(v) for k, v in config.values.items() if k != "API_KEY"}
-    overrides = {k: os.environ[k] for k in KEYS_BY_NAME if k in os.environ and k != "API_KEY"}
-    return values, overrides
+    overrides = shown_values({k: os.environ[k] for k in KEYS_BY_NAME if k in os.environ and k != "API_KEY"})
+    return values, overrides, config.values.get("API_KEY")
+
+
+def _digest(path: Path) -> str:
+    """A config file's identity for --resume: its text's SHA-256, never the text (API_KEY may be in it)."""
+    return hashlib.sha256(read_user_bytes(path, what="config file")).hexdigest()
 
 
 def _installed_source() -> VllmSource | None:
@@ -194,25 +201,27 @@ def _projection(args: QualifyOptions) -> tuple[float, ...]:
         raise UserError(f"--project-acceptance {args.project_acceptance!r}: {exc}") from None
 
 
-def _config_file(given: str) -> Path:
+def _config_file(given: str, hint: str = "") -> Path:
     config = resolve_config_argument(given)
+    if config.exists() and not config.is_file():
+        raise UserError(f"{given}: is {file_kind(config.stat().st_mode)}, not a config file.")
     if not config.is_file():
-        raise UserError(f"{given}: no such config file (nor a shipped config of that name).")
+        raise UserError(f"{given}: no such config file (nor a shipped config of that name){hint}.")
     return config
 
 
-def _shootout(args: QualifyOptions, values: dict[str, str], per_request: PerRequest, budget: float | None
-              ) -> QualifyPlan:  # fmt: skip
+def _shootout(
+    args: QualifyOptions, values: dict[str, str], key: str | None, per_request: PerRequest, budget: float | None
+) -> QualifyPlan:
     from kimi_dflash.qualify.shootout import CandidateConfig, build_shootout
 
     if args.candidate_env or args.project_acceptance:
-        raise UserError("--candidate-env and --project-acceptance concern one candidate: in a shoot-out put the keys "
-                        "in the candidate's config, or qualify that config alone.")  # fmt: skip
+        raise UserError("--candidate-env and --project-acceptance concern one candidate: qualify that config alone.")
     configs = []
     for given in args.candidates:
-        path = _config_file(given)
-        candidate_values = _config_values(path)[0]
-        configs.append(CandidateConfig(given, path.resolve(), candidate_values, _verify_k_limit(candidate_values)))
+        path = _config_file(given, " (--candidates splits its list at commas: a file name cannot hold one)")
+        theirs, _, their_key = _config_values(path)
+        configs.append(CandidateConfig(given, path.resolve(), theirs, _verify_k_limit(theirs), their_key == key))
     return build_shootout(values, configs, budget, args.slo, per_request)
 
 
@@ -220,11 +229,11 @@ def _context(args: QualifyOptions) -> tuple[Context, QualifyPlan]:
     config = _config_file(args.config)
     if args.serve_sh is not None and not args.serve_sh.is_file():
         raise UserError(f"{args.serve_sh}: no such file")
-    values, overrides = _config_values(config)
+    values, overrides, key = _config_values(config)
     per_request = per_request_setting(values, overrides, _per_request_flag())
     budget = parse_duration(args.budget) if args.budget else None
     if args.candidates:
-        plan = _shootout(args, values, per_request, budget)
+        plan = _shootout(args, values, key, per_request, budget)
     else:
         graphs = _graph_candidate(config, values, box_for(values.get("DEVICE", "rocm")).kind, not args.no_graphs)
         plan = build_plan(values, budget, args.slo, per_request, _verify_k_limit(values), _projection(args), graphs)
@@ -245,13 +254,17 @@ def _context(args: QualifyOptions) -> tuple[Context, QualifyPlan]:
 
 def main(args: QualifyOptions) -> int:
     ctx, plan = _context(args)  # a UserError here or below exits EXIT_INFRA (USAGE_EXIT, through options.run)
+    planned = {name: getattr(plan, name) for name in ("k_values", "sessions", "bench_args", "server_env", "projection")}
+    candidates = {c.path: _digest(Path(c.path)) for c in plan.candidates}
     signature = QualifySignature(
-        config=str(ctx.config), config_text=ctx.config.read_text(encoding="utf-8"), overrides=ctx.overrides,
-        candidate_env=list(ctx.candidate_env), k_values=list(plan.k_values), sessions=list(plan.sessions),
-        bench_args=list(plan.bench_args), server_env=list(plan.server_env), projection=list(plan.projection),
-        graphs=list(plan.graph_overrides),
-        candidates={c.path: Path(c.path).read_text(encoding="utf-8") for c in plan.candidates},
-    )  # fmt: skip
+        config=str(ctx.config),
+        config_sha256=_digest(ctx.config),
+        overrides=ctx.overrides,
+        candidate_env=ctx.candidate_env,
+        graphs=plan.graph_overrides,
+        candidates=candidates,
+        **planned,
+    )
     fresh = QualifyState(signature=signature, plan=plan).at(ctx.out)
     fresh.refuse_foreign_out()
     if args.dry_run:

@@ -13,10 +13,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from kimi_dflash.config.schema import shown_values
 from kimi_dflash.documents import Document, Json, Model
-
-REDACTED = "<redacted>"
-SECRET_KEYS = ("API_KEY", "VLLM_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 
 # Each tool with the query that names the accelerators and the driver/runtime (the first line of output is kept
 # whole; the JSON forms are parsed where possible).
@@ -61,10 +59,6 @@ class Environment(Document):
     config: ConfigUsed
     launch_plan: LaunchPlanUsed | None
     qualify_plan: Json
-
-
-def redact(values: Mapping[str, str]) -> dict[str, str]:
-    return {k: (REDACTED if k.upper() in SECRET_KEYS and v not in (None, "") else v) for k, v in values.items()}
 
 
 def _run(command: list[str], timeout: float = 20.0) -> str | None:
@@ -130,6 +124,6 @@ def capture(config_path: str, values: Mapping[str, str], overrides: Mapping[str,
             launch_plan: LaunchPlanUsed | None, python: str = sys.executable) -> Environment:  # fmt: skip
     host = Host(hostname=socket.gethostname(), platform=platform.platform(), python=sys.version.split()[0],
                 cpu=_cpu_model(), cpu_count=os.cpu_count(), memory_gib=_memory_gib())  # fmt: skip
-    config = ConfigUsed(path=config_path, values=redact(values), overrides=redact(overrides))
+    config = ConfigUsed(path=config_path, values=shown_values(values), overrides=shown_values(overrides))
     return Environment(host=host, accelerators=accelerators(), numa_balancing=numa_balancing(), config=config,
                        versions=package_versions(python), launch_plan=launch_plan, qualify_plan=plan)  # fmt: skip

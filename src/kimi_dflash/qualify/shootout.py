@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import re
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_dflash.bench.goodput import describe, parse_slo
 from kimi_dflash.core.errors import UserError
+from kimi_dflash.core.redaction import spelled_option
+from kimi_dflash.demo.catalog import CHOICES
 from kimi_dflash.qualify import measures
 from kimi_dflash.qualify.documents import Advisor, RankRow, Shootout
 from kimi_dflash.qualify.lossless import LosslessVerdict
@@ -30,6 +34,11 @@ from kimi_dflash.qualify.steps import MODEL_KEYS
 
 CANDIDATE_STEPS = ("candidate", "grid", "acceptance", "per_request", "goodput", "advisor")
 UNBOUNDED = 1e9  # a candidate's own plan is never trimmed alone: the shoot-out trims across candidates
+NAME = re.compile(r"[A-Za-z0-9._-]+")  # a candidate's directory in OUT/candidates/
+# What makes a config serve another model, or serve it elsewhere: a candidate must have the reference's.
+TARGET_KEYS = ("DEVICE", "MODEL_DIR", "MODEL_REPO", "PRESHARD_DIR", "DTYPE", "HOST")
+_MODEL_OPTIONS = ("--model", "--tokenizer", "--tokenizer-mode", "--tokenizer-revision", "--revision", "--code-revision")
+TARGET_OPTIONS = (*_MODEL_OPTIONS, "--hf-overrides", "--hf-config-path", "--quantization", "--dtype", "--load-format")
 
 
 @dataclass(frozen=True)
@@ -38,24 +47,61 @@ class CandidateConfig:
     path: Path
     values: Mapping[str, str]
     k_limit: tuple[int, str] | None = None  # the AITER MLA verify cap on the serving vLLM (qualify/cli.py)
+    same_key: bool = True  # its API_KEY is the reference's (the key itself is never kept)
 
     @property
     def name(self) -> str:
-        return self.path.name.removesuffix(".env")
+        """The file name as given (a symlink's target may be named anything), without .env."""
+        return Path(self.config).name.removesuffix(".env")
 
 
-def build_shootout(values: Mapping[str, str], configs: Sequence[CandidateConfig], budget_s: float | None = None,
-                   slo: str | None = None, per_request: PerRequest | None = None) -> QualifyPlan:  # fmt: skip
+def target(values: Mapping[str, str]) -> dict[str, str]:
+    """What decides the model a config serves and where: TARGET_KEYS, the demo's target model, and the
+    TARGET_OPTIONS in EXTRA_VLLM_ARGS (any spelling vLLM takes)."""
+    found = {key: values.get(key) or "(unset)" for key in TARGET_KEYS}
+    demo = values.get("FABRICATE_DEMO_MODELS") or "none"
+    found["the demo's target"] = CHOICES[demo].same_target_as or demo if demo in CHOICES else demo
+    args = shlex.split(values.get("EXTRA_VLLM_ARGS") or "")
+    for index, arg in enumerate(args):
+        option = spelled_option(arg, TARGET_OPTIONS)
+        if option:
+            found[f"{option} in EXTRA_VLLM_ARGS"] = arg.partition("=")[2] or " ".join(args[index + 1 : index + 2])
+    return found
+
+
+def _refuse_other_targets(values: Mapping[str, str], configs: Sequence[CandidateConfig]) -> None:
+    ours, names = target(values), [c.name.lower() for c in configs]
+    for c in configs:
+        theirs, where = target(c.values), f"--candidates {c.config}"
+        key = next((k for k in {**ours, **theirs} if ours.get(k) != theirs.get(k)), None)
+        if not NAME.fullmatch(c.name) or c.name in (".", ".."):
+            why = f"its name {c.name!r} (the file name without .env) is its directory in OUT/candidates/"
+            raise UserError(f"{where}: {why}: use letters, digits, '.', '_', '-' (not '.' or '..'); rename the file.")
+        if names.count(c.name.lower()) > 1:
+            raise UserError(f"--candidates: two candidates are named {c.name} (case aside); give each file its name.")
+        if key is not None:
+            raise UserError(
+                f"{where}: {key}={theirs.get(key, '(unset)')} but the reference's is {ours.get(key, '(unset)')}"
+                "; a shoot-out compares drafters of one target served on one box. Give it the reference's."
+            )
+        if not c.same_key:
+            raise UserError(
+                f"{where}: its API_KEY is not the reference's; the run's clients send one key to every "
+                "server. Give it the reference's API_KEY."
+            )
+
+
+def build_shootout(
+    values: Mapping[str, str],
+    configs: Sequence[CandidateConfig],
+    budget_s: float | None = None,
+    slo: str | None = None,
+    per_request: PerRequest | None = None,
+) -> QualifyPlan:
     """Every candidate is measured at the levels every config's MAX_NUM_SEQS allows. The budget trims the
     candidates' extra k (largest first), then the lowest levels; never a candidate."""
-    device = values.get("DEVICE", "rocm")
-    box, names = box_for(device), [c.name for c in configs]
-    for c in configs:
-        if names.count(c.name) > 1:
-            raise UserError(f"--candidates: two candidates are named {c.name}; give each config its own file name.")
-        if c.values.get("DEVICE", "rocm") != device:
-            raise UserError(f"--candidates {c.config}: DEVICE={c.values.get('DEVICE', 'rocm')} but the reference's is "
-                            f"{device}; a shoot-out compares drafters on one box.")  # fmt: skip
+    _refuse_other_targets(values, configs)
+    box = box_for(values.get("DEVICE", "rocm"))
     slo_text, per_request = check_slo(slo, box), per_request or PerRequest(False, "not probed")
     seqs = min(int(v.get("MAX_NUM_SEQS") or max(box.sessions_levels)) for v in (values, *(c.values for c in configs)))
     sessions, trimmed = _sessions_for(box, seqs), []
@@ -63,8 +109,9 @@ def build_shootout(values: Mapping[str, str], configs: Sequence[CandidateConfig]
 
     def own_plan(c: CandidateConfig, extra_k: Sequence[int] | None) -> QualifyPlan:
         try:
-            plan = build_plan(c.values, UNBOUNDED, slo, per_request, c.k_limit, extra_k=extra_k,
-                              sessions_levels=sessions)  # fmt: skip
+            plan = build_plan(
+                c.values, UNBOUNDED, slo, per_request, c.k_limit, extra_k=extra_k, sessions_levels=sessions
+            )
         except UserError as exc:
             raise UserError(f"--candidates {c.config}: {exc}") from None
         return dataclasses.replace(plan, budget_s=budget)
@@ -73,21 +120,22 @@ def build_shootout(values: Mapping[str, str], configs: Sequence[CandidateConfig]
     fp8 = str(values.get("KV_CACHE_DTYPE", "auto")).startswith("fp8")
 
     def make() -> QualifyPlan:
-        candidates = tuple(Candidate(c.name, c.config, str(c.path), _same_target(values, c.values),
-                                     own_plan(c, extras[c.name])) for c in configs)  # fmt: skip
+        candidates = tuple(
+            Candidate(c.name, c.config, str(c.path), _same_target(values, c.values), own_plan(c, extras[c.name]))
+            for c in configs
+        )
         base = {s.name: s for s in _steps(box, 0, fp8, (0,), sessions, slo_text, per_request)}
         preflight = base["preflight"]
-        preflight = dataclasses.replace(preflight, estimate_s=box.preflight_s * (1 + len(configs)),
-                                        title=f"{preflight.title}: the reference and each candidate")  # fmt: skip
-        steps = (base["environment"], preflight, base["reference"], base["fp8"],
-                 *(dataclasses.replace(s, name=f"{c.name}/{s.name}") for c in candidates for s in c.plan.steps
-                   if s.name in CANDIDATE_STEPS),
-                 Step("ranking", "rank the candidates by goodput and tok/s at the matched concurrency", 1.0),
-                 base["report"])  # fmt: skip
+        title = f"{preflight.title}: the reference and each candidate"
+        preflight = dataclasses.replace(preflight, estimate_s=box.preflight_s * (1 + len(configs)), title=title)
+        own = [(c, s) for c in candidates for s in c.plan.steps if s.name in CANDIDATE_STEPS]
+        renamed = (dataclasses.replace(s, name=f"{c.name}/{s.name}") for c, s in own)
+        ranking = Step("ranking", "rank the candidates by goodput and tok/s at the matched concurrency", 1.0)
+        steps = (base["environment"], preflight, base["reference"], base["fp8"], *renamed, ranking, base["report"])
         excluded = tuple(f"{c.name}: {e}" for c in candidates for e in c.plan.excluded)
-        return QualifyPlan(box, budget, 0, fp8, (0,), tuple(sessions), bench_args(box, slo_text),
-                           steps, tuple(trimmed), slo_text, per_request.server_env, excluded,
-                           method=values.get("SPECULATIVE_METHOD", "none"), candidates=candidates)  # fmt: skip
+        head = (box, budget, 0, fp8, (0,), tuple(sessions), bench_args(box, slo_text), steps, tuple(trimmed), slo_text)
+        method = values.get("SPECULATIVE_METHOD", "none")
+        return QualifyPlan(*head, per_request.server_env, excluded, method=method, candidates=candidates)
 
     def drop_largest_extra_k() -> str | None:
         largest = max(((k, name) for name, ks in extras.items() for k in ks), default=None)

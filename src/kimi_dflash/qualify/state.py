@@ -15,7 +15,7 @@ class QualifySignature(Model):
     """What a run qualifies: a resume with anything else would mix two runs."""
 
     config: str = ""
-    config_text: str = ""
+    config_sha256: str = ""  # the config file's text is not kept: it may hold API_KEY
     overrides: dict[str, str] = {}
     candidate_env: list[tuple[str, str]] = []
     k_values: list[int] = []
@@ -24,7 +24,7 @@ class QualifySignature(Model):
     server_env: list[tuple[str, str]] = []
     projection: list[float] = []
     graphs: list[tuple[str, str]] = []
-    candidates: dict[str, str] = {}  # a shoot-out's candidate configs: path -> text
+    candidates: dict[str, str] = {}  # a shoot-out's candidate configs: path -> SHA-256 of the text
 
 
 class QualifyState(RunState):

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from kimi_dflash.bench.result import BenchmarkResult
 from kimi_dflash.core.atomic_write import write_text_atomic
+from kimi_dflash.core.redaction import MASK
+from kimi_dflash.core.user_files import read_log_tail
 from kimi_dflash.documents import Document
 from kimi_dflash.qualify import lossless
 from kimi_dflash.qualify.documents import Acceptance, AcceptanceRow, Advisor, Goodput, Graphs, PerRequest, Projection
@@ -110,7 +112,7 @@ def _launch_plan(ctx: Context) -> LaunchPlanUsed:
         plan = local_plan(config)
     except (ConfigError, OSError) as exc:
         return LaunchPlanUsed(error=str(exc))
-    env = {k: ("<redacted>" if k in plan.secret_env else v) for k, v in sorted(plan.env.items())}
+    env = {k: (MASK if k in plan.secret_env else v) for k, v in sorted(plan.env.items())}
     return LaunchPlanUsed(argv=redact_argv(list(plan.argv)), env=env)
 
 
@@ -251,9 +253,7 @@ def fp8_step(ctx: Context) -> Outcome:
     ]
     math_bf16, math_fp8 = lossless.math_accuracy(bf16_math, GreedyOutputs.load(math_path))
     fp8_log = points_state.server_log(ctx.grid_dir, ctx.point(0))
-    bf16_kv, fp8_kv = (
-        kv_capacity_from_log(p.read_text(errors="replace")) if p.is_file() else None for p in (log, fp8_log)
-    )
+    bf16_kv, fp8_kv = (kv_capacity_from_log(read_log_tail(p if p.is_file() else None)) for p in (log, fp8_log))
     status, reasons = verdict_lines(summarize_agreement(pairs), math_bf16, math_fp8, (bf16_kv, fp8_kv), Thresholds())
     ctx.write(ctx.out / "fp8.json", Fp8Summary(verdict=status, reasons=reasons, math_bf16=math_bf16, math_fp8=math_fp8,
                                                kv_capacity_bf16=bf16_kv, kv_capacity_fp8=fp8_kv))  # fmt: skip
@@ -285,7 +285,7 @@ def graphs_step(ctx: Context) -> Outcome:
     hook = None if identity_path.is_file() else _against_reference(ctx, own_path, identity_path, True, "token identity")
     errors = _serve(ctx, plan, point, hook)
     log = points_state.server_log(plan.out, point)
-    mode = graph_mode_from_log(log.read_text(encoding="utf-8", errors="replace") if log.is_file() else "")
+    mode = graph_mode_from_log(read_log_tail(log if log.is_file() else None))
     result = points_state.finished_result(plan.out, point)
     identity = LosslessVerdict.load_or_none(identity_path)
     document = Graphs(overrides=list(ctx.plan.graph_overrides), cudagraph_mode=mode.mode, downgraded=mode.downgraded,

@@ -40,6 +40,9 @@ INTRODUCED_IN: dict[str, Arrival] = {
     "speculative_config.kv_cache_dtype": Arrival(
         "0.26.0", "0.25.1", "the drafter's KV dtype separate from the target's"
     ),
+    "speculative_config.num_speculative_tokens_per_batch_size": Arrival(
+        "0.24.0", "0.23.0", "PR #32374: the speculative depth by batch size"
+    ),
     "cli:--per-request-spec-decode-metrics": Arrival(
         "0.29.0", "0.28.0", "metrics.speculative_decoding on each response"
     ),

@@ -15,6 +15,7 @@ from typing import Annotated, ClassVar, Literal, TypeVar
 from pydantic import AfterValidator, JsonValue, PrivateAttr, field_validator, model_validator
 
 from kimi_dflash.bench.report import utc_now
+from kimi_dflash.core.atomic_write import owner_name, refuse_foreign_link
 from kimi_dflash.core.dir_lock import directory_lock
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.user_files import MiB
@@ -70,6 +71,7 @@ class RunState(Document):
     LOCK: ClassVar[str]  # held by the run using the directory (core.dir_lock); never archived
     RUN: ClassVar[str]  # the kind of run, in messages
     MAX_BYTES = 4 * MiB  # a real state is a few KiB
+    MODE = 0o600  # in a directory of this user's alone (opened): nothing of a run is for other users
 
     signature: Model  # what the run measures: a rerun must match it (each user narrows the type)
     runs: list[Invocation] = []
@@ -132,8 +134,9 @@ class RunState(Document):
         state, resumed = self, self.recorded()
         if resumed:
             if not resume:
-                raise UserError(f"{self._out} already holds a {self.RUN}; pass --resume to finish it, or use another "
-                                "--out.")  # fmt: skip
+                raise UserError(
+                    f"{self._out} already holds a {self.RUN}; pass --resume to finish it, or use another --out."
+                )
             recorded = self.read()
             mine, theirs = self.signature.model_dump(mode="json"), recorded.signature.model_dump(mode="json")
             if mine != theirs:
@@ -144,7 +147,6 @@ class RunState(Document):
                 )
             state = self.model_copy(update={"steps": recorded.steps, "runs": recorded.runs, "files": recorded.files})
         state.runs.append(Invocation(started_at=utc_now(), resumed="true" if resumed else "false"))
-        self._out.mkdir(parents=True, exist_ok=True)
         state.save()
         return state
 
@@ -154,8 +156,14 @@ class RunState(Document):
 
     @contextmanager
     def opened(self: S, resume: bool = True) -> Iterator[S]:
-        """The directory created, locked for the block (one run per directory), and the state opened in it."""
-        self._out.mkdir(parents=True, exist_ok=True)
+        """The directory made this user's alone (0700), locked for the block (one run each), the state opened in it."""
+        refuse_foreign_link(self._out, "--out ")
+        self._out.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if (owner := self._out.stat().st_uid) != os.geteuid():
+            raise UserError(
+                f"--out {self._out}: belongs to {owner_name(owner)}, who could read or replace it; use yours."
+            )
+        self._out.chmod(0o700)
         with directory_lock(self._out, self.LOCK, what=self.RUN):
             yield self.open(resume)
 
@@ -164,8 +172,7 @@ class RunState(Document):
         a non-empty directory without this kind's state file (opening it then checks it is the same run)."""
         out = self._out
         if out.is_symlink():
-            raise UserError(f"--out {out}: is a symbolic link; a {self.RUN} never writes through one. Name a new "
-                            "directory.")  # fmt: skip
+            raise UserError(f"--out {out}: is a symbolic link, never written through; name a new directory.")
         if not out.exists():
             return
         if not out.is_dir():
@@ -176,8 +183,10 @@ class RunState(Document):
             raise UserError(f"--out {out}: cannot be listed ({exc.strerror or exc}); name another directory.") from None
         if entries and self.FILE not in entries:
             shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
-            raise UserError(f"--out {out}: is a non-empty directory that holds no {self.RUN} ({shown}); the run would "
-                            "write there. Name a new or empty directory.")  # fmt: skip
+            raise UserError(
+                f"--out {out}: is a non-empty directory that holds no {self.RUN} ({shown}); the run would "
+                "write there. Name a new or empty directory."
+            )
 
     def statuses(self) -> dict[str, str]:
         """Each recorded unit's status (for a dry run); an unreadable state is said, not fatal."""

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from kimi_dflash.bench.report import write_atomic
 from kimi_dflash.bench.result import ServerConfig, load_result
+from kimi_dflash.config.schema import shown_values
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.launch.serve_sh import RECORD_FILE, SERVE_COMMAND, ServeSh, tail
 from kimi_dflash.runs.orchestrator import Outcome, Say, Tally, Unit, run_units
@@ -111,8 +112,8 @@ def _benchmark(plan: PointPlan, point: Point, env: dict[str, str], port: int, sa
         if result is not None and result.run.status_detail:
             detail = f"{detail}: {result.run.status_detail}"
         return _failed(plan, point, "benchmark", detail, tail(bench_log))
-    server_config = ServerConfig(config=plan.config_as_given or plan.config.name, overrides=dict(point.overrides),
-                                 values=_config_values(plan.config, env))  # fmt: skip
+    config, overrides = plan.config_as_given or plan.config.name, shown_values(dict(point.overrides))
+    server_config = ServerConfig(config=config, overrides=overrides, values=_config_values(plan.config, env))
     path = state.result_path(plan.out, point)
     write_atomic(path, dataclasses.replace(result, server_config=server_config))
     partial.unlink(missing_ok=True)
@@ -124,7 +125,7 @@ def _config_values(config_path: Path, env: dict[str, str]) -> dict[str, str]:
     from kimi_dflash.config.validate import load_config
 
     config = load_config(config_path, environ={**os.environ, **env})
-    return {k: "" if v is None else str(v) for k, v in config.values.items() if k not in ("API_KEY", "PORT")}
+    return {k: v for k, v in shown_values(config.values).items() if k not in ("API_KEY", "PORT")}
 
 
 def point_units(plan: PointPlan, on_ready: OnReady | None = None) -> list[Unit]:

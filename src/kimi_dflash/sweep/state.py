@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import JsonValue, model_validator
 
 from kimi_dflash.bench.result import BenchmarkResult, load_result
+from kimi_dflash.config.schema import shown_values
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.documents import Document, Model
 from kimi_dflash.launch.serve_sh import RECORD_FILE as RUNNING_FILE
@@ -82,7 +83,7 @@ def _complete(path: Path) -> BenchmarkResult | None:
 
 def finished_result(out: Path, point: Point) -> BenchmarkResult | None:
     result = _complete(result_path(out, point))
-    return result if result and result.server_config.overrides == dict(point.overrides) else None  # type: ignore[union-attr]
+    return result if result and result.server_config.overrides == shown_values(dict(point.overrides)) else None  # type: ignore[union-attr]
 
 
 def read_failures(out: Path) -> list[Failure]:

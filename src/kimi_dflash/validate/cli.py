@@ -13,11 +13,13 @@ import asyncio
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import ClassVar
 
 from kimi_dflash.bench.report import write_atomic
+from kimi_dflash.core.atomic_write import check_target
 from kimi_dflash.core.errors import UserError
-from kimi_dflash.core.options import declare, option
+from kimi_dflash.core.options import declare, http_url, option
 from kimi_dflash.validate import engine
 from kimi_dflash.validate.client import ServerError, api_key_from_env
 from kimi_dflash.validate.prompts import load_calibration_prompts
@@ -84,8 +86,8 @@ def report_lines(reference: engine.Server, candidate: engine.Server, agreement: 
 class ValidateOptions:
     ABBREVIATIONS: ClassVar[bool] = False
 
-    reference: str = option("the reference server (autoregressive)", required=True, metavar="URL")
-    candidate: str = option("the server under test", required=True, metavar="URL")
+    reference: str = option("the reference server (autoregressive)", required=True, metavar="URL", parse=http_url)
+    candidate: str = option("the server under test", required=True, metavar="URL", parse=http_url)
     model_ref: str | None = option("reference model name (default: its /v1/models entry)", metavar="NAME")
     model_cand: str | None = option("candidate model name (default: its /v1/models entry)", metavar="NAME")
     prompts: int = option("agreement prompts from the shipped set (16)", default=16)
@@ -97,7 +99,7 @@ class ValidateOptions:
     allow_divergence: bool = option("the candidate is not meant to be identical (FP8 KV, another dtype): divergence "
         "is a WARN, a math drop above --max-math-drop a FAIL")  # fmt: skip
     max_math_drop: float = option("math exact-match points the candidate may lose (0)", default=0.0)
-    json: str | None = option("also write every per-prompt comparison here", metavar="FILE")
+    json: Path | None = option("also write every per-prompt comparison here", metavar="FILE")
     probe_timeout: float = option(
         "seconds a server may take to list its models, else it is unreachable (30)", default=30.0, metavar="SECONDS"
     )
@@ -133,8 +135,10 @@ async def _collect(args: ValidateOptions, reference: engine.Server, candidate: e
 def main(args: ValidateOptions) -> int:
     api_key = api_key_from_env()
     try:
+        if args.json:  # said before the servers are asked for anything
+            check_target(args.json, "--json ")
         reference, candidate = engine.served(
-            [args.reference, args.candidate], [args.model_ref, args.model_cand], api_key, args.probe_timeout
+            [args.reference, args.candidate], [args.model_ref, args.model_cand], api_key, timeout_s=args.probe_timeout
         )
         pairs, divergence, math = asyncio.run(_collect(args, reference, candidate, api_key))
     except (ServerError, UserError) as error:
@@ -142,16 +146,25 @@ def main(args: ValidateOptions) -> int:
         return EXIT_ERROR
     agreement = engine.summarize_agreement(pairs)
     same = reference == candidate
-    status, reasons = verdict(agreement, math, allow_divergence=args.allow_divergence,
-                              max_math_drop=args.max_math_drop, same_server=same)  # fmt: skip
+    status, reasons = verdict(
+        agreement, math, allow_divergence=args.allow_divergence, max_math_drop=args.max_math_drop, same_server=same
+    )
     print("\n".join(report_lines(reference, candidate, agreement, args.max_tokens, divergence, math, status, reasons)))
-    if args.json:
-        write_atomic(args.json, {
-            "reference": asdict(reference), "candidate": asdict(candidate), "verdict": status, "reasons": reasons,
-            "agreement": asdict(agreement), "pairs": [asdict(p) for p in pairs],
-            "first_divergence": divergence.model_dump(mode="json") if divergence else None,
-            "math": None if math is None else {"accuracy_reference": math.accuracy_reference,
-                                               "accuracy_candidate": math.accuracy_candidate,
-                                               "rows": [asdict(r) for r in math.rows]},
-        })  # fmt: skip
+    scores = math and {"accuracy_reference": math.accuracy_reference, "accuracy_candidate": math.accuracy_candidate}
+    document = {
+        "reference": asdict(reference),
+        "candidate": asdict(candidate),
+        "verdict": status,
+        "reasons": reasons,
+        "agreement": asdict(agreement),
+        "pairs": [asdict(p) for p in pairs],
+        "first_divergence": divergence.model_dump(mode="json") if divergence else None,
+        "math": math and {**scores, **asdict(math)},
+    }
+    try:
+        if args.json:
+            write_atomic(args.json, document)
+    except OSError as error:
+        print(f"error: cannot write --json {args.json}: {error.strerror or error}", file=sys.stderr)
+        return EXIT_ERROR
     return EXIT[status]

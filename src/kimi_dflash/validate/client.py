@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 
 from kimi_dflash.bench.settings import normalize_base_url
-from kimi_dflash.core.redaction import redact_url
+from kimi_dflash.core.redaction import redact_urls
 
 API_KEY_ENV = "OPENAI_API_KEY"
 
@@ -21,7 +21,7 @@ class ServerError(RuntimeError):
     """Unreachable or an error answer; the message never shows a URL's credentials."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(redact_url(message))
+        super().__init__(redact_urls(message))
 
 
 # A server that answers JSON of another shape.

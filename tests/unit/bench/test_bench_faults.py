@@ -15,6 +15,7 @@ import pytest
 
 from bench_helpers import BENCH_SCRIPT, run_benchmark, synthetic_stats
 from kimi_dflash.bench.result import load_result
+from kimi_dflash.core import options
 from synthetic_server import running
 
 FAST = ["--ttft-ms", "20", "--chunk-interval-ms", "5"]
@@ -160,6 +161,20 @@ def test_bad_arguments_name_the_problem(tmp_path: Path, args: list[str], message
         proc = bench("http://127.0.0.1:9", tmp_path / "x.json", *args, timeout=60)
     assert proc.returncode == 2
     assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--max-tokens", "99999999999999999999"], "--max-tokens must be <= 1048576"),
+        (["--warmup", "100000000"], "--warmup must be <= 10000"),  # its requests were drawn at once
+        (["--shared-prefix-tokens", "2000000000"], "--shared-prefix-tokens must be <= 1048576"),  # built whole
+    ],
+)
+def test_sizes_a_typo_could_make_huge_are_bounded(args: list[str], message: str, capsys) -> None:
+    with pytest.raises(SystemExit) as exited:
+        options.parse("kimi_dflash.bench.cli", args, prog="bench")
+    assert exited.value.code == 2 and message in capsys.readouterr().err
 
 
 def test_unknown_model_is_refused(tmp_path: Path) -> None:

@@ -157,3 +157,17 @@ def test_a_link_planted_at_the_backup_during_the_run_is_replaced_not_followed(
     assert victim.read_text() == "precious\n"
     assert not backup.is_symlink() and load_result(backup).run.label == "old"
     assert stat.S_IMODE(backup.stat().st_mode) == 0o600
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="planting another user's link needs root")
+def test_an_output_under_another_users_symlinked_directory_is_refused_before_measuring(tmp_path: Path) -> None:
+    """Issue 31 S6: only the last component was checked; a directory link planted by another user in a sticky
+    directory steered root's result (and its .partial, .previous) into a root-only directory."""
+    private = tmp_path / "root-only"
+    private.mkdir(mode=0o700)
+    (tmp_path / "shared").mkdir()
+    link = _plant(tmp_path / "shared", "results", private)
+    proc = _bench("http://127.0.0.1:9", link / "result.json", "--sessions", "1")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"--output {link / 'result.json'}: goes through {link}, a symbolic link owned by nobody" in proc.stderr
+    assert list(private.iterdir()) == []

@@ -1,4 +1,4 @@
-"""core/http.py, the one small blocking client for non-hot paths, against a local stdlib server: JSON both ways, the
+"""core/http.py, the one small blocking client for non-hot paths, against local stdlib servers: JSON both ways, the
 bearer key as a header, error statuses returned (not raised), refused connections raised as OSError, and a read cap
 for servers that ignore a Range header."""
 
@@ -29,6 +29,12 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path == "/big":
             self._send(200, b"x" * 100_000)  # ignores any Range header, as some servers do
             return
+        if self.path.startswith("/redirect?to="):  # another server, or this one
+            self.send_response(302)
+            self.send_header("Location", self.path.partition("=")[2])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if self.path == "/missing":
             self._send(404, b'{"error": "no such thing"}')
             return
@@ -41,13 +47,16 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, json.dumps(echoed).encode())
 
 
-@pytest.fixture(scope="module")
-def base_url() -> Iterator[str]:
+def _serve() -> Iterator[str]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
+
+
+base_url = pytest.fixture(scope="module")(_serve)
+other_url = pytest.fixture(scope="module")(_serve)
 
 
 def test_get_sends_the_key_as_a_bearer_header_and_reads_json(base_url: str) -> None:
@@ -74,3 +83,11 @@ def test_an_error_status_comes_back_and_a_refused_connection_raises_oserror(base
 def test_max_bytes_caps_what_is_read(base_url: str) -> None:
     assert len(http.request(f"{base_url}/big", max_bytes=10).body) == 10
     assert len(http.request(f"{base_url}/big").body) == 100_000
+
+
+def test_the_key_follows_a_redirect_to_its_own_origin_only(base_url: str, other_url: str) -> None:
+    # urllib copied Authorization to wherever a redirect pointed: another port on loopback got the key.
+    elsewhere = http.request(f"{base_url}/redirect?to={other_url}/seen", api_key="k-123")
+    assert elsewhere.status == 200 and elsewhere.json()["authorization"] is None
+    home = http.request(f"{base_url}/redirect?to={base_url}/seen", api_key="k-123")
+    assert home.status == 200 and home.json()["authorization"] == "Bearer k-123"

@@ -92,6 +92,8 @@ def test_help_shows_the_declaration(capsys: pytest.CaptureFixture[str]) -> None:
     [
         (["--max-tokens", "0"], "--max-tokens must be >= 1, got '0'"),
         (["--max-tokens", "many"], "--max-tokens must be an integer, got 'many'"),
+        # an integer that declares no maximum has one: 2**31 - 1 (vllm-router's OverflowError; lists built of it)
+        (["--max-tokens", "99999999999999999999"], "--max-tokens must be <= 2147483647, got '99999999999999999999'"),
         (["--rate", "0"], "--rate must be > 0, got '0'"),
         (["--rate", "101"], "--rate must be <= 100, got '101'"),
         (["--rate", "nan"], "--rate must be a finite number, got 'nan'"),
@@ -119,6 +121,10 @@ def test_a_secret_is_never_echoed_and_never_abbreviated(capsys: pytest.CaptureFi
     err = capsys.readouterr().err
     assert exited.value.code == 2 and "unrecognized arguments: --api ***" in err  # --api is not taken for --api-key
     assert "sk-very-secret" not in err and "user:pw" not in err
+    with pytest.raises(SystemExit):  # a repeated one: the first value was shown
+        options.parse(_verb(Strict), ["--api", "sk-first-secret", "--api", "sk-second", "//u:p w@h"], prog="verb")
+    err = capsys.readouterr().err
+    assert "unrecognized arguments" in err and "sk-first" not in err and "sk-second" not in err and "p w" not in err
     assert options.parse(_verb(Strict), ["--api-key", "k"], prog="verb").api_key == "k"
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from importlib import resources
 from pathlib import Path
 
@@ -284,9 +285,27 @@ def test_regen_sends_the_api_key_of_the_environment_to_a_keyed_server(
         url = f"http://127.0.0.1:{server.server_address[1]}"
         pipeline = Pipeline(TrainDrafterOptions(demo=True, base_url=url, served_model="m", work_dir=tmp_path))
         monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-        with pytest.raises(PipelineError, match="401"):
+        with pytest.raises(PipelineError, match="401 to no API key: set OPENAI_API_KEY") as refused:
+            pipeline.check_regen()
+        assert "start the target" not in str(refused.value)  # it said so: the target was running, the key missing
+        monkeypatch.setenv("OPENAI_API_KEY", "k-12")
+        with pytest.raises(PipelineError, match="401 to a wrong API key"):
             pipeline.check_regen()
         monkeypatch.setenv("OPENAI_API_KEY", "k-123")
         pipeline.check_regen()
     finally:
         server.shutdown()
+
+
+def test_regen_concurrency_is_bounded_by_the_option_and_by_the_prompts(tmp_path: Path) -> None:
+    # --concurrency 99999999999999999999 built its workers until memory ran out; so did a large one with few prompts.
+    refused = run_script("--concurrency", "99999999999999999999", "--dry-run")
+    assert refused.returncode == 2 and "--concurrency must be <= 4096" in refused.stderr
+    probe = (
+        "import asyncio, resource, sys; resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30)); "
+        "from kimi_dflash.drafter_training.regen import RegenSettings, regenerate; "
+        "settings = RegenSettings(base_url='http://127.0.0.1:9', model='m', max_tokens=8, concurrency=10**8); "
+        "print(asyncio.run(regenerate([], sys.argv[1], settings)).total)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0 and done.stdout.strip().endswith("0"), done.stderr

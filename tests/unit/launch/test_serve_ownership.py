@@ -13,6 +13,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -202,9 +203,12 @@ def test_parse_record_accepts_only_what_start_writes() -> None:
 
 
 class _Impostor(http.server.BaseHTTPRequestHandler):
-    """Another server on the port: answers /health and a completion as vLLM would."""
+    """Another server on the port: answers /health and a completion as vLLM would, and keeps any key it is sent."""
+
+    keys: ClassVar[list[str]] = []
 
     def _answer(self) -> None:
+        self.keys.extend(self.headers.get_all("Authorization") or [])
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         body = b'{"choices": [{"text": "x"}]}'
         self.send_response(200)
@@ -237,10 +241,12 @@ def _processes_for_port(port: int) -> list[int]:
 
 
 def test_wait_is_not_ready_when_another_server_answers_on_the_port(tmp_path: Path, impostor: int) -> None:
-    # It said "ready after 0.0 s" (exit 0) with --skip-preflight: the impostor answered the readiness probe.
-    result = run_serve(str(tiny_cpu_config(tmp_path)), "--wait", "--skip-preflight",
-                       env={"PORT": str(impostor), "KIMI_DFLASH_CACHE": str(tmp_path / "cache")})  # fmt: skip
+    # It said "ready after 0.0 s" (exit 0) with --skip-preflight: the impostor answered the readiness probe. And the
+    # probe sent the API key to whatever answered, before it knew whose the listener was.
+    env = {"PORT": str(impostor), "KIMI_DFLASH_CACHE": str(tmp_path / "cache"), "API_KEY": "sk-probe-0123456789"}
+    result = run_serve(str(tiny_cpu_config(tmp_path)), "--wait", "--skip-preflight", env=env)
     assert result.returncode == 1, result.stderr
+    assert _Impostor.keys == []
     assert f"port {impostor} is answered by another server (pid {os.getpid()})" in result.stderr
     assert "ready after" not in result.stderr and "Traceback" not in result.stderr
     assert _processes_for_port(impostor) == []  # what was started has been stopped

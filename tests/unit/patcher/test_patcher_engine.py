@@ -9,8 +9,10 @@ import hashlib
 import importlib.util
 import os
 import shutil
+import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -251,7 +253,31 @@ def test_lock_is_held_across_processes(tmp_path):
     finally:
         holder.kill()
         holder.wait()
-        txn.lock_path(root).unlink(missing_ok=True)  # a killed holder cannot clean up
+
+
+def test_the_lock_is_core_dir_lock_in_the_users_cache_never_the_shared_temp_dir(tmp_path: Path) -> None:
+    """Issue 31 S8 (a regression): the lock went back to a predictable name in /tmp, opened following symlinks,
+    0644, so another user could plant it or hold it. It is this user's (0600, in their cache); a lock file another
+    user planted there (nobody's, as root here), or a symlink there, is refused and never written through."""
+    root = make_tree(tmp_path)
+    lock = txn.lock_path(root)
+    assert not lock.is_relative_to(tempfile.gettempdir()) and lock.parent.name == "run"
+    engine.apply_pending(root, registry=REGISTRY)
+    assert stat.S_IMODE(lock.stat().st_mode) == 0o600 and lock.stat().st_uid == os.geteuid()
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    for plant in ("symlink", "another user's file"):
+        lock.unlink()
+        if plant == "symlink":
+            lock.symlink_to(victim)
+        else:
+            lock.touch(mode=0o666)
+            os.chown(lock, 65534, 65534)
+        with pytest.raises(PatcherError, match="the lock file is"):
+            engine.revert_applied(root, registry=REGISTRY)
+        assert victim.read_text() == "precious\n"
+    lock.unlink()
+    engine.revert_applied(root, registry=REGISTRY)
 
 
 def test_read_only_tree_names_the_alternatives(tmp_path, monkeypatch):
@@ -261,7 +287,7 @@ def test_read_only_tree_names_the_alternatives(tmp_path, monkeypatch):
     def read_only(*args, **kwargs):
         raise OSError(30, "Read-only file system")  # EROFS, what a read-only image gives
 
-    monkeypatch.setattr(txn.tempfile, "mkstemp", read_only)
+    monkeypatch.setattr(tempfile, "mkstemp", read_only)
     with pytest.raises(NotWritable) as info:
         engine.apply_pending(root, registry=REGISTRY)
     message = str(info.value)

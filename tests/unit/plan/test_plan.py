@@ -167,7 +167,7 @@ def test_api_key_goes_through_environment_and_is_redacted() -> None:
     plan = plan_for("production.env", {"API_KEY": "sk-topsecret"})
     assert "sk-topsecret" not in " ".join(plan.argv)
     assert plan.env["VLLM_API_KEY"] == "sk-topsecret"
-    assert "sk-topsecret" not in plan.render() and "VLLM_API_KEY=<redacted>" in plan.render()
+    assert "sk-topsecret" not in plan.render() and "VLLM_API_KEY=***" in plan.render()
 
 
 def test_extra_args_are_split_like_a_shell() -> None:
@@ -222,6 +222,15 @@ def test_cuda_plans_keep_the_drivers_jit_cache_under_the_project_cache(name: str
     env = plan_for(name).env
     assert env["CUDA_CACHE_PATH"] == "/cache/cuda-jit"
     assert env["CUDA_CACHE_MAXSIZE"] == str(4 << 30)
+
+
+def test_a_users_cuda_cache_path_is_kept() -> None:
+    # The plan set its own over the user's, silently: the serve's JIT cache went elsewhere than the user said.
+    config = load_config(CONFIGS_DIR / "h200.env", environ={})
+    user = {"CUDA_CACHE_PATH": "/fast/jit", "CUDA_CACHE_MAXSIZE": "1024"}
+    assert build_plan(config, "/usr/bin/python3", "/cache", environ=user).env.items() >= user.items()
+    dry = run_serve(str(CONFIGS_DIR / "h200.env"), "--dry-run", env={"CUDA_CACHE_PATH": "/fast/jit"})
+    assert dry.returncode == 0 and "CUDA_CACHE_PATH=/fast/jit" in dry.stdout, dry.stderr
 
 
 @pytest.mark.parametrize("name", ["production.env", "demo-cpu.env"])

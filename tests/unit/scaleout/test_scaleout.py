@@ -43,12 +43,38 @@ def test_router_argv_lists_every_replica_with_health_checks_on_health() -> None:
 
 
 @pytest.mark.parametrize(
-    "url, problem", [("n1:8262", "not an http"), ("http://n1:8262/v1", "has a path"), ("ftp://n1", "not an http")]
+    "url, problem",
+    [
+        ("n1:8262", "not an http"),
+        ("http://n1:8262/v1", "has a path"),
+        ("ftp://n1", "not an http"),
+        ("http://n1:70000", "port must be a number 1-65535"),  # was passed on to vllm-router
+        ("http://n1:0", "port must be a number 1-65535"),
+        ("http://user:sk-pw-123@n1:8262", "carries credentials"),  # was printed and put on vllm-router's argv
+    ],
 )
 def test_replica_urls_are_checked(url: str, problem: str) -> None:
-    with pytest.raises(ValueError, match=problem):
+    with pytest.raises(ValueError, match=problem) as refused:
         normalise_replica(url)
+    assert "sk-pw" not in str(refused.value)
     assert normalise_replica("http://n1:8262/") == "http://n1:8262"
+
+
+@pytest.mark.parametrize(
+    "args, problem",
+    [
+        (["--breaker-failures", "-1"], "--breaker-failures must be >= 1"),
+        (["--breaker-failures", "0"], "--breaker-failures must be >= 1"),  # was taken silently
+        (["--health-failures", "0"], "--health-failures must be >= 1"),
+        (["--health-interval", "0"], "--health-interval must be >= 1"),
+        (["--port", "70000"], "--port must be <= 65535"),
+        (["--port", "0"], "--port must be >= 1"),
+        (["--health-interval", str(2**32)], "--health-interval must be <= 2147483647"),  # vllm-router: OverflowError
+    ],
+)
+def test_router_refuses_numbers_out_of_range(args: list[str], problem: str) -> None:
+    refused = launcher("--replica", "http://n1:8262", *args, "--dry-run")
+    assert refused.returncode == 2 and problem in refused.stderr and "Traceback" not in refused.stderr
 
 
 def test_router_launcher_help_and_dry_run() -> None:

@@ -109,7 +109,7 @@ def test_a_dir_that_cannot_be_written_gets_a_message_and_exit_1_not_a_traceback(
 ) -> None:
     from kimi_dflash import documents
 
-    def full(path: Path, document: object) -> None:
+    def full(path: Path, document: object, **kwargs: object) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
     monkeypatch.setattr(documents, "write_json_atomic", full)

@@ -1,10 +1,12 @@
-"""AITER MLA's verify length on padded-head ranks (the rule's `why` below has the facts)."""
+"""AITER MLA on ROCm: the verify length on padded-head ranks, verify lengths that are not a power of 2, and the
+gfx950-only Gluon decode (each rule's `why` below has the facts)."""
 
 from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
 
+from kimi_dflash.rules.catalog.depth_schedule import scheduled_depths
 from kimi_dflash.rules.deployment import Deployment
 from kimi_dflash.rules.model import Fact, Finding, Rule, failed, label, passed, warned
 from kimi_dflash.rules.source import SourceLine, VllmSource
@@ -54,9 +56,14 @@ def _cap_cell(source: VllmSource, _deployment: Deployment) -> str:
     return "none" if cap is None or cap.cap is None else f"qlen {cap.cap} (`{cap.defined_at}`, routing `{cap.used_at}`)"
 
 
+def _on_aiter_mla(deployment: Deployment) -> bool:
+    target = deployment.target
+    return deployment.platform == "rocm" and deployment.aiter_mla and target is not None and target.mla
+
+
 def _check_verify_length(deployment: Deployment, source: VllmSource) -> list[Finding]:
     k, target = deployment.num_speculative_tokens, deployment.target
-    if deployment.platform != "rocm" or not deployment.aiter_mla or k is None or target is None or not target.mla:
+    if not _on_aiter_mla(deployment) or k is None or target is None:
         return []
     cap = aiter_verify_cap(source)
     if cap is None:
@@ -110,6 +117,54 @@ def _check_verify_length(deployment: Deployment, source: VllmSource) -> list[Fin
     ]
 
 
+def _check_power_of_two(deployment: Deployment, source: VllmSource) -> list[Finding]:
+    depths = scheduled_depths(deployment) if _on_aiter_mla(deployment) else ()
+    odd = [k for k in depths if k & (k + 1)]  # 1 + k is a power of 2 exactly when k & (k + 1) == 0
+    if not odd:
+        return [passed(f"verify lengths {[1 + k for k in depths]} are powers of 2")] if depths else []
+    handed = source.line_of("vllm/_aiter_ops.py", "def _rocm_aiter_mla_decode_fwd_impl")
+    lengths = ", ".join(f"{1 + k} (k={k})" for k in odd)
+    return [
+        warned(
+            f"on ROCM_AITER_MLA the verify length 1 + k is not a power of 2 at {lengths}: ROCm/aiter #2720 (open) says "
+            "mla_decode_stage1_asm_fwd then gives every query position the output of position 0 (reported on gfx950 "
+            f"in EAGLE3 verification; gfx942 not reported); {label(source)} hands max_seqlen_qo to aiter unpadded"
+            f"{f' ({handed})' if handed else ''}. If it holds here, the output is not the target's",
+            "confirm with kimi-dflash qualify's token identity at this k; where it differs, ROCM_USE_AITER_MLA=false "
+            "(TRITON_MLA for the target) or k = 1 or 3 only (verify 2 or 4; past 4 meets aiter #5679) in "
+            "NUM_SPECULATIVE_TOKENS and NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE",
+        )
+    ]
+
+
+def gluon_gate(source: VllmSource) -> tuple[SourceLine, bool] | None:
+    """`AiterMLAHelper.use_gluon_decode` (0.27+: single-token decode on a padded-head rank goes to aiter's Gluon
+    kernel) and whether it asks for a gfx950 build first (0.28+); None without a Gluon decode."""
+    helper = source.function(AITER_MLA, "AiterMLAHelper.use_gluon_decode")
+    body = "" if helper is None else ast.unparse(helper)
+    gated = "gfx950" in body or "_gluon_mla_decode_supported" in body
+    return None if helper is None else (SourceLine(AITER_MLA, helper.lineno), gated)
+
+
+def _check_gluon(deployment: Deployment, source: VllmSource) -> list[Finding]:
+    gate = gluon_gate(source) if _on_aiter_mla(deployment) else None
+    heads = deployment.target.attention_heads if deployment.target else None
+    if gate is None:
+        return []
+    if gate[1] or (heads is not None and heads // deployment.tensor_parallel_size >= 16):
+        return [passed(f"the Gluon MLA decode is asked for only where it has a kernel ({gate[0]})")]
+    return [
+        failed(
+            f"{label(source)} sends single-token decode on ranks with fewer than 16 heads (Kimi K2.6 at TP 8: 8) to "
+            f"aiter's Gluon MLA kernel without asking for gfx950 ({gate[0]}); it has a gfx950 build only, so on "
+            "gfx942 (MI300X) the start fails: 'AssertionError: mla_gluon requires gfx950' (vllm #51964; 0.28.0 "
+            "gates it to gfx950)",
+            "use vLLM 0.28.0 or later (or 0.26.0), or ROCM_USE_AITER_MLA=false (TRITON_MLA)",
+            "mla_gluon requires gfx950 (#51964)",
+        )
+    ]
+
+
 RULES = (
     Rule(
         "aiter mla verify length",
@@ -125,5 +180,30 @@ RULES = (
         "selects the backend and never sees a query length",
         upstream=UPSTREAM,
         facts=(Fact("AITER MLA padded persistent verify cap", _cap_cell),),
+    ),
+    Rule(
+        "aiter mla verify power of 2",
+        "every verify length 1 + k on ROCM_AITER_MLA is a power of 2 (NUM_SPECULATIVE_TOKENS and each scheduled k)",
+        "ROCm/aiter #2720 (open): the ASM decode gives every query position position 0's output when max_seqlen_q is "
+        "not a power of 2; production's k = 2 verifies 3. A warning, not a refusal: it was reported on gfx950, the "
+        "recipe measured k = 2 with TRITON_MLA forced, and only token identity on the box (qualify) can judge AITER "
+        "at k = 2 on gfx942; k = 1 and 3 are the AITER depths not known to be wrong (aiter #5679 past 4).",
+        "the plan's k and schedule; where vLLM hands max_seqlen_qo to aiter (_aiter_ops.py)",
+        "kimi-dflash qualify's token identity; ROCM_USE_AITER_MLA=false, or NUM_SPECULATIVE_TOKENS=1 or 3",
+        _check_power_of_two,
+        silent_at_startup="the kernel returns wrong values for some query lengths; nothing fails",
+        upstream=("ROCm/aiter #2720 (open)", "ROCm/aiter #5679"),
+    ),
+    Rule(
+        "aiter mla gluon on gfx942",
+        "AITER MLA's small-head Gluon decode is asked for only where it has a kernel",
+        "0.27.0-0.27.1 send single-token decode on ranks with fewer than 16 heads (Kimi K2.6 at TP 8) to aiter's "
+        "Gluon kernel, built for gfx950 only: Kimi does not start on gfx942 (MI300X). 0.28.0 gates it to gfx950.",
+        "AiterMLAHelper.use_gluon_decode (v1/attention/backends/mla/rocm_aiter_mla.py)",
+        "vLLM >= 0.28.0 (or <= 0.26.0), or ROCM_USE_AITER_MLA=false",
+        _check_gluon,
+        silent_at_startup="the kernel asserts its architecture when first called (warm-up), after config and backend "
+        "selection",
+        upstream=("vllm #51964",),
     ),
 )

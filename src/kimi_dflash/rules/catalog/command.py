@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable
 
+from kimi_dflash.config.schema import KEYS
 from kimi_dflash.rules.deployment import Deployment
 from kimi_dflash.rules.features import FeatureOutcome, introduced, parse_feature, probe_features
 from kimi_dflash.rules.model import Finding, Rule, failed, label, passed, warned
@@ -17,12 +18,8 @@ PARSER_REGISTRIES = {  # option -> (registry, the dict vLLM registers its parser
     "--tool-call-parser": ("tool_parser", "_TOOL_PARSERS_TO_REGISTER"),
     "--reasoning-parser": ("reasoning_parser", "_REASONING_PARSERS_TO_REGISTER"),
 }
-# --speculative-config keys the plan writes from a config key (plan.py), for the fix that names the key.
-SPECULATIVE_KEYS = {
-    "kv_cache_dtype": "DRAFT_KV_CACHE_DTYPE",
-    "attention_backend": "DRAFT_ATTENTION_BACKEND",
-    "draft_tensor_parallel_size": "DRAFT_TENSOR_PARALLEL_SIZE",
-}
+# --speculative-config keys the plan writes from a config key (config/schema.py), for the fix that names the key.
+SPECULATIVE_KEYS = {key.speculative_field: key.name for key in KEYS if key.speculative_field}
 
 
 def registered(source: VllmSource, name: str) -> tuple[str, ...] | None:

@@ -1,15 +1,18 @@
-"""Graph mode with spec decode; all after start-up (the rule's `why` has the facts)."""
+"""Graph mode with spec decode, and breakable CUDA graphs on ROCm; all after start-up (each rule's `why`)."""
 
 from __future__ import annotations
 
+import ast
 import json
 
 from kimi_dflash.rules.deployment import Deployment
-from kimi_dflash.rules.model import Fact, Finding, Rule, failed, passed, warned
+from kimi_dflash.rules.model import Fact, Finding, Rule, failed, label, passed, warned
 from kimi_dflash.rules.source import SourceLine, VllmSource
 
 COMPILATION_CONFIG = "vllm/config/compilation.py"
 MLA_FUSION_PASS = "vllm/compilation/passes/fusion/mla_rope_kvcache_cat_fusion.py"
+VLLM_CONFIG = "vllm/config/vllm.py"
+BREAKABLE = "VLLM_USE_BREAKABLE_CUDAGRAPH"
 
 
 def mla_kv_write_fusion(source: VllmSource) -> SourceLine | None:
@@ -100,6 +103,37 @@ def _check_graphs(deployment: Deployment, source: VllmSource) -> list[Finding]:
     return findings
 
 
+def breakable_architectures(source: VllmSource) -> set[str]:
+    """Architectures vLLM turns breakable graphs on for while VLLM_USE_BREAKABLE_CUDAGRAPH is unset (0.26+; every
+    platform's, a superset of ROCm's): DEFAULT_BREAKABLE_CUDAGRAPH_ARCHITECTURES (0.29+) and the strings of the
+    conditions that test the variable (0.26-0.28 list the architectures there)."""
+    tree = source.tree(VLLM_CONFIG)
+    tests = (
+        [n.test for n in ast.walk(tree) if isinstance(n, ast.If) and BREAKABLE in ast.unparse(n.test)] if tree else []
+    )
+    strings = {n.value for t in tests for n in ast.walk(t) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    return strings | set(source.assigned_strings(VLLM_CONFIG, "DEFAULT_BREAKABLE_CUDAGRAPH_ARCHITECTURES"))
+
+
+def _check_breakable(deployment: Deployment, source: VllmSource) -> list[Finding]:
+    declared = source.line_of("vllm/envs.py", f'"{BREAKABLE}"')
+    if deployment.platform != "rocm" or deployment.command.flag("--enforce-eager") or declared is None:
+        return []
+    value = deployment.env.get(BREAKABLE, "").strip()
+    auto = sorted(set(deployment.target.architectures if deployment.target else ()) & breakable_architectures(source))
+    if value != "1" and (value or not auto):
+        return [passed(f"breakable CUDA graphs stay off ({BREAKABLE} {value or 'unset'}; {declared})")]
+    why = f"{BREAKABLE}=1" if value else f"{label(source)} turns them on for {', '.join(auto)} ({VLLM_CONFIG})"
+    return [
+        warned(
+            f"breakable CUDA graphs on ROCm ({why}): vLLM then turns its torch.compile pipeline off, they regress "
+            "performance on ROCm (vLLM 0.30+'s own reason for keeping them off there), and the Kimi-K3 recipe "
+            f"requires {BREAKABLE}=0 on ROCm",
+            f"set {BREAKABLE}=0 in serve's environment",
+        )
+    ]
+
+
 RULES = (
     Rule(
         "graphs with spec decode",
@@ -114,5 +148,19 @@ RULES = (
         "downgrade is logged, not raised",
         upstream=("vllm #46324", "vllm #49547"),
         facts=(Fact("MLA KV-write fusion pass (bypasses the KV-scale hook)", _fusion_cell),),
+    ),
+    Rule(
+        "breakable graphs on rocm",
+        "breakable CUDA graphs stay off on ROCm when graphs are on",
+        "The Kimi-K3 recipe requires VLLM_USE_BREAKABLE_CUDAGRAPH=0 on ROCm; vLLM 0.30+ keeps them off there by "
+        "default because they regress performance, and switches torch.compile off when they are on. Neither the "
+        "plan nor the image sets it, and no release turns it on for Kimi K2.6's architecture: only an inherited "
+        "environment can.",
+        "VLLM_USE_BREAKABLE_CUDAGRAPH (envs.py), DEFAULT_BREAKABLE_CUDAGRAPH_ARCHITECTURES and "
+        "VllmConfig._maybe_enable_breakable_cudagraph (config/vllm.py)",
+        "VLLM_USE_BREAKABLE_CUDAGRAPH=0",
+        _check_breakable,
+        silent_at_startup="vLLM starts with breakable graphs and logs it; decode is slower",
+        upstream=("vllm-project/recipes Kimi-K3 (AMD)", "vllm-project/recipes #539"),
     ),
 )

