@@ -157,7 +157,7 @@ def agreement(ours: LevelResult, theirs: dict[str, Any]) -> dict[str, float | No
 
 
 def interleaved(
-    load: Load, tokenizer: Path, rounds: int, workdir: Path, log: Callable[[str], None] = print
+    load: Load, tokenizer: Path, rounds: int, workdir: Path, log: Callable[[str], None] = print, prime: int = 0
 ) -> dict[str, Any]:
     """``rounds`` alternating runs of each tool; the verdict compares the means of aggregate tok/s.
 
@@ -165,7 +165,8 @@ def interleaved(
     shapes, and the first measured run must not pay for that.
     """
     theirs_fn = vllm_bench_serve()
-    primed = run_ours(load, workdir / "prime.json", extra=["--seed", "1000"])
+    prime_load = dataclasses.replace(load, requests=prime or load.requests)
+    primed = run_ours(prime_load, workdir / "prime.json", extra=["--seed", "1000"])
     log(f"prime run (discarded): {primed.output_tok_s:.2f} tok/s")
     runs: list[dict[str, Any]] = []
     for i in range(rounds):
@@ -223,7 +224,7 @@ def _start_ours(
 
 
 def concurrent(
-    load: Load, tokenizer: Path, rounds: int, workdir: Path, log: Callable[[str], None] = print
+    load: Load, tokenizer: Path, rounds: int, workdir: Path, log: Callable[[str], None] = print, prime: int = 0
 ) -> dict[str, Any]:
     """``rounds`` runs where both tools load the server at the same time; compares their measured tok/s.
 
@@ -234,7 +235,7 @@ def concurrent(
     """
     theirs_fn = vllm_bench_serve()
     # Priming at the combined concurrency: a CPU vLLM server is slow the first time it meets a batch size.
-    both = dataclasses.replace(load, concurrency=2 * load.concurrency, requests=2 * load.requests)
+    both = dataclasses.replace(load, concurrency=2 * load.concurrency, requests=prime or 2 * load.requests)
     primed = run_ours(both, workdir / "prime.json", extra=["--seed", "1000"])
     log(f"prime run at {both.concurrency} sessions (discarded): {primed.output_tok_s:.2f} tok/s")
     ours_load = dataclasses.replace(load, warmup=0)
@@ -316,6 +317,12 @@ class CrosscheckOptions:
     max_tokens: int = option(default=32)
     warmup: int | None = option("warmup requests per run (default: --concurrency)")
     rounds: int = option(default=2)
+    prime_requests: int = option(
+        "requests of the discarded priming run, a multiple of its sessions (default 0: a round's, at the round's "
+        "concurrency; twice both in concurrent mode)",
+        default=0,
+        minimum=0,
+    )
     mode: str = option("concurrent: both tools at once, same load each (robust on a shared machine); alternate: one "
         "after the other (default %(default)s)", choices=["concurrent", "alternate"], default="concurrent"
     )  # fmt: skip
@@ -336,7 +343,9 @@ def main(args: CrosscheckOptions) -> int:
         load.turns  # noqa: B018 - validates requests vs concurrency
         with tempfile.TemporaryDirectory(prefix="crosscheck-") as tmp:
             runner = concurrent if args.mode == "concurrent" else interleaved
-            report = runner(load, args.tokenizer, args.rounds, Path(tmp), log=lambda m: print(m, flush=True))
+            report = runner(
+                load, args.tokenizer, args.rounds, Path(tmp), lambda m: print(m, flush=True), args.prime_requests
+            )
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
