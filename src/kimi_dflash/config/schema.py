@@ -20,6 +20,20 @@ from kimi_dflash.core.envvars import (
 from kimi_dflash.demo.catalog import CHOICES as DEMO_CHOICES
 from kimi_dflash.demo.catalog import NONE as NO_DEMO
 
+ROPE_ENGINE, ROPE_LEGACY = "engine", "legacy"  # DRAFTER_ROPE_AMPLITUDE's words (rules/rope_amplitude.py)
+
+
+def rope_amplitude_choice(text: str) -> str | float | None:
+    """DRAFTER_ROPE_AMPLITUDE: "engine", "legacy" or a number (0 < amplitude <= 10); None when it is none of them."""
+    if text in (ROPE_ENGINE, ROPE_LEGACY):
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if 0 < value <= 10 else None
+
+
 # Meta key: the file named here (relative to the including file) is loaded first, then this file's keys
 # override it. Not a setting of its own, so it is not in KEYS.
 EXTENDS_KEY = "EXTENDS"
@@ -252,14 +266,20 @@ class ConfigValues:
         maximum=64,
         speculative_field="num_speculative_tokens",
     )
-    drafter_rope_fix: bool = key(
-        True,
+    drafter_rope_amplitude: str = key(
+        "legacy",
         "speculative",
-        "Serve a DFlash drafter with z-lab's Kimi YaRN fields (factor 64, mscale = mscale_all_dim = 1.0, no "
-        "attention_factor) with the RoPE amplitude it was trained with, 1.4159, on a vLLM that gives it 1.0 (0.30 "
-        "and later, read from its source): the launcher serves it from a cached copy whose config.json adds "
-        "rope_scaling.attention_factor (docs/patches.md). Does nothing where vLLM gives 1.4159 already. false: "
-        "serve the drafter as its config.json says.",
+        "The RoPE amplitude to serve a DFlash drafter with whose yarn rope fields vLLM changed in 0.30 (z-lab's Kimi "
+        "drafters: factor 64, mscale = mscale_all_dim = 1.0): legacy = what vLLM up to 0.29 gave it (0.1 ln factor + "
+        "1 = 1.4159, the amplitude every published Kimi DFlash acceptance was measured with); engine = what the "
+        "installed vLLM gives (1.0 from 0.30: transformers' value); or a number. Where it differs from the engine's, "
+        "the launcher serves the drafter from a cached copy whose config.json states attention_factor "
+        "(docs/patches.md); a drafter whose config.json states attention_factor is served as it says.",
+    )
+    drafter_rope_fix: bool | None = key(
+        None,
+        "speculative",
+        "Deprecated: DRAFTER_ROPE_AMPLITUDE replaces it (true = legacy, false = engine).",
     )
     draft_attention_backend: str | None = key(
         None,
@@ -370,6 +390,15 @@ class ConfigValues:
     @property
     def speculative(self) -> bool:
         return self.speculative_method != "none"
+
+    @property
+    def drafter_rope_choice(self) -> str | float:
+        """DRAFTER_ROPE_AMPLITUDE ("legacy", "engine" or a number), or what the deprecated DRAFTER_ROPE_FIX says
+        when it is set (config/rules.py refuses the two together, and a value that is none of these)."""
+        if self.drafter_rope_fix is not None:
+            return ROPE_LEGACY if self.drafter_rope_fix else ROPE_ENGINE
+        choice = rope_amplitude_choice(self.drafter_rope_amplitude)
+        return ROPE_LEGACY if choice is None else choice
 
     @property
     def demo_models(self) -> str | None:

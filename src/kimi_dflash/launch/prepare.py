@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 
+from kimi_dflash.checkpoint import Facts, read_facts
 from kimi_dflash.config.validate import Config
 from kimi_dflash.core.paths import cache_root
 from kimi_dflash.plan import LaunchPlan, build_plan
@@ -29,21 +30,26 @@ def resolve_demo_models(config: Config, create: bool, say: Callable[[str], None]
     return config.with_values("fabricated demo", MODEL_DIR=models.target_dir, DRAFT_MODEL_DIR=models.drafter_dir)
 
 
-def resolve_drafter_rope(config: Config, create: bool, say: Callable[[str], None] = _stderr) -> Config:
-    """DRAFT_MODEL_DIR at the trained-RoPE overlay where needed (launch/drafter_rope.py; DRAFTER_ROPE_FIX)."""
+def resolve_drafter_rope(
+    config: Config, facts: Facts, create: bool, say: Callable[[str], None] = _stderr
+) -> tuple[Config, Facts]:
+    """DRAFT_MODEL_DIR and the drafter's facts at the RoPE overlay where DRAFTER_ROPE_AMPLITUDE needs one
+    (launch/drafter_rope.py)."""
     drafter_dir = config.typed.draft_model_dir
     if config.typed.speculative_method != "dflash" or drafter_dir is None:
-        return config
+        return config, facts
     from kimi_dflash.launch import drafter_rope
 
-    served = drafter_rope.prepare(drafter_dir, config.typed.drafter_rope_fix, cache_root(), create, say)
-    if served == drafter_dir.expanduser().resolve():
-        return config
-    return config.with_values("drafter RoPE fix", DRAFT_MODEL_DIR=served)
+    served = drafter_rope.resolve(facts, drafter_dir, config.typed.drafter_rope_choice, cache_root(), create, say)
+    if served.drafter is facts.drafter or served.drafter is None or served.drafter.directory is None:
+        return config, facts
+    return config.with_values("drafter RoPE amplitude", DRAFT_MODEL_DIR=served.drafter.directory), served
 
 
-def resolve_models(config: Config, create: bool, say: Callable[[str], None] = _stderr) -> Config:
-    return resolve_drafter_rope(resolve_demo_models(config, create, say), create, say)
+def resolve_models(config: Config, create: bool, say: Callable[[str], None] = _stderr) -> tuple[Config, Facts]:
+    """The demo models' paths, the checkpoints' facts (read once, here) and the drafter's RoPE overlay."""
+    config = resolve_demo_models(config, create, say)
+    return resolve_drafter_rope(config, read_facts(config.typed), create, say)
 
 
 def cpu_preload(config: Config, say: Callable[[str], None] = _stderr) -> tuple[str, ...]:
@@ -83,11 +89,13 @@ def serving_python_has_flashinfer(config: Config, say: Callable[[str], None] = _
     return found.returncode == 0
 
 
-def local_plan(config: Config) -> LaunchPlan:
+def local_plan(config: Config, facts: Facts | None = None) -> LaunchPlan:
+    """`facts`: the start's checkpoint facts (None: read here)."""
     return build_plan(
         config,
         python_executable=sys.executable,
         cache_dir=str(cache_root()),
         cpu_preload=cpu_preload(config),
         flashinfer=serving_python_has_flashinfer(config),
+        facts=read_facts(config.typed) if facts is None else facts,
     )
