@@ -1,22 +1,23 @@
-"""What is known about the target and the drafter checkpoint, read once per start: from MODEL_DIR/config.json and
-DRAFT_MODEL_DIR/config.json or, before the download (a 555 GB checkpoint is rarely there when someone asks "will this
-start?"), the facts shipped for the configured repo; reports say which. The one reader of a checkpoint's config.json
-(through the guarded reader, core/user_files.py; a refusal is kept as the checkpoint's `problem`, which preflight's
-model-dir check reports). Values of the wrong type read as unknown, never as an exception. The plan, the config
-rules, preflight, the KV-scale check and the compatibility rules take these facts; none reads the file itself.
+"""The target's and the drafter's facts, read once per start from MODEL_DIR / DRAFT_MODEL_DIR config.json or, before
+the download, from the facts shipped for the configured repo (reports say which). The one reader of a checkpoint's
+config.json: the guarded reader's refusal is kept as the checkpoint's problem (preflight's model-dir check reports
+it), and a value of the wrong type reads as unknown. Every other module takes these facts.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from kimi_dflash.core.user_files import UnreadableFile, parse_user_json, read_user_json
 from kimi_dflash.kvscale.scales_file import fingerprint_from_hf_config
+
+if TYPE_CHECKING:
+    from kimi_dflash.config.schema import ConfigValues
 
 CONFIG_FILE = "config.json"
 # Hugging Face repo -> file under kimi_dflash/data/checkpoints (a subset of that repo's config.json).
@@ -33,9 +34,8 @@ ROPE_NUMBERS = ("factor", "mscale", "mscale_all_dim", "attention_factor", "origi
 
 def _number(value: object) -> float | None:
     """A JSON number that is a real, finite number (not a bool), else None."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
+    number = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if number else None  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -43,14 +43,10 @@ class Rope:
     """The rope scaling the drafter's rotary embedding is built from, as its config.json states it."""
 
     field: str  # the field transformers uses (rope_scaling wins when both are set)
-    values: Mapping[str, Any]  # that dict, "type" spelled "rope_type"
+    values: Mapping[str, Any]  # that dict
+    kind: str | None  # its rope_type ("type" in older configs)
     fields: tuple[str, ...]  # every rope field that holds a dict of this rope_type (an overlay writes each)
     problem: str | None = None  # a value that is not a number: this rope is not understood, so never rewritten
-
-    @property
-    def kind(self) -> str | None:
-        kind = self.values.get("rope_type")
-        return kind if isinstance(kind, str) else None
 
     def number(self, key: str) -> float | None:
         return _number(self.values.get(key))
@@ -63,21 +59,17 @@ class Rope:
     def attention_factor(self) -> float | None:
         return self.number("attention_factor")
 
-    def with_values(self, **values: object) -> Rope:
-        return replace(self, values={**self.values, **values})
-
 
 def read_rope(config: Mapping[str, Any]) -> Rope | None:
     """The rope scaling of a config.json (None: it declares none)."""
     found = [(name, config[name]) for name in ROPE_FIELDS if isinstance(config.get(name), Mapping) and config[name]]
     if not found:
         return None
-    name, first = found[0]
-    values = {"rope_type": first.get("rope_type", first.get("type")), **first}
-    fields = tuple(n for n, v in found if v.get("rope_type", v.get("type")) == values["rope_type"])
-    bad = [k for k in ROPE_NUMBERS if k in values and values[k] is not None and _number(values[k]) is None]
-    problem = f"{name}.{bad[0]} is {values[bad[0]]!r}, not a number" if bad else None
-    return Rope(name, values, fields, problem)
+    (name, values), kind = found[0], found[0][1].get("rope_type", found[0][1].get("type"))
+    fields = tuple(n for n, v in found if v.get("rope_type", v.get("type")) == kind)
+    kind = kind if isinstance(kind, str) else None
+    bad = [k for k in ROPE_NUMBERS if values.get(k) is not None and _number(values[k]) is None]
+    return Rope(name, values, kind, fields, f"{name}.{bad[0]} is {values[bad[0]]!r}, not a number" if bad else None)
 
 
 @dataclass(frozen=True)
@@ -141,56 +133,30 @@ class CheckpointFacts:
 
 @dataclass(frozen=True)
 class Facts:
-    """Both checkpoints of one start (None: neither a config.json nor shipped facts), and why a config.json that
-    exists could not be read (by directory)."""
+    """Both checkpoints of one start (None: unknown), and why a config.json there could not be read (by directory)."""
 
     target: CheckpointFacts | None = None
     drafter: CheckpointFacts | None = None
     problems: Mapping[Path, str] = field(default_factory=dict)
 
-    def problem(self, directory: Path) -> str | None:
-        return self.problems.get(Path(directory))
 
-
-class Checkpoints(Protocol):
-    """What a validated config names (config.typed)."""
-
-    model_dir: Path | None
-    model_repo: str
-    draft_model_dir: Path | None
-    draft_model_repo: str
-
-    @property
-    def speculative(self) -> bool: ...
-
-    @property
-    def demo_models(self) -> str | None: ...
-
-
-def read_facts(values: Checkpoints) -> Facts:
-    """The facts of the checkpoints a config names (the drafter's only with speculation on). Fabricated demo
-    models never take the shipped Kimi facts."""
+def read_facts(values: ConfigValues) -> Facts:
+    """The checkpoints a config names (the drafter with speculation on; demo models never take the shipped facts)."""
     shipped = values.demo_models is None
-    drafter = (values.draft_model_dir, values.draft_model_repo if shipped else None)
-    return read_checkpoints(
-        (values.model_dir, values.model_repo if shipped else None), drafter if values.speculative else None
-    )
+    drafter = (values.draft_model_dir, values.draft_model_repo if shipped else None) if values.speculative else None
+    return read_checkpoints((values.model_dir, values.model_repo if shipped else None), drafter)
 
 
-Named = tuple["Path | str | None", "str | None"]  # (checkpoint directory, repo whose shipped facts stand in for it)
-
-
-def read_checkpoints(target: Named, drafter: Named | None) -> Facts:
-    found: dict[str, CheckpointFacts | None] = {"target": None, "drafter": None}
-    problems: dict[Path, str] = {}
-    for role, (directory, repo) in (("target", target), ("drafter", drafter or (None, None))):
-        if role == "drafter" and drafter is None:
-            continue
+def read_checkpoints(target: tuple[object, str | None], drafter: tuple[object, str | None] | None) -> Facts:
+    """(checkpoint directory, repo whose shipped facts stand in for a directory not there) of each; no drafter: None."""
+    found, problems = [], {}
+    for role, named in (("target", target), ("drafter", drafter)):
+        directory, repo = named or (None, None)
         path = None if directory in (None, "") else Path(str(directory))
-        found[role], problem = read_checkpoint(path, repo, role)
-        if problem and path is not None:
-            problems[path] = problem
-    return Facts(found["target"], found["drafter"], problems)
+        facts, problem = read_checkpoint(path, repo, role)
+        found.append(facts)
+        problems.update({path: problem} if path and problem else {})
+    return Facts(found[0], found[1], problems)
 
 
 def read_config(directory: Path, role: str) -> dict[str, Any]:

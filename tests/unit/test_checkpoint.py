@@ -161,6 +161,6 @@ def test_a_configs_facts_come_from_the_directories_it_names(tmp_path: Path) -> N
     assert facts.drafter is not None and facts.drafter.block_size == 8 and facts.drafter.directory == drafter
     (drafter / "config.json").write_text(json.dumps([]))
     broken = read_facts(config.typed)
-    assert broken.drafter is None and "not a JSON object" in str(broken.problem(drafter))
+    assert broken.drafter is None and "not a JSON object" in str(broken.problems.get(drafter))
     baseline = load_config(CONFIGS_DIR / "baseline.env", environ={"DRAFT_MODEL_DIR": str(drafter)})
     assert read_facts(baseline.typed).drafter is None  # no speculation: the drafter is not read

@@ -6,19 +6,11 @@ import ipaddress
 import shlex
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 from kimi_dflash.checkpoint import Facts, read_checkpoint
 from kimi_dflash.config.acceptance_rates import parse_acceptance_rates
 from kimi_dflash.config.problems import Problem
-from kimi_dflash.config.schema import (
-    DEMO_CHOICES,
-    NO_DEMO,
-    ROPE_ENGINE,
-    ROPE_LEGACY,
-    ConfigValues,
-    rope_amplitude_choice,
-)
+from kimi_dflash.config.schema import DEMO_CHOICES, NO_DEMO, ConfigValues, rope_amplitude_choice
 from kimi_dflash.core.redaction import redact_argv, secret_option, spelled_option
 from kimi_dflash.kvscale.fp8 import is_scaled_fp8_kv
 
@@ -83,7 +75,9 @@ def _device(c: Check) -> Iterator[Problem]:
         yield c.error(
             "TENSOR_PARALLEL_SIZE", "the CPU demo runs on one process", "set TENSOR_PARALLEL_SIZE=1 with DEVICE=cpu"
         )
-    mla = DEMO_CHOICES[demo].mla if demo is not None else cpu and _target_is_mla(v.model_dir)
+    # Non-demo on CPU: the target's config.json (a drafter trained for the demo serves its target as MODEL_DIR).
+    target = read_checkpoint(v.model_dir, None, "target")[0] if cpu and demo is None else None
+    mla = DEMO_CHOICES[demo].mla if demo is not None else bool(target and target.mla)
     if cpu and mla and v.block_size != 16:
         # A fabricated demo is ours to get right (error); any other MLA MODEL_DIR only draws vLLM's override.
         yield (c.error if demo is not None else c.warning)(
@@ -329,13 +323,11 @@ def _drafter_rope(c: Check) -> Iterator[Problem]:
     if rope_amplitude_choice(c.v.drafter_rope_amplitude) is None:
         fix = f"set {new}=legacy (1.4159 for z-lab's Kimi drafters), engine (the installed vLLM's), or a number"
         yield c.error(new, "not legacy, engine or an amplitude (a number above 0, at most 10)", fix)
-    if c.v.drafter_rope_fix is None:
-        return
-    said = ROPE_LEGACY if c.v.drafter_rope_fix else ROPE_ENGINE
-    if not c.sources.get(new, "(default)").endswith("(default)"):
-        yield c.error(old, f"set together with {new}, which replaces it", f"remove {old}")
-    else:
-        yield c.warning(old, f"deprecated: {new} replaces it", f"write {new}={said} instead")
+    if c.v.drafter_rope_fix is not None:  # the deprecated spelling: true = legacy, false = engine
+        both = not c.sources.get(new, "(default)").endswith("(default)")
+        said = f"set together with {new}, which replaces it" if both else f"deprecated: {new} replaces it"
+        fix = f"remove {old}" if both else f"write {new}={c.v.drafter_rope_choice} instead"
+        yield (c.error if both else c.warning)(old, said, fix)
 
 
 # In this order: a config's problems are listed as the rules find them.
@@ -343,13 +335,6 @@ RULES: tuple[Rule, ...] = (_batched_tokens, _device, _models, _fp8_kv, _api, _sy
 
 
 # ---------------------------------------------------------------- files on disk
-
-
-def _target_is_mla(model_dir: Path | None) -> bool:
-    """Whether a local target checkpoint uses MLA (False when unset or unreadable: preflight says why). E.g. a
-    drafter trained for the demo serves the fabricated target as MODEL_DIR."""
-    target, _problem = read_checkpoint(model_dir, None, "target")
-    return target is not None and target.mla
 
 
 def path_problems(c: Check, facts: Facts) -> Iterator[Problem]:

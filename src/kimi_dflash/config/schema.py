@@ -25,13 +25,10 @@ ROPE_ENGINE, ROPE_LEGACY = "engine", "legacy"  # DRAFTER_ROPE_AMPLITUDE's words 
 
 def rope_amplitude_choice(text: str) -> str | float | None:
     """DRAFTER_ROPE_AMPLITUDE: "engine", "legacy" or a number (0 < amplitude <= 10); None when it is none of them."""
-    if text in (ROPE_ENGINE, ROPE_LEGACY):
-        return text
     try:
-        value = float(text)
+        return text if text in (ROPE_ENGINE, ROPE_LEGACY) else (value if 0 < (value := float(text)) <= 10 else None)
     except ValueError:
         return None
-    return value if 0 < value <= 10 else None
 
 
 # Meta key: the file named here (relative to the including file) is loaded first, then this file's keys
@@ -267,20 +264,14 @@ class ConfigValues:
         speculative_field="num_speculative_tokens",
     )
     drafter_rope_amplitude: str = key(
-        "legacy",
+        ROPE_LEGACY,
         "speculative",
-        "The RoPE amplitude to serve a DFlash drafter with whose yarn rope fields vLLM changed in 0.30 (z-lab's Kimi "
-        "drafters: factor 64, mscale = mscale_all_dim = 1.0): legacy = what vLLM up to 0.29 gave it (0.1 ln factor + "
-        "1 = 1.4159, the amplitude every published Kimi DFlash acceptance was measured with); engine = what the "
-        "installed vLLM gives (1.0 from 0.30: transformers' value); or a number. Where it differs from the engine's, "
-        "the launcher serves the drafter from a cached copy whose config.json states attention_factor "
-        "(docs/patches.md); a drafter whose config.json states attention_factor is served as it says.",
+        "The RoPE amplitude a DFlash drafter with yarn rope fields is served with: legacy = what vLLM up to 0.29 gave "
+        "(0.1 ln factor + 1: 1.4159 for z-lab's Kimi drafters, the amplitude their published acceptance was measured "
+        "with), engine = what the installed vLLM gives (1.0 from 0.30), or a number. Where the engine's differs, the "
+        "launcher serves a cached copy whose config.json states attention_factor (docs/patches.md).",
     )
-    drafter_rope_fix: bool | None = key(
-        None,
-        "speculative",
-        "Deprecated: DRAFTER_ROPE_AMPLITUDE replaces it (true = legacy, false = engine).",
-    )
+    drafter_rope_fix: bool | None = key(None, "speculative", "Deprecated: DRAFTER_ROPE_AMPLITUDE (true = legacy).")
     draft_attention_backend: str | None = key(
         None,
         "speculative",
@@ -393,12 +384,10 @@ class ConfigValues:
 
     @property
     def drafter_rope_choice(self) -> str | float:
-        """DRAFTER_ROPE_AMPLITUDE ("legacy", "engine" or a number), or what the deprecated DRAFTER_ROPE_FIX says
-        when it is set (config/rules.py refuses the two together, and a value that is none of these)."""
+        """DRAFTER_ROPE_AMPLITUDE, or the deprecated DRAFTER_ROPE_FIX (config/rules.py refuses both, or a bad one)."""
         if self.drafter_rope_fix is not None:
             return ROPE_LEGACY if self.drafter_rope_fix else ROPE_ENGINE
-        choice = rope_amplitude_choice(self.drafter_rope_amplitude)
-        return ROPE_LEGACY if choice is None else choice
+        return rope_amplitude_choice(self.drafter_rope_amplitude) or ROPE_LEGACY
 
     @property
     def demo_models(self) -> str | None:

@@ -48,9 +48,8 @@ class Config:
 def check_paths(config: Config, facts: Facts | None = None) -> list[Problem]:
     """Problems with directories and files the config names (missing dirs, spec tokens vs drafter block size).
     `facts`: the checkpoints' (None: read here)."""
-    return list(
-        path_problems(Check(config.typed, config.sources), read_facts(config.typed) if facts is None else facts)
-    )
+    facts = read_facts(config.typed) if facts is None else facts
+    return list(path_problems(Check(config.typed, config.sources), facts))
 
 
 def load_config(path: Path | str, environ: Mapping[str, str] | None = None) -> Config:

@@ -1,12 +1,12 @@
-"""Serve a DFlash drafter with the RoPE amplitude DRAFTER_ROPE_AMPLITUDE names (docs/patches.md), decided by
-rules/rope_amplitude.py (the decision the rule reports). Where it differs from what the installed vLLM gives the
-drafter's rope fields, the drafter is served from an overlay in the project cache: symlinks to its files plus a
-config.json whose rope fields state `attention_factor`, named by a digest of what it is made from, built in a private
-directory and moved into place whole. An overlay is checked before it is reused; one unused for a week is removed.
+"""Serve a DFlash drafter with the RoPE amplitude DRAFTER_ROPE_AMPLITUDE names, as rules/rope_amplitude.py decides
+(docs/patches.md): where the installed vLLM gives another, from an overlay in the project cache (symlinks to its files
+and a config.json whose rope fields state `attention_factor`), named by a digest, built in a private directory and moved
+into place whole; checked before reuse, removed after a week unused.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -59,26 +59,19 @@ def resolve(
     """The facts to serve: the drafter's replaced by its overlay's where the decision asks for one (built when
     `create`). `source` is asked only for a drafter the decision concerns. UserError (exit 1) when the overlay
     cannot be built."""
-    drafter = facts.drafter
-    if drafter is None or drafter.directory is None:
-        if facts.problem(drafter_dir):  # a config.json the guarded reader refused: preflight's drafter dir fails
-            say(f"drafter RoPE: {facts.problem(drafter_dir)}: its rope cannot be judged; served as configured")
+    drafter, refused = facts.drafter, facts.problems.get(drafter_dir)  # refused: preflight's drafter-dir check fails it
+    rope = None if drafter is None or not drafter.dflash else drafter.rope
+    if refused or (rope and rope.problem):
+        say(f"drafter RoPE: {refused or rope.problem}: not understood, never rewritten; served as configured")  # type: ignore[union-attr]
+    if drafter is None or drafter.directory is None or not concerned(drafter):
         return facts
-    if drafter.dflash and drafter.rope is not None and drafter.rope.problem:
-        say(f"drafter RoPE: {drafter.rope.problem}: a rope not understood is never rewritten; served as configured")
-    if not concerned(drafter):
-        return facts
-    vllm = source()
-    if vllm is None:
-        say("drafter RoPE: no vLLM in this Python to read; the drafter is served as configured")
-        return facts
+    vllm, why = source(), "no vLLM in this Python to read"
     try:
-        decision = decide(drafter, vllm, choice)
+        decision = decide(drafter, vllm, choice) if vllm else None
     except UnreadableRope as error:
-        say(f"drafter RoPE: cannot read this vLLM's amplitude ({error}); the drafter is served as configured")
-        return facts
-    say(f"drafter RoPE: {decision.message}")
-    if not decision.overlay:
+        decision, why = None, f"cannot read this vLLM's amplitude ({error})"
+    say(f"drafter RoPE: {decision.message if decision else why + '; served as configured'}")
+    if decision is None or not decision.overlay:
         return facts
     config, note = decision.overlay_config(drafter.raw), _note(decision, drafter.directory)
     root = cache / OVERLAYS
@@ -102,13 +95,11 @@ def resolve(
 
 def _note(decision: RopeDecision, drafter_dir: Path) -> dict[str, Any]:
     return {
-        "why": f"{CHOICE_KEY}={decision.choice}: serve the drafter with RoPE amplitude {decision.served:.7f}",
+        "why": f"{CHOICE_KEY}={decision.choice} (engine: no overlay)",
         "vllm": decision.release.version,
         "amplitude_without_overlay": decision.release.amplitude,
         "decided_at": decision.release.where,
-        "legacy_amplitude": decision.legacy,
         "changed": {f"{field}.attention_factor": decision.served for field in decision.rope.fields},
-        "turn_off": f"{CHOICE_KEY}=engine",
         "drafter": str(drafter_dir),
     }
 
@@ -152,13 +143,10 @@ def _intact(target: Path, drafter_dir: Path, names: list[str], config: dict[str,
 
 def _prune(root: Path, keep: Path) -> None:
     """Remove this user's overlays no start has used for UNUSED_S, and leftovers of interrupted builds."""
-    now = time.time()
     for entry in os.scandir(root):
-        try:
-            info = entry.stat(follow_symlinks=False)
-        except OSError:
-            continue
         limit = LEFTOVER_S if entry.name.startswith((".building-", ".retired-")) else UNUSED_S
-        mine = stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid()
-        if mine and entry.path != str(keep) and now - info.st_mtime > limit:
-            shutil.rmtree(entry.path, ignore_errors=True)
+        with contextlib.suppress(OSError):  # gone meanwhile: nothing to remove
+            info = entry.stat(follow_symlinks=False)
+            old = entry.path != str(keep) and time.time() - info.st_mtime > limit
+            if old and stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid():
+                shutil.rmtree(entry.path, ignore_errors=True)

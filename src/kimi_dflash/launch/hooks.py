@@ -66,13 +66,8 @@ def _kv_scales_ok(config: Config, plan: LaunchPlan, planned: Deployment, say: Ca
         return True
     from kimi_dflash.kvscale.checks import check_kv_scale_config
 
-    target = planned.target
-    findings = check_kv_scale_config(
-        plan.env,
-        model=str(config.typed.model_dir),
-        kv_cache_dtype=config.typed.kv_cache_dtype,
-        fingerprint=None if target is None else target.fingerprint,
-    )
+    v, fp = config.typed, None if planned.target is None else planned.target.fingerprint  # the target's facts
+    findings = check_kv_scale_config(plan.env, model=str(v.model_dir), kv_cache_dtype=v.kv_cache_dtype, fingerprint=fp)
     for finding in findings:
         say(f"[{finding.level.upper()}] kv scales       {finding.message}")
     return all(finding.level != "fail" for finding in findings)

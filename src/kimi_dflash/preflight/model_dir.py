@@ -39,7 +39,7 @@ def check_model_dir(
         return failed(name, f"{path} is not a directory", f"point the config at the {role} checkpoint directory")
     if not (path / CONFIG_FILE).is_file():
         return failed(name, f"{path}: {CONFIG_FILE} missing", fix)
-    problem = read_checkpoint(path, None, role)[1] if facts is None else facts.problem(path)
+    problem = read_checkpoint(path, None, role)[1] if facts is None else facts.problems.get(path)
     if problem:
         return failed(name, problem, fix)
     index = path / INDEX_FILE

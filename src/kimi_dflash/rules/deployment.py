@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from kimi_dflash.plan import LaunchPlan
 
 SPECULATIVE_OPTION = "--speculative-config"
+Env = Mapping[str, str] | None
 # Values that must be one vLLM knows: --option / --speculative-config key -> feature kind (rules/features.py).
 VALUE_KINDS = {
     "--moe-backend": "moe_backend",
@@ -121,14 +122,9 @@ class Deployment:
 
     @classmethod
     def for_plan(
-        cls,
-        config: Config,
-        plan: LaunchPlan,
-        inherited_env: Mapping[str, str] | None = None,
-        facts: Facts | None = None,
+        cls, config: Config, plan: LaunchPlan, inherited_env: Env = None, facts: Facts | None = None
     ) -> Deployment:
-        """`inherited_env`: what vLLM will also inherit (preflight passes os.environ; --check-vllm does not).
-        `facts`: the start's checkpoint facts (None: read here, for a config judged on its own)."""
+        """`inherited_env`: what vLLM also inherits (preflight's os.environ); `facts`: the start's (None: read here)."""
         from kimi_dflash.config.loader import display_path
         from kimi_dflash.plan import OPTION_KEYS
 
@@ -152,8 +148,6 @@ class Deployment:
         *,
         model: tuple[object, str | None] = (None, None),
         drafter: tuple[object, str | None] = (None, None),
-        label: str = "the command line",
-        option_keys: Mapping[str, str] | None = None,
     ) -> Deployment:
         """`model` / `drafter`: (checkpoint directory, Hugging Face repo whose shipped facts stand in for a directory
         not downloaded yet); the directories default to the ones the command line names."""
@@ -161,7 +155,7 @@ class Deployment:
         model_dir = model[0] or command.model
         drafter_dir = drafter[0] or (command.speculative or {}).get("model")
         facts = read_checkpoints((model_dir, model[1]), (drafter_dir, drafter[1]) if command.speculative else None)
-        return cls(platform, command, facts, label, dict(option_keys or {}))
+        return cls(platform, command, facts, "the command line")
 
     @property
     def target(self) -> CheckpointFacts | None:

@@ -1,9 +1,7 @@
-"""The drafter's RoPE amplitude (the `mscale` a rotary embedding multiplies its cos/sin cache by), decided once: what
-the given vLLM gives the drafter's rope fields as written, what vLLM up to 0.29 gave them ("legacy": every published
-Kimi DFlash acceptance was measured with it), and what DRAFTER_ROPE_AMPLITUDE asks to serve. The rule reports the
-decision (rules/catalog/drafter.py), the launcher applies it (launch/drafter_rope.py). Read from the source (get_rope's
-branch for the rope type and the keys it passes, then the `self.mscale = ...` the values reach), never from a table
-of versions; a source in another shape is refused (UnreadableRope), never guessed (docs/patches.md).
+"""The drafter's RoPE amplitude (the `mscale` its rotary embedding multiplies the cos/sin cache by), decided once from
+what the given vLLM gives its rope fields, what vLLM up to 0.29 gave them (legacy) and DRAFTER_ROPE_AMPLITUDE: the rule
+reports it, the launcher applies it. Read from the source (get_rope's branch for the rope type, then the
+`self.mscale = ...` the values reach), never from a table of versions; another shape is refused, never guessed.
 """
 
 from __future__ import annotations
@@ -11,14 +9,15 @@ from __future__ import annotations
 import ast
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kimi_dflash.checkpoint import CheckpointFacts, Rope
 from kimi_dflash.config.schema import ROPE_ENGINE, ROPE_LEGACY
 from kimi_dflash.rules.source import VllmSource
 
-PACKAGE = "vllm/model_executor/layers/rotary_embedding/"
+LAYERS = "vllm/model_executor/layers/"
+PACKAGE = LAYERS + "rotary_embedding/"
 FACTORY_FILE = PACKAGE + "__init__.py"
 YARN_FILE = PACKAGE + "yarn_scaling_rope.py"
 # rope_type -> (file, class) of the embedding get_rope builds for it (DeepSeek-V4's variant is not a drafter's)
@@ -27,8 +26,7 @@ EMBEDDINGS = {
     "deepseek_yarn": (PACKAGE + "deepseek_scaling_rope.py", "DeepseekScalingRotaryEmbedding"),
 }
 AMPLITUDE_ATTRIBUTE = "mscale"  # the attribute the cos/sin cache is multiplied by
-CHOICE_KEY = "DRAFTER_ROPE_AMPLITUDE"  # the config key naming the amplitude to serve the drafter with
-ENGINE, LEGACY = ROPE_ENGINE, ROPE_LEGACY
+CHOICE_KEY, ENGINE, LEGACY = "DRAFTER_ROPE_AMPLITUDE", ROPE_ENGINE, ROPE_LEGACY  # the key and its words
 # A value no formula gives: the release honours attention_factor when it comes back as the amplitude.
 PROBE_ATTENTION_FACTOR = 1.2345
 # Two amplitudes closer than this are the same (vllm-ascend's value 1.4158883 vs ln-based 1.41588830833...).
@@ -41,15 +39,8 @@ class UnreadableRope(ValueError):
 
 def concerned(drafter: CheckpointFacts | None) -> bool:
     """A DFlash drafter whose rope this module understands (yarn or deepseek_yarn, every value a number)."""
-    rope = None if drafter is None else drafter.rope
-    return (
-        drafter is not None
-        and drafter.dflash
-        and rope is not None
-        and rope.kind in EMBEDDINGS
-        and rope.problem is None
-        and rope.factor is not None
-    )
+    rope = None if drafter is None or not drafter.dflash else drafter.rope
+    return rope is not None and rope.kind in EMBEDDINGS and rope.problem is None and rope.factor is not None
 
 
 def yarn_get_mscale(scale: float, mscale: float = 1.0) -> float:
@@ -58,9 +49,8 @@ def yarn_get_mscale(scale: float, mscale: float = 1.0) -> float:
 
 
 def legacy_amplitude(rope: Rope) -> float:
-    """What vLLM up to 0.29 gave these fields: a yarn rope 0.1 ln(factor) + 1 whatever its mscale fields said (get_rope
-    passed none of them on); a deepseek_yarn rope the mscale ratio (its branch always passed mscale and mscale_all_dim,
-    defaults 1 and 0). Checked against every wheel by tests/integration/test_rope_amplitude_wheels.py."""
+    """What vLLM up to 0.29 gave these fields (checked on every wheel by test_rope_amplitude_wheels.py): yarn 0.1
+    ln(factor) + 1 (get_rope passed no mscale field on), deepseek_yarn the mscale ratio (defaults 1 and 0)."""
     factor = rope.factor or 1.0
     if rope.kind == "deepseek_yarn":
         mscale, all_dim = rope.number("mscale"), rope.number("mscale_all_dim")
@@ -69,9 +59,8 @@ def legacy_amplitude(rope: Rope) -> float:
 
 
 def transformers_amplitude(rope: Rope) -> float:
-    """The amplitude transformers 5 (and so SpecForge, which trains with it) gives yarn fields: an explicit
-    attention_factor, else get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim) when both are set
-    (1.0 for z-lab's fields), else the legacy amplitude (`_compute_yarn_parameters`, modeling_rope_utils.py)."""
+    """What transformers 5 (and SpecForge, which trains with it) gives yarn fields (`_compute_yarn_parameters`): an
+    explicit attention_factor, else the mscale ratio when both are set (1.0 for z-lab's), else the legacy one."""
     if rope.attention_factor is not None:
         return rope.attention_factor
     mscale, mscale_all_dim, factor = rope.number("mscale"), rope.number("mscale_all_dim"), rope.factor or 1.0
@@ -92,9 +81,6 @@ class ReleaseAmplitude:
     def release(self) -> str:
         return f"vLLM {self.version}" if self.version else "this vLLM"
 
-    def describe(self) -> str:
-        return f"{self.release} gives amplitude {self.amplitude:.4f} ({self.where})"
-
 
 def release_amplitude(source: VllmSource, rope: Rope) -> ReleaseAmplitude:
     if rope.kind not in EMBEDDINGS or rope.factor is None:
@@ -110,15 +96,13 @@ def release_amplitude(source: VllmSource, rope: Rope) -> ReleaseAmplitude:
     if decided is None:
         raise UnreadableRope(f"{file}: {cls}.__init__ never sets self.{AMPLITUDE_ATTRIBUTE}")
     amplitude, line = decided
-    where, factory_where = f"{_short(file)}:{line}", f"{_short(FACTORY_FILE)}:{factory_line}"
+    where, factory_where = (f"{f.removeprefix(LAYERS)}:{n}" for f, n in ((file, line), (FACTORY_FILE, factory_line)))
     return ReleaseAmplitude(source.version(), float(amplitude), passed, where, factory_where)
 
 
 @dataclass(frozen=True)
 class RopeDecision:
-    """One drafter's amplitude on one vLLM: `served` is what it gets, through the launcher's overlay
-    (`attention_factor` = served, in every rope field) when `overlay`; `status` "warn" when the wanted one cannot
-    be served or none was chosen."""
+    """One drafter on one vLLM: `served` it gets, through the launcher's overlay when `overlay`."""
 
     rope: Rope
     release: ReleaseAmplitude  # the drafter's fields as written
@@ -126,9 +110,12 @@ class RopeDecision:
     choice: str | float | None  # DRAFTER_ROPE_AMPLITUDE (None: a bare command line, no launcher)
     served: float
     overlay: bool
-    status: str
     message: str
-    fix: str | None = None
+    fix: str | None = None  # set: a warning (the wanted amplitude cannot be served, or none was chosen)
+
+    @property
+    def status(self) -> str:
+        return "pass" if self.fix is None else "warn"
 
     def overlay_config(self, config: Mapping[str, Any]) -> dict[str, Any]:
         """The drafter's config.json with attention_factor = served in every rope field of its rope type."""
@@ -145,33 +132,29 @@ def decide(drafter: CheckpointFacts, source: VllmSource, choice: str | float | N
     assert rope is not None  # concerned()
     release, legacy = release_amplitude(source, rope), legacy_amplitude(rope)
 
-    def decided(status: str, message: str, fix: str | None = None, served: float | None = None) -> RopeDecision:
+    def decided(message: str, fix: str | None = None, served: float | None = None) -> RopeDecision:
         amplitude = release.amplitude if served is None else served
-        return RopeDecision(rope, release, legacy, choice, amplitude, served is not None, status, message, fix)
+        return RopeDecision(rope, release, legacy, choice, amplitude, served is not None, message, fix)
 
     gives = f"{release.release} gives the drafter RoPE amplitude {round(release.amplitude, 4)} ({release.where})"
     if rope.attention_factor is not None:  # stated by the drafter itself, or by the launcher's overlay
         states = "the launcher's overlay states" if drafter.overlay else "its config.json states"
         said = f"{gives}: {states} {rope.field}.attention_factor = {rope.attention_factor:.7f}"
         if same_amplitude(release.amplitude, rope.attention_factor):
-            return decided("pass", f"{said} ({CHOICE_KEY}={choice})" if drafter.overlay else said)
-        fix = "vLLM >= 0.30.0, which honours attention_factor"
-        return decided("warn", f"{said}, which {release.release} ignores ({release.factory_where})", fix)
-    if rope.kind == "yarn":
-        measured = f"the published acceptance was measured with {round(legacy, 4)} ({LEGACY}: vLLM <= 0.29)"
-    else:
-        measured = f"vLLM up to 0.29 gave it {round(legacy, 4)} too ({LEGACY})"
-    both = f"{gives}; {measured}"
+            return decided(f"{said} ({CHOICE_KEY}={choice})" if drafter.overlay else said)
+        ignored = f"{said}, which {release.release} ignores ({release.factory_where})"
+        return decided(ignored, "vLLM >= 0.30.0, which honours attention_factor")
+    measured = "the published acceptance was measured with" if rope.kind == "yarn" else "vLLM up to 0.29 gave it"
+    both = f"{gives}; {measured} {round(legacy, 4)} ({LEGACY}: vLLM <= 0.29)"
     wanted = release.amplitude if choice in (None, ENGINE) else legacy if choice == LEGACY else float(choice)
     if choice is None and not same_amplitude(release.amplitude, legacy):
-        fix = f"serve.sh's {CHOICE_KEY} chooses ({LEGACY} or {ENGINE}; docs/patches.md)"
-        return decided("warn", f"{both}; a bare command line serves {round(release.amplitude, 4)}", fix)
+        bare = f"{both}; a bare command line serves {round(release.amplitude, 4)}"
+        return decided(bare, f"serve.sh's {CHOICE_KEY} chooses ({LEGACY} or {ENGINE}; docs/patches.md)")
     if same_amplitude(release.amplitude, wanted):
-        return decided("pass", f"{both}; {CHOICE_KEY}={choice} serves it as it is")
-    probe = rope.with_values(attention_factor=PROBE_ATTENTION_FACTOR)
+        return decided(f"{both}; {CHOICE_KEY}={choice} serves it as it is")
+    probe = replace(rope, values={**rope.values, "attention_factor": PROBE_ATTENTION_FACTOR})
     if not same_amplitude(release_amplitude(source, probe).amplitude, PROBE_ATTENTION_FACTOR):
         return decided(
-            "warn",
             f"{both}; {CHOICE_KEY}={choice} asks for {round(wanted, 4)}, but {release.release} ignores {rope.kind} "
             f"attention_factor ({release.factory_where}): no overlay can serve it",
             f"{CHOICE_KEY}={ENGINE}, or a vLLM that honours attention_factor",
@@ -180,24 +163,7 @@ def decide(drafter: CheckpointFacts, source: VllmSource, choice: str | float | N
         f"{CHOICE_KEY}={choice}: the launcher's overlay serves it with {rope.field}.attention_factor = "
         f"{wanted:.7f} ({ENGINE}: {round(release.amplitude, 4)}; docs/patches.md)"
     )
-    return decided("pass", f"{both}; {overlay}", served=wanted)
-
-
-def _short(relpath: str) -> str:
-    return relpath.removeprefix("vllm/model_executor/layers/")
-
-
-def _branch_for(test: ast.expr, kind: str) -> bool:
-    """`scaling_type == "kind"` or `scaling_type in [..., "kind", ...]`."""
-    if not isinstance(test, ast.Compare) or len(test.ops) != 1:
-        return False
-    try:
-        value = ast.literal_eval(test.comparators[0])
-    except ValueError:
-        return False
-    if isinstance(test.ops[0], ast.Eq):
-        return value == kind
-    return isinstance(test.ops[0], ast.In) and isinstance(value, list | tuple) and kind in value
+    return decided(f"{both}; {overlay}", served=wanted)
 
 
 def _passed_keys(source: VllmSource, kind: str) -> tuple[tuple[str, ...], int]:
@@ -207,7 +173,8 @@ def _passed_keys(source: VllmSource, kind: str) -> tuple[tuple[str, ...], int]:
     if get_rope is None:
         raise UnreadableRope(f"{FACTORY_FILE} in {source.origin} defines no get_rope")
     for node in ast.walk(get_rope):
-        if isinstance(node, ast.If) and _branch_for(node.test, kind):
+        test = ast.unparse(node.test) if isinstance(node, ast.If) else ""  # == 'yarn', in ['deepseek_yarn', ...]
+        if test.startswith("scaling_type ") and f"'{kind}'" in test:
             for stmt in node.body:
                 keys = _filtered_keys(stmt)
                 if keys is not None:

@@ -386,3 +386,27 @@ def test_serve_rejects_bad_config_with_exit_2_and_no_traceback(tmp_path: Path) -
     assert "Traceback" not in result.stderr
     assert "BLOCK_SIZE=20" in result.stderr and "did you mean MAX_NUM_SEQS" in result.stderr
     assert result.stdout == ""
+
+
+# ------------------------------------------------------------------ the drafter RoPE amplitude (issue 33)
+
+
+def test_the_drafter_rope_amplitude_is_legacy_engine_or_a_number(tmp_path: Path) -> None:
+    assert load_config(write(tmp_path, BASE), environ={}).typed.drafter_rope_choice == "legacy"  # the default
+    for value, choice in (("engine", "engine"), ("1.25", 1.25), ("legacy", "legacy")):
+        config = load_config(write(tmp_path, BASE + f"DRAFTER_ROPE_AMPLITUDE={value}\n"), environ={})
+        assert config.typed.drafter_rope_choice == choice and config.warnings == ()
+    for bad in ("trained", "0", "-1", "nan", "11"):
+        [problem] = problems_of(tmp_path, BASE + f"DRAFTER_ROPE_AMPLITUDE={bad}\n")
+        assert problem.key == "DRAFTER_ROPE_AMPLITUDE" and "not legacy, engine or an amplitude" in problem.message
+
+
+def test_drafter_rope_fix_still_reads_with_a_warning_naming_its_replacement(tmp_path: Path) -> None:
+    for old, choice in (("true", "legacy"), ("false", "engine")):
+        config = load_config(write(tmp_path, BASE + f"DRAFTER_ROPE_FIX={old}\n"), environ={})
+        [warning] = config.warnings
+        assert config.typed.drafter_rope_choice == choice and warning.key == "DRAFTER_ROPE_FIX"
+        assert "deprecated: DRAFTER_ROPE_AMPLITUDE replaces it" in warning.message
+        assert warning.fix == f"write DRAFTER_ROPE_AMPLITUDE={choice} instead"
+    [both] = problems_of(tmp_path, BASE + "DRAFTER_ROPE_FIX=true\nDRAFTER_ROPE_AMPLITUDE=engine\n")
+    assert both.key == "DRAFTER_ROPE_FIX" and "set together with DRAFTER_ROPE_AMPLITUDE" in both.message

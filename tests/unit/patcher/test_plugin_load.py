@@ -13,11 +13,11 @@ import sys
 
 import pytest
 
+from kimi_dflash.checkpoint import read_checkpoint
 from kimi_dflash.preflight.request import PreflightRequest
 from kimi_dflash.preflight.runtime_child import PLUGIN_GROUP
 from kimi_dflash.preflight.runtime_probe import PluginEntry, RuntimeReport
 from kimi_dflash.preflight.vllm_check import check_plugin
-from kimi_dflash.checkpoint import read_checkpoint
 from kimi_dflash.rules.deployment import Deployment
 from repo_paths import REPO_ROOT
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
 import pytest
 
-from kimi_dflash.checkpoint import CheckpointFacts, facts_from_config, read_rope
+from kimi_dflash.checkpoint import CheckpointFacts, Rope, facts_from_config, read_rope
 from kimi_dflash.preflight.runtime_probe import vllm_package_dir
 from kimi_dflash.rules.rope_amplitude import (
     FACTORY_FILE,
@@ -37,6 +38,11 @@ DEEPSEEK = {
     **{k: v for k, v in ZLAB.items() if k != "rope_scaling"},
     "rope_parameters": {**ZLAB["rope_scaling"], "rope_type": "deepseek_yarn", "rope_theta": 50000.0},
 }
+
+
+def stating(rope: Rope, attention_factor: float) -> Rope:
+    """The rope fields with an explicit attention_factor (as the launcher's overlay writes them)."""
+    return replace(rope, values={**rope.values, "attention_factor": attention_factor})
 
 
 @pytest.fixture(scope="module")
@@ -155,7 +161,7 @@ def test_both_rope_fields_the_one_transformers_uses_is_judged_and_every_one_writ
 
 
 def test_an_explicit_attention_factor_sets_the_amplitude(installed: VllmSource) -> None:
-    fixed = zlab_rope().with_values(attention_factor=LEGACY)
+    fixed = stating(zlab_rope(), LEGACY)
     assert release_amplitude(installed, fixed).amplitude == pytest.approx(LEGACY)
 
 
@@ -197,7 +203,7 @@ def test_a_source_it_cannot_evaluate_is_refused(installed: VllmSource, tmp_path:
         installed, tmp_path, YARN_FILE, "float(attention_factor)", "float(some_helper(attention_factor))"
     )
     with pytest.raises(UnreadableRope, match="some_helper"):
-        release_amplitude(unknown, zlab_rope().with_values(attention_factor=1.5))
+        release_amplitude(unknown, stating(zlab_rope(), 1.5))
     no_branch = edited_source(installed, tmp_path, FACTORY_FILE, 'scaling_type == "yarn"', 'scaling_type == "yarn-v2"')
     with pytest.raises(UnreadableRope, match="yarn"):
         release_amplitude(no_branch, zlab_rope())

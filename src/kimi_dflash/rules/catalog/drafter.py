@@ -50,10 +50,8 @@ def _check_quantized_drafter(deployment: Deployment, source: VllmSource) -> list
 def _rope(deployment: Deployment, source: VllmSource) -> RopeDecision | None:
     """The drafter RoPE decision (rules/rope_amplitude.py) for a DFlash drafter whose rope it understands."""
     drafter = deployment.drafter
-    if not deployment.dflash or not concerned(drafter):
-        return None
-    assert drafter is not None
-    return decide(drafter, source, deployment.drafter_rope_amplitude)
+    useful = deployment.dflash and drafter is not None and concerned(drafter)
+    return decide(drafter, source, deployment.drafter_rope_amplitude) if useful and drafter else None
 
 
 def _check_rope_amplitude(deployment: Deployment, source: VllmSource) -> list[Finding]:
@@ -61,10 +59,8 @@ def _check_rope_amplitude(deployment: Deployment, source: VllmSource) -> list[Fi
         decision = _rope(deployment, source)
     except UnreadableRope as error:
         return [warned(f"cannot read {label(source)}'s YaRN amplitude: {error}", "confirm acceptance by position")]
-    if decision is None:
-        return []
-    if decision.status == "warn":
-        return [warned(decision.message, decision.fix)]
+    if decision is None or decision.fix:
+        return [] if decision is None else [warned(decision.message, decision.fix)]
     relies = (ROPE_OVERLAY,) if decision.overlay or (deployment.drafter and deployment.drafter.overlay) else ()
     return [passed(decision.message, relies=relies)]
 
@@ -115,13 +111,11 @@ RULES = (
     Rule(
         "drafter rope amplitude",
         "the drafter is served with the RoPE amplitude DRAFTER_ROPE_AMPLITUDE names",
-        "z-lab's Kimi DFlash drafters (yarn, factor 64, mscale = mscale_all_dim = 1.0) get amplitude 0.1 ln 64 + 1 = "
-        "1.4159 from vLLM up to 0.29, the amplitude every published Kimi DFlash acceptance was measured with, and "
-        "1.0 from 0.30 (transformers' value, which their training code computes). Which serves best is measured, "
-        "not known: the key names it (legacy, engine or a number).",
-        "get_rope's branch for the rope type (rotary_embedding/__init__.py) and the embedding's __init__ "
-        "(yarn_scaling_rope.py, deepseek_scaling_rope.py), evaluated for the drafter's rope fields "
-        "(rules/rope_amplitude.py)",
+        "z-lab's Kimi DFlash drafters (yarn, factor 64, mscale = mscale_all_dim = 1.0) get 1.4159 from vLLM <= 0.29 "
+        "(every published acceptance was measured with it) and 1.0 from 0.30 (transformers' value). Which serves "
+        "best is measured, not known: the key names it.",
+        "get_rope's branch for the rope type and the embedding's __init__ (yarn, deepseek_yarn), evaluated for the "
+        "drafter's rope fields (rules/rope_amplitude.py)",
         f"{CHOICE_KEY}={LEGACY} (default) or {ENGINE}: the launcher's overlay sets attention_factor where they differ",
         _check_rope_amplitude,
         silent_at_startup="the amplitude scales the cos/sin cache; the drafter builds and runs, it only guesses worse",
