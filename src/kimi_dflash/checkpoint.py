@@ -20,14 +20,14 @@ if TYPE_CHECKING:
     from kimi_dflash.config.schema import ConfigValues
 
 CONFIG_FILE = "config.json"
+EXPERT_KEYS = ("n_routed_experts", "num_experts", "num_local_experts")  # the routed experts' count, as models name it
 # Hugging Face repo -> file under kimi_dflash/data/checkpoints (a subset of that repo's config.json).
 SHIPPED: dict[str, str] = {
     "moonshotai/Kimi-K2.6": "kimi-k2.6.json",
     "z-lab/Kimi-K2.5-DFlash": "kimi-k2.5-dflash.json",
     "z-lab/Kimi-K2.6-DFlash": "kimi-k2.6-dflash.json",  # the same shape as K2.5's (the file says why)
 }
-# transformers 5 builds the rotary embedding from rope_scaling when a config has both fields
-# (`self.rope_parameters = rope_scaling or self.rope_parameters`, modeling_rope_utils.py), so it is read first.
+# transformers 5 keeps rope_scaling when a config has both (`rope_scaling or self.rope_parameters`): read first.
 ROPE_FIELDS = ("rope_scaling", "rope_parameters")
 ROPE_NUMBERS = ("factor", "mscale", "mscale_all_dim", "attention_factor", "original_max_position_embeddings")
 
@@ -98,8 +98,7 @@ class CheckpointFacts:
     block_size: int | None = None  # a DFlash drafter's block: the most tokens it drafts per step
     rope: Rope | None = None
     directory: Path | None = None  # None: shipped facts
-    # What the launcher changed to serve it (launch/drafter_rope.py's note); None: the checkpoint as it is.
-    overlay: Mapping[str, Any] | None = field(default=None, compare=False)
+    overlay: Mapping[str, Any] | None = field(default=None, compare=False)  # the launcher's note (drafter_rope.py)
     # config.json with text_config merged under the top level (the top level wins, as in vLLM), and as written
     config: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -169,8 +168,7 @@ def read_config(directory: Path, role: str) -> dict[str, Any]:
 
 
 def read_checkpoint(directory: Path | None, repo: str | None, role: str) -> tuple[CheckpointFacts | None, str | None]:
-    """From `directory`/config.json when it exists, else the shipped copy for `repo`, else None; and the reader's
-    refusal of a config.json that exists but cannot be read (its facts are then unknown)."""
+    """From `directory`/config.json if there, else the shipped copy for `repo`; and the reader's refusal, if any."""
     path = None if directory is None else Path(directory) / CONFIG_FILE
     if directory is not None and path is not None and (path.exists() or path.is_symlink()):
         try:
@@ -206,10 +204,7 @@ def facts_from_config(
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
     merged = {**text, **{k: v for k, v in config.items() if k != "text_config"}}
     quant = config.get("quantization_config") or text.get("quantization_config")
-    experts = next(
-        (n for k in ("n_routed_experts", "num_experts", "num_local_experts") if (n := _positive_int(merged.get(k)))),
-        0,
-    )
+    experts = next(filter(None, (_positive_int(merged.get(key)) for key in EXPERT_KEYS)), 0)
     architectures = config.get("architectures")
     dflash = merged.get("dflash_config")
     block = _positive_int(merged.get("block_size")) or (

@@ -71,8 +71,7 @@ SLIDING_DRAFTER_BACKEND = "TRITON_ATTN"
 
 def speculative_config(config: Config, facts: Facts | None = None) -> dict[str, object] | None:
     """The --speculative-config JSON object, or None for the autoregressive baseline: a field per key that declares
-    one (config/schema.py: `speculative_field=`), unset optional keys left to vLLM. `facts`: the checkpoints'
-    (None: unknown)."""
+    one (config/schema.py: `speculative_field=`), unset optional keys left to vLLM."""
     if not config.typed.speculative:
         return None
     spec: dict[str, object] = {"method": config.typed.speculative_method}  # first, for whoever reads --dry-run
@@ -84,7 +83,7 @@ def speculative_config(config: Config, facts: Facts | None = None) -> dict[str, 
             spec["rejection_sample_method"] = "synthetic"
             value = list(parse_acceptance_rates(str(value)))
         spec[key.speculative_field] = str(value) if isinstance(value, Path) else value
-    slides = facts is not None and facts.drafter is not None and facts.drafter.sliding_window
+    slides = facts is not None and facts.drafter is not None and facts.drafter.sliding_window  # (None: unknown)
     if config.typed.device == "rocm" and "attention_backend" not in spec and slides:
         spec["attention_backend"] = SLIDING_DRAFTER_BACKEND  # ROCM_ATTN loses its acceptance under batching (#53323)
     if config.typed.preshard_dir is not None:
@@ -207,7 +206,7 @@ def build_plan(
     """The complete launch plan. Pure: same config and arguments, same plan. `cpu_preload`: libraries found on
     this machine for LD_PRELOAD on DEVICE=cpu (launch/cpu_libs.py finds them). `flashinfer`: whether the serving
     Python has flashinfer on DEVICE=cuda (launch/prepare.py asks it; None: not asked, nothing set). `facts`: the
-    checkpoints' (kimi_dflash.checkpoint; None: unknown, e.g. a sliding-window drafter is not seen)."""
+    checkpoints' (kimi_dflash.checkpoint; None: unknown)."""
     env = vllm_env(config, cache_dir, cpu_preload, flashinfer)
     if config.typed.device == "cpu" and config.typed.distributed_executor_backend == "uni":
         # vLLM's CPU platform turns `uni` into `mp` while this is on (platforms/cpu.py, check_and_update_config), a

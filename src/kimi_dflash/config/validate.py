@@ -46,8 +46,7 @@ class Config:
 
 
 def check_paths(config: Config, facts: Facts | None = None) -> list[Problem]:
-    """Problems with directories and files the config names (missing dirs, spec tokens vs drafter block size).
-    `facts`: the checkpoints' (None: read here)."""
+    """Problems with the files a config names: missing dirs, spec tokens vs block size (`facts`; None: read here)."""
     facts = read_facts(config.typed) if facts is None else facts
     return list(path_problems(Check(config.typed, config.sources), facts))
 

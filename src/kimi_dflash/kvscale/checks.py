@@ -21,8 +21,7 @@ class Finding:
 def check_kv_scale_config(
     env: Mapping[str, str], *, model: str, kv_cache_dtype: str, fingerprint: Mapping[str, Any] | None = None
 ) -> list[Finding]:
-    """Findings for the KIMI_DFLASH_KV_* variables a launch would export, given the served model, its architecture
-    facts (the target's checkpoint facts; None for a hub id: the name decides) and KV dtype."""
+    """Findings for the KIMI_DFLASH_KV_* variables a launch exports (fingerprint: the target's; None: by name)."""
     try:
         settings = settings_from_env(env)
     except KvScaleConfigError as error:

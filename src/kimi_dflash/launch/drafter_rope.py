@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from kimi_dflash.checkpoint import Facts, facts_from_config, read_config
+from kimi_dflash.checkpoint import CONFIG_FILE, Facts, facts_from_config, read_config
 from kimi_dflash.core.atomic_write import publish_directory
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.user_files import UnreadableFile, read_user_bytes
@@ -27,12 +27,10 @@ from kimi_dflash.launch.private_files import UnsafeLocation, private_dir
 from kimi_dflash.rules.rope_amplitude import CHOICE_KEY, RopeDecision, UnreadableRope, concerned, decide
 from kimi_dflash.rules.source import VllmSource
 
-CONFIG = "config.json"
 NOTE = "kimi-dflash-overlay.json"  # what the overlay changed and why, beside the config
-OWN = (CONFIG, NOTE)  # the overlay's own files: never links to the drafter's entries of these names
+OWN = (CONFIG_FILE, NOTE)  # the overlay's own files: never links to the drafter's entries of these names
 OVERLAYS = "drafter-rope"  # under the project cache
-UNUSED_S = 7 * 86400  # an overlay no start has used for this long is removed
-LEFTOVER_S = 3600  # a half-built or retired copy this old belongs to no running start
+UNUSED_S, LEFTOVER_S = 7 * 86400, 3600  # removed: an overlay unused this long, a half-built or retired copy this old
 
 
 def installed_source() -> VllmSource | None:
@@ -57,8 +55,7 @@ def resolve(
     source: Callable[[], VllmSource | None] = installed_source,
 ) -> Facts:
     """The facts to serve: the drafter's replaced by its overlay's where the decision asks for one (built when
-    `create`). `source` is asked only for a drafter the decision concerns. UserError (exit 1) when the overlay
-    cannot be built."""
+    `create`; UserError, exit 1, when it cannot be). `source` is asked only for a drafter the decision concerns."""
     drafter, refused = facts.drafter, facts.problems.get(drafter_dir)  # refused: preflight's drafter-dir check fails it
     rope = None if drafter is None or not drafter.dflash else drafter.rope
     if refused or (rope and rope.problem):
@@ -89,7 +86,7 @@ def resolve(
         )
         raise UserError(f"drafter RoPE: {cause}; or set {CHOICE_KEY}=engine to serve the drafter as it is", 1) from None
     say(f"drafter RoPE: the drafter is served from {target}")
-    served = facts_from_config(config, str(target / CONFIG), "drafter", shipped=False, directory=target)
+    served = facts_from_config(config, str(target / CONFIG_FILE), "drafter", shipped=False, directory=target)
     return replace(facts, drafter=replace(served, overlay=note))
 
 
@@ -115,7 +112,7 @@ def build_overlay(
     else:
         staging = Path(tempfile.mkdtemp(prefix=".building-", dir=root))
         try:
-            for name, data in ((CONFIG, _dump(config)), (NOTE, note)):
+            for name, data in ((CONFIG_FILE, _dump(config)), (NOTE, note)):
                 flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
                 with os.fdopen(os.open(staging / name, flags, 0o644), "wb") as handle:
                     handle.write(data)
@@ -130,7 +127,7 @@ def build_overlay(
 def _intact(target: Path, drafter_dir: Path, names: list[str], config: dict[str, Any], note: bytes) -> bool:
     """Exactly what would be built: the links to the drafter's entries and the overlay's own files, unchanged."""
     try:
-        if sorted(os.listdir(target)) != sorted([*names, *OWN]) or (target / CONFIG).is_symlink():
+        if sorted(os.listdir(target)) != sorted([*names, *OWN]) or (target / CONFIG_FILE).is_symlink():
             return False
         if any(os.readlink(target / name) != str(drafter_dir / name) for name in names):
             return False

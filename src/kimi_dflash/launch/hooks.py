@@ -5,7 +5,7 @@ vLLM tree (rules/engine.py), and the patch step reuses preflight's verdict."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,15 +14,13 @@ from kimi_dflash.plan import LaunchPlan
 
 if TYPE_CHECKING:
     from kimi_dflash.checkpoint import Facts
-    from kimi_dflash.rules.deployment import Deployment
+    from kimi_dflash.rules.deployment import Deployment, Env
 
 # The architectures the recipe was built and measured on.
 EXPECTED_ARCH = {"rocm": "gfx942", "cuda": "sm_90"}
 
 
-def deployment(
-    config: Config, plan: LaunchPlan, inherited_env: Mapping[str, str] | None = None, facts: Facts | None = None
-) -> Deployment:
+def deployment(config: Config, plan: LaunchPlan, inherited_env: Env = None, facts: Facts | None = None) -> Deployment:
     from kimi_dflash.rules.deployment import Deployment
 
     return Deployment.for_plan(config, plan, inherited_env, facts)

@@ -89,7 +89,6 @@ def serving_python_has_flashinfer(config: Config, say: Say = _stderr) -> bool | 
 
 
 def local_plan(config: Config, facts: Facts | None = None) -> LaunchPlan:
-    """`facts`: the start's checkpoint facts (None: read here)."""
     return build_plan(
         config,
         python_executable=sys.executable,

@@ -117,8 +117,7 @@ class Deployment:
     label: str = "the plan"  # e.g. the config file, for report headers
     # `vllm serve` option -> the config key that sets it (EXTRA_VLLM_ARGS for its options), for fixes naming a key.
     option_keys: Mapping[str, str] = field(default_factory=dict)
-    # DRAFTER_ROPE_AMPLITUDE: what the launcher serves a DFlash drafter with (None: a bare command line)
-    drafter_rope_amplitude: str | float | None = None
+    drafter_rope_amplitude: str | float | None = None  # DRAFTER_ROPE_AMPLITUDE (None: a bare command line)
 
     @classmethod
     def for_plan(

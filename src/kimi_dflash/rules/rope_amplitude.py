@@ -27,10 +27,8 @@ EMBEDDINGS = {
 }
 AMPLITUDE_ATTRIBUTE = "mscale"  # the attribute the cos/sin cache is multiplied by
 CHOICE_KEY, ENGINE, LEGACY = "DRAFTER_ROPE_AMPLITUDE", ROPE_ENGINE, ROPE_LEGACY  # the key and its words
-# A value no formula gives: the release honours attention_factor when it comes back as the amplitude.
-PROBE_ATTENTION_FACTOR = 1.2345
-# Two amplitudes closer than this are the same (vllm-ascend's value 1.4158883 vs ln-based 1.41588830833...).
-SAME_AMPLITUDE = 1e-6
+PROBE_ATTENTION_FACTOR = 1.2345  # no formula gives it: attention_factor is honoured when it comes back as the amplitude
+SAME_AMPLITUDE = 1e-6  # closer amplitudes are the same (vllm-ascend's 1.4158883 vs 1.41588830833...)
 
 
 class UnreadableRope(ValueError):
@@ -113,10 +111,6 @@ class RopeDecision:
     message: str
     fix: str | None = None  # set: a warning (the wanted amplitude cannot be served, or none was chosen)
 
-    @property
-    def status(self) -> str:
-        return "pass" if self.fix is None else "warn"
-
     def overlay_config(self, config: Mapping[str, Any]) -> dict[str, Any]:
         """The drafter's config.json with attention_factor = served in every rope field of its rope type."""
         return {**config, **{f: {**config[f], "attention_factor": self.served} for f in self.rope.fields}}
@@ -159,11 +153,11 @@ def decide(drafter: CheckpointFacts, source: VllmSource, choice: str | float | N
             f"attention_factor ({release.factory_where}): no overlay can serve it",
             f"{CHOICE_KEY}={ENGINE}, or a vLLM that honours attention_factor",
         )
-    overlay = (
-        f"{CHOICE_KEY}={choice}: the launcher's overlay serves it with {rope.field}.attention_factor = "
-        f"{wanted:.7f} ({ENGINE}: {round(release.amplitude, 4)}; docs/patches.md)"
+    overlay = f"the launcher's overlay serves it with {rope.field}.attention_factor = {wanted:.7f}"
+    return decided(
+        f"{both}; {CHOICE_KEY}={choice}: {overlay} ({ENGINE}: {round(release.amplitude, 4)}; docs/patches.md)",
+        served=wanted,
     )
-    return decided(f"{both}; {overlay}", served=wanted)
 
 
 def _passed_keys(source: VllmSource, kind: str) -> tuple[tuple[str, ...], int]:
@@ -203,12 +197,9 @@ def _ratio(scope: Mapping[str, Any]) -> float:
 
 
 RATIO = "yarn_get_mscale(self.scaling_factor, mscale) / yarn_get_mscale(self.scaling_factor, mscale_all_dim)"
-DEEPSEEK_RATIO = (
-    "yarn_get_mscale(self.scaling_factor, float(mscale)) / yarn_get_mscale(self.scaling_factor, float(mscale_all_dim))"
-)
-# Every right-hand side of `self.mscale = ...` vLLM has shipped (as ast.unparse writes it), with what it computes;
-# any other is refused. yarn: up to 0.29 the last two; from 0.30 the first three, in an if/elif/else. deepseek_yarn:
-# the ratio times attn_factor up to 0.29, the ratio from 0.30.
+DEEPSEEK_RATIO = RATIO.replace(", mscale)", ", float(mscale))").replace(", mscale_all_dim)", ", float(mscale_all_dim))")
+# Every right-hand side of `self.mscale = ...` vLLM has shipped (as ast.unparse writes it), with what it computes. yarn:
+# up to 0.29 the 4th and 5th, from 0.30 the first three; deepseek_yarn: the last up to 0.29, the 6th from 0.30.
 _FORMULAS: dict[str, Callable[[Mapping[str, Any]], float]] = {
     "float(attention_factor)": lambda scope: float(scope["attention_factor"]),
     f"float({RATIO})": _ratio,

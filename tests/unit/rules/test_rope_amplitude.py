@@ -90,7 +90,7 @@ def test_the_installed_release_gives_the_zlab_drafter_amplitude_one(installed: V
 
 def test_legacy_is_served_through_the_overlay_and_both_amplitudes_and_the_key_are_named(installed: VllmSource) -> None:
     decision = decide(drafter(ZLAB), installed, "legacy")
-    assert decision.status == "pass" and decision.overlay and decision.served == pytest.approx(LEGACY)
+    assert decision.fix is None and decision.overlay and decision.served == pytest.approx(LEGACY)
     assert "gives the drafter RoPE amplitude 1.0 (rotary_embedding/yarn_scaling_rope.py:41)" in decision.message
     assert "the published acceptance was measured with 1.4159" in decision.message
     assert "DRAFTER_ROPE_AMPLITUDE=legacy: the launcher's overlay" in decision.message
@@ -100,7 +100,7 @@ def test_legacy_is_served_through_the_overlay_and_both_amplitudes_and_the_key_ar
 
 def test_engine_serves_the_drafter_as_it_is_and_says_what_legacy_would_be(installed: VllmSource) -> None:
     decision = decide(drafter(ZLAB), installed, "engine")
-    assert decision.status == "pass" and not decision.overlay and decision.served == 1.0
+    assert decision.fix is None and not decision.overlay and decision.served == 1.0
     assert "measured with 1.4159" in decision.message and "DRAFTER_ROPE_AMPLITUDE=engine serves it as it is" in (
         decision.message
     )
@@ -110,16 +110,16 @@ def test_a_number_is_served_and_a_bare_command_line_warns(installed: VllmSource)
     number = decide(drafter(ZLAB), installed, 1.2)
     assert number.overlay and number.served == 1.2 and "attention_factor = 1.2000000" in number.message
     bare = decide(drafter(ZLAB), installed, None)
-    assert bare.status == "warn" and not bare.overlay and "a bare command line serves 1.0" in bare.message
+    assert bare.fix is not None and not bare.overlay and "a bare command line serves 1.0" in bare.message
     assert "DRAFTER_ROPE_AMPLITUDE" in str(bare.fix)
 
 
 def test_a_drafter_that_states_its_amplitude_is_served_as_it_says(installed: VllmSource, tmp_path: Path) -> None:
     stated = decide(drafter(ZLAB, attention_factor=1.0), installed, "legacy")
-    assert stated.status == "pass" and not stated.overlay and "its config.json states" in stated.message
+    assert stated.fix is None and not stated.overlay and "its config.json states" in stated.message
     older = rope_factory_before_0_30(installed, tmp_path)
     ignored = decide(drafter(ZLAB, attention_factor=1.0), older, "legacy")
-    assert ignored.status == "warn" and "ignores" in ignored.message and "0.30.0" in str(ignored.fix)
+    assert ignored.fix is not None and "ignores" in ignored.message and "0.30.0" in str(ignored.fix)
 
 
 def test_a_release_that_gives_legacy_needs_no_overlay_and_cannot_serve_another(
@@ -128,11 +128,11 @@ def test_a_release_that_gives_legacy_needs_no_overlay_and_cannot_serve_another(
     """The shape of vLLM up to 0.29: get_rope does not pass mscale / mscale_all_dim / attention_factor on."""
     older = rope_factory_before_0_30(installed, tmp_path)
     legacy = decide(drafter(ZLAB), older, "legacy")
-    assert legacy.status == "pass" and not legacy.overlay and legacy.release.amplitude == pytest.approx(LEGACY)
+    assert legacy.fix is None and not legacy.overlay and legacy.release.amplitude == pytest.approx(LEGACY)
     engine = decide(drafter(ZLAB), older, "engine")
-    assert engine.status == "pass" and engine.served == pytest.approx(LEGACY)
+    assert engine.fix is None and engine.served == pytest.approx(LEGACY)
     one = decide(drafter(ZLAB), older, 1.0)
-    assert one.status == "warn" and not one.overlay and "no overlay can serve it" in one.message
+    assert one.fix is not None and not one.overlay and "no overlay can serve it" in one.message
 
 
 def test_a_deepseek_yarn_drafter_in_the_rope_parameters_schema_is_judged_and_left_unrewritten(
@@ -143,11 +143,11 @@ def test_a_deepseek_yarn_drafter_in_the_rope_parameters_schema_is_judged_and_lef
     facts = drafter(DEEPSEEK)
     for choice in ("legacy", "engine"):
         decision = decide(facts, installed, choice)
-        assert decision.status == "pass" and not decision.overlay and decision.served == 1.0
+        assert decision.fix is None and not decision.overlay and decision.served == 1.0
         assert "(rotary_embedding/deepseek_scaling_rope.py:52)" in decision.message
         assert decision.release.passed_keys == ("beta_fast", "beta_slow", "mscale", "mscale_all_dim")
     other = decide(facts, installed, 1.4)
-    assert other.status == "warn" and not other.overlay and "ignores deepseek_yarn attention_factor" in other.message
+    assert other.fix is not None and not other.overlay and "ignores deepseek_yarn attention_factor" in other.message
 
 
 def test_both_rope_fields_the_one_transformers_uses_is_judged_and_every_one_written(installed: VllmSource) -> None:
