@@ -119,6 +119,13 @@ def test_the_vllm_source_is_only_read_for_a_drafter_it_concerns(tmp_path: Path) 
     assert drafter_rope.resolve(facts, original, "legacy", tmp_path / "cache", True, print, no_source) is facts
 
 
+def test_without_a_readable_vllm_the_drafter_is_served_as_configured(tmp_path: Path) -> None:
+    original, said = drafter(tmp_path), []
+    facts = facts_of(original)
+    assert drafter_rope.resolve(facts, original, "legacy", tmp_path / "cache", True, said.append, lambda: None) is facts
+    assert said == ["drafter RoPE: no vLLM in this Python to read; served as configured"]
+
+
 def test_the_overlay_never_writes_through_the_drafters_entries(tmp_path: Path, installed: VllmSource) -> None:
     """Issue 31 S4: a `kimi-dflash-overlay.json` (or a second config) in the drafter directory, a symlink to a
     file of root's or a plain file, is neither linked into the overlay nor written."""
