@@ -182,27 +182,28 @@ def dry_engine_for_plan(
         verdict = run_dry_engine(
             argv, config.typed.device, python=python, env=plan.env, meta_model=meta_model, cuda_gpu=cuda_gpu
         )
-        trained = None if drafter is None else drafter_trained_amplitude(drafter.path)
+        legacy = None if drafter is None else drafter_legacy_amplitude(drafter.path)
     origins = [f"target config.json from {target.origin}"]
     if drafter is not None:
         origins.append(f"drafter config.json from {drafter.origin}")
     extra: dict[str, object] = {"checkpoints": origins}
     amplitude = verdict.report.get("drafter_rope_amplitude")
-    if isinstance(amplitude, float) and trained is not None:
-        extra["drafter_rope_trained"] = round(trained, 4)
+    if isinstance(amplitude, float) and legacy is not None:
+        extra["drafter_rope_legacy"] = round(legacy, 4)
         extra["drafter_rope"] = (
-            f"{round(amplitude, 4)} (vLLM's, for its config.json as given), trained {round(trained, 4)}"
+            f"{round(amplitude, 4)} (vLLM's, for its config.json as given), legacy {round(legacy, 4)}"
         )
     return DryVerdict({**verdict.report, **extra})
 
 
-def drafter_trained_amplitude(drafter_dir: Path) -> float | None:
-    """The RoPE amplitude a z-lab Kimi DFlash drafter was trained with (rules/rope_amplitude.py), else None."""
-    from kimi_dflash.rules.rope_amplitude import drafter_rope, trained_amplitude
+def drafter_legacy_amplitude(drafter_dir: Path) -> float | None:
+    """The amplitude vLLM up to 0.29 gave a DFlash drafter's rope (the published acceptance was measured with it;
+    rules/rope_amplitude.py), None for a drafter the decision does not concern."""
+    from kimi_dflash.checkpoint import read_checkpoint
+    from kimi_dflash.rules.rope_amplitude import concerned, legacy_amplitude
 
-    config = json.loads((drafter_dir / "config.json").read_text(encoding="utf-8"))
-    rope = drafter_rope(config) if isinstance(config, dict) else None
-    return None if rope is None else trained_amplitude(rope)
+    drafter, _problem = read_checkpoint(drafter_dir, None, "drafter")
+    return legacy_amplitude(drafter.rope) if concerned(drafter) and drafter and drafter.rope else None
 
 
 def _path(value: object) -> Path | None:
