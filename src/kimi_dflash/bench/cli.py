@@ -20,6 +20,7 @@ from kimi_dflash.bench.runner import Benchmark, RunState, Stopper
 from kimi_dflash.bench.settings import Settings
 from kimi_dflash.core import options
 from kimi_dflash.core.errors import UserError
+from kimi_dflash.core.formatting import utc_now
 
 DESCRIPTION = """\
 Multi-turn streaming benchmark for an OpenAI-compatible server (vLLM), built to measure speculative
@@ -97,7 +98,7 @@ class ResultWriter:
         )
 
     def _write(self, document: BenchmarkResult) -> None:
-        self.file.write(report.to_json_text(document), has_levels=bool(document.results))
+        self.file.write(document.to_json_text(), has_levels=bool(document.results))
         self.saved_levels = len(document.results)
 
     def checkpoint(self, state: RunState) -> None:
@@ -127,7 +128,7 @@ class ResultWriter:
 
     def finish(self, state: RunState, status: str, detail: str, exit_code: int) -> BenchmarkResult:
         self.run = dataclasses.replace(
-            self.run, status=status, status_detail=detail or None, finished_at=report.utc_now(), exit_code=exit_code
+            self.run, status=status, status_detail=detail or None, finished_at=utc_now(), exit_code=exit_code
         )
         document = self.document(state)
         if self.write_error is not None:
@@ -203,7 +204,7 @@ def _say_where(writer: ResultWriter) -> None:
 
 def main(settings: Settings) -> int:
     settings.resolve()  # reads the dataset
-    started = report.utc_now()
+    started = utc_now()
     default_output = Path("results") / f"benchmark-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
     output = Path(settings.output) if settings.output else default_output
     event_loop = eventloop.loop_name(prefer_uvloop=not settings.no_uvloop)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_dflash.bench import columns, reply_match
-from kimi_dflash.bench.goodput import describe
+from kimi_dflash.bench.goodput import DEFAULT_ATTAINMENT, describe, sustained
 from kimi_dflash.bench.intervals import CONFIDENCE_LEVELS, ratio_interval
 from kimi_dflash.bench.result import BenchmarkResult, LevelResult, Settings, load_result
 from kimi_dflash.core import options
@@ -16,8 +16,6 @@ from kimi_dflash.core.atomic_write import write_text_atomic
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.formatting import MISSING, interval, markdown_table, percent, ratio
 from kimi_dflash.core.options import declare, option
-
-DEFAULT_ATTAINMENT = 0.9
 
 
 @dataclass(frozen=True)
@@ -67,16 +65,6 @@ def speedup_interval_cell(baseline: LevelResult, candidate: LevelResult, confide
     if found is None or found.low is None or found.high is None:
         return "— (needs --repeats ≥ 2)"
     return interval(found.low, found.high) + ("" if found.significant else " not significant")
-
-
-def sustained(levels: dict[float, LevelResult], threshold: float) -> tuple[float, LevelResult] | None:
-    """The highest load whose SLO attainment is at least ``threshold`` (None: no level does)."""
-    ok = [
-        (key, level)
-        for key, level in levels.items()
-        if level.goodput is not None and level.goodput.attainment is not None and level.goodput.attainment >= threshold
-    ]
-    return max(ok, key=lambda item: item[0]) if ok else None
 
 
 def slo_section(

@@ -7,8 +7,8 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from kimi_dflash.bench.fields import doc
 from kimi_dflash.core.errors import UserError
+from kimi_dflash.core.options import doc
 from kimi_dflash.core.user_files import parse_user_json
 
 
@@ -22,11 +22,9 @@ class DatasetInfo:
     categories: dict[str, int] = doc(
         "prompts per category (conversation formats: conversations per category)", factory=dict
     )
-    format: str | None = doc(
-        "prompts | openai-messages | sharegpt | speed-bench (--dataset-format)", default=None, omit_if_none=True
-    )
+    format: str | None = doc("prompts | openai-messages | sharegpt | speed-bench (--dataset-format)", omit_if_none=True)
     conversations: int | None = doc(
-        "conversations in the file (conversation formats; prompts counts user turns)", default=None, omit_if_none=True
+        "conversations in the file (conversation formats; prompts counts user turns)", omit_if_none=True
     )
 
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from kimi_dflash.bench.metrics import e2el, tpot, ttft
 from kimi_dflash.bench.records import CANCELLED, RequestRecord
-from kimi_dflash.bench.result import Goodput
+from kimi_dflash.bench.result import Goodput, LevelResult
 
 # --slo name -> (stored key, whether the value is a time: then it carries ms or s; user_tps is a bare tok/s)
 _NAMES = {
@@ -18,6 +18,7 @@ _NAMES = {
     "e2el": ("e2el_s", True),
     "user_tps": ("user_tok_s", False),
 }
+DEFAULT_ATTAINMENT = 0.9  # the share of requests meeting the SLO for a load to count as sustained
 _TO_MS = {"ms": 1.0, "s": 1000.0}
 _VALUE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s)?\s*$")
 _WORDS = {
@@ -113,3 +114,12 @@ def goodput(records: Sequence[RequestRecord], duration_s: float, slo: dict[str, 
 def describe(slo: dict[str, float]) -> str:
     """``TTFT <= 500 ms, TPOT <= 50 ms``: the SLO in words, for tables."""
     return ", ".join(_WORDS[k].format(v) for k, v in slo.items() if k in _WORDS)
+
+
+def sustained(
+    levels: dict[float, LevelResult], threshold: float = DEFAULT_ATTAINMENT
+) -> tuple[float, LevelResult] | None:
+    """The highest load whose SLO attainment is at least ``threshold`` (None: no level does)."""
+    attained = {key: level.goodput.attainment for key, level in levels.items() if level.goodput}
+    ok = [key for key, attainment in attained.items() if attainment is not None and attainment >= threshold]
+    return (max(ok), levels[max(ok)]) if ok else None

@@ -2,28 +2,21 @@
 
 from __future__ import annotations
 
-import json
 import platform
 import socket
 import subprocess
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from kimi_dflash.bench import columns
 from kimi_dflash.bench.goodput import describe
 from kimi_dflash.bench.request_shaping import redact_header_arg
 from kimi_dflash.bench.result import BenchmarkResult, LevelResult, ToolInfo
 from kimi_dflash.core import redaction
-from kimi_dflash.core.atomic_write import write_text_atomic
 from kimi_dflash.core.formatting import interval, number, percent
 
 TOOL_NAME = "benchmark_multi_turn"
-
-
-def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def redact_argv(argv: list[str]) -> list[str]:
@@ -76,17 +69,6 @@ def tool_info(event_loop: str) -> ToolInfo:
         event_loop=event_loop,
         host=socket.gethostname(),
     )
-
-
-def to_json_text(document: Any) -> str:
-    """JSON data or a result as the text written to disk (NaN/Infinity refused: they are not JSON)."""
-    if isinstance(document, BenchmarkResult):
-        document = document.to_json()
-    return json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
-
-
-def write_atomic(path: Path, document: Any) -> None:
-    write_text_atomic(path, to_json_text(document))
 
 
 # -- stdout -------------------------------------------------------------------------------------

@@ -15,11 +15,11 @@ from typing import Any, ClassVar, Literal
 from kimi_dflash.bench import datasets, request_shaping
 from kimi_dflash.bench.arrivals import ARRIVALS, THINK_DISTRIBUTIONS, ArrivalProcess, ThinkTime, parse_rates
 from kimi_dflash.bench.datasets import DatasetInfo
-from kimi_dflash.bench.fields import doc, meta
 from kimi_dflash.bench.intervals import CONFIDENCE_LEVELS
 from kimi_dflash.bench.progress import DEFAULT_INTERVAL_S
 from kimi_dflash.bench.workload import BUILTIN, Dataset, load_dataset, unencodable_at
 from kimi_dflash.core import options, redaction
+from kimi_dflash.core.options import MAX_TOKENS, doc
 
 # What ./serve.sh starts by default (PORT in the config schema; a test keeps the two equal). The benchmark
 # cannot import the config package: it runs on a client box with aiohttp + numpy + pydantic only.
@@ -38,29 +38,16 @@ Endpoint = Literal["chat", "completions"]
 _DERIVE = "derive"
 
 
-def setting(doc: str | None, *, group: str, omit_if_none: bool = False, **cli: Any) -> Any:
-    """A field that is a command-line option (``cli``: core/options.Option's settings), in the help's ``group``;
-    recorded in the result with ``doc`` as its meaning (and, unless ``help`` says more, its help), or kept out of
-    the result when ``doc`` is None."""
-    if doc is None:
-        return options.option(group=group, metadata={"exclude": True}, **cli)
-    if "help" not in cli:
-        shown = cli.get("default") is not None and not isinstance(cli.get("default"), bool)
-        cli["help"] = doc + (" (default %(default)s)" if shown else "")
-    loaded = cli.pop("field_default", None)  # what a file written before the field existed reads as
-    return options.option(field_default=loaded, group=group, metadata=meta(doc, omit_if_none=omit_if_none), **cli)
-
-
 server_option, load_option, output_option, analysis_option = (
-    functools.partial(setting, group=name) for name in ("server", "load", "output", "analysis")
+    functools.partial(options.option, group=name) for name in ("server", "load", "output", "analysis")
 )
 OPEN_LOOP = "open-loop load (instead of --sessions)"
-open_loop_option = functools.partial(setting, None, group=OPEN_LOOP)
+open_loop_option = functools.partial(options.option, group=OPEN_LOOP)
 
 
-def derived(doc: str, compute: Callable[[Settings], Any], *, omit_if_none: bool = False) -> Any:
+def derived(text: str, compute: Callable[[Settings], Any], omit_if_none: bool = False) -> Any:
     """A recorded field that is no option: ``compute(settings)`` once the options are resolved."""
-    return field(default=None, metadata={**meta(doc, omit_if_none=omit_if_none), _DERIVE: compute})
+    return field(default=None, metadata={**options.described(text, omit_if_none), _DERIVE: compute})
 
 
 def normalize_base_url(url: str) -> str:
@@ -131,173 +118,216 @@ def _open_loop(s: Settings) -> OpenLoopSettings | None:
 class Settings:
     """What was measured (the command-line settings after defaults). Runs compare only when these match."""
 
-    GROUPS: ClassVar[dict[str, str | None]] = {
-        "server": None,
-        "load": None,
-        "output": None,
-        OPEN_LOOP: "Conversations start on an arrival process's clock, whatever the "
-        "server does; each following turn is sent when the previous reply finished plus a think time. One level per "
-        "rate.",
+    GROUPS: ClassVar[dict[str, str | None]] = dict.fromkeys(("server", "load", "output")) | {
+        OPEN_LOOP: "Conversations start on an arrival process's clock, whatever the server does; each following turn "
+        "is sent when the previous reply finished plus a think time. One level per rate.",
         "analysis": None,
     }
 
     base_url: str | None = server_option(
-        "server root", default=DEFAULT_BASE_URL, parse=options.http_url, help="server root, with or without /v1 "
-        "(default %(default)s: where ./serve.sh listens)"
-    )  # fmt: skip
-    model: str | None = server_option("model requested (discovered from /v1/models when not given)", help="model "
-        "name to request (default: the model /v1/models lists; required when it lists several)")  # fmt: skip
+        "server root, with or without /v1 (default %(default)s: where ./serve.sh listens)",
+        record="server root",
+        default=DEFAULT_BASE_URL,
+        parse=options.http_url,
+    )
+    model: str | None = server_option(
+        "model name to request (default: the model /v1/models lists; required when it lists several)",
+        record="model requested (discovered from /v1/models when not given)",
+    )
     sessions: list[int] = load_option(
-        "concurrency levels, in order", field_default=[], parse=options.comma_list(int, "positive integers", 1),
-        help=f"concurrent sessions; a comma list sweeps levels, e.g. 8,16,32 (default {DEFAULT_SESSIONS})",
-    )  # fmt: skip
-    turns_per_session: int | None = load_option("turns per conversation", default=5, minimum=1)
-    max_tokens: int | None = load_option("max_tokens per reply", default=512, minimum=1, maximum=options.MAX_TOKENS)
-    temperature: float | None = load_option("sampling temperature (always sent)", default=0.0, minimum=0)
-    ignore_eos: bool | None = load_option("vLLM's ignore_eos sent", help="send ignore_eos: every reply runs to "
-        "--max-tokens")  # fmt: skip
+        f"concurrent sessions; a comma list sweeps levels, e.g. 8,16,32 (default {DEFAULT_SESSIONS})",
+        record="concurrency levels, in order",
+        field_default=[],
+        parse=options.comma_list(int, "positive integers", 1),
+    )
+    turns_per_session: int | None = load_option(record="turns per conversation", default=5, minimum=1)
+    max_tokens: int | None = load_option(record="max_tokens per reply", default=512, minimum=1, maximum=MAX_TOKENS)
+    temperature: float | None = load_option(record="sampling temperature (always sent)", default=0.0, minimum=0)
+    ignore_eos: bool | None = load_option(
+        "send ignore_eos: every reply runs to --max-tokens", record="vLLM's ignore_eos sent"
+    )
     stream: bool | None = load_option(
-        "streaming requests", default=True, flag="--no-stream", help="non-streaming requests (no TTFT/TPOT; E2EL and "
-        "tok/s only)"
-    )  # fmt: skip
+        "non-streaming requests (no TTFT/TPOT; E2EL and tok/s only)",
+        record="streaming requests",
+        default=True,
+        flag="--no-stream",
+    )
     independent_turns: bool | None = load_option(
-        "turns sent without the conversation so far", help="send every turn without the conversation so far: the "
-        "closed-loop load of `vllm bench serve --max-concurrency N`, for cross-checking against it"
-    )  # fmt: skip
+        "send every turn without the conversation so far: the closed-loop load of `vllm bench serve "
+        "--max-concurrency N`, for cross-checking against it",
+        record="turns sent without the conversation so far",
+    )
     prompt_order: PromptOrder | None = load_option(
-        "how sessions draw prompts", default="random", help="random (default): each session draws its prompts by "
-        "--seed; sequential: turn t of session s sends prompt (t x sessions + s) of the dataset, in file order (what "
-        "`vllm bench serve --disable-shuffle` does)"
-    )  # fmt: skip
+        "random (default): each session draws its prompts by --seed; sequential: turn t of session s sends prompt "
+        "(t x sessions + s) of the dataset, in file order (what `vllm bench serve --disable-shuffle` does)",
+        record="how sessions draw prompts",
+        default="random",
+    )
     dataset_name: str = load_option(
-        None, flag="--dataset", default=BUILTIN, help="'builtin' (225 prompts shipped with the tool) or a JSONL file "
-        'of {"prompt": ...} lines'
-    )  # fmt: skip
+        """'builtin' (225 prompts shipped with the tool) or a JSONL file of {"prompt": ...} lines""",
+        flag="--dataset",
+        default=BUILTIN,
+    )
     dataset_format: str | None = load_option(
-        None, choices=datasets.FORMATS, help='format of --dataset (default: detected from its first record): prompts '
-        '({"prompt": ...}), openai-messages ({"messages": [...]}), sharegpt ({"conversations": [...]}), speed-bench '
-        '({"category": ..., "turns": [...]}); conversations replay their user turns, the server generates the replies'
-    )  # fmt: skip
+        'format of --dataset (default: detected from its first record): prompts ({"prompt": ...}), openai-messages '
+        '({"messages": [...]}), sharegpt ({"conversations": [...]}), speed-bench ({"category": ..., "turns": [...]}); '
+        "conversations replay their user turns, the server generates the replies",
+        choices=datasets.FORMATS,
+    )
     dataset: DatasetInfo | None = derived("the prompt set", lambda s: s.prompts.describe())
-    system_prompt: str | None = load_option("system message opening every conversation", help="optional system "
-        "message at the start of every conversation")  # fmt: skip
-    warmup: int | None = load_option("warmup requests", minimum=0, maximum=MAX_WARMUP, help="warmup requests before "
-        "measuring (default: the first level's session count)")  # fmt: skip
-    repeats: int | None = load_option("measured repeats per level, fresh prompts each", default=1, minimum=1)
-    seed: int | None = load_option("prompt selection seed; same seed = same conversations", default=0)
-    timeout_s: float | None = server_option("per-request timeout, seconds", flag="--timeout", default=600.0,
-        minimum=0.001)  # fmt: skip
+    system_prompt: str | None = load_option(
+        "optional system message at the start of every conversation", record="system message opening every conversation"
+    )
+    warmup: int | None = load_option(
+        "warmup requests before measuring (default: the first level's session count)",
+        record="warmup requests",
+        minimum=0,
+        maximum=MAX_WARMUP,
+    )
+    repeats: int | None = load_option(record="measured repeats per level, fresh prompts each", default=1, minimum=1)
+    seed: int | None = load_option(record="prompt selection seed; same seed = same conversations", default=0)
+    timeout_s: float | None = server_option(
+        record="per-request timeout, seconds", flag="--timeout", default=600.0, minimum=0.001
+    )
     metrics_url: str | None = server_option(
-        "Prometheus endpoint; null when disabled", parse=lambda text: text if text.lower() == "none" else
-        options.http_url(text), help="Prometheus endpoint for spec-decode counters (default: <base-url>/metrics; "
-        "'none' disables)"
-    )  # fmt: skip
-    api_key: str | None = server_option(None, secret=True, help="bearer token (default: $OPENAI_API_KEY, then "
-        "$VLLM_API_KEY); never printed or stored")  # fmt: skip
+        "Prometheus endpoint for spec-decode counters (default: <base-url>/metrics; 'none' disables)",
+        record="Prometheus endpoint; null when disabled",
+        parse=lambda text: text if text.lower() == "none" else options.http_url(text),
+    )
+    api_key: str | None = server_option(
+        "bearer token (default: $OPENAI_API_KEY, then $VLLM_API_KEY); never printed or stored", secret=True
+    )
     api_key_set: bool | None = derived(
         "an API key was sent (the key itself is never stored)", lambda s: bool(s.api_key)
     )
     request_rate: tuple[float, ...] | None = open_loop_option(
-        parse=parse_rates, metavar="RATES", help="conversation starts per second (= requests/s with "
-        "--turns-per-session 1); a comma list sweeps, e.g. 1,2,4; inf starts every conversation at once. Turns it into "
-        "an open loop. The run's own waits ((conversations - 1) / rate + think time x (turns - 1), per rate and "
-        f"repeat) may add up to at most {MAX_PLANNED_HOURS} h"
-    )  # fmt: skip
-    arrival: ArrivalName = open_loop_option(choices=ARRIVALS, default="poisson", help="arrival process of "
-        "conversation starts (default poisson)")  # fmt: skip
+        "conversation starts per second (= requests/s with --turns-per-session 1); a comma list sweeps, e.g. 1,2,4; "
+        "inf starts every conversation at once. Turns it into an open loop. The run's own waits ((conversations - 1) "
+        f"/ rate + think time x (turns - 1), per rate and repeat) may add up to at most {MAX_PLANNED_HOURS} h",
+        parse=parse_rates,
+        metavar="RATES",
+    )
+    arrival: ArrivalName = open_loop_option(
+        "arrival process of conversation starts (default poisson)", choices=ARRIVALS, default="poisson"
+    )
     burstiness: float = open_loop_option(
-        default=1.0, above=0, help="gamma shape B for --arrival gamma: 1 = poisson, < 1 burstier, > 1 smoother "
-        "(default 1)"
-    )  # fmt: skip
-    max_concurrency: int | None = open_loop_option(minimum=1, help="cap on requests in flight; arrivals beyond it "
-        "wait (the wait is reported as local queueing)")  # fmt: skip
-    num_sessions: int | None = open_loop_option(minimum=1,
-        help=f"conversations started per rate level and repeat (default {DEFAULT_OPEN_SESSIONS})")  # fmt: skip
+        "gamma shape B for --arrival gamma: 1 = poisson, < 1 burstier, > 1 smoother (default 1)", default=1.0, above=0
+    )
+    max_concurrency: int | None = open_loop_option(
+        "cap on requests in flight; arrivals beyond it wait (the wait is reported as local queueing)", minimum=1
+    )
+    num_sessions: int | None = open_loop_option(
+        f"conversations started per rate level and repeat (default {DEFAULT_OPEN_SESSIONS})", minimum=1
+    )
     think_time: float = open_loop_option(
-        default=0.0, minimum=0, metavar="SECONDS", help="mean pause between a reply and the conversation's next turn "
-        f"(default 0; counts toward the {MAX_PLANNED_HOURS} h a run may plan, see --request-rate)"
-    )  # fmt: skip
+        "mean pause between a reply and the conversation's next turn (default 0; counts toward the "
+        f"{MAX_PLANNED_HOURS} h a run may plan, see --request-rate)",
+        default=0.0,
+        minimum=0,
+        metavar="SECONDS",
+    )
     think_time_dist: ThinkTimeDist = open_loop_option(
-        choices=THINK_DISTRIBUTIONS, default="fixed", help="fixed (exactly --think-time), exp (exponential) or uniform "
-        "(0 .. 2x); default fixed"
-    )  # fmt: skip
+        "fixed (exactly --think-time), exp (exponential) or uniform (0 .. 2x); default fixed",
+        choices=THINK_DISTRIBUTIONS,
+        default="fixed",
+    )
     open_loop: OpenLoopSettings | None = derived(
         "open-loop load; absent: closed loop (--sessions)", _open_loop, omit_if_none=True
     )
     slo: dict[str, float] | None = analysis_option(
-        "--slo limits", omit_if_none=True, parse=parse_slo, metavar="SPEC", help="service-level objectives, e.g. "
-        "ttft:500ms,tpot:50ms,e2el:10s,user_tps:20 (ttft/tpot/e2el are maxima and need their unit, ms or s; user_tps "
-        "= 1/TPOT is a minimum in tok/s; each at most once). Adds attainment and goodput per level"
-    )  # fmt: skip
+        "service-level objectives, e.g. ttft:500ms,tpot:50ms,e2el:10s,user_tps:20 (ttft/tpot/e2el are maxima and "
+        "need their unit, ms or s; user_tps = 1/TPOT is a minimum in tok/s; each at most once). Adds attainment and "
+        "goodput per level",
+        record="--slo limits",
+        omit_if_none=True,
+        parse=parse_slo,
+        metavar="SPEC",
+    )
     percentiles: list[float] | None = analysis_option(
-        "--percentiles", omit_if_none=True, parse=parse_percentiles, metavar="LIST", help="percentiles to report for "
-        "TTFT, TPOT, E2EL, per-user tok/s and chunk gaps, e.g. 50,90,99,99.9 (stored under each distribution's "
-        "'percentiles'; the fixed p50/p90/p95/p99 stay)"
-    )  # fmt: skip
+        "percentiles to report for TTFT, TPOT, E2EL, per-user tok/s and chunk gaps, e.g. 50,90,99,99.9 (stored under "
+        "each distribution's 'percentiles'; the fixed p50/p90/p95/p99 stay)",
+        record="--percentiles",
+        omit_if_none=True,
+        parse=parse_percentiles,
+        metavar="LIST",
+    )
     confidence: float = analysis_option(
-        None, choices=CONFIDENCE_LEVELS, default=0.95, help="confidence level of the intervals over repeats "
-        "(--repeats >= 2; default 0.95)"
-    )  # fmt: skip
+        "confidence level of the intervals over repeats (--repeats >= 2; default 0.95)",
+        choices=CONFIDENCE_LEVELS,
+        default=0.95,
+    )
     csv: bool = analysis_option(
-        None, help="also write OUTPUT.requests.csv (one row per request) and OUTPUT.levels.csv (one row per level) "
-        "beside the JSON"
-    )  # fmt: skip
+        "also write OUTPUT.requests.csv (one row per request) and OUTPUT.levels.csv (one row per level) beside the JSON"
+    )
     endpoint: Endpoint | None = server_option(
-        "chat (/v1/chat/completions) or completions (/v1/completions, turn text as prompt)", omit_if_none=True,
-        default="chat", help="chat (default): /v1/chat/completions with the conversation; completions: "
-        "/v1/completions with each turn's text as the prompt, as given (no chat template, no history: turns are "
-        "independent)"
-    )  # fmt: skip
+        "chat (default): /v1/chat/completions with the conversation; completions: /v1/completions with each turn's "
+        "text as the prompt, as given (no chat template, no history: turns are independent)",
+        record="chat (/v1/chat/completions) or completions (/v1/completions, turn text as prompt)",
+        omit_if_none=True,
+        default="chat",
+    )
     extra_body_text: str | None = server_option(
-        None, flag="--extra-body", metavar="JSON", help="JSON object (or @FILE) merged into every request body, e.g. "
-        """'{"chat_template_kwargs": {"thinking": false}, "top_p": 0.95}'; stored in the result"""
-    )  # fmt: skip
+        """JSON object (or @FILE) merged into every request body, e.g. '{"chat_template_kwargs": {"thinking": """
+        """false}, "top_p": 0.95}'; stored in the result""",
+        flag="--extra-body",
+        metavar="JSON",
+    )
     extra_body: dict[str, Any] | None = derived(
-        "--extra-body: fields merged into every request body", omit_if_none=True,
-        compute=lambda s: request_shaping.parse_extra_body(s.extra_body_text) if s.extra_body_text else None,
-    )  # fmt: skip
+        "--extra-body: fields merged into every request body",
+        lambda s: request_shaping.parse_extra_body(s.extra_body_text) if s.extra_body_text else None,
+        omit_if_none=True,
+    )
     shared_prefix_tokens: int | None = load_option(
-        "--shared-prefix-tokens: approximate tokens of the system text every conversation opens with",
-        omit_if_none=True, default=0, minimum=0, maximum=options.MAX_TOKENS, metavar="N", help="open every "
-        "conversation with the same system text of about N tokens (estimated at 4 characters per token, no tokenizer; "
-        "usage.prompt_tokens shows the real count). 0: none (default)"
-    )  # fmt: skip
+        "open every conversation with the same system text of about N tokens (estimated at 4 characters per token, "
+        "no tokenizer; usage.prompt_tokens shows the real count). 0: none (default)",
+        record="--shared-prefix-tokens: approximate tokens of the system text every conversation opens with",
+        omit_if_none=True,
+        default=0,
+        minimum=0,
+        maximum=MAX_TOKENS,
+        metavar="N",
+    )
     header: list[str] = server_option(
-        None, repeatable=True, metavar="NAME:VALUE", help="extra HTTP header on every request (repeatable); the "
-        "value of a credential-like header (Authorization, Cookie, *key*, *token*, *secret*, *auth*) is never "
-        "printed or stored"
-    )  # fmt: skip
+        "extra HTTP header on every request (repeatable); the value of a credential-like header (Authorization, "
+        "Cookie, *key*, *token*, *secret*, *auth*) is never printed or stored",
+        repeatable=True,
+        metavar="NAME:VALUE",
+    )
     headers: list[str] | None = derived(
-        "--header lines sent with every request (credential values stored as ***)", omit_if_none=True,
-        compute=lambda s: [request_shaping.shown_header(name, value) for name, value in s.header_pairs] or None,
-    )  # fmt: skip
+        "--header lines sent with every request (credential values stored as ***)",
+        lambda s: [request_shaping.shown_header(name, value) for name, value in s.header_pairs] or None,
+        omit_if_none=True,
+    )
     output: str | None = output_option(
-        None, help="result JSON (default results/benchmark-<UTC time>.json); written atomically after every level. "
-        "An existing result is kept until this run has measured a level (until then: OUTPUT.partial), then moved to "
+        "result JSON (default results/benchmark-<UTC time>.json); written atomically after every level. An existing "
+        "result is kept until this run has measured a level (until then: OUTPUT.partial), then moved to "
         "<name>.previous.json; a FIFO, device or symbolic link is refused (/dev/null: keep nothing)"
-    )  # fmt: skip
-    label: str | None = output_option(None, help="free text stored in the result, e.g. dflash-st2 or baseline")
-    record_requests: bool = output_option(None, help="also store every request's raw timestamps in the result")
+    )
+    label: str | None = output_option("free text stored in the result, e.g. dflash-st2 or baseline")
+    record_requests: bool = output_option("also store every request's raw timestamps in the result")
     progress_interval: float = output_option(
-        None, default=DEFAULT_INTERVAL_S, minimum=0, metavar="SECONDS", help="during a level, print requests done / "
-        "total, tok/s so far and time elapsed to stderr this often (default %(default)s; 0 turns it off)"
-    )  # fmt: skip
-    no_uvloop: bool = output_option(None, help="use asyncio's loop even if uvloop is installed")
-    command_line: list[str] = output_option(None, argv=True)
+        "during a level, print requests done / total, tok/s so far and time elapsed to stderr this often (default "
+        "%(default)s; 0 turns it off)",
+        default=DEFAULT_INTERVAL_S,
+        minimum=0,
+        metavar="SECONDS",
+    )
+    no_uvloop: bool = output_option("use asyncio's loop even if uvloop is installed")
+    command_line: list[str] = output_option(argv=True)
 
     # -- after parsing -------------------------------------------------------------------------------------
     def check(self) -> None:
         """Refuse what cannot work, naming the fix (a usage error: exit 2, before anything is sent)."""
         open_loop = self.request_rate is not None
         for f, spec in options.fields_of(Settings):
-            value = getattr(self, f.name)
+            value, flag = getattr(self, f.name), options.flag_of(f, spec)
             for text in value if isinstance(value, list | tuple) and not spec.argv else (value,):
-                if isinstance(text, str) and unencodable_at(text) is not None:
-                    raise ValueError(f"{options.flag_of(f, spec)} holds bytes that are not UTF-8 (at character "
-                                     f"{unencodable_at(text)}); pass it as UTF-8 text")  # fmt: skip
+                if isinstance(text, str) and (at := unencodable_at(text)) is not None:
+                    raise ValueError(
+                        f"{flag} holds bytes that are not UTF-8 (at character {at}); pass it as UTF-8 text"
+                    )
             if spec.group == OPEN_LOOP and not open_loop and value != spec.default:
-                raise ValueError(f"{options.flag_of(f, spec)} belongs to the open loop: add --request-rate (e.g. "
-                                 "--request-rate 2)")  # fmt: skip
+                raise ValueError(f"{flag} belongs to the open loop: add --request-rate (e.g. --request-rate 2)")
         if open_loop and self.sessions is not None:
             raise ValueError("--sessions (closed loop) and --request-rate (open loop) exclude each other; give one")
         if self.burstiness != 1.0 and self.arrival != "gamma":

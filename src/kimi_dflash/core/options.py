@@ -17,6 +17,7 @@ import sys
 import types
 import typing
 from collections.abc import Callable, Sequence
+from dataclasses import MISSING
 from typing import Any, NoReturn
 
 from kimi_dflash.core import redaction
@@ -51,20 +52,52 @@ class Option:
     argv: bool = False
 
 
-def option(help: str = "", *, field_default: Any = dataclasses.MISSING, metadata: dict[str, Any] | None = None,
-           **settings: Any) -> Any:  # fmt: skip
-    """A dataclass field that is a command-line option. The field's default is the option's unless
-    ``field_default`` says otherwise (a result document reads files written before the field with None)."""
+def _is_none(value: Any) -> bool:
+    return value is None
+
+
+def described(text: str | None, omit_if_none: bool = False) -> dict[str, Any]:
+    """A field's metadata in pydantic's vocabulary, for document models made of dataclasses: ``text`` is its JSON
+    Schema description (None: the field is never written); ``omit_if_none`` leaves a None out of the JSON."""
+    if text is None:
+        return {"exclude": True}
+    return {"description": text, "exclude_if": _is_none} if omit_if_none else {"description": text}
+
+
+def doc(text: str, *, default: Any = MISSING, factory: Any = MISSING, omit_if_none: bool = False) -> Any:
+    """A described document field that is no option: ``count: int | None = doc("number of values", default=None)``
+    (an ``omit_if_none`` field defaults to None)."""
+    if omit_if_none and default is MISSING and factory is MISSING:
+        default = None
+    return dataclasses.field(default=default, default_factory=factory, metadata=described(text, omit_if_none))
+
+
+def option(
+    help: str = "",
+    *,
+    record: str | None = None,
+    omit_if_none: bool = False,
+    field_default: Any = MISSING,
+    **settings: Any,
+) -> Any:
+    """A dataclass field that is a command-line option. In a document model (the benchmark's settings) ``record``
+    says what the recorded field means (its description, and the help unless ``help`` is given); a field without it
+    is not written. The field's default is the option's, or for a recorded field None (what a file written before
+    the field existed reads as), unless ``field_default`` says otherwise."""
     if (settings.get("repeatable") or settings.get("rest") or settings.get("argv")) and not settings.get("default"):
         settings["default"] = []
+    if record is not None and not help:
+        shown = settings.get("default") is not None and not isinstance(settings.get("default"), bool)
+        help = record + (" (default %(default)s)" if shown else "")
     spec = Option(help, **settings)
-    meta = {**(metadata or {}), KEY: spec}
-    default = spec.default if field_default is dataclasses.MISSING else field_default
-    if isinstance(default, list | dict):
-        return dataclasses.field(default_factory=lambda: type(default)(default), metadata=meta)
-    if spec.required and field_default is dataclasses.MISSING:
+    meta = {**described(record, omit_if_none), KEY: spec}
+    if spec.required and field_default is MISSING:
         return dataclasses.field(metadata=meta)
-    return dataclasses.field(default=default, metadata=meta)
+    if field_default is MISSING:
+        field_default = spec.default if record is None else None
+    if isinstance(field_default, list | dict):
+        return dataclasses.field(default_factory=lambda: type(field_default)(field_default), metadata=meta)
+    return dataclasses.field(default=field_default, metadata=meta)
 
 
 def comma_list(kind: Callable[[str], Any], what: str, minimum: float | None = None) -> Callable[[str], tuple[Any, ...]]:
