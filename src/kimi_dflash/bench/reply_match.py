@@ -49,10 +49,12 @@ def markdown(baseline: BenchmarkResult, candidate: BenchmarkResult, names: tuple
     if not matches:
         rows += ["Not compared: a result file has no reply hashes (written before they were stored).", ""]
         return "\n".join(rows)
-    table = [[m.sessions, m.compared, f"{m.identical} ({percent(m.fraction)})", m.first_difference or MISSING]
-             for m in matches]  # fmt: skip
-    rows += markdown_table(["sessions", "replies compared", "identical", "first difference (repeat/session/k)"],
-                           "rrrl", table)  # fmt: skip
+    header = ["sessions", "replies compared", "identical", "first difference (repeat/session/k)"]
+    cells = [
+        [m.sessions, m.compared, f"{m.identical} ({percent(m.fraction)})", m.first_difference or MISSING]
+        for m in matches
+    ]
+    rows += markdown_table(header, "rrrl", cells)
     compared = sum(m.compared for m in matches)
     identical = sum(m.identical for m in matches)
     verdict = (
