@@ -16,21 +16,8 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from kimi_dflash.bench import descriptors, http1, spec_request
-from kimi_dflash.bench.records import (
-    BAD_RESPONSE,
-    CANCELLED,
-    CLIENT_ERROR,
-    CLIENT_OUT_OF_RESOURCES,
-    CONNECTION_CLOSED,
-    CONNECTION_ERROR,
-    CONNECTION_REFUSED,
-    CONNECTION_RESET,
-    TIMEOUT,
-    TOKENS_FROM_CHUNKS,
-    TOKENS_FROM_USAGE,
-    RequestRecord,
-)
+from kimi_dflash.bench import descriptors, http1, records, spec_request
+from kimi_dflash.bench.records import RequestRecord
 from kimi_dflash.bench.response import Reply, StreamAccumulator, interpret_body
 
 perf_counter = time.perf_counter
@@ -138,14 +125,14 @@ async def send(
         )
     except asyncio.CancelledError:
         record.done_time = perf_counter()
-        record.error = CANCELLED
+        record.error = records.CANCELLED
         raise
     except Exception as exc:  # noqa: BLE001 - every failure must become a counted reason
         record.done_time = perf_counter()
         reason: str | None
         reason, detail = classify_exception(exc)
         # A server that sent [DONE] but never ended the body still delivered a complete reply.
-        if reason == TIMEOUT and stream and accumulator.reply.done:
+        if reason == records.TIMEOUT and stream and accumulator.reply.done:
             return _finish(record, accumulator.finish())
         record.error, record.error_detail = reason, detail
         record.token_chunks = accumulator.token_chunks  # what arrived before the failure
@@ -171,12 +158,12 @@ def _finish(record: RequestRecord, reply: Reply) -> Reply:
     completion = usage.get("completion_tokens")
     if isinstance(completion, int) and completion >= 0:
         record.output_tokens = completion
-        record.tokens_source = TOKENS_FROM_USAGE
+        record.tokens_source = records.TOKENS_FROM_USAGE
     else:
         # No usage: one token per token-bearing chunk. Wrong under speculative decoding (a chunk then
         # carries several tokens), so such records are flagged and counted in the report.
         record.output_tokens = reply.token_chunks
-        record.tokens_source = TOKENS_FROM_CHUNKS
+        record.tokens_source = records.TOKENS_FROM_CHUNKS
     prompt = usage.get("prompt_tokens")
     record.prompt_tokens = prompt if isinstance(prompt, int) else None
     record.reply_sha256, record.token_ids_sha256 = reply_hashes(reply)
@@ -202,29 +189,29 @@ def classify_exception(exc: BaseException) -> tuple[str, str]:
     detail = f"{type(exc).__name__}: {exc}"[:300]
     chain = _causes(exc)
     if descriptors.local_errno(chain) is not None:  # before the connection reasons: it is not the server's
-        return CLIENT_OUT_OF_RESOURCES, detail
+        return records.CLIENT_OUT_OF_RESOURCES, detail
 
     def found(kinds: tuple[type[BaseException], ...], errnos: tuple[int, ...] = ()) -> bool:
         return any(isinstance(e, kinds) or getattr(e, "errno", None) in errnos for e in chain)
 
     if found((asyncio.TimeoutError, TimeoutError, aiohttp.ServerTimeoutError)):
-        return TIMEOUT, detail
+        return records.TIMEOUT, detail
     if found((ConnectionRefusedError,), (errno.ECONNREFUSED,)):
-        return CONNECTION_REFUSED, detail
+        return records.CONNECTION_REFUSED, detail
     if found((http1.BadResponse,)):
-        return BAD_RESPONSE, detail
+        return records.BAD_RESPONSE, detail
     # aiohttp reports a reset in the middle of a body only inside the ClientPayloadError message
     if found((ConnectionResetError,), (errno.ECONNRESET, errno.EPIPE)) or any(
         "ConnectionResetError" in str(e) for e in chain
     ):
-        return CONNECTION_RESET, detail
+        return records.CONNECTION_RESET, detail
     if found((http1.ConnectionClosed, aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError)):
-        return CONNECTION_CLOSED, detail
+        return records.CONNECTION_CLOSED, detail
     if isinstance(exc, aiohttp.ClientResponseError):
-        return BAD_RESPONSE, detail
+        return records.BAD_RESPONSE, detail
     if found((OSError, ssl.SSLError, aiohttp.ClientError)):
-        return CONNECTION_ERROR, detail
-    return CLIENT_ERROR, detail
+        return records.CONNECTION_ERROR, detail
+    return records.CLIENT_ERROR, detail
 
 
 def _causes(exc: BaseException) -> list[BaseException]:

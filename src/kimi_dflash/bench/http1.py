@@ -296,27 +296,19 @@ class Connection:
         if self.usable:
             return
         self.close()
-        loop = asyncio.get_running_loop()
-        _, protocol = await asyncio.wait_for(
-            loop.create_connection(
-                _Protocol,
-                self.target.host,
-                self.target.port,
-                ssl=self.ssl_context,
-                server_hostname=self.target.host if self.target.tls else None,
-            ),
-            timeout=self.connect_timeout_s,
+        connecting = asyncio.get_running_loop().create_connection(
+            _Protocol,
+            self.target.host,
+            self.target.port,
+            ssl=self.ssl_context,  # TLS checks the host's name
         )
-        self.protocol = protocol
+        _, self.protocol = await asyncio.wait_for(connecting, timeout=self.connect_timeout_s)
 
-    def close(self) -> None:
-        if self.protocol is not None and self.protocol.transport is not None:
-            self.protocol.transport.close()
-        self.protocol = None
-
-    def abort(self) -> None:
-        if self.protocol is not None and self.protocol.transport is not None:
-            self.protocol.transport.abort()
+    def close(self, abort: bool = False) -> None:
+        """``abort``: drop the connection without flushing (a request failed mid-way)."""
+        transport = self.protocol.transport if self.protocol is not None else None
+        if transport is not None:
+            transport.abort() if abort else transport.close()
         self.protocol = None
 
     async def post(
@@ -365,7 +357,7 @@ class Connection:
             response = await asyncio.wait_for(asyncio.shield(future), timeout=max(deadline - perf_counter(), 0.0))
         except BaseException as exc:
             answered = protocol.answered
-            self.abort()  # failed, timed out or cancelled mid-response: never reuse this connection
+            self.close(abort=True)  # failed, timed out or cancelled mid-response: never reuse this connection
             if not future.done():
                 future.cancel()
             elif not future.cancelled():

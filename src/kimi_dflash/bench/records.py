@@ -23,6 +23,8 @@ CLIENT_ERROR = "client_error"  # anything else raised inside the client (detail 
 # this machine ran out of descriptors, local ports, buffers or memory: not the server's doing; the run stops
 CLIENT_OUT_OF_RESOURCES = "client_out_of_resources"
 CANCELLED = "cancelled"  # stopped by Ctrl-C / SIGTERM / run abort; not counted as a failure
+# the server may be gone (the run asks it; the warmup hint says so)
+CONNECTION_FAILURES = frozenset({CONNECTION_REFUSED, CONNECTION_ERROR, CONNECTION_RESET, CONNECTION_CLOSED})
 
 # Where a record's output token count came from.
 TOKENS_FROM_USAGE = "usage"  # usage.completion_tokens, the only trustworthy source

@@ -16,16 +16,7 @@ import aiohttp
 from kimi_dflash.bench import client, failure_hints, goodput, http1, metrics, prometheus, server_info, spec_summary
 from kimi_dflash.bench.arrivals import level_rng
 from kimi_dflash.bench.progress import report_progress
-from kimi_dflash.bench.records import (
-    CANCELLED,
-    CLIENT_OUT_OF_RESOURCES,
-    CONNECTION_CLOSED,
-    CONNECTION_ERROR,
-    CONNECTION_REFUSED,
-    CONNECTION_RESET,
-    TIMEOUT,
-    RequestRecord,
-)
+from kimi_dflash.bench.records import CANCELLED, CLIENT_OUT_OF_RESOURCES, CONNECTION_FAILURES, TIMEOUT, RequestRecord
 from kimi_dflash.bench.result import (
     LevelResult,
     RequestRecords,
@@ -48,8 +39,6 @@ SETTLE_MAX_S = 3.0
 EXIT_ABORTED = 3
 EXIT_CLIENT_SHORT = 5  # this machine ran out of descriptors, ports or memory mid-run (bench/descriptors.py)
 
-# After one of these, ask the server whether it is still there (it may have died).
-CONNECTION_FAILURES = frozenset({CONNECTION_REFUSED, CONNECTION_ERROR, CONNECTION_RESET, CONNECTION_CLOSED})
 PROBE_INTERVAL_S = 1.0  # at most one liveness probe per second, however many sessions fail together
 PRECONNECT_MAX = 64  # connections an open loop without a cap opens before the window
 

@@ -61,25 +61,6 @@ def parse_slo(text: str) -> dict[str, float]:
     return parse_slo(text)
 
 
-def parse_percentiles(text: str) -> tuple[float, ...]:
-    values = []
-    for part in text.split(","):
-        if not part.strip():
-            continue
-        try:
-            value = float(part)
-        except ValueError:
-            raise ValueError(
-                f"--percentiles: expected numbers between 0 and 100 separated by commas, got {text!r}"
-            ) from None
-        if not 0 <= value <= 100:
-            raise ValueError(f"--percentiles: {value:g} is not between 0 and 100")
-        values.append(value)
-    if not values:
-        raise ValueError(f"--percentiles: no percentile given in {text!r} (e.g. 50,90,95,99,99.9)")
-    return tuple(dict.fromkeys(values))
-
-
 @dataclass(kw_only=True)
 class OpenLoopSettings:
     """Open-loop load (--request-rate): conversation starts follow an arrival process."""
@@ -248,7 +229,7 @@ class Settings:
         "each distribution's 'percentiles'; the fixed p50/p90/p95/p99 stay)",
         record="--percentiles",
         omit_if_none=True,
-        parse=parse_percentiles,
+        parse=options.comma_list(float, "percentiles from 0 to 100 (e.g. 50,90,99,99.9)", 0, 100),
         metavar="LIST",
     )
     confidence: float = analysis_option(

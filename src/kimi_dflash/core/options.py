@@ -100,7 +100,9 @@ def option(
     return dataclasses.field(default=field_default, metadata=meta)
 
 
-def comma_list(kind: Callable[[str], Any], what: str, minimum: float | None = None) -> Callable[[str], tuple[Any, ...]]:
+def comma_list(
+    kind: Callable[[str], Any], what: str, minimum: float | None = None, maximum: float | None = None
+) -> Callable[[str], tuple[Any, ...]]:
     """A ``parse`` for ``8,16,32``: the values in the order given, duplicates dropped; ValueError names ``what``."""
 
     def parse(text: str) -> tuple[Any, ...]:
@@ -108,7 +110,8 @@ def comma_list(kind: Callable[[str], Any], what: str, minimum: float | None = No
             values = tuple(dict.fromkeys(kind(part) for part in text.split(",") if part.strip()))
         except ValueError:
             values = ()
-        if not values or (minimum is not None and min(values) < minimum):
+        low, high = -math.inf if minimum is None else minimum, math.inf if maximum is None else maximum
+        if not values or not low <= min(values) <= max(values) <= high:
             raise ValueError(f"expected {what} separated by commas, got {text!r}")
         return values
 
