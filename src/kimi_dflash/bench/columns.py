@@ -151,16 +151,26 @@ COMPARE_SIDE_BY_SIDE = (OUTPUT_TOK_S, PER_USER["mean"])
 COMPARE_ARROWS = (TTFT["p95"], TPOT["p95"], E2EL["p95"], FAILED)
 SLO = (SLO_ATTAINMENT, OUTPUT_TOK_S, OUTPUT_GOODPUT, REQUEST_GOODPUT)  # a level's goodput at the SLO
 SPEC = (ACCEPTANCE_RATE, ACCEPTANCE_LENGTH)  # a level's speculative decoding
+SPEC_GROUPS = (  # stdout, the per-request acceptance under a level: one row per group of requests (SpecGroup)
+    Column("group", "group", "key"),
+    Column("requests", "requests", "requests", INT),
+    Column("steps", "steps", "spec_steps", INT),
+    Column("tau", "tau", "acceptance_length", Fmt(2)),
+    Column("tau_p50", "tau p50", "acceptance_length_dist.p50", Fmt(2)),
+    Column("tau_p90", "tau p90", "acceptance_length_dist.p90", Fmt(2)),
+    Column("accept", "accept", "acceptance_rate", PERCENT),
+    Column("accept_p50", "accept p50", "acceptance_rate_dist.p50", PERCENT),
+)
 
 
 def stdout_table(entries: Sequence[Column | Pair], levels: Sequence[Any], prefix: str = "") -> list[str]:
     labels = [entry.short or entry.header if isinstance(entry, Column) else entry[0] for entry in entries]
-    widths = [max(len(label), 4) for label in labels]
-    lines = [text_row(labels, widths, prefix)]
-    for level in levels:
-        cells = [e.cell(level) if isinstance(e, Column) else "/".join(c.cell(level) for c in e[1:]) for e in entries]
-        lines.append(text_row(cells, widths, " " * len(prefix)))
-    return lines
+    rows = [
+        [e.cell(level) if isinstance(e, Column) else "/".join(c.cell(level) for c in e[1:]) for e in entries]
+        for level in levels
+    ]
+    widths = [max(len(cell) for cell in column) for column in zip([label.ljust(4) for label in labels], *rows)]
+    return [text_row(labels, widths, prefix), *(text_row(cells, widths, " " * len(prefix)) for cells in rows)]
 
 
 def csv_columns(extra: Sequence[str] = ()) -> list[Column]:

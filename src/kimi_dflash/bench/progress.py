@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from kimi_dflash.bench.records import CANCELLED, RequestRecord
-from kimi_dflash.core.formatting import duration as format_duration  # noqa: F401  (sweep's and qualify's name)
 from kimi_dflash.core.formatting import number, seconds
 
 DEFAULT_INTERVAL_S = 10.0
