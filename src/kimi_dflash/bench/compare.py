@@ -57,55 +57,44 @@ def speedup_interval_cell(baseline: LevelResult, candidate: LevelResult, confide
     return interval(found.low, found.high) + ("" if found.significant else " not significant")
 
 
-def slo_section(
-    baseline_name: str,
-    baseline: BenchmarkResult,
-    candidate_name: str,
-    candidate: BenchmarkResult,
-    threshold: float = DEFAULT_ATTAINMENT,
-) -> str:
+def slo_section(baseline: Run, candidate: Run, threshold: float = DEFAULT_ATTAINMENT) -> str:
     """The "speedup at the SLO" section (empty when neither run measured an SLO)."""
-    b_slo, c_slo = baseline.settings.slo, candidate.settings.slo
+    b_slo, c_slo = baseline.document.settings.slo, candidate.document.settings.slo
     if not b_slo and not c_slo:
         return ""
-    title = f"## {candidate_name} vs {baseline_name} at the SLO"
+    title = f"## {candidate.name} vs {baseline.name} at the SLO"
     if b_slo != c_slo:
         return (
-            f"{title}\n\nNot compared: the runs measured different SLOs ({baseline_name}: "
-            f"{describe(b_slo or {}) or 'none'}; {candidate_name}: {describe(c_slo or {}) or 'none'}). "
+            f"{title}\n\nNot compared: the runs measured different SLOs ({baseline.name}: "
+            f"{describe(b_slo or {}) or 'none'}; {candidate.name}: {describe(c_slo or {}) or 'none'}). "
             "Re-run both with the same --slo.\n"
         )
-    b_levels, c_levels = baseline.levels, candidate.levels
-    rows, found = [], {}
-    for name, levels in ((baseline_name, b_levels), (candidate_name, c_levels)):
-        found[name] = best = sustained(levels, threshold)
-        if best is None:
-            rows.append([name, f"none (no level reaches {percent(threshold, 0)})"] + [MISSING] * len(columns.SLO))
-        else:
-            rows.append([name, columns.LEVEL.cell(best[1])] + [column.cell(best[1]) for column in columns.SLO])
+    b_best, c_best = (sustained(run.levels, threshold) for run in (baseline, candidate))
+    none = [f"none (no level reaches {percent(threshold, 0)})", *[MISSING] * len(columns.SLO)]
+    rows = [
+        [run.name, *([columns.LEVEL.cell(best[1]), *(c.cell(best[1]) for c in columns.SLO)] if best else none)]
+        for run, best in ((baseline, b_best), (candidate, c_best))
+    ]
+    sustains = f"a load is sustained when at least {percent(threshold, 0)} of its requests meet it"
+    header = ["run", "sustained load", *(c.header for c in columns.SLO)]
     lines = [
         title,
         "",
-        f"SLO: {describe(b_slo or {})}; a load is sustained when at least {percent(threshold, 0)} of its requests "
-        "meet it.",
+        f"SLO: {describe(b_slo or {})}; {sustains}.",
         "",
-        *markdown_table(
-            ["run", "sustained load", *(c.header for c in columns.SLO)], "lr" + "r" * len(columns.SLO), rows
-        ),
+        *markdown_table(header, "lr" + "r" * len(columns.SLO), rows),
         "",
     ]
-    b_best, c_best = found[baseline_name], found[candidate_name]
     if b_best is not None and c_best is not None:
         speedup = columns.OUTPUT_GOODPUT.over(c_best[1], b_best[1])
         lines.append(
-            f"**Speedup at the SLO: {ratio(speedup)}** (goodput tok/s, {candidate_name} at "
-            f"{columns.LEVEL.cell(c_best[1])} vs {baseline_name} at {columns.LEVEL.cell(b_best[1])}). Only levels that "
+            f"**Speedup at the SLO: {ratio(speedup)}** (goodput tok/s, {candidate.name} at "
+            f"{columns.LEVEL.cell(c_best[1])} vs {baseline.name} at {columns.LEVEL.cell(b_best[1])}). Only levels that "
             "were measured count: a sweep with more levels can move the sustained load."
         )
     else:
         lines.append("**Speedup at the SLO: —** (a side sustains no measured load within the SLO)")
-    lines.append("")
-    return "\n".join(lines)
+    return "\n".join([*lines, ""])
 
 
 # Settings that must agree for two runs to be comparable (and the dataset, endpoint, seed, open loop: below).
@@ -181,7 +170,7 @@ def render_markdown(
                 f"{candidate.name} levels {only_cand or '—'}. Never read a speedup across different session counts."
             )
         blocks.append(_level_table(baseline, candidate, common, confidence))
-        blocks.append(slo_section(baseline.name, baseline.document, candidate.name, candidate.document, slo_attainment))
+        blocks.append(slo_section(baseline, candidate, slo_attainment))
         names = (baseline.name, candidate.name)
         blocks.append(reply_match.markdown(baseline.document, candidate.document, names, common))
     for run in runs:

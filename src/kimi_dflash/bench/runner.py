@@ -43,15 +43,15 @@ PROBE_INTERVAL_S = 1.0  # at most one liveness probe per second, however many se
 PRECONNECT_MAX = 64  # connections an open loop without a cap opens before the window
 
 
+@dataclass
 class Stopper:
     """Set once, by a signal handler or by the run itself; the first reason wins."""
 
-    def __init__(self) -> None:
-        self.event = asyncio.Event()
-        self.status = "complete"
-        self.detail = ""
-        self.exit_code = 0
-        self.stopped_at: float | None = None
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+    status: str = "complete"
+    detail: str = ""
+    exit_code: int = 0
+    stopped_at: float | None = None
 
     @property
     def stopped(self) -> bool:
@@ -103,6 +103,12 @@ class ConnectionPool:
     def close(self) -> None:
         for conn in self.every:
             conn.close()
+
+
+async def _cancel(tasks: list[Any]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def _sleep_until(when: float) -> None:
@@ -292,11 +298,7 @@ class Benchmark:
         if everything.done():
             everything.result()  # re-raise a bug in a session rather than hide it
             return
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        everything.cancel()
-        await asyncio.gather(everything, return_exceptions=True)
+        await _cancel([*tasks, everything])
 
     def body(self, messages: list[dict[str, str]]) -> bytes:
         cfg = self.cfg
@@ -351,11 +353,7 @@ class Repeat:
             self.pool.close()  # again: a stop may cancel _run before it started
         stopper = bench.stopper
         end = stopper.stopped_at if stopper.stopped and stopper.stopped_at else perf_counter()
-        return metrics.Window(
-            repeat=self.repeat,
-            duration_s=max(end - start, 0.0),
-            cpu_s=time.process_time() - cpu0,
-        )
+        return metrics.Window(self.repeat, duration_s=max(end - start, 0.0), cpu_s=time.process_time() - cpu0)
 
     async def _run(self, start: float) -> None:
         """Start each conversation at its offset from ``start``, whatever the others are doing."""
@@ -369,9 +367,7 @@ class Repeat:
                 tasks.append(asyncio.create_task(self._conversation(index, when)))
             await asyncio.gather(*tasks)
         except asyncio.CancelledError:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await _cancel(tasks)
             raise
         finally:
             self.pool.close()  # here, so the sockets are released while the window's tasks wind down

@@ -124,9 +124,7 @@ class Settings:
     turns_per_session: int | None = load_option(record="turns per conversation", default=5, minimum=1)
     max_tokens: int | None = load_option(record="max_tokens per reply", default=512, minimum=1, maximum=MAX_TOKENS)
     temperature: float | None = load_option(record="sampling temperature (always sent)", default=0.0, minimum=0)
-    ignore_eos: bool | None = load_option(
-        "send ignore_eos: every reply runs to --max-tokens", record="vLLM's ignore_eos sent"
-    )
+    ignore_eos: bool | None = load_option(record="send ignore_eos: every reply runs to --max-tokens")
     stream: bool | None = load_option(
         "non-streaming requests (no TTFT/TPOT; E2EL and tok/s only)",
         record="streaming requests",
@@ -134,9 +132,8 @@ class Settings:
         flag="--no-stream",
     )
     independent_turns: bool | None = load_option(
-        "send every turn without the conversation so far: the closed-loop load of `vllm bench serve "
-        "--max-concurrency N`, for cross-checking against it",
-        record="turns sent without the conversation so far",
+        record="send every turn without the conversation so far: the closed-loop load of `vllm bench serve "
+        "--max-concurrency N`, for cross-checking against it"
     )
     prompt_order: PromptOrder | None = load_option(
         "random (default): each session draws its prompts by --seed; sequential: turn t of session s sends prompt "
@@ -156,9 +153,7 @@ class Settings:
         choices=datasets.FORMATS,
     )
     dataset: DatasetInfo | None = derived("the prompt set", lambda s: s.prompts.describe())
-    system_prompt: str | None = load_option(
-        "optional system message at the start of every conversation", record="system message opening every conversation"
-    )
+    system_prompt: str | None = load_option(record="system message opening every conversation")
     warmup: int | None = load_option(
         "warmup requests before measuring (default: the first level's session count)",
         record="warmup requests",
