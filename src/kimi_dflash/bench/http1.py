@@ -201,55 +201,42 @@ class _Protocol(asyncio.Protocol):
                 if size and len(data) == stop + 2 and data[stop:] == b"\r\n":
                     return [data[end + 2 : stop]], False
         pieces: list[bytes] = []
-        buf = self.pending + data if self.pending else data
+        buf, i = (self.pending + data if self.pending else data), 0
         self.pending = b""
-        i, n = 0, len(buf)
-        while i < n:
+        while i < len(buf):
             state = self.chunk_state
             if state == "data":
-                take = min(self.remaining, n - i)
-                pieces.append(buf[i : i + take])
-                i += take
-                self.remaining -= take
-                if self.remaining == 0:
-                    self.chunk_state = "crlf"
-            elif state == "crlf":
-                if n - i < 2:
+                piece = buf[i : i + self.remaining]
+                pieces.append(piece)
+                i, self.remaining = i + len(piece), self.remaining - len(piece)
+                self.chunk_state = "data" if self.remaining else "crlf"
+                continue
+            if state == "crlf":
+                if len(buf) - i < 2:
                     self.pending = buf[i:]
-                    return pieces, False
+                    break
                 if buf[i : i + 2] != b"\r\n":
                     raise BadResponse("chunk not followed by CRLF")
-                i += 2
-                self.chunk_state = "size"
-            elif state == "size":
-                end = buf.find(b"\r\n", i)
-                if end < 0:
-                    if n - i > 1024:
-                        raise BadResponse("chunk size line too long")
-                    self.pending = buf[i:]
-                    return pieces, False
-                size_text = buf[i:end].split(b";", 1)[0].strip()
+                i, self.chunk_state = i + 2, "size"
+                continue
+            end = buf.find(b"\r\n", i)
+            if end < 0:  # an unfinished line: kept for the next read
+                if state == "size" and len(buf) - i > 1024:
+                    raise BadResponse("chunk size line too long")
+                self.pending = buf[i:]
+                break
+            line, i = buf[i:end], end + 2
+            if state == "size":
+                size_text = line.split(b";", 1)[0].strip()
                 try:
-                    size = int(size_text, 16)
+                    self.remaining = int(size_text, 16)
                 except ValueError:
                     raise BadResponse(f"bad chunk size {size_text[:20]!r}") from None
-                i = end + 2
-                if size == 0:
-                    self.chunk_state = "trailer"
-                else:
-                    self.remaining = size
-                    self.chunk_state = "data"
-            else:  # trailer: lines until an empty one
-                end = buf.find(b"\r\n", i)
-                if end < 0:
-                    self.pending = buf[i:]
-                    return pieces, False
-                line = buf[i:end]
-                i = end + 2
-                if not line:
-                    if i < n:
-                        raise BadResponse("bytes after the end of a chunked body")
-                    return pieces, True
+                self.chunk_state = "data" if self.remaining else "trailer"
+            elif not line:  # the empty line that ends the trailer
+                if i < len(buf):
+                    raise BadResponse("bytes after the end of a chunked body")
+                return pieces, True
         return pieces, False
 
     def _deliver(self, arrival: float, data: bytes) -> None:
