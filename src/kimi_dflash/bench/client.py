@@ -124,12 +124,10 @@ async def send(
             timeout_s=endpoint.timeout_s,
         )
     except asyncio.CancelledError:
-        record.done_time = perf_counter()
-        record.error = records.CANCELLED
+        record.done_time, record.error = perf_counter(), records.CANCELLED
         raise
     except Exception as exc:  # noqa: BLE001 - every failure must become a counted reason
         record.done_time = perf_counter()
-        reason: str | None
         reason, detail = classify_exception(exc)
         # A server that sent [DONE] but never ended the body still delivered a complete reply.
         if reason == records.TIMEOUT and stream and accumulator.reply.done:
@@ -137,8 +135,7 @@ async def send(
         record.error, record.error_detail = reason, detail
         record.token_chunks = accumulator.token_chunks  # what arrived before the failure
         return None
-    record.done_time = perf_counter()
-    record.status = response.status
+    record.done_time, record.status = perf_counter(), response.status
     if response.status != 200:
         text = response.body[:2048].decode("utf-8", "replace").strip().replace("\n", " ")
         record.error = f"http_{response.status}"
@@ -148,11 +145,8 @@ async def send(
 
 
 def _finish(record: RequestRecord, reply: Reply) -> Reply:
-    record.first_token_time = reply.first_token_time
-    record.last_token_time = reply.last_token_time
-    record.chunk_times = reply.chunk_times
-    record.token_chunks = reply.token_chunks
-    record.finish_reason = reply.finish_reason
+    for name in ("first_token_time", "last_token_time", "chunk_times", "token_chunks", "finish_reason"):
+        setattr(record, name, getattr(reply, name))
     record.reply_chars = len(reply.content) + len(reply.reasoning)
     usage = reply.usage or {}
     completion = usage.get("completion_tokens")
@@ -169,8 +163,7 @@ def _finish(record: RequestRecord, reply: Reply) -> Reply:
     record.reply_sha256, record.token_ids_sha256 = reply_hashes(reply)
     record.spec = spec_request.parse(reply.metrics)
     if reply.error is not None:
-        record.error = reply.error
-        record.error_detail = reply.error_detail
+        record.error, record.error_detail = reply.error, reply.error_detail
     return reply
 
 

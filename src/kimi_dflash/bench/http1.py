@@ -129,10 +129,10 @@ class _Protocol(asyncio.Protocol):
                 return b""
             lines = buf[:end].decode("latin-1").split("\r\n")
             buf = buf[end + 4 :]
-            status_line = lines[0].split(" ", 2)
-            if len(status_line) < 2 or not status_line[0].startswith("HTTP/1.") or not status_line[1].isdigit():
+            version, code, reason = [*lines[0].split(" ", 2), "", ""][:3]
+            if not version.startswith("HTTP/1.") or not code.isdigit():
                 raise BadResponse(f"not an HTTP/1.x status line: {lines[0][:80]!r}")
-            status = int(status_line[1])
+            status = int(code)
             if 100 <= status < 200:
                 continue  # interim response (100 Continue, 103 Early Hints): the real one follows
             headers: dict[str, str] = {}
@@ -143,15 +143,9 @@ class _Protocol(asyncio.Protocol):
                 key = name.strip().lower()
                 headers[key] = f"{headers[key]}, {value.strip()}" if key in headers else value.strip()
             response = self.response
-            response.status, response.reason, response.headers = (
-                status,
-                status_line[2] if len(status_line) > 2 else "",
-                headers,
-            )
+            response.status, response.reason, response.headers = status, reason, headers
             connection = headers.get("connection", "").lower()
-            response.keep_alive = "close" not in connection and (
-                status_line[0] != "HTTP/1.0" or "keep-alive" in connection
-            )
+            response.keep_alive = "close" not in connection and (version != "HTTP/1.0" or "keep-alive" in connection)
             if "chunked" in headers.get("transfer-encoding", "").lower():
                 self.mode = "chunked"
             elif "content-length" in headers:
@@ -165,8 +159,7 @@ class _Protocol(asyncio.Protocol):
             else:
                 self.mode = "close"
                 response.keep_alive = False
-            self.head = b""
-            self.in_body = True
+            self.head, self.in_body = b"", True
             return buf
 
     def _body(self, arrival: float, data: bytes) -> None:

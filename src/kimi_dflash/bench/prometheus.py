@@ -99,18 +99,16 @@ def spec_delta(before: SpecCounters | None, after: SpecCounters | None) -> tuple
         return None, "counter_reset"
     if drafts <= 0 or draft_tokens <= 0:
         return None, "no_drafts"
-    return (
-        SpecDecode(
-            acceptance_rate=accepted / draft_tokens,
-            acceptance_length=1.0 + accepted / drafts,
-            per_position=[value / drafts for value in per_pos],
-            num_speculative_tokens=len(positions) if positions else round(draft_tokens / drafts),
-            drafts=round(drafts),
-            draft_tokens=round(draft_tokens),
-            accepted_tokens=round(accepted),
-        ),
-        "ok",
+    spec = SpecDecode(
+        acceptance_rate=accepted / draft_tokens,
+        acceptance_length=1.0 + accepted / drafts,
+        per_position=[value / drafts for value in per_pos],
+        num_speculative_tokens=len(positions) if positions else round(draft_tokens / drafts),
+        drafts=round(drafts),
+        draft_tokens=round(draft_tokens),
+        accepted_tokens=round(accepted),
     )
+    return spec, "ok"
 
 
 def cache_config(samples: list[Sample]) -> dict[str, str] | None:

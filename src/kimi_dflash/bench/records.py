@@ -67,7 +67,6 @@ class RequestRecord:
     token_ids_sha256: str | None = doc(
         "sha256 of the generated token ids as decimal numbers joined by ',' (when the server sent them)",
         omit_if_none=True,
-        default=None,
     )
     spec: RequestSpec | None = doc(
         "the server's metrics.speculative_decoding for this request (null: none sent)", omit_if_none=True

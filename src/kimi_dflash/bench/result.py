@@ -73,9 +73,7 @@ class SpecGroup:
     draft_tokens: int = doc("Σ num_draft_tokens")
     acceptance_length: float | None = doc("pooled τ = 1 + Σ accepted / Σ steps")
     acceptance_rate: float | None = doc("pooled α = Σ accepted / Σ draft tokens")
-    acceptance_length_dist: Distribution = doc(
-        "per-request τ_r = 1 + accepted_r / steps_r over requests with >= 1 step"
-    )
+    acceptance_length_dist: Distribution = doc("per-request τ_r = 1 + accepted_r / steps_r over requests with ≥ 1 step")
     acceptance_rate_dist: Distribution = doc("per-request α_r = accepted_r / drafted_r")
 
 
@@ -90,9 +88,7 @@ class SpecPerRequest:
     per_position: list[float] = doc("Σ steps accepting position k / Σ steps, k = 0 .. K-1 (from the histograms)")
     per_turn: list[SpecGroup] = doc("by turn number within the conversation", factory=list)
     per_category: list[SpecGroup] = doc("by the prompt's dataset category", factory=list)
-    per_prompt_length: list[SpecGroup] = doc(
-        "by usage.prompt_tokens bucket (powers of two, e.g. '512-1023')", factory=list
-    )
+    per_prompt_length: list[SpecGroup] = doc("by usage.prompt_tokens bucket (powers of 2: '512-1023')", factory=list)
 
 
 @dataclass(kw_only=True)
@@ -130,9 +126,7 @@ class RepeatResult:
     output_tokens: int = doc("Σ output tokens of successful requests")
     output_tok_s: float | None = doc("output_tokens / duration_s")
     per_user_tok_s_mean: float | None = doc(
-        "mean of 1 / TPOT over this repeat's successful requests (files before it lack it)",
-        default=None,
-        omit_if_none=True,
+        "mean of 1 / TPOT over this repeat's successful requests (files before it lack it)", omit_if_none=True
     )
 
 
@@ -242,7 +236,6 @@ class LevelResult:
     reply_hashes: dict[str, str] | None = doc(
         "reply_sha256 of every successful request, keyed 'repeat/session/k' (k: the session's k-th request, "
         "0-based): compare matches them across runs",
-        default=None,
         omit_if_none=True,
     )
 
