@@ -1,13 +1,9 @@
-"""Progress of a long level on stderr, from a separate task that reads the record list every ``interval_s``:
-nothing is added to the request path."""
+"""Progress of a long level on stderr (runner.Repeat prints it from a separate task that reads the record list every
+--progress-interval: nothing is added to the request path)."""
 
 from __future__ import annotations
 
-import asyncio
-import sys
-import time
 from collections.abc import Sequence
-from typing import TextIO
 
 from kimi_dflash.bench.records import CANCELLED, RequestRecord
 from kimi_dflash.core.formatting import number, seconds
@@ -28,20 +24,3 @@ def progress_line(label: str, records: Sequence[RequestRecord], total: int, elap
     if 0 < len(done) < total:
         line += f", about {seconds(elapsed_s * (total - len(done)) / len(done))} left"
     return line
-
-
-async def report_progress(
-    label: str,
-    records: list[RequestRecord],
-    first: int,
-    total: int,
-    started: float,
-    interval_s: float,
-    out: TextIO = sys.stderr,
-) -> None:
-    """Print ``progress_line`` every ``interval_s`` until cancelled; ``records[first:]`` is this repeat's."""
-    if interval_s <= 0:
-        return
-    while True:
-        await asyncio.sleep(interval_s)
-        print(progress_line(label, records[first:], total, time.perf_counter() - started), file=out, flush=True)

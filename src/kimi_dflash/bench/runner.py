@@ -15,7 +15,7 @@ import aiohttp
 
 from kimi_dflash.bench import client, failure_hints, goodput, http1, metrics, prometheus, server_info, spec_summary
 from kimi_dflash.bench.arrivals import level_rng
-from kimi_dflash.bench.progress import report_progress
+from kimi_dflash.bench.progress import progress_line
 from kimi_dflash.bench.records import CANCELLED, CLIENT_OUT_OF_RESOURCES, CONNECTION_FAILURES, TIMEOUT, RequestRecord
 from kimi_dflash.bench.result import (
     LevelResult,
@@ -339,13 +339,8 @@ class Repeat:
         bench = self.bench
         await self.pool.preconnect(self.connections)
         print(self.announce, file=sys.stderr, flush=True)
-        first = len(self.sink)
-        cpu0 = time.process_time()
-        start = perf_counter()
-        total = self.sessions * bench.cfg.turns_per_session
-        progress = asyncio.create_task(
-            report_progress(self.label, self.sink, first, total, start, bench.cfg.progress_interval)
-        )
+        first, cpu0, start = len(self.sink), time.process_time(), perf_counter()
+        progress = asyncio.create_task(self._progress(first, start))
         try:
             await bench._until_done_or_stopped([asyncio.create_task(self._run(start))])
         finally:
@@ -354,6 +349,14 @@ class Repeat:
         stopper = bench.stopper
         end = stopper.stopped_at if stopper.stopped and stopper.stopped_at else perf_counter()
         return metrics.Window(self.repeat, duration_s=max(end - start, 0.0), cpu_s=time.process_time() - cpu0)
+
+    async def _progress(self, first: int, start: float) -> None:
+        """Every --progress-interval until cancelled: requests done of this repeat's (``sink[first:]``) and tok/s."""
+        total, interval = self.sessions * self.bench.cfg.turns_per_session, self.bench.cfg.progress_interval
+        while interval > 0:
+            await asyncio.sleep(interval)
+            line = progress_line(self.label, self.sink[first:], total, perf_counter() - start)
+            print(line, file=sys.stderr, flush=True)
 
     async def _run(self, start: float) -> None:
         """Start each conversation at its offset from ``start``, whatever the others are doing."""
