@@ -17,6 +17,8 @@ from kimi_dflash.core import redaction
 from kimi_dflash.core.formatting import interval, number, percent
 
 TOOL_NAME = "benchmark_multi_turn"
+# HEAD as a full hash (--exclude='*': no tag names), "-dirty" when tracked files changed (untracked ones ignored)
+GIT_DESCRIBE = ("git", "describe", "--always", "--abbrev=40", "--dirty=-dirty", "--exclude=*")
 
 
 def redact_argv(argv: list[str]) -> list[str]:
@@ -39,15 +41,8 @@ def redact_argv(argv: list[str]) -> list[str]:
 def git_revision() -> str | None:
     """HEAD of the checkout this code runs from (+ "-dirty" when tracked files changed), or None outside one."""
     try:
-        # --exclude='*': no tag names, the full hash (--always); --dirty ignores untracked files
-        found = subprocess.run(
-            ["git", "describe", "--always", "--abbrev=40", "--dirty=-dirty", "--exclude=*"],
-            cwd=Path(__file__).resolve().parent,
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=False,
-        )
+        here = Path(__file__).resolve().parent
+        found = subprocess.run(GIT_DESCRIBE, cwd=here, capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.SubprocessError):
         return None
     return (found.stdout.strip() or None) if found.returncode == 0 else None
