@@ -169,20 +169,16 @@ def render_markdown(
                 f"**Not compared (no matching concurrency):** {baseline.name} levels {only_base or '—'}, "
                 f"{candidate.name} levels {only_cand or '—'}. Never read a speedup across different session counts."
             )
-        blocks.append(_level_table(baseline, candidate, common, confidence))
-        blocks.append(slo_section(baseline, candidate, slo_attainment))
         names = (baseline.name, candidate.name)
-        blocks.append(reply_match.markdown(baseline.document, candidate.document, names, common))
-    for run in runs:
-        warnings.extend(quality_notes(run))
+        blocks += [
+            _level_table(baseline, candidate, common, confidence),
+            slo_section(baseline, candidate, slo_attainment),
+            reply_match.markdown(baseline.document, candidate.document, names, common),
+        ]
+    warnings += [note for run in runs for note in quality_notes(run)]
     if warnings:
-        lines.append("> ⚠️ **Read before quoting these numbers**")
-        lines.extend(f"> - {w}" for w in warnings)
-        lines.append("")
-    lines.extend(blocks)
-    lines.append(_acceptance_table(runs))
-    lines.append(_sources(runs))
-    return "\n".join(lines).rstrip() + "\n"
+        lines += ["> ⚠️ **Read before quoting these numbers**", *(f"> - {w}" for w in warnings), ""]
+    return "\n".join([*lines, *blocks, _acceptance_table(runs), _sources(runs)]).rstrip() + "\n"
 
 
 def _level_table(baseline: Run, candidate: Run, common: list[float], confidence: float = 0.95) -> str:
