@@ -56,13 +56,6 @@ class Endpoint:
         return http1.Connection(self.target, connect_timeout_s=min(self.timeout_s, 30.0))
 
 
-def make_session(timeout_s: float, headers: tuple[tuple[str, str], ...] = ()) -> aiohttp.ClientSession:
-    """For the GET endpoints only (a handful of requests per run); ``headers``: --header, sent on every GET."""
-    return aiohttp.ClientSession(
-        timeout=aiohttp.ClientTimeout(total=timeout_s, sock_connect=min(timeout_s, 30.0)), headers=dict(headers)
-    )
-
-
 def request_payload(
     model: str,
     content: dict[str, Any],

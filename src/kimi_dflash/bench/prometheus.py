@@ -40,13 +40,12 @@ def parse_samples(text: str) -> list[Sample]:
             value = float(match["value"])
         except ValueError:
             continue
-        labels = {key: re.sub(r"\\(.)", _unescape, shown) for key, shown in re.findall(_LABEL, match["labels"] or "")}
+        labels = {
+            key: re.sub(r"\\(.)", lambda e: "\n" if e[1] == "n" else e[1], shown)
+            for key, shown in re.findall(_LABEL, match["labels"] or "")
+        }
         samples.append(Sample(name=match["name"], labels=labels, value=value))
     return samples
-
-
-def _unescape(escape: re.Match[str]) -> str:
-    return "\n" if escape[1] == "n" else escape[1]
 
 
 @dataclass(frozen=True)

@@ -25,14 +25,10 @@ def match_level(a: LevelResult, b: LevelResult) -> ReplyMatch | None:
     """Replies of two levels compared key by key (None when either run stored no hashes)."""
     if not a.reply_hashes or not b.reply_hashes:
         return None
-    common = sorted(set(a.reply_hashes) & set(b.reply_hashes), key=_order)
+    common = sorted(set(a.reply_hashes) & set(b.reply_hashes), key=lambda key: [int(part) for part in key.split("/")])
     same = [k for k in common if a.reply_hashes[k] == b.reply_hashes[k]]
     differing = [k for k in common if a.reply_hashes[k] != b.reply_hashes[k]]
     return ReplyMatch(a.sessions, len(common), len(same), differing[0] if differing else None)
-
-
-def _order(key: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in key.split("/"))
 
 
 def greedy(document: BenchmarkResult) -> bool:

@@ -135,8 +135,9 @@ class Benchmark:
 
     async def run(self) -> RunState:
         cfg = self.cfg
-        # aiohttp serves only the GET endpoints; chat requests use the benchmark's own connections.
-        async with client.make_session(self.endpoint.timeout_s, self.endpoint.extra_headers) as session:
+        # aiohttp serves only the GET endpoints (a handful per run); requests use the benchmark's own connections.
+        timeout = aiohttp.ClientTimeout(total=self.endpoint.timeout_s, sock_connect=min(self.endpoint.timeout_s, 30.0))
+        async with aiohttp.ClientSession(timeout=timeout, headers=dict(self.endpoint.extra_headers)) as session:
             server, model = await server_info.probe(session, self.endpoint, cfg.model, cfg.metrics_url)
             self.state.server, self.state.model = server, model
             notes = server_notes(server, model, cfg)
