@@ -99,9 +99,8 @@ def summary_lines(level: LevelResult) -> list[str]:
             f"{number(gp.request_goodput or 0, 2)} req/s, {number(gp.output_goodput or 0)} tok/s"
         )
     ci = level.intervals
-    for column, block in (
-        ((columns.OUTPUT_TOK_S, ci.output_tok_s), (columns.PER_USER["mean"], ci.per_user_tok_s)) if ci else ()
-    ):
+    intervals = [(columns.OUTPUT_TOK_S, ci.output_tok_s), (columns.PER_USER["mean"], ci.per_user_tok_s)] if ci else []
+    for column, block in intervals:
         if block is not None and block.low is not None and block.high is not None:
             within = f"({percent(block.confidence, 0)} over {block.n} repeats)"
             lines.append(f"{column.header}: {column.fmt(block.mean)} {interval(block.low, block.high, 1)} {within}")

@@ -13,9 +13,10 @@ from typing import Any, Literal
 
 from pydantic import TypeAdapter, ValidationError
 
+from kimi_dflash.bench.arrivals import ArrivalName
 from kimi_dflash.bench.intervals import Interval
 from kimi_dflash.bench.records import RequestRecord
-from kimi_dflash.bench.settings import ArrivalName, Settings
+from kimi_dflash.bench.settings import Settings
 from kimi_dflash.core.atomic_write import write_text_atomic
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.options import doc

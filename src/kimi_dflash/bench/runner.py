@@ -454,12 +454,8 @@ def server_notes(server: ServerInfo, model: str, cfg: Settings) -> list[str]:
     context = server_info.max_model_len(server, model)
     # The last turn carries T - 1 replies of up to M tokens and asks for M more: T x M tokens before any prompt.
     wanted = cfg.max_tokens * (1 if cfg.independent_turns else cfg.turns_per_session)
+    what = "--max-tokens" if cfg.independent_turns else f"{cfg.turns_per_session} turns x {cfg.max_tokens} reply tokens"
     if context is not None and wanted >= context:
-        what = (
-            "--max-tokens"
-            if cfg.independent_turns
-            else f"{cfg.turns_per_session} turns x {cfg.max_tokens} reply tokens"
-        )
         notes.append(
             f"the conversation can outgrow the model's context: {what} = {wanted} tokens before any prompt "
             f"text, and the server's max_model_len is {context}; vLLM refuses (HTTP 400) or cuts short requests "

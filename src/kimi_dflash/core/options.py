@@ -206,13 +206,12 @@ def declare(model: type, description: str | None = None,
         if "\n" not in (parser.description or "") + (parser.epilog or ""):
             parser.formatter_class = argparse.HelpFormatter  # one long line: let argparse wrap it
         hints, declared = typing.get_type_hints(model), fields_of(model)
-        groups = {title: parser.add_argument_group(title, text) for title, text in getattr(model, "GROUPS", {}).items()}
-        exclusive: dict[str, Any] = {}
+        groups, exclusive, described = {}, {}, getattr(model, "GROUPS", {})  # GROUPS: a group's description
         for field, spec in declared:
             if spec.rest or spec.argv:
                 continue
             if spec.group and spec.group not in groups:
-                groups[spec.group] = parser.add_argument_group(spec.group)
+                groups[spec.group] = parser.add_argument_group(spec.group, described.get(spec.group))
             container = groups[spec.group] if spec.group else parser
             names, kwargs = _argument(field.name, spec, hints[field.name])
             if spec.exclusive:
