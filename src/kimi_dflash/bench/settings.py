@@ -7,8 +7,7 @@ import dataclasses
 import functools
 import math
 import os
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, ClassVar, Literal
 
@@ -31,19 +30,12 @@ DEFAULT_OPEN_SESSIONS = 100
 MAX_PLANNED_HOURS = 24
 MAX_WARMUP = 10_000  # the warmup's requests are drawn at once; more than this is a run of its own, not a warmup
 
-_DERIVE = "derive"
-
 
 server_option, load_option, output_option, analysis_option = (
     functools.partial(options.option, group=name) for name in ("server", "load", "output", "analysis")
 )
 OPEN_LOOP = "open-loop load (instead of --sessions)"
 open_loop_option = functools.partial(options.option, group=OPEN_LOOP)
-
-
-def derived(text: str, compute: Callable[[Settings], Any], omit_if_none: bool = False) -> Any:
-    """A recorded field that is no option: ``compute(settings)`` once the options are resolved."""
-    return field(default=None, metadata={**options.described(text, omit_if_none), _DERIVE: compute})
 
 
 def normalize_base_url(url: str) -> str:
@@ -147,7 +139,7 @@ class Settings:
         "conversations replay their user turns, the server generates the replies",
         choices=datasets.FORMATS,
     )
-    dataset: DatasetInfo | None = derived("the prompt set", lambda s: s.prompts.describe())
+    dataset: DatasetInfo | None = doc("the prompt set", default=None)  # derived fields: filled by resolve()
     system_prompt: str | None = load_option(record="system message opening every conversation")
     warmup: int | None = load_option(
         "warmup requests before measuring (default: the first level's session count)",
@@ -168,9 +160,7 @@ class Settings:
     api_key: str | None = server_option(
         "bearer token (default: $OPENAI_API_KEY, then $VLLM_API_KEY); never printed or stored", secret=True
     )
-    api_key_set: bool | None = derived(
-        "an API key was sent (the key itself is never stored)", lambda s: bool(s.api_key)
-    )
+    api_key_set: bool | None = doc("an API key was sent (the key itself is never stored)", default=None)
     request_rate: tuple[float, ...] | None = open_loop_option(
         "conversation starts per second (= requests/s with --turns-per-session 1); a comma list sweeps, e.g. 1,2,4; "
         "inf starts every conversation at once. Turns it into an open loop. The run's own waits ((conversations - 1) "
@@ -201,9 +191,7 @@ class Settings:
         "fixed (exactly --think-time), exp (exponential) or uniform (0 .. 2x); default fixed",
         default="fixed",
     )
-    open_loop: OpenLoopSettings | None = derived(
-        "open-loop load; absent: closed loop (--sessions)", _open_loop, omit_if_none=True
-    )
+    open_loop: OpenLoopSettings | None = doc("open-loop load; absent: closed loop (--sessions)", omit_if_none=True)
     slo: dict[str, float] | None = analysis_option(
         "service-level objectives, e.g. ttft:500ms,tpot:50ms,e2el:10s,user_tps:20 (ttft/tpot/e2el are maxima and "
         "need their unit, ms or s; user_tps = 1/TPOT is a minimum in tok/s; each at most once). Adds attainment and "
@@ -242,11 +230,7 @@ class Settings:
         flag="--extra-body",
         metavar="JSON",
     )
-    extra_body: dict[str, Any] | None = derived(
-        "--extra-body: fields merged into every request body",
-        lambda s: request_shaping.parse_extra_body(s.extra_body_text) if s.extra_body_text else None,
-        omit_if_none=True,
-    )
+    extra_body: dict[str, Any] | None = doc("--extra-body: fields merged into every request body", omit_if_none=True)
     shared_prefix_tokens: int | None = load_option(
         "open every conversation with the same system text of about N tokens (estimated at 4 characters per token, "
         "no tokenizer; usage.prompt_tokens shows the real count). 0: none (default)",
@@ -263,10 +247,8 @@ class Settings:
         repeatable=True,
         metavar="NAME:VALUE",
     )
-    headers: list[str] | None = derived(
-        "--header lines sent with every request (credential values stored as ***)",
-        lambda s: [request_shaping.shown_header(name, value) for name, value in s.header_pairs] or None,
-        omit_if_none=True,
+    headers: list[str] | None = doc(
+        "--header lines sent with every request (credential values stored as ***)", omit_if_none=True
     )
     output: str | None = output_option(
         "result JSON (default results/benchmark-<UTC time>.json); written atomically after every level. An existing "
@@ -344,9 +326,9 @@ class Settings:
         if self.warmup is None:
             self.warmup = self.levels[0]
         self.shared_prefix_tokens = self.shared_prefix_tokens or None
-        for f in dataclasses.fields(self):
-            if _DERIVE in f.metadata:
-                setattr(self, f.name, f.metadata[_DERIVE](self))
+        self.dataset, self.api_key_set, self.open_loop = self.prompts.describe(), bool(self.api_key), _open_loop(self)
+        self.extra_body = request_shaping.parse_extra_body(self.extra_body_text) if self.extra_body_text else None
+        self.headers = [request_shaping.shown_header(name, value) for name, value in self.header_pairs] or None
 
     def recorded(self, model: str | None) -> Settings:
         """As the result file keeps them: the model the server served, the metrics URL's secrets masked."""
