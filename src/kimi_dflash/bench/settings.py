@@ -69,20 +69,6 @@ class OpenLoopSettings:
         return ArrivalProcess(rate=rate, process=self.arrival, burstiness=self.burstiness)
 
 
-def _open_loop(s: Settings) -> OpenLoopSettings | None:
-    if s.request_rate is None:
-        return None
-    return OpenLoopSettings(
-        request_rates=[None if math.isinf(rate) else rate for rate in s.request_rate],
-        arrival=s.arrival,
-        burstiness=s.burstiness,
-        max_concurrency=s.max_concurrency,
-        sessions_per_level=s.num_sessions or DEFAULT_OPEN_SESSIONS,
-        think_time_s=s.think_time,
-        think_time_dist=s.think_time_dist,
-    )
-
-
 @dataclass(kw_only=True)
 class Settings:
     """What was measured (the command-line settings after defaults). Runs compare only when these match."""
@@ -314,6 +300,15 @@ class Settings:
         """The defaults that depend on other options, then the derived fields. Reads the dataset (UserError)."""
         if self.request_rate is not None:
             self.sessions = []  # recorded: no session levels; the warmup still uses levels[0]
+            self.open_loop = OpenLoopSettings(
+                request_rates=[None if math.isinf(rate) else rate for rate in self.request_rate],
+                arrival=self.arrival,
+                burstiness=self.burstiness,
+                max_concurrency=self.max_concurrency,
+                sessions_per_level=self.num_sessions or DEFAULT_OPEN_SESSIONS,
+                think_time_s=self.think_time,
+                think_time_dist=self.think_time_dist,
+            )
         else:
             self.sessions = list(self.sessions or (DEFAULT_SESSIONS,))
         self.api_key = self.api_key or os.environ.get("OPENAI_API_KEY") or os.environ.get("VLLM_API_KEY") or None
@@ -326,7 +321,7 @@ class Settings:
         if self.warmup is None:
             self.warmup = self.levels[0]
         self.shared_prefix_tokens = self.shared_prefix_tokens or None
-        self.dataset, self.api_key_set, self.open_loop = self.prompts.describe(), bool(self.api_key), _open_loop(self)
+        self.dataset, self.api_key_set = self.prompts.describe(), bool(self.api_key)
         self.extra_body = request_shaping.parse_extra_body(self.extra_body_text) if self.extra_body_text else None
         self.headers = [request_shaping.shown_header(name, value) for name, value in self.header_pairs] or None
 
