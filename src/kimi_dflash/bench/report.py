@@ -1,4 +1,5 @@
-"""Writing the result file (atomically) and the human-readable tables printed during a run."""
+"""The human-readable lines printed during a run: level tables, warnings, progress, the summary; and what the
+result file says about the tool and its command line."""
 
 from __future__ import annotations
 
@@ -6,15 +7,17 @@ import platform
 import socket
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
 from kimi_dflash.bench import columns
 from kimi_dflash.bench.goodput import describe
+from kimi_dflash.bench.records import CANCELLED, RequestRecord
 from kimi_dflash.bench.request_shaping import redact_header_arg
 from kimi_dflash.bench.result import BenchmarkResult, LevelResult, ToolInfo
 from kimi_dflash.core import redaction
-from kimi_dflash.core.formatting import interval, number, percent
+from kimi_dflash.core.formatting import interval, number, percent, seconds
 
 TOOL_NAME = "benchmark_multi_turn"
 # HEAD as a full hash (--exclude='*': no tag names), "-dirty" when tracked files changed (untracked ones ignored)
@@ -129,6 +132,21 @@ def level_warnings(result: LevelResult) -> list[str]:
     if status in ("no_drafts", "counter_reset", "unavailable"):
         notes.append(f"spec-decode metrics: {status}")
     return notes
+
+
+def progress_line(label: str, records: Sequence[RequestRecord], total: int, elapsed_s: float) -> str:
+    """One line of progress over ``records`` (the requests of the repeat so far) out of ``total``."""
+    done = [r for r in records if r.done_time and r.error != CANCELLED]
+    failed = sum(1 for r in done if not r.ok)
+    tokens = sum(r.output_tokens or 0 for r in done if r.ok)
+    rate = number(tokens / elapsed_s if elapsed_s > 0 else None)
+    line = f"{label}: {len(done)}/{total} requests done"
+    if failed:
+        line += f" ({failed} failed)"
+    line += f", {rate} tok/s so far, {seconds(elapsed_s)} elapsed"
+    if 0 < len(done) < total:
+        line += f", about {seconds(elapsed_s * (total - len(done)) / len(done))} left"
+    return line
 
 
 def print_summary(document: BenchmarkResult, out: TextIO) -> None:

@@ -15,8 +15,8 @@ import aiohttp
 
 from kimi_dflash.bench import client, failure_hints, goodput, http1, metrics, prometheus, server_info, spec_summary
 from kimi_dflash.bench.arrivals import level_rng
-from kimi_dflash.bench.progress import progress_line
 from kimi_dflash.bench.records import CANCELLED, CLIENT_OUT_OF_RESOURCES, CONNECTION_FAILURES, TIMEOUT, RequestRecord
+from kimi_dflash.bench.report import progress_line
 from kimi_dflash.bench.result import (
     LevelResult,
     RequestRecords,

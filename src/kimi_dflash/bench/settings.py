@@ -15,7 +15,6 @@ from kimi_dflash.bench import datasets, request_shaping
 from kimi_dflash.bench.arrivals import ArrivalName, ArrivalProcess, ThinkTime, ThinkTimeDist, parse_rates
 from kimi_dflash.bench.datasets import DatasetInfo
 from kimi_dflash.bench.intervals import CONFIDENCE_LEVELS
-from kimi_dflash.bench.progress import DEFAULT_INTERVAL_S
 from kimi_dflash.bench.workload import BUILTIN, Dataset, load_dataset, unencodable_at
 from kimi_dflash.core import options, redaction
 from kimi_dflash.core.options import MAX_TOKENS, doc
@@ -28,6 +27,7 @@ DEFAULT_OPEN_SESSIONS = 100
 # The longest open-loop run the benchmark will plan: its own waits (arrivals spread at the rate, think times),
 # before any server time. A rate or think time beyond it is a typo (1e-9 for 1e9), not a measurement.
 MAX_PLANNED_HOURS = 24
+DEFAULT_INTERVAL_S = 10.0  # --progress-interval
 MAX_WARMUP = 10_000  # the warmup's requests are drawn at once; more than this is a run of its own, not a warmup
 
 
