@@ -85,8 +85,7 @@ class Settings:
         parse=options.http_url,
     )
     model: str | None = server_option(
-        "model name to request (default: the model /v1/models lists; required when it lists several)",
-        record="model requested (discovered from /v1/models when not given)",
+        record="model to request (default: the one /v1/models lists; required when it lists several)"
     )
     sessions: list[int] = load_option(
         f"concurrent sessions; a comma list sweeps levels, e.g. 8,16,32 (default {DEFAULT_SESSIONS})",
@@ -109,9 +108,8 @@ class Settings:
         "--max-concurrency N`, for cross-checking against it"
     )
     prompt_order: Literal["random", "sequential"] | None = load_option(
-        "random (default): each session draws its prompts by --seed; sequential: turn t of session s sends prompt "
+        record="random: each session draws its prompts by --seed; sequential: turn t of session s sends prompt "
         "(t x sessions + s) of the dataset, in file order (what `vllm bench serve --disable-shuffle` does)",
-        record="how sessions draw prompts",
         default="random",
     )
     dataset_name: str = load_option(
@@ -128,8 +126,7 @@ class Settings:
     dataset: DatasetInfo | None = doc("the prompt set", default=None)  # derived fields: filled by resolve()
     system_prompt: str | None = load_option(record="system message opening every conversation")
     warmup: int | None = load_option(
-        "warmup requests before measuring (default: the first level's session count)",
-        record="warmup requests",
+        record="warmup requests before measuring (default: the first level's session count)",
         minimum=0,
         maximum=MAX_WARMUP,
     )
@@ -139,8 +136,7 @@ class Settings:
         record="per-request timeout, seconds", flag="--timeout", default=600.0, minimum=0.001
     )
     metrics_url: str | None = server_option(
-        "Prometheus endpoint for spec-decode counters (default: <base-url>/metrics; 'none' disables)",
-        record="Prometheus endpoint; null when disabled",
+        record="Prometheus endpoint for spec-decode counters (default: <base-url>/metrics; 'none' disables them: null)",
         parse=lambda text: text if text.lower() == "none" else options.http_url(text),
     )
     api_key: str | None = server_option(
@@ -204,9 +200,8 @@ class Settings:
         "also write OUTPUT.requests.csv (one row per request) and OUTPUT.levels.csv (one row per level) beside the JSON"
     )
     endpoint: Literal["chat", "completions"] | None = server_option(
-        "chat (default): /v1/chat/completions with the conversation; completions: /v1/completions with each turn's "
+        record="chat: /v1/chat/completions with the conversation; completions: /v1/completions with each turn's "
         "text as the prompt, as given (no chat template, no history: turns are independent)",
-        record="chat (/v1/chat/completions) or completions (/v1/completions, turn text as prompt)",
         omit_if_none=True,
         default="chat",
     )
@@ -218,9 +213,8 @@ class Settings:
     )
     extra_body: dict[str, Any] | None = doc("--extra-body: fields merged into every request body", omit_if_none=True)
     shared_prefix_tokens: int | None = load_option(
-        "open every conversation with the same system text of about N tokens (estimated at 4 characters per token, "
-        "no tokenizer; usage.prompt_tokens shows the real count). 0: none (default)",
-        record="--shared-prefix-tokens: approximate tokens of the system text every conversation opens with",
+        record="open every conversation with the same system text of about N tokens (estimated at 4 characters per "
+        "token, no tokenizer; usage.prompt_tokens shows the real count); 0: none",
         omit_if_none=True,
         default=0,
         minimum=0,
