@@ -4,6 +4,9 @@ A verb's options are the fields of a dataclass (``option(help, ...)`` in each fi
 annotation, a Literal gives the choices). The module exposes ``add_cli_args = declare(Model, DESCRIPTION, EPILOG)``
 and ``main(args: Model) -> int``; ``run`` builds the parser, parses and calls ``main``. ``secret`` options are
 never echoed and take no abbreviations. Standard library only (core/): the benchmark on a client box uses it too.
+
+The same vocabulary describes the fields of a document made of dataclasses (the benchmark's result, read and written
+by pydantic): ``doc(meaning)`` for a field, ``option(..., record=meaning)`` for an option that is also recorded.
 """
 
 from __future__ import annotations
@@ -195,8 +198,9 @@ def _argument(name: str, spec: Option, hint: Any) -> tuple[tuple[str, ...], dict
     return names, {key: value for key, value in kwargs.items() if value is not None or key == "default"}
 
 
-def declare(model: type, description: str | None = None,
-            epilog: str | None = None) -> Callable[[argparse.ArgumentParser], None]:  # fmt: skip
+def declare(
+    model: type, description: str | None = None, epilog: str | None = None
+) -> Callable[[argparse.ArgumentParser], None]:
     """A verb module's ``add_cli_args``: ``add_cli_args = options.declare(Model, DESCRIPTION, EPILOG)``."""
 
     def add_cli_args(parser: argparse.ArgumentParser) -> None:
@@ -206,12 +210,12 @@ def declare(model: type, description: str | None = None,
         if "\n" not in (parser.description or "") + (parser.epilog or ""):
             parser.formatter_class = argparse.HelpFormatter  # one long line: let argparse wrap it
         hints, declared = typing.get_type_hints(model), fields_of(model)
-        groups, exclusive, described = {}, {}, getattr(model, "GROUPS", {})  # GROUPS: a group's description
+        groups, exclusive, descriptions = {}, {}, getattr(model, "GROUPS", {})  # GROUPS: a group's description
         for field, spec in declared:
             if spec.rest or spec.argv:
                 continue
             if spec.group and spec.group not in groups:
-                groups[spec.group] = parser.add_argument_group(spec.group, described.get(spec.group))
+                groups[spec.group] = parser.add_argument_group(spec.group, descriptions.get(spec.group))
             container = groups[spec.group] if spec.group else parser
             names, kwargs = _argument(field.name, spec, hints[field.name])
             if spec.exclusive:
@@ -250,8 +254,10 @@ class _Parser(argparse.ArgumentParser):
         declared = fields_of(self.model)
         if rest and not any(spec.rest for _, spec in declared):
             self.error(f"unrecognized arguments: {' '.join(rest)}")
-        values = {field.name: rest if spec.rest else [sys.argv[0], *argv] if spec.argv else getattr(parsed, field.name)
-                  for field, spec in declared}  # fmt: skip
+        values = {
+            field.name: rest if spec.rest else [sys.argv[0], *argv] if spec.argv else getattr(parsed, field.name)
+            for field, spec in declared
+        }
         try:
             model = self.model(**values)
             if callable(check := getattr(model, "check", None)):
@@ -272,22 +278,31 @@ def _module(module: str | types.ModuleType) -> types.ModuleType:
     return sys.modules[module] if module in sys.modules else importlib.import_module(module)
 
 
-def build_parser(module: str | types.ModuleType, prog: str | None = None,
-                 description: str | None = None) -> argparse.ArgumentParser:  # fmt: skip
+def build_parser(
+    module: str | types.ModuleType, prog: str | None = None, description: str | None = None
+) -> argparse.ArgumentParser:
     """The one place a parser is made; the verb ``module``'s ``add_cli_args`` declares what it takes."""
     parser = _Parser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     _module(module).add_cli_args(parser)
     return parser
 
 
-def parse(module: str | types.ModuleType, argv: Sequence[str] | None = None, prog: str | None = None,
-          description: str | None = None) -> Any:  # fmt: skip
+def parse(
+    module: str | types.ModuleType,
+    argv: Sequence[str] | None = None,
+    prog: str | None = None,
+    description: str | None = None,
+) -> Any:
     """The verb's model from ``argv`` (default: this process's); a usage error exits."""
     return build_parser(module, prog, description).parse_args(argv)
 
 
-def run(module: str | types.ModuleType, argv: Sequence[str] | None = None, prog: str | None = None,
-        description: str | None = None) -> int:  # fmt: skip
+def run(
+    module: str | types.ModuleType,
+    argv: Sequence[str] | None = None,
+    prog: str | None = None,
+    description: str | None = None,
+) -> int:
     """Parse ``argv`` for the verb ``module`` and run its ``main``: how every entry point starts a verb. A
     ``UserError`` that reaches here is printed as ``error: ...`` (no traceback) and exits with its code; the usual 2
     becomes the model's ``USAGE_EXIT`` where the verb gives 2 another meaning (as bad arguments do)."""
