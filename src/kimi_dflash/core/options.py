@@ -114,7 +114,7 @@ def comma_list(
         except ValueError:
             values = ()
         low, high = -math.inf if minimum is None else minimum, math.inf if maximum is None else maximum
-        if not values or not low <= min(values) <= max(values) <= high:
+        if not values or ((low, high) != (-math.inf, math.inf) and not all(low <= v <= high for v in values)):
             raise ValueError(f"expected {what} separated by commas, got {text!r}")
         return values
 
