@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Acceptance per draft position of the lab's kimi-yarn drafter on the CPU demo with and without DRAFTER_ROPE_FIX.
+"""Acceptance per draft position of the lab's two yarn drafters on the CPU demo at both DRAFTER_ROPE_AMPLITUDE values.
 
 Thin entry point for the lab study ``kimi_dflash_lab.studies.drafter_rope`` (run with --help)."""
 

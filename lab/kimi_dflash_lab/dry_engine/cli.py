@@ -29,6 +29,7 @@ add_cli_args = declare(DryEngineOptions, __doc__)
 
 
 def main(args: DryEngineOptions) -> int:
+    from kimi_dflash.checkpoint import read_facts
     from kimi_dflash.config.problems import ConfigError
     from kimi_dflash.config.shipped import resolve_config_argument
     from kimi_dflash.config.validate import load_config
@@ -60,7 +61,9 @@ def main(args: DryEngineOptions) -> int:
             )
             return 1
         python, installed = str(venv), venv_vllm_dir(args.vllm)
-    plan = build_plan(config, python_executable=sys.executable, cache_dir=str(cache_root()))
+    plan = build_plan(
+        config, python_executable=sys.executable, cache_dir=str(cache_root()), facts=read_facts(config.typed)
+    )
     verdict = dry_engine_for_plan(
         config, plan, python=python, meta_model=not args.no_meta_model, cuda_gpu=args.simulate_gpu
     )

@@ -242,25 +242,27 @@ def _prepare(config, plan, tmp: Path) -> _Prepared | DryVerdict:
 
 
 def _finish(prepared: _Prepared, verdict: DryVerdict) -> DryVerdict:
-    """The child's verdict with the checkpoints' origins and, for a drafter, the amplitude it was trained with."""
-    trained = None if prepared.drafter is None else drafter_trained_amplitude(prepared.drafter)
+    """The child's verdict with the checkpoints' origins and, for a drafter the decision concerns, the legacy
+    amplitude (vLLM <= 0.29's)."""
+    legacy = None if prepared.drafter is None else drafter_legacy_amplitude(prepared.drafter)
     extra: dict[str, object] = {"checkpoints": prepared.origins}
     amplitude = verdict.report.get("drafter_rope_amplitude")
-    if isinstance(amplitude, float) and trained is not None:
-        extra["drafter_rope_trained"] = round(trained, 4)
+    if isinstance(amplitude, float) and legacy is not None:
+        extra["drafter_rope_legacy"] = round(legacy, 4)
         extra["drafter_rope"] = (
-            f"{round(amplitude, 4)} (vLLM's, for its config.json as given), trained {round(trained, 4)}"
+            f"{round(amplitude, 4)} (vLLM's, for its config.json as given), legacy {round(legacy, 4)}"
         )
     return DryVerdict({**verdict.report, **extra}, verdict.seconds)
 
 
-def drafter_trained_amplitude(drafter_dir: Path) -> float | None:
-    """The RoPE amplitude a z-lab Kimi DFlash drafter was trained with (rules/rope_amplitude.py), else None."""
-    from kimi_dflash.rules.rope_amplitude import drafter_rope, trained_amplitude
+def drafter_legacy_amplitude(drafter_dir: Path) -> float | None:
+    """The amplitude vLLM up to 0.29 gave a DFlash drafter's rope (the published acceptance was measured with it;
+    rules/rope_amplitude.py), None for a drafter the decision does not concern."""
+    from kimi_dflash.checkpoint import read_checkpoint
+    from kimi_dflash.rules.rope_amplitude import concerned, legacy_amplitude
 
-    config = json.loads((drafter_dir / "config.json").read_text(encoding="utf-8"))
-    rope = drafter_rope(config) if isinstance(config, dict) else None
-    return None if rope is None else trained_amplitude(rope)
+    drafter, _problem = read_checkpoint(drafter_dir, None, "drafter")
+    return legacy_amplitude(drafter.rope) if concerned(drafter) and drafter and drafter.rope else None
 
 
 def _path(value: object) -> Path | None:

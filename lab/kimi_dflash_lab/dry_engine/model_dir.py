@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from kimi_dflash.rules.checkpoint import SHIPPED
+from kimi_dflash.checkpoint import SHIPPED
 
 # Kimi K2's text model as its public config.json states it (DeepSeek-V3 layout); the shipped facts override.
 KIMI_K2_TEXT: dict[str, Any] = {

@@ -70,6 +70,7 @@ def _sanitize(value: object, replacements: Mapping[str, str]) -> object:
 
 def case_plan(case: Case, create: bool = False):  # type: ignore[no-untyped-def]
     """(config, plan, overrides) of a case: the shipped config, its overrides (and qualify's graph-mode ones)."""
+    from kimi_dflash.checkpoint import read_facts
     from kimi_dflash.config.shipped import shipped_configs_dir
     from kimi_dflash.config.validate import load_config
     from kimi_dflash.core.paths import cache_root
@@ -84,7 +85,8 @@ def case_plan(case: Case, create: bool = False):  # type: ignore[no-untyped-def]
         overrides.update(graph_overrides(values, int(values["NUM_SPECULATIVE_TOKENS"])))
     config = resolve_demo_models(load_config(path, environ=overrides), create=create)
     # flashinfer=False: the plan a host without flashinfer gets (the GPU kit's); the dry engine needs no sampler.
-    plan = build_plan(config, python_executable="python", cache_dir=str(cache_root()), flashinfer=False)
+    facts = read_facts(config.typed)
+    plan = build_plan(config, python_executable="python", cache_dir=str(cache_root()), flashinfer=False, facts=facts)
     return config, plan, overrides
 
 

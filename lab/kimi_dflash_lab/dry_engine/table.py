@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from kimi_dflash.checkpoint import read_facts
 from kimi_dflash.config.shipped import shipped_configs_dir
 from kimi_dflash.config.validate import load_config
 from kimi_dflash.core.doc_sections import update_sections
@@ -87,8 +88,9 @@ def _planned(file: str, overrides: Mapping[str, str], source: VllmSource) -> tup
     if "DEMO_DRAFTER" in str(overrides.get("EXTRA_VLLM_ARGS", "")):
         extra = str(overrides["EXTRA_VLLM_ARGS"]).replace("DEMO_DRAFTER", str(config.typed.draft_model_dir))
         config = config.with_values("dry table variant", EXTRA_VLLM_ARGS=extra)
-    plan = build_plan(config, python_executable=sys.executable, cache_dir=str(cache_root()))
-    return config, plan, rules.judge(Deployment.for_plan(config, plan), source)
+    facts = read_facts(config.typed)
+    plan = build_plan(config, python_executable=sys.executable, cache_dir=str(cache_root()), facts=facts)
+    return config, plan, rules.judge(Deployment.for_plan(config, plan, facts=facts), source)
 
 
 def judge(name: str, file: str, overrides: Mapping[str, str], source: VllmSource) -> Row:
@@ -123,11 +125,11 @@ def render(rows: list[Row], version: str | None) -> str:
         "(`python -m kimi_dflash_lab dry-engine CONFIG`). ROCm and CUDA plans run on a simulated platform "
         "(fakes listed below the table); `agrees` compares with the static rules, runtime traps "
         "(start-up visible: no) set aside. The drafter's RoPE amplitude is the one vLLM's own rotary embedding "
-        "takes from the drafter's config.json as given, beside the one it was trained with; `serve` restores the "
-        "trained one with its overlay (DRAFTER_ROPE_FIX, docs/patches.md).",
+        "takes from the drafter's config.json as given, beside the legacy one (vLLM <= 0.29's, which the published "
+        "acceptance was measured with); `serve` gives the one DRAFTER_ROPE_AMPLITUDE names (docs/patches.md).",
         "",
         "| plan | platform | runner | target attention (MLA prefill) | drafter attention | drafter RoPE amplitude "
-        "(trained) | MoE method | KV dtype | graph mode | vLLM's verdict | static rules | agrees |",
+        "(legacy) | MoE method | KV dtype | graph mode | vLLM's verdict | static rules | agrees |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
@@ -160,11 +162,11 @@ def render(rows: list[Row], version: str | None) -> str:
 
 
 def _amplitudes(report: Mapping[str, object]) -> str:
-    """vLLM's amplitude for the drafter's config.json as given, and the trained one (the overlay is not applied)."""
-    amplitude, trained = report.get("drafter_rope_amplitude"), report.get("drafter_rope_trained")
-    if not isinstance(amplitude, float) or not isinstance(trained, float):
+    """vLLM's amplitude for the drafter's config.json as given, and the legacy one (the overlay is not applied)."""
+    amplitude, legacy = report.get("drafter_rope_amplitude"), report.get("drafter_rope_legacy")
+    if not isinstance(amplitude, float) or not isinstance(legacy, float):
         return "-"
-    return f"{round(amplitude, 4)} ({trained})"
+    return f"{round(amplitude, 4)} ({legacy})"
 
 
 def _startup_names(row: Row) -> set[str]:

@@ -1,16 +1,17 @@
-"""Does the drafter's RoPE amplitude matter, and does DRAFTER_ROPE_FIX restore it? (issue 28, item 2)
+"""Which RoPE amplitude does a drafter serve best with? (issues 28 and 33, section 1)
 
-Serves the miniature Kimi with the kimi-yarn drafter (z-lab's YaRN rope fields, attention tuned to amplitude
-1.4159: kimi_dflash_lab.yarn_drafter, as MODEL_DIR / DRAFT_MODEL_DIR) on the vLLM installed here twice, one server
-at a time: with the fix (the launcher's overlay, DRAFTER_ROPE_FIX=true) and without it. Each is benchmarked with
-the same workload (payload/benchmark_multi_turn.py's module, T=0, fixed seed); acceptance per draft position comes
-from vLLM's /metrics counter deltas. Writes both result files, the serve.sh lines that say what the launcher did, and a
-summary (JSON + markdown).
+Serves the miniature Kimi with each of the lab's two drafters (z-lab's YaRN rope fields; attention built for
+amplitude 1.4159 or 1.0: kimi_dflash_lab.yarn_drafter, as MODEL_DIR / DRAFT_MODEL_DIR) on the vLLM installed here at
+both amplitudes, one server at a time: DRAFTER_ROPE_AMPLITUDE=legacy (1.4159, the launcher's overlay) and engine
+(what this vLLM gives: 1.0 from 0.30). Each is benchmarked with the same workload (payload/benchmark_multi_turn.py's
+module, T=0, fixed seed); acceptance per draft position comes from vLLM's /metrics counter deltas. Writes every result
+file, the serve.sh lines that say what the launcher did, and a summary (JSON + markdown).
 
   python benchmarks/drafter_rope.py --out benchmarks/results/drafter-rope
   python benchmarks/drafter_rope.py --out /tmp/rope --sessions 2 --max-tokens 64      # quicker
 
-Exit 0 when both runs completed and acceptance with the fix is >= without at every position, 1 otherwise.
+Exit 0 when every run completed and each drafter is accepted at least as often at every position with the
+amplitude it is built for as with the other (and more in all), 1 otherwise.
 """
 
 from __future__ import annotations
@@ -26,21 +27,22 @@ from pathlib import Path
 from kimi_dflash.core.atomic_write import write_json_atomic, write_text_atomic
 from kimi_dflash.core.options import declare, option, run
 from kimi_dflash.launch.serve_sh import free_port
-from kimi_dflash_lab.yarn_drafter import ensure_yarn_models
+from kimi_dflash_lab.yarn_drafter import DRAFTERS, LEGACY_DRAFTER, YarnDrafter, ensure_yarn_models
 
 REPO = Path(__file__).resolve().parents[3]  # the checkout (a lab study runs from one)
 CONFIG = "configs/demo-cpu.env"
-DEMO = "kimi-yarn"
-# How the study serves the bundle (FABRICATE_DEMO_MODELS has no kimi-yarn choice), as its summary records it.
-SERVED_AS = f"{CONFIG} serving the {DEMO} bundle (MODEL_DIR / DRAFT_MODEL_DIR)"
+# How the study serves the bundles (FABRICATE_DEMO_MODELS has no kimi-yarn choice), as its summary records it.
+SERVED_AS = f"{CONFIG} serving the {' and '.join(DRAFTERS)} bundles (MODEL_DIR / DRAFT_MODEL_DIR)"
 MODEL = "kimi-k26-dflash-demo"
-VARIANTS = (("with-fix", "true"), ("without-fix", "false"))
+CHOICES = ("legacy", "engine")  # 1.4159 (the launcher's overlay) and what vLLM 0.30+ gives, 1.0
 
 
 @dataclass
 class Run:
-    variant: str
-    drafter_rope_fix: str
+    variant: str  # "<bundle>-<choice>"
+    drafter: str  # the bundle
+    built_for: float
+    drafter_rope_amplitude: str
     serve_lines: list[str] = field(default_factory=list)  # serve.sh's "drafter RoPE:" lines
     result: str | None = None  # the benchmark's result file (relative to the output directory)
     per_position: list[float] | None = None
@@ -50,10 +52,10 @@ class Run:
     error: str | None = None
 
 
-def served_models() -> dict[str, str]:
-    """The environment that serves the kimi-yarn bundle (fabricated first when needed) from a demo config."""
+def served_models(drafter: YarnDrafter = LEGACY_DRAFTER) -> dict[str, str]:
+    """The environment that serves a yarn bundle (fabricated first when needed) from a demo config."""
     target_dir, drafter_dir = ensure_yarn_models(
-        progress=lambda message: print(f"drafter-rope: {message}", file=sys.stderr)
+        progress=lambda message: print(f"drafter-rope: {message}", file=sys.stderr), drafter=drafter
     )
     return {
         "FABRICATE_DEMO_MODELS": "none",
@@ -63,14 +65,15 @@ def served_models() -> dict[str, str]:
     }
 
 
-def measure(variant: str, fix: str, out: Path, args: Options) -> Run:
-    run = Run(variant, fix)
+def measure(drafter: YarnDrafter, choice: str, out: Path, args: Options) -> Run:
+    run = Run(f"{drafter.bundle}-{choice}", drafter.bundle, drafter.built_for, choice)
+    variant = run.variant
     port = free_port()
     env = {
         **os.environ,
-        **served_models(),
+        **served_models(drafter),
         "PORT": str(port),
-        "DRAFTER_ROPE_FIX": fix,
+        "DRAFTER_ROPE_AMPLITUDE": choice,
         "NUM_SPECULATIVE_TOKENS": str(args.num_speculative_tokens),
         "KIMI_PYTHON": sys.executable,
     }
@@ -102,7 +105,7 @@ def measure(variant: str, fix: str, out: Path, args: Options) -> Run:
             "--seed",
             str(args.seed),
             "--label",
-            f"{DEMO} DRAFTER_ROPE_FIX={fix}",
+            f"{drafter.bundle} DRAFTER_ROPE_AMPLITUDE={choice}",
             "--output",
             str(result),
         ]
@@ -126,13 +129,20 @@ def measure(variant: str, fix: str, out: Path, args: Options) -> Run:
 
 
 def verdict(runs: list[Run]) -> tuple[bool, list[str]]:
-    """Fix >= no fix at every position (the direction issue 28 asks to keep), and the markdown lines."""
-    by_name = {run.variant: run for run in runs}
-    fixed, unfixed = by_name["with-fix"].per_position, by_name["without-fix"].per_position
-    ok = fixed is not None and unfixed is not None and all(a >= b for a, b in zip(fixed, unfixed, strict=True))
-    lines = ["| draft position | with fix | without fix |", "|---|---|---|"]
-    if fixed is not None and unfixed is not None:
-        lines += [f"| {i} | {a:.1%} | {b:.1%} |" for i, (a, b) in enumerate(zip(fixed, unfixed, strict=True), 1)]
+    """Each drafter at the amplitude it is built for >= the other at every position, and more in all; the table."""
+    by = {(run.drafter, run.drafter_rope_amplitude): run.per_position for run in runs}
+    ok, lines = True, ["| drafter (built for) | draft position | legacy (1.4159) | engine (1.0) |", "|---|---|---|---|"]
+    for drafter in DRAFTERS.values():
+        legacy, engine = by.get((drafter.bundle, "legacy")), by.get((drafter.bundle, "engine"))
+        if legacy is None or engine is None:
+            ok = False
+            continue
+        own, other = (legacy, engine) if drafter.built_for > 1 else (engine, legacy)
+        ok = ok and all(a >= b for a, b in zip(own, other, strict=True)) and sum(own) > sum(other)
+        lines += [
+            f"| {drafter.bundle} ({drafter.built_for:.4f}) | {i} | {a:.1%} | {b:.1%} |"
+            for i, (a, b) in enumerate(zip(legacy, engine, strict=True), 1)
+        ]
     return ok, lines
 
 
@@ -153,31 +163,33 @@ def main(args: Options) -> int:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     runs = []
-    for variant, fix in VARIANTS:
-        print(f"drafter-rope: {variant} (DRAFTER_ROPE_FIX={fix}) ...", file=sys.stderr, flush=True)
-        run = measure(variant, fix, out, args)
-        print(f"  {run.serve_lines} per position {run.per_position} {run.error or ''}", file=sys.stderr, flush=True)
-        runs.append(run)
+    for drafter in DRAFTERS.values():
+        for choice in CHOICES:
+            print(f"drafter-rope: {drafter.bundle} DRAFTER_ROPE_AMPLITUDE={choice} ...", file=sys.stderr, flush=True)
+            run = measure(drafter, choice, out, args)
+            print(f"  {run.serve_lines} per position {run.per_position} {run.error or ''}", file=sys.stderr, flush=True)
+            runs.append(run)
     ok, table = verdict(runs) if all(r.error is None for r in runs) else (False, [])
     command = (
         f"python benchmarks/drafter_rope.py --out {out} --sessions {args.sessions} --turns {args.turns} "
         f"--max-tokens {args.max_tokens} --seed {args.seed} --num-speculative-tokens {args.num_speculative_tokens}"
     )
     summary = {
-        "study": "drafter RoPE amplitude (issue 28, item 2)",
+        "study": "drafter RoPE amplitude (issues 28 and 33)",
         "config": SERVED_AS,
         "command": command,
         "host": {"machine": platform.machine(), "cpus": os.cpu_count(), "load_average": os.getloadavg()},
-        "fix_at_least_as_good_at_every_position": ok,
+        "each_drafter_best_at_its_own_amplitude": ok,
         "runs": [asdict(run) for run in runs],
     }
     write_json_atomic(out / "summary.json", summary)
     text = [
         "# Drafter RoPE amplitude on the CPU demo",
         "",
-        f"The miniature Kimi with the `{DEMO}` drafter (z-lab's YaRN rope fields, attention tuned to amplitude "
-        "1.4159), served on this vLLM with and without the launcher's fix; acceptance per draft position from "
-        "/metrics (T=0, the same prompts for both).",
+        "The miniature Kimi with each lab drafter (z-lab's YaRN rope fields, the same config.json; attention built "
+        "for amplitude 1.4159 or 1.0), served on this vLLM with DRAFTER_ROPE_AMPLITUDE=legacy (1.4159, the "
+        "launcher's overlay) and engine (1.0); acceptance per draft position from /metrics (T=0, the same prompts "
+        "for all).",
         "",
         *table,
         "",

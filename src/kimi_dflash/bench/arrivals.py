@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
-ARRIVALS = ("poisson", "constant", "gamma")
-THINK_DISTRIBUTIONS = ("fixed", "exp", "uniform")
+ArrivalName = Literal["poisson", "constant", "gamma"]
+ThinkTimeDist = Literal["fixed", "exp", "uniform"]
 
 
 @dataclass(frozen=True)
 class ArrivalProcess:
     rate: float  # arrivals per second; math.inf: all at once
-    process: str = "poisson"
+    process: ArrivalName = "poisson"
     burstiness: float = 1.0  # gamma shape; only for "gamma"
 
     def gaps(self, count: int, rng: np.random.Generator) -> np.ndarray:
@@ -39,7 +40,7 @@ class ArrivalProcess:
 @dataclass(frozen=True)
 class ThinkTime:
     mean_s: float = 0.0
-    distribution: str = "fixed"
+    distribution: ThinkTimeDist = "fixed"
 
     def draw(self, rng: np.random.Generator) -> float:
         if self.mean_s == 0 or self.distribution == "fixed":

@@ -20,6 +20,7 @@ from kimi_dflash.bench.runner import Benchmark, RunState, Stopper
 from kimi_dflash.bench.settings import Settings
 from kimi_dflash.core import options
 from kimi_dflash.core.errors import UserError
+from kimi_dflash.core.formatting import utc_now
 
 DESCRIPTION = """\
 Multi-turn streaming benchmark for an OpenAI-compatible server (vLLM), built to measure speculative
@@ -68,20 +69,10 @@ class ResultWriter:
     """Keeps the document current on disk (bench/output_file.py) and prints each finished level once."""
 
     def __init__(self, path: Path, tool: ToolInfo, run: RunInfo, settings: Settings) -> None:
-        self.file = ResultFile(path)
-        self.path = self.file.path
-        self.tool = tool
-        self.run = run
-        self.settings = settings
-        self.printed = 0
+        self.file, self.tool, self.run, self.settings = ResultFile(path), tool, run, settings
+        self.printed = self.saved_levels = 0  # levels printed; levels in the document on disk
         self.csv_percentiles: tuple[str, ...] | None = None  # --csv: the extra percentile columns
-        self.saved_levels = 0  # levels in the document on disk
         self.write_error: OutputWriteError | None = None
-
-    @property
-    def location(self) -> Path | None:
-        """Where this run's latest document is (None: nothing written, or --output /dev/null)."""
-        return self.file.written
 
     def document(self, state: RunState, levels: int | None = None) -> BenchmarkResult:
         settings = self.settings.recorded(state.model)
@@ -97,7 +88,7 @@ class ResultWriter:
         )
 
     def _write(self, document: BenchmarkResult) -> None:
-        self.file.write(report.to_json_text(document), has_levels=bool(document.results))
+        self.file.write(document.to_json_text(), has_levels=bool(document.results))
         self.saved_levels = len(document.results)
 
     def checkpoint(self, state: RunState) -> None:
@@ -109,7 +100,7 @@ class ResultWriter:
             return
         try:
             self._write(self.document(state))
-            if self.csv_percentiles is not None and state.results and self.location is not None:
+            if self.csv_percentiles is not None and state.results and self.file.written is not None:
                 try:
                     export_csv.write_csv(
                         self.file.path, state.results, state.level_records, state.origin, self.csv_percentiles
@@ -127,7 +118,7 @@ class ResultWriter:
 
     def finish(self, state: RunState, status: str, detail: str, exit_code: int) -> BenchmarkResult:
         self.run = dataclasses.replace(
-            self.run, status=status, status_detail=detail or None, finished_at=report.utc_now(), exit_code=exit_code
+            self.run, status=status, status_detail=detail or None, finished_at=utc_now(), exit_code=exit_code
         )
         document = self.document(state)
         if self.write_error is not None:
@@ -136,8 +127,10 @@ class ResultWriter:
             try:
                 self._write(self.document(state, levels=self.saved_levels))
             except OutputWriteError:
-                print(f"note: could not record the failure in {self.path}; it still says 'running'", file=sys.stderr)
-        elif self.location is not None or state.results:
+                print(
+                    f"note: could not record the failure in {self.file.path}; it still says 'running'", file=sys.stderr
+                )
+        elif self.file.written is not None or state.results:
             self.checkpoint(state)
         return document
 
@@ -150,7 +143,7 @@ async def _run(cfg: Settings, writer: ResultWriter) -> int:
         if stopper.stopped:  # second signal: the user means it; checkpoints on disk are complete files
             print(f"\n{name} again: exiting now", file=sys.stderr)
             os._exit(code)
-        print(f"\n{name}: stopping; finished requests are kept and written to {writer.path}", file=sys.stderr)
+        print(f"\n{name}: stopping; finished requests are kept and written to {writer.file.path}", file=sys.stderr)
         stopper.trigger("interrupted", name, code)
 
     for signum, name, code in ((signal.SIGINT, "SIGINT", 130), (signal.SIGTERM, "SIGTERM", 143)):
@@ -174,7 +167,7 @@ async def _run(cfg: Settings, writer: ResultWriter) -> int:
         except OutputWriteError as write_error:
             print(f"error: {write_error}", file=sys.stderr)
         print(shown, file=sys.stderr)
-        _say_where(writer)
+        _say_where(writer.file)
         return code
     try:
         document = writer.finish(state, stopper.status, stopper.detail, stopper.exit_code)
@@ -182,28 +175,23 @@ async def _run(cfg: Settings, writer: ResultWriter) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
     report.print_summary(document, sys.stdout)
-    _say_where(writer)
+    _say_where(writer.file)
     return stopper.exit_code
 
 
-def _say_where(writer: ResultWriter) -> None:
+def _say_where(file: ResultFile) -> None:
     """Where this run's document is, only when it really is there (never a false "results are in X")."""
-    if writer.location is None:
-        return
-    if writer.location == writer.file.partial:
-        print(
-            f"the earlier result in {writer.path} was kept (this run measured no level); this run's record is in "
-            f"{writer.location}",
-            file=sys.stderr,
-        )
-    else:
-        backup = f" (the earlier result is now {writer.file.backup})" if writer.file.replaced else ""
-        print(f"result written to {writer.location}{backup}", file=sys.stderr)
+    if file.written == file.partial:
+        kept = f"the earlier result in {file.path} was kept (this run measured no level)"
+        print(f"{kept}; this run's record is in {file.written}", file=sys.stderr)
+    elif file.written is not None:
+        backup = f" (the earlier result is now {file.backup})" if file.replaced else ""
+        print(f"result written to {file.written}{backup}", file=sys.stderr)
 
 
 def main(settings: Settings) -> int:
     settings.resolve()  # reads the dataset
-    started = report.utc_now()
+    started = utc_now()
     default_output = Path("results") / f"benchmark-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
     output = Path(settings.output) if settings.output else default_output
     event_loop = eventloop.loop_name(prefer_uvloop=not settings.no_uvloop)
@@ -212,7 +200,7 @@ def main(settings: Settings) -> int:
     writer = ResultWriter(output, report.tool_info(event_loop), run_meta, settings)
     if settings.csv:
         writer.csv_percentiles = tuple(percentile_key(q) for q in settings.percentiles or ())
-    writer.file.check(export_csv.paths_for(writer.path) if settings.csv else ())
+    writer.file.check(export_csv.paths_for(writer.file.path) if settings.csv else ())
     note = descriptors.ensure(*_connections(settings))
     if note:
         print(note, file=sys.stderr)

@@ -16,21 +16,8 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from kimi_dflash.bench import descriptors, http1, spec_request
-from kimi_dflash.bench.records import (
-    BAD_RESPONSE,
-    CANCELLED,
-    CLIENT_ERROR,
-    CLIENT_OUT_OF_RESOURCES,
-    CONNECTION_CLOSED,
-    CONNECTION_ERROR,
-    CONNECTION_REFUSED,
-    CONNECTION_RESET,
-    TIMEOUT,
-    TOKENS_FROM_CHUNKS,
-    TOKENS_FROM_USAGE,
-    RequestRecord,
-)
+from kimi_dflash.bench import descriptors, http1, records, spec_request
+from kimi_dflash.bench.records import RequestRecord
 from kimi_dflash.bench.response import Reply, StreamAccumulator, interpret_body
 
 perf_counter = time.perf_counter
@@ -67,13 +54,6 @@ class Endpoint:
 
     def connection(self) -> http1.Connection:
         return http1.Connection(self.target, connect_timeout_s=min(self.timeout_s, 30.0))
-
-
-def make_session(timeout_s: float, headers: tuple[tuple[str, str], ...] = ()) -> aiohttp.ClientSession:
-    """For the GET endpoints only (a handful of requests per run); ``headers``: --header, sent on every GET."""
-    return aiohttp.ClientSession(
-        timeout=aiohttp.ClientTimeout(total=timeout_s, sock_connect=min(timeout_s, 30.0)), headers=dict(headers)
-    )
 
 
 def request_payload(
@@ -137,21 +117,18 @@ async def send(
             timeout_s=endpoint.timeout_s,
         )
     except asyncio.CancelledError:
-        record.done_time = perf_counter()
-        record.error = CANCELLED
+        record.done_time, record.error = perf_counter(), records.CANCELLED
         raise
     except Exception as exc:  # noqa: BLE001 - every failure must become a counted reason
         record.done_time = perf_counter()
-        reason: str | None
         reason, detail = classify_exception(exc)
         # A server that sent [DONE] but never ended the body still delivered a complete reply.
-        if reason == TIMEOUT and stream and accumulator.reply.done:
+        if reason == records.TIMEOUT and stream and accumulator.reply.done:
             return _finish(record, accumulator.finish())
         record.error, record.error_detail = reason, detail
         record.token_chunks = accumulator.token_chunks  # what arrived before the failure
         return None
-    record.done_time = perf_counter()
-    record.status = response.status
+    record.done_time, record.status = perf_counter(), response.status
     if response.status != 200:
         text = response.body[:2048].decode("utf-8", "replace").strip().replace("\n", " ")
         record.error = f"http_{response.status}"
@@ -161,29 +138,25 @@ async def send(
 
 
 def _finish(record: RequestRecord, reply: Reply) -> Reply:
-    record.first_token_time = reply.first_token_time
-    record.last_token_time = reply.last_token_time
-    record.chunk_times = reply.chunk_times
-    record.token_chunks = reply.token_chunks
-    record.finish_reason = reply.finish_reason
+    for name in ("first_token_time", "last_token_time", "chunk_times", "token_chunks", "finish_reason"):
+        setattr(record, name, getattr(reply, name))
     record.reply_chars = len(reply.content) + len(reply.reasoning)
     usage = reply.usage or {}
     completion = usage.get("completion_tokens")
     if isinstance(completion, int) and completion >= 0:
         record.output_tokens = completion
-        record.tokens_source = TOKENS_FROM_USAGE
+        record.tokens_source = records.TOKENS_FROM_USAGE
     else:
         # No usage: one token per token-bearing chunk. Wrong under speculative decoding (a chunk then
         # carries several tokens), so such records are flagged and counted in the report.
         record.output_tokens = reply.token_chunks
-        record.tokens_source = TOKENS_FROM_CHUNKS
+        record.tokens_source = records.TOKENS_FROM_CHUNKS
     prompt = usage.get("prompt_tokens")
     record.prompt_tokens = prompt if isinstance(prompt, int) else None
     record.reply_sha256, record.token_ids_sha256 = reply_hashes(reply)
     record.spec = spec_request.parse(reply.metrics)
     if reply.error is not None:
-        record.error = reply.error
-        record.error_detail = reply.error_detail
+        record.error, record.error_detail = reply.error, reply.error_detail
     return reply
 
 
@@ -202,29 +175,29 @@ def classify_exception(exc: BaseException) -> tuple[str, str]:
     detail = f"{type(exc).__name__}: {exc}"[:300]
     chain = _causes(exc)
     if descriptors.local_errno(chain) is not None:  # before the connection reasons: it is not the server's
-        return CLIENT_OUT_OF_RESOURCES, detail
+        return records.CLIENT_OUT_OF_RESOURCES, detail
 
     def found(kinds: tuple[type[BaseException], ...], errnos: tuple[int, ...] = ()) -> bool:
         return any(isinstance(e, kinds) or getattr(e, "errno", None) in errnos for e in chain)
 
     if found((asyncio.TimeoutError, TimeoutError, aiohttp.ServerTimeoutError)):
-        return TIMEOUT, detail
+        return records.TIMEOUT, detail
     if found((ConnectionRefusedError,), (errno.ECONNREFUSED,)):
-        return CONNECTION_REFUSED, detail
+        return records.CONNECTION_REFUSED, detail
     if found((http1.BadResponse,)):
-        return BAD_RESPONSE, detail
+        return records.BAD_RESPONSE, detail
     # aiohttp reports a reset in the middle of a body only inside the ClientPayloadError message
     if found((ConnectionResetError,), (errno.ECONNRESET, errno.EPIPE)) or any(
         "ConnectionResetError" in str(e) for e in chain
     ):
-        return CONNECTION_RESET, detail
+        return records.CONNECTION_RESET, detail
     if found((http1.ConnectionClosed, aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError)):
-        return CONNECTION_CLOSED, detail
+        return records.CONNECTION_CLOSED, detail
     if isinstance(exc, aiohttp.ClientResponseError):
-        return BAD_RESPONSE, detail
+        return records.BAD_RESPONSE, detail
     if found((OSError, ssl.SSLError, aiohttp.ClientError)):
-        return CONNECTION_ERROR, detail
-    return CLIENT_ERROR, detail
+        return records.CONNECTION_ERROR, detail
+    return records.CLIENT_ERROR, detail
 
 
 def _causes(exc: BaseException) -> list[BaseException]:

@@ -75,53 +75,74 @@ def level_name(level: LevelResult) -> str:
 
 INT, PERCENT = Fmt(0), Fmt(1, "percent")
 LEVEL = Column("level", "sessions", level_name)
-STARRED_LEVEL = Column("level", "sessions", lambda level: level_name(level) + "*" * level.partial)  # stdout
-SESSIONS = Column("sessions", "sessions", "sessions", INT)
-REQUEST_RATE = Column("request_rate", "request rate", "open_loop.request_rate", Fmt(2))
-REPEATS = Column("repeats", "repeats", "repeats", INT)
-REQUESTS = Column("requests", "requests", "requests", INT)
 COMPLETED = Column("completed", "ok", "completed", INT)
 FAILED = Column("failed", "failed", "failed", INT)
-OUTPUT_TOKENS = Column("output_tokens", "output tokens", "output_tokens", INT)
-DURATION = Column("duration_s", "duration s", "duration_s")
 OUTPUT_TOK_S = Column("output_tok_s", "output tok/s", "output_tok_s")
 REQUEST_THROUGHPUT = Column("request_throughput", "req/s", "request_throughput", Fmt(2))
 TTFT = Stats("ttft_ms", "TTFT", "ms", INT)
 TPOT = Stats("tpot_ms", "TPOT", "ms", Fmt(1))
 E2EL = Stats("e2el_s", "E2EL", "s", Fmt(2))
 PER_USER = Stats("per_user_tok_s", "per-user", "tok/s", Fmt(1))  # 1 / TPOT
-PER_USER_E2EL = Stats("per_user_tok_s_e2el", "N/E2EL", "", Fmt(1))  # the wait for the first token included
-TOKENS_PER_CHUNK = Stats("tokens_per_chunk", "tok/chunk", "", Fmt(2))
-QUEUE_DELAY = Stats("queue_delay_ms", "queue delay", "ms", Fmt(1), at="open_loop.queue_delay_ms")
-OUTPUT_CI_LOW = Column("output_tok_s_ci_low", "output tok/s CI low", "intervals.output_tok_s.low")
-OUTPUT_CI_HIGH = Column("output_tok_s_ci_high", "output tok/s CI high", "intervals.output_tok_s.high")
-PER_USER_CI_LOW = Column("per_user_tok_s_ci_low", "per-user tok/s CI low", "intervals.per_user_tok_s.low")
-PER_USER_CI_HIGH = Column("per_user_tok_s_ci_high", "per-user tok/s CI high", "intervals.per_user_tok_s.high")
 SLO_ATTAINMENT = Column("slo_attainment", "attainment", "goodput.attainment", PERCENT)
 REQUEST_GOODPUT = Column("request_goodput", "goodput req/s", "goodput.request_goodput", Fmt(2))
 OUTPUT_GOODPUT = Column("output_goodput", "goodput tok/s", "goodput.output_goodput")
-ACHIEVED_RATE = Column("achieved_rate", "achieved rate", "open_loop.achieved_rate", Fmt(2))
-MAX_IN_FLIGHT = Column("max_in_flight", "max in flight", "open_loop.max_in_flight", INT)
 ACCEPTANCE_RATE = Column("acceptance_rate", "acceptance", "spec_decode.acceptance_rate", PERCENT)
 ACCEPTANCE_LENGTH = Column("acceptance_length", "τ", "spec_decode.acceptance_length", Fmt(2), short="tau")
-TURN = Column("turn", "turn", "turn", INT)  # the per-turn rows (TurnResult) read the same paths as a level
-PROMPT_TOKENS = Column("prompt_tokens_mean", "prompt tok", "prompt_tokens.mean", INT)
+QUEUE_DELAY = Stats("queue_delay_ms", "queue delay", "ms", Fmt(1), at="open_loop.queue_delay_ms")
+# the intervals over repeats: output_tok_s_ci_low ... per_user_tok_s_ci_high
+INTERVALS = [
+    Column(f"{name}_ci_{end}", f"{header} CI {end}", f"intervals.{name}.{end}")
+    for name, header in (("output_tok_s", "output tok/s"), ("per_user_tok_s", "per-user tok/s"))
+    for end in ("low", "high")
+]
 
-# -- the tables: which columns each shows, in order -----------------------------------------------------------------
+# -- the tables: which columns each shows, in order (a column only one table shows is declared in it) ---------------
 
 Pair = tuple[str, Column, Column]  # two columns in one stdout cell, "a/b", under one heading
 STDOUT: tuple[Column | Pair, ...] = (
-    STARRED_LEVEL, ("ok/fail", COMPLETED, FAILED), OUTPUT_TOK_S, REQUEST_THROUGHPUT,
-    ("TTFT p50/p95 ms", TTFT["p50"], TTFT["p95"]), ("TPOT p50/p95 ms", TPOT["p50"], TPOT["p95"]), PER_USER["mean"],
-    PER_USER_E2EL["mean"], E2EL["p95"], TOKENS_PER_CHUNK["mean"], ACCEPTANCE_RATE, ACCEPTANCE_LENGTH,
-)  # fmt: skip
+    Column("level", "sessions", lambda level: level_name(level) + "*" * level.partial),  # * a partial level
+    ("ok/fail", COMPLETED, FAILED),
+    OUTPUT_TOK_S,
+    REQUEST_THROUGHPUT,
+    ("TTFT p50/p95 ms", TTFT["p50"], TTFT["p95"]),
+    ("TPOT p50/p95 ms", TPOT["p50"], TPOT["p95"]),
+    PER_USER["mean"],
+    Stats("per_user_tok_s_e2el", "N/E2EL", "", Fmt(1))["mean"],  # the wait for the first token included
+    E2EL["p95"],
+    Stats("tokens_per_chunk", "tok/chunk", "", Fmt(2))["mean"],
+    ACCEPTANCE_RATE,
+    ACCEPTANCE_LENGTH,
+)
+TURN = Column("turn", "turn", "turn", INT)  # the per-turn rows (TurnResult) read the same paths as a level
+PROMPT_TOKENS = Column("prompt_tokens_mean", "prompt tok", "prompt_tokens.mean", INT)
 TURNS = (TURN, COMPLETED, PROMPT_TOKENS, TTFT["p50"], TPOT["p50"], E2EL["p50"])  # stdout, under each level
 CSV: tuple[Column | Stats, ...] = (  # a distribution brings its statistics and the percentiles asked
-    LEVEL, SESSIONS, REQUEST_RATE, REPEATS, REQUESTS, COMPLETED, FAILED, OUTPUT_TOKENS, DURATION, OUTPUT_TOK_S,
-    REQUEST_THROUGHPUT, TTFT, TPOT, E2EL, PER_USER, OUTPUT_CI_LOW, OUTPUT_CI_HIGH, PER_USER_CI_LOW, PER_USER_CI_HIGH,
-    SLO_ATTAINMENT, REQUEST_GOODPUT, OUTPUT_GOODPUT, ACHIEVED_RATE, MAX_IN_FLIGHT, QUEUE_DELAY["p50"],
-    QUEUE_DELAY["p99"], ACCEPTANCE_RATE, ACCEPTANCE_LENGTH,
-)  # fmt: skip
+    LEVEL,
+    Column("sessions", "sessions", "sessions", INT),
+    Column("request_rate", "request rate", "open_loop.request_rate", Fmt(2)),
+    Column("repeats", "repeats", "repeats", INT),
+    Column("requests", "requests", "requests", INT),
+    COMPLETED,
+    FAILED,
+    Column("output_tokens", "output tokens", "output_tokens", INT),
+    Column("duration_s", "duration s", "duration_s"),
+    OUTPUT_TOK_S,
+    REQUEST_THROUGHPUT,
+    TTFT,
+    TPOT,
+    E2EL,
+    PER_USER,
+    *INTERVALS,
+    SLO_ATTAINMENT,
+    REQUEST_GOODPUT,
+    OUTPUT_GOODPUT,
+    Column("achieved_rate", "achieved rate", "open_loop.achieved_rate", Fmt(2)),
+    Column("max_in_flight", "max in flight", "open_loop.max_in_flight", INT),
+    QUEUE_DELAY["p50"],
+    QUEUE_DELAY["p99"],
+    ACCEPTANCE_RATE,
+    ACCEPTANCE_LENGTH,
+)
 # After the sweep's sessions and point columns; the first column's ratio over the no-speculation point follows it.
 SWEEP = (OUTPUT_TOK_S, PER_USER["mean"], TPOT["p50"], TTFT["p95"], ACCEPTANCE_RATE, ACCEPTANCE_LENGTH)
 # The comparison at matched concurrency: both runs side by side (the first column with its speedup and interval),
@@ -130,16 +151,26 @@ COMPARE_SIDE_BY_SIDE = (OUTPUT_TOK_S, PER_USER["mean"])
 COMPARE_ARROWS = (TTFT["p95"], TPOT["p95"], E2EL["p95"], FAILED)
 SLO = (SLO_ATTAINMENT, OUTPUT_TOK_S, OUTPUT_GOODPUT, REQUEST_GOODPUT)  # a level's goodput at the SLO
 SPEC = (ACCEPTANCE_RATE, ACCEPTANCE_LENGTH)  # a level's speculative decoding
+SPEC_GROUPS = (  # stdout, the per-request acceptance under a level: one row per group of requests (SpecGroup)
+    Column("group", "group", "key"),
+    Column("requests", "requests", "requests", INT),
+    Column("steps", "steps", "spec_steps", INT),
+    Column("tau", "tau", "acceptance_length", Fmt(2)),
+    Column("tau_p50", "tau p50", "acceptance_length_dist.p50", Fmt(2)),
+    Column("tau_p90", "tau p90", "acceptance_length_dist.p90", Fmt(2)),
+    Column("accept", "accept", "acceptance_rate", PERCENT),
+    Column("accept_p50", "accept p50", "acceptance_rate_dist.p50", PERCENT),
+)
 
 
 def stdout_table(entries: Sequence[Column | Pair], levels: Sequence[Any], prefix: str = "") -> list[str]:
     labels = [entry.short or entry.header if isinstance(entry, Column) else entry[0] for entry in entries]
-    widths = [max(len(label), 4) for label in labels]
-    lines = [text_row(labels, widths, prefix)]
-    for level in levels:
-        cells = [e.cell(level) if isinstance(e, Column) else "/".join(c.cell(level) for c in e[1:]) for e in entries]
-        lines.append(text_row(cells, widths, " " * len(prefix)))
-    return lines
+    rows = [
+        [e.cell(level) if isinstance(e, Column) else "/".join(c.cell(level) for c in e[1:]) for e in entries]
+        for level in levels
+    ]
+    widths = [max(len(cell) for cell in column) for column in zip([label.ljust(4) for label in labels], *rows)]
+    return [text_row(labels, widths, prefix), *(text_row(cells, widths, " " * len(prefix)) for cells in rows)]
 
 
 def csv_columns(extra: Sequence[str] = ()) -> list[Column]:

@@ -4,20 +4,21 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
 
 from kimi_dflash.bench import columns, reply_match
-from kimi_dflash.bench.goodput import describe
+from kimi_dflash.bench.goodput import DEFAULT_ATTAINMENT, describe, sustained
 from kimi_dflash.bench.intervals import CONFIDENCE_LEVELS, ratio_interval
-from kimi_dflash.bench.result import BenchmarkResult, LevelResult, Settings, load_result
+from kimi_dflash.bench.report import level_warnings
+from kimi_dflash.bench.result import BenchmarkResult, LevelResult, load_result
 from kimi_dflash.core import options
 from kimi_dflash.core.atomic_write import write_text_atomic
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.formatting import MISSING, interval, markdown_table, percent, ratio
 from kimi_dflash.core.options import declare, option
-
-DEFAULT_ATTAINMENT = 0.9
 
 
 @dataclass(frozen=True)
@@ -44,19 +45,6 @@ def load_runs(paths: list[Path]) -> list[Run]:
     return runs
 
 
-def open_loop_differences(a: Settings, b: Settings) -> list[str]:
-    """Differences in the load's shape that make two runs' levels different things."""
-    oa, ob = a.open_loop, b.open_loop
-    if oa is None and ob is None:
-        return []
-    if (oa is None) != (ob is None):
-        return ["load: closed loop (--sessions) vs open loop (--request-rate)"]
-    assert oa is not None and ob is not None
-    keys = ("arrival", "burstiness", "max_concurrency", "sessions_per_level", "think_time_s", "think_time_dist")
-    pairs = [(key, getattr(oa, key), getattr(ob, key)) for key in keys]
-    return [f"{key}: {x!r} vs {y!r}" for key, x, y in pairs if x != y]
-
-
 def speedup_interval_cell(baseline: LevelResult, candidate: LevelResult, confidence: float) -> str:
     """``[1.41, 1.58]`` for output tok/s over repeats; ``[0.97, 1.05] not significant`` when it spans 1.0."""
     found = ratio_interval(
@@ -69,109 +57,80 @@ def speedup_interval_cell(baseline: LevelResult, candidate: LevelResult, confide
     return interval(found.low, found.high) + ("" if found.significant else " not significant")
 
 
-def sustained(levels: dict[float, LevelResult], threshold: float) -> tuple[float, LevelResult] | None:
-    """The highest load whose SLO attainment is at least ``threshold`` (None: no level does)."""
-    ok = [
-        (key, level)
-        for key, level in levels.items()
-        if level.goodput is not None and level.goodput.attainment is not None and level.goodput.attainment >= threshold
-    ]
-    return max(ok, key=lambda item: item[0]) if ok else None
-
-
-def slo_section(
-    baseline_name: str,
-    baseline: BenchmarkResult,
-    candidate_name: str,
-    candidate: BenchmarkResult,
-    threshold: float = DEFAULT_ATTAINMENT,
-) -> str:
+def slo_section(baseline: Run, candidate: Run, threshold: float = DEFAULT_ATTAINMENT) -> str:
     """The "speedup at the SLO" section (empty when neither run measured an SLO)."""
-    b_slo, c_slo = baseline.settings.slo, candidate.settings.slo
+    b_slo, c_slo = baseline.document.settings.slo, candidate.document.settings.slo
     if not b_slo and not c_slo:
         return ""
-    title = f"## {candidate_name} vs {baseline_name} at the SLO"
+    title = f"## {candidate.name} vs {baseline.name} at the SLO"
     if b_slo != c_slo:
         return (
-            f"{title}\n\nNot compared: the runs measured different SLOs ({baseline_name}: "
-            f"{describe(b_slo or {}) or 'none'}; {candidate_name}: {describe(c_slo or {}) or 'none'}). "
+            f"{title}\n\nNot compared: the runs measured different SLOs ({baseline.name}: "
+            f"{describe(b_slo or {}) or 'none'}; {candidate.name}: {describe(c_slo or {}) or 'none'}). "
             "Re-run both with the same --slo.\n"
         )
-    b_levels, c_levels = baseline.levels, candidate.levels
-    rows, found = [], {}
-    for name, levels in ((baseline_name, b_levels), (candidate_name, c_levels)):
-        found[name] = best = sustained(levels, threshold)
-        if best is None:
-            rows.append([name, f"none (no level reaches {percent(threshold, 0)})"] + [MISSING] * len(columns.SLO))
-        else:
-            rows.append([name, columns.LEVEL.cell(best[1])] + [column.cell(best[1]) for column in columns.SLO])
+    b_best, c_best = (sustained(run.levels, threshold) for run in (baseline, candidate))
+    none = [f"none (no level reaches {percent(threshold, 0)})", *[MISSING] * len(columns.SLO)]
+    rows = [
+        [run.name, *([columns.LEVEL.cell(best[1]), *(c.cell(best[1]) for c in columns.SLO)] if best else none)]
+        for run, best in ((baseline, b_best), (candidate, c_best))
+    ]
+    sustains = f"a load is sustained when at least {percent(threshold, 0)} of its requests meet it"
+    header = ["run", "sustained load", *(c.header for c in columns.SLO)]
     lines = [
         title,
         "",
-        f"SLO: {describe(b_slo or {})}; a load is sustained when at least {percent(threshold, 0)} of its requests "
-        "meet it.",
+        f"SLO: {describe(b_slo or {})}; {sustains}.",
         "",
-        *markdown_table(
-            ["run", "sustained load", *(c.header for c in columns.SLO)], "lr" + "r" * len(columns.SLO), rows
-        ),
+        *markdown_table(header, "lr" + "r" * len(columns.SLO), rows),
         "",
     ]
-    b_best, c_best = found[baseline_name], found[candidate_name]
     if b_best is not None and c_best is not None:
         speedup = columns.OUTPUT_GOODPUT.over(c_best[1], b_best[1])
         lines.append(
-            f"**Speedup at the SLO: {ratio(speedup)}** (goodput tok/s, {candidate_name} at "
-            f"{columns.LEVEL.cell(c_best[1])} vs {baseline_name} at {columns.LEVEL.cell(b_best[1])}). Only levels that "
+            f"**Speedup at the SLO: {ratio(speedup)}** (goodput tok/s, {candidate.name} at "
+            f"{columns.LEVEL.cell(c_best[1])} vs {baseline.name} at {columns.LEVEL.cell(b_best[1])}). Only levels that "
             "were measured count: a sweep with more levels can move the sustained load."
         )
     else:
         lines.append("**Speedup at the SLO: —** (a side sustains no measured load within the SLO)")
-    lines.append("")
-    return "\n".join(lines)
+    return "\n".join([*lines, ""])
 
 
-# Settings that must agree for two runs to be comparable.
-WORKLOAD_KEYS = (
-    "turns_per_session", "max_tokens", "temperature", "ignore_eos", "stream", "independent_turns", "prompt_order",
-)  # fmt: skip
+# Settings that must agree for two runs to be comparable (and the dataset, endpoint, seed, open loop: below).
+WORKLOAD_KEYS = ("turns_per_session", "max_tokens", "temperature", "ignore_eos", "stream", "independent_turns")
+
+
+def _differences(a: Any, b: Any, keys: Iterable[str]) -> list[str]:
+    pairs = [(key, getattr(a, key), getattr(b, key)) for key in keys]
+    return [f"{key}: {x!r} vs {y!r}" for key, x, y in pairs if x != y]
 
 
 def workload_differences(baseline: Run, other: Run) -> list[str]:
     a, b = baseline.document.settings, other.document.settings
-    diffs = [
-        f"{key}: {getattr(a, key)!r} vs {getattr(b, key)!r}"
-        for key in WORKLOAD_KEYS
-        if getattr(a, key) != getattr(b, key)
-    ]
-    if _dataset_field(a, "sha256") != _dataset_field(b, "sha256"):
-        diffs.append(f"dataset: {_dataset_field(a, 'name')} vs {_dataset_field(b, 'name')} (different prompts)")
+    diffs = _differences(a, b, (*WORKLOAD_KEYS, "prompt_order", "extra_body"))  # extra_body: thinking, top_p ...
+    if (a.dataset and a.dataset.sha256) != (b.dataset and b.dataset.sha256):
+        diffs.append(f"dataset: {a.dataset and a.dataset.name} vs {b.dataset and b.dataset.name} (different prompts)")
     if (a.endpoint or "chat") != (b.endpoint or "chat"):  # files from before --endpoint are chat
         diffs.append(f"endpoint: {a.endpoint or 'chat'!r} vs {b.endpoint or 'chat'!r}")
-    if a.extra_body != b.extra_body:  # thinking on/off, top_p ...: a different workload
-        diffs.append(f"extra_body: {a.extra_body!r} vs {b.extra_body!r}")
     if a.seed != b.seed:
         diffs.append(f"seed: {a.seed!r} vs {b.seed!r} (different conversations)")
-    diffs.extend(open_loop_differences(a, b))
+    oa, ob = a.open_loop, b.open_loop  # the load's shape: levels of different shapes are different things
+    if (oa is None) != (ob is None):
+        diffs.append("load: closed loop (--sessions) vs open loop (--request-rate)")
+    elif oa and ob:
+        diffs += _differences(oa, ob, (f.name for f in fields(oa) if f.name != "request_rates"))
     return diffs
 
 
-def _dataset_field(settings: Settings, name: str) -> str | None:
-    return getattr(settings.dataset, name) if settings.dataset else None
-
-
 def quality_notes(run: Run) -> list[str]:
-    notes = []
     status = run.document.run.status
-    if status != "complete":
-        notes.append(f"{run.name}: run status is {status!r}, results may be partial")
-    for level in run.document.results:
-        if level.partial:
-            notes.append(f"{run.name}: level {level.sessions} is partial")
-        if level.failed:
-            notes.append(f"{run.name}: level {level.sessions} had {level.failed} failed request(s)")
-        if level.tokens_counted_from_chunks:
-            notes.append(f"{run.name}: level {level.sessions} counted tokens from chunks (no usage reported)")
-    return notes
+    notes = [f"{run.name}: run status is {status!r}, results may be partial"] if status != "complete" else []
+    return notes + [
+        f"{run.name}: level {level.sessions}: {note}"
+        for level in run.document.results
+        for note in level_warnings(level)
+    ]
 
 
 def render_markdown(
@@ -210,46 +169,49 @@ def render_markdown(
                 f"**Not compared (no matching concurrency):** {baseline.name} levels {only_base or '—'}, "
                 f"{candidate.name} levels {only_cand or '—'}. Never read a speedup across different session counts."
             )
-        blocks.append(_level_table(baseline, candidate, common, confidence))
-        blocks.append(slo_section(baseline.name, baseline.document, candidate.name, candidate.document, slo_attainment))
         names = (baseline.name, candidate.name)
-        blocks.append(reply_match.markdown(baseline.document, candidate.document, names, common))
-    for run in runs:
-        warnings.extend(quality_notes(run))
+        blocks += [
+            _level_table(baseline, candidate, common, confidence),
+            slo_section(baseline, candidate, slo_attainment),
+            reply_match.markdown(baseline.document, candidate.document, names, common),
+        ]
+    warnings += [note for run in runs for note in quality_notes(run)]
     if warnings:
-        lines.append("> ⚠️ **Read before quoting these numbers**")
-        lines.extend(f"> - {w}" for w in warnings)
-        lines.append("")
-    lines.extend(blocks)
-    lines.append(_acceptance_table(runs))
-    lines.append(_sources(runs))
-    return "\n".join(lines).rstrip() + "\n"
+        lines += ["> ⚠️ **Read before quoting these numbers**", *(f"> - {w}" for w in warnings), ""]
+    return "\n".join([*lines, *blocks, _acceptance_table(runs), _sources(runs)]).rstrip() + "\n"
 
 
 def _level_table(baseline: Run, candidate: Run, common: list[float], confidence: float = 0.95) -> str:
     b_name, c_name = baseline.name, candidate.name
     first, *side_by_side = columns.COMPARE_SIDE_BY_SIDE
-    arrows = columns.COMPARE_ARROWS
-    header = ["sessions", f"{b_name} {first.header}", f"{c_name} {first.header}", "speedup",
-              f"{percent(confidence, 0)} CI", *(f"{n} {c.header}" for c in side_by_side for n in (b_name, c_name)),
-              f"{arrows[0].header} ({b_name} → {c_name})", *(c.header for c in arrows[1:])]  # fmt: skip
-    rows = []
-    for key in common:
-        b, c = baseline.levels[key], candidate.levels[key]
-        rows.append(
-            [columns.LEVEL.cell(b), first.cell(b), first.cell(c), f"**{ratio(first.over(c, b))}**",
-             speedup_interval_cell(b, c, confidence),
-             *(column.cell(level) for column in side_by_side for level in (b, c)),
-             *(f"{column.cell(b)} → {column.cell(c)}" for column in arrows)]
-        )  # fmt: skip
+    arrow_headers = [
+        f"{c.header} ({b_name} → {c_name})" if not i else c.header for i, c in enumerate(columns.COMPARE_ARROWS)
+    ]
+
+    def row(b: LevelResult, c: LevelResult) -> dict[str, str]:
+        return {
+            "sessions": columns.LEVEL.cell(b),
+            f"{b_name} {first.header}": first.cell(b),
+            f"{c_name} {first.header}": first.cell(c),
+            "speedup": f"**{ratio(first.over(c, b))}**",
+            f"{percent(confidence, 0)} CI": speedup_interval_cell(b, c, confidence),
+            **{
+                f"{name} {col.header}": col.cell(level)
+                for col in side_by_side
+                for name, level in ((b_name, b), (c_name, c))
+            },
+            **{head: f"{col.cell(b)} → {col.cell(c)}" for head, col in zip(arrow_headers, columns.COMPARE_ARROWS)},
+        }
+
+    rows = [row(baseline.levels[key], candidate.levels[key]) for key in common]
     notes = [
         f"{columns.OUTPUT_TOK_S.header}: aggregate output tokens per second over the measured window. "
         f"{columns.PER_USER['mean'].header}: mean of 1/TPOT per request.",
         "CI: interval of the speedup over repeats (delta method on the log ratio of means, Welch df); "
         "'not significant' when it contains 1.0.",
     ]
-    title = f"## {c_name} vs {b_name} at matched concurrency"
-    return "\n".join([title, "", *markdown_table(header, "rrrrl" + "r" * (len(header) - 5), rows), "", *notes, ""])
+    table = markdown_table(list(rows[0]), "rrrrl" + "r" * (len(rows[0]) - 5), [list(r.values()) for r in rows])
+    return "\n".join([f"## {c_name} vs {b_name} at matched concurrency", "", *table, "", *notes, ""])
 
 
 def _acceptance_table(runs: list[Run]) -> str:
@@ -257,8 +219,8 @@ def _acceptance_table(runs: list[Run]) -> str:
     for run in runs:
         for level in (level for _, level in sorted(run.levels.items())):
             spec = level.spec_decode
-            positions = (", ".join(columns.ACCEPTANCE_RATE.fmt(p) for p in spec.per_position) if spec
-                         else f"no speculation ({level.spec_decode_status})")  # fmt: skip
+            shown = ", ".join(columns.ACCEPTANCE_RATE.fmt(p) for p in spec.per_position) if spec else None
+            positions = shown or f"no speculation ({level.spec_decode_status})"
             rows.append([run.name, columns.LEVEL.cell(level), *(c.cell(level) for c in columns.SPEC), positions])
     header = ["run", "sessions", *(c.header for c in columns.SPEC), "per position"]
     title = "## Speculative decoding (from /metrics deltas after warmup)"
@@ -285,10 +247,15 @@ class CompareOptions:
     markdown: Path | None = option("write the markdown report here (default: stdout)")
     plots: Path | None = option("write PNG plots into this directory (needs matplotlib)")
     allow_mismatch: bool = option("compare runs with different workloads anyway (flagged loudly)")
-    slo_attainment: float = option("fraction of requests that must meet the SLO for a load to count as sustained "
-        "(default %(default)s)", default=DEFAULT_ATTAINMENT, above=0, maximum=1)  # fmt: skip
-    confidence: float = option("confidence level of the speedup intervals (default %(default)s)",
-        choices=CONFIDENCE_LEVELS, default=0.95)  # fmt: skip
+    slo_attainment: float = option(
+        "fraction of requests that must meet the SLO for a load to count as sustained (default %(default)s)",
+        default=DEFAULT_ATTAINMENT,
+        above=0,
+        maximum=1,
+    )
+    confidence: float = option(
+        "confidence level of the speedup intervals (default %(default)s)", choices=CONFIDENCE_LEVELS, default=0.95
+    )
 
 
 add_cli_args = declare(

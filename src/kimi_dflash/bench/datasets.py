@@ -7,8 +7,8 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from kimi_dflash.bench.fields import doc
 from kimi_dflash.core.errors import UserError
+from kimi_dflash.core.options import doc
 from kimi_dflash.core.user_files import parse_user_json
 
 
@@ -22,18 +22,19 @@ class DatasetInfo:
     categories: dict[str, int] = doc(
         "prompts per category (conversation formats: conversations per category)", factory=dict
     )
-    format: str | None = doc(
-        "prompts | openai-messages | sharegpt | speed-bench (--dataset-format)", default=None, omit_if_none=True
-    )
+    format: str | None = doc("prompts | openai-messages | sharegpt | speed-bench (--dataset-format)", omit_if_none=True)
     conversations: int | None = doc(
-        "conversations in the file (conversation formats; prompts counts user turns)", default=None, omit_if_none=True
+        "conversations in the file (conversation formats; prompts counts user turns)", omit_if_none=True
     )
 
 
 PROMPTS, OPENAI_MESSAGES, SHAREGPT, SPEED_BENCH = "prompts", "openai-messages", "sharegpt", "speed-bench"
 FORMATS = (PROMPTS, OPENAI_MESSAGES, SHAREGPT, SPEED_BENCH)
-USER_ROLES = {OPENAI_MESSAGES: ("user",), SHAREGPT: ("human", "user")}
-SYSTEM_ROLES = ("system",)
+# a message format: its list's key, a message's role and text keys, the roles of user turns
+MESSAGES = {
+    OPENAI_MESSAGES: ("messages", "role", "content", ("user",)),
+    SHAREGPT: ("conversations", "from", "value", ("human", "user")),
+}
 
 # Shared prefix: ~4 characters per token for English text under BPE tokenizers (tokenizer-free estimate;
 # the measured usage.prompt_tokens of turn 1 shows the real count).
@@ -82,9 +83,7 @@ def _turns_of(record: dict[str, Any], fmt: str, where: str) -> tuple[str | None,
         if not isinstance(turns, list) or not all(isinstance(t, str) for t in turns):
             raise UserError(f'{where}: "turns" must be a list of strings (SPEED-Bench format).')
         return None, list(turns)
-    key, role_key, text_key = (
-        ("messages", "role", "content") if fmt == OPENAI_MESSAGES else ("conversations", "from", "value")
-    )
+    key, role_key, text_key, user_roles = MESSAGES[fmt]
     messages = record.get(key)
     if not isinstance(messages, list):
         raise UserError(f'{where}: expected "{key}": a list of {{"{role_key}": ..., "{text_key}": ...}} objects.')
@@ -95,9 +94,9 @@ def _turns_of(record: dict[str, Any], fmt: str, where: str) -> tuple[str | None,
         text = _text(message.get(text_key)) if isinstance(message, dict) else None
         if not isinstance(role, str) or text is None:
             raise UserError(f'{where}: {key}[{i}] needs a string "{role_key}" and a text "{text_key}".')
-        if role in SYSTEM_ROLES and not users:
+        if role == "system" and not users:
             system = text
-        elif role in USER_ROLES[fmt]:
+        elif role in user_roles:
             users.append(text)
     return system, users
 

@@ -15,10 +15,6 @@ RESERVE = 64
 LOCAL_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.EADDRNOTAVAIL})
 
 
-def needed(connections: int) -> int:
-    return connections + RESERVE
-
-
 def ensure(connections: int, what: str) -> str | None:
     """Make room for ``connections`` open at once (``what`` names the option that asks for them, for messages).
     Returns a note when the soft limit was raised; raises UserError (exit 2) when the hard limit is too low."""
@@ -26,7 +22,7 @@ def ensure(connections: int, what: str) -> str | None:
         import resource
     except ImportError:  # not POSIX: no such limit to check
         return None
-    want = needed(connections)
+    want = connections + RESERVE
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY or soft >= want:
         return None

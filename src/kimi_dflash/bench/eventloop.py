@@ -4,26 +4,13 @@
 from __future__ import annotations
 
 import asyncio
+from asyncio import selector_events
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 READ_SIZE = 64 * 1024
-
-
-def tune_default_transport() -> bool:
-    """Lower asyncio's per-read buffer for this process. Returns False where the knob does not exist."""
-    try:
-        from asyncio import selector_events
-
-        transport = selector_events._SelectorSocketTransport  # private, on purpose: see the module docstring
-    except (ImportError, AttributeError):
-        return False
-    if not isinstance(getattr(transport, "max_size", None), int):
-        return False
-    transport.max_size = READ_SIZE
-    return True
 
 
 def loop_name(prefer_uvloop: bool) -> str:
@@ -43,5 +30,8 @@ def run(coro: Coroutine[Any, Any, T], prefer_uvloop: bool = True) -> T:
         import uvloop
 
         return uvloop.run(coro)
-    tune_default_transport()
+    # Lower asyncio's per-read buffer for this process (private, on purpose: see the module docstring).
+    transport = getattr(selector_events, "_SelectorSocketTransport", None)
+    if isinstance(getattr(transport, "max_size", None), int):
+        transport.max_size = READ_SIZE  # type: ignore[union-attr]
     return asyncio.run(coro)

@@ -3,26 +3,14 @@ detail point to, and its fix (pure)."""
 
 from __future__ import annotations
 
-from kimi_dflash.bench.records import (
-    BAD_RESPONSE,
-    CLIENT_ERROR,
-    CLIENT_OUT_OF_RESOURCES,
-    CONNECTION_CLOSED,
-    CONNECTION_ERROR,
-    CONNECTION_REFUSED,
-    CONNECTION_RESET,
-    EMPTY_RESPONSE,
-    MALFORMED_SSE,
-    SERVER_ERROR_EVENT,
-    TIMEOUT,
-    TRUNCATED_STREAM,
-)
+from kimi_dflash.bench import records
 
 # What vLLM's 400 says about a request beyond the context ("This model's maximum context length is ...",
 # "... is longer than the maximum model length of ...", "... exceeds the max_model_len ...").
 CONTEXT_WORDS = ("context length", "maximum model length", "max_model_len")
-UNREADABLE_ANSWERS = frozenset({BAD_RESPONSE, MALFORMED_SSE, TRUNCATED_STREAM, EMPTY_RESPONSE})
-GONE = frozenset({CONNECTION_REFUSED, CONNECTION_RESET, CONNECTION_CLOSED, CONNECTION_ERROR})
+UNREADABLE_ANSWERS = frozenset(
+    {records.BAD_RESPONSE, records.MALFORMED_SSE, records.TRUNCATED_STREAM, records.EMPTY_RESPONSE}
+)
 
 
 def cause(reason: str, detail: str, model: str | None) -> str:
@@ -45,19 +33,19 @@ def cause(reason: str, detail: str, model: str | None) -> str:
             f"the server does not serve this endpoint for model {model!r}: check --model, --endpoint "
             "(chat or completions) and the path in --base-url"
         )
-    if reason.startswith("http_5") or reason == SERVER_ERROR_EVENT:
+    if reason.startswith("http_5") or reason == records.SERVER_ERROR_EVENT:
         return "the server failed while answering: read the server log"
     if reason == "http_429":
         return "the server is rate limiting: lower --warmup or ask for a higher limit"
-    if reason in GONE:
+    if reason in records.CONNECTION_FAILURES:
         return "the server stopped answering during the warmup: check that it is still running and read its log"
-    if reason == TIMEOUT:
+    if reason == records.TIMEOUT:
         return "no answer within --timeout: the server may be overloaded or stuck; raise --timeout or read its log"
     if reason in UNREADABLE_ANSWERS:
         return "the answers could not be read as completions: check --endpoint and --base-url (is it vLLM?)"
-    if reason == CLIENT_OUT_OF_RESOURCES:
+    if reason == records.CLIENT_OUT_OF_RESOURCES:
         return "this machine ran out of descriptors, ports or memory, not the server: raise ulimit -n or free memory"
-    if reason == CLIENT_ERROR:
+    if reason == records.CLIENT_ERROR:
         return "the error was raised on this machine, not by the server: the detail says what"
     return "read the server log"
 

@@ -9,23 +9,19 @@ from collections.abc import Sequence
 
 from kimi_dflash.bench.metrics import e2el, tpot, ttft
 from kimi_dflash.bench.records import CANCELLED, RequestRecord
-from kimi_dflash.bench.result import Goodput
+from kimi_dflash.bench.result import Goodput, LevelResult
 
-# --slo name -> (stored key, whether the value is a time: then it carries ms or s; user_tps is a bare tok/s)
-_NAMES = {
-    "ttft": ("ttft_ms", True),
-    "tpot": ("tpot_ms", True),
-    "e2el": ("e2el_s", True),
-    "user_tps": ("user_tok_s", False),
-}
-_TO_MS = {"ms": 1.0, "s": 1000.0}
-_VALUE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s)?\s*$")
+# --slo name -> stored key -> the limit in words; a time (a maximum) carries ms or s, user_tps is a bare tok/s
+_NAMES = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2el": "e2el_s", "user_tps": "user_tok_s"}
 _WORDS = {
     "ttft_ms": "TTFT <= {:g} ms",
     "tpot_ms": "TPOT <= {:g} ms",
     "e2el_s": "E2EL <= {:g} s",
     "user_tok_s": "user tok/s >= {:g}",
 }
+DEFAULT_ATTAINMENT = 0.9  # the share of requests meeting the SLO for a load to count as sustained
+_TO_MS = {"ms": 1.0, "s": 1000.0}
+_VALUE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s)?\s*$")
 
 
 def parse_slo(text: str) -> dict[str, float]:
@@ -43,7 +39,8 @@ def parse_slo(text: str) -> dict[str, float]:
                 "(e.g. ttft:500ms,tpot:50ms,e2el:10s,user_tps:20)"
             )
         match = _VALUE.match(raw)
-        key, unit = _NAMES[name]
+        key = _NAMES[name]
+        unit = key != "user_tok_s"
         if match is None or (not unit and match.group(2)):
             unit_hint = "a number in tok/s" if not unit else "a number with ms or s"
             raise ValueError(f"--slo {text!r}: {name} needs {unit_hint}, got {raw.strip()!r}")
@@ -55,7 +52,7 @@ def parse_slo(text: str) -> dict[str, float]:
         if key in out:
             raise ValueError(f"--slo {text!r}: {name} is given twice; give each objective once")
         value = float(match.group(1))
-        if unit:
+        if unit:  # in ms first: a limit finite in s but not in ms is refused
             ms = value * _TO_MS[match.group(2)]
             value = ms if key.endswith("_ms") else ms / 1000.0
         if not math.isfinite(value):
@@ -113,3 +110,12 @@ def goodput(records: Sequence[RequestRecord], duration_s: float, slo: dict[str, 
 def describe(slo: dict[str, float]) -> str:
     """``TTFT <= 500 ms, TPOT <= 50 ms``: the SLO in words, for tables."""
     return ", ".join(_WORDS[k].format(v) for k, v in slo.items() if k in _WORDS)
+
+
+def sustained(
+    levels: dict[float, LevelResult], threshold: float = DEFAULT_ATTAINMENT
+) -> tuple[float, LevelResult] | None:
+    """The highest load whose SLO attainment is at least ``threshold`` (None: no level does)."""
+    attained = {key: level.goodput.attainment for key, level in levels.items() if level.goodput}
+    ok = [key for key, attainment in attained.items() if attainment is not None and attainment >= threshold]
+    return (max(ok), levels[max(ok)]) if ok else None

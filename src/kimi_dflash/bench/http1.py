@@ -129,10 +129,10 @@ class _Protocol(asyncio.Protocol):
                 return b""
             lines = buf[:end].decode("latin-1").split("\r\n")
             buf = buf[end + 4 :]
-            status_line = lines[0].split(" ", 2)
-            if len(status_line) < 2 or not status_line[0].startswith("HTTP/1.") or not status_line[1].isdigit():
+            version, code, reason = [*lines[0].split(" ", 2), "", ""][:3]
+            if not version.startswith("HTTP/1.") or not code.isdigit():
                 raise BadResponse(f"not an HTTP/1.x status line: {lines[0][:80]!r}")
-            status = int(status_line[1])
+            status = int(code)
             if 100 <= status < 200:
                 continue  # interim response (100 Continue, 103 Early Hints): the real one follows
             headers: dict[str, str] = {}
@@ -143,15 +143,9 @@ class _Protocol(asyncio.Protocol):
                 key = name.strip().lower()
                 headers[key] = f"{headers[key]}, {value.strip()}" if key in headers else value.strip()
             response = self.response
-            response.status, response.reason, response.headers = (
-                status,
-                status_line[2] if len(status_line) > 2 else "",
-                headers,
-            )
+            response.status, response.reason, response.headers = status, reason, headers
             connection = headers.get("connection", "").lower()
-            response.keep_alive = "close" not in connection and (
-                status_line[0] != "HTTP/1.0" or "keep-alive" in connection
-            )
+            response.keep_alive = "close" not in connection and (version != "HTTP/1.0" or "keep-alive" in connection)
             if "chunked" in headers.get("transfer-encoding", "").lower():
                 self.mode = "chunked"
             elif "content-length" in headers:
@@ -165,8 +159,7 @@ class _Protocol(asyncio.Protocol):
             else:
                 self.mode = "close"
                 response.keep_alive = False
-            self.head = b""
-            self.in_body = True
+            self.head, self.in_body = b"", True
             return buf
 
     def _body(self, arrival: float, data: bytes) -> None:
@@ -201,55 +194,42 @@ class _Protocol(asyncio.Protocol):
                 if size and len(data) == stop + 2 and data[stop:] == b"\r\n":
                     return [data[end + 2 : stop]], False
         pieces: list[bytes] = []
-        buf = self.pending + data if self.pending else data
+        buf, i = (self.pending + data if self.pending else data), 0
         self.pending = b""
-        i, n = 0, len(buf)
-        while i < n:
+        while i < len(buf):
             state = self.chunk_state
             if state == "data":
-                take = min(self.remaining, n - i)
-                pieces.append(buf[i : i + take])
-                i += take
-                self.remaining -= take
-                if self.remaining == 0:
-                    self.chunk_state = "crlf"
-            elif state == "crlf":
-                if n - i < 2:
+                piece = buf[i : i + self.remaining]
+                pieces.append(piece)
+                i, self.remaining = i + len(piece), self.remaining - len(piece)
+                self.chunk_state = "data" if self.remaining else "crlf"
+                continue
+            if state == "crlf":
+                if len(buf) - i < 2:
                     self.pending = buf[i:]
-                    return pieces, False
+                    break
                 if buf[i : i + 2] != b"\r\n":
                     raise BadResponse("chunk not followed by CRLF")
-                i += 2
-                self.chunk_state = "size"
-            elif state == "size":
-                end = buf.find(b"\r\n", i)
-                if end < 0:
-                    if n - i > 1024:
-                        raise BadResponse("chunk size line too long")
-                    self.pending = buf[i:]
-                    return pieces, False
-                size_text = buf[i:end].split(b";", 1)[0].strip()
+                i, self.chunk_state = i + 2, "size"
+                continue
+            end = buf.find(b"\r\n", i)
+            if end < 0:  # an unfinished line: kept for the next read
+                if state == "size" and len(buf) - i > 1024:
+                    raise BadResponse("chunk size line too long")
+                self.pending = buf[i:]
+                break
+            line, i = buf[i:end], end + 2
+            if state == "size":
+                size_text = line.split(b";", 1)[0].strip()
                 try:
-                    size = int(size_text, 16)
+                    self.remaining = int(size_text, 16)
                 except ValueError:
                     raise BadResponse(f"bad chunk size {size_text[:20]!r}") from None
-                i = end + 2
-                if size == 0:
-                    self.chunk_state = "trailer"
-                else:
-                    self.remaining = size
-                    self.chunk_state = "data"
-            else:  # trailer: lines until an empty one
-                end = buf.find(b"\r\n", i)
-                if end < 0:
-                    self.pending = buf[i:]
-                    return pieces, False
-                line = buf[i:end]
-                i = end + 2
-                if not line:
-                    if i < n:
-                        raise BadResponse("bytes after the end of a chunked body")
-                    return pieces, True
+                self.chunk_state = "data" if self.remaining else "trailer"
+            elif not line:  # the empty line that ends the trailer
+                if i < len(buf):
+                    raise BadResponse("bytes after the end of a chunked body")
+                return pieces, True
         return pieces, False
 
     def _deliver(self, arrival: float, data: bytes) -> None:
@@ -296,27 +276,19 @@ class Connection:
         if self.usable:
             return
         self.close()
-        loop = asyncio.get_running_loop()
-        _, protocol = await asyncio.wait_for(
-            loop.create_connection(
-                _Protocol,
-                self.target.host,
-                self.target.port,
-                ssl=self.ssl_context,
-                server_hostname=self.target.host if self.target.tls else None,
-            ),
-            timeout=self.connect_timeout_s,
+        connecting = asyncio.get_running_loop().create_connection(
+            _Protocol,
+            self.target.host,
+            self.target.port,
+            ssl=self.ssl_context,  # TLS checks the host's name
         )
-        self.protocol = protocol
+        _, self.protocol = await asyncio.wait_for(connecting, timeout=self.connect_timeout_s)
 
-    def close(self) -> None:
-        if self.protocol is not None and self.protocol.transport is not None:
-            self.protocol.transport.close()
-        self.protocol = None
-
-    def abort(self) -> None:
-        if self.protocol is not None and self.protocol.transport is not None:
-            self.protocol.transport.abort()
+    def close(self, abort: bool = False) -> None:
+        """``abort``: drop the connection without flushing (a request failed mid-way)."""
+        transport = self.protocol.transport if self.protocol is not None else None
+        if transport is not None:
+            transport.abort() if abort else transport.close()
         self.protocol = None
 
     async def post(
@@ -365,7 +337,7 @@ class Connection:
             response = await asyncio.wait_for(asyncio.shield(future), timeout=max(deadline - perf_counter(), 0.0))
         except BaseException as exc:
             answered = protocol.answered
-            self.abort()  # failed, timed out or cancelled mid-response: never reuse this connection
+            self.close(abort=True)  # failed, timed out or cancelled mid-response: never reuse this connection
             if not future.done():
                 future.cancel()
             elif not future.cancelled():

@@ -48,25 +48,12 @@ def summarize(values: Sequence[float] | np.ndarray, scale: float = 1.0, asked: S
     """mean / p50 / p90 / p95 / p99 / min / max / std / count of ``values * scale`` (None when empty), and the
     ``asked`` percentiles (--percentiles) under ``percentiles``."""
     data = np.asarray(values, dtype=float) * scale
-    extra = {percentile_key(q): None for q in asked} if asked else None
-    if data.size == 0:
-        none = dict.fromkeys(("mean", "p50", "p90", "p95", "p99", "min", "max", "std"))
-        return Distribution(**none, count=0, percentiles=extra)
-    if extra is not None:
-        extra = {percentile_key(q): float(v) for q, v in zip(asked, np.percentile(data, list(asked)))}
-    p50, p90, p95, p99 = (float(v) for v in np.percentile(data, PERCENTILES))
-    return Distribution(
-        mean=float(data.mean()),
-        p50=p50,
-        p90=p90,
-        p95=p95,
-        p99=p99,
-        min=float(data.min()),
-        max=float(data.max()),
-        std=float(data.std()),
-        count=int(data.size),
-        percentiles=extra,
-    )
+    qs = (*PERCENTILES, 0, 100, *asked)  # min and max are the percentiles 0 and 100
+    found = [float(v) for v in np.percentile(data, qs)] if data.size else [None] * len(qs)
+    fixed = dict(zip(("p50", "p90", "p95", "p99", "min", "max"), found))
+    extra = {percentile_key(q): v for q, v in zip(asked, found[len(fixed) :])} if asked else None
+    mean, std = (float(data.mean()), float(data.std())) if data.size else (None, None)
+    return Distribution(mean=mean, **fixed, std=std, count=int(data.size), percentiles=extra)
 
 
 def ttft(record: RequestRecord) -> float | None:
@@ -205,10 +192,7 @@ def turn_result(turn: int, records: Sequence[RequestRecord]) -> TurnResult:
         failed=_failed(records),
         prompt_tokens=summarize([r.prompt_tokens for r in ok if r.prompt_tokens is not None]),
         output_tokens=_tokens(ok),
-        ttft_ms=lat["ttft_ms"],
-        tpot_ms=lat["tpot_ms"],
-        e2el_s=lat["e2el_s"],
-        per_user_tok_s=lat["per_user_tok_s"],
+        **{key: lat[key] for key in ("ttft_ms", "tpot_ms", "e2el_s", "per_user_tok_s")},
     )
 
 

@@ -31,12 +31,6 @@ def _is_dev_null(path: Path) -> bool:
         return False
 
 
-def describe_os_error(error: OSError) -> str:
-    if error.errno == errno.ENOSPC:
-        return "no space left on the device"
-    return error.strerror or str(error)
-
-
 class ResultFile:
     def __init__(self, requested: Path | str) -> None:
         requested = Path(requested).expanduser()
@@ -90,5 +84,6 @@ class ResultFile:
                 self.written = self.path
                 self.partial.unlink(missing_ok=True)
         except OSError as error:
-            raise OutputWriteError(f"cannot write the result to {self.path}: {describe_os_error(error)}") from None
+            reason = "no space left on the device" if error.errno == errno.ENOSPC else error.strerror or error
+            raise OutputWriteError(f"cannot write the result to {self.path}: {reason}") from None
         return self.written

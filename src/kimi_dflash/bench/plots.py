@@ -77,13 +77,12 @@ def write_plots(runs: list[Run], out_dir: Path) -> list[Path]:
     def by_run(column: Column) -> dict[str, tuple[list[float], list[float]]]:
         return {run.name: _series(run, column) for run in runs}
 
-    x_label = "concurrent sessions"
-    written = [
-        line_chart(out_dir / "throughput.png", by_run(OUTPUT_TOK_S), "Aggregate output throughput", x_label,
-                   "output tokens / s"),
-        line_chart(out_dir / "per_user.png", by_run(PER_USER["mean"]), "Per-user decode speed (1 / TPOT, mean)",
-                   x_label, "tokens / s per user"),
-    ]  # fmt: skip
+    x_label, written = "concurrent sessions", []
+    for name, column, title, ylabel in (
+        ("throughput.png", OUTPUT_TOK_S, "Aggregate output throughput", "output tokens / s"),
+        ("per_user.png", PER_USER["mean"], "Per-user decode speed (1 / TPOT, mean)", "tokens / s per user"),
+    ):
+        written.append(line_chart(out_dir / name, by_run(column), title, x_label, ylabel))
     fig, (ax_ttft, ax_e2el) = plt.subplots(1, 2, figsize=(10, 4.2))
     draw_lines(ax_ttft, by_run(TTFT["p95"]), "TTFT P95", x_label, "ms")
     draw_lines(ax_e2el, by_run(E2EL["p95"]), "End-to-end latency P95", x_label, "s")
@@ -97,6 +96,8 @@ def write_plots(runs: list[Run], out_dir: Path) -> list[Path]:
         if level.spec_decode
     }
     if spec:
-        written.append(line_chart(out_dir / "acceptance.png", spec, "Per-position acceptance (accepted at k / drafts)",
-                                  "draft position k", "acceptance", ylim=(0, 1)))  # fmt: skip
+        title = "Per-position acceptance (accepted at k / drafts)"
+        written.append(
+            line_chart(out_dir / "acceptance.png", spec, title, "draft position k", "acceptance", ylim=(0, 1))
+        )
     return written

@@ -40,13 +40,12 @@ def parse_samples(text: str) -> list[Sample]:
             value = float(match["value"])
         except ValueError:
             continue
-        labels = {key: re.sub(r"\\(.)", _unescape, shown) for key, shown in re.findall(_LABEL, match["labels"] or "")}
+        labels = {
+            key: re.sub(r"\\(.)", lambda e: "\n" if e[1] == "n" else e[1], shown)
+            for key, shown in re.findall(_LABEL, match["labels"] or "")
+        }
         samples.append(Sample(name=match["name"], labels=labels, value=value))
     return samples
-
-
-def _unescape(escape: re.Match[str]) -> str:
-    return "\n" if escape[1] == "n" else escape[1]
 
 
 @dataclass(frozen=True)
@@ -99,18 +98,16 @@ def spec_delta(before: SpecCounters | None, after: SpecCounters | None) -> tuple
         return None, "counter_reset"
     if drafts <= 0 or draft_tokens <= 0:
         return None, "no_drafts"
-    return (
-        SpecDecode(
-            acceptance_rate=accepted / draft_tokens,
-            acceptance_length=1.0 + accepted / drafts,
-            per_position=[value / drafts for value in per_pos],
-            num_speculative_tokens=len(positions) if positions else round(draft_tokens / drafts),
-            drafts=round(drafts),
-            draft_tokens=round(draft_tokens),
-            accepted_tokens=round(accepted),
-        ),
-        "ok",
+    spec = SpecDecode(
+        acceptance_rate=accepted / draft_tokens,
+        acceptance_length=1.0 + accepted / drafts,
+        per_position=[value / drafts for value in per_pos],
+        num_speculative_tokens=len(positions) if positions else round(draft_tokens / drafts),
+        drafts=round(drafts),
+        draft_tokens=round(draft_tokens),
+        accepted_tokens=round(accepted),
     )
+    return spec, "ok"
 
 
 def cache_config(samples: list[Sample]) -> dict[str, str] | None:

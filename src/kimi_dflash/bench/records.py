@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-from kimi_dflash.bench.fields import doc
 from kimi_dflash.bench.spec_request import RequestSpec
+from kimi_dflash.core.options import doc
 
 # Failure reasons (``RequestRecord.error``). HTTP errors are "http_<status>", e.g. "http_429".
 CONNECTION_REFUSED = "connection_refused"  # nobody listening: server down or wrong --base-url
@@ -23,6 +23,8 @@ CLIENT_ERROR = "client_error"  # anything else raised inside the client (detail 
 # this machine ran out of descriptors, local ports, buffers or memory: not the server's doing; the run stops
 CLIENT_OUT_OF_RESOURCES = "client_out_of_resources"
 CANCELLED = "cancelled"  # stopped by Ctrl-C / SIGTERM / run abort; not counted as a failure
+# the server may be gone (the run asks it; the warmup hint says so)
+CONNECTION_FAILURES = frozenset({CONNECTION_REFUSED, CONNECTION_ERROR, CONNECTION_RESET, CONNECTION_CLOSED})
 
 # Where a record's output token count came from.
 TOKENS_FROM_USAGE = "usage"  # usage.completion_tokens, the only trustworthy source
@@ -59,18 +61,15 @@ class RequestRecord:
     admitted_time: float | None = doc(
         "open loop: when --max-concurrency let it through (= dispatch without a cap)", default=None
     )
-    category: str | None = doc("the prompt's category (dataset), e.g. code", default=None, omit_if_none=True)
-    prompt_id: str | None = doc("the prompt's (or conversation's) id in the dataset", default=None, omit_if_none=True)
-    reply_sha256: str | None = doc(
-        "sha256 of the reply: UTF-8 reasoning, a NUL byte, UTF-8 content", default=None, omit_if_none=True
-    )
+    category: str | None = doc("the prompt's category (dataset), e.g. code", omit_if_none=True)
+    prompt_id: str | None = doc("the prompt's (or conversation's) id in the dataset", omit_if_none=True)
+    reply_sha256: str | None = doc("sha256 of the reply: UTF-8 reasoning, a NUL byte, UTF-8 content", omit_if_none=True)
     token_ids_sha256: str | None = doc(
         "sha256 of the generated token ids as decimal numbers joined by ',' (when the server sent them)",
         omit_if_none=True,
-        default=None,
     )
     spec: RequestSpec | None = doc(
-        "the server's metrics.speculative_decoding for this request (null: none sent)", default=None, omit_if_none=True
+        "the server's metrics.speculative_decoding for this request (null: none sent)", omit_if_none=True
     )
 
     @property

@@ -25,14 +25,10 @@ def match_level(a: LevelResult, b: LevelResult) -> ReplyMatch | None:
     """Replies of two levels compared key by key (None when either run stored no hashes)."""
     if not a.reply_hashes or not b.reply_hashes:
         return None
-    common = sorted(set(a.reply_hashes) & set(b.reply_hashes), key=_order)
+    common = sorted(set(a.reply_hashes) & set(b.reply_hashes), key=lambda key: [int(part) for part in key.split("/")])
     same = [k for k in common if a.reply_hashes[k] == b.reply_hashes[k]]
     differing = [k for k in common if a.reply_hashes[k] != b.reply_hashes[k]]
     return ReplyMatch(a.sessions, len(common), len(same), differing[0] if differing else None)
-
-
-def _order(key: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in key.split("/"))
 
 
 def greedy(document: BenchmarkResult) -> bool:
@@ -49,10 +45,12 @@ def markdown(baseline: BenchmarkResult, candidate: BenchmarkResult, names: tuple
     if not matches:
         rows += ["Not compared: a result file has no reply hashes (written before they were stored).", ""]
         return "\n".join(rows)
-    table = [[m.sessions, m.compared, f"{m.identical} ({percent(m.fraction)})", m.first_difference or MISSING]
-             for m in matches]  # fmt: skip
-    rows += markdown_table(["sessions", "replies compared", "identical", "first difference (repeat/session/k)"],
-                           "rrrl", table)  # fmt: skip
+    header = ["sessions", "replies compared", "identical", "first difference (repeat/session/k)"]
+    cells = [
+        [m.sessions, m.compared, f"{m.identical} ({percent(m.fraction)})", m.first_difference or MISSING]
+        for m in matches
+    ]
+    rows += markdown_table(header, "rrrl", cells)
     compared = sum(m.compared for m in matches)
     identical = sum(m.identical for m in matches)
     verdict = (

@@ -1,29 +1,27 @@
-"""Writing the result file (atomically) and the human-readable tables printed during a run."""
+"""The human-readable lines printed during a run: level tables, warnings, progress, the summary; and what the
+result file says about the tool and its command line."""
 
 from __future__ import annotations
 
-import json
 import platform
 import socket
 import subprocess
 import sys
-from datetime import datetime, timezone
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from kimi_dflash.bench import columns
 from kimi_dflash.bench.goodput import describe
+from kimi_dflash.bench.records import CANCELLED, RequestRecord
 from kimi_dflash.bench.request_shaping import redact_header_arg
 from kimi_dflash.bench.result import BenchmarkResult, LevelResult, ToolInfo
 from kimi_dflash.core import redaction
-from kimi_dflash.core.atomic_write import write_text_atomic
-from kimi_dflash.core.formatting import interval, number, percent
+from kimi_dflash.core.formatting import interval, number, percent, seconds
 
 TOOL_NAME = "benchmark_multi_turn"
-
-
-def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+# HEAD as a full hash (--exclude='*': no tag names), "-dirty" when tracked files changed (untracked ones ignored)
+GIT_DESCRIBE = ("git", "describe", "--always", "--abbrev=40", "--dirty=-dirty", "--exclude=*")
 
 
 def redact_argv(argv: list[str]) -> list[str]:
@@ -46,15 +44,8 @@ def redact_argv(argv: list[str]) -> list[str]:
 def git_revision() -> str | None:
     """HEAD of the checkout this code runs from (+ "-dirty" when tracked files changed), or None outside one."""
     try:
-        # --exclude='*': no tag names, the full hash (--always); --dirty ignores untracked files
-        found = subprocess.run(
-            ["git", "describe", "--always", "--abbrev=40", "--dirty=-dirty", "--exclude=*"],
-            cwd=Path(__file__).resolve().parent,
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=False,
-        )
+        here = Path(__file__).resolve().parent
+        found = subprocess.run(GIT_DESCRIBE, cwd=here, capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.SubprocessError):
         return None
     return (found.stdout.strip() or None) if found.returncode == 0 else None
@@ -76,17 +67,6 @@ def tool_info(event_loop: str) -> ToolInfo:
         event_loop=event_loop,
         host=socket.gethostname(),
     )
-
-
-def to_json_text(document: Any) -> str:
-    """JSON data or a result as the text written to disk (NaN/Infinity refused: they are not JSON)."""
-    if isinstance(document, BenchmarkResult):
-        document = document.to_json()
-    return json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
-
-
-def write_atomic(path: Path, document: Any) -> None:
-    write_text_atomic(path, to_json_text(document))
 
 
 # -- stdout -------------------------------------------------------------------------------------
@@ -122,9 +102,8 @@ def summary_lines(level: LevelResult) -> list[str]:
             f"{number(gp.request_goodput or 0, 2)} req/s, {number(gp.output_goodput or 0)} tok/s"
         )
     ci = level.intervals
-    for column, block in (
-        ((columns.OUTPUT_TOK_S, ci.output_tok_s), (columns.PER_USER["mean"], ci.per_user_tok_s)) if ci else ()
-    ):
+    intervals = [(columns.OUTPUT_TOK_S, ci.output_tok_s), (columns.PER_USER["mean"], ci.per_user_tok_s)] if ci else []
+    for column, block in intervals:
         if block is not None and block.low is not None and block.high is not None:
             within = f"({percent(block.confidence, 0)} over {block.n} repeats)"
             lines.append(f"{column.header}: {column.fmt(block.mean)} {interval(block.low, block.high, 1)} {within}")
@@ -153,6 +132,21 @@ def level_warnings(result: LevelResult) -> list[str]:
     if status in ("no_drafts", "counter_reset", "unavailable"):
         notes.append(f"spec-decode metrics: {status}")
     return notes
+
+
+def progress_line(label: str, records: Sequence[RequestRecord], total: int, elapsed_s: float) -> str:
+    """One line of progress over ``records`` (the requests of the repeat so far) out of ``total``."""
+    done = [r for r in records if r.done_time and r.error != CANCELLED]
+    failed = sum(1 for r in done if not r.ok)
+    tokens = sum(r.output_tokens or 0 for r in done if r.ok)
+    rate = number(tokens / elapsed_s if elapsed_s > 0 else None)
+    line = f"{label}: {len(done)}/{total} requests done"
+    if failed:
+        line += f" ({failed} failed)"
+    line += f", {rate} tok/s so far, {seconds(elapsed_s)} elapsed"
+    if 0 < len(done) < total:
+        line += f", about {seconds(elapsed_s * (total - len(done)) / len(done))} left"
+    return line
 
 
 def print_summary(document: BenchmarkResult, out: TextIO) -> None:

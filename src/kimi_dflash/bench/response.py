@@ -195,15 +195,11 @@ def interpret_body(body: bytes) -> Reply:
     choices = event.get("choices")
     if not choices or not isinstance(choices[0], dict):
         return Reply(error=BAD_RESPONSE, error_detail=f"no choices in body: {_clip(body)}")
-    reply, choice = Reply(), choices[0]
+    reply, choice = Reply(done=True), choices[0]
     message = choice.get("message")
-    if isinstance(message, dict):
-        reply.content = str(message.get("content") or "")
-        reply.reasoning = str(message.get("reasoning") or message.get("reasoning_content") or "")
-        has_tools = bool(message.get("tool_calls"))
-    else:
-        reply.content = str(choice.get("text") or "")
-        has_tools = False
+    message = message if isinstance(message, dict) else {"content": choice.get("text")}  # /v1/completions: text
+    reply.content = str(message.get("content") or "")
+    reply.reasoning = str(message.get("reasoning") or message.get("reasoning_content") or "")
     reply.finish_reason = choice.get("finish_reason")
     ids = choice.get("token_ids")
     reply.token_ids = ids if isinstance(ids, list) else None
@@ -211,17 +207,13 @@ def interpret_body(body: bytes) -> Reply:
     reply.metrics = metrics if isinstance(metrics, dict) else None
     usage = event.get("usage")
     reply.usage = usage if isinstance(usage, dict) and usage else None
-    reply.done = True
-    if not (reply.content or reply.reasoning or has_tools):
-        reply.error = EMPTY_RESPONSE
-        reply.error_detail = "response carried no generated text"
+    if not (reply.content or reply.reasoning or message.get("tool_calls")):
+        reply.error, reply.error_detail = EMPTY_RESPONSE, "response carried no generated text"
     return reply
 
 
 def _error_message(error: Any) -> str:
-    if isinstance(error, dict):
-        return str(error.get("message") or error)[:300]
-    return str(error)[:300]
+    return str((error.get("message") if isinstance(error, dict) else None) or error)[:300]
 
 
 def _clip(data: bytes, limit: int = 120) -> str:

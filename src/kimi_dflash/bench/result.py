@@ -13,11 +13,13 @@ from typing import Any, Literal
 
 from pydantic import TypeAdapter, ValidationError
 
-from kimi_dflash.bench.fields import doc
+from kimi_dflash.bench.arrivals import ArrivalName
 from kimi_dflash.bench.intervals import Interval
 from kimi_dflash.bench.records import RequestRecord
-from kimi_dflash.bench.settings import ArrivalName, Settings
+from kimi_dflash.bench.settings import Settings
+from kimi_dflash.core.atomic_write import write_text_atomic
 from kimi_dflash.core.errors import UserError
+from kimi_dflash.core.options import doc
 from kimi_dflash.core.user_files import MiB, read_user_json
 
 SCHEMA = "kimi-dflash/benchmark-result"
@@ -44,7 +46,7 @@ class Distribution:
     std: float | None = doc("population standard deviation", default=None)
     count: int | None = doc("number of values", default=None)
     percentiles: dict[str, float | None] | None = doc(
-        "the percentiles asked with --percentiles, keyed p<q> (e.g. p99.9)", default=None, omit_if_none=True
+        "the percentiles asked with --percentiles, keyed p<q> (e.g. p99.9)", omit_if_none=True
     )
 
 
@@ -72,9 +74,7 @@ class SpecGroup:
     draft_tokens: int = doc("Σ num_draft_tokens")
     acceptance_length: float | None = doc("pooled τ = 1 + Σ accepted / Σ steps")
     acceptance_rate: float | None = doc("pooled α = Σ accepted / Σ draft tokens")
-    acceptance_length_dist: Distribution = doc(
-        "per-request τ_r = 1 + accepted_r / steps_r over requests with >= 1 step"
-    )
+    acceptance_length_dist: Distribution = doc("per-request τ_r = 1 + accepted_r / steps_r over requests with ≥ 1 step")
     acceptance_rate_dist: Distribution = doc("per-request α_r = accepted_r / drafted_r")
 
 
@@ -89,9 +89,7 @@ class SpecPerRequest:
     per_position: list[float] = doc("Σ steps accepting position k / Σ steps, k = 0 .. K-1 (from the histograms)")
     per_turn: list[SpecGroup] = doc("by turn number within the conversation", factory=list)
     per_category: list[SpecGroup] = doc("by the prompt's dataset category", factory=list)
-    per_prompt_length: list[SpecGroup] = doc(
-        "by usage.prompt_tokens bucket (powers of two, e.g. '512-1023')", factory=list
-    )
+    per_prompt_length: list[SpecGroup] = doc("by usage.prompt_tokens bucket (powers of 2: '512-1023')", factory=list)
 
 
 @dataclass(kw_only=True)
@@ -129,9 +127,7 @@ class RepeatResult:
     output_tokens: int = doc("Σ output tokens of successful requests")
     output_tok_s: float | None = doc("output_tokens / duration_s")
     per_user_tok_s_mean: float | None = doc(
-        "mean of 1 / TPOT over this repeat's successful requests (files before it lack it)",
-        default=None,
-        omit_if_none=True,
+        "mean of 1 / TPOT over this repeat's successful requests (files before it lack it)", omit_if_none=True
     )
 
 
@@ -231,23 +227,16 @@ class LevelResult:
     per_turn: list[TurnResult] = doc("breakdown by turn number", factory=list)
     repeat_results: list[RepeatResult] = doc("each repeat's own figures", factory=list)
     partial: bool = doc("the run stopped before this level finished", default=False)
-    request_records: RequestRecords | None = doc(
-        "raw timestamps, only with --record-requests", default=None, omit_if_none=True
-    )
-    open_loop: OpenLoopLevel | None = doc(
-        "open-loop arrivals and local queueing (--request-rate)", default=None, omit_if_none=True
-    )
-    goodput: Goodput | None = doc("SLO attainment (--slo)", default=None, omit_if_none=True)
-    intervals: RepeatIntervals | None = doc(
-        "confidence intervals over repeats (--repeats >= 2)", default=None, omit_if_none=True
-    )
+    request_records: RequestRecords | None = doc("raw timestamps, only with --record-requests", omit_if_none=True)
+    open_loop: OpenLoopLevel | None = doc("open-loop arrivals and local queueing (--request-rate)", omit_if_none=True)
+    goodput: Goodput | None = doc("SLO attainment (--slo)", omit_if_none=True)
+    intervals: RepeatIntervals | None = doc("confidence intervals over repeats (--repeats >= 2)", omit_if_none=True)
     spec_per_request: SpecPerRequest | None = doc(
-        "per-request acceptance, when the server sends metrics.speculative_decoding", default=None, omit_if_none=True
+        "per-request acceptance, when the server sends metrics.speculative_decoding", omit_if_none=True
     )
     reply_hashes: dict[str, str] | None = doc(
         "reply_sha256 of every successful request, keyed 'repeat/session/k' (k: the session's k-th request, "
         "0-based): compare matches them across runs",
-        default=None,
         omit_if_none=True,
     )
 
@@ -294,12 +283,12 @@ class ServerInfo:
     base_url: str | None = doc("server root", default=None)
     models: list[dict[str, Any]] = doc("/v1/models entries as served", factory=list)
     version: str | None = doc("/version", default=None)
-    version_error: str | None = doc("why /version could not be read", default=None, omit_if_none=True)
+    version_error: str | None = doc("why /version could not be read", omit_if_none=True)
     metrics_url: str | None = doc("Prometheus endpoint", default=None)
     cache_config: dict[str, str] | None = doc("labels of vllm:cache_config_info", default=None)
     spec_decode_counters: bool | None = doc("the server exports spec-decode counters", default=None)
-    metrics_error: str | None = doc("why /metrics could not be read", default=None, omit_if_none=True)
-    notes: list[str] | None = doc("warnings about the server (e.g. prefix caching on)", default=None, omit_if_none=True)
+    metrics_error: str | None = doc("why /metrics could not be read", omit_if_none=True)
+    notes: list[str] | None = doc("warnings about the server (e.g. prefix caching on)", omit_if_none=True)
 
 
 @dataclass(kw_only=True)
@@ -334,9 +323,7 @@ class BenchmarkResult:
     server: ServerInfo | None = doc("what the server said about itself; null before it was reached")
     warmup: WarmupSummary | None = doc("the warmup; null before it ran", default=None)
     results: list[LevelResult] = doc("one object per concurrency level, in the order measured")
-    server_config: ServerConfig | None = doc(
-        "the server's config, when a sweep started it", default=None, omit_if_none=True
-    )
+    server_config: ServerConfig | None = doc("the server's config, when a sweep started it", omit_if_none=True)
 
     @property
     def levels(self) -> dict[float, LevelResult]:
@@ -345,6 +332,13 @@ class BenchmarkResult:
 
     def to_json(self) -> dict[str, Any]:
         return adapter().dump_python(self, mode="json")
+
+    def to_json_text(self) -> str:
+        """The file's text: UTF-8 as is; NaN and Infinity refused (ValueError: they are not JSON)."""
+        return json.dumps(self.to_json(), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+    def save(self, path: Path) -> None:
+        write_text_atomic(path, self.to_json_text())
 
 
 @functools.cache

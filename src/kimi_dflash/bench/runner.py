@@ -15,17 +15,8 @@ import aiohttp
 
 from kimi_dflash.bench import client, failure_hints, goodput, http1, metrics, prometheus, server_info, spec_summary
 from kimi_dflash.bench.arrivals import level_rng
-from kimi_dflash.bench.progress import report_progress
-from kimi_dflash.bench.records import (
-    CANCELLED,
-    CLIENT_OUT_OF_RESOURCES,
-    CONNECTION_CLOSED,
-    CONNECTION_ERROR,
-    CONNECTION_REFUSED,
-    CONNECTION_RESET,
-    TIMEOUT,
-    RequestRecord,
-)
+from kimi_dflash.bench.records import CANCELLED, CLIENT_OUT_OF_RESOURCES, CONNECTION_FAILURES, TIMEOUT, RequestRecord
+from kimi_dflash.bench.report import progress_line
 from kimi_dflash.bench.result import (
     LevelResult,
     RequestRecords,
@@ -48,21 +39,19 @@ SETTLE_MAX_S = 3.0
 EXIT_ABORTED = 3
 EXIT_CLIENT_SHORT = 5  # this machine ran out of descriptors, ports or memory mid-run (bench/descriptors.py)
 
-# After one of these, ask the server whether it is still there (it may have died).
-CONNECTION_FAILURES = frozenset({CONNECTION_REFUSED, CONNECTION_ERROR, CONNECTION_RESET, CONNECTION_CLOSED})
 PROBE_INTERVAL_S = 1.0  # at most one liveness probe per second, however many sessions fail together
 PRECONNECT_MAX = 64  # connections an open loop without a cap opens before the window
 
 
+@dataclass
 class Stopper:
     """Set once, by a signal handler or by the run itself; the first reason wins."""
 
-    def __init__(self) -> None:
-        self.event = asyncio.Event()
-        self.status = "complete"
-        self.detail = ""
-        self.exit_code = 0
-        self.stopped_at: float | None = None
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+    status: str = "complete"
+    detail: str = ""
+    exit_code: int = 0
+    stopped_at: float | None = None
 
     @property
     def stopped(self) -> bool:
@@ -116,6 +105,12 @@ class ConnectionPool:
             conn.close()
 
 
+async def _cancel(tasks: list[Any]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
 async def _sleep_until(when: float) -> None:
     # The loop may fire a timer up to its clock resolution early (uvloop: 1 ms); never send before the time.
     while (delay := when - perf_counter()) > 0:
@@ -140,8 +135,9 @@ class Benchmark:
 
     async def run(self) -> RunState:
         cfg = self.cfg
-        # aiohttp serves only the GET endpoints; chat requests use the benchmark's own connections.
-        async with client.make_session(self.endpoint.timeout_s, self.endpoint.extra_headers) as session:
+        # aiohttp serves only the GET endpoints (a handful per run); requests use the benchmark's own connections.
+        timeout = aiohttp.ClientTimeout(total=self.endpoint.timeout_s, sock_connect=min(self.endpoint.timeout_s, 30.0))
+        async with aiohttp.ClientSession(timeout=timeout, headers=dict(self.endpoint.extra_headers)) as session:
             server, model = await server_info.probe(session, self.endpoint, cfg.model, cfg.metrics_url)
             self.state.server, self.state.model = server, model
             notes = server_notes(server, model, cfg)
@@ -303,11 +299,7 @@ class Benchmark:
         if everything.done():
             everything.result()  # re-raise a bug in a session rather than hide it
             return
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        everything.cancel()
-        await asyncio.gather(everything, return_exceptions=True)
+        await _cancel([*tasks, everything])
 
     def body(self, messages: list[dict[str, str]]) -> bytes:
         cfg = self.cfg
@@ -348,13 +340,8 @@ class Repeat:
         bench = self.bench
         await self.pool.preconnect(self.connections)
         print(self.announce, file=sys.stderr, flush=True)
-        first = len(self.sink)
-        cpu0 = time.process_time()
-        start = perf_counter()
-        total = self.sessions * bench.cfg.turns_per_session
-        progress = asyncio.create_task(
-            report_progress(self.label, self.sink, first, total, start, bench.cfg.progress_interval)
-        )
+        first, cpu0, start = len(self.sink), time.process_time(), perf_counter()
+        progress = asyncio.create_task(self._progress(first, start))
         try:
             await bench._until_done_or_stopped([asyncio.create_task(self._run(start))])
         finally:
@@ -362,11 +349,15 @@ class Repeat:
             self.pool.close()  # again: a stop may cancel _run before it started
         stopper = bench.stopper
         end = stopper.stopped_at if stopper.stopped and stopper.stopped_at else perf_counter()
-        return metrics.Window(
-            repeat=self.repeat,
-            duration_s=max(end - start, 0.0),
-            cpu_s=time.process_time() - cpu0,
-        )
+        return metrics.Window(self.repeat, duration_s=max(end - start, 0.0), cpu_s=time.process_time() - cpu0)
+
+    async def _progress(self, first: int, start: float) -> None:
+        """Every --progress-interval until cancelled: requests done of this repeat's (``sink[first:]``) and tok/s."""
+        total, interval = self.sessions * self.bench.cfg.turns_per_session, self.bench.cfg.progress_interval
+        while interval > 0:
+            await asyncio.sleep(interval)
+            line = progress_line(self.label, self.sink[first:], total, perf_counter() - start)
+            print(line, file=sys.stderr, flush=True)
 
     async def _run(self, start: float) -> None:
         """Start each conversation at its offset from ``start``, whatever the others are doing."""
@@ -380,9 +371,7 @@ class Repeat:
                 tasks.append(asyncio.create_task(self._conversation(index, when)))
             await asyncio.gather(*tasks)
         except asyncio.CancelledError:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await _cancel(tasks)
             raise
         finally:
             self.pool.close()  # here, so the sockets are released while the window's tasks wind down
@@ -465,12 +454,8 @@ def server_notes(server: ServerInfo, model: str, cfg: Settings) -> list[str]:
     context = server_info.max_model_len(server, model)
     # The last turn carries T - 1 replies of up to M tokens and asks for M more: T x M tokens before any prompt.
     wanted = cfg.max_tokens * (1 if cfg.independent_turns else cfg.turns_per_session)
+    what = "--max-tokens" if cfg.independent_turns else f"{cfg.turns_per_session} turns x {cfg.max_tokens} reply tokens"
     if context is not None and wanted >= context:
-        what = (
-            "--max-tokens"
-            if cfg.independent_turns
-            else f"{cfg.turns_per_session} turns x {cfg.max_tokens} reply tokens"
-        )
         notes.append(
             f"the conversation can outgrow the model's context: {what} = {wanted} tokens before any prompt "
             f"text, and the server's max_model_len is {context}; vLLM refuses (HTTP 400) or cuts short requests "

@@ -7,19 +7,17 @@ import dataclasses
 import functools
 import math
 import os
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, ClassVar, Literal
 
 from kimi_dflash.bench import datasets, request_shaping
-from kimi_dflash.bench.arrivals import ARRIVALS, THINK_DISTRIBUTIONS, ArrivalProcess, ThinkTime, parse_rates
+from kimi_dflash.bench.arrivals import ArrivalName, ArrivalProcess, ThinkTime, ThinkTimeDist, parse_rates
 from kimi_dflash.bench.datasets import DatasetInfo
-from kimi_dflash.bench.fields import doc, meta
 from kimi_dflash.bench.intervals import CONFIDENCE_LEVELS
-from kimi_dflash.bench.progress import DEFAULT_INTERVAL_S
 from kimi_dflash.bench.workload import BUILTIN, Dataset, load_dataset, unencodable_at
 from kimi_dflash.core import options, redaction
+from kimi_dflash.core.options import MAX_TOKENS, doc
 
 # What ./serve.sh starts by default (PORT in the config schema; a test keeps the two equal). The benchmark
 # cannot import the config package: it runs on a client box with aiohttp + numpy + pydantic only.
@@ -29,38 +27,15 @@ DEFAULT_OPEN_SESSIONS = 100
 # The longest open-loop run the benchmark will plan: its own waits (arrivals spread at the rate, think times),
 # before any server time. A rate or think time beyond it is a typo (1e-9 for 1e9), not a measurement.
 MAX_PLANNED_HOURS = 24
+DEFAULT_INTERVAL_S = 10.0  # --progress-interval
 MAX_WARMUP = 10_000  # the warmup's requests are drawn at once; more than this is a run of its own, not a warmup
-
-PromptOrder = Literal["random", "sequential"]
-ArrivalName = Literal["poisson", "constant", "gamma"]
-ThinkTimeDist = Literal["fixed", "exp", "uniform"]
-Endpoint = Literal["chat", "completions"]
-_DERIVE = "derive"
-
-
-def setting(doc: str | None, *, group: str, omit_if_none: bool = False, **cli: Any) -> Any:
-    """A field that is a command-line option (``cli``: core/options.Option's settings), in the help's ``group``;
-    recorded in the result with ``doc`` as its meaning (and, unless ``help`` says more, its help), or kept out of
-    the result when ``doc`` is None."""
-    if doc is None:
-        return options.option(group=group, metadata={"exclude": True}, **cli)
-    if "help" not in cli:
-        shown = cli.get("default") is not None and not isinstance(cli.get("default"), bool)
-        cli["help"] = doc + (" (default %(default)s)" if shown else "")
-    loaded = cli.pop("field_default", None)  # what a file written before the field existed reads as
-    return options.option(field_default=loaded, group=group, metadata=meta(doc, omit_if_none=omit_if_none), **cli)
 
 
 server_option, load_option, output_option, analysis_option = (
-    functools.partial(setting, group=name) for name in ("server", "load", "output", "analysis")
+    functools.partial(options.option, group=name) for name in ("server", "load", "output", "analysis")
 )
 OPEN_LOOP = "open-loop load (instead of --sessions)"
-open_loop_option = functools.partial(setting, None, group=OPEN_LOOP)
-
-
-def derived(doc: str, compute: Callable[[Settings], Any], *, omit_if_none: bool = False) -> Any:
-    """A recorded field that is no option: ``compute(settings)`` once the options are resolved."""
-    return field(default=None, metadata={**meta(doc, omit_if_none=omit_if_none), _DERIVE: compute})
+open_loop_option = functools.partial(options.option, group=OPEN_LOOP)
 
 
 def normalize_base_url(url: str) -> str:
@@ -72,25 +47,6 @@ def parse_slo(text: str) -> dict[str, float]:
     from kimi_dflash.bench.goodput import parse_slo  # goodput reads the result model, which reads this module
 
     return parse_slo(text)
-
-
-def parse_percentiles(text: str) -> tuple[float, ...]:
-    values = []
-    for part in text.split(","):
-        if not part.strip():
-            continue
-        try:
-            value = float(part)
-        except ValueError:
-            raise ValueError(
-                f"--percentiles: expected numbers between 0 and 100 separated by commas, got {text!r}"
-            ) from None
-        if not 0 <= value <= 100:
-            raise ValueError(f"--percentiles: {value:g} is not between 0 and 100")
-        values.append(value)
-    if not values:
-        raise ValueError(f"--percentiles: no percentile given in {text!r} (e.g. 50,90,95,99,99.9)")
-    return tuple(dict.fromkeys(values))
 
 
 @dataclass(kw_only=True)
@@ -113,191 +69,197 @@ class OpenLoopSettings:
         return ArrivalProcess(rate=rate, process=self.arrival, burstiness=self.burstiness)
 
 
-def _open_loop(s: Settings) -> OpenLoopSettings | None:
-    if s.request_rate is None:
-        return None
-    return OpenLoopSettings(
-        request_rates=[None if math.isinf(rate) else rate for rate in s.request_rate],
-        arrival=s.arrival,
-        burstiness=s.burstiness,
-        max_concurrency=s.max_concurrency,
-        sessions_per_level=s.num_sessions or DEFAULT_OPEN_SESSIONS,
-        think_time_s=s.think_time,
-        think_time_dist=s.think_time_dist,
-    )
-
-
 @dataclass(kw_only=True)
 class Settings:
     """What was measured (the command-line settings after defaults). Runs compare only when these match."""
 
-    GROUPS: ClassVar[dict[str, str | None]] = {
-        "server": None,
-        "load": None,
-        "output": None,
-        OPEN_LOOP: "Conversations start on an arrival process's clock, whatever the "
-        "server does; each following turn is sent when the previous reply finished plus a think time. One level per "
-        "rate.",
-        "analysis": None,
+    GROUPS: ClassVar[dict[str, str]] = {  # the groups' descriptions in --help (a group is where a field says)
+        OPEN_LOOP: "Conversations start on an arrival process's clock, whatever the server does; each following turn "
+        "is sent when the previous reply finished plus a think time. One level per rate."
     }
 
     base_url: str | None = server_option(
-        "server root", default=DEFAULT_BASE_URL, parse=options.http_url, help="server root, with or without /v1 "
-        "(default %(default)s: where ./serve.sh listens)"
-    )  # fmt: skip
-    model: str | None = server_option("model requested (discovered from /v1/models when not given)", help="model "
-        "name to request (default: the model /v1/models lists; required when it lists several)")  # fmt: skip
+        "server root, with or without /v1 (default %(default)s: where ./serve.sh listens)",
+        record="server root",
+        default=DEFAULT_BASE_URL,
+        parse=options.http_url,
+    )
+    model: str | None = server_option(
+        record="model to request (default: the one /v1/models lists; required when it lists several)"
+    )
     sessions: list[int] = load_option(
-        "concurrency levels, in order", field_default=[], parse=options.comma_list(int, "positive integers", 1),
-        help=f"concurrent sessions; a comma list sweeps levels, e.g. 8,16,32 (default {DEFAULT_SESSIONS})",
-    )  # fmt: skip
-    turns_per_session: int | None = load_option("turns per conversation", default=5, minimum=1)
-    max_tokens: int | None = load_option("max_tokens per reply", default=512, minimum=1, maximum=options.MAX_TOKENS)
-    temperature: float | None = load_option("sampling temperature (always sent)", default=0.0, minimum=0)
-    ignore_eos: bool | None = load_option("vLLM's ignore_eos sent", help="send ignore_eos: every reply runs to "
-        "--max-tokens")  # fmt: skip
+        f"concurrent sessions; a comma list sweeps levels, e.g. 8,16,32 (default {DEFAULT_SESSIONS})",
+        record="concurrency levels, in order",
+        field_default=[],
+        parse=options.comma_list(int, "positive integers", 1),
+    )
+    turns_per_session: int | None = load_option(record="turns per conversation", default=5, minimum=1)
+    max_tokens: int | None = load_option(record="max_tokens per reply", default=512, minimum=1, maximum=MAX_TOKENS)
+    temperature: float | None = load_option(record="sampling temperature (always sent)", default=0.0, minimum=0)
+    ignore_eos: bool | None = load_option(record="send ignore_eos: every reply runs to --max-tokens")
     stream: bool | None = load_option(
-        "streaming requests", default=True, flag="--no-stream", help="non-streaming requests (no TTFT/TPOT; E2EL and "
-        "tok/s only)"
-    )  # fmt: skip
+        "non-streaming requests (no TTFT/TPOT; E2EL and tok/s only)",
+        record="streaming requests",
+        default=True,
+        flag="--no-stream",
+    )
     independent_turns: bool | None = load_option(
-        "turns sent without the conversation so far", help="send every turn without the conversation so far: the "
-        "closed-loop load of `vllm bench serve --max-concurrency N`, for cross-checking against it"
-    )  # fmt: skip
-    prompt_order: PromptOrder | None = load_option(
-        "how sessions draw prompts", default="random", help="random (default): each session draws its prompts by "
-        "--seed; sequential: turn t of session s sends prompt (t x sessions + s) of the dataset, in file order (what "
-        "`vllm bench serve --disable-shuffle` does)"
-    )  # fmt: skip
+        record="send every turn without the conversation so far: the closed-loop load of `vllm bench serve "
+        "--max-concurrency N`, for cross-checking against it"
+    )
+    prompt_order: Literal["random", "sequential"] | None = load_option(
+        record="random: each session draws its prompts by --seed; sequential: turn t of session s sends prompt "
+        "(t x sessions + s) of the dataset, in file order (what `vllm bench serve --disable-shuffle` does)",
+        default="random",
+    )
     dataset_name: str = load_option(
-        None, flag="--dataset", default=BUILTIN, help="'builtin' (225 prompts shipped with the tool) or a JSONL file "
-        'of {"prompt": ...} lines'
-    )  # fmt: skip
+        """'builtin' (225 prompts shipped with the tool) or a JSONL file of {"prompt": ...} lines""",
+        flag="--dataset",
+        default=BUILTIN,
+    )
     dataset_format: str | None = load_option(
-        None, choices=datasets.FORMATS, help='format of --dataset (default: detected from its first record): prompts '
-        '({"prompt": ...}), openai-messages ({"messages": [...]}), sharegpt ({"conversations": [...]}), speed-bench '
-        '({"category": ..., "turns": [...]}); conversations replay their user turns, the server generates the replies'
-    )  # fmt: skip
-    dataset: DatasetInfo | None = derived("the prompt set", lambda s: s.prompts.describe())
-    system_prompt: str | None = load_option("system message opening every conversation", help="optional system "
-        "message at the start of every conversation")  # fmt: skip
-    warmup: int | None = load_option("warmup requests", minimum=0, maximum=MAX_WARMUP, help="warmup requests before "
-        "measuring (default: the first level's session count)")  # fmt: skip
-    repeats: int | None = load_option("measured repeats per level, fresh prompts each", default=1, minimum=1)
-    seed: int | None = load_option("prompt selection seed; same seed = same conversations", default=0)
-    timeout_s: float | None = server_option("per-request timeout, seconds", flag="--timeout", default=600.0,
-        minimum=0.001)  # fmt: skip
+        'format of --dataset (default: detected from its first record): prompts ({"prompt": ...}), openai-messages '
+        '({"messages": [...]}), sharegpt ({"conversations": [...]}), speed-bench ({"category": ..., "turns": [...]}); '
+        "conversations replay their user turns, the server generates the replies",
+        choices=datasets.FORMATS,
+    )
+    dataset: DatasetInfo | None = doc("the prompt set", default=None)  # derived fields: filled by resolve()
+    system_prompt: str | None = load_option(record="system message opening every conversation")
+    warmup: int | None = load_option(
+        record="warmup requests before measuring (default: the first level's session count)",
+        minimum=0,
+        maximum=MAX_WARMUP,
+    )
+    repeats: int | None = load_option(record="measured repeats per level, fresh prompts each", default=1, minimum=1)
+    seed: int | None = load_option(record="prompt selection seed; same seed = same conversations", default=0)
+    timeout_s: float | None = server_option(
+        record="per-request timeout, seconds", flag="--timeout", default=600.0, minimum=0.001
+    )
     metrics_url: str | None = server_option(
-        "Prometheus endpoint; null when disabled", parse=lambda text: text if text.lower() == "none" else
-        options.http_url(text), help="Prometheus endpoint for spec-decode counters (default: <base-url>/metrics; "
-        "'none' disables)"
-    )  # fmt: skip
-    api_key: str | None = server_option(None, secret=True, help="bearer token (default: $OPENAI_API_KEY, then "
-        "$VLLM_API_KEY); never printed or stored")  # fmt: skip
-    api_key_set: bool | None = derived(
-        "an API key was sent (the key itself is never stored)", lambda s: bool(s.api_key)
+        record="Prometheus endpoint for spec-decode counters (default: <base-url>/metrics; 'none' disables them: null)",
+        parse=lambda text: text if text.lower() == "none" else options.http_url(text),
     )
+    api_key: str | None = server_option(
+        "bearer token (default: $OPENAI_API_KEY, then $VLLM_API_KEY); never printed or stored", secret=True
+    )
+    api_key_set: bool | None = doc("an API key was sent (the key itself is never stored)", default=None)
     request_rate: tuple[float, ...] | None = open_loop_option(
-        parse=parse_rates, metavar="RATES", help="conversation starts per second (= requests/s with "
-        "--turns-per-session 1); a comma list sweeps, e.g. 1,2,4; inf starts every conversation at once. Turns it into "
-        "an open loop. The run's own waits ((conversations - 1) / rate + think time x (turns - 1), per rate and "
-        f"repeat) may add up to at most {MAX_PLANNED_HOURS} h"
-    )  # fmt: skip
-    arrival: ArrivalName = open_loop_option(choices=ARRIVALS, default="poisson", help="arrival process of "
-        "conversation starts (default poisson)")  # fmt: skip
-    burstiness: float = open_loop_option(
-        default=1.0, above=0, help="gamma shape B for --arrival gamma: 1 = poisson, < 1 burstier, > 1 smoother "
-        "(default 1)"
-    )  # fmt: skip
-    max_concurrency: int | None = open_loop_option(minimum=1, help="cap on requests in flight; arrivals beyond it "
-        "wait (the wait is reported as local queueing)")  # fmt: skip
-    num_sessions: int | None = open_loop_option(minimum=1,
-        help=f"conversations started per rate level and repeat (default {DEFAULT_OPEN_SESSIONS})")  # fmt: skip
-    think_time: float = open_loop_option(
-        default=0.0, minimum=0, metavar="SECONDS", help="mean pause between a reply and the conversation's next turn "
-        f"(default 0; counts toward the {MAX_PLANNED_HOURS} h a run may plan, see --request-rate)"
-    )  # fmt: skip
-    think_time_dist: ThinkTimeDist = open_loop_option(
-        choices=THINK_DISTRIBUTIONS, default="fixed", help="fixed (exactly --think-time), exp (exponential) or uniform "
-        "(0 .. 2x); default fixed"
-    )  # fmt: skip
-    open_loop: OpenLoopSettings | None = derived(
-        "open-loop load; absent: closed loop (--sessions)", _open_loop, omit_if_none=True
+        "conversation starts per second (= requests/s with --turns-per-session 1); a comma list sweeps, e.g. 1,2,4; "
+        "inf starts every conversation at once. Turns it into an open loop. The run's own waits ((conversations - 1) "
+        f"/ rate + think time x (turns - 1), per rate and repeat) may add up to at most {MAX_PLANNED_HOURS} h",
+        parse=parse_rates,
+        metavar="RATES",
     )
+    arrival: ArrivalName = open_loop_option(
+        "arrival process of conversation starts (default poisson)", default="poisson"
+    )
+    burstiness: float = open_loop_option(
+        "gamma shape B for --arrival gamma: 1 = poisson, < 1 burstier, > 1 smoother (default 1)", default=1.0, above=0
+    )
+    max_concurrency: int | None = open_loop_option(
+        "cap on requests in flight; arrivals beyond it wait (the wait is reported as local queueing)", minimum=1
+    )
+    num_sessions: int | None = open_loop_option(
+        f"conversations started per rate level and repeat (default {DEFAULT_OPEN_SESSIONS})", minimum=1
+    )
+    think_time: float = open_loop_option(
+        "mean pause between a reply and the conversation's next turn (default 0; counts toward the "
+        f"{MAX_PLANNED_HOURS} h a run may plan, see --request-rate)",
+        default=0.0,
+        minimum=0,
+        metavar="SECONDS",
+    )
+    think_time_dist: ThinkTimeDist = open_loop_option(
+        "fixed (exactly --think-time), exp (exponential) or uniform (0 .. 2x); default fixed",
+        default="fixed",
+    )
+    open_loop: OpenLoopSettings | None = doc("open-loop load; absent: closed loop (--sessions)", omit_if_none=True)
     slo: dict[str, float] | None = analysis_option(
-        "--slo limits", omit_if_none=True, parse=parse_slo, metavar="SPEC", help="service-level objectives, e.g. "
-        "ttft:500ms,tpot:50ms,e2el:10s,user_tps:20 (ttft/tpot/e2el are maxima and need their unit, ms or s; user_tps "
-        "= 1/TPOT is a minimum in tok/s; each at most once). Adds attainment and goodput per level"
-    )  # fmt: skip
+        "service-level objectives, e.g. ttft:500ms,tpot:50ms,e2el:10s,user_tps:20 (ttft/tpot/e2el are maxima and "
+        "need their unit, ms or s; user_tps = 1/TPOT is a minimum in tok/s; each at most once). Adds attainment and "
+        "goodput per level",
+        record="--slo limits",
+        omit_if_none=True,
+        parse=parse_slo,
+        metavar="SPEC",
+    )
     percentiles: list[float] | None = analysis_option(
-        "--percentiles", omit_if_none=True, parse=parse_percentiles, metavar="LIST", help="percentiles to report for "
-        "TTFT, TPOT, E2EL, per-user tok/s and chunk gaps, e.g. 50,90,99,99.9 (stored under each distribution's "
-        "'percentiles'; the fixed p50/p90/p95/p99 stay)"
-    )  # fmt: skip
+        "percentiles to report for TTFT, TPOT, E2EL, per-user tok/s and chunk gaps, e.g. 50,90,99,99.9 (stored under "
+        "each distribution's 'percentiles'; the fixed p50/p90/p95/p99 stay)",
+        record="--percentiles",
+        omit_if_none=True,
+        parse=options.comma_list(float, "percentiles from 0 to 100 (e.g. 50,90,99,99.9)", 0, 100),
+        metavar="LIST",
+    )
     confidence: float = analysis_option(
-        None, choices=CONFIDENCE_LEVELS, default=0.95, help="confidence level of the intervals over repeats "
-        "(--repeats >= 2; default 0.95)"
-    )  # fmt: skip
+        "confidence level of the intervals over repeats (--repeats >= 2; default 0.95)",
+        choices=CONFIDENCE_LEVELS,
+        default=0.95,
+    )
     csv: bool = analysis_option(
-        None, help="also write OUTPUT.requests.csv (one row per request) and OUTPUT.levels.csv (one row per level) "
-        "beside the JSON"
-    )  # fmt: skip
-    endpoint: Endpoint | None = server_option(
-        "chat (/v1/chat/completions) or completions (/v1/completions, turn text as prompt)", omit_if_none=True,
-        default="chat", help="chat (default): /v1/chat/completions with the conversation; completions: "
-        "/v1/completions with each turn's text as the prompt, as given (no chat template, no history: turns are "
-        "independent)"
-    )  # fmt: skip
+        "also write OUTPUT.requests.csv (one row per request) and OUTPUT.levels.csv (one row per level) beside the JSON"
+    )
+    endpoint: Literal["chat", "completions"] | None = server_option(
+        record="chat: /v1/chat/completions with the conversation; completions: /v1/completions with each turn's "
+        "text as the prompt, as given (no chat template, no history: turns are independent)",
+        omit_if_none=True,
+        default="chat",
+    )
     extra_body_text: str | None = server_option(
-        None, flag="--extra-body", metavar="JSON", help="JSON object (or @FILE) merged into every request body, e.g. "
-        """'{"chat_template_kwargs": {"thinking": false}, "top_p": 0.95}'; stored in the result"""
-    )  # fmt: skip
-    extra_body: dict[str, Any] | None = derived(
-        "--extra-body: fields merged into every request body", omit_if_none=True,
-        compute=lambda s: request_shaping.parse_extra_body(s.extra_body_text) if s.extra_body_text else None,
-    )  # fmt: skip
+        """JSON object (or @FILE) merged into every request body, e.g. '{"chat_template_kwargs": {"thinking": """
+        """false}, "top_p": 0.95}'; stored in the result""",
+        flag="--extra-body",
+        metavar="JSON",
+    )
+    extra_body: dict[str, Any] | None = doc("--extra-body: fields merged into every request body", omit_if_none=True)
     shared_prefix_tokens: int | None = load_option(
-        "--shared-prefix-tokens: approximate tokens of the system text every conversation opens with",
-        omit_if_none=True, default=0, minimum=0, maximum=options.MAX_TOKENS, metavar="N", help="open every "
-        "conversation with the same system text of about N tokens (estimated at 4 characters per token, no tokenizer; "
-        "usage.prompt_tokens shows the real count). 0: none (default)"
-    )  # fmt: skip
+        record="open every conversation with the same system text of about N tokens (estimated at 4 characters per "
+        "token, no tokenizer; usage.prompt_tokens shows the real count); 0: none",
+        omit_if_none=True,
+        default=0,
+        minimum=0,
+        maximum=MAX_TOKENS,
+        metavar="N",
+    )
     header: list[str] = server_option(
-        None, repeatable=True, metavar="NAME:VALUE", help="extra HTTP header on every request (repeatable); the "
-        "value of a credential-like header (Authorization, Cookie, *key*, *token*, *secret*, *auth*) is never "
-        "printed or stored"
-    )  # fmt: skip
-    headers: list[str] | None = derived(
-        "--header lines sent with every request (credential values stored as ***)", omit_if_none=True,
-        compute=lambda s: [request_shaping.shown_header(name, value) for name, value in s.header_pairs] or None,
-    )  # fmt: skip
+        "extra HTTP header on every request (repeatable); the value of a credential-like header (Authorization, "
+        "Cookie, *key*, *token*, *secret*, *auth*) is never printed or stored",
+        repeatable=True,
+        metavar="NAME:VALUE",
+    )
+    headers: list[str] | None = doc(
+        "--header lines sent with every request (credential values stored as ***)", omit_if_none=True
+    )
     output: str | None = output_option(
-        None, help="result JSON (default results/benchmark-<UTC time>.json); written atomically after every level. "
-        "An existing result is kept until this run has measured a level (until then: OUTPUT.partial), then moved to "
+        "result JSON (default results/benchmark-<UTC time>.json); written atomically after every level. An existing "
+        "result is kept until this run has measured a level (until then: OUTPUT.partial), then moved to "
         "<name>.previous.json; a FIFO, device or symbolic link is refused (/dev/null: keep nothing)"
-    )  # fmt: skip
-    label: str | None = output_option(None, help="free text stored in the result, e.g. dflash-st2 or baseline")
-    record_requests: bool = output_option(None, help="also store every request's raw timestamps in the result")
+    )
+    label: str | None = output_option("free text stored in the result, e.g. dflash-st2 or baseline")
+    record_requests: bool = output_option("also store every request's raw timestamps in the result")
     progress_interval: float = output_option(
-        None, default=DEFAULT_INTERVAL_S, minimum=0, metavar="SECONDS", help="during a level, print requests done / "
-        "total, tok/s so far and time elapsed to stderr this often (default %(default)s; 0 turns it off)"
-    )  # fmt: skip
-    no_uvloop: bool = output_option(None, help="use asyncio's loop even if uvloop is installed")
-    command_line: list[str] = output_option(None, argv=True)
+        "during a level, print requests done / total, tok/s so far and time elapsed to stderr this often (default "
+        "%(default)s; 0 turns it off)",
+        default=DEFAULT_INTERVAL_S,
+        minimum=0,
+        metavar="SECONDS",
+    )
+    no_uvloop: bool = output_option("use asyncio's loop even if uvloop is installed")
+    command_line: list[str] = output_option(argv=True)
 
     # -- after parsing -------------------------------------------------------------------------------------
     def check(self) -> None:
         """Refuse what cannot work, naming the fix (a usage error: exit 2, before anything is sent)."""
         open_loop = self.request_rate is not None
         for f, spec in options.fields_of(Settings):
-            value = getattr(self, f.name)
+            value, flag = getattr(self, f.name), options.flag_of(f, spec)
             for text in value if isinstance(value, list | tuple) and not spec.argv else (value,):
-                if isinstance(text, str) and unencodable_at(text) is not None:
-                    raise ValueError(f"{options.flag_of(f, spec)} holds bytes that are not UTF-8 (at character "
-                                     f"{unencodable_at(text)}); pass it as UTF-8 text")  # fmt: skip
+                if isinstance(text, str) and (at := unencodable_at(text)) is not None:
+                    raise ValueError(
+                        f"{flag} holds bytes that are not UTF-8 (at character {at}); pass it as UTF-8 text"
+                    )
             if spec.group == OPEN_LOOP and not open_loop and value != spec.default:
-                raise ValueError(f"{options.flag_of(f, spec)} belongs to the open loop: add --request-rate (e.g. "
-                                 "--request-rate 2)")  # fmt: skip
+                raise ValueError(f"{flag} belongs to the open loop: add --request-rate (e.g. --request-rate 2)")
         if open_loop and self.sessions is not None:
             raise ValueError("--sessions (closed loop) and --request-rate (open loop) exclude each other; give one")
         if self.burstiness != 1.0 and self.arrival != "gamma":
@@ -332,6 +294,15 @@ class Settings:
         """The defaults that depend on other options, then the derived fields. Reads the dataset (UserError)."""
         if self.request_rate is not None:
             self.sessions = []  # recorded: no session levels; the warmup still uses levels[0]
+            self.open_loop = OpenLoopSettings(
+                request_rates=[None if math.isinf(rate) else rate for rate in self.request_rate],
+                arrival=self.arrival,
+                burstiness=self.burstiness,
+                max_concurrency=self.max_concurrency,
+                sessions_per_level=self.num_sessions or DEFAULT_OPEN_SESSIONS,
+                think_time_s=self.think_time,
+                think_time_dist=self.think_time_dist,
+            )
         else:
             self.sessions = list(self.sessions or (DEFAULT_SESSIONS,))
         self.api_key = self.api_key or os.environ.get("OPENAI_API_KEY") or os.environ.get("VLLM_API_KEY") or None
@@ -344,9 +315,9 @@ class Settings:
         if self.warmup is None:
             self.warmup = self.levels[0]
         self.shared_prefix_tokens = self.shared_prefix_tokens or None
-        for f in dataclasses.fields(self):
-            if _DERIVE in f.metadata:
-                setattr(self, f.name, f.metadata[_DERIVE](self))
+        self.dataset, self.api_key_set = self.prompts.describe(), bool(self.api_key)
+        self.extra_body = request_shaping.parse_extra_body(self.extra_body_text) if self.extra_body_text else None
+        self.headers = [request_shaping.shown_header(name, value) for name, value in self.header_pairs] or None
 
     def recorded(self, model: str | None) -> Settings:
         """As the result file keeps them: the model the server served, the metrics URL's secrets masked."""

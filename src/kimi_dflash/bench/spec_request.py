@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kimi_dflash.bench.fields import doc
+from kimi_dflash.core.options import doc
 
 
 @dataclass(slots=True, kw_only=True)
@@ -22,10 +22,10 @@ class RequestSpec:
     draft_acceptance_rate: float = doc("server's accepted / drafted")
     acceptance_histogram: list[int] = doc("index j: verify steps that accepted exactly j draft tokens", factory=list)
     per_step_accepted: list[int] | None = doc(
-        "accepted per verify step, in order (server level 'detailed')", default=None, omit_if_none=True
+        "accepted per verify step, in order (server level 'detailed')", omit_if_none=True
     )
     per_step_drafted: list[int] | None = doc(
-        "drafted per verify step, in order (server level 'detailed')", default=None, omit_if_none=True
+        "drafted per verify step, in order (server level 'detailed')", omit_if_none=True
     )
 
     def accepted_per_position(self) -> list[int]:

@@ -4,10 +4,11 @@ acceptance")."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from itertools import pairwise, zip_longest
 from typing import Any
 
-from kimi_dflash.bench.columns import ACCEPTANCE_LENGTH, ACCEPTANCE_RATE
+from kimi_dflash.bench.columns import SPEC_GROUPS, stdout_table
 from kimi_dflash.bench.metrics import summarize
 from kimi_dflash.bench.records import RequestRecord
 from kimi_dflash.bench.result import SpecGroup, SpecPerRequest
@@ -91,21 +92,9 @@ def reply_hashes(records: Sequence[RequestRecord]) -> dict[str, str]:
 
 
 def table_lines(table: SpecPerRequest) -> list[str]:
-    """The per-request acceptance block printed under a level (pooled τ and α; per-request τ p50/p10 spread)."""
-    lines = [
-        f"  per-request acceptance (metrics.speculative_decoding, K={table.num_speculative_tokens}"
-        + (f", {table.requests_without} request(s) without it" if table.requests_without else "")
-        + "):",
-        "    group             requests   steps   tau   tau p50   tau p90   accept   accept p50",
-    ]
-    tau, alpha = ACCEPTANCE_LENGTH.fmt, ACCEPTANCE_RATE.fmt  # the level's τ and α, shown alike
-    sections = (("", [table.total]), ("turn ", table.per_turn), ("", table.per_category), ("", table.per_prompt_length))
-    for prefix, rows in sections:
-        for row in rows:
-            lines.append(
-                f"    {(prefix + row.key)[:16]:<16}  {row.requests:>8}  {row.spec_steps:>6}"
-                f"  {tau(row.acceptance_length):>4}  {tau(row.acceptance_length_dist.p50):>8}"
-                f"  {tau(row.acceptance_length_dist.p90):>8}  {alpha(row.acceptance_rate):>7}"
-                f"  {alpha(row.acceptance_rate_dist.p50):>11}"
-            )
-    return lines
+    """The per-request acceptance block printed under a level (pooled τ and α; per-request τ p50/p90 spread)."""
+    without = f", {table.requests_without} request(s) without it" if table.requests_without else ""
+    turns = [replace(group, key=f"turn {group.key}") for group in table.per_turn]
+    groups = [table.total, *turns, *table.per_category, *table.per_prompt_length]
+    head = f"  per-request acceptance (metrics.speculative_decoding, K={table.num_speculative_tokens}{without}):"
+    return [head, *stdout_table(SPEC_GROUPS, groups, prefix="    ")]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections import Counter
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -38,14 +39,12 @@ class Dataset:
     format: str = "prompts"
 
     def describe(self) -> DatasetInfo:
-        categories: dict[str, int] = {}
-        for item in self.conversations or self.prompts:  # conversations are counted per conversation
-            categories[item.category] = categories.get(item.category, 0) + 1
+        categories = Counter(item.category for item in self.conversations or self.prompts)  # per conversation
         return DatasetInfo(
             name=self.name,
             prompts=len(self.prompts),
             sha256=self.sha256,
-            categories=categories,
+            categories=dict(categories),
             format=self.format,
             conversations=len(self.conversations) if self.conversations else None,
         )

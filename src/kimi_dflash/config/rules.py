@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import ipaddress
-import json
 import shlex
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
+from kimi_dflash.checkpoint import Facts, read_checkpoint
 from kimi_dflash.config.acceptance_rates import parse_acceptance_rates
 from kimi_dflash.config.depth_schedule import EXAMPLE, parse_schedule
 from kimi_dflash.config.problems import Problem
-from kimi_dflash.config.schema import DEMO_CHOICES, NO_DEMO, ConfigValues
+from kimi_dflash.config.schema import DEMO_CHOICES, NO_DEMO, ConfigValues, rope_amplitude_choice
 from kimi_dflash.core.redaction import redact_command, secret_option, spelled_option
 from kimi_dflash.kvscale.fp8 import is_scaled_fp8_kv
 
@@ -85,7 +83,9 @@ def _device(c: Check) -> Iterator[Problem]:
         yield c.error(
             "TENSOR_PARALLEL_SIZE", "the CPU demo runs on one process", "set TENSOR_PARALLEL_SIZE=1 with DEVICE=cpu"
         )
-    mla = DEMO_CHOICES[demo].mla if demo is not None else model_dir_is_mla(v.model_dir)
+    # Non-demo on CPU: the target's config.json (a drafter trained for the demo serves its target as MODEL_DIR).
+    target = read_checkpoint(v.model_dir, None, "target")[0] if cpu and demo is None else None
+    mla = DEMO_CHOICES[demo].mla if demo is not None else bool(target and target.mla)
     if cpu and mla and v.block_size != 16:
         # A fabricated demo is ours to get right (error); any other MLA MODEL_DIR only draws vLLM's override.
         yield (c.error if demo is not None else c.warning)(
@@ -341,41 +341,35 @@ def _depth_schedule(c: Check) -> Iterator[Problem]:
         )
 
 
+def _drafter_rope(c: Check) -> Iterator[Problem]:
+    new, old = "DRAFTER_ROPE_AMPLITUDE", "DRAFTER_ROPE_FIX"
+    if rope_amplitude_choice(c.v.drafter_rope_amplitude) is None:
+        fix = f"set {new}=legacy (1.4159 for z-lab's Kimi drafters), engine (the installed vLLM's), or a number"
+        yield c.error(new, "not legacy, engine or an amplitude (a number above 0, at most 10)", fix)
+    if c.v.drafter_rope_fix is not None:  # the deprecated spelling: true = legacy, false = engine
+        both = not c.sources.get(new, "(default)").endswith("(default)")
+        said = f"set together with {new}, which replaces it" if both else f"deprecated: {new} replaces it"
+        fix = f"remove {old}" if both else f"write {new}={c.v.drafter_rope_choice} instead"
+        yield (c.error if both else c.warning)(old, said, fix)
+
+
 # In this order: a config's problems are listed as the rules find them.
-RULES: tuple[Rule, ...] = (_batched_tokens, _device, _models, _fp8_kv, _api, _synthetic_acceptance, _depth_schedule)
+RULES: tuple[Rule, ...] = (
+    _batched_tokens,
+    _device,
+    _models,
+    _fp8_kv,
+    _api,
+    _synthetic_acceptance,
+    _depth_schedule,
+    _drafter_rope,
+)
 
 
 # ---------------------------------------------------------------- files on disk
 
 
-def _checkpoint_config(directory: Path) -> dict[str, Any]:
-    """A checkpoint's config.json; {} when unreadable or not a JSON object."""
-    try:
-        config = json.loads((directory / "config.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    return config if isinstance(config, dict) else {}
-
-
-def model_dir_is_mla(model_dir: Path | None) -> bool:
-    """Whether a local target checkpoint uses MLA (kv_lora_rank in its config.json or its text_config); False
-    when unset or unreadable. E.g. a drafter trained for the demo serves the fabricated target as MODEL_DIR."""
-    config = {} if model_dir is None else _checkpoint_config(model_dir)
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
-    return bool(config.get("kv_lora_rank") or text.get("kv_lora_rank"))
-
-
-def drafter_block_size(drafter_dir: Path) -> int | None:
-    """The drafter's block size (the most tokens it can draft per step) from its config.json, if readable."""
-    config = _checkpoint_config(drafter_dir)
-    for holder in (config, config.get("dflash_config") or {}):
-        size = holder.get("block_size") if isinstance(holder, dict) else None
-        if isinstance(size, int) and size > 0:
-            return size
-    return None
-
-
-def path_problems(c: Check) -> Iterator[Problem]:
+def path_problems(c: Check, facts: Facts) -> Iterator[Problem]:
     """Problems with directories and files the config names (missing dirs, spec tokens vs drafter block size)."""
     v = c.v
     for key, path, repo in (
@@ -390,7 +384,7 @@ def path_problems(c: Check) -> Iterator[Problem]:
         yield c.error(
             "KV_SCALES_FILE", "file does not exist", "run kimi-dflash calibrate-kv to produce it, or fix the path"
         )
-    block = drafter_block_size(v.draft_model_dir) if v.speculative and v.draft_model_dir is not None else None
+    block = facts.drafter.block_size if v.speculative and facts.drafter is not None else None
     if block is not None and v.num_speculative_tokens > block:
         yield c.error(
             "NUM_SPECULATIVE_TOKENS",

@@ -23,6 +23,17 @@ from kimi_dflash.core.redaction import redact_command
 from kimi_dflash.demo.catalog import CHOICES as DEMO_CHOICES
 from kimi_dflash.demo.catalog import NONE as NO_DEMO
 
+ROPE_ENGINE, ROPE_LEGACY = "engine", "legacy"  # DRAFTER_ROPE_AMPLITUDE's words (rules/rope_amplitude.py)
+
+
+def rope_amplitude_choice(text: str) -> str | float | None:
+    """DRAFTER_ROPE_AMPLITUDE: "engine", "legacy" or a number (0 < amplitude <= 10); None when it is none of them."""
+    try:
+        return text if text in (ROPE_ENGINE, ROPE_LEGACY) else (value if 0 < (value := float(text)) <= 10 else None)
+    except ValueError:
+        return None
+
+
 # Meta key: the file named here (relative to the including file) is loaded first, then this file's keys
 # override it. Not a setting of its own, so it is not in KEYS.
 EXTENDS_KEY = "EXTENDS"
@@ -262,15 +273,15 @@ class ConfigValues:
         "`serve.sh --check-vllm` refuses it where the release, the model runner or data parallelism cannot take it.",
         speculative_field="num_speculative_tokens_per_batch_size",
     )
-    drafter_rope_fix: bool = key(
-        True,
+    drafter_rope_amplitude: str = key(
+        ROPE_LEGACY,
         "speculative",
-        "Serve a DFlash drafter with z-lab's Kimi YaRN fields (factor 64, mscale = mscale_all_dim = 1.0, no "
-        "attention_factor) with the RoPE amplitude it was trained with, 1.4159, on a vLLM that gives it 1.0 (0.30 "
-        "and later, read from its source): the launcher serves it from a cached copy whose config.json adds "
-        "rope_scaling.attention_factor (docs/patches.md). Does nothing where vLLM gives 1.4159 already. false: "
-        "serve the drafter as its config.json says.",
+        "The RoPE amplitude a DFlash drafter with yarn rope fields is served with: legacy = what vLLM up to 0.29 gave "
+        "(0.1 ln factor + 1: 1.4159 for z-lab's Kimi drafters, the amplitude their published acceptance was measured "
+        "with), engine = what the installed vLLM gives (1.0 from 0.30), or a number. Where the engine's differs, the "
+        "launcher serves a cached copy whose config.json states attention_factor (docs/patches.md).",
     )
+    drafter_rope_fix: bool | None = key(None, "speculative", "Deprecated: DRAFTER_ROPE_AMPLITUDE (true = legacy).")
     draft_attention_backend: str | None = key(
         None,
         "speculative",
@@ -382,6 +393,13 @@ class ConfigValues:
     @property
     def speculative(self) -> bool:
         return self.speculative_method != "none"
+
+    @property
+    def drafter_rope_choice(self) -> str | float:
+        """DRAFTER_ROPE_AMPLITUDE, or the deprecated DRAFTER_ROPE_FIX (config/rules.py refuses both, or a bad one)."""
+        if self.drafter_rope_fix is not None:
+            return ROPE_LEGACY if self.drafter_rope_fix else ROPE_ENGINE
+        return rope_amplitude_choice(self.drafter_rope_amplitude) or ROPE_LEGACY
 
     @property
     def demo_models(self) -> str | None:

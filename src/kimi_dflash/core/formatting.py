@@ -1,11 +1,12 @@
 """The one number formatter: every table, report and progress line shows its figures through these functions, so a
-figure looks the same wherever it appears. Missing values read "—" in tables and stay empty in CSV."""
+figure looks the same wherever it appears. Missing values read "—" in tables and stay empty in CSV. Timestamps too."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Literal
 
 MISSING = "—"
@@ -53,6 +54,11 @@ def duration(value: float) -> str:
     if hours:
         return f"{hours}h{minutes:02d}m"
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def utc_now() -> str:
+    """Now, as every document records a time: UTC, ISO 8601 to the second."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def raw(value: float | str | None, digits: int = 6) -> str:

@@ -4,6 +4,9 @@ A verb's options are the fields of a dataclass (``option(help, ...)`` in each fi
 annotation, a Literal gives the choices). The module exposes ``add_cli_args = declare(Model, DESCRIPTION, EPILOG)``
 and ``main(args: Model) -> int``; ``run`` builds the parser, parses and calls ``main``. ``secret`` options are
 never echoed and take no abbreviations. Standard library only (core/): the benchmark on a client box uses it too.
+
+The same vocabulary describes the fields of a document made of dataclasses (the benchmark's result, read and written
+by pydantic): ``doc(meaning)`` for a field, ``option(..., record=meaning)`` for an option that is also recorded.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import sys
 import types
 import typing
 from collections.abc import Callable, Sequence
+from dataclasses import MISSING
 from typing import Any, NoReturn
 
 from kimi_dflash.core import redaction
@@ -51,23 +55,57 @@ class Option:
     argv: bool = False
 
 
-def option(help: str = "", *, field_default: Any = dataclasses.MISSING, metadata: dict[str, Any] | None = None,
-           **settings: Any) -> Any:  # fmt: skip
-    """A dataclass field that is a command-line option. The field's default is the option's unless
-    ``field_default`` says otherwise (a result document reads files written before the field with None)."""
+def _is_none(value: Any) -> bool:
+    return value is None
+
+
+def described(text: str | None, omit_if_none: bool = False) -> dict[str, Any]:
+    """A field's metadata in pydantic's vocabulary, for document models made of dataclasses: ``text`` is its JSON
+    Schema description (None: the field is never written); ``omit_if_none`` leaves a None out of the JSON."""
+    if text is None:
+        return {"exclude": True}
+    return {"description": text, "exclude_if": _is_none} if omit_if_none else {"description": text}
+
+
+def doc(text: str, *, default: Any = MISSING, factory: Any = MISSING, omit_if_none: bool = False) -> Any:
+    """A described document field that is no option: ``count: int | None = doc("number of values", default=None)``
+    (an ``omit_if_none`` field defaults to None)."""
+    if omit_if_none and default is MISSING and factory is MISSING:
+        default = None
+    return dataclasses.field(default=default, default_factory=factory, metadata=described(text, omit_if_none))
+
+
+def option(
+    help: str = "",
+    *,
+    record: str | None = None,
+    omit_if_none: bool = False,
+    field_default: Any = MISSING,
+    **settings: Any,
+) -> Any:
+    """A dataclass field that is a command-line option. In a document model (the benchmark's settings) ``record``
+    says what the recorded field means (its description, and the help unless ``help`` is given); a field without it
+    is not written. The field's default is the option's, or for a recorded field None (what a file written before
+    the field existed reads as), unless ``field_default`` says otherwise."""
     if (settings.get("repeatable") or settings.get("rest") or settings.get("argv")) and not settings.get("default"):
         settings["default"] = []
+    if record is not None and not help:
+        shown = settings.get("default") is not None and not isinstance(settings.get("default"), bool)
+        help = record + (" (default %(default)s)" if shown else "")
     spec = Option(help, **settings)
-    meta = {**(metadata or {}), KEY: spec}
-    default = spec.default if field_default is dataclasses.MISSING else field_default
-    if isinstance(default, list | dict):
-        return dataclasses.field(default_factory=lambda: type(default)(default), metadata=meta)
-    if spec.required and field_default is dataclasses.MISSING:
+    meta = {**described(record, omit_if_none), KEY: spec}
+    if spec.required and field_default is MISSING:
         return dataclasses.field(metadata=meta)
-    return dataclasses.field(default=default, metadata=meta)
+    if field_default is MISSING:
+        field_default = spec.default if record is None else None
+    if isinstance(field_default, list | dict):
+        return dataclasses.field(default_factory=lambda: type(field_default)(field_default), metadata=meta)
+    return dataclasses.field(default=field_default, metadata=meta)
 
 
-def comma_list(kind: Callable[[str], Any], what: str, minimum: float | None = None) -> Callable[[str], tuple[Any, ...]]:
+def comma_list(
+    kind: Callable[[str], Any], what: str, minimum: float | None = None, maximum: float | None = None
+) -> Callable[[str], tuple[Any, ...]]:
     """A ``parse`` for ``8,16,32``: the values in the order given, duplicates dropped; ValueError names ``what``."""
 
     def parse(text: str) -> tuple[Any, ...]:
@@ -75,7 +113,8 @@ def comma_list(kind: Callable[[str], Any], what: str, minimum: float | None = No
             values = tuple(dict.fromkeys(kind(part) for part in text.split(",") if part.strip()))
         except ValueError:
             values = ()
-        if not values or (minimum is not None and min(values) < minimum):
+        low, high = -math.inf if minimum is None else minimum, math.inf if maximum is None else maximum
+        if not values or ((low, high) != (-math.inf, math.inf) and not all(low <= v <= high for v in values)):
             raise ValueError(f"expected {what} separated by commas, got {text!r}")
         return values
 
@@ -159,8 +198,9 @@ def _argument(name: str, spec: Option, hint: Any) -> tuple[tuple[str, ...], dict
     return names, {key: value for key, value in kwargs.items() if value is not None or key == "default"}
 
 
-def declare(model: type, description: str | None = None,
-            epilog: str | None = None) -> Callable[[argparse.ArgumentParser], None]:  # fmt: skip
+def declare(
+    model: type, description: str | None = None, epilog: str | None = None
+) -> Callable[[argparse.ArgumentParser], None]:
     """A verb module's ``add_cli_args``: ``add_cli_args = options.declare(Model, DESCRIPTION, EPILOG)``."""
 
     def add_cli_args(parser: argparse.ArgumentParser) -> None:
@@ -170,13 +210,12 @@ def declare(model: type, description: str | None = None,
         if "\n" not in (parser.description or "") + (parser.epilog or ""):
             parser.formatter_class = argparse.HelpFormatter  # one long line: let argparse wrap it
         hints, declared = typing.get_type_hints(model), fields_of(model)
-        groups = {title: parser.add_argument_group(title, text) for title, text in getattr(model, "GROUPS", {}).items()}
-        exclusive: dict[str, Any] = {}
+        groups, exclusive, descriptions = {}, {}, getattr(model, "GROUPS", {})  # GROUPS: a group's description
         for field, spec in declared:
             if spec.rest or spec.argv:
                 continue
             if spec.group and spec.group not in groups:
-                groups[spec.group] = parser.add_argument_group(spec.group)
+                groups[spec.group] = parser.add_argument_group(spec.group, descriptions.get(spec.group))
             container = groups[spec.group] if spec.group else parser
             names, kwargs = _argument(field.name, spec, hints[field.name])
             if spec.exclusive:
@@ -215,8 +254,10 @@ class _Parser(argparse.ArgumentParser):
         declared = fields_of(self.model)
         if rest and not any(spec.rest for _, spec in declared):
             self.error(f"unrecognized arguments: {' '.join(rest)}")
-        values = {field.name: rest if spec.rest else [sys.argv[0], *argv] if spec.argv else getattr(parsed, field.name)
-                  for field, spec in declared}  # fmt: skip
+        values = {
+            field.name: rest if spec.rest else [sys.argv[0], *argv] if spec.argv else getattr(parsed, field.name)
+            for field, spec in declared
+        }
         try:
             model = self.model(**values)
             if callable(check := getattr(model, "check", None)):
@@ -237,22 +278,31 @@ def _module(module: str | types.ModuleType) -> types.ModuleType:
     return sys.modules[module] if module in sys.modules else importlib.import_module(module)
 
 
-def build_parser(module: str | types.ModuleType, prog: str | None = None,
-                 description: str | None = None) -> argparse.ArgumentParser:  # fmt: skip
+def build_parser(
+    module: str | types.ModuleType, prog: str | None = None, description: str | None = None
+) -> argparse.ArgumentParser:
     """The one place a parser is made; the verb ``module``'s ``add_cli_args`` declares what it takes."""
     parser = _Parser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     _module(module).add_cli_args(parser)
     return parser
 
 
-def parse(module: str | types.ModuleType, argv: Sequence[str] | None = None, prog: str | None = None,
-          description: str | None = None) -> Any:  # fmt: skip
+def parse(
+    module: str | types.ModuleType,
+    argv: Sequence[str] | None = None,
+    prog: str | None = None,
+    description: str | None = None,
+) -> Any:
     """The verb's model from ``argv`` (default: this process's); a usage error exits."""
     return build_parser(module, prog, description).parse_args(argv)
 
 
-def run(module: str | types.ModuleType, argv: Sequence[str] | None = None, prog: str | None = None,
-        description: str | None = None) -> int:  # fmt: skip
+def run(
+    module: str | types.ModuleType,
+    argv: Sequence[str] | None = None,
+    prog: str | None = None,
+    description: str | None = None,
+) -> int:
     """Parse ``argv`` for the verb ``module`` and run its ``main``: how every entry point starts a verb. A
     ``UserError`` that reaches here is printed as ``error: ...`` (no traceback) and exits with its code; the usual 2
     becomes the model's ``USAGE_EXIT`` where the verb gives 2 another meaning (as bad arguments do)."""

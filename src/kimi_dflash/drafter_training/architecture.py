@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kimi_dflash.rules.rope_amplitude import drafter_rope, transformers_amplitude
+from kimi_dflash.checkpoint import read_rope
+from kimi_dflash.rules.rope_amplitude import transformers_amplitude
 
 DRAFT_ARCHITECTURE = "DFlashDraftModel"
 # Keys vLLM's DFlash loader reads from dflash_config that only shape serving (not the trained weights).
@@ -173,7 +174,7 @@ def serving_config(arch: DrafterArchitecture) -> dict[str, Any]:
     SpecForge (transformers 5) trains z-lab's YaRN fields at amplitude 1.0, and an explicit `attention_factor` is
     honoured by vLLM from 0.30 and left alone by launch/drafter_rope.py (which would restore 1.4159)."""
     config = dict(arch.config)
-    rope = drafter_rope(config)
-    if rope is not None and rope.attention_factor is None:
-        config[rope.field] = {**rope.values, "attention_factor": transformers_amplitude(rope)}
+    rope = read_rope(config)
+    if rope is not None and rope.kind == "yarn" and rope.problem is None and rope.attention_factor is None:
+        config.update({f: {**config[f], "attention_factor": transformers_amplitude(rope)} for f in rope.fields})
     return config

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kimi_dflash.checkpoint import read_config
 from kimi_dflash.core.atomic_write import replacing
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ def load_kimi_text_model(target_dir: Path):  # type: ignore[no-untyped-def]
     from safetensors.torch import load_file, save_file
     from transformers import DeepseekV3ForCausalLM
 
-    text_config = json.loads((target_dir / "config.json").read_text())["text_config"]
+    text_config = read_config(target_dir, "target")["text_config"]
     text_config.pop("quantization_config", None)
     prefix = "language_model."
     shards = (load_file(str(shard)) for shard in sorted(target_dir.glob("model-*.safetensors")))  # one at a time

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kimi_dflash.checkpoint import read_config
 from kimi_dflash.config.shipped import shipped_configs_dir
 from kimi_dflash.core.atomic_write import write_json_atomic, write_text_atomic
 from kimi_dflash.core.paths import cache_root
@@ -358,7 +359,7 @@ class Pipeline:
 
         arch = self.architecture()
         target = self.target_dir()
-        check_against_target(arch, json.loads((target / "config.json").read_text()), self.args.max_length)
+        check_against_target(arch, read_config(target, "target"), self.args.max_length)
         counts = capture_features(
             list(read_records(self.regen_dir)),
             target,

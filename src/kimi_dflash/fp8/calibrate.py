@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as _dt
 import os
 import sys
 import tempfile
@@ -18,6 +17,7 @@ from typing import Any
 from kimi_dflash.core import envvars, options
 from kimi_dflash.core.atomic_write import write_json_atomic
 from kimi_dflash.core.envvars import DEFAULT_KV_SCALE_FLOOR
+from kimi_dflash.core.formatting import utc_now
 from kimi_dflash.core.options import option
 from kimi_dflash.kvscale.fp8 import FORMATS
 from kimi_dflash.kvscale.scales_file import ModelIdentity, merge_observations, read_observe_dumps, scales_document
@@ -160,7 +160,7 @@ def calibrate(
         floor=floor,
         layers=layers,
         source=source,
-        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        created=utc_now(),
     )
 
 

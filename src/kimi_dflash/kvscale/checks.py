@@ -3,10 +3,9 @@ a model load and comes wrapped in a vLLM traceback."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Any
 
 from kimi_dflash.kvscale import scales_file
 from kimi_dflash.kvscale.fp8 import E4M3_KV_DTYPES
@@ -19,21 +18,10 @@ class Finding:
     message: str
 
 
-def _local_identity(model: str, model_dir: Path | None) -> scales_file.ModelIdentity:
-    """The served model with the architecture facts of its local config.json (unknown for a hub id)."""
-    try:
-        data = json.loads(((model_dir or Path(model)) / "config.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        data = None
-    return scales_file.ModelIdentity(
-        model, scales_file.fingerprint_from_hf_config(data) if isinstance(data, dict) else None
-    )
-
-
 def check_kv_scale_config(
-    env: Mapping[str, str], *, model: str, kv_cache_dtype: str, model_dir: Path | None = None
+    env: Mapping[str, str], *, model: str, kv_cache_dtype: str, fingerprint: Mapping[str, Any] | None = None
 ) -> list[Finding]:
-    """Findings for the KIMI_DFLASH_KV_* variables a launch would export, given the served model and KV dtype."""
+    """Findings for the KIMI_DFLASH_KV_* variables a launch exports (fingerprint: the target's; None: by name)."""
     try:
         settings = settings_from_env(env)
     except KvScaleConfigError as error:
@@ -54,7 +42,9 @@ def check_kv_scale_config(
         assert settings.scales_file is not None
         try:
             scales = scales_file.load_scales_file(settings.scales_file)
-            scales_file.check_model_match(scales, _local_identity(model, model_dir))
+            scales_file.check_model_match(
+                scales, scales_file.ModelIdentity(model, None if fingerprint is None else dict(fingerprint))
+            )
         except scales_file.KvScalesFileError as error:
             return findings + [Finding("fail", str(error))]
         low, high = min(s.scale for s in scales.layers.values()), max(s.scale for s in scales.layers.values())

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+from kimi_dflash.checkpoint import read_facts
 from kimi_dflash.config.problems import ConfigError, Problem
 from kimi_dflash.config.schema import KEYS
 from kimi_dflash.config.shipped import resolve_config_argument
@@ -145,11 +146,11 @@ def main(args: ServeOptions) -> int:
             say(f"serve: {error}. Nothing was started.")
             return 1
     try:
-        config = resolve_models(config, create=not args.dry_run)
+        config, facts = resolve_models(config, create=not args.dry_run)
     except UserError as error:
         say(f"serve: {error}. Nothing was started.")
         return error.exit_code
-    path_problems = check_paths(config)
+    path_problems = check_paths(config, facts)
     if args.preflight:  # preflight checks the checkpoint directories itself, in more depth
         path_problems = [p for p in path_problems if p.key not in ("MODEL_DIR", "DRAFT_MODEL_DIR")]
     if args.dry_run:  # nothing will start, so nothing on disk is an error yet
@@ -159,7 +160,7 @@ def main(args: ServeOptions) -> int:
     if path_errors and not args.preflight:  # --preflight goes on: its report covers the whole machine
         return EXIT_CONFIG
 
-    plan = local_plan(config)
+    plan = local_plan(config, facts)
     if args.dry_run:
         print(plan.render())
         return 0
@@ -168,7 +169,7 @@ def main(args: ServeOptions) -> int:
         say(f"serve: --log {args.log}: {log_problem}; nothing was started.")
         return EXIT_CONFIG
 
-    planned = hooks.deployment(config, plan, os.environ)  # once: preflight and the patch step judge this one
+    planned = hooks.deployment(config, plan, os.environ, facts)  # once: preflight and the patch step judge this one
     if not args.skip_preflight or args.preflight:
         ok = hooks.preflight(config, plan, fix_numa=args.fix_numa, say=say, planned=planned)
         if args.preflight:
@@ -192,8 +193,9 @@ def check_vllm(config: Config, vllm_dir: Path) -> int:
         say(f"serve: --check-vllm: {error}")
         return EXIT_CONFIG
     config = resolve_demo_models(config, create=False)
-    plan = build_plan(config, python_executable=sys.executable, cache_dir=str(cache_root()))
-    verdict = judge(hooks.deployment(config, plan), source)
+    facts = read_facts(config.typed)
+    plan = build_plan(config, python_executable=sys.executable, cache_dir=str(cache_root()), facts=facts)
+    verdict = judge(hooks.deployment(config, plan, facts=facts), source)
     print(verdict.render())
     return verdict.exit_code
 

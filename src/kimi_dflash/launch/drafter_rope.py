@@ -1,128 +1,36 @@
-"""Serve z-lab's Kimi DFlash drafters with the RoPE amplitude they were trained with (issue 28; docs/patches.md).
-
-From vLLM 0.30 their YaRN config gets amplitude 1.0 instead of the trained 1.4159, and an explicit
-`attention_factor` is honoured: so they are served from an overlay in the project cache (symlinks plus a
-config.json that adds it), named by a digest of what it is made from and moved into place whole.
+"""Serve a DFlash drafter with the RoPE amplitude DRAFTER_ROPE_AMPLITUDE names, as rules/rope_amplitude.py decides
+(docs/patches.md): where the installed vLLM gives another, from an overlay in the project cache (symlinks to its files
+and a config.json whose rope fields state `attention_factor`), named by a digest, built in a private directory and moved
+into place whole; checked before reuse, removed after a week unused.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+from kimi_dflash.checkpoint import CONFIG_FILE, Facts, facts_from_config, read_config
 from kimi_dflash.core.atomic_write import publish_directory
-from kimi_dflash.core.user_files import UnreadableFile, read_user_json
-from kimi_dflash.rules.rope_amplitude import (
-    ROPE_FIX_KEY,
-    AmplitudeVerdict,
-    DrafterRope,
-    UnreadableRope,
-    drafter_rope,
-    is_dflash_drafter,
-    judge,
-)
+from kimi_dflash.core.errors import UserError
+from kimi_dflash.core.user_files import UnreadableFile, read_user_bytes
+from kimi_dflash.launch.private_files import UnsafeLocation, private_dir
+from kimi_dflash.rules.rope_amplitude import CHOICE_KEY, RopeDecision, UnreadableRope, concerned, decide
 from kimi_dflash.rules.source import VllmSource
 
-CONFIG = "config.json"
 NOTE = "kimi-dflash-overlay.json"  # what the overlay changed and why, beside the config
+OWN = (CONFIG_FILE, NOTE)  # the overlay's own files: never links to the drafter's entries of these names
 OVERLAYS = "drafter-rope"  # under the project cache
-
-
-@dataclass(frozen=True)
-class RopeFix:
-    action: Literal["none", "overlay", "off", "cannot"]
-    message: str | None  # one line for the operator (None: nothing worth saying, e.g. not a z-lab drafter)
-    config: Mapping[str, Any] | None = None  # the overlay's config.json
-    note: Mapping[str, Any] | None = None
-
-
-def concerned(drafter_config: Mapping[str, Any]) -> bool:
-    """A DFlash drafter with z-lab's Kimi YaRN fields and no explicit attention_factor."""
-    rope = drafter_rope(drafter_config)
-    return is_dflash_drafter(drafter_config) and rope is not None and rope.is_zlab_kimi_profile()
-
-
-def decide(drafter_config: Mapping[str, Any], source: VllmSource | None, enabled: bool) -> RopeFix:
-    """Pure: what to do for a drafter (its parsed config.json) on the vLLM whose source is given."""
-    rope = drafter_rope(drafter_config)
-    if rope is None or not concerned(drafter_config):
-        return RopeFix("none", None)
-    if source is None:
-        return RopeFix("cannot", "drafter RoPE: no vLLM in this Python to read; the drafter is served as configured")
-    try:
-        verdict = judge(source, rope)
-    except UnreadableRope as error:
-        return RopeFix(
-            "cannot", f"drafter RoPE: cannot read this vLLM's YaRN amplitude ({error}); served as configured"
-        )
-    if verdict.matches:
-        return RopeFix("none", f"drafter RoPE: {verdict.describe()}: nothing to do")
-    if not enabled:
-        return RopeFix("off", f"drafter RoPE: {verdict.describe()}; not restored ({ROPE_FIX_KEY}=false)")
-    if not verdict.honours_attention_factor:
-        return RopeFix(
-            "cannot",
-            f"drafter RoPE: {verdict.describe()}, and this vLLM ignores rope attention_factor "
-            f"({verdict.release.factory_where}): no overlay can restore it; served as configured",
-        )
-    fixed = rope.with_attention_factor(verdict.trained)
-    config = {**drafter_config, rope.field: {**rope.values, "attention_factor": verdict.trained}}
-    return RopeFix(
-        "overlay",
-        f"drafter RoPE: {verdict.describe()}; serving it with {rope.field}.attention_factor = "
-        f"{verdict.trained:.7f} ({ROPE_FIX_KEY}=false turns this off)",
-        config=config,
-        note=_note(verdict, fixed),
-    )
-
-
-def _note(verdict: AmplitudeVerdict, fixed: DrafterRope) -> dict[str, Any]:
-    return {
-        "why": "vLLM's YaRN amplitude for this drafter differs from the one it was trained with (issue 28)",
-        "vllm": verdict.release.version,
-        "amplitude_without_overlay": verdict.release.amplitude,
-        "decided_at": verdict.release.where,
-        "trained_amplitude": verdict.trained,
-        "changed": {f"{fixed.field}.attention_factor": fixed.attention_factor},
-        "turn_off": f"{ROPE_FIX_KEY}=false",
-    }
-
-
-def overlay_dir(root: Path, drafter_dir: Path, config_bytes: bytes, names: list[str], fix: RopeFix) -> Path:
-    digest = hashlib.sha256()
-    for part in (str(drafter_dir).encode(), config_bytes, "\0".join(names).encode(), _dump(fix.config)):
-        digest.update(part + b"\0")
-    return root / OVERLAYS / digest.hexdigest()[:20]
-
-
-def _dump(document: object) -> bytes:
-    return (json.dumps(document, indent=2, sort_keys=False) + "\n").encode()
-
-
-def build_overlay(target: Path, drafter_dir: Path, names: list[str], fix: RopeFix) -> Path:
-    """Write the overlay (symlinks + config.json + note) beside `target`, then move it there whole."""
-    if (target / CONFIG).is_file() and (target / NOTE).is_file():
-        return target  # built before: the digest in its name says it is this drafter's
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
-    try:
-        for name in names:
-            if name != CONFIG:
-                os.symlink(drafter_dir / name, staging / name)
-        (staging / CONFIG).write_bytes(_dump(fix.config))
-        (staging / NOTE).write_bytes(_dump({**(fix.note or {}), "drafter": str(drafter_dir)}))
-        publish_directory(staging, target)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-    return target
+UNUSED_S, LEFTOVER_S = 7 * 86400, 3600  # removed: an overlay unused this long, a half-built or retired copy this old
 
 
 def installed_source() -> VllmSource | None:
@@ -133,34 +41,109 @@ def installed_source() -> VllmSource | None:
     return None if package_dir is None else VllmSource.open(package_dir)
 
 
-def prepare(
+def _dump(document: object) -> bytes:
+    return (json.dumps(document, indent=2, sort_keys=False) + "\n").encode()
+
+
+def resolve(
+    facts: Facts,
     drafter_dir: Path,
-    enabled: bool,
+    choice: str | float,
     cache: Path,
     create: bool,
     say: Callable[[str], None],
     source: Callable[[], VllmSource | None] = installed_source,
-) -> Path:
-    """`drafter_dir` or its overlay (built when `create`); `source` is asked only for a drafter concerned."""
-    drafter_dir = Path(drafter_dir).expanduser().resolve()
-    config_path = drafter_dir / CONFIG
+) -> Facts:
+    """The facts to serve: the drafter's replaced by its overlay's where the decision asks for one (built when
+    `create`; UserError, exit 1, when it cannot be). `source` is asked only for a drafter the decision concerns."""
+    drafter, refused = facts.drafter, facts.problems.get(drafter_dir)  # refused: preflight's drafter-dir check fails it
+    rope = None if drafter is None or not drafter.dflash else drafter.rope
+    if refused or (rope and rope.problem):
+        say(f"drafter RoPE: {refused or rope.problem}: not understood, never rewritten; served as configured")  # type: ignore[union-attr]
+    if drafter is None or drafter.directory is None or not concerned(drafter):
+        return facts
+    vllm, why = source(), "no vLLM in this Python to read"
     try:
-        config = read_user_json(config_path, what="drafter config") if config_path.is_file() else None
-    except UnreadableFile:
-        config = None
-    if not isinstance(config, dict) or not concerned(config):
-        # Not downloaded yet (or a repo id) or unreadable: the path checks and preflight say so, with the fix.
-        return drafter_dir
-    fix = decide(config, source(), enabled)
-    if fix.message:
-        say(fix.message)
-    if fix.action != "overlay":
-        return drafter_dir
-    names = sorted(entry.name for entry in drafter_dir.iterdir())
-    target = overlay_dir(cache, drafter_dir, config_path.read_bytes(), names, fix)
-    if not create:
-        say(f"drafter RoPE: a start serves the drafter from {target}")
-        return drafter_dir
-    build_overlay(target, drafter_dir, names, fix)
+        decision = decide(drafter, vllm, choice) if vllm else None
+    except UnreadableRope as error:
+        decision, why = None, f"cannot read this vLLM's amplitude ({error})"
+    say(f"drafter RoPE: {decision.message if decision else why + '; served as configured'}")
+    if decision is None or not decision.overlay:
+        return facts
+    config, note = decision.overlay_config(drafter.raw), _note(decision, drafter.directory)
+    root = cache / OVERLAYS
+    try:
+        names = sorted(entry.name for entry in drafter.directory.iterdir() if entry.name not in OWN)
+        digest = hashlib.sha256(b"\0".join([_dump(drafter.raw), _dump(config), _dump(names), _dump(note)]))
+        target = root / digest.hexdigest()[:20]
+        if not create:
+            say(f"drafter RoPE: a start serves the drafter from {target}")
+            return facts
+        build_overlay(root, target, drafter.directory, names, config, _dump(note))
+    except (OSError, UnsafeLocation) as error:
+        cause = (
+            f"cannot build the overlay in {root} ({error.strerror or error})" if isinstance(error, OSError) else error
+        )
+        raise UserError(f"drafter RoPE: {cause}; or set {CHOICE_KEY}=engine to serve the drafter as it is", 1) from None
     say(f"drafter RoPE: the drafter is served from {target}")
-    return target
+    served = facts_from_config(config, str(target / CONFIG_FILE), "drafter", shipped=False, directory=target)
+    return replace(facts, drafter=replace(served, overlay=note))
+
+
+def _note(decision: RopeDecision, drafter_dir: Path) -> dict[str, Any]:
+    return {
+        "why": f"{CHOICE_KEY}={decision.choice} (engine: no overlay)",
+        "vllm": decision.release.version,
+        "amplitude_without_overlay": decision.release.amplitude,
+        "decided_at": decision.release.where,
+        "changed": {f"{field}.attention_factor": decision.served for field in decision.rope.fields},
+        "drafter": str(drafter_dir),
+    }
+
+
+def build_overlay(
+    root: Path, target: Path, drafter_dir: Path, names: list[str], config: dict[str, Any], note: bytes
+) -> None:
+    """The overlay at `target` in the private directory `root`: kept when intact, else built beside it (its own
+    files first, created exclusively, never through a link) and moved there whole; then stale copies go."""
+    private_dir(root, follow_symlinks=False)  # another user's overlay here would be served (docs/security.md)
+    if _intact(target, drafter_dir, names, config, note):
+        os.utime(target)  # in use: not pruned
+    else:
+        staging = Path(tempfile.mkdtemp(prefix=".building-", dir=root))
+        try:
+            for name, data in ((CONFIG_FILE, _dump(config)), (NOTE, note)):
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+                with os.fdopen(os.open(staging / name, flags, 0o644), "wb") as handle:
+                    handle.write(data)
+            for name in names:
+                os.symlink(drafter_dir / name, staging / name)
+            publish_directory(staging, target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    _prune(root, target)
+
+
+def _intact(target: Path, drafter_dir: Path, names: list[str], config: dict[str, Any], note: bytes) -> bool:
+    """Exactly what would be built: the links to the drafter's entries and the overlay's own files, unchanged."""
+    try:
+        if sorted(os.listdir(target)) != sorted([*names, *OWN]) or (target / CONFIG_FILE).is_symlink():
+            return False
+        if any(os.readlink(target / name) != str(drafter_dir / name) for name in names):
+            return False
+        return (
+            read_user_bytes(target / NOTE, follow_symlinks=False) == note and read_config(target, "overlay") == config
+        )
+    except (OSError, UnreadableFile):
+        return False
+
+
+def _prune(root: Path, keep: Path) -> None:
+    """Remove this user's overlays no start has used for UNUSED_S, and leftovers of interrupted builds."""
+    for entry in os.scandir(root):
+        limit = LEFTOVER_S if entry.name.startswith((".building-", ".retired-")) else UNUSED_S
+        with contextlib.suppress(OSError):  # gone meanwhile: nothing to remove
+            info = entry.stat(follow_symlinks=False)
+            old = entry.path != str(keep) and time.time() - info.st_mtime > limit
+            if old and stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid():
+                shutil.rmtree(entry.path, ignore_errors=True)

@@ -5,7 +5,7 @@ vLLM tree (rules/engine.py), and the patch step reuses preflight's verdict."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,16 +13,17 @@ from kimi_dflash.config.validate import Config
 from kimi_dflash.plan import LaunchPlan
 
 if TYPE_CHECKING:
-    from kimi_dflash.rules.deployment import Deployment
+    from kimi_dflash.checkpoint import Facts
+    from kimi_dflash.rules.deployment import Deployment, Env
 
 # The architectures the recipe was built and measured on.
 EXPECTED_ARCH = {"rocm": "gfx942", "cuda": "sm_90"}
 
 
-def deployment(config: Config, plan: LaunchPlan, inherited_env: Mapping[str, str] | None = None) -> Deployment:
+def deployment(config: Config, plan: LaunchPlan, inherited_env: Env = None, facts: Facts | None = None) -> Deployment:
     from kimi_dflash.rules.deployment import Deployment
 
-    return Deployment.for_plan(config, plan, inherited_env)
+    return Deployment.for_plan(config, plan, inherited_env, facts)
 
 
 def preflight(
@@ -35,6 +36,7 @@ def preflight(
     from kimi_dflash.preflight.runtime_probe import interpreter_for_command
 
     typed = config.typed
+    planned = planned or deployment(config, plan, os.environ)
     request = PreflightRequest(
         device=typed.device,  # type: ignore[arg-type]
         tensor_parallel_size=typed.tensor_parallel_size if typed.device != "cpu" else 1,
@@ -45,7 +47,7 @@ def preflight(
         draft_repo_hint=str(typed.draft_model_repo),
         host=plan.host,
         port=plan.port,
-        deployment=planned or deployment(config, plan, os.environ),
+        deployment=planned,
         python=interpreter_for_command(plan.argv),
         fix_numa=fix_numa,
         preshard_dir=typed.preshard_dir,
@@ -53,19 +55,17 @@ def preflight(
     )
     results = run_preflight(request)
     say(render(results))
-    return exit_code(results) == 0 and _kv_scales_ok(config, plan, say)
+    return exit_code(results) == 0 and _kv_scales_ok(config, plan, planned, say)
 
 
-def _kv_scales_ok(config: Config, plan: LaunchPlan, say: Callable[[str], None]) -> bool:
+def _kv_scales_ok(config: Config, plan: LaunchPlan, planned: Deployment, say: Callable[[str], None]) -> bool:
     """A wrong KV-scales setup fails here in milliseconds instead of after a 555 GB model load."""
     if config.typed.kv_scale_mode == "off":
         return True
     from kimi_dflash.kvscale.checks import check_kv_scale_config
 
-    model_dir = config.typed.model_dir
-    findings = check_kv_scale_config(
-        plan.env, model=str(model_dir), kv_cache_dtype=config.typed.kv_cache_dtype, model_dir=model_dir
-    )
+    v, fp = config.typed, None if planned.target is None else planned.target.fingerprint  # the target's facts
+    findings = check_kv_scale_config(plan.env, model=str(v.model_dir), kv_cache_dtype=v.kv_cache_dtype, fingerprint=fp)
     for finding in findings:
         say(f"[{finding.level.upper()}] kv scales       {finding.message}")
     return all(finding.level != "fail" for finding in findings)

@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from kimi_dflash.checkpoint import read_facts
 from kimi_dflash.config.validate import ConfigError, load_config
 from kimi_dflash.core.options import declare, option, run
 from kimi_dflash.launch import hooks
@@ -38,8 +39,9 @@ def main(args: ImagePatchesOptions) -> int:
         except ConfigError as error:
             say(f"image patches: {path}: " + "; ".join(p.message for p in error.problems))
             return 1
-        plan = build_plan(config, python_executable=sys.executable, cache_dir="/tmp")
-        planned = hooks.deployment(config, plan, os.environ)
+        facts = read_facts(config.typed)
+        plan = build_plan(config, python_executable=sys.executable, cache_dir="/tmp", facts=facts)
+        planned = hooks.deployment(config, plan, os.environ, facts)
         say(f"image patches: {path.name}")
         # Twice: the first writes what is needed, the second proves nothing needed is still pending.
         second: list[str] = []

@@ -9,16 +9,19 @@ import subprocess
 import sys
 from collections.abc import Callable
 
+from kimi_dflash.checkpoint import Facts, read_facts
 from kimi_dflash.config.validate import Config
 from kimi_dflash.core.paths import cache_root
 from kimi_dflash.plan import LaunchPlan, build_plan
+
+Say = Callable[[str], None]
 
 
 def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def resolve_demo_models(config: Config, create: bool, say: Callable[[str], None] = _stderr) -> Config:
+def resolve_demo_models(config: Config, create: bool, say: Say = _stderr) -> Config:
     if config.demo_models is None:
         return config
     from kimi_dflash import demo
@@ -30,24 +33,26 @@ def resolve_demo_models(config: Config, create: bool, say: Callable[[str], None]
     return config.with_values("fabricated demo", MODEL_DIR=models.target_dir, DRAFT_MODEL_DIR=models.drafter_dir)
 
 
-def resolve_drafter_rope(config: Config, create: bool, say: Callable[[str], None] = _stderr) -> Config:
-    """DRAFT_MODEL_DIR at the trained-RoPE overlay where needed (launch/drafter_rope.py; DRAFTER_ROPE_FIX)."""
+def resolve_drafter_rope(config: Config, facts: Facts, create: bool, say: Say = _stderr) -> tuple[Config, Facts]:
+    """DRAFT_MODEL_DIR and the drafter's facts at the RoPE overlay DRAFTER_ROPE_AMPLITUDE needs (drafter_rope.py)."""
     drafter_dir = config.typed.draft_model_dir
     if config.typed.speculative_method != "dflash" or drafter_dir is None:
-        return config
+        return config, facts
     from kimi_dflash.launch import drafter_rope
 
-    served = drafter_rope.prepare(drafter_dir, config.typed.drafter_rope_fix, cache_root(), create, say)
-    if served == drafter_dir.expanduser().resolve():
-        return config
-    return config.with_values("drafter RoPE fix", DRAFT_MODEL_DIR=served)
+    served = drafter_rope.resolve(facts, drafter_dir, config.typed.drafter_rope_choice, cache_root(), create, say)
+    if served is facts or served.drafter is None:  # the drafter as it is
+        return config, facts
+    return config.with_values("drafter RoPE amplitude", DRAFT_MODEL_DIR=served.drafter.directory), served
 
 
-def resolve_models(config: Config, create: bool, say: Callable[[str], None] = _stderr) -> Config:
-    return resolve_drafter_rope(resolve_demo_models(config, create, say), create, say)
+def resolve_models(config: Config, create: bool, say: Say = _stderr) -> tuple[Config, Facts]:
+    """The demo models' paths, the checkpoints' facts (read once, here) and the drafter's RoPE overlay."""
+    config = resolve_demo_models(config, create, say)
+    return resolve_drafter_rope(config, read_facts(config.typed), create, say)
 
 
-def cpu_preload(config: Config, say: Callable[[str], None] = _stderr) -> tuple[str, ...]:
+def cpu_preload(config: Config, say: Say = _stderr) -> tuple[str, ...]:
     """What LD_PRELOAD should hold for vLLM's CPU build on this machine (and say what was found)."""
     if config.typed.device != "cpu" or not config.typed.cpu_preload_libs:
         return ()
@@ -61,7 +66,7 @@ def cpu_preload(config: Config, say: Callable[[str], None] = _stderr) -> tuple[s
 FLASHINFER_PROBE = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('flashinfer') else 3)"
 
 
-def serving_python_has_flashinfer(config: Config, say: Callable[[str], None] = _stderr) -> bool | None:
+def serving_python_has_flashinfer(config: Config, say: Say = _stderr) -> bool | None:
     """On DEVICE=cuda, whether the Python that will run `vllm serve` finds flashinfer (located, not imported:
     ~0.1 s); None elsewhere or when that Python cannot be asked. Without it vLLM 0.26 fails building its sampler
     unless VLLM_USE_FLASHINFER_SAMPLER=0, which the plan then sets (and this says so)."""
@@ -84,7 +89,7 @@ def serving_python_has_flashinfer(config: Config, say: Callable[[str], None] = _
     return found.returncode == 0
 
 
-def local_plan(config: Config) -> LaunchPlan:
+def local_plan(config: Config, facts: Facts | None = None) -> LaunchPlan:
     return build_plan(
         config,
         python_executable=sys.executable,
@@ -92,4 +97,5 @@ def local_plan(config: Config) -> LaunchPlan:
         cpu_preload=cpu_preload(config),
         flashinfer=serving_python_has_flashinfer(config),
         environ=os.environ,
+        facts=read_facts(config.typed) if facts is None else facts,
     )

@@ -10,6 +10,7 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kimi_dflash.checkpoint import CONFIG_FILE, Facts, read_checkpoint
 from kimi_dflash.core.checks import CheckResult, failed, passed
 from kimi_dflash.preflight.manifest import ManifestError, mismatches, read_manifest
 
@@ -23,9 +24,12 @@ _LFS_POINTER_PREFIX = b"version https://git-lfs"
 _LFS_POINTER_MAX_BYTES = 1024
 
 
-def check_model_dir(path: Path, role: str, repo_hint: str | None = None, *, fix_hint: str | None = None) -> CheckResult:
+def check_model_dir(
+    path: Path, role: str, repo_hint: str | None = None, *, fix_hint: str | None = None, facts: Facts | None = None
+) -> CheckResult:
     """``role`` names the line ("model dir"); ``repo_hint``: the Hugging Face repo id for the download command in
-    the fix; ``fix_hint`` replaces that command (e.g. for fabricated demo models)."""
+    the fix; ``fix_hint`` replaces that command (e.g. for fabricated demo models); ``facts``: the start's checkpoint
+    facts, whose reading of config.json this reports (None: read here)."""
     name = f"{role} dir"
     path = Path(path)
     fix = fix_hint or _download_fix(path, role, repo_hint)
@@ -33,9 +37,11 @@ def check_model_dir(path: Path, role: str, repo_hint: str | None = None, *, fix_
         return failed(name, f"{path} does not exist", fix)
     if not path.is_dir():
         return failed(name, f"{path} is not a directory", f"point the config at the {role} checkpoint directory")
-    problem = _config_problem(path / "config.json")
+    if not (path / CONFIG_FILE).is_file():
+        return failed(name, f"{path}: {CONFIG_FILE} missing", fix)
+    problem = read_checkpoint(path, None, role)[1] if facts is None else facts.problems.get(path)
     if problem:
-        return failed(name, f"{path}: {problem}", fix)
+        return failed(name, problem, fix)
     index = path / INDEX_FILE
     if index.exists():
         shards, problem = _indexed_shards(index)
@@ -72,27 +78,16 @@ def _download_fix(path: Path, role: str, repo_hint: str | None) -> str:
     return f"download the {role} checkpoint (config.json + *.safetensors) into {path}"
 
 
-def _read_json(path: Path) -> tuple[object, str | None]:
-    try:
-        return json.loads(path.read_text(encoding="utf-8")), None
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        return None, f"{path.name} is not valid JSON ({error})"
-    except OSError as error:
-        return None, f"{path.name} cannot be read ({error.strerror or error})"
-
-
-def _config_problem(config: Path) -> str | None:
-    if not config.is_file():
-        return "config.json missing"
-    data, problem = _read_json(config)
-    return problem or (None if isinstance(data, dict) else "config.json is not a JSON object")
-
-
 def _indexed_shards(index: Path) -> tuple[list[str], str | None]:
-    data, problem = _read_json(index)
+    try:
+        data = json.loads(index.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        return [], f"{index.name} is not valid JSON ({error})"
+    except OSError as error:
+        return [], f"{index.name} cannot be read ({error.strerror or error})"
     weight_map = data.get("weight_map") if isinstance(data, dict) else None
-    if problem or not isinstance(weight_map, dict) or not weight_map:
-        return [], problem or f"{INDEX_FILE} has no weight_map"
+    if not isinstance(weight_map, dict) or not weight_map:
+        return [], f"{INDEX_FILE} has no weight_map"
     return sorted({str(shard) for shard in weight_map.values()}), None
 
 

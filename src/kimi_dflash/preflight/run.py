@@ -36,7 +36,8 @@ def run_preflight(request: PreflightRequest, probe: HostProbe | None = None) -> 
         ("drafter", request.draft_model_dir, request.draft_repo_hint, request.draft_fix_hint),
     ):
         if directory is not None:
-            checks.append((f"{role} dir", partial(check_model_dir, directory, role, repo, fix_hint=fix)))
+            facts = None if request.deployment is None else request.deployment.facts
+            checks.append((f"{role} dir", partial(check_model_dir, directory, role, repo, fix_hint=fix, facts=facts)))
     if request.preshard_dir is not None:
         checks.append(("pre-shard", partial(check_preshard, request, runtime)))
     checks.append(("port", partial(check_port, request, probe)))

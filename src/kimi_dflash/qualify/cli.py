@@ -169,6 +169,7 @@ def _graph_candidate(config: Path, values: dict[str, str], box_kind: str, wanted
 
 def _check_variant(config_path: Path, overrides: dict[str, str]) -> tuple[bool, str]:
     """(passes, detail) of the runtime rules on the config with ``overrides``."""
+    from kimi_dflash.checkpoint import read_facts
     from kimi_dflash.config.problems import ConfigError
     from kimi_dflash.config.validate import load_config
     from kimi_dflash.core.paths import cache_root
@@ -183,8 +184,9 @@ def _check_variant(config_path: Path, overrides: dict[str, str]) -> tuple[bool, 
         config = load_config(config_path, environ={**os.environ, **overrides})
     except ConfigError as error:
         return False, "; ".join(p.render() for p in error.problems)
-    plan = launch_plan(config, python_executable=sys.executable, cache_dir=str(cache_root()))
-    verdict = judge(hooks.deployment(config, plan), source)
+    facts = read_facts(config.typed)
+    plan = launch_plan(config, python_executable=sys.executable, cache_dir=str(cache_root()), facts=facts)
+    verdict = judge(hooks.deployment(config, plan, facts=facts), source)
     if verdict.failures:
         return False, "; ".join(f"{f.name}: {f.detail}" for f in verdict.failures)
     return True, ""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kimi_dflash.bench.compare import DEFAULT_ATTAINMENT, sustained
+from kimi_dflash.bench.goodput import DEFAULT_ATTAINMENT, sustained
 from kimi_dflash.bench.intervals import ratio_interval
 from kimi_dflash.bench.reply_match import match_level
 from kimi_dflash.bench.result import BenchmarkResult, LevelResult, SpecGroup

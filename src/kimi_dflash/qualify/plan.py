@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pydantic import TypeAdapter
 
 from kimi_dflash.bench.goodput import describe, parse_slo
-from kimi_dflash.bench.progress import format_duration
 from kimi_dflash.core.errors import UserError
+from kimi_dflash.core.formatting import duration as format_duration
 from kimi_dflash.documents import Json
 from kimi_dflash.qualify.graphs import GraphCandidate
 

@@ -373,8 +373,7 @@ def per_request_step(ctx: Context) -> Outcome:
 
 
 def goodput_step(ctx: Context) -> Outcome:
-    from kimi_dflash.bench.compare import DEFAULT_ATTAINMENT
-    from kimi_dflash.bench.goodput import describe, parse_slo
+    from kimi_dflash.bench.goodput import DEFAULT_ATTAINMENT, describe, parse_slo
     from kimi_dflash.qualify import measures
 
     results, plan = grid_results(ctx), ctx.plan

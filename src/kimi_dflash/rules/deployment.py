@@ -7,18 +7,18 @@ import json
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kimi_dflash.checkpoint import CheckpointFacts, Facts, read_checkpoints, read_facts
 from kimi_dflash.config.convert import TRUE_WORDS
 from kimi_dflash.core.envvars import KV_SCALE_MODE, KV_SCALE_MODE_OFF, VLLM_ROCM_USE_AITER, VLLM_ROCM_USE_AITER_MLA
-from kimi_dflash.rules.checkpoint import CheckpointFacts, read_checkpoint_facts
 
 if TYPE_CHECKING:
     from kimi_dflash.config.validate import Config
     from kimi_dflash.plan import LaunchPlan
 
 SPECULATIVE_OPTION = "--speculative-config"
+Env = Mapping[str, str] | None
 # Values that must be one vLLM knows: --option / --speculative-config key -> feature kind (rules/features.py).
 VALUE_KINDS = {
     "--moe-backend": "moe_backend",
@@ -113,31 +113,29 @@ def _int(value: object) -> int | None:
 class Deployment:
     platform: str  # "rocm", "cuda" or "cpu"
     command: ServeCommand
-    target: CheckpointFacts | None  # None: neither a config.json nor shipped facts
-    drafter: CheckpointFacts | None
+    facts: Facts  # the checkpoints'
     label: str = "the plan"  # e.g. the config file, for report headers
     # `vllm serve` option -> the config key that sets it (EXTRA_VLLM_ARGS for its options), for fixes naming a key.
     option_keys: Mapping[str, str] = field(default_factory=dict)
-    # DRAFTER_ROPE_FIX: the launcher serves a z-lab drafter with its trained RoPE amplitude (None: a bare command line)
-    drafter_rope_fix: bool | None = None
+    drafter_rope_amplitude: str | float | None = None  # DRAFTER_ROPE_AMPLITUDE (None: a bare command line)
 
     @classmethod
-    def for_plan(cls, config: Config, plan: LaunchPlan, inherited_env: Mapping[str, str] | None = None) -> Deployment:
-        """`inherited_env`: what vLLM will also inherit (preflight passes os.environ; --check-vllm does not)."""
+    def for_plan(
+        cls, config: Config, plan: LaunchPlan, inherited_env: Env = None, facts: Facts | None = None
+    ) -> Deployment:
+        """`inherited_env`: what vLLM also inherits (preflight's os.environ); `facts`: the start's (None: read here)."""
         from kimi_dflash.config.loader import display_path
         from kimi_dflash.plan import OPTION_KEYS
 
-        typed, shipped = config.typed, config.demo_models is None  # fabricated models: never the shipped Kimi facts
+        typed = config.typed
         extra = parse_serve_command(["serve", *shlex.split(typed.extra_vllm_args or "")]).options
-        return cls.from_command(
-            typed.device,
-            plan.argv,
-            {**(inherited_env or {}), **plan.env},
-            model=(typed.model_dir, typed.model_repo if shipped else None),
-            drafter=(typed.draft_model_dir, typed.draft_model_repo if shipped else None),
+        return cls(
+            platform=typed.device,
+            command=parse_serve_command(plan.argv, {**(inherited_env or {}), **plan.env}),
+            facts=read_facts(typed) if facts is None else facts,
             label=display_path(config.path),
             option_keys={**OPTION_KEYS, **dict.fromkeys(extra, "EXTRA_VLLM_ARGS")},
-            drafter_rope_fix=typed.drafter_rope_fix,
+            drafter_rope_amplitude=typed.drafter_rope_choice,
         )
 
     @classmethod
@@ -149,28 +147,22 @@ class Deployment:
         *,
         model: tuple[object, str | None] = (None, None),
         drafter: tuple[object, str | None] = (None, None),
-        label: str = "the command line",
-        option_keys: Mapping[str, str] | None = None,
-        drafter_rope_fix: bool | None = None,
     ) -> Deployment:
         """`model` / `drafter`: (checkpoint directory, Hugging Face repo whose shipped facts stand in for a directory
         not downloaded yet); the directories default to the ones the command line names."""
         command = parse_serve_command(argv, env)
         model_dir = model[0] or command.model
         drafter_dir = drafter[0] or (command.speculative or {}).get("model")
-        return cls(
-            platform=platform,
-            command=command,
-            target=read_checkpoint_facts(None if model_dir is None else Path(str(model_dir)), model[1], "target"),
-            drafter=read_checkpoint_facts(
-                None if drafter_dir is None else Path(str(drafter_dir)), drafter[1], "drafter"
-            )
-            if command.speculative
-            else None,
-            label=label,
-            option_keys=dict(option_keys or {}),
-            drafter_rope_fix=drafter_rope_fix,
-        )
+        facts = read_checkpoints((model_dir, model[1]), (drafter_dir, drafter[1]) if command.speculative else None)
+        return cls(platform, command, facts, "the command line")
+
+    @property
+    def target(self) -> CheckpointFacts | None:
+        return self.facts.target
+
+    @property
+    def drafter(self) -> CheckpointFacts | None:
+        return self.facts.drafter
 
     @property
     def env(self) -> Mapping[str, str]:

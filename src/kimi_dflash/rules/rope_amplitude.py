@@ -1,8 +1,7 @@
-"""The RoPE amplitude (`YaRNScalingRotaryEmbedding.mscale`) a vLLM release gives a YaRN drafter: 1.4159 for z-lab's
-Kimi DFlash drafters up to 0.29 (what they were trained with), 1.0 from 0.30 (docs/patches.md). Read from the given
-source (get_rope's passed keys, then the `self.mscale = ...` the values reach), never from a table of versions; a
-source in another shape is refused (UnreadableRope), never guessed. Shared by the rule (issue 28) and
-launch/drafter_rope.py.
+"""The drafter's RoPE amplitude (the `mscale` its rotary embedding multiplies the cos/sin cache by), decided once from
+what the given vLLM gives its rope fields, what vLLM up to 0.29 gave them (legacy) and DRAFTER_ROPE_AMPLITUDE: the rule
+reports it, the launcher applies it. Read from the source (get_rope's branch for the rope type, then the
+`self.mscale = ...` the values reach), never from a table of versions; another shape is refused, never guessed.
 """
 
 from __future__ import annotations
@@ -13,106 +12,58 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from kimi_dflash.checkpoint import CheckpointFacts, Rope
+from kimi_dflash.config.schema import ROPE_ENGINE, ROPE_LEGACY
 from kimi_dflash.rules.source import VllmSource
 
-PACKAGE = "vllm/model_executor/layers/rotary_embedding/"
+LAYERS = "vllm/model_executor/layers/"
+PACKAGE = LAYERS + "rotary_embedding/"
 FACTORY_FILE = PACKAGE + "__init__.py"
 YARN_FILE = PACKAGE + "yarn_scaling_rope.py"
-YARN_CLASS = "YaRNScalingRotaryEmbedding"
-AMPLITUDE_ATTRIBUTE = "mscale"  # the attribute the cos/sin cache is multiplied by
-
-# The rope profile of z-lab's Kimi DFlash drafters (z-lab/Kimi-K2.5-DFlash; the K2.6 preview has the same shape).
-# vllm-ascend restores the legacy amplitude for exactly these fields (`_normalize_kimi_dflash_rope`).
-ZLAB_KIMI_YARN = {
-    "rope_type": "yarn",
-    "factor": 64.0,
-    "mscale": 1.0,
-    "mscale_all_dim": 1.0,
-    "original_max_position_embeddings": 4096,
+# rope_type -> (file, class) of the embedding get_rope builds for it (DeepSeek-V4's variant is not a drafter's)
+EMBEDDINGS = {
+    "yarn": (YARN_FILE, "YaRNScalingRotaryEmbedding"),
+    "deepseek_yarn": (PACKAGE + "deepseek_scaling_rope.py", "DeepseekScalingRotaryEmbedding"),
 }
-# A value no formula gives: the release honours attention_factor when it comes back as the amplitude.
-PROBE_ATTENTION_FACTOR = 1.2345
-# Two amplitudes closer than this are the same (vllm-ascend's value 1.4158883 vs ln-based 1.41588830833...).
-SAME_AMPLITUDE = 1e-6
-ROPE_FIX_KEY = "DRAFTER_ROPE_FIX"  # the config key that turns the launcher's RoPE overlay off
+AMPLITUDE_ATTRIBUTE = "mscale"  # the attribute the cos/sin cache is multiplied by
+CHOICE_KEY, ENGINE, LEGACY = "DRAFTER_ROPE_AMPLITUDE", ROPE_ENGINE, ROPE_LEGACY  # the key and its words
+PROBE_ATTENTION_FACTOR = 1.2345  # no formula gives it: attention_factor is honoured when it comes back as the amplitude
+SAME_AMPLITUDE = 1e-6  # closer amplitudes are the same (vllm-ascend's 1.4158883 vs 1.41588830833...)
 
 
 class UnreadableRope(ValueError):
     """The release's rotary-embedding source is in a shape this reader does not know."""
 
 
-@dataclass(frozen=True)
-class DrafterRope:
-    field: str  # "rope_scaling" or "rope_parameters" (transformers 5 reads either)
-    values: Mapping[str, Any]  # the whole dict, as written
-
-    @property
-    def factor(self) -> float:
-        return float(self.values["factor"])
-
-    @property
-    def attention_factor(self) -> float | None:
-        value = self.values.get("attention_factor")
-        return None if value is None else float(value)
-
-    def is_zlab_kimi_profile(self) -> bool:
-        """z-lab's Kimi DFlash rope fields, with no explicit attention_factor."""
-        return self.attention_factor is None and all(
-            _same(self.values.get(key), value) for key, value in ZLAB_KIMI_YARN.items()
-        )
-
-    def with_attention_factor(self, value: float) -> DrafterRope:
-        return replace(self, values={**self.values, "attention_factor": value})
+def concerned(drafter: CheckpointFacts | None) -> bool:
+    """A DFlash drafter whose rope this module understands (yarn or deepseek_yarn, every value a number)."""
+    rope = None if drafter is None or not drafter.dflash else drafter.rope
+    return rope is not None and rope.kind in EMBEDDINGS and rope.problem is None and rope.factor is not None
 
 
-def _same(actual: object, expected: object) -> bool:
-    if isinstance(expected, str):
-        return actual == expected
-    return isinstance(actual, int | float) and not isinstance(actual, bool) and float(actual) == float(expected)
+def yarn_get_mscale(scale: float, mscale: float = 1.0) -> float:
+    """vLLM's (and transformers') `yarn_get_mscale`: 0.1 mscale ln(scale) + 1 (1 for scale <= 1)."""
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
 
 
-def drafter_rope(config: Mapping[str, Any]) -> DrafterRope | None:
-    """The YaRN rope fields of a drafter's config.json (`rope_parameters` first, as transformers 5 does, then
-    `rope_scaling`; "type" is the older spelling of "rope_type"), or None when it declares no YaRN scaling."""
-    for field in ("rope_parameters", "rope_scaling"):
-        values = config.get(field)
-        if not isinstance(values, Mapping):
-            continue
-        kind = values.get("rope_type", values.get("type"))
-        if kind != "yarn" or not isinstance(values.get("factor"), int | float):
-            return None
-        return DrafterRope(field, {"rope_type": kind, **values})
-    return None
+def legacy_amplitude(rope: Rope) -> float:
+    """What vLLM up to 0.29 gave these fields (checked on every wheel by test_rope_amplitude_wheels.py): yarn 0.1
+    ln(factor) + 1 (get_rope passed no mscale field on), deepseek_yarn the mscale ratio (defaults 1 and 0)."""
+    factor = rope.factor or 1.0
+    if rope.kind == "deepseek_yarn":
+        mscale, all_dim = rope.number("mscale"), rope.number("mscale_all_dim")
+        return yarn_get_mscale(factor, 1.0 if mscale is None else mscale) / yarn_get_mscale(factor, all_dim or 0.0)
+    return yarn_get_mscale(factor)
 
 
-def is_dflash_drafter(config: Mapping[str, Any]) -> bool:
-    return "DFlashDraftModel" in (config.get("architectures") or ())
-
-
-def transformers_amplitude(rope: DrafterRope) -> float:
-    """The amplitude transformers 5 (and so SpecForge 0.2.0, which trains with it) gives these fields: an explicit
-    attention_factor, else get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim) when both are set
-    (1.0 for z-lab's fields), else the legacy amplitude (`_compute_yarn_parameters`, modeling_rope_utils.py)."""
+def transformers_amplitude(rope: Rope) -> float:
+    """What transformers 5 (and SpecForge, which trains with it) gives yarn fields (`_compute_yarn_parameters`): an
+    explicit attention_factor, else the mscale ratio when both are set (1.0 for z-lab's), else the legacy one."""
     if rope.attention_factor is not None:
         return rope.attention_factor
-    mscale, mscale_all_dim = rope.values.get("mscale"), rope.values.get("mscale_all_dim")
+    mscale, mscale_all_dim, factor = rope.number("mscale"), rope.number("mscale_all_dim"), rope.factor or 1.0
     if mscale and mscale_all_dim:
-        return yarn_get_mscale(rope.factor, float(mscale)) / yarn_get_mscale(rope.factor, float(mscale_all_dim))
-    return legacy_amplitude(rope.factor)
-
-
-def trained_amplitude(rope: DrafterRope) -> float | None:
-    """The amplitude a drafter with z-lab's Kimi rope fields was trained with: the attention_factor it states (the
-    launcher's overlay, train-drafter.sh's exports), else the legacy one; None for other rope fields."""
-    plain = {key: value for key, value in rope.values.items() if key != "attention_factor"}
-    if not replace(rope, values=plain).is_zlab_kimi_profile():
-        return None
-    return legacy_amplitude(rope.factor) if rope.attention_factor is None else rope.attention_factor
-
-
-def legacy_amplitude(factor: float) -> float:
-    """What vLLM up to 0.29 gave any YaRN drafter whatever its mscale fields said, and what z-lab's Kimi DFlash
-    drafters were trained with: yarn_get_mscale(factor) = 0.1 ln(factor) + 1 (1 for factor <= 1)."""
+        return yarn_get_mscale(factor, mscale) / yarn_get_mscale(factor, mscale_all_dim)
     return yarn_get_mscale(factor)
 
 
@@ -120,76 +71,110 @@ def legacy_amplitude(factor: float) -> float:
 class ReleaseAmplitude:
     version: str | None
     amplitude: float
-    passed_keys: tuple[str, ...]  # the rope_scaling keys get_rope passes on to YaRNScalingRotaryEmbedding
+    passed_keys: tuple[str, ...]  # the rope keys get_rope passes on to the embedding
     where: str  # file:line of the statement that set the amplitude
     factory_where: str  # file:line of the factory's list of passed keys
 
-    def describe(self) -> str:
-        release = f"vLLM {self.version}" if self.version else "this vLLM"
-        return f"{release} gives amplitude {self.amplitude:.4f} ({self.where})"
-
-
-@dataclass(frozen=True)
-class AmplitudeVerdict:
-    release: ReleaseAmplitude
-    trained: float
-    honours_attention_factor: bool  # an explicit rope attention_factor sets the amplitude in this release
-
     @property
-    def matches(self) -> bool:
-        return abs(self.release.amplitude - self.trained) < SAME_AMPLITUDE
-
-    def describe(self) -> str:
-        state = "as trained" if self.matches else f"trained with {self.trained:.4f}"
-        return f"{self.release.describe()}, {state}"
+    def release(self) -> str:
+        return f"vLLM {self.version}" if self.version else "this vLLM"
 
 
-def release_amplitude(source: VllmSource, rope: DrafterRope) -> ReleaseAmplitude:
-    passed, factory_line = _passed_keys(source)
-    init = source.function(YARN_FILE, f"{YARN_CLASS}.__init__")
+def release_amplitude(source: VllmSource, rope: Rope) -> ReleaseAmplitude:
+    if rope.kind not in EMBEDDINGS or rope.factor is None:
+        raise UnreadableRope(f"rope_type {rope.kind!r} is not one this reader evaluates ({', '.join(EMBEDDINGS)})")
+    file, cls = EMBEDDINGS[rope.kind]
+    passed, factory_line = _passed_keys(source, rope.kind)
+    init = source.function(file, f"{cls}.__init__")
     if init is None:
-        raise UnreadableRope(f"{YARN_FILE} in {source.origin} has no {YARN_CLASS}.__init__")
-    given = {key: rope.values[key] for key in passed if key in rope.values}
+        raise UnreadableRope(f"{file} in {source.origin} has no {cls}.__init__")
+    given: dict[str, Any] = {key: rope.values[key] for key in passed if key in rope.values}
     given["scaling_factor"] = rope.factor  # the factory passes rope_parameters["factor"] positionally
     decided = _amplitude(init.body, _bind(init, given))
     if decided is None:
-        raise UnreadableRope(f"{YARN_FILE}: {YARN_CLASS}.__init__ never sets self.{AMPLITUDE_ATTRIBUTE}")
+        raise UnreadableRope(f"{file}: {cls}.__init__ never sets self.{AMPLITUDE_ATTRIBUTE}")
     amplitude, line = decided
-    return ReleaseAmplitude(
-        version=source.version(),
-        amplitude=float(amplitude),
-        passed_keys=passed,
-        where=f"{_short(YARN_FILE)}:{line}",
-        factory_where=f"{_short(FACTORY_FILE)}:{factory_line}",
+    where, factory_where = (f"{f.removeprefix(LAYERS)}:{n}" for f, n in ((file, line), (FACTORY_FILE, factory_line)))
+    return ReleaseAmplitude(source.version(), float(amplitude), passed, where, factory_where)
+
+
+@dataclass(frozen=True)
+class RopeDecision:
+    """One drafter on one vLLM: `served` it gets, through the launcher's overlay when `overlay`."""
+
+    rope: Rope
+    release: ReleaseAmplitude  # the drafter's fields as written
+    legacy: float
+    choice: str | float | None  # DRAFTER_ROPE_AMPLITUDE (None: a bare command line, no launcher)
+    served: float
+    overlay: bool
+    message: str
+    fix: str | None = None  # set: a warning (the wanted amplitude cannot be served, or none was chosen)
+
+    def overlay_config(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """The drafter's config.json with attention_factor = served in every rope field of its rope type."""
+        return {**config, **{f: {**config[f], "attention_factor": self.served} for f in self.rope.fields}}
+
+
+def same_amplitude(a: float, b: float) -> bool:
+    return abs(a - b) < SAME_AMPLITUDE
+
+
+def decide(drafter: CheckpointFacts, source: VllmSource, choice: str | float | None) -> RopeDecision:
+    """For a drafter `concerned` applies to; UnreadableRope when the source cannot be evaluated."""
+    rope = drafter.rope
+    assert rope is not None  # concerned()
+    release, legacy = release_amplitude(source, rope), legacy_amplitude(rope)
+
+    def decided(message: str, fix: str | None = None, served: float | None = None) -> RopeDecision:
+        amplitude = release.amplitude if served is None else served
+        return RopeDecision(rope, release, legacy, choice, amplitude, served is not None, message, fix)
+
+    gives = f"{release.release} gives the drafter RoPE amplitude {round(release.amplitude, 4)} ({release.where})"
+    if rope.attention_factor is not None:  # stated by the drafter itself, or by the launcher's overlay
+        states = "the launcher's overlay states" if drafter.overlay else "its config.json states"
+        said = f"{gives}: {states} {rope.field}.attention_factor = {rope.attention_factor:.7f}"
+        if same_amplitude(release.amplitude, rope.attention_factor):
+            return decided(f"{said} ({CHOICE_KEY}={choice})" if drafter.overlay else said)
+        ignored = f"{said}, which {release.release} ignores ({release.factory_where})"
+        return decided(ignored, "vLLM >= 0.30.0, which honours attention_factor")
+    measured = "the published acceptance was measured with" if rope.kind == "yarn" else "vLLM up to 0.29 gave it"
+    both = f"{gives}; {measured} {round(legacy, 4)} ({LEGACY}: vLLM <= 0.29)"
+    wanted = release.amplitude if choice in (None, ENGINE) else legacy if choice == LEGACY else float(choice)
+    if choice is None and not same_amplitude(release.amplitude, legacy):
+        bare = f"{both}; a bare command line serves {round(release.amplitude, 4)}"
+        return decided(bare, f"serve.sh's {CHOICE_KEY} chooses ({LEGACY} or {ENGINE}; docs/patches.md)")
+    if same_amplitude(release.amplitude, wanted):
+        return decided(f"{both}; {CHOICE_KEY}={choice} serves it as it is")
+    probe = replace(rope, values={**rope.values, "attention_factor": PROBE_ATTENTION_FACTOR})
+    if not same_amplitude(release_amplitude(source, probe).amplitude, PROBE_ATTENTION_FACTOR):
+        return decided(
+            f"{both}; {CHOICE_KEY}={choice} asks for {round(wanted, 4)}, but {release.release} ignores {rope.kind} "
+            f"attention_factor ({release.factory_where}): no overlay can serve it",
+            f"{CHOICE_KEY}={ENGINE}, or a vLLM that honours attention_factor",
+        )
+    overlay = f"the launcher's overlay serves it with {rope.field}.attention_factor = {wanted:.7f}"
+    return decided(
+        f"{both}; {CHOICE_KEY}={choice}: {overlay} ({ENGINE}: {round(release.amplitude, 4)}; docs/patches.md)",
+        served=wanted,
     )
 
 
-def judge(source: VllmSource, rope: DrafterRope) -> AmplitudeVerdict:
-    """Against the legacy amplitude; the source is evaluated once more to see if an attention_factor is honoured."""
-    release = release_amplitude(source, rope)
-    trained = legacy_amplitude(rope.factor)
-    honoured = release_amplitude(source, rope.with_attention_factor(PROBE_ATTENTION_FACTOR)).amplitude
-    return AmplitudeVerdict(release, trained, honours_attention_factor=abs(honoured - PROBE_ATTENTION_FACTOR) < 1e-9)
-
-
-def _short(relpath: str) -> str:
-    return relpath.removeprefix("vllm/model_executor/layers/")
-
-
-def _passed_keys(source: VllmSource) -> tuple[tuple[str, ...], int]:
-    """The keys of `extra_kwargs = {k: v for k, v in rope_parameters.items() if k in (...)}` in get_rope's
-    `scaling_type == "yarn"` branch, and its line."""
+def _passed_keys(source: VllmSource, kind: str) -> tuple[tuple[str, ...], int]:
+    """The keys of `extra_kwargs = {k: v for k, v in rope_parameters.items() if k in (...)}` in get_rope's branch
+    for `kind`, and its line."""
     get_rope = source.function(FACTORY_FILE, "get_rope")
     if get_rope is None:
         raise UnreadableRope(f"{FACTORY_FILE} in {source.origin} defines no get_rope")
     for node in ast.walk(get_rope):
-        if isinstance(node, ast.If) and ast.unparse(node.test).endswith(" == 'yarn'"):
+        test = ast.unparse(node.test) if isinstance(node, ast.If) else ""  # == 'yarn', in ['deepseek_yarn', ...]
+        if test.startswith("scaling_type ") and f"'{kind}'" in test:
             for stmt in node.body:
                 keys = _filtered_keys(stmt)
                 if keys is not None:
                     return keys, stmt.lineno
-            raise UnreadableRope(f"{FACTORY_FILE}:{node.lineno}: the yarn branch has no filtered extra_kwargs")
-    raise UnreadableRope(f'{FACTORY_FILE}: get_rope has no `scaling_type == "yarn"` branch')
+            raise UnreadableRope(f"{FACTORY_FILE}:{node.lineno}: the {kind} branch has no filtered extra_kwargs")
+    raise UnreadableRope(f'{FACTORY_FILE}: get_rope has no branch for scaling type "{kind}"')
 
 
 def _filtered_keys(stmt: ast.stmt) -> tuple[str, ...] | None:
@@ -206,27 +191,25 @@ def _filtered_keys(stmt: ast.stmt) -> tuple[str, ...] | None:
     return tuple(keys) if isinstance(keys, tuple | list) and all(isinstance(k, str) for k in keys) else None
 
 
-def yarn_get_mscale(scale: float, mscale: float = 1.0) -> float:
-    """vLLM's (and transformers') `yarn_get_mscale`: 0.1 mscale ln(scale) + 1 (1 for scale <= 1)."""
-    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
-
-
 def _ratio(scope: Mapping[str, Any]) -> float:
     factor = scope["self.scaling_factor"]
-    return yarn_get_mscale(factor, scope["mscale"]) / yarn_get_mscale(factor, scope["mscale_all_dim"])
+    return yarn_get_mscale(factor, float(scope["mscale"])) / yarn_get_mscale(factor, float(scope["mscale_all_dim"]))
 
 
-RATIO = "float(yarn_get_mscale(self.scaling_factor, mscale) / yarn_get_mscale(self.scaling_factor, mscale_all_dim))"
-# Every right-hand side of `self.mscale = ...` vLLM has shipped (as ast.unparse writes it), with what it computes;
-# any other is refused. Up to 0.29 the last two; from 0.30 the first three, in an if/elif/else.
+RATIO = "yarn_get_mscale(self.scaling_factor, mscale) / yarn_get_mscale(self.scaling_factor, mscale_all_dim)"
+DEEPSEEK_RATIO = RATIO.replace(", mscale)", ", float(mscale))").replace(", mscale_all_dim)", ", float(mscale_all_dim))")
+# Every right-hand side of `self.mscale = ...` vLLM has shipped (as ast.unparse writes it), with what it computes. yarn:
+# up to 0.29 the 4th and 5th, from 0.30 the first three; deepseek_yarn: the last up to 0.29, the 6th from 0.30.
 _FORMULAS: dict[str, Callable[[Mapping[str, Any]], float]] = {
     "float(attention_factor)": lambda scope: float(scope["attention_factor"]),
-    RATIO: _ratio,
+    f"float({RATIO})": _ratio,
     "float(yarn_get_mscale(self.scaling_factor))": lambda scope: yarn_get_mscale(scope["self.scaling_factor"]),
     "float(yarn_get_mscale(self.scaling_factor) * attn_factor)": lambda scope: (
         yarn_get_mscale(scope["self.scaling_factor"]) * scope["attn_factor"]
     ),
     "float(attn_factor)": lambda scope: float(scope["attn_factor"]),
+    f"float({DEEPSEEK_RATIO})": _ratio,
+    f"float({DEEPSEEK_RATIO} * attn_factor)": lambda scope: _ratio(scope) * scope["attn_factor"],
 }
 
 
@@ -269,7 +252,7 @@ def _value(node: ast.expr, scope: Mapping[str, Any]) -> float:
         raise UnreadableRope(f"line {node.lineno}: cannot evaluate `{ast.unparse(node)}`")
     try:
         return formula(scope)
-    except (KeyError, TypeError) as missing:
+    except (KeyError, TypeError, ValueError) as missing:
         raise UnreadableRope(f"line {node.lineno}: no value for {missing}") from None
 
 

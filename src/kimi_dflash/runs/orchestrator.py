@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from kimi_dflash.bench.progress import format_duration
+from kimi_dflash.core.formatting import duration as format_duration
 from kimi_dflash.launch.serve_sh import ServerLeftRunning
 from kimi_dflash.runs.state import FAILED, KEPT, SKIPPED, RunState, S, Status, StepOutputs
 

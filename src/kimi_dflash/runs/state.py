@@ -14,10 +14,10 @@ from typing import Annotated, ClassVar, Literal, TypeVar
 
 from pydantic import AfterValidator, JsonValue, PrivateAttr, field_validator, model_validator
 
-from kimi_dflash.bench.report import utc_now
 from kimi_dflash.core.atomic_write import owner_name, refuse_foreign_link
 from kimi_dflash.core.dir_lock import directory_lock
 from kimi_dflash.core.errors import UserError
+from kimi_dflash.core.formatting import utc_now
 from kimi_dflash.core.user_files import MiB
 from kimi_dflash.documents import Document, Model
 

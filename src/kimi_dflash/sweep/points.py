@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from kimi_dflash.bench.report import write_atomic
 from kimi_dflash.bench.result import ServerConfig, load_result
 from kimi_dflash.config.schema import shown_values
 from kimi_dflash.core.errors import UserError
@@ -115,7 +114,7 @@ def _benchmark(plan: PointPlan, point: Point, env: dict[str, str], port: int, sa
     config, overrides = plan.config_as_given or plan.config.name, shown_values(dict(point.overrides))
     server_config = ServerConfig(config=config, overrides=overrides, values=_config_values(plan.config, env))
     path = state.result_path(plan.out, point)
-    write_atomic(path, dataclasses.replace(result, server_config=server_config))
+    dataclasses.replace(result, server_config=server_config).save(path)
     partial.unlink(missing_ok=True)
     return Outcome(DONE, f"{point.label}: benchmarked", StepOutputs(files=[path.name]))
 

@@ -16,8 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from kimi_dflash.bench.report import write_atomic
-from kimi_dflash.core.atomic_write import check_target
+from kimi_dflash.core.atomic_write import check_target, write_json_atomic
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.options import declare, http_url, option
 from kimi_dflash.validate import engine
@@ -163,7 +162,7 @@ def main(args: ValidateOptions) -> int:
     }
     try:
         if args.json:
-            write_atomic(args.json, document)
+            write_json_atomic(args.json, document)
     except OSError as error:
         print(f"error: cannot write --json {args.json}: {error.strerror or error}", file=sys.stderr)
         return EXIT_ERROR

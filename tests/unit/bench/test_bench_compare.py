@@ -9,8 +9,9 @@ import pytest
 
 from bench_helpers import run_benchmark, run_compare
 from kimi_dflash.bench import compare
-from kimi_dflash.bench.report import redact_argv, write_atomic
+from kimi_dflash.bench.report import redact_argv
 from kimi_dflash.bench.result import load_result
+from kimi_dflash.core.atomic_write import write_json_atomic
 from kimi_dflash.core.errors import UserError
 from synthetic_server import running
 
@@ -67,7 +68,7 @@ def test_partially_matching_levels_are_flagged(results: dict[str, Path], tmp_pat
     doc = json.loads(results["spec"].read_text())
     doc["results"] += json.loads(results["spec-other-levels"].read_text())["results"]
     merged = tmp_path / "spec-2-4-8.json"
-    write_atomic(merged, doc)
+    write_json_atomic(merged, doc)
     md = compare.render_markdown(compare.load_runs([results["baseline"], merged]))
     assert "Not compared (no matching concurrency)" in md and "[8]" in md
 
@@ -100,14 +101,15 @@ def test_files_written_by_the_benchmark_load_through_the_model(results: dict[str
     assert doc.to_json() == json.loads(results["spec"].read_text())
 
 
-def test_atomic_write_leaves_no_temp_files(tmp_path: Path) -> None:
-    write_atomic(tmp_path / "a.json", {"x": 1})
-    write_atomic(tmp_path / "a.json", {"x": 2})
-    assert [p.name for p in tmp_path.iterdir()] == ["a.json"]
-    assert json.loads((tmp_path / "a.json").read_text()) == {"x": 2}
+def test_a_result_is_saved_atomically_and_nan_is_refused(results: dict[str, Path], tmp_path: Path) -> None:
+    result, target = load_result(results["spec"]), tmp_path / "a.json"
+    result.save(target)
+    result.save(target)
+    assert [p.name for p in tmp_path.iterdir()] == ["a.json"] and load_result(target) == result
+    result.results[0].output_tok_s = float("nan")
     with pytest.raises(ValueError):
-        write_atomic(tmp_path / "a.json", {"x": float("nan")})  # NaN is not JSON: refused, file untouched
-    assert json.loads((tmp_path / "a.json").read_text()) == {"x": 2}
+        result.save(target)  # NaN is not JSON: refused, file untouched
+    assert load_result(target).results[0].output_tok_s == load_result(results["spec"]).results[0].output_tok_s
     assert [p.name for p in tmp_path.iterdir()] == ["a.json"]
 
 

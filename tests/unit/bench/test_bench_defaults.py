@@ -9,8 +9,8 @@ import pytest
 
 from bench_helpers import run_benchmark
 from kimi_dflash.bench import cli as bench_cli
-from kimi_dflash.bench.progress import progress_line
 from kimi_dflash.bench.records import RequestRecord
+from kimi_dflash.bench.report import progress_line
 from kimi_dflash.bench.result import load_result
 from kimi_dflash.bench.server_info import choose_model
 from kimi_dflash.bench.settings import DEFAULT_BASE_URL

@@ -78,13 +78,13 @@ def test_speedup_at_the_slo_uses_each_sides_highest_sustained_load() -> None:
     assert sorted(example.levels) == [2, 4]
     base = _with_goodput(example, {2: 0.95, 4: 0.5}, 10.0)  # sustains 2 sessions: 20 tok/s of goodput
     cand = _with_goodput(example, {2: 1.0, 4: 0.92}, 15.0)  # sustains 4 sessions: 60 tok/s
-    section = compare.slo_section("base", base, "cand", cand, threshold=0.9)
+    runs = [compare.Run(Path("b.json"), "base", base), compare.Run(Path("c.json"), "cand", cand)]
+    section = compare.slo_section(*runs, threshold=0.9)
     assert "| base | 2 | 95.0 % |" in section and "| cand | 4 | 92.0 % |" in section
     assert "**Speedup at the SLO: 3.00x**" in section
-    strict = compare.slo_section("base", base, "cand", cand, threshold=0.99)
+    strict = compare.slo_section(*runs, threshold=0.99)
     assert "none (no level reaches 99 %)" in strict and "Speedup at the SLO: —" in strict
     other = copy.deepcopy(cand)
     other.settings.slo = {"ttft_ms": 200.0}
-    assert "Not compared" in compare.slo_section("base", base, "cand", other)
-    runs = [compare.Run(Path("b.json"), "base", base), compare.Run(Path("c.json"), "cand", cand)]
+    assert "Not compared" in compare.slo_section(runs[0], compare.Run(Path("o.json"), "cand", other))
     assert "Speedup at the SLO: 3.00x" in compare.render_markdown(runs)

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from bench_helpers import EXAMPLE_RESULT
-from kimi_dflash.bench.report import write_atomic
 from kimi_dflash.bench.result import SCHEMA_VERSION, load_result, parse_result
+from kimi_dflash.core.atomic_write import write_json_atomic
 from kimi_dflash.core.errors import UserError
 
 
@@ -29,7 +29,7 @@ def test_shipped_example_is_a_real_run_the_model_reads_without_loss() -> None:
 
 
 def test_a_newer_version_is_refused_with_the_way_out(tmp_path: Path) -> None:
-    write_atomic(tmp_path / "future.json", dict(example(), schema_version=SCHEMA_VERSION + 1))
+    write_json_atomic(tmp_path / "future.json", dict(example(), schema_version=SCHEMA_VERSION + 1))
     with pytest.raises(UserError, match=rf"schema_version {SCHEMA_VERSION + 1} was written by a newer .*Upgrade"):
         load_result(tmp_path / "future.json")
     with pytest.raises(UserError, match="schema_version 0 is unknown"):

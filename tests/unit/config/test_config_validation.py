@@ -354,23 +354,26 @@ def test_drafter_architecture_config_matches_the_recipe() -> None:
     import json
     from importlib import resources
 
-    from kimi_dflash.config.rules import drafter_block_size
+    from kimi_dflash.checkpoint import read_checkpoint
 
     config = json.loads(resources.files("kimi_dflash").joinpath("data/checkpoints/kimi-k2.5-dflash.json").read_text())
     assert config["architectures"] == ["DFlashDraftModel"] and config["model_type"] == "qwen3"
     assert (config["num_hidden_layers"], config["hidden_size"]) == (6, 7168)
     assert config["dflash_config"] == {"mask_token_id": 163838, "target_layer_ids": [1, 12, 24, 35, 47, 58]}
-    assert drafter_block_size(CONFIGS_DIR) is None  # no config.json there: the reader needs the real file name
-    assert config["block_size"] == 8
+    assert read_checkpoint(CONFIGS_DIR, None, "drafter") == (None, None)  # the reader needs the real file name
+    shipped, _ = read_checkpoint(CONFIGS_DIR, "z-lab/Kimi-K2.5-DFlash", "drafter")
+    assert config["block_size"] == 8 and shipped is not None and shipped.block_size == 8
 
 
 def test_a_checkpoint_config_that_is_not_an_object_reads_as_unknown(tmp_path: Path) -> None:
-    from kimi_dflash.config.rules import drafter_block_size, model_dir_is_mla
+    from kimi_dflash.checkpoint import read_checkpoint
 
     (tmp_path / "config.json").write_text('[{"block_size": 8, "kv_lora_rank": 512}]')
-    assert drafter_block_size(tmp_path) is None and not model_dir_is_mla(tmp_path)
+    facts, problem = read_checkpoint(tmp_path, None, "target")
+    assert facts is None and "is not a JSON object" in str(problem)
     (tmp_path / "config.json").write_text('{"block_size": 8, "dflash_config": [1], "kv_lora_rank": 512}')
-    assert drafter_block_size(tmp_path) == 8 and model_dir_is_mla(tmp_path)
+    facts, problem = read_checkpoint(tmp_path, None, "target")
+    assert problem is None and facts is not None and facts.block_size == 8 and facts.mla
 
 
 # ------------------------------------------------------------------ through serve.sh
@@ -383,3 +386,27 @@ def test_serve_rejects_bad_config_with_exit_2_and_no_traceback(tmp_path: Path) -
     assert "Traceback" not in result.stderr
     assert "BLOCK_SIZE=20" in result.stderr and "did you mean MAX_NUM_SEQS" in result.stderr
     assert result.stdout == ""
+
+
+# ------------------------------------------------------------------ the drafter RoPE amplitude (issue 33)
+
+
+def test_the_drafter_rope_amplitude_is_legacy_engine_or_a_number(tmp_path: Path) -> None:
+    assert load_config(write(tmp_path, BASE), environ={}).typed.drafter_rope_choice == "legacy"  # the default
+    for value, choice in (("engine", "engine"), ("1.25", 1.25), ("legacy", "legacy")):
+        config = load_config(write(tmp_path, BASE + f"DRAFTER_ROPE_AMPLITUDE={value}\n"), environ={})
+        assert config.typed.drafter_rope_choice == choice and config.warnings == ()
+    for bad in ("trained", "0", "-1", "nan", "11"):
+        [problem] = problems_of(tmp_path, BASE + f"DRAFTER_ROPE_AMPLITUDE={bad}\n")
+        assert problem.key == "DRAFTER_ROPE_AMPLITUDE" and "not legacy, engine or an amplitude" in problem.message
+
+
+def test_drafter_rope_fix_still_reads_with_a_warning_naming_its_replacement(tmp_path: Path) -> None:
+    for old, choice in (("true", "legacy"), ("false", "engine")):
+        config = load_config(write(tmp_path, BASE + f"DRAFTER_ROPE_FIX={old}\n"), environ={})
+        [warning] = config.warnings
+        assert config.typed.drafter_rope_choice == choice and warning.key == "DRAFTER_ROPE_FIX"
+        assert "deprecated: DRAFTER_ROPE_AMPLITUDE replaces it" in warning.message
+        assert warning.fix == f"write DRAFTER_ROPE_AMPLITUDE={choice} instead"
+    [both] = problems_of(tmp_path, BASE + "DRAFTER_ROPE_FIX=true\nDRAFTER_ROPE_AMPLITUDE=engine\n")
+    assert both.key == "DRAFTER_ROPE_FIX" and "set together with DRAFTER_ROPE_AMPLITUDE" in both.message

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from kimi_dflash.checkpoint import read_checkpoint
 from kimi_dflash.config.validate import load_config
 from kimi_dflash.core.atomic_write import write_json_atomic
 from kimi_dflash.kvscale.checks import check_kv_scale_config
@@ -32,6 +33,13 @@ def model_dir(tmp_path: Path, name: str = "Kimi-K2.6", wrap_text_config: bool = 
     return directory
 
 
+def fingerprint(directory: Path) -> dict:
+    """The target's architecture facts, as serve passes them (kimi_dflash/checkpoint.py reads config.json)."""
+    facts, _ = read_checkpoint(directory, None, "target")
+    assert facts is not None and facts.fingerprint is not None
+    return facts.fingerprint
+
+
 def scales_file(tmp_path: Path, model: str = "moonshotai/Kimi-K2.6", layers: int = 2) -> Path:
     path = tmp_path / "kv_scales.json"
     write_json_atomic(
@@ -56,7 +64,10 @@ def levels(findings) -> list[str]:
 
 def test_calibrated_file_for_the_served_model_passes(tmp_path: Path) -> None:
     env = {"KIMI_DFLASH_KV_SCALE_MODE": "calibrated", "KIMI_DFLASH_KV_SCALES_FILE": str(scales_file(tmp_path))}
-    findings = check_kv_scale_config(env, model=str(model_dir(tmp_path)), kv_cache_dtype="fp8")
+    directory = model_dir(tmp_path)
+    findings = check_kv_scale_config(
+        env, model=str(directory), kv_cache_dtype="fp8", fingerprint=fingerprint(directory)
+    )
     assert levels(findings) == ["pass"] and "2 layers" in findings[0].message
 
 
@@ -65,7 +76,10 @@ def test_calibrated_file_for_another_model_fails(tmp_path: Path) -> None:
         "KIMI_DFLASH_KV_SCALE_MODE": "calibrated",
         "KIMI_DFLASH_KV_SCALES_FILE": str(scales_file(tmp_path, model="moonshotai/Kimi-K2.5")),
     }
-    findings = check_kv_scale_config(env, model=str(model_dir(tmp_path)), kv_cache_dtype="fp8")
+    directory = model_dir(tmp_path)
+    findings = check_kv_scale_config(
+        env, model=str(directory), kv_cache_dtype="fp8", fingerprint=fingerprint(directory)
+    )
     assert levels(findings) == ["fail"] and "Kimi-K2.5" in findings[0].message
     # no local config.json (a hub id): the model name alone decides
     findings = check_kv_scale_config(env, model="moonshotai/Kimi-K2.6", kv_cache_dtype="fp8")
@@ -77,7 +91,10 @@ def test_layer_count_mismatch_fails(tmp_path: Path) -> None:
         "KIMI_DFLASH_KV_SCALE_MODE": "calibrated",
         "KIMI_DFLASH_KV_SCALES_FILE": str(scales_file(tmp_path, layers=1)),
     }
-    findings = check_kv_scale_config(env, model=str(model_dir(tmp_path, wrap_text_config=False)), kv_cache_dtype="fp8")
+    directory = model_dir(tmp_path, wrap_text_config=False)
+    findings = check_kv_scale_config(
+        env, model=str(directory), kv_cache_dtype="fp8", fingerprint=fingerprint(directory)
+    )
     assert levels(findings) == ["fail"] and "1 layers" in findings[0].message
 
 

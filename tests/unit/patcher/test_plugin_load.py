@@ -13,11 +13,11 @@ import sys
 
 import pytest
 
+from kimi_dflash.checkpoint import read_checkpoint
 from kimi_dflash.preflight.request import PreflightRequest
 from kimi_dflash.preflight.runtime_child import PLUGIN_GROUP
 from kimi_dflash.preflight.runtime_probe import PluginEntry, RuntimeReport
 from kimi_dflash.preflight.vllm_check import check_plugin
-from kimi_dflash.rules.checkpoint import read_checkpoint_facts
 from kimi_dflash.rules.deployment import Deployment
 from repo_paths import REPO_ROOT
 
@@ -115,4 +115,4 @@ def test_shipped_facts_are_not_used_for_the_fabricated_demo() -> None:
     config = load_config(CONFIGS_DIR / "demo-cpu.env", environ={})
     planned = deployment(config, build_plan(config, "python", "/cache"))
     assert planned.target is None or not planned.target.shipped
-    assert read_checkpoint_facts(None, None, "target") is None
+    assert read_checkpoint(None, None, "target") == (None, None)

@@ -415,7 +415,10 @@ def test_missing_or_broken_config_json_fails(tmp_path):
     make_checkpoint(tmp_path, shards=1)
     (tmp_path / "config.json").write_text("{not json")
     result = check_model_dir(tmp_path, "model", "moonshotai/Kimi-K2.6")
-    assert result.status == "fail" and "config.json is not valid JSON" in result.detail
+    # the checkpoint facts' reading (kimi_dflash/checkpoint.py, the guarded reader's message)
+    assert result.status == "fail" and result.detail.startswith(
+        f"model config.json {tmp_path / 'config.json'}: not valid JSON"
+    )
     (tmp_path / "config.json").unlink()
     assert "config.json missing" in check_model_dir(tmp_path, "model").detail
 

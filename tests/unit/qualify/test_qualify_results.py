@@ -79,7 +79,6 @@ def _grid(out: Path) -> None:
     """The demo's k=0 and k=4 results, given the fields a qualify grid benchmark now writes (values chosen here)."""
     from dataclasses import replace
 
-    from kimi_dflash.bench.report import write_atomic
     from kimi_dflash.bench.result import Goodput, RepeatResult, load_result
     from kimi_dflash.bench.spec_summary import spec_per_request
 
@@ -102,7 +101,7 @@ def _grid(out: Path) -> None:
                 spec = replace(spec, accepted_tokens=table.total.accepted_tokens)
             levels.append(replace(level, repeat_results=repeats, goodput=goodput, reply_hashes=hashes,
                                   spec_per_request=table, spec_decode=spec))  # fmt: skip
-        write_atomic(out / "grid" / f"NUM_SPECULATIVE_TOKENS-{k}.json", replace(result, results=levels))
+        replace(result, results=levels).save(out / "grid" / f"NUM_SPECULATIVE_TOKENS-{k}.json")
 
 
 def _context(out: Path):  # type: ignore[no-untyped-def]

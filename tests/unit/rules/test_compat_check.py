@@ -9,44 +9,10 @@ from pathlib import Path
 import pytest
 
 from compat_fixtures import INSTALLED, INT4_KIMI, checkpoint, cpu_command, needs_vllm
-from kimi_dflash.rules.checkpoint import facts_from_config, read_checkpoint_facts
 from kimi_dflash.rules.deployment import Deployment, parse_serve_command
 from kimi_dflash.rules.engine import judge
 from kimi_dflash.rules.source import VllmSource, VllmSourceError
 from serve_helpers import run_serve, write
-
-
-def test_facts_read_the_quantisation_nested_under_text_config(tmp_path: Path) -> None:
-    facts = read_checkpoint_facts(checkpoint(tmp_path, INT4_KIMI), None, "target")
-    assert facts is not None and not facts.shipped
-    assert facts.architectures == ("KimiK25ForConditionalGeneration",) and facts.mla
-    assert facts.wna16_experts is not None and (facts.wna16_experts.num_bits, facts.wna16_experts.group_size) == (4, 32)
-    assert facts.wna16_experts.pack_format == "pack-quantized"
-
-
-def test_a_top_level_quantization_config_wins_like_in_vllm() -> None:
-    config = {**INT4_KIMI, "quantization_config": {"quant_method": "fp8"}}
-    assert facts_from_config(config, "x", "target", shipped=False).wna16_experts is None
-
-
-def test_missing_model_dir_uses_the_shipped_kimi_facts_and_says_so(tmp_path: Path) -> None:
-    facts = read_checkpoint_facts(tmp_path / "not-downloaded", "moonshotai/Kimi-K2.6", "target")
-    assert facts is not None and facts.shipped
-    assert facts.mla and facts.routed_experts == 384 and facts.wna16_experts is not None
-    assert "shipped facts" in facts.where() and "does not exist" in facts.where()
-    assert read_checkpoint_facts(tmp_path / "nowhere", "someone/other-model", "target") is None
-
-
-def test_drafter_sliding_window_follows_layer_types_first() -> None:
-    def facts(extra: dict) -> bool:
-        return facts_from_config(
-            {"architectures": ["DFlashDraftModel"], **extra}, "x", "drafter", shipped=False
-        ).sliding_window
-
-    assert facts({"layer_types": ["full_attention", "sliding_attention"]})
-    assert not facts({"layer_types": ["full_attention"], "sliding_window": 4096})
-    assert not facts({"sliding_window": 4096, "use_sliding_window": False})
-    assert facts({"sliding_window": 4096})
 
 
 def test_a_repeated_option_takes_the_last_value_like_argparse() -> None:
@@ -126,13 +92,14 @@ def test_a_directory_that_is_not_vllm_is_a_clear_error(tmp_path: Path) -> None:
 
 @needs_vllm
 def test_check_vllm_names_the_drafter_amplitude_and_the_fix_on_production() -> None:
-    """Issue 28: the installed build (0.32.0) gives z-lab's drafter 1.0, trained with 1.4159; the launcher's overlay
-    is the fix, on by default, and the verdict names it."""
+    """Issues 28, 33: the installed build (0.32.0) gives z-lab's drafter 1.0, the published acceptance was measured
+    with 1.4159; DRAFTER_ROPE_AMPLITUDE chooses (legacy by default, through the launcher's overlay), and the verdict
+    names it."""
     from repo_paths import CONFIGS_DIR
 
     result = run_serve(str(CONFIGS_DIR / "production.env"), "--check-vllm", str(INSTALLED), "--no-dry-engine")
     assert result.returncode == 0, result.stdout + result.stderr
     [line] = [x for x in result.stdout.splitlines() if "drafter rope amplitude" in x]
-    assert "[PASS]" in line and "RoPE amplitude 1.0 (" in line and "vs trained 1.4159" in line
-    assert "fix applied" in line and "DRAFTER_ROPE_FIX=0 turns it off" in line
+    assert "[PASS]" in line and "RoPE amplitude 1.0 (" in line and "measured with 1.4159" in line
+    assert "DRAFTER_ROPE_AMPLITUDE=legacy: the launcher's overlay" in line and "(engine: 1.0;" in line
     assert "relying on launcher: drafter RoPE overlay" in result.stdout

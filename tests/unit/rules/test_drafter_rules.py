@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from kimi_dflash.checkpoint import read_facts
 from kimi_dflash.config.validate import load_config
 from kimi_dflash.plan import build_plan
 from kimi_dflash.preflight.runtime_child import vllm_package_dir
@@ -36,7 +37,9 @@ def source() -> VllmSource:
 
 def deployment(config: str, **overrides: str) -> Deployment:
     loaded = load_config(CONFIGS_DIR / config, environ=overrides)
-    return Deployment.for_plan(loaded, build_plan(loaded, python_executable="python", cache_dir="/cache"))
+    facts = read_facts(loaded.typed)
+    plan = build_plan(loaded, python_executable="python", cache_dir="/cache", facts=facts)
+    return Deployment.for_plan(loaded, plan, facts=facts)
 
 
 def findings(source: VllmSource, rule: str, config: str = "production.env", **overrides: str) -> list:
@@ -55,50 +58,63 @@ def test_no_drafter_rule_fails_or_warns_on_a_shipped_config(source: VllmSource, 
     assert [f.detail for f in verdict.findings if f.status != "pass"] == []
 
 
-# ------------------------------------------------------------------ drafter rope amplitude (issue 28.1)
+# ------------------------------------------------------------------ drafter rope amplitude (issues 28.1, 33.1)
 
 
-def test_a_current_vllm_names_both_amplitudes_and_the_applied_fix(source: VllmSource) -> None:
+def test_a_current_vllm_names_both_amplitudes_and_the_key_that_chooses(source: VllmSource) -> None:
     [finding] = findings(source, "drafter rope amplitude")
     assert finding.status == "pass" and finding.relies == (ROPE_OVERLAY,)
-    assert "RoPE amplitude 1.0 (rotary_embedding/yarn_scaling_rope.py:41) vs trained 1.4159" in finding.detail
-    assert "fix applied" in finding.detail and "attention_factor = 1.4158883" in finding.detail
-    assert "DRAFTER_ROPE_FIX=0" in finding.detail
+    assert "RoPE amplitude 1.0 (rotary_embedding/yarn_scaling_rope.py:41)" in finding.detail
+    assert "the published acceptance was measured with 1.4159" in finding.detail
+    assert "DRAFTER_ROPE_AMPLITUDE=legacy" in finding.detail and "attention_factor = 1.4158883" in finding.detail
+    assert "trained" not in finding.detail
 
 
-def test_with_the_fix_off_it_warns_with_the_fix(source: VllmSource) -> None:
-    [finding] = findings(source, "drafter rope amplitude", DRAFTER_ROPE_FIX="0")
-    assert finding.status == "warn" and "1.0" in finding.detail and "vs trained 1.4159" in finding.detail
-    assert "DRAFTER_ROPE_FIX=1" in finding.fix and finding.relies == ()
+def test_engine_passes_without_the_overlay_and_still_names_legacy(source: VllmSource) -> None:
+    [finding] = findings(source, "drafter rope amplitude", DRAFTER_ROPE_AMPLITUDE="engine")
+    assert finding.status == "pass" and finding.relies == () and "measured with 1.4159" in finding.detail
+    [alias] = findings(source, "drafter rope amplitude", DRAFTER_ROPE_FIX="0")  # the deprecated spelling
+    assert alias.detail == finding.detail
 
 
-def test_a_release_that_gives_the_trained_amplitude_needs_nothing(source: VllmSource, tmp_path: Path) -> None:
+def test_a_bare_command_line_warns_and_names_the_key(source: VllmSource) -> None:
+    loaded = load_config(CONFIGS_DIR / "production.env", environ={})
+    plan = build_plan(loaded, python_executable="python", cache_dir="/cache")
+    bare = Deployment.from_command("rocm", plan.argv, plan.env, drafter=(None, "z-lab/Kimi-K2.5-DFlash"))
+    [finding] = engine.judge(bare, source, [engine.rule("drafter rope amplitude")]).findings
+    assert finding.status == "warn" and "a bare command line serves 1.0" in finding.detail
+    assert "DRAFTER_ROPE_AMPLITUDE" in str(finding.fix)
+
+
+def test_a_release_that_gives_the_legacy_amplitude_needs_nothing(source: VllmSource, tmp_path: Path) -> None:
     """The shape of 0.20-0.29: get_rope does not pass the mscale keys on, so the amplitude stays 1.4159."""
     older = rope_factory_before_0_30(source, tmp_path)
     [finding] = engine.judge(deployment("production.env"), older, [engine.rule("drafter rope amplitude")]).findings
-    assert finding.status == "pass" and "1.4159" in finding.detail and "nothing needed" in finding.detail
+    assert finding.status == "pass" and "1.4159" in finding.detail and "serves it as it is" in finding.detail
     assert finding.relies == ()
 
 
-def test_the_served_overlay_is_judged_as_trained(source: VllmSource, tmp_path: Path) -> None:
-    overlay = drafter_dir(tmp_path, rope_scaling={**ZLAB["rope_scaling"], "attention_factor": 1.4158883})
-    [finding] = findings(source, "drafter rope amplitude", DRAFT_MODEL_DIR=overlay)
-    assert finding.status == "pass" and "as trained" in finding.detail
-
-
-def test_a_drafter_trained_with_1_0_states_it_and_older_releases_ignore_it(source: VllmSource, tmp_path: Path) -> None:
+def test_a_drafter_that_states_its_amplitude_is_judged_as_it_says(source: VllmSource, tmp_path: Path) -> None:
     """train-drafter.sh exports attention_factor 1.0 (SpecForge trains with transformers 5's amplitude)."""
     ours = drafter_dir(tmp_path, rope_scaling={**ZLAB["rope_scaling"], "attention_factor": 1.0})
     [current] = findings(source, "drafter rope amplitude", DRAFT_MODEL_DIR=ours)
-    assert current.status == "pass" and "as trained (1.0)" in current.detail
+    assert current.status == "pass" and "its config.json states rope_scaling.attention_factor = 1.0" in current.detail
     older = rope_factory_before_0_30(source, tmp_path)
     plan = deployment("production.env", DRAFT_MODEL_DIR=ours)
     [ignored] = engine.judge(plan, older, [engine.rule("drafter rope amplitude")]).findings
-    assert ignored.status == "warn" and "1.4159" in ignored.detail and "ignores attention_factor" in ignored.detail
+    assert ignored.status == "warn" and "1.4159" in ignored.detail and "ignores" in ignored.detail
+
+
+def test_a_deepseek_yarn_drafter_is_judged_right_and_left_alone(source: VllmSource, tmp_path: Path) -> None:
+    rope = {**ZLAB["rope_scaling"], "rope_type": "deepseek_yarn", "rope_theta": 50000.0}
+    k26 = drafter_dir(tmp_path, rope_scaling=None, rope_parameters=rope)
+    [finding] = findings(source, "drafter rope amplitude", DRAFT_MODEL_DIR=k26)
+    assert finding.status == "pass" and finding.relies == ()
+    assert "RoPE amplitude 1.0 (rotary_embedding/deepseek_scaling_rope.py:52)" in finding.detail
 
 
 def test_other_rope_fields_are_not_judged(source: VllmSource, tmp_path: Path) -> None:
-    other = drafter_dir(tmp_path, rope_scaling={**ZLAB["rope_scaling"], "factor": 8.0})
+    other = drafter_dir(tmp_path, rope_scaling={"rope_type": "linear", "factor": 8.0})
     assert not findings(source, "drafter rope amplitude", DRAFT_MODEL_DIR=other)
 
 

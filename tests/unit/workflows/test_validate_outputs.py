@@ -68,7 +68,7 @@ def test_a_json_write_that_fails_at_the_end_is_one_line(
         raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
 
     monkeypatch.setattr(validate_cli, "_collect", collected)
-    monkeypatch.setattr(validate_cli, "write_atomic", read_only)
+    monkeypatch.setattr(validate_cli, "write_json_atomic", read_only)
     assert _validate("--json", str(tmp_path / "out.json")) == 3
     err = capsys.readouterr().err
     assert f"error: cannot write --json {tmp_path / 'out.json'}: {os.strerror(errno.EROFS)}" in err

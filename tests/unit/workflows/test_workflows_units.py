@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from kimi_dflash.advisor.model import Measured, acceptance_per_position, predict, recommend, tau
-from kimi_dflash.bench.report import write_atomic
 from kimi_dflash.bench.result import ServerConfig, parse_result
+from kimi_dflash.core.atomic_write import write_json_atomic
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.sweep import aggregate, state
 from kimi_dflash.sweep.grid import Point, parse_axis, points
@@ -77,11 +77,11 @@ def _result(k: int, sessions: int, tok_s: float, per_user: float, status: str = 
 def test_a_point_is_finished_only_when_its_result_is_complete(tmp_path: Path) -> None:
     point = Point((("NUM_SPECULATIVE_TOKENS", "2"),))
     assert state.finished_result(tmp_path, point) is None
-    write_atomic(state.result_path(tmp_path, point), _result(2, 2, 100.0, 50.0, status="interrupted"))
+    write_json_atomic(state.result_path(tmp_path, point), _result(2, 2, 100.0, 50.0, status="interrupted"))
     assert state.finished_result(tmp_path, point) is None
     state.result_path(tmp_path, point).write_text('{"schema": "kimi-dflash/benchmark-result", "sche', "utf-8")
     assert state.finished_result(tmp_path, point) is None  # a torn file is redone, not trusted
-    write_atomic(state.result_path(tmp_path, point), _result(2, 2, 100.0, 50.0))
+    write_json_atomic(state.result_path(tmp_path, point), _result(2, 2, 100.0, 50.0))
     assert state.finished_result(tmp_path, point) is not None
     assert state.finished_result(tmp_path, Point((("NUM_SPECULATIVE_TOKENS", "4"),))) is None
 

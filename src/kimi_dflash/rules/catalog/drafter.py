@@ -6,14 +6,14 @@ from kimi_dflash.plan import SLIDING_DRAFTER_BACKEND  # what the plan gives a sl
 from kimi_dflash.rules.deployment import Deployment
 from kimi_dflash.rules.model import Fact, Finding, Rule, failed, label, passed, warned
 from kimi_dflash.rules.rope_amplitude import (
-    ROPE_FIX_KEY,
-    SAME_AMPLITUDE,
-    DrafterRope,
-    ReleaseAmplitude,
+    CHOICE_KEY,
+    ENGINE,
+    LEGACY,
+    RopeDecision,
     UnreadableRope,
-    drafter_rope,
-    release_amplitude,
-    trained_amplitude,
+    concerned,
+    decide,
+    same_amplitude,
 )
 from kimi_dflash.rules.source import VllmSource
 
@@ -47,65 +47,35 @@ def _check_quantized_drafter(deployment: Deployment, source: VllmSource) -> list
     ]
 
 
-def _rope_verdict(deployment: Deployment, source: VllmSource) -> tuple[DrafterRope, ReleaseAmplitude, float] | None:
-    """The drafter's YaRN fields, the amplitude this release gives them and the one they were trained with; None
-    for a drafter that is not a z-lab Kimi DFlash drafter (UnreadableRope when the source cannot be evaluated)."""
+def _rope(deployment: Deployment, source: VllmSource) -> RopeDecision | None:
+    """The drafter RoPE decision (rules/rope_amplitude.py) for a DFlash drafter whose rope it understands."""
     drafter = deployment.drafter
-    rope = None if drafter is None or not deployment.dflash else drafter_rope(drafter.config)
-    trained = None if rope is None else trained_amplitude(rope)
-    if rope is None or trained is None:
-        return None
-    return rope, release_amplitude(source, rope), trained
+    useful = deployment.dflash and drafter is not None and concerned(drafter)
+    return decide(drafter, source, deployment.drafter_rope_amplitude) if useful and drafter else None
 
 
 def _check_rope_amplitude(deployment: Deployment, source: VllmSource) -> list[Finding]:
     try:
-        found = _rope_verdict(deployment, source)
+        decision = _rope(deployment, source)
     except UnreadableRope as error:
         return [warned(f"cannot read {label(source)}'s YaRN amplitude: {error}", "confirm acceptance by position")]
-    if found is None:
-        return []
-    rope, release, trained = found
-    gets = f"the drafter gets RoPE amplitude {round(release.amplitude, 4)} ({release.where})"
-    stated = rope.attention_factor is not None
-    if abs(release.amplitude - trained) < SAME_AMPLITUDE:
-        states = f"; its config.json states attention_factor {rope.attention_factor:.7f}" if stated else ""
-        return [passed(f"{gets}, as trained ({round(trained, 4)}){states}: nothing needed")]
-    if stated:  # a release before 0.30 ignores the field (get_rope does not pass it on)
-        return [
-            warned(
-                f"{gets} vs the attention_factor {round(trained, 4)} its config.json states: {label(source)} "
-                f"ignores attention_factor ({release.factory_where})",
-                "vLLM >= 0.30.0, which honours attention_factor",
-            )
-        ]
-    differs = f"{gets} vs trained {round(trained, 4)}: {label(source)} honours mscale = mscale_all_dim = 1.0"
-    overlay = (
-        f"the launcher's overlay serves the drafter with {rope.field}.attention_factor = {trained:.7f} "
-        f"(docs/patches.md; {ROPE_FIX_KEY}=0 turns it off)"
-    )
-    if deployment.drafter_rope_fix:
-        return [passed(f"{differs}; fix applied: {overlay}", relies=(ROPE_OVERLAY,))]
-    state = f"{ROPE_FIX_KEY}=0" if deployment.drafter_rope_fix is False else "a bare command line, no launcher"
-    return [
-        warned(
-            f"{differs}; not restored ({state}): acceptance drops with no message (the output stays the target's)",
-            f"{ROPE_FIX_KEY}=1 (the default): {overlay}",
-        )
-    ]
+    if decision is None or decision.fix:
+        return [] if decision is None else [warned(decision.message, decision.fix)]
+    relies = (ROPE_OVERLAY,) if decision.overlay or (deployment.drafter and deployment.drafter.overlay) else ()
+    return [passed(decision.message, relies=relies)]
 
 
 def _amplitude_cell(source: VllmSource, deployment: Deployment) -> str:
     try:
-        found = _rope_verdict(deployment, source)
+        decision = _rope(deployment, source)
     except UnreadableRope:
         return "unreadable"
-    if found is None:
+    if decision is None:
         return "-"
-    _rope, release, trained = found
-    if abs(release.amplitude - trained) < SAME_AMPLITUDE:
-        return f"{round(release.amplitude, 4)} as trained (`{release.where}`)"
-    return f"{round(release.amplitude, 4)} vs trained {round(trained, 4)} (`{release.where}`); fix: launcher overlay"
+    release, where = round(decision.release.amplitude, 4), f"(`{decision.release.where}`)"
+    if same_amplitude(decision.release.amplitude, decision.legacy):
+        return f"{release}, as {LEGACY} {where}"
+    return f"{release} vs {LEGACY} {round(decision.legacy, 4)} {where}; {LEGACY}: launcher overlay"
 
 
 def _check_sliding_window_drafter(deployment: Deployment, source: VllmSource) -> list[Finding]:
@@ -140,13 +110,13 @@ RULES = (
     ),
     Rule(
         "drafter rope amplitude",
-        "the drafter gets the YaRN RoPE amplitude it was trained with",
-        "z-lab's Kimi DFlash drafters (rope_scaling yarn, factor 64, mscale = mscale_all_dim = 1.0) were trained "
-        "with amplitude 0.1 ln 64 + 1 = 1.4159, what vLLM gave up to 0.29; from 0.30 it gives 1.0 and acceptance "
-        "drops with no message.",
-        "get_rope's yarn branch (rotary_embedding/__init__.py) and YaRNScalingRotaryEmbedding.__init__ "
-        "(yarn_scaling_rope.py), evaluated for the drafter's config.json rope fields (rules/rope_amplitude.py)",
-        "DRAFTER_ROPE_FIX=1 (default): the launcher's overlay adds rope_scaling.attention_factor = 1.4159",
+        "the drafter is served with the RoPE amplitude DRAFTER_ROPE_AMPLITUDE names",
+        "z-lab's Kimi DFlash drafters (yarn, factor 64, mscale = mscale_all_dim = 1.0) get 1.4159 from vLLM <= 0.29 "
+        "(every published acceptance was measured with it) and 1.0 from 0.30 (transformers' value). Which serves "
+        "best is measured, not known: the key names it.",
+        "get_rope's branch for the rope type and the embedding's __init__ (yarn, deepseek_yarn), evaluated for the "
+        "drafter's rope fields (rules/rope_amplitude.py)",
+        f"{CHOICE_KEY}={LEGACY} (default) or {ENGINE}: the launcher's overlay sets attention_factor where they differ",
         _check_rope_amplitude,
         silent_at_startup="the amplitude scales the cos/sin cache; the drafter builds and runs, it only guesses worse",
         upstream=("vllm-ascend _normalize_kimi_dflash_rope", "issue 28"),
