@@ -16,6 +16,7 @@ from typing import Any
 from kimi_dflash.core.atomic_write import write_json_atomic, write_text_atomic
 from kimi_dflash.core.formatting import duration
 from kimi_dflash.drafter_training.prompts import Prompt
+from kimi_dflash.validate.client import ServerError, request_json
 
 PART_PATTERN = re.compile(r"^part-(\d{5})\.jsonl$")
 FAILED_FILE = "failed.jsonl"
@@ -58,12 +59,6 @@ class RegenSummary:
         return {"total": self.total, "done": self.done, **asdict(self)}
 
 
-class RequestFailure(Exception):
-    def __init__(self, reason: str, retryable: bool) -> None:
-        super().__init__(reason)
-        self.retryable = retryable
-
-
 def part_files(out_dir: Path) -> list[Path]:
     return sorted(p for p in Path(out_dir).glob("part-*.jsonl") if PART_PATTERN.match(p.name))
 
@@ -88,16 +83,16 @@ def request_body(prompt: Prompt, settings: RegenSettings) -> dict[str, Any]:
 
 def record_from_response(prompt: Prompt, response: Mapping[str, Any]) -> dict[str, Any]:
     """The regen record: the conversation with the target's reply, plus its exact token ids when the server sent
-    them. Raises RequestFailure on a response without a reply."""
-    choices = response.get("choices") or []
+    them. Raises ServerError (a retryable one) on a response without a reply."""
+    choices = response.get("choices") if isinstance(response, Mapping) else None
     if not choices or not isinstance(choices[0], Mapping):
-        raise RequestFailure("response without choices", retryable=True)
+        raise ServerError("response without choices")
     choice = choices[0]
     message = choice.get("message") or {}
     content = message.get("content")
     reasoning = message.get("reasoning_content") or message.get("reasoning")
     if content is None and not reasoning:
-        raise RequestFailure("response without content", retryable=True)
+        raise ServerError("response without content")
     reply: dict[str, Any] = {"role": "assistant", "content": content or ""}
     if reasoning:
         reply["reasoning_content"] = reasoning
@@ -137,39 +132,16 @@ class ChunkWriter:
         self.pending = []
 
 
-async def _post(session: Any, url: str, body: Mapping[str, Any], headers: Mapping[str, str]) -> dict[str, Any]:
-    import aiohttp
-
-    try:
-        async with session.post(url, json=body, headers=headers) as reply:
-            text = await reply.text()
-            if reply.status != 200:
-                retryable = reply.status in RETRYABLE_STATUS
-                raise RequestFailure(f"HTTP {reply.status}: {text.strip()[:300]}", retryable)
-    except (aiohttp.ClientError, asyncio.TimeoutError) as error:
-        raise RequestFailure(f"{type(error).__name__}: {error}".rstrip(": "), retryable=True) from None
-    try:
-        document = json.loads(text)
-    except ValueError:
-        raise RequestFailure(f"response is not JSON: {text[:200]!r}", retryable=True) from None
-    if not isinstance(document, dict):
-        raise RequestFailure("response is not a JSON object", retryable=True)
-    return document
-
-
-async def _regenerate_one(
-    session: Any, prompt: Prompt, settings: RegenSettings, summary: RegenSummary
-) -> dict[str, Any]:
+async def _regenerate_one(session: Any, prompt: Prompt, settings: RegenSettings, summary: RegenSummary) -> dict:
     url = settings.base_url.rstrip("/") + "/v1/chat/completions"
-    headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
-    body = request_body(prompt, settings)
     attempt = 0
     while True:
         try:
-            return record_from_response(prompt, await _post(session, url, body, headers))
-        except RequestFailure as failure:
-            if not failure.retryable or attempt >= settings.retries:
-                raise RequestFailure(f"{failure} (after {attempt + 1} attempt(s))", failure.retryable) from None
+            reply = await request_json(session, url, settings.api_key, request_body(prompt, settings))
+            return record_from_response(prompt, reply)
+        except ServerError as failure:
+            if attempt >= settings.retries or failure.status not in (None, *RETRYABLE_STATUS):
+                raise ServerError(f"{failure} (after {attempt + 1} attempt(s))", failure.status) from None
             summary.retried_attempts += 1
             await asyncio.sleep(settings.backoff_s * (2**attempt))
             attempt += 1
@@ -221,7 +193,7 @@ async def regenerate(
                 return
             try:
                 record = await _regenerate_one(session, prompt, settings, summary)
-            except RequestFailure as failure:
+            except ServerError as failure:
                 summary.failed += 1
                 failures.append({"id": prompt.id, "reason": str(failure)})
             else:
