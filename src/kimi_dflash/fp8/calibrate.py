@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from kimi_dflash.core import envvars, options
 from kimi_dflash.core.atomic_write import write_json_atomic
@@ -29,8 +29,7 @@ class CalibrationError(RuntimeError):
     """Calibration could not finish; the message says what to fix."""
 
 
-@dataclass(frozen=True)
-class RunTotals:
+class RunTotals(NamedTuple):
     requests: int
     prompt_tokens: int
     completion_tokens: int
@@ -98,15 +97,7 @@ def _server_runner(args: CalibrateOptions) -> Callable[[Sequence[str]], RunTotal
 
 
 def calibrate(
-    run: Callable[[Sequence[str]], RunTotals],
-    prompts: Sequence[str],
-    observe_dir: Path,
-    *,
-    fp8_format: str,
-    floor: float,
-    dump_timeout: float,
-    source: dict[str, Any],
-    log: Callable[[str], None] = print,
+    run: Callable[[Sequence[str]], RunTotals], prompts: Sequence[str], observe_dir: Path, args: CalibrateOptions
 ) -> dict[str, Any]:
     """Run ``prompts`` (two halves) through ``run`` and build the scales document from the dumps."""
     started = time.time()
@@ -114,16 +105,16 @@ def calibrate(
     def dumps_after(moment: float) -> list[dict[str, Any]]:
         # A server in observe mode rewrites its files every few seconds; files that do not change after we
         # start belong to processes that are gone and are ignored.
-        return wait_for_dumps(observe_dir, newer_than=moment, live_since=started, timeout=dump_timeout)
+        return wait_for_dumps(observe_dir, newer_than=moment, live_since=started, timeout=args.dump_timeout)
 
     baseline = merge_observations(dumps_after(started))
     half = max(1, len(prompts) // 2)
     totals: list[RunTotals] = []
-    snapshots = []
+    snapshots: list[dict[str, Any]] = []
     for part in (prompts[:half], prompts[half:]):
         if not part:
             continue
-        log(f"  running {len(part)} prompts ...")
+        print(f"  running {len(part)} prompts ...")
         totals.append(run(part))
         snapshots.append(merge_observations(dumps_after(time.time())))
     final_dumps = dumps_after(time.time())
@@ -137,17 +128,17 @@ def calibrate(
     if unseen:
         raise CalibrationError(f"layers saw no KV writes: {', '.join(unseen[:5])}; send more prompts")
 
-    fmt = FORMATS[fp8_format]
+    fmt = FORMATS[args.fp8_format]
     convergence = max_relative_change(snapshots[0], layers) if len(snapshots) > 1 else None
     observed_tokens = {
         name: int(entry["tokens"]) - int(baseline.get(name, {}).get("tokens", 0)) for name, entry in layers.items()
     }
     source = {
-        **source,
+        **({"mode": "server", "server": args.server} if args.server else {"mode": "in-process"}),
+        "prompts": str(args.prompts or "kimi_dflash/data/kv_calibration_prompts.jsonl"),
+        "max_tokens": args.max_tokens,
         "num_prompts": len(prompts),
-        "requests": sum(t.requests for t in totals),
-        "prompt_tokens": sum(t.prompt_tokens for t in totals),
-        "completion_tokens": sum(t.completion_tokens for t in totals),
+        **dict(zip(RunTotals._fields, map(sum, zip(*totals)))),
         "kv_tokens_observed": max(observed_tokens.values()),
         "ranks": len(final_dumps),
         "amax_growth_in_second_half": convergence,
@@ -157,7 +148,7 @@ def calibrate(
         vllm_version=str(final_dumps[0].get("vllm_version")),
         fp8_format=fmt.name,
         fp8_max=fmt.max_value,
-        floor=floor,
+        floor=args.floor,
         layers=layers,
         source=source,
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -240,8 +231,7 @@ def _in_process_runner(
 @dataclass(kw_only=True)
 class CalibrateOptions:
     server: str | None = option("running vLLM server in observe mode", metavar="URL", exclusive="where", required=True)
-    model: str | None = option("load this model in-process with vLLM (small models)", metavar="PATH",
-        exclusive="where", required=True)  # fmt: skip
+    model: str | None = option("load this model in vLLM here (small models)", metavar="PATH", exclusive="where")
     observe_dir: Path | None = option("the server's KIMI_DFLASH_KV_OBSERVE_DIR (server mode)")
     out: Path = option("scales JSON to write (atomically)", required=True)
     prompts: Path | None = option('JSONL with a "prompt" per line (default: 200 shipped prompts)')
@@ -249,9 +239,11 @@ class CalibrateOptions:
     max_tokens: int = option("tokens generated per prompt (256)", default=DEFAULT_MAX_TOKENS, minimum=1)
     concurrency: int = option("parallel requests in server mode (16)", default=16, minimum=1)
     served_model: str | None = option("model name for requests (default: first of /v1/models)")
-    fp8_format: str = option("format the file's informational 'scale' fields are computed for (the runtime "
-        "recomputes from amax for its own format); default e4m3fn", choices=sorted(FORMATS), default="e4m3fn"
-    )  # fmt: skip
+    fp8_format: str = option(
+        "the format of the file's 'scale' fields (informational: the runtime uses amax)",
+        choices=sorted(FORMATS),
+        default="e4m3fn",
+    )
     floor: float = option(f"minimum scale ({DEFAULT_KV_SCALE_FLOOR:g})", default=DEFAULT_KV_SCALE_FLOOR)
     dump_timeout: float = option("seconds to wait for fresh observe files", default=60.0)
     max_model_len: int = option("in-process mode: vLLM max_model_len", default=4096)
@@ -278,9 +270,6 @@ def main(args: CalibrateOptions) -> int:
     from kimi_dflash.validate.prompts import load_calibration_prompts
 
     prompts = load_calibration_prompts(args.prompts)[: args.limit or None]
-    source: dict[str, Any] = {"mode": "server", "server": args.server} if args.server else {"mode": "in-process"}
-    source["prompts"] = str(args.prompts or "kimi_dflash/data/kv_calibration_prompts.jsonl")
-    source["max_tokens"] = args.max_tokens
     try:
         with contextlib.ExitStack() as cleanup:
             if args.server:
@@ -291,15 +280,7 @@ def main(args: CalibrateOptions) -> int:
                 run, close = _in_process_runner(args, observe_dir)
                 cleanup.callback(close)
             print(f"calibrating KV scales on {len(prompts)} prompts, {args.max_tokens} tokens each")
-            document = calibrate(
-                run,
-                prompts,
-                observe_dir,
-                fp8_format=args.fp8_format,
-                floor=args.floor,
-                dump_timeout=args.dump_timeout,
-                source=source,
-            )
+            document = calibrate(run, prompts, observe_dir, args)
             write_json_atomic(args.out, document)
     except (CalibrationError, ServerError) as error:
         print(f"error: {error}", file=sys.stderr)

@@ -140,11 +140,7 @@ def scales_document(
     layer_entries: dict[str, dict[str, float | int]] = {}
     for name in sorted(layers, key=_layer_sort_key):
         amax = float(layers[name]["amax"])
-        layer_entries[name] = {
-            "amax": amax,
-            "scale": max(amax / fp8_max, floor),
-            "tokens": int(layers[name]["tokens"]),
-        }
+        layer_entries[name] = {"amax": amax, "scale": max(amax / fp8_max, floor), "tokens": int(layers[name]["tokens"])}
         if "q_amax" in layers[name]:
             layer_entries[name]["q_amax"] = float(layers[name]["q_amax"])
     scales = [entry["scale"] for entry in layer_entries.values()]
