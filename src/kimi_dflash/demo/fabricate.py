@@ -29,24 +29,16 @@ class Fabrication:
 def fabricate(progress: Callable[[str], None] = lambda message: None) -> Fabrication:
     from safetensors.numpy import save
 
-    gap = geometry.checked_attention_gap(
-        "the Qwen3 demo's",
-        "raise QK_NORM_WEIGHT or lower ROPE_THETA in kimi_dflash/demo/layout.py",
-        layout.MAX_POSITION_EMBEDDINGS + layout.DRAFTER_BLOCK_SIZE,
-        layout.HEAD_DIM,
-        layout.ROPE_THETA,
-        layout.QK_NORM_WEIGHT,
-        layout.MIN_ATTENTION_LOGIT_GAP,
-    )
+    fix = "raise QK_NORM_WEIGHT or lower ROPE_THETA in kimi_dflash/demo/layout.py"
+    heads = (layout.HEAD_DIM, layout.ROPE_THETA, layout.QK_NORM_WEIGHT)
+    context = (layout.MAX_POSITION_EMBEDDINGS + layout.DRAFTER_BLOCK_SIZE, *heads, layout.MIN_ATTENTION_LOGIT_GAP)
+    gap = geometry.checked_attention_gap("the Qwen3 demo's", fix, *context)
     progress("training the byte-level BPE tokenizer on the shipped corpus")
     corpus = tokenizer.read_corpus()
     tok = tokenizer.train_tokenizer(corpus)
     mask_token_id = tok.token_to_id(layout.MASK_TOKEN)
     walk = build_walk(tok.encode(corpus).ids, tok.get_vocab_size())
-    progress(
-        f"cycle of {walk.length} tokens, phase code sidelobe {walk.max_sidelobe:.3f}, "
-        f"{len(walk.missed_phases)} deliberate drafter misses"
-    )
+    progress(walk.describe())
 
     progress(
         f"building the target (Qwen3, {layout.TARGET_LAYERS} layers) and the DFlash drafter "
@@ -65,7 +57,7 @@ def fabricate(progress: Callable[[str], None] = lambda message: None) -> Fabrica
     files[f"{DRAFTER}/config.json"] = json_bytes(drafter.drafter_config(walk, mask_token_id))
     files[f"{DRAFTER}/model.safetensors"] = save(drafter.drafter_weights(walk), metadata=SAFETENSORS_METADATA)
 
-    summary: dict[str, object] = {
+    summary = {
         **walk_summary(walk, mask_token_id),
         "tokenizer_size": walk.tokenizer_size,
         "attention_logit_gap": round(gap, 3),
