@@ -44,13 +44,10 @@ def fabricate(progress: Callable[[str], None] = lambda message: None) -> Fabrica
         f"building the target (Qwen3, {layout.TARGET_LAYERS} layers) and the DFlash drafter "
         f"({layout.DRAFTER_LAYERS} layers)"
     )
-    files: dict[str, bytes] = {}
     roles = {"bos_token": None, "eos_token": layout.EOS_TOKEN, "pad_token": layout.EOS_TOKEN, "unk_token": None}
-    additional = list(layout.SPECIAL_TOKENS[1:])
-    for name, content in tokenizer.tokenizer_files(
-        tok, roles, additional, tokenizer.chat_template("qwen3-chat-template"), layout.MAX_POSITION_EMBEDDINGS
-    ).items():
-        files[f"{TARGET}/{name}"] = content
+    template, additional = tokenizer.chat_template("qwen3-chat-template"), list(layout.SPECIAL_TOKENS[1:])
+    tokenizer_part = tokenizer.tokenizer_files(tok, roles, additional, template, layout.MAX_POSITION_EMBEDDINGS)
+    files = {f"{TARGET}/{name}": content for name, content in tokenizer_part.items()}
     files[f"{TARGET}/config.json"] = json_bytes(target.target_config(walk))
     files[f"{TARGET}/generation_config.json"] = json_bytes(target.generation_config())
     files[f"{TARGET}/model.safetensors"] = save(target.target_weights(walk), metadata=SAFETENSORS_METADATA)

@@ -50,18 +50,9 @@ def train_tokenizer(corpus: str) -> tuple[Tokenizer, int]:
 
 def kimi_tokenizer_files(tokenizer: Tokenizer) -> dict[str, bytes]:
     """File name -> content for the tokenizer part of the checkpoint directory."""
-    roles = {
-        "bos_token": layout.BOS_TOKEN,
-        "eos_token": layout.EOS_TOKEN,
-        "pad_token": layout.PAD_TOKEN,
-        "unk_token": layout.MASK_TOKEN,
-    }
-    additional = [token for token in SPECIAL_OFFSETS if token not in roles.values()]
-    return tokenizer_files(
-        tokenizer,
-        roles,
-        additional,
-        chat_template("kimi-chat-template"),
-        layout.MAX_POSITION_EMBEDDINGS,
-        add_bos_token=False,
+    roles = dict(
+        bos_token=layout.BOS_TOKEN, eos_token=layout.EOS_TOKEN, pad_token=layout.PAD_TOKEN, unk_token=layout.MASK_TOKEN
     )
+    additional = [token for token in SPECIAL_OFFSETS if token not in roles.values()]
+    template = chat_template("kimi-chat-template")
+    return tokenizer_files(tokenizer, roles, additional, template, layout.MAX_POSITION_EMBEDDINGS, add_bos_token=False)
