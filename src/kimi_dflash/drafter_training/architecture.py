@@ -8,13 +8,13 @@ keeps the demo's `use_swa` window (wider than any context) and `check_against_ta
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kimi_dflash.checkpoint import read_rope
+from kimi_dflash.core.user_files import UnreadableFile, read_user_json
 from kimi_dflash.rules.rope_amplitude import transformers_amplitude
 
 DRAFT_ARCHITECTURE = "DFlashDraftModel"
@@ -81,14 +81,9 @@ REQUIRED_KEYS = (
 
 def load_architecture(path: Path) -> DrafterArchitecture:
     try:
-        config = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ArchitectureError(
-            f"{path}: drafter config not found; pass --drafter-config with a DFlash "
-            "config.json (production: configs/kimi-k2.6-dflash-draft.json)"
-        ) from None
-    except (OSError, ValueError) as error:
-        raise ArchitectureError(f"{path}: not a readable JSON drafter config ({error})") from None
+        config = read_user_json(path, what="drafter config (--drafter-config: a DFlash config.json)")
+    except UnreadableFile as error:
+        raise ArchitectureError(str(error)) from None
     if not isinstance(config, dict):
         raise ArchitectureError(f"{path}: a drafter config is a JSON object")
     architecture = DrafterArchitecture(str(path), config)
