@@ -92,11 +92,6 @@ class RequireKeyEverywhere:
             await send({"type": "websocket.close", "code": 1008})
             return
         body = json.dumps({"error": "Unauthorized: this server needs Authorization: Bearer <API_KEY>"}).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 401,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-            }
-        )
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 401, "headers": headers})
         await send({"type": "http.response.body", "body": body})
