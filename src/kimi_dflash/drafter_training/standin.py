@@ -120,7 +120,7 @@ def train(
         f"{sum(p.numel() for p in model.parameters()):,} trainable parameters, lr {settings.learning_rate}"
     )
     started, first_step = time.monotonic(), step
-    window_loss, window_right, window_counted = 0.0, None, None
+    window_loss, window_right, window_counted = 0.0, 0, 0
     model.train()
     while step < total_steps:
         epoch, index = divmod(step, len(samples))
@@ -136,8 +136,7 @@ def train(
         optimizer.step()
         step += 1
         window_loss += float(loss.detach())
-        window_right = right if window_right is None else window_right + right
-        window_counted = counted if window_counted is None else window_counted + counted
+        window_right, window_counted = window_right + right, window_counted + counted
         if step % settings.log_every == 0 or step == total_steps:
             accuracy = (window_right / window_counted.clamp(min=1)).tolist()
             entry = {
@@ -153,7 +152,7 @@ def train(
                 f"train: step {step}/{total_steps} (epoch {epoch + 1}) loss {entry['loss']:.3f}, top-1 slots 1-4 "
                 f"{', '.join(f'{a:.2f}' for a in accuracy[:4])}, {rate:.1f} steps/s, ETA {eta:.0f} s"
             )
-            window_loss, window_right, window_counted = 0.0, None, None
+            window_loss, window_right, window_counted = 0.0, 0, 0
         if step % settings.save_every == 0 or step == total_steps:
             save()
         if settings.stop_after_steps is not None and step >= settings.stop_after_steps and step < total_steps:
