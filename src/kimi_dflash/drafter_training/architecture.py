@@ -96,13 +96,10 @@ def check_architecture(arch: DrafterArchitecture) -> None:
     c, where = arch.config, arch.source
     if list(c.get("architectures") or []) != [DRAFT_ARCHITECTURE]:
         raise ArchitectureError(
-            f"{where}: architectures must be [{DRAFT_ARCHITECTURE!r}] (vLLM picks its DFlash "
-            f"loader from it), got {c.get('architectures')!r}"
+            f"{where}: architectures must be [{DRAFT_ARCHITECTURE!r}], not {c.get('architectures')!r}"
         )
     if c.get("model_type") != "qwen3":
-        raise ArchitectureError(
-            f"{where}: model_type must be 'qwen3' (DFlash drafters are Qwen3 layers), got {c.get('model_type')!r}"
-        )
+        raise ArchitectureError(f"{where}: model_type must be 'qwen3' (DFlash layers), got {c.get('model_type')!r}")
     missing = [key for key in REQUIRED_KEYS if not isinstance(c.get(key), (int, float)) or isinstance(c.get(key), bool)]
     if missing:
         raise ArchitectureError(f"{where}: missing or non-numeric {', '.join(missing)}")
@@ -119,9 +116,8 @@ def check_architecture(arch: DrafterArchitecture) -> None:
     if int(c["num_attention_heads"]) % int(c["num_key_value_heads"]):
         raise ArchitectureError(f"{where}: num_attention_heads must be a multiple of num_key_value_heads")
     if not 0 <= arch.mask_token_id < int(c["vocab_size"]):
-        raise ArchitectureError(
-            f"{where}: mask_token_id {arch.mask_token_id} is outside the vocabulary (vocab_size {c['vocab_size']})"
-        )
+        vocab = f"outside the vocabulary (vocab_size {c['vocab_size']})"
+        raise ArchitectureError(f"{where}: mask_token_id {arch.mask_token_id} is {vocab}")
 
 
 def check_against_target(arch: DrafterArchitecture, target_config: Mapping[str, Any], max_length: int) -> None:
@@ -131,17 +127,15 @@ def check_against_target(arch: DrafterArchitecture, target_config: Mapping[str, 
     target_layers, hidden = int(merged.get("num_hidden_layers", 0)), int(merged.get("hidden_size", 0))
     vocab, where = int(merged.get("vocab_size", 0)), arch.source
     if hidden != int(arch.config["hidden_size"]):
+        shared = "the drafter shares the target's embeddings and lm_head"
         raise ArchitectureError(
-            f"{where}: hidden_size {arch.config['hidden_size']} differs from the target's {hidden}: "
-            "the drafter shares the target's embeddings and lm_head"
+            f"{where}: hidden_size {arch.config['hidden_size']} is not the target's {hidden}: {shared}"
         )
     if vocab and vocab != int(arch.config["vocab_size"]):
         raise ArchitectureError(f"{where}: vocab_size {arch.config['vocab_size']} differs from the target's {vocab}")
     if max(arch.target_layer_ids) >= target_layers:
-        raise ArchitectureError(
-            f"{where}: target_layer_ids {list(arch.target_layer_ids)} name layers the target "
-            f"does not have (it has {target_layers})"
-        )
+        layers = f"target_layer_ids {list(arch.target_layer_ids)} name layers the target does not have"
+        raise ArchitectureError(f"{where}: {layers} (it has {target_layers})")
     window = arch.sliding_window
     if window is not None and window < max_length + arch.block_size:
         raise ArchitectureError(

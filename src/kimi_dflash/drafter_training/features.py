@@ -40,10 +40,7 @@ def sample_from_record(record: Mapping[str, Any], max_length: int) -> Sample | N
     tokens survive (DFlash needs an anchor and a next token)."""
     prompt, output = record.get("prompt_token_ids"), record.get("output_token_ids")
     if not isinstance(prompt, list) or not isinstance(output, list):
-        raise FeatureError(
-            f"regen record {record.get('id')!r} has no token ids: regenerate through vLLM "
-            "(the OpenAI server of serve.sh returns them with return_token_ids)"
-        )
+        raise FeatureError(f"regen record {record.get('id')!r} has no token ids: regenerate through serve.sh's vLLM")
     ids = [int(t) for t in prompt] + [int(t) for t in output]
     mask = [0] * len(prompt) + [1] * len(output)
     ids, mask = ids[:max_length], mask[:max_length]

@@ -222,11 +222,8 @@ class Pipeline:
         schema = read_schema(source)
         problems = schema.problems(self.run_config(self.architecture()))
         if problems:
-            raise PipelineError(
-                f"SpecForge {schema.version} does not accept the generated config: "
-                + "; ".join(problems)
-                + f". This pipeline generates for SpecForge {SPECFORGE_VERSION}"
-            )
+            refused = f"SpecForge {schema.version} does not accept the generated config: {'; '.join(problems)}"
+            raise PipelineError(f"{refused}. This pipeline generates for SpecForge {SPECFORGE_VERSION}")
         self.say(f"check: SpecForge {schema.version} accepts every generated key")
 
     def check_train(self) -> None:
@@ -246,10 +243,8 @@ class Pipeline:
             return
         completed = subprocess.run([*self.train_argv(), "--plan"], capture_output=True, text=True, check=False)
         if completed.returncode:
-            raise PipelineError(
-                "SpecForge refuses the generated run config: "
-                + (completed.stderr.strip().splitlines() or ["(no message)"])[-1]
-            )
+            why = (completed.stderr.strip().splitlines() or ["(no message)"])[-1]
+            raise PipelineError(f"SpecForge refuses the generated run config: {why}")
         self.say("train: SpecForge validated the run config and planned its processes (--plan)")
 
     def perfectblend_argv(self) -> list[str]:
@@ -285,9 +280,9 @@ class Pipeline:
         settings = RegenSettings(a.base_url, str(a.served_model), a.max_tokens, concurrency=a.concurrency, api_key=key)
         summary = asyncio.run(regenerate(prompts, self.regen_dir, settings, say=self.say))
         if summary.failed:
+            failed = self.regen_dir / "failed.jsonl"
             self.say(
-                f"regen: {summary.failed} prompt(s) failed after retries, listed in "
-                f"{self.regen_dir / 'failed.jsonl'}; rerun regen to retry them"
+                f"regen: {summary.failed} prompt(s) failed after retries, listed in {failed}; rerun regen to retry"
             )
 
     def run_config(self, arch: DrafterArchitecture) -> dict:

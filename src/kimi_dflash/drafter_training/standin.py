@@ -82,10 +82,8 @@ def train(
     features = [torch.load(path, map_location="cpu", weights_only=True) for path in feature_files]
     samples = [s for s in features if candidate_anchors(s["loss_mask"]).numel()]
     if not samples:
-        raise ValueError(
-            f"no trainable samples among {len(feature_files)} feature files: regenerate with longer "
-            "replies (each needs at least two reply tokens)"
-        )
+        why = "regenerate with longer replies (each needs two reply tokens)"
+        raise ValueError(f"no trainable samples among {len(feature_files)} feature files: {why}")
     total_steps = settings.epochs * len(samples)
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay)
     step, history = 0, []
@@ -93,11 +91,9 @@ def train(
     if checkpoint.exists():
         state = torch.load(checkpoint, map_location="cpu", weights_only=False)
         if state["total_steps"] != total_steps or state["settings"]["seed"] != settings.seed:
-            raise ValueError(
-                f"{checkpoint} belongs to another run ({state['total_steps']} steps, seed "
-                f"{state['settings']['seed']}; this one: {total_steps}, seed {settings.seed}): move it "
-                "away or train into another directory"
-            )
+            other = f"{state['total_steps']} steps, seed {state['settings']['seed']}"
+            this = f"this one: {total_steps}, seed {settings.seed}"
+            raise ValueError(f"{checkpoint} belongs to another run ({other}; {this}): move it or train elsewhere")
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         step, history = int(state["step"]), list(state["history"])
