@@ -112,9 +112,7 @@ def _heading(result: BenchmarkResult) -> str:
     if device == "cpu":
         return "**Measured by this project: the CPU demo.**"
     name = Path(config.config).name if config else "?"
-    return (
-        f"**Measured with this project's `qualify` on {result.tool.host or 'an unnamed host'} ({device}): `{name}`.**"
-    )
+    return f"**Measured with this project's `qualify` on {result.tool.host or 'unnamed host'} ({device}): `{name}`.**"
 
 
 def render_measured(measured: Sequence[tuple[str, BenchmarkResult]]) -> str:

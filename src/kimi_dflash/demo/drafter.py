@@ -94,9 +94,8 @@ def attention_weights(walk: Walk, design: DrafterDesign, prefix: str, copying: b
         q_proj[rows, design.special_dim] = pattern
         if copying:
             value_rows = slice(head * head_dim, head * head_dim + design.code_dims)
-            o_proj[design.code_out, value_rows] = design.output_gain * geometry.phase_rotation(
-                head, walk.frequencies, walk.length
-            )
+            rotation = geometry.phase_rotation(head, walk.frequencies, walk.length)
+            o_proj[design.code_out, value_rows] = design.output_gain * rotation
     k_proj = np.zeros((head_dim, hidden))
     key = geometry.rope_query_pattern(0, head_dim, design.rope_theta)
     k_proj[:, [design.content_dim, design.special_dim]] = key[:, None]

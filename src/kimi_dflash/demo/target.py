@@ -71,10 +71,8 @@ def lm_head(walk: Walk, hidden_size: int = layout.HIDDEN_SIZE, code: slice = F) 
     """Row of the token at phase p+1 is the code of phase p: a hidden state holding phase p predicts the next
     cycle token. Tokens off the cycle, special tokens and padding get zero rows (never the greedy choice)."""
     head = np.zeros((walk.vocab_size, hidden_size), dtype=np.float64)
-    previous_phases = (np.arange(walk.length) - 1) % walk.length
-    head[list(walk.cycle), code] = layout.LM_HEAD_SCALE * geometry.phase_codes(
-        previous_phases, walk.frequencies, walk.length
-    )
+    previous = (np.arange(walk.length) - 1) % walk.length
+    head[list(walk.cycle), code] = layout.LM_HEAD_SCALE * geometry.phase_codes(previous, walk.frequencies, walk.length)
     return head
 
 

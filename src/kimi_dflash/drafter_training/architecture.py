@@ -95,9 +95,7 @@ def check_architecture(arch: DrafterArchitecture) -> None:
     """Raise ArchitectureError on a config SpecForge or vLLM would reject or misread."""
     c, where = arch.config, arch.source
     if list(c.get("architectures") or []) != [DRAFT_ARCHITECTURE]:
-        raise ArchitectureError(
-            f"{where}: architectures must be [{DRAFT_ARCHITECTURE!r}], not {c.get('architectures')!r}"
-        )
+        raise ArchitectureError(f"{where}: architectures {c.get('architectures')!r} must be [{DRAFT_ARCHITECTURE!r}]")
     if c.get("model_type") != "qwen3":
         raise ArchitectureError(f"{where}: model_type must be 'qwen3' (DFlash layers), got {c.get('model_type')!r}")
     missing = [key for key in REQUIRED_KEYS if not isinstance(c.get(key), (int, float)) or isinstance(c.get(key), bool)]
@@ -128,9 +126,7 @@ def check_against_target(arch: DrafterArchitecture, target_config: Mapping[str, 
     vocab, where = int(merged.get("vocab_size", 0)), arch.source
     if hidden != int(arch.config["hidden_size"]):
         shared = "the drafter shares the target's embeddings and lm_head"
-        raise ArchitectureError(
-            f"{where}: hidden_size {arch.config['hidden_size']} is not the target's {hidden}: {shared}"
-        )
+        raise ArchitectureError(f"{where}: hidden_size {arch.config['hidden_size']} != the target's {hidden}: {shared}")
     if vocab and vocab != int(arch.config["vocab_size"]):
         raise ArchitectureError(f"{where}: vocab_size {arch.config['vocab_size']} differs from the target's {vocab}")
     if max(arch.target_layer_ids) >= target_layers:

@@ -88,10 +88,8 @@ class TrainDrafterOptions:
 
     def with_profile(self) -> TrainDrafterOptions:
         """These options with each one left out taken from the profile."""
-        profile = PROFILES[self.profile]._asdict()
-        return dataclasses.replace(
-            self, **{name: value for name, value in profile.items() if getattr(self, name) is None}
-        )
+        taken = {name: value for name, value in PROFILES[self.profile]._asdict().items() if getattr(self, name) is None}
+        return dataclasses.replace(self, **taken)
 
     def check(self) -> None:
         if self.phase and (self.skip_setup or self.skip_regen):

@@ -132,16 +132,12 @@ class Pipeline:
     def train_steps(self) -> list[Step]:
         a, run_config, features = self.args, self.run_config_path, self.work / "features"
         specforge = shlex.join(self.train_argv())
-        made = [self.draft_config_path, run_config, self.train_data_path]
+        out = [self.draft_config_path, run_config, self.train_data_path]
         title = "SpecForge inputs: draft config, run config, training data (regen -> conversations)"
-        inputs = Step(
-            title, [self.drafter_config_path_text(), self.regen_dir], made, action=self.write_specforge_inputs
-        )
+        inputs = Step(title, [self.drafter_config_path_text(), self.regen_dir], out, action=self.write_specforge_inputs)
         if self.profile == "production":
             check = f"check {a.gpus} GPUs, disk for checkpoints, SpecForge's schema and its own validation"
-            train = (
-                f"train {a.epochs} epochs (lr {a.learning_rate}, max length {a.max_length}); resumes from the newest"
-            )
+            train = f"train {a.epochs} epochs (lr {a.learning_rate}, max length {a.max_length}); resumes from its last"
             return [
                 inputs,
                 Step(check, [run_config], command=f"{specforge} --plan", action=self.check_train),
@@ -281,9 +277,7 @@ class Pipeline:
         summary = asyncio.run(regenerate(prompts, self.regen_dir, settings, say=self.say))
         if summary.failed:
             failed = self.regen_dir / "failed.jsonl"
-            self.say(
-                f"regen: {summary.failed} prompt(s) failed after retries, listed in {failed}; rerun regen to retry"
-            )
+            self.say(f"regen: {summary.failed} prompt(s) failed after retries, listed in {failed}; rerun to retry them")
 
     def run_config(self, arch: DrafterArchitecture) -> dict:
         from kimi_dflash.drafter_training.specforge_config import RunSettings, run_config
@@ -342,9 +336,8 @@ class Pipeline:
         files = feature_files(self.work / "features")
         if not files:
             raise PipelineError(f"{self.work / 'features'}: no features; run the train phase from its first step")
-        settings = TrainSettings(
-            epochs=self.args.epochs, learning_rate=self.args.learning_rate, stop_after_steps=self.args.stop_after_steps
-        )
+        a = self.args
+        settings = TrainSettings(a.epochs, a.learning_rate, stop_after_steps=a.stop_after_steps)
         train(self.new_model(self.architecture()), files, self.work / "train", settings, say=self.say)
 
     def export_standin(self) -> None:

@@ -123,9 +123,8 @@ def train(
         sample = samples[epoch_order(len(samples), settings.seed, epoch)[index]]
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, total_steps, settings)
-        loss, right, counted = step_loss(
-            model, sample, pick_anchors(sample, settings.anchors_per_sequence, settings.seed, step)
-        )
+        anchors = pick_anchors(sample, settings.anchors_per_sequence, settings.seed, step)
+        loss, right, counted = step_loss(model, sample, anchors)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)

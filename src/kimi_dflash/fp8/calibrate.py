@@ -64,10 +64,8 @@ def wait_for_dumps(
 def identity_of(dumps: Sequence[dict[str, Any]]) -> ModelIdentity:
     models = {d.get("model") for d in dumps}
     if len(models) != 1:
-        raise CalibrationError(
-            f"observe files from different models in one directory: {sorted(map(str, models))}; "
-            "use a fresh KIMI_DFLASH_KV_OBSERVE_DIR per server"
-        )
+        fix = "use a fresh KIMI_DFLASH_KV_OBSERVE_DIR per server"
+        raise CalibrationError(f"observe files from different models together: {sorted(map(str, models))}; {fix}")
     return ModelIdentity(model=str(models.pop()), fingerprint=dict(dumps[0].get("model_fingerprint") or {}))
 
 
@@ -120,10 +118,7 @@ def calibrate(
     final_dumps = dumps_after(time.time())
     layers = merge_observations(final_dumps)
     if not layers:
-        raise CalibrationError(
-            f"the observe files in {observe_dir} list no MLA layers: is the model MLA "
-            "(DeepSeek-V3 / Kimi K2 architecture)?"
-        )
+        raise CalibrationError(f"observe files in {observe_dir} list no MLA layers: is the model MLA (DeepSeek-V3)?")
     unseen = [name for name, entry in layers.items() if float(entry["amax"]) <= 0]
     if unseen:
         raise CalibrationError(f"layers saw no KV writes: {', '.join(unseen[:5])}; send more prompts")

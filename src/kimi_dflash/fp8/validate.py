@@ -164,9 +164,7 @@ class ValidateFp8Options:
     bench_arg: list[str] = option("extra benchmark argument, e.g. --bench-arg=--max-tokens=512", repeatable=True)
     bench_dir: Path | None = option("where the benchmark result JSONs go (results/)")
     json: Path | None = option("write every per-prompt result here")
-    max_math_drop: float = option(
-        "FAIL when FP8 math trails BF16 by more points (5)", default=Thresholds.max_math_drop_points
-    )
+    max_math_drop: float = option("FAIL above this FP8 math drop, points (5)", default=Thresholds.max_math_drop_points)
 
 
 add_cli_args = declare(

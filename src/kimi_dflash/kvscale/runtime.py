@@ -84,11 +84,9 @@ def _check_mla_module_exists() -> None:
     for root in getattr(vllm, "__path__", []):
         if (Path(root) / relative).is_file():
             return
-    raise RuntimeError(
-        f"kimi-dflash kv scales: this vLLM ({getattr(vllm, '__version__', '?')}) has no {MLA_MODULE}; the KV "
-        "scale hook supports vLLM 0.20-0.33. Set KV_SCALE_MODE=off (KIMI_DFLASH_KV_SCALE_MODE=off) to start "
-        "without it."
-    )
+    supported = "the KV scale hook supports vLLM 0.20-0.33. Set KV_SCALE_MODE=off to start without it."
+    version = getattr(vllm, "__version__", "?")
+    raise RuntimeError(f"kimi-dflash kv scales: this vLLM ({version}) has no {MLA_MODULE}; {supported}")
 
 
 def _call_after(cls: type, method: str, callback: Callable[[Any], None]) -> None:
@@ -189,9 +187,7 @@ def on_layer_built(layer: Any) -> None:
         _watch_decode_query(layer, hook)
     with state.lock:
         if not state.hooks:
-            logger.info(
-                f"kimi-dflash kv scales: {settings.mode.value} KV cache {kv_dtype!r} on {name}: {_describe(hook)}"
-            )
+            logger.info(f"kimi-dflash kv scales: {settings.mode.value} cache {kv_dtype!r} on {name}: {_describe(hook)}")
         state.hooks[name] = hook
         if settings.observe_dir is not None and state.dumper is None:
             from kimi_dflash.kvscale.observer import ObserveDumper
@@ -214,10 +210,8 @@ def _watch_decode_query(layer: Any, hook: Any) -> None:
     if quant is not None:
         quant.forward = wrap_query_quant(quant.forward, hook)
     if forward_mqa is None and quant is None:
-        logger.info(
-            f"kimi-dflash kv scales: {hook.name} has neither impl.forward_mqa nor _decode_concat_quant_fp8_op; "
-            "the decode query's amax is not recorded"
-        )
+        unseen = f"{hook.name} has neither impl.forward_mqa nor _decode_concat_quant_fp8_op"
+        logger.info(f"kimi-dflash kv scales: {unseen}; the decode query's amax is not recorded")
 
 
 def _describe(hook: Any) -> str:
@@ -262,7 +256,4 @@ def on_layer_loaded(layer: Any) -> None:
                 f"{os.getpid()} (range {min(scales):.4g}-{max(scales):.4g}, {hook.fp8.name if hook.fp8 else '?'})"
             )
     elif hook.dynamic and hook.fp8 is not None:
-        logger.debug(
-            f"kimi-dflash kv scales: {hook.name} follows its running amax ({hook.fp8.name}, max "
-            f"{hook.fp8.max_value:g}, floor {hook.floor:g}, warm-up {hook.warmup_writes})"
-        )
+        logger.debug("kimi-dflash kv scales: %s: %s", hook.name, _describe(hook))

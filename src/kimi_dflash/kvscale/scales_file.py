@@ -205,9 +205,7 @@ def load_scales_file(path: Path) -> ScalesFile:
     if not isinstance(document, dict) or document.get("format") != SCALES_FORMAT:
         raise KvScalesFileError(f"{path} is not a kimi-dflash KV scales file (format != {SCALES_FORMAT!r}); {fix}")
     if document.get("version") != FORMAT_VERSION:
-        raise KvScalesFileError(
-            f"{path} has format version {document.get('version')!r}, this build reads {FORMAT_VERSION}; {fix}"
-        )
+        raise KvScalesFileError(f"{path} has format version {document.get('version')!r}, not {FORMAT_VERSION}; {fix}")
     layers_raw = document.get("layers")
     if not isinstance(layers_raw, dict) or not layers_raw:
         raise KvScalesFileError(f"{path} lists no layers; {fix}")
@@ -220,10 +218,8 @@ def load_scales_file(path: Path) -> ScalesFile:
             )
         layers[name] = LayerScale(amax=float(entry["amax"]), scale=float(entry["scale"]))
     if document.get("num_layers", len(layers)) != len(layers):
-        raise KvScalesFileError(
-            f"{path}: num_layers={document.get('num_layers')} but {len(layers)} layers "
-            f"are listed; the file was edited or truncated; {fix}"
-        )
+        listed = f"num_layers={document.get('num_layers')} but {len(layers)} layers are listed"
+        raise KvScalesFileError(f"{path}: {listed}; the file was edited or truncated; {fix}")
     fingerprint = document.get("model_fingerprint")
     if not isinstance(document.get("model"), str) or not isinstance(fingerprint, dict):
         raise KvScalesFileError(f"{path} does not say which model it was calibrated on; {fix}")
@@ -251,10 +247,8 @@ def check_model_match(scales: ScalesFile, served: ModelIdentity) -> None:
                 f"different architecture than the served {served.model!r} ({details}); {fix}"
             )
     if model_basename(scales.model.model) != model_basename(served.model):
-        raise KvScalesFileError(
-            f"KV scales file {scales.path} was calibrated on {scales.model.model!r}, but "
-            f"this server runs {served.model!r}; {fix}"
-        )
+        other = f"was calibrated on {scales.model.model!r}, but this server runs {served.model!r}"
+        raise KvScalesFileError(f"KV scales file {scales.path} {other}; {fix}")
     layers = None if facts is None else int(facts.get("num_hidden_layers") or 0)
     if layers is not None and len(scales.layers) != layers:
         raise KvScalesFileError(

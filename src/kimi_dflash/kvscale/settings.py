@@ -69,14 +69,12 @@ def _path(env: Mapping[str, str], name: str) -> Path | None:
 def settings_from_env(env: Mapping[str, str] | None = None) -> KvScaleSettings:
     """Parse and check the KV-scale variables; raise KvScaleConfigError with the fix on bad input."""
     env = os.environ if env is None else env
-    raw_mode = env.get(envvars.KV_SCALE_MODE, "").strip().lower() or Mode.OFF.value
+    raw = env.get(envvars.KV_SCALE_MODE, "").strip().lower() or Mode.OFF.value
     try:
-        mode = Mode(raw_mode)
+        mode = Mode(raw)
     except ValueError:
         choices = "|".join(m.value for m in Mode)
-        raise KvScaleConfigError(
-            f"{envvars.KV_SCALE_MODE}={raw_mode!r} is not a KV scale mode; use one of {choices}"
-        ) from None
+        raise KvScaleConfigError(f"{envvars.KV_SCALE_MODE}={raw!r} is not a KV scale mode; use {choices}") from None
     scales_file, observe_dir = _path(env, envvars.KV_SCALES_FILE), _path(env, envvars.KV_OBSERVE_DIR)
     if mode is Mode.CALIBRATED and scales_file is None:
         raise KvScaleConfigError(

@@ -71,9 +71,7 @@ class RouterPlan:
     host: str = option("address the router binds (default 127.0.0.1)", default="127.0.0.1")
     port: int = option("router port (default 8000)", default=8000, **PORT)
     policy: str = option("routing policy", choices=POLICIES, default="round_robin")
-    health_interval_s: int = option(
-        "seconds between /health checks (5)", flag="--health-interval", default=5, minimum=1
-    )
+    health_interval_s: int = option("seconds between health checks (5)", flag="--health-interval", default=5, minimum=1)
     health_failures: int = option("failed checks in a row that stop a replica's traffic (2)", default=2, minimum=1)
     breaker_failures: int = option(
         "failed requests in a row that stop a replica's traffic for a minute (3: under the router's 5 tries)",
