@@ -134,11 +134,8 @@ def check_against_target(arch: DrafterArchitecture, target_config: Mapping[str, 
         raise ArchitectureError(f"{where}: {layers} (it has {target_layers})")
     window = arch.sliding_window
     if window is not None and window < max_length + arch.block_size:
-        raise ArchitectureError(
-            f"{where}: swa_window_size {window} is narrower than a training sequence "
-            f"({max_length} + block {arch.block_size}): served attention would differ from "
-            "the full attention trained"
-        )
+        narrower = f"narrower than a training sequence ({max_length} + block {arch.block_size})"
+        raise ArchitectureError(f"{where}: swa_window_size {window} is {narrower}: serving would not attend as trained")
 
 
 def specforge_draft_config(arch: DrafterArchitecture) -> dict[str, Any]:

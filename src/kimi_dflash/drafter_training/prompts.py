@@ -107,16 +107,12 @@ def perfectblend_records(directory: Path) -> Iterator[Mapping[str, Any]]:
     try:
         from pyarrow import parquet
     except ImportError:
-        raise PromptError(
-            "reading PerfectBlend's parquet shards needs pyarrow: run this with SpecForge's "
-            "environment (the setup phase does) or `pip install pyarrow`"
-        ) from None
+        how = "run this with SpecForge's environment (the setup phase does) or `pip install pyarrow`"
+        raise PromptError(f"reading PerfectBlend's parquet shards needs pyarrow: {how}") from None
     shards = sorted(Path(directory).rglob("*.parquet"))
     if not shards:
-        raise PromptError(
-            f"{directory}: no parquet shards; download them first: hf download {PERFECTBLEND_REPO} "
-            f"--repo-type dataset --local-dir {directory}"
-        )
+        download = f"hf download {PERFECTBLEND_REPO} --repo-type dataset --local-dir {directory}"
+        raise PromptError(f"{directory}: no parquet shards; download them first: {download}")
     for shard in shards:
         for batch in parquet.ParquetFile(shard).iter_batches(batch_size=4096, columns=["conversations"]):
             yield from batch.to_pylist()

@@ -178,11 +178,9 @@ async def regenerate(
         rate = finished / elapsed if elapsed > 0 else 0.0
         left = len(todo) - finished
         eta = duration(left / rate) if rate > 0 else "?"
-        say(
-            f"regen: {summary.done}/{summary.total} done, {summary.failed} failed, {summary.retried_attempts} "
-            f"retries, {rate:.2f} prompts/s, {summary.output_tokens_this_run / max(elapsed, 1e-9):.0f} output tok/s"
-            + ("" if final else f", ETA {eta}")
-        )
+        counts = f"{summary.done}/{summary.total} done, {summary.failed} failed, {summary.retried_attempts} retries"
+        tokens = summary.output_tokens_this_run / max(elapsed, 1e-9)
+        say(f"regen: {counts}, {rate:.2f} prompts/s, {tokens:.0f} output tok/s" + ("" if final else f", ETA {eta}"))
 
     async def worker(session: Any) -> None:
         nonlocal last_report
@@ -208,10 +206,8 @@ async def regenerate(
 
     timeout = aiohttp.ClientTimeout(total=settings.timeout_s)
     connector = aiohttp.TCPConnector(limit=settings.concurrency)
-    say(
-        f"regen: {len(todo)} prompts to regenerate with {settings.model} at {settings.base_url} "
-        f"(concurrency {settings.concurrency}, max_tokens {settings.max_tokens}, temperature {settings.temperature})"
-    )
+    limits = f"concurrency {settings.concurrency}, max_tokens {settings.max_tokens}, temperature {settings.temperature}"
+    say(f"regen: {len(todo)} prompts to regenerate with {settings.model} at {settings.base_url} ({limits})")
     try:
         async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
             await asyncio.gather(*(worker(session) for _ in range(min(settings.concurrency, len(todo)))))

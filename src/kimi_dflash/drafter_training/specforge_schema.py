@@ -96,10 +96,8 @@ def parse_schema_source(
                 )
         models[node.name] = fields
     if ROOT_MODEL not in models or not models[ROOT_MODEL]:
-        raise SchemaError(
-            f"{origin}: no `class {ROOT_MODEL}` with fields in {SCHEMA_MODULE}; this SpecForge's "
-            "config layout is not the one this project generates for (SpecForge 0.2.x)"
-        )
+        layout = "this SpecForge's config layout is not the one this project generates for (SpecForge 0.2.x)"
+        raise SchemaError(f"{origin}: no `class {ROOT_MODEL}` with fields in {SCHEMA_MODULE}; {layout}")
     return SpecForgeSchema(version, origin, models, algorithms)
 
 

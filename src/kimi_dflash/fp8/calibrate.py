@@ -172,11 +172,10 @@ def summary_lines(document: dict[str, Any], out: Path) -> list[str]:
     query = document.get("decode_query")
     if query is not None:
         clips = [name for name, clipped in query["clips_at_q_scale_1"].items() if clipped]
-        lines.append(
-            f"decode query     amax {query['amax_range'][0]:.4g} .. {query['amax_range'][1]:.4g}; vLLM's "
-            f"q_scale is 1.0: {'CLIPS in ' + ', '.join(clips) if clips else 'no clipping'} with an "
-            "FP8 query (AITER MLA); Triton MLA keeps the query in BF16"
-        )
+        low, high = query["amax_range"]
+        clipping = f"{'CLIPS in ' + ', '.join(clips) if clips else 'no clipping'} with an FP8 query (AITER MLA)"
+        query_line = f"amax {low:.4g} .. {high:.4g}; vLLM's q_scale is 1.0: {clipping}; Triton MLA keeps it in BF16"
+        lines.append(f"decode query     {query_line}")
     if growth is not None:
         verdict = "converged" if growth < 0.05 else "still growing - calibrate with more prompts"
         lines.append(f"convergence      amax grew at most {growth * 100:.1f}% in the second half: {verdict}")

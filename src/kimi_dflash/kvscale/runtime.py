@@ -171,10 +171,8 @@ def on_layer_built(layer: Any) -> None:
 
     if settings.sets_scales and fp8 is None and not state.noop_logged:
         state.noop_logged = True
-        logger.info(
-            f"kimi-dflash kv scales: KV cache dtype of {name} is {kv_dtype!r}, not a per-tensor FP8 E4M3 cache: "
-            f"{settings.mode.value} mode leaves the scales alone (no-op)"
-        )
+        cache = f"KV cache dtype of {name} is {kv_dtype!r}, not a per-tensor FP8 E4M3 cache"
+        logger.info(f"kimi-dflash kv scales: {cache}: {settings.mode.value} mode leaves the scales alone (no-op)")
 
     observing = settings.mode is Mode.OBSERVE or settings.observe_dir is not None
     dynamic = settings.mode is Mode.DYNAMIC and fp8 is not None

@@ -212,10 +212,8 @@ def load_scales_file(path: Path) -> ScalesFile:
     layers = {}
     for name, entry in layers_raw.items():
         if not isinstance(entry, dict) or not all(_positive_finite(entry.get(key)) for key in ("amax", "scale")):
-            raise KvScalesFileError(
-                f"{path}: layer {name!r} has no positive finite amax/scale ({entry!r}) - the calibration "
-                f"saw no tokens for it; {fix} with more prompts"
-            )
+            why = f"has no positive finite amax/scale ({entry!r}) - the calibration saw no tokens for it"
+            raise KvScalesFileError(f"{path}: layer {name!r} {why}; {fix} with more prompts")
         layers[name] = LayerScale(amax=float(entry["amax"]), scale=float(entry["scale"]))
     if document.get("num_layers", len(layers)) != len(layers):
         listed = f"num_layers={document.get('num_layers')} but {len(layers)} layers are listed"
@@ -242,19 +240,16 @@ def check_model_match(scales: ScalesFile, served: ModelIdentity) -> None:
         }
         if mismatched:
             details = ", ".join(f"{key}: file {a!r} vs served {b!r}" for key, (a, b) in mismatched.items())
-            raise KvScalesFileError(
-                f"KV scales file {scales.path} was calibrated on {scales.model.model!r}, a "
-                f"different architecture than the served {served.model!r} ({details}); {fix}"
-            )
+            other = f"was calibrated on {scales.model.model!r}, another architecture than the served {served.model!r}"
+            raise KvScalesFileError(f"KV scales file {scales.path} {other} ({details}); {fix}")
     if model_basename(scales.model.model) != model_basename(served.model):
         other = f"was calibrated on {scales.model.model!r}, but this server runs {served.model!r}"
         raise KvScalesFileError(f"KV scales file {scales.path} {other}; {fix}")
     layers = None if facts is None else int(facts.get("num_hidden_layers") or 0)
     if layers is not None and len(scales.layers) != layers:
-        raise KvScalesFileError(
-            f"KV scales file {scales.path} has {len(scales.layers)} layers, the served model has {layers} MLA "
-            "layers; it was calibrated on a different model or a partial run - re-run kimi-dflash calibrate-kv"
-        )
+        counts = f"{len(scales.layers)} layers, the served model has {layers} MLA layers"
+        why = "it was calibrated on a different model or a partial run - re-run kimi-dflash calibrate-kv"
+        raise KvScalesFileError(f"KV scales file {scales.path} has {counts}; {why}")
 
 
 def scale_for_layer(scales: ScalesFile, layer_name: str) -> LayerScale:
@@ -262,8 +257,6 @@ def scale_for_layer(scales: ScalesFile, layer_name: str) -> LayerScale:
         return scales.layers[layer_name]
     except KeyError:
         sample = ", ".join(list(scales.layers)[:3])
-        raise KvScalesFileError(
-            f"KV scales file {scales.path} has no entry for layer {layer_name!r} (it lists e.g. {sample}); "
-            "it was calibrated on a different model or vLLM layer naming - re-run "
-            "kimi-dflash calibrate-kv against this server"
-        ) from None
+        why = "it was calibrated on another model or vLLM layer naming - re-run kimi-dflash calibrate-kv on this server"
+        missing = f"KV scales file {scales.path} has no entry for layer {layer_name!r} (it lists e.g. {sample})"
+        raise KvScalesFileError(f"{missing}; {why}") from None

@@ -77,15 +77,11 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> KvScaleSettings:
         raise KvScaleConfigError(f"{envvars.KV_SCALE_MODE}={raw!r} is not a KV scale mode; use {choices}") from None
     scales_file, observe_dir = _path(env, envvars.KV_SCALES_FILE), _path(env, envvars.KV_OBSERVE_DIR)
     if mode is Mode.CALIBRATED and scales_file is None:
-        raise KvScaleConfigError(
-            f"{envvars.KV_SCALE_MODE}=calibrated needs {envvars.KV_SCALES_FILE} (KV_SCALES_FILE in the config): the "
-            "JSON written by kimi-dflash calibrate-kv"
-        )
+        needs = f"{envvars.KV_SCALE_MODE}=calibrated needs {envvars.KV_SCALES_FILE} (KV_SCALES_FILE in the config)"
+        raise KvScaleConfigError(f"{needs}: the JSON written by kimi-dflash calibrate-kv")
     if mode is Mode.OBSERVE and observe_dir is None:
-        raise KvScaleConfigError(
-            f"{envvars.KV_SCALE_MODE}=observe needs {envvars.KV_OBSERVE_DIR}: the directory each vLLM rank dumps its "
-            "amax file to"
-        )
+        needs = f"{envvars.KV_SCALE_MODE}=observe needs {envvars.KV_OBSERVE_DIR}"
+        raise KvScaleConfigError(f"{needs}: the directory each vLLM rank dumps its amax file to")
 
     emulate = env.get(envvars.KV_EMULATE_FP8, "").strip().lower()
     if emulate not in ("", "e4m3fn", "e4m3fnuz"):

@@ -92,10 +92,9 @@ def wrap_kv_cache_update(original: Callable[..., Any], hook: LayerHook) -> Calla
         if slot_mapping is None or kv_cache is None or kv_cache.numel() == 0:
             return original(*args, **kwargs)
         if hook.calibrated_scale is not None and not hook.scale_applied:
-            raise RuntimeError(
-                f"kimi-dflash: calibrated KV scale for {hook.name} was never applied (vLLM did not call "
-                "MLAAttention.process_weights_after_loading); refusing to write FP8 KV with scale 1.0"
-            )
+            why = "vLLM did not call MLAAttention.process_weights_after_loading"
+            never = f"kimi-dflash: calibrated KV scale for {hook.name} was never applied ({why})"
+            raise RuntimeError(f"{never}; refusing to write FP8 KV with scale 1.0")
         if hook.needs_statistics:
             if hook.stats.amax.device != kv_c_normed.device:  # one-time move if loading put it elsewhere
                 hook.stats.to_(kv_c_normed.device)
