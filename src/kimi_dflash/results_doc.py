@@ -1,7 +1,6 @@
 """README's result tables: this project's measured results as the sweep's table at matched concurrency, then figures
 reported by others with their provenance, never mixed with ours (the recipe's MI300X figures ship in
-data/recipe-mi300x.json). A test keeps README in sync.
-"""
+data/recipe-mi300x.json). A test keeps README in sync."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 
 vLLM's own check guards only /v1-like prefixes; /health, /ping and true CORS preflights stay open here (load
 balancers, browsers). vLLM constructs it with the app alone, so the key comes from VLLM_API_KEY. Standard library
-only; the routes, vLLM file:line references and the checks: docs/security.md.
-"""
+only; the routes, vLLM file:line references and the checks: docs/security.md."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """The cached demo bundles on disk: where they live, whether a cached copy is complete (every file's sha256 against
 manifest.json), and building one atomically (docs/demo-models.md). Standard library only, so reusing a cached
-bundle costs a few milliseconds.
-"""
+bundle costs a few milliseconds."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """Produce every file of the demo bundle in memory: a pure function of the shipped corpus and layout.
 
 Heavy imports (numpy, tokenizers, safetensors) live here, so `kimi_dflash.demo` stays cheap to import
-and the cached fast path never loads them.
-"""
+and the cached fast path never loads them."""
 
 from __future__ import annotations
 

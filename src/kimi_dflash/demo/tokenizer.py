@@ -1,6 +1,5 @@
 """The demo tokenizers: byte-level BPE trained with `tokenizers` on the shipped corpus (deterministic, checked by the
-tests across processes), written as the files transformers' AutoTokenizer and vLLM load.
-"""
+tests across processes), written as the files transformers' AutoTokenizer and vLLM load."""
 
 from __future__ import annotations
 

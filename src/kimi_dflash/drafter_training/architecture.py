@@ -3,8 +3,7 @@ against its target, and the two configs derived from it: the draft config SpecFo
 
 vLLM 0.32 (`qwen3_dflash.py`) attends non-causally over context + block, but SpecForge 0.2.0 trains sliding-window
 layers causally inside the block (`create_dflash_sdpa_mask`): so training always declares full attention, serving
-keeps the demo's `use_swa` window (wider than any context) and `check_against_target` refuses one that could bite.
-"""
+keeps the demo's `use_swa` window (wider than any context) and `check_against_target` refuses one that could bite."""
 
 from __future__ import annotations
 

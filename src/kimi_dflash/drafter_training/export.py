@@ -1,6 +1,5 @@
 """Write a trained drafter in the layout vLLM 0.32 loads for DFlash (`qwen3_dflash.py`), and a config that serves it.
-Embeddings and lm_head are the target's, so none are written; the directory is swapped in whole.
-"""
+Embeddings and lm_head are the target's, so none are written; the directory is swapped in whole."""
 
 from __future__ import annotations
 

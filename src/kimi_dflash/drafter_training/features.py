@@ -1,8 +1,7 @@
 """The demo's offline training features, as SpecForge 0.2.0's offline DFlash samples (layout
 `specforge_hidden_states_v1`, docs/drafter-training.md): one `<id>.ckpt` per conversation, written atomically and
 skipped when present (a capture resumes). The target runs in transformers (float32), which agrees with vLLM's
-logprobs within 3e-4 on the demo (tests/integration/test_demo_server.py).
-"""
+logprobs within 3e-4 on the demo (tests/integration/test_demo_server.py)."""
 
 from __future__ import annotations
 

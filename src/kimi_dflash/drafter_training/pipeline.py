@@ -1,7 +1,6 @@
 """train-drafter.sh: train a DFlash drafter matched to its target, in four phases.
 
-Each phase is a list of steps, checks first; `--dry-run` prints them with their inputs, outputs and commands.
-"""
+Each phase is a list of steps, checks first; `--dry-run` prints them with their inputs, outputs and commands."""
 
 from __future__ import annotations
 

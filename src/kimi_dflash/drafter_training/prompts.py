@@ -1,6 +1,5 @@
 """The prompts whose replies the target regenerates: one JSONL file of {"id", "messages"}, from the shipped demo prompts
-(the benchmark's own stay out of training) or PerfectBlend's parquet shards (docs/drafter-training.md).
-"""
+(the benchmark's own stay out of training) or PerfectBlend's parquet shards (docs/drafter-training.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Regenerate the training replies with the target itself, behind `serve.sh` (`return_token_ids`: a matched drafter
-learns what *this* target writes, in its own tokens). Files, resume and retries: docs/drafter-training.md (regen).
-"""
+learns what *this* target writes, in its own tokens). Files, resume and retries: docs/drafter-training.md (regen)."""
 
 from __future__ import annotations
 

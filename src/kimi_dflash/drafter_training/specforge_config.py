@@ -1,6 +1,5 @@
 """The SpecForge 0.2 run config for training the drafter (`specforge train --config FILE`; its keys are
-SpecForge 0.2.0's `specforge/config/schema.py`, checked by specforge_schema.py), and the training data it reads.
-"""
+SpecForge 0.2.0's `specforge/config/schema.py`, checked by specforge_schema.py), and the training data it reads."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Does this SpecForge speak the run config we generate? SpecForge 0.2.0's pydantic models
 (`specforge/config/schema.py`, all `extra="forbid"`: an unknown key fails the run) read as source (field names,
-Literal choices, nested models) from the installed package or its wheel: no torch, GPU or SpecForge import needed.
-"""
+Literal choices, nested models) from the installed package or its wheel: no torch, GPU or SpecForge import needed."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """The demo's trainer, standing in for `specforge train` where it cannot run (docs/drafter-training.md), on CPU.
 Resumable from `<out>/checkpoint.pt`; everything random derives from (seed, epoch) or (seed, step), so a resumed
-run ends with the same weights as an uninterrupted one.
-"""
+run ends with the same weights as an uninterrupted one."""
 
 from __future__ import annotations
 

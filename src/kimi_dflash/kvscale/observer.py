@@ -1,7 +1,6 @@
 """Dump a vLLM process's per-layer statistics to ``<dir>/kv-observe-rank<R>-pid<P>.json`` every ``interval``
 seconds and at exit (the plugin has no HTTP endpoint). Reading device counters synchronises, hence a background
-thread, never the forward pass.
-"""
+thread, never the forward pass."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """Install the KV-scale hook in a vLLM process (called from kimi_dflash.vllm_plugin.register()): wraps
 ``MLAAttention.__init__`` (per layer: decide, check a calibrated file, wrap ``impl.do_kv_cache_update``) and
 ``process_weights_after_loading`` (vLLM resets scales to 1.0 there; set ours after it). docs/fp8-kv.md "Where it
-hooks". Bad settings or scales files raise: a server must not come up with wrong KV scales.
-"""
+hooks". Bad settings or scales files raise: a server must not come up with wrong KV scales."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """The KV-scale arithmetic for MLA latents (k_scale = max(|kv_c_normed|, |k_pe|) / fp8_max, above a floor;
 docs/fp8-kv.md). Runs in vLLM's forward pass, maybe under CUDA-graph capture: no ``.item()``, no Python ``if`` on
-tensor values, no new persistent tensors; branches on configuration and shapes only.
-"""
+tensor values, no new persistent tensors; branches on configuration and shapes only."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """The two JSON documents of the KV-scale workflow (the observe dumps each vLLM rank rewrites, the scales file
 calibrate-kv writes from them), and their checks. Scales files store the *amax* per layer: the runtime derives
-k_scale for its own FP8 format, so one calibration serves E4M3FN (448) and gfx942's E4M3FNUZ (240).
-"""
+k_scale for its own FP8 format, so one calibration serves E4M3FN (448) and gfx942's E4M3FNUZ (240)."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 vLLM 0.33 appends ``skip_scale`` (positionally), so arguments are found by position or name and ``skip_scale`` is
 forced False whenever the hook owns the scale (docs/fp8-kv.md "Where it hooks"). Hot path (CUDA graphs): in-place
 tensor ops only, branches on configuration, shapes and host counters; 14 launches while a dynamic scale warms up,
-none after (docs/fp8-kv.md "What the hook costs"; test_kvscale_hook_ops.py counts them).
-"""
+none after (docs/fp8-kv.md "What the hook costs"; test_kvscale_hook_ops.py counts them)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """The miniature Kimi's EAGLE3-MLA drafter (Eagle3DeepseekV3ForCausalLM, the kind of lightseekorg/kimi-k2.6-eagle3-mla):
 docs/demo-models.md, "A second drafter kind". vLLM feeds the drafter's own pre-norm output back as the next hidden
-state, so a zero `hidden_norm` (with `norm_before_residual`) and a zero `fc` keep it and the target's states out.
-"""
+state, so a zero `hidden_norm` (with `norm_before_residual`) and a zero `fc` keep it and the target's states out."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Every file of a miniature Kimi bundle (target/, target-int4/, drafter/) in memory, a pure function of the shipped
-corpus and layout: `fabricate` makes the CPU miniature (bundle kimi), `fabricate_cuda` the CUDA one (kimi-cuda).
-"""
+corpus and layout: `fabricate` makes the CPU miniature (bundle kimi), `fabricate_cuda` the CUDA one (kimi-cuda)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """The miniature Kimi K2.6 target: its config files and its weights (float64 here, stored as bfloat16 by
-fabricate.py) under Kimi's checkpoint names. What each part does: docs/demo-models.md, "How it is built".
-"""
+fabricate.py) under Kimi's checkpoint names. What each part does: docs/demo-models.md, "How it is built"."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """The miniature Kimi tokenizer: byte-level BPE on the shipped corpus plus Kimi K2.6's 256-id special block, and a
-chat template in Kimi's format (a plain tokenizer.json: no remote code; docs/demo-models.md, "Checkpoint layout").
-"""
+chat template in Kimi's format (a plain tokenizer.json: no remote code; docs/demo-models.md, "Checkpoint layout")."""
 
 from __future__ import annotations
 
