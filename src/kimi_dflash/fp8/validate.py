@@ -4,7 +4,6 @@ logs."""
 from __future__ import annotations
 
 import asyncio
-import functools
 import re
 import subprocess
 import sys
@@ -24,7 +23,6 @@ from kimi_dflash.documents import Document, Model
 # and throughput, and judges FP8 KV by accuracy rather than identity.
 from kimi_dflash.validate import engine
 from kimi_dflash.validate.client import ServerError, api_key_from_env
-from kimi_dflash.validate.prompts import load_calibration_prompts
 
 # The benchmark as users run it (payload/benchmark_multi_turn.py is a wrapper around the same entry point).
 BENCHMARK_COMMAND = (sys.executable, "-m", "kimi_dflash.bench")
@@ -184,18 +182,9 @@ def main(args: ValidateFp8Options) -> int:
         bf16_tokens, fp8_tokens = (kv_capacity_from_log(read_log_tail(log)) for log in (args.bf16_log, args.fp8_log))
         if args.json:
             check_target(args.json, "--json ")
-        prompts = load_calibration_prompts()[: max(1, args.prompts)]
-        bf16, fp8 = engine.served(urls, (None, None), api_key)
-        generate = functools.partial(engine.generate_both, bf16, fp8, concurrency=args.concurrency, api_key=api_key)
-        outputs = asyncio.run(generate(prompts, max_tokens=args.max_tokens))
-        pairs = engine.compare_outputs(outputs, bf16, fp8)
-        agreement = engine.summarize_agreement(pairs)
-
+        c = asyncio.run(engine.collect(args, *engine.served(urls, (None, None), api_key), api_key, divergence=False))
         math = MathSummary(accuracy_bf16=0.0, accuracy_fp8=0.0, rows=[])
-        if not args.no_math:
-            problems, questions = engine.math_questions()
-            answers = asyncio.run(generate(questions, max_tokens=args.math_max_tokens))
-            score = engine.score_math(problems, answers)
+        if (score := c.math) is not None:
             rows = [MathRowDoc(id=r.id, answer=r.answer, bf16=r.reference, fp8=r.candidate) for r in score.rows]
             math = MathSummary(accuracy_bf16=score.accuracy_reference, accuracy_fp8=score.accuracy_candidate, rows=rows)
         bench = None
@@ -211,12 +200,12 @@ def main(args: ValidateFp8Options) -> int:
 
     thresholds = Thresholds(max_math_drop_points=float("inf") if args.no_math else args.max_math_drop)
     capacity = (bf16_tokens, fp8_tokens)
-    status, reasons = verdict_lines(agreement, math.accuracy_bf16, math.accuracy_fp8, capacity, thresholds)
+    status, reasons = verdict_lines(c.agreement, math.accuracy_bf16, math.accuracy_fp8, capacity, thresholds)
     report = Fp8Report(
         servers={"bf16": urls[0], "fp8": urls[1]},
-        models=[bf16.model, fp8.model],
-        pairs=pairs,
-        agreement=agreement,
+        models=[c.reference.model, c.candidate.model],
+        pairs=c.pairs,
+        agreement=c.agreement,
         math=math,
         kv_capacity_tokens={"bf16": bf16_tokens, "fp8": fp8_tokens},
         benchmark=bench,

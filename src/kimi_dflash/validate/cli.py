@@ -20,7 +20,6 @@ from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.options import declare, http_url, option
 from kimi_dflash.validate import engine
 from kimi_dflash.validate.client import ServerError, api_key_from_env
-from kimi_dflash.validate.prompts import load_calibration_prompts
 
 EXIT = {"PASS": 0, "WARN": 1, "FAIL": 2}
 EXIT_ERROR = 3
@@ -48,24 +47,11 @@ def verdict(
     return engine.Verdict.of(problems)
 
 
-@dataclass(frozen=True)
-class Comparison:
-    reference: engine.Server
-    candidate: engine.Server
-    pairs: list[engine.PairComparison]
-    divergence: engine.Divergence | None
-    math: engine.MathScore | None
-
-    @property
-    def agreement(self) -> engine.AgreementSummary:
-        return engine.summarize_agreement(self.pairs)
-
-
 def _shown(text: str | None) -> str:
     return "(not decoded)" if text is None else repr(text)
 
 
-def report_lines(c: Comparison, max_tokens: int, status: str, reasons: Sequence[str]) -> list[str]:
+def report_lines(c: engine.Comparison, max_tokens: int, status: str, reasons: Sequence[str]) -> list[str]:
     agreement, d, math = c.agreement, c.divergence, c.math
     lines = [
         f"reference   {c.reference.model} @ {c.reference.url}",
@@ -121,27 +107,12 @@ EPILOG = (
 add_cli_args = declare(ValidateOptions, __doc__, EPILOG)
 
 
-async def _collect(args: ValidateOptions, reference: engine.Server, candidate: engine.Server) -> Comparison:
-    api_key = api_key_from_env()
-    limits = {"concurrency": args.concurrency, "api_key": api_key}
-    prompts = load_calibration_prompts()[: max(1, args.prompts)]
-    outputs = await engine.generate_both(reference, candidate, prompts, max_tokens=args.max_tokens, **limits)
-    pairs = engine.compare_outputs(outputs, reference, candidate)
-    divergence = await engine.first_divergence(outputs, pairs, reference, candidate, api_key)
-    math = None
-    if not args.no_math:
-        problems, questions = engine.math_questions(args.math_problems)
-        answers = await engine.generate_both(reference, candidate, questions, max_tokens=args.math_max_tokens, **limits)
-        math = engine.score_math(problems, answers)
-    return Comparison(reference, candidate, pairs, divergence, math)
-
-
 def main(args: ValidateOptions) -> int:
     try:
         if args.json:  # said before the servers are asked for anything
             check_target(args.json, "--json ")
         servers = engine.served([args.reference, args.candidate], [args.model_ref, args.model_cand], api_key_from_env())
-        c = asyncio.run(_collect(args, *servers))
+        c = asyncio.run(engine.collect(args, *servers, api_key_from_env()))
     except (ServerError, UserError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_ERROR

@@ -7,11 +7,12 @@ import asyncio
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from kimi_dflash.documents import Model
+from kimi_dflash.validate import prompts as shipped
 from kimi_dflash.validate.client import Completion, ServerError, chat_greedy, normalize_base_url, served_model
-from kimi_dflash.validate.prompts import MathProblem, extract_answer, load_math_problems, math_prompt
+from kimi_dflash.validate.prompts import MathProblem, extract_answer
 
 Status = Literal["PASS", "WARN", "FAIL"]
 
@@ -187,13 +188,44 @@ class MathScore:
 
 
 def math_questions(limit: int | None = None) -> tuple[list[MathProblem], list[str]]:
-    problems = load_math_problems()[: limit or None]
-    return problems, [math_prompt(p) for p in problems]
+    problems = shipped.load_math_problems()[: limit or None]
+    return problems, [shipped.math_prompt(p) for p in problems]
 
 
 def score_math(problems: Sequence[MathProblem], outputs: Outputs) -> MathScore:
     rows = zip(problems, outputs.reference, outputs.candidate)
     return MathScore([MathRow(p.id, p.answer, extract_answer(a.text), extract_answer(b.text)) for p, a, b in rows])
+
+
+@dataclass(frozen=True)
+class Comparison:
+    reference: Server
+    candidate: Server
+    pairs: list[PairComparison]
+    divergence: Divergence | None
+    math: MathScore | None
+
+    @property
+    def agreement(self) -> AgreementSummary:
+        return summarize_agreement(self.pairs)
+
+
+async def collect(
+    args: Any, reference: Server, candidate: Server, api_key: str | None, divergence: bool = True
+) -> Comparison:
+    """Both servers' greedy outputs for ``args.prompts`` shipped prompts and (unless ``args.no_math``) the math set
+    (``args.math_problems`` of it, 0: all), compared."""
+    limits = {"concurrency": args.concurrency, "api_key": api_key}
+    prompts = shipped.load_calibration_prompts()[: max(1, args.prompts)]
+    outputs = await generate_both(reference, candidate, prompts, max_tokens=args.max_tokens, **limits)
+    pairs = compare_outputs(outputs, reference, candidate)
+    first = await first_divergence(outputs, pairs, reference, candidate, api_key) if divergence else None
+    math = None
+    if not args.no_math:
+        problems, questions = math_questions(getattr(args, "math_problems", 0))
+        answers = await generate_both(reference, candidate, questions, max_tokens=args.math_max_tokens, **limits)
+        math = score_math(problems, answers)
+    return Comparison(reference, candidate, pairs, first, math)
 
 
 def served(urls: Sequence[str], names: Sequence[str | None], api_key: str | None) -> list[Server]:
