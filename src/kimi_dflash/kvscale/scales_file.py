@@ -59,8 +59,7 @@ def model_basename(model: str) -> str:
 
 
 def fingerprint_from_hf_config(hf_config: Any) -> dict[str, Any]:
-    """The architecture facts of an HF config, an object or config.json's dict (text config of a multimodal
-    wrapper)."""
+    """The architecture facts of an HF config, an object or config.json's dict (text config of a multimodal wrapper)."""
     if isinstance(hf_config, Mapping):
         text = hf_config.get("text_config")
         return {key: (text if isinstance(text, Mapping) else hf_config).get(key) for key in FINGERPRINT_KEYS}

@@ -1,10 +1,9 @@
 """kimi-dflash validate: is the candidate server's output the reference's? Token ids per prompt at T=0, the first
 divergence in text, exact-match accuracy on the shipped math set, and a one-screen verdict.
 
-Speculative decoding (DFlash) is lossless: at T=0 its output must be token-identical to the autoregressive
-reference, so by default any divergence is a FAIL. Candidates that are not meant to be identical (FP8 KV,
-another dtype) are judged with --allow-divergence: divergence is then a WARN, and FAIL is reserved for a
-drop in math accuracy."""
+Speculative decoding (DFlash) is lossless: at T=0 its output must be token-identical to the autoregressive reference, so
+by default any divergence is a FAIL. Candidates that are not meant to be identical (FP8 KV, another dtype) are judged
+with --allow-divergence: divergence is then a WARN, and FAIL is reserved for a drop in math accuracy."""
 
 from __future__ import annotations
 
