@@ -63,13 +63,9 @@ class AgreementSummary:
 
 def summarize_agreement(pairs: Sequence[PairComparison]) -> AgreementSummary:
     diverging = [p.first_divergence for p in pairs if p.first_divergence is not None]
-    return AgreementSummary(
-        prompts=len(pairs),
-        identical=sum(p.identical for p in pairs),
-        mean_prefix_agreement=statistics.fmean(p.prefix_agreement for p in pairs) if pairs else 0.0,
-        median_first_divergence=statistics.median(diverging) if diverging else None,
-        earliest_divergence=min(diverging) if diverging else None,
-    )
+    mean = statistics.fmean(p.prefix_agreement for p in pairs) if pairs else 0.0
+    divergence = (statistics.median(diverging), min(diverging)) if diverging else (None, None)
+    return AgreementSummary(len(pairs), sum(p.identical for p in pairs), mean, *divergence)
 
 
 @dataclass(frozen=True)
@@ -85,17 +81,8 @@ class Outputs:
     candidate: list[Completion]
 
 
-async def generate_both(
-    reference: Server,
-    candidate: Server,
-    prompts: Sequence[str],
-    *,
-    max_tokens: int,
-    concurrency: int,
-    api_key: str | None,
-) -> Outputs:
-    """Reference first, then candidate (one server at a time: they may share the machine)."""
-    limits = {"max_tokens": max_tokens, "concurrency": concurrency, "api_key": api_key}
+async def generate_both(reference: Server, candidate: Server, prompts: Sequence[str], **limits: Any) -> Outputs:
+    """Reference first, then candidate (one server at a time: they may share the machine); ``limits``: chat_greedy's."""
     ref = await chat_greedy(reference.url, reference.model, prompts, **limits)
     return Outputs(list(prompts), ref, await chat_greedy(candidate.url, candidate.model, prompts, **limits))
 
