@@ -64,7 +64,6 @@ class Pipeline:
         self.export_dir = Path(args.export_dir or self.work / "export" / "drafter").resolve()
         self.configs = Path(args.configs_dir or shipped_configs_dir()).resolve()
 
-    # -- inputs ---------------------------------------------------------------------------------------------
     def demo_models(self):  # type: ignore[no-untyped-def]
         from kimi_dflash.demo import ensure_demo_models
 
@@ -87,7 +86,6 @@ class Pipeline:
         name = "demo-cpu.env" if self.profile == "demo" else "production-fp8kv-matched.env"
         return self.configs / name
 
-    # -- phases ---------------------------------------------------------------------------------------------
     def steps(self) -> list[Step]:
         skipped = {"setup": self.args.skip_setup, "regen": self.args.skip_regen}
         wanted = self.args.phase or [phase for phase in PHASES if not skipped.get(phase)]
@@ -186,7 +184,6 @@ class Pipeline:
             return str(self.drafter_config_path())
         return "<cache>/demo/kimi/drafter/config.json"
 
-    # -- actions --------------------------------------------------------------------------------------------
     def require(self, problem: str | None) -> None:
         if problem:
             raise PipelineError(problem)

@@ -18,9 +18,6 @@ from kimi_dflash.core.formatting import number
 from kimi_dflash.core.options import declare, http_url, option, run
 from kimi_dflash.core.user_files import read_log_tail
 from kimi_dflash.documents import Document, Model
-
-# The comparison itself is the shared engine (payload/validate.py runs on it too); this tool adds KV capacity
-# and throughput, and judges FP8 KV by accuracy rather than identity.
 from kimi_dflash.validate import engine
 from kimi_dflash.validate.client import ServerError, api_key_from_env
 

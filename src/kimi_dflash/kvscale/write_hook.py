@@ -62,9 +62,7 @@ class LayerHook:
 
 
 def _get(args: tuple, kwargs: dict, index: int) -> Any:
-    if index < len(args):
-        return args[index]
-    return kwargs.get(ARG_NAMES[index])
+    return args[index] if index < len(args) else kwargs.get(ARG_NAMES[index])
 
 
 def _replace(args: list, kwargs: dict, index: int, value: Any) -> None:

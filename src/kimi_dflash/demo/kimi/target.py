@@ -30,9 +30,6 @@ def noise(name: str, rows: int, cols: int, std: float) -> np.ndarray:
     return rng_for(name).normal(0.0, std, size=(rows, cols))
 
 
-# ---------------------------------------------------------------- configs
-
-
 def text_config(mla: layout.MlaGeometry = CPU_MLA) -> dict[str, object]:
     """Kimi K2.6's text_config with the sizes shrunk (see layout.py for the real values)."""
     return {
@@ -155,9 +152,6 @@ def generation_config() -> dict[str, object]:
 def preprocessor_config() -> dict[str, object]:
     """Kimi K2.6's media preprocessing settings; vLLM's Kimi processor reads media_proc_cfg even for text."""
     return kimi_config_fragment("preprocessor_config")
-
-
-# ---------------------------------------------------------------- weights
 
 
 def embeddings(walk: Walk) -> np.ndarray:
