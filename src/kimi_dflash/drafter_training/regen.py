@@ -69,17 +69,6 @@ def read_records(out_dir: Path) -> Iterable[dict[str, Any]]:
                 yield json.loads(line)
 
 
-def request_body(prompt: Prompt, settings: RegenSettings) -> dict[str, Any]:
-    return {
-        "model": settings.model,
-        "messages": [dict(m) for m in prompt.messages],
-        "max_tokens": settings.max_tokens,
-        "temperature": settings.temperature,
-        "stream": False,
-        "return_token_ids": True,  # vLLM: prompt_token_ids + choices[].token_ids
-    }
-
-
 def record_from_response(prompt: Prompt, response: Mapping[str, Any]) -> dict[str, Any]:
     """The regen record: the conversation with the target's reply, plus its exact token ids when the server sent
     them. Raises ServerError (a retryable one) on a response without a reply."""
@@ -133,10 +122,12 @@ class ChunkWriter:
 
 async def _regenerate_one(session: Any, prompt: Prompt, settings: RegenSettings, summary: RegenSummary) -> dict:
     url = settings.base_url.rstrip("/") + "/v1/chat/completions"
+    body = {"model": settings.model, "messages": [dict(m) for m in prompt.messages], "max_tokens": settings.max_tokens}
+    body |= {"temperature": settings.temperature, "stream": False, "return_token_ids": True}  # vLLM: token ids too
     attempt = 0
     while True:
         try:
-            reply = await request_json(session, url, settings.api_key, request_body(prompt, settings))
+            reply = await request_json(session, url, settings.api_key, body)
             return record_from_response(prompt, reply)
         except ServerError as failure:
             if attempt >= settings.retries or failure.status not in (None, *RETRYABLE_STATUS):

@@ -129,16 +129,10 @@ def on_non_mla_layer_built(layer: Any) -> None:
     )
 
 
-def _served_identity() -> scales_file.ModelIdentity:
-    from vllm.config import get_current_vllm_config
-
-    model_config = get_current_vllm_config().model_config
-    fingerprint = scales_file.fingerprint_from_hf_config(model_config.hf_config)
-    return scales_file.ModelIdentity(str(model_config.model), fingerprint)
-
-
 def on_layer_built(layer: Any) -> None:
     """Decide what to do for one freshly built MLA layer and wrap its KV write."""
+    from vllm.config import get_current_vllm_config
+
     from kimi_dflash.kvscale.write_hook import LayerHook, wrap_kv_cache_update
 
     state = _state
@@ -149,7 +143,9 @@ def on_layer_built(layer: Any) -> None:
     kv_dtype = str(layer.kv_cache_dtype)
     with state.lock:
         if state.identity is None:
-            state.identity = _served_identity()
+            served = get_current_vllm_config().model_config
+            fingerprint = scales_file.fingerprint_from_hf_config(served.hf_config)
+            state.identity = scales_file.ModelIdentity(str(served.model), fingerprint)
         identity = state.identity
 
     fp8 = emulate = None

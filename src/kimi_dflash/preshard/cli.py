@@ -125,7 +125,9 @@ def run(config: Config, source: Path, output: Path, args: PreshardOptions) -> in
     steps = _resume(staging, key)
     if "copied" not in steps:
         say("copying config, tokenizer and other non-weight files")
-        _copy_non_weights(source, staging)
+        # The weight index maps the original tensor names to files; the pre-shard has its own layout.
+        ignore = shutil.ignore_patterns("*.safetensors", "*.bin", "*.pt", "*.index.json", ".cache")
+        shutil.copytree(source, staging, ignore=ignore, dirs_exist_ok=True)
         steps = _mark(staging, key, steps, "copied")
     if "saved" not in steps:
         for stale in staging.glob("model-rank-*.safetensors"):
@@ -177,12 +179,6 @@ def _mark(staging: Path, key: dict[str, object], steps: list[str], done: str | N
     steps = [*steps, done] if done else list(steps)
     write_text_atomic(staging / PROGRESS_NAME, json.dumps({"key": key, "steps": steps}))
     return steps
-
-
-def _copy_non_weights(source: Path, staging: Path) -> None:
-    # The weight index maps the original tensor names to files; the pre-shard has its own layout.
-    ignore = shutil.ignore_patterns("*.safetensors", "*.bin", "*.pt", "*.index.json", ".cache")
-    shutil.copytree(source, staging, ignore=ignore, dirs_exist_ok=True)
 
 
 def _engine_args(config: Config, tp: int) -> dict[str, object]:
