@@ -69,20 +69,16 @@ def step_loss(
 
 
 def train(
-    model: DFlashDrafter,
-    feature_files: list[Path],
-    out_dir: Path,
-    settings: TrainSettings,
-    say: Callable[[str], None] = print,
+    model: DFlashDrafter, files: list[Path], out_dir: Path, settings: TrainSettings, say: Callable[[str], None] = print
 ) -> dict[str, Any]:
     """Train (or resume) to `settings.epochs` epochs; returns the run's summary (also in `<out>/train-log.json`)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    features = [torch.load(path, map_location="cpu", weights_only=True) for path in feature_files]
+    features = [torch.load(path, map_location="cpu", weights_only=True) for path in files]
     samples = [s for s in features if candidate_anchors(s["loss_mask"]).numel()]
     if not samples:
         why = "regenerate with longer replies (each needs two reply tokens)"
-        raise ValueError(f"no trainable samples among {len(feature_files)} feature files: {why}")
+        raise ValueError(f"no trainable samples among {len(files)} feature files: {why}")
     total_steps = settings.epochs * len(samples)
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay)
     step, history = 0, []

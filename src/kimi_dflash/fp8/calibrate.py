@@ -36,12 +36,7 @@ class RunTotals(NamedTuple):
 
 
 def wait_for_dumps(
-    directory: Path,
-    *,
-    newer_than: float,
-    live_since: float,
-    timeout: float,
-    sleep: Callable[[float], None] = time.sleep,
+    directory: Path, newer_than: float, live_since: float, timeout: float, sleep: Callable[[float], None] = time.sleep
 ) -> list[dict[str, Any]]:
     """A rank is live when its dump was rewritten after ``live_since`` (older files are of exited processes)."""
     deadline = time.monotonic() + timeout

@@ -83,12 +83,7 @@ class QueryStats(_DeviceStats):
 
 
 def follow_running_amax_(
-    k_scale: torch.Tensor,
-    stats: LatentStats,
-    *,
-    fp8_max: float,
-    floor: float,
-    warmup_writes: int,
+    k_scale: torch.Tensor, stats: LatentStats, *, fp8_max: float, floor: float, warmup_writes: int
 ) -> None:
     """Set ``k_scale`` in place from the running amax (after ``stats.observe_``): for the first ``warmup_writes``
     writes, then frozen (0: always). The gate is on the device, so CUDA-graph replays count correctly."""

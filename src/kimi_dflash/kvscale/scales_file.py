@@ -68,14 +68,7 @@ def fingerprint_from_hf_config(hf_config: Any) -> dict[str, Any]:
 
 
 def observe_document(
-    *,
-    identity: ModelIdentity,
-    rank: int,
-    pid: int,
-    vllm_version: str,
-    seq: int,
-    updated: float,
-    layers: Mapping[str, Mapping[str, Any]],
+    identity: ModelIdentity, rank: int, pid: int, vllm_version: str, seq: int, updated: float, layers: Mapping[str, Any]
 ) -> dict[str, Any]:
     return {
         "format": OBSERVE_FORMAT,
