@@ -107,13 +107,9 @@ async def chat_greedy(
                 body = await request_json(session, url, api_key, payload)
             try:
                 choice, usage = body["choices"][0], body.get("usage") or {}
-                return Completion(
-                    text=(choice.get("message") or {}).get("content") or "",
-                    token_ids=choice.get("token_ids"),
-                    completion_tokens=int(usage.get("completion_tokens", 0)),
-                    prompt_tokens=int(usage.get("prompt_tokens", 0)),
-                    finish_reason=choice.get("finish_reason"),
-                )
+                text = (choice.get("message") or {}).get("content") or ""
+                tokens = int(usage.get("completion_tokens", 0)), int(usage.get("prompt_tokens", 0))
+                return Completion(text, choice.get("token_ids"), *tokens, choice.get("finish_reason"))
             except _SHAPE_ERRORS:
                 raise ServerError(f"POST {url} answered JSON without a chat completion") from None
 
