@@ -2,8 +2,7 @@
 
 Each verb's module (core/options.py: ``add_cli_args`` + ``main``) is imported only when that verb runs, so
 `kimi-dflash --help` is instant and the benchmark client never imports the server side. ``kimi-dflash CONFIG
-[options]`` (no verb) still means ``kimi-dflash serve CONFIG [options]``.
-"""
+[options]`` (no verb) still means ``kimi-dflash serve CONFIG [options]``."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """The JSON documents the workflows write and read back: pydantic models with a schema name and version, read
 through ``core.user_files``, written atomically. A file without ``"schema"`` reads as version 1 (written before
-its kind was typed); types are strict; unknown keys are ignored (a newer writer of the same version may add them).
-"""
+its kind was typed); types are strict; unknown keys are ignored (a newer writer of the same version may add them)."""
 
 from __future__ import annotations
 

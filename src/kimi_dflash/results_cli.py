@@ -14,8 +14,7 @@ from kimi_dflash.core.options import declare, option, run
 
 @dataclass(kw_only=True)
 class ResultsOptions:
-    directory: Path = option("directory of result files (default: ./benchmarks/results)", positional=True,
-        default=Path("benchmarks/results"))  # fmt: skip
+    directory: Path = option("result files (benchmarks/results)", positional=True, default=Path("benchmarks/results"))
     write: Path | None = option("update this file instead of printing", metavar="README")
 
 

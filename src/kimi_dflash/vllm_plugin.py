@@ -1,7 +1,6 @@
 """vLLM general plugin (``vllm.general_plugins``): vLLM calls ``register()`` in every process before the model is
 built. It logs and swallows exceptions raised while *importing* a plugin, so this module imports nothing heavy and
-everything that must not fail silently happens inside ``register()``.
-"""
+everything that must not fail silently happens inside ``register()``."""
 
 from __future__ import annotations
 

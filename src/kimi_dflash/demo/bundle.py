@@ -1,7 +1,6 @@
 """The cached demo bundles on disk: where they live, whether a cached copy is complete (every file's sha256 against
 manifest.json), and building one atomically (docs/demo-models.md). Standard library only, so reusing a cached
-bundle costs a few milliseconds.
-"""
+bundle costs a few milliseconds."""
 
 from __future__ import annotations
 
@@ -68,12 +67,9 @@ class DemoModels:
         """The --speculative-config object for vLLM."""
         picked = self.choice
         k = picked.recommended_num_speculative_tokens if num_speculative_tokens is None else num_speculative_tokens
-        if not 1 <= k <= picked.max_num_speculative_tokens:
-            raise ValueError(
-                f"num_speculative_tokens={k}: the demo drafter proposes 1 to "
-                f"{picked.max_num_speculative_tokens} tokens per step"
-            )
-        return {"method": self.choice.speculative_method, "model": str(self.drafter_dir), "num_speculative_tokens": k}
+        if not 1 <= k <= (most := picked.max_num_speculative_tokens):
+            raise ValueError(f"num_speculative_tokens={k}: the demo drafter proposes 1 to {most} tokens per step")
+        return {"method": picked.speculative_method, "model": str(self.drafter_dir), "num_speculative_tokens": k}
 
     def manifest(self) -> dict[str, object]:
         return json.loads(self.manifest_path.read_text(encoding="utf-8"))
@@ -90,14 +86,7 @@ def demo_model_paths(root: Path | None = None, choice: str = DEFAULT) -> DemoMod
     picked = catalog_choice(choice)
     base = (root if root is not None else default_root()).expanduser().resolve()
     bundle = base / picked.bundle
-    return DemoModels(
-        root=base,
-        choice=picked,
-        bundle_dir=bundle,
-        target_dir=bundle / picked.target,
-        drafter_dir=bundle / DRAFTER,
-        manifest_path=bundle / MANIFEST,
-    )
+    return DemoModels(base, picked, bundle, bundle / picked.target, bundle / DRAFTER, bundle / MANIFEST)
 
 
 def bundle_problem(bundle: Path, fabrication_version: str) -> str | None:
@@ -136,11 +125,8 @@ def exclusive(root: Path) -> Iterator[None]:
     """Serialize builders (two launchers starting at once would otherwise race on the swap)."""
     root.mkdir(parents=True, exist_ok=True)
     with (root / LOCK).open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file is closed
+        yield
 
 
 def install(root: Path, name: str, files: dict[str, bytes]) -> None:
@@ -150,8 +136,7 @@ def install(root: Path, name: str, files: dict[str, bytes]) -> None:
         write_tree(staging, files)
         publish_directory(staging, root / name)
     finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 FABRICATION_LIBRARIES = ("tokenizers", "safetensors")  # the cpu extra; numpy is a base dependency

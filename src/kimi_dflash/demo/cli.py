@@ -34,8 +34,7 @@ serve the result on CPU: ./serve.sh configs/demo-cpu.env (docs/demo-models.md ha
 
 @dataclass(kw_only=True)
 class DemoOptions:
-    root: Path | None = option("directory to keep the models in (default: <project cache>/demo; KIMI_DFLASH_CACHE "
-        "moves the project cache)")  # fmt: skip
+    root: Path | None = option("where the models are kept (default: <cache>/demo; KIMI_DFLASH_CACHE moves <cache>)")
     model: str = option(f"which demo models (default: {DEFAULT})", choices=sorted(CHOICES), default=DEFAULT)
     force: bool = option("rebuild even if a valid cached copy exists")
     json: bool = option("print paths and facts as one JSON object on stdout")

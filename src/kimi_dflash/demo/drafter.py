@@ -1,7 +1,6 @@
 """The DFlash drafter of both demos (config.json and weights as vLLM 0.32's DFlashQwen3ForCausalLM loads them; no
 embed_tokens / lm_head: vLLM shares the target's). The construction against vLLM's DFlash forward:
-docs/demo-models.md, "How the drafter agrees with the target"; a DrafterDesign says where the target keeps what.
-"""
+docs/demo-models.md, "How the drafter agrees with the target"; a DrafterDesign says where the target keeps what."""
 
 from __future__ import annotations
 
@@ -11,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kimi_dflash.demo import geometry, layout
-from kimi_dflash.demo.target import F, shared_qwen3_config
+from kimi_dflash.demo.target import F, qwen3_attention, shared_qwen3_config, zero_mlp
 from kimi_dflash.demo.walk import Walk
 
 
@@ -94,23 +93,14 @@ def attention_weights(walk: Walk, design: DrafterDesign, prefix: str, copying: b
         q_proj[rows, design.special_dim] = pattern
         if copying:
             value_rows = slice(head * head_dim, head * head_dim + design.code_dims)
-            o_proj[design.code_out, value_rows] = design.output_gain * geometry.phase_rotation(
-                head, walk.frequencies, walk.length
-            )
-    key = geometry.rope_query_pattern(0, head_dim, design.rope_theta)
+            rotation = geometry.phase_rotation(head, walk.frequencies, walk.length)
+            o_proj[design.code_out, value_rows] = design.output_gain * rotation
     k_proj = np.zeros((head_dim, hidden))
-    k_proj[:, design.content_dim] = key
-    k_proj[:, design.special_dim] = key
+    key = geometry.rope_query_pattern(0, head_dim, design.rope_theta)
+    k_proj[:, [design.content_dim, design.special_dim]] = key[:, None]
     v_proj = np.zeros((head_dim, hidden))
     v_proj[code, design.code_in] = np.eye(design.code_dims)
-    return {
-        f"{prefix}.self_attn.q_proj.weight": q_proj,
-        f"{prefix}.self_attn.k_proj.weight": k_proj,
-        f"{prefix}.self_attn.v_proj.weight": v_proj,
-        f"{prefix}.self_attn.o_proj.weight": o_proj,
-        f"{prefix}.self_attn.q_norm.weight": np.full(head_dim, design.qk_norm_weight),
-        f"{prefix}.self_attn.k_norm.weight": np.full(head_dim, design.qk_norm_weight),
-    }
+    return qwen3_attention(prefix, q_proj, k_proj, v_proj, o_proj, np.full(head_dim, design.qk_norm_weight))
 
 
 def copied_code_norm(design: DrafterDesign) -> float:
@@ -164,13 +154,7 @@ def drafter_weights(walk: Walk, design: DrafterDesign = QWEN3_DRAFTER) -> dict[s
         weights[f"{prefix}.input_layernorm.weight"] = np.ones(hidden)
         weights[f"{prefix}.post_attention_layernorm.weight"] = np.ones(hidden)
         weights.update(attention_weights(walk, design, prefix, copying=index == 0))
-        if index == design.layers - 1:
-            mlp = miss_neurons(walk, design, intermediate)
-        else:
-            mlp = {
-                "gate_proj.weight": np.zeros((intermediate, hidden)),
-                "up_proj.weight": np.zeros((intermediate, hidden)),
-                "down_proj.weight": np.zeros((hidden, intermediate)),
-            }
+        last = index == design.layers - 1
+        mlp = miss_neurons(walk, design, intermediate) if last else zero_mlp(intermediate, hidden)
         weights.update({f"{prefix}.mlp.{name}": value for name, value in mlp.items()})
     return {name: value.astype(np.float32) for name, value in weights.items()}

@@ -1,8 +1,7 @@
 """Produce every file of the demo bundle in memory: a pure function of the shipped corpus and layout.
 
 Heavy imports (numpy, tokenizers, safetensors) live here, so `kimi_dflash.demo` stays cheap to import
-and the cached fast path never loads them.
-"""
+and the cached fast path never loads them."""
 
 from __future__ import annotations
 
@@ -29,43 +28,32 @@ class Fabrication:
 def fabricate(progress: Callable[[str], None] = lambda message: None) -> Fabrication:
     from safetensors.numpy import save
 
-    gap = geometry.checked_attention_gap(
-        "the Qwen3 demo's",
-        "raise QK_NORM_WEIGHT or lower ROPE_THETA in kimi_dflash/demo/layout.py",
-        layout.MAX_POSITION_EMBEDDINGS + layout.DRAFTER_BLOCK_SIZE,
-        layout.HEAD_DIM,
-        layout.ROPE_THETA,
-        layout.QK_NORM_WEIGHT,
-        layout.MIN_ATTENTION_LOGIT_GAP,
-    )
+    fix = "raise QK_NORM_WEIGHT or lower ROPE_THETA in kimi_dflash/demo/layout.py"
+    heads = (layout.HEAD_DIM, layout.ROPE_THETA, layout.QK_NORM_WEIGHT)
+    context = (layout.MAX_POSITION_EMBEDDINGS + layout.DRAFTER_BLOCK_SIZE, *heads, layout.MIN_ATTENTION_LOGIT_GAP)
+    gap = geometry.checked_attention_gap("the Qwen3 demo's", fix, *context)
     progress("training the byte-level BPE tokenizer on the shipped corpus")
     corpus = tokenizer.read_corpus()
     tok = tokenizer.train_tokenizer(corpus)
     mask_token_id = tok.token_to_id(layout.MASK_TOKEN)
     walk = build_walk(tok.encode(corpus).ids, tok.get_vocab_size())
-    progress(
-        f"cycle of {walk.length} tokens, phase code sidelobe {walk.max_sidelobe:.3f}, "
-        f"{len(walk.missed_phases)} deliberate drafter misses"
-    )
+    progress(walk.describe())
 
     progress(
         f"building the target (Qwen3, {layout.TARGET_LAYERS} layers) and the DFlash drafter "
         f"({layout.DRAFTER_LAYERS} layers)"
     )
-    files: dict[str, bytes] = {}
     roles = {"bos_token": None, "eos_token": layout.EOS_TOKEN, "pad_token": layout.EOS_TOKEN, "unk_token": None}
-    additional = list(layout.SPECIAL_TOKENS[1:])
-    for name, content in tokenizer.tokenizer_files(
-        tok, roles, additional, tokenizer.chat_template("qwen3-chat-template"), layout.MAX_POSITION_EMBEDDINGS
-    ).items():
-        files[f"{TARGET}/{name}"] = content
+    template, additional = tokenizer.chat_template("qwen3-chat-template"), list(layout.SPECIAL_TOKENS[1:])
+    tokenizer_part = tokenizer.tokenizer_files(tok, roles, additional, template, layout.MAX_POSITION_EMBEDDINGS)
+    files = {f"{TARGET}/{name}": content for name, content in tokenizer_part.items()}
     files[f"{TARGET}/config.json"] = json_bytes(target.target_config(walk))
     files[f"{TARGET}/generation_config.json"] = json_bytes(target.generation_config())
     files[f"{TARGET}/model.safetensors"] = save(target.target_weights(walk), metadata=SAFETENSORS_METADATA)
     files[f"{DRAFTER}/config.json"] = json_bytes(drafter.drafter_config(walk, mask_token_id))
     files[f"{DRAFTER}/model.safetensors"] = save(drafter.drafter_weights(walk), metadata=SAFETENSORS_METADATA)
 
-    summary: dict[str, object] = {
+    summary = {
         **walk_summary(walk, mask_token_id),
         "tokenizer_size": walk.tokenizer_size,
         "attention_logit_gap": round(gap, 3),

@@ -49,8 +49,7 @@ def attention_logit_gap(max_distance: int, head_dim: int, theta: float, qk_norm_
     """Smallest logit margin between the intended key and any other key at most `max_distance` away.
 
     After q_norm/k_norm (weight w) each rotary pair has length sqrt(2)*w, and vLLM scales scores by
-    head_dim**-0.5, so a key x positions off the intended one loses (w^2/4)*sum_i(1 - cos(x*theta_i)).
-    """
+    head_dim**-0.5, so a key x positions off the intended one loses (w^2/4)*sum_i(1 - cos(x*theta_i))."""
     frequencies = rope_frequencies(head_dim, theta)
     distances = np.arange(1, max_distance + 1, dtype=np.float64)
     loss = (1.0 - np.cos(np.outer(distances, frequencies))).sum(axis=1)

@@ -71,10 +71,8 @@ def lm_head(walk: Walk, hidden_size: int = layout.HIDDEN_SIZE, code: slice = F) 
     """Row of the token at phase p+1 is the code of phase p: a hidden state holding phase p predicts the next
     cycle token. Tokens off the cycle, special tokens and padding get zero rows (never the greedy choice)."""
     head = np.zeros((walk.vocab_size, hidden_size), dtype=np.float64)
-    previous_phases = (np.arange(walk.length) - 1) % walk.length
-    head[list(walk.cycle), code] = layout.LM_HEAD_SCALE * geometry.phase_codes(
-        previous_phases, walk.frequencies, walk.length
-    )
+    previous = (np.arange(walk.length) - 1) % walk.length
+    head[list(walk.cycle), code] = layout.LM_HEAD_SCALE * geometry.phase_codes(previous, walk.frequencies, walk.length)
     return head
 
 
@@ -85,27 +83,28 @@ def layer_weights(walk: Walk, index: int) -> dict[str, np.ndarray]:
     q_proj = np.zeros((layout.TARGET_HEADS * head_dim, hidden))
     q_proj[:head_dim, layout.CONTENT_DIM] = geometry.rope_query_pattern(0)
     k_proj = np.zeros((layout.NUM_KV_HEADS * head_dim, hidden))
-    k_proj[:, layout.CONTENT_DIM] = geometry.rope_query_pattern(0)
-    k_proj[:, layout.SPECIAL_DIM] = geometry.rope_query_pattern(0)
+    k_proj[:, [layout.CONTENT_DIM, layout.SPECIAL_DIM]] = geometry.rope_query_pattern(0)[:, None]
     v_proj = np.zeros((layout.NUM_KV_HEADS * head_dim, hidden))
     v_proj[:, F] = np.eye(layout.F_DIMS)
     o_proj = np.zeros((hidden, layout.TARGET_HEADS * head_dim))
     o_proj[F, :head_dim] = layout.TARGET_COPY_GAIN * np.eye(layout.F_DIMS)
-    prefix = f"model.layers.{index}"
-    return {
-        f"{prefix}.input_layernorm.weight": np.ones(hidden),
-        f"{prefix}.post_attention_layernorm.weight": np.ones(hidden),
-        f"{prefix}.self_attn.q_proj.weight": q_proj,
-        f"{prefix}.self_attn.k_proj.weight": k_proj,
-        f"{prefix}.self_attn.v_proj.weight": v_proj,
-        f"{prefix}.self_attn.o_proj.weight": o_proj,
-        f"{prefix}.self_attn.q_norm.weight": np.full(head_dim, layout.QK_NORM_WEIGHT),
-        f"{prefix}.self_attn.k_norm.weight": np.full(head_dim, layout.QK_NORM_WEIGHT),
-        # The MLP has no job in the construction; zero down_proj keeps it out of the residual.
-        f"{prefix}.mlp.gate_proj.weight": np.zeros((layout.TARGET_INTERMEDIATE, hidden)),
-        f"{prefix}.mlp.up_proj.weight": np.zeros((layout.TARGET_INTERMEDIATE, hidden)),
-        f"{prefix}.mlp.down_proj.weight": np.zeros((hidden, layout.TARGET_INTERMEDIATE)),
-    }
+    prefix, qk_norm = f"model.layers.{index}", np.full(head_dim, layout.QK_NORM_WEIGHT)
+    mlp = {f"{prefix}.mlp.{name}": value for name, value in zero_mlp(layout.TARGET_INTERMEDIATE, hidden).items()}
+    norms = {f"{prefix}.{name}.weight": np.ones(hidden) for name in ("input_layernorm", "post_attention_layernorm")}
+    return {**norms, **qwen3_attention(prefix, q_proj, k_proj, v_proj, o_proj, qk_norm), **mlp}
+
+
+def qwen3_attention(prefix: str, *projections: np.ndarray) -> dict[str, np.ndarray]:
+    """A Qwen3 layer's attention weights (q, k, v, o, then the one weight of q_norm and k_norm) under HF's names."""
+    q, k, v, o, qk_norm = projections
+    named = {"q_proj": q, "k_proj": k, "v_proj": v, "o_proj": o, "q_norm": qk_norm, "k_norm": qk_norm}
+    return {f"{prefix}.self_attn.{name}.weight": value for name, value in named.items()}
+
+
+def zero_mlp(intermediate: int, hidden: int) -> dict[str, np.ndarray]:
+    """An MLP with no job in the construction: its zero down_proj keeps it out of the residual."""
+    wide, narrow = (intermediate, hidden), (hidden, intermediate)
+    return {"gate_proj.weight": np.zeros(wide), "up_proj.weight": np.zeros(wide), "down_proj.weight": np.zeros(narrow)}
 
 
 def target_weights(walk: Walk) -> dict[str, np.ndarray]:

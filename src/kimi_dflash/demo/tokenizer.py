@@ -1,6 +1,5 @@
 """The demo tokenizers: byte-level BPE trained with `tokenizers` on the shipped corpus (deterministic, checked by the
-tests across processes), written as the files transformers' AutoTokenizer and vLLM load.
-"""
+tests across processes), written as the files transformers' AutoTokenizer and vLLM load."""
 
 from __future__ import annotations
 
@@ -53,12 +52,7 @@ def train_tokenizer(corpus: str) -> Tokenizer:
 
 
 def tokenizer_files(
-    tokenizer: Tokenizer,
-    roles: dict[str, str | None],
-    additional: list[str],
-    chat_template: str,
-    max_length: int,
-    **config: object,
+    tok: Tokenizer, roles: dict[str, str | None], extra: list[str], template: str, max_length: int, **config: object
 ) -> dict[str, bytes]:
     """File name -> content for the tokenizer part of an HF model directory. `roles`: bos/eos/pad/unk_token."""
     config = {
@@ -68,11 +62,11 @@ def tokenizer_files(
         "add_prefix_space": False,
         "clean_up_tokenization_spaces": False,
         "model_max_length": max_length,
-        "chat_template": chat_template,
+        "chat_template": template,
     }
     special_map = {role: token for role, token in roles.items() if token is not None}
     return {
-        "tokenizer.json": tokenizer.to_str(pretty=True).encode("utf-8") + b"\n",
+        "tokenizer.json": tok.to_str(pretty=True).encode("utf-8") + b"\n",
         "tokenizer_config.json": json_bytes(config),
-        "special_tokens_map.json": json_bytes({**special_map, "additional_special_tokens": additional}),
+        "special_tokens_map.json": json_bytes({**special_map, "additional_special_tokens": extra}),
     }

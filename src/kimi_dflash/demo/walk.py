@@ -28,6 +28,10 @@ class Walk:
     def length(self) -> int:
         return len(self.cycle)
 
+    def describe(self) -> str:
+        misses = f"{len(self.missed_phases)} deliberate drafter misses"
+        return f"cycle of {self.length} tokens, phase code sidelobe {self.max_sidelobe:.3f}, {misses}"
+
     def acceptance_profile(self, max_slots: int) -> list[float]:
         """Share of cycle phases from which the drafter's first k proposals are all right, k = 1..max_slots:
         the per-position acceptance a long greedy generation converges to."""

@@ -3,18 +3,17 @@ against its target, and the two configs derived from it: the draft config SpecFo
 
 vLLM 0.32 (`qwen3_dflash.py`) attends non-causally over context + block, but SpecForge 0.2.0 trains sliding-window
 layers causally inside the block (`create_dflash_sdpa_mask`): so training always declares full attention, serving
-keeps the demo's `use_swa` window (wider than any context) and `check_against_target` refuses one that could bite.
-"""
+keeps the demo's `use_swa` window (wider than any context) and `check_against_target` refuses one that could bite."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kimi_dflash.checkpoint import read_rope
+from kimi_dflash.core.user_files import UnreadableFile, read_user_json
 from kimi_dflash.rules.rope_amplitude import transformers_amplitude
 
 DRAFT_ARCHITECTURE = "DFlashDraftModel"
@@ -81,14 +80,9 @@ REQUIRED_KEYS = (
 
 def load_architecture(path: Path) -> DrafterArchitecture:
     try:
-        config = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ArchitectureError(
-            f"{path}: drafter config not found; pass --drafter-config with a DFlash "
-            "config.json (production: configs/kimi-k2.6-dflash-draft.json)"
-        ) from None
-    except (OSError, ValueError) as error:
-        raise ArchitectureError(f"{path}: not a readable JSON drafter config ({error})") from None
+        config = read_user_json(path, what="drafter config (--drafter-config: a DFlash config.json)")
+    except UnreadableFile as error:
+        raise ArchitectureError(str(error)) from None
     if not isinstance(config, dict):
         raise ArchitectureError(f"{path}: a drafter config is a JSON object")
     architecture = DrafterArchitecture(str(path), config)
@@ -100,14 +94,9 @@ def check_architecture(arch: DrafterArchitecture) -> None:
     """Raise ArchitectureError on a config SpecForge or vLLM would reject or misread."""
     c, where = arch.config, arch.source
     if list(c.get("architectures") or []) != [DRAFT_ARCHITECTURE]:
-        raise ArchitectureError(
-            f"{where}: architectures must be [{DRAFT_ARCHITECTURE!r}] (vLLM picks its DFlash "
-            f"loader from it), got {c.get('architectures')!r}"
-        )
+        raise ArchitectureError(f"{where}: architectures {c.get('architectures')!r} must be [{DRAFT_ARCHITECTURE!r}]")
     if c.get("model_type") != "qwen3":
-        raise ArchitectureError(
-            f"{where}: model_type must be 'qwen3' (DFlash drafters are Qwen3 layers), got {c.get('model_type')!r}"
-        )
+        raise ArchitectureError(f"{where}: model_type must be 'qwen3' (DFlash layers), got {c.get('model_type')!r}")
     missing = [key for key in REQUIRED_KEYS if not isinstance(c.get(key), (int, float)) or isinstance(c.get(key), bool)]
     if missing:
         raise ArchitectureError(f"{where}: missing or non-numeric {', '.join(missing)}")
@@ -124,9 +113,8 @@ def check_architecture(arch: DrafterArchitecture) -> None:
     if int(c["num_attention_heads"]) % int(c["num_key_value_heads"]):
         raise ArchitectureError(f"{where}: num_attention_heads must be a multiple of num_key_value_heads")
     if not 0 <= arch.mask_token_id < int(c["vocab_size"]):
-        raise ArchitectureError(
-            f"{where}: mask_token_id {arch.mask_token_id} is outside the vocabulary (vocab_size {c['vocab_size']})"
-        )
+        vocab = f"outside the vocabulary (vocab_size {c['vocab_size']})"
+        raise ArchitectureError(f"{where}: mask_token_id {arch.mask_token_id} is {vocab}")
 
 
 def check_against_target(arch: DrafterArchitecture, target_config: Mapping[str, Any], max_length: int) -> None:
@@ -136,24 +124,17 @@ def check_against_target(arch: DrafterArchitecture, target_config: Mapping[str, 
     target_layers, hidden = int(merged.get("num_hidden_layers", 0)), int(merged.get("hidden_size", 0))
     vocab, where = int(merged.get("vocab_size", 0)), arch.source
     if hidden != int(arch.config["hidden_size"]):
-        raise ArchitectureError(
-            f"{where}: hidden_size {arch.config['hidden_size']} differs from the target's {hidden}: "
-            "the drafter shares the target's embeddings and lm_head"
-        )
+        shared = "the drafter shares the target's embeddings and lm_head"
+        raise ArchitectureError(f"{where}: hidden_size {arch.config['hidden_size']} != the target's {hidden}: {shared}")
     if vocab and vocab != int(arch.config["vocab_size"]):
         raise ArchitectureError(f"{where}: vocab_size {arch.config['vocab_size']} differs from the target's {vocab}")
     if max(arch.target_layer_ids) >= target_layers:
-        raise ArchitectureError(
-            f"{where}: target_layer_ids {list(arch.target_layer_ids)} name layers the target "
-            f"does not have (it has {target_layers})"
-        )
+        layers = f"target_layer_ids {list(arch.target_layer_ids)} name layers the target does not have"
+        raise ArchitectureError(f"{where}: {layers} (it has {target_layers})")
     window = arch.sliding_window
     if window is not None and window < max_length + arch.block_size:
-        raise ArchitectureError(
-            f"{where}: swa_window_size {window} is narrower than a training sequence "
-            f"({max_length} + block {arch.block_size}): served attention would differ from "
-            "the full attention trained"
-        )
+        narrower = f"narrower than a training sequence ({max_length} + block {arch.block_size})"
+        raise ArchitectureError(f"{where}: swa_window_size {window} is {narrower}: serving would not attend as trained")
 
 
 def specforge_draft_config(arch: DrafterArchitecture) -> dict[str, Any]:

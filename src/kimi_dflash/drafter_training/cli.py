@@ -8,68 +8,69 @@ import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal, NamedTuple
 
+from kimi_dflash.bench.settings import DEFAULT_BASE_URL
 from kimi_dflash.core.options import MAX_TOKENS, declare, http_url, option, run
 from kimi_dflash.drafter_training import pipeline
 from kimi_dflash.drafter_training.architecture import ArchitectureError
 from kimi_dflash.drafter_training.pipeline import SPECFORGE_VERSION, Pipeline, PipelineError, Step
 
 EPILOG = textwrap.dedent(f"""\
-    phases (all four run in order unless skipped or picked with --phase):
-      setup   production: SpecForge {SPECFORGE_VERSION} in its own venv (<cache>/specforge/venv; it pins torch,
-              transformers and sglang, so never the serving venv), its config schema checked against the keys this
-              pipeline generates, PerfectBlend's first user turns written to <work>/prompts.jsonl.
-              demo: the shipped prompt set (200 prompts) to <work>/prompts.jsonl.
-      regen   the target, served by serve.sh, writes every reply (/v1/chat/completions, temperature 0, token ids
-              kept): concurrent, resumable by prompt id, failed prompts retried then counted, progress with ETA,
-              output in atomically written chunks <work>/regen/part-*.jsonl. Checks /v1/models first.
-      train   production: <work>/specforge/run-config.json + draft-config.json, then `specforge train --config`
-              (6 epochs, lr 6e-4, max length 3072; resumes from its newest checkpoint). Checks GPU count and the
-              SpecForge schema first. demo: the target's hidden states (transformers) and the stand-in trainer
-              (the DFlash objective in plain torch, CPU), checkpointed every 50 steps, resumable.
-      export  the drafter in vLLM's DFlash layout (config.json + model.safetensors), and an env config that
-              serves it: ./serve.sh <work>/export/serve.env --wait. The demo also exports the untrained
-              (random-init) drafter next to it for the acceptance comparison.
+    phases (all four in order unless skipped or picked with --phase; docs/drafter-training.md):
+      setup   production: SpecForge {SPECFORGE_VERSION} in its own venv (<cache>/specforge/venv: it pins torch,
+              transformers and sglang), its config schema checked, PerfectBlend's first user turns written to
+              <work>/prompts.jsonl. demo: the shipped prompt set (200 prompts) to <work>/prompts.jsonl.
+      regen   the target, served by serve.sh, writes every reply (temperature 0, token ids kept) to
+              <work>/regen/part-*.jsonl: concurrent, resumable by prompt id, failed prompts retried then counted.
+      train   production: SpecForge's run and draft configs, then `specforge train --config` (resumes from its
+              newest checkpoint; GPU count and schema checked first). demo: the target's hidden states and the
+              stand-in trainer (the DFlash objective in plain torch, CPU; resumable).
+      export  the drafter in vLLM's DFlash layout and an env config serving it (<work>/export/serve.env); the
+              demo also exports the untrained drafter beside it for the acceptance comparison.
 
     examples:
       ./train-drafter.sh --dry-run                              # production plan, every step and command
       ./serve.sh configs/demo-cpu.env --wait && ./train-drafter.sh --demo
       ./train-drafter.sh --demo --phase train                   # one phase (repeat --phase for several)
       ./train-drafter.sh --skip-setup --skip-regen              # train + export on the GPU machine
-    Picking the number of speculative tokens afterwards: launchers/kimi26-vllm-dflash-sweep.sh and
-    payload/advise_spec_tokens.py (docs/drafter-training.md).
+    Then pick the number of speculative tokens: kimi-dflash sweep, kimi-dflash advise.
     """)
 
 
-# What each option left out means, per profile. Demo replies stay short: the CPU server writes ~200-500 tokens/s.
-PROFILES: dict[str, dict[str, Any]] = {
-    "production": {"base_url": "http://127.0.0.1:8262", "served_model": "kimi-k2.6-amd-dflash", "max_tokens": 2048,
-                   "concurrency": 64, "max_length": 3072, "epochs": 6, "learning_rate": 6e-4, "gpus": 8},
-    "demo": {"base_url": "http://127.0.0.1:8262", "served_model": "kimi-k26-dflash-demo", "max_tokens": 128,
-             "concurrency": 8, "max_length": 512, "epochs": 6, "learning_rate": 3e-3, "gpus": 2},
-}  # fmt: skip
+class Profile(NamedTuple):
+    """What each option left out means. Demo replies stay short: the CPU server writes ~200-500 tokens/s."""
+
+    served_model: str
+    max_tokens: int
+    concurrency: int
+    max_length: int
+    learning_rate: float
+    gpus: int
+    base_url: str = DEFAULT_BASE_URL
+    epochs: int = 6
+
+
+PROFILES = {
+    "production": Profile("kimi-k2.6-amd-dflash", 2048, 64, 3072, 6e-4, 8),
+    "demo": Profile("kimi-k26-dflash-demo", 128, 8, 512, 3e-3, 2),
+}
 
 
 @dataclass(kw_only=True)
 class TrainDrafterOptions:
     demo: bool = option("the CPU demo: miniature Kimi target, stand-in trainer")
     dry_run: bool = option("print every step (inputs, outputs, command); run none")
-    phase: list[Literal["setup", "regen", "train", "export"]] | None = option("run only this phase (repeatable)",
-        repeatable=True)  # fmt: skip
+    phase: list[Literal["setup", "regen", "train", "export"]] | None = option("run only this phase", repeatable=True)
     skip_setup: bool = option("skip the setup phase")
     skip_regen: bool = option("skip the regen phase (use <work>/regen as is)")
     work_dir: Path | None = option("where every phase writes (default <cache>/drafter-training/<production|demo>)")
-    configs_dir: Path | None = option("where the drafter config and the base serve configs are (default: the configs "
-        "shipped with the package, i.e. the repository's configs/)")  # fmt: skip
-    drafter_config: Path | None = option("architecture to train (default: configs/kimi-k2.6-dflash-draft.json; demo: "
-        "the fabricated demo drafter's config.json)")  # fmt: skip
-    target_dir: Path = option("the target checkpoint (production; the demo fabricates its own)",
-        default=Path("/models/Kimi-K2.6"))  # fmt: skip
-    perfectblend_dir: Path = option("PerfectBlend as downloaded (hf download mlabonne/open-perfectblend --repo-type "
-        "dataset --local-dir DIR)", default=Path("/data/open-perfectblend"))  # fmt: skip
+    configs_dir: Path | None = option("the drafter config and the base serve configs (default: the shipped configs/)")
+    drafter_config: Path | None = option("architecture to train (default: configs/kimi-k2.6-dflash-draft.json)")
+    target_dir: Path = option("the target checkpoint (production)", default=Path("/models/Kimi-K2.6"))
+    perfectblend_dir: Path = option("mlabonne/open-perfectblend, downloaded", default=Path("/data/open-perfectblend"))
     prompt_limit: int | None = option("use at most this many prompts", minimum=1)
-    base_url: str | None = option("the target's OpenAI server (default http://127.0.0.1:8262)", parse=http_url)
+    base_url: str | None = option(f"the target's OpenAI server (default {DEFAULT_BASE_URL})", parse=http_url)
     served_model: str | None = option("model name the server must serve")
     max_tokens: int | None = option("reply length cap for regen", minimum=1, maximum=MAX_TOKENS)
     concurrency: int | None = option("regen requests in flight (at most one per prompt)", minimum=1, maximum=4096)
@@ -78,9 +79,8 @@ class TrainDrafterOptions:
     max_length: int | None = option("training sequence length (production 3072)", minimum=1)
     gpus: int | None = option("GPUs SpecForge trains on (production 8)", minimum=1)
     stop_after_steps: int | None = option("demo trainer: stop (checkpointed) after N steps", minimum=1)
-    export_dir: Path | None = option("where the drafter is written (default <work>/export/drafter; "
-        "production-fp8kv-matched.env serves /models/Kimi-K2.6-DFlash)")  # fmt: skip
-    specforge_python: str = option("interpreter SpecForge's venv is made from (python3.11)", default="python3.11")
+    export_dir: Path | None = option("where the drafter is written (default <work>/export/drafter)")
+    specforge_python: str = option("interpreter SpecForge's venv is made from", default="python3.11")
 
     @property
     def profile(self) -> str:
@@ -88,7 +88,7 @@ class TrainDrafterOptions:
 
     def with_profile(self) -> TrainDrafterOptions:
         """These options with each one left out taken from the profile."""
-        taken = {name: value for name, value in PROFILES[self.profile].items() if getattr(self, name) is None}
+        taken = {name: value for name, value in PROFILES[self.profile]._asdict().items() if getattr(self, name) is None}
         return dataclasses.replace(self, **taken)
 
     def check(self) -> None:
@@ -104,9 +104,9 @@ def describe(steps: list[Step]) -> str:
     for number, step in enumerate(steps, 1):
         lines.append(f"[{number}] {step.phase}: {step.title}")
         if step.inputs:
-            lines.append(f"      in:  {', '.join(step.inputs)}")
+            lines.append(f"      in:  {', '.join(map(str, step.inputs))}")
         if step.outputs:
-            lines.append(f"      out: {', '.join(step.outputs)}")
+            lines.append(f"      out: {', '.join(map(str, step.outputs))}")
         if step.command:
             lines.append(f"      run: {step.command}")
     return "\n".join(lines)

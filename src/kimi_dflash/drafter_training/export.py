@@ -1,6 +1,5 @@
 """Write a trained drafter in the layout vLLM 0.32 loads for DFlash (`qwen3_dflash.py`), and a config that serves it.
-Embeddings and lm_head are the target's, so none are written; the directory is swapped in whole.
-"""
+Embeddings and lm_head are the target's, so none are written; the directory is swapped in whole."""
 
 from __future__ import annotations
 
@@ -29,9 +28,7 @@ def target_embeddings(target_dir: Path) -> tuple[torch.Tensor, torch.Tensor]:
     def first(names: tuple[str, ...]) -> torch.Tensor:
         tensor = next((found[name] for name in names if name in found), None)
         if tensor is None:
-            raise ValueError(
-                f"{target_dir}: no {' or '.join(names)} in its safetensors; is this the target checkpoint?"
-            )
+            raise ValueError(f"{target_dir}: no {' or '.join(names)} in its safetensors; is it the target?")
         return tensor
 
     return first(EMBED_KEYS), first(LM_HEAD_KEYS)
@@ -81,8 +78,5 @@ def finalize_specforge_export(out_dir: Path, arch: DrafterArchitecture) -> None:
             names |= {name.removeprefix("model.") for name in handle.keys()}  # noqa: SIM118 (not a dict)
     missing = sorted(set(drafter_shapes(arch.config)) - names)
     if missing:
-        raise ValueError(
-            f"{out_dir}: SpecForge's export lacks {len(missing)} weight(s) vLLM's DFlash loader needs, "
-            f"e.g. {missing[:3]}"
-        )
+        raise ValueError(f"{out_dir}: SpecForge's export lacks {len(missing)} weight(s) vLLM needs, e.g. {missing[:3]}")
     write_json_atomic(Path(out_dir) / "config.json", serving_config(arch))

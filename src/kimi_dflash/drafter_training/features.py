@@ -1,8 +1,7 @@
 """The demo's offline training features, as SpecForge 0.2.0's offline DFlash samples (layout
 `specforge_hidden_states_v1`, docs/drafter-training.md): one `<id>.ckpt` per conversation, written atomically and
 skipped when present (a capture resumes). The target runs in transformers (float32), which agrees with vLLM's
-logprobs within 3e-4 on the demo (tests/integration/test_demo_server.py).
-"""
+logprobs within 3e-4 on the demo (tests/integration/test_demo_server.py)."""
 
 from __future__ import annotations
 
@@ -40,10 +39,7 @@ def sample_from_record(record: Mapping[str, Any], max_length: int) -> Sample | N
     tokens survive (DFlash needs an anchor and a next token)."""
     prompt, output = record.get("prompt_token_ids"), record.get("output_token_ids")
     if not isinstance(prompt, list) or not isinstance(output, list):
-        raise FeatureError(
-            f"regen record {record.get('id')!r} has no token ids: regenerate through vLLM "
-            "(the OpenAI server of serve.sh returns them with return_token_ids)"
-        )
+        raise FeatureError(f"regen record {record.get('id')!r} has no token ids: regenerate through serve.sh's vLLM")
     ids = [int(t) for t in prompt] + [int(t) for t in output]
     mask = [0] * len(prompt) + [1] * len(output)
     ids, mask = ids[:max_length], mask[:max_length]

@@ -15,16 +15,6 @@ from torch.nn import functional as F
 IGNORE = -100
 
 
-class RMSNorm(nn.Module):
-    def __init__(self, size: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(size))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
-
-
 def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
     """Neox-style rotary embedding of x [tokens, heads, head_dim] (vLLM's default for Qwen3)."""
     half = x.shape[-1] // 2
@@ -46,8 +36,8 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(hidden, self.kv_heads * self.head_dim, bias=False)
         self.v_proj = nn.Linear(hidden, self.kv_heads * self.head_dim, bias=False)
         self.o_proj = nn.Linear(self.heads * self.head_dim, hidden, bias=False)
-        self.q_norm = RMSNorm(self.head_dim, eps)
-        self.k_norm = RMSNorm(self.head_dim, eps)
+        self.q_norm = nn.RMSNorm(self.head_dim, eps)
+        self.k_norm = nn.RMSNorm(self.head_dim, eps)
 
     def forward(
         self,
@@ -86,9 +76,9 @@ class Layer(nn.Module):
     def __init__(self, c: Mapping[str, Any]) -> None:
         super().__init__()
         eps = float(c["rms_norm_eps"])
-        self.input_layernorm = RMSNorm(int(c["hidden_size"]), eps)
+        self.input_layernorm = nn.RMSNorm(int(c["hidden_size"]), eps)
         self.self_attn = Attention(c)
-        self.post_attention_layernorm = RMSNorm(int(c["hidden_size"]), eps)
+        self.post_attention_layernorm = nn.RMSNorm(int(c["hidden_size"]), eps)
         self.mlp = MLP(c)
 
 
@@ -99,9 +89,9 @@ class DFlashDrafter(nn.Module):
         self.block_size = int(config["block_size"])
         self.mask_token_id = int(config["dflash_config"]["mask_token_id"])
         self.fc = nn.Linear(hidden * len(config["dflash_config"]["target_layer_ids"]), hidden, bias=False)
-        self.hidden_norm = RMSNorm(hidden, eps)
+        self.hidden_norm = nn.RMSNorm(hidden, eps)
         self.layers = nn.ModuleList(Layer(config) for _ in range(int(config["num_hidden_layers"])))
-        self.norm = RMSNorm(hidden, eps)
+        self.norm = nn.RMSNorm(hidden, eps)
         # The target's, frozen, and not part of the drafter's checkpoint.
         self.register_buffer("embed_tokens", embed_tokens.detach().float(), persistent=False)
         self.register_buffer("lm_head", lm_head.detach().float(), persistent=False)

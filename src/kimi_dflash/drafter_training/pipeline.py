@@ -1,7 +1,6 @@
 """train-drafter.sh: train a DFlash drafter matched to its target, in four phases.
 
-Each phase is a list of steps, checks first; `--dry-run` prints them with their inputs, outputs and commands.
-"""
+Each phase is a list of steps, checks first; `--dry-run` prints them with their inputs, outputs and commands."""
 
 from __future__ import annotations
 
@@ -41,8 +40,8 @@ class PipelineError(Exception):
 @dataclass
 class Step:
     title: str
-    inputs: list[str] = field(default_factory=list)
-    outputs: list[str] = field(default_factory=list)
+    inputs: list[object] = field(default_factory=list)  # paths or URLs, as --dry-run shows them
+    outputs: list[object] = field(default_factory=list)
     command: str | None = None  # the shell command it runs (or the equivalent), for --dry-run
     action: Callable[[], None] | None = None
     phase: str = ""  # set by Pipeline.steps from the builder it came from
@@ -61,10 +60,10 @@ class Pipeline:
         self.draft_config_path = self.specforge_dir / "draft-config.json"
         self.train_data_path = self.specforge_dir / "train.jsonl"
         self.specforge_output = self.specforge_dir / "output"
+        self.trained = self.work / "train" / "checkpoint.pt"  # the stand-in trainer's (standin.CHECKPOINT)
         self.export_dir = Path(args.export_dir or self.work / "export" / "drafter").resolve()
         self.configs = Path(args.configs_dir or shipped_configs_dir()).resolve()
 
-    # -- inputs ---------------------------------------------------------------------------------------------
     def demo_models(self):  # type: ignore[no-untyped-def]
         from kimi_dflash.demo import ensure_demo_models
 
@@ -87,7 +86,6 @@ class Pipeline:
         name = "demo-cpu.env" if self.profile == "demo" else "production-fp8kv-matched.env"
         return self.configs / name
 
-    # -- phases ---------------------------------------------------------------------------------------------
     def steps(self) -> list[Step]:
         skipped = {"setup": self.args.skip_setup, "regen": self.args.skip_regen}
         wanted = self.args.phase or [phase for phase in PHASES if not skipped.get(phase)]
@@ -97,128 +95,95 @@ class Pipeline:
     def specforge_bin(self) -> Path:
         return self.venv / "bin" / "specforge"
 
+    def train_argv(self) -> list[str]:
+        return [str(self.specforge_bin()), "train", "--config", str(self.run_config_path)]
+
     def setup_steps(self) -> list[Step]:
+        prompts = [str(self.prompts)]
         if self.profile != "production":
             demo = f"python -m kimi_dflash.drafter_training.prompts --source demo --output {self.prompts}"
             shipped = ["kimi_dflash/data/kv_calibration_prompts.jsonl"]
-            return [Step("prompts: the shipped demo prompt set", shipped, [str(self.prompts)], demo, self.demo_prompts)]
-        venv = [str(self.venv)]
+            return [Step("prompts: the shipped demo prompt set", shipped, prompts, demo, self.demo_prompts)]
+        venv, blend = [str(self.venv)], [str(self.args.perfectblend_dir)]
         install = f"{self.args.specforge_python} -m venv {self.venv} && {self.venv}/bin/pip install specforge=="
+        specforge = f"SpecForge {SPECFORGE_VERSION} in its own venv (skipped when installed)"
+        first_turns, read = "prompts: first user turn of every PerfectBlend conversation", self.perfectblend_argv()
         return [
-            Step("check disk space (SpecForge venv: 11 GiB measured)", venv,
-                 action=lambda: self.require(checks.disk_problem(self.venv, 12 * GIB))),
-            Step(f"SpecForge {SPECFORGE_VERSION} in its own venv (skipped when installed)", outputs=venv,
-                 command=install + SPECFORGE_VERSION, action=self.install_specforge),
+            Step("check disk space (SpecForge venv: 11 GiB measured)", venv, action=self.check_venv_disk),
+            Step(specforge, [], venv, install + SPECFORGE_VERSION, self.install_specforge),
             Step("check SpecForge's config schema knows every key generated", venv, action=self.check_schema),
-            Step("prompts: first user turn of every PerfectBlend conversation",
-                 [str(self.args.perfectblend_dir)], [str(self.prompts)], shlex.join(self.perfectblend_argv()),
-                 lambda: self.run(self.perfectblend_argv())),
-        ]  # fmt: skip
+            Step(first_turns, blend, prompts, shlex.join(read), lambda: self.run(read)),
+        ]
 
     def regen_steps(self) -> list[Step]:
-        url = self.args.base_url
+        a, url = self.args, self.args.base_url
+        check = f"check the server answers /v1/models with {a.served_model}, and disk space"
+        regen = f"regenerate every reply (max_tokens {a.max_tokens}, concurrency {a.concurrency}, temperature 0)"
+        post = f"POST {url}/v1/chat/completions per prompt (return_token_ids)"
+        written = [self.regen_dir / "part-*.jsonl", self.regen_dir / "failed.jsonl"]
         return [
-            Step(
-                f"check the server answers /v1/models with {self.args.served_model}, and disk space",
-                [url],
-                command=f"curl {url}/v1/models",
-                action=self.check_regen,
-            ),
-            Step(
-                f"regenerate every reply (max_tokens {self.args.max_tokens}, concurrency {self.args.concurrency}, "
-                "temperature 0)",
-                [str(self.prompts), url],
-                [str(self.regen_dir / "part-*.jsonl"), str(self.regen_dir / "failed.jsonl")],
-                f"POST {url}/v1/chat/completions per prompt (return_token_ids)",
-                self.regen,
-            ),
+            Step(check, [url], command=f"curl {url}/v1/models", action=self.check_regen),
+            Step(regen, [self.prompts, url], written, post, self.regen),
         ]
 
     def train_steps(self) -> list[Step]:
-        run_config, draft_config, data = self.run_config_path, self.draft_config_path, self.train_data_path
-        specforge_command = f"{self.specforge_bin()} train --config {run_config}"
-        inputs = Step(
-            "SpecForge inputs: draft config, run config, training data (regen -> conversations)",
-            [str(self.drafter_config_path_text()), str(self.regen_dir)],
-            [str(draft_config), str(run_config), str(data)],
-            action=self.write_specforge_inputs,
-        )
+        a, run_config, features = self.args, self.run_config_path, self.work / "features"
+        specforge = shlex.join(self.train_argv())
+        out = [self.draft_config_path, run_config, self.train_data_path]
+        title = "SpecForge inputs: draft config, run config, training data (regen -> conversations)"
+        inputs = Step(title, [self.drafter_config_path_text(), self.regen_dir], out, action=self.write_specforge_inputs)
         if self.profile == "production":
+            check = f"check {a.gpus} GPUs, disk for checkpoints, SpecForge's schema and its own validation"
+            train = f"train {a.epochs} epochs (lr {a.learning_rate}, max length {a.max_length}); resumes from its last"
             return [
                 inputs,
+                Step(check, [run_config], command=f"{specforge} --plan", action=self.check_train),
                 Step(
-                    f"check {self.args.gpus} GPUs, disk for checkpoints, SpecForge's schema and its own validation",
-                    [str(run_config)],
-                    command=f"{specforge_command} --plan",
-                    action=self.check_train,
-                ),
-                Step(
-                    f"train {self.args.epochs} epochs (lr {self.args.learning_rate}, max length "
-                    f"{self.args.max_length}); resumes from the newest checkpoint",
-                    [str(run_config)],
-                    [str(self.specforge_output)],
-                    specforge_command,
-                    lambda: self.run([str(self.specforge_bin()), "train", "--config", str(run_config)]),
+                    f"{train} checkpoint",
+                    [run_config],
+                    [self.specforge_output],
+                    specforge,
+                    lambda: self.run(self.train_argv()),
                 ),
             ]
+        plan = "SpecForge validates the run config it would train with (when installed)"
+        hidden = "target hidden states at target_layer_ids (transformers, float32), one file per reply"
+        capture = "python -m kimi_dflash.drafter_training.features (in-process)"
+        standin = f"stand-in trainer: DFlash objective, {a.epochs} epochs, lr {a.learning_rate} (SpecForge would run:"
         return [
             inputs,
-            Step(
-                "SpecForge validates the run config it would train with (when installed)",
-                [str(run_config)],
-                command=f"{specforge_command} --plan",
-                action=self.specforge_plan,
-            ),
-            Step(
-                "target hidden states at target_layer_ids (transformers, float32), one file per reply",
-                [str(self.regen_dir)],
-                [str(self.work / "features" / "*.ckpt")],
-                "python -m kimi_dflash.drafter_training.features (in-process)",
-                self.capture_features,
-            ),
-            Step(
-                f"stand-in trainer: DFlash objective, {self.args.epochs} epochs, lr {self.args.learning_rate} "
-                f"(SpecForge would run: {specforge_command})",
-                [str(self.work / "features")],
-                [str(self.work / "train" / "checkpoint.pt")],
-                action=self.train_standin,
-            ),
+            Step(plan, [run_config], command=f"{specforge} --plan", action=self.specforge_plan),
+            Step(hidden, [self.regen_dir], [features / "*.ckpt"], capture, self.capture_features),
+            Step(f"{standin} {specforge})", [features], [self.trained], action=self.train_standin),
         ]
 
     def export_steps(self) -> list[Step]:
         serve_env = self.export_dir.parent / "serve.env"
         serving = Step(
             "config serving it",
-            [str(self.base_serve_config()), str(self.export_dir)],
-            [str(serve_env)],
+            [self.base_serve_config(), self.export_dir],
+            [serve_env],
             f"./serve.sh {serve_env} --wait",
             self.write_serve_configs,
         )
         if self.profile == "production":
             specforge = Step(
                 "SpecForge checkpoint -> HF directory",
-                [str(self.specforge_output)],
-                [str(self.export_dir)],
+                [self.specforge_output],
+                [self.export_dir],
                 shlex.join(self.export_argv()),
                 self.export_specforge,
             )
             return [specforge, serving]
-        return [
-            Step(
-                "trained drafter -> vLLM DFlash layout; untrained one beside it",
-                [str(self.work / "train" / "checkpoint.pt")],
-                [str(self.export_dir), str(self.export_dir.parent / "random-drafter")],
-                action=self.export_standin,
-            ),
-            serving,
-        ]
+        title = "trained drafter -> vLLM DFlash layout; untrained one beside it"
+        written = [self.export_dir, self.export_dir.parent / "random-drafter"]
+        return [Step(title, [self.trained], written, action=self.export_standin), serving]
 
     def drafter_config_path_text(self) -> str:
         if self.args.drafter_config or self.profile == "production":
             return str(self.drafter_config_path())
         return "<cache>/demo/kimi/drafter/config.json"
 
-    # -- actions --------------------------------------------------------------------------------------------
     def require(self, problem: str | None) -> None:
         if problem:
             raise PipelineError(problem)
@@ -228,6 +193,9 @@ class Pipeline:
         completed = subprocess.run(argv, check=False)
         if completed.returncode:
             raise PipelineError(f"{argv[0]} exited with {completed.returncode}")
+
+    def check_venv_disk(self) -> None:
+        self.require(checks.disk_problem(self.venv, 12 * GIB))
 
     def install_specforge(self) -> None:
         if self.specforge_bin().exists():
@@ -246,11 +214,8 @@ class Pipeline:
         schema = read_schema(source)
         problems = schema.problems(self.run_config(self.architecture()))
         if problems:
-            raise PipelineError(
-                f"SpecForge {schema.version} does not accept the generated config: "
-                + "; ".join(problems)
-                + f". This pipeline generates for SpecForge {SPECFORGE_VERSION}"
-            )
+            refused = f"SpecForge {schema.version} does not accept the generated config: {'; '.join(problems)}"
+            raise PipelineError(f"{refused}. This pipeline generates for SpecForge {SPECFORGE_VERSION}")
         self.say(f"check: SpecForge {schema.version} accepts every generated key")
 
     def check_train(self) -> None:
@@ -268,25 +233,18 @@ class Pipeline:
                 raise PipelineError(f"SpecForge is not installed in {self.venv}: run the setup phase")
             self.say(f"train: SpecForge not installed in {self.venv}; its plan check is skipped on the demo")
             return
-        completed = subprocess.run(
-            [str(self.specforge_bin()), "train", "--config", str(self.run_config_path), "--plan"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        completed = subprocess.run([*self.train_argv(), "--plan"], capture_output=True, text=True, check=False)
         if completed.returncode:
-            raise PipelineError(
-                "SpecForge refuses the generated run config: "
-                + (completed.stderr.strip().splitlines() or ["(no message)"])[-1]
-            )
+            why = (completed.stderr.strip().splitlines() or ["(no message)"])[-1]
+            raise PipelineError(f"SpecForge refuses the generated run config: {why}")
         self.say("train: SpecForge validated the run config and planned its processes (--plan)")
 
     def perfectblend_argv(self) -> list[str]:
         """In SpecForge's venv: reading parquet needs pyarrow."""
         limit = ["--limit", str(self.args.prompt_limit)] if self.args.prompt_limit else []
-        return [str(self.venv / "bin" / "python"), "-m", "kimi_dflash.drafter_training.prompts", "--source",
-                "perfectblend", "--perfectblend-dir", str(self.args.perfectblend_dir), "--output", str(self.prompts),
-                *limit]  # fmt: skip
+        script = [str(self.venv / "bin" / "python"), "-m", "kimi_dflash.drafter_training.prompts", "--source"]
+        source = ["perfectblend", "--perfectblend-dir", str(self.args.perfectblend_dir)]
+        return [*script, *source, "--output", str(self.prompts), *limit]
 
     def demo_prompts(self) -> None:
         from kimi_dflash.drafter_training.prompts import demo_prompts, write_prompt_file
@@ -310,34 +268,19 @@ class Pipeline:
         prompts = read_prompt_file(self.prompts)
         if self.args.prompt_limit:
             prompts = prompts[: self.args.prompt_limit]
-        settings = RegenSettings(
-            base_url=self.args.base_url,
-            model=str(self.args.served_model),
-            max_tokens=self.args.max_tokens,
-            concurrency=self.args.concurrency,
-            api_key=api_key_from_env(),
-        )
+        a, key = self.args, api_key_from_env()
+        settings = RegenSettings(a.base_url, str(a.served_model), a.max_tokens, concurrency=a.concurrency, api_key=key)
         summary = asyncio.run(regenerate(prompts, self.regen_dir, settings, say=self.say))
         if summary.failed:
-            self.say(
-                f"regen: {summary.failed} prompt(s) failed after retries, listed in "
-                f"{self.regen_dir / 'failed.jsonl'}; rerun regen to retry them"
-            )
+            failed = self.regen_dir / "failed.jsonl"
+            self.say(f"regen: {summary.failed} prompt(s) failed after retries, listed in {failed}; rerun to retry them")
 
     def run_config(self, arch: DrafterArchitecture) -> dict:
         from kimi_dflash.drafter_training.specforge_config import RunSettings, run_config
 
-        settings = RunSettings(
-            target_model_path=str(self.target_dir()),
-            draft_config_path=self.draft_config_path,
-            train_data_path=self.train_data_path,
-            output_dir=self.specforge_output,
-            gpus=self.args.gpus,
-            epochs=self.args.epochs,
-            learning_rate=self.args.learning_rate,
-            max_length=self.args.max_length,
-        )
-        return run_config(arch, settings)
+        a = self.args
+        paths = (str(self.target_dir()), self.draft_config_path, self.train_data_path, self.specforge_output)
+        return run_config(arch, RunSettings(*paths, a.gpus, a.epochs, a.learning_rate, a.max_length))
 
     def write_specforge_inputs(self) -> None:
         from kimi_dflash.drafter_training.regen import read_records
@@ -389,22 +332,19 @@ class Pipeline:
         files = feature_files(self.work / "features")
         if not files:
             raise PipelineError(f"{self.work / 'features'}: no features; run the train phase from its first step")
-        settings = TrainSettings(
-            epochs=self.args.epochs, learning_rate=self.args.learning_rate, stop_after_steps=self.args.stop_after_steps
-        )
+        a = self.args
+        settings = TrainSettings(a.epochs, a.learning_rate, stop_after_steps=a.stop_after_steps)
         train(self.new_model(self.architecture()), files, self.work / "train", settings, say=self.say)
 
     def export_standin(self) -> None:
         import torch
 
         from kimi_dflash.drafter_training.export import export_drafter
-        from kimi_dflash.drafter_training.standin import CHECKPOINT
 
         arch = self.architecture()
-        checkpoint = self.work / "train" / CHECKPOINT
-        if not checkpoint.exists():
-            raise PipelineError(f"{checkpoint}: no trained drafter; run the train phase first")
-        state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+        if not self.trained.exists():
+            raise PipelineError(f"{self.trained}: no trained drafter; run the train phase first")
+        state = torch.load(self.trained, map_location="cpu", weights_only=False)
         if state["step"] < state["total_steps"]:
             self.say(f"export: warning: training stopped at step {state['step']}/{state['total_steps']}")
         export_drafter(state["model"], arch, self.export_dir)
@@ -412,8 +352,8 @@ class Pipeline:
         self.say(f"export: {self.export_dir} (trained), {self.export_dir.parent / 'random-drafter'} (untrained)")
 
     def export_argv(self) -> list[str]:
-        return [str(self.specforge_bin()), "export", "--to", "hf", "--checkpoint", str(self.specforge_output),
-                "--draft-config", str(self.draft_config_path), "--output-dir", str(self.export_dir)]  # fmt: skip
+        specforge = [str(self.specforge_bin()), "export", "--to", "hf", "--checkpoint", str(self.specforge_output)]
+        return [*specforge, "--draft-config", str(self.draft_config_path), "--output-dir", str(self.export_dir)]
 
     def export_specforge(self) -> None:
         from kimi_dflash.drafter_training.export import finalize_specforge_export

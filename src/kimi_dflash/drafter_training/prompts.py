@@ -1,6 +1,5 @@
 """The prompts whose replies the target regenerates: one JSONL file of {"id", "messages"}, from the shipped demo prompts
-(the benchmark's own stay out of training) or PerfectBlend's parquet shards (docs/drafter-training.md).
-"""
+(the benchmark's own stay out of training) or PerfectBlend's parquet shards (docs/drafter-training.md)."""
 
 from __future__ import annotations
 
@@ -15,6 +14,7 @@ from typing import Any, Literal
 
 from kimi_dflash.core.atomic_write import write_text_atomic
 from kimi_dflash.core.options import declare, option, run
+from kimi_dflash.core.user_files import UnreadableFile, parse_user_json, read_user_text
 
 DEMO_PROMPTS = "kv_calibration_prompts.jsonl"
 PERFECTBLEND_REPO = "mlabonne/open-perfectblend"
@@ -70,34 +70,24 @@ def prompts_from_records(records: Iterable[Mapping[str, Any]], id_prefix: str) -
 
 def read_prompt_file(path: Path) -> list[Prompt]:
     """The setup phase's prompts.jsonl (or any file of accepted records). Ids must be unique: regen resumes by id."""
-    prompts: list[Prompt] = []
-    seen: set[str] = set()
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise PromptError(
-            f"{path}: prompt file not found; run the setup phase first (./train-drafter.sh --phase setup)"
-        ) from None
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError as error:
-            raise PromptError(f"{path}:{number}: not JSON ({error})") from None
+        text = read_user_text(path, what="prompt file (the setup phase writes it: ./train-drafter.sh --phase setup)")
+        numbered = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+        lines = [(n, parse_user_json(line, where=f"{path}:{n}")) for n, line in numbered]
+    except UnreadableFile as error:
+        raise PromptError(str(error)) from None
+    prompts: dict[str, Prompt] = {}
+    for number, record in lines:
         messages = first_turn(record) if isinstance(record, dict) else None
         if messages is None:
             raise PromptError(f"{path}:{number}: no user turn (expected messages, conversations or prompt)")
         prompt_id = str(record.get("id") or f"line-{number}")
-        if prompt_id in seen:
-            raise PromptError(
-                f"{path}:{number}: id {prompt_id!r} appears twice; regen resumes by id, so ids must be unique"
-            )
-        seen.add(prompt_id)
-        prompts.append(Prompt(prompt_id, messages))
+        if prompt_id in prompts:
+            raise PromptError(f"{path}:{number}: id {prompt_id!r} appears twice (regen resumes by id)")
+        prompts[prompt_id] = Prompt(prompt_id, messages)
     if not prompts:
         raise PromptError(f"{path}: no prompts")
-    return prompts
+    return list(prompts.values())
 
 
 def write_prompt_file(prompts: Iterable[Prompt], path: Path, limit: int | None = None) -> int:
@@ -116,16 +106,12 @@ def perfectblend_records(directory: Path) -> Iterator[Mapping[str, Any]]:
     try:
         from pyarrow import parquet
     except ImportError:
-        raise PromptError(
-            "reading PerfectBlend's parquet shards needs pyarrow: run this with SpecForge's "
-            "environment (the setup phase does) or `pip install pyarrow`"
-        ) from None
+        how = "run this with SpecForge's environment (the setup phase does) or `pip install pyarrow`"
+        raise PromptError(f"reading PerfectBlend's parquet shards needs pyarrow: {how}") from None
     shards = sorted(Path(directory).rglob("*.parquet"))
     if not shards:
-        raise PromptError(
-            f"{directory}: no parquet shards; download them first: hf download {PERFECTBLEND_REPO} "
-            f"--repo-type dataset --local-dir {directory}"
-        )
+        download = f"hf download {PERFECTBLEND_REPO} --repo-type dataset --local-dir {directory}"
+        raise PromptError(f"{directory}: no parquet shards; download them first: {download}")
     for shard in shards:
         for batch in parquet.ParquetFile(shard).iter_batches(batch_size=4096, columns=["conversations"]):
             yield from batch.to_pylist()

@@ -1,6 +1,5 @@
 """Regenerate the training replies with the target itself, behind `serve.sh` (`return_token_ids`: a matched drafter
-learns what *this* target writes, in its own tokens). Files, resume and retries: docs/drafter-training.md (regen).
-"""
+learns what *this* target writes, in its own tokens). Files, resume and retries: docs/drafter-training.md (regen)."""
 
 from __future__ import annotations
 
@@ -16,6 +15,7 @@ from typing import Any
 from kimi_dflash.core.atomic_write import write_json_atomic, write_text_atomic
 from kimi_dflash.core.formatting import duration
 from kimi_dflash.drafter_training.prompts import Prompt
+from kimi_dflash.validate.client import ServerError, request_json
 
 PART_PATTERN = re.compile(r"^part-(\d{5})\.jsonl$")
 FAILED_FILE = "failed.jsonl"
@@ -58,12 +58,6 @@ class RegenSummary:
         return {"total": self.total, "done": self.done, **asdict(self)}
 
 
-class RequestFailure(Exception):
-    def __init__(self, reason: str, retryable: bool) -> None:
-        super().__init__(reason)
-        self.retryable = retryable
-
-
 def part_files(out_dir: Path) -> list[Path]:
     return sorted(p for p in Path(out_dir).glob("part-*.jsonl") if PART_PATTERN.match(p.name))
 
@@ -75,29 +69,18 @@ def read_records(out_dir: Path) -> Iterable[dict[str, Any]]:
                 yield json.loads(line)
 
 
-def request_body(prompt: Prompt, settings: RegenSettings) -> dict[str, Any]:
-    return {
-        "model": settings.model,
-        "messages": [dict(m) for m in prompt.messages],
-        "max_tokens": settings.max_tokens,
-        "temperature": settings.temperature,
-        "stream": False,
-        "return_token_ids": True,  # vLLM: prompt_token_ids + choices[].token_ids
-    }
-
-
 def record_from_response(prompt: Prompt, response: Mapping[str, Any]) -> dict[str, Any]:
     """The regen record: the conversation with the target's reply, plus its exact token ids when the server sent
-    them. Raises RequestFailure on a response without a reply."""
-    choices = response.get("choices") or []
+    them. Raises ServerError (a retryable one) on a response without a reply."""
+    choices = response.get("choices") if isinstance(response, Mapping) else None
     if not choices or not isinstance(choices[0], Mapping):
-        raise RequestFailure("response without choices", retryable=True)
+        raise ServerError("response without choices")
     choice = choices[0]
     message = choice.get("message") or {}
     content = message.get("content")
     reasoning = message.get("reasoning_content") or message.get("reasoning")
     if content is None and not reasoning:
-        raise RequestFailure("response without content", retryable=True)
+        raise ServerError("response without content")
     reply: dict[str, Any] = {"role": "assistant", "content": content or ""}
     if reasoning:
         reply["reasoning_content"] = reasoning
@@ -137,39 +120,18 @@ class ChunkWriter:
         self.pending = []
 
 
-async def _post(session: Any, url: str, body: Mapping[str, Any], headers: Mapping[str, str]) -> dict[str, Any]:
-    import aiohttp
-
-    try:
-        async with session.post(url, json=body, headers=headers) as reply:
-            text = await reply.text()
-            if reply.status != 200:
-                retryable = reply.status in RETRYABLE_STATUS
-                raise RequestFailure(f"HTTP {reply.status}: {text.strip()[:300]}", retryable)
-    except (aiohttp.ClientError, asyncio.TimeoutError) as error:
-        raise RequestFailure(f"{type(error).__name__}: {error}".rstrip(": "), retryable=True) from None
-    try:
-        document = json.loads(text)
-    except ValueError:
-        raise RequestFailure(f"response is not JSON: {text[:200]!r}", retryable=True) from None
-    if not isinstance(document, dict):
-        raise RequestFailure("response is not a JSON object", retryable=True)
-    return document
-
-
-async def _regenerate_one(
-    session: Any, prompt: Prompt, settings: RegenSettings, summary: RegenSummary
-) -> dict[str, Any]:
+async def _regenerate_one(session: Any, prompt: Prompt, settings: RegenSettings, summary: RegenSummary) -> dict:
     url = settings.base_url.rstrip("/") + "/v1/chat/completions"
-    headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
-    body = request_body(prompt, settings)
+    body = {"model": settings.model, "messages": [dict(m) for m in prompt.messages], "max_tokens": settings.max_tokens}
+    body |= {"temperature": settings.temperature, "stream": False, "return_token_ids": True}  # vLLM: token ids too
     attempt = 0
     while True:
         try:
-            return record_from_response(prompt, await _post(session, url, body, headers))
-        except RequestFailure as failure:
-            if not failure.retryable or attempt >= settings.retries:
-                raise RequestFailure(f"{failure} (after {attempt + 1} attempt(s))", failure.retryable) from None
+            reply = await request_json(session, url, settings.api_key, body)
+            return record_from_response(prompt, reply)
+        except ServerError as failure:
+            if attempt >= settings.retries or failure.status not in (None, *RETRYABLE_STATUS):
+                raise ServerError(f"{failure} (after {attempt + 1} attempt(s))", failure.status) from None
             summary.retried_attempts += 1
             await asyncio.sleep(settings.backoff_s * (2**attempt))
             attempt += 1
@@ -206,11 +168,9 @@ async def regenerate(
         rate = finished / elapsed if elapsed > 0 else 0.0
         left = len(todo) - finished
         eta = duration(left / rate) if rate > 0 else "?"
-        say(
-            f"regen: {summary.done}/{summary.total} done, {summary.failed} failed, {summary.retried_attempts} "
-            f"retries, {rate:.2f} prompts/s, {summary.output_tokens_this_run / max(elapsed, 1e-9):.0f} output tok/s"
-            + ("" if final else f", ETA {eta}")
-        )
+        counts = f"{summary.done}/{summary.total} done, {summary.failed} failed, {summary.retried_attempts} retries"
+        tokens = summary.output_tokens_this_run / max(elapsed, 1e-9)
+        say(f"regen: {counts}, {rate:.2f} prompts/s, {tokens:.0f} output tok/s" + ("" if final else f", ETA {eta}"))
 
     async def worker(session: Any) -> None:
         nonlocal last_report
@@ -221,7 +181,7 @@ async def regenerate(
                 return
             try:
                 record = await _regenerate_one(session, prompt, settings, summary)
-            except RequestFailure as failure:
+            except ServerError as failure:
                 summary.failed += 1
                 failures.append({"id": prompt.id, "reason": str(failure)})
             else:
@@ -236,10 +196,8 @@ async def regenerate(
 
     timeout = aiohttp.ClientTimeout(total=settings.timeout_s)
     connector = aiohttp.TCPConnector(limit=settings.concurrency)
-    say(
-        f"regen: {len(todo)} prompts to regenerate with {settings.model} at {settings.base_url} "
-        f"(concurrency {settings.concurrency}, max_tokens {settings.max_tokens}, temperature {settings.temperature})"
-    )
+    limits = f"concurrency {settings.concurrency}, max_tokens {settings.max_tokens}, temperature {settings.temperature}"
+    say(f"regen: {len(todo)} prompts to regenerate with {settings.model} at {settings.base_url} ({limits})")
     try:
         async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
             await asyncio.gather(*(worker(session) for _ in range(min(settings.concurrency, len(todo)))))

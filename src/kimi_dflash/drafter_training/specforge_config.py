@@ -1,6 +1,5 @@
 """The SpecForge 0.2 run config for training the drafter (`specforge train --config FILE`; its keys are
-SpecForge 0.2.0's `specforge/config/schema.py`, checked by specforge_schema.py), and the training data it reads.
-"""
+SpecForge 0.2.0's `specforge/config/schema.py`, checked by specforge_schema.py), and the training data it reads."""
 
 from __future__ import annotations
 
@@ -34,10 +33,7 @@ class RunSettings:
 def split_gpus(gpus: int) -> tuple[list[str], list[str]]:
     """(capture server devices, trainer devices): disjoint for SpecForge 0.2.0; Kimi K2.6 fits in half a node."""
     if gpus < 2:
-        raise ValueError(
-            f"{gpus} GPU(s): SpecForge 0.2.0's online DFlash training needs at least 2 (a capture "
-            "server and a trainer on disjoint devices)"
-        )
+        raise ValueError(f"{gpus} GPU(s): SpecForge 0.2.0 trains on 2 or more (capture server, trainer on others)")
     capture = gpus // 2
     return [str(i) for i in range(capture)], [str(i) for i in range(capture, gpus)]
 

@@ -1,7 +1,6 @@
 """Does this SpecForge speak the run config we generate? SpecForge 0.2.0's pydantic models
 (`specforge/config/schema.py`, all `extra="forbid"`: an unknown key fails the run) read as source (field names,
-Literal choices, nested models) from the installed package or its wheel: no torch, GPU or SpecForge import needed.
-"""
+Literal choices, nested models) from the installed package or its wheel: no torch, GPU or SpecForge import needed."""
 
 from __future__ import annotations
 
@@ -76,31 +75,20 @@ def _literal_choices(annotation: ast.expr) -> tuple[str, ...]:
     return ()
 
 
-def parse_schema_source(
-    source: str, version: str, origin: str, algorithms: frozenset[str] = frozenset()
-) -> SpecForgeSchema:
-    tree = ast.parse(source)
-    classes = [node for node in tree.body if isinstance(node, ast.ClassDef)]
+def _models(source: str) -> dict[str, dict[str, Field]]:
+    """Class name -> field name -> Field of every class a schema module declares (pydantic's model_config aside)."""
+    classes = [node for node in ast.parse(source).body if isinstance(node, ast.ClassDef)]
     known = {node.name for node in classes}
     models: dict[str, dict[str, Field]] = {}
     for node in classes:
-        fields: dict[str, Field] = {}
+        models[node.name] = fields = {}
         for statement in node.body:
             if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
-                name = statement.target.id
-                if name == "model_config":
-                    continue
-                fields[name] = Field(
-                    _annotation_models(statement.annotation, known - {node.name}),
-                    _literal_choices(statement.annotation),
-                )
-        models[node.name] = fields
-    if ROOT_MODEL not in models or not models[ROOT_MODEL]:
-        raise SchemaError(
-            f"{origin}: no `class {ROOT_MODEL}` with fields in {SCHEMA_MODULE}; this SpecForge's "
-            "config layout is not the one this project generates for (SpecForge 0.2.x)"
-        )
-    return SpecForgeSchema(version, origin, models, algorithms)
+                annotation = statement.annotation
+                nested = _annotation_models(annotation, known - {node.name})
+                fields[statement.target.id] = Field(nested, _literal_choices(annotation))
+        fields.pop("model_config", None)
+    return models
 
 
 BUILTIN_CATALOG = "specforge/algorithms/builtin.py"
@@ -141,4 +129,8 @@ def read_schema(location: Path) -> SpecForgeSchema:
     metadata = [text for name, text in sorted(files.items()) if METADATA.match(name)]
     version = re.search(r"^Version:\s*(\S+)", metadata[-1], flags=re.MULTILINE) if metadata else None
     algorithms = frozenset(_REGISTRATION_IMPORT.findall(files.get(BUILTIN_CATALOG, "")))
-    return parse_schema_source(files[SCHEMA_MODULE], version.group(1) if version else "unknown", origin, algorithms)
+    models = _models(files[SCHEMA_MODULE])
+    if not models.get(ROOT_MODEL):
+        layout = "this SpecForge's config layout is not the one this project generates for (SpecForge 0.2.x)"
+        raise SchemaError(f"{origin}: no `class {ROOT_MODEL}` with fields in {SCHEMA_MODULE}; {layout}")
+    return SpecForgeSchema(version.group(1) if version else "unknown", origin, models, algorithms)

@@ -1,7 +1,6 @@
 """The demo's trainer, standing in for `specforge train` where it cannot run (docs/drafter-training.md), on CPU.
 Resumable from `<out>/checkpoint.pt`; everything random derives from (seed, epoch) or (seed, step), so a resumed
-run ends with the same weights as an uninterrupted one.
-"""
+run ends with the same weights as an uninterrupted one."""
 
 from __future__ import annotations
 
@@ -70,22 +69,16 @@ def step_loss(
 
 
 def train(
-    model: DFlashDrafter,
-    feature_files: list[Path],
-    out_dir: Path,
-    settings: TrainSettings,
-    say: Callable[[str], None] = print,
+    model: DFlashDrafter, files: list[Path], out_dir: Path, settings: TrainSettings, say: Callable[[str], None] = print
 ) -> dict[str, Any]:
     """Train (or resume) to `settings.epochs` epochs; returns the run's summary (also in `<out>/train-log.json`)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    features = [torch.load(path, map_location="cpu", weights_only=True) for path in feature_files]
+    features = [torch.load(path, map_location="cpu", weights_only=True) for path in files]
     samples = [s for s in features if candidate_anchors(s["loss_mask"]).numel()]
     if not samples:
-        raise ValueError(
-            f"no trainable samples among {len(feature_files)} feature files: regenerate with longer "
-            "replies (each needs at least two reply tokens)"
-        )
+        why = "regenerate with longer replies (each needs two reply tokens)"
+        raise ValueError(f"no trainable samples among {len(files)} feature files: {why}")
     total_steps = settings.epochs * len(samples)
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay)
     step, history = 0, []
@@ -93,11 +86,9 @@ def train(
     if checkpoint.exists():
         state = torch.load(checkpoint, map_location="cpu", weights_only=False)
         if state["total_steps"] != total_steps or state["settings"]["seed"] != settings.seed:
-            raise ValueError(
-                f"{checkpoint} belongs to another run ({state['total_steps']} steps, seed "
-                f"{state['settings']['seed']}; this one: {total_steps}, seed {settings.seed}): move it "
-                "away or train into another directory"
-            )
+            other = f"{state['total_steps']} steps, seed {state['settings']['seed']}"
+            this = f"this one: {total_steps}, seed {settings.seed}"
+            raise ValueError(f"{checkpoint} belongs to another run ({other}; {this}): move it or train elsewhere")
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         step, history = int(state["step"]), list(state["history"])
@@ -115,29 +106,28 @@ def train(
         with replacing(checkpoint) as tmp:
             torch.save(state, tmp)
 
-    say(
-        f"train: {len(samples)} sequences x {settings.epochs} epochs = {total_steps} steps, "
-        f"{sum(p.numel() for p in model.parameters()):,} trainable parameters, lr {settings.learning_rate}"
+    steps, parameters = (
+        f"{len(samples)} sequences x {settings.epochs} epochs",
+        sum(p.numel() for p in model.parameters()),
     )
+    say(f"train: {steps} = {total_steps} steps, {parameters:,} trainable parameters, lr {settings.learning_rate}")
     started, first_step = time.monotonic(), step
-    window_loss, window_right, window_counted = 0.0, None, None
+    window_loss, window_right, window_counted = 0.0, 0, 0
     model.train()
     while step < total_steps:
         epoch, index = divmod(step, len(samples))
         sample = samples[epoch_order(len(samples), settings.seed, epoch)[index]]
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, total_steps, settings)
-        loss, right, counted = step_loss(
-            model, sample, pick_anchors(sample, settings.anchors_per_sequence, settings.seed, step)
-        )
+        anchors = pick_anchors(sample, settings.anchors_per_sequence, settings.seed, step)
+        loss, right, counted = step_loss(model, sample, anchors)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
         optimizer.step()
         step += 1
         window_loss += float(loss.detach())
-        window_right = right if window_right is None else window_right + right
-        window_counted = counted if window_counted is None else window_counted + counted
+        window_right, window_counted = window_right + right, window_counted + counted
         if step % settings.log_every == 0 or step == total_steps:
             accuracy = (window_right / window_counted.clamp(min=1)).tolist()
             entry = {
@@ -153,7 +143,7 @@ def train(
                 f"train: step {step}/{total_steps} (epoch {epoch + 1}) loss {entry['loss']:.3f}, top-1 slots 1-4 "
                 f"{', '.join(f'{a:.2f}' for a in accuracy[:4])}, {rate:.1f} steps/s, ETA {eta:.0f} s"
             )
-            window_loss, window_right, window_counted = 0.0, None, None
+            window_loss, window_right, window_counted = 0.0, 0, 0
         if step % settings.save_every == 0 or step == total_steps:
             save()
         if settings.stop_after_steps is not None and step >= settings.stop_after_steps and step < total_steps:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from kimi_dflash.core import envvars, options
 from kimi_dflash.core.atomic_write import write_json_atomic
@@ -29,20 +29,14 @@ class CalibrationError(RuntimeError):
     """Calibration could not finish; the message says what to fix."""
 
 
-@dataclass(frozen=True)
-class RunTotals:
+class RunTotals(NamedTuple):
     requests: int
     prompt_tokens: int
     completion_tokens: int
 
 
 def wait_for_dumps(
-    directory: Path,
-    *,
-    newer_than: float,
-    live_since: float,
-    timeout: float,
-    sleep: Callable[[float], None] = time.sleep,
+    directory: Path, newer_than: float, live_since: float, timeout: float, sleep: Callable[[float], None] = time.sleep
 ) -> list[dict[str, Any]]:
     """A rank is live when its dump was rewritten after ``live_since`` (older files are of exited processes)."""
     deadline = time.monotonic() + timeout
@@ -65,10 +59,8 @@ def wait_for_dumps(
 def identity_of(dumps: Sequence[dict[str, Any]]) -> ModelIdentity:
     models = {d.get("model") for d in dumps}
     if len(models) != 1:
-        raise CalibrationError(
-            f"observe files from different models in one directory: {sorted(map(str, models))}; "
-            "use a fresh KIMI_DFLASH_KV_OBSERVE_DIR per server"
-        )
+        fix = "use a fresh KIMI_DFLASH_KV_OBSERVE_DIR per server"
+        raise CalibrationError(f"observe files from different models together: {sorted(map(str, models))}; {fix}")
     return ModelIdentity(model=str(models.pop()), fingerprint=dict(dumps[0].get("model_fingerprint") or {}))
 
 
@@ -98,15 +90,7 @@ def _server_runner(args: CalibrateOptions) -> Callable[[Sequence[str]], RunTotal
 
 
 def calibrate(
-    run: Callable[[Sequence[str]], RunTotals],
-    prompts: Sequence[str],
-    observe_dir: Path,
-    *,
-    fp8_format: str,
-    floor: float,
-    dump_timeout: float,
-    source: dict[str, Any],
-    log: Callable[[str], None] = print,
+    run: Callable[[Sequence[str]], RunTotals], prompts: Sequence[str], observe_dir: Path, args: CalibrateOptions
 ) -> dict[str, Any]:
     """Run ``prompts`` (two halves) through ``run`` and build the scales document from the dumps."""
     started = time.time()
@@ -114,40 +98,37 @@ def calibrate(
     def dumps_after(moment: float) -> list[dict[str, Any]]:
         # A server in observe mode rewrites its files every few seconds; files that do not change after we
         # start belong to processes that are gone and are ignored.
-        return wait_for_dumps(observe_dir, newer_than=moment, live_since=started, timeout=dump_timeout)
+        return wait_for_dumps(observe_dir, newer_than=moment, live_since=started, timeout=args.dump_timeout)
 
     baseline = merge_observations(dumps_after(started))
     half = max(1, len(prompts) // 2)
     totals: list[RunTotals] = []
-    snapshots = []
+    snapshots: list[dict[str, Any]] = []
     for part in (prompts[:half], prompts[half:]):
         if not part:
             continue
-        log(f"  running {len(part)} prompts ...")
+        print(f"  running {len(part)} prompts ...")
         totals.append(run(part))
         snapshots.append(merge_observations(dumps_after(time.time())))
     final_dumps = dumps_after(time.time())
     layers = merge_observations(final_dumps)
     if not layers:
-        raise CalibrationError(
-            f"the observe files in {observe_dir} list no MLA layers: is the model MLA "
-            "(DeepSeek-V3 / Kimi K2 architecture)?"
-        )
+        raise CalibrationError(f"observe files in {observe_dir} list no MLA layers: is the model MLA (DeepSeek-V3)?")
     unseen = [name for name, entry in layers.items() if float(entry["amax"]) <= 0]
     if unseen:
         raise CalibrationError(f"layers saw no KV writes: {', '.join(unseen[:5])}; send more prompts")
 
-    fmt = FORMATS[fp8_format]
+    fmt = FORMATS[args.fp8_format]
     convergence = max_relative_change(snapshots[0], layers) if len(snapshots) > 1 else None
     observed_tokens = {
         name: int(entry["tokens"]) - int(baseline.get(name, {}).get("tokens", 0)) for name, entry in layers.items()
     }
     source = {
-        **source,
+        **({"mode": "server", "server": args.server} if args.server else {"mode": "in-process"}),
+        "prompts": str(args.prompts or "kimi_dflash/data/kv_calibration_prompts.jsonl"),
+        "max_tokens": args.max_tokens,
         "num_prompts": len(prompts),
-        "requests": sum(t.requests for t in totals),
-        "prompt_tokens": sum(t.prompt_tokens for t in totals),
-        "completion_tokens": sum(t.completion_tokens for t in totals),
+        **dict(zip(RunTotals._fields, map(sum, zip(*totals)))),
         "kv_tokens_observed": max(observed_tokens.values()),
         "ranks": len(final_dumps),
         "amax_growth_in_second_half": convergence,
@@ -157,7 +138,7 @@ def calibrate(
         vllm_version=str(final_dumps[0].get("vllm_version")),
         fp8_format=fmt.name,
         fp8_max=fmt.max_value,
-        floor=floor,
+        floor=args.floor,
         layers=layers,
         source=source,
         created=utc_now(),
@@ -186,11 +167,10 @@ def summary_lines(document: dict[str, Any], out: Path) -> list[str]:
     query = document.get("decode_query")
     if query is not None:
         clips = [name for name, clipped in query["clips_at_q_scale_1"].items() if clipped]
-        lines.append(
-            f"decode query     amax {query['amax_range'][0]:.4g} .. {query['amax_range'][1]:.4g}; vLLM's "
-            f"q_scale is 1.0: {'CLIPS in ' + ', '.join(clips) if clips else 'no clipping'} with an "
-            "FP8 query (AITER MLA); Triton MLA keeps the query in BF16"
-        )
+        low, high = query["amax_range"]
+        clipping = f"{'CLIPS in ' + ', '.join(clips) if clips else 'no clipping'} with an FP8 query (AITER MLA)"
+        query_line = f"amax {low:.4g} .. {high:.4g}; vLLM's q_scale is 1.0: {clipping}; Triton MLA keeps it in BF16"
+        lines.append(f"decode query     {query_line}")
     if growth is not None:
         verdict = "converged" if growth < 0.05 else "still growing - calibrate with more prompts"
         lines.append(f"convergence      amax grew at most {growth * 100:.1f}% in the second half: {verdict}")
@@ -240,8 +220,7 @@ def _in_process_runner(
 @dataclass(kw_only=True)
 class CalibrateOptions:
     server: str | None = option("running vLLM server in observe mode", metavar="URL", exclusive="where", required=True)
-    model: str | None = option("load this model in-process with vLLM (small models)", metavar="PATH",
-        exclusive="where", required=True)  # fmt: skip
+    model: str | None = option("load this model in vLLM here (small models)", metavar="PATH", exclusive="where")
     observe_dir: Path | None = option("the server's KIMI_DFLASH_KV_OBSERVE_DIR (server mode)")
     out: Path = option("scales JSON to write (atomically)", required=True)
     prompts: Path | None = option('JSONL with a "prompt" per line (default: 200 shipped prompts)')
@@ -249,9 +228,11 @@ class CalibrateOptions:
     max_tokens: int = option("tokens generated per prompt (256)", default=DEFAULT_MAX_TOKENS, minimum=1)
     concurrency: int = option("parallel requests in server mode (16)", default=16, minimum=1)
     served_model: str | None = option("model name for requests (default: first of /v1/models)")
-    fp8_format: str = option("format the file's informational 'scale' fields are computed for (the runtime "
-        "recomputes from amax for its own format); default e4m3fn", choices=sorted(FORMATS), default="e4m3fn"
-    )  # fmt: skip
+    fp8_format: str = option(
+        "the format of the file's 'scale' fields (informational: the runtime uses amax)",
+        choices=sorted(FORMATS),
+        default="e4m3fn",
+    )
     floor: float = option(f"minimum scale ({DEFAULT_KV_SCALE_FLOOR:g})", default=DEFAULT_KV_SCALE_FLOOR)
     dump_timeout: float = option("seconds to wait for fresh observe files", default=60.0)
     max_model_len: int = option("in-process mode: vLLM max_model_len", default=4096)
@@ -278,9 +259,6 @@ def main(args: CalibrateOptions) -> int:
     from kimi_dflash.validate.prompts import load_calibration_prompts
 
     prompts = load_calibration_prompts(args.prompts)[: args.limit or None]
-    source: dict[str, Any] = {"mode": "server", "server": args.server} if args.server else {"mode": "in-process"}
-    source["prompts"] = str(args.prompts or "kimi_dflash/data/kv_calibration_prompts.jsonl")
-    source["max_tokens"] = args.max_tokens
     try:
         with contextlib.ExitStack() as cleanup:
             if args.server:
@@ -291,15 +269,7 @@ def main(args: CalibrateOptions) -> int:
                 run, close = _in_process_runner(args, observe_dir)
                 cleanup.callback(close)
             print(f"calibrating KV scales on {len(prompts)} prompts, {args.max_tokens} tokens each")
-            document = calibrate(
-                run,
-                prompts,
-                observe_dir,
-                fp8_format=args.fp8_format,
-                floor=args.floor,
-                dump_timeout=args.dump_timeout,
-                source=source,
-            )
+            document = calibrate(run, prompts, observe_dir, args)
             write_json_atomic(args.out, document)
     except (CalibrationError, ServerError) as error:
         print(f"error: {error}", file=sys.stderr)

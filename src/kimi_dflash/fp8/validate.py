@@ -4,7 +4,6 @@ logs."""
 from __future__ import annotations
 
 import asyncio
-import functools
 import re
 import subprocess
 import sys
@@ -19,12 +18,8 @@ from kimi_dflash.core.formatting import number
 from kimi_dflash.core.options import declare, http_url, option, run
 from kimi_dflash.core.user_files import read_log_tail
 from kimi_dflash.documents import Document, Model
-
-# The comparison itself is the shared engine (payload/validate.py runs on it too); this tool adds KV capacity
-# and throughput, and judges FP8 KV by accuracy rather than identity.
 from kimi_dflash.validate import engine
 from kimi_dflash.validate.client import ServerError, api_key_from_env
-from kimi_dflash.validate.prompts import load_calibration_prompts
 
 # The benchmark as users run it (payload/benchmark_multi_turn.py is a wrapper around the same entry point).
 BENCHMARK_COMMAND = (sys.executable, "-m", "kimi_dflash.bench")
@@ -53,20 +48,19 @@ def verdict_lines(
 ) -> engine.Verdict:
     """PASS, WARN or FAIL with the reasons. FAIL = FP8 changes answers; WARN = weaker evidence or missing facts."""
     problems: list[tuple[engine.Status, str]] = []
-    drop = (math_bf16 - math_fp8) * 100
-    if drop > thresholds.max_math_drop_points:
-        problems.append(("FAIL", f"math accuracy drops {drop:.1f} points with FP8 KV (limit "
-                         f"{thresholds.max_math_drop_points:g}); check the KV scales"))  # fmt: skip
-    if agreement.mean_prefix_agreement < thresholds.min_prefix_agreement:
-        shared, expected = agreement.mean_prefix_agreement * 100, thresholds.min_prefix_agreement * 100
-        problems.append(("WARN", f"FP8 outputs share only {shared:.0f}% of their greedy prefix with BF16 (expect >= "
-                         f"{expected:.0f}%)"))  # fmt: skip
+    drop, limit = (math_bf16 - math_fp8) * 100, thresholds.max_math_drop_points
+    if drop > limit:
+        why = f"math accuracy drops {drop:.1f} points with FP8 KV (limit {limit:g}); check the KV scales"
+        problems.append(("FAIL", why))
+    if (shared := agreement.mean_prefix_agreement * 100) < (expected := thresholds.min_prefix_agreement * 100):
+        why = f"FP8 outputs share only {shared:.0f}% of their greedy prefix with BF16 (expect >= {expected:.0f}%)"
+        problems.append(("WARN", why))
     bf16_tokens, fp8_tokens = capacity
     if not (bf16_tokens and fp8_tokens):
         problems.append(("WARN", "KV capacity unknown: pass --bf16-log and --fp8-log (the servers' logs)"))
-    elif fp8_tokens / bf16_tokens < thresholds.min_capacity_ratio:
-        problems.append(("WARN", f"FP8 KV holds only {fp8_tokens / bf16_tokens:.2f}x the BF16 tokens (expect ~2x): "
-                         "is --kv-cache-dtype fp8 set on the FP8 server?"))  # fmt: skip
+    elif (ratio := fp8_tokens / bf16_tokens) < thresholds.min_capacity_ratio:
+        fix = "is --kv-cache-dtype fp8 set on the FP8 server?"
+        problems.append(("WARN", f"FP8 KV holds only {ratio:.2f}x the BF16 tokens (expect ~2x): {fix}"))
     return engine.Verdict.of(problems)
 
 
@@ -126,8 +120,8 @@ class Fp8Report(Document):
 
 
 def run_benchmark(url: str, sessions: int, label: str, output: Path, extra: Sequence[str]) -> BenchSummary:
-    command = [*BENCHMARK_COMMAND, "--base-url", url, "--sessions", str(sessions), "--label", label, "--output",
-               str(output), *extra]  # fmt: skip
+    command = [*BENCHMARK_COMMAND, "--base-url", url, "--sessions", str(sessions), "--label", label]
+    command += ["--output", str(output), *extra]
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     status = "ok" if result.returncode == 0 else f"exit {result.returncode}"
     try:
@@ -137,9 +131,8 @@ def run_benchmark(url: str, sessions: int, label: str, output: Path, extra: Sequ
     if not levels:
         detail = (result.stderr.strip().splitlines() or ["no result"])[-1]
         return BenchSummary(status=status, command=command, output=str(output), detail=detail)
-    level = levels[-1]
-    return BenchSummary(status=status, command=command, output=str(output), sessions=level.sessions,
-                        output_tok_s=level.output_tok_s, completed=level.completed, failed=level.failed)  # fmt: skip
+    figures = {name: getattr(levels[-1], name) for name in ("sessions", "output_tok_s", "completed", "failed")}
+    return BenchSummary(status=status, command=command, output=str(output), **figures)
 
 
 def benchmark_line(name: str, result: BenchSummary) -> str:
@@ -163,12 +156,10 @@ class ValidateFp8Options:
     no_math: bool = option("skip the math accuracy check")
     concurrency: int = option("parallel requests per server (8)", default=8)
     bench_concurrency: int | None = option("also run the benchmark at this concurrency (use the config's MAX_NUM_SEQS)")
-    bench_arg: list[str] = option("extra argument for the benchmark (kimi-dflash bench --help), e.g. "
-        "--bench-arg=--max-tokens=512 (repeat)", repeatable=True)  # fmt: skip
+    bench_arg: list[str] = option("extra benchmark argument, e.g. --bench-arg=--max-tokens=512", repeatable=True)
     bench_dir: Path | None = option("where the benchmark result JSONs go (results/)")
     json: Path | None = option("write every per-prompt result here")
-    max_math_drop: float = option("FAIL when FP8 math accuracy trails BF16 by more points (5)",
-        default=Thresholds.max_math_drop_points)  # fmt: skip
+    max_math_drop: float = option("FAIL above this FP8 math drop, points (5)", default=Thresholds.max_math_drop_points)
 
 
 add_cli_args = declare(
@@ -185,24 +176,12 @@ def main(args: ValidateFp8Options) -> int:
     api_key = api_key_from_env()
     urls = (args.bf16_url, args.fp8_url)
     try:  # what can be refused is, before the servers are asked for anything
-        capacity = (
-            kv_capacity_from_log(read_log_tail(args.bf16_log)),
-            kv_capacity_from_log(read_log_tail(args.fp8_log)),
-        )
+        bf16_tokens, fp8_tokens = (kv_capacity_from_log(read_log_tail(log)) for log in (args.bf16_log, args.fp8_log))
         if args.json:
             check_target(args.json, "--json ")
-        prompts = load_calibration_prompts()[: max(1, args.prompts)]
-        bf16, fp8 = engine.served(urls, (None, None), api_key)
-        generate = functools.partial(engine.generate_both, bf16, fp8, concurrency=args.concurrency, api_key=api_key)
-        outputs = asyncio.run(generate(prompts, max_tokens=args.max_tokens))
-        pairs = engine.compare_outputs(outputs, bf16, fp8)
-        agreement = engine.summarize_agreement(pairs)
-
+        c = asyncio.run(engine.collect(args, *engine.served(urls, (None, None), api_key), api_key, divergence=False))
         math = MathSummary(accuracy_bf16=0.0, accuracy_fp8=0.0, rows=[])
-        if not args.no_math:
-            problems, questions = engine.math_questions()
-            answers = asyncio.run(generate(questions, max_tokens=args.math_max_tokens))
-            score = engine.score_math(problems, answers)
+        if (score := c.math) is not None:
             rows = [MathRowDoc(id=r.id, answer=r.answer, bf16=r.reference, fp8=r.candidate) for r in score.rows]
             math = MathSummary(accuracy_bf16=score.accuracy_reference, accuracy_fp8=score.accuracy_candidate, rows=rows)
         bench = None
@@ -217,14 +196,15 @@ def main(args: ValidateFp8Options) -> int:
         return 3
 
     thresholds = Thresholds(max_math_drop_points=float("inf") if args.no_math else args.max_math_drop)
-    status, reasons = verdict_lines(agreement, math.accuracy_bf16, math.accuracy_fp8, capacity, thresholds)
+    capacity = (bf16_tokens, fp8_tokens)
+    status, reasons = verdict_lines(c.agreement, math.accuracy_bf16, math.accuracy_fp8, capacity, thresholds)
     report = Fp8Report(
         servers={"bf16": urls[0], "fp8": urls[1]},
-        models=[bf16.model, fp8.model],
-        pairs=pairs,
-        agreement=agreement,
+        models=[c.reference.model, c.candidate.model],
+        pairs=c.pairs,
+        agreement=c.agreement,
         math=math,
-        kv_capacity_tokens={"bf16": capacity[0], "fp8": capacity[1]},
+        kv_capacity_tokens={"bf16": bf16_tokens, "fp8": fp8_tokens},
         benchmark=bench,
         verdict=status,
         reasons=reasons,
@@ -255,8 +235,8 @@ def report_lines(report: Fp8Report, max_tokens: int, math_run: bool = True) -> l
         else f"first divergence    median token {median:g}, earliest {agreement.earliest_divergence}",
     ]
     if math_run:
-        lines.append(f"math exact-match    bf16 {math.accuracy_bf16 * 100:.1f}%  fp8 {math.accuracy_fp8 * 100:.1f}%  "
-                     f"({len(math.rows)} problems)")  # fmt: skip
+        accuracy = f"bf16 {math.accuracy_bf16 * 100:.1f}%  fp8 {math.accuracy_fp8 * 100:.1f}%"
+        lines.append(f"math exact-match    {accuracy}  ({len(math.rows)} problems)")
     ratio = f"  ({fp8 / bf16:.2f}x)" if bf16 and fp8 else ""
     lines.append(f"KV capacity         bf16 {tokens(bf16)} tokens  fp8 {tokens(fp8)} tokens{ratio}")
     if report.benchmark is None:

@@ -22,14 +22,13 @@ TARGETS = ("rocm", "cpu-demo")
 ENGINES = ("docker", "podman", "buildah")
 
 DESCRIPTION = f"""\
-Build the kimi-k26-dflash image from {DOCKERFILE}: vLLM's ROCm image ({DEFAULT_IMAGE}:{DEFAULT_TAG} by default, a
-release docs/compatibility.md says starts every shipped config) plus this project, installed without touching
-the image's vLLM or torch, with the file patches that vLLM needs for the shipped configs written at build time
-(the build fails if a needed one does not apply). Runs as a non-root user; HEALTHCHECK on /health.
+Build the kimi-k26-dflash image from {DOCKERFILE}: vLLM's ROCm image ({DEFAULT_IMAGE}:{DEFAULT_TAG} by default)
+plus this project, installed without touching the image's vLLM or torch, with the file patches the shipped configs
+need written at build time (the build fails if one does not apply). Runs as a non-root user; HEALTHCHECK on /health.
 
-The base is pinned by digest: unless --vllm-digest is given, it is resolved from the registry (skopeo inspect,
-else a pull + image inspect) and printed, so the build you ran can be repeated byte for byte. The image is
-tagged kimi26-dflash:<project version>-vllm<vLLM version>[-cpu-demo] and labelled with both.
+The base is pinned by digest: unless --vllm-digest is given, it is resolved from the registry (skopeo, else a pull)
+and printed, so the build can be repeated byte for byte. The tag is
+kimi26-dflash:<project version>-vllm<vLLM version>[-cpu-demo], and both versions are labels.
 """
 
 EPILOG = f"""\
@@ -51,23 +50,17 @@ def version_from_tag(tag: str) -> str | None:
 
 def resolve_digest(engine: str, reference: str) -> str:
     """The registry digest of `reference` (sha256:...), or a RuntimeError saying how to pass it by hand."""
-    if shutil.which("skopeo"):
-        result = subprocess.run(
-            ["skopeo", "inspect", f"docker://{reference}"], capture_output=True, text=True, check=False
-        )
-        if result.returncode == 0:
-            return str(json.loads(result.stdout)["Digest"])
-    if engine in ("docker", "podman"):
-        pulled = subprocess.run([engine, "pull", reference], check=False)
-        if pulled.returncode == 0:
-            found = subprocess.run(
-                [engine, "image", "inspect", "--format", "{{index .RepoDigests 0}}", reference],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            if found.returncode == 0 and "@" in found.stdout:
-                return found.stdout.strip().split("@", 1)[1]
+
+    def output(*argv: str) -> str | None:
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        return done.stdout if done.returncode == 0 else None
+
+    if shutil.which("skopeo") and (inspected := output("skopeo", "inspect", f"docker://{reference}")):
+        return str(json.loads(inspected)["Digest"])
+    if engine in ("docker", "podman") and subprocess.run([engine, "pull", reference], check=False).returncode == 0:
+        found = output(engine, "image", "inspect", "--format", "{{index .RepoDigests 0}}", reference) or ""
+        if "@" in found:
+            return found.strip().split("@", 1)[1]
     raise RuntimeError(
         f"could not resolve the digest of {reference} (registry unreachable?); pass "
         "--vllm-digest sha256:... (from `docker buildx imagetools inspect` on a machine that can "
@@ -83,12 +76,14 @@ class BuildOptions:
     vllm_digest: str | None = option("base image digest sha256:... (default: resolved from the registry)")
     vllm_version: str | None = option("vLLM version for the tag (default: from --vllm-tag, vX.Y.Z)")
     allow_unpinned: bool = option("build without a digest (a local base image has none)")
-    engine: str | None = option("container tool (default: the first of docker, podman, buildah on PATH)",
-        choices=ENGINES)  # fmt: skip
+    engine: str | None = option("container tool (default: the first of them on PATH)", choices=ENGINES)
     context: Path = option("the checkout to build from (default: the current directory)", default=Path("."))
-    engine_arg: list[str] = option("extra argument for the container tool, repeatable (e.g. "
-        "--engine-arg=--isolation=chroot for podman/buildah where no OCI runtime can start)", repeatable=True,
-        metavar="ARG")  # fmt: skip
+    engine_arg: list[str] = option(
+        "extra argument for the container tool, e.g. --engine-arg=--isolation=chroot for podman/buildah where no OCI "
+        "runtime can start",
+        repeatable=True,
+        metavar="ARG",
+    )
     dry_run: bool = option("print the build command and exit")
 
     # Once main has resolved the engine, the version, the digest and the context: the build it runs.

@@ -40,10 +40,7 @@ def is_scaled_fp8_kv(kv_cache_dtype: str) -> bool:
 def fp8_format_for(kv_cache_dtype: str, *, fnuz_platform: bool) -> Fp8Format:
     """The E4M3 encoding vLLM stores ``kv_cache_dtype`` in (fnuz on gfx942): the dtypes whose scale the hook sets."""
     if kv_cache_dtype not in E4M3_KV_DTYPES:
-        raise ValueError(
-            f"kv_cache_dtype {kv_cache_dtype!r} is not a per-tensor-scaled FP8 E4M3 KV dtype "
-            f"(expected one of {', '.join(E4M3_KV_DTYPES)})"
-        )
+        raise ValueError(f"{kv_cache_dtype!r} is not a per-tensor-scaled FP8 E4M3 KV cache dtype {E4M3_KV_DTYPES}")
     return E4M3FNUZ if fnuz_platform else E4M3FN
 
 

@@ -1,7 +1,6 @@
 """Dump a vLLM process's per-layer statistics to ``<dir>/kv-observe-rank<R>-pid<P>.json`` every ``interval``
 seconds and at exit (the plugin has no HTTP endpoint). Reading device counters synchronises, hence a background
-thread, never the forward pass.
-"""
+thread, never the forward pass."""
 
 from __future__ import annotations
 
@@ -71,15 +70,8 @@ class ObserveDumper:
         with self._lock:
             self.seq += 1
             rank, pid = current_rank(), os.getpid()
-            document = observe_document(
-                identity=self.identity,
-                rank=rank,
-                pid=pid,
-                vllm_version=self.vllm_version,
-                seq=self.seq,
-                updated=time.time(),
-                layers=snapshot(self.hooks),
-            )
+            layers = snapshot(self.hooks)
+            document = observe_document(self.identity, rank, pid, self.vllm_version, self.seq, time.time(), layers)
             path = self.directory / f"kv-observe-rank{rank}-pid{pid}.json"
             write_json_atomic(path, document)
             return path

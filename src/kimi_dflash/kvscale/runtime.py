@@ -1,8 +1,7 @@
 """Install the KV-scale hook in a vLLM process (called from kimi_dflash.vllm_plugin.register()): wraps
 ``MLAAttention.__init__`` (per layer: decide, check a calibrated file, wrap ``impl.do_kv_cache_update``) and
 ``process_weights_after_loading`` (vLLM resets scales to 1.0 there; set ours after it). docs/fp8-kv.md "Where it
-hooks". Bad settings or scales files raise: a server must not come up with wrong KV scales.
-"""
+hooks". Bad settings or scales files raise: a server must not come up with wrong KV scales."""
 
 from __future__ import annotations
 
@@ -71,7 +70,7 @@ def install_kv_scale_hook() -> None:
     from kimi_dflash.core.import_hooks import when_imported
 
     when_imported(MLA_MODULE, _patch_mla_module)
-    when_imported(ATTENTION_MODULE, _patch_attention_module)
+    when_imported(ATTENTION_MODULE, lambda module: _patch(module, ATTENTION_CLASS, __init__=on_non_mla_layer_built))
     file = f", file={settings.scales_file}" if settings.scales_file else ""
     emulating = f", emulating {settings.emulate_fp8.name} in unquantised caches" if settings.emulate_fp8 else ""
     logger.info(f"kimi-dflash kv scales: mode={settings.mode.value}{file}{emulating}; waiting for vLLM's MLA layers")
@@ -84,11 +83,9 @@ def _check_mla_module_exists() -> None:
     for root in getattr(vllm, "__path__", []):
         if (Path(root) / relative).is_file():
             return
-    raise RuntimeError(
-        f"kimi-dflash kv scales: this vLLM ({getattr(vllm, '__version__', '?')}) has no {MLA_MODULE}; the KV "
-        "scale hook supports vLLM 0.20-0.33. Set KV_SCALE_MODE=off (KIMI_DFLASH_KV_SCALE_MODE=off) to start "
-        "without it."
-    )
+    supported = "the KV scale hook supports vLLM 0.20-0.33. Set KV_SCALE_MODE=off to start without it."
+    version = getattr(vllm, "__version__", "?")
+    raise RuntimeError(f"kimi-dflash kv scales: this vLLM ({version}) has no {MLA_MODULE}; {supported}")
 
 
 def _call_after(cls: type, method: str, callback: Callable[[Any], None]) -> None:
@@ -104,24 +101,20 @@ def _call_after(cls: type, method: str, callback: Callable[[Any], None]) -> None
     setattr(cls, method, wrapper)
 
 
+def _patch(module: ModuleType, name: str, **after: Callable[[Any], None]) -> bool:
+    """Make ``module.name``'s methods call ``after[method](self)`` (once per class); False without such a class."""
+    cls = getattr(module, name, None)
+    if cls is not None and not getattr(cls, _PATCHED_MARKER, False):
+        for method, callback in after.items():
+            _call_after(cls, method, callback)
+        setattr(cls, _PATCHED_MARKER, True)
+    return cls is not None
+
+
 def _patch_mla_module(module: ModuleType) -> None:
-    cls = getattr(module, MLA_CLASS, None)
-    if cls is None:
+    if not _patch(module, MLA_CLASS, __init__=on_layer_built, process_weights_after_loading=on_layer_loaded):
         raise RuntimeError(f"kimi-dflash kv scales: {MLA_MODULE} has no {MLA_CLASS}; cannot hook the KV write path")
-    if getattr(cls, _PATCHED_MARKER, False):
-        return
-    _call_after(cls, "__init__", on_layer_built)
-    _call_after(cls, "process_weights_after_loading", on_layer_loaded)
-    setattr(cls, _PATCHED_MARKER, True)
     logger.info("kimi-dflash kv scales: hooked %s.%s", MLA_MODULE, MLA_CLASS)
-
-
-def _patch_attention_module(module: ModuleType) -> None:
-    cls = getattr(module, ATTENTION_CLASS, None)
-    if cls is None or getattr(cls, _PATCHED_MARKER, False):
-        return
-    _call_after(cls, "__init__", on_non_mla_layer_built)
-    setattr(cls, _PATCHED_MARKER, True)
 
 
 def on_non_mla_layer_built(layer: Any) -> None:
@@ -136,17 +129,10 @@ def on_non_mla_layer_built(layer: Any) -> None:
     )
 
 
-def _served_identity() -> scales_file.ModelIdentity:
-    from vllm.config import get_current_vllm_config
-
-    model_config = get_current_vllm_config().model_config
-    return scales_file.ModelIdentity(
-        model=str(model_config.model), fingerprint=scales_file.fingerprint_from_hf_config(model_config.hf_config)
-    )
-
-
 def on_layer_built(layer: Any) -> None:
     """Decide what to do for one freshly built MLA layer and wrap its KV write."""
+    from vllm.config import get_current_vllm_config
+
     from kimi_dflash.kvscale.write_hook import LayerHook, wrap_kv_cache_update
 
     state = _state
@@ -157,11 +143,12 @@ def on_layer_built(layer: Any) -> None:
     kv_dtype = str(layer.kv_cache_dtype)
     with state.lock:
         if state.identity is None:
-            state.identity = _served_identity()
+            served = get_current_vllm_config().model_config
+            fingerprint = scales_file.fingerprint_from_hf_config(served.hf_config)
+            state.identity = scales_file.ModelIdentity(str(served.model), fingerprint)
         identity = state.identity
 
-    fp8 = None
-    emulate = None
+    fp8 = emulate = None
     if kv_dtype in E4M3_KV_DTYPES:
         fp8 = fp8_format_for(kv_dtype, fnuz_platform=platform_is_fnuz())
     elif settings.emulate_fp8 is not None and kv_dtype in UNQUANTISED_KV_DTYPES:
@@ -179,42 +166,28 @@ def on_layer_built(layer: Any) -> None:
 
     if settings.sets_scales and fp8 is None and not state.noop_logged:
         state.noop_logged = True
-        logger.info(
-            f"kimi-dflash kv scales: KV cache dtype of {name} is {kv_dtype!r}, not a per-tensor FP8 E4M3 cache: "
-            f"{settings.mode.value} mode leaves the scales alone (no-op)"
-        )
+        cache = f"KV cache dtype of {name} is {kv_dtype!r}, not a per-tensor FP8 E4M3 cache"
+        logger.info(f"kimi-dflash kv scales: {cache}: {settings.mode.value} mode leaves the scales alone (no-op)")
 
     observing = settings.mode is Mode.OBSERVE or settings.observe_dir is not None
     dynamic = settings.mode is Mode.DYNAMIC and fp8 is not None
     if not (dynamic or calibrated is not None or observing or emulate is not None):
         return
-    hook = LayerHook(
-        name=name,
-        kv_cache_dtype=kv_dtype,
-        fp8=fp8,
-        dynamic=dynamic,
-        calibrated_scale=calibrated,
-        emulate=emulate,
-        floor=settings.floor,
-        warmup_writes=settings.warmup_steps,
-        observing=observing,
-    )
+    limits = (settings.floor, settings.warmup_steps)
+    hook = LayerHook(name, kv_dtype, fp8, dynamic, calibrated, emulate, *limits, observing)
     layer.impl.do_kv_cache_update = wrap_kv_cache_update(layer.impl.do_kv_cache_update, hook)
     if observing:
         _watch_decode_query(layer, hook)
     with state.lock:
         if not state.hooks:
-            logger.info(
-                f"kimi-dflash kv scales: {settings.mode.value} KV cache {kv_dtype!r} on {name}: {_describe(hook)}"
-            )
+            logger.info(f"kimi-dflash kv scales: {settings.mode.value} cache {kv_dtype!r} on {name}: {_describe(hook)}")
         state.hooks[name] = hook
         if settings.observe_dir is not None and state.dumper is None:
             from kimi_dflash.kvscale.observer import ObserveDumper
 
             version = str(getattr(sys.modules.get("vllm"), "__version__", "unknown"))  # a label in the observe file
-            state.dumper = ObserveDumper(
-                settings.observe_dir, settings.observe_interval, state.hooks, identity, version
-            )
+            dumped = (settings.observe_dir, settings.observe_interval)
+            state.dumper = ObserveDumper(*dumped, state.hooks, identity, version)
             state.dumper.start()
 
 
@@ -230,31 +203,21 @@ def _watch_decode_query(layer: Any, hook: Any) -> None:
     if quant is not None:
         quant.forward = wrap_query_quant(quant.forward, hook)
     if forward_mqa is None and quant is None:
-        logger.info(
-            f"kimi-dflash kv scales: {hook.name} has neither impl.forward_mqa nor _decode_concat_quant_fp8_op; "
-            "the decode query's amax is not recorded"
-        )
+        unseen = f"{hook.name} has neither impl.forward_mqa nor _decode_concat_quant_fp8_op"
+        logger.info(f"kimi-dflash kv scales: {unseen}; the decode query's amax is not recorded")
 
 
 def _describe(hook: Any) -> str:
     parts = []
     if hook.dynamic:
-        freeze = (
-            f"frozen after {hook.warmup_writes} writes (then the hook adds no op)"
-            if hook.warmup_writes
-            else "never frozen"
-        )
-        parts.append(
-            f"k_scale follows the running amax / {hook.fp8.max_value:g} ({hook.fp8.name}), floor "
-            f"{hook.floor:g}, {freeze}"
-        )
+        frozen = f"frozen after {hook.warmup_writes} writes (then the hook adds no op)" if hook.warmup_writes else ""
+        amax = f"running amax / {hook.fp8.max_value:g} ({hook.fp8.name}), floor {hook.floor:g}"
+        parts.append(f"k_scale follows the {amax}, {frozen or 'never frozen'}")
     if hook.calibrated_scale is not None:
         parts.append(f"calibrated k_scale {hook.calibrated_scale:.4g} ({hook.fp8.name})")
     if hook.emulate is not None:
         parts.append(f"EMULATING {hook.emulate.name} storage in an unquantised cache (test aid, not for serving)")
-    if not parts:
-        parts.append("observing amax only, scales untouched")
-    return "; ".join(parts)
+    return "; ".join(parts) or "observing amax only, scales untouched"
 
 
 def on_layer_loaded(layer: Any) -> None:
@@ -286,7 +249,4 @@ def on_layer_loaded(layer: Any) -> None:
                 f"{os.getpid()} (range {min(scales):.4g}-{max(scales):.4g}, {hook.fp8.name if hook.fp8 else '?'})"
             )
     elif hook.dynamic and hook.fp8 is not None:
-        logger.debug(
-            f"kimi-dflash kv scales: {hook.name} follows its running amax ({hook.fp8.name}, max "
-            f"{hook.fp8.max_value:g}, floor {hook.floor:g}, warm-up {hook.warmup_writes})"
-        )
+        logger.debug("kimi-dflash kv scales: %s: %s", hook.name, _describe(hook))

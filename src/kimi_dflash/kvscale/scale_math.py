@@ -1,7 +1,6 @@
 """The KV-scale arithmetic for MLA latents (k_scale = max(|kv_c_normed|, |k_pe|) / fp8_max, above a floor;
 docs/fp8-kv.md). Runs in vLLM's forward pass, maybe under CUDA-graph capture: no ``.item()``, no Python ``if`` on
-tensor values, no new persistent tensors; branches on configuration and shapes only.
-"""
+tensor values, no new persistent tensors; branches on configuration and shapes only."""
 
 from __future__ import annotations
 
@@ -84,12 +83,7 @@ class QueryStats(_DeviceStats):
 
 
 def follow_running_amax_(
-    k_scale: torch.Tensor,
-    stats: LatentStats,
-    *,
-    fp8_max: float,
-    floor: float,
-    warmup_writes: int,
+    k_scale: torch.Tensor, stats: LatentStats, *, fp8_max: float, floor: float, warmup_writes: int
 ) -> None:
     """Set ``k_scale`` in place from the running amax (after ``stats.observe_``): for the first ``warmup_writes``
     writes, then frozen (0: always). The gate is on the device, so CUDA-graph replays count correctly."""

@@ -1,7 +1,6 @@
 """The two JSON documents of the KV-scale workflow (the observe dumps each vLLM rank rewrites, the scales file
 calibrate-kv writes from them), and their checks. Scales files store the *amax* per layer: the runtime derives
-k_scale for its own FP8 format, so one calibration serves E4M3FN (448) and gfx942's E4M3FNUZ (240).
-"""
+k_scale for its own FP8 format, so one calibration serves E4M3FN (448) and gfx942's E4M3FNUZ (240)."""
 
 from __future__ import annotations
 
@@ -60,8 +59,7 @@ def model_basename(model: str) -> str:
 
 
 def fingerprint_from_hf_config(hf_config: Any) -> dict[str, Any]:
-    """The architecture facts of an HF config, an object or config.json's dict (text config of a multimodal
-    wrapper)."""
+    """The architecture facts of an HF config, an object or config.json's dict (text config of a multimodal wrapper)."""
     if isinstance(hf_config, Mapping):
         text = hf_config.get("text_config")
         return {key: (text if isinstance(text, Mapping) else hf_config).get(key) for key in FINGERPRINT_KEYS}
@@ -70,14 +68,7 @@ def fingerprint_from_hf_config(hf_config: Any) -> dict[str, Any]:
 
 
 def observe_document(
-    *,
-    identity: ModelIdentity,
-    rank: int,
-    pid: int,
-    vllm_version: str,
-    seq: int,
-    updated: float,
-    layers: Mapping[str, Mapping[str, Any]],
+    identity: ModelIdentity, rank: int, pid: int, vllm_version: str, seq: int, updated: float, layers: Mapping[str, Any]
 ) -> dict[str, Any]:
     return {
         "format": OBSERVE_FORMAT,
@@ -140,11 +131,7 @@ def scales_document(
     layer_entries: dict[str, dict[str, float | int]] = {}
     for name in sorted(layers, key=_layer_sort_key):
         amax = float(layers[name]["amax"])
-        layer_entries[name] = {
-            "amax": amax,
-            "scale": max(amax / fp8_max, floor),
-            "tokens": int(layers[name]["tokens"]),
-        }
+        layer_entries[name] = {"amax": amax, "scale": max(amax / fp8_max, floor), "tokens": int(layers[name]["tokens"])}
         if "q_amax" in layers[name]:
             layer_entries[name]["q_amax"] = float(layers[name]["q_amax"])
     scales = [entry["scale"] for entry in layer_entries.values()]
@@ -209,25 +196,19 @@ def load_scales_file(path: Path) -> ScalesFile:
     if not isinstance(document, dict) or document.get("format") != SCALES_FORMAT:
         raise KvScalesFileError(f"{path} is not a kimi-dflash KV scales file (format != {SCALES_FORMAT!r}); {fix}")
     if document.get("version") != FORMAT_VERSION:
-        raise KvScalesFileError(
-            f"{path} has format version {document.get('version')!r}, this build reads {FORMAT_VERSION}; {fix}"
-        )
+        raise KvScalesFileError(f"{path} has format version {document.get('version')!r}, not {FORMAT_VERSION}; {fix}")
     layers_raw = document.get("layers")
     if not isinstance(layers_raw, dict) or not layers_raw:
         raise KvScalesFileError(f"{path} lists no layers; {fix}")
     layers = {}
     for name, entry in layers_raw.items():
         if not isinstance(entry, dict) or not all(_positive_finite(entry.get(key)) for key in ("amax", "scale")):
-            raise KvScalesFileError(
-                f"{path}: layer {name!r} has no positive finite amax/scale ({entry!r}) - the calibration "
-                f"saw no tokens for it; {fix} with more prompts"
-            )
+            why = f"has no positive finite amax/scale ({entry!r}) - the calibration saw no tokens for it"
+            raise KvScalesFileError(f"{path}: layer {name!r} {why}; {fix} with more prompts")
         layers[name] = LayerScale(amax=float(entry["amax"]), scale=float(entry["scale"]))
     if document.get("num_layers", len(layers)) != len(layers):
-        raise KvScalesFileError(
-            f"{path}: num_layers={document.get('num_layers')} but {len(layers)} layers "
-            f"are listed; the file was edited or truncated; {fix}"
-        )
+        listed = f"num_layers={document.get('num_layers')} but {len(layers)} layers are listed"
+        raise KvScalesFileError(f"{path}: {listed}; the file was edited or truncated; {fix}")
     fingerprint = document.get("model_fingerprint")
     if not isinstance(document.get("model"), str) or not isinstance(fingerprint, dict):
         raise KvScalesFileError(f"{path} does not say which model it was calibrated on; {fix}")
@@ -250,21 +231,16 @@ def check_model_match(scales: ScalesFile, served: ModelIdentity) -> None:
         }
         if mismatched:
             details = ", ".join(f"{key}: file {a!r} vs served {b!r}" for key, (a, b) in mismatched.items())
-            raise KvScalesFileError(
-                f"KV scales file {scales.path} was calibrated on {scales.model.model!r}, a "
-                f"different architecture than the served {served.model!r} ({details}); {fix}"
-            )
+            other = f"was calibrated on {scales.model.model!r}, another architecture than the served {served.model!r}"
+            raise KvScalesFileError(f"KV scales file {scales.path} {other} ({details}); {fix}")
     if model_basename(scales.model.model) != model_basename(served.model):
-        raise KvScalesFileError(
-            f"KV scales file {scales.path} was calibrated on {scales.model.model!r}, but "
-            f"this server runs {served.model!r}; {fix}"
-        )
+        other = f"was calibrated on {scales.model.model!r}, but this server runs {served.model!r}"
+        raise KvScalesFileError(f"KV scales file {scales.path} {other}; {fix}")
     layers = None if facts is None else int(facts.get("num_hidden_layers") or 0)
     if layers is not None and len(scales.layers) != layers:
-        raise KvScalesFileError(
-            f"KV scales file {scales.path} has {len(scales.layers)} layers, the served model has {layers} MLA "
-            "layers; it was calibrated on a different model or a partial run - re-run kimi-dflash calibrate-kv"
-        )
+        counts = f"{len(scales.layers)} layers, the served model has {layers} MLA layers"
+        why = "it was calibrated on a different model or a partial run - re-run kimi-dflash calibrate-kv"
+        raise KvScalesFileError(f"KV scales file {scales.path} has {counts}; {why}")
 
 
 def scale_for_layer(scales: ScalesFile, layer_name: str) -> LayerScale:
@@ -272,8 +248,6 @@ def scale_for_layer(scales: ScalesFile, layer_name: str) -> LayerScale:
         return scales.layers[layer_name]
     except KeyError:
         sample = ", ".join(list(scales.layers)[:3])
-        raise KvScalesFileError(
-            f"KV scales file {scales.path} has no entry for layer {layer_name!r} (it lists e.g. {sample}); "
-            "it was calibrated on a different model or vLLM layer naming - re-run "
-            "kimi-dflash calibrate-kv against this server"
-        ) from None
+        why = "it was calibrated on another model or vLLM layer naming - re-run kimi-dflash calibrate-kv on this server"
+        missing = f"KV scales file {scales.path} has no entry for layer {layer_name!r} (it lists e.g. {sample})"
+        raise KvScalesFileError(f"{missing}; {why}") from None

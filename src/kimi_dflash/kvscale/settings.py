@@ -45,16 +45,19 @@ class KvScaleSettings:
         return self.mode in (Mode.DYNAMIC, Mode.CALIBRATED)
 
 
-def _float(env: Mapping[str, str], name: str, default: float) -> float:
+def _number(env: Mapping[str, str], name: str, default: float, whole: bool = False) -> float:
+    """A finite number > 0, or with ``whole`` a whole number of steps >= 0."""
     raw = env.get(name, "").strip()
     if not raw:
         return default
     try:
-        value = float(raw)
+        value = int(raw) if whole else float(raw)
     except ValueError:
-        raise KvScaleConfigError(f"{name}={raw!r} is not a number; set it to e.g. {default}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise KvScaleConfigError(f"{name}={raw!r} must be a finite number > 0")
+        kind = "whole number of steps (0 = never freeze)" if whole else f"number; set it to e.g. {default}"
+        raise KvScaleConfigError(f"{name}={raw!r} is not a {kind}") from None
+    if (value < 0) if whole else (not math.isfinite(value) or value <= 0):
+        wanted = ">= 0 (0 = the scale never freezes)" if whole else "a finite number > 0"
+        raise KvScaleConfigError(f"{name}={raw!r} must be {wanted}")
     return value
 
 
@@ -66,35 +69,19 @@ def _path(env: Mapping[str, str], name: str) -> Path | None:
 def settings_from_env(env: Mapping[str, str] | None = None) -> KvScaleSettings:
     """Parse and check the KV-scale variables; raise KvScaleConfigError with the fix on bad input."""
     env = os.environ if env is None else env
-    raw_mode = env.get(envvars.KV_SCALE_MODE, "").strip().lower() or Mode.OFF.value
+    raw = env.get(envvars.KV_SCALE_MODE, "").strip().lower() or Mode.OFF.value
     try:
-        mode = Mode(raw_mode)
+        mode = Mode(raw)
     except ValueError:
         choices = "|".join(m.value for m in Mode)
-        raise KvScaleConfigError(
-            f"{envvars.KV_SCALE_MODE}={raw_mode!r} is not a KV scale mode; use one of {choices}"
-        ) from None
+        raise KvScaleConfigError(f"{envvars.KV_SCALE_MODE}={raw!r} is not a KV scale mode; use {choices}") from None
     scales_file, observe_dir = _path(env, envvars.KV_SCALES_FILE), _path(env, envvars.KV_OBSERVE_DIR)
     if mode is Mode.CALIBRATED and scales_file is None:
-        raise KvScaleConfigError(
-            f"{envvars.KV_SCALE_MODE}=calibrated needs {envvars.KV_SCALES_FILE} (KV_SCALES_FILE in the config): the "
-            "JSON written by kimi-dflash calibrate-kv"
-        )
+        needs = f"{envvars.KV_SCALE_MODE}=calibrated needs {envvars.KV_SCALES_FILE} (KV_SCALES_FILE in the config)"
+        raise KvScaleConfigError(f"{needs}: the JSON written by kimi-dflash calibrate-kv")
     if mode is Mode.OBSERVE and observe_dir is None:
-        raise KvScaleConfigError(
-            f"{envvars.KV_SCALE_MODE}=observe needs {envvars.KV_OBSERVE_DIR}: the directory each vLLM rank dumps its "
-            "amax file to"
-        )
-
-    raw_warmup = env.get(envvars.KV_SCALE_WARMUP_STEPS, "").strip()
-    try:
-        warmup = int(raw_warmup) if raw_warmup else envvars.DEFAULT_KV_SCALE_WARMUP_STEPS
-    except ValueError:
-        raise KvScaleConfigError(
-            f"{envvars.KV_SCALE_WARMUP_STEPS}={raw_warmup!r} is not a whole number of steps (0 = never freeze)"
-        ) from None
-    if warmup < 0:
-        raise KvScaleConfigError(f"{envvars.KV_SCALE_WARMUP_STEPS}={warmup} must be >= 0 (0 = the scale never freezes)")
+        needs = f"{envvars.KV_SCALE_MODE}=observe needs {envvars.KV_OBSERVE_DIR}"
+        raise KvScaleConfigError(f"{needs}: the directory each vLLM rank dumps its amax file to")
 
     emulate = env.get(envvars.KV_EMULATE_FP8, "").strip().lower()
     if emulate not in ("", "e4m3fn", "e4m3fnuz"):
@@ -103,9 +90,9 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> KvScaleSettings:
     return KvScaleSettings(
         mode=mode,
         scales_file=scales_file,
-        floor=_float(env, envvars.KV_SCALE_FLOOR, envvars.DEFAULT_KV_SCALE_FLOOR),
-        warmup_steps=warmup,
+        floor=_number(env, envvars.KV_SCALE_FLOOR, envvars.DEFAULT_KV_SCALE_FLOOR),
+        warmup_steps=int(_number(env, envvars.KV_SCALE_WARMUP_STEPS, envvars.DEFAULT_KV_SCALE_WARMUP_STEPS, True)),
         observe_dir=observe_dir,
-        observe_interval=_float(env, envvars.KV_OBSERVE_INTERVAL, envvars.DEFAULT_KV_OBSERVE_INTERVAL_S),
+        observe_interval=_number(env, envvars.KV_OBSERVE_INTERVAL, envvars.DEFAULT_KV_OBSERVE_INTERVAL_S),
         emulate_fp8=FORMATS[emulate] if emulate else None,
     )

@@ -3,8 +3,7 @@
 vLLM 0.33 appends ``skip_scale`` (positionally), so arguments are found by position or name and ``skip_scale`` is
 forced False whenever the hook owns the scale (docs/fp8-kv.md "Where it hooks"). Hot path (CUDA graphs): in-place
 tensor ops only, branches on configuration, shapes and host counters; 14 launches while a dynamic scale warms up,
-none after (docs/fp8-kv.md "What the hook costs"; test_kvscale_hook_ops.py counts them).
-"""
+none after (docs/fp8-kv.md "What the hook costs"; test_kvscale_hook_ops.py counts them)."""
 
 from __future__ import annotations
 
@@ -63,9 +62,7 @@ class LayerHook:
 
 
 def _get(args: tuple, kwargs: dict, index: int) -> Any:
-    if index < len(args):
-        return args[index]
-    return kwargs.get(ARG_NAMES[index])
+    return args[index] if index < len(args) else kwargs.get(ARG_NAMES[index])
 
 
 def _replace(args: list, kwargs: dict, index: int, value: Any) -> None:
@@ -92,10 +89,9 @@ def wrap_kv_cache_update(original: Callable[..., Any], hook: LayerHook) -> Calla
         if slot_mapping is None or kv_cache is None or kv_cache.numel() == 0:
             return original(*args, **kwargs)
         if hook.calibrated_scale is not None and not hook.scale_applied:
-            raise RuntimeError(
-                f"kimi-dflash: calibrated KV scale for {hook.name} was never applied (vLLM did not call "
-                "MLAAttention.process_weights_after_loading); refusing to write FP8 KV with scale 1.0"
-            )
+            why = "vLLM did not call MLAAttention.process_weights_after_loading"
+            never = f"kimi-dflash: calibrated KV scale for {hook.name} was never applied ({why})"
+            raise RuntimeError(f"{never}; refusing to write FP8 KV with scale 1.0")
         if hook.needs_statistics:
             if hook.stats.amax.device != kv_c_normed.device:  # one-time move if loading put it elsewhere
                 hook.stats.to_(kv_c_normed.device)

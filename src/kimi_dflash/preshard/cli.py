@@ -33,21 +33,18 @@ PROGRESS_NAME = "preshard-progress.json"
 EXIT_USAGE = 2
 
 DESCRIPTION = """\
-Pre-shard the target checkpoint a config serves, for that config's tensor-parallel size, in vLLM's
-sharded_state format: one set of safetensors per rank holding exactly that rank's slice of every weight, in the
-layout vLLM keeps in memory. A server started with --load-format sharded_state then reads only its own slice
-(no per-tensor splitting, no reading of the other ranks' bytes), which is what makes a TP 8 load of a 555 GB
-checkpoint fast.
+Pre-shard the target checkpoint a config serves for that config's tensor-parallel size, in vLLM's sharded_state
+format: one set of safetensors per rank holding exactly that rank's slice of every weight, as vLLM keeps it in
+memory. A server started with --load-format sharded_state reads only its own slice, which is what makes a TP 8
+load of a 555 GB checkpoint fast.
 
-The output directory is finished only when it holds kimi-dflash-preshard.json (source checkpoint fingerprint,
-TP size, vLLM version, dtype, shard sizes). Everything is staged in OUTPUT.partial and renamed into place last,
-so an interrupted run never leaves something that looks finished; running the same command again resumes from
-the last completed step (copying the tokenizer/config files, saving the shards).
+The output is finished only when it holds kimi-dflash-preshard.json (source fingerprint, TP size, vLLM version,
+dtype, shard sizes): everything is staged in OUTPUT.partial and renamed into place last, and running the same
+command again resumes from the last completed step (the tokenizer/config files, the shards).
 
-Then serve it: set PRESHARD_DIR=OUTPUT in the config (or the environment); serve.sh passes
---load-format sharded_state and the directory to vLLM, and preflight refuses a pre-shard made for another TP
-size, vLLM version, dtype or checkpoint. The pre-shard is only valid for the vLLM that wrote it: re-run this
-after upgrading vLLM.
+Serve it with PRESHARD_DIR=OUTPUT in the config (or the environment): serve.sh passes --load-format sharded_state,
+and preflight refuses a pre-shard made for another TP size, vLLM version, dtype or checkpoint. Re-run this after
+upgrading vLLM.
 """
 
 EPILOG = """\
@@ -66,10 +63,8 @@ def say(message: str) -> None:
 
 @dataclass(kw_only=True)
 class PreshardOptions:
-    config: Path = option("the env-file config that will serve the pre-shard (MODEL_DIR, TENSOR_PARALLEL_SIZE, "
-        "DTYPE and the platform settings come from it)", positional=True, required=True)  # fmt: skip
-    output: Path = option("directory to create (must not exist, unless it is a finished pre-shard of the same "
-        "source: then nothing is done)", required=True)  # fmt: skip
+    config: Path = option("the config that will serve it (MODEL_DIR, TP size, DTYPE)", positional=True, required=True)
+    output: Path = option("directory to create (unless it is a finished pre-shard of the same source)", required=True)
     max_shard_gib: float = option("largest safetensors file per rank, GiB (default 5)", default=5.0, above=0)
     force: bool = option("replace an existing OUTPUT that was made from another checkpoint, TP size or vLLM")
 
@@ -109,12 +104,9 @@ def run(config: Config, source: Path, output: Path, args: PreshardOptions) -> in
         return 1
     dtype = config.typed.dtype
     say(f"fingerprinting {source}")
-    key = {
-        "source_fingerprint": checkpoint_fingerprint(source),
-        "tensor_parallel_size": tp,
-        "vllm_version": version,
-        "dtype": dtype,
-    }
+    key = dict(
+        source_fingerprint=checkpoint_fingerprint(source), tensor_parallel_size=tp, vllm_version=version, dtype=dtype
+    )
     if (output / MANIFEST_NAME).is_file():
         problems = mismatches(
             read_manifest(output), output, source_dir=source, tensor_parallel_size=tp, vllm_version=version, dtype=dtype
@@ -133,7 +125,9 @@ def run(config: Config, source: Path, output: Path, args: PreshardOptions) -> in
     steps = _resume(staging, key)
     if "copied" not in steps:
         say("copying config, tokenizer and other non-weight files")
-        _copy_non_weights(source, staging)
+        # The weight index maps the original tensor names to files; the pre-shard has its own layout.
+        ignore = shutil.ignore_patterns("*.safetensors", "*.bin", "*.pt", "*.index.json", ".cache")
+        shutil.copytree(source, staging, ignore=ignore, dirs_exist_ok=True)
         steps = _mark(staging, key, steps, "copied")
     if "saved" not in steps:
         for stale in staging.glob("model-rank-*.safetensors"):
@@ -185,12 +179,6 @@ def _mark(staging: Path, key: dict[str, object], steps: list[str], done: str | N
     steps = [*steps, done] if done else list(steps)
     write_text_atomic(staging / PROGRESS_NAME, json.dumps({"key": key, "steps": steps}))
     return steps
-
-
-def _copy_non_weights(source: Path, staging: Path) -> None:
-    # The weight index maps the original tensor names to files; the pre-shard has its own layout.
-    ignore = shutil.ignore_patterns("*.safetensors", "*.bin", "*.pt", "*.index.json", ".cache")
-    shutil.copytree(source, staging, ignore=ignore, dirs_exist_ok=True)
 
 
 def _engine_args(config: Config, tp: int) -> dict[str, object]:

@@ -3,8 +3,7 @@
 Saved just before the loader's process_weights_after_loading (wrapped on import when KIMI_DFLASH_PRESHARD_OUTPUT is
 set), not by vLLM's save_sharded_state, which saves kernel layout and fails three ways on MLA (docs/lifecycle.md
 "Why not vLLM's own save_sharded_state"). Files are written by vLLM's ShardedStateLoader.save_model, so its loader
-reads them.
-"""
+reads them."""
 
 from __future__ import annotations
 

@@ -60,17 +60,24 @@ def normalise_replica(url: str) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class RouterPlan:
-    replicas: tuple[str, ...] | list[str] = option("a replica's base URL (repeat once per replica)", flag="--replica",
-        repeatable=True, required=True, metavar="URL", parse=normalise_replica)  # fmt: skip
+    replicas: tuple[str, ...] | list[str] = option(
+        "a replica's base URL (repeat once per replica)",
+        flag="--replica",
+        repeatable=True,
+        required=True,
+        metavar="URL",
+        parse=normalise_replica,
+    )
     host: str = option("address the router binds (default 127.0.0.1)", default="127.0.0.1")
     port: int = option("router port (default 8000)", default=8000, **PORT)
     policy: str = option("routing policy", choices=POLICIES, default="round_robin")
-    health_interval_s: int = option("seconds between /health checks of each replica (default 5)",
-        flag="--health-interval", default=5, minimum=1, metavar="S")  # fmt: skip
-    health_failures: int = option("failed checks in a row before a replica gets no traffic (default 2)", default=2,
-        minimum=1, metavar="N")  # fmt: skip
-    breaker_failures: int = option("failed requests in a row before a replica gets no traffic for a minute (circuit "
-        "breaker; default 3, under the router's 5 tries per request)", default=3, minimum=1, metavar="N")  # fmt: skip
+    health_interval_s: int = option("seconds between health checks (5)", flag="--health-interval", default=5, minimum=1)
+    health_failures: int = option("failed checks in a row that stop a replica's traffic (2)", default=2, minimum=1)
+    breaker_failures: int = option(
+        "failed requests in a row that stop a replica's traffic for a minute (3: under the router's 5 tries)",
+        default=3,
+        minimum=1,
+    )
     dry_run: bool = option("print the vllm-router command and exit")
 
 

@@ -1,11 +1,9 @@
 """kimi-dflash validate: is the candidate server's output the reference's? Token ids per prompt at T=0, the first
 divergence in text, exact-match accuracy on the shipped math set, and a one-screen verdict.
 
-Speculative decoding (DFlash) is lossless: at T=0 its output must be token-identical to the autoregressive
-reference, so by default any divergence is a FAIL. Candidates that are not meant to be identical (FP8 KV,
-another dtype) are judged with --allow-divergence: divergence is then a WARN, and FAIL is reserved for a
-drop in math accuracy.
-"""
+Speculative decoding (DFlash) is lossless: at T=0 its output must be token-identical to the autoregressive reference, so
+by default any divergence is a FAIL. Candidates that are not meant to be identical (FP8 KV, another dtype) are judged
+with --allow-divergence: divergence is then a WARN, and FAIL is reserved for a drop in math accuracy."""
 
 from __future__ import annotations
 
@@ -21,25 +19,28 @@ from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.options import declare, http_url, option
 from kimi_dflash.validate import engine
 from kimi_dflash.validate.client import ServerError, api_key_from_env
-from kimi_dflash.validate.prompts import load_calibration_prompts
 
 EXIT = {"PASS": 0, "WARN": 1, "FAIL": 2}
 EXIT_ERROR = 3
 
 
-def verdict(agreement: engine.AgreementSummary, math: engine.MathScore | None, *, allow_divergence: bool,
-            max_math_drop: float, same_server: bool) -> engine.Verdict:  # fmt: skip
+def verdict(
+    agreement: engine.AgreementSummary,
+    math: engine.MathScore | None,
+    *,
+    allow_divergence: bool,
+    max_math_drop: float,
+    same_server: bool,
+) -> engine.Verdict:
     """PASS, WARN or FAIL with the reasons — pure."""
     problems: list[tuple[engine.Status, str]] = []
-    differing = agreement.prompts - agreement.identical
-    if differing:
+    if differing := agreement.prompts - agreement.identical:
         why = "" if allow_divergence else " (a lossless candidate must be token-identical at T=0)"
-        problems.append(("WARN" if allow_divergence else "FAIL",
-                         f"{differing}/{agreement.prompts} outputs differ from the reference{why}"))  # fmt: skip
-    if math is not None and math.rows:
-        drop = (math.accuracy_reference - math.accuracy_candidate) * 100
-        if drop > max_math_drop:
-            problems.append(("FAIL", f"math exact-match drops {drop:.1f} points (limit {max_math_drop:g})"))
+        level: engine.Status = "WARN" if allow_divergence else "FAIL"
+        problems.append((level, f"{differing}/{agreement.prompts} outputs differ from the reference{why}"))
+    drop = (math.accuracy_reference - math.accuracy_candidate) * 100 if math and math.rows else None
+    if drop is not None and drop > max_math_drop:
+        problems.append(("FAIL", f"math exact-match drops {drop:.1f} points (limit {max_math_drop:g})"))
     if same_server:
         problems.append(("WARN", "reference and candidate are the same server and model: this proves nothing"))
     return engine.Verdict.of(problems)
@@ -49,36 +50,28 @@ def _shown(text: str | None) -> str:
     return "(not decoded)" if text is None else repr(text)
 
 
-def report_lines(reference: engine.Server, candidate: engine.Server, agreement: engine.AgreementSummary,
-                 max_tokens: int, divergence: engine.Divergence | None, math: engine.MathScore | None, status: str,
-                 reasons: Sequence[str]) -> list[str]:  # fmt: skip
+def report_lines(c: engine.Comparison, max_tokens: int, status: str, reasons: Sequence[str]) -> list[str]:
+    agreement, d, math = c.agreement, c.divergence, c.math
     lines = [
-        f"reference   {reference.model} @ {reference.url}",
-        f"candidate   {candidate.model} @ {candidate.url}",
-        (
-            f"tokens      {agreement.identical}/{agreement.prompts} outputs token-identical (T=0, up to {max_tokens} "
-            f"tokens each); mean shared prefix {agreement.mean_prefix_agreement * 100:.1f} %"
-        ),
+        f"reference   {c.reference.model} @ {c.reference.url}",
+        f"candidate   {c.candidate.model} @ {c.candidate.url}",
+        f"tokens      {agreement.identical}/{agreement.prompts} outputs token-identical (T=0, up to {max_tokens} "
+        f"tokens each); mean shared prefix {agreement.mean_prefix_agreement * 100:.1f} %",
     ]
-    if divergence is None:
+    if d is None:
         lines.append("divergence  none")
     else:
-        prompt = divergence.prompt.replace("\n", " ")
+        prompt = d.prompt.replace("\n", " ")
         lines += [
-            (
-                f"divergence  first in prompt {divergence.prompt_index} ({prompt[:60]!r}) at output token "
-                f"{divergence.position}"
-            ),
-            f"  after     ...{_shown(divergence.shared_text)}",
-            f"  reference {_shown(divergence.reference_text)}  ids {divergence.reference_ids}",
-            f"  candidate {_shown(divergence.candidate_text)}  ids {divergence.candidate_ids}",
+            f"divergence  first in prompt {d.prompt_index} ({prompt[:60]!r}) at output token {d.position}",
+            f"  after     ...{_shown(d.shared_text)}",
+            f"  reference {_shown(d.reference_text)}  ids {d.reference_ids}",
+            f"  candidate {_shown(d.candidate_text)}  ids {d.candidate_ids}",
         ]
     if math is not None:
-        lines.append(f"math        exact-match reference {math.accuracy_reference * 100:.1f} %, candidate "
-                     f"{math.accuracy_candidate * 100:.1f} % ({len(math.rows)} problems)")  # fmt: skip
-    lines.append(f"verdict     {status}")
-    lines.extend(f"  {reason}" for reason in reasons)
-    return lines
+        accuracy = f"reference {math.accuracy_reference * 100:.1f} %, candidate {math.accuracy_candidate * 100:.1f} %"
+        lines.append(f"math        exact-match {accuracy} ({len(math.rows)} problems)")
+    return [*lines, f"verdict     {status}", *(f"  {reason}" for reason in reasons)]
 
 
 @dataclass(kw_only=True)
@@ -95,8 +88,10 @@ class ValidateOptions:
     math_max_tokens: int = option("tokens per math answer (256)", default=256)
     no_math: bool = option("skip the math exact-match check")
     concurrency: int = option("parallel requests per server (8)", default=8)
-    allow_divergence: bool = option("the candidate is not meant to be identical (FP8 KV, another dtype): divergence "
-        "is a WARN, a math drop above --max-math-drop a FAIL")  # fmt: skip
+    allow_divergence: bool = option(
+        "the candidate is not meant to be identical (FP8 KV, another dtype): divergence is a WARN, a math drop above "
+        "--max-math-drop a FAIL"
+    )
     max_math_drop: float = option("math exact-match points the candidate may lose (0)", default=0.0)
     json: Path | None = option("also write every per-prompt comparison here", metavar="FILE")
     probe_timeout: float = option(
@@ -114,51 +109,32 @@ EPILOG = (
 add_cli_args = declare(ValidateOptions, __doc__, EPILOG)
 
 
-async def _collect(args: ValidateOptions, reference: engine.Server, candidate: engine.Server,
-                   api_key: str | None) -> tuple[list[engine.PairComparison], engine.Divergence | None,
-                                                 engine.MathScore | None]:  # fmt: skip
-    prompts = load_calibration_prompts()[: max(1, args.prompts)]
-    outputs = await engine.generate_both(reference, candidate, prompts, max_tokens=args.max_tokens,
-                                  concurrency=args.concurrency, api_key=api_key)  # fmt: skip
-    pairs = engine.compare_outputs(outputs, reference, candidate)
-    divergence = await engine.first_divergence(outputs, pairs, reference, candidate, api_key)
-    math = None
-    if not args.no_math:
-        problems, questions = engine.math_questions(args.math_problems)
-        math_out = await engine.generate_both(reference, candidate, questions, max_tokens=args.math_max_tokens,
-                                       concurrency=args.concurrency, api_key=api_key)  # fmt: skip
-        math = engine.score_math(problems, math_out)
-    return pairs, divergence, math
-
-
 def main(args: ValidateOptions) -> int:
-    api_key = api_key_from_env()
     try:
         if args.json:  # said before the servers are asked for anything
             check_target(args.json, "--json ")
-        reference, candidate = engine.served(
+        api_key = api_key_from_env()
+        servers = engine.served(
             [args.reference, args.candidate], [args.model_ref, args.model_cand], api_key, timeout_s=args.probe_timeout
         )
-        pairs, divergence, math = asyncio.run(_collect(args, reference, candidate, api_key))
+        c = asyncio.run(engine.collect(args, *servers, api_key))
     except (ServerError, UserError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_ERROR
-    agreement = engine.summarize_agreement(pairs)
-    same = reference == candidate
-    status, reasons = verdict(
-        agreement, math, allow_divergence=args.allow_divergence, max_math_drop=args.max_math_drop, same_server=same
-    )
-    print("\n".join(report_lines(reference, candidate, agreement, args.max_tokens, divergence, math, status, reasons)))
-    scores = math and {"accuracy_reference": math.accuracy_reference, "accuracy_candidate": math.accuracy_candidate}
+    same = c.reference == c.candidate
+    limits = {"allow_divergence": args.allow_divergence, "max_math_drop": args.max_math_drop, "same_server": same}
+    status, reasons = verdict(c.agreement, c.math, **limits)
+    print("\n".join(report_lines(c, args.max_tokens, status, reasons)))
+    math = c.math and {"accuracy_reference": c.math.accuracy_reference, "accuracy_candidate": c.math.accuracy_candidate}
     document = {
-        "reference": asdict(reference),
-        "candidate": asdict(candidate),
+        "reference": asdict(c.reference),
+        "candidate": asdict(c.candidate),
         "verdict": status,
         "reasons": reasons,
-        "agreement": asdict(agreement),
-        "pairs": [asdict(p) for p in pairs],
-        "first_divergence": divergence.model_dump(mode="json") if divergence else None,
-        "math": math and {**scores, **asdict(math)},
+        "agreement": asdict(c.agreement),
+        "pairs": [asdict(p) for p in c.pairs],
+        "first_divergence": c.divergence.model_dump(mode="json") if c.divergence else None,
+        "math": c.math and {**math, **asdict(c.math)},
     }
     try:
         if args.json:

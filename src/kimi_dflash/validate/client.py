@@ -18,10 +18,11 @@ API_KEY_ENV = "OPENAI_API_KEY"
 
 
 class ServerError(RuntimeError):
-    """Unreachable or an error answer; the message never shows a URL's credentials."""
+    """Unreachable or an error answer (``status``: its HTTP status); the message never shows a URL's credentials."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(redact_urls(message))
+        self.status = status
 
 
 # A server that answers JSON of another shape.
@@ -41,7 +42,7 @@ def api_key_from_env() -> str | None:
     return os.environ.get(API_KEY_ENV) or None
 
 
-async def _request_json(
+async def request_json(
     session: aiohttp.ClientSession, url: str, api_key: str | None, payload: dict[str, Any] | None = None
 ) -> Any:
     """GET ``url`` (POST ``payload``) and return the JSON answer; every failure is a ServerError saying which."""
@@ -50,7 +51,8 @@ async def _request_json(
     try:
         async with session.request(method, url, json=payload, headers=headers) as response:
             if response.status != 200:
-                raise ServerError(f"{method} {url} answered HTTP {response.status}: {(await response.text())[:300]}")
+                text = (await response.text())[:300]
+                raise ServerError(f"{method} {url} answered HTTP {response.status}: {text}", response.status)
             return await response.json(content_type=None)
     except asyncio.TimeoutError:
         raise ServerError(f"{method} {url} did not answer in time; is that the server (and is it healthy)?") from None
@@ -64,7 +66,7 @@ async def served_model(base_url: str, api_key: str | None = None, timeout_s: flo
     """The first model id the server lists at /v1/models."""
     base = normalize_base_url(base_url)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
-        document = await _request_json(session, f"{base}/v1/models", api_key)
+        document = await request_json(session, f"{base}/v1/models", api_key)
     try:
         models = [entry.get("id") for entry in document.get("data", []) if entry.get("id")]
     except _SHAPE_ERRORS:
@@ -102,16 +104,12 @@ async def chat_greedy(
                 "ignore_eos": False,
             }
             async with limit:
-                body = await _request_json(session, url, api_key, payload)
+                body = await request_json(session, url, api_key, payload)
             try:
                 choice, usage = body["choices"][0], body.get("usage") or {}
-                return Completion(
-                    text=(choice.get("message") or {}).get("content") or "",
-                    token_ids=choice.get("token_ids"),
-                    completion_tokens=int(usage.get("completion_tokens", 0)),
-                    prompt_tokens=int(usage.get("prompt_tokens", 0)),
-                    finish_reason=choice.get("finish_reason"),
-                )
+                text = (choice.get("message") or {}).get("content") or ""
+                tokens = int(usage.get("completion_tokens", 0)), int(usage.get("prompt_tokens", 0))
+                return Completion(text, choice.get("token_ids"), *tokens, choice.get("finish_reason"))
             except _SHAPE_ERRORS:
                 raise ServerError(f"POST {url} answered JSON without a chat completion") from None
 

@@ -7,11 +7,12 @@ import asyncio
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from kimi_dflash.documents import Model
-from kimi_dflash.validate.client import Completion, ServerError, chat_greedy, served_model
-from kimi_dflash.validate.prompts import MathProblem, extract_answer, load_math_problems, math_prompt
+from kimi_dflash.validate import prompts as shipped
+from kimi_dflash.validate.client import Completion, ServerError, chat_greedy, normalize_base_url, served_model
+from kimi_dflash.validate.prompts import MathProblem, extract_answer
 
 Status = Literal["PASS", "WARN", "FAIL"]
 
@@ -45,14 +46,10 @@ class PairComparison:
 
 
 def compare_tokens(reference: Sequence[int], candidate: Sequence[int]) -> PairComparison:
-    prefix = 0
-    for a, b in zip(reference, candidate):
-        if a != b:
-            break
-        prefix += 1
+    shorter = min(len(reference), len(candidate))
+    prefix = next((i for i, (a, b) in enumerate(zip(reference, candidate)) if a != b), shorter)
     identical = prefix == len(reference) == len(candidate)
-    return PairComparison(identical=identical, first_divergence=None if identical else prefix, common_prefix=prefix,
-                          length_reference=len(reference), length_candidate=len(candidate))  # fmt: skip
+    return PairComparison(identical, None if identical else prefix, prefix, len(reference), len(candidate))
 
 
 @dataclass(frozen=True)
@@ -66,13 +63,9 @@ class AgreementSummary:
 
 def summarize_agreement(pairs: Sequence[PairComparison]) -> AgreementSummary:
     diverging = [p.first_divergence for p in pairs if p.first_divergence is not None]
-    return AgreementSummary(
-        prompts=len(pairs),
-        identical=sum(p.identical for p in pairs),
-        mean_prefix_agreement=statistics.fmean(p.prefix_agreement for p in pairs) if pairs else 0.0,
-        median_first_divergence=statistics.median(diverging) if diverging else None,
-        earliest_divergence=min(diverging) if diverging else None,
-    )
+    mean = statistics.fmean(p.prefix_agreement for p in pairs) if pairs else 0.0
+    divergence = (statistics.median(diverging), min(diverging)) if diverging else (None, None)
+    return AgreementSummary(len(pairs), sum(p.identical for p in pairs), mean, *divergence)
 
 
 @dataclass(frozen=True)
@@ -88,14 +81,10 @@ class Outputs:
     candidate: list[Completion]
 
 
-async def generate_both(reference: Server, candidate: Server, prompts: Sequence[str], *, max_tokens: int,
-                        concurrency: int, api_key: str | None) -> Outputs:  # fmt: skip
-    """Reference first, then candidate (one server at a time: they may share the machine)."""
-    ref = await chat_greedy(reference.url, reference.model, prompts, max_tokens=max_tokens, concurrency=concurrency,
-                            api_key=api_key)  # fmt: skip
-    cand = await chat_greedy(candidate.url, candidate.model, prompts, max_tokens=max_tokens, concurrency=concurrency,
-                             api_key=api_key)  # fmt: skip
-    return Outputs(list(prompts), ref, cand)
+async def generate_both(reference: Server, candidate: Server, prompts: Sequence[str], **limits: Any) -> Outputs:
+    """Reference first, then candidate (one server at a time: they may share the machine); ``limits``: chat_greedy's."""
+    ref = await chat_greedy(reference.url, reference.model, prompts, **limits)
+    return Outputs(list(prompts), ref, await chat_greedy(candidate.url, candidate.model, prompts, **limits))
 
 
 def token_ids(completion: Completion, url: str) -> list[int]:
@@ -130,9 +119,14 @@ class Divergence(Model):
     decoded_with: str = EACH_BY_ITS_SERVER
 
 
-async def first_divergence(outputs: Outputs, pairs: Sequence[PairComparison], reference: Server | None,
-                           candidate: Server, api_key: str | None, decoded_with: str = EACH_BY_ITS_SERVER
-                           ) -> Divergence | None:  # fmt: skip
+async def first_divergence(
+    outputs: Outputs,
+    pairs: Sequence[PairComparison],
+    reference: Server | None,
+    candidate: Server,
+    api_key: str | None,
+    decoded_with: str = EACH_BY_ITS_SERVER,
+) -> Divergence | None:
     """The first prompt whose outputs differ (None: all identical). ``reference`` decodes the reference's ids (None:
     they are shown as ids only); ``decoded_with`` says how the text was decoded."""
     index = next((i for i, p in enumerate(pairs) if not p.identical), None)
@@ -146,10 +140,17 @@ async def first_divergence(outputs: Outputs, pairs: Sequence[PairComparison], re
     async def text(server: Server | None, ids: Sequence[int]) -> str | None:
         return None if server is None else (await detokenize(server, ids, api_key) if ids else "")
 
-    shared, own = await text(reference, ref_ids[after]), await text(reference, ref_ids[upto])
-    return Divergence(prompt_index=index, prompt=outputs.prompts[index], position=position, shared_text=shared,
-                      reference_text=own, candidate_text=await text(candidate, cand_ids[upto]),
-                      reference_ids=ref_ids[upto], candidate_ids=cand_ids[upto], decoded_with=decoded_with)  # fmt: skip
+    return Divergence(
+        prompt_index=index,
+        prompt=outputs.prompts[index],
+        position=position,
+        shared_text=await text(reference, ref_ids[after]),
+        reference_text=await text(reference, ref_ids[upto]),
+        candidate_text=await text(candidate, cand_ids[upto]),
+        reference_ids=ref_ids[upto],
+        candidate_ids=cand_ids[upto],
+        decoded_with=decoded_with,
+    )
 
 
 @dataclass(frozen=True)
@@ -174,15 +175,44 @@ class MathScore:
 
 
 def math_questions(limit: int | None = None) -> tuple[list[MathProblem], list[str]]:
-    problems = load_math_problems()[: limit or None]
-    return problems, [math_prompt(p) for p in problems]
+    problems = shipped.load_math_problems()[: limit or None]
+    return problems, [shipped.math_prompt(p) for p in problems]
 
 
 def score_math(problems: Sequence[MathProblem], outputs: Outputs) -> MathScore:
-    return MathScore([
-        MathRow(p.id, p.answer, extract_answer(a.text), extract_answer(b.text))
-        for p, a, b in zip(problems, outputs.reference, outputs.candidate)
-    ])  # fmt: skip
+    rows = zip(problems, outputs.reference, outputs.candidate)
+    return MathScore([MathRow(p.id, p.answer, extract_answer(a.text), extract_answer(b.text)) for p, a, b in rows])
+
+
+@dataclass(frozen=True)
+class Comparison:
+    reference: Server
+    candidate: Server
+    pairs: list[PairComparison]
+    divergence: Divergence | None
+    math: MathScore | None
+
+    @property
+    def agreement(self) -> AgreementSummary:
+        return summarize_agreement(self.pairs)
+
+
+async def collect(
+    args: Any, reference: Server, candidate: Server, api_key: str | None, divergence: bool = True
+) -> Comparison:
+    """Both servers' greedy outputs for ``args.prompts`` shipped prompts and (unless ``args.no_math``) the math set
+    (``args.math_problems`` of it, 0: all), compared."""
+    limits = {"concurrency": args.concurrency, "api_key": api_key}
+    prompts = shipped.load_calibration_prompts()[: max(1, args.prompts)]
+    outputs = await generate_both(reference, candidate, prompts, max_tokens=args.max_tokens, **limits)
+    pairs = compare_outputs(outputs, reference, candidate)
+    first = await first_divergence(outputs, pairs, reference, candidate, api_key) if divergence else None
+    math = None
+    if not args.no_math:
+        problems, questions = math_questions(getattr(args, "math_problems", 0))
+        answers = await generate_both(reference, candidate, questions, max_tokens=args.math_max_tokens, **limits)
+        math = score_math(problems, answers)
+    return Comparison(reference, candidate, pairs, first, math)
 
 
 def served(
@@ -195,7 +225,6 @@ def served(
 async def detokenize(server: Server, ids: Sequence[int], api_key: str | None = None) -> str | None:
     """Text of ``ids`` from vLLM's /detokenize (None when the server has no such endpoint or does not answer)."""
     from kimi_dflash.core import http
-    from kimi_dflash.validate.client import normalize_base_url
 
     url = f"{normalize_base_url(server.url)}/detokenize"
     body = {"model": server.model, "tokens": list(ids)}

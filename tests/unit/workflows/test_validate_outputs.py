@@ -61,13 +61,13 @@ def test_a_json_write_that_fails_at_the_end_is_one_line(
     server = engine.Server(UNREACHABLE, "m")
     monkeypatch.setattr(engine, "served", lambda urls, models, key, timeout_s: (server, server))
 
-    async def collected(*args: object) -> tuple[list, None, None]:
-        return [], None, None
+    async def collected(*args: object) -> engine.Comparison:
+        return engine.Comparison(server, server, [], None, None)
 
     def read_only(path: Path, document: object) -> None:
         raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
 
-    monkeypatch.setattr(validate_cli, "_collect", collected)
+    monkeypatch.setattr(engine, "collect", collected)
     monkeypatch.setattr(validate_cli, "write_json_atomic", read_only)
     assert _validate("--json", str(tmp_path / "out.json")) == 3
     err = capsys.readouterr().err

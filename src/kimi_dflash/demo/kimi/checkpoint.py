@@ -1,7 +1,6 @@
 """Tensors as Kimi K2.6's checkpoint stores them: bfloat16 (int32/int64/float32 where Kimi has them) in safetensors
 shards with a `model.safetensors.index.json`. numpy has no bfloat16 and the `safetensors` package's numpy writer
-cannot produce it, so this writes the (documented) safetensors layout itself.
-"""
+cannot produce it, so this writes the (documented) safetensors layout itself."""
 
 from __future__ import annotations
 

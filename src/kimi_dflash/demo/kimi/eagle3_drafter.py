@@ -1,7 +1,6 @@
 """The miniature Kimi's EAGLE3-MLA drafter (Eagle3DeepseekV3ForCausalLM, the kind of lightseekorg/kimi-k2.6-eagle3-mla):
 docs/demo-models.md, "A second drafter kind". vLLM feeds the drafter's own pre-norm output back as the next hidden
-state, so a zero `hidden_norm` (with `norm_before_residual`) and a zero `fc` keep it and the target's states out.
-"""
+state, so a zero `hidden_norm` (with `norm_before_residual`) and a zero `fc` keep it and the target's states out."""
 
 from __future__ import annotations
 
@@ -14,7 +13,7 @@ from kimi_dflash.demo import geometry
 from kimi_dflash.demo.drafter import drafter_intermediate_size
 from kimi_dflash.demo.fabricate import Fabrication
 from kimi_dflash.demo.kimi import layout
-from kimi_dflash.demo.kimi.target import LATENT_CODE, text_config
+from kimi_dflash.demo.kimi.target import LATENT_CODE, mla_weights, text_config
 from kimi_dflash.demo.layout import DRAFTER_MISS_JUMP, MISS_GATE_PEAK  # as the DFlash drafter's misses
 from kimi_dflash.demo.walk import Walk
 
@@ -62,15 +61,7 @@ def attention(prefix: str) -> dict[str, np.ndarray]:
     kv_b[value, LATENT_CODE] = eye
     o = np.zeros((hidden, layout.V_HEAD_DIM))
     o[layout.G, :CODE] = eye
-    return {
-        f"{prefix}.q_a_proj.weight": q_a,
-        f"{prefix}.q_a_layernorm.weight": np.ones(layout.Q_LORA_RANK),
-        f"{prefix}.q_b_proj.weight": q_b,
-        f"{prefix}.kv_a_proj_with_mqa.weight": kv_a,
-        f"{prefix}.kv_a_layernorm.weight": np.ones(layout.KV_LORA_RANK),
-        f"{prefix}.kv_b_proj.weight": kv_b,
-        f"{prefix}.o_proj.weight": o,
-    }
+    return mla_weights(prefix, q_a, q_b, kv_a, kv_b, o)
 
 
 def misses(walk: Walk, prefix: str) -> dict[str, np.ndarray]:

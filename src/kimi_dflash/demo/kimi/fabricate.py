@@ -1,6 +1,5 @@
 """Every file of a miniature Kimi bundle (target/, target-int4/, drafter/) in memory, a pure function of the shipped
-corpus and layout: `fabricate` makes the CPU miniature (bundle kimi), `fabricate_cuda` the CUDA one (kimi-cuda).
-"""
+corpus and layout: `fabricate` makes the CPU miniature (bundle kimi), `fabricate_cuda` the CUDA one (kimi-cuda)."""
 
 from __future__ import annotations
 
@@ -74,24 +73,16 @@ def checkpoint_files(weights: dict[str, np.ndarray], int4_experts: bool) -> dict
 def fabricate(
     progress: Callable[[str], None] = lambda message: None, mla: layout.MlaGeometry = layout.CPU_MLA
 ) -> Fabrication:
-    drafter_gap = geometry.checked_attention_gap(
-        "the Kimi drafter's",
-        "raise DRAFTER_QK_NORM_WEIGHT in kimi_dflash/demo/kimi/layout.py",
-        DRAFTER_GUARANTEED_CONTEXT + layout.DRAFTER_BLOCK_SIZE,
-        layout.DRAFTER_HEAD_DIM,
-        layout.DRAFTER_ROPE_THETA,
-        layout.DRAFTER_QK_NORM_WEIGHT,
-        layout.MIN_DRAFTER_ATTENTION_GAP,
-    )
+    fix, context = "raise DRAFTER_QK_NORM_WEIGHT in kimi_dflash/demo/kimi/layout.py", DRAFTER_GUARANTEED_CONTEXT
+    heads = (KIMI_DRAFTER.head_dim, KIMI_DRAFTER.rope_theta, KIMI_DRAFTER.qk_norm_weight)
+    gap = (context + layout.DRAFTER_BLOCK_SIZE, *heads, layout.MIN_DRAFTER_ATTENTION_GAP)
+    drafter_gap = geometry.checked_attention_gap("the Kimi drafter's", fix, *gap)
     progress("training the byte-level BPE tokenizer on the shipped corpus (Kimi special tokens)")
     corpus = read_corpus()
     tok, ordinary = train_tokenizer(corpus)
     mask_token_id = special_id(layout.MASK_TOKEN)
     walk = build_walk(tok.encode(corpus).ids, ordinary, special_ids=set(), vocab_size=layout.VOCAB_SIZE)
-    progress(
-        f"cycle of {walk.length} tokens, phase code sidelobe {walk.max_sidelobe:.3f}, "
-        f"{len(walk.missed_phases)} deliberate drafter misses"
-    )
+    progress(walk.describe())
 
     progress(
         f"building the miniature Kimi K2.6 ({layout.TARGET_LAYERS} layers, MLA {mla.num_heads} x "

@@ -1,7 +1,6 @@
 """Kimi K2.6's routed experts as INT4 compressed-tensors (pack-quantized, symmetric, group 32), as vLLM 0.32's
 CompressedTensorsWNA16MoEMethod loads them (the tensors: docs/demo-models.md, "The INT4 twin"). The float experts
-are built on this grid (snap_to_int4_grid), so the INT4 checkpoint dequantizes to exactly the bfloat16 one.
-"""
+are built on this grid (snap_to_int4_grid), so the INT4 checkpoint dequantizes to exactly the bfloat16 one."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """The miniature Kimi K2.6 target: its config files and its weights (float64 here, stored as bfloat16 by
-fabricate.py) under Kimi's checkpoint names. What each part does: docs/demo-models.md, "How it is built".
-"""
+fabricate.py) under Kimi's checkpoint names. What each part does: docs/demo-models.md, "How it is built"."""
 
 from __future__ import annotations
 
@@ -29,9 +28,6 @@ def rng_for(name: str) -> np.random.Generator:
 
 def noise(name: str, rows: int, cols: int, std: float) -> np.ndarray:
     return rng_for(name).normal(0.0, std, size=(rows, cols))
-
-
-# ---------------------------------------------------------------- configs
 
 
 def text_config(mla: layout.MlaGeometry = CPU_MLA) -> dict[str, object]:
@@ -158,9 +154,6 @@ def preprocessor_config() -> dict[str, object]:
     return kimi_config_fragment("preprocessor_config")
 
 
-# ---------------------------------------------------------------- weights
-
-
 def embeddings(walk: Walk) -> np.ndarray:
     """The Qwen3 demo's rows (../target.py: content marker + phase code in E, the special marker on every id off
     the walk), plus a seeded noise vector in N, all rows the same norm (so RMSNorm treats every token alike)."""
@@ -187,25 +180,22 @@ def attention_weights(index: int, mla: layout.MlaGeometry = CPU_MLA) -> dict[str
     """MLA whose head 0 copies the code matching the current token's from E into F by content (nope part); its rope
     part, the latent's other dims and every other head (the CUDA miniature's) are seeded noise writing only into N."""
     p = f"layers.{index}.self_attn"
-    hidden, code = layout.HIDDEN_SIZE, layout.CODE_DIMS
+    hidden, code, eye = layout.HIDDEN_SIZE, layout.CODE_DIMS, np.eye(layout.CODE_DIMS)
     nope, v_dim, qk = mla.qk_nope_head_dim, mla.v_head_dim, mla.qk_head_dim
-    eye = np.eye(code)
+    q_rank, rope, std = layout.Q_LORA_RANK, layout.QK_ROPE_HEAD_DIM, layout.NOISE_STD
+    kv_width, head_std = layout.KV_LORA_RANK + rope, layout.NOISE_HEAD_OUTPUT_STD
 
-    q_a = np.zeros((layout.Q_LORA_RANK, hidden))
+    q_a = np.zeros((q_rank, hidden))
     q_a[LATENT_CODE, layout.E] = layout.Q_LATENT_CODE_GAIN * eye
-    q_a[code:, NON_CODE] = noise(f"{p}.q_a_proj", layout.Q_LORA_RANK - code, len(NON_CODE), layout.NOISE_STD)
+    q_a[code:, NON_CODE] = noise(f"{p}.q_a_proj", q_rank - code, len(NON_CODE), std)
 
-    q_b = np.zeros((mla.num_heads * qk, layout.Q_LORA_RANK))
+    q_b = np.zeros((mla.num_heads * qk, q_rank))
     q_b[:code, LATENT_CODE] = copy_query_gain(mla) * eye
-    q_b[nope:qk, code:] = noise(
-        f"{p}.q_b_proj", layout.QK_ROPE_HEAD_DIM, layout.Q_LORA_RANK - code, layout.ROPE_NOISE_STD
-    )
+    q_b[nope:qk, code:] = noise(f"{p}.q_b_proj", rope, q_rank - code, layout.ROPE_NOISE_STD)
 
-    kv_a = np.zeros((layout.KV_LORA_RANK + layout.QK_ROPE_HEAD_DIM, hidden))
+    kv_a = np.zeros((kv_width, hidden))
     kv_a[LATENT_CODE, layout.E] = layout.KV_LATENT_CODE_GAIN * eye
-    kv_a[code:, NON_CODE] = noise(
-        f"{p}.kv_a_proj_with_mqa", layout.KV_LORA_RANK + layout.QK_ROPE_HEAD_DIM - code, len(NON_CODE), layout.NOISE_STD
-    )
+    kv_a[code:, NON_CODE] = noise(f"{p}.kv_a_proj_with_mqa", kv_width - code, len(NON_CODE), std)
 
     kv_b = np.zeros((mla.num_heads * (nope + v_dim), layout.KV_LORA_RANK))
     kv_b[:code, LATENT_CODE] = layout.COPY_KEY_GAIN * eye
@@ -215,24 +205,18 @@ def attention_weights(index: int, mla: layout.MlaGeometry = CPU_MLA) -> dict[str
     o[layout.F, :code] = layout.COPY_OUTPUT_GAIN * eye
     o[layout.N, :v_dim] = noise(f"{p}.o_proj", N_DIMS, v_dim, layout.NOISE_OUTPUT_STD)
     for head in range(1, mla.num_heads):
-        h = f"{p}.head{head}"
-        q_b[head * qk : (head + 1) * qk] = noise(f"{h}.q_b_proj", qk, layout.Q_LORA_RANK, layout.NOISE_STD)
-        kv_rows = head * (nope + v_dim)
-        kv_b[kv_rows : kv_rows + nope + v_dim] = noise(
-            f"{h}.kv_b_proj", nope + v_dim, layout.KV_LORA_RANK, layout.NOISE_STD
-        )
-        o[layout.N, head * v_dim : (head + 1) * v_dim] = noise(
-            f"{h}.o_proj", N_DIMS, v_dim, layout.NOISE_HEAD_OUTPUT_STD
-        )
-    return {
-        f"{p}.q_a_proj.weight": q_a,
-        f"{p}.q_a_layernorm.weight": np.ones(layout.Q_LORA_RANK),
-        f"{p}.q_b_proj.weight": q_b,
-        f"{p}.kv_a_proj_with_mqa.weight": kv_a,
-        f"{p}.kv_a_layernorm.weight": np.ones(layout.KV_LORA_RANK),
-        f"{p}.kv_b_proj.weight": kv_b,
-        f"{p}.o_proj.weight": o,
-    }
+        h, kv_rows = f"{p}.head{head}", head * (nope + v_dim)
+        q_b[head * qk : (head + 1) * qk] = noise(f"{h}.q_b_proj", qk, q_rank, std)
+        kv_b[kv_rows : kv_rows + nope + v_dim] = noise(f"{h}.kv_b_proj", nope + v_dim, layout.KV_LORA_RANK, std)
+        o[layout.N, head * v_dim : (head + 1) * v_dim] = noise(f"{h}.o_proj", N_DIMS, v_dim, head_std)
+    return mla_weights(p, q_a, q_b, kv_a, kv_b, o)
+
+
+def mla_weights(prefix: str, *projections: np.ndarray) -> dict[str, np.ndarray]:
+    """MLA's projections (q_a, q_b, kv_a, kv_b, o) and its two latent norms (ones) under DeepSeek-V3's names."""
+    names = ("q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj")
+    norms = {"q_a_layernorm": np.ones(layout.Q_LORA_RANK), "kv_a_layernorm": np.ones(layout.KV_LORA_RANK)}
+    return {f"{prefix}.{name}.weight": value for name, value in {**dict(zip(names, projections)), **norms}.items()}
 
 
 def noise_mlp(name: str, intermediate: int) -> dict[str, np.ndarray]:

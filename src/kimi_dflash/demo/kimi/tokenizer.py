@@ -1,6 +1,5 @@
 """The miniature Kimi tokenizer: byte-level BPE on the shipped corpus plus Kimi K2.6's 256-id special block, and a
-chat template in Kimi's format (a plain tokenizer.json: no remote code; docs/demo-models.md, "Checkpoint layout").
-"""
+chat template in Kimi's format (a plain tokenizer.json: no remote code; docs/demo-models.md, "Checkpoint layout")."""
 
 from __future__ import annotations
 
@@ -50,18 +49,9 @@ def train_tokenizer(corpus: str) -> tuple[Tokenizer, int]:
 
 def kimi_tokenizer_files(tokenizer: Tokenizer) -> dict[str, bytes]:
     """File name -> content for the tokenizer part of the checkpoint directory."""
-    roles = {
-        "bos_token": layout.BOS_TOKEN,
-        "eos_token": layout.EOS_TOKEN,
-        "pad_token": layout.PAD_TOKEN,
-        "unk_token": layout.MASK_TOKEN,
-    }
-    additional = [token for token in SPECIAL_OFFSETS if token not in roles.values()]
-    return tokenizer_files(
-        tokenizer,
-        roles,
-        additional,
-        chat_template("kimi-chat-template"),
-        layout.MAX_POSITION_EMBEDDINGS,
-        add_bos_token=False,
+    roles = dict(
+        bos_token=layout.BOS_TOKEN, eos_token=layout.EOS_TOKEN, pad_token=layout.PAD_TOKEN, unk_token=layout.MASK_TOKEN
     )
+    additional = [token for token in SPECIAL_OFFSETS if token not in roles.values()]
+    template = chat_template("kimi-chat-template")
+    return tokenizer_files(tokenizer, roles, additional, template, layout.MAX_POSITION_EMBEDDINGS, add_bos_token=False)
