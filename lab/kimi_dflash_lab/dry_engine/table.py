@@ -19,16 +19,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from kimi_dflash.checkpoint import read_facts
 from kimi_dflash.config.shipped import shipped_configs_dir
 from kimi_dflash.config.validate import load_config
 from kimi_dflash.core.doc_sections import update_sections
 from kimi_dflash.core.options import declare, option, run
-from kimi_dflash.core.paths import cache_root
-from kimi_dflash.launch.prepare import resolve_demo_models
-from kimi_dflash.plan import build_plan
-from kimi_dflash.rules import engine as rules
-from kimi_dflash.rules.deployment import Deployment
+from kimi_dflash.launch.prepare import prepare, resolve_demo_models
 from kimi_dflash.rules.engine import Verdict
 from kimi_dflash.rules.source import VllmSource
 from kimi_dflash_lab.dry_engine.compare import Agreement, compare
@@ -88,12 +83,11 @@ def judge(name: str, file: str, overrides: Mapping[str, str], source: VllmSource
     if "DEMO_DRAFTER" in str(overrides.get("EXTRA_VLLM_ARGS", "")):
         extra = str(overrides["EXTRA_VLLM_ARGS"]).replace("DEMO_DRAFTER", str(config.typed.draft_model_dir))
         config = config.with_values("dry table variant", EXTRA_VLLM_ARGS=extra)
-    facts = read_facts(config.typed)
-    plan = build_plan(config, python_executable=sys.executable, cache_dir=str(cache_root()), facts=facts)
-    static = rules.judge(Deployment.for_plan(config, plan, facts=facts), source)
+    prepared = prepare(config, {}, source=lambda _plan: source, say=lambda _m: None)
+    assert prepared.verdict is not None  # judged on the given source
     started = time.monotonic()
-    dry = dry_engine_for_plan(config, plan)
-    return Row(name, dry, static, compare(dry, static), time.monotonic() - started)
+    dry = dry_engine_for_plan(prepared.config, prepared.plan)
+    return Row(name, dry, prepared.verdict, compare(dry, prepared.verdict), time.monotonic() - started)
 
 
 def build(source: VllmSource, progress: Callable[[str], None] = lambda _m: None) -> list[Row]:
@@ -185,9 +179,9 @@ add_cli_args = declare(TableOptions, __doc__)
 
 
 def main(args: TableOptions) -> int:
-    from kimi_dflash.preflight.runtime_child import vllm_package_dir
+    from kimi_dflash.patcher.floor import package_dir
 
-    package = vllm_package_dir()
+    package = package_dir()
     if package is None:
         print("dry table: vLLM is not installed in this Python", file=sys.stderr)
         return 1

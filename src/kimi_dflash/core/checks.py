@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 Status = Literal["pass", "warn", "fail"]
@@ -14,31 +14,54 @@ LABELS = {"pass": "[PASS]", "warn": "[WARN]", "fail": "[FAIL]"}
 _INDENT = " " * (len("[PASS]") + 1)
 
 
+Kind = Literal["plugin", "file patch", "overlay", "config", "env"]
+
+
+@dataclass(frozen=True)
+class Remedy:
+    """What a check's pass relies on beyond vLLM itself, and who brings it: the project's vLLM plugin at runtime
+    ("plugin"), or the launcher before vLLM starts: a file patch written into the vLLM tree on ROCm, the drafter's
+    RoPE overlay (``value``: the decision it serves), a config key or an environment variable set to ``value``."""
+
+    kind: Kind
+    name: str
+    value: object = field(default=None, compare=False)
+
+    def __str__(self) -> str:
+        if self.kind in ("plugin", "file patch"):
+            return f"{self.kind} {self.name}"
+        return f"launcher: {self.name}" + ("" if self.kind == "overlay" else f"={self.value}")
+
+
 @dataclass(frozen=True)
 class CheckResult:
     """What one check found: ``detail`` says what was seen (a value, a count, a path); ``fix`` is the exact action
-    that clears a warn/fail line (a command to run or a config key to change), None when there is nothing to do."""
+    that clears a warn/fail line (a command to run or a config key to change), None when there is nothing to do.
+    A compatibility rule's pass names what it ``relies`` on; its fail, the ``short`` reason the matrix shows."""
 
     name: str
     status: Status
     detail: str
     fix: str | None = None
+    relies: tuple[Remedy, ...] = ()
+    short: str = ""
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ValueError(f"CheckResult.status must be one of {STATUSES}, got {self.status!r}")
 
 
-def passed(name: str, detail: str) -> CheckResult:
-    return CheckResult(name, "pass", detail)
+def passed(detail: str, relies: tuple[Remedy, ...] = (), *, name: str = "") -> CheckResult:
+    """A rule's findings are named by the engine (the rule's id); a machine check names its own."""
+    return CheckResult(name, "pass", detail, None, relies)
 
 
-def warned(name: str, detail: str, fix: str | None = None) -> CheckResult:
+def warned(detail: str, fix: str | None = None, *, name: str = "") -> CheckResult:
     return CheckResult(name, "warn", detail, fix)
 
 
-def failed(name: str, detail: str, fix: str) -> CheckResult:
-    return CheckResult(name, "fail", detail, fix)
+def failed(detail: str, fix: str, short: str = "", *, name: str = "") -> CheckResult:
+    return CheckResult(name, "fail", detail, fix, short=short)
 
 
 def exit_code(results: Iterable[CheckResult]) -> int:

@@ -6,22 +6,22 @@ import dataclasses
 import os
 import shlex
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from kimi_dflash.checkpoint import read_facts
 from kimi_dflash.config.problems import ConfigError, Problem
 from kimi_dflash.config.schema import KEYS
 from kimi_dflash.config.shipped import resolve_config_argument
-from kimi_dflash.config.validate import Config, check_paths, load_config
+from kimi_dflash.config.validate import Config, load_config
 from kimi_dflash.core.envvars import CACHE as CACHE_ENV
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.options import declare, option, run
 from kimi_dflash.core.paths import cache_root
 from kimi_dflash.launch import hooks, ownership
-from kimi_dflash.launch.prepare import local_plan, resolve_demo_models, resolve_models
+from kimi_dflash.launch.prepare import Prepared, prepare, timing
 from kimi_dflash.launch.private_files import UnsafeLocation, private_dir
 from kimi_dflash.launch.server import (
     StartInterrupted,
@@ -31,7 +31,6 @@ from kimi_dflash.launch.server import (
     stop_detached,
     stop_orphans,
 )
-from kimi_dflash.plan import LaunchPlan, build_plan
 
 EXIT_CONFIG = 2
 EXIT_INTERRUPTED = 130
@@ -122,7 +121,17 @@ def stop_command(config: Config, config_argument: str, environ: dict[str, str] |
     return " ".join([*assignments, "./serve.sh", shlex.quote(config_argument), "--stop"])
 
 
+def since_process_start() -> float:
+    """Seconds since this process started (Linux: /proc), else 0: the interpreter's and the imports' share."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return 0.0
+
+
 def main(args: ServeOptions) -> int:
+    spent, clock = {"python and imports": since_process_start()}, time.monotonic()
     args.config = str(resolve_config_argument(args.config))
     try:
         config = load_config(args.config)
@@ -145,12 +154,14 @@ def main(args: ServeOptions) -> int:
         except UnsafeLocation as error:
             say(f"serve: {error}. Nothing was started.")
             return 1
+    spent["config"] = time.monotonic() - clock
     try:
-        config, facts = resolve_models(config, create=not args.dry_run)
+        prepared = prepare(config, os.environ, create=not args.dry_run, say=say)
     except UserError as error:
         say(f"serve: {error}. Nothing was started.")
         return error.exit_code
-    path_problems = check_paths(config, facts)
+    spent.update(prepared.seconds)
+    path_problems = list(prepared.problems)
     if args.preflight:  # preflight checks the checkpoint directories itself, in more depth
         path_problems = [p for p in path_problems if p.key not in ("MODEL_DIR", "DRAFT_MODEL_DIR")]
     if args.dry_run:  # nothing will start, so nothing on disk is an error yet
@@ -160,31 +171,31 @@ def main(args: ServeOptions) -> int:
     if path_errors and not args.preflight:  # --preflight goes on: its report covers the whole machine
         return EXIT_CONFIG
 
-    plan = local_plan(config, facts)
     if args.dry_run:
-        print(plan.render())
+        print(prepared.plan.render())
         return 0
     log_problem = _log_problem(args.log)
     if log_problem and not args.preflight:
         say(f"serve: --log {args.log}: {log_problem}; nothing was started.")
         return EXIT_CONFIG
 
-    planned = hooks.deployment(config, plan, os.environ, facts)  # once: preflight and the patch step judge this one
+    clock = time.monotonic()
     if not args.skip_preflight or args.preflight:
-        ok = hooks.preflight(config, plan, fix_numa=args.fix_numa, say=say, planned=planned)
+        ok = hooks.preflight(prepared, fix_numa=args.fix_numa, say=say)
         if args.preflight:
             return 0 if ok and not path_errors else 1
         if not ok:
             say("serve: preflight failed; fix the lines marked FAIL (or pass --skip-preflight).")
             return 1
-    if not hooks.patches(planned, say=say):
+    spent["preflight"], clock = time.monotonic() - clock, time.monotonic()
+    if not hooks.patches(prepared, say=say):
         return 1
-    return start(config, plan, args, pid_path)
+    spent["patches"] = time.monotonic() - clock
+    return start(prepared, args, pid_path, spent)
 
 
 def check_vllm(config: Config, vllm_dir: Path) -> int:
     """`--check-vllm DIR`: the compatibility report for this plan and that vLLM; exit 0 starts, 2 would not."""
-    from kimi_dflash.rules.engine import judge
     from kimi_dflash.rules.source import VllmSource, VllmSourceError
 
     try:
@@ -192,10 +203,8 @@ def check_vllm(config: Config, vllm_dir: Path) -> int:
     except VllmSourceError as error:
         say(f"serve: --check-vllm: {error}")
         return EXIT_CONFIG
-    config = resolve_demo_models(config, create=False)
-    facts = read_facts(config.typed)
-    plan = build_plan(config, python_executable=sys.executable, cache_dir=str(cache_root()), facts=facts)
-    verdict = judge(hooks.deployment(config, plan, facts=facts), source)
+    verdict = prepare(config, {}, source=lambda _plan: source).verdict
+    assert verdict is not None  # a source was given
     print(verdict.render())
     return verdict.exit_code
 
@@ -251,16 +260,21 @@ def stop(pid_path: Path) -> int:
     return _under_port_lock(pid_path, stop_recorded, "stopped")
 
 
-def start(config: Config, plan: LaunchPlan, args: ServeOptions, pid_path: Path) -> int:
+def start(prepared: Prepared, args: ServeOptions, pid_path: Path, spent: dict[str, float]) -> int:
+    plan = prepared.plan
     if not args.wait:
         say(f"serve: starting vLLM for {plan.served_model_name} on {plan.base_url}")
         return run_foreground(plan, args.log)
     return _under_port_lock(
-        pid_path, lambda: _start_detached(config, plan, args, pid_path), "started", *([] if args.log else [logs_dir()])
+        pid_path,
+        lambda: _start_detached(prepared, args, pid_path, spent),
+        "started",
+        *([] if args.log else [logs_dir()]),
     )
 
 
-def _start_detached(config: Config, plan: LaunchPlan, args: ServeOptions, pid_path: Path) -> int:
+def _start_detached(prepared: Prepared, args: ServeOptions, pid_path: Path, spent: dict[str, float]) -> int:
+    config, plan = prepared.config, prepared.plan
     try:
         existing = running_server(pid_path)
     except ownership.PidFileError as error:
@@ -274,6 +288,7 @@ def _start_detached(config: Config, plan: LaunchPlan, args: ServeOptions, pid_pa
         return 1
     pid_path.unlink(missing_ok=True)  # stale: its process is gone (or is not ours)
     stop_orphans(plan.port, say)
+    say(f"serve: {sum(spent.values()):.1f} s before vLLM starts: {timing(spent)}")
     say(f"serve: starting vLLM for {plan.served_model_name} on {plan.base_url}")
     log_path = args.log or logs_dir() / f"serve-{config.typed.port}.log"
     timeout_s = float(config.typed.ready_timeout_s)

@@ -1,7 +1,10 @@
-"""The patch floor: the first vLLM whose source carries the upstream fix of every patch in the registry.
+"""The vLLM releases the project supports, declared once, and where a Python's vLLM is.
 
-At or above it none of the patch machinery is loaded (serve, rules, plugin). Decided by a probe of the source
-(vllm #48520, 0.26.0), never by the version string; a slow test checks every release's wheel. Standard library only.
+The window starts at OLDEST, the first release with DFlash (the matrix reads every release from it, the patcher
+knows every tree from it). The patch floor is the first vLLM whose source carries the upstream fix of every patch in
+the registry: at or above it none of the patch machinery is loaded (serve, rules, plugin). Decided by a probe of the
+source (vllm #48520, 0.26.0), never by the version string; a slow test checks every release's wheel. Standard library
+only: the plugin loads this in every vLLM process.
 """
 
 from __future__ import annotations
@@ -9,9 +12,12 @@ from __future__ import annotations
 import importlib.util
 import logging
 import re
+import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
+OLDEST = "0.20.0"  # the first release with DFlash: the oldest the project supports
 RELEASE = "0.26.0"  # where the probe first matches (read from the wheels); for messages only
 PATH = "model_executor/layers/attention/attention.py"  # relative to the vllm package
 PATTERN = r"assert not self\.attn_backend\.is_mla\(\)"
@@ -37,12 +43,27 @@ def package_at_floor(package_dir: Path | None) -> bool:
         return False
 
 
-def package_dir(given: Path | None = None) -> Path | None:
-    """The `vllm` package directory: `given` (the package, or a directory holding it), else the vllm this process
-    runs or would import, located without importing it; None when there is none."""
+LOCATE = (
+    "import importlib.util as u; s = u.find_spec('vllm'); print(list(s and s.submodule_search_locations or '-')[0])"
+)
+
+
+def package_dir(
+    given: Path | None = None, python: str | None = None, env: Mapping[str, str] | None = None
+) -> Path | None:
+    """The `vllm` package directory: `given` (the package, or a directory holding it), else the vllm `python` (this
+    process when None or the same interpreter) runs or would import, located without importing it; None when there
+    is none. The one locator of vLLM (serve, the rules, preflight, the patcher, the plugin)."""
     if given is not None:
         given = Path(given).expanduser()
         return given / "vllm" if not (given / "__init__.py").is_file() and (given / "vllm").is_dir() else given
+    if python not in (None, sys.executable):
+        try:
+            found = subprocess.run([python, "-c", LOCATE], capture_output=True, text=True, timeout=60, env=env)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        located = found.stdout.rstrip("\n") if found.returncode == 0 else "-"
+        return None if located in ("-", "") else Path(located)
     module = sys.modules.get("vllm")
     if module is not None and getattr(module, "__path__", None):
         return Path(next(iter(module.__path__)))

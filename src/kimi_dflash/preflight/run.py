@@ -54,7 +54,7 @@ def run_preflight(request: PreflightRequest, probe: HostProbe | None = None) -> 
 
 def _crashed(name: str, error: BaseException) -> CheckResult:
     return failed(
-        name,
         f"the check itself crashed: {type(error).__name__}: {error}",
         "this is a bug in kimi_dflash.preflight: report this line; --skip-preflight starts without checks",
+        name=name,
     )

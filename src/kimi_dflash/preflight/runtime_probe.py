@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import kimi_dflash.preflight.runtime_child as runtime_child
-from kimi_dflash.preflight.runtime_child import MARKER, installed_vllm, vllm_package_dir
+from kimi_dflash.patcher import floor
+from kimi_dflash.preflight.runtime_child import MARKER, installed_vllm
 from kimi_dflash.rules.features import FeatureOutcome, probe_features
 from kimi_dflash.rules.source import VllmSource
 
@@ -119,10 +120,7 @@ def probe_runtime(
     distribution, version = child.get("vllm_distribution"), child.get("vllm_distribution_version")
     if distribution is None and same_interpreter:
         distribution, version = installed_vllm()
-    if child.get("vllm_path"):
-        package_dir: Path | None = Path(child["vllm_path"])
-    else:
-        package_dir = vllm_package_dir() if same_interpreter else None
+    package_dir = floor.package_dir(python=python, env=env)  # found without importing: a broken import names it
     outcomes = probe_features(VllmSource.open(package_dir), features) if package_dir and features else ()
     return RuntimeReport(
         python=python,

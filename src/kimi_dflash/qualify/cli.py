@@ -124,20 +124,10 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(read_user_bytes(path, what="config file")).hexdigest()
 
 
-def _installed_source() -> VllmSource | None:
-    """Read, never imported; one object per tree and process, shared by every probe below."""
-    from kimi_dflash.preflight.runtime_child import vllm_package_dir
-    from kimi_dflash.rules.source import VllmSource
-
-    package_dir = vllm_package_dir()
-    return None if package_dir is None else VllmSource.open(package_dir)
-
-
-def _per_request_flag() -> tuple[str, str]:
+def _per_request_flag(source: VllmSource | None) -> tuple[str, str]:
     from kimi_dflash.preflight.runtime_child import installed_vllm
     from kimi_dflash.rules.features import probe_features
 
-    source = _installed_source()
     if source is None:
         return "unknown", "no vLLM found by this Python"
     outcome = probe_features(source, (PER_REQUEST_FLAG,))[0]
@@ -145,49 +135,43 @@ def _per_request_flag() -> tuple[str, str]:
     return outcome.state, f"{name or 'vllm'} {version or '(version unknown)'}: {outcome.evidence}"
 
 
-def _verify_k_limit(values: dict[str, str]) -> tuple[int, str] | None:
+def _verify_k_limit(values: dict[str, str], source: VllmSource | None) -> tuple[int, str] | None:
     """For a ROCm plan with AITER MLA on; None when the rule does not apply or the cap is absent."""
     from kimi_dflash.config.convert import TRUE_WORDS
     from kimi_dflash.rules.catalog.aiter_mla import aiter_verify_cap
 
     if values.get("DEVICE", "rocm") != "rocm" or values.get("ROCM_USE_AITER_MLA", "true").lower() not in TRUE_WORDS:
         return None
-    source = _installed_source()
     cap = None if source is None else aiter_verify_cap(source)
     if cap is None or cap.cap is None:
         return None
     return cap.cap - 1, f"AITER MLA verifies at most {cap.cap} query tokens on its persistent path, {cap.defined_at}"
 
 
-def _graph_candidate(config: Path, values: dict[str, str], box_kind: str, wanted: bool) -> GraphCandidate:
+def _graph_candidate(
+    config: Path, values: dict[str, str], box_kind: str, wanted: bool, source: VllmSource | None
+) -> GraphCandidate:
     """A variant the runtime rules refuse would only fail its preflight, so it is left out."""
     if not wanted:
         return GraphCandidate(False, "--no-graphs")
     k = int(values.get("NUM_SPECULATIVE_TOKENS") or 0)
-    return graph_candidate(values, k, box_kind, lambda overrides: _check_variant(config, overrides))
+    return graph_candidate(values, k, box_kind, lambda overrides: _check_variant(config, overrides, source))
 
 
-def _check_variant(config_path: Path, overrides: dict[str, str]) -> tuple[bool, str]:
-    """(passes, detail) of the runtime rules on the config with ``overrides``."""
-    from kimi_dflash.checkpoint import read_facts
+def _check_variant(config_path: Path, overrides: dict[str, str], source: VllmSource | None) -> tuple[bool, str]:
+    """(passes, detail) of the runtime rules on the config with ``overrides``, as serve would serve it."""
     from kimi_dflash.config.problems import ConfigError
     from kimi_dflash.config.validate import load_config
-    from kimi_dflash.core.paths import cache_root
-    from kimi_dflash.launch import hooks
-    from kimi_dflash.plan import build_plan as launch_plan
-    from kimi_dflash.rules.engine import judge
+    from kimi_dflash.launch.prepare import prepare
 
-    source = _installed_source()
     if source is None:
         return False, "no vLLM found by this Python to check it against"
     try:
         config = load_config(config_path, environ={**os.environ, **overrides})
     except ConfigError as error:
         return False, "; ".join(p.render() for p in error.problems)
-    facts = read_facts(config.typed)
-    plan = launch_plan(config, python_executable=sys.executable, cache_dir=str(cache_root()), facts=facts)
-    verdict = judge(hooks.deployment(config, plan, facts=facts), source)
-    if verdict.failures:
+    verdict = prepare(config, os.environ, source=lambda _plan: source, say=lambda _: None).verdict
+    if verdict is not None and verdict.failures:
         return False, "; ".join(f"{f.name}: {f.detail}" for f in verdict.failures)
     return True, ""
 
@@ -213,7 +197,12 @@ def _config_file(given: str, hint: str = "") -> Path:
 
 
 def _shootout(
-    args: QualifyOptions, values: dict[str, str], key: str | None, per_request: PerRequest, budget: float | None
+    args: QualifyOptions,
+    values: dict[str, str],
+    key: str | None,
+    per_request: PerRequest,
+    budget: float | None,
+    source: VllmSource | None,
 ) -> QualifyPlan:
     from kimi_dflash.qualify.shootout import CandidateConfig, build_shootout
 
@@ -223,7 +212,8 @@ def _shootout(
     for given in args.candidates:
         path = _config_file(given, " (--candidates splits its list at commas: a file name cannot hold one)")
         theirs, _, their_key = _config_values(path)
-        configs.append(CandidateConfig(given, path.resolve(), theirs, _verify_k_limit(theirs), their_key == key))
+        limit = _verify_k_limit(theirs, source)
+        configs.append(CandidateConfig(given, path.resolve(), theirs, limit, their_key == key))
     return build_shootout(values, configs, budget, args.slo, per_request)
 
 
@@ -231,14 +221,19 @@ def _context(args: QualifyOptions) -> tuple[Context, QualifyPlan]:
     config = _config_file(args.config)
     if args.serve_sh is not None and not args.serve_sh.is_file():
         raise UserError(f"{args.serve_sh}: no such file")
+    from kimi_dflash.rules.source import VllmSource
+
     values, overrides, key = _config_values(config)
-    per_request = per_request_setting(values, overrides, _per_request_flag())
+    source = VllmSource.installed()  # read, never imported; shared by every probe below
+    per_request = per_request_setting(values, overrides, _per_request_flag(source))
     budget = parse_duration(args.budget) if args.budget else None
     if args.candidates:
-        plan = _shootout(args, values, key, per_request, budget)
+        plan = _shootout(args, values, key, per_request, budget, source)
     else:
-        graphs = _graph_candidate(config, values, box_for(values.get("DEVICE", "rocm")).kind, not args.no_graphs)
-        plan = build_plan(values, budget, args.slo, per_request, _verify_k_limit(values), _projection(args), graphs)
+        box = box_for(values.get("DEVICE", "rocm")).kind
+        graphs = _graph_candidate(config, values, box, not args.no_graphs, source)
+        k_limit = _verify_k_limit(values, source)
+        plan = build_plan(values, budget, args.slo, per_request, k_limit, _projection(args), graphs)
     out = args.out or Path(f"qualify-{config.name.removesuffix('.env')}{'-shootout' if args.candidates else ''}")
     serve = SERVE_COMMAND if args.serve_sh is None else (str(args.serve_sh.resolve()),)
     ctx = Context(

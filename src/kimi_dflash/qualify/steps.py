@@ -105,11 +105,10 @@ def _launch_plan(ctx: Context) -> LaunchPlanUsed:
     from kimi_dflash.bench.report import redact_argv
     from kimi_dflash.config.problems import ConfigError
     from kimi_dflash.config.validate import load_config
-    from kimi_dflash.launch.prepare import local_plan, resolve_demo_models
+    from kimi_dflash.launch.prepare import prepare
 
     try:
-        config = resolve_demo_models(load_config(ctx.config, environ=os.environ), create=False, say=lambda _: None)
-        plan = local_plan(config)
+        plan = prepare(load_config(ctx.config, environ=os.environ), say=lambda _: None).plan
     except (ConfigError, OSError) as exc:
         return LaunchPlanUsed(error=str(exc))
     env = {k: (MASK if k in plan.secret_env else v) for k, v in sorted(plan.env.items())}
@@ -131,8 +130,9 @@ def preflight_step(ctx: Context) -> Outcome:
     before a server starts."""
     from kimi_dflash.config.problems import ConfigError
     from kimi_dflash.config.validate import load_config
+    from kimi_dflash.core.errors import UserError
     from kimi_dflash.launch import hooks
-    from kimi_dflash.launch.prepare import local_plan, resolve_demo_models
+    from kimi_dflash.launch.prepare import prepare
     from kimi_dflash.launch.serve_sh import free_port
 
     lines: list[str] = []
@@ -142,10 +142,13 @@ def preflight_step(ctx: Context) -> Outcome:
         try:
             # The port is picked per server by qualify: check one that is free, not the config's.
             config = load_config(path, environ={**os.environ, "PORT": str(free_port())})
-            config = resolve_demo_models(config, create=True, say=lines.append)
-            ok = hooks.preflight(config, local_plan(config), fix_numa=False, say=lines.append) and ok
+            prepared = prepare(config, create=True, say=lines.append)  # what serve serves, remedies applied
+            ok = hooks.preflight(prepared, fix_numa=False, say=lines.append) and ok
         except ConfigError as error:
             lines.extend(p.render() for p in error.problems)
+            ok = False
+        except UserError as error:
+            lines.append(f"preflight: {error}")
             ok = False
     path, text = ctx.out / "preflight.txt", "\n".join(lines)
     ctx.write_text(path, text + "\n")

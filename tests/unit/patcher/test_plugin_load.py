@@ -108,11 +108,10 @@ def test_pyproject_registers_the_plugin_under_the_group_vllm_reads() -> None:
 
 def test_shipped_facts_are_not_used_for_the_fabricated_demo() -> None:
     from kimi_dflash.config.validate import load_config
-    from kimi_dflash.launch.hooks import deployment
-    from kimi_dflash.plan import build_plan
+    from kimi_dflash.launch.prepare import prepare
     from repo_paths import CONFIGS_DIR
 
     config = load_config(CONFIGS_DIR / "demo-cpu.env", environ={})
-    planned = deployment(config, build_plan(config, "python", "/cache"))
+    planned = prepare(config, {}, source=lambda _plan: None, say=lambda _: None).deployment
     assert planned.target is None or not planned.target.shipped
     assert read_checkpoint(None, None, "target") == (None, None)

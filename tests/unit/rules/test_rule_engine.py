@@ -1,6 +1,7 @@
 """The rule engine (rules/engine.py): every rule of rules/catalog/ found and declared once, and a new rule - a module
-holding it and the facts it reads - reaches the verdict, the docs' rules table and the runtime-facts table without
-touching anything else (docs/development.md, "A compatibility rule")."""
+holding it, the facts it reads and its remedy - reaches the verdict, serve's plan (the remedy applied by
+launch/prepare.py), the docs' rules table and the runtime-facts table without touching anything else
+(docs/development.md, "A runtime rule")."""
 
 from __future__ import annotations
 
@@ -27,10 +28,12 @@ MINI_VLLM = {
 # The example: what a next-round drafter trap looks like. It reads the drafter's config.json and a per-release
 # source fact with its file:line, and declares that fact as a docs column.
 EXAMPLE = '''
-from kimi_dflash.rules.model import Fact, Rule, failed, passed
+from kimi_dflash.core.checks import Remedy, failed, passed
+from kimi_dflash.rules.model import Fact, Rule
 from kimi_dflash.rules.source import SourceLine
 
 ROTARY = "vllm/model_executor/layers/rotary_embedding/yarn_scaling_rope.py"
+PIN = "KIMI_DFLASH_EXAMPLE_PIN"
 
 
 def yarn_mscale(source) -> SourceLine | None:
@@ -45,7 +48,12 @@ def _check(deployment, source):
     where = yarn_mscale(source)
     if where is None:
         return [passed("no YaRN amplitude formula in this release")]
-    return [failed(f"drafter YaRN factor {rope['factor']}: amplitude from {where}", "pin the amplitude", "YaRN")]
+    if deployment.env.get(PIN) == "1":
+        return [passed(f"the amplitude is pinned ({PIN}=1)")]
+    detail = f"drafter YaRN factor {rope['factor']}: amplitude from {where}"
+    if deployment.option_keys:  # a launcher's plan: serve applies the remedy
+        return [passed(detail, (Remedy("env", PIN, "1"),))]
+    return [failed(detail, f"{PIN}=1", "YaRN")]
 
 
 RULES = (
@@ -86,7 +94,11 @@ def test_every_rule_is_declared_once_with_what_the_docs_show() -> None:
     assert all(f.label in matrix.runtime_header() for r in rules for f in r.facts)
 
 
-def test_a_new_rule_module_reaches_the_verdict_and_the_docs(example_rule: Path, tmp_path: Path) -> None:
+def test_a_new_rule_module_reaches_the_verdict_serves_plan_and_the_docs(example_rule: Path, tmp_path: Path) -> None:
+    from kimi_dflash.config.validate import load_config
+    from kimi_dflash.launch.prepare import prepare
+    from repo_paths import CONFIGS_DIR
+
     package = tmp_path / "site"
     for relpath, text in MINI_VLLM.items():
         (package / relpath).parent.mkdir(parents=True, exist_ok=True)
@@ -97,13 +109,22 @@ def test_a_new_rule_module_reaches_the_verdict_and_the_docs(example_rule: Path, 
     (drafter / "config.json").write_text(json.dumps({"architectures": ["DFlashDraftModel"], "rope_scaling": rope}))
     spec = json.dumps({"method": "dflash", "model": str(drafter), "num_speculative_tokens": 2})
     planned = Deployment.from_command("rocm", ["vllm", "serve", "/m", "--speculative-config", spec])
-    verdict = engine.judge(planned, VllmSource.from_package_dir(package / "vllm"))
+    mini = VllmSource.from_package_dir(package / "vllm")
+    verdict = engine.judge(planned, mini)
     [finding] = [f for f in verdict.findings if f.name == "example drafter rope"]
     assert finding.status == "fail" and f"{ROTARY}:1" in finding.detail and "factor 64" in finding.detail
     assert "example drafter rope" in [f.name for f in verdict.runtime_traps]
+    # serve's plan: the rule's remedy applied, the plan judged again, now passing without it
+    config = load_config(CONFIGS_DIR / "production.env", environ={"DRAFT_MODEL_DIR": str(drafter)})
+    served = prepare(config, {}, source=lambda _plan: mini, say=lambda _: None)
+    assert served.plan.env["KIMI_DFLASH_EXAMPLE_PIN"] == "1"
+    [pinned] = [f for f in served.verdict.findings if f.name == "example drafter rope"]  # type: ignore[union-attr]
+    assert pinned.status == "pass" and "pinned" in pinned.detail and pinned.relies == ()
+    # the docs, regenerated offline from the declarations and the committed per-release facts
     assert "| example drafter rope | the drafter's YaRN amplitude |" in matrix.rules_table()
     assert "no: the amplitude is only wrong in the numbers | vllm #0 |" in matrix.rules_table()
     assert "YaRN amplitude formula" in matrix.runtime_header()
+    assert "| ? |" in matrix.runtime_table(matrix.load())  # not read from the wheels yet: matrix --write does
 
 
 def test_rule_ids_must_be_unique(example_rule: Path) -> None:
