@@ -21,7 +21,7 @@ from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.options import declare, option, run
 from kimi_dflash.core.paths import cache_root
 from kimi_dflash.launch import hooks, ownership
-from kimi_dflash.launch.prepare import Prepared, prepare, timing
+from kimi_dflash.launch.prepare import Prepared, prepare
 from kimi_dflash.launch.private_files import UnsafeLocation, private_dir
 from kimi_dflash.launch.server import (
     StartInterrupted,
@@ -181,7 +181,7 @@ def main(args: ServeOptions) -> int:
 
     clock = time.monotonic()
     if not args.skip_preflight or args.preflight:
-        ok = hooks.preflight(prepared, fix_numa=args.fix_numa, say=say)
+        ok = hooks.preflight(prepared, fix_numa=args.fix_numa, say=say, starting=not args.preflight)
         if args.preflight:
             return 0 if ok and not path_errors else 1
         if not ok:
@@ -288,7 +288,8 @@ def _start_detached(prepared: Prepared, args: ServeOptions, pid_path: Path, spen
         return 1
     pid_path.unlink(missing_ok=True)  # stale: its process is gone (or is not ours)
     stop_orphans(plan.port, say)
-    say(f"serve: {sum(spent.values()):.1f} s before vLLM starts: {timing(spent)}")
+    stages = ", ".join(f"{stage} {seconds:.1f} s" for stage, seconds in spent.items())
+    say(f"serve: {sum(spent.values()):.1f} s before vLLM starts: {stages}")
     say(f"serve: starting vLLM for {plan.served_model_name} on {plan.base_url}")
     log_path = args.log or logs_dir() / f"serve-{config.typed.port}.log"
     timeout_s = float(config.typed.ready_timeout_s)

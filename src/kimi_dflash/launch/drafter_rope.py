@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kimi_dflash.checkpoint import CONFIG_FILE, Facts, facts_from_config, read_config
 from kimi_dflash.core.atomic_write import publish_directory
@@ -25,6 +25,9 @@ from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.user_files import UnreadableFile, read_user_bytes
 from kimi_dflash.launch.private_files import UnsafeLocation, private_dir
 from kimi_dflash.rules.rope_amplitude import CHOICE_KEY, RopeDecision
+
+if TYPE_CHECKING:
+    from kimi_dflash.config.schema import ConfigValues
 
 NOTE = "kimi-dflash-overlay.json"  # what the overlay changed and why, beside the config
 OWN = (CONFIG_FILE, NOTE)  # the overlay's own files: never links to the drafter's entries of these names
@@ -36,9 +39,11 @@ def _dump(document: object) -> bytes:
     return (json.dumps(document, indent=2, sort_keys=False) + "\n").encode()
 
 
-def note_unreadable(facts: Facts, drafter_dir: Path, say: Callable[[str], None]) -> None:
+def note_unreadable(facts: Facts, values: ConfigValues, say: Callable[[str], None]) -> None:
     """A DFlash drafter whose config.json or rope fields are not understood is never rewritten: said."""
-    drafter, refused = facts.drafter, facts.problems.get(drafter_dir)  # refused: preflight's drafter-dir check fails it
+    if values.draft_model_dir is None or values.speculative_method != "dflash":
+        return
+    drafter, refused = facts.drafter, facts.problems.get(values.draft_model_dir)  # preflight's drafter-dir check too
     rope = None if drafter is None or not drafter.dflash else drafter.rope
     if refused or (rope and rope.problem):
         say(f"drafter RoPE: {refused or rope.problem}: not understood, never rewritten; served as configured")  # type: ignore[union-attr]

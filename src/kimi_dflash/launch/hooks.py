@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 EXPECTED_ARCH = {"rocm": "gfx942", "cuda": "sm_90"}
 
 
-def preflight(prepared: Prepared, fix_numa: bool, say: Callable[[str], None]) -> bool:
+def preflight(prepared: Prepared, fix_numa: bool, say: Callable[[str], None], starting: bool = False) -> bool:
+    """`starting`: vLLM starts next and imports vllm itself, first thing: the probe imports only torch, on a GPU."""
     from kimi_dflash.core.checks import exit_code, render
     from kimi_dflash.preflight.request import PreflightRequest
     from kimi_dflash.preflight.run import run_preflight
@@ -39,6 +40,7 @@ def preflight(prepared: Prepared, fix_numa: bool, say: Callable[[str], None]) ->
         fix_numa=fix_numa,
         preshard_dir=typed.preshard_dir,
         dtype=typed.dtype,
+        imports=("torch",) * (typed.device != "cpu") if starting else ("vllm", "torch"),
     )
     results = [*run_preflight(request), *_kv_scales(prepared)]
     say(render(results))

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from kimi_dflash.checkpoint import Facts, read_facts
 from kimi_dflash.config.validate import Config, check_paths
 from kimi_dflash.core.paths import cache_root
+from kimi_dflash.launch import drafter_rope
 from kimi_dflash.plan import LaunchPlan, build_plan
 
 if TYPE_CHECKING:
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
     from kimi_dflash.rules.source import VllmSource
 
 Say = Callable[[str], None]
-Source = Callable[[LaunchPlan], "VllmSource | None"]
 
 
 def _stderr(message: str) -> None:
@@ -34,7 +34,6 @@ def _stderr(message: str) -> None:
 
 
 def serving_source(plan: LaunchPlan) -> VllmSource | None:
-    """The source of the vLLM the plan's Python runs (None: it has none)."""
     from kimi_dflash.preflight.runtime_probe import interpreter_for_command
     from kimi_dflash.rules.source import VllmSource
 
@@ -79,7 +78,7 @@ def prepare(
     config: Config,
     environ: Mapping[str, str] | None = None,
     *,
-    source: Source = serving_source,
+    source: Callable[[LaunchPlan], VllmSource | None] = serving_source,
     create: bool = False,
     say: Say = _stderr,
 ) -> Prepared:
@@ -100,10 +99,7 @@ def prepare(
     lap("demo models")
     facts = read_facts(config.typed)
     problems = tuple(check_paths(config, facts))
-    if config.typed.draft_model_dir is not None and config.typed.speculative_method == "dflash":
-        from kimi_dflash.launch import drafter_rope
-
-        drafter_rope.note_unreadable(facts, config.typed.draft_model_dir, say)
+    drafter_rope.note_unreadable(facts, config.typed, say)
     lap("facts")
     preload = cpu_preload(config, say)
 
@@ -139,14 +135,7 @@ def _remedied(
             elif remedy.kind == "env":
                 env[remedy.name] = str(remedy.value)
             elif remedy.kind == "overlay" and remedy.value is not None:
-                from kimi_dflash.launch import drafter_rope
-
                 facts = drafter_rope.apply(facts, remedy.value, cache_root(), create, say)  # type: ignore[arg-type]
                 if facts.drafter is not None and facts.drafter.overlay is not None:
                     config = config.with_values(f"rule {finding.name}", DRAFT_MODEL_DIR=facts.drafter.directory)
     return config, facts, env
-
-
-def timing(seconds: Mapping[str, float]) -> str:
-    """ "config 0.1 s, facts 0.0 s, ..." in the order the stages ran."""
-    return ", ".join(f"{stage} {spent:.1f} s" for stage, spent in seconds.items())

@@ -14,7 +14,7 @@ import logging
 import re
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 OLDEST = "0.20.0"  # the first release with DFlash: the oldest the project supports
@@ -23,11 +23,18 @@ PATH = "model_executor/layers/attention/attention.py"  # relative to the vllm pa
 PATTERN = r"assert not self\.attn_backend\.is_mla\(\)"
 WHAT = "the sliding-window check asks the layer's backend (is_mla())"
 UPSTREAM = "#48520"
+VERSIONS = ("_version.py", "version.py")  # the vllm package's files that say its release
 
 
 def holds(text: str | None) -> bool:
     """Whether a tree whose PATH file reads `text` (None: no such file) is at or above the floor."""
     return text is not None and re.search(PATTERN, text, flags=re.MULTILINE) is not None
+
+
+def version(read: Callable[[str], str | None]) -> str | None:
+    """The release a tree says it is (for labels: decisions come from its source); `read`: a package file's text."""
+    found = (re.search(r"""__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", read(n) or "") for n in VERSIONS)
+    return next((match.group(1) for match in found if match), None)
 
 
 def describe() -> str:
@@ -59,11 +66,10 @@ def package_dir(
         return given / "vllm" if not (given / "__init__.py").is_file() and (given / "vllm").is_dir() else given
     if python not in (None, sys.executable):
         try:
-            found = subprocess.run([python, "-c", LOCATE], capture_output=True, text=True, timeout=60, env=env)
+            found = subprocess.run([python, "-c", LOCATE], capture_output=True, text=True, timeout=60, env=env).stdout
         except (OSError, subprocess.TimeoutExpired):
             return None
-        located = found.stdout.rstrip("\n") if found.returncode == 0 else "-"
-        return None if located in ("-", "") else Path(located)
+        return None if found.strip() in ("-", "") else Path(found.rstrip("\n"))
     module = sys.modules.get("vllm")
     if module is not None and getattr(module, "__path__", None):
         return Path(next(iter(module.__path__)))

@@ -49,6 +49,8 @@ class PreflightRequest:
     # this TP size, vLLM version and dtype.
     preshard_dir: Path | None = None
     dtype: str | None = None
+    # What the runtime probe imports in that Python: a start leaves vllm to vLLM, which imports it first thing.
+    imports: tuple[str, ...] = ("vllm", "torch")
 
     def __post_init__(self) -> None:
         # Programming errors in the adapter, not user input: the config was validated before this point.

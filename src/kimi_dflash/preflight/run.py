@@ -21,7 +21,7 @@ def run_preflight(request: PreflightRequest, probe: HostProbe | None = None) -> 
     process importing vLLM) runs once and feeds the vLLM, accelerator and pre-shard checks."""
     probe = probe or HostProbe()
     try:
-        runtime = probe.runtime(request.required_features, request.interpreter, request.vllm_env)
+        runtime = probe.runtime(request)
         vllm: Check = partial(check_vllm, request, runtime)
     except Exception as error:  # noqa: BLE001 - reported as the vllm line; the other checks still run
         runtime, vllm = None, partial(_crashed, "vllm", error)

