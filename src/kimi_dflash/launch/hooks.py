@@ -7,8 +7,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kimi_dflash.core.checks import CheckResult
-
 if TYPE_CHECKING:
     from kimi_dflash.launch.prepare import Prepared
 
@@ -42,22 +40,9 @@ def preflight(prepared: Prepared, fix_numa: bool, say: Callable[[str], None], st
         dtype=typed.dtype,
         imports=("torch",) * (typed.device != "cpu") if starting else ("vllm", "torch"),
     )
-    results = [*run_preflight(request), *_kv_scales(prepared)]
+    results = run_preflight(request)
     say(render(results))
     return exit_code(results) == 0
-
-
-def _kv_scales(prepared: Prepared) -> list[CheckResult]:
-    """A wrong KV-scales setup fails here in milliseconds instead of after a 555 GB model load."""
-    typed, target = prepared.config.typed, prepared.facts.target
-    if typed.kv_scale_mode == "off":
-        return []
-    from kimi_dflash.kvscale.checks import check_kv_scale_config
-
-    fingerprint = None if target is None else target.fingerprint
-    return check_kv_scale_config(
-        prepared.plan.env, model=str(typed.model_dir), kv_cache_dtype=typed.kv_cache_dtype, fingerprint=fingerprint
-    )
 
 
 def patches(prepared: Prepared, say: Callable[[str], None], vllm_root: Path | None = None) -> bool:
