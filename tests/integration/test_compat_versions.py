@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from kimi_dflash.config.validate import load_config
-from kimi_dflash.launch import hooks
 from kimi_dflash.launch.prepare import prepare
 from kimi_dflash.patcher import floor, txn
 from kimi_dflash.patcher.engine import status_table
@@ -185,11 +184,11 @@ def test_on_rocm_serve_writes_only_the_file_patches_the_plan_needs(
     before = _snapshot(tree)
     with monkeypatch.context() as read_only:  # EROFS on every write, as on a read-only image (root included)
         read_only.setattr(txn.tempfile, "mkstemp", _erofs)
-        assert hooks.patches(production, lines.append, vllm_root=tree)  # 3 pending, none needed: fine
-        assert not hooks.patches(forced, lines.append, vllm_root=tree)  # needed, cannot write
+        assert production.patch(lines.append, vllm_root=tree)  # 3 pending, none needed: fine
+        assert not forced.patch(lines.append, vllm_root=tree)  # needed, cannot write
         assert "read-only" in lines[-1] and "plugin" in lines[-1]
     assert _snapshot(tree) == before
-    assert hooks.patches(forced, lines.append, vllm_root=tree)
+    assert forced.patch(lines.append, vllm_root=tree)
     states = {s.patch.id: s.status for s in status_table(tree).states}
     assert states["triton-noncausal"] is Status.APPLIED  # file-only: written
     assert states["dflash-assert-gate"] is Status.PENDING  # runtime-capable: left to the plugin

@@ -14,16 +14,12 @@ LABELS = {"pass": "[PASS]", "warn": "[WARN]", "fail": "[FAIL]"}
 _INDENT = " " * (len("[PASS]") + 1)
 
 
-Kind = Literal["plugin", "file patch", "overlay", "config", "env"]
-
-
 @dataclass(frozen=True)
 class Remedy:
-    """What a check's pass relies on beyond vLLM itself, and who brings it: the project's vLLM plugin at runtime
-    ("plugin"), or the launcher before vLLM starts: a file patch written into the vLLM tree on ROCm, the drafter's
-    RoPE overlay (``value``: the decision it serves), a config key or an environment variable set to ``value``."""
+    """What a pass relies on beyond vLLM, and who brings it: the vLLM plugin at runtime, or the launcher before vLLM
+    starts (a file patch, the drafter's RoPE overlay, a config key or environment variable set to ``value``)."""
 
-    kind: Kind
+    kind: Literal["plugin", "file patch", "overlay", "config", "env"]
     name: str
     value: object = field(default=None, compare=False)
 
@@ -36,8 +32,8 @@ class Remedy:
 @dataclass(frozen=True)
 class CheckResult:
     """What one check found: ``detail`` says what was seen (a value, a count, a path); ``fix`` is the exact action
-    that clears a warn/fail line (a command to run or a config key to change), None when there is nothing to do.
-    A compatibility rule's pass names what it ``relies`` on; its fail, the ``short`` reason the matrix shows."""
+    that clears a warn/fail line (a command to run or a config key to change), None when there is nothing to do. A
+    rule's finding (named by the engine) names what a pass ``relies`` on, a fail's ``short`` reason for the matrix."""
 
     name: str
     status: Status
@@ -52,7 +48,6 @@ class CheckResult:
 
 
 def passed(detail: str, relies: tuple[Remedy, ...] = (), *, name: str = "") -> CheckResult:
-    """A rule's findings are named by the engine (the rule's id); a machine check names its own."""
     return CheckResult(name, "pass", detail, None, relies)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shlex
@@ -20,7 +21,7 @@ from kimi_dflash.core.envvars import CACHE as CACHE_ENV
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.options import declare, option, run
 from kimi_dflash.core.paths import cache_root
-from kimi_dflash.launch import hooks, ownership
+from kimi_dflash.launch import ownership
 from kimi_dflash.launch.prepare import Prepared, prepare
 from kimi_dflash.launch.private_files import UnsafeLocation, private_dir
 from kimi_dflash.launch.server import (
@@ -123,11 +124,10 @@ def stop_command(config: Config, config_argument: str, environ: dict[str, str] |
 
 def since_process_start() -> float:
     """Seconds since this process started (Linux: /proc), else 0: the interpreter's and the imports' share."""
-    try:
+    with contextlib.suppress(OSError, ValueError, IndexError, AttributeError):
         ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
         return time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, AttributeError):
-        return 0.0
+    return 0.0
 
 
 def main(args: ServeOptions) -> int:
@@ -181,14 +181,14 @@ def main(args: ServeOptions) -> int:
 
     clock = time.monotonic()
     if not args.skip_preflight or args.preflight:
-        ok = hooks.preflight(prepared, fix_numa=args.fix_numa, say=say, starting=not args.preflight)
+        ok = prepared.preflight(fix_numa=args.fix_numa, say=say, starting=not args.preflight)
         if args.preflight:
             return 0 if ok and not path_errors else 1
         if not ok:
             say("serve: preflight failed; fix the lines marked FAIL (or pass --skip-preflight).")
             return 1
     spent["preflight"], clock = time.monotonic() - clock, time.monotonic()
-    if not hooks.patches(prepared, say=say):
+    if not prepared.patch(say=say):
         return 1
     spent["patches"] = time.monotonic() - clock
     return start(prepared, args, pid_path, spent)

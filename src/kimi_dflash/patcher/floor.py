@@ -1,10 +1,7 @@
-"""The vLLM releases the project supports, declared once, and where a Python's vLLM is.
-
-The window starts at OLDEST, the first release with DFlash (the matrix reads every release from it, the patcher
-knows every tree from it). The patch floor is the first vLLM whose source carries the upstream fix of every patch in
-the registry: at or above it none of the patch machinery is loaded (serve, rules, plugin). Decided by a probe of the
-source (vllm #48520, 0.26.0), never by the version string; a slow test checks every release's wheel. Standard library
-only: the plugin loads this in every vLLM process.
+"""The vLLM releases the project supports, declared once (from OLDEST, the first with DFlash), and where a Python's
+vLLM is. The patch floor is the first vLLM whose source carries the upstream fix of every patch in the registry: at or
+above it none of the patch machinery is loaded (serve, rules, plugin). Decided by a probe of the source (vllm #48520,
+0.26.0), never by the version string; a slow test checks every release's wheel. Standard library only.
 """
 
 from __future__ import annotations
@@ -50,9 +47,7 @@ def package_at_floor(package_dir: Path | None) -> bool:
         return False
 
 
-LOCATE = (
-    "import importlib.util as u; s = u.find_spec('vllm'); print(list(s and s.submodule_search_locations or '-')[0])"
-)
+LOCATE = "import importlib.util as u; s = u.find_spec('vllm'); print([*(s and s.submodule_search_locations or '-')][0])"
 
 
 def package_dir(

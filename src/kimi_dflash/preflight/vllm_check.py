@@ -67,12 +67,7 @@ def check_plugin(request: PreflightRequest, runtime: RuntimeReport, verdict: Ver
     """Will vLLM load the kimi_dflash plugin? Only installed entry-point metadata registers it, under a VLLM_PLUGINS
     allowlist (vllm/plugins/__init__.py): a checkout on PYTHONPATH silently does not run it (FP8 KV with k_scale
     1.0; on vLLM 0.20.x "No valid attention backend found")."""
-    # What the plan relies on the plugin for: from the verdict, or at least the KV-scale hook.
-    if verdict is not None:
-        needs = [str(r) for r in verdict.relies if r.kind == "plugin"]
-    else:
-        mode = "off" if request.deployment is None else request.deployment.kv_scale_mode
-        needs = [] if mode == "off" else [f"plugin FP8 KV-scale hook ({mode})"]
+    needs = [str(r) for r in verdict.relies if r.kind == "plugin"] if verdict else []  # what the rules found
 
     def fail_or_warn(detail: str, fix: str) -> CheckResult:
         return CheckResult(PLUGIN_NAME, "fail" if needs else "warn", detail, fix)

@@ -130,7 +130,6 @@ def preflight_step(ctx: Context) -> Outcome:
     before a server starts."""
     from kimi_dflash.config.problems import ConfigError
     from kimi_dflash.config.validate import load_config
-    from kimi_dflash.launch import hooks
     from kimi_dflash.launch.prepare import prepare
     from kimi_dflash.launch.serve_sh import free_port
 
@@ -142,7 +141,7 @@ def preflight_step(ctx: Context) -> Outcome:
             # The port is picked per server by qualify: check one that is free, not the config's.
             config = load_config(path, environ={**os.environ, "PORT": str(free_port())})
             prepared = prepare(config, create=True, say=lines.append)  # what serve serves, remedies applied
-            ok = hooks.preflight(prepared, fix_numa=False, say=lines.append) and ok
+            ok = prepared.preflight(fix_numa=False, say=lines.append) and ok
         except ConfigError as error:
             lines.extend(p.render() for p in error.problems)
             ok = False

@@ -53,7 +53,7 @@ class Verdict:
 
     @property
     def relies(self) -> tuple[Remedy, ...]:
-        """What the passes rely on; the launcher applies those of its kinds (launch/prepare.py, hooks.patches)."""
+        """What the passes rely on; the launcher applies those of its kinds (launch/prepare.py)."""
         return tuple(dict.fromkeys(r for f in self.findings for r in f.relies))
 
     def remedies(self, *kinds: str) -> tuple[Remedy, ...]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kimi_dflash.core import options
-from kimi_dflash.launch import cli, hooks
+from kimi_dflash.launch import cli
 from kimi_dflash.launch.prepare import Prepared
 from kimi_dflash.patcher.floor import package_dir
 from kimi_dflash.qualify import steps
@@ -25,9 +25,7 @@ ZLAB = resources.files("kimi_dflash").joinpath("data/checkpoints/kimi-k2.5-dflas
 def preflights(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[Prepared]:
     """What each preflight was handed (the machine checks themselves are preflight's tests)."""
     seen: list[Prepared] = []
-    monkeypatch.setattr(
-        hooks, "preflight", lambda prepared, fix_numa, say, starting=False: seen.append(prepared) or True
-    )
+    monkeypatch.setattr(Prepared, "preflight", lambda self, fix_numa, say, starting=False: seen.append(self) or True)
     monkeypatch.setenv("KIMI_DFLASH_CACHE", str(tmp_path / "cache"))  # demo models and overlays land here
     for key in ("PORT", "HOST", "API_KEY", "MODEL_DIR", "DRAFT_MODEL_DIR"):
         monkeypatch.delenv(key, raising=False)

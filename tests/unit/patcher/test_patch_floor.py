@@ -24,7 +24,7 @@ INSTALLED = package_dir()
 SCRIPT = """
 import json, os, sys
 from kimi_dflash.config.validate import load_config
-from kimi_dflash.launch import cli, hooks
+from kimi_dflash.launch import cli
 from kimi_dflash.launch.prepare import prepare
 from kimi_dflash.rules.source import VllmSource
 config_path, vllm_dir = sys.argv[1], sys.argv[2]
@@ -33,7 +33,7 @@ code = options.run(cli, [config_path, "--check-vllm", vllm_dir])
 config = load_config(config_path)
 lines = []
 prepared = prepare(config, {}, source=lambda _plan: VllmSource.open(vllm_dir), say=lambda _: None)
-patched = hooks.patches(prepared, lines.append, vllm_root=vllm_dir)
+patched = prepared.patch(lines.append, vllm_root=vllm_dir)
 if os.environ.get("REGISTER_PLUGIN"):
     import kimi_dflash.vllm_plugin
     kimi_dflash.vllm_plugin.register()

@@ -50,7 +50,7 @@ def test_runtime_probe_reports_an_interpreter_that_cannot_run():
 
 @pytest.mark.skipif(package_dir() is None, reason="vLLM is not installed in this Python")
 def test_a_starts_probe_leaves_importing_vllm_to_vllm():
-    """serve's start (hooks.preflight(starting=True)) asks for no import on CPU: vLLM imports itself first thing."""
+    """serve's start (Prepared.preflight(starting=True)) asks for no import on CPU: vLLM imports itself first thing."""
     report = probe_runtime((), imports=())
     assert report.vllm_source == str(package_dir()) and report.vllm_distribution and report.vllm_version
     assert report.vllm_import_error is None and report.torch_version is None and report.plugins is not None
