@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING
 
 from kimi_dflash.core.checks import CheckResult, failed
 from kimi_dflash.preflight.accelerators import check_accelerators
@@ -13,9 +12,6 @@ from kimi_dflash.preflight.model_dir import check_model_dir, check_preshard
 from kimi_dflash.preflight.request import PreflightRequest
 from kimi_dflash.preflight.system import check_numa, check_port, check_shm
 from kimi_dflash.preflight.vllm_check import check_vllm
-
-if TYPE_CHECKING:
-    from kimi_dflash.rules.deployment import Deployment
 
 Check = Callable[[], "list[CheckResult] | CheckResult"]
 
@@ -45,7 +41,7 @@ def run_preflight(request: PreflightRequest, probe: HostProbe | None = None) -> 
     if request.preshard_dir is not None:
         checks.append(("pre-shard", partial(check_preshard, request, runtime)))
     if request.deployment is not None and request.deployment.kv_scale_mode != "off":  # not after a 555 GB load
-        checks.append(("kv scales", partial(_kv_scales, request, request.deployment)))
+        checks.append(("kv scales", partial(_kv_scales, request)))
     checks.append(("port", partial(check_port, request, probe)))
 
     results: list[CheckResult] = []
@@ -58,13 +54,14 @@ def run_preflight(request: PreflightRequest, probe: HostProbe | None = None) -> 
     return results
 
 
-def _kv_scales(request: PreflightRequest, deployment: Deployment) -> list[CheckResult]:
+def _kv_scales(request: PreflightRequest) -> list[CheckResult]:
     from kimi_dflash.kvscale.checks import check_kv_scale_config
 
-    target, model = deployment.target, str(request.model_dir or deployment.command.model)
-    fingerprint = None if target is None else target.fingerprint
+    planned = request.deployment
+    assert planned is not None  # the check is added only with a deployment
+    model, target = str(request.model_dir or planned.command.model), planned.target  # matched on the target's facts
     return check_kv_scale_config(
-        deployment.env, model=model, kv_cache_dtype=deployment.kv_cache_dtype, fingerprint=fingerprint
+        planned.env, model=model, kv_cache_dtype=planned.kv_cache_dtype, fingerprint=target and target.fingerprint
     )
 
 
