@@ -65,23 +65,33 @@ vLLM's own exit code.
 class ServeOptions:
     ABBREVIATIONS: ClassVar[bool] = False
 
-    config: str | None = option("env-file config: a path, or the name of a config shipped with the package (e.g. "
-        "demo-cpu = configs/demo-cpu.env; default: production)", positional=True)  # fmt: skip
-    dry_run: bool = option("print the launch plan (shell-quoted, secrets redacted) and exit without touching "
-        "anything", exclusive="mode")  # fmt: skip
+    config: str | None = option(
+        "env-file config: a path, or the name of a config shipped with the package (e.g. "
+        "demo-cpu = configs/demo-cpu.env; default: production)",
+        positional=True,
+    )
+    dry_run: bool = option(
+        "print the launch plan (shell-quoted, secrets redacted) and exit without touching anything", exclusive="mode"
+    )
     preflight: bool = option("run only the preflight checks", exclusive="mode")
     stop: bool = option("stop the server a previous --wait started", exclusive="mode")
-    check_vllm: Path | None = option("judge the plan against the vLLM at DIR (its `vllm` package directory, a "
+    check_vllm: Path | None = option(
+        "judge the plan against the vLLM at DIR (its `vllm` package directory, a "
         "directory holding it such as an unpacked wheel, or a .whl) from its source, without starting anything: "
         "every option, speculative-config key and VLLM_* variable, the MoE backend against the checkpoint's "
         "quantisation, the KV dtype against the platform's MLA backends, and the patches / plugin the plan relies "
         "on. Exit 0: it starts; 2: it would not (each reason with its fix). Uses MODEL_DIR/config.json, or the "
-        "facts shipped for MODEL_REPO when the checkpoint is not downloaded", metavar="DIR", exclusive="mode"
-    )  # fmt: skip
-    wait: bool = option("start vLLM in the background and return once /health and a one-token completion succeed "
-        "(exit 1 with the log tail if it dies or READY_TIMEOUT_S passes)")  # fmt: skip
-    log: Path | None = option("also write vLLM's output to this file (with --wait default: "
-        "<cache>/logs/serve-<port>.log)")  # fmt: skip
+        "facts shipped for MODEL_REPO when the checkpoint is not downloaded",
+        metavar="DIR",
+        exclusive="mode",
+    )
+    wait: bool = option(
+        "start vLLM in the background and return once /health and a one-token completion succeed "
+        "(exit 1 with the log tail if it dies or READY_TIMEOUT_S passes)"
+    )
+    log: Path | None = option(
+        "also write vLLM's output to this file (with --wait default: <cache>/logs/serve-<port>.log)"
+    )
     fix_numa: bool = option("as root, set kernel.numa_balancing=0 when preflight finds it on")
     skip_preflight: bool = option("start without preflight checks")
     # The dry engine (vLLM's start-up code on a simulated platform) is a lab tool now (python -m kimi_dflash_lab

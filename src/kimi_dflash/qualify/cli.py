@@ -73,31 +73,49 @@ def _key_value(text: str) -> tuple[str, str]:
 class QualifyOptions:
     USAGE_EXIT: ClassVar[int] = report.EXIT_INFRA  # 2 means a failed verdict here
 
-    config: str = option("the config to qualify: a path, or a shipped config's name (demo-cpu)", positional=True,
-        required=True)  # fmt: skip
-    budget: str | None = option("time the run may take, e.g. 20m, 3h (default: 15m on CPU, 4h on GPU); trims the "
-        "grid", metavar="DURATION")  # fmt: skip
+    config: str = option(
+        "the config to qualify: a path, or a shipped config's name (demo-cpu)", positional=True, required=True
+    )
+    budget: str | None = option(
+        "time the run may take, e.g. 20m, 3h (default: 15m on CPU, 4h on GPU); trims the grid", metavar="DURATION"
+    )
     out: Path | None = option("report directory (default: qualify-<config name>)")
-    slo: str | None = option("service-level objectives every grid benchmark is judged by, e.g. ttft:2s,user_tps:12 "
+    slo: str | None = option(
+        "service-level objectives every grid benchmark is judged by, e.g. ttft:2s,user_tps:12 "
         "(the benchmark's --slo form); default per box: GPU ttft:2s,user_tps:12, CPU ttft:1s,user_tps:50 "
-        "(docs/qualify.md says why); 'none' measures no goodput", metavar="SPEC")  # fmt: skip
-    project_acceptance: str | None = option("GPU only: also serve the candidate with vLLM's synthetic acceptance "
+        "(docs/qualify.md says why); 'none' measures no goodput",
+        metavar="SPEC",
+    )
+    project_acceptance: str | None = option(
+        "GPU only: also serve the candidate with vLLM's synthetic acceptance "
         "sampler at these per-position rates (one per drafted token, non-increasing, e.g. 0.8,0.6,0.4 or a result's "
         "per_position list) and measure its speed at the grid's concurrency: what a drafter accepting that often "
-        "would give on this box. A projection of speed, not of quality; refused on the CPU build", metavar="RATES"
-    )  # fmt: skip
-    no_graphs: bool = option("do not measure the graph-mode candidate (by default, on a GPU, an eager config is also "
+        "would give on this box. A projection of speed, not of quality; refused on the CPU build",
+        metavar="RATES",
+    )
+    no_graphs: bool = option(
+        "do not measure the graph-mode candidate (by default, on a GPU, an eager config is also "
         "served with graphs on and aligned capture sizes when the runtime rules allow it on the serving vLLM)"
-    )  # fmt: skip
+    )
     dry_run: bool = option("list the steps with time estimates; run nothing")
     resume: bool = option("finish the run recorded in --out (after a kill)")
     no_plots: bool = option("no PNGs (no matplotlib needed)")
-    candidate_env: list[tuple[str, str]] = option("config key set for the candidate only, e.g. to check that a "
+    candidate_env: list[tuple[str, str]] = option(
+        "config key set for the candidate only, e.g. to check that a "
         "candidate serving another model is caught (FABRICATE_DEMO_MODELS=qwen3 on the demo): the verdict must be "
-        "FAIL", repeatable=True, metavar="KEY=VALUE", parse=_key_value)  # fmt: skip
-    candidates: tuple[str, ...] = option("a drafter shoot-out: each of these configs is measured against CONFIG "
+        "FAIL",
+        repeatable=True,
+        metavar="KEY=VALUE",
+        parse=_key_value,
+    )
+    candidates: tuple[str, ...] = option(
+        "a drafter shoot-out: each of these configs is measured against CONFIG "
         "without speculation, the one reference, judged lossless and ranked (docs/qualify.md); CONFIG is a candidate "
-        "only when listed", metavar="A.env,B.env", default=(), parse=comma_list(str, "config files"))  # fmt: skip
+        "only when listed",
+        metavar="A.env,B.env",
+        default=(),
+        parse=comma_list(str, "config files"),
+    )
     serve_sh: Path | None = option(hidden=True)  # tests substitute a stand-in for serve.sh, as for the sweep
 
 
@@ -279,8 +297,11 @@ def _run(ctx: Context, state: QualifyState, args: QualifyOptions) -> int:
     try:
         tally = run_units(step_units(ctx), state, "qualify", stops_the_run=("preflight",))
         if tally.stopped_at:
-            print(f"qualify: {tally.stopped_at} failed; stopping here (the plan would not run right). Fix what it "
-                  "names and rerun with --resume.", file=sys.stderr)  # fmt: skip
+            print(
+                f"qualify: {tally.stopped_at} failed; stopping here (the plan would not run right). Fix what it "
+                "names and rerun with --resume.",
+                file=sys.stderr,
+            )
     except ServerLeftRunning as exc:  # the run stops: another server would compete with it; the report says so
         print(f"qualify: error: {exc}", file=sys.stderr)
     began = state.begin("report")

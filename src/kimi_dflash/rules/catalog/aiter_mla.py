@@ -39,10 +39,13 @@ def aiter_verify_cap(source: VllmSource) -> VerifyCap | None:
     ints = {name: (value, line) for name, (value, line) in constants if isinstance(value, int)}
     cap, heads = ints.get("_ASM_PADDED_MAX_PS_QLEN"), ints.get("_AITER_MIN_MLA_HEADS")
     routing = next(
-        (n for n in ast.walk(tree) if isinstance(n, ast.BoolOp) and isinstance(n.op, ast.Or)
-         and "_ASM_PADDED_MAX_PS_QLEN" in ast.unparse(n)),
+        (
+            n
+            for n in ast.walk(tree)
+            if isinstance(n, ast.BoolOp) and isinstance(n.op, ast.Or) and "_ASM_PADDED_MAX_PS_QLEN" in ast.unparse(n)
+        ),
         None,
-    )  # fmt: skip
+    )
     return VerifyCap(
         cap=None if cap is None else cap[0],
         min_heads=None if heads is None else heads[0],
