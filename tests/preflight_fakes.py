@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kimi_dflash.preflight.host import CommandOutput, DiskSpace, HostProbe
+from kimi_dflash.preflight.request import PreflightRequest
 from kimi_dflash.preflight.runtime_probe import Accelerator, RuntimeReport
 from kimi_dflash.rules.features import FeatureOutcome, parse_feature
 
@@ -172,9 +173,9 @@ class FakeHost:
             self.binds.append((host, port))
             return self.bind_result
 
-        def runtime(features: tuple[str, ...], python: str, env: Mapping[str, str] | None = None) -> RuntimeReport:
-            self.runtime_calls.append((features, python))
-            return runtime_report(features, **self.runtime_kwargs)
+        def runtime(request: PreflightRequest) -> RuntimeReport:
+            self.runtime_calls.append((request.required_features, request.interpreter))
+            return runtime_report(request.required_features, **self.runtime_kwargs)
 
         return HostProbe(
             root=self.root,

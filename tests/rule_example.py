@@ -1,6 +1,6 @@
-"""A new compatibility rule as a next-round author writes it: one module holding the rule and the source fact it
-reads, on a made-up miniature of vLLM. tests/unit/rules/test_rule_engine.py shows it reaching the verdict,
-lab/tests/test_compat_matrix.py the docs' tables."""
+"""A new compatibility rule as a next-round author writes it: one module holding the rule, the source fact it
+reads and its remedy, on a made-up miniature of vLLM. tests/unit/rules/test_rule_engine.py shows it reaching the
+verdict and serve's plan, lab/tests/test_compat_matrix.py the docs' tables."""
 
 from __future__ import annotations
 
@@ -23,10 +23,12 @@ MINI_VLLM = {
 # The example: what a next-round drafter trap looks like. It reads the drafter's config.json and a per-release
 # source fact with its file:line, and declares that fact as a docs column.
 EXAMPLE = '''
-from kimi_dflash.rules.model import Fact, Rule, failed, passed
+from kimi_dflash.core.checks import Remedy, failed, passed
+from kimi_dflash.rules.model import Fact, Rule
 from kimi_dflash.rules.source import SourceLine
 
 ROTARY = "vllm/model_executor/layers/rotary_embedding/yarn_scaling_rope.py"
+PIN = "KIMI_DFLASH_EXAMPLE_PIN"
 
 
 def yarn_mscale(source) -> SourceLine | None:
@@ -41,7 +43,12 @@ def _check(deployment, source):
     where = yarn_mscale(source)
     if where is None:
         return [passed("no YaRN amplitude formula in this release")]
-    return [failed(f"drafter YaRN factor {rope['factor']}: amplitude from {where}", "pin the amplitude", "YaRN")]
+    if deployment.env.get(PIN) == "1":
+        return [passed(f"the amplitude is pinned ({PIN}=1)")]
+    detail = f"drafter YaRN factor {rope['factor']}: amplitude from {where}"
+    if deployment.option_keys:  # a launcher's plan: serve applies the remedy
+        return [passed(detail, (Remedy("env", PIN, "1"),))]
+    return [failed(detail, f"{PIN}=1", "YaRN")]
 
 
 RULES = (

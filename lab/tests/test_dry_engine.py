@@ -13,7 +13,7 @@ import shlex
 
 import pytest
 
-from kimi_dflash.preflight.runtime_child import vllm_package_dir
+from kimi_dflash.patcher.floor import package_dir
 from kimi_dflash.rules.catalog.moe import host_has_amx
 from kimi_dflash.rules.engine import all_rules
 from kimi_dflash.rules.source import VllmSource
@@ -23,7 +23,7 @@ from kimi_dflash_lab.dry_engine.engine import rewrite_models
 from kimi_dflash_lab.dry_engine.model_dir import KIMI_K2_TEXT, complete_kimi_config
 from repo_paths import REPO_ROOT
 
-INSTALLED = vllm_package_dir()
+INSTALLED = package_dir()
 
 
 def test_the_runtime_traps_are_the_rules_that_say_why_start_up_cannot_see_them() -> None:

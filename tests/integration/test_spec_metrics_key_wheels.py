@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 
 from kimi_dflash.config.validate import load_config
-from kimi_dflash.launch import hooks
+from kimi_dflash.launch.prepare import prepare
 from kimi_dflash.plan import build_plan
-from kimi_dflash.rules.engine import judge
 from kimi_dflash.rules.source import VllmSource
 from repo_paths import CONFIGS_DIR
 
@@ -20,13 +19,17 @@ def _plan(name: str, **environ: str):
     return config, build_plan(config, "python", "/cache")
 
 
+def _judged(name: str, source: VllmSource, **environ: str):
+    config = load_config(CONFIGS_DIR / name, environ=environ)
+    return prepare(config, {}, source=lambda _plan: source, say=lambda _: None).verdict
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("version", "refused"), [("0.28.0", True), ("0.29.0", False)])
 def test_compat_check_refuses_the_key_where_vllm_lacks_the_flag(version: str, refused: bool) -> None:
     from kimi_dflash_lab.wheels import source_wheel
 
-    config, plan = _plan("production.env", PER_REQUEST_SPEC_METRICS="summary")
-    report = judge(hooks.deployment(config, plan), VllmSource.from_wheel(source_wheel(version)))
+    report = _judged("production.env", VllmSource.from_wheel(source_wheel(version)), PER_REQUEST_SPEC_METRICS="summary")
     failures = [f for f in report.failures if FLAG in f.detail]
     assert bool(failures) == refused, [f.detail for f in report.failures]
     if refused:

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from kimi_dflash.preflight.runtime_child import vllm_package_dir
+from kimi_dflash.patcher.floor import package_dir
 from kimi_dflash.rules.source import VllmSource
 
-INSTALLED = vllm_package_dir()
+INSTALLED = package_dir()
 
 
 KEY = "SYNTHETIC_ACCEPTANCE_RATES"

@@ -10,15 +10,19 @@ from pathlib import Path
 
 from kimi_dflash.core.doc_sections import MissingMarkers
 from kimi_dflash.core.options import declare, option
+from kimi_dflash_lab import matrix
 from kimi_dflash_lab.docgen import config_reference, result_schema
 
-EPILOG = """regenerates, in the checkout at --root:
+EPILOG = """regenerates, in the checkout at --root, without the network:
   docs/configuration.md              the config reference, from the config schema (config/schema.py)
   docs/benchmark.md                  the result-file reference, from the result model (bench/result.py)
   docs/benchmark-result.schema.json  the result file's JSON Schema, from the same model
+  docs/compatibility.md, README.md   the rules table (from the rules' declarations), the vLLM compatibility matrix,
+                                     the runtime facts and README's "Which vLLM" (from the committed per-release
+                                     facts, lab/kimi_dflash_lab/compat_releases.json)
   README.md Results                  the result tables, from benchmarks/results/ (kimi-dflash results)
 
-not here (each its own lab command, minutes): the vLLM compatibility matrix and README's "Which vLLM"
+not here (each its own lab command, minutes): reading a new vLLM release into the per-release facts
 (python -m kimi_dflash_lab matrix --write; downloads vLLM wheels), the dry-engine table
 (python -m kimi_dflash_lab.dry_engine.table --write).
 exit codes: 0 all regenerated; 1 a page lacks its markers; 2 not a checkout, or the result tables failed
@@ -39,6 +43,7 @@ def steps(root: Path) -> list[tuple[str, Callable[[], list[Path]]]]:
     return [
         ("config reference", lambda: config_reference.write(root / config_reference.PAGE)),
         ("result schema", lambda: result_schema.write(docs)),
+        ("compatibility", lambda: matrix.write_docs(root / matrix.DOC, root / matrix.README)),
     ]
 
 

@@ -29,28 +29,23 @@ add_cli_args = declare(DryEngineOptions, __doc__)
 
 
 def main(args: DryEngineOptions) -> int:
-    from kimi_dflash.checkpoint import read_facts
     from kimi_dflash.config.problems import ConfigError
     from kimi_dflash.config.shipped import resolve_config_argument
     from kimi_dflash.config.validate import load_config
-    from kimi_dflash.core.paths import cache_root
-    from kimi_dflash.launch import hooks
-    from kimi_dflash.launch.prepare import resolve_demo_models
-    from kimi_dflash.plan import build_plan
-    from kimi_dflash.preflight.runtime_child import vllm_package_dir
-    from kimi_dflash.rules.engine import judge
+    from kimi_dflash.launch.prepare import prepare
+    from kimi_dflash.patcher.floor import package_dir
     from kimi_dflash.rules.source import VllmSource
     from kimi_dflash_lab.dry_engine.compare import compare
     from kimi_dflash_lab.dry_engine.engine import dry_engine_for_plan
     from kimi_dflash_lab.dry_engine.venv import venv_python, venv_vllm_dir
 
     try:
-        config = resolve_demo_models(load_config(str(resolve_config_argument(args.config))), create=False)
+        config = load_config(str(resolve_config_argument(args.config)))
     except ConfigError as error:
         for problem in error.problems:
             print(problem.render(), file=sys.stderr)
         return 2
-    python, installed = sys.executable, vllm_package_dir()  # the vLLM this Python imports
+    python, installed = sys.executable, package_dir()  # the vLLM this Python imports
     if args.vllm is not None:
         venv = venv_python(args.vllm)
         if venv is None:
@@ -61,19 +56,18 @@ def main(args: DryEngineOptions) -> int:
             )
             return 1
         python, installed = str(venv), venv_vllm_dir(args.vllm)
-    plan = build_plan(
-        config, python_executable=sys.executable, cache_dir=str(cache_root()), facts=read_facts(config.typed)
-    )
+    source = None if installed is None else VllmSource.open(installed)
+    prepared = prepare(config, {}, source=lambda _plan: source)  # the plan serve would start, judged
     verdict = dry_engine_for_plan(
-        config, plan, python=python, meta_model=not args.no_meta_model, cuda_gpu=args.simulate_gpu
+        prepared.config, prepared.plan, python=python, meta_model=not args.no_meta_model, cuda_gpu=args.simulate_gpu
     )
     if args.json:
         print(json.dumps(dict(verdict.report), indent=1, default=str))
         return 0 if verdict.ran and verdict.starts else (1 if not verdict.ran else 2)
     print(verdict.render())
     agreement = None
-    if installed is not None:
-        agreement = compare(verdict, judge(hooks.deployment(config, plan), VllmSource.open(installed)))
+    if prepared.verdict is not None:
+        agreement = compare(verdict, prepared.verdict)
         print("  " + agreement.render().replace("\n", "\n  "))
     if not verdict.ran:
         return 1

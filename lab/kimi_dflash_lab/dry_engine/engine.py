@@ -298,9 +298,9 @@ def rewrite_models(argv: Sequence[str], target: Path, drafter: Path | None) -> l
 def installed_vllm_is(source_origin: str) -> bool:
     """Whether the vLLM a --check-vllm DIR names is the one this interpreter imports (the dry engine can only
     run that one)."""
-    from kimi_dflash.preflight.runtime_child import vllm_package_dir
+    from kimi_dflash.patcher.floor import package_dir
 
-    installed = vllm_package_dir()
+    installed = package_dir()
     try:
         return installed is not None and Path(source_origin).resolve() == installed.resolve()
     except OSError:

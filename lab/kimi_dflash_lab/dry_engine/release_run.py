@@ -70,9 +70,9 @@ def _sanitize(value: object, replacements: Mapping[str, str]) -> object:
 
 def case_plan(case: Case, create: bool = False):  # type: ignore[no-untyped-def]
     """(config, plan, overrides) of a case: the shipped config, its overrides (and qualify's graph-mode ones)."""
-    from kimi_dflash.checkpoint import read_facts
     from kimi_dflash.config.shipped import shipped_configs_dir
     from kimi_dflash.config.validate import load_config
+    from kimi_dflash.core.envvars import VLLM_USE_FLASHINFER_SAMPLER
     from kimi_dflash.core.paths import cache_root
     from kimi_dflash.launch.prepare import resolve_demo_models
     from kimi_dflash.plan import build_plan
@@ -84,9 +84,8 @@ def case_plan(case: Case, create: bool = False):  # type: ignore[no-untyped-def]
         values = {k: str(v) for k, v in load_config(path, environ=overrides).values.items() if v is not None}
         overrides.update(graph_overrides(values, int(values["NUM_SPECULATIVE_TOKENS"])))
     config = resolve_demo_models(load_config(path, environ=overrides), create=create)
-    # flashinfer=False: the plan a host without flashinfer gets (the GPU kit's); the dry engine needs no sampler.
-    facts = read_facts(config.typed)
-    plan = build_plan(config, python_executable="python", cache_dir=str(cache_root()), flashinfer=False, facts=facts)
+    # The remedy a host without flashinfer gets (the GPU kit's); the dry engine needs no sampler.
+    plan = build_plan(config, "python", str(cache_root()), remedy_env={VLLM_USE_FLASHINFER_SAMPLER: "0"})
     return config, plan, overrides
 
 

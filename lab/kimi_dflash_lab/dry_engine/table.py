@@ -18,16 +18,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from kimi_dflash.checkpoint import read_facts
 from kimi_dflash.config.shipped import shipped_configs_dir
 from kimi_dflash.config.validate import load_config
 from kimi_dflash.core.doc_sections import update_sections
 from kimi_dflash.core.options import declare, option, run
-from kimi_dflash.core.paths import cache_root
-from kimi_dflash.launch.prepare import resolve_demo_models
-from kimi_dflash.plan import build_plan
-from kimi_dflash.rules import engine as rules
-from kimi_dflash.rules.deployment import Deployment
+from kimi_dflash.launch.prepare import prepare, resolve_demo_models
 from kimi_dflash.rules.engine import Verdict
 from kimi_dflash.rules.source import VllmSource
 from kimi_dflash_lab.dry_engine.compare import Agreement, compare
@@ -80,17 +75,17 @@ class Row:
 
 
 def _planned(file: str, overrides: Mapping[str, str], source: VllmSource) -> tuple:  # type: ignore[type-arg]
-    """(config, plan, static verdict) of a case; build() has built the demo models (and the demo Kimi the production
-    rows complete Kimi's config from)."""
+    """(config, plan, static verdict) of a case as serve prepares it; build() has built the demo models (and the
+    demo Kimi the production rows complete Kimi's config from)."""
     config = resolve_demo_models(
         load_config(shipped_configs_dir() / file, environ=dict(overrides)), create=False, say=lambda _m: None
     )
     if "DEMO_DRAFTER" in str(overrides.get("EXTRA_VLLM_ARGS", "")):
         extra = str(overrides["EXTRA_VLLM_ARGS"]).replace("DEMO_DRAFTER", str(config.typed.draft_model_dir))
         config = config.with_values("dry table variant", EXTRA_VLLM_ARGS=extra)
-    facts = read_facts(config.typed)
-    plan = build_plan(config, python_executable=sys.executable, cache_dir=str(cache_root()), facts=facts)
-    return config, plan, rules.judge(Deployment.for_plan(config, plan, facts=facts), source)
+    prepared = prepare(config, {}, source=lambda _plan: source, say=lambda _m: None)
+    assert prepared.verdict is not None  # judged on the given source
+    return prepared.config, prepared.plan, prepared.verdict
 
 
 def judge(name: str, file: str, overrides: Mapping[str, str], source: VllmSource) -> Row:
@@ -188,9 +183,9 @@ add_cli_args = declare(TableOptions, __doc__)
 
 
 def main(args: TableOptions) -> int:
-    from kimi_dflash.preflight.runtime_child import vllm_package_dir
+    from kimi_dflash.patcher.floor import package_dir
 
-    package = vllm_package_dir()
+    package = package_dir()
     if package is None:
         print("dry table: vLLM is not installed in this Python", file=sys.stderr)
         return 1

@@ -1,8 +1,8 @@
 """Start a vLLM server from a config file in this process and hold its handle (the KV hook-cost instrument).
 
 The product starts servers through serve.sh (launch/cli.py; workflows through launch/serve_sh.py); this goes the
-same way without the preflight and the patches: config file -> validated Config -> plan.build_plan (argv +
-environment) -> launch/server.start_and_wait. Callers are on the CPU build, where the plugin applies what a plan
+same way without the preflight and the patches: config file -> validated Config -> launch.prepare (the plan serve
+would serve) -> launch/server.start_and_wait. Callers are on the CPU build, where the plugin applies what a plan
 needs at runtime.
 """
 
@@ -16,8 +16,8 @@ from pathlib import Path
 from subprocess import Popen
 
 from kimi_dflash.config.problems import ConfigError
-from kimi_dflash.config.validate import check_paths, load_config
-from kimi_dflash.launch.prepare import local_plan, resolve_models
+from kimi_dflash.config.validate import load_config
+from kimi_dflash.launch.prepare import prepare
 from kimi_dflash.launch.server import start_and_wait, stop_process_group, tail
 from kimi_dflash.plan import LaunchPlan
 
@@ -71,11 +71,11 @@ def start_local_server(
         config = load_config(config_path, environ=dict(overrides or {}))
     except ConfigError as error:
         raise ServerStartError(f"{config_path}: " + "; ".join(p.render() for p in error.problems)) from None
-    config = resolve_models(config, create=True)
-    errors = [p for p in check_paths(config) if p.severity == "error"]
+    prepared = prepare(config, create=True, say=say)
+    errors = [p for p in prepared.problems if p.severity == "error"]
     if errors:
         raise ServerStartError(f"{config_path}: " + "; ".join(p.render() for p in errors))
-    plan = local_plan(config)
+    config, plan = prepared.config, prepared.plan
     plan = dataclasses.replace(plan, env={**plan.env, **(process_env or {})})
     timeout_s = float(config.typed.ready_timeout_s)
     process = start_and_wait(plan, log_path, log_path.with_suffix(".pid"), timeout_s, config.typed.api_key, say)

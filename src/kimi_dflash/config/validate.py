@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from kimi_dflash.checkpoint import Facts, read_facts
+from kimi_dflash.checkpoint import Facts
 from kimi_dflash.config.convert import convert
 from kimi_dflash.config.loader import display_path, read_settings
 from kimi_dflash.config.problems import ConfigError, Problem
@@ -45,9 +45,8 @@ class Config:
         return self.typed.demo_models
 
 
-def check_paths(config: Config, facts: Facts | None = None) -> list[Problem]:
-    """Problems with the files a config names: missing dirs, spec tokens vs block size (`facts`; None: read here)."""
-    facts = read_facts(config.typed) if facts is None else facts
+def check_paths(config: Config, facts: Facts) -> list[Problem]:
+    """Problems with the files a config names: missing dirs, spec tokens vs the drafter's block size."""
     return list(path_problems(Check(config.typed, config.sources), facts))
 
 

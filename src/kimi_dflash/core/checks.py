@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 Status = Literal["pass", "warn", "fail"]
@@ -15,30 +15,48 @@ _INDENT = " " * (len("[PASS]") + 1)
 
 
 @dataclass(frozen=True)
+class Remedy:
+    """What a pass relies on beyond vLLM, and who brings it: the vLLM plugin at runtime, or the launcher before vLLM
+    starts (a file patch, the drafter's RoPE overlay, a config key or environment variable set to ``value``)."""
+
+    kind: Literal["plugin", "file patch", "overlay", "config", "env"]
+    name: str
+    value: object = field(default=None, compare=False)
+
+    def __str__(self) -> str:
+        if self.kind in ("plugin", "file patch"):
+            return f"{self.kind} {self.name}"
+        return f"launcher: {self.name}" + ("" if self.kind == "overlay" else f"={self.value}")
+
+
+@dataclass(frozen=True)
 class CheckResult:
     """What one check found: ``detail`` says what was seen (a value, a count, a path); ``fix`` is the exact action
-    that clears a warn/fail line (a command to run or a config key to change), None when there is nothing to do."""
+    that clears a warn/fail line (a command to run or a config key to change), None when there is nothing to do. A
+    rule's finding (named by the engine) names what a pass ``relies`` on, a fail's ``short`` reason for the matrix."""
 
     name: str
     status: Status
     detail: str
     fix: str | None = None
+    relies: tuple[Remedy, ...] = ()
+    short: str = ""
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ValueError(f"CheckResult.status must be one of {STATUSES}, got {self.status!r}")
 
 
-def passed(name: str, detail: str) -> CheckResult:
-    return CheckResult(name, "pass", detail)
+def passed(detail: str, relies: tuple[Remedy, ...] = (), *, name: str = "") -> CheckResult:
+    return CheckResult(name, "pass", detail, None, relies)
 
 
-def warned(name: str, detail: str, fix: str | None = None) -> CheckResult:
+def warned(detail: str, fix: str | None = None, *, name: str = "") -> CheckResult:
     return CheckResult(name, "warn", detail, fix)
 
 
-def failed(name: str, detail: str, fix: str) -> CheckResult:
-    return CheckResult(name, "fail", detail, fix)
+def failed(detail: str, fix: str, short: str = "", *, name: str = "") -> CheckResult:
+    return CheckResult(name, "fail", detail, fix, short=short)
 
 
 def exit_code(results: Iterable[CheckResult]) -> int:

@@ -4,37 +4,34 @@ a model load and comes wrapped in a vLLM traceback."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from kimi_dflash.core.checks import CheckResult, failed, passed, warned
 from kimi_dflash.kvscale import scales_file
 from kimi_dflash.kvscale.fp8 import E4M3_KV_DTYPES
 from kimi_dflash.kvscale.settings import KvScaleConfigError, Mode, settings_from_env
 
-
-@dataclass(frozen=True)
-class Finding:
-    level: str  # "pass" | "warn" | "fail"
-    message: str
+NAME = "kv scales"
+FIX = ""  # the settings' and the scales file's errors each name their fix
 
 
 def check_kv_scale_config(
     env: Mapping[str, str], *, model: str, kv_cache_dtype: str, fingerprint: Mapping[str, Any] | None = None
-) -> list[Finding]:
+) -> list[CheckResult]:
     """Findings for the KIMI_DFLASH_KV_* variables a launch exports (fingerprint: the target's; None: by name)."""
     try:
         settings = settings_from_env(env)
     except KvScaleConfigError as error:
-        return [Finding("fail", str(error))]
+        return [failed(str(error), FIX, name=NAME)]
     fp8 = kv_cache_dtype in E4M3_KV_DTYPES
-    findings: list[Finding] = []
+    findings: list[CheckResult] = []
     if fp8 and settings.mode in (Mode.OFF, Mode.OBSERVE):
         findings.append(
-            Finding(
-                "warn",
-                f"KV_CACHE_DTYPE={kv_cache_dtype} with KV_SCALE_MODE={settings.mode.value}: "
-                "unless the checkpoint ships KV scales, vLLM uses k_scale=1.0 and MLA "
-                "latents lose precision or clip; set KV_SCALE_MODE=calibrated or dynamic",
+            warned(
+                f"KV_CACHE_DTYPE={kv_cache_dtype} with KV_SCALE_MODE={settings.mode.value}: unless the checkpoint "
+                "ships KV scales, vLLM uses k_scale=1.0 and MLA latents lose precision or clip",
+                "set KV_SCALE_MODE=calibrated or dynamic",
+                name=NAME,
             )
         )
     # Scales without an FP8 cache: config validation (config/rules.py) warns, with file:line, before this runs.
@@ -46,21 +43,21 @@ def check_kv_scale_config(
                 scales, scales_file.ModelIdentity(model, None if fingerprint is None else dict(fingerprint))
             )
         except scales_file.KvScalesFileError as error:
-            return findings + [Finding("fail", str(error))]
+            return [*findings, failed(str(error), FIX, name=NAME)]
         low, high = min(s.scale for s in scales.layers.values()), max(s.scale for s in scales.layers.values())
         findings.append(
-            Finding(
-                "pass",
+            passed(
                 f"KV scales file {scales.path}: {len(scales.layers)} layers of "
                 f"{scales.model.model}, k_scale {low:.4g}-{high:.4g} ({scales.fp8_format})",
+                name=NAME,
             )
         )
     elif settings.mode is Mode.DYNAMIC and fp8:
         findings.append(
-            Finding(
-                "pass",
+            passed(
                 "dynamic KV scales: per-layer running amax, floor "
                 f"{settings.floor:g}, warm-up {settings.warmup_steps or 'none (never frozen)'}",
+                name=NAME,
             )
         )
     return findings

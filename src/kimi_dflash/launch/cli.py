@@ -2,26 +2,27 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shlex
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from kimi_dflash.checkpoint import read_facts
 from kimi_dflash.config.problems import ConfigError, Problem
 from kimi_dflash.config.schema import KEYS
 from kimi_dflash.config.shipped import resolve_config_argument
-from kimi_dflash.config.validate import Config, check_paths, load_config
+from kimi_dflash.config.validate import Config, load_config
 from kimi_dflash.core.envvars import CACHE as CACHE_ENV
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.options import declare, option, run
 from kimi_dflash.core.paths import cache_root
-from kimi_dflash.launch import hooks, ownership
-from kimi_dflash.launch.prepare import local_plan, resolve_demo_models, resolve_models
+from kimi_dflash.launch import ownership
+from kimi_dflash.launch.prepare import Prepared, prepare
 from kimi_dflash.launch.private_files import UnsafeLocation, private_dir
 from kimi_dflash.launch.server import (
     StartInterrupted,
@@ -31,7 +32,6 @@ from kimi_dflash.launch.server import (
     stop_detached,
     stop_orphans,
 )
-from kimi_dflash.plan import LaunchPlan, build_plan
 
 EXIT_CONFIG = 2
 EXIT_INTERRUPTED = 130
@@ -65,23 +65,33 @@ vLLM's own exit code.
 class ServeOptions:
     ABBREVIATIONS: ClassVar[bool] = False
 
-    config: str | None = option("env-file config: a path, or the name of a config shipped with the package (e.g. "
-        "demo-cpu = configs/demo-cpu.env; default: production)", positional=True)  # fmt: skip
-    dry_run: bool = option("print the launch plan (shell-quoted, secrets redacted) and exit without touching "
-        "anything", exclusive="mode")  # fmt: skip
+    config: str | None = option(
+        "env-file config: a path, or the name of a config shipped with the package (e.g. "
+        "demo-cpu = configs/demo-cpu.env; default: production)",
+        positional=True,
+    )
+    dry_run: bool = option(
+        "print the launch plan (shell-quoted, secrets redacted) and exit without touching anything", exclusive="mode"
+    )
     preflight: bool = option("run only the preflight checks", exclusive="mode")
     stop: bool = option("stop the server a previous --wait started", exclusive="mode")
-    check_vllm: Path | None = option("judge the plan against the vLLM at DIR (its `vllm` package directory, a "
+    check_vllm: Path | None = option(
+        "judge the plan against the vLLM at DIR (its `vllm` package directory, a "
         "directory holding it such as an unpacked wheel, or a .whl) from its source, without starting anything: "
         "every option, speculative-config key and VLLM_* variable, the MoE backend against the checkpoint's "
         "quantisation, the KV dtype against the platform's MLA backends, and the patches / plugin the plan relies "
         "on. Exit 0: it starts; 2: it would not (each reason with its fix). Uses MODEL_DIR/config.json, or the "
-        "facts shipped for MODEL_REPO when the checkpoint is not downloaded", metavar="DIR", exclusive="mode"
-    )  # fmt: skip
-    wait: bool = option("start vLLM in the background and return once /health and a one-token completion succeed "
-        "(exit 1 with the log tail if it dies or READY_TIMEOUT_S passes)")  # fmt: skip
-    log: Path | None = option("also write vLLM's output to this file (with --wait default: "
-        "<cache>/logs/serve-<port>.log)")  # fmt: skip
+        "facts shipped for MODEL_REPO when the checkpoint is not downloaded",
+        metavar="DIR",
+        exclusive="mode",
+    )
+    wait: bool = option(
+        "start vLLM in the background and return once /health and a one-token completion succeed "
+        "(exit 1 with the log tail if it dies or READY_TIMEOUT_S passes)"
+    )
+    log: Path | None = option(
+        "also write vLLM's output to this file (with --wait default: <cache>/logs/serve-<port>.log)"
+    )
     fix_numa: bool = option("as root, set kernel.numa_balancing=0 when preflight finds it on")
     skip_preflight: bool = option("start without preflight checks")
     # The dry engine (vLLM's start-up code on a simulated platform) is a lab tool now (python -m kimi_dflash_lab
@@ -122,7 +132,16 @@ def stop_command(config: Config, config_argument: str, environ: dict[str, str] |
     return " ".join([*assignments, "./serve.sh", shlex.quote(config_argument), "--stop"])
 
 
+def since_process_start() -> float:
+    """Seconds since this process started (Linux: /proc), else 0: the interpreter's and the imports' share."""
+    with contextlib.suppress(OSError, ValueError, IndexError, AttributeError):
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+    return 0.0
+
+
 def main(args: ServeOptions) -> int:
+    spent, clock = {"python and imports": since_process_start()}, time.monotonic()
     args.config = str(resolve_config_argument(args.config))
     try:
         config = load_config(args.config)
@@ -145,12 +164,14 @@ def main(args: ServeOptions) -> int:
         except UnsafeLocation as error:
             say(f"serve: {error}. Nothing was started.")
             return 1
+    spent["config"] = time.monotonic() - clock
     try:
-        config, facts = resolve_models(config, create=not args.dry_run)
+        prepared = prepare(config, os.environ, create=not args.dry_run, say=say)
     except UserError as error:
         say(f"serve: {error}. Nothing was started.")
         return error.exit_code
-    path_problems = check_paths(config, facts)
+    spent.update(prepared.seconds)
+    path_problems = list(prepared.problems)
     if args.preflight:  # preflight checks the checkpoint directories itself, in more depth
         path_problems = [p for p in path_problems if p.key not in ("MODEL_DIR", "DRAFT_MODEL_DIR")]
     if args.dry_run:  # nothing will start, so nothing on disk is an error yet
@@ -160,31 +181,31 @@ def main(args: ServeOptions) -> int:
     if path_errors and not args.preflight:  # --preflight goes on: its report covers the whole machine
         return EXIT_CONFIG
 
-    plan = local_plan(config, facts)
     if args.dry_run:
-        print(plan.render())
+        print(prepared.plan.render())
         return 0
     log_problem = _log_problem(args.log)
     if log_problem and not args.preflight:
         say(f"serve: --log {args.log}: {log_problem}; nothing was started.")
         return EXIT_CONFIG
 
-    planned = hooks.deployment(config, plan, os.environ, facts)  # once: preflight and the patch step judge this one
+    clock = time.monotonic()
     if not args.skip_preflight or args.preflight:
-        ok = hooks.preflight(config, plan, fix_numa=args.fix_numa, say=say, planned=planned)
+        ok = prepared.preflight(fix_numa=args.fix_numa, say=say, starting=not args.preflight)
         if args.preflight:
             return 0 if ok and not path_errors else 1
         if not ok:
             say("serve: preflight failed; fix the lines marked FAIL (or pass --skip-preflight).")
             return 1
-    if not hooks.patches(planned, say=say):
+    spent["preflight"], clock = time.monotonic() - clock, time.monotonic()
+    if not prepared.patch(say=say):
         return 1
-    return start(config, plan, args, pid_path)
+    spent["patches"] = time.monotonic() - clock
+    return start(prepared, args, pid_path, spent)
 
 
 def check_vllm(config: Config, vllm_dir: Path) -> int:
     """`--check-vllm DIR`: the compatibility report for this plan and that vLLM; exit 0 starts, 2 would not."""
-    from kimi_dflash.rules.engine import judge
     from kimi_dflash.rules.source import VllmSource, VllmSourceError
 
     try:
@@ -192,10 +213,8 @@ def check_vllm(config: Config, vllm_dir: Path) -> int:
     except VllmSourceError as error:
         say(f"serve: --check-vllm: {error}")
         return EXIT_CONFIG
-    config = resolve_demo_models(config, create=False)
-    facts = read_facts(config.typed)
-    plan = build_plan(config, python_executable=sys.executable, cache_dir=str(cache_root()), facts=facts)
-    verdict = judge(hooks.deployment(config, plan, facts=facts), source)
+    verdict = prepare(config, {}, source=lambda _plan: source).verdict
+    assert verdict is not None  # a source was given
     print(verdict.render())
     return verdict.exit_code
 
@@ -251,16 +270,21 @@ def stop(pid_path: Path) -> int:
     return _under_port_lock(pid_path, stop_recorded, "stopped")
 
 
-def start(config: Config, plan: LaunchPlan, args: ServeOptions, pid_path: Path) -> int:
+def start(prepared: Prepared, args: ServeOptions, pid_path: Path, spent: dict[str, float]) -> int:
+    plan = prepared.plan
     if not args.wait:
         say(f"serve: starting vLLM for {plan.served_model_name} on {plan.base_url}")
         return run_foreground(plan, args.log)
     return _under_port_lock(
-        pid_path, lambda: _start_detached(config, plan, args, pid_path), "started", *([] if args.log else [logs_dir()])
+        pid_path,
+        lambda: _start_detached(prepared, args, pid_path, spent),
+        "started",
+        *([] if args.log else [logs_dir()]),
     )
 
 
-def _start_detached(config: Config, plan: LaunchPlan, args: ServeOptions, pid_path: Path) -> int:
+def _start_detached(prepared: Prepared, args: ServeOptions, pid_path: Path, spent: dict[str, float]) -> int:
+    config, plan = prepared.config, prepared.plan
     try:
         existing = running_server(pid_path)
     except ownership.PidFileError as error:
@@ -274,6 +298,8 @@ def _start_detached(config: Config, plan: LaunchPlan, args: ServeOptions, pid_pa
         return 1
     pid_path.unlink(missing_ok=True)  # stale: its process is gone (or is not ours)
     stop_orphans(plan.port, say)
+    stages = ", ".join(f"{stage} {seconds:.1f} s" for stage, seconds in spent.items())
+    say(f"serve: {sum(spent.values()):.1f} s before vLLM starts: {stages}")
     say(f"serve: starting vLLM for {plan.served_model_name} on {plan.base_url}")
     log_path = args.log or logs_dir() / f"serve-{config.typed.port}.log"
     timeout_s = float(config.typed.ready_timeout_s)

@@ -1,7 +1,7 @@
-"""Serve a DFlash drafter with the RoPE amplitude DRAFTER_ROPE_AMPLITUDE names, as rules/rope_amplitude.py decides
-(docs/patches.md): where the installed vLLM gives another, from an overlay in the project cache (symlinks to its files
-and a config.json whose rope fields state `attention_factor`), named by a digest, built in a private directory and moved
-into place whole; checked before reuse, removed after a week unused.
+"""Serve a DFlash drafter with the RoPE amplitude DRAFTER_ROPE_AMPLITUDE names, the remedy the rule "drafter rope
+amplitude" decides (rules/rope_amplitude.py; docs/patches.md): where the vLLM that serves gives another, from an overlay
+in the project cache (symlinks to its files and a config.json whose rope fields state `attention_factor`), named by a
+digest, built in a private directory and moved into place whole; checked before reuse, removed after a week unused.
 """
 
 from __future__ import annotations
@@ -17,15 +17,17 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kimi_dflash.checkpoint import CONFIG_FILE, Facts, facts_from_config, read_config
 from kimi_dflash.core.atomic_write import publish_directory
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.user_files import UnreadableFile, read_user_bytes
 from kimi_dflash.launch.private_files import UnsafeLocation, private_dir
-from kimi_dflash.rules.rope_amplitude import CHOICE_KEY, RopeDecision, UnreadableRope, concerned, decide
-from kimi_dflash.rules.source import VllmSource
+from kimi_dflash.rules.rope_amplitude import CHOICE_KEY, RopeDecision
+
+if TYPE_CHECKING:
+    from kimi_dflash.config.schema import ConfigValues
 
 NOTE = "kimi-dflash-overlay.json"  # what the overlay changed and why, beside the config
 OWN = (CONFIG_FILE, NOTE)  # the overlay's own files: never links to the drafter's entries of these names
@@ -33,59 +35,41 @@ OVERLAYS = "drafter-rope"  # under the project cache
 UNUSED_S, LEFTOVER_S = 7 * 86400, 3600  # removed: an overlay unused this long, a half-built or retired copy this old
 
 
-def installed_source() -> VllmSource | None:
-    """The source of the vLLM this interpreter serves with (read, never imported)."""
-    from kimi_dflash.preflight.runtime_child import vllm_package_dir
-
-    package_dir = vllm_package_dir()
-    return None if package_dir is None else VllmSource.open(package_dir)
-
-
 def _dump(document: object) -> bytes:
     return (json.dumps(document, indent=2, sort_keys=False) + "\n").encode()
 
 
-def resolve(
-    facts: Facts,
-    drafter_dir: Path,
-    choice: str | float,
-    cache: Path,
-    create: bool,
-    say: Callable[[str], None],
-    source: Callable[[], VllmSource | None] = installed_source,
-) -> Facts:
-    """The facts to serve: the drafter's replaced by its overlay's where the decision asks for one (built when
-    `create`; UserError, exit 1, when it cannot be). `source` is asked only for a drafter the decision concerns."""
-    drafter, refused = facts.drafter, facts.problems.get(drafter_dir)  # refused: preflight's drafter-dir check fails it
+def note_unreadable(facts: Facts, values: ConfigValues, say: Callable[[str], None]) -> None:
+    """A DFlash drafter whose config.json or rope fields are not understood is never rewritten: said."""
+    if values.draft_model_dir is None or values.speculative_method != "dflash":
+        return
+    drafter, refused = facts.drafter, facts.problems.get(values.draft_model_dir)  # preflight's drafter-dir check too
     rope = None if drafter is None or not drafter.dflash else drafter.rope
     if refused or (rope and rope.problem):
         say(f"drafter RoPE: {refused or rope.problem}: not understood, never rewritten; served as configured")  # type: ignore[union-attr]
-    if drafter is None or drafter.directory is None or not concerned(drafter):
+
+
+def apply(facts: Facts, decision: RopeDecision, cache: Path, create: bool, say: Callable[[str], None]) -> Facts:
+    """The facts to serve: the drafter's replaced by its overlay at the amplitude `decision` serves, built when
+    `create` (UserError, exit 1, when it cannot be), else only named; shipped facts (no directory) stay as they are."""
+    drafter = facts.drafter
+    if drafter is None or drafter.directory is None:
         return facts
-    vllm, why = source(), "no vLLM in this Python to read"
-    try:
-        decision = decide(drafter, vllm, choice) if vllm else None
-    except UnreadableRope as error:
-        decision, why = None, f"cannot read this vLLM's amplitude ({error})"
-    say(f"drafter RoPE: {decision.message if decision else why + '; served as configured'}")
-    if decision is None or not decision.overlay:
-        return facts
+    say(f"drafter RoPE: {decision.message}")
     config, note = decision.overlay_config(drafter.raw), _note(decision, drafter.directory)
     root = cache / OVERLAYS
     try:
         names = sorted(entry.name for entry in drafter.directory.iterdir() if entry.name not in OWN)
         digest = hashlib.sha256(b"\0".join([_dump(drafter.raw), _dump(config), _dump(names), _dump(note)]))
         target = root / digest.hexdigest()[:20]
-        if not create:
-            say(f"drafter RoPE: a start serves the drafter from {target}")
-            return facts
-        build_overlay(root, target, drafter.directory, names, config, _dump(note))
+        if create:
+            build_overlay(root, target, drafter.directory, names, config, _dump(note))
     except (OSError, UnsafeLocation) as error:
         cause = (
             f"cannot build the overlay in {root} ({error.strerror or error})" if isinstance(error, OSError) else error
         )
         raise UserError(f"drafter RoPE: {cause}; or set {CHOICE_KEY}=engine to serve the drafter as it is", 1) from None
-    say(f"drafter RoPE: the drafter is served from {target}")
+    say(f"drafter RoPE: {'the drafter is served' if create else 'a start serves the drafter'} from {target}")
     served = facts_from_config(config, str(target / CONFIG_FILE), "drafter", shipped=False, directory=target)
     return replace(facts, drafter=replace(served, overlay=note))
 

@@ -1,8 +1,8 @@
 """Image build step: write the file patches the installed vLLM needs for the shipped configs, or fail the build.
 
-Per config, the decision serve.sh makes at start (launch.hooks.patches): a pending file patch is written only when
-the plan takes the code path it fixes and the plugin cannot deliver it at runtime. At build time, as root, so the
-runtime user never needs write access to site-packages. Exit 0 when every needed patch is applied (or none is
+Per config, the decision serve.sh makes at start (launch/prepare.py, Prepared.patch): a pending file patch is written
+only when the plan takes the code path it fixes and the plugin cannot deliver it at runtime. At build time, as root,
+so the runtime user never needs write access to site-packages. Exit 0 when every needed patch is applied (or none is
 needed), 1 when a needed patch did not apply or the vLLM tree is unrecognised.
 """
 
@@ -13,11 +13,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from kimi_dflash.checkpoint import read_facts
 from kimi_dflash.config.validate import ConfigError, load_config
 from kimi_dflash.core.options import declare, option, run
-from kimi_dflash.launch import hooks
-from kimi_dflash.plan import build_plan
+from kimi_dflash.launch.prepare import prepare
 
 
 def say(message: str) -> None:
@@ -39,15 +37,13 @@ def main(args: ImagePatchesOptions) -> int:
         except ConfigError as error:
             say(f"image patches: {path}: " + "; ".join(p.message for p in error.problems))
             return 1
-        facts = read_facts(config.typed)
-        plan = build_plan(config, python_executable=sys.executable, cache_dir="/tmp", facts=facts)
-        planned = hooks.deployment(config, plan, os.environ, facts)
+        prepared = prepare(config, os.environ, say=say)
         say(f"image patches: {path.name}")
         # Twice: the first writes what is needed, the second proves nothing needed is still pending.
         second: list[str] = []
         if (
-            not hooks.patches(planned, say=say)
-            or not hooks.patches(planned, say=second.append)
+            not prepared.patch(say=say)
+            or not prepared.patch(say=second.append)
             or any(line.startswith("patches: writing") for line in second)
         ):
             say(f"image patches: a patch {path.name} needs could not be applied; failing the build")

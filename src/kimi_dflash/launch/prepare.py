@@ -1,24 +1,131 @@
-"""What a validated config still needs from this machine (demo model paths, CPU preloads, flashinfer on CUDA), then
-the plan for this machine. Shared by every server start (serve.sh, the lab's starter) and the pre-sharder.
+"""One way from a validated config to what a start serves: the demo models' paths, the checkpoints' facts (read
+once), the plan, the deployment the rules judge, the verdict of the vLLM that serves (read from its source, never
+imported), and the verdict's remedies applied: a config value, an environment variable, the drafter's RoPE overlay
+(built when `create`). serve (every mode), check-vllm, qualify, the image's patch step and the lab go through
+`prepare`, so each judges what serve serves.
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kimi_dflash.checkpoint import Facts, read_facts
-from kimi_dflash.config.validate import Config
+from kimi_dflash.config.validate import Config, check_paths
 from kimi_dflash.core.paths import cache_root
+from kimi_dflash.launch import drafter_rope
 from kimi_dflash.plan import LaunchPlan, build_plan
 
+if TYPE_CHECKING:
+    from kimi_dflash.config.problems import Problem
+    from kimi_dflash.rules.deployment import Deployment
+    from kimi_dflash.rules.engine import Verdict
+    from kimi_dflash.rules.source import VllmSource
+
 Say = Callable[[str], None]
+EXPECTED_ARCH = {"rocm": "gfx942", "cuda": "sm_90"}  # the architectures the recipe was built and measured on
 
 
 def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
+
+
+def serving_source(plan: LaunchPlan) -> VllmSource | None:
+    from kimi_dflash.preflight.runtime_probe import interpreter_for_command
+    from kimi_dflash.rules.source import VllmSource
+
+    return VllmSource.installed(interpreter_for_command(plan.argv))
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What a start serves, judged; it checks the machine (preflight) and writes the file patches (patch) for it."""
+
+    config: Config  # as served: the demo models' paths and the remedies' values in
+    facts: Facts  # the checkpoints', the drafter's at its overlay when one is served
+    plan: LaunchPlan
+    deployment: Deployment
+    verdict: Verdict | None  # of the served plan; None: no vLLM to read (the plan as configured, nothing remedied)
+    problems: tuple[Problem, ...] = ()  # the files the config as given names (config/rules.py path_problems)
+    seconds: Mapping[str, float] = field(default_factory=dict, compare=False)  # where prepare's time went
+
+    def preflight(self, fix_numa: bool, say: Say, starting: bool = False) -> bool:
+        """`starting`: vLLM starts next and imports vllm itself, first thing: the probe imports only torch, on a GPU."""
+        from kimi_dflash.core.checks import exit_code, render
+        from kimi_dflash.preflight.request import PreflightRequest
+        from kimi_dflash.preflight.run import run_preflight
+        from kimi_dflash.preflight.runtime_probe import interpreter_for_command
+
+        typed, plan = self.config.typed, self.plan
+        request = PreflightRequest(
+            device=typed.device,  # type: ignore[arg-type]
+            tensor_parallel_size=typed.tensor_parallel_size if typed.device != "cpu" else 1,
+            expected_arch=EXPECTED_ARCH.get(typed.device),
+            model_dir=typed.model_dir,
+            draft_model_dir=typed.draft_model_dir if typed.speculative else None,
+            model_repo_hint=str(typed.model_repo),
+            draft_repo_hint=str(typed.draft_model_repo),
+            host=plan.host,
+            port=plan.port,
+            deployment=self.deployment,
+            verdict=self.verdict,
+            python=interpreter_for_command(plan.argv),
+            fix_numa=fix_numa,
+            preshard_dir=typed.preshard_dir,
+            dtype=typed.dtype,
+            imports=("torch",) * (typed.device != "cpu") if starting else ("vllm", "torch"),
+        )
+        results = run_preflight(request)
+        say(render(results))
+        return exit_code(results) == 0
+
+    def patch(self, say: Say, vllm_root: Path | None = None) -> bool:
+        """Report the patch status of the vLLM that will run; on ROCm write the pending file patches the verdict's
+        remedies name (judged again when the tree is not the verdict's). At or above the patch floor (patcher/floor.py)
+        the patcher is not loaded."""
+        from kimi_dflash.patcher import floor
+
+        on_rocm = self.deployment.platform == "rocm"
+        judged = self.verdict and Path(self.verdict.vllm_origin)  # the serving Python's vLLM
+        root = floor.package_dir(vllm_root or judged)
+        if root is not None and floor.package_at_floor(root):
+            say(f"patches: vLLM at {root} is {floor.describe()}: nothing to check or write")
+            return True
+        from kimi_dflash.patcher.engine import EXIT_UNRECOGNISED, apply_pending, status_table
+        from kimi_dflash.patcher.model import PatcherError, Status
+        from kimi_dflash.rules.engine import judge
+        from kimi_dflash.rules.source import VllmSource
+
+        try:
+            table = status_table(root)
+            say(table.to_text())
+            if not on_rocm:
+                return True
+            if table.exit_code == EXIT_UNRECOGNISED:
+                say("patches: this vLLM tree is not one the patcher recognises; refusing to start on ROCm")
+                return False
+            pending = {s.patch.id for s in table.states if s.status is Status.PENDING}
+            verdict = self.verdict
+            if verdict is None or verdict.vllm_origin != str(table.root):
+                verdict = judge(self.deployment, VllmSource.open(table.root))
+            needed = [r.name for r in verdict.remedies("file patch") if r.name in pending]
+            if needed:
+                say(f"patches: writing the file patch(es) this plan needs: {', '.join(needed)}")
+                say(apply_pending(table.root, only=needed).after.to_text())
+            elif table.exit_code == 1:
+                say(
+                    "patches: nothing to write for this plan (pending patches are not needed, or the plugin "
+                    "installs them at runtime)"
+                )
+        except PatcherError as exc:
+            say(f"patches: {exc}")
+            return not on_rocm
+        return True
 
 
 def resolve_demo_models(config: Config, create: bool, say: Say = _stderr) -> Config:
@@ -33,25 +140,6 @@ def resolve_demo_models(config: Config, create: bool, say: Say = _stderr) -> Con
     return config.with_values("fabricated demo", MODEL_DIR=models.target_dir, DRAFT_MODEL_DIR=models.drafter_dir)
 
 
-def resolve_drafter_rope(config: Config, facts: Facts, create: bool, say: Say = _stderr) -> tuple[Config, Facts]:
-    """DRAFT_MODEL_DIR and the drafter's facts at the RoPE overlay DRAFTER_ROPE_AMPLITUDE needs (drafter_rope.py)."""
-    drafter_dir = config.typed.draft_model_dir
-    if config.typed.speculative_method != "dflash" or drafter_dir is None:
-        return config, facts
-    from kimi_dflash.launch import drafter_rope
-
-    served = drafter_rope.resolve(facts, drafter_dir, config.typed.drafter_rope_choice, cache_root(), create, say)
-    if served is facts or served.drafter is None:  # the drafter as it is
-        return config, facts
-    return config.with_values("drafter RoPE amplitude", DRAFT_MODEL_DIR=served.drafter.directory), served
-
-
-def resolve_models(config: Config, create: bool, say: Say = _stderr) -> tuple[Config, Facts]:
-    """The demo models' paths, the checkpoints' facts (read once, here) and the drafter's RoPE overlay."""
-    config = resolve_demo_models(config, create, say)
-    return resolve_drafter_rope(config, read_facts(config.typed), create, say)
-
-
 def cpu_preload(config: Config, say: Say = _stderr) -> tuple[str, ...]:
     """What LD_PRELOAD should hold for vLLM's CPU build on this machine (and say what was found)."""
     if config.typed.device != "cpu" or not config.typed.cpu_preload_libs:
@@ -63,39 +151,63 @@ def cpu_preload(config: Config, say: Say = _stderr) -> tuple[str, ...]:
     return cpu_libs.merged_ld_preload(libraries)
 
 
-FLASHINFER_PROBE = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('flashinfer') else 3)"
+def prepare(
+    config: Config,
+    environ: Mapping[str, str] | None = None,
+    *,
+    source: Callable[[LaunchPlan], VllmSource | None] = serving_source,
+    create: bool = False,
+    say: Say = _stderr,
+) -> Prepared:
+    """`environ`: what vLLM inherits (default os.environ); `source`: the vLLM to judge with, given the plan (default:
+    the one its Python runs); `create`: fabricate the demo models and build the drafter's overlay (a start), else
+    only name them (a dry run, a check)."""
+    from kimi_dflash.rules.deployment import Deployment
+    from kimi_dflash.rules.engine import judge
+
+    environ, seconds, clock = os.environ if environ is None else environ, {}, time.monotonic()
+
+    def lap(stage: str) -> None:  # the seconds since the last lap are this stage's
+        nonlocal clock
+        seconds[stage], clock = time.monotonic() - clock, time.monotonic()
+
+    def planned(config: Config, facts: Facts, env: Mapping[str, str]) -> tuple[LaunchPlan, Deployment]:
+        plan = build_plan(config, sys.executable, str(cache_root()), preload, environ, env)
+        return plan, Deployment.for_plan(config, plan, facts, environ)
+
+    config = resolve_demo_models(config, create, say)
+    lap("demo models")
+    facts = read_facts(config.typed)
+    problems = tuple(check_paths(config, facts))
+    drafter_rope.note_unreadable(facts, config.typed, say)
+    lap("facts")
+    preload = cpu_preload(config, say)
+    plan, deployment = planned(config, facts, {})
+    lap("plan")
+    vllm = source(plan)
+    verdict = None if vllm is None else judge(deployment, vllm)
+    lap("verdict")
+    if vllm is None:
+        say("vLLM: none found for this plan's Python: not judged; served as configured, no rule's remedy applied")
+    elif verdict and verdict.remedies("config", "env", "overlay"):
+        remedied, facts, env = _remedied(config, facts, verdict, create, say)
+        if remedied is not config or env:  # else only relied on (an overlay for shipped facts): judged as it is
+            config, (plan, deployment) = remedied, planned(remedied, facts, env)
+            verdict = judge(deployment, vllm)
+        lap("remedies")
+    return Prepared(config, facts, plan, deployment, verdict, problems, seconds)
 
 
-def serving_python_has_flashinfer(config: Config, say: Say = _stderr) -> bool | None:
-    """On DEVICE=cuda, whether the Python that will run `vllm serve` finds flashinfer (located, not imported:
-    ~0.1 s); None elsewhere or when that Python cannot be asked. Without it vLLM 0.26 fails building its sampler
-    unless VLLM_USE_FLASHINFER_SAMPLER=0, which the plan then sets (and this says so)."""
-    if config.typed.device != "cuda":
-        return None
-    from kimi_dflash.preflight.runtime_probe import interpreter_for_command
-
-    python = interpreter_for_command(("vllm",))
-    try:
-        found = subprocess.run([python, "-c", FLASHINFER_PROBE], capture_output=True, timeout=60, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if found.returncode not in (0, 3):
-        return None
-    if found.returncode == 3:
-        say(
-            f"serve: flashinfer is not installed for {python}: the plan sets VLLM_USE_FLASHINFER_SAMPLER=0 "
-            "(vLLM's own sampler; vLLM 0.26 would fail building its sampler otherwise)"
-        )
-    return found.returncode == 0
-
-
-def local_plan(config: Config, facts: Facts | None = None) -> LaunchPlan:
-    return build_plan(
-        config,
-        python_executable=sys.executable,
-        cache_dir=str(cache_root()),
-        cpu_preload=cpu_preload(config),
-        flashinfer=serving_python_has_flashinfer(config),
-        environ=os.environ,
-        facts=read_facts(config.typed) if facts is None else facts,
-    )
+def _remedied(config: Config, facts: Facts, verdict: Verdict, create: bool, say: Say) -> tuple[Config, Facts, dict]:
+    """The config, facts and environment with the launcher's remedies of each finding applied."""
+    env: dict[str, str] = {}
+    for finding, remedy in ((f, r) for f in verdict.findings for r in f.relies):
+        if remedy.kind == "config":
+            config = config.with_values(f"rule {finding.name}", **{remedy.name: remedy.value})
+        elif remedy.kind == "env":
+            env[remedy.name] = str(remedy.value)
+        elif remedy.kind == "overlay" and remedy.value is not None:
+            facts = drafter_rope.apply(facts, remedy.value, cache_root(), create, say)  # type: ignore[arg-type]
+            if facts.drafter is not None and facts.drafter.overlay is not None:
+                config = config.with_values(f"rule {finding.name}", DRAFT_MODEL_DIR=facts.drafter.directory)
+    return config, facts, env

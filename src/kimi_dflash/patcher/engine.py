@@ -4,7 +4,6 @@ unrecognised), apply_pending() (all-or-nothing), revert_applied() (byte-identica
 from __future__ import annotations
 
 import difflib
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,13 +36,7 @@ def resolve_vllm_root(vllm_root: str | Path | None = None) -> Path:
 
 def read_vllm_version(root: Path) -> str | None:
     """Informational only (shown in the table); no decision is ever made from it."""
-    for name in ("_version.py", "version.py"):
-        path = root / name
-        if path.is_file():
-            match = re.search(r"""__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", path.read_text())
-            if match:
-                return match.group(1)
-    return None
+    return floor.version(lambda name: (root / name).read_text() if (root / name).is_file() else None)
 
 
 def read_texts(root: Path, patches: Iterable[Patch] = PATCHES) -> dict[str, str | None]:

@@ -51,7 +51,7 @@ AITER_FA_NONCAUSAL = Patch(
         "ROCM_AITER_FA backend refused non-causal attention before DFlash's ROCm support landed."
     ),
     upstream_pr="#39703",
-    upstream_since="0.20.0",
+    upstream_since=floor.OLDEST,
     retired_when=(
         Probe(
             AITER_FA,
@@ -62,9 +62,9 @@ AITER_FA_NONCAUSAL = Patch(
     edits=(),
     needed_when=Need("the DFlash drafter runs on ROCM_AITER_FA", ("dflash", "drafter on ROCM_AITER_FA")),
     no_edit_reason=(
-        "no source patch is carried for builds older than vLLM 0.20.0: PyPI's 0.19.x wheels have "
+        f"no source patch is carried for builds older than vLLM {floor.OLDEST}: PyPI's 0.19.x wheels have "
         "no DFlash proposer at all, and the 0.19.2 nightlies the recipe started from cannot be "
-        "fetched to write anchors against. Use vLLM >= 0.20.0."
+        f"fetched to write anchors against. Use vLLM >= {floor.OLDEST}."
     ),
 )
 

@@ -13,6 +13,7 @@ from types import ModuleType
 
 from kimi_dflash.core.envvars import PATCHES
 from kimi_dflash.core.import_hooks import when_imported
+from kimi_dflash.patcher import floor
 from kimi_dflash.patcher.engine import StatusTable, read_texts, status_table
 from kimi_dflash.patcher.model import Patch, Status
 from kimi_dflash.patcher.runtime_patches import INSTALLERS
@@ -76,7 +77,7 @@ def apply_runtime_patches(vllm_root: Path | None = None) -> None:
             f"kimi-dflash patches: cannot patch {where}:\n  "
             + "\n  ".join(failures)
             + f"\nRun `kimi-dflash patch check --vllm-root {table.root}` for "
-            f"details, use a vLLM version the patcher knows (0.20.0 and later), or set "
+            f"details, use a vLLM version the patcher knows ({floor.OLDEST} and later), or set "
             f"{PATCHES}=off to start vLLM without the kimi-dflash patches."
         )
     for patch_id in runtime:

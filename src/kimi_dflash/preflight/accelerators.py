@@ -190,13 +190,13 @@ def describe(devices: Sequence[Accelerator]) -> str:
 
 def check_accelerators(request: PreflightRequest, probe: HostProbe, runtime: RuntimeReport | None) -> list[CheckResult]:
     if not request.on_gpu:
-        return [passed("accelerators", f"cpu demo: no accelerators needed ({_cpu_summary(probe)})")]
+        return [passed(f"cpu demo: no accelerators needed ({_cpu_summary(probe)})", name="accelerators")]
     found = detect(request.device, probe, runtime)
     needed = request.tensor_parallel_size
     notes = f" [{'; '.join(found.notes)}]" if found.notes else ""
     if not found.devices:
         vendor = "AMD" if request.device == "rocm" else "NVIDIA"
-        return [failed("accelerators", f"no {vendor} GPUs found{notes}", EXPOSE_FIX[request.device])]
+        return [failed(f"no {vendor} GPUs found{notes}", EXPOSE_FIX[request.device], name="accelerators")]
     seen = f"{describe(found.devices)} via {found.source}{notes}"
     results = []
     if len(found.devices) < needed:
@@ -205,9 +205,9 @@ def check_accelerators(request: PreflightRequest, probe: HostProbe, runtime: Run
             fix = f"unset {' / '.join(found.narrowed_by)} (or list {needed} GPUs in it), or {smaller}"
         else:
             fix = f"run on a machine with {needed} GPUs, or {smaller}"
-        results.append(failed("accelerators", f"{seen}; the plan needs TENSOR_PARALLEL_SIZE={needed}", fix))
+        results.append(failed(f"{seen}; the plan needs TENSOR_PARALLEL_SIZE={needed}", fix, name="accelerators"))
     else:
-        results.append(passed("accelerators", f"{seen}; plan uses {needed}"))
+        results.append(passed(f"{seen}; plan uses {needed}", name="accelerators"))
     results.append(_check_arch(request.expected_arch, found.devices[:needed]))
     if runtime is not None and found.source != "torch":
         results.append(_check_torch(request, runtime))
@@ -223,43 +223,43 @@ def _check_arch(expected: str | None, devices: Sequence[Accelerator]) -> CheckRe
     if wrong:
         listing = ", ".join(f"{n}x {arch}" for arch, n in wrong.items())
         return failed(
-            "accelerator arch",
             f"expected {want}, found {listing}",
             f"this config targets {want}; run it on {want} hardware or pick the config made for yours",
+            name="accelerator arch",
         )
     if None in archs:
         return warned(
-            "accelerator arch",
             f"expected {want}; {archs[None]} GPU(s) did not report an architecture",
             "check by hand: amd-smi static --asic (TARGET_GRAPHICS_VERSION) or "
             "nvidia-smi --query-gpu=compute_cap --format=csv",
+            name="accelerator arch",
         )
-    return passed("accelerator arch", f"{want} on all {len(devices)} as expected")
+    return passed(f"{want} on all {len(devices)} as expected", name="accelerator arch")
 
 
 def _check_torch(request: PreflightRequest, runtime: RuntimeReport) -> CheckResult:
     needed = request.tensor_parallel_size
     if runtime.torch_error is not None:
         return failed(
-            "torch devices",
             f"torch does not import in {runtime.python}: {runtime.torch_error}",
             TORCH_FIX[request.device],
+            name="torch devices",
         )
     if not _torch_matches(request.device, runtime):
         return failed(
-            "torch devices",
             f"torch {runtime.torch_version} is a {runtime.torch_backend} build; "
             f"DEVICE={request.device} needs the {request.platform_name} build",
             TORCH_FIX[request.device],
+            name="torch devices",
         )
     count = len(runtime.torch_devices)
     if count < needed:
         return failed(
-            "torch devices",
             f"torch {runtime.torch_version} ({runtime.torch_backend}) sees {count} GPU(s), the plan needs {needed}",
             UNREACHABLE_FIX[request.device],
+            name="torch devices",
         )
-    return passed("torch devices", f"torch {runtime.torch_version} ({runtime.torch_backend}) sees {count}")
+    return passed(f"torch {runtime.torch_version} ({runtime.torch_backend}) sees {count}", name="torch devices")
 
 
 def _torch_matches(device: str, runtime: RuntimeReport) -> bool:

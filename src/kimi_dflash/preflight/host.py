@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from kimi_dflash.preflight.request import PreflightRequest
     from kimi_dflash.preflight.runtime_probe import RuntimeReport
 
 # amd-smi / rocm-smi / nvidia-smi are often installed outside PATH (containers, sudo's secure_path).
@@ -90,10 +91,12 @@ def usable_cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def _default_runtime(features: tuple[str, ...], python: str, env: Mapping[str, str] | None = None) -> RuntimeReport:
+def _default_runtime(request: PreflightRequest) -> RuntimeReport:
     from kimi_dflash.preflight.runtime_probe import probe_runtime
 
-    return probe_runtime(features, python=python, env=env)
+    return probe_runtime(
+        request.required_features, python=request.interpreter, env=request.vllm_env, imports=request.imports
+    )
 
 
 @dataclass(frozen=True)
@@ -106,7 +109,7 @@ class HostProbe:
     bind: PortBinder = bind_error
     space: Callable[[Path], DiskSpace | None] = disk_space
     # (the plan's features, the Python that will run vLLM, vLLM's environment) -> the child process's report
-    runtime: Callable[[tuple[str, ...], str, Mapping[str, str] | None], RuntimeReport] = _default_runtime
+    runtime: Callable[[PreflightRequest], RuntimeReport] = _default_runtime
     cpu_count: Callable[[], int] = usable_cpu_count
     env: Mapping[str, str] = field(default_factory=lambda: os.environ)  # for *_VISIBLE_DEVICES
 

@@ -34,23 +34,23 @@ def check_model_dir(
     path = Path(path)
     fix = fix_hint or _download_fix(path, role, repo_hint)
     if not path.exists():
-        return failed(name, f"{path} does not exist", fix)
+        return failed(f"{path} does not exist", fix, name=name)
     if not path.is_dir():
-        return failed(name, f"{path} is not a directory", f"point the config at the {role} checkpoint directory")
+        return failed(f"{path} is not a directory", f"point the config at the {role} checkpoint directory", name=name)
     if not (path / CONFIG_FILE).is_file():
-        return failed(name, f"{path}: {CONFIG_FILE} missing", fix)
+        return failed(f"{path}: {CONFIG_FILE} missing", fix, name=name)
     problem = read_checkpoint(path, None, role)[1] if facts is None else facts.problems.get(path)
     if problem:
-        return failed(name, problem, fix)
+        return failed(problem, fix, name=name)
     index = path / INDEX_FILE
     if index.exists():
         shards, problem = _indexed_shards(index)
         if problem:
-            return failed(name, f"{path}: {problem}", fix)
+            return failed(f"{path}: {problem}", fix, name=name)
     else:
         shards = sorted(p.name for p in path.glob("*.safetensors"))
         if not shards:
-            return failed(name, f"{path}: no {INDEX_FILE} and no *.safetensors weights", fix)
+            return failed(f"{path}: no {INDEX_FILE} and no *.safetensors weights", fix, name=name)
     missing, empty, pointers, total_bytes = _inspect_shards(path, shards)
     bad = [
         (label, files)
@@ -65,9 +65,9 @@ def check_model_dir(
         detail = "; ".join(f"{len(files)} of {len(shards)} shards {label}: {_listing(files)}" for label, files in bad)
         if pointers:
             fix = f"{fix}\nor, in a git clone: git lfs install && git -C {shlex.quote(str(path))} lfs pull"
-        return failed(name, f"{path}: {detail}", fix)
+        return failed(f"{path}: {detail}", fix, name=name)
     return passed(
-        name, f"{path}: config.json + {len(shards)} shard{'s' if len(shards) != 1 else ''}, {_size(total_bytes)}"
+        f"{path}: config.json + {len(shards)} shard{'s' if len(shards) != 1 else ''}, {_size(total_bytes)}", name=name
     )
 
 
@@ -140,7 +140,7 @@ def check_preshard(request: PreflightRequest, runtime: RuntimeReport | None) -> 
     try:
         manifest = read_manifest(directory)
     except ManifestError as error:
-        return failed(PRESHARD, str(error), fix)
+        return failed(str(error), fix, name=PRESHARD)
     problems = mismatches(
         manifest,
         directory,
@@ -152,9 +152,9 @@ def check_preshard(request: PreflightRequest, runtime: RuntimeReport | None) -> 
     if runtime is None or runtime.vllm_version is None:
         problems.append("the vLLM version could not be read, so the pre-shard cannot be matched to it")
     if problems:
-        return failed(PRESHARD, f"{directory}: " + "; ".join(problems), fix)
+        return failed(f"{directory}: " + "; ".join(problems), fix, name=PRESHARD)
     return passed(
-        PRESHARD,
         f"{directory}: TP {manifest.tensor_parallel_size}, vLLM {manifest.vllm_version}, "
         f"{manifest.dtype}, {len(manifest.files)} shard files, made from this MODEL_DIR",
+        name=PRESHARD,
     )

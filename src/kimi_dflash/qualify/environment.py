@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from kimi_dflash.config.schema import shown_values
+from kimi_dflash.core.redaction import MASK
 from kimi_dflash.documents import Document, Json, Model
 
 # Each tool with the query that names the accelerators and the driver/runtime (the first line of output is kept
@@ -120,10 +121,44 @@ def package_versions(python: str = sys.executable) -> dict[str, str | None]:
         return {name: None for name in PACKAGES}
 
 
-def capture(config_path: str, values: Mapping[str, str], overrides: Mapping[str, str], plan: Json,
-            launch_plan: LaunchPlanUsed | None, python: str = sys.executable) -> Environment:  # fmt: skip
-    host = Host(hostname=socket.gethostname(), platform=platform.platform(), python=sys.version.split()[0],
-                cpu=_cpu_model(), cpu_count=os.cpu_count(), memory_gib=_memory_gib())  # fmt: skip
+def served_plan(config_path: Path) -> LaunchPlanUsed:
+    """The plan serve serves for this config (launch/prepare.py, remedies applied), secrets masked."""
+    from kimi_dflash.bench.report import redact_argv
+    from kimi_dflash.config.problems import ConfigError
+    from kimi_dflash.config.validate import load_config
+    from kimi_dflash.launch.prepare import prepare
+
+    try:
+        plan = prepare(load_config(config_path, environ=os.environ), say=lambda _: None).plan
+    except (ConfigError, OSError) as exc:
+        return LaunchPlanUsed(error=str(exc))
+    env = {k: (MASK if k in plan.secret_env else v) for k, v in sorted(plan.env.items())}
+    return LaunchPlanUsed(argv=redact_argv(list(plan.argv)), env=env)
+
+
+def capture(
+    config_path: str,
+    values: Mapping[str, str],
+    overrides: Mapping[str, str],
+    plan: Json,
+    launch_plan: LaunchPlanUsed | None,
+    python: str = sys.executable,
+) -> Environment:
+    host = Host(
+        hostname=socket.gethostname(),
+        platform=platform.platform(),
+        python=sys.version.split()[0],
+        cpu=_cpu_model(),
+        cpu_count=os.cpu_count(),
+        memory_gib=_memory_gib(),
+    )
     config = ConfigUsed(path=config_path, values=shown_values(values), overrides=shown_values(overrides))
-    return Environment(host=host, accelerators=accelerators(), numa_balancing=numa_balancing(), config=config,
-                       versions=package_versions(python), launch_plan=launch_plan, qualify_plan=plan)  # fmt: skip
+    return Environment(
+        host=host,
+        accelerators=accelerators(),
+        numa_balancing=numa_balancing(),
+        config=config,
+        versions=package_versions(python),
+        launch_plan=launch_plan,
+        qualify_plan=plan,
+    )

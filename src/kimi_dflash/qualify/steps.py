@@ -13,13 +13,12 @@ from pathlib import Path
 
 from kimi_dflash.bench.result import BenchmarkResult
 from kimi_dflash.core.atomic_write import write_text_atomic
-from kimi_dflash.core.redaction import MASK
 from kimi_dflash.core.user_files import read_log_tail
 from kimi_dflash.documents import Document
 from kimi_dflash.qualify import lossless
 from kimi_dflash.qualify.documents import Acceptance, AcceptanceRow, Advisor, Goodput, Graphs, PerRequest, Projection
 from kimi_dflash.qualify.documents import Recommendation as Rec
-from kimi_dflash.qualify.environment import LaunchPlanUsed, capture
+from kimi_dflash.qualify.environment import capture, served_plan
 from kimi_dflash.qualify.lossless import GreedyOutputs, LosslessVerdict
 from kimi_dflash.qualify.plan import RATES_KEY, SPEC_TOKENS, QualifyPlan
 from kimi_dflash.runs.orchestrator import Outcome, Unit
@@ -57,9 +56,15 @@ class Context:
     def candidate(self, name: str) -> Context:
         """A shoot-out candidate's context: its config and plan, its files in OUT/candidates/<name>/."""
         c = next(c for c in self.plan.candidates if c.name == name)
-        return dataclasses.replace(self, config=Path(c.path), config_as_given=c.config, plan=c.plan,
-                                   out=self.out / "candidates" / name, reference_out=self.out,
-                                   same_target=c.same_target)  # fmt: skip
+        return dataclasses.replace(
+            self,
+            config=Path(c.path),
+            config_as_given=c.config,
+            plan=c.plan,
+            out=self.out / "candidates" / name,
+            reference_out=self.out,
+            same_target=c.same_target,
+        )
 
     @property
     def reference_outputs(self) -> Path:
@@ -91,39 +96,27 @@ class Context:
 
     def points(self, points: list[Point] | None = None, out: Path | None = None) -> PointPlan:
         """The grid's points in grid/ (or ``points`` in ``out``), each file they write listed in the manifest."""
-        plan = PointPlan(config=self.config, serve_command=self.serve_command, sessions=self.plan.sessions,
-                         points=points or [self.point(k) for k in self.plan.k_values if k or not self.reference_out],
-                         out=out or self.grid_dir,
-                         bench_args=list(self.plan.bench_args), config_as_given=self.config_as_given,
-                         server_env=self.plan.server_env)  # fmt: skip
+        plan = PointPlan(
+            config=self.config,
+            serve_command=self.serve_command,
+            sessions=self.plan.sessions,
+            points=points or [self.point(k) for k in self.plan.k_values if k or not self.reference_out],
+            out=out or self.grid_dir,
+            bench_args=list(self.plan.bench_args),
+            config_as_given=self.config_as_given,
+            server_env=self.plan.server_env,
+        )
         plan.out.mkdir(parents=True, exist_ok=True)
         self.record(*(path for point in plan.points for path in points_state.point_files(plan.out, point)))
         return plan
 
 
-def _launch_plan(ctx: Context) -> LaunchPlanUsed:
-    from kimi_dflash.bench.report import redact_argv
-    from kimi_dflash.config.problems import ConfigError
-    from kimi_dflash.config.validate import load_config
-    from kimi_dflash.launch.prepare import local_plan, resolve_demo_models
-
-    try:
-        config = resolve_demo_models(load_config(ctx.config, environ=os.environ), create=False, say=lambda _: None)
-        plan = local_plan(config)
-    except (ConfigError, OSError) as exc:
-        return LaunchPlanUsed(error=str(exc))
-    env = {k: (MASK if k in plan.secret_env else v) for k, v in sorted(plan.env.items())}
-    return LaunchPlanUsed(argv=redact_argv(list(plan.argv)), env=env)
-
-
 def environment_step(ctx: Context) -> Outcome:
-    document = capture(ctx.config_as_given, ctx.values, ctx.overrides, ctx.plan.to_json(), _launch_plan(ctx))
-    ctx.write(ctx.out / "environment.json", document)
+    document = capture(ctx.config_as_given, ctx.values, ctx.overrides, ctx.plan.to_json(), served_plan(ctx.config))
+    ctx.write(path := ctx.out / "environment.json", document)
     accelerators = ", ".join(document.accelerators) or "no accelerator tool found"
     versions = ", ".join(f"{k} {v}" for k, v in document.versions.items() if v)
-    return Outcome(
-        DONE, f"{document.host.hostname}: {accelerators}; {versions}", ctx.files(ctx.out / "environment.json")
-    )
+    return Outcome(DONE, f"{document.host.hostname}: {accelerators}; {versions}", ctx.files(path))
 
 
 def preflight_step(ctx: Context) -> Outcome:
@@ -131,8 +124,7 @@ def preflight_step(ctx: Context) -> Outcome:
     before a server starts."""
     from kimi_dflash.config.problems import ConfigError
     from kimi_dflash.config.validate import load_config
-    from kimi_dflash.launch import hooks
-    from kimi_dflash.launch.prepare import local_plan, resolve_demo_models
+    from kimi_dflash.launch.prepare import prepare
     from kimi_dflash.launch.serve_sh import free_port
 
     lines: list[str] = []
@@ -142,8 +134,8 @@ def preflight_step(ctx: Context) -> Outcome:
         try:
             # The port is picked per server by qualify: check one that is free, not the config's.
             config = load_config(path, environ={**os.environ, "PORT": str(free_port())})
-            config = resolve_demo_models(config, create=True, say=lines.append)
-            ok = hooks.preflight(config, local_plan(config), fix_numa=False, say=lines.append) and ok
+            prepared = prepare(config, create=True, say=lines.append)  # what serve serves, remedies applied
+            ok = prepared.preflight(fix_numa=False, say=lines.append) and ok
         except ConfigError as error:
             lines.extend(p.render() for p in error.problems)
             ok = False
@@ -255,8 +247,17 @@ def fp8_step(ctx: Context) -> Outcome:
     fp8_log = points_state.server_log(ctx.grid_dir, ctx.point(0))
     bf16_kv, fp8_kv = (kv_capacity_from_log(read_log_tail(p if p.is_file() else None)) for p in (log, fp8_log))
     status, reasons = verdict_lines(summarize_agreement(pairs), math_bf16, math_fp8, (bf16_kv, fp8_kv), Thresholds())
-    ctx.write(ctx.out / "fp8.json", Fp8Summary(verdict=status, reasons=reasons, math_bf16=math_bf16, math_fp8=math_fp8,
-                                               kv_capacity_bf16=bf16_kv, kv_capacity_fp8=fp8_kv))  # fmt: skip
+    ctx.write(
+        ctx.out / "fp8.json",
+        Fp8Summary(
+            verdict=status,
+            reasons=reasons,
+            math_bf16=math_bf16,
+            math_fp8=math_fp8,
+            kv_capacity_bf16=bf16_kv,
+            kv_capacity_fp8=fp8_kv,
+        ),
+    )
     return Outcome(DONE, f"FP8 KV {status}", ctx.files(ctx.out / "fp8.json").model_copy(update={"verdict": status}))
 
 
@@ -288,10 +289,15 @@ def graphs_step(ctx: Context) -> Outcome:
     mode = graph_mode_from_log(read_log_tail(log if log.is_file() else None))
     result = points_state.finished_result(plan.out, point)
     identity = LosslessVerdict.load_or_none(identity_path)
-    document = Graphs(overrides=list(ctx.plan.graph_overrides), cudagraph_mode=mode.mode, downgraded=mode.downgraded,
-                      mode_evidence=mode.line, identity=identity and identity.agreement,
-                      rows=[] if result is None else graph_rows(grid_results(ctx), result, k),
-                      result=points_state.result_path(plan.out, point).relative_to(ctx.out).as_posix())  # fmt: skip
+    document = Graphs(
+        overrides=list(ctx.plan.graph_overrides),
+        cudagraph_mode=mode.mode,
+        downgraded=mode.downgraded,
+        mode_evidence=mode.line,
+        identity=identity and identity.agreement,
+        rows=[] if result is None else graph_rows(grid_results(ctx), result, k),
+        result=points_state.result_path(plan.out, point).relative_to(ctx.out).as_posix(),
+    )
     ctx.write(ctx.out / "graphs.json", document)
     if errors:
         return Outcome(FAILED, "; ".join(errors), ctx.files(ctx.out / "graphs.json"))
@@ -319,8 +325,10 @@ def synthetic_step(ctx: Context) -> Outcome:
     if result is None:
         return Outcome(FAILED, "; ".join(errors) or "the projection point did not finish", ctx.files(plan.out))
     rows = projection_rows(grid_results(ctx), result, rates, ctx.plan.spec_tokens)
-    what = ("a projection of speed, not of quality: vLLM's synthetic rejection sampler accepted drafts at the given "
-            "per-position rates without checking them against the target")  # fmt: skip
+    what = (
+        "a projection of speed, not of quality: vLLM's synthetic rejection sampler accepted drafts at the given "
+        "per-position rates without checking them against the target"
+    )
     raw = points_state.result_path(plan.out, point).relative_to(ctx.out).as_posix()
     ctx.write(
         ctx.out / "projection.json", Projection(what=what, rates=list(rates), k=len(rates), rows=rows, result=raw)
@@ -349,9 +357,17 @@ def acceptance_step(ctx: Context) -> Outcome:
         for level in result.results:
             spec = level.spec_decode
             if k and spec is not None and spec.per_position:
-                rows.append(AcceptanceRow(point=name, k=k, sessions=level.sessions, per_position=spec.per_position,
-                                          acceptance_rate=spec.acceptance_rate, drafts=spec.drafts,
-                                          acceptance_length=spec.acceptance_length))  # fmt: skip
+                rows.append(
+                    AcceptanceRow(
+                        point=name,
+                        k=k,
+                        sessions=level.sessions,
+                        per_position=spec.per_position,
+                        acceptance_rate=spec.acceptance_rate,
+                        drafts=spec.drafts,
+                        acceptance_length=spec.acceptance_length,
+                    )
+                )
     if not rows:
         return Outcome(FAILED, "no speculative grid point reported acceptance counters")
     return _written(ctx, "acceptance.json", Acceptance(rows=rows), len(rows), f"{len(rows)} (point, concurrency) rows")
@@ -363,8 +379,11 @@ def per_request_step(ctx: Context) -> Outcome:
     rows = per_request_rows(grid_results(ctx))
     if not rows:
         asked = " ".join(f"{k}={v}" for k, v in ctx.plan.server_env) or "PER_REQUEST_SPEC_METRICS"
-        return Outcome(FAILED, f"no speculative grid point's replies carried metrics.speculative_decoding (was the "
-                       f"server started with {asked}?)")  # fmt: skip
+        return Outcome(
+            FAILED,
+            f"no speculative grid point's replies carried metrics.speculative_decoding (was the "
+            f"server started with {asked}?)",
+        )
     equal = [r for r in rows if r.counter_accepted is not None]
     same = sum(r.total.accepted == r.counter_accepted for r in equal)
     summary = ", ".join(f"k={r.k}@{r.sessions}: tau {r.total.tau}" for r in rows if r.total.tau is not None)
@@ -383,8 +402,15 @@ def goodput_step(ctx: Context) -> Outcome:
     slo = parse_slo(plan.slo)
     source = plan.box.slo_source if plan.slo == plan.box.slo else "given with --slo"
     at_slo, matched = measures.at_slo(results, DEFAULT_ATTAINMENT), measures.matched(results)
-    document = Goodput(slo=slo, slo_text=describe(slo), slo_source=source, threshold=DEFAULT_ATTAINMENT, rows=rows,
-                       at_slo=at_slo, matched=matched)  # fmt: skip
+    document = Goodput(
+        slo=slo,
+        slo_text=describe(slo),
+        slo_source=source,
+        threshold=DEFAULT_ATTAINMENT,
+        rows=rows,
+        at_slo=at_slo,
+        matched=matched,
+    )
     at = ", ".join(f"k={r.k}: {r.speedup}x" for r in document.at_slo if r.speedup is not None)
     detail = f"{len(rows)} (point, concurrency) rows; speedup at the SLO: {at or 'none (a side sustains no level)'}"
     return _written(ctx, "goodput.json", document, len(rows), detail)
@@ -413,9 +439,11 @@ def advisor_step(ctx: Context) -> Outcome:
         note = f" (measured k only: {str(exc).split(':')[0]})"
     for sessions, r in sorted(recommend(predictions).items()):
         document.recommendations[str(sessions)] = Rec(
-            k=r.k, output_tok_s=round(r.output_tok_s, 2), per_user_tok_s=round(r.per_user_tok_s, 2),
+            k=r.k,
+            output_tok_s=round(r.output_tok_s, 2),
+            per_user_tok_s=round(r.per_user_tok_s, 2),
             measured=bool(r.measured and r.fitted),
-        )  # fmt: skip
+        )
     summary = ", ".join(f"{s} sessions: k={r.k}" for s, r in document.recommendations.items())
     return _written(ctx, "advisor.json", document, len(document.recommendations), summary + note)
 
@@ -426,8 +454,14 @@ def ranking_step(ctx: Context) -> Outcome:
     measured = []
     for c in ctx.plan.candidates:
         sub = ctx.candidate(c.name)
-        measured.append(shootout.Measured(c, grid_results(sub), LosslessVerdict.load_or_none(sub.lossless_dir /
-                        "verdict.json"), Advisor.load_or_none(sub.out / "advisor.json")))  # fmt: skip
+        measured.append(
+            shootout.Measured(
+                c,
+                grid_results(sub),
+                LosslessVerdict.load_or_none(sub.lossless_dir / "verdict.json"),
+                Advisor.load_or_none(sub.out / "advisor.json"),
+            )
+        )
     document = shootout.rank(ctx.plan.slo, measured)
     ranked = [f"{r.rank}. {r.candidate}" for r in document.rows if r.rank is not None]
     if not ranked:

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from kimi_dflash.checkpoint import CheckpointFacts, Facts, read_checkpoints, read_facts
+from kimi_dflash.checkpoint import CheckpointFacts, Facts, read_checkpoints
 from kimi_dflash.config.convert import TRUE_WORDS
 from kimi_dflash.core.envvars import KV_SCALE_MODE, KV_SCALE_MODE_OFF, VLLM_ROCM_USE_AITER, VLLM_ROCM_USE_AITER_MLA
 
@@ -120,10 +120,8 @@ class Deployment:
     drafter_rope_amplitude: str | float | None = None  # DRAFTER_ROPE_AMPLITUDE (None: a bare command line)
 
     @classmethod
-    def for_plan(
-        cls, config: Config, plan: LaunchPlan, inherited_env: Env = None, facts: Facts | None = None
-    ) -> Deployment:
-        """`inherited_env`: what vLLM also inherits (preflight's os.environ); `facts`: the start's (None: read here)."""
+    def for_plan(cls, config: Config, plan: LaunchPlan, facts: Facts, inherited_env: Env = None) -> Deployment:
+        """`inherited_env`: what vLLM also inherits (serve's os.environ). Built by launch/prepare.py."""
         from kimi_dflash.config.loader import display_path
         from kimi_dflash.plan import OPTION_KEYS
 
@@ -132,7 +130,7 @@ class Deployment:
         return cls(
             platform=typed.device,
             command=parse_serve_command(plan.argv, {**(inherited_env or {}), **plan.env}),
-            facts=read_facts(typed) if facts is None else facts,
+            facts=facts,
             label=display_path(config.path),
             option_keys={**OPTION_KEYS, **dict.fromkeys(extra, "EXTRA_VLLM_ARGS")},
             drafter_rope_amplitude=typed.drafter_rope_choice,

@@ -1,6 +1,6 @@
 """Every rule of rules/catalog/ over one deployment and one vLLM source (read, never imported): exit 0 (starts, naming
-the patches it relies on) or 2 (would not start, or would run wrong). A (deployment, source) pair is judged once per
-process: serve's preflight, its patch step and qualify share the verdict."""
+what it relies on) or 2 (would not start, or would run wrong). A start judges once (launch/prepare.py) and hands the
+verdict to preflight and the patch step."""
 
 from __future__ import annotations
 
@@ -8,20 +8,16 @@ import dataclasses
 import functools
 import importlib
 import pkgutil
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kimi_dflash.core.checks import render
+from kimi_dflash.core.checks import CheckResult, Remedy, render
 from kimi_dflash.rules import catalog
 from kimi_dflash.rules.deployment import Deployment
-from kimi_dflash.rules.model import FILE_PATCH, Finding, Rule
+from kimi_dflash.rules.model import Rule
 from kimi_dflash.rules.source import VllmSource
 
 EXIT_STARTS, EXIT_WOULD_NOT_START = 0, 2
-_KEPT = 16  # verdicts remembered (the matrix judges 8 plans x 20 releases: older sources are let go)
-_JUDGED: dict[tuple[int, int], tuple[Deployment, VllmSource, Verdict]] = {}
-_JUDGED_LOCK = threading.Lock()  # the dry-engine table judges plans from threads
 
 
 @functools.cache
@@ -45,7 +41,7 @@ class Verdict:
     deployment: Deployment
     vllm_origin: str
     vllm_version: str | None
-    findings: tuple[Finding, ...]
+    findings: tuple[CheckResult, ...]
 
     @property
     def starts(self) -> bool:
@@ -56,20 +52,19 @@ class Verdict:
         return EXIT_STARTS if self.starts else EXIT_WOULD_NOT_START
 
     @property
-    def relies(self) -> tuple[str, ...]:
+    def relies(self) -> tuple[Remedy, ...]:
+        """What the passes rely on; the launcher applies those of its kinds (launch/prepare.py)."""
         return tuple(dict.fromkeys(r for f in self.findings for r in f.relies))
 
-    @property
-    def file_patches(self) -> tuple[str, ...]:
-        """Serve writes these into the vLLM tree on ROCm."""
-        return tuple(r.removeprefix(FILE_PATCH) for r in self.relies if r.startswith(FILE_PATCH))
+    def remedies(self, *kinds: str) -> tuple[Remedy, ...]:
+        return tuple(r for r in self.relies if r.kind in kinds)
 
     @property
-    def failures(self) -> tuple[Finding, ...]:
+    def failures(self) -> tuple[CheckResult, ...]:
         return tuple(f for f in self.findings if f.status == "fail")
 
     @property
-    def runtime_traps(self) -> tuple[Finding, ...]:
+    def runtime_traps(self) -> tuple[CheckResult, ...]:
         """Failures vLLM's start-up cannot see: it starts the plan, which then runs wrong or slow."""
         silent = {r.id for r in all_rules() if not r.startup_visible}
         return tuple(f for f in self.failures if f.name in silent)
@@ -82,7 +77,7 @@ class Verdict:
                 f"verdict: vLLM {version} would NOT start {self.deployment.label} ({len(self.failures)} "
                 f"reason(s), each [FAIL] above with its fix: {reasons})"
             )
-        relying = f", relying on {', '.join(self.relies)}" if self.relies else ""
+        relying = f", relying on {', '.join(map(str, self.relies))}" if self.relies else ""
         return f"verdict: vLLM {version} starts {self.deployment.label}{relying}"
 
     def render(self) -> str:
@@ -105,19 +100,9 @@ class Verdict:
 
 
 def judge(deployment: Deployment, source: VllmSource, rules: Sequence[Rule] | None = None) -> Verdict:
-    key = (id(deployment), id(source))
-    with _JUDGED_LOCK:
-        if rules is None and key in _JUDGED:
-            return _JUDGED[key][2]
     findings = [
         dataclasses.replace(finding, name=each.id)
         for each in (all_rules() if rules is None else rules)
         for finding in each.check(deployment, source)
     ]
-    verdict = Verdict(deployment, source.origin, source.version(), tuple(findings))
-    if rules is None:  # the objects are kept with their verdict, so their ids stay theirs
-        with _JUDGED_LOCK:
-            _JUDGED[key] = (deployment, source, verdict)
-            while len(_JUDGED) > _KEPT:
-                del _JUDGED[next(iter(_JUDGED))]
-    return verdict
+    return Verdict(deployment, source.origin, source.version(), tuple(findings))

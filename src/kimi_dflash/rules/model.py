@@ -1,4 +1,5 @@
-"""What a rule is and what it finds; each rule is declared once, in a module of rules/catalog/."""
+"""What a rule is (its findings are core/checks.py's CheckResult); each rule is declared once, in a module of
+rules/catalog/."""
 
 from __future__ import annotations
 
@@ -13,31 +14,7 @@ if TYPE_CHECKING:
     from kimi_dflash.rules.source import VllmSource
 
 
-FILE_PATCH = "file patch "  # how a finding says it relies on a file patch (serve writes those on ROCm)
-
-
-@dataclass(frozen=True)
-class Finding(CheckResult):
-    """Its name is the rule's id (the engine sets it)."""
-
-    relies: tuple[str, ...] = ()  # what a pass depends on beyond vLLM itself (plugin patches, file patches)
-    short: str = ""  # a failure's reason in a few words, for the compatibility matrix
-
-
-def passed(detail: str, relies: tuple[str, ...] = ()) -> Finding:
-    return Finding("", "pass", detail, None, relies)
-
-
-def warned(detail: str, fix: str | None = None) -> Finding:
-    return Finding("", "warn", detail, fix)
-
-
-def failed(detail: str, fix: str, short: str) -> Finding:
-    """`short` names the reason in the compatibility matrix."""
-    return Finding("", "fail", detail, fix, short=short)
-
-
-Check = Callable[["Deployment", "VllmSource"], list[Finding]]
+Check = Callable[["Deployment", "VllmSource"], list[CheckResult]]  # findings named by the engine (the rule id)
 
 
 @dataclass(frozen=True)

@@ -1,19 +1,20 @@
 """Read vLLM's source (a package directory or a wheel, in place) without importing it: parsing takes milliseconds,
-importing vllm.config took 10-22 s here. One object per tree per process (`VllmSource.open`), each file parsed once."""
+importing vllm.config took 10-22 s here. Each file of one source object is read and parsed at most once: whoever
+judges more than once passes the object on."""
 
 from __future__ import annotations
 
 import ast
-import re
 import threading
 import zipfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from kimi_dflash.patcher import floor
+
 Reader = Callable[[object], str]
 
-_VERSION_RE = re.compile(r"""__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""")
 # How deep Literal aliases may nest (Literal[A, B] where A = Literal[...], possibly imported).
 _MAX_ALIAS_DEPTH = 8
 # One parse at a time in this interpreter. CPython 3.11 keeps the AST builder's recursion depth in the ast module's
@@ -22,7 +23,6 @@ _MAX_ALIAS_DEPTH = 8
 # reported from threaded programs in CPython gh-106905 and pytest #10763). The dry-engine table judges plans from
 # threads that share one VllmSource; CI hit exactly this.
 _PARSE_LOCK = threading.Lock()
-_OPENED: dict[str, VllmSource] = {}  # resolved path -> the one source object for that tree in this process
 
 
 @dataclass(frozen=True)
@@ -32,13 +32,6 @@ class SourceLine:
 
     def __str__(self) -> str:
         return f"{self.path}:{self.line}" if self.line else self.path
-
-
-def forget(path: Path | str) -> None:
-    """After file patches, so the next open reads the tree again."""
-    resolved = Path(path).expanduser().resolve()
-    for key in (str(resolved), str(resolved / "vllm")):
-        _OPENED.pop(key, None)
 
 
 class VllmSourceError(ValueError):
@@ -80,18 +73,23 @@ class VllmSource:
 
     @classmethod
     def open(cls, path: Path | str) -> VllmSource:
-        """The `vllm` package directory, a directory holding it, or a .whl; the same object for the same tree."""
+        """The `vllm` package directory, a directory holding it, or a .whl."""
         path = Path(path).expanduser().resolve()
         if path.is_file() and path.suffix == ".whl":
-            return _OPENED.get(str(path)) or _OPENED.setdefault(str(path), cls.from_wheel(path))
+            return cls.from_wheel(path)
         for candidate in (path, path / "vllm"):
             if (candidate / "__init__.py").is_file() and (candidate / "config").is_dir():
-                key = str(candidate)
-                return _OPENED.get(key) or _OPENED.setdefault(key, cls.from_package_dir(candidate))
+                return cls.from_package_dir(candidate)
         raise VllmSourceError(
             f"{path} is not a vLLM package: expected the `vllm` directory (holding __init__.py and config/), a "
             "directory that contains it (an unpacked wheel, site-packages), or a vllm-*.whl file"
         )
+
+    @classmethod
+    def installed(cls, python: str | None = None, env: Mapping[str, str] | None = None) -> VllmSource | None:
+        """The vLLM `python` (default: this interpreter) runs, read in place; None when it has none."""
+        package = floor.package_dir(python=python, env=env)
+        return None if package is None else cls.open(package)
 
     def has(self, relpath: str) -> bool:
         return relpath in self._files
@@ -136,12 +134,7 @@ class VllmSource:
         return next((c for c in (f"{base}.py", f"{base}/__init__.py") if self.has(c)), None)
 
     def version(self) -> str | None:
-        """The release this tree says it is (vllm/_version.py), for labels only: decisions come from features."""
-        for relpath in ("vllm/_version.py", "vllm/version.py"):
-            match = _VERSION_RE.search(self.text(relpath) or "")
-            if match:
-                return match.group(1)
-        return None
+        return floor.version(lambda name: self.text(f"vllm/{name}"))
 
     def literal_values(self, relpath: str, alias: str, depth: int = 0) -> tuple[str, ...] | None:
         """The strings a `Alias = Literal[...]` accepts, following nested aliases (also imported ones)."""

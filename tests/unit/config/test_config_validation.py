@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from kimi_dflash.checkpoint import read_facts
 from kimi_dflash.config.problems import ConfigError
 from kimi_dflash.config.schema import KEYS
 from kimi_dflash.config.validate import check_paths, load_config
@@ -324,7 +325,7 @@ def test_spec_tokens_above_drafter_block_size(tmp_path: Path) -> None:
         ),
         environ={},
     )
-    problems = check_paths(config)
+    problems = check_paths(config, read_facts(config.typed))
     assert [p.key for p in problems] == ["NUM_SPECULATIVE_TOKENS"]
     assert "block size (8)" in problems[0].message
 
@@ -340,14 +341,14 @@ def test_spec_tokens_equal_to_block_size_only_warns(tmp_path: Path) -> None:
         ),
         environ={},
     )
-    problems = check_paths(config)
+    problems = check_paths(config, read_facts(config.typed))
     assert [(p.key, p.severity) for p in problems] == [("NUM_SPECULATIVE_TOKENS", "warning")]
     assert "at most 7" in problems[0].fix
 
 
 def test_missing_directories_are_reported(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, BASE), environ={})
-    assert sorted(p.key for p in check_paths(config)) == ["DRAFT_MODEL_DIR", "MODEL_DIR"]
+    assert sorted(p.key for p in check_paths(config, read_facts(config.typed))) == ["DRAFT_MODEL_DIR", "MODEL_DIR"]
 
 
 def test_drafter_architecture_config_matches_the_recipe() -> None:

@@ -59,7 +59,7 @@ def scales_file(tmp_path: Path, model: str = "moonshotai/Kimi-K2.6", layers: int
 
 
 def levels(findings) -> list[str]:
-    return [f.level for f in findings]
+    return [f.status for f in findings]
 
 
 def test_calibrated_file_for_the_served_model_passes(tmp_path: Path) -> None:
@@ -68,7 +68,7 @@ def test_calibrated_file_for_the_served_model_passes(tmp_path: Path) -> None:
     findings = check_kv_scale_config(
         env, model=str(directory), kv_cache_dtype="fp8", fingerprint=fingerprint(directory)
     )
-    assert levels(findings) == ["pass"] and "2 layers" in findings[0].message
+    assert levels(findings) == ["pass"] and "2 layers" in findings[0].detail
 
 
 def test_calibrated_file_for_another_model_fails(tmp_path: Path) -> None:
@@ -80,7 +80,7 @@ def test_calibrated_file_for_another_model_fails(tmp_path: Path) -> None:
     findings = check_kv_scale_config(
         env, model=str(directory), kv_cache_dtype="fp8", fingerprint=fingerprint(directory)
     )
-    assert levels(findings) == ["fail"] and "Kimi-K2.5" in findings[0].message
+    assert levels(findings) == ["fail"] and "Kimi-K2.5" in findings[0].detail
     # no local config.json (a hub id): the model name alone decides
     findings = check_kv_scale_config(env, model="moonshotai/Kimi-K2.6", kv_cache_dtype="fp8")
     assert levels(findings) == ["fail"]
@@ -95,7 +95,7 @@ def test_layer_count_mismatch_fails(tmp_path: Path) -> None:
     findings = check_kv_scale_config(
         env, model=str(directory), kv_cache_dtype="fp8", fingerprint=fingerprint(directory)
     )
-    assert levels(findings) == ["fail"] and "1 layers" in findings[0].message
+    assert levels(findings) == ["fail"] and "1 layers" in findings[0].detail
 
 
 def test_fp8_without_scales_warns() -> None:
@@ -107,7 +107,7 @@ def test_fp8_without_scales_warns() -> None:
 
 def test_bad_settings_fail_with_the_message() -> None:
     findings = check_kv_scale_config({"KIMI_DFLASH_KV_SCALE_FLOOR": "0"}, model="m", kv_cache_dtype="fp8")
-    assert levels(findings) == ["fail"] and "KIMI_DFLASH_KV_SCALE_FLOOR" in findings[0].message
+    assert levels(findings) == ["fail"] and "KIMI_DFLASH_KV_SCALE_FLOOR" in findings[0].detail
 
 
 def test_scales_without_fp8_are_warned_once_per_serve(tmp_path: Path) -> None:
@@ -117,4 +117,4 @@ def test_scales_without_fp8_are_warned_once_per_serve(tmp_path: Path) -> None:
     )
     assert [(w.key, "no effect" in w.message) for w in config.warnings] == [("KV_SCALE_MODE", True)]
     findings = check_kv_scale_config({"KIMI_DFLASH_KV_SCALE_MODE": "dynamic"}, model="m", kv_cache_dtype="auto")
-    assert not [finding for finding in findings if "no effect" in finding.message]
+    assert not [finding for finding in findings if "no effect" in finding.detail]

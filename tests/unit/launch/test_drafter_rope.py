@@ -1,7 +1,8 @@
 """The launcher's drafter RoPE amplitude (launch/drafter_rope.py, DRAFTER_ROPE_AMPLITUDE): a DFlash drafter whose
 rope vLLM changed is served from an overlay whose config.json states the amplitude the key names, only where it
-differs from what the installed vLLM gives; the overlay is private, built without writing through the drafter's
-entries, checked before reuse and pruned (issue 31: S4, S9, D1, D3 and the notes).
+differs from what the installed vLLM gives (the rule's remedy, applied by launch/prepare.py); the overlay is private,
+built without writing through the drafter's entries, checked before reuse and pruned (issue 31: S4, S9, D1, D3 and
+the notes).
 
 Decisions are made against the vLLM CPU build installed here (0.32.0: amplitude 1.0 for z-lab's fields).
 """
@@ -21,13 +22,14 @@ from kimi_dflash.checkpoint import Facts, read_checkpoint
 from kimi_dflash.config.validate import load_config
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.launch import drafter_rope
-from kimi_dflash.launch.prepare import resolve_drafter_rope, resolve_models
-from kimi_dflash.preflight.runtime_probe import vllm_package_dir
+from kimi_dflash.launch.prepare import prepare
+from kimi_dflash.patcher.floor import package_dir
+from kimi_dflash.rules.rope_amplitude import decide
 from kimi_dflash.rules.source import VllmSource
 from repo_paths import CONFIGS_DIR
 from serve_helpers import run_serve
 
-INSTALLED = vllm_package_dir()
+INSTALLED = package_dir()
 ZLAB = json.loads(resources.files("kimi_dflash").joinpath("data/checkpoints/kimi-k2.5-dflash.json").read_text())
 LEGACY = 0.1 * math.log(64) + 1
 OTHER_UID = 54321  # a user that is not the test's (made the owner with chown: needs root)
@@ -57,8 +59,11 @@ def facts_of(directory: Path) -> Facts:
 def serve_from(
     directory: Path, cache: Path, installed: VllmSource, choice: str | float = "legacy", create: bool = True
 ) -> tuple[Facts, list[str]]:
+    """What serve does with the rule's decision (its remedy): the overlay where the decision asks for one."""
     said: list[str] = []
-    served = drafter_rope.resolve(facts_of(directory), directory, choice, cache, create, said.append, lambda: installed)
+    facts = facts_of(directory)
+    decision = decide(facts.drafter, installed, choice)  # type: ignore[arg-type]
+    served = drafter_rope.apply(facts, decision, cache, create, said.append) if decision.overlay else facts
     return served, said
 
 
@@ -98,32 +103,24 @@ def test_engine_or_a_release_that_agrees_leaves_the_drafter_as_it_is(tmp_path: P
     original = drafter(tmp_path)
     facts, said = serve_from(original, tmp_path / "cache", installed, choice="engine")
     assert facts.drafter is not None and facts.drafter.directory == original and facts.drafter.overlay is None
-    assert said and all("DRAFTER_ROPE_AMPLITUDE=engine serves it as it is" in line for line in said)
-    assert not (tmp_path / "cache").exists()
+    assert said == [] and not (tmp_path / "cache").exists()
 
 
 def test_without_create_nothing_is_written(tmp_path: Path, installed: VllmSource) -> None:
     original = drafter(tmp_path)
     facts, said = serve_from(original, tmp_path / "cache", installed, create=False)
-    assert facts.drafter is not None and facts.drafter.directory == original and not (tmp_path / "cache").exists()
+    assert not (tmp_path / "cache").exists()  # named, with the facts it will have, not built
+    assert facts.drafter is not None and facts.drafter.directory.parent == tmp_path / "cache" / "drafter-rope"  # type: ignore[union-attr]
+    assert facts.drafter.rope is not None and facts.drafter.rope.attention_factor == pytest.approx(LEGACY)
     assert any("a start serves the drafter from" in line for line in said)
-
-
-def test_the_vllm_source_is_only_read_for_a_drafter_it_concerns(tmp_path: Path) -> None:
-    original = drafter(tmp_path, {**ZLAB, "rope_scaling": None})
-
-    def no_source() -> VllmSource:
-        raise AssertionError("read vLLM's source for a drafter the decision does not concern")
-
-    facts = facts_of(original)
-    assert drafter_rope.resolve(facts, original, "legacy", tmp_path / "cache", True, print, no_source) is facts
 
 
 def test_without_a_readable_vllm_the_drafter_is_served_as_configured(tmp_path: Path) -> None:
     original, said = drafter(tmp_path), []
-    facts = facts_of(original)
-    assert drafter_rope.resolve(facts, original, "legacy", tmp_path / "cache", True, said.append, lambda: None) is facts
-    assert said == ["drafter RoPE: no vLLM in this Python to read; served as configured"]
+    config = load_config(CONFIGS_DIR / "production.env", environ={"DRAFT_MODEL_DIR": str(original)})
+    served = prepare(config, {}, source=lambda _plan: None, create=True, say=said.append)
+    assert served.config.typed.draft_model_dir == original and served.verdict is None
+    assert len(said) == 1 and "not judged; served as configured" in said[0]
 
 
 def test_the_overlay_never_writes_through_the_drafters_entries(tmp_path: Path, installed: VllmSource) -> None:
@@ -204,24 +201,29 @@ def test_a_deepseek_yarn_drafter_is_left_unrewritten(tmp_path: Path, installed: 
     original = drafter(tmp_path, k26)
     facts, said = serve_from(original, tmp_path / "cache", installed)
     assert facts.drafter is not None and facts.drafter.directory == original and not (tmp_path / "cache").exists()
-    assert any("deepseek_scaling_rope.py" in line for line in said)
+    assert "deepseek_scaling_rope.py" in decide(facts.drafter, installed, "legacy").message and said == []
 
 
 def test_the_launcher_serves_the_overlay_unless_engine_is_chosen(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, installed: VllmSource
 ) -> None:
     monkeypatch.setenv("KIMI_DFLASH_CACHE", str(tmp_path / "cache"))
     original = drafter(tmp_path)
-    config = load_config(CONFIGS_DIR / "production.env", environ={"DRAFT_MODEL_DIR": str(original)})
-    served, facts = resolve_models(config, create=True, say=lambda _: None)
-    assert served.typed.draft_model_dir.parent == tmp_path / "cache" / "drafter-rope"
-    assert facts.drafter is not None and facts.drafter.directory == served.typed.draft_model_dir
-    assert served.sources["DRAFT_MODEL_DIR"] == "drafter RoPE amplitude"
+
+    def served(config: str, **environ: str):  # noqa: ANN202
+        loaded = load_config(CONFIGS_DIR / config, environ={"DRAFT_MODEL_DIR": str(original), **environ})
+        return prepare(loaded, {}, source=lambda _plan: installed, create=True, say=lambda _: None)
+
+    legacy = served("production.env")
+    assert legacy.config.typed.draft_model_dir.parent == tmp_path / "cache" / "drafter-rope"  # type: ignore[union-attr]
+    assert legacy.facts.drafter is not None and legacy.facts.drafter.directory == legacy.config.typed.draft_model_dir
+    assert legacy.config.sources["DRAFT_MODEL_DIR"] == "rule drafter rope amplitude"
+    assert str(legacy.config.typed.draft_model_dir) in " ".join(legacy.plan.argv)
+    [rope] = [f for f in legacy.verdict.findings if f.name == "drafter rope amplitude"]  # type: ignore[union-attr]
+    assert "the launcher's overlay states" in rope.detail  # the served plan is what was judged
     for environ in ({"DRAFTER_ROPE_AMPLITUDE": "engine"}, {"DRAFTER_ROPE_FIX": "false"}):
-        off = load_config(CONFIGS_DIR / "production.env", environ={"DRAFT_MODEL_DIR": str(original), **environ})
-        assert resolve_models(off, create=True, say=lambda _: None)[0].typed.draft_model_dir == original
-    baseline = load_config(CONFIGS_DIR / "baseline.env", environ={"DRAFT_MODEL_DIR": str(original)})
-    assert resolve_drafter_rope(baseline, facts, create=True, say=lambda _: None) == (baseline, facts)
+        assert served("production.env", **environ).config.typed.draft_model_dir == original
+    assert served("baseline.env").facts.drafter is None
 
 
 def test_serve_dry_run_says_what_a_start_does(tmp_path: Path) -> None:
@@ -234,7 +236,8 @@ def test_serve_dry_run_says_what_a_start_does(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "drafter RoPE: vLLM 0.32.0 gives the drafter RoPE amplitude 1.0" in result.stderr
     assert "measured with 1.4159" in result.stderr and "a start serves the drafter from" in result.stderr
-    assert f'"model":"{original}"' in result.stdout.replace(" ", "") or str(original) in result.stdout
+    overlay = result.stderr.split("a start serves the drafter from ", 1)[1].split()[0]
+    assert f'"model":"{overlay}"' in result.stdout.replace(" ", "")  # the exact plan a start runs
     assert not (tmp_path / "cache" / "drafter-rope").exists()
 
 

@@ -13,26 +13,27 @@ from pathlib import Path
 import pytest
 
 from kimi_dflash.patcher import floor
+from kimi_dflash.patcher.floor import package_dir
 from kimi_dflash.patcher.registry import PATCHES
-from kimi_dflash.preflight.runtime_child import vllm_package_dir
 from repo_paths import CONFIGS_DIR, REPO_ROOT
 
-INSTALLED = vllm_package_dir()
+INSTALLED = package_dir()
 
 # Judge the plan (serve --check-vllm), run serve's patch step and the plugin's register(), then list what of the
 # patcher this interpreter imported.
 SCRIPT = """
 import json, os, sys
 from kimi_dflash.config.validate import load_config
-from kimi_dflash.launch import cli, hooks
-from kimi_dflash.plan import build_plan
+from kimi_dflash.launch import cli
+from kimi_dflash.launch.prepare import prepare
+from kimi_dflash.rules.source import VllmSource
 config_path, vllm_dir = sys.argv[1], sys.argv[2]
 from kimi_dflash.core import options
 code = options.run(cli, [config_path, "--check-vllm", vllm_dir])
 config = load_config(config_path)
 lines = []
-planned = hooks.deployment(config, build_plan(config, "python", "/cache"))
-patched = hooks.patches(planned, lines.append, vllm_root=vllm_dir)
+prepared = prepare(config, {}, source=lambda _plan: VllmSource.open(vllm_dir), say=lambda _: None)
+patched = prepared.patch(lines.append, vllm_root=vllm_dir)
 if os.environ.get("REGISTER_PLUGIN"):
     import kimi_dflash.vllm_plugin
     kimi_dflash.vllm_plugin.register()

@@ -14,11 +14,13 @@ import sys
 import pytest
 
 from kimi_dflash.checkpoint import read_checkpoint
+from kimi_dflash.core.checks import Remedy, passed
 from kimi_dflash.preflight.request import PreflightRequest
 from kimi_dflash.preflight.runtime_child import PLUGIN_GROUP
 from kimi_dflash.preflight.runtime_probe import PluginEntry, RuntimeReport
 from kimi_dflash.preflight.vllm_check import check_plugin
 from kimi_dflash.rules.deployment import Deployment
+from kimi_dflash.rules.engine import Verdict
 from repo_paths import REPO_ROOT
 
 PLUGIN = PluginEntry(
@@ -45,8 +47,15 @@ def request(kv_scale_mode: str = "off") -> PreflightRequest:
     return PreflightRequest(device="rocm", deployment=deployment)
 
 
+def verdict(kv_scale_mode: str = "off") -> Verdict:
+    """What the rules find (rules/catalog/kv_cache.py): the KV-scale hook relies on the plugin."""
+    relies = () if kv_scale_mode == "off" else (Remedy("plugin", f"FP8 KV-scale hook ({kv_scale_mode})"),)
+    finding = passed("MLAAttention writes latents through the wrapped method", relies, name="kv scale hook")
+    return Verdict(request(kv_scale_mode).deployment, "vllm", "0.33.0", (finding,))  # type: ignore[arg-type]
+
+
 def test_a_plan_that_needs_the_plugin_fails_when_no_entry_point_is_installed() -> None:
-    result = check_plugin(request("dynamic"), runtime(()), None)
+    result = check_plugin(request("dynamic"), runtime(()), verdict("dynamic"))
     assert result.status == "fail"
     assert "no `vllm.general_plugins` entry point named kimi_dflash" in result.detail
     assert "PYTHONPATH" in result.detail and "FP8 KV-scale hook (dynamic)" in result.detail
@@ -54,24 +63,26 @@ def test_a_plan_that_needs_the_plugin_fails_when_no_entry_point_is_installed() -
 
 
 def test_a_vllm_plugins_allowlist_without_kimi_dflash_fails_with_the_fixed_list() -> None:
-    result = check_plugin(request("dynamic"), runtime((PLUGIN,), allow="lora_filesystem_resolver"), None)
+    result = check_plugin(request("dynamic"), runtime((PLUGIN,), allow="lora_filesystem_resolver"), verdict("dynamic"))
     assert (
         result.status == "fail" and "VLLM_PLUGINS=lora_filesystem_resolver does not list kimi_dflash" in result.detail
     )
     assert result.fix == "add it: VLLM_PLUGINS=lora_filesystem_resolver,kimi_dflash (or unset VLLM_PLUGINS)"
-    assert check_plugin(request("dynamic"), runtime((PLUGIN,), allow="x,kimi_dflash"), None).status == "pass"
+    assert (
+        check_plugin(request("dynamic"), runtime((PLUGIN,), allow="x,kimi_dflash"), verdict("dynamic")).status == "pass"
+    )
 
 
 def test_a_plan_that_does_not_need_the_plugin_only_warns() -> None:
-    assert check_plugin(request(), runtime(()), None).status == "warn"
-    assert check_plugin(request(), runtime((PLUGIN,)), None).status == "pass"
+    assert check_plugin(request(), runtime(()), verdict()).status == "warn"
+    assert check_plugin(request(), runtime((PLUGIN,)), verdict()).status == "pass"
 
 
 def test_an_unimportable_plugin_module_fails() -> None:
     broken = PluginEntry(
         "kimi_dflash", "kimi_dflash.vllm_plugin:register", "not importable: ModuleNotFoundError", "kimi-k26-dflash"
     )
-    assert check_plugin(request("calibrated"), runtime((broken,)), None).status == "fail"
+    assert check_plugin(request("calibrated"), runtime((broken,)), verdict("calibrated")).status == "fail"
 
 
 def _child_plugins(env: dict[str, str]) -> dict:
@@ -108,11 +119,10 @@ def test_pyproject_registers_the_plugin_under_the_group_vllm_reads() -> None:
 
 def test_shipped_facts_are_not_used_for_the_fabricated_demo() -> None:
     from kimi_dflash.config.validate import load_config
-    from kimi_dflash.launch.hooks import deployment
-    from kimi_dflash.plan import build_plan
+    from kimi_dflash.launch.prepare import prepare
     from repo_paths import CONFIGS_DIR
 
     config = load_config(CONFIGS_DIR / "demo-cpu.env", environ={})
-    planned = deployment(config, build_plan(config, "python", "/cache"))
+    planned = prepare(config, {}, source=lambda _plan: None, say=lambda _: None).deployment
     assert planned.target is None or not planned.target.shipped
     assert read_checkpoint(None, None, "target") == (None, None)

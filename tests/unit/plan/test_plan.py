@@ -198,11 +198,11 @@ def test_serve_dry_run_prints_plan_and_touches_nothing(name: str, tmp_path: Path
 def test_every_vllm_option_the_schema_declares_exists_in_the_installed_vllm() -> None:
     """The one table (config/schema.py: Key.vllm) against vLLM's own CLI definitions, read from its source."""
     from kimi_dflash.config.schema import KEYS
-    from kimi_dflash.preflight.runtime_child import vllm_package_dir
+    from kimi_dflash.patcher.floor import package_dir
     from kimi_dflash.rules.features import probe_features
     from kimi_dflash.rules.source import VllmSource
 
-    package_dir = vllm_package_dir()
+    package_dir = package_dir()
     if package_dir is None:
         pytest.skip("no vLLM installed here")
     flags = sorted({flag for key in KEYS if key.vllm for flag in key.vllm.flags})
@@ -236,19 +236,8 @@ def test_a_users_cuda_cache_path_is_kept() -> None:
 @pytest.mark.parametrize("name", ["production.env", "demo-cpu.env"])
 def test_only_cuda_plans_set_cuda_variables(name: str) -> None:
     config = load_config(CONFIGS_DIR / name, environ={})
-    env = build_plan(config, python_executable="/usr/bin/python3", cache_dir="/cache", flashinfer=False).env
-    assert not {"CUDA_CACHE_PATH", "CUDA_CACHE_MAXSIZE", "VLLM_USE_FLASHINFER_SAMPLER"} & env.keys()
-
-
-def test_the_flashinfer_sampler_is_turned_off_only_where_flashinfer_is_missing() -> None:
-    config = load_config(CONFIGS_DIR / "h200.env", environ={})
-
-    def env(flashinfer: bool | None) -> dict[str, str]:
-        return dict(build_plan(config, "/usr/bin/python3", "/cache", flashinfer=flashinfer).env)
-
-    assert env(False)["VLLM_USE_FLASHINFER_SAMPLER"] == "0"
-    assert "VLLM_USE_FLASHINFER_SAMPLER" not in env(True)
-    assert "VLLM_USE_FLASHINFER_SAMPLER" not in env(None)  # not asked: vLLM's default
+    env = build_plan(config, python_executable="/usr/bin/python3", cache_dir="/cache").env
+    assert not {"CUDA_CACHE_PATH", "CUDA_CACHE_MAXSIZE"} & env.keys()
 
 
 def test_demo_gpu_plan_serves_the_cuda_miniature_on_one_gpu() -> None:

@@ -43,7 +43,7 @@ def by_name(results: list[CheckResult]) -> dict[str, CheckResult]:
 
 def accelerators(host: FakeHost, request: PreflightRequest = MI300X) -> dict[str, CheckResult]:
     probe = host.probe()
-    return by_name(check_accelerators(request, probe, probe.runtime(request.required_features, request.interpreter)))
+    return by_name(check_accelerators(request, probe, probe.runtime(request)))
 
 
 # --- parsers --------------------------------------------------------------------------------------------
@@ -487,7 +487,7 @@ PLAN_FEATURES = ("speculative_method:dflash", "speculative_config.attention_back
 
 def vllm_lines(tmp_path, request: PreflightRequest = MI300X, **runtime_kwargs) -> list[CheckResult]:
     probe = FakeHost(tmp_path, runtime_kwargs=runtime_kwargs).probe()
-    return check_vllm(request, probe.runtime(request.required_features, request.interpreter))
+    return check_vllm(request, probe.runtime(request))
 
 
 def test_vllm_with_every_feature_passes(tmp_path):

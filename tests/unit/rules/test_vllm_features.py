@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kimi_dflash.preflight.runtime_child import vllm_package_dir
+from kimi_dflash.patcher.floor import package_dir
 from kimi_dflash.rules.features import INTRODUCED_IN, parse_feature, probe_features
 from kimi_dflash.rules.source import VllmSource
 
@@ -210,7 +210,7 @@ def test_feature_grammar():
         parse_feature(name)  # every documented origin names a probe-able feature
 
 
-installed = vllm_package_dir()
+installed = package_dir()
 
 
 needs_installed_vllm = pytest.mark.skipif(installed is None, reason="vLLM is not installed in this Python")

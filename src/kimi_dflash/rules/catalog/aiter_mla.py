@@ -6,9 +6,10 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from kimi_dflash.core.checks import CheckResult, failed, passed, warned
 from kimi_dflash.rules.catalog.depth_schedule import scheduled_depths
 from kimi_dflash.rules.deployment import Deployment
-from kimi_dflash.rules.model import Fact, Finding, Rule, failed, label, passed, warned
+from kimi_dflash.rules.model import Fact, Rule, label
 from kimi_dflash.rules.source import SourceLine, VllmSource
 
 AITER_MLA = "vllm/v1/attention/backends/mla/rocm_aiter_mla.py"
@@ -38,10 +39,13 @@ def aiter_verify_cap(source: VllmSource) -> VerifyCap | None:
     ints = {name: (value, line) for name, (value, line) in constants if isinstance(value, int)}
     cap, heads = ints.get("_ASM_PADDED_MAX_PS_QLEN"), ints.get("_AITER_MIN_MLA_HEADS")
     routing = next(
-        (n for n in ast.walk(tree) if isinstance(n, ast.BoolOp) and isinstance(n.op, ast.Or)
-         and "_ASM_PADDED_MAX_PS_QLEN" in ast.unparse(n)),
+        (
+            n
+            for n in ast.walk(tree)
+            if isinstance(n, ast.BoolOp) and isinstance(n.op, ast.Or) and "_ASM_PADDED_MAX_PS_QLEN" in ast.unparse(n)
+        ),
         None,
-    )  # fmt: skip
+    )
     return VerifyCap(
         cap=None if cap is None else cap[0],
         min_heads=None if heads is None else heads[0],
@@ -61,7 +65,7 @@ def _on_aiter_mla(deployment: Deployment) -> bool:
     return deployment.platform == "rocm" and deployment.aiter_mla and target is not None and target.mla
 
 
-def _check_verify_length(deployment: Deployment, source: VllmSource) -> list[Finding]:
+def _check_verify_length(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
     k, target = deployment.num_speculative_tokens, deployment.target
     if not _on_aiter_mla(deployment) or k is None or target is None:
         return []
@@ -117,7 +121,7 @@ def _check_verify_length(deployment: Deployment, source: VllmSource) -> list[Fin
     ]
 
 
-def _check_power_of_two(deployment: Deployment, source: VllmSource) -> list[Finding]:
+def _check_power_of_two(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
     depths = scheduled_depths(deployment) if _on_aiter_mla(deployment) else ()
     odd = [k for k in depths if k & (k + 1)]  # 1 + k is a power of 2 exactly when k & (k + 1) == 0
     if not odd:
@@ -146,7 +150,7 @@ def gluon_gate(source: VllmSource) -> tuple[SourceLine, bool] | None:
     return None if helper is None else (SourceLine(AITER_MLA, helper.lineno), gated)
 
 
-def _check_gluon(deployment: Deployment, source: VllmSource) -> list[Finding]:
+def _check_gluon(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
     gate = gluon_gate(source) if _on_aiter_mla(deployment) else None
     heads = deployment.target.attention_heads if deployment.target else None
     if gate is None:

@@ -7,9 +7,10 @@ import ast
 from collections.abc import Callable
 
 from kimi_dflash.config.schema import KEYS
+from kimi_dflash.core.checks import CheckResult, failed, passed, warned
 from kimi_dflash.rules.deployment import Deployment
 from kimi_dflash.rules.features import FeatureOutcome, introduced, parse_feature, probe_features
-from kimi_dflash.rules.model import Finding, Rule, failed, label, passed, warned
+from kimi_dflash.rules.model import Rule, label
 from kimi_dflash.rules.source import VllmSource
 
 ENVS = "vllm/envs.py"
@@ -59,8 +60,8 @@ def _features(deployment: Deployment, source: VllmSource, kinds: set[str]) -> li
 
 def _presence(
     what: str, kinds: set[str], fix_for: Callable[[Deployment, FeatureOutcome], str]
-) -> Callable[[Deployment, VllmSource], list[Finding]]:
-    def check(deployment: Deployment, source: VllmSource) -> list[Finding]:
+) -> Callable[[Deployment, VllmSource], list[CheckResult]]:
+    def check(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
         outcomes = _features(deployment, source, kinds)
         findings = [
             failed(
@@ -99,8 +100,8 @@ def _value_fix(deployment: Deployment, outcome: FeatureOutcome) -> str:
     return f"use a {kind} this vLLM knows instead of {value!r} (see {outcome.evidence}), or {introduced(outcome.name)}"
 
 
-def _check_environment(deployment: Deployment, source: VllmSource) -> list[Finding]:
-    findings: list[Finding] = []
+def _check_environment(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
+    findings: list[CheckResult] = []
     outcomes = _features(deployment, source, {"env"})
     for outcome in outcomes:
         name = outcome.name.split(":", 1)[1]
@@ -126,7 +127,9 @@ def _check_environment(deployment: Deployment, source: VllmSource) -> list[Findi
     return findings
 
 
-def _membership(subject: str, wanted: tuple[str, ...], known: tuple[str, ...] | None, where: str, fix: str) -> Finding:
+def _membership(
+    subject: str, wanted: tuple[str, ...], known: tuple[str, ...] | None, where: str, fix: str
+) -> CheckResult:
     """Warn when the registry was not found in the source."""
     if known is None:
         return warned(f"{subject}: cannot verify, {where} not found")
@@ -135,7 +138,7 @@ def _membership(subject: str, wanted: tuple[str, ...], known: tuple[str, ...] | 
     return passed(f"{subject} is registered")
 
 
-def _check_parsers(deployment: Deployment, source: VllmSource) -> list[Finding]:
+def _check_parsers(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
     findings = []
     for option, (registry, definition) in PARSER_REGISTRIES.items():
         name = deployment.command.value(option)
@@ -153,7 +156,7 @@ def _check_parsers(deployment: Deployment, source: VllmSource) -> list[Finding]:
     return findings
 
 
-def _check_architectures(deployment: Deployment, source: VllmSource) -> list[Finding]:
+def _check_architectures(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
     known = model_architectures(source)
     return [
         _membership(

@@ -6,10 +6,11 @@ import ast
 import re
 from pathlib import Path
 
+from kimi_dflash.core.checks import CheckResult, Remedy, failed, passed, warned
 from kimi_dflash.core.envvars import VLLM_USE_FLASHINFER_SAMPLER
 from kimi_dflash.rules import backends
 from kimi_dflash.rules.deployment import Deployment
-from kimi_dflash.rules.model import Fact, Finding, Rule, failed, label, passed, warned
+from kimi_dflash.rules.model import Fact, Rule, label
 from kimi_dflash.rules.source import SourceLine, VllmSource
 
 MLA = "vllm/v1/attention/backends/mla/"
@@ -57,7 +58,7 @@ def _prefill_cell(source: VllmSource, _deployment: Deployment) -> str:
     return f"{', '.join(str(shape) for shape in shapes)} (`{where}`)"
 
 
-def _check_prefill_dims(deployment: Deployment, source: VllmSource) -> list[Finding]:
+def _check_prefill_dims(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
     target = deployment.target
     if deployment.platform != "cuda" or target is None or not target.mla:
         return []
@@ -107,7 +108,7 @@ def hopper_mla_backend(deployment: Deployment, source: VllmSource) -> tuple[str,
     return None
 
 
-def _check_fp8_kv(deployment: Deployment, source: VllmSource) -> list[Finding]:
+def _check_fp8_kv(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
     target, dtype = deployment.target, deployment.kv_cache_dtype
     if deployment.platform != "cuda" or target is None or not target.mla or not dtype.startswith("fp8"):
         return []
@@ -152,7 +153,7 @@ def _triton_cell(source: VllmSource, _deployment: Deployment) -> str:
     return f"{'1 + k per step' if verify_in_decode else 'one token per step'} (`{where}`)"
 
 
-def _check_triton_mla_decode(deployment: Deployment, source: VllmSource) -> list[Finding]:
+def _check_triton_mla_decode(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
     k, target = deployment.num_speculative_tokens, deployment.target
     if not k or target is None or not target.mla or deployment.platform not in ("cuda", "rocm"):
         return []
@@ -178,7 +179,10 @@ def _check_triton_mla_decode(deployment: Deployment, source: VllmSource) -> list
     ]
 
 
-def _check_flashinfer_sampler(deployment: Deployment, source: VllmSource) -> list[Finding]:
+SAMPLER_OFF = Remedy("env", VLLM_USE_FLASHINFER_SAMPLER, "0")  # vLLM's own top-k/top-p sampler
+
+
+def _check_flashinfer_sampler(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
     if deployment.platform != "cuda":
         return []
     crash = source.line_of(SAMPLER, "from vllm.v1.attention.backends.flashinfer import")
@@ -188,17 +192,14 @@ def _check_flashinfer_sampler(deployment: Deployment, source: VllmSource) -> lis
     if value is not None and not deployment.env_true(VLLM_USE_FLASHINFER_SAMPLER):
         return [passed(f"{VLLM_USE_FLASHINFER_SAMPLER}={value}: the sampler does not import flashinfer ({crash})")]
     installed = Path(source.origin).parent  # site-packages of an installed vLLM (a wheel: unknown, not judged)
-    if value is None or not Path(source.origin).is_dir() or (installed / "flashinfer").is_dir():
-        return [
-            passed(
-                f"the sampler imports flashinfer ({crash}); serve sets {VLLM_USE_FLASHINFER_SAMPLER}=0 when the "
-                "serving Python has none"
-            )
-        ]
+    if not Path(source.origin).is_dir() or (installed / "flashinfer").is_dir():
+        return [passed(f"the sampler imports flashinfer ({crash}), which is installed beside this vLLM or not judged")]
+    missing = f"no flashinfer beside this vLLM ({installed}): {label(source)} crashes building its sampler ({crash})"
+    if value is None and deployment.option_keys:  # a launcher's plan: serve sets it
+        return [passed(f"{missing} unless {VLLM_USE_FLASHINFER_SAMPLER}=0, which serve sets", (SAMPLER_OFF,))]
     return [
         failed(
-            f"{VLLM_USE_FLASHINFER_SAMPLER}={value} and no flashinfer beside this vLLM ({installed}): {label(source)} "
-            f"crashes building its sampler ({crash}: No module named 'flashinfer')",
+            f"{VLLM_USE_FLASHINFER_SAMPLER}={value}: {missing}: No module named 'flashinfer'",
             f"unset {VLLM_USE_FLASHINFER_SAMPLER} (serve then sets it to 0), or install flashinfer",
             "flashinfer sampler without flashinfer",
         )
@@ -243,7 +244,7 @@ RULES = (
         "flashinfer sampler",
         "on CUDA the sampler does not need a flashinfer that is absent",
         "vLLM's top-k/top-p sampler imports flashinfer's backend unless VLLM_USE_FLASHINFER_SAMPLER=0; without "
-        "flashinfer start-up crashes. serve sets it to 0 when the serving Python has no flashinfer.",
+        "flashinfer start-up crashes. serve sets it to 0 when no flashinfer is installed beside vLLM.",
         "flashinfer_sampler_supported (v1/sample/ops/topk_topp_sampler.py); flashinfer beside the vLLM judged",
         "VLLM_USE_FLASHINFER_SAMPLER=0",
         _check_flashinfer_sampler,

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kimi_dflash.core.checks import CheckResult, failed, passed, warned
 from kimi_dflash.rules.catalog.model_runner import RUNNER_ENV, runner_choice
 from kimi_dflash.rules.deployment import Deployment
-from kimi_dflash.rules.model import Fact, Finding, Rule, failed, label, passed, warned
+from kimi_dflash.rules.model import Fact, Rule, label
 from kimi_dflash.rules.source import SourceLine, VllmSource
 
 SCHEDULE = "num_speculative_tokens_per_batch_size"
@@ -58,7 +59,7 @@ def _cell(source: VllmSource, _deployment: Deployment) -> str:
     return f"V1 `{facts.v1}`; V2 {v2}; data parallel: {'off' if facts.dp_off else 'no guard'}"
 
 
-def _check_schedule(deployment: Deployment, source: VllmSource) -> list[Finding]:
+def _check_schedule(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
     facts = schedule_facts(source) if SCHEDULE in deployment.speculative else None
     if facts is None:  # unset, or a release without the field: the command rule refuses it, naming 0.24.0
         return []
@@ -111,7 +112,7 @@ def context_knobs(source: VllmSource) -> tuple[str, ...]:
     return tuple(f for f in fields if "context" in f)
 
 
-def _check_long_context(deployment: Deployment, source: VllmSource) -> list[Finding]:
+def _check_long_context(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
     length = deployment.command.value("--max-model-len") or ""
     if not deployment.dflash or not length.isdigit():
         return []

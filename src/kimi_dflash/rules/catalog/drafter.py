@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from kimi_dflash.plan import SLIDING_DRAFTER_BACKEND  # what the plan gives a sliding-window drafter (#53323)
+from kimi_dflash.core.checks import CheckResult, Remedy, failed, passed, warned
 from kimi_dflash.rules.deployment import Deployment
-from kimi_dflash.rules.model import Fact, Finding, Rule, failed, label, passed, warned
+from kimi_dflash.rules.model import Fact, Rule, label
 from kimi_dflash.rules.rope_amplitude import (
     CHOICE_KEY,
     ENGINE,
@@ -17,10 +17,11 @@ from kimi_dflash.rules.rope_amplitude import (
 )
 from kimi_dflash.rules.source import VllmSource
 
-ROPE_OVERLAY = "launcher: drafter RoPE overlay"
+ROPE_OVERLAY = "drafter RoPE overlay"
+SLIDING_DRAFTER_BACKEND = "TRITON_ATTN"  # ROCM_ATTN loses a sliding-window drafter's acceptance under batching
 
 
-def _check_quantized_drafter(deployment: Deployment, source: VllmSource) -> list[Finding]:
+def _check_quantized_drafter(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
     if not deployment.dflash:
         return []
     spec_quant, drafter = deployment.speculative.get("quantization"), deployment.drafter
@@ -54,14 +55,16 @@ def _rope(deployment: Deployment, source: VllmSource) -> RopeDecision | None:
     return decide(drafter, source, deployment.drafter_rope_amplitude) if useful and drafter else None
 
 
-def _check_rope_amplitude(deployment: Deployment, source: VllmSource) -> list[Finding]:
+def _check_rope_amplitude(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
     try:
         decision = _rope(deployment, source)
     except UnreadableRope as error:
         return [warned(f"cannot read {label(source)}'s YaRN amplitude: {error}", "confirm acceptance by position")]
     if decision is None or decision.fix:
         return [] if decision is None else [warned(decision.message, decision.fix)]
-    relies = (ROPE_OVERLAY,) if decision.overlay or (deployment.drafter and deployment.drafter.overlay) else ()
+    # The overlay to build (the decision is its value), or the one already served.
+    overlay = decision.overlay or (deployment.drafter and deployment.drafter.overlay)
+    relies = (Remedy("overlay", ROPE_OVERLAY, decision if decision.overlay else None),) if overlay else ()
     return [passed(decision.message, relies=relies)]
 
 
@@ -78,18 +81,23 @@ def _amplitude_cell(source: VllmSource, deployment: Deployment) -> str:
     return f"{release} vs {LEGACY} {round(decision.legacy, 4)} {where}; {LEGACY}: launcher overlay"
 
 
-def _check_sliding_window_drafter(deployment: Deployment, source: VllmSource) -> list[Finding]:
+def _check_sliding_window_drafter(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
     drafter, backend = deployment.drafter, deployment.drafter_attention_backend
     if deployment.platform != "rocm" or drafter is None or not drafter.sliding_window:
         return []
     if backend not in (None, "ROCM_ATTN"):
         return [passed(f"the sliding-window drafter runs on {backend}, not ROCM_ATTN (vllm #53323)")]
+    key = "DRAFT_ATTENTION_BACKEND"
+    if backend is None and deployment.option_keys:  # a launcher's plan, the key left empty: serve sets it
+        remedy = Remedy("config", key, SLIDING_DRAFTER_BACKEND)
+        return [
+            passed(f"the drafter has sliding-window layers: serve sets {key}={remedy.value} (vllm #53323)", (remedy,))
+        ]
     return [
         failed(
             f"the drafter has sliding-window layers and runs on {backend or 'ROCM_ATTN (ROCm default for drafts)'}: "
             f"its acceptance drops under batching (vllm #53323, open to {label(source)}); vLLM starts",
-            f"DRAFT_ATTENTION_BACKEND={SLIDING_DRAFTER_BACKEND} (the plan sets it when it reads the drafter's "
-            "sliding-window config.json at DRAFT_MODEL_DIR and the key is empty)",
+            f"{key}={SLIDING_DRAFTER_BACKEND} (serve sets it when the key is empty)",
             "sliding-window drafter on ROCM_ATTN (#53323)",
         )
     ]

@@ -5,8 +5,9 @@ from __future__ import annotations
 import ast
 import json
 
+from kimi_dflash.core.checks import CheckResult, failed, passed, warned
 from kimi_dflash.rules.deployment import Deployment
-from kimi_dflash.rules.model import Fact, Finding, Rule, failed, label, passed, warned
+from kimi_dflash.rules.model import Fact, Rule, label
 from kimi_dflash.rules.source import SourceLine, VllmSource
 
 COMPILATION_CONFIG = "vllm/config/compilation.py"
@@ -52,10 +53,10 @@ def _fusion_cell(source: VllmSource, _deployment: Deployment) -> str:
     return "absent" if fusion is None else f"`{fusion}`"
 
 
-def _check_graphs(deployment: Deployment, source: VllmSource) -> list[Finding]:
+def _check_graphs(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
     if deployment.command.flag("--enforce-eager") or deployment.platform == "cpu":
         return []
-    findings: list[Finding] = []
+    findings: list[CheckResult] = []
     fusion = mla_kv_write_fusion(source)
     if deployment.kv_scale_mode != "off" and fusion is not None:
         findings.append(
@@ -115,7 +116,7 @@ def breakable_architectures(source: VllmSource) -> set[str]:
     return strings | set(source.assigned_strings(VLLM_CONFIG, "DEFAULT_BREAKABLE_CUDAGRAPH_ARCHITECTURES"))
 
 
-def _check_breakable(deployment: Deployment, source: VllmSource) -> list[Finding]:
+def _check_breakable(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
     declared = source.line_of("vllm/envs.py", f'"{BREAKABLE}"')
     if deployment.platform != "rocm" or deployment.command.flag("--enforce-eager") or declared is None:
         return []

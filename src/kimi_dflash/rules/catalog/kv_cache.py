@@ -3,9 +3,10 @@ the project's plugin must find MLA's KV write path. vLLM refuses the first at st
 
 from __future__ import annotations
 
+from kimi_dflash.core.checks import CheckResult, Remedy, failed, passed, warned
 from kimi_dflash.rules import backends
 from kimi_dflash.rules.deployment import Deployment
-from kimi_dflash.rules.model import Finding, Rule, failed, label, passed, warned
+from kimi_dflash.rules.model import Rule, label
 from kimi_dflash.rules.source import VllmSource
 
 PLUGIN = "the kimi_dflash vLLM plugin"
@@ -18,7 +19,7 @@ def kv_write_hook_points(source: VllmSource) -> bool | None:
     return bool(source.calls(MLA_LAYER, "MLAAttention", "do_kv_cache_update")) if source.has(MLA_LAYER) else None
 
 
-def _check_mla_kv_dtype(deployment: Deployment, source: VllmSource) -> list[Finding]:
+def _check_mla_kv_dtype(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
     dtype, target, platform = deployment.kv_cache_dtype, deployment.target, deployment.platform
     if target is None or not target.mla or dtype == "auto":
         return []
@@ -56,7 +57,7 @@ def _check_mla_kv_dtype(deployment: Deployment, source: VllmSource) -> list[Find
     ]
 
 
-def _check_kv_scale_hook(deployment: Deployment, source: VllmSource) -> list[Finding]:
+def _check_kv_scale_hook(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
     mode = deployment.kv_scale_mode
     if mode == "off":
         return []
@@ -74,7 +75,7 @@ def _check_kv_scale_hook(deployment: Deployment, source: VllmSource) -> list[Fin
     return [
         passed(
             f"KV_SCALE_MODE={mode}: MLAAttention writes latents through impl.do_kv_cache_update, which {PLUGIN} wraps",
-            relies=(f"plugin FP8 KV-scale hook ({mode})",),
+            relies=(Remedy("plugin", f"FP8 KV-scale hook ({mode})"),),
         )
     ]
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from kimi_dflash.core.checks import CheckResult, failed, passed, warned
+from kimi_dflash.patcher import floor
 from kimi_dflash.rules.deployment import TRUE_WORDS, Deployment
-from kimi_dflash.rules.model import Fact, Finding, Rule, failed, label, passed, warned
+from kimi_dflash.rules.model import Fact, Rule, label
 from kimi_dflash.rules.source import SourceLine, VllmSource
 
 RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
@@ -112,7 +114,7 @@ def _runner_cell(source: VllmSource, deployment: Deployment) -> str:
     return "?" if runner is None else f"{runner.runner} ({runner.why}; `{runner.where}`)"
 
 
-def _check_model_runner(deployment: Deployment, source: VllmSource) -> list[Finding]:
+def _check_model_runner(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
     choice = runner_choice(deployment, source)
     if choice is None:
         return [warned(f"cannot tell which model runner {label(source)} picks: no use_v2_model_runner found")]
@@ -138,27 +140,20 @@ def _check_model_runner(deployment: Deployment, source: VllmSource) -> list[Find
 
 
 V2_DFLASH = "vllm/v1/worker/gpu/spec_decode/dflash/"
-COLLAPSED_UP_TO = (0, 25, 1)  # vllm #49559: DFlash acceptance ~0 on V2 reported on 0.25.1 (V1 normal); open
 
 
-def _release(source: VllmSource) -> tuple[int, ...] | None:
-    parts = (source.version() or "").split("+")[0].split(".")[:3]
-    return tuple(int(p) for p in parts) if len(parts) == 3 and all(p.isdigit() for p in parts) else None
-
-
-def _check_dflash_on_v2(deployment: Deployment, source: VllmSource) -> list[Finding]:
+def _check_dflash_on_v2(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
     choice = runner_choice(deployment, source) if deployment.dflash else None
     if choice is None or choice.runner != "V2":
         return []
-    release = _release(source)
-    first = next(source.paths(V2_DFLASH), None)
-    if release is not None and release > COLLAPSED_UP_TO:
+    if floor.holds(source.text(f"vllm/{floor.PATH}")):  # 0.26.0 on, past the releases where it collapsed
         return [passed(f"{label(source)} is past 0.25.1, where DFlash on V2 lost its acceptance (vllm #49559)")]
+    first = next(source.paths(V2_DFLASH), None)
     return [
         warned(
             f"DFlash on Model Runner V2 in {label(source)} ({first or V2_DFLASH}): in 0.24.0-0.25.1, the releases "
             "with V2's first DFlash speculator, acceptance fell to ~0 on V2 and was normal on V1 (vllm #49559)",
-            f"{RUNNER_ENV}=0 (V1), or vLLM >= 0.26.0; confirm acceptance by position",
+            f"{RUNNER_ENV}=0 (V1), or vLLM >= {floor.RELEASE}; confirm acceptance by position",
         )
     ]
 
@@ -182,8 +177,8 @@ RULES = (
         "DFlash on Model Runner V2 outside the releases where its acceptance collapsed",
         "In 0.24.0-0.25.1 (V2's first DFlash speculator) DFlash drafts on V2 were accepted ~0 % of the time while V1 "
         "was normal.",
-        "the runner choice (model runner rule) and v1/worker/gpu/spec_decode/dflash/; the release",
-        "VLLM_USE_V2_MODEL_RUNNER=0 or vLLM >= 0.26.0",
+        "the runner choice (model runner rule), v1/worker/gpu/spec_decode/dflash/ and the patch floor's probe",
+        f"VLLM_USE_V2_MODEL_RUNNER=0 or vLLM >= {floor.RELEASE}",
         _check_dflash_on_v2,
         silent_at_startup="the plan starts on V2 and serves the target's output; only the acceptance rate shows it",
         upstream=("vllm #49559 (open)", "vllm #46435"),

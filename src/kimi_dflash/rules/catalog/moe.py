@@ -7,8 +7,9 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
+from kimi_dflash.core.checks import CheckResult, failed, passed, warned
 from kimi_dflash.rules.deployment import Deployment
-from kimi_dflash.rules.model import Finding, Rule, failed, label, passed, warned
+from kimi_dflash.rules.model import Rule, label
 from kimi_dflash.rules.source import VllmSource
 
 WNA16_ORACLE = "vllm/model_executor/layers/fused_moe/oracle/int_wna16.py"
@@ -63,7 +64,7 @@ def host_has_amx(cpuinfo: Path = CPUINFO) -> bool | None:
     return "amx_tile" in flags.split()
 
 
-def _check_wna16_moe_backend(deployment: Deployment, source: VllmSource) -> list[Finding]:
+def _check_wna16_moe_backend(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
     target, backend = deployment.target, deployment.moe_backend
     if target is None:
         return [
@@ -111,7 +112,7 @@ def _check_wna16_moe_backend(deployment: Deployment, source: VllmSource) -> list
     ]
 
 
-def check_cpu_wna16(deployment: Deployment, source: VllmSource, amx: bool | None = None) -> list[Finding]:
+def check_cpu_wna16(deployment: Deployment, source: VllmSource, amx: bool | None = None) -> list[CheckResult]:
     """vLLM-CPU's WNA16 MoE oracle (`_get_priority_backends`) offers only ZEN_CPU (gated by VLLM_CPU_INT4_W4A8,
     zentorch) and CPU (CPUExpertsInt4, which needs AMX tiles: `torch.cpu._is_amx_tile_supported()`). The rule reads
     both gates from the source and this host's /proc/cpuinfo (`amx`: what a test says the host has)."""

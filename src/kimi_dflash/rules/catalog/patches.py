@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kimi_dflash.core.checks import CheckResult, Remedy, failed, passed
 from kimi_dflash.patcher import floor
 from kimi_dflash.rules import backends
 from kimi_dflash.rules.deployment import Deployment
-from kimi_dflash.rules.model import FILE_PATCH, Finding, Rule, failed, label, passed
+from kimi_dflash.rules.model import Rule, label
 from kimi_dflash.rules.source import VllmSource
 
 if TYPE_CHECKING:
@@ -59,14 +60,14 @@ def _hooks_present(patch: Patch, source: VllmSource) -> bool:
     return all(text is not None and probe.matches(text) for probe, text in texts)
 
 
-def _check_patches(deployment: Deployment, source: VllmSource) -> list[Finding]:
+def _check_patches(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
     if floor.holds(source.text(f"vllm/{floor.PATH}")):
         return [passed(f"{label(source)} is {floor.describe()}: every fix a patch stood in for is upstream")]
     from kimi_dflash.patcher.model import Status
     from kimi_dflash.patcher.registry import PATCHES, source_paths
     from kimi_dflash.patcher.status import evaluate_all
 
-    findings: list[Finding] = []
+    findings: list[CheckResult] = []
     done, unneeded = [], []
     for state in evaluate_all(PATCHES, {path: source.text(f"vllm/{path}") for path in source_paths()}):
         patch = state.patch
@@ -77,7 +78,7 @@ def _check_patches(deployment: Deployment, source: VllmSource) -> list[Finding]:
             findings.append(
                 failed(
                     f"{patch.id}: {state.detail} - the plugin refuses to start vLLM on a tree it does not recognise",
-                    "use vLLM >= 0.20.0, or KIMI_DFLASH_PATCHES=off to start without the patches",
+                    f"use vLLM >= {floor.OLDEST}, or KIMI_DFLASH_PATCHES=off to start without the patches",
                     f"unrecognised {patch.id}",
                 )
             )
@@ -89,13 +90,13 @@ def _check_patches(deployment: Deployment, source: VllmSource) -> list[Finding]:
         why = f"needed: {patch.needed_when}" if need else f"may be needed (facts unknown): {patch.needed_when}"
         if patch.runtime and _hooks_present(patch, source):
             runtime = f"{patch.id} pending in {label(source)}, {why}; {PLUGIN} installs it at runtime"
-            findings.append(passed(runtime, relies=(f"plugin runtime patch {patch.id}",)))
+            findings.append(passed(runtime, relies=(Remedy("plugin", f"runtime patch {patch.id}"),)))
         elif patch.edits:
             file_only = (
                 f"{patch.id} pending, {why}; only a file patch fixes it (serve.sh writes it on ROCm; the vLLM tree "
                 "must be writable)"
             )
-            findings.append(passed(file_only, relies=(f"{FILE_PATCH}{patch.id}",)))
+            findings.append(passed(file_only, relies=(Remedy("file patch", patch.id),)))
         else:
             findings.append(
                 failed(

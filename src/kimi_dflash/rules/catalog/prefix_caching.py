@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import re
 
+from kimi_dflash.core.checks import CheckResult, failed, passed, warned
 from kimi_dflash.core.envvars import ALLOW_DFLASH_PREFIX_CACHING
 from kimi_dflash.rules.deployment import Deployment
-from kimi_dflash.rules.model import Fact, Finding, Rule, failed, label, passed, warned
+from kimi_dflash.rules.model import Fact, Rule, label
 from kimi_dflash.rules.source import SourceLine, VllmSource
 
 V1_DFLASH = "vllm/v1/spec_decode/dflash.py"
@@ -49,7 +50,7 @@ def _fix_cell(source: VllmSource, _deployment: Deployment) -> str:
     return "absent" if fix is None else f"present (`{fix}`)"
 
 
-def _check_prefix_caching(deployment: Deployment, source: VllmSource) -> list[Finding]:
+def _check_prefix_caching(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
     if not deployment.dflash or not prefix_caching_on(deployment, source):
         return []
     target = deployment.target

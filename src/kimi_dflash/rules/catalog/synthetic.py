@@ -3,8 +3,9 @@ request kills the engine."""
 
 from __future__ import annotations
 
+from kimi_dflash.core.checks import CheckResult, failed, passed, warned
 from kimi_dflash.rules.deployment import Deployment
-from kimi_dflash.rules.model import Fact, Finding, Rule, failed, label, passed, warned
+from kimi_dflash.rules.model import Fact, Rule, label
 from kimi_dflash.rules.source import SourceLine, VllmSource
 
 CPU_TRITON_UTILS = "vllm/utils/cpu_triton_utils.py"
@@ -21,7 +22,7 @@ def _refusal_cell(source: VllmSource, _deployment: Deployment) -> str:
     return "absent" if where is None else f"`{where}`"
 
 
-def _check_synthetic(deployment: Deployment, source: VllmSource) -> list[Finding]:
+def _check_synthetic(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
     if deployment.speculative.get("rejection_sample_method") != "synthetic":
         return []
     if deployment.platform != "cpu":
