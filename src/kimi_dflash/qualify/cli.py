@@ -16,10 +16,13 @@ from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.options import comma_list, declare, option, run
 from kimi_dflash.core.user_files import file_kind, read_user_bytes
 from kimi_dflash.launch.serve_sh import SERVE_COMMAND, ServerLeftRunning
-from kimi_dflash.qualify import bundle, report
+from kimi_dflash.qualify import bundle, report, tuned_config
+from kimi_dflash.qualify.amplitude import probe
+from kimi_dflash.qualify.depths import SCHEDULE_KEY
 from kimi_dflash.qualify.graphs import GraphCandidate, graph_candidate
 from kimi_dflash.qualify.plan import (
     PER_REQUEST_FLAG,
+    SPEC_TOKENS,
     PerRequest,
     QualifyPlan,
     box_for,
@@ -39,11 +42,13 @@ if TYPE_CHECKING:
 DESCRIPTION = "Qualify a box: is DFlash lossless and worth it here, and with which settings. One command."
 EPILOG = """\
 steps: environment, preflight (stops on FAIL), reference server (the config with SPECULATIVE_METHOD=none) and
-candidate (the config) with losslessness at T=0 on the shipped prompts, FP8 KV validation (when KV is fp8), the
-k x concurrency grid at matched load (repeated, judged by the SLO), on a GPU the graph-mode candidate (an eager
-config served with graphs on, where the runtime rules allow it), acceptance by position and per request,
-goodput and the speedup at the SLO and at matched concurrency (with its interval), the advisor's k, on a GPU
-with --project-acceptance the speed projection (vLLM's synthetic acceptance sampler), the report.
+candidate (the config) with losslessness at T=0 on the shipped prompts, the drafter RoPE amplitude (legacy and
+engine, where they differ), FP8 KV validation (when KV is fp8), the k x concurrency grid at matched load (repeated,
+judged by the SLO, every depth judged lossless), the depth schedule against every fixed k, on a GPU the graph-mode
+candidate (an eager config served with graphs on, where the runtime rules allow it), acceptance by position and
+per request, goodput and the speedup at the SLO and at matched concurrency (with its interval), the advisor's k,
+on a GPU with --project-acceptance the speed projection (vLLM's synthetic acceptance sampler), the report;
+with --write-config, TUNED.env.
 --dry-run lists them with time estimates for this box and the budget (which trims the grid).
 
 Output: DIR/report.md (+ PNGs), grid/*.json, results/, lossless/, environment.json, state.json, and DIR.tar.gz
@@ -59,6 +64,7 @@ examples:
   %(prog)s configs/production.env --budget 3h --dry-run
   %(prog)s configs/production.env --project-acceptance 0.8,0.6   # + what a better k=2 drafter would give (GPU)
   %(prog)s configs/demo-cpu.env --candidates configs/demo-cpu.env,configs/demo-cpu-eagle3.env   # drafter shoot-out
+  %(prog)s configs/production.env --write-config tuned.env && ./serve.sh tuned.env   # serve what it chose
 """
 
 
@@ -73,31 +79,55 @@ def _key_value(text: str) -> tuple[str, str]:
 class QualifyOptions:
     USAGE_EXIT: ClassVar[int] = report.EXIT_INFRA  # 2 means a failed verdict here
 
-    config: str = option("the config to qualify: a path, or a shipped config's name (demo-cpu)", positional=True,
-        required=True)  # fmt: skip
-    budget: str | None = option("time the run may take, e.g. 20m, 3h (default: 15m on CPU, 4h on GPU); trims the "
-        "grid", metavar="DURATION")  # fmt: skip
+    config: str = option(
+        "the config to qualify: a path, or a shipped config's name (demo-cpu)", positional=True, required=True
+    )
+    budget: str | None = option(
+        "time the run may take, e.g. 20m, 3h (default: 15m on CPU, 4h on GPU); trims the grid", metavar="DURATION"
+    )
     out: Path | None = option("report directory (default: qualify-<config name>)")
-    slo: str | None = option("service-level objectives every grid benchmark is judged by, e.g. ttft:2s,user_tps:12 "
+    slo: str | None = option(
+        "service-level objectives every grid benchmark is judged by, e.g. ttft:2s,user_tps:12 "
         "(the benchmark's --slo form); default per box: GPU ttft:2s,user_tps:12, CPU ttft:1s,user_tps:50 "
-        "(docs/qualify.md says why); 'none' measures no goodput", metavar="SPEC")  # fmt: skip
-    project_acceptance: str | None = option("GPU only: also serve the candidate with vLLM's synthetic acceptance "
+        "(docs/qualify.md says why); 'none' measures no goodput",
+        metavar="SPEC",
+    )
+    project_acceptance: str | None = option(
+        "GPU only: also serve the candidate with vLLM's synthetic acceptance "
         "sampler at these per-position rates (one per drafted token, non-increasing, e.g. 0.8,0.6,0.4 or a result's "
         "per_position list) and measure its speed at the grid's concurrency: what a drafter accepting that often "
-        "would give on this box. A projection of speed, not of quality; refused on the CPU build", metavar="RATES"
-    )  # fmt: skip
-    no_graphs: bool = option("do not measure the graph-mode candidate (by default, on a GPU, an eager config is also "
+        "would give on this box. A projection of speed, not of quality; refused on the CPU build",
+        metavar="RATES",
+    )
+    no_graphs: bool = option(
+        "do not measure the graph-mode candidate (by default, on a GPU, an eager config is also "
         "served with graphs on and aligned capture sizes when the runtime rules allow it on the serving vLLM)"
-    )  # fmt: skip
+    )
     dry_run: bool = option("list the steps with time estimates; run nothing")
     resume: bool = option("finish the run recorded in --out (after a kill)")
     no_plots: bool = option("no PNGs (no matplotlib needed)")
-    candidate_env: list[tuple[str, str]] = option("config key set for the candidate only, e.g. to check that a "
+    candidate_env: list[tuple[str, str]] = option(
+        "config key set for the candidate only, e.g. to check that a "
         "candidate serving another model is caught (FABRICATE_DEMO_MODELS=qwen3 on the demo): the verdict must be "
-        "FAIL", repeatable=True, metavar="KEY=VALUE", parse=_key_value)  # fmt: skip
-    candidates: tuple[str, ...] = option("a drafter shoot-out: each of these configs is measured against CONFIG "
+        "FAIL",
+        repeatable=True,
+        metavar="KEY=VALUE",
+        parse=_key_value,
+    )
+    candidates: tuple[str, ...] = option(
+        "a drafter shoot-out: each of these configs is measured against CONFIG "
         "without speculation, the one reference, judged lossless and ranked (docs/qualify.md); CONFIG is a candidate "
-        "only when listed", metavar="A.env,B.env", default=(), parse=comma_list(str, "config files"))  # fmt: skip
+        "only when listed",
+        metavar="A.env,B.env",
+        default=(),
+        parse=comma_list(str, "config files"),
+    )
+    write_config: Path | None = option(
+        "after the run, write TUNED.env: a config that EXTENDS CONFIG with what the "
+        "run chose (the drafter RoPE amplitude, the depth schedule, the MLA backend), each line with its evidence; "
+        "./serve.sh TUNED.env serves it",
+        metavar="TUNED.env",
+    )
     serve_sh: Path | None = option(hidden=True)  # tests substitute a stand-in for serve.sh, as for the sweep
 
 
@@ -223,7 +253,8 @@ def _shootout(
     for given in args.candidates:
         path = _config_file(given, " (--candidates splits its list at commas: a file name cannot hold one)")
         theirs, _, their_key = _config_values(path)
-        configs.append(CandidateConfig(given, path.resolve(), theirs, _verify_k_limit(theirs), their_key == key))
+        limit, amplitude = _verify_k_limit(theirs), probe(path, _installed_source())
+        configs.append(CandidateConfig(given, path.resolve(), theirs, limit, their_key == key, amplitude))
     return build_shootout(values, configs, budget, args.slo, per_request)
 
 
@@ -234,11 +265,23 @@ def _context(args: QualifyOptions) -> tuple[Context, QualifyPlan]:
     values, overrides, key = _config_values(config)
     per_request = per_request_setting(values, overrides, _per_request_flag())
     budget = parse_duration(args.budget) if args.budget else None
+    if args.write_config is not None:
+        tuned_config.check_target(args.write_config, config, bool(args.candidates))
     if args.candidates:
         plan = _shootout(args, values, key, per_request, budget)
     else:
         graphs = _graph_candidate(config, values, box_for(values.get("DEVICE", "rocm")).kind, not args.no_graphs)
-        plan = build_plan(values, budget, args.slo, per_request, _verify_k_limit(values), _projection(args), graphs)
+        plan = build_plan(
+            values,
+            budget,
+            args.slo,
+            per_request,
+            _verify_k_limit(values),
+            _projection(args),
+            graphs,
+            amplitude=probe(config, _installed_source()),
+            schedule=_check_variant(config, {SCHEDULE_KEY: f"1-:{values.get(SPEC_TOKENS) or 1}"}),
+        )
     out = args.out or Path(f"qualify-{config.name.removesuffix('.env')}{'-shootout' if args.candidates else ''}")
     serve = SERVE_COMMAND if args.serve_sh is None else (str(args.serve_sh.resolve()),)
     ctx = Context(
@@ -256,7 +299,8 @@ def _context(args: QualifyOptions) -> tuple[Context, QualifyPlan]:
 
 def main(args: QualifyOptions) -> int:
     ctx, plan = _context(args)  # a UserError here or below exits EXIT_INFRA (USAGE_EXIT, through options.run)
-    planned = {name: getattr(plan, name) for name in ("k_values", "sessions", "bench_args", "server_env", "projection")}
+    names = ("k_values", "sessions", "bench_args", "server_env", "projection", "amplitudes")
+    planned = {name: getattr(plan, name) for name in names}
     candidates = {c.path: _digest(Path(c.path)) for c in plan.candidates}
     signature = QualifySignature(
         config=str(ctx.config),
@@ -284,8 +328,11 @@ def _run(ctx: Context, state: QualifyState, args: QualifyOptions) -> int:
     try:
         tally = run_units(step_units(ctx), state, "qualify", stops_the_run=("preflight",))
         if tally.stopped_at:
-            print(f"qualify: {tally.stopped_at} failed; stopping here (the plan would not run right). Fix what it "
-                  "names and rerun with --resume.", file=sys.stderr)  # fmt: skip
+            print(
+                f"qualify: {tally.stopped_at} failed; stopping here (the plan would not run right). Fix what it "
+                "names and rerun with --resume.",
+                file=sys.stderr,
+            )
     except ServerLeftRunning as exc:  # the run stops: another server would compete with it; the report says so
         print(f"qualify: error: {exc}", file=sys.stderr)
     began = state.begin("report")
@@ -305,6 +352,12 @@ def _run(ctx: Context, state: QualifyState, args: QualifyOptions) -> int:
     if state.server_left:
         print(f"qualify: error: {state.server_left}", file=sys.stderr)
     print(f"qualify: report {path}; archive to attach to an issue: {tarball}; exit {code}", file=sys.stderr)
+    if args.write_config is not None:
+        try:
+            print(tuned_config.write(ctx, args.write_config), file=sys.stderr)
+        except (OSError, UserError) as exc:
+            print(f"qualify: error: {args.write_config}: not written: {exc}", file=sys.stderr)
+            return code or report.EXIT_INFRA
     return code
 
 
