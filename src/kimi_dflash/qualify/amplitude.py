@@ -16,9 +16,9 @@ from urllib.parse import urlsplit
 from kimi_dflash.bench.intervals import mean_interval, ratio_interval
 from kimi_dflash.bench.result import LevelResult
 from kimi_dflash.bench.spec_summary import spec_per_request
-from kimi_dflash.core.formatting import interval, markdown_table, number, percent, ratio
+from kimi_dflash.core.formatting import markdown_table, number, percent, ratio
 from kimi_dflash.qualify.context import Context, judged, serve, verdict_of
-from kimi_dflash.qualify.documents import Amplitude, AmplitudeSide, Estimate
+from kimi_dflash.qualify.documents import Amplitude, AmplitudeSide, Estimate, shown
 from kimi_dflash.qualify.plan import SPEC_TOKENS, Sides, bench_args
 from kimi_dflash.rules.rope_amplitude import CHOICE_KEY, ENGINE, LEGACY, UnreadableRope, concerned, decide
 from kimi_dflash.rules.rope_amplitude import same_amplitude as same
@@ -46,12 +46,13 @@ def probe(config: Path, source: VllmSource | None) -> tuple[Sides, str]:
         typed = resolve_demo_models(load_config(config, environ=os.environ), create=False, say=lambda _: None).typed
     except (ConfigError, OSError) as error:
         return (), f"the config does not load ({error})"
-    drafter = read_facts(typed).drafter if typed.speculative_method == "dflash" else None
-    if drafter is None or not concerned(drafter) or drafter.rope is None or drafter.rope.attention_factor is not None:
-        return (
-            (),
-            "no DFlash drafter whose RoPE amplitude depends on the vLLM release (YaRN fields, no attention_factor)",
-        )
+    facts = read_facts(typed)
+    drafter = facts.drafter if typed.speculative_method == "dflash" else None
+    rope = drafter and drafter.rope
+    if drafter is None or rope is None or not concerned(drafter) or rope.attention_factor is not None:
+        unread = next(iter(facts.problems.values()), "no drafter config.json here, no shipped facts")
+        what = f"its rope ({rope.kind}, attention_factor {rope.attention_factor})" if rope else "no YaRN rope"
+        return (), f"{typed.speculative_method}: " + (f"{what}: one amplitude on every release" if drafter else unread)
     if source is None:
         return (), "no vLLM found by this Python to read the amplitudes from"
     try:
@@ -89,7 +90,10 @@ def own_side(ctx: Context) -> OnReady | None:
 
     def benchmark(url: str) -> None:
         say = lambda text: ctx.say(f"qualify: amplitude {choice}: {text}")  # noqa: E731
-        outcome = benchmark_point(_plan(ctx), _point(ctx, choice), urlsplit(url).port or 0, say)
+        try:
+            outcome = benchmark_point(_plan(ctx), _point(ctx, choice), urlsplit(url).port or 0, say)
+        except Exception as exc:  # noqa: BLE001 - the candidate stands; the amplitude step serves this side again
+            outcome = Outcome(FAILED, f"{type(exc).__name__}: {exc}")
         if outcome.status == FAILED:
             say(f"{outcome.detail}; the amplitude step serves it again")
 
@@ -139,13 +143,11 @@ def recommend(sides: Sequence[AmplitudeSide], own: str | None) -> tuple[str | No
     if not rest:
         return best.choice, None, f"the only one lossless with its acceptance measured ({best.choice})"
     beat = ratio_interval(best.tau_repeats, rest[0].tau_repeats)
-    if beat is None:
-        return best.choice, None, f"{best.choice} accepts more (one repeat: no interval)"
-    found = Estimate(mean=beat.ratio, low=beat.low, high=beat.high)
-    figure = f"tau {ratio(beat.ratio)} {rest[0].choice}'s {interval(beat.low, beat.high)}"
-    if beat.low is None or beat.low <= 1.0:
+    found = Estimate.of(beat)
+    figure = f"τ {best.tau.mean:.2f} vs {rest[0].tau.mean:.2f} per verify step, {shown(found, ratio)}"  # type: ignore[union-attr]
+    if found is None or found.low is None or found.low <= 1.0:
         keep = own if own in (best.choice, rest[0].choice) else best.choice
-        return keep, found, f"a tie ({best.choice} {figure}, within the interval): the config's own, {keep}, is kept"
+        return keep, found, f"a tie ({best.choice} {figure}: within the interval); the config's own, {keep}, is kept"
     return best.choice, found, f"{best.choice} accepts more: {figure}"
 
 
@@ -173,10 +175,6 @@ def amplitude_step(ctx: Context) -> Outcome:
     return Outcome(FAILED if errors else DONE, "; ".join([*errors, detail]), outputs)
 
 
-def percent_interval(e: Estimate) -> str:
-    return "" if e.low is None or e.high is None else f"[{percent(e.low)}, {percent(e.high)}]"
-
-
 def section(document: Amplitude | None, why_not: str) -> list[str]:
     if document is None:
         return [f"*(not measured: {why_not})*"]
@@ -186,8 +184,8 @@ def section(document: Amplitude | None, why_not: str) -> list[str]:
         [
             s.choice,
             number(s.amplitude, 4),
-            *(f"{percent(p.mean)} {percent_interval(p)}" for p in s.per_position),
-            f"{number(s.tau and s.tau.mean, 2)} {interval(s.tau and s.tau.low, s.tau and s.tau.high)}",
+            *(shown(p, percent, 100, 1) for p in s.per_position),
+            shown(s.tau),
             f"{s.lossless} (`{s.verdict_file}`)",
         ]
         for s in document.sides

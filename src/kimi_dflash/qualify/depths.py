@@ -16,10 +16,10 @@ from kimi_dflash.bench.intervals import ratio_interval
 from kimi_dflash.config.convert import TRUE_WORDS
 from kimi_dflash.config.depth_schedule import format_schedule
 from kimi_dflash.core.errors import UserError
-from kimi_dflash.core.formatting import interval, markdown_table, number, ratio
+from kimi_dflash.core.formatting import markdown_table, number, ratio
 from kimi_dflash.qualify.amplitude import estimate
 from kimi_dflash.qualify.context import Context, grid_results, judged, serve, verdict_of
-from kimi_dflash.qualify.documents import Estimate, Schedule, ScheduleChoice, ScheduleRow
+from kimi_dflash.qualify.documents import Estimate, Schedule, ScheduleChoice, ScheduleRow, shown
 from kimi_dflash.qualify.plan import SPEC_TOKENS
 from kimi_dflash.runs.orchestrator import Outcome
 from kimi_dflash.runs.state import DONE, FAILED, SKIPPED
@@ -104,69 +104,53 @@ def compare(
                 schedule_tok_s=estimate(mine),
                 fixed_tok_s=theirs,
                 best_k=best,
-                vs_best=beat and Estimate(mean=beat.ratio, low=beat.low, high=beat.high),
+                vs_best=Estimate.of(beat),
             )
         )
     return rows
 
 
-def _choice(c: Choice) -> ScheduleChoice:
-    beat = c.interval and Estimate(mean=c.interval.ratio, low=c.interval.low, high=c.interval.high)
-    return ScheduleChoice(sessions=c.sessions, k=c.k, output_tok_s=round(c.output_tok_s, 2), over=c.over, ratio=beat)
-
-
-def _document(ctx: Context, why: str, **fields: object) -> Schedule:
-    base: dict[str, object] = dict(schedule=None, spec_tokens=None, choices=[], notes=[], backend=None, rows=[])
-    return Schedule(
-        **{**base, "lossless": "NOT RUN", "result": None, **fields, "depths": depth_verdicts(ctx), "why": why}
-    )
-
-
 def schedule_step(ctx: Context) -> Outcome:
-    samples = grid_samples(grid_results(ctx))
-    verdicts = depth_verdicts(ctx)
+    samples, path, depths = grid_samples(grid_results(ctx)), ctx.out / DOCUMENT, depth_verdicts(ctx)
     try:
-        decision = decide(samples, verdicts, on_aiter(ctx.values))
+        decision = decide(samples, depths, on_aiter(ctx.values))
     except UserError as exc:
-        ctx.write(ctx.out / DOCUMENT, _document(ctx, f"no schedule: {exc}"))
-        return Outcome(SKIPPED, f"no schedule: {exc}", ctx.files(ctx.out / DOCUMENT))
-    choices = [_choice(c) for c in decision.choices]
-    if not decision.choices:
-        ctx.write(ctx.out / DOCUMENT, _document(ctx, decision.notes[-1], notes=decision.notes))
-        return Outcome(DONE, "; ".join(decision.notes), ctx.files(ctx.out / DOCUMENT))
+        ctx.write(path, Schedule(depths=depths, why=f"no schedule: {exc}"))
+        return Outcome(SKIPPED, f"no schedule: {exc}", ctx.files(path))
     ranges = schedule_of(decision.choices)
-    text, top = format_schedule(ranges), max(r.k for r in ranges)
-    common = dict(spec_tokens=top, choices=choices, notes=decision.notes, backend=decision.backend)
-    if len({r.k for r in ranges}) == 1 and decision.backend is None:
-        why = f"k={top} at every measured load: the schedule is a fixed k, measured in the grid"
-        rows = compare(decision.choices, {s: v for (k, s), v in samples.items() if k == top}, samples)
-        ctx.write(ctx.out / DOCUMENT, _document(ctx, why, rows=rows, **common))
-        return Outcome(DONE, why, ctx.files(ctx.out / DOCUMENT))
-    backend = ((AITER_KEY, "false"),) if decision.backend else ()
-    point = Point(((SPEC_TOKENS, str(top)), (SCHEDULE_KEY, text), *backend))
+    text, top = format_schedule(ranges), max((r.k for r in ranges), default=None)
+    choices = [
+        ScheduleChoice(
+            sessions=c.sessions,
+            k=c.k,
+            output_tok_s=round(c.output_tok_s, 2),
+            over=c.over,
+            ratio=Estimate.of(c.interval),
+        )
+        for c in decision.choices
+    ]
+    common = dict(depths=depths, spec_tokens=top, choices=choices, notes=decision.notes, backend=decision.backend)
+    if len({r.k for r in ranges}) < 2 and decision.backend is None:  # no depth, or one k at every load
+        why = decision.notes[-1] if top is None else f"k={top} at every measured load: a fixed k, measured in the grid"
+        ctx.write(path, Schedule(why=why, **common))  # type: ignore[arg-type]
+        return Outcome(DONE, why, ctx.files(path))
+    point = Point(((SPEC_TOKENS, str(top)), (SCHEDULE_KEY, text), *([(AITER_KEY, "false")] * bool(decision.backend))))
     plan = ctx.points([point], ctx.out / "schedule")
     errors = serve(ctx, plan, point, judged(ctx, "schedule"))
-    result = points_state.finished_result(plan.out, point)
+    result, verdict = points_state.finished_result(plan.out, point), verdict_of(ctx, "schedule")
     served = {level.sessions: repeats_of(level) for level in (result.results if result else []) if not level.partial}
-    verdict = verdict_of(ctx, "schedule")
-    document = _document(
-        ctx,
-        f"{SCHEDULE_KEY}={text} served" + (f" on {decision.backend}" if decision.backend else ""),
+    document = Schedule(
+        why=f"{SCHEDULE_KEY}={text} served" + (f" on {decision.backend}" if decision.backend else ""),
         schedule=text,
         rows=compare(decision.choices, served, samples),
         lossless=verdict.verdict if verdict else "NOT RUN",
         result=points_state.result_path(plan.out, point).relative_to(ctx.out).as_posix() if result else None,
-        **common,
+        **common,  # type: ignore[arg-type]
     )
-    ctx.write(ctx.out / DOCUMENT, document)
-    summary = ", ".join(f"{r.sessions}: {ratio(r.vs_best and r.vs_best.mean)}" for r in document.rows)
-    detail = f"{SCHEDULE_KEY}={text}, lossless {document.lossless}; vs the best fixed k at sessions {summary}"
-    return Outcome(FAILED if errors else DONE, "; ".join([*errors, detail]), ctx.files(ctx.out / DOCUMENT))
-
-
-def shown(value: Estimate | None, how: Callable[[float | None], str], digits: int) -> str:
-    """A mean with its interval, e.g. ``1.02x [0.97, 1.07]``."""
-    return how(None) if value is None else f"{how(value.mean)} {interval(value.low, value.high, digits)}"
+    ctx.write(path, document)
+    versus = ", ".join(f"{r.sessions}: {ratio(r.vs_best and r.vs_best.mean)}" for r in document.rows)
+    detail = f"{document.why}, lossless {document.lossless}; over the best fixed k at sessions {versus}"
+    return Outcome(FAILED if errors else DONE, "; ".join([*errors, detail]), ctx.files(path))
 
 
 def section(document: Schedule | None, why_not: str, plots: Sequence[Path] = ()) -> list[str]:
@@ -182,9 +166,9 @@ def section(document: Schedule | None, why_not: str, plots: Sequence[Path] = ())
         [
             r.sessions,
             r.k,
-            shown(r.schedule_tok_s, number, 1),
+            shown(r.schedule_tok_s, number, 1, 1),
             *(number(r.fixed_tok_s.get(k)) for k in ks),
-            f"{shown(r.vs_best, ratio, 2)} (k={r.best_k})",
+            f"{shown(r.vs_best, ratio)} (k={r.best_k})",
         ]
         for r in document.rows
     ]

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from kimi_dflash.bench.intervals import RatioInterval
+from kimi_dflash.core.formatting import interval, number
 from kimi_dflash.documents import Document, Model
 from kimi_dflash.validate.engine import AgreementSummary
 
@@ -208,12 +212,28 @@ class Shootout(Document):
     rows: list[RankRow]
 
 
+def number2(value: float | None) -> str:
+    return number(value, 2)
+
+
+def shown(e: Estimate | None, how: Callable[[float | None], str] = number2, scale: float = 1.0, digits: int = 2) -> str:
+    """``1.02x [0.97, 1.07]``: the mean as ``how`` writes it, then the interval (times ``scale``); ``how(None)``."""
+    if e is None:
+        return how(None)
+    low, high = (None if v is None else v * scale for v in (e.low, e.high))
+    return f"{how(e.mean)} {interval(low, high, digits)}"
+
+
 class Estimate(Model):
     """A mean over repeats with its confidence interval (bench/intervals.py; low/high None: fewer than 2)."""
 
     mean: float
     low: float | None
     high: float | None
+
+    @classmethod
+    def of(cls, found: RatioInterval | None) -> Estimate | None:
+        return None if found is None else cls(mean=found.ratio, low=found.low, high=found.high)
 
 
 class AmplitudeSide(Model):
@@ -262,13 +282,13 @@ class Schedule(Document):
 
     SCHEMA = "kimi-dflash/qualify-schedule"
     WHAT = "schedule file"
-    schedule: str | None  # NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE; None: no schedule (why)
-    spec_tokens: int | None  # the NUM_SPECULATIVE_TOKENS it needs
-    choices: list[ScheduleChoice]
     depths: dict[int, str]  # the token-identity verdict of every k in the grid
-    notes: list[str]  # depths dropped or moved to another backend, and why
-    backend: str | None  # "TRITON_MLA" when the depths need it (ROCM_USE_AITER_MLA=false); None: as configured
-    lossless: str  # the schedule server's own verdict (NOT RUN when no server was needed)
-    rows: list[ScheduleRow]
-    result: str | None
     why: str
+    schedule: str | None = None  # NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE; None: no schedule (why)
+    spec_tokens: int | None = None  # the NUM_SPECULATIVE_TOKENS it needs (a fixed k: that k)
+    choices: list[ScheduleChoice] = []
+    notes: list[str] = []  # depths dropped or moved to another backend, and why
+    backend: str | None = None  # "TRITON_MLA" when the depths need it (ROCM_USE_AITER_MLA=false)
+    lossless: str = "NOT RUN"  # the schedule server's own verdict
+    rows: list[ScheduleRow] = []
+    result: str | None = None

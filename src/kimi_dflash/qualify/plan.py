@@ -52,7 +52,7 @@ GPU_BOX = Box(
     ttft_s=2.0,
     preflight_s=60.0,
     sessions_levels=(1, 8, 32, 64),
-    extra_k=(1, 3, 4),
+    extra_k=(1, 2, 3, 4),  # k = 2-4 around any drafter's own, 1 for the advisor's fit
     max_tokens=512,
     turns_per_session=2,
     lossless_prompts=16,
@@ -270,7 +270,7 @@ def projection_step(box: Box, rates: Sequence[float], levels: int, k_limit: tupl
 
 def amplitude_planned(box: Box, sides: Sides, reason: str) -> Step:
     """The config's own side is benchmarked on the candidate's server: only the other takes a server."""
-    both = " and ".join(f"{choice} ({amplitude:.4g})" for choice, amplitude, _ in sides) or "legacy and engine"
+    both = " and ".join(f"{choice} ({round(amplitude, 4)})" for choice, amplitude, _ in sides) or "legacy and engine"
     title = f"drafter RoPE amplitude: {both} on the same prompts, k and T=0 (acceptance, token identity)"
     if not sides:
         return Step("amplitude", title, 0.0, runs=False, reason=reason)

@@ -143,6 +143,15 @@ def _recommendation_lines(out: Path) -> list[str]:
     return lines
 
 
+def _chosen_lines(out: Path) -> list[str]:
+    """What the amplitude and schedule steps chose (--write-config writes the same)."""
+    rope, depth = Amplitude.load_or_none(out / amplitude.DOCUMENT), Schedule.load_or_none(out / depths.DOCUMENT)
+    lines = [f"- recommended `{amplitude.CHOICE_KEY}={rope.value}`: {rope.why}"] if rope and rope.value else []
+    if depth and depth.schedule:
+        lines.append(f"- depth by load: `{depths.SCHEDULE_KEY}={depth.schedule}` (token identity {depth.lossless})")
+    return lines
+
+
 def _acceptance_table(doc: Acceptance | None) -> list[str]:
     if not doc or not doc.rows:
         return ["*(no acceptance counters: no speculative point finished)*"]
@@ -273,7 +282,7 @@ def render(
     lines, device = _head(out, state, found, f"Qualification of `{config}`")
     lines += report_sections.reply_identity_lines(replies)
     lines += _divergence_lines(out)
-    lines += ["", *_recommendation_lines(out), ""]
+    lines += ["", *_chosen_lines(out), *_recommendation_lines(out), ""]
     sections = {
         **_measured(out, state, cells),
         "## Depth by load: the schedule against every fixed k": depths.section(

@@ -7,16 +7,17 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from textwrap import wrap
 
 from kimi_dflash.config.loader import display_path
 from kimi_dflash.core.atomic_write import write_text_atomic
 from kimi_dflash.core.errors import UserError
-from kimi_dflash.core.formatting import number, ratio
+from kimi_dflash.core.formatting import ratio
 from kimi_dflash.qualify.amplitude import DOCUMENT as AMPLITUDE
 from kimi_dflash.qualify.context import Context
-from kimi_dflash.qualify.depths import AITER_KEY, SCHEDULE_KEY, shown
+from kimi_dflash.qualify.depths import AITER_KEY, SCHEDULE_KEY
 from kimi_dflash.qualify.depths import DOCUMENT as SCHEDULE
-from kimi_dflash.qualify.documents import Amplitude, Schedule
+from kimi_dflash.qualify.documents import Amplitude, Schedule, shown
 from kimi_dflash.qualify.plan import SPEC_TOKENS
 from kimi_dflash.rules.rope_amplitude import CHOICE_KEY
 
@@ -32,63 +33,60 @@ def check_target(target: Path, config: Path, shootout: bool) -> None:
         raise UserError(f"--write-config {target}: {where}; name a file in an existing directory.")
 
 
-def amplitude_lines(document: Amplitude | None, out: str) -> list[str]:
+Lines = tuple[str, list[str]]  # a comment (its evidence), then the KEY=VALUE lines it explains
+
+
+def amplitude_lines(document: Amplitude | None, out: str, why_not: str = "") -> Lines:
     if document is None or document.value is None:
-        why = document.why if document else "the amplitude step did not measure it (see the report)"
-        return [f"# {CHOICE_KEY}: not chosen by this run ({why}); the config's own stands."]
-    best = next(s for s in document.sides if s.choice == document.recommended)
-    others = [s for s in document.sides if s is not best]
-    figures = [f"{s.choice} ({s.amplitude:g}) {shown(s.tau, lambda v: number(v, 2), 2)}" for s in (best, *others)]
-    files = [f"{out}/{s.verdict_file} ({s.lossless})" for s in document.sides]
-    results = [f"{out}/{s.result}" for s in document.sides if s.result]
-    return [
-        f"# {CHOICE_KEY}: {document.why}. Tokens per verify step (95 % interval over repeats, {document.sessions}"
-        f" sessions): {'; '.join(figures)}. Token identity: {', '.join(files)}. Results: {', '.join(results)}.",
-        f"{CHOICE_KEY}={document.value}",
-    ]
+        return f"{CHOICE_KEY}: not chosen by this run ({document.why if document else why_not}).", []
+    ordered = sorted(document.sides, key=lambda s: s.choice != document.recommended)
+    figures = "; ".join(f"{s.choice} ({s.amplitude:g}) {shown(s.tau)}" for s in ordered)
+    verdicts = ", ".join(f"{out}/{s.verdict_file} ({s.lossless})" for s in ordered)
+    results = ", ".join(f"{out}/{s.result}" for s in ordered if s.result)
+    tau = f"tokens per verify step over repeats at {document.sessions} sessions (95 % interval)"
+    why = f"{document.why}. {tau}: {figures}. Token identity: {verdicts}. Results: {results}."
+    return f"{CHOICE_KEY}: {why}", [f"{CHOICE_KEY}={document.value}"]
 
 
-def schedule_lines(document: Schedule | None, out: str, own_k: int) -> list[str]:
+def schedule_lines(document: Schedule | None, out: str, own_k: int, why_not: str = "") -> Lines:
     if document is None or document.spec_tokens is None:
-        why = document.why if document else "the schedule step did not run (see the report)"
-        return [f"# Depth: not chosen by this run ({why}); the config's {SPEC_TOKENS} stands."]
+        return f"Depth: not chosen by this run ({document.why if document else why_not}).", []
     chosen = ", ".join(
-        f"{c.sessions} sessions k={c.k}" + (f" (beat k={c.over} by {shown(c.ratio, ratio, 2)})" if c.over else "")
+        f"{c.sessions} sessions k={c.k}" + (f" (beat k={c.over} by {shown(c.ratio, ratio)})" if c.over else "")
         for c in document.choices
     )
-    head = [f"# Depth by load from the grid ({out}/{SCHEDULE}): {chosen}.", *(f"# {n}." for n in document.notes)]
+    head = " ".join([f"Depth by load from the grid ({out}/{SCHEDULE}): {chosen}.", *(f"{n}." for n in document.notes)])
     if document.schedule is None:
-        if document.spec_tokens == own_k:
-            return [*head, f"# The config's {SPEC_TOKENS}={own_k} is that depth."]
-        return [*head, f"{SPEC_TOKENS}={document.spec_tokens}"]
-    versus = ", ".join(f"{r.sessions}: {shown(r.vs_best, ratio, 2)} (k={r.best_k})" for r in document.rows)
-    served = f"# Served: token identity {document.lossless} ({out}/lossless/verdict-schedule.json)"
+        return head, [] if document.spec_tokens == own_k else [f"{SPEC_TOKENS}={document.spec_tokens}"]
+    served = f"Served: token identity {document.lossless} ({out}/lossless/verdict-schedule.json)"
     if document.lossless != "PASS":
-        return [*head, f"{served}: not written; the config's {SPEC_TOKENS} stands."]
-    lines = [*head, f"{served}; over the best fixed k by sessions {versus}; result {out}/{document.result}."]
-    lines += [f"{SPEC_TOKENS}={document.spec_tokens}", f"{SCHEDULE_KEY}={document.schedule}"]
-    if document.backend:
-        lines += [
-            f"# MLA backend: {document.backend}, measured there by the schedule's server above.",
-            f"{AITER_KEY}=false",
-        ]
-    return lines
+        return f"{head} {served}: not written.", []
+    versus = ", ".join(f"{r.sessions}: {shown(r.vs_best, ratio)} (k={r.best_k})" for r in document.rows)
+    moved = f" Measured on {document.backend}." if document.backend else ""
+    keys = [f"{SPEC_TOKENS}={document.spec_tokens}", f"{SCHEDULE_KEY}={document.schedule}"]
+    return f"{head} {served}; over the best fixed k by sessions {versus}; {out}/{document.result}.{moved}", [
+        *keys,
+        *([f"{AITER_KEY}=false"] if document.backend else []),
+    ]
 
 
 def write(ctx: Context, target: Path) -> str:
     """TUNED.env written whole (core/atomic_write.py); returns what to say."""
-    base = os.path.relpath(ctx.config, target.resolve().parent)
-    out = display_path(ctx.out)
+    base, out = os.path.relpath(ctx.config, target.resolve().parent), display_path(ctx.out)
+    why_not = {s.name: s.reason or "see the report's steps" for s in ctx.plan.steps}
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    lines = [
-        f"# Tuned by `kimi-dflash qualify {ctx.config_as_given}` ({when}); the evidence: {out}/report.md.",
-        "# Only what that run measured on this box is set here; EXTENDS brings in the rest of the config.",
-        f"EXTENDS={base}",
-        "",
-        *amplitude_lines(Amplitude.load_or_none(ctx.out / AMPLITUDE), out),
-        "",
-        *schedule_lines(Schedule.load_or_none(ctx.out / SCHEDULE), out, ctx.plan.spec_tokens),
+    chosen = [
+        (
+            f"Tuned by `kimi-dflash qualify {ctx.config_as_given}` ({when}); the evidence: {out}/report.md. Only what "
+            "that run measured on this box is set here; EXTENDS brings in the rest of the config.",
+            [f"EXTENDS={base}"],
+        ),
+        amplitude_lines(Amplitude.load_or_none(ctx.out / AMPLITUDE), out, why_not["amplitude"]),
+        schedule_lines(Schedule.load_or_none(ctx.out / SCHEDULE), out, ctx.plan.spec_tokens, why_not["schedule"]),
     ]
-    write_text_atomic(target, "\n".join(lines) + "\n")
-    chosen = [line for line in lines if line and not line.startswith("#") and not line.startswith("EXTENDS=")]
-    return f"qualify: wrote {target} (EXTENDS {base}): {', '.join(chosen) or 'nothing chosen; see its comments'}"
+    lines: list[str] = []
+    for why, keys in chosen:  # a path in a comment stays whole
+        lines += ["", *wrap(why, 116, initial_indent="# ", subsequent_indent="# ", break_on_hyphens=False), *keys]
+    write_text_atomic(target, "\n".join(lines[1:]) + "\n")
+    values = [key for _, keys in chosen[1:] for key in keys]
+    return f"qualify: wrote {target} (EXTENDS {base}): {', '.join(values) or 'nothing chosen (its comments say why)'}"

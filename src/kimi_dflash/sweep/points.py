@@ -91,6 +91,7 @@ def benchmark_point(plan: PointPlan, point: Point, port: int, say: Say) -> Outco
                "--label", point.name, "--output", str(partial), *plan.bench_args]  # fmt: skip
     say(f"benchmarking at {levels} sessions")
     bench_log = state.bench_log(plan.out, point)
+    bench_log.parent.mkdir(parents=True, exist_ok=True)  # run_point's server made it; a server up already did not
     with bench_log.open("w", encoding="utf-8") as log:
         # Not `env`: that is the point's server environment, read again below for the result's config values.
         bench_env = None if plan.api_key is None else {**os.environ, "OPENAI_API_KEY": plan.api_key}
