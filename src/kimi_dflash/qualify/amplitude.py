@@ -17,7 +17,7 @@ from kimi_dflash.bench.intervals import mean_interval, ratio_interval
 from kimi_dflash.bench.result import LevelResult
 from kimi_dflash.bench.spec_summary import spec_per_request
 from kimi_dflash.core.formatting import markdown_table, number, percent, ratio
-from kimi_dflash.qualify.context import Context, judged, serve, verdict_of
+from kimi_dflash.qualify.context import Context, judged, serve, tolerant, verdict_of
 from kimi_dflash.qualify.documents import Amplitude, AmplitudeSide, Estimate, shown
 from kimi_dflash.qualify.plan import SPEC_TOKENS, Sides, bench_args
 from kimi_dflash.rules.rope_amplitude import CHOICE_KEY, ENGINE, LEGACY, UnreadableRope, concerned, decide
@@ -89,15 +89,12 @@ def own_side(ctx: Context) -> OnReady | None:
         return None
 
     def benchmark(url: str) -> None:
-        say = lambda text: ctx.say(f"qualify: amplitude {choice}: {text}")  # noqa: E731
-        try:
-            outcome = benchmark_point(_plan(ctx), _point(ctx, choice), urlsplit(url).port or 0, say)
-        except Exception as exc:  # noqa: BLE001 - the candidate stands; the amplitude step serves this side again
-            outcome = Outcome(FAILED, f"{type(exc).__name__}: {exc}")
+        outcome = benchmark_point(_plan(ctx), _point(ctx, choice), urlsplit(url).port or 0, say)
         if outcome.status == FAILED:
-            say(f"{outcome.detail}; the amplitude step serves it again")
+            raise RuntimeError(outcome.detail)
 
-    return benchmark
+    say = lambda text: ctx.say(f"qualify: amplitude {choice}: {text}")  # noqa: E731
+    return tolerant(benchmark, lambda text: say(f"{text}; the amplitude step serves it itself"))
 
 
 def repeats(level: LevelResult) -> list[list[float]]:

@@ -170,6 +170,18 @@ def chained(*hooks: OnReady | None) -> OnReady | None:
     return run if present else None
 
 
+def tolerant(hook: OnReady, say: Callable[[str], None]) -> OnReady:
+    """``hook``, whose failure is only said: the server it runs on still serves its benchmark."""
+
+    def run(url: str) -> None:
+        try:
+            hook(url)
+        except Exception as exc:  # noqa: BLE001 - whoever reads the hook's files finds none, and says so
+            say(f"{type(exc).__name__}: {exc}")
+
+    return run
+
+
 def judged(ctx: Context, what: str) -> OnReady | None:
     """A hook judging a server beside the candidate (a depth, the schedule, an amplitude) against the reference:
     its outputs in lossless/<what>.json, the verdict in lossless/verdict-<what>.json (None: judged already)."""

@@ -18,7 +18,7 @@ from kimi_dflash.config.depth_schedule import format_schedule
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.formatting import markdown_table, number, ratio
 from kimi_dflash.qualify.amplitude import estimate
-from kimi_dflash.qualify.context import Context, grid_results, judged, serve, verdict_of
+from kimi_dflash.qualify.context import Context, grid_results, judged, serve, tolerant, verdict_of
 from kimi_dflash.qualify.documents import Estimate, Schedule, ScheduleChoice, ScheduleRow, shown
 from kimi_dflash.qualify.plan import SPEC_TOKENS
 from kimi_dflash.runs.orchestrator import Outcome
@@ -39,16 +39,7 @@ def grid_hooks(ctx: Context) -> Callable[[Point], OnReady | None]:
     def hook(point: Point) -> OnReady | None:
         k = int(dict(point.overrides).get(SPEC_TOKENS, "0"))
         check = None if k in (0, ctx.plan.spec_tokens) else judged(ctx, f"k{k}")
-        if check is None:
-            return None
-
-        def tolerant(url: str) -> None:
-            try:
-                check(url)
-            except Exception as exc:  # noqa: BLE001 - the depth stays unjudged; the schedule step says so
-                ctx.say(f"qualify: k={k}: not judged ({type(exc).__name__}: {exc})")
-
-        return tolerant
+        return check and tolerant(check, lambda text: ctx.say(f"qualify: k={k}: not judged ({text})"))
 
     return hook
 
@@ -198,4 +189,5 @@ def write_plot(document: Schedule | None, out: Path) -> list[Path]:
         means = [r.schedule_tok_s.mean if r.schedule_tok_s else float("nan") for r in document.rows]
         series[f"schedule {document.schedule}"] = (xs, means)
     title = "Depth by load: the schedule against every fixed k"
-    return [line_chart(out / PLOT, series, title, "concurrent sessions", "aggregate output tok/s", legend_size=8)]
+    axes = ("concurrent sessions", "aggregate output tok/s")
+    return [line_chart(out / PLOT, series, title, *axes, legend_size=8, xticks=xs)]

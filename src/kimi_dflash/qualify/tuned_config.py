@@ -72,7 +72,9 @@ def schedule_lines(document: Schedule | None, out: str, own_k: int, why_not: str
 
 def write(ctx: Context, target: Path) -> str:
     """TUNED.env written whole (core/atomic_write.py); returns what to say."""
-    base, out = os.path.relpath(ctx.config, target.resolve().parent), display_path(ctx.out)
+    here, out = target.resolve().parent, display_path(ctx.out)
+    # Relative, so a checkout moves whole; absolute when the two share no directory but the root.
+    base = os.path.relpath(ctx.config, here) if os.path.commonpath([ctx.config, here]) != "/" else str(ctx.config)
     why_not = {s.name: s.reason or "see the report's steps" for s in ctx.plan.steps}
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     chosen = [

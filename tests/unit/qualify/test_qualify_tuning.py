@@ -5,11 +5,13 @@ dropped; on ROCM_AITER_MLA with none left, TRITON_MLA), the schedule against eve
 
 from __future__ import annotations
 
-from dataclasses import replace
+import json
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
 
+from extras import needs_cpu_extra
 from kimi_dflash.bench.records import RequestRecord
 from kimi_dflash.bench.result import RequestRecords, load_result
 from kimi_dflash.bench.spec_request import RequestSpec
@@ -206,3 +208,95 @@ def test_the_written_config_extends_config_loads_and_holds_no_secret(tmp_path: P
     assert "NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE=1-1:4,2-:1" in said
     loaded = load_config(target, environ={})
     assert loaded.values["NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE"] == "1-1:4,2-:1" and loaded.values["API_KEY"]
+
+
+@needs_cpu_extra
+def test_the_schedule_step_serves_advises_choice_judged_and_compares_it_with_every_fixed_k(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The schedule step on a grid with k = 1 and 4 (k = 4 clearly faster at 2 sessions, k = 1 at 4), every depth
+    judged lossless, serve.sh stood in for by the instrument server: it serves `1-2:4,3-:1`, judges it against the
+    reference's stored outputs, benchmarks it at the grid's concurrency and compares it with every fixed k."""
+    from kimi_dflash.bench.report import write_atomic
+    from kimi_dflash.qualify import report
+    from kimi_dflash.qualify.context import Context
+    from kimi_dflash.qualify.depths import schedule_step
+    from kimi_dflash.qualify.state import QualifySignature
+    from kimi_dflash.runs.state import DONE
+    from kimi_dflash.validate.client import Completion
+    from qualify_fakes import PASSING_VERDICT, open_state
+    from serve_stand_in import stand_in
+
+    speeds = {(0, 2): 100.0, (0, 4): 180.0, (1, 2): 110.0, (1, 4): 250.0, (4, 2): 160.0, (4, 4): 200.0}
+    (tmp_path / "grid").mkdir()
+    for k in (0, 1, 4):
+        result = load_result(REPO_ROOT / "benchmarks" / "results" / f"demo-cpu-k{k}.json")
+        levels = [
+            replace(
+                lv,
+                repeat_results=[
+                    replace(lv.repeat_results[0], repeat=i, output_tok_s=speeds[k, lv.sessions] + d)
+                    for i, d in enumerate((-2.0, 0.0, 2.0))
+                ],
+            )
+            for lv in result.results
+        ]
+        write_atomic(tmp_path / "grid" / f"NUM_SPECULATIVE_TOKENS-{k}.json", replace(result, results=levels))
+    outputs = {
+        "model": "synthetic",
+        "max_tokens": 4,
+        "prompts": ["a", "b"],
+        "completions": [asdict(Completion("x", [1, 2, 3, 4], 4, 3, "length"))] * 2,
+    }
+    (tmp_path / "lossless").mkdir()
+    for name in ("reference.json", "schedule.json"):  # the reference's, and what this server gives (stored)
+        (tmp_path / "lossless" / name).write_text(json.dumps(outputs))
+    for name in ("verdict.json", "verdict-k1.json"):
+        PASSING_VERDICT.save(tmp_path / "lossless" / name)
+    values = {**CPU, "MAX_NUM_SEQS": "4"}
+    plan = build_plan(values, slo="none", schedule=(True, ""))
+    plan = replace(
+        plan,
+        k_values=(0, 4, 1),
+        sessions=(2, 4),
+        bench_args=(
+            "--max-tokens",
+            "12",
+            "--turns-per-session",
+            "1",
+            "--ignore-eos",
+            "--warmup",
+            "0",
+            "--repeats",
+            "2",
+        ),
+    )
+    serve = stand_in(tmp_path / "stand-in", monkeypatch)
+    ctx = Context(
+        config=REPO_ROOT / "configs" / "demo-cpu.env",
+        config_as_given="demo-cpu",
+        values=values,
+        overrides={},
+        plan=plan,
+        out=tmp_path,
+        serve_command=(str(serve),),
+    )
+    outcome = schedule_step(ctx)
+    assert outcome.status == DONE, outcome.detail
+    document = Schedule.load(tmp_path / "schedule.json")
+    assert document.schedule == "1-2:4,3-:1" and document.spec_tokens == 4 and document.lossless == "PASS"
+    assert document.depths == {1: "PASS", 4: "PASS"} and not document.notes
+    assert [(c.sessions, c.k, c.over) for c in document.choices] == [(2, 4, 1), (4, 1, None)]
+    served = load_result(tmp_path / document.result)  # type: ignore[operator]
+    assert served.server_config and served.server_config.values["NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE"] == "1-2:4,3-:1"
+    rows = {r.sessions: r for r in document.rows}
+    assert rows[2].fixed_tok_s == {1: 110.0, 4: 160.0} and rows[2].best_k == 4 and rows[4].best_k == 1
+    assert all(r.schedule_tok_s and r.vs_best and r.vs_best.low is not None for r in document.rows)
+
+    state = open_state(tmp_path, QualifySignature(), plan, resume=False)
+    state.finish("schedule", outcome.status, state.begin("schedule"), outcome.detail, outcome.outputs)
+    text = report.write_report(tmp_path, state, "demo-cpu", plots=False)[0].read_text(encoding="utf-8")
+    section = text.split("## Depth by load", 1)[1].split("\n## ", 1)[0]
+    assert "`NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE=1-2:4,3-:1` (lossless PASS" in section
+    assert "| sessions | scheduled k | schedule tok/s | k=1 tok/s | k=4 tok/s | vs best fixed k |" in section
+    assert "token identity of the other servers (depths, schedule, RoPE amplitudes): PASS** — k1 PASS, schedule" in text
