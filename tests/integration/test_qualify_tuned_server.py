@@ -26,13 +26,14 @@ LAUNCHER = REPO_ROOT / "launchers" / "kimi26-vllm-dflash-qualify.sh"
 
 
 def _config(tmp_path: Path, drafter: YarnDrafter) -> Path:
-    """The demo serving the lab bundle: one target for both drafters (the bundles' targets are the same bytes)."""
+    """The demo serving the lab bundle: one target for both drafters (the bundles' targets are the same bytes); at
+    most 2 sequences, so that qualify's levels are 1 and 2 sessions (the budget keeps 2)."""
     target, _ = ensure_yarn_models(drafter=LEGACY_DRAFTER)
     _, drafter_dir = ensure_yarn_models(drafter=drafter)
     config = tmp_path / f"{drafter.bundle}.env"
     config.write_text(
         f"EXTENDS={REPO_ROOT / 'configs' / 'demo-cpu.env'}\nFABRICATE_DEMO_MODELS=none\n"
-        f"MODEL_DIR={target}\nDRAFT_MODEL_DIR={drafter_dir}\n"
+        f"MODEL_DIR={target}\nDRAFT_MODEL_DIR={drafter_dir}\nMAX_NUM_SEQS=2\n"
     )
     return config
 

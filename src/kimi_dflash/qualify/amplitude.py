@@ -46,13 +46,18 @@ def probe(config: Path, source: VllmSource | None) -> tuple[Sides, str]:
         typed = resolve_demo_models(load_config(config, environ=os.environ), create=False, say=lambda _: None).typed
     except (ConfigError, OSError) as error:
         return (), f"the config does not load ({error})"
+    if typed.speculative_method != "dflash":
+        return (), f"SPECULATIVE_METHOD={typed.speculative_method}: the amplitude in question is a DFlash drafter's"
     facts = read_facts(typed)
-    drafter = facts.drafter if typed.speculative_method == "dflash" else None
-    rope = drafter and drafter.rope
-    if drafter is None or rope is None or not concerned(drafter) or rope.attention_factor is not None:
-        unread = next(iter(facts.problems.values()), "no drafter config.json here, no shipped facts")
-        what = f"its rope ({rope.kind}, attention_factor {rope.attention_factor})" if rope else "no YaRN rope"
-        return (), f"{typed.speculative_method}: " + (f"{what}: one amplitude on every release" if drafter else unread)
+    drafter, unread = (
+        facts.drafter,
+        next(iter(facts.problems.values()), "its config.json is not here and no facts ship for it"),
+    )
+    if drafter is None or drafter.rope is None or not concerned(drafter) or drafter.rope.attention_factor is not None:
+        factor = drafter and drafter.rope and drafter.rope.attention_factor
+        states = f"attention_factor {factor}" if factor is not None else "no YaRN rope it understands"
+        told = f"its config.json states {states}: one amplitude on every release" if drafter else unread
+        return (), f"the drafter: {told}"
     if source is None:
         return (), "no vLLM found by this Python to read the amplitudes from"
     try:

@@ -43,7 +43,7 @@ def amplitude_lines(document: Amplitude | None, out: str, why_not: str = "") -> 
     figures = "; ".join(f"{s.choice} ({s.amplitude:g}) {shown(s.tau)}" for s in ordered)
     verdicts = ", ".join(f"{out}/{s.verdict_file} ({s.lossless})" for s in ordered)
     results = ", ".join(f"{out}/{s.result}" for s in ordered if s.result)
-    tau = f"tokens per verify step over repeats at {document.sessions} sessions (95 % interval)"
+    tau = f"Tokens per verify step over repeats at {document.sessions} sessions (95 % interval)"
     why = f"{document.why}. {tau}: {figures}. Token identity: {verdicts}. Results: {results}."
     return f"{CHOICE_KEY}: {why}", [f"{CHOICE_KEY}={document.value}"]
 
@@ -88,7 +88,10 @@ def write(ctx: Context, target: Path) -> str:
     ]
     lines: list[str] = []
     for why, keys in chosen:  # a path in a comment stays whole
-        lines += ["", *wrap(why, 116, initial_indent="# ", subsequent_indent="# ", break_on_hyphens=False), *keys]
+        comment = wrap(
+            why, 116, initial_indent="# ", subsequent_indent="# ", break_long_words=False, break_on_hyphens=False
+        )
+        lines += ["", *comment, *keys]
     write_text_atomic(target, "\n".join(lines[1:]) + "\n")
     values = [key for _, keys in chosen[1:] for key in keys]
     return f"qualify: wrote {target} (EXTENDS {base}): {', '.join(values) or 'nothing chosen (its comments say why)'}"
