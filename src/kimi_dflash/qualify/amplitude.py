@@ -49,15 +49,13 @@ def probe(config: Path, source: VllmSource | None) -> tuple[Sides, str]:
     if typed.speculative_method != "dflash":
         return (), f"SPECULATIVE_METHOD={typed.speculative_method}: the amplitude in question is a DFlash drafter's"
     facts = read_facts(typed)
-    drafter, unread = (
-        facts.drafter,
-        next(iter(facts.problems.values()), "its config.json is not here and no facts ship for it"),
-    )
-    if drafter is None or drafter.rope is None or not concerned(drafter) or drafter.rope.attention_factor is not None:
-        factor = drafter and drafter.rope and drafter.rope.attention_factor
+    drafter, missing = facts.drafter, "its config.json is not here and no facts ship for it"
+    if drafter is None:
+        return (), f"the drafter: {next(iter(facts.problems.values()), missing)}"
+    factor = drafter.rope and drafter.rope.attention_factor
+    if not concerned(drafter) or factor is not None:
         states = f"attention_factor {factor}" if factor is not None else "no YaRN rope it understands"
-        told = f"its config.json states {states}: one amplitude on every release" if drafter else unread
-        return (), f"the drafter: {told}"
+        return (), f"the drafter's config.json states {states}: one amplitude on every release"
     if source is None:
         return (), "no vLLM found by this Python to read the amplitudes from"
     try:

