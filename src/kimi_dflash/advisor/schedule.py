@@ -10,7 +10,7 @@ from statistics import mean
 
 from kimi_dflash.advisor.model import spec_tokens_of
 from kimi_dflash.bench.intervals import RatioInterval, ratio_interval
-from kimi_dflash.bench.result import BenchmarkResult
+from kimi_dflash.bench.result import BenchmarkResult, LevelResult
 from kimi_dflash.config.depth_schedule import DepthRange
 from kimi_dflash.core.errors import UserError
 
@@ -34,11 +34,14 @@ def grid_samples(results: Sequence[tuple[str, BenchmarkResult]]) -> dict[tuple[i
         if result.server_config and result.server_config.values.get("NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE"):
             continue
         for level in (lv for lv in result.results if lv.output_tok_s is not None and not lv.partial):
-            repeats = [r.output_tok_s for r in level.repeat_results if r.output_tok_s is not None]
-            samples.setdefault((spec_tokens_of(result, level), level.sessions), []).extend(
-                repeats or [level.output_tok_s]  # type: ignore[list-item]
-            )
+            samples.setdefault((spec_tokens_of(result, level), level.sessions), []).extend(repeats_of(level))
     return samples
+
+
+def repeats_of(level: LevelResult) -> list[float]:
+    """A level's aggregate tok/s per repeat (one value when it was measured once)."""
+    repeats = [r.output_tok_s for r in level.repeat_results if r.output_tok_s is not None]
+    return repeats or ([] if level.output_tok_s is None else [level.output_tok_s])
 
 
 def choose_depths(samples: Samples, confidence: float = 0.95) -> list[Choice]:

@@ -16,10 +16,13 @@ from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.options import comma_list, declare, option, run
 from kimi_dflash.core.user_files import file_kind, read_user_bytes
 from kimi_dflash.launch.serve_sh import SERVE_COMMAND, ServerLeftRunning
-from kimi_dflash.qualify import bundle, report
+from kimi_dflash.qualify import bundle, report, tuned_config
+from kimi_dflash.qualify.amplitude import probe
+from kimi_dflash.qualify.depths import SCHEDULE_KEY
 from kimi_dflash.qualify.graphs import GraphCandidate, graph_candidate
 from kimi_dflash.qualify.plan import (
     PER_REQUEST_FLAG,
+    SPEC_TOKENS,
     PerRequest,
     QualifyPlan,
     box_for,
@@ -39,11 +42,13 @@ if TYPE_CHECKING:
 DESCRIPTION = "Qualify a box: is DFlash lossless and worth it here, and with which settings. One command."
 EPILOG = """\
 steps: environment, preflight (stops on FAIL), reference server (the config with SPECULATIVE_METHOD=none) and
-candidate (the config) with losslessness at T=0 on the shipped prompts, FP8 KV validation (when KV is fp8), the
-k x concurrency grid at matched load (repeated, judged by the SLO), on a GPU the graph-mode candidate (an eager
-config served with graphs on, where the runtime rules allow it), acceptance by position and per request,
-goodput and the speedup at the SLO and at matched concurrency (with its interval), the advisor's k, on a GPU
-with --project-acceptance the speed projection (vLLM's synthetic acceptance sampler), the report.
+candidate (the config) with losslessness at T=0 on the shipped prompts, the drafter RoPE amplitude (legacy and
+engine, where they differ), FP8 KV validation (when KV is fp8), the k x concurrency grid at matched load (repeated,
+judged by the SLO, every depth judged lossless), the depth schedule against every fixed k, on a GPU the graph-mode
+candidate (an eager config served with graphs on, where the runtime rules allow it), acceptance by position and
+per request, goodput and the speedup at the SLO and at matched concurrency (with its interval), the advisor's k,
+on a GPU with --project-acceptance the speed projection (vLLM's synthetic acceptance sampler), the report;
+with --write-config, TUNED.env.
 --dry-run lists them with time estimates for this box and the budget (which trims the grid).
 
 Output: DIR/report.md (+ PNGs), grid/*.json, results/, lossless/, environment.json, state.json, and DIR.tar.gz
@@ -59,6 +64,7 @@ examples:
   %(prog)s configs/production.env --budget 3h --dry-run
   %(prog)s configs/production.env --project-acceptance 0.8,0.6   # + what a better k=2 drafter would give (GPU)
   %(prog)s configs/demo-cpu.env --candidates configs/demo-cpu.env,configs/demo-cpu-eagle3.env   # drafter shoot-out
+  %(prog)s configs/production.env --write-config tuned.env && ./serve.sh tuned.env   # serve what it chose
 """
 
 
@@ -115,6 +121,12 @@ class QualifyOptions:
         metavar="A.env,B.env",
         default=(),
         parse=comma_list(str, "config files"),
+    )
+    write_config: Path | None = option(
+        "after the run, write TUNED.env: a config that EXTENDS CONFIG with what the "
+        "run chose (the drafter RoPE amplitude, the depth schedule, the MLA backend), each line with its evidence; "
+        "./serve.sh TUNED.env serves it",
+        metavar="TUNED.env",
     )
     serve_sh: Path | None = option(hidden=True)  # tests substitute a stand-in for serve.sh, as for the sweep
 
@@ -230,8 +242,8 @@ def _shootout(
     for given in args.candidates:
         path = _config_file(given, " (--candidates splits its list at commas: a file name cannot hold one)")
         theirs, _, their_key = _config_values(path)
-        limit = _verify_k_limit(theirs, source)
-        configs.append(CandidateConfig(given, path.resolve(), theirs, limit, their_key == key))
+        limit, amplitude = _verify_k_limit(theirs, source), probe(path, source)
+        configs.append(CandidateConfig(given, path.resolve(), theirs, limit, their_key == key, amplitude))
     return build_shootout(values, configs, budget, args.slo, per_request)
 
 
@@ -245,13 +257,25 @@ def _context(args: QualifyOptions) -> tuple[Context, QualifyPlan]:
     source = VllmSource.installed()  # read, never imported; shared by every probe below
     per_request = per_request_setting(values, overrides, _per_request_flag(source))
     budget = parse_duration(args.budget) if args.budget else None
+    if args.write_config is not None:
+        tuned_config.check_target(args.write_config, config, bool(args.candidates))
     if args.candidates:
         plan = _shootout(args, values, key, per_request, budget, source)
     else:
-        box = box_for(values.get("DEVICE", "rocm")).kind
-        graphs = _graph_candidate(config, values, box, not args.no_graphs, source)
-        k_limit = _verify_k_limit(values, source)
-        plan = build_plan(values, budget, args.slo, per_request, k_limit, _projection(args), graphs)
+        graphs = _graph_candidate(
+            config, values, box_for(values.get("DEVICE", "rocm")).kind, not args.no_graphs, source
+        )
+        plan = build_plan(
+            values,
+            budget,
+            args.slo,
+            per_request,
+            _verify_k_limit(values, source),
+            _projection(args),
+            graphs,
+            amplitude=probe(config, source),
+            schedule=_check_variant(config, {SCHEDULE_KEY: f"1-:{values.get(SPEC_TOKENS) or 1}"}, source),
+        )
     out = args.out or Path(f"qualify-{config.name.removesuffix('.env')}{'-shootout' if args.candidates else ''}")
     serve = SERVE_COMMAND if args.serve_sh is None else (str(args.serve_sh.resolve()),)
     ctx = Context(
@@ -269,7 +293,8 @@ def _context(args: QualifyOptions) -> tuple[Context, QualifyPlan]:
 
 def main(args: QualifyOptions) -> int:
     ctx, plan = _context(args)  # a UserError here or below exits EXIT_INFRA (USAGE_EXIT, through options.run)
-    planned = {name: getattr(plan, name) for name in ("k_values", "sessions", "bench_args", "server_env", "projection")}
+    names = ("k_values", "sessions", "bench_args", "server_env", "projection", "amplitudes")
+    planned = {name: getattr(plan, name) for name in names}
     candidates = {c.path: _digest(Path(c.path)) for c in plan.candidates}
     signature = QualifySignature(
         config=str(ctx.config),
@@ -321,6 +346,12 @@ def _run(ctx: Context, state: QualifyState, args: QualifyOptions) -> int:
     if state.server_left:
         print(f"qualify: error: {state.server_left}", file=sys.stderr)
     print(f"qualify: report {path}; archive to attach to an issue: {tarball}; exit {code}", file=sys.stderr)
+    if args.write_config is not None:
+        try:
+            print(tuned_config.write(ctx, args.write_config), file=sys.stderr)
+        except (OSError, UserError) as exc:
+            print(f"qualify: error: {args.write_config}: not written: {exc}", file=sys.stderr)
+            return code or report.EXIT_INFRA
     return code
 
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from kimi_dflash.bench.intervals import RatioInterval
+from kimi_dflash.core.formatting import interval, number
 from kimi_dflash.documents import Document, Model
 from kimi_dflash.validate.engine import AgreementSummary
 
@@ -206,3 +210,85 @@ class Shootout(Document):
     sessions: int | None  # the matched concurrency (None: no common one)
     ranked_by: str
     rows: list[RankRow]
+
+
+def number2(value: float | None) -> str:
+    return number(value, 2)
+
+
+def shown(e: Estimate | None, how: Callable[[float | None], str] = number2, scale: float = 1.0, digits: int = 2) -> str:
+    """``1.02x [0.97, 1.07]``: the mean as ``how`` writes it, then the interval (times ``scale``); ``how(None)``."""
+    if e is None:
+        return how(None)
+    low, high = (None if v is None else v * scale for v in (e.low, e.high))
+    return f"{how(e.mean)} {interval(low, high, digits)}"
+
+
+class Estimate(Model):
+    """A mean over repeats with its confidence interval (bench/intervals.py; low/high None: fewer than 2)."""
+
+    mean: float
+    low: float | None
+    high: float | None
+
+    @classmethod
+    def of(cls, found: RatioInterval | None) -> Estimate | None:
+        return None if found is None else cls(mean=found.ratio, low=found.low, high=found.high)
+
+
+class AmplitudeSide(Model):
+    choice: str  # DRAFTER_ROPE_AMPLITUDE: legacy or engine
+    amplitude: float
+    lossless: str  # the token-identity verdict of this side's server: PASS, FAIL, NOT RUN
+    verdict_file: str
+    result: str | None  # its benchmark (amplitude/<point>.json)
+    per_position: list[Estimate]  # acceptance by draft position, over repeats
+    tau_repeats: list[float]  # tokens per verify step, one per repeat
+    tau: Estimate | None
+
+
+class Amplitude(Document):
+    """amplitude.json: the drafter served at both RoPE amplitudes on the same prompts, k and T=0."""
+
+    SCHEMA = "kimi-dflash/qualify-amplitude"
+    WHAT = "amplitude file"
+    sessions: int
+    sides: list[AmplitudeSide]
+    recommended: str | None  # the choice; None: neither was lossless with acceptance measured
+    value: str | None  # what the tuned config sets DRAFTER_ROPE_AMPLITUDE to
+    ratio: Estimate | None  # tau of the recommended over the other's
+    why: str
+
+
+class ScheduleChoice(Model):
+    sessions: int
+    k: int
+    output_tok_s: float
+    over: int | None  # the shallower k it beat beyond the interval
+    ratio: Estimate | None
+
+
+class ScheduleRow(Model):
+    sessions: int
+    k: int  # the depth the schedule gives a batch of this size
+    schedule_tok_s: Estimate | None
+    fixed_tok_s: dict[int, float]  # every fixed k measured at this concurrency (mean over repeats)
+    best_k: int | None
+    vs_best: Estimate | None  # the schedule's aggregate tok/s over the best fixed k's, with its interval
+
+
+class Schedule(Document):
+    """schedule.json: depth by load from this run's grid, served against every fixed k (docs/qualify.md)."""
+
+    SCHEMA = "kimi-dflash/qualify-schedule"
+    WHAT = "schedule file"
+    depths: dict[int, str]  # the token-identity verdict of every k in the grid
+    why: str
+    schedule: str | None = None  # NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE; None: no schedule (why)
+    spec_tokens: int | None = None  # the NUM_SPECULATIVE_TOKENS it needs (a fixed k: that k)
+    choices: list[ScheduleChoice] = []
+    notes: list[str] = []  # depths dropped or moved to another backend, and why
+    backend: str | None = None  # "TRITON_MLA" when the depths need it (ROCM_USE_AITER_MLA=false)
+    lossless: str = "NOT RUN"  # the schedule server's own verdict
+    rows: list[ScheduleRow] = []
+    result: str | None = None

@@ -20,6 +20,7 @@ PER_REQUEST_KEY = "PER_REQUEST_SPEC_METRICS"
 PER_REQUEST_FLAG = "cli:--per-request-spec-decode-metrics"
 RATES_KEY = "SYNTHETIC_ACCEPTANCE_RATES"
 NO_SLO = ("none", "off")
+Sides = tuple[tuple[str, float, bool], ...]  # DRAFTER_ROPE_AMPLITUDE choices: (choice, amplitude, the config's own)
 
 
 @dataclass(frozen=True)
@@ -44,24 +45,50 @@ class Box:
 
 
 GPU_BOX = Box(
-    kind="gpu", description="GPU box (estimates from the recipe's 8x MI300X figures)", server_start_s=300.0,
-    per_user_tok_s=11.3, ttft_s=2.0, preflight_s=60.0, sessions_levels=(1, 8, 32, 64), extra_k=(1, 3, 4),
-    max_tokens=512, turns_per_session=2, lossless_prompts=16, lossless_max_tokens=128, default_budget_s=4 * 3600.0,
+    kind="gpu",
+    description="GPU box (estimates from the recipe's 8x MI300X figures)",
+    server_start_s=300.0,
+    per_user_tok_s=11.3,
+    ttft_s=2.0,
+    preflight_s=60.0,
+    sessions_levels=(1, 8, 32, 64),
+    extra_k=(1, 2, 3, 4),  # k = 2-4 around any drafter's own, 1 for the advisor's fit
+    max_tokens=512,
+    turns_per_session=2,
+    lossless_prompts=16,
+    lossless_max_tokens=128,
+    default_budget_s=4 * 3600.0,
     source="recipe: ~5 min model load per start on 8x MI300X; 11.3 tok/s per user (AR baseline, 90.4 tok/s at 8)",
-    repeats=2, slo="ttft:2s,user_tps:12",
+    repeats=2,
+    slo="ttft:2s,user_tps:12",
     slo_source="per-user 12 tok/s: between the recipe's autoregressive 11.3 at 8 users and a tuned autoregressive "
     "K2.5's 12.9 at 32 (issue 22); TTFT 2 s: the plan's own TTFT estimate",
-)  # fmt: skip
+)
 
 CPU_BOX = Box(
-    kind="cpu", description="CPU build (estimates from the demo's measured start and tok/s)", server_start_s=30.0,
-    per_user_tok_s=85.0, ttft_s=0.2, preflight_s=30.0, sessions_levels=(1, 2, 4), extra_k=(1, 2), max_tokens=64,
-    turns_per_session=2, lossless_prompts=8, lossless_max_tokens=48, default_budget_s=15 * 60.0,
+    kind="cpu",
+    description="CPU build (estimates from the demo's measured start and tok/s)",
+    server_start_s=30.0,
+    per_user_tok_s=85.0,
+    ttft_s=0.2,
+    preflight_s=30.0,
+    sessions_levels=(1, 2, 4),
+    extra_k=(1, 2),
+    max_tokens=64,
+    turns_per_session=2,
+    lossless_prompts=8,
+    lossless_max_tokens=48,
+    default_budget_s=15 * 60.0,
     source="demo: ~30 s per --enforce-eager start; ~85 tok/s per user (benchmarks/results/demo-cpu-k*.json)",
-    repeats=3, slo="ttft:1s,user_tps:50",
+    repeats=3,
+    slo="ttft:1s,user_tps:50",
     slo_source="demo results (TTFT p95 <= 425 ms, per-user p50 >= 64 tok/s at 2-4 sessions) with headroom; "
     "a demonstration SLO, not a target",
-)  # fmt: skip
+)
+
+
+PREFLIGHT_TITLE = "preflight: machine checks, vLLM compatibility + runtime rules (stops the run on FAIL)"
+FP8_TITLE = "FP8 KV validation: a BF16-KV server's outputs and math vs the FP8 reference's"
 
 
 def box_for(device: str) -> Box:
@@ -114,6 +141,7 @@ class QualifyPlan:
     graph_overrides: tuple[tuple[str, str], ...] = ()  # the graph-mode candidate's config keys (empty: not measured)
     method: str = "dflash"  # the config's SPECULATIVE_METHOD: what its points serve at k >= 1
     candidates: tuple[Candidate, ...] = ()  # a shoot-out's (qualify/shootout.py): the reference is then k=0 only
+    amplitudes: Sides = ()  # the drafter RoPE amplitudes to serve (qualify/amplitude.py; empty: not measured)
 
     @property
     def total_s(self) -> float:
@@ -240,6 +268,29 @@ def projection_step(box: Box, rates: Sequence[float], levels: int, k_limit: tupl
     return Step("synthetic", title, point_s(box, levels))
 
 
+def amplitude_planned(box: Box, sides: Sides, reason: str) -> Step:
+    """The config's own side is benchmarked on the candidate's server: only the other takes a server."""
+    both = " and ".join(f"{choice} ({round(amplitude, 4)})" for choice, amplitude, _ in sides) or "legacy and engine"
+    title = f"drafter RoPE amplitude: {both} on the same prompts, k and T=0 (acceptance, token identity)"
+    if not sides:
+        return Step("amplitude", title, 0.0, runs=False, reason=reason)
+    own = sum(mine for *_, mine in sides)
+    return Step("amplitude", title, (len(sides) - own) * (point_s(box, 1) + lossless_s(box)) + own * level_s(box))
+
+
+def schedule_planned(box: Box, k_values: Sequence[int], levels: int, allowed: tuple[bool, str]) -> Step:
+    title = "depth by load: the schedule advise chooses from this grid, served against every fixed k, judged"
+    if box.repeats < 2:
+        reason = "the grid measures each level once: no interval to choose a schedule by"
+    elif len([k for k in k_values if k]) < 2:
+        reason = "the grid measures one k >= 1: nothing to schedule"
+    elif allowed[0]:
+        return Step("schedule", title, point_s(box, levels) + lossless_s(box))
+    else:
+        reason = allowed[1]
+    return Step("schedule", title, 0.0, runs=False, reason=reason)
+
+
 def _steps(
     box: Box,
     k: int,
@@ -251,34 +302,38 @@ def _steps(
     projection: Sequence[float] = (),
     k_limit: tuple[int, str] | None = None,
     graphs: GraphCandidate | None = None,
+    amplitude: tuple[Sides, str] = ((), "not probed"),
+    schedule: tuple[bool, str] = (False, "not checked"),
 ) -> tuple[Step, ...]:
     per_request = per_request or PerRequest(False, "not probed")
-    per_point = point_s(box, len(sessions))
+    served = point_s(box, len(sessions)) + lossless_s(box)
     grid_points = len([v for v in k_values if v not in (0, k)])
-    served = per_point + lossless_s(box)
     at_slo = f" ({describe(parse_slo(slo))})" if slo else ""
     goodput = f"goodput at the SLO{at_slo}, speedup at the SLO and at matched concurrency"
-    # fmt: off
+    levels = ",".join(map(str, sessions))
+    fp8_s = box.server_start_s + 3 * lossless_s(box) + 5.0 if fp8 else 0.0
+    per_request_title = "per-request acceptance by turn and prompt length (metrics.speculative_decoding on each reply)"
     return (
         Step("environment", "capture host, accelerators, NUMA, versions, config and plan", 5.0),
-        Step("preflight", "preflight: machine checks, vLLM compatibility + runtime rules (stops the run on FAIL)",
-             box.preflight_s),
+        Step("preflight", PREFLIGHT_TITLE, box.preflight_s),
         Step("reference", "reference server (SPECULATIVE_METHOD=none): greedy outputs + benchmark k=0", served),
         Step("candidate", f"candidate server (k={k}): greedy outputs, token identity vs reference + benchmark", served),
-        Step("fp8", "FP8 KV validation: a BF16-KV server's outputs and math vs the FP8 reference's",
-             box.server_start_s + 3 * lossless_s(box) + 5.0 if fp8 else 0.0, fp8, "" if fp8 else "KV cache is not FP8"),
-        Step("grid", f"k x concurrency grid: {grid_points} more server(s) x sessions {','.join(map(str, sessions))}",
-             grid_points * per_point),
+        amplitude_planned(box, *amplitude),
+        Step("fp8", FP8_TITLE, fp8_s, fp8, "" if fp8 else "KV cache is not FP8"),
+        Step(
+            "grid",
+            f"k x concurrency grid: {grid_points} more server(s) x sessions {levels}, each judged",
+            grid_points * served,
+        ),
+        schedule_planned(box, k_values, len(sessions), schedule),
         graphs_step(box, k, graphs, served),
         Step("acceptance", "acceptance by position (Prometheus counters per grid point)", 1.0),
-        Step("per_request", "per-request acceptance by turn and prompt length (metrics.speculative_decoding on each "
-             "reply)", 1.0, per_request.runs, "" if per_request.runs else per_request.reason),
+        Step("per_request", per_request_title, 1.0, per_request.runs, "" if per_request.runs else per_request.reason),
         Step("goodput", goodput, 1.0, bool(slo), "" if slo else "--slo none: no SLO measured"),
         Step("advisor", "the advisor's k recommendation per concurrency", 2.0),
         projection_step(box, projection, len(sessions), k_limit),
         Step("report", "report.md, plots, result files, environment.json, archive", 10.0),
     )
-    # fmt: on
 
 
 def check_slo(text: str | None, box: Box) -> str:
@@ -304,9 +359,12 @@ def build_plan(
     graphs: GraphCandidate | None = None,
     extra_k: Sequence[int] | None = None,
     sessions_levels: Sequence[int] | None = None,
+    amplitude: tuple[Sides, str] = ((), "not probed"),
+    schedule: tuple[bool, str] = (False, "not checked"),
 ) -> QualifyPlan:
     """Trimmed to the budget in docs/qualify.md's order, never the reference or the top-level candidate.
-    ``k_limit``: (largest k, why) a runtime rule allows; ``extra_k`` / ``sessions_levels``: a shoot-out's choice."""
+    ``k_limit``: (largest k, why) a runtime rule allows; ``extra_k`` / ``sessions_levels``: a shoot-out's choice;
+    ``amplitude``: the RoPE amplitudes to serve (amplitude.probe); ``schedule``: whether vLLM takes a schedule."""
     if values.get("SPECULATIVE_METHOD", "none") == "none":
         raise UserError(
             "qualify needs a speculative config (SPECULATIVE_METHOD=dflash, eagle3 or dspark): it compares the "
@@ -330,16 +388,39 @@ def build_plan(
     excluded = tuple(f"k={e} ({k_limit[1]})" for e in box.extra_k if k_limit is not None and e > k_limit[0])
     sessions = list(sessions_levels or _sessions_for(box, int(values.get("MAX_NUM_SEQS") or max(box.sessions_levels))))
     trimmed: list[str] = []
-    graph = graphs
+    graph, scheduled = graphs, schedule
 
     def make() -> QualifyPlan:
         k_values = (0, k, *extras)
-        steps = _steps(box, k, fp8, k_values, sessions, slo_text, per_request, projection, k_limit, graph)
+        steps = _steps(
+            box, k, fp8, k_values, sessions, slo_text, per_request, projection, k_limit, graph, amplitude, scheduled
+        )
         projects = next(step for step in steps if step.name == "synthetic").runs
-        graph_keys = graph.overrides if graph and graph.runs else ()
-        return QualifyPlan(box, budget, k, fp8, k_values, tuple(sessions), bench_args(box, slo_text), steps,
-                           tuple(trimmed), slo_text, per_request.server_env, excluded,
-                           tuple(projection) if projects else (), graph_keys, values["SPECULATIVE_METHOD"])  # fmt: skip
+        return QualifyPlan(
+            box=box,
+            budget_s=budget,
+            spec_tokens=k,
+            fp8_kv=fp8,
+            k_values=k_values,
+            sessions=tuple(sessions),
+            bench_args=bench_args(box, slo_text),
+            steps=steps,
+            trimmed=tuple(trimmed),
+            slo=slo_text,
+            server_env=per_request.server_env,
+            excluded=excluded,
+            projection=tuple(projection) if projects else (),
+            graph_overrides=graph.overrides if graph and graph.runs else (),
+            method=values["SPECULATIVE_METHOD"],
+            amplitudes=amplitude[0],
+        )
+
+    def drop_schedule() -> str | None:
+        nonlocal scheduled
+        if not next(s for s in make().steps if s.name == "schedule").runs:
+            return None
+        scheduled = (False, "trimmed to fit the budget")
+        return "the schedule"
 
     def drop_graphs() -> str | None:
         nonlocal graph
@@ -351,7 +432,7 @@ def build_plan(
     def drop_extra_k() -> str | None:
         return f"k={extras.pop()}" if extras else None
 
-    return fit_budget(make, trimmed, (drop_extra_k, drop_graphs, fewer_sessions(sessions)))
+    return fit_budget(make, trimmed, (drop_schedule, drop_extra_k, drop_graphs, fewer_sessions(sessions)))
 
 
 Trim = Callable[[], str | None]  # drops one thing from a plan and names it, or finds nothing to drop

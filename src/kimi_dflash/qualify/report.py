@@ -11,8 +11,18 @@ from kimi_dflash.bench import columns
 from kimi_dflash.bench.result import BenchmarkResult
 from kimi_dflash.core.formatting import general, markdown_table, number, percent, ratio
 from kimi_dflash.fp8.validate import Fp8Summary
-from kimi_dflash.qualify import figures, measures, report_sections
-from kimi_dflash.qualify.documents import Acceptance, Advisor, Goodput, Graphs, PerRequest, Projection, Shootout
+from kimi_dflash.qualify import amplitude, depths, figures, measures, report_sections
+from kimi_dflash.qualify.documents import (
+    Acceptance,
+    Advisor,
+    Amplitude,
+    Goodput,
+    Graphs,
+    PerRequest,
+    Projection,
+    Schedule,
+    Shootout,
+)
 from kimi_dflash.qualify.documents import ReplyIdentityRow as ReplyRow
 from kimi_dflash.qualify.environment import Environment
 from kimi_dflash.qualify.lossless import LosslessVerdict
@@ -40,8 +50,10 @@ def _lossless(out: Path, state: QualifyState, name: str = "lossless (T=0 token i
         why = state.steps["candidate"].detail if "candidate" in state.steps else "the candidate step did not run"
         return Verdict(name, NOT_RUN, why)
     agreement = lossless.agreement
-    detail = (f"{agreement.identical}/{agreement.prompts} outputs token-identical to the reference (up to "
-              f"{lossless.max_tokens} tokens each)")  # fmt: skip
+    detail = (
+        f"{agreement.identical}/{agreement.prompts} outputs token-identical to the reference (up to "
+        f"{lossless.max_tokens} tokens each)"
+    )
     return Verdict(name, lossless.verdict, detail)
 
 
@@ -52,9 +64,26 @@ def candidate_view(out: Path, state: QualifyState, candidate: Candidate) -> tupl
     return out / "candidates" / candidate.name, state.model_copy(update={"plan": candidate.plan, "steps": steps})
 
 
+def _beside(out: Path, of: str = "") -> list[Verdict]:
+    """The servers judged beside the candidate (depths, the schedule, amplitudes): one that is not lossless is left
+    out of the tuned settings, so it warns here; the run's verdict stays the candidate's."""
+    found = {p.stem.removeprefix("verdict-"): LosslessVerdict.load_or_none(p) for p in out.glob("lossless/verdict-*")}
+    if not found:
+        return []
+    shown = ", ".join(f"{what} {v.verdict if v else 'unreadable'}" for what, v in sorted(found.items()))
+    status = "PASS" if all(v and v.verdict == "PASS" for v in found.values()) else "WARN"
+    return [Verdict(f"{of}token identity of the other servers (depths, schedule, RoPE amplitudes)", status, shown)]
+
+
 def verdicts(out: Path, state: QualifyState) -> list[Verdict]:
-    found = [_lossless(*candidate_view(out, state, c), f"`{c.config}` lossless (T=0 token identity)")
-             for c in state.plan.candidates] or [_lossless(out, state)]  # fmt: skip
+    found = [
+        v
+        for c in state.plan.candidates
+        for v in (
+            _lossless(*candidate_view(out, state, c), f"`{c.config}` lossless (T=0 token identity)"),
+            *_beside(out / "candidates" / c.name, f"`{c.config}` "),
+        )
+    ] or [_lossless(out, state), *_beside(out)]
     if state.plan.fp8_kv:
         fp8 = Fp8Summary.load_or_none(out / "fp8.json")
         if fp8 is None:
@@ -114,6 +143,15 @@ def _recommendation_lines(out: Path) -> list[str]:
     return lines
 
 
+def _chosen_lines(out: Path) -> list[str]:
+    """What the amplitude and schedule steps chose (--write-config writes the same)."""
+    rope, depth = Amplitude.load_or_none(out / amplitude.DOCUMENT), Schedule.load_or_none(out / depths.DOCUMENT)
+    lines = [f"- recommended `{amplitude.CHOICE_KEY}={rope.value}`: {rope.why}"] if rope and rope.value else []
+    if depth and depth.schedule:
+        lines.append(f"- depth by load: `{depths.SCHEDULE_KEY}={depth.schedule}` (token identity {depth.lossless})")
+    return lines
+
+
 def _acceptance_table(doc: Acceptance | None) -> list[str]:
     if not doc or not doc.rows:
         return ["*(no acceptance counters: no speculative point finished)*"]
@@ -121,8 +159,17 @@ def _acceptance_table(doc: Acceptance | None) -> list[str]:
     width = max(len(r.per_position) for r in rows)
     rate, tau = columns.ACCEPTANCE_RATE, columns.ACCEPTANCE_LENGTH
     header = ["k", "sessions", *(f"pos {i + 1}" for i in range(width)), rate.header, tau.header]
-    table = [[r.k, r.sessions, *map(rate.fmt, r.per_position), *[""] * (width - len(r.per_position)),
-              rate.fmt(r.acceptance_rate), tau.fmt(r.acceptance_length)] for r in rows]  # fmt: skip
+    table = [
+        [
+            r.k,
+            r.sessions,
+            *map(rate.fmt, r.per_position),
+            *[""] * (width - len(r.per_position)),
+            rate.fmt(r.acceptance_rate),
+            tau.fmt(r.acceptance_length),
+        ]
+        for r in rows
+    ]
     return markdown_table(header, "r" * len(header), table)
 
 
@@ -160,9 +207,14 @@ def _head(out: Path, state: QualifyState, found: Sequence[Verdict], title: str) 
     if env is not None:
         device = f"{env.host.hostname}, {', '.join(env.accelerators) or env.host.cpu or '?'}"
         versions = ", ".join(f"{k} {v}" for k, v in env.versions.items() if v)
-    lines = [f"# {title}: {OVERALL[exit_code(found, state)]}", "",
-             f"Box: {device}. Versions: {versions or 'unknown'}. Full environment: `environment.json`.", "",
-             "## Verdicts", ""]  # fmt: skip
+    lines = [
+        f"# {title}: {OVERALL[exit_code(found, state)]}",
+        "",
+        f"Box: {device}. Versions: {versions or 'unknown'}. Full environment: `environment.json`.",
+        "",
+        "## Verdicts",
+        "",
+    ]
     if state.server_left:
         lines += [f"- **A server of this run is still running** — {state.server_left}. The run stopped there.", ""]
     return lines + [f"- **{v.name}: {v.status}** — {v.detail}" for v in found], device
@@ -181,12 +233,19 @@ def _measured(out: Path, state: QualifyState, cells: Sequence[aggregate.Cell]) -
             "(SPECULATIVE_METHOD=none), same config otherwise.",
             "",
             matched,
-        ],  # fmt: skip
+        ],
         "### Speedup at matched concurrency, with its interval": report_sections.matched_speedup_section(
             speedups, _why_not(state, "goodput")
         ),
         "## Goodput at the SLO": report_sections.goodput_section(speedups, _why_not(state, "goodput")),
+        "## Drafter RoPE amplitude": amplitude.section(
+            Amplitude.load_or_none(out / amplitude.DOCUMENT), _why_not(state, "amplitude")
+        ),
     }
+
+
+def plots_of(plots: Sequence[Path], name: str) -> list[Path]:
+    return [p for p in plots if p.name == name]
 
 
 def _sections(sections: dict[str, list[str]], deeper: str = "") -> list[str]:
@@ -194,26 +253,41 @@ def _sections(sections: dict[str, list[str]], deeper: str = "") -> list[str]:
 
 
 def _steps_and_exit(state: QualifyState, found: Sequence[Verdict]) -> list[str]:
-    steps = [[name, step.status, number(step.duration_s, 0, " s"), step.detail.replace("\n", " ")[:300]]
-             for name, step in state.steps.items()]  # fmt: skip
+    steps = [
+        [name, step.status, number(step.duration_s, 0, " s"), step.detail.replace("\n", " ")[:300]]
+        for name, step in state.steps.items()
+    ]
     code = exit_code(found, state)
     return [
-        "## Steps", "", *markdown_table(["step", "status", "time", "detail"], "llrl", steps), "",
+        "## Steps",
+        "",
+        *markdown_table(["step", "status", "time", "detail"], "llrl", steps),
+        "",
         f"Exit code {code} ({OVERALL[code]}). Raw files: `grid/*.json` (one benchmark result per k), "
         "`results/` (the same, named for benchmarks/results/), `lossless/`, `graphs/` and `projection/` (when "
         "measured), `candidates/<name>/` (a shoot-out's), `state.json`.",
         "",
-    ]  # fmt: skip
+    ]
 
 
-def render(out: Path, state: QualifyState, found: Sequence[Verdict], cells: Sequence[aggregate.Cell],
-           plots: Sequence[Path], config: str, replies: Sequence[ReplyRow] = ()) -> str:  # fmt: skip
+def render(
+    out: Path,
+    state: QualifyState,
+    found: Sequence[Verdict],
+    cells: Sequence[aggregate.Cell],
+    plots: Sequence[Path],
+    config: str,
+    replies: Sequence[ReplyRow] = (),
+) -> str:
     lines, device = _head(out, state, found, f"Qualification of `{config}`")
     lines += report_sections.reply_identity_lines(replies)
     lines += _divergence_lines(out)
-    lines += ["", *_recommendation_lines(out), ""]
+    lines += ["", *_chosen_lines(out), *_recommendation_lines(out), ""]
     sections = {
         **_measured(out, state, cells),
+        "## Depth by load: the schedule against every fixed k": depths.section(
+            Schedule.load_or_none(out / depths.DOCUMENT), _why_not(state, "schedule"), plots_of(plots, depths.PLOT)
+        ),
         "## Graph-mode candidate": report_sections.graphs_section(
             Graphs.load_or_none(out / "graphs.json"), _why_not(state, "graphs")
         ),
@@ -221,13 +295,18 @@ def render(out: Path, state: QualifyState, found: Sequence[Verdict], cells: Sequ
             Projection.load_or_none(out / "projection.json"), _why_not(state, "synthetic")
         ),
         "## The recipe's published MI300X figures beside this run": _recipe_table(recipe_figures(), cells, device),
-        "## Plots": [f"![{p.stem}]({p.name})" for p in plots],
+        "## Plots": [f"![{p.stem}]({p.name})" for p in plots if p.name != depths.PLOT],
     }
     return "\n".join(lines + _sections(sections) + _steps_and_exit(state, found))
 
 
-def render_shootout(out: Path, state: QualifyState, found: Sequence[Verdict], config: str,
-                    candidates: Sequence[tuple[list[tuple[str, BenchmarkResult]], list[Path]]]) -> str:  # fmt: skip
+def render_shootout(
+    out: Path,
+    state: QualifyState,
+    found: Sequence[Verdict],
+    config: str,
+    candidates: Sequence[tuple[list[tuple[str, BenchmarkResult]], list[Path]]],
+) -> str:
     """``candidates``: per candidate of the plan, its results with the reference's, and its plots."""
     names = ", ".join(f"`{c.config}`" for c in state.plan.candidates)
     lines, device = _head(out, state, found, f"Shoot-out of {names} against `{config}` without speculation")
@@ -238,9 +317,13 @@ def render_shootout(out: Path, state: QualifyState, found: Sequence[Verdict], co
     for c, (results, plots) in zip(state.plan.candidates, candidates):
         directory, view = candidate_view(out, state, c)
         cells = aggregate.cells(results)
-        lines += [f"## Candidate `{c.config}`: SPECULATIVE_METHOD={c.plan.method}, k={c.plan.spec_tokens}", "",
-                  *report_sections.reply_identity_lines(measures.reply_identity(results)),
-                  *_recommendation_lines(directory), ""]  # fmt: skip
+        lines += [
+            f"## Candidate `{c.config}`: SPECULATIVE_METHOD={c.plan.method}, k={c.plan.spec_tokens}",
+            "",
+            *report_sections.reply_identity_lines(measures.reply_identity(results)),
+            *_recommendation_lines(directory),
+            "",
+        ]
         sections = {
             **_measured(directory, view, cells),
             "## The recipe's published MI300X figures beside this candidate": _recipe_table(
@@ -255,9 +338,10 @@ def render_shootout(out: Path, state: QualifyState, found: Sequence[Verdict], co
 def _plots(directory: Path, cells: Sequence[aggregate.Cell], plots: bool) -> list[Path]:
     """The plots of a grid (written when ``plots``; else those already there: a rewrite, or --no-plots)."""
     if not plots:
-        return [directory / n for n in figures.PLOT_FILES if (directory / n).is_file()]
+        return [directory / n for n in (*figures.PLOT_FILES, depths.PLOT) if (directory / n).is_file()]
     acceptance = Acceptance.load_or_none(directory / "acceptance.json")
-    return figures.write_all(cells, acceptance.rows if acceptance else [], directory)
+    schedule = depths.write_plot(Schedule.load_or_none(directory / depths.DOCUMENT), directory)
+    return figures.write_all(cells, acceptance.rows if acceptance else [], directory) + schedule
 
 
 def write_report(out: Path, state: QualifyState, config: str, plots: bool = True) -> tuple[Path, int, list[Path]]:

@@ -14,12 +14,14 @@ from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.redaction import spelled_option
 from kimi_dflash.demo.catalog import CHOICES
 from kimi_dflash.qualify import measures
+from kimi_dflash.qualify.context import MODEL_KEYS
 from kimi_dflash.qualify.documents import Advisor, RankRow, Shootout
 from kimi_dflash.qualify.lossless import LosslessVerdict
 from kimi_dflash.qualify.plan import (
     Candidate,
     PerRequest,
     QualifyPlan,
+    Sides,
     Step,
     _sessions_for,
     _steps,
@@ -30,9 +32,8 @@ from kimi_dflash.qualify.plan import (
     fewer_sessions,
     fit_budget,
 )
-from kimi_dflash.qualify.steps import MODEL_KEYS
 
-CANDIDATE_STEPS = ("candidate", "grid", "acceptance", "per_request", "goodput", "advisor")
+CANDIDATE_STEPS = ("candidate", "amplitude", "grid", "acceptance", "per_request", "goodput", "advisor")
 UNBOUNDED = 1e9  # a candidate's own plan is never trimmed alone: the shoot-out trims across candidates
 NAME = re.compile(r"[A-Za-z0-9._-]+")  # a candidate's directory in OUT/candidates/
 # What makes a config serve another model, or serve it elsewhere: a candidate must have the reference's.
@@ -48,6 +49,7 @@ class CandidateConfig:
     values: Mapping[str, str]
     k_limit: tuple[int, str] | None = None  # the AITER MLA verify cap on the serving vLLM (qualify/cli.py)
     same_key: bool = True  # its API_KEY is the reference's (the key itself is never kept)
+    amplitude: tuple[Sides, str] = ((), "not probed")  # its drafter's RoPE amplitudes to serve (amplitude.probe)
 
     @property
     def name(self) -> str:
@@ -110,7 +112,14 @@ def build_shootout(
     def own_plan(c: CandidateConfig, extra_k: Sequence[int] | None) -> QualifyPlan:
         try:
             plan = build_plan(
-                c.values, UNBOUNDED, slo, per_request, c.k_limit, extra_k=extra_k, sessions_levels=sessions
+                c.values,
+                UNBOUNDED,
+                slo,
+                per_request,
+                c.k_limit,
+                extra_k=extra_k,
+                sessions_levels=sessions,
+                amplitude=c.amplitude,
             )
         except UserError as exc:
             raise UserError(f"--candidates {c.config}: {exc}") from None
@@ -181,17 +190,26 @@ def rank(slo: str, measured: Sequence[Measured]) -> Shootout:
         spec, goodput = (level.spec_decode, level.goodput) if level else (None, None)
         speedup = next((r for r in measures.matched(m.results) if r.k == k and r.sessions == sessions), None)
         advice = m.advisor.recommendations.get(str(sessions)) if m.advisor else None
-        note = ("not lossless: never ranked" if lossless == "FAIL" else "no lossless verdict" if lossless != "PASS"
-                else "" if level else "no result at the matched concurrency")  # fmt: skip
-        rows.append(RankRow(
-            rank=None, candidate=m.candidate.name, config=m.candidate.config, method=m.candidate.plan.method, k=k,
-            lossless=lossless, output_tok_s=measures._r(level.output_tok_s, 2) if level else None,
-            output_goodput=measures._r(goodput.output_goodput, 2) if goodput else None,
-            attainment=measures._r(goodput.attainment, 4) if goodput else None, speedup=speedup,
-            tau=measures._r(spec.acceptance_length) if spec else None,
-            per_position=[round(p, 4) for p in spec.per_position] if spec and spec.per_position else [],
-            advisor_k=advice.k if advice else None, note=note,
-        ))  # fmt: skip
+        notes = {"FAIL": "not lossless: never ranked", "PASS": "" if level else "no result at the matched concurrency"}
+        note = notes.get(lossless, "no lossless verdict")
+        rows.append(
+            RankRow(
+                rank=None,
+                candidate=m.candidate.name,
+                config=m.candidate.config,
+                method=m.candidate.plan.method,
+                k=k,
+                lossless=lossless,
+                output_tok_s=measures._r(level.output_tok_s, 2) if level else None,
+                output_goodput=measures._r(goodput.output_goodput, 2) if goodput else None,
+                attainment=measures._r(goodput.attainment, 4) if goodput else None,
+                speedup=speedup,
+                tau=measures._r(spec.acceptance_length) if spec else None,
+                per_position=[round(p, 4) for p in spec.per_position] if spec and spec.per_position else [],
+                advisor_k=advice.k if advice else None,
+                note=note,
+            )
+        )
 
     def key(row: RankRow) -> tuple[float, float]:
         return ((row.output_goodput or 0.0) if slo else 0.0, row.output_tok_s or 0.0)
@@ -200,5 +218,8 @@ def rank(slo: str, measured: Sequence[Measured]) -> Shootout:
         row.rank = place
     by = f"output goodput at the SLO ({describe(parse_slo(slo))}), then output tok/s" if slo else "output tok/s"
     where = f"at {sessions} sessions (the highest concurrency the reference and every lossless candidate measured)"
-    return Shootout(sessions=sessions, ranked_by=f"ranked by {by} {where}" if sessions else "no matched concurrency",
-                    rows=sorted(rows, key=lambda r: (r.rank is None, r.rank or 0)))  # fmt: skip
+    return Shootout(
+        sessions=sessions,
+        ranked_by=f"ranked by {by} {where}" if sessions else "no matched concurrency",
+        rows=sorted(rows, key=lambda r: (r.rank is None, r.rank or 0)),
+    )

@@ -25,6 +25,7 @@ class QualifySignature(Model):
     projection: list[float] = []
     graphs: list[tuple[str, str]] = []
     candidates: dict[str, str] = {}  # a shoot-out's candidate configs: path -> SHA-256 of the text
+    amplitudes: list[tuple[str, float, bool]] = []  # the drafter RoPE amplitudes served (another vLLM: others)
 
 
 class QualifyState(RunState):

@@ -4,111 +4,37 @@ What each step writes: docs/qualify.md (Steps)."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
-import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-from kimi_dflash.bench.result import BenchmarkResult
-from kimi_dflash.core.atomic_write import write_text_atomic
 from kimi_dflash.core.user_files import read_log_tail
-from kimi_dflash.documents import Document
 from kimi_dflash.qualify import lossless
+from kimi_dflash.qualify.amplitude import amplitude_step, own_side
+from kimi_dflash.qualify.context import (
+    MODEL_KEYS,
+    Context,
+    against_reference,
+    chained,
+    grid_results,
+    point_outcome,
+    serve,
+    shipped_outputs,
+    written,
+)
+from kimi_dflash.qualify.depths import grid_hooks, schedule_step
 from kimi_dflash.qualify.documents import Acceptance, AcceptanceRow, Advisor, Goodput, Graphs, PerRequest, Projection
 from kimi_dflash.qualify.documents import Recommendation as Rec
 from kimi_dflash.qualify.environment import capture, served_plan
 from kimi_dflash.qualify.lossless import GreedyOutputs, LosslessVerdict
-from kimi_dflash.qualify.plan import RATES_KEY, SPEC_TOKENS, QualifyPlan
+from kimi_dflash.qualify.plan import RATES_KEY, SPEC_TOKENS
 from kimi_dflash.runs.orchestrator import Outcome, Unit
-from kimi_dflash.runs.state import DONE, FAILED, SKIPPED, StepOutputs
+from kimi_dflash.runs.state import DONE, FAILED, SKIPPED
 from kimi_dflash.sweep import state as points_state
 from kimi_dflash.sweep.grid import Point
-from kimi_dflash.sweep.points import OnReady, PointPlan, run_point, run_points
+from kimi_dflash.sweep.points import run_points
 
-# Config keys that make the candidate serve another model (and so another tokenizer).
-MODEL_KEYS = ("MODEL_DIR", "MODEL_REPO", "FABRICATE_DEMO_MODELS")
-Results = list[tuple[str, BenchmarkResult]]
-
-
-def _stderr(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
-
-
-@dataclass(frozen=True)
-class Context:
-    config: Path  # resolved
-    config_as_given: str
-    values: dict[str, str]  # the config's values as strings (API_KEY left out)
-    overrides: dict[str, str]  # config keys this run took from the environment
-    plan: QualifyPlan
-    out: Path
-    serve_command: tuple[str, ...]
-    candidate_env: tuple[tuple[str, str], ...] = ()  # test aid: make the candidate differ beyond speculation
-    say: Callable[[str], None] = _stderr
-    # Lists files in the run's manifest (RunState.record): the archive packs exactly those. A file is listed
-    # before it is written, so one a failing step leaves behind (a server log) is packed too.
-    record: Callable[..., None] = lambda *paths: None
-    reference_out: Path | None = None  # a shoot-out candidate's: the run's OUT, which holds the reference's files
-    same_target: bool = True  # serves the reference's model (its tokenizer decodes both sides of a divergence)
-
-    def candidate(self, name: str) -> Context:
-        """A shoot-out candidate's context: its config and plan, its files in OUT/candidates/<name>/."""
-        c = next(c for c in self.plan.candidates if c.name == name)
-        return dataclasses.replace(
-            self,
-            config=Path(c.path),
-            config_as_given=c.config,
-            plan=c.plan,
-            out=self.out / "candidates" / name,
-            reference_out=self.out,
-            same_target=c.same_target,
-        )
-
-    @property
-    def reference_outputs(self) -> Path:
-        return (self.reference_out or self.out) / "lossless" / "reference.json"
-
-    @property
-    def grid_dir(self) -> Path:
-        return self.out / "grid"
-
-    @property
-    def lossless_dir(self) -> Path:
-        return self.out / "lossless"
-
-    def write(self, path: Path, document: Document) -> None:
-        self.record(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        document.save(path)
-
-    def write_text(self, path: Path, text: str) -> None:
-        self.record(path)
-        write_text_atomic(path, text)
-
-    def files(self, *paths: Path) -> StepOutputs:
-        return StepOutputs(files=[path.relative_to(self.out).as_posix() for path in paths])
-
-    def point(self, k: int) -> Point:
-        extra = self.candidate_env if k == self.plan.spec_tokens else ()
-        return Point(((SPEC_TOKENS, str(k)), *extra))
-
-    def points(self, points: list[Point] | None = None, out: Path | None = None) -> PointPlan:
-        """The grid's points in grid/ (or ``points`` in ``out``), each file they write listed in the manifest."""
-        plan = PointPlan(
-            config=self.config,
-            serve_command=self.serve_command,
-            sessions=self.plan.sessions,
-            points=points or [self.point(k) for k in self.plan.k_values if k or not self.reference_out],
-            out=out or self.grid_dir,
-            bench_args=list(self.plan.bench_args),
-            config_as_given=self.config_as_given,
-            server_env=self.plan.server_env,
-        )
-        plan.out.mkdir(parents=True, exist_ok=True)
-        self.record(*(path for point in plan.points for path in points_state.point_files(plan.out, point)))
-        return plan
+__all__ = ["Context", "grid_results"]  # tests and fakes reach them here
 
 
 def environment_step(ctx: Context) -> Outcome:
@@ -148,74 +74,28 @@ def preflight_step(ctx: Context) -> Outcome:
     return Outcome(DONE, "preflight passed (see preflight.txt)", ctx.files(path))
 
 
-def _serve(ctx: Context, plan: PointPlan, point: Point, on_ready: OnReady | None) -> list[str]:
-    """A point already benchmarked is served again only when ``on_ready`` needs it. Returns the problems (empty:
-    done); what ``on_ready`` raises is one of them, and the point is still benchmarked and stopped."""
-    plan.servers.stop_leftover(lambda text: ctx.say(f"qualify: {text}"))
-    if on_ready is None and points_state.finished_result(plan.out, point) is not None:
-        return []
-    errors: list[str] = []
-
-    def guarded(url: str) -> None:
-        try:
-            on_ready(url)  # type: ignore[misc]
-        except Exception as exc:  # noqa: BLE001 - recorded as the step's failure; the point still runs
-            errors.append(f"{type(exc).__name__}: {exc}")
-
-    outcome = run_point(plan, point, lambda text: ctx.say(f"qualify: {point.label}: {text}"), on_ready and guarded)
-    return errors + ([outcome.detail] if outcome.status == FAILED else [])
-
-
-def _shipped_outputs(ctx: Context, path: Path, url: str) -> None:
-    """The server's greedy outputs for the shipped prompts, saved once (a rerun keeps them)."""
-    if not path.is_file():
-        prompts = lossless.shipped_prompts(ctx.plan.box.lossless_prompts)
-        ctx.write(path, lossless.generate(url, prompts, ctx.plan.box.lossless_max_tokens))
-
-
-def _against_reference(ctx: Context, own: Path, verdict: Path, same_tokenizer: bool, what: str) -> OnReady:
-    """A hook: this server's outputs compared token by token with the stored reference's -> ``verdict``."""
-
-    def compare(url: str) -> None:
-        _shipped_outputs(ctx, own, url)
-        reference = ctx.reference_outputs
-        if not reference.is_file():
-            raise FileNotFoundError(f"no reference outputs (the reference step failed): {what} not judged")
-        judged = lossless.compare(GreedyOutputs.load(reference), GreedyOutputs.load(own), url, same_tokenizer)
-        ctx.write(verdict, judged)
-
-    return compare
-
-
-def _point_outcome(ctx: Context, plan: PointPlan, point: Point, errors: list[str], *files: Path) -> Outcome:
-    outputs = ctx.files(*files, points_state.result_path(plan.out, point))
-    if errors:
-        return Outcome(FAILED, "; ".join(errors), outputs)
-    return Outcome(DONE, f"{point.label}: outputs and benchmark done", outputs)
-
-
 def reference_step(ctx: Context) -> Outcome:
     """The config without speculation: its greedy outputs (and math answers when FP8 KV needs them), then k=0."""
     ref_path, math_path = ctx.lossless_dir / "reference.json", ctx.lossless_dir / "reference-math.json"
 
     def outputs(url: str) -> None:
-        _shipped_outputs(ctx, ref_path, url)
+        shipped_outputs(ctx, ref_path, url)
         if ctx.plan.fp8_kv and not math_path.is_file():
             ctx.write(math_path, lossless.math_outputs(url, 256))
 
     done = ref_path.is_file() and (math_path.is_file() or not ctx.plan.fp8_kv)
     plan, point = ctx.points(), ctx.point(0)
-    return _point_outcome(ctx, plan, point, _serve(ctx, plan, point, None if done else outputs), ref_path)
+    return point_outcome(ctx, plan, point, serve(ctx, plan, point, None if done else outputs), ref_path)
 
 
 def candidate_step(ctx: Context) -> Outcome:
     cand_path, verdict_path = ctx.lossless_dir / "candidate.json", ctx.lossless_dir / "verdict.json"
     same_tokenizer = ctx.same_target and not any(key in MODEL_KEYS for key, _ in ctx.candidate_env)
-    hook = (
-        None if verdict_path.is_file() else _against_reference(ctx, cand_path, verdict_path, same_tokenizer, "lossless")
-    )
+    judge = against_reference(ctx, cand_path, verdict_path, same_tokenizer, "lossless")
     plan, point = ctx.points(), ctx.point(ctx.plan.spec_tokens)
-    outcome = _point_outcome(ctx, plan, point, _serve(ctx, plan, point, hook), verdict_path)
+    # ... and the amplitude step's benchmark of the config's own side
+    hooks = chained(None if verdict_path.is_file() else judge, own_side(ctx))
+    outcome = point_outcome(ctx, plan, point, serve(ctx, plan, point, hooks), verdict_path)
     verdict = LosslessVerdict.load_or_none(verdict_path)
     return Outcome(
         outcome.status, outcome.detail, outcome.outputs.model_copy(update={"verdict": verdict and verdict.verdict})
@@ -264,7 +144,7 @@ def fp8_step(ctx: Context) -> Outcome:
 def grid_step(ctx: Context) -> Outcome:
     """Every remaining point of the k x concurrency grid (sweep points: resumable, failures recorded)."""
     plan = ctx.points()
-    tally = run_points(plan, what="grid")
+    tally = run_points(plan, what="grid", on_ready=grid_hooks(ctx))
     finished = [points_state.result_path(plan.out, p) for p in plan.points if points_state.finished_result(plan.out, p)]
     detail = f"{tally.ran} point(s) run now, {tally.kept} already finished, {tally.failed} failed"
     if tally.failed:
@@ -283,8 +163,8 @@ def graphs_step(ctx: Context) -> Outcome:
     point = Point(((SPEC_TOKENS, str(k)), *ctx.plan.graph_overrides))
     plan = ctx.points([point], ctx.out / "graphs")
     own_path, identity_path = ctx.lossless_dir / "graphs.json", ctx.lossless_dir / "graphs-identity.json"
-    hook = None if identity_path.is_file() else _against_reference(ctx, own_path, identity_path, True, "token identity")
-    errors = _serve(ctx, plan, point, hook)
+    hook = None if identity_path.is_file() else against_reference(ctx, own_path, identity_path, True, "token identity")
+    errors = serve(ctx, plan, point, hook)
     log = points_state.server_log(plan.out, point)
     mode = graph_mode_from_log(read_log_tail(log if log.is_file() else None))
     result = points_state.finished_result(plan.out, point)
@@ -320,7 +200,7 @@ def synthetic_step(ctx: Context) -> Outcome:
     rates = ctx.plan.projection
     point = Point(((SPEC_TOKENS, str(len(rates))), (RATES_KEY, ",".join(map(format_rate, rates)))))
     plan = ctx.points([point], ctx.out / "projection")
-    errors = _serve(ctx, plan, point, None)
+    errors = serve(ctx, plan, point, None)
     result = points_state.finished_result(plan.out, point)
     if result is None:
         return Outcome(FAILED, "; ".join(errors) or "the projection point did not finish", ctx.files(plan.out))
@@ -336,17 +216,6 @@ def synthetic_step(ctx: Context) -> Outcome:
     summary = ", ".join(f"{r.sessions} sessions: {r.speedup}x" for r in rows if r.speedup is not None)
     detail = f"k={len(rates)} at {','.join(map(format_rate, rates))}: {summary or 'no reference level to compare'}"
     return Outcome(DONE, detail, ctx.files(ctx.out / "projection.json").model_copy(update={"rows": len(rows)}))
-
-
-def grid_results(ctx: Context) -> Results:
-    """The grid's results; a shoot-out candidate's with the reference's (k=0) first."""
-    grids = ([ctx.reference_out / "grid"] if ctx.reference_out else []) + [ctx.grid_dir]
-    return [(path.stem, result) for grid in grids for path, result in points_state.finished_results(grid)]
-
-
-def _written(ctx: Context, name: str, document: Document, rows: int, detail: str) -> Outcome:
-    ctx.write(ctx.out / name, document)
-    return Outcome(DONE, detail, ctx.files(ctx.out / name).model_copy(update={"rows": rows}))
 
 
 def acceptance_step(ctx: Context) -> Outcome:
@@ -370,7 +239,7 @@ def acceptance_step(ctx: Context) -> Outcome:
                 )
     if not rows:
         return Outcome(FAILED, "no speculative grid point reported acceptance counters")
-    return _written(ctx, "acceptance.json", Acceptance(rows=rows), len(rows), f"{len(rows)} (point, concurrency) rows")
+    return written(ctx, "acceptance.json", Acceptance(rows=rows), len(rows), f"{len(rows)} (point, concurrency) rows")
 
 
 def per_request_step(ctx: Context) -> Outcome:
@@ -388,7 +257,7 @@ def per_request_step(ctx: Context) -> Outcome:
     same = sum(r.total.accepted == r.counter_accepted for r in equal)
     summary = ", ".join(f"k={r.k}@{r.sessions}: tau {r.total.tau}" for r in rows if r.total.tau is not None)
     detail = f"{len(rows)} (point, concurrency) rows; per-request sums equal the /metrics deltas in {same}/{len(equal)}"
-    return _written(ctx, "per_request.json", PerRequest(rows=rows), len(rows), f"{detail}; {summary}"[:400])
+    return written(ctx, "per_request.json", PerRequest(rows=rows), len(rows), f"{detail}; {summary}"[:400])
 
 
 def goodput_step(ctx: Context) -> Outcome:
@@ -413,7 +282,7 @@ def goodput_step(ctx: Context) -> Outcome:
     )
     at = ", ".join(f"k={r.k}: {r.speedup}x" for r in document.at_slo if r.speedup is not None)
     detail = f"{len(rows)} (point, concurrency) rows; speedup at the SLO: {at or 'none (a side sustains no level)'}"
-    return _written(ctx, "goodput.json", document, len(rows), detail)
+    return written(ctx, "goodput.json", document, len(rows), detail)
 
 
 def advisor_step(ctx: Context) -> Outcome:
@@ -445,7 +314,7 @@ def advisor_step(ctx: Context) -> Outcome:
             measured=bool(r.measured and r.fitted),
         )
     summary = ", ".join(f"{s} sessions: k={r.k}" for s, r in document.recommendations.items())
-    return _written(ctx, "advisor.json", document, len(document.recommendations), summary + note)
+    return written(ctx, "advisor.json", document, len(document.recommendations), summary + note)
 
 
 def ranking_step(ctx: Context) -> Outcome:
@@ -466,7 +335,7 @@ def ranking_step(ctx: Context) -> Outcome:
     ranked = [f"{r.rank}. {r.candidate}" for r in document.rows if r.rank is not None]
     if not ranked:
         return Outcome(FAILED, f"no candidate ranked: {'; '.join(f'{r.candidate}: {r.note}' for r in document.rows)}")
-    return _written(ctx, "shootout.json", document, len(ranked), f"{document.ranked_by}: {', '.join(ranked)}")
+    return written(ctx, "shootout.json", document, len(ranked), f"{document.ranked_by}: {', '.join(ranked)}")
 
 
 STEPS: dict[str, Callable[[Context], Outcome]] = {
@@ -474,8 +343,10 @@ STEPS: dict[str, Callable[[Context], Outcome]] = {
     "preflight": preflight_step,
     "reference": reference_step,
     "candidate": candidate_step,
+    "amplitude": amplitude_step,
     "fp8": fp8_step,
     "grid": grid_step,
+    "schedule": schedule_step,
     "graphs": graphs_step,
     "acceptance": acceptance_step,
     "per_request": per_request_step,

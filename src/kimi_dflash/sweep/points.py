@@ -76,18 +76,33 @@ def run_point(plan: PointPlan, point: Point, say: Say, on_ready: OnReady | None 
             return _failed(plan, point, "server", started.detail, list(started.log_tail))
         if on_ready is not None:
             on_ready(started.base_url)
-        return _benchmark(plan, point, env, started.port, say)
+        return benchmark_point(plan, point, started.port, say)
 
 
-def _benchmark(plan: PointPlan, point: Point, env: dict[str, str], port: int, say: Say) -> Outcome:
+def benchmark_point(plan: PointPlan, point: Point, port: int, say: Say) -> Outcome:
+    """The benchmark of a point whose server listens on ``port`` (started by ``run_point``, or one up already)."""
+    env = plan.env(point)
     partial = plan.out / "partial" / f"{point.name}.json"
     partial.parent.mkdir(parents=True, exist_ok=True)
     partial.unlink(missing_ok=True)
     levels = ",".join(map(str, plan.sessions))
-    command = [plan.python, "-m", "kimi_dflash.bench", "--base-url", f"http://127.0.0.1:{port}", "--sessions", levels,
-               "--label", point.name, "--output", str(partial), *plan.bench_args]  # fmt: skip
+    command = [
+        plan.python,
+        "-m",
+        "kimi_dflash.bench",
+        "--base-url",
+        f"http://127.0.0.1:{port}",
+        "--sessions",
+        levels,
+        "--label",
+        point.name,
+        "--output",
+        str(partial),
+        *plan.bench_args,
+    ]
     say(f"benchmarking at {levels} sessions")
     bench_log = state.bench_log(plan.out, point)
+    bench_log.parent.mkdir(parents=True, exist_ok=True)  # run_point's server made it; a server up already did not
     with bench_log.open("w", encoding="utf-8") as log:
         # Not `env`: that is the point's server environment, read again below for the result's config values.
         bench_env = None if plan.api_key is None else {**os.environ, "OPENAI_API_KEY": plan.api_key}
@@ -127,23 +142,28 @@ def _config_values(config_path: Path, env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in shown_values(config.values).items() if k not in ("API_KEY", "PORT")}
 
 
-def point_units(plan: PointPlan, on_ready: OnReady | None = None) -> list[Unit]:
+Hooks = Callable[[Point], OnReady | None]  # a point's own ``on_ready`` (None: none)
+
+
+def point_units(plan: PointPlan, on_ready: Hooks = lambda point: None) -> list[Unit]:
     """The plan's points as units: a point is finished when its result file is complete."""
     return [
         Unit(
             point.name,
-            lambda say, p=point: run_point(plan, p, say, on_ready),
+            lambda say, p=point: run_point(plan, p, say, on_ready(p)),
             label=point.label,
             finished=lambda p=point: state.finished_result(plan.out, p) is not None,
-        )  # fmt: skip
+        )
         for point in plan.points
     ]
 
 
-def run_points(plan: PointPlan, run_state: RunState | None = None, what: str = "sweep") -> Tally:
+def run_points(
+    plan: PointPlan, run_state: RunState | None = None, what: str = "sweep", on_ready: Hooks = lambda point: None
+) -> Tally:
     """Every unfinished point of the plan (after stopping a server an earlier run left up)."""
     plan.out.mkdir(parents=True, exist_ok=True)
     if run_state is not None:
         run_state.record(*(path for point in plan.points for path in state.point_files(plan.out, point)))
     plan.servers.stop_leftover(lambda text: print(f"{what}: {text}", file=sys.stderr, flush=True))
-    return run_units(point_units(plan), run_state, what, "points")
+    return run_units(point_units(plan, on_ready), run_state, what, "points")

@@ -15,7 +15,16 @@ from kimi_dflash.qualify import cli as qualify_cli
 from kimi_dflash.qualify import report
 from kimi_dflash.qualify.bundle import result_name
 from kimi_dflash.qualify.figures import acceptance_by_k
-from kimi_dflash.qualify.plan import CPU_BOX, GPU_BOX, build_plan, level_s, parse_duration, per_request_setting, point_s
+from kimi_dflash.qualify.plan import (
+    CPU_BOX,
+    GPU_BOX,
+    build_plan,
+    level_s,
+    lossless_s,
+    parse_duration,
+    per_request_setting,
+    point_s,
+)
 from kimi_dflash.qualify.state import QualifySignature
 from kimi_dflash.runs.state import DONE, FAILED, StepOutputs
 from qualify_fakes import PASSING_VERDICT, open_state
@@ -44,7 +53,8 @@ def test_dry_run_of_production_lists_the_gpu_steps_with_estimates_that_add_up_wi
     # One server start per k: 5 min of model load each, the grid's extra points included.
     assert plan.total_s >= len(plan.k_values) * GPU_BOX.server_start_s
     grid = next(s for s in plan.steps if s.name == "grid")
-    assert grid.estimate_s == pytest.approx((len(plan.k_values) - 2) * point_s(GPU_BOX, len(plan.sessions)))
+    served = point_s(GPU_BOX, len(plan.sessions)) + lossless_s(GPU_BOX)  # each grid point is judged too
+    assert grid.estimate_s == pytest.approx((len(plan.k_values) - 2) * served)
 
 
 def test_the_budget_trims_extra_k_then_low_concurrency_but_never_the_reference_or_the_candidate() -> None:

@@ -41,7 +41,7 @@ def test_the_shoot_out_serves_the_reference_once_then_each_candidates_qualify_st
     assert names[:4] == ["environment", "preflight", "reference", "fp8"] and names[-2:] == ["ranking", "report"]
     for name in ("demo-cpu", "demo-cpu-eagle3"):
         assert [n.split("/")[1] for n in names if n.startswith(f"{name}/")] == [
-            "candidate", "grid", "acceptance", "per_request", "goodput", "advisor"]  # fmt: skip
+            "candidate", "amplitude", "grid", "acceptance", "per_request", "goodput", "advisor"]  # fmt: skip
     assert plan.k_values == (0,) and [c.plan.k_values for c in plan.candidates] == [(0, 4, 1, 2), (0, 3, 1, 2)]
     assert [c.plan.method for c in plan.candidates] == ["dflash", "eagle3"]
     assert all(c.plan.sessions == plan.sessions == (1, 2, 4) for c in plan.candidates)

@@ -80,6 +80,7 @@ def test_the_shipped_configs_get_only_the_warnings_they_should(source: VllmSourc
         "production-fp8kv-matched.env",
         "production-graphs.env",
         "production-dflash-k26.env",
+        "production-dflash-nvidia-k26.env",
         "h200.env",
     }
     assert warned["dflash long context"] == long

@@ -1,0 +1,97 @@
+"""`qualify CONFIG --write-config TUNED.env`: a config that EXTENDS CONFIG with what the run chose (the drafter RoPE
+amplitude, the depth schedule, the MLA backend), each line under a comment with its evidence: the figure, its interval,
+the file it comes from. Nothing else is written: EXTENDS brings in the rest, API_KEY included (never copied here)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from textwrap import wrap
+
+from kimi_dflash.config.loader import display_path
+from kimi_dflash.core.atomic_write import write_text_atomic
+from kimi_dflash.core.errors import UserError
+from kimi_dflash.core.formatting import ratio
+from kimi_dflash.qualify.amplitude import DOCUMENT as AMPLITUDE
+from kimi_dflash.qualify.context import Context
+from kimi_dflash.qualify.depths import AITER_KEY, SCHEDULE_KEY
+from kimi_dflash.qualify.depths import DOCUMENT as SCHEDULE
+from kimi_dflash.qualify.documents import Amplitude, Schedule, shown
+from kimi_dflash.qualify.plan import SPEC_TOKENS
+from kimi_dflash.rules.rope_amplitude import CHOICE_KEY
+
+
+def check_target(target: Path, config: Path, shootout: bool) -> None:
+    """Before the run: a file the run can write, and not CONFIG (it EXTENDS CONFIG)."""
+    if shootout:
+        raise UserError("--write-config concerns one config: qualify that config alone (without --candidates).")
+    if target.resolve() == config.resolve():
+        raise UserError(f"--write-config {target}: that is CONFIG itself; name another file (it EXTENDS CONFIG).")
+    if not target.parent.is_dir() or target.is_dir():
+        where = f"{target} is a directory" if target.is_dir() else f"no directory {target.parent}"
+        raise UserError(f"--write-config {target}: {where}; name a file in an existing directory.")
+
+
+Lines = tuple[str, list[str]]  # a comment (its evidence), then the KEY=VALUE lines it explains
+
+
+def amplitude_lines(document: Amplitude | None, out: str, why_not: str = "") -> Lines:
+    if document is None or document.value is None:
+        return f"{CHOICE_KEY}: not chosen by this run ({document.why if document else why_not}).", []
+    ordered = sorted(document.sides, key=lambda s: s.choice != document.recommended)
+    figures = "; ".join(f"{s.choice} ({s.amplitude:g}) {shown(s.tau)}" for s in ordered)
+    verdicts = ", ".join(f"{out}/{s.verdict_file} ({s.lossless})" for s in ordered)
+    results = ", ".join(f"{out}/{s.result}" for s in ordered if s.result)
+    tau = f"Tokens per verify step over repeats at {document.sessions} sessions (95 % interval)"
+    why = f"{document.why}. {tau}: {figures}. Token identity: {verdicts}. Results: {results}."
+    return f"{CHOICE_KEY}: {why}", [f"{CHOICE_KEY}={document.value}"]
+
+
+def schedule_lines(document: Schedule | None, out: str, own_k: int, why_not: str = "") -> Lines:
+    if document is None or document.spec_tokens is None:
+        return f"Depth: not chosen by this run ({document.why if document else why_not}).", []
+    chosen = ", ".join(
+        f"{c.sessions} sessions k={c.k}" + (f" (beat k={c.over} by {shown(c.ratio, ratio)})" if c.over else "")
+        for c in document.choices
+    )
+    head = " ".join([f"Depth by load from the grid ({out}/{SCHEDULE}): {chosen}.", *(f"{n}." for n in document.notes)])
+    if document.schedule is None:
+        return head, [] if document.spec_tokens == own_k else [f"{SPEC_TOKENS}={document.spec_tokens}"]
+    served = f"Served: token identity {document.lossless} ({out}/lossless/verdict-schedule.json)"
+    if document.lossless != "PASS":
+        return f"{head} {served}: not written.", []
+    versus = ", ".join(f"{r.sessions}: {shown(r.vs_best, ratio)} (k={r.best_k})" for r in document.rows)
+    moved = f" Measured on {document.backend}." if document.backend else ""
+    keys = [f"{SPEC_TOKENS}={document.spec_tokens}", f"{SCHEDULE_KEY}={document.schedule}"]
+    return f"{head} {served}; over the best fixed k by sessions {versus}; {out}/{document.result}.{moved}", [
+        *keys,
+        *([f"{AITER_KEY}=false"] if document.backend else []),
+    ]
+
+
+def write(ctx: Context, target: Path) -> str:
+    """TUNED.env written whole (core/atomic_write.py); returns what to say."""
+    here, out = target.resolve().parent, display_path(ctx.out)
+    # Relative, so a checkout moves whole; absolute when the two share no directory but the root.
+    base = os.path.relpath(ctx.config, here) if os.path.commonpath([ctx.config, here]) != "/" else str(ctx.config)
+    why_not = {s.name: s.reason or "see the report's steps" for s in ctx.plan.steps}
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    chosen = [
+        (
+            f"Tuned by `kimi-dflash qualify {ctx.config_as_given}` ({when}); the evidence: {out}/report.md. Only what "
+            "that run measured on this box is set here; EXTENDS brings in the rest of the config.",
+            [f"EXTENDS={base}"],
+        ),
+        amplitude_lines(Amplitude.load_or_none(ctx.out / AMPLITUDE), out, why_not["amplitude"]),
+        schedule_lines(Schedule.load_or_none(ctx.out / SCHEDULE), out, ctx.plan.spec_tokens, why_not["schedule"]),
+    ]
+    lines: list[str] = []
+    for why, keys in chosen:  # a path in a comment stays whole
+        comment = wrap(
+            why, 116, initial_indent="# ", subsequent_indent="# ", break_long_words=False, break_on_hyphens=False
+        )
+        lines += ["", *comment, *keys]
+    write_text_atomic(target, "\n".join(lines[1:]) + "\n")
+    values = [key for _, keys in chosen[1:] for key in keys]
+    return f"qualify: wrote {target} (EXTENDS {base}): {', '.join(values) or 'nothing chosen (its comments say why)'}"
