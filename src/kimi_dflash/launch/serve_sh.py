@@ -89,8 +89,9 @@ class ServeSh:
         environ = {k: v for k, v in os.environ.items() if k not in {"API_KEY", "HOST"}}
         environ.update({**env, "PORT": str(port)})
         environ.setdefault("KIMI_PYTHON", self.python)
-        return subprocess.run([*self.command, str(self.config), *args], env=environ, capture_output=True, text=True,
-                              check=False)  # fmt: skip
+        return subprocess.run(
+            [*self.command, str(self.config), *args], env=environ, capture_output=True, text=True, check=False
+        )
 
     def stop(self, env: Mapping[str, str], port: int) -> None:
         """`serve.sh --stop`; ServerLeftRunning when it fails (the record then keeps naming the server)."""

@@ -44,13 +44,17 @@ examples:
 
 @dataclass(kw_only=True)
 class PatchOptions:
-    command: Literal["list", "check", "apply", "revert", "diff"] = option("what to do (below)", positional=True,
-        required=True, metavar="COMMAND")  # fmt: skip
-    vllm_root: str | None = option("the `vllm` package directory to inspect or patch (default: the installed vllm, "
-        "found without importing it)", metavar="DIR")  # fmt: skip
+    command: Literal["list", "check", "apply", "revert", "diff"] = option(
+        "what to do (below)", positional=True, required=True, metavar="COMMAND"
+    )
+    vllm_root: str | None = option(
+        "the `vllm` package directory to inspect or patch (default: the installed vllm, found without importing it)",
+        metavar="DIR",
+    )
     json: bool = option("machine-readable output on stdout")
-    only: list[str] = option("restrict to this patch id (repeatable); see `list`", flag="--patch", repeatable=True,
-        metavar="ID")  # fmt: skip
+    only: list[str] = option(
+        "restrict to this patch id (repeatable); see `list`", flag="--patch", repeatable=True, metavar="ID"
+    )
 
 
 add_cli_args = declare(PatchOptions, _DESCRIPTION, _EPILOG)

@@ -79,8 +79,12 @@ class Progress:
 
     def say(self, index: int, unit: Unit, text: str) -> None:
         elapsed = format_duration(time.monotonic() - self.started)
-        print(f"{self.what} [{index + 1}/{len(self.units)}] {unit.label or unit.name}: {text} (elapsed {elapsed}, "
-              f"ETA {self.eta(index)})", file=self.out, flush=True)  # fmt: skip
+        print(
+            f"{self.what} [{index + 1}/{len(self.units)}] {unit.label or unit.name}: {text} (elapsed {elapsed}, "
+            f"ETA {self.eta(index)})",
+            file=self.out,
+            flush=True,
+        )
 
     def done(self, unit: Unit, seconds: float) -> None:
         self.spent += seconds
@@ -116,8 +120,15 @@ def _outcome(unit: Unit, say: Say) -> Outcome:
         return Outcome(FAILED, f"{type(exc).__name__}: {exc}")
 
 
-def run_units(units: Sequence[Unit], state: RunState | None, what: str, noun: str = "steps", *,
-              stops_the_run: Sequence[str] = (), out: TextIO = sys.stderr) -> Tally:  # fmt: skip
+def run_units(
+    units: Sequence[Unit],
+    state: RunState | None,
+    what: str,
+    noun: str = "steps",
+    *,
+    stops_the_run: Sequence[str] = (),
+    out: TextIO = sys.stderr,
+) -> Tally:
     """Every unit not finished yet, recorded in ``state`` (None: a nested run whose units' own files say what is
     finished). A failure of a unit named in ``stops_the_run`` ends the run there (``Tally.stopped_at``)."""
     progress, tally = Progress(what, units, out), Tally()

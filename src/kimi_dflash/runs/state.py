@@ -110,11 +110,18 @@ class RunState(Document):
         self.save()
         return time.monotonic()
 
-    def finish(self, name: str, status: Status, began: float, detail: str = "", outputs: StepOutputs | None = None
-               ) -> None:  # fmt: skip
+    def finish(
+        self, name: str, status: Status, began: float, detail: str = "", outputs: StepOutputs | None = None
+    ) -> None:
         started, took = self.steps[name].started_at if name in self.steps else None, time.monotonic() - began
-        self.steps[name] = StepRecord(status=status, started_at=started, finished_at=utc_now(), detail=detail,
-                                      duration_s=round(took, 3), outputs=outputs or StepOutputs())  # fmt: skip
+        self.steps[name] = StepRecord(
+            status=status,
+            started_at=started,
+            finished_at=utc_now(),
+            detail=detail,
+            duration_s=round(took, 3),
+            outputs=outputs or StepOutputs(),
+        )
         self.save()
 
     def recorded(self) -> bool:

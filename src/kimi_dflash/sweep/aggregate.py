@@ -60,10 +60,12 @@ def pareto_front(found: Sequence[Cell]) -> list[Cell]:
 
     def dominated(c: Cell) -> bool:
         return any(
-            o is not c and o.output_tok_s >= c.output_tok_s and o.per_user_tok_s >= c.per_user_tok_s  # type: ignore[operator]
+            o is not c
+            and o.output_tok_s >= c.output_tok_s
+            and o.per_user_tok_s >= c.per_user_tok_s  # type: ignore[operator]
             and (o.output_tok_s > c.output_tok_s or o.per_user_tok_s > c.per_user_tok_s)  # type: ignore[operator]
             for o in rated
-        )  # fmt: skip
+        )
 
     return sorted((c for c in rated if not dominated(c)), key=lambda c: c.output_tok_s)
 
@@ -105,9 +107,16 @@ def write_plots(found: Sequence[Cell], out: Path) -> list[Path]:
         series[labels[point]] = ([s for s, _ in points], [v for _, v in points])
     sessions = sorted({c.sessions for c in found})  # whole numbers: no 2.25-session ticks
     written = [
-        line_chart(out / "tok_s_vs_concurrency.png", series, "Aggregate output tok/s by concurrency",
-                   "concurrent sessions", "output tokens / s", legend_size=7, xticks=sessions)
-    ]  # fmt: skip
+        line_chart(
+            out / "tok_s_vs_concurrency.png",
+            series,
+            "Aggregate output tok/s by concurrency",
+            "concurrent sessions",
+            "output tokens / s",
+            legend_size=7,
+            xticks=sessions,
+        )
+    ]
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     rated = [c for c in found if c.per_user_tok_s is not None]
     for point in sorted({c.point for c in rated}):
@@ -117,8 +126,11 @@ def write_plots(found: Sequence[Cell], out: Path) -> list[Path]:
             ax.annotate(str(c.sessions), (c.per_user_tok_s, c.output_tok_s), fontsize=7)
     front = pareto_front(found)
     ax.plot([c.per_user_tok_s for c in front], [c.output_tok_s for c in front], "k--", label="Pareto front")
-    ax.set(title="Aggregate vs per-user tok/s (labels: sessions)", xlabel="per-user tok/s (1 / TPOT, mean)",
-           ylabel="aggregate output tok/s")  # fmt: skip
+    ax.set(
+        title="Aggregate vs per-user tok/s (labels: sessions)",
+        xlabel="per-user tok/s (1 / TPOT, mean)",
+        ylabel="aggregate output tok/s",
+    )
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7)
     written.append(save_figure(fig, out / "pareto.png"))

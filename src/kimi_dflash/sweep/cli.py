@@ -51,12 +51,19 @@ stopped, or another sweep is using DIR; 2 bad arguments; 130/143 interrupted (re
 class SweepOptions:
     ABBREVIATIONS: ClassVar[bool] = False
 
-    config: str = option("config every point starts from: a path, or a shipped config's name (demo-cpu)",
-        positional=True, required=True)  # fmt: skip
-    grid: list[str] = option("config key and its values (repeat for more keys: the grid is their product)",
-        repeatable=True, metavar="KEY=v1,v2")  # fmt: skip
-    sessions: tuple[int, ...] = option("concurrency levels measured at every point, e.g. 2,4", required=True,
-        parse=comma_list(int, "positive integers", minimum=1))  # fmt: skip
+    config: str = option(
+        "config every point starts from: a path, or a shipped config's name (demo-cpu)", positional=True, required=True
+    )
+    grid: list[str] = option(
+        "config key and its values (repeat for more keys: the grid is their product)",
+        repeatable=True,
+        metavar="KEY=v1,v2",
+    )
+    sessions: tuple[int, ...] = option(
+        "concurrency levels measured at every point, e.g. 2,4",
+        required=True,
+        parse=comma_list(int, "positive integers", minimum=1),
+    )
     out: Path = option("directory for the results (resumable)", required=True)
     dry_run: bool = option("print the points and what is finished, run nothing")
     no_plots: bool = option("skip the PNG plots (no matplotlib needed)")
@@ -129,8 +136,9 @@ def main(args: SweepOptions) -> int:
     if args.dry_run:
         print("\n".join(describe(plan)))
         return 0
-    signature = state.SweepSignature(config=str(plan.config), grid=args.grid, sessions=list(plan.sessions),
-                                     benchmark_options=plan.bench_args)  # fmt: skip
+    signature = state.SweepSignature(
+        config=str(plan.config), grid=args.grid, sessions=list(plan.sessions), benchmark_options=plan.bench_args
+    )
     fresh = state.SweepState(signature=signature).at(plan.out)
     return run_in_directory(fresh, lambda s: _run(plan, s, not args.no_plots), "sweep", "rerun the same command")
 
@@ -143,13 +151,18 @@ def _run(plan: PointPlan, run_state: state.SweepState, plots: bool) -> int:
         raise
     except ServerLeftRunning as exc:
         summary = write_aggregate(plan.out, plots=False, server_left=str(exc))
-        print(f"error: {exc}\nsweep: stopped here; once that server is stopped, rerun the same command to finish "
-              f"(table in {summary})", file=sys.stderr)  # fmt: skip
+        print(
+            f"error: {exc}\nsweep: stopped here; once that server is stopped, rerun the same command to finish "
+            f"(table in {summary})",
+            file=sys.stderr,
+        )
         return 1
     summary = write_aggregate(plan.out, plots=plots)
     print(summary.read_text(encoding="utf-8"))
-    print(f"sweep: {tally.ran} points run now ({tally.failed} failed), {tally.kept} already finished; table in "
-          f"{summary}", file=sys.stderr)  # fmt: skip
+    print(
+        f"sweep: {tally.ran} points run now ({tally.failed} failed), {tally.kept} already finished; table in {summary}",
+        file=sys.stderr,
+    )
     return 1 if tally.failed else 0
 
 
