@@ -22,10 +22,7 @@ class _AfterImportFinder(importlib.abc.MetaPathFinder):
         self.pending: dict[str, list[Callback]] = {}
 
     def find_spec(
-        self,
-        fullname: str,
-        path: Sequence[str] | None,
-        target: ModuleType | None = None,
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
         with _lock:
             if fullname not in self.pending:

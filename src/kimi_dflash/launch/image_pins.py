@@ -84,10 +84,7 @@ def main(args: PinsOptions) -> int:
     if moved:
         print("image_pins: the install changed packages the image shipped:\n  " + "\n  ".join(moved), file=sys.stderr)
         return 1
-    print(
-        f"image_pins: all {len(pinned)} pinned distributions unchanged (vLLM and torch included)",
-        file=sys.stderr,
-    )
+    print(f"image_pins: all {len(pinned)} pinned distributions unchanged (vLLM and torch included)", file=sys.stderr)
     return 0
 
 

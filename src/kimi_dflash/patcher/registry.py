@@ -94,11 +94,7 @@ TARGET_MLA_CAUSAL = Patch(
     edits=read_edits("target-mla-causal"),
     runtime="target-mla-causal",
     runtime_hooks=(
-        Probe(
-            SELECTOR,
-            r"^def _cached_get_attn_backend\(",
-            "module-level _cached_get_attn_backend() in the selector",
-        ),
+        Probe(SELECTOR, r"^def _cached_get_attn_backend\(", "module-level _cached_get_attn_backend() in the selector"),
         Probe(
             SELECTOR,
             r"attn_selector_config=attn_selector_config",
@@ -160,16 +156,8 @@ TRITON_NONCAUSAL = Patch(
     upstream_pr="not identified",
     upstream_since="0.24.0",
     retired_when=(
-        Probe(
-            TRITON_KERNEL,
-            r"USE_CAUSAL: tl\.constexpr",
-            "the unified Triton kernel has a USE_CAUSAL constexpr",
-        ),
-        Probe(
-            TRITON_BACKEND,
-            r"def supports_non_causal\(cls\)",
-            "TRITON_ATTN declares supports_non_causal()",
-        ),
+        Probe(TRITON_KERNEL, r"USE_CAUSAL: tl\.constexpr", "the unified Triton kernel has a USE_CAUSAL constexpr"),
+        Probe(TRITON_BACKEND, r"def supports_non_causal\(cls\)", "TRITON_ATTN declares supports_non_causal()"),
     ),
     edits=read_edits("triton-noncausal"),
     needed_when=Need(

@@ -140,8 +140,5 @@ def install_mla_swa_assert(attention: ModuleType) -> None:
 INSTALLERS: dict[str, tuple[str, Callable[[ModuleType], None]]] = {
     "target-mla-causal": ("vllm.v1.attention.selector", install_target_mla_causal),
     "dflash-assert-gate": ("vllm.v1.spec_decode.dflash", install_dflash_assert_gate),
-    "mla-swa-assert": (
-        "vllm.model_executor.layers.attention.attention",
-        install_mla_swa_assert,
-    ),
+    "mla-swa-assert": ("vllm.model_executor.layers.attention.attention", install_mla_swa_assert),
 }
