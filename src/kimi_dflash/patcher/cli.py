@@ -95,11 +95,8 @@ def _change(args: PatchOptions) -> int:
         print(_json(result.to_json()))
     else:
         verb = "patched" if args.command == "apply" else "restored"
-        if result.changed_files:
-            for path in result.changed_files:
-                print(f"{verb} vllm/{path}")
-        else:
-            print(f"nothing to {args.command}: no file changed")
+        changed = [f"{verb} vllm/{path}" for path in result.changed_files]
+        print("\n".join(changed) or f"nothing to {args.command}: no file changed")
         print(result.after.to_text())
     return 0
 

@@ -15,6 +15,7 @@ from kimi_dflash.patcher.status import check_compiles, evaluate_all, plan_apply,
 from kimi_dflash.patcher.txn import patcher_lock, write_all_or_nothing
 
 EXIT_OK, EXIT_PENDING, EXIT_UNRECOGNISED = 0, 1, 2
+_EXITS = ((Status.UNRECOGNISED, EXIT_UNRECOGNISED), (Status.PENDING, EXIT_PENDING))  # the worst status decides
 
 
 def resolve_vllm_root(vllm_root: str | Path | None = None) -> Path:
@@ -32,11 +33,6 @@ def resolve_vllm_root(vllm_root: str | Path | None = None) -> Path:
             f"__init__.py and v1/). Pass --vllm-root pointing at it."
         )
     return root.resolve()
-
-
-def read_vllm_version(root: Path) -> str | None:
-    """Informational only (shown in the table); no decision is ever made from it."""
-    return floor.version(lambda name: (root / name).read_text() if (root / name).is_file() else None)
 
 
 def read_texts(root: Path, patches: Iterable[Patch] = PATCHES) -> dict[str, str | None]:
@@ -59,11 +55,7 @@ class StatusTable:
     @property
     def exit_code(self) -> int:
         statuses = {state.status for state in self.states}
-        if Status.UNRECOGNISED in statuses:
-            return EXIT_UNRECOGNISED
-        if Status.PENDING in statuses:
-            return EXIT_PENDING
-        return EXIT_OK
+        return next((code for status, code in _EXITS if status in statuses), EXIT_OK)
 
     def by_id(self) -> dict[str, PatchState]:
         return {state.patch.id: state for state in self.states}
@@ -111,7 +103,9 @@ def _look(
     root = resolve_vllm_root(vllm_root)
     patches = _select(only, registry)
     texts = read_texts(root, patches)
-    return StatusTable(root, read_vllm_version(root), evaluate_all(patches, texts)), texts
+    # The version is informational only (shown in the table); no decision is ever made from it.
+    version = floor.version(lambda name: (root / name).read_text() if (root / name).is_file() else None)
+    return StatusTable(root, version, evaluate_all(patches, texts)), texts
 
 
 def status_table(

@@ -85,12 +85,8 @@ def apply_runtime_patches(vllm_root: Path | None = None) -> None:
     if not runtime and not file_only:
         logger.info("kimi-dflash patches (%s): nothing to do: %s", where, "; ".join(done))
     else:
-        logger.info(
-            "kimi-dflash patches (%s): runtime: %s; already done: %s",
-            where,
-            ", ".join(runtime) or "none",
-            "; ".join(done) or "none",
-        )
+        installed, kept = ", ".join(runtime) or "none", "; ".join(done) or "none"
+        logger.info("kimi-dflash patches (%s): runtime: %s; already done: %s", where, installed, kept)
     for patch_id in file_only:
         logger.warning(
             "kimi-dflash patches: %s is pending and can only be applied to the source files "
