@@ -47,12 +47,8 @@ def pins(versions: dict[str, str]) -> list[str]:
 
 
 def read_pins(path: Path) -> dict[str, str]:
-    result = {}
-    for line in read_user_text(path, what="pins file").splitlines():
-        name, sep, version = line.strip().partition("==")
-        if sep:
-            result[canonical(name)] = version
-    return result
+    lines = (line.strip().partition("==") for line in read_user_text(path, what="pins file").splitlines())
+    return {canonical(name): version for name, sep, version in lines if sep}
 
 
 def changed(pinned: dict[str, str], now: dict[str, str]) -> list[str]:

@@ -72,10 +72,6 @@ def tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
         return []
 
 
-def _last_line(done: subprocess.CompletedProcess[str]) -> str:
-    return (done.stderr.strip().splitlines() or done.stdout.strip().splitlines() or [""])[-1]
-
-
 @dataclass(frozen=True)
 class ServeSh:
     """serve.sh (or what it runs: SERVE_COMMAND; tests put a stand-in here) for one config."""
@@ -99,7 +95,7 @@ class ServeSh:
         if stopped.returncode != 0:
             shown_env = (f"{k}={shlex.quote(v)}" for k, v in {**env, "PORT": str(port)}.items() if k != "API_KEY")
             shown = " ".join([*shown_env, shlex.join([*self.command, str(self.config), "--stop"])])
-            said = _last_line(stopped)
+            said = (stopped.stderr.strip().splitlines() or stopped.stdout.strip().splitlines() or [""])[-1]
             raise ServerLeftRunning(port, shown, f"exit {stopped.returncode}" + (f": {said}" if said else ""))
         self.record.unlink(missing_ok=True)
 

@@ -330,7 +330,8 @@ def stop_detached(
             f"Nothing was stopped; remove the file once you are sure no server of yours runs.",
         )
     if record is None:
-        stopped = stop_orphans(_port_from_name(pid_path), say)
+        digits = pid_path.stem.rpartition("-")[2]  # serve-<port>.pid
+        stopped = stop_orphans(int(digits) if digits.isdigit() else -1, say)
         extra = f"; stopped {len(stopped)} leftover vLLM process(es)" if stopped else ""
         return StopOutcome(True, f"no server recorded in {pid_path}{extra}")
     if not ownership.is_ours(record):
@@ -353,8 +354,3 @@ def stop_detached(
     pid_path.unlink(missing_ok=True)
     ownership.remove_kmp_residue(sorted(set(members)))
     return StopOutcome(True, f"stopped server {record.pid} ({len(set(members))} process(es))")
-
-
-def _port_from_name(pid_path: Path) -> int:
-    digits = pid_path.stem.rpartition("-")[2]
-    return int(digits) if digits.isdigit() else -1

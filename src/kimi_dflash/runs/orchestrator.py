@@ -103,12 +103,6 @@ def sigterm_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _kept(unit: Unit, state: RunState | None) -> bool:
-    if unit.finished is not None:
-        return unit.finished()
-    return state is not None and state.status(unit.name) in KEPT
-
-
 def _outcome(unit: Unit, say: Say) -> Outcome:
     if not unit.runs:
         return Outcome(SKIPPED, unit.reason)
@@ -132,7 +126,9 @@ def run_units(
     """Every unit not finished yet, recorded in ``state`` (None: a nested run whose units' own files say what is
     finished). A failure of a unit named in ``stops_the_run`` ends the run there (``Tally.stopped_at``)."""
     progress, tally = Progress(what, units, out), Tally()
-    kept = [unit.name for unit in units if _kept(unit, state)]
+    kept = [
+        u.name for u in units if (u.finished() if u.finished else state is not None and state.status(u.name) in KEPT)
+    ]
     if kept and len(units) > 1:
         print(f"{what}: {len(kept)} of {len(units)} {noun} already finished; kept", file=out, flush=True)
     with sigterm_interrupts():
