@@ -27,13 +27,8 @@ class _AfterImportFinder(importlib.abc.MetaPathFinder):
         with _lock:
             if fullname not in self.pending:
                 return None
-        spec = None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                break
+        finders = (finder for finder in sys.meta_path if finder is not self and hasattr(finder, "find_spec"))
+        spec = next((found for finder in finders if (found := finder.find_spec(fullname, path, target))), None)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         spec.loader = _CallbackLoader(spec.loader, self)

@@ -41,11 +41,8 @@ def main(args: ImagePatchesOptions) -> int:
         say(f"image patches: {path.name}")
         # Twice: the first writes what is needed, the second proves nothing needed is still pending.
         second: list[str] = []
-        if (
-            not prepared.patch(say=say)
-            or not prepared.patch(say=second.append)
-            or any(line.startswith("patches: writing") for line in second)
-        ):
+        applied = prepared.patch(say=say) and prepared.patch(say=second.append)
+        if not applied or any(line.startswith("patches: writing") for line in second):
             say(f"image patches: a patch {path.name} needs could not be applied; failing the build")
             return 1
     return 0

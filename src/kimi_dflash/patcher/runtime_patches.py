@@ -19,9 +19,6 @@ def _already(obj: object, patch_id: str) -> bool:
     return getattr(obj, _TAG, None) == patch_id
 
 
-# --- target-mla-causal -------------------------------------------------------------------------
-
-
 def force_causal_for_mla(selector_config: Any) -> Any:
     """An MLA layer is a target layer: never ask its backend for non-causal attention."""
     if getattr(selector_config, "use_mla", False) and getattr(selector_config, "use_non_causal", False):
@@ -48,9 +45,6 @@ def install_target_mla_causal(selector: ModuleType) -> None:
     current = selector._cached_get_attn_backend
     if not _already(current, "target-mla-causal"):
         selector._cached_get_attn_backend = wrap_cached_get_attn_backend(current)
-
-
-# --- dflash-assert-gate ------------------------------------------------------------------------
 
 
 def check_drafter_layers_non_causal(draft_attn_groups: Iterable[Any], per_layer: Mapping[str, object]) -> None:
@@ -88,9 +82,6 @@ def install_dflash_assert_gate(dflash: ModuleType) -> None:
 
     setattr(build_per_group_and_layer_attn_metadata, _TAG, "dflash-assert-gate")
     proposer.build_per_group_and_layer_attn_metadata = build_per_group_and_layer_attn_metadata
-
-
-# --- mla-swa-assert ----------------------------------------------------------------------------
 
 
 class ConfigView:
