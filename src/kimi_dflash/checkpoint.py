@@ -113,16 +113,10 @@ class CheckpointFacts:
         return None if self.shipped else fingerprint_from_hf_config(self.raw)
 
     def describe(self) -> str:
-        parts = [", ".join(self.architectures) or "architecture unknown"]
-        if self.mla:
-            parts.append("MLA attention")
-        if self.routed_experts:
-            parts.append(f"{self.routed_experts} routed experts")
-        if self.wna16_experts is not None:
-            parts.append(f"experts {self.wna16_experts.describe()}")
-        if self.sliding_window:
-            parts.append("sliding-window layers")
-        return "; ".join(parts)
+        experts = self.wna16_experts and f"experts {self.wna16_experts.describe()}"
+        routed = self.routed_experts and f"{self.routed_experts} routed experts"
+        parts = (self.mla and "MLA attention", routed, experts, self.sliding_window and "sliding-window layers")
+        return "; ".join([", ".join(self.architectures) or "architecture unknown", *filter(None, parts)])
 
     def where(self) -> str:
         if self.shipped:
