@@ -195,13 +195,7 @@ MLA_SWA_ASSERT = Patch(
     ),
 )
 
-PATCHES: tuple[Patch, ...] = (
-    AITER_FA_NONCAUSAL,
-    TARGET_MLA_CAUSAL,
-    DFLASH_ASSERT_GATE,
-    TRITON_NONCAUSAL,
-    MLA_SWA_ASSERT,
-)
+PATCHES = (AITER_FA_NONCAUSAL, TARGET_MLA_CAUSAL, DFLASH_ASSERT_GATE, TRITON_NONCAUSAL, MLA_SWA_ASSERT)
 
 
 def source_paths(patches: Iterable[Patch] = PATCHES) -> tuple[str, ...]:
