@@ -1,8 +1,7 @@
 """The target's and the drafter's facts, read once per start from MODEL_DIR / DRAFT_MODEL_DIR config.json or, before
 the download, from the facts shipped for the configured repo (reports say which). The one reader of a checkpoint's
 config.json: the guarded reader's refusal is kept as the checkpoint's problem (preflight's model-dir check reports
-it), and a value of the wrong type reads as unknown. Every other module takes these facts.
-"""
+it), and a value of the wrong type reads as unknown. Every other module takes these facts."""
 
 from __future__ import annotations
 

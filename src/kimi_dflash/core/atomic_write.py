@@ -1,7 +1,6 @@
 """Atomic file writes, the project's one implementation: a temporary file beside the target, flushed, renamed over it.
 A new file gets mode 0644 (mkstemp's 0600 would hide a shared cache from other users); a replaced file keeps its
-mode. What it refuses: docs/security.md, "Files the tools write". Standard library only: the benchmark uses it too.
-"""
+mode. What it refuses: docs/security.md, "Files the tools write". Standard library only: the benchmark uses it too."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Run a callback right after a module is imported (or now, if it already was): importing vLLM's modules from the
 plugin would change vLLM's import order, so runtime patches wait for vLLM to import them. A callback's exception
-propagates out of that import: a patch that cannot apply fails loudly.
-"""
+propagates out of that import: a patch that cannot apply fails loudly."""
 
 from __future__ import annotations
 

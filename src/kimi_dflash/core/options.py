@@ -6,8 +6,7 @@ and ``main(args: Model) -> int``; ``run`` builds the parser, parses and calls ``
 never echoed and take no abbreviations. Standard library only (core/): the benchmark on a client box uses it too.
 
 The same vocabulary describes the fields of a document made of dataclasses (the benchmark's result, read and written
-by pydantic): ``doc(meaning)`` for a field, ``option(..., record=meaning)`` for an option that is also recorded.
-"""
+by pydantic): ``doc(meaning)`` for a field, ``option(..., record=meaning)`` for an option that is also recorded."""
 
 from __future__ import annotations
 

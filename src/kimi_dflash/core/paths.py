@@ -1,6 +1,5 @@
 """Where the project keeps things on disk: one user cache directory, overridable by KIMI_DFLASH_CACHE (`python -m
-kimi_dflash.core.paths` prints it). Never the checkout the package came from: a wheel install works the same.
-"""
+kimi_dflash.core.paths` prints it). Never the checkout the package came from: a wheel install works the same."""
 
 from __future__ import annotations
 

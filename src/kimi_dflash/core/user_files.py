@@ -1,7 +1,6 @@
 """The one guarded reader for every file a user names: a regular file only (a FIFO would block, a device never end),
 a size cap checked before the bytes are held, UTF-8, and for JSON a nesting cap checked before the parser recurses.
-Every refusal is an ``UnreadableFile`` (``UserError``, exit 2). Standard library only: the benchmark uses it too.
-"""
+Every refusal is an ``UnreadableFile`` (``UserError``, exit 2). Standard library only: the benchmark uses it too."""
 
 from __future__ import annotations
 

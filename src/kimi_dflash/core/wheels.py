@@ -1,6 +1,5 @@
 """A released wheel from the package index, downloaded once with pip into cache_root()/wheels and then reused
-(SpecForge's schema in drafter_training; the lab's fallback when the index refuses range requests). Stdlib only.
-"""
+(SpecForge's schema in drafter_training; the lab's fallback when the index refuses range requests). Stdlib only."""
 
 from __future__ import annotations
 

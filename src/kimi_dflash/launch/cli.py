@@ -76,11 +76,10 @@ class ServeOptions:
     preflight: bool = option("run only the preflight checks", exclusive="mode")
     stop: bool = option("stop the server a previous --wait started", exclusive="mode")
     check_vllm: Path | None = option(
-        "judge the plan against the vLLM at DIR (its `vllm` package directory, a "
-        "directory holding it such as an unpacked wheel, or a .whl) from its source, without starting anything: "
-        "every option, speculative-config key and VLLM_* variable, the MoE backend against the checkpoint's "
-        "quantisation, the KV dtype against the platform's MLA backends, and the patches / plugin the plan relies "
-        "on. Exit 0: it starts; 2: it would not (each reason with its fix). Uses MODEL_DIR/config.json, or the "
+        "judge the plan against the vLLM at DIR (its `vllm` package directory, a directory holding it such as an "
+        "unpacked wheel, or a .whl) from its source, without starting anything: every option, speculative-config key, "
+        "VLLM_* variable, the MoE backend vs the quantisation, the KV dtype vs the MLA backends, the patches and "
+        "plugin. Exit 0: it starts; 2: it would not (each reason with its fix). Reads MODEL_DIR/config.json, or the "
         "facts shipped for MODEL_REPO when the checkpoint is not downloaded",
         metavar="DIR",
         exclusive="mode",

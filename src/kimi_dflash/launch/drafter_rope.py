@@ -1,8 +1,7 @@
 """Serve a DFlash drafter with the RoPE amplitude DRAFTER_ROPE_AMPLITUDE names, the remedy the rule "drafter rope
 amplitude" decides (rules/rope_amplitude.py; docs/patches.md): where the vLLM that serves gives another, from an overlay
 in the project cache (symlinks to its files and a config.json whose rope fields state `attention_factor`), named by a
-digest, built in a private directory and moved into place whole; checked before reuse, removed after a week unused.
-"""
+digest, built in a private directory and moved into place whole; checked before reuse, removed after a week unused."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 A ROCm image's dev or pre-release vLLM (0.20.1.dev5+g...rocm700) does not satisfy `vllm>=0.20.0` in pip's eyes,
 so any requirement on vllm or torch would "upgrade" them to PyPI's CUDA wheels. Without options: name==version of
 every installed distribution (pip's --constraint file); --verify PINS: exit 1 if a pinned version moved.
-launchers/install-into-image.sh runs both around its pip install. Standard library only (runs with PYTHONPATH=src).
-"""
+launchers/install-into-image.sh runs both around its pip install. Standard library only (runs with PYTHONPATH=src)."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 
 A detached start records pid, its kernel start time and a random token (KIMI_DFLASH_SERVER_TOKEN) that every
 process vLLM spawns inherits: /proc/<pid>/environ names the server's family, orphans included, and a reused pid
-fails the check (docs/lifecycle.md). Linux only (/proc).
-"""
+fails the check (docs/lifecycle.md). Linux only (/proc)."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 once), the plan, the deployment the rules judge, the verdict of the vLLM that serves (read from its source, never
 imported), and the verdict's remedies applied: a config value, an environment variable, the drafter's RoPE overlay
 (built when `create`). serve (every mode), check-vllm, qualify, the image's patch step and the lab go through
-`prepare`, so each judges what serve serves.
-"""
+`prepare`, so each judges what serve serves."""
 
 from __future__ import annotations
 

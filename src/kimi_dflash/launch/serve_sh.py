@@ -1,7 +1,6 @@
 """The one place a workflow (sweep, qualify) starts and stops a config's server: ``serve.sh CONFIG --wait`` on a free
 port, then ``--stop``. The server up right now is named in ``running.json`` beside the run's results, so a rerun
-after a hard kill or a refused stop stops it before starting anything.
-"""
+after a hard kill or a refused stop stops it before starting anything."""
 
 from __future__ import annotations
 

@@ -16,13 +16,10 @@ from kimi_dflash.patcher.registry import PATCHES
 _DESCRIPTION = """\
 Feature-probed, self-retiring vLLM source patches for DFlash next to an MLA target on ROCm.
 
-Each patch knows the upstream change that makes it unnecessary and probes the source for that
-feature (never the version string). A patch is `retired` when the fix is upstream, `pending` when
-the exact old code is there, `applied` when our patched code and marker are there, and
-`unrecognised` otherwise; an unrecognised tree is refused and nothing is written.
-
-Prefer the vLLM plugin (installed with this project) where it can do the job: it applies the
-runtime-capable patches in every vLLM process without editing site-packages. Use `apply` for the
+Each patch probes the source for its upstream fix (never the version string): `retired` when the fix is
+there, `pending` when the exact old code is, `applied` when our code and marker are, else `unrecognised`
+(the tree is refused, nothing written). Prefer the vLLM plugin (installed with this project): it applies
+the runtime-capable patches in every vLLM process without editing site-packages. Use `apply` for the
 file-only patch (triton-noncausal) or for images that must not depend on the plugin.
 """
 

@@ -1,8 +1,7 @@
 """The patches the recipe needs to run DFlash next to an MLA target on ROCm, per vLLM version (docs/patches.md).
 
 Edits live in kimi_dflash/data/patches/<id>.diff (anchors read from the PyPI wheels 0.20.0 - 0.33.0);
-`upstream_since` is for the docs only. Patched code never imports kimi_dflash, so a patched image works without it.
-"""
+`upstream_since` is for the docs only. Patched code never imports kimi_dflash, so a patched image works without it."""
 
 from __future__ import annotations
 

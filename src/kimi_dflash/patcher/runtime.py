@@ -1,8 +1,7 @@
 """Plugin delivery: the registry's runtime patches inside a vLLM process (kimi_dflash.vllm_plugin.register()).
 
 Pending runtime patches install when vLLM imports their module; file-only ones warn; unrecognised trees raise
-(vLLM does not swallow errors from register()). KIMI_DFLASH_PATCHES=off skips all of it.
-"""
+(vLLM does not swallow errors from register()). KIMI_DFLASH_PATCHES=off skips all of it."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """What a vLLM tree needs for each patch (applied, retired, pending, else unrecognised), and the texts `apply` and
 `revert` would write: pure functions over file contents. Each patched file ends with a marker line holding the
-sha256 of the file before it, so `revert` can prove it restored the original byte for byte.
-"""
+sha256 of the file before it, so `revert` can prove it restored the original byte for byte."""
 
 from __future__ import annotations
 
