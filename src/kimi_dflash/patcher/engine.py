@@ -15,10 +15,13 @@ from kimi_dflash.patcher.status import check_compiles, evaluate_all, plan_apply,
 from kimi_dflash.patcher.txn import patcher_lock, write_all_or_nothing
 
 EXIT_OK, EXIT_PENDING, EXIT_UNRECOGNISED = 0, 1, 2
+Root = str | Path | None  # the vllm package directory, or its parent (None: the installed vLLM)
+Ids = Iterable[str] | None  # only these patches (None: all)
+Registry = tuple[Patch, ...]
 _EXITS = ((Status.UNRECOGNISED, EXIT_UNRECOGNISED), (Status.PENDING, EXIT_PENDING))  # the worst status decides
 
 
-def resolve_vllm_root(vllm_root: str | Path | None = None) -> Path:
+def resolve_vllm_root(vllm_root: Root = None) -> Path:
     """The vllm package directory: given explicitly (the package dir or its parent), or the one this process runs
     or would import, found without importing vLLM (importing it is slow and may need a GPU runtime)."""
     root = floor.package_dir(None if vllm_root is None else Path(vllm_root))
@@ -86,7 +89,7 @@ class StatusTable:
         return "\n".join([*lines, f"=> {self.summary()}"])
 
 
-def _select(only: Iterable[str] | None, registry: tuple[Patch, ...]) -> tuple[Patch, ...]:
+def _select(only: Ids, registry: Registry) -> Registry:
     if not only:
         return registry
     known = {p.id for p in registry}
@@ -96,9 +99,7 @@ def _select(only: Iterable[str] | None, registry: tuple[Patch, ...]) -> tuple[Pa
     return tuple(p for p in registry if p.id in set(only))
 
 
-def _look(
-    vllm_root: str | Path | None, only: Iterable[str] | None, registry: tuple[Patch, ...]
-) -> tuple[StatusTable, dict[str, str | None]]:
+def _look(vllm_root: Root, only: Ids, registry: Registry) -> tuple[StatusTable, dict[str, str | None]]:
     """The status table of a tree and the texts it was judged from. Reads, never writes."""
     root = resolve_vllm_root(vllm_root)
     patches = _select(only, registry)
@@ -108,9 +109,7 @@ def _look(
     return StatusTable(root, version, evaluate_all(patches, texts)), texts
 
 
-def status_table(
-    vllm_root: str | Path | None = None, only: Iterable[str] | None = None, registry: tuple[Patch, ...] = PATCHES
-) -> StatusTable:
+def status_table(vllm_root: Root = None, only: Ids = None, registry: Registry = PATCHES) -> StatusTable:
     """Status of every registry patch (or the `only` ids) in a vLLM tree. Reads, never writes."""
     return _look(vllm_root, only, registry)[0]
 
@@ -136,9 +135,7 @@ _ACTIONS = {
 }
 
 
-def _change(
-    action: str, vllm_root: str | Path | None, only: Iterable[str] | None, registry: tuple[Patch, ...]
-) -> ChangeResult:
+def _change(action: str, vllm_root: Root, only: Ids, registry: Registry) -> ChangeResult:
     planner, wanted = _ACTIONS[action]
     root = resolve_vllm_root(vllm_root)
     with patcher_lock(root):
@@ -164,23 +161,17 @@ def _change(
     return ChangeResult(before, after, tuple(sorted(new_texts)))
 
 
-def apply_pending(
-    vllm_root: str | Path | None = None, only: Iterable[str] | None = None, registry: tuple[Patch, ...] = PATCHES
-) -> ChangeResult:
+def apply_pending(vllm_root: Root = None, only: Ids = None, registry: Registry = PATCHES) -> ChangeResult:
     """All or nothing; idempotent."""
     return _change("apply", vllm_root, only, registry)
 
 
-def revert_applied(
-    vllm_root: str | Path | None = None, only: Iterable[str] | None = None, registry: tuple[Patch, ...] = PATCHES
-) -> ChangeResult:
+def revert_applied(vllm_root: Root = None, only: Ids = None, registry: Registry = PATCHES) -> ChangeResult:
     """Restore the byte-identical original of every file a patch (or the `only` ids) touched."""
     return _change("revert", vllm_root, only, registry)
 
 
-def diff(
-    vllm_root: str | Path | None = None, only: Iterable[str] | None = None, registry: tuple[Patch, ...] = PATCHES
-) -> str:
+def diff(vllm_root: Root = None, only: Ids = None, registry: Registry = PATCHES) -> str:
     """Unified diff: what `apply` would change (pending) and what was changed (applied)."""
     table, texts = _look(vllm_root, only, registry)
     chunks = []
