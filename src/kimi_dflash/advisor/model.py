@@ -67,9 +67,7 @@ def spec_tokens_of(result: BenchmarkResult, level: LevelResult) -> int:
             return 0
         return int(values.get("NUM_SPECULATIVE_TOKENS") or 0)
     spec = level.spec_decode
-    if spec is None:
-        return 0
-    return spec.num_speculative_tokens or len(spec.per_position)
+    return 0 if spec is None else spec.num_speculative_tokens or len(spec.per_position)
 
 
 def measurements(results: Sequence[tuple[str, BenchmarkResult]]) -> list[Measured]:

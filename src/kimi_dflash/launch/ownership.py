@@ -136,11 +136,8 @@ def _processes(proc: Path) -> list[int]:
 
 def is_ours(record: ServerRecord, proc: Path = PROC) -> bool:
     """The recorded pid is alive, started when recorded, and carries the recorded token."""
-    return (
-        start_ticks(record.pid, proc) == record.start_ticks
-        and alive(record.pid, proc)
-        and _token_of(record.pid, proc) == record.token
-    )
+    pid = record.pid
+    return start_ticks(pid, proc) == record.start_ticks and alive(pid, proc) and _token_of(pid, proc) == record.token
 
 
 def family(token: str, proc: Path = PROC) -> list[int]:

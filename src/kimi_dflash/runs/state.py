@@ -102,8 +102,7 @@ class RunState(Document):
                 self.files.append(name)
 
     def status(self, name: str) -> str | None:
-        record = self.steps.get(name)
-        return record.status if record else None
+        return record.status if (record := self.steps.get(name)) else None
 
     def begin(self, name: str) -> float:
         self.steps[name] = StepRecord(status=RUNNING, started_at=utc_now())
