@@ -84,11 +84,7 @@ TARGET_MLA_CAUSAL = Patch(
             r"^\s+use_non_causal: bool\b",
             "AttentionConfig has a use_non_causal field (set only in the drafter's config)",
         ),
-        Probe(
-            SELECTOR,
-            r"attention_config\.use_non_causal",
-            "the selector takes use_non_causal from the model's own attention config",
-        ),
+        Probe(SELECTOR, r"attention_config\.use_non_causal", "the selector reads the model's own use_non_causal"),
     ),
     edits=read_edits("target-mla-causal"),
     runtime="target-mla-causal",
@@ -119,21 +115,13 @@ DFLASH_ASSERT_GATE = Patch(
     upstream_pr="#43445",
     upstream_since="0.23.0",
     retired_when=(
-        Probe(
-            DFLASH,
-            r"if not self\.dflash_causal:",
-            "the DFlash metadata check only runs when the drafter needs non-causal attention",
-        ),
+        Probe(DFLASH, r"if not self\.dflash_causal:", "the DFlash metadata check runs only for a non-causal drafter"),
     ),
     edits=read_edits("dflash-assert-gate"),
     runtime="dflash-assert-gate",
     runtime_hooks=(
         Probe(DFLASH, r"^class DFlashProposer\(", "class DFlashProposer"),
-        Probe(
-            DFLASH,
-            r"def build_per_group_and_layer_attn_metadata\(",
-            "DFlashProposer.build_per_group_and_layer_attn_metadata()",
-        ),
+        Probe(DFLASH, r"def build_per_group_and_layer_attn_metadata\(", "DFlashProposer's metadata builder"),
     ),
     needed_when=Need(
         "the DFlash drafter's backend builds metadata without a `causal` field (TRITON_ATTN before "
@@ -182,11 +170,7 @@ MLA_SWA_ASSERT = Patch(
     runtime="mla-swa-assert",
     runtime_hooks=(
         Probe(ATTENTION_LAYER, r"^class Attention\(", "class Attention"),
-        Probe(
-            ATTENTION_LAYER,
-            r"def get_kv_cache_spec\(self, vllm_config",
-            "Attention.get_kv_cache_spec(self, vllm_config)",
-        ),
+        Probe(ATTENTION_LAYER, r"def get_kv_cache_spec\(self, vllm_config", "Attention.get_kv_cache_spec()"),
     ),
     needed_when=Need(
         "the target is MLA and the DFlash drafter has sliding-window layers",
