@@ -56,8 +56,7 @@ examples:
 exit codes: 0 ok, 1 preflight/patch/start failure (also: --wait found a server or another start on that port, or
 another server answered there; --stop refused a pid file that does not prove the process is ours; a cache, run or
 log directory other users can write was refused), 2 invalid config (--check-vllm: 2 = that vLLM would not start
-this plan), 130 interrupted during --wait (what was starting has been stopped); otherwise
-vLLM's own exit code.
+this plan), 130 interrupted during --wait (what was starting has been stopped); otherwise vLLM's own exit code.
 """
 
 

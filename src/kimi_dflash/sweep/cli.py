@@ -24,16 +24,14 @@ from kimi_dflash.sweep.points import PointPlan, run_points
 OWNED_BENCH_OPTIONS = ("--base-url", "--sessions", "--output", "--label", "--metrics-url", "--model")
 
 EPILOG = """\
-Every other option is passed to the benchmark (kimi-dflash bench --help), e.g. --max-tokens 64
---turns-per-session 2 --warmup 4. For each point: serve.sh CONFIG --wait with the point's config keys as
-environment overrides (on a free port), the benchmark (its warmup, then each --sessions level), serve.sh --stop.
+Every other option is passed to the benchmark (kimi-dflash bench --help), e.g. --max-tokens 64 --warmup 4. For
+each point: serve.sh CONFIG --wait with the point's config keys as environment overrides (on a free port), the
+benchmark (its warmup, then each --sessions level), serve.sh --stop.
 
-NUM_SPECULATIVE_TOKENS=0 is the autoregressive baseline (SPECULATIVE_METHOD=none); the table compares each
-point with it at the same concurrency. Resumable: a point is finished when DIR/<point>.json is a complete
-result (written atomically); a rerun skips finished points and redoes interrupted or failed ones. A point whose
-server does not start is recorded in DIR/<point>.failed.json with the log tail, and the sweep goes on. A
-serve.sh --stop that fails stops the sweep: the server may still be up, and DIR/summary.md says how to stop it.
-One sweep per DIR at a time (DIR/sweep.lock): a second is refused with the first's pid.
+NUM_SPECULATIVE_TOKENS=0 is the autoregressive baseline, which the table compares each point with at the same
+concurrency. Resumable: a rerun skips points whose DIR/<point>.json is complete and redoes the rest. A server that
+does not start is recorded in DIR/<point>.failed.json and the sweep goes on; a failed serve.sh --stop stops the
+sweep (DIR/summary.md says how to stop that server). One sweep per DIR at a time (DIR/sweep.lock).
 
 examples:
   %(prog)s configs/demo-cpu.env --grid NUM_SPECULATIVE_TOKENS=0,2,4 --sessions 2,4 --out results/sweep \\
