@@ -55,7 +55,15 @@ def apply(facts: Facts, decision: RopeDecision, cache: Path, create: bool, say: 
     if drafter is None or drafter.directory is None:
         return facts
     say(f"drafter RoPE: {decision.message}")
-    config, note = decision.overlay_config(drafter.raw), _note(decision, drafter.directory)
+    config, release = decision.overlay_config(drafter.raw), decision.release
+    note = {
+        "why": f"{CHOICE_KEY}={decision.choice} (engine: no overlay)",
+        "vllm": release.version,
+        "amplitude_without_overlay": release.amplitude,
+        "decided_at": release.where,
+        "changed": {f"{field}.attention_factor": decision.served for field in decision.rope.fields},
+        "drafter": str(drafter.directory),
+    }
     root = cache / OVERLAYS
     try:
         names = sorted(entry.name for entry in drafter.directory.iterdir() if entry.name not in OWN)
@@ -71,17 +79,6 @@ def apply(facts: Facts, decision: RopeDecision, cache: Path, create: bool, say: 
     say(f"drafter RoPE: {'the drafter is served' if create else 'a start serves the drafter'} from {target}")
     served = facts_from_config(config, str(target / CONFIG_FILE), "drafter", shipped=False, directory=target)
     return replace(facts, drafter=replace(served, overlay=note))
-
-
-def _note(decision: RopeDecision, drafter_dir: Path) -> dict[str, Any]:
-    return {
-        "why": f"{CHOICE_KEY}={decision.choice} (engine: no overlay)",
-        "vllm": decision.release.version,
-        "amplitude_without_overlay": decision.release.amplitude,
-        "decided_at": decision.release.where,
-        "changed": {f"{field}.attention_factor": decision.served for field in decision.rope.fields},
-        "drafter": str(drafter_dir),
-    }
 
 
 def build_overlay(

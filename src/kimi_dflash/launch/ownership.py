@@ -57,13 +57,6 @@ def pid_max(proc: Path = PROC) -> int:
         return 4_194_304  # the kernel's upper limit
 
 
-def _valid_pid(value: object, proc: Path = PROC) -> int:
-    # bool is an int in Python; 0 and negatives would make kill() signal process groups, not one process.
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 < value <= pid_max(proc):
-        raise PidFileError(f"pid {value!r} is not a valid process id (2..{pid_max(proc)})")
-    return value
-
-
 def parse_record(text: str, proc: Path = PROC) -> ServerRecord:
     """The record in a pid file; PidFileError for anything this project did not write (bare pids included)."""
     try:
@@ -79,10 +72,12 @@ def parse_record(text: str, proc: Path = PROC) -> ServerRecord:
     if not isinstance(data, dict):
         raise PidFileError(f"unreadable content {text.strip()[:40]!r}")
     try:
-        pid = _valid_pid(data["pid"], proc)
-        ticks, token, port = data["start_ticks"], data["token"], data["port"]
+        pid, ticks, token, port = data["pid"], data["start_ticks"], data["token"], data["port"]
     except KeyError as missing:
         raise PidFileError(f"the record lacks {missing}") from None
+    # bool is an int in Python; 0 and negatives would make kill() signal process groups, not one process.
+    if isinstance(pid, bool) or not isinstance(pid, int) or not 1 < pid <= pid_max(proc):
+        raise PidFileError(f"pid {pid!r} is not a valid process id (2..{pid_max(proc)})")
     if not (isinstance(ticks, int) and ticks >= 0 and isinstance(token, str) and len(token) >= 16):
         raise PidFileError("the record's start time or token is malformed")
     if not (isinstance(port, int) and 0 < port < 65536):
