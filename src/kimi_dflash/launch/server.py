@@ -111,11 +111,8 @@ def run_foreground(plan: LaunchPlan, log_path: Path | None) -> int:
     def on_signal(signum: int, _frame: object) -> None:
         if not stopping.is_set():
             stopping.set()
-            print(
-                f"\nserve: got {signal.Signals(signum).name}, stopping vLLM (pid {process.pid})...",
-                file=sys.stderr,
-                flush=True,
-            )
+            name = signal.Signals(signum).name
+            print(f"\nserve: got {name}, stopping vLLM (pid {process.pid})...", file=sys.stderr, flush=True)
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
@@ -178,14 +175,15 @@ def wait_until_ready(
     by a process carrying it (another server answering there is not this start's), and only then is the key sent."""
     started = time.monotonic()
     next_progress = started + PROGRESS_INTERVAL_S
+
+    def last_lines() -> str:
+        return f"Last lines of {log_path}:\n{tail(log_path, start=log_start)}"
+
     while True:
         elapsed = time.monotonic() - started
         code = process.poll()
         if code is not None:
-            say(
-                f"serve: vLLM exited with code {code} after {elapsed:.0f} s. Last lines of {log_path}:\n"
-                f"{tail(log_path, start=log_start)}"
-            )
+            say(f"serve: vLLM exited with code {code} after {elapsed:.0f} s. {last_lines()}")
             return False
         detail = _answer(plan, "/health", timeout_s=5)  # without the key: whoever answers may not be ours
         other = ownership.others_listening(plan.port, token) if detail is None and token is not None else None
@@ -203,10 +201,7 @@ def wait_until_ready(
             say(f"serve: ready after {elapsed:.1f} s at {plan.base_url} (model {plan.served_model_name})")
             return True
         if elapsed > timeout_s:
-            say(
-                f"serve: not ready after {timeout_s:.0f} s ({detail}). Last lines of {log_path}:\n"
-                f"{tail(log_path, start=log_start)}"
-            )
+            say(f"serve: not ready after {timeout_s:.0f} s ({detail}). {last_lines()}")
             return False
         if time.monotonic() >= next_progress:
             next_progress += PROGRESS_INTERVAL_S

@@ -79,12 +79,8 @@ class Progress:
 
     def say(self, index: int, unit: Unit, text: str) -> None:
         elapsed = format_duration(time.monotonic() - self.started)
-        print(
-            f"{self.what} [{index + 1}/{len(self.units)}] {unit.label or unit.name}: {text} (elapsed {elapsed}, "
-            f"ETA {self.eta(index)})",
-            file=self.out,
-            flush=True,
-        )
+        where = f"{self.what} [{index + 1}/{len(self.units)}] {unit.label or unit.name}"
+        print(f"{where}: {text} (elapsed {elapsed}, ETA {self.eta(index)})", file=self.out, flush=True)
 
     def done(self, unit: Unit, seconds: float) -> None:
         self.spent += seconds

@@ -149,18 +149,13 @@ def _run(plan: PointPlan, run_state: state.SweepState, plots: bool) -> int:
         raise
     except ServerLeftRunning as exc:
         summary = write_aggregate(plan.out, plots=False, server_left=str(exc))
-        print(
-            f"error: {exc}\nsweep: stopped here; once that server is stopped, rerun the same command to finish "
-            f"(table in {summary})",
-            file=sys.stderr,
-        )
+        then = "once that server is stopped, rerun the same command to finish"
+        print(f"error: {exc}\nsweep: stopped here; {then} (table in {summary})", file=sys.stderr)
         return 1
     summary = write_aggregate(plan.out, plots=plots)
     print(summary.read_text(encoding="utf-8"))
-    print(
-        f"sweep: {tally.ran} points run now ({tally.failed} failed), {tally.kept} already finished; table in {summary}",
-        file=sys.stderr,
-    )
+    ran = f"{tally.ran} points run now ({tally.failed} failed), {tally.kept} already finished"
+    print(f"sweep: {ran}; table in {summary}", file=sys.stderr)
     return 1 if tally.failed else 0
 
 
