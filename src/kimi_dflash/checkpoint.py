@@ -169,8 +169,7 @@ def read_checkpoint(directory: Path | None, repo: str | None, role: str) -> tupl
         except UnreadableFile as error:
             return None, str(error)
         return facts_from_config(config, str(path), role, shipped=False, directory=Path(directory)), None
-    name = SHIPPED.get(repo or "")
-    if name is None:
+    if (name := SHIPPED.get(repo or "")) is None:
         return None, None
     text = resources.files("kimi_dflash").joinpath("data", "checkpoints", name).read_text(encoding="utf-8")
     where = f"kimi_dflash/data/checkpoints/{name} for {repo}"

@@ -34,8 +34,7 @@ def load_inputs(paths: Sequence[Path]) -> list[tuple[str, BenchmarkResult]]:
     found: list[tuple[str, BenchmarkResult]] = []
     for path in paths:
         if path.is_dir():
-            in_dir = finished_results(path)
-            if not in_dir:
+            if not (in_dir := finished_results(path)):
                 raise UserError(f"{path}: no finished sweep point results in this directory.")
             found += [(str(p), r) for p, r in in_dir]
         else:
@@ -63,8 +62,7 @@ def render(p: Sequence[float], predictions: Sequence[Prediction], fit_k: set[int
             f"recommendation: {sessions} sessions -> k = {best.k} ({number(best.output_tok_s)} aggregate "
             f"tok/s, {number(best.per_user_tok_s)} per user)"
         )
-    held = [pr for pr in predictions if pr.measured and not pr.fitted and pr.k > 0]
-    if held:
+    if held := [pr for pr in predictions if pr.measured and not pr.fitted and pr.k > 0]:
         worst = max(abs(pr.error or 0) for pr in held)
         lines.append(
             f"held-out check: {len(held)} measured points not used for fitting; largest aggregate error "

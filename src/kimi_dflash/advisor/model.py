@@ -138,8 +138,7 @@ def weighted_per_position(runs: Sequence[tuple[int | None, Sequence[float]]]) ->
 
 def acceptance_per_position(runs: Sequence[Measured]) -> tuple[float, ...]:
     """p_i from the largest k measured, averaged over its concurrencies weighted by drafts."""
-    speculative = [m for m in runs if m.k > 0 and m.per_position]
-    if not speculative:
+    if not (speculative := [m for m in runs if m.k > 0 and m.per_position]):
         raise UserError("no speculative run with acceptance counters: the advisor needs at least one run at k >= 1.")
     top = max(m.k for m in speculative)
     return weighted_per_position([(m.drafts, m.per_position) for m in speculative if m.k == top])

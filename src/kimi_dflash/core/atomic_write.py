@@ -57,8 +57,7 @@ def foreign_link(path: Path) -> Path | None:
 
 def refuse_foreign_link(path: Path, what: str = "") -> None:
     """``RefusedTarget`` naming ``foreign_link`` (``what``: the option, "--json ")."""
-    link = foreign_link(path)
-    if link is not None:
+    if (link := foreign_link(path)) is not None:
         raise RefusedTarget(
             f"{what}{path}: goes through {link}, a symbolic link owned by {owner_name(link.lstat().st_uid)} (to "
             f"{os.readlink(link)}): its owner decides where this write lands. Name a path without it."

@@ -63,8 +63,7 @@ _finder = _AfterImportFinder()
 def when_imported(module_name: str, callback: Callback) -> None:
     """Call `callback(module)` once `module_name` is imported; immediately if it already is."""
     with _lock:
-        module = sys.modules.get(module_name)
-        if module is None:
+        if (module := sys.modules.get(module_name)) is None:
             _finder.pending.setdefault(module_name, []).append(callback)
             if _finder not in sys.meta_path:
                 sys.meta_path.insert(0, _finder)

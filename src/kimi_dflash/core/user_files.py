@@ -139,8 +139,7 @@ def json_depth_problem(text: str, max_depth: int = MAX_JSON_DEPTH) -> str | None
 
 def parse_user_json(text: str, *, where: str, max_depth: int = MAX_JSON_DEPTH) -> Any:
     """JSON from a user's text (a file's, or an option's value), with the nesting cap; ``where`` names it."""
-    problem = json_depth_problem(text, max_depth)
-    if problem:
+    if problem := json_depth_problem(text, max_depth):
         raise UnreadableFile(f"{where}: {problem}; flatten it")
     try:
         return json.loads(text)

@@ -182,8 +182,7 @@ def main(args: ServeOptions) -> int:
     if args.dry_run:
         print(prepared.plan.render())
         return 0
-    log_problem = _log_problem(args.log)
-    if log_problem and not args.preflight:
+    if (log_problem := _log_problem(args.log)) and not args.preflight:
         say(f"serve: --log {args.log}: {log_problem}; nothing was started.")
         return EXIT_CONFIG
 

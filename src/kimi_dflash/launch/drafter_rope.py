@@ -51,8 +51,7 @@ def note_unreadable(facts: Facts, values: ConfigValues, say: Callable[[str], Non
 def apply(facts: Facts, decision: RopeDecision, cache: Path, create: bool, say: Callable[[str], None]) -> Facts:
     """The facts to serve: the drafter's replaced by its overlay at the amplitude `decision` serves, built when
     `create` (UserError, exit 1, when it cannot be), else only named; shipped facts (no directory) stay as they are."""
-    drafter = facts.drafter
-    if drafter is None or drafter.directory is None:
+    if (drafter := facts.drafter) is None or drafter.directory is None:
         return facts
     say(f"drafter RoPE: {decision.message}")
     config, release = decision.overlay_config(drafter.raw), decision.release

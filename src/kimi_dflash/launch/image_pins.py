@@ -68,8 +68,7 @@ def main(args: PinsOptions) -> int:
     except UnreadableFile as error:
         print(f"image_pins: {error}", file=sys.stderr)
         return 2
-    moved = changed(pinned, installed())
-    if moved:
+    if moved := changed(pinned, installed()):
         print("image_pins: the install changed packages the image shipped:\n  " + "\n  ".join(moved), file=sys.stderr)
         return 1
     print(f"image_pins: all {len(pinned)} pinned distributions unchanged (vLLM and torch included)", file=sys.stderr)

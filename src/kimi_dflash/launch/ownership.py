@@ -198,11 +198,9 @@ def socket_holders(inodes: set[int], pids: list[int], proc: Path = PROC) -> dict
 def others_listening(port: int, token: str, proc: Path = PROC) -> str | None:
     """Who besides the server carrying ``token`` listens on ``port`` (for a message); None: only that server.
     Nothing listening counts as others too (what answered is a proxy or another namespace)."""
-    inodes = listening_sockets(port, proc)
-    if not inodes:
+    if not (inodes := listening_sockets(port, proc)):
         return f"no process of this machine listens on port {port}"
-    foreign = inodes - socket_holders(inodes, family(token, proc), proc).keys()
-    if not foreign:
+    if not (foreign := inodes - socket_holders(inodes, family(token, proc), proc).keys()):
         return None
     pids = sorted(set(socket_holders(foreign, _processes(proc), proc).values()))
     return f"pid {', '.join(map(str, pids))}" if pids else "a process of another user"

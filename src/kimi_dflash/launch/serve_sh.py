@@ -90,8 +90,7 @@ class ServeSh:
 
     def stop(self, env: Mapping[str, str], port: int) -> None:
         """`serve.sh --stop`; ServerLeftRunning when it fails (the record then keeps naming the server)."""
-        stopped = self._run(env, port, "--stop")
-        if stopped.returncode != 0:
+        if (stopped := self._run(env, port, "--stop")).returncode != 0:
             shown_env = (f"{k}={shlex.quote(v)}" for k, v in {**env, "PORT": str(port)}.items() if k != "API_KEY")
             shown = " ".join([*shown_env, shlex.join([*self.command, str(self.config), "--stop"])])
             said = (stopped.stderr.strip().splitlines() or stopped.stdout.strip().splitlines() or [""])[-1]
@@ -106,8 +105,7 @@ class ServeSh:
         RunningServer(point=name, port=port, env=dict(env)).save(self.record)
         say(f"starting the server on port {port}")
         try:
-            started = self._run(env, port, "--wait", "--log", str(log))
-            if started.returncode == 0:
+            if (started := self._run(env, port, "--wait", "--log", str(log))).returncode == 0:
                 yield Started(port)
             else:
                 detail = (started.stderr.strip().splitlines() or [f"serve.sh exited {started.returncode}"])[-1]

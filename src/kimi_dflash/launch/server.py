@@ -181,8 +181,7 @@ def wait_until_ready(
 
     while True:
         elapsed = time.monotonic() - started
-        code = process.poll()
-        if code is not None:
+        if (code := process.poll()) is not None:
             say(f"serve: vLLM exited with code {code} after {elapsed:.0f} s. {last_lines()}")
             return False
         detail = _answer(plan, "/health", timeout_s=5)  # without the key: whoever answers may not be ours

@@ -24,8 +24,7 @@ _EXITS = ((Status.UNRECOGNISED, EXIT_UNRECOGNISED), (Status.PENDING, EXIT_PENDIN
 def resolve_vllm_root(vllm_root: Root = None) -> Path:
     """The vllm package directory: given explicitly (the package dir or its parent), or the one this process runs
     or would import, found without importing vLLM (importing it is slow and may need a GPU runtime)."""
-    root = floor.package_dir(None if vllm_root is None else Path(vllm_root))
-    if root is None:
+    if (root := floor.package_dir(None if vllm_root is None else Path(vllm_root))) is None:
         raise UnrecognisedSource(
             "vLLM is not importable in this Python environment, so there is no default tree to "
             "patch. Install vLLM here, or pass --vllm-root DIR (the `vllm` package directory)."
@@ -93,8 +92,7 @@ def _select(only: Ids, registry: Registry) -> Registry:
     if not only:
         return registry
     known = {p.id for p in registry}
-    unknown = sorted(set(only) - known)
-    if unknown:
+    if unknown := sorted(set(only) - known):
         raise PatcherError(f"unknown patch id(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
     return tuple(p for p in registry if p.id in set(only))
 
@@ -140,8 +138,7 @@ def _change(action: str, vllm_root: Root, only: Ids, registry: Registry) -> Chan
     root = resolve_vllm_root(vllm_root)
     with patcher_lock(root):
         before, texts = _look(root, only, registry)
-        bad = [s for s in before.states if s.status is Status.UNRECOGNISED]
-        if bad:
+        if bad := [s for s in before.states if s.status is Status.UNRECOGNISED]:
             lines = [f"refusing to {action}: unrecognised source in {root}; nothing was written"]
             for state in bad:
                 lines += [f"  {state.patch.id}: {state.detail}", *(f"    - {problem}" for problem in state.problems)]
@@ -151,8 +148,7 @@ def _change(action: str, vllm_root: Root, only: Ids, registry: Registry) -> Chan
         if new_texts:
             write_all_or_nothing(root, {path: (texts[path] or "", text) for path, text in new_texts.items()})
         after = status_table(root, only, registry)
-        wrong = [s for s in after.states if s.status not in wanted]
-        if wrong:
+        if wrong := [s for s in after.states if s.status not in wanted]:
             # Cannot happen unless a patch is inconsistent with its own probes: undo, then report.
             if new_texts:
                 write_all_or_nothing(root, {path: (text, texts[path] or "") for path, text in new_texts.items()})

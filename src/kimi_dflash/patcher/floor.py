@@ -64,8 +64,7 @@ def package_dir(
         except (OSError, subprocess.TimeoutExpired):
             return None
         return None if found.strip() in ("-", "") else Path(found.rstrip("\n"))
-    module = sys.modules.get("vllm")
-    if module is not None and getattr(module, "__path__", None):
+    if (module := sys.modules.get("vllm")) is not None and getattr(module, "__path__", None):
         return Path(next(iter(module.__path__)))
     try:
         spec = importlib.util.find_spec("vllm")

@@ -52,8 +52,7 @@ def check_drafter_layers_non_causal(draft_attn_groups: Iterable[Any], per_layer:
     field on a backend that declares supports_non_causal()."""
     backends = {name: group.backend for group in draft_attn_groups for name in group.layer_names}
     for layer_name, attn_metadata in per_layer.items():
-        causal = getattr(attn_metadata, "causal", None)
-        if causal is False:
+        if (causal := getattr(attn_metadata, "causal", None)) is False:
             continue
         backend = backends.get(layer_name)
         if causal is None and backend is not None and backend.supports_non_causal():

@@ -146,8 +146,7 @@ def _applied_state(patch: Patch, texts: Texts) -> PatchState | None:
 
 
 def evaluate(patch: Patch, texts: Texts) -> PatchState:
-    applied = _applied_state(patch, texts)
-    if applied is not None:
+    if (applied := _applied_state(patch, texts)) is not None:
         return applied
     if patch.retired_when and all(present(p, texts) for p in patch.retired_when):
         pr, since = patch.upstream_pr, patch.upstream_since

@@ -176,8 +176,7 @@ class RunState(Document):
     def refuse_foreign_out(self) -> None:
         """Refuse a directory the run must not write into (an archive packs what it wrote): a symlink, a file, or
         a non-empty directory without this kind's state file (opening it then checks it is the same run)."""
-        out = self._out
-        if out.is_symlink():
+        if (out := self._out).is_symlink():
             raise UserError(f"--out {out}: is a symbolic link, never written through; name a new directory.")
         if not out.exists():
             return

@@ -116,8 +116,7 @@ def main(args: SweepOptions) -> int:
     # the sweep's log or a process command line.
     extra, api_key = split_secret(args.bench)
     config_as_given = args.config
-    config = resolve_config_argument(args.config)
-    if not config.is_file():
+    if not (config := resolve_config_argument(args.config)).is_file():
         raise UserError(f"{config_as_given}: no such config file (nor a shipped config of that name).")
     if args.serve_sh is not None and not args.serve_sh.is_file():
         raise UserError(f"{args.serve_sh}: no such file")
