@@ -58,15 +58,12 @@ def render(p: Sequence[float], predictions: Sequence[Prediction], fit_k: set[int
     lines = [f"acceptance per position (%, largest-k run): {acceptance}", ""]
     lines += [*markdown_table(header, "r" * 10 + "l", rows), ""]
     for sessions, best in sorted(recommend(predictions).items()):
-        lines.append(
-            f"recommendation: {sessions} sessions -> k = {best.k} ({number(best.output_tok_s)} aggregate "
-            f"tok/s, {number(best.per_user_tok_s)} per user)"
-        )
+        rates = f"{number(best.output_tok_s)} aggregate tok/s, {number(best.per_user_tok_s)} per user"
+        lines.append(f"recommendation: {sessions} sessions -> k = {best.k} ({rates})")
     if held := [pr for pr in predictions if pr.measured and not pr.fitted and pr.k > 0]:
-        worst = max(abs(pr.error or 0) for pr in held)
+        worst = percent(max(abs(pr.error or 0) for pr in held))
         lines.append(
-            f"held-out check: {len(held)} measured points not used for fitting; largest aggregate error "
-            f"{percent(worst)}"
+            f"held-out check: {len(held)} measured points not used for fitting; largest aggregate error {worst}"
         )
     if fit_k is not None:
         lines.append(f"fitted on k in {{{', '.join(map(str, sorted(fit_k)))}}}")

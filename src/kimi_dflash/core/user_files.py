@@ -25,15 +25,9 @@ class UnreadableFile(UserError):
 
 def file_kind(mode: int) -> str:
     """What a file that is not a regular one is, for messages ("a directory", "a FIFO (named pipe)" ...)."""
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO (named pipe)"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a regular file"
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
+    kinds += ((stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
+    return next((kind for test, kind in kinds if test(mode)), "not a regular file")
 
 
 def _size(n: int) -> str:

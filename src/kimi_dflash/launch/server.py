@@ -235,11 +235,8 @@ def start_and_wait(
     except OSError:
         log_start = 0
     on_main_thread = threading.current_thread() is threading.main_thread()
-    previous = (
-        {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGTERM, signal.SIGHUP)}
-        if on_main_thread
-        else {}
-    )
+    signals = (signal.SIGTERM, signal.SIGHUP) if on_main_thread else ()
+    previous = {sig: signal.signal(sig, _raise_interrupted) for sig in signals}
     process = None
     ignoring_sigint = False
     try:
