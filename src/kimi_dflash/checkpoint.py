@@ -1,8 +1,7 @@
 """The target's and the drafter's facts, read once per start from MODEL_DIR / DRAFT_MODEL_DIR config.json or, before
 the download, from the facts shipped for the configured repo (reports say which). The one reader of a checkpoint's
 config.json: the guarded reader's refusal is kept as the checkpoint's problem (preflight's model-dir check reports
-it), and a value of the wrong type reads as unknown. Every other module takes these facts.
-"""
+it), and a value of the wrong type reads as unknown. Every other module takes these facts."""
 
 from __future__ import annotations
 
@@ -113,16 +112,10 @@ class CheckpointFacts:
         return None if self.shipped else fingerprint_from_hf_config(self.raw)
 
     def describe(self) -> str:
-        parts = [", ".join(self.architectures) or "architecture unknown"]
-        if self.mla:
-            parts.append("MLA attention")
-        if self.routed_experts:
-            parts.append(f"{self.routed_experts} routed experts")
-        if self.wna16_experts is not None:
-            parts.append(f"experts {self.wna16_experts.describe()}")
-        if self.sliding_window:
-            parts.append("sliding-window layers")
-        return "; ".join(parts)
+        experts = self.wna16_experts and f"experts {self.wna16_experts.describe()}"
+        routed = self.routed_experts and f"{self.routed_experts} routed experts"
+        parts = (self.mla and "MLA attention", routed, experts, self.sliding_window and "sliding-window layers")
+        return "; ".join([", ".join(self.architectures) or "architecture unknown", *filter(None, parts)])
 
     def where(self) -> str:
         if self.shipped:
@@ -176,8 +169,7 @@ def read_checkpoint(directory: Path | None, repo: str | None, role: str) -> tupl
         except UnreadableFile as error:
             return None, str(error)
         return facts_from_config(config, str(path), role, shipped=False, directory=Path(directory)), None
-    name = SHIPPED.get(repo or "")
-    if name is None:
+    if (name := SHIPPED.get(repo or "")) is None:
         return None, None
     text = resources.files("kimi_dflash").joinpath("data", "checkpoints", name).read_text(encoding="utf-8")
     where = f"kimi_dflash/data/checkpoints/{name} for {repo}"

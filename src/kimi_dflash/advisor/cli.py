@@ -34,8 +34,7 @@ def load_inputs(paths: Sequence[Path]) -> list[tuple[str, BenchmarkResult]]:
     found: list[tuple[str, BenchmarkResult]] = []
     for path in paths:
         if path.is_dir():
-            in_dir = finished_results(path)
-            if not in_dir:
+            if not (in_dir := finished_results(path)):
                 raise UserError(f"{path}: no finished sweep point results in this directory.")
             found += [(str(p), r) for p, r in in_dir]
         else:
@@ -45,28 +44,27 @@ def load_inputs(paths: Sequence[Path]) -> list[tuple[str, BenchmarkResult]]:
 
 def render(p: Sequence[float], predictions: Sequence[Prediction], fit_k: set[int] | None) -> list[str]:
     acceptance = " / ".join(f"{v * 100:.0f}" for v in p)
-    header = ["sessions", "k", "τ", "step ms", "per-user tok/s", "measured", "error", "aggregate tok/s", "measured",
-              "error", "basis"]  # fmt: skip
+    header = ["sessions", "k", "τ", "step ms", "per-user tok/s", "measured", "error"]
+    header += ["aggregate tok/s", "measured", "error", "basis"]
     rows = []
     for pred in predictions:
         m = pred.measured if pred.k != 0 else None  # k = 0 is the measurement itself: no error to show
-        basis = ("measured" if pred.k == 0 else "fitted" if pred.fitted
-                 else "held out" if pred.measured else "predicted")  # fmt: skip
-        rows.append([pred.sessions, pred.k, number(pred.tau, 2), number(pred.step_s and pred.step_s * 1000),
-                     number(pred.per_user_tok_s), number(m and m.per_user_tok_s),
-                     percent(m and pred.per_user_tok_s / m.per_user_tok_s - 1, signed=True), number(pred.output_tok_s),
-                     number(m and m.output_tok_s), percent(m and pred.output_tok_s / m.output_tok_s - 1, signed=True),
-                     basis])  # fmt: skip
+        basis = "measured" if pred.k == 0 else "fitted" if pred.fitted else "held out" if pred.measured else "predicted"
+        row = [pred.sessions, pred.k, number(pred.tau, 2), number(pred.step_s and pred.step_s * 1000)]
+        for name in ("per_user_tok_s", "output_tok_s"):
+            value, seen = getattr(pred, name), m and getattr(m, name)
+            row += [number(value), number(seen), percent(seen and value / seen - 1, signed=True)]
+        rows.append([*row, basis])
     lines = [f"acceptance per position (%, largest-k run): {acceptance}", ""]
     lines += [*markdown_table(header, "r" * 10 + "l", rows), ""]
     for sessions, best in sorted(recommend(predictions).items()):
-        lines.append(f"recommendation: {sessions} sessions -> k = {best.k} ({number(best.output_tok_s)} aggregate "
-                     f"tok/s, {number(best.per_user_tok_s)} per user)")  # fmt: skip
-    held = [pr for pr in predictions if pr.measured and not pr.fitted and pr.k > 0]
-    if held:
-        worst = max(abs(pr.error or 0) for pr in held)
-        lines.append(f"held-out check: {len(held)} measured points not used for fitting; largest aggregate error "
-                     f"{percent(worst)}")  # fmt: skip
+        rates = f"{number(best.output_tok_s)} aggregate tok/s, {number(best.per_user_tok_s)} per user"
+        lines.append(f"recommendation: {sessions} sessions -> k = {best.k} ({rates})")
+    if held := [pr for pr in predictions if pr.measured and not pr.fitted and pr.k > 0]:
+        worst = percent(max(abs(pr.error or 0) for pr in held))
+        lines.append(
+            f"held-out check: {len(held)} measured points not used for fitting; largest aggregate error {worst}"
+        )
     if fit_k is not None:
         lines.append(f"fitted on k in {{{', '.join(map(str, sorted(fit_k)))}}}")
     lines.append("model assumptions:")
@@ -92,8 +90,11 @@ def render_schedule(choices: Sequence[Choice]) -> list[str]:
 @dataclass(kw_only=True)
 class AdviseOptions:
     inputs: list[Path] = option("sweep dirs or result JSONs", positional=True, required=True, metavar="DIR_OR_JSON")
-    fit_k: tuple[int, ...] | None = option("fit only on these k; other measured k are held out and compared",
-        metavar="K1,K2", parse=comma_list(int, "integers"))  # fmt: skip
+    fit_k: tuple[int, ...] | None = option(
+        "fit only on these k; other measured k are held out and compared",
+        metavar="K1,K2",
+        parse=comma_list(int, "integers"),
+    )
     schedule: bool = option(
         "print a depth-by-load schedule instead: per concurrency the shallowest k unless a deeper one wins beyond "
         "its interval (runs with --repeats >= 2)"

@@ -40,6 +40,9 @@ class Measured:
         return self.tpot_s * self.tau
 
 
+MEDIANS = ("output_tok_s", "tpot_s", "per_user_tok_s", "ttft_s", "tokens_per_request")  # repeats merge by median
+
+
 @dataclass(frozen=True)
 class Prediction:
     k: int
@@ -54,9 +57,7 @@ class Prediction:
     @property
     def error(self) -> float | None:
         """(predicted - measured) / measured aggregate tok/s."""
-        if self.measured is None:
-            return None
-        return self.output_tok_s / self.measured.output_tok_s - 1.0
+        return None if self.measured is None else self.output_tok_s / self.measured.output_tok_s - 1.0
 
 
 def spec_tokens_of(result: BenchmarkResult, level: LevelResult) -> int:
@@ -66,9 +67,7 @@ def spec_tokens_of(result: BenchmarkResult, level: LevelResult) -> int:
             return 0
         return int(values.get("NUM_SPECULATIVE_TOKENS") or 0)
     spec = level.spec_decode
-    if spec is None:
-        return 0
-    return spec.num_speculative_tokens or len(spec.per_position)
+    return 0 if spec is None else spec.num_speculative_tokens or len(spec.per_position)
 
 
 def measurements(results: Sequence[tuple[str, BenchmarkResult]]) -> list[Measured]:
@@ -83,12 +82,21 @@ def measurements(results: Sequence[tuple[str, BenchmarkResult]]) -> list[Measure
             spec = level.spec_decode
             if k > 0 and spec is None:
                 continue  # speculative run without acceptance counters: cannot be used
-            found.append(Measured(
-                source=source, k=k, sessions=level.sessions, output_tok_s=float(level.output_tok_s),  # type: ignore[arg-type]
-                tpot_s=tpot_ms / 1000, per_user_tok_s=float(per_user), ttft_s=ttft_ms / 1000,  # type: ignore[operator]
-                tokens_per_request=float(tokens), tau=spec.acceptance_length if spec else 1.0,
-                per_position=tuple(spec.per_position) if spec else (), drafts=(spec.drafts or 0) if spec else 0,
-            ))  # fmt: skip
+            found.append(
+                Measured(
+                    source=source,
+                    k=k,
+                    sessions=level.sessions,
+                    output_tok_s=float(level.output_tok_s),  # type: ignore[arg-type]
+                    tpot_s=tpot_ms / 1000,
+                    per_user_tok_s=float(per_user),
+                    ttft_s=ttft_ms / 1000,  # type: ignore[operator]
+                    tokens_per_request=float(tokens),
+                    tau=spec.acceptance_length if spec else 1.0,
+                    per_position=tuple(spec.per_position) if spec else (),
+                    drafts=(spec.drafts or 0) if spec else 0,
+                )
+            )
     return merge_repeats(found)
 
 
@@ -105,15 +113,18 @@ def merge_repeats(found: Sequence[Measured]) -> list[Measured]:
             merged.append(group[0])
             continue
         weights = [max(m.drafts, 1) for m in group]
-        merged.append(Measured(
-            source=" + ".join(m.source for m in group), k=k, sessions=sessions,
-            output_tok_s=median(m.output_tok_s for m in group), tpot_s=median(m.tpot_s for m in group),
-            per_user_tok_s=median(m.per_user_tok_s for m in group), ttft_s=median(m.ttft_s for m in group),
-            tokens_per_request=median(m.tokens_per_request for m in group),
-            tau=sum(w * m.tau for w, m in zip(weights, group)) / sum(weights),
-            per_position=weighted_per_position([(m.drafts, m.per_position) for m in group]),
-            drafts=sum(m.drafts for m in group),
-        ))  # fmt: skip
+        medians = {name: median(getattr(m, name) for m in group) for name in MEDIANS}
+        merged.append(
+            Measured(
+                source=" + ".join(m.source for m in group),
+                k=k,
+                sessions=sessions,
+                tau=sum(w * m.tau for w, m in zip(weights, group)) / sum(weights),
+                per_position=weighted_per_position([(m.drafts, m.per_position) for m in group]),
+                drafts=sum(m.drafts for m in group),
+                **medians,
+            )
+        )
     return merged
 
 
@@ -127,8 +138,7 @@ def weighted_per_position(runs: Sequence[tuple[int | None, Sequence[float]]]) ->
 
 def acceptance_per_position(runs: Sequence[Measured]) -> tuple[float, ...]:
     """p_i from the largest k measured, averaged over its concurrencies weighted by drafts."""
-    speculative = [m for m in runs if m.k > 0 and m.per_position]
-    if not speculative:
+    if not (speculative := [m for m in runs if m.k > 0 and m.per_position]):
         raise UserError("no speculative run with acceptance counters: the advisor needs at least one run at k >= 1.")
     top = max(m.k for m in speculative)
     return weighted_per_position([(m.drafts, m.per_position) for m in speculative if m.k == top])
@@ -165,10 +175,9 @@ def predict(runs: Sequence[Measured], fit_k: set[int] | None = None) -> tuple[tu
             )
         a, b = fit_step(here)
         measured_here = {m.k: m for m in runs if m.sessions == sessions}
-        baseline = measured_here.get(0)
-        if baseline is not None:
-            predictions.append(Prediction(0, sessions, 1.0, baseline.step_s, baseline.per_user_tok_s,
-                                          baseline.output_tok_s, baseline, fit_k is None or 0 in fit_k))  # fmt: skip
+        if (base := measured_here.get(0)) is not None:
+            row = (base.step_s, base.per_user_tok_s, base.output_tok_s, base, fit_k is None or 0 in fit_k)
+            predictions.append(Prediction(0, sessions, 1.0, *row))
         for k in range(1, len(p) + 1):
             step = a + b * k
             tpot = step / tau(p, k)
@@ -176,11 +185,18 @@ def predict(runs: Sequence[Measured], fit_k: set[int] | None = None) -> tuple[tu
             request = nearest.ttft_s + (nearest.tokens_per_request - 1) * nearest.tpot_s
             predicted_request = nearest.ttft_s + (nearest.tokens_per_request - 1) * tpot
             measured = measured_here.get(k)
-            predictions.append(Prediction(
-                k=k, sessions=sessions, tau=tau(p, k), step_s=step, per_user_tok_s=1.0 / tpot,
-                output_tok_s=nearest.output_tok_s * request / predicted_request, measured=measured,
-                fitted=measured is not None and (fit_k is None or k in fit_k),
-            ))  # fmt: skip
+            predictions.append(
+                Prediction(
+                    k=k,
+                    sessions=sessions,
+                    tau=tau(p, k),
+                    step_s=step,
+                    per_user_tok_s=1.0 / tpot,
+                    output_tok_s=nearest.output_tok_s * request / predicted_request,
+                    measured=measured,
+                    fitted=measured is not None and (fit_k is None or k in fit_k),
+                )
+            )
     return p, predictions
 
 

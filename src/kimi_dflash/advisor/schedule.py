@@ -47,8 +47,7 @@ def repeats_of(level: LevelResult) -> list[float]:
 def choose_depths(samples: Samples, confidence: float = 0.95) -> list[Choice]:
     """Per concurrency, the shallowest measured k >= 1, replaced by each deeper k (in order) whose aggregate tok/s
     over the current choice's has a ratio interval wholly above 1: a tie, however close, keeps the shallower k."""
-    thin = sorted(f"k={k} at {s} sessions" for (k, s), v in samples.items() if k >= 1 and len(v) < 2)
-    if thin:
+    if thin := sorted(f"k={k} at {s} sessions" for (k, s), v in samples.items() if k >= 1 and len(v) < 2):
         raise UserError(
             f"{', '.join(thin)}: one measurement, no interval. A schedule compares k by their intervals: measure "
             "each point at least twice (--repeats 3, or repeated sweep rounds)."

@@ -1,7 +1,6 @@
 """Atomic file writes, the project's one implementation: a temporary file beside the target, flushed, renamed over it.
 A new file gets mode 0644 (mkstemp's 0600 would hide a shared cache from other users); a replaced file keeps its
-mode. What it refuses: docs/security.md, "Files the tools write". Standard library only: the benchmark uses it too.
-"""
+mode. What it refuses: docs/security.md, "Files the tools write". Standard library only: the benchmark uses it too."""
 
 from __future__ import annotations
 
@@ -58,8 +57,7 @@ def foreign_link(path: Path) -> Path | None:
 
 def refuse_foreign_link(path: Path, what: str = "") -> None:
     """``RefusedTarget`` naming ``foreign_link`` (``what``: the option, "--json ")."""
-    link = foreign_link(path)
-    if link is not None:
+    if (link := foreign_link(path)) is not None:
         raise RefusedTarget(
             f"{what}{path}: goes through {link}, a symbolic link owned by {owner_name(link.lstat().st_uid)} (to "
             f"{os.readlink(link)}): its owner decides where this write lands. Name a path without it."

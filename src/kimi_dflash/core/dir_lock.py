@@ -1,8 +1,7 @@
 """One run per output directory: an exclusive, non-blocking flock on a lock file inside it, held for the whole
 run; the kernel releases it however the holder exits. The lock file is this user's alone (0600: whoever can open it
 can flock it and block every run), opened with O_NOFOLLOW (a planted symlink is refused) and close-on-exec (what the
-run starts does not inherit it). A refusal names the pids the kernel says hold it now, never a recorded one.
-"""
+run starts does not inherit it). A refusal names the pids the kernel says hold it now, never a recorded one."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Generated sections of README.md and docs/: the text between a begin and an end marker line, replaced whole. Every
-doc generator (README's results here, the lab's) writes through this module, given the file's path.
-"""
+doc generator (README's results here, the lab's) writes through this module, given the file's path."""
 
 from __future__ import annotations
 

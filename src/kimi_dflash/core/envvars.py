@@ -1,6 +1,5 @@
 """Environment variables one part of the project writes and another reads: one name and one default each, so the
-plan (writer), the plugin in every vLLM process and the config schema cannot disagree. A leaf: imports nothing.
-"""
+plan (writer), the plugin in every vLLM process and the config schema cannot disagree. A leaf: imports nothing."""
 
 from __future__ import annotations
 

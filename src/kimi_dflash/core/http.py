@@ -1,7 +1,6 @@
 """The one small blocking HTTP client for paths where speed does not matter (probes, model lists, index pages, wheel
 byte ranges); the API key as a bearer header, never in a URL or a message. The benchmark's hot path has its own
-client (bench/http1.py); many requests at once use aiohttp (validate/client.py).
-"""
+client (bench/http1.py); many requests at once use aiohttp (validate/client.py)."""
 
 from __future__ import annotations
 

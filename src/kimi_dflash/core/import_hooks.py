@@ -1,7 +1,6 @@
 """Run a callback right after a module is imported (or now, if it already was): importing vLLM's modules from the
 plugin would change vLLM's import order, so runtime patches wait for vLLM to import them. A callback's exception
-propagates out of that import: a patch that cannot apply fails loudly.
-"""
+propagates out of that import: a patch that cannot apply fails loudly."""
 
 from __future__ import annotations
 
@@ -22,21 +21,13 @@ class _AfterImportFinder(importlib.abc.MetaPathFinder):
         self.pending: dict[str, list[Callback]] = {}
 
     def find_spec(
-        self,
-        fullname: str,
-        path: Sequence[str] | None,
-        target: ModuleType | None = None,
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
         with _lock:
             if fullname not in self.pending:
                 return None
-        spec = None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                break
+        finders = (finder for finder in sys.meta_path if finder is not self and hasattr(finder, "find_spec"))
+        spec = next((found for finder in finders if (found := finder.find_spec(fullname, path, target))), None)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         spec.loader = _CallbackLoader(spec.loader, self)
@@ -72,8 +63,7 @@ _finder = _AfterImportFinder()
 def when_imported(module_name: str, callback: Callback) -> None:
     """Call `callback(module)` once `module_name` is imported; immediately if it already is."""
     with _lock:
-        module = sys.modules.get(module_name)
-        if module is None:
+        if (module := sys.modules.get(module_name)) is None:
             _finder.pending.setdefault(module_name, []).append(callback)
             if _finder not in sys.meta_path:
                 sys.meta_path.insert(0, _finder)

@@ -6,8 +6,7 @@ and ``main(args: Model) -> int``; ``run`` builds the parser, parses and calls ``
 never echoed and take no abbreviations. Standard library only (core/): the benchmark on a client box uses it too.
 
 The same vocabulary describes the fields of a document made of dataclasses (the benchmark's result, read and written
-by pydantic): ``doc(meaning)`` for a field, ``option(..., record=meaning)`` for an option that is also recorded.
-"""
+by pydantic): ``doc(meaning)`` for a field, ``option(..., record=meaning)`` for an option that is also recorded."""
 
 from __future__ import annotations
 
@@ -29,6 +28,7 @@ from kimi_dflash.core.errors import UserError
 KEY = "option"  # the field metadata key
 MAX_INT = 2**31 - 1  # an integer option's maximum unless it declares one (vllm-router overflows beyond 32 bits)
 PORT = {"minimum": 1, "maximum": 65535}  # a TCP port option's range: option(..., **PORT)
+VerbModule = str | types.ModuleType  # a verb's module, or its name (imported when the verb runs)
 MAX_TOKENS = 1 << 20  # a token count's: no model serves a reply or a prompt of over 1M tokens (Kimi K2.6: 256K)
 
 
@@ -272,14 +272,14 @@ class _Parser(argparse.ArgumentParser):
         self.exit(self.usage_exit, f"{self.prog}: error: {shown}\n")
 
 
-def _module(module: str | types.ModuleType) -> types.ModuleType:
+def _module(module: VerbModule) -> types.ModuleType:
     if isinstance(module, types.ModuleType):
         return module
     return sys.modules[module] if module in sys.modules else importlib.import_module(module)
 
 
 def build_parser(
-    module: str | types.ModuleType, prog: str | None = None, description: str | None = None
+    module: VerbModule, prog: str | None = None, description: str | None = None
 ) -> argparse.ArgumentParser:
     """The one place a parser is made; the verb ``module``'s ``add_cli_args`` declares what it takes."""
     parser = _Parser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -288,20 +288,14 @@ def build_parser(
 
 
 def parse(
-    module: str | types.ModuleType,
-    argv: Sequence[str] | None = None,
-    prog: str | None = None,
-    description: str | None = None,
+    module: VerbModule, argv: Sequence[str] | None = None, prog: str | None = None, description: str | None = None
 ) -> Any:
     """The verb's model from ``argv`` (default: this process's); a usage error exits."""
     return build_parser(module, prog, description).parse_args(argv)
 
 
 def run(
-    module: str | types.ModuleType,
-    argv: Sequence[str] | None = None,
-    prog: str | None = None,
-    description: str | None = None,
+    module: VerbModule, argv: Sequence[str] | None = None, prog: str | None = None, description: str | None = None
 ) -> int:
     """Parse ``argv`` for the verb ``module`` and run its ``main``: how every entry point starts a verb. A
     ``UserError`` that reaches here is printed as ``error: ...`` (no traceback) and exits with its code; the usual 2

@@ -1,6 +1,5 @@
 """Where the project keeps things on disk: one user cache directory, overridable by KIMI_DFLASH_CACHE (`python -m
-kimi_dflash.core.paths` prints it). Never the checkout the package came from: a wheel install works the same.
-"""
+kimi_dflash.core.paths` prints it). Never the checkout the package came from: a wheel install works the same."""
 
 from __future__ import annotations
 
@@ -14,8 +13,7 @@ CACHE_DIR_NAME = "kimi-dflash"
 
 def cache_root() -> Path:
     """$KIMI_DFLASH_CACHE if set, else $XDG_CACHE_HOME/kimi-dflash, else ~/.cache/kimi-dflash."""
-    override = os.environ.get(CACHE_ENV)
-    if override:
+    if override := os.environ.get(CACHE_ENV):
         return Path(override).expanduser().resolve()
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"

@@ -24,7 +24,7 @@ _MIN_PREFIX = 3
 _URL_IN_TEXT = re.compile(r"(?:[A-Za-z][A-Za-z0-9+.-]*:)?//\S*|(?<![^\s=,'\"(])[^\s/@:'\"=,(]+:\S*@\S*")
 
 
-def spelled_option(arg: str, options: Iterable[str]) -> str | None:
+def spelled_option(arg: str, options: Iterable[str] = SECRET_OPTIONS) -> str | None:
     """The option of ``options`` that ``arg`` spells in any way argparse (or vLLM's parser) would take it: exact,
     abbreviated, with underscores, with "=VALUE" or a dotted sub-key (``--api_k.x=K`` -> ``--api-key``); None if
     none."""
@@ -34,8 +34,7 @@ def spelled_option(arg: str, options: Iterable[str]) -> str | None:
     return next((option for option in options if option.startswith(flag)), None)
 
 
-def secret_option(arg: str, options: Iterable[str] = SECRET_OPTIONS) -> str | None:
-    return spelled_option(arg, options)
+secret_option = spelled_option  # by default, of the secret options
 
 
 def _userinfo(url: str) -> tuple[int, int] | None:

@@ -1,7 +1,6 @@
 """The one guarded reader for every file a user names: a regular file only (a FIFO would block, a device never end),
 a size cap checked before the bytes are held, UTF-8, and for JSON a nesting cap checked before the parser recurses.
-Every refusal is an ``UnreadableFile`` (``UserError``, exit 2). Standard library only: the benchmark uses it too.
-"""
+Every refusal is an ``UnreadableFile`` (``UserError``, exit 2). Standard library only: the benchmark uses it too."""
 
 from __future__ import annotations
 
@@ -26,15 +25,9 @@ class UnreadableFile(UserError):
 
 def file_kind(mode: int) -> str:
     """What a file that is not a regular one is, for messages ("a directory", "a FIFO (named pipe)" ...)."""
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO (named pipe)"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a regular file"
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
+    kinds += ((stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
+    return next((kind for test, kind in kinds if test(mode)), "not a regular file")
 
 
 def _size(n: int) -> str:
@@ -140,8 +133,7 @@ def json_depth_problem(text: str, max_depth: int = MAX_JSON_DEPTH) -> str | None
 
 def parse_user_json(text: str, *, where: str, max_depth: int = MAX_JSON_DEPTH) -> Any:
     """JSON from a user's text (a file's, or an option's value), with the nesting cap; ``where`` names it."""
-    problem = json_depth_problem(text, max_depth)
-    if problem:
+    if problem := json_depth_problem(text, max_depth):
         raise UnreadableFile(f"{where}: {problem}; flatten it")
     try:
         return json.loads(text)

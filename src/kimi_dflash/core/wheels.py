@@ -1,6 +1,5 @@
 """A released wheel from the package index, downloaded once with pip into cache_root()/wheels and then reused
-(SpecForge's schema in drafter_training; the lab's fallback when the index refuses range requests). Stdlib only.
-"""
+(SpecForge's schema in drafter_training; the lab's fallback when the index refuses range requests). Stdlib only."""
 
 from __future__ import annotations
 
@@ -23,8 +22,7 @@ def find_cached_wheel(version: str, cache: Path | None = None, dist: str = "vllm
 
 
 def download_wheel(version: str, cache: Path | None = None, dist: str = "vllm") -> Path:
-    cached = find_cached_wheel(version, cache, dist)
-    if cached is not None:
+    if (cached := find_cached_wheel(version, cache, dist)) is not None:
         return cached
     wheels_dir = (cache or cache_root()) / "wheels"
     wheels_dir.mkdir(parents=True, exist_ok=True)

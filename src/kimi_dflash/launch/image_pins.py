@@ -1,17 +1,9 @@
 """Pins that keep `pip install` from changing anything a GPU image already ships (vLLM, torch, their deps).
 
-A ROCm vLLM image carries a dev or pre-release vLLM (e.g. 0.20.1.dev5+g...rocm700) and a ROCm torch. Any
-requirement on vllm or torch lets pip "upgrade" them to the CUDA wheels from PyPI: a pre-release does not
-satisfy `vllm>=0.20.0` in pip's eyes. So the image install pins every installed distribution to the version
-it has, for that one pip run, and checks afterwards that nothing moved:
-
-    python -m kimi_dflash.launch.image_pins > pins.txt           # name==version of everything installed
-    python -m pip install --constraint pins.txt -e '.[gpu]'
-    python -m kimi_dflash.launch.image_pins --verify pins.txt    # exit 1 if any pinned version changed
-
-launchers/install-into-image.sh runs exactly these three steps. Standard library only: it runs before the
-project is installed (PYTHONPATH=src).
-"""
+A ROCm image's dev or pre-release vLLM (0.20.1.dev5+g...rocm700) does not satisfy `vllm>=0.20.0` in pip's eyes,
+so any requirement on vllm or torch would "upgrade" them to PyPI's CUDA wheels. Without options: name==version of
+every installed distribution (pip's --constraint file); --verify PINS: exit 1 if a pinned version moved.
+launchers/install-into-image.sh runs both around its pip install. Standard library only (runs with PYTHONPATH=src)."""
 
 from __future__ import annotations
 
@@ -47,12 +39,8 @@ def pins(versions: dict[str, str]) -> list[str]:
 
 
 def read_pins(path: Path) -> dict[str, str]:
-    result = {}
-    for line in read_user_text(path, what="pins file").splitlines():
-        name, sep, version = line.strip().partition("==")
-        if sep:
-            result[canonical(name)] = version
-    return result
+    lines = (line.strip().partition("==") for line in read_user_text(path, what="pins file").splitlines())
+    return {canonical(name): version for name, sep, version in lines if sep}
 
 
 def changed(pinned: dict[str, str], now: dict[str, str]) -> list[str]:
@@ -80,14 +68,10 @@ def main(args: PinsOptions) -> int:
     except UnreadableFile as error:
         print(f"image_pins: {error}", file=sys.stderr)
         return 2
-    moved = changed(pinned, installed())
-    if moved:
+    if moved := changed(pinned, installed()):
         print("image_pins: the install changed packages the image shipped:\n  " + "\n  ".join(moved), file=sys.stderr)
         return 1
-    print(
-        f"image_pins: all {len(pinned)} pinned distributions unchanged (vLLM and torch included)",
-        file=sys.stderr,
-    )
+    print(f"image_pins: all {len(pinned)} pinned distributions unchanged (vLLM and torch included)", file=sys.stderr)
     return 0
 
 

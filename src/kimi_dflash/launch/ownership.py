@@ -2,8 +2,7 @@
 
 A detached start records pid, its kernel start time and a random token (KIMI_DFLASH_SERVER_TOKEN) that every
 process vLLM spawns inherits: /proc/<pid>/environ names the server's family, orphans included, and a reused pid
-fails the check (docs/lifecycle.md). Linux only (/proc).
-"""
+fails the check (docs/lifecycle.md). Linux only (/proc)."""
 
 from __future__ import annotations
 
@@ -58,13 +57,6 @@ def pid_max(proc: Path = PROC) -> int:
         return 4_194_304  # the kernel's upper limit
 
 
-def _valid_pid(value: object, proc: Path = PROC) -> int:
-    # bool is an int in Python; 0 and negatives would make kill() signal process groups, not one process.
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 < value <= pid_max(proc):
-        raise PidFileError(f"pid {value!r} is not a valid process id (2..{pid_max(proc)})")
-    return value
-
-
 def parse_record(text: str, proc: Path = PROC) -> ServerRecord:
     """The record in a pid file; PidFileError for anything this project did not write (bare pids included)."""
     try:
@@ -80,10 +72,12 @@ def parse_record(text: str, proc: Path = PROC) -> ServerRecord:
     if not isinstance(data, dict):
         raise PidFileError(f"unreadable content {text.strip()[:40]!r}")
     try:
-        pid = _valid_pid(data["pid"], proc)
-        ticks, token, port = data["start_ticks"], data["token"], data["port"]
+        pid, ticks, token, port = data["pid"], data["start_ticks"], data["token"], data["port"]
     except KeyError as missing:
         raise PidFileError(f"the record lacks {missing}") from None
+    # bool is an int in Python; 0 and negatives would make kill() signal process groups, not one process.
+    if isinstance(pid, bool) or not isinstance(pid, int) or not 1 < pid <= pid_max(proc):
+        raise PidFileError(f"pid {pid!r} is not a valid process id (2..{pid_max(proc)})")
     if not (isinstance(ticks, int) and ticks >= 0 and isinstance(token, str) and len(token) >= 16):
         raise PidFileError("the record's start time or token is malformed")
     if not (isinstance(port, int) and 0 < port < 65536):
@@ -137,11 +131,8 @@ def _processes(proc: Path) -> list[int]:
 
 def is_ours(record: ServerRecord, proc: Path = PROC) -> bool:
     """The recorded pid is alive, started when recorded, and carries the recorded token."""
-    return (
-        start_ticks(record.pid, proc) == record.start_ticks
-        and alive(record.pid, proc)
-        and _token_of(record.pid, proc) == record.token
-    )
+    pid = record.pid
+    return start_ticks(pid, proc) == record.start_ticks and alive(pid, proc) and _token_of(pid, proc) == record.token
 
 
 def family(token: str, proc: Path = PROC) -> list[int]:
@@ -207,11 +198,9 @@ def socket_holders(inodes: set[int], pids: list[int], proc: Path = PROC) -> dict
 def others_listening(port: int, token: str, proc: Path = PROC) -> str | None:
     """Who besides the server carrying ``token`` listens on ``port`` (for a message); None: only that server.
     Nothing listening counts as others too (what answered is a proxy or another namespace)."""
-    inodes = listening_sockets(port, proc)
-    if not inodes:
+    if not (inodes := listening_sockets(port, proc)):
         return f"no process of this machine listens on port {port}"
-    foreign = inodes - socket_holders(inodes, family(token, proc), proc).keys()
-    if not foreign:
+    if not (foreign := inodes - socket_holders(inodes, family(token, proc), proc).keys()):
         return None
     pids = sorted(set(socket_holders(foreign, _processes(proc), proc).values()))
     return f"pid {', '.join(map(str, pids))}" if pids else "a process of another user"

@@ -2,8 +2,7 @@
 once), the plan, the deployment the rules judge, the verdict of the vLLM that serves (read from its source, never
 imported), and the verdict's remedies applied: a config value, an environment variable, the drafter's RoPE overlay
 (built when `create`). serve (every mode), check-vllm, qualify, the image's patch step and the lab go through
-`prepare`, so each judges what serve serves.
-"""
+`prepare`, so each judges what serve serves."""
 
 from __future__ import annotations
 
@@ -92,8 +91,7 @@ class Prepared:
 
         on_rocm = self.deployment.platform == "rocm"
         judged = self.verdict and Path(self.verdict.vllm_origin)  # the serving Python's vLLM
-        root = floor.package_dir(vllm_root or judged)
-        if root is not None and floor.package_at_floor(root):
+        if (root := floor.package_dir(vllm_root or judged)) is not None and floor.package_at_floor(root):
             say(f"patches: vLLM at {root} is {floor.describe()}: nothing to check or write")
             return True
         from kimi_dflash.patcher.engine import EXIT_UNRECOGNISED, apply_pending, status_table
@@ -110,11 +108,9 @@ class Prepared:
                 say("patches: this vLLM tree is not one the patcher recognises; refusing to start on ROCm")
                 return False
             pending = {s.patch.id for s in table.states if s.status is Status.PENDING}
-            verdict = self.verdict
-            if verdict is None or verdict.vllm_origin != str(table.root):
+            if (verdict := self.verdict) is None or verdict.vllm_origin != str(table.root):
                 verdict = judge(self.deployment, VllmSource.open(table.root))
-            needed = [r.name for r in verdict.remedies("file patch") if r.name in pending]
-            if needed:
+            if needed := [r.name for r in verdict.remedies("file patch") if r.name in pending]:
                 say(f"patches: writing the file patch(es) this plan needs: {', '.join(needed)}")
                 say(apply_pending(table.root, only=needed).after.to_text())
             elif table.exit_code == 1:

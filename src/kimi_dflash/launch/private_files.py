@@ -1,7 +1,6 @@
 """The launcher's own files in the project cache (port locks, pid records, the default log): in directories only
 this user can write, opened without following symlinks (a planted symlink made root write anywhere:
-docs/security.md). A sticky bit does not make a shared directory ours: others still create names in it.
-"""
+docs/security.md). A sticky bit does not make a shared directory ours: others still create names in it."""
 
 from __future__ import annotations
 

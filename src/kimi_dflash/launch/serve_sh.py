@@ -1,7 +1,6 @@
 """The one place a workflow (sweep, qualify) starts and stops a config's server: ``serve.sh CONFIG --wait`` on a free
 port, then ``--stop``. The server up right now is named in ``running.json`` beside the run's results, so a rerun
-after a hard kill or a refused stop stops it before starting anything.
-"""
+after a hard kill or a refused stop stops it before starting anything."""
 
 from __future__ import annotations
 
@@ -72,10 +71,6 @@ def tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
         return []
 
 
-def _last_line(done: subprocess.CompletedProcess[str]) -> str:
-    return (done.stderr.strip().splitlines() or done.stdout.strip().splitlines() or [""])[-1]
-
-
 @dataclass(frozen=True)
 class ServeSh:
     """serve.sh (or what it runs: SERVE_COMMAND; tests put a stand-in here) for one config."""
@@ -89,16 +84,16 @@ class ServeSh:
         environ = {k: v for k, v in os.environ.items() if k not in {"API_KEY", "HOST"}}
         environ.update({**env, "PORT": str(port)})
         environ.setdefault("KIMI_PYTHON", self.python)
-        return subprocess.run([*self.command, str(self.config), *args], env=environ, capture_output=True, text=True,
-                              check=False)  # fmt: skip
+        return subprocess.run(
+            [*self.command, str(self.config), *args], env=environ, capture_output=True, text=True, check=False
+        )
 
     def stop(self, env: Mapping[str, str], port: int) -> None:
         """`serve.sh --stop`; ServerLeftRunning when it fails (the record then keeps naming the server)."""
-        stopped = self._run(env, port, "--stop")
-        if stopped.returncode != 0:
+        if (stopped := self._run(env, port, "--stop")).returncode != 0:
             shown_env = (f"{k}={shlex.quote(v)}" for k, v in {**env, "PORT": str(port)}.items() if k != "API_KEY")
             shown = " ".join([*shown_env, shlex.join([*self.command, str(self.config), "--stop"])])
-            said = _last_line(stopped)
+            said = (stopped.stderr.strip().splitlines() or stopped.stdout.strip().splitlines() or [""])[-1]
             raise ServerLeftRunning(port, shown, f"exit {stopped.returncode}" + (f": {said}" if said else ""))
         self.record.unlink(missing_ok=True)
 
@@ -110,8 +105,7 @@ class ServeSh:
         RunningServer(point=name, port=port, env=dict(env)).save(self.record)
         say(f"starting the server on port {port}")
         try:
-            started = self._run(env, port, "--wait", "--log", str(log))
-            if started.returncode == 0:
+            if (started := self._run(env, port, "--wait", "--log", str(log))).returncode == 0:
                 yield Started(port)
             else:
                 detail = (started.stderr.strip().splitlines() or [f"serve.sh exited {started.returncode}"])[-1]

@@ -111,11 +111,8 @@ def run_foreground(plan: LaunchPlan, log_path: Path | None) -> int:
     def on_signal(signum: int, _frame: object) -> None:
         if not stopping.is_set():
             stopping.set()
-            print(
-                f"\nserve: got {signal.Signals(signum).name}, stopping vLLM (pid {process.pid})...",
-                file=sys.stderr,
-                flush=True,
-            )
+            name = signal.Signals(signum).name
+            print(f"\nserve: got {name}, stopping vLLM (pid {process.pid})...", file=sys.stderr, flush=True)
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
@@ -178,14 +175,14 @@ def wait_until_ready(
     by a process carrying it (another server answering there is not this start's), and only then is the key sent."""
     started = time.monotonic()
     next_progress = started + PROGRESS_INTERVAL_S
+
+    def last_lines() -> str:
+        return f"Last lines of {log_path}:\n{tail(log_path, start=log_start)}"
+
     while True:
         elapsed = time.monotonic() - started
-        code = process.poll()
-        if code is not None:
-            say(
-                f"serve: vLLM exited with code {code} after {elapsed:.0f} s. Last lines of {log_path}:\n"
-                f"{tail(log_path, start=log_start)}"
-            )
+        if (code := process.poll()) is not None:
+            say(f"serve: vLLM exited with code {code} after {elapsed:.0f} s. {last_lines()}")
             return False
         detail = _answer(plan, "/health", timeout_s=5)  # without the key: whoever answers may not be ours
         other = ownership.others_listening(plan.port, token) if detail is None and token is not None else None
@@ -203,10 +200,7 @@ def wait_until_ready(
             say(f"serve: ready after {elapsed:.1f} s at {plan.base_url} (model {plan.served_model_name})")
             return True
         if elapsed > timeout_s:
-            say(
-                f"serve: not ready after {timeout_s:.0f} s ({detail}). Last lines of {log_path}:\n"
-                f"{tail(log_path, start=log_start)}"
-            )
+            say(f"serve: not ready after {timeout_s:.0f} s ({detail}). {last_lines()}")
             return False
         if time.monotonic() >= next_progress:
             next_progress += PROGRESS_INTERVAL_S
@@ -241,11 +235,8 @@ def start_and_wait(
     except OSError:
         log_start = 0
     on_main_thread = threading.current_thread() is threading.main_thread()
-    previous = (
-        {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGTERM, signal.SIGHUP)}
-        if on_main_thread
-        else {}
-    )
+    signals = (signal.SIGTERM, signal.SIGHUP) if on_main_thread else ()
+    previous = {sig: signal.signal(sig, _raise_interrupted) for sig in signals}
     process = None
     ignoring_sigint = False
     try:
@@ -330,7 +321,8 @@ def stop_detached(
             f"Nothing was stopped; remove the file once you are sure no server of yours runs.",
         )
     if record is None:
-        stopped = stop_orphans(_port_from_name(pid_path), say)
+        digits = pid_path.stem.rpartition("-")[2]  # serve-<port>.pid
+        stopped = stop_orphans(int(digits) if digits.isdigit() else -1, say)
         extra = f"; stopped {len(stopped)} leftover vLLM process(es)" if stopped else ""
         return StopOutcome(True, f"no server recorded in {pid_path}{extra}")
     if not ownership.is_ours(record):
@@ -353,8 +345,3 @@ def stop_detached(
     pid_path.unlink(missing_ok=True)
     ownership.remove_kmp_residue(sorted(set(members)))
     return StopOutcome(True, f"stopped server {record.pid} ({len(set(members))} process(es))")
-
-
-def _port_from_name(pid_path: Path) -> int:
-    digits = pid_path.stem.rpartition("-")[2]
-    return int(digits) if digits.isdigit() else -1

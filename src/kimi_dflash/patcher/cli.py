@@ -16,13 +16,10 @@ from kimi_dflash.patcher.registry import PATCHES
 _DESCRIPTION = """\
 Feature-probed, self-retiring vLLM source patches for DFlash next to an MLA target on ROCm.
 
-Each patch knows the upstream change that makes it unnecessary and probes the source for that
-feature (never the version string). A patch is `retired` when the fix is upstream, `pending` when
-the exact old code is there, `applied` when our patched code and marker are there, and
-`unrecognised` otherwise; an unrecognised tree is refused and nothing is written.
-
-Prefer the vLLM plugin (installed with this project) where it can do the job: it applies the
-runtime-capable patches in every vLLM process without editing site-packages. Use `apply` for the
+Each patch probes the source for its upstream fix (never the version string): `retired` when the fix is
+there, `pending` when the exact old code is, `applied` when our code and marker are, else `unrecognised`
+(the tree is refused, nothing written). Prefer the vLLM plugin (installed with this project): it applies
+the runtime-capable patches in every vLLM process without editing site-packages. Use `apply` for the
 file-only patch (triton-noncausal) or for images that must not depend on the plugin.
 """
 
@@ -44,13 +41,17 @@ examples:
 
 @dataclass(kw_only=True)
 class PatchOptions:
-    command: Literal["list", "check", "apply", "revert", "diff"] = option("what to do (below)", positional=True,
-        required=True, metavar="COMMAND")  # fmt: skip
-    vllm_root: str | None = option("the `vllm` package directory to inspect or patch (default: the installed vllm, "
-        "found without importing it)", metavar="DIR")  # fmt: skip
+    command: Literal["list", "check", "apply", "revert", "diff"] = option(
+        "what to do (below)", positional=True, required=True, metavar="COMMAND"
+    )
+    vllm_root: str | None = option(
+        "the `vllm` package directory to inspect or patch (default: the installed vllm, found without importing it)",
+        metavar="DIR",
+    )
     json: bool = option("machine-readable output on stdout")
-    only: list[str] = option("restrict to this patch id (repeatable); see `list`", flag="--patch", repeatable=True,
-        metavar="ID")  # fmt: skip
+    only: list[str] = option(
+        "restrict to this patch id (repeatable); see `list`", flag="--patch", repeatable=True, metavar="ID"
+    )
 
 
 add_cli_args = declare(PatchOptions, _DESCRIPTION, _EPILOG)
@@ -91,11 +92,8 @@ def _change(args: PatchOptions) -> int:
         print(_json(result.to_json()))
     else:
         verb = "patched" if args.command == "apply" else "restored"
-        if result.changed_files:
-            for path in result.changed_files:
-                print(f"{verb} vllm/{path}")
-        else:
-            print(f"nothing to {args.command}: no file changed")
+        changed = [f"{verb} vllm/{path}" for path in result.changed_files]
+        print("\n".join(changed) or f"nothing to {args.command}: no file changed")
         print(result.after.to_text())
     return 0
 

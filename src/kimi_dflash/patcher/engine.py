@@ -15,13 +15,16 @@ from kimi_dflash.patcher.status import check_compiles, evaluate_all, plan_apply,
 from kimi_dflash.patcher.txn import patcher_lock, write_all_or_nothing
 
 EXIT_OK, EXIT_PENDING, EXIT_UNRECOGNISED = 0, 1, 2
+Root = str | Path | None  # the vllm package directory, or its parent (None: the installed vLLM)
+Ids = Iterable[str] | None  # only these patches (None: all)
+Registry = tuple[Patch, ...]
+_EXITS = ((Status.UNRECOGNISED, EXIT_UNRECOGNISED), (Status.PENDING, EXIT_PENDING))  # the worst status decides
 
 
-def resolve_vllm_root(vllm_root: str | Path | None = None) -> Path:
+def resolve_vllm_root(vllm_root: Root = None) -> Path:
     """The vllm package directory: given explicitly (the package dir or its parent), or the one this process runs
     or would import, found without importing vLLM (importing it is slow and may need a GPU runtime)."""
-    root = floor.package_dir(None if vllm_root is None else Path(vllm_root))
-    if root is None:
+    if (root := floor.package_dir(None if vllm_root is None else Path(vllm_root))) is None:
         raise UnrecognisedSource(
             "vLLM is not importable in this Python environment, so there is no default tree to "
             "patch. Install vLLM here, or pass --vllm-root DIR (the `vllm` package directory)."
@@ -32,11 +35,6 @@ def resolve_vllm_root(vllm_root: str | Path | None = None) -> Path:
             f"__init__.py and v1/). Pass --vllm-root pointing at it."
         )
     return root.resolve()
-
-
-def read_vllm_version(root: Path) -> str | None:
-    """Informational only (shown in the table); no decision is ever made from it."""
-    return floor.version(lambda name: (root / name).read_text() if (root / name).is_file() else None)
 
 
 def read_texts(root: Path, patches: Iterable[Patch] = PATCHES) -> dict[str, str | None]:
@@ -59,11 +57,7 @@ class StatusTable:
     @property
     def exit_code(self) -> int:
         statuses = {state.status for state in self.states}
-        if Status.UNRECOGNISED in statuses:
-            return EXIT_UNRECOGNISED
-        if Status.PENDING in statuses:
-            return EXIT_PENDING
-        return EXIT_OK
+        return next((code for status, code in _EXITS if status in statuses), EXIT_OK)
 
     def by_id(self) -> dict[str, PatchState]:
         return {state.patch.id: state for state in self.states}
@@ -94,29 +88,26 @@ class StatusTable:
         return "\n".join([*lines, f"=> {self.summary()}"])
 
 
-def _select(only: Iterable[str] | None, registry: tuple[Patch, ...]) -> tuple[Patch, ...]:
+def _select(only: Ids, registry: Registry) -> Registry:
     if not only:
         return registry
     known = {p.id for p in registry}
-    unknown = sorted(set(only) - known)
-    if unknown:
+    if unknown := sorted(set(only) - known):
         raise PatcherError(f"unknown patch id(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
     return tuple(p for p in registry if p.id in set(only))
 
 
-def _look(
-    vllm_root: str | Path | None, only: Iterable[str] | None, registry: tuple[Patch, ...]
-) -> tuple[StatusTable, dict[str, str | None]]:
+def _look(vllm_root: Root, only: Ids, registry: Registry) -> tuple[StatusTable, dict[str, str | None]]:
     """The status table of a tree and the texts it was judged from. Reads, never writes."""
     root = resolve_vllm_root(vllm_root)
     patches = _select(only, registry)
     texts = read_texts(root, patches)
-    return StatusTable(root, read_vllm_version(root), evaluate_all(patches, texts)), texts
+    # The version is informational only (shown in the table); no decision is ever made from it.
+    version = floor.version(lambda name: (root / name).read_text() if (root / name).is_file() else None)
+    return StatusTable(root, version, evaluate_all(patches, texts)), texts
 
 
-def status_table(
-    vllm_root: str | Path | None = None, only: Iterable[str] | None = None, registry: tuple[Patch, ...] = PATCHES
-) -> StatusTable:
+def status_table(vllm_root: Root = None, only: Ids = None, registry: Registry = PATCHES) -> StatusTable:
     """Status of every registry patch (or the `only` ids) in a vLLM tree. Reads, never writes."""
     return _look(vllm_root, only, registry)[0]
 
@@ -142,15 +133,12 @@ _ACTIONS = {
 }
 
 
-def _change(
-    action: str, vllm_root: str | Path | None, only: Iterable[str] | None, registry: tuple[Patch, ...]
-) -> ChangeResult:
+def _change(action: str, vllm_root: Root, only: Ids, registry: Registry) -> ChangeResult:
     planner, wanted = _ACTIONS[action]
     root = resolve_vllm_root(vllm_root)
     with patcher_lock(root):
         before, texts = _look(root, only, registry)
-        bad = [s for s in before.states if s.status is Status.UNRECOGNISED]
-        if bad:
+        if bad := [s for s in before.states if s.status is Status.UNRECOGNISED]:
             lines = [f"refusing to {action}: unrecognised source in {root}; nothing was written"]
             for state in bad:
                 lines += [f"  {state.patch.id}: {state.detail}", *(f"    - {problem}" for problem in state.problems)]
@@ -160,8 +148,7 @@ def _change(
         if new_texts:
             write_all_or_nothing(root, {path: (texts[path] or "", text) for path, text in new_texts.items()})
         after = status_table(root, only, registry)
-        wrong = [s for s in after.states if s.status not in wanted]
-        if wrong:
+        if wrong := [s for s in after.states if s.status not in wanted]:
             # Cannot happen unless a patch is inconsistent with its own probes: undo, then report.
             if new_texts:
                 write_all_or_nothing(root, {path: (text, texts[path] or "") for path, text in new_texts.items()})
@@ -170,23 +157,17 @@ def _change(
     return ChangeResult(before, after, tuple(sorted(new_texts)))
 
 
-def apply_pending(
-    vllm_root: str | Path | None = None, only: Iterable[str] | None = None, registry: tuple[Patch, ...] = PATCHES
-) -> ChangeResult:
+def apply_pending(vllm_root: Root = None, only: Ids = None, registry: Registry = PATCHES) -> ChangeResult:
     """All or nothing; idempotent."""
     return _change("apply", vllm_root, only, registry)
 
 
-def revert_applied(
-    vllm_root: str | Path | None = None, only: Iterable[str] | None = None, registry: tuple[Patch, ...] = PATCHES
-) -> ChangeResult:
+def revert_applied(vllm_root: Root = None, only: Ids = None, registry: Registry = PATCHES) -> ChangeResult:
     """Restore the byte-identical original of every file a patch (or the `only` ids) touched."""
     return _change("revert", vllm_root, only, registry)
 
 
-def diff(
-    vllm_root: str | Path | None = None, only: Iterable[str] | None = None, registry: tuple[Patch, ...] = PATCHES
-) -> str:
+def diff(vllm_root: Root = None, only: Ids = None, registry: Registry = PATCHES) -> str:
     """Unified diff: what `apply` would change (pending) and what was changed (applied)."""
     table, texts = _look(vllm_root, only, registry)
     chunks = []

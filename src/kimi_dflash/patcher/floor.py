@@ -1,8 +1,7 @@
 """The vLLM releases the project supports, declared once (from OLDEST, the first with DFlash), and where a Python's
 vLLM is. The patch floor is the first vLLM whose source carries the upstream fix of every patch in the registry: at or
 above it none of the patch machinery is loaded (serve, rules, plugin). Decided by a probe of the source (vllm #48520,
-0.26.0), never by the version string; a slow test checks every release's wheel. Standard library only.
-"""
+0.26.0), never by the version string; a slow test checks every release's wheel. Standard library only."""
 
 from __future__ import annotations
 
@@ -65,8 +64,7 @@ def package_dir(
         except (OSError, subprocess.TimeoutExpired):
             return None
         return None if found.strip() in ("-", "") else Path(found.rstrip("\n"))
-    module = sys.modules.get("vllm")
-    if module is not None and getattr(module, "__path__", None):
+    if (module := sys.modules.get("vllm")) is not None and getattr(module, "__path__", None):
         return Path(next(iter(module.__path__)))
     try:
         spec = importlib.util.find_spec("vllm")

@@ -26,10 +26,8 @@ class Edit:
 def describe_block(text: str) -> str:
     """A short, human-readable name for a block of code: its first and last non-blank lines."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if not lines:
-        return "''"
-    if len(lines) == 1:
-        return repr(lines[0])
+    if len(lines) < 2:
+        return repr("".join(lines))
     return f"{lines[0]!r} ... {lines[-1]!r} ({len(lines)} lines)"
 
 

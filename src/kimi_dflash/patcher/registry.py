@@ -1,8 +1,7 @@
 """The patches the recipe needs to run DFlash next to an MLA target on ROCm, per vLLM version (docs/patches.md).
 
 Edits live in kimi_dflash/data/patches/<id>.diff (anchors read from the PyPI wheels 0.20.0 - 0.33.0);
-`upstream_since` is for the docs only. Patched code never imports kimi_dflash, so a patched image works without it.
-"""
+`upstream_since` is for the docs only. Patched code never imports kimi_dflash, so a patched image works without it."""
 
 from __future__ import annotations
 
@@ -85,20 +84,12 @@ TARGET_MLA_CAUSAL = Patch(
             r"^\s+use_non_causal: bool\b",
             "AttentionConfig has a use_non_causal field (set only in the drafter's config)",
         ),
-        Probe(
-            SELECTOR,
-            r"attention_config\.use_non_causal",
-            "the selector takes use_non_causal from the model's own attention config",
-        ),
+        Probe(SELECTOR, r"attention_config\.use_non_causal", "the selector reads the model's own use_non_causal"),
     ),
     edits=read_edits("target-mla-causal"),
     runtime="target-mla-causal",
     runtime_hooks=(
-        Probe(
-            SELECTOR,
-            r"^def _cached_get_attn_backend\(",
-            "module-level _cached_get_attn_backend() in the selector",
-        ),
+        Probe(SELECTOR, r"^def _cached_get_attn_backend\(", "module-level _cached_get_attn_backend() in the selector"),
         Probe(
             SELECTOR,
             r"attn_selector_config=attn_selector_config",
@@ -124,21 +115,13 @@ DFLASH_ASSERT_GATE = Patch(
     upstream_pr="#43445",
     upstream_since="0.23.0",
     retired_when=(
-        Probe(
-            DFLASH,
-            r"if not self\.dflash_causal:",
-            "the DFlash metadata check only runs when the drafter needs non-causal attention",
-        ),
+        Probe(DFLASH, r"if not self\.dflash_causal:", "the DFlash metadata check runs only for a non-causal drafter"),
     ),
     edits=read_edits("dflash-assert-gate"),
     runtime="dflash-assert-gate",
     runtime_hooks=(
         Probe(DFLASH, r"^class DFlashProposer\(", "class DFlashProposer"),
-        Probe(
-            DFLASH,
-            r"def build_per_group_and_layer_attn_metadata\(",
-            "DFlashProposer.build_per_group_and_layer_attn_metadata()",
-        ),
+        Probe(DFLASH, r"def build_per_group_and_layer_attn_metadata\(", "DFlashProposer's metadata builder"),
     ),
     needed_when=Need(
         "the DFlash drafter's backend builds metadata without a `causal` field (TRITON_ATTN before "
@@ -160,16 +143,8 @@ TRITON_NONCAUSAL = Patch(
     upstream_pr="not identified",
     upstream_since="0.24.0",
     retired_when=(
-        Probe(
-            TRITON_KERNEL,
-            r"USE_CAUSAL: tl\.constexpr",
-            "the unified Triton kernel has a USE_CAUSAL constexpr",
-        ),
-        Probe(
-            TRITON_BACKEND,
-            r"def supports_non_causal\(cls\)",
-            "TRITON_ATTN declares supports_non_causal()",
-        ),
+        Probe(TRITON_KERNEL, r"USE_CAUSAL: tl\.constexpr", "the unified Triton kernel has a USE_CAUSAL constexpr"),
+        Probe(TRITON_BACKEND, r"def supports_non_causal\(cls\)", "TRITON_ATTN declares supports_non_causal()"),
     ),
     edits=read_edits("triton-noncausal"),
     needed_when=Need(
@@ -195,11 +170,7 @@ MLA_SWA_ASSERT = Patch(
     runtime="mla-swa-assert",
     runtime_hooks=(
         Probe(ATTENTION_LAYER, r"^class Attention\(", "class Attention"),
-        Probe(
-            ATTENTION_LAYER,
-            r"def get_kv_cache_spec\(self, vllm_config",
-            "Attention.get_kv_cache_spec(self, vllm_config)",
-        ),
+        Probe(ATTENTION_LAYER, r"def get_kv_cache_spec\(self, vllm_config", "Attention.get_kv_cache_spec()"),
     ),
     needed_when=Need(
         "the target is MLA and the DFlash drafter has sliding-window layers",
@@ -207,13 +178,7 @@ MLA_SWA_ASSERT = Patch(
     ),
 )
 
-PATCHES: tuple[Patch, ...] = (
-    AITER_FA_NONCAUSAL,
-    TARGET_MLA_CAUSAL,
-    DFLASH_ASSERT_GATE,
-    TRITON_NONCAUSAL,
-    MLA_SWA_ASSERT,
-)
+PATCHES = (AITER_FA_NONCAUSAL, TARGET_MLA_CAUSAL, DFLASH_ASSERT_GATE, TRITON_NONCAUSAL, MLA_SWA_ASSERT)
 
 
 def source_paths(patches: Iterable[Patch] = PATCHES) -> tuple[str, ...]:

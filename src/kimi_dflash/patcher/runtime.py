@@ -1,8 +1,7 @@
 """Plugin delivery: the registry's runtime patches inside a vLLM process (kimi_dflash.vllm_plugin.register()).
 
 Pending runtime patches install when vLLM imports their module; file-only ones warn; unrecognised trees raise
-(vLLM does not swallow errors from register()). KIMI_DFLASH_PATCHES=off skips all of it.
-"""
+(vLLM does not swallow errors from register()). KIMI_DFLASH_PATCHES=off skips all of it."""
 
 from __future__ import annotations
 
@@ -85,12 +84,8 @@ def apply_runtime_patches(vllm_root: Path | None = None) -> None:
     if not runtime and not file_only:
         logger.info("kimi-dflash patches (%s): nothing to do: %s", where, "; ".join(done))
     else:
-        logger.info(
-            "kimi-dflash patches (%s): runtime: %s; already done: %s",
-            where,
-            ", ".join(runtime) or "none",
-            "; ".join(done) or "none",
-        )
+        installed, kept = ", ".join(runtime) or "none", "; ".join(done) or "none"
+        logger.info("kimi-dflash patches (%s): runtime: %s; already done: %s", where, installed, kept)
     for patch_id in file_only:
         logger.warning(
             "kimi-dflash patches: %s is pending and can only be applied to the source files "

@@ -19,9 +19,6 @@ def _already(obj: object, patch_id: str) -> bool:
     return getattr(obj, _TAG, None) == patch_id
 
 
-# --- target-mla-causal -------------------------------------------------------------------------
-
-
 def force_causal_for_mla(selector_config: Any) -> Any:
     """An MLA layer is a target layer: never ask its backend for non-causal attention."""
     if getattr(selector_config, "use_mla", False) and getattr(selector_config, "use_non_causal", False):
@@ -50,16 +47,12 @@ def install_target_mla_causal(selector: ModuleType) -> None:
         selector._cached_get_attn_backend = wrap_cached_get_attn_backend(current)
 
 
-# --- dflash-assert-gate ------------------------------------------------------------------------
-
-
 def check_drafter_layers_non_causal(draft_attn_groups: Iterable[Any], per_layer: Mapping[str, object]) -> None:
     """Raise unless every drafter layer attends non-causally: metadata with causal=False, or without a `causal`
     field on a backend that declares supports_non_causal()."""
     backends = {name: group.backend for group in draft_attn_groups for name in group.layer_names}
     for layer_name, attn_metadata in per_layer.items():
-        causal = getattr(attn_metadata, "causal", None)
-        if causal is False:
+        if (causal := getattr(attn_metadata, "causal", None)) is False:
             continue
         backend = backends.get(layer_name)
         if causal is None and backend is not None and backend.supports_non_causal():
@@ -88,9 +81,6 @@ def install_dflash_assert_gate(dflash: ModuleType) -> None:
 
     setattr(build_per_group_and_layer_attn_metadata, _TAG, "dflash-assert-gate")
     proposer.build_per_group_and_layer_attn_metadata = build_per_group_and_layer_attn_metadata
-
-
-# --- mla-swa-assert ----------------------------------------------------------------------------
 
 
 class ConfigView:
@@ -140,8 +130,5 @@ def install_mla_swa_assert(attention: ModuleType) -> None:
 INSTALLERS: dict[str, tuple[str, Callable[[ModuleType], None]]] = {
     "target-mla-causal": ("vllm.v1.attention.selector", install_target_mla_causal),
     "dflash-assert-gate": ("vllm.v1.spec_decode.dflash", install_dflash_assert_gate),
-    "mla-swa-assert": (
-        "vllm.model_executor.layers.attention.attention",
-        install_mla_swa_assert,
-    ),
+    "mla-swa-assert": ("vllm.model_executor.layers.attention.attention", install_mla_swa_assert),
 }

@@ -1,7 +1,6 @@
 """What a vLLM tree needs for each patch (applied, retired, pending, else unrecognised), and the texts `apply` and
 `revert` would write: pure functions over file contents. Each patched file ends with a marker line holding the
-sha256 of the file before it, so `revert` can prove it restored the original byte for byte.
-"""
+sha256 of the file before it, so `revert` can prove it restored the original byte for byte."""
 
 from __future__ import annotations
 
@@ -32,10 +31,6 @@ def sha256_text(text: str) -> str:
 
 def find_markers(text: str) -> list[Marker]:
     return [Marker(m["id"], m["sha"], m["newline"] is not None) for m in _MARKER_RE.finditer(text)]
-
-
-def has_marker(text: str, patch_id: str) -> bool:
-    return any(marker.patch_id == patch_id for marker in find_markers(text))
 
 
 def add_marker(text_before: str, patched: str, patch_id: str) -> str:
@@ -125,12 +120,6 @@ def present(probe: Probe, texts: Texts) -> bool:
     return text is not None and probe.matches(text)
 
 
-def _retired_detail(patch: Patch) -> str:
-    if patch.upstream_pr.startswith("#"):
-        return f"retired (upstream PR {patch.upstream_pr}, in vLLM >= {patch.upstream_since})"
-    return f"retired (upstream in vLLM >= {patch.upstream_since}; PR {patch.upstream_pr})"
-
-
 def _missing_probe_lines(patch: Patch, texts: Texts) -> list[str]:
     return [
         f"upstream fix not found either: expected {p.description} in vllm/{p.path}"
@@ -141,7 +130,8 @@ def _missing_probe_lines(patch: Patch, texts: Texts) -> list[str]:
 
 def _applied_state(patch: Patch, texts: Texts) -> PatchState | None:
     """APPLIED, UNRECOGNISED (marker but altered text), or None when our marker is absent."""
-    if not patch.edits or not all(has_marker(texts.get(path) or "", patch.id) for path in patch.files):
+    marked = [{m.patch_id for m in find_markers(texts.get(path) or "")} for path in patch.files]
+    if not patch.edits or not all(patch.id in ids for ids in marked):
         return None
     problems = tuple(
         f"vllm/{edit.path}: patched block {describe_block(edit.new)} found {count} times, expected 1"
@@ -156,11 +146,14 @@ def _applied_state(patch: Patch, texts: Texts) -> PatchState | None:
 
 
 def evaluate(patch: Patch, texts: Texts) -> PatchState:
-    applied = _applied_state(patch, texts)
-    if applied is not None:
+    if (applied := _applied_state(patch, texts)) is not None:
         return applied
     if patch.retired_when and all(present(p, texts) for p in patch.retired_when):
-        return PatchState(patch, Status.RETIRED, _retired_detail(patch))
+        pr, since = patch.upstream_pr, patch.upstream_since
+        detail = (
+            f"upstream PR {pr}, in vLLM >= {since}" if pr.startswith("#") else f"upstream in vLLM >= {since}; PR {pr}"
+        )
+        return PatchState(patch, Status.RETIRED, f"retired ({detail})")
     if not patch.edits:
         problems = _missing_probe_lines(patch, texts) + [patch.no_edit_reason]
         return PatchState(patch, Status.UNRECOGNISED, "upstream fix absent", tuple(problems))

@@ -79,8 +79,8 @@ class Progress:
 
     def say(self, index: int, unit: Unit, text: str) -> None:
         elapsed = format_duration(time.monotonic() - self.started)
-        print(f"{self.what} [{index + 1}/{len(self.units)}] {unit.label or unit.name}: {text} (elapsed {elapsed}, "
-              f"ETA {self.eta(index)})", file=self.out, flush=True)  # fmt: skip
+        where = f"{self.what} [{index + 1}/{len(self.units)}] {unit.label or unit.name}"
+        print(f"{where}: {text} (elapsed {elapsed}, ETA {self.eta(index)})", file=self.out, flush=True)
 
     def done(self, unit: Unit, seconds: float) -> None:
         self.spent += seconds
@@ -99,12 +99,6 @@ def sigterm_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _kept(unit: Unit, state: RunState | None) -> bool:
-    if unit.finished is not None:
-        return unit.finished()
-    return state is not None and state.status(unit.name) in KEPT
-
-
 def _outcome(unit: Unit, say: Say) -> Outcome:
     if not unit.runs:
         return Outcome(SKIPPED, unit.reason)
@@ -116,12 +110,21 @@ def _outcome(unit: Unit, say: Say) -> Outcome:
         return Outcome(FAILED, f"{type(exc).__name__}: {exc}")
 
 
-def run_units(units: Sequence[Unit], state: RunState | None, what: str, noun: str = "steps", *,
-              stops_the_run: Sequence[str] = (), out: TextIO = sys.stderr) -> Tally:  # fmt: skip
+def run_units(
+    units: Sequence[Unit],
+    state: RunState | None,
+    what: str,
+    noun: str = "steps",
+    *,
+    stops_the_run: Sequence[str] = (),
+    out: TextIO = sys.stderr,
+) -> Tally:
     """Every unit not finished yet, recorded in ``state`` (None: a nested run whose units' own files say what is
     finished). A failure of a unit named in ``stops_the_run`` ends the run there (``Tally.stopped_at``)."""
     progress, tally = Progress(what, units, out), Tally()
-    kept = [unit.name for unit in units if _kept(unit, state)]
+    kept = [
+        u.name for u in units if (u.finished() if u.finished else state is not None and state.status(u.name) in KEPT)
+    ]
     if kept and len(units) > 1:
         print(f"{what}: {len(kept)} of {len(units)} {noun} already finished; kept", file=out, flush=True)
     with sigterm_interrupts():

@@ -102,19 +102,25 @@ class RunState(Document):
                 self.files.append(name)
 
     def status(self, name: str) -> str | None:
-        record = self.steps.get(name)
-        return record.status if record else None
+        return record.status if (record := self.steps.get(name)) else None
 
     def begin(self, name: str) -> float:
         self.steps[name] = StepRecord(status=RUNNING, started_at=utc_now())
         self.save()
         return time.monotonic()
 
-    def finish(self, name: str, status: Status, began: float, detail: str = "", outputs: StepOutputs | None = None
-               ) -> None:  # fmt: skip
+    def finish(
+        self, name: str, status: Status, began: float, detail: str = "", outputs: StepOutputs | None = None
+    ) -> None:
         started, took = self.steps[name].started_at if name in self.steps else None, time.monotonic() - began
-        self.steps[name] = StepRecord(status=status, started_at=started, finished_at=utc_now(), detail=detail,
-                                      duration_s=round(took, 3), outputs=outputs or StepOutputs())  # fmt: skip
+        self.steps[name] = StepRecord(
+            status=status,
+            started_at=started,
+            finished_at=utc_now(),
+            detail=detail,
+            duration_s=round(took, 3),
+            outputs=outputs or StepOutputs(),
+        )
         self.save()
 
     def recorded(self) -> bool:
@@ -170,8 +176,7 @@ class RunState(Document):
     def refuse_foreign_out(self) -> None:
         """Refuse a directory the run must not write into (an archive packs what it wrote): a symlink, a file, or
         a non-empty directory without this kind's state file (opening it then checks it is the same run)."""
-        out = self._out
-        if out.is_symlink():
+        if (out := self._out).is_symlink():
             raise UserError(f"--out {out}: is a symbolic link, never written through; name a new directory.")
         if not out.exists():
             return

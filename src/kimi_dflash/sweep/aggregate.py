@@ -36,9 +36,6 @@ class Cell:
     def per_user_tok_s(self) -> float | None:  # mean of 1/TPOT
         return self.level.per_user_tok_s.mean
 
-    def cell(self, column: columns.Column) -> str:
-        return column.cell(self.level)
-
     @property
     def label(self) -> str:
         """What the point set, as a reader writes it ("NUM_SPECULATIVE_TOKENS=2"); the point's file name else."""
@@ -60,10 +57,12 @@ def pareto_front(found: Sequence[Cell]) -> list[Cell]:
 
     def dominated(c: Cell) -> bool:
         return any(
-            o is not c and o.output_tok_s >= c.output_tok_s and o.per_user_tok_s >= c.per_user_tok_s  # type: ignore[operator]
+            o is not c
+            and o.output_tok_s >= c.output_tok_s
+            and o.per_user_tok_s >= c.per_user_tok_s  # type: ignore[operator]
             and (o.output_tok_s > c.output_tok_s or o.per_user_tok_s > c.per_user_tok_s)  # type: ignore[operator]
             for o in rated
-        )  # fmt: skip
+        )
 
     return sorted((c for c in rated if not dominated(c)), key=lambda c: c.output_tok_s)
 
@@ -87,7 +86,9 @@ def render_table(found: Sequence[Cell], failures: Sequence[Failure] = ()) -> str
         base = _baseline_of(cell, found)
         speedup = ratio(first.over(cell.level, base.level) if base else None)
         pareto = "★" if (cell.point, cell.sessions) in front else ""
-        rows.append([cell.sessions, cell.label, first.cell(cell.level), speedup, *map(cell.cell, rest), pareto])
+        rows.append(
+            [cell.sessions, cell.label, first.cell(cell.level), speedup, *(c.cell(cell.level) for c in rest), pareto]
+        )
     lines = markdown_table(header, "rl" + "r" * (len(header) - 3) + "c", rows)
     lines += [f"\nFAILED {failure.point} ({failure.stage}): {failure.detail}" for failure in failures]
     return "\n".join(lines) + "\n"
@@ -104,10 +105,9 @@ def write_plots(found: Sequence[Cell], out: Path) -> list[Path]:
         points = sorted((c.sessions, c.output_tok_s) for c in found if c.point == point)
         series[labels[point]] = ([s for s, _ in points], [v for _, v in points])
     sessions = sorted({c.sessions for c in found})  # whole numbers: no 2.25-session ticks
-    written = [
-        line_chart(out / "tok_s_vs_concurrency.png", series, "Aggregate output tok/s by concurrency",
-                   "concurrent sessions", "output tokens / s", legend_size=7, xticks=sessions)
-    ]  # fmt: skip
+    title, chart = "Aggregate output tok/s by concurrency", out / "tok_s_vs_concurrency.png"
+    labels_xy = ("concurrent sessions", "output tokens / s")
+    written = [line_chart(chart, series, title, *labels_xy, legend_size=7, xticks=sessions)]
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     rated = [c for c in found if c.per_user_tok_s is not None]
     for point in sorted({c.point for c in rated}):
@@ -117,8 +117,8 @@ def write_plots(found: Sequence[Cell], out: Path) -> list[Path]:
             ax.annotate(str(c.sessions), (c.per_user_tok_s, c.output_tok_s), fontsize=7)
     front = pareto_front(found)
     ax.plot([c.per_user_tok_s for c in front], [c.output_tok_s for c in front], "k--", label="Pareto front")
-    ax.set(title="Aggregate vs per-user tok/s (labels: sessions)", xlabel="per-user tok/s (1 / TPOT, mean)",
-           ylabel="aggregate output tok/s")  # fmt: skip
+    ax.set(title="Aggregate vs per-user tok/s (labels: sessions)", xlabel="per-user tok/s (1 / TPOT, mean)")
+    ax.set(ylabel="aggregate output tok/s")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7)
     written.append(save_figure(fig, out / "pareto.png"))

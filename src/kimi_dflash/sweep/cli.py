@@ -24,16 +24,14 @@ from kimi_dflash.sweep.points import PointPlan, run_points
 OWNED_BENCH_OPTIONS = ("--base-url", "--sessions", "--output", "--label", "--metrics-url", "--model")
 
 EPILOG = """\
-Every other option is passed to the benchmark (kimi-dflash bench --help), e.g. --max-tokens 64
---turns-per-session 2 --warmup 4. For each point: serve.sh CONFIG --wait with the point's config keys as
-environment overrides (on a free port), the benchmark (its warmup, then each --sessions level), serve.sh --stop.
+Every other option is passed to the benchmark (kimi-dflash bench --help), e.g. --max-tokens 64 --warmup 4. For
+each point: serve.sh CONFIG --wait with the point's config keys as environment overrides (on a free port), the
+benchmark (its warmup, then each --sessions level), serve.sh --stop.
 
-NUM_SPECULATIVE_TOKENS=0 is the autoregressive baseline (SPECULATIVE_METHOD=none); the table compares each
-point with it at the same concurrency. Resumable: a point is finished when DIR/<point>.json is a complete
-result (written atomically); a rerun skips finished points and redoes interrupted or failed ones. A point whose
-server does not start is recorded in DIR/<point>.failed.json with the log tail, and the sweep goes on. A
-serve.sh --stop that fails stops the sweep: the server may still be up, and DIR/summary.md says how to stop it.
-One sweep per DIR at a time (DIR/sweep.lock): a second is refused with the first's pid.
+NUM_SPECULATIVE_TOKENS=0 is the autoregressive baseline, which the table compares each point with at the same
+concurrency. Resumable: a rerun skips points whose DIR/<point>.json is complete and redoes the rest. A server that
+does not start is recorded in DIR/<point>.failed.json and the sweep goes on; a failed serve.sh --stop stops the
+sweep (DIR/summary.md says how to stop that server). One sweep per DIR at a time (DIR/sweep.lock).
 
 examples:
   %(prog)s configs/demo-cpu.env --grid NUM_SPECULATIVE_TOKENS=0,2,4 --sessions 2,4 --out results/sweep \\
@@ -51,12 +49,19 @@ stopped, or another sweep is using DIR; 2 bad arguments; 130/143 interrupted (re
 class SweepOptions:
     ABBREVIATIONS: ClassVar[bool] = False
 
-    config: str = option("config every point starts from: a path, or a shipped config's name (demo-cpu)",
-        positional=True, required=True)  # fmt: skip
-    grid: list[str] = option("config key and its values (repeat for more keys: the grid is their product)",
-        repeatable=True, metavar="KEY=v1,v2")  # fmt: skip
-    sessions: tuple[int, ...] = option("concurrency levels measured at every point, e.g. 2,4", required=True,
-        parse=comma_list(int, "positive integers", minimum=1))  # fmt: skip
+    config: str = option(
+        "config every point starts from: a path, or a shipped config's name (demo-cpu)", positional=True, required=True
+    )
+    grid: list[str] = option(
+        "config key and its values (repeat for more keys: the grid is their product)",
+        repeatable=True,
+        metavar="KEY=v1,v2",
+    )
+    sessions: tuple[int, ...] = option(
+        "concurrency levels measured at every point, e.g. 2,4",
+        required=True,
+        parse=comma_list(int, "positive integers", minimum=1),
+    )
     out: Path = option("directory for the results (resumable)", required=True)
     dry_run: bool = option("print the points and what is finished, run nothing")
     no_plots: bool = option("skip the PNG plots (no matplotlib needed)")
@@ -111,8 +116,7 @@ def main(args: SweepOptions) -> int:
     # the sweep's log or a process command line.
     extra, api_key = split_secret(args.bench)
     config_as_given = args.config
-    config = resolve_config_argument(args.config)
-    if not config.is_file():
+    if not (config := resolve_config_argument(args.config)).is_file():
         raise UserError(f"{config_as_given}: no such config file (nor a shipped config of that name).")
     if args.serve_sh is not None and not args.serve_sh.is_file():
         raise UserError(f"{args.serve_sh}: no such file")
@@ -129,8 +133,9 @@ def main(args: SweepOptions) -> int:
     if args.dry_run:
         print("\n".join(describe(plan)))
         return 0
-    signature = state.SweepSignature(config=str(plan.config), grid=args.grid, sessions=list(plan.sessions),
-                                     benchmark_options=plan.bench_args)  # fmt: skip
+    signature = state.SweepSignature(
+        config=str(plan.config), grid=args.grid, sessions=list(plan.sessions), benchmark_options=plan.bench_args
+    )
     fresh = state.SweepState(signature=signature).at(plan.out)
     return run_in_directory(fresh, lambda s: _run(plan, s, not args.no_plots), "sweep", "rerun the same command")
 
@@ -143,13 +148,13 @@ def _run(plan: PointPlan, run_state: state.SweepState, plots: bool) -> int:
         raise
     except ServerLeftRunning as exc:
         summary = write_aggregate(plan.out, plots=False, server_left=str(exc))
-        print(f"error: {exc}\nsweep: stopped here; once that server is stopped, rerun the same command to finish "
-              f"(table in {summary})", file=sys.stderr)  # fmt: skip
+        then = "once that server is stopped, rerun the same command to finish"
+        print(f"error: {exc}\nsweep: stopped here; {then} (table in {summary})", file=sys.stderr)
         return 1
     summary = write_aggregate(plan.out, plots=plots)
     print(summary.read_text(encoding="utf-8"))
-    print(f"sweep: {tally.ran} points run now ({tally.failed} failed), {tally.kept} already finished; table in "
-          f"{summary}", file=sys.stderr)  # fmt: skip
+    ran = f"{tally.ran} points run now ({tally.failed} failed), {tally.kept} already finished"
+    print(f"sweep: {ran}; table in {summary}", file=sys.stderr)
     return 1 if tally.failed else 0
 
 

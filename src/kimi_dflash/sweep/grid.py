@@ -58,8 +58,7 @@ def parse_axis(text: str) -> Axis:
         raise UserError(f"--grid {key}: not a config key; docs/configuration.md lists the keys.")
     if key in FORBIDDEN:
         raise UserError(f"--grid {key}: the sweep picks ports itself and never varies {', '.join(sorted(FORBIDDEN))}.")
-    values = tuple(dict.fromkeys(v.strip() for v in values_text.split(",") if v.strip()))
-    if not values:
+    if not (values := tuple(dict.fromkeys(v.strip() for v in values_text.split(",") if v.strip()))):
         raise UserError(f"--grid {key}=: no values; give at least one, e.g. --grid {key}=a,b.")
     if key == SPEC_TOKENS:
         for value in values:

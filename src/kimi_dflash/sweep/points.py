@@ -86,20 +86,8 @@ def benchmark_point(plan: PointPlan, point: Point, port: int, say: Say) -> Outco
     partial.parent.mkdir(parents=True, exist_ok=True)
     partial.unlink(missing_ok=True)
     levels = ",".join(map(str, plan.sessions))
-    command = [
-        plan.python,
-        "-m",
-        "kimi_dflash.bench",
-        "--base-url",
-        f"http://127.0.0.1:{port}",
-        "--sessions",
-        levels,
-        "--label",
-        point.name,
-        "--output",
-        str(partial),
-        *plan.bench_args,
-    ]
+    command = [plan.python, "-m", "kimi_dflash.bench", "--base-url", f"http://127.0.0.1:{port}", "--sessions", levels]
+    command += ["--label", point.name, "--output", str(partial), *plan.bench_args]
     say(f"benchmarking at {levels} sessions")
     bench_log = state.bench_log(plan.out, point)
     bench_log.parent.mkdir(parents=True, exist_ok=True)  # run_point's server made it; a server up already did not
