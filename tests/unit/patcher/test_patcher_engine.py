@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from kimi_dflash.core.paths import cache_root
 from kimi_dflash.patcher import engine, txn
 from kimi_dflash.patcher.model import (
     Edit,
@@ -261,7 +262,7 @@ def test_the_lock_is_core_dir_lock_in_the_users_cache_never_the_shared_temp_dir(
     user planted there (nobody's, as root here), or a symlink there, is refused and never written through."""
     root = make_tree(tmp_path)
     lock = txn.lock_path(root)
-    assert not lock.is_relative_to(tempfile.gettempdir()) and lock.parent.name == "run"
+    assert lock.parent == cache_root() / "run" and lock.parent != Path(tempfile.gettempdir())  # HOME may be in /tmp
     engine.apply_pending(root, registry=REGISTRY)
     assert stat.S_IMODE(lock.stat().st_mode) == 0o600 and lock.stat().st_uid == os.geteuid()
     victim = tmp_path / "victim"
