@@ -4,6 +4,7 @@ is a thin wrapper; the front door registers ``add_cli_args`` / ``main`` as a ver
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import os
 import sys
@@ -18,7 +19,7 @@ from kimi_dflash.core.user_files import file_kind, read_user_bytes
 from kimi_dflash.launch.serve_sh import SERVE_COMMAND, ServerLeftRunning
 from kimi_dflash.qualify import bundle, report, tuned_config
 from kimi_dflash.qualify.amplitude import probe
-from kimi_dflash.qualify.depths import SCHEDULE_KEY
+from kimi_dflash.qualify.depths import SCHEDULE_KEY, on_aiter
 from kimi_dflash.qualify.graphs import GraphCandidate, graph_candidate
 from kimi_dflash.qualify.plan import (
     PER_REQUEST_FLAG,
@@ -41,15 +42,9 @@ if TYPE_CHECKING:
 
 DESCRIPTION = "Qualify a box: is DFlash lossless and worth it here, and with which settings. One command."
 EPILOG = """\
-steps: environment, preflight (stops on FAIL), reference server (the config with SPECULATIVE_METHOD=none) and
-candidate (the config) with losslessness at T=0 on the shipped prompts, the drafter RoPE amplitude (legacy and
-engine, where they differ), FP8 KV validation (when KV is fp8), the k x concurrency grid at matched load (repeated,
-judged by the SLO, every depth judged lossless), the depth schedule against every fixed k, on a GPU the graph-mode
-candidate (an eager config served with graphs on, where the runtime rules allow it), acceptance by position and
-per request, goodput and the speedup at the SLO and at matched concurrency (with its interval), the advisor's k,
-on a GPU with --project-acceptance the speed projection (vLLM's synthetic acceptance sampler), the report;
-with --write-config, TUNED.env.
---dry-run lists them with time estimates for this box and the budget (which trims the grid).
+steps: the reference server (the config with SPECULATIVE_METHOD=none) and the candidate (the config), judged
+lossless at T=0, then the k x concurrency grid at matched load and what the box measures beside it; --dry-run lists
+every step with its time estimate for this box and the budget (which trims the grid); docs/qualify.md says more.
 
 Output: DIR/report.md (+ PNGs), grid/*.json, results/, lossless/, environment.json, state.json, and DIR.tar.gz
 (exactly the files the run wrote) to attach to an issue. DIR must be new, empty or a qualify run of this config
@@ -167,10 +162,9 @@ def _per_request_flag(source: VllmSource | None) -> tuple[str, str]:
 
 def _verify_k_limit(values: dict[str, str], source: VllmSource | None) -> tuple[int, str] | None:
     """For a ROCm plan with AITER MLA on; None when the rule does not apply or the cap is absent."""
-    from kimi_dflash.config.convert import TRUE_WORDS
     from kimi_dflash.rules.catalog.aiter_mla import aiter_verify_cap
 
-    if values.get("DEVICE", "rocm") != "rocm" or values.get("ROCM_USE_AITER_MLA", "true").lower() not in TRUE_WORDS:
+    if not on_aiter(values):
         return None
     cap = None if source is None else aiter_verify_cap(source)
     if cap is None or cap.cap is None:
@@ -178,18 +172,9 @@ def _verify_k_limit(values: dict[str, str], source: VllmSource | None) -> tuple[
     return cap.cap - 1, f"AITER MLA verifies at most {cap.cap} query tokens on its persistent path, {cap.defined_at}"
 
 
-def _graph_candidate(
-    config: Path, values: dict[str, str], box_kind: str, wanted: bool, source: VllmSource | None
-) -> GraphCandidate:
-    """A variant the runtime rules refuse would only fail its preflight, so it is left out."""
-    if not wanted:
-        return GraphCandidate(False, "--no-graphs")
-    k = int(values.get("NUM_SPECULATIVE_TOKENS") or 0)
-    return graph_candidate(values, k, box_kind, lambda overrides: _check_variant(config, overrides, source))
-
-
-def _check_variant(config_path: Path, overrides: dict[str, str], source: VllmSource | None) -> tuple[bool, str]:
-    """(passes, detail) of the runtime rules on the config with ``overrides``, as serve would serve it."""
+def _check_variant(config_path: Path, source: VllmSource | None, overrides: dict[str, str]) -> tuple[bool, str]:
+    """(passes, detail) of the runtime rules on the config with ``overrides``, as serve would serve it: a variant
+    they refuse (graphs, a schedule) would only fail its preflight, so it is left out."""
     from kimi_dflash.config.problems import ConfigError
     from kimi_dflash.config.validate import load_config
     from kimi_dflash.launch.prepare import prepare
@@ -262,9 +247,9 @@ def _context(args: QualifyOptions) -> tuple[Context, QualifyPlan]:
     if args.candidates:
         plan = _shootout(args, values, key, per_request, budget, source)
     else:
-        graphs = _graph_candidate(
-            config, values, box_for(values.get("DEVICE", "rocm")).kind, not args.no_graphs, source
-        )
+        k, box_kind = int(values.get(SPEC_TOKENS) or 0), box_for(values.get("DEVICE", "rocm")).kind
+        check = functools.partial(_check_variant, config, source)
+        graphs = GraphCandidate(False, "--no-graphs") if args.no_graphs else graph_candidate(values, k, box_kind, check)
         plan = build_plan(
             values,
             budget,
@@ -274,7 +259,7 @@ def _context(args: QualifyOptions) -> tuple[Context, QualifyPlan]:
             _projection(args),
             graphs,
             amplitude=probe(config, source),
-            schedule=_check_variant(config, {SCHEDULE_KEY: f"1-:{values.get(SPEC_TOKENS) or 1}"}, source),
+            schedule=check({SCHEDULE_KEY: f"1-:{k or 1}"}),
         )
     out = args.out or Path(f"qualify-{config.name.removesuffix('.env')}{'-shootout' if args.candidates else ''}")
     serve = SERVE_COMMAND if args.serve_sh is None else (str(args.serve_sh.resolve()),)

@@ -6,9 +6,7 @@ from __future__ import annotations
 import json
 import os
 import platform
-import shutil
 import socket
-import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,6 +14,7 @@ from pathlib import Path
 from kimi_dflash.config.schema import shown_values
 from kimi_dflash.core.redaction import MASK
 from kimi_dflash.documents import Document, Json, Model
+from kimi_dflash.preflight.host import run_command
 
 # Each tool with the query that names the accelerators and the driver/runtime (the first line of output is kept
 # whole; the JSON forms are parsed where possible).
@@ -63,13 +62,8 @@ class Environment(Document):
 
 
 def _run(command: list[str], timeout: float = 20.0) -> str | None:
-    if shutil.which(command[0]) is None:
-        return None
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"(failed: {exc})"
-    return (done.stdout or done.stderr).strip()[:20000]
+    done = run_command(command, timeout)  # None: not installed
+    return None if done is None else (done.stdout or done.stderr).strip()[:20000]
 
 
 def accelerators() -> Json:

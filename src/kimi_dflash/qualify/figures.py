@@ -26,8 +26,16 @@ def write_acceptance_plot(rows: Sequence[AcceptanceRow], out: Path) -> Path:
 
     series = {f"k={k}": (range(1, len(v) + 1), [p * 100 for p in v]) for k, v in acceptance_by_k(rows).items()}
     title = "Acceptance by draft position (all concurrencies)"
-    return line_chart(out / ACCEPTANCE_PNG, series, title, "draft position", "accepted / drafts (%)", legend_size=8,
-                      ylim=(0, 100), integer_x=True)  # fmt: skip
+    return line_chart(
+        out / ACCEPTANCE_PNG,
+        series,
+        title,
+        "draft position",
+        "accepted / drafts (%)",
+        legend_size=8,
+        ylim=(0, 100),
+        integer_x=True,
+    )
 
 
 def write_all(cells: Sequence[aggregate.Cell], acceptance_rows: Sequence[AcceptanceRow], out: Path) -> list[Path]:

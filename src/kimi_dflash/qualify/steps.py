@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kimi_dflash.core.user_files import read_log_tail
-from kimi_dflash.qualify import lossless
+from kimi_dflash.qualify import lossless, measures
 from kimi_dflash.qualify.amplitude import amplitude_step, own_side
 from kimi_dflash.qualify.context import (
     MODEL_KEYS,
@@ -26,6 +26,7 @@ from kimi_dflash.qualify.depths import grid_hooks, schedule_step
 from kimi_dflash.qualify.documents import Acceptance, AcceptanceRow, Advisor, Goodput, Graphs, PerRequest, Projection
 from kimi_dflash.qualify.documents import Recommendation as Rec
 from kimi_dflash.qualify.environment import capture, served_plan
+from kimi_dflash.qualify.graphs import graph_mode_from_log
 from kimi_dflash.qualify.lossless import GreedyOutputs, LosslessVerdict
 from kimi_dflash.qualify.plan import RATES_KEY, SPEC_TOKENS
 from kimi_dflash.runs.orchestrator import Outcome, Unit
@@ -156,9 +157,6 @@ def grid_step(ctx: Context) -> Outcome:
 def graphs_step(ctx: Context) -> Outcome:
     """Outputs compared with the eager reference's are evidence, not a verdict; results go to graphs/, not grid/:
     it shares the candidate's k."""
-    from kimi_dflash.qualify.graphs import graph_mode_from_log
-    from kimi_dflash.qualify.measures import graph_rows
-
     k = ctx.plan.spec_tokens
     point = Point(((SPEC_TOKENS, str(k)), *ctx.plan.graph_overrides))
     plan = ctx.points([point], ctx.out / "graphs")
@@ -175,15 +173,14 @@ def graphs_step(ctx: Context) -> Outcome:
         downgraded=mode.downgraded,
         mode_evidence=mode.line,
         identity=identity and identity.agreement,
-        rows=[] if result is None else graph_rows(grid_results(ctx), result, k),
+        rows=[] if result is None else measures.graph_rows(grid_results(ctx), result, k),
         result=points_state.result_path(plan.out, point).relative_to(ctx.out).as_posix(),
     )
     ctx.write(ctx.out / "graphs.json", document)
     if errors:
         return Outcome(FAILED, "; ".join(errors), ctx.files(ctx.out / "graphs.json"))
-    speedups = ", ".join(
-        f"{r.sessions}: {r.speedup_vs_eager}x" for r in document.rows if r.speedup_vs_eager is not None
-    )
+    found = [(r.sessions, r.speedup_vs_eager) for r in document.rows if r.speedup_vs_eager is not None]
+    speedups = ", ".join(f"{sessions}: {speedup}x" for sessions, speedup in found)
     downgrade = " (lowered after start-up: vllm #49547)" if mode.downgraded else ""
     detail = f"cudagraph_mode {mode.mode or 'not in the log'}{downgrade}; vs the eager candidate at sessions {speedups}"
     return Outcome(DONE, detail, ctx.files(ctx.out / "graphs.json"))
@@ -192,7 +189,6 @@ def graphs_step(ctx: Context) -> Outcome:
 def synthetic_step(ctx: Context) -> Outcome:
     """Speed only, kept out of grid/ so that nothing judges outputs by it."""
     from kimi_dflash.config.acceptance_rates import format_rate
-    from kimi_dflash.qualify.measures import projection_rows
 
     step = next(s for s in ctx.plan.steps if s.name == "synthetic")
     if not step.runs:
@@ -204,7 +200,7 @@ def synthetic_step(ctx: Context) -> Outcome:
     result = points_state.finished_result(plan.out, point)
     if result is None:
         return Outcome(FAILED, "; ".join(errors) or "the projection point did not finish", ctx.files(plan.out))
-    rows = projection_rows(grid_results(ctx), result, rates, ctx.plan.spec_tokens)
+    rows = measures.projection_rows(grid_results(ctx), result, rates, ctx.plan.spec_tokens)
     what = (
         "a projection of speed, not of quality: vLLM's synthetic rejection sampler accepted drafts at the given "
         "per-position rates without checking them against the target"
@@ -243,16 +239,11 @@ def acceptance_step(ctx: Context) -> Outcome:
 
 
 def per_request_step(ctx: Context) -> Outcome:
-    from kimi_dflash.qualify.measures import per_request_rows
-
-    rows = per_request_rows(grid_results(ctx))
+    rows = measures.per_request_rows(grid_results(ctx))
     if not rows:
         asked = " ".join(f"{k}={v}" for k, v in ctx.plan.server_env) or "PER_REQUEST_SPEC_METRICS"
-        return Outcome(
-            FAILED,
-            f"no speculative grid point's replies carried metrics.speculative_decoding (was the "
-            f"server started with {asked}?)",
-        )
+        why = "no speculative grid point's replies carried metrics.speculative_decoding (was the server started with"
+        return Outcome(FAILED, f"{why} {asked}?)")
     equal = [r for r in rows if r.counter_accepted is not None]
     same = sum(r.total.accepted == r.counter_accepted for r in equal)
     summary = ", ".join(f"k={r.k}@{r.sessions}: tau {r.total.tau}" for r in rows if r.total.tau is not None)
@@ -262,7 +253,6 @@ def per_request_step(ctx: Context) -> Outcome:
 
 def goodput_step(ctx: Context) -> Outcome:
     from kimi_dflash.bench.goodput import DEFAULT_ATTAINMENT, describe, parse_slo
-    from kimi_dflash.qualify import measures
 
     results, plan = grid_results(ctx), ctx.plan
     rows = measures.goodput_rows(results)
