@@ -82,45 +82,33 @@ class QualifyOptions:
     )
     out: Path | None = option("report directory (default: qualify-<config name>)")
     slo: str | None = option(
-        "service-level objectives every grid benchmark is judged by, e.g. ttft:2s,user_tps:12 "
-        "(the benchmark's --slo form); default per box: GPU ttft:2s,user_tps:12, CPU ttft:1s,user_tps:50 "
-        "(docs/qualify.md says why); 'none' measures no goodput",
+        "the SLO every grid benchmark is judged by, in the benchmark's --slo form (default per box, docs/qualify.md: "
+        "GPU ttft:2s,user_tps:12, CPU ttft:1s,user_tps:50); 'none' measures no goodput",
         metavar="SPEC",
     )
     project_acceptance: str | None = option(
-        "GPU only: also serve the candidate with vLLM's synthetic acceptance "
-        "sampler at these per-position rates (one per drafted token, non-increasing, e.g. 0.8,0.6,0.4 or a result's "
-        "per_position list) and measure its speed at the grid's concurrency: what a drafter accepting that often "
-        "would give on this box. A projection of speed, not of quality; refused on the CPU build",
+        "GPU only: also serve the candidate with vLLM's synthetic acceptance sampler at these per-position rates "
+        "(non-increasing, e.g. 0.8,0.6,0.4): the speed a drafter accepting that often would give here, not its quality",
         metavar="RATES",
     )
-    no_graphs: bool = option(
-        "do not measure the graph-mode candidate (by default, on a GPU, an eager config is also "
-        "served with graphs on and aligned capture sizes when the runtime rules allow it on the serving vLLM)"
-    )
+    no_graphs: bool = option("do not serve an eager config again with graphs on (the GPU's graph-mode candidate)")
     dry_run: bool = option("list the steps with time estimates; run nothing")
     resume: bool = option("finish the run recorded in --out (after a kill)")
     no_plots: bool = option("no PNGs (no matplotlib needed)")
     candidate_env: list[tuple[str, str]] = option(
-        "config key set for the candidate only, e.g. to check that a "
-        "candidate serving another model is caught (FABRICATE_DEMO_MODELS=qwen3 on the demo): the verdict must be "
-        "FAIL",
+        "config key set for the candidate only (a check: FABRICATE_DEMO_MODELS=qwen3 on the demo must FAIL)",
         repeatable=True,
         metavar="KEY=VALUE",
         parse=_key_value,
     )
     candidates: tuple[str, ...] = option(
-        "a drafter shoot-out: each of these configs is measured against CONFIG "
-        "without speculation, the one reference, judged lossless and ranked (docs/qualify.md); CONFIG is a candidate "
-        "only when listed",
+        "a drafter shoot-out: each config measured against CONFIG without speculation, judged lossless and ranked",
         metavar="A.env,B.env",
         default=(),
         parse=comma_list(str, "config files"),
     )
     write_config: Path | None = option(
-        "after the run, write TUNED.env: a config that EXTENDS CONFIG with what the "
-        "run chose (the drafter RoPE amplitude, the depth schedule, the MLA backend), each line with its evidence; "
-        "./serve.sh TUNED.env serves it",
+        "after the run, write TUNED.env: EXTENDS CONFIG with what the run chose, each line with its evidence",
         metavar="TUNED.env",
     )
     serve_sh: Path | None = option(hidden=True)  # tests substitute a stand-in for serve.sh, as for the sweep
@@ -303,17 +291,15 @@ def main(args: QualifyOptions) -> int:
 
 
 def _run(ctx: Context, state: QualifyState, args: QualifyOptions) -> int:
-    print("\n".join(render(ctx.plan, args.config)), file=sys.stderr)
+    say = functools.partial(print, file=sys.stderr)
+    say("\n".join(render(ctx.plan, args.config)))
     try:
         tally = run_units(step_units(ctx), state, "qualify", stops_the_run=("preflight",))
         if tally.stopped_at:
-            print(
-                f"qualify: {tally.stopped_at} failed; stopping here (the plan would not run right). Fix what it "
-                "names and rerun with --resume.",
-                file=sys.stderr,
-            )
+            stop = "stopping here (the plan would not run right). Fix what it names and rerun with --resume."
+            say(f"qualify: {tally.stopped_at} failed; {stop}")
     except ServerLeftRunning as exc:  # the run stops: another server would compete with it; the report says so
-        print(f"qualify: error: {exc}", file=sys.stderr)
+        say(f"qualify: error: {exc}")
     began = state.begin("report")
     path, code, plots = report.write_report(ctx.out, state, args.config, plots=not args.no_plots)
     copied = bundle.copy_results(ctx.out, args.config)
@@ -327,15 +313,15 @@ def _run(ctx: Context, state: QualifyState, args: QualifyOptions) -> int:
     tarball, refused = bundle.archive(ctx.out, [STATE_FILE, *state.files])
     print(path.read_text(encoding="utf-8"))
     if refused:
-        print(f"qualify: left out of the archive: {'; '.join(refused)}", file=sys.stderr)
+        say(f"qualify: left out of the archive: {'; '.join(refused)}")
     if state.server_left:
-        print(f"qualify: error: {state.server_left}", file=sys.stderr)
-    print(f"qualify: report {path}; archive to attach to an issue: {tarball}; exit {code}", file=sys.stderr)
+        say(f"qualify: error: {state.server_left}")
+    say(f"qualify: report {path}; archive to attach to an issue: {tarball}; exit {code}")
     if args.write_config is not None:
         try:
-            print(tuned_config.write(ctx, args.write_config), file=sys.stderr)
+            say(tuned_config.write(ctx, args.write_config))
         except (OSError, UserError) as exc:
-            print(f"qualify: error: {args.write_config}: not written: {exc}", file=sys.stderr)
+            say(f"qualify: error: {args.write_config}: not written: {exc}")
             return code or report.EXIT_INFRA
     return code
 

@@ -20,6 +20,7 @@ from kimi_dflash.runs.state import DONE, FAILED, StepOutputs
 from kimi_dflash.sweep import state as points_state
 from kimi_dflash.sweep.grid import Point
 from kimi_dflash.sweep.points import OnReady, PointPlan, run_point
+from kimi_dflash.validate.prompts import load_calibration_prompts
 
 # Config keys that make the candidate serve another model (and so another tokenizer).
 MODEL_KEYS = ("MODEL_DIR", "MODEL_REPO", "FABRICATE_DEMO_MODELS")
@@ -134,7 +135,7 @@ def serve(ctx: Context, plan: PointPlan, point: Point, on_ready: OnReady | None)
 def shipped_outputs(ctx: Context, path: Path, url: str) -> None:
     """The server's greedy outputs for the shipped prompts, saved once (a rerun keeps them)."""
     if not path.is_file():
-        prompts = lossless.shipped_prompts(ctx.plan.box.lossless_prompts)
+        prompts = load_calibration_prompts()[: max(1, ctx.plan.box.lossless_prompts)]
         ctx.write(path, lossless.generate(url, prompts, ctx.plan.box.lossless_max_tokens))
 
 

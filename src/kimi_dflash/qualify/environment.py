@@ -97,10 +97,6 @@ def _memory_gib() -> float | None:
     return round(int(fields[0]) / 2**20, 1) if fields and fields[0].isdigit() else None
 
 
-def numa_balancing() -> str | None:
-    return _proc("/proc/sys/kernel/numa_balancing")
-
-
 def package_versions(python: str = sys.executable) -> dict[str, str | None]:
     """Versions as the serving interpreter sees them (a child, so nothing heavy is imported here)."""
     code = (
@@ -150,7 +146,7 @@ def capture(
     return Environment(
         host=host,
         accelerators=accelerators(),
-        numa_balancing=numa_balancing(),
+        numa_balancing=_proc("/proc/sys/kernel/numa_balancing"),
         config=config,
         versions=package_versions(python),
         launch_plan=launch_plan,

@@ -11,7 +11,6 @@ from kimi_dflash.documents import Document
 from kimi_dflash.validate import engine
 from kimi_dflash.validate.cli import verdict
 from kimi_dflash.validate.client import Completion, api_key_from_env, chat_greedy, served_model
-from kimi_dflash.validate.prompts import load_calibration_prompts
 
 
 class GreedyOutputs(Document):
@@ -51,10 +50,6 @@ def generate(url: str, prompts: Sequence[str], max_tokens: int, concurrency: int
     return GreedyOutputs(model=model, max_tokens=max_tokens, prompts=list(prompts), completions=completions)
 
 
-def shipped_prompts(count: int) -> list[str]:
-    return load_calibration_prompts()[: max(1, count)]
-
-
 def compare(
     reference: GreedyOutputs, candidate: GreedyOutputs, candidate_url: str, same_tokenizer: bool
 ) -> LosslessVerdict:
@@ -67,16 +62,9 @@ def compare(
     agreement = engine.summarize_agreement(pairs)
     status, reasons = verdict(agreement, None, allow_divergence=False, max_math_drop=0.0, same_server=False)
     decoded_with = "the candidate's tokenizer" if same_tokenizer else "candidate text only (other tokenizer)"
-    divergence = asyncio.run(
-        engine.first_divergence(
-            outputs,
-            pairs,
-            cand_server if same_tokenizer else None,
-            cand_server,
-            api_key_from_env(),
-            decoded_with=decoded_with,
-        )
-    )
+    tokenizer, key = cand_server if same_tokenizer else None, api_key_from_env()
+    search = engine.first_divergence(outputs, pairs, tokenizer, cand_server, key, decoded_with=decoded_with)
+    divergence = asyncio.run(search)
     return LosslessVerdict(
         verdict=status,
         reasons=reasons,

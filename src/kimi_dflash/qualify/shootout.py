@@ -112,11 +112,11 @@ def build_shootout(
 
     extras = {c.name: list(own_plan(c, None).k_values[2:]) for c in configs}
     fp8 = str(values.get("KV_CACHE_DTYPE", "auto")).startswith("fp8")
+    same = {c.name: all(values.get(key) == c.values.get(key) for key in MODEL_KEYS) for c in configs}
 
     def make() -> plan.QualifyPlan:
         candidates = tuple(
-            plan.Candidate(c.name, c.config, str(c.path), _same_target(values, c.values), own_plan(c, extras[c.name]))
-            for c in configs
+            plan.Candidate(c.name, c.config, str(c.path), same[c.name], own_plan(c, extras[c.name])) for c in configs
         )
         base = {s.name: s for s in plan.planned_steps(box, 0, fp8, (0,), sessions, slo_text, per_request)}
         preflight = base["preflight"]
@@ -140,10 +140,6 @@ def build_shootout(
         return f"{largest[1]}: k={largest[0]}"
 
     return plan.fit_budget(make, trimmed, (drop_largest_extra_k, plan.fewer_sessions(sessions)))
-
-
-def _same_target(reference: Mapping[str, str], candidate: Mapping[str, str]) -> bool:
-    return all(reference.get(key) == candidate.get(key) for key in MODEL_KEYS)
 
 
 @dataclass(frozen=True)
