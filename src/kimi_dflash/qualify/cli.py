@@ -238,17 +238,9 @@ def _context(args: QualifyOptions) -> tuple[Context, QualifyPlan]:
         k, box_kind = int(values.get(SPEC_TOKENS) or 0), box_for(values.get("DEVICE", "rocm")).kind
         check = functools.partial(_check_variant, config, source)
         graphs = GraphCandidate(False, "--no-graphs") if args.no_graphs else graph_candidate(values, k, box_kind, check)
-        plan = build_plan(
-            values,
-            budget,
-            args.slo,
-            per_request,
-            _verify_k_limit(values, source),
-            _projection(args),
-            graphs,
-            amplitude=probe(config, source),
-            schedule=check({SCHEDULE_KEY: f"1-:{k or 1}"}),
-        )
+        limit, rates, rope = _verify_k_limit(values, source), _projection(args), probe(config, source)
+        depth = check({SCHEDULE_KEY: f"1-:{k or 1}"})
+        plan = build_plan(values, budget, args.slo, per_request, limit, rates, graphs, amplitude=rope, schedule=depth)
     out = args.out or Path(f"qualify-{config.name.removesuffix('.env')}{'-shootout' if args.candidates else ''}")
     serve = SERVE_COMMAND if args.serve_sh is None else (str(args.serve_sh.resolve()),)
     ctx = Context(

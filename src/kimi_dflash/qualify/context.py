@@ -4,6 +4,7 @@ started once, judged token by token against the stored reference outputs while i
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,10 +28,6 @@ MODEL_KEYS = ("MODEL_DIR", "MODEL_REPO", "FABRICATE_DEMO_MODELS")
 Results = list[tuple[str, BenchmarkResult]]
 
 
-def _stderr(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
-
-
 @dataclass(frozen=True)
 class Context:
     config: Path  # resolved
@@ -41,7 +38,7 @@ class Context:
     out: Path
     serve_command: tuple[str, ...]
     candidate_env: tuple[tuple[str, str], ...] = ()  # test aid: make the candidate differ beyond speculation
-    say: Callable[[str], None] = _stderr
+    say: Callable[[str], None] = functools.partial(print, file=sys.stderr, flush=True)
     # Lists files in the run's manifest (RunState.record): the archive packs exactly those. A file is listed
     # before it is written, so one a failing step leaves behind (a server log) is packed too.
     record: Callable[..., None] = lambda *paths: None
@@ -120,15 +117,9 @@ def serve(ctx: Context, plan: PointPlan, point: Point, on_ready: OnReady | None)
     plan.servers.stop_leftover(lambda text: ctx.say(f"qualify: {text}"))
     if on_ready is None and points_state.finished_result(plan.out, point) is not None:
         return []
-    errors: list[str] = []
-
-    def guarded(url: str) -> None:
-        try:
-            on_ready(url)  # type: ignore[misc]
-        except Exception as exc:  # noqa: BLE001 - recorded as the step's failure; the point still runs
-            errors.append(f"{type(exc).__name__}: {exc}")
-
-    outcome = run_point(plan, point, lambda text: ctx.say(f"qualify: {point.label}: {text}"), on_ready and guarded)
+    errors: list[str] = []  # what on_ready raised: the step's failure, and the point still runs
+    guarded = on_ready and tolerant(on_ready, errors.append)
+    outcome = run_point(plan, point, lambda text: ctx.say(f"qualify: {point.label}: {text}"), guarded)
     return errors + ([outcome.detail] if outcome.status == FAILED else [])
 
 

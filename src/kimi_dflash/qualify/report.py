@@ -7,11 +7,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from kimi_dflash.advisor.model import weighted_per_position
 from kimi_dflash.bench import columns
 from kimi_dflash.bench.result import BenchmarkResult
 from kimi_dflash.core.formatting import general, markdown_table, number, percent, ratio
 from kimi_dflash.fp8.validate import Fp8Summary
-from kimi_dflash.qualify import amplitude, depths, documents, figures, measures, report_sections
+from kimi_dflash.qualify import amplitude, depths, documents, measures, report_sections
 from kimi_dflash.qualify.documents import ReplyIdentityRow as ReplyRow
 from kimi_dflash.qualify.environment import Environment
 from kimi_dflash.qualify.lossless import LosslessVerdict
@@ -24,6 +25,8 @@ from kimi_dflash.sweep import aggregate
 EXIT_PASS, EXIT_INFRA, EXIT_VERDICT_FAIL = 0, 1, 2
 OVERALL = {EXIT_PASS: "PASS", EXIT_VERDICT_FAIL: "FAIL", EXIT_INFRA: "INCOMPLETE"}
 NOT_RUN = "NOT RUN"
+ACCEPTANCE_PNG = "acceptance_by_position.png"
+PLOT_FILES = ("tok_s_vs_concurrency.png", "pareto.png", ACCEPTANCE_PNG)  # in report order
 
 
 @dataclass(frozen=True)
@@ -318,13 +321,31 @@ def render_shootout(
     return "\n".join(lines + _steps_and_exit(state, found))
 
 
+def acceptance_by_k(rows: Sequence[documents.AcceptanceRow]) -> dict[int, list[float]]:
+    """Per k, acceptance at each position over every concurrency, weighted by drafts (pure)."""
+    return {
+        k: list(weighted_per_position([(r.drafts, r.per_position) for r in rows if r.k == k]))
+        for k in sorted({r.k for r in rows})
+    }
+
+
 def _plots(directory: Path, cells: Sequence[aggregate.Cell], plots: bool) -> list[Path]:
     """The plots of a grid (written when ``plots``; else those already there: a rewrite, or --no-plots)."""
     if not plots:
-        return [directory / n for n in (*figures.PLOT_FILES, depths.PLOT) if (directory / n).is_file()]
+        return [directory / n for n in (*PLOT_FILES, depths.PLOT) if (directory / n).is_file()]
+    from kimi_dflash.bench.plots import line_chart
+
     acceptance = documents.Acceptance.load_or_none(directory / "acceptance.json")
     schedule = depths.write_plot(documents.Schedule.load_or_none(directory / depths.DOCUMENT), directory)
-    return figures.write_all(cells, acceptance.rows if acceptance else [], directory) + schedule
+    written = aggregate.write_plots(cells, directory) if cells else []
+    if acceptance and acceptance.rows:
+        by_k = acceptance_by_k(acceptance.rows)
+        series = {f"k={k}": (range(1, len(v) + 1), [p * 100 for p in v]) for k, v in by_k.items()}
+        title, axes = "Acceptance by draft position (all concurrencies)", ("draft position", "accepted / drafts (%)")
+        written.append(
+            line_chart(directory / ACCEPTANCE_PNG, series, title, *axes, legend_size=8, ylim=(0, 100), integer_x=True)
+        )
+    return written + schedule
 
 
 def write_report(out: Path, state: QualifyState, config: str, plots: bool = True) -> tuple[Path, int, list[Path]]:
