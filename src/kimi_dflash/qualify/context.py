@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_dflash.bench.result import BenchmarkResult
-from kimi_dflash.core.atomic_write import write_text_atomic
 from kimi_dflash.documents import Document
 from kimi_dflash.qualify import lossless
 from kimi_dflash.qualify.lossless import GreedyOutputs, LosslessVerdict
@@ -60,10 +59,6 @@ class Context:
         )
 
     @property
-    def reference_outputs(self) -> Path:
-        return (self.reference_out or self.out) / "lossless" / "reference.json"
-
-    @property
     def grid_dir(self) -> Path:
         return self.out / "grid"
 
@@ -75,10 +70,6 @@ class Context:
         self.record(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         document.save(path)
-
-    def write_text(self, path: Path, text: str) -> None:
-        self.record(path)
-        write_text_atomic(path, text)
 
     def files(self, *paths: Path) -> StepOutputs:
         return StepOutputs(files=[path.relative_to(self.out).as_posix() for path in paths])
@@ -135,7 +126,7 @@ def against_reference(ctx: Context, own: Path, verdict: Path, same_tokenizer: bo
 
     def compare(url: str) -> None:
         shipped_outputs(ctx, own, url)
-        reference = ctx.reference_outputs
+        reference = (ctx.reference_out or ctx.out) / "lossless" / "reference.json"
         if not reference.is_file():
             raise FileNotFoundError(f"no reference outputs (the reference step failed): {what} not judged")
         judged = lossless.compare(GreedyOutputs.load(reference), GreedyOutputs.load(own), url, same_tokenizer)

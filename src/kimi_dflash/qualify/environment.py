@@ -69,13 +69,11 @@ def _run(command: list[str], timeout: float = 20.0) -> str | None:
 def accelerators() -> Json:
     found: Json = {}
     for name, command in ACCELERATOR_TOOLS.items():
-        text = _run(command)
-        if text is None:
-            continue
-        try:
-            found[name] = json.loads(text)
-        except ValueError:
-            found[name] = list(text.splitlines())
+        if (text := _run(command)) is not None:
+            try:
+                found[name] = json.loads(text)
+            except ValueError:
+                found[name] = list(text.splitlines())
     return found
 
 
@@ -85,16 +83,6 @@ def _proc(path: str, prefix: str = "") -> str | None:
     except OSError:
         return None
     return next((line[len(prefix) :].strip() for line in lines if line.startswith(prefix)), None)
-
-
-def _cpu_model() -> str | None:
-    line = _proc("/proc/cpuinfo", "model name")
-    return line.partition(":")[2].strip() if line is not None else platform.processor() or None
-
-
-def _memory_gib() -> float | None:
-    fields = (_proc("/proc/meminfo", "MemTotal:") or "").split()
-    return round(int(fields[0]) / 2**20, 1) if fields and fields[0].isdigit() else None
 
 
 def package_versions(python: str = sys.executable) -> dict[str, str | None]:
@@ -132,15 +120,15 @@ def capture(
     overrides: Mapping[str, str],
     plan: Json,
     launch_plan: LaunchPlanUsed | None,
-    python: str = sys.executable,
 ) -> Environment:
+    cpu, memory = _proc("/proc/cpuinfo", "model name"), (_proc("/proc/meminfo", "MemTotal:") or "").split()
     host = Host(
         hostname=socket.gethostname(),
         platform=platform.platform(),
         python=sys.version.split()[0],
-        cpu=_cpu_model(),
+        cpu=cpu.partition(":")[2].strip() if cpu is not None else platform.processor() or None,
         cpu_count=os.cpu_count(),
-        memory_gib=_memory_gib(),
+        memory_gib=round(int(memory[0]) / 2**20, 1) if memory and memory[0].isdigit() else None,
     )
     config = ConfigUsed(path=config_path, values=shown_values(values), overrides=shown_values(overrides))
     return Environment(
@@ -148,7 +136,7 @@ def capture(
         accelerators=accelerators(),
         numa_balancing=_proc("/proc/sys/kernel/numa_balancing"),
         config=config,
-        versions=package_versions(python),
+        versions=package_versions(),
         launch_plan=launch_plan,
         qualify_plan=plan,
     )

@@ -18,7 +18,7 @@ from kimi_dflash.qualify.environment import Environment
 from kimi_dflash.qualify.lossless import LosslessVerdict
 from kimi_dflash.qualify.plan import SPEC_TOKENS, Candidate
 from kimi_dflash.qualify.state import QualifyState
-from kimi_dflash.results_doc import ReportedFigures, recipe_figures
+from kimi_dflash.results_doc import recipe_figures
 from kimi_dflash.runs.state import FAILED
 from kimi_dflash.sweep import aggregate
 
@@ -160,8 +160,8 @@ def _acceptance_table(out: Path) -> list[str]:
     return markdown_table(header, "r" * len(header), table)
 
 
-def _recipe_table(recipe: ReportedFigures, cells: Sequence[aggregate.Cell], device: str) -> list[str]:
-    rows = []
+def _recipe_table(cells: Sequence[aggregate.Cell], device: str) -> list[str]:
+    recipe, rows = recipe_figures(), []
     for row in recipe.rows:
         k, sessions = row.spec_tokens, row.sessions
         match = next((c for c in cells if c.sessions == sessions and c.overrides.get(SPEC_TOKENS) == str(k)), None)
@@ -280,7 +280,7 @@ def render(
         "## Projection: what a better drafter would give on this box": report_sections.projection_section(
             documents.Projection.load_or_none(out / "projection.json"), _why_not(state, "synthetic")
         ),
-        "## The recipe's published MI300X figures beside this run": _recipe_table(recipe_figures(), cells, device),
+        "## The recipe's published MI300X figures beside this run": _recipe_table(cells, device),
         "## Plots": [f"![{p.stem}]({p.name})" for p in plots if p.name != depths.PLOT],
     }
     return "\n".join(lines + _sections(sections) + _steps_and_exit(state, found))
@@ -312,9 +312,7 @@ def render_shootout(
         ]
         sections = {
             **_measured(directory, view, cells),
-            "## The recipe's published MI300X figures beside this candidate": _recipe_table(
-                recipe_figures(), cells, device
-            ),
+            "## The recipe's published MI300X figures beside this candidate": _recipe_table(cells, device),
             "## Plots": [f"![{p.stem}]({p.relative_to(out).as_posix()})" for p in plots],
         }
         lines += _sections(sections, "#")

@@ -8,6 +8,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from kimi_dflash.core.atomic_write import write_text_atomic
 from kimi_dflash.core.user_files import read_log_tail
 from kimi_dflash.qualify import context, lossless, measures
 from kimi_dflash.qualify.amplitude import amplitude_step, own_side
@@ -57,7 +58,8 @@ def preflight_step(ctx: Context) -> Outcome:
             lines.extend(p.render() for p in error.problems)
             ok = False
     path, text = ctx.out / "preflight.txt", "\n".join(lines)
-    ctx.write_text(path, text + "\n")
+    ctx.record(path)
+    write_text_atomic(path, text + "\n")
     failing = [line for line in text.splitlines() if "FAIL" in line]
     if not ok:
         outputs = ctx.files(path).model_copy(update={"failing": failing})
