@@ -13,7 +13,7 @@ tau, alpha, tok_s = ACCEPTANCE_LENGTH.fmt, ACCEPTANCE_RATE.fmt, OUTPUT_TOK_S.fmt
 SPREAD = "τ pooled | τ per request: min / p50 / p90 / max | α pooled"
 
 
-def _table(header: str, align: str, rows: Sequence[Sequence[object]]) -> list[str]:
+def _table(header: str, align: str, rows: Sequence[Sequence[str | int]]) -> list[str]:
     """``header``: the column titles as the Markdown header row writes them."""
     return markdown_table(header.split(" | "), align, rows)
 
