@@ -1,9 +1,6 @@
-"""The drafter's RoPE amplitude as a measurement (issue 33; docs/qualify.md, "The RoPE amplitude"): where the installed
-vLLM gives the drafter another amplitude than the one every published Kimi DFlash figure was measured with (the rule's
-decision, rules/rope_amplitude.py), the drafter is served with each (DRAFTER_ROPE_AMPLITUDE legacy and engine) on the
-same prompts, k and T=0; acceptance by draft position over repeats with intervals, each server's token identity with
-the reference, and the higher one recommended. The candidate's server is the config's own side: it is benchmarked
-there too, so only the other amplitude takes a server of its own."""
+"""The drafter's RoPE amplitude as a measurement (docs/qualify.md, "The RoPE amplitude"): where the installed vLLM's
+amplitude differs from the published figures' (rules/rope_amplitude.py), the drafter is served with each, judged and
+compared; the candidate's server serves the config's own side, so only the other takes a server of its own."""
 
 from __future__ import annotations
 
@@ -151,11 +148,6 @@ def recommend(sides: Sequence[AmplitudeSide], own: str | None) -> tuple[str | No
     return best.choice, found, f"{best.choice} accepts more: {figure}"
 
 
-def tuned_value(side: AmplitudeSide) -> str:
-    """legacy names one amplitude on every release; engine is this release's, so a tuned config names its number."""
-    return LEGACY if side.choice == LEGACY else repr(side.amplitude)
-
-
 def amplitude_step(ctx: Context) -> Outcome:
     plan, errors = _plan(ctx), []
     by_candidate = _by_candidate(ctx)
@@ -167,7 +159,8 @@ def amplitude_step(ctx: Context) -> Outcome:
     own = by_candidate or next((c for c, _, mine in ctx.plan.amplitudes if mine), None)
     sides = [side(ctx, c, a, None if c == by_candidate else f"rope-{c}") for c, a, _ in ctx.plan.amplitudes]
     choice, beat, why = recommend(sides, own)
-    value = next((tuned_value(s) for s in sides if s.choice == choice), None)
+    # legacy names one amplitude on every release; engine is this release's, so a tuned config names its number
+    value = next((LEGACY if choice == LEGACY else repr(s.amplitude) for s in sides if s.choice == choice), None)
     document = Amplitude(sessions=plan.sessions[0], sides=sides, recommended=choice, value=value, ratio=beat, why=why)
     ctx.write(ctx.out / DOCUMENT, document)
     outputs = ctx.files(ctx.out / DOCUMENT)

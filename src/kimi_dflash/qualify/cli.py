@@ -4,6 +4,7 @@ is a thin wrapper; the front door registers ``add_cli_args`` / ``main`` as a ver
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import os
 import sys
@@ -18,7 +19,7 @@ from kimi_dflash.core.user_files import file_kind, read_user_bytes
 from kimi_dflash.launch.serve_sh import SERVE_COMMAND, ServerLeftRunning
 from kimi_dflash.qualify import bundle, report, tuned_config
 from kimi_dflash.qualify.amplitude import probe
-from kimi_dflash.qualify.depths import SCHEDULE_KEY
+from kimi_dflash.qualify.depths import SCHEDULE_KEY, on_aiter
 from kimi_dflash.qualify.graphs import GraphCandidate, graph_candidate
 from kimi_dflash.qualify.plan import (
     PER_REQUEST_FLAG,
@@ -41,15 +42,9 @@ if TYPE_CHECKING:
 
 DESCRIPTION = "Qualify a box: is DFlash lossless and worth it here, and with which settings. One command."
 EPILOG = """\
-steps: environment, preflight (stops on FAIL), reference server (the config with SPECULATIVE_METHOD=none) and
-candidate (the config) with losslessness at T=0 on the shipped prompts, the drafter RoPE amplitude (legacy and
-engine, where they differ), FP8 KV validation (when KV is fp8), the k x concurrency grid at matched load (repeated,
-judged by the SLO, every depth judged lossless), the depth schedule against every fixed k, on a GPU the graph-mode
-candidate (an eager config served with graphs on, where the runtime rules allow it), acceptance by position and
-per request, goodput and the speedup at the SLO and at matched concurrency (with its interval), the advisor's k,
-on a GPU with --project-acceptance the speed projection (vLLM's synthetic acceptance sampler), the report;
-with --write-config, TUNED.env.
---dry-run lists them with time estimates for this box and the budget (which trims the grid).
+steps: the reference server (the config with SPECULATIVE_METHOD=none) and the candidate (the config), judged
+lossless at T=0, then the k x concurrency grid at matched load and what the box measures beside it; --dry-run lists
+every step with its time estimate for this box and the budget (which trims the grid); docs/qualify.md says more.
 
 Output: DIR/report.md (+ PNGs), grid/*.json, results/, lossless/, environment.json, state.json, and DIR.tar.gz
 (exactly the files the run wrote) to attach to an issue. DIR must be new, empty or a qualify run of this config
@@ -87,45 +82,33 @@ class QualifyOptions:
     )
     out: Path | None = option("report directory (default: qualify-<config name>)")
     slo: str | None = option(
-        "service-level objectives every grid benchmark is judged by, e.g. ttft:2s,user_tps:12 "
-        "(the benchmark's --slo form); default per box: GPU ttft:2s,user_tps:12, CPU ttft:1s,user_tps:50 "
-        "(docs/qualify.md says why); 'none' measures no goodput",
+        "the SLO every grid benchmark is judged by, in the benchmark's --slo form (default per box, docs/qualify.md: "
+        "GPU ttft:2s,user_tps:12, CPU ttft:1s,user_tps:50); 'none' measures no goodput",
         metavar="SPEC",
     )
     project_acceptance: str | None = option(
-        "GPU only: also serve the candidate with vLLM's synthetic acceptance "
-        "sampler at these per-position rates (one per drafted token, non-increasing, e.g. 0.8,0.6,0.4 or a result's "
-        "per_position list) and measure its speed at the grid's concurrency: what a drafter accepting that often "
-        "would give on this box. A projection of speed, not of quality; refused on the CPU build",
+        "GPU only: also serve the candidate with vLLM's synthetic acceptance sampler at these per-position rates "
+        "(non-increasing, e.g. 0.8,0.6,0.4): the speed a drafter accepting that often would give here, not its quality",
         metavar="RATES",
     )
-    no_graphs: bool = option(
-        "do not measure the graph-mode candidate (by default, on a GPU, an eager config is also "
-        "served with graphs on and aligned capture sizes when the runtime rules allow it on the serving vLLM)"
-    )
+    no_graphs: bool = option("do not serve an eager config again with graphs on (the GPU's graph-mode candidate)")
     dry_run: bool = option("list the steps with time estimates; run nothing")
     resume: bool = option("finish the run recorded in --out (after a kill)")
     no_plots: bool = option("no PNGs (no matplotlib needed)")
     candidate_env: list[tuple[str, str]] = option(
-        "config key set for the candidate only, e.g. to check that a "
-        "candidate serving another model is caught (FABRICATE_DEMO_MODELS=qwen3 on the demo): the verdict must be "
-        "FAIL",
+        "config key set for the candidate only (a check: FABRICATE_DEMO_MODELS=qwen3 on the demo must FAIL)",
         repeatable=True,
         metavar="KEY=VALUE",
         parse=_key_value,
     )
     candidates: tuple[str, ...] = option(
-        "a drafter shoot-out: each of these configs is measured against CONFIG "
-        "without speculation, the one reference, judged lossless and ranked (docs/qualify.md); CONFIG is a candidate "
-        "only when listed",
+        "a drafter shoot-out: each config measured against CONFIG without speculation, judged lossless and ranked",
         metavar="A.env,B.env",
         default=(),
         parse=comma_list(str, "config files"),
     )
     write_config: Path | None = option(
-        "after the run, write TUNED.env: a config that EXTENDS CONFIG with what the "
-        "run chose (the drafter RoPE amplitude, the depth schedule, the MLA backend), each line with its evidence; "
-        "./serve.sh TUNED.env serves it",
+        "after the run, write TUNED.env: EXTENDS CONFIG with what the run chose, each line with its evidence",
         metavar="TUNED.env",
     )
     serve_sh: Path | None = option(hidden=True)  # tests substitute a stand-in for serve.sh, as for the sweep
@@ -167,10 +150,9 @@ def _per_request_flag(source: VllmSource | None) -> tuple[str, str]:
 
 def _verify_k_limit(values: dict[str, str], source: VllmSource | None) -> tuple[int, str] | None:
     """For a ROCm plan with AITER MLA on; None when the rule does not apply or the cap is absent."""
-    from kimi_dflash.config.convert import TRUE_WORDS
     from kimi_dflash.rules.catalog.aiter_mla import aiter_verify_cap
 
-    if values.get("DEVICE", "rocm") != "rocm" or values.get("ROCM_USE_AITER_MLA", "true").lower() not in TRUE_WORDS:
+    if not on_aiter(values):
         return None
     cap = None if source is None else aiter_verify_cap(source)
     if cap is None or cap.cap is None:
@@ -178,18 +160,9 @@ def _verify_k_limit(values: dict[str, str], source: VllmSource | None) -> tuple[
     return cap.cap - 1, f"AITER MLA verifies at most {cap.cap} query tokens on its persistent path, {cap.defined_at}"
 
 
-def _graph_candidate(
-    config: Path, values: dict[str, str], box_kind: str, wanted: bool, source: VllmSource | None
-) -> GraphCandidate:
-    """A variant the runtime rules refuse would only fail its preflight, so it is left out."""
-    if not wanted:
-        return GraphCandidate(False, "--no-graphs")
-    k = int(values.get("NUM_SPECULATIVE_TOKENS") or 0)
-    return graph_candidate(values, k, box_kind, lambda overrides: _check_variant(config, overrides, source))
-
-
-def _check_variant(config_path: Path, overrides: dict[str, str], source: VllmSource | None) -> tuple[bool, str]:
-    """(passes, detail) of the runtime rules on the config with ``overrides``, as serve would serve it."""
+def _check_variant(config_path: Path, source: VllmSource | None, overrides: dict[str, str]) -> tuple[bool, str]:
+    """(passes, detail) of the runtime rules on the config with ``overrides``, as serve would serve it: a variant
+    they refuse (graphs, a schedule) would only fail its preflight, so it is left out."""
     from kimi_dflash.config.problems import ConfigError
     from kimi_dflash.config.validate import load_config
     from kimi_dflash.launch.prepare import prepare
@@ -262,20 +235,12 @@ def _context(args: QualifyOptions) -> tuple[Context, QualifyPlan]:
     if args.candidates:
         plan = _shootout(args, values, key, per_request, budget, source)
     else:
-        graphs = _graph_candidate(
-            config, values, box_for(values.get("DEVICE", "rocm")).kind, not args.no_graphs, source
-        )
-        plan = build_plan(
-            values,
-            budget,
-            args.slo,
-            per_request,
-            _verify_k_limit(values, source),
-            _projection(args),
-            graphs,
-            amplitude=probe(config, source),
-            schedule=_check_variant(config, {SCHEDULE_KEY: f"1-:{values.get(SPEC_TOKENS) or 1}"}, source),
-        )
+        k, box_kind = int(values.get(SPEC_TOKENS) or 0), box_for(values.get("DEVICE", "rocm")).kind
+        check = functools.partial(_check_variant, config, source)
+        graphs = GraphCandidate(False, "--no-graphs") if args.no_graphs else graph_candidate(values, k, box_kind, check)
+        limit, rates, rope = _verify_k_limit(values, source), _projection(args), probe(config, source)
+        depth = check({SCHEDULE_KEY: f"1-:{k or 1}"})
+        plan = build_plan(values, budget, args.slo, per_request, limit, rates, graphs, amplitude=rope, schedule=depth)
     out = args.out or Path(f"qualify-{config.name.removesuffix('.env')}{'-shootout' if args.candidates else ''}")
     serve = SERVE_COMMAND if args.serve_sh is None else (str(args.serve_sh.resolve()),)
     ctx = Context(
@@ -318,17 +283,15 @@ def main(args: QualifyOptions) -> int:
 
 
 def _run(ctx: Context, state: QualifyState, args: QualifyOptions) -> int:
-    print("\n".join(render(ctx.plan, args.config)), file=sys.stderr)
+    say = functools.partial(print, file=sys.stderr)
+    say("\n".join(render(ctx.plan, args.config)))
     try:
         tally = run_units(step_units(ctx), state, "qualify", stops_the_run=("preflight",))
         if tally.stopped_at:
-            print(
-                f"qualify: {tally.stopped_at} failed; stopping here (the plan would not run right). Fix what it "
-                "names and rerun with --resume.",
-                file=sys.stderr,
-            )
+            stop = "stopping here (the plan would not run right). Fix what it names and rerun with --resume."
+            say(f"qualify: {tally.stopped_at} failed; {stop}")
     except ServerLeftRunning as exc:  # the run stops: another server would compete with it; the report says so
-        print(f"qualify: error: {exc}", file=sys.stderr)
+        say(f"qualify: error: {exc}")
     began = state.begin("report")
     path, code, plots = report.write_report(ctx.out, state, args.config, plots=not args.no_plots)
     copied = bundle.copy_results(ctx.out, args.config)
@@ -342,15 +305,15 @@ def _run(ctx: Context, state: QualifyState, args: QualifyOptions) -> int:
     tarball, refused = bundle.archive(ctx.out, [STATE_FILE, *state.files])
     print(path.read_text(encoding="utf-8"))
     if refused:
-        print(f"qualify: left out of the archive: {'; '.join(refused)}", file=sys.stderr)
+        say(f"qualify: left out of the archive: {'; '.join(refused)}")
     if state.server_left:
-        print(f"qualify: error: {state.server_left}", file=sys.stderr)
-    print(f"qualify: report {path}; archive to attach to an issue: {tarball}; exit {code}", file=sys.stderr)
+        say(f"qualify: error: {state.server_left}")
+    say(f"qualify: report {path}; archive to attach to an issue: {tarball}; exit {code}")
     if args.write_config is not None:
         try:
-            print(tuned_config.write(ctx, args.write_config), file=sys.stderr)
+            say(tuned_config.write(ctx, args.write_config))
         except (OSError, UserError) as exc:
-            print(f"qualify: error: {args.write_config}: not written: {exc}", file=sys.stderr)
+            say(f"qualify: error: {args.write_config}: not written: {exc}")
             return code or report.EXIT_INFRA
     return code
 

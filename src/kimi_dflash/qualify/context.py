@@ -4,13 +4,13 @@ started once, judged token by token against the stored reference outputs while i
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_dflash.bench.result import BenchmarkResult
-from kimi_dflash.core.atomic_write import write_text_atomic
 from kimi_dflash.documents import Document
 from kimi_dflash.qualify import lossless
 from kimi_dflash.qualify.lossless import GreedyOutputs, LosslessVerdict
@@ -20,14 +20,11 @@ from kimi_dflash.runs.state import DONE, FAILED, StepOutputs
 from kimi_dflash.sweep import state as points_state
 from kimi_dflash.sweep.grid import Point
 from kimi_dflash.sweep.points import OnReady, PointPlan, run_point
+from kimi_dflash.validate.prompts import load_calibration_prompts
 
 # Config keys that make the candidate serve another model (and so another tokenizer).
 MODEL_KEYS = ("MODEL_DIR", "MODEL_REPO", "FABRICATE_DEMO_MODELS")
 Results = list[tuple[str, BenchmarkResult]]
-
-
-def _stderr(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
 
 
 @dataclass(frozen=True)
@@ -40,7 +37,7 @@ class Context:
     out: Path
     serve_command: tuple[str, ...]
     candidate_env: tuple[tuple[str, str], ...] = ()  # test aid: make the candidate differ beyond speculation
-    say: Callable[[str], None] = _stderr
+    say: Callable[[str], None] = functools.partial(print, file=sys.stderr, flush=True)
     # Lists files in the run's manifest (RunState.record): the archive packs exactly those. A file is listed
     # before it is written, so one a failing step leaves behind (a server log) is packed too.
     record: Callable[..., None] = lambda *paths: None
@@ -62,10 +59,6 @@ class Context:
         )
 
     @property
-    def reference_outputs(self) -> Path:
-        return (self.reference_out or self.out) / "lossless" / "reference.json"
-
-    @property
     def grid_dir(self) -> Path:
         return self.out / "grid"
 
@@ -77,10 +70,6 @@ class Context:
         self.record(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         document.save(path)
-
-    def write_text(self, path: Path, text: str) -> None:
-        self.record(path)
-        write_text_atomic(path, text)
 
     def files(self, *paths: Path) -> StepOutputs:
         return StepOutputs(files=[path.relative_to(self.out).as_posix() for path in paths])
@@ -119,22 +108,16 @@ def serve(ctx: Context, plan: PointPlan, point: Point, on_ready: OnReady | None)
     plan.servers.stop_leftover(lambda text: ctx.say(f"qualify: {text}"))
     if on_ready is None and points_state.finished_result(plan.out, point) is not None:
         return []
-    errors: list[str] = []
-
-    def guarded(url: str) -> None:
-        try:
-            on_ready(url)  # type: ignore[misc]
-        except Exception as exc:  # noqa: BLE001 - recorded as the step's failure; the point still runs
-            errors.append(f"{type(exc).__name__}: {exc}")
-
-    outcome = run_point(plan, point, lambda text: ctx.say(f"qualify: {point.label}: {text}"), on_ready and guarded)
+    errors: list[str] = []  # what on_ready raised: the step's failure, and the point still runs
+    guarded = on_ready and tolerant(on_ready, errors.append)
+    outcome = run_point(plan, point, lambda text: ctx.say(f"qualify: {point.label}: {text}"), guarded)
     return errors + ([outcome.detail] if outcome.status == FAILED else [])
 
 
 def shipped_outputs(ctx: Context, path: Path, url: str) -> None:
     """The server's greedy outputs for the shipped prompts, saved once (a rerun keeps them)."""
     if not path.is_file():
-        prompts = lossless.shipped_prompts(ctx.plan.box.lossless_prompts)
+        prompts = load_calibration_prompts()[: max(1, ctx.plan.box.lossless_prompts)]
         ctx.write(path, lossless.generate(url, prompts, ctx.plan.box.lossless_max_tokens))
 
 
@@ -143,7 +126,7 @@ def against_reference(ctx: Context, own: Path, verdict: Path, same_tokenizer: bo
 
     def compare(url: str) -> None:
         shipped_outputs(ctx, own, url)
-        reference = ctx.reference_outputs
+        reference = (ctx.reference_out or ctx.out) / "lossless" / "reference.json"
         if not reference.is_file():
             raise FileNotFoundError(f"no reference outputs (the reference step failed): {what} not judged")
         judged = lossless.compare(GreedyOutputs.load(reference), GreedyOutputs.load(own), url, same_tokenizer)

@@ -1,8 +1,6 @@
-"""Depth by load, judged on the box (issue 33; docs/qualify.md, "Depth by load"): every depth of the grid is judged
-token by token against the reference while its server is up; advise's schedule is chosen from this run's grid among
-the depths that are lossless on the serving backend, then served and judged itself, and compared with every fixed k
-at each concurrency. A depth that is not lossless is dropped from the schedule; on ROCM_AITER_MLA, when no depth is
-left, the depths move to TRITON_MLA (ROCM_USE_AITER_MLA=false), and the schedule's server measures them there."""
+"""Depth by load, judged on the box (docs/qualify.md, "Depth by load"): every depth of the grid judged against the
+reference while its server is up; advise's schedule chosen among the lossless depths, then served, judged and
+compared with every fixed k."""
 
 from __future__ import annotations
 

@@ -6,9 +6,7 @@ from __future__ import annotations
 import json
 import os
 import platform
-import shutil
 import socket
-import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,6 +14,7 @@ from pathlib import Path
 from kimi_dflash.config.schema import shown_values
 from kimi_dflash.core.redaction import MASK
 from kimi_dflash.documents import Document, Json, Model
+from kimi_dflash.preflight.host import run_command
 
 # Each tool with the query that names the accelerators and the driver/runtime (the first line of output is kept
 # whole; the JSON forms are parsed where possible).
@@ -63,25 +62,18 @@ class Environment(Document):
 
 
 def _run(command: list[str], timeout: float = 20.0) -> str | None:
-    if shutil.which(command[0]) is None:
-        return None
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"(failed: {exc})"
-    return (done.stdout or done.stderr).strip()[:20000]
+    done = run_command(command, timeout)  # None: not installed
+    return None if done is None else (done.stdout or done.stderr).strip()[:20000]
 
 
 def accelerators() -> Json:
     found: Json = {}
     for name, command in ACCELERATOR_TOOLS.items():
-        text = _run(command)
-        if text is None:
-            continue
-        try:
-            found[name] = json.loads(text)
-        except ValueError:
-            found[name] = list(text.splitlines())
+        if (text := _run(command)) is not None:
+            try:
+                found[name] = json.loads(text)
+            except ValueError:
+                found[name] = list(text.splitlines())
     return found
 
 
@@ -91,20 +83,6 @@ def _proc(path: str, prefix: str = "") -> str | None:
     except OSError:
         return None
     return next((line[len(prefix) :].strip() for line in lines if line.startswith(prefix)), None)
-
-
-def _cpu_model() -> str | None:
-    line = _proc("/proc/cpuinfo", "model name")
-    return line.partition(":")[2].strip() if line is not None else platform.processor() or None
-
-
-def _memory_gib() -> float | None:
-    fields = (_proc("/proc/meminfo", "MemTotal:") or "").split()
-    return round(int(fields[0]) / 2**20, 1) if fields and fields[0].isdigit() else None
-
-
-def numa_balancing() -> str | None:
-    return _proc("/proc/sys/kernel/numa_balancing")
 
 
 def package_versions(python: str = sys.executable) -> dict[str, str | None]:
@@ -142,23 +120,23 @@ def capture(
     overrides: Mapping[str, str],
     plan: Json,
     launch_plan: LaunchPlanUsed | None,
-    python: str = sys.executable,
 ) -> Environment:
+    cpu, memory = _proc("/proc/cpuinfo", "model name"), (_proc("/proc/meminfo", "MemTotal:") or "").split()
     host = Host(
         hostname=socket.gethostname(),
         platform=platform.platform(),
         python=sys.version.split()[0],
-        cpu=_cpu_model(),
+        cpu=cpu.partition(":")[2].strip() if cpu is not None else platform.processor() or None,
         cpu_count=os.cpu_count(),
-        memory_gib=_memory_gib(),
+        memory_gib=round(int(memory[0]) / 2**20, 1) if memory and memory[0].isdigit() else None,
     )
     config = ConfigUsed(path=config_path, values=shown_values(values), overrides=shown_values(overrides))
     return Environment(
         host=host,
         accelerators=accelerators(),
-        numa_balancing=numa_balancing(),
+        numa_balancing=_proc("/proc/sys/kernel/numa_balancing"),
         config=config,
-        versions=package_versions(python),
+        versions=package_versions(),
         launch_plan=launch_plan,
         qualify_plan=plan,
     )

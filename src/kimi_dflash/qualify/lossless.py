@@ -8,22 +8,9 @@ import asyncio
 from collections.abc import Sequence
 
 from kimi_dflash.documents import Document
+from kimi_dflash.validate import engine
 from kimi_dflash.validate.cli import verdict
 from kimi_dflash.validate.client import Completion, api_key_from_env, chat_greedy, served_model
-from kimi_dflash.validate.engine import (
-    AgreementSummary,
-    Divergence,
-    Outputs,
-    PairComparison,
-    Server,
-    Status,
-    compare_outputs,
-    first_divergence,
-    math_questions,
-    score_math,
-    summarize_agreement,
-)
-from kimi_dflash.validate.prompts import load_calibration_prompts
 
 
 class GreedyOutputs(Document):
@@ -43,14 +30,14 @@ class LosslessVerdict(Document):
 
     SCHEMA = "kimi-dflash/lossless-verdict"
     WHAT = "lossless verdict"
-    verdict: Status
+    verdict: engine.Status
     reasons: list[str]
     reference_model: str
     candidate_model: str
     max_tokens: int
-    agreement: AgreementSummary
-    pairs: list[PairComparison]
-    first_divergence: Divergence | None
+    agreement: engine.AgreementSummary
+    pairs: list[engine.PairComparison]
+    first_divergence: engine.Divergence | None
 
 
 def generate(url: str, prompts: Sequence[str], max_tokens: int, concurrency: int = 8) -> GreedyOutputs:
@@ -63,37 +50,42 @@ def generate(url: str, prompts: Sequence[str], max_tokens: int, concurrency: int
     return GreedyOutputs(model=model, max_tokens=max_tokens, prompts=list(prompts), completions=completions)
 
 
-def shipped_prompts(count: int) -> list[str]:
-    return load_calibration_prompts()[: max(1, count)]
-
-
-def compare(reference: GreedyOutputs, candidate: GreedyOutputs, candidate_url: str, same_tokenizer: bool
-            ) -> LosslessVerdict:  # fmt: skip
+def compare(
+    reference: GreedyOutputs, candidate: GreedyOutputs, candidate_url: str, same_tokenizer: bool
+) -> LosslessVerdict:
     """Text is decoded by the candidate server (which is up); the reference's too when both share the tokenizer."""
     if reference.prompts != candidate.prompts:
         raise ValueError("reference and candidate outputs are for different prompts; rerun both steps")
-    cand_server = Server(candidate_url, candidate.model)
-    outputs = Outputs(reference.prompts, reference.completions, candidate.completions)
-    pairs = compare_outputs(outputs, Server("reference", reference.model), cand_server)
-    agreement = summarize_agreement(pairs)
+    cand_server = engine.Server(candidate_url, candidate.model)
+    outputs = engine.Outputs(reference.prompts, reference.completions, candidate.completions)
+    pairs = engine.compare_outputs(outputs, engine.Server("reference", reference.model), cand_server)
+    agreement = engine.summarize_agreement(pairs)
     status, reasons = verdict(agreement, None, allow_divergence=False, max_math_drop=0.0, same_server=False)
     decoded_with = "the candidate's tokenizer" if same_tokenizer else "candidate text only (other tokenizer)"
-    divergence = asyncio.run(first_divergence(outputs, pairs, cand_server if same_tokenizer else None, cand_server,
-                                              api_key_from_env(), decoded_with=decoded_with))  # fmt: skip
-    return LosslessVerdict(verdict=status, reasons=reasons, reference_model=reference.model,
-                           candidate_model=candidate.model, max_tokens=reference.max_tokens, agreement=agreement,
-                           pairs=pairs, first_divergence=divergence)  # fmt: skip
+    tokenizer, key = cand_server if same_tokenizer else None, api_key_from_env()
+    search = engine.first_divergence(outputs, pairs, tokenizer, cand_server, key, decoded_with=decoded_with)
+    divergence = asyncio.run(search)
+    return LosslessVerdict(
+        verdict=status,
+        reasons=reasons,
+        reference_model=reference.model,
+        candidate_model=candidate.model,
+        max_tokens=reference.max_tokens,
+        agreement=agreement,
+        pairs=pairs,
+        first_divergence=divergence,
+    )
 
 
 def math_outputs(url: str, max_tokens: int) -> GreedyOutputs:
     """Greedy answers to the shipped math set (the FP8 check's accuracy measure)."""
-    problems, questions = math_questions()
+    problems, questions = engine.math_questions()
     document = generate(url, questions, max_tokens)
     return document.model_copy(update={"problem_ids": [p.id for p in problems]})
 
 
 def math_accuracy(reference: GreedyOutputs, candidate: GreedyOutputs) -> tuple[float, float]:
-    problems, _ = math_questions()
-    outputs = Outputs(reference.prompts, reference.completions, candidate.completions)
-    score = score_math(problems[: len(outputs.reference)], outputs)
+    problems, _ = engine.math_questions()
+    outputs = engine.Outputs(reference.prompts, reference.completions, candidate.completions)
+    score = engine.score_math(problems[: len(outputs.reference)], outputs)
     return score.accuracy_reference, score.accuracy_candidate

@@ -87,30 +87,19 @@ CPU_BOX = Box(
 )
 
 
-PREFLIGHT_TITLE = "preflight: machine checks, vLLM compatibility + runtime rules (stops the run on FAIL)"
-FP8_TITLE = "FP8 KV validation: a BF16-KV server's outputs and math vs the FP8 reference's"
-
-
 def box_for(device: str) -> Box:
     return CPU_BOX if device == "cpu" else GPU_BOX
 
 
-_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
+_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?")
 
 
 def parse_duration(text: str) -> float:
     """'90' or '90s', '15m', '2h', '1h30m' -> seconds."""
-    value = text.strip().lower()
-    if re.fullmatch(r"\d+(\.\d+)?", value):
-        seconds = float(value)
-    else:
-        match = _DURATION.match(value)
-        if not value or not match or not any(match.groups()):
-            raise UserError(f"--budget {text!r}: expected a duration such as 20m, 2h, 1h30m or 900 (seconds).")
-        hours, minutes, secs = (float(g) if g else 0.0 for g in match.groups())
-        seconds = hours * 3600 + minutes * 60 + secs
+    match = _DURATION.fullmatch(text.strip().lower())
+    seconds = sum(float(g) * unit for g, unit in zip(match.groups(), (3600, 60, 1)) if g) if match else 0.0
     if seconds <= 0:
-        raise UserError(f"--budget {text!r}: must be more than zero.")
+        raise UserError(f"--budget {text!r}: expected a duration of more than zero, such as 20m, 2h, 1h30m or 900 (s).")
     return seconds
 
 
@@ -168,14 +157,10 @@ class Candidate:
 
 def bench_args(box: Box, slo: str = "") -> tuple[str, ...]:
     """Fixed length (ignore_eos) so tok/s compares across k; repeats for the speedup's interval."""
+    fixed = ("--max-tokens", str(box.max_tokens), "--turns-per-session", str(box.turns_per_session), "--ignore-eos")
     return (
-        "--max-tokens",
-        str(box.max_tokens),
-        "--turns-per-session",
-        str(box.turns_per_session),
-        "--ignore-eos",
-        "--warmup",
-        "2",
+        *fixed,
+        *("--warmup", "2"),
         *(("--repeats", str(box.repeats)) if box.repeats > 1 else ()),
         *(("--slo", slo) if slo else ()),
     )
@@ -197,7 +182,7 @@ def lossless_s(box: Box) -> float:
     return batches * (box.ttft_s + box.lossless_max_tokens / box.per_user_tok_s)
 
 
-def _sessions_for(box: Box, max_num_seqs: int) -> list[int]:
+def sessions_for(box: Box, max_num_seqs: int) -> list[int]:
     levels = [s for s in box.sessions_levels if s <= max_num_seqs]
     return levels or [max_num_seqs]
 
@@ -235,12 +220,11 @@ def per_request_setting(
     )
 
 
-def graphs_step(box: Box, k: int, graphs: GraphCandidate | None, estimate_s: float) -> Step:
+def graphs_step(k: int, graphs: GraphCandidate | None, estimate_s: float) -> Step:
     title = f"graph-mode candidate (k={k}, graphs on): token identity vs the eager reference + benchmark"
-    if graphs is None:
-        graphs = GraphCandidate(False, "not checked")
+    graphs = graphs or GraphCandidate(False, "not checked")
     if not graphs.runs:
-        return Step("graphs", title, 0.0, runs=False, reason=graphs.reason)
+        return Step("graphs", title, 0.0, False, graphs.reason)
     return Step("graphs", f"{title}; {graphs.reason}", estimate_s)
 
 
@@ -253,19 +237,17 @@ def projection_step(box: Box, rates: Sequence[float], levels: int, k_limit: tupl
             "refused on the CPU build: vLLM's CPU sampler raises 'Synthetic acceptance not supported with CPU "
             "sampling' at the first request"
         )
-        return Step("synthetic", title, 0.0, runs=False, reason=reason)
-    if not rates:
+    elif not rates:
         reason = "not asked for: --project-acceptance RATES (e.g. 0.8,0.6,0.4 per draft position) measures it"
-        return Step("synthetic", title, 0.0, runs=False, reason=reason)
-    if k_limit is not None and len(rates) > k_limit[0]:
+    elif k_limit is not None and len(rates) > k_limit[0]:
         reason = f"{len(rates)} rates ask for k={len(rates)}, refused on this vLLM: {k_limit[1]}"
-        return Step("synthetic", title, 0.0, runs=False, reason=reason)
-    tau = 1.0 + sum(rates)
-    title = (
-        f"projection at acceptance {','.join(f'{r:g}' for r in rates)} (k={len(rates)}, tau {tau:.2f}): "
-        "vLLM's synthetic acceptance sampler, speed only (outputs are not the model's)"
-    )
-    return Step("synthetic", title, point_s(box, levels))
+    else:
+        title = (
+            f"projection at acceptance {','.join(f'{r:g}' for r in rates)} (k={len(rates)}, tau {1 + sum(rates):.2f}): "
+            "vLLM's synthetic acceptance sampler, speed only (outputs are not the model's)"
+        )
+        return Step("synthetic", title, point_s(box, levels))
+    return Step("synthetic", title, 0.0, runs=False, reason=reason)
 
 
 def amplitude_planned(box: Box, sides: Sides, reason: str) -> Step:
@@ -291,7 +273,7 @@ def schedule_planned(box: Box, k_values: Sequence[int], levels: int, allowed: tu
     return Step("schedule", title, 0.0, runs=False, reason=reason)
 
 
-def _steps(
+def planned_steps(
     box: Box,
     k: int,
     fp8: bool,
@@ -310,23 +292,21 @@ def _steps(
     grid_points = len([v for v in k_values if v not in (0, k)])
     at_slo = f" ({describe(parse_slo(slo))})" if slo else ""
     goodput = f"goodput at the SLO{at_slo}, speedup at the SLO and at matched concurrency"
-    levels = ",".join(map(str, sessions))
+    grid = f"k x concurrency grid: {grid_points} more server(s) x sessions {','.join(map(str, sessions))}, each judged"
     fp8_s = box.server_start_s + 3 * lossless_s(box) + 5.0 if fp8 else 0.0
+    fp8_title = "FP8 KV validation: a BF16-KV server's outputs and math vs the FP8 reference's"
+    preflight = "preflight: machine checks, vLLM compatibility + runtime rules (stops the run on FAIL)"
     per_request_title = "per-request acceptance by turn and prompt length (metrics.speculative_decoding on each reply)"
     return (
         Step("environment", "capture host, accelerators, NUMA, versions, config and plan", 5.0),
-        Step("preflight", PREFLIGHT_TITLE, box.preflight_s),
+        Step("preflight", preflight, box.preflight_s),
         Step("reference", "reference server (SPECULATIVE_METHOD=none): greedy outputs + benchmark k=0", served),
         Step("candidate", f"candidate server (k={k}): greedy outputs, token identity vs reference + benchmark", served),
         amplitude_planned(box, *amplitude),
-        Step("fp8", FP8_TITLE, fp8_s, fp8, "" if fp8 else "KV cache is not FP8"),
-        Step(
-            "grid",
-            f"k x concurrency grid: {grid_points} more server(s) x sessions {levels}, each judged",
-            grid_points * served,
-        ),
+        Step("fp8", fp8_title, fp8_s, fp8, "" if fp8 else "KV cache is not FP8"),
+        Step("grid", grid, grid_points * served),
         schedule_planned(box, k_values, len(sessions), schedule),
-        graphs_step(box, k, graphs, served),
+        graphs_step(k, graphs, served),
         Step("acceptance", "acceptance by position (Prometheus counters per grid point)", 1.0),
         Step("per_request", per_request_title, 1.0, per_request.runs, "" if per_request.runs else per_request.reason),
         Step("goodput", goodput, 1.0, bool(slo), "" if slo else "--slo none: no SLO measured"),
@@ -386,13 +366,13 @@ def build_plan(
     fp8 = str(values.get("KV_CACHE_DTYPE", "auto")).startswith("fp8")
     extras = [e for e in (box.extra_k if extra_k is None else extra_k) if e != k and (not k_limit or e <= k_limit[0])]
     excluded = tuple(f"k={e} ({k_limit[1]})" for e in box.extra_k if k_limit is not None and e > k_limit[0])
-    sessions = list(sessions_levels or _sessions_for(box, int(values.get("MAX_NUM_SEQS") or max(box.sessions_levels))))
+    sessions = list(sessions_levels or sessions_for(box, int(values.get("MAX_NUM_SEQS") or max(box.sessions_levels))))
     trimmed: list[str] = []
     graph, scheduled = graphs, schedule
 
     def make() -> QualifyPlan:
         k_values = (0, k, *extras)
-        steps = _steps(
+        steps = planned_steps(
             box, k, fp8, k_values, sessions, slo_text, per_request, projection, k_limit, graph, amplitude, scheduled
         )
         projects = next(step for step in steps if step.name == "synthetic").runs

@@ -7,34 +7,26 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from kimi_dflash.advisor.model import weighted_per_position
 from kimi_dflash.bench import columns
 from kimi_dflash.bench.result import BenchmarkResult
 from kimi_dflash.core.formatting import general, markdown_table, number, percent, ratio
 from kimi_dflash.fp8.validate import Fp8Summary
-from kimi_dflash.qualify import amplitude, depths, figures, measures, report_sections
-from kimi_dflash.qualify.documents import (
-    Acceptance,
-    Advisor,
-    Amplitude,
-    Goodput,
-    Graphs,
-    PerRequest,
-    Projection,
-    Schedule,
-    Shootout,
-)
+from kimi_dflash.qualify import amplitude, depths, documents, measures, report_sections
 from kimi_dflash.qualify.documents import ReplyIdentityRow as ReplyRow
 from kimi_dflash.qualify.environment import Environment
 from kimi_dflash.qualify.lossless import LosslessVerdict
 from kimi_dflash.qualify.plan import SPEC_TOKENS, Candidate
 from kimi_dflash.qualify.state import QualifyState
-from kimi_dflash.results_doc import ReportedFigures, recipe_figures
+from kimi_dflash.results_doc import recipe_figures
 from kimi_dflash.runs.state import FAILED
 from kimi_dflash.sweep import aggregate
 
 EXIT_PASS, EXIT_INFRA, EXIT_VERDICT_FAIL = 0, 1, 2
 OVERALL = {EXIT_PASS: "PASS", EXIT_VERDICT_FAIL: "FAIL", EXIT_INFRA: "INCOMPLETE"}
 NOT_RUN = "NOT RUN"
+ACCEPTANCE_PNG = "acceptance_by_position.png"
+PLOT_FILES = ("tok_s_vs_concurrency.png", "pareto.png", ACCEPTANCE_PNG)  # in report order
 
 
 @dataclass(frozen=True)
@@ -125,7 +117,7 @@ def _divergence_lines(out: Path, of: str = "") -> list[str]:
 
 
 def _recommendation_lines(out: Path) -> list[str]:
-    advisor = Advisor.load_or_none(out / "advisor.json")
+    advisor = documents.Advisor.load_or_none(out / "advisor.json")
     if not advisor:
         return ["- recommended settings: none (the advisor did not run; see the steps below)"]
     lines = [
@@ -145,36 +137,31 @@ def _recommendation_lines(out: Path) -> list[str]:
 
 def _chosen_lines(out: Path) -> list[str]:
     """What the amplitude and schedule steps chose (--write-config writes the same)."""
-    rope, depth = Amplitude.load_or_none(out / amplitude.DOCUMENT), Schedule.load_or_none(out / depths.DOCUMENT)
+    rope = documents.Amplitude.load_or_none(out / amplitude.DOCUMENT)
+    depth = documents.Schedule.load_or_none(out / depths.DOCUMENT)
     lines = [f"- recommended `{amplitude.CHOICE_KEY}={rope.value}`: {rope.why}"] if rope and rope.value else []
     if depth and depth.schedule:
         lines.append(f"- depth by load: `{depths.SCHEDULE_KEY}={depth.schedule}` (token identity {depth.lossless})")
     return lines
 
 
-def _acceptance_table(doc: Acceptance | None) -> list[str]:
+def _acceptance_table(out: Path) -> list[str]:
+    doc = documents.Acceptance.load_or_none(out / "acceptance.json")
     if not doc or not doc.rows:
         return ["*(no acceptance counters: no speculative point finished)*"]
     rows = sorted(doc.rows, key=lambda r: (r.k, r.sessions))
     width = max(len(r.per_position) for r in rows)
     rate, tau = columns.ACCEPTANCE_RATE, columns.ACCEPTANCE_LENGTH
     header = ["k", "sessions", *(f"pos {i + 1}" for i in range(width)), rate.header, tau.header]
-    table = [
-        [
-            r.k,
-            r.sessions,
-            *map(rate.fmt, r.per_position),
-            *[""] * (width - len(r.per_position)),
-            rate.fmt(r.acceptance_rate),
-            tau.fmt(r.acceptance_length),
-        ]
-        for r in rows
-    ]
+    table = []
+    for r in rows:
+        positions = [*map(rate.fmt, r.per_position), *[""] * (width - len(r.per_position))]
+        table.append([r.k, r.sessions, *positions, rate.fmt(r.acceptance_rate), tau.fmt(r.acceptance_length)])
     return markdown_table(header, "r" * len(header), table)
 
 
-def _recipe_table(recipe: ReportedFigures, cells: Sequence[aggregate.Cell], device: str) -> list[str]:
-    rows = []
+def _recipe_table(cells: Sequence[aggregate.Cell], device: str) -> list[str]:
+    recipe, rows = recipe_figures(), []
     for row in recipe.rows:
         k, sessions = row.spec_tokens, row.sessions
         match = next((c for c in cells if c.sessions == sessions and c.overrides.get(SPEC_TOKENS) == str(k)), None)
@@ -221,12 +208,13 @@ def _head(out: Path, state: QualifyState, found: Sequence[Verdict], title: str) 
 
 
 def _measured(out: Path, state: QualifyState, cells: Sequence[aggregate.Cell]) -> dict[str, list[str]]:
-    plan, speedups = state.plan, Goodput.load_or_none(out / "goodput.json")
+    plan, speedups = state.plan, documents.Goodput.load_or_none(out / "goodput.json")
     matched = aggregate.render_table(cells).rstrip() if cells else "*(no grid point finished)*"
+    per_request = documents.PerRequest.load_or_none(out / "per_request.json")
     return {
-        "## Acceptance by draft position": _acceptance_table(Acceptance.load_or_none(out / "acceptance.json")),
+        "## Acceptance by draft position": _acceptance_table(out),
         "## Per-request acceptance": report_sections.per_request_section(
-            PerRequest.load_or_none(out / "per_request.json"), plan.spec_tokens, _why_not(state, "per_request")
+            per_request, plan.spec_tokens, _why_not(state, "per_request")
         ),
         "## Matched concurrency (rows compared only at equal concurrency)": [
             f"Workload per level: benchmark {' '.join(plan.bench_args)}; k=0 is the reference "
@@ -239,13 +227,9 @@ def _measured(out: Path, state: QualifyState, cells: Sequence[aggregate.Cell]) -
         ),
         "## Goodput at the SLO": report_sections.goodput_section(speedups, _why_not(state, "goodput")),
         "## Drafter RoPE amplitude": amplitude.section(
-            Amplitude.load_or_none(out / amplitude.DOCUMENT), _why_not(state, "amplitude")
+            documents.Amplitude.load_or_none(out / amplitude.DOCUMENT), _why_not(state, "amplitude")
         ),
     }
-
-
-def plots_of(plots: Sequence[Path], name: str) -> list[Path]:
-    return [p for p in plots if p.name == name]
 
 
 def _sections(sections: dict[str, list[str]], deeper: str = "") -> list[str]:
@@ -286,15 +270,17 @@ def render(
     sections = {
         **_measured(out, state, cells),
         "## Depth by load: the schedule against every fixed k": depths.section(
-            Schedule.load_or_none(out / depths.DOCUMENT), _why_not(state, "schedule"), plots_of(plots, depths.PLOT)
+            documents.Schedule.load_or_none(out / depths.DOCUMENT),
+            _why_not(state, "schedule"),
+            [p for p in plots if p.name == depths.PLOT],
         ),
         "## Graph-mode candidate": report_sections.graphs_section(
-            Graphs.load_or_none(out / "graphs.json"), _why_not(state, "graphs")
+            documents.Graphs.load_or_none(out / "graphs.json"), _why_not(state, "graphs")
         ),
         "## Projection: what a better drafter would give on this box": report_sections.projection_section(
-            Projection.load_or_none(out / "projection.json"), _why_not(state, "synthetic")
+            documents.Projection.load_or_none(out / "projection.json"), _why_not(state, "synthetic")
         ),
-        "## The recipe's published MI300X figures beside this run": _recipe_table(recipe_figures(), cells, device),
+        "## The recipe's published MI300X figures beside this run": _recipe_table(cells, device),
         "## Plots": [f"![{p.stem}]({p.name})" for p in plots if p.name != depths.PLOT],
     }
     return "\n".join(lines + _sections(sections) + _steps_and_exit(state, found))
@@ -312,7 +298,7 @@ def render_shootout(
     lines, device = _head(out, state, found, f"Shoot-out of {names} against `{config}` without speculation")
     for c in state.plan.candidates:
         lines += _divergence_lines(out / "candidates" / c.name, f" of `{c.config}`")
-    ranking = Shootout.load_or_none(out / "shootout.json")
+    ranking = documents.Shootout.load_or_none(out / "shootout.json")
     lines += ["", "## Ranking", "", *report_sections.ranking_section(ranking, _why_not(state, "ranking")), ""]
     for c, (results, plots) in zip(state.plan.candidates, candidates):
         directory, view = candidate_view(out, state, c)
@@ -326,22 +312,38 @@ def render_shootout(
         ]
         sections = {
             **_measured(directory, view, cells),
-            "## The recipe's published MI300X figures beside this candidate": _recipe_table(
-                recipe_figures(), cells, device
-            ),
+            "## The recipe's published MI300X figures beside this candidate": _recipe_table(cells, device),
             "## Plots": [f"![{p.stem}]({p.relative_to(out).as_posix()})" for p in plots],
         }
         lines += _sections(sections, "#")
     return "\n".join(lines + _steps_and_exit(state, found))
 
 
+def acceptance_by_k(rows: Sequence[documents.AcceptanceRow]) -> dict[int, list[float]]:
+    """Per k, acceptance at each position over every concurrency, weighted by drafts (pure)."""
+    return {
+        k: list(weighted_per_position([(r.drafts, r.per_position) for r in rows if r.k == k]))
+        for k in sorted({r.k for r in rows})
+    }
+
+
 def _plots(directory: Path, cells: Sequence[aggregate.Cell], plots: bool) -> list[Path]:
     """The plots of a grid (written when ``plots``; else those already there: a rewrite, or --no-plots)."""
     if not plots:
-        return [directory / n for n in (*figures.PLOT_FILES, depths.PLOT) if (directory / n).is_file()]
-    acceptance = Acceptance.load_or_none(directory / "acceptance.json")
-    schedule = depths.write_plot(Schedule.load_or_none(directory / depths.DOCUMENT), directory)
-    return figures.write_all(cells, acceptance.rows if acceptance else [], directory) + schedule
+        return [directory / n for n in (*PLOT_FILES, depths.PLOT) if (directory / n).is_file()]
+    from kimi_dflash.bench.plots import line_chart
+
+    acceptance = documents.Acceptance.load_or_none(directory / "acceptance.json")
+    schedule = depths.write_plot(documents.Schedule.load_or_none(directory / depths.DOCUMENT), directory)
+    written = aggregate.write_plots(cells, directory) if cells else []
+    if acceptance and acceptance.rows:
+        by_k = acceptance_by_k(acceptance.rows)
+        series = {f"k={k}": (range(1, len(v) + 1), [p * 100 for p in v]) for k, v in by_k.items()}
+        title, axes = "Acceptance by draft position (all concurrencies)", ("draft position", "accepted / drafts (%)")
+        written.append(
+            line_chart(directory / ACCEPTANCE_PNG, series, title, *axes, legend_size=8, ylim=(0, 100), integer_x=True)
+        )
+    return written + schedule
 
 
 def write_report(out: Path, state: QualifyState, config: str, plots: bool = True) -> tuple[Path, int, list[Path]]:

@@ -13,25 +13,10 @@ from kimi_dflash.bench.goodput import describe, parse_slo
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.redaction import spelled_option
 from kimi_dflash.demo.catalog import CHOICES
-from kimi_dflash.qualify import measures
+from kimi_dflash.qualify import measures, plan
 from kimi_dflash.qualify.context import MODEL_KEYS
 from kimi_dflash.qualify.documents import Advisor, RankRow, Shootout
 from kimi_dflash.qualify.lossless import LosslessVerdict
-from kimi_dflash.qualify.plan import (
-    Candidate,
-    PerRequest,
-    QualifyPlan,
-    Sides,
-    Step,
-    _sessions_for,
-    _steps,
-    bench_args,
-    box_for,
-    build_plan,
-    check_slo,
-    fewer_sessions,
-    fit_budget,
-)
 
 CANDIDATE_STEPS = ("candidate", "amplitude", "grid", "acceptance", "per_request", "goodput", "advisor")
 UNBOUNDED = 1e9  # a candidate's own plan is never trimmed alone: the shoot-out trims across candidates
@@ -49,7 +34,7 @@ class CandidateConfig:
     values: Mapping[str, str]
     k_limit: tuple[int, str] | None = None  # the AITER MLA verify cap on the serving vLLM (qualify/cli.py)
     same_key: bool = True  # its API_KEY is the reference's (the key itself is never kept)
-    amplitude: tuple[Sides, str] = ((), "not probed")  # its drafter's RoPE amplitudes to serve (amplitude.probe)
+    amplitude: tuple[plan.Sides, str] = ((), "not probed")  # its drafter's RoPE amplitudes to serve (amplitude.probe)
 
     @property
     def name(self) -> str:
@@ -98,20 +83,20 @@ def build_shootout(
     configs: Sequence[CandidateConfig],
     budget_s: float | None = None,
     slo: str | None = None,
-    per_request: PerRequest | None = None,
-) -> QualifyPlan:
+    per_request: plan.PerRequest | None = None,
+) -> plan.QualifyPlan:
     """Every candidate is measured at the levels every config's MAX_NUM_SEQS allows. The budget trims the
     candidates' extra k (largest first), then the lowest levels; never a candidate."""
     _refuse_other_targets(values, configs)
-    box = box_for(values.get("DEVICE", "rocm"))
-    slo_text, per_request = check_slo(slo, box), per_request or PerRequest(False, "not probed")
+    box = plan.box_for(values.get("DEVICE", "rocm"))
+    slo_text, per_request = plan.check_slo(slo, box), per_request or plan.PerRequest(False, "not probed")
     seqs = min(int(v.get("MAX_NUM_SEQS") or max(box.sessions_levels)) for v in (values, *(c.values for c in configs)))
-    sessions, trimmed = _sessions_for(box, seqs), []
+    sessions, trimmed = plan.sessions_for(box, seqs), []
     budget = box.default_budget_s if budget_s is None else budget_s
 
-    def own_plan(c: CandidateConfig, extra_k: Sequence[int] | None) -> QualifyPlan:
+    def own_plan(c: CandidateConfig, extra_k: Sequence[int] | None) -> plan.QualifyPlan:
         try:
-            plan = build_plan(
+            own = plan.build_plan(
                 c.values,
                 UNBOUNDED,
                 slo,
@@ -123,28 +108,29 @@ def build_shootout(
             )
         except UserError as exc:
             raise UserError(f"--candidates {c.config}: {exc}") from None
-        return dataclasses.replace(plan, budget_s=budget)
+        return dataclasses.replace(own, budget_s=budget)
 
     extras = {c.name: list(own_plan(c, None).k_values[2:]) for c in configs}
     fp8 = str(values.get("KV_CACHE_DTYPE", "auto")).startswith("fp8")
+    same = {c.name: all(values.get(key) == c.values.get(key) for key in MODEL_KEYS) for c in configs}
 
-    def make() -> QualifyPlan:
+    def make() -> plan.QualifyPlan:
         candidates = tuple(
-            Candidate(c.name, c.config, str(c.path), _same_target(values, c.values), own_plan(c, extras[c.name]))
-            for c in configs
+            plan.Candidate(c.name, c.config, str(c.path), same[c.name], own_plan(c, extras[c.name])) for c in configs
         )
-        base = {s.name: s for s in _steps(box, 0, fp8, (0,), sessions, slo_text, per_request)}
+        base = {s.name: s for s in plan.planned_steps(box, 0, fp8, (0,), sessions, slo_text, per_request)}
         preflight = base["preflight"]
         title = f"{preflight.title}: the reference and each candidate"
         preflight = dataclasses.replace(preflight, estimate_s=box.preflight_s * (1 + len(configs)), title=title)
         own = [(c, s) for c in candidates for s in c.plan.steps if s.name in CANDIDATE_STEPS]
         renamed = (dataclasses.replace(s, name=f"{c.name}/{s.name}") for c, s in own)
-        ranking = Step("ranking", "rank the candidates by goodput and tok/s at the matched concurrency", 1.0)
+        ranking = plan.Step("ranking", "rank the candidates by goodput and tok/s at the matched concurrency", 1.0)
         steps = (base["environment"], preflight, base["reference"], base["fp8"], *renamed, ranking, base["report"])
         excluded = tuple(f"{c.name}: {e}" for c in candidates for e in c.plan.excluded)
-        head = (box, budget, 0, fp8, (0,), tuple(sessions), bench_args(box, slo_text), steps, tuple(trimmed), slo_text)
+        bench = plan.bench_args(box, slo_text)
+        head = (box, budget, 0, fp8, (0,), tuple(sessions), bench, steps, tuple(trimmed), slo_text)
         method = values.get("SPECULATIVE_METHOD", "none")
-        return QualifyPlan(*head, per_request.server_env, excluded, method=method, candidates=candidates)
+        return plan.QualifyPlan(*head, per_request.server_env, excluded, method=method, candidates=candidates)
 
     def drop_largest_extra_k() -> str | None:
         largest = max(((k, name) for name, ks in extras.items() for k in ks), default=None)
@@ -153,18 +139,14 @@ def build_shootout(
         extras[largest[1]].remove(largest[0])
         return f"{largest[1]}: k={largest[0]}"
 
-    return fit_budget(make, trimmed, (drop_largest_extra_k, fewer_sessions(sessions)))
-
-
-def _same_target(reference: Mapping[str, str], candidate: Mapping[str, str]) -> bool:
-    return all(reference.get(key) == candidate.get(key) for key in MODEL_KEYS)
+    return plan.fit_budget(make, trimmed, (drop_largest_extra_k, plan.fewer_sessions(sessions)))
 
 
 @dataclass(frozen=True)
 class Measured:
     """What a candidate's steps left: its grid results (the reference's k=0 first), lossless verdict, advisor."""
 
-    candidate: Candidate
+    candidate: plan.Candidate
     results: measures.Results
     verdict: LosslessVerdict | None
     advisor: Advisor | None

@@ -8,24 +8,16 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from kimi_dflash.core.atomic_write import write_text_atomic
 from kimi_dflash.core.user_files import read_log_tail
-from kimi_dflash.qualify import lossless
+from kimi_dflash.qualify import context, lossless, measures
 from kimi_dflash.qualify.amplitude import amplitude_step, own_side
-from kimi_dflash.qualify.context import (
-    MODEL_KEYS,
-    Context,
-    against_reference,
-    chained,
-    grid_results,
-    point_outcome,
-    serve,
-    shipped_outputs,
-    written,
-)
+from kimi_dflash.qualify.context import Context, grid_results
 from kimi_dflash.qualify.depths import grid_hooks, schedule_step
 from kimi_dflash.qualify.documents import Acceptance, AcceptanceRow, Advisor, Goodput, Graphs, PerRequest, Projection
 from kimi_dflash.qualify.documents import Recommendation as Rec
 from kimi_dflash.qualify.environment import capture, served_plan
+from kimi_dflash.qualify.graphs import graph_mode_from_log
 from kimi_dflash.qualify.lossless import GreedyOutputs, LosslessVerdict
 from kimi_dflash.qualify.plan import RATES_KEY, SPEC_TOKENS
 from kimi_dflash.runs.orchestrator import Outcome, Unit
@@ -66,7 +58,8 @@ def preflight_step(ctx: Context) -> Outcome:
             lines.extend(p.render() for p in error.problems)
             ok = False
     path, text = ctx.out / "preflight.txt", "\n".join(lines)
-    ctx.write_text(path, text + "\n")
+    ctx.record(path)
+    write_text_atomic(path, text + "\n")
     failing = [line for line in text.splitlines() if "FAIL" in line]
     if not ok:
         outputs = ctx.files(path).model_copy(update={"failing": failing})
@@ -79,24 +72,24 @@ def reference_step(ctx: Context) -> Outcome:
     ref_path, math_path = ctx.lossless_dir / "reference.json", ctx.lossless_dir / "reference-math.json"
 
     def outputs(url: str) -> None:
-        shipped_outputs(ctx, ref_path, url)
+        context.shipped_outputs(ctx, ref_path, url)
         if ctx.plan.fp8_kv and not math_path.is_file():
             ctx.write(math_path, lossless.math_outputs(url, 256))
 
     done = ref_path.is_file() and (math_path.is_file() or not ctx.plan.fp8_kv)
     plan, point = ctx.points(), ctx.point(0)
-    return point_outcome(ctx, plan, point, serve(ctx, plan, point, None if done else outputs), ref_path)
+    return context.point_outcome(ctx, plan, point, context.serve(ctx, plan, point, None if done else outputs), ref_path)
 
 
 def candidate_step(ctx: Context) -> Outcome:
     cand_path, verdict_path = ctx.lossless_dir / "candidate.json", ctx.lossless_dir / "verdict.json"
-    same_tokenizer = ctx.same_target and not any(key in MODEL_KEYS for key, _ in ctx.candidate_env)
-    judge = against_reference(ctx, cand_path, verdict_path, same_tokenizer, "lossless")
+    same_tokenizer = ctx.same_target and not any(key in context.MODEL_KEYS for key, _ in ctx.candidate_env)
+    judge = context.against_reference(ctx, cand_path, verdict_path, same_tokenizer, "lossless")
     plan, point = ctx.points(), ctx.point(ctx.plan.spec_tokens)
     # ... and the amplitude step's benchmark of the config's own side
-    hooks = chained(None if verdict_path.is_file() else judge, own_side(ctx))
-    outcome = point_outcome(ctx, plan, point, serve(ctx, plan, point, hooks), verdict_path)
-    verdict = LosslessVerdict.load_or_none(verdict_path)
+    hooks = context.chained(None if verdict_path.is_file() else judge, own_side(ctx))
+    outcome = context.point_outcome(ctx, plan, point, context.serve(ctx, plan, point, hooks), verdict_path)
+    verdict = context.verdict_of(ctx, None)
     return Outcome(
         outcome.status, outcome.detail, outcome.outputs.model_copy(update={"verdict": verdict and verdict.verdict})
     )
@@ -127,17 +120,9 @@ def fp8_step(ctx: Context) -> Outcome:
     fp8_log = points_state.server_log(ctx.grid_dir, ctx.point(0))
     bf16_kv, fp8_kv = (kv_capacity_from_log(read_log_tail(p if p.is_file() else None)) for p in (log, fp8_log))
     status, reasons = verdict_lines(summarize_agreement(pairs), math_bf16, math_fp8, (bf16_kv, fp8_kv), Thresholds())
-    ctx.write(
-        ctx.out / "fp8.json",
-        Fp8Summary(
-            verdict=status,
-            reasons=reasons,
-            math_bf16=math_bf16,
-            math_fp8=math_fp8,
-            kv_capacity_bf16=bf16_kv,
-            kv_capacity_fp8=fp8_kv,
-        ),
-    )
+    capacity = {"kv_capacity_bf16": bf16_kv, "kv_capacity_fp8": fp8_kv}
+    summary = Fp8Summary(verdict=status, reasons=reasons, math_bf16=math_bf16, math_fp8=math_fp8, **capacity)
+    ctx.write(ctx.out / "fp8.json", summary)
     return Outcome(DONE, f"FP8 KV {status}", ctx.files(ctx.out / "fp8.json").model_copy(update={"verdict": status}))
 
 
@@ -156,15 +141,13 @@ def grid_step(ctx: Context) -> Outcome:
 def graphs_step(ctx: Context) -> Outcome:
     """Outputs compared with the eager reference's are evidence, not a verdict; results go to graphs/, not grid/:
     it shares the candidate's k."""
-    from kimi_dflash.qualify.graphs import graph_mode_from_log
-    from kimi_dflash.qualify.measures import graph_rows
-
     k = ctx.plan.spec_tokens
     point = Point(((SPEC_TOKENS, str(k)), *ctx.plan.graph_overrides))
     plan = ctx.points([point], ctx.out / "graphs")
     own_path, identity_path = ctx.lossless_dir / "graphs.json", ctx.lossless_dir / "graphs-identity.json"
-    hook = None if identity_path.is_file() else against_reference(ctx, own_path, identity_path, True, "token identity")
-    errors = serve(ctx, plan, point, hook)
+    judge = context.against_reference(ctx, own_path, identity_path, True, "token identity")
+    hook = None if identity_path.is_file() else judge
+    errors = context.serve(ctx, plan, point, hook)
     log = points_state.server_log(plan.out, point)
     mode = graph_mode_from_log(read_log_tail(log if log.is_file() else None))
     result = points_state.finished_result(plan.out, point)
@@ -175,24 +158,22 @@ def graphs_step(ctx: Context) -> Outcome:
         downgraded=mode.downgraded,
         mode_evidence=mode.line,
         identity=identity and identity.agreement,
-        rows=[] if result is None else graph_rows(grid_results(ctx), result, k),
+        rows=[] if result is None else measures.graph_rows(grid_results(ctx), result, k),
         result=points_state.result_path(plan.out, point).relative_to(ctx.out).as_posix(),
     )
-    ctx.write(ctx.out / "graphs.json", document)
+    ctx.write(path := ctx.out / "graphs.json", document)
     if errors:
-        return Outcome(FAILED, "; ".join(errors), ctx.files(ctx.out / "graphs.json"))
-    speedups = ", ".join(
-        f"{r.sessions}: {r.speedup_vs_eager}x" for r in document.rows if r.speedup_vs_eager is not None
-    )
+        return Outcome(FAILED, "; ".join(errors), ctx.files(path))
+    found = [(r.sessions, r.speedup_vs_eager) for r in document.rows if r.speedup_vs_eager is not None]
+    speedups = ", ".join(f"{sessions}: {speedup}x" for sessions, speedup in found)
     downgrade = " (lowered after start-up: vllm #49547)" if mode.downgraded else ""
     detail = f"cudagraph_mode {mode.mode or 'not in the log'}{downgrade}; vs the eager candidate at sessions {speedups}"
-    return Outcome(DONE, detail, ctx.files(ctx.out / "graphs.json"))
+    return Outcome(DONE, detail, ctx.files(path))
 
 
 def synthetic_step(ctx: Context) -> Outcome:
     """Speed only, kept out of grid/ so that nothing judges outputs by it."""
     from kimi_dflash.config.acceptance_rates import format_rate
-    from kimi_dflash.qualify.measures import projection_rows
 
     step = next(s for s in ctx.plan.steps if s.name == "synthetic")
     if not step.runs:
@@ -200,22 +181,20 @@ def synthetic_step(ctx: Context) -> Outcome:
     rates = ctx.plan.projection
     point = Point(((SPEC_TOKENS, str(len(rates))), (RATES_KEY, ",".join(map(format_rate, rates)))))
     plan = ctx.points([point], ctx.out / "projection")
-    errors = serve(ctx, plan, point, None)
+    errors = context.serve(ctx, plan, point, None)
     result = points_state.finished_result(plan.out, point)
     if result is None:
         return Outcome(FAILED, "; ".join(errors) or "the projection point did not finish", ctx.files(plan.out))
-    rows = projection_rows(grid_results(ctx), result, rates, ctx.plan.spec_tokens)
+    rows = measures.projection_rows(grid_results(ctx), result, rates, ctx.plan.spec_tokens)
     what = (
         "a projection of speed, not of quality: vLLM's synthetic rejection sampler accepted drafts at the given "
         "per-position rates without checking them against the target"
     )
     raw = points_state.result_path(plan.out, point).relative_to(ctx.out).as_posix()
-    ctx.write(
-        ctx.out / "projection.json", Projection(what=what, rates=list(rates), k=len(rates), rows=rows, result=raw)
-    )
+    document = Projection(what=what, rates=list(rates), k=len(rates), rows=rows, result=raw)
     summary = ", ".join(f"{r.sessions} sessions: {r.speedup}x" for r in rows if r.speedup is not None)
     detail = f"k={len(rates)} at {','.join(map(format_rate, rates))}: {summary or 'no reference level to compare'}"
-    return Outcome(DONE, detail, ctx.files(ctx.out / "projection.json").model_copy(update={"rows": len(rows)}))
+    return context.written(ctx, "projection.json", document, len(rows), detail)
 
 
 def acceptance_step(ctx: Context) -> Outcome:
@@ -239,30 +218,25 @@ def acceptance_step(ctx: Context) -> Outcome:
                 )
     if not rows:
         return Outcome(FAILED, "no speculative grid point reported acceptance counters")
-    return written(ctx, "acceptance.json", Acceptance(rows=rows), len(rows), f"{len(rows)} (point, concurrency) rows")
+    detail = f"{len(rows)} (point, concurrency) rows"
+    return context.written(ctx, "acceptance.json", Acceptance(rows=rows), len(rows), detail)
 
 
 def per_request_step(ctx: Context) -> Outcome:
-    from kimi_dflash.qualify.measures import per_request_rows
-
-    rows = per_request_rows(grid_results(ctx))
+    rows = measures.per_request_rows(grid_results(ctx))
     if not rows:
         asked = " ".join(f"{k}={v}" for k, v in ctx.plan.server_env) or "PER_REQUEST_SPEC_METRICS"
-        return Outcome(
-            FAILED,
-            f"no speculative grid point's replies carried metrics.speculative_decoding (was the "
-            f"server started with {asked}?)",
-        )
+        why = "no speculative grid point's replies carried metrics.speculative_decoding (was the server started with"
+        return Outcome(FAILED, f"{why} {asked}?)")
     equal = [r for r in rows if r.counter_accepted is not None]
     same = sum(r.total.accepted == r.counter_accepted for r in equal)
     summary = ", ".join(f"k={r.k}@{r.sessions}: tau {r.total.tau}" for r in rows if r.total.tau is not None)
     detail = f"{len(rows)} (point, concurrency) rows; per-request sums equal the /metrics deltas in {same}/{len(equal)}"
-    return written(ctx, "per_request.json", PerRequest(rows=rows), len(rows), f"{detail}; {summary}"[:400])
+    return context.written(ctx, "per_request.json", PerRequest(rows=rows), len(rows), f"{detail}; {summary}"[:400])
 
 
 def goodput_step(ctx: Context) -> Outcome:
     from kimi_dflash.bench.goodput import DEFAULT_ATTAINMENT, describe, parse_slo
-    from kimi_dflash.qualify import measures
 
     results, plan = grid_results(ctx), ctx.plan
     rows = measures.goodput_rows(results)
@@ -282,7 +256,7 @@ def goodput_step(ctx: Context) -> Outcome:
     )
     at = ", ".join(f"k={r.k}: {r.speedup}x" for r in document.at_slo if r.speedup is not None)
     detail = f"{len(rows)} (point, concurrency) rows; speedup at the SLO: {at or 'none (a side sustains no level)'}"
-    return written(ctx, "goodput.json", document, len(rows), detail)
+    return context.written(ctx, "goodput.json", document, len(rows), detail)
 
 
 def advisor_step(ctx: Context) -> Outcome:
@@ -314,7 +288,7 @@ def advisor_step(ctx: Context) -> Outcome:
             measured=bool(r.measured and r.fitted),
         )
     summary = ", ".join(f"{s} sessions: k={r.k}" for s, r in document.recommendations.items())
-    return written(ctx, "advisor.json", document, len(document.recommendations), summary + note)
+    return context.written(ctx, "advisor.json", document, len(document.recommendations), summary + note)
 
 
 def ranking_step(ctx: Context) -> Outcome:
@@ -323,19 +297,13 @@ def ranking_step(ctx: Context) -> Outcome:
     measured = []
     for c in ctx.plan.candidates:
         sub = ctx.candidate(c.name)
-        measured.append(
-            shootout.Measured(
-                c,
-                grid_results(sub),
-                LosslessVerdict.load_or_none(sub.lossless_dir / "verdict.json"),
-                Advisor.load_or_none(sub.out / "advisor.json"),
-            )
-        )
+        advisor = Advisor.load_or_none(sub.out / "advisor.json")
+        measured.append(shootout.Measured(c, grid_results(sub), context.verdict_of(sub, None), advisor))
     document = shootout.rank(ctx.plan.slo, measured)
     ranked = [f"{r.rank}. {r.candidate}" for r in document.rows if r.rank is not None]
     if not ranked:
         return Outcome(FAILED, f"no candidate ranked: {'; '.join(f'{r.candidate}: {r.note}' for r in document.rows)}")
-    return written(ctx, "shootout.json", document, len(ranked), f"{document.ranked_by}: {', '.join(ranked)}")
+    return context.written(ctx, "shootout.json", document, len(ranked), f"{document.ranked_by}: {', '.join(ranked)}")
 
 
 STEPS: dict[str, Callable[[Context], Outcome]] = {

@@ -64,10 +64,8 @@ def schedule_lines(document: Schedule | None, out: str, own_k: int, why_not: str
     versus = ", ".join(f"{r.sessions}: {shown(r.vs_best, ratio)} (k={r.best_k})" for r in document.rows)
     moved = f" Measured on {document.backend}." if document.backend else ""
     keys = [f"{SPEC_TOKENS}={document.spec_tokens}", f"{SCHEDULE_KEY}={document.schedule}"]
-    return f"{head} {served}; over the best fixed k by sessions {versus}; {out}/{document.result}.{moved}", [
-        *keys,
-        *([f"{AITER_KEY}=false"] if document.backend else []),
-    ]
+    keys += [f"{AITER_KEY}=false"] if document.backend else []
+    return f"{head} {served}; over the best fixed k by sessions {versus}; {out}/{document.result}.{moved}", keys
 
 
 def write(ctx: Context, target: Path) -> str:

@@ -14,7 +14,6 @@ from kimi_dflash.core.errors import UserError
 from kimi_dflash.qualify import cli as qualify_cli
 from kimi_dflash.qualify import report
 from kimi_dflash.qualify.bundle import result_name
-from kimi_dflash.qualify.figures import acceptance_by_k
 from kimi_dflash.qualify.plan import (
     CPU_BOX,
     GPU_BOX,
@@ -25,6 +24,7 @@ from kimi_dflash.qualify.plan import (
     per_request_setting,
     point_s,
 )
+from kimi_dflash.qualify.report import acceptance_by_k
 from kimi_dflash.qualify.state import QualifySignature
 from kimi_dflash.runs.state import DONE, FAILED, StepOutputs
 from qualify_fakes import PASSING_VERDICT, open_state
