@@ -100,9 +100,9 @@ class Verdict:
 
 
 def judge(deployment: Deployment, source: VllmSource, rules: Sequence[Rule] | None = None) -> Verdict:
-    findings = [
-        dataclasses.replace(finding, name=each.id)
-        for each in (all_rules() if rules is None else rules)
-        for finding in each.check(deployment, source)
-    ]
+    findings = []
+    for each in all_rules() if rules is None else rules:
+        found = each.check(deployment, source)
+        for finding in [found] if isinstance(found, CheckResult) else found:
+            findings.append(dataclasses.replace(finding, name=each.id))
     return Verdict(deployment, source.origin, source.version(), tuple(findings))

@@ -14,7 +14,8 @@ if TYPE_CHECKING:
     from kimi_dflash.rules.source import VllmSource
 
 
-Check = Callable[["Deployment", "VllmSource"], list[CheckResult]]  # findings named by the engine (the rule id)
+Findings = CheckResult | list[CheckResult]  # one finding, or any number
+Check = Callable[["Deployment", "VllmSource"], Findings]  # findings named by the engine (the rule id)
 
 
 @dataclass(frozen=True)

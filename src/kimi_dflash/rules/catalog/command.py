@@ -10,7 +10,7 @@ from kimi_dflash.config.schema import KEYS
 from kimi_dflash.core.checks import CheckResult, failed, passed, warned
 from kimi_dflash.rules.deployment import Deployment
 from kimi_dflash.rules.features import FeatureOutcome, introduced, parse_feature, probe_features
-from kimi_dflash.rules.model import Rule, label
+from kimi_dflash.rules.model import Findings, Rule, label
 from kimi_dflash.rules.source import VllmSource
 
 ENVS = "vllm/envs.py"
@@ -61,7 +61,7 @@ def _features(deployment: Deployment, source: VllmSource, kinds: set[str]) -> li
 def _presence(
     what: str, kinds: set[str], fix_for: Callable[[Deployment, FeatureOutcome], str]
 ) -> Callable[[Deployment, VllmSource], list[CheckResult]]:
-    def check(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
+    def check(deployment: Deployment, source: VllmSource) -> Findings:
         outcomes = _features(deployment, source, kinds)
         findings = [
             failed(
@@ -100,7 +100,7 @@ def _value_fix(deployment: Deployment, outcome: FeatureOutcome) -> str:
     return f"use a {kind} this vLLM knows instead of {value!r} (see {outcome.evidence}), or {introduced(outcome.name)}"
 
 
-def _check_environment(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
+def _check_environment(deployment: Deployment, source: VllmSource) -> Findings:
     findings: list[CheckResult] = []
     outcomes = _features(deployment, source, {"env"})
     for outcome in outcomes:
@@ -138,7 +138,7 @@ def _membership(
     return passed(f"{subject} is registered")
 
 
-def _check_parsers(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
+def _check_parsers(deployment: Deployment, source: VllmSource) -> Findings:
     findings = []
     for option, (registry, definition) in PARSER_REGISTRIES.items():
         name = deployment.command.value(option)
@@ -156,7 +156,7 @@ def _check_parsers(deployment: Deployment, source: VllmSource) -> list[CheckResu
     return findings
 
 
-def _check_architectures(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
+def _check_architectures(deployment: Deployment, source: VllmSource) -> Findings:
     known = model_architectures(source)
     return [
         _membership(

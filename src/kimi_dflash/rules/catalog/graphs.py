@@ -7,7 +7,7 @@ import json
 
 from kimi_dflash.core.checks import CheckResult, failed, passed, warned
 from kimi_dflash.rules.deployment import Deployment
-from kimi_dflash.rules.model import Fact, Rule, label
+from kimi_dflash.rules.model import Fact, Findings, Rule, label
 from kimi_dflash.rules.source import SourceLine, VllmSource
 
 COMPILATION_CONFIG = "vllm/config/compilation.py"
@@ -53,7 +53,7 @@ def _fusion_cell(source: VllmSource, _deployment: Deployment) -> str:
     return "absent" if fusion is None else f"`{fusion}`"
 
 
-def _check_graphs(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
+def _check_graphs(deployment: Deployment, source: VllmSource) -> Findings:
     if deployment.command.flag("--enforce-eager") or deployment.platform == "cpu":
         return []
     findings: list[CheckResult] = []
@@ -116,23 +116,21 @@ def breakable_architectures(source: VllmSource) -> set[str]:
     return strings | set(source.assigned_strings(VLLM_CONFIG, "DEFAULT_BREAKABLE_CUDAGRAPH_ARCHITECTURES"))
 
 
-def _check_breakable(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
+def _check_breakable(deployment: Deployment, source: VllmSource) -> Findings:
     declared = source.line_of("vllm/envs.py", f'"{BREAKABLE}"')
     if deployment.platform != "rocm" or deployment.command.flag("--enforce-eager") or declared is None:
         return []
     value = deployment.env.get(BREAKABLE, "").strip()
     auto = sorted(set(deployment.target.architectures if deployment.target else ()) & breakable_architectures(source))
     if value != "1" and (value or not auto):
-        return [passed(f"breakable CUDA graphs stay off ({BREAKABLE} {value or 'unset'}; {declared})")]
+        return passed(f"breakable CUDA graphs stay off ({BREAKABLE} {value or 'unset'}; {declared})")
     why = f"{BREAKABLE}=1" if value else f"{label(source)} turns them on for {', '.join(auto)} ({VLLM_CONFIG})"
-    return [
-        warned(
-            f"breakable CUDA graphs on ROCm ({why}): vLLM then turns its torch.compile pipeline off, they regress "
-            "performance on ROCm (vLLM 0.30+'s own reason for keeping them off there), and the Kimi-K3 recipe "
-            f"requires {BREAKABLE}=0 on ROCm",
-            f"set {BREAKABLE}=0 in serve's environment",
-        )
-    ]
+    return warned(
+        f"breakable CUDA graphs on ROCm ({why}): vLLM then turns its torch.compile pipeline off, they regress "
+        "performance on ROCm (vLLM 0.30+'s own reason for keeping them off there), and the Kimi-K3 recipe "
+        f"requires {BREAKABLE}=0 on ROCm",
+        f"set {BREAKABLE}=0 in serve's environment",
+    )
 
 
 RULES = (

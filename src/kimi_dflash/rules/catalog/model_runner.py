@@ -6,10 +6,10 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from kimi_dflash.core.checks import CheckResult, failed, passed, warned
+from kimi_dflash.core.checks import failed, passed, warned
 from kimi_dflash.patcher import floor
 from kimi_dflash.rules.deployment import TRUE_WORDS, Deployment
-from kimi_dflash.rules.model import Fact, Rule, label
+from kimi_dflash.rules.model import Fact, Findings, Rule, label
 from kimi_dflash.rules.source import SourceLine, VllmSource
 
 RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
@@ -114,48 +114,44 @@ def _runner_cell(source: VllmSource, deployment: Deployment) -> str:
     return "?" if runner is None else f"{runner.runner} ({runner.why}; `{runner.where}`)"
 
 
-def _check_model_runner(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
+def _check_model_runner(deployment: Deployment, source: VllmSource) -> Findings:
     choice = runner_choice(deployment, source)
     if choice is None:
-        return [warned(f"cannot tell which model runner {label(source)} picks: no use_v2_model_runner found")]
+        return warned(f"cannot tell which model runner {label(source)} picks: no use_v2_model_runner found")
     detail = f"{label(source)} runs this plan on Model Runner {choice.runner}: {choice.why} ({choice.where})"
     if choice.runner == "V2" and deployment.kv_scale_mode != "off":
         built = v2_builds_model_layers(source)
         if built is None:
-            return [
-                failed(
-                    detail + f"; KV_SCALE_MODE={deployment.kv_scale_mode} but the V2 runner's model construction was "
-                    f"not found ({V2_RUNNER}), so the KV-scale hook cannot be shown to act on it",
-                    f"set {RUNNER_ENV}=0 in the environment, or KV_SCALE_MODE=off",
-                    "KV-scale hook on V2",
-                )
-            ]
+            return failed(
+                detail + f"; KV_SCALE_MODE={deployment.kv_scale_mode} but the V2 runner's model construction was "
+                f"not found ({V2_RUNNER}), so the KV-scale hook cannot be shown to act on it",
+                f"set {RUNNER_ENV}=0 in the environment, or KV_SCALE_MODE=off",
+                "KV-scale hook on V2",
+            )
         detail += (
             "; the KV-scale hook wraps the model's MLAAttention layers, which V2 builds through vLLM's model loader "
             f"like V1 ({built})"
         )
     if deployment.platform == "cpu" and choice.runner == "V1":
         detail += "; GPU builds of the same release may run V2 (the CPU demo exercises V1 only)"
-    return [passed(detail)]
+    return passed(detail)
 
 
 V2_DFLASH = "vllm/v1/worker/gpu/spec_decode/dflash/"
 
 
-def _check_dflash_on_v2(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
+def _check_dflash_on_v2(deployment: Deployment, source: VllmSource) -> Findings:
     choice = runner_choice(deployment, source) if deployment.dflash else None
     if choice is None or choice.runner != "V2":
         return []
     if floor.holds(source.text(f"vllm/{floor.PATH}")):  # 0.26.0 on, past the releases where it collapsed
-        return [passed(f"{label(source)} is past 0.25.1, where DFlash on V2 lost its acceptance (vllm #49559)")]
+        return passed(f"{label(source)} is past 0.25.1, where DFlash on V2 lost its acceptance (vllm #49559)")
     first = next(source.paths(V2_DFLASH), None)
-    return [
-        warned(
-            f"DFlash on Model Runner V2 in {label(source)} ({first or V2_DFLASH}): in 0.24.0-0.25.1, the releases "
-            "with V2's first DFlash speculator, acceptance fell to ~0 on V2 and was normal on V1 (vllm #49559)",
-            f"{RUNNER_ENV}=0 (V1), or vLLM >= {floor.RELEASE}; confirm acceptance by position",
-        )
-    ]
+    return warned(
+        f"DFlash on Model Runner V2 in {label(source)} ({first or V2_DFLASH}): in 0.24.0-0.25.1, the releases "
+        "with V2's first DFlash speculator, acceptance fell to ~0 on V2 and was normal on V1 (vllm #49559)",
+        f"{RUNNER_ENV}=0 (V1), or vLLM >= {floor.RELEASE}; confirm acceptance by position",
+    )
 
 
 RULES = (

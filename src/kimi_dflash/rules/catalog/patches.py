@@ -10,7 +10,7 @@ from kimi_dflash.core.checks import CheckResult, Remedy, failed, passed
 from kimi_dflash.patcher import floor
 from kimi_dflash.rules import backends
 from kimi_dflash.rules.deployment import Deployment
-from kimi_dflash.rules.model import Rule, label
+from kimi_dflash.rules.model import Findings, Rule, label
 from kimi_dflash.rules.source import VllmSource
 
 if TYPE_CHECKING:
@@ -60,9 +60,9 @@ def _hooks_present(patch: Patch, source: VllmSource) -> bool:
     return all(text is not None and probe.matches(text) for probe, text in texts)
 
 
-def _check_patches(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
+def _check_patches(deployment: Deployment, source: VllmSource) -> Findings:
     if floor.holds(source.text(f"vllm/{floor.PATH}")):
-        return [passed(f"{label(source)} is {floor.describe()}: every fix a patch stood in for is upstream")]
+        return passed(f"{label(source)} is {floor.describe()}: every fix a patch stood in for is upstream")
     from kimi_dflash.patcher.model import Status
     from kimi_dflash.patcher.registry import PATCHES, source_paths
     from kimi_dflash.patcher.status import evaluate_all
