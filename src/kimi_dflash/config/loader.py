@@ -63,48 +63,24 @@ def _read_file(path: Path, problems: list[Problem]) -> list[RawSetting]:
     settings: list[RawSetting] = []
     seen: dict[str, int] = {}
     for binding in parse_stream(io.StringIO(text)):
-        line = binding.original.line
+        key, value, line = binding.key, binding.value, binding.original.line
         where = f"{shown}:{line}"
         if binding.error:
-            snippet = binding.original.string.strip()[:60]
-            problems.append(
-                Problem(
-                    where,
-                    None,
-                    None,
-                    f"cannot parse line {snippet!r}",
-                    "write KEY=value (quote values with spaces; comments start with #)",
-                )
-            )
-            continue
-        if binding.key is None:
+            message = f"cannot parse line {binding.original.string.strip()[:60]!r}"
+            fix = "write KEY=value (quote values with spaces; comments start with #)"
+            problems.append(Problem(where, None, None, message, fix))
+        elif key is None:
             continue  # blank line or comment
-        if binding.value is None:
-            problems.append(
-                Problem(
-                    where,
-                    binding.key,
-                    None,
-                    "key without a value",
-                    f"write {binding.key}=<value>, or delete the line"
-                    if binding.key == EXTENDS_KEY
-                    else f"write {binding.key}=<value>, or {binding.key}= to leave it unset",
-                )
-            )
-            continue
-        if binding.key in seen:
-            problems.append(
-                Problem(
-                    where,
-                    binding.key,
-                    binding.value,
-                    f"set twice in one file (first on line {seen[binding.key]})",
-                    "keep one assignment per key",
-                )
-            )
-            continue
-        seen[binding.key] = line
-        settings.append(RawSetting(binding.key, binding.value, where, path.parent))
+        elif value is None:
+            or_else = "delete the line" if key == EXTENDS_KEY else f"{key}= to leave it unset"
+            fix = f"write {key}=<value>, or {or_else}"
+            problems.append(Problem(where, key, None, "key without a value", fix))
+        elif key in seen:
+            message = f"set twice in one file (first on line {seen[key]})"
+            problems.append(Problem(where, key, value, message, "keep one assignment per key"))
+        else:
+            seen[key] = line
+            settings.append(RawSetting(key, value, where, path.parent))
     return settings
 
 
@@ -114,23 +90,16 @@ def _read_chain(
     try:
         resolved = path.resolve()
     except (RuntimeError, OSError) as exc:  # Python < 3.13 raises RuntimeError on a symlink loop
-        problems.append(Problem(display_path(path), None, None, f"cannot resolve the config path ({exc})",
-                                "fix the symlink (it loops or is broken)"))  # fmt: skip
+        fix = "fix the symlink (it loops or is broken)"
+        problems.append(Problem(display_path(path), None, None, f"cannot resolve the config path ({exc})", fix))
         return {}
     if resolved in visiting:
         chain = " -> ".join(display_path(p) for p in (*visiting, resolved))
         problems.append(Problem(display_path(path), EXTENDS_KEY, None, f"EXTENDS loops: {chain}", "remove the cycle"))
         return {}
     if depth > MAX_EXTENDS_DEPTH:
-        problems.append(
-            Problem(
-                display_path(path),
-                EXTENDS_KEY,
-                None,
-                "EXTENDS chain too deep",
-                f"keep chains at most {MAX_EXTENDS_DEPTH} files long",
-            )
-        )
+        fix = f"keep chains at most {MAX_EXTENDS_DEPTH} files long"
+        problems.append(Problem(display_path(path), EXTENDS_KEY, None, "EXTENDS chain too deep", fix))
         return {}
 
     own = _read_file(path, problems)
@@ -138,9 +107,10 @@ def _read_chain(
     for setting in own:
         if setting.key == EXTENDS_KEY and not setting.value.strip():
             # Path("") is the config's own directory: without this, "is a directory" with no key named.
-            problems.append(Problem(setting.source, EXTENDS_KEY, setting.value, "empty value: names no base config",
-                                    f"write {EXTENDS_KEY}=<base config, a path relative to this file>, or delete "
-                                    "the line"))  # fmt: skip
+            fix = f"write {EXTENDS_KEY}=<base config, a path relative to this file>, or delete the line"
+            problems.append(
+                Problem(setting.source, EXTENDS_KEY, setting.value, "empty value: names no base config", fix)
+            )
         elif setting.key == EXTENDS_KEY:
             base = Path(setting.value)
             base = base if base.is_absolute() else path.parent / base
