@@ -3,7 +3,7 @@ rules/catalog/."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from kimi_dflash.rules.source import VllmSource
 
 
-Findings = CheckResult | list[CheckResult]  # one finding, or any number
+Findings = CheckResult | Iterable[CheckResult]  # one finding, or any number (a list, a generator)
 Check = Callable[["Deployment", "VllmSource"], Findings]  # findings named by the engine (the rule id)
 
 

@@ -4,7 +4,7 @@ every VLLM_* variable (with a valid value), the parsers and the model architectu
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from kimi_dflash.config.schema import KEYS
 from kimi_dflash.core.checks import CheckResult, failed, passed, warned
@@ -105,22 +105,14 @@ def _check_environment(deployment: Deployment, source: VllmSource) -> Findings:
     outcomes = _features(deployment, source, {"env"})
     for outcome in outcomes:
         name = outcome.name.split(":", 1)[1]
-        if outcome.state == "absent":
-            findings.append(
-                warned(f"{name} is not read by {label(source)} (ignored)", f"drop it, or {introduced(outcome.name)}")
-            )
-            continue
-        choices = env_choices(source, name)
         value = deployment.env.get(name, "")
-        if choices is not None and value not in choices:
-            findings.append(
-                failed(
-                    f"{name}={value} is not one of {', '.join(choices)} (vllm/envs.py env_with_choices raises at "
-                    "startup)",
-                    f"set {name} to one of {', '.join(choices)}",
-                    f"{name}={value}",
-                )
-            )
+        if outcome.state == "absent":
+            fix = f"drop it, or {introduced(outcome.name)}"
+            findings.append(warned(f"{name} is not read by {label(source)} (ignored)", fix))
+        elif (choices := env_choices(source, name)) is not None and value not in choices:
+            listed = ", ".join(choices)
+            message = f"{name}={value} is not one of {listed} (vllm/envs.py env_with_choices raises at startup)"
+            findings.append(failed(message, f"set {name} to one of {listed}", f"{name}={value}"))
     if not findings and outcomes:
         names = ", ".join(o.name.split(":", 1)[1] for o in outcomes)
         findings.append(passed(f"{names} known to {label(source)}, values valid"))
@@ -138,36 +130,22 @@ def _membership(
     return passed(f"{subject} is registered")
 
 
-def _check_parsers(deployment: Deployment, source: VllmSource) -> Findings:
-    findings = []
+def _check_parsers(deployment: Deployment, source: VllmSource) -> Iterator[CheckResult]:
     for option, (registry, definition) in PARSER_REGISTRIES.items():
         name = deployment.command.value(option)
         if name is not None:
             names = registered(source, definition)
-            findings.append(
-                _membership(
-                    f"{option} {name}",
-                    (name,),
-                    names,
-                    f"{label(source)}'s {registry} registry",
-                    f"set {deployment.blame(option)} to one of: {', '.join(sorted(names or ()))}",
-                )
-            )
-    return findings
+            fix = f"set {deployment.blame(option)} to one of: {', '.join(sorted(names or ()))}"
+            yield _membership(f"{option} {name}", (name,), names, f"{label(source)}'s {registry} registry", fix)
 
 
 def _check_architectures(deployment: Deployment, source: VllmSource) -> Findings:
-    known = model_architectures(source)
+    known, where = model_architectures(source), f"{label(source)}'s model registry ({MODEL_REGISTRY})"
+    fix = "use a vLLM release that supports this model"
     return [
-        _membership(
-            f"{facts.role} {facts.architectures[0]}",
-            facts.architectures,
-            known,
-            f"{label(source)}'s model registry ({MODEL_REGISTRY})",
-            "use a vLLM release that supports this model",
-        )
-        for facts in (deployment.target, deployment.drafter)
-        if facts is not None and facts.architectures
+        _membership(f"{f.role} {f.architectures[0]}", f.architectures, known, where, fix)
+        for f in (deployment.target, deployment.drafter)
+        if f is not None and f.architectures
     ]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+from collections.abc import Iterator
 
 from kimi_dflash.core.checks import CheckResult, failed, passed, warned
 from kimi_dflash.rules.deployment import Deployment
@@ -20,13 +21,6 @@ def mla_kv_write_fusion(source: VllmSource) -> SourceLine | None:
     """The compile pass that replaces `unified_mla_kv_cache_update` (which calls impl.do_kv_cache_update) with a
     fused rope + cache write op (compilation/passes/fusion/mla_rope_kvcache_cat_fusion.py, 0.22+)."""
     return source.line_of(MLA_FUSION_PASS, "unified_mla_kv_cache_update(")
-
-
-def capture_size_rounding(source: VllmSource) -> SourceLine | None:
-    """`CompilationConfig.adjust_cudagraph_sizes_for_spec_decode`: vLLM rounds capture sizes to multiples of 1 + k,
-    but only for FULL decode graphs on the V1 runner; PIECEWISE capture keeps unaligned sizes (#46324)."""
-    function = source.function(COMPILATION_CONFIG, "CompilationConfig.adjust_cudagraph_sizes_for_spec_decode")
-    return None if function is None else SourceLine(COMPILATION_CONFIG, function.lineno)
 
 
 def capture_sizes(deployment: Deployment) -> list[int] | None:
@@ -53,55 +47,47 @@ def _fusion_cell(source: VllmSource, _deployment: Deployment) -> str:
     return "absent" if fusion is None else f"`{fusion}`"
 
 
-def _check_graphs(deployment: Deployment, source: VllmSource) -> Findings:
+def _check_graphs(deployment: Deployment, source: VllmSource) -> Iterator[CheckResult]:
     if deployment.command.flag("--enforce-eager") or deployment.platform == "cpu":
-        return []
-    findings: list[CheckResult] = []
+        return
     fusion = mla_kv_write_fusion(source)
     if deployment.kv_scale_mode != "off" and fusion is not None:
-        findings.append(
-            failed(
-                f"KV_SCALE_MODE={deployment.kv_scale_mode} with graphs (ENFORCE_EAGER=false): the compile pass at "
-                f"{fusion} replaces unified_mla_kv_cache_update (which calls impl.do_kv_cache_update, the method the "
-                "KV-scale hook wraps) with a fused rope + cache write, so the hook can be bypassed",
-                "ENFORCE_EAGER=true for FP8 KV-scale modes, or KV_SCALE_MODE=off",
-                "KV-scale hook with graphs",
-            )
+        yield failed(
+            f"KV_SCALE_MODE={deployment.kv_scale_mode} with graphs (ENFORCE_EAGER=false): the compile pass at "
+            f"{fusion} replaces unified_mla_kv_cache_update (which calls impl.do_kv_cache_update, the method the "
+            "KV-scale hook wraps) with a fused rope + cache write, so the hook can be bypassed",
+            "ENFORCE_EAGER=true for FP8 KV-scale modes, or KV_SCALE_MODE=off",
+            "KV-scale hook with graphs",
         )
     k = deployment.num_speculative_tokens
     if k is None:
-        return findings
+        return
     step, sizes = 1 + k, capture_sizes(deployment)
     if sizes is None:
-        findings.append(
-            warned(
-                f"graphs with spec decode and no capture sizes set: vLLM's defaults are not multiples of 1 + k = "
-                f"{step}; it rounds them only for FULL decode graphs on the V1 runner ({capture_size_rounding(source)}"
-                "), and unaligned PIECEWISE sizes can crash mid-decode (vllm #46324)",
-                f"set cudagraph_capture_sizes to multiples of {step} (--compilation-config in EXTRA_VLLM_ARGS)",
-            )
+        # CompilationConfig.adjust_cudagraph_sizes_for_spec_decode: FULL decode graphs on V1 only (#46324)
+        rounding = source.line_of(COMPILATION_CONFIG, "def adjust_cudagraph_sizes_for_spec_decode")
+        yield warned(
+            f"graphs with spec decode and no capture sizes set: vLLM's defaults are not multiples of 1 + k = "
+            f"{step}; it rounds them only for FULL decode graphs on the V1 runner ({rounding}"
+            "), and unaligned PIECEWISE sizes can crash mid-decode (vllm #46324)",
+            f"set cudagraph_capture_sizes to multiples of {step} (--compilation-config in EXTRA_VLLM_ARGS)",
         )
     elif bad := [s for s in sizes if s % step]:
-        findings.append(
-            failed(
-                f"capture sizes {bad} are not multiples of 1 + k = {step}: a verify batch padded to them splits "
-                "requests across a graph boundary and can crash mid-decode (vllm #46324)",
-                f"use multiples of {step} only, e.g. {[step * i for i in (1, 2, 4, 8)]}",
-                f"capture sizes not multiples of {step} (#46324)",
-            )
+        yield failed(
+            f"capture sizes {bad} are not multiples of 1 + k = {step}: a verify batch padded to them splits "
+            "requests across a graph boundary and can crash mid-decode (vllm #46324)",
+            f"use multiples of {step} only, e.g. {[step * i for i in (1, 2, 4, 8)]}",
+            f"capture sizes not multiples of {step} (#46324)",
         )
     else:
-        findings.append(passed(f"capture sizes {sizes} are multiples of 1 + k = {step}"))
+        yield passed(f"capture sizes {sizes} are multiples of 1 + k = {step}")
     downgrade = source.line_of(COMPILATION_CONFIG, "cudagraph_mode = fallback_mode")
-    findings.append(
-        warned(
-            "spec decode can be silently downgraded to PIECEWISE graphs when an attention backend does not support "
-            f"FULL for a uniform verify batch (vllm #49547{'; ' + str(downgrade) if downgrade else ''}): nothing "
-            "fails, decode is slower",
-            "check the server log's resolved cudagraph_mode (FULL_AND_PIECEWISE or FULL_DECODE_ONLY expected)",
-        )
+    yield warned(
+        "spec decode can be silently downgraded to PIECEWISE graphs when an attention backend does not support "
+        f"FULL for a uniform verify batch (vllm #49547{'; ' + str(downgrade) if downgrade else ''}): nothing "
+        "fails, decode is slower",
+        "check the server log's resolved cudagraph_mode (FULL_AND_PIECEWISE or FULL_DECODE_ONLY expected)",
     )
-    return findings
 
 
 def breakable_architectures(source: VllmSource) -> set[str]:
