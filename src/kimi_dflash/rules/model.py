@@ -20,10 +20,15 @@ Check = Callable[["Deployment", "VllmSource"], Findings]  # findings named by th
 
 @dataclass(frozen=True)
 class Fact:
-    """One column of docs/compatibility.md's runtime-facts table; its cell for one release (production.env's plan)."""
+    """One column of docs/compatibility.md's runtime-facts table; its cell for one release (production.env's plan):
+    what `read` returns, a text or where the release has the fact (a SourceLine; None: absent)."""
 
     label: str
-    cell: Callable[[VllmSource, Deployment], str]
+    read: Callable[[VllmSource, Deployment], object]
+
+    def cell(self, source: VllmSource, deployment: Deployment) -> str:
+        found = self.read(source, deployment)
+        return found if isinstance(found, str) else "absent" if found is None else f"`{found}`"
 
 
 @dataclass(frozen=True)

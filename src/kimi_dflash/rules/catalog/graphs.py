@@ -42,11 +42,6 @@ def capture_sizes(deployment: Deployment) -> list[int] | None:
     return [int(v) for v in sizes] if isinstance(sizes, list) else None
 
 
-def _fusion_cell(source: VllmSource, _deployment: Deployment) -> str:
-    fusion = mla_kv_write_fusion(source)
-    return "absent" if fusion is None else f"`{fusion}`"
-
-
 def _check_graphs(deployment: Deployment, source: VllmSource) -> Iterator[CheckResult]:
     if deployment.command.flag("--enforce-eager") or deployment.platform == "cpu":
         return
@@ -132,7 +127,7 @@ RULES = (
         silent_at_startup="capture sizes are used at graph capture and decode, after start-up; the PIECEWISE "
         "downgrade is logged, not raised",
         upstream=("vllm #46324", "vllm #49547"),
-        facts=(Fact("MLA KV-write fusion pass (bypasses the KV-scale hook)", _fusion_cell),),
+        facts=(Fact("MLA KV-write fusion pass (bypasses the KV-scale hook)", lambda s, _: mla_kv_write_fusion(s)),),
     ),
     Rule(
         "breakable graphs on rocm",

@@ -75,13 +75,9 @@ def _check_patches(deployment: Deployment, source: VllmSource) -> Findings:
             done.append(f"{patch.id} ({state.status.value})")
             continue
         if state.status is Status.UNRECOGNISED:
-            findings.append(
-                failed(
-                    f"{patch.id}: {state.detail} - the plugin refuses to start vLLM on a tree it does not recognise",
-                    f"use vLLM >= {floor.OLDEST}, or KIMI_DFLASH_PATCHES=off to start without the patches",
-                    f"unrecognised {patch.id}",
-                )
-            )
+            refused = f"{patch.id}: {state.detail} - the plugin refuses to start vLLM on a tree it does not recognise"
+            fix = f"use vLLM >= {floor.OLDEST}, or KIMI_DFLASH_PATCHES=off to start without the patches"
+            findings.append(failed(refused, fix, f"unrecognised {patch.id}"))
             continue
         need = needed(patch.needed_when, deployment, source)
         if need is False:
@@ -92,19 +88,11 @@ def _check_patches(deployment: Deployment, source: VllmSource) -> Findings:
             runtime = f"{patch.id} pending in {label(source)}, {why}; {PLUGIN} installs it at runtime"
             findings.append(passed(runtime, relies=(Remedy("plugin", f"runtime patch {patch.id}"),)))
         elif patch.edits:
-            file_only = (
-                f"{patch.id} pending, {why}; only a file patch fixes it (serve.sh writes it on ROCm; the vLLM tree "
-                "must be writable)"
-            )
-            findings.append(passed(file_only, relies=(Remedy("file patch", patch.id),)))
+            file_only = f"{patch.id} pending, {why}; only a file patch fixes it (serve.sh writes it on ROCm"
+            findings.append(passed(f"{file_only}; the vLLM tree must be writable)", (Remedy("file patch", patch.id),)))
         else:
-            findings.append(
-                failed(
-                    f"{patch.id} {why}, and this vLLM lacks the upstream fix (PR {patch.upstream_pr})",
-                    f"use vLLM >= {patch.upstream_since}",
-                    f"patch {patch.id}",
-                )
-            )
+            lacks = f"{patch.id} {why}, and this vLLM lacks the upstream fix (PR {patch.upstream_pr})"
+            findings.append(failed(lacks, f"use vLLM >= {patch.upstream_since}", f"patch {patch.id}"))
     summary = [f"nothing to do for {', '.join(done)}"] if done else []
     if unneeded:
         summary.append("pending in this vLLM but not needed by this plan:\n" + "\n".join(f"  {u}" for u in unneeded))

@@ -45,11 +45,6 @@ def prefix_caching_on(deployment: Deployment, source: VllmSource) -> bool:
     return flags[-1] == "--enable-prefix-caching" if flags else prefix_caching_default(source) is not False
 
 
-def _fix_cell(source: VllmSource, _deployment: Deployment) -> str:
-    fix = dflash_prefix_fix(source)
-    return "absent" if fix is None else f"present (`{fix}`)"
-
-
 def _check_prefix_caching(deployment: Deployment, source: VllmSource) -> Findings:
     if not deployment.dflash or not prefix_caching_on(deployment, source):
         return []
@@ -89,6 +84,6 @@ RULES = (
         silent_at_startup="vLLM accepts prefix caching with DFlash and gives no warning; acceptance falls only as "
         "cache hits grow",
         upstream=("vllm #47930", "vllm #47926 (fix, open)"),
-        facts=(Fact("DFlash prefix-cache fix (#47926)", _fix_cell),),
+        facts=(Fact("DFlash prefix-cache fix (#47926)", lambda s, _: dflash_prefix_fix(s)),),
     ),
 )

@@ -17,11 +17,6 @@ def synthetic_cpu_refusal(source: VllmSource) -> SourceLine | None:
     return source.line_of(CPU_TRITON_UTILS, SYNTHETIC_CPU_MESSAGE)
 
 
-def _refusal_cell(source: VllmSource, _deployment: Deployment) -> str:
-    where = synthetic_cpu_refusal(source)
-    return "absent" if where is None else f"`{where}`"
-
-
 def _check_synthetic(deployment: Deployment, source: VllmSource) -> Findings:
     if deployment.speculative.get("rejection_sample_method") != "synthetic":
         return []
@@ -47,6 +42,6 @@ RULES = (
         "drop rejection_sample_method on CPU",
         _check_synthetic,
         silent_at_startup="vLLM's CPU sampler raises at the first request, not at start-up",
-        facts=(Fact("CPU synthetic-acceptance refusal", _refusal_cell),),
+        facts=(Fact("CPU synthetic-acceptance refusal", lambda s, _: synthetic_cpu_refusal(s)),),
     ),
 )
