@@ -55,9 +55,6 @@ class Detection:
     narrowed_by: tuple[str, ...] = field(default=())  # *_VISIBLE_DEVICES variables that hid some GPUs
 
 
-# --- parsers for recorded tool output (pure) -----------------------------------------------------------
-
-
 def parse_amd_smi(stdout: str) -> list[Accelerator] | None:
     """`amd-smi static --asic --json`: a list of per-GPU objects (ROCm 6.x) or {"gpu_data": [...]} (newer).
     amd-smi may print warnings before the JSON, so decoding starts at the first bracket."""
@@ -176,16 +173,14 @@ def detect(device: str, probe: HostProbe, runtime: RuntimeReport | None) -> Dete
     if runtime is not None and _torch_matches(device, runtime) and runtime.torch_devices:
         return Detection("torch", tuple(runtime.torch_devices), tuple(notes))
     if runtime is not None:
-        notes.append(f"torch sees none ({_torch_summary(runtime)})")
+        torch = runtime.torch_error or f"torch {runtime.torch_version}, {runtime.torch_backend} build"
+        notes.append(f"torch sees none ({torch})")
     return Detection(None, (), tuple(notes))
 
 
 def describe(devices: Sequence[Accelerator]) -> str:
     groups = Counter((d.name, d.arch) for d in devices)
     return " + ".join(f"{count}x {name} ({arch or 'arch unknown'})" for (name, arch), count in groups.items())
-
-
-# --- checks ----------------------------------------------------------------------------------------------
 
 
 def check_accelerators(request: PreflightRequest, probe: HostProbe, runtime: RuntimeReport | None) -> list[CheckResult]:
@@ -219,14 +214,9 @@ def _check_arch(expected: str | None, devices: Sequence[Accelerator]) -> CheckRe
         return None
     want = normalize_arch(expected)
     archs = Counter(d.arch for d in devices)
-    wrong = {arch: n for arch, n in archs.items() if arch is not None and arch != want}
-    if wrong:
-        listing = ", ".join(f"{n}x {arch}" for arch, n in wrong.items())
-        return failed(
-            f"expected {want}, found {listing}",
-            f"this config targets {want}; run it on {want} hardware or pick the config made for yours",
-            name="accelerator arch",
-        )
+    if wrong := ", ".join(f"{n}x {arch}" for arch, n in archs.items() if arch is not None and arch != want):
+        fix = f"this config targets {want}; run it on {want} hardware or pick the config made for yours"
+        return failed(f"expected {want}, found {wrong}", fix, name="accelerator arch")
     if None in archs:
         return warned(
             f"expected {want}; {archs[None]} GPU(s) did not report an architecture",
@@ -238,47 +228,27 @@ def _check_arch(expected: str | None, devices: Sequence[Accelerator]) -> CheckRe
 
 
 def _check_torch(request: PreflightRequest, runtime: RuntimeReport) -> CheckResult:
-    needed = request.tensor_parallel_size
+    build, count = f"torch {runtime.torch_version} ({runtime.torch_backend})", len(runtime.torch_devices)
+    fix = TORCH_FIX[request.device]
     if runtime.torch_error is not None:
-        return failed(
-            f"torch does not import in {runtime.python}: {runtime.torch_error}",
-            TORCH_FIX[request.device],
-            name="torch devices",
-        )
-    if not _torch_matches(request.device, runtime):
-        return failed(
-            f"torch {runtime.torch_version} is a {runtime.torch_backend} build; "
-            f"DEVICE={request.device} needs the {request.platform_name} build",
-            TORCH_FIX[request.device],
-            name="torch devices",
-        )
-    count = len(runtime.torch_devices)
-    if count < needed:
-        return failed(
-            f"torch {runtime.torch_version} ({runtime.torch_backend}) sees {count} GPU(s), the plan needs {needed}",
-            UNREACHABLE_FIX[request.device],
-            name="torch devices",
-        )
-    return passed(f"torch {runtime.torch_version} ({runtime.torch_backend}) sees {count}", name="torch devices")
+        detail = f"torch does not import in {runtime.python}: {runtime.torch_error}"
+    elif not _torch_matches(request.device, runtime):
+        needs = f"DEVICE={request.device} needs the {request.platform_name} build"
+        detail = f"torch {runtime.torch_version} is a {runtime.torch_backend} build; {needs}"
+    elif count < request.tensor_parallel_size:
+        detail = f"{build} sees {count} GPU(s), the plan needs {request.tensor_parallel_size}"
+        fix = UNREACHABLE_FIX[request.device]
+    else:
+        return passed(f"{build} sees {count}", name="torch devices")
+    return failed(detail, fix, name="torch devices")
 
 
 def _torch_matches(device: str, runtime: RuntimeReport) -> bool:
-    backend = runtime.torch_backend or ""
-    return backend.startswith(device)
-
-
-def _torch_summary(runtime: RuntimeReport) -> str:
-    if runtime.torch_error:
-        return runtime.torch_error
-    return f"torch {runtime.torch_version}, {runtime.torch_backend} build"
+    return (runtime.torch_backend or "").startswith(device)
 
 
 def _cpu_summary(probe: HostProbe) -> str:
     cores = probe.cpu_count()
-    memory = None
-    meminfo = probe.read_text("/proc/meminfo") or ""
-    match = re.search(r"^MemTotal:\s+(\d+)\s*kB", meminfo, re.MULTILINE)
-    if match:
-        memory = int(match.group(1)) * 1024
-    ram = f", {memory / (1 << 30):.1f} GiB RAM" if memory else ""
+    match = re.search(r"^MemTotal:\s+(\d+)\s*kB", probe.read_text("/proc/meminfo") or "", re.MULTILINE)
+    ram = f", {int(match.group(1)) * 1024 / (1 << 30):.1f} GiB RAM" if match else ""
     return f"{cores} usable core{'s' if cores != 1 else ''}{ram}"

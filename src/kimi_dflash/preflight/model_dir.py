@@ -127,9 +127,6 @@ def _size(nbytes: int) -> str:
     return f"{nbytes} bytes"
 
 
-PRESHARD = "pre-shard"
-
-
 def check_preshard(request: PreflightRequest, runtime: RuntimeReport | None) -> CheckResult:
     directory = request.preshard_dir
     assert directory is not None  # run_preflight adds this check only with a pre-shard
@@ -140,7 +137,7 @@ def check_preshard(request: PreflightRequest, runtime: RuntimeReport | None) -> 
     try:
         manifest = read_manifest(directory)
     except ManifestError as error:
-        return failed(str(error), fix, name=PRESHARD)
+        return failed(str(error), fix)
     problems = mismatches(
         manifest,
         directory,
@@ -152,9 +149,8 @@ def check_preshard(request: PreflightRequest, runtime: RuntimeReport | None) -> 
     if runtime is None or runtime.vllm_version is None:
         problems.append("the vLLM version could not be read, so the pre-shard cannot be matched to it")
     if problems:
-        return failed(f"{directory}: " + "; ".join(problems), fix, name=PRESHARD)
+        return failed(f"{directory}: " + "; ".join(problems), fix)
     return passed(
         f"{directory}: TP {manifest.tensor_parallel_size}, vLLM {manifest.vllm_version}, "
-        f"{manifest.dtype}, {len(manifest.files)} shard files, made from this MODEL_DIR",
-        name=PRESHARD,
+        f"{manifest.dtype}, {len(manifest.files)} shard files, made from this MODEL_DIR"
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 
 from kimi_dflash.core.checks import CheckResult, failed
@@ -50,7 +51,10 @@ def run_preflight(request: PreflightRequest, probe: HostProbe | None = None) -> 
             outcome = check()
         except Exception as error:  # noqa: BLE001 - one broken check must not hide the others
             outcome = _crashed(name, error)
-        results.extend(outcome if isinstance(outcome, list) else [outcome])
+        # A result is named by its check unless it names itself (accelerators: also the arch and torch lines).
+        results += [
+            r if r.name else replace(r, name=name) for r in (outcome if isinstance(outcome, list) else [outcome])
+        ]
     return results
 
 

@@ -38,14 +38,8 @@ def aiter_verify_cap(source: VllmSource) -> VerifyCap | None:
     constants = source.class_constants(AITER_MLA, "AiterMLAHelper").items()
     ints = {name: (value, line) for name, (value, line) in constants if isinstance(value, int)}
     cap, heads = ints.get("_ASM_PADDED_MAX_PS_QLEN"), ints.get("_AITER_MIN_MLA_HEADS")
-    routing = next(
-        (
-            n
-            for n in ast.walk(tree)
-            if isinstance(n, ast.BoolOp) and isinstance(n.op, ast.Or) and "_ASM_PADDED_MAX_PS_QLEN" in ast.unparse(n)
-        ),
-        None,
-    )
+    ors = (n for n in ast.walk(tree) if isinstance(n, ast.BoolOp) and isinstance(n.op, ast.Or))
+    routing = next((n for n in ors if "_ASM_PADDED_MAX_PS_QLEN" in ast.unparse(n)), None)
     return VerifyCap(
         cap=None if cap is None else cap[0],
         min_heads=None if heads is None else heads[0],
@@ -72,10 +66,8 @@ def _check_verify_length(deployment: Deployment, source: VllmSource) -> Findings
     cap = aiter_verify_cap(source)
     if cap is None:
         return warned(f"cannot verify: {AITER_MLA} is not in {label(source)}")
-    tp = deployment.tensor_parallel_size
+    tp, min_heads, qlen = deployment.tensor_parallel_size, cap.min_heads or 16, 1 + k
     heads = None if target.attention_heads is None else target.attention_heads // tp
-    min_heads = cap.min_heads or 16
-    qlen = 1 + k
     if heads is not None and heads >= min_heads:
         return passed(f"{heads} heads per rank at TP {tp}: no head padding, the verify length is not capped")
     padded = f"{heads} heads per rank at TP {tp}, padded to {min_heads}" if heads else "heads per rank unknown"

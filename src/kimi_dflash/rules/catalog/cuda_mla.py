@@ -52,10 +52,7 @@ def prefill_dims(source: VllmSource) -> tuple[tuple[tuple[int, ...], ...], Sourc
 
 def _prefill_cell(source: VllmSource, _deployment: Deployment) -> str:
     found = prefill_dims(source)
-    if found is None:  # a text cell of the matrix, not a figure
-        return "-"
-    shapes, where = found
-    return f"{', '.join(str(shape) for shape in shapes)} (`{where}`)"
+    return "-" if found is None else f"{', '.join(map(str, found[0]))} (`{found[1]}`)"
 
 
 def _check_prefill_dims(deployment: Deployment, source: VllmSource) -> Findings:
@@ -112,11 +109,8 @@ def _check_fp8_kv(deployment: Deployment, source: VllmSource) -> Findings:
         return []
     picked = hopper_mla_backend(deployment, source)
     flashmla = backends.backend_class(source, "FLASHMLA")
-    needs = (
-        ""
-        if flashmla is None
-        else f"FLASHMLA takes FP8 KV with block sizes {list(_block_sizes(source, *flashmla) or ())}"
-    )
+    sizes = list(_block_sizes(source, *flashmla) or ()) if flashmla else None
+    needs = "" if sizes is None else f"FLASHMLA takes FP8 KV with block sizes {sizes}"
     if picked is None or picked[0] == "FLASHMLA":
         return passed(f"FP8 KV on sm_90: FLASHMLA ({needs}; FLASH_ATTN_MLA takes no FP8 KV)")
     return failed(
@@ -133,20 +127,14 @@ def triton_mla_decode(source: VllmSource) -> tuple[bool, SourceLine] | None:
     `query_len_support` (0.31+: UNIFORM); without it, MLA's common builder's SINGLE_ONLY applies."""
     if not source.has(TRITON_MLA):
         return None
-    line = source.line_of(TRITON_MLA, "query_len_support")
-    return (
-        (True, line)
-        if line is not None
-        else (False, source.line_of(TRITON_MLA, "_cudagraph_support") or SourceLine(TRITON_MLA, None))
-    )
+    if line := source.line_of(TRITON_MLA, "query_len_support"):
+        return True, line
+    return False, source.line_of(TRITON_MLA, "_cudagraph_support") or SourceLine(TRITON_MLA, None)
 
 
 def _triton_cell(source: VllmSource, _deployment: Deployment) -> str:
     found = triton_mla_decode(source)
-    if found is None:
-        return "-"
-    verify_in_decode, where = found
-    return f"{'1 + k per step' if verify_in_decode else 'one token per step'} (`{where}`)"
+    return "-" if found is None else f"{'1 + k per step' if found[0] else 'one token per step'} (`{found[1]}`)"
 
 
 def _check_triton_mla_decode(deployment: Deployment, source: VllmSource) -> Findings:
@@ -177,10 +165,8 @@ SAMPLER_OFF = Remedy("env", VLLM_USE_FLASHINFER_SAMPLER, "0")  # vLLM's own top-
 
 
 def _check_flashinfer_sampler(deployment: Deployment, source: VllmSource) -> Findings:
-    if deployment.platform != "cuda":
-        return []
     crash = source.line_of(SAMPLER, "from vllm.v1.attention.backends.flashinfer import")
-    if crash is None:
+    if deployment.platform != "cuda" or crash is None:
         return []
     value = deployment.env.get(VLLM_USE_FLASHINFER_SAMPLER)
     if value is not None and not deployment.env_true(VLLM_USE_FLASHINFER_SAMPLER):
