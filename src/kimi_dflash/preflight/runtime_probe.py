@@ -24,6 +24,8 @@ from kimi_dflash.rules.source import VllmSource
 # Importing vLLM took 7-30 s on this project's shared 2-core machine (more under load, and a first import
 # after install also compiles bytecode). Past this something is wrong (a hung driver), and preflight says so.
 PROBE_TIMEOUT_S = 300.0
+# The child's answers a report takes as they are.
+_AS_REPORTED = ("vllm_import_error", "torch_version", "torch_backend", "torch_error", "vllm_plugins_env")
 
 
 @dataclass(frozen=True)
@@ -43,13 +45,10 @@ def normalize_arch(raw: str | None) -> str | None:
         return None
     if text.startswith("gfx"):
         return text.split(":", 1)[0]
-    dotted = re.fullmatch(r"(\d+)\.(\d+)", text)
-    if dotted:
+    if dotted := re.fullmatch(r"(\d+)\.(\d+)", text):
         return f"sm_{dotted.group(1)}{dotted.group(2)}"
     sm = re.fullmatch(r"sm_?(\d+[a-z]?)", text)
-    if sm:
-        return f"sm_{sm.group(1)}"
-    return text
+    return f"sm_{sm.group(1)}" if sm else text
 
 
 @dataclass(frozen=True)
@@ -117,33 +116,22 @@ def probe_runtime(
     child = _run_child(python, timeout, env, imports)
     # The child names the vllm its interpreter has; if it could not run, this interpreter (if it is the same
     # one) can still say which vllm is installed without importing it.
-    same_interpreter = python == sys.executable
     distribution, version = child.get("vllm_distribution"), child.get("vllm_distribution_version")
-    if distribution is None and same_interpreter:
+    if distribution is None and python == sys.executable:
         distribution, version = installed_vllm()
     package_dir = floor.package_dir(python=python, env=env)  # found without importing: a broken import names it
     outcomes = probe_features(VllmSource.open(package_dir), features) if package_dir and features else ()
+    devices = tuple(Accelerator(str(d["name"]), normalize_arch(d.get("arch"))) for d in child.get("torch_devices", ()))
     return RuntimeReport(
         python=python,
         vllm_distribution=distribution,
         vllm_version=version or child.get("vllm_version"),
-        vllm_import_error=child.get("vllm_import_error"),
         vllm_source=str(package_dir) if package_dir else None,
         features=outcomes,
-        torch_version=child.get("torch_version"),
-        torch_backend=child.get("torch_backend"),
-        torch_devices=tuple(
-            Accelerator(str(d.get("name")), normalize_arch(d.get("arch"))) for d in child.get("torch_devices", ())
-        ),
-        torch_error=child.get("torch_error"),
-        plugins=None
-        if "plugins" not in child
-        else tuple(
-            PluginEntry(str(p.get("name")), str(p.get("value")), p.get("origin"), p.get("dist"))
-            for p in child["plugins"]
-        ),
-        vllm_plugins_env=child.get("vllm_plugins_env"),
+        torch_devices=devices,
+        plugins=None if "plugins" not in child else tuple(PluginEntry(**p) for p in child["plugins"]),
         plugins_error=child.get("plugins_error") or (None if "plugins" in child else child.get("vllm_import_error")),
+        **{key: child.get(key) for key in _AS_REPORTED},
     )
 
 
@@ -161,16 +149,13 @@ def _run_child(python: str, timeout: float, env: Mapping[str, str] | None, impor
         )
     except subprocess.TimeoutExpired:
         error = f"importing vllm/torch did not finish within {timeout:g} s"
-        return {"vllm_import_error": error, "torch_error": error}
     except OSError as failure:
         error = f"cannot run {python}: {failure.strerror or failure}"
-        return {"vllm_import_error": error, "torch_error": error}
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(MARKER):
-            try:
-                return json.loads(line[len(MARKER) :])
-            except json.JSONDecodeError:
-                break
-    tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-    error = f"the probe process exited with code {proc.returncode}: {tail}"
-    return {"vllm_import_error": error, "torch_error": error}
+    else:
+        marked = [line for line in proc.stdout.splitlines() if line.startswith(MARKER)]
+        try:
+            return json.loads(marked[-1][len(MARKER) :])
+        except (IndexError, json.JSONDecodeError):
+            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            error = f"the probe process exited with code {proc.returncode}: {tail}"
+    return dict.fromkeys(("vllm_import_error", "torch_error"), error)
