@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 SPECULATIVE_OPTION = "--speculative-config"
 Env = Mapping[str, str] | None
+Where = tuple[object, str | None]  # a checkpoint: (directory, Hugging Face repo)
+NOWHERE: Where = (None, None)
 # Values that must be one vLLM knows: --option / --speculative-config key -> feature kind (rules/features.py).
 VALUE_KINDS = {
     "--moe-backend": "moe_backend",
@@ -85,9 +87,8 @@ def parse_serve_command(argv: Sequence[str], env: Mapping[str, str] | None = Non
             elif value is not None:
                 speculative.update(_json_object(value))
         options[option] = value  # a repeated option keeps its first position and takes the last value
-    return ServeCommand(
-        args[0] if args and not args[0].startswith("--") else None, options, speculative, dict(env or {})
-    )
+    model = args[0] if args and not args[0].startswith("--") else None
+    return ServeCommand(model, options, speculative, dict(env or {}))
 
 
 def features_from_command(argv: Sequence[str], env: Mapping[str, str] | None = None) -> tuple[str, ...]:
@@ -97,8 +98,8 @@ def features_from_command(argv: Sequence[str], env: Mapping[str, str] | None = N
 def _json_object(text: str) -> dict[str, object]:
     try:
         data = json.loads(text)
-    except json.JSONDecodeError:
-        return {}  # vLLM reports a malformed --speculative-config itself, with its own message
+    except json.JSONDecodeError:  # vLLM reports a malformed --speculative-config itself, with its own message
+        data = None
     return data if isinstance(data, dict) else {}
 
 
@@ -138,13 +139,7 @@ class Deployment:
 
     @classmethod
     def from_command(
-        cls,
-        platform: str,
-        argv: Sequence[str],
-        env: Mapping[str, str] | None = None,
-        *,
-        model: tuple[object, str | None] = (None, None),
-        drafter: tuple[object, str | None] = (None, None),
+        cls, platform: str, argv: Sequence[str], env: Env = None, *, model: Where = NOWHERE, drafter: Where = NOWHERE
     ) -> Deployment:
         """`model` / `drafter`: (checkpoint directory, Hugging Face repo whose shipped facts stand in for a directory
         not downloaded yet); the directories default to the ones the command line names."""

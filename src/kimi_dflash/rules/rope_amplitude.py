@@ -257,13 +257,9 @@ def _value(node: ast.expr, scope: Mapping[str, Any]) -> float:
 
 
 def _holds(test: ast.expr, scope: Mapping[str, Any]) -> bool:
-    if (
-        isinstance(test, ast.Compare)
-        and isinstance(test.left, ast.Name)
-        and [type(op) for op in test.ops] == [ast.IsNot]
-        and ast.unparse(test.comparators[0]) == "None"
-    ):
-        return scope.get(test.left.id) is not None
+    left = test.left if isinstance(test, ast.Compare) else None
+    if isinstance(left, ast.Name) and ast.unparse(test) == f"{left.id} is not None":
+        return scope.get(left.id) is not None
     names = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
     if all(isinstance(name, ast.Name) for name in names):
         return all(scope.get(name.id) for name in names)  # type: ignore[attr-defined]
