@@ -6,15 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kimi_dflash.core.checks import failed, passed, warned
-from kimi_dflash.rules.catalog.model_runner import RUNNER_ENV, runner_choice
+from kimi_dflash.rules.catalog.model_runner import RUNNER_ENV, V2_RUNNER, VLLM_CONFIG, runner_choice
 from kimi_dflash.rules.deployment import Deployment
 from kimi_dflash.rules.model import Fact, Findings, Rule, label
 from kimi_dflash.rules.source import SourceLine, VllmSource
 
 SCHEDULE = "num_speculative_tokens_per_batch_size"
-VLLM_CONFIG = "vllm/config/vllm.py"
 LOSS_CONTEXT = 185_000  # vllm #54691: DFlash measured slower than no speculation near this context length
-V2_RUNNER = "vllm/v1/worker/gpu/model_runner.py"
 
 
 @dataclass(frozen=True)
@@ -65,11 +63,9 @@ def _check_schedule(deployment: Deployment, source: VllmSource) -> Findings:
         return []
     key, dp = "NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE", deployment.command.value("--data-parallel-size") or "1"
     if dp.isdigit() and int(dp) > 1:
-        effect = (
-            f"vLLM turns the schedule off ({facts.dp_off}) and drafts NUM_SPECULATIVE_TOKENS at every load"
-            if facts.dp_off
-            else "this release has no guard: ranks may pick different k and diverge or deadlock (0.26.0's guard)"
-        )
+        effect = "this release has no guard: ranks may pick different k and diverge or deadlock (0.26.0's guard)"
+        if facts.dp_off:
+            effect = f"vLLM turns the schedule off ({facts.dp_off}) and drafts NUM_SPECULATIVE_TOKENS at every load"
         fix = f"unset {key}, or serve without data parallelism"
         return failed(f"{SCHEDULE} with --data-parallel-size {dp}: {effect}", fix, "depth by load under DP")
     choice = runner_choice(deployment, source)
@@ -94,12 +90,11 @@ def _check_schedule(deployment: Deployment, source: VllmSource) -> Findings:
     findings = [passed(f"{label(source)} looks k up by batch size ({facts.lookup}); {detail}")]
     graphs = deployment.platform != "cpu" and not deployment.command.flag("--enforce-eager")
     if graphs and (choice is None or choice.runner == "V1") and facts.piecewise:
-        findings.append(
-            warned(
-                f"with a schedule on Model Runner V1, vLLM turns FULL CUDA graphs into PIECEWISE ({facts.piecewise})",
-                f"compare with the fixed-k plan under graphs, or {RUNNER_ENV}=1 (V2 keeps FULL graphs)",
-            )
+        piecewise = (
+            f"with a schedule on Model Runner V1, vLLM turns FULL CUDA graphs into PIECEWISE ({facts.piecewise})"
         )
+        fix = f"compare with the fixed-k plan under graphs, or {RUNNER_ENV}=1 (V2 keeps FULL graphs)"
+        findings.append(warned(piecewise, fix))
     return findings
 
 
@@ -116,13 +111,10 @@ def _check_long_context(deployment: Deployment, source: VllmSource) -> Findings:
         return []
     if int(length) < LOSS_CONTEXT:
         return passed(f"--max-model-len {length} stays below ~{LOSS_CONTEXT}, where DFlash turns into a loss")
-    knobs = context_knobs(source)
-    offer = (
-        f"SpeculativeConfig offers {', '.join(knobs)}: see whether it stops speculation past a length"
-        if knobs
-        else "has no setting that stops speculation by context length (its speculative max_model_len only sizes the "
-        "drafter)"
-    )
+    offer = "has no setting that stops speculation by context length (its speculative max_model_len only sizes"
+    offer += " the drafter)"
+    if knobs := context_knobs(source):
+        offer = f"SpeculativeConfig offers {', '.join(knobs)}: see whether it stops speculation past a length"
     return warned(
         f"MAX_MODEL_LEN={length} admits prompts past ~{LOSS_CONTEXT} tokens, where DFlash was measured slower than "
         f"no speculation (vllm #54691); {label(source)} {offer}",

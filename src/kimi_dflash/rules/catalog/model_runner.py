@@ -77,13 +77,9 @@ def _method_unsupported(function: ast.FunctionDef, method: str) -> bool:
         if not appends or "parallel_drafting" in ast.unparse(node.test):  # a P-EAGLE feature, not the method
             continue
         for test in ast.walk(node.test):
-            if (
-                isinstance(test, ast.Compare)
-                and ast.unparse(test.left).endswith(".method")
-                and len(test.ops) == 1
-                and isinstance(test.comparators[0], (ast.Tuple, ast.List, ast.Set))
-            ):
-                names = {e.value for e in test.comparators[0].elts if isinstance(e, ast.Constant)}
+            listed = test.comparators[0] if isinstance(test, ast.Compare) and len(test.ops) == 1 else None
+            if isinstance(listed, (ast.Tuple, ast.List, ast.Set)) and ast.unparse(test.left).endswith(".method"):
+                names = {e.value for e in listed.elts if isinstance(e, ast.Constant)}
                 op = test.ops[0]
                 if (isinstance(op, ast.In) and method in names) or (isinstance(op, ast.NotIn) and method not in names):
                     return True

@@ -46,9 +46,7 @@ def wna16_backend_choice(source: VllmSource, platform: str) -> Wna16BackendChoic
             continue
         calls_oracle = bool(source.calls(module, method, "select_wna16_moe_backend"))
         oracle = source.function(WNA16_ORACLE, "select_wna16_moe_backend")
-        maps = oracle is not None and any(
-            isinstance(n, ast.Call) and ast.unparse(n.func) == "map_wna16_backend" for n in ast.walk(oracle)
-        )
+        maps = oracle is not None and "map_wna16_backend(" in ast.unparse(oracle)
         accepted = source.dict_keys(WNA16_ORACLE, "mapping", "map_wna16_backend") or ()
         return Wna16BackendChoice(method, calls_oracle and maps and bool(accepted), tuple(accepted))
     return None
@@ -80,10 +78,8 @@ def _check_wna16_moe_backend(deployment: Deployment, source: VllmSource) -> Find
             f"--moe-backend {backend}: cannot verify, no compressed-tensors WNA16 MoE method found in {label(source)}"
         )
     if backend == "auto":
-        kernel = (
-            "its WNA16 oracle picks the kernel" if choice.honours_moe_backend else "it runs vLLM's Triton WNA16 kernel"
-        )
-        return passed(f"no --moe-backend: {choice.method} handles the experts; {kernel}")
+        kernel = "its WNA16 oracle picks the" if choice.honours_moe_backend else "it runs vLLM's Triton WNA16"
+        return passed(f"no --moe-backend: {choice.method} handles the experts; {kernel} kernel")
     if not choice.honours_moe_backend:
         return passed(
             f"--moe-backend {backend} is ignored for these experts on {deployment.platform}: {choice.method} "
