@@ -42,16 +42,13 @@ class Check:
     v: ConfigValues
     sources: Mapping[str, str]
 
-    def error(self, key: str, message: str, fix: str) -> Problem:
-        return self._blame(key, message, fix, "error")
-
-    def warning(self, key: str, message: str, fix: str) -> Problem:
-        return self._blame(key, message, fix, "warning")
-
-    def _blame(self, key: str, message: str, fix: str, severity: str) -> Problem:
+    def error(self, key: str, message: str, fix: str, severity: str = "error") -> Problem:
         value = getattr(self.v, key.lower())
         shown = None if value is None else (str(value).lower() if isinstance(value, bool) else str(value))
         return Problem(self.sources.get(key, "default"), key, shown, message, fix, severity)
+
+    def warning(self, key: str, message: str, fix: str) -> Problem:
+        return self.error(key, message, fix, "warning")
 
 
 Rule = Callable[[Check], Iterator[Problem]]
@@ -69,11 +66,8 @@ def _batched_tokens(c: Check) -> Iterator[Problem]:
             "long prompts",
         )
     if v.max_num_batched_tokens < v.max_num_seqs:
-        yield c.error(
-            "MAX_NUM_BATCHED_TOKENS",
-            "smaller than MAX_NUM_SEQS (vLLM refuses to start)",
-            f"raise it to at least MAX_NUM_SEQS={v.max_num_seqs}",
-        )
+        fix = f"raise it to at least MAX_NUM_SEQS={v.max_num_seqs}"
+        yield c.error("MAX_NUM_BATCHED_TOKENS", "smaller than MAX_NUM_SEQS (vLLM refuses to start)", fix)
 
 
 def _device(c: Check) -> Iterator[Problem]:
@@ -117,11 +111,8 @@ def _device(c: Check) -> Iterator[Problem]:
             f"set MAX_NUM_BATCHED_TOKENS={v.max_model_len} (or more), or lower MAX_MODEL_LEN",
         )
     if v.moe_backend == "aiter" and v.device != "rocm":
-        yield c.error(
-            "MOE_BACKEND",
-            f"aiter kernels exist only on ROCm, not on DEVICE={v.device}",
-            "set MOE_BACKEND=triton or auto",
-        )
+        fix = "set MOE_BACKEND=triton or auto"
+        yield c.error("MOE_BACKEND", f"aiter kernels exist only on ROCm, not on DEVICE={v.device}", fix)
     # uni is one worker in the engine core's process; TP N needs N workers (vLLM: mp).
     if v.distributed_executor_backend == "uni" and v.tensor_parallel_size > 1:
         yield c.error(
@@ -152,11 +143,8 @@ def _models(c: Check) -> Iterator[Problem]:
             )
         return
     if v.model_dir is None:
-        yield c.error(
-            "MODEL_DIR",
-            "no target checkpoint configured",
-            f"set MODEL_DIR=/path/to/model (download: hf download {v.model_repo} --local-dir /path/to/model)",
-        )
+        fix = f"set MODEL_DIR=/path/to/model (download: hf download {v.model_repo} --local-dir /path/to/model)"
+        yield c.error("MODEL_DIR", "no target checkpoint configured", fix)
     if v.speculative_method != "none" and v.draft_model_dir is None:
         yield c.error(
             "DRAFT_MODEL_DIR",
@@ -177,17 +165,11 @@ def _fp8_kv(c: Check) -> Iterator[Problem]:
             "on purpose",
         )
     if mode == "calibrated" and v.kv_scales_file is None:
-        yield c.error(
-            "KV_SCALES_FILE",
-            "KV_SCALE_MODE=calibrated needs a scales file",
-            "set KV_SCALES_FILE=<json from kimi-dflash calibrate-kv>",
-        )
+        fix = "set KV_SCALES_FILE=<json from kimi-dflash calibrate-kv>"
+        yield c.error("KV_SCALES_FILE", "KV_SCALE_MODE=calibrated needs a scales file", fix)
     if mode == "observe" and v.kv_observe_dir is None:
-        yield c.error(
-            "KV_OBSERVE_DIR",
-            "KV_SCALE_MODE=observe needs a directory for the amax dumps",
-            "set KV_OBSERVE_DIR=/path/to/dir (then run kimi-dflash calibrate-kv)",
-        )
+        fix = "set KV_OBSERVE_DIR=/path/to/dir (then run kimi-dflash calibrate-kv)"
+        yield c.error("KV_OBSERVE_DIR", "KV_SCALE_MODE=observe needs a directory for the amax dumps", fix)
     if mode == "dynamic" and fp8 and v.device != "cpu" and v.kv_scale_warmup_steps == 0:
         yield c.error(
             "KV_SCALE_WARMUP_STEPS",
@@ -197,11 +179,8 @@ def _fp8_kv(c: Check) -> Iterator[Problem]:
             "KV_SCALE_MODE=calibrated with KV_SCALES_FILE (see docs/fp8-kv.md)",
         )
     if mode in ("dynamic", "calibrated") and not fp8:
-        yield c.warning(
-            "KV_SCALE_MODE",
-            f"has no effect with KV_CACHE_DTYPE={v.kv_cache_dtype}",
-            "set KV_CACHE_DTYPE=fp8, or KV_SCALE_MODE=off",
-        )
+        fix = "set KV_CACHE_DTYPE=fp8, or KV_SCALE_MODE=off"
+        yield c.warning("KV_SCALE_MODE", f"has no effect with KV_CACHE_DTYPE={v.kv_cache_dtype}", fix)
     if fp8 and mode == "off" and v.device != "cpu":
         yield c.error(
             "KV_SCALE_MODE",
@@ -214,11 +193,8 @@ def _fp8_kv(c: Check) -> Iterator[Problem]:
 def _api(c: Check) -> Iterator[Problem]:
     v = c.v
     if v.enable_auto_tool_choice and v.tool_call_parser is None:
-        yield c.error(
-            "ENABLE_AUTO_TOOL_CHOICE",
-            "needs a tool-call parser",
-            "set TOOL_CALL_PARSER=kimi_k2, or ENABLE_AUTO_TOOL_CHOICE=false",
-        )
+        fix = "set TOOL_CALL_PARSER=kimi_k2, or ENABLE_AUTO_TOOL_CHOICE=false"
+        yield c.error("ENABLE_AUTO_TOOL_CHOICE", "needs a tool-call parser", fix)
     yield from _extra_args(c)
     host = v.host.strip()
     if host.startswith("[") or host.endswith("]"):
@@ -228,11 +204,8 @@ def _api(c: Check) -> Iterator[Problem]:
             f"write it without brackets: HOST={host.strip('[]')}",
         )
     if not is_loopback(v.host) and v.api_key is None:
-        yield c.warning(
-            "HOST",
-            "the server will accept requests from other machines without an API key",
-            "set API_KEY, or bind HOST=127.0.0.1",
-        )
+        fix = "set API_KEY, or bind HOST=127.0.0.1"
+        yield c.warning("HOST", "the server will accept requests from other machines without an API key", fix)
 
 
 def _extra_args(c: Check) -> Iterator[Problem]:

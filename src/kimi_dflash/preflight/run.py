@@ -70,8 +70,5 @@ def _kv_scales(request: PreflightRequest) -> list[CheckResult]:
 
 
 def _crashed(name: str, error: BaseException) -> CheckResult:
-    return failed(
-        f"the check itself crashed: {type(error).__name__}: {error}",
-        "this is a bug in kimi_dflash.preflight: report this line; --skip-preflight starts without checks",
-        name=name,
-    )
+    fix = "this is a bug in kimi_dflash.preflight: report this line; --skip-preflight starts without checks"
+    return failed(f"the check itself crashed: {type(error).__name__}: {error}", fix, name=name)

@@ -43,10 +43,8 @@ def _fix_numa(probe: HostProbe, value: str) -> CheckResult:
         probe.write_text(NUMA_SETTING, "0\n")
     except OSError as error:
         # Containers mount /proc/sys read-only: the setting belongs to the host kernel.
-        return failed(
-            f"{value} (enabled); writing {NUMA_SETTING} failed: {error.strerror or error}",
-            f"run on the host (not inside a container): {NUMA_FIX}",
-        )
+        fix = f"run on the host (not inside a container): {NUMA_FIX}"
+        return failed(f"{value} (enabled); writing {NUMA_SETTING} failed: {error.strerror or error}", fix)
     now = (probe.read_text(NUMA_SETTING) or "").strip()
     if now != "0":
         return failed(f"wrote 0 to {NUMA_SETTING} but it reads {now!r}", f"run on the host: {NUMA_FIX}")
@@ -98,10 +96,8 @@ def check_port(request: PreflightRequest, probe: HostProbe) -> CheckResult:
             "(kimi-dflash serve CONFIG --stop if it is our server)",
         )
     if error.errno in (errno.EACCES, errno.EPERM):
-        return failed(
-            f"{where}: {reason} (ports below 1024 need root)",
-            "set PORT= to 1024 or above in the config or the environment",
-        )
+        fix = "set PORT= to 1024 or above in the config or the environment"
+        return failed(f"{where}: {reason} (ports below 1024 need root)", fix)
     return failed(
         f"cannot listen on {where}: {reason}",
         "set HOST= to an address of this machine (127.0.0.1, the default, or 0.0.0.0 for all "

@@ -65,10 +65,8 @@ def host_has_amx(cpuinfo: Path = CPUINFO) -> bool | None:
 def _check_wna16_moe_backend(deployment: Deployment, source: VllmSource) -> Findings:
     target, backend = deployment.target, deployment.moe_backend
     if target is None:
-        return warned(
-            "cannot check --moe-backend against the experts' quantisation: no checkpoint facts",
-            "set MODEL_DIR to the downloaded checkpoint",
-        )
+        fix = "set MODEL_DIR to the downloaded checkpoint"
+        return warned("cannot check --moe-backend against the experts' quantisation: no checkpoint facts", fix)
     if target.wna16_experts is None:
         what = "are not WNA16-quantised" if target.routed_experts else "do not exist (no MoE layers)"
         return passed(f"--moe-backend {backend}: the target's MoE experts {what}")
