@@ -89,14 +89,9 @@ def parse_rocm_smi(stdout: str) -> list[Accelerator] | None:
         match = _ROCM_SMI_LINE.match(line.strip())
         if match:
             fields.setdefault(int(match.group(1)), {})[match.group(2).lower()] = match.group(3)
-    if not fields:
-        return None
-    return [
-        Accelerator(
-            info.get("card series") or info.get("card model") or "AMD GPU", normalize_arch(info.get("gfx version"))
-        )
-        for _, info in sorted(fields.items())
-    ]
+    gpus = (info for _, info in sorted(fields.items()))
+    names = [(g.get("card series") or g.get("card model") or "AMD GPU", g.get("gfx version")) for g in gpus]
+    return [Accelerator(name, normalize_arch(arch)) for name, arch in names] or None
 
 
 def parse_nvidia_smi(stdout: str) -> list[Accelerator] | None:

@@ -52,15 +52,8 @@ def check_model_dir(
         if not shards:
             return failed(f"{path}: no {INDEX_FILE} and no *.safetensors weights", fix, name=name)
     missing, empty, pointers, total_bytes = _inspect_shards(path, shards)
-    bad = [
-        (label, files)
-        for label, files in (
-            ("missing", missing),
-            ("empty", empty),
-            ("are git-lfs pointer files, not weights", pointers),
-        )
-        if files
-    ]
+    found = (("missing", missing), ("empty", empty), ("are git-lfs pointer files, not weights", pointers))
+    bad = [(label, files) for label, files in found if files]
     if bad:
         detail = "; ".join(f"{len(files)} of {len(shards)} shards {label}: {_listing(files)}" for label, files in bad)
         if pointers:

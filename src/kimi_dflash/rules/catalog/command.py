@@ -10,7 +10,7 @@ from kimi_dflash.config.schema import KEYS
 from kimi_dflash.core.checks import CheckResult, failed, passed, warned
 from kimi_dflash.rules.deployment import Deployment
 from kimi_dflash.rules.features import FeatureOutcome, introduced, parse_feature, probe_features
-from kimi_dflash.rules.model import Findings, Rule, label
+from kimi_dflash.rules.model import Check, Findings, Rule, label
 from kimi_dflash.rules.source import VllmSource
 
 ENVS = "vllm/envs.py"
@@ -58,19 +58,15 @@ def _features(deployment: Deployment, source: VllmSource, kinds: set[str]) -> li
     return list(probe_features(source, wanted))
 
 
-def _presence(
-    what: str, kinds: set[str], fix_for: Callable[[Deployment, FeatureOutcome], str]
-) -> Callable[[Deployment, VllmSource], list[CheckResult]]:
+def _presence(what: str, kinds: set[str], fix_for: Callable[[Deployment, FeatureOutcome], str]) -> Check:
     def check(deployment: Deployment, source: VllmSource) -> Findings:
         outcomes = _features(deployment, source, kinds)
+        absent = (o for o in outcomes if o.state == "absent")
         findings = [
             failed(
-                f"{o.name} is not in {label(source)} ({o.evidence})",
-                fix_for(deployment, o),
-                o.name.split(":", 1)[-1],
+                f"{o.name} is not in {label(source)} ({o.evidence})", fix_for(deployment, o), o.name.split(":", 1)[-1]
             )
-            for o in outcomes
-            if o.state == "absent"
+            for o in absent
         ]
         findings += [warned(f"{o.name}: cannot verify, {o.evidence}") for o in outcomes if o.state == "unknown"]
         present = [o for o in outcomes if o.state == "present"]
