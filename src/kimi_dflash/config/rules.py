@@ -300,11 +300,9 @@ def _depth_schedule(c: Check) -> Iterator[Problem]:
     if not v.speculative:
         yield c.error(key, "set without speculation", "unset it, or set SPECULATIVE_METHOD=dflash")
     elif deepest > v.num_speculative_tokens:
-        yield c.error(
-            key,
-            f"k={deepest} above NUM_SPECULATIVE_TOKENS={v.num_speculative_tokens} (vLLM would clamp it, silently)",
-            f"set NUM_SPECULATIVE_TOKENS={deepest}, or lower the deeper ranges",
-        )
+        detail = f"k={deepest} above NUM_SPECULATIVE_TOKENS={v.num_speculative_tokens} (vLLM would clamp it, silently)"
+        fix = f"set NUM_SPECULATIVE_TOKENS={deepest}, or lower the deeper ranges"
+        yield c.error(key, detail, fix)
     elif last.last is not None and last.last < v.max_num_seqs:
         yield c.error(
             key,
@@ -359,11 +357,9 @@ def path_problems(c: Check, facts: Facts) -> Iterator[Problem]:
         )
     block = facts.drafter.block_size if v.speculative and facts.drafter is not None else None
     if block is not None and v.num_speculative_tokens > block:
-        yield c.error(
-            "NUM_SPECULATIVE_TOKENS",
-            f"more than the drafter's block size ({block}): DFlash drafts one block per step",
-            f"use 1 .. {block} (2 is the measured optimum for Kimi K2.6)",
-        )
+        detail = f"more than the drafter's block size ({block}): DFlash drafts one block per step"
+        fix = f"use 1 .. {block} (2 is the measured optimum for Kimi K2.6)"
+        yield c.error("NUM_SPECULATIVE_TOKENS", detail, fix)
     elif block is not None and v.num_speculative_tokens == block:
         # The block holds the anchor token plus block-1 masks: the last draft is beyond what it was trained on.
         yield c.warning(

@@ -177,11 +177,9 @@ def _check_flashinfer_sampler(deployment: Deployment, source: VllmSource) -> Fin
     missing = f"no flashinfer beside this vLLM ({installed}): {label(source)} crashes building its sampler ({crash})"
     if value is None and deployment.option_keys:  # a launcher's plan: serve sets it
         return passed(f"{missing} unless {VLLM_USE_FLASHINFER_SAMPLER}=0, which serve sets", (SAMPLER_OFF,))
-    return failed(
-        f"{VLLM_USE_FLASHINFER_SAMPLER}={value}: {missing}: No module named 'flashinfer'",
-        f"unset {VLLM_USE_FLASHINFER_SAMPLER} (serve then sets it to 0), or install flashinfer",
-        "flashinfer sampler without flashinfer",
-    )
+    detail = f"{VLLM_USE_FLASHINFER_SAMPLER}={value}: {missing}: No module named 'flashinfer'"
+    fix = f"unset {VLLM_USE_FLASHINFER_SAMPLER} (serve then sets it to 0), or install flashinfer"
+    return failed(detail, fix, "flashinfer sampler without flashinfer")
 
 
 RULES = (

@@ -59,11 +59,9 @@ def _check_kv_scale_hook(deployment: Deployment, source: VllmSource) -> Findings
     if not points:
         absent = f"needs MLAAttention in {MLA_LAYER}, absent in {label(source)}"
         moved = "MLAAttention no longer writes through impl.do_kv_cache_update, the method the hook wraps"
-        return failed(
-            f"KV_SCALE_MODE={mode} {absent}" if points is None else f"KV_SCALE_MODE={mode}: {moved}",
-            "set KV_SCALE_MODE=off, or use vLLM 0.20-0.33",
-            "KV-scale hook",
-        )
+        detail = f"KV_SCALE_MODE={mode} {absent}" if points is None else f"KV_SCALE_MODE={mode}: {moved}"
+        fix = "set KV_SCALE_MODE=off, or use vLLM 0.20-0.33"
+        return failed(detail, fix, "KV-scale hook")
     return passed(
         f"KV_SCALE_MODE={mode}: MLAAttention writes latents through impl.do_kv_cache_update, which {PLUGIN} wraps",
         relies=(Remedy("plugin", f"FP8 KV-scale hook ({mode})"),),
