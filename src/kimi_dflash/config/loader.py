@@ -129,8 +129,7 @@ def read_settings(path: Path, environ: Mapping[str, str] | None = None) -> dict[
     if problems:
         raise ConfigError(problems)
 
-    # The environment overrides file values for one run, but only for keys the schema knows:
-    # unrelated variables (PATH, HOME, ...) never leak into the config.
+    # The environment overrides the files for one run, for the schema's keys only (never PATH, HOME, ...).
     for key in KEYS_BY_NAME:
         if key in environ:
             merged[key] = RawSetting(key, environ[key], "environment", Path.cwd())

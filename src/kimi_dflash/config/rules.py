@@ -15,16 +15,13 @@ from kimi_dflash.config.schema import DEMO_CHOICES, NO_DEMO, ConfigValues, rope_
 from kimi_dflash.core.redaction import redact_command, secret_option, spelled_option
 from kimi_dflash.kvscale.fp8 import is_scaled_fp8_kv
 
-# The largest scheduler budget the recipe ran on MI300X. It reported a crash in fused MoE above it and blamed
-# AITER's MoE grid, but vLLM never ran an AITER MoE kernel for Kimi K2.6's INT4 (WNA16) experts: they run the
-# Triton WNA16 kernel in every release 0.20-0.33 (docs/compatibility.md). So the cap is an untested range, not
-# a known kernel limit: above it is a warning on GPUs.
+# The largest scheduler budget the recipe ran on MI300X. The fused-MoE crash it reported above it is unverified (the
+# INT4 experts run Triton WNA16, never AITER: docs/compatibility.md): above it is an untested range, a warning.
 RECIPE_MAX_BATCHED_TOKENS = 32768
 # A dynamic FP8 scale needs a bounded warm-up on GPUs; this many KV writes per layer is the suggested default.
 SUGGESTED_KV_SCALE_WARMUP = 2048
-# Where vLLM listens, and the key that says it. vLLM takes the last --host/--port of its command line, so one in
-# EXTRA_VLLM_ARGS would win over HOST/PORT, while the bind warning, preflight's port check, the readiness probe and
-# the pid and lock files (named by port) all read HOST/PORT: refused, so that HOST/PORT is where it listens.
+# vLLM takes the last --host/--port it is given, so one in EXTRA_VLLM_ARGS would win over HOST/PORT, which the bind
+# warning, the port check, the readiness probe and the pid and lock files read: refused.
 ADDRESS_OPTIONS = {"--host": "HOST", "--port": "PORT"}
 # Where each of vLLM's secret options (core/redaction.py) goes instead of EXTRA_VLLM_ARGS.
 SECRET_FIXES = {
@@ -335,9 +332,6 @@ RULES: tuple[Rule, ...] = (
     _depth_schedule,
     _drafter_rope,
 )
-
-
-# ---------------------------------------------------------------- files on disk
 
 
 def path_problems(c: Check, facts: Facts) -> Iterator[Problem]:

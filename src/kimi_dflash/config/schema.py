@@ -34,8 +34,7 @@ def rope_amplitude_choice(text: str) -> str | float | None:
         return None
 
 
-# Meta key: the file named here (relative to the including file) is loaded first, then this file's keys
-# override it. Not a setting of its own, so it is not in KEYS.
+# Meta key, not in KEYS: the file it names (relative to this one) is loaded first, and this file's keys override it.
 EXTENDS_KEY = "EXTENDS"
 
 KvCacheDtype = Literal["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"]

@@ -11,8 +11,7 @@ DEFAULT_CONFIG = "production.env"
 
 
 def shipped_configs_dir() -> Path:
-    # An installed package is a plain directory (not a zip), so the resource is a real path the loader can read,
-    # with `base = other.env` includes resolving next to it.
+    # An installed package is a plain directory (not a zip): a real path, EXTENDS resolving beside it.
     return Path(str(resources.files("kimi_dflash") / "configs"))
 
 

@@ -17,8 +17,7 @@ FORMAT = "sharded_state"
 SCHEMA_VERSION = 1
 # vLLM's default file name for TP-only sharded state (ShardedStateLoader.TP_ONLY_PATTERN, vLLM 0.5 .. 0.32).
 RANK_FILE_GLOB = "model-rank-{rank}-part-*.safetensors"
-# Files the fingerprint reads in full; weights contribute their safetensors header (names, dtypes, shapes,
-# offsets) and size, so fingerprinting a 555 GB checkpoint reads kilobytes, not the weights.
+# Read in full by the fingerprint; weights give their safetensors header and size (kilobytes of a 555 GB checkpoint).
 _SMALL_FILES = (
     "config.json",
     "generation_config.json",

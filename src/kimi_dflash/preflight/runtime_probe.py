@@ -21,8 +21,7 @@ from kimi_dflash.preflight.runtime_child import MARKER, installed_vllm
 from kimi_dflash.rules.features import FeatureOutcome, probe_features
 from kimi_dflash.rules.source import VllmSource
 
-# Importing vLLM took 7-30 s on this project's shared 2-core machine (more under load, and a first import
-# after install also compiles bytecode). Past this something is wrong (a hung driver), and preflight says so.
+# Importing vLLM took 7-30 s on a shared 2-core machine; past this something is wrong (a hung driver).
 PROBE_TIMEOUT_S = 300.0
 # The child's answers a report takes as they are.
 _AS_REPORTED = ("vllm_import_error", "torch_version", "torch_backend", "torch_error", "vllm_plugins_env")
@@ -114,8 +113,7 @@ def probe_runtime(
     imports: tuple[str, ...] = ("vllm", "torch"),
 ) -> RuntimeReport:
     child = _run_child(python, timeout, env, imports)
-    # The child names the vllm its interpreter has; if it could not run, this interpreter (if it is the same
-    # one) can still say which vllm is installed without importing it.
+    # A child that could not run: this interpreter, when it is the same one, names its vllm without importing it.
     distribution, version = child.get("vllm_distribution"), child.get("vllm_distribution_version")
     if distribution is None and python == sys.executable:
         distribution, version = installed_vllm()

@@ -14,10 +14,8 @@ from kimi_dflash.rules.source import VllmSource
 
 WNA16_ORACLE = "vllm/model_executor/layers/fused_moe/oracle/int_wna16.py"
 CT_MOE_DIR = "vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors_moe/"
-# The class vLLM builds for compressed-tensors WNA16 experts, per platform, in order of preference: CUDA uses the
-# Marlin method where a release has one (it is picked whenever Marlin supports the layer, true for Kimi's
-# shapes); ROCm always falls through to the generic method (Marlin is CUDA-only, and the RDNA3 / gfx950-FlyDSL
-# special cases do not apply to MI300X), as does the CPU build.
+# The class vLLM builds for compressed-tensors WNA16 experts, by preference: CUDA's Marlin method where a release has
+# one (it fits Kimi's shapes); ROCm (Marlin is CUDA-only) and the CPU build fall through to the generic method.
 WNA16_METHODS = {
     "rocm": ("CompressedTensorsWNA16MoEMethod",),
     "cpu": ("CompressedTensorsWNA16MoEMethod",),

@@ -13,9 +13,8 @@ from kimi_dflash.rules.source import SourceLine, VllmSource
 V1_DFLASH = "vllm/v1/spec_decode/dflash.py"
 V2_DFLASH_DIR = "vllm/v1/worker/gpu/spec_decode/dflash/"
 CPU_PLATFORM = "vllm/platforms/cpu.py"
-# What PR #47926 introduces: the DFlash input preparation learns how many of a request's tokens were restored
-# (prefix cache, KV connector, preemption) rather than computed, and masks them out of the draft context. Any such
-# count in the DFlash code paths marks the fix; 0.20-0.33 have none.
+# PR #47926's fix: DFlash counts a request's restored tokens (prefix cache, KV connector, preemption) and masks them out
+# of the draft context. Any such count in the DFlash code marks the fix; 0.20-0.33 have none.
 _PREFIX_FIX_RE = re.compile(r"\b\w*(?:restored|num_cached|cache_hit|prefix_hit)\w*\b", re.IGNORECASE)
 
 
