@@ -1,7 +1,6 @@
 """Per-position acceptance rates for vLLM's synthetic rejection sampler, checked as SpeculativeConfig does (one per
 drafted token, in [0, 1], non-increasing) before a server loads for minutes. Rates are unconditional, exactly the
-benchmark's `per_position` acceptance (a result JSON's list can be passed as is).
-"""
+benchmark's `per_position` acceptance (a result JSON's list can be passed as is)."""
 
 from __future__ import annotations
 

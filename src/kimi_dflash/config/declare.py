@@ -1,7 +1,6 @@
 """How a config key is declared: an attribute of the settings class (config/schema.py), its annotation the type,
 its `key(...)` default the rest; `keys_of` reads them back. `X | None` is optional: an empty value means "unset /
-let vLLM decide", not an empty string.
-"""
+let vLLM decide", not an empty string."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Read env-file configs with python-dotenv's parser (never a shell), follow EXTENDS chains, apply process-env
-overrides: raw string settings with where each came from (typing and validation: validate.py).
-"""
+overrides: raw string settings with where each came from (typing and validation: validate.py)."""
 
 from __future__ import annotations
 

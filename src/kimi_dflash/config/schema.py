@@ -1,8 +1,7 @@
 """Every config key, declared once: the annotated attributes of `ConfigValues` (env-file name: the attribute's in
 upper case; config/declare.py says how each is read). Validation, the launch plan, `--help` and the config
 reference read `KEYS`; a validated config is an instance (`config.typed.port` is an int). Values here are the
-production defaults (8x MI300X, Kimi K2.6 + DFlash).
-"""
+production defaults (8x MI300X, Kimi K2.6 + DFlash)."""
 
 from __future__ import annotations
 

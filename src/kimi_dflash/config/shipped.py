@@ -1,6 +1,5 @@
 """The configs shipped inside the package, for installs without a checkout: src/kimi_dflash/configs is a symlink to
-../../configs (one copy), and the wheel build copies the files it points at.
-"""
+../../configs (one copy), and the wheel build copies the files it points at."""
 
 from __future__ import annotations
 

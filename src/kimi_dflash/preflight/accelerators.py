@@ -1,7 +1,6 @@
 """Accelerators: how many the plan can use, of which architecture, and whether torch in this Python sees them. Sources,
 best first: amd-smi, rocm-smi, nvidia-smi, then torch; the vendor tools list every physical GPU, so
-*_VISIBLE_DEVICES is applied to their answer (torch applies it itself).
-"""
+*_VISIBLE_DEVICES is applied to their answer (torch applies it itself)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """The pre-shard manifest: what a pre-sharded checkpoint was made from, and the check that it still fits. Written
-last (the directory is staged beside and renamed into place), so a directory without one is never a usable pre-shard.
-"""
+last (the directory is staged beside and renamed into place), so a directory without one is never a usable pre-shard."""
 
 from __future__ import annotations
 

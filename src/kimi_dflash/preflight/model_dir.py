@@ -1,7 +1,6 @@
 """The checkpoints: is a model or drafter directory complete enough to load, and does a pre-sharded checkpoint fit
 the plan exactly (else vLLM loads wrong slices)? A 555 GB download stopped half way, or a `git clone` without
-git-lfs (130-byte pointer files), otherwise surfaces minutes into the load as an obscure safetensors error.
-"""
+git-lfs (130-byte pointer files), otherwise surfaces minutes into the load as an obscure safetensors error."""
 
 from __future__ import annotations
 

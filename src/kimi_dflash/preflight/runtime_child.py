@@ -1,6 +1,5 @@
 """The runtime probe's child: import vllm and torch, print one marked JSON line. Standard library only and run as
-`python -c <this file's text>`: the serving Python need not have kimi_dflash, and none of ours shadows vLLM's imports.
-"""
+`python -c <this file's text>`: the serving Python need not have kimi_dflash, and nothing of ours shadows vLLM's."""
 
 from __future__ import annotations
 

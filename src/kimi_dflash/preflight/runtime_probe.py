@@ -1,7 +1,6 @@
 """What the Python that will run vLLM can do: import vllm and torch, the accelerators torch sees, and the plan's
 vLLM features in its source (rules/features.py, read without importing). The imports run in a child process
-(runtime_child.py), so vLLM's import-time logging and memory stay out and a hung GPU runtime times out.
-"""
+(runtime_child.py), so vLLM's import-time logging and memory stay out and a hung GPU runtime times out."""
 
 from __future__ import annotations
 

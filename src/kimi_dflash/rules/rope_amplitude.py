@@ -1,8 +1,7 @@
 """The drafter's RoPE amplitude (the `mscale` its rotary embedding multiplies the cos/sin cache by), decided once from
 what the given vLLM gives its rope fields, what vLLM up to 0.29 gave them (legacy) and DRAFTER_ROPE_AMPLITUDE: the rule
 reports it, the launcher applies it. Read from the source (get_rope's branch for the rope type, then the
-`self.mscale = ...` the values reach), never from a table of versions; another shape is refused, never guessed.
-"""
+`self.mscale = ...` the values reach), never from a table of versions; another shape is refused, never guessed."""
 
 from __future__ import annotations
 
