@@ -128,21 +128,17 @@ def apply_visibility(
         value = env.get(variable)
         if value is None:
             continue
-        visible = _select(visible, [e.strip() for e in value.split(",") if e.strip()])
+        chosen: list[Accelerator] = []
+        for entry in (e.strip() for e in value.split(",") if e.strip()):
+            if entry.isdigit() and int(entry) < len(visible):
+                chosen.append(visible[int(entry)])
+            elif not entry.isdigit() and entry.upper().startswith(("GPU-", "MIG-")) and len(chosen) < len(visible):
+                chosen.append(visible[len(chosen)])  # a UUID: which GPU is unknown here, but the count is right
+            else:
+                break  # like the runtimes: an invalid entry ("-1", an index too high) ends the list
+        visible = chosen
         applied.append(f"{variable}={value}")
     return tuple(visible), tuple(applied)
-
-
-def _select(devices: list[Accelerator], entries: list[str]) -> list[Accelerator]:
-    chosen: list[Accelerator] = []
-    for entry in entries:
-        if entry.isdigit() and int(entry) < len(devices):
-            chosen.append(devices[int(entry)])
-        elif not entry.isdigit() and entry.upper().startswith(("GPU-", "MIG-")) and len(chosen) < len(devices):
-            chosen.append(devices[len(chosen)])  # a UUID: which GPU is unknown here, but the count is right
-        else:
-            break  # like the runtimes: an invalid entry ("-1", an index too high) ends the list
-    return chosen
 
 
 def detect(device: str, probe: HostProbe, runtime: RuntimeReport | None) -> Detection:

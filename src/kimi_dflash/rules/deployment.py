@@ -85,7 +85,11 @@ def parse_serve_command(argv: Sequence[str], env: Mapping[str, str] | None = Non
             if dot:
                 speculative[key.replace("-", "_")] = value
             elif value is not None:
-                speculative.update(_json_object(value))
+                try:
+                    found = json.loads(value)
+                except json.JSONDecodeError:  # vLLM reports a malformed --speculative-config itself, its own way
+                    found = None
+                speculative.update(found if isinstance(found, dict) else {})
         options[option] = value  # a repeated option keeps its first position and takes the last value
     model = args[0] if args and not args[0].startswith("--") else None
     return ServeCommand(model, options, speculative, dict(env or {}))
@@ -93,14 +97,6 @@ def parse_serve_command(argv: Sequence[str], env: Mapping[str, str] | None = Non
 
 def features_from_command(argv: Sequence[str], env: Mapping[str, str] | None = None) -> tuple[str, ...]:
     return parse_serve_command(argv, env).features()
-
-
-def _json_object(text: str) -> dict[str, object]:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError:  # vLLM reports a malformed --speculative-config itself, with its own message
-        data = None
-    return data if isinstance(data, dict) else {}
 
 
 def _int(value: object) -> int | None:

@@ -86,11 +86,8 @@ class Verdict:
             f"vLLM compatibility of {deployment.label} ({deployment.platform}) with vLLM "
             f"{self.vllm_version or '(version unknown)'} at {self.vllm_origin}: read from source, nothing started"
         ]
-        lines += [
-            f"{f.role} checkpoint: {f.describe()} - from {f.where()}"
-            for f in (deployment.target, deployment.drafter)
-            if f
-        ]
+        checkpoints = (deployment.target, deployment.drafter)
+        lines += [f"{f.role} checkpoint: {f.describe()} - from {f.where()}" for f in checkpoints if f]
         if deployment.target is None:
             lines.append(
                 "target checkpoint: unknown (no config.json at MODEL_DIR and no shipped facts for MODEL_REPO); "
