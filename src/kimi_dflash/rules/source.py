@@ -143,15 +143,9 @@ class VllmSource:
         node = self._node(relpath, class_name)
         if not isinstance(node, ast.ClassDef):
             return None
-        names = [
-            f for base in node.bases if isinstance(base, ast.Name) for f in self.class_fields(relpath, base.id) or ()
-        ]
-        names += [
-            s.target.id
-            for s in node.body
-            if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name) and _name(s.annotation) != "ClassVar"
-        ]
-        return tuple(dict.fromkeys(names))
+        inherited = [f for b in node.bases if isinstance(b, ast.Name) for f in self.class_fields(relpath, b.id) or ()]
+        own = [s for s in node.body if isinstance(s, ast.AnnAssign) and _name(s.annotation) != "ClassVar"]
+        return tuple(dict.fromkeys([*inherited, *(s.target.id for s in own if isinstance(s.target, ast.Name))]))
 
     def class_constants(self, relpath: str, class_name: str) -> dict[str, tuple[object, int]]:
         """name -> (value, line) of the constants a top-level class body assigns (`X = 4`, `X: int = 4`)."""
@@ -168,13 +162,8 @@ class VllmSource:
         node = self._node(relpath, class_name)
         if not isinstance(node, ast.ClassDef):
             return None
-        return {
-            name: s.value.value if isinstance(s.value, ast.Constant) and isinstance(s.value.value, str) else None
-            for s in node.body
-            if isinstance(s, ast.Assign)
-            for name in _targets(s)
-            if not name.startswith("_")
-        }
+        assigned = (s for s in node.body if isinstance(s, ast.Assign))
+        return {name: (_strings([s.value]) or (None,))[0] for s in assigned for name in _targets(s) if name[0] != "_"}
 
     def dict_keys(self, relpath: str, name: str, function: str | None = None) -> tuple[str, ...] | None:
         """String keys of a `name = {...}` dict literal: top-level, or assigned inside `function` ("Class.method")."""
