@@ -237,8 +237,7 @@ def _spelling(arg: str, option: str) -> str:
 
 
 def is_loopback(host: str) -> bool:
-    """Whether ``host`` is reachable from this machine only: localhost, 127.0.0.0/8, ::1 (bracketed or not, or
-    IPv4-mapped)."""
+    """Reachable from this machine only: localhost, 127.0.0.0/8, ::1 (bracketed or not, or IPv4-mapped)."""
     name = host.strip().removeprefix("[").removesuffix("]")
     if name.lower() == "localhost":
         return True

@@ -47,10 +47,8 @@ class ManifestError(ValueError):
 
 
 def checkpoint_fingerprint(checkpoint: Path) -> str:
-    """sha256 over the checkpoint's small metadata files in full and each safetensors file's size and header.
-
-    Detects a different checkpoint, a re-quantised one, a changed tokenizer or an edited config; it does not read
-    tensor bytes (a same-shape bit flip is not detected: the cost of hashing 555 GB at every start)."""
+    """sha256 over the small metadata files and each safetensors file's size and header: another, re-quantised or
+    re-configured checkpoint shows; a same-shape bit flip does not (hashing 555 GB at every start would)."""
     digest = hashlib.sha256()
     for name in _SMALL_FILES:
         path = checkpoint / name
@@ -107,8 +105,7 @@ def mismatches(
     vllm_version: str | None,
     dtype: str | None = None,
 ) -> list[str]:
-    """Why this pre-shard must not be served by this plan (empty: it fits). Pure apart from reading sizes and
-    the source checkpoint's headers."""
+    """Why this pre-shard must not serve this plan (empty: it fits)."""
     problems: list[str] = []
     if manifest.format != FORMAT or manifest.schema_version != SCHEMA_VERSION:
         problems.append(

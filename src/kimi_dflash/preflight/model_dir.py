@@ -26,9 +26,8 @@ _LFS_POINTER_MAX_BYTES = 1024
 def check_model_dir(
     path: Path, role: str, repo_hint: str | None = None, *, fix_hint: str | None = None, facts: Facts | None = None
 ) -> CheckResult:
-    """``role`` names the line ("model dir"); ``repo_hint``: the Hugging Face repo id for the download command in
-    the fix; ``fix_hint`` replaces that command (e.g. for fabricated demo models); ``facts``: the start's checkpoint
-    facts, whose reading of config.json this reports (None: read here)."""
+    """``repo_hint``: the Hugging Face repo of the download fix, which ``fix_hint`` replaces (fabricated demo models);
+    ``facts``: the start's checkpoint facts, whose reading of config.json this reports (None: read here)."""
     name = f"{role} dir"
     path = Path(path)
     fix = fix_hint or _download_fix(path, role, repo_hint)

@@ -18,8 +18,7 @@ Check = Callable[[], "list[CheckResult] | CheckResult"]
 
 
 def run_preflight(request: PreflightRequest, probe: HostProbe | None = None) -> list[CheckResult]:
-    """Never raises for what it finds on the host: every finding is a result line. The runtime probe (one child
-    process importing vLLM) runs once and feeds the vLLM, accelerator and pre-shard checks."""
+    """Never raises: every finding is a result line. The runtime probe (a child importing vLLM) runs once."""
     probe = probe or HostProbe()
     try:
         runtime = probe.runtime(request)

@@ -28,9 +28,8 @@ def installed_vllm() -> tuple[str | None, str | None]:
 
 
 def plugin_report() -> dict:
-    """What vLLM's load_plugins_by_group would see here: the group's entry points (from installed metadata only:
-    a source tree on PYTHONPATH registers none), the VLLM_PLUGINS allowlist, and where each entry point's module
-    would be imported from."""
+    """What vLLM's load_plugins_by_group sees here: the group's entry points (installed metadata only: a source tree
+    on PYTHONPATH registers none), the VLLM_PLUGINS allowlist, and where our entry point's module is found."""
     try:
         found = importlib.metadata.entry_points(group=PLUGIN_GROUP)
     except Exception as error:  # noqa: BLE001 - broken metadata is the answer

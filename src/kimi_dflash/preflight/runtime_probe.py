@@ -77,8 +77,7 @@ class RuntimeReport:
         return next((p for p in self.plugins or () if p.name == name), None)
 
     def plugin_allowed(self, name: str) -> bool:
-        """vLLM's rule (vllm/plugins/__init__.py): VLLM_PLUGINS unset loads every plugin; set, only the names
-        in its comma-separated list."""
+        """vllm/plugins/__init__.py: VLLM_PLUGINS unset loads every plugin; set, only those it lists."""
         return self.vllm_plugins_env is None or name in self.vllm_plugins_env.split(",")
 
 

@@ -18,8 +18,7 @@ SHM = "/dev/shm"
 
 
 def check_numa(request: PreflightRequest, probe: HostProbe) -> CheckResult:
-    """The kernel migrating pages under the GPU runtime stalls it, so the GPU path requires kernel.numa_balancing=0
-    (the reference results were measured with it off)."""
+    """Page migration under the GPU runtime stalls it: the GPU path requires kernel.numa_balancing=0."""
     raw = probe.read_text(NUMA_SETTING)
     if raw is None:
         return passed(f"not a NUMA kernel ({NUMA_SETTING} absent)")

@@ -137,8 +137,7 @@ class Deployment:
     def from_command(
         cls, platform: str, argv: Sequence[str], env: Env = None, *, model: Where = NOWHERE, drafter: Where = NOWHERE
     ) -> Deployment:
-        """`model` / `drafter`: (checkpoint directory, Hugging Face repo whose shipped facts stand in for a directory
-        not downloaded yet); the directories default to the ones the command line names."""
+        """`model` / `drafter`: (directory, default the command line's; repo whose shipped facts stand in for it)."""
         command = parse_serve_command(argv, env)
         model_dir = model[0] or command.model
         drafter_dir = drafter[0] or (command.speculative or {}).get("model")

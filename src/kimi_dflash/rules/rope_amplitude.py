@@ -160,8 +160,7 @@ def decide(drafter: CheckpointFacts, source: VllmSource, choice: str | float | N
 
 
 def _passed_keys(source: VllmSource, kind: str) -> tuple[tuple[str, ...], int]:
-    """The keys of `extra_kwargs = {k: v for k, v in rope_parameters.items() if k in (...)}` in get_rope's branch
-    for `kind`, and its line."""
+    """The keys get_rope's branch for `kind` passes on (`extra_kwargs = {k: v ... if k in (...)}`), and its line."""
     get_rope = source.function(FACTORY_FILE, "get_rope")
     if get_rope is None:
         raise UnreadableRope(f"{FACTORY_FILE} in {source.origin} defines no get_rope")

@@ -28,10 +28,8 @@ class VerifyCap:
 
 
 def aiter_verify_cap(source: VllmSource) -> VerifyCap | None:
-    """`AiterMLAHelper._ASM_PADDED_MAX_PS_QLEN` and `_AITER_MIN_MLA_HEADS` in rocm_aiter_mla.py, and the routing
-    predicate `use_persistent_metadata` (`... or max_qo_len <= _ASM_PADDED_MAX_PS_QLEN or
-    is_quantized_kv_cache(...)`). None when the module is absent; cap None when the module has no such limit
-    (0.20-0.27: padded heads go to aiter's decode with no length routing in vLLM)."""
+    """`AiterMLAHelper._ASM_PADDED_MAX_PS_QLEN`, `_AITER_MIN_MLA_HEADS` and the routing predicate that reads the cap.
+    None without the module; cap None without the limit (0.20-0.27: no length routing in vLLM)."""
     tree = source.tree(AITER_MLA)
     if tree is None:
         return None

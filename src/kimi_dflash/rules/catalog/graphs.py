@@ -24,8 +24,7 @@ def mla_kv_write_fusion(source: VllmSource) -> SourceLine | None:
 
 
 def capture_sizes(deployment: Deployment) -> list[int] | None:
-    """Capture sizes the plan sets: --cudagraph-capture-sizes / --cuda-graph-sizes, or cudagraph_capture_sizes in a
-    --compilation-config JSON."""
+    """Capture sizes the plan sets (--cudagraph-capture-sizes, --cuda-graph-sizes or --compilation-config JSON)."""
     for option in ("--cudagraph-capture-sizes", "--cuda-graph-sizes"):
         value = deployment.command.value(option)
         if value:
@@ -86,9 +85,8 @@ def _check_graphs(deployment: Deployment, source: VllmSource) -> Iterator[CheckR
 
 
 def breakable_architectures(source: VllmSource) -> set[str]:
-    """Architectures vLLM turns breakable graphs on for while VLLM_USE_BREAKABLE_CUDAGRAPH is unset (0.26+; every
-    platform's, a superset of ROCm's): DEFAULT_BREAKABLE_CUDAGRAPH_ARCHITECTURES (0.29+) and the strings of the
-    conditions that test the variable (0.26-0.28 list the architectures there)."""
+    """Architectures vLLM turns breakable graphs on for while VLLM_USE_BREAKABLE_CUDAGRAPH is unset (0.26+, all
+    platforms): DEFAULT_BREAKABLE_CUDAGRAPH_ARCHITECTURES (0.29+), or the strings of the tests of the variable."""
     tree = source.tree(VLLM_CONFIG)
     tests = (
         [n.test for n in ast.walk(tree) if isinstance(n, ast.If) and BREAKABLE in ast.unparse(n.test)] if tree else []

@@ -14,8 +14,7 @@ MLA_LAYER = "vllm/model_executor/layers/attention/mla_attention.py"
 
 
 def kv_write_hook_points(source: VllmSource) -> bool | None:
-    """Whether `MLAAttention` (mla_attention.py) exists (None: it does not) and writes latents through
-    `impl.do_kv_cache_update`, the method the project's KV-scale hook wraps."""
+    """Whether MLAAttention writes through impl.do_kv_cache_update, which the KV-scale hook wraps (None: absent)."""
     return bool(source.calls(MLA_LAYER, "MLAAttention", "do_kv_cache_update")) if source.has(MLA_LAYER) else None
 
 

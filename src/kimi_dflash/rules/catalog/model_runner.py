@@ -35,11 +35,9 @@ def model_runner(
     env_value: str | None,
     architectures: tuple[str, ...] = (),
 ) -> RunnerChoice | None:
-    """The runner `VllmConfig.use_v2_model_runner` (vllm/config/vllm.py) gives the plan, followed branch by branch:
-    the VLLM_USE_V2_MODEL_RUNNER override; `_is_default_v2_model_runner_model` (0.22-0.28: MoE or quantised models
-    stay on V1); `HAS_TRITON` (false on the CPU build); the speculative methods
-    `_get_v2_model_runner_unsupported_features` lists. Releases without the property (0.20-0.21) read the variable
-    alone, default 0 (V1)."""
+    """The runner `VllmConfig.use_v2_model_runner` gives the plan, branch by branch: the VLLM_USE_V2_MODEL_RUNNER
+    override; `_is_default_v2_model_runner_model` (0.22-0.28: MoE or quantised models stay on V1); `HAS_TRITON` (not
+    on the CPU build); `_get_v2_model_runner_unsupported_features`. 0.20-0.21: the variable alone, default V1."""
     prop = source.function(VLLM_CONFIG, "VllmConfig.use_v2_model_runner")
     override = None if not (env_value or "").strip() else (env_value or "").strip().lower() in TRUE_WORDS
     if prop is None:
@@ -87,8 +85,7 @@ def _method_unsupported(function: ast.FunctionDef, method: str) -> bool:
 
 
 def v2_builds_model_layers(source: VllmSource) -> SourceLine | None:
-    """Where the V2 runner (v1/worker/gpu/model_runner.py) builds its model through vLLM's model loader: the same
-    model code, hence the same MLAAttention layer the KV-scale hook wraps."""
+    """Where the V2 runner builds its model through vLLM's model loader (the MLAAttention the KV-scale hook wraps)."""
     return source.line_of(V2_RUNNER, "get_model(", "get_model_loader(")
 
 

@@ -36,8 +36,7 @@ class Wna16BackendChoice:
 
 
 def wna16_backend_choice(source: VllmSource, platform: str) -> Wna16BackendChoice | None:
-    """Reads the method class (compressed_tensors_moe/), whether it calls `select_wna16_moe_backend`, whether that
-    oracle maps `moe_backend` through `map_wna16_backend`, and that function's `mapping` keys."""
+    """The WNA16 method class, whether it hands --moe-backend to map_wna16_backend, and that mapping's keys."""
     for method in WNA16_METHODS.get(platform, ()):
         module = source.find_module(method, CT_MOE_DIR)
         if module is None:
