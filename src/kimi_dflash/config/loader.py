@@ -83,9 +83,7 @@ def _read_file(path: Path, problems: list[Problem]) -> list[RawSetting]:
     return settings
 
 
-def _read_chain(
-    path: Path, problems: list[Problem], depth: int = 0, visiting: tuple[Path, ...] = ()
-) -> dict[str, RawSetting]:
+def _read_chain(path: Path, problems: list[Problem], visiting: tuple[Path, ...] = ()) -> dict[str, RawSetting]:
     try:
         resolved = path.resolve()
     except (RuntimeError, OSError) as exc:  # Python < 3.13 raises RuntimeError on a symlink loop
@@ -96,7 +94,7 @@ def _read_chain(
         chain = " -> ".join(display_path(p) for p in (*visiting, resolved))
         problems.append(Problem(display_path(path), EXTENDS_KEY, None, f"EXTENDS loops: {chain}", "remove the cycle"))
         return {}
-    if depth > MAX_EXTENDS_DEPTH:
+    if len(visiting) > MAX_EXTENDS_DEPTH:
         fix = f"keep chains at most {MAX_EXTENDS_DEPTH} files long"
         problems.append(Problem(display_path(path), EXTENDS_KEY, None, "EXTENDS chain too deep", fix))
         return {}
@@ -113,7 +111,7 @@ def _read_chain(
         elif setting.key == EXTENDS_KEY:
             base = Path(setting.value)
             base = base if base.is_absolute() else path.parent / base
-            merged = _read_chain(base, problems, depth + 1, (*visiting, resolved))
+            merged = _read_chain(base, problems, (*visiting, resolved))
     for setting in own:
         if setting.key != EXTENDS_KEY:
             merged[setting.key] = setting
