@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, get_args
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
 
     from kimi_dflash.rules.deployment import Deployment
     from kimi_dflash.rules.engine import Verdict
@@ -71,14 +70,5 @@ class PreflightRequest:
         return {"rocm": "ROCm", "cuda": "CUDA", "cpu": "CPU"}[self.device]  # as the vendors write them
 
     @property
-    def vllm_env(self) -> Mapping[str, str] | None:
-        """The environment vLLM will run with (inherited + the plan's), when known."""
-        return None if self.deployment is None else self.deployment.env
-
-    @property
     def interpreter(self) -> str:
         return self.python or sys.executable
-
-    @property
-    def shm_threshold(self) -> int:
-        return DEFAULT_MIN_SHM_BYTES[self.device] if self.min_shm_bytes is None else self.min_shm_bytes

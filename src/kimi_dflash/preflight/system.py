@@ -6,6 +6,7 @@ import errno
 from typing import TYPE_CHECKING
 
 from kimi_dflash.core.checks import CheckResult, failed, passed, warned
+from kimi_dflash.preflight.request import DEFAULT_MIN_SHM_BYTES
 
 if TYPE_CHECKING:
     from kimi_dflash.preflight.host import HostProbe
@@ -52,7 +53,7 @@ def _fix_numa(probe: HostProbe, value: str) -> CheckResult:
 
 def check_shm(request: PreflightRequest, probe: HostProbe) -> CheckResult:
     """NCCL/RCCL move tensor-parallel traffic through /dev/shm, and docker's default is 64 MB."""
-    need = request.shm_threshold
+    need = DEFAULT_MIN_SHM_BYTES[request.device] if request.min_shm_bytes is None else request.min_shm_bytes
     space = probe.space(probe.path(SHM))
     raise_to = max(1, -(-need // (1 << 30)))
     fix = (
