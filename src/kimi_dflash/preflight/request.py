@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, get_args
 
 if TYPE_CHECKING:
-
     from kimi_dflash.rules.deployment import Deployment
     from kimi_dflash.rules.engine import Verdict
 

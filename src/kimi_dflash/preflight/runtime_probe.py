@@ -133,15 +133,10 @@ def probe_runtime(
 
 def _run_child(python: str, timeout: float, env: Mapping[str, str] | None, imports: tuple[str, ...]) -> dict:
     argv = [python, "-c", Path(runtime_child.__file__).read_text(encoding="utf-8"), *imports]
+    child_env = {**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"}
     try:
         proc = subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-            env={**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"},
-            check=False,
+            argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, env=child_env, check=False
         )
     except subprocess.TimeoutExpired:
         error = f"importing vllm/torch did not finish within {timeout:g} s"

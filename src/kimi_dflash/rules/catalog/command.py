@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 
 from kimi_dflash.config.schema import KEYS
 from kimi_dflash.core.checks import CheckResult, failed, passed, warned
-from kimi_dflash.rules.deployment import Deployment
+from kimi_dflash.rules.deployment import SPECULATIVE_VALUE_KINDS, Deployment
 from kimi_dflash.rules.features import FeatureOutcome, introduced, parse_feature, probe_features
 from kimi_dflash.rules.model import Check, Findings, Rule, label
 from kimi_dflash.rules.source import VllmSource
@@ -138,14 +138,11 @@ def _check_parsers(deployment: Deployment, source: VllmSource) -> Iterator[Check
 def _check_architectures(deployment: Deployment, source: VllmSource) -> Findings:
     known, where = model_architectures(source), f"{label(source)}'s model registry ({MODEL_REGISTRY})"
     fix = "use a vLLM release that supports this model"
-    return [
-        _membership(f"{f.role} {f.architectures[0]}", f.architectures, known, where, fix)
-        for f in (deployment.target, deployment.drafter)
-        if f is not None and f.architectures
-    ]
+    named = [f for f in (deployment.target, deployment.drafter) if f is not None and f.architectures]
+    return [_membership(f"{f.role} {f.architectures[0]}", f.architectures, known, where, fix) for f in named]
 
 
-VALUE_KINDS = {"speculative_method", "moe_backend", "kv_cache_dtype", "attention_backend"}
+VALUE_KINDS = set(SPECULATIVE_VALUE_KINDS.values())  # the kinds of enumerated values
 RULES = (
     Rule(
         "options",
