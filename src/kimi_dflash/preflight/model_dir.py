@@ -30,7 +30,9 @@ def check_model_dir(
     ``facts``: the start's checkpoint facts, whose reading of config.json this reports (None: read here)."""
     name = f"{role} dir"
     path = Path(path)
-    fix = fix_hint or _download_fix(path, role, repo_hint)
+    fix = fix_hint or f"download the {role} checkpoint (config.json + *.safetensors) into {path}"
+    if repo_hint and not fix_hint:  # re-running the download resumes: complete files are skipped
+        fix = f"hf download {shlex.quote(repo_hint)} --local-dir {shlex.quote(str(path))}"
     if not path.exists():
         return failed(f"{path} does not exist", fix, name=name)
     if not path.is_dir():
@@ -60,13 +62,6 @@ def check_model_dir(
     return passed(
         f"{path}: config.json + {len(shards)} shard{'s' if len(shards) != 1 else ''}, {_size(total_bytes)}", name=name
     )
-
-
-def _download_fix(path: Path, role: str, repo_hint: str | None) -> str:
-    if repo_hint:
-        # Re-running the download resumes: files already complete are skipped.
-        return f"hf download {shlex.quote(repo_hint)} --local-dir {shlex.quote(str(path))}"
-    return f"download the {role} checkpoint (config.json + *.safetensors) into {path}"
 
 
 def _indexed_shards(index: Path) -> tuple[list[str], str | None]:

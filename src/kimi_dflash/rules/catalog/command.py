@@ -32,12 +32,9 @@ def model_architectures(source: VllmSource) -> tuple[str, ...] | None:
     tree = source.tree(MODEL_REGISTRY)
     if tree is None:
         return None
-    names: list[str] = []
-    for stmt in tree.body:
-        target = stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None
-        if isinstance(target, ast.Name) and target.id.endswith("_MODELS") and isinstance(stmt.value, ast.Dict):
-            names.extend(k.value for k in stmt.value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str))
-    return tuple(dict.fromkeys(names))
+    tables = [t.id for s in tree.body if isinstance(s, ast.Assign) for t in s.targets if isinstance(t, ast.Name)]
+    found = (source.dict_keys(MODEL_REGISTRY, name) or () for name in tables if name.endswith("_MODELS"))
+    return tuple(dict.fromkeys(k for keys in found for k in keys))
 
 
 def env_choices(source: VllmSource, variable: str) -> tuple[str, ...] | None:
