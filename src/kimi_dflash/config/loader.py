@@ -14,6 +14,7 @@ from dotenv.variables import parse_variables
 
 from kimi_dflash.config.problems import ConfigError, Problem
 from kimi_dflash.config.schema import EXTENDS_KEY, KEYS_BY_NAME
+from kimi_dflash.config.shipped import shipped_config_names
 from kimi_dflash.core.user_files import UnreadableFile, read_user_text
 
 MAX_EXTENDS_DEPTH = 8
@@ -41,21 +42,16 @@ def _interpolate(value: str, known: Mapping[str, str]) -> str:
     return "".join(atom.resolve(dict(known)) or "" for atom in parse_variables(value))  # type: ignore[arg-type]
 
 
-def _missing_config_fix() -> str:
-    from kimi_dflash.config.shipped import shipped_config_names
-
-    names = ", ".join(name.removesuffix(".env") for name in shipped_config_names())
-    return f"pass an existing env file, or the name of a shipped config ({names or 'none found'})"
-
-
 def _read_file(path: Path, problems: list[Problem]) -> list[RawSetting]:
     shown = display_path(path)
     try:
         text = read_user_text(path, what="config", max_bytes=MAX_CONFIG_BYTES)
     except UnreadableFile as exc:
-        missing = not os.path.lexists(path)
-        fix = _missing_config_fix() if missing else "pass an env file (UTF-8 text)"
-        message = "config file not found" if missing else f"cannot read config file: {str(exc).split(': ', 1)[-1]}"
+        message, fix = f"cannot read config file: {str(exc).split(': ', 1)[-1]}", "pass an env file (UTF-8 text)"
+        if not os.path.lexists(path):
+            names = ", ".join(name.removesuffix(".env") for name in shipped_config_names()) or "none found"
+            message = "config file not found"
+            fix = f"pass an existing env file, or the name of a shipped config ({names})"
         problems.append(Problem(shown, None, None, message, fix))
         return []
 

@@ -40,11 +40,9 @@ def model_architectures(source: VllmSource) -> tuple[str, ...] | None:
 def env_choices(source: VllmSource, variable: str) -> tuple[str, ...] | None:
     """The choices of an `env_with_choices(NAME, default, [choices])` declaration; None for free values."""
     tree = source.tree(ENVS)
-    for node in ast.walk(tree) if tree is not None else ():
-        if not (isinstance(node, ast.Call) and ast.unparse(node.func).endswith("env_with_choices")):
-            continue
-        args = node.args
-        if len(args) >= 3 and isinstance(args[0], ast.Constant) and args[0].value == variable:
+    calls = (n for n in ast.walk(tree) if isinstance(n, ast.Call)) if tree is not None else ()
+    for args in (c.args for c in calls if ast.unparse(c.func).endswith("env_with_choices") and len(c.args) >= 3):
+        if isinstance(args[0], ast.Constant) and args[0].value == variable:
             choices = args[2].elts if isinstance(args[2], (ast.List, ast.Tuple)) else []
             return tuple(e.value for e in choices if isinstance(e, ast.Constant) and isinstance(e.value, str)) or None
     return None

@@ -12,6 +12,7 @@ from kimi_dflash.rules.model import Fact, Findings, Rule, label
 from kimi_dflash.rules.source import SourceLine, VllmSource
 
 SCHEDULE = "num_speculative_tokens_per_batch_size"
+PROPOSER = "vllm/v1/spec_decode/llm_base_proposer.py"
 LOSS_CONTEXT = 185_000  # vllm #54691: DFlash measured slower than no speculation near this context length
 
 
@@ -31,9 +32,7 @@ def schedule_facts(source: VllmSource) -> ScheduleFacts | None:
         return None
     return ScheduleFacts(
         lookup,
-        source.line_of(
-            "vllm/v1/spec_decode/llm_base_proposer.py", "self.num_speculative_tokens = num_speculative_tokens"
-        ),
+        source.line_of(PROPOSER, "self.num_speculative_tokens = num_speculative_tokens"),
         source.line_of(V2_RUNNER, "num_spec_tokens_to_schedule"),
         source.line_of(V2_RUNNER, "num_spec_tokens < self.num_speculative_steps"),
         source.line_of(VLLM_CONFIG, "def _maybe_disable_dynamic_sd_for_data_parallel"),
