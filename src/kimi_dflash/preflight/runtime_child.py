@@ -44,10 +44,8 @@ def plugin_report() -> dict:
                 origin = spec.origin if spec else "not importable: module not found"
         except (ImportError, ValueError) as error:
             origin = f"not importable: {_summary(error)}"
-        dist = getattr(entry, "dist", None)
-        entries.append(
-            {"name": entry.name, "value": entry.value, "origin": origin, "dist": getattr(dist, "name", None)}
-        )
+        dist = getattr(getattr(entry, "dist", None), "name", None)
+        entries.append({"name": entry.name, "value": entry.value, "origin": origin, "dist": dist})
     return {"plugins": entries, "vllm_plugins_env": os.environ.get("VLLM_PLUGINS")}
 
 
@@ -71,8 +69,7 @@ def child_report(imports: list[str]) -> dict:
             return report
         import torch
 
-        hip = getattr(torch.version, "hip", None)
-        cuda = getattr(torch.version, "cuda", None)
+        hip, cuda = getattr(torch.version, "hip", None), getattr(torch.version, "cuda", None)
         report["torch_version"] = torch.__version__
         report["torch_backend"] = f"rocm {hip}" if hip else f"cuda {cuda}" if cuda else "cpu"
         devices = []

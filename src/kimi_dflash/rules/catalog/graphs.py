@@ -26,8 +26,7 @@ def mla_kv_write_fusion(source: VllmSource) -> SourceLine | None:
 def capture_sizes(deployment: Deployment) -> list[int] | None:
     """Capture sizes the plan sets (--cudagraph-capture-sizes, --cuda-graph-sizes or --compilation-config JSON)."""
     for option in ("--cudagraph-capture-sizes", "--cuda-graph-sizes"):
-        value = deployment.command.value(option)
-        if value:
+        if value := deployment.command.value(option):
             try:
                 return [int(v) for v in value.replace(",", " ").split()]
             except ValueError:
@@ -88,9 +87,8 @@ def breakable_architectures(source: VllmSource) -> set[str]:
     """Architectures vLLM turns breakable graphs on for while VLLM_USE_BREAKABLE_CUDAGRAPH is unset (0.26+, all
     platforms): DEFAULT_BREAKABLE_CUDAGRAPH_ARCHITECTURES (0.29+), or the strings of the tests of the variable."""
     tree = source.tree(VLLM_CONFIG)
-    tests = (
-        [n.test for n in ast.walk(tree) if isinstance(n, ast.If) and BREAKABLE in ast.unparse(n.test)] if tree else []
-    )
+    ifs = (n for n in ast.walk(tree) if isinstance(n, ast.If)) if tree else ()
+    tests = [n.test for n in ifs if BREAKABLE in ast.unparse(n.test)]
     strings = {n.value for t in tests for n in ast.walk(t) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
     return strings | set(source.assigned_strings(VLLM_CONFIG, "DEFAULT_BREAKABLE_CUDAGRAPH_ARCHITECTURES"))
 
