@@ -186,10 +186,9 @@ def check_accelerators(request: PreflightRequest, probe: HostProbe, runtime: Run
     results = []
     if len(found.devices) < needed:
         smaller = f"set TENSOR_PARALLEL_SIZE to at most {len(found.devices)} if the model still fits"
+        fix = f"run on a machine with {needed} GPUs, or {smaller}"
         if found.narrowed_by:
             fix = f"unset {' / '.join(found.narrowed_by)} (or list {needed} GPUs in it), or {smaller}"
-        else:
-            fix = f"run on a machine with {needed} GPUs, or {smaller}"
         results.append(failed(f"{seen}; the plan needs TENSOR_PARALLEL_SIZE={needed}", fix, name="accelerators"))
     else:
         results.append(passed(f"{seen}; plan uses {needed}", name="accelerators"))
