@@ -73,11 +73,10 @@ def child_report(imports: list[str]) -> dict:
         report["torch_version"] = torch.__version__
         report["torch_backend"] = f"rocm {hip}" if hip else f"cuda {cuda}" if cuda else "cpu"
         devices = []
-        if (hip or cuda) and torch.cuda.is_available():
-            for index in range(torch.cuda.device_count()):
-                props = torch.cuda.get_device_properties(index)
-                arch = getattr(props, "gcnArchName", None) if hip else f"sm_{props.major}{props.minor}"
-                devices.append({"name": props.name, "arch": arch})
+        for index in range(torch.cuda.device_count()) if (hip or cuda) and torch.cuda.is_available() else ():
+            props = torch.cuda.get_device_properties(index)
+            arch = getattr(props, "gcnArchName", None) if hip else f"sm_{props.major}{props.minor}"
+            devices.append({"name": props.name, "arch": arch})
         report["torch_devices"] = devices
     except Exception as error:  # noqa: BLE001
         report["torch_error"] = _summary(error)
