@@ -72,9 +72,8 @@ def parse_amd_smi(stdout: str) -> list[Accelerator] | None:
     for entry in data:
         asic = entry.get("asic") if isinstance(entry, dict) else None
         asic = asic if isinstance(asic, dict) else {}
-        devices.append(
-            Accelerator(str(asic.get("market_name") or "AMD GPU"), normalize_arch(asic.get("target_graphics_version")))
-        )
+        name, arch = str(asic.get("market_name") or "AMD GPU"), asic.get("target_graphics_version")
+        devices.append(Accelerator(name, normalize_arch(arch)))
     return devices
 
 

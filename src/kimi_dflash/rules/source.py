@@ -61,9 +61,7 @@ class VllmSource:
                 f"{wheel} is not a readable wheel ({error}); download it again (pip download vllm==VERSION "
                 "--no-deps) or pass the unpacked `vllm` directory"
             ) from None
-        files: dict[str, object] = {
-            name: name for name in archive.namelist() if name.startswith("vllm/") and name.endswith(".py")
-        }
+        files: dict[str, object] = {n: n for n in archive.namelist() if n.startswith("vllm/") and n.endswith(".py")}
         if not files:
             raise VllmSourceError(f"{wheel} holds no vllm/ sources; is it a vLLM wheel?")
         return cls(str(wheel), files, lambda handle: archive.read(str(handle)).decode("utf-8", errors="replace"))
