@@ -52,7 +52,9 @@ def prefill_dims(source: VllmSource) -> tuple[tuple[tuple[int, ...], ...], Sourc
 
 def _prefill_cell(source: VllmSource, _deployment: Deployment) -> str:
     found = prefill_dims(source)
-    return "-" if found is None else f"{', '.join(map(str, found[0]))} (`{found[1]}`)"
+    if found is None:  # a text cell of the matrix, not a figure
+        return "-"
+    return f"{', '.join(map(str, found[0]))} (`{found[1]}`)"
 
 
 def _check_prefill_dims(deployment: Deployment, source: VllmSource) -> Findings:
@@ -134,7 +136,9 @@ def triton_mla_decode(source: VllmSource) -> tuple[bool, SourceLine] | None:
 
 def _triton_cell(source: VllmSource, _deployment: Deployment) -> str:
     found = triton_mla_decode(source)
-    return "-" if found is None else f"{'1 + k per step' if found[0] else 'one token per step'} (`{found[1]}`)"
+    if found is None:  # a text cell of the matrix, not a figure
+        return "-"
+    return f"{'1 + k per step' if found[0] else 'one token per step'} (`{found[1]}`)"
 
 
 def _check_triton_mla_decode(deployment: Deployment, source: VllmSource) -> Findings:
