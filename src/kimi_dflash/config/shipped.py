@@ -27,6 +27,5 @@ def resolve_config_argument(argument: str | None) -> Path:
     path = Path(argument)
     if path.exists() or path.parent != Path("."):
         return path
-    name = argument if argument.endswith(".env") else f"{argument}.env"
-    shipped = shipped_configs_dir() / name
+    shipped = shipped_configs_dir() / (argument if argument.endswith(".env") else f"{argument}.env")
     return shipped if shipped.is_file() else path

@@ -75,8 +75,7 @@ def check_shm(request: PreflightRequest, probe: HostProbe) -> CheckResult:
 
 
 def _gib(nbytes: int) -> str:
-    value = nbytes / (1 << 30)
-    return f"{value:.1f} GiB" if value >= 1 else f"{nbytes / (1 << 20):.0f} MiB"
+    return f"{nbytes / (1 << 30):.1f} GiB" if nbytes >= 1 << 30 else f"{nbytes / (1 << 20):.0f} MiB"
 
 
 def check_port(request: PreflightRequest, probe: HostProbe) -> CheckResult:

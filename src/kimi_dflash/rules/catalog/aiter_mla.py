@@ -53,8 +53,7 @@ def _cap_cell(source: VllmSource, _deployment: Deployment) -> str:
 
 
 def _on_aiter_mla(deployment: Deployment) -> bool:
-    target = deployment.target
-    return deployment.platform == "rocm" and deployment.aiter_mla and target is not None and target.mla
+    return deployment.platform == "rocm" and deployment.aiter_mla and bool(deployment.target and deployment.target.mla)
 
 
 def _check_verify_length(deployment: Deployment, source: VllmSource) -> Findings:
