@@ -1,14 +1,12 @@
 """Per-position acceptance rates for vLLM's synthetic rejection sampler, checked as SpeculativeConfig does (one per
 drafted token, in [0, 1], non-increasing) before a server loads for minutes. Rates are unconditional, exactly the
-benchmark's `per_position` acceptance (a result JSON's list can be passed as is).
-"""
+benchmark's `per_position` acceptance (a result JSON's list can be passed as is)."""
 
 from __future__ import annotations
 
 
 def parse_acceptance_rates(text: str) -> tuple[float, ...]:
-    """'0.8,0.6,0.4' -> (0.8, 0.6, 0.4); ValueError naming the problem and the expected form: each rate in [0, 1]
-    and none above the one before (a later draft position is only reached through the earlier one)."""
+    """'0.8,0.6,0.4' -> (0.8, 0.6, 0.4); ValueError naming the problem and the expected form."""
     parts = [p.strip() for p in text.replace(" ", ",").split(",") if p.strip()]
     if not parts:
         raise ValueError("no rates given: write one rate per drafted token, e.g. 0.8,0.6,0.4")

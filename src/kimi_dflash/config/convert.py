@@ -27,8 +27,7 @@ def convert(spec: Key, setting: RawSetting) -> tuple[object, Problem | None]:
         return bad("empty value", f"set a value ({_describe(spec)}) or delete the line to use the default ({default})")
 
     if spec.type == "bool":
-        lowered = raw.lower()
-        if lowered in TRUE_WORDS or lowered in FALSE_WORDS:
+        if (lowered := raw.lower()) in TRUE_WORDS | FALSE_WORDS:
             return lowered in TRUE_WORDS, None
         return bad("not a boolean", "use true or false")
     if spec.type == "enum":

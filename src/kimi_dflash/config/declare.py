@@ -1,7 +1,6 @@
 """How a config key is declared: an attribute of the settings class (config/schema.py), its annotation the type,
 its `key(...)` default the rest; `keys_of` reads them back. `X | None` is optional: an empty value means "unset /
-let vLLM decide", not an empty string.
-"""
+let vLLM decide", not an empty string."""
 
 from __future__ import annotations
 
@@ -109,15 +108,7 @@ def keys_of(settings: type) -> tuple[Key, ...]:
         hint = hints[field.name]
         optional = type(None) in typing.get_args(hint)
         base = next(arg for arg in typing.get_args(hint) if arg is not type(None)) if optional else hint
-        literal = typing.get_origin(base) is Literal
-        keys.append(
-            Key(
-                attribute=field.name,
-                type="enum" if literal else SCALARS[base],
-                default=field.default,
-                choices=typing.get_args(base) if literal else (),
-                optional=optional,
-                **field.metadata["key"],
-            )
-        )
+        choices = typing.get_args(base) if typing.get_origin(base) is Literal else ()
+        kind = "enum" if choices else SCALARS[base]
+        keys.append(Key(field.name, kind, field.default, choices=choices, optional=optional, **field.metadata["key"]))
     return tuple(keys)

@@ -1,8 +1,7 @@
 """NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE: the speculative depth k at each batch size, written `1-4:4,5-16:3,17-:2`
 (batch sizes FIRST-LAST, or FIRST- for "and above", then k). vLLM (0.24+) takes inclusive (first, last, k) triples
 and carries a range's k through a gap and past the last range, and clamps k to num_speculative_tokens, without a
-word (v1/spec_decode/dynamic/utils.py): here the ranges start at 1 and follow each other without gap or overlap.
-"""
+word (v1/spec_decode/dynamic/utils.py): here the ranges start at 1 and follow each other without gap or overlap."""
 
 from __future__ import annotations
 

@@ -22,8 +22,7 @@ class Problem:
             known = self.key in KEYS_BY_NAME and self.value is not None
             shown = KEYS_BY_NAME[self.key].shown(self.value) if known else self.value  # never a secret's value
             where += f": {self.key}" + (f"={shown}" if shown is not None else "")
-        label = "error" if self.severity == "error" else "warning"
-        return f"{label}: {where}: {self.message}\n  fix: {self.fix}"
+        return f"{self.severity}: {where}: {self.message}\n  fix: {self.fix}"
 
 
 class ConfigError(Exception):

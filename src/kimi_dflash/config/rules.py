@@ -15,16 +15,13 @@ from kimi_dflash.config.schema import DEMO_CHOICES, NO_DEMO, ConfigValues, rope_
 from kimi_dflash.core.redaction import redact_command, secret_option, spelled_option
 from kimi_dflash.kvscale.fp8 import is_scaled_fp8_kv
 
-# The largest scheduler budget the recipe ran on MI300X. It reported a crash in fused MoE above it and blamed
-# AITER's MoE grid, but vLLM never ran an AITER MoE kernel for Kimi K2.6's INT4 (WNA16) experts: they run the
-# Triton WNA16 kernel in every release 0.20-0.33 (docs/compatibility.md). So the cap is an untested range, not
-# a known kernel limit: above it is a warning on GPUs.
+# The largest scheduler budget the recipe ran on MI300X. The fused-MoE crash it reported above it is unverified (the
+# INT4 experts run Triton WNA16, never AITER: docs/compatibility.md): above it is an untested range, a warning.
 RECIPE_MAX_BATCHED_TOKENS = 32768
 # A dynamic FP8 scale needs a bounded warm-up on GPUs; this many KV writes per layer is the suggested default.
 SUGGESTED_KV_SCALE_WARMUP = 2048
-# Where vLLM listens, and the key that says it. vLLM takes the last --host/--port of its command line, so one in
-# EXTRA_VLLM_ARGS would win over HOST/PORT, while the bind warning, preflight's port check, the readiness probe and
-# the pid and lock files (named by port) all read HOST/PORT: refused, so that HOST/PORT is where it listens.
+# vLLM takes the last --host/--port it is given, so one in EXTRA_VLLM_ARGS would win over HOST/PORT, which the bind
+# warning, the port check, the readiness probe and the pid and lock files read: refused.
 ADDRESS_OPTIONS = {"--host": "HOST", "--port": "PORT"}
 # Where each of vLLM's secret options (core/redaction.py) goes instead of EXTRA_VLLM_ARGS.
 SECRET_FIXES = {
@@ -42,16 +39,13 @@ class Check:
     v: ConfigValues
     sources: Mapping[str, str]
 
-    def error(self, key: str, message: str, fix: str) -> Problem:
-        return self._blame(key, message, fix, "error")
-
-    def warning(self, key: str, message: str, fix: str) -> Problem:
-        return self._blame(key, message, fix, "warning")
-
-    def _blame(self, key: str, message: str, fix: str, severity: str) -> Problem:
+    def error(self, key: str, message: str, fix: str, severity: str = "error") -> Problem:
         value = getattr(self.v, key.lower())
         shown = None if value is None else (str(value).lower() if isinstance(value, bool) else str(value))
         return Problem(self.sources.get(key, "default"), key, shown, message, fix, severity)
+
+    def warning(self, key: str, message: str, fix: str) -> Problem:
+        return self.error(key, message, fix, "warning")
 
 
 Rule = Callable[[Check], Iterator[Problem]]
@@ -69,11 +63,8 @@ def _batched_tokens(c: Check) -> Iterator[Problem]:
             "long prompts",
         )
     if v.max_num_batched_tokens < v.max_num_seqs:
-        yield c.error(
-            "MAX_NUM_BATCHED_TOKENS",
-            "smaller than MAX_NUM_SEQS (vLLM refuses to start)",
-            f"raise it to at least MAX_NUM_SEQS={v.max_num_seqs}",
-        )
+        fix = f"raise it to at least MAX_NUM_SEQS={v.max_num_seqs}"
+        yield c.error("MAX_NUM_BATCHED_TOKENS", "smaller than MAX_NUM_SEQS (vLLM refuses to start)", fix)
 
 
 def _device(c: Check) -> Iterator[Problem]:
@@ -117,11 +108,8 @@ def _device(c: Check) -> Iterator[Problem]:
             f"set MAX_NUM_BATCHED_TOKENS={v.max_model_len} (or more), or lower MAX_MODEL_LEN",
         )
     if v.moe_backend == "aiter" and v.device != "rocm":
-        yield c.error(
-            "MOE_BACKEND",
-            f"aiter kernels exist only on ROCm, not on DEVICE={v.device}",
-            "set MOE_BACKEND=triton or auto",
-        )
+        fix = "set MOE_BACKEND=triton or auto"
+        yield c.error("MOE_BACKEND", f"aiter kernels exist only on ROCm, not on DEVICE={v.device}", fix)
     # uni is one worker in the engine core's process; TP N needs N workers (vLLM: mp).
     if v.distributed_executor_backend == "uni" and v.tensor_parallel_size > 1:
         yield c.error(
@@ -152,11 +140,8 @@ def _models(c: Check) -> Iterator[Problem]:
             )
         return
     if v.model_dir is None:
-        yield c.error(
-            "MODEL_DIR",
-            "no target checkpoint configured",
-            f"set MODEL_DIR=/path/to/model (download: hf download {v.model_repo} --local-dir /path/to/model)",
-        )
+        fix = f"set MODEL_DIR=/path/to/model (download: hf download {v.model_repo} --local-dir /path/to/model)"
+        yield c.error("MODEL_DIR", "no target checkpoint configured", fix)
     if v.speculative_method != "none" and v.draft_model_dir is None:
         yield c.error(
             "DRAFT_MODEL_DIR",
@@ -177,17 +162,11 @@ def _fp8_kv(c: Check) -> Iterator[Problem]:
             "on purpose",
         )
     if mode == "calibrated" and v.kv_scales_file is None:
-        yield c.error(
-            "KV_SCALES_FILE",
-            "KV_SCALE_MODE=calibrated needs a scales file",
-            "set KV_SCALES_FILE=<json from kimi-dflash calibrate-kv>",
-        )
+        fix = "set KV_SCALES_FILE=<json from kimi-dflash calibrate-kv>"
+        yield c.error("KV_SCALES_FILE", "KV_SCALE_MODE=calibrated needs a scales file", fix)
     if mode == "observe" and v.kv_observe_dir is None:
-        yield c.error(
-            "KV_OBSERVE_DIR",
-            "KV_SCALE_MODE=observe needs a directory for the amax dumps",
-            "set KV_OBSERVE_DIR=/path/to/dir (then run kimi-dflash calibrate-kv)",
-        )
+        fix = "set KV_OBSERVE_DIR=/path/to/dir (then run kimi-dflash calibrate-kv)"
+        yield c.error("KV_OBSERVE_DIR", "KV_SCALE_MODE=observe needs a directory for the amax dumps", fix)
     if mode == "dynamic" and fp8 and v.device != "cpu" and v.kv_scale_warmup_steps == 0:
         yield c.error(
             "KV_SCALE_WARMUP_STEPS",
@@ -197,11 +176,8 @@ def _fp8_kv(c: Check) -> Iterator[Problem]:
             "KV_SCALE_MODE=calibrated with KV_SCALES_FILE (see docs/fp8-kv.md)",
         )
     if mode in ("dynamic", "calibrated") and not fp8:
-        yield c.warning(
-            "KV_SCALE_MODE",
-            f"has no effect with KV_CACHE_DTYPE={v.kv_cache_dtype}",
-            "set KV_CACHE_DTYPE=fp8, or KV_SCALE_MODE=off",
-        )
+        fix = "set KV_CACHE_DTYPE=fp8, or KV_SCALE_MODE=off"
+        yield c.warning("KV_SCALE_MODE", f"has no effect with KV_CACHE_DTYPE={v.kv_cache_dtype}", fix)
     if fp8 and mode == "off" and v.device != "cpu":
         yield c.error(
             "KV_SCALE_MODE",
@@ -214,11 +190,8 @@ def _fp8_kv(c: Check) -> Iterator[Problem]:
 def _api(c: Check) -> Iterator[Problem]:
     v = c.v
     if v.enable_auto_tool_choice and v.tool_call_parser is None:
-        yield c.error(
-            "ENABLE_AUTO_TOOL_CHOICE",
-            "needs a tool-call parser",
-            "set TOOL_CALL_PARSER=kimi_k2, or ENABLE_AUTO_TOOL_CHOICE=false",
-        )
+        fix = "set TOOL_CALL_PARSER=kimi_k2, or ENABLE_AUTO_TOOL_CHOICE=false"
+        yield c.error("ENABLE_AUTO_TOOL_CHOICE", "needs a tool-call parser", fix)
     yield from _extra_args(c)
     host = v.host.strip()
     if host.startswith("[") or host.endswith("]"):
@@ -228,11 +201,8 @@ def _api(c: Check) -> Iterator[Problem]:
             f"write it without brackets: HOST={host.strip('[]')}",
         )
     if not is_loopback(v.host) and v.api_key is None:
-        yield c.warning(
-            "HOST",
-            "the server will accept requests from other machines without an API key",
-            "set API_KEY, or bind HOST=127.0.0.1",
-        )
+        fix = "set API_KEY, or bind HOST=127.0.0.1"
+        yield c.warning("HOST", "the server will accept requests from other machines without an API key", fix)
 
 
 def _extra_args(c: Check) -> Iterator[Problem]:
@@ -267,8 +237,7 @@ def _spelling(arg: str, option: str) -> str:
 
 
 def is_loopback(host: str) -> bool:
-    """Whether ``host`` is reachable from this machine only: localhost, 127.0.0.0/8, ::1 (bracketed or not, or
-    IPv4-mapped)."""
+    """Reachable from this machine only: localhost, 127.0.0.0/8, ::1 (bracketed or not, or IPv4-mapped)."""
     name = host.strip().removeprefix("[").removesuffix("]")
     if name.lower() == "localhost":
         return True
@@ -327,11 +296,9 @@ def _depth_schedule(c: Check) -> Iterator[Problem]:
     if not v.speculative:
         yield c.error(key, "set without speculation", "unset it, or set SPECULATIVE_METHOD=dflash")
     elif deepest > v.num_speculative_tokens:
-        yield c.error(
-            key,
-            f"k={deepest} above NUM_SPECULATIVE_TOKENS={v.num_speculative_tokens} (vLLM would clamp it, silently)",
-            f"set NUM_SPECULATIVE_TOKENS={deepest}, or lower the deeper ranges",
-        )
+        detail = f"k={deepest} above NUM_SPECULATIVE_TOKENS={v.num_speculative_tokens} (vLLM would clamp it, silently)"
+        fix = f"set NUM_SPECULATIVE_TOKENS={deepest}, or lower the deeper ranges"
+        yield c.error(key, detail, fix)
     elif last.last is not None and last.last < v.max_num_seqs:
         yield c.error(
             key,
@@ -366,9 +333,6 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-# ---------------------------------------------------------------- files on disk
-
-
 def path_problems(c: Check, facts: Facts) -> Iterator[Problem]:
     """Problems with directories and files the config names (missing dirs, spec tokens vs drafter block size)."""
     v = c.v
@@ -386,11 +350,9 @@ def path_problems(c: Check, facts: Facts) -> Iterator[Problem]:
         )
     block = facts.drafter.block_size if v.speculative and facts.drafter is not None else None
     if block is not None and v.num_speculative_tokens > block:
-        yield c.error(
-            "NUM_SPECULATIVE_TOKENS",
-            f"more than the drafter's block size ({block}): DFlash drafts one block per step",
-            f"use 1 .. {block} (2 is the measured optimum for Kimi K2.6)",
-        )
+        detail = f"more than the drafter's block size ({block}): DFlash drafts one block per step"
+        fix = f"use 1 .. {block} (2 is the measured optimum for Kimi K2.6)"
+        yield c.error("NUM_SPECULATIVE_TOKENS", detail, fix)
     elif block is not None and v.num_speculative_tokens == block:
         # The block holds the anchor token plus block-1 masks: the last draft is beyond what it was trained on.
         yield c.warning(

@@ -1,8 +1,7 @@
 """Every config key, declared once: the annotated attributes of `ConfigValues` (env-file name: the attribute's in
 upper case; config/declare.py says how each is read). Validation, the launch plan, `--help` and the config
 reference read `KEYS`; a validated config is an instance (`config.typed.port` is an int). Values here are the
-production defaults (8x MI300X, Kimi K2.6 + DFlash).
-"""
+production defaults (8x MI300X, Kimi K2.6 + DFlash)."""
 
 from __future__ import annotations
 
@@ -34,8 +33,7 @@ def rope_amplitude_choice(text: str) -> str | float | None:
         return None
 
 
-# Meta key: the file named here (relative to the including file) is loaded first, then this file's keys
-# override it. Not a setting of its own, so it is not in KEYS.
+# Meta key, not in KEYS: the file it names (relative to this one) is loaded first, and this file's keys override it.
 EXTENDS_KEY = "EXTENDS"
 
 KvCacheDtype = Literal["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"]

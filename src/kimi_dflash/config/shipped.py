@@ -1,6 +1,5 @@
 """The configs shipped inside the package, for installs without a checkout: src/kimi_dflash/configs is a symlink to
-../../configs (one copy), and the wheel build copies the files it points at.
-"""
+../../configs (one copy), and the wheel build copies the files it points at."""
 
 from __future__ import annotations
 
@@ -11,8 +10,7 @@ DEFAULT_CONFIG = "production.env"
 
 
 def shipped_configs_dir() -> Path:
-    # An installed package is a plain directory (not a zip), so the resource is a real path the loader can read,
-    # with `base = other.env` includes resolving next to it.
+    # An installed package is a plain directory (not a zip): a real path, EXTENDS resolving beside it.
     return Path(str(resources.files("kimi_dflash") / "configs"))
 
 
@@ -29,6 +27,5 @@ def resolve_config_argument(argument: str | None) -> Path:
     path = Path(argument)
     if path.exists() or path.parent != Path("."):
         return path
-    name = argument if argument.endswith(".env") else f"{argument}.env"
-    shipped = shipped_configs_dir() / name
+    shipped = shipped_configs_dir() / (argument if argument.endswith(".env") else f"{argument}.env")
     return shipped if shipped.is_file() else path

@@ -26,8 +26,7 @@ class Config:
     warnings: tuple[Problem, ...] = ()
 
     def __getitem__(self, key: str) -> object:
-        """By key name, for code that walks the schema (the launch plan's option table); elsewhere read
-        ``config.typed.<key>``, which carries the key's type (tests/unit/config/test_config_schema.py keeps it so)."""
+        """By key name, for code that walks the schema; elsewhere ``config.typed.<key>``, which carries its type."""
         return getattr(self.typed, KEYS_BY_NAME[key].attribute)
 
     @property

@@ -1,7 +1,6 @@
 """Accelerators: how many the plan can use, of which architecture, and whether torch in this Python sees them. Sources,
 best first: amd-smi, rocm-smi, nvidia-smi, then torch; the vendor tools list every physical GPU, so
-*_VISIBLE_DEVICES is applied to their answer (torch applies it itself).
-"""
+*_VISIBLE_DEVICES is applied to their answer (torch applies it itself)."""
 
 from __future__ import annotations
 
@@ -55,9 +54,6 @@ class Detection:
     narrowed_by: tuple[str, ...] = field(default=())  # *_VISIBLE_DEVICES variables that hid some GPUs
 
 
-# --- parsers for recorded tool output (pure) -----------------------------------------------------------
-
-
 def parse_amd_smi(stdout: str) -> list[Accelerator] | None:
     """`amd-smi static --asic --json`: a list of per-GPU objects (ROCm 6.x) or {"gpu_data": [...]} (newer).
     amd-smi may print warnings before the JSON, so decoding starts at the first bracket."""
@@ -76,9 +72,8 @@ def parse_amd_smi(stdout: str) -> list[Accelerator] | None:
     for entry in data:
         asic = entry.get("asic") if isinstance(entry, dict) else None
         asic = asic if isinstance(asic, dict) else {}
-        devices.append(
-            Accelerator(str(asic.get("market_name") or "AMD GPU"), normalize_arch(asic.get("target_graphics_version")))
-        )
+        name, arch = str(asic.get("market_name") or "AMD GPU"), asic.get("target_graphics_version")
+        devices.append(Accelerator(name, normalize_arch(arch)))
     return devices
 
 
@@ -92,14 +87,9 @@ def parse_rocm_smi(stdout: str) -> list[Accelerator] | None:
         match = _ROCM_SMI_LINE.match(line.strip())
         if match:
             fields.setdefault(int(match.group(1)), {})[match.group(2).lower()] = match.group(3)
-    if not fields:
-        return None
-    return [
-        Accelerator(
-            info.get("card series") or info.get("card model") or "AMD GPU", normalize_arch(info.get("gfx version"))
-        )
-        for _, info in sorted(fields.items())
-    ]
+    gpus = (info for _, info in sorted(fields.items()))
+    names = [(g.get("card series") or g.get("card model") or "AMD GPU", g.get("gfx version")) for g in gpus]
+    return [Accelerator(name, normalize_arch(arch)) for name, arch in names] or None
 
 
 def parse_nvidia_smi(stdout: str) -> list[Accelerator] | None:
@@ -137,21 +127,17 @@ def apply_visibility(
         value = env.get(variable)
         if value is None:
             continue
-        visible = _select(visible, [e.strip() for e in value.split(",") if e.strip()])
+        chosen: list[Accelerator] = []
+        for entry in (e.strip() for e in value.split(",") if e.strip()):
+            if entry.isdigit() and int(entry) < len(visible):
+                chosen.append(visible[int(entry)])
+            elif not entry.isdigit() and entry.upper().startswith(("GPU-", "MIG-")) and len(chosen) < len(visible):
+                chosen.append(visible[len(chosen)])  # a UUID: which GPU is unknown here, but the count is right
+            else:
+                break  # like the runtimes: an invalid entry ("-1", an index too high) ends the list
+        visible = chosen
         applied.append(f"{variable}={value}")
     return tuple(visible), tuple(applied)
-
-
-def _select(devices: list[Accelerator], entries: list[str]) -> list[Accelerator]:
-    chosen: list[Accelerator] = []
-    for entry in entries:
-        if entry.isdigit() and int(entry) < len(devices):
-            chosen.append(devices[int(entry)])
-        elif not entry.isdigit() and entry.upper().startswith(("GPU-", "MIG-")) and len(chosen) < len(devices):
-            chosen.append(devices[len(chosen)])  # a UUID: which GPU is unknown here, but the count is right
-        else:
-            break  # like the runtimes: an invalid entry ("-1", an index too high) ends the list
-    return chosen
 
 
 def detect(device: str, probe: HostProbe, runtime: RuntimeReport | None) -> Detection:
@@ -176,16 +162,14 @@ def detect(device: str, probe: HostProbe, runtime: RuntimeReport | None) -> Dete
     if runtime is not None and _torch_matches(device, runtime) and runtime.torch_devices:
         return Detection("torch", tuple(runtime.torch_devices), tuple(notes))
     if runtime is not None:
-        notes.append(f"torch sees none ({_torch_summary(runtime)})")
+        torch = runtime.torch_error or f"torch {runtime.torch_version}, {runtime.torch_backend} build"
+        notes.append(f"torch sees none ({torch})")
     return Detection(None, (), tuple(notes))
 
 
 def describe(devices: Sequence[Accelerator]) -> str:
     groups = Counter((d.name, d.arch) for d in devices)
     return " + ".join(f"{count}x {name} ({arch or 'arch unknown'})" for (name, arch), count in groups.items())
-
-
-# --- checks ----------------------------------------------------------------------------------------------
 
 
 def check_accelerators(request: PreflightRequest, probe: HostProbe, runtime: RuntimeReport | None) -> list[CheckResult]:
@@ -201,10 +185,9 @@ def check_accelerators(request: PreflightRequest, probe: HostProbe, runtime: Run
     results = []
     if len(found.devices) < needed:
         smaller = f"set TENSOR_PARALLEL_SIZE to at most {len(found.devices)} if the model still fits"
+        fix = f"run on a machine with {needed} GPUs, or {smaller}"
         if found.narrowed_by:
             fix = f"unset {' / '.join(found.narrowed_by)} (or list {needed} GPUs in it), or {smaller}"
-        else:
-            fix = f"run on a machine with {needed} GPUs, or {smaller}"
         results.append(failed(f"{seen}; the plan needs TENSOR_PARALLEL_SIZE={needed}", fix, name="accelerators"))
     else:
         results.append(passed(f"{seen}; plan uses {needed}", name="accelerators"))
@@ -219,14 +202,9 @@ def _check_arch(expected: str | None, devices: Sequence[Accelerator]) -> CheckRe
         return None
     want = normalize_arch(expected)
     archs = Counter(d.arch for d in devices)
-    wrong = {arch: n for arch, n in archs.items() if arch is not None and arch != want}
-    if wrong:
-        listing = ", ".join(f"{n}x {arch}" for arch, n in wrong.items())
-        return failed(
-            f"expected {want}, found {listing}",
-            f"this config targets {want}; run it on {want} hardware or pick the config made for yours",
-            name="accelerator arch",
-        )
+    if wrong := ", ".join(f"{n}x {arch}" for arch, n in archs.items() if arch is not None and arch != want):
+        fix = f"this config targets {want}; run it on {want} hardware or pick the config made for yours"
+        return failed(f"expected {want}, found {wrong}", fix, name="accelerator arch")
     if None in archs:
         return warned(
             f"expected {want}; {archs[None]} GPU(s) did not report an architecture",
@@ -238,47 +216,27 @@ def _check_arch(expected: str | None, devices: Sequence[Accelerator]) -> CheckRe
 
 
 def _check_torch(request: PreflightRequest, runtime: RuntimeReport) -> CheckResult:
-    needed = request.tensor_parallel_size
+    build, count = f"torch {runtime.torch_version} ({runtime.torch_backend})", len(runtime.torch_devices)
+    fix = TORCH_FIX[request.device]
     if runtime.torch_error is not None:
-        return failed(
-            f"torch does not import in {runtime.python}: {runtime.torch_error}",
-            TORCH_FIX[request.device],
-            name="torch devices",
-        )
-    if not _torch_matches(request.device, runtime):
-        return failed(
-            f"torch {runtime.torch_version} is a {runtime.torch_backend} build; "
-            f"DEVICE={request.device} needs the {request.platform_name} build",
-            TORCH_FIX[request.device],
-            name="torch devices",
-        )
-    count = len(runtime.torch_devices)
-    if count < needed:
-        return failed(
-            f"torch {runtime.torch_version} ({runtime.torch_backend}) sees {count} GPU(s), the plan needs {needed}",
-            UNREACHABLE_FIX[request.device],
-            name="torch devices",
-        )
-    return passed(f"torch {runtime.torch_version} ({runtime.torch_backend}) sees {count}", name="torch devices")
+        detail = f"torch does not import in {runtime.python}: {runtime.torch_error}"
+    elif not _torch_matches(request.device, runtime):
+        needs = f"DEVICE={request.device} needs the {request.platform_name} build"
+        detail = f"torch {runtime.torch_version} is a {runtime.torch_backend} build; {needs}"
+    elif count < request.tensor_parallel_size:
+        detail = f"{build} sees {count} GPU(s), the plan needs {request.tensor_parallel_size}"
+        fix = UNREACHABLE_FIX[request.device]
+    else:
+        return passed(f"{build} sees {count}", name="torch devices")
+    return failed(detail, fix, name="torch devices")
 
 
 def _torch_matches(device: str, runtime: RuntimeReport) -> bool:
-    backend = runtime.torch_backend or ""
-    return backend.startswith(device)
-
-
-def _torch_summary(runtime: RuntimeReport) -> str:
-    if runtime.torch_error:
-        return runtime.torch_error
-    return f"torch {runtime.torch_version}, {runtime.torch_backend} build"
+    return (runtime.torch_backend or "").startswith(device)
 
 
 def _cpu_summary(probe: HostProbe) -> str:
     cores = probe.cpu_count()
-    memory = None
-    meminfo = probe.read_text("/proc/meminfo") or ""
-    match = re.search(r"^MemTotal:\s+(\d+)\s*kB", meminfo, re.MULTILINE)
-    if match:
-        memory = int(match.group(1)) * 1024
-    ram = f", {memory / (1 << 30):.1f} GiB RAM" if memory else ""
+    match = re.search(r"^MemTotal:\s+(\d+)\s*kB", probe.read_text("/proc/meminfo") or "", re.MULTILINE)
+    ram = f", {int(match.group(1)) * 1024 / (1 << 30):.1f} GiB RAM" if match else ""
     return f"{cores} usable core{'s' if cores != 1 else ''}{ram}"

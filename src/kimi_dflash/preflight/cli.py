@@ -52,23 +52,24 @@ def _feature(text: str) -> str:
 class PreflightOptions:
     device: Device = option("rocm (MI300X), cuda (H200) or cpu (demo)", required=True)
     tensor_parallel_size: int = option("GPUs the plan needs", default=1, minimum=1, metavar="N")
-    expected_arch: str | None = option("expected accelerator architecture: gfx942, sm_90, ...", flag="--arch",
-        metavar="ARCH")  # fmt: skip
+    expected_arch: str | None = option("expected GPU architecture: gfx942, sm_90, ...", flag="--arch", metavar="ARCH")
     model_dir: Path | None = option("target checkpoint directory", metavar="DIR")
-    model_repo_hint: str | None = option("its Hugging Face repo id (for the download fix)", flag="--model-repo",
-        metavar="REPO")  # fmt: skip
+    model_repo_hint: str | None = option("its Hugging Face repo id (download fix)", flag="--model-repo", metavar="REPO")
     draft_model_dir: Path | None = option("drafter checkpoint directory", metavar="DIR")
-    draft_repo_hint: str | None = option("its Hugging Face repo id (for the download fix)", flag="--draft-repo",
-        metavar="REPO")  # fmt: skip
+    draft_repo_hint: str | None = option("its Hugging Face repo id (download fix)", flag="--draft-repo", metavar="REPO")
     host: str = option("address the server will bind (default %(default)s)", default="127.0.0.1")
     port: int = option("port the server will bind (default %(default)s)", default=8262, **PORT)
-    feature: list[str] = option("a vLLM feature the plan needs (repeatable); grammar below", repeatable=True,
-        metavar="NAME", parse=_feature)  # fmt: skip
+    feature: list[str] = option(
+        "a vLLM feature the plan needs (repeatable); grammar below", repeatable=True, metavar="NAME", parse=_feature
+    )
     fix_numa: bool = option("as root, set kernel.numa_balancing=0 if it is on")
     min_shm_gib: float | None = option("/dev/shm size to require", metavar="GIB")
-    command: list[str] = option("optional: the vLLM command line that will run; every option it passes (and the "
-        "Python it runs in) is checked too", positional=True, nargs=argparse.REMAINDER, metavar="-- vllm serve ..."
-    )  # fmt: skip
+    command: list[str] = option(
+        "optional: the vLLM command line that will run, its options and Python checked too",
+        positional=True,
+        nargs=argparse.REMAINDER,
+        metavar="-- vllm serve ...",
+    )
 
 
 add_cli_args = declare(

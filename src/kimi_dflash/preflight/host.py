@@ -94,9 +94,8 @@ def usable_cpu_count() -> int:
 def _default_runtime(request: PreflightRequest) -> RuntimeReport:
     from kimi_dflash.preflight.runtime_probe import probe_runtime
 
-    return probe_runtime(
-        request.required_features, python=request.interpreter, env=request.vllm_env, imports=request.imports
-    )
+    env = None if request.deployment is None else request.deployment.env  # inherited + the plan's
+    return probe_runtime(request.required_features, python=request.interpreter, env=env, imports=request.imports)
 
 
 @dataclass(frozen=True)

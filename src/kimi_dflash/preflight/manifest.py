@@ -1,6 +1,5 @@
 """The pre-shard manifest: what a pre-sharded checkpoint was made from, and the check that it still fits. Written
-last (the directory is staged beside and renamed into place), so a directory without one is never a usable pre-shard.
-"""
+last (the directory is staged beside and renamed into place), so a directory without one is never a usable pre-shard."""
 
 from __future__ import annotations
 
@@ -17,8 +16,7 @@ FORMAT = "sharded_state"
 SCHEMA_VERSION = 1
 # vLLM's default file name for TP-only sharded state (ShardedStateLoader.TP_ONLY_PATTERN, vLLM 0.5 .. 0.32).
 RANK_FILE_GLOB = "model-rank-{rank}-part-*.safetensors"
-# Files the fingerprint reads in full; weights contribute their safetensors header (names, dtypes, shapes,
-# offsets) and size, so fingerprinting a 555 GB checkpoint reads kilobytes, not the weights.
+# Read in full by the fingerprint; weights give their safetensors header and size (kilobytes of a 555 GB checkpoint).
 _SMALL_FILES = (
     "config.json",
     "generation_config.json",
@@ -49,10 +47,8 @@ class ManifestError(ValueError):
 
 
 def checkpoint_fingerprint(checkpoint: Path) -> str:
-    """sha256 over the checkpoint's small metadata files in full and each safetensors file's size and header.
-
-    Detects a different checkpoint, a re-quantised one, a changed tokenizer or an edited config; it does not read
-    tensor bytes (a same-shape bit flip is not detected: the cost of hashing 555 GB at every start)."""
+    """sha256 over the small metadata files and each safetensors file's size and header: another, re-quantised or
+    re-configured checkpoint shows; a same-shape bit flip does not (hashing 555 GB at every start would)."""
     digest = hashlib.sha256()
     for name in _SMALL_FILES:
         path = checkpoint / name
@@ -109,8 +105,7 @@ def mismatches(
     vllm_version: str | None,
     dtype: str | None = None,
 ) -> list[str]:
-    """Why this pre-shard must not be served by this plan (empty: it fits). Pure apart from reading sizes and
-    the source checkpoint's headers."""
+    """Why this pre-shard must not serve this plan (empty: it fits)."""
     problems: list[str] = []
     if manifest.format != FORMAT or manifest.schema_version != SCHEMA_VERSION:
         problems.append(

@@ -1,7 +1,6 @@
 """The checkpoints: is a model or drafter directory complete enough to load, and does a pre-sharded checkpoint fit
 the plan exactly (else vLLM loads wrong slices)? A 555 GB download stopped half way, or a `git clone` without
-git-lfs (130-byte pointer files), otherwise surfaces minutes into the load as an obscure safetensors error.
-"""
+git-lfs (130-byte pointer files), otherwise surfaces minutes into the load as an obscure safetensors error."""
 
 from __future__ import annotations
 
@@ -27,12 +26,13 @@ _LFS_POINTER_MAX_BYTES = 1024
 def check_model_dir(
     path: Path, role: str, repo_hint: str | None = None, *, fix_hint: str | None = None, facts: Facts | None = None
 ) -> CheckResult:
-    """``role`` names the line ("model dir"); ``repo_hint``: the Hugging Face repo id for the download command in
-    the fix; ``fix_hint`` replaces that command (e.g. for fabricated demo models); ``facts``: the start's checkpoint
-    facts, whose reading of config.json this reports (None: read here)."""
+    """``repo_hint``: the Hugging Face repo of the download fix, which ``fix_hint`` replaces (fabricated demo models);
+    ``facts``: the start's checkpoint facts, whose reading of config.json this reports (None: read here)."""
     name = f"{role} dir"
     path = Path(path)
-    fix = fix_hint or _download_fix(path, role, repo_hint)
+    fix = fix_hint or f"download the {role} checkpoint (config.json + *.safetensors) into {path}"
+    if repo_hint and not fix_hint:  # re-running the download resumes: complete files are skipped
+        fix = f"hf download {shlex.quote(repo_hint)} --local-dir {shlex.quote(str(path))}"
     if not path.exists():
         return failed(f"{path} does not exist", fix, name=name)
     if not path.is_dir():
@@ -52,15 +52,8 @@ def check_model_dir(
         if not shards:
             return failed(f"{path}: no {INDEX_FILE} and no *.safetensors weights", fix, name=name)
     missing, empty, pointers, total_bytes = _inspect_shards(path, shards)
-    bad = [
-        (label, files)
-        for label, files in (
-            ("missing", missing),
-            ("empty", empty),
-            ("are git-lfs pointer files, not weights", pointers),
-        )
-        if files
-    ]
+    found = (("missing", missing), ("empty", empty), ("are git-lfs pointer files, not weights", pointers))
+    bad = [(label, files) for label, files in found if files]
     if bad:
         detail = "; ".join(f"{len(files)} of {len(shards)} shards {label}: {_listing(files)}" for label, files in bad)
         if pointers:
@@ -69,13 +62,6 @@ def check_model_dir(
     return passed(
         f"{path}: config.json + {len(shards)} shard{'s' if len(shards) != 1 else ''}, {_size(total_bytes)}", name=name
     )
-
-
-def _download_fix(path: Path, role: str, repo_hint: str | None) -> str:
-    if repo_hint:
-        # Re-running the download resumes: files already complete are skipped.
-        return f"hf download {shlex.quote(repo_hint)} --local-dir {shlex.quote(str(path))}"
-    return f"download the {role} checkpoint (config.json + *.safetensors) into {path}"
 
 
 def _indexed_shards(index: Path) -> tuple[list[str], str | None]:
@@ -127,9 +113,6 @@ def _size(nbytes: int) -> str:
     return f"{nbytes} bytes"
 
 
-PRESHARD = "pre-shard"
-
-
 def check_preshard(request: PreflightRequest, runtime: RuntimeReport | None) -> CheckResult:
     directory = request.preshard_dir
     assert directory is not None  # run_preflight adds this check only with a pre-shard
@@ -140,7 +123,7 @@ def check_preshard(request: PreflightRequest, runtime: RuntimeReport | None) -> 
     try:
         manifest = read_manifest(directory)
     except ManifestError as error:
-        return failed(str(error), fix, name=PRESHARD)
+        return failed(str(error), fix)
     problems = mismatches(
         manifest,
         directory,
@@ -152,9 +135,8 @@ def check_preshard(request: PreflightRequest, runtime: RuntimeReport | None) -> 
     if runtime is None or runtime.vllm_version is None:
         problems.append("the vLLM version could not be read, so the pre-shard cannot be matched to it")
     if problems:
-        return failed(f"{directory}: " + "; ".join(problems), fix, name=PRESHARD)
+        return failed(f"{directory}: " + "; ".join(problems), fix)
     return passed(
         f"{directory}: TP {manifest.tensor_parallel_size}, vLLM {manifest.vllm_version}, "
-        f"{manifest.dtype}, {len(manifest.files)} shard files, made from this MODEL_DIR",
-        name=PRESHARD,
+        f"{manifest.dtype}, {len(manifest.files)} shard files, made from this MODEL_DIR"
     )

@@ -8,8 +8,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, get_args
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     from kimi_dflash.rules.deployment import Deployment
     from kimi_dflash.rules.engine import Verdict
 
@@ -26,8 +24,7 @@ class PreflightRequest:
 
     device: Device  # "rocm" (MI300X), "cuda" (H200) or "cpu" (the demo on vLLM's CPU build)
     tensor_parallel_size: int = 1  # accelerators the plan needs (ignored on cpu)
-    # The architecture the recipe was built for, as the vendor names it: "gfx942" (amd-smi "GFX Version") for MI300X,
-    # "sm_90" for H100/H200 ("9.0", "sm90" accepted too). None skips the comparison.
+    # The recipe's architecture: "gfx942" (MI300X), "sm_90" (H100/H200; "9.0", "sm90" too). None: not compared.
     expected_arch: str | None = None
     model_dir: Path | None = None  # checkpoint directories; None skips that check (a demo model fabricated later)
     draft_model_dir: Path | None = None
@@ -41,12 +38,10 @@ class PreflightRequest:
     fix_numa: bool = False  # set kernel.numa_balancing=0 when it is on and we are root
     min_shm_bytes: int | None = None  # /dev/shm size below which the check warns (cpu) or fails; None: default
     python: str | None = None  # the interpreter that will run vLLM (runtime_probe.interpreter_for_command)
-    # The planned command line, environment and checkpoint facts: when given, the vLLM found is judged by the
-    # compatibility rules, and the project's plugin must load if the plan relies on it. None: only the features.
+    # The plan (command line, environment, checkpoints): judged by the compatibility rules. None: only the features.
     deployment: Deployment | None = None
     verdict: Verdict | None = None  # the deployment's, judged by the launcher (None: judged here on the vLLM found)
-    # A pre-sharded checkpoint the plan loads and the dtype it serves in: it must have been made from model_dir for
-    # this TP size, vLLM version and dtype.
+    # A pre-sharded checkpoint the plan loads and the dtype it serves: made from model_dir for this TP, vLLM and dtype.
     preshard_dir: Path | None = None
     dtype: str | None = None
     # What the runtime probe imports in that Python: a start leaves vllm to vLLM, which imports it first thing.
@@ -74,14 +69,5 @@ class PreflightRequest:
         return {"rocm": "ROCm", "cuda": "CUDA", "cpu": "CPU"}[self.device]  # as the vendors write them
 
     @property
-    def vllm_env(self) -> Mapping[str, str] | None:
-        """The environment vLLM will run with (inherited + the plan's), when known."""
-        return None if self.deployment is None else self.deployment.env
-
-    @property
     def interpreter(self) -> str:
         return self.python or sys.executable
-
-    @property
-    def shm_threshold(self) -> int:
-        return DEFAULT_MIN_SHM_BYTES[self.device] if self.min_shm_bytes is None else self.min_shm_bytes

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 
 from kimi_dflash.core.checks import CheckResult, failed
@@ -17,8 +18,7 @@ Check = Callable[[], "list[CheckResult] | CheckResult"]
 
 
 def run_preflight(request: PreflightRequest, probe: HostProbe | None = None) -> list[CheckResult]:
-    """Never raises for what it finds on the host: every finding is a result line. The runtime probe (one child
-    process importing vLLM) runs once and feeds the vLLM, accelerator and pre-shard checks."""
+    """Never raises: every finding is a result line. The runtime probe (a child importing vLLM) runs once."""
     probe = probe or HostProbe()
     try:
         runtime = probe.runtime(request)
@@ -50,7 +50,10 @@ def run_preflight(request: PreflightRequest, probe: HostProbe | None = None) -> 
             outcome = check()
         except Exception as error:  # noqa: BLE001 - one broken check must not hide the others
             outcome = _crashed(name, error)
-        results.extend(outcome if isinstance(outcome, list) else [outcome])
+        # A result is named by its check unless it names itself (accelerators: also the arch and torch lines).
+        results += [
+            r if r.name else replace(r, name=name) for r in (outcome if isinstance(outcome, list) else [outcome])
+        ]
     return results
 
 
@@ -66,8 +69,5 @@ def _kv_scales(request: PreflightRequest) -> list[CheckResult]:
 
 
 def _crashed(name: str, error: BaseException) -> CheckResult:
-    return failed(
-        f"the check itself crashed: {type(error).__name__}: {error}",
-        "this is a bug in kimi_dflash.preflight: report this line; --skip-preflight starts without checks",
-        name=name,
-    )
+    fix = "this is a bug in kimi_dflash.preflight: report this line; --skip-preflight starts without checks"
+    return failed(f"the check itself crashed: {type(error).__name__}: {error}", fix, name=name)

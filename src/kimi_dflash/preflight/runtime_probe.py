@@ -1,7 +1,6 @@
 """What the Python that will run vLLM can do: import vllm and torch, the accelerators torch sees, and the plan's
 vLLM features in its source (rules/features.py, read without importing). The imports run in a child process
-(runtime_child.py), so vLLM's import-time logging and memory stay out and a hung GPU runtime times out.
-"""
+(runtime_child.py), so vLLM's import-time logging and memory stay out and a hung GPU runtime times out."""
 
 from __future__ import annotations
 
@@ -21,9 +20,10 @@ from kimi_dflash.preflight.runtime_child import MARKER, installed_vllm
 from kimi_dflash.rules.features import FeatureOutcome, probe_features
 from kimi_dflash.rules.source import VllmSource
 
-# Importing vLLM took 7-30 s on this project's shared 2-core machine (more under load, and a first import
-# after install also compiles bytecode). Past this something is wrong (a hung driver), and preflight says so.
+# Importing vLLM took 7-30 s on a shared 2-core machine; past this something is wrong (a hung driver).
 PROBE_TIMEOUT_S = 300.0
+# The child's answers a report takes as they are.
+_AS_REPORTED = ("vllm_import_error", "torch_version", "torch_backend", "torch_error", "vllm_plugins_env")
 
 
 @dataclass(frozen=True)
@@ -43,13 +43,10 @@ def normalize_arch(raw: str | None) -> str | None:
         return None
     if text.startswith("gfx"):
         return text.split(":", 1)[0]
-    dotted = re.fullmatch(r"(\d+)\.(\d+)", text)
-    if dotted:
+    if dotted := re.fullmatch(r"(\d+)\.(\d+)", text):
         return f"sm_{dotted.group(1)}{dotted.group(2)}"
     sm = re.fullmatch(r"sm_?(\d+[a-z]?)", text)
-    if sm:
-        return f"sm_{sm.group(1)}"
-    return text
+    return f"sm_{sm.group(1)}" if sm else text
 
 
 @dataclass(frozen=True)
@@ -80,8 +77,7 @@ class RuntimeReport:
         return next((p for p in self.plugins or () if p.name == name), None)
 
     def plugin_allowed(self, name: str) -> bool:
-        """vLLM's rule (vllm/plugins/__init__.py): VLLM_PLUGINS unset loads every plugin; set, only the names
-        in its comma-separated list."""
+        """vllm/plugins/__init__.py: VLLM_PLUGINS unset loads every plugin; set, only those it lists."""
         return self.vllm_plugins_env is None or name in self.vllm_plugins_env.split(",")
 
 
@@ -115,62 +111,42 @@ def probe_runtime(
     imports: tuple[str, ...] = ("vllm", "torch"),
 ) -> RuntimeReport:
     child = _run_child(python, timeout, env, imports)
-    # The child names the vllm its interpreter has; if it could not run, this interpreter (if it is the same
-    # one) can still say which vllm is installed without importing it.
-    same_interpreter = python == sys.executable
+    # A child that could not run: this interpreter, when it is the same one, names its vllm without importing it.
     distribution, version = child.get("vllm_distribution"), child.get("vllm_distribution_version")
-    if distribution is None and same_interpreter:
+    if distribution is None and python == sys.executable:
         distribution, version = installed_vllm()
     package_dir = floor.package_dir(python=python, env=env)  # found without importing: a broken import names it
     outcomes = probe_features(VllmSource.open(package_dir), features) if package_dir and features else ()
+    devices = tuple(Accelerator(str(d["name"]), normalize_arch(d.get("arch"))) for d in child.get("torch_devices", ()))
     return RuntimeReport(
         python=python,
         vllm_distribution=distribution,
         vllm_version=version or child.get("vllm_version"),
-        vllm_import_error=child.get("vllm_import_error"),
         vllm_source=str(package_dir) if package_dir else None,
         features=outcomes,
-        torch_version=child.get("torch_version"),
-        torch_backend=child.get("torch_backend"),
-        torch_devices=tuple(
-            Accelerator(str(d.get("name")), normalize_arch(d.get("arch"))) for d in child.get("torch_devices", ())
-        ),
-        torch_error=child.get("torch_error"),
-        plugins=None
-        if "plugins" not in child
-        else tuple(
-            PluginEntry(str(p.get("name")), str(p.get("value")), p.get("origin"), p.get("dist"))
-            for p in child["plugins"]
-        ),
-        vllm_plugins_env=child.get("vllm_plugins_env"),
+        torch_devices=devices,
+        plugins=None if "plugins" not in child else tuple(PluginEntry(**p) for p in child["plugins"]),
         plugins_error=child.get("plugins_error") or (None if "plugins" in child else child.get("vllm_import_error")),
+        **{key: child.get(key) for key in _AS_REPORTED},
     )
 
 
 def _run_child(python: str, timeout: float, env: Mapping[str, str] | None, imports: tuple[str, ...]) -> dict:
     argv = [python, "-c", Path(runtime_child.__file__).read_text(encoding="utf-8"), *imports]
+    child_env = {**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"}
     try:
         proc = subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-            env={**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"},
-            check=False,
+            argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, env=child_env, check=False
         )
     except subprocess.TimeoutExpired:
         error = f"importing vllm/torch did not finish within {timeout:g} s"
-        return {"vllm_import_error": error, "torch_error": error}
     except OSError as failure:
         error = f"cannot run {python}: {failure.strerror or failure}"
-        return {"vllm_import_error": error, "torch_error": error}
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(MARKER):
-            try:
-                return json.loads(line[len(MARKER) :])
-            except json.JSONDecodeError:
-                break
-    tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-    error = f"the probe process exited with code {proc.returncode}: {tail}"
-    return {"vllm_import_error": error, "torch_error": error}
+    else:
+        marked = [line for line in proc.stdout.splitlines() if line.startswith(MARKER)]
+        try:
+            return json.loads(marked[-1][len(MARKER) :])
+        except (IndexError, json.JSONDecodeError):
+            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            error = f"the probe process exited with code {proc.returncode}: {tail}"
+    return dict.fromkeys(("vllm_import_error", "torch_error"), error)

@@ -4,6 +4,7 @@ relies on it."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -51,14 +52,9 @@ def check_vllm(request: PreflightRequest, runtime: RuntimeReport) -> list[CheckR
 
 def summarize(names: list[str]) -> str:
     """ "speculative_method:dflash, moe_backend:aiter, 19 options, 3 speculative_config fields"."""
-    listed: list[str] = []
-    counts: dict[str, int] = {}
-    for name in names:
-        kind, _ = parse_feature(name)
-        if kind in _COUNTED_KINDS:
-            counts[kind] = counts.get(kind, 0) + 1
-        else:
-            listed.append(name)
+    kinds = [parse_feature(name)[0] for name in names]
+    counts = Counter(kind for kind in kinds if kind in _COUNTED_KINDS)
+    listed = [name for name, kind in zip(names, kinds) if kind not in _COUNTED_KINDS]
     listed += [f"{n} {_COUNTED_KINDS[kind] if n != 1 else _COUNTED_KINDS[kind][:-1]}" for kind, n in counts.items()]
     return ", ".join(listed)
 

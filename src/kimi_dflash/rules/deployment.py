@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 SPECULATIVE_OPTION = "--speculative-config"
 Env = Mapping[str, str] | None
+Where = tuple[object, str | None]  # a checkpoint: (directory, Hugging Face repo)
+NOWHERE: Where = (None, None)
 # Values that must be one vLLM knows: --option / --speculative-config key -> feature kind (rules/features.py).
 VALUE_KINDS = {
     "--moe-backend": "moe_backend",
@@ -83,23 +85,18 @@ def parse_serve_command(argv: Sequence[str], env: Mapping[str, str] | None = Non
             if dot:
                 speculative[key.replace("-", "_")] = value
             elif value is not None:
-                speculative.update(_json_object(value))
+                try:
+                    found = json.loads(value)
+                except json.JSONDecodeError:  # vLLM reports a malformed --speculative-config itself, its own way
+                    found = None
+                speculative.update(found if isinstance(found, dict) else {})
         options[option] = value  # a repeated option keeps its first position and takes the last value
-    return ServeCommand(
-        args[0] if args and not args[0].startswith("--") else None, options, speculative, dict(env or {})
-    )
+    model = args[0] if args and not args[0].startswith("--") else None
+    return ServeCommand(model, options, speculative, dict(env or {}))
 
 
 def features_from_command(argv: Sequence[str], env: Mapping[str, str] | None = None) -> tuple[str, ...]:
     return parse_serve_command(argv, env).features()
-
-
-def _json_object(text: str) -> dict[str, object]:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        return {}  # vLLM reports a malformed --speculative-config itself, with its own message
-    return data if isinstance(data, dict) else {}
 
 
 def _int(value: object) -> int | None:
@@ -138,16 +135,9 @@ class Deployment:
 
     @classmethod
     def from_command(
-        cls,
-        platform: str,
-        argv: Sequence[str],
-        env: Mapping[str, str] | None = None,
-        *,
-        model: tuple[object, str | None] = (None, None),
-        drafter: tuple[object, str | None] = (None, None),
+        cls, platform: str, argv: Sequence[str], env: Env = None, *, model: Where = NOWHERE, drafter: Where = NOWHERE
     ) -> Deployment:
-        """`model` / `drafter`: (checkpoint directory, Hugging Face repo whose shipped facts stand in for a directory
-        not downloaded yet); the directories default to the ones the command line names."""
+        """`model` / `drafter`: (directory, default the command line's; repo whose shipped facts stand in for it)."""
         command = parse_serve_command(argv, env)
         model_dir = model[0] or command.model
         drafter_dir = drafter[0] or (command.speculative or {}).get("model")

@@ -86,11 +86,8 @@ class Verdict:
             f"vLLM compatibility of {deployment.label} ({deployment.platform}) with vLLM "
             f"{self.vllm_version or '(version unknown)'} at {self.vllm_origin}: read from source, nothing started"
         ]
-        lines += [
-            f"{f.role} checkpoint: {f.describe()} - from {f.where()}"
-            for f in (deployment.target, deployment.drafter)
-            if f
-        ]
+        checkpoints = (deployment.target, deployment.drafter)
+        lines += [f"{f.role} checkpoint: {f.describe()} - from {f.where()}" for f in checkpoints if f]
         if deployment.target is None:
             lines.append(
                 "target checkpoint: unknown (no config.json at MODEL_DIR and no shipped facts for MODEL_REPO); "
@@ -100,9 +97,9 @@ class Verdict:
 
 
 def judge(deployment: Deployment, source: VllmSource, rules: Sequence[Rule] | None = None) -> Verdict:
-    findings = [
-        dataclasses.replace(finding, name=each.id)
-        for each in (all_rules() if rules is None else rules)
-        for finding in each.check(deployment, source)
-    ]
+    findings = []
+    for each in all_rules() if rules is None else rules:
+        found = each.check(deployment, source)
+        for finding in [found] if isinstance(found, CheckResult) else found:
+            findings.append(dataclasses.replace(finding, name=each.id))
     return Verdict(deployment, source.origin, source.version(), tuple(findings))

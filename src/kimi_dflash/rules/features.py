@@ -1,6 +1,5 @@
 """Named probes (GRAMMAR) for the vLLM features a plan relies on, answered from vLLM's source, never from its version
-string (backports and dev builds make version numbers lie): unknown, a warning, where a reshaped vLLM hides it.
-"""
+string (backports and dev builds make version numbers lie): unknown, a warning, where a reshaped vLLM hides it."""
 
 from __future__ import annotations
 

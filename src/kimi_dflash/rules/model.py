@@ -3,7 +3,7 @@ rules/catalog/."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -14,15 +14,21 @@ if TYPE_CHECKING:
     from kimi_dflash.rules.source import VllmSource
 
 
-Check = Callable[["Deployment", "VllmSource"], list[CheckResult]]  # findings named by the engine (the rule id)
+Findings = CheckResult | Iterable[CheckResult]  # one finding, or any number (a list, a generator)
+Check = Callable[["Deployment", "VllmSource"], Findings]  # findings named by the engine (the rule id)
 
 
 @dataclass(frozen=True)
 class Fact:
-    """One column of docs/compatibility.md's runtime-facts table; its cell for one release (production.env's plan)."""
+    """One column of docs/compatibility.md's runtime-facts table; its cell for one release (production.env's plan):
+    what `read` returns, a text or where the release has the fact (a SourceLine; None: absent)."""
 
     label: str
-    cell: Callable[[VllmSource, Deployment], str]
+    read: Callable[[VllmSource, Deployment], object]
+
+    def cell(self, source: VllmSource, deployment: Deployment) -> str:
+        found = self.read(source, deployment)
+        return found if isinstance(found, str) else "absent" if found is None else f"`{found}`"
 
 
 @dataclass(frozen=True)

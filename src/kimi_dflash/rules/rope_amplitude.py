@@ -1,8 +1,7 @@
 """The drafter's RoPE amplitude (the `mscale` its rotary embedding multiplies the cos/sin cache by), decided once from
 what the given vLLM gives its rope fields, what vLLM up to 0.29 gave them (legacy) and DRAFTER_ROPE_AMPLITUDE: the rule
 reports it, the launcher applies it. Read from the source (get_rope's branch for the rope type, then the
-`self.mscale = ...` the values reach), never from a table of versions; another shape is refused, never guessed.
-"""
+`self.mscale = ...` the values reach), never from a table of versions; another shape is refused, never guessed."""
 
 from __future__ import annotations
 
@@ -161,8 +160,7 @@ def decide(drafter: CheckpointFacts, source: VllmSource, choice: str | float | N
 
 
 def _passed_keys(source: VllmSource, kind: str) -> tuple[tuple[str, ...], int]:
-    """The keys of `extra_kwargs = {k: v for k, v in rope_parameters.items() if k in (...)}` in get_rope's branch
-    for `kind`, and its line."""
+    """The keys get_rope's branch for `kind` passes on (`extra_kwargs = {k: v ... if k in (...)}`), and its line."""
     get_rope = source.function(FACTORY_FILE, "get_rope")
     if get_rope is None:
         raise UnreadableRope(f"{FACTORY_FILE} in {source.origin} defines no get_rope")
@@ -257,13 +255,9 @@ def _value(node: ast.expr, scope: Mapping[str, Any]) -> float:
 
 
 def _holds(test: ast.expr, scope: Mapping[str, Any]) -> bool:
-    if (
-        isinstance(test, ast.Compare)
-        and isinstance(test.left, ast.Name)
-        and [type(op) for op in test.ops] == [ast.IsNot]
-        and ast.unparse(test.comparators[0]) == "None"
-    ):
-        return scope.get(test.left.id) is not None
+    left = test.left if isinstance(test, ast.Compare) else None
+    if isinstance(left, ast.Name) and ast.unparse(test) == f"{left.id} is not None":
+        return scope.get(left.id) is not None
     names = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
     if all(isinstance(name, ast.Name) for name in names):
         return all(scope.get(name.id) for name in names)  # type: ignore[attr-defined]

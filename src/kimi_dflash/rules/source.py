@@ -15,13 +15,10 @@ from kimi_dflash.patcher import floor
 
 Reader = Callable[[object], str]
 
-# How deep Literal aliases may nest (Literal[A, B] where A = Literal[...], possibly imported).
-_MAX_ALIAS_DEPTH = 8
-# One parse at a time in this interpreter. CPython 3.11 keeps the AST builder's recursion depth in the ast module's
-# interpreter-wide state, not per thread: two threads parsing at once, with a garbage collection running Python code
-# in between, fail with "SystemError: AST constructor recursion depth mismatch" (reproduced here; the same error is
-# reported from threaded programs in CPython gh-106905 and pytest #10763). The dry-engine table judges plans from
-# threads that share one VllmSource; CI hit exactly this.
+_MAX_ALIAS_DEPTH = 8  # Literal[A, B] where A = Literal[...], possibly imported
+# One parse at a time: CPython 3.11 keeps the AST builder's recursion depth interpreter-wide, so two threads parsing
+# at once fail with "SystemError: AST constructor recursion depth mismatch" (CPython gh-106905; the dry-engine table
+# judges plans from threads sharing one VllmSource, and CI hit it).
 _PARSE_LOCK = threading.Lock()
 
 
@@ -64,9 +61,7 @@ class VllmSource:
                 f"{wheel} is not a readable wheel ({error}); download it again (pip download vllm==VERSION "
                 "--no-deps) or pass the unpacked `vllm` directory"
             ) from None
-        files: dict[str, object] = {
-            name: name for name in archive.namelist() if name.startswith("vllm/") and name.endswith(".py")
-        }
+        files: dict[str, object] = {n: n for n in archive.namelist() if n.startswith("vllm/") and n.endswith(".py")}
         if not files:
             raise VllmSourceError(f"{wheel} holds no vllm/ sources; is it a vLLM wheel?")
         return cls(str(wheel), files, lambda handle: archive.read(str(handle)).decode("utf-8", errors="replace"))
@@ -99,8 +94,7 @@ class VllmSource:
 
     def text(self, relpath: str) -> str | None:
         if relpath not in self._texts:
-            handle = self._files.get(relpath)
-            self._texts[relpath] = None if handle is None else self._read(handle)
+            self._texts[relpath] = None if relpath not in self._files else self._read(self._files[relpath])
         return self._texts[relpath]
 
     def line_of(self, relpath: str, *needles: str) -> SourceLine | None:
@@ -113,11 +107,11 @@ class VllmSource:
         """None when absent or unparsable; thread-safe (see _PARSE_LOCK)."""
         with _PARSE_LOCK:
             if relpath not in self._trees:
-                text = self.text(relpath)
+                text, self._trees[relpath] = self.text(relpath), None
                 try:
                     self._trees[relpath] = None if text is None else ast.parse(text, filename=relpath)
                 except SyntaxError:  # written for a newer Python than this one: treated as not found
-                    self._trees[relpath] = None
+                    pass
             return self._trees[relpath]
 
     def find_module(self, definition: str, under: str = "vllm/") -> str | None:
@@ -140,22 +134,16 @@ class VllmSource:
         """The strings a `Alias = Literal[...]` accepts, following nested aliases (also imported ones)."""
         found = self._resolve(relpath, alias, depth)
         value = None if found is None else getattr(found[1], "value", None)
-        return None if found is None or value is None else self._literal_expr(found[0], value, depth)
+        return None if value is None else self._literal_expr(found[0], value, depth)
 
     def class_fields(self, relpath: str, class_name: str) -> tuple[str, ...] | None:
         """Annotated class-body names (dataclass fields), including bases defined in the same module."""
         node = self._node(relpath, class_name)
         if not isinstance(node, ast.ClassDef):
             return None
-        names = [
-            f for base in node.bases if isinstance(base, ast.Name) for f in self.class_fields(relpath, base.id) or ()
-        ]
-        names += [
-            s.target.id
-            for s in node.body
-            if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name) and _name(s.annotation) != "ClassVar"
-        ]
-        return tuple(dict.fromkeys(names))
+        inherited = [f for b in node.bases if isinstance(b, ast.Name) for f in self.class_fields(relpath, b.id) or ()]
+        own = [s for s in node.body if isinstance(s, ast.AnnAssign) and _name(s.annotation) != "ClassVar"]
+        return tuple(dict.fromkeys([*inherited, *(s.target.id for s in own if isinstance(s.target, ast.Name))]))
 
     def class_constants(self, relpath: str, class_name: str) -> dict[str, tuple[object, int]]:
         """name -> (value, line) of the constants a top-level class body assigns (`X = 4`, `X: int = 4`)."""
@@ -172,13 +160,8 @@ class VllmSource:
         node = self._node(relpath, class_name)
         if not isinstance(node, ast.ClassDef):
             return None
-        return {
-            name: s.value.value if isinstance(s.value, ast.Constant) and isinstance(s.value.value, str) else None
-            for s in node.body
-            if isinstance(s, ast.Assign)
-            for name in _targets(s)
-            if not name.startswith("_")
-        }
+        assigned = (s for s in node.body if isinstance(s, ast.Assign))
+        return {name: (_strings([s.value]) or (None,))[0] for s in assigned for name in _targets(s) if name[0] != "_"}
 
     def dict_keys(self, relpath: str, name: str, function: str | None = None) -> tuple[str, ...] | None:
         """String keys of a `name = {...}` dict literal: top-level, or assigned inside `function` ("Class.method")."""

@@ -15,6 +15,7 @@ import pytest
 
 from kimi_dflash.checkpoint import read_facts
 from kimi_dflash.config.validate import load_config
+from kimi_dflash.core.checks import CheckResult
 from kimi_dflash.patcher.floor import package_dir
 from kimi_dflash.plan import build_plan
 from kimi_dflash.rules import engine
@@ -64,11 +65,16 @@ def test_int4_experts_on_cpu_need_amx_or_zentorch(source: VllmSource) -> None:
     deployment = Deployment.for_plan(loaded, build_plan(loaded, "python", "/cache"), read_facts(loaded.typed))
     if deployment.target is None:
         pytest.skip("the INT4 demo checkpoint is not built here")
-    [refused] = check_cpu_wna16(deployment, source, amx=False)
-    assert refused.status == "fail" and "cpu_moe.py:" in refused.detail and "No WNA16 MoE backend" in refused.detail
+    refused = check_cpu_wna16(deployment, source, amx=False)
+    assert (
+        isinstance(refused, CheckResult)
+        and refused.status == "fail"
+        and "cpu_moe.py:" in refused.detail
+        and "No WNA16 MoE backend" in refused.detail
+    )
     assert "FABRICATE_DEMO_MODELS=kimi" in refused.fix
-    [ran] = check_cpu_wna16(deployment, source, amx=True)
-    assert ran.status == "pass"
+    ran = check_cpu_wna16(deployment, source, amx=True)
+    assert isinstance(ran, CheckResult) and ran.status == "pass"
     bf16 = resolve_demo_models(load_config(CONFIGS_DIR / "demo-cpu.env", environ={}), create=False)
     assert (
         check_cpu_wna16(

@@ -6,10 +6,10 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from kimi_dflash.core.checks import CheckResult, failed, passed, warned
+from kimi_dflash.core.checks import failed, passed, warned
 from kimi_dflash.rules.catalog.depth_schedule import scheduled_depths
 from kimi_dflash.rules.deployment import Deployment
-from kimi_dflash.rules.model import Fact, Rule, label
+from kimi_dflash.rules.model import Fact, Findings, Rule, label
 from kimi_dflash.rules.source import SourceLine, VllmSource
 
 AITER_MLA = "vllm/v1/attention/backends/mla/rocm_aiter_mla.py"
@@ -28,24 +28,16 @@ class VerifyCap:
 
 
 def aiter_verify_cap(source: VllmSource) -> VerifyCap | None:
-    """`AiterMLAHelper._ASM_PADDED_MAX_PS_QLEN` and `_AITER_MIN_MLA_HEADS` in rocm_aiter_mla.py, and the routing
-    predicate `use_persistent_metadata` (`... or max_qo_len <= _ASM_PADDED_MAX_PS_QLEN or
-    is_quantized_kv_cache(...)`). None when the module is absent; cap None when the module has no such limit
-    (0.20-0.27: padded heads go to aiter's decode with no length routing in vLLM)."""
+    """`AiterMLAHelper._ASM_PADDED_MAX_PS_QLEN`, `_AITER_MIN_MLA_HEADS` and the routing predicate that reads the cap.
+    None without the module; cap None without the limit (0.20-0.27: no length routing in vLLM)."""
     tree = source.tree(AITER_MLA)
     if tree is None:
         return None
     constants = source.class_constants(AITER_MLA, "AiterMLAHelper").items()
     ints = {name: (value, line) for name, (value, line) in constants if isinstance(value, int)}
     cap, heads = ints.get("_ASM_PADDED_MAX_PS_QLEN"), ints.get("_AITER_MIN_MLA_HEADS")
-    routing = next(
-        (
-            n
-            for n in ast.walk(tree)
-            if isinstance(n, ast.BoolOp) and isinstance(n.op, ast.Or) and "_ASM_PADDED_MAX_PS_QLEN" in ast.unparse(n)
-        ),
-        None,
-    )
+    ors = (n for n in ast.walk(tree) if isinstance(n, ast.BoolOp) and isinstance(n.op, ast.Or))
+    routing = next((n for n in ors if "_ASM_PADDED_MAX_PS_QLEN" in ast.unparse(n)), None)
     return VerifyCap(
         cap=None if cap is None else cap[0],
         min_heads=None if heads is None else heads[0],
@@ -61,42 +53,35 @@ def _cap_cell(source: VllmSource, _deployment: Deployment) -> str:
 
 
 def _on_aiter_mla(deployment: Deployment) -> bool:
-    target = deployment.target
-    return deployment.platform == "rocm" and deployment.aiter_mla and target is not None and target.mla
+    return deployment.platform == "rocm" and deployment.aiter_mla and bool(deployment.target and deployment.target.mla)
 
 
-def _check_verify_length(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
+def _check_verify_length(deployment: Deployment, source: VllmSource) -> Findings:
     k, target = deployment.num_speculative_tokens, deployment.target
     if not _on_aiter_mla(deployment) or k is None or target is None:
         return []
     cap = aiter_verify_cap(source)
     if cap is None:
-        return [warned(f"cannot verify: {AITER_MLA} is not in {label(source)}")]
-    tp = deployment.tensor_parallel_size
+        return warned(f"cannot verify: {AITER_MLA} is not in {label(source)}")
+    tp, min_heads, qlen = deployment.tensor_parallel_size, cap.min_heads or 16, 1 + k
     heads = None if target.attention_heads is None else target.attention_heads // tp
-    min_heads = cap.min_heads or 16
-    qlen = 1 + k
     if heads is not None and heads >= min_heads:
-        return [passed(f"{heads} heads per rank at TP {tp}: no head padding, the verify length is not capped")]
+        return passed(f"{heads} heads per rank at TP {tp}: no head padding, the verify length is not capped")
     padded = f"{heads} heads per rank at TP {tp}, padded to {min_heads}" if heads else "heads per rank unknown"
     if cap.cap is None:
         if qlen <= 4:
-            return [passed(f"verify length {qlen} (1 + k={k}); {label(source)} routes no length limit")]
-        return [
-            warned(
-                f"verify length {qlen} (1 + k={k}), {padded}: {label(source)}'s {AITER_MLA} routes no verify length, "
-                "so aiter's kernel list decides; releases 0.28+ cap the padded persistent decode at 4 (vllm #55609, "
-                "#57642; ROCm/aiter #2760)",
-                "NUM_SPECULATIVE_TOKENS <= 3, or confirm the verify step on the hardware",
-            )
-        ]
+            return passed(f"verify length {qlen} (1 + k={k}); {label(source)} routes no length limit")
+        return warned(
+            f"verify length {qlen} (1 + k={k}), {padded}: {label(source)}'s {AITER_MLA} routes no verify length, "
+            "so aiter's kernel list decides; releases 0.28+ cap the padded persistent decode at 4 (vllm #55609, "
+            "#57642; ROCm/aiter #2760)",
+            "NUM_SPECULATIVE_TOKENS <= 3, or confirm the verify step on the hardware",
+        )
     if qlen <= cap.cap:
-        return [
-            passed(
-                f"verify length {qlen} (1 + k={k}) <= {cap.cap}, the padded persistent decode limit "
-                f"(_ASM_PADDED_MAX_PS_QLEN, {cap.defined_at}); {padded}"
-            )
-        ]
+        return passed(
+            f"verify length {qlen} (1 + k={k}) <= {cap.cap}, the padded persistent decode limit "
+            f"(_ASM_PADDED_MAX_PS_QLEN, {cap.defined_at}); {padded}"
+        )
     if deployment.kv_cache_dtype.startswith("fp8") and cap.fp8_keeps_schedule:
         effect = (
             "with an FP8 KV cache the routing keeps the persistent schedule past the limit (the source's comment: "
@@ -108,37 +93,33 @@ def _check_verify_length(deployment: Deployment, source: VllmSource) -> list[Che
             "with a BF16 KV cache the routing leaves the persistent schedule and decodes on the non-persistent "
             "qseqlen=8 entry, which returns wrong output on gfx942 (ROCm/aiter #5679), not only slower output"
         )
-    return [
-        failed(
-            f"NUM_SPECULATIVE_TOKENS={k} sends verify steps of 1 + {k} = {qlen} query tokens, above the {cap.cap} "
-            f"AITER MLA decodes on its padded persistent path ({padded}; _ASM_PADDED_MAX_PS_QLEN = {cap.cap} at "
-            f"{cap.defined_at}, routing at {cap.used_at}): {effect}. The output would not be the target's (not "
-            "lossless); vLLM starts and gives no warning. Upstream: vllm #55609, #57642 (gfx942, open); ROCm/aiter "
-            "#2760, #5679",
-            f"set NUM_SPECULATIVE_TOKENS <= {cap.cap - 1}, or ROCM_USE_AITER_MLA=false (TRITON_MLA)",
-            f"AITER MLA verify 1+k > {cap.cap}: output not the target's",
-        )
-    ]
+    return failed(
+        f"NUM_SPECULATIVE_TOKENS={k} sends verify steps of 1 + {k} = {qlen} query tokens, above the {cap.cap} "
+        f"AITER MLA decodes on its padded persistent path ({padded}; _ASM_PADDED_MAX_PS_QLEN = {cap.cap} at "
+        f"{cap.defined_at}, routing at {cap.used_at}): {effect}. The output would not be the target's (not "
+        "lossless); vLLM starts and gives no warning. Upstream: vllm #55609, #57642 (gfx942, open); ROCm/aiter "
+        "#2760, #5679",
+        f"set NUM_SPECULATIVE_TOKENS <= {cap.cap - 1}, or ROCM_USE_AITER_MLA=false (TRITON_MLA)",
+        f"AITER MLA verify 1+k > {cap.cap}: output not the target's",
+    )
 
 
-def _check_power_of_two(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
+def _check_power_of_two(deployment: Deployment, source: VllmSource) -> Findings:
     depths = scheduled_depths(deployment) if _on_aiter_mla(deployment) else ()
     odd = [k for k in depths if k & (k + 1)]  # 1 + k is a power of 2 exactly when k & (k + 1) == 0
     if not odd:
         return [passed(f"verify lengths {[1 + k for k in depths]} are powers of 2")] if depths else []
     handed = source.line_of("vllm/_aiter_ops.py", "def _rocm_aiter_mla_decode_fwd_impl")
     lengths = ", ".join(f"{1 + k} (k={k})" for k in odd)
-    return [
-        warned(
-            f"on ROCM_AITER_MLA the verify length 1 + k is not a power of 2 at {lengths}: ROCm/aiter #2720 (open) says "
-            "mla_decode_stage1_asm_fwd then gives every query position the output of position 0 (reported on gfx950 "
-            f"in EAGLE3 verification; gfx942 not reported); {label(source)} hands max_seqlen_qo to aiter unpadded"
-            f"{f' ({handed})' if handed else ''}. If it holds here, the output is not the target's",
-            "confirm with kimi-dflash qualify's token identity at this k; where it differs, ROCM_USE_AITER_MLA=false "
-            "(TRITON_MLA for the target) or k = 1 or 3 only (verify 2 or 4; past 4 meets aiter #5679) in "
-            "NUM_SPECULATIVE_TOKENS and NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE",
-        )
-    ]
+    return warned(
+        f"on ROCM_AITER_MLA the verify length 1 + k is not a power of 2 at {lengths}: ROCm/aiter #2720 (open) says "
+        "mla_decode_stage1_asm_fwd then gives every query position the output of position 0 (reported on gfx950 "
+        f"in EAGLE3 verification; gfx942 not reported); {label(source)} hands max_seqlen_qo to aiter unpadded"
+        f"{f' ({handed})' if handed else ''}. If it holds here, the output is not the target's",
+        "confirm with kimi-dflash qualify's token identity at this k; where it differs, ROCM_USE_AITER_MLA=false "
+        "(TRITON_MLA for the target) or k = 1 or 3 only (verify 2 or 4; past 4 meets aiter #5679) in "
+        "NUM_SPECULATIVE_TOKENS and NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE",
+    )
 
 
 def gluon_gate(source: VllmSource) -> tuple[SourceLine, bool] | None:
@@ -150,23 +131,21 @@ def gluon_gate(source: VllmSource) -> tuple[SourceLine, bool] | None:
     return None if helper is None else (SourceLine(AITER_MLA, helper.lineno), gated)
 
 
-def _check_gluon(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
+def _check_gluon(deployment: Deployment, source: VllmSource) -> Findings:
     gate = gluon_gate(source) if _on_aiter_mla(deployment) else None
     heads = deployment.target.attention_heads if deployment.target else None
     if gate is None:
         return []
     if gate[1] or (heads is not None and heads // deployment.tensor_parallel_size >= 16):
-        return [passed(f"the Gluon MLA decode is asked for only where it has a kernel ({gate[0]})")]
-    return [
-        failed(
-            f"{label(source)} sends single-token decode on ranks with fewer than 16 heads (Kimi K2.6 at TP 8: 8) to "
-            f"aiter's Gluon MLA kernel without asking for gfx950 ({gate[0]}); it has a gfx950 build only, so on "
-            "gfx942 (MI300X) the start fails: 'AssertionError: mla_gluon requires gfx950' (vllm #51964; 0.28.0 "
-            "gates it to gfx950)",
-            "use vLLM 0.28.0 or later (or 0.26.0), or ROCM_USE_AITER_MLA=false (TRITON_MLA)",
-            "mla_gluon requires gfx950 (#51964)",
-        )
-    ]
+        return passed(f"the Gluon MLA decode is asked for only where it has a kernel ({gate[0]})")
+    return failed(
+        f"{label(source)} sends single-token decode on ranks with fewer than 16 heads (Kimi K2.6 at TP 8: 8) to "
+        f"aiter's Gluon MLA kernel without asking for gfx950 ({gate[0]}); it has a gfx950 build only, so on "
+        "gfx942 (MI300X) the start fails: 'AssertionError: mla_gluon requires gfx950' (vllm #51964; 0.28.0 "
+        "gates it to gfx950)",
+        "use vLLM 0.28.0 or later (or 0.26.0), or ROCM_USE_AITER_MLA=false (TRITON_MLA)",
+        "mla_gluon requires gfx950 (#51964)",
+    )
 
 
 RULES = (

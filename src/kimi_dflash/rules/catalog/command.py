@@ -4,13 +4,13 @@ every VLLM_* variable (with a valid value), the parsers and the model architectu
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from kimi_dflash.config.schema import KEYS
 from kimi_dflash.core.checks import CheckResult, failed, passed, warned
-from kimi_dflash.rules.deployment import Deployment
+from kimi_dflash.rules.deployment import SPECULATIVE_VALUE_KINDS, Deployment
 from kimi_dflash.rules.features import FeatureOutcome, introduced, parse_feature, probe_features
-from kimi_dflash.rules.model import Rule, label
+from kimi_dflash.rules.model import Check, Findings, Rule, label
 from kimi_dflash.rules.source import VllmSource
 
 ENVS = "vllm/envs.py"
@@ -32,22 +32,17 @@ def model_architectures(source: VllmSource) -> tuple[str, ...] | None:
     tree = source.tree(MODEL_REGISTRY)
     if tree is None:
         return None
-    names: list[str] = []
-    for stmt in tree.body:
-        target = stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None
-        if isinstance(target, ast.Name) and target.id.endswith("_MODELS") and isinstance(stmt.value, ast.Dict):
-            names.extend(k.value for k in stmt.value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str))
-    return tuple(dict.fromkeys(names))
+    tables = [t.id for s in tree.body if isinstance(s, ast.Assign) for t in s.targets if isinstance(t, ast.Name)]
+    found = (source.dict_keys(MODEL_REGISTRY, name) or () for name in tables if name.endswith("_MODELS"))
+    return tuple(dict.fromkeys(k for keys in found for k in keys))
 
 
 def env_choices(source: VllmSource, variable: str) -> tuple[str, ...] | None:
     """The choices of an `env_with_choices(NAME, default, [choices])` declaration; None for free values."""
     tree = source.tree(ENVS)
-    for node in ast.walk(tree) if tree is not None else ():
-        if not (isinstance(node, ast.Call) and ast.unparse(node.func).endswith("env_with_choices")):
-            continue
-        args = node.args
-        if len(args) >= 3 and isinstance(args[0], ast.Constant) and args[0].value == variable:
+    calls = (n for n in ast.walk(tree) if isinstance(n, ast.Call)) if tree is not None else ()
+    for args in (c.args for c in calls if ast.unparse(c.func).endswith("env_with_choices") and len(c.args) >= 3):
+        if isinstance(args[0], ast.Constant) and args[0].value == variable:
             choices = args[2].elts if isinstance(args[2], (ast.List, ast.Tuple)) else []
             return tuple(e.value for e in choices if isinstance(e, ast.Constant) and isinstance(e.value, str)) or None
     return None
@@ -58,19 +53,15 @@ def _features(deployment: Deployment, source: VllmSource, kinds: set[str]) -> li
     return list(probe_features(source, wanted))
 
 
-def _presence(
-    what: str, kinds: set[str], fix_for: Callable[[Deployment, FeatureOutcome], str]
-) -> Callable[[Deployment, VllmSource], list[CheckResult]]:
-    def check(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
+def _presence(what: str, kinds: set[str], fix_for: Callable[[Deployment, FeatureOutcome], str]) -> Check:
+    def check(deployment: Deployment, source: VllmSource) -> Findings:
         outcomes = _features(deployment, source, kinds)
+        absent = (o for o in outcomes if o.state == "absent")
         findings = [
             failed(
-                f"{o.name} is not in {label(source)} ({o.evidence})",
-                fix_for(deployment, o),
-                o.name.split(":", 1)[-1],
+                f"{o.name} is not in {label(source)} ({o.evidence})", fix_for(deployment, o), o.name.split(":", 1)[-1]
             )
-            for o in outcomes
-            if o.state == "absent"
+            for o in absent
         ]
         findings += [warned(f"{o.name}: cannot verify, {o.evidence}") for o in outcomes if o.state == "unknown"]
         present = [o for o in outcomes if o.state == "present"]
@@ -100,27 +91,19 @@ def _value_fix(deployment: Deployment, outcome: FeatureOutcome) -> str:
     return f"use a {kind} this vLLM knows instead of {value!r} (see {outcome.evidence}), or {introduced(outcome.name)}"
 
 
-def _check_environment(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
+def _check_environment(deployment: Deployment, source: VllmSource) -> Findings:
     findings: list[CheckResult] = []
     outcomes = _features(deployment, source, {"env"})
     for outcome in outcomes:
         name = outcome.name.split(":", 1)[1]
-        if outcome.state == "absent":
-            findings.append(
-                warned(f"{name} is not read by {label(source)} (ignored)", f"drop it, or {introduced(outcome.name)}")
-            )
-            continue
-        choices = env_choices(source, name)
         value = deployment.env.get(name, "")
-        if choices is not None and value not in choices:
-            findings.append(
-                failed(
-                    f"{name}={value} is not one of {', '.join(choices)} (vllm/envs.py env_with_choices raises at "
-                    "startup)",
-                    f"set {name} to one of {', '.join(choices)}",
-                    f"{name}={value}",
-                )
-            )
+        if outcome.state == "absent":
+            fix = f"drop it, or {introduced(outcome.name)}"
+            findings.append(warned(f"{name} is not read by {label(source)} (ignored)", fix))
+        elif (choices := env_choices(source, name)) is not None and value not in choices:
+            listed = ", ".join(choices)
+            message = f"{name}={value} is not one of {listed} (vllm/envs.py env_with_choices raises at startup)"
+            findings.append(failed(message, f"set {name} to one of {listed}", f"{name}={value}"))
     if not findings and outcomes:
         names = ", ".join(o.name.split(":", 1)[1] for o in outcomes)
         findings.append(passed(f"{names} known to {label(source)}, values valid"))
@@ -138,40 +121,23 @@ def _membership(
     return passed(f"{subject} is registered")
 
 
-def _check_parsers(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
-    findings = []
+def _check_parsers(deployment: Deployment, source: VllmSource) -> Iterator[CheckResult]:
     for option, (registry, definition) in PARSER_REGISTRIES.items():
         name = deployment.command.value(option)
         if name is not None:
             names = registered(source, definition)
-            findings.append(
-                _membership(
-                    f"{option} {name}",
-                    (name,),
-                    names,
-                    f"{label(source)}'s {registry} registry",
-                    f"set {deployment.blame(option)} to one of: {', '.join(sorted(names or ()))}",
-                )
-            )
-    return findings
+            fix = f"set {deployment.blame(option)} to one of: {', '.join(sorted(names or ()))}"
+            yield _membership(f"{option} {name}", (name,), names, f"{label(source)}'s {registry} registry", fix)
 
 
-def _check_architectures(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
-    known = model_architectures(source)
-    return [
-        _membership(
-            f"{facts.role} {facts.architectures[0]}",
-            facts.architectures,
-            known,
-            f"{label(source)}'s model registry ({MODEL_REGISTRY})",
-            "use a vLLM release that supports this model",
-        )
-        for facts in (deployment.target, deployment.drafter)
-        if facts is not None and facts.architectures
-    ]
+def _check_architectures(deployment: Deployment, source: VllmSource) -> Findings:
+    known, where = model_architectures(source), f"{label(source)}'s model registry ({MODEL_REGISTRY})"
+    fix = "use a vLLM release that supports this model"
+    named = [f for f in (deployment.target, deployment.drafter) if f is not None and f.architectures]
+    return [_membership(f"{f.role} {f.architectures[0]}", f.architectures, known, where, fix) for f in named]
 
 
-VALUE_KINDS = {"speculative_method", "moe_backend", "kv_cache_dtype", "attention_backend"}
+VALUE_KINDS = set(SPECULATIVE_VALUE_KINDS.values())  # the kinds of enumerated values
 RULES = (
     Rule(
         "options",

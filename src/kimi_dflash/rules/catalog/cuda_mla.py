@@ -6,11 +6,11 @@ import ast
 import re
 from pathlib import Path
 
-from kimi_dflash.core.checks import CheckResult, Remedy, failed, passed, warned
+from kimi_dflash.core.checks import Remedy, failed, passed, warned
 from kimi_dflash.core.envvars import VLLM_USE_FLASHINFER_SAMPLER
 from kimi_dflash.rules import backends
 from kimi_dflash.rules.deployment import Deployment
-from kimi_dflash.rules.model import Fact, Rule, label
+from kimi_dflash.rules.model import Fact, Findings, Rule, label
 from kimi_dflash.rules.source import SourceLine, VllmSource
 
 MLA = "vllm/v1/attention/backends/mla/"
@@ -54,11 +54,10 @@ def _prefill_cell(source: VllmSource, _deployment: Deployment) -> str:
     found = prefill_dims(source)
     if found is None:  # a text cell of the matrix, not a figure
         return "-"
-    shapes, where = found
-    return f"{', '.join(str(shape) for shape in shapes)} (`{where}`)"
+    return f"{', '.join(map(str, found[0]))} (`{found[1]}`)"
 
 
-def _check_prefill_dims(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
+def _check_prefill_dims(deployment: Deployment, source: VllmSource) -> Findings:
     target = deployment.target
     if deployment.platform != "cuda" or target is None or not target.mla:
         return []
@@ -68,15 +67,13 @@ def _check_prefill_dims(deployment: Deployment, source: VllmSource) -> list[Chec
         return []  # no prefill selector (0.20) or no dims: vLLM's own start-up says
     shapes, where = found
     if dims in shapes:
-        return [passed(f"MLA dims (qk_nope, rope, v) = {dims} have an sm_90 prefill backend ({where})")]
-    return [
-        failed(
-            f"MLA dims (qk_nope, rope, v) = {dims}: the sm_90 MLA prefill backend accepts only "
-            f"{', '.join(map(str, shapes))} ({where}); {label(source)} stops with 'No valid MLA prefill backend'",
-            "use a checkpoint with Kimi's 128/64/128 MLA dims (the CUDA miniature: configs/demo-gpu.env)",
-            f"MLA prefill dims {dims} on sm_90",
-        )
-    ]
+        return passed(f"MLA dims (qk_nope, rope, v) = {dims} have an sm_90 prefill backend ({where})")
+    return failed(
+        f"MLA dims (qk_nope, rope, v) = {dims}: the sm_90 MLA prefill backend accepts only "
+        f"{', '.join(map(str, shapes))} ({where}); {label(source)} stops with 'No valid MLA prefill backend'",
+        "use a checkpoint with Kimi's 128/64/128 MLA dims (the CUDA miniature: configs/demo-gpu.env)",
+        f"MLA prefill dims {dims} on sm_90",
+    )
 
 
 def _block_sizes(source: VllmSource, relpath: str, cls: str) -> tuple[int, ...] | None:
@@ -108,28 +105,23 @@ def hopper_mla_backend(deployment: Deployment, source: VllmSource) -> tuple[str,
     return None
 
 
-def _check_fp8_kv(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
+def _check_fp8_kv(deployment: Deployment, source: VllmSource) -> Findings:
     target, dtype = deployment.target, deployment.kv_cache_dtype
     if deployment.platform != "cuda" or target is None or not target.mla or not dtype.startswith("fp8"):
         return []
     picked = hopper_mla_backend(deployment, source)
     flashmla = backends.backend_class(source, "FLASHMLA")
-    needs = (
-        ""
-        if flashmla is None
-        else f"FLASHMLA takes FP8 KV with block sizes {list(_block_sizes(source, *flashmla) or ())}"
-    )
+    sizes = list(_block_sizes(source, *flashmla) or ()) if flashmla else None
+    needs = "" if sizes is None else f"FLASHMLA takes FP8 KV with block sizes {sizes}"
     if picked is None or picked[0] == "FLASHMLA":
-        return [passed(f"FP8 KV on sm_90: FLASHMLA ({needs}; FLASH_ATTN_MLA takes no FP8 KV)")]
-    return [
-        failed(
-            f"FP8 KV on sm_90 with --block-size {deployment.command.value('--block-size')}: FLASH_ATTN_MLA takes no "
-            f"FP8 KV and {needs}, so {label(source)} gives the target {picked[0]} ({picked[1]}), an unmeasured decode "
-            "path; vLLM starts",
-            "BLOCK_SIZE=64 (configs/demo-gpu-fp8kv.env)",
-            f"FP8 KV on {picked[0]}, not FLASHMLA",
-        )
-    ]
+        return passed(f"FP8 KV on sm_90: FLASHMLA ({needs}; FLASH_ATTN_MLA takes no FP8 KV)")
+    return failed(
+        f"FP8 KV on sm_90 with --block-size {deployment.command.value('--block-size')}: FLASH_ATTN_MLA takes no "
+        f"FP8 KV and {needs}, so {label(source)} gives the target {picked[0]} ({picked[1]}), an unmeasured decode "
+        "path; vLLM starts",
+        "BLOCK_SIZE=64 (configs/demo-gpu-fp8kv.env)",
+        f"FP8 KV on {picked[0]}, not FLASHMLA",
+    )
 
 
 def triton_mla_decode(source: VllmSource) -> tuple[bool, SourceLine] | None:
@@ -137,23 +129,19 @@ def triton_mla_decode(source: VllmSource) -> tuple[bool, SourceLine] | None:
     `query_len_support` (0.31+: UNIFORM); without it, MLA's common builder's SINGLE_ONLY applies."""
     if not source.has(TRITON_MLA):
         return None
-    line = source.line_of(TRITON_MLA, "query_len_support")
-    return (
-        (True, line)
-        if line is not None
-        else (False, source.line_of(TRITON_MLA, "_cudagraph_support") or SourceLine(TRITON_MLA, None))
-    )
+    if line := source.line_of(TRITON_MLA, "query_len_support"):
+        return True, line
+    return False, source.line_of(TRITON_MLA, "_cudagraph_support") or SourceLine(TRITON_MLA, None)
 
 
 def _triton_cell(source: VllmSource, _deployment: Deployment) -> str:
     found = triton_mla_decode(source)
-    if found is None:
+    if found is None:  # a text cell of the matrix, not a figure
         return "-"
-    verify_in_decode, where = found
-    return f"{'1 + k per step' if verify_in_decode else 'one token per step'} (`{where}`)"
+    return f"{'1 + k per step' if found[0] else 'one token per step'} (`{found[1]}`)"
 
 
-def _check_triton_mla_decode(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
+def _check_triton_mla_decode(deployment: Deployment, source: VllmSource) -> Findings:
     k, target = deployment.num_speculative_tokens, deployment.target
     if not k or target is None or not target.mla or deployment.platform not in ("cuda", "rocm"):
         return []
@@ -168,42 +156,34 @@ def _check_triton_mla_decode(deployment: Deployment, source: VllmSource) -> list
         return []
     decodes, where = found
     if decodes:
-        return [passed(f"the target runs on TRITON_MLA, which decodes a verify step of 1 + {k} tokens ({where})")]
-    return [
-        warned(
-            f"the target runs on TRITON_MLA, which in {label(source)} decodes one token per step ({where}: no "
-            f"query_len_support): each verify step of 1 + {k} tokens goes to the prefill path, and FULL graphs are "
-            "downgraded to PIECEWISE; slower, not wrong (vLLM 0.31.0 decodes it)",
-            "vLLM >= 0.31.0, or the platform's other MLA backend (CUDA: FLASHMLA/FLASH_ATTN_MLA; ROCm: AITER MLA)",
-        )
-    ]
+        return passed(f"the target runs on TRITON_MLA, which decodes a verify step of 1 + {k} tokens ({where})")
+    return warned(
+        f"the target runs on TRITON_MLA, which in {label(source)} decodes one token per step ({where}: no "
+        f"query_len_support): each verify step of 1 + {k} tokens goes to the prefill path, and FULL graphs are "
+        "downgraded to PIECEWISE; slower, not wrong (vLLM 0.31.0 decodes it)",
+        "vLLM >= 0.31.0, or the platform's other MLA backend (CUDA: FLASHMLA/FLASH_ATTN_MLA; ROCm: AITER MLA)",
+    )
 
 
 SAMPLER_OFF = Remedy("env", VLLM_USE_FLASHINFER_SAMPLER, "0")  # vLLM's own top-k/top-p sampler
 
 
-def _check_flashinfer_sampler(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
-    if deployment.platform != "cuda":
-        return []
+def _check_flashinfer_sampler(deployment: Deployment, source: VllmSource) -> Findings:
     crash = source.line_of(SAMPLER, "from vllm.v1.attention.backends.flashinfer import")
-    if crash is None:
+    if deployment.platform != "cuda" or crash is None:
         return []
     value = deployment.env.get(VLLM_USE_FLASHINFER_SAMPLER)
     if value is not None and not deployment.env_true(VLLM_USE_FLASHINFER_SAMPLER):
-        return [passed(f"{VLLM_USE_FLASHINFER_SAMPLER}={value}: the sampler does not import flashinfer ({crash})")]
+        return passed(f"{VLLM_USE_FLASHINFER_SAMPLER}={value}: the sampler does not import flashinfer ({crash})")
     installed = Path(source.origin).parent  # site-packages of an installed vLLM (a wheel: unknown, not judged)
     if not Path(source.origin).is_dir() or (installed / "flashinfer").is_dir():
-        return [passed(f"the sampler imports flashinfer ({crash}), which is installed beside this vLLM or not judged")]
+        return passed(f"the sampler imports flashinfer ({crash}), which is installed beside this vLLM or not judged")
     missing = f"no flashinfer beside this vLLM ({installed}): {label(source)} crashes building its sampler ({crash})"
     if value is None and deployment.option_keys:  # a launcher's plan: serve sets it
-        return [passed(f"{missing} unless {VLLM_USE_FLASHINFER_SAMPLER}=0, which serve sets", (SAMPLER_OFF,))]
-    return [
-        failed(
-            f"{VLLM_USE_FLASHINFER_SAMPLER}={value}: {missing}: No module named 'flashinfer'",
-            f"unset {VLLM_USE_FLASHINFER_SAMPLER} (serve then sets it to 0), or install flashinfer",
-            "flashinfer sampler without flashinfer",
-        )
-    ]
+        return passed(f"{missing} unless {VLLM_USE_FLASHINFER_SAMPLER}=0, which serve sets", (SAMPLER_OFF,))
+    detail = f"{VLLM_USE_FLASHINFER_SAMPLER}={value}: {missing}: No module named 'flashinfer'"
+    fix = f"unset {VLLM_USE_FLASHINFER_SAMPLER} (serve then sets it to 0), or install flashinfer"
+    return failed(detail, fix, "flashinfer sampler without flashinfer")
 
 
 RULES = (

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kimi_dflash.core.checks import CheckResult, failed, passed, warned
-from kimi_dflash.rules.catalog.model_runner import RUNNER_ENV, runner_choice
+from kimi_dflash.core.checks import failed, passed, warned
+from kimi_dflash.rules.catalog.model_runner import RUNNER_ENV, V2_RUNNER, VLLM_CONFIG, runner_choice
 from kimi_dflash.rules.deployment import Deployment
-from kimi_dflash.rules.model import Fact, Rule, label
+from kimi_dflash.rules.model import Fact, Findings, Rule, label
 from kimi_dflash.rules.source import SourceLine, VllmSource
 
 SCHEDULE = "num_speculative_tokens_per_batch_size"
-VLLM_CONFIG = "vllm/config/vllm.py"
+PROPOSER = "vllm/v1/spec_decode/llm_base_proposer.py"
 LOSS_CONTEXT = 185_000  # vllm #54691: DFlash measured slower than no speculation near this context length
-V2_RUNNER = "vllm/v1/worker/gpu/model_runner.py"
 
 
 @dataclass(frozen=True)
@@ -33,9 +32,7 @@ def schedule_facts(source: VllmSource) -> ScheduleFacts | None:
         return None
     return ScheduleFacts(
         lookup,
-        source.line_of(
-            "vllm/v1/spec_decode/llm_base_proposer.py", "self.num_speculative_tokens = num_speculative_tokens"
-        ),
+        source.line_of(PROPOSER, "self.num_speculative_tokens = num_speculative_tokens"),
         source.line_of(V2_RUNNER, "num_spec_tokens_to_schedule"),
         source.line_of(V2_RUNNER, "num_spec_tokens < self.num_speculative_steps"),
         source.line_of(VLLM_CONFIG, "def _maybe_disable_dynamic_sd_for_data_parallel"),
@@ -59,30 +56,26 @@ def _cell(source: VllmSource, _deployment: Deployment) -> str:
     return f"V1 `{facts.v1}`; V2 {v2}; data parallel: {'off' if facts.dp_off else 'no guard'}"
 
 
-def _check_schedule(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
+def _check_schedule(deployment: Deployment, source: VllmSource) -> Findings:
     facts = schedule_facts(source) if SCHEDULE in deployment.speculative else None
     if facts is None:  # unset, or a release without the field: the command rule refuses it, naming 0.24.0
         return []
     key, dp = "NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE", deployment.command.value("--data-parallel-size") or "1"
     if dp.isdigit() and int(dp) > 1:
-        effect = (
-            f"vLLM turns the schedule off ({facts.dp_off}) and drafts NUM_SPECULATIVE_TOKENS at every load"
-            if facts.dp_off
-            else "this release has no guard: ranks may pick different k and diverge or deadlock (0.26.0's guard)"
-        )
+        effect = "this release has no guard: ranks may pick different k and diverge or deadlock (0.26.0's guard)"
+        if facts.dp_off:
+            effect = f"vLLM turns the schedule off ({facts.dp_off}) and drafts NUM_SPECULATIVE_TOKENS at every load"
         fix = f"unset {key}, or serve without data parallelism"
-        return [failed(f"{SCHEDULE} with --data-parallel-size {dp}: {effect}", fix, "depth by load under DP")]
+        return failed(f"{SCHEDULE} with --data-parallel-size {dp}: {effect}", fix, "depth by load under DP")
     choice = runner_choice(deployment, source)
     if choice is not None and choice.runner == "V2":
         if facts.v2 is None:
-            return [
-                failed(
-                    f"{label(source)} runs this plan on Model Runner V2 ({choice.why}), whose runner never reads the "
-                    f"scheduled k ({V2_RUNNER}): the schedule is ignored, every step verifies NUM_SPECULATIVE_TOKENS",
-                    f"{RUNNER_ENV}=0 in the environment (V1 follows the schedule), or vLLM >= 0.32.0",
-                    "depth by load ignored on V2",
-                )
-            ]
+            return failed(
+                f"{label(source)} runs this plan on Model Runner V2 ({choice.why}), whose runner never reads the "
+                f"scheduled k ({V2_RUNNER}): the schedule is ignored, every step verifies NUM_SPECULATIVE_TOKENS",
+                f"{RUNNER_ENV}=0 in the environment (V1 follows the schedule), or vLLM >= 0.32.0",
+                "depth by load ignored on V2",
+            )
         detail = f"Model Runner V2 reads the scheduled k ({facts.v2})"
         if deployment.speculative_method in ("dflash", "dspark"):
             detail += (
@@ -90,18 +83,17 @@ def _check_schedule(deployment: Deployment, source: VllmSource) -> list[CheckRes
                 f"drafts past k ({facts.v2_blanks}): verification follows the schedule, the drafter's cost does not"
             )
     elif facts.v1 is None:
-        return [warned(f"cannot find where {label(source)}'s V1 drafter takes the scheduled k")]
+        return warned(f"cannot find where {label(source)}'s V1 drafter takes the scheduled k")
     else:
         detail = f"Model Runner V1 hands the scheduled k to the drafter ({facts.v1})"
     findings = [passed(f"{label(source)} looks k up by batch size ({facts.lookup}); {detail}")]
     graphs = deployment.platform != "cpu" and not deployment.command.flag("--enforce-eager")
     if graphs and (choice is None or choice.runner == "V1") and facts.piecewise:
-        findings.append(
-            warned(
-                f"with a schedule on Model Runner V1, vLLM turns FULL CUDA graphs into PIECEWISE ({facts.piecewise})",
-                f"compare with the fixed-k plan under graphs, or {RUNNER_ENV}=1 (V2 keeps FULL graphs)",
-            )
+        piecewise = (
+            f"with a schedule on Model Runner V1, vLLM turns FULL CUDA graphs into PIECEWISE ({facts.piecewise})"
         )
+        fix = f"compare with the fixed-k plan under graphs, or {RUNNER_ENV}=1 (V2 keeps FULL graphs)"
+        findings.append(warned(piecewise, fix))
     return findings
 
 
@@ -112,27 +104,22 @@ def context_knobs(source: VllmSource) -> tuple[str, ...]:
     return tuple(f for f in fields if "context" in f)
 
 
-def _check_long_context(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
+def _check_long_context(deployment: Deployment, source: VllmSource) -> Findings:
     length = deployment.command.value("--max-model-len") or ""
     if not deployment.dflash or not length.isdigit():
         return []
     if int(length) < LOSS_CONTEXT:
-        return [passed(f"--max-model-len {length} stays below ~{LOSS_CONTEXT}, where DFlash turns into a loss")]
-    knobs = context_knobs(source)
-    offer = (
-        f"SpeculativeConfig offers {', '.join(knobs)}: see whether it stops speculation past a length"
-        if knobs
-        else "has no setting that stops speculation by context length (its speculative max_model_len only sizes the "
-        "drafter)"
+        return passed(f"--max-model-len {length} stays below ~{LOSS_CONTEXT}, where DFlash turns into a loss")
+    offer = "has no setting that stops speculation by context length (its speculative max_model_len only sizes"
+    offer += " the drafter)"
+    if knobs := context_knobs(source):
+        offer = f"SpeculativeConfig offers {', '.join(knobs)}: see whether it stops speculation past a length"
+    return warned(
+        f"MAX_MODEL_LEN={length} admits prompts past ~{LOSS_CONTEXT} tokens, where DFlash was measured slower than "
+        f"no speculation (vllm #54691); {label(source)} {offer}",
+        f"serve prompts past ~{LOSS_CONTEXT} from a SPECULATIVE_METHOD=none server (MAX_MODEL_LEN below it here), "
+        "or measure the loss with long prompts",
     )
-    return [
-        warned(
-            f"MAX_MODEL_LEN={length} admits prompts past ~{LOSS_CONTEXT} tokens, where DFlash was measured slower than "
-            f"no speculation (vllm #54691); {label(source)} {offer}",
-            f"serve prompts past ~{LOSS_CONTEXT} from a SPECULATIVE_METHOD=none server (MAX_MODEL_LEN below it here), "
-            "or measure the loss with long prompts",
-        )
-    ]
 
 
 RULES = (

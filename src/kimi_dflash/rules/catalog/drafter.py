@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from kimi_dflash.core.checks import CheckResult, Remedy, failed, passed, warned
+from kimi_dflash.core.checks import Remedy, failed, passed, warned
 from kimi_dflash.rules.deployment import Deployment
-from kimi_dflash.rules.model import Fact, Rule, label
+from kimi_dflash.rules.model import Fact, Findings, Rule, label
 from kimi_dflash.rules.rope_amplitude import (
     CHOICE_KEY,
     ENGINE,
@@ -21,7 +21,7 @@ ROPE_OVERLAY = "drafter RoPE overlay"
 SLIDING_DRAFTER_BACKEND = "TRITON_ATTN"  # ROCM_ATTN loses a sliding-window drafter's acceptance under batching
 
 
-def _check_quantized_drafter(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
+def _check_quantized_drafter(deployment: Deployment, source: VllmSource) -> Findings:
     if not deployment.dflash:
         return []
     spec_quant, drafter = deployment.speculative.get("quantization"), deployment.drafter
@@ -37,15 +37,13 @@ def _check_quantized_drafter(deployment: Deployment, source: VllmSource) -> list
         if ignored
         else ""
     )
-    return [
-        failed(
-            f"weight-quantised DFlash drafter: {'; '.join(reasons)}{mapping}. A quantised DFlash drafter breaks, "
-            f"silently corrupts output or collapses acceptance (vllm #51581, #61003, open in every release to "
-            f"{label(source)}); vLLM starts",
-            "use the unquantised (BF16) drafter checkpoint and drop speculative_config.quantization",
-            "quantised DFlash drafter (#51581, #61003)",
-        )
-    ]
+    return failed(
+        f"weight-quantised DFlash drafter: {'; '.join(reasons)}{mapping}. A quantised DFlash drafter breaks, "
+        f"silently corrupts output or collapses acceptance (vllm #51581, #61003, open in every release to "
+        f"{label(source)}); vLLM starts",
+        "use the unquantised (BF16) drafter checkpoint and drop speculative_config.quantization",
+        "quantised DFlash drafter (#51581, #61003)",
+    )
 
 
 def _rope(deployment: Deployment, source: VllmSource) -> RopeDecision | None:
@@ -55,17 +53,17 @@ def _rope(deployment: Deployment, source: VllmSource) -> RopeDecision | None:
     return decide(drafter, source, deployment.drafter_rope_amplitude) if useful and drafter else None
 
 
-def _check_rope_amplitude(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
+def _check_rope_amplitude(deployment: Deployment, source: VllmSource) -> Findings:
     try:
         decision = _rope(deployment, source)
     except UnreadableRope as error:
-        return [warned(f"cannot read {label(source)}'s YaRN amplitude: {error}", "confirm acceptance by position")]
+        return warned(f"cannot read {label(source)}'s YaRN amplitude: {error}", "confirm acceptance by position")
     if decision is None or decision.fix:
         return [] if decision is None else [warned(decision.message, decision.fix)]
     # The overlay to build (the decision is its value), or the one already served.
     overlay = decision.overlay or (deployment.drafter and deployment.drafter.overlay)
     relies = (Remedy("overlay", ROPE_OVERLAY, decision if decision.overlay else None),) if overlay else ()
-    return [passed(decision.message, relies=relies)]
+    return passed(decision.message, relies=relies)
 
 
 def _amplitude_cell(source: VllmSource, deployment: Deployment) -> str:
@@ -81,26 +79,24 @@ def _amplitude_cell(source: VllmSource, deployment: Deployment) -> str:
     return f"{release} vs {LEGACY} {round(decision.legacy, 4)} {where}; {LEGACY}: launcher overlay"
 
 
-def _check_sliding_window_drafter(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
+def _check_sliding_window_drafter(deployment: Deployment, source: VllmSource) -> Findings:
     drafter, backend = deployment.drafter, deployment.drafter_attention_backend
     if deployment.platform != "rocm" or drafter is None or not drafter.sliding_window:
         return []
     if backend not in (None, "ROCM_ATTN"):
-        return [passed(f"the sliding-window drafter runs on {backend}, not ROCM_ATTN (vllm #53323)")]
+        return passed(f"the sliding-window drafter runs on {backend}, not ROCM_ATTN (vllm #53323)")
     key = "DRAFT_ATTENTION_BACKEND"
     if backend is None and deployment.option_keys:  # a launcher's plan, the key left empty: serve sets it
         remedy = Remedy("config", key, SLIDING_DRAFTER_BACKEND)
         return [
             passed(f"the drafter has sliding-window layers: serve sets {key}={remedy.value} (vllm #53323)", (remedy,))
         ]
-    return [
-        failed(
-            f"the drafter has sliding-window layers and runs on {backend or 'ROCM_ATTN (ROCm default for drafts)'}: "
-            f"its acceptance drops under batching (vllm #53323, open to {label(source)}); vLLM starts",
-            f"{key}={SLIDING_DRAFTER_BACKEND} (serve sets it when the key is empty)",
-            "sliding-window drafter on ROCM_ATTN (#53323)",
-        )
-    ]
+    return failed(
+        f"the drafter has sliding-window layers and runs on {backend or 'ROCM_ATTN (ROCm default for drafts)'}: "
+        f"its acceptance drops under batching (vllm #53323, open to {label(source)}); vLLM starts",
+        f"{key}={SLIDING_DRAFTER_BACKEND} (serve sets it when the key is empty)",
+        "sliding-window drafter on ROCM_ATTN (#53323)",
+    )
 
 
 RULES = (

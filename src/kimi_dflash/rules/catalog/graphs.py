@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import ast
 import json
+from collections.abc import Iterator
 
 from kimi_dflash.core.checks import CheckResult, failed, passed, warned
 from kimi_dflash.rules.deployment import Deployment
-from kimi_dflash.rules.model import Fact, Rule, label
+from kimi_dflash.rules.model import Fact, Findings, Rule, label
 from kimi_dflash.rules.source import SourceLine, VllmSource
 
 COMPILATION_CONFIG = "vllm/config/compilation.py"
@@ -22,19 +23,10 @@ def mla_kv_write_fusion(source: VllmSource) -> SourceLine | None:
     return source.line_of(MLA_FUSION_PASS, "unified_mla_kv_cache_update(")
 
 
-def capture_size_rounding(source: VllmSource) -> SourceLine | None:
-    """`CompilationConfig.adjust_cudagraph_sizes_for_spec_decode`: vLLM rounds capture sizes to multiples of 1 + k,
-    but only for FULL decode graphs on the V1 runner; PIECEWISE capture keeps unaligned sizes (#46324)."""
-    function = source.function(COMPILATION_CONFIG, "CompilationConfig.adjust_cudagraph_sizes_for_spec_decode")
-    return None if function is None else SourceLine(COMPILATION_CONFIG, function.lineno)
-
-
 def capture_sizes(deployment: Deployment) -> list[int] | None:
-    """Capture sizes the plan sets: --cudagraph-capture-sizes / --cuda-graph-sizes, or cudagraph_capture_sizes in a
-    --compilation-config JSON."""
+    """Capture sizes the plan sets (--cudagraph-capture-sizes, --cuda-graph-sizes or --compilation-config JSON)."""
     for option in ("--cudagraph-capture-sizes", "--cuda-graph-sizes"):
-        value = deployment.command.value(option)
-        if value:
+        if value := deployment.command.value(option):
             try:
                 return [int(v) for v in value.replace(",", " ").split()]
             except ValueError:
@@ -48,91 +40,74 @@ def capture_sizes(deployment: Deployment) -> list[int] | None:
     return [int(v) for v in sizes] if isinstance(sizes, list) else None
 
 
-def _fusion_cell(source: VllmSource, _deployment: Deployment) -> str:
-    fusion = mla_kv_write_fusion(source)
-    return "absent" if fusion is None else f"`{fusion}`"
-
-
-def _check_graphs(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
+def _check_graphs(deployment: Deployment, source: VllmSource) -> Iterator[CheckResult]:
     if deployment.command.flag("--enforce-eager") or deployment.platform == "cpu":
-        return []
-    findings: list[CheckResult] = []
+        return
     fusion = mla_kv_write_fusion(source)
     if deployment.kv_scale_mode != "off" and fusion is not None:
-        findings.append(
-            failed(
-                f"KV_SCALE_MODE={deployment.kv_scale_mode} with graphs (ENFORCE_EAGER=false): the compile pass at "
-                f"{fusion} replaces unified_mla_kv_cache_update (which calls impl.do_kv_cache_update, the method the "
-                "KV-scale hook wraps) with a fused rope + cache write, so the hook can be bypassed",
-                "ENFORCE_EAGER=true for FP8 KV-scale modes, or KV_SCALE_MODE=off",
-                "KV-scale hook with graphs",
-            )
+        yield failed(
+            f"KV_SCALE_MODE={deployment.kv_scale_mode} with graphs (ENFORCE_EAGER=false): the compile pass at "
+            f"{fusion} replaces unified_mla_kv_cache_update (which calls impl.do_kv_cache_update, the method the "
+            "KV-scale hook wraps) with a fused rope + cache write, so the hook can be bypassed",
+            "ENFORCE_EAGER=true for FP8 KV-scale modes, or KV_SCALE_MODE=off",
+            "KV-scale hook with graphs",
         )
     k = deployment.num_speculative_tokens
     if k is None:
-        return findings
+        return
     step, sizes = 1 + k, capture_sizes(deployment)
     if sizes is None:
-        findings.append(
-            warned(
-                f"graphs with spec decode and no capture sizes set: vLLM's defaults are not multiples of 1 + k = "
-                f"{step}; it rounds them only for FULL decode graphs on the V1 runner ({capture_size_rounding(source)}"
-                "), and unaligned PIECEWISE sizes can crash mid-decode (vllm #46324)",
-                f"set cudagraph_capture_sizes to multiples of {step} (--compilation-config in EXTRA_VLLM_ARGS)",
-            )
+        # CompilationConfig.adjust_cudagraph_sizes_for_spec_decode: FULL decode graphs on V1 only (#46324)
+        rounding = source.line_of(COMPILATION_CONFIG, "def adjust_cudagraph_sizes_for_spec_decode")
+        yield warned(
+            f"graphs with spec decode and no capture sizes set: vLLM's defaults are not multiples of 1 + k = "
+            f"{step}; it rounds them only for FULL decode graphs on the V1 runner ({rounding}"
+            "), and unaligned PIECEWISE sizes can crash mid-decode (vllm #46324)",
+            f"set cudagraph_capture_sizes to multiples of {step} (--compilation-config in EXTRA_VLLM_ARGS)",
         )
     elif bad := [s for s in sizes if s % step]:
-        findings.append(
-            failed(
-                f"capture sizes {bad} are not multiples of 1 + k = {step}: a verify batch padded to them splits "
-                "requests across a graph boundary and can crash mid-decode (vllm #46324)",
-                f"use multiples of {step} only, e.g. {[step * i for i in (1, 2, 4, 8)]}",
-                f"capture sizes not multiples of {step} (#46324)",
-            )
+        yield failed(
+            f"capture sizes {bad} are not multiples of 1 + k = {step}: a verify batch padded to them splits "
+            "requests across a graph boundary and can crash mid-decode (vllm #46324)",
+            f"use multiples of {step} only, e.g. {[step * i for i in (1, 2, 4, 8)]}",
+            f"capture sizes not multiples of {step} (#46324)",
         )
     else:
-        findings.append(passed(f"capture sizes {sizes} are multiples of 1 + k = {step}"))
+        yield passed(f"capture sizes {sizes} are multiples of 1 + k = {step}")
     downgrade = source.line_of(COMPILATION_CONFIG, "cudagraph_mode = fallback_mode")
-    findings.append(
-        warned(
-            "spec decode can be silently downgraded to PIECEWISE graphs when an attention backend does not support "
-            f"FULL for a uniform verify batch (vllm #49547{'; ' + str(downgrade) if downgrade else ''}): nothing "
-            "fails, decode is slower",
-            "check the server log's resolved cudagraph_mode (FULL_AND_PIECEWISE or FULL_DECODE_ONLY expected)",
-        )
+    yield warned(
+        "spec decode can be silently downgraded to PIECEWISE graphs when an attention backend does not support "
+        f"FULL for a uniform verify batch (vllm #49547{'; ' + str(downgrade) if downgrade else ''}): nothing "
+        "fails, decode is slower",
+        "check the server log's resolved cudagraph_mode (FULL_AND_PIECEWISE or FULL_DECODE_ONLY expected)",
     )
-    return findings
 
 
 def breakable_architectures(source: VllmSource) -> set[str]:
-    """Architectures vLLM turns breakable graphs on for while VLLM_USE_BREAKABLE_CUDAGRAPH is unset (0.26+; every
-    platform's, a superset of ROCm's): DEFAULT_BREAKABLE_CUDAGRAPH_ARCHITECTURES (0.29+) and the strings of the
-    conditions that test the variable (0.26-0.28 list the architectures there)."""
+    """Architectures vLLM turns breakable graphs on for while VLLM_USE_BREAKABLE_CUDAGRAPH is unset (0.26+, all
+    platforms): DEFAULT_BREAKABLE_CUDAGRAPH_ARCHITECTURES (0.29+), or the strings of the tests of the variable."""
     tree = source.tree(VLLM_CONFIG)
-    tests = (
-        [n.test for n in ast.walk(tree) if isinstance(n, ast.If) and BREAKABLE in ast.unparse(n.test)] if tree else []
-    )
+    ifs = (n for n in ast.walk(tree) if isinstance(n, ast.If)) if tree else ()
+    tests = [n.test for n in ifs if BREAKABLE in ast.unparse(n.test)]
     strings = {n.value for t in tests for n in ast.walk(t) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
     return strings | set(source.assigned_strings(VLLM_CONFIG, "DEFAULT_BREAKABLE_CUDAGRAPH_ARCHITECTURES"))
 
 
-def _check_breakable(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
+def _check_breakable(deployment: Deployment, source: VllmSource) -> Findings:
     declared = source.line_of("vllm/envs.py", f'"{BREAKABLE}"')
     if deployment.platform != "rocm" or deployment.command.flag("--enforce-eager") or declared is None:
         return []
     value = deployment.env.get(BREAKABLE, "").strip()
     auto = sorted(set(deployment.target.architectures if deployment.target else ()) & breakable_architectures(source))
     if value != "1" and (value or not auto):
-        return [passed(f"breakable CUDA graphs stay off ({BREAKABLE} {value or 'unset'}; {declared})")]
+        return passed(f"breakable CUDA graphs stay off ({BREAKABLE} {value or 'unset'}; {declared})")
     why = f"{BREAKABLE}=1" if value else f"{label(source)} turns them on for {', '.join(auto)} ({VLLM_CONFIG})"
-    return [
-        warned(
-            f"breakable CUDA graphs on ROCm ({why}): vLLM then turns its torch.compile pipeline off, they regress "
-            "performance on ROCm (vLLM 0.30+'s own reason for keeping them off there), and the Kimi-K3 recipe "
-            f"requires {BREAKABLE}=0 on ROCm",
-            f"set {BREAKABLE}=0 in serve's environment",
-        )
-    ]
+    return warned(
+        f"breakable CUDA graphs on ROCm ({why}): vLLM then turns its torch.compile pipeline off, they regress "
+        "performance on ROCm (vLLM 0.30+'s own reason for keeping them off there), and the Kimi-K3 recipe "
+        f"requires {BREAKABLE}=0 on ROCm",
+        f"set {BREAKABLE}=0 in serve's environment",
+    )
 
 
 RULES = (
@@ -148,7 +123,7 @@ RULES = (
         silent_at_startup="capture sizes are used at graph capture and decode, after start-up; the PIECEWISE "
         "downgrade is logged, not raised",
         upstream=("vllm #46324", "vllm #49547"),
-        facts=(Fact("MLA KV-write fusion pass (bypasses the KV-scale hook)", _fusion_cell),),
+        facts=(Fact("MLA KV-write fusion pass (bypasses the KV-scale hook)", lambda s, _: mla_kv_write_fusion(s)),),
     ),
     Rule(
         "breakable graphs on rocm",

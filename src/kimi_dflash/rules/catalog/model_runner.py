@@ -6,10 +6,10 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from kimi_dflash.core.checks import CheckResult, failed, passed, warned
+from kimi_dflash.core.checks import failed, passed, warned
 from kimi_dflash.patcher import floor
 from kimi_dflash.rules.deployment import TRUE_WORDS, Deployment
-from kimi_dflash.rules.model import Fact, Rule, label
+from kimi_dflash.rules.model import Fact, Findings, Rule, label
 from kimi_dflash.rules.source import SourceLine, VllmSource
 
 RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
@@ -35,11 +35,9 @@ def model_runner(
     env_value: str | None,
     architectures: tuple[str, ...] = (),
 ) -> RunnerChoice | None:
-    """The runner `VllmConfig.use_v2_model_runner` (vllm/config/vllm.py) gives the plan, followed branch by branch:
-    the VLLM_USE_V2_MODEL_RUNNER override; `_is_default_v2_model_runner_model` (0.22-0.28: MoE or quantised models
-    stay on V1); `HAS_TRITON` (false on the CPU build); the speculative methods
-    `_get_v2_model_runner_unsupported_features` lists. Releases without the property (0.20-0.21) read the variable
-    alone, default 0 (V1)."""
+    """The runner `VllmConfig.use_v2_model_runner` gives the plan, branch by branch: the VLLM_USE_V2_MODEL_RUNNER
+    override; `_is_default_v2_model_runner_model` (0.22-0.28: MoE or quantised models stay on V1); `HAS_TRITON` (not
+    on the CPU build); `_get_v2_model_runner_unsupported_features`. 0.20-0.21: the variable alone, default V1."""
     prop = source.function(VLLM_CONFIG, "VllmConfig.use_v2_model_runner")
     override = None if not (env_value or "").strip() else (env_value or "").strip().lower() in TRUE_WORDS
     if prop is None:
@@ -77,13 +75,9 @@ def _method_unsupported(function: ast.FunctionDef, method: str) -> bool:
         if not appends or "parallel_drafting" in ast.unparse(node.test):  # a P-EAGLE feature, not the method
             continue
         for test in ast.walk(node.test):
-            if (
-                isinstance(test, ast.Compare)
-                and ast.unparse(test.left).endswith(".method")
-                and len(test.ops) == 1
-                and isinstance(test.comparators[0], (ast.Tuple, ast.List, ast.Set))
-            ):
-                names = {e.value for e in test.comparators[0].elts if isinstance(e, ast.Constant)}
+            listed = test.comparators[0] if isinstance(test, ast.Compare) and len(test.ops) == 1 else None
+            if isinstance(listed, (ast.Tuple, ast.List, ast.Set)) and ast.unparse(test.left).endswith(".method"):
+                names = {e.value for e in listed.elts if isinstance(e, ast.Constant)}
                 op = test.ops[0]
                 if (isinstance(op, ast.In) and method in names) or (isinstance(op, ast.NotIn) and method not in names):
                     return True
@@ -91,8 +85,7 @@ def _method_unsupported(function: ast.FunctionDef, method: str) -> bool:
 
 
 def v2_builds_model_layers(source: VllmSource) -> SourceLine | None:
-    """Where the V2 runner (v1/worker/gpu/model_runner.py) builds its model through vLLM's model loader: the same
-    model code, hence the same MLAAttention layer the KV-scale hook wraps."""
+    """Where the V2 runner builds its model through vLLM's model loader (the MLAAttention the KV-scale hook wraps)."""
     return source.line_of(V2_RUNNER, "get_model(", "get_model_loader(")
 
 
@@ -114,48 +107,44 @@ def _runner_cell(source: VllmSource, deployment: Deployment) -> str:
     return "?" if runner is None else f"{runner.runner} ({runner.why}; `{runner.where}`)"
 
 
-def _check_model_runner(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
+def _check_model_runner(deployment: Deployment, source: VllmSource) -> Findings:
     choice = runner_choice(deployment, source)
     if choice is None:
-        return [warned(f"cannot tell which model runner {label(source)} picks: no use_v2_model_runner found")]
+        return warned(f"cannot tell which model runner {label(source)} picks: no use_v2_model_runner found")
     detail = f"{label(source)} runs this plan on Model Runner {choice.runner}: {choice.why} ({choice.where})"
     if choice.runner == "V2" and deployment.kv_scale_mode != "off":
         built = v2_builds_model_layers(source)
         if built is None:
-            return [
-                failed(
-                    detail + f"; KV_SCALE_MODE={deployment.kv_scale_mode} but the V2 runner's model construction was "
-                    f"not found ({V2_RUNNER}), so the KV-scale hook cannot be shown to act on it",
-                    f"set {RUNNER_ENV}=0 in the environment, or KV_SCALE_MODE=off",
-                    "KV-scale hook on V2",
-                )
-            ]
+            return failed(
+                detail + f"; KV_SCALE_MODE={deployment.kv_scale_mode} but the V2 runner's model construction was "
+                f"not found ({V2_RUNNER}), so the KV-scale hook cannot be shown to act on it",
+                f"set {RUNNER_ENV}=0 in the environment, or KV_SCALE_MODE=off",
+                "KV-scale hook on V2",
+            )
         detail += (
             "; the KV-scale hook wraps the model's MLAAttention layers, which V2 builds through vLLM's model loader "
             f"like V1 ({built})"
         )
     if deployment.platform == "cpu" and choice.runner == "V1":
         detail += "; GPU builds of the same release may run V2 (the CPU demo exercises V1 only)"
-    return [passed(detail)]
+    return passed(detail)
 
 
 V2_DFLASH = "vllm/v1/worker/gpu/spec_decode/dflash/"
 
 
-def _check_dflash_on_v2(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
+def _check_dflash_on_v2(deployment: Deployment, source: VllmSource) -> Findings:
     choice = runner_choice(deployment, source) if deployment.dflash else None
     if choice is None or choice.runner != "V2":
         return []
     if floor.holds(source.text(f"vllm/{floor.PATH}")):  # 0.26.0 on, past the releases where it collapsed
-        return [passed(f"{label(source)} is past 0.25.1, where DFlash on V2 lost its acceptance (vllm #49559)")]
+        return passed(f"{label(source)} is past 0.25.1, where DFlash on V2 lost its acceptance (vllm #49559)")
     first = next(source.paths(V2_DFLASH), None)
-    return [
-        warned(
-            f"DFlash on Model Runner V2 in {label(source)} ({first or V2_DFLASH}): in 0.24.0-0.25.1, the releases "
-            "with V2's first DFlash speculator, acceptance fell to ~0 on V2 and was normal on V1 (vllm #49559)",
-            f"{RUNNER_ENV}=0 (V1), or vLLM >= {floor.RELEASE}; confirm acceptance by position",
-        )
-    ]
+    return warned(
+        f"DFlash on Model Runner V2 in {label(source)} ({first or V2_DFLASH}): in 0.24.0-0.25.1, the releases "
+        "with V2's first DFlash speculator, acceptance fell to ~0 on V2 and was normal on V1 (vllm #49559)",
+        f"{RUNNER_ENV}=0 (V1), or vLLM >= {floor.RELEASE}; confirm acceptance by position",
+    )
 
 
 RULES = (

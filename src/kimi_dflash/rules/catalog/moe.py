@@ -7,17 +7,15 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-from kimi_dflash.core.checks import CheckResult, failed, passed, warned
+from kimi_dflash.core.checks import failed, passed, warned
 from kimi_dflash.rules.deployment import Deployment
-from kimi_dflash.rules.model import Rule, label
+from kimi_dflash.rules.model import Findings, Rule, label
 from kimi_dflash.rules.source import VllmSource
 
 WNA16_ORACLE = "vllm/model_executor/layers/fused_moe/oracle/int_wna16.py"
 CT_MOE_DIR = "vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors_moe/"
-# The class vLLM builds for compressed-tensors WNA16 experts, per platform, in order of preference: CUDA uses the
-# Marlin method where a release has one (it is picked whenever Marlin supports the layer, true for Kimi's
-# shapes); ROCm always falls through to the generic method (Marlin is CUDA-only, and the RDNA3 / gfx950-FlyDSL
-# special cases do not apply to MI300X), as does the CPU build.
+# The class vLLM builds for compressed-tensors WNA16 experts, by preference: CUDA's Marlin method where a release has
+# one (it fits Kimi's shapes); ROCm (Marlin is CUDA-only) and the CPU build fall through to the generic method.
 WNA16_METHODS = {
     "rocm": ("CompressedTensorsWNA16MoEMethod",),
     "cpu": ("CompressedTensorsWNA16MoEMethod",),
@@ -38,17 +36,14 @@ class Wna16BackendChoice:
 
 
 def wna16_backend_choice(source: VllmSource, platform: str) -> Wna16BackendChoice | None:
-    """Reads the method class (compressed_tensors_moe/), whether it calls `select_wna16_moe_backend`, whether that
-    oracle maps `moe_backend` through `map_wna16_backend`, and that function's `mapping` keys."""
+    """The WNA16 method class, whether it hands --moe-backend to map_wna16_backend, and that mapping's keys."""
     for method in WNA16_METHODS.get(platform, ()):
         module = source.find_module(method, CT_MOE_DIR)
         if module is None:
             continue
         calls_oracle = bool(source.calls(module, method, "select_wna16_moe_backend"))
         oracle = source.function(WNA16_ORACLE, "select_wna16_moe_backend")
-        maps = oracle is not None and any(
-            isinstance(n, ast.Call) and ast.unparse(n.func) == "map_wna16_backend" for n in ast.walk(oracle)
-        )
+        maps = oracle is not None and "map_wna16_backend(" in ast.unparse(oracle)
         accepted = source.dict_keys(WNA16_ORACLE, "mapping", "map_wna16_backend") or ()
         return Wna16BackendChoice(method, calls_oracle and maps and bool(accepted), tuple(accepted))
     return None
@@ -64,55 +59,42 @@ def host_has_amx(cpuinfo: Path = CPUINFO) -> bool | None:
     return "amx_tile" in flags.split()
 
 
-def _check_wna16_moe_backend(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
+def _check_wna16_moe_backend(deployment: Deployment, source: VllmSource) -> Findings:
     target, backend = deployment.target, deployment.moe_backend
     if target is None:
-        return [
-            warned(
-                "cannot check --moe-backend against the experts' quantisation: no checkpoint facts",
-                "set MODEL_DIR to the downloaded checkpoint",
-            )
-        ]
+        fix = "set MODEL_DIR to the downloaded checkpoint"
+        return warned("cannot check --moe-backend against the experts' quantisation: no checkpoint facts", fix)
     if target.wna16_experts is None:
         what = "are not WNA16-quantised" if target.routed_experts else "do not exist (no MoE layers)"
-        return [passed(f"--moe-backend {backend}: the target's MoE experts {what}")]
+        return passed(f"--moe-backend {backend}: the target's MoE experts {what}")
     choice = wna16_backend_choice(source, deployment.platform)
     if choice is None:
-        return [
-            warned(
-                f"--moe-backend {backend}: cannot verify, no compressed-tensors WNA16 MoE method found in "
-                f"{label(source)}"
-            )
-        ]
+        return warned(
+            f"--moe-backend {backend}: cannot verify, no compressed-tensors WNA16 MoE method found in {label(source)}"
+        )
     if backend == "auto":
-        kernel = (
-            "its WNA16 oracle picks the kernel" if choice.honours_moe_backend else "it runs vLLM's Triton WNA16 kernel"
-        )
-        return [passed(f"no --moe-backend: {choice.method} handles the experts; {kernel}")]
+        kernel = "its WNA16 oracle picks the" if choice.honours_moe_backend else "it runs vLLM's Triton WNA16"
+        return passed(f"no --moe-backend: {choice.method} handles the experts; {kernel} kernel")
     if not choice.honours_moe_backend:
-        return [
-            passed(
-                f"--moe-backend {backend} is ignored for these experts on {deployment.platform}: {choice.method} "
-                "never reads it (Triton WNA16 kernel); harmless here, but releases whose WNA16 oracle maps "
-                "--moe-backend refuse values it does not list"
-            )
-        ]
-    if backend in choice.accepted:
-        return [passed(f"--moe-backend {backend} is accepted for WNA16 experts ({choice.method})")]
-    return [
-        failed(
-            f"--moe-backend {backend}: {choice.method} passes it to select_wna16_moe_backend, whose "
-            f"map_wna16_backend accepts only {', '.join(choice.accepted)} and raises ValueError "
-            f"(\"moe_backend='{backend}' is not supported for WNA16 MoE\") while the model is built "
-            f"- the checkpoint's experts are {target.wna16_experts.describe()}",
-            f"set {deployment.blame('--moe-backend')} to auto (vLLM picks its WNA16 kernel; Triton on ROCm)"
-            f"{' or triton' if 'triton' in choice.accepted else ''}",
-            f"--moe-backend {backend} on WNA16 experts",
+        return passed(
+            f"--moe-backend {backend} is ignored for these experts on {deployment.platform}: {choice.method} "
+            "never reads it (Triton WNA16 kernel); harmless here, but releases whose WNA16 oracle maps "
+            "--moe-backend refuse values it does not list"
         )
-    ]
+    if backend in choice.accepted:
+        return passed(f"--moe-backend {backend} is accepted for WNA16 experts ({choice.method})")
+    return failed(
+        f"--moe-backend {backend}: {choice.method} passes it to select_wna16_moe_backend, whose "
+        f"map_wna16_backend accepts only {', '.join(choice.accepted)} and raises ValueError "
+        f"(\"moe_backend='{backend}' is not supported for WNA16 MoE\") while the model is built "
+        f"- the checkpoint's experts are {target.wna16_experts.describe()}",
+        f"set {deployment.blame('--moe-backend')} to auto (vLLM picks its WNA16 kernel; Triton on ROCm)"
+        f"{' or triton' if 'triton' in choice.accepted else ''}",
+        f"--moe-backend {backend} on WNA16 experts",
+    )
 
 
-def check_cpu_wna16(deployment: Deployment, source: VllmSource, amx: bool | None = None) -> list[CheckResult]:
+def check_cpu_wna16(deployment: Deployment, source: VllmSource, amx: bool | None = None) -> Findings:
     """vLLM-CPU's WNA16 MoE oracle (`_get_priority_backends`) offers only ZEN_CPU (gated by VLLM_CPU_INT4_W4A8,
     zentorch) and CPU (CPUExpertsInt4, which needs AMX tiles: `torch.cpu._is_amx_tile_supported()`). The rule reads
     both gates from the source and this host's /proc/cpuinfo (`amx`: what a test says the host has)."""
@@ -123,29 +105,25 @@ def check_cpu_wna16(deployment: Deployment, source: VllmSource, amx: bool | None
     amx_at, zen_at = source.line_of(CPU_EXPERTS, AMX_PROBE), source.line_of(WNA16_ORACLE, ZEN_ENV)
     refused = f"vLLM stops while the model is built ('{NO_CPU_KERNEL}')"
     if amx_at is None and zen_at is None:
-        return [
-            failed(
-                f"the target's MoE experts are {experts.describe()} and {label(source)} has no CPU WNA16 MoE kernel "
-                f"({CPU_EXPERTS} has no AMX path, {WNA16_ORACLE} no {ZEN_ENV} path): {refused}",
-                "serve BF16 experts on CPU (FABRICATE_DEMO_MODELS=kimi); keep the INT4 demo for compatibility checks",
-                "no CPU WNA16 MoE kernel",
-            )
-        ]
+        return failed(
+            f"the target's MoE experts are {experts.describe()} and {label(source)} has no CPU WNA16 MoE kernel "
+            f"({CPU_EXPERTS} has no AMX path, {WNA16_ORACLE} no {ZEN_ENV} path): {refused}",
+            "serve BF16 experts on CPU (FABRICATE_DEMO_MODELS=kimi); keep the INT4 demo for compatibility checks",
+            "no CPU WNA16 MoE kernel",
+        )
     amx = host_has_amx() if amx is None else amx
     if amx:
-        return [passed(f"WNA16 experts on CPU: this host has AMX tiles, CPUExpertsInt4 runs them ({amx_at})")]
+        return passed(f"WNA16 experts on CPU: this host has AMX tiles, CPUExpertsInt4 runs them ({amx_at})")
     if deployment.env_true(ZEN_ENV) and zen_at is not None:
-        return [warned(f"WNA16 experts on CPU through ZEN_CPU ({ZEN_ENV}=1, {zen_at}): needs zentorch")]
+        return warned(f"WNA16 experts on CPU through ZEN_CPU ({ZEN_ENV}=1, {zen_at}): needs zentorch")
     host = "this host's CPU has no amx_tile flag" if amx is False else "/proc/cpuinfo could not be read"
-    return [
-        failed(
-            f"the target's MoE experts are {experts.describe()}: vLLM-CPU runs them only with AMX tiles "
-            f"(CPUExpertsInt4, {amx_at}) or {ZEN_ENV}=1 with zentorch ({zen_at}), and {host}: {refused}",
-            "serve BF16 experts on this host (FABRICATE_DEMO_MODELS=kimi, configs/demo-cpu.env); the INT4 demo is "
-            "for compatibility checks",
-            "no CPU WNA16 MoE kernel on this host",
-        )
-    ]
+    return failed(
+        f"the target's MoE experts are {experts.describe()}: vLLM-CPU runs them only with AMX tiles "
+        f"(CPUExpertsInt4, {amx_at}) or {ZEN_ENV}=1 with zentorch ({zen_at}), and {host}: {refused}",
+        "serve BF16 experts on this host (FABRICATE_DEMO_MODELS=kimi, configs/demo-cpu.env); the INT4 demo is "
+        "for compatibility checks",
+        "no CPU WNA16 MoE kernel on this host",
+    )
 
 
 RULES = (

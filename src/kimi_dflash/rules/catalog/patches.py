@@ -10,7 +10,7 @@ from kimi_dflash.core.checks import CheckResult, Remedy, failed, passed
 from kimi_dflash.patcher import floor
 from kimi_dflash.rules import backends
 from kimi_dflash.rules.deployment import Deployment
-from kimi_dflash.rules.model import Rule, label
+from kimi_dflash.rules.model import Findings, Rule, label
 from kimi_dflash.rules.source import VllmSource
 
 if TYPE_CHECKING:
@@ -60,9 +60,9 @@ def _hooks_present(patch: Patch, source: VllmSource) -> bool:
     return all(text is not None and probe.matches(text) for probe, text in texts)
 
 
-def _check_patches(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
+def _check_patches(deployment: Deployment, source: VllmSource) -> Findings:
     if floor.holds(source.text(f"vllm/{floor.PATH}")):
-        return [passed(f"{label(source)} is {floor.describe()}: every fix a patch stood in for is upstream")]
+        return passed(f"{label(source)} is {floor.describe()}: every fix a patch stood in for is upstream")
     from kimi_dflash.patcher.model import Status
     from kimi_dflash.patcher.registry import PATCHES, source_paths
     from kimi_dflash.patcher.status import evaluate_all
@@ -75,13 +75,9 @@ def _check_patches(deployment: Deployment, source: VllmSource) -> list[CheckResu
             done.append(f"{patch.id} ({state.status.value})")
             continue
         if state.status is Status.UNRECOGNISED:
-            findings.append(
-                failed(
-                    f"{patch.id}: {state.detail} - the plugin refuses to start vLLM on a tree it does not recognise",
-                    f"use vLLM >= {floor.OLDEST}, or KIMI_DFLASH_PATCHES=off to start without the patches",
-                    f"unrecognised {patch.id}",
-                )
-            )
+            refused = f"{patch.id}: {state.detail} - the plugin refuses to start vLLM on a tree it does not recognise"
+            fix = f"use vLLM >= {floor.OLDEST}, or KIMI_DFLASH_PATCHES=off to start without the patches"
+            findings.append(failed(refused, fix, f"unrecognised {patch.id}"))
             continue
         need = needed(patch.needed_when, deployment, source)
         if need is False:
@@ -92,19 +88,11 @@ def _check_patches(deployment: Deployment, source: VllmSource) -> list[CheckResu
             runtime = f"{patch.id} pending in {label(source)}, {why}; {PLUGIN} installs it at runtime"
             findings.append(passed(runtime, relies=(Remedy("plugin", f"runtime patch {patch.id}"),)))
         elif patch.edits:
-            file_only = (
-                f"{patch.id} pending, {why}; only a file patch fixes it (serve.sh writes it on ROCm; the vLLM tree "
-                "must be writable)"
-            )
-            findings.append(passed(file_only, relies=(Remedy("file patch", patch.id),)))
+            file_only = f"{patch.id} pending, {why}; only a file patch fixes it (serve.sh writes it on ROCm"
+            findings.append(passed(f"{file_only}; the vLLM tree must be writable)", (Remedy("file patch", patch.id),)))
         else:
-            findings.append(
-                failed(
-                    f"{patch.id} {why}, and this vLLM lacks the upstream fix (PR {patch.upstream_pr})",
-                    f"use vLLM >= {patch.upstream_since}",
-                    f"patch {patch.id}",
-                )
-            )
+            lacks = f"{patch.id} {why}, and this vLLM lacks the upstream fix (PR {patch.upstream_pr})"
+            findings.append(failed(lacks, f"use vLLM >= {patch.upstream_since}", f"patch {patch.id}"))
     summary = [f"nothing to do for {', '.join(done)}"] if done else []
     if unneeded:
         summary.append("pending in this vLLM but not needed by this plan:\n" + "\n".join(f"  {u}" for u in unneeded))

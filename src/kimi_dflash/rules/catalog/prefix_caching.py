@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import re
 
-from kimi_dflash.core.checks import CheckResult, failed, passed, warned
+from kimi_dflash.core.checks import failed, passed, warned
 from kimi_dflash.core.envvars import ALLOW_DFLASH_PREFIX_CACHING
 from kimi_dflash.rules.deployment import Deployment
-from kimi_dflash.rules.model import Fact, Rule, label
+from kimi_dflash.rules.model import Fact, Findings, Rule, label
 from kimi_dflash.rules.source import SourceLine, VllmSource
 
 V1_DFLASH = "vllm/v1/spec_decode/dflash.py"
 V2_DFLASH_DIR = "vllm/v1/worker/gpu/spec_decode/dflash/"
 CPU_PLATFORM = "vllm/platforms/cpu.py"
-# What PR #47926 introduces: the DFlash input preparation learns how many of a request's tokens were restored
-# (prefix cache, KV connector, preemption) rather than computed, and masks them out of the draft context. Any such
-# count in the DFlash code paths marks the fix; 0.20-0.33 have none.
+# PR #47926's fix: DFlash counts a request's restored tokens (prefix cache, KV connector, preemption) and masks them out
+# of the draft context. Any such count in the DFlash code marks the fix; 0.20-0.33 have none.
 _PREFIX_FIX_RE = re.compile(r"\b\w*(?:restored|num_cached|cache_hit|prefix_hit)\w*\b", re.IGNORECASE)
 
 
@@ -45,21 +44,16 @@ def prefix_caching_on(deployment: Deployment, source: VllmSource) -> bool:
     return flags[-1] == "--enable-prefix-caching" if flags else prefix_caching_default(source) is not False
 
 
-def _fix_cell(source: VllmSource, _deployment: Deployment) -> str:
-    fix = dflash_prefix_fix(source)
-    return "absent" if fix is None else f"present (`{fix}`)"
-
-
-def _check_prefix_caching(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
+def _check_prefix_caching(deployment: Deployment, source: VllmSource) -> Findings:
     if not deployment.dflash or not prefix_caching_on(deployment, source):
         return []
     target = deployment.target
     cpu_off = source.line_of(CPU_PLATFORM, "enable_prefix_caching = False")
     if deployment.platform == "cpu" and target is not None and target.mla and cpu_off is not None:
-        return [passed(f"prefix caching on, but the CPU platform turns it off for MLA models ({cpu_off})")]
+        return passed(f"prefix caching on, but the CPU platform turns it off for MLA models ({cpu_off})")
     fixed = dflash_prefix_fix(source)
     if fixed is not None:
-        return [passed(f"prefix caching with DFlash: the drafter masks restored tokens ({fixed}; vllm #47926)")]
+        return passed(f"prefix caching with DFlash: the drafter masks restored tokens ({fixed}; vllm #47926)")
     where = ", ".join(dflash_sources(source)) or "no DFlash source"
     detail = (
         f"prefix caching is on with DFlash, and {label(source)}'s DFlash code ({where}) has no count of tokens "
@@ -68,15 +62,13 @@ def _check_prefix_caching(deployment: Deployment, source: VllmSource) -> list[Ch
         "PR #47926 open). vLLM gives no warning"
     )
     if deployment.env_true(ALLOW_DFLASH_PREFIX_CACHING):
-        return [warned(detail + "; allowed by ALLOW_DFLASH_PREFIX_CACHING=true")]
-    return [
-        failed(
-            detail,
-            f"turn prefix caching off ({deployment.blame('--enable-prefix-caching')}), or set "
-            "ALLOW_DFLASH_PREFIX_CACHING=true to accept the loss (the check then warns)",
-            "DFlash + prefix caching (#47930)",
-        )
-    ]
+        return warned(detail + "; allowed by ALLOW_DFLASH_PREFIX_CACHING=true")
+    return failed(
+        detail,
+        f"turn prefix caching off ({deployment.blame('--enable-prefix-caching')}), or set "
+        "ALLOW_DFLASH_PREFIX_CACHING=true to accept the loss (the check then warns)",
+        "DFlash + prefix caching (#47930)",
+    )
 
 
 RULES = (
@@ -91,6 +83,6 @@ RULES = (
         silent_at_startup="vLLM accepts prefix caching with DFlash and gives no warning; acceptance falls only as "
         "cache hits grow",
         upstream=("vllm #47930", "vllm #47926 (fix, open)"),
-        facts=(Fact("DFlash prefix-cache fix (#47926)", _fix_cell),),
+        facts=(Fact("DFlash prefix-cache fix (#47926)", lambda s, _: dflash_prefix_fix(s)),),
     ),
 )

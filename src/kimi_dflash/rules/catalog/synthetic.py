@@ -3,9 +3,9 @@ request kills the engine."""
 
 from __future__ import annotations
 
-from kimi_dflash.core.checks import CheckResult, failed, passed, warned
+from kimi_dflash.core.checks import failed, passed, warned
 from kimi_dflash.rules.deployment import Deployment
-from kimi_dflash.rules.model import Fact, Rule, label
+from kimi_dflash.rules.model import Fact, Findings, Rule, label
 from kimi_dflash.rules.source import SourceLine, VllmSource
 
 CPU_TRITON_UTILS = "vllm/utils/cpu_triton_utils.py"
@@ -17,27 +17,20 @@ def synthetic_cpu_refusal(source: VllmSource) -> SourceLine | None:
     return source.line_of(CPU_TRITON_UTILS, SYNTHETIC_CPU_MESSAGE)
 
 
-def _refusal_cell(source: VllmSource, _deployment: Deployment) -> str:
-    where = synthetic_cpu_refusal(source)
-    return "absent" if where is None else f"`{where}`"
-
-
-def _check_synthetic(deployment: Deployment, source: VllmSource) -> list[CheckResult]:
+def _check_synthetic(deployment: Deployment, source: VllmSource) -> Findings:
     if deployment.speculative.get("rejection_sample_method") != "synthetic":
         return []
     if deployment.platform != "cpu":
-        return [passed("synthetic acceptance on a GPU platform (a benchmark aid: outputs are not the model's)")]
+        return passed("synthetic acceptance on a GPU platform (a benchmark aid: outputs are not the model's)")
     where = synthetic_cpu_refusal(source)
     if where is None:
-        return [warned(f"synthetic acceptance on CPU: cannot verify, no CPU sampler refusal in {label(source)}")]
-    return [
-        failed(
-            "rejection_sample_method=synthetic on the CPU build: vLLM starts, and the first request kills the engine "
-            f"({SYNTHETIC_CPU_MESSAGE!r}, {where})",
-            "drop rejection_sample_method from --speculative-config on CPU (GPU only)",
-            "synthetic acceptance on CPU",
-        )
-    ]
+        return warned(f"synthetic acceptance on CPU: cannot verify, no CPU sampler refusal in {label(source)}")
+    return failed(
+        "rejection_sample_method=synthetic on the CPU build: vLLM starts, and the first request kills the engine "
+        f"({SYNTHETIC_CPU_MESSAGE!r}, {where})",
+        "drop rejection_sample_method from --speculative-config on CPU (GPU only)",
+        "synthetic acceptance on CPU",
+    )
 
 
 RULES = (
@@ -49,6 +42,6 @@ RULES = (
         "drop rejection_sample_method on CPU",
         _check_synthetic,
         silent_at_startup="vLLM's CPU sampler raises at the first request, not at start-up",
-        facts=(Fact("CPU synthetic-acceptance refusal", _refusal_cell),),
+        facts=(Fact("CPU synthetic-acceptance refusal", lambda s, _: synthetic_cpu_refusal(s)),),
     ),
 )
