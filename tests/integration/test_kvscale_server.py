@@ -30,7 +30,7 @@ import pytest
 
 from kimi_dflash.core.paths import cache_root
 from kimi_dflash.fp8.validate import kv_capacity_from_log
-from kimi_dflash.preflight.runtime_child import vllm_package_dir
+from kimi_dflash.patcher.floor import package_dir
 from repo_paths import REPO_ROOT
 from server_fixtures import DemoServer, ServerFactory, free_port, serve_env
 
@@ -262,7 +262,7 @@ def _cpu_takes_an_fp8_kv_cache() -> bool:
         import torch
     except ImportError:  # no cpu extra: the module's servers are skipped anyway
         return False
-    package = vllm_package_dir()
+    package = package_dir()
     gate = package / "v1/attention/backends/cpu_attn.py" if package else None
     if gate is None or not gate.is_file() or FP8_ON_CPU not in gate.read_text(encoding="utf-8"):
         return True  # this vLLM asks nothing of the CPU: the test runs and says what it does
