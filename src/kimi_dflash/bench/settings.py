@@ -17,11 +17,9 @@ from kimi_dflash.bench.datasets import DatasetInfo
 from kimi_dflash.bench.intervals import CONFIDENCE_LEVELS
 from kimi_dflash.bench.workload import BUILTIN, Dataset, load_dataset, unencodable_at
 from kimi_dflash.core import options, redaction
-from kimi_dflash.core.options import MAX_TOKENS, doc
+from kimi_dflash.core.options import DEFAULT_PORT, MAX_TOKENS, doc
 
-# What ./serve.sh starts by default (PORT in the config schema; a test keeps the two equal). The benchmark
-# cannot import the config package: it runs on a client box with aiohttp + numpy + pydantic only.
-DEFAULT_BASE_URL = "http://127.0.0.1:8262"
+DEFAULT_BASE_URL = f"http://127.0.0.1:{DEFAULT_PORT}"  # what ./serve.sh starts by default
 DEFAULT_SESSIONS = 8
 DEFAULT_OPEN_SESSIONS = 100
 # The longest open-loop run the benchmark will plan: its own waits (arrivals spread at the rate, think times),

@@ -17,7 +17,7 @@ from kimi_dflash.core.envvars import (
     DEFAULT_KV_SCALE_WARMUP_STEPS,
     KV_SCALE_MODE_OFF,
 )
-from kimi_dflash.core.options import PORT
+from kimi_dflash.core.options import DEFAULT_PORT, PORT
 from kimi_dflash.core.redaction import redact_command
 from kimi_dflash.demo.catalog import CHOICES as DEMO_CHOICES
 from kimi_dflash.demo.catalog import NONE as NO_DEMO
@@ -90,7 +90,9 @@ class ConfigValues:
         "firewall or with API_KEY set.",
         vllm=VllmOption("--host"),
     )
-    port: int = key(8262, "server", "TCP port of the OpenAI-compatible server.", **PORT, vllm=VllmOption("--port"))
+    port: int = key(
+        DEFAULT_PORT, "server", "TCP port of the OpenAI-compatible server.", **PORT, vllm=VllmOption("--port")
+    )
     api_key: str | None = key(
         None,
         "server",

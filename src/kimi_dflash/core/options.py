@@ -28,6 +28,7 @@ from kimi_dflash.core.errors import UserError
 KEY = "option"  # the field metadata key
 MAX_INT = 2**31 - 1  # an integer option's maximum unless it declares one (vllm-router overflows beyond 32 bits)
 PORT = {"minimum": 1, "maximum": 65535}  # a TCP port option's range: option(..., **PORT)
+DEFAULT_PORT = 8262  # where ./serve.sh serves unless the config says otherwise (the config schema, preflight, bench)
 VerbModule = str | types.ModuleType  # a verb's module, or its name (imported when the verb runs)
 MAX_TOKENS = 1 << 20  # a token count's: no model serves a reply or a prompt of over 1M tokens (Kimi K2.6: 256K)
 

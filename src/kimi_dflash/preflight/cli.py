@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_dflash.core.checks import exit_code, render
-from kimi_dflash.core.options import PORT, declare, fields_of, option
+from kimi_dflash.core.options import DEFAULT_PORT, PORT, declare, fields_of, option
 from kimi_dflash.preflight.request import DEFAULT_MIN_SHM_BYTES, GIB, Device, PreflightRequest
 from kimi_dflash.preflight.run import run_preflight
 from kimi_dflash.preflight.runtime_probe import interpreter_for_command
@@ -58,7 +58,7 @@ class PreflightOptions:
     draft_model_dir: Path | None = option("drafter checkpoint directory", metavar="DIR")
     draft_repo_hint: str | None = option("its Hugging Face repo id (download fix)", flag="--draft-repo", metavar="REPO")
     host: str = option("address the server will bind (default %(default)s)", default="127.0.0.1")
-    port: int = option("port the server will bind (default %(default)s)", default=8262, **PORT)
+    port: int = option("port the server will bind (default %(default)s)", default=DEFAULT_PORT, **PORT)
     feature: list[str] = option(
         "a vLLM feature the plan needs (repeatable); grammar below", repeatable=True, metavar="NAME", parse=_feature
     )

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, get_args
 
+from kimi_dflash.core.options import DEFAULT_PORT
+
 if TYPE_CHECKING:
     from kimi_dflash.rules.deployment import Deployment
     from kimi_dflash.rules.engine import Verdict
@@ -33,7 +35,7 @@ class PreflightRequest:
     model_fix_hint: str | None = None  # free text replacing the download command in the fix (the demo's fabrication)
     draft_fix_hint: str | None = None
     host: str = "127.0.0.1"  # where the server will listen
-    port: int = 8262
+    port: int = DEFAULT_PORT
     required_features: tuple[str, ...] = ()  # vLLM features the plan relies on (kimi_dflash.rules.features)
     fix_numa: bool = False  # set kernel.numa_balancing=0 when it is on and we are root
     min_shm_bytes: int | None = None  # /dev/shm size below which the check warns (cpu) or fails; None: default
