@@ -251,12 +251,8 @@ def moe_weights(index: int) -> dict[str, np.ndarray]:
     router = np.zeros((layout.N_ROUTED_EXPERTS, layout.HIDDEN_SIZE))
     router[:, layout.F] = noise(f"{p}.gate", layout.N_ROUTED_EXPERTS, layout.CODE_DIMS, layout.ROUTER_CODE_STD)
     router[:, layout.N] = noise(f"{p}.gate.n", layout.N_ROUTED_EXPERTS, N_DIMS, layout.NOISE_STD)
-    weights = {
-        f"{p}.gate.weight": router,
-        f"{p}.gate.e_score_correction_bias": noise(
-            f"{p}.gate.e_score_correction_bias", 1, layout.N_ROUTED_EXPERTS, layout.ROUTER_BIAS_STD
-        )[0],
-    }
+    bias = noise(f"{p}.gate.e_score_correction_bias", 1, layout.N_ROUTED_EXPERTS, layout.ROUTER_BIAS_STD)[0]
+    weights = {f"{p}.gate.weight": router, f"{p}.gate.e_score_correction_bias": bias}
     for expert in range(layout.N_ROUTED_EXPERTS):
         gain = layout.EXPERT_GAINS[expert % len(layout.EXPERT_GAINS)]
         expert_weights = copy_expert(f"{p}.experts.{expert}", gain)
@@ -266,12 +262,8 @@ def moe_weights(index: int) -> dict[str, np.ndarray]:
 
 
 def layer_weights(index: int, mla: layout.MlaGeometry = CPU_MLA) -> dict[str, np.ndarray]:
-    hidden = layout.HIDDEN_SIZE
-    weights = {
-        f"layers.{index}.input_layernorm.weight": np.ones(hidden),
-        f"layers.{index}.post_attention_layernorm.weight": np.ones(hidden),
-        **attention_weights(index, mla),
-    }
+    norms = (f"layers.{index}.{name}.weight" for name in ("input_layernorm", "post_attention_layernorm"))
+    weights = {**{name: np.ones(layout.HIDDEN_SIZE) for name in norms}, **attention_weights(index, mla)}
     if index < layout.FIRST_K_DENSE_REPLACE:
         weights.update(noise_mlp(f"layers.{index}.mlp", layout.INTERMEDIATE_SIZE))
     else:
