@@ -97,14 +97,10 @@ def vision_weights() -> dict[str, np.ndarray]:
     }
     for block in range(v["layers"]):
         b = f"vision_tower.encoder.blocks.{block}"
-        shapes.update(
-            {
-                f"{b}.wqkv.weight": (3 * hidden, hidden),
-                f"{b}.wo.weight": (hidden, hidden),
-                f"{b}.mlp.fc0.weight": (inter, hidden),
-                f"{b}.mlp.fc1.weight": (hidden, inter),
-            }
-        )
+        shapes[f"{b}.wqkv.weight"] = (3 * hidden, hidden)
+        shapes[f"{b}.wo.weight"] = (hidden, hidden)
+        shapes[f"{b}.mlp.fc0.weight"] = (inter, hidden)
+        shapes[f"{b}.mlp.fc1.weight"] = (hidden, inter)
     weights = {name: rng_for(name).normal(0.0, 0.02, size=shape) for name, shape in shapes.items()}
     # Every projection has a bias of its output size; the position embedding has none.
     weights.update(
