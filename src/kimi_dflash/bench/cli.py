@@ -127,9 +127,8 @@ class ResultWriter:
             try:
                 self._write(self.document(state, levels=self.saved_levels))
             except OutputWriteError:
-                print(
-                    f"note: could not record the failure in {self.file.path}; it still says 'running'", file=sys.stderr
-                )
+                note = f"note: could not record the failure in {self.file.path}; it still says 'running'"
+                print(note, file=sys.stderr)
         elif self.file.written is not None or state.results:
             self.checkpoint(state)
         return document

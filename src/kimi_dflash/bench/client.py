@@ -107,15 +107,9 @@ async def send(
         record.send_time = at
 
     record.ready_time = record.send_time = perf_counter()
+    on_body = accumulator.feed if stream else None
     try:
-        response = await conn.post(
-            endpoint.chat_path,
-            body,
-            endpoint.chat_headers,
-            on_body=accumulator.feed if stream else None,
-            on_sent=sent,
-            timeout_s=endpoint.timeout_s,
-        )
+        response = await conn.post(endpoint.chat_path, body, endpoint.chat_headers, on_body, sent, endpoint.timeout_s)
     except asyncio.CancelledError:
         record.done_time, record.error = perf_counter(), records.CANCELLED
         raise

@@ -134,10 +134,7 @@ def quality_notes(run: Run) -> list[str]:
 
 
 def render_markdown(
-    runs: list[Run],
-    allow_mismatch: bool = False,
-    slo_attainment: float = DEFAULT_ATTAINMENT,
-    confidence: float = 0.95,
+    runs: list[Run], allow_mismatch: bool = False, slo_attainment: float = DEFAULT_ATTAINMENT, confidence: float = 0.95
 ) -> str:
     """The comparison report. Raises UserError when nothing can honestly be compared."""
     if len(runs) < 2:

@@ -15,6 +15,8 @@ from urllib.parse import urlsplit
 perf_counter = time.perf_counter
 
 MAX_HEAD = 64 * 1024
+OnBody = Callable[[float, bytes], None] | None
+OnSent = Callable[[float], None]
 
 
 class BadResponse(Exception):
@@ -62,7 +64,7 @@ class _Protocol(asyncio.Protocol):
         self.closed = False
         self._reset(None, None)
 
-    def _reset(self, future: asyncio.Future[Response] | None, on_body: Callable[[float, bytes], None] | None) -> None:
+    def _reset(self, future: asyncio.Future[Response] | None, on_body: OnBody) -> None:
         self.future = future
         self.on_body = on_body
         self.response = Response()
@@ -276,11 +278,9 @@ class Connection:
         if self.usable:
             return
         self.close()
+        # TLS checks the host's name
         connecting = asyncio.get_running_loop().create_connection(
-            _Protocol,
-            self.target.host,
-            self.target.port,
-            ssl=self.ssl_context,  # TLS checks the host's name
+            _Protocol, self.target.host, self.target.port, ssl=self.ssl_context
         )
         _, self.protocol = await asyncio.wait_for(connecting, timeout=self.connect_timeout_s)
 
@@ -292,13 +292,7 @@ class Connection:
         self.protocol = None
 
     async def post(
-        self,
-        path: str,
-        body: bytes,
-        headers: dict[str, str],
-        on_body: Callable[[float, bytes], None] | None,
-        on_sent: Callable[[float], None],
-        timeout_s: float,
+        self, path: str, body: bytes, headers: dict[str, str], on_body: OnBody, on_sent: OnSent, timeout_s: float
     ) -> Response:
         """``on_sent(t)`` gets the moment the bytes went to the socket. Raises OSError (refused, reset ...),
         ConnectionClosed, BadResponse or asyncio.TimeoutError."""
@@ -319,13 +313,7 @@ class Connection:
                 raise
             return await self._exchange(message, on_body, on_sent, deadline)
 
-    async def _exchange(
-        self,
-        message: bytes,
-        on_body: Callable[[float, bytes], None] | None,
-        on_sent: Callable[[float], None],
-        deadline: float,
-    ) -> Response:
+    async def _exchange(self, message: bytes, on_body: OnBody, on_sent: OnSent, deadline: float) -> Response:
         await asyncio.wait_for(self.connect(), timeout=max(deadline - perf_counter(), 0.001))
         protocol = self.protocol
         assert protocol is not None and protocol.transport is not None

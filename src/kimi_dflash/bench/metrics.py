@@ -57,9 +57,7 @@ def summarize(values: Sequence[float] | np.ndarray, scale: float = 1.0, asked: S
 
 
 def ttft(record: RequestRecord) -> float | None:
-    if record.first_token_time is None:
-        return None
-    return record.first_token_time - record.send_time
+    return None if record.first_token_time is None else record.first_token_time - record.send_time
 
 
 def e2el(record: RequestRecord) -> float | None:

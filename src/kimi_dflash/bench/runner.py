@@ -178,9 +178,8 @@ class Benchmark:
                 conn.close()
 
         started = perf_counter()
-        await self._until_done_or_stopped(
-            [asyncio.create_task(worker()) for _ in range(min(cfg.warmup, cfg.levels[0]))]
-        )
+        workers = [asyncio.create_task(worker()) for _ in range(min(cfg.warmup, cfg.levels[0]))]
+        await self._until_done_or_stopped(workers)
         failures, examples = metrics.count_failures(records)
         summary = WarmupSummary(
             requests=len(records),
@@ -281,11 +280,8 @@ class Benchmark:
                 except Exception as exc:  # noqa: BLE001
                     reason, detail = client.classify_exception(exc)
             if reason in CONNECTION_FAILURES or reason == TIMEOUT:
-                self.stopper.trigger(
-                    "aborted",
-                    f"server stopped answering ({record.error}: {record.error_detail}; probe: {detail})",
-                    EXIT_ABORTED,
-                )
+                why = f"server stopped answering ({record.error}: {record.error_detail}; probe: {detail})"
+                self.stopper.trigger("aborted", why, EXIT_ABORTED)
 
     async def _until_done_or_stopped(self, tasks: list[asyncio.Task[None]]) -> None:
         if not tasks:

@@ -168,8 +168,7 @@ class Settings:
         metavar="SECONDS",
     )
     think_time_dist: ThinkTimeDist = open_loop_option(
-        "fixed (exactly --think-time), exp (exponential) or uniform (0 .. 2x); default fixed",
-        default="fixed",
+        "fixed (exactly --think-time), exp (exponential) or uniform (0 .. 2x); default fixed", default="fixed"
     )
     open_loop: OpenLoopSettings | None = doc("open-loop load; absent: closed loop (--sessions)", omit_if_none=True)
     slo: dict[str, float] | None = analysis_option(

@@ -44,7 +44,6 @@ add_cli_args = declare(DemoOptions, DESCRIPTION, EPILOG)
 
 
 def main(args: DemoOptions) -> int:
-
     def progress(message: str) -> None:
         print(f"demo: {message}", file=sys.stderr, flush=True)
 

@@ -144,9 +144,8 @@ def specforge_draft_config(arch: DrafterArchitecture) -> dict[str, Any]:
         key: value for key, value in arch.config["dflash_config"].items() if key not in SERVING_ONLY_DFLASH_KEYS
     }
     # transformers' Qwen3Config reads these; SpecForge resolves its attention layout from layer_types.
-    config["layer_types"] = ["full_attention"] * int(arch.config["num_hidden_layers"])
-    config["use_sliding_window"] = False
-    config["sliding_window"] = None
+    layer_types = ["full_attention"] * int(arch.config["num_hidden_layers"])
+    config.update(layer_types=layer_types, use_sliding_window=False, sliding_window=None)
     return config
 
 

@@ -50,8 +50,7 @@ def server_problem(base_url: str, model: str | None, api_key: str | None = None)
 
 
 def gpu_problem(needed: int) -> str | None:
-    """GPUs counted as serve.sh's preflight counts them (amd-smi / rocm-smi, nvidia-smi, with *_VISIBLE_DEVICES
-    honoured); no torch needed."""
+    """GPUs counted as serve.sh's preflight counts them (amd-smi / rocm-smi, nvidia-smi, *_VISIBLE_DEVICES)."""
     from kimi_dflash.preflight.accelerators import detect
     from kimi_dflash.preflight.host import HostProbe
 

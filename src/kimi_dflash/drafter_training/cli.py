@@ -103,12 +103,9 @@ def describe(steps: list[Step]) -> str:
     lines = []
     for number, step in enumerate(steps, 1):
         lines.append(f"[{number}] {step.phase}: {step.title}")
-        if step.inputs:
-            lines.append(f"      in:  {', '.join(map(str, step.inputs))}")
-        if step.outputs:
-            lines.append(f"      out: {', '.join(map(str, step.outputs))}")
-        if step.command:
-            lines.append(f"      run: {step.command}")
+        inputs, outputs = (", ".join(map(str, paths)) for paths in (step.inputs, step.outputs))
+        shown = {"in: ": inputs, "out:": outputs, "run:": step.command}
+        lines += [f"      {label} {text}" for label, text in shown.items() if text]
     return "\n".join(lines)
 
 

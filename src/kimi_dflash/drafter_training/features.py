@@ -60,12 +60,8 @@ def load_kimi_text_model(target_dir: Path):  # type: ignore[no-untyped-def]
     text_config.pop("quantization_config", None)
     prefix = "language_model."
     shards = (load_file(str(shard)) for shard in sorted(target_dir.glob("model-*.safetensors")))  # one at a time
-    weights = {
-        name[len(prefix) :]: value.float()
-        for shard in shards
-        for name, value in shard.items()
-        if name.startswith(prefix)
-    }
+    kept = ((name, value) for shard in shards for name, value in shard.items() if name.startswith(prefix))
+    weights = {name[len(prefix) :]: value.float() for name, value in kept}
     with tempfile.TemporaryDirectory(prefix="kimi-text-") as scratch:
         (Path(scratch) / "config.json").write_text(json.dumps({**text_config, "model_type": "deepseek_v3"}))
         save_file(weights, str(Path(scratch) / "model.safetensors"), metadata={"format": "pt"})

@@ -135,16 +135,11 @@ class Pipeline:
         if self.profile == "production":
             check = f"check {a.gpus} GPUs, disk for checkpoints, SpecForge's schema and its own validation"
             train = f"train {a.epochs} epochs (lr {a.learning_rate}, max length {a.max_length}); resumes from its last"
+            out = [self.specforge_output]
             return [
                 inputs,
                 Step(check, [run_config], command=f"{specforge} --plan", action=self.check_train),
-                Step(
-                    f"{train} checkpoint",
-                    [run_config],
-                    [self.specforge_output],
-                    specforge,
-                    lambda: self.run(self.train_argv()),
-                ),
+                Step(f"{train} checkpoint", [run_config], out, specforge, lambda: self.run(self.train_argv())),
             ]
         plan = "SpecForge validates the run config it would train with (when installed)"
         hidden = "target hidden states at target_layer_ids (transformers, float32), one file per reply"
@@ -159,22 +154,11 @@ class Pipeline:
 
     def export_steps(self) -> list[Step]:
         serve_env = self.export_dir.parent / "serve.env"
-        serving = Step(
-            "config serving it",
-            [self.base_serve_config(), self.export_dir],
-            [serve_env],
-            f"./serve.sh {serve_env} --wait",
-            self.write_serve_configs,
-        )
+        inputs, serve = [self.base_serve_config(), self.export_dir], f"./serve.sh {serve_env} --wait"
+        serving = Step("config serving it", inputs, [serve_env], serve, self.write_serve_configs)
         if self.profile == "production":
-            specforge = Step(
-                "SpecForge checkpoint -> HF directory",
-                [self.specforge_output],
-                [self.export_dir],
-                shlex.join(self.export_argv()),
-                self.export_specforge,
-            )
-            return [specforge, serving]
+            title, export = "SpecForge checkpoint -> HF directory", shlex.join(self.export_argv())
+            return [Step(title, [self.specforge_output], [self.export_dir], export, self.export_specforge), serving]
         title = "trained drafter -> vLLM DFlash layout; untrained one beside it"
         written = [self.export_dir, self.export_dir.parent / "random-drafter"]
         return [Step(title, [self.trained], written, action=self.export_standin), serving]
@@ -303,14 +287,8 @@ class Pipeline:
         arch = self.architecture()
         target = self.target_dir()
         check_against_target(arch, read_config(target, "target"), self.args.max_length)
-        counts = capture_features(
-            list(read_records(self.regen_dir)),
-            target,
-            arch.target_layer_ids,
-            self.work / "features",
-            self.args.max_length,
-            say=self.say,
-        )
+        records, features, limit = list(read_records(self.regen_dir)), self.work / "features", self.args.max_length
+        counts = capture_features(records, target, arch.target_layer_ids, features, limit, say=self.say)
         self.say(f"train: features {counts}")
 
     def new_model(self, arch: DrafterArchitecture):  # type: ignore[no-untyped-def]

@@ -61,10 +61,11 @@ def run_config(arch: DrafterArchitecture, s: RunSettings) -> dict[str, Any]:
         "embedding_key": s.embedding_key,
         "lm_head_key": s.lm_head_key,
     }
-    newest = newest_checkpoint(s.output_dir)
-    if newest is not None:
+    output = Path(s.output_dir)
+    checkpoints = [p.parent for p in output.rglob("*.safetensors")] if output.is_dir() else []
+    if checkpoints:
         # managed_local refuses training.resume_from in SpecForge 0.2.0: restart from the newest weights.
-        model["draft_checkpoint_path"] = str(newest)
+        model["draft_checkpoint_path"] = str(max(checkpoints, key=lambda p: p.stat().st_mtime))
     return {
         "run_id": "kimi-k2.6-dflash",
         "output_dir": str(s.output_dir),
@@ -88,12 +89,6 @@ def run_config(arch: DrafterArchitecture, s: RunSettings) -> dict[str, Any]:
             },
         },
     }
-
-
-def newest_checkpoint(output_dir: Path) -> Path | None:
-    """The most recently written checkpoint directory under SpecForge's output dir, if any."""
-    found = [p.parent for p in Path(output_dir).rglob("*.safetensors")] if Path(output_dir).is_dir() else []
-    return max(found, key=lambda p: p.stat().st_mtime) if found else None
 
 
 def training_record(record: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -106,10 +106,8 @@ def train(
         with replacing(checkpoint) as tmp:
             torch.save(state, tmp)
 
-    steps, parameters = (
-        f"{len(samples)} sequences x {settings.epochs} epochs",
-        sum(p.numel() for p in model.parameters()),
-    )
+    steps = f"{len(samples)} sequences x {settings.epochs} epochs"
+    parameters = sum(p.numel() for p in model.parameters())
     say(f"train: {steps} = {total_steps} steps, {parameters:,} trainable parameters, lr {settings.learning_rate}")
     started, first_step = time.monotonic(), step
     window_loss, window_right, window_counted = 0.0, 0, 0

@@ -199,11 +199,8 @@ def _in_process_runner(
 
     def run(batch: Sequence[str]) -> RunTotals:
         outputs = llm.chat([[{"role": "user", "content": p}] for p in batch], params, use_tqdm=False)
-        return RunTotals(
-            len(outputs),
-            sum(len(o.prompt_token_ids or []) for o in outputs),
-            sum(len(o.outputs[0].token_ids) for o in outputs),
-        )
+        prompt_tokens = sum(len(o.prompt_token_ids or []) for o in outputs)
+        return RunTotals(len(outputs), prompt_tokens, sum(len(o.outputs[0].token_ids) for o in outputs))
 
     def close() -> None:
         # vLLM 0.32's LLM has no shutdown(); without stopping the engine-core process explicitly, Python

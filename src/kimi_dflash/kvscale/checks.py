@@ -26,38 +26,27 @@ def check_kv_scale_config(
     fp8 = kv_cache_dtype in E4M3_KV_DTYPES
     findings: list[CheckResult] = []
     if fp8 and settings.mode in (Mode.OFF, Mode.OBSERVE):
-        findings.append(
-            warned(
-                f"KV_CACHE_DTYPE={kv_cache_dtype} with KV_SCALE_MODE={settings.mode.value}: unless the checkpoint "
-                "ships KV scales, vLLM uses k_scale=1.0 and MLA latents lose precision or clip",
-                "set KV_SCALE_MODE=calibrated or dynamic",
-                name=NAME,
-            )
+        risk = (
+            f"KV_CACHE_DTYPE={kv_cache_dtype} with KV_SCALE_MODE={settings.mode.value}: unless the checkpoint "
+            "ships KV scales, vLLM uses k_scale=1.0 and MLA latents lose precision or clip"
         )
+        findings.append(warned(risk, "set KV_SCALE_MODE=calibrated or dynamic", name=NAME))
     # Scales without an FP8 cache: config validation (config/rules.py) warns, with file:line, before this runs.
     if settings.mode is Mode.CALIBRATED:
         assert settings.scales_file is not None
         try:
             scales = scales_file.load_scales_file(settings.scales_file)
-            scales_file.check_model_match(
-                scales, scales_file.ModelIdentity(model, None if fingerprint is None else dict(fingerprint))
-            )
+            identity = scales_file.ModelIdentity(model, None if fingerprint is None else dict(fingerprint))
+            scales_file.check_model_match(scales, identity)
         except scales_file.KvScalesFileError as error:
             return [*findings, failed(str(error), FIX, name=NAME)]
         low, high = min(s.scale for s in scales.layers.values()), max(s.scale for s in scales.layers.values())
-        findings.append(
-            passed(
-                f"KV scales file {scales.path}: {len(scales.layers)} layers of "
-                f"{scales.model.model}, k_scale {low:.4g}-{high:.4g} ({scales.fp8_format})",
-                name=NAME,
-            )
+        shown = (
+            f"{len(scales.layers)} layers of {scales.model.model}, k_scale {low:.4g}-{high:.4g} ({scales.fp8_format})"
         )
+        findings.append(passed(f"KV scales file {scales.path}: {shown}", name=NAME))
     elif settings.mode is Mode.DYNAMIC and fp8:
-        findings.append(
-            passed(
-                "dynamic KV scales: per-layer running amax, floor "
-                f"{settings.floor:g}, warm-up {settings.warmup_steps or 'none (never frozen)'}",
-                name=NAME,
-            )
-        )
+        warmup = settings.warmup_steps or "none (never frozen)"
+        shown = f"per-layer running amax, floor {settings.floor:g}, warm-up {warmup}"
+        findings.append(passed(f"dynamic KV scales: {shown}", name=NAME))
     return findings

@@ -129,7 +129,8 @@ def scales_document(
 ) -> dict[str, Any]:
     """The scales JSON: per-layer amax, scale (for ``fp8_format``), tokens, plus provenance."""
     layer_entries: dict[str, dict[str, float | int]] = {}
-    for name in sorted(layers, key=_layer_sort_key):
+    # 'model.layers.10...' after 'model.layers.9...'
+    for name in sorted(layers, key=lambda name: tuple(int(p) if p.isdigit() else p for p in name.split("."))):
         amax = float(layers[name]["amax"])
         layer_entries[name] = {"amax": amax, "scale": max(amax / fp8_max, floor), "tokens": int(layers[name]["tokens"])}
         if "q_amax" in layers[name]:
@@ -172,11 +173,6 @@ def decode_query_summary(layers: Mapping[str, Mapping[str, float | int]]) -> dic
         "clips_at_q_scale_1": {name: top > fp8_max for name, fp8_max in QUERY_FP8_MAX.items()},
         "layers_clipping_e4m3fnuz": sum(1 for v in q_amax if v > QUERY_FP8_MAX["e4m3fnuz"]),
     }
-
-
-def _layer_sort_key(name: str) -> tuple:
-    """Sort 'model.layers.10...' after 'model.layers.9...'."""
-    return tuple(int(part) if part.isdigit() else part for part in name.split("."))
 
 
 def _positive_finite(value: Any) -> bool:

@@ -205,11 +205,6 @@ def _save_in_child(config: Config, source: Path, staging: Path, tp: int, max_siz
 
     env = {**os.environ, **vllm_env(config, str(cache_root()), cpu_preload(config), environ=os.environ)}
     env.pop("VLLM_API_KEY", None)
-    request = {
-        "model": str(source),
-        "output": str(staging),
-        "max_size": max_size,
-        "engine_args": _engine_args(config, tp),
-    }
+    request = dict(model=str(source), output=str(staging), max_size=max_size, engine_args=_engine_args(config, tp))
     child = [sys.executable, "-m", "kimi_dflash.preshard.save_child", json.dumps(request)]
     return subprocess.run(child, env=env, check=False).returncode == 0

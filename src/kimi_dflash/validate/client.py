@@ -94,15 +94,9 @@ async def chat_greedy(
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
 
         async def one(prompt: str) -> Completion:
-            payload = {
-                "model": model,
-                "messages": [{"role": "user", "content": prompt}],
-                "max_tokens": max_tokens,
-                "temperature": 0.0,
-                "seed": 0,
-                "return_token_ids": True,
-                "ignore_eos": False,
-            }
+            messages = [{"role": "user", "content": prompt}]
+            payload = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0.0, "seed": 0}
+            payload |= {"return_token_ids": True, "ignore_eos": False}
             async with limit:
                 body = await request_json(session, url, api_key, payload)
             try:

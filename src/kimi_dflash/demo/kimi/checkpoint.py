@@ -44,13 +44,9 @@ def safetensors_bytes(tensors: Mapping[str, Tensor]) -> bytes:
     header: dict[str, object] = {"__metadata__": SAFETENSORS_METADATA}
     offset = 0
     for name in sorted(tensors):
-        item = tensors[name]
-        header[name] = {
-            "dtype": item.dtype,
-            "shape": list(item.shape),
-            "data_offsets": [offset, offset + len(item.data)],
-        }
-        offset += len(item.data)
+        item, end = tensors[name], offset + len(tensors[name].data)
+        header[name] = {"dtype": item.dtype, "shape": list(item.shape), "data_offsets": [offset, end]}
+        offset = end
     encoded = json.dumps(header, separators=(",", ":"), sort_keys=True).encode("utf-8")
     encoded += b" " * (-len(encoded) % 8)  # data starts 8-byte aligned
     return struct.pack("<Q", len(encoded)) + encoded + b"".join(tensors[name].data for name in sorted(tensors))

@@ -113,12 +113,8 @@ def fabricate(
         "drafter_attention_logit_gap": round(drafter_gap, 3),
     }
     if mla != layout.CPU_MLA:  # the CPU bundle's manifest predates the geometry and stays byte-identical
-        summary["mla_heads"] = mla.num_heads
-        summary["mla_head_dims"] = {
-            "qk_nope": mla.qk_nope_head_dim,
-            "qk_rope": layout.QK_ROPE_HEAD_DIM,
-            "v": mla.v_head_dim,
-        }
+        dims = {"qk_nope": mla.qk_nope_head_dim, "qk_rope": layout.QK_ROPE_HEAD_DIM, "v": mla.v_head_dim}
+        summary |= {"mla_heads": mla.num_heads, "mla_head_dims": dims}
     return Fabrication(files=files, walk=walk, mask_token_id=mask_token_id, summary=summary)
 
 

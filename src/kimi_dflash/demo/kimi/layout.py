@@ -29,12 +29,8 @@ VOCAB_SIZE = SPECIAL_BASE + SPECIAL_BLOCK  # Kimi K2.6: 163840
 BOS_TOKEN, EOS_TOKEN, END_OF_MESSAGE, PAD_TOKEN = "[BOS]", "[EOS]", "<|im_end|>", "[PAD]"
 # z-lab's Kimi drafters use [UNK] (163838) as the DFlash mask token; so does the miniature.
 MASK_TOKEN = "[UNK]"
-MEDIA_PAD, MEDIA_BEGIN, MEDIA_END, VIDEO_PLACEHOLDER = (
-    "<|media_pad|>",
-    "<|media_begin|>",
-    "<|media_end|>",
-    "<|kimi_k25_video_placeholder|>",
-)
+MEDIA_PAD, MEDIA_BEGIN, MEDIA_END = "<|media_pad|>", "<|media_begin|>", "<|media_end|>"
+VIDEO_PLACEHOLDER = "<|kimi_k25_video_placeholder|>"
 
 # --- Hidden dimensions (HIDDEN_SIZE 256; Kimi K2.6: 7168) ---------------------------------------------------
 HIDDEN_SIZE = 256

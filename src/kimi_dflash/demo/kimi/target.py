@@ -97,14 +97,10 @@ def vision_weights() -> dict[str, np.ndarray]:
     }
     for block in range(v["layers"]):
         b = f"vision_tower.encoder.blocks.{block}"
-        shapes.update(
-            {
-                f"{b}.wqkv.weight": (3 * hidden, hidden),
-                f"{b}.wo.weight": (hidden, hidden),
-                f"{b}.mlp.fc0.weight": (inter, hidden),
-                f"{b}.mlp.fc1.weight": (hidden, inter),
-            }
-        )
+        shapes[f"{b}.wqkv.weight"] = (3 * hidden, hidden)
+        shapes[f"{b}.wo.weight"] = (hidden, hidden)
+        shapes[f"{b}.mlp.fc0.weight"] = (inter, hidden)
+        shapes[f"{b}.mlp.fc1.weight"] = (hidden, inter)
     weights = {name: rng_for(name).normal(0.0, 0.02, size=shape) for name, shape in shapes.items()}
     # Every projection has a bias of its output size; the position embedding has none.
     weights.update(
@@ -251,12 +247,8 @@ def moe_weights(index: int) -> dict[str, np.ndarray]:
     router = np.zeros((layout.N_ROUTED_EXPERTS, layout.HIDDEN_SIZE))
     router[:, layout.F] = noise(f"{p}.gate", layout.N_ROUTED_EXPERTS, layout.CODE_DIMS, layout.ROUTER_CODE_STD)
     router[:, layout.N] = noise(f"{p}.gate.n", layout.N_ROUTED_EXPERTS, N_DIMS, layout.NOISE_STD)
-    weights = {
-        f"{p}.gate.weight": router,
-        f"{p}.gate.e_score_correction_bias": noise(
-            f"{p}.gate.e_score_correction_bias", 1, layout.N_ROUTED_EXPERTS, layout.ROUTER_BIAS_STD
-        )[0],
-    }
+    bias = noise(f"{p}.gate.e_score_correction_bias", 1, layout.N_ROUTED_EXPERTS, layout.ROUTER_BIAS_STD)[0]
+    weights = {f"{p}.gate.weight": router, f"{p}.gate.e_score_correction_bias": bias}
     for expert in range(layout.N_ROUTED_EXPERTS):
         gain = layout.EXPERT_GAINS[expert % len(layout.EXPERT_GAINS)]
         expert_weights = copy_expert(f"{p}.experts.{expert}", gain)
@@ -266,12 +258,8 @@ def moe_weights(index: int) -> dict[str, np.ndarray]:
 
 
 def layer_weights(index: int, mla: layout.MlaGeometry = CPU_MLA) -> dict[str, np.ndarray]:
-    hidden = layout.HIDDEN_SIZE
-    weights = {
-        f"layers.{index}.input_layernorm.weight": np.ones(hidden),
-        f"layers.{index}.post_attention_layernorm.weight": np.ones(hidden),
-        **attention_weights(index, mla),
-    }
+    norms = (f"layers.{index}.{name}.weight" for name in ("input_layernorm", "post_attention_layernorm"))
+    weights = {**{name: np.ones(layout.HIDDEN_SIZE) for name in norms}, **attention_weights(index, mla)}
     if index < layout.FIRST_K_DENSE_REPLACE:
         weights.update(noise_mlp(f"layers.{index}.mlp", layout.INTERMEDIATE_SIZE))
     else:
