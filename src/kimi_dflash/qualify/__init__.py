@@ -1,2 +1,1 @@
-"""qualify: one command that qualifies a box — is DFlash lossless and worth it here, and with which settings
-(docs/qualify.md)."""
+"""qualify: is DFlash lossless and worth it on this box, and with which settings (docs/qualify.md)."""

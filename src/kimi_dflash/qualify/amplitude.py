@@ -1,6 +1,4 @@
-"""The drafter's RoPE amplitude as a measurement (docs/qualify.md, "The RoPE amplitude"): where the installed vLLM's
-amplitude differs from the published figures' (rules/rope_amplitude.py), the drafter is served with each, judged and
-compared; the candidate's server serves the config's own side, so only the other takes a server of its own."""
+"""The drafter RoPE amplitude, measured: each side served, judged, compared (docs/qualify.md, "The RoPE amplitude")."""
 
 from __future__ import annotations
 
@@ -32,8 +30,7 @@ DOCUMENT = "amplitude.json"
 
 
 def probe(config: Path, source: VllmSource | None) -> tuple[Sides, str]:
-    """The sides to measure, (choice, amplitude, served by the candidate's server) for legacy and engine, where the
-    two differ on ``source`` and the launcher can serve both; else none, and why."""
+    """The sides to measure (choice, amplitude, served by the candidate's server) where they differ; else none, why."""
     from kimi_dflash.checkpoint import read_facts
     from kimi_dflash.config.problems import ConfigError
     from kimi_dflash.config.validate import load_config
@@ -82,8 +79,7 @@ def _by_candidate(ctx: Context) -> str | None:
 
 
 def own_side(ctx: Context) -> OnReady | None:
-    """A hook for the candidate's server: the amplitude benchmark of the config's own side while it is up. A
-    failure is only said: the amplitude step serves that side itself."""
+    """A hook measuring the config's own side while the candidate is up; on failure the step serves that side itself."""
     choice = _by_candidate(ctx)
     if choice is None or points_state.finished_result(ctx.out / "amplitude", _point(ctx, choice)):
         return None
@@ -98,8 +94,7 @@ def own_side(ctx: Context) -> OnReady | None:
 
 
 def repeats(level: LevelResult) -> list[list[float]]:
-    """Acceptance by draft position in each repeat, from the requests' own counts (per-request metrics); without
-    them the level's /metrics deltas, as one sample."""
+    """Acceptance by draft position per repeat (per-request counts; else the level's /metrics deltas, one sample)."""
     records = [r for r in (level.request_records.records if level.request_records else []) if r.ok and not r.warmup]
     by_repeat = sorted({r.repeat for r in records if r.spec is not None})
     tables = [spec_per_request([r for r in records if r.repeat == repeat]) for repeat in by_repeat]
@@ -131,8 +126,7 @@ def side(ctx: Context, choice: str, amplitude: float, what: str | None) -> Ampli
 
 
 def recommend(sides: Sequence[AmplitudeSide], own: str | None) -> tuple[str | None, Estimate | None, str]:
-    """The lossless side with the higher tokens per verify step; a lead inside the ratio's interval is a tie, and a
-    tie keeps the config's own choice (pure)."""
+    """The lossless side with the higher tau; a lead inside the ratio's interval ties: the config's own stays."""
     fit = sorted((s for s in sides if s.lossless == "PASS" and s.tau), key=lambda s: -s.tau.mean)  # type: ignore[union-attr]
     if not fit:
         return None, None, "neither amplitude was served losslessly with its acceptance measured"

@@ -1,5 +1,4 @@
-"""What leaves the box: OUT/results/ and OUT.tar.gz (0600, its files too: as private as OUT), exactly the files the
-run wrote (the state's manifest), each opened without following a symlink at any level under OUT."""
+"""OUT/results/ and OUT.tar.gz (0600): exactly the files the run wrote, each opened without following a symlink."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""`qualify CONFIG [--budget DURATION] [--out DIR] [--dry-run] [--resume]` (launchers/kimi26-vllm-dflash-qualify.sh
-is a thin wrapper; the front door registers ``add_cli_args`` / ``main`` as a verb)."""
+"""`qualify CONFIG ...`: the command line (launchers/kimi26-vllm-dflash-qualify.sh and the front door call it)."""
 
 from __future__ import annotations
 
@@ -42,9 +41,7 @@ if TYPE_CHECKING:
 
 DESCRIPTION = "Qualify a box: is DFlash lossless and worth it here, and with which settings. One command."
 EPILOG = """\
-steps: the reference server (the config with SPECULATIVE_METHOD=none) and the candidate (the config), judged
-lossless at T=0, then the k x concurrency grid at matched load and what the box measures beside it; --dry-run lists
-every step with its time estimate for this box and the budget (which trims the grid); docs/qualify.md says more.
+--dry-run lists every step with its time estimate for this box; the budget trims the grid (docs/qualify.md).
 
 Output: DIR/report.md (+ PNGs), grid/*.json, results/, lossless/, environment.json, state.json, and DIR.tar.gz
 (exactly the files the run wrote) to attach to an issue. DIR must be new, empty or a qualify run of this config
@@ -161,8 +158,7 @@ def _verify_k_limit(values: dict[str, str], source: VllmSource | None) -> tuple[
 
 
 def _check_variant(config_path: Path, source: VllmSource | None, overrides: dict[str, str]) -> tuple[bool, str]:
-    """(passes, detail) of the runtime rules on the config with ``overrides``, as serve would serve it: a variant
-    they refuse (graphs, a schedule) would only fail its preflight, so it is left out."""
+    """(passes, detail) of the runtime rules on the config with ``overrides``: a refused variant is left out."""
     from kimi_dflash.config.problems import ConfigError
     from kimi_dflash.config.validate import load_config
     from kimi_dflash.launch.prepare import prepare

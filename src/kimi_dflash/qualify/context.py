@@ -1,5 +1,4 @@
-"""What every qualify step shares: the run's context (config, plan, OUT, the manifest) and how a step serves a point:
-started once, judged token by token against the stored reference outputs while it is up, benchmarked, stopped."""
+"""What every qualify step shares: the run's context, and serving a point (judged while up, benchmarked, stopped)."""
 
 from __future__ import annotations
 
@@ -38,8 +37,7 @@ class Context:
     serve_command: tuple[str, ...]
     candidate_env: tuple[tuple[str, str], ...] = ()  # test aid: make the candidate differ beyond speculation
     say: Callable[[str], None] = functools.partial(print, file=sys.stderr, flush=True)
-    # Lists files in the run's manifest (RunState.record): the archive packs exactly those. A file is listed
-    # before it is written, so one a failing step leaves behind (a server log) is packed too.
+    # Lists files in the manifest the archive packs, before they are written: a failing step's server log is packed too.
     record: Callable[..., None] = lambda *paths: None
     reference_out: Path | None = None  # a shoot-out candidate's: the run's OUT, which holds the reference's files
     same_target: bool = True  # serves the reference's model (its tokenizer decodes both sides of a divergence)
@@ -85,8 +83,7 @@ class Context:
         sessions: tuple[int, ...] | None = None,
         bench_args: Sequence[str] | None = None,
     ) -> PointPlan:
-        """The grid's points in grid/ (or ``points`` in ``out``, at ``sessions`` with ``bench_args`` when given),
-        each file they write listed in the manifest."""
+        """The grid's points in grid/ (or ``points`` in ``out``), each file they write listed in the manifest."""
         plan = PointPlan(
             config=self.config,
             serve_command=self.serve_command,
@@ -103,8 +100,7 @@ class Context:
 
 
 def serve(ctx: Context, plan: PointPlan, point: Point, on_ready: OnReady | None) -> list[str]:
-    """A point already benchmarked is served again only when ``on_ready`` needs it. Returns the problems (empty:
-    done); what ``on_ready`` raises is one of them, and the point is still benchmarked and stopped."""
+    """Serve a point (again only when ``on_ready`` needs it); the problems, ``on_ready``'s included (empty: done)."""
     plan.servers.stop_leftover(lambda text: ctx.say(f"qualify: {text}"))
     if on_ready is None and points_state.finished_result(plan.out, point) is not None:
         return []
@@ -166,8 +162,7 @@ def tolerant(hook: OnReady, say: Callable[[str], None]) -> OnReady:
 
 
 def judged(ctx: Context, what: str) -> OnReady | None:
-    """A hook judging a server beside the candidate (a depth, the schedule, an amplitude) against the reference:
-    its outputs in lossless/<what>.json, the verdict in lossless/verdict-<what>.json (None: judged already)."""
+    """A hook judging a server beside the candidate against the reference (lossless/verdict-<what>.json; None: done)."""
     verdict = ctx.lossless_dir / f"verdict-{what}.json"
     own = ctx.lossless_dir / f"{what}.json"
     return None if verdict.is_file() else against_reference(ctx, own, verdict, ctx.same_target, what)

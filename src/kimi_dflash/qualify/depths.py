@@ -1,6 +1,4 @@
-"""Depth by load, judged on the box (docs/qualify.md, "Depth by load"): every depth of the grid judged against the
-reference while its server is up; advise's schedule chosen among the lossless depths, then served, judged and
-compared with every fixed k."""
+"""Depth by load, judged on the box: each depth judged, advise's schedule served and compared (docs/qualify.md)."""
 
 from __future__ import annotations
 
@@ -31,8 +29,7 @@ DOCUMENT, PLOT = "schedule.json", "schedule_vs_fixed_k.png"
 
 
 def grid_hooks(ctx: Context) -> Callable[[Point], OnReady | None]:
-    """Each extra depth of the grid judged while its server is up (the reference is the reference; the candidate is
-    judged by its own step). A judgement that raises is said, and the point is still benchmarked."""
+    """Each extra depth of the grid judged while its server is up; a judgement that raises is only said."""
 
     def hook(point: Point) -> OnReady | None:
         k = int(dict(point.overrides).get(SPEC_TOKENS, "0"))
@@ -60,9 +57,8 @@ class DepthDecision:
 
 
 def decide(samples: Samples, verdicts: Mapping[int, str], aiter: bool, confidence: float = 0.95) -> DepthDecision:
-    """advise's choice among the lossless depths; a depth that is not lossless is dropped. On ROCM_AITER_MLA with no
-    lossless depth left, every depth moves to TRITON_MLA (the backend qualify then serves the schedule on, so its
-    verdict is measured there). UserError: no interval to choose by (pure)."""
+    """advise's choice among the lossless depths; on ROCM_AITER_MLA with none lossless, every depth moves to TRITON_MLA.
+    UserError: no interval to choose by (pure)."""
     depths = sorted({k for k, _ in samples if k >= 1})
     lossless = [k for k in depths if verdicts.get(k) == "PASS"]
     notes = [f"k={k}: token identity {verdicts.get(k, 'NOT RUN')} on this backend" for k in depths if k not in lossless]
@@ -78,8 +74,7 @@ def decide(samples: Samples, verdicts: Mapping[int, str], aiter: bool, confidenc
 def compare(
     choices: Sequence[Choice], schedule: Mapping[int, Sequence[float]], fixed: Samples, confidence: float = 0.95
 ) -> list[ScheduleRow]:
-    """Per concurrency: the schedule's aggregate tok/s (per repeat, by sessions) against every fixed k's, and over
-    the best fixed k's with its interval over repeats (pure)."""
+    """Per concurrency: the schedule's aggregate tok/s against every fixed k's, and over the best one's (interval)."""
     rows = []
     for c in choices:
         mine = list(schedule.get(c.sessions, ()))

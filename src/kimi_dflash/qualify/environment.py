@@ -1,5 +1,4 @@
-"""OUT/environment.json: the box a qualification ran on, so a result that comes back says where it came from.
-Secrets (API_KEY, the plan's key variable) are redacted here, never copied."""
+"""OUT/environment.json: the box a qualification ran on; secrets are redacted here, never copied."""
 
 from __future__ import annotations
 
@@ -16,8 +15,7 @@ from kimi_dflash.core.redaction import MASK
 from kimi_dflash.documents import Document, Json, Model
 from kimi_dflash.preflight.host import run_command
 
-# Each tool with the query that names the accelerators and the driver/runtime (the first line of output is kept
-# whole; the JSON forms are parsed where possible).
+# Each tool's query naming the accelerators and driver (its first output line kept whole; JSON parsed where possible).
 ACCELERATOR_TOOLS = {
     "rocm-smi": ["rocm-smi", "--showproductname", "--showdriverversion", "--json"],
     "amd-smi": ["amd-smi", "static", "--asic", "--driver", "--json"],

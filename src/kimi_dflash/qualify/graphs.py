@@ -20,9 +20,8 @@ class GraphCandidate:
 
 
 def capture_sizes(k: int, max_num_seqs: int) -> list[int]:
-    """Batch sizes to capture, each a multiple of 1 + k (a verify step's tokens per request): 1, 2, 4, 8 requests,
-    then every 8 up to MAX_NUM_SEQS, and MAX_NUM_SEQS itself. k=2, 32 seqs: 3, 6, 12, 24, 48, 72, 96 (the sizes
-    configs/production-graphs.env ships)."""
+    """Multiples of 1 + k (a verify step's tokens per request) for 1, 2, 4, 8 requests, every 8 up to MAX_NUM_SEQS and
+    it: k=2 at 32 seqs gives 3, 6, 12, 24, 48, 72, 96 (configs/production-graphs.env)."""
     step = 1 + k
     requests = [n for n in (1, 2, 4) if n < max_num_seqs] + list(range(8, max_num_seqs, 8)) + [max_num_seqs]
     return sorted({step * n for n in requests})
@@ -42,8 +41,7 @@ def graph_overrides(values: Mapping[str, str], k: int) -> tuple[tuple[str, str],
 def graph_candidate(
     values: Mapping[str, str], k: int, box_kind: str, check: VariantCheck | None = None
 ) -> GraphCandidate:
-    """``check``: the runtime rules on the variant, against the serving vLLM (None: not checked); run only when
-    nothing else rules the variant out (the CPU build, graphs already on)."""
+    """``check``: the runtime rules on the variant (None: not checked), run only when nothing else rules it out."""
     if box_kind == "cpu":
         return GraphCandidate(False, "the CPU build has no HIP/CUDA graphs to capture (the demo runs eager)")
     if (values.get("ENFORCE_EAGER") or "true").lower() not in TRUE_WORDS:
@@ -69,8 +67,7 @@ class GraphMode:
 
 
 def graph_mode_from_log(text: str) -> GraphMode:
-    """vLLM lowers the mode after start, with a warning, when a backend cannot serve FULL graphs for a uniform
-    verify batch (the silent PIECEWISE of vllm #49547). The last line wins: a resumed run speaks for its last start."""
+    """vLLM lowers the mode after start when a backend cannot serve FULL graphs (vllm #49547); the last line wins."""
     found = GraphMode(None, "", False)
     for line in text.splitlines():
         lowered = _DOWNGRADE.search(line)

@@ -1,6 +1,5 @@
-"""Losslessness with one server up at a time: each side's greedy outputs are stored while it serves, then compared
-from disk. On the box this qualifies, reference and candidate each take all eight GPUs, so they can never be up
-together (payload/validate.py assumes two servers that are)."""
+"""Losslessness with one server up at a time (on the box each takes all eight GPUs): each side's greedy outputs are
+stored while it serves, then compared from disk."""
 
 from __future__ import annotations
 

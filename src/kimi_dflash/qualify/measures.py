@@ -119,8 +119,7 @@ def goodput_rows(results: Results) -> list[documents.GoodputRow]:
 
 
 def at_slo(results: Results, threshold: float = DEFAULT_ATTAINMENT) -> list[documents.AtSloRow]:
-    """Sustained concurrency: the highest measured with attainment >= threshold; the speedup is over the
-    reference's (k=0) goodput at its own sustained concurrency."""
+    """Sustained concurrency: the highest with attainment >= threshold; speedup over k=0's goodput at its own."""
     found: dict[int, tuple[int, LevelResult] | None] = {}
     for k, result in by_k(results).items():
         levels = _levels(result)
@@ -186,8 +185,7 @@ def reply_identity(results: Results) -> list[documents.ReplyIdentityRow]:
 def projection_rows(
     results: Results, projection: BenchmarkResult, rates: Sequence[float], candidate_k: int
 ) -> list[documents.ProjectionRow]:
-    """The acceptance length the server counted is shown against the one the rates imply (1 + sum): they agree
-    when vLLM's sampler did what was asked, so the projection checks itself."""
+    """The counted acceptance length beside the one the rates imply (1 + sum): the projection checks itself."""
     points = by_k(results)
     reference, candidate = levels_of(points, 0), levels_of(points, candidate_k)
     expected_tau = 1.0 + sum(rates)
@@ -219,8 +217,7 @@ def _ratio(level: LevelResult | None, base: LevelResult | None) -> float | None:
 
 
 def graph_rows(results: Results, graphs: BenchmarkResult, candidate_k: int) -> list[documents.GraphRow]:
-    """Graphs change kernels, not the drafter's proposals: acceptance should match the eager candidate's up to
-    near-tie flips."""
+    """Graphs change kernels, not proposals: acceptance should match the eager candidate's up to near-tie flips."""
     points = by_k(results)
     reference, eager = levels_of(points, 0), levels_of(points, candidate_k)
     rows = []

@@ -1,5 +1,4 @@
-"""The qualification plan (pure: config values + box + budget in, a plan out; ``--dry-run`` prints it). Each box's
-estimates and default SLO name their source (``Box.source``, ``Box.slo_source``; docs/qualify.md)."""
+"""The qualification plan (pure; ``--dry-run`` prints it); each box's estimates name their source (docs/qualify.md)."""
 
 from __future__ import annotations
 
@@ -199,8 +198,7 @@ class PerRequest:
 def per_request_setting(
     values: Mapping[str, str], overrides: Collection[str], flag: tuple[str, str] = ("unknown", "not probed")
 ) -> PerRequest:
-    """The config's own value when on; off in the environment is respected; otherwise ``summary`` when the
-    installed vLLM has the flag (vLLM ignores it without speculation)."""
+    """The config's value when on; off in the environment is respected; else ``summary`` when vLLM has the flag."""
     current = values.get(PER_REQUEST_KEY) or "off"
     if current != "off":
         return PerRequest(True, f"the config's {PER_REQUEST_KEY}={current}")
@@ -229,8 +227,7 @@ def graphs_step(k: int, graphs: GraphCandidate | None, estimate_s: float) -> Ste
 
 
 def projection_step(box: Box, rates: Sequence[float], levels: int, k_limit: tuple[int, str] | None = None) -> Step:
-    """A projection of speed, never of quality (the sampler does not check drafts against the target). GPU only:
-    the CPU build's sampler raises at the first request."""
+    """Speed, never quality (the sampler does not check drafts); GPU only: the CPU sampler raises at once."""
     title = "projection: the candidate with vLLM's synthetic acceptance sampler (speed a better drafter would give)"
     if box.kind == "cpu":
         reason = (
@@ -342,9 +339,8 @@ def build_plan(
     amplitude: tuple[Sides, str] = ((), "not probed"),
     schedule: tuple[bool, str] = (False, "not checked"),
 ) -> QualifyPlan:
-    """Trimmed to the budget in docs/qualify.md's order, never the reference or the top-level candidate.
-    ``k_limit``: (largest k, why) a runtime rule allows; ``extra_k`` / ``sessions_levels``: a shoot-out's choice;
-    ``amplitude``: the RoPE amplitudes to serve (amplitude.probe); ``schedule``: whether vLLM takes a schedule."""
+    """Trimmed to the budget in docs/qualify.md's order, never the reference or the top-level candidate; ``k_limit``:
+    (largest k, why) a runtime rule allows; the rest are a shoot-out's choices and the probes' findings."""
     if values.get("SPECULATIVE_METHOD", "none") == "none":
         raise UserError(
             "qualify needs a speculative config (SPECULATIVE_METHOD=dflash, eagle3 or dspark): it compares the "
@@ -424,8 +420,7 @@ def fewer_sessions(sessions: list[int]) -> Trim:
 
 
 def fit_budget(make: Callable[[], QualifyPlan], trimmed: list[str], trims: Sequence[Trim]) -> QualifyPlan:
-    """Rebuild the plan, each time after the first trim that finds something to drop, until it fits the budget or
-    nothing is left to drop; `trimmed` collects what was dropped (make() reports it)."""
+    """Rebuild the plan after each trim that drops something, until it fits or none is left; ``trimmed`` names them."""
     plan = make()
     while not plan.within_budget:
         dropped = next((label for trim in trims if (label := trim()) is not None), None)

@@ -1,5 +1,4 @@
-"""OUT/report.md. Verdicts and the exit code (docs/qualify.md's table) are pure functions of the state and the step
-files."""
+"""OUT/report.md; verdicts and the exit code (docs/qualify.md's table) are pure functions of the state and files."""
 
 from __future__ import annotations
 
@@ -57,8 +56,7 @@ def candidate_view(out: Path, state: QualifyState, candidate: Candidate) -> tupl
 
 
 def _beside(out: Path, of: str = "") -> list[Verdict]:
-    """The servers judged beside the candidate (depths, the schedule, amplitudes): one that is not lossless is left
-    out of the tuned settings, so it warns here; the run's verdict stays the candidate's."""
+    """Servers judged beside the candidate: one not lossless is left out of the tuned settings, so it warns here."""
     found = {p.stem.removeprefix("verdict-"): LosslessVerdict.load_or_none(p) for p in out.glob("lossless/verdict-*")}
     if not found:
         return []

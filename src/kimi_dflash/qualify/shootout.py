@@ -43,8 +43,7 @@ class CandidateConfig:
 
 
 def target(values: Mapping[str, str]) -> dict[str, str]:
-    """What decides the model a config serves and where: TARGET_KEYS, the demo's target model, and the
-    TARGET_OPTIONS in EXTRA_VLLM_ARGS (any spelling vLLM takes)."""
+    """What decides the model a config serves and where: TARGET_KEYS, demo target, EXTRA_VLLM_ARGS' TARGET_OPTIONS."""
     found = {key: values.get(key) or "(unset)" for key in TARGET_KEYS}
     demo = values.get("FABRICATE_DEMO_MODELS") or "none"
     found["the demo's target"] = CHOICES[demo].same_target_as or demo if demo in CHOICES else demo
@@ -85,8 +84,7 @@ def build_shootout(
     slo: str | None = None,
     per_request: plan.PerRequest | None = None,
 ) -> plan.QualifyPlan:
-    """Every candidate is measured at the levels every config's MAX_NUM_SEQS allows. The budget trims the
-    candidates' extra k (largest first), then the lowest levels; never a candidate."""
+    """Candidates measured at the levels every MAX_NUM_SEQS allows; the budget trims extra k, then levels, never one."""
     _refuse_other_targets(values, configs)
     box = plan.box_for(values.get("DEVICE", "rocm"))
     slo_text, per_request = plan.check_slo(slo, box), per_request or plan.PerRequest(False, "not probed")

@@ -1,6 +1,4 @@
-"""The steps of a qualification, one ``(Context) -> Outcome`` each, run as units of the resumable run. Each reads
-what earlier steps left on disk, never their in-memory state, so any step can be rerun alone after a kill.
-What each step writes: docs/qualify.md (Steps)."""
+"""The steps of a qualification as resumable units; each reads earlier steps' files only (docs/qualify.md, Steps)."""
 
 from __future__ import annotations
 
@@ -38,8 +36,7 @@ def environment_step(ctx: Context) -> Outcome:
 
 
 def preflight_step(ctx: Context) -> Outcome:
-    """As `serve.sh --preflight` runs it, for the config and each shoot-out candidate's; any FAIL stops the run
-    before a server starts."""
+    """As `serve.sh --preflight` runs it, for the config and each candidate's; any FAIL stops the run before a start."""
     from kimi_dflash.config.problems import ConfigError
     from kimi_dflash.config.validate import load_config
     from kimi_dflash.launch.prepare import prepare
@@ -96,8 +93,7 @@ def candidate_step(ctx: Context) -> Outcome:
 
 
 def fp8_step(ctx: Context) -> Outcome:
-    """FP8 KV against BF16 KV (fp8/validate.py's thresholds): the reference step's outputs against a BF16-KV
-    server started here."""
+    """FP8 KV against BF16 KV (fp8/validate.py's thresholds): the reference's outputs vs a BF16-KV server's."""
     from kimi_dflash.fp8.validate import Fp8Summary, Thresholds, kv_capacity_from_log, verdict_lines
     from kimi_dflash.validate.engine import compare_tokens, summarize_agreement
 
@@ -139,8 +135,7 @@ def grid_step(ctx: Context) -> Outcome:
 
 
 def graphs_step(ctx: Context) -> Outcome:
-    """Outputs compared with the eager reference's are evidence, not a verdict; results go to graphs/, not grid/:
-    it shares the candidate's k."""
+    """Outputs vs the eager reference's are evidence, not a verdict; results in graphs/ (same k as the candidate)."""
     k = ctx.plan.spec_tokens
     point = Point(((SPEC_TOKENS, str(k)), *ctx.plan.graph_overrides))
     plan = ctx.points([point], ctx.out / "graphs")
@@ -260,8 +255,7 @@ def goodput_step(ctx: Context) -> Outcome:
 
 
 def advisor_step(ctx: Context) -> Outcome:
-    """A budget-trimmed grid may hold one k >= 1: no step-time slope can be fitted from it, so no other k is
-    predicted; the measured points still say which was faster at each concurrency."""
+    """A budget-trimmed grid may hold one k >= 1: no slope to fit, so the measured points alone are compared."""
     from kimi_dflash.advisor.cli import render
     from kimi_dflash.advisor.model import Prediction, measurements, predict, recommend
     from kimi_dflash.core.errors import UserError

@@ -1,6 +1,5 @@
-"""`qualify CONFIG --write-config TUNED.env`: a config that EXTENDS CONFIG with what the run chose (the drafter RoPE
-amplitude, the depth schedule, the MLA backend), each line under a comment with its evidence: the figure, its interval,
-the file it comes from. Nothing else is written: EXTENDS brings in the rest, API_KEY included (never copied here)."""
+"""`qualify CONFIG --write-config TUNED.env`: EXTENDS CONFIG with what the run chose, each line under its evidence.
+Nothing else is written: EXTENDS brings in the rest, API_KEY included (never copied here)."""
 
 from __future__ import annotations
 
