@@ -16,10 +16,8 @@ from kimi_dflash.core.formatting import markdown_table, number, percent, ratio
 from kimi_dflash.core.options import comma_list, declare, option
 
 EPILOG = """\
-Feed it sweep directories (launchers/kimi26-vllm-dflash-sweep.sh --out DIR) or benchmark result JSONs. It needs
-one run at the largest k you consider (its per-position acceptance) and runs at two or more k for the step cost;
-a run with NUM_SPECULATIVE_TOKENS=0 adds the no-speculation baseline. Predictions are per concurrency level:
-only levels measured with speculation are predicted.
+Feed it sweep directories or benchmark result JSONs: one run at the largest k you consider (its per-position
+acceptance), runs at two or more k (the step cost); only levels measured with speculation are predicted.
 
 examples:
   %(prog)s results/sweep

@@ -1,5 +1,4 @@
-"""Predict decode speed for every k (speculative tokens per step) at every measured concurrency (pure). The model
-and why it holds: docs/workflows.md (Speculative-token advisor); its assumptions are printed with every prediction."""
+"""Predict decode speed for every k at every measured concurrency (pure; docs/workflows.md, the advisor)."""
 
 from __future__ import annotations
 
@@ -101,9 +100,8 @@ def measurements(results: Sequence[tuple[str, BenchmarkResult]]) -> list[Measure
 
 
 def merge_repeats(found: Sequence[Measured]) -> list[Measured]:
-    """One measurement per (k, concurrency): runs of the same point (repeated rounds, e.g. in rotating order to
-    spread drift in machine load over every k) are combined by their median, which one disturbed run cannot move
-    far; acceptance is weighted by drafts."""
+    """One measurement per (k, concurrency): repeated runs combined by their median, which one disturbed run cannot
+    move far; acceptance weighted by drafts."""
     groups: dict[tuple[int, int], list[Measured]] = {}
     for m in found:
         groups.setdefault((m.k, m.sessions), []).append(m)
@@ -129,8 +127,7 @@ def merge_repeats(found: Sequence[Measured]) -> list[Measured]:
 
 
 def weighted_per_position(runs: Sequence[tuple[int | None, Sequence[float]]]) -> tuple[float, ...]:
-    """Acceptance per draft position over ``runs`` (drafts, per position), weighted by their drafts (at least 1
-    each), at the positions all of them measured."""
+    """Acceptance per draft position over ``runs``, weighted by their drafts (>= 1 each), at positions all measured."""
     weights = [max(drafts or 0, 1) for drafts, _ in runs]
     positions = min(len(p) for _, p in runs)
     return tuple(sum(w * p[i] for w, (_, p) in zip(weights, runs)) / sum(weights) for i in range(positions))
@@ -159,8 +156,7 @@ def fit_step(runs: Sequence[Measured]) -> tuple[float, float]:
 
 
 def predict(runs: Sequence[Measured], fit_k: set[int] | None = None) -> tuple[tuple[float, ...], list[Prediction]]:
-    """Predictions for k = 0 (measured only) and 1 .. K at every concurrency measured at k >= 1; ``fit_k``
-    restricts which measured k are used (the others are held out and only compared)."""
+    """Predictions for k = 0 (measured only) and 1 .. K at every concurrency measured at k >= 1, fitted on ``fit_k``."""
     fitting = [m for m in runs if fit_k is None or m.k in fit_k]
     p = acceptance_per_position(fitting)
     predictions: list[Prediction] = []

@@ -1,6 +1,4 @@
-"""Depth by load from a measured k x concurrency grid (pure): at each concurrency the shallowest k stands until a
-deeper one wins beyond the benchmark's interval, and the choices become NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE
-(docs/workflows.md, "Depth by load")."""
+"""Depth by load from a measured k x concurrency grid as NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE (docs/workflows.md)."""
 
 from __future__ import annotations
 
@@ -27,8 +25,7 @@ class Choice:
 
 
 def grid_samples(results: Sequence[tuple[str, BenchmarkResult]]) -> dict[tuple[int, int], list[float]]:
-    """Every repeat's aggregate tok/s by (k, sessions), pooled over files (repeated sweep rounds); runs served with
-    a schedule are left out: they are what a schedule is compared with, not a fixed k."""
+    """Every repeat's aggregate tok/s by (k, sessions), pooled over files; runs served with a schedule are left out."""
     samples: dict[tuple[int, int], list[float]] = {}
     for _, result in results:
         if result.server_config and result.server_config.values.get("NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE"):
@@ -45,8 +42,8 @@ def repeats_of(level: LevelResult) -> list[float]:
 
 
 def choose_depths(samples: Samples, confidence: float = 0.95) -> list[Choice]:
-    """Per concurrency, the shallowest measured k >= 1, replaced by each deeper k (in order) whose aggregate tok/s
-    over the current choice's has a ratio interval wholly above 1: a tie, however close, keeps the shallower k."""
+    """Per concurrency the shallowest measured k >= 1, replaced by each deeper k whose tok/s ratio interval over the
+    current choice's lies wholly above 1: a tie, however close, keeps the shallower."""
     if thin := sorted(f"k={k} at {s} sessions" for (k, s), v in samples.items() if k >= 1 and len(v) < 2):
         raise UserError(
             f"{', '.join(thin)}: one measurement, no interval. A schedule compares k by their intervals: measure "
@@ -65,9 +62,8 @@ def choose_depths(samples: Samples, confidence: float = 0.95) -> list[Choice]:
 
 
 def schedule_of(choices: Sequence[Choice]) -> tuple[DepthRange, ...]:
-    """Batch sizes up to the first measured concurrency take its k, each measured concurrency its own, those between
-    two measured ones the shallower of the two (no unmeasured load gets a deeper k than a neighbour), and the last
-    k runs on, open."""
+    """Batch sizes to the first measured concurrency take its k, those between two the shallower one's (no unmeasured
+    load gets a deeper k than a neighbour); the last k runs on, open."""
     starts: list[tuple[int, int]] = []  # (first batch size, k)
     for before, choice in zip([None, *choices], choices):
         if before is not None and choice.sessions > before.sessions + 1:

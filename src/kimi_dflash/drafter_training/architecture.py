@@ -1,9 +1,6 @@
-"""The drafter to train: a DFlash drafter architecture (`configs/kimi-k2.6-dflash-draft.json`, or the demo's), checked
-against its target, and the two configs derived from it: the draft config SpecForge trains, the config.json vLLM serves.
-
-vLLM 0.32 (`qwen3_dflash.py`) attends non-causally over context + block, but SpecForge 0.2.0 trains sliding-window
-layers causally inside the block (`create_dflash_sdpa_mask`): so training always declares full attention, serving
-keeps the demo's `use_swa` window (wider than any context) and `check_against_target` refuses one that could bite."""
+"""The drafter to train (`configs/kimi-k2.6-dflash-draft.json` or the demo's), checked against its target, and its
+two derived configs: SpecForge's draft config and vLLM's config.json. Training declares full attention: vLLM 0.32
+attends non-causally over context + block, SpecForge 0.2.0 trains windows causally (docs/drafter-training.md)."""
 
 from __future__ import annotations
 
@@ -19,8 +16,7 @@ from kimi_dflash.rules.rope_amplitude import transformers_amplitude
 DRAFT_ARCHITECTURE = "DFlashDraftModel"
 # Keys vLLM's DFlash loader reads from dflash_config that only shape serving (not the trained weights).
 SERVING_ONLY_DFLASH_KEYS = ("use_swa", "swa_window_size", "causal")
-# Where a target checkpoint keeps the embeddings and lm_head the drafter shares: Kimi's (its text model sits under
-# `language_model.`), then a plain causal LM's.
+# Where a target keeps the embeddings and lm_head the drafter shares: Kimi's (under `language_model.`), a plain LM's.
 EMBED_KEYS = ("language_model.model.embed_tokens.weight", "model.embed_tokens.weight")
 LM_HEAD_KEYS = ("language_model.lm_head.weight", "lm_head.weight")
 
@@ -150,9 +146,8 @@ def specforge_draft_config(arch: DrafterArchitecture) -> dict[str, Any]:
 
 
 def serving_config(arch: DrafterArchitecture) -> dict[str, Any]:
-    """config.json for vLLM 0.32's DFlashQwen3ForCausalLM, with the RoPE amplitude it was trained with pinned:
-    SpecForge (transformers 5) trains z-lab's YaRN fields at amplitude 1.0, and an explicit `attention_factor` is
-    honoured by vLLM from 0.30 and left alone by launch/drafter_rope.py (which would restore 1.4159)."""
+    """config.json for vLLM 0.32's DFlashQwen3ForCausalLM, pinning the amplitude it was trained at (SpecForge: 1.0)
+    with an explicit `attention_factor` (honoured from vLLM 0.30, left alone by launch/drafter_rope.py)."""
     config = dict(arch.config)
     rope = read_rope(config)
     if rope is not None and rope.kind == "yarn" and rope.problem is None and rope.attention_factor is None:

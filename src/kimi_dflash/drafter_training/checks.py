@@ -1,5 +1,4 @@
-"""Checks run before a phase spends hours: disk space, the server's model, GPU count. Each returns a problem
-message (what is wrong and the fix) or None."""
+"""Checks run before a phase spends hours; each returns a problem message (what is wrong and the fix) or None."""
 
 from __future__ import annotations
 

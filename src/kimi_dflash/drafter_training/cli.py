@@ -1,5 +1,4 @@
-"""train-drafter.sh / `kimi-dflash train-drafter`: the drafter training pipeline's command line (the phases and
-their steps: pipeline.py). Each option left out takes the profile's value (production, or --demo)."""
+"""train-drafter.sh / `kimi-dflash train-drafter`: the command line; each option left out takes the profile's value."""
 
 from __future__ import annotations
 
@@ -17,17 +16,11 @@ from kimi_dflash.drafter_training.architecture import ArchitectureError
 from kimi_dflash.drafter_training.pipeline import SPECFORGE_VERSION, Pipeline, PipelineError, Step
 
 EPILOG = textwrap.dedent(f"""\
-    phases (all four in order unless skipped or picked with --phase; docs/drafter-training.md):
-      setup   production: SpecForge {SPECFORGE_VERSION} in its own venv (<cache>/specforge/venv: it pins torch,
-              transformers and sglang), its config schema checked, PerfectBlend's first user turns written to
-              <work>/prompts.jsonl. demo: the shipped prompt set (200 prompts) to <work>/prompts.jsonl.
-      regen   the target, served by serve.sh, writes every reply (temperature 0, token ids kept) to
-              <work>/regen/part-*.jsonl: concurrent, resumable by prompt id, failed prompts retried then counted.
-      train   production: SpecForge's run and draft configs, then `specforge train --config` (resumes from its
-              newest checkpoint; GPU count and schema checked first). demo: the target's hidden states and the
-              stand-in trainer (the DFlash objective in plain torch, CPU; resumable).
-      export  the drafter in vLLM's DFlash layout and an env config serving it (<work>/export/serve.env); the
-              demo also exports the untrained drafter beside it for the acceptance comparison.
+    phases (all four in order unless skipped or picked with --phase; in detail: docs/drafter-training.md):
+      setup   SpecForge {SPECFORGE_VERSION} in its own venv; the prompts (demo: the shipped 200) to <work>/prompts.jsonl
+      regen   the target, behind serve.sh, writes every reply (T=0, token ids kept) to <work>/regen/, resumably
+      train   production: `specforge train --config`; demo: the target's hidden states, the stand-in trainer (CPU)
+      export  the drafter in vLLM's DFlash layout and an env config serving it (<work>/export/serve.env)
 
     examples:
       ./train-drafter.sh --dry-run                              # production plan, every step and command

@@ -1,5 +1,4 @@
-"""Write a trained drafter in the layout vLLM 0.32 loads for DFlash (`qwen3_dflash.py`), and a config that serves it.
-Embeddings and lm_head are the target's, so none are written; the directory is swapped in whole."""
+"""A trained drafter in the layout vLLM 0.32 loads for DFlash (embeddings, lm_head: the target's), swapped in whole."""
 
 from __future__ import annotations
 
@@ -54,8 +53,7 @@ def export_drafter(
 
 
 def write_serve_config(path: Path, base_config: Path, target_dir: Path | None, drafter_dir: Path) -> None:
-    """An env config serving the exported drafter: the base config (EXTENDS) with the drafter set, and the target
-    too when the base serves fabricated demo models (target_dir given)."""
+    """An env config EXTENDing the base with the drafter set (and the target when the base fabricates demo models)."""
     lines = [
         "# Written by train-drafter.sh (export phase): the base config with the trained drafter.",
         "#   ./serve.sh <this file> --wait",
@@ -68,8 +66,7 @@ def write_serve_config(path: Path, base_config: Path, target_dir: Path | None, d
 
 
 def finalize_specforge_export(out_dir: Path, arch: DrafterArchitecture) -> None:
-    """After `specforge export --to hf`: config.json becomes the serving config, and every weight vLLM needs must be
-    there under its name (SpecForge's HF export may prefix them with `model.`, which vLLM's loader also strips)."""
+    """After `specforge export --to hf`: config.json made the serving config, each weight vLLM needs checked."""
     from safetensors import safe_open
 
     names: set[str] = set()

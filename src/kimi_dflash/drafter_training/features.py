@@ -1,7 +1,5 @@
-"""The demo's offline training features, as SpecForge 0.2.0's offline DFlash samples (layout
-`specforge_hidden_states_v1`, docs/drafter-training.md): one `<id>.ckpt` per conversation, written atomically and
-skipped when present (a capture resumes). The target runs in transformers (float32), which agrees with vLLM's
-logprobs within 3e-4 on the demo (tests/integration/test_demo_server.py)."""
+"""The demo's offline training features as SpecForge 0.2.0's `specforge_hidden_states_v1` samples, one atomic
+`<id>.ckpt` per conversation (a capture resumes); the target runs in transformers (docs/drafter-training.md)."""
 
 from __future__ import annotations
 
@@ -35,8 +33,7 @@ class Sample:
 
 
 def sample_from_record(record: Mapping[str, Any], max_length: int) -> Sample | None:
-    """Token ids and loss mask of one regen record, truncated to max_length; None when fewer than two reply
-    tokens survive (DFlash needs an anchor and a next token)."""
+    """Token ids and loss mask of a regen record, truncated; None with fewer than two reply tokens (anchor + next)."""
     prompt, output = record.get("prompt_token_ids"), record.get("output_token_ids")
     if not isinstance(prompt, list) or not isinstance(output, list):
         raise FeatureError(f"regen record {record.get('id')!r} has no token ids: regenerate through serve.sh's vLLM")
@@ -49,9 +46,8 @@ def sample_from_record(record: Mapping[str, Any], max_length: int) -> Sample | N
 
 
 def load_kimi_text_model(target_dir: Path):  # type: ignore[no-untyped-def]
-    """transformers' DeepseekV3ForCausalLM with the miniature Kimi's text model (config.json's text_config and the
-    `language_model.` weights of every shard), float32. transformers' own Kimi class would also build the vision
-    tower (and ignores the miniature's small vision_config), so the text model is loaded on its own."""
+    """The miniature Kimi's text model as transformers' DeepseekV3ForCausalLM, float32 (Kimi's own class would also
+    build the vision tower, ignoring the miniature's vision_config)."""
     import torch
     from safetensors.torch import load_file, save_file
     from transformers import DeepseekV3ForCausalLM

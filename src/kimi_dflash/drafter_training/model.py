@@ -1,7 +1,5 @@
-"""A trainable DFlash drafter in plain torch: the forward vLLM 0.32 serves (`qwen3_dflash.py`, `dflash.py`;
-docs/drafter-training.md), one block per anchor, with SpecForge's DFlash objective. Context keys and values come
-from the normed context (no input_layernorm). Parameter names are vLLM's DFlash loader's: the state dict is the export.
-"""
+"""A trainable DFlash drafter in plain torch: the forward vLLM 0.32 serves, with SpecForge's DFlash objective; its
+parameter names are vLLM's DFlash loader's, so the state dict is the export (docs/drafter-training.md)."""
 
 from __future__ import annotations
 
@@ -107,8 +105,7 @@ class DFlashDrafter(nn.Module):
                     parameter.copy_(torch.randn(parameter.shape, generator=generator) * std)
 
     def block_logits(self, features: torch.Tensor, input_ids: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
-        """Logits [anchors, B-1, vocab] of the mask slots of one block per anchor. features [L, hidden *
-        len(target_layer_ids)], input_ids [L] of one sequence; anchors [K] positions >= 1."""
+        """Logits [anchors, B-1, vocab] of one block's mask slots per anchor; features [L, hidden * layers], ids [L]."""
         length, block = features.shape[0], self.block_size
         offsets = torch.arange(block)
         query_positions = (anchors[:, None] + offsets[None, :]).reshape(-1)
@@ -151,8 +148,7 @@ def candidate_anchors(loss_mask: torch.Tensor) -> torch.Tensor:
 
 
 def drafter_shapes(config: Mapping[str, Any]) -> dict[str, torch.Size]:
-    """Every weight of the drafter (the names vLLM's DFlash loader maps, and their shapes), from its config alone:
-    the model built on the meta device, so no memory is spent even for Kimi's 3.5 B parameters."""
+    """Every weight of the drafter (vLLM's loader's names and shapes), built on the meta device: no memory spent."""
     with torch.device("meta"):
         model = DFlashDrafter(config, torch.empty(0, 0), torch.empty(0, 0))
     return {name: value.shape for name, value in model.state_dict().items()}

@@ -1,6 +1,4 @@
-"""train-drafter.sh: train a DFlash drafter matched to its target, in four phases.
-
-Each phase is a list of steps, checks first; `--dry-run` prints them with their inputs, outputs and commands."""
+"""train-drafter.sh: train a DFlash drafter matched to its target, in four phases of steps, checks first."""
 
 from __future__ import annotations
 

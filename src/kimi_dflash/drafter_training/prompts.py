@@ -1,5 +1,4 @@
-"""The prompts whose replies the target regenerates: one JSONL file of {"id", "messages"}, from the shipped demo prompts
-(the benchmark's own stay out of training) or PerfectBlend's parquet shards (docs/drafter-training.md)."""
+"""The prompts whose replies the target regenerates: one JSONL of {"id", "messages"} (docs/drafter-training.md)."""
 
 from __future__ import annotations
 
@@ -35,8 +34,7 @@ class Prompt:
 
 
 def first_turn(record: Mapping[str, Any]) -> tuple[Mapping[str, str], ...] | None:
-    """[system?] + first user message (None: no user turn) of {"messages": [...]}, ShareGPT {"conversations":
-    [{"from"/"role", "value"/"content"}]} or {"prompt": text} (the project's prompt files)."""
+    """[system?] + first user message (None: no user turn) of messages, ShareGPT conversations or {"prompt": text}."""
     if isinstance(record.get("prompt"), str):
         return ({"role": "user", "content": record["prompt"]},)
     turns = record.get("messages") or record.get("conversations") or []

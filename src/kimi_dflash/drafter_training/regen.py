@@ -1,5 +1,5 @@
-"""Regenerate the training replies with the target itself, behind `serve.sh` (`return_token_ids`: a matched drafter
-learns what *this* target writes, in its own tokens). Files, resume and retries: docs/drafter-training.md (regen)."""
+"""Regenerate the training replies with the target itself behind `serve.sh`, so the drafter learns *its* tokens.
+Files, resume and retries: docs/drafter-training.md (regen)."""
 
 from __future__ import annotations
 
@@ -70,8 +70,7 @@ def read_records(out_dir: Path) -> Iterable[dict[str, Any]]:
 
 
 def record_from_response(prompt: Prompt, response: Mapping[str, Any]) -> dict[str, Any]:
-    """The regen record: the conversation with the target's reply, plus its exact token ids when the server sent
-    them. Raises ServerError (a retryable one) on a response without a reply."""
+    """The regen record: the conversation with the target's reply (and token ids when sent); ServerError without one."""
     choices = response.get("choices") if isinstance(response, Mapping) else None
     if not choices or not isinstance(choices[0], Mapping):
         raise ServerError("response without choices")

@@ -1,5 +1,4 @@
-"""The SpecForge 0.2 run config for training the drafter (`specforge train --config FILE`; its keys are
-SpecForge 0.2.0's `specforge/config/schema.py`, checked by specforge_schema.py), and the training data it reads."""
+"""The SpecForge 0.2 run config (`specforge train --config FILE`; keys checked by specforge_schema.py) and its data."""
 
 from __future__ import annotations
 
@@ -39,8 +38,7 @@ def split_gpus(gpus: int) -> tuple[list[str], list[str]]:
 
 
 def run_config(arch: DrafterArchitecture, s: RunSettings) -> dict[str, Any]:
-    """Online training, which SpecForge 0.2.0 runs only disaggregated; `managed_local` starts the SGLang capture
-    server and Mooncake on this node (why: docs/drafter-training.md, Production)."""
+    """Online training, run disaggregated: `managed_local` starts SGLang, Mooncake here (docs/drafter-training.md)."""
     capture, trainer = split_gpus(s.gpus)
     training: dict[str, Any] = {
         "strategy": "dflash",
@@ -92,8 +90,7 @@ def run_config(arch: DrafterArchitecture, s: RunSettings) -> dict[str, Any]:
 
 
 def training_record(record: Mapping[str, Any]) -> dict[str, Any] | None:
-    """A regen record as SpecForge's conversation data ({"id", "conversations": [{"role", "content"}]}); the
-    reasoning (Kimi's thinking) is kept in front of the reply, inside Kimi's think tags."""
+    """A regen record as SpecForge's conversation data; Kimi's reasoning before the reply, in its think tags."""
     turns = []
     for turn in record.get("conversations") or []:
         content = turn.get("content") or ""

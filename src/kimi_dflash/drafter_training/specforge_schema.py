@@ -1,6 +1,5 @@
-"""Does this SpecForge speak the run config we generate? SpecForge 0.2.0's pydantic models
-(`specforge/config/schema.py`, all `extra="forbid"`: an unknown key fails the run) read as source (field names,
-Literal choices, nested models) from the installed package or its wheel: no torch, GPU or SpecForge import needed."""
+"""Does this SpecForge take the run config we generate? Its pydantic models (`extra="forbid"`) read as source from
+the installed package or its wheel: no torch, GPU or SpecForge import needed."""
 
 from __future__ import annotations
 
@@ -99,8 +98,7 @@ METADATA = re.compile(r"^specforge-[^/]+\.dist-info/METADATA$")
 
 
 def read_schema(location: Path) -> SpecForgeSchema:
-    """The schema of the SpecForge at `location`: a .whl, a site-packages directory holding `specforge/`, or the
-    `specforge` package directory itself."""
+    """The schema of the SpecForge at `location`: a .whl, a site-packages directory or the `specforge` package."""
     location = Path(location)
     if location.is_file() and location.suffix == ".whl":
         with zipfile.ZipFile(location) as wheel:

@@ -1,6 +1,5 @@
-"""The demo's trainer, standing in for `specforge train` where it cannot run (docs/drafter-training.md), on CPU.
-Resumable from `<out>/checkpoint.pt`; everything random derives from (seed, epoch) or (seed, step), so a resumed
-run ends with the same weights as an uninterrupted one."""
+"""The demo's CPU trainer, standing in for `specforge train` (docs/drafter-training.md); resumable, and a resumed
+run ends with the same weights as an uninterrupted one (all randomness derives from seed and epoch or step)."""
 
 from __future__ import annotations
 

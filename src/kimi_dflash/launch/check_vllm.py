@@ -1,5 +1,4 @@
-"""`kimi-dflash check-vllm DIR [CONFIG]`: will the vLLM at DIR start this config's plan? Judged from vLLM's
-source without starting anything; the same check as `kimi-dflash serve CONFIG --check-vllm DIR`."""
+"""`kimi-dflash check-vllm DIR [CONFIG]`: will the vLLM at DIR start this plan? (serve --check-vllm, from source)"""
 
 from __future__ import annotations
 

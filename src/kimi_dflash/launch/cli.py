@@ -39,10 +39,8 @@ EXIT_INTERRUPTED = 130
 DESCRIPTION = """\
 Launch vLLM's OpenAI-compatible server for Kimi K2.6 + DFlash from an env-file config.
 
-Steps: validate the config -> preflight checks (including: will this vLLM start this plan, and will the
-project's vLLM plugin load) -> vLLM patches (report; on ROCm write the file patches this plan needs) -> start
-vLLM. Config values can be overridden for one run from the environment, e.g.
-  PORT=9000 ./serve.sh configs/demo-cpu.env
+Steps: validate the config -> preflight (will this vLLM start this plan, will the plugin load) -> vLLM patches ->
+start vLLM. Override config values for one run from the environment, e.g. PORT=9000 ./serve.sh configs/demo-cpu.env
 """
 
 EPILOG = """\
@@ -75,11 +73,9 @@ class ServeOptions:
     preflight: bool = option("run only the preflight checks", exclusive="mode")
     stop: bool = option("stop the server a previous --wait started", exclusive="mode")
     check_vllm: Path | None = option(
-        "judge the plan against the vLLM at DIR (its `vllm` package directory, a directory holding it such as an "
-        "unpacked wheel, or a .whl) from its source, without starting anything: every option, speculative-config key, "
-        "VLLM_* variable, the MoE backend vs the quantisation, the KV dtype vs the MLA backends, the patches and "
-        "plugin. Exit 0: it starts; 2: it would not (each reason with its fix). Reads MODEL_DIR/config.json, or the "
-        "facts shipped for MODEL_REPO when the checkpoint is not downloaded",
+        "judge the plan against the vLLM at DIR (its `vllm` package directory, a directory holding it, or a .whl) from "
+        "its source, without starting anything (docs/compatibility.md). Exit 0: it starts; 2: it would not (each "
+        "reason with its fix)",
         metavar="DIR",
         exclusive="mode",
     )
@@ -92,8 +88,7 @@ class ServeOptions:
     )
     fix_numa: bool = option("as root, set kernel.numa_balancing=0 when preflight finds it on")
     skip_preflight: bool = option("start without preflight checks")
-    # The dry engine (vLLM's start-up code on a simulated platform) is a lab tool now (python -m kimi_dflash_lab
-    # dry-engine); the flag that skipped it is still accepted so that existing scripts keep working.
+    # The dry engine moved to the lab (python -m kimi_dflash_lab dry-engine); existing scripts may still pass this.
     no_dry_engine: bool = option(hidden=True)
 
 
@@ -121,8 +116,7 @@ def _private_dirs(*children: Path) -> None:
 
 
 def stop_command(config: Config, config_argument: str, environ: dict[str, str] | None = None) -> str:
-    """With the config keys this run took from the environment (the port names the pid file) and the cache
-    override, shell-quoted; never a secret key."""
+    """With the config keys this run took from the environment and the cache override, shell-quoted; never a secret."""
     environ = dict(os.environ) if environ is None else environ
     kept = {key.name: key.shown for key in KEYS if config.sources.get(key.name) == "environment" and not key.secret}
     kept |= {CACHE_ENV: str} if environ.get(CACHE_ENV) else {}

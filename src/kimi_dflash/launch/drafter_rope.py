@@ -1,7 +1,6 @@
-"""Serve a DFlash drafter with the RoPE amplitude DRAFTER_ROPE_AMPLITUDE names, the remedy the rule "drafter rope
-amplitude" decides (rules/rope_amplitude.py; docs/patches.md): where the vLLM that serves gives another, from an overlay
-in the project cache (symlinks to its files and a config.json whose rope fields state `attention_factor`), named by a
-digest, built in a private directory and moved into place whole; checked before reuse, removed after a week unused."""
+"""Serve a DFlash drafter at the RoPE amplitude DRAFTER_ROPE_AMPLITUDE names (rules/rope_amplitude.py; docs/patches.md):
+where the serving vLLM gives another, from a digest-named overlay in the project cache (symlinks and a config.json
+stating `attention_factor`), built privately and moved into place whole; checked before reuse, removed unused."""
 
 from __future__ import annotations
 
@@ -49,8 +48,8 @@ def note_unreadable(facts: Facts, values: ConfigValues, say: Callable[[str], Non
 
 
 def apply(facts: Facts, decision: RopeDecision, cache: Path, create: bool, say: Callable[[str], None]) -> Facts:
-    """The facts to serve: the drafter's replaced by its overlay at the amplitude `decision` serves, built when
-    `create` (UserError, exit 1, when it cannot be), else only named; shipped facts (no directory) stay as they are."""
+    """The facts to serve: the drafter's replaced by its overlay (built when `create`, else named; UserError when it
+    cannot be); shipped facts (no directory) stay as they are."""
     if (drafter := facts.drafter) is None or drafter.directory is None:
         return facts
     say(f"drafter RoPE: {decision.message}")

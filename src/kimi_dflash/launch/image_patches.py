@@ -1,9 +1,6 @@
-"""Image build step: write the file patches the installed vLLM needs for the shipped configs, or fail the build.
-
-Per config, the decision serve.sh makes at start (launch/prepare.py, Prepared.patch): a pending file patch is written
-only when the plan takes the code path it fixes and the plugin cannot deliver it at runtime. At build time, as root,
-so the runtime user never needs write access to site-packages. Exit 0 when every needed patch is applied (or none is
-needed), 1 when a needed patch did not apply or the vLLM tree is unrecognised."""
+"""Image build step: as root, write the file patches the installed vLLM needs for the shipped configs (the decision
+serve.sh makes at start, launch/prepare.py), so the runtime user never writes site-packages. Exit 0 when every
+needed patch is applied, 1 when one did not apply or the vLLM tree is unrecognised."""
 
 from __future__ import annotations
 

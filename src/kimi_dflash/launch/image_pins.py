@@ -1,9 +1,6 @@
-"""Pins that keep `pip install` from changing anything a GPU image already ships (vLLM, torch, their deps).
-
-A ROCm image's dev or pre-release vLLM (0.20.1.dev5+g...rocm700) does not satisfy `vllm>=0.20.0` in pip's eyes,
-so any requirement on vllm or torch would "upgrade" them to PyPI's CUDA wheels. Without options: name==version of
-every installed distribution (pip's --constraint file); --verify PINS: exit 1 if a pinned version moved.
-launchers/install-into-image.sh runs both around its pip install. Standard library only (runs with PYTHONPATH=src)."""
+"""Pins that keep `pip install` from changing what a GPU image ships: a ROCm dev vLLM (0.20.1.dev5+g...rocm700) fails
+`vllm>=0.20.0`, so pip would "upgrade" it to PyPI's CUDA wheels. No options: name==version of every installed
+distribution; --verify PINS: exit 1 if a pinned version moved. Standard library only (runs with PYTHONPATH=src)."""
 
 from __future__ import annotations
 

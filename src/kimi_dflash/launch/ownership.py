@@ -1,8 +1,5 @@
-"""Which processes are the vLLM server this project started, so that nothing else is ever signalled.
-
-A detached start records pid, its kernel start time and a random token (KIMI_DFLASH_SERVER_TOKEN) that every
-process vLLM spawns inherits: /proc/<pid>/environ names the server's family, orphans included, and a reused pid
-fails the check (docs/lifecycle.md). Linux only (/proc)."""
+"""Which processes are the vLLM server this project started, so that nothing else is ever signalled: a detached
+start records pid, start time and a token every child inherits, read from /proc (docs/lifecycle.md; Linux only)."""
 
 from __future__ import annotations
 
@@ -21,10 +18,8 @@ from kimi_dflash.launch import private_files
 
 TOKEN_VAR = "KIMI_DFLASH_SERVER_TOKEN"
 PORT_VAR = "KIMI_DFLASH_SERVER_PORT"
-# vLLM names its processes with setproctitle ("VLLM::EngineCore", "VLLM::Worker"), which by default writes the
-# title over the memory /proc/<pid>/environ reads: the token would vanish from exactly the processes that get
-# orphaned. With SPT_NOENV set, setproctitle keeps the title within the original command line and leaves the
-# environment readable (setproctitle's documented switch).
+# vLLM's setproctitle ("VLLM::EngineCore") would by default overwrite the /proc/<pid>/environ memory, and the token
+# with it, in exactly the processes that get orphaned; SPT_NOENV (its documented switch) leaves the environment be.
 KEEP_ENVIRON = {"SPT_NOENV": "1"}
 PROC = Path("/proc")
 SHM = Path("/dev/shm")
@@ -86,8 +81,7 @@ def parse_record(text: str, proc: Path = PROC) -> ServerRecord:
 
 
 def _stat(pid: int, proc: Path = PROC) -> list[str]:
-    """/proc/<pid>/stat from field 3 (the state) on; [] when there is no such process. The command name (field 2)
-    may hold spaces and parentheses, so the fields start after the last ")"."""
+    """/proc/<pid>/stat from field 3 on ([]: no such process); the name (field 2) may hold ")", so split at the last."""
     try:
         return (proc / str(pid) / "stat").read_text().rsplit(")", 1)[-1].split()
     except OSError:
@@ -141,8 +135,7 @@ def family(token: str, proc: Path = PROC) -> list[int]:
 
 
 def orphans_on_port(port: int, proc: Path = PROC) -> dict[str, list[int]]:
-    """Processes of servers this project started on ``port`` whose API server (their session leader, which
-    carried the same token) is gone: token -> pids. A live server's family is never listed."""
+    """token -> pids of servers this project started on ``port`` whose API server (session leader) is gone."""
     by_token: dict[str, list[int]] = {}
     for pid in _processes(proc):
         env = environ_of(pid, proc) or {}
@@ -196,8 +189,7 @@ def socket_holders(inodes: set[int], pids: list[int], proc: Path = PROC) -> dict
 
 
 def others_listening(port: int, token: str, proc: Path = PROC) -> str | None:
-    """Who besides the server carrying ``token`` listens on ``port`` (for a message); None: only that server.
-    Nothing listening counts as others too (what answered is a proxy or another namespace)."""
+    """Who else listens on ``port`` (for a message); None: only ``token``'s server (nobody counts as someone)."""
     if not (inodes := listening_sockets(port, proc)):
         return f"no process of this machine listens on port {port}"
     if not (foreign := inodes - socket_holders(inodes, family(token, proc), proc).keys()):
@@ -213,8 +205,7 @@ def alive(pid: int, proc: Path = PROC) -> bool:
 
 
 def terminate(pids: list[int], token: str, grace_s: float, proc: Path = PROC) -> list[int]:
-    """SIGTERM each pid that still carries ``token`` (re-checked right before, against pid reuse), SIGKILL what
-    is left after ``grace_s``. Returns the pids signalled."""
+    """SIGTERM each pid still carrying ``token`` (re-checked right before), SIGKILL the rest after ``grace_s``."""
     signalled = []
     for pid in pids:
         if _token_of(pid, proc) == token:
@@ -235,8 +226,7 @@ def terminate(pids: list[int], token: str, grace_s: float, proc: Path = PROC) ->
 
 
 def remove_kmp_residue(pids: list[int], shm: Path = SHM) -> list[Path]:
-    """Remove Intel OpenMP's /dev/shm/__KMP_REGISTERED_LIB_<pid>_* files of the given (stopped) pids only; a pid
-    that is alive again (reused) keeps its files."""
+    """Remove /dev/shm/__KMP_REGISTERED_LIB_<pid>_* (Intel OpenMP) of stopped ``pids``; a reused pid keeps its own."""
     removed = []
     for pid in pids:
         if alive(pid):
@@ -254,8 +244,8 @@ class StartInProgress(RuntimeError):
 
 @contextlib.contextmanager
 def port_lock(lock_path: Path) -> Iterator[None]:
-    """Around check-then-start (and stop) for one port, released by the kernel however the holder exits;
-    StartInProgress when another process holds it. The caller has checked the directory (private_dir)."""
+    """Around check-then-start (and stop) for one port, freed by the kernel however the holder exits; else
+    StartInProgress. The caller has checked the directory (private_dir)."""
     fd = private_files.open_private(lock_path, os.O_RDWR | os.O_CREAT)
     try:
         try:

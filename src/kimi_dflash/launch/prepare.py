@@ -1,8 +1,6 @@
-"""One way from a validated config to what a start serves: the demo models' paths, the checkpoints' facts (read
-once), the plan, the deployment the rules judge, the verdict of the vLLM that serves (read from its source, never
-imported), and the verdict's remedies applied: a config value, an environment variable, the drafter's RoPE overlay
-(built when `create`). serve (every mode), check-vllm, qualify, the image's patch step and the lab go through
-`prepare`, so each judges what serve serves."""
+"""One way from a validated config to what a start serves: demo model paths, checkpoint facts, the plan, the verdict
+of the serving vLLM (read from source) and its remedies applied. serve, check-vllm, qualify, the image's patch step
+and the lab all go through `prepare`, so each judges what serve serves."""
 
 from __future__ import annotations
 
@@ -84,9 +82,8 @@ class Prepared:
         return exit_code(results) == 0
 
     def patch(self, say: Say, vllm_root: Path | None = None) -> bool:
-        """Report the patch status of the vLLM that will run; on ROCm write the pending file patches the verdict's
-        remedies name (judged again when the tree is not the verdict's). At or above the patch floor (patcher/floor.py)
-        the patcher is not loaded."""
+        """Report the patch status of the vLLM that will run; on ROCm write the pending file patches the remedies name.
+        At or above the patch floor (patcher/floor.py) the patcher is not loaded."""
         from kimi_dflash.patcher import floor
 
         on_rocm = self.deployment.platform == "rocm"
@@ -155,9 +152,8 @@ def prepare(
     create: bool = False,
     say: Say = _stderr,
 ) -> Prepared:
-    """`environ`: what vLLM inherits (default os.environ); `source`: the vLLM to judge with, given the plan (default:
-    the one its Python runs); `create`: fabricate the demo models and build the drafter's overlay (a start), else
-    only name them (a dry run, a check)."""
+    """`environ`: what vLLM inherits; `source`: the vLLM to judge with, given the plan (default: its Python's);
+    `create`: fabricate the demo models and build the drafter's overlay (a start), else only name them (a check)."""
     from kimi_dflash.rules.deployment import Deployment
     from kimi_dflash.rules.engine import judge
 

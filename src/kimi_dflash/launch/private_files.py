@@ -55,8 +55,7 @@ def private_dir(path: Path, *, follow_symlinks: bool = True) -> Path:
 
 
 def open_private(path: Path, flags: int) -> int:
-    """A regular file of this user's, never a symlink's target, mode 0600 (created so, or made so); UnsafeLocation
-    otherwise. Never blocks on a FIFO."""
+    """A regular file of this user's, not a symlink target, mode 0600, never blocking (FIFO) (else UnsafeLocation)."""
     try:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, PRIVATE_FILE_MODE)
     except OSError as error:

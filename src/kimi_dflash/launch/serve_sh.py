@@ -1,6 +1,5 @@
-"""The one place a workflow (sweep, qualify) starts and stops a config's server: ``serve.sh CONFIG --wait`` on a free
-port, then ``--stop``. The server up right now is named in ``running.json`` beside the run's results, so a rerun
-after a hard kill or a refused stop stops it before starting anything."""
+"""The one place a workflow starts and stops a config's server (``serve.sh CONFIG --wait``, then ``--stop``); the
+server up now is named in ``running.json``, so a rerun after a hard kill or a refused stop stops it first."""
 
 from __future__ import annotations
 
@@ -26,9 +25,8 @@ Say = Callable[[str], None]
 
 
 class ServerLeftRunning(Exception):
-    """`serve.sh --stop` failed: the server may still be up. The run stops here (another server would compete
-    with it for the box) and says which server it is and how to stop it; the record keeps naming it, so a rerun
-    first tries to stop it again."""
+    """`serve.sh --stop` failed: the server may still be up, so the run stops here, naming it and how to stop it; the
+    record keeps naming it, so a rerun first tries to stop it again."""
 
     def __init__(self, port: int, command: str, detail: str) -> None:
         super().__init__(

@@ -48,8 +48,7 @@ def tail(path: Path, lines: int = 40, start: int = 0) -> str:
 
 
 def stop_process_group(process: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> int:
-    """SIGTERM the server's whole process group (vLLM's workers included), SIGKILL what is left after grace_s;
-    then stop any process of its family that left the group, and remove the family's Intel OpenMP residue."""
+    """SIGTERM the server's process group, SIGKILL the rest after grace_s; then its family outside it, and residue."""
     env = ownership.environ_of(process.pid) if process.poll() is None else None
     token = (env or {}).get(ownership.TOKEN_VAR)
     members = ownership.family(token) if token else [process.pid]
@@ -227,9 +226,8 @@ def start_and_wait(
     *,
     private_log: bool = False,
 ) -> subprocess.Popen[bytes] | None:
-    """None when it died or timed out: then stopped (workers included), pid file removed, log tail shown. Ctrl-C,
-    SIGTERM or SIGHUP while it starts stops it too and raises StartInterrupted: nothing is left running that
-    nobody was told about."""
+    """None when it died or timed out: then stopped (workers included), pid file removed, log tail shown. A signal while
+    it starts stops it too and raises StartInterrupted: nothing is left running that nobody was told about."""
     try:
         log_start = log_path.stat().st_size  # the log is appended to; the tail shown on failure is this start's
     except OSError:
@@ -295,8 +293,7 @@ def running_server(pid_path: Path) -> ownership.ServerRecord | None:
 
 
 def stop_orphans(port: int, say: Callable[[str], None], grace_s: float = 10.0) -> list[int]:
-    """Stop what servers this project started on ``port`` left behind when their API server died (EngineCore,
-    workers: they carry its token), and their Intel OpenMP residue. Returns the pids stopped."""
+    """Stop what servers this project started on ``port`` left behind (they carry its token), and their residue."""
     stopped: list[int] = []
     dead_leaders: set[int] = set()  # the API servers that died: their residue is ours too
     for token, pids in ownership.orphans_on_port(port).items():
@@ -310,8 +307,7 @@ def stop_orphans(port: int, say: Callable[[str], None], grace_s: float = 10.0) -
 def stop_detached(
     pid_path: Path, grace_s: float = STOP_GRACE_S, say: Callable[[str], None] = lambda _: None
 ) -> StopOutcome:
-    """Stop a server started with --wait: only when the pid file's process is provably the one this project
-    started (same start time, same token in its environment); then its whole family, orphans included."""
+    """Stop a --wait server only when its pid file's process is provably ours (start time, token); then its family."""
     try:
         record = read_record(pid_path)
     except ownership.PidFileError as error:

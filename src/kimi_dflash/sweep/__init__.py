@@ -1,2 +1,1 @@
-"""Sweep launcher: a grid of server configurations x benchmark concurrency levels, one result file per point, on
-the resumable run of runs/ (docs/workflows.md)."""
+"""Sweep launcher: server configurations x concurrency levels, one result per point, resumable (docs/workflows.md)."""

@@ -1,5 +1,4 @@
-"""The sweep's aggregate: one markdown table at matched concurrency (``columns.SWEEP``) and the plots (pure table,
-plots via matplotlib)."""
+"""The sweep's aggregate: one markdown table at matched concurrency (``columns.SWEEP``) and the plots."""
 
 from __future__ import annotations
 
@@ -76,8 +75,7 @@ def _baseline_of(cell: Cell, found: Sequence[Cell]) -> Cell | None:
 
 
 def render_table(found: Sequence[Cell], failures: Sequence[Failure] = ()) -> str:
-    """Markdown: rows grouped by concurrency (only equal concurrencies are compared), ★ on the Pareto front; the
-    first column's ratio over the no-speculation point at the same concurrency follows it."""
+    """Markdown grouped by concurrency (only equal ones compare), ★ on the Pareto front, ratios over k=0 at each."""
     front = {(c.point, c.sessions) for c in pareto_front(found)}
     first, *rest = columns.SWEEP
     header = ["sessions", "point", first.header, "vs no speculation", *(c.header for c in rest), "Pareto"]

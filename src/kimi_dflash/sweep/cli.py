@@ -24,14 +24,9 @@ from kimi_dflash.sweep.points import PointPlan, run_points
 OWNED_BENCH_OPTIONS = ("--base-url", "--sessions", "--output", "--label", "--metrics-url", "--model")
 
 EPILOG = """\
-Every other option is passed to the benchmark (kimi-dflash bench --help), e.g. --max-tokens 64 --warmup 4. For
-each point: serve.sh CONFIG --wait with the point's config keys as environment overrides (on a free port), the
-benchmark (its warmup, then each --sessions level), serve.sh --stop.
-
-NUM_SPECULATIVE_TOKENS=0 is the autoregressive baseline, which the table compares each point with at the same
-concurrency. Resumable: a rerun skips points whose DIR/<point>.json is complete and redoes the rest. A server that
-does not start is recorded in DIR/<point>.failed.json and the sweep goes on; a failed serve.sh --stop stops the
-sweep (DIR/summary.md says how to stop that server). One sweep per DIR at a time (DIR/sweep.lock).
+Every other option is passed to the benchmark (kimi-dflash bench --help), e.g. --max-tokens 64 --warmup 4.
+NUM_SPECULATIVE_TOKENS=0 is the baseline each point is compared with; a rerun finishes what is not complete
+(docs/workflows.md: what DIR holds, how a failed start or stop is handled, one sweep per DIR at a time).
 
 examples:
   %(prog)s configs/demo-cpu.env --grid NUM_SPECULATIVE_TOKENS=0,2,4 --sessions 2,4 --out results/sweep \\
@@ -112,8 +107,7 @@ def write_aggregate(out: Path, plots: bool, server_left: str = "") -> Path:
 
 
 def main(args: SweepOptions) -> int:
-    # The key (any spelling) goes to each benchmark through its environment: never into sweep.json, the dry run,
-    # the sweep's log or a process command line.
+    # The key (any spelling) reaches each benchmark by its environment only: never sweep.json, a log or argv.
     extra, api_key = split_secret(args.bench)
     config_as_given = args.config
     if not (config := resolve_config_argument(args.config)).is_file():

@@ -36,8 +36,7 @@ class Point:
         return " ".join(f"{key}={value}" for key, value in self.overrides) or "(config as is)"
 
     def server_env(self, method: str = "dflash") -> dict[str, str]:
-        """Overrides for serve.sh: NUM_SPECULATIVE_TOKENS=0 is the autoregressive baseline, a positive count serves
-        ``method`` (PointPlan.spec_method)."""
+        """Overrides for serve.sh: NUM_SPECULATIVE_TOKENS=0 is the baseline, a positive count serves ``method``."""
         env = dict(self.overrides)
         if SPEC_TOKENS in env:
             if int(env[SPEC_TOKENS]) == 0:

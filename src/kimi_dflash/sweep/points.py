@@ -1,5 +1,4 @@
-"""A sweep point as a unit of the run: start its server with the point's config keys, benchmark every level, stop it,
-write the result (or a failure record with the log tail). Qualify serves its points the same way."""
+"""A sweep point as a unit of the run: serve, benchmark every level, stop, write the result (or a failure record)."""
 
 from __future__ import annotations
 
@@ -44,8 +43,7 @@ class PointPlan:
 
     @cached_property
     def spec_method(self) -> str:
-        """The method a positive NUM_SPECULATIVE_TOKENS serves with: the config's own (an EAGLE3 config stays EAGLE3),
-        DFlash for a config without speculation (or one that does not load: serve.sh names its problems)."""
+        """A positive NUM_SPECULATIVE_TOKENS serves the config's own method, else DFlash (none, or it won't load)."""
         from kimi_dflash.config.problems import ConfigError
         from kimi_dflash.config.validate import load_config
 
@@ -67,8 +65,7 @@ def _failed(plan: PointPlan, point: Point, stage: str, detail: str, log_tail: li
 
 
 def run_point(plan: PointPlan, point: Point, say: Say, on_ready: OnReady | None = None) -> Outcome:
-    """Start, (``on_ready``,) benchmark, stop. A failure is recorded and returned; what ``on_ready`` raises is the
-    caller's to handle (the server is stopped all the same)."""
+    """Start, (``on_ready``,) benchmark, stop; a failure is recorded and returned; ``on_ready``'s errors propagate."""
     env = plan.env(point)
     state.failure_path(plan.out, point).unlink(missing_ok=True)
     with plan.servers.serving(point.name, env, state.server_log(plan.out, point), say) as started:

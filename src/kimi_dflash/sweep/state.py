@@ -1,5 +1,4 @@
-"""What a sweep's output directory says about each point: finished (``<point>.json``, a complete result), failed
-(``<point>.failed.json``) or still to do; the run's state is ``sweep.json`` (docs/workflows.md lists DIR's files)."""
+"""Each sweep point finished (``<point>.json``), failed (``<point>.failed.json``) or to do (run state: sweep.json)."""
 
 from __future__ import annotations
 
