@@ -343,8 +343,7 @@ class BenchmarkResult:
 
 @functools.cache
 def adapter() -> TypeAdapter[BenchmarkResult]:
-    """pydantic over the dataclasses above: validation naming each problem's path, the JSON dump, the JSON
-    Schema. Built on first use (it compiles a validator) so importing this module stays cheap."""
+    """pydantic over the dataclasses above, built on first use (it compiles a validator) to keep imports cheap."""
     return TypeAdapter(BenchmarkResult)
 
 
@@ -389,8 +388,7 @@ def _problem(error: Any) -> str:
 
 
 def parse_result(document: Any, source: str = "result") -> BenchmarkResult:
-    """A result from JSON data, refusing anything that is not a known version of our schema (UserError naming each
-    problem by its JSON path)."""
+    """A result from JSON data; UserError (naming each problem's path) for anything but a known schema version."""
     if not isinstance(document, dict) or document.get("schema") != SCHEMA:
         raise UserError(f'{source}: not a benchmark result (expected "schema": "{SCHEMA}").')
     version = document.get("schema_version")
@@ -415,8 +413,7 @@ def parse_result(document: Any, source: str = "result") -> BenchmarkResult:
 
 
 def load_result(path: Path | str) -> BenchmarkResult:
-    """Read a result file (see ``parse_result``) through the guarded reader: a regular UTF-8 file of at most
-    RESULT_MAX_BYTES, JSON nesting capped (UnreadableFile, exit 2, otherwise)."""
+    """Read a result file (see ``parse_result``) through the guarded reader, at most RESULT_MAX_BYTES."""
     path = Path(path)
     document = read_user_json(path, what="result file", max_bytes=RESULT_MAX_BYTES)
     return parse_result(document, str(path))
