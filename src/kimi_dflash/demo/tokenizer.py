@@ -1,5 +1,4 @@
-"""The demo tokenizers: byte-level BPE trained with `tokenizers` on the shipped corpus (deterministic, checked by the
-tests across processes), written as the files transformers' AutoTokenizer and vLLM load."""
+"""The demo tokenizers: byte-level BPE trained on the shipped corpus (deterministic across processes)."""
 
 from __future__ import annotations
 
