@@ -304,9 +304,8 @@ class Connection:
         try:
             return await self._exchange(message, on_body, on_sent, deadline)
         except (ConnectionClosed, ConnectionResetError, BrokenPipeError) as exc:
-            # A kept-alive connection the server had already closed (its idle timeout) fails before a
-            # single response byte arrives: that request never reached the server, so send it again on
-            # a fresh connection, once. Anything else is reported as it happened.
+            # A kept-alive connection the server closed (idle timeout) fails before any response byte: the
+            # request never reached the server, so it is sent again on a fresh connection, once.
             if not reused or getattr(exc, "answered", True):
                 raise
             return await self._exchange(message, on_body, on_sent, deadline)

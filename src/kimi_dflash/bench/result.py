@@ -24,8 +24,7 @@ from kimi_dflash.core.user_files import MiB, read_user_json
 
 SCHEMA = "kimi-dflash/benchmark-result"
 SCHEMA_VERSION = 1
-# --record-requests keeps every chunk's timestamp: a long run's file reaches hundreds of MB.
-RESULT_MAX_BYTES = 1024 * MiB
+RESULT_MAX_BYTES = 1024 * MiB  # --record-requests keeps every chunk's timestamp: hundreds of MB for a long run
 
 RunStatus = Literal["running", "complete", "interrupted", "aborted", "failed", "crashed"]
 SpecDecodeStatus = Literal["ok", "absent", "no_drafts", "counter_reset", "unavailable"]
@@ -401,9 +400,7 @@ def parse_result(document: Any, source: str = "result") -> BenchmarkResult:
         )
     if version != SCHEMA_VERSION:
         raise UserError(f"{source}: schema_version {version} is unknown; this tool reads version {SCHEMA_VERSION}.")
-    # Strict JSON-mode validation: numbers are not read from strings nor booleans from numbers, an integer
-    # is accepted where a number is expected, and keys the model does not know are ignored (a newer writer
-    # of the same version may add fields).
+    # Strict: no numbers from strings; unknown keys are ignored (a newer writer of this version may add fields).
     try:
         return adapter().validate_json(json.dumps(document), strict=True)
     except ValidationError as error:

@@ -16,8 +16,7 @@ def row_amax(x: torch.Tensor, rows: int) -> torch.Tensor:
 def batch_latent_amax(
     kv_c_normed: torch.Tensor, k_pe: torch.Tensor, slot_mapping: torch.Tensor, *, count_tokens: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(amax, tokens) of one KV write as 0-dim device tensors, padding rows (slot -1) left out. Non-finite rows
-    are dropped: one would poison the running max forever."""
+    """(amax, tokens) of one KV write as 0-dim tensors, without padding (slot -1) or non-finite rows (poison)."""
     rows = min(slot_mapping.numel(), kv_c_normed.shape[0])
     if rows == 0:
         zero = torch.zeros((), dtype=torch.float32, device=kv_c_normed.device)

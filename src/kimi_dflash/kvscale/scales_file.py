@@ -158,8 +158,7 @@ QUERY_FP8_MAX = {f.name: f.max_value for f in (E4M3FN, E4M3FNUZ)}
 
 
 def decode_query_summary(layers: Mapping[str, Mapping[str, float | int]]) -> dict[str, Any] | None:
-    """What the decode-query amax means for an FP8 cache (q_scale 1.0: above the format's maximum it saturates).
-    None when the dumps carry no query statistics."""
+    """What the decode-query amax means at q_scale 1.0 (above the FP8 maximum it saturates); None without stats."""
     q_amax = [float(entry["q_amax"]) for entry in layers.values() if "q_amax" in entry]
     if not q_amax:
         return None
