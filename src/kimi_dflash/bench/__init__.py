@@ -1,2 +1,1 @@
-"""The benchmark and its reports, on aiohttp + numpy + pydantic + the standard library only (a client box);
-matplotlib only for compare's plots. The instruments that check it live in ``kimi_dflash_lab``."""
+"""The benchmark and its reports: aiohttp, numpy, pydantic and the standard library only (it runs on a client box)."""

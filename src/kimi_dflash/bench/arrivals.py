@@ -1,5 +1,4 @@
-"""Open-loop load: when conversations arrive and how long a user thinks between turns (pure, seeded: a DFlash run and
-its baseline get the same schedule; docs/benchmark.md, "Open-loop load")."""
+"""Open-loop arrivals and think times, seeded so a run and its baseline get one schedule (docs/benchmark.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The multi-turn benchmark's run: its options are declared once, in bench/settings.py (the same model is the
-run's configuration and the result's `settings`); payload/benchmark_multi_turn.py is a thin wrapper."""
+"""The multi-turn benchmark's run (options: bench/settings.py; payload/benchmark_multi_turn.py wraps this)."""
 
 from __future__ import annotations
 
@@ -53,8 +52,7 @@ add_cli_args = options.declare(Settings, DESCRIPTION, EPILOG)
 
 
 def _connections(settings: Settings) -> tuple[int, str]:
-    """The most connections the run holds at once (warmup uses at most the first level's), and the options that
-    ask for them."""
+    """The most connections the run holds at once, and the options that ask for them."""
     most, what = max(settings.levels), f"--sessions {max(settings.levels)}"
     ol = settings.open_loop
     if ol is not None:

@@ -65,8 +65,7 @@ def request_payload(
     ignore_eos: bool = False,
     extra_body: dict[str, Any] | None = None,
 ) -> bytes:
-    """The body of either endpoint: ``content`` is {"messages": ...} (chat) or {"prompt": ...} (completions, sent as
-    given: no chat template). Temperature is always sent: server defaults differ between versions."""
+    """The body of either endpoint; temperature is always sent, as server defaults differ between versions."""
     payload: dict[str, Any] = {
         "model": model,
         **content,
@@ -99,8 +98,7 @@ async def send(
     conn: http1.Connection, endpoint: Endpoint, body: bytes, stream: bool, record: RequestRecord
 ) -> Reply | None:
     """Fill ``record`` with timestamps, counts or a failure reason; return the reply, or None when nothing usable
-    arrived. TTFT and E2EL start at ``send_time`` (the bytes handed to the socket): connecting and the queueing of
-    simultaneous sends on one loop are not server latency."""
+    arrived. TTFT and E2EL start when the bytes reach the socket: local connecting and queueing are not the server's."""
     accumulator = StreamAccumulator()
 
     def sent(at: float) -> None:

@@ -1,5 +1,4 @@
-"""Every figure the level tables show, declared once: CSV name, heading, value and format; a table (``STDOUT``,
-``CSV``, ``SWEEP``, ``COMPARE_*`` ...) is a selection of them (adding a column: docs/development.md)."""
+"""Every figure the level tables show, declared once; a table is a selection of them (docs/development.md)."""
 
 from __future__ import annotations
 
@@ -42,8 +41,7 @@ class Column:
 
 @dataclass(frozen=True)
 class Stats:
-    """A distribution of the level (``ttft_ms`` ...): a column per statistic, ``TTFT["p95"]``, or per percentile
-    asked with --percentiles, ``TTFT["p99.9"]``."""
+    """A distribution of the level: a column per statistic or --percentiles entry, ``TTFT["p95"]``."""
 
     id: str
     name: str
@@ -145,8 +143,7 @@ CSV: tuple[Column | Stats, ...] = (  # a distribution brings its statistics and 
 )
 # After the sweep's sessions and point columns; the first column's ratio over the no-speculation point follows it.
 SWEEP = (OUTPUT_TOK_S, PER_USER["mean"], TPOT["p50"], TTFT["p95"], ACCEPTANCE_RATE, ACCEPTANCE_LENGTH)
-# The comparison at matched concurrency: both runs side by side (the first column with its speedup and interval),
-# then "baseline → candidate".
+# The comparison: both runs side by side (the first column with its speedup), then "baseline → candidate".
 COMPARE_SIDE_BY_SIDE = (OUTPUT_TOK_S, PER_USER["mean"])
 COMPARE_ARROWS = (TTFT["p95"], TPOT["p95"], E2EL["p95"], FAILED)
 SLO = (SLO_ATTAINMENT, OUTPUT_TOK_S, OUTPUT_GOODPUT, REQUEST_GOODPUT)  # a level's goodput at the SLO

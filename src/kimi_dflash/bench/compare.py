@@ -1,5 +1,4 @@
-"""Head-to-head report from result files, only at matched load; runs whose workload differs are refused unless
---allow-mismatch (docs/benchmark.md, "Comparing runs")."""
+"""Head-to-head report from result files, only at matched load (docs/benchmark.md, "Comparing runs")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Conversation datasets the user brings (formats: docs/benchmark.md, "Datasets": only the user turns are
-replayed, a leading system message becomes the conversation's system prompt), and a shared-prefix generator."""
+"""Conversation datasets the user brings (formats: docs/benchmark.md, "Datasets"), and a shared-prefix generator."""
 
 from __future__ import annotations
 
@@ -36,9 +35,7 @@ MESSAGES = {
     SHAREGPT: ("conversations", "from", "value", ("human", "user")),
 }
 
-# Shared prefix: ~4 characters per token for English text under BPE tokenizers (tokenizer-free estimate;
-# the measured usage.prompt_tokens of turn 1 shows the real count).
-CHARS_PER_TOKEN = 4
+CHARS_PER_TOKEN = 4  # English under BPE, for the shared prefix (usage.prompt_tokens shows the real count)
 
 
 @dataclass(frozen=True)
@@ -50,8 +47,7 @@ class Conversation:
 
 
 def records(text: str, name: str) -> list[tuple[str, Any]]:
-    """(where, record) pairs: JSONL lines ('dataset FILE line N', blank lines skipped) or one JSON array's items
-    ('dataset FILE item N')."""
+    """(where, record) pairs: JSONL lines (blank lines skipped) or one JSON array's items."""
     if text.lstrip().startswith("["):
         items = parse_user_json(text, where=f"dataset {name}")
         return [(f"dataset {name} item {i}", item) for i, item in enumerate(items)]
@@ -102,8 +98,7 @@ def _turns_of(record: dict[str, Any], fmt: str, where: str) -> tuple[str | None,
 
 
 def conversations(items: list[tuple[str, Any]], fmt: str) -> list[Conversation]:
-    """The conversations of a file's records (``records``). Conversations without user turns are refused by name:
-    a silent skip would change the workload without saying so."""
+    """The conversations of a file's records; one without user turns is refused (a skip would change the workload)."""
     out = []
     for index, (where, record) in enumerate(items):
         if not isinstance(record, dict):
@@ -117,8 +112,7 @@ def conversations(items: list[tuple[str, Any]], fmt: str) -> list[Conversation]:
 
 
 def shared_prefix(tokens: int, seed: int, vocabulary: list[str]) -> str:
-    """Deterministic text of about ``tokens`` tokens (CHARS_PER_TOKEN characters each), words drawn from
-    ``vocabulary`` by ``seed``: every conversation opens with it, so a server could share its KV."""
+    """Seeded text of about ``tokens`` tokens that every conversation opens with, so a server could share its KV."""
     rng = random.Random(f"kimi-dflash/prefix/{seed}")
     target = tokens * CHARS_PER_TOKEN
     words: list[str] = []

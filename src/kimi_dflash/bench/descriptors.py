@@ -1,5 +1,4 @@
-"""File descriptors: enough of them before a run starts (docs/benchmark.md, "Quick start"), and a local shortage
-never blamed on the server (a limit too low used to surface mid-level as "server stopped answering")."""
+"""File descriptors: enough before a run starts, and a local shortage never blamed on the server."""
 
 from __future__ import annotations
 
@@ -7,17 +6,14 @@ import errno
 
 from kimi_dflash.core.errors import UserError
 
-# Descriptors the process uses besides the sessions' connections: stdio, the event loop, the GET session
-# (/v1/models, /metrics), a liveness probe, result-file writes, imported modules' files.
-RESERVE = 64
+RESERVE = 64  # descriptors besides the sessions' connections: stdio, the loop, the GET session, file writes
 
 # What failing with these means: this machine ran out of something (descriptors, local ports, buffers, memory).
 LOCAL_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.EADDRNOTAVAIL})
 
 
 def ensure(connections: int, what: str) -> str | None:
-    """Make room for ``connections`` open at once (``what`` names the option that asks for them, for messages).
-    Returns a note when the soft limit was raised; raises UserError (exit 2) when the hard limit is too low."""
+    """Make room for ``connections``: a note when the soft limit was raised, UserError when the hard one is too low."""
     try:
         import resource
     except ImportError:  # not POSIX: no such limit to check

@@ -1,5 +1,4 @@
-"""Run the benchmark's event loop as cheaply as the client box allows (uvloop when installed, else asyncio with a
-64 KiB read size; why and the measurements: docs/benchmark.md, "How the client keeps out of the way")."""
+"""uvloop if installed, else asyncio with 64 KiB reads (docs/benchmark.md, "How the client keeps out of the way")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""CSV beside the result JSON (``--csv``): ``<output>.requests.csv`` and ``<output>.levels.csv`` (their columns:
-docs/benchmark.md, "Percentiles and CSV"), rewritten atomically after every level like the JSON."""
+"""``--csv``: per-request and per-level CSV beside the result JSON (docs/benchmark.md, "Percentiles and CSV")."""
 
 from __future__ import annotations
 

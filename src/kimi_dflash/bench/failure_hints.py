@@ -1,13 +1,10 @@
-"""What to tell the user when every warmup request failed: the cause its most common failure reason and first
-detail point to, and its fix (pure)."""
+"""When every warmup request failed: the likely cause and its fix, from the commonest failure (pure)."""
 
 from __future__ import annotations
 
 from kimi_dflash.bench import records
 
-# What vLLM's 400 says about a request beyond the context ("This model's maximum context length is ...",
-# "... is longer than the maximum model length of ...", "... exceeds the max_model_len ...").
-CONTEXT_WORDS = ("context length", "maximum model length", "max_model_len")
+CONTEXT_WORDS = ("context length", "maximum model length", "max_model_len")  # vLLM's 400s for a too-long request
 UNREADABLE_ANSWERS = frozenset(
     {records.BAD_RESPONSE, records.MALFORMED_SSE, records.TRUNCATED_STREAM, records.EMPTY_RESPONSE}
 )

@@ -1,5 +1,4 @@
-"""Service-level objectives (--slo): which requests a user would call good, attainment and goodput (pure).
-Definitions: docs/benchmark.md, "SLOs and goodput"."""
+"""--slo: which requests meet the objectives, attainment and goodput (docs/benchmark.md, "SLOs and goodput")."""
 
 from __future__ import annotations
 
@@ -25,8 +24,7 @@ _VALUE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s)?\s*$")
 
 
 def parse_slo(text: str) -> dict[str, float]:
-    """``--slo`` to {ttft_ms, tpot_ms, e2el_s, user_tok_s}; ValueError says what is wrong and the form. A time
-    needs its unit (a bare 500 could be ms or s), each objective may be given once, and every value is finite."""
+    """``--slo`` to {ttft_ms, tpot_ms, e2el_s, user_tok_s}; a time needs its unit (a bare 500 could be ms or s)."""
     out: dict[str, float] = {}
     for part in text.split(","):
         if not part.strip():

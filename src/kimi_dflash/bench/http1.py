@@ -1,6 +1,5 @@
-"""A minimal HTTP/1.1 client connection for the hot path, one per session (why not aiohttp: docs/benchmark.md,
-"How the client keeps out of the way"). Scope, on purpose: keep-alive, length/chunked/until-close bodies, 1xx
-skipped, TLS; no redirects, proxies or compression (we send ``Accept-Encoding: identity``)."""
+"""A minimal HTTP/1.1 connection for the hot path, one per session (why not aiohttp, and its scope:
+docs/benchmark.md, "How the client keeps out of the way")."""
 
 from __future__ import annotations
 
@@ -294,8 +293,7 @@ class Connection:
     async def post(
         self, path: str, body: bytes, headers: dict[str, str], on_body: OnBody, on_sent: OnSent, timeout_s: float
     ) -> Response:
-        """``on_sent(t)`` gets the moment the bytes went to the socket. Raises OSError (refused, reset ...),
-        ConnectionClosed, BadResponse or asyncio.TimeoutError."""
+        """``on_sent(t)`` gets when the bytes reached the socket; raises OSError, ConnectionClosed, BadResponse."""
         deadline = perf_counter() + timeout_s
         message = (
             f"POST {path} HTTP/1.1\r\nHost: {self.target.host_header}\r\nContent-Length: {len(body)}\r\n"
@@ -306,9 +304,8 @@ class Connection:
         try:
             return await self._exchange(message, on_body, on_sent, deadline)
         except (ConnectionClosed, ConnectionResetError, BrokenPipeError) as exc:
-            # A kept-alive connection the server had already closed (its idle timeout) fails before a
-            # single response byte arrives: that request never reached the server, so send it again on
-            # a fresh connection, once. Anything else is reported as it happened.
+            # A kept-alive connection the server closed (idle timeout) fails before any response byte: the
+            # request never reached the server, so it is sent again on a fresh connection, once.
             if not reused or getattr(exc, "answered", True):
                 raise
             return await self._exchange(message, on_body, on_sent, deadline)

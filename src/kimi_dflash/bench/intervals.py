@@ -40,8 +40,7 @@ _T_TABLE = dict(zip(CONFIDENCE_LEVELS, zip(*(map(float, row.split()) for row in 
 
 
 def t_quantile(confidence: float, df: float) -> float:
-    """t(1 - α/2, df) for confidence 0.90 / 0.95 / 0.99: the table below df 7 (a fractional df interpolated), from
-    df 7 Fisher's expansion of the normal quantile z in 1/df (four terms: within 0.0005 of printed tables)."""
+    """t(1 - α/2, df): a table below df 7, then Fisher's expansion in 1/df (within 0.0005 of printed tables)."""
     if confidence not in _T_TABLE:
         raise ValueError(f"confidence must be one of {', '.join(map(str, CONFIDENCE_LEVELS))}, got {confidence}")
     df, table = max(df, 1.0), _T_TABLE[confidence]

@@ -1,5 +1,4 @@
-"""Metrics as pure functions of request records, so they can be recomputed and tested (definitions: docs/benchmark.md,
-"Metric definitions"; percentiles are numpy's linear interpolation, as ``vllm bench serve`` uses)."""
+"""Metrics as pure functions of request records (definitions: docs/benchmark.md, "Metric definitions")."""
 
 from __future__ import annotations
 
@@ -45,8 +44,7 @@ def percentile_key(q: float) -> str:
 
 
 def summarize(values: Sequence[float] | np.ndarray, scale: float = 1.0, asked: Sequence[float] = ()) -> Distribution:
-    """mean / p50 / p90 / p95 / p99 / min / max / std / count of ``values * scale`` (None when empty), and the
-    ``asked`` percentiles (--percentiles) under ``percentiles``."""
+    """The Distribution of ``values * scale`` (None when empty), with the ``asked`` --percentiles."""
     data = np.asarray(values, dtype=float) * scale
     qs = (*PERCENTILES, 0, 100, *asked)  # min and max are the percentiles 0 and 100
     found = [float(v) for v in np.percentile(data, qs)] if data.size else [None] * len(qs)
@@ -129,8 +127,7 @@ def level_result(
     partial: bool,
     percentiles: Sequence[float] = (),
 ) -> LevelResult:
-    """One concurrency level of the result file, from its records and the windows of its repeats
-    (``percentiles``: --percentiles, added to the latency distributions)."""
+    """One concurrency level of the result file, from its records and the windows of its repeats."""
     ok = [r for r in records if r.ok]
     failures, examples = count_failures(records)
     duration = float(sum(w.duration_s for w in windows))
@@ -208,8 +205,7 @@ def repeat_intervals(rows: Sequence[RepeatResult], confidence: float) -> RepeatI
 
 
 def max_in_flight(records: Sequence[RequestRecord]) -> int:
-    """Most requests holding a concurrency slot at once: admitted_time .. done_time (ends before starts
-    at equal times, since a slot is released before the next request takes it)."""
+    """Most requests holding a concurrency slot at once (at equal times a slot is released before it is taken)."""
     events: list[tuple[float, int]] = []
     for r in records:
         if r.admitted_time is not None and r.done_time:

@@ -43,8 +43,7 @@ class ResultFile:
         self.written: Path | None = None  # where this run's latest document is
 
     def check(self, beside: tuple[Path, ...] = ()) -> None:
-        """Refuse, before anything is measured, an output that must not or cannot be written (UserError, 2).
-        ``beside``: other files the run writes next to it (--csv)."""
+        """Refuse, before anything is measured, an output (or a ``beside`` file) that cannot be written."""
         if self.discard:
             return
         for path in (self.path, self.partial, self.backup, *beside):
@@ -57,8 +56,7 @@ class ResultFile:
         self.protect = self.path.is_file() and self.path.stat().st_size > 0
 
     def write(self, text: str, has_levels: bool) -> Path | None:
-        """Write this run's document (``has_levels``: it holds at least one measured level). OutputWriteError
-        when the disk refuses; the previous document stays where it was."""
+        """Write this run's document; on OutputWriteError the previous document stays where it was."""
         if self.discard:
             return None
         try:

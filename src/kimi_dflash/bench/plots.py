@@ -1,5 +1,4 @@
-"""PNG plots for a comparison, and the line chart the sweep's and qualify's plots share. matplotlib is imported here
-only, so the benchmark itself never needs it."""
+"""PNG plots (compare, sweep, qualify); the only module that imports matplotlib."""
 
 from __future__ import annotations
 
@@ -53,8 +52,7 @@ def draw_lines(ax: Any, series: Series, title: str, xlabel: str, ylabel: str, le
 
 
 def line_chart(path: Path, series: Series, title: str, xlabel: str, ylabel: str, **options: Any) -> Path:
-    """One line per series, markers at the points; ``options``: ``legend_size``, ``xticks``, ``ylim``,
-    ``integer_x``."""
+    """One line per series, markers at the points; ``options``: legend_size, xticks, ylim, integer_x."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     draw_lines(ax, series, title, xlabel, ylabel, options.get("legend_size"))

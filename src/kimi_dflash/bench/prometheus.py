@@ -1,5 +1,4 @@
-"""Spec-decode counters from vLLM's ``/metrics`` and their window deltas (docs/benchmark.md, "Speculative decoding"),
-summed over engines (data-parallel ranks); only series whose ``model_name`` is the benchmarked model count."""
+"""Spec-decode counters from ``/metrics`` and their window deltas, summed over engines (docs/benchmark.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""What one request leaves behind: raw ``time.perf_counter()`` timestamps (one clock for the whole run) and counts;
-the metrics are pure functions of these (metrics.py), so they can be recomputed and tested."""
+"""What one request leaves behind: raw ``time.perf_counter()`` timestamps (one clock per run) and counts."""
 
 from __future__ import annotations
 

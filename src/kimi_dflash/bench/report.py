@@ -1,5 +1,4 @@
-"""The human-readable lines printed during a run: level tables, warnings, progress, the summary; and what the
-result file says about the tool and its command line."""
+"""The lines printed during a run (tables, warnings, progress, summary) and the result's tool block."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""What the user adds to every request: --extra-body, --header, --endpoint (docs/benchmark.md, "Request shaping").
-A credential-like header's value is stored and printed as ``***``."""
+"""--extra-body, --header, --endpoint: what the user adds to every request (docs/benchmark.md, "Request shaping")."""
 
 from __future__ import annotations
 
@@ -12,8 +11,7 @@ from kimi_dflash.core import redaction
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.user_files import UnreadableFile, parse_user_json, read_user_json
 
-# Body keys the benchmark sets from its own flags: overriding them through --extra-body would make the
-# stored settings lie about what was sent.
+# Body keys set from the benchmark's own flags: an --extra-body override would make the stored settings lie.
 RESERVED = {
     "model": "--model",
     "messages": "the workload (--dataset)",
@@ -30,8 +28,7 @@ HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # RFC 9110 token
 
 
 def parse_extra_body(text: str) -> dict[str, Any]:
-    """``--extra-body``: a JSON object, or ``@FILE`` holding one (read through the guarded reader: a regular
-    UTF-8 file of bounded size; JSON nesting capped either way). Reserved keys are refused (use their flags)."""
+    """``--extra-body``: a JSON object, or ``@FILE`` holding one (guarded reader); reserved keys are refused."""
     if text.startswith("@"):
         source = f"--extra-body {text}"
         body = read_user_json(Path(text[1:]).expanduser(), what="--extra-body file")

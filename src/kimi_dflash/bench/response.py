@@ -1,6 +1,4 @@
-"""Turn what a server sent into facts: token timestamps, reply text, usage, or a failure reason. ``StreamAccumulator``
-is pure (each event inherits its network read's arrival time; no I/O, no clock), so every framing corner case is
-tested without a network. Which chunks are token-bearing: docs/benchmark.md, "Metric definitions"."""
+"""What a server sent, as facts: token timestamps, reply text, usage, or a failure reason (pure: no I/O, no clock)."""
 
 from __future__ import annotations
 
@@ -68,8 +66,7 @@ class StreamAccumulator:
                 break
         if not payloads:
             return
-        # One parse per read: under load a read holds several events, and a single json.loads over
-        # all of them costs far less than one call per event (the client's CPU is the capacity limit).
+        # One json.loads per read, not per event: the client's CPU is the benchmark's capacity limit.
         try:
             if len(payloads) == 1:
                 events = [_loads(payloads[0].decode("utf-8"))]
@@ -79,8 +76,7 @@ class StreamAccumulator:
             events = self._parse_one_by_one(payloads)
         times, content = self._times, self._content
         for event in events:
-            # Fast path for the shape every OpenAI-compatible server streams; anything else (reasoning,
-            # tool calls, usage, errors, odd types) goes through the careful _take.
+            # Fast path for the common delta; anything else goes through the careful _take.
             try:
                 choice = event["choices"][0]
                 delta = choice["delta"]

@@ -24,8 +24,7 @@ from kimi_dflash.core.user_files import MiB, read_user_json
 
 SCHEMA = "kimi-dflash/benchmark-result"
 SCHEMA_VERSION = 1
-# --record-requests keeps every chunk's timestamp: a long run's file reaches hundreds of MB.
-RESULT_MAX_BYTES = 1024 * MiB
+RESULT_MAX_BYTES = 1024 * MiB  # --record-requests keeps every chunk's timestamp: hundreds of MB for a long run
 
 RunStatus = Literal["running", "complete", "interrupted", "aborted", "failed", "crashed"]
 SpecDecodeStatus = Literal["ok", "absent", "no_drafts", "counter_reset", "unavailable"]
@@ -343,8 +342,7 @@ class BenchmarkResult:
 
 @functools.cache
 def adapter() -> TypeAdapter[BenchmarkResult]:
-    """pydantic over the dataclasses above: validation naming each problem's path, the JSON dump, the JSON
-    Schema. Built on first use (it compiles a validator) so importing this module stays cheap."""
+    """pydantic over the dataclasses above, built on first use (it compiles a validator) to keep imports cheap."""
     return TypeAdapter(BenchmarkResult)
 
 
@@ -389,8 +387,7 @@ def _problem(error: Any) -> str:
 
 
 def parse_result(document: Any, source: str = "result") -> BenchmarkResult:
-    """A result from JSON data, refusing anything that is not a known version of our schema (UserError naming each
-    problem by its JSON path)."""
+    """A result from JSON data; UserError (naming each problem's path) for anything but a known schema version."""
     if not isinstance(document, dict) or document.get("schema") != SCHEMA:
         raise UserError(f'{source}: not a benchmark result (expected "schema": "{SCHEMA}").')
     version = document.get("schema_version")
@@ -403,9 +400,7 @@ def parse_result(document: Any, source: str = "result") -> BenchmarkResult:
         )
     if version != SCHEMA_VERSION:
         raise UserError(f"{source}: schema_version {version} is unknown; this tool reads version {SCHEMA_VERSION}.")
-    # Strict JSON-mode validation: numbers are not read from strings nor booleans from numbers, an integer
-    # is accepted where a number is expected, and keys the model does not know are ignored (a newer writer
-    # of the same version may add fields).
+    # Strict: no numbers from strings; unknown keys are ignored (a newer writer of this version may add fields).
     try:
         return adapter().validate_json(json.dumps(document), strict=True)
     except ValidationError as error:
@@ -415,8 +410,7 @@ def parse_result(document: Any, source: str = "result") -> BenchmarkResult:
 
 
 def load_result(path: Path | str) -> BenchmarkResult:
-    """Read a result file (see ``parse_result``) through the guarded reader: a regular UTF-8 file of at most
-    RESULT_MAX_BYTES, JSON nesting capped (UnreadableFile, exit 2, otherwise)."""
+    """Read a result file (see ``parse_result``) through the guarded reader, at most RESULT_MAX_BYTES."""
     path = Path(path)
     document = read_user_json(path, what="result file", max_bytes=RESULT_MAX_BYTES)
     return parse_result(document, str(path))

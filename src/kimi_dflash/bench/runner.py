@@ -1,5 +1,4 @@
-"""Drive the load: warmup, then each level, repeated (closed and open loops: docs/benchmark.md, "Workload" and
-"Open-loop load"). A stop cancels in-flight requests and keeps everything that finished as a partial level."""
+"""Warmup, then each level, repeated; a stop keeps what finished as a partial level (docs/benchmark.md, "Workload")."""
 
 from __future__ import annotations
 
@@ -31,9 +30,7 @@ from kimi_dflash.core.errors import UserError
 
 perf_counter = time.perf_counter
 
-# After the window, wait until the spec-decode counters stop moving (the engine records the stats of
-# the last step a moment after the last token reaches the client).
-SETTLE_POLL_S = 0.25
+SETTLE_POLL_S = 0.25  # after the window, until the spec-decode counters stop moving (they trail the last token)
 SETTLE_MAX_S = 3.0
 
 EXIT_ABORTED = 3
@@ -86,8 +83,7 @@ class ConnectionPool:
         self.every: list[http1.Connection] = []
 
     async def preconnect(self, count: int) -> None:
-        """Connect before the window opens, so TTFT never includes TCP setup. A connection that fails here
-        tries again on its first request, which reports the failure."""
+        """Connect before the window opens, so TTFT never includes TCP setup (a failure shows on the first request)."""
         fresh = [self.endpoint.connection() for _ in range(count)]
         await asyncio.gather(*(c.connect() for c in fresh), return_exceptions=True)
         self.every.extend(fresh)
@@ -248,8 +244,7 @@ class Benchmark:
         return prometheus.spec_delta(before, after)
 
     async def after_failure(self, record: RequestRecord) -> None:
-        """A shortage on this machine stops the run (every further request would fail the same way); a connection
-        failure asks whether the server is gone."""
+        """A local shortage stops the run (every request would fail alike); a connection failure probes the server."""
         if record.error == CLIENT_OUT_OF_RESOURCES:
             self._client_short(record)
         elif record.error in CONNECTION_FAILURES:

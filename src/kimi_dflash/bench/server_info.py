@@ -27,8 +27,7 @@ def choose_model(requested: str | None, served: list[str], models_url: str) -> s
 async def probe(
     session: aiohttp.ClientSession, endpoint: client.Endpoint, model: str | None, metrics_url: str | None
 ) -> tuple[ServerInfo, str]:
-    """Check the server answers and serves ``model``; return (server info, model to use). UserError when the
-    server cannot be reached, the model is not served, or no model was given and the server serves several."""
+    """(server info, model to use); UserError when the server is unreachable or the model is not (uniquely) served."""
     models_url = f"{endpoint.base_url}/v1/models"
     try:
         listing = await client.get_json(session, models_url, endpoint.api_key)

@@ -1,5 +1,4 @@
-"""The benchmark's settings, declared once: its command line, the run's configuration and every result's `settings`
-block; ``check()`` refuses combinations that cannot work (exit 2), ``resolve()`` fills defaults and derived fields."""
+"""The benchmark's settings, declared once: its command line, the run's configuration and the result's `settings`."""
 
 from __future__ import annotations
 
@@ -22,9 +21,7 @@ from kimi_dflash.core.options import DEFAULT_PORT, MAX_TOKENS, doc
 DEFAULT_BASE_URL = f"http://127.0.0.1:{DEFAULT_PORT}"  # what ./serve.sh starts by default
 DEFAULT_SESSIONS = 8
 DEFAULT_OPEN_SESSIONS = 100
-# The longest open-loop run the benchmark will plan: its own waits (arrivals spread at the rate, think times),
-# before any server time. A rate or think time beyond it is a typo (1e-9 for 1e9), not a measurement.
-MAX_PLANNED_HOURS = 24
+MAX_PLANNED_HOURS = 24  # of an open loop's own waits: beyond it a rate or think time is a typo, not a measurement
 DEFAULT_INTERVAL_S = 10.0  # --progress-interval
 MAX_WARMUP = 10_000  # the warmup's requests are drawn at once; more than this is a run of its own, not a warmup
 
@@ -278,8 +275,7 @@ class Settings:
             )
 
     def planned_waits_s(self) -> float:
-        """Seconds an open-loop run spends in its own waits, whatever the server does: per rate and repeat,
-        (sessions - 1) / rate of arrivals plus one conversation's think times (mean x (turns - 1))."""
+        """Seconds an open-loop run spends in its own arrival and think-time waits, whatever the server does."""
         if self.request_rate is None:
             return 0.0
         sessions = self.num_sessions or DEFAULT_OPEN_SESSIONS

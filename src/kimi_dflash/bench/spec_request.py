@@ -1,6 +1,4 @@
-"""Per-request speculative-decoding statistics: vLLM's ``metrics.speculative_decoding`` (from 0.29.0, parsed here,
-pure; ``spec_summary`` summarizes a level; where vLLM sends it and the definitions: docs/benchmark.md,
-"Per-request acceptance")."""
+"""vLLM's per-request ``metrics.speculative_decoding``, parsed (docs/benchmark.md, "Per-request acceptance")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""A level's per-request acceptance table and reply hashes, from its records (pure; docs/benchmark.md, "Per-request
-acceptance")."""
+"""A level's per-request acceptance table and reply hashes, from its records (pure)."""
 
 from __future__ import annotations
 
@@ -78,8 +77,7 @@ def spec_per_request(records: Sequence[RequestRecord]) -> SpecPerRequest | None:
 
 
 def reply_hashes(records: Sequence[RequestRecord]) -> dict[str, str]:
-    """reply_sha256 keyed 'repeat/session/k': a session sends one request at a time and records are appended in
-    send order, so k names the same request in two runs that sent the same conversations."""
+    """reply_sha256 keyed 'repeat/session/k' (k: the session's k-th request, the same in two matching runs)."""
     seen: dict[tuple[int, int], int] = {}
     out: dict[str, str] = {}
     for r in records:

@@ -1,6 +1,5 @@
-"""Incremental Server-Sent Events decoder (bytes in, event payloads out): a read may hold several events, half of
-one, or end between a line ending's CR and LF, so the unfinished tail is kept between calls. Payloads stay bytes:
-``json.loads`` takes bytes, which saves a decode per event."""
+"""Incremental Server-Sent Events decoder: a read may end mid-event (even between CR and LF), so the tail is kept.
+Payloads stay bytes: ``json.loads`` takes bytes, which saves a decode per event."""
 
 from __future__ import annotations
 

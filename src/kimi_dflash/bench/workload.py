@@ -1,5 +1,4 @@
-"""Prompts and who asks what: the built-in prompt set or a dataset file, and seeded per-session plans (seeded by
-``(seed, level, repeat, session)``: docs/benchmark.md, "Workload")."""
+"""The prompt set (built-in or a file) and the seeded per-session plans (docs/benchmark.md, "Workload")."""
 
 from __future__ import annotations
 
@@ -51,8 +50,7 @@ class Dataset:
 
 
 def load_dataset(spec: str, fmt: str | None = None) -> Dataset:
-    """``"builtin"`` (the prompt set shipped in this package) or a path to a JSONL file, or a JSON array (``fmt``: a
-    ``datasets.FORMATS`` name; None detects it from the first record)."""
+    """``"builtin"`` or a JSONL / JSON-array file (``fmt``: a ``datasets.FORMATS`` name; None detects it)."""
     if spec == BUILTIN:
         raw = resources.files("kimi_dflash.bench").joinpath("data/prompts.jsonl").read_bytes()
     else:
@@ -91,8 +89,7 @@ def _prompt(where: str, item: Any) -> Prompt:
 
 
 def unencodable_at(text: str) -> int | None:
-    """Where ``text`` holds a character UTF-8 cannot carry (a lone surrogate, from a JSON escape like \\ud800 or
-    from non-UTF-8 bytes on the command line); None when it can be sent."""
+    """Where ``text`` holds a lone surrogate UTF-8 cannot carry (from \\ud800 or non-UTF-8 argv); None if none."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -115,8 +112,7 @@ def _check_sendable(dataset: Dataset) -> Dataset:
 def _conversation_plan(
     dataset: Dataset, seed: int, level: int, repeat: int, session: int, turns: int, order: str
 ) -> list[Prompt]:
-    """``turns`` requests replaying whole conversations: a session that finishes one starts the next (its
-    history reset), so every session sends exactly ``turns`` requests and concurrency stays at N."""
+    """``turns`` requests replaying whole conversations back to back, so concurrency stays at N."""
     convs = dataset.conversations
     rng = random.Random(f"kimi-dflash/{seed}/{level}/{repeat}/{session}/conversations")
     queue: list[int] = []
@@ -153,10 +149,8 @@ RANDOM, SEQUENTIAL = "random", "sequential"
 def session_prompts(
     dataset: Dataset, seed: int, level: int, repeat: int, session: int, turns: int, order: str = RANDOM
 ) -> list[Prompt]:
-    """The prompts session ``session`` sends, turn by turn, at concurrency ``level``, repeat ``repeat``: drawn
-    without replacement by a generator seeded with (seed, level, repeat, session), or ``sequential``: turn t of
-    session s sends prompt (repeat * turns + t) * level + s of the file, wrapping around, as ``vllm bench serve
-    --disable-shuffle`` walks a dataset (so the cross-check sends the very same prompts)."""
+    """The prompts a session sends, turn by turn: seeded by (seed, level, repeat, session), or ``sequential`` in
+    the order ``vllm bench serve --disable-shuffle`` walks a dataset (so the cross-check sends the same prompts)."""
     if dataset.conversations:
         return _conversation_plan(dataset, seed, level, repeat, session, turns, order)
     if order == SEQUENTIAL:

@@ -1,6 +1,5 @@
-"""The cached demo bundles on disk: where they live, whether a cached copy is complete (every file's sha256 against
-manifest.json), and building one atomically (docs/demo-models.md). Standard library only, so reusing a cached
-bundle costs a few milliseconds."""
+"""The cached demo bundles on disk: where they live, whether a copy is complete, building one atomically.
+Standard library only, so reusing a cached bundle costs a few milliseconds."""
 
 from __future__ import annotations
 
@@ -157,9 +156,7 @@ def _require_fabrication_libraries() -> None:
 def ensure_bundle(
     root: Path, name: str, recipe: BundleRecipe, force: bool = False, progress: Callable[[str], None] | None = None
 ) -> bool:
-    """Make <root>/<name> a complete, current copy of `recipe`'s bundle; True when this call fabricated it.
-
-    `force` rebuilds even a valid copy; `progress` receives one-line status messages (the CLI prints them)."""
+    """Make <root>/<name> a complete, current copy of `recipe`'s bundle; True when this call fabricated it."""
     say = progress or (lambda message: None)
     bundle = root / name
     if not force and bundle_problem(bundle, recipe.fabrication_version) is None:
@@ -187,8 +184,7 @@ def ensure_bundle(
 def ensure_demo_models(
     root: Path | None = None, force: bool = False, progress: Callable[[str], None] | None = None, choice: str = DEFAULT
 ) -> DemoModels:
-    """Return a demo choice's target + drafter, fabricating its bundle first unless a complete, current copy is
-    cached. `root` defaults to <cache_root()>/demo; `choice` is a FABRICATE_DEMO_MODELS value (catalog.CHOICES)."""
+    """A demo choice's target + drafter, fabricating its bundle first unless a complete, current copy is cached."""
     paths = demo_model_paths(root, choice)
     built = ensure_bundle(paths.root, paths.choice.bundle, RECIPES[paths.choice.bundle], force, progress)
     return replace(paths, built=built)

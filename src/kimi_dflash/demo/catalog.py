@@ -1,5 +1,4 @@
-"""The demo models a config can ask for (FABRICATE_DEMO_MODELS), and the facts the launcher needs about each
-(standard library only: the config schema imports the names from here)."""
+"""The demo models a config can ask for (FABRICATE_DEMO_MODELS) and what the launcher needs about each (stdlib)."""
 
 from __future__ import annotations
 

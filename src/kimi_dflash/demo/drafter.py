@@ -1,6 +1,5 @@
-"""The DFlash drafter of both demos (config.json and weights as vLLM 0.32's DFlashQwen3ForCausalLM loads them; no
-embed_tokens / lm_head: vLLM shares the target's). The construction against vLLM's DFlash forward:
-docs/demo-models.md, "How the drafter agrees with the target"; a DrafterDesign says where the target keeps what."""
+"""The DFlash drafter of both demos, as vLLM 0.32's DFlashQwen3ForCausalLM loads it (the construction:
+docs/demo-models.md, "How the drafter agrees with the target")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The files the demo reads and writes: its shipped data, and one JSON encoding (sorted keys, fixed indentation) that
-keeps builds byte-identical."""
+"""The demo's shipped data, and the one JSON encoding that keeps builds byte-identical."""
 
 from __future__ import annotations
 
@@ -25,7 +24,5 @@ def _kimi_configs() -> dict[str, Any]:
 
 
 def kimi_config_fragment(name: str) -> dict[str, Any]:
-    """Kimi K2.6's config fields the miniature keeps unchanged (data/demo/kimi-k2.6-configs.json): those of its
-    config.json, text_config, vision_config, quantization_config, preprocessor_config and special token offsets.
-    A copy: callers build configs from it (the file is parsed once)."""
+    """A copy of Kimi K2.6's config fields the miniature keeps unchanged (data/demo/kimi-k2.6-configs.json)."""
     return copy.deepcopy(_kimi_configs()[name])

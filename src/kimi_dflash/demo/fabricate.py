@@ -1,7 +1,4 @@
-"""Produce every file of the demo bundle in memory: a pure function of the shipped corpus and layout.
-
-Heavy imports (numpy, tokenizers, safetensors) live here, so `kimi_dflash.demo` stays cheap to import
-and the cached fast path never loads them."""
+"""Every file of the demo bundle in memory, a pure function of the shipped corpus and layout (heavy imports here)."""
 
 from __future__ import annotations
 

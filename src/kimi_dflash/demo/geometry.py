@@ -46,9 +46,8 @@ def rope_query_pattern(offset: int, head_dim: int = layout.HEAD_DIM, theta: floa
 
 
 def attention_logit_gap(max_distance: int, head_dim: int, theta: float, qk_norm_weight: float) -> float:
-    """Smallest logit margin between the intended key and any other key at most `max_distance` away.
-
-    After q_norm/k_norm (weight w) each rotary pair has length sqrt(2)*w, and vLLM scales scores by
+    """Smallest logit margin between the intended key and any other key at most `max_distance` away: after
+    q_norm/k_norm (weight w) each rotary pair has length sqrt(2)*w, and vLLM scales scores by
     head_dim**-0.5, so a key x positions off the intended one loses (w^2/4)*sum_i(1 - cos(x*theta_i))."""
     frequencies = rope_frequencies(head_dim, theta)
     distances = np.arange(1, max_distance + 1, dtype=np.float64)

@@ -1,6 +1,5 @@
-"""The fixed shape of the Qwen3 demo (and what the miniature Kimi shares): sizes, special tokens, and which hidden
-dimensions carry what. The fabrication is a pure function of these constants and the shipped corpus: bump
-FABRICATION_VERSION with any change. How the models agree: docs/demo-models.md."""
+"""The fixed shape of the Qwen3 demo (and what the miniature Kimi shares; docs/demo-models.md): bump
+FABRICATION_VERSION with any change."""
 
 from __future__ import annotations
 

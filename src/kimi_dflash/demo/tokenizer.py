@@ -1,5 +1,4 @@
-"""The demo tokenizers: byte-level BPE trained with `tokenizers` on the shipped corpus (deterministic, checked by the
-tests across processes), written as the files transformers' AutoTokenizer and vLLM load."""
+"""The demo tokenizers: byte-level BPE trained on the shipped corpus (deterministic across processes)."""
 
 from __future__ import annotations
 
@@ -17,9 +16,7 @@ def read_corpus() -> str:
 
 
 def chat_template(name: str) -> str:
-    """data/demo/<name>.jinja, its lines joined: the stored template is one line (the Qwen3 demo's: one special
-    token per role, no whitespace around them, so a prompt ends "...last user words<|assistant|>"; both fail
-    loudly on an unknown role)."""
+    """data/demo/<name>.jinja, its lines joined: the template is one line (no whitespace around special tokens)."""
     return "".join(shipped_text(f"{name}.jinja").splitlines())
 
 

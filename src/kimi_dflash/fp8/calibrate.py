@@ -96,8 +96,7 @@ def calibrate(
     started = time.time()
 
     def dumps_after(moment: float) -> list[dict[str, Any]]:
-        # A server in observe mode rewrites its files every few seconds; files that do not change after we
-        # start belong to processes that are gone and are ignored.
+        # Files that stop changing after we start belong to processes that are gone.
         return wait_for_dumps(observe_dir, newer_than=moment, live_since=started, timeout=args.dump_timeout)
 
     baseline = merge_observations(dumps_after(started))
@@ -203,8 +202,7 @@ def _in_process_runner(
         return RunTotals(len(outputs), prompt_tokens, sum(len(o.outputs[0].token_ids) for o in outputs))
 
     def close() -> None:
-        # vLLM 0.32's LLM has no shutdown(); without stopping the engine-core process explicitly, Python
-        # waits for it forever at exit.
+        # vLLM 0.32's LLM has no shutdown(): stop the engine core, or Python waits for it forever at exit.
         for owner in (llm, getattr(getattr(llm, "llm_engine", None), "engine_core", None)):
             shutdown = getattr(owner, "shutdown", None)
             if callable(shutdown):

@@ -1,5 +1,4 @@
-"""Validate FP8 KV against BF16 KV on two servers the user started (docs/fp8-kv.md); only sends requests and reads
-logs."""
+"""Validate FP8 KV against BF16 KV on two servers the user started (docs/fp8-kv.md)."""
 
 from __future__ import annotations
 

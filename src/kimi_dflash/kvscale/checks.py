@@ -1,5 +1,4 @@
-"""Pre-launch checks of the KV-scale settings (no vLLM): the plugin re-checks inside vLLM, but there a mistake costs
-a model load and comes wrapped in a vLLM traceback."""
+"""Pre-launch checks of the KV-scale settings: inside vLLM a mistake costs a model load and a traceback."""
 
 from __future__ import annotations
 

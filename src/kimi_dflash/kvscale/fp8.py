@@ -1,15 +1,12 @@
-"""FP8 formats a KV cache can use, and which one a vLLM ``kv_cache_dtype`` means on a platform (no torch import
-at module level: config checks stay cheap)."""
+"""FP8 formats a KV cache can use, and which one a ``kv_cache_dtype`` means on a platform (no torch: stays cheap)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-# vLLM's per-tensor-scaled FP8 KV dtypes. "fp8_ds_mla" / "nvfp4_ds_mla" carry their own per-tile
-# scales and "auto"/"bfloat16"/... are not quantized, so neither needs (or accepts) our scale.
+# vLLM's per-tensor-scaled FP8 KV dtypes ("fp8_ds_mla" and the like carry their own per-tile scales).
 SCALED_FP8_KV_DTYPES = ("fp8", "fp8_e4m3", "fp8_e5m2")
-# Of those, the E4M3 ones: the scales the hook manages (E5M2's range needs none).
-E4M3_KV_DTYPES = ("fp8", "fp8_e4m3")
+E4M3_KV_DTYPES = ("fp8", "fp8_e4m3")  # the scales the hook manages (E5M2's range needs none)
 
 
 @dataclass(frozen=True)
@@ -25,8 +22,7 @@ class Fp8Format:
 
 
 E4M3FN = Fp8Format("e4m3fn", 448.0, "float8_e4m3fn")
-# gfx942 (MI300X) uses the "fnuz" variant: no negative zero, exponent bias 8, max 240.
-E4M3FNUZ = Fp8Format("e4m3fnuz", 240.0, "float8_e4m3fnuz")
+E4M3FNUZ = Fp8Format("e4m3fnuz", 240.0, "float8_e4m3fnuz")  # gfx942 (MI300X): no negative zero, bias 8
 E5M2 = Fp8Format("e5m2", 57344.0, "float8_e5m2")
 
 FORMATS = {f.name: f for f in (E4M3FN, E4M3FNUZ, E5M2)}

@@ -1,6 +1,5 @@
-"""Dump a vLLM process's per-layer statistics to ``<dir>/kv-observe-rank<R>-pid<P>.json`` every ``interval``
-seconds and at exit (the plugin has no HTTP endpoint). Reading device counters synchronises, hence a background
-thread, never the forward pass."""
+"""Dump a vLLM process's per-layer statistics every ``interval`` seconds and at exit, from a background thread
+(reading device counters synchronises: never in the forward pass)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Install the KV-scale hook in a vLLM process (called from kimi_dflash.vllm_plugin.register()): wraps
-``MLAAttention.__init__`` (per layer: decide, check a calibrated file, wrap ``impl.do_kv_cache_update``) and
-``process_weights_after_loading`` (vLLM resets scales to 1.0 there; set ours after it). docs/fp8-kv.md "Where it
-hooks". Bad settings or scales files raise: a server must not come up with wrong KV scales."""
+"""Install the KV-scale hook in a vLLM process (docs/fp8-kv.md, "Where it hooks"). Bad settings or scales files
+raise: a server must not come up with wrong KV scales."""
 
 from __future__ import annotations
 
@@ -51,8 +49,7 @@ _state: _ProcessState | None = None
 
 
 def install_kv_scale_hook() -> None:
-    """Read KIMI_DFLASH_KV_* and, if anything is enabled, hook vLLM's MLA layer (idempotent). Raises on bad settings,
-    an unusable scales file, or a vLLM without the MLA layer module."""
+    """Read KIMI_DFLASH_KV_* and, if anything is enabled, hook vLLM's MLA layer (idempotent)."""
     global _state
     settings = settings_from_env()
     if not settings.active:
@@ -157,9 +154,7 @@ def on_layer_built(layer: Any) -> None:
     calibrated = None
     if settings.mode is Mode.CALIBRATED:
         assert state.scales is not None
-        # Model and layer count are checked even when the cache is not FP8: a wrong file is a configuration
-        # error either way. Names are looked up for FP8 layers only (an MLA drafter with a BF16 cache, e.g.
-        # an MTP head, is not in the target's file and needs no scale).
+        # A wrong file is an error even without an FP8 cache; names only for FP8 layers (a BF16 drafter has none).
         scales_file.check_model_match(state.scales, identity)
         if fp8 is not None:
             calibrated = max(scales_file.scale_for_layer(state.scales, name).amax / fp8.max_value, settings.floor)
@@ -192,8 +187,7 @@ def on_layer_built(layer: Any) -> None:
 
 
 def _watch_decode_query(layer: Any, hook: Any) -> None:
-    """Record the decode query's amax (observe mode): vLLM quantises it with `_q_scale` (1.0 without a
-    checkpoint q scale) when the cache is FP8 and the backend takes an FP8 query (AITER MLA)."""
+    """Record the decode query's amax (observe mode): with an FP8 query (AITER MLA) vLLM quantises it by `_q_scale`."""
     from kimi_dflash.kvscale.write_hook import wrap_decode_query, wrap_query_quant
 
     forward_mqa = getattr(layer.impl, "forward_mqa", None)

@@ -1,6 +1,5 @@
-"""The KV-scale arithmetic for MLA latents (k_scale = max(|kv_c_normed|, |k_pe|) / fp8_max, above a floor;
-docs/fp8-kv.md). Runs in vLLM's forward pass, maybe under CUDA-graph capture: no ``.item()``, no Python ``if`` on
-tensor values, no new persistent tensors; branches on configuration and shapes only."""
+"""The KV-scale arithmetic for MLA latents (docs/fp8-kv.md). Runs under CUDA-graph capture: no ``.item()``, no
+Python ``if`` on tensor values, no new persistent tensors."""
 
 from __future__ import annotations
 
@@ -17,9 +16,7 @@ def row_amax(x: torch.Tensor, rows: int) -> torch.Tensor:
 def batch_latent_amax(
     kv_c_normed: torch.Tensor, k_pe: torch.Tensor, slot_mapping: torch.Tensor, *, count_tokens: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(amax, tokens) of one KV write as 0-dim device tensors (tokens None when not counted), in seven ops (eight
-    counting tokens). Padding rows (slot -1) do not count; non-finite rows are dropped, as no scale represents them
-    and one would poison the running max forever."""
+    """(amax, tokens) of one KV write as 0-dim tensors, without padding (slot -1) or non-finite rows (poison)."""
     rows = min(slot_mapping.numel(), kv_c_normed.shape[0])
     if rows == 0:
         zero = torch.zeros((), dtype=torch.float32, device=kv_c_normed.device)
@@ -56,8 +53,7 @@ class LatentStats(_DeviceStats):
     def observe_(
         self, kv_c_normed: torch.Tensor, k_pe: torch.Tensor, slot_mapping: torch.Tensor, *, count_tokens: bool = True
     ) -> None:
-        """Fold one write into the running statistics. `count_tokens=False` skips the token count (only the
-        observe dumps report it) to save an op per layer per step."""
+        """Fold one write into the running statistics (`count_tokens=False` saves an op per layer per step)."""
         batch_amax, batch_tokens = batch_latent_amax(kv_c_normed, k_pe, slot_mapping, count_tokens=count_tokens)
         torch.maximum(self.amax, batch_amax, out=self.amax)
         if batch_tokens is not None:
@@ -66,9 +62,7 @@ class LatentStats(_DeviceStats):
 
 
 class QueryStats(_DeviceStats):
-    """Running max |decode query| of one MLA layer: with an FP8 cache, vLLM quantises this query with
-    `_q_scale`, which stays 1.0 for checkpoints without a q scale - observe mode records it so a GPU run can
-    tell whether that clips (amax above the FP8 maximum) or underflows."""
+    """Running max |decode query| of one MLA layer, so a GPU run can tell whether `_q_scale` 1.0 clips it."""
 
     def __init__(self, device: torch.device | str = "cpu") -> None:
         self.amax = torch.zeros((), dtype=torch.float32, device=device)
@@ -85,8 +79,7 @@ class QueryStats(_DeviceStats):
 def follow_running_amax_(
     k_scale: torch.Tensor, stats: LatentStats, *, fp8_max: float, floor: float, warmup_writes: int
 ) -> None:
-    """Set ``k_scale`` in place from the running amax (after ``stats.observe_``): for the first ``warmup_writes``
-    writes, then frozen (0: always). The gate is on the device, so CUDA-graph replays count correctly."""
+    """Set ``k_scale`` from the running amax for the first ``warmup_writes`` writes (0: always), gated on device."""
     target = scale_from_amax(stats.amax, fp8_max, floor)
     if warmup_writes <= 0:
         k_scale.copy_(target.expand_as(k_scale))
@@ -96,8 +89,7 @@ def follow_running_amax_(
 
 
 def quantize_dequantize(x: torch.Tensor, scale: torch.Tensor, fp8_torch_dtype: torch.dtype) -> torch.Tensor:
-    """What reading back an FP8 cache entry gives: saturate(x / scale) on the FP8 grid, times scale (vLLM's write
-    kernels saturate where a torch cast would give NaN, hence the clamp). A new tensor in x.dtype."""
+    """What reading back an FP8 cache entry gives (clamped: vLLM's kernels saturate where a torch cast gives NaN)."""
     fp8_max = torch.finfo(fp8_torch_dtype).max
     scale32 = scale.to(torch.float32)
     scaled = (x.to(torch.float32) / scale32).clamp(-fp8_max, fp8_max)

@@ -1,6 +1,5 @@
-"""The two JSON documents of the KV-scale workflow (the observe dumps each vLLM rank rewrites, the scales file
-calibrate-kv writes from them), and their checks. Scales files store the *amax* per layer: the runtime derives
-k_scale for its own FP8 format, so one calibration serves E4M3FN (448) and gfx942's E4M3FNUZ (240)."""
+"""The observe dumps and the scales file, and their checks. A scales file stores the *amax* per layer, so one
+calibration serves every FP8 format (E4M3FN's 448, gfx942's E4M3FNUZ's 240)."""
 
 from __future__ import annotations
 
@@ -103,8 +102,7 @@ def read_observe_dumps(directory: Path) -> list[dict[str, Any]]:
 
 
 def merge_observations(dumps: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, float | int]]:
-    """Per layer: amax and tokens = max over ranks (TP ranks hold the same replicated latent, so a sum would count
-    a token once per rank; PP stages hold disjoint layers, whose union is the model)."""
+    """Per layer: amax and tokens = max over ranks (TP ranks hold the same latent; PP stages, disjoint layers)."""
     merged: dict[str, dict[str, float | int]] = {}
     for dump in dumps:
         for name, values in dump.get("layers", {}).items():
@@ -160,9 +158,7 @@ QUERY_FP8_MAX = {f.name: f.max_value for f in (E4M3FN, E4M3FNUZ)}
 
 
 def decode_query_summary(layers: Mapping[str, Mapping[str, float | int]]) -> dict[str, Any] | None:
-    """What the recorded decode-query amax means for an FP8 cache: vLLM quantises the query with q_scale = 1.0
-    (no checkpoint q scale) on backends that take an FP8 query (AITER MLA), so values above the format's
-    maximum saturate. None when the dumps carry no query statistics (observed before this was recorded)."""
+    """What the decode-query amax means at q_scale 1.0 (above the FP8 maximum it saturates); None without stats."""
     q_amax = [float(entry["q_amax"]) for entry in layers.values() if "q_amax" in entry]
     if not q_amax:
         return None

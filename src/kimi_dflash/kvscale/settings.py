@@ -1,5 +1,4 @@
-"""KV-scale settings from the KIMI_DFLASH_KV_* environment the launch plan exports to every vLLM process (names and
-defaults: kimi_dflash.core.envvars; the table: docs/fp8-kv.md)."""
+"""KV-scale settings from the KIMI_DFLASH_KV_* environment the launch plan exports (docs/fp8-kv.md)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""The wrapper around an MLA impl's ``do_kv_cache_update`` (the only place MLA latents enter the cache).
-
-vLLM 0.33 appends ``skip_scale`` (positionally), so arguments are found by position or name and ``skip_scale`` is
-forced False whenever the hook owns the scale (docs/fp8-kv.md "Where it hooks"). Hot path (CUDA graphs): in-place
-tensor ops only, branches on configuration, shapes and host counters; 14 launches while a dynamic scale warms up,
-none after (docs/fp8-kv.md "What the hook costs"; test_kvscale_hook_ops.py counts them)."""
+"""The wrapper around an MLA impl's ``do_kv_cache_update``, the only place MLA latents enter the cache (how it
+hooks and what it costs: docs/fp8-kv.md). Hot path under CUDA graphs: in-place tensor ops only."""
 
 from __future__ import annotations
 
@@ -84,8 +80,7 @@ def wrap_kv_cache_update(original: Callable[..., Any], hook: LayerHook) -> Calla
         kv_cache = _get(args, kwargs, ARG_KV_CACHE)
         slot_mapping = _get(args, kwargs, ARG_SLOT_MAPPING)
         k_scale = _get(args, kwargs, ARG_K_SCALE)
-        # Nothing is written without slots or without a cache (vLLM's memory-profiling run); keep those
-        # dummy batches out of the statistics.
+        # No slots or no cache: vLLM's memory-profiling run, kept out of the statistics.
         if slot_mapping is None or kv_cache is None or kv_cache.numel() == 0:
             return original(*args, **kwargs)
         if hook.calibrated_scale is not None and not hook.scale_applied:
@@ -118,8 +113,7 @@ def wrap_kv_cache_update(original: Callable[..., Any], hook: LayerHook) -> Calla
 
 
 def wrap_decode_query(original: Callable[..., Any], hook: LayerHook) -> Callable[..., Any]:
-    """Wrap an MLA impl's `forward_mqa(q, ...)` (decode) to record the amax of its query, `(ql_nope, q_pe)` or their
-    concatenation; a query already quantised to FP8 is skipped (wrap_query_quant sees it before quantisation)."""
+    """Wrap an MLA impl's decode `forward_mqa(q, ...)` to record its query's amax (an FP8 query is skipped)."""
 
     @functools.wraps(original)
     def forward_mqa(q: Any, *args: Any, **kwargs: Any) -> Any:
@@ -135,8 +129,7 @@ def wrap_decode_query(original: Callable[..., Any], hook: LayerHook) -> Callable
 
 
 def wrap_query_quant(original: Callable[..., Any], hook: LayerHook) -> Callable[..., Any]:
-    """Wrap MLAAttention's `_decode_concat_quant_fp8_op.forward(ql_nope, q_pe, scale)` (FP8 cache + a backend
-    that takes an FP8 query): record the query's amax before vLLM quantises it with `_q_scale`."""
+    """Wrap MLAAttention's `_decode_concat_quant_fp8_op.forward` to record the query's amax before quantisation."""
 
     @functools.wraps(original)
     def forward(ql_nope: torch.Tensor, q_pe: torch.Tensor, *args: Any, **kwargs: Any) -> Any:

@@ -1,9 +1,8 @@
 """kimi-dflash validate: is the candidate server's output the reference's? Token ids per prompt at T=0, the first
 divergence in text, exact-match accuracy on the shipped math set, and a one-screen verdict.
 
-Speculative decoding (DFlash) is lossless: at T=0 its output must be token-identical to the autoregressive reference, so
-by default any divergence is a FAIL. Candidates that are not meant to be identical (FP8 KV, another dtype) are judged
-with --allow-divergence: divergence is then a WARN, and FAIL is reserved for a drop in math accuracy."""
+DFlash is lossless, so by default any divergence at T=0 is a FAIL. With --allow-divergence (for FP8 KV, another
+dtype) divergence is a WARN, and FAIL is reserved for a drop in math accuracy."""
 
 from __future__ import annotations
 

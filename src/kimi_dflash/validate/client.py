@@ -1,5 +1,4 @@
-"""A small OpenAI-compatible client for calibration and validation: greedy chat completions with token ids.
-Non-streaming on purpose: these tools compare *what* a server generates; kimi_dflash.bench measures speed."""
+"""Greedy chat completions with token ids, non-streaming: these tools compare *what* a server generates."""
 
 from __future__ import annotations
 

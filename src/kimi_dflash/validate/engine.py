@@ -1,5 +1,4 @@
-"""The comparison engine: send the same prompts to a reference and a candidate server at temperature 0 and
-compare the generated token ids, prompt by prompt; score exact-match accuracy on the shipped math set."""
+"""Send the same prompts to two servers at T=0, compare token ids prompt by prompt, score the math set."""
 
 from __future__ import annotations
 
@@ -105,8 +104,7 @@ EACH_BY_ITS_SERVER = "each side by its own server"
 
 
 class Divergence(Model):
-    """Where the candidate's greedy output first leaves the reference's: the token ids there and their text where a
-    server decoded them (None: not decoded, e.g. the reference's ids while only another tokenizer's server is up)."""
+    """Where the candidate's greedy output first leaves the reference's: the ids, and their text where decoded."""
 
     prompt_index: int
     prompt: str
@@ -127,8 +125,7 @@ async def first_divergence(
     api_key: str | None,
     decoded_with: str = EACH_BY_ITS_SERVER,
 ) -> Divergence | None:
-    """The first prompt whose outputs differ (None: all identical). ``reference`` decodes the reference's ids (None:
-    they are shown as ids only); ``decoded_with`` says how the text was decoded."""
+    """The first prompt whose outputs differ (None: all identical); ``reference`` decodes the reference's ids."""
     index = next((i for i, p in enumerate(pairs) if not p.identical), None)
     if index is None:
         return None
@@ -200,8 +197,7 @@ class Comparison:
 async def collect(
     args: Any, reference: Server, candidate: Server, api_key: str | None, divergence: bool = True
 ) -> Comparison:
-    """Both servers' greedy outputs for ``args.prompts`` shipped prompts and (unless ``args.no_math``) the math set
-    (``args.math_problems`` of it, 0: all), compared."""
+    """Both servers' greedy outputs for the shipped prompts and (unless ``args.no_math``) the math set, compared."""
     limits = {"concurrency": args.concurrency, "api_key": api_key}
     prompts = shipped.load_calibration_prompts()[: max(1, args.prompts)]
     outputs = await generate_both(reference, candidate, prompts, max_tokens=args.max_tokens, **limits)

@@ -1,6 +1,5 @@
-"""Tensors as Kimi K2.6's checkpoint stores them: bfloat16 (int32/int64/float32 where Kimi has them) in safetensors
-shards with a `model.safetensors.index.json`. numpy has no bfloat16 and the `safetensors` package's numpy writer
-cannot produce it, so this writes the (documented) safetensors layout itself."""
+"""Tensors as Kimi K2.6's checkpoint stores them, in safetensors shards written here: numpy has no bfloat16, and
+the `safetensors` package's numpy writer cannot produce it."""
 
 from __future__ import annotations
 

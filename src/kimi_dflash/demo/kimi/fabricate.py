@@ -1,5 +1,4 @@
-"""Every file of a miniature Kimi bundle (target/, target-int4/, drafter/) in memory, a pure function of the shipped
-corpus and layout: `fabricate` makes the CPU miniature (bundle kimi), `fabricate_cuda` the CUDA one (kimi-cuda)."""
+"""Every file of a miniature Kimi bundle in memory (`fabricate`: the CPU one, `fabricate_cuda`: the CUDA one)."""
 
 from __future__ import annotations
 
@@ -23,8 +22,7 @@ TARGET_INT4 = "target-int4"
 SHARDS = 2  # Kimi K2.6 ships 64; two are enough to exercise the index
 DRAFTER_GUARANTEED_CONTEXT = 32768  # positional attention checked to stay sharp this far
 
-# The demo drafter construction (../drafter.py) on the Kimi target's hidden layout; how it differs from production's:
-# docs/demo-models.md, "Its drafter, and how it differs from production's".
+# The demo drafter (../drafter.py) on the Kimi target's hidden layout (docs/demo-models.md).
 KIMI_DRAFTER = DrafterDesign(
     code_in=layout.E,
     code_out=layout.G,
@@ -38,8 +36,7 @@ KIMI_DRAFTER = DrafterDesign(
 
 
 def drafter_config(walk: Walk, mask_token_id: int) -> dict[str, object]:
-    # Non-causal sliding-window layers (vLLM 0.32 qwen3_dflash: use_swa + swa_window_size): the window is wider
-    # than any context, so attention is unchanged; vLLM gives the layers their own KV group.
+    # Non-causal sliding-window layers: their own KV group (layout.DRAFTER_SLIDING_WINDOW says why).
     config = demo_drafter.drafter_config(
         walk, mask_token_id, KIMI_DRAFTER, use_swa=True, swa_window_size=layout.DRAFTER_SLIDING_WINDOW, causal=False
     )
@@ -126,8 +123,7 @@ def fabricate_cuda(progress: Callable[[str], None] = lambda message: None) -> Fa
 def with_drafter(
     base: Fabrication, config: dict[str, object], weights: dict[str, np.ndarray], summary: dict[str, object]
 ) -> Fabrication:
-    """`base` (the miniature Kimi bundle) with only its bfloat16 target and this drafter, stored in float32;
-    `summary` replaces the DFlash drafter's facts in the manifest's."""
+    """`base` with only its bfloat16 target and this drafter (float32); `summary` replaces the DFlash drafter's."""
     files = {name: content for name, content in base.files.items() if name.split("/")[0] == TARGET}
     files[f"{DRAFTER}/config.json"] = json_bytes(config)
     files[f"{DRAFTER}/model.safetensors"] = safetensors_bytes(

@@ -1,6 +1,5 @@
-"""Kimi K2.6's routed experts as INT4 compressed-tensors (pack-quantized, symmetric, group 32), as vLLM 0.32's
-CompressedTensorsWNA16MoEMethod loads them (the tensors: docs/demo-models.md, "The INT4 twin"). The float experts
-are built on this grid (snap_to_int4_grid), so the INT4 checkpoint dequantizes to exactly the bfloat16 one."""
+"""Kimi K2.6's routed experts as INT4 compressed-tensors (docs/demo-models.md, "The INT4 twin"); the float experts
+are built on this grid, so the INT4 checkpoint dequantizes to exactly the bfloat16 one."""
 
 from __future__ import annotations
 
@@ -50,8 +49,7 @@ def pack_int32(values: np.ndarray) -> np.ndarray:
 
 
 def compressed_expert_tensors(name: str, matrix: np.ndarray) -> dict[str, np.ndarray]:
-    """`<module>.weight` (float, on the INT4 grid) -> the three compressed-tensors tensors (scales as float32;
-    the caller stores them in bfloat16, where they are exact)."""
+    """`<module>.weight` (on the INT4 grid) -> the three compressed-tensors tensors (scales exact in bfloat16)."""
     if not name.endswith(".weight"):
         raise ValueError(f"{name} is not a weight")
     module = name[: -len(".weight")]

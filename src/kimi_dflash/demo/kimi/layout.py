@@ -1,6 +1,4 @@
-"""The fixed shape of the miniature Kimi K2.6 (docs/demo-models.md, "The miniature Kimi K2.6"): sizes, special
-tokens, and which hidden dimensions carry what. Everything fabricated is a pure function of these constants, the
-shipped corpus and fixed seeds: bump FABRICATION_VERSION with any change."""
+"""The fixed shape of the miniature Kimi K2.6 (docs/demo-models.md, "The miniature Kimi K2.6")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The miniature Kimi K2.6 target: its config files and its weights (float64 here, stored as bfloat16 by
-fabricate.py) under Kimi's checkpoint names. What each part does: docs/demo-models.md, "How it is built"."""
+"""The miniature Kimi K2.6 target's configs and weights (float64 here; docs/demo-models.md, "How it is built")."""
 
 from __future__ import annotations
 
@@ -228,8 +227,7 @@ def noise_mlp(name: str, intermediate: int) -> dict[str, np.ndarray]:
 
 
 def copy_expert(name: str, gain: float) -> dict[str, np.ndarray]:
-    """First half of the neurons copies F into G (gate always on through the markers, up reads F), the other
-    half is seeded noise into N."""
+    """First half of the neurons copies F into G (gate on through the markers), the other half is noise into N."""
     code, inter = layout.CODE_DIMS, layout.MOE_INTERMEDIATE_SIZE
     weights = noise_mlp(name, inter)
     gate, up, down = (weights[f"{name}.{part}_proj.weight"] for part in ("gate", "up", "down"))

@@ -1,5 +1,4 @@
-"""The miniature Kimi tokenizer: byte-level BPE on the shipped corpus plus Kimi K2.6's 256-id special block, and a
-chat template in Kimi's format (a plain tokenizer.json: no remote code; docs/demo-models.md, "Checkpoint layout")."""
+"""The miniature Kimi tokenizer: byte-level BPE plus Kimi K2.6's 256-id special block, no remote code."""
 
 from __future__ import annotations
 
@@ -31,8 +30,7 @@ def special_id(token: str) -> int:
 
 
 def train_tokenizer(corpus: str) -> tuple[Tokenizer, int]:
-    """(tokenizer, number of ordinary BPE tokens). Ordinary tokens take ids 0..n-1, reserved fillers n..BASE-1,
-    the special block BASE..BASE+255."""
+    """(tokenizer, n ordinary BPE tokens): ids 0..n-1, reserved fillers n..BASE-1, specials BASE..BASE+255."""
     tokenizer = byte_level_bpe(corpus, layout.SPECIAL_BASE, [])
     ordinary = tokenizer.get_vocab_size()
     if ordinary > layout.SPECIAL_BASE:
