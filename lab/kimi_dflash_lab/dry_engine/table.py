@@ -71,7 +71,6 @@ class Row:
     dry: DryVerdict
     static: Verdict
     agreement: Agreement
-    wall_s: float
 
 
 def _planned(file: str, overrides: Mapping[str, str], source: VllmSource) -> tuple:  # type: ignore[type-arg]
@@ -92,7 +91,7 @@ def judge(name: str, file: str, overrides: Mapping[str, str], source: VllmSource
     """One case's row, in a child of its own (build() judges every case, plans that can sharing a child)."""
     config, plan, static = _planned(file, overrides, source)
     dry = dry_engine_for_plan(config, plan)
-    return Row(name, dry, static, compare(dry, static), dry.seconds)
+    return Row(name, dry, static, compare(dry, static))
 
 
 def build(source: VllmSource, progress: Callable[[str], None] = lambda _m: None) -> list[Row]:
@@ -109,7 +108,7 @@ def build(source: VllmSource, progress: Callable[[str], None] = lambda _m: None)
     verdicts = dry_engine_for_plans([(config, plan) for config, plan, _ in planned.values()], parallel=PARALLEL)
     rows = []
     for (name, (_, _, static)), dry in zip(planned.items(), verdicts):
-        rows.append(Row(name, dry, static, compare(dry, static), dry.seconds))
+        rows.append(Row(name, dry, static, compare(dry, static)))
         progress(f"dry table: {name}: {'starts' if dry.starts else 'refused'} in {dry.seconds:.1f} s")
     return rows
 
@@ -195,7 +194,7 @@ def main(args: TableOptions) -> int:
     source = VllmSource.open(package)
     rows = build(source, lambda message: print(message, file=sys.stderr, flush=True))
     for row in rows:
-        print(f"== {row.name} ({row.wall_s:.1f} s)\n{row.agreement.render()}", file=sys.stderr)
+        print(f"== {row.name} ({row.dry.seconds:.1f} s)\n{row.agreement.render()}", file=sys.stderr)
     table = render(rows, source.version())
     if args.write:
         update_sections(args.doc, [(table, BEGIN, END)])

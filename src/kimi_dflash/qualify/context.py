@@ -45,13 +45,12 @@ class Context:
     def candidate(self, name: str) -> Context:
         """A shoot-out candidate's context: its config and plan, its files in OUT/candidates/<name>/."""
         c = next(c for c in self.plan.candidates if c.name == name)
-        path, out = Path(c.path), self.out / "candidates" / name
         return dataclasses.replace(
             self,
-            config=path,
+            config=Path(c.path),
             config_as_given=c.config,
             plan=c.plan,
-            out=out,
+            out=self.out / "candidates" / name,
             reference_out=self.out,
             same_target=c.same_target,
         )
