@@ -4,21 +4,19 @@ per verify step are the scheduled k at each concurrency (/metrics counter deltas
 
 from __future__ import annotations
 
-import json
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from kimi_dflash.bench.prometheus import parse_samples, spec_counters
+from kimi_dflash.core import http
 
 pytestmark = pytest.mark.server
 SCHEDULE = {"NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE": "1:4,2-3:2,4-:1"}  # demo-cpu.env: k = 4, MAX_NUM_SEQS = 16
 
 
 def _counters(server) -> tuple[float, float]:  # type: ignore[no-untyped-def]
-    with urllib.request.urlopen(server.metrics_url, timeout=30) as reply:
-        counters = spec_counters(parse_samples(reply.read().decode()), server.model)
+    counters = spec_counters(parse_samples(http.request(server.metrics_url, timeout_s=30).body.decode()), server.model)
     assert counters is not None
     return counters.drafts, counters.draft_tokens
 
@@ -31,11 +29,8 @@ def _complete(server, index: int) -> int:  # type: ignore[no-untyped-def]
         "temperature": 0,
         "ignore_eos": True,
     }
-    request = urllib.request.Request(
-        f"{server.base_url}/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=300) as reply:
-        return json.loads(reply.read())["usage"]["completion_tokens"]
+    reply = http.request(f"{server.base_url}/v1/completions", body=body, timeout_s=300)
+    return reply.json()["usage"]["completion_tokens"]
 
 
 def test_the_schedule_reaches_vllm_and_sets_the_depth_per_batch_size(demo_server_factory) -> None:  # type: ignore[no-untyped-def]

@@ -11,12 +11,13 @@ import json
 import os
 import subprocess
 import sys
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from kimi_dflash.bench.prometheus import parse_samples, spec_counters
+from kimi_dflash.core import http
 from kimi_dflash_lab.yarn_drafter import LEGACY_DRAFTER, UNIT_DRAFTER, YarnDrafter, ensure_yarn_models
 from repo_paths import REPO_ROOT
 from server_fixtures import ServerFactory
@@ -122,27 +123,11 @@ def test_the_tuned_config_serves_the_amplitude_the_run_chose(
             "temperature": 0,
             "ignore_eos": True,
         }
-        request = urllib.request.Request(
-            f"{server.base_url}/v1/chat/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
-        )
-        with urllib.request.urlopen(request, timeout=300) as reply:
-            assert json.loads(reply.read())["usage"]["completion_tokens"] == 96
-        with urllib.request.urlopen(server.metrics_url, timeout=30) as metrics:
-            counters = _counters(metrics.read().decode())
+        reply = http.request(f"{server.base_url}/v1/chat/completions", body=body, timeout_s=300)
+        assert reply.json()["usage"]["completion_tokens"] == 96
+        metrics = http.request(server.metrics_url, timeout_s=30).body.decode()
+        counters = spec_counters(parse_samples(metrics), server.model)
         assert "drafter-rope/" not in server.log_text()  # 1.0 is what this vLLM gives: served as it is, no overlay
-        assert counters["accepted"] / counters["draft"] > 0.5, counters  # the unit drafter at 1.0 accepts
+        assert counters and counters.accepted / counters.draft_tokens > 0.5, counters  # the unit drafter at 1.0 accepts
     finally:
         demo_server_factory.stop(server)
-
-
-def _counters(text: str) -> dict[str, float]:
-    names = {
-        "vllm:spec_decode_num_accepted_tokens_total": "accepted",
-        "vllm:spec_decode_num_draft_tokens_total": "draft",
-    }
-    found: dict[str, float] = {}
-    for line in text.splitlines():
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name in names:
-            found[names[name]] = found.get(names[name], 0.0) + float(line.rsplit(" ", 1)[1])
-    return found
