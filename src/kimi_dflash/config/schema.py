@@ -411,6 +411,19 @@ KEYS: tuple[Key, ...] = keys_of(ConfigValues)
 KEYS_BY_NAME: dict[str, Key] = {k.name: k for k in KEYS}
 
 
+class _KeyNames:
+    """`KEY.PORT == "PORT"`: code names a key through here, never in quotes (tests/unit/config/test_key_names.py),
+    so a name the schema does not declare fails where it is read (a module constant: at import)."""
+
+    def __getattr__(self, name: str) -> str:
+        if name not in KEYS_BY_NAME:
+            raise AttributeError(f"{name} is not a config key (config/schema.py declares them)")
+        return name
+
+
+KEY = _KeyNames()
+
+
 def shown_values(values: Mapping[str, object]) -> dict[str, str]:
     """Config values as text a file may keep or a message show (Key.shown: no secret); other names as they are."""
     return {k: KEYS_BY_NAME[k].shown(v) if k in KEYS_BY_NAME else str(v) for k, v in values.items()}

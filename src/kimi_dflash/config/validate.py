@@ -10,7 +10,7 @@ from pathlib import Path
 
 from kimi_dflash.checkpoint import Facts
 from kimi_dflash.config.convert import convert
-from kimi_dflash.config.loader import display_path, read_settings
+from kimi_dflash.config.loader import RawSetting, display_path, read_settings
 from kimi_dflash.config.problems import ConfigError, Problem
 from kimi_dflash.config.rules import RULES, Check, path_problems
 from kimi_dflash.config.schema import KEYS, KEYS_BY_NAME, ConfigValues
@@ -49,6 +49,19 @@ def check_paths(config: Config, facts: Facts) -> list[Problem]:
     return list(path_problems(Check(config.typed, config.sources), facts))
 
 
+def typed_values(values: Mapping[str, str]) -> ConfigValues:
+    """Config values kept as text (qualify's, a stored result's) typed as a config file's are, the schema's default
+    where one is absent; other names are ignored. ValueError on a value a config would refuse."""
+    typed: dict[str, object] = {}
+    for name, text in values.items():
+        if (spec := KEYS_BY_NAME.get(name)) is not None:
+            value, problem = convert(spec, RawSetting(name, text, "values", Path.cwd()))
+            if problem is not None:
+                raise ValueError(problem.render())
+            typed[spec.attribute] = value
+    return ConfigValues(**typed)  # type: ignore[arg-type]  # each value converted to its key's declared type
+
+
 def load_config(path: Path | str, environ: Mapping[str, str] | None = None) -> Config:
     path = Path(path)
     settings = read_settings(path, environ)
@@ -80,4 +93,4 @@ def load_config(path: Path | str, environ: Mapping[str, str] | None = None) -> C
     return Config(path, typed, sources, tuple(p for p in problems if p.severity != "error"))
 
 
-__all__ = ["Config", "ConfigError", "Problem", "load_config", "check_paths", "display_path"]
+__all__ = ["Config", "ConfigError", "Problem", "load_config", "typed_values", "check_paths", "display_path"]

@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kimi_dflash.checkpoint import CONFIG_FILE, Facts, facts_from_config, read_config
+from kimi_dflash.config.schema import KEY
 from kimi_dflash.core.atomic_write import publish_directory
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.user_files import UnreadableFile, read_user_bytes
 from kimi_dflash.launch.private_files import UnsafeLocation, private_dir
-from kimi_dflash.rules.rope_amplitude import CHOICE_KEY, RopeDecision
+from kimi_dflash.rules.rope_amplitude import RopeDecision
 
 if TYPE_CHECKING:
     from kimi_dflash.config.schema import ConfigValues
@@ -55,7 +56,7 @@ def apply(facts: Facts, decision: RopeDecision, cache: Path, create: bool, say: 
     say(f"drafter RoPE: {decision.message}")
     config, release = decision.overlay_config(drafter.raw), decision.release
     note = {
-        "why": f"{CHOICE_KEY}={decision.choice} (engine: no overlay)",
+        "why": f"{KEY.DRAFTER_ROPE_AMPLITUDE}={decision.choice} (engine: no overlay)",
         "vllm": release.version,
         "amplitude_without_overlay": release.amplitude,
         "decided_at": release.where,
@@ -73,7 +74,9 @@ def apply(facts: Facts, decision: RopeDecision, cache: Path, create: bool, say: 
         cause = (
             f"cannot build the overlay in {root} ({error.strerror or error})" if isinstance(error, OSError) else error
         )
-        raise UserError(f"drafter RoPE: {cause}; or set {CHOICE_KEY}=engine to serve the drafter as it is", 1) from None
+        raise UserError(
+            f"drafter RoPE: {cause}; or set {KEY.DRAFTER_ROPE_AMPLITUDE}=engine to serve the drafter as it is", 1
+        ) from None
     say(f"drafter RoPE: {'the drafter is served' if create else 'a start serves the drafter'} from {target}")
     served = facts_from_config(config, str(target / CONFIG_FILE), "drafter", shipped=False, directory=target)
     return replace(facts, drafter=replace(served, overlay=note))

@@ -11,11 +11,12 @@ from urllib.parse import urlsplit
 from kimi_dflash.bench.intervals import mean_interval, ratio_interval
 from kimi_dflash.bench.result import LevelResult
 from kimi_dflash.bench.spec_summary import spec_per_request
+from kimi_dflash.config.schema import KEY
 from kimi_dflash.core.formatting import markdown_table, number, percent, ratio
 from kimi_dflash.qualify.context import Context, judged, serve, tolerant, verdict_of
 from kimi_dflash.qualify.documents import Amplitude, AmplitudeSide, Estimate, shown
-from kimi_dflash.qualify.plan import SPEC_TOKENS, Sides, bench_args
-from kimi_dflash.rules.rope_amplitude import CHOICE_KEY, ENGINE, LEGACY, UnreadableRope, concerned, decide
+from kimi_dflash.qualify.plan import Sides, bench_args
+from kimi_dflash.rules.rope_amplitude import ENGINE, LEGACY, UnreadableRope, concerned, decide
 from kimi_dflash.rules.rope_amplitude import same_amplitude as same
 from kimi_dflash.runs.orchestrator import Outcome
 from kimi_dflash.runs.state import DONE, FAILED
@@ -63,7 +64,7 @@ def probe(config: Path, source: VllmSource | None) -> tuple[Sides, str]:
 
 
 def _point(ctx: Context, choice: str) -> Point:
-    return Point(((SPEC_TOKENS, str(ctx.plan.spec_tokens)), (CHOICE_KEY, choice)))
+    return Point(((KEY.NUM_SPECULATIVE_TOKENS, str(ctx.plan.spec_tokens)), (KEY.DRAFTER_ROPE_AMPLITUDE, choice)))
 
 
 def _plan(ctx: Context) -> PointPlan:
@@ -158,7 +159,7 @@ def amplitude_step(ctx: Context) -> Outcome:
     document = Amplitude(sessions=plan.sessions[0], sides=sides, recommended=choice, value=value, ratio=beat, why=why)
     ctx.write(ctx.out / DOCUMENT, document)
     outputs = ctx.files(ctx.out / DOCUMENT)
-    detail = f"{CHOICE_KEY}={value} recommended: {why}" if value else why
+    detail = f"{KEY.DRAFTER_ROPE_AMPLITUDE}={value} recommended: {why}" if value else why
     return Outcome(FAILED if errors else DONE, "; ".join([*errors, detail]), outputs)
 
 
@@ -166,7 +167,13 @@ def section(document: Amplitude | None, why_not: str) -> list[str]:
     if document is None:
         return [f"*(not measured: {why_not})*"]
     width = max((len(s.per_position) for s in document.sides), default=0)
-    header = [CHOICE_KEY, "amplitude", *(f"pos {i + 1}" for i in range(width)), "τ (per verify step)", "lossless"]
+    header = [
+        KEY.DRAFTER_ROPE_AMPLITUDE,
+        "amplitude",
+        *(f"pos {i + 1}" for i in range(width)),
+        "τ (per verify step)",
+        "lossless",
+    ]
     rows = [
         [
             s.choice,
@@ -184,7 +191,7 @@ def section(document: Amplitude | None, why_not: str) -> list[str]:
         "",
         *markdown_table(header, "lr" + "r" * (width + 1) + "l", rows),
         "",
-        f"**Recommended: `{CHOICE_KEY}={document.value}`** — {document.why}."
+        f"**Recommended: `{KEY.DRAFTER_ROPE_AMPLITUDE}={document.value}`** — {document.why}."
         if document.value
         else f"No amplitude recommended: {document.why}.",
     ]

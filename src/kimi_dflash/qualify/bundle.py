@@ -13,8 +13,8 @@ import tarfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
 
+from kimi_dflash.config.schema import KEY
 from kimi_dflash.core.atomic_write import replacing
-from kimi_dflash.qualify.plan import SPEC_TOKENS
 from kimi_dflash.sweep.state import finished_results
 
 
@@ -32,9 +32,9 @@ def copy_results(out: Path, config: str, grid: Path | None = None) -> list[Path]
     copied = []
     for path, result in finished_results(grid or out / "grid"):
         overrides = result.server_config.overrides if result.server_config else {}
-        if set(overrides) != {SPEC_TOKENS}:
+        if set(overrides) != {KEY.NUM_SPECULATIVE_TOKENS}:
             continue  # a test-only candidate with other overrides is not a result of this config
-        destination = target / result_name(config, overrides[SPEC_TOKENS])
+        destination = target / result_name(config, overrides[KEY.NUM_SPECULATIVE_TOKENS])
         shutil.copyfile(path, destination)
         copied.append(destination)
     return copied

@@ -11,18 +11,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
+from kimi_dflash.config.schema import KEY
 from kimi_dflash.config.shipped import resolve_config_argument
+from kimi_dflash.config.validate import typed_values
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.options import comma_list, declare, option, run
 from kimi_dflash.core.user_files import file_kind, read_user_bytes
 from kimi_dflash.launch.serve_sh import SERVE_COMMAND, ServerLeftRunning
 from kimi_dflash.qualify import bundle, report, tuned_config
 from kimi_dflash.qualify.amplitude import probe
-from kimi_dflash.qualify.depths import SCHEDULE_KEY, on_aiter
+from kimi_dflash.qualify.depths import on_aiter
 from kimi_dflash.qualify.graphs import GraphCandidate, graph_candidate
 from kimi_dflash.qualify.plan import (
     PER_REQUEST_FLAG,
-    SPEC_TOKENS,
     PerRequest,
     QualifyPlan,
     box_for,
@@ -124,9 +125,9 @@ def _config_values(path: Path) -> tuple[dict[str, str], dict[str, str], str | No
         config = load_config(path, environ=os.environ)
     except ConfigError as error:
         raise UserError(f"{path}: " + "; ".join(p.render() for p in error.problems)) from None
-    values = {k: "" if v is None else str(v) for k, v in config.values.items() if k != "API_KEY"}
-    overrides = shown_values({k: os.environ[k] for k in KEYS_BY_NAME if k in os.environ and k != "API_KEY"})
-    return values, overrides, config.values.get("API_KEY")
+    values = {k: "" if v is None else str(v) for k, v in config.values.items() if k != KEY.API_KEY}
+    overrides = shown_values({k: os.environ[k] for k in KEYS_BY_NAME if k in os.environ and k != KEY.API_KEY})
+    return values, overrides, config.typed.api_key
 
 
 def _digest(path: Path) -> str:
@@ -231,11 +232,12 @@ def _context(args: QualifyOptions) -> tuple[Context, QualifyPlan]:
     if args.candidates:
         plan = _shootout(args, values, key, per_request, budget, source)
     else:
-        k, box_kind = int(values.get(SPEC_TOKENS) or 0), box_for(values.get("DEVICE", "rocm")).kind
+        typed = typed_values(values)
+        k, box_kind = typed.num_speculative_tokens, box_for(typed.device).kind
         check = functools.partial(_check_variant, config, source)
         graphs = GraphCandidate(False, "--no-graphs") if args.no_graphs else graph_candidate(values, k, box_kind, check)
         limit, rates, rope = _verify_k_limit(values, source), _projection(args), probe(config, source)
-        depth = check({SCHEDULE_KEY: f"1-:{k or 1}"})
+        depth = check({KEY.NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE: f"1-:{k}"})
         plan = build_plan(values, budget, args.slo, per_request, limit, rates, graphs, amplitude=rope, schedule=depth)
     out = args.out or Path(f"qualify-{config.name.removesuffix('.env')}{'-shootout' if args.candidates else ''}")
     serve = SERVE_COMMAND if args.serve_sh is None else (str(args.serve_sh.resolve()),)

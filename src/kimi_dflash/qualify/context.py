@@ -10,10 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_dflash.bench.result import BenchmarkResult
+from kimi_dflash.config.schema import KEY
 from kimi_dflash.documents import Document
 from kimi_dflash.qualify import lossless
 from kimi_dflash.qualify.lossless import GreedyOutputs, LosslessVerdict
-from kimi_dflash.qualify.plan import SPEC_TOKENS, QualifyPlan
+from kimi_dflash.qualify.plan import QualifyPlan
 from kimi_dflash.runs.orchestrator import Outcome
 from kimi_dflash.runs.state import DONE, FAILED, StepOutputs
 from kimi_dflash.sweep import state as points_state
@@ -22,7 +23,7 @@ from kimi_dflash.sweep.points import OnReady, PointPlan, run_point
 from kimi_dflash.validate.prompts import load_calibration_prompts
 
 # Config keys that make the candidate serve another model (and so another tokenizer).
-MODEL_KEYS = ("MODEL_DIR", "MODEL_REPO", "FABRICATE_DEMO_MODELS")
+MODEL_KEYS = (KEY.MODEL_DIR, KEY.MODEL_REPO, KEY.FABRICATE_DEMO_MODELS)
 Results = list[tuple[str, BenchmarkResult]]
 
 
@@ -73,7 +74,7 @@ class Context:
 
     def point(self, k: int) -> Point:
         extra = self.candidate_env if k == self.plan.spec_tokens else ()
-        return Point(((SPEC_TOKENS, str(k)), *extra))
+        return Point(((KEY.NUM_SPECULATIVE_TOKENS, str(k)), *extra))
 
     def points(
         self,

@@ -9,22 +9,21 @@ from statistics import mean
 
 from kimi_dflash.advisor.schedule import Choice, Samples, choose_depths, grid_samples, repeats_of, schedule_of
 from kimi_dflash.bench.intervals import ratio_interval
-from kimi_dflash.config.convert import TRUE_WORDS
 from kimi_dflash.config.depth_schedule import format_schedule
+from kimi_dflash.config.schema import KEY
+from kimi_dflash.config.validate import typed_values
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.formatting import markdown_table, number, ratio
 from kimi_dflash.qualify.amplitude import estimate
 from kimi_dflash.qualify.context import Context, grid_results, judged, serve, tolerant, verdict_of
 from kimi_dflash.qualify.documents import Estimate, Schedule, ScheduleChoice, ScheduleRow, shown
-from kimi_dflash.qualify.plan import SPEC_TOKENS
 from kimi_dflash.runs.orchestrator import Outcome
 from kimi_dflash.runs.state import DONE, FAILED, SKIPPED
 from kimi_dflash.sweep import state as points_state
 from kimi_dflash.sweep.grid import Point
 from kimi_dflash.sweep.points import OnReady
 
-SCHEDULE_KEY = "NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE"
-AITER, TRITON, AITER_KEY = "ROCM_AITER_MLA", "TRITON_MLA", "ROCM_USE_AITER_MLA"
+AITER, TRITON = "ROCM_AITER_MLA", "TRITON_MLA"
 DOCUMENT, PLOT = "schedule.json", "schedule_vs_fixed_k.png"
 
 
@@ -32,7 +31,7 @@ def grid_hooks(ctx: Context) -> Callable[[Point], OnReady | None]:
     """Each extra depth of the grid judged while its server is up; a judgement that raises is only said."""
 
     def hook(point: Point) -> OnReady | None:
-        k = int(dict(point.overrides).get(SPEC_TOKENS, "0"))
+        k = int(dict(point.overrides).get(KEY.NUM_SPECULATIVE_TOKENS, "0"))
         check = None if k in (0, ctx.plan.spec_tokens) else judged(ctx, f"k{k}")
         return check and tolerant(check, lambda text: ctx.say(f"qualify: k={k}: not judged ({text})"))
 
@@ -46,7 +45,8 @@ def depth_verdicts(ctx: Context) -> dict[int, str]:
 
 
 def on_aiter(values: Mapping[str, str]) -> bool:
-    return values.get("DEVICE", "rocm") == "rocm" and values.get(AITER_KEY, "true").lower() in TRUE_WORDS
+    typed = typed_values(values)
+    return typed.device == "rocm" and typed.rocm_use_aiter_mla
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ def decide(samples: Samples, verdicts: Mapping[int, str], aiter: bool, confidenc
         kept = {key: values for key, values in samples.items() if key[0] in lossless}
         return DepthDecision(choose_depths(kept, confidence), None, [f"{n}: dropped" for n in notes])
     if aiter and depths:
-        moved = f"no depth is lossless on {AITER}: every depth moves to {TRITON} ({AITER_KEY}=false)"
+        moved = f"no depth is lossless on {AITER}: every depth moves to {TRITON} ({KEY.ROCM_USE_AITER_MLA}=false)"
         return DepthDecision(choose_depths(samples, confidence), TRITON, [*notes, moved])
     return DepthDecision([], None, [*notes, "no depth is lossless: no schedule"])
 
@@ -118,13 +118,20 @@ def schedule_step(ctx: Context) -> Outcome:
         why = decision.notes[-1] if top is None else f"k={top} at every measured load: a fixed k, measured in the grid"
         ctx.write(path, Schedule(why=why, **common))  # type: ignore[arg-type]
         return Outcome(DONE, why, ctx.files(path))
-    point = Point(((SPEC_TOKENS, str(top)), (SCHEDULE_KEY, text), *([(AITER_KEY, "false")] * bool(decision.backend))))
+    point = Point(
+        (
+            (KEY.NUM_SPECULATIVE_TOKENS, str(top)),
+            (KEY.NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE, text),
+            *([(KEY.ROCM_USE_AITER_MLA, "false")] * bool(decision.backend)),
+        )
+    )
     plan = ctx.points([point], ctx.out / "schedule")
     errors = serve(ctx, plan, point, judged(ctx, "schedule"))
     result, verdict = points_state.finished_result(plan.out, point), verdict_of(ctx, "schedule")
     served = {level.sessions: repeats_of(level) for level in (result.results if result else []) if not level.partial}
     document = Schedule(
-        why=f"{SCHEDULE_KEY}={text} served" + (f" on {decision.backend}" if decision.backend else ""),
+        why=f"{KEY.NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE}={text} served"
+        + (f" on {decision.backend}" if decision.backend else ""),
         schedule=text,
         rows=compare(decision.choices, served, samples),
         lossless=verdict.verdict if verdict else "NOT RUN",
@@ -156,7 +163,8 @@ def section(document: Schedule | None, why_not: str, plots: Sequence[Path] = ())
         ]
         for r in document.rows
     ]
-    served = f"`{SCHEDULE_KEY}={document.schedule}` (lossless {document.lossless}, `{document.result}`)"
+    served = f"`{KEY.NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE}={document.schedule}` "
+    served += f"(lossless {document.lossless}, `{document.result}`)"
     return [
         *lines,
         f"{served if document.schedule else document.why}; aggregate tok/s per concurrency, mean over repeats with "

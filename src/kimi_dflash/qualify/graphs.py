@@ -6,7 +6,8 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from kimi_dflash.config.convert import TRUE_WORDS
+from kimi_dflash.config.schema import KEY
+from kimi_dflash.config.validate import typed_values
 
 GRAPH_MODE = "FULL_AND_PIECEWISE"  # vLLM's default for spec decode where the backend allows FULL decode graphs
 VariantCheck = Callable[[dict[str, str]], tuple[bool, str]]  # the variant's config keys -> (passes, detail)
@@ -29,12 +30,13 @@ def capture_sizes(k: int, max_num_seqs: int) -> list[int]:
 
 def graph_overrides(values: Mapping[str, str], k: int) -> tuple[tuple[str, str], ...]:
     """A compilation config of the config's own is kept as written: the rules judge it."""
-    extra = (values.get("EXTRA_VLLM_ARGS") or "").strip()
-    overrides: list[tuple[str, str]] = [("ENFORCE_EAGER", "false")]
+    typed = typed_values(values)
+    extra = typed.extra_vllm_args or ""
+    overrides: list[tuple[str, str]] = [(KEY.ENFORCE_EAGER, "false")]
     if "--compilation-config" not in extra and "capture-sizes" not in extra and "graph-sizes" not in extra:
-        sizes = capture_sizes(k, int(values.get("MAX_NUM_SEQS") or 1))
+        sizes = capture_sizes(k, typed.max_num_seqs)
         compilation = f'{{"cudagraph_mode": "{GRAPH_MODE}", "cudagraph_capture_sizes": [{", ".join(map(str, sizes))}]}}'
-        overrides.append(("EXTRA_VLLM_ARGS", f"{extra} --compilation-config '{compilation}'".strip()))
+        overrides.append((KEY.EXTRA_VLLM_ARGS, f"{extra} --compilation-config '{compilation}'".strip()))
     return tuple(overrides)
 
 
@@ -44,7 +46,7 @@ def graph_candidate(
     """``check``: the runtime rules on the variant (None: not checked), run only when nothing else rules it out."""
     if box_kind == "cpu":
         return GraphCandidate(False, "the CPU build has no HIP/CUDA graphs to capture (the demo runs eager)")
-    if (values.get("ENFORCE_EAGER") or "true").lower() not in TRUE_WORDS:
+    if not typed_values(values).enforce_eager:
         return GraphCandidate(False, "the candidate already runs with graphs (ENFORCE_EAGER=false)")
     if check is None:
         return GraphCandidate(False, "the graph variant was not checked against the serving vLLM")

@@ -8,8 +8,8 @@ from kimi_dflash.bench.goodput import DEFAULT_ATTAINMENT, sustained
 from kimi_dflash.bench.intervals import ratio_interval
 from kimi_dflash.bench.reply_match import match_level
 from kimi_dflash.bench.result import BenchmarkResult, LevelResult, SpecGroup
+from kimi_dflash.config.schema import KEY
 from kimi_dflash.qualify import documents
-from kimi_dflash.qualify.plan import SPEC_TOKENS
 
 Results = Sequence[tuple[str, BenchmarkResult]]
 CONFIDENCE = 0.95
@@ -19,7 +19,7 @@ def by_k(results: Results) -> dict[int, BenchmarkResult]:
     """Grid results keyed by k (a point without NUM_SPECULATIVE_TOKENS is not a grid point: left out)."""
     found = {}
     for _, result in results:
-        k = str((result.server_config.overrides if result.server_config else {}).get(SPEC_TOKENS))
+        k = str((result.server_config.overrides if result.server_config else {}).get(KEY.NUM_SPECULATIVE_TOKENS))
         if k.isdigit():
             found[int(k)] = result
     return dict(sorted(found.items()))

@@ -9,15 +9,14 @@ from dataclasses import dataclass, field
 from pydantic import TypeAdapter
 
 from kimi_dflash.bench.goodput import describe, parse_slo
+from kimi_dflash.config.schema import KEY
+from kimi_dflash.config.validate import typed_values
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.formatting import duration as format_duration
 from kimi_dflash.documents import Json
 from kimi_dflash.qualify.graphs import GraphCandidate
 
-SPEC_TOKENS = "NUM_SPECULATIVE_TOKENS"
-PER_REQUEST_KEY = "PER_REQUEST_SPEC_METRICS"
 PER_REQUEST_FLAG = "cli:--per-request-spec-decode-metrics"
-RATES_KEY = "SYNTHETIC_ACCEPTANCE_RATES"
 NO_SLO = ("none", "off")
 Sides = tuple[tuple[str, float, bool], ...]  # DRAFTER_ROPE_AMPLITUDE choices: (choice, amplitude, the config's own)
 
@@ -199,14 +198,14 @@ def per_request_setting(
     values: Mapping[str, str], overrides: Collection[str], flag: tuple[str, str] = ("unknown", "not probed")
 ) -> PerRequest:
     """The config's value when on; off in the environment is respected; else ``summary`` when vLLM has the flag."""
-    current = values.get(PER_REQUEST_KEY) or "off"
+    key, current = KEY.PER_REQUEST_SPEC_METRICS, typed_values(values).per_request_spec_metrics
     if current != "off":
-        return PerRequest(True, f"the config's {PER_REQUEST_KEY}={current}")
-    if PER_REQUEST_KEY in overrides:
-        return PerRequest(False, f"turned off by {PER_REQUEST_KEY}=off in the environment")
+        return PerRequest(True, f"the config's {key}={current}")
+    if key in overrides:
+        return PerRequest(False, f"turned off by {key}=off in the environment")
     state, evidence = flag
     if state == "present":
-        return PerRequest(True, f"{PER_REQUEST_KEY}=summary set for every server", ((PER_REQUEST_KEY, "summary"),))
+        return PerRequest(True, f"{key}=summary set for every server", ((key, "summary"),))
     if state == "absent":
         return PerRequest(
             False, f"the installed vLLM has no --per-request-spec-decode-metrics (added in 0.29.0; {evidence})"
@@ -214,7 +213,7 @@ def per_request_setting(
     return PerRequest(
         False,
         f"could not tell whether the installed vLLM has --per-request-spec-decode-metrics ({evidence}); "
-        f"set {PER_REQUEST_KEY}=summary to ask for it",
+        f"set {key}=summary to ask for it",
     )
 
 
@@ -341,28 +340,26 @@ def build_plan(
 ) -> QualifyPlan:
     """Trimmed to the budget in docs/qualify.md's order, never the reference or the top-level candidate; ``k_limit``:
     (largest k, why) a runtime rule allows; the rest are a shoot-out's choices and the probes' findings."""
-    if values.get("SPECULATIVE_METHOD", "none") == "none":
+    typed = typed_values(values)
+    if typed.speculative_method == "none":
         raise UserError(
             "qualify needs a speculative config (SPECULATIVE_METHOD=dflash, eagle3 or dspark): it compares the "
             "config with itself without speculation; this one has none."
         )
-    if values.get(RATES_KEY):
+    if rates := typed.synthetic_acceptance_rates:
         raise UserError(
-            f"{RATES_KEY} is set: that candidate accepts drafts without checking them, so it cannot be qualified; "
-            f"unset it and pass --project-acceptance {values[RATES_KEY]} to measure the projection beside the real "
-            "drafter."
+            f"{KEY.SYNTHETIC_ACCEPTANCE_RATES} is set: that candidate accepts drafts without checking them, so it "
+            f"cannot be qualified; unset it and pass --project-acceptance {rates} to measure the projection beside "
+            "the real drafter."
         )
-    box = box_for(values.get("DEVICE", "rocm"))
+    box = box_for(typed.device)
     budget = box.default_budget_s if budget_s is None else budget_s
     slo_text = check_slo(slo, box)
     per_request = per_request or PerRequest(False, "not probed")
-    k = int(values.get(SPEC_TOKENS) or 0)
-    if k < 1:
-        raise UserError(f"{SPEC_TOKENS}={values.get(SPEC_TOKENS)!r}: qualify needs k >= 1 speculative tokens.")
-    fp8 = str(values.get("KV_CACHE_DTYPE", "auto")).startswith("fp8")
+    k, fp8 = typed.num_speculative_tokens, typed.kv_cache_dtype.startswith("fp8")  # k >= 1: the schema's minimum
     extras = [e for e in (box.extra_k if extra_k is None else extra_k) if e != k and (not k_limit or e <= k_limit[0])]
     excluded = tuple(f"k={e} ({k_limit[1]})" for e in box.extra_k if k_limit is not None and e > k_limit[0])
-    sessions = list(sessions_levels or sessions_for(box, int(values.get("MAX_NUM_SEQS") or max(box.sessions_levels))))
+    sessions = list(sessions_levels or sessions_for(box, typed.max_num_seqs))
     trimmed: list[str] = []
     graph, scheduled = graphs, schedule
 
@@ -387,7 +384,7 @@ def build_plan(
             excluded=excluded,
             projection=tuple(projection) if projects else (),
             graph_overrides=graph.overrides if graph and graph.runs else (),
-            method=values["SPECULATIVE_METHOD"],
+            method=typed.speculative_method,
             amplitudes=amplitude[0],
         )
 

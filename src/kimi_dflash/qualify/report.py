@@ -9,13 +9,14 @@ from pathlib import Path
 from kimi_dflash.advisor.model import weighted_per_position
 from kimi_dflash.bench import columns
 from kimi_dflash.bench.result import BenchmarkResult
+from kimi_dflash.config.schema import KEY
 from kimi_dflash.core.formatting import general, markdown_table, number, percent, ratio
 from kimi_dflash.fp8.validate import Fp8Summary
 from kimi_dflash.qualify import amplitude, depths, documents, measures, report_sections
 from kimi_dflash.qualify.documents import ReplyIdentityRow as ReplyRow
 from kimi_dflash.qualify.environment import Environment
 from kimi_dflash.qualify.lossless import LosslessVerdict
-from kimi_dflash.qualify.plan import SPEC_TOKENS, Candidate
+from kimi_dflash.qualify.plan import Candidate
 from kimi_dflash.qualify.state import QualifyState
 from kimi_dflash.results_doc import recipe_figures
 from kimi_dflash.runs.state import FAILED
@@ -137,9 +138,12 @@ def _chosen_lines(out: Path) -> list[str]:
     """What the amplitude and schedule steps chose (--write-config writes the same)."""
     rope = documents.Amplitude.load_or_none(out / amplitude.DOCUMENT)
     depth = documents.Schedule.load_or_none(out / depths.DOCUMENT)
-    lines = [f"- recommended `{amplitude.CHOICE_KEY}={rope.value}`: {rope.why}"] if rope and rope.value else []
+    lines = [f"- recommended `{KEY.DRAFTER_ROPE_AMPLITUDE}={rope.value}`: {rope.why}"] if rope and rope.value else []
     if depth and depth.schedule:
-        lines.append(f"- depth by load: `{depths.SCHEDULE_KEY}={depth.schedule}` (token identity {depth.lossless})")
+        lines.append(
+            f"- depth by load: `{KEY.NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE}={depth.schedule}` "
+            f"(token identity {depth.lossless})"
+        )
     return lines
 
 
@@ -162,7 +166,9 @@ def _recipe_table(cells: Sequence[aggregate.Cell], device: str) -> list[str]:
     recipe, rows = recipe_figures(), []
     for row in recipe.rows:
         k, sessions = row.spec_tokens, row.sessions
-        match = next((c for c in cells if c.sessions == sessions and c.overrides.get(SPEC_TOKENS) == str(k)), None)
+        match = next(
+            (c for c in cells if c.sessions == sessions and c.overrides.get(KEY.NUM_SPECULATIVE_TOKENS) == str(k)), None
+        )
         measured = match.cell(columns.OUTPUT_TOK_S) if match else "not measured at this k and concurrency"
         speedup = ratio(match.output_tok_s / row.output_tok_s if match else None)
         rows.append([f"`{row.config}`", row.kv_cache, k, sessions, general(row.output_tok_s), measured, speedup])

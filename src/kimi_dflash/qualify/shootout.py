@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_dflash.bench.goodput import describe, parse_slo
+from kimi_dflash.config.schema import KEY
+from kimi_dflash.config.validate import typed_values
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.redaction import spelled_option
 from kimi_dflash.demo.catalog import CHOICES
@@ -22,7 +24,7 @@ CANDIDATE_STEPS = ("candidate", "amplitude", "grid", "acceptance", "per_request"
 UNBOUNDED = 1e9  # a candidate's own plan is never trimmed alone: the shoot-out trims across candidates
 NAME = re.compile(r"[A-Za-z0-9._-]+")  # a candidate's directory in OUT/candidates/
 # What makes a config serve another model, or serve it elsewhere: a candidate must have the reference's.
-TARGET_KEYS = ("DEVICE", "MODEL_DIR", "MODEL_REPO", "PRESHARD_DIR", "DTYPE", "HOST")
+TARGET_KEYS = (KEY.DEVICE, KEY.MODEL_DIR, KEY.MODEL_REPO, KEY.PRESHARD_DIR, KEY.DTYPE, KEY.HOST)
 _MODEL_OPTIONS = ("--model", "--tokenizer", "--tokenizer-mode", "--tokenizer-revision", "--revision", "--code-revision")
 TARGET_OPTIONS = (*_MODEL_OPTIONS, "--hf-overrides", "--hf-config-path", "--quantization", "--dtype", "--load-format")
 
@@ -45,9 +47,10 @@ class CandidateConfig:
 def target(values: Mapping[str, str]) -> dict[str, str]:
     """What decides the model a config serves and where: TARGET_KEYS, demo target, EXTRA_VLLM_ARGS' TARGET_OPTIONS."""
     found = {key: values.get(key) or "(unset)" for key in TARGET_KEYS}
-    demo = values.get("FABRICATE_DEMO_MODELS") or "none"
+    typed = typed_values(values)
+    demo = typed.fabricate_demo_models
     found["the demo's target"] = CHOICES[demo].same_target_as or demo if demo in CHOICES else demo
-    args = shlex.split(values.get("EXTRA_VLLM_ARGS") or "")
+    args = shlex.split(typed.extra_vllm_args or "")
     for index, arg in enumerate(args):
         option = spelled_option(arg, TARGET_OPTIONS)
         if option:
@@ -86,9 +89,10 @@ def build_shootout(
 ) -> plan.QualifyPlan:
     """Candidates measured at the levels every MAX_NUM_SEQS allows; the budget trims extra k, then levels, never one."""
     _refuse_other_targets(values, configs)
-    box = plan.box_for(values.get("DEVICE", "rocm"))
+    typed = typed_values(values)
+    box = plan.box_for(typed.device)
     slo_text, per_request = plan.check_slo(slo, box), per_request or plan.PerRequest(False, "not probed")
-    seqs = min(int(v.get("MAX_NUM_SEQS") or max(box.sessions_levels)) for v in (values, *(c.values for c in configs)))
+    seqs = min(typed_values(v).max_num_seqs for v in (values, *(c.values for c in configs)))
     sessions, trimmed = plan.sessions_for(box, seqs), []
     budget = box.default_budget_s if budget_s is None else budget_s
 
@@ -109,7 +113,7 @@ def build_shootout(
         return dataclasses.replace(own, budget_s=budget)
 
     extras = {c.name: list(own_plan(c, None).k_values[2:]) for c in configs}
-    fp8 = str(values.get("KV_CACHE_DTYPE", "auto")).startswith("fp8")
+    fp8 = typed.kv_cache_dtype.startswith("fp8")
     same = {c.name: all(values.get(key) == c.values.get(key) for key in MODEL_KEYS) for c in configs}
 
     def make() -> plan.QualifyPlan:
@@ -127,7 +131,7 @@ def build_shootout(
         excluded = tuple(f"{c.name}: {e}" for c in candidates for e in c.plan.excluded)
         bench = plan.bench_args(box, slo_text)
         head = (box, budget, 0, fp8, (0,), tuple(sessions), bench, steps, tuple(trimmed), slo_text)
-        method = values.get("SPECULATIVE_METHOD", "none")
+        method = typed.speculative_method
         return plan.QualifyPlan(*head, per_request.server_env, excluded, method=method, candidates=candidates)
 
     def drop_largest_extra_k() -> str | None:

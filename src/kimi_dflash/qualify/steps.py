@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from kimi_dflash.config.schema import KEY
 from kimi_dflash.core.atomic_write import write_text_atomic
 from kimi_dflash.core.user_files import read_log_tail
 from kimi_dflash.qualify import context, lossless, measures
@@ -17,7 +18,6 @@ from kimi_dflash.qualify.documents import Recommendation as Rec
 from kimi_dflash.qualify.environment import capture, served_plan
 from kimi_dflash.qualify.graphs import graph_mode_from_log
 from kimi_dflash.qualify.lossless import GreedyOutputs, LosslessVerdict
-from kimi_dflash.qualify.plan import RATES_KEY, SPEC_TOKENS
 from kimi_dflash.runs.orchestrator import Outcome, Unit
 from kimi_dflash.runs.state import DONE, FAILED, SKIPPED
 from kimi_dflash.sweep import state as points_state
@@ -102,7 +102,7 @@ def fp8_step(ctx: Context) -> Outcome:
         return Outcome(FAILED, "no FP8 reference outputs (the reference step failed)")
     log = ctx.out / "logs" / "bf16-kv.server.log"
     ctx.record(log)
-    bf16_env = {"KV_CACHE_DTYPE": "auto", "KV_SCALE_MODE": "off", "SPECULATIVE_METHOD": "none"}
+    bf16_env = {KEY.KV_CACHE_DTYPE: "auto", KEY.KV_SCALE_MODE: "off", KEY.SPECULATIVE_METHOD: "none"}
     with ctx.points().servers.serving("bf16-kv", bf16_env, log, ctx.say) as started:
         if started.detail:
             return Outcome(FAILED, f"the BF16-KV server did not start: {started.detail}")
@@ -137,7 +137,7 @@ def grid_step(ctx: Context) -> Outcome:
 def graphs_step(ctx: Context) -> Outcome:
     """Outputs vs the eager reference's are evidence, not a verdict; results in graphs/ (same k as the candidate)."""
     k = ctx.plan.spec_tokens
-    point = Point(((SPEC_TOKENS, str(k)), *ctx.plan.graph_overrides))
+    point = Point(((KEY.NUM_SPECULATIVE_TOKENS, str(k)), *ctx.plan.graph_overrides))
     plan = ctx.points([point], ctx.out / "graphs")
     own_path, identity_path = ctx.lossless_dir / "graphs.json", ctx.lossless_dir / "graphs-identity.json"
     judge = context.against_reference(ctx, own_path, identity_path, True, "token identity")
@@ -174,7 +174,12 @@ def synthetic_step(ctx: Context) -> Outcome:
     if not step.runs:
         return Outcome(SKIPPED, step.reason)
     rates = ctx.plan.projection
-    point = Point(((SPEC_TOKENS, str(len(rates))), (RATES_KEY, ",".join(map(format_rate, rates)))))
+    point = Point(
+        (
+            (KEY.NUM_SPECULATIVE_TOKENS, str(len(rates))),
+            (KEY.SYNTHETIC_ACCEPTANCE_RATES, ",".join(map(format_rate, rates))),
+        )
+    )
     plan = ctx.points([point], ctx.out / "projection")
     errors = context.serve(ctx, plan, point, None)
     result = points_state.finished_result(plan.out, point)
@@ -196,7 +201,7 @@ def acceptance_step(ctx: Context) -> Outcome:
     """Acceptance by draft position at every speculative point and concurrency (Prometheus counter deltas)."""
     rows = []
     for name, result in grid_results(ctx):
-        k = int(result.server_config.overrides.get(SPEC_TOKENS, "0")) if result.server_config else 0
+        k = int(result.server_config.overrides.get(KEY.NUM_SPECULATIVE_TOKENS, "0")) if result.server_config else 0
         for level in result.results:
             spec = level.spec_decode
             if k and spec is not None and spec.per_position:
@@ -220,7 +225,7 @@ def acceptance_step(ctx: Context) -> Outcome:
 def per_request_step(ctx: Context) -> Outcome:
     rows = measures.per_request_rows(grid_results(ctx))
     if not rows:
-        asked = " ".join(f"{k}={v}" for k, v in ctx.plan.server_env) or "PER_REQUEST_SPEC_METRICS"
+        asked = " ".join(f"{k}={v}" for k, v in ctx.plan.server_env) or KEY.PER_REQUEST_SPEC_METRICS
         why = "no speculative grid point's replies carried metrics.speculative_decoding (was the server started with"
         return Outcome(FAILED, f"{why} {asked}?)")
     equal = [r for r in rows if r.counter_accepted is not None]

@@ -9,16 +9,14 @@ from pathlib import Path
 from textwrap import wrap
 
 from kimi_dflash.config.loader import display_path
+from kimi_dflash.config.schema import KEY
 from kimi_dflash.core.atomic_write import write_text_atomic
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.formatting import ratio
 from kimi_dflash.qualify.amplitude import DOCUMENT as AMPLITUDE
 from kimi_dflash.qualify.context import Context
-from kimi_dflash.qualify.depths import AITER_KEY, SCHEDULE_KEY
 from kimi_dflash.qualify.depths import DOCUMENT as SCHEDULE
 from kimi_dflash.qualify.documents import Amplitude, Schedule, shown
-from kimi_dflash.qualify.plan import SPEC_TOKENS
-from kimi_dflash.rules.rope_amplitude import CHOICE_KEY
 
 
 def check_target(target: Path, config: Path, shootout: bool) -> None:
@@ -37,14 +35,14 @@ Lines = tuple[str, list[str]]  # a comment (its evidence), then the KEY=VALUE li
 
 def amplitude_lines(document: Amplitude | None, out: str, why_not: str = "") -> Lines:
     if document is None or document.value is None:
-        return f"{CHOICE_KEY}: not chosen by this run ({document.why if document else why_not}).", []
+        return f"{KEY.DRAFTER_ROPE_AMPLITUDE}: not chosen by this run ({document.why if document else why_not}).", []
     ordered = sorted(document.sides, key=lambda s: s.choice != document.recommended)
     figures = "; ".join(f"{s.choice} ({s.amplitude:g}) {shown(s.tau)}" for s in ordered)
     verdicts = ", ".join(f"{out}/{s.verdict_file} ({s.lossless})" for s in ordered)
     results = ", ".join(f"{out}/{s.result}" for s in ordered if s.result)
     tau = f"Tokens per verify step over repeats at {document.sessions} sessions (95 % interval)"
     why = f"{document.why}. {tau}: {figures}. Token identity: {verdicts}. Results: {results}."
-    return f"{CHOICE_KEY}: {why}", [f"{CHOICE_KEY}={document.value}"]
+    return f"{KEY.DRAFTER_ROPE_AMPLITUDE}: {why}", [f"{KEY.DRAFTER_ROPE_AMPLITUDE}={document.value}"]
 
 
 def schedule_lines(document: Schedule | None, out: str, own_k: int, why_not: str = "") -> Lines:
@@ -56,14 +54,17 @@ def schedule_lines(document: Schedule | None, out: str, own_k: int, why_not: str
     )
     head = " ".join([f"Depth by load from the grid ({out}/{SCHEDULE}): {chosen}.", *(f"{n}." for n in document.notes)])
     if document.schedule is None:
-        return head, [] if document.spec_tokens == own_k else [f"{SPEC_TOKENS}={document.spec_tokens}"]
+        return head, [] if document.spec_tokens == own_k else [f"{KEY.NUM_SPECULATIVE_TOKENS}={document.spec_tokens}"]
     served = f"Served: token identity {document.lossless} ({out}/lossless/verdict-schedule.json)"
     if document.lossless != "PASS":
         return f"{head} {served}: not written.", []
     versus = ", ".join(f"{r.sessions}: {shown(r.vs_best, ratio)} (k={r.best_k})" for r in document.rows)
     moved = f" Measured on {document.backend}." if document.backend else ""
-    keys = [f"{SPEC_TOKENS}={document.spec_tokens}", f"{SCHEDULE_KEY}={document.schedule}"]
-    keys += [f"{AITER_KEY}=false"] if document.backend else []
+    keys = [
+        f"{KEY.NUM_SPECULATIVE_TOKENS}={document.spec_tokens}",
+        f"{KEY.NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE}={document.schedule}",
+    ]
+    keys += [f"{KEY.ROCM_USE_AITER_MLA}=false"] if document.backend else []
     return f"{head} {served}; over the best fixed k by sessions {versus}; {out}/{document.result}.{moved}", keys
 
 

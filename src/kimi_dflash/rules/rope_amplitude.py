@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kimi_dflash.checkpoint import CheckpointFacts, Rope
-from kimi_dflash.config.schema import ROPE_ENGINE, ROPE_LEGACY
+from kimi_dflash.config.schema import KEY, ROPE_ENGINE, ROPE_LEGACY
 from kimi_dflash.rules.source import VllmSource
 
 LAYERS = "vllm/model_executor/layers/"
@@ -25,7 +25,7 @@ EMBEDDINGS = {
     "deepseek_yarn": (PACKAGE + "deepseek_scaling_rope.py", "DeepseekScalingRotaryEmbedding"),
 }
 AMPLITUDE_ATTRIBUTE = "mscale"  # the attribute the cos/sin cache is multiplied by
-CHOICE_KEY, ENGINE, LEGACY = "DRAFTER_ROPE_AMPLITUDE", ROPE_ENGINE, ROPE_LEGACY  # the key and its words
+ENGINE, LEGACY = ROPE_ENGINE, ROPE_LEGACY  # DRAFTER_ROPE_AMPLITUDE's words
 PROBE_ATTENTION_FACTOR = 1.2345  # no formula gives it: attention_factor is honoured when it comes back as the amplitude
 SAME_AMPLITUDE = 1e-6  # closer amplitudes are the same (vllm-ascend's 1.4158883 vs 1.41588830833...)
 
@@ -134,7 +134,7 @@ def decide(drafter: CheckpointFacts, source: VllmSource, choice: str | float | N
         states = "the launcher's overlay states" if drafter.overlay else "its config.json states"
         said = f"{gives}: {states} {rope.field}.attention_factor = {rope.attention_factor:.7f}"
         if same_amplitude(release.amplitude, rope.attention_factor):
-            return decided(f"{said} ({CHOICE_KEY}={choice})" if drafter.overlay else said)
+            return decided(f"{said} ({KEY.DRAFTER_ROPE_AMPLITUDE}={choice})" if drafter.overlay else said)
         ignored = f"{said}, which {release.release} ignores ({release.factory_where})"
         return decided(ignored, "vLLM >= 0.30.0, which honours attention_factor")
     measured = "the published acceptance was measured with" if rope.kind == "yarn" else "vLLM up to 0.29 gave it"
@@ -142,19 +142,20 @@ def decide(drafter: CheckpointFacts, source: VllmSource, choice: str | float | N
     wanted = release.amplitude if choice in (None, ENGINE) else legacy if choice == LEGACY else float(choice)
     if choice is None and not same_amplitude(release.amplitude, legacy):
         bare = f"{both}; a bare command line serves {round(release.amplitude, 4)}"
-        return decided(bare, f"serve.sh's {CHOICE_KEY} chooses ({LEGACY} or {ENGINE}; docs/patches.md)")
+        return decided(bare, f"serve.sh's {KEY.DRAFTER_ROPE_AMPLITUDE} chooses ({LEGACY} or {ENGINE}; docs/patches.md)")
     if same_amplitude(release.amplitude, wanted):
-        return decided(f"{both}; {CHOICE_KEY}={choice} serves it as it is")
+        return decided(f"{both}; {KEY.DRAFTER_ROPE_AMPLITUDE}={choice} serves it as it is")
     probe = replace(rope, values={**rope.values, "attention_factor": PROBE_ATTENTION_FACTOR})
     if not same_amplitude(release_amplitude(source, probe).amplitude, PROBE_ATTENTION_FACTOR):
         return decided(
-            f"{both}; {CHOICE_KEY}={choice} asks for {round(wanted, 4)}, but {release.release} ignores {rope.kind} "
-            f"attention_factor ({release.factory_where}): no overlay can serve it",
-            f"{CHOICE_KEY}={ENGINE}, or a vLLM that honours attention_factor",
+            f"{both}; {KEY.DRAFTER_ROPE_AMPLITUDE}={choice} asks for {round(wanted, 4)}, but {release.release} ignores "
+            f"{rope.kind} attention_factor ({release.factory_where}): no overlay can serve it",
+            f"{KEY.DRAFTER_ROPE_AMPLITUDE}={ENGINE}, or a vLLM that honours attention_factor",
         )
     overlay = f"the launcher's overlay serves it with {rope.field}.attention_factor = {wanted:.7f}"
     return decided(
-        f"{both}; {CHOICE_KEY}={choice}: {overlay} ({ENGINE}: {round(release.amplitude, 4)}; docs/patches.md)",
+        f"{both}; {KEY.DRAFTER_ROPE_AMPLITUDE}={choice}: {overlay} "
+        f"({ENGINE}: {round(release.amplitude, 4)}; docs/patches.md)",
         served=wanted,
     )
 

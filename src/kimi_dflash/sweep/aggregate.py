@@ -8,8 +8,8 @@ from pathlib import Path
 
 from kimi_dflash.bench import columns
 from kimi_dflash.bench.result import BenchmarkResult, LevelResult
+from kimi_dflash.config.schema import KEY
 from kimi_dflash.core.formatting import markdown_table, ratio
-from kimi_dflash.sweep.grid import SPEC_TOKENS
 from kimi_dflash.sweep.state import Failure
 
 SUMMARY_FILE = "summary.md"
@@ -68,9 +68,9 @@ def pareto_front(found: Sequence[Cell]) -> list[Cell]:
 
 def _baseline_of(cell: Cell, found: Sequence[Cell]) -> Cell | None:
     """The autoregressive point (NUM_SPECULATIVE_TOKENS=0) with the same other overrides, same concurrency."""
-    if SPEC_TOKENS not in cell.overrides or cell.overrides[SPEC_TOKENS] == "0":
+    if KEY.NUM_SPECULATIVE_TOKENS not in cell.overrides or cell.overrides[KEY.NUM_SPECULATIVE_TOKENS] == "0":
         return None
-    wanted = {**cell.overrides, SPEC_TOKENS: "0"}
+    wanted = {**cell.overrides, KEY.NUM_SPECULATIVE_TOKENS: "0"}
     return next((c for c in found if c.overrides == wanted and c.sessions == cell.sessions), None)
 
 

@@ -7,12 +7,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kimi_dflash.config.schema import KEYS_BY_NAME
+from kimi_dflash.config.schema import KEY, KEYS_BY_NAME
 from kimi_dflash.core.errors import UserError
 
-SPEC_TOKENS = "NUM_SPECULATIVE_TOKENS"
 # Keys a sweep must not vary: they decide where the server listens, or carry a secret.
-FORBIDDEN = {"PORT", "HOST", "API_KEY"}
+FORBIDDEN = {KEY.PORT, KEY.HOST, KEY.API_KEY}
 
 
 @dataclass(frozen=True)
@@ -38,12 +37,12 @@ class Point:
     def server_env(self, method: str = "dflash") -> dict[str, str]:
         """Overrides for serve.sh: NUM_SPECULATIVE_TOKENS=0 is the baseline, a positive count serves ``method``."""
         env = dict(self.overrides)
-        if SPEC_TOKENS in env:
-            if int(env[SPEC_TOKENS]) == 0:
-                del env[SPEC_TOKENS]
-                env["SPECULATIVE_METHOD"] = "none"
+        if KEY.NUM_SPECULATIVE_TOKENS in env:
+            if int(env[KEY.NUM_SPECULATIVE_TOKENS]) == 0:
+                del env[KEY.NUM_SPECULATIVE_TOKENS]
+                env[KEY.SPECULATIVE_METHOD] = "none"
             else:
-                env.setdefault("SPECULATIVE_METHOD", method)
+                env.setdefault(KEY.SPECULATIVE_METHOD, method)
         return env
 
 
@@ -59,7 +58,7 @@ def parse_axis(text: str) -> Axis:
         raise UserError(f"--grid {key}: the sweep picks ports itself and never varies {', '.join(sorted(FORBIDDEN))}.")
     if not (values := tuple(dict.fromkeys(v.strip() for v in values_text.split(",") if v.strip()))):
         raise UserError(f"--grid {key}=: no values; give at least one, e.g. --grid {key}=a,b.")
-    if key == SPEC_TOKENS:
+    if key == KEY.NUM_SPECULATIVE_TOKENS:
         for value in values:
             if not value.isdigit():
                 raise UserError(f"--grid {key}={value}: expected a count >= 0 (0 = no speculative decoding).")

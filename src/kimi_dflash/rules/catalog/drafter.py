@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from kimi_dflash.config.schema import KEY
 from kimi_dflash.core.checks import Remedy, failed, passed, warned
 from kimi_dflash.rules.deployment import Deployment
 from kimi_dflash.rules.model import Fact, Findings, Rule, label
 from kimi_dflash.rules.rope_amplitude import (
-    CHOICE_KEY,
     ENGINE,
     LEGACY,
     RopeDecision,
@@ -120,7 +120,8 @@ RULES = (
         "best is measured, not known: the key names it.",
         "get_rope's branch for the rope type and the embedding's __init__ (yarn, deepseek_yarn), evaluated for the "
         "drafter's rope fields (rules/rope_amplitude.py)",
-        f"{CHOICE_KEY}={LEGACY} (default) or {ENGINE}: the launcher's overlay sets attention_factor where they differ",
+        f"{KEY.DRAFTER_ROPE_AMPLITUDE}={LEGACY} (default) or {ENGINE}: the launcher's overlay sets attention_factor "
+        "where they differ",
         _check_rope_amplitude,
         silent_at_startup="the amplitude scales the cos/sin cache; the drafter builds and runs, it only guesses worse",
         upstream=("vllm-ascend _normalize_kimi_dflash_rope", "issue 28"),
