@@ -15,7 +15,7 @@ from kimi_dflash import vllm_auth
 from kimi_dflash.config.acceptance_rates import parse_acceptance_rates
 from kimi_dflash.config.declare import UNSET_VALUES, Key, VllmOption
 from kimi_dflash.config.depth_schedule import parse_schedule, vllm_schedule
-from kimi_dflash.config.schema import KEYS
+from kimi_dflash.config.schema import KEY, KEYS
 from kimi_dflash.config.validate import Config
 from kimi_dflash.core import envvars
 from kimi_dflash.core.redaction import MASK, redact_argv
@@ -76,10 +76,10 @@ def speculative_config(config: Config) -> dict[str, object] | None:
         value = config[key.name]
         if key.speculative_field is None or value is None:
             continue
-        if key.name == "SYNTHETIC_ACCEPTANCE_RATES":  # validated by the config rules: outputs are not the model's
+        if key.name == KEY.SYNTHETIC_ACCEPTANCE_RATES:  # validated by the config rules: outputs are not the model's
             spec["rejection_sample_method"] = "synthetic"
             value = list(parse_acceptance_rates(str(value)))
-        elif key.name == "NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE":  # validated by the config rules
+        elif key.name == KEY.NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE:  # validated by the config rules
             value = vllm_schedule(parse_schedule(str(value)), config.typed.max_num_seqs)
         spec[key.speculative_field] = str(value) if isinstance(value, Path) else value
     if config.typed.preshard_dir is not None:
@@ -92,13 +92,13 @@ def speculative_config(config: Config) -> dict[str, object] | None:
 def _composite(key: Key, config: Config) -> list[str]:
     """The options a composite key writes (schema style "composite": built here from this key and others)."""
     v = config.typed
-    if key.name == "PRESHARD_DIR":
+    if key.name == KEY.PRESHARD_DIR:
         return [] if v.preshard_dir is None else ["--load-format", SHARDED_STATE]
-    if key.name == "API_KEY":
+    if key.name == KEY.API_KEY:
         # vLLM's own key check covers only /v1 (and a few prefixes); this middleware makes every route but /health
         # need the key, and the API docs are not served (kimi_dflash/vllm_auth.py, docs/security.md).
         return [] if v.api_key is None else ["--middleware", vllm_auth.MIDDLEWARE_PATH, "--disable-fastapi-docs"]
-    if key.name == "SPECULATIVE_METHOD":
+    if key.name == KEY.SPECULATIVE_METHOD:
         spec = speculative_config(config)
         return [] if spec is None else ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
     raise ValueError(f"{key.name}: a composite vLLM option with no writer in plan.py")

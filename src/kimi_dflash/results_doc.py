@@ -10,6 +10,7 @@ from pathlib import Path
 
 from kimi_dflash.bench.result import SCHEMA as RESULT_SCHEMA
 from kimi_dflash.bench.result import BenchmarkResult, parse_result
+from kimi_dflash.config.schema import KEY
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.formatting import general, markdown_table
 from kimi_dflash.core.user_files import parse_user_json, read_user_json
@@ -100,14 +101,14 @@ def _group_key(result: BenchmarkResult) -> tuple[str, str, str, int, int, bool]:
     run's files copied here from another box get a table of their own, never rows mixed into the demo's."""
     config = result.server_config
     name = Path(config.config).name.removesuffix(".env") if config else "?"
-    device = config.values.get("DEVICE", "?") if config else "?"
+    device = config.values.get(KEY.DEVICE, "?") if config else "?"
     s, host = result.settings, (result.tool.host or "?") if device != "cpu" else ""
     return (name, device, host, s.max_tokens, s.turns_per_session, bool(s.ignore_eos))
 
 
 def _heading(result: BenchmarkResult) -> str:
     config = result.server_config
-    device = config.values.get("DEVICE", "?") if config else "?"
+    device = config.values.get(KEY.DEVICE, "?") if config else "?"
     if device == "cpu":
         return "**Measured by this project: the CPU demo.**"
     name = Path(config.config).name if config else "?"

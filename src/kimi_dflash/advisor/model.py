@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from statistics import median
 
 from kimi_dflash.bench.result import BenchmarkResult, LevelResult
+from kimi_dflash.config.schema import KEY
 from kimi_dflash.core.errors import UserError
 
 ASSUMPTIONS = (
@@ -62,9 +63,9 @@ class Prediction:
 def spec_tokens_of(result: BenchmarkResult, level: LevelResult) -> int:
     if result.server_config is not None:
         values = result.server_config.values
-        if values.get("SPECULATIVE_METHOD", "none") == "none":
+        if values.get(KEY.SPECULATIVE_METHOD, "none") == "none":  # a result that does not say: no speculation
             return 0
-        return int(values.get("NUM_SPECULATIVE_TOKENS") or 0)
+        return int(values.get(KEY.NUM_SPECULATIVE_TOKENS) or 0)
     spec = level.spec_decode
     return 0 if spec is None else spec.num_speculative_tokens or len(spec.per_position)
 

@@ -10,6 +10,7 @@ from kimi_dflash.advisor.model import spec_tokens_of
 from kimi_dflash.bench.intervals import RatioInterval, ratio_interval
 from kimi_dflash.bench.result import BenchmarkResult, LevelResult
 from kimi_dflash.config.depth_schedule import DepthRange
+from kimi_dflash.config.schema import KEY
 from kimi_dflash.core.errors import UserError
 
 Samples = Mapping[tuple[int, int], Sequence[float]]  # (k, sessions) -> aggregate tok/s of each repeat
@@ -28,7 +29,7 @@ def grid_samples(results: Sequence[tuple[str, BenchmarkResult]]) -> dict[tuple[i
     """Every repeat's aggregate tok/s by (k, sessions), pooled over files; runs served with a schedule are left out."""
     samples: dict[tuple[int, int], list[float]] = {}
     for _, result in results:
-        if result.server_config and result.server_config.values.get("NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE"):
+        if result.server_config and result.server_config.values.get(KEY.NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE):
             continue
         for level in (lv for lv in result.results if lv.output_tok_s is not None and not lv.partial):
             samples.setdefault((spec_tokens_of(result, level), level.sessions), []).extend(repeats_of(level))

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from kimi_dflash.config.problems import ConfigError, Problem
-from kimi_dflash.config.schema import KEYS
+from kimi_dflash.config.schema import KEY, KEYS
 from kimi_dflash.config.shipped import resolve_config_argument
 from kimi_dflash.config.validate import Config, load_config
 from kimi_dflash.core.envvars import CACHE as CACHE_ENV
@@ -165,7 +165,7 @@ def main(args: ServeOptions) -> int:
     spent.update(prepared.seconds)
     path_problems = list(prepared.problems)
     if args.preflight:  # preflight checks the checkpoint directories itself, in more depth
-        path_problems = [p for p in path_problems if p.key not in ("MODEL_DIR", "DRAFT_MODEL_DIR")]
+        path_problems = [p for p in path_problems if p.key not in (KEY.MODEL_DIR, KEY.DRAFT_MODEL_DIR)]
     if args.dry_run:  # nothing will start, so nothing on disk is an error yet
         path_problems = [dataclasses.replace(p, severity="warning") for p in path_problems]
     report_problems(path_problems)

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from kimi_dflash.config.schema import KEY
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.core.user_files import MiB, read_log_tail
 from kimi_dflash.documents import Document
@@ -79,8 +80,8 @@ class ServeSh:
     python: str = sys.executable
 
     def _run(self, env: Mapping[str, str], port: int, *args: str) -> subprocess.CompletedProcess[str]:
-        environ = {k: v for k, v in os.environ.items() if k not in {"API_KEY", "HOST"}}
-        environ.update({**env, "PORT": str(port)})
+        environ = {k: v for k, v in os.environ.items() if k not in {KEY.API_KEY, KEY.HOST}}
+        environ.update({**env, KEY.PORT: str(port)})
         environ.setdefault("KIMI_PYTHON", self.python)
         return subprocess.run(
             [*self.command, str(self.config), *args], env=environ, capture_output=True, text=True, check=False
@@ -89,7 +90,7 @@ class ServeSh:
     def stop(self, env: Mapping[str, str], port: int) -> None:
         """`serve.sh --stop`; ServerLeftRunning when it fails (the record then keeps naming the server)."""
         if (stopped := self._run(env, port, "--stop")).returncode != 0:
-            shown_env = (f"{k}={shlex.quote(v)}" for k, v in {**env, "PORT": str(port)}.items() if k != "API_KEY")
+            shown_env = (f"{k}={shlex.quote(v)}" for k, v in {**env, KEY.PORT: str(port)}.items() if k != KEY.API_KEY)
             shown = " ".join([*shown_env, shlex.join([*self.command, str(self.config), "--stop"])])
             said = (stopped.stderr.strip().splitlines() or stopped.stdout.strip().splitlines() or [""])[-1]
             raise ServerLeftRunning(port, shown, f"exit {stopped.returncode}" + (f": {said}" if said else ""))

@@ -167,13 +167,8 @@ def section(document: Amplitude | None, why_not: str) -> list[str]:
     if document is None:
         return [f"*(not measured: {why_not})*"]
     width = max((len(s.per_position) for s in document.sides), default=0)
-    header = [
-        KEY.DRAFTER_ROPE_AMPLITUDE,
-        "amplitude",
-        *(f"pos {i + 1}" for i in range(width)),
-        "τ (per verify step)",
-        "lossless",
-    ]
+    header = [KEY.DRAFTER_ROPE_AMPLITUDE, "amplitude", *(f"pos {i + 1}" for i in range(width))]
+    header += ["τ (per verify step)", "lossless"]
     rows = [
         [
             s.choice,

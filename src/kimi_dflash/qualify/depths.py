@@ -118,13 +118,8 @@ def schedule_step(ctx: Context) -> Outcome:
         why = decision.notes[-1] if top is None else f"k={top} at every measured load: a fixed k, measured in the grid"
         ctx.write(path, Schedule(why=why, **common))  # type: ignore[arg-type]
         return Outcome(DONE, why, ctx.files(path))
-    point = Point(
-        (
-            (KEY.NUM_SPECULATIVE_TOKENS, str(top)),
-            (KEY.NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE, text),
-            *([(KEY.ROCM_USE_AITER_MLA, "false")] * bool(decision.backend)),
-        )
-    )
+    triton = [(KEY.ROCM_USE_AITER_MLA, "false")] * bool(decision.backend)
+    point = Point(((KEY.NUM_SPECULATIVE_TOKENS, str(top)), (KEY.NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE, text), *triton))
     plan = ctx.points([point], ctx.out / "schedule")
     errors = serve(ctx, plan, point, judged(ctx, "schedule"))
     result, verdict = points_state.finished_result(plan.out, point), verdict_of(ctx, "schedule")

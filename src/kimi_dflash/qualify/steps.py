@@ -174,12 +174,8 @@ def synthetic_step(ctx: Context) -> Outcome:
     if not step.runs:
         return Outcome(SKIPPED, step.reason)
     rates = ctx.plan.projection
-    point = Point(
-        (
-            (KEY.NUM_SPECULATIVE_TOKENS, str(len(rates))),
-            (KEY.SYNTHETIC_ACCEPTANCE_RATES, ",".join(map(format_rate, rates))),
-        )
-    )
+    text = ",".join(map(format_rate, rates))
+    point = Point(((KEY.NUM_SPECULATIVE_TOKENS, str(len(rates))), (KEY.SYNTHETIC_ACCEPTANCE_RATES, text)))
     plan = ctx.points([point], ctx.out / "projection")
     errors = context.serve(ctx, plan, point, None)
     result = points_state.finished_result(plan.out, point)

@@ -60,10 +60,8 @@ def schedule_lines(document: Schedule | None, out: str, own_k: int, why_not: str
         return f"{head} {served}: not written.", []
     versus = ", ".join(f"{r.sessions}: {shown(r.vs_best, ratio)} (k={r.best_k})" for r in document.rows)
     moved = f" Measured on {document.backend}." if document.backend else ""
-    keys = [
-        f"{KEY.NUM_SPECULATIVE_TOKENS}={document.spec_tokens}",
-        f"{KEY.NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE}={document.schedule}",
-    ]
+    keys = [f"{KEY.NUM_SPECULATIVE_TOKENS}={document.spec_tokens}"]
+    keys += [f"{KEY.NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE}={document.schedule}"]
     keys += [f"{KEY.ROCM_USE_AITER_MLA}=false"] if document.backend else []
     return f"{head} {served}; over the best fixed k by sessions {versus}; {out}/{document.result}.{moved}", keys
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from kimi_dflash.checkpoint import CheckpointFacts, Facts, read_checkpoints
 from kimi_dflash.config.convert import TRUE_WORDS
+from kimi_dflash.config.schema import KEY
 from kimi_dflash.core.envvars import KV_SCALE_MODE, KV_SCALE_MODE_OFF, VLLM_ROCM_USE_AITER, VLLM_ROCM_USE_AITER_MLA
 
 if TYPE_CHECKING:
@@ -129,7 +130,7 @@ class Deployment:
             command=parse_serve_command(plan.argv, {**(inherited_env or {}), **plan.env}),
             facts=facts,
             label=display_path(config.path),
-            option_keys={**OPTION_KEYS, **dict.fromkeys(extra, "EXTRA_VLLM_ARGS")},
+            option_keys={**OPTION_KEYS, **dict.fromkeys(extra, KEY.EXTRA_VLLM_ARGS)},
             drafter_rope_amplitude=typed.drafter_rope_choice,
         )
 

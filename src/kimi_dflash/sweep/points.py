@@ -13,7 +13,7 @@ from functools import cached_property
 from pathlib import Path
 
 from kimi_dflash.bench.result import ServerConfig, load_result
-from kimi_dflash.config.schema import shown_values
+from kimi_dflash.config.schema import KEY, shown_values
 from kimi_dflash.core.errors import UserError
 from kimi_dflash.launch.serve_sh import RECORD_FILE, SERVE_COMMAND, ServeSh, tail
 from kimi_dflash.runs.orchestrator import Outcome, Say, Tally, Unit, run_units
@@ -124,7 +124,7 @@ def _config_values(config_path: Path, env: dict[str, str]) -> dict[str, str]:
     from kimi_dflash.config.validate import load_config
 
     config = load_config(config_path, environ={**os.environ, **env})
-    return {k: v for k, v in shown_values(config.values).items() if k not in ("API_KEY", "PORT")}
+    return {k: v for k, v in shown_values(config.values).items() if k not in (KEY.API_KEY, KEY.PORT)}
 
 
 Hooks = Callable[[Point], OnReady | None]  # a point's own ``on_ready`` (None: none)

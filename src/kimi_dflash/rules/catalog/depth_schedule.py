@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kimi_dflash.config.schema import KEY
 from kimi_dflash.core.checks import failed, passed, warned
 from kimi_dflash.rules.catalog.model_runner import RUNNER_ENV, V2_RUNNER, VLLM_CONFIG, runner_choice
 from kimi_dflash.rules.deployment import Deployment
@@ -60,7 +61,7 @@ def _check_schedule(deployment: Deployment, source: VllmSource) -> Findings:
     facts = schedule_facts(source) if SCHEDULE in deployment.speculative else None
     if facts is None:  # unset, or a release without the field: the command rule refuses it, naming 0.24.0
         return []
-    key, dp = "NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE", deployment.command.value("--data-parallel-size") or "1"
+    key, dp = KEY.NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE, deployment.command.value("--data-parallel-size") or "1"
     if dp.isdigit() and int(dp) > 1:
         effect = "this release has no guard: ranks may pick different k and diverge or deadlock (0.26.0's guard)"
         if facts.dp_off:

@@ -85,7 +85,7 @@ def _check_sliding_window_drafter(deployment: Deployment, source: VllmSource) ->
         return []
     if backend not in (None, "ROCM_ATTN"):
         return passed(f"the sliding-window drafter runs on {backend}, not ROCM_ATTN (vllm #53323)")
-    key = "DRAFT_ATTENTION_BACKEND"
+    key = KEY.DRAFT_ATTENTION_BACKEND
     if backend is None and deployment.option_keys:  # a launcher's plan, the key left empty: serve sets it
         remedy = Remedy("config", key, SLIDING_DRAFTER_BACKEND)
         return [
