@@ -50,15 +50,14 @@ def check_paths(config: Config, facts: Facts) -> list[Problem]:
 
 
 def typed_values(values: Mapping[str, str]) -> ConfigValues:
-    """Config values kept as text (qualify's, a stored result's) typed as a config file's are, the schema's default
-    where one is absent; other names are ignored. ValueError on a value a config would refuse."""
+    """Config values kept as text (qualify's) typed as a config file's are, the schema's default for a key absent;
+    other names ignored. ValueError on a value a config would refuse."""
     typed: dict[str, object] = {}
-    for name, text in values.items():
-        if (spec := KEYS_BY_NAME.get(name)) is not None:
-            value, problem = convert(spec, RawSetting(name, text, "values", Path.cwd()))
-            if problem is not None:
-                raise ValueError(problem.render())
-            typed[spec.attribute] = value
+    for spec in (KEYS_BY_NAME[name] for name in values if name in KEYS_BY_NAME):
+        value, problem = convert(spec, RawSetting(spec.name, values[spec.name], "values", Path.cwd()))
+        if problem is not None:
+            raise ValueError(problem.render())
+        typed[spec.attribute] = value
     return ConfigValues(**typed)  # type: ignore[arg-type]  # each value converted to its key's declared type
 
 

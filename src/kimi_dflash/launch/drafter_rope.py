@@ -74,9 +74,8 @@ def apply(facts: Facts, decision: RopeDecision, cache: Path, create: bool, say: 
         cause = (
             f"cannot build the overlay in {root} ({error.strerror or error})" if isinstance(error, OSError) else error
         )
-        raise UserError(
-            f"drafter RoPE: {cause}; or set {KEY.DRAFTER_ROPE_AMPLITUDE}=engine to serve the drafter as it is", 1
-        ) from None
+        fix = f"or set {KEY.DRAFTER_ROPE_AMPLITUDE}=engine to serve the drafter as it is"
+        raise UserError(f"drafter RoPE: {cause}; {fix}", 1) from None
     say(f"drafter RoPE: {'the drafter is served' if create else 'a start serves the drafter'} from {target}")
     served = facts_from_config(config, str(target / CONFIG_FILE), "drafter", shipped=False, directory=target)
     return replace(facts, drafter=replace(served, overlay=note))

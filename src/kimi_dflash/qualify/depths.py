@@ -45,8 +45,7 @@ def depth_verdicts(ctx: Context) -> dict[int, str]:
 
 
 def on_aiter(values: Mapping[str, str]) -> bool:
-    typed = typed_values(values)
-    return typed.device == "rocm" and typed.rocm_use_aiter_mla
+    return (typed := typed_values(values)).device == "rocm" and typed.rocm_use_aiter_mla
 
 
 @dataclass(frozen=True)

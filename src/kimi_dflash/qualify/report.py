@@ -140,10 +140,8 @@ def _chosen_lines(out: Path) -> list[str]:
     depth = documents.Schedule.load_or_none(out / depths.DOCUMENT)
     lines = [f"- recommended `{KEY.DRAFTER_ROPE_AMPLITUDE}={rope.value}`: {rope.why}"] if rope and rope.value else []
     if depth and depth.schedule:
-        lines.append(
-            f"- depth by load: `{KEY.NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE}={depth.schedule}` "
-            f"(token identity {depth.lossless})"
-        )
+        schedule = f"{KEY.NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE}={depth.schedule}"
+        lines.append(f"- depth by load: `{schedule}` (token identity {depth.lossless})")
     return lines
 
 
