@@ -13,6 +13,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -58,12 +59,13 @@ def test_defaults_measure_the_demo_server(demo_server, tmp_path: Path) -> None: 
     out = tmp_path / "defaults.json"
     command = [sys.executable, str(BENCH_SCRIPT), "--base-url", demo_server.base_url, "--output", str(out)]
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 600  # progress prints every 10 s, so a stalled run still reaches this check
     try:
         seen = []
         for line in proc.stderr:  # type: ignore[union-attr]
             seen.append(line)
             done = re.search(r"\[8 sessions\] repeat 1/1: (\d+)/40 requests done", line)
-            if done and int(done.group(1)) >= 8:  # every session's first turn
+            if (done and int(done.group(1)) >= 8) or time.monotonic() > deadline:  # every session's first turn
                 break
         proc.send_signal(signal.SIGINT)
         stderr = "".join(seen) + proc.communicate(timeout=120)[1]
