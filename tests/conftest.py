@@ -28,3 +28,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     ]
     if unmarked:
         raise pytest.UsageError(f"tests/integration tests without a server, slow or realtime marker: {unmarked}")
+    # The full command's second phase hands whole modules to two workers in this order (xdist's loadfile with
+    # --no-loadscope-reorder): the modules that start vLLM servers first, so the longest start early and the short
+    # wheel-reading ones fill the end. A stable sort: every module stays whole and in its own order.
+    starts_servers = {item.path for item in items if item.get_closest_marker("server")}
+    items.sort(key=lambda item: item.path not in starts_servers)

