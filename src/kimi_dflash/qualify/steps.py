@@ -48,7 +48,7 @@ def preflight_step(ctx: Context) -> Outcome:
         lines += [f"== {path.name}"] if ctx.plan.candidates else []
         try:
             # The port is picked per server by qualify: check one that is free, not the config's.
-            config = load_config(path, environ={**os.environ, "PORT": str(free_port())})
+            config = load_config(path, environ={**os.environ, KEY.PORT: str(free_port())})
             prepared = prepare(config, create=True, say=lines.append)  # what serve serves, remedies applied
             # As serve's start runs it: a server starts next, and vLLM imports itself first thing (no import here).
             ok = prepared.preflight(fix_numa=False, say=lines.append, starting=True) and ok
