@@ -8,8 +8,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))  # tests import shared helpers from this directory's modules
 
 from repo_paths import use_this_checkout  # noqa: E402
+from workers import share_the_cores  # noqa: E402
 
 use_this_checkout()
+share_the_cores()  # before any test module imports torch
 
 from server_fixtures import baseline_demo_server, demo_server, demo_server_factory  # noqa: E402, F401
 

@@ -5,6 +5,7 @@ judges more than once passes the object on."""
 from __future__ import annotations
 
 import ast
+import os
 import threading
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -48,8 +49,10 @@ class VllmSource:
     @classmethod
     def from_package_dir(cls, package_dir: Path) -> VllmSource:
         """`package_dir` is the `vllm` package directory (what `vllm.__path__[0]` names)."""
-        root = Path(package_dir).parent
-        files: dict[str, object] = {p.relative_to(root).as_posix(): p for p in Path(package_dir).rglob("*.py")}
+        root, files = Path(package_dir).parent, {}
+        for folder, _, names in os.walk(package_dir):  # as rglob: links to directories not followed; 2x faster
+            prefix = os.path.relpath(folder, root).replace(os.sep, "/")
+            files.update({f"{prefix}/{name}": os.path.join(folder, name) for name in names if name.endswith(".py")})
         return cls(str(package_dir), files, lambda path: Path(str(path)).read_text(encoding="utf-8", errors="replace"))
 
     @classmethod

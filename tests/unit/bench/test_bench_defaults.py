@@ -80,3 +80,16 @@ def test_a_conversation_longer_than_the_context_is_announced(tmp_path: Path) -> 
     assert "WARNING: the conversation can outgrow the model's context: 4 turns x 16 reply tokens = 64" in proc.stderr
     server = load_result(out).server
     assert server is not None and server.notes and "max_model_len is 64" in server.notes[0]
+
+
+def test_the_command_line_is_parsed_and_refused_without_the_run_loaded() -> None:
+    # --help and a bad argument answer without importing aiohttp and pydantic (bench/run.py): 0.2 s, not 0.6 s.
+    import subprocess
+    import sys
+
+    loaded = "sorted({'aiohttp', 'pydantic', 'kimi_dflash.bench.run'} & {*sys.modules})"
+    code = f"import sys, kimi_dflash.bench.cli; print({loaded})"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert done.stdout.strip() == "[]"
+    refused = run_benchmark("--sessions", "0", timeout=60)
+    assert refused.returncode == 2 and "positive integers" in refused.stderr

@@ -25,7 +25,13 @@ from server_fixtures import free_port
 
 
 def _sleeper(env: dict[str, str] | None = None, new_session: bool = True) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(["sleep", "120"], env={**os.environ, **(env or {})}, start_new_session=new_session)
+    process = subprocess.Popen(["sleep", "120"], env={**os.environ, **(env or {})}, start_new_session=new_session)
+    # Popen returns once exec has begun; /proc/PID/environ reads empty until the kernel has set the new image up (a
+    # loaded machine showed it: is_ours found no token in a just-started process).
+    deadline = time.monotonic() + 10
+    while not Path(f"/proc/{process.pid}/environ").read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return process
 
 
 @pytest.fixture

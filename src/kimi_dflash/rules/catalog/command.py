@@ -37,15 +37,18 @@ def model_architectures(source: VllmSource) -> tuple[str, ...] | None:
     return tuple(dict.fromkeys(k for keys in found for k in keys))
 
 
-def env_choices(source: VllmSource, variable: str) -> tuple[str, ...] | None:
-    """The choices of an `env_with_choices(NAME, default, [choices])` declaration; None for free values."""
+def env_choices(source: VllmSource) -> dict[str, tuple[str, ...] | None]:
+    """Each `env_with_choices(NAME, default, [choices])` declaration's choices (the first one of a name; None: no
+    literal list of strings). One walk of vllm/envs.py for every variable a deployment sets."""
     tree = source.tree(ENVS)
     calls = (n for n in ast.walk(tree) if isinstance(n, ast.Call)) if tree is not None else ()
+    declared: dict[str, tuple[str, ...] | None] = {}
     for args in (c.args for c in calls if ast.unparse(c.func).endswith("env_with_choices") and len(c.args) >= 3):
-        if isinstance(args[0], ast.Constant) and args[0].value == variable:
+        if isinstance(args[0], ast.Constant) and isinstance(args[0].value, str):
             choices = args[2].elts if isinstance(args[2], (ast.List, ast.Tuple)) else []
-            return tuple(e.value for e in choices if isinstance(e, ast.Constant) and isinstance(e.value, str)) or None
-    return None
+            strings = (e.value for e in choices if isinstance(e, ast.Constant) and isinstance(e.value, str))
+            declared.setdefault(args[0].value, tuple(strings) or None)
+    return declared
 
 
 def _features(deployment: Deployment, source: VllmSource, kinds: set[str]) -> list[FeatureOutcome]:
@@ -94,13 +97,14 @@ def _value_fix(deployment: Deployment, outcome: FeatureOutcome) -> str:
 def _check_environment(deployment: Deployment, source: VllmSource) -> Findings:
     findings: list[CheckResult] = []
     outcomes = _features(deployment, source, {"env"})
+    declared = env_choices(source) if outcomes else {}
     for outcome in outcomes:
         name = outcome.name.split(":", 1)[1]
         value = deployment.env.get(name, "")
         if outcome.state == "absent":
             fix = f"drop it, or {introduced(outcome.name)}"
             findings.append(warned(f"{name} is not read by {label(source)} (ignored)", fix))
-        elif (choices := env_choices(source, name)) is not None and value not in choices:
+        elif (choices := declared.get(name)) is not None and value not in choices:
             listed = ", ".join(choices)
             message = f"{name}={value} is not one of {listed} (vllm/envs.py env_with_choices raises at startup)"
             findings.append(failed(message, f"set {name} to one of {listed}", f"{name}={value}"))
