@@ -4,7 +4,6 @@ tests/conftest.py and lab/tests/conftest.py share, and the helpers tests import 
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from kimi_dflash.launch.serve_sh import free_port  # noqa: F401  # the tests' servers pick ports as qualify's do
 from repo_paths import CONFIGS_DIR, REPO_ROOT
 
 
@@ -28,12 +28,6 @@ class DemoServer:
 
     def log_text(self) -> str:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _vllm_available() -> bool:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from kimi_dflash.launch.serve_sh import free_port
 from kimi_dflash_lab.gpu_run import steps
 from kimi_dflash_lab.gpu_run.context import Context, StepFailed
 from kimi_dflash_lab.gpu_run.prepare import LIMIT_MIB, checkout_mib
@@ -69,9 +70,7 @@ def test_the_checkout_fits_beside_the_kits_bundle_in_one_copy_to_the_gpu_host() 
 
 def free_port_pair() -> int:
     for _ in range(50):
-        with socket.socket() as first:
-            first.bind(("127.0.0.1", 0))
-            port = first.getsockname()[1]
+        port = free_port()  # below the ephemeral range, as every test server's
         with socket.socket() as second:
             try:
                 second.bind(("127.0.0.1", port + 1))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shlex
 import socket
 import subprocess
@@ -57,8 +58,20 @@ class Started:
         return f"http://127.0.0.1:{self.port}"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
+def free_port(tries: int = 64) -> int:
+    """A port free now for a server that binds it seconds later: drawn below the kernel's ephemeral range, which the
+    OS meanwhile hands to every outgoing connection and port-0 bind (vLLM's own sockets, a benchmark's connections),
+    so none of those can take it first (two servers started side by side lost their port that way)."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768  # Linux's default
+    below = range(max(1024, low - 12000), max(1024, low))
+    for port in random.sample(below, min(tries, len(below))):
+        with socket.socket() as sock, contextlib.suppress(OSError):
+            sock.bind(("127.0.0.1", port))
+            return port
+    with socket.socket() as sock:  # all taken: the kernel's choice
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
