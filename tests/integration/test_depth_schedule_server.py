@@ -46,7 +46,7 @@ def test_the_schedule_reaches_vllm_and_sets_the_depth_per_batch_size(demo_server
         after_drafts, after_tokens = _counters(server)
         per_step[sessions] = (after_tokens - tokens) / (after_drafts - drafts)
     demo_server_factory.stop(server)
-    # one request: every step at k = 4; two: k = 2 (one finishing first leaves at most a step alone at k = 4);
-    # eight: k = 1 but for the few steps where fewer than four are running (staggered starts and ends)
+    # one request: every step at k = 4; two: k = 2 while both run (how long they overlap depends on when the second
+    # reaches the engine, so only its bounds); eight: k = 1 but for the few steps where fewer than four are running
     assert per_step[1] == 4.0, per_step
-    assert 2.0 <= per_step[2] < 2.5 and 1.0 <= per_step[8] < 1.5, per_step
+    assert 2.0 <= per_step[2] < per_step[1] and 1.0 <= per_step[8] < 1.5, per_step
