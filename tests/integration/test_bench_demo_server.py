@@ -24,6 +24,7 @@ from kimi_dflash.bench.settings import DEFAULT_INTERVAL_S
 from kimi_dflash_lab import lab_environ
 
 pytestmark = pytest.mark.server
+PROGRESS = re.compile(r"\[8 sessions\] repeat 1/1: (\d+)/40 requests done")  # the default level's progress line
 
 
 def test_multi_turn_run_reports_spec_decode(demo_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -64,7 +65,7 @@ def test_defaults_measure_the_demo_server(demo_server, tmp_path: Path) -> None: 
         seen = []
         for line in proc.stderr:  # type: ignore[union-attr]
             seen.append(line)
-            done = re.search(r"\[8 sessions\] repeat 1/1: (\d+)/40 requests done", line)
+            done = PROGRESS.search(line)
             if (done and int(done.group(1)) >= 8) or time.monotonic() > deadline:  # every session's first turn
                 break
         proc.send_signal(signal.SIGINT)
@@ -78,7 +79,7 @@ def test_defaults_measure_the_demo_server(demo_server, tmp_path: Path) -> None: 
     level = doc.results[0]
     assert (level.sessions, level.turns_per_session, doc.settings.max_tokens) == (8, 5, 512)
     assert level.partial and level.completed >= 8 and level.output_tok_s and level.spec_decode is not None
-    progress = re.findall(r"\[8 sessions\] repeat 1/1: (\d+)/40 requests done", stderr)
+    progress = PROGRESS.findall(stderr)
     assert len(progress) >= int(level.duration_s // DEFAULT_INTERVAL_S) - 1, stderr
     # 5 turns x 512 tokens outgrow a 2048-token context: announced up front, failures named
     context = next(entry.get("max_model_len") for entry in doc.server.models)  # type: ignore[union-attr]
