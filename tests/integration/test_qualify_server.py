@@ -1,4 +1,4 @@
-"""qualify on the real CPU demo (one server at a time, three server starts in all):
+"""qualify on the real CPU demo (one server at a time, four server starts in all):
 
 1. `qualify configs/demo-cpu.env --budget 2m30s` (grid k in {0, 4} x sessions {2, 4}, 3 repeats, the CPU SLO) is
    SIGKILLed once the reference step is done (the candidate's server is starting), rerun with --resume: the
@@ -7,10 +7,18 @@
 2. A candidate serving another model (the tiny Qwen3 demo against the Kimi reference; the reference's outputs,
    benchmark and finished steps seeded from run 1 into a state of this candidate's, resumed) gives lossless FAIL
    and exit 2.
+3. The drafter shoot-out `qualify configs/demo-cpu.env --candidates configs/demo-cpu.env,configs/demo-cpu-eagle3.env
+   --budget 4m30s` (the budget trims every extra k and the lowest level: 2 and 4 sessions, run 1's levels and
+   workload). Run 1 measured its reference and its demo-cpu candidate (the same config at the same k): they are
+   seeded into a state of the shoot-out's and resumed, so only EAGLE3's server starts (the reference step of a
+   shoot-out is served in test_qualify_tuned_server.py). Two drafter kinds (DFlash and EAGLE3-MLA) for the
+   miniature Kimi, each token-identical to the reference at T=0, both accepted, ranked at the matched
+   concurrency; exit 0.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -49,6 +57,20 @@ def _state(out: Path) -> dict:
         return json.loads((out / "state.json").read_text("utf-8"))
     except (OSError, ValueError):
         return {}
+
+
+def _seed(source: Path, out: Path, files: dict[str, str], steps: dict[str, str], **signature: object) -> None:
+    """A state of ``out``'s own run holding ``source``'s finished ``steps`` (recorded name -> name here) and
+    ``files`` (path in source -> path in out), as a resumed run of it would: qualify writes only into a new
+    directory or a run of its own, and a resume must match the signature."""
+    for there, here in files.items():
+        (out / here).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(source / there, out / here)
+    recorded = _state(source)
+    kept = {here: recorded["steps"][there] for there, here in steps.items()}
+    seeded = {**recorded, "runs": [], "steps": kept, "files": list(files.values())}
+    seeded["signature"] = {**recorded["signature"], **signature}
+    (out / "state.json").write_text(json.dumps(seeded))
 
 
 @pytest.fixture(scope="module")
@@ -146,23 +168,12 @@ def test_qualify_passes_the_demo_and_resumes_after_a_hard_kill_without_redoing_f
 @pytest.mark.server
 @pytest.mark.slow
 def test_a_candidate_serving_another_model_fails_losslessness_with_exit_2(passed_run, tmp_path: Path) -> None:
-    source = passed_run[0]
-    out = tmp_path / "other-model"
-    # The reference is the same config as in the passing run: reuse its outputs and benchmark (no server start),
-    # as a resumed run of this candidate would (qualify writes only into a new directory or a run of its own).
-    for directory in ("grid", "lossless"):
-        (out / directory).mkdir(parents=True)
-    shutil.copy(source / "lossless" / "reference.json", out / "lossless" / "reference.json")
-    shutil.copy(source / "grid" / "NUM_SPECULATIVE_TOKENS-0.json", out / "grid")
-    recorded = _state(source)
-    kept = ("environment", "preflight", "reference")
-    seeded = {**recorded, "runs": [], "steps": {name: recorded["steps"][name] for name in kept},
-              "files": ["environment.json", "preflight.txt", "lossless/reference.json",
-                        "grid/NUM_SPECULATIVE_TOKENS-0.json"]}  # fmt: skip
-    seeded["signature"]["candidate_env"] = [arg.split("=", 1) for arg in QWEN3_CANDIDATE[1::2]]
-    for name in ("environment.json", "preflight.txt"):
-        shutil.copy(source / name, out / name)
-    (out / "state.json").write_text(json.dumps(seeded))
+    source, out = passed_run[0], tmp_path / "other-model"
+    # The reference is the same config as in the passing run: reuse its outputs and benchmark (no server start).
+    names = ("environment.json", "preflight.txt", "lossless/reference.json", "grid/NUM_SPECULATIVE_TOKENS-0.json")
+    kept = {name: name for name in ("environment", "preflight", "reference")}
+    env = [arg.split("=", 1) for arg in QWEN3_CANDIDATE[1::2]]
+    _seed(source, out, dict(zip(names, names, strict=True)), kept, candidate_env=env)
     done = _qualify(out, *QWEN3_CANDIDATE, "--resume")
     assert done.returncode == 2, done.stderr[-4000:]
     verdict = json.loads((out / "lossless" / "verdict.json").read_text())
@@ -183,3 +194,54 @@ def test_a_candidate_serving_another_model_fails_losslessness_with_exit_2(passed
     before_candidate = re.split(r"qualify \[\d+/\d+\] candidate", done.stderr, maxsplit=1)
     assert len(before_candidate) == 2 and state["steps"]["reference"]["status"] == "done"
     assert "starting the server" not in before_candidate[0]
+
+
+SHOOTOUT = ("demo-cpu", "demo-cpu-eagle3")
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_the_cpu_shoot_out_ranks_two_lossless_drafter_kinds(passed_run, tmp_path: Path) -> None:
+    source, out = passed_run[0], tmp_path / "shootout"
+    configs = [ROOT / "configs" / f"{name}.env" for name in SHOOTOUT]
+    candidates = {str(c.resolve()): hashlib.sha256(c.read_bytes()).hexdigest() for c in configs}
+    own = "candidates/demo-cpu/"
+    files = {name: name for name in ("lossless/reference.json", "grid/NUM_SPECULATIVE_TOKENS-0.json")}
+    files |= {name: own + name for name in ("lossless/candidate.json", "lossless/verdict.json")}
+    files["grid/NUM_SPECULATIVE_TOKENS-4.json"] = own + "grid/NUM_SPECULATIVE_TOKENS-4.json"
+    steps = {"reference": "reference", "candidate": "demo-cpu/candidate"}
+    _seed(source, out, files, steps, k_values=[0], candidates=candidates)
+    given = ",".join(f"configs/{name}.env" for name in SHOOTOUT)
+    argv = [str(LAUNCHER), "configs/demo-cpu.env", "--candidates", given, "--budget", "4m30s", "--out", str(out)]
+    done = subprocess.run(
+        [*argv, "--resume"], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=1800, check=False
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    state = _state(out)
+    assert state["plan"]["sessions"] == [2, 4] and state["steps"]["ranking"]["status"] == "done"
+    # Only EAGLE3's server started: the reference and the demo-cpu candidate were kept from run 1.
+    assert "reference: done in an earlier run; kept" in done.stderr
+    assert done.stderr.count("starting the server") == 1 and "NUM_SPECULATIVE_TOKENS=3: starting" in done.stderr
+
+    for name, k in zip(SHOOTOUT, (4, 3)):
+        own_dir = out / "candidates" / name
+        verdict = json.loads((own_dir / "lossless" / "verdict.json").read_text())
+        assert verdict["verdict"] == "PASS" and verdict["agreement"]["identical"] == verdict["agreement"]["prompts"] > 0
+        result = load_result(own_dir / "grid" / f"NUM_SPECULATIVE_TOKENS-{k}.json")
+        assert result.server_config.values["SPECULATIVE_METHOD"] == ("dflash" if k == 4 else "eagle3")
+        assert [level.sessions for level in result.results] == [2, 4]
+        for level in result.results:  # each demo drafter agrees with the target most of the time
+            assert len(level.spec_decode.per_position) == k and level.spec_decode.per_position[0] > 0.5
+    reference = load_result(out / "grid" / "NUM_SPECULATIVE_TOKENS-0.json")
+    assert reference.server_config.values["SPECULATIVE_METHOD"] == "none"
+
+    ranking = json.loads((out / "shootout.json").read_text())
+    assert ranking["sessions"] == 4 and sorted(r["rank"] for r in ranking["rows"]) == [1, 2]
+    assert {r["method"] for r in ranking["rows"]} == {"dflash", "eagle3"}
+    assert all(r["lossless"] == "PASS" and r["speedup"]["sessions"] == 4 for r in ranking["rows"])
+    text = (out / "report.md").read_text(encoding="utf-8")
+    assert text.splitlines()[0].endswith(": PASS") and "## Ranking" in text
+    for name, k in zip(SHOOTOUT, (4, 3)):
+        assert f"`configs/{name}.env` lossless (T=0 token identity): PASS" in text
+        replies = (2 + 4) * 2 * 3  # sessions x 2 turns x 3 repeats: every served reply as the reference's at T=0
+        assert f"k={k}: **{replies}/{replies}** identical" in text

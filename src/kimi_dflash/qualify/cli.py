@@ -106,7 +106,8 @@ class QualifyOptions:
         parse=comma_list(str, "config files"),
     )
     write_config: Path | None = option(
-        "after the run, write TUNED.env: EXTENDS CONFIG with what the run chose, each line with its evidence",
+        "after the run, write TUNED.env: EXTENDS CONFIG (a shoot-out: the candidate ranked first) with what the run "
+        "chose, each line with its evidence",
         metavar="TUNED.env",
     )
     serve_sh: Path | None = option(hidden=True)  # tests substitute a stand-in for serve.sh, as for the sweep
@@ -227,8 +228,6 @@ def _context(args: QualifyOptions) -> tuple[Context, QualifyPlan]:
     source = VllmSource.installed()  # read, never imported; shared by every probe below
     per_request = per_request_setting(values, overrides, _per_request_flag(source))
     budget = parse_duration(args.budget) if args.budget else None
-    if args.write_config is not None:
-        tuned_config.check_target(args.write_config, config, bool(args.candidates))
     if args.candidates:
         plan = _shootout(args, values, key, per_request, budget, source)
     else:
@@ -239,6 +238,8 @@ def _context(args: QualifyOptions) -> tuple[Context, QualifyPlan]:
         limit, rates, rope = _verify_k_limit(values, source), _projection(args), probe(config, source)
         depth = check({KEY.NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE: f"1-:{k}"})
         plan = build_plan(values, budget, args.slo, per_request, limit, rates, graphs, amplitude=rope, schedule=depth)
+    if args.write_config is not None:  # before anything runs
+        tuned_config.check_target(args.write_config, config, [Path(c.path) for c in plan.candidates])
     out = args.out or Path(f"qualify-{config.name.removesuffix('.env')}{'-shootout' if args.candidates else ''}")
     serve = SERVE_COMMAND if args.serve_sh is None else (str(args.serve_sh.resolve()),)
     ctx = Context(

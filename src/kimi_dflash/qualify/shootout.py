@@ -107,6 +107,7 @@ def build_shootout(
                 extra_k=extra_k,
                 sessions_levels=sessions,
                 amplitude=c.amplitude,
+                schedule=(False, "a shoot-out serves each candidate at its own k: qualify that config alone for one"),
             )
         except UserError as exc:
             raise UserError(f"--candidates {c.config}: {exc}") from None

@@ -1,10 +1,12 @@
-"""`qualify CONFIG --write-config TUNED.env`: EXTENDS CONFIG with what the run chose, each line under its evidence.
-Nothing else is written: EXTENDS brings in the rest, API_KEY included (never copied here)."""
+"""`qualify CONFIG --write-config TUNED.env`: EXTENDS CONFIG with what the run chose, each line under its evidence;
+in a shoot-out, EXTENDS the winner's config (ranked first) with what its own steps chose. Nothing else is written:
+EXTENDS brings in the rest, API_KEY included (never copied here)."""
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from textwrap import wrap
 
@@ -16,15 +18,14 @@ from kimi_dflash.core.formatting import ratio
 from kimi_dflash.qualify.amplitude import DOCUMENT as AMPLITUDE
 from kimi_dflash.qualify.context import Context
 from kimi_dflash.qualify.depths import DOCUMENT as SCHEDULE
-from kimi_dflash.qualify.documents import Amplitude, Schedule, shown
+from kimi_dflash.qualify.documents import Amplitude, Schedule, Shootout, shown
 
 
-def check_target(target: Path, config: Path, shootout: bool) -> None:
-    """Before the run: a file the run can write, and not CONFIG (it EXTENDS CONFIG)."""
-    if shootout:
-        raise UserError("--write-config concerns one config: qualify that config alone (without --candidates).")
-    if target.resolve() == config.resolve():
-        raise UserError(f"--write-config {target}: that is CONFIG itself; name another file (it EXTENDS CONFIG).")
+def check_target(target: Path, config: Path, candidates: Sequence[Path] = ()) -> None:
+    """Before the run: a file the run can write, and neither CONFIG nor a candidate's (it EXTENDS one of them)."""
+    for given, what in ((config, "CONFIG itself"), *((c, f"the candidate {c.name}") for c in candidates)):
+        if target.resolve() == given.resolve():
+            raise UserError(f"--write-config {target}: that is {what}; name another file (it EXTENDS that config).")
     if not target.parent.is_dir() or target.is_dir():
         where = f"{target} is a directory" if target.is_dir() else f"no directory {target.parent}"
         raise UserError(f"--write-config {target}: {where}; name a file in an existing directory.")
@@ -66,21 +67,36 @@ def schedule_lines(document: Schedule | None, out: str, own_k: int, why_not: str
     return f"{head} {served}; over the best fixed k by sessions {versus}; {out}/{document.result}.{moved}", keys
 
 
+def _winner(ctx: Context) -> tuple[Context, str]:
+    """The context whose choices are written, and a header naming it: CONFIG, or a shoot-out's first-ranked one."""
+    head = f"Tuned by `kimi-dflash qualify {ctx.config_as_given}`"
+    if not ctx.plan.candidates:
+        return ctx, head
+    ranking = Shootout.load_or_none(ctx.out / "shootout.json")
+    first = next((row for row in ranking.rows if row.rank == 1), None) if ranking else None
+    if first is None:
+        raise UserError("no candidate was ranked (the report's Ranking says why): no drafter to write a config for")
+    return ctx.candidate(first.candidate), f"{head} --candidates: {first.config} ranked first ({ranking.ranked_by})"
+
+
 def write(ctx: Context, target: Path) -> str:
     """TUNED.env written whole (core/atomic_write.py); returns what to say."""
-    here, out = target.resolve().parent, display_path(ctx.out)
+    chosen_by, head = _winner(ctx)
+    config, here, out = chosen_by.config, target.resolve().parent, display_path(chosen_by.out)
     # Relative, so a checkout moves whole; absolute when the two share no directory but the root.
-    base = os.path.relpath(ctx.config, here) if os.path.commonpath([ctx.config, here]) != "/" else str(ctx.config)
-    why_not = {s.name: s.reason or "see the report's steps" for s in ctx.plan.steps}
+    base = os.path.relpath(config, here) if os.path.commonpath([config, here]) != "/" else str(config)
+    why_not = {s.name: s.reason or "see the report's steps" for s in chosen_by.plan.steps}
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     chosen = [
         (
-            f"Tuned by `kimi-dflash qualify {ctx.config_as_given}` ({when}); the evidence: {out}/report.md. Only what "
-            "that run measured on this box is set here; EXTENDS brings in the rest of the config.",
+            f"{head} ({when}); the evidence: {display_path(ctx.out)}/report.md. Only what that run measured on this "
+            "box is set here; EXTENDS brings in the rest of the config.",
             [f"EXTENDS={base}"],
         ),
-        amplitude_lines(Amplitude.load_or_none(ctx.out / AMPLITUDE), out, why_not["amplitude"]),
-        schedule_lines(Schedule.load_or_none(ctx.out / SCHEDULE), out, ctx.plan.spec_tokens, why_not["schedule"]),
+        amplitude_lines(Amplitude.load_or_none(chosen_by.out / AMPLITUDE), out, why_not["amplitude"]),
+        schedule_lines(
+            Schedule.load_or_none(chosen_by.out / SCHEDULE), out, chosen_by.plan.spec_tokens, why_not["schedule"]
+        ),
     ]
     lines: list[str] = []
     for why, keys in chosen:  # a path in a comment stays whole

@@ -175,17 +175,72 @@ def test_tuned_lines_carry_each_value_with_its_evidence_and_leave_the_rest_to_co
     assert tuned_config.schedule_lines(_schedule(schedule=None, spec_tokens=4), "out", 4)[1] == []  # CONFIG's own
 
 
-def test_write_config_refuses_config_itself_and_a_missing_directory_and_a_shoot_out(tmp_path: Path) -> None:
-    config = REPO_ROOT / "configs" / "demo-cpu.env"
-    for target, shootout, says in (
-        (config, False, "CONFIG itself"),
-        (tmp_path / "no" / "t.env", False, "no directory"),
-        (tmp_path, False, "is a directory"),
-        (tmp_path / "t.env", True, "one config"),
+def test_write_config_refuses_config_itself_a_candidates_config_and_a_missing_directory(tmp_path: Path) -> None:
+    config, candidate = REPO_ROOT / "configs" / "demo-cpu.env", REPO_ROOT / "configs" / "demo-cpu-eagle3.env"
+    for target, says in (
+        (config, "CONFIG itself"),
+        (candidate, "the candidate demo-cpu-eagle3.env"),
+        (tmp_path / "no" / "t.env", "no directory"),
+        (tmp_path, "is a directory"),
     ):
         with pytest.raises(UserError, match=says):
-            tuned_config.check_target(target, config, shootout)
-    tuned_config.check_target(tmp_path / "t.env", config, False)
+            tuned_config.check_target(target, config, [candidate])
+    tuned_config.check_target(tmp_path / "t.env", config, [candidate])
+
+
+def test_a_shoot_outs_written_config_extends_the_winner_with_its_own_choice_and_none_without_one(
+    tmp_path: Path,
+) -> None:
+    from kimi_dflash.qualify.context import Context
+    from kimi_dflash.qualify.documents import RankRow, Shootout
+    from kimi_dflash.qualify.shootout import CandidateConfig, build_shootout
+
+    names = ("a", "b")
+    for name in names:
+        (tmp_path / f"{name}.env").write_text(f"EXTENDS={REPO_ROOT / 'configs' / 'demo-cpu.env'}\n")
+    plan = build_shootout(
+        CPU, [CandidateConfig(f"{n}.env", tmp_path / f"{n}.env", CPU, amplitude=(SIDES, "")) for n in names]
+    )
+    out = tmp_path / "run"
+    values = {"config": tmp_path / "a.env", "values": dict(CPU), "overrides": {}, "plan": plan, "serve_command": ()}
+    ctx = Context(config_as_given="a.env", out=out, **values)  # type: ignore[arg-type]
+    for name, value in (("a", "legacy"), ("b", "1.0")):
+        sides = [_side("legacy", [1.0, 1.1, 1.0]), _side("engine", [3.8, 3.9, 3.7])]
+        why = f"{name} chose {value}"
+        document = Amplitude(sessions=4, sides=sides, recommended="x", value=value, ratio=None, why=why)
+        (out / "candidates" / name).mkdir(parents=True)
+        document.save(out / "candidates" / name / "amplitude.json")
+    row = {
+        "config": "",
+        "method": "dflash",
+        "k": 4,
+        "lossless": "PASS",
+        "output_tok_s": 1.0,
+        "output_goodput": None,
+        "attainment": None,
+        "speedup": None,
+        "tau": None,
+        "per_position": [],
+        "advisor_k": None,
+        "note": "",
+    }
+    rows = [
+        RankRow(rank=2, candidate="a", **{**row, "config": "a.env"}),
+        RankRow(rank=1, candidate="b", **{**row, "config": "b.env"}),
+    ]
+    Shootout(sessions=4, ranked_by="ranked by output tok/s", rows=rows).save(out / "shootout.json")
+    target = tmp_path / "TUNED.env"
+    said = tuned_config.write(ctx, target)
+    text = target.read_text()
+    assert "\nEXTENDS=b.env\n" in text and "\nDRAFTER_ROPE_AMPLITUDE=1.0\n" in text and "b chose 1.0" in text
+    assert "b.env ranked first (ranked by output tok/s)" in text and "run/candidates/b/amplitude" in text
+    assert "# Depth: not chosen by this run (a shoot-out serves each candidate at its own k" in text
+    assert "DRAFTER_ROPE_AMPLITUDE=1.0" in said
+    unranked = [r.model_copy(update={"rank": None, "note": "not lossless: never ranked"}) for r in rows]
+    Shootout(sessions=None, ranked_by="no matched concurrency", rows=unranked).save(out / "shootout.json")
+    with pytest.raises(UserError, match="no candidate was ranked"):
+        tuned_config.write(ctx, tmp_path / "other.env")
+    assert not (tmp_path / "other.env").exists()
 
 
 def test_the_written_config_extends_config_loads_and_holds_no_secret(tmp_path: Path) -> None:
