@@ -17,6 +17,7 @@ from server_fixtures import baseline_demo_server, demo_server, demo_server_facto
 
 INTEGRATION = Path(__file__).parent / "integration"
 INTEGRATION_MARKS = {"server", "slow", "realtime"}
+SESSION_SERVERS = {"demo_server", "baseline_demo_server"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects anything
@@ -30,8 +31,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     ]
     if unmarked:
         raise pytest.UsageError(f"tests/integration tests without a server, slow or realtime marker: {unmarked}")
-    # The full command's second phase hands whole modules to two workers in this order (xdist's loadfile with
-    # --no-loadscope-reorder): the modules that start vLLM servers first, so the longest start early and the short
-    # wheel-reading ones fill the end. A stable sort: every module stays whole and in its own order.
+    # The full command's second phase hands out work units in this order (xdist's loadgroup with
+    # --no-loadscope-reorder): a unit is a module, except that every module using the session's demo servers is one
+    # unit, so those two servers start on one worker instead of on each. That unit first, then the other modules that
+    # start vLLM servers (the longest start early), then the short wheel-reading ones to fill the end. A stable sort.
+    demo = {item.path for item in items if SESSION_SERVERS & set(item.fixturenames)}
     starts_servers = {item.path for item in items if item.get_closest_marker("server")}
-    items.sort(key=lambda item: item.path not in starts_servers)
+    items.sort(key=lambda item: (item.path not in demo, item.path not in starts_servers))
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group("demo-servers" if item.path in demo else str(item.path)))

@@ -4,8 +4,8 @@
    verify steps and draft tokens over the measured window equal the /metrics counter deltas; per-category,
    per-turn and per-prompt-length rows sum to the window total; a conversation's prompt grows turn over turn.
 2. The autoregressive demo (demo-cpu-baseline.env) on the same conversations at temperature 0: compare states
-   that 100 % of the served replies are identical (sha256). One server started at a time: the first is stopped, the
-   second is the session's baseline server (kept for the tests that use it after this one).
+   that 100 % of the served replies are identical (sha256). The second is the session's baseline server (shared with
+   the other modules that use it: tests/conftest.py sends them to one worker).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def _run(server, out: Path, label: str) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_per_request_sums_equal_metrics_and_dflash_replies_equal_the_baseline(  # type: ignore[no-untyped-def]
-    demo_server_factory, request: pytest.FixtureRequest, tmp_path: Path
+    demo_server_factory, baseline_demo_server, tmp_path: Path
 ) -> None:
     dflash = demo_server_factory("demo-cpu.env", {"PER_REQUEST_SPEC_METRICS": "detailed"})
     _run(dflash, tmp_path / "dflash.json", "dflash")
@@ -58,8 +58,7 @@ def test_per_request_sums_equal_metrics_and_dflash_replies_equal_the_baseline(  
         counts = [r.prompt_tokens for r in level.request_records.records if r.session == session]
         assert len(counts) == 3 and counts[0] < counts[1] < counts[2], counts
 
-    baseline = request.getfixturevalue("baseline_demo_server")  # the session's, started now: one start at a time
-    _run(baseline, tmp_path / "baseline.json", "baseline")
+    _run(baseline_demo_server, tmp_path / "baseline.json", "baseline")
 
     base_level = load_result(tmp_path / "baseline.json").results[0]
     assert base_level.spec_per_request is None  # no speculation, no per-request block
