@@ -251,8 +251,6 @@ def _import_start_up(request: dict, report: dict, stack):
         import vllm.engine.arg_utils  # noqa: F401 - what each plan's fork then finds imported
         import vllm.utils.argparse_utils  # noqa: F401
 
-        import vllm.utils.argparse_utils  # noqa: F401
-
         _make_arg_parser()
         _stage(report, "import")
         return (lenient,)

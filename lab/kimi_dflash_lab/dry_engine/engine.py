@@ -12,9 +12,10 @@ plan's ROCm or CUDA platform is simulated (dry_platform.py) and every fake is li
 evidence of vLLM's Python start-up logic, not of kernels, drivers or memory.
 
 The checkpoint's config.json comes from MODEL_DIR / DRAFT_MODEL_DIR when present, else from the shipped facts
-(dry_model_dir.py). Cost: one vLLM import per DEVICE and environment (~10 s of CPU, ~1 GB; vLLM reads the aiter
-flags at import, so only plans with the same environment share it), then one fork of that child per plan, a few
-seconds each (a fresh copy of the process: vLLM caches backend selection per process).
+(dry_model_dir.py). Cost: one child per DEVICE, whose import process imports vLLM once (~7 s of CPU, ~0.7 GB) for
+every plan whose environment agrees on the variables that import read (vLLM reads the aiter flags at import: a plan
+with other aiter flags gets the next import process), then one fork per plan, about a second each once the first fork's
+imports are warm (a fresh copy of the process: vLLM caches backend selection per process).
 """
 
 from __future__ import annotations
