@@ -37,9 +37,16 @@ from kimi_dflash_lab.dry_engine.model_dir import DryModelError, checkpoint_dir
 TIMEOUT_S = 600.0
 PARALLEL = 2  # children judging at once (one vLLM import each, ~1 GB): the dry table's and a release run's
 CHILD_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-# Read by the dynamic loader when the child starts, before any fork: plans that differ in them get children of their
-# own. The rest of a plan's environment is set in its fork (child.py).
-LOADER_ENV = ("LD_PRELOAD", "LD_LIBRARY_PATH")
+# Read by the dynamic loader or the interpreter when the child starts, before any fork: plans that differ in them get
+# children of their own. The rest of a plan's environment is set in its import process and fork (child.py).
+AT_EXEC = ("LD_", "PYTHON")
+
+
+def at_exec(env: Mapping[str, str]) -> dict[str, str]:
+    """The part of a plan's environment that must be in place when its child starts."""
+    return {name: value for name, value in sorted(env.items()) if name.startswith(AT_EXEC)}
+
+
 PICKED = (
     ("runner", "model runner"),
     ("target_attention", "target attention"),
@@ -123,18 +130,17 @@ def run_dry_engine(
     cuda_gpu: str = platform_fakes.DEFAULT_CUDA_GPU,
 ) -> list[DryVerdict]:
     """vLLM's start-up code on each of `plans` ((argv, environment) pairs: `... serve MODEL ...` command lines of
-    plans whose DEVICE is `device`) in one child run by `python` (the interpreter whose vLLM judges: the serving one,
-    or a dry-engine-venv's). It imports vLLM once per set of plans whose environments agree on what that import read
-    (child.py) and judges each plan in a fork of itself, in the plan's environment."""
-    plans = [(list(argv), {**env, **CHILD_ENV}) for argv, env in plans]
+    plans whose DEVICE is `device` and whose environments agree on `at_exec`) in one child run by `python` (the
+    interpreter whose vLLM judges: the serving one, or a dry-engine-venv's). It imports vLLM once per set of plans
+    whose environments agree on what that import read (child.py) and judges each plan in a fork, in the plan's
+    environment."""
     request = {
-        "plans": [{"argv": argv, "env": env} for argv, env in plans],
+        "plans": [{"argv": list(argv), "env": {**env, **CHILD_ENV}} for argv, env in plans],
         "device": device,
         "fakes": platform_fakes.__file__,
         "meta_model": meta_model,
         "cuda_gpu": cuda_gpu,
     }
-    loader = {name: plans[0][1][name] for name in LOADER_ENV if name in plans[0][1]}
     text = Path(child.__file__).read_text(encoding="utf-8")
     timeout = TIMEOUT_S * len(plans)
     try:
@@ -144,7 +150,7 @@ def run_dry_engine(
             text=True,
             timeout=timeout,
             stdin=subprocess.DEVNULL,
-            env={**os.environ, **loader, **CHILD_ENV},
+            env={**os.environ, **at_exec(plans[0][1]), **CHILD_ENV},
             check=False,
         )
         stdout, failure = proc.stdout, f"exited with code {proc.returncode}"
@@ -187,14 +193,13 @@ def dry_engine_for_plans(
 ) -> list[DryVerdict]:
     """The dry engine on validated configs and their launch plans ((config, plan) pairs, demo models already
     resolved): the checkpoint directories prepared (dry_model_dir), each argv pointed at them; one child per DEVICE
-    (and dynamic-loader environment), `parallel` children at a time."""
+    (and environment read at exec), `parallel` children at a time."""
     with tempfile.TemporaryDirectory(prefix="kimi-dflash-dry-") as tmp:
         prepared = [_prepare(config, plan, Path(tmp) / str(i)) for i, (config, plan) in enumerate(plans)]
         groups: dict[tuple, list[int]] = {}  # type: ignore[type-arg]
         for i, item in enumerate(prepared):
             if isinstance(item, _Prepared):
-                loader = tuple(item.env.get(name) for name in LOADER_ENV)
-                groups.setdefault((item.device, loader), []).append(i)
+                groups.setdefault((item.device, tuple(at_exec(item.env).items())), []).append(i)
         judged: dict[int, DryVerdict] = {}
 
         def run(indices: list[int]) -> None:
