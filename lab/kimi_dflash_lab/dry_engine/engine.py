@@ -12,9 +12,10 @@ plan's ROCm or CUDA platform is simulated (dry_platform.py) and every fake is li
 evidence of vLLM's Python start-up logic, not of kernels, drivers or memory.
 
 The checkpoint's config.json comes from MODEL_DIR / DRAFT_MODEL_DIR when present, else from the shipped facts
-(dry_model_dir.py). Cost: one vLLM import per DEVICE and environment (~10 s of CPU, ~1 GB; vLLM reads the aiter
-flags at import, so only plans with the same environment share it), then one fork of that child per plan, a few
-seconds each (a fresh copy of the process: vLLM caches backend selection per process).
+(dry_model_dir.py). Cost: one child per DEVICE, whose import process imports vLLM once (~7 s of CPU, ~0.7 GB) for
+every plan whose environment agrees on the variables that import read (vLLM reads the aiter flags at import: a plan
+with other aiter flags gets the next import process), then one fork per plan, about a second each once the first fork's
+imports are warm (a fresh copy of the process: vLLM caches backend selection per process).
 """
 
 from __future__ import annotations
@@ -36,6 +37,16 @@ from kimi_dflash_lab.dry_engine.model_dir import DryModelError, checkpoint_dir
 TIMEOUT_S = 600.0
 PARALLEL = 2  # children judging at once (one vLLM import each, ~1 GB): the dry table's and a release run's
 CHILD_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+# Read by the dynamic loader or the interpreter when the child starts, before any fork: plans that differ in them get
+# children of their own. The rest of a plan's environment is set in its import process and fork (child.py).
+AT_EXEC = ("LD_", "PYTHON")
+
+
+def at_exec(env: Mapping[str, str]) -> dict[str, str]:
+    """The part of a plan's environment that must be in place when its child starts."""
+    return {name: value for name, value in sorted(env.items()) if name.startswith(AT_EXEC)}
+
+
 PICKED = (
     ("runner", "model runner"),
     ("target_attention", "target attention"),
@@ -111,44 +122,50 @@ def not_run(reason: str) -> DryVerdict:
 
 
 def run_dry_engine(
-    argvs: Sequence[Sequence[str]],
+    plans: Sequence[tuple[Sequence[str], Mapping[str, str]]],
     device: str,
     *,
     python: str = sys.executable,
-    env: Mapping[str, str] | None = None,
     meta_model: bool = True,
     cuda_gpu: str = platform_fakes.DEFAULT_CUDA_GPU,
 ) -> list[DryVerdict]:
-    """vLLM's start-up code on each of `argvs` (`... serve MODEL ...` command lines) of plans whose DEVICE is
-    `device` and whose environment is `env`, in one child run by `python` (the interpreter whose vLLM judges: the
-    serving one, or a dry-engine-venv's): it imports vLLM once and judges each argv in a fork of itself."""
+    """vLLM's start-up code on each of `plans` ((argv, environment) pairs: `... serve MODEL ...` command lines of
+    plans whose DEVICE is `device` and whose environments agree on `at_exec`) in one child run by `python` (the
+    interpreter whose vLLM judges: the serving one, or a dry-engine-venv's). It imports vLLM once per set of plans
+    whose environments agree on what that import read (child.py) and judges each plan in a fork, in the plan's
+    environment."""
     request = {
-        "argvs": [list(argv) for argv in argvs],
+        "plans": [{"argv": list(argv), "env": {**env, **CHILD_ENV}} for argv, env in plans],
         "device": device,
         "fakes": platform_fakes.__file__,
         "meta_model": meta_model,
         "cuda_gpu": cuda_gpu,
     }
     text = Path(child.__file__).read_text(encoding="utf-8")
+    timeout = TIMEOUT_S * len(plans)
     try:
         proc = subprocess.run(
             [python, "-c", text, json.dumps(request)],
             capture_output=True,
             text=True,
-            timeout=TIMEOUT_S * len(argvs),
+            timeout=timeout,
             stdin=subprocess.DEVNULL,
-            env={**os.environ, **(env or {}), **CHILD_ENV},
+            env={**os.environ, **at_exec(plans[0][1]), **CHILD_ENV},
             check=False,
         )
         stdout, failure = proc.stdout, f"exited with code {proc.returncode}"
         stderr = proc.stderr
     except subprocess.TimeoutExpired as expired:
-        stdout, failure = _text(expired.stdout), f"did not finish within {TIMEOUT_S * len(argvs):g} s"
+        stdout, failure = _text(expired.stdout), f"did not finish within {timeout:g} s"
         stderr = _text(expired.stderr)
-    lines = [json.loads(line[len(child.MARKER) :]) for line in stdout.splitlines() if line.startswith(child.MARKER)]
-    verdicts = [DryVerdict(line["report"], line["seconds"]) for line in lines]
+    verdicts: dict[int, DryVerdict] = {}
+    for line in stdout.splitlines():
+        if line.startswith(child.MARKER):
+            found = json.loads(line[len(child.MARKER) :])
+            verdicts.setdefault(found["index"], DryVerdict(found["report"], found["seconds"]))
     tail = (stderr.strip().splitlines() or ["no output"])[-1]
-    return verdicts + [not_run(f"the dry engine's child {failure}: {tail}")] * (len(argvs) - len(verdicts))
+    missing = not_run(f"the dry engine's child {failure}: {tail}")
+    return [verdicts.get(i, missing) for i in range(len(plans))]
 
 
 def _text(output: str | bytes | None) -> str:
@@ -176,22 +193,20 @@ def dry_engine_for_plans(
 ) -> list[DryVerdict]:
     """The dry engine on validated configs and their launch plans ((config, plan) pairs, demo models already
     resolved): the checkpoint directories prepared (dry_model_dir), each argv pointed at them; one child per DEVICE
-    and environment (plans that share both share the child's vLLM import), `parallel` children at a time."""
+    (and environment read at exec), `parallel` children at a time."""
     with tempfile.TemporaryDirectory(prefix="kimi-dflash-dry-") as tmp:
         prepared = [_prepare(config, plan, Path(tmp) / str(i)) for i, (config, plan) in enumerate(plans)]
         groups: dict[tuple, list[int]] = {}  # type: ignore[type-arg]
         for i, item in enumerate(prepared):
             if isinstance(item, _Prepared):
-                groups.setdefault((item.device, tuple(sorted(item.env.items()))), []).append(i)
+                groups.setdefault((item.device, tuple(at_exec(item.env).items())), []).append(i)
         judged: dict[int, DryVerdict] = {}
 
         def run(indices: list[int]) -> None:
             first = prepared[indices[0]]
             assert isinstance(first, _Prepared)
-            argvs = [prepared[i].argv for i in indices]  # type: ignore[union-attr]
-            verdicts = run_dry_engine(
-                argvs, first.device, python=python, env=first.env, meta_model=meta_model, cuda_gpu=cuda_gpu
-            )
+            plans = [(prepared[i].argv, prepared[i].env) for i in indices]  # type: ignore[union-attr]
+            verdicts = run_dry_engine(plans, first.device, python=python, meta_model=meta_model, cuda_gpu=cuda_gpu)
             judged.update(zip(indices, verdicts))
 
         with ThreadPoolExecutor(max_workers=max(parallel, 1)) as pool:

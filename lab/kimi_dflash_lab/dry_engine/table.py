@@ -3,10 +3,10 @@
     python -m kimi_dflash_lab.dry_engine.table            # print the table (and each plan's agreement)
     python -m kimi_dflash_lab.dry_engine.table --write    # update docs/compatibility.md between markers
 
-One child process per DEVICE and environment, which imports vLLM once and judges each plan in a fork of itself (vLLM
-caches backend selection per process), at most two at a time. Each row: what the installed vLLM picked for the plan,
-or its own error, and whether that agrees with the static rules (compare.py). A slow test regenerates the table and
-compares it with the docs and fails on any disagreement.
+One child process per DEVICE, which imports vLLM once per set of plans whose environments agree on what that import
+read and judges each plan in a fork (vLLM caches backend selection per process), at most two at a time. Each row: what
+the installed vLLM picked for the plan, or its own error, and whether that agrees with the static rules (compare.py).
+A slow test regenerates the table and compares it with the docs and fails on any disagreement.
 """
 
 from __future__ import annotations
