@@ -1,6 +1,7 @@
 """Read vLLM's source (a package directory or a wheel, in place) without importing it: parsing takes milliseconds,
-importing vllm.config took 10-22 s here. Each file of one source object is read and parsed at most once: whoever
-judges more than once passes the object on."""
+importing vllm.config took 10-22 s here. Each file of one source object is read at most once: whoever judges more
+than once passes the object on; a text is parsed once per process (qualify's probes and its judge of the plan read the
+installed vLLM through two objects)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,17 @@ _MAX_ALIAS_DEPTH = 8  # Literal[A, B] where A = Literal[...], possibly imported
 # at once fail with "SystemError: AST constructor recursion depth mismatch" (CPython gh-106905; the dry-engine table
 # judges plans from threads sharing one VllmSource, and CI hit it).
 _PARSE_LOCK = threading.Lock()
+_PARSED: dict[tuple[str, str], ast.Module | None] = {}  # (relpath, text) -> its tree: the same text, the same tree
+
+
+def _parse(relpath: str, text: str) -> ast.Module | None:
+    """None when unparsable: written for a newer Python than this one, treated as not found (under _PARSE_LOCK)."""
+    if (relpath, text) not in _PARSED:
+        try:
+            _PARSED[relpath, text] = ast.parse(text, filename=relpath)
+        except SyntaxError:
+            _PARSED[relpath, text] = None
+    return _PARSED[relpath, text]
 
 
 @dataclass(frozen=True)
@@ -110,11 +122,8 @@ class VllmSource:
         """None when absent or unparsable; thread-safe (see _PARSE_LOCK)."""
         with _PARSE_LOCK:
             if relpath not in self._trees:
-                text, self._trees[relpath] = self.text(relpath), None
-                try:
-                    self._trees[relpath] = None if text is None else ast.parse(text, filename=relpath)
-                except SyntaxError:  # written for a newer Python than this one: treated as not found
-                    pass
+                text = self.text(relpath)
+                self._trees[relpath] = None if text is None else _parse(relpath, text)
             return self._trees[relpath]
 
     def find_module(self, definition: str, under: str = "vllm/") -> str | None:
