@@ -31,18 +31,23 @@ def _print_warning(
 @contextlib.contextmanager
 def _as_the_command(argv: list[str], environ: Mapping[str, str]) -> Iterator[None]:
     """sys.argv, os.environ and warnings as the child would have them, restored afterwards."""
-    saved_argv, saved_environ, wanted = sys.argv, dict(os.environ), dict(environ)
+    saved_argv, saved_environ = sys.argv, dict(os.environ)
     sys.argv = argv
-    os.environ.clear()
-    os.environ.update(wanted)
+    _set_environ(dict(environ))
     try:
         with warnings.catch_warnings():  # a warning goes to stderr, as the child prints it (pytest would keep it)
             warnings.showwarning = _print_warning
             yield
     finally:
         sys.argv = saved_argv
-        os.environ.clear()
-        os.environ.update(saved_environ)
+        _set_environ(saved_environ)
+
+
+def _set_environ(wanted: dict[str, str]) -> None:
+    """Only the variables that differ change (no moment without PATH for another thread)."""
+    for key in [k for k in os.environ if k not in wanted]:
+        del os.environ[key]
+    os.environ.update({k: v for k, v in wanted.items() if os.environ.get(k) != v})
 
 
 def run_verb(
