@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from in_process import run_verb
 from kimi_dflash.bench.response import Reply, StreamAccumulator
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,6 +35,18 @@ def run_benchmark(
         env=None if env is None else {**os.environ, **env},
         check=False,
     )
+
+
+def bench_in_process(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """What ``run_benchmark`` returns, with the benchmark run in this process (in_process.py): for every test whose
+    claim is not the process boundary."""
+    environ = None if env is None else {**os.environ, **env}
+    return run_verb("kimi_dflash.bench.cli", args, argv0=str(BENCH_SCRIPT), prog=BENCH_SCRIPT.name, env=environ)
+
+
+def compare_in_process(*args: str) -> subprocess.CompletedProcess[str]:
+    """What ``run_compare`` returns, with the comparison run in this process."""
+    return run_verb("kimi_dflash.bench.compare", args, argv0=str(COMPARE_SCRIPT))
 
 
 def run_compare(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

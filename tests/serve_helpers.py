@@ -10,6 +10,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
+from in_process import run_verb
 from repo_paths import REPO_ROOT
 
 
@@ -19,12 +20,24 @@ def write(tmp_path: Path, text: str, name: str = "test.env") -> Path:
     return path
 
 
-def run_serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _serve_env(env: dict[str, str] | None) -> dict[str, str]:
     full_env = {k: v for k, v in os.environ.items() if k not in {"PORT", "HOST", "API_KEY"}}
     full_env.update(env or {})
     full_env["KIMI_PYTHON"] = sys.executable
+    return full_env
+
+
+def run_serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(REPO_ROOT / "serve.sh"), *args], capture_output=True, text=True, env=full_env, timeout=120
+        [str(REPO_ROOT / "serve.sh"), *args], capture_output=True, text=True, env=_serve_env(env), timeout=120
+    )
+
+
+def serve_in_process(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """What ``run_serve`` returns, with serve's entry function run in this process (in_process.py): for the tests of
+    what serve decides and says, not of the launcher script or a started server."""
+    return run_verb(
+        "kimi_dflash.launch.cli", args, argv0=str(REPO_ROOT / "serve.sh"), prog="serve.sh", env=_serve_env(env)
     )
 
 

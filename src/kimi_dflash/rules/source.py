@@ -1,6 +1,6 @@
 """Read vLLM's source (a package directory or a wheel, in place) without importing it: parsing takes milliseconds,
-importing vllm.config took 10-22 s here. Each file of one source object is read and parsed at most once: whoever
-judges more than once passes the object on."""
+importing vllm.config took 10-22 s here. Each file of one source object is read at most once (whoever judges more
+than once passes the object on), and each text is parsed once per process (qualify reads through two objects)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ _MAX_ALIAS_DEPTH = 8  # Literal[A, B] where A = Literal[...], possibly imported
 # at once fail with "SystemError: AST constructor recursion depth mismatch" (CPython gh-106905; the dry-engine table
 # judges plans from threads sharing one VllmSource, and CI hit it).
 _PARSE_LOCK = threading.Lock()
+_PARSED: dict[tuple[str, str], ast.Module | None] = {}  # (relpath, text) -> its tree (None: unparsable)
 
 
 @dataclass(frozen=True)
@@ -110,11 +111,13 @@ class VllmSource:
         """None when absent or unparsable; thread-safe (see _PARSE_LOCK)."""
         with _PARSE_LOCK:
             if relpath not in self._trees:
-                text, self._trees[relpath] = self.text(relpath), None
-                try:
-                    self._trees[relpath] = None if text is None else ast.parse(text, filename=relpath)
-                except SyntaxError:  # written for a newer Python than this one: treated as not found
-                    pass
+                text = self.text(relpath)
+                if text is not None and (relpath, text) not in _PARSED:
+                    try:
+                        _PARSED[relpath, text] = ast.parse(text, filename=relpath)
+                    except SyntaxError:  # written for a newer Python than this one: treated as not found
+                        _PARSED[relpath, text] = None
+                self._trees[relpath] = None if text is None else _PARSED[relpath, text]
             return self._trees[relpath]
 
     def find_module(self, definition: str, under: str = "vllm/") -> str | None:

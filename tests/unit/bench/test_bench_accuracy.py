@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from bench_helpers import run_benchmark, synthetic_log
+from bench_helpers import bench_in_process, run_benchmark, synthetic_log
 from kimi_dflash.bench.result import LevelResult, load_result
 from synthetic_server import plan_chunks, running
 
@@ -142,8 +142,21 @@ def test_non_streaming_latency_and_throughput(tmp_path: Path) -> None:
 def test_sweep_records_one_result_per_level_with_raw_records(tmp_path: Path) -> None:
     out = tmp_path / "sweep.json"
     with running(["--ttft-ms", "20", "--chunk-interval-ms", "5"]) as url:
-        proc = run_benchmark("--base-url", url, "--output", str(out), "--sessions", "2,5", "--turns-per-session", "2",
-                             "--max-tokens", "8", "--repeats", "2", "--record-requests")  # fmt: skip
+        proc = bench_in_process(
+            "--base-url",
+            url,
+            "--output",
+            str(out),
+            "--sessions",
+            "2,5",
+            "--turns-per-session",
+            "2",
+            "--max-tokens",
+            "8",
+            "--repeats",
+            "2",
+            "--record-requests",
+        )
     assert proc.returncode == 0, proc.stderr
     doc = load_result(out)
     assert [r.sessions for r in doc.results] == [2, 5]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench_helpers import run_benchmark, run_compare
+from bench_helpers import bench_in_process, compare_in_process, run_compare
 from kimi_dflash.bench import compare
 from kimi_dflash.bench.report import redact_argv
 from kimi_dflash.bench.result import load_result
@@ -31,14 +31,17 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         with running(server_args) as url:
             for suffix, sessions in (("", "2,4"), ("-other-levels", "8")):
                 paths[name + suffix] = out / f"{name}{suffix}.json"
-                proc = run_benchmark("--base-url", url, "--sessions", sessions, "--label", name,
-                                     "--output", str(paths[name + suffix]), *common, timeout=120)  # fmt: skip
+                output = str(paths[name + suffix])
+                proc = bench_in_process(
+                    "--base-url", url, "--sessions", sessions, "--label", name, "--output", output, *common
+                )
                 assert proc.returncode == 0, proc.stderr
             if name == "baseline":  # the same server, another workload
                 paths["longer"] = out / "longer.json"
-                proc = run_benchmark("--base-url", url, "--sessions", "2", "--label", "longer", "--output",
-                                     str(paths["longer"]), "--turns-per-session", "2", "--max-tokens", "24",
-                                     "--warmup", "0", timeout=120)  # fmt: skip
+                longer = ("--turns-per-session", "2", "--max-tokens", "24", "--warmup", "0")
+                proc = bench_in_process(
+                    "--base-url", url, "--sessions", "2", "--label", "longer", "--output", str(paths["longer"]), *longer
+                )
                 assert proc.returncode == 0, proc.stderr
     return paths
 
@@ -84,7 +87,9 @@ def test_different_workloads_need_allow_mismatch(results: dict[str, Path]) -> No
 def test_cli_writes_markdown_and_plots(results: dict[str, Path], tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     report, plots = tmp_path / "report.md", tmp_path / "plots"
-    proc = run_compare(str(results["baseline"]), str(results["spec"]), "--markdown", str(report), "--plots", str(plots))
+    proc = compare_in_process(
+        str(results["baseline"]), str(results["spec"]), "--markdown", str(report), "--plots", str(plots)
+    )
     assert proc.returncode == 0, proc.stderr
     assert "speedup" in report.read_text()
     names = sorted(p.name for p in plots.iterdir())

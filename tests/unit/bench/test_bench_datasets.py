@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench_helpers import run_benchmark
+from bench_helpers import bench_in_process
 from kimi_dflash.bench.result import load_result
 from kimi_dflash.bench.workload import load_dataset, session_prompts
 from kimi_dflash.core.errors import UserError
@@ -69,13 +69,41 @@ def test_malformed_records_name_file_and_line(tmp_path: Path, text: str, where: 
 
 def test_cli_runs_a_conversation_dataset_with_a_shared_prefix(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    with running(["--ttft-ms", "5", "--chunk-interval-ms", "1", "--spec-tokens", "2", "--chunk-tokens", "3,1",
-                  "--per-request-spec-metrics", "summary"]) as url:  # fmt: skip
-        proc = run_benchmark(
-            "--base-url", url, "--dataset", str(OPENAI), "--sessions", "2", "--turns-per-session", "3",
-            "--max-tokens", "10", "--warmup", "0", "--shared-prefix-tokens", "200", "--output", str(out),
-            "--progress-interval", "0", "--record-requests",
-        )  # fmt: skip
+    with running(
+        [
+            "--ttft-ms",
+            "5",
+            "--chunk-interval-ms",
+            "1",
+            "--spec-tokens",
+            "2",
+            "--chunk-tokens",
+            "3,1",
+            "--per-request-spec-metrics",
+            "summary",
+        ]
+    ) as url:
+        proc = bench_in_process(
+            "--base-url",
+            url,
+            "--dataset",
+            str(OPENAI),
+            "--sessions",
+            "2",
+            "--turns-per-session",
+            "3",
+            "--max-tokens",
+            "10",
+            "--warmup",
+            "0",
+            "--shared-prefix-tokens",
+            "200",
+            "--output",
+            str(out),
+            "--progress-interval",
+            "0",
+            "--record-requests",
+        )
     assert proc.returncode == 0, proc.stderr
     result = load_result(out)
     assert result.settings.dataset is not None and result.settings.dataset.format == "openai-messages"
@@ -95,9 +123,9 @@ def test_cli_runs_a_conversation_dataset_with_a_shared_prefix(tmp_path: Path) ->
 
 
 def test_unknown_dataset_format_is_refused(tmp_path: Path) -> None:
-    proc = run_benchmark("--dataset", str(OPENAI), "--dataset-format", "csv")
+    proc = bench_in_process("--dataset", str(OPENAI), "--dataset-format", "csv")
     assert proc.returncode == 2 and "--dataset-format" in proc.stderr
     bad = tmp_path / "x.jsonl"
     bad.write_text(json.dumps({"messages": "nope"}) + "\n")
-    proc = run_benchmark("--dataset", str(bad), "--base-url", "http://127.0.0.1:9")
+    proc = bench_in_process("--dataset", str(bad), "--base-url", "http://127.0.0.1:9")
     assert proc.returncode == 2 and f"{bad} line 1" in proc.stderr and "Traceback" not in proc.stderr

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench_helpers import run_benchmark
+from bench_helpers import bench_in_process, run_benchmark
 from kimi_dflash.bench import cli as bench_cli
 from kimi_dflash.bench.records import RequestRecord
 from kimi_dflash.bench.report import progress_line
@@ -58,8 +58,22 @@ def test_progress_and_discovered_model_on_a_real_run(tmp_path: Path) -> None:
     out = tmp_path / "progress.json"
     # 2 sessions x 4 turns of 20 chunks every 20 ms: the level lasts ~2 s; progress every 0.3 s
     with running(["--ttft-ms", "20", "--chunk-interval-ms", "20", "--model", "only-model"]) as url:
-        proc = run_benchmark("--base-url", url, "--sessions", "2", "--turns-per-session", "4", "--max-tokens", "20",
-                             "--warmup", "0", "--progress-interval", "0.3", "--output", str(out))  # fmt: skip
+        proc = bench_in_process(
+            "--base-url",
+            url,
+            "--sessions",
+            "2",
+            "--turns-per-session",
+            "4",
+            "--max-tokens",
+            "20",
+            "--warmup",
+            "0",
+            "--progress-interval",
+            "0.3",
+            "--output",
+            str(out),
+        )
     assert proc.returncode == 0, proc.stderr
     doc = load_result(out)
     assert doc.settings.model == "only-model" and doc.results[0].completed == 8
@@ -74,8 +88,20 @@ def test_progress_and_discovered_model_on_a_real_run(tmp_path: Path) -> None:
 def test_a_conversation_longer_than_the_context_is_announced(tmp_path: Path) -> None:
     out = tmp_path / "context.json"
     with running(["--ttft-ms", "5", "--chunk-interval-ms", "1", "--max-model-len", "64"]) as url:
-        proc = run_benchmark("--base-url", url, "--sessions", "1", "--turns-per-session", "4", "--max-tokens", "16",
-                             "--warmup", "0", "--output", str(out))  # fmt: skip
+        proc = bench_in_process(
+            "--base-url",
+            url,
+            "--sessions",
+            "1",
+            "--turns-per-session",
+            "4",
+            "--max-tokens",
+            "16",
+            "--warmup",
+            "0",
+            "--output",
+            str(out),
+        )
     assert proc.returncode == 0, proc.stderr
     assert "WARNING: the conversation can outgrow the model's context: 4 turns x 16 reply tokens = 64" in proc.stderr
     server = load_result(out).server

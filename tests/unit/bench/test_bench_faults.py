@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bench_helpers import BENCH_SCRIPT, run_benchmark, synthetic_stats
+from bench_helpers import BENCH_SCRIPT, bench_in_process, run_benchmark, synthetic_stats
 from kimi_dflash.bench.result import load_result
 from kimi_dflash.core import options
 from synthetic_server import running
@@ -21,8 +21,8 @@ from synthetic_server import running
 FAST = ["--ttft-ms", "20", "--chunk-interval-ms", "5"]
 
 
-def bench(url: str, out: Path, *extra: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return run_benchmark("--base-url", url, "--output", str(out), "--warmup", "0", *extra, timeout=timeout)
+def bench(url: str, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return bench_in_process("--base-url", url, "--output", str(out), "--warmup", "0", *extra)
 
 
 def test_every_fault_is_counted_and_good_requests_are_kept(tmp_path: Path) -> None:
@@ -123,18 +123,17 @@ def test_interrupt_writes_partial_results(tmp_path: Path, signum: int, code: int
 
 
 def test_api_key_is_sent_but_never_shown_or_stored(tmp_path: Path) -> None:
+    """Real processes: "never shown" covers whatever reaches the process's stdout and stderr."""
     secret = "sk-test-0123456789"
+    common = ("--sessions", "1", "--turns-per-session", "1", "--max-tokens", "4")
     with running([*FAST, "--api-key", secret]) as url:
-        denied = bench(
-            url, tmp_path / "denied.json", "--sessions", "1", "--turns-per-session", "1", "--max-tokens", "4"
-        )
+        denied = bench(url, tmp_path / "denied.json", *common)
         out = tmp_path / "ok.json"
-        allowed = bench(
-            url, out, "--sessions", "1", "--turns-per-session", "1", "--max-tokens", "4", "--api-key", secret
+        allowed = run_benchmark("--base-url", url, "--output", str(out), "--warmup", "0", *common, "--api-key", secret)
+        env_out = str(tmp_path / "env.json")
+        env_run = run_benchmark(
+            "--base-url", url, "--output", env_out, "--warmup", "0", *common, env={"OPENAI_API_KEY": secret}
         )
-        env_run = run_benchmark("--base-url", url, "--output", str(tmp_path / "env.json"), "--sessions", "1",
-                                "--turns-per-session", "1", "--max-tokens", "4", "--warmup", "0",
-                                timeout=60, env={"OPENAI_API_KEY": secret})  # fmt: skip
     assert denied.returncode == 2 and "401" in denied.stderr and "--api-key" in denied.stderr
     assert allowed.returncode == 0, allowed.stderr
     assert env_run.returncode == 0, env_run.stderr
@@ -156,9 +155,9 @@ def test_api_key_is_sent_but_never_shown_or_stored(tmp_path: Path) -> None:
 )
 def test_bad_arguments_name_the_problem(tmp_path: Path, args: list[str], message: str) -> None:
     if "--base-url" in args:
-        proc = run_benchmark(*args, timeout=60)
+        proc = bench_in_process(*args)
     else:
-        proc = bench("http://127.0.0.1:9", tmp_path / "x.json", *args, timeout=60)
+        proc = bench("http://127.0.0.1:9", tmp_path / "x.json", *args)
     assert proc.returncode == 2
     assert message in proc.stderr and "Traceback" not in proc.stderr
 

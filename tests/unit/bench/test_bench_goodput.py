@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench_helpers import REPO, run_benchmark
+from bench_helpers import REPO, bench_in_process
 from kimi_dflash.bench import goodput
 from kimi_dflash.bench.export_csv import paths_for
 from kimi_dflash.bench.records import CANCELLED, RequestRecord
@@ -51,7 +51,7 @@ def test_infinite_repeated_or_unitless_objectives_are_refused_by_name(text: str,
 
 @pytest.mark.parametrize(("slo", "message"), [("tpot:50", "tpot needs a unit"), ("e2el:1s,e2el:2s", "e2el is given")])
 def test_the_benchmark_refuses_such_an_slo_with_exit_2(slo: str, message: str) -> None:
-    proc = run_benchmark("--slo", slo, "--base-url", "http://127.0.0.1:9", timeout=60)
+    proc = bench_in_process("--slo", slo, "--base-url", "http://127.0.0.1:9")
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -97,11 +97,26 @@ def test_goodput_equals_a_recount_from_the_records_and_the_csv(tmp_path: Path) -
     slo_ttft_ms, slo_tpot_ms = 60.0, 10.3
     # every 4th request fails (HTTP 500); TPOT sits at 10 ms +- the box's jitter, so the tpot limit splits the rest
     with running(["--ttft-ms", "50", "--chunk-interval-ms", "10", "--faults", "ok,ok,ok,http_500"]) as url:
-        proc = run_benchmark(
-            "--base-url", url, "--sessions", "3,6", "--turns-per-session", "3", "--max-tokens", "8", "--warmup", "0",
-            "--slo", f"ttft:{slo_ttft_ms}ms,tpot:{slo_tpot_ms}ms", "--record-requests", "--csv", "--output", str(out),
-            "--percentiles", "50,99.9",
-        )  # fmt: skip
+        proc = bench_in_process(
+            "--base-url",
+            url,
+            "--sessions",
+            "3,6",
+            "--turns-per-session",
+            "3",
+            "--max-tokens",
+            "8",
+            "--warmup",
+            "0",
+            "--slo",
+            f"ttft:{slo_ttft_ms}ms,tpot:{slo_tpot_ms}ms",
+            "--record-requests",
+            "--csv",
+            "--output",
+            str(out),
+            "--percentiles",
+            "50,99.9",
+        )
         assert proc.returncode == 0, proc.stderr
     doc = load_result(out)
     requests_csv, levels_csv = paths_for(out)
@@ -136,5 +151,5 @@ def test_goodput_equals_a_recount_from_the_records_and_the_csv(tmp_path: Path) -
 
 
 def test_slo_on_ttft_without_streaming_is_refused() -> None:
-    proc = run_benchmark("--no-stream", "--slo", "ttft:1s", "--base-url", "http://127.0.0.1:9")
+    proc = bench_in_process("--no-stream", "--slo", "ttft:1s", "--base-url", "http://127.0.0.1:9")
     assert proc.returncode == 2 and "needs streaming" in proc.stderr

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench_helpers import ks_critical, ks_exponential, run_benchmark, synthetic_log, synthetic_stats
+from bench_helpers import bench_in_process, ks_critical, ks_exponential, run_benchmark, synthetic_log, synthetic_stats
 from kimi_dflash.bench import arrivals
 from kimi_dflash.bench.metrics import max_in_flight
 from kimi_dflash.bench.records import RequestRecord
@@ -103,11 +103,27 @@ def test_in_flight_never_exceeds_the_cap_and_think_time_is_kept(tmp_path: Path) 
     cap, n, think = 4, 24, 0.1
     out = tmp_path / "cap.json"
     with running(["--ttft-ms", "20", "--chunk-interval-ms", "10"]) as url:
-        proc = run_benchmark(
-            "--base-url", url, "--request-rate", "inf", "--num-sessions", str(n), "--max-concurrency", str(cap),
-            "--turns-per-session", "2", "--max-tokens", "4", "--think-time", str(think), "--warmup", "0",
-            "--output", str(out), "--record-requests", timeout=120,
-        )  # fmt: skip
+        proc = bench_in_process(
+            "--base-url",
+            url,
+            "--request-rate",
+            "inf",
+            "--num-sessions",
+            str(n),
+            "--max-concurrency",
+            str(cap),
+            "--turns-per-session",
+            "2",
+            "--max-tokens",
+            "4",
+            "--think-time",
+            str(think),
+            "--warmup",
+            "0",
+            "--output",
+            str(out),
+            "--record-requests",
+        )
         assert proc.returncode == 0, proc.stderr
         stats = synthetic_stats(url)
     assert stats["streams_active_max"] == cap  # the server never saw more than the cap (and the cap was reached)
@@ -126,9 +142,9 @@ def test_in_flight_never_exceeds_the_cap_and_think_time_is_kept(tmp_path: Path) 
 
 
 def test_open_loop_flags_without_a_rate_are_refused() -> None:
-    proc = run_benchmark("--max-concurrency", "4", "--base-url", "http://127.0.0.1:9")
+    proc = bench_in_process("--max-concurrency", "4", "--base-url", "http://127.0.0.1:9")
     assert proc.returncode == 2 and "--request-rate" in proc.stderr and "Traceback" not in proc.stderr
-    proc = run_benchmark("--sessions", "4", "--request-rate", "2", "--base-url", "http://127.0.0.1:9")
+    proc = bench_in_process("--sessions", "4", "--request-rate", "2", "--base-url", "http://127.0.0.1:9")
     assert proc.returncode == 2 and "exclude each other" in proc.stderr
 
 
@@ -147,7 +163,7 @@ def test_waits_that_cannot_finish_are_refused_when_parsed(args: list[str], messa
     """A non-finite or endless wait is refused with exit 2 before anything runs (it used to crash at the first
     checkpoint, or run for years with a wrong ETA)."""
     rate = [] if "--request-rate" in args else ["--request-rate", "1"]
-    proc = run_benchmark(*rate, *args, "--base-url", "http://127.0.0.1:9", timeout=60)
+    proc = bench_in_process(*rate, *args, "--base-url", "http://127.0.0.1:9")
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert "cannot reach the server" not in proc.stderr  # refused before any connection
 
@@ -168,10 +184,25 @@ def test_open_loop_replays_conversation_datasets_like_the_closed_loop(tmp_path: 
     out = tmp_path / "speed.json"
     dataset = REPO_ROOT / "tests" / "data" / "speed-bench.jsonl"  # conversations of 1, 2, 3, 1 user turns
     with running(FAST_SERVER) as url:
-        proc = run_benchmark(
-            "--base-url", url, "--request-rate", "inf", "--num-sessions", "4", "--turns-per-session", "3",
-            "--dataset", str(dataset), "--max-tokens", "4", "--warmup", "0", "--output", str(out), "--record-requests",
-        )  # fmt: skip
+        proc = bench_in_process(
+            "--base-url",
+            url,
+            "--request-rate",
+            "inf",
+            "--num-sessions",
+            "4",
+            "--turns-per-session",
+            "3",
+            "--dataset",
+            str(dataset),
+            "--max-tokens",
+            "4",
+            "--warmup",
+            "0",
+            "--output",
+            str(out),
+            "--record-requests",
+        )
     assert proc.returncode == 0, proc.stderr
     level = load_result(out).results[0]
     assert level.request_records is not None and level.completed == 12

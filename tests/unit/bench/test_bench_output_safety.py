@@ -8,11 +8,12 @@ import errno
 import json
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from bench_helpers import run_benchmark
+from bench_helpers import bench_in_process
 from kimi_dflash.bench import cli as bench_cli
 from kimi_dflash.bench import output_file
 from kimi_dflash.bench.result import load_result
@@ -24,7 +25,14 @@ SMALL = ["--turns-per-session", "1", "--max-tokens", "4"]
 
 
 def _bench(url: str, out: Path | str, *extra: str) -> object:
-    return run_benchmark("--base-url", url, "--output", str(out), *SMALL, *extra, timeout=120)
+    return bench_in_process("--base-url", url, "--output", str(out), *SMALL, *extra)
+
+
+@pytest.fixture(scope="module")
+def fast_url() -> Iterator[str]:
+    """One plain synthetic server for the tests that never read its counters."""
+    with running(FAST) as url:
+        yield url
 
 
 def test_a_rerun_that_fails_before_measuring_keeps_the_earlier_result(tmp_path: Path) -> None:
@@ -43,11 +51,10 @@ def test_a_rerun_that_fails_before_measuring_keeps_the_earlier_result(tmp_path: 
     assert "Traceback" not in failed.stderr
 
 
-def test_a_rerun_that_measures_moves_the_earlier_result_aside(tmp_path: Path) -> None:
+def test_a_rerun_that_measures_moves_the_earlier_result_aside(tmp_path: Path, fast_url: str) -> None:
     out = tmp_path / "result.json"
-    with running(FAST) as url:
-        assert _bench(url, out, "--sessions", "1", "--warmup", "0", "--label", "old").returncode == 0
-        second = _bench(url, out, "--sessions", "1", "--warmup", "0", "--label", "new")
+    assert _bench(fast_url, out, "--sessions", "1", "--warmup", "0", "--label", "old").returncode == 0
+    second = _bench(fast_url, out, "--sessions", "1", "--warmup", "0", "--label", "new")
     assert second.returncode == 0, second.stderr
     assert load_result(out).run.label == "new"
     assert load_result(tmp_path / "result.previous.json").run.label == "old"
@@ -79,9 +86,8 @@ def test_disk_full_keeps_the_last_complete_level_and_says_so(
     assert "1 level(s) measured since are only in the output above" in err
 
 
-def test_dev_null_is_never_replaced(tmp_path: Path) -> None:
-    with running(FAST) as url:
-        proc = _bench(url, os.devnull, "--sessions", "1", "--warmup", "0")
+def test_dev_null_is_never_replaced(fast_url: str) -> None:
+    proc = _bench(fast_url, os.devnull, "--sessions", "1", "--warmup", "0")
     assert proc.returncode == 0, proc.stderr
     assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
     assert "result written to" not in proc.stderr
@@ -118,7 +124,9 @@ def _plant(directory: Path, name: str, victim: Path) -> Path:
 
 
 @pytest.mark.parametrize("name", ["result.json", "result.json.partial", "result.previous.json", "result.levels.csv"])
-def test_a_symlink_at_any_output_path_is_refused_and_its_target_untouched(tmp_path: Path, name: str) -> None:
+def test_a_symlink_at_any_output_path_is_refused_and_its_target_untouched(
+    tmp_path: Path, name: str, fast_url: str
+) -> None:
     shared, elsewhere = tmp_path / "shared", tmp_path / "elsewhere"
     shared.mkdir()
     elsewhere.mkdir()
@@ -126,8 +134,7 @@ def test_a_symlink_at_any_output_path_is_refused_and_its_target_untouched(tmp_pa
     victim.write_text("precious\n")
     before = victim.stat()
     link = _plant(shared, name, victim)
-    with running(FAST) as url:
-        proc = _bench(url, shared / "result.json", "--sessions", "1", "--warmup", "0", "--csv")
+    proc = _bench(fast_url, shared / "result.json", "--sessions", "1", "--warmup", "0", "--csv")
     assert proc.returncode == 2, proc.stderr
     assert f"{link} is a symbolic link (to {victim})" in proc.stderr and "Traceback" not in proc.stderr
     assert victim.read_text() == "precious\n" and victim.stat().st_mtime_ns == before.st_mtime_ns

@@ -5,15 +5,30 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench_helpers import run_benchmark, run_compare
+from bench_helpers import bench_in_process, compare_in_process
 from synthetic_server import running
 
 
 def _run(url: str, out: Path, label: str, *extra: str) -> None:
-    proc = run_benchmark(
-        "--base-url", url, "--sessions", "2", "--turns-per-session", "3", "--max-tokens", "8", "--warmup", "0",
-        "--label", label, "--output", str(out), "--progress-interval", "0", *extra,
-    )  # fmt: skip
+    proc = bench_in_process(
+        "--base-url",
+        url,
+        "--sessions",
+        "2",
+        "--turns-per-session",
+        "3",
+        "--max-tokens",
+        "8",
+        "--warmup",
+        "0",
+        "--label",
+        label,
+        "--output",
+        str(out),
+        "--progress-interval",
+        "0",
+        *extra,
+    )
     assert proc.returncode == 0, proc.stderr
 
 
@@ -22,7 +37,7 @@ def test_compare_counts_identical_and_differing_replies(tmp_path: Path) -> None:
     with running(["--ttft-ms", "5", "--chunk-interval-ms", "1"]) as url:  # deterministic replies
         _run(url, a, "base")
         _run(url, b, "cand")
-    report = run_compare(str(a), str(b))
+    report = compare_in_process(str(a), str(b))
     assert report.returncode == 0, report.stderr
     assert "all 6 served replies were identical" in report.stdout
 
@@ -31,7 +46,7 @@ def test_compare_counts_identical_and_differing_replies(tmp_path: Path) -> None:
     assert sorted(hashes) == [f"0/{s}/{k}" for s in range(2) for k in range(3)]
     hashes["0/1/2"] = "0" * 64
     c.write_text(json.dumps(document))
-    report = run_compare(str(a), str(c))
+    report = compare_in_process(str(a), str(c))
     assert "**1 of 6 replies differed**" in report.stdout and "| 2 | 6 | 5 (83.3 %) | 0/1/2 |" in report.stdout
 
 
@@ -40,7 +55,7 @@ def test_sampled_runs_are_not_compared(tmp_path: Path) -> None:
     with running(["--ttft-ms", "5", "--chunk-interval-ms", "1"]) as url:
         _run(url, a, "base", "--temperature", "0.7")
         _run(url, b, "cand", "--temperature", "0.7")
-    report = run_compare(str(a), str(b))
+    report = compare_in_process(str(a), str(b))
     assert report.returncode == 0 and "only under greedy decoding" in report.stdout
 
 
@@ -50,11 +65,25 @@ def test_open_loop_runs_are_matched_by_rate(tmp_path: Path) -> None:
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     with running(["--ttft-ms", "5", "--chunk-interval-ms", "1"]) as url:
         for out, label in ((a, "base"), (b, "cand")):
-            proc = run_benchmark(
-                "--base-url", url, "--request-rate", "inf,50", "--num-sessions", "2", "--turns-per-session", "2",
-                "--max-tokens", "8", "--warmup", "0", "--label", label, "--output", str(out),
-            )  # fmt: skip
+            proc = bench_in_process(
+                "--base-url",
+                url,
+                "--request-rate",
+                "inf,50",
+                "--num-sessions",
+                "2",
+                "--turns-per-session",
+                "2",
+                "--max-tokens",
+                "8",
+                "--warmup",
+                "0",
+                "--label",
+                label,
+                "--output",
+                str(out),
+            )
             assert proc.returncode == 0, proc.stderr
-    report = run_compare(str(a), str(b))
+    report = compare_in_process(str(a), str(b))
     assert report.returncode == 0, report.stderr
     assert "all 8 served replies were identical" in report.stdout

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench_helpers import run_benchmark
+from bench_helpers import bench_in_process, run_benchmark
 from kimi_dflash.bench import request_shaping
 from kimi_dflash.bench.client import Endpoint, request_payload
 from kimi_dflash.bench.report import redact_argv
@@ -81,16 +81,30 @@ def test_a_credential_header_authenticates_and_is_never_stored_or_printed(tmp_pa
 def test_completions_endpoint_sends_each_turn_as_a_prompt(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     with running(["--ttft-ms", "5", "--chunk-interval-ms", "2"]) as url:
-        proc = run_benchmark(
-            "--base-url", url, "--sessions", "2", "--turns-per-session", "2", "--max-tokens", "6", "--warmup", "0",
-            "--endpoint", "completions", "--output", str(out), "--progress-interval", "0",
-        )  # fmt: skip
+        proc = bench_in_process(
+            "--base-url",
+            url,
+            "--sessions",
+            "2",
+            "--turns-per-session",
+            "2",
+            "--max-tokens",
+            "6",
+            "--warmup",
+            "0",
+            "--endpoint",
+            "completions",
+            "--output",
+            str(out),
+            "--progress-interval",
+            "0",
+        )
     assert proc.returncode == 0, proc.stderr
     document = json.loads(out.read_text())
     assert document["settings"]["endpoint"] == "completions" and document["settings"]["independent_turns"] is True
     assert document["results"][0]["completed"] == 4 and document["results"][0]["output_tokens"] == 24
     with running(["--ttft-ms", "5"]) as url:
-        bad = run_benchmark("--base-url", url, "--endpoint", "completions", "--system-prompt", "x")
+        bad = bench_in_process("--base-url", url, "--endpoint", "completions", "--system-prompt", "x")
     assert bad.returncode == 2 and "--endpoint chat" in bad.stderr
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bench_helpers import interpret_stream, run_benchmark
+from bench_helpers import bench_in_process, interpret_stream
 from kimi_dflash.bench import spec_request
 from kimi_dflash.bench.records import RequestRecord
 from kimi_dflash.bench.response import interpret_body
@@ -151,10 +151,23 @@ def test_per_request_sums_equal_the_servers_counter_deltas(tmp_path: Path, strea
     args += ["--spec-tokens", "3", "--per-request-spec-metrics", "detailed"]
     out = tmp_path / "r.json"
     with running(args) as url:
-        proc = run_benchmark(
-            "--base-url", url, "--sessions", "2,3", "--turns-per-session", "3", "--max-tokens", "17",
-            "--warmup", "2", "--output", str(out), "--progress-interval", "0", *([] if stream else ["--no-stream"]),
-        )  # fmt: skip
+        proc = bench_in_process(
+            "--base-url",
+            url,
+            "--sessions",
+            "2,3",
+            "--turns-per-session",
+            "3",
+            "--max-tokens",
+            "17",
+            "--warmup",
+            "2",
+            "--output",
+            str(out),
+            "--progress-interval",
+            "0",
+            *([] if stream else ["--no-stream"]),
+        )
     assert proc.returncode == 0, proc.stderr
     result = load_result(out)
     for level in result.results:
@@ -166,10 +179,22 @@ def test_per_request_sums_equal_the_servers_counter_deltas(tmp_path: Path, strea
 def test_without_per_request_metrics_the_block_is_absent(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     with running(["--ttft-ms", "5", "--chunk-interval-ms", "2", "--chunk-tokens", "2", "--spec-tokens", "2"]) as url:
-        proc = run_benchmark(
-            "--base-url", url, "--sessions", "2", "--turns-per-session", "2", "--max-tokens", "8", "--warmup", "0",
-            "--output", str(out), "--progress-interval", "0",
-        )  # fmt: skip
+        proc = bench_in_process(
+            "--base-url",
+            url,
+            "--sessions",
+            "2",
+            "--turns-per-session",
+            "2",
+            "--max-tokens",
+            "8",
+            "--warmup",
+            "0",
+            "--output",
+            str(out),
+            "--progress-interval",
+            "0",
+        )
     assert proc.returncode == 0, proc.stderr
     document = json.loads(out.read_text())
     assert "spec_per_request" not in document["results"][0]

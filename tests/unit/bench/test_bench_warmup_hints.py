@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench_helpers import run_benchmark
+from bench_helpers import bench_in_process
 from kimi_dflash.bench import client, failure_hints
 from kimi_dflash.bench.response import Reply
 from synthetic_server import running
@@ -54,8 +54,20 @@ def failures_hint(failures: dict[str, int], examples: dict[str, str]) -> str:
 
 def test_a_failed_warmup_against_a_real_server_names_the_server_not_the_model(tmp_path: Path) -> None:
     with running([*FAST, "--faults", "http_500"]) as url:
-        proc = run_benchmark("--base-url", url, "--output", str(tmp_path / "o.json"), "--sessions", "1",
-                             "--warmup", "2", "--turns-per-session", "1", "--max-tokens", "4", timeout=60)  # fmt: skip
+        proc = bench_in_process(
+            "--base-url",
+            url,
+            "--output",
+            str(tmp_path / "o.json"),
+            "--sessions",
+            "1",
+            "--warmup",
+            "2",
+            "--turns-per-session",
+            "1",
+            "--max-tokens",
+            "4",
+        )
     assert proc.returncode == 2
     assert "the server failed while answering: read the server log" in proc.stderr
     assert "check --model" not in proc.stderr and "Traceback" not in proc.stderr
@@ -64,18 +76,21 @@ def test_a_failed_warmup_against_a_real_server_names_the_server_not_the_model(tm
 def test_a_dataset_text_that_cannot_be_sent_is_refused_when_read(tmp_path: Path) -> None:
     dataset = tmp_path / "lone.jsonl"
     dataset.write_text('{"prompt": "fine"}\n{"prompt": "half a pair \\ud800 here"}\n', encoding="utf-8")
-    proc = run_benchmark("--base-url", "http://127.0.0.1:9", "--dataset", str(dataset), "--output",
-                         str(tmp_path / "o.json"), timeout=60)  # fmt: skip
+    proc = bench_in_process(
+        "--base-url", "http://127.0.0.1:9", "--dataset", str(dataset), "--output", str(tmp_path / "o.json")
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert f"dataset {dataset}: prompt line-2 holds a lone surrogate (U+D800)" in proc.stderr
 
 
 def test_command_line_text_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
-    proc = run_benchmark("--base-url", "http://127.0.0.1:9", "--system-prompt", "caf\udce9",
-                         "--output", str(tmp_path / "o.json"), timeout=60)  # fmt: skip
+    proc = bench_in_process(
+        "--base-url", "http://127.0.0.1:9", "--system-prompt", "caf\udce9", "--output", str(tmp_path / "o.json")
+    )
     assert proc.returncode == 2 and "--system-prompt holds bytes that are not UTF-8" in proc.stderr
-    proc = run_benchmark("--base-url", "http://127.0.0.1:9", "--extra-body", '{"x": "\\ud800"}',
-                         "--output", str(tmp_path / "o.json"), timeout=60)  # fmt: skip
+    proc = bench_in_process(
+        "--base-url", "http://127.0.0.1:9", "--extra-body", '{"x": "\\ud800"}', "--output", str(tmp_path / "o.json")
+    )
     assert proc.returncode == 2 and "--extra-body: holds a lone surrogate" in proc.stderr
 
 

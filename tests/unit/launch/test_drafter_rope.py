@@ -27,7 +27,7 @@ from kimi_dflash.patcher.floor import package_dir
 from kimi_dflash.rules.rope_amplitude import decide
 from kimi_dflash.rules.source import VllmSource
 from repo_paths import CONFIGS_DIR
-from serve_helpers import run_serve
+from serve_helpers import run_serve, serve_in_process
 
 INSTALLED = package_dir()
 ZLAB = json.loads(resources.files("kimi_dflash").joinpath("data/checkpoints/kimi-k2.5-dflash.json").read_text())
@@ -255,11 +255,11 @@ def test_a_hostile_drafter_config_gives_one_line_not_a_traceback(tmp_path: Path,
     """Issue 31 D3, `--dry-run` included: a rope not understood is never rewritten, and said so."""
     original = drafter(tmp_path, {**ZLAB, **hostile})
     env = {"DRAFT_MODEL_DIR": str(original), "KIMI_DFLASH_CACHE": str(tmp_path / "cache")}
-    result = run_serve(str(CONFIGS_DIR / "production.env"), "--dry-run", env=env)
+    result = serve_in_process(str(CONFIGS_DIR / "production.env"), "--dry-run", env=env)
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
     if "rope_scaling" in hostile and "architectures" not in hostile:
         assert "not understood, never rewritten; served as configured" in result.stderr
-    check = run_serve(str(CONFIGS_DIR / "production.env"), "--check-vllm", str(INSTALLED), env=env)
+    check = serve_in_process(str(CONFIGS_DIR / "production.env"), "--check-vllm", str(INSTALLED), env=env)
     assert check.returncode in (0, 2) and "Traceback" not in check.stderr + check.stdout, check.stderr
 
 
@@ -282,6 +282,6 @@ def test_a_config_the_guarded_reader_refuses_is_said_not_skipped_silently(tmp_pa
     original = drafter(tmp_path)
     (original / "config.json").write_text('{"architectures": ["DFlashDraftModel"], ')
     env = {"DRAFT_MODEL_DIR": str(original), "KIMI_DFLASH_CACHE": str(tmp_path / "cache")}
-    result = run_serve(str(CONFIGS_DIR / "production.env"), "--dry-run", env=env)
+    result = serve_in_process(str(CONFIGS_DIR / "production.env"), "--dry-run", env=env)
     assert result.returncode == 0, result.stderr
     assert "drafter RoPE: drafter config.json" in result.stderr and "not understood, never rewritten" in result.stderr

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from bench_helpers import run_benchmark
+from bench_helpers import bench_in_process
 from extras import needs_cpu_extra
 from repo_paths import CONFIGS_DIR, REPO_ROOT
-from serve_helpers import run_serve
+from serve_helpers import run_serve, serve_in_process
 
 
 def _clean(result: subprocess.CompletedProcess[str]) -> str:
@@ -28,7 +28,7 @@ def _clean(result: subprocess.CompletedProcess[str]) -> str:
 def test_symlink_loop_config(tmp_path: Path) -> None:
     loop = tmp_path / "loop.env"
     loop.symlink_to(loop)
-    result = run_serve(str(loop), "--dry-run")
+    result = serve_in_process(str(loop), "--dry-run")
     assert result.returncode == 2 and "symlink" in _clean(result)
 
 
@@ -53,7 +53,7 @@ def test_non_regular_or_huge_config_is_refused_before_reading(tmp_path: Path, ki
 def test_empty_or_truncated_wheel_for_check_vllm(tmp_path: Path, content: bytes) -> None:
     wheel = tmp_path / "vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl"
     wheel.write_bytes(content)
-    result = run_serve(str(CONFIGS_DIR / "demo-cpu.env"), "--check-vllm", str(wheel))
+    result = serve_in_process(str(CONFIGS_DIR / "demo-cpu.env"), "--check-vllm", str(wheel))
     assert result.returncode == 2 and "is not a readable wheel" in _clean(result)
 
 
@@ -67,8 +67,9 @@ def test_log_pointing_at_a_directory(tmp_path: Path) -> None:
 @pytest.mark.parametrize("flag", ["--temperature", "--timeout"])
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
 def test_non_finite_numbers_are_refused(tmp_path: Path, flag: str, value: str) -> None:
-    result = run_benchmark("--base-url", "http://127.0.0.1:9", "--output", str(tmp_path / "r.json"),
-                           f"{flag}={value}", timeout=60)  # fmt: skip
+    result = bench_in_process(
+        "--base-url", "http://127.0.0.1:9", "--output", str(tmp_path / "r.json"), f"{flag}={value}"
+    )
     assert result.returncode == 2 and "finite" in _clean(result)
 
 

@@ -12,7 +12,7 @@ from kimi_dflash.config.validate import load_config
 from kimi_dflash.plan import OPTION_KEYS, build_plan
 from kimi_dflash.rules.deployment import parse_serve_command
 from repo_paths import CONFIGS_DIR
-from serve_helpers import run_serve, write
+from serve_helpers import run_serve, serve_in_process, write
 
 
 def plan_for(name: str, environ: dict[str, str] | None = None):
@@ -189,7 +189,7 @@ def test_rendered_plan_round_trips_through_a_shell_parser() -> None:
 
 @pytest.mark.parametrize("name", ["production.env", "baseline.env", "production-fp8kv.env"])
 def test_serve_dry_run_prints_plan_and_touches_nothing(name: str, tmp_path: Path) -> None:
-    result = run_serve(str(CONFIGS_DIR / name), "--dry-run", env={"KIMI_DFLASH_CACHE": str(tmp_path / "cache")})
+    result = serve_in_process(str(CONFIGS_DIR / name), "--dry-run", env={"KIMI_DFLASH_CACHE": str(tmp_path / "cache")})
     assert result.returncode == 0, result.stderr
     assert "--served-model-name" in result.stdout and "\n  --port 8262" in result.stdout
     assert not (tmp_path / "cache").exists()

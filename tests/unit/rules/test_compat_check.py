@@ -12,7 +12,7 @@ from compat_fixtures import INSTALLED, INT4_KIMI, checkpoint, cpu_command, needs
 from kimi_dflash.rules.deployment import Deployment, parse_serve_command
 from kimi_dflash.rules.engine import judge
 from kimi_dflash.rules.source import VllmSource, VllmSourceError
-from serve_helpers import run_serve, write
+from serve_helpers import serve_in_process, write
 
 
 def test_a_repeated_option_takes_the_last_value_like_argparse() -> None:
@@ -64,7 +64,7 @@ def test_extra_vllm_args_cannot_smuggle_moe_backend_aiter_past_the_check(tmp_pat
         "ENABLE_AUTO_TOOL_CHOICE=false\nREASONING_PARSER=\n"
         "EXTRA_VLLM_ARGS=--moe-backend aiter\n",
     )
-    result = run_serve(str(config), "--check-vllm", str(INSTALLED), "--no-dry-engine")  # the static rules alone
+    result = serve_in_process(str(config), "--check-vllm", str(INSTALLED), "--no-dry-engine")  # the static rules alone
     assert result.returncode == 2, result.stdout + result.stderr
     assert "[FAIL] moe backend" in result.stdout
     assert "set EXTRA_VLLM_ARGS (sets --moe-backend) to auto" in result.stdout
@@ -76,7 +76,7 @@ def test_the_demo_configs_start_on_the_installed_build() -> None:
     from repo_paths import CONFIGS_DIR
 
     for name in ("demo-cpu.env", "demo-cpu-baseline.env"):
-        result = run_serve(str(CONFIGS_DIR / name), "--check-vllm", str(INSTALLED), "--no-dry-engine")
+        result = serve_in_process(str(CONFIGS_DIR / name), "--check-vllm", str(INSTALLED), "--no-dry-engine")
         assert result.returncode == 0, result.stdout + result.stderr
         assert "read from source, nothing started" in result.stdout
 
@@ -86,7 +86,7 @@ def test_a_directory_that_is_not_vllm_is_a_clear_error(tmp_path: Path) -> None:
         VllmSource.open(tmp_path)
     from repo_paths import CONFIGS_DIR
 
-    result = run_serve(str(CONFIGS_DIR / "production.env"), "--check-vllm", str(tmp_path))
+    result = serve_in_process(str(CONFIGS_DIR / "production.env"), "--check-vllm", str(tmp_path))
     assert result.returncode == 2 and "is not a vLLM package" in result.stderr and "Traceback" not in result.stderr
 
 
@@ -97,7 +97,7 @@ def test_check_vllm_names_the_drafter_amplitude_and_the_fix_on_production() -> N
     names it."""
     from repo_paths import CONFIGS_DIR
 
-    result = run_serve(str(CONFIGS_DIR / "production.env"), "--check-vllm", str(INSTALLED), "--no-dry-engine")
+    result = serve_in_process(str(CONFIGS_DIR / "production.env"), "--check-vllm", str(INSTALLED), "--no-dry-engine")
     assert result.returncode == 0, result.stdout + result.stderr
     [line] = [x for x in result.stdout.splitlines() if "drafter rope amplitude" in x]
     assert "[PASS]" in line and "RoPE amplitude 1.0 (" in line and "measured with 1.4159" in line

@@ -19,6 +19,7 @@ from kimi_dflash.launch import cli
 from kimi_dflash.patcher.floor import package_dir
 from kimi_dflash.preflight import runtime_probe
 from kimi_dflash.rules import engine
+from kimi_dflash.rules import source as source_module
 from kimi_dflash.rules.deployment import Deployment
 from kimi_dflash.rules.model import Rule
 from kimi_dflash.rules.source import VllmSource
@@ -53,6 +54,7 @@ def counts(monkeypatch: pytest.MonkeyPatch, tmp_path) -> Iterator[Counts]:
         "plugins": [],
     }
     monkeypatch.setattr(runtime_probe, "_run_child", lambda python, timeout, env, imports: child)
+    monkeypatch.setattr(source_module, "_PARSED", {})  # nothing parsed yet in this process
 
     def counted(cls: type, field: str) -> None:
         init = cls.__init__

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from kimi_dflash.patcher.floor import package_dir
+from kimi_dflash.rules import source as source_module
 from kimi_dflash.rules.features import INTRODUCED_IN, parse_feature, probe_features
 from kimi_dflash.rules.source import VllmSource
 
@@ -191,6 +192,7 @@ def test_threads_sharing_one_source_parse_one_at_a_time_and_each_file_once(tmp_p
                 inside[0] -= 1
 
     monkeypatch.setattr(ast, "parse", watched_parse)
+    monkeypatch.setattr(source_module, "_PARSED", {})  # these texts may have been parsed by an earlier test
     relpaths = sorted(MINI_VLLM) * 3
     with ThreadPoolExecutor(max_workers=6) as pool:
         trees = list(pool.map(source.tree, relpaths))
