@@ -177,7 +177,7 @@ class Settings:
         parse=parse_slo,
         metavar="SPEC",
     )
-    percentiles: list[float] | None = analysis_option(
+    percentiles: tuple[float, ...] | None = analysis_option(
         "percentiles to report for TTFT, TPOT, E2EL, per-user tok/s and chunk gaps, e.g. 50,90,99,99.9 (stored under "
         "each distribution's 'percentiles'; the fixed p50/p90/p95/p99 stay)",
         record="--percentiles",
@@ -249,9 +249,7 @@ class Settings:
             value, flag = getattr(self, f.name), options.flag_of(f, spec)
             for text in value if isinstance(value, list | tuple) and not spec.argv else (value,):
                 if isinstance(text, str) and (at := unencodable_at(text)) is not None:
-                    raise ValueError(
-                        f"{flag} holds bytes that are not UTF-8 (at character {at}); pass it as UTF-8 text"
-                    )
+                    raise ValueError(f"{flag} holds bytes that are not UTF-8 (at character {at}); pass UTF-8 text")
             if spec.group == OPEN_LOOP and not open_loop and value != spec.default:
                 raise ValueError(f"{flag} belongs to the open loop: add --request-rate (e.g. --request-rate 2)")
         if open_loop and self.sessions is not None:

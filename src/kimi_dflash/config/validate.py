@@ -34,9 +34,7 @@ class Config:
         return {key.name: getattr(self.typed, key.attribute) for key in KEYS}
 
     def with_values(self, source: str, **overrides: object) -> Config:
-        typed = dataclasses.replace(
-            self.typed, **{KEYS_BY_NAME[key].attribute: value for key, value in overrides.items()}
-        )
+        typed = dataclasses.replace(self.typed, **{KEYS_BY_NAME[k].attribute: v for k, v in overrides.items()})
         return Config(self.path, typed, {**self.sources, **dict.fromkeys(overrides, source)}, self.warnings)
 
     @property

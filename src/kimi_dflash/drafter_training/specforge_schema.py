@@ -114,9 +114,7 @@ def read_schema(location: Path) -> SpecForgeSchema:
     else:
         root = location.parent if location.name == "specforge" else location
         paths = [root / SCHEMA_MODULE, root / BUILTIN_CATALOG, *root.glob("specforge-*.dist-info/METADATA")]
-        files = {
-            path.relative_to(root).as_posix(): path.read_text(encoding="utf-8") for path in paths if path.is_file()
-        }
+        files = {p.relative_to(root).as_posix(): p.read_text(encoding="utf-8") for p in paths if p.is_file()}
         origin = str(root / SCHEMA_MODULE)
         missing = (
             f"{location}: no {SCHEMA_MODULE} there; point at SpecForge's site-packages (the setup phase installs it) "

@@ -323,12 +323,10 @@ def stop_detached(
         return StopOutcome(True, f"no server recorded in {pid_path}{extra}")
     if not ownership.is_ours(record):
         pid_path.unlink(missing_ok=True)
-        stopped = stop_orphans(record.port, say)
+        left = stop_orphans(record.port, say)
         ownership.remove_kmp_residue([record.pid])  # the recorded server died (e.g. SIGKILL): its residue
-        if stopped:
-            return StopOutcome(
-                True, f"server {record.pid} was not running; stopped {len(stopped)} leftover process(es)"
-            )
+        if left:
+            return StopOutcome(True, f"server {record.pid} was not running; stopped {len(left)} leftover process(es)")
         return StopOutcome(True, f"server {record.pid} was not running (stale pid file removed; nothing signalled)")
     members = ownership.family(record.token)
     # SIGTERM the API server first: vLLM then shuts its engine and workers down itself.

@@ -51,9 +51,8 @@ def run_preflight(request: PreflightRequest, probe: HostProbe | None = None) -> 
         except Exception as error:  # noqa: BLE001 - one broken check must not hide the others
             outcome = _crashed(name, error)
         # A result is named by its check unless it names itself (accelerators: also the arch and torch lines).
-        results += [
-            r if r.name else replace(r, name=name) for r in (outcome if isinstance(outcome, list) else [outcome])
-        ]
+        named = outcome if isinstance(outcome, list) else [outcome]
+        results += [r if r.name else replace(r, name=name) for r in named]
     return results
 
 

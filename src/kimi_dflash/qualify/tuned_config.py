@@ -8,7 +8,7 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from textwrap import wrap
+from textwrap import TextWrapper
 
 from kimi_dflash.config.loader import display_path
 from kimi_dflash.config.schema import KEY
@@ -19,6 +19,8 @@ from kimi_dflash.qualify.amplitude import DOCUMENT as AMPLITUDE
 from kimi_dflash.qualify.context import Context
 from kimi_dflash.qualify.depths import DOCUMENT as SCHEDULE
 from kimi_dflash.qualify.documents import Amplitude, Schedule, Shootout, shown
+
+COMMENT = TextWrapper(116, initial_indent="# ", subsequent_indent="# ", break_long_words=False, break_on_hyphens=False)
 
 
 def check_target(target: Path, config: Path, candidates: Sequence[Path] = ()) -> None:
@@ -81,11 +83,11 @@ def _winner(ctx: Context) -> tuple[Context, str]:
 
 def write(ctx: Context, target: Path) -> str:
     """TUNED.env written whole (core/atomic_write.py); returns what to say."""
-    chosen_by, head = _winner(ctx)
-    config, here, out = chosen_by.config, target.resolve().parent, display_path(chosen_by.out)
+    won, head = _winner(ctx)
+    config, here, out = won.config, target.resolve().parent, display_path(won.out)
     # Relative, so a checkout moves whole; absolute when the two share no directory but the root.
     base = os.path.relpath(config, here) if os.path.commonpath([config, here]) != "/" else str(config)
-    why_not = {s.name: s.reason or "see the report's steps" for s in chosen_by.plan.steps}
+    why_not = {s.name: s.reason or "see the report's steps" for s in won.plan.steps}
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     chosen = [
         (
@@ -93,17 +95,12 @@ def write(ctx: Context, target: Path) -> str:
             "box is set here; EXTENDS brings in the rest of the config.",
             [f"EXTENDS={base}"],
         ),
-        amplitude_lines(Amplitude.load_or_none(chosen_by.out / AMPLITUDE), out, why_not["amplitude"]),
-        schedule_lines(
-            Schedule.load_or_none(chosen_by.out / SCHEDULE), out, chosen_by.plan.spec_tokens, why_not["schedule"]
-        ),
+        amplitude_lines(Amplitude.load_or_none(won.out / AMPLITUDE), out, why_not["amplitude"]),
+        schedule_lines(Schedule.load_or_none(won.out / SCHEDULE), out, won.plan.spec_tokens, why_not["schedule"]),
     ]
     lines: list[str] = []
     for why, keys in chosen:  # a path in a comment stays whole
-        comment = wrap(
-            why, 116, initial_indent="# ", subsequent_indent="# ", break_long_words=False, break_on_hyphens=False
-        )
-        lines += ["", *comment, *keys]
+        lines += ["", *COMMENT.wrap(why), *keys]
     write_text_atomic(target, "\n".join(lines[1:]) + "\n")
     values = [key for _, keys in chosen[1:] for key in keys]
     return f"qualify: wrote {target} (EXTENDS {base}): {', '.join(values) or 'nothing chosen (its comments say why)'}"
