@@ -1,5 +1,6 @@
 """Fixtures for tests/unit and tests/integration: the real vLLM CPU servers (server_fixtures.py)."""
 
+import ast
 import sys
 from pathlib import Path
 
@@ -31,12 +32,37 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     ]
     if unmarked:
         raise pytest.UsageError(f"tests/integration tests without a server, slow or realtime marker: {unmarked}")
-    # The full command's second phase hands out work units in this order (xdist's loadgroup with
-    # --no-loadscope-reorder): a unit is a module, except that every module using the session's demo servers is one
-    # unit, so those two servers start on one worker instead of on each. That unit first, then the other modules that
-    # start vLLM servers (the longest start early), then the short wheel-reading ones to fill the end. A stable sort.
-    demo = {item.path for item in items if SESSION_SERVERS & set(item.fixturenames)}
+    # The full command's second phase hands out work units in this order (--no-loadscope-reorder): the one holding the
+    # modules that use the session's demo servers first (see the scheduler below), then the other modules that start
+    # vLLM servers (the longest start early), then the short wheel-reading ones to fill the end. A stable sort.
     starts_servers = {item.path for item in items if item.get_closest_marker("server")}
-    items.sort(key=lambda item: (item.path not in demo, item.path not in starts_servers))
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group("demo-servers" if item.path in demo else str(item.path)))
+    items.sort(key=lambda item: (item.path not in DEMO_MODULES, item.path not in starts_servers))
+
+
+def _uses_the_session_servers(module: Path) -> bool:
+    """A test or fixture of MODULE takes the session's demo or baseline server (read, not imported: the xdist
+    controller, which schedules, collects nothing)."""
+    tree = ast.parse(module.read_text(encoding="utf-8"))
+    functions = (node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef))
+    return any(SESSION_SERVERS & {arg.arg for arg in function.args.args} for function in functions)
+
+
+DEMO_MODULES = {module for module in sorted(INTEGRATION.glob("test_*.py")) if _uses_the_session_servers(module)}
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """--dist loadfile, except that the modules using the session's demo servers are one unit: one worker starts
+    those two servers instead of each (xdist's loadgroup would say it with marks, but its worker hook that reads them
+    does not run under pytest 9.2: every test became its own unit)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    demo = {str(module.relative_to(config.rootpath)) for module in DEMO_MODULES}
+
+    class DemoServersTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return "the session's demo servers" if scope in demo else scope
+
+    return DemoServersTogether(config, log)  # type: ignore[arg-type]
