@@ -11,7 +11,6 @@ a list of problems otherwise. Needs the CPU build of vLLM; takes 20-60 s (vLLM's
 from __future__ import annotations
 
 import contextlib
-import socket
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,14 +21,9 @@ from typing import Any
 import kimi_dflash.vllm_entry  # noqa: F401  isort: skip
 
 from kimi_dflash.core.options import declare, option, run
+from kimi_dflash.launch.serve_sh import free_port
 
 SHARED_WITH_TARGET = ("model.embed_tokens.weight", "lm_head.weight", "model.mask_embedding")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @contextlib.contextmanager

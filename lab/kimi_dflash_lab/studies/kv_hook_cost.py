@@ -32,7 +32,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -43,6 +42,7 @@ from pathlib import Path
 
 from kimi_dflash.core.envvars import HF_HUB_OFFLINE, KV_EMULATE_FP8
 from kimi_dflash.core.options import declare, option
+from kimi_dflash.launch.serve_sh import free_port
 
 EMULATE_FP8 = {KV_EMULATE_FP8: "e4m3fn"}  # not a config key: a CPU test aid, set on vLLM's processes directly
 # Per mode: (config keys over SERVER_CONFIG, variables for vLLM's processes).
@@ -77,12 +77,6 @@ READY_TIMEOUT_S=600
 # HF_HUB_OFFLINE: a local fabricated model never needs the hub.
 SERVER_ENV = {"OMP_NUM_THREADS": "1", HF_HUB_OFFLINE: "1"}
 PROMPT = "Explain in detail how a key-value cache speeds up autoregressive decoding in transformers."
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def timed_completion(port: int, model: str, max_tokens: int, server_pid: int) -> tuple[float, float]:
