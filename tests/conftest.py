@@ -1,6 +1,7 @@
 """Fixtures for tests/unit and tests/integration: the real vLLM CPU servers (server_fixtures.py)."""
 
 import ast
+import functools
 import sys
 from pathlib import Path
 
@@ -36,7 +37,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # modules that use the session's demo servers first (see the scheduler below), then the other modules that start
     # vLLM servers (the longest start early), then the short wheel-reading ones to fill the end. A stable sort.
     starts_servers = {item.path for item in items if item.get_closest_marker("server")}
-    items.sort(key=lambda item: (item.path not in DEMO_MODULES, item.path not in starts_servers))
+    demo = demo_modules() if any(INTEGRATION in item.path.parents for item in items) else frozenset()
+    items.sort(key=lambda item: (item.path not in demo, item.path not in starts_servers))
 
 
 def _uses_the_session_servers(module: Path) -> bool:
@@ -47,7 +49,10 @@ def _uses_the_session_servers(module: Path) -> bool:
     return any(SESSION_SERVERS & {arg.arg for arg in function.args.args} for function in functions)
 
 
-DEMO_MODULES = {module for module in sorted(INTEGRATION.glob("test_*.py")) if _uses_the_session_servers(module)}
+@functools.cache
+def demo_modules() -> frozenset[Path]:
+    """The integration modules that use the session's servers (read once, when a run collects integration tests)."""
+    return frozenset(module for module in INTEGRATION.glob("test_*.py") if _uses_the_session_servers(module))
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
@@ -58,7 +63,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
         return None
     from xdist.scheduler import LoadFileScheduling
 
-    demo = {str(module.relative_to(config.rootpath)) for module in DEMO_MODULES}
+    demo = {str(module.relative_to(config.rootpath)) for module in demo_modules()}
 
     class DemoServersTogether(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
