@@ -21,7 +21,8 @@ _MAX_ALIAS_DEPTH = 8  # Literal[A, B] where A = Literal[...], possibly imported
 # at once fail with "SystemError: AST constructor recursion depth mismatch" (CPython gh-106905; the dry-engine table
 # judges plans from threads sharing one VllmSource, and CI hit it).
 _PARSE_LOCK = threading.Lock()
-_PARSED: dict[tuple[str, str], ast.Module | None] = {}  # (relpath, text) -> its tree (None: unparsable)
+# (relpath, text) -> tree (None: unparsable) for installed packages; a wheel's trees go with its object (the matrix)
+_PARSED: dict[tuple[str, str], ast.Module | None] = {}
 
 
 @dataclass(frozen=True)
@@ -40,8 +41,8 @@ class VllmSourceError(ValueError):
 class VllmSource:
     """A read-only vLLM source tree. Paths are relative to the distribution root: "vllm/envs.py"."""
 
-    def __init__(self, origin: str, files: dict[str, object], read: Reader) -> None:
-        self.origin = origin
+    def __init__(self, origin: str, files: dict[str, object], read: Reader, parsed: dict | None = None) -> None:
+        self.origin, self._parsed = origin, {} if parsed is None else parsed
         self._files = files
         self._read = read
         self._texts: dict[str, str | None] = {}
@@ -54,7 +55,8 @@ class VllmSource:
         for folder, _, names in os.walk(package_dir):  # as rglob: links to directories not followed; 2x faster
             prefix = os.path.relpath(folder, root).replace(os.sep, "/")
             files.update({f"{prefix}/{name}": os.path.join(folder, name) for name in names if name.endswith(".py")})
-        return cls(str(package_dir), files, lambda path: Path(str(path)).read_text(encoding="utf-8", errors="replace"))
+        read: Reader = lambda path: Path(str(path)).read_text(encoding="utf-8", errors="replace")  # noqa: E731
+        return cls(str(package_dir), files, read, _PARSED)
 
     @classmethod
     def from_wheel(cls, wheel: Path) -> VllmSource:
@@ -112,12 +114,12 @@ class VllmSource:
         with _PARSE_LOCK:
             if relpath not in self._trees:
                 text = self.text(relpath)
-                if text is not None and (relpath, text) not in _PARSED:
+                if text is not None and (relpath, text) not in self._parsed:
                     try:
-                        _PARSED[relpath, text] = ast.parse(text, filename=relpath)
+                        self._parsed[relpath, text] = ast.parse(text, filename=relpath)
                     except SyntaxError:  # written for a newer Python than this one: treated as not found
-                        _PARSED[relpath, text] = None
-                self._trees[relpath] = None if text is None else _PARSED[relpath, text]
+                        self._parsed[relpath, text] = None
+                self._trees[relpath] = None if text is None else self._parsed[relpath, text]
             return self._trees[relpath]
 
     def find_module(self, definition: str, under: str = "vllm/") -> str | None:

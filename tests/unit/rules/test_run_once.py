@@ -54,7 +54,7 @@ def counts(monkeypatch: pytest.MonkeyPatch, tmp_path) -> Iterator[Counts]:
         "plugins": [],
     }
     monkeypatch.setattr(runtime_probe, "_run_child", lambda python, timeout, env, imports: child)
-    monkeypatch.setattr(source_module, "_PARSED", {})  # nothing parsed yet in this process
+    source_module._PARSED.clear()  # nothing parsed yet in this process (a cache: emptied, not swapped)
 
     def counted(cls: type, field: str) -> None:
         init = cls.__init__

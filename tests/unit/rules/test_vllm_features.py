@@ -192,7 +192,7 @@ def test_threads_sharing_one_source_parse_one_at_a_time_and_each_file_once(tmp_p
                 inside[0] -= 1
 
     monkeypatch.setattr(ast, "parse", watched_parse)
-    monkeypatch.setattr(source_module, "_PARSED", {})  # these texts may have been parsed by an earlier test
+    source_module._PARSED.clear()  # these texts may have been parsed by an earlier test (a cache: emptied, not swapped)
     relpaths = sorted(MINI_VLLM) * 3
     with ThreadPoolExecutor(max_workers=6) as pool:
         trees = list(pool.map(source.tree, relpaths))
