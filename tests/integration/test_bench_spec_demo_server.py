@@ -1,8 +1,9 @@
 """Per-request acceptance and reply identity on the real vLLM CPU demo (issue 21's server checks).
 
-1. DFlash demo with PER_REQUEST_SPEC_METRICS=detailed, a conversation fixture: Σ per-request accepted tokens,
-   verify steps and draft tokens over the measured window equal the /metrics counter deltas; per-category,
-   per-turn and per-prompt-length rows sum to the window total; a conversation's prompt grows turn over turn.
+1. DFlash demo with PER_REQUEST_SPEC_METRICS=detailed (the session's demo server), a conversation fixture:
+   Σ per-request accepted tokens, verify steps and draft tokens over the measured window equal the /metrics
+   counter deltas; per-category, per-turn and per-prompt-length rows sum to the window total; a conversation's
+   prompt grows turn over turn.
 2. The autoregressive demo (demo-cpu-baseline.env) on the same conversations at temperature 0: compare states
    that 100 % of the served replies are identical (sha256). The second is the session's baseline server (shared with
    the other modules that use it: tests/conftest.py sends them to one worker).
@@ -35,11 +36,10 @@ def _run(server, out: Path, label: str) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_per_request_sums_equal_metrics_and_dflash_replies_equal_the_baseline(  # type: ignore[no-untyped-def]
-    demo_server_factory, baseline_demo_server, tmp_path: Path
+    demo_server, baseline_demo_server, tmp_path: Path
 ) -> None:
-    dflash = demo_server_factory("demo-cpu.env", {"PER_REQUEST_SPEC_METRICS": "detailed"})
-    _run(dflash, tmp_path / "dflash.json", "dflash")
-    demo_server_factory.stop(dflash)
+    assert demo_server.env["PER_REQUEST_SPEC_METRICS"] == "detailed"
+    _run(demo_server, tmp_path / "dflash.json", "dflash")
 
     level = load_result(tmp_path / "dflash.json").results[0]
     counters, table = level.spec_decode, level.spec_per_request

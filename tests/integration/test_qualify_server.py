@@ -13,7 +13,8 @@
    seeded into a state of the shoot-out's and resumed, so only EAGLE3's server starts (the reference step of a
    shoot-out is served in test_qualify_tuned_server.py). Two drafter kinds (DFlash and EAGLE3-MLA) for the
    miniature Kimi, each token-identical to the reference at T=0, both accepted, ranked at the matched
-   concurrency; exit 0.
+   concurrency; exit 0. This is also where the demo's EAGLE3-MLA drafter (configs/demo-cpu-eagle3.env, issue 28)
+   is served: vLLM resolves its architecture, it is lossless against the autoregressive demo and accepted.
 """
 
 from __future__ import annotations
@@ -231,7 +232,12 @@ def test_the_cpu_shoot_out_ranks_two_lossless_drafter_kinds(passed_run, tmp_path
         assert result.server_config.values["SPECULATIVE_METHOD"] == ("dflash" if k == 4 else "eagle3")
         assert [level.sessions for level in result.results] == [2, 4]
         for level in result.results:  # each demo drafter agrees with the target most of the time
-            assert len(level.spec_decode.per_position) == k and level.spec_decode.per_position[0] > 0.5
+            spec = level.spec_decode
+            assert spec.num_speculative_tokens == k and spec.accepted_tokens > 0
+            assert len(spec.per_position) == k and spec.per_position[0] > 0.5
+    # vLLM built the EAGLE3-MLA drafter for the miniature Kimi (issue 28, item 3: the demo's second drafter kind).
+    eagle3_log = out / "candidates" / SHOOTOUT[1] / "grid" / "logs" / "NUM_SPECULATIVE_TOKENS-3.server.log"
+    assert "Resolved architecture: Eagle3DeepseekV3ForCausalLM" in eagle3_log.read_text(errors="replace")
     reference = load_result(out / "grid" / "NUM_SPECULATIVE_TOKENS-0.json")
     assert reference.server_config.values["SPECULATIVE_METHOD"] == "none"
 

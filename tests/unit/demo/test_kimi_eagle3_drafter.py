@@ -2,7 +2,7 @@
 CPU demo's second drafter kind. Its config and checkpoint have the shape vLLM 0.32's Eagle3DeepseekV3ForCausalLM
 loads; its one decoder layer, written out here in numpy from the weights (MLA attention over cached positions,
 post-attention norm, MLP, final norm, the target's lm_head), proposes the walk's next token except on the seeded
-missed phases. Served: tests/integration/test_eagle3_demo_server.py."""
+missed phases. Served: the shoot-out in tests/integration/test_qualify_server.py."""
 
 from __future__ import annotations
 
