@@ -25,6 +25,10 @@ _PARSE_LOCK = threading.Lock()
 _PARSED: dict[tuple[str, str], ast.Module | None] = {}
 
 
+def _read_file(path: object) -> str:
+    return Path(str(path)).read_text(encoding="utf-8", errors="replace")
+
+
 @dataclass(frozen=True)
 class SourceLine:
     path: str
@@ -43,10 +47,8 @@ class VllmSource:
 
     def __init__(self, origin: str, files: dict[str, object], read: Reader, parsed: dict | None = None) -> None:
         self.origin, self._parsed = origin, {} if parsed is None else parsed
-        self._files = files
-        self._read = read
+        self._files, self._read = files, read
         self._texts: dict[str, str | None] = {}
-        self._trees: dict[str, ast.Module | None] = {}
 
     @classmethod
     def from_package_dir(cls, package_dir: Path) -> VllmSource:
@@ -55,8 +57,7 @@ class VllmSource:
         for folder, _, names in os.walk(package_dir):  # as rglob: links to directories not followed; 2x faster
             prefix = os.path.relpath(folder, root).replace(os.sep, "/")
             files.update({f"{prefix}/{name}": os.path.join(folder, name) for name in names if name.endswith(".py")})
-        read: Reader = lambda path: Path(str(path)).read_text(encoding="utf-8", errors="replace")  # noqa: E731
-        return cls(str(package_dir), files, read, _PARSED)
+        return cls(str(package_dir), files, _read_file, _PARSED)
 
     @classmethod
     def from_wheel(cls, wheel: Path) -> VllmSource:
@@ -112,15 +113,13 @@ class VllmSource:
     def tree(self, relpath: str) -> ast.Module | None:
         """None when absent or unparsable; thread-safe (see _PARSE_LOCK)."""
         with _PARSE_LOCK:
-            if relpath not in self._trees:
-                text = self.text(relpath)
-                if text is not None and (relpath, text) not in self._parsed:
-                    try:
-                        self._parsed[relpath, text] = ast.parse(text, filename=relpath)
-                    except SyntaxError:  # written for a newer Python than this one: treated as not found
-                        self._parsed[relpath, text] = None
-                self._trees[relpath] = None if text is None else self._parsed[relpath, text]
-            return self._trees[relpath]
+            text = self.text(relpath)  # read once per object; parsed once per (relpath, text) in self._parsed
+            if text is not None and (relpath, text) not in self._parsed:
+                try:
+                    self._parsed[relpath, text] = ast.parse(text, filename=relpath)
+                except SyntaxError:  # written for a newer Python than this one: treated as not found
+                    self._parsed[relpath, text] = None
+            return None if text is None else self._parsed[relpath, text]
 
     def find_module(self, definition: str, under: str = "vllm/") -> str | None:
         """The first module defining `definition` at top level (a comment, docstring or re-export does not count)."""
